@@ -1,0 +1,465 @@
+// Package queue is the pure queue logic of one partition: which offsets are leased,
+// handed back, settled, and not yet delivered, and the ack frontier. It does no I/O and
+// reads no clock: callers pass the monotonic time in, which makes every rule testable
+// exhaustively. See DESIGN.md beside this file.
+package queue
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrLeaseLost means the lease named by a handle is no longer held: it lapsed, was handed
+// back, or the message was settled.
+var ErrLeaseLost = errors.New("queue: lease lost")
+
+// ErrAckedAheadFull means settling this offset would grow the set of messages settled past
+// the frontier over its cap; the caller should retry after older messages settle.
+var ErrAckedAheadFull = errors.New("queue: acked-ahead set full")
+
+// ErrOutOfRange means the offset was never written, or has aged out of the log.
+var ErrOutOfRange = errors.New("queue: offset out of range")
+
+// Config holds the live-tunable settings of a partition's queue.
+type Config struct {
+	// Visibility is the lease length a consume takes.
+	Visibility time.Duration
+	// MaxInFlight caps the leases held at once; at the cap nothing new is handed out.
+	MaxInFlight int
+	// MaxAckedAhead caps the offsets settled past the frontier.
+	MaxAckedAhead int
+}
+
+// Nonce names one lease. (Epoch, Seq) is never issued twice for a partition: the epoch
+// grows at every open of the partition (later: every leader term) and Seq counts leases
+// within it.
+type Nonce struct {
+	Epoch uint32
+	Seq   uint64
+}
+
+// Grant is one message reserved by Lease.
+type Grant struct {
+	Offset   uint64
+	Nonce    Nonce
+	Attempt  uint32
+	Deadline int64 // monotonic nanoseconds
+}
+
+type lease struct {
+	offset   uint64
+	nonce    Nonce
+	attempt  uint32
+	deadline int64
+	settling bool // an ack is being made durable; the lease can no longer lapse
+	index    int  // position in the expiry heap, -1 when not in it
+}
+
+// State is the queue of one partition. It is not safe for concurrent use; the partition
+// serialises access.
+//
+// Every offset in [frontier, end) is in exactly one of: the acked-ahead set, leased,
+// ready (handed back or lapsed, waiting for redelivery), or at or past cursor (never
+// delivered since the partition opened).
+type State struct {
+	cfg Config
+
+	epoch uint32
+	seq   uint64
+
+	oldest   uint64 // first offset still in the log
+	end      uint64 // one past the last durable offset (the high watermark)
+	frontier uint64 // every offset below it is settled or aged out
+	cursor   uint64 // first offset never handed out since open
+
+	ackedAhead map[uint64]struct{}
+	leases     map[uint64]*lease
+	expiry     expiryHeap
+	ready      readyHeap
+	attempts   map[uint64]uint32 // delivery count of ready offsets
+}
+
+// New returns the queue state of a partition opened with lease epoch epoch, whose
+// settled prefix ends at frontier and whose out-of-order settled offsets are ackedAhead.
+// The log bounds are set with SetBounds.
+func New(cfg Config, epoch uint32, frontier uint64, ackedAhead []uint64) *State {
+	s := &State{
+		cfg:        cfg,
+		epoch:      epoch,
+		frontier:   frontier,
+		cursor:     frontier,
+		ackedAhead: make(map[uint64]struct{}, len(ackedAhead)),
+		leases:     make(map[uint64]*lease),
+		attempts:   make(map[uint64]uint32),
+	}
+	for _, o := range ackedAhead {
+		s.Settled(o)
+	}
+	return s
+}
+
+// SetConfig changes the settings; leases already granted keep their deadlines.
+func (s *State) SetConfig(cfg Config) { s.cfg = cfg }
+
+// Config returns the current settings.
+func (s *State) Config() Config { return s.cfg }
+
+// Epoch returns the lease epoch of this state.
+func (s *State) Epoch() uint32 { return s.epoch }
+
+// SetBounds tells the queue the log now holds offsets [oldest, end). end only grows;
+// when oldest grows (retention), everything below it counts as settled and leases on it
+// are dropped.
+func (s *State) SetBounds(oldest, end uint64) {
+	if end > s.end {
+		s.end = end
+	}
+	if oldest <= s.oldest {
+		return
+	}
+	s.oldest = oldest
+	if s.frontier < oldest {
+		s.frontier = oldest
+	}
+	if s.cursor < oldest {
+		s.cursor = oldest
+	}
+	for o := range s.ackedAhead {
+		if o < s.frontier {
+			delete(s.ackedAhead, o)
+		}
+	}
+	for o, l := range s.leases {
+		if o < oldest && !l.settling {
+			s.dropLease(l)
+		}
+	}
+	for len(s.ready) > 0 && s.ready[0] < oldest {
+		o := heap.Pop(&s.ready).(uint64)
+		delete(s.attempts, o)
+	}
+	s.advance()
+}
+
+// Lease reserves up to max messages for the visibility timeout from now, redeliveries
+// (lowest offset first) before new messages. It returns nil when nothing is available or
+// the in-flight cap is reached.
+func (s *State) Lease(now int64, max int) []Grant {
+	return s.LeaseFor(now, max, s.cfg.Visibility)
+}
+
+// LeaseFor is Lease with an explicit lease length.
+func (s *State) LeaseFor(now int64, max int, d time.Duration) []Grant {
+	var out []Grant
+	for len(out) < max && len(s.leases) < s.cfg.MaxInFlight {
+		off, attempt, ok := s.nextAvailable()
+		if !ok {
+			break
+		}
+		s.seq++
+		l := &lease{offset: off, nonce: Nonce{Epoch: s.epoch, Seq: s.seq}, attempt: attempt, deadline: now + int64(d)}
+		s.leases[off] = l
+		heap.Push(&s.expiry, l)
+		out = append(out, Grant{Offset: off, Nonce: l.nonce, Attempt: attempt, Deadline: l.deadline})
+	}
+	return out
+}
+
+// nextAvailable picks the next offset to hand out and removes it from where it waited.
+func (s *State) nextAvailable() (off uint64, attempt uint32, ok bool) {
+	if len(s.ready) > 0 {
+		off = heap.Pop(&s.ready).(uint64)
+		attempt = s.attempts[off] + 1
+		delete(s.attempts, off)
+		return off, attempt, true
+	}
+	for s.cursor < s.end {
+		off = s.cursor
+		s.cursor++
+		if _, done := s.ackedAhead[off]; done || off < s.frontier {
+			continue
+		}
+		return off, 1, true
+	}
+	return 0, 0, false
+}
+
+// Available reports whether Lease would grant something now.
+func (s *State) Available() bool {
+	if len(s.leases) >= s.cfg.MaxInFlight {
+		return false
+	}
+	if len(s.ready) > 0 {
+		return true
+	}
+	for c := s.cursor; c < s.end; c++ {
+		if _, done := s.ackedAhead[c]; !done && c >= s.frontier {
+			return true
+		}
+		// Skipping settled offsets here is cheap: the acked-ahead set is capped.
+	}
+	return false
+}
+
+// InFlightFull reports whether the partition holds its maximum of leases.
+func (s *State) InFlightFull() bool { return len(s.leases) >= s.cfg.MaxInFlight }
+
+func (s *State) check(off uint64, n Nonce, now int64) (*lease, error) {
+	l, ok := s.leases[off]
+	if !ok || l.nonce != n || l.settling || l.deadline <= now {
+		return nil, ErrLeaseLost
+	}
+	return l, nil
+}
+
+// BeginSettle checks that the lease (off, n) is held at now and marks it settling: it can
+// no longer lapse or be extended, and a second settle of it gets ErrLeaseLost. The caller
+// then makes the settlement durable and calls CommitSettle, or AbortSettle if that
+// failed.
+func (s *State) BeginSettle(off uint64, n Nonce, now int64) error {
+	l, err := s.check(off, n, now)
+	if err != nil {
+		return err
+	}
+	if off != s.frontier && len(s.ackedAhead) >= s.cfg.MaxAckedAhead {
+		return ErrAckedAheadFull
+	}
+	l.settling = true
+	heap.Remove(&s.expiry, l.index)
+	return nil
+}
+
+// CommitSettle finishes a settle begun with BeginSettle: the offset is done.
+func (s *State) CommitSettle(off uint64) {
+	if l, ok := s.leases[off]; ok && l.settling {
+		delete(s.leases, off)
+	}
+	s.Settled(off)
+}
+
+// AbortSettle undoes BeginSettle after the settlement could not be made durable: the
+// message is handed back for redelivery, since the caller was told nothing settled.
+func (s *State) AbortSettle(off uint64) {
+	l, ok := s.leases[off]
+	if !ok || !l.settling {
+		return
+	}
+	delete(s.leases, off)
+	s.makeReady(off, l.attempt)
+}
+
+// Settled records that off is done (from a commit or from replaying the journal).
+// Settling an offset twice, or one below the frontier, changes nothing: the frontier
+// never moves back.
+func (s *State) Settled(off uint64) {
+	if off < s.frontier {
+		return
+	}
+	if l, ok := s.leases[off]; ok {
+		s.dropLease(l)
+	}
+	s.ackedAhead[off] = struct{}{}
+	s.advance()
+}
+
+func (s *State) advance() {
+	for {
+		if _, ok := s.ackedAhead[s.frontier]; !ok {
+			break
+		}
+		delete(s.ackedAhead, s.frontier)
+		s.frontier++
+	}
+	if s.cursor < s.frontier {
+		s.cursor = s.frontier
+	}
+}
+
+// Extend renews the lease (off, n) to end d from now. With d == 0 the message is handed
+// back at once (a nack) and the handle is spent.
+func (s *State) Extend(off uint64, n Nonce, now int64, d time.Duration) error {
+	l, err := s.check(off, n, now)
+	if err != nil {
+		return err
+	}
+	if d <= 0 {
+		s.dropLease(l)
+		s.makeReady(off, l.attempt)
+		return nil
+	}
+	l.deadline = now + int64(d)
+	heap.Fix(&s.expiry, l.index)
+	return nil
+}
+
+// Expire hands back every lease whose deadline is at or before now and returns how many
+// it released.
+func (s *State) Expire(now int64) int {
+	n := 0
+	for len(s.expiry) > 0 && s.expiry[0].deadline <= now {
+		l := s.expiry[0]
+		s.dropLease(l)
+		s.makeReady(l.offset, l.attempt)
+		n++
+	}
+	return n
+}
+
+// NextDeadline returns the earliest lease deadline, and false when no lease can lapse.
+func (s *State) NextDeadline() (int64, bool) {
+	if len(s.expiry) == 0 {
+		return 0, false
+	}
+	return s.expiry[0].deadline, true
+}
+
+// Release drops the lease on off without checking its nonce and hands the message back;
+// the partition uses it when a reserved message could not be read.
+func (s *State) Release(off uint64) {
+	if l, ok := s.leases[off]; ok && !l.settling {
+		s.dropLease(l)
+		s.makeReady(off, l.attempt)
+	}
+}
+
+func (s *State) dropLease(l *lease) {
+	if l.index >= 0 {
+		heap.Remove(&s.expiry, l.index)
+	}
+	delete(s.leases, l.offset)
+}
+
+func (s *State) makeReady(off uint64, attempt uint32) {
+	if off < s.frontier || off < s.oldest {
+		return
+	}
+	if _, done := s.ackedAhead[off]; done {
+		return
+	}
+	s.attempts[off] = attempt
+	heap.Push(&s.ready, off)
+}
+
+// Stats is a snapshot of the queue's counters.
+type Stats struct {
+	Oldest, End, Frontier uint64
+	AckedAhead, InFlight  int
+	Backlog               uint64
+}
+
+// Stats returns the queue's counters.
+func (s *State) Stats() Stats {
+	backlog := uint64(0)
+	if s.end > s.frontier {
+		backlog = s.end - s.frontier - uint64(len(s.ackedAhead))
+	}
+	return Stats{Oldest: s.oldest, End: s.end, Frontier: s.frontier, AckedAhead: len(s.ackedAhead), InFlight: len(s.leases), Backlog: backlog}
+}
+
+// Frontier returns the ack frontier.
+func (s *State) Frontier() uint64 { return s.frontier }
+
+// AckedAhead returns the offsets settled past the frontier, in no order.
+func (s *State) AckedAhead() []uint64 {
+	out := make([]uint64, 0, len(s.ackedAhead))
+	for o := range s.ackedAhead {
+		out = append(out, o)
+	}
+	return out
+}
+
+// CheckInvariants verifies the partition invariant stated on State; tests call it after
+// every step.
+func (s *State) CheckInvariants() error {
+	if s.cursor < s.frontier {
+		return fmt.Errorf("cursor %d below frontier %d", s.cursor, s.frontier)
+	}
+	if _, ok := s.ackedAhead[s.frontier]; ok {
+		return fmt.Errorf("frontier %d is in the acked-ahead set", s.frontier)
+	}
+	seen := make(map[uint64]string)
+	mark := func(o uint64, what string) error {
+		if prev, ok := seen[o]; ok {
+			return fmt.Errorf("offset %d is both %s and %s", o, prev, what)
+		}
+		seen[o] = what
+		return nil
+	}
+	for o := range s.ackedAhead {
+		if o < s.frontier {
+			return fmt.Errorf("acked-ahead offset %d below frontier %d", o, s.frontier)
+		}
+		if err := mark(o, "acked"); err != nil {
+			return err
+		}
+	}
+	for o, l := range s.leases {
+		if o != l.offset || o < s.frontier || o >= s.cursor {
+			return fmt.Errorf("lease %d outside [frontier %d, cursor %d)", o, s.frontier, s.cursor)
+		}
+		if err := mark(o, "leased"); err != nil {
+			return err
+		}
+	}
+	for _, o := range s.ready {
+		if o < s.frontier || o >= s.cursor {
+			return fmt.Errorf("ready %d outside [frontier %d, cursor %d)", o, s.frontier, s.cursor)
+		}
+		if err := mark(o, "ready"); err != nil {
+			return err
+		}
+	}
+	for o := s.frontier; o < s.cursor && o < s.end; o++ {
+		if _, ok := seen[o]; !ok {
+			return fmt.Errorf("offset %d below cursor %d is neither settled, leased nor ready", o, s.cursor)
+		}
+	}
+	n := 0
+	for _, l := range s.leases {
+		if !l.settling {
+			n++
+		}
+	}
+	if n != len(s.expiry) {
+		return fmt.Errorf("%d lapsable leases but %d in the expiry heap", n, len(s.expiry))
+	}
+	return nil
+}
+
+type expiryHeap []*lease
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *expiryHeap) Push(x any) {
+	l := x.(*lease)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.index = -1
+	*h = old[:len(old)-1]
+	return l
+}
+
+type readyHeap []uint64
+
+func (h readyHeap) Len() int           { return len(h) }
+func (h readyHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h readyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *readyHeap) Push(x any)        { *h = append(*h, x.(uint64)) }
+func (h *readyHeap) Pop() any {
+	old := *h
+	v := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return v
+}

@@ -1,0 +1,326 @@
+package queue
+
+import (
+	"errors"
+	"math/rand"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+var cfg = Config{Visibility: time.Second, MaxInFlight: 1 << 20, MaxAckedAhead: 1 << 20}
+
+func mustLease(t *testing.T, s *State, now int64, n int) []Grant {
+	t.Helper()
+	g := s.Lease(now, n)
+	if err := s.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func settle(t *testing.T, s *State, g Grant, now int64) error {
+	t.Helper()
+	if err := s.BeginSettle(g.Offset, g.Nonce, now); err != nil {
+		return err
+	}
+	s.CommitSettle(g.Offset)
+	if err := s.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	return nil
+}
+
+func TestLeaseAckAdvancesFrontier(t *testing.T) {
+	s := New(cfg, 1, 0, nil)
+	s.SetBounds(0, 3)
+	g := mustLease(t, s, 0, 10)
+	if len(g) != 3 || g[0].Offset != 0 || g[2].Offset != 2 || g[0].Attempt != 1 {
+		t.Fatalf("grants %+v", g)
+	}
+	if more := s.Lease(0, 1); more != nil {
+		t.Fatalf("leased %v while all are in flight", more)
+	}
+	if err := settle(t, s, g[2], 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.Frontier() != 0 {
+		t.Fatalf("frontier %d, want 0 (offset 0 still in flight)", s.Frontier())
+	}
+	settle(t, s, g[0], 1)
+	settle(t, s, g[1], 1)
+	if s.Frontier() != 3 || len(s.AckedAhead()) != 0 {
+		t.Fatalf("frontier %d acked ahead %v", s.Frontier(), s.AckedAhead())
+	}
+	if err := settle(t, s, g[1], 2); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("second settle: %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestLapsedLeaseRedeliversAndOldHandleIsLost(t *testing.T) {
+	s := New(cfg, 1, 0, nil)
+	s.SetBounds(0, 1)
+	g := mustLease(t, s, 0, 1)[0]
+	if d, ok := s.NextDeadline(); !ok || d != int64(time.Second) {
+		t.Fatalf("next deadline %d %v", d, ok)
+	}
+	// An ack at the deadline itself is late: the lease covers [now, deadline).
+	if err := s.BeginSettle(g.Offset, g.Nonce, int64(time.Second)); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("ack at deadline: %v", err)
+	}
+	if n := s.Expire(int64(time.Second)); n != 1 {
+		t.Fatalf("expired %d", n)
+	}
+	g2 := mustLease(t, s, int64(time.Second), 1)
+	if len(g2) != 1 || g2[0].Offset != 0 || g2[0].Attempt != 2 || g2[0].Nonce == g.Nonce {
+		t.Fatalf("redelivery %+v (first %+v)", g2, g)
+	}
+	if err := s.Extend(g.Offset, g.Nonce, int64(time.Second), time.Second); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("extend with old handle: %v", err)
+	}
+	if err := settle(t, s, g2[0], int64(time.Second)+1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExtendAndNack(t *testing.T) {
+	s := New(cfg, 1, 0, nil)
+	s.SetBounds(0, 2)
+	g := mustLease(t, s, 0, 2)
+	if err := s.Extend(g[0].Offset, g[0].Nonce, 900, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Expire(int64(2 * time.Second)); n != 1 {
+		t.Fatalf("expired %d, want only the unextended lease", n)
+	}
+	if err := s.Extend(g[0].Offset, g[0].Nonce, int64(2*time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginSettle(g[0].Offset, g[0].Nonce, int64(2*time.Second)); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("settle after nack: %v", err)
+	}
+	again := mustLease(t, s, int64(2*time.Second), 5)
+	if len(again) != 2 || again[0].Offset != 0 || again[1].Offset != 1 {
+		t.Fatalf("after nack and lapse: %+v", again)
+	}
+}
+
+func TestInFlightAndAckedAheadCaps(t *testing.T) {
+	s := New(Config{Visibility: time.Second, MaxInFlight: 2, MaxAckedAhead: 1}, 1, 0, nil)
+	s.SetBounds(0, 10)
+	g := mustLease(t, s, 0, 10)
+	if len(g) != 2 || !s.InFlightFull() || s.Available() {
+		t.Fatalf("grants %d full %v", len(g), s.InFlightFull())
+	}
+	if err := settle(t, s, g[1], 1); err != nil {
+		t.Fatal(err)
+	}
+	g3 := mustLease(t, s, 1, 10)
+	if len(g3) != 1 || g3[0].Offset != 2 {
+		t.Fatalf("%+v", g3)
+	}
+	if err := s.BeginSettle(g3[0].Offset, g3[0].Nonce, 2); !errors.Is(err, ErrAckedAheadFull) {
+		t.Fatalf("settle past full acked-ahead: %v", err)
+	}
+	// The frontier offset itself may always settle, and that drains the set.
+	if err := settle(t, s, g[0], 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := settle(t, s, g3[0], 2); err != nil || s.Frontier() != 3 {
+		t.Fatalf("err %v frontier %d", err, s.Frontier())
+	}
+}
+
+func TestAbortSettleRedelivers(t *testing.T) {
+	s := New(cfg, 1, 0, nil)
+	s.SetBounds(0, 1)
+	g := mustLease(t, s, 0, 1)[0]
+	if err := s.BeginSettle(g.Offset, g.Nonce, 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.Expire(int64(time.Hour)) != 0 {
+		t.Fatal("a settling lease lapsed")
+	}
+	if err := s.BeginSettle(g.Offset, g.Nonce, 1); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("racing settle: %v", err)
+	}
+	s.AbortSettle(g.Offset)
+	if again := mustLease(t, s, 2, 1); len(again) != 1 || again[0].Offset != 0 {
+		t.Fatalf("not redelivered after a failed settle: %+v", again)
+	}
+}
+
+func TestRecoveredStateSkipsSettled(t *testing.T) {
+	s := New(cfg, 2, 3, []uint64{4, 6})
+	s.SetBounds(0, 8)
+	var got []uint64
+	for _, g := range mustLease(t, s, 0, 10) {
+		got = append(got, g.Offset)
+		if g.Nonce.Epoch != 2 {
+			t.Fatalf("epoch %d", g.Nonce.Epoch)
+		}
+	}
+	want := []uint64{3, 5, 7}
+	if len(got) != len(want) {
+		t.Fatalf("got %v want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %v want %v", got, want)
+		}
+	}
+}
+
+func TestRetentionMovesFrontier(t *testing.T) {
+	s := New(cfg, 1, 0, nil)
+	s.SetBounds(0, 10)
+	g := mustLease(t, s, 0, 3)
+	s.SetBounds(5, 10)
+	if err := s.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Frontier() != 5 {
+		t.Fatalf("frontier %d", s.Frontier())
+	}
+	if err := s.BeginSettle(g[0].Offset, g[0].Nonce, 1); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("settle of an aged-out offset: %v", err)
+	}
+	if n := mustLease(t, s, 1, 1); n[0].Offset != 5 {
+		t.Fatalf("%+v", n)
+	}
+}
+
+// TestProperty drives random operations and checks, after each, the invariants and the
+// delivery rules: no offset is leased twice at once, the frontier never moves back, a
+// settled offset is never delivered again, and a final drain delivers every offset not
+// settled. Set QUEUE_SEED to replay a failure.
+func TestProperty(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("QUEUE_SEED"); v != "" {
+		seed, _ = strconv.ParseInt(v, 10, 64)
+	}
+	t.Logf("seed %d (QUEUE_SEED=%d to replay)", seed, seed)
+	rng := rand.New(rand.NewSource(seed))
+	for round := 0; round < 200; round++ {
+		c := Config{Visibility: time.Duration(1 + rng.Intn(50)), MaxInFlight: 1 + rng.Intn(8), MaxAckedAhead: 1 + rng.Intn(8)}
+		s := New(c, 1, 0, nil)
+		settled := map[uint64]bool{}
+		live := map[uint64]Grant{}
+		var held []Grant
+		now, end, frontier := int64(0), uint64(0), uint64(0)
+		for step := 0; step < 300; step++ {
+			now += int64(rng.Intn(5))
+			switch rng.Intn(7) {
+			case 0:
+				end += uint64(rng.Intn(4))
+				s.SetBounds(0, end)
+			case 1, 2:
+				for _, g := range s.Lease(now, 1+rng.Intn(3)) {
+					if settled[g.Offset] {
+						t.Fatalf("seed %d: settled offset %d delivered again", seed, g.Offset)
+					}
+					if prev, ok := live[g.Offset]; ok && prev.Deadline > now {
+						t.Fatalf("seed %d: offset %d leased twice at once", seed, g.Offset)
+					}
+					live[g.Offset] = g
+					held = append(held, g)
+				}
+			case 3, 4:
+				if len(held) == 0 {
+					continue
+				}
+				g := held[rng.Intn(len(held))]
+				cur, isLive := live[g.Offset]
+				err := s.BeginSettle(g.Offset, g.Nonce, now)
+				if err == nil && (!isLive || cur.Nonce != g.Nonce || cur.Deadline <= now) {
+					t.Fatalf("seed %d: settle of a lapsed or replaced lease succeeded", seed)
+				}
+				if err == nil {
+					if rng.Intn(5) == 0 {
+						s.AbortSettle(g.Offset)
+						delete(live, g.Offset)
+					} else {
+						s.CommitSettle(g.Offset)
+						settled[g.Offset] = true
+						delete(live, g.Offset)
+					}
+				}
+			case 5:
+				if len(held) == 0 {
+					continue
+				}
+				g := held[rng.Intn(len(held))]
+				d := time.Duration(rng.Intn(3))
+				if s.Extend(g.Offset, g.Nonce, now, d) == nil {
+					if d == 0 {
+						delete(live, g.Offset)
+					} else {
+						g.Deadline = now + int64(d)
+						live[g.Offset] = g
+						held = append(held, g)
+					}
+				}
+			case 6:
+				s.Expire(now)
+			}
+			if f := s.Frontier(); f < frontier {
+				t.Fatalf("seed %d: frontier moved back %d -> %d", seed, frontier, f)
+			} else {
+				frontier = f
+			}
+			if err := s.CheckInvariants(); err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, step, err)
+			}
+		}
+		// Drain: let every lease lapse, then everything not settled must come out.
+		now += int64(time.Hour)
+		s.Expire(now)
+		s.SetConfig(Config{Visibility: time.Hour, MaxInFlight: 1 << 20, MaxAckedAhead: 1 << 20})
+		got := map[uint64]bool{}
+		for _, g := range s.Lease(now, 1<<20) {
+			got[g.Offset] = true
+		}
+		for o := uint64(0); o < end; o++ {
+			if !settled[o] && !got[o] {
+				t.Fatalf("seed %d: unsettled offset %d never redelivered", seed, o)
+			}
+			if settled[o] && got[o] {
+				t.Fatalf("seed %d: settled offset %d redelivered", seed, o)
+			}
+		}
+	}
+}
+
+func TestHandleRoundTrip(t *testing.T) {
+	h := Handle{Incarnation: 42, Partition: 7, Offset: 1<<63 - 1, Nonce: Nonce{Epoch: 3, Seq: 99}}
+	s := h.Encode()
+	got, err := DecodeHandle(s)
+	if err != nil || got != h {
+		t.Fatalf("got %+v %v", got, err)
+	}
+	b := []byte(s)
+	b[10] ^= 1
+	if _, err := DecodeHandle(string(b)); !errors.Is(err, ErrBadHandle) {
+		t.Fatalf("tampered handle: %v", err)
+	}
+	for _, bad := range []string{"", "x", s + "A", s[:len(s)-1], "!" + s[1:]} {
+		if _, err := DecodeHandle(bad); !errors.Is(err, ErrBadHandle) {
+			t.Fatalf("%q: %v", bad, err)
+		}
+	}
+}
+
+func FuzzDecodeHandle(f *testing.F) {
+	f.Add(Handle{Incarnation: 1, Partition: 2, Offset: 3, Nonce: Nonce{4, 5}}.Encode())
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		h, err := DecodeHandle(s)
+		if err != nil {
+			return
+		}
+		if h.Encode() != s {
+			t.Fatalf("decoded %q but it encodes as %q", s, h.Encode())
+		}
+	})
+}
