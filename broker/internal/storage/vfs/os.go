@@ -1,0 +1,98 @@
+package vfs
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// OS is the FS of the operating system. Its Sync uses fdatasync where the platform
+// has it, which still makes a grown file size durable but skips timestamps.
+type OS struct{}
+
+var _ FS = OS{}
+
+// OpenFile opens name with os.OpenFile.
+func (OS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// Remove unlinks name.
+func (OS) Remove(name string) error { return os.Remove(name) }
+
+// Rename renames oldname to newname.
+func (OS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+
+// Stat describes name.
+func (OS) Stat(name string) (FileInfo, error) {
+	st, err := os.Stat(name)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return infoOf(st), nil
+}
+
+// ReadDir lists dir sorted by name.
+func (OS) ReadDir(dir string) ([]FileInfo, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FileInfo, 0, len(ents))
+	for _, e := range ents {
+		st, err := e.Info()
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // removed since the listing
+			}
+			return nil, err
+		}
+		out = append(out, infoOf(st))
+	}
+	return out, nil
+}
+
+// MkdirAll creates dir and its parents.
+func (OS) MkdirAll(dir string, perm fs.FileMode) error { return os.MkdirAll(dir, perm) }
+
+// SyncDir fsyncs the directory so that entries created, renamed or removed in it
+// survive a power loss.
+func (OS) SyncDir(dir string) error {
+	d, err := os.Open(filepath.Clean(dir))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func infoOf(st fs.FileInfo) FileInfo {
+	fi := FileInfo{Name: st.Name(), IsDir: st.IsDir()}
+	if !fi.IsDir {
+		fi.Size = st.Size()
+	}
+	return fi
+}
+
+type osFile struct{ f *os.File }
+
+func (o osFile) ReadAt(p []byte, off int64) (int, error)  { return o.f.ReadAt(p, off) }
+func (o osFile) WriteAt(p []byte, off int64) (int, error) { return o.f.WriteAt(p, off) }
+func (o osFile) Truncate(size int64) error                { return o.f.Truncate(size) }
+func (o osFile) Close() error                             { return o.f.Close() }
+func (o osFile) Sync() error                              { return datasync(o.f) }
+
+func (o osFile) Size() (int64, error) {
+	st, err := o.f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}

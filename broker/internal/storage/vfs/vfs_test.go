@@ -1,0 +1,246 @@
+package vfs
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// testFS runs one behaviour suite over every implementation, so Mem stays a
+// faithful stand-in for OS.
+func testFS(t *testing.T, f func(t *testing.T, fsys FS, dir string)) {
+	t.Run("OS", func(t *testing.T) { f(t, OS{}, t.TempDir()) })
+	t.Run("Mem", func(t *testing.T) {
+		m := NewMem()
+		if err := m.MkdirAll("/data/p0", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f(t, m, "/data/p0")
+	})
+}
+
+func mustOpen(t *testing.T, fsys FS, name string, flag int) File {
+	t.Helper()
+	f, err := fsys.OpenFile(name, flag, 0o644)
+	if err != nil {
+		t.Fatalf("open %s: %v", name, err)
+	}
+	return f
+}
+
+func TestFileReadWrite(t *testing.T) {
+	testFS(t, func(t *testing.T, fsys FS, dir string) {
+		name := filepath.Join(dir, "a.log")
+		if _, err := fsys.OpenFile(name, os.O_RDWR, 0); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("open missing: %v", err)
+		}
+		f := mustOpen(t, fsys, name, os.O_RDWR|os.O_CREATE|os.O_EXCL)
+		if _, err := fsys.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644); !errors.Is(err, fs.ErrExist) {
+			t.Fatalf("exclusive create of existing file: %v", err)
+		}
+		if n, err := f.WriteAt([]byte("hello"), 0); n != 5 || err != nil {
+			t.Fatalf("write: %d %v", n, err)
+		}
+		if _, err := f.WriteAt([]byte("world"), 7); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 12)
+		n, err := f.ReadAt(buf, 0)
+		if n != 12 || err != nil || string(buf) != "hello\x00\x00world" {
+			t.Fatalf("read: %d %v %q", n, err, buf)
+		}
+		if n, err := f.ReadAt(buf, 10); n != 2 || err != io.EOF {
+			t.Fatalf("short read: %d %v", n, err)
+		}
+		if err := f.Truncate(5); err != nil {
+			t.Fatal(err)
+		}
+		if sz, err := f.Size(); sz != 5 || err != nil {
+			t.Fatalf("size: %d %v", sz, err)
+		}
+		if st, err := fsys.Stat(name); err != nil || st.Size != 5 || st.Name != "a.log" {
+			t.Fatalf("stat: %+v %v", st, err)
+		}
+		ro := mustOpen(t, fsys, name, os.O_RDONLY)
+		if _, err := ro.WriteAt([]byte("x"), 0); err == nil {
+			t.Fatal("write through a read-only handle succeeded")
+		}
+		if err := ro.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestDirectoryOps(t *testing.T) {
+	testFS(t, func(t *testing.T, fsys FS, dir string) {
+		for _, n := range []string{"b", "a", "c"} {
+			f := mustOpen(t, fsys, filepath.Join(dir, n), os.O_RDWR|os.O_CREATE)
+			if _, err := f.WriteAt([]byte(n), 0); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+		if err := fsys.MkdirAll(filepath.Join(dir, "sub", "deeper"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := fsys.Rename(filepath.Join(dir, "c"), filepath.Join(dir, "d")); err != nil {
+			t.Fatal(err)
+		}
+		if err := fsys.Remove(filepath.Join(dir, "a")); err != nil {
+			t.Fatal(err)
+		}
+		if err := fsys.Remove(filepath.Join(dir, "a")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("second remove: %v", err)
+		}
+		if err := fsys.SyncDir(dir); err != nil {
+			t.Fatal(err)
+		}
+		ents, err := fsys.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range ents {
+			got = append(got, e.Name)
+		}
+		if want := "[b d sub]"; fmtList(got) != want {
+			t.Fatalf("entries %v, want %s", got, want)
+		}
+		if _, err := fsys.Stat(filepath.Join(dir, "c")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("stat of renamed-away file: %v", err)
+		}
+	})
+}
+
+func fmtList(s []string) string {
+	out := "["
+	for i, v := range s {
+		if i > 0 {
+			out += " "
+		}
+		out += v
+	}
+	return out + "]"
+}
+
+func TestRemovedFileStaysReadable(t *testing.T) {
+	testFS(t, func(t *testing.T, fsys FS, dir string) {
+		name := filepath.Join(dir, "x")
+		f := mustOpen(t, fsys, name, os.O_RDWR|os.O_CREATE)
+		f.WriteAt([]byte("still here"), 0)
+		if err := fsys.Remove(name); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 10)
+		if _, err := f.ReadAt(buf, 0); err != nil || string(buf) != "still here" {
+			t.Fatalf("read after unlink: %v %q", err, buf)
+		}
+		f.Close()
+	})
+}
+
+func TestMemCrashDropsUnsynced(t *testing.T) {
+	m := NewMem()
+	m.MkdirAll("/d", 0o755)
+	f, _ := m.OpenFile("/d/durable", os.O_RDWR|os.O_CREATE, 0o644)
+	f.WriteAt([]byte("synced"), 0)
+	f.Sync()
+	f.WriteAt([]byte("+lost"), 6)
+	m.SyncDir("/d")
+	g, _ := m.OpenFile("/d/no-dir-sync", os.O_RDWR|os.O_CREATE, 0o644)
+	g.WriteAt([]byte("data"), 0)
+	g.Sync()
+	m.Rename("/d/durable", "/d/renamed") // not made durable
+
+	m.Crash()
+	if _, err := f.ReadAt(make([]byte, 1), 0); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("old handle after crash: %v", err)
+	}
+	got, err := m.ReadFile("/d/durable")
+	if err != nil || string(got) != "synced" {
+		t.Fatalf("after crash: %q %v", got, err)
+	}
+	if _, err := m.Stat("/d/no-dir-sync"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("file whose entry was never synced survived: %v", err)
+	}
+	if _, err := m.Stat("/d/renamed"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("rename without dir sync survived: %v", err)
+	}
+}
+
+func TestMemCrashTornKeepsPrefix(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	for i := 0; i < 50; i++ {
+		m := NewMem()
+		m.MkdirAll("/d", 0o755)
+		f, _ := m.OpenFile("/d/f", os.O_RDWR|os.O_CREATE, 0o644)
+		m.SyncDir("/d")
+		f.WriteAt([]byte("abc"), 0)
+		f.Sync()
+		f.WriteAt([]byte("defgh"), 3)
+		m.CrashTorn(r)
+		got, _ := m.ReadFile("/d/f")
+		if len(got) < 3 || string(got) != "abcdefgh"[:len(got)] {
+			t.Fatalf("torn crash kept %q", got)
+		}
+	}
+}
+
+func TestMemFaults(t *testing.T) {
+	m := NewMem()
+	m.MkdirAll("/d", 0o755)
+	f, _ := m.OpenFile("/d/f", os.O_RDWR|os.O_CREATE, 0o644)
+	m.SyncDir("/d")
+	f.WriteAt([]byte("one"), 0)
+	m.FailSync(2)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("two"), 3)
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("armed sync: %v", err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fault fired twice: %v", err)
+	}
+	if m.Syncs() != 3 {
+		t.Fatalf("syncs = %d", m.Syncs())
+	}
+
+	m.SetFreeSpace(2)
+	n, err := f.WriteAt([]byte("xyz"), 6)
+	if n != 2 || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write past free space: %d %v", n, err)
+	}
+	if _, err := f.WriteAt([]byte("OV"), 0); err != nil {
+		t.Fatalf("overwrite needs no space: %v", err)
+	}
+	m.SetFreeSpace(-1)
+
+	if err := m.FlipByte("/d/f", 0, 0xff); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.TruncateFile("/d/f", 4); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := m.ReadFile("/d/f")
+	if want := string([]byte{'O' ^ 0xff, 'V', 'e', 't'}); string(got) != want {
+		t.Fatalf("damaged file %q, want %q", got, want)
+	}
+	m.Crash()
+	got, _ = m.ReadFile("/d/f")
+	if want := string([]byte{'o' ^ 0xff, 'n', 'e', 't'}); string(got) != want {
+		t.Fatalf("damage did not reach the durable copy: %q, want %q", got, want)
+	}
+}
