@@ -1,0 +1,176 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Dir holds the Raft log, stable store and snapshots.
+	Dir string
+	// NodeID names this node in the Raft configuration.
+	NodeID string
+	// Logger receives Raft's warnings and errors.
+	Logger *slog.Logger
+	// ApplyTimeout bounds a metadata write; past it the write answers ErrUnavailable.
+	ApplyTimeout time.Duration
+	// OnChange is called after every change to the state (from the Raft goroutine; it
+	// must not block on Store calls that write).
+	OnChange func()
+}
+
+// Store is the control-plane state machine and the Raft node that replicates it.
+type Store struct {
+	opts  Options
+	fsm   *fsm
+	raft  *raft.Raft
+	bolt  *raftboltdb.BoltStore
+	trans *raft.InmemTransport
+}
+
+// Open starts the Raft node, bootstrapping a cluster of one on first start.
+func Open(opts Options) (*Store, error) {
+	if opts.ApplyTimeout == 0 {
+		opts.ApplyTimeout = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	f := newFSM()
+	f.onChange = opts.OnChange
+
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = raft.ServerID(opts.NodeID)
+	// A cluster of one elects itself as soon as its heartbeat timeout passes; keep that
+	// short so a restart is ready quickly.
+	cfg.HeartbeatTimeout = 200 * time.Millisecond
+	cfg.ElectionTimeout = 200 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 100 * time.Millisecond
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{opts.Logger}})
+
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(opts.Dir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("meta: opening raft store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(opts.Dir, 2, cfg.Logger)
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("meta: opening snapshots: %w", err)
+	}
+	addr, trans := raft.NewInmemTransport(raft.ServerAddress(opts.NodeID))
+	has, err := raft.HasExistingState(bolt, bolt, snaps)
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("meta: reading raft state: %w", err)
+	}
+	if !has {
+		conf := raft.Configuration{Servers: []raft.Server{{ID: cfg.LocalID, Address: addr}}}
+		if err := raft.BootstrapCluster(cfg, bolt, bolt, snaps, trans, conf); err != nil {
+			bolt.Close()
+			return nil, fmt.Errorf("meta: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(cfg, f, bolt, bolt, snaps, trans)
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("meta: starting raft: %w", err)
+	}
+	return &Store{opts: opts, fsm: f, raft: r, bolt: bolt, trans: trans}, nil
+}
+
+// WaitReady blocks until this node leads and has applied every committed entry, so its
+// view of the topics is current. Destructive clean-up must wait for it.
+func (s *Store) WaitReady(ctx context.Context) error {
+	for {
+		if s.raft.State() == raft.Leader {
+			if err := s.raft.Barrier(s.opts.ApplyTimeout).Error(); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: no leader: %v", ErrUnavailable, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Leader reports whether this node leads the control plane.
+func (s *Store) Leader() bool { return s.raft.State() == raft.Leader }
+
+// NodeID returns this node's id.
+func (s *Store) NodeID() string { return s.opts.NodeID }
+
+func (s *Store) apply(c command) (Topic, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return Topic{}, err
+	}
+	fut := s.raft.Apply(b, s.opts.ApplyTimeout)
+	if err := fut.Error(); err != nil {
+		return Topic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	res := fut.Response().(applyResult)
+	return res.topic, res.err
+}
+
+// CreateTopic stores a new topic and returns it with its incarnation.
+func (s *Store) CreateTopic(t Topic) (Topic, error) {
+	return s.apply(command{Op: "create_topic", Topic: &t})
+}
+
+// DeleteTopic removes the topic name; with incarnation != 0 only that incarnation.
+func (s *Store) DeleteTopic(name string, incarnation uint64) (Topic, error) {
+	return s.apply(command{Op: "delete_topic", Name: name, Topic: &Topic{Incarnation: incarnation}})
+}
+
+// AlterTopic changes a topic's live-tunable settings.
+func (s *Store) AlterTopic(name string, a Alter) (Topic, error) {
+	return s.apply(command{Op: "alter_topic", Name: name, Alter: &a})
+}
+
+// Topic returns the topic of that name as this node knows it.
+func (s *Store) Topic(name string) (Topic, bool) { return s.fsm.topic(name) }
+
+// Topics returns every topic, sorted by name.
+func (s *Store) Topics() []Topic { return s.fsm.list() }
+
+// Close stops the Raft node and closes its stores.
+func (s *Store) Close() error {
+	err := s.raft.Shutdown().Error()
+	if cerr := s.bolt.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// slogWriter adapts Raft's hclog output to the process logger.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Warn("raft", "line", string(trimNL(p)))
+	return len(p), nil
+}
+
+func trimNL(p []byte) []byte {
+	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+var _ io.Writer = slogWriter{}
