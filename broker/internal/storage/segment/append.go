@@ -1,0 +1,233 @@
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"sync"
+)
+
+// request is one Append call waiting for the writer.
+type request struct {
+	recs  []Record
+	size  int // encoded bytes
+	first uint64
+	err   error
+	done  chan struct{}
+}
+
+var requestPool = sync.Pool{New: func() any { return &request{done: make(chan struct{}, 1)} }}
+
+// Append writes recs as consecutive offsets and returns the first one once every
+// record is durable. Concurrent calls share fsyncs: while one group is being
+// written and synced, arriving calls queue and are committed together by the
+// next group. A record larger than Options.MaxRecordBytes fails the whole call
+// with ErrRecordTooLarge and writes nothing. A failed write or fsync fails this
+// call and every later one with an error wrapping ErrFailed; records of a failed
+// call are never returned by Read. After Close, Append returns ErrClosed. recs is
+// not modified and may be reused once Append returns; an empty recs commits
+// nothing and returns Next.
+func (l *Log) Append(recs []Record) (first uint64, err error) {
+	size := 0
+	for i := range recs {
+		n := frameSize(&recs[i])
+		if n > l.opts.MaxRecordBytes {
+			return 0, fmt.Errorf("%w: record %d is %d bytes encoded, the limit is %d", ErrRecordTooLarge, i, n, l.opts.MaxRecordBytes)
+		}
+		size += n
+	}
+	req := requestPool.Get().(*request)
+	req.recs, req.size = recs, size
+	l.sendMu.RLock()
+	if l.sendClosed {
+		l.sendMu.RUnlock()
+		requestPool.Put(req)
+		return 0, ErrClosed
+	}
+	l.queue <- req
+	l.sendMu.RUnlock()
+	<-req.done
+	first, err = req.first, req.err
+	*req = request{done: req.done}
+	requestPool.Put(req)
+	return first, err
+}
+
+// run is the writer goroutine: it takes every request queued, commits them as
+// one group and answers them, until Close closes the queue.
+func (l *Log) run() {
+	defer close(l.done)
+	var group []*request
+	for req := range l.queue {
+		group = append(group[:0], req)
+		size := req.size
+	collect:
+		for size < maxGroupBytes {
+			select {
+			case r, ok := <-l.queue:
+				if !ok {
+					break collect
+				}
+				group = append(group, r)
+				size += r.size
+			default:
+				break collect
+			}
+		}
+		l.fileMu.Lock()
+		sealed, err := l.commit(group, size)
+		l.fileMu.Unlock()
+		for _, r := range group {
+			r.err = err
+			r.done <- struct{}{}
+		}
+		clear(group)
+		if len(sealed) > 0 {
+			// Off the acknowledgement path: a missing index only costs a scan on Open.
+			l.fileMu.Lock()
+			for _, s := range sealed {
+				if !s.deleted.Load() {
+					l.writeIndex(s)
+				}
+			}
+			l.fileMu.Unlock()
+		}
+	}
+}
+
+// chunk is the part of a commit group that goes into one segment file.
+type chunk struct {
+	seg        *segment
+	created    bool   // the group creates this segment's file
+	pos        int64  // where the chunk starts in the file (the durable size before the group)
+	start, end int    // span in Log.wbuf
+	eStart     int    // first new index entry in Log.pending
+	eEnd       int    // one past the last
+	next       uint64 // segment's next offset after the group
+	size       int64  // segment's size after the group
+	lastTS     int64  // segment's newest timestamp after the group
+	indexedAt  int64  // segment's last index entry position after the group
+}
+
+// commit writes the records of group, fsyncs them and then makes them visible to
+// readers. It returns the segments the group sealed by rolling to a new one.
+// l.fileMu must be held.
+func (l *Log) commit(group []*request, size int) ([]*segment, error) {
+	if l.failErr != nil {
+		return nil, l.failErr
+	}
+	l.wbuf = slices.Grow(l.wbuf[:0], size)
+	l.chunks, l.pending = l.chunks[:0], l.pending[:0]
+	active := l.segments[len(l.segments)-1]
+	c := chunk{seg: active, pos: active.size, size: active.size, next: active.next, lastTS: active.lastTS, indexedAt: active.indexedAt}
+	off, ts := active.next, l.lastTS
+	for _, r := range group {
+		r.first = off
+		for i := range r.recs {
+			rec := &r.recs[i]
+			n := frameSize(rec)
+			if c.size > 0 && c.size+int64(n) > l.opts.SegmentBytes {
+				c.end, c.eEnd = len(l.wbuf), len(l.pending)
+				l.chunks = append(l.chunks, c)
+				c = chunk{seg: newSegment(l.dir, off), created: true, start: len(l.wbuf), eStart: len(l.pending), next: off}
+			}
+			ts = max(rec.Timestamp, ts)
+			if c.size == 0 || c.size-c.indexedAt >= int64(l.opts.IndexIntervalBytes) {
+				l.pending = append(l.pending, indexEntry{rel: uint32(off - c.seg.base), pos: uint32(c.size), ts: ts})
+				c.indexedAt = c.size
+			}
+			l.wbuf = appendFrame(l.wbuf, rec, off, ts)
+			off++
+			c.next, c.size, c.lastTS = off, c.size+int64(n), ts
+		}
+	}
+	c.end, c.eEnd = len(l.wbuf), len(l.pending)
+	l.chunks = append(l.chunks, c)
+
+	for i := range l.chunks {
+		if err := l.writeChunk(&l.chunks[i]); err != nil {
+			return nil, l.fail(l.chunks[:i+1], err)
+		}
+	}
+
+	l.mu.Lock()
+	for i := range l.chunks {
+		c := &l.chunks[i]
+		s := c.seg
+		s.entries = append(s.entries, l.pending[c.eStart:c.eEnd]...)
+		s.next, s.size, s.lastTS, s.indexedAt = c.next, c.size, c.lastTS, c.indexedAt
+		if c.created {
+			l.segments = append(l.segments, s)
+		}
+	}
+	l.mu.Unlock()
+	l.lastTS = ts
+	l.stats.records.Add(off - active.next)
+	l.stats.bytes.Add(uint64(len(l.wbuf)))
+	if len(l.wbuf) > 0 {
+		l.stats.groups.Add(1)
+	}
+	if cap(l.wbuf) > maxGroupBytes {
+		l.wbuf = nil // one huge Append should not pin its buffer forever
+	}
+	sealed := make([]*segment, 0, len(l.chunks)-1)
+	for _, c := range l.chunks[:len(l.chunks)-1] {
+		sealed = append(sealed, c.seg)
+	}
+	return sealed, nil
+}
+
+// writeChunk writes one chunk and fsyncs it. A new segment's file is created,
+// and its directory entry made durable, only after everything before it was
+// synced, so a crash can never leave a later segment behind a torn one.
+func (l *Log) writeChunk(c *chunk) error {
+	if c.start == c.end {
+		return nil
+	}
+	if c.created {
+		f, err := l.fs.OpenFile(c.seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return err
+		}
+		c.seg.f = f
+		if err := l.syncDir(); err != nil {
+			return err
+		}
+	}
+	if _, err := c.seg.f.WriteAt(l.wbuf[c.start:c.end], c.pos); err != nil {
+		return err
+	}
+	if !l.opts.NoSync {
+		l.stats.syncs.Add(1)
+	}
+	return l.sync(c.seg.f)
+}
+
+// fail fails the log closed after a write or fsync error and tries to take the
+// touched files back to their durable state, so that a reopen does not show the
+// failed group. The undo stops at its first error, leaving at worst a
+// consistent log that holds some unacknowledged records.
+func (l *Log) fail(touched []chunk, cause error) error {
+	l.failErr = fmt.Errorf("%w: %w", ErrFailed, cause)
+	for i := len(touched) - 1; i >= 0; i-- {
+		c := &touched[i]
+		var err error
+		if c.created {
+			if c.seg.f != nil {
+				c.seg.f.Close()
+				c.seg.f = nil
+			}
+			if err = l.fs.Remove(c.seg.path); err == nil || errors.Is(err, fs.ErrNotExist) {
+				err = l.syncDir()
+			}
+		} else if err = c.seg.f.Truncate(c.pos); err == nil {
+			err = l.sync(c.seg.f)
+		}
+		if err != nil {
+			break
+		}
+	}
+	return l.failErr
+}

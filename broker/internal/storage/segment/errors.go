@@ -1,0 +1,25 @@
+package segment
+
+import "errors"
+
+// ErrFailed means a write or fsync of this log failed; the log refuses every
+// later append until it is closed and opened again, because after a failed fsync
+// nothing written since the last good one can be trusted to be on disk.
+var ErrFailed = errors.New("segment: log failed closed after a write or fsync error")
+
+// ErrClosed means the log was closed.
+var ErrClosed = errors.New("segment: log closed")
+
+// ErrOffsetOutOfRange means the offset lies below Oldest (deleted by retention) or
+// would move offsets backwards; callers clamp to Oldest and read again.
+var ErrOffsetOutOfRange = errors.New("segment: offset out of range")
+
+// ErrRecordTooLarge means a record's encoded size exceeds Options.MaxRecordBytes.
+var ErrRecordTooLarge = errors.New("segment: record too large")
+
+// ErrCorrupt means stored bytes failed their checks (length, CRC, offset or
+// format); such a record is never returned.
+var ErrCorrupt = errors.New("segment: corrupt record")
+
+// ErrNotEmpty means SetNext was called on a log that still holds records.
+var ErrNotEmpty = errors.New("segment: log is not empty")

@@ -1,0 +1,615 @@
+// Package segment is Narad's append-only, per-partition log: CRC-framed records
+// in segment files with a sparse offset index, group commit, crash recovery that
+// cuts a torn tail and never serves a corrupt record, and retention by whole
+// segments. The broker keeps message data in one Log per partition and, reusing
+// the same type, a journal of settle commands. README.md is the on-disk spec and
+// DESIGN.md explains the flows and invariants.
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+)
+
+// Options configures a Log. The zero value is usable.
+type Options struct {
+	FS                 vfs.FS // file system to use; nil means vfs.OS
+	SegmentBytes       int64  // roll to a new segment file past this size; default 64 MiB, at most 2 GiB
+	IndexIntervalBytes int    // one sparse index entry per this many bytes of records; default 4 KiB
+	MaxRecordBytes     int    // largest encoded record accepted or read back; default 16 MiB, at most 1 GiB; never lower it on an existing log
+	NoSync             bool   // skip every fsync; for tests and benchmarks only
+}
+
+const (
+	defaultSegmentBytes  = 64 << 20
+	defaultIndexInterval = 4 << 10
+	defaultMaxRecord     = 16 << 20
+	// Positions inside a segment are stored in 32 bits, and a segment holds at
+	// most max(SegmentBytes, MaxRecordBytes) bytes.
+	maxSegmentBytes = 2 << 30
+	maxRecordLimit  = 1 << 30
+	// maxGroupBytes stops one commit group from growing without bound while
+	// appenders keep arriving; a single larger Append still goes in one group.
+	maxGroupBytes = 8 << 20
+	queueDepth    = 1024
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.FS == nil {
+		o.FS = vfs.OS{}
+	}
+	if o.SegmentBytes <= 0 {
+		o.SegmentBytes = defaultSegmentBytes
+	}
+	if o.IndexIntervalBytes <= 0 {
+		o.IndexIntervalBytes = defaultIndexInterval
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = defaultMaxRecord
+	}
+	switch {
+	case o.SegmentBytes > maxSegmentBytes:
+		return o, fmt.Errorf("segment: SegmentBytes %d above the limit of %d", o.SegmentBytes, maxSegmentBytes)
+	case o.MaxRecordBytes > maxRecordLimit:
+		return o, fmt.Errorf("segment: MaxRecordBytes %d above the limit of %d", o.MaxRecordBytes, maxRecordLimit)
+	case o.MaxRecordBytes < frameOverhead:
+		return o, fmt.Errorf("segment: MaxRecordBytes %d below the %d bytes of an empty record", o.MaxRecordBytes, frameOverhead)
+	}
+	return o, nil
+}
+
+// Log is one append-only log in one directory. All methods are safe for
+// concurrent use. Appends are written by a single goroutine that commits
+// everything queued behind an fsync together; reads never block appends for
+// longer than it takes to copy a few fields.
+type Log struct {
+	dir  string
+	fs   vfs.FS
+	opts Options
+
+	// mu guards the segment list and the fields of segments that readers see.
+	mu       sync.RWMutex
+	segments []*segment // oldest first; the last one is the active segment, never empty of a list
+	closed   bool       // Close has released the files
+
+	// fileMu is held by whoever changes files: the writer for each group,
+	// retention, Roll, SetNext and Close. Only its holder changes the segment
+	// list, so it may read the list without mu.
+	fileMu  sync.Mutex
+	failErr error  // set when a write or fsync failed; wraps ErrFailed
+	lastTS  int64  // newest timestamp appended, for clamping
+	wbuf    []byte // encoded frames of the group being committed
+	chunks  []chunk
+	pending []indexEntry
+
+	// sendMu orders Append's enqueue against Close closing the queue.
+	sendMu     sync.RWMutex
+	sendClosed bool
+	queue      chan *request
+	done       chan struct{} // closed when the writer goroutine exits
+
+	stats struct {
+		records, bytes, groups, syncs, indexErrors atomic.Uint64
+	}
+}
+
+// Open opens the log in dir, creating dir and an empty log if needed. It
+// recovers the last segment by cutting it at the first record that is
+// incomplete or fails its checks; sealed segments are trusted through their
+// index files and are scanned only when an index is missing or does not match.
+func Open(dir string, opts Options) (*Log, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{
+		dir:    dir,
+		fs:     opts.FS,
+		opts:   opts,
+		lastTS: math.MinInt64,
+		queue:  make(chan *request, queueDepth),
+		done:   make(chan struct{}),
+	}
+	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("segment: open %s: %w", dir, err)
+	}
+	if err := l.load(); err != nil {
+		for _, s := range l.segments {
+			s.release()
+		}
+		return nil, fmt.Errorf("segment: open %s: %w", dir, err)
+	}
+	for _, s := range l.segments {
+		if s.next > s.base {
+			l.lastTS = max(l.lastTS, s.lastTS)
+		}
+	}
+	go l.run()
+	return l, nil
+}
+
+// load builds the segment list from the directory.
+func (l *Log) load() error {
+	ents, err := l.fs.ReadDir(l.dir)
+	if err != nil {
+		return err
+	}
+	var bases []uint64
+	sizes := map[uint64]int64{}
+	indexes := map[uint64]bool{}
+	var stale []string
+	for _, e := range ents {
+		if e.IsDir {
+			continue
+		}
+		if base, ok := parseSegmentName(e.Name, logExt); ok {
+			bases = append(bases, base)
+			sizes[base] = e.Size
+		} else if base, ok := parseSegmentName(e.Name, indexExt); ok {
+			indexes[base] = true
+		} else if strings.HasSuffix(e.Name, tmpExt) {
+			stale = append(stale, e.Name)
+		}
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+
+	if len(bases) == 0 {
+		s, err := l.createSegment(0)
+		if err != nil {
+			return err
+		}
+		l.segments = []*segment{s}
+		return nil
+	}
+	for i, base := range bases[:len(bases)-1] {
+		s, err := l.loadSealed(base, bases[i+1], sizes[base], indexes[base])
+		if err != nil {
+			return err
+		}
+		l.segments = append(l.segments, s)
+		delete(indexes, base)
+	}
+	active, err := l.recoverActive(bases[len(bases)-1])
+	if err != nil {
+		return err
+	}
+	l.segments = append(l.segments, active)
+
+	// A damaged segment's own newest timestamp is unknown; bound it by the
+	// first timestamp after it so retention and OffsetForTime never act early.
+	for i, s := range l.segments {
+		if s.damaged {
+			s.lastTS = math.MaxInt64
+			if n := l.segments[i+1]; len(n.entries) > 0 {
+				s.lastTS = n.entries[0].ts
+			}
+		}
+	}
+
+	// Leftovers of interrupted index writes and retention runs, and any index
+	// beside the active segment, describe nothing and would only mislead.
+	for base := range indexes {
+		stale = append(stale, segmentName(base, indexExt))
+	}
+	for _, name := range stale {
+		if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if len(stale) > 0 {
+		return l.syncDir()
+	}
+	return nil
+}
+
+// loadSealed loads a segment that is not the last one. Its records end where the
+// next segment begins. Its index file is used if it matches; otherwise the
+// segment is scanned and the index rewritten. A segment whose records do not all
+// check out is kept, marked damaged: reads of its bad part fail with ErrCorrupt.
+func (l *Log) loadSealed(base, next uint64, size int64, hasIndex bool) (*segment, error) {
+	s := newSegment(l.dir, base)
+	s.next, s.size = next, size
+	if hasIndex {
+		if ix, err := l.readIndex(s); err == nil && ix.base == base && ix.next == next && ix.size == size {
+			s.entries, s.lastTS, s.indexedAt = ix.entries, ix.lastTS, int64(ix.entries[len(ix.entries)-1].pos)
+			return s, nil
+		}
+	}
+	f, err := l.fs.OpenFile(s.path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	res, err := scanSegment(f, base, size, next, &l.opts)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	s.entries, s.lastTS, s.indexedAt = res.entries, res.lastTS, res.indexedAt
+	if res.next != next {
+		s.damaged = true
+		return s, nil
+	}
+	l.writeIndex(s)
+	return s, nil
+}
+
+// readIndex reads and checks the index file of s.
+func (l *Log) readIndex(s *segment) (*indexFile, error) {
+	f, err := l.fs.OpenFile(s.indexPath(), os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	// An index holds at most one entry per record; anything larger is damage,
+	// and must not make us allocate without bound.
+	if n > indexHeader+indexTrailer+indexEntrySize*(s.size/frameOverhead+1) {
+		return nil, errBadIndex
+	}
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return decodeIndex(b)
+}
+
+// recoverActive opens the last segment for appending, cutting it at the first
+// record that is incomplete, fails its checks or is out of sequence.
+func (l *Log) recoverActive(base uint64) (*segment, error) {
+	s := newSegment(l.dir, base)
+	f, err := l.fs.OpenFile(s.path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	s.f = f
+	size, err := f.Size()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	res, err := scanSegment(f, base, size, math.MaxUint64, &l.opts)
+	if err == nil && res.size < size {
+		if err = f.Truncate(res.size); err == nil {
+			err = l.sync(f)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	s.next, s.size, s.lastTS, s.entries, s.indexedAt = res.next, res.size, res.lastTS, res.entries, res.indexedAt
+	return s, nil
+}
+
+// createSegment creates the empty file of a new active segment, durably.
+func (l *Log) createSegment(base uint64) (*segment, error) {
+	s := newSegment(l.dir, base)
+	f, err := l.fs.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	s.f = f
+	if err := l.syncDir(); err != nil {
+		f.Close()
+		l.fs.Remove(s.path)
+		return nil, err
+	}
+	return s, nil
+}
+
+// writeIndex writes the index file of the sealed segment s. The index is a
+// cache of what a scan would find: a failed write is counted, not fatal.
+func (l *Log) writeIndex(s *segment) {
+	b := encodeIndex(&indexFile{base: s.base, next: s.next, size: s.size, lastTS: s.lastTS, entries: s.entries})
+	tmp := s.indexPath() + tmpExt
+	err := func() error {
+		f, err := l.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		if _, err = f.WriteAt(b, 0); err == nil {
+			err = l.sync(f)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = l.fs.Rename(tmp, s.indexPath())
+		}
+		if err == nil {
+			err = l.syncDir()
+		}
+		return err
+	}()
+	if err != nil {
+		l.stats.indexErrors.Add(1)
+		l.fs.Remove(tmp)
+	}
+}
+
+func (l *Log) sync(f vfs.File) error {
+	if l.opts.NoSync {
+		return nil
+	}
+	return f.Sync()
+}
+
+func (l *Log) syncDir() error {
+	if l.opts.NoSync {
+		return nil
+	}
+	return l.fs.SyncDir(l.dir)
+}
+
+// Oldest returns the first offset still stored. It equals Next when the log holds
+// no records.
+func (l *Log) Oldest() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.segments[0].base
+}
+
+// Next returns one past the last durable record: the offset the next append
+// gets.
+func (l *Log) Next() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.segments[len(l.segments)-1].next
+}
+
+// segmentView is a reader's copy of a segment's fields, taken under Log.mu.
+type segmentView struct {
+	base, next uint64
+	size       int64
+	path       string
+	entries    []indexEntry
+}
+
+// acquire finds the segment holding offset from and takes a reference on it. It
+// returns a nil segment when from >= Next.
+func (l *Log) acquire(from uint64) (*segment, segmentView, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, segmentView{}, ErrClosed
+	}
+	segs := l.segments
+	if from < segs[0].base {
+		return nil, segmentView{}, fmt.Errorf("%w: offset %d is below the oldest offset %d", ErrOffsetOutOfRange, from, segs[0].base)
+	}
+	if from >= segs[len(segs)-1].next {
+		return nil, segmentView{}, nil
+	}
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > from }) - 1
+	return l.take(segs[i])
+}
+
+// take takes a reference on s and copies its fields; l.mu must be held.
+func (l *Log) take(s *segment) (*segment, segmentView, error) {
+	s.refs.Add(1)
+	return s, segmentView{base: s.base, next: s.next, size: s.size, path: s.path, entries: s.entries}, nil
+}
+
+// reader returns a frameReader positioned at index entry e of the viewed segment.
+func (l *Log) reader(s *segment, v *segmentView, e indexEntry) (*frameReader, error) {
+	f, err := s.file(l.fs, v.path)
+	if err == errSegmentGone {
+		return nil, fmt.Errorf("%w: segment %d was deleted", ErrOffsetOutOfRange, v.base)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &frameReader{f: f, end: v.size, pos: int64(e.pos), off: v.base + uint64(e.rel), max: l.opts.MaxRecordBytes, fresh: true}, nil
+}
+
+// seek returns the index entry to start from for rel, or the segment start when
+// the index is empty (a damaged segment).
+func (v *segmentView) seek(rel uint64) indexEntry {
+	if len(v.entries) == 0 {
+		return indexEntry{}
+	}
+	return seekOffset(v.entries, rel)
+}
+
+// Read returns up to maxRecords consecutive records starting at offset from,
+// stopping before the total encoded size would pass maxBytes but always
+// returning at least one record when one is available. It returns
+// ErrOffsetOutOfRange when from < Oldest, and nil, nil when from >= Next. Only
+// durable records are returned. Records' Key and Value share a few buffers owned
+// by the caller. When a corrupt record is met after some good ones, the good ones
+// are returned and the next Read, starting at the corrupt record, fails with
+// ErrCorrupt; a corrupt record is never skipped.
+func (l *Log) Read(from uint64, maxRecords, maxBytes int) ([]Record, error) {
+	maxRecords = max(maxRecords, 1)
+	var out []Record
+	used := 0
+	for {
+		s, v, err := l.acquire(from)
+		if err != nil || s == nil {
+			if len(out) > 0 {
+				return out, nil
+			}
+			return nil, err
+		}
+		var full bool
+		out, used, full, err = l.readSegment(s, &v, from, out, used, maxRecords, maxBytes)
+		s.release()
+		switch {
+		case err != nil && len(out) > 0:
+			return out, nil
+		case err != nil:
+			return nil, err
+		case full:
+			return out, nil
+		}
+		from = v.next
+	}
+}
+
+// readSegment appends records from one segment to out until the segment ends or
+// a limit is reached (full).
+func (l *Log) readSegment(s *segment, v *segmentView, from uint64, out []Record, used, maxRecords, maxBytes int) ([]Record, int, bool, error) {
+	e := v.seek(from - v.base)
+	r, err := l.reader(s, v, e)
+	if err != nil {
+		return out, used, false, err
+	}
+	avg := max(v.size/int64(v.next-v.base), 1)
+	if out == nil {
+		out = make([]Record, 0, min(maxRecords, max(maxBytes, 0)/int(avg)+1, 1024))
+	}
+	for r.off < v.next {
+		// Size reads by what the limits still allow, so a small read does not
+		// pull a large chunk of the file and a large one needs few reads.
+		want := min(int64(maxRecords-len(out))*avg, int64(max(maxBytes-used, 0))) + avg
+		if r.off < from {
+			want += int64(from-r.off) * avg
+		}
+		r.chunk = int(min(max(want, 512), 4<<20))
+		rec, n, err := r.next()
+		if err != nil {
+			if err == io.EOF {
+				err = corrupt("segment ends at byte %d before offset %d", r.pos, r.off)
+			}
+			return out, used, false, fmt.Errorf("%s at offset %d: %w", v.path, r.off, err)
+		}
+		if rec.Offset < from {
+			continue
+		}
+		if len(out) > 0 && used+n > maxBytes {
+			return out, used, true, nil
+		}
+		out = append(out, rec)
+		used += n
+		if len(out) >= maxRecords {
+			return out, used, true, nil
+		}
+	}
+	return out, used, false, nil
+}
+
+// OffsetForTime returns the first offset whose record's timestamp is >= ts, or
+// Next when there is none.
+func (l *Log) OffsetForTime(ts int64) (uint64, error) {
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return 0, ErrClosed
+	}
+	segs := l.segments
+	n := len(segs)
+	if last := segs[n-1]; last.next == last.base {
+		n-- // the empty active segment has no timestamp
+	}
+	i := sort.Search(n, func(i int) bool { return segs[i].lastTS >= ts })
+	if i == n {
+		next := segs[len(segs)-1].next
+		l.mu.RUnlock()
+		return next, nil
+	}
+	s, v, _ := l.take(segs[i])
+	l.mu.RUnlock()
+	defer s.release()
+
+	e := indexEntry{}
+	if len(v.entries) > 0 {
+		e = seekTime(v.entries, ts)
+	}
+	r, err := l.reader(s, &v, e)
+	if err != nil {
+		return 0, err
+	}
+	r.fresh, r.chunk = false, 2*l.opts.IndexIntervalBytes
+	for r.off < v.next {
+		rec, _, err := r.next()
+		if err == io.EOF {
+			err = corrupt("segment ends at byte %d before offset %d", r.pos, r.off)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%s at offset %d: %w", v.path, r.off, err)
+		}
+		if rec.Timestamp >= ts {
+			return rec.Offset, nil
+		}
+	}
+	return v.next, nil
+}
+
+// Stats are counters of a Log since Open.
+type Stats struct {
+	Records          uint64 // records appended durably
+	Bytes            uint64 // encoded bytes appended durably
+	Groups           uint64 // commit groups: one write per segment touched, then an fsync
+	Syncs            uint64 // fsyncs of segment data (a group that rolls a segment needs two)
+	IndexWriteErrors uint64 // index files that could not be written (they are rebuilt on Open)
+	Segments         int    // segment files now
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	l.mu.RLock()
+	n := len(l.segments)
+	l.mu.RUnlock()
+	return Stats{
+		Records:          l.stats.records.Load(),
+		Bytes:            l.stats.bytes.Load(),
+		Groups:           l.stats.groups.Load(),
+		Syncs:            l.stats.syncs.Load(),
+		IndexWriteErrors: l.stats.indexErrors.Load(),
+		Segments:         n,
+	}
+}
+
+// Close stops the log. Appends already queued are committed (or failed) before
+// Close returns; later Appends, Reads and maintenance fail with ErrClosed. Reads
+// in progress finish on files that stay open until they are done. A second Close
+// returns ErrClosed.
+func (l *Log) Close() error {
+	l.sendMu.Lock()
+	if l.sendClosed {
+		l.sendMu.Unlock()
+		return ErrClosed
+	}
+	l.sendClosed = true
+	close(l.queue)
+	l.sendMu.Unlock()
+	<-l.done
+
+	l.fileMu.Lock()
+	defer l.fileMu.Unlock()
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	var err error
+	for _, s := range l.segments {
+		if cerr := s.release(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// usable reports why files may not be changed now; l.fileMu must be held.
+func (l *Log) usable() error {
+	l.mu.RLock()
+	closed := l.closed
+	l.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	return l.failErr
+}

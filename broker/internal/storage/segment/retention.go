@@ -1,0 +1,129 @@
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path/filepath"
+	"slices"
+)
+
+// DeleteOlderThan removes the oldest sealed segments whose newest record is
+// older than cutoffMs (unix milliseconds), stopping at the first segment that
+// is not; the active segment is never removed, so call Roll first to let an idle
+// log age out completely. It returns how many records were removed; Oldest moves
+// forward by as much.
+func (l *Log) DeleteOlderThan(cutoffMs int64) (removed uint64, err error) {
+	return l.deleteWhile(func(s *segment) bool { return s.lastTS < cutoffMs })
+}
+
+// DeleteBefore removes the oldest sealed segments whose records all lie below
+// offset, for compacting a journal whose entries before offset are no longer
+// needed. Records at or above offset are always kept. It returns how many
+// records were removed.
+func (l *Log) DeleteBefore(offset uint64) (removed uint64, err error) {
+	return l.deleteWhile(func(s *segment) bool { return s.next <= offset })
+}
+
+// deleteWhile removes sealed segments from the front of the log while drop
+// approves them. The in-memory list changes first, so no new reader finds a
+// removed segment; readers already inside one finish on its open file.
+func (l *Log) deleteWhile(drop func(*segment) bool) (uint64, error) {
+	l.fileMu.Lock()
+	defer l.fileMu.Unlock()
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	n := 0
+	for n < len(l.segments)-1 && drop(l.segments[n]) {
+		n++
+	}
+	victims := l.segments[:n:n]
+	l.segments = slices.Clone(l.segments[n:])
+	l.mu.Unlock()
+	if n == 0 {
+		return 0, nil
+	}
+
+	var removed uint64
+	var err error
+	for _, s := range victims {
+		s.deleted.Store(true)
+		removed += s.next - s.base
+		// The log file goes first: an index left behind is removed on Open,
+		// while a log left without its index would only be scanned.
+		for _, p := range []string{s.path, s.indexPath()} {
+			if rerr := l.fs.Remove(p); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
+				err = rerr
+			}
+		}
+		s.release()
+	}
+	if serr := l.syncDir(); err == nil {
+		err = serr
+	}
+	return removed, err
+}
+
+// Roll seals the active segment and starts a new, empty one at Next, so that
+// retention can remove everything written so far. It does nothing when the
+// active segment is empty. A failure fails the log closed, like a failed append.
+func (l *Log) Roll() error {
+	l.fileMu.Lock()
+	defer l.fileMu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	active := l.segments[len(l.segments)-1]
+	if active.next == active.base {
+		return nil
+	}
+	s, err := l.createSegment(active.next)
+	if err != nil {
+		l.failErr = fmt.Errorf("%w: roll: %w", ErrFailed, err)
+		return l.failErr
+	}
+	l.mu.Lock()
+	l.segments = append(l.segments, s)
+	l.mu.Unlock()
+	l.writeIndex(active)
+	return nil
+}
+
+// SetNext makes the next appended record get offset n. It is allowed only on a
+// log that holds no records (ErrNotEmpty otherwise) and only forwards: n below
+// Next fails with ErrOffsetOutOfRange, because offsets once handed out must
+// never be reused. A log whose records all aged out keeps its empty active
+// segment, whose name records Next across restarts; SetNext renames that file.
+func (l *Log) SetNext(n uint64) error {
+	l.fileMu.Lock()
+	defer l.fileMu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	active := l.segments[len(l.segments)-1]
+	switch {
+	case len(l.segments) > 1 || active.next != active.base:
+		return fmt.Errorf("%w: SetNext(%d) with records from %d to %d", ErrNotEmpty, n, l.segments[0].base, active.next)
+	case n < active.base:
+		return fmt.Errorf("%w: SetNext(%d) would move offsets back from %d", ErrOffsetOutOfRange, n, active.base)
+	case n > math.MaxInt64:
+		return fmt.Errorf("%w: SetNext(%d) is above 2^63-1", ErrOffsetOutOfRange, n)
+	case n == active.base:
+		return nil
+	}
+	path := filepath.Join(l.dir, segmentName(n, logExt))
+	if err := l.fs.Rename(active.path, path); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	active.base, active.next, active.path = n, n, path
+	l.mu.Unlock()
+	if err := l.syncDir(); err != nil {
+		l.failErr = fmt.Errorf("%w: SetNext: %w", ErrFailed, err)
+		return l.failErr
+	}
+	return nil
+}
