@@ -122,7 +122,8 @@ func (l *Log) commit(group []*request, size int) ([]*segment, error) {
 	l.chunks, l.pending = l.chunks[:0], l.pending[:0]
 	active := l.segments[len(l.segments)-1]
 	c := chunk{seg: active, pos: active.size, size: active.size, next: active.next, lastTS: active.lastTS, indexedAt: active.indexedAt}
-	off, ts := active.next, l.lastTS
+	first := active.next
+	off, ts := first, l.lastTS
 	for _, r := range group {
 		r.first = off
 		for i := range r.recs {
@@ -164,7 +165,7 @@ func (l *Log) commit(group []*request, size int) ([]*segment, error) {
 	}
 	l.mu.Unlock()
 	l.lastTS = ts
-	l.stats.records.Add(off - active.next)
+	l.stats.records.Add(off - first)
 	l.stats.bytes.Add(uint64(len(l.wbuf)))
 	if len(l.wbuf) > 0 {
 		l.stats.groups.Add(1)
