@@ -168,11 +168,11 @@ type AckResultList struct {
 
 // AlterTopicRequest defines model for AlterTopicRequest.
 type AlterTopicRequest struct {
-	MaxAckedAheadPerPartition *int32                  `json:"max_acked_ahead_per_partition,omitempty"`
-	MaxInFlightPerPartition   *int32                  `json:"max_in_flight_per_partition,omitempty"`
-	RetentionMs               *int64                  `json:"retention_ms,omitempty"`
-	Schema                    *map[string]interface{} `json:"schema"`
-	VisibilityTimeoutMs       *int64                  `json:"visibility_timeout_ms,omitempty"`
+	MaxAckedAheadPerPartition *int32           `json:"max_acked_ahead_per_partition,omitempty"`
+	MaxInFlightPerPartition   *int32           `json:"max_in_flight_per_partition,omitempty"`
+	RetentionMs               *int64           `json:"retention_ms,omitempty"`
+	Schema                    *json.RawMessage `json:"schema"`
+	VisibilityTimeoutMs       *int64           `json:"visibility_timeout_ms,omitempty"`
 }
 
 // AttachChildRequest defines model for AttachChildRequest.
@@ -224,13 +224,13 @@ type CreateTopicRequest struct {
 	MaxInFlightPerPartition   *int32 `json:"max_in_flight_per_partition,omitempty"`
 
 	// Name 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`.
-	Name                string                  `json:"name"`
-	Parent              *string                 `json:"parent"`
-	Partitions          *int32                  `json:"partitions,omitempty"`
-	ReplicationFactor   *int32                  `json:"replication_factor,omitempty"`
-	RetentionMs         *int64                  `json:"retention_ms,omitempty"`
-	Schema              *map[string]interface{} `json:"schema"`
-	VisibilityTimeoutMs *int64                  `json:"visibility_timeout_ms,omitempty"`
+	Name                string           `json:"name"`
+	Parent              *string          `json:"parent"`
+	Partitions          *int32           `json:"partitions,omitempty"`
+	ReplicationFactor   *int32           `json:"replication_factor,omitempty"`
+	RetentionMs         *int64           `json:"retention_ms,omitempty"`
+	Schema              *json.RawMessage `json:"schema"`
+	VisibilityTimeoutMs *int64           `json:"visibility_timeout_ms,omitempty"`
 }
 
 // CreateUserRequest defines model for CreateUserRequest.
@@ -470,16 +470,16 @@ type Topic struct {
 	FanoutDelayMs *int64    `json:"fanout_delay_ms,omitempty"`
 
 	// Incarnation Identifies this life of the name; a topic deleted and created again gets a new one.
-	Incarnation               string                  `json:"incarnation"`
-	MaxAckedAheadPerPartition int32                   `json:"max_acked_ahead_per_partition"`
-	MaxInFlightPerPartition   int32                   `json:"max_in_flight_per_partition"`
-	Name                      string                  `json:"name"`
-	Parent                    *string                 `json:"parent"`
-	Partitions                int32                   `json:"partitions"`
-	ReplicationFactor         int32                   `json:"replication_factor"`
-	RetentionMs               int64                   `json:"retention_ms"`
-	Schema                    *map[string]interface{} `json:"schema"`
-	VisibilityTimeoutMs       int64                   `json:"visibility_timeout_ms"`
+	Incarnation               string           `json:"incarnation"`
+	MaxAckedAheadPerPartition int32            `json:"max_acked_ahead_per_partition"`
+	MaxInFlightPerPartition   int32            `json:"max_in_flight_per_partition"`
+	Name                      string           `json:"name"`
+	Parent                    *string          `json:"parent"`
+	Partitions                int32            `json:"partitions"`
+	ReplicationFactor         int32            `json:"replication_factor"`
+	RetentionMs               int64            `json:"retention_ms"`
+	Schema                    *json.RawMessage `json:"schema"`
+	VisibilityTimeoutMs       int64            `json:"visibility_timeout_ms"`
 }
 
 // TopicDetail defines model for TopicDetail.
@@ -488,17 +488,17 @@ type TopicDetail struct {
 	FanoutDelayMs *int64    `json:"fanout_delay_ms,omitempty"`
 
 	// Incarnation Identifies this life of the name; a topic deleted and created again gets a new one.
-	Incarnation               string                  `json:"incarnation"`
-	MaxAckedAheadPerPartition int32                   `json:"max_acked_ahead_per_partition"`
-	MaxInFlightPerPartition   int32                   `json:"max_in_flight_per_partition"`
-	Name                      string                  `json:"name"`
-	Parent                    *string                 `json:"parent"`
-	PartitionStats            []PartitionStats        `json:"partition_stats"`
-	Partitions                int32                   `json:"partitions"`
-	ReplicationFactor         int32                   `json:"replication_factor"`
-	RetentionMs               int64                   `json:"retention_ms"`
-	Schema                    *map[string]interface{} `json:"schema"`
-	VisibilityTimeoutMs       int64                   `json:"visibility_timeout_ms"`
+	Incarnation               string           `json:"incarnation"`
+	MaxAckedAheadPerPartition int32            `json:"max_acked_ahead_per_partition"`
+	MaxInFlightPerPartition   int32            `json:"max_in_flight_per_partition"`
+	Name                      string           `json:"name"`
+	Parent                    *string          `json:"parent"`
+	PartitionStats            []PartitionStats `json:"partition_stats"`
+	Partitions                int32            `json:"partitions"`
+	ReplicationFactor         int32            `json:"replication_factor"`
+	RetentionMs               int64            `json:"retention_ms"`
+	Schema                    *json.RawMessage `json:"schema"`
+	VisibilityTimeoutMs       int64            `json:"visibility_timeout_ms"`
 }
 
 // TopicList defines model for TopicList.
@@ -530,7 +530,7 @@ type TopicSettings struct {
 	RetentionMs *int64 `json:"retention_ms,omitempty"`
 
 	// Schema A JSON Schema (draft 2020-12) that JSON payloads must match. (Not yet enforced in this version.)
-	Schema *map[string]interface{} `json:"schema"`
+	Schema *json.RawMessage `json:"schema"`
 
 	// VisibilityTimeoutMs Lease length for consumed messages, in ms (100 ms to 12 h, default 30000).
 	VisibilityTimeoutMs *int64 `json:"visibility_timeout_ms,omitempty"`

@@ -175,11 +175,11 @@ type AckResultList struct {
 
 // AlterTopicRequest defines model for AlterTopicRequest.
 type AlterTopicRequest struct {
-	MaxAckedAheadPerPartition *int32                  `json:"max_acked_ahead_per_partition,omitempty"`
-	MaxInFlightPerPartition   *int32                  `json:"max_in_flight_per_partition,omitempty"`
-	RetentionMs               *int64                  `json:"retention_ms,omitempty"`
-	Schema                    *map[string]interface{} `json:"schema"`
-	VisibilityTimeoutMs       *int64                  `json:"visibility_timeout_ms,omitempty"`
+	MaxAckedAheadPerPartition *int32           `json:"max_acked_ahead_per_partition,omitempty"`
+	MaxInFlightPerPartition   *int32           `json:"max_in_flight_per_partition,omitempty"`
+	RetentionMs               *int64           `json:"retention_ms,omitempty"`
+	Schema                    *json.RawMessage `json:"schema"`
+	VisibilityTimeoutMs       *int64           `json:"visibility_timeout_ms,omitempty"`
 }
 
 // AttachChildRequest defines model for AttachChildRequest.
@@ -231,13 +231,13 @@ type CreateTopicRequest struct {
 	MaxInFlightPerPartition   *int32 `json:"max_in_flight_per_partition,omitempty"`
 
 	// Name 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`.
-	Name                string                  `json:"name"`
-	Parent              *string                 `json:"parent"`
-	Partitions          *int32                  `json:"partitions,omitempty"`
-	ReplicationFactor   *int32                  `json:"replication_factor,omitempty"`
-	RetentionMs         *int64                  `json:"retention_ms,omitempty"`
-	Schema              *map[string]interface{} `json:"schema"`
-	VisibilityTimeoutMs *int64                  `json:"visibility_timeout_ms,omitempty"`
+	Name                string           `json:"name"`
+	Parent              *string          `json:"parent"`
+	Partitions          *int32           `json:"partitions,omitempty"`
+	ReplicationFactor   *int32           `json:"replication_factor,omitempty"`
+	RetentionMs         *int64           `json:"retention_ms,omitempty"`
+	Schema              *json.RawMessage `json:"schema"`
+	VisibilityTimeoutMs *int64           `json:"visibility_timeout_ms,omitempty"`
 }
 
 // CreateUserRequest defines model for CreateUserRequest.
@@ -477,16 +477,16 @@ type Topic struct {
 	FanoutDelayMs *int64    `json:"fanout_delay_ms,omitempty"`
 
 	// Incarnation Identifies this life of the name; a topic deleted and created again gets a new one.
-	Incarnation               string                  `json:"incarnation"`
-	MaxAckedAheadPerPartition int32                   `json:"max_acked_ahead_per_partition"`
-	MaxInFlightPerPartition   int32                   `json:"max_in_flight_per_partition"`
-	Name                      string                  `json:"name"`
-	Parent                    *string                 `json:"parent"`
-	Partitions                int32                   `json:"partitions"`
-	ReplicationFactor         int32                   `json:"replication_factor"`
-	RetentionMs               int64                   `json:"retention_ms"`
-	Schema                    *map[string]interface{} `json:"schema"`
-	VisibilityTimeoutMs       int64                   `json:"visibility_timeout_ms"`
+	Incarnation               string           `json:"incarnation"`
+	MaxAckedAheadPerPartition int32            `json:"max_acked_ahead_per_partition"`
+	MaxInFlightPerPartition   int32            `json:"max_in_flight_per_partition"`
+	Name                      string           `json:"name"`
+	Parent                    *string          `json:"parent"`
+	Partitions                int32            `json:"partitions"`
+	ReplicationFactor         int32            `json:"replication_factor"`
+	RetentionMs               int64            `json:"retention_ms"`
+	Schema                    *json.RawMessage `json:"schema"`
+	VisibilityTimeoutMs       int64            `json:"visibility_timeout_ms"`
 }
 
 // TopicDetail defines model for TopicDetail.
@@ -495,17 +495,17 @@ type TopicDetail struct {
 	FanoutDelayMs *int64    `json:"fanout_delay_ms,omitempty"`
 
 	// Incarnation Identifies this life of the name; a topic deleted and created again gets a new one.
-	Incarnation               string                  `json:"incarnation"`
-	MaxAckedAheadPerPartition int32                   `json:"max_acked_ahead_per_partition"`
-	MaxInFlightPerPartition   int32                   `json:"max_in_flight_per_partition"`
-	Name                      string                  `json:"name"`
-	Parent                    *string                 `json:"parent"`
-	PartitionStats            []PartitionStats        `json:"partition_stats"`
-	Partitions                int32                   `json:"partitions"`
-	ReplicationFactor         int32                   `json:"replication_factor"`
-	RetentionMs               int64                   `json:"retention_ms"`
-	Schema                    *map[string]interface{} `json:"schema"`
-	VisibilityTimeoutMs       int64                   `json:"visibility_timeout_ms"`
+	Incarnation               string           `json:"incarnation"`
+	MaxAckedAheadPerPartition int32            `json:"max_acked_ahead_per_partition"`
+	MaxInFlightPerPartition   int32            `json:"max_in_flight_per_partition"`
+	Name                      string           `json:"name"`
+	Parent                    *string          `json:"parent"`
+	PartitionStats            []PartitionStats `json:"partition_stats"`
+	Partitions                int32            `json:"partitions"`
+	ReplicationFactor         int32            `json:"replication_factor"`
+	RetentionMs               int64            `json:"retention_ms"`
+	Schema                    *json.RawMessage `json:"schema"`
+	VisibilityTimeoutMs       int64            `json:"visibility_timeout_ms"`
 }
 
 // TopicList defines model for TopicList.
@@ -537,7 +537,7 @@ type TopicSettings struct {
 	RetentionMs *int64 `json:"retention_ms,omitempty"`
 
 	// Schema A JSON Schema (draft 2020-12) that JSON payloads must match. (Not yet enforced in this version.)
-	Schema *map[string]interface{} `json:"schema"`
+	Schema *json.RawMessage `json:"schema"`
 
 	// VisibilityTimeoutMs Lease length for consumed messages, in ms (100 ms to 12 h, default 30000).
 	VisibilityTimeoutMs *int64 `json:"visibility_timeout_ms,omitempty"`
@@ -4778,152 +4778,152 @@ func (sh *strictHandler) ChangePassword(w http.ResponseWriter, r *http.Request, 
 // Base64 encoded, gzipped, json marshaled Swagger object
 var swaggerSpec = []string{
 
-	"H4sIAAAAAAAC/+x9W48bN/LvVyG0B/DI6NFoLk42M/g/OE68m0UuhmMjwImMaaq7JHGnRXZI9mj0N/x+",
-	"ns9HPJ/kgFVk39Qtaa7e5O8Xe9QXNlmsG6t+LH4cJGqZKwnSmsH5x0HONV+CBY2/3vB1pnj6vUxUKuTc",
-	"XUrBJFrkVig5OB/EU27gq7OYabCFlobBNeg1y+k9RncPwb0PacSMYtO1BcO0KmR6aLXIGdzwxGbr0SAa",
-	"CNfkHwXo9SAaSL6EwfnAN3UJoQ/RwCQLWHLXGZDFcnD++4AXVg2iAX1u8CEa2HXuXjZWu1c+fYoGbyEB",
-	"kdt/cplmsDmQdwtgsaZnLhf4UMzUjHGWKGmKJaRsCcbwOUSMGzYX1yD7utxsZhANNPxRCA3p4NzqAuoD",
-	"WPKbH0HO7WJw/uL4JBoshQy/j7tG8U7lIvkZP7MxAneLuS6cs2NmFTs5+4YlC6554qbTDSbmh//NXh7+",
-	"bzY+/IaN2CU7jCMmlWXxKGZKs3g0istB5dwuqjFZ1/q+Qzk5+2b3UN4b0LJ7JAtghQH9zOBwenpUhPf3",
-	"7NTxyd93d+o3Luxmh/6pVixTcu6ouuLCspnSjAeGOGecpYXm7mF2EB+PTRyx+MV4vDTx0JF1tVAZMAOJ",
-	"kqkZTeSYHdgFsBRmvMjskHFpVm6GuGVKJnDB3F0D+ho0S3humLDu3smYGXZwNh4zPlXXMBxNZA8Duj4O",
-	"eshwerI57k+OhCZX0gCK/bc8fQt/FGCQFomSFiT+yfM8EwmO9OjfxtHmY+0r/0vDbHA++NtRpVKO6K45",
-	"+l5rpelTm5Ot6WNMGLbk2UzpJaQXbCZu3MinMFPaPWP1Wsj5aPApGrxScpaJ5Im7l/ivGrYSdoGzlBRa",
-	"g7TMWG6BHQjL4EYYaxjPNPB0HTHD10Ps82ulpyJNQT5+p18WdgHSulad1p0WFqWcZ5laQeq4OFXMLoTB",
-	"jv1DSXgaQmbADbApLIRM8fvMq0pGqtIxgFQoaqDZArIUO/izsq+dvXiaTqKmi1jOtRXucoS6yMmxVCmw",
-	"VIFBauJEh/79sMwzWIK08CS9FIZdgzZO4agZMuJUqyvQVe/UbAaaaKxy8MppDdThd0r9yPX8iWZ9qtK1",
-	"m1nl9JmwhmViKagj7yWvs+rj9+dnhQpZO2WeaEjdp3lmnIlZAE+92/Pbb78d1mWo+eEN7UkDueYi49Ps",
-	"KYgKy1xprkW2ZoV033QijQbjgvQk4zMLmsVv3Y/Dl+5HXBqg5lhrj2wavl/pldLubejiaJMuQlqYA3bc",
-	"dd2Pxj3wMrn6lttkUbMtPE1RyHj2Rjs+tcJZoBnPDESDvHbp44AnV/i/sLA0u2j3Mrn6Xlq9dky25Dc/",
-	"0DvH4/EYfYDwuzSFXGu+HpAhDL7E7/TJyptU039DYl2TZfO3GwLcWCA11tLXBmU4pvsxK51w9ECTK0fn",
-	"7SY8ajudd/At6yNvtdZDg7dgigznsTVO5NyNy24RsBfTv3IPupkjB6tL6JrdxZar57u6u0mfDRI6I16Y",
-	"bn+U7pFCBTf1bKWKLGULfg1swVPGMyXhnJ2MzyJ2Nh67f9xfx2OncF6MT90cOs+GW5KR05NBtCkyW2eh",
-	"7OHW6fhRmI4p0XjvVgLkZ/fTDiEJLXd2KrOgcWFyN5lf8ptLnlxBesmdyrrMQV+Whtk9sEHRJb8RS7co",
-	"dLIexN1f2aQ3Pn8p5OUsE/OFfYT2NThDIJS8JJrXG/zqrN7g6fGL06/Gm63iz82GK73bTU9aCcki80aJ",
-	"fm/M0LUwYioyYdeXVixBFXZnR89OTzo62cnMmwxhLU8WrxYiS+/GEYl79dbLzWgw49KNLYWMr28zFbVB",
-	"jnfKK3WuSxBeLbicwxtuzErpuw6d1hqXuW+lRYWvu6yChNW252tE+/suk9BoqnuMfmp6ZuxOc7LJ+Bmf",
-	"763FsEs/8vlOJUad3OxS7zh/pF50DPUyKbQh87f/aPZ4Muc4+xJu7KWazQzY/V/cotB2sHT1cmcPouaY",
-	"aTz9ROs0TdiCpnXx/rO635S6Zju7kxXGe7xtH0VarbKsyxt2fgCuAe2CW7eYTclv8++wPOMSo1UbnL6E",
-	"5dT723uN8Cd8fnOI0cB9/1KkuzpHISVIO3rTFmvfYFQfetXjTuJp4BbuYdYfRxlHfwF3oTsges9w7i1N",
-	"JYn5bhvb41s0GiLSmO20OXnx1W43qlxFX854Yjf1a7PJr7/4Zdv8soYCcCzXL+bvDei7Sflcc3mLFcc/",
-	"3ONdKu+u/ktUpQjukAmok6iWatjqAX0f1r23iQnc4Z37LKSbmuU3ZywWPM9BQsq4TNnKXcEIcYRpjhxU",
-	"nsFuO7JzCd56nsbdS8VXfoiteJTFaNeSJwsh4VADT/ECNobJIjNirzLhKMGmmstkwZR0RtpAxCRcg3a/",
-	"fSfNaCIPWTzl6aUP8cfnVQKiDPsfGAC08/61Ib0m5DXPRHr5b6NkfE5BWB/pdDoYb7J//frLz5HTxQtu",
-	"WCGvpFpJNhOQpaYKRDoKmGajbijxOeMUjXaPYhDaXWZTDfyKPA/Jl0LOmS6ydgNlCAlbwfyQayXndlEL",
-	"L9UTLu62KqwzLNotVtrtYRoWWwvZ3TLYvOQ2WWBoN4Uk4xpS5iOgOLZmS60kK1GuKw9gmZJAERcf3RbG",
-	"FJBSc+SAXjrFqGaX2GPfFt1BivO5GxcNyt0qLRK1UTTDz/E5kz3xYXx8FjI4+GCZT6GbUtnLmSqkb8UU",
-	"yYJpVVg/epzHy+qhiMVlZ5qXyaFuXHJzX78ykcx9MIXL+lfR8bMLxxCtJEWtB5SeKhutfobkVjkhvTkv",
-	"zHVRm5jQucyUCa+1MjywO8GD7YQkv1XqMuN6TryP4qR0kLuOHAK+vAS7UEQxPyNhDI78ISEXkmB+GI7z",
-	"8b3AnMGnmxVZ5t8vJ4gtlBNY911vbR1DFRJ9TRqzZ5G69xlaUootuVyXWofl3Fj8AE+u2EwraQVoxjUw",
-	"A9ZmkIYofsYt6JJVQ4IhKBuSiYRLNyyM/tO4pFqxA2Nd5+U8YsaqPMe/ZlxkjjscEb0SM1ZpPodLdwtI",
-	"ulNhrthKCwuMrlI+OuWWsxUntnKvBcb37kkQvjLZlIoUn50JKcwC6S4k0nDqGPYC/1SFTdQSp9Zrx0qa",
-	"RJVTw8ZrSa+NNBe0slx+Uq2z2xkxUzG/qGtxZvjalNZOQ660pYx6AJXU7ALm2St1X/vp3YINtdu4hsxd",
-	"u7IR1+1QZoNo0FJPFED2OWS3EvSi70xzU7sMar5342pLtwzIRWpcaKqVsm2SovBC+SuoB7fyL3UBfr4l",
-	"0OgatOUUSVIXvEE0aEsQ0aFMrkWDJsu6DhIDepLUuAabJxbowARFA/I4b5uFCmu9wCa5VmmRABHDFMgO",
-	"CbrObjTpUsjOjyNZO5IN39/wxJIrgwZbw0zcsJXI0oTr1LADZ0iVSMCMnsdDxMYE77q+XHtxvHOdtyP1",
-	"5YM+vp9djto/gWeu8XYMpS+PEqsrWpciNCLe7VNuSXf8Swl5xzximmowmwR7sZNgIr3vQgLjLKEDXcPy",
-	"gZ8NktY63U5op3Bo1SGGfvxTnSGohbX5Za2ZntFtSYqVYLtMXKMgFiYHFP0UUL39WwlJCL0UErVcCuOU",
-	"tbvSJQDXygfg/J2pUhlwuZ1mW1NgRLzuIONDReBandsWJvupWnQ1+5KCo6BeX3JrYZnbroAPrVrYTGhj",
-	"WXghYokqpDPrrMjdI85DxVsCDDvgea7VjVhyCx4AwJkG9ASGI/ZyapxDjm/lGV/vlZCMBleAWe6dwZ5H",
-	"DEmX5qQ76hkMOjfMjfAcF13OVZhyK5YRs3Bj3U1ON6jLEVN2AdrDUQ+UnuDqcI3+c8RWC5CMmytIh/Qq",
-	"QUv9y+RExm1o6rl/KiY/4uZwrg79WJzXMHrLV4EnqjFVwNaaiPUCWbvy2E2K/JLzPwq4cE4mAgetQgRB",
-	"5/RvmgSxdPyyzF2776W4YUszGpy7yY82IgfgvDl0CZ23aNEp2WPuCUm6M6UfAKf1BESZdKhcqqrHW0Sw",
-	"TyWQP34LnVBO3g6l4Bve0qW36OM9Yp+iQStT1GITWiRbRYzCDYtnWi1jd8Wt3YUsYLTPhPaNvfn9Tkqo",
-	"6w4KuF50GqLb6oxNw4WaECjVka89lnwlbLLwVktJwBwgOpbdTltn1+7B0jhcbHi7aVPXcMdci6fnrdyW",
-	"XdTenoYhKt3ygyUNb4sj35/CXYT9pbBzJeS8ZqxvQVxvHOtDHZ+cPTA5e43fS7n2to5nBUR+VV5avos9",
-	"zRY64ncwVt07Qc7LD8RuVd/uQoCrotm1ivo8aqy6+/dwNBPTRJWuSX0TqP2r5X5bSxtKeBniLh0rMNzC",
-	"EryKKWRqRdEHYUKAxjkMZXBxONrP8NVWtpsf/SkEh7ilOK0PEVXhIQKUhx7s+c0pT64yNd/yPaksW4Ot",
-	"RrYQ8wVbcQt6yfUV+3//5/9WnXA/KOiFw9h35K7Jy7LJLZ2pEZtrwF0V0wwwL+EdXfd7z6+WoYUtHyxk",
-	"im4yxS2lWu3ZdoYA2u7lWBMeIEwt6jzohOjsYaYXwNxzJVeuRJaxOdg9u6uyFEz/V17jKsPHzY11bfsI",
-	"337N39Y0+2xu08u5XXyi4RY2Rtek6AbzRU3pb4plnWkq4Smnu9bzTrVDkaB7YJxv7f61zde94M5b/VY/",
-	"uA6A16Ou/O6/Wtg2mIfBypakuQ9U9q1blSWAMUnzORPurT77Rru6/C7MTSs7jcHP9JI3eSLlFg7dcm0Q",
-	"PRQUUMiEa8kDOzWV2g+YvJsJ8Fo4EzMI7ofkS7gos6spZGB9+tt3nvE5F9JpWOfCSFgx1QftujXm6P6o",
-	"on7c0BYwz33hOncG5dwBfPMfAKvZBzXT5MAGBVuD7Pvy9rnfxV2dUxDVBbBXbL8Dy0WG9MyyX2aD89+3",
-	"KwuS9U9RW9irPJMJvvZ+OrPpou9t7v1nNsf1IYysW6dX6Za9uheGu71XW3Ij2MCvYK2Qc9O1sYruMLNA",
-	"uMR07TUPKiEhMbLu9M1O4GQrKudXeE7o44jhgyxRudOC07XPexfJgh3wcHMhsh5H/lEgmC1HXBlbJcbD",
-	"GsQjNpR2znlntjxiOd4KCfoDv5maufX3sDO0/cBQz45xNAEBj9/DSrc3O0PAPZpssnAYwsaZRtyo548R",
-	"O/jZr/7KBCsTspFqHw13AkhvaVhaC6ZiOaV9btVT7IAAry++isImeXY6HLHX4sZZZsxskLRsJ+OdcaXN",
-	"Lr71Pn/vhDIlGWdGyHlGGOwd03trcGpPNYJSbtxa+QpyG7nZW5qqa1+zlK/NcMR+8yUI5kuExrkVk3br",
-	"VFlbbJMXFPkFPu53tnvrhYeDxrZiXBTh+hVfZQep5jPLTsYn48PjkyGttPEBHw5y2s14QFqNvUHOlE4g",
-	"7eTuuzsNza7+iDGEDAUDoZPtyiGmnJ/j8dj9bxU7PmGLGpc7Su5QxvfZfvXedCWXHwqoW4fb7g2o3bK+",
-	"cL3ttubu/f07jKPeZcupyU7YqoGk0MKukQmpA1NuaOnTEs13796wb929EXvrG3fagarixEfXx7FHpWGC",
-	"sQbj0oX0ELvwNUbxIhwE5sfxk2X/FtbmtDlcyJnqUKxc85QisD6MFrE/CijgkHLKZXyTvm9ydQWS8HV5",
-	"5tY+biyjiZzIl+z5czQjz59TewZsU2FfMODJoqYb3WOSIaw4PVQyW7NMzUfML5S1mUi6V0rGRRAWbZjl",
-	"V4DQzzKxa91STSyhDNc9f4429vlzdsAnspJP5uVziG4UuROYpHSE5ZI9f86Tq+fPEZGb+bgahf4ynhtg",
-	"RrlLE1lDHPq4Y1gSunnNnd+kMb7H5ZrQsmFlmSkKszsXxvIrIechuoi0/Nvf2Dss/UIJfdo6xBOLeLWT",
-	"8UnsuMUjitgSuDQNzJrrj4+JHszMWiaQDsOmfEJb5hkikH1GFnFwFM8+GZ88S1nnwAppRebI5KYtKH80",
-	"LG4UUzdWb48mkrEDCm4aKlYzHLHvCrKhYDySnOGMBwRCjb7OuDDnJEXIHsupmBeqMK7VMGYCPmJ5HYS0",
-	"zLjICu3hpifjMySQ8wQr4tA0O8OGA6hIhF6Pb/i8TUeprPtua3qd9dPKmICbMD4owM3CQzxftiGtBNWy",
-	"oXIIqy0JG1VEfHjVtVfFm2UCrhdox1ynEKGuoTCQjtjLBPlHaUaFAcoUDg/fXi2UgRaFVxwJ6p5wCwtH",
-	"K6VL1zrUGorPjsesBt/1Y9sVECEBRKrzJY2ddIKEFb1MLIK/4xop4uGFIzmikz2YhyrRIHbT+aXSTT5P",
-	"Fp6YIebipQY3BZiJJGYmvH/CNQJfPLAD4cLxxwltLZgMztnHCW5LcH9OBqPRaDKI2CSEOWtXP31y44/d",
-	"sz5pZRobDWicM62WVKeh3KEQs0wYe8Fi3ya+Xe2amEhUQ3WgaapGLH4xPo1ZWXEJx7FuFes48NU6UJNF",
-	"LBNXwPhEev0WEVqYz4DAq1avLxhn8dnNTRzA8yul7aIs1cEKmeAe5JTAKZlIQBo01b5o1MvcEf/wZDQm",
-	"JIh1HhGZkUE08A7T4HxwPBrTIyoHyXMxOB+cjsajU4x/2AWax6MFQgP/G72LrozDS8+GJ+MxWy1ERuor",
-	"1yoBg4m2Ih+xn700oB017XotJeD3h9RZXv/BViWrk/H4weqxeLhjT5WbZt8bfsPg/PcP0cAUyyXXa+co",
-	"imuQhGazfG6c90H0Gnxwrx0twWofrOgk3k90n5xZcFZ1CXYBhSGoE9zkypAdJi+SHQTc9Hg0HtHis0k9",
-	"3+Ju6rkPHKF/sKMmTtQJ1MKvYOWfs/FxH73LLhy1ywPhe6e736tKbeE0lISvUWpZjrhzCjDXuh/7Oh1O",
-	"GsvZqwXHolaKbAruGADLETyPkR1r6gtdVLBcTiTB9z3a3FywF+PTyq5z63dmOTkxiwJDRyxVK9mWkYls",
-	"blrZmOi3NK7PIiX47bJSEXLBi31ms15baZtYufbFNrm6Pj5Kqn3fnRP7jjZQpBDVd3ZnzpHxG1o84nNT",
-	"hv4BNuwqf0Tyhk/0iJgf35OK2F2nsZw4PyZcfFwLWNXmL8xXewKPanheP5HN2XDrxp/8M484HTXIca/S",
-	"8/zyZ5oRN6DQ887ZiAa5Mh3yszugeM5ejI8x7tKcsH8pIT3omhbmYOy3Kl0/2FTVdwx8aq7+rS7g0waX",
-	"HD8wl3RxiOsUpJ45xrunrFaZ80n56Wz8ze43yqqcyIB7dK1VOPH+fPsyTcPC0S8tklIl76tSjj669z95",
-	"oD5Y6Ir2X4dVikrhWcOkQ2ZgtQBNFkQyDUt8WtgRq9yGk9JtmMj6Zgn0HzxOdZ/wvJemDkv/Xa3Vmlw1",
-	"OPzkCTj8Vz+YPwGLn+3FsVSK9M8jE3VG8MLRp9Jrtb9/76sv88wwkfaUZPZtP1Q55g9tAXWChMHgTttD",
-	"UklxBORjqt9dRSVxAe/uBwXBJW4C6RNM972HE0jXvTeN1P3D27g6THwvG3fyoJ/+Iv//gfLvJqYhBl46",
-	"tpnECi3R61y/o0ce0beu0BwdbEVxQF+r2SjHYmy69vXi/3Sutg3EDDMSkCW9jjbl+E3AsI3YDxhALgyV",
-	"A3YLD4UhcVROCc+y8oiGk/HxiOH7lJ1wNJtIDDOE4uVeHZ6Nv2nVjRixFsKkFvc2VaxYphPJsdSj+9UJ",
-	"PnCK0+liYyFnB3KnXp3IF+PjYVdMo1aO7JHUakfBsydeQXg80qYcUNf+iiuIs+M9PlFWMv9s6tWDbbwc",
-	"dolwQ6cefcT/ty4vvsPrtZzSM8PKCGIIJ47Y20YeyoQMZEjeeOQPivJEno3PcNMKFiR2Hk4tZRPerFI6",
-	"JO3DCiIbJBsrklAWyKmMrjRQxGCZW6+bQ75qIx006lyyuJ5XgtyQpbM+On1xLR5ijeAouY2Jo754acWi",
-	"JmAaHZs61R63UJuxr5zdwFF1BlJ7eOCBfQuPgd12DsRfkLfuySo/EDZ1O6+0VpJd36oeOaoONfr0AZOI",
-	"yaLD4cHsJSEunBtRx8jFEYs7QVpxNJHxFiBnjLwabwWtxiP2mgq2ZTCzE6kKy64Acqcyhaa9lyP2ElXc",
-	"JhKFIY/SXkePC7X8CqSHR+A6kxKzTtmahfNkdQW48NrcEKRi1Yviw1pY7xo1q7BURCgPRZ/A04M6faiq",
-	"UPsjuVCbleD38qDGj+9BlbJOtkpYg1MZtNkX6/KnccWQx4JiemZYJq7h0PoTUsJ87u2hHfHkqn0i3q11",
-	"Wefa7TePDwvnfZx7dE4T63VwMj4bjhAu1kQ4BXgT5YfJDUPgVxfGaQO/NpET6T/8X07mYqZBwsrUsHAz",
-	"pRu+Z4dWw1CaVKtR1dikGI9Pk3AQGv6CmB3EZy9q56FFLD5Zun+PFzGi8AhruBRZJkrEiwFrSDNSf6xi",
-	"gNlXbgn4HL7eHPAUErUE390MPGIJg/CFzMCYiaxj3AgGeUCANJJ93BExHIWJ+a9xjM51c14QUcWdIXBu",
-	"tH9/eO7xc2VFngrdhBt3A7yxzCNXBRFNDtKp7+886QiOnfA8d5NmESKsCm1w6pz/Xi+7WAFJN1BgdQgY",
-	"0ro+CkSJtfaUX7T5B2lX23jtSerWEamSMAwlVafKLkZugX7aUQEx4Hv2L4M4kV0bQYKUBMQYHhgnD8ms",
-	"l72mWVWagE+dpi65GtzWQ2keHvkp2ih+gJIUNQ8C3M74DZbHK/E47jtR0h8cdIsj/T7ss4D6lciMJl/C",
-	"ioCfNa7xpX/+egbweI/R4LF49zdKROOItGygr1ciJLMlKrdmmqqt2P3G6XAaPOWHN1Hvc9ycMB6Pcc0m",
-	"wESE8UYgolvcuQEkPMtGHl+8p40ig0Y45QUP6RpTZBaXhbhAxG0SoQAtyn7UrD5bmBCv7DqJSVGVUbWS",
-	"aENbxzFF7MX4dFiCsRAr2qMmcCP/Y/nDrbPQntgbbp4W1eEV/9IxL39FV/j2nu1jaQM0jk2FYG6jEerH",
-	"qPRmbV6Fhx4TolYe9dIHUvOd+EsGVz7HwgdzSJRhIaYo1aXQLOPzeqqvPBXnvmGaTrvx2nvmTMnI73oK",
-	"nhmiEKwNfnG5N1UY2qCM16n6eXyBA5jIuLXhOfaozHxdevvkWPusV1gglMEVRtmmiay+Luz98vi1I8we",
-	"yzZsHpL2xOkmf8JSx8nCPqn3JSry2YIcOANlRrUdhK3J93YzcfQR/9qaiPrVqhylE3eQBESde23EvlVO",
-	"w5C2MZavu4SqD+v5HTRFaHei5y/LdZ8LE7YvE93DSEQf+2x/GVnacrx/UlOwO8FkexSK/NAjDr5me9+G",
-	"gLeAuxVMFcmpTEYZc9gdL0NERABglBtSWdw6DGXEfuNuVVLg8itecWFjbB5PQlGMay2uYSIP0MrlKsuG",
-	"F+xkfEZRIOmeSkU6Ym9qW0zwWAl97Te/F5pCgCWMo5EIoT2KceR3t6JBre/EDTtb/cp1Ig+omPAQzzxp",
-	"boyMyv1+mmiY1rpaO6dFlDUIJ9JvW8UlW/cRL/S6aB7vQiPCMBPfOLVje/6nWbMjopZlaijPE0bgnPWD",
-	"svPk1zR2O8+KLOsGp5RnAtxOjhwfdIgQTVs5Tc1TSnArIE8pPOpnJsLzVtzghn3BpXo9oUq6blWktK+j",
-	"FaGj+pSHju7fx7KaX3cHqULCjg7uoPgbqiDxfahw2hFCe8h9I75eX4eLFaQNrV2nPfxZVXvjUSOk4XgV",
-	"UhlfstZtg/euXVOgUfize5l9n/XRVmNTBe46Tc6P4gpCvoDOYPPmYMlv4ip8fsAtWypjMUo39OG5MoWp",
-	"VjLoaKfZm6q5Ajxzw4xSEjF6VWwekySBki0DM5HdLNev+0IYbSu8vFkIijY1F1r6UkBYUYZVFZR69cSS",
-	"3zSUhH9lcH483lVwaXtRnj0USKmy/wMVzbYwn9JsqTRUp+J90TsPq3c6xZcUELkdT6V/qm1KRx/Lvz8d",
-	"1avO9jjBzhvsHAb6Gv7ogAMuvYUfYj7LXUUwTswOysNMquIq3tnzFa9DyIZbdJqHUels+vPVWFyr64tV",
-	"DnCb1UTWTyxgL0MXylrSZbJQg+VCQuphx1Tdw9aeGE1kWRiaTiWTWM8FUxB9u6l/qkK1WxVco8Zy6QAF",
-	"ldbRzV4d5wva38MTas3u61fs9PT0GyqxozSjgz9q+ckLIlegVrOAUH36hN3W6Utf/bVzCffVWUfF9/tZ",
-	"iTuZice3E59D/9NxI71blINLkStjxDRbo6Uf+qoDoKF5KsgXJd9U8r4iFK8qQdVWoQ+u2zeE4k21EJUp",
-	"3ESkk8c9cZW8tQWtO7Zyu9Vfn7nxJ+M9Sob6Xe2Q0nDubg2+EjHNVxErfWT2k/iWHZwdnzI+VdcwHLEf",
-	"rJnI+BUJ2eG7dQ4xSyERKRi2UKtaQTIDwIQ9Z3FbDGOqNjgFOu13IrEOERb1wNwE5vWq4zhirJ7yvHrr",
-	"/bvXh39vP1+eVDWRpAgvmh9WiQV7aKwGvozrL9LJGYd4RAeWj5Jrf8gV1nKcyPqZvAg8kmI2g/S8cVYx",
-	"ZCZ0zHXXX8DzOgg7dgXrmCULpYyPilUBiCnm9Bdk7XFnwBWsGc9WfG1YhkgqX7PG4J6j8s1h1IhF5UIi",
-	"MuCi9AFAuIFE9Y3WWCYOA2rYr5PxSa3wGeFly9IstXWNL5s2Yi+xyApWGssU2t08wwTsNRgCLITDSf3J",
-	"pOdVMaUlX9MJCVgNz9lIjJIHPFSmDFSWsstzeFMeGrl9VeT77chYW++dnNGEDC+Q3pQ6oylpHXPcY/+u",
-	"YN1nhzsPsNmpdFwH6MxYq4ICusCCHhoFirhmRoC/BAPZjxmO+rAtMff86HnTfpZtT4Xk2JU9yxlVmobm",
-	"IwqFBtfN868HT7kRtzqNYLPb3xEsh0A4qDV9cTJn45uHuX3J8D09OsRPXT1QdRsEiLe3T4QLq6oPy5T9",
-	"He2rmiFTjdj3PFmEB56Z1olQ/tSqiew7tmrH6YqhUmXzZKmJpGKIKaD58ydMYfaDjrJBnqcdFFM6r76y",
-	"FgRXW9dKaaJBuWDc6Tcyj+VLGmaFgdS3hVsqkAYhWVArv8kIZGUQfwAbsLYtluExsWdd59Q8cbWAxgEs",
-	"vdu7N8ueftFKn08rNdHbfvt2dUB6v5oqqzX3wtLem0eu01WWku6x5dhFdkDuG+Gmcm7MSunUDJ+8oMBn",
-	"w5AVplnwyxfF7q1C8DJdCvK1b4Gp6tnAj1W6H3P/vvvAZ8JTUQXy/0m79z/zZvzCNGp+BT6uK6Sjj6EK",
-	"fQsD1bUpvWTO/7l70j8XUsnvTO+Z0ajbqPwDbPeUjR9dpoM5+cICD8QC1Y7zXh643ULnfTh9ogxcthXC",
-	"UXUkxp2bjgZ50cGZjXP+HsnedZ4l+MQ7THaJR7WjR8KKEb2/iMwDiYxnAC8yz4yn7/4W8Sh4vw8jAm2E",
-	"EzJA4is6kLutVrJ0uX0EICm0Bmkvw+UY1+McfU4NBty6msu1kvDMlJFi0RlvpeoRb8KgHsnNbHzkVnJ3",
-	"1lfw4osn8WC+IZXA4CWXdUlDs7x4ec7P7x8+RR8dPyOQ1ctBoTN/Ds/50dHxydej8Wg8Oj7/+puzE+R9",
-	"33h35bYoHPIXMU5lC+iMa7AeR4wVxn1I3Bcq6IjC09I8quBimEFCwBfmJCtMT5X7DuvzzeZec3no0cq0",
-	"Fx7S6qgau9CqmC8a+4xGLby2Ro7YCBo66kZeB2Hj5dq61gDNwebboTq4L8+7ELlvIiQgGhmF0JtQJj3a",
-	"RNfR4QuEccZ68aGulm6OyNeO//Th0/8PAAD//9Zr/PwlsQAA",
+	"H4sIAAAAAAAC/+x92ZIbN9LuqyA4J8JNRTWbvcged8d/IS+a8YQXhSyFI46p6AKrkiSmi0AZQDWbv6Lv",
+	"z/V5xPMkJ5AJ1MYqkr1q7F83UrMWFJDIDZkfEh8HiVrmSoK0ZnD+cZBzzZdgQeOvN3ydKZ5+LxOVCjl3",
+	"l1IwiRa5FUoOzgfxlBv48ixmGmyhpWFwDXrNcnqP0d1DcO9DGjGj2HRtwTCtCpkeWi1yBjc8sdl6NIgG",
+	"wjX5RwF6PYgGki9hcD7wTV1C6EM0MMkCltx1BmSxHJz/PuCFVYNoQJ8bfIgGdp27l43V7pXb22jwFhIQ",
+	"uf0nl2kGmwN5twAWa3rmcoEPxUzNGGeJkqZYQsqWYAyfQ8S4YXNxDbKvy81mBtFAwx+F0JAOzq0uoD6A",
+	"Jb/5EeTcLgbnL49PosFSyPD7uGsU71Qukp/xMxsjcLeY68I5O2ZWsZOzr1my4JonbjrdYGJ++N/s1eH/",
+	"ZuPDr9mIXbLDOGJSWRaPYqY0i0ejuBxUzu2iGpN1re87lJOzr3cP5b0BLbtHsgBWGNBfGBxOT4+K8P6e",
+	"nTo++fvuTv3Ghd3s0D/VimVKzh1VV1xYNlOa8cAQ54yztNDcPcwO4uOxiSMWvxyPlyYeOrKuFioDZiBR",
+	"MjWjiRyzA7sAlsKMF5kdMi7Nys0Qt0zJBC6Yu2tAX4NmCc8NE9bdOxkzww7OxmPGp+oahqOJ7GFA18dB",
+	"DxlOTzbHfetIaHIlDaDYf8PTt/BHAQZpkShpQeKfPM8zkeBIj/5tHG0+1r7yvzTMBueDvx1VKuWI7pqj",
+	"77VWmj61OdmaPsaEYUuezZReQnrBZuLGjXwKM6XdM1avhZyPBrfR4FslZ5lInrl7if+qYSthFzhLSaE1",
+	"SMuM5RbYgbAMboSxhvFMA0/XETN8PcQ+v1Z6KtIU5NN3+lVhFyCta9Vp3WlhUcp5lqkVpI6LU8XsQhjs",
+	"2D+UhOchZAbcAJvCQsgUv8+8qmSkKh0DSIWiBpotIEuxgz8r+9rZi+fpJGq6iOVcW+EuR6iLnBxLlQJL",
+	"FRikJk506N8PyzyDJUgLz9JLYdg1aOMUjpohI061ugJd9U7NZqCJxioHr5zWQB1+p9SPXM+fadanKl27",
+	"mVVOnwlrWCaWgjryXvI6qz59f35WqJC1U+aJhtR9mmfGmZgF8NS7Pb/99tthXYaaH97QnjSQay4yPs2e",
+	"g6iwzJXmWmRrVkj3TSfSaDAuSE8yPrOgWfzW/Th85X7EpQFqjrX2yKbh+5VeKe3ehi6ONukipIU5YMdd",
+	"1/1o3AOvkqtvuE0WNdvC0xSFjGdvtONTK5wFmvHMQDTIa5c+Dnhyhf8LC0uzi3avkqvvpdVrx2RLfvMD",
+	"vXM8Ho/RBwi/S1PItebrARnC4Ev8Tp+svEk1/Tck1jVZNn+3IcCNBVJjLX1tUIZjuh+z0glHDzS5cnTe",
+	"bsKjttN5D9+yPvJWaz00eAumyHAeW+NEzt247BYBezH9t+5BN3PkYHUJXbO72HL1fFd3N+mzQUJnxAvT",
+	"7Y/SPVKo4KaerVSRpWzBr4EteMp4piScs5PxWcTOxmP3j/vreOwUzsvxqZtD59lwSzJyejKINkVm6yyU",
+	"Pdw6HT8K0zElGu/dSYD87N7uEJLQcmenMgsaFyb3k/klv7nkyRWkl9yprMsc9GVpmN0DGxRd8huxdItC",
+	"J+tB3P2VTXrj85dCXs4yMV/YJ2hfgzMEQslLonm9wS/P6g2eHr88/XK82Sr+3Gy40rvd9KSVkCwyb5To",
+	"d3OGosHN4Vwd+ovOOo3e8tVPXopuo8G1MGIqMmHXl1YsQRV25zDOTk86htDJ6pvsYi1PFt8uRJbej18S",
+	"9+qdF6PRYMalG1sKGV/fZaJqgxzvlGbqXJeYfLvgcg5vuDErpe87dFqJXOa+lRYVvuqyGRJW256vEe3v",
+	"uwxGo6nuMfqp6Zmxe83JplhkfL63jsMu/cjnO1UcdXKzS73j/JF60THUy6TQhozj/qPZ48mc4+xLuLGX",
+	"ajYzYPd/cYu628HS1cudPYiaY6bx9BOt03BhC5pWzfvP6n5T6prt7E5WGO8Ptz0YabXKsi5f2XkJuEK0",
+	"C27dUjclr86/w/KMS4xlbXD6EpZT743vNcKf8PnNIUYD9/1Lke7qHAWcIO3oTVusfYNRfehVjzuJp4Fb",
+	"eIDRfxplHP0FnInucOkDg713NJUk5rttbI/n0WiISGO20+bk5Ze7naxyjX0544nd1K/NJr/67LXd32tr",
+	"qAfHkP1K4L0BfT8dMNdc3mG18g/3eJdCvK93E1XphXtkEeokqqUptvpH34c1813iCfd45yGL8Kbe+c2Z",
+	"kgXPc5CQMi5TtnJXMLocYYokB5VnsNvK7Fy+t56ncfdS8Vs/xFYsy2KkbMmThZBwqIGneAEbw0STGbFv",
+	"M+Eowaaay2TBlHQm3EDEJFyDdr99J81oIg9ZPOXppU8PxOdV8qJMGRwYAPQC/GtDek3Ia56J9NIJb3xO",
+	"AVwfJXUaGm+yf/36y8+R09QLblghr6RaSTYTkKWmCmI6Cphmo24o8TnjFMl2j2IA211mUw38ivwSyZdC",
+	"zpkusnYDZfgJW8Hckmsl53ZRC03VkzXutiqsMzvaLWXa7WEKF1sLmeEyUL3kNllgWDiFJOMaUuajpzi2",
+	"ZkutBC1RriuHYJmSQNEaHxkXxhSQUnPknl46xahml9hj3xbdQYrzuRsXDcrdKu0VtVE0Q9fxOZM9sWV8",
+	"fBayP/hgmYuhm1LZy5kqpG/FFMmCaVVYP3qcx8vqoYjFZWeal8ndblxyc1+/MpHMfTCFy/pX0S20C8cQ",
+	"rQRHrQeU2iobrX6GxFg5Ib35MsyTUZuYDLrMlAmvtbJDsDs5hO0EgIBV6jLjek68j+KkdJC7jvwDvrwE",
+	"u1BEMT8jYQyO/CGZFxJofhiO8/G9wJzB45sVWebfLyeILZQTWPddb20dQxUSPVEas2eRum8aWlKKLblc",
+	"l1qH5dxY/ABPrthMK2kFaMY1MAPWZpCGDEDGLeiSVUNyIigbkomESzcszBzQuKRasQNjXeflPGLGqjzH",
+	"v2ZcZI47HBG9EjNWaT6HS3cLSLpTYa7YSgsLjK5SLjvllrMVJ7ZyrwXG9+5JEL4yUZWKFJ+dCSnMAuku",
+	"JNJw6hj2Av9UhU3UEqfWa8dKmkSVj8PGawmzjRQZtDJkflKts9sZMVMxv6hrcWb42pTWTkOutKVsfACk",
+	"1OwC5ugrdV/76d2CDbXbuIbMXbuyERPuUGaDaNBSTxR89vlnt070ou9Mc1O7DGqeeeNqS7cMyEVqXGiq",
+	"lbJtkqLwQvkrqIdBNKh0AX6+JdDoGrTlFElSF7xBNGhLENGhTMxFgybLug4SA3qS1LgGmycW6MATRQPy",
+	"OO+awQorwcAmuVZpkQARwxTIDgm6zm406VLIzo8jWTsSFd/f8MSSK4MGW8NM3LCVyNKE69SwA2dIlUjA",
+	"jF7EQ8TVBO+6vph7ebxzFbgjbeZDQr6fXY7aP4FnrvF2hKUvBxOrK1q1Iqwi3u1TbkmV/EsJec8cZJpq",
+	"MJsEe7mTYCJ96EICozChA13D8mGhDZLWOt1OhqdwaNUhBob8U50BqoW1+WWtmZ7RbUmolUC9TFyjIBYm",
+	"p7VsCqje/q2EJHRfColaLoVxytpd6RKAa+XDc/7OVKkMuNxOs63pMyJedwjyseJzrc5tC6L9VC26mn1J",
+	"wVFQry+5tbDMbVc4iFYtbCa0sSy8ELFEFdKZdVbk7hHnoeItAYYd8DzX6kYsuQUPHuBMA3oCwxF7NTXO",
+	"Ice38oyv90pmRoMrwAz5zlDQEwasS3PSHRMNBp0b5kZ4josu5ypMuRXLiFm4se4mpxvU5YgpuwDtoawH",
+	"Sk9wdbhG/zliqwVIxs0VpEN6lWCp/mVyIuM2rPXcPxWTH7EjwrMBiq2JWC8ItisH3qTILzn/o4AL52Qi",
+	"6NAqRB90Tv+mSRBLxy/L3LX7XoobtjSjwbmb/GgjcgDOm0OX0HmLFp2SPeaeUKg74QABrFpPT5Qpicql",
+	"qnq8RQT7VAL543fQCeXk7VAKvuEtXXqLPt4T9ikatPJILTahRbJVxCjcsHim1TJ2V9zaXcgCRvtMaN/Y",
+	"m9/vpIS67qCA60WnIbqrztg0XKgJgRIh+drj0FfCJgtvtZQEzBCiY9nttHV27QEsjcPFhrebNnUN98zE",
+	"eHreyW3ZRe3tSRqi0h0/WNLwrhj0/SncRdhfCjtXQs5rxvoOxPXGsT7U8cnZI5Oz1/i9kmtv63hWQORX",
+	"5aXlu9jTbKEjfg9j1b2L5Lz8QOxW9e0uBKgrml2rqM+jxqq7f/9HM21NVOma1DeB2r9a7rfEtGGIlyHu",
+	"0rECw+0vwauYQqZWFH0QJgRonMNQBheHo/0MX21lu/nRn0JwiFuK0/oQURUeIjB66MGe35zy5CpT8y3f",
+	"k8qyNdhqZAsxX7AVt6CXXF+x//d//m/VCfeDgl44jH1H7pq8LJvc0pkasbkG3JExzQDzEt7Rdb/3/GoZ",
+	"WtjywUKm6CZT3FKq1Z5tZwi+7V6ONcEDwtSizoNOAM8eZnoBzD1XcuVKZBmbg92zuypLwfR/5TWuMnzc",
+	"3FjXto/w7df8XU2zz/U2vZy7xScabmFjdE2KbjBf1JT+pljWmaYSnnK6az3vVDsUCXoAPvrO7l/bfD0I",
+	"Kr3Vb/WD64B/PenK7+GrhW2DeRycbUmah8Bs37pVWQIYkzSfMuHe6rNvtKvL78LctLLTGPxML3mTJ1Ju",
+	"4dAt1wbRYwEFhUy4ljywU1Op/YDJu5kAr4UzMYPgfki+hIsyu5pCBtanv33nGZ9zIZ2GdS6MhBVTfcCv",
+	"OyOSHo456kcVbYH6PBTMc2/Izj2gOf/xoJt9MDVN/mzQt0WCvi9v54xdvNc5QVFdPHuF+juwXGRI7Sz7",
+	"ZTY4/327KiFNcBu1VUGVhTLBE99PozYd+L2dAf+ZzXF9CCPr1vhVMmav7oXhbu/VlswJNvArWCvk3HRt",
+	"2aI7zCwQTDFde72EKkpIjLs7bbQTdNmK2fn1n1MJccTwQZao3OnI6dpnxYtkwQ54uLkQWY+b/yTwzZab",
+	"royt0uZhheLxHEo7170zlx6xHG+F9P2B36bN3Op82Bn4fmSYaMc4mnCBp+9hpfmbnSFYH0022T8McONM",
+	"I+bU88eIHfzs14Zl+pUJ2UjEj4Y7wad3NDut5VSxnNIOuuopdkBg2ZdfRmH7PTsdjthrcePsNuY9SFq2",
+	"k/HemNRmF9/6FUHvhDIlGWdGyHlG+O0d03tnYGtPnYNSbtxK+gpyG7nZW5qqa1+xlK/NcMR+88UN5ksE",
+	"zrn1lHarWFlbipOPFPnlP+6ktnvrhceD1bYiYBT/+hVfZQep5jPLTsYn48PjkyGtw/EBHyxy2s14uFqN",
+	"vUHOlE4g7eTup3IpmgP5EeMPGYoNwi7bFUtMOXvH47H73yp2fMIWNRlwdN6hqh+yseu96UpMPxbItw7V",
+	"3RuMu2Vt4nrbbevd+/t3GEe9y9JTk52QVwNJoYVdI4tSB6bc0LKpJbjv3r1h37h7I/bWN+50B1XjiY+u",
+	"j2OPaMPkZA0Cpgvp4Xnha4xiTTgIzK3jJ8v+LazNaVO6kDPVoXa55ilFb30ILmJ/FFDAIeWjy9gofd/k",
+	"6gokYfPyzK2b3FhGEzmRr9iLF2hkXryg9gzYpjq/YMCTRU1zusckQ0hyeqhktmaZmo+YX2RrM5F0r5SM",
+	"iyAs2jDLrwBho2VS2LplnlhCGep78QIt8IsX7IBPZCWfzMvnEJ0scjYwwekIyyV78YInVy9eIJo38zE5",
+	"ChtmPDfAjHKXJrKGVvQxy7CcdPOaO69KY2yQyzUhbcOqNFMUoncOjuVXQs5DZBJp+be/sXdYcobAALQp",
+	"iScWsW4n45PYcYtHI7ElcGkaeDfXHx9PPZiZtUwgHYZiAITUzDNEL/tsLmLoKBZ+Mj75ImWdAyukFZkj",
+	"k5u2YBrQ7LhRTN1YvbWaSMYOKDBqqEjOcMS+K8jCgvEodIYzHtALNfo608OcCxUheyynYl6owrhWw5gJ",
+	"NIllfRAOM+MiK7SHqp6Mz5BAzk+siEPT7MweDqAiEfpEvuHzNh2lsu67rel1tlErYwLmwviAAjcLDw99",
+	"1YbDEszLhoolrLZgbFQv8aFZ114Vq5YJuF6glXOdQnS7hsJAOmKvEuQfpRkVJCjTPzx8e7VQBloUXnEk",
+	"qHvCLTscrZQuHe9Q4yg+Ox6zGvTXj21XMIUEEKnOlzR20gkSVvQysQj+jmukiIcXjuSIbPZAIKqAg7hP",
+	"57VKN/k8WXhihniNlxrcUGAmkpiZ9gokXCNoxoNCEGocf5zQtoTJ4Jx9nOCWBvfnZDAajSaDiE1CiLR2",
+	"9fbWjT92z/qEl2lsUqBxzrRaUn2IcndDzDJh7AWLfZv4drXjYiJRDdVBqqkasfjl+DRmZaUnHMe6VSTk",
+	"wFcJQU0WsUxcAeMT6fVbREhjPgMCvlq9vmCcxWc3N3EA3q+UtouyRAgrZIK7m1MCtmQiAWnQVPtiVa9y",
+	"R/zDk9GYUCTW+UtkRgbRwLtTg/PB8WhMj6gcJM/F4HxwOhqPTjE6YhdoHo8WCCv8b/QuurIVrzwbnozH",
+	"bLUQGamvXKsEDCbpinzEfvbSgHbUtOvElGDhH1Jnef0HWxW0TsbjR6sD46GSPdV1mn1v+A2D898/RANT",
+	"LJdcr52jKK5BEhLO8rlx3gfRa/DBvXa0BKt9KKOTeD/RfXJ1wVnVJdgFFIZgUnCTK0N2mLxIdhAw1+PR",
+	"eERL0yb1fIu7qec+cIT+wY5aPFEnyAu/ghWHzsbHffQuu3DULkuE753ufq8q8YXTUBK+RqllOeLOKcA8",
+	"7X7s63Q4aSxnrxYci2kpsim42wAsR+A9xn2sqS+DUcFyOZEE/fdIdXPBXo5PK7vOrd/V5eTELAoMLLFU",
+	"rWRbRiayueFlY6Lf0rg+iZTgt8sKScgFL/eZzXpNp21i5doX2+Tq+vgoqXaUd07sO9p8kUJU3zOeOUfG",
+	"b4bxaNFNGfoH2LBf/QnJGz7RI2J+fM8qYvedxnLi/Jhw8XEtYFWbvzBf7Qk8qmGB/UQ2Z8OtG3/yzzzh",
+	"dNTgyr1Kz/PLn2lG3IBCzztnIxrkynTIz+5w4zl7OT7GqExzwv6lhPSAbVqYg7HfqHT9aFNV321w21z9",
+	"W13A7QaXHD8yl3RxiOsUpJ45xrunrFYR9Fn56Wz89e43ymqgyIB7dK1VsPHhfPsqTcPC0S8tklIl76tS",
+	"jj669289yB8sdOUCrsMqRaXwRcOkQ2ZgtQBNFkQyDUt8WtgRq9yGk9JtmMj6Rgv0HzzGdZ/gvZemDkv/",
+	"Xa3Vmlw1OPzkGTj8Vz+YPwGLn+3FsVQC9c8jE3VG8MLRp9JrNcd/76tc84VhIu0pBe3bfqwy0B/aAuoE",
+	"CYPBnbaHpJLiCMjHVDe8ikriAt7dDwqCS9xA0ieY7nuPJ5Cue28aif3Ht3F1iPleNu7kUT/9Wf7/A+Xf",
+	"TUxDDLx0bDOJFZai17l+R488oW9dYT062IrigL5GtFGOxdh07evU/+lcbRuIGWYk4E56HW1CAJiAfxux",
+	"HzCAXBgqQ+wWHgpD4qicEp5l5dEQJ+PjEcP3KTvhaDaRGGYIRdO9Ojwbf92qOTFiLfxJLe5tqlixTCeS",
+	"YxFJ96sTmuAUp9PFxkLODuROvTqRL8fHw66YRq3Q2ROp1Y5Sas+8gvBopU05oK79FVcQZ8d7fKKsoP7J",
+	"1KuH4ng57BLhhk49+oj/b11efIfXazmlLwwrI4ghnDhibxt5KBMykCF543FBKMoTeTY+ww0vWAjZeTi1",
+	"lE14s0rpkLQPK3htkGysZkJZIKcyutJAEYNlbr1uDvmqjXTQqHPJ4npeCXJDls766PTZtXiMNYKj5DYm",
+	"jvripRWLmoB4dGzqVHvcwnTGvmJ3A2XVGUjt4YFH9i08Qnbb+RN/Qd56IKv8QMjV7bzSWkl2fat65Kg6",
+	"TOn2AyYRk0WHw4PZS0JcODeijqCLIxZ3grTiaCLjLTDPGHk13gppjUfsNRV7y2BmJ1IVll0B5E5lCk37",
+	"NkfsFaq4TSQKQx6lfZIeNWr5FUgPj8B1JiVmnbI1C+fJ6gpw4bW5IUjFqhfjh3W03jXqXWGZiVBaij6B",
+	"pxZ1+lBVgfgncqE2K9Dv5UGNn96DKmWdbJWwBqcyaLPP1uVP44ohjwXF9IVhmbiGQ+tPZgnzubeHdsST",
+	"q/ZJfHfWZZ1rt988PiycM3Lu0TlNrNfByfhsOEK4WBPhFOBNlB8mNwyBX10Ypw382kROpP/wfzmZi5kG",
+	"CStTw8LNlG74nh1aDUNpUq1GVWOTYjw+TcIBbPgLYnYQn72sncMWsfhk6f49XsSIwiOs4VJkmSgRLwas",
+	"Ic1I/bGKAWZfuSVYdPh6c8BTSNQSfHcz8IglDMIXMgNjJrKOcSMY5AEB0kj2cb/EcBQm5r/GMTrXzXlB",
+	"RBV3hsC50f794bnHz5XVfCp0E276DfDGMo9cFVM0OUinvr/zpCOwdsLz3E2aRYiwKrTBqXP+e71kYwUk",
+	"3UCB1SFgSOv6KBAl1tqPftHmH6RdbdO2J6lbR6RKwjCUY50quxi5BfppR/XEgO/Zv4TiRHZtEwlSEhBj",
+	"eFCdPCSzXvaaZlVpAj51mrrkanBXD6V5aOVttFE4ASUpah5AuJ3xGyyPV+Jx3HeSpT+w6A5HCX7YZwH1",
+	"K5EZTb6EFQE/a1zjywb99Qzg8R6jweP4Hm6UiMYRadlAX69ESGZLVG7NNFXbuPuN0+E0eMqPb6Le57g5",
+	"YTwe45pNgIkI441ARLe4cwNIeJaNPL54TxtFBo1wygse0jWmyCwuC3GBiNskQvFalP2oWbm2MCFe2XUC",
+	"lKIKpWol0Ya2joGK2Mvx6bAEYyFWtEdNYBGAp/KHW2ewPbM33DylqsMr/qVjXv6KrvDdPdun0gZoHJsK",
+	"wdxFI9QPaOnN2nwbHnpKiFp5iEwfSM134i8ZXPkUCx/MIVGGhZiiVJdCs4zP66m+8rydh4ZpOu3Ga++Z",
+	"MyUjv+speGaIQrA2+MXlzlVhaPsyXqfK6fEFDmAi49Z26NijMvN16e2TY+2zXmGBUAZXGGWbJrL6urAP",
+	"y+PXDkd7KtuwefzaM6eb/NlNHSca+6Te56jIJwty4AyUGdV2ELYm39vNxNFH/GtrIupXq3KUTtxBEhB1",
+	"7rUR+0Y5DUPaxli+7hKqPqznd9AUod2Jnr8s130qTNi+TPQAIxF97LP9ZWSJ4BqdWLKkpmB3gsn2KDL5",
+	"oUccfL33vg0BbwF3K5gqklOZjDLmsDtehoiIAMAoN6SyuHWQyoj9xt2qpMDlV7ziwsbYPJ6iohjXWlzD",
+	"RB6glctVlg0v2Mn4jKJA0j2VinTE3tS2mOCRFPrab40vNIUASxhHIxFCexTjyO9uRYNa34kbdrb6letE",
+	"HlAh4iGel9LcGBmV+/000TCtdbV2xoso6xdOpN+2iku27uNh6HXRPBqGRoRhJr5x4sf2/E+zokdELcvU",
+	"UJ4njMA56wdl58mvaex2nhVZ1g1OKc8TuJscOT7oECGatnKamiec4FZAnlJ41M9MhGe1uMEN+4JL9WpD",
+	"lXTdqcBpX0crQkf1KQ8d3b+PZSXA7g5ShYQdHdxB8TdUX+L7UB21I4T2mPtGfHWJDhcrSBtau057+LOq",
+	"9sajRkjD0SykMj5nrdsG7127pkCjaGj3Mvsh66OtxqYK3HWanB/FFYR8AZ3f5s3Bkt/EVfj8gFu2VMZi",
+	"lG7ow3NlClOtZNDRTrM3VXMFeOaGGaUkYvSq2DwmSQIlWwZmIrtZrl/3hTDaVnh5s0wUbWoutPSFgrDe",
+	"DKvqK/XqiSW/aSgJ/8rg/Hi8qxzT9pI9eyiQUmX/ByqabWE+pdlSaahO1Pusdx5X73SKLykgcjueS/9U",
+	"25SOPpZ/3x7VK9b2OMHOG+wcBvoa/tiBAy69hR9iPstdRTBOzA7Kg1Cq4ire2fPVskPIhlt0modR6Wz6",
+	"s9lYXKsJjFUOcJvVRNZPO2CvQhfKOtRlslCD5UJC6mHHVN3D1p4YTWRZVJpONJNYzwVTEH27qX+qQrVb",
+	"FVyjPnPpAAWV1tHNXh3ni+E/wBNqze7rb9np6enXVGJHaUaHhtTykxdErkCtZgGh+vQJu63Tl75ybOcS",
+	"7suzjmrxD7MS9zITT28nPoX+p6NKercoB5ciV8aIabZGSz/0VQdAQ/NEkc9KvqnkfUUoXlWCqq1CH123",
+	"bwjFm2ohKlO4iUgnj3viKnlrC1p3bOVuq78+c+NP1XuSDPW72gGn4czeGnwlYpqvIlb6yOwn8Q07ODs+",
+	"ZXyqrmE4Yj9YM5HxtyRkh+/WOcQshUSkYNhCrWoFyQwAE/acxW0xjKkW4RTopOCJxDpEWNQDcxOY16uO",
+	"8oixesqL6q33714f/r39fHnK1USSIrxoflglFuyhsRr4Mq6/SKduHOLxHlg+Sq79AVlY6XEi6+f5IvBI",
+	"itkM0vPGOceQmdAx111/Ac/6IOzYFaxjliyUMj4qVgUgppjTX5C1x50BV7BmPFvxtWEZIql8zRqDe47K",
+	"N4dRIxaVC4nIgIvSBwDhBhLVN1pjmTgMqGG/TsYntcJnhJctS7PU1jW+bNqIvcIiK1hpLFNod/MME7DX",
+	"YAiwEA429aeanlfFlJZ8TacrYDU8ZyMxSh7wUJkyUFnKLs/hTXng5PZVke+3I2NtvXdyRhMyvEB6U+qM",
+	"pqR1RHKP/buCdZ8d7jz8ZqfScR2g82atCgroAgt6aBQo4poZAf4SDGQ/ZTjqw7bE3IujF037WbY9FZJj",
+	"V/YsZ1RpGpqPKBQaXDfPzh4850bc6iSDzW5/R7AcAuGg1vTFyZyNbx4E9znD9/zoED919UDVXRAg3t4+",
+	"Ey6sqk0sU/Z3tK9qhkw1Yt/zZBEe+MK0TpPyJ15NZN+RVztOZgyVKpunUk0kFUNMAc2fP50Ksx90DA7y",
+	"PO2gmNJZ95W1ILjaulZKEw3KBeNOv5F5LF/SMCsMpL4t3FKBNAjJglr5TUYgK4P4A9iAtW2xDE+JPes6",
+	"4+aZqwU0Dm/p3d69Wfb0s1b6dFqpid7227erw9X71VRZrbkXlvbePHGdrrKUdI8txy6yA3LfCDeVc2NW",
+	"Sqdm+OwFBT4ZhqwwzYJfvih2bxWCV+lSkK99B0xVzwZ+rNL9lPv33Qc+EZ6KKpD/T9q9/4k34xemUfMr",
+	"8HFdIR19DFXoWxiork3pJXP+z92T/qmQSn5nes+MRt1G5R9gu6ds/OQyHczJZxZ4JBaodpz38sDdFjrv",
+	"w+kTZeCyrRCOqiMx7t10NMiLDs5snBH4RPau8xzCZ95hsks8qh09ElaM6P1ZZB5JZDwDeJH5wnj67m8R",
+	"j4L3+zgi0EY4IQMkvqIDudtqJUuX20cAkkJrkPYyXI5xPc7R59RgwK2ruVwrCV+YMlIsOuOtVD3iTRjU",
+	"E7mZjY/cSe7O+gpefPYkHs03pBIYvOSyLmlolhcvz/n5/cNt9NHxMwJZvRwUOvPn8JwfHR2ffDUaj8aj",
+	"4/Ovvj47Qd73jXdXbovCEYAR41S2gM7HButxxFhh3IfEfaGCjig8Lc2jCi6GGSQEfGFOssL0VLnvsD7f",
+	"bO41l4cerUx74SGtjqqxC62K+aKxz2jUwmtr5IiNoKGjbuR1EDZerq1rDdAcbL4dqoP78rwLkfsmQgKi",
+	"kVEIvQll0qNNdB0dvkAYZ6wXH+pq6eaIfO342w+3/z8AAP//EVmbcp2xAAA=",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

@@ -60,7 +60,7 @@ func Open(opts Options) (*Store, error) {
 	cfg.HeartbeatTimeout = 200 * time.Millisecond
 	cfg.ElectionTimeout = 200 * time.Millisecond
 	cfg.LeaderLeaseTimeout = 100 * time.Millisecond
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{opts.Logger}})
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Error, Output: slogWriter{opts.Logger}})
 
 	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(opts.Dir, "raft.db")})
 	if err != nil {

@@ -1,0 +1,283 @@
+// Command narad is the Narad broker: one binary, `narad serve` runs a node.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/narad-mq/narad/broker/internal/broker"
+	"github.com/narad-mq/narad/broker/internal/httpapi"
+)
+
+// version is set by the build (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() {
+	if len(os.Args) < 2 {
+		usage(os.Stderr)
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "serve":
+		if err := serve(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "narad:", err)
+			os.Exit(1)
+		}
+	case "version", "--version":
+		fmt.Println("narad", version)
+	case "help", "-h", "--help":
+		usage(os.Stdout)
+	default:
+		fmt.Fprintf(os.Stderr, "narad: unknown command %q\n", os.Args[1])
+		usage(os.Stderr)
+		os.Exit(2)
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: narad <command> [flags]
+
+commands:
+  serve     run a broker node (narad serve --help lists its flags)
+  version   print the version
+`)
+}
+
+// config is everything `narad serve` takes. Each field is a flag, an environment
+// variable NARAD_<FLAG> (upper case, - as _) and a key of the --config file, in that
+// order of precedence.
+type config struct {
+	HTTPAddr          string
+	DataDir           string
+	NodeID            string
+	LogLevel          string
+	LogFormat         string
+	SegmentBytes      int64
+	RetentionInterval time.Duration
+	ShutdownGrace     time.Duration
+
+	Partitions    int
+	Retention     time.Duration
+	Visibility    time.Duration
+	MaxInFlight   int
+	MaxAckedAhead int
+}
+
+func defineFlags(fs *flag.FlagSet, c *config) *string {
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:7942", "address the HTTP API listens on")
+	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for all of the node's data")
+	fs.StringVar(&c.NodeID, "node-id", "", "this node's id (default: generated on first start and kept in the data dir)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	fs.Int64Var(&c.SegmentBytes, "segment-bytes", 64<<20, "size at which a partition's log rolls to a new segment file")
+	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 25*time.Second, "how long SIGTERM waits for requests in flight")
+	fs.IntVar(&c.Partitions, "default-partitions", 3, "partitions of a topic created without a count")
+	fs.DurationVar(&c.Retention, "default-retention", 7*24*time.Hour, "retention of a topic created without one")
+	fs.DurationVar(&c.Visibility, "default-visibility-timeout", 30*time.Second, "lease length of a topic created without one")
+	fs.IntVar(&c.MaxInFlight, "default-max-in-flight", 1024, "in-flight cap per partition of a topic created without one")
+	fs.IntVar(&c.MaxAckedAhead, "default-max-acked-ahead", 1024, "acked-ahead cap per partition of a topic created without one")
+	return fs.String("config", "", "YAML file of flag names to values (flags and NARAD_* variables override it)")
+}
+
+func envName(flagName string) string {
+	return "NARAD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// loadConfig parses args, then fills every flag not given on the command line from the
+// environment, then from the config file.
+func loadConfig(args []string, getenv func(string) string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("narad serve", flag.ContinueOnError)
+	cfgFile := defineFlags(fs, &c)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: narad serve [flags]\n\nEvery flag can also be set as NARAD_<NAME> (e.g. NARAD_HTTP_ADDR) or in the --config file.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["config"] {
+		if v := getenv(envName("config")); v != "" {
+			*cfgFile = v
+		}
+	}
+	fileVals := map[string]string{}
+	if *cfgFile != "" {
+		raw, err := os.ReadFile(*cfgFile)
+		if err != nil {
+			return c, fmt.Errorf("reading config: %w", err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(raw, &m); err != nil {
+			return c, fmt.Errorf("config %s: %w", *cfgFile, err)
+		}
+		for k, v := range m {
+			if fs.Lookup(k) == nil || k == "config" {
+				return c, fmt.Errorf("config %s: unknown setting %q", *cfgFile, k)
+			}
+			fileVals[k] = fmt.Sprint(v)
+		}
+	}
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || f.Name == "config" {
+			return
+		}
+		src, v := envName(f.Name), getenv(envName(f.Name))
+		if v == "" {
+			src, v = "config "+f.Name, fileVals[f.Name]
+		}
+		if v == "" {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", src, v, err))
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+func (c config) validate() error {
+	switch {
+	case c.Partitions < 1 || c.Partitions > broker.MaxPartitions:
+		return fmt.Errorf("--default-partitions must be 1 to %d", broker.MaxPartitions)
+	case c.Visibility < broker.MinVisibility || c.Visibility > broker.MaxVisibility:
+		return fmt.Errorf("--default-visibility-timeout must be 100ms to 12h")
+	case c.Retention < time.Second:
+		return fmt.Errorf("--default-retention must be at least 1s")
+	case c.MaxInFlight < 1 || c.MaxAckedAhead < 1:
+		return fmt.Errorf("--default-max-in-flight and --default-max-acked-ahead must be at least 1")
+	case c.SegmentBytes < 4096:
+		return fmt.Errorf("--segment-bytes must be at least 4096")
+	}
+	return nil
+}
+
+func newLogger(c config) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	o := &slog.HandlerOptions{Level: lvl}
+	switch c.LogFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, o)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json")
+}
+
+func serve(args []string) error {
+	c, err := loadConfig(args, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+
+	b, err := broker.Open(broker.Options{
+		DataDir:           c.DataDir,
+		NodeID:            c.NodeID,
+		Logger:            log,
+		SegmentBytes:      c.SegmentBytes,
+		RetentionInterval: c.RetentionInterval,
+		Defaults: broker.TopicDefaults{
+			Partitions:    int32(c.Partitions),
+			RetentionMs:   c.Retention.Milliseconds(),
+			VisibilityMs:  c.Visibility.Milliseconds(),
+			MaxInFlight:   int32(c.MaxInFlight),
+			MaxAckedAhead: int32(c.MaxAckedAhead),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics()})
+	if err != nil {
+		b.Close()
+		return err
+	}
+	ln, err := net.Listen("tcp", c.HTTPAddr)
+	if err != nil {
+		b.Close()
+		return err
+	}
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      broker.MaxWait + 40*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("narad starting", "version", version, "http_addr", ln.Addr().String(), "data_dir", c.DataDir, "node_id", b.NodeID(),
+		"security", "off (authentication is not available in this version; keep the port on a trusted network)")
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = b.Start(startCtx)
+	cancel()
+	if err != nil {
+		srv.Close()
+		b.Close()
+		return fmt.Errorf("recovering: %w", err)
+	}
+	log.Info("narad ready", "http_addr", ln.Addr().String(), "topics", topicCount(b))
+
+	select {
+	case err := <-serveErr:
+		b.Close()
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("narad stopping: draining requests", "grace", c.ShutdownGrace)
+	b.Drain()
+	sctx, scancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("requests still running at the end of the grace period were cut", "err", err)
+	}
+	if err := b.Close(); err != nil {
+		return fmt.Errorf("closing: %w", err)
+	}
+	log.Info("narad stopped")
+	return nil
+}
+
+func topicCount(b *broker.Broker) int {
+	ts, _ := b.Topics()
+	return len(ts)
+}

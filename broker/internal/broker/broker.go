@@ -1,0 +1,467 @@
+// Package broker ties the control plane (topics in Raft) to the data plane (open
+// partitions) and implements the operations the HTTP API serves: produce with partition
+// routing, consume across partitions with long polling, settle, replay.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/partition"
+	"github.com/narad-mq/narad/broker/internal/queue"
+)
+
+// Options configures a Broker.
+type Options struct {
+	// DataDir holds everything the node stores: meta/ (Raft) and topics/.
+	DataDir string
+	// NodeID names this node; empty means the one stored in DataDir, or a new one.
+	NodeID string
+	// Logger receives the broker's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Defaults fills the settings a create leaves out.
+	Defaults TopicDefaults
+	// SegmentBytes is the message log segment size (0: the storage default).
+	SegmentBytes int64
+	// RetentionInterval is how often retention runs (default 10 s).
+	RetentionInterval time.Duration
+	// Metrics receives counters; nil means a private registry.
+	Metrics *Metrics
+}
+
+// TopicDefaults are the settings of a topic created without them.
+type TopicDefaults struct {
+	Partitions    int32
+	RetentionMs   int64
+	VisibilityMs  int64
+	MaxInFlight   int32
+	MaxAckedAhead int32
+}
+
+// DefaultTopicDefaults are the documented defaults.
+var DefaultTopicDefaults = TopicDefaults{
+	Partitions:    3,
+	RetentionMs:   7 * 24 * 3600 * 1000,
+	VisibilityMs:  30_000,
+	MaxInFlight:   1024,
+	MaxAckedAhead: 1024,
+}
+
+// Broker is a single node's broker. It is safe for concurrent use.
+type Broker struct {
+	opts    Options
+	log     *slog.Logger
+	meta    *meta.Store
+	metrics *Metrics
+
+	mu     sync.RWMutex
+	topics map[string]*topic
+
+	reconcileMu sync.Mutex
+	ready       atomic.Bool
+	closing     atomic.Bool
+	stop        chan struct{}
+	draining    chan struct{}
+	drainOnce   sync.Once
+	wg          sync.WaitGroup
+	changed     chan struct{}
+}
+
+// topic is the running form of one topic incarnation.
+type topic struct {
+	name        string
+	incarnation uint64
+	cur         atomic.Pointer[meta.Topic] // settings; replaced whole on alter
+	dir     string
+	parts   []*partition.Partition
+	produce atomic.Uint32 // round-robin for keyless produce
+	consume atomic.Uint32 // first partition tried by the next consume
+	sig     signal
+	done    chan struct{} // closed when the incarnation is closed
+}
+
+// Open opens (or creates) the node's data directory and starts serving once its
+// metadata and partitions are recovered; Ready reports when.
+func Open(opts Options) (*Broker, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Defaults == (TopicDefaults{}) {
+		opts.Defaults = DefaultTopicDefaults
+	}
+	if opts.RetentionInterval == 0 {
+		opts.RetentionInterval = 10 * time.Second
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics()
+	}
+	if err := os.MkdirAll(filepath.Join(opts.DataDir, "topics"), 0o755); err != nil {
+		return nil, err
+	}
+	id, err := nodeID(opts.DataDir, opts.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	opts.NodeID = id
+	b := &Broker{
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: opts.Metrics,
+		topics:  make(map[string]*topic),
+		stop:     make(chan struct{}),
+		draining: make(chan struct{}),
+		changed:  make(chan struct{}, 1),
+	}
+	b.meta, err = meta.Open(meta.Options{
+		Dir:      filepath.Join(opts.DataDir, "meta"),
+		NodeID:   id,
+		Logger:   opts.Logger,
+		OnChange: b.metaChanged,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Start waits for the control plane to be current, opens every partition, removes data
+// of topics that no longer exist, and starts background work. It returns once the node
+// is ready.
+func (b *Broker) Start(ctx context.Context) error {
+	if err := b.meta.WaitReady(ctx); err != nil {
+		return err
+	}
+	if err := b.reconcile(true); err != nil {
+		return err
+	}
+	b.wg.Add(2)
+	go b.retentionLoop()
+	go b.reconcileLoop()
+	b.ready.Store(true)
+	return nil
+}
+
+// Ready reports whether the node serves requests.
+func (b *Broker) Ready() bool { return b.ready.Load() && !b.closing.Load() }
+
+// Drain starts a graceful stop: the node reports not ready, new requests get 503, and
+// parked long polls return at once, so an HTTP server shutdown finishes quickly.
+func (b *Broker) Drain() {
+	b.drainOnce.Do(func() {
+		b.ready.Store(false)
+		close(b.draining)
+	})
+}
+
+// NodeID returns this node's id.
+func (b *Broker) NodeID() string { return b.opts.NodeID }
+
+// Metrics returns the broker's metrics.
+func (b *Broker) Metrics() *Metrics { return b.metrics }
+
+func (b *Broker) metaChanged() {
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (b *Broker) reconcileLoop() {
+	defer b.wg.Done()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-b.changed:
+			if err := b.reconcile(false); err != nil {
+				b.log.Error("applying topic changes failed", "err", err)
+			}
+		}
+	}
+}
+
+// reconcile makes the open partitions match the control plane's topics: it opens new
+// incarnations, closes and deletes the data of removed ones, and pushes changed
+// settings. With sweep it also deletes directories no topic owns (left by a crash
+// between a delete and its clean-up); only call it once the metadata is current.
+func (b *Broker) reconcile(sweep bool) error {
+	b.reconcileMu.Lock()
+	defer b.reconcileMu.Unlock()
+	want := b.meta.Topics()
+	wantDirs := make(map[string]bool, len(want))
+
+	b.mu.RLock()
+	var stale []*topic
+	live := make(map[string]bool, len(want))
+	for _, m := range want {
+		live[m.Name] = true
+		wantDirs[topicDirName(m)] = true
+		if t, ok := b.topics[m.Name]; ok && t.incarnation != m.Incarnation {
+			stale = append(stale, t)
+		}
+	}
+	for name, t := range b.topics {
+		if !live[name] {
+			stale = append(stale, t)
+		}
+	}
+	b.mu.RUnlock()
+
+	for _, t := range stale {
+		b.mu.Lock()
+		if b.topics[t.name] == t {
+			delete(b.topics, t.name)
+		}
+		b.mu.Unlock()
+		b.closeTopic(t, true)
+	}
+
+	var firstErr error
+	for _, m := range want {
+		b.mu.RLock()
+		t, ok := b.topics[m.Name]
+		b.mu.RUnlock()
+		if ok {
+			if !sameTopic(*t.cur.Load(), m) {
+				b.applySettings(t, m)
+			}
+			continue
+		}
+		t, err := b.openTopic(m)
+		if err != nil {
+			b.log.Error("opening topic failed", "topic", m.Name, "incarnation", m.Incarnation, "err", err)
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		b.mu.Lock()
+		b.topics[m.Name] = t
+		b.mu.Unlock()
+	}
+
+	if sweep {
+		root := filepath.Join(b.opts.DataDir, "topics")
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if !wantDirs[e.Name()] {
+				b.log.Info("removing data of a deleted topic", "dir", e.Name())
+				if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
+					b.log.Error("removing data of a deleted topic failed", "dir", e.Name(), "err", err)
+				}
+			}
+		}
+	}
+	return firstErr
+}
+
+func topicDirName(m meta.Topic) string {
+	return strconv.FormatUint(m.Incarnation, 10) + "-" + m.Name
+}
+
+func queueConfig(m meta.Topic) queue.Config {
+	return queue.Config{
+		Visibility:    time.Duration(m.VisibilityMs) * time.Millisecond,
+		MaxInFlight:   int(m.MaxInFlight),
+		MaxAckedAhead: int(m.MaxAckedAhead),
+	}
+}
+
+func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
+	t := &topic{name: m.Name, incarnation: m.Incarnation, dir: filepath.Join(b.opts.DataDir, "topics", topicDirName(m)), done: make(chan struct{})}
+	t.cur.Store(&m)
+	for i := int32(0); i < m.Partitions; i++ {
+		p, err := partition.Open(partition.Options{
+			Dir:          filepath.Join(t.dir, strconv.Itoa(int(i))),
+			Index:        uint32(i),
+			Queue:        queueConfig(m),
+			SegmentBytes: b.opts.SegmentBytes,
+			Logger:       b.log.With("topic", m.Name, "partition", i),
+			OnAvailable:  t.sig.broadcast,
+		})
+		if err != nil {
+			for _, q := range t.parts {
+				q.Close()
+			}
+			return nil, err
+		}
+		t.parts = append(t.parts, p)
+	}
+	return t, nil
+}
+
+func sameTopic(a, b meta.Topic) bool {
+	return a.Incarnation == b.Incarnation && a.RetentionMs == b.RetentionMs && a.VisibilityMs == b.VisibilityMs &&
+		a.MaxInFlight == b.MaxInFlight && a.MaxAckedAhead == b.MaxAckedAhead && string(a.Schema) == string(b.Schema)
+}
+
+func (b *Broker) applySettings(t *topic, m meta.Topic) {
+	t.cur.Store(&m)
+	for _, p := range t.parts {
+		p.SetConfig(queueConfig(m))
+	}
+	b.enforceRetention(t)
+}
+
+// closeTopic closes a topic's partitions, wakes its waiting consumers, and with remove
+// deletes its data.
+func (b *Broker) closeTopic(t *topic, remove bool) {
+	close(t.done)
+	t.sig.broadcast()
+	for _, p := range t.parts {
+		if err := p.Close(); err != nil {
+			b.log.Warn("closing partition", "topic", t.name, "err", err)
+		}
+	}
+	if remove {
+		if err := os.RemoveAll(t.dir); err != nil {
+			b.log.Error("removing topic data failed; it is retried at the next start", "dir", t.dir, "err", err)
+		}
+	}
+}
+
+func (b *Broker) retentionLoop() {
+	defer b.wg.Done()
+	tick := time.NewTicker(b.opts.RetentionInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-tick.C:
+			b.mu.RLock()
+			ts := make([]*topic, 0, len(b.topics))
+			for _, t := range b.topics {
+				ts = append(ts, t)
+			}
+			b.mu.RUnlock()
+			for _, t := range ts {
+				b.enforceRetention(t)
+			}
+		}
+	}
+}
+
+func (b *Broker) enforceRetention(t *topic) {
+	cutoff := time.Now().UnixMilli() - t.cur.Load().RetentionMs
+	for i, p := range t.parts {
+		n, err := p.EnforceRetention(cutoff)
+		if err != nil && !errors.Is(err, partition.ErrClosed) {
+			b.log.Error("retention failed", "topic", t.name, "partition", i, "err", err)
+		}
+		if n > 0 {
+			b.log.Info("retention removed messages", "topic", t.name, "partition", i, "messages", n)
+		}
+	}
+}
+
+// Close stops background work and closes every partition; the data stays.
+func (b *Broker) Close() error {
+	if b.closing.Swap(true) {
+		return nil
+	}
+	b.Drain()
+	close(b.stop)
+	b.wg.Wait()
+	b.mu.Lock()
+	ts := b.topics
+	b.topics = map[string]*topic{}
+	b.mu.Unlock()
+	for _, t := range ts {
+		b.closeTopic(t, false)
+	}
+	return b.meta.Close()
+}
+
+// nodeID returns the node id stored in dataDir, storing want (or a new random id) on
+// first start. A different want than the stored id is refused: the id is part of the
+// node's identity in the cluster.
+func nodeID(dataDir, want string) (string, error) {
+	path := filepath.Join(dataDir, "node-id")
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if want != "" && want != id {
+			return "", fmt.Errorf("data dir %s belongs to node %q, not %q", dataDir, id, want)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	id := want
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s-%d", host, time.Now().UnixNano()%1_000_000)
+	}
+	if err := writeFileSync(path, []byte(id+"\n")); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+func writeFileSync(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// signal wakes every goroutine waiting for "something may be available".
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns a channel closed by the next broadcast.
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) broadcast() {
+	s.mu.Lock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+	s.mu.Unlock()
+}

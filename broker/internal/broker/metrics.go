@@ -1,0 +1,63 @@
+package broker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds the broker's Prometheus metrics.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Produced       *prometheus.CounterVec   // messages stored, by topic
+	Delivered      *prometheus.CounterVec   // messages leased, by topic
+	Redelivered    *prometheus.CounterVec   // leased again after a lapse or nack, by topic
+	Settled        *prometheus.CounterVec   // acks that settled, by topic
+	AckOutcomes    *prometheus.CounterVec   // ack and extend results, by outcome
+	StorageErrors  *prometheus.CounterVec   // failed disk writes, by what was written
+	HTTPRequests   *prometheus.CounterVec   // by operation and status
+	HTTPDuration   *prometheus.HistogramVec // by operation
+	ConsumeWaiting prometheus.Gauge         // long polls parked now
+}
+
+// NewMetrics registers the broker's metrics, plus Go runtime and process metrics, in a
+// new registry.
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: r,
+		Produced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_messages_produced_total", Help: "Messages stored durably (answered 202).",
+		}, []string{"topic"}),
+		Delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_messages_delivered_total", Help: "Messages handed out under a lease.",
+		}, []string{"topic"}),
+		Redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_messages_redelivered_total", Help: "Deliveries after the first (lease lapsed, nack or restart).",
+		}, []string{"topic"}),
+		Settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_messages_settled_total", Help: "Messages settled durably by an ack.",
+		}, []string{"topic"}),
+		AckOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_ack_outcomes_total", Help: "Ack, extend and nack results.",
+		}, []string{"outcome"}),
+		StorageErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_storage_errors_total", Help: "Disk writes or reads that failed.",
+		}, []string{"op"}),
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_http_requests_total", Help: "HTTP requests by operation and status.",
+		}, []string{"op", "status"}),
+		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "narad_http_request_duration_seconds",
+			Help:    "HTTP request latency by operation (long polls include their wait).",
+			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20},
+		}, []string{"op"}),
+		ConsumeWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "narad_consume_waiting", Help: "Consume requests parked in a long poll.",
+		}),
+	}
+	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
+		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

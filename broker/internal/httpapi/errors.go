@@ -1,0 +1,102 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/narad-mq/narad/broker/internal/broker"
+)
+
+// apiError is an error as the API shows it: a status, a stable code from the ErrorCode
+// list of openapi.yaml, and a message that says what to do.
+type apiError struct {
+	status     int
+	code       string
+	msg        string
+	retryAfter int // seconds, for 503
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.msg }
+
+func newErr(status int, code, msg string) *apiError {
+	return &apiError{status: status, code: code, msg: msg}
+}
+
+func badParam(msg string) *apiError { return newErr(http.StatusBadRequest, "invalid_parameter", msg) }
+
+// toAPIError maps a domain error to its API form. It is the one place where broker errors
+// become HTTP statuses.
+func toAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var inv *broker.InvalidError
+	if errors.As(err, &inv) {
+		return newErr(http.StatusBadRequest, inv.Code, inv.Msg)
+	}
+	var conflict *broker.ConflictError
+	if errors.As(err, &conflict) {
+		return newErr(http.StatusConflict, "conflict", conflict.Msg)
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "the body is over its limit of "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send less")
+	case errors.Is(err, broker.ErrTopicNotFound):
+		return newErr(http.StatusNotFound, "topic_not_found", "no such topic; create it with POST /v1/topics")
+	case errors.Is(err, broker.ErrTopicExists):
+		return newErr(http.StatusConflict, "topic_exists", "a topic of this name exists; delete it first or choose another name")
+	case errors.Is(err, broker.ErrPartitionNotFound):
+		return newErr(http.StatusNotFound, "partition_not_found", "no such partition; partitions count from 0 to the topic's partitions - 1")
+	case errors.Is(err, broker.ErrLeaseLost):
+		return newErr(http.StatusGone, "lease_lost", "the lease lapsed, was handed back, or the message was settled; it is (or was) delivered again, so do not ack it")
+	case errors.Is(err, broker.ErrBadHandle):
+		return newErr(http.StatusBadRequest, "invalid_receipt_handle", "the receipt handle is not one this broker issued for this topic; pass it exactly as received")
+	case errors.Is(err, broker.ErrOffsetOutOfRange):
+		return newErr(http.StatusBadRequest, "offset_out_of_range", "that offset has aged out of the partition; read from the partition's oldest_offset")
+	case errors.Is(err, broker.ErrAckedAheadFull):
+		return &apiError{status: http.StatusServiceUnavailable, code: "acked_ahead_full", retryAfter: 1,
+			msg: "too many messages past the ack frontier are settled; ack the oldest in-flight message of this partition first, or retry later"}
+	case errors.Is(err, broker.ErrNotImplemented):
+		return newErr(http.StatusNotImplemented, "not_implemented", err.Error())
+	case errors.Is(err, broker.ErrStorage):
+		return &apiError{status: http.StatusServiceUnavailable, code: "storage_failed", retryAfter: 1,
+			msg: "a disk write failed and the request was not stored; retry later (the operator is alerted by the narad_storage_errors_total metric)"}
+	case errors.Is(err, broker.ErrUnavailable):
+		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 1,
+			msg: "the broker cannot serve this now (starting, stopping or failing over); retry after Retry-After seconds"}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &apiError{status: http.StatusServiceUnavailable, code: "timeout", retryAfter: 1,
+			msg: "the operation did not finish in time; its outcome is unknown, retry if duplicates are acceptable"}
+	}
+	return newErr(http.StatusInternalServerError, "internal", "an unexpected error happened; please report it with the broker's log: "+err.Error())
+}
+
+// writeError writes err as the JSON error body.
+func writeError(w http.ResponseWriter, err error) {
+	ae := toAPIError(err)
+	if ae.status >= 500 && ae.status != http.StatusNotImplemented {
+		slog.Warn("request failed", "status", ae.status, "code", ae.code, "err", err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if ae.status == http.StatusServiceUnavailable {
+		ra := ae.retryAfter
+		if ra <= 0 {
+			ra = 1
+		}
+		h.Set("Retry-After", strconv.Itoa(ra))
+	}
+	w.WriteHeader(ae.status)
+	b := make([]byte, 0, 64+len(ae.msg))
+	b = append(b, `{"error":{"code":`...)
+	b = appendString(b, ae.code)
+	b = append(b, `,"message":`...)
+	b = appendString(b, ae.msg)
+	b = append(b, "}}\n"...)
+	w.Write(b)
+}

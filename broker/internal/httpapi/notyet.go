@@ -1,0 +1,84 @@
+package httpapi
+
+import (
+	"context"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/broker"
+)
+
+// Operations this version describes in openapi.yaml but does not offer yet answer 501
+// not_implemented, so clients can tell "not here yet" from "wrong request".
+
+func notYet(what string) error {
+	return &notYetError{what: what}
+}
+
+type notYetError struct{ what string }
+
+func (e *notYetError) Error() string {
+	return e.what + " is not available in this version of the broker"
+}
+func (e *notYetError) Unwrap() error { return broker.ErrNotImplemented }
+
+func (h *handlers) AttachChild(ctx context.Context, _ apigen.AttachChildRequestObject) (apigen.AttachChildResponseObject, error) {
+	return nil, notYet("child topics (fan-out and delayed delivery)")
+}
+
+func (h *handlers) ListChildren(ctx context.Context, _ apigen.ListChildrenRequestObject) (apigen.ListChildrenResponseObject, error) {
+	return nil, notYet("child topics (fan-out and delayed delivery)")
+}
+
+func (h *handlers) DetachChild(ctx context.Context, _ apigen.DetachChildRequestObject) (apigen.DetachChildResponseObject, error) {
+	return nil, notYet("child topics (fan-out and delayed delivery)")
+}
+
+func (h *handlers) CreateUser(ctx context.Context, _ apigen.CreateUserRequestObject) (apigen.CreateUserResponseObject, error) {
+	return nil, notYet("users and grants")
+}
+
+func (h *handlers) ListUsers(ctx context.Context, _ apigen.ListUsersRequestObject) (apigen.ListUsersResponseObject, error) {
+	return nil, notYet("users and grants")
+}
+
+func (h *handlers) GetUser(ctx context.Context, _ apigen.GetUserRequestObject) (apigen.GetUserResponseObject, error) {
+	return nil, notYet("users and grants")
+}
+
+func (h *handlers) DeleteUser(ctx context.Context, _ apigen.DeleteUserRequestObject) (apigen.DeleteUserResponseObject, error) {
+	return nil, notYet("users and grants")
+}
+
+func (h *handlers) ReplaceGrants(ctx context.Context, _ apigen.ReplaceGrantsRequestObject) (apigen.ReplaceGrantsResponseObject, error) {
+	return nil, notYet("users and grants")
+}
+
+func (h *handlers) ChangePassword(ctx context.Context, _ apigen.ChangePasswordRequestObject) (apigen.ChangePasswordResponseObject, error) {
+	return nil, notYet("users and grants")
+}
+
+func (h *handlers) self() apigen.Member {
+	voter := true
+	return apigen.Member{Id: h.b.NodeID(), Address: "", Status: apigen.Alive, Voter: &voter}
+}
+
+// GetCluster describes the single node: it is its own controller and only member.
+func (h *handlers) GetCluster(ctx context.Context, _ apigen.GetClusterRequestObject) (apigen.GetClusterResponseObject, error) {
+	return apigen.GetCluster200JSONResponse{NodeId: h.b.NodeID(), Controller: h.b.NodeID(), Members: []apigen.Member{h.self()}}, nil
+}
+
+func (h *handlers) ListMembers(ctx context.Context, _ apigen.ListMembersRequestObject) (apigen.ListMembersResponseObject, error) {
+	return apigen.ListMembers200JSONResponse{Members: []apigen.Member{h.self()}}, nil
+}
+
+func (h *handlers) JoinMember(ctx context.Context, _ apigen.JoinMemberRequestObject) (apigen.JoinMemberResponseObject, error) {
+	return nil, notYet("clustering (join)")
+}
+
+func (h *handlers) DecommissionMember(ctx context.Context, _ apigen.DecommissionMemberRequestObject) (apigen.DecommissionMemberResponseObject, error) {
+	return nil, notYet("clustering (decommission)")
+}
+
+func (h *handlers) MovePartition(ctx context.Context, _ apigen.MovePartitionRequestObject) (apigen.MovePartitionResponseObject, error) {
+	return nil, notYet("clustering (partition moves)")
+}

@@ -1,0 +1,318 @@
+// Package httpapi serves the v1 HTTP API: it implements the strict server interface
+// generated from openapi.yaml, validates input, and maps broker errors to JSON error
+// bodies in one place (errors.go). It reaches the broker only through the Broker
+// interface it declares.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/broker"
+)
+
+// Options configures the HTTP API.
+type Options struct {
+	// Logger receives request errors; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics is where request counts go and what /metrics serves; nil disables both.
+	Metrics *broker.Metrics
+}
+
+// New returns the API's handler.
+func New(b Broker, opts Options) (http.Handler, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	spec, err := apigen.GetSwagger()
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: loading the embedded spec: %w", err)
+	}
+	h := &handlers{b: b}
+	mux := http.NewServeMux()
+	strict := apigen.NewStrictHandlerWithOptions(h, nil, apigen.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeError(w, err)
+				return
+			}
+			writeError(w, newErr(http.StatusBadRequest, "invalid_json", "the body is not valid JSON for this operation: "+err.Error()))
+		},
+		ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, err)
+		},
+	})
+	apigen.HandlerWithOptions(strict, apigen.StdHTTPServerOptions{
+		BaseRouter: mux,
+		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, badParam(err.Error()))
+		},
+	})
+	s := &server{mux: mux, log: opts.Logger, metrics: opts.Metrics, ops: indexOps(spec)}
+	mux.HandleFunc("/", s.noRoute)
+	if opts.Metrics != nil {
+		s.promHandler = promhttp.HandlerFor(opts.Metrics.Registry, promhttp.HandlerOpts{})
+	}
+	return s, nil
+}
+
+type server struct {
+	mux         *http.ServeMux
+	log         *slog.Logger
+	metrics     *broker.Metrics
+	promHandler http.Handler
+	ops         map[string]*opInfo
+}
+
+type opInfo struct {
+	id   string
+	op   *openapi3.Operation
+	body *openapi3.RequestBody // JSON request body, nil if none
+}
+
+// indexOps maps "METHOD /path/{param}" (the pattern the generated router registers) to
+// the spec's operation.
+func indexOps(spec *openapi3.T) map[string]*opInfo {
+	out := make(map[string]*opInfo)
+	for path, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			oi := &opInfo{id: op.OperationID, op: op}
+			if op.RequestBody != nil && op.RequestBody.Value != nil && op.RequestBody.Value.Content["application/json"] != nil {
+				oi.body = op.RequestBody.Value
+			}
+			out[method+" "+path] = oi
+		}
+	}
+	return out
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	_, pattern := s.mux.Handler(r)
+	oi := s.ops[pattern]
+	opName := "unknown"
+	if oi != nil {
+		opName = oi.id
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("handler panicked", "op", opName, "panic", v, "stack", string(debug.Stack()))
+			if sw.status == 0 {
+				writeError(sw, newErr(http.StatusInternalServerError, "internal", "the broker hit a bug handling this request; please report it with the broker's log"))
+			}
+		}
+		if s.metrics != nil {
+			s.metrics.HTTPRequests.WithLabelValues(opName, strconv.Itoa(sw.status)).Inc()
+			s.metrics.HTTPDuration.WithLabelValues(opName).Observe(time.Since(start).Seconds())
+		}
+	}()
+	if oi != nil && oi.id == "metrics" && s.promHandler != nil {
+		s.promHandler.ServeHTTP(sw, r)
+		return
+	}
+	if err := s.prepareBody(r, oi); err != nil {
+		writeError(sw, err)
+		return
+	}
+	s.mux.ServeHTTP(sw, r)
+}
+
+// prepareBody caps the body's size and, for JSON bodies, checks them against the spec
+// (unknown fields, types, ranges, required fields) before the handler sees them, so a
+// bad request never changes state.
+func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	limit := int64(MaxAdminBodyBytes)
+	if oi != nil {
+		switch oi.id {
+		case "produce":
+			limit = MaxPayloadBytes + 1 // the handler reports 413 past the payload limit
+		case "produceBatch", "ackBatch":
+			limit = MaxBatchBodyBytes
+		}
+	}
+	if r.ContentLength > limit {
+		return newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "the body is "+strconv.FormatInt(r.ContentLength, 10)+" bytes; the limit for this operation is "+strconv.FormatInt(limit, 10))
+	}
+	r.Body = http.MaxBytesReader(nil, r.Body, limit)
+	if oi == nil || oi.body == nil {
+		return nil
+	}
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "the body is over the limit of "+strconv.FormatInt(limit, 10)+" bytes for this operation")
+		}
+		return newErr(http.StatusBadRequest, "bad_request", "reading the body failed: "+err.Error())
+	}
+	r.Body = io.NopCloser(bytes.NewReader(data))
+	switch oi.id {
+	case "produceBatch":
+		return strictDecode(data, &apigen.ProduceBatchRequest{})
+	case "ackBatch":
+		return strictDecode(data, &apigen.AckBatchRequest{})
+	}
+	if err := checkJSONShape(data); err != nil {
+		return err
+	}
+	// Validate as JSON whatever Content-Type was sent: curl -d sends a form type.
+	vr := r.Clone(r.Context())
+	vr.Header.Set("Content-Type", "application/json")
+	vr.Body = io.NopCloser(bytes.NewReader(data))
+	in := &openapi3filter.RequestValidationInput{Request: vr, Options: &openapi3filter.Options{MultiError: false}}
+	if err := openapi3filter.ValidateRequestBody(r.Context(), in, oi.body); err != nil {
+		return newErr(http.StatusBadRequest, "invalid_json", describeSchemaError(err))
+	}
+	return nil
+}
+
+// describeSchemaError turns a kin-openapi validation error into one readable sentence.
+func describeSchemaError(err error) string {
+	var se *openapi3.SchemaError
+	if errors.As(err, &se) {
+		field := strings.Join(se.JSONPointer(), ".")
+		if field == "" {
+			return "the body does not match the API: " + se.Reason
+		}
+		return "field " + field + ": " + se.Reason
+	}
+	var re *openapi3filter.RequestError
+	if errors.As(err, &re) && re.Err != nil {
+		return "the body does not match the API: " + re.Err.Error()
+	}
+	return "the body does not match the API: " + err.Error()
+}
+
+func strictDecode(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return newErr(http.StatusBadRequest, "invalid_json", "the body is not valid for this operation: "+err.Error())
+	}
+	if dec.More() {
+		return newErr(http.StatusBadRequest, "invalid_json", "the body holds more than one JSON value")
+	}
+	return nil
+}
+
+// checkJSONShape refuses bodies that are not one JSON value, nest deeper than 64 levels,
+// or repeat a key in an object (which parsers resolve differently).
+func checkJSONShape(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	type frame struct {
+		keys     map[string]bool
+		isObject bool
+		wantKey  bool
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return newErr(http.StatusBadRequest, "invalid_json", "the body is not valid JSON: "+err.Error())
+		}
+		top := len(stack) - 1
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				if top >= 0 && stack[top].isObject {
+					stack[top].wantKey = true
+				}
+				if len(stack) >= 64 {
+					return newErr(http.StatusBadRequest, "invalid_json", "the body nests deeper than 64 levels")
+				}
+				stack = append(stack, frame{keys: map[string]bool{}, isObject: t == '{', wantKey: t == '{'})
+			default:
+				stack = stack[:top]
+				if len(stack) > 0 && stack[len(stack)-1].isObject {
+					stack[len(stack)-1].wantKey = true
+				}
+			}
+			continue
+		case string:
+			if top >= 0 && stack[top].isObject && stack[top].wantKey {
+				if stack[top].keys[t] {
+					return newErr(http.StatusBadRequest, "invalid_json", "the key "+strconv.Quote(t)+" appears twice in one object")
+				}
+				stack[top].keys[t] = true
+				stack[top].wantKey = false
+				continue
+			}
+		}
+		if top >= 0 && stack[top].isObject {
+			stack[top].wantKey = true
+		}
+	}
+	if dec.More() {
+		return newErr(http.StatusBadRequest, "invalid_json", "the body holds more than one JSON value")
+	}
+	return nil
+}
+
+// noRoute answers paths no operation matches: 405 when the path exists with another
+// method, 404 otherwise, both with the JSON error body.
+func (s *server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(context.Background())
+		probe.Method = m
+		if _, p := s.mux.Handler(probe); p != "/" && p != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, newErr(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path+"; use "+strings.Join(allowed, " or ")))
+		return
+	}
+	writeError(w, newErr(http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path+"; the API lives under /v1 (see openapi.yaml)"))
+}
+

@@ -1,0 +1,517 @@
+// Package partition is one partition of a topic as a state machine fed by commands:
+// message batches go to the segment log, settle batches to the settle journal, and both
+// are applied to the in-memory queue state (leases, frontier, acked-ahead set). A
+// checkpoint of the queue state lets a restart replay only the journal's tail. See
+// DESIGN.md beside this file.
+package partition
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/queue"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+)
+
+// ErrClosed means the partition was closed (its topic deleted, or the broker stopping).
+var ErrClosed = errors.New("partition: closed")
+
+// ErrStorage means a disk write failed and nothing of the request was stored; the
+// partition fails closed until it is reopened.
+var ErrStorage = errors.New("partition: storage failed")
+
+// Options configures a partition.
+type Options struct {
+	// Dir holds the partition's files: log/, journal/, queue.ckpt, epoch.
+	Dir string
+	// Index is the partition's number within its topic.
+	Index uint32
+	// Queue holds the lease and cap settings.
+	Queue queue.Config
+	// FS does the file I/O; nil means the real file system.
+	FS vfs.FS
+	// SegmentBytes is the message log's segment size (0: the segment package default).
+	SegmentBytes int64
+	// CheckpointEvery is how many settle records the journal may gain between
+	// checkpoints of the queue state (default 4096).
+	CheckpointEvery int
+	// Logger receives warnings; nil means slog.Default().
+	Logger *slog.Logger
+	// OnAvailable is called, without locks held, when a message may have become
+	// available to lease (an append, a lapsed or handed-back lease, a freed in-flight
+	// slot). It must not block.
+	OnAvailable func()
+	// Clock is the monotonic time in nanoseconds; nil means time since process start.
+	Clock func() int64
+	// WallClock is the Unix time in milliseconds stamped on records; nil means time.Now.
+	WallClock func() int64
+}
+
+var processStart = time.Now()
+
+func monotonic() int64 { return int64(time.Since(processStart)) }
+
+func wallMillis() int64 { return time.Now().UnixMilli() }
+
+// Partition is safe for concurrent use.
+type Partition struct {
+	opts    Options
+	fs      vfs.FS
+	log     *segment.Log
+	journal *segment.Log
+
+	// gate is held shared by every settle from its begin to its commit, and exclusively
+	// by a checkpoint while it copies the queue state, so a checkpoint never misses a
+	// settle that is durable in the journal but not yet applied.
+	gate sync.RWMutex
+
+	mu          sync.Mutex
+	q           *queue.State
+	timer       *time.Timer
+	timerAt     int64
+	closed      bool
+	sinceCkpt   int
+	checkpoints sync.Mutex // one checkpoint at a time
+	ckptRunning bool
+}
+
+// Delivery is one leased message.
+type Delivery struct {
+	Record  segment.Record
+	Nonce   queue.Nonce
+	Attempt uint32
+}
+
+// Open opens or creates the partition in opts.Dir and rebuilds its queue state: the last
+// checkpoint plus the settle journal after it.
+func Open(opts Options) (*Partition, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.OS{}
+	}
+	if opts.CheckpointEvery <= 0 {
+		opts.CheckpointEvery = 4096
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Clock == nil {
+		opts.Clock = monotonic
+	}
+	if opts.WallClock == nil {
+		opts.WallClock = wallMillis
+	}
+	p := &Partition{opts: opts, fs: opts.FS}
+	if err := p.fs.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	epoch, err := p.bumpEpoch()
+	if err != nil {
+		return nil, err
+	}
+	p.log, err = segment.Open(filepath.Join(opts.Dir, "log"), segment.Options{FS: p.fs, SegmentBytes: opts.SegmentBytes})
+	if err != nil {
+		return nil, fmt.Errorf("partition %d: opening log: %w", opts.Index, err)
+	}
+	p.journal, err = segment.Open(filepath.Join(opts.Dir, "journal"), segment.Options{FS: p.fs, SegmentBytes: 4 << 20})
+	if err != nil {
+		p.log.Close()
+		return nil, fmt.Errorf("partition %d: opening journal: %w", opts.Index, err)
+	}
+	ck, err := p.readCheckpoint()
+	if err != nil {
+		p.closeLogs()
+		return nil, err
+	}
+	p.q = queue.New(opts.Queue, epoch, ck.frontier, ck.ackedAhead)
+	if err := p.replayJournal(ck.journalNext); err != nil {
+		p.closeLogs()
+		return nil, err
+	}
+	p.q.SetBounds(p.log.Oldest(), p.log.Next())
+	return p, nil
+}
+
+func (p *Partition) closeLogs() {
+	p.log.Close()
+	p.journal.Close()
+}
+
+func (p *Partition) replayJournal(from uint64) error {
+	if from < p.journal.Oldest() {
+		// The checkpoint says it covers up to from, and compaction only deletes what a
+		// durable checkpoint covers; a journal starting later means files were lost.
+		return fmt.Errorf("partition %d: settle journal starts at %d, after checkpoint position %d: %w", p.opts.Index, p.journal.Oldest(), from, segment.ErrCorrupt)
+	}
+	for from < p.journal.Next() {
+		recs, err := p.journal.Read(from, 256, 1<<20)
+		if err != nil {
+			return fmt.Errorf("partition %d: replaying settle journal: %w", p.opts.Index, err)
+		}
+		for _, r := range recs {
+			offs, err := decodeSettle(r.Value)
+			if err != nil {
+				return fmt.Errorf("partition %d: settle record %d: %w", p.opts.Index, r.Offset, err)
+			}
+			for _, o := range offs {
+				p.q.Settled(o)
+			}
+			from = r.Offset + 1
+		}
+	}
+	return nil
+}
+
+// Append writes records durably and returns the first offset. The messages are
+// deliverable when it returns.
+func (p *Partition) Append(recs []segment.Record) (uint64, error) {
+	now := p.opts.WallClock()
+	for i := range recs {
+		recs[i].Timestamp = now
+	}
+	first, err := p.log.Append(recs)
+	if err != nil {
+		if errors.Is(err, segment.ErrClosed) {
+			return 0, ErrClosed
+		}
+		return 0, fmt.Errorf("%w: %v", ErrStorage, err)
+	}
+	p.mu.Lock()
+	p.q.SetBounds(p.log.Oldest(), p.log.Next())
+	p.mu.Unlock()
+	p.notify()
+	return first, nil
+}
+
+func (p *Partition) notify() {
+	if p.opts.OnAvailable != nil {
+		p.opts.OnAvailable()
+	}
+}
+
+// Lease reserves up to max messages for d and reads them. It returns no deliveries
+// (and no error) when nothing is available.
+func (p *Partition) Lease(max int, d time.Duration) ([]Delivery, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	now := p.opts.Clock()
+	if p.q.Expire(now) > 0 {
+		defer p.notify()
+	}
+	grants := p.q.LeaseFor(now, max, d)
+	p.armTimerLocked()
+	p.mu.Unlock()
+	if len(grants) == 0 {
+		return nil, nil
+	}
+	out := make([]Delivery, 0, len(grants))
+	var readErr error
+	for i := 0; i < len(grants); {
+		// Read runs of consecutive offsets in one call.
+		j := i + 1
+		for j < len(grants) && grants[j].Offset == grants[j-1].Offset+1 {
+			j++
+		}
+		recs, err := p.log.Read(grants[i].Offset, j-i, 1<<30)
+		if err != nil {
+			if errors.Is(err, segment.ErrOffsetOutOfRange) {
+				// Retention removed them after they were reserved: they are gone for good.
+				p.mu.Lock()
+				p.q.SetBounds(p.log.Oldest(), p.log.Next())
+				p.mu.Unlock()
+			} else {
+				// A record that cannot be read is never served; its lease lapses and it is
+				// tried again then, so a bad sector does not spin the consumer.
+				p.opts.Logger.Error("reading a leased message failed", "partition", p.opts.Index, "offset", grants[i].Offset, "err", err)
+				readErr = fmt.Errorf("%w: %v", ErrStorage, err)
+			}
+			i = j
+			continue
+		}
+		for k, r := range recs {
+			g := grants[i+k]
+			if r.Offset != g.Offset {
+				readErr = fmt.Errorf("%w: read offset %d for lease on %d", ErrStorage, r.Offset, g.Offset)
+				break
+			}
+			out = append(out, Delivery{Record: r, Nonce: g.Nonce, Attempt: g.Attempt})
+		}
+		i = j
+	}
+	if len(out) == 0 && readErr != nil {
+		return nil, readErr
+	}
+	return out, nil
+}
+
+// Available reports whether Lease would find a message now.
+func (p *Partition) Available() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.closed && p.q.Available()
+}
+
+// SettleReq names one lease to settle.
+type SettleReq struct {
+	Offset uint64
+	Nonce  queue.Nonce
+}
+
+// Settle settles leases durably: one journal write (one fsync, shared with concurrent
+// settles) for the batch. The result has one error per request: nil (settled),
+// queue.ErrLeaseLost, queue.ErrAckedAheadFull, ErrStorage or ErrClosed.
+func (p *Partition) Settle(reqs []SettleReq) []error {
+	errs := make([]error, len(reqs))
+	p.gate.RLock()
+	defer p.gate.RUnlock()
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return errs
+	}
+	now := p.opts.Clock()
+	if p.q.Expire(now) > 0 {
+		defer p.notify()
+	}
+	begun := make([]uint64, 0, len(reqs))
+	for i, r := range reqs {
+		if errs[i] = p.q.BeginSettle(r.Offset, r.Nonce, now); errs[i] == nil {
+			begun = append(begun, r.Offset)
+		}
+	}
+	p.mu.Unlock()
+	if len(begun) == 0 {
+		return errs
+	}
+
+	_, err := p.journal.Append([]segment.Record{{Value: encodeSettle(begun), Timestamp: p.opts.WallClock()}})
+
+	p.mu.Lock()
+	for _, o := range begun {
+		if err != nil {
+			p.q.AbortSettle(o)
+		} else {
+			p.q.CommitSettle(o)
+		}
+	}
+	p.sinceCkpt++
+	wantCkpt := err == nil && p.sinceCkpt >= p.opts.CheckpointEvery && !p.ckptRunning
+	if wantCkpt {
+		p.ckptRunning = true
+	}
+	p.armTimerLocked()
+	p.mu.Unlock()
+
+	if err != nil {
+		if errors.Is(err, segment.ErrClosed) {
+			err = ErrClosed
+		} else {
+			p.opts.Logger.Error("settle journal write failed; the settles were not stored", "partition", p.opts.Index, "err", err)
+			err = fmt.Errorf("%w: %v", ErrStorage, err)
+		}
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	if wantCkpt {
+		go func() {
+			if err := p.Checkpoint(); err != nil && !errors.Is(err, ErrClosed) {
+				p.opts.Logger.Error("queue checkpoint failed", "partition", p.opts.Index, "err", err)
+			}
+		}()
+	}
+	p.notify()
+	return errs
+}
+
+// Extend renews a lease to end d from now; d == 0 hands the message back at once.
+func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	now := p.opts.Clock()
+	expired := p.q.Expire(now)
+	err := p.q.Extend(off, n, now, d)
+	p.armTimerLocked()
+	p.mu.Unlock()
+	if expired > 0 || (err == nil && d == 0) {
+		p.notify()
+	}
+	return err
+}
+
+// Read returns up to max records from offset from, without leases. from below the oldest
+// retained offset starts at the oldest.
+func (p *Partition) Read(from uint64, max int) ([]segment.Record, error) {
+	for {
+		if o := p.log.Oldest(); from < o {
+			from = o
+		}
+		recs, err := p.log.Read(from, max, 4<<20)
+		if errors.Is(err, segment.ErrOffsetOutOfRange) {
+			continue // retention moved the start while we read: start again from it
+		}
+		if errors.Is(err, segment.ErrClosed) {
+			return nil, ErrClosed
+		}
+		return recs, err
+	}
+}
+
+// OffsetForTime returns the first offset written at or after ms.
+func (p *Partition) OffsetForTime(ms int64) (uint64, error) { return p.log.OffsetForTime(ms) }
+
+// Stats returns the queue's counters.
+func (p *Partition) Stats() queue.Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.q.Stats()
+}
+
+// SetConfig changes the lease and cap settings for leases taken from now on.
+func (p *Partition) SetConfig(c queue.Config) {
+	p.mu.Lock()
+	p.q.SetConfig(c)
+	p.mu.Unlock()
+	p.notify()
+}
+
+// Config returns the partition's queue settings.
+func (p *Partition) Config() queue.Config {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.q.Config()
+}
+
+// Epoch returns the lease epoch of this opening of the partition.
+func (p *Partition) Epoch() uint32 { return p.q.Epoch() }
+
+// EnforceRetention deletes whole segments whose messages are all older than cutoffMs
+// (Unix ms). Messages it deletes count as settled.
+func (p *Partition) EnforceRetention(cutoffMs int64) (uint64, error) {
+	n, err := p.log.DeleteOlderThan(cutoffMs)
+	if n > 0 {
+		p.mu.Lock()
+		p.q.SetBounds(p.log.Oldest(), p.log.Next())
+		p.mu.Unlock()
+	}
+	return n, err
+}
+
+// armTimerLocked makes sure the lapse timer fires at the earliest lease deadline, so
+// lapsed leases return to the queue (and wake waiting consumers) without a consume.
+func (p *Partition) armTimerLocked() {
+	at, ok := p.q.NextDeadline()
+	if !ok || p.closed {
+		return
+	}
+	if p.timer != nil && p.timerAt != 0 && p.timerAt <= at {
+		return
+	}
+	d := time.Duration(at - p.opts.Clock())
+	if d < 0 {
+		d = 0
+	}
+	p.timerAt = at
+	if p.timer == nil {
+		p.timer = time.AfterFunc(d, p.onTimer)
+	} else {
+		p.timer.Reset(d)
+	}
+}
+
+func (p *Partition) onTimer() {
+	p.mu.Lock()
+	p.timerAt = 0
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	n := p.q.Expire(p.opts.Clock())
+	p.armTimerLocked()
+	p.mu.Unlock()
+	if n > 0 {
+		p.notify()
+	}
+}
+
+// Close checkpoints the queue state and closes the files. Later calls return ErrClosed
+// from every method.
+func (p *Partition) Close() error {
+	ckErr := p.Checkpoint()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.mu.Unlock()
+	// Wait for settles in flight to finish before closing the journal under them.
+	p.gate.Lock()
+	defer p.gate.Unlock()
+	err := p.log.Close()
+	if jerr := p.journal.Close(); err == nil {
+		err = jerr
+	}
+	if err == nil && ckErr != nil && !errors.Is(ckErr, ErrClosed) {
+		err = ckErr
+	}
+	return err
+}
+
+// encodeSettle encodes a settle batch: a count, then the offsets as zig-zag deltas.
+func encodeSettle(offs []uint64) []byte {
+	b := make([]byte, 0, 2+len(offs)*3)
+	b = binary.AppendUvarint(b, uint64(len(offs)))
+	prev := int64(0)
+	for _, o := range offs {
+		b = binary.AppendVarint(b, int64(o)-prev)
+		prev = int64(o)
+	}
+	return b
+}
+
+func decodeSettle(b []byte) ([]uint64, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, errors.New("bad settle record count")
+	}
+	b = b[k:]
+	out := make([]uint64, 0, n)
+	prev := int64(0)
+	for i := uint64(0); i < n; i++ {
+		d, k := binary.Varint(b)
+		if k <= 0 {
+			return nil, errors.New("truncated settle record")
+		}
+		b = b[k:]
+		prev += d
+		if prev < 0 {
+			return nil, errors.New("negative offset in settle record")
+		}
+		out = append(out, uint64(prev))
+	}
+	if len(b) != 0 {
+		return nil, errors.New("trailing bytes in settle record")
+	}
+	return out, nil
+}
