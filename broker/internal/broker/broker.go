@@ -82,12 +82,12 @@ type topic struct {
 	name        string
 	incarnation uint64
 	cur         atomic.Pointer[meta.Topic] // settings; replaced whole on alter
-	dir     string
-	parts   []*partition.Partition
-	produce atomic.Uint32 // round-robin for keyless produce
-	consume atomic.Uint32 // first partition tried by the next consume
-	sig     signal
-	done    chan struct{} // closed when the incarnation is closed
+	dir         string
+	parts       []*partition.Partition
+	produce     atomic.Uint32 // round-robin for keyless produce
+	consume     atomic.Uint32 // first partition tried by the next consume
+	sig         signal
+	done        chan struct{} // closed when the incarnation is closed
 }
 
 // Open opens (or creates) the node's data directory and starts serving once its
@@ -114,10 +114,10 @@ func Open(opts Options) (*Broker, error) {
 	}
 	opts.NodeID = id
 	b := &Broker{
-		opts:    opts,
-		log:     opts.Logger,
-		metrics: opts.Metrics,
-		topics:  make(map[string]*topic),
+		opts:     opts,
+		log:      opts.Logger,
+		metrics:  opts.Metrics,
+		topics:   make(map[string]*topic),
 		stop:     make(chan struct{}),
 		draining: make(chan struct{}),
 		changed:  make(chan struct{}, 1),

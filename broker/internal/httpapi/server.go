@@ -315,4 +315,3 @@ func (s *server) noRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	writeError(w, newErr(http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path+"; the API lives under /v1 (see openapi.yaml)"))
 }
-
