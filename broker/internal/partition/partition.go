@@ -455,6 +455,15 @@ func (p *Partition) onTimer() {
 // from every method.
 func (p *Partition) Close() error {
 	ckErr := p.Checkpoint()
+	err := p.closeFiles()
+	if err == nil && ckErr != nil && !errors.Is(ckErr, ErrClosed) {
+		err = ckErr
+	}
+	return err
+}
+
+// closeFiles closes the partition without a checkpoint, as a crash would leave it.
+func (p *Partition) closeFiles() error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -471,9 +480,6 @@ func (p *Partition) Close() error {
 	err := p.log.Close()
 	if jerr := p.journal.Close(); err == nil {
 		err = jerr
-	}
-	if err == nil && ckErr != nil && !errors.Is(ckErr, ErrClosed) {
-		err = ckErr
 	}
 	return err
 }
