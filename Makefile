@@ -1,0 +1,89 @@
+# Narad — every task of the repository. `make help` lists them.
+#
+# The Go workspace (go.work) has no root module, so Go targets loop over the modules.
+
+GO          ?= go
+GO_MODULES  := broker sdk-go
+GEN_DIRS    := broker/internal/apigen sdk-go/api
+BIN         := bin
+NARAD       := $(BIN)/narad
+BENCH_FLAGS ?=
+FUZZTIME    ?= 20s
+
+.DEFAULT_GOAL := help
+.PHONY: help run build test test-go check-gen gen lint fmt bench bench-storage bench-flow \
+        fuzz e2e conformance examples chaos soak clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+run: build ## Run a single node with embedded defaults (data in ./data, HTTP on 127.0.0.1:7942)
+	$(NARAD) serve
+
+build: ## Build the narad binary into bin/
+	@mkdir -p $(BIN)
+	cd broker && $(GO) build -o ../$(NARAD) ./cmd/narad
+
+test: check-gen lint test-go ## Install what the tests need and run every test
+	@echo "make test: all suites passed"
+
+test-go: ## Go tests of every module, with the race detector (includes e2e against the binary)
+	@set -e; for m in $(GO_MODULES); do \
+		echo "== go test $$m"; \
+		(cd $$m && $(GO) mod download && $(GO) test -race -count=1 -timeout 10m ./...); \
+	done
+
+gen: ## Regenerate code from openapi.yaml (oapi-codegen, pinned in broker/go.mod)
+	@set -e; for d in $(GEN_DIRS); do (cd $$d && $(GO) generate ./...); done
+
+check-gen: ## Fail if the generated code differs from what openapi.yaml produces
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	for d in $(GEN_DIRS); do \
+		out=$$(awk '/^output:/ {print $$2}' $$d/cfg.yaml); \
+		spec=$$(sed -n 's/.*-config cfg.yaml \(.*\)$$/\1/p' $$d/generate.go); \
+		sed "s|^output:.*|output: $$tmp/$$(basename $$d).go|" $$d/cfg.yaml > $$tmp/cfg.yaml; \
+		(cd $$d && $(GO) tool oapi-codegen -config $$tmp/cfg.yaml $$spec); \
+		if ! cmp -s $$tmp/$$(basename $$d).go $$d/$$out; then \
+			echo "check-gen: $$d/$$out is stale; run 'make gen' and commit the result"; \
+			diff -u $$d/$$out $$tmp/$$(basename $$d).go | head -40; exit 1; \
+		fi; \
+	done; echo "check-gen: generated code matches openapi.yaml"
+
+lint: ## go vet and gofmt over every module
+	@set -e; for m in $(GO_MODULES); do (cd $$m && $(GO) vet ./...); done
+	@bad=$$(gofmt -l $(GO_MODULES)); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
+
+fmt: ## gofmt every module
+	gofmt -w $(GO_MODULES)
+
+bench: bench-storage bench-flow ## Storage benchmark, then the produce→consume→ack flow against a node
+
+bench-storage: ## Segment log: durable appends/s and MB/s beside the machine's fsync rate
+	cd broker && $(GO) test -run '^$$' -bench . -benchtime 2s ./internal/storage/segment
+
+bench-flow: build ## Produce→consume→ack flow over HTTP (16 producers, 16 consumers, 256-byte messages)
+	cd broker && $(GO) run ./cmd/narad-bench --narad ../$(NARAD) $(BENCH_FLAGS)
+
+fuzz: ## Run every fuzz target for FUZZTIME each
+	@set -e; cd broker; for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; done
+
+e2e: ## Only the end-to-end tests against the real binary
+	cd broker && $(GO) test -race -count=1 ./e2e/...
+
+conformance: ## SDK conformance suite (not yet available)
+	@echo "conformance: not yet available (see conformance/README.md)"; exit 1
+
+examples: ## Runnable examples against a live node (not yet available)
+	@echo "examples: not yet available (see examples/README.md)"; exit 1
+
+chaos: ## Long fault-injection runs (not yet available)
+	@echo "chaos: not yet available"; exit 1
+
+soak: ## Long soak runs (not yet available)
+	@echo "soak: not yet available"; exit 1
+
+clean: ## Remove build output and the local data dir of `make run`
+	rm -rf $(BIN) data
