@@ -92,7 +92,13 @@ func indexOps(spec *openapi3.T) map[string]*opInfo {
 	out := make(map[string]*opInfo)
 	for path, item := range spec.Paths.Map() {
 		for method, op := range item.Operations() {
-			oi := &opInfo{id: op.OperationID, op: op}
+			// The embedded spec carries Go-style ids (Produce); metrics and switches use
+			// the spec's own spelling (produce).
+			id := op.OperationID
+			if id != "" {
+				id = strings.ToLower(id[:1]) + id[1:]
+			}
+			oi := &opInfo{id: id, op: op}
 			if op.RequestBody != nil && op.RequestBody.Value != nil && op.RequestBody.Value.Content["application/json"] != nil {
 				oi.body = op.RequestBody.Value
 			}
@@ -173,6 +179,9 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 		case "produceBatch", "ackBatch":
 			limit = MaxBatchBodyBytes
 		}
+	}
+	if oi != nil && oi.id == "produce" && r.ContentLength > MaxPayloadBytes {
+		return tooLarge()
 	}
 	if r.ContentLength > limit {
 		return newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "the body is "+strconv.FormatInt(r.ContentLength, 10)+" bytes; the limit for this operation is "+strconv.FormatInt(limit, 10))
