@@ -248,8 +248,8 @@ func strictDecode(data []byte, v any) error {
 	return nil
 }
 
-// checkJSONShape refuses bodies that are not one JSON value, nest deeper than 64 levels,
-// or repeat a key in an object (which parsers resolve differently).
+// checkJSONShape refuses bodies that are not exactly one JSON value, nest deeper than 64
+// levels, or repeat a key in an object (which parsers resolve differently).
 func checkJSONShape(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -259,51 +259,48 @@ func checkJSONShape(data []byte) error {
 		wantKey  bool
 	}
 	var stack []frame
+	invalid := func(msg string) error { return newErr(http.StatusBadRequest, "invalid_json", msg) }
 	for {
 		tok, err := dec.Token()
 		if err == io.EOF {
-			break
+			return invalid("the body is empty or ends before its JSON value is complete")
 		}
 		if err != nil {
-			return newErr(http.StatusBadRequest, "invalid_json", "the body is not valid JSON: "+err.Error())
+			return invalid("the body is not valid JSON: " + err.Error())
 		}
 		top := len(stack) - 1
+		isKey := false
 		switch t := tok.(type) {
 		case json.Delim:
-			switch t {
-			case '{', '[':
-				if top >= 0 && stack[top].isObject {
-					stack[top].wantKey = true
-				}
+			if t == '{' || t == '[' {
 				if len(stack) >= 64 {
-					return newErr(http.StatusBadRequest, "invalid_json", "the body nests deeper than 64 levels")
+					return invalid("the body nests deeper than 64 levels")
 				}
 				stack = append(stack, frame{keys: map[string]bool{}, isObject: t == '{', wantKey: t == '{'})
-			default:
-				stack = stack[:top]
-				if len(stack) > 0 && stack[len(stack)-1].isObject {
-					stack[len(stack)-1].wantKey = true
-				}
+				continue
 			}
-			continue
+			stack = stack[:top]
+			top--
 		case string:
 			if top >= 0 && stack[top].isObject && stack[top].wantKey {
 				if stack[top].keys[t] {
-					return newErr(http.StatusBadRequest, "invalid_json", "the key "+strconv.Quote(t)+" appears twice in one object")
+					return invalid("the key " + strconv.Quote(t) + " appears twice in one object")
 				}
 				stack[top].keys[t] = true
 				stack[top].wantKey = false
-				continue
+				isKey = true
 			}
 		}
-		if top >= 0 && stack[top].isObject {
-			stack[top].wantKey = true
+		if !isKey && top >= 0 && stack[top].isObject {
+			stack[top].wantKey = true // a value ended: the next string is a key
+		}
+		if len(stack) == 0 {
+			if _, err := dec.Token(); err != io.EOF {
+				return invalid("the body holds more than one JSON value, or trailing garbage")
+			}
+			return nil
 		}
 	}
-	if dec.More() {
-		return newErr(http.StatusBadRequest, "invalid_json", "the body holds more than one JSON value")
-	}
-	return nil
 }
 
 // noRoute answers paths no operation matches: 405 when the path exists with another
