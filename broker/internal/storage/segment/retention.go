@@ -52,19 +52,26 @@ func (l *Log) deleteWhile(drop func(*segment) bool) (uint64, error) {
 	for _, s := range victims {
 		s.deleted.Store(true)
 		removed += s.next - s.base
-		// The log file goes first: an index left behind is removed on Open,
-		// while a log left without its index would only be scanned.
-		for _, p := range []string{s.path, s.indexPath()} {
-			if rerr := l.fs.Remove(p); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
-				err = rerr
-			}
+		if err == nil {
+			err = l.removeSegmentFiles(s)
 		}
 		s.release()
 	}
-	if serr := l.syncDir(); err == nil {
-		err = serr
-	}
 	return removed, err
+}
+
+// removeSegmentFiles unlinks a deleted segment's files. The log file goes first:
+// an index left behind is removed on Open, while a log left without its index
+// would only be scanned. Each segment's removal is made durable before the next
+// one starts, so a crash can only leave a prefix of the log deleted, never a
+// hole in the middle of it.
+func (l *Log) removeSegmentFiles(s *segment) error {
+	for _, p := range []string{s.path, s.indexPath()} {
+		if err := l.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return l.syncDir()
 }
 
 // Roll seals the active segment and starts a new, empty one at Next, so that
