@@ -356,7 +356,7 @@ func (b *Broker) retentionLoop() {
 }
 
 func (b *Broker) enforceRetention(t *topic) {
-	cutoff := time.Now().UnixMilli() - t.cur.Load().RetentionMs
+	cutoff := partition.WallMillis() - t.cur.Load().RetentionMs
 	for i, p := range t.parts {
 		n, err := p.EnforceRetention(cutoff)
 		if err != nil && !errors.Is(err, partition.ErrClosed) {

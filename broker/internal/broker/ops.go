@@ -143,7 +143,7 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 	d := b.opts.Defaults
 	m := meta.Topic{
 		Name:        s.Name,
-		CreatedAtMs: time.Now().UnixMilli(),
+		CreatedAtMs: partition.WallMillis(),
 		TopicConfig: meta.TopicConfig{
 			Partitions:        orDefault(s.Partitions, d.Partitions),
 			RetentionMs:       orDefault(s.RetentionMs, d.RetentionMs),

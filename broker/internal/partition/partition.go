@@ -57,7 +57,15 @@ var processStart = time.Now()
 
 func monotonic() int64 { return int64(time.Since(processStart)) }
 
-func wallMillis() int64 { return time.Now().UnixMilli() }
+// WallMillis is the broker's notion of Unix time in milliseconds: the wall clock read
+// once at process start plus the monotonic time since. A wall-clock jump while the
+// process runs (a bad NTP step, an operator's date command) therefore neither stamps
+// records out of order nor makes retention delete early; a restart re-reads the clock.
+func WallMillis() int64 {
+	return processStart.UnixMilli() + time.Since(processStart).Milliseconds()
+}
+
+func wallMillis() int64 { return WallMillis() }
 
 // Partition is safe for concurrent use.
 type Partition struct {

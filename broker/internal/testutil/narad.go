@@ -1,0 +1,428 @@
+package testutil
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bounds of the process harness. They are generous: CI is a loaded 2-core machine.
+const (
+	readyTimeout = 30 * time.Second
+	stopTimeout  = 30 * time.Second // SIGTERM to exit; the broker's grace is 25 s
+	killTimeout  = 10 * time.Second
+	startTries   = 5
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildBin  string
+	buildErr  error
+)
+
+// BuildNarad builds the narad binary once per test process and returns its path.
+// When the tests run with -race, the broker is built with -race too, so a data race
+// in the broker fails the test that ran it.
+func BuildNarad(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		mod, err := BrokerModuleDir()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildDir, err = os.MkdirTemp("", "narad-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildBin = filepath.Join(buildDir, "narad")
+		args := []string{"build", "-o", buildBin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		args = append(args, "./cmd/narad")
+		cmd := exec.Command(goTool(), args...)
+		cmd.Dir = mod
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building narad: %v", buildErr)
+	}
+	return buildBin
+}
+
+// RemoveBuild deletes the binary BuildNarad made; call it from TestMain after m.Run.
+func RemoveBuild() {
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// Options configures StartNarad.
+type Options struct {
+	// DataDir is the data directory; empty means a new t.TempDir().
+	DataDir string
+	// Args are extra flags for `narad serve`.
+	Args []string
+	// Env are extra environment variables (NAME=value). NARAD_* variables of the
+	// test's own environment are not passed on, so a developer's settings cannot
+	// change what a test sees.
+	Env []string
+}
+
+// Narad is a running narad process started by StartNarad. Its methods are safe for
+// concurrent use.
+type Narad struct {
+	t       testing.TB
+	bin     string
+	opts    Options
+	dataDir string
+	logPath string
+
+	mu       sync.Mutex
+	port     int
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when cmd exits
+	exitErr  error
+	expected bool // the exit was asked for (Stop or Kill)
+	starts   int
+}
+
+// StartNarad builds (once) and starts narad on 127.0.0.1 with a free port, waits
+// until GET /readyz answers 200, and registers a cleanup that stops it and, when the
+// test failed, prints its output.
+func StartNarad(t testing.TB, opts Options) *Narad {
+	t.Helper()
+	bin := BuildNarad(t)
+	n := &Narad{t: t, bin: bin, opts: opts, dataDir: opts.DataDir}
+	if n.dataDir == "" {
+		n.dataDir = t.TempDir()
+	}
+	logDir := t.TempDir()
+	n.logPath = filepath.Join(logDir, "narad.log")
+	t.Cleanup(n.cleanup)
+
+	var lastErr error
+	for try := 0; try < startTries; try++ {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatalf("finding a free port: %v", err)
+		}
+		n.mu.Lock()
+		n.port = port
+		n.mu.Unlock()
+		lastErr = n.start()
+		if lastErr == nil {
+			return n
+		}
+		if !errors.Is(lastErr, errBind) {
+			break
+		}
+	}
+	t.Fatalf("starting narad: %v", lastErr)
+	return nil
+}
+
+var errBind = errors.New("the port was taken")
+
+// FreePort returns a port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (n *Narad) start() error {
+	n.mu.Lock()
+	if n.cmd != nil && !n.exited() {
+		n.mu.Unlock()
+		return errors.New("testutil: narad is already running")
+	}
+	n.starts++
+	addr := "127.0.0.1:" + strconv.Itoa(n.port)
+	args := append([]string{"serve", "--http-addr", addr, "--data-dir", n.dataDir}, n.opts.Args...)
+	cmd := exec.Command(n.bin, args...)
+	cmd.Env = append(filterEnv(os.Environ()), n.opts.Env...)
+	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		n.mu.Unlock()
+		return err
+	}
+	fmt.Fprintf(logf, "=== start %d: %s %s\n", n.starts, n.bin, strings.Join(args, " "))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		n.mu.Unlock()
+		return err
+	}
+	done := make(chan struct{})
+	n.cmd, n.done, n.exitErr, n.expected = cmd, done, nil, false
+	n.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		n.mu.Lock()
+		n.exitErr = err
+		n.mu.Unlock()
+		close(done)
+	}()
+	return n.waitReady(done)
+}
+
+func filterEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "NARAD_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// waitReady polls /readyz until 200, the process exits, or readyTimeout passes.
+func (n *Narad) waitReady(done chan struct{}) error {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	url := n.URL() + "/readyz"
+	deadline := time.Now().Add(readyTimeout)
+	for delay := 10 * time.Millisecond; ; {
+		select {
+		case <-done:
+			log := n.Log()
+			if strings.Contains(log, "address already in use") {
+				return errBind
+			}
+			return fmt.Errorf("narad exited before it was ready (%v); its output:\n%s", n.exitError(), log)
+		default:
+		}
+		if resp, err := hc.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			n.signal(syscall.SIGKILL)
+			<-done
+			return fmt.Errorf("narad not ready after %v; its output:\n%s", readyTimeout, n.Log())
+		}
+		time.Sleep(delay)
+		if delay < 100*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// exited reports whether the current process has exited; n.mu must be held.
+func (n *Narad) exited() bool {
+	select {
+	case <-n.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (n *Narad) exitError() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.exitErr
+}
+
+// signal sends sig to the process this harness started, by PID.
+func (n *Narad) signal(sig syscall.Signal) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil || n.exited() {
+		return
+	}
+	n.cmd.Process.Signal(sig)
+}
+
+// URL returns the broker's base URL, http://127.0.0.1:PORT.
+func (n *Narad) URL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return "http://127.0.0.1:" + strconv.Itoa(n.port)
+}
+
+// DataDir returns the data directory.
+func (n *Narad) DataDir() string { return n.dataDir }
+
+// PID returns the current process's id (0 when none was started).
+func (n *Narad) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+// Client returns a validating client for this broker.
+func (n *Narad) Client() *Client { return NewClient(n.t, n.URL()) }
+
+// Running reports whether the process is up.
+func (n *Narad) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cmd != nil && !n.exited()
+}
+
+// Stop sends SIGTERM and waits for the exit; past its bound it sends SIGKILL. A
+// graceful stop must exit 0 (and, under -race, report no data race); anything else
+// fails the test.
+func (n *Narad) Stop() {
+	n.t.Helper()
+	done := n.markExpected()
+	if done == nil {
+		return
+	}
+	n.signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(stopTimeout):
+		n.t.Errorf("narad (pid %d) did not exit within %v of SIGTERM; killing it", n.PID(), stopTimeout)
+		n.signal(syscall.SIGKILL)
+		<-done
+		return
+	}
+	if err := n.exitError(); err != nil {
+		n.t.Errorf("narad (pid %d) exited with %v after SIGTERM; want exit 0", n.PID(), err)
+	}
+}
+
+// Kill sends SIGKILL and waits for the exit.
+func (n *Narad) Kill() {
+	n.t.Helper()
+	done := n.markExpected()
+	if done == nil {
+		return
+	}
+	n.signal(syscall.SIGKILL)
+	select {
+	case <-done:
+	case <-time.After(killTimeout):
+		n.t.Fatalf("narad (pid %d) did not exit within %v of SIGKILL", n.PID(), killTimeout)
+	}
+}
+
+// markExpected records that the coming exit is asked for and returns the exit
+// channel, or nil when there is no running process.
+func (n *Narad) markExpected() chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return nil
+	}
+	if n.exited() {
+		if !n.expected {
+			n.t.Errorf("narad (pid %d) had exited on its own: %v", n.cmd.Process.Pid, n.exitErr)
+		}
+		n.expected = true
+		return nil
+	}
+	n.expected = true
+	return n.done
+}
+
+// Restart stops the broker (gracefully) if it runs, then starts it again on the same
+// data directory and port and waits until it is ready.
+func (n *Narad) Restart() {
+	n.t.Helper()
+	n.Stop()
+	n.startAgain()
+}
+
+// RestartAfterKill kills the broker with SIGKILL, then starts it again on the same data
+// directory and port.
+func (n *Narad) RestartAfterKill() {
+	n.t.Helper()
+	n.Kill()
+	n.startAgain()
+}
+
+func (n *Narad) startAgain() {
+	n.t.Helper()
+	var err error
+	// The port was ours a moment ago; a bind failure can only be transient.
+	for try := 0; try < startTries; try++ {
+		if err = n.start(); err == nil || !errors.Is(err, errBind) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		n.t.Fatalf("restarting narad: %v", err)
+	}
+}
+
+// Log returns everything the broker wrote to stdout and stderr, across restarts.
+func (n *Narad) Log() string {
+	b, err := os.ReadFile(n.logPath)
+	if err != nil {
+		return fmt.Sprintf("(reading %s: %v)", n.logPath, err)
+	}
+	return string(b)
+}
+
+func (n *Narad) cleanup() {
+	n.mu.Lock()
+	unexpected := n.cmd != nil && n.exited() && !n.expected
+	exitErr := n.exitErr
+	if unexpected {
+		n.expected = true
+	}
+	n.mu.Unlock()
+	if unexpected {
+		n.t.Errorf("narad exited during the test without being asked to: %v", exitErr)
+	}
+	n.Stop()
+	log := n.Log()
+	if strings.Contains(log, "WARNING: DATA RACE") {
+		n.t.Errorf("the broker reported a data race")
+	}
+	if strings.Contains(log, "panic:") || strings.Contains(log, "handler panicked") {
+		n.t.Errorf("the broker panicked")
+	}
+	if n.t.Failed() {
+		n.t.Logf("narad output (%s):\n%s", n.logPath, tail(log, 64<<10))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := len(s) - n
+	if j := bytes.IndexByte([]byte(s[i:]), '\n'); j >= 0 {
+		i += j + 1
+	}
+	return "…\n" + s[i:]
+}
