@@ -1,0 +1,252 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func mustStartBroker(t *testing.T, dir string) *Broker {
+	t.Helper()
+	b, err := Open(Options{DataDir: dir, NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RetentionInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func produceN(t *testing.T, b *Broker, topic string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if _, err := b.Produce(context.Background(), topic, []Outgoing{{Partition: -1, Value: []byte(strconv.Itoa(i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestConcurrentFlowUnderRace runs producers, consumers, acks, nacks, an alter and
+// inspects at once (run with -race), then checks every message was settled exactly once
+// and nothing is left.
+func TestConcurrentFlowUnderRace(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "work", Partitions: ptr[int32](4), VisibilityMs: ptr[int64](2000)}); err != nil {
+		t.Fatal(err)
+	}
+	const producers, per = 4, 200
+	var settled sync.Map
+	var dup atomic.Bool
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				id := fmt.Sprintf("%d-%d", p, i)
+				if _, err := b.Produce(ctx, "work", []Outgoing{{Partition: -1, Key: []byte(id), Value: []byte(id)}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	var done atomic.Int64
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for c := 0; c < 6; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done.Load() < producers*per && cctx.Err() == nil {
+				ds, err := b.Consume(cctx, "work", 3, 200*time.Millisecond)
+				if err != nil {
+					if cctx.Err() == nil {
+						t.Error(err)
+					}
+					return
+				}
+				reqs := make([]AckReq, 0, len(ds))
+				for i, d := range ds {
+					if c == 0 && i == 0 && d.Attempt == 1 {
+						// Some nacks, so redeliveries mix in.
+						if errs := b.Ack(ctx, "work", []AckReq{{Handle: d.Handle, Mode: ExtendBy}}); errs[0] != nil {
+							t.Error(errs[0])
+						}
+						continue
+					}
+					reqs = append(reqs, AckReq{Handle: d.Handle})
+				}
+				values := make(map[string]string, len(ds))
+				for _, d := range ds {
+					values[d.Handle] = string(d.Value)
+				}
+				for i, err := range b.Ack(ctx, "work", reqs) {
+					if err != nil {
+						t.Errorf("ack: %v", err)
+						continue
+					}
+					if _, loaded := settled.LoadOrStore(values[reqs[i].Handle], true); loaded {
+						dup.Store(true)
+					}
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for done.Load() < producers*per && cctx.Err() == nil {
+			if _, _, err := b.Topic("work"); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := b.AlterTopic(ctx, "work", TopicAlter{VisibilityMs: ptr[int64](3000)}); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	wg.Wait()
+	if dup.Load() {
+		t.Fatal("a message was settled twice")
+	}
+	if got := done.Load(); got != producers*per {
+		t.Fatalf("settled %d of %d", got, producers*per)
+	}
+	_, parts, _ := b.Topic("work")
+	for _, p := range parts {
+		if p.Stats.Backlog != 0 || p.Stats.InFlight != 0 || p.Stats.Frontier != p.Stats.End {
+			t.Fatalf("partition %d not drained: %+v", p.Index, p.Stats)
+		}
+	}
+}
+
+// TestDeleteRecreateIsolation checks contract 6: nothing of a deleted incarnation reaches
+// a new topic of the same name, and its handles are stale.
+func TestDeleteRecreateIsolation(t *testing.T) {
+	dir := t.TempDir()
+	b := mustStartBroker(t, dir)
+	ctx := context.Background()
+	old, err := b.CreateTopic(ctx, TopicSpec{Name: "t", Partitions: ptr[int32](1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, b, "t", 3)
+	ds, err := b.Consume(ctx, "t", 1, 0)
+	if err != nil || len(ds) != 1 {
+		t.Fatal(ds, err)
+	}
+	if err := b.DeleteTopic(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if errs := b.Ack(ctx, "t", []AckReq{{Handle: ds[0].Handle}}); !errors.Is(errs[0], ErrTopicNotFound) {
+		t.Fatalf("ack while the topic is gone: %v", errs[0])
+	}
+	nw, err := b.CreateTopic(ctx, TopicSpec{Name: "t", Partitions: ptr[int32](1)})
+	if err != nil || nw.Incarnation == old.Incarnation {
+		t.Fatalf("recreate: %+v %v", nw, err)
+	}
+	if errs := b.Ack(ctx, "t", []AckReq{{Handle: ds[0].Handle}}); !errors.Is(errs[0], ErrLeaseLost) {
+		t.Fatalf("ack with a handle of the old incarnation: %v", errs[0])
+	}
+	if got, _ := b.Consume(ctx, "t", 10, 0); len(got) != 0 {
+		t.Fatalf("new topic delivered %d old messages", len(got))
+	}
+	// And across a restart, the old incarnation's data is gone for good.
+	b.Close()
+	b = mustStartBroker(t, dir)
+	defer b.Close()
+	if got, _, _ := b.Read(ctx, "t", 0, nil, nil, 10); len(got) != 0 {
+		t.Fatalf("replay after restart shows %d old messages", len(got))
+	}
+}
+
+// TestLongPollWakesOnProduce checks a parked consume returns as soon as a message is
+// produced, well before its wait.
+func TestLongPollWakesOnProduce(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "t", Partitions: ptr[int32](3)}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []Delivered, 1)
+	go func() {
+		ds, err := b.Consume(ctx, "t", 1, 15*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ds
+	}()
+	// Wait until the consumer is parked, then produce.
+	deadline := time.Now().Add(10 * time.Second)
+	for testutilGauge(b) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	produceN(t, b, "t", 1)
+	select {
+	case ds := <-got:
+		if len(ds) != 1 {
+			t.Fatalf("woke with %d messages", len(ds))
+		}
+		if el := time.Since(start); el > 5*time.Second {
+			t.Fatalf("woke %v after the produce", el)
+		}
+	case <-time.After(14 * time.Second):
+		t.Fatal("the parked consume never woke")
+	}
+}
+
+func testutilGauge(b *Broker) float64 {
+	return promtest.ToFloat64(b.metrics.ConsumeWaiting)
+}
+
+// TestFairAcrossPartitions checks that single-message consumes rotate over partitions.
+func TestFairAcrossPartitions(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "t", Partitions: ptr[int32](3)}); err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 3; p++ {
+		for i := 0; i < 10; i++ {
+			if _, err := b.Produce(ctx, "t", []Outgoing{{Partition: p, Value: []byte("x")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	seen := map[int32]int{}
+	for i := 0; i < 9; i++ {
+		ds, err := b.Consume(ctx, "t", 1, 0)
+		if err != nil || len(ds) != 1 {
+			t.Fatal(ds, err)
+		}
+		seen[ds[0].Partition]++
+	}
+	for p := int32(0); p < 3; p++ {
+		if seen[p] != 3 {
+			t.Fatalf("partition share over 9 consumes: %v", seen)
+		}
+	}
+}
