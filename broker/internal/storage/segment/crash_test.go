@@ -286,3 +286,34 @@ func TestCrashDuringRoll(t *testing.T) {
 		mustClose(t, l)
 	}
 }
+
+// TestDamagedLastSealedSegment damages the segment just before an empty active
+// one: its newest timestamp is unknown, so retention keeps it, and new appends
+// are not clamped to the unknown bound.
+func TestDamagedLastSealedSegment(t *testing.T) {
+	m := vfs.NewMem()
+	l := mustOpen(t, testDir, memOptions(m))
+	appendTestRecords(t, l, 0, 30)
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	seg := l.segments[len(l.segments)-2]
+	mustClose(t, l)
+	m.Remove(seg.indexPath())
+	m.FlipByte(seg.path, frameHeader+2, 0x04) // the segment's first record
+
+	l = mustOpen(t, testDir, memOptions(m))
+	defer mustClose(t, l)
+	_, err := l.Read(seg.base, 1, 0)
+	wantErr(t, err, ErrCorrupt)
+	if _, err := l.DeleteOlderThan(testRecord(29).Timestamp + 1); err != nil {
+		t.Fatal(err)
+	}
+	if l.Oldest() != seg.base {
+		t.Fatalf("retention removed a damaged segment of unknown age: Oldest %d", l.Oldest())
+	}
+	mustAppend(t, l, Record{Timestamp: 5})
+	if ts := mustRead(t, l, 30, 1, 0)[0].Timestamp; ts != testRecord(int(seg.base)-1).Timestamp {
+		t.Fatalf("new record's timestamp clamped to %d", ts)
+	}
+}

@@ -131,7 +131,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("segment: open %s: %w", dir, err)
 	}
 	for _, s := range l.segments {
-		if s.next > s.base {
+		if s.next > s.base && !s.damaged { // a damaged segment's lastTS is only an upper bound
 			l.lastTS = max(l.lastTS, s.lastTS)
 		}
 	}
@@ -395,13 +395,14 @@ func (l *Log) acquire(from uint64) (*segment, segmentView, error) {
 		return nil, segmentView{}, nil
 	}
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > from }) - 1
-	return l.take(segs[i])
+	s, v := take(segs[i])
+	return s, v, nil
 }
 
-// take takes a reference on s and copies its fields; l.mu must be held.
-func (l *Log) take(s *segment) (*segment, segmentView, error) {
+// take takes a reference on s and copies its fields; Log.mu must be held.
+func take(s *segment) (*segment, segmentView) {
 	s.refs.Add(1)
-	return s, segmentView{base: s.base, next: s.next, size: s.size, path: s.path, entries: s.entries}, nil
+	return s, segmentView{base: s.base, next: s.next, size: s.size, path: s.path, entries: s.entries}
 }
 
 // reader returns a frameReader positioned at index entry e of the viewed segment.
@@ -521,7 +522,7 @@ func (l *Log) OffsetForTime(ts int64) (uint64, error) {
 		l.mu.RUnlock()
 		return next, nil
 	}
-	s, v, _ := l.take(segs[i])
+	s, v := take(segs[i])
 	l.mu.RUnlock()
 	defer s.release()
 
