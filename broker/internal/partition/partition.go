@@ -136,6 +136,15 @@ func Open(opts Options) (*Partition, error) {
 		p.closeLogs()
 		return nil, err
 	}
+	if end := p.log.Next(); ck.frontier > end {
+		// The log ends before messages that were settled: data the disk had confirmed is
+		// gone. Offsets from end on will be reused by new messages, which must not count
+		// as settled, so the settled state is cut back to the log.
+		opts.Logger.Error("message log ends before the ack frontier; the disk lost confirmed data",
+			"partition", opts.Index, "log_end", end, "frontier", ck.frontier)
+		ck.frontier = end
+		ck.ackedAhead = nil
+	}
 	p.q = queue.New(opts.Queue, epoch, ck.frontier, ck.ackedAhead)
 	if err := p.replayJournal(ck.journalNext); err != nil {
 		p.closeLogs()
@@ -151,6 +160,7 @@ func (p *Partition) closeLogs() {
 }
 
 func (p *Partition) replayJournal(from uint64) error {
+	end := p.log.Next()
 	if from < p.journal.Oldest() {
 		// The checkpoint says it covers up to from, and compaction only deletes what a
 		// durable checkpoint covers; a journal starting later means files were lost.
@@ -167,7 +177,9 @@ func (p *Partition) replayJournal(from uint64) error {
 				return fmt.Errorf("partition %d: settle record %d: %w", p.opts.Index, r.Offset, err)
 			}
 			for _, o := range offs {
-				p.q.Settled(o)
+				if o < end { // see the frontier check in Open
+					p.q.Settled(o)
+				}
 			}
 			from = r.Offset + 1
 		}
@@ -228,7 +240,7 @@ func (p *Partition) Lease(max int, d time.Duration) ([]Delivery, error) {
 		for j < len(grants) && grants[j].Offset == grants[j-1].Offset+1 {
 			j++
 		}
-		recs, err := p.log.Read(grants[i].Offset, j-i, 1<<30)
+		recs, err := p.readRun(grants[i].Offset, j-i)
 		if err != nil {
 			if errors.Is(err, segment.ErrOffsetOutOfRange) {
 				// Retention removed them after they were reserved: they are gone for good.
@@ -256,6 +268,22 @@ func (p *Partition) Lease(max int, d time.Duration) ([]Delivery, error) {
 	}
 	if len(out) == 0 && readErr != nil {
 		return nil, readErr
+	}
+	return out, nil
+}
+
+// readRun reads exactly n records from off, across segment boundaries.
+func (p *Partition) readRun(off uint64, n int) ([]segment.Record, error) {
+	var out []segment.Record
+	for len(out) < n {
+		recs, err := p.log.Read(off+uint64(len(out)), n-len(out), 1<<30)
+		if err != nil {
+			return out, err
+		}
+		if len(recs) == 0 {
+			return out, fmt.Errorf("offset %d: %w", off+uint64(len(out)), segment.ErrCorrupt)
+		}
+		out = append(out, recs...)
 	}
 	return out, nil
 }

@@ -335,3 +335,36 @@ func FuzzDecodeSettle(f *testing.F) {
 		}
 	})
 }
+
+// TestLostLogTailDoesNotSwallowNewMessages: if the message log comes back shorter than
+// the settled state (a disk that lost confirmed writes), new messages reuse those offsets
+// and must be delivered, not skipped as settled.
+func TestLostLogTailDoesNotSwallowNewMessages(t *testing.T) {
+	fs := vfs.NewMem()
+	p := mustOpen(t, fs, func(o *Options) { o.SegmentBytes = 4096 })
+	appendN(t, p, 5)
+	for _, d := range leaseAll(t, p) {
+		if err := settleOne(p, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Wipe the message log, as a lying disk might.
+	infos, err := fs.ReadDir("/p/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fi := range infos {
+		if err := fs.Remove("/p/log/" + fi.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p = mustOpen(t, fs)
+	defer p.Close()
+	appendN(t, p, 2)
+	if got := offsets(leaseAll(t, p)); fmt.Sprint(got) != "[0 1]" {
+		t.Fatalf("new messages after a lost log: delivered %v, want [0 1]", got)
+	}
+}
