@@ -368,3 +368,27 @@ func TestLostLogTailDoesNotSwallowNewMessages(t *testing.T) {
 		t.Fatalf("new messages after a lost log: delivered %v, want [0 1]", got)
 	}
 }
+
+// TestLeaseAcrossSegments leases a run of offsets spanning many segment files in one
+// call: every leased message must be delivered, none left leased but unsent.
+func TestLeaseAcrossSegments(t *testing.T) {
+	p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.SegmentBytes = 4096 })
+	defer p.Close()
+	for i := 0; i < 300; i++ {
+		if _, err := p.Append([]segment.Record{{Value: make([]byte, 100)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := leaseAll(t, p)
+	if len(ds) != 300 {
+		t.Fatalf("delivered %d of 300 leased", len(ds))
+	}
+	for i, d := range ds {
+		if d.Record.Offset != uint64(i) {
+			t.Fatalf("delivery %d has offset %d", i, d.Record.Offset)
+		}
+	}
+	if st := p.Stats(); st.InFlight != 300 {
+		t.Fatalf("in flight %d", st.InFlight)
+	}
+}
