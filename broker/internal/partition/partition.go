@@ -441,6 +441,15 @@ func (p *Partition) Epoch() uint32 { return p.q.Epoch() }
 // EnforceRetention deletes whole segments whose messages are all older than cutoffMs
 // (Unix ms). Messages it deletes count as settled.
 func (p *Partition) EnforceRetention(cutoffMs int64) (uint64, error) {
+	// The active segment is never deleted; when everything in the log is past the
+	// cutoff, seal it so an idle partition ages out too.
+	if p.log.Oldest() < p.log.Next() {
+		if first, err := p.log.OffsetForTime(cutoffMs); err == nil && first == p.log.Next() {
+			if err := p.log.Roll(); err != nil {
+				return 0, err
+			}
+		}
+	}
 	n, err := p.log.DeleteOlderThan(cutoffMs)
 	if n > 0 {
 		p.mu.Lock()

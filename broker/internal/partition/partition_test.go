@@ -392,3 +392,25 @@ func TestLeaseAcrossSegments(t *testing.T) {
 		t.Fatalf("in flight %d", st.InFlight)
 	}
 }
+
+// TestIdlePartitionAgesOut: a partition whose every message is older than retention
+// loses them all, even though they sit in the active segment.
+func TestIdlePartitionAgesOut(t *testing.T) {
+	fs := vfs.NewMem()
+	now := int64(1_000_000)
+	p := mustOpen(t, fs, func(o *Options) { o.WallClock = func() int64 { return now } })
+	defer p.Close()
+	appendN(t, p, 5)
+	now += 10_000
+	n, err := p.EnforceRetention(now - 5_000)
+	if err != nil || n != 5 {
+		t.Fatalf("removed %d: %v", n, err)
+	}
+	if st := p.Stats(); st.Oldest != 5 || st.Frontier != 5 || st.Backlog != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	appendN(t, p, 1)
+	if got := offsets(leaseAll(t, p)); fmt.Sprint(got) != "[5]" {
+		t.Fatalf("after aging out, delivered %v", got)
+	}
+}
