@@ -79,7 +79,8 @@ func toAPIError(err error) *apiError {
 // writeError writes err as the JSON error body.
 func writeError(w http.ResponseWriter, err error) {
 	ae := toAPIError(err)
-	if ae.status >= 500 && ae.status != http.StatusNotImplemented {
+	// Faults get a log line; expected answers (starting up, back-pressure, 501) do not.
+	if ae.code == "internal" || ae.code == "storage_failed" || ae.code == "timeout" {
 		slog.Warn("request failed", "status", ae.status, "code", ae.code, "err", err)
 	}
 	h := w.Header()
