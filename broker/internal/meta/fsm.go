@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/narad-mq/narad/broker/internal/auth"
 )
 
 // ErrTopicExists means a topic of that name exists already.
@@ -19,6 +21,12 @@ var ErrTopicExists = errors.New("meta: topic exists")
 
 // ErrTopicNotFound means no topic of that name (and incarnation, when one was given) exists.
 var ErrTopicNotFound = errors.New("meta: topic not found")
+
+// ErrUserExists means a user of that name exists already.
+var ErrUserExists = errors.New("meta: user exists")
+
+// ErrUserNotFound means no user of that name exists.
+var ErrUserNotFound = errors.New("meta: user not found")
 
 // ErrUnavailable means the control plane cannot take writes now (no leader, shutting
 // down, or the write did not commit in time); the outcome may be unknown.
@@ -44,6 +52,9 @@ type Topic struct {
 	// of the cluster, so a name deleted and created again gets a new one.
 	Incarnation uint64 `json:"incarnation"`
 	CreatedAtMs int64  `json:"created_at_ms"`
+	// Owner is the user who created the topic ("" when security was off); the owner may
+	// alter and delete it and manage its children.
+	Owner string `json:"owner,omitempty"`
 	TopicConfig
 }
 
@@ -57,14 +68,21 @@ type Alter struct {
 }
 
 type command struct {
-	Op    string `json:"op"`
-	Topic *Topic `json:"topic,omitempty"`
-	Name  string `json:"name,omitempty"`
-	Alter *Alter `json:"alter,omitempty"`
+	Op     string       `json:"op"`
+	Topic  *Topic       `json:"topic,omitempty"`
+	Name   string       `json:"name,omitempty"`
+	Alter  *Alter       `json:"alter,omitempty"`
+	User   *auth.User   `json:"user,omitempty"`
+	Grants []auth.Grant `json:"grants,omitempty"`
+	Hash   []byte       `json:"hash,omitempty"`
+	// Seed marks a create_user that seeds the first admin: it applies only if no admin
+	// was ever seeded, so a restart with the same flag never recreates a deleted admin.
+	Seed bool `json:"seed,omitempty"`
 }
 
 type applyResult struct {
 	topic Topic
+	user  auth.User
 	err   error
 }
 
@@ -72,10 +90,12 @@ type applyResult struct {
 type fsm struct {
 	mu       sync.RWMutex
 	topics   map[string]Topic
+	users    map[string]auth.User
+	seeded   bool
 	onChange func()
 }
 
-func newFSM() *fsm { return &fsm{topics: make(map[string]Topic)} }
+func newFSM() *fsm { return &fsm{topics: make(map[string]Topic), users: make(map[string]auth.User)} }
 
 func (f *fsm) Apply(l *raft.Log) any {
 	var c command
@@ -136,6 +156,41 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		}
 		f.topics[c.Name] = t
 		return applyResult{topic: t}
+	case "create_user":
+		if c.Seed && f.seeded {
+			return applyResult{err: ErrUserExists}
+		}
+		if _, ok := f.users[c.User.Name]; ok {
+			return applyResult{err: ErrUserExists}
+		}
+		f.users[c.User.Name] = *c.User
+		if c.Seed {
+			f.seeded = true
+		}
+		return applyResult{user: *c.User}
+	case "delete_user":
+		u, ok := f.users[c.Name]
+		if !ok {
+			return applyResult{err: ErrUserNotFound}
+		}
+		delete(f.users, c.Name)
+		return applyResult{user: u}
+	case "set_grants":
+		u, ok := f.users[c.Name]
+		if !ok {
+			return applyResult{err: ErrUserNotFound}
+		}
+		u.Grants = c.Grants
+		f.users[c.Name] = u
+		return applyResult{user: u}
+	case "set_password":
+		u, ok := f.users[c.Name]
+		if !ok {
+			return applyResult{err: ErrUserNotFound}
+		}
+		u.Hash = c.Hash
+		f.users[c.Name] = u
+		return applyResult{user: u}
 	default:
 		panic(fmt.Sprintf("meta: unknown command %q at index %d", c.Op, index))
 	}
@@ -159,12 +214,36 @@ func (f *fsm) list() []Topic {
 	return out
 }
 
+func (f *fsm) user(name string) (auth.User, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	u, ok := f.users[name]
+	return u, ok
+}
+
+func (f *fsm) userList() []auth.User {
+	f.mu.RLock()
+	out := make([]auth.User, 0, len(f.users))
+	for _, u := range f.users {
+		out = append(out, u)
+	}
+	f.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
 type snapshotState struct {
-	Topics []Topic `json:"topics"`
+	Topics []Topic     `json:"topics"`
+	Users  []auth.User `json:"users,omitempty"`
+	Seeded bool        `json:"seeded,omitempty"`
 }
 
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	return &fsmSnapshot{state: snapshotState{Topics: f.list()}}, nil
+	st := snapshotState{Topics: f.list(), Users: f.userList()}
+	f.mu.RLock()
+	st.Seeded = f.seeded
+	f.mu.RUnlock()
+	return &fsmSnapshot{state: st}, nil
 }
 
 func (f *fsm) Restore(rc io.ReadCloser) error {
@@ -177,8 +256,12 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	for _, t := range st.Topics {
 		m[t.Name] = t
 	}
+	us := make(map[string]auth.User, len(st.Users))
+	for _, u := range st.Users {
+		us[u.Name] = u
+	}
 	f.mu.Lock()
-	f.topics = m
+	f.topics, f.users, f.seeded = m, us, st.Seeded
 	f.mu.Unlock()
 	if f.onChange != nil {
 		f.onChange()

@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/narad-mq/narad/broker/internal/auth"
 )
 
 // Options configures a Store.
@@ -115,18 +117,57 @@ func (s *Store) Leader() bool { return s.raft.State() == raft.Leader }
 // NodeID returns this node's id.
 func (s *Store) NodeID() string { return s.opts.NodeID }
 
-func (s *Store) apply(c command) (Topic, error) {
+func (s *Store) applyCmd(c command) (applyResult, error) {
 	b, err := json.Marshal(c)
 	if err != nil {
-		return Topic{}, err
+		return applyResult{}, err
 	}
 	fut := s.raft.Apply(b, s.opts.ApplyTimeout)
 	if err := fut.Error(); err != nil {
-		return Topic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return applyResult{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	res := fut.Response().(applyResult)
-	return res.topic, res.err
+	return res, res.err
 }
+
+func (s *Store) apply(c command) (Topic, error) {
+	res, err := s.applyCmd(c)
+	return res.topic, err
+}
+
+func (s *Store) applyUser(c command) (auth.User, error) {
+	res, err := s.applyCmd(c)
+	return res.user, err
+}
+
+// CreateUser stores a new user; with seed it applies only while no admin was ever seeded.
+func (s *Store) CreateUser(u auth.User, seed bool) (auth.User, error) {
+	return s.applyUser(command{Op: "create_user", User: &u, Seed: seed})
+}
+
+// DeleteUser removes a user.
+func (s *Store) DeleteUser(name string) (auth.User, error) {
+	return s.applyUser(command{Op: "delete_user", Name: name})
+}
+
+// SetGrants replaces a user's grants.
+func (s *Store) SetGrants(name string, gs []auth.Grant) (auth.User, error) {
+	if gs == nil {
+		gs = []auth.Grant{}
+	}
+	return s.applyUser(command{Op: "set_grants", Name: name, Grants: gs})
+}
+
+// SetPassword replaces a user's password hash.
+func (s *Store) SetPassword(name string, hash []byte) (auth.User, error) {
+	return s.applyUser(command{Op: "set_password", Name: name, Hash: hash})
+}
+
+// User returns the user of that name as this node knows it.
+func (s *Store) User(name string) (auth.User, bool) { return s.fsm.user(name) }
+
+// Users returns every user, sorted by name.
+func (s *Store) Users() []auth.User { return s.fsm.userList() }
 
 // CreateTopic stores a new topic and returns it with its incarnation.
 func (s *Store) CreateTopic(t Topic) (Topic, error) {

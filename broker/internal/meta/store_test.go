@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/narad-mq/narad/broker/internal/auth"
 )
 
 func mustOpen(t *testing.T, dir string) *Store {
@@ -80,5 +82,49 @@ func TestSnapshotRestore(t *testing.T) {
 	ts := s.Topics()
 	if len(ts) != 2 || ts[0].Name != "a" || ts[1].Name != "c" {
 		t.Fatalf("after snapshot + log replay: %+v", ts)
+	}
+}
+
+func TestUsersAndSeedOnce(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	admin := auth.User{Name: "admin", Hash: []byte("h1"), Grants: []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}}
+	if _, err := s.CreateUser(admin, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateUser(auth.User{Name: "admin"}, false); !errors.Is(err, ErrUserExists) {
+		t.Fatalf("duplicate user: %v", err)
+	}
+	if _, err := s.SetPassword("admin", []byte("h2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteUser("admin"); err != nil {
+		t.Fatal(err)
+	}
+	// A restart with the same --admin-password must not bring a deleted admin back.
+	if _, err := s.CreateUser(admin, true); !errors.Is(err, ErrUserExists) {
+		t.Fatalf("second seed: %v", err)
+	}
+	if _, err := s.CreateUser(auth.User{Name: "bob", Hash: []byte("hb")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetGrants("bob", []auth.Grant{{Action: auth.Produce, Topics: []string{"a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = mustOpen(t, dir)
+	defer s.Close()
+	u, ok := s.User("bob")
+	if !ok || string(u.Hash) != "hb" || len(u.Grants) != 1 {
+		t.Fatalf("bob after restart: %+v %v", u, ok)
+	}
+	if _, err := s.CreateUser(admin, true); !errors.Is(err, ErrUserExists) {
+		t.Fatalf("seed after snapshot restore: %v", err)
+	}
+	if _, ok := s.User("admin"); ok {
+		t.Fatal("deleted admin came back")
 	}
 }
