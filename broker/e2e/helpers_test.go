@@ -7,10 +7,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -336,4 +338,43 @@ func payloadID(t testing.TB, m *message) string {
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testutil.WaitFor(t, timeout, what, cond)
+}
+
+// waitParked waits until the broker reports n consumes parked in a long poll
+// (narad_consume_waiting). While /metrics is not served, it falls back to giving the
+// request a moment to arrive.
+func waitParked(t *testing.T, a *api, n int) {
+	t.Helper()
+	if _, ok := metricValue(a, "narad_consume_waiting"); !ok {
+		time.Sleep(500 * time.Millisecond)
+		return
+	}
+	waitFor(t, 10*time.Second, "the consume to park", func() bool {
+		v, _ := metricValue(a, "narad_consume_waiting")
+		return v >= float64(n)
+	})
+}
+
+// metricValue reads one unlabelled sample from /metrics without validating the
+// response (TestMetrics does that).
+func metricValue(a *api, name string) (float64, bool) {
+	resp, err := http.Get(a.BaseURL() + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
 }
