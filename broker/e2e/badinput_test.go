@@ -1,0 +1,354 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/narad-mq/narad/broker/internal/testutil"
+)
+
+// state is what a refused request must not change: the topics, their incarnations
+// and every partition's offsets, frontier and leases.
+type state map[string][]partitionStats
+
+func snapshot(a *api) state {
+	a.t.Helper()
+	s := state{}
+	for _, name := range a.topicNames() {
+		d := a.topic(name)
+		s[name+"@"+d.Incarnation] = d.PartitionStats
+	}
+	return s
+}
+
+type badCase struct {
+	name   string
+	method string
+	path   string
+	body   []byte
+	hdr    []string
+	status int
+	codes  []string // any of these error codes
+}
+
+// TestBadInput sends malformed requests to every route and checks each answer's status
+// and error code, that its body is the JSON error shape, and that nothing changed.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	a.createTopic("t", map[string]any{"partitions": 2})
+	a.createTopic("other", map[string]any{"partitions": 1})
+	a.produceJSON("t", map[string]any{"id": "0"}, "partition=0")
+	a.produceJSON("other", map[string]any{"id": "x"}, "")
+	held := a.mustConsume("t", "5s")        // a lease that bad acks must not touch
+	foreign := a.mustConsume("other", "5s") // a handle of another topic
+	before := snapshot(a)
+
+	js := []string{"Content-Type", "application/json"}
+	name250 := strings.Repeat("a", 250)
+	deep := strings.Repeat("[", 100) + strings.Repeat("]", 100)
+	msgs := func(n int) []byte {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = `{"payload":` + fmt.Sprint(i) + `}`
+		}
+		return []byte(`{"messages":[` + strings.Join(parts, ",") + `]}`)
+	}
+	acks := func(n int) []byte {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = `{"receipt_handle":"` + held.ReceiptHandle + `","extend":"true"}`
+		}
+		return []byte(`{"acks":[` + strings.Join(parts, ",") + `]}`)
+	}
+	tampered := []byte(held.ReceiptHandle)
+	tampered[len(tampered)/2] ^= 0x01 // still base64, checksum wrong
+	if tampered[len(tampered)/2] == '-' || tampered[len(tampered)/2] == '_' {
+		tampered[len(tampered)/2] = 'A'
+	}
+	bad := func(name, method, path, body string, status int, codes ...string) badCase {
+		c := badCase{name: name, method: method, path: path, status: status, codes: codes}
+		if body != "" {
+			c.body, c.hdr = []byte(body), js
+		}
+		return c
+	}
+	const (
+		s400 = http.StatusBadRequest
+		s404 = http.StatusNotFound
+		s413 = http.StatusRequestEntityTooLarge
+	)
+	const ij, ip, in = "invalid_json", "invalid_parameter", "invalid_name"
+	cases := []badCase{
+		// Create: JSON shape and types.
+		bad("create bad json", "POST", "/v1/topics", `{"name":`, s400, ij),
+		bad("create not an object", "POST", "/v1/topics", `["t2"]`, s400, ij),
+		bad("create empty body", "POST", "/v1/topics", ` `, s400, ij),
+		{name: "create no body", method: "POST", path: "/v1/topics", status: s400, codes: []string{ij, "bad_request"}},
+		bad("create unknown field", "POST", "/v1/topics", `{"name":"t2","colour":"red"}`, s400, ij),
+		bad("create name missing", "POST", "/v1/topics", `{"partitions":1}`, s400, ij),
+		bad("create name a number", "POST", "/v1/topics", `{"name":5}`, s400, ij),
+		bad("create partitions a string", "POST", "/v1/topics", `{"name":"t2","partitions":"3"}`, s400, ij),
+		bad("create partitions a fraction", "POST", "/v1/topics", `{"name":"t2","partitions":1.5}`, s400, ij),
+		bad("create retention a bool", "POST", "/v1/topics", `{"name":"t2","retention_ms":true}`, s400, ij),
+		bad("create two values", "POST", "/v1/topics", `{"name":"t2"} {"name":"t3"}`, s400, ij),
+		bad("create two values unspaced", "POST", "/v1/topics", `{"name":"t2"}{}`, s400, ij),
+		bad("create trailing garbage", "POST", "/v1/topics", `{"name":"t2"} x`, s400, ij),
+		bad("create duplicate key", "POST", "/v1/topics", `{"name":"t2","name":"t3"}`, s400, ij),
+		bad("create duplicate nested key", "POST", "/v1/topics", `{"name":"t2","schema":{"a":1,"a":2}}`, s400, ij),
+		bad("create nested too deep", "POST", "/v1/topics", `{"name":"t2","schema":{"x":`+deep+`}}`, s400, ij),
+		// Create: ranges.
+		bad("create partitions 0", "POST", "/v1/topics", `{"name":"t2","partitions":0}`, s400, ij, ip),
+		bad("create partitions 257", "POST", "/v1/topics", `{"name":"t2","partitions":257}`, s400, ij, ip),
+		bad("create partitions -1", "POST", "/v1/topics", `{"name":"t2","partitions":-1}`, s400, ij, ip),
+		bad("create visibility 0", "POST", "/v1/topics", `{"name":"t2","visibility_timeout_ms":0}`, s400, ij, ip),
+		bad("create visibility 99", "POST", "/v1/topics", `{"name":"t2","visibility_timeout_ms":99}`, s400, ij, ip),
+		bad("create visibility negative", "POST", "/v1/topics", `{"name":"t2","visibility_timeout_ms":-1000}`, s400, ij, ip),
+		bad("create visibility over 12h", "POST", "/v1/topics", `{"name":"t2","visibility_timeout_ms":43200001}`, s400, ij, ip),
+		bad("create retention too small", "POST", "/v1/topics", `{"name":"t2","retention_ms":999}`, s400, ij, ip),
+		bad("create retention too large", "POST", "/v1/topics", `{"name":"t2","retention_ms":315360000001}`, s400, ij, ip),
+		bad("create in-flight 0", "POST", "/v1/topics", `{"name":"t2","max_in_flight_per_partition":0}`, s400, ij, ip),
+		bad("create acked-ahead too large", "POST", "/v1/topics", `{"name":"t2","max_acked_ahead_per_partition":1000001}`, s400, ij, ip),
+		bad("create replication 0", "POST", "/v1/topics", `{"name":"t2","replication_factor":0}`, s400, ij, ip),
+		bad("create replication 3 on one node", "POST", "/v1/topics", `{"name":"t2","replication_factor":3}`, s400, ij, ip),
+		bad("create partitions 2^31", "POST", "/v1/topics", `{"name":"t2","partitions":2147483648}`, s400, ij, ip),
+		// Create: names.
+		bad("create name empty", "POST", "/v1/topics", `{"name":""}`, s400, in, ij),
+		bad("create name ..", "POST", "/v1/topics", `{"name":".."}`, s400, in),
+		bad("create name .", "POST", "/v1/topics", `{"name":"."}`, s400, in),
+		bad("create name a/b", "POST", "/v1/topics", `{"name":"a/b"}`, s400, in),
+		bad("create name a%2Fb", "POST", "/v1/topics", `{"name":"a%2Fb"}`, s400, in),
+		bad("create name NUL", "POST", "/v1/topics", `{"name":"a\u0000b"}`, s400, in),
+		bad("create name 250 chars", "POST", "/v1/topics", `{"name":"`+name250+`"}`, s400, in, ij),
+		bad("create name non-ASCII", "POST", "/v1/topics", `{"name":"caf\u00e9"}`, s400, in),
+		bad("create name space", "POST", "/v1/topics", `{"name":"a b"}`, s400, in),
+		bad("create existing", "POST", "/v1/topics", `{"name":"t"}`, http.StatusConflict, "topic_exists"),
+		// Alter.
+		bad("patch partitions", "PATCH", "/v1/topics/t", `{"partitions":3}`, s400, ij, ip),
+		bad("patch bad json", "PATCH", "/v1/topics/t", `{`, s400, ij),
+		bad("patch wrong type", "PATCH", "/v1/topics/t", `{"retention_ms":"1"}`, s400, ij),
+		bad("patch visibility 0", "PATCH", "/v1/topics/t", `{"visibility_timeout_ms":0}`, s400, ij, ip),
+		bad("patch visibility over 12h", "PATCH", "/v1/topics/t", `{"visibility_timeout_ms":43200001}`, s400, ij, ip),
+		bad("patch two values", "PATCH", "/v1/topics/t", `{"retention_ms":5000} []`, s400, ij),
+		bad("patch unknown field", "PATCH", "/v1/topics/t", `{"name":"u"}`, s400, ij),
+		// Names in the path.
+		bad("get a%2Fb", "GET", "/v1/topics/a%2Fb", "", s400, in),
+		bad("get NUL", "GET", "/v1/topics/a%00b", "", s400, in),
+		bad("get 250 chars", "GET", "/v1/topics/"+name250, "", s400, in),
+		bad("get non-ASCII", "GET", "/v1/topics/caf%C3%A9", "", s400, in),
+		bad("delete a%2Fb", "DELETE", "/v1/topics/a%2Fb", "", s400, in),
+		bad("patch a%2Fb", "PATCH", "/v1/topics/a%2Fb", `{}`, s400, in),
+		bad("produce a%2Fb", "POST", "/v1/topics/a%2Fb/produce", `{}`, s400, in),
+		bad("consume NUL", "GET", "/v1/topics/a%00b/consume", "", s400, in),
+		bad("replay 250 chars", "GET", "/v1/topics/"+name250+"/partitions/0/messages", "", s400, in),
+		// Produce.
+		bad("produce invalid json", "POST", "/v1/topics/t/produce", `{"a":`, s400, "invalid_payload"),
+		bad("produce empty json", "POST", "/v1/topics/t/produce", ` `, s400, "invalid_payload"),
+		{name: "produce text invalid utf-8", method: "POST", path: "/v1/topics/t/produce", body: []byte{'o', 'k', 0xff}, hdr: []string{"Content-Type", "text/plain"}, status: s400, codes: []string{"invalid_payload"}},
+		{name: "produce bad content type", method: "POST", path: "/v1/topics/t/produce", body: []byte("x"), hdr: []string{"Content-Type", "text/"}, status: s400, codes: []string{"bad_request", "invalid_payload"}},
+		bad("produce partition out of range", "POST", "/v1/topics/t/produce?partition=2", `1`, s400, ip),
+		bad("produce partition negative", "POST", "/v1/topics/t/produce?partition=-1", `1`, s400, ip),
+		bad("produce partition not a number", "POST", "/v1/topics/t/produce?partition=one", `1`, s400, ip),
+		bad("produce partition 2^31", "POST", "/v1/topics/t/produce?partition=2147483648", `1`, s400, ip),
+		bad("produce key over 1024 bytes", "POST", "/v1/topics/t/produce?key="+strings.Repeat("k", 1025), `1`, s400, ip),
+		// Produce-batch: refused whole.
+		bad("batch of 1001", "POST", "/v1/topics/t/produce-batch", string(msgs(1001)), s400, "bad_request", ij),
+		bad("batch empty", "POST", "/v1/topics/t/produce-batch", `{"messages":[]}`, s400, "bad_request", ij),
+		bad("batch bad json", "POST", "/v1/topics/t/produce-batch", `{"messages":[`, s400, ij),
+		bad("batch two values", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1}]} {"messages":[{"payload":2}]}`, s400, ij),
+		bad("batch unknown field", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1,"colour":2}]}`, s400, ij),
+		bad("batch missing payload", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"key":"k"}]}`, s400, ij),
+		bad("batch one bad base64", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"payload":"aGk=","payload_encoding":"base64"},{"payload":"!!not base64!!","payload_encoding":"base64"}]}`, s400, "invalid_payload"),
+		bad("batch base64 not a string", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"payload":12,"payload_encoding":"base64"}]}`, s400, "invalid_payload"),
+		bad("batch unknown encoding", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":"aGk=","payload_encoding":"hex"}]}`, s400, ij),
+		bad("batch partition out of range", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"payload":2,"partition":2}]}`, s400, ip),
+		bad("batch key too long", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"payload":2,"key":"`+strings.Repeat("k", 1025)+`"}]}`, s400, ip, ij),
+		bad("batch message over 1 MiB", "POST", "/v1/topics/t/produce-batch",
+			`{"messages":[{"payload":1},{"payload":"`+base64.StdEncoding.EncodeToString(make([]byte, 1<<20+1))+`","payload_encoding":"base64"}]}`, s413, "payload_too_large"),
+		// Consume.
+		bad("consume wait abc", "GET", "/v1/topics/t/consume?wait=abc", "", s400, ip),
+		bad("consume wait -1", "GET", "/v1/topics/t/consume?wait=-1", "", s400, ip),
+		bad("consume wait -1s", "GET", "/v1/topics/t/consume?wait=-1s", "", s400, ip),
+		bad("consume wait 21s", "GET", "/v1/topics/t/consume?wait=21s", "", s400, ip),
+		bad("consume wait 21", "GET", "/v1/topics/t/consume?wait=21", "", s400, ip),
+		bad("consume wait huge", "GET", "/v1/topics/t/consume?wait=99999999999999999999", "", s400, ip),
+		bad("consume partition without offset", "GET", "/v1/topics/t/consume?partition=0", "", s400, ip),
+		bad("consume offset without partition", "GET", "/v1/topics/t/consume?offset=0", "", s400, ip),
+		bad("consume offset negative", "GET", "/v1/topics/t/consume?partition=0&offset=-1", "", s400, ip),
+		bad("consume offset 2^63", "GET", "/v1/topics/t/consume?partition=0&offset=9223372036854775808", "", s400, ip),
+		bad("consume partition out of range", "GET", "/v1/topics/t/consume?partition=2&offset=0", "", s404, "partition_not_found"),
+		bad("consume partition negative", "GET", "/v1/topics/t/consume?partition=-1&offset=0", "", s400, ip),
+		bad("consume bad encoding", "GET", "/v1/topics/t/consume?payload_encoding=hex", "", s400, ip),
+		bad("consume-batch max 0", "GET", "/v1/topics/t/consume-batch?max=0", "", s400, ip),
+		bad("consume-batch max 1001", "GET", "/v1/topics/t/consume-batch?max=1001", "", s400, ip),
+		bad("consume-batch max abc", "GET", "/v1/topics/t/consume-batch?max=abc", "", s400, ip),
+		bad("consume-batch wait 21s", "GET", "/v1/topics/t/consume-batch?wait=21s", "", s400, ip),
+		// Replay.
+		bad("replay from negative", "GET", "/v1/topics/t/partitions/0/messages?from=-1", "", s400, ip),
+		bad("replay from 2^63", "GET", "/v1/topics/t/partitions/0/messages?from=9223372036854775808", "", s400, ip),
+		bad("replay from abc", "GET", "/v1/topics/t/partitions/0/messages?from=abc", "", s400, ip),
+		bad("replay partition out of range", "GET", "/v1/topics/t/partitions/2/messages", "", s404, "partition_not_found"),
+		bad("replay partition huge", "GET", "/v1/topics/t/partitions/2147483647/messages", "", s404, "partition_not_found"),
+		bad("replay partition negative", "GET", "/v1/topics/t/partitions/-1/messages", "", s400, ip),
+		bad("replay partition abc", "GET", "/v1/topics/t/partitions/abc/messages", "", s400, ip),
+		bad("replay max 0", "GET", "/v1/topics/t/partitions/0/messages?max=0", "", s400, ip),
+		bad("replay max 1001", "GET", "/v1/topics/t/partitions/0/messages?max=1001", "", s400, ip),
+		bad("replay from_time garbage", "GET", "/v1/topics/t/partitions/0/messages?from_time=yesterday", "", s400, ip),
+		bad("replay bad encoding", "GET", "/v1/topics/t/partitions/0/messages?payload_encoding=raw", "", s400, ip),
+		// Ack.
+		bad("ack garbage handle", "POST", "/v1/topics/t/ack?receipt_handle=garbage", "", s400, "invalid_receipt_handle"),
+		bad("ack truncated handle", "POST", "/v1/topics/t/ack?receipt_handle="+held.ReceiptHandle[:len(held.ReceiptHandle)-4], "", s400, "invalid_receipt_handle"),
+		bad("ack tampered handle", "POST", "/v1/topics/t/ack?receipt_handle="+string(tampered), "", s400, "invalid_receipt_handle"),
+		bad("ack handle too long", "POST", "/v1/topics/t/ack?receipt_handle="+strings.Repeat("A", 600), "", s400, "invalid_receipt_handle", ip),
+		bad("ack handle of another topic", "POST", "/v1/topics/t/ack?receipt_handle="+foreign.ReceiptHandle, "", 0, "invalid_receipt_handle", "lease_lost"),
+		bad("ack no handle", "POST", "/v1/topics/t/ack", "", s400, ip),
+		bad("ack empty handle", "POST", "/v1/topics/t/ack?receipt_handle=", "", s400, ip),
+		bad("ack extend abc", "POST", "/v1/topics/t/ack?extend=abc&receipt_handle="+held.ReceiptHandle, "", s400, ip),
+		bad("ack extend -5", "POST", "/v1/topics/t/ack?extend=-5&receipt_handle="+held.ReceiptHandle, "", s400, ip),
+		bad("ack extend -5s", "POST", "/v1/topics/t/ack?extend=-5s&receipt_handle="+held.ReceiptHandle, "", s400, ip),
+		bad("ack extend 13h", "POST", "/v1/topics/t/ack?extend=13h&receipt_handle="+held.ReceiptHandle, "", s400, ip),
+		bad("ack extend 12h+1ms", "POST", "/v1/topics/t/ack?extend=43200001&receipt_handle="+held.ReceiptHandle, "", s400, ip),
+		bad("ack extend empty", "POST", "/v1/topics/t/ack?extend=&receipt_handle="+held.ReceiptHandle, "", s400, ip),
+		bad("ack extend huge", "POST", "/v1/topics/t/ack?extend=99999999999999999999&receipt_handle="+held.ReceiptHandle, "", s400, ip),
+		bad("ack-batch empty", "POST", "/v1/topics/t/ack-batch", `{"acks":[]}`, s400, "bad_request", ij),
+		bad("ack-batch 1001", "POST", "/v1/topics/t/ack-batch", string(acks(1001)), s400, "bad_request", ij),
+		bad("ack-batch bad json", "POST", "/v1/topics/t/ack-batch", `{"acks":`, s400, ij),
+		bad("ack-batch two values", "POST", "/v1/topics/t/ack-batch", `{"acks":[{"receipt_handle":"`+held.ReceiptHandle+`"}]} {}`, s400, ij),
+		bad("ack-batch unknown field", "POST", "/v1/topics/t/ack-batch", `{"acks":[{"receipt_handle":"x","nack":true}]}`, s400, ij),
+		bad("ack-batch handle a number", "POST", "/v1/topics/t/ack-batch", `{"acks":[{"receipt_handle":5}]}`, s400, ij),
+		// Unknown topic on every topic route.
+		bad("get unknown", "GET", "/v1/topics/nope", "", s404, "topic_not_found"),
+		bad("patch unknown", "PATCH", "/v1/topics/nope", `{"retention_ms":5000}`, s404, "topic_not_found"),
+		bad("delete unknown", "DELETE", "/v1/topics/nope", "", s404, "topic_not_found"),
+		bad("produce unknown", "POST", "/v1/topics/nope/produce", `{"a":1}`, s404, "topic_not_found"),
+		bad("produce-batch unknown", "POST", "/v1/topics/nope/produce-batch", `{"messages":[{"payload":1}]}`, s404, "topic_not_found"),
+		bad("consume unknown", "GET", "/v1/topics/nope/consume", "", s404, "topic_not_found"),
+		bad("consume replay unknown", "GET", "/v1/topics/nope/consume?partition=0&offset=0", "", s404, "topic_not_found"),
+		bad("consume-batch unknown", "GET", "/v1/topics/nope/consume-batch", "", s404, "topic_not_found"),
+		bad("ack unknown", "POST", "/v1/topics/nope/ack?receipt_handle="+held.ReceiptHandle, "", s404, "topic_not_found"),
+		// ack-batch on an unknown topic: see TestBugAckBatchUnknownTopic.
+		bad("replay unknown", "GET", "/v1/topics/nope/partitions/0/messages", "", s404, "topic_not_found"),
+		// Routes and methods.
+		bad("unknown route", "GET", "/v1/topic", "", s404, "not_found"),
+		bad("unknown nested route", "POST", "/v1/topics/t/produce/now", `{}`, s404, "not_found"),
+		bad("wrong method", "DELETE", "/v1/topics/t/consume", "", http.StatusMethodNotAllowed, "method_not_allowed"),
+		bad("wrong method on produce", "PUT", "/v1/topics/t/produce", `{}`, http.StatusMethodNotAllowed, "method_not_allowed"),
+	}
+	for _, c := range cases {
+		r := a.Do(c.method, c.path, c.body, c.hdr...)
+		label := c.name + " (" + c.method + " " + truncate(c.path, 80) + ")"
+		code, _, err := testutil.ParseError(r.Body)
+		switch {
+		case err != nil:
+			t.Errorf("%s: %d with a body that is not the JSON error shape: %v", label, r.Status, err)
+		case c.status != 0 && r.Status != c.status:
+			t.Errorf("%s: status %d (%s), want %d", label, r.Status, code, c.status)
+		case !slices.Contains(c.codes, code):
+			t.Errorf("%s: code %q, want one of %v", label, code, c.codes)
+		case c.status == 0 && (r.Status < 400 || r.Status >= 500):
+			t.Errorf("%s: status %d (%s), want a 4xx", label, r.Status, code)
+		}
+		if after := snapshot(a); !reflect.DeepEqual(after, before) {
+			t.Fatalf("%s changed the broker's state:\nbefore %+v\nafter  %+v", label, before, after)
+		}
+	}
+	// The lease the bad acks aimed at is intact.
+	a.mustAck("t", held)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// TestProduceSizeLimit: a message is at most 1 MiB. One byte more is 413 whether the
+// length is declared or the body is chunked, and nothing is stored; exactly 1 MiB is
+// accepted and comes back whole.
+func TestProduceSizeLimit(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	a.createTopic("big", map[string]any{"partitions": 1})
+	limit := 1 << 20
+	over := bytes.Repeat([]byte{0xab}, limit+1)
+	exact := bytes.Repeat([]byte{0xcd}, limit)
+
+	send := func(body []byte, chunked bool) (int, string) {
+		t.Helper()
+		var rd io.Reader = bytes.NewReader(body)
+		if chunked {
+			rd = io.MultiReader(rd) // hides the length: net/http sends it chunked
+		}
+		req, err := http.NewRequest(http.MethodPost, a.BaseURL()+"/v1/topics/big/produce", rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/octet-stream")
+		if chunked && req.ContentLength != 0 {
+			t.Fatalf("request has a Content-Length %d", req.ContentLength)
+		}
+		r, err := a.Send(req)
+		if err != nil {
+			t.Fatalf("produce of %d bytes (chunked %v): %v", len(body), chunked, err)
+		}
+		return r.Status, r.ErrorCode()
+	}
+	for _, chunked := range []bool{false, true} {
+		if st, code := send(over, chunked); st != http.StatusRequestEntityTooLarge || code != "payload_too_large" {
+			t.Errorf("1 MiB + 1 (chunked %v): %d %q, want 413 payload_too_large", chunked, st, code)
+		}
+		if ps := a.topic("big").PartitionStats[0]; ps.NextOffset != 0 {
+			t.Fatalf("a refused message was stored: %+v", ps)
+		}
+	}
+	for i, chunked := range []bool{false, true} {
+		if st, _ := send(exact, chunked); st != http.StatusAccepted {
+			t.Errorf("exactly 1 MiB (chunked %v): %d, want 202", chunked, st)
+		}
+		m := a.consume("big", "partition=0&offset="+fmt.Sprint(i))
+		if m == nil || !bytes.Equal(m.bytesOf(t), exact) {
+			t.Errorf("the 1 MiB message did not come back whole")
+		}
+	}
+}
+
+// TestProduceBatchSizeLimit: a batch body may be up to 8 MiB; one over is 413 and
+// nothing is written.
+func TestProduceBatchSizeLimit(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	a.createTopic("pb", map[string]any{"partitions": 2})
+	chunk := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 300_000))
+	batch := func(n int) []byte {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = `{"payload":"` + chunk + `","payload_encoding":"base64"}`
+		}
+		return []byte(`{"messages":[` + strings.Join(parts, ",") + `]}`)
+	}
+	// About 2 MB of JSON: over the 1 MiB of other bodies, well under 8 MiB.
+	r := a.PostJSON("/v1/topics/pb/produce-batch", batch(5))
+	var res struct {
+		Results []produced `json:"results"`
+	}
+	if r.Expect(t, http.StatusAccepted) && r.JSON(t, &res) && len(res.Results) != 5 {
+		t.Errorf("%d results for 5 messages", len(res.Results))
+	}
+	over := batch(21) // 21 × 400 kB > 8 MiB
+	if len(over) <= 8<<20 {
+		t.Fatalf("test bug: %d bytes is not over 8 MiB", len(over))
+	}
+	before := snapshot(a)
+	a.PostJSON("/v1/topics/pb/produce-batch", over).ExpectError(t, http.StatusRequestEntityTooLarge, "payload_too_large")
+	if after := snapshot(a); !reflect.DeepEqual(after, before) {
+		t.Errorf("a refused batch changed the state: %+v -> %+v", before, after)
+	}
+}
