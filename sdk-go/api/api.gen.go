@@ -2838,6 +2838,7 @@ type MetricsResponse struct {
 	HTTPResponse *http.Response
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
+	JSON503      *Unavailable
 }
 
 // Status returns HTTPResponse.Status
@@ -3989,6 +3990,13 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 			return nil, err
 		}
 		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 

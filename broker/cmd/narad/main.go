@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -63,6 +64,11 @@ commands:
 type config struct {
 	HTTPAddr          string
 	DebugAddr         string
+	AdminPassword     string
+	Insecure          bool
+	TLSCert           string
+	TLSKey            string
+	ProtectMetrics    bool
 	DataDir           string
 	NodeID            string
 	LogLevel          string
@@ -80,6 +86,11 @@ type config struct {
 
 func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:7942", "address the HTTP API listens on")
+	fs.StringVar(&c.AdminPassword, "admin-password", "", "turns security on and seeds the user admin with this password on first start (prefer NARAD_ADMIN_PASSWORD: flags show in ps)")
+	fs.BoolVar(&c.Insecure, "insecure", false, "allow a non-loopback --http-addr without authentication")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for HTTPS on --http-addr (reloaded on SIGHUP and when the file changes)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
+	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "with security on, /metrics needs an admin's credentials")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty; keep it on loopback)")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for all of the node's data")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's id (default: generated on first start and kept in the data dir)")
@@ -174,6 +185,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--default-max-in-flight and --default-max-acked-ahead must be at least 1")
 	case c.SegmentBytes < 4096:
 		return fmt.Errorf("--segment-bytes must be at least 4096")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return fmt.Errorf("--tls-cert and --tls-key go together")
 	}
 	return nil
 }
@@ -224,7 +237,33 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics()})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = b.Start(startCtx)
+	cancel()
+	if err != nil {
+		b.Close()
+		return fmt.Errorf("recovering: %w", err)
+	}
+	if c.AdminPassword != "" {
+		created, err := b.SeedAdmin(c.AdminPassword)
+		if err != nil {
+			b.Close()
+			return fmt.Errorf("seeding the admin user: %w", err)
+		}
+		if created {
+			log.Info("created the admin user from --admin-password")
+		}
+	}
+	users, _ := b.Users()
+	authOn := c.AdminPassword != "" || len(users) > 0
+	if !authOn && !c.Insecure && !isLoopback(c.HTTPAddr) {
+		b.Close()
+		return fmt.Errorf("refusing to serve %s without authentication: set NARAD_ADMIN_PASSWORD (or --admin-password), bind a loopback address, or pass --insecure", c.HTTPAddr)
+	}
+
+	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: c.ProtectMetrics})
 	if err != nil {
 		b.Close()
 		return err
@@ -243,6 +282,35 @@ func serve(args []string) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	scheme := "http"
+	if c.TLSCert != "" {
+		certs, err := newCertReloader(c.TLSCert, c.TLSKey, log)
+		if err != nil {
+			ln.Close()
+			b.Close()
+			return err
+		}
+		srv.TLSConfig = certs.tlsConfig()
+		ln = tls.NewListener(ln, srv.TLSConfig)
+		scheme = "https"
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			tick := time.NewTicker(5 * time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					certs.reloadIfChanged(true)
+				case <-tick.C:
+					certs.reloadIfChanged(false)
+				}
+			}
+		}()
+	}
 	if c.DebugAddr != "" {
 		dbg := &http.Server{Addr: c.DebugAddr, Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -254,20 +322,13 @@ func serve(args []string) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("narad starting", "version", version, "http_addr", ln.Addr().String(), "data_dir", c.DataDir, "node_id", b.NodeID(),
-		"security", "off (authentication is not available in this version; keep the port on a trusted network)")
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = b.Start(startCtx)
-	cancel()
-	if err != nil {
-		srv.Close()
-		b.Close()
-		return fmt.Errorf("recovering: %w", err)
+	if authOn {
+		log.Info("narad ready", "version", version, "url", scheme+"://"+ln.Addr().String(), "data_dir", c.DataDir, "node_id", b.NodeID(), "security", "on")
+	} else {
+		log.Warn("SECURITY IS OFF: no authentication, anyone who reaches this port can read and write every topic; set NARAD_ADMIN_PASSWORD to turn it on",
+			"url", scheme+"://"+ln.Addr().String())
+		log.Info("narad ready", "version", version, "url", scheme+"://"+ln.Addr().String(), "data_dir", c.DataDir, "node_id", b.NodeID(), "security", "off")
 	}
-	log.Info("narad ready", "http_addr", ln.Addr().String(), "topics", topicCount(b))
 
 	select {
 	case err := <-serveErr:
@@ -289,7 +350,16 @@ func serve(args []string) error {
 	return nil
 }
 
-func topicCount(b *broker.Broker) int {
-	ts, _ := b.Topics()
-	return len(ts)
+// isLoopback reports whether addr (host:port) binds only loopback interfaces. An empty
+// host binds every interface, so it is not loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -18,6 +18,7 @@ type Metrics struct {
 	HTTPRequests   *prometheus.CounterVec   // by operation and status
 	HTTPDuration   *prometheus.HistogramVec // by operation
 	ConsumeWaiting prometheus.Gauge         // long polls parked now
+	AuthFailures   prometheus.Counter       // failed logins
 }
 
 // NewMetrics registers the broker's metrics, plus Go runtime and process metrics, in a
@@ -55,9 +56,12 @@ func NewMetrics() *Metrics {
 		ConsumeWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "narad_consume_waiting", Help: "Consume requests parked in a long poll.",
 		}),
+		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narad_auth_failures_total", Help: "Requests refused for missing or wrong credentials.",
+		}),
 	}
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
-		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting,
+		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

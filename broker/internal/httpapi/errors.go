@@ -48,6 +48,10 @@ func toAPIError(err error) *apiError {
 		return newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "the body is over its limit of "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send less")
 	case errors.Is(err, broker.ErrTopicNotFound):
 		return newErr(http.StatusNotFound, "topic_not_found", "no such topic; create it with POST /v1/topics")
+	case errors.Is(err, broker.ErrUserNotFound):
+		return newErr(http.StatusNotFound, "user_not_found", "no such user; list users with GET /v1/users")
+	case errors.Is(err, broker.ErrUserExists):
+		return newErr(http.StatusConflict, "user_exists", "a user of this name exists; choose another name or change that user's grants")
 	case errors.Is(err, broker.ErrTopicExists):
 		return newErr(http.StatusConflict, "topic_exists", "a topic of this name exists; delete it first or choose another name")
 	case errors.Is(err, broker.ErrPartitionNotFound):
@@ -85,6 +89,9 @@ func writeError(w http.ResponseWriter, err error) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	if ae.status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Basic realm="narad", charset="UTF-8"`)
+	}
 	if ae.status == http.StatusServiceUnavailable {
 		ra := ae.retryAfter
 		if ra <= 0 {

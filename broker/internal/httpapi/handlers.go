@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/meta"
 )
@@ -40,6 +41,12 @@ type Broker interface {
 	Ack(ctx context.Context, topic string, reqs []broker.AckReq) []error
 	Read(ctx context.Context, topic string, part int32, from *uint64, fromTimeMs *int64, max int) ([]broker.Delivered, uint64, error)
 	ReadOne(ctx context.Context, topic string, part int32, offset uint64) (*broker.Delivered, error)
+	User(name string) (auth.User, bool)
+	Users() ([]auth.User, error)
+	CreateUser(ctx context.Context, name, password string, grants []auth.Grant) (auth.User, error)
+	DeleteUser(ctx context.Context, name string) error
+	SetGrants(ctx context.Context, name string, grants []auth.Grant) (auth.User, error)
+	SetPassword(ctx context.Context, name, password string) error
 }
 
 // handlers implements the generated strict server interface. Handlers return domain
@@ -66,6 +73,13 @@ func (h *handlers) Readyz(ctx context.Context, _ apigen.ReadyzRequestObject) (ap
 // satisfies the interface.
 func (h *handlers) Metrics(ctx context.Context, _ apigen.MetricsRequestObject) (apigen.MetricsResponseObject, error) {
 	return nil, errors.New("metrics are served by the Prometheus handler")
+}
+
+func ownerName(ctx context.Context) string {
+	if u := principal(ctx); u != nil {
+		return u.Name
+	}
+	return ""
 }
 
 func topicJSON(t meta.Topic) apigen.Topic {
@@ -97,6 +111,7 @@ func (h *handlers) CreateTopic(ctx context.Context, r apigen.CreateTopicRequestO
 	body := r.Body
 	spec := broker.TopicSpec{
 		Name:              body.Name,
+		Owner:             ownerName(ctx),
 		Partitions:        body.Partitions,
 		RetentionMs:       body.RetentionMs,
 		VisibilityMs:      body.VisibilityTimeoutMs,
@@ -121,9 +136,12 @@ func (h *handlers) ListTopics(ctx context.Context, _ apigen.ListTopicsRequestObj
 	if err != nil {
 		return nil, err
 	}
-	out := apigen.ListTopics200JSONResponse{Topics: make([]apigen.Topic, len(ts))}
-	for i, t := range ts {
-		out.Topics[i] = topicJSON(t)
+	out := apigen.ListTopics200JSONResponse{Topics: make([]apigen.Topic, 0, len(ts))}
+	u := principal(ctx)
+	for _, t := range ts {
+		if u == nil || u.IsAdmin() || h.canSee(u, t) {
+			out.Topics = append(out.Topics, topicJSON(t))
+		}
 	}
 	return out, nil
 }

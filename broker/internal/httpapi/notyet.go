@@ -33,30 +33,6 @@ func (h *handlers) DetachChild(ctx context.Context, _ apigen.DetachChildRequestO
 	return nil, notYet("child topics (fan-out and delayed delivery)")
 }
 
-func (h *handlers) CreateUser(ctx context.Context, _ apigen.CreateUserRequestObject) (apigen.CreateUserResponseObject, error) {
-	return nil, notYet("users and grants")
-}
-
-func (h *handlers) ListUsers(ctx context.Context, _ apigen.ListUsersRequestObject) (apigen.ListUsersResponseObject, error) {
-	return nil, notYet("users and grants")
-}
-
-func (h *handlers) GetUser(ctx context.Context, _ apigen.GetUserRequestObject) (apigen.GetUserResponseObject, error) {
-	return nil, notYet("users and grants")
-}
-
-func (h *handlers) DeleteUser(ctx context.Context, _ apigen.DeleteUserRequestObject) (apigen.DeleteUserResponseObject, error) {
-	return nil, notYet("users and grants")
-}
-
-func (h *handlers) ReplaceGrants(ctx context.Context, _ apigen.ReplaceGrantsRequestObject) (apigen.ReplaceGrantsResponseObject, error) {
-	return nil, notYet("users and grants")
-}
-
-func (h *handlers) ChangePassword(ctx context.Context, _ apigen.ChangePasswordRequestObject) (apigen.ChangePasswordResponseObject, error) {
-	return nil, notYet("users and grants")
-}
-
 func (h *handlers) self() apigen.Member {
 	voter := true
 	return apigen.Member{Id: h.b.NodeID(), Address: "", Status: apigen.Alive, Voter: &voter}

@@ -32,6 +32,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics is where request counts go and what /metrics serves; nil disables both.
 	Metrics *broker.Metrics
+	// AuthEnabled reports whether requests must carry credentials (HTTP Basic); nil or
+	// false means security is off.
+	AuthEnabled func() bool
+	// ProtectMetrics requires an admin's credentials for /metrics when auth is on.
+	ProtectMetrics bool
 }
 
 // New returns the API's handler.
@@ -45,7 +50,7 @@ func New(b Broker, opts Options) (http.Handler, error) {
 	}
 	h := &handlers{b: b}
 	mux := http.NewServeMux()
-	strict := apigen.NewStrictHandlerWithOptions(h, nil, apigen.StrictHTTPServerOptions{
+	strict := apigen.NewStrictHandlerWithOptions(h, []apigen.StrictMiddlewareFunc{h.authorize}, apigen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
@@ -64,7 +69,11 @@ func New(b Broker, opts Options) (http.Handler, error) {
 			writeError(w, badParam(err.Error()))
 		},
 	})
-	s := &server{mux: mux, log: opts.Logger, metrics: opts.Metrics, ops: indexOps(spec)}
+	s := &server{mux: mux, log: opts.Logger, metrics: opts.Metrics, ops: indexOps(spec),
+		authOn: opts.AuthEnabled, protectMetrics: opts.ProtectMetrics, authn: newAuthenticator(b.User, opts.Logger, opts.Metrics)}
+	if s.authOn == nil {
+		s.authOn = func() bool { return false }
+	}
 	mux.HandleFunc("/", s.noRoute)
 	if opts.Metrics != nil {
 		s.promHandler = promhttp.HandlerFor(opts.Metrics.Registry, promhttp.HandlerOpts{})
@@ -78,6 +87,10 @@ type server struct {
 	metrics     *broker.Metrics
 	promHandler http.Handler
 	ops         map[string]*opInfo
+
+	authOn         func() bool
+	protectMetrics bool
+	authn          *authenticator
 }
 
 type opInfo struct {
@@ -153,6 +166,19 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.metrics.HTTPDuration.WithLabelValues(opName).Observe(time.Since(start).Seconds())
 		}
 	}()
+	if s.authOn() && !s.public(oi) {
+		// Authentication comes before routing and before the body is read.
+		u, err := s.authn.authenticate(r)
+		if err != nil {
+			writeError(sw, err)
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, u))
+		if oi != nil && oi.id == "metrics" && !u.IsAdmin() {
+			writeError(sw, mustBeAdmin(u))
+			return
+		}
+	}
 	if oi != nil && oi.id == "metrics" && s.promHandler != nil {
 		s.promHandler.ServeHTTP(sw, r)
 		return
@@ -162,6 +188,20 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(sw, r)
+}
+
+// public reports whether an operation needs no credentials even with security on.
+func (s *server) public(oi *opInfo) bool {
+	if oi == nil {
+		return false
+	}
+	switch oi.id {
+	case "healthz", "readyz":
+		return true
+	case "metrics":
+		return !s.protectMetrics
+	}
+	return false
 }
 
 // prepareBody caps the body's size and, for JSON bodies, checks them against the spec

@@ -1,0 +1,88 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/auth"
+)
+
+func userJSON(u auth.User) apigen.User {
+	return apigen.User{Username: u.Name, Grants: fromGrants(u.Grants)}
+}
+
+func (h *handlers) CreateUser(ctx context.Context, r apigen.CreateUserRequestObject) (apigen.CreateUserResponseObject, error) {
+	var grants []auth.Grant
+	if r.Body.Grants != nil {
+		grants = toGrants(*r.Body.Grants)
+	}
+	u, err := h.b.CreateUser(ctx, r.Body.Username, r.Body.Password, grants)
+	if err != nil {
+		return nil, err
+	}
+	return apigen.CreateUser201JSONResponse(userJSON(u)), nil
+}
+
+func (h *handlers) ListUsers(ctx context.Context, _ apigen.ListUsersRequestObject) (apigen.ListUsersResponseObject, error) {
+	us, err := h.b.Users()
+	if err != nil {
+		return nil, err
+	}
+	out := apigen.ListUsers200JSONResponse{Users: make([]apigen.User, len(us))}
+	for i, u := range us {
+		out.Users[i] = userJSON(u)
+	}
+	return out, nil
+}
+
+func (h *handlers) GetUser(ctx context.Context, r apigen.GetUserRequestObject) (apigen.GetUserResponseObject, error) {
+	u, ok := h.b.User(r.Username)
+	if !ok {
+		return nil, errUserNotFound()
+	}
+	return apigen.GetUser200JSONResponse(userJSON(u)), nil
+}
+
+func errUserNotFound() *apiError {
+	return newErr(http.StatusNotFound, "user_not_found", "no such user; list users with GET /v1/users")
+}
+
+func (h *handlers) DeleteUser(ctx context.Context, r apigen.DeleteUserRequestObject) (apigen.DeleteUserResponseObject, error) {
+	if err := h.b.DeleteUser(ctx, r.Username); err != nil {
+		return nil, err
+	}
+	return apigen.DeleteUser204Response{}, nil
+}
+
+func (h *handlers) ReplaceGrants(ctx context.Context, r apigen.ReplaceGrantsRequestObject) (apigen.ReplaceGrantsResponseObject, error) {
+	u, err := h.b.SetGrants(ctx, r.Username, toGrants(r.Body.Grants))
+	if err != nil {
+		return nil, err
+	}
+	return apigen.ReplaceGrants200JSONResponse(userJSON(u)), nil
+}
+
+// ChangePassword lets a user change their own password by proving the current one; an
+// admin resets anyone's without it.
+func (h *handlers) ChangePassword(ctx context.Context, r apigen.ChangePasswordRequestObject) (apigen.ChangePasswordResponseObject, error) {
+	actor := principal(ctx)
+	if actor != nil && !actor.IsAdmin() {
+		if r.Body.CurrentPassword == nil {
+			return nil, newErr(http.StatusBadRequest, "bad_request", "current_password is required to change your own password")
+		}
+		u, ok := h.b.User(r.Username)
+		if !ok || bcrypt.CompareHashAndPassword(u.Hash, []byte(*r.Body.CurrentPassword)) != nil {
+			return nil, forbidden("current_password is wrong")
+		}
+	}
+	if _, ok := h.b.User(r.Username); !ok {
+		return nil, errUserNotFound()
+	}
+	if err := h.b.SetPassword(ctx, r.Username, r.Body.NewPassword); err != nil {
+		return nil, err
+	}
+	return apigen.ChangePassword204Response{}, nil
+}
