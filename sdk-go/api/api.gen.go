@@ -357,7 +357,7 @@ type Message struct {
 	// ReceiptHandle Opaque; pass it to ack. Absent on replay.
 	ReceiptHandle *string `json:"receipt_handle,omitempty"`
 
-	// Timestamp When it was written
+	// Timestamp When it was written, Unix ms.
 	Timestamp int64  `json:"timestamp"`
 	Topic     string `json:"topic"`
 }

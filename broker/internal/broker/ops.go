@@ -253,6 +253,13 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	return b.reconcile(false)
 }
 
+// Exists returns nil when the topic exists, ErrTopicNotFound (or why it cannot tell)
+// otherwise.
+func (b *Broker) Exists(name string) error {
+	_, err := b.lookup(name)
+	return err
+}
+
 func (b *Broker) lookup(name string) (*topic, error) {
 	if err := b.ensureReady(); err != nil {
 		return nil, err

@@ -33,6 +33,7 @@ type Broker interface {
 	NodeID() string
 	CreateTopic(ctx context.Context, s broker.TopicSpec) (meta.Topic, error)
 	Topics() ([]meta.Topic, error)
+	Exists(name string) error
 	Topic(name string) (meta.Topic, []broker.PartitionInfo, error)
 	AlterTopic(ctx context.Context, name string, a broker.TopicAlter) (meta.Topic, error)
 	DeleteTopic(ctx context.Context, name string) error
@@ -502,6 +503,10 @@ func (h *handlers) AckBatch(ctx context.Context, r apigen.AckBatchRequestObject)
 	acks := r.Body.Acks
 	if len(acks) == 0 || len(acks) > broker.MaxBatch {
 		return nil, newErr(http.StatusBadRequest, "bad_request", "an ack batch holds 1 to 1000 entries, got "+strconv.Itoa(len(acks)))
+	}
+	// A batch for a topic that does not exist fails whole, like every other topic route.
+	if err := h.b.Exists(r.Topic); err != nil {
+		return nil, err
 	}
 	res := make([]apigen.AckResult, len(acks))
 	reqs := make([]broker.AckReq, 0, len(acks))
