@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -23,6 +24,9 @@ func TestSpecKeepsV1(t *testing.T) {
 	}
 	base := load(filepath.Join("testdata", "openapi-v1-baseline.yaml"))
 	cur := load(filepath.Join("..", "..", "..", "openapi.yaml"))
+	if err := cur.Validate(context.Background()); err != nil {
+		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
 	for path, bi := range base.Paths.Map() {
 		ci := cur.Paths.Value(path)
 		if ci == nil {
