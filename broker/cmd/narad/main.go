@@ -69,6 +69,7 @@ type config struct {
 	TLSCert           string
 	TLSKey            string
 	ProtectMetrics    bool
+	MaxLongPolls      int
 	DataDir           string
 	NodeID            string
 	LogLevel          string
@@ -91,6 +92,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for HTTPS on --http-addr (reloaded on SIGHUP and when the file changes)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "with security on, /metrics needs an admin's credentials")
+	fs.IntVar(&c.MaxLongPolls, "max-long-polls", 10000, "consumes that may wait at once; past it a waiting consume answers 503")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty; keep it on loopback)")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for all of the node's data")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's id (default: generated on first start and kept in the data dir)")
@@ -226,6 +228,7 @@ func serve(args []string) error {
 		Logger:            log,
 		SegmentBytes:      c.SegmentBytes,
 		RetentionInterval: c.RetentionInterval,
+		MaxLongPolls:      c.MaxLongPolls,
 		Defaults: broker.TopicDefaults{
 			Partitions:    int32(c.Partitions),
 			RetentionMs:   c.Retention.Milliseconds(),

@@ -37,6 +37,9 @@ type Options struct {
 	RetentionInterval time.Duration
 	// Metrics receives counters; nil means a private registry.
 	Metrics *Metrics
+	// MaxLongPolls caps consume requests parked at once (default 10000); past it a
+	// consume that would wait answers 503 with Retry-After.
+	MaxLongPolls int
 }
 
 // TopicDefaults are the settings of a topic created without them.
@@ -67,6 +70,7 @@ type Broker struct {
 	mu     sync.RWMutex
 	topics map[string]*topic
 
+	longPolls   atomic.Int64
 	reconcileMu sync.Mutex
 	ready       atomic.Bool
 	closing     atomic.Bool
@@ -104,6 +108,9 @@ func Open(opts Options) (*Broker, error) {
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
+	}
+	if opts.MaxLongPolls <= 0 {
+		opts.MaxLongPolls = 10_000
 	}
 	if err := os.MkdirAll(filepath.Join(opts.DataDir, "topics"), 0o755); err != nil {
 		return nil, err

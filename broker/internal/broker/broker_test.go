@@ -250,3 +250,35 @@ func TestFairAcrossPartitions(t *testing.T) {
 		}
 	}
 }
+
+// TestLongPollCap checks that past MaxLongPolls a consume that would wait answers
+// unavailable at once instead of parking.
+func TestLongPollCap(t *testing.T) {
+	b, err := Open(Options{DataDir: t.TempDir(), NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxLongPolls: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	parked := make(chan error, 1)
+	go func() { _, err := b.Consume(ctx, "t", 1, 15*time.Second); parked <- err }()
+	deadline := time.Now().Add(10 * time.Second)
+	for testutilGauge(b) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := b.Consume(ctx, "t", 1, time.Second); !errors.Is(err, ErrTooManyLongPolls) {
+		t.Fatalf("second long poll: %v", err)
+	}
+	if ds, err := b.Consume(ctx, "t", 1, 0); err != nil || len(ds) != 0 {
+		t.Fatalf("a consume without wait must still answer: %v %v", ds, err)
+	}
+	cancel()
+	<-parked
+}

@@ -26,6 +26,9 @@ var ErrAckedAheadFull = errors.New("acked-ahead set full")
 // ErrUnavailable means the broker cannot serve the request now; retry later.
 var ErrUnavailable = errors.New("unavailable")
 
+// ErrTooManyLongPolls means the node holds its maximum of parked consumes; retry later.
+var ErrTooManyLongPolls = errors.New("too many long polls")
+
 // ErrStorage means a disk write failed and nothing was stored.
 var ErrStorage = errors.New("storage failed")
 

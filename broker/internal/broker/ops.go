@@ -412,6 +412,7 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 			timer.Stop()
 		}
 		if waiting {
+			b.longPolls.Add(-1)
 			b.metrics.ConsumeWaiting.Dec()
 		}
 	}()
@@ -427,6 +428,10 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 			return nil, nil
 		}
 		if timer == nil {
+			if b.longPolls.Add(1) > int64(b.opts.MaxLongPolls) {
+				b.longPolls.Add(-1)
+				return nil, errors.Join(ErrUnavailable, ErrTooManyLongPolls)
+			}
 			timer = time.NewTimer(wait)
 			waiting = true
 			b.metrics.ConsumeWaiting.Inc()

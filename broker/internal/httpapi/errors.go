@@ -70,6 +70,9 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, broker.ErrStorage):
 		return &apiError{status: http.StatusServiceUnavailable, code: "storage_failed", retryAfter: 1,
 			msg: "a disk write failed and the request was not stored; retry later (the operator is alerted by the narad_storage_errors_total metric)"}
+	case errors.Is(err, broker.ErrTooManyLongPolls):
+		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 1,
+			msg: "the node holds its maximum of waiting consumes; retry after Retry-After seconds, or consume with a shorter wait"}
 	case errors.Is(err, broker.ErrUnavailable):
 		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 1,
 			msg: "the broker cannot serve this now (starting, stopping or failing over); retry after Retry-After seconds"}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -222,7 +223,14 @@ func (n *Narad) waitReady(done chan struct{}) error {
 		default:
 		}
 		if resp, err := hc.Get(url); err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			// The 503s of a starting broker are responses too: check them.
+			if v, verr := LoadOpenAPIValidator(); verr == nil {
+				if err := v.ValidateResponse(resp.Request, resp.StatusCode, resp.Header, body); err != nil {
+					n.t.Errorf("response does not match openapi.yaml: GET /readyz -> %d: %v\nbody: %s", resp.StatusCode, err, truncateBytes(body, 500))
+				}
+			}
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
