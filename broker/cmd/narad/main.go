@@ -70,6 +70,7 @@ type config struct {
 	TLSKey            string
 	ProtectMetrics    bool
 	MaxLongPolls      int
+	ReadHeaderTimeout time.Duration
 	DataDir           string
 	NodeID            string
 	LogLevel          string
@@ -93,6 +94,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "with security on, /metrics needs an admin's credentials")
 	fs.IntVar(&c.MaxLongPolls, "max-long-polls", 10000, "consumes that may wait at once; past it a waiting consume answers 503")
+	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this (cuts slowloris clients)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty; keep it on loopback)")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for all of the node's data")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's id (default: generated on first start and kept in the data dir)")
@@ -278,7 +280,7 @@ func serve(args []string) error {
 	}
 	srv := &http.Server{
 		Handler:           api,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      broker.MaxWait + 40*time.Second,
 		IdleTimeout:       2 * time.Minute,
