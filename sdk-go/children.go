@@ -1,0 +1,94 @@
+package narad
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/narad-mq/narad/sdk-go/api"
+)
+
+// Child is a child topic of a parent: it receives a copy of every message committed to
+// the parent since it was attached, FanoutDelay after the parent committed it.
+type Child struct {
+	// Name is the child topic.
+	Name string
+	// FanoutDelay delays the copies (a delay child); 0 copies at once.
+	FanoutDelay time.Duration
+	// Lag says, per parent partition, how far the copying is behind.
+	Lag []ChildLag
+}
+
+// ChildLag is how far a child is behind one partition of its parent.
+type ChildLag struct {
+	Partition        int32
+	ParentNextOffset int64
+	ChildCursor      int64
+	// Lag counts the parent's messages not yet copied.
+	Lag int64
+}
+
+// AttachChild makes child (an existing topic) receive a copy of every message committed
+// to parent from now on, delay after the commit (0 for at once). This broker version
+// answers 501: the error wraps ErrNotImplemented.
+func (c *Client) AttachChild(ctx context.Context, parent, child string, delay time.Duration) (*Child, error) {
+	req := api.AttachChildRequest{Child: child}
+	if delay > 0 {
+		d := delay.Milliseconds()
+		req.FanoutDelayMs = &d
+	}
+	var out api.Child
+	if err := c.doJSON(ctx, &call{op: "attach-child", topic: parent, method: http.MethodPost, path: topicPath(parent, "children")}, req, &out); err != nil {
+		return nil, err
+	}
+	ch := childOf(out)
+	return &ch, nil
+}
+
+// DetachChild stops copying parent's messages to child; both topics stay.
+func (c *Client) DetachChild(ctx context.Context, parent, child string) error {
+	return c.doJSON(ctx, &call{op: "detach-child", topic: parent, method: http.MethodDelete,
+		path: topicPath(parent, "children", url.PathEscape(child))}, nil, nil)
+}
+
+// Children lists parent's children with their lag.
+func (c *Client) Children(ctx context.Context, parent string) ([]Child, error) {
+	var out api.ChildList
+	if err := c.doJSON(ctx, &call{op: "list-children", topic: parent, method: http.MethodGet, path: topicPath(parent, "children")}, nil, &out); err != nil {
+		return nil, err
+	}
+	cs := make([]Child, len(out.Children))
+	for i, ch := range out.Children {
+		cs[i] = childOf(ch)
+	}
+	return cs, nil
+}
+
+// CreateChild creates topic child with cfg as a child of parent in one step: it gets a
+// copy of every message committed to parent from now on, delay after the commit.
+func (c *Client) CreateChild(ctx context.Context, parent, child string, delay time.Duration, cfg TopicConfig) (*TopicInfo, error) {
+	cfg.Parent, cfg.FanoutDelay = parent, delay
+	return c.CreateTopic(ctx, child, cfg)
+}
+
+// CreateDelayTier creates tier as a plain topic whose delay child is target: every
+// message produced to tier reaches target delay later. That is one tier of RetryTiers'
+// topic mode, all in user space on plain topics.
+func (c *Client) CreateDelayTier(ctx context.Context, tier, target string, delay time.Duration, cfg TopicConfig) error {
+	if _, err := c.EnsureTopic(ctx, tier, cfg); err != nil {
+		return err
+	}
+	_, err := c.AttachChild(ctx, tier, target, delay)
+	return err
+}
+
+func childOf(ch api.Child) Child {
+	out := Child{Name: ch.Child, FanoutDelay: time.Duration(ch.FanoutDelayMs) * time.Millisecond}
+	if ch.Lag != nil {
+		for _, l := range *ch.Lag {
+			out.Lag = append(out.Lag, ChildLag{Partition: l.Partition, ParentNextOffset: l.ParentNextOffset, ChildCursor: l.ChildCursor, Lag: l.Lag})
+		}
+	}
+	return out
+}

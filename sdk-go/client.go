@@ -1,0 +1,511 @@
+package narad
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Client talks to a Narad cluster through a list of endpoints. It is safe for concurrent
+// use; make one per process and share it. Close it when done.
+type Client struct {
+	cfg   config
+	hc    *http.Client
+	log   *slog.Logger
+	nodes []*node
+	next  atomic.Uint64
+
+	closed  atomic.Bool
+	closing chan struct{}
+	wg      sync.WaitGroup // breaker probes
+}
+
+// New returns a Client for the given endpoints (base URLs such as
+// "http://10.0.0.1:7942"; a bare host:port means http). Requests are spread across the
+// endpoints and fail over between them. It makes no request.
+func New(endpoints []string, opts ...Option) (*Client, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("narad: New needs at least one endpoint")
+	}
+	cfg := config{
+		retry:        DefaultRetry(),
+		poolSize:     DefaultPoolSize,
+		timeout:      DefaultRequestTimeout,
+		breakerFails: 2,
+		breakerCool:  2 * time.Second,
+		userAgent:    "narad-go",
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.retry.Attempts < 1 {
+		cfg.retry.Attempts = 1
+	}
+	if cfg.retry.Backoff == nil {
+		cfg.retry.Backoff = DefaultRetry().Backoff
+	}
+	if cfg.breakerFails < 1 {
+		cfg.breakerFails = 1
+	}
+	if cfg.breakerCool <= 0 {
+		cfg.breakerCool = 2 * time.Second
+	}
+	c := &Client{cfg: cfg, closing: make(chan struct{})}
+	c.log = cfg.logger
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	c.hc = cfg.httpClient
+	if c.hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns = cfg.poolSize * len(endpoints)
+		tr.MaxIdleConnsPerHost = cfg.poolSize
+		tr.IdleConnTimeout = 90 * time.Second
+		c.hc = &http.Client{Transport: tr}
+	}
+	for _, e := range endpoints {
+		base, err := normalizeEndpoint(e)
+		if err != nil {
+			return nil, err
+		}
+		c.nodes = append(c.nodes, &node{base: base})
+	}
+	return c, nil
+}
+
+func normalizeEndpoint(e string) (string, error) {
+	e = strings.TrimSpace(e)
+	if !strings.Contains(e, "://") {
+		e = "http://" + e
+	}
+	u, err := url.Parse(e)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("narad: endpoint %q is not a URL like http://host:port", e)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// Close stops the client's background probes and closes idle connections. Calls made
+// after Close fail with ErrClosed. Closing twice is harmless. Close Publishers and stop
+// Consumers first: their pending work fails with ErrClosed once the client is closed.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	close(c.closing)
+	c.wg.Wait()
+	c.hc.CloseIdleConnections()
+	return nil
+}
+
+// Endpoints returns the client's endpoints as normalized base URLs.
+func (c *Client) Endpoints() []string {
+	out := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.base
+	}
+	return out
+}
+
+func (c *Client) observe(e Event) {
+	if c.cfg.observer != nil {
+		c.cfg.observer(e)
+	}
+}
+
+// node is one endpoint with its circuit breaker.
+type node struct {
+	base string
+
+	mu        sync.Mutex
+	fails     int
+	open      bool
+	openUntil time.Time
+	probing   bool
+}
+
+func (n *node) available() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return !n.open
+}
+
+// pick chooses the endpoint for an attempt: the next closed breaker in rotation that
+// this call has not tried yet, else any closed one, else the one that opened first.
+func (c *Client) pick(tried map[*node]bool) *node {
+	start := c.next.Add(1)
+	k := len(c.nodes)
+	var fallback *node
+	for i := 0; i < k; i++ {
+		n := c.nodes[(int(start)+i)%k]
+		if !n.available() {
+			continue
+		}
+		if !tried[n] {
+			return n
+		}
+		if fallback == nil {
+			fallback = n
+		}
+	}
+	if fallback != nil {
+		return fallback
+	}
+	// Every breaker is open: never refuse to try; use the longest-open node.
+	best := c.nodes[int(start)%k]
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		u := n.openUntil
+		n.mu.Unlock()
+		best.mu.Lock()
+		bu := best.openUntil
+		best.mu.Unlock()
+		if u.Before(bu) {
+			best = n
+		}
+	}
+	return best
+}
+
+func (c *Client) nodeOK(n *node) {
+	n.mu.Lock()
+	n.fails = 0
+	wasOpen := n.open
+	n.open = false
+	n.mu.Unlock()
+	if wasOpen {
+		c.log.Info("narad: endpoint back in rotation", "node", n.base)
+		c.observe(Event{Kind: EventBreakerClose, Node: n.base, Start: time.Now()})
+	}
+}
+
+func (c *Client) nodeFailed(n *node, err error) {
+	n.mu.Lock()
+	n.fails++
+	opened := false
+	if !n.open && n.fails >= c.cfg.breakerFails && len(c.nodes) > 1 {
+		n.open, opened = true, true
+		n.openUntil = time.Now().Add(c.cfg.breakerCool)
+	}
+	startProbe := opened && !n.probing && !c.closed.Load()
+	if startProbe {
+		n.probing = true
+		c.wg.Add(1)
+	}
+	n.mu.Unlock()
+	if opened {
+		c.log.Warn("narad: endpoint out of rotation", "node", n.base, "err", err)
+		c.observe(Event{Kind: EventBreakerOpen, Node: n.base, Err: err, Start: time.Now()})
+	}
+	if startProbe {
+		go c.probe(n)
+	}
+}
+
+// probe checks an open endpoint's /readyz outside the rotation until it answers 200,
+// waiting longer after each failure, then puts it back.
+func (c *Client) probe(n *node) {
+	defer c.wg.Done()
+	defer func() { n.mu.Lock(); n.probing = false; n.mu.Unlock() }()
+	wait := c.cfg.breakerCool
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-c.closing:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.base+"/readyz", nil)
+		resp, err := c.hc.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		cancel()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			c.nodeOK(n)
+			return
+		}
+		wait = min(wait*2, time.Minute)
+		n.mu.Lock()
+		n.openUntil = time.Now().Add(wait)
+		n.mu.Unlock()
+	}
+}
+
+// call is one API request, retried and failed over by do.
+type call struct {
+	op     string
+	topic  string
+	method string
+	path   string // escaped, starting with /
+	query  url.Values
+	body   []byte
+	ctype  string
+	// poll is a long poll's wait: the attempt deadline is poll plus a margin.
+	poll time.Duration
+	// unsafe marks a call that may take effect twice if retried after an unknown
+	// outcome; such a retry happens only with allowDup.
+	unsafe   bool
+	allowDup bool
+	// attempts overrides the client's policy when > 0.
+	attempts int
+}
+
+// reply is a successful (2xx) answer.
+type reply struct {
+	status int
+	body   []byte
+	node   string
+	// uncertainBefore is set when an earlier attempt of this call may have taken effect.
+	uncertainBefore bool
+}
+
+func (c *Client) do(ctx context.Context, cl *call) (*reply, error) {
+	if c.closed.Load() {
+		return nil, &Error{Op: cl.op, Topic: cl.topic, kind: ErrClosed}
+	}
+	attempts := c.cfg.retry.Attempts
+	if cl.attempts > 0 {
+		attempts = cl.attempts
+	}
+	bo := c.cfg.retry.Backoff()
+	tried := make(map[*node]bool, len(c.nodes))
+	uncertain := false
+	for attempt := 1; ; attempt++ {
+		n := c.pick(tried)
+		tried[n] = true
+		rep, err := c.attempt(ctx, cl, n, attempt)
+		if err == nil {
+			rep.uncertainBefore = uncertain
+			return rep, nil
+		}
+		var e *Error
+		if !errors.As(err, &e) {
+			return nil, err
+		}
+		if e.uncertain {
+			uncertain = true
+		}
+		if uncertain {
+			e.uncertain = true
+		}
+		if !e.Retryable() || attempt >= attempts || ctx.Err() != nil || c.closed.Load() {
+			return nil, e
+		}
+		if e.uncertain && cl.unsafe && !cl.allowDup {
+			return nil, e
+		}
+		// A request refused before it was stored fails over to an untried node at once.
+		var wait time.Duration
+		if !(notSent(e) && untried(c.nodes, tried)) {
+			wait = bo.NextBackOff()
+			if wait == backoff.Stop {
+				return nil, e
+			}
+			if e.RetryAfter > wait {
+				wait = e.RetryAfter
+			}
+		}
+		c.log.Debug("narad: retrying", "op", cl.op, "topic", cl.topic, "attempt", attempt, "wait", wait, "err", e)
+		c.observe(Event{Kind: EventRetry, Op: cl.op, Topic: cl.topic, Node: n.base, Attempt: attempt, Err: e, Start: time.Now(), Duration: wait})
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, e
+			case <-c.closing:
+				t.Stop()
+				return nil, e
+			case <-t.C:
+			}
+		}
+	}
+}
+
+func untried(nodes []*node, tried map[*node]bool) bool {
+	for _, n := range nodes {
+		if !tried[n] && n.available() {
+			return true
+		}
+	}
+	return false
+}
+
+// notSent reports whether the request surely never reached a broker (the connection
+// was refused), so another node may take it at once.
+func notSent(e *Error) bool {
+	var op *net.OpError
+	return e.Status == 0 && errors.As(e.Err, &op) && op.Op == "dial"
+}
+
+func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*reply, error) {
+	timeout := c.cfg.timeout
+	if cl.poll > 0 {
+		timeout = cl.poll + pollMargin
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	u := n.base + cl.path
+	if len(cl.query) > 0 {
+		u += "?" + cl.query.Encode()
+	}
+	var body io.Reader
+	if cl.body != nil {
+		body = bytes.NewReader(cl.body)
+	}
+	req, err := http.NewRequestWithContext(actx, cl.method, u, body)
+	if err != nil {
+		return nil, &Error{Op: cl.op, Topic: cl.topic, Node: n.base, Err: err, Message: err.Error(), kind: ErrBadRequest}
+	}
+	if cl.ctype != "" {
+		req.Header.Set("Content-Type", cl.ctype)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.cfg.userAgent)
+	if c.cfg.auth {
+		req.SetBasicAuth(c.cfg.user, c.cfg.password)
+	}
+	start := time.Now()
+	resp, err := c.hc.Do(req)
+	var data []byte
+	if err == nil {
+		data, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			resp = nil
+		}
+	}
+	ev := Event{Kind: EventRequest, Op: cl.op, Topic: cl.topic, Node: n.base, Attempt: attempt, Start: start, Duration: time.Since(start)}
+	if err != nil {
+		e := &Error{Op: cl.op, Topic: cl.topic, Node: n.base, Err: err}
+		switch {
+		case ctx.Err() != nil:
+			// The caller gave up; say so with the caller's own error.
+			e.Err = ctx.Err()
+			e.kind = ErrTimeout
+			if errors.Is(ctx.Err(), context.Canceled) {
+				e.kind = nil
+			}
+			e.Message = ctx.Err().Error()
+			e.uncertain = cl.unsafe
+		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+			e.kind = ErrTimeout
+			e.Message = fmt.Sprintf("no answer within %s", timeout)
+			e.uncertain = true
+			c.nodeFailed(n, err)
+		default:
+			e.kind = ErrUnavailable
+			e.uncertain = !notSent(e)
+			c.nodeFailed(n, err)
+		}
+		ev.Err = e
+		c.observe(ev)
+		return nil, e
+	}
+	ev.Status = resp.StatusCode
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		c.nodeOK(n)
+		c.observe(ev)
+		return &reply{status: resp.StatusCode, body: data, node: n.base}, nil
+	}
+	e := &Error{Op: cl.op, Topic: cl.topic, Node: n.base, Status: resp.StatusCode}
+	var wire struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &wire) == nil && wire.Error.Code != "" {
+		e.Code, e.Message = wire.Error.Code, wire.Error.Message
+	} else {
+		e.Message = strings.TrimSpace(string(data))
+		if len(e.Message) > 200 {
+			e.Message = e.Message[:200]
+		}
+		if e.Message == "" {
+			e.Message = http.StatusText(resp.StatusCode)
+		}
+	}
+	e.kind = kindOf(resp.StatusCode, e.Code)
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		if s, err := strconv.Atoi(ra); err == nil && s >= 0 {
+			e.RetryAfter = time.Duration(s) * time.Second
+		} else if t, err := http.ParseTime(ra); err == nil {
+			e.RetryAfter = max(time.Until(t), 0)
+		}
+	}
+	switch {
+	case e.Code == CodeTimeout, resp.StatusCode == http.StatusGatewayTimeout:
+		e.uncertain = true
+	case resp.StatusCode == http.StatusServiceUnavailable && (e.Code == CodeUnavailable || e.Code == ""),
+		resp.StatusCode == http.StatusBadGateway:
+		c.nodeFailed(n, e)
+	default:
+		c.nodeOK(n)
+	}
+	ev.Err = e
+	c.observe(ev)
+	return nil, e
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// topicPath returns /v1/topics/{topic} followed by more path segments, escaped.
+func topicPath(topic string, more ...string) string {
+	var b strings.Builder
+	b.WriteString("/v1/topics/")
+	b.WriteString(url.PathEscape(topic))
+	for _, m := range more {
+		b.WriteString("/")
+		b.WriteString(m)
+	}
+	return b.String()
+}
+
+// getJSON runs a call and decodes its JSON answer into out (when out is not nil).
+func (c *Client) doJSON(ctx context.Context, cl *call, in, out any) error {
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("narad: %s: encoding the request: %w", cl.op, err)
+		}
+		cl.body, cl.ctype = b, "application/json"
+	}
+	rep, err := c.do(ctx, cl)
+	if err != nil {
+		return err
+	}
+	if out != nil && len(rep.body) > 0 {
+		if err := json.Unmarshal(rep.body, out); err != nil {
+			return &Error{Op: cl.op, Topic: cl.topic, Node: rep.node, Status: rep.status, Err: err,
+				Message: "the broker's answer is not the JSON the API describes: " + err.Error(), kind: ErrInternal}
+		}
+	}
+	return nil
+}
+
+// Ready returns nil when some endpoint answers /readyz with 200.
+func (c *Client) Ready(ctx context.Context) error {
+	return c.doJSON(ctx, &call{op: "readyz", method: http.MethodGet, path: "/readyz"}, nil, nil)
+}

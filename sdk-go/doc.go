@@ -1,0 +1,28 @@
+// Package narad is the Go SDK of Narad, a durable, queue-first message broker spoken
+// over plain HTTP.
+//
+// Make one Client per process with New and a list of endpoints; requests are spread
+// across them and fail over, with a circuit breaker per endpoint:
+//
+//	c, err := narad.New([]string{"http://10.0.0.1:7942", "http://10.0.0.2:7942"})
+//	defer c.Close()
+//
+// Produce writes one message and returns once it is durable; ProduceBatch writes many
+// in one request and reports a result per message; a Publisher batches for you by count,
+// bytes and linger. Bodies are bytes and round-trip exactly; strings and JSON values are
+// conveniences on top.
+//
+// Consume runs a worker pool over a topic: it takes only as many messages as it has free
+// workers, renews each lease before two thirds of its window while the handler runs (up
+// to a max lease), cancels the handler's context when a lease is lost (and never acks
+// that message), acks on success with confirmed retries, hands the message back on error
+// or panic, and drains on cancellation. Receive is the one-poll building block; Replay
+// reads the log without leases from a Position, bounded or following.
+//
+// Errors carry their kind as a sentinel for errors.Is (ErrNotFound, ErrLeaseLost,
+// ErrUnavailable, ...) and the details as *Error for errors.As; Retryable and Uncertain
+// answer the two questions every failure raises.
+//
+// The sub-package api is the low-level client generated from openapi.yaml, for the raw
+// API.
+package narad

@@ -1,0 +1,324 @@
+package narad
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/narad-mq/narad/sdk-go/api"
+)
+
+// maxExtend is the broker's cap on an extend or nack delay.
+const maxExtend = 12 * time.Hour
+
+// Message is a message read from a topic. A message taken by Receive or Consume holds a
+// lease, named by ReceiptHandle, and is settled with Ack, Nack or kept longer with
+// Extend; a message read by Replay holds none.
+type Message struct {
+	// Topic, Partition and Offset say where the message sits in the log.
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Key is the key it was produced with, or "" for none.
+	Key string
+	// Timestamp is when the broker wrote it.
+	Timestamp time.Time
+	// DeliveryAttempt is 1 on the first delivery and counts up on redeliveries; 0 on replay.
+	DeliveryAttempt int
+	// ReceiptHandle names the lease; "" on replay.
+	ReceiptHandle string
+
+	body   []byte
+	env    *Envelope
+	client *Client
+
+	mu      sync.Mutex
+	settled bool // a settlement began or succeeded: no renewal, no second settlement
+	lost    bool // the lease is gone: never ack
+	lease   *lease
+}
+
+// Bytes returns the body exactly as it was produced. The slice belongs to the message;
+// do not modify it.
+func (m *Message) Bytes() []byte { return m.body }
+
+// Decode unmarshals a JSON body into v.
+func (m *Message) Decode(v any) error {
+	if err := json.Unmarshal(m.body, v); err != nil {
+		return errors.Join(ErrBadRequest, err)
+	}
+	return nil
+}
+
+// Ack settles the message: it will not be delivered again. The ack is confirmed: retried
+// on 503 and connection errors, and a 410 after an attempt whose reply was lost counts
+// as success. It returns an error wrapping ErrLeaseLost when the lease lapsed first.
+func (m *Message) Ack(ctx context.Context) error {
+	return m.settle(ctx, "ack", "")
+}
+
+// Nack hands the message back: with delay 0 it is delivered again at once; with a
+// positive delay it becomes visible again that long from now (capped at 12 h).
+func (m *Message) Nack(ctx context.Context, delay time.Duration) error {
+	return m.settle(ctx, "nack", extendParam(delay, true))
+}
+
+// Extend keeps the lease: with d > 0 the lease ends d from now (capped at 12 h); with
+// d <= 0 it is renewed for the topic's visibility timeout.
+func (m *Message) Extend(ctx context.Context, d time.Duration) error {
+	if m.ReceiptHandle == "" {
+		return &Error{Op: "extend", Topic: m.Topic, kind: ErrNoLease}
+	}
+	m.mu.Lock()
+	gone := m.settled || m.lost
+	m.mu.Unlock()
+	if gone {
+		return &Error{Op: "extend", Topic: m.Topic, Status: http.StatusGone, Code: CodeLeaseLost, Message: "the message was settled or its lease lost", kind: ErrLeaseLost}
+	}
+	_, err := m.client.ack(ctx, "extend", m.Topic, m.ReceiptHandle, extendParam(d, false))
+	if err == nil && m.lease != nil {
+		m.lease.extended(time.Now(), d)
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		m.markLost()
+	}
+	return err
+}
+
+func extendParam(d time.Duration, nack bool) string {
+	switch {
+	case d <= 0 && nack:
+		return "0"
+	case d <= 0:
+		return "true"
+	case d > maxExtend:
+		d = maxExtend
+	}
+	ms := d.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	return strconv.FormatInt(ms, 10)
+}
+
+func (m *Message) settle(ctx context.Context, op, extend string) error {
+	if m.ReceiptHandle == "" {
+		return &Error{Op: op, Topic: m.Topic, kind: ErrNoLease}
+	}
+	m.mu.Lock()
+	switch {
+	case m.lost:
+		m.mu.Unlock()
+		return &Error{Op: op, Topic: m.Topic, Status: http.StatusGone, Code: CodeLeaseLost, Message: "the lease was lost; the message is delivered again", kind: ErrLeaseLost}
+	case m.settled:
+		m.mu.Unlock()
+		return &Error{Op: op, Topic: m.Topic, Status: http.StatusGone, Code: CodeLeaseLost, Message: "the message is already settled", kind: ErrLeaseLost}
+	}
+	m.settled = true
+	m.mu.Unlock()
+	if m.lease != nil {
+		m.lease.stop()
+	}
+	_, err := m.client.ack(ctx, op, m.Topic, m.ReceiptHandle, extend)
+	if err != nil {
+		m.mu.Lock()
+		if errors.Is(err, ErrLeaseLost) {
+			m.lost = true
+		} else {
+			m.settled = false // let the caller try again
+		}
+		m.mu.Unlock()
+	}
+	return err
+}
+
+func (m *Message) markLost() {
+	m.mu.Lock()
+	m.lost = true
+	m.mu.Unlock()
+}
+
+// state reports whether a settlement began and whether the lease is known lost.
+func (m *Message) state() (settled, lost bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.settled, m.lost
+}
+
+// ack sends one ack call (settle, renew, extend or nack), confirmed: retried on 503 and
+// connection errors. For a settlement (ack, nack), a 410 on a retry whose earlier attempt
+// may have taken effect counts as success, since that attempt most likely settled it.
+func (c *Client) ack(ctx context.Context, op, topic, handle, extend string) (*reply, error) {
+	q := url.Values{"receipt_handle": {handle}}
+	if extend != "" {
+		q.Set("extend", extend)
+	}
+	cl := &call{op: op, topic: topic, method: http.MethodPost, path: topicPath(topic, "ack"), query: q,
+		attempts: max(c.cfg.retry.Attempts, 6)}
+	rep, err := c.do(ctx, cl)
+	if err != nil && op != "extend" && errors.Is(err, ErrLeaseLost) && Uncertain(err) {
+		c.log.Debug("narad: 410 after an unconfirmed settlement counts as settled", "op", op, "topic", topic)
+		return &reply{status: http.StatusNoContent}, nil
+	}
+	return rep, err
+}
+
+// AckResult is the outcome of one entry of AckBatch.
+type AckResult struct {
+	// Message is the message the entry settled.
+	Message *Message
+	// Err is nil when the message was settled, else why not (ErrLeaseLost, ...).
+	Err error
+}
+
+// AckBatch acks many messages of one topic in as few requests as possible (1000 per
+// request) and reports a result per message, in order. Entries that answer 503 are
+// retried; a partial failure is never hidden: check every result. The error is non-nil
+// when any entry failed; it joins the failures.
+func (c *Client) AckBatch(ctx context.Context, topic string, msgs []*Message) ([]AckResult, error) {
+	res := make([]AckResult, len(msgs))
+	todo := make([]int, 0, len(msgs))
+	for i, m := range msgs {
+		res[i].Message = m
+		if m.ReceiptHandle == "" {
+			res[i].Err = &Error{Op: "ack-batch", Topic: topic, kind: ErrNoLease}
+			continue
+		}
+		m.mu.Lock()
+		if m.lost || m.settled {
+			res[i].Err = &Error{Op: "ack-batch", Topic: topic, Status: http.StatusGone, Code: CodeLeaseLost, Message: "already settled or lost", kind: ErrLeaseLost}
+		} else {
+			m.settled = true
+			todo = append(todo, i)
+		}
+		m.mu.Unlock()
+		if res[i].Err == nil && m.lease != nil {
+			m.lease.stop()
+		}
+	}
+	for start := 0; start < len(todo); start += 1000 {
+		chunk := todo[start:min(start+1000, len(todo))]
+		c.ackChunk(ctx, topic, msgs, chunk, res)
+	}
+	var errs []error
+	for i := range res {
+		m := res[i].Message
+		if res[i].Err != nil {
+			errs = append(errs, res[i].Err)
+			m.mu.Lock()
+			if errors.Is(res[i].Err, ErrLeaseLost) {
+				m.lost = true
+			} else if !errors.Is(res[i].Err, ErrNoLease) {
+				m.settled = false
+			}
+			m.mu.Unlock()
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+func (c *Client) ackChunk(ctx context.Context, topic string, msgs []*Message, idx []int, res []AckResult) {
+	bo := c.cfg.retry.Backoff()
+	attempts := max(c.cfg.retry.Attempts, 6)
+	uncertain := make(map[int]bool)
+	for attempt := 1; len(idx) > 0; attempt++ {
+		req := api.AckBatchRequest{Acks: make([]api.AckEntry, len(idx))}
+		for j, i := range idx {
+			req.Acks[j].ReceiptHandle = msgs[i].ReceiptHandle
+		}
+		body, _ := json.Marshal(req)
+		rep, err := c.do(ctx, &call{op: "ack-batch", topic: topic, method: http.MethodPost, path: topicPath(topic, "ack-batch"),
+			body: body, ctype: "application/json", attempts: attempts})
+		var out api.AckResultList
+		if err == nil {
+			if jerr := json.Unmarshal(rep.body, &out); jerr != nil || len(out.Results) != len(idx) {
+				err = &Error{Op: "ack-batch", Topic: topic, Node: rep.node, kind: ErrInternal,
+					Message: "the broker answered " + strconv.Itoa(len(out.Results)) + " results for " + strconv.Itoa(len(idx)) + " entries"}
+			} else if rep.uncertainBefore {
+				for _, i := range idx {
+					uncertain[i] = true
+				}
+			}
+		}
+		if err != nil {
+			for _, i := range idx {
+				res[i].Err = err
+			}
+			return
+		}
+		var again []int
+		var retryAfter time.Duration
+		for j, r := range out.Results {
+			i := idx[j]
+			if r.Status == http.StatusNoContent {
+				res[i].Err = nil
+				continue
+			}
+			e := &Error{Op: "ack-batch", Topic: topic, Status: int(r.Status)}
+			if r.Error != nil {
+				e.Code, e.Message = string(r.Error.Code), r.Error.Message
+			}
+			e.kind = kindOf(e.Status, e.Code)
+			if e.Status == http.StatusGone && uncertain[i] {
+				res[i].Err = nil
+				continue
+			}
+			res[i].Err = e
+			if e.Status == http.StatusServiceUnavailable {
+				again = append(again, i)
+				retryAfter = time.Second
+			}
+		}
+		if len(again) == 0 || attempt >= attempts {
+			return
+		}
+		idx = again
+		wait := max(bo.NextBackOff(), retryAfter)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Client) newMessage(w *api.Message) (*Message, error) {
+	m := &Message{
+		Topic:     w.Topic,
+		Partition: w.Partition,
+		Offset:    w.Offset,
+		Timestamp: time.UnixMilli(w.Timestamp),
+		client:    c,
+	}
+	if w.Key != nil {
+		m.Key = *w.Key
+	}
+	if w.DeliveryAttempt != nil {
+		m.DeliveryAttempt = int(*w.DeliveryAttempt)
+	}
+	if w.ReceiptHandle != nil {
+		m.ReceiptHandle = *w.ReceiptHandle
+	}
+	if w.PayloadEncoding != nil && *w.PayloadEncoding == "base64" {
+		var s string
+		if err := json.Unmarshal(w.Payload, &s); err != nil {
+			return nil, err
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, err
+		}
+		m.body = b
+	} else {
+		m.body = []byte(w.Payload)
+	}
+	return m, nil
+}

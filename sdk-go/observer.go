@@ -1,0 +1,81 @@
+package narad
+
+import "time"
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// The kinds of Event.
+const (
+	// EventRequest is one HTTP attempt, successful or not.
+	EventRequest EventKind = iota + 1
+	// EventRetry is a decision to retry a call after a failed attempt.
+	EventRetry
+	// EventBreakerOpen is an endpoint taken out of the rotation after failures.
+	EventBreakerOpen
+	// EventBreakerClose is an endpoint back in the rotation after a successful probe.
+	EventBreakerClose
+	// EventProcess is a handler run of a Consumer, with its outcome in Err.
+	EventProcess
+	// EventSettle is a settlement (ack, nack or lost lease) of a consumed message.
+	EventSettle
+	// EventConsumerError is a failure a Consumer survived (or, with Terminal, stopped on).
+	EventConsumerError
+	// EventPublish is a batch sent by a Publisher.
+	EventPublish
+)
+
+// String names the kind for logs and metric labels.
+func (k EventKind) String() string {
+	switch k {
+	case EventRequest:
+		return "request"
+	case EventRetry:
+		return "retry"
+	case EventBreakerOpen:
+		return "breaker_open"
+	case EventBreakerClose:
+		return "breaker_close"
+	case EventProcess:
+		return "process"
+	case EventSettle:
+		return "settle"
+	case EventConsumerError:
+		return "consumer_error"
+	case EventPublish:
+		return "publish"
+	}
+	return "unknown"
+}
+
+// Event is what the client reports to an Observer. Fields that do not apply to a kind
+// are zero.
+type Event struct {
+	Kind EventKind
+	// Op is the operation ("produce", "consume-batch", "ack", ...).
+	Op string
+	// Topic is the topic concerned, or "".
+	Topic string
+	// Node is the endpoint concerned, or "".
+	Node string
+	// Status is the HTTP status of a request, or 0.
+	Status int
+	// Attempt counts the attempts of a call, from 1.
+	Attempt int
+	// Messages is how many messages the event covers (a poll, a batch).
+	Messages int
+	// Outcome is "ack", "nack" or "lost" for EventSettle.
+	Outcome string
+	// Message is the message concerned by EventProcess and EventSettle.
+	Message *Message
+	// Start is when the reported work began; Duration how long it took.
+	Start    time.Time
+	Duration time.Duration
+	// Err is the failure, or nil.
+	Err error
+	// Terminal marks an EventConsumerError that stopped the consumer.
+	Terminal bool
+}
+
+// Observer receives every Event of a Client. It must be quick and safe for concurrent use.
+type Observer func(Event)

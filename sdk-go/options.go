@@ -1,0 +1,154 @@
+package narad
+
+import (
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Defaults shared by every Narad SDK (see SDK.md).
+const (
+	DefaultWait           = 10 * time.Second
+	DefaultConcurrency    = 1
+	DefaultMaxLease       = time.Hour
+	DefaultShutdownGrace  = 30 * time.Second
+	DefaultAttempts       = 4
+	DefaultMinBackoff     = 50 * time.Millisecond
+	DefaultMaxBackoff     = 5 * time.Second
+	DefaultLinger         = 5 * time.Millisecond
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultPoolSize       = 64
+
+	// pollMargin is added to a long poll's wait for its deadline, so the client never
+	// cuts a poll that the broker is about to answer.
+	pollMargin = 5 * time.Second
+	// maxWait is the broker's cap on a long poll.
+	maxWait = 20 * time.Second
+)
+
+// Option configures a Client. Pass options to New.
+type Option func(*config)
+
+type config struct {
+	user, password string
+	auth           bool
+	logger         *slog.Logger
+	retry          RetryPolicy
+	httpClient     *http.Client
+	observer       Observer
+	poolSize       int
+	timeout        time.Duration
+	breakerFails   int
+	breakerCool    time.Duration
+	userAgent      string
+}
+
+// RetryPolicy says how often and how patiently a call is retried. Attempts counts the
+// first try (1 means no retry). Backoff makes a fresh backoff.BackOff per call; its
+// NextBackOff gives the wait before each retry (a Retry-After from the broker wins when
+// it is longer). A nil Backoff means full jitter between 50 ms and 5 s.
+type RetryPolicy struct {
+	Attempts int
+	Backoff  func() backoff.BackOff
+}
+
+// DefaultRetry is the policy of a Client made without WithRetry: 4 attempts, full-jitter
+// backoff from 50 ms to 5 s.
+func DefaultRetry() RetryPolicy {
+	return RetryPolicy{Attempts: DefaultAttempts, Backoff: func() backoff.BackOff {
+		return NewFullJitter(DefaultMinBackoff, DefaultMaxBackoff)
+	}}
+}
+
+// WithBasicAuth sends HTTP Basic credentials on every request.
+func WithBasicAuth(user, password string) Option {
+	return func(c *config) { c.user, c.password, c.auth = user, password, true }
+}
+
+// WithLogger sends the client's log lines (retries, breaker changes, consumer errors) to
+// l. Without it the client is quiet.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// WithRetry replaces the retry policy of every call. Attempts below 1 mean 1.
+func WithRetry(p RetryPolicy) Option {
+	return func(c *config) { c.retry = p }
+}
+
+// WithHTTPClient uses hc for every request instead of a client whose connection pool is
+// sized by WithPoolSize. Its Timeout should be zero: the SDK sets each call's deadline
+// itself, and a client-wide timeout would cut long polls.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *config) { c.httpClient = hc }
+}
+
+// WithObserver calls o for every request, retry, breaker change, delivery and
+// settlement; metrics and tracing adapters plug in here. o must be quick and safe for
+// concurrent use.
+func WithObserver(o Observer) Option {
+	return func(c *config) { c.observer = o }
+}
+
+// WithPoolSize keeps up to n idle connections per endpoint (default 64). Size it for the
+// sum of the concurrency of the consumers and publishers sharing the client plus a few
+// for renewals and acks, so busy workers do not open and close connections. It has no
+// effect with WithHTTPClient.
+func WithPoolSize(n int) Option {
+	return func(c *config) { c.poolSize = n }
+}
+
+// WithRequestTimeout bounds each attempt of an ordinary call (default 30 s). Long polls
+// get their wait plus a margin instead.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) { c.timeout = d }
+}
+
+// WithBreaker opens an endpoint's circuit breaker after failures consecutive failures
+// (connection errors, 503 unavailable); the endpoint then stays out of the rotation
+// until a probe of its /readyz succeeds, first after cooldown and then at growing
+// intervals (default 2 failures, 2 s).
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return func(c *config) { c.breakerFails, c.breakerCool = failures, cooldown }
+}
+
+// WithUserAgent sets the User-Agent header.
+func WithUserAgent(ua string) Option {
+	return func(c *config) { c.userAgent = ua }
+}
+
+// FullJitter is a backoff.BackOff whose waits are drawn uniformly from zero to an
+// exponentially growing cap ("full jitter"), which spreads retries of many clients.
+type FullJitter struct {
+	Min, Max time.Duration
+	n        int
+}
+
+// NewFullJitter returns a full-jitter backoff whose cap starts at min and doubles up to max.
+func NewFullJitter(min, max time.Duration) *FullJitter {
+	return &FullJitter{Min: min, Max: max}
+}
+
+// NextBackOff returns the next wait; it never stops by itself (the policy's Attempts does).
+func (f *FullJitter) NextBackOff() time.Duration {
+	ceil := f.Min
+	for i := 0; i < f.n && ceil < f.Max; i++ {
+		ceil *= 2
+	}
+	if ceil > f.Max {
+		ceil = f.Max
+	}
+	f.n++
+	if ceil <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(ceil) + 1))
+}
+
+// Reset starts the growth over.
+func (f *FullJitter) Reset() { f.n = 0 }
+
+var _ backoff.BackOff = (*FullJitter)(nil)

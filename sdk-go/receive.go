@@ -1,0 +1,140 @@
+package narad
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/narad-mq/narad/sdk-go/api"
+)
+
+// ConsumeOption configures Receive and Consume (and Consumer). Options that only make
+// sense for a worker loop are ignored by Receive.
+type ConsumeOption func(*consumeConfig)
+
+type consumeConfig struct {
+	wait        time.Duration
+	max         int
+	concurrency int
+	maxLease    time.Duration
+	grace       time.Duration
+	renew       bool
+	nackDelay   time.Duration
+	onError     func(error)
+}
+
+func defaultConsumeConfig() consumeConfig {
+	return consumeConfig{
+		wait:        DefaultWait,
+		max:         1,
+		concurrency: DefaultConcurrency,
+		maxLease:    DefaultMaxLease,
+		grace:       DefaultShutdownGrace,
+		renew:       true,
+	}
+}
+
+// WithWait sets how long one poll waits for a message to arrive (default 10 s, at most
+// 20 s; 0 answers at once).
+func WithWait(d time.Duration) ConsumeOption {
+	return func(c *consumeConfig) { c.wait = min(max(d, 0), maxWait) }
+}
+
+// WithMaxMessages sets how many messages Receive takes at most in its one poll (default
+// 1, at most 1000).
+func WithMaxMessages(n int) ConsumeOption {
+	return func(c *consumeConfig) { c.max = min(max(n, 1), MaxBatchMessages) }
+}
+
+// WithConcurrency sets how many handlers a Consumer runs at once (default 1). It never
+// holds more leased messages than that.
+func WithConcurrency(n int) ConsumeOption {
+	return func(c *consumeConfig) { c.concurrency = min(max(n, 1), MaxBatchMessages) }
+}
+
+// WithMaxLease bounds how long a Consumer keeps renewing one message's lease (default
+// 1 h). Past it the lease lapses: the handler's context is cancelled and the message is
+// delivered again.
+func WithMaxLease(d time.Duration) ConsumeOption {
+	return func(c *consumeConfig) { c.maxLease = d }
+}
+
+// WithShutdownGrace sets how long a Consumer lets running handlers finish after its
+// context is cancelled (default 30 s); then their contexts are cancelled too.
+func WithShutdownGrace(d time.Duration) ConsumeOption {
+	return func(c *consumeConfig) { c.grace = max(d, 0) }
+}
+
+// WithoutRenewal turns off lease renewal: a handler that runs longer than the topic's
+// visibility timeout loses its lease.
+func WithoutRenewal() ConsumeOption {
+	return func(c *consumeConfig) { c.renew = false }
+}
+
+// WithNackDelay sets the delay before a message whose handler failed is delivered again
+// (default 0: at once). NackAfter overrides it per message.
+func WithNackDelay(d time.Duration) ConsumeOption {
+	return func(c *consumeConfig) { c.nackDelay = max(d, 0) }
+}
+
+// WithErrorHandler calls f with every failure a Consumer survives or stops on (poll
+// errors, lost leases, failed acks, handler panics). f must be quick.
+func WithErrorHandler(f func(error)) ConsumeOption {
+	return func(c *consumeConfig) { c.onError = f }
+}
+
+// Receive takes up to WithMaxMessages messages (default 1) from topic in one long poll of
+// up to WithWait (default 10 s). Each comes under its own lease: settle it with Ack or
+// Nack before the topic's visibility timeout, or Extend it. An empty poll returns no
+// messages and a nil error. Receive does not renew leases; Consume does.
+func (c *Client) Receive(ctx context.Context, topic string, opts ...ConsumeOption) ([]*Message, error) {
+	cfg := defaultConsumeConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return c.poll(ctx, topic, cfg.max, cfg.wait)
+}
+
+func (c *Client) poll(ctx context.Context, topic string, n int, wait time.Duration) ([]*Message, error) {
+	q := url.Values{"payload_encoding": {"base64"}}
+	if wait > 0 {
+		q.Set("wait", strconv.FormatInt(wait.Milliseconds(), 10)+"ms")
+	}
+	cl := &call{op: "consume", topic: topic, method: http.MethodGet, path: topicPath(topic, "consume"), query: q, poll: wait}
+	if n > 1 {
+		cl.op, cl.path = "consume-batch", topicPath(topic, "consume-batch")
+		q.Set("max", strconv.Itoa(n))
+	}
+	rep, err := c.do(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	if rep.status == http.StatusNoContent || len(rep.body) == 0 {
+		return nil, nil
+	}
+	var wire []api.Message
+	if n > 1 {
+		var list api.MessageList
+		err = json.Unmarshal(rep.body, &list)
+		wire = list.Messages
+	} else {
+		var one api.Message
+		err = json.Unmarshal(rep.body, &one)
+		wire = []api.Message{one}
+	}
+	if err != nil {
+		return nil, &Error{Op: cl.op, Topic: topic, Node: rep.node, Status: rep.status, Err: err, Message: "the broker's answer is not a message: " + err.Error(), kind: ErrInternal}
+	}
+	out := make([]*Message, 0, len(wire))
+	for i := range wire {
+		m, err := c.newMessage(&wire[i])
+		if err != nil {
+			return out, &Error{Op: cl.op, Topic: topic, Node: rep.node, Err: err, Message: "a payload is not valid base64: " + err.Error(), kind: ErrInternal}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
