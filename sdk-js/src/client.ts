@@ -1,0 +1,791 @@
+import { encodeBody, MAX_MESSAGE_BYTES, type Body } from "./body.js";
+import { Consumer, type ConsumeOptions, type Handler } from "./consumer.js";
+import { ClosedError, errorFromStatus, LeaseLostError, NaradError, TooLargeError } from "./errors.js";
+import type { components } from "./generated/openapi.js";
+import { Transport, parseJSON, type Query, type RawResponse, type RequestSpec } from "./internal/transport.js";
+import { abortReason, msParam, sleep, toBase64, utf8Decode, waitParam } from "./internal/util.js";
+import { Message, type ExtendOptions, type NackOptions, type Settler } from "./message.js";
+import type { CallOptions, ClientOptions, Logger, NaradEvent } from "./options.js";
+import { Publisher, type PublisherOptions } from "./publisher.js";
+import { Replay, type ReplayOptions } from "./replay.js";
+import {
+  childFromWire,
+  memberFromWire,
+  settingsToWire,
+  topicDetailFromWire,
+  topicFromWire,
+  type AckEntry,
+  type AckResult,
+  type ChildInfo,
+  type ClusterInfo,
+  type Grant,
+  type Member,
+  type Outgoing,
+  type Produced,
+  type TopicChanges,
+  type TopicDetail,
+  type TopicInfo,
+  type TopicSettings,
+  type TopicSpec,
+  type UserInfo,
+} from "./types.js";
+
+type S = components["schemas"];
+
+/** ProduceOptions place one message and decide how an unknown outcome is handled. */
+export interface ProduceOptions extends CallOptions {
+  /** The key: the same key always lands in the same partition. */
+  key?: string;
+  /** A partition to pin, from 0; overrides `key`. */
+  partition?: number;
+  /** Overrides the Content-Type chosen from the body's type (the bytes stay the same). */
+  contentType?: string;
+  /** Whether to retry when the outcome is unknown (default the client's `allowDuplicates`). */
+  allowDuplicates?: boolean;
+}
+
+/** ProduceBatchOptions decide how an unknown outcome of a batch is handled. */
+export interface ProduceBatchOptions extends CallOptions {
+  /** Whether to retry when the outcome is unknown (default the client's `allowDuplicates`). */
+  allowDuplicates?: boolean;
+}
+
+/** ProduceResult is the outcome of one message of a batch. */
+export type ProduceResult = { ok: true; produced: Produced } | { ok: false; error: NaradError };
+
+/**
+ * ProduceBatchError is thrown by {@link Client.produceBatch} when any message failed.
+ * `results` has one entry per message, in order: a partial failure is never hidden.
+ * Its own kind, code and flags are those of the first failure.
+ */
+export class ProduceBatchError extends NaradError {
+  /** One result per message, in the order given. */
+  readonly results: readonly ProduceResult[];
+
+  /** Builds the error from the per-message results (at least one failed). */
+  constructor(results: readonly ProduceResult[]) {
+    const failed = results.filter((r): r is { ok: false; error: NaradError } => !r.ok);
+    const first = (failed[0] as { error: NaradError }).error;
+    super(first.kind, `${failed.length} of ${results.length} messages failed; first: ${first.message}`, {
+      code: first.code,
+      status: first.status,
+      retryable: first.retryable,
+      uncertain: failed.some((f) => f.error.uncertain),
+      retryAfterMs: first.retryAfterMs,
+      endpoint: first.endpoint,
+      cause: first,
+    });
+    this.name = "ProduceBatchError";
+    this.results = results;
+  }
+}
+
+/** ReceiveOptions shape one long poll. */
+export interface ReceiveOptions extends CallOptions {
+  /** Most messages to take (1 to 1000, default 1); each gets its own lease. */
+  max?: number;
+  /** How long to wait for a message, in ms (default 10000, at most 20000). */
+  waitMs?: number;
+}
+
+/** MessagesOptions shape the {@link Client.messages} iterator. */
+export interface MessagesOptions {
+  /** Ends the iteration: it rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** Long-poll wait per request, in ms (default 10000). */
+  waitMs?: number;
+  /**
+   * Messages fetched per request (default 1). Fetched messages wait, leased, until the
+   * loop reaches them, so keep this small; those never reached are handed back.
+   */
+  batchSize?: number;
+}
+
+/** ReadRangeOptions choose where a replay read starts. */
+export interface ReadRangeOptions extends CallOptions {
+  /** First offset to read (default the oldest retained). */
+  from?: number;
+  /** Start at the first message written at or after this time (a Date or Unix ms). */
+  fromTime?: Date | number;
+  /** Most messages to return (1 to 1000, default 100). */
+  max?: number;
+}
+
+/** MessageRange is one replay read: messages in log order and where to continue. */
+export interface MessageRange {
+  /** The messages, possibly none. */
+  messages: Message[];
+  /** The offset to pass as `from` to continue. */
+  nextOffset: number;
+}
+
+/** CreateUserOptions are the fields of a new user. */
+export interface CreateUserOptions extends CallOptions {
+  /** What the user may do (default nothing). */
+  grants?: Grant[];
+}
+
+function topicPath(topic: string, rest = ""): string {
+  return `/v1/topics/${encodeURIComponent(topic)}${rest}`;
+}
+
+const quietLogger: Logger = {};
+
+/**
+ * Client talks to a Narad cluster over HTTP. It is cheap to keep for the life of a
+ * process and safe to share. Every method takes an optional {@link CallOptions} (an
+ * AbortSignal and a deadline); failures are {@link NaradError}s.
+ *
+ * ```ts
+ * await using client = new Client({ endpoints: ["http://127.0.0.1:7942"] });
+ * await client.produce("orders", { id: 1 });
+ * ```
+ */
+export class Client implements AsyncDisposable {
+  /** @internal */
+  readonly transport: Transport;
+  /** @internal */
+  readonly logger: Logger;
+  /** @internal */
+  readonly allowDuplicates: boolean;
+  private readonly hook: ((e: NaradEvent) => void) | undefined;
+  private readonly consumers = new Set<Consumer>();
+  private readonly publishers = new Set<Publisher>();
+  private closing: Promise<void> | undefined;
+  private readonly settler: Settler;
+
+  /** Creates a client; nothing is sent until the first call. */
+  constructor(opts: ClientOptions) {
+    this.logger = opts.logger ?? quietLogger;
+    this.hook = opts.onEvent;
+    this.allowDuplicates = opts.allowDuplicates ?? true;
+    this.transport = new Transport(opts, this.logger, (e) => this.emit(e));
+    this.settler = {
+      ack: (t, h, o) => this.ack(t, h, o),
+      nack: (t, h, o) => this.nack(t, h, o),
+      extend: (t, h, o) => this.extend(t, h, o),
+    };
+  }
+
+  /** @internal Sends an event to the hook; a hook that throws is logged, never fatal. */
+  emit(e: NaradEvent): void {
+    if (!this.hook) return;
+    try {
+      this.hook(e);
+    } catch (err) {
+      this.logger.warn?.("narad: the onEvent hook threw", { error: String(err) });
+    }
+  }
+
+  private call(spec: RequestSpec): Promise<RawResponse> {
+    return this.transport.request(spec);
+  }
+
+  private async json<T>(spec: Omit<RequestSpec, "retryUncertain"> & { retryUncertain?: boolean }, body?: unknown): Promise<T> {
+    const full: RequestSpec = { retryUncertain: spec.method === "GET", ...spec };
+    if (body !== undefined) {
+      full.body = new TextEncoder().encode(JSON.stringify(body));
+      full.contentType = "application/json";
+    }
+    return parseJSON<T>(await this.call(full));
+  }
+
+  private callOpts(o: CallOptions | undefined): Pick<RequestSpec, "signal" | "timeoutMs"> {
+    return { signal: o?.signal, timeoutMs: o?.timeoutMs };
+  }
+
+  // ---- produce ----
+
+  /**
+   * produce stores one message and resolves once it is durable. A `Uint8Array` is
+   * sent as bytes, a string as UTF-8 text, anything else as JSON (see {@link Body}).
+   *
+   * A refused answer fails over to another node at once. A lost reply leaves the
+   * outcome unknown: it is retried when duplicates are allowed (the default), otherwise
+   * the call fails with an error whose `uncertain` is true.
+   */
+  async produce(topic: string, body: Body, opts: ProduceOptions = {}): Promise<Produced> {
+    const enc = encodeBody(body, opts.contentType);
+    if (enc.bytes.byteLength > MAX_MESSAGE_BYTES) {
+      throw new TooLargeError(`a message is at most 1 MiB (1048576 bytes); this one is ${enc.bytes.byteLength}`, { code: "payload_too_large" });
+    }
+    const q: Query = { key: opts.key, partition: opts.partition };
+    const res = await this.call({
+      operation: "produce",
+      method: "POST",
+      path: topicPath(topic, "/produce"),
+      query: q,
+      body: enc.bytes,
+      contentType: enc.contentType,
+      topic,
+      expect: [202],
+      retryUncertain: opts.allowDuplicates ?? this.allowDuplicates,
+      ...this.callOpts(opts),
+    });
+    const p = parseJSON<S["Produced"]>(res);
+    return { topic: p.topic, partition: p.partition, offset: p.offset };
+  }
+
+  /**
+   * produceBatch stores many messages, in as few requests as the broker's limits allow
+   * (1000 messages and 8 MiB a request), and resolves with one {@link Produced} per
+   * message in order. When any message fails it rejects with a
+   * {@link ProduceBatchError} whose `results` say, per message, what happened.
+   */
+  async produceBatch(topic: string, messages: readonly Outgoing[], opts: ProduceBatchOptions = {}): Promise<Produced[]> {
+    if (messages.length === 0) return [];
+    const results = await this.produceBatchResults(topic, messages, opts);
+    if (results.some((r) => !r.ok)) throw new ProduceBatchError(results);
+    return results.map((r) => (r as { produced: Produced }).produced);
+  }
+
+  /**
+   * produceBatchResults is {@link Client.produceBatch} without the throw: one
+   * {@link ProduceResult} per message, in order.
+   */
+  async produceBatchResults(topic: string, messages: readonly Outgoing[], opts: ProduceBatchOptions = {}): Promise<ProduceResult[]> {
+    const results: ProduceResult[] = new Array<ProduceResult>(messages.length);
+    const chunk: { idx: number; wire: S["OutgoingMessage"] }[] = [];
+    let chunkBytes = 0;
+    const flush = async () => {
+      if (chunk.length === 0) return;
+      const items = chunk.splice(0, chunk.length);
+      chunkBytes = 0;
+      try {
+        const out = await this.sendBatch(topic, items.map((c) => c.wire), opts);
+        items.forEach((c, i) => {
+          const p = out[i];
+          results[c.idx] = p
+            ? { ok: true, produced: p }
+            : { ok: false, error: errorFromStatus(500, "internal", "the broker returned fewer results than messages") };
+        });
+      } catch (e) {
+        if (!(e instanceof NaradError)) throw e;
+        for (const c of items) results[c.idx] = { ok: false, error: e };
+      }
+    };
+    for (let i = 0; i < messages.length; i++) {
+      const m = messages[i] as Outgoing;
+      let wire: S["OutgoingMessage"];
+      let size: number;
+      try {
+        ({ wire, size } = outgoingToWire(m));
+      } catch (e) {
+        if (e instanceof NaradError) {
+          results[i] = { ok: false, error: e };
+          continue;
+        }
+        throw e;
+      }
+      if (chunk.length >= 1000 || (chunk.length > 0 && chunkBytes + size > BATCH_BODY_BUDGET)) await flush();
+      chunk.push({ idx: i, wire });
+      chunkBytes += size;
+    }
+    await flush();
+    return results;
+  }
+
+  /** @internal One produce-batch request. */
+  async sendBatch(topic: string, wire: S["OutgoingMessage"][], opts: ProduceBatchOptions): Promise<Produced[]> {
+    const res = await this.call({
+      operation: "produceBatch",
+      method: "POST",
+      path: topicPath(topic, "/produce-batch"),
+      body: new TextEncoder().encode(JSON.stringify({ messages: wire })),
+      contentType: "application/json",
+      topic,
+      expect: [202],
+      retryUncertain: opts.allowDuplicates ?? this.allowDuplicates,
+      ...this.callOpts(opts),
+    });
+    return parseJSON<S["ProducedList"]>(res).results.map((p) => ({ topic: p.topic, partition: p.partition, offset: p.offset }));
+  }
+
+  /**
+   * publisher returns a {@link Publisher} that batches messages for `topic` by count,
+   * bytes and linger time, with a result per message. Close it (or the client) to
+   * flush what is buffered.
+   */
+  publisher(topic: string, opts: PublisherOptions = {}): Publisher {
+    this.assertOpen();
+    const p = new Publisher(this, topic, opts, () => this.publishers.delete(p));
+    this.publishers.add(p);
+    return p;
+  }
+
+  // ---- consume ----
+
+  /**
+   * receive takes up to `max` messages under leases, waiting up to `waitMs` for the
+   * first. An empty poll is an empty array, not an error. Settle each message with
+   * `ack`/`nack`, or it is delivered again when its lease lapses.
+   */
+  async receive(topic: string, opts: ReceiveOptions = {}): Promise<Message[]> {
+    const max = Math.max(1, Math.min(1000, Math.floor(opts.max ?? 1)));
+    const waitMs = Math.max(0, Math.min(20_000, opts.waitMs ?? 10_000));
+    const single = max === 1;
+    const res = await this.call({
+      operation: single ? "consume" : "consumeBatch",
+      method: "GET",
+      path: topicPath(topic, single ? "/consume" : "/consume-batch"),
+      query: { wait: waitParam(waitMs), payload_encoding: "base64", max: single ? undefined : max },
+      topic,
+      expect: [200, 204],
+      retryUncertain: true,
+      signal: opts.signal,
+      timeoutMs: opts.timeoutMs ?? waitMs + this.transport.longPollMarginMs,
+    });
+    if (res.status === 204) return [];
+    const now = Date.now();
+    if (single) return [new Message(parseJSON<S["Message"]>(res), this.settler, now)];
+    return parseJSON<S["MessageList"]>(res).messages.map((m) => new Message(m, this.settler, now));
+  }
+
+  /**
+   * ack settles a leased message by its receipt handle. Confirmed: retried on 503 and
+   * connection errors; a 410 on a retry whose earlier reply was lost counts as success.
+   * Rejects with LeaseLostError when the lease had lapsed.
+   */
+  async ack(topic: string, receiptHandle: string, opts?: CallOptions): Promise<void> {
+    await this.settle(topic, receiptHandle, undefined, "ack", opts);
+  }
+
+  /** nack hands a leased message back, deliverable again after `delayMs` (default at once). */
+  async nack(topic: string, receiptHandle: string, opts?: NackOptions): Promise<void> {
+    await this.settle(topic, receiptHandle, msParam(opts?.delayMs ?? 0), "nack", opts);
+  }
+
+  /**
+   * extend renews a lease so that it ends `leaseMs` from now (default the topic's
+   * visibility timeout). The handle stays valid.
+   */
+  async extend(topic: string, receiptHandle: string, opts?: ExtendOptions): Promise<void> {
+    const leaseMs = opts?.leaseMs;
+    if (leaseMs !== undefined && leaseMs <= 0) throw new RangeError("extend: leaseMs must be positive (use nack to hand back)");
+    await this.settle(topic, receiptHandle, leaseMs === undefined ? "true" : msParam(leaseMs), "extend", opts);
+  }
+
+  private async settle(topic: string, handle: string, extend: string | undefined, what: string, opts: CallOptions | undefined): Promise<void> {
+    const res = await this.call({
+      operation: "ack",
+      method: "POST",
+      path: topicPath(topic, "/ack"),
+      query: { receipt_handle: handle, extend },
+      topic,
+      expect: [204, 410],
+      retryUncertain: true,
+      ...this.callOpts(opts),
+    });
+    if (res.status === 204) return;
+    // 410 after an attempt whose reply was lost: that attempt settled it.
+    if (res.earlierUncertain && what !== "extend") return;
+    const err = errorFromStatus(410, undefined, undefined, { endpoint: res.endpoint });
+    let code = "lease_lost";
+    let message = `${what}: the lease lapsed, was handed back, or the message was settled`;
+    try {
+      const body = JSON.parse(utf8Decode(res.body)) as S["Error"];
+      code = body.error.code;
+      message = `${what}: ${body.error.message}`;
+    } catch {
+      // keep the defaults
+    }
+    throw new LeaseLostError(message, { code: code as S["ErrorCode"], status: 410, endpoint: err.endpoint });
+  }
+
+  /**
+   * ackBatch settles, renews or hands back many leased messages of one topic in one
+   * request, with one {@link AckResult} per entry, in order.
+   */
+  async ackBatch(topic: string, entries: readonly AckEntry[], opts?: CallOptions): Promise<AckResult[]> {
+    if (entries.length === 0) return [];
+    const out: AckResult[] = [];
+    for (let i = 0; i < entries.length; i += 1000) {
+      const part = entries.slice(i, i + 1000);
+      const wire: S["AckBatchRequest"] = {
+        acks: part.map((e) => {
+          const a: S["AckEntry"] = { receipt_handle: e.receiptHandle };
+          if (e.extend !== undefined) a.extend = e.extend === true ? "true" : msParam(e.extend);
+          return a;
+        }),
+      };
+      const res = await this.json<S["AckResultList"]>(
+        { operation: "ackBatch", method: "POST", path: topicPath(topic, "/ack-batch"), topic, expect: [200], retryUncertain: true, ...this.callOpts(opts) },
+        wire,
+      );
+      for (const r of res.results) {
+        out.push({
+          receiptHandle: r.receipt_handle,
+          ok: r.status === 204,
+          status: r.status,
+          error: r.status === 204 ? undefined : errorFromStatus(r.status, r.error?.code, r.error?.message),
+        });
+      }
+    }
+    return out;
+  }
+
+  /**
+   * messages iterates over messages taken under leases, long-polling as needed. Settle
+   * each one (`ack`/`nack`). Transient errors are retried with backoff (and logged);
+   * terminal ones end the iteration by throwing. Leaving the loop hands back any
+   * message fetched but not yet reached. There is no lease renewal here: use
+   * {@link Client.consume} for handlers that run long.
+   */
+  async *messages(topic: string, opts: MessagesOptions = {}): AsyncGenerator<Message, void, undefined> {
+    const buffered: Message[] = [];
+    const batch = Math.max(1, Math.min(1000, opts.batchSize ?? 1));
+    let failures = 0;
+    try {
+      for (;;) {
+        if (opts.signal?.aborted) throw abortReason(opts.signal);
+        if (buffered.length === 0) {
+          let got: Message[];
+          try {
+            got = await this.receive(topic, { max: batch, waitMs: opts.waitMs ?? 10_000, ...(opts.signal ? { signal: opts.signal } : {}) });
+            failures = 0;
+          } catch (e) {
+            if (!(e instanceof NaradError) || !e.retryable) throw e;
+            failures++;
+            this.logger.warn?.("narad: polling failed; retrying", { topic, error: e.message });
+            await sleep(this.transport.backoff(Math.min(failures, 10), e.retryAfterMs), opts.signal);
+            continue;
+          }
+          buffered.push(...got);
+          continue;
+        }
+        yield buffered.shift() as Message;
+      }
+    } finally {
+      await this.handBack(buffered);
+    }
+  }
+
+  /** @internal Nacks messages that were fetched but never handled; failures only mean the lease lapses. */
+  async handBack(msgs: Message[]): Promise<void> {
+    const pending = msgs.splice(0, msgs.length).filter((m) => !m.settled);
+    if (pending.length === 0 || this.transport.closed) return;
+    const byTopic = new Map<string, Message[]>();
+    for (const m of pending) byTopic.set(m.topic, [...(byTopic.get(m.topic) ?? []), m]);
+    for (const [topic, ms] of byTopic) {
+      try {
+        await this.ackBatch(
+          topic,
+          ms.map((m) => ({ receiptHandle: m.receiptHandle as string, extend: 0 })),
+          { timeoutMs: 5000 },
+        );
+        for (const m of ms) m.markLost();
+      } catch (e) {
+        this.logger.debug?.("narad: handing back unstarted messages failed; their leases will lapse", { topic, error: String(e) });
+      }
+    }
+  }
+
+  /**
+   * consume runs a worker loop over `topic`: it fetches only as many messages as there
+   * are free workers, renews each lease while its handler runs, acks on success and
+   * hands back (nack, with an optional delay) on failure. When a lease is lost the
+   * handler's `signal` aborts and the message is never acked. Stop it with
+   * {@link Consumer.stop} (or the `signal` option, or `await using`): it drains in order.
+   */
+  consume(topic: string, handler: Handler, opts: ConsumeOptions = {}): Consumer {
+    this.assertOpen();
+    const c = new Consumer(this, topic, handler, opts, () => this.consumers.delete(c));
+    this.consumers.add(c);
+    c.start();
+    return c;
+  }
+
+  // ---- replay ----
+
+  /**
+   * readMessages reads one range of a partition without leases (replay): up to `max`
+   * messages from `from` (or `fromTime`), and where to continue.
+   */
+  async readMessages(topic: string, partition: number, opts: ReadRangeOptions = {}): Promise<MessageRange> {
+    const q: Query = { payload_encoding: "base64", from: opts.from, max: opts.max };
+    if (opts.fromTime !== undefined) q["from_time"] = String(opts.fromTime instanceof Date ? opts.fromTime.getTime() : opts.fromTime);
+    const r = await this.json<S["MessageRange"]>({
+      operation: "readMessages",
+      method: "GET",
+      path: topicPath(topic, `/partitions/${encodeURIComponent(String(partition))}/messages`),
+      query: q,
+      topic,
+      expect: [200],
+      ...this.callOpts(opts),
+    });
+    const now = Date.now();
+    return { messages: r.messages.map((m) => new Message(m, undefined, now)), nextOffset: r.next_offset };
+  }
+
+  /**
+   * readMessage reads the one message at `offset` of `partition` without a lease;
+   * undefined when that offset is not written yet.
+   */
+  async readMessage(topic: string, partition: number, offset: number, opts?: CallOptions): Promise<Message | undefined> {
+    const res = await this.call({
+      operation: "consume",
+      method: "GET",
+      path: topicPath(topic, "/consume"),
+      query: { partition, offset, payload_encoding: "base64" },
+      topic,
+      expect: [200, 204],
+      retryUncertain: true,
+      ...this.callOpts(opts),
+    });
+    if (res.status === 204) return undefined;
+    return new Message(parseJSON<S["Message"]>(res), undefined);
+  }
+
+  /**
+   * replay iterates over a topic (or one partition) from a {@link Position} without
+   * leases: bounded (to the end as of the start, the default) or following new
+   * messages. Its `position` property resumes where the iteration stopped.
+   */
+  replay(topic: string, opts: ReplayOptions = {}): Replay {
+    return new Replay(this, topic, opts);
+  }
+
+  // ---- topics ----
+
+  /** createTopic creates a topic; it is usable once this resolves. 409 Conflict when the name exists. */
+  async createTopic(spec: TopicSpec, opts?: CallOptions): Promise<TopicInfo> {
+    const body: S["CreateTopicRequest"] = { name: spec.name, ...settingsToWire(spec) };
+    return topicFromWire(
+      await this.json<S["Topic"]>({ operation: "createTopic", method: "POST", path: "/v1/topics", topic: spec.name, expect: [201], ...this.callOpts(opts) }, body),
+    );
+  }
+
+  /**
+   * ensureTopic creates a topic unless one of that name exists, and returns it. The
+   * settings of an existing topic are left as they are.
+   */
+  async ensureTopic(spec: TopicSpec, opts?: CallOptions): Promise<TopicInfo> {
+    try {
+      return await this.createTopic(spec, opts);
+    } catch (e) {
+      if (e instanceof NaradError && e.code === "topic_exists") return this.getTopic(spec.name, opts);
+      throw e;
+    }
+  }
+
+  /** getTopic returns a topic's settings and per-partition stats. */
+  async getTopic(name: string, opts?: CallOptions): Promise<TopicDetail> {
+    return topicDetailFromWire(
+      await this.json<S["TopicDetail"]>({ operation: "getTopic", method: "GET", path: topicPath(name), topic: name, expect: [200], ...this.callOpts(opts) }),
+    );
+  }
+
+  /** listTopics returns every topic, sorted by name. */
+  async listTopics(opts?: CallOptions): Promise<TopicInfo[]> {
+    const r = await this.json<S["TopicList"]>({ operation: "listTopics", method: "GET", path: "/v1/topics", expect: [200], ...this.callOpts(opts) });
+    return r.topics.map(topicFromWire);
+  }
+
+  /** alterTopic changes a topic's live-tunable settings and returns the topic. */
+  async alterTopic(name: string, changes: TopicChanges, opts?: CallOptions): Promise<TopicInfo> {
+    const body: S["AlterTopicRequest"] = settingsToWire(changes);
+    return topicFromWire(
+      await this.json<S["Topic"]>({ operation: "alterTopic", method: "PATCH", path: topicPath(name), topic: name, expect: [200], retryUncertain: true, ...this.callOpts(opts) }, body),
+    );
+  }
+
+  /** deleteTopic deletes a topic's data and metadata. */
+  async deleteTopic(name: string, opts?: CallOptions): Promise<void> {
+    await this.call({ operation: "deleteTopic", method: "DELETE", path: topicPath(name), topic: name, expect: [204], retryUncertain: false, ...this.callOpts(opts) });
+  }
+
+  // ---- fan-out and delay children ----
+
+  /**
+   * attachChild copies every message committed to `parent` from now on into `child`;
+   * with `fanoutDelayMs` the copies become consumable that much later (a delay child).
+   */
+  async attachChild(parent: string, child: string, opts: CallOptions & { fanoutDelayMs?: number } = {}): Promise<ChildInfo> {
+    const body: S["AttachChildRequest"] = { child };
+    if (opts.fanoutDelayMs !== undefined) body.fanout_delay_ms = opts.fanoutDelayMs;
+    return childFromWire(
+      await this.json<S["Child"]>({ operation: "attachChild", method: "POST", path: topicPath(parent, "/children"), topic: parent, expect: [201], ...this.callOpts(opts) }, body),
+    );
+  }
+
+  /** listChildren returns a parent's children with their lag. */
+  async listChildren(parent: string, opts?: CallOptions): Promise<ChildInfo[]> {
+    const r = await this.json<S["ChildList"]>({ operation: "listChildren", method: "GET", path: topicPath(parent, "/children"), topic: parent, expect: [200], ...this.callOpts(opts) });
+    return r.children.map(childFromWire);
+  }
+
+  /** detachChild stops copying from `parent` to `child`; both topics stay. */
+  async detachChild(parent: string, child: string, opts?: CallOptions): Promise<void> {
+    await this.call({
+      operation: "detachChild",
+      method: "DELETE",
+      path: topicPath(parent, `/children/${encodeURIComponent(child)}`),
+      topic: parent,
+      expect: [204],
+      retryUncertain: true,
+      ...this.callOpts(opts),
+    });
+  }
+
+  /**
+   * createChild creates `child` already attached to `parent` (create-with-parent),
+   * with optional settings; a fan-out child when `fanoutDelayMs` is 0 or absent.
+   */
+  async createChild(parent: string, child: string, settings: TopicSettings & { fanoutDelayMs?: number } = {}, opts?: CallOptions): Promise<TopicInfo> {
+    return this.createTopic({ ...settings, name: child, parent }, opts);
+  }
+
+  /**
+   * createDelayChild creates `child` attached to `parent` with every copy delayed by
+   * `delayMs`: messages produced to the parent become consumable on the child that
+   * much later.
+   */
+  async createDelayChild(parent: string, child: string, delayMs: number, settings: TopicSettings = {}, opts?: CallOptions): Promise<TopicInfo> {
+    return this.createTopic({ ...settings, name: child, parent, fanoutDelayMs: delayMs }, opts);
+  }
+
+  // ---- users ----
+
+  /** createUser creates a user (admin only). */
+  async createUser(username: string, password: string, opts: CreateUserOptions = {}): Promise<UserInfo> {
+    const body: S["CreateUserRequest"] = { username, password };
+    if (opts.grants) body.grants = opts.grants;
+    return userFromWire(await this.json<S["User"]>({ operation: "createUser", method: "POST", path: "/v1/users", expect: [201], ...this.callOpts(opts) }, body));
+  }
+
+  /** listUsers returns every user (never their passwords). */
+  async listUsers(opts?: CallOptions): Promise<UserInfo[]> {
+    const r = await this.json<S["UserList"]>({ operation: "listUsers", method: "GET", path: "/v1/users", expect: [200], ...this.callOpts(opts) });
+    return r.users.map(userFromWire);
+  }
+
+  /** getUser returns one user. */
+  async getUser(username: string, opts?: CallOptions): Promise<UserInfo> {
+    return userFromWire(
+      await this.json<S["User"]>({ operation: "getUser", method: "GET", path: `/v1/users/${encodeURIComponent(username)}`, expect: [200], ...this.callOpts(opts) }),
+    );
+  }
+
+  /** deleteUser deletes a user. */
+  async deleteUser(username: string, opts?: CallOptions): Promise<void> {
+    await this.call({ operation: "deleteUser", method: "DELETE", path: `/v1/users/${encodeURIComponent(username)}`, expect: [204], retryUncertain: false, ...this.callOpts(opts) });
+  }
+
+  /** replaceGrants replaces all of a user's grants and returns the user. */
+  async replaceGrants(username: string, grants: Grant[], opts?: CallOptions): Promise<UserInfo> {
+    const body: S["ReplaceGrantsRequest"] = { grants };
+    return userFromWire(
+      await this.json<S["User"]>(
+        { operation: "replaceGrants", method: "PUT", path: `/v1/users/${encodeURIComponent(username)}/grants`, expect: [200], retryUncertain: true, ...this.callOpts(opts) },
+        body,
+      ),
+    );
+  }
+
+  /**
+   * changePassword sets a new password: users change their own with
+   * `currentPassword`; an admin resets anyone's without it.
+   */
+  async changePassword(username: string, newPassword: string, opts: CallOptions & { currentPassword?: string } = {}): Promise<void> {
+    const body: S["ChangePasswordRequest"] = { new_password: newPassword };
+    if (opts.currentPassword !== undefined) body.current_password = opts.currentPassword;
+    await this.call({
+      operation: "changePassword",
+      method: "PUT",
+      path: `/v1/users/${encodeURIComponent(username)}/password`,
+      body: new TextEncoder().encode(JSON.stringify(body)),
+      contentType: "application/json",
+      expect: [204],
+      retryUncertain: true,
+      ...this.callOpts(opts),
+    });
+  }
+
+  // ---- cluster and health ----
+
+  /** getCluster describes the cluster as the answering node sees it. */
+  async getCluster(opts?: CallOptions): Promise<ClusterInfo> {
+    const r = await this.json<S["Cluster"]>({ operation: "getCluster", method: "GET", path: "/v1/cluster", expect: [200], ...this.callOpts(opts) });
+    return { nodeId: r.node_id, controller: r.controller, members: r.members.map(memberFromWire) };
+  }
+
+  /** listMembers returns the cluster's members. */
+  async listMembers(opts?: CallOptions): Promise<Member[]> {
+    const r = await this.json<S["MemberList"]>({ operation: "listMembers", method: "GET", path: "/v1/cluster/members", expect: [200], ...this.callOpts(opts) });
+    return r.members.map(memberFromWire);
+  }
+
+  /** ready reports whether a node answers GET /readyz with 200 (it has recovered and serves). */
+  async ready(opts?: CallOptions): Promise<boolean> {
+    try {
+      await this.call({ operation: "readyz", method: "GET", path: "/readyz", expect: [200], retryUncertain: true, ...this.callOpts(opts) });
+      return true;
+    } catch (e) {
+      if (e instanceof NaradError && e.kind !== "Closed") return false;
+      throw e;
+    }
+  }
+
+  /** metrics returns a node's Prometheus metrics as text. */
+  async metrics(opts?: CallOptions): Promise<string> {
+    const res = await this.call({ operation: "metrics", method: "GET", path: "/metrics", expect: [200], retryUncertain: true, ...this.callOpts(opts) });
+    return utf8Decode(res.body);
+  }
+
+  // ---- lifecycle ----
+
+  private assertOpen(): void {
+    if (this.closing || this.transport.closed) throw errorClosed();
+  }
+
+  /**
+   * close stops every consumer and publisher made by this client (draining them),
+   * then aborts calls still running with ClosedError. Closing twice is harmless.
+   */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      await Promise.allSettled([...this.consumers].map((c) => c.stop()));
+      await Promise.allSettled([...this.publishers].map((p) => p.close()));
+      this.transport.close();
+    })();
+    return this.closing;
+  }
+
+  /** Closes the client, so `await using client = new Client(…)` cleans up. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+function errorClosed(): NaradError {
+  return new ClosedError("the client is closed");
+}
+
+function userFromWire(u: S["User"]): UserInfo {
+  return { username: u.username, grants: u.grants.map((g) => ({ action: g.action, topics: [...g.topics] })) };
+}
+
+/** The body budget of one produce-batch request: under the broker's 8 MiB with room for framing. */
+const BATCH_BODY_BUDGET = 7 * 1024 * 1024;
+
+/** @internal outgoingToWire encodes one batch message and estimates its wire size. */
+export function outgoingToWire(m: Outgoing): { wire: S["OutgoingMessage"]; size: number } {
+  const enc = encodeBody(m.body);
+  if (enc.bytes.byteLength > MAX_MESSAGE_BYTES) {
+    throw new TooLargeError(`a message is at most 1 MiB (1048576 bytes); this one is ${enc.bytes.byteLength}`, { code: "payload_too_large" });
+  }
+  let wire: S["OutgoingMessage"];
+  let size: number;
+  if (enc.kind === "json") {
+    const text = utf8Decode(enc.bytes);
+    wire = { payload: JSON.parse(text) as unknown };
+    size = enc.bytes.byteLength;
+  } else {
+    const b64 = toBase64(enc.bytes);
+    wire = { payload: b64, payload_encoding: "base64" };
+    size = b64.length + 30;
+  }
+  if (m.key !== undefined) wire.key = m.key;
+  if (m.partition !== undefined) wire.partition = m.partition;
+  return { wire, size: size + (m.key?.length ?? 0) + 40 };
+}

@@ -1,0 +1,425 @@
+import type { Client } from "./client.js";
+import { ClosedError, LeaseLostError, NaradError } from "./errors.js";
+import { deferred, sleep, unrefTimer, type Deferred } from "./internal/util.js";
+import type { Message } from "./message.js";
+
+/** HandlerContext is what a handler gets beside its message. */
+export interface HandlerContext {
+  /**
+   * Aborts when the message's lease is lost (its reason is a LeaseLostError) or when
+   * the consumer's shutdown grace ends: stop work then, the message will not be acked.
+   */
+  signal: AbortSignal;
+}
+
+/**
+ * Handler handles one message. Resolve to have it acked; throw (or reject) to have it
+ * handed back for redelivery (after `nackDelayMs`). A handler may settle the message
+ * itself (`message.ack()`, `message.nack({ delayMs })`); the consumer then leaves it be.
+ */
+export type Handler = (message: Message, ctx: HandlerContext) => Promise<void> | void;
+
+/** ConsumeOptions shape a {@link Consumer}. */
+export interface ConsumeOptions {
+  /** Handlers running at once (default 1). Only as many messages as free workers are fetched. */
+  concurrency?: number;
+  /** Long-poll wait per request, in ms (default 10000, at most 20000). */
+  waitMs?: number;
+  /** Whether leases are renewed while handlers run (default true). */
+  leaseRenewal?: boolean;
+  /**
+   * The lease window to keep, in ms: each renewal sets the lease to end this long from
+   * now. Default the topic's visibility timeout, read when the consumer starts.
+   */
+  leaseMs?: number;
+  /** Stop renewing a message's lease after this long, in ms (default 1 h); its handler is then aborted. */
+  maxLeaseMs?: number;
+  /** How long {@link Consumer.stop} lets running handlers finish, in ms (default 30000). */
+  shutdownGraceMs?: number;
+  /** Delay before a failed message is redelivered, in ms, or a function of the message and error (default 0). */
+  nackDelayMs?: number | ((message: Message, error: unknown) => number);
+  /** Stops the consumer (draining, as {@link Consumer.stop}) when aborted. */
+  signal?: AbortSignal;
+  /** Called for every handler failure and every error the loop retried; never fatal. */
+  onError?: (error: unknown, message: Message | undefined) => void;
+}
+
+/** ConsumerStats count what a consumer did so far. */
+export interface ConsumerStats {
+  /** Messages acked (confirmed). */
+  acked: number;
+  /** Messages handed back after a handler failure or at shutdown. */
+  nacked: number;
+  /** Messages whose lease was lost while their handler ran. */
+  leaseLost: number;
+  /** Handler failures. */
+  handlerErrors: number;
+  /** Acks that did not succeed (their messages will be delivered again). */
+  ackFailed: number;
+  /** Lease renewals that succeeded. */
+  renewed: number;
+  /** Handlers running now. */
+  inFlight: number;
+}
+
+interface Running {
+  msg: Message;
+  ctl: AbortController;
+  timer: ReturnType<typeof setTimeout> | undefined;
+  leaseEnd: number;
+  lost: boolean;
+  /** The handler returned: renewals stop and a late 410 is no longer a lost lease. */
+  finished: boolean;
+  done: Promise<void>;
+}
+
+const terminalKinds = new Set(["Unauthenticated", "Forbidden", "NotFound", "BadRequest", "Closed"]);
+
+/**
+ * Consumer is a running worker loop made by {@link Client.consume}. `done` settles when
+ * it stops: it resolves after a stop and rejects when a terminal error (401, 403, the
+ * topic deleted) ended it. It never dies silently: transient errors are retried and
+ * reported through `onError`, the logger and the event hook.
+ */
+export class Consumer implements AsyncDisposable {
+  /** The topic consumed. */
+  readonly topic: string;
+  /** Settles when the consumer has stopped: resolves after a stop, rejects on a terminal error. */
+  readonly done: Promise<void>;
+  private readonly stats_: Omit<ConsumerStats, "inFlight"> = { acked: 0, nacked: 0, leaseLost: 0, handlerErrors: 0, ackFailed: 0, renewed: 0 };
+  private readonly running = new Set<Running>();
+  private readonly settles = new Set<Promise<void>>();
+  private readonly pollCtl = new AbortController();
+  private readonly graceCtl = new AbortController();
+  private readonly finished: Deferred<void> = deferred<void>();
+  private slotFree: Deferred<void> | undefined;
+  private stopping: Promise<void> | undefined;
+  private stopRequested = false;
+  private leaseMs = 0;
+  private readonly concurrency: number;
+  private readonly waitMs: number;
+  private readonly renew: boolean;
+  private readonly maxLeaseMs: number;
+  private readonly graceMs: number;
+  private fatal: unknown;
+
+  /** @internal Made by {@link Client.consume}. */
+  constructor(
+    private readonly client: Client,
+    topic: string,
+    private readonly handler: Handler,
+    private readonly opts: ConsumeOptions,
+    private readonly onClose: () => void,
+  ) {
+    this.topic = topic;
+    this.concurrency = Math.max(1, Math.floor(opts.concurrency ?? 1));
+    this.waitMs = Math.max(0, Math.min(20_000, opts.waitMs ?? 10_000));
+    this.renew = opts.leaseRenewal ?? true;
+    this.maxLeaseMs = opts.maxLeaseMs ?? 3_600_000;
+    this.graceMs = opts.shutdownGraceMs ?? 30_000;
+    this.done = this.finished.promise;
+    // done may be ignored by callers that use stop(); never let it be an unhandled rejection.
+    this.done.catch(() => undefined);
+    if (opts.signal) {
+      if (opts.signal.aborted) this.stopRequested = true;
+      else opts.signal.addEventListener("abort", () => void this.stop(), { once: true });
+    }
+  }
+
+  /** What the consumer did so far. */
+  get stats(): ConsumerStats {
+    return { ...this.stats_, inFlight: this.running.size };
+  }
+
+  /** @internal */
+  start(): void {
+    void this.loop().then(
+      () => this.finish(undefined),
+      (e: unknown) => this.finish(e),
+    );
+  }
+
+  private finish(err: unknown): void {
+    this.onClose();
+    this.client.emit({ type: "consumer", topic: this.topic, event: "stopped", ...(err === undefined ? {} : { error: err }) });
+    if (err === undefined) {
+      this.client.logger.info?.("narad: consumer stopped", { topic: this.topic });
+      this.finished.resolve();
+    } else {
+      this.client.logger.error?.("narad: consumer stopped by a terminal error", { topic: this.topic, error: String(err) });
+      this.finished.reject(err);
+    }
+  }
+
+  private report(error: unknown, msg: Message | undefined): void {
+    try {
+      this.opts.onError?.(error, msg);
+    } catch (e) {
+      this.client.logger.warn?.("narad: onError threw", { error: String(e) });
+    }
+  }
+
+  private async loop(): Promise<void> {
+    let failures = 0;
+    // Learn the lease window once; retried like a poll.
+    while (!this.stopRequested && this.leaseMs === 0) {
+      if (this.opts.leaseMs !== undefined) {
+        this.leaseMs = Math.max(100, this.opts.leaseMs);
+        break;
+      }
+      try {
+        this.leaseMs = (await this.client.getTopic(this.topic, { signal: this.pollCtl.signal })).visibilityTimeoutMs;
+      } catch (e) {
+        if (this.stopRequested) break;
+        if (!(await this.onPollError(e, ++failures))) throw e;
+      }
+    }
+    failures = 0;
+    while (!this.stopRequested) {
+      while (this.running.size >= this.concurrency && !this.stopRequested) {
+        this.slotFree = deferred<void>();
+        await this.slotFree.promise;
+      }
+      if (this.stopRequested) break;
+      const free = this.concurrency - this.running.size;
+      let msgs: Message[];
+      try {
+        msgs = await this.client.receive(this.topic, { max: free, waitMs: this.waitMs, signal: this.pollCtl.signal });
+        failures = 0;
+      } catch (e) {
+        if (this.stopRequested) break;
+        if (this.fatal !== undefined) throw this.fatal;
+        if (!(await this.onPollError(e, ++failures))) {
+          await this.drain();
+          throw e;
+        }
+        continue;
+      }
+      if (this.stopRequested) {
+        // Fetched after the stop began: never started, so handed back at once.
+        await this.client.handBack(msgs);
+        this.stats_.nacked += msgs.length;
+        break;
+      }
+      for (const m of msgs) this.run(m);
+    }
+    await this.drain();
+    if (this.fatal !== undefined) throw this.fatal;
+  }
+
+  /** onPollError reports a failed poll and waits before the next; false when the error is terminal. */
+  private async onPollError(e: unknown, failures: number): Promise<boolean> {
+    const terminal = !(e instanceof NaradError) || (terminalKinds.has(e.kind) && !e.retryable);
+    if (terminal) return false;
+    this.client.emit({ type: "consumer", topic: this.topic, event: "poll_error", error: e });
+    this.client.logger.warn?.("narad: consumer poll failed; retrying", { topic: this.topic, error: (e as Error).message, failures });
+    this.report(e, undefined);
+    try {
+      await sleep(this.client.transport.backoff(Math.min(failures, 10), e.retryAfterMs), this.pollCtl.signal);
+    } catch {
+      // stopped while waiting
+    }
+    return true;
+  }
+
+  private run(msg: Message): void {
+    const r: Running = { msg, ctl: new AbortController(), timer: undefined, leaseEnd: msg.receivedAt + this.leaseMs, lost: false, finished: false, done: Promise.resolve() };
+    this.running.add(r);
+    this.scheduleLease(r);
+    r.done = this.execute(r).finally(() => {
+      if (r.timer !== undefined) clearTimeout(r.timer);
+      this.running.delete(r);
+      this.slotFree?.resolve();
+    });
+  }
+
+  private scheduleLease(r: Running): void {
+    if (r.lost) return;
+    const now = Date.now();
+    const held = now - r.msg.receivedAt;
+    if (this.renew && held + this.leaseMs <= this.maxLeaseMs) {
+      // Renew half-way through the window, well before two thirds of it.
+      const at = r.leaseEnd - this.leaseMs / 2;
+      r.timer = setTimeout(() => void this.renewLease(r), Math.max(0, at - now));
+    } else {
+      r.timer = setTimeout(() => this.loseLease(r, new LeaseLostError("the lease ran out (renewal off or past maxLeaseMs)", { code: "lease_lost" })), Math.max(0, r.leaseEnd - now));
+    }
+    unrefTimer(r.timer);
+  }
+
+  private async renewLease(r: Running): Promise<void> {
+    r.timer = undefined;
+    if (r.lost || r.finished || r.msg.settled) return;
+    for (let attempt = 1; ; attempt++) {
+      const sent = Date.now();
+      const left = r.leaseEnd - sent;
+      if (left <= 0) {
+        this.loseLease(r, new LeaseLostError("the lease lapsed before it could be renewed", { code: "lease_lost" }));
+        return;
+      }
+      try {
+        await this.client.extend(this.topic, r.msg.receiptHandle as string, { leaseMs: this.leaseMs, timeoutMs: Math.max(50, left) });
+        if (r.lost || r.finished || r.msg.settled) return;
+        r.leaseEnd = sent + this.leaseMs;
+        this.stats_.renewed++;
+        this.client.emit({ type: "consumer", topic: this.topic, event: "renewed", partition: r.msg.partition, offset: r.msg.offset });
+        this.scheduleLease(r);
+        return;
+      } catch (e) {
+        if (r.msg.settled) return;
+        if (e instanceof NaradError && e.kind === "LeaseLost") {
+          this.loseLease(r, e);
+          return;
+        }
+        this.report(e, r.msg);
+        this.client.logger.warn?.("narad: lease renewal failed; retrying", { topic: this.topic, offset: r.msg.offset, error: String(e) });
+        if (e instanceof NaradError && terminalKinds.has(e.kind) && !e.retryable) {
+          this.loseLease(r, e);
+          return;
+        }
+        try {
+          await sleep(Math.min(this.client.transport.backoff(attempt), Math.max(0, r.leaseEnd - Date.now() - 10)), r.ctl.signal);
+        } catch {
+          return;
+        }
+      }
+    }
+  }
+
+  private loseLease(r: Running, err: NaradError): void {
+    if (r.lost || r.finished || r.msg.settled) return;
+    r.lost = true;
+    r.msg.markLost();
+    this.stats_.leaseLost++;
+    this.client.emit({ type: "consumer", topic: this.topic, event: "lease_lost", partition: r.msg.partition, offset: r.msg.offset, error: err });
+    this.client.logger.warn?.("narad: lease lost; the handler is cancelled and the message will be delivered again", { topic: this.topic, partition: r.msg.partition, offset: r.msg.offset });
+    r.ctl.abort(err);
+  }
+
+  private async execute(r: Running): Promise<void> {
+    const msg = r.msg;
+    let failure: unknown;
+    let failed = false;
+    const onGrace = () => r.ctl.abort(new ClosedError("the consumer's shutdown grace period ended"));
+    this.graceCtl.signal.addEventListener("abort", onGrace, { once: true });
+    try {
+      await this.handler(msg, { signal: r.ctl.signal });
+    } catch (e) {
+      failed = true;
+      failure = e;
+    } finally {
+      this.graceCtl.signal.removeEventListener("abort", onGrace);
+      r.finished = true;
+      if (r.timer !== undefined) clearTimeout(r.timer);
+      r.timer = undefined;
+    }
+    if (r.lost || msg.state === "lost") return; // never ack a message whose lease is gone
+    if (msg.settled) return; // the handler settled it itself
+    if (!failed && r.ctl.signal.aborted) {
+      // Cut by the shutdown grace: hand it back rather than ack unfinished work.
+      failed = true;
+      failure = r.ctl.signal.reason;
+    }
+    if (!failed) {
+      await this.track(this.ackConfirmed(msg));
+      return;
+    }
+    this.stats_.handlerErrors++;
+    this.client.emit({ type: "consumer", topic: this.topic, event: "handler_error", partition: msg.partition, offset: msg.offset, error: failure });
+    this.client.logger.warn?.("narad: handler failed; handing the message back", { topic: this.topic, partition: msg.partition, offset: msg.offset, error: String(failure) });
+    this.report(failure, msg);
+    let delayMs = 0;
+    try {
+      const d = this.opts.nackDelayMs;
+      delayMs = typeof d === "function" ? d(msg, failure) : (d ?? 0);
+    } catch (e) {
+      this.report(e, msg);
+    }
+    await this.track(this.nackQuietly(msg, delayMs));
+  }
+
+  private async track(p: Promise<void>): Promise<void> {
+    this.settles.add(p);
+    try {
+      await p;
+    } finally {
+      this.settles.delete(p);
+    }
+  }
+
+  private async ackConfirmed(msg: Message): Promise<void> {
+    try {
+      await msg.ack();
+      this.stats_.acked++;
+      this.client.emit({ type: "consumer", topic: this.topic, event: "acked", partition: msg.partition, offset: msg.offset });
+    } catch (e) {
+      this.stats_.ackFailed++;
+      this.client.emit({ type: "consumer", topic: this.topic, event: "ack_failed", partition: msg.partition, offset: msg.offset, error: e });
+      this.client.logger.warn?.("narad: ack failed; the message will be delivered again", { topic: this.topic, partition: msg.partition, offset: msg.offset, error: String(e) });
+      this.report(e, msg);
+      if (e instanceof NaradError && (e.kind === "Unauthenticated" || e.kind === "Forbidden")) this.failWith(e);
+    }
+  }
+
+  private async nackQuietly(msg: Message, delayMs: number): Promise<void> {
+    try {
+      await msg.nack({ delayMs });
+      this.stats_.nacked++;
+      this.client.emit({ type: "consumer", topic: this.topic, event: "nacked", partition: msg.partition, offset: msg.offset });
+    } catch (e) {
+      // The lease lapses anyway and the message comes back; say so and go on.
+      this.client.logger.debug?.("narad: nack failed; the lease will lapse instead", { topic: this.topic, offset: msg.offset, error: String(e) });
+      this.report(e, msg);
+    }
+  }
+
+  private failWith(e: unknown): void {
+    if (this.fatal !== undefined) return;
+    this.fatal = e;
+    this.stopRequested = true;
+    this.pollCtl.abort(new ClosedError("the consumer hit a terminal error"));
+    this.slotFree?.resolve();
+  }
+
+  /** drain lets running handlers finish within the grace period, then waits for their settlements. */
+  private async drain(): Promise<void> {
+    if (this.running.size > 0) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const grace = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, this.graceMs);
+      });
+      const all = Promise.allSettled([...this.running].map((r) => r.done)).then(() => undefined);
+      await Promise.race([all, grace]);
+      clearTimeout(timer);
+      if (this.running.size > 0) {
+        this.client.logger.warn?.("narad: shutdown grace ended; cancelling running handlers", { topic: this.topic, running: this.running.size });
+        this.graceCtl.abort();
+        // Handlers that ignore their signal still get a short while before we move on.
+        await Promise.race([Promise.allSettled([...this.running].map((r) => r.done)), sleep(Math.min(5000, this.graceMs))]);
+      }
+    }
+    while (this.settles.size > 0) await Promise.allSettled([...this.settles]);
+  }
+
+  /**
+   * stop drains the consumer in order: stop polling, let running handlers finish within
+   * the grace period (then abort them and hand their messages back), flush pending
+   * acks, hand back messages that were fetched but never started, and resolve.
+   * Stopping twice is harmless; a consumer ended by a terminal error resolves too
+   * (read `done` for that error).
+   */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      this.stopRequested = true;
+      this.pollCtl.abort(new ClosedError("the consumer is stopping"));
+      this.slotFree?.resolve();
+      await this.done.catch(() => undefined);
+    })();
+    return this.stopping;
+  }
+
+  /** Stops the consumer, so `await using consumer = client.consume(…)` drains it. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+}

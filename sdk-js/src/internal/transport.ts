@@ -1,0 +1,304 @@
+// The transport: one place where every HTTP call is made, timed, retried, failed over
+// and turned into a NaradError. Retry rules (SDK.md, rules 4 and 8):
+//   - refused and not stored (connection refused, 503 unavailable): another node at
+//     once when one is left untried, else backoff that honours Retry-After;
+//   - outcome unknown (reply lost, broker 503 "timeout"): retried only when the
+//     request allows it (reads, acks, produces that allow duplicates), and the final
+//     error then says `uncertain`;
+//   - 4xx and 500: never retried.
+
+import {
+  ClosedError,
+  NaradError,
+  TimeoutError,
+  UnavailableError,
+  InternalError,
+  errorFromStatus,
+  parseRetryAfter,
+} from "../errors.js";
+import type { ClientOptions, Logger, NaradEvent } from "../options.js";
+import { Pool, type Node } from "./pool.js";
+import { abortReason, linkSignals, sleep, toBase64, utf8Decode, utf8Encode } from "./util.js";
+
+export type Query = Record<string, string | number | boolean | undefined>;
+
+export interface RequestSpec {
+  operation: string;
+  method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
+  path: string;
+  query?: Query;
+  body?: Uint8Array | undefined;
+  contentType?: string | undefined;
+  topic?: string | undefined;
+  /** Success statuses; anything else is an error. */
+  expect: readonly number[];
+  /** Whether an attempt whose outcome is unknown may be retried. */
+  retryUncertain: boolean;
+  signal?: AbortSignal | undefined;
+  timeoutMs?: number | undefined;
+}
+
+export interface RawResponse {
+  status: number;
+  body: Uint8Array;
+  headers: Headers;
+  endpoint: string;
+  attempts: number;
+  /** Whether an earlier attempt may have taken effect before this answer. */
+  earlierUncertain: boolean;
+}
+
+const notSentCodes = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EADDRNOTAVAIL",
+  "UND_ERR_CONNECT_TIMEOUT",
+]);
+
+function errCode(e: unknown): string | undefined {
+  const c = (e as { code?: unknown } | null)?.code;
+  return typeof c === "string" ? c : undefined;
+}
+
+/** neverSent reports whether a fetch failure happened before the request could reach a server. */
+function neverSent(e: unknown): boolean {
+  const cause = (e as { cause?: unknown } | null)?.cause ?? e;
+  const code = errCode(cause);
+  if (code !== undefined) return notSentCodes.has(code);
+  const errs = (cause as { errors?: unknown } | null)?.errors;
+  if (Array.isArray(errs) && errs.length > 0) return errs.every((x) => notSentCodes.has(errCode(x) ?? ""));
+  return false;
+}
+
+function describe(e: unknown): string {
+  const cause = (e as { cause?: unknown } | null)?.cause;
+  const base = e instanceof Error ? e.message : String(e);
+  if (cause instanceof Error) return `${base}: ${cause.message}`;
+  const code = errCode(cause);
+  return code ? `${base}: ${code}` : base;
+}
+
+export class Transport {
+  readonly pool: Pool;
+  private readonly fetchFn: typeof fetch;
+  private readonly headers: Record<string, string>;
+  private readonly attempts: number;
+  private readonly minBackoff: number;
+  private readonly maxBackoff: number;
+  readonly timeoutMs: number;
+  readonly longPollMarginMs: number;
+  private readonly closeCtl = new AbortController();
+  private nextId = 1;
+
+  constructor(
+    opts: ClientOptions,
+    readonly logger: Logger,
+    readonly emit: (e: NaradEvent) => void,
+  ) {
+    const list = typeof opts.endpoints === "string" ? [opts.endpoints] : [...opts.endpoints];
+    if (list.length === 0) throw new TypeError("Client: endpoints must name at least one broker URL");
+    const urls = list.map((u) => {
+      const url = new URL(u);
+      if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError(`Client: endpoint ${u} is not http(s)`);
+      return url.href.replace(/\/+$/, "");
+    });
+    this.fetchFn = opts.fetch ?? globalThis.fetch.bind(globalThis);
+    this.headers = { accept: "application/json", ...opts.headers };
+    if (opts.auth) {
+      this.headers["authorization"] = `Basic ${toBase64(utf8Encode(`${opts.auth.username}:${opts.auth.password}`))}`;
+    }
+    this.attempts = Math.max(1, Math.floor(opts.retry?.attempts ?? 4));
+    this.minBackoff = Math.max(0, opts.retry?.minBackoffMs ?? 50);
+    this.maxBackoff = Math.max(this.minBackoff, opts.retry?.maxBackoffMs ?? 5000);
+    this.timeoutMs = opts.timeoutMs ?? 30_000;
+    this.longPollMarginMs = opts.longPollMarginMs ?? 5000;
+    this.pool = new Pool(
+      urls,
+      opts.breaker ?? {},
+      (url) => this.probe(url),
+      (url, state) => {
+        if (state === "open") this.logger.warn?.("narad: node out of rotation", { endpoint: url });
+        else this.logger.info?.("narad: node back in rotation", { endpoint: url });
+        this.emit({ type: "breaker", endpoint: url, state });
+      },
+    );
+  }
+
+  get closed(): boolean {
+    return this.closeCtl.signal.aborted;
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closeCtl.abort(new ClosedError("the client was closed"));
+    this.pool.shutdown();
+  }
+
+  /** backoff returns the full-jitter wait before attempt `attempt + 1`. */
+  backoff(attempt: number, retryAfterMs?: number): number {
+    const cap = Math.min(this.maxBackoff, this.minBackoff * 2 ** (attempt - 1));
+    const jittered = Math.random() * cap;
+    return retryAfterMs === undefined ? jittered : Math.max(jittered, retryAfterMs);
+  }
+
+  private async probe(url: string): Promise<boolean> {
+    const ctl = new AbortController();
+    const t = setTimeout(() => ctl.abort(), 2000);
+    try {
+      const res = await this.fetchFn(`${url}/readyz`, { signal: ctl.signal, headers: this.headers });
+      await res.arrayBuffer().catch(() => undefined);
+      return res.status === 200;
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(t);
+    }
+  }
+
+  private url(node: Node, path: string, query: Query | undefined): string {
+    let s = node.url + path;
+    if (query) {
+      const qs = new URLSearchParams();
+      for (const [k, v] of Object.entries(query)) if (v !== undefined) qs.set(k, String(v));
+      const q = qs.toString();
+      if (q) s += `?${q}`;
+    }
+    return s;
+  }
+
+  async request(spec: RequestSpec): Promise<RawResponse> {
+    if (this.closed) throw new ClosedError("the client is closed");
+    const id = this.nextId++;
+    const started = Date.now();
+    this.emit({ type: "operation.start", id, operation: spec.operation, topic: spec.topic, method: spec.method });
+    const timeoutMs = spec.timeoutMs ?? this.timeoutMs;
+    const timeoutCtl = new AbortController();
+    const timer = setTimeout(
+      () => timeoutCtl.abort(new TimeoutError(`${spec.operation} did not finish within ${timeoutMs} ms`, { code: "timeout" })),
+      timeoutMs,
+    );
+    const { signal, unlink } = linkSignals(spec.signal, timeoutCtl.signal, this.closeCtl.signal);
+    let attempts = 0;
+    let lastStatus: number | undefined;
+    try {
+      const res = await this.attemptLoop(spec, id, signal, started + timeoutMs, (n, s) => {
+        attempts = n;
+        lastStatus = s;
+      });
+      this.emit({ type: "operation.end", id, operation: spec.operation, topic: spec.topic, durationMs: Date.now() - started, attempts, status: res.status, error: undefined });
+      return res;
+    } catch (e) {
+      const err = e instanceof NaradError ? e : undefined;
+      this.emit({ type: "operation.end", id, operation: spec.operation, topic: spec.topic, durationMs: Date.now() - started, attempts, status: err?.status ?? lastStatus, error: err });
+      throw e;
+    } finally {
+      clearTimeout(timer);
+      unlink();
+    }
+  }
+
+  private async attemptLoop(
+    spec: RequestSpec,
+    id: number,
+    signal: AbortSignal,
+    deadline: number,
+    progress: (attempts: number, status: number | undefined) => void,
+  ): Promise<RawResponse> {
+    const tried = new Set<Node>();
+    const writes = spec.method !== "GET";
+    let uncertainSeen = false;
+    for (let attempt = 1; ; attempt++) {
+      const node = this.pool.pick(tried);
+      tried.add(node);
+      const t0 = Date.now();
+      let err: NaradError;
+      let sent = false;
+      try {
+        const headers: Record<string, string> = { ...this.headers };
+        if (spec.contentType) headers["content-type"] = spec.contentType;
+        sent = true;
+        const init: RequestInit = { method: spec.method, headers, signal };
+        if (spec.body !== undefined) init.body = spec.body as Uint8Array<ArrayBuffer>;
+        const res = await this.fetchFn(this.url(node, spec.path, spec.query), init);
+        const body = new Uint8Array(await res.arrayBuffer());
+        progress(attempt, res.status);
+        if (spec.expect.includes(res.status)) {
+          this.pool.success(node);
+          this.emit({ type: "attempt", id, operation: spec.operation, endpoint: node.url, attempt, status: res.status, durationMs: Date.now() - t0, error: undefined });
+          return { status: res.status, body, headers: res.headers, endpoint: node.url, attempts: attempt, earlierUncertain: uncertainSeen };
+        }
+        err = errorFromBody(res.status, body, res.headers, node.url, writes);
+        if (err.code === "unavailable" || res.status === 502 || res.status === 504) this.pool.failure(node);
+        else this.pool.success(node);
+      } catch (e) {
+        progress(attempt, undefined);
+        if (signal.aborted) {
+          const reason = abortReason(signal);
+          const mayHaveHappened = writes && (sent || uncertainSeen);
+          if (reason instanceof NaradError) throw reason.withUncertain(mayHaveHappened);
+          throw reason;
+        }
+        if (neverSent(e)) {
+          err = new UnavailableError(`cannot reach ${node.url}: ${describe(e)}`, { code: "connection_failed", endpoint: node.url, cause: e });
+        } else {
+          err = new UnavailableError(`the request to ${node.url} failed before its reply arrived: ${describe(e)}`, {
+            code: "connection_failed",
+            endpoint: node.url,
+            uncertain: writes,
+            cause: e,
+          });
+        }
+        this.pool.failure(node);
+      }
+      this.emit({ type: "attempt", id, operation: spec.operation, endpoint: node.url, attempt, status: err.status, durationMs: Date.now() - t0, error: err });
+      if (err.uncertain) uncertainSeen = true;
+      const final = () => (uncertainSeen && !err.uncertain ? err.withUncertain(true) : err);
+      if (!err.retryable || (err.uncertain && !spec.retryUncertain) || attempt >= this.attempts) throw final();
+      // Refused and not stored: another node at once, while one is left untried.
+      const delay = !err.uncertain && this.pool.hasUntried(tried) ? 0 : this.backoff(attempt, err.retryAfterMs);
+      if (Date.now() + delay >= deadline) throw final();
+      this.emit({ type: "retry", id, operation: spec.operation, attempt, delayMs: delay, error: err });
+      this.logger.debug?.("narad: retrying", { operation: spec.operation, attempt, delayMs: Math.round(delay), error: err.message });
+      if (delay > 0) {
+        try {
+          await sleep(delay, signal);
+        } catch {
+          const reason = abortReason(signal);
+          if (reason instanceof NaradError) throw reason.withUncertain(writes && uncertainSeen);
+          throw reason;
+        }
+      }
+    }
+  }
+}
+
+/** errorFromBody reads the broker's `{"error":{"code","message"}}` into a NaradError. */
+export function errorFromBody(status: number, body: Uint8Array, headers: Headers, endpoint: string, write: boolean): NaradError {
+  let code: string | undefined;
+  let message: string | undefined;
+  try {
+    const parsed = JSON.parse(utf8Decode(body)) as { error?: { code?: unknown; message?: unknown } };
+    if (typeof parsed.error?.code === "string") code = parsed.error.code;
+    if (typeof parsed.error?.message === "string") message = parsed.error.message;
+  } catch {
+    // Not the broker's JSON (a proxy's page, say): the status decides.
+  }
+  const err = errorFromStatus(status, code, message ?? `HTTP ${status} from ${endpoint}`, {
+    retryAfterMs: parseRetryAfter(headers.get("retry-after")),
+    endpoint,
+  });
+  // Only a write can have taken effect; a read that failed changed nothing.
+  return write ? err : err.withUncertain(false);
+}
+
+/** parseJSON reads a response body as JSON, failing with a typed error on garbage. */
+export function parseJSON<T>(res: RawResponse): T {
+  try {
+    return JSON.parse(utf8Decode(res.body)) as T;
+  } catch (e) {
+    throw new InternalError(`the answer from ${res.endpoint} is not valid JSON`, { code: "invalid_response", status: res.status, endpoint: res.endpoint, cause: e });
+  }
+}
