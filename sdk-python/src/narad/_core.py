@@ -1,0 +1,927 @@
+"""The sans-I/O core that the sync and async clients share.
+
+Everything that decides anything lives here and does no I/O: building each request
+from its arguments, parsing each answer, mapping errors, choosing an endpoint (with a
+per-node circuit breaker), and deciding after each attempt whether to retry, where and
+after how long. ``_sync.py`` and ``_async.py`` only move bytes and sleep, in the same
+loop shape, so the two clients cannot drift apart in behaviour.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from .errors import (
+    NOT_STORED_CODES,
+    BadRequest,
+    NaradError,
+    Timeout,
+    Unavailable,
+    error_from_response,
+)
+from .models import (
+    AckResult,
+    Child,
+    ChildLag,
+    Event,
+    Grant,
+    Message,
+    Outgoing,
+    PartitionStats,
+    Produced,
+    TopicInfo,
+    User,
+)
+
+T = TypeVar("T")
+
+Duration = float | int | timedelta
+"""A duration in seconds, or a timedelta."""
+
+EventHook = Callable[[Event], None]
+
+MAX_WAIT = 20.0
+"""The broker caps a long poll at 20 s."""
+POLL_MARGIN = 5.0
+"""Extra time a long poll's attempt gets beyond its wait before the client gives up."""
+
+
+def seconds(d: Duration) -> float:
+    """Seconds converts a Duration to float seconds."""
+    if isinstance(d, timedelta):
+        return d.total_seconds()
+    return float(d)
+
+
+def ms_param(d: Duration) -> str:
+    """ms_param renders a duration as whole milliseconds (rounded up) for the API."""
+    ms = seconds(d) * 1000.0
+    whole = int(ms)
+    if whole < ms:
+        whole += 1
+    return str(max(0, whole))
+
+
+# ---------------------------------------------------------------------------
+# Options
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """RetryPolicy bounds how a call is retried (SDK.md defaults)."""
+
+    attempts: int = 4
+    backoff_min: float = 0.05
+    backoff_max: float = 5.0
+    timeout: float = 30.0
+    allow_duplicates: bool = True
+
+    def backoff(self, retry: int, rng: Callable[[], float] = random.random) -> float:
+        """Backoff is the full-jitter delay before retry number ``retry`` (from 1)."""
+        ceiling = min(self.backoff_max, self.backoff_min * float(2 ** max(0, retry - 1)))
+        return max(0.0, float(rng()) * ceiling)
+
+
+# ---------------------------------------------------------------------------
+# Requests and answers
+
+
+@dataclass(frozen=True)
+class Request:
+    """Request is one HTTP request, independent of any endpoint."""
+
+    method: str
+    path: str
+    params: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
+    content: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Response:
+    """Response is the part of an HTTP answer the parsers need (headers lower-cased)."""
+
+    status: int
+    headers: Mapping[str, str]
+    content: bytes
+
+    def json(self) -> Any:
+        """Json decodes the body."""
+        return json.loads(self.content)
+
+
+class Kind(enum.Enum):
+    """Kind says what a retry after a lost reply would do."""
+
+    READ = "read"
+    """Reads and idempotent writes: always safe to retry."""
+    PRODUCE = "produce"
+    """May store a second copy: retried after a lost reply only if duplicates are allowed."""
+    WRITE = "write"
+    """Non-idempotent admin writes: never retried after a lost reply."""
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """Call is a request plus how to read its answer and how to retry it.
+
+    ``parse`` gets the answer and whether an earlier attempt may have taken effect.
+    ``ok_after_lost_reply`` lists statuses that, on a retry whose earlier attempt's
+    reply was lost, mean the earlier attempt succeeded (410 for an ack, 404 for a
+    delete); ``parse`` then gets a synthetic 204.
+    """
+
+    op: str
+    request: Request
+    parse: Callable[[Response, bool], T]
+    kind: Kind = Kind.READ
+    topic: str | None = None
+    wait: float = 0.0
+    ok_after_lost_reply: frozenset[int] = frozenset()
+
+
+# ---------------------------------------------------------------------------
+# Endpoints and the per-node circuit breaker
+
+
+@dataclass
+class _Node:
+    url: str
+    failures: int = 0
+    open_until: float | None = None
+    cooldown: float = 0.0
+    probing: bool = False
+
+
+class EndpointPool:
+    """EndpointPool spreads calls over endpoints and keeps failing ones out for a while.
+
+    A node opens (leaves the rotation) after one connection failure or after
+    ``soft_threshold`` consecutive 503s or timeouts. Once its cooldown passes it is
+    probed (``probes_due``) outside the rotation and rejoins when a probe succeeds; each
+    failed probe doubles the cooldown up to ``max_cooldown``. When every node is open,
+    the one due back soonest is used anyway: a call is never refused locally.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        cooldown: float = 1.0,
+        max_cooldown: float = 30.0,
+        soft_threshold: int = 3,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        urls = [normalize_endpoint(e) for e in endpoints]
+        if not urls:
+            raise ValueError("at least one endpoint is needed")
+        self._nodes = [_Node(u) for u in urls]
+        self._next = 0
+        self._cooldown = cooldown
+        self._max_cooldown = max_cooldown
+        self._soft_threshold = soft_threshold
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Endpoints lists every endpoint URL, in the order given."""
+        return [n.url for n in self._nodes]
+
+    def is_open(self, url: str) -> bool:
+        """is_open tells whether ``url`` is out of the rotation."""
+        with self._lock:
+            return self._node(url).open_until is not None
+
+    def pick(self, exclude: Iterable[str] = ()) -> str:
+        """Pick returns the next endpoint in rotation, preferring ones not in ``exclude``."""
+        skip = set(exclude)
+        with self._lock:
+            n = len(self._nodes)
+            closed = [
+                self._nodes[(self._next + i) % n]
+                for i in range(n)
+                if self._nodes[(self._next + i) % n].open_until is None
+            ]
+            fresh = [x for x in closed if x.url not in skip]
+            if fresh or closed:
+                chosen = (fresh or closed)[0]
+            else:
+                chosen = min(self._nodes, key=lambda x: x.open_until or 0.0)
+            self._next = (self._nodes.index(chosen) + 1) % n
+            return chosen.url
+
+    def untried(self, exclude: Iterable[str]) -> bool:
+        """Untried tells whether a closed endpoint outside ``exclude`` exists."""
+        skip = set(exclude)
+        with self._lock:
+            return any(x.open_until is None and x.url not in skip for x in self._nodes)
+
+    def success(self, url: str) -> bool:
+        """Success records an answer from ``url``; True when that closed its breaker."""
+        with self._lock:
+            node = self._node(url)
+            was_open = node.open_until is not None
+            node.failures = 0
+            node.open_until = None
+            node.cooldown = 0.0
+            node.probing = False
+            return was_open
+
+    def failure(self, url: str, *, hard: bool) -> bool:
+        """Failure records a failed attempt; True when that opened the breaker."""
+        with self._lock:
+            node = self._node(url)
+            node.failures += 1
+            if node.open_until is not None:
+                return False
+            if hard or node.failures >= self._soft_threshold:
+                node.cooldown = self._cooldown
+                node.open_until = self._clock() + node.cooldown
+                return True
+            return False
+
+    def probes_due(self) -> list[str]:
+        """probes_due returns open endpoints whose cooldown passed, marking them probing."""
+        now = self._clock()
+        due: list[str] = []
+        with self._lock:
+            for node in self._nodes:
+                if node.open_until is not None and not node.probing and node.open_until <= now:
+                    node.probing = True
+                    due.append(node.url)
+        return due
+
+    def probe_result(self, url: str, ok: bool) -> bool:
+        """probe_result records a probe; True when it closed the breaker."""
+        if ok:
+            return self.success(url)
+        with self._lock:
+            node = self._node(url)
+            node.probing = False
+            node.cooldown = min(self._max_cooldown, max(self._cooldown, node.cooldown * 2))
+            node.open_until = self._clock() + node.cooldown
+            return False
+
+    def _node(self, url: str) -> _Node:
+        for node in self._nodes:
+            if node.url == url:
+                return node
+        raise KeyError(url)
+
+
+def normalize_endpoint(url: str) -> str:
+    """normalize_endpoint adds ``http://`` when missing and drops a trailing slash."""
+    url = url.strip()
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/")
+
+
+# ---------------------------------------------------------------------------
+# The retry state machine
+
+
+@dataclass(frozen=True)
+class Done(Generic[T]):
+    """Done ends a call with its value."""
+
+    value: T
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Retry asks for another attempt after ``delay`` seconds."""
+
+    delay: float
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Fail ends a call with an error."""
+
+    error: NaradError
+
+
+Step = Done[T] | Retry | Fail
+
+
+class Transport(enum.Enum):
+    """Transport classifies a failure to get an answer."""
+
+    NOT_SENT = "not_sent"
+    """Connecting failed: the request certainly did not reach the broker."""
+    TIMEOUT = "timeout"
+    """The request may have reached the broker; no answer within the bound."""
+    LOST = "lost"
+    """The connection broke after sending: the request may have taken effect."""
+
+
+@dataclass
+class CallState(Generic[T]):
+    """CallState drives one call through its attempts; the I/O layer feeds it outcomes.
+
+    The loop in both clients is: ``url = state.endpoint()``, send with
+    ``state.attempt_timeout()``, feed the answer to ``on_response`` or the failure to
+    ``on_transport_error``, then return on Done, raise on Fail, sleep on Retry.
+    """
+
+    call: Call[T]
+    policy: RetryPolicy
+    pool: EndpointPool
+    emit: Callable[[Event], None]
+    timeout: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    rng: Callable[[], float] = random.random
+    attempt: int = 0
+    maybe_applied: bool = False
+    tried: list[str] = field(default_factory=list)
+    deadline: float = 0.0
+    _sent_at: float = 0.0
+    _wall: float = 0.0
+
+    def __post_init__(self) -> None:
+        budget = self.policy.timeout if self.timeout is None else self.timeout
+        self.deadline = self.clock() + budget + self.call.wait
+
+    def endpoint(self) -> str:
+        """Endpoint chooses where the next attempt goes and starts its clock."""
+        url = self.pool.pick(self.tried)
+        self.tried.append(url)
+        self.attempt += 1
+        self._sent_at = self.clock()
+        self._wall = time.time()
+        return url
+
+    def attempt_timeout(self) -> float:
+        """attempt_timeout bounds the next attempt: the call's deadline, never below wait."""
+        remaining = self.deadline - self.clock()
+        if self.call.wait:
+            return max(self.call.wait + POLL_MARGIN, min(remaining, self.call.wait + POLL_MARGIN))
+        return max(0.05, remaining)
+
+    def expired(self) -> Fail:
+        """Expired is the failure for a deadline reached before any attempt finished."""
+        return Fail(Timeout(f"{self.call.op}: deadline passed", code="timeout",
+                            uncertain=self._uncertain()))
+
+    def on_response(self, url: str, resp: Response) -> Step[T]:
+        """on_response decides after an answer."""
+        self._report(url, resp.status, None)
+        if resp.status < 400:
+            self._closed(url)
+            try:
+                return Done(self.call.parse(resp, self.maybe_applied))
+            except (ValueError, KeyError, TypeError) as exc:
+                return Fail(NaradError(f"{self.call.op}: unexpected answer: {exc}",
+                                       status=resp.status, code="bad_response"))
+        if self.maybe_applied and resp.status in self.call.ok_after_lost_reply:
+            self._closed(url)
+            return Done(self.call.parse(Response(204, {}, b""), True))
+        err = error_from_response(resp.status, resp.headers, resp.content)
+        if not err.retryable:
+            self._closed(url)
+            err.uncertain = err.uncertain or self._uncertain()
+            return Fail(err)
+        node_down = resp.status in (502, 503) and err.code not in ("in_flight_full",
+                                                                   "acked_ahead_full")
+        if node_down:
+            self._opened(url, self.pool.failure(url, hard=False))
+        if err.uncertain:
+            # The broker could not tell whether it took effect (503 timeout, 504).
+            self.maybe_applied = True
+            if not self._may_repeat():
+                err.uncertain = True
+                return Fail(err)
+        failover = err.code in NOT_STORED_CODES or resp.status == 502
+        return self._retry(err, failover=failover, retry_after=err.retry_after)
+
+    def on_transport_error(self, url: str, how: Transport, detail: str) -> Step[T]:
+        """on_transport_error decides after a failure to get an answer."""
+        err: NaradError
+        if how is Transport.NOT_SENT:
+            err = Unavailable(f"cannot reach {url}: {detail}", code="connection_failed")
+            self._opened(url, self.pool.failure(url, hard=True))
+        else:
+            self.maybe_applied = True
+            if how is Transport.TIMEOUT:
+                err = Timeout(f"{self.call.op}: no answer from {url} in time: {detail}",
+                              code="timeout")
+            else:
+                err = Unavailable(f"{self.call.op}: connection to {url} lost: {detail}",
+                                  code="connection_lost")
+            self._opened(url, self.pool.failure(url, hard=False))
+            err.uncertain = self._uncertain()
+            if not self._may_repeat():
+                return Fail(err)
+        self._report(url, None, err)
+        return self._retry(err, failover=how is Transport.NOT_SENT, retry_after=None)
+
+    # -- helpers
+
+    def _may_repeat(self) -> bool:
+        if self.call.kind is Kind.READ:
+            return True
+        if self.call.kind is Kind.PRODUCE:
+            return self.policy.allow_duplicates
+        return False
+
+    def _uncertain(self) -> bool:
+        return self.maybe_applied and (self.call.kind is not Kind.READ
+                                       or bool(self.call.ok_after_lost_reply))
+
+    def _retry(self, err: NaradError, *, failover: bool, retry_after: float | None) -> Step[T]:
+        if self.attempt >= self.policy.attempts:
+            err.uncertain = err.uncertain or self._uncertain()
+            return Fail(err)
+        if failover and self.pool.untried(self.tried):
+            delay = 0.0
+        else:
+            delay = self.policy.backoff(self.attempt, self.rng)
+            if retry_after is not None:
+                delay = max(delay, min(retry_after, self.policy.backoff_max))
+        if self.clock() + delay >= self.deadline:
+            err.uncertain = err.uncertain or self._uncertain()
+            return Fail(err)
+        self.emit(Event(kind="retry", op=self.call.op, topic=self.call.topic, error=err,
+                        attempt=self.attempt, delay=delay))
+        return Retry(delay)
+
+    def _report(self, url: str, status: int | None, err: NaradError | None) -> None:
+        self.emit(Event(kind="request", op=self.call.op, topic=self.call.topic, endpoint=url,
+                        status=status, error=err, attempt=self.attempt, start=self._wall,
+                        duration=self.clock() - self._sent_at))
+
+    def _closed(self, url: str) -> None:
+        if self.pool.success(url):
+            self.emit(Event(kind="breaker_close", endpoint=url))
+
+    def _opened(self, url: str, opened: bool) -> None:
+        if opened:
+            self.emit(Event(kind="breaker_open", endpoint=url))
+
+
+# ---------------------------------------------------------------------------
+# Bodies
+
+
+def encode_body(body: Any, content_type: str | None = None) -> tuple[bytes, str]:
+    """encode_body turns a produce argument into bytes and a content type.
+
+    bytes (and bytearray, memoryview) are sent as ``application/octet-stream`` and
+    come back byte for byte; str as UTF-8 ``text/plain``; anything else as compact
+    JSON. An explicit ``content_type`` overrides the choice (bytes are then sent as is).
+    """
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        data = bytes(body)
+        ctype = "application/octet-stream"
+    elif isinstance(body, str):
+        data = body.encode("utf-8")
+        ctype = "text/plain; charset=utf-8"
+    else:
+        data = dump_json(body)
+        ctype = "application/json"
+    return data, content_type or ctype
+
+
+def dump_json(value: Any) -> bytes:
+    """dump_json is the one JSON encoding the SDK stores: compact, UTF-8."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def batch_entry(item: Any) -> dict[str, Any]:
+    """batch_entry renders one produce-batch entry storing the same bytes as produce would."""
+    key: str | None = None
+    partition: int | None = None
+    if isinstance(item, Outgoing):
+        key, partition, item = item.key, item.partition, item.body
+    entry: dict[str, Any]
+    if isinstance(item, (bytes, bytearray, memoryview, str)):
+        data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        entry = {"payload": base64.b64encode(data).decode("ascii"), "payload_encoding": "base64"}
+    else:
+        entry = {"payload": item}
+    if key is not None:
+        entry["key"] = key
+    if partition is not None:
+        entry["partition"] = partition
+    return entry
+
+
+def batch_entry_size(entry: Mapping[str, Any]) -> int:
+    """batch_entry_size is the encoded size of one entry, for batching by bytes."""
+    return len(dump_json(entry)) + 1
+
+
+# ---------------------------------------------------------------------------
+# Parsers
+
+
+def parse_message(doc: Mapping[str, Any]) -> Message:
+    """parse_message reads a wire Message whatever its payload encoding."""
+    payload = doc.get("payload")
+    if doc.get("payload_encoding") == "base64":
+        body = base64.b64decode(payload or "")
+    elif isinstance(payload, str):
+        body = payload.encode("utf-8")
+    else:
+        body = dump_json(payload)
+    attempt = doc.get("delivery_attempt")
+    return Message(
+        topic=str(doc["topic"]),
+        partition=int(doc["partition"]),
+        offset=int(doc["offset"]),
+        body=body,
+        timestamp=int(doc["timestamp"]),
+        key=doc.get("key"),
+        receipt_handle=doc.get("receipt_handle"),
+        delivery_attempt=None if attempt is None else int(attempt),
+    )
+
+
+def parse_produced(doc: Mapping[str, Any]) -> Produced:
+    """parse_produced reads a wire Produced."""
+    return Produced(topic=str(doc["topic"]), partition=int(doc["partition"]),
+                    offset=int(doc["offset"]))
+
+
+def parse_topic(doc: Mapping[str, Any]) -> TopicInfo:
+    """parse_topic reads a wire Topic or TopicDetail."""
+    stats = tuple(
+        PartitionStats(
+            partition=int(s["partition"]),
+            oldest_offset=int(s["oldest_offset"]),
+            next_offset=int(s["next_offset"]),
+            high_watermark=int(s["high_watermark"]),
+            ack_frontier=int(s["ack_frontier"]),
+            acked_ahead=int(s["acked_ahead"]),
+            in_flight=int(s["in_flight"]),
+            backlog=int(s["backlog"]),
+            leader=str(s["leader"]),
+            replicas=tuple(str(r) for r in s.get("replicas", [])),
+        )
+        for s in doc.get("partition_stats") or []
+    )
+    delay = doc.get("fanout_delay_ms")
+    return TopicInfo(
+        name=str(doc["name"]),
+        incarnation=str(doc["incarnation"]),
+        partitions=int(doc["partitions"]),
+        retention_ms=int(doc["retention_ms"]),
+        visibility_timeout_ms=int(doc["visibility_timeout_ms"]),
+        max_in_flight_per_partition=int(doc["max_in_flight_per_partition"]),
+        max_acked_ahead_per_partition=int(doc["max_acked_ahead_per_partition"]),
+        replication_factor=int(doc["replication_factor"]),
+        created_at=str(doc["created_at"]),
+        schema=doc.get("schema"),
+        parent=doc.get("parent"),
+        fanout_delay_ms=None if delay is None else int(delay),
+        partition_stats=stats,
+    )
+
+
+def parse_child(doc: Mapping[str, Any]) -> Child:
+    """parse_child reads a wire Child."""
+    return Child(
+        child=str(doc["child"]),
+        fanout_delay_ms=int(doc.get("fanout_delay_ms") or 0),
+        lag=tuple(
+            ChildLag(partition=int(x["partition"]),
+                     parent_next_offset=int(x["parent_next_offset"]),
+                     child_cursor=int(x["child_cursor"]), lag=int(x["lag"]))
+            for x in doc.get("lag") or []
+        ),
+    )
+
+
+def parse_user(doc: Mapping[str, Any]) -> User:
+    """parse_user reads a wire User."""
+    return User(
+        username=str(doc["username"]),
+        grants=tuple(Grant(action=str(g["action"]), topics=tuple(g.get("topics", [])))
+                     for g in doc.get("grants") or []),
+    )
+
+
+def grants_wire(grants: Iterable[Grant]) -> list[dict[str, Any]]:
+    """grants_wire renders grants for a request body."""
+    return [{"action": g.action, "topics": list(g.topics)} for g in grants]
+
+
+# ---------------------------------------------------------------------------
+# Calls: one builder per operation of openapi.yaml
+
+
+def _t(topic: str) -> str:
+    if not topic:
+        raise BadRequest("a topic name is needed", code="invalid_name")
+    return quote(topic, safe="")
+
+
+def _json_req(method: str, path: str, body: Any, params: tuple[tuple[str, str], ...] = ()
+              ) -> Request:
+    return Request(method, path, params, (("content-type", "application/json"),),
+                   dump_json(body))
+
+
+def _none(resp: Response, maybe: bool) -> None:
+    return None
+
+
+def produce(topic: str, body: Any, *, key: str | None = None, partition: int | None = None,
+            content_type: str | None = None) -> Call[Produced]:
+    """Produce builds POST /v1/topics/{t}/produce."""
+    data, ctype = encode_body(body, content_type)
+    params: list[tuple[str, str]] = []
+    if key is not None:
+        params.append(("key", key))
+    if partition is not None:
+        params.append(("partition", str(partition)))
+    req = Request("POST", f"/v1/topics/{_t(topic)}/produce", tuple(params),
+                  (("content-type", ctype),), data)
+    return Call("produce", req, lambda r, m: parse_produced(r.json()), Kind.PRODUCE, topic)
+
+
+def produce_batch(topic: str, items: Iterable[Any]) -> Call[list[Produced]]:
+    """produce_batch builds POST /v1/topics/{t}/produce-batch."""
+    entries = [batch_entry(i) for i in items]
+    if not entries:
+        raise BadRequest("produce_batch needs at least one message", code="bad_request")
+    return produce_entries(topic, entries)
+
+
+def produce_entries(topic: str, entries: list[dict[str, Any]]) -> Call[list[Produced]]:
+    """produce_entries builds a produce-batch call from rendered entries."""
+    req = _json_req("POST", f"/v1/topics/{_t(topic)}/produce-batch", {"messages": entries})
+    return Call("produce_batch", req,
+                lambda r, m: [parse_produced(x) for x in r.json()["results"]],
+                Kind.PRODUCE, topic)
+
+
+def _messages_or_empty(resp: Response, many: bool) -> list[Message]:
+    if resp.status == 204 or not resp.content:
+        return []
+    doc = resp.json()
+    if many:
+        return [parse_message(x) for x in doc["messages"]]
+    return [parse_message(doc)]
+
+
+def receive(topic: str, *, max_messages: int = 1, wait: Duration = 10.0) -> Call[list[Message]]:
+    """Receive builds consume (one) or consume-batch (many): messages under leases."""
+    w = min(MAX_WAIT, max(0.0, seconds(wait)))
+    params: list[tuple[str, str]] = [("wait", ms_param(w) + "ms"), ("payload_encoding", "base64")]
+    if max_messages < 1:
+        raise BadRequest("max_messages must be at least 1", code="invalid_parameter")
+    if max_messages == 1:
+        req = Request("GET", f"/v1/topics/{_t(topic)}/consume", tuple(params))
+        return Call("consume", req, lambda r, m: _messages_or_empty(r, False), Kind.READ,
+                    topic, wait=w)
+    params.insert(0, ("max", str(max_messages)))
+    req = Request("GET", f"/v1/topics/{_t(topic)}/consume-batch", tuple(params))
+    return Call("consume_batch", req, lambda r, m: _messages_or_empty(r, True), Kind.READ,
+                topic, wait=w)
+
+
+def handle_of(msg: Message | str) -> str:
+    """handle_of returns the receipt handle of a leased message (or a handle as given)."""
+    if isinstance(msg, str):
+        return msg
+    if not msg.receipt_handle:
+        raise BadRequest("this message holds no lease (a replayed message cannot be acked)",
+                         code="invalid_receipt_handle")
+    return msg.receipt_handle
+
+
+def topic_of(msg: Message | str, topic: str | None) -> str:
+    """topic_of returns the topic a settle call goes to."""
+    if topic:
+        return topic
+    if isinstance(msg, Message):
+        return msg.topic
+    raise BadRequest("a topic is needed to settle a bare receipt handle", code="bad_request")
+
+
+def ack(topic: str, handle: str) -> Call[None]:
+    """Ack builds an ack: a 410 after a lost reply means the first attempt settled it."""
+    req = Request("POST", f"/v1/topics/{_t(topic)}/ack", (("receipt_handle", handle),))
+    return Call("ack", req, _none, Kind.READ, topic, ok_after_lost_reply=frozenset({410}))
+
+
+def nack(topic: str, handle: str, delay: Duration = 0.0) -> Call[None]:
+    """Nack hands a message back, at once (extend=0) or after ``delay`` (extend=<ms>)."""
+    d = seconds(delay)
+    if d <= 0:
+        req = Request("POST", f"/v1/topics/{_t(topic)}/ack",
+                      (("receipt_handle", handle), ("extend", "0")))
+        return Call("nack", req, _none, Kind.READ, topic, ok_after_lost_reply=frozenset({410}))
+    req = Request("POST", f"/v1/topics/{_t(topic)}/ack",
+                  (("receipt_handle", handle), ("extend", ms_param(d))))
+    return Call("nack", req, _none, Kind.READ, topic)
+
+
+def extend(topic: str, handle: str, duration: Duration | None = None) -> Call[None]:
+    """Extend renews a lease: for the topic's visibility timeout, or ``duration`` from now."""
+    value = "true" if duration is None else ms_param(duration)
+    if value == "0":
+        raise BadRequest("extend needs a positive duration (use nack to hand back)",
+                         code="invalid_parameter")
+    req = Request("POST", f"/v1/topics/{_t(topic)}/ack",
+                  (("receipt_handle", handle), ("extend", value)))
+    return Call("extend", req, _none, Kind.READ, topic)
+
+
+def ack_batch(topic: str, entries: Sequence[tuple[str, str | None]]) -> Call[list[AckResult]]:
+    """ack_batch settles or renews many handles; entries are (handle, extend or None)."""
+    if not entries:
+        raise BadRequest("ack_batch needs at least one entry", code="bad_request")
+    body = {"acks": [{"receipt_handle": h, **({"extend": e} if e is not None else {})}
+                     for h, e in entries]}
+    settling = {h for h, e in entries if e is None or e == "0"}
+
+    def parse(resp: Response, maybe: bool) -> list[AckResult]:
+        out: list[AckResult] = []
+        for x in resp.json()["results"]:
+            h = str(x["receipt_handle"])
+            status = int(x["status"])
+            if status == 204 or (status == 410 and maybe and h in settling):
+                out.append(AckResult(h, True))
+                continue
+            e = x.get("error") or {}
+            body = json.dumps({"error": e}).encode()
+            out.append(AckResult(h, False, error_from_response(status, {}, body)))
+        return out
+
+    return Call("ack_batch", _json_req("POST", f"/v1/topics/{_t(topic)}/ack-batch", body),
+                parse, Kind.READ, topic)
+
+
+def read_messages(topic: str, partition: int, *, from_offset: int | None = None,
+                  from_time_ms: int | None = None, max_messages: int = 100
+                  ) -> Call[tuple[list[Message], int]]:
+    """read_messages builds a replay page: (messages, next_offset)."""
+    params: list[tuple[str, str]] = [("max", str(max_messages)), ("payload_encoding", "base64")]
+    if from_offset is not None:
+        params.append(("from", str(from_offset)))
+    elif from_time_ms is not None:
+        params.append(("from_time", str(from_time_ms)))
+
+    def parse(resp: Response, maybe: bool) -> tuple[list[Message], int]:
+        doc = resp.json()
+        return [parse_message(x) for x in doc["messages"]], int(doc["next_offset"])
+
+    req = Request("GET", f"/v1/topics/{_t(topic)}/partitions/{int(partition)}/messages",
+                  tuple(params))
+    return Call("read_messages", req, parse, Kind.READ, topic)
+
+
+def _settings(**kw: Any) -> dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def create_topic(name: str, settings: Mapping[str, Any]) -> Call[TopicInfo]:
+    """create_topic builds POST /v1/topics (201)."""
+    body = {"name": name, **{k: v for k, v in settings.items() if v is not None}}
+    return Call("create_topic", _json_req("POST", "/v1/topics", body),
+                lambda r, m: parse_topic(r.json()), Kind.WRITE, name)
+
+
+def list_topics() -> Call[list[TopicInfo]]:
+    """list_topics builds GET /v1/topics."""
+    return Call("list_topics", Request("GET", "/v1/topics"),
+                lambda r, m: [parse_topic(x) for x in r.json()["topics"]])
+
+
+def get_topic(name: str) -> Call[TopicInfo]:
+    """get_topic builds GET /v1/topics/{t}."""
+    return Call("get_topic", Request("GET", f"/v1/topics/{_t(name)}"),
+                lambda r, m: parse_topic(r.json()), Kind.READ, name)
+
+
+def alter_topic(name: str, settings: Mapping[str, Any]) -> Call[TopicInfo]:
+    """alter_topic builds PATCH /v1/topics/{t}; it sets absolute values, so retries are safe."""
+    body = {k: v for k, v in settings.items() if v is not None}
+    return Call("alter_topic", _json_req("PATCH", f"/v1/topics/{_t(name)}", body),
+                lambda r, m: parse_topic(r.json()), Kind.READ, name)
+
+
+def delete_topic(name: str) -> Call[None]:
+    """delete_topic builds DELETE /v1/topics/{t}; a 404 after a lost reply is success."""
+    return Call("delete_topic", Request("DELETE", f"/v1/topics/{_t(name)}"), _none,
+                Kind.READ, name, ok_after_lost_reply=frozenset({404}))
+
+
+def attach_child(parent: str, child: str, delay: Duration | None) -> Call[Child]:
+    """attach_child builds POST /v1/topics/{p}/children."""
+    body: dict[str, Any] = {"child": child}
+    if delay is not None:
+        body["fanout_delay_ms"] = int(ms_param(delay))
+    return Call("attach_child", _json_req("POST", f"/v1/topics/{_t(parent)}/children", body),
+                lambda r, m: parse_child(r.json()), Kind.WRITE, parent)
+
+
+def list_children(parent: str) -> Call[list[Child]]:
+    """list_children builds GET /v1/topics/{p}/children."""
+    return Call("list_children", Request("GET", f"/v1/topics/{_t(parent)}/children"),
+                lambda r, m: [parse_child(x) for x in r.json()["children"]], Kind.READ, parent)
+
+
+def detach_child(parent: str, child: str) -> Call[None]:
+    """detach_child builds DELETE /v1/topics/{p}/children/{c}."""
+    return Call("detach_child",
+                Request("DELETE", f"/v1/topics/{_t(parent)}/children/{_t(child)}"), _none,
+                Kind.READ, parent, ok_after_lost_reply=frozenset({404}))
+
+
+def _u(username: str) -> str:
+    return quote(username, safe="")
+
+
+def create_user(username: str, password: str, grants: Iterable[Grant]) -> Call[User]:
+    """create_user builds POST /v1/users."""
+    body = {"username": username, "password": password, "grants": grants_wire(grants)}
+    return Call("create_user", _json_req("POST", "/v1/users", body),
+                lambda r, m: parse_user(r.json()), Kind.WRITE)
+
+
+def list_users() -> Call[list[User]]:
+    """list_users builds GET /v1/users."""
+    return Call("list_users", Request("GET", "/v1/users"),
+                lambda r, m: [parse_user(x) for x in r.json()["users"]])
+
+
+def get_user(username: str) -> Call[User]:
+    """get_user builds GET /v1/users/{u}."""
+    return Call("get_user", Request("GET", f"/v1/users/{_u(username)}"),
+                lambda r, m: parse_user(r.json()))
+
+
+def delete_user(username: str) -> Call[None]:
+    """delete_user builds DELETE /v1/users/{u}."""
+    return Call("delete_user", Request("DELETE", f"/v1/users/{_u(username)}"), _none,
+                Kind.READ, ok_after_lost_reply=frozenset({404}))
+
+
+def replace_grants(username: str, grants: Iterable[Grant]) -> Call[User]:
+    """replace_grants builds PUT /v1/users/{u}/grants (idempotent)."""
+    body = {"grants": grants_wire(grants)}
+    return Call("replace_grants", _json_req("PUT", f"/v1/users/{_u(username)}/grants", body),
+                lambda r, m: parse_user(r.json()))
+
+
+def change_password(username: str, new_password: str, current_password: str | None
+                    ) -> Call[None]:
+    """change_password builds PUT /v1/users/{u}/password."""
+    body = _settings(new_password=new_password, current_password=current_password)
+    return Call("change_password",
+                _json_req("PUT", f"/v1/users/{_u(username)}/password", body), _none,
+                Kind.WRITE)
+
+
+def ready() -> Call[bool]:
+    """Ready builds GET /readyz; True when the node serves requests."""
+    return Call("ready", Request("GET", "/readyz"), lambda r, m: r.status == 200)
+
+
+def topic_settings(
+    *,
+    partitions: int | None = None,
+    retention_ms: int | None = None,
+    visibility_timeout_ms: int | None = None,
+    max_in_flight_per_partition: int | None = None,
+    max_acked_ahead_per_partition: int | None = None,
+    replication_factor: int | None = None,
+    schema: Mapping[str, Any] | None = None,
+    parent: str | None = None,
+    fanout_delay_ms: int | None = None,
+) -> dict[str, Any]:
+    """topic_settings collects the settings that were given, under their wire names."""
+    return _settings(
+        partitions=partitions, retention_ms=retention_ms,
+        visibility_timeout_ms=visibility_timeout_ms,
+        max_in_flight_per_partition=max_in_flight_per_partition,
+        max_acked_ahead_per_partition=max_acked_ahead_per_partition,
+        replication_factor=replication_factor,
+        schema=None if schema is None else dict(schema), parent=parent,
+        fanout_delay_ms=fanout_delay_ms,
+    )
+
+
+def emit_safely(hook: EventHook | None, event: Event, log: Callable[..., None]) -> None:
+    """emit_safely calls the user's hook; a failing hook is logged, never raised."""
+    if hook is None:
+        return
+    try:
+        hook(event)
+    except Exception:
+        log("narad: on_event hook failed for %s", event.kind, exc_info=True)

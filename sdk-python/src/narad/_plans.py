@@ -1,0 +1,422 @@
+"""Pure bookkeeping behind the consumer, the publisher and replay.
+
+The sync and async versions of Consumer, Publisher and Replay differ only in how they
+wait (threads and conditions, or tasks and events); which lease to renew when, what
+goes in the next batch and which page to read next are decided here, once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from . import _core as core
+from .errors import NaradError
+from .models import Message, Position
+
+T = TypeVar("T")
+
+RENEW_FRACTION = 0.5
+"""A lease is renewed once half its window has passed: safely before two thirds."""
+
+
+class Nack(Exception):
+    """Nack, raised by a consumer's handler, hands the message back after ``delay`` seconds.
+
+    Any other exception hands it back too (after the consumer's ``nack_delay``); raise
+    Nack to choose the delay per message without logging an error.
+    """
+
+    def __init__(self, delay: core.Duration = 0.0, reason: str = "") -> None:
+        super().__init__(reason or f"nack with delay {core.seconds(delay)}s")
+        self.delay = core.seconds(delay)
+
+
+class State(enum.Enum):
+    """State is where a held message is in its life inside a consumer."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SETTLING = "settling"
+    DONE = "done"
+
+
+class Delivery:
+    """Delivery is one message held by a consumer, under a lease the consumer renews.
+
+    A handler reads its own with :func:`narad.current_delivery`. ``cancelled`` is set
+    when the lease is lost or the consumer gave up on the handler at shutdown; a sync
+    handler that runs long should check it (an async handler is cancelled outright).
+    The consumer never acks a delivery whose ``cancelled`` is set.
+    """
+
+    def __init__(self, message: Message, leased_at: float, window: float) -> None:
+        self.message = message
+        self.leased_at = leased_at
+        self.renewed_at = leased_at
+        self.lease_until = leased_at + window
+        self.retry_at = 0.0
+        self.state = State.PENDING
+        self.lost = False
+        self.cancelled = threading.Event()
+        self.task: Any = None
+
+    @property
+    def attempt(self) -> int:
+        """Attempt is the broker's delivery attempt count (1 on the first delivery)."""
+        return self.message.delivery_attempt or 1
+
+    def __repr__(self) -> str:
+        m = self.message
+        return f"Delivery({m.topic}/{m.partition}@{m.offset}, {self.state.value})"
+
+
+_current: contextvars.ContextVar[Delivery | None] = contextvars.ContextVar(
+    "narad_delivery", default=None
+)
+
+
+def current_delivery() -> Delivery | None:
+    """current_delivery is the Delivery whose handler is running here, or None outside one."""
+    return _current.get()
+
+
+def set_current(d: Delivery | None) -> contextvars.Token[Delivery | None]:
+    """set_current marks ``d`` as the running delivery of this thread or task."""
+    return _current.set(d)
+
+
+def reset_current(token: contextvars.Token[Delivery | None]) -> None:
+    """reset_current undoes set_current."""
+    _current.reset(token)
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    """ConsumerOptions are a consumer's settings (SDK.md defaults)."""
+
+    concurrency: int = 1
+    wait: float = 10.0
+    renew: bool = True
+    max_lease: float = 3600.0
+    grace: float = 30.0
+    nack_delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    """ConsumerStats counts what a consumer did; every message lands in one outcome."""
+
+    received: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    acked: int = 0
+    nacked: int = 0
+    ack_failed: int = 0
+    lease_lost: int = 0
+    handed_back: int = 0
+    renewals: int = 0
+    poll_errors: int = 0
+
+
+class Counters:
+    """Counters is the mutable, locked side of ConsumerStats."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._c: dict[str, int] = {}
+
+    def add(self, name: str, n: int = 1) -> None:
+        """Add bumps a counter."""
+        with self._lock:
+            self._c[name] = self._c.get(name, 0) + n
+
+    def snapshot(self) -> ConsumerStats:
+        """Snapshot freezes the counters."""
+        with self._lock:
+            return ConsumerStats(**self._c)
+
+
+def is_terminal(err: NaradError) -> bool:
+    """is_terminal tells whether a poll error must stop a consumer (SDK rule 7)."""
+    return not err.retryable
+
+
+class LeaseBook:
+    """LeaseBook tracks every held lease and says which to renew and which are gone.
+
+    Lease times are monotonic seconds. A lease is taken as starting when its poll was
+    sent (before the broker reserved it), so the local view is never later than the
+    broker's.
+    """
+
+    def __init__(self, window: float, max_lease: float, renew: bool) -> None:
+        self.window = window
+        self.max_lease = max_lease
+        self.renew = renew
+        self._held: dict[str, Delivery] = {}
+        self._lock = threading.Lock()
+
+    def add(self, d: Delivery) -> None:
+        """Add starts tracking a delivery."""
+        with self._lock:
+            self._held[d.message.receipt_handle or ""] = d
+
+    def remove(self, d: Delivery) -> None:
+        """Remove stops tracking a delivery."""
+        with self._lock:
+            self._held.pop(d.message.receipt_handle or "", None)
+
+    def held(self) -> list[Delivery]:
+        """Held lists the tracked deliveries."""
+        with self._lock:
+            return list(self._held.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def due(self, now: float) -> tuple[list[Delivery], list[Delivery]]:
+        """Due returns (leases to renew now, leases already gone) at ``now``.
+
+        A lease is gone when its window passed without a renewal, which also happens
+        once renewing would carry it past ``max_lease``.
+        """
+        renew: list[Delivery] = []
+        gone: list[Delivery] = []
+        with self._lock:
+            for d in self._held.values():
+                if d.state in (State.SETTLING, State.DONE) or d.lost:
+                    continue
+                if now >= d.lease_until:
+                    gone.append(d)
+                    continue
+                if not self.renew or now < d.retry_at:
+                    continue
+                if now - d.leased_at + self.window > self.max_lease:
+                    continue
+                if now >= d.renewed_at + self.window * RENEW_FRACTION:
+                    renew.append(d)
+        return renew, gone
+
+    def next_check(self, now: float) -> float:
+        """next_check is how long to sleep before something may be due (at most 1 s)."""
+        best = 1.0
+        with self._lock:
+            for d in self._held.values():
+                if d.state in (State.SETTLING, State.DONE) or d.lost:
+                    continue
+                at = min(d.lease_until, max(d.retry_at, d.renewed_at + self.window *
+                                            RENEW_FRACTION))
+                best = min(best, at - now)
+        return max(0.005, best)
+
+    def renewed(self, d: Delivery, sent_at: float) -> None:
+        """Renewed records a confirmed renewal sent at ``sent_at``."""
+        d.renewed_at = sent_at
+        d.lease_until = sent_at + self.window
+
+    def renewal_failed(self, d: Delivery, now: float) -> None:
+        """renewal_failed schedules another try soon, well within the lease."""
+        d.retry_at = now + min(0.25, max(0.01, (d.lease_until - now) / 4))
+
+
+def renewal_entries(ds: Sequence[Delivery], window: float) -> list[tuple[str, str | None]]:
+    """renewal_entries are the ack-batch entries that renew ``ds`` for ``window``."""
+    value = core.ms_param(window)
+    return [(d.message.receipt_handle or "", value) for d in ds]
+
+
+# ---------------------------------------------------------------------------
+# Publisher batching
+
+
+@dataclass
+class Pending(Generic[T]):
+    """Pending is one published message waiting for its batch, with its result slot."""
+
+    entry: dict[str, Any]
+    size: int
+    future: T
+    queued_at: float
+
+
+@dataclass
+class BatchBuffer(Generic[T]):
+    """BatchBuffer decides when the buffered messages form a batch and what goes in it."""
+
+    max_batch: int = 100
+    max_batch_bytes: int = 1 << 20
+    linger: float = 0.005
+    max_buffered: int = 10_000
+    items: deque[Pending[T]] = field(default_factory=deque)
+    bytes: int = 0
+
+    def full(self) -> bool:
+        """Full tells whether the bound is reached (publish must wait or fail)."""
+        return len(self.items) >= self.max_buffered
+
+    def add(self, p: Pending[T]) -> None:
+        """Add queues a message."""
+        self.items.append(p)
+        self.bytes += p.size
+
+    def wait_time(self, now: float, flushing: bool) -> float | None:
+        """wait_time is how long until a batch is due: 0 now, None when empty."""
+        if not self.items:
+            return None
+        if flushing or len(self.items) >= self.max_batch or self.bytes >= self.max_batch_bytes:
+            return 0.0
+        return max(0.0, self.items[0].queued_at + self.linger - now)
+
+    def take(self) -> list[Pending[T]]:
+        """Take removes the next batch: up to max_batch messages and max_batch_bytes."""
+        out: list[Pending[T]] = []
+        size = 0
+        while self.items and len(out) < self.max_batch:
+            p = self.items[0]
+            if out and size + p.size > self.max_batch_bytes:
+                break
+            self.items.popleft()
+            self.bytes -= p.size
+            size += p.size
+            out.append(p)
+        return out
+
+
+def split_on_error(err: NaradError, n: int) -> bool:
+    """split_on_error: a refused batch of several is resent one by one to find the culprit."""
+    return n > 1 and err.status in (400, 413)
+
+
+# ---------------------------------------------------------------------------
+# Replay
+
+
+@dataclass
+class _Cursor:
+    partition: int
+    offset: int | None
+    end: int | None
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class Read:
+    """Read asks for one page of ``partition``."""
+
+    partition: int
+    call: core.Call[tuple[list[Message], int]]
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Sleep asks the replay to wait before polling again (following mode)."""
+
+    seconds: float
+
+
+class ReplayPlan:
+    """ReplayPlan walks partitions page by page, round robin, from a Position.
+
+    Bounded, it stops at each partition's high watermark as seen when it started;
+    following, it keeps polling for new messages, sleeping ``poll_interval`` after a
+    round that found nothing. ``position`` always says where to resume after the last
+    message taken.
+    """
+
+    def __init__(self, topic: str, start: Position, partitions: Iterable[int],
+                 ends: dict[int, int] | None, batch: int, poll_interval: float) -> None:
+        self.topic = topic
+        self.position = start
+        self.batch = batch
+        self.poll_interval = poll_interval
+        self._cursors = [
+            _Cursor(p, start.offset(p), None if ends is None else ends.get(p, 0))
+            for p in partitions
+        ]
+        self._queue: deque[Message] = deque()
+        self._turn = 0
+        self._round_found = False
+        self._round_left = len(self._cursors)
+
+    def take(self) -> Message | None:
+        """Take returns the next buffered message and moves the position past it."""
+        if not self._queue:
+            return None
+        m = self._queue.popleft()
+        self.position = self.position.with_offset(m.partition, m.offset + 1)
+        return m
+
+    def next(self) -> Read | Sleep | None:
+        """Next says what to do to get more messages; None when a bounded replay is done."""
+        live = [c for c in self._cursors if not c.done]
+        if not live:
+            return None
+        if self._round_left <= 0:
+            found = self._round_found
+            self._round_found = False
+            self._round_left = len(live)
+            if not found:
+                return Sleep(self.poll_interval)
+        c = live[self._turn % len(live)]
+        self._turn += 1
+        self._round_left -= 1
+        limit = self.batch
+        if c.end is not None and c.offset is not None:
+            limit = max(1, min(limit, c.end - c.offset))
+        if c.offset is None and self.position.time_ms is not None:
+            call = core.read_messages(self.topic, c.partition,
+                                      from_time_ms=self.position.time_ms, max_messages=limit)
+        else:
+            call = core.read_messages(self.topic, c.partition, from_offset=c.offset,
+                                      max_messages=limit)
+        return Read(c.partition, call)
+
+    def on_page(self, partition: int, messages: list[Message], next_offset: int) -> None:
+        """on_page takes in a page read for ``partition``."""
+        c = next(x for x in self._cursors if x.partition == partition)
+        kept = [m for m in messages if c.end is None or m.offset < c.end]
+        if kept:
+            self._round_found = True
+        self._queue.extend(kept)
+        c.offset = next_offset
+        if not kept and not any(m.partition == partition for m in self._queue):
+            # Nothing pending here: resuming from next_offset loses nothing.
+            self.position = self.position.with_offset(partition, next_offset)
+        if c.end is not None and (next_offset >= c.end or not messages):
+            c.done = True
+
+
+def monotonic() -> float:
+    """Monotonic is the clock every lease and linger is measured on."""
+    return time.monotonic()
+
+
+def chunks(xs: Sequence[T], n: int) -> list[Sequence[T]]:
+    """Chunks splits ``xs`` into slices of at most ``n``."""
+    return [xs[i:i + n] for i in range(0, len(xs), n)]
+
+
+HandlerOutcome = tuple[str, float]
+"""("ok", 0) or ("nack", delay)."""
+
+
+def outcome_of(exc: BaseException | None, nack_delay: float) -> HandlerOutcome:
+    """outcome_of maps how a handler ended to what the consumer does with its message."""
+    if exc is None:
+        return ("ok", 0.0)
+    if isinstance(exc, Nack):
+        return ("nack", exc.delay)
+    return ("nack", nack_delay)
+
+
+def describe(fn: Callable[..., Any]) -> str:
+    """Describe names a handler for log lines."""
+    return getattr(fn, "__qualname__", None) or repr(fn)

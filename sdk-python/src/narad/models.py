@@ -1,0 +1,286 @@
+"""Frozen value types shared by the sync and async clients.
+
+Field names follow openapi.yaml, so a message or topic reads the same here, in curl and
+in the other SDKs. Topic settings keep the wire's millisecond integers
+(``retention_ms``); durations the SDK itself waits for are seconds (``wait=10.0``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import NaradError
+
+__all__ = [
+    "AckResult",
+    "Child",
+    "ChildLag",
+    "Event",
+    "Grant",
+    "Message",
+    "Outgoing",
+    "PartitionStats",
+    "Position",
+    "Produced",
+    "TopicInfo",
+    "User",
+]
+
+
+@dataclass(frozen=True)
+class Message:
+    """Message is one message as consumed or replayed.
+
+    ``body`` holds the exact bytes that were produced (the SDK always asks the broker
+    for base64 payloads). ``receipt_handle`` and ``delivery_attempt`` are set on a
+    leased message and ``None`` on a replayed one. Settle a leased message with
+    ``client.ack(msg)``, ``client.nack(msg, delay=...)`` or ``client.extend(msg)``.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    body: bytes
+    timestamp: int
+    """When the broker wrote it, in Unix milliseconds."""
+    key: str | None = None
+    receipt_handle: str | None = None
+    delivery_attempt: int | None = None
+
+    def text(self, encoding: str = "utf-8") -> str:
+        """text decodes the body as text (UTF-8 unless told otherwise)."""
+        return self.body.decode(encoding)
+
+    def json(self) -> Any:
+        """json decodes the body as JSON; raises ValueError when it is not JSON."""
+        return json.loads(self.body)
+
+    @property
+    def time(self) -> datetime:
+        """time is ``timestamp`` as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.timestamp / 1000, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Produced:
+    """Produced says where a durable message was written: its partition and offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """Outgoing is one message to produce with its own key or partition.
+
+    ``body`` is bytes (stored as is), str (stored as UTF-8 text) or any JSON-able value
+    (stored as compact JSON). ``partition`` pins a partition; ``key`` hashes to one.
+    """
+
+    body: Any
+    key: str | None = None
+    partition: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """PartitionStats is the state of one partition, as ``get_topic`` reports it."""
+
+    partition: int
+    oldest_offset: int
+    next_offset: int
+    high_watermark: int
+    ack_frontier: int
+    acked_ahead: int
+    in_flight: int
+    backlog: int
+    leader: str
+    replicas: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """TopicInfo is a topic's settings; ``partition_stats`` is filled by ``get_topic`` only."""
+
+    name: str
+    incarnation: str
+    partitions: int
+    retention_ms: int
+    visibility_timeout_ms: int
+    max_in_flight_per_partition: int
+    max_acked_ahead_per_partition: int
+    replication_factor: int
+    created_at: str
+    schema: Mapping[str, Any] | None = None
+    parent: str | None = None
+    fanout_delay_ms: int | None = None
+    partition_stats: tuple[PartitionStats, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChildLag:
+    """ChildLag is how far a child topic's copy trails its parent in one partition."""
+
+    partition: int
+    parent_next_offset: int
+    child_cursor: int
+    lag: int
+
+
+@dataclass(frozen=True)
+class Child:
+    """Child is a fan-out (or, with a delay, a delay) child of a topic, with its lag."""
+
+    child: str
+    fanout_delay_ms: int
+    lag: tuple[ChildLag, ...] = ()
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Grant allows ``action`` (produce, consume, create or admin) on ``topics``.
+
+    Topics are exact names or prefix wildcards such as ``invoices.*``.
+    """
+
+    action: str
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class User:
+    """User is a broker user and its grants (never its password)."""
+
+    username: str
+    grants: tuple[Grant, ...] = ()
+
+
+@dataclass(frozen=True)
+class AckResult:
+    """AckResult is the outcome of settling one receipt handle.
+
+    ``ok`` is True when the broker confirmed it (204), or when a retry of an ack whose
+    first reply was lost answered 410 (the first attempt took effect). Otherwise
+    ``error`` says why.
+    """
+
+    receipt_handle: str
+    ok: bool
+    error: NaradError | None = None
+
+
+@dataclass(frozen=True)
+class Position:
+    """Position is where a replay starts or resumes: per-partition offsets, or a time.
+
+    ``offsets`` maps a partition to the next offset to read. A partition that is not in
+    ``offsets`` starts at ``time_ms`` (the first message written at or after it) when
+    that is set, else at the oldest retained message. A Replay's ``position`` after a
+    message is exactly where to resume; :meth:`dumps` and :meth:`loads` persist it.
+    """
+
+    offsets: tuple[tuple[int, int], ...] = ()
+    time_ms: int | None = None
+
+    @classmethod
+    def beginning(cls) -> Position:
+        """beginning is the oldest retained message of every partition."""
+        return cls()
+
+    @classmethod
+    def at_offsets(cls, offsets: Mapping[int, int] | Iterable[tuple[int, int]]) -> Position:
+        """at_offsets starts each listed partition at its offset."""
+        items = offsets.items() if isinstance(offsets, Mapping) else offsets
+        return cls(offsets=tuple(sorted((int(p), int(o)) for p, o in items)))
+
+    @classmethod
+    def at_time(cls, when: datetime | float | int) -> Position:
+        """at_time starts every partition at the first message written at or after ``when``.
+
+        ``when`` is a datetime (naive means UTC) or Unix milliseconds.
+        """
+        if isinstance(when, datetime):
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            ms = int(when.timestamp() * 1000)
+        else:
+            ms = int(when)
+        return cls(time_ms=ms)
+
+    def offset(self, partition: int) -> int | None:
+        """offset is the next offset to read in ``partition``, or None when not yet known."""
+        for p, o in self.offsets:
+            if p == partition:
+                return o
+        return None
+
+    def with_offset(self, partition: int, next_offset: int) -> Position:
+        """with_offset returns a copy that resumes ``partition`` at ``next_offset``."""
+        rest = [(p, o) for p, o in self.offsets if p != partition]
+        rest.append((partition, next_offset))
+        return Position(offsets=tuple(sorted(rest)), time_ms=self.time_ms)
+
+    def dumps(self) -> str:
+        """dumps renders the position as a short JSON string, for a checkpoint."""
+        doc: dict[str, Any] = {"offsets": {str(p): o for p, o in self.offsets}}
+        if self.time_ms is not None:
+            doc["time_ms"] = self.time_ms
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def loads(cls, text: str) -> Position:
+        """loads reads a position written by :meth:`dumps`."""
+        doc = json.loads(text)
+        offsets = {int(p): int(o) for p, o in doc.get("offsets", {}).items()}
+        time_ms = doc.get("time_ms")
+        return cls(
+            offsets=tuple(sorted(offsets.items())),
+            time_ms=None if time_ms is None else int(time_ms),
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    """Event is what the SDK reports to the ``on_event`` hook of a client.
+
+    Metrics and tracing adapters (``narad.prometheus``, ``narad.otel``) are such hooks.
+    Kinds:
+
+    * ``request`` — one HTTP attempt finished (``op``, ``endpoint``, ``status`` or
+      ``error``, ``start`` and ``duration``);
+    * ``retry`` — a call will be retried after ``delay`` seconds because of ``error``;
+    * ``breaker_open`` / ``breaker_close`` — a node left or rejoined the rotation;
+    * ``handler`` — a consumer's handler finished; ``outcome`` is ``ok``, ``error``,
+      ``cancelled`` or ``abandoned``;
+    * ``ack`` — a consumer settled a message; ``outcome`` is ``acked``, ``nacked`` or
+      ``failed``;
+    * ``lease_lost`` — a held message's lease was lost (its handler is cancelled);
+    * ``poll_error`` — a consumer's poll failed and will be retried (or stopped the
+      consumer when ``outcome`` is ``terminal``).
+    """
+
+    kind: str
+    op: str = ""
+    topic: str | None = None
+    endpoint: str | None = None
+    status: int | None = None
+    error: BaseException | None = None
+    outcome: str = ""
+    attempt: int = 0
+    start: float = 0.0
+    """Wall-clock start, Unix seconds (request and handler events)."""
+    duration: float = 0.0
+    delay: float = 0.0
+    message: Message | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+def b64(data: bytes) -> str:
+    """b64 encodes bytes as standard base64 text."""
+    return base64.b64encode(data).decode("ascii")
