@@ -1,0 +1,367 @@
+// The Client's request/response methods against a real broker: produce in every body
+// form, batches with per-message results, receive, ack/nack/extend, ack-batch, replay
+// reads, admin, cluster and health, the 501 surfaces, errors and cancellation.
+
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { randomBytes } from "node:crypto";
+
+import {
+  Client,
+  ConflictError,
+  LeaseLostError,
+  NaradError,
+  NotFoundError,
+  NotImplementedError,
+  ProduceBatchError,
+  TooLargeError,
+  BadRequestError,
+  ClosedError,
+  isRetryable,
+  isUncertain,
+  isNaradError,
+  MAX_MESSAGE_BYTES,
+  type Message,
+} from "@narad/client";
+import { bytesEqual, startBroker, topicName, waitFor, type TestBroker } from "./helpers.js";
+
+let broker: TestBroker;
+let client: Client;
+
+before(async () => {
+  broker = await startBroker();
+  client = new Client({ endpoints: [broker.url] });
+});
+
+after(async () => {
+  await client?.close();
+  await broker?.stop();
+});
+
+async function newTopic(settings: { partitions?: number; visibilityTimeoutMs?: number } = {}): Promise<string> {
+  const name = topicName("c");
+  await client.createTopic({ name, partitions: settings.partitions ?? 1, ...(settings.visibilityTimeoutMs ? { visibilityTimeoutMs: settings.visibilityTimeoutMs } : {}) });
+  return name;
+}
+
+async function receiveOne(topic: string): Promise<Message> {
+  const [m] = await client.receive(topic, { waitMs: 5000 });
+  assert.ok(m, "expected a message");
+  return m;
+}
+
+describe("produce and receive", () => {
+  it("round-trips binary bodies byte for byte", async () => {
+    const topic = await newTopic();
+    const all = new Uint8Array(256).map((_, i) => i);
+    const bodies = [all, new Uint8Array(0), new Uint8Array([0xff, 0xfe, 0x00, 0xc3, 0x28]), new Uint8Array(randomBytes(64 * 1024)), new Uint8Array(randomBytes(MAX_MESSAGE_BYTES))];
+    for (const b of bodies) await client.produce(topic, b);
+    for (const b of bodies) {
+      const m = await receiveOne(topic);
+      assert.ok(bytesEqual(m.body, b), `body of ${b.length} bytes came back different`);
+      await m.ack();
+    }
+    // The same bytes through a batch, and a replay read.
+    const batch = bodies.slice(0, 4).map((body) => ({ body }));
+    const produced = await client.produceBatch(topic, batch);
+    const range = await client.readMessages(topic, 0, { from: produced[0]?.offset ?? 0 });
+    for (let i = 0; i < batch.length; i++) assert.ok(bytesEqual(range.messages[i]?.body ?? new Uint8Array([1]), bodies[i] as Uint8Array), `batch body ${i}`);
+  });
+
+  it("sends strings as text, other values as JSON, and honours key and partition", async () => {
+    const topic = await newTopic({ partitions: 3 });
+    const p1 = await client.produce(topic, "héllo wörld", { partition: 2 });
+    assert.deepEqual(p1, { topic, partition: 2, offset: 0 });
+    const obj = { a: 1, b: [true, null, "x"] };
+    const p2 = await client.produce(topic, obj, { key: "user-7" });
+    const p3 = await client.produce(topic, { other: true }, { key: "user-7" });
+    assert.equal(p2.partition, p3.partition, "one key, one partition");
+    await client.produce(topic, 42, { partition: 0 });
+    await client.produce(topic, new Uint16Array([1, 2]).buffer, { partition: 0 });
+    const got = await client.receive(topic, { max: 10, waitMs: 2000 });
+    const more = got.length < 5 ? await client.receive(topic, { max: 10, waitMs: 2000 }) : [];
+    const msgs = [...got, ...more];
+    assert.equal(msgs.length, 5);
+    const text = msgs.find((m) => m.partition === 2 && m.offset === 0);
+    assert.equal(text?.text(), "héllo wörld");
+    const keyed = msgs.filter((m) => m.key === "user-7").map((m) => m.json());
+    assert.deepEqual(keyed, [obj, { other: true }]);
+    assert.ok(msgs.some((m) => m.text() === "42"));
+    assert.ok(msgs.some((m) => bytesEqual(m.body, new Uint8Array(new Uint16Array([1, 2]).buffer))));
+    for (const m of msgs) {
+      assert.equal(m.deliveryAttempt, 1);
+      assert.ok(m.receiptHandle);
+      assert.equal(m.topic, topic);
+      assert.ok(m.timestamp > 0);
+      await m.ack();
+      assert.equal(m.state, "acked");
+    }
+  });
+
+  it("an empty poll is an empty array", async () => {
+    const topic = await newTopic();
+    assert.deepEqual(await client.receive(topic, { waitMs: 0 }), []);
+    assert.deepEqual(await client.receive(topic, { max: 5, waitMs: 100 }), []);
+  });
+
+  it("refuses a message over 1 MiB before sending it", async () => {
+    const topic = await newTopic();
+    await assert.rejects(client.produce(topic, new Uint8Array(MAX_MESSAGE_BYTES + 1)), (e: unknown) => e instanceof TooLargeError && e.code === "payload_too_large");
+  });
+
+  it("produceBatch reports one result per message and never hides a partial failure", async () => {
+    const topic = await newTopic({ partitions: 2 });
+    const ok = await client.produceBatch(topic, [{ body: "a", partition: 1 }, { body: { n: 2 }, key: "k" }, { body: new Uint8Array([9]) }]);
+    assert.equal(ok.length, 3);
+    assert.equal(ok[0]?.partition, 1);
+    const err = await client.produceBatch(topic, [{ body: "fine" }, { body: new Uint8Array(MAX_MESSAGE_BYTES + 1) }, { body: "also fine" }]).then(
+      () => assert.fail("expected a ProduceBatchError"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof ProduceBatchError);
+    assert.equal(err.results.length, 3);
+    assert.equal(err.results[0]?.ok, true);
+    assert.equal(err.results[1]?.ok, false);
+    assert.equal(err.results[2]?.ok, true);
+    assert.equal(err.kind, "TooLarge");
+    const results = await client.produceBatchResults(topicName("missing"), [{ body: "x" }]);
+    assert.equal(results[0]?.ok, false);
+    assert.ok(!results[0]?.ok && results[0].error instanceof NotFoundError);
+    assert.deepEqual(await client.produceBatch(topic, []), []);
+  });
+
+  it("splits batches over 1000 messages", async () => {
+    const topic = await newTopic();
+    const msgs = Array.from({ length: 1500 }, (_, i) => ({ body: { i } }));
+    const res = await client.produceBatch(topic, msgs);
+    assert.equal(res.length, 1500);
+    assert.deepEqual(
+      res.map((r) => r.offset),
+      msgs.map((_, i) => i),
+    );
+  });
+});
+
+describe("settling", () => {
+  it("ack settles, a second ack is LeaseLost, nack redelivers, extend keeps the lease", async () => {
+    const topic = await newTopic({ visibilityTimeoutMs: 60_000 });
+    await client.produce(topic, "one");
+    const m = await receiveOne(topic);
+    await m.extend({ leaseMs: 30_000 });
+    await m.extend();
+    await m.ack();
+    await assert.rejects(client.ack(topic, m.receiptHandle as string), (e: unknown) => e instanceof LeaseLostError && e.status === 410 && !e.retryable);
+
+    await client.produce(topic, "two");
+    const a = await receiveOne(topic);
+    await a.nack();
+    assert.equal(a.state, "nacked");
+    const b = await receiveOne(topic);
+    assert.equal(b.text(), "two");
+    assert.equal(b.deliveryAttempt, 2);
+    await assert.rejects(a.ack(), LeaseLostError);
+    await b.ack();
+  });
+
+  it("nack with a delay holds the message back", async () => {
+    const topic = await newTopic();
+    await client.produce(topic, "later");
+    const m = await receiveOne(topic);
+    const t0 = Date.now();
+    await m.nack({ delayMs: 1200 });
+    assert.deepEqual(await client.receive(topic, { waitMs: 300 }), []);
+    const again = await waitFor(async () => (await client.receive(topic, { waitMs: 2000 }))[0], "the delayed redelivery");
+    assert.ok(Date.now() - t0 >= 1100, `redelivered after ${Date.now() - t0} ms`);
+    await again.ack();
+  });
+
+  it("ackBatch gives one result per entry", async () => {
+    const topic = await newTopic();
+    await client.produceBatch(topic, [{ body: "1" }, { body: "2" }, { body: "3" }]);
+    const got = await client.receive(topic, { max: 3, waitMs: 2000 });
+    assert.equal(got.length, 3);
+    const [x, y, z] = got as [Message, Message, Message];
+    await x.ack();
+    const res = await client.ackBatch(topic, [
+      { receiptHandle: x.receiptHandle as string },
+      { receiptHandle: y.receiptHandle as string, extend: 20_000 },
+      { receiptHandle: z.receiptHandle as string },
+      { receiptHandle: y.receiptHandle as string, extend: true },
+      { receiptHandle: "bogus" },
+    ]);
+    assert.deepEqual(
+      res.map((r) => r.status),
+      [410, 204, 204, 204, 400],
+    );
+    assert.ok(res[0]?.error instanceof LeaseLostError);
+    assert.ok(res[4]?.error instanceof BadRequestError);
+    assert.equal(res[1]?.ok, true);
+    const hb = await client.ackBatch(topic, [{ receiptHandle: y.receiptHandle as string, extend: 0 }]);
+    assert.equal(hb[0]?.status, 204);
+    const back = await receiveOne(topic);
+    assert.equal(back.text(), "2");
+    await back.ack();
+  });
+
+  it("messages() yields leased messages and hands back unreached ones on break", async () => {
+    const topic = await newTopic();
+    await client.produceBatch(topic, [{ body: "m1" }, { body: "m2" }, { body: "m3" }]);
+    const seen: string[] = [];
+    for await (const m of client.messages(topic, { waitMs: 2000, batchSize: 3 })) {
+      seen.push(m.text());
+      await m.ack();
+      break; // m2 and m3 were fetched with m1: they must be handed back at once
+    }
+    assert.deepEqual(seen, ["m1"]);
+    const rest = await client.receive(topic, { max: 5, waitMs: 2000 });
+    assert.deepEqual(rest.map((m) => m.text()).sort(), ["m2", "m3"]);
+    for (const m of rest) await m.ack();
+
+    const ctl = new AbortController();
+    const it2 = client.messages(topic, { waitMs: 20_000, signal: ctl.signal });
+    const next = it2.next();
+    setTimeout(() => ctl.abort(), 100);
+    await assert.rejects(next, { name: "AbortError" });
+  });
+});
+
+describe("replay reads", () => {
+  it("readMessages reads ranges by offset and time; readMessage reads one", async () => {
+    const topic = await newTopic();
+    const produced = await client.produceBatch(topic, [{ body: "r0" }, { body: "r1" }, { body: "r2" }]);
+    const all = await client.readMessages(topic, 0);
+    assert.deepEqual(
+      all.messages.map((m) => m.text()),
+      ["r0", "r1", "r2"],
+    );
+    assert.equal(all.nextOffset, 3);
+    assert.equal(all.messages[0]?.receiptHandle, undefined);
+    assert.equal(all.messages[0]?.state, "replayed");
+    await assert.rejects((all.messages[0] as Message).ack(), TypeError);
+    const page = await client.readMessages(topic, 0, { from: 1, max: 1 });
+    assert.deepEqual(
+      page.messages.map((m) => m.text()),
+      ["r1"],
+    );
+    assert.equal(page.nextOffset, 2);
+    const ts = all.messages[2]?.timestamp as number;
+    const byTime = await client.readMessages(topic, 0, { fromTime: new Date(ts) });
+    assert.ok(byTime.messages.length >= 1 && byTime.messages.every((m) => m.timestamp >= ts));
+    const one = await client.readMessage(topic, 0, produced[1]?.offset as number);
+    assert.equal(one?.text(), "r1");
+    assert.equal(await client.readMessage(topic, 0, 99), undefined);
+    // Replay reads reserve nothing.
+    assert.equal((await client.receive(topic, { max: 3, waitMs: 1000 })).length, 3);
+  });
+});
+
+describe("topics, cluster and health", () => {
+  it("creates, inspects, lists, alters and deletes topics", async () => {
+    const name = topicName("admin");
+    const t = await client.createTopic({ name, partitions: 2, retentionMs: 3_600_000, visibilityTimeoutMs: 5000, maxInFlightPerPartition: 10, maxAckedAheadPerPartition: 20 });
+    assert.equal(t.name, name);
+    assert.equal(t.partitions, 2);
+    assert.equal(t.visibilityTimeoutMs, 5000);
+    assert.ok(t.createdAt instanceof Date && !Number.isNaN(t.createdAt.getTime()));
+    await assert.rejects(client.createTopic({ name }), (e: unknown) => e instanceof ConflictError && e.code === "topic_exists" && e.status === 409);
+    const same = await client.ensureTopic({ name, partitions: 5 });
+    assert.equal(same.partitions, 2);
+    await client.produce(name, "x", { partition: 1 });
+    const d = await client.getTopic(name);
+    assert.equal(d.partitionStats.length, 2);
+    assert.equal(d.partitionStats[1]?.nextOffset, 1);
+    assert.equal(d.partitionStats[1]?.backlog, 1);
+    assert.ok((await client.listTopics()).some((x) => x.name === name));
+    const altered = await client.alterTopic(name, { visibilityTimeoutMs: 7000, retentionMs: 7_200_000 });
+    assert.equal(altered.visibilityTimeoutMs, 7000);
+    assert.equal(altered.retentionMs, 7_200_000);
+    await client.deleteTopic(name);
+    await assert.rejects(client.getTopic(name), (e: unknown) => e instanceof NotFoundError && e.code === "topic_not_found");
+    await assert.rejects(client.createTopic({ name: "bad name!" }), (e: unknown) => e instanceof BadRequestError && !e.retryable);
+  });
+
+  it("reads the cluster, members, readiness and metrics", async () => {
+    const c = await client.getCluster();
+    assert.ok(c.nodeId);
+    assert.equal(c.members.length, 1);
+    assert.equal((await client.listMembers())[0]?.status, "alive");
+    assert.equal(await client.ready(), true);
+    assert.match(await client.metrics(), /narad_/);
+  });
+
+  it("surfaces the broker's 501 for children and users as NotImplemented", async () => {
+    const parent = await newTopic();
+    const isNotImplemented = (e: unknown) => e instanceof NotImplementedError && e.code === "not_implemented" && e.status === 501 && !e.retryable && e.kind === "NotImplemented";
+    await assert.rejects(client.attachChild(parent, "child", { fanoutDelayMs: 1000 }), isNotImplemented);
+    await assert.rejects(client.listChildren(parent), isNotImplemented);
+    await assert.rejects(client.detachChild(parent, "child"), isNotImplemented);
+    await assert.rejects(client.createChild(parent, topicName("child")), isNotImplemented);
+    await assert.rejects(client.createDelayChild(parent, topicName("delay"), 5000), isNotImplemented);
+    await assert.rejects(client.createUser("alice", "password123", { grants: [{ action: "produce", topics: ["a.*"] }] }), isNotImplemented);
+    await assert.rejects(client.listUsers(), isNotImplemented);
+    await assert.rejects(client.getUser("alice"), isNotImplemented);
+    await assert.rejects(client.deleteUser("alice"), isNotImplemented);
+    await assert.rejects(client.replaceGrants("alice", [{ action: "consume", topics: ["x"] }]), isNotImplemented);
+    await assert.rejects(client.changePassword("alice", "newpassword1", { currentPassword: "password123" }), isNotImplemented);
+  });
+});
+
+describe("errors, cancellation and lifecycle", () => {
+  it("maps errors to the taxonomy with code, status, retryable and uncertain", async () => {
+    const err = await client.getTopic(topicName("nope")).catch((e: unknown) => e);
+    assert.ok(err instanceof NaradError && err instanceof NotFoundError);
+    assert.equal(err.kind, "NotFound");
+    assert.equal(err.name, "NotFoundError");
+    assert.equal(err.status, 404);
+    assert.equal(err.code, "topic_not_found");
+    assert.equal(err.retryable, false);
+    assert.equal(err.uncertain, false);
+    assert.ok(isNaradError(err, "NotFound") && !isRetryable(err) && !isUncertain(err));
+    assert.match(err.message, /no such topic/);
+  });
+
+  it("an AbortSignal cancels a long poll at once", async () => {
+    const topic = await newTopic();
+    const ctl = new AbortController();
+    const t0 = Date.now();
+    const p = client.receive(topic, { waitMs: 20_000, signal: ctl.signal });
+    setTimeout(() => ctl.abort(), 100);
+    await assert.rejects(p, { name: "AbortError" });
+    assert.ok(Date.now() - t0 < 5000);
+  });
+
+  it("a call's timeout ends it with a retryable Timeout error", async () => {
+    const topic = await newTopic();
+    const err = await client.receive(topic, { waitMs: 3000, timeoutMs: 200 }).catch((e: unknown) => e);
+    assert.ok(err instanceof NaradError && err.kind === "Timeout", String(err));
+    assert.equal(err.retryable, true);
+    assert.equal(err.uncertain, false, "a read changes nothing");
+  });
+
+  it("a long poll's deadline is its wait plus a margin, never the client-wide timeout", async () => {
+    const topic = await newTopic();
+    const c = new Client({ endpoints: broker.url, timeoutMs: 300 });
+    const t0 = Date.now();
+    assert.deepEqual(await c.receive(topic, { waitMs: 1000 }), []);
+    assert.ok(Date.now() - t0 >= 900);
+    await c.close();
+  });
+
+  it("await using closes the client; later calls fail with Closed; closing twice is harmless", async () => {
+    let outer: Client | undefined;
+    {
+      await using c = new Client({ endpoints: [broker.url] });
+      outer = c;
+      assert.equal(await c.ready(), true);
+    }
+    await assert.rejects(outer.listTopics(), (e: unknown) => e instanceof ClosedError && e.kind === "Closed");
+    assert.throws(() => outer.publisher("x"), ClosedError);
+    await outer.close();
+    await outer.close();
+  });
+
+  it("validates its options", () => {
+    assert.throws(() => new Client({ endpoints: [] }), TypeError);
+    assert.throws(() => new Client({ endpoints: "ftp://x" }), TypeError);
+  });
+});
