@@ -480,8 +480,13 @@ def encode_body(body: Any, content_type: str | None = None) -> tuple[bytes, str]
 
     bytes (and bytearray, memoryview) are sent as ``application/octet-stream`` and
     come back byte for byte; str as UTF-8 ``text/plain``; anything else as compact
-    JSON. An explicit ``content_type`` overrides the choice (bytes are then sent as is).
+    JSON. An object with a ``__narad_body__()`` method (an Envelope) renders itself. An
+    explicit ``content_type`` overrides the choice (bytes are then sent as is).
     """
+    render = getattr(body, "__narad_body__", None)
+    if callable(render):
+        data, ctype = render()
+        return bytes(data), content_type or str(ctype)
     if isinstance(body, (bytes, bytearray, memoryview)):
         data = bytes(body)
         ctype = "application/octet-stream"
@@ -506,7 +511,14 @@ def batch_entry(item: Any) -> dict[str, Any]:
     if isinstance(item, Outgoing):
         key, partition, item = item.key, item.partition, item.body
     entry: dict[str, Any]
-    if isinstance(item, (bytes, bytearray, memoryview, str)):
+    if callable(getattr(item, "__narad_body__", None)):
+        data, ctype = encode_body(item)
+        if ctype.startswith("application/json"):
+            entry = {"payload": json.loads(data)}
+        else:
+            entry = {"payload": base64.b64encode(data).decode("ascii"),
+                     "payload_encoding": "base64"}
+    elif isinstance(item, (bytes, bytearray, memoryview, str)):
         data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
         entry = {"payload": base64.b64encode(data).decode("ascii"), "payload_encoding": "base64"}
     else:

@@ -6,10 +6,15 @@ carrying a message id (stable across produce retries), an attempt count, string 
 and a W3C trace context. :class:`RetryTiers` uses it to send a failed message to the
 right delay tier and finally to a parking (dead-letter) topic, on plain topics.
 
-Wire form (one JSON object, UTF-8)::
+The wire form is the one every Narad SDK reads and writes (one JSON object)::
 
-    {"narad_envelope": 1, "id": "…", "attempt": 0, "headers": {"k": "v"},
-     "traceparent": "00-…" | null, "body": "<base64 of the payload bytes>"}
+    {"format": "narad.envelope/1", "id": "…", "attempt": 1,
+     "headers": {"k": "v"}, "traceparent": "00-…", "tracestate": "…",
+     "not_before": 1796072068780, "last_error": "…", "origin": "orders",
+     "body": <JSON value> | "body_text": "…" | "body_base64": "…"}
+
+Optional fields are left out when unset; the body goes in ``body`` when it was a JSON
+value, ``body_text`` when text, ``body_base64`` when bytes.
 """
 
 from __future__ import annotations
@@ -35,50 +40,65 @@ __all__ = ["Envelope", "RetryTiers"]
 
 log = logging.getLogger("narad")
 
-VERSION = 1
-NOT_BEFORE = "narad-not-before"
-"""Header: Unix ms before which a tier's consumer hands the message back."""
-LAST_ERROR = "narad-last-error"
-"""Header: the error that sent the message to its current tier."""
-ORIGIN = "narad-origin"
-"""Header: the topic the message was first produced to."""
+FORMAT = "narad.envelope/1"
+"""The ``format`` marker of an envelope, version 1."""
 
 
 @dataclass(frozen=True)
 class Envelope:
     """Envelope wraps a body with an id, an attempt count, headers and a trace context.
 
-    Produce ``env.encode()``; on the consuming side ``Envelope.decode(msg.body)``.
-    ``id`` is made once, before the first produce, so every retry of that produce
-    carries the same id and consumers can drop duplicates by it.
+    Produce ``env.encode()`` (or pass the envelope to produce as its body); read one
+    back with ``Envelope.decode(msg.body)``. ``id`` is made once, before the first
+    produce, so every retry of that produce carries the same id and consumers can drop
+    duplicates by it. ``attempt`` counts deliveries from 1; retry tiers count it up.
+    ``kind`` is how the body was given (``bytes``, ``text`` or ``json``) and decides
+    which body field the wire form uses.
     """
 
     body: bytes
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    attempt: int = 0
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    attempt: int = 1
     headers: Mapping[str, str] = field(default_factory=dict)
     traceparent: str | None = None
+    tracestate: str | None = None
+    not_before: int | None = None
+    """Unix ms before which the message should not be handled (retry tiers)."""
+    last_error: str | None = None
+    origin: str | None = None
+    """The topic the message was first produced to."""
+    kind: str = "bytes"
 
     @classmethod
     def wrap(cls, body: Any, *, headers: Mapping[str, str] | None = None,
-             traceparent: str | None = None, id: str | None = None) -> Envelope:
+             traceparent: str | None = None, tracestate: str | None = None,
+             id: str | None = None, origin: str | None = None) -> Envelope:
         """Wrap makes an envelope for ``body`` (bytes, str or JSON-able, as produce takes)."""
-        data, _ = core.encode_body(body)
+        data, ctype = core.encode_body(body)
+        kind = "json" if ctype.startswith("application/json") else (
+            "text" if ctype.startswith("text/") else "bytes")
         kw: dict[str, Any] = {}
         if id is not None:
             kw["id"] = id
-        return cls(body=data, headers=dict(headers or {}), traceparent=traceparent, **kw)
+        return cls(body=data, headers=dict(headers or {}), traceparent=traceparent,
+                   tracestate=tracestate, origin=origin, kind=kind, **kw)
 
     def encode(self) -> bytes:
         """Encode renders the envelope as its JSON wire form."""
-        return core.dump_json({
-            "narad_envelope": VERSION,
-            "id": self.id,
-            "attempt": self.attempt,
-            "headers": dict(self.headers),
-            "traceparent": self.traceparent,
-            "body": base64.b64encode(self.body).decode("ascii"),
-        })
+        doc: dict[str, Any] = {"format": FORMAT, "id": self.id, "attempt": self.attempt}
+        if self.headers:
+            doc["headers"] = dict(self.headers)
+        for name in ("traceparent", "tracestate", "not_before", "last_error", "origin"):
+            value = getattr(self, name)
+            if value is not None:
+                doc[name] = value
+        if self.kind == "json":
+            doc["body"] = json.loads(self.body)
+        elif self.kind == "text":
+            doc["body_text"] = self.body.decode("utf-8")
+        else:
+            doc["body_base64"] = base64.b64encode(self.body).decode("ascii")
+        return core.dump_json(doc)
 
     @classmethod
     def decode(cls, data: bytes) -> Envelope:
@@ -90,25 +110,47 @@ class Envelope:
 
     @classmethod
     def try_decode(cls, data: bytes) -> Envelope | None:
-        """try_decode reads an envelope, or returns None when ``data`` is not one."""
-        if not data.startswith(b"{"):
+        """try_decode reads an envelope, or returns None when ``data`` is not one.
+
+        Plain messages and envelopes can share a topic: anything that is not a JSON
+        object with the envelope's ``format`` is not one.
+        """
+        if not data.lstrip().startswith(b"{"):
             return None
         try:
             doc = json.loads(data)
         except ValueError:
             return None
-        if not isinstance(doc, dict) or doc.get("narad_envelope") != VERSION:
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            return None
+        if not isinstance(doc.get("id"), str):
             return None
         try:
+            if isinstance(doc.get("body_base64"), str):
+                body, kind = base64.b64decode(doc["body_base64"], validate=True), "bytes"
+            elif isinstance(doc.get("body_text"), str):
+                body, kind = doc["body_text"].encode("utf-8"), "text"
+            else:
+                body, kind = core.dump_json(doc.get("body")), "json"
+            headers = doc.get("headers") or {}
+            nb = doc.get("not_before")
             return cls(
-                body=base64.b64decode(doc.get("body") or "", validate=True),
-                id=str(doc["id"]),
-                attempt=int(doc.get("attempt") or 0),
-                headers={str(k): str(v) for k, v in (doc.get("headers") or {}).items()},
-                traceparent=doc.get("traceparent"),
+                body=body, id=doc["id"],
+                attempt=int(doc["attempt"]) if isinstance(doc.get("attempt"), int) else 1,
+                headers={str(k): str(v) for k, v in headers.items()},
+                traceparent=_str_or_none(doc.get("traceparent")),
+                tracestate=_str_or_none(doc.get("tracestate")),
+                not_before=int(nb) if isinstance(nb, (int, float)) else None,
+                last_error=_str_or_none(doc.get("last_error")),
+                origin=_str_or_none(doc.get("origin")),
+                kind=kind,
             )
-        except (KeyError, ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError):
             return None
+
+    def __narad_body__(self) -> tuple[bytes, str]:
+        """__narad_body__ lets an envelope be passed to produce as the body itself."""
+        return self.encode(), "application/json"
 
     def json(self) -> Any:
         """Json decodes the wrapped body as JSON."""
@@ -119,69 +161,70 @@ class Envelope:
         return self.body.decode("utf-8")
 
 
+def _str_or_none(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
 @dataclass(frozen=True)
 class RetryTiers:
     """RetryTiers routes failed messages through delay tiers to a parking topic.
 
-    With ``RetryTiers("orders", delays=[5, 60])`` a message whose handler fails is
-    produced (in an envelope, attempt + 1) to ``orders.retry-1`` to be handled again 5 s
-    later, then to ``orders.retry-2`` (60 s), then to ``orders.parked`` for people to
-    look at. The tier topics are plain topics: their consumer hands a message back
-    (a nack with delay) until its time has come. Create them with :meth:`topics`, and
-    consume every topic of :meth:`source_topics` with a handler wrapped by
-    :meth:`wrap` (sync) or :meth:`wrap_async`.
+    ``RetryTiers("orders", [("orders.retry-5s", 5), ("orders.retry-1m", 60)],
+    "orders.parked")``: a message whose handler fails on ``orders`` (attempt 1) is
+    produced in an envelope to ``orders.retry-5s`` with attempt 2 and ``not_before`` 5 s
+    ahead, and the original is acked; a failure there moves it to ``orders.retry-1m``;
+    a failure in the last tier parks it in ``orders.parked`` with its last error. The
+    tiers are plain topics: their consumer hands a message back (a nack with delay)
+    until its ``not_before``. The envelope's id stays the same all the way, so handlers
+    can deduplicate. Create the topics with :meth:`topics`, and consume every topic of
+    :meth:`source_topics` with a handler made by :meth:`wrap` or :meth:`wrap_async`.
     """
 
     topic: str
-    delays: Sequence[float]
-    parking: str = ""
+    tiers: Sequence[tuple[str, float]]
+    """(topic, delay in seconds) per tier, in order."""
+    parking_topic: str
 
-    @property
-    def parking_topic(self) -> str:
-        """parking_topic is where messages go once every tier failed."""
-        return self.parking or f"{self.topic}.parked"
-
-    def tier_topic(self, index: int) -> str:
-        """tier_topic names tier ``index`` (from 0)."""
-        return f"{self.topic}.retry-{index + 1}"
+    def __post_init__(self) -> None:
+        if not self.tiers:
+            raise ValueError("RetryTiers needs at least one tier")
 
     def topics(self) -> list[str]:
-        """Topics lists the topics this helper produces to: every tier, then parking."""
-        return [self.tier_topic(i) for i in range(len(self.delays))] + [self.parking_topic]
+        """Topics lists every topic involved: main, tiers, then parking."""
+        return [self.topic] + [t for t, _ in self.tiers] + [self.parking_topic]
 
     def source_topics(self) -> list[str]:
         """source_topics lists the topics to consume: the main topic and every tier."""
-        return [self.topic] + [self.tier_topic(i) for i in range(len(self.delays))]
+        return [self.topic] + [t for t, _ in self.tiers]
 
-    def plan_failure(self, message: Message, error: BaseException,
-                     now_ms: int | None = None) -> tuple[str, bytes]:
-        """plan_failure says where a failed message goes next, and its new envelope bytes."""
+    def envelope_of(self, message: Message) -> Envelope:
+        """envelope_of returns a message's envelope, wrapping a plain one as attempt 1."""
         env = Envelope.try_decode(message.body)
         if env is None:
-            env = Envelope(body=message.body, headers={ORIGIN: message.topic})
-        attempt = env.attempt + 1
-        headers = dict(env.headers)
-        headers[LAST_ERROR] = f"{type(error).__name__}: {error}"[:500]
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        if attempt <= len(self.delays):
-            dest = self.tier_topic(attempt - 1)
-            headers[NOT_BEFORE] = str(now + int(float(self.delays[attempt - 1]) * 1000))
-        else:
-            dest = self.parking_topic
-            headers.pop(NOT_BEFORE, None)
-        return dest, replace(env, attempt=attempt, headers=headers).encode()
+            env = Envelope(body=message.body, origin=message.topic)
+        return env
 
-    @staticmethod
-    def due_in(message: Message, now_ms: int | None = None) -> float:
+    def plan_failure(self, message: Message, error: BaseException,
+                     now_ms: int | None = None) -> tuple[str, Envelope]:
+        """plan_failure says where a failed message goes next, and its new envelope."""
+        env = self.envelope_of(message)
+        last_error = str(error) or type(error).__name__
+        origin = env.origin or self.topic
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if 1 <= env.attempt <= len(self.tiers):
+            topic, delay = self.tiers[env.attempt - 1]
+            nxt = replace(env, attempt=env.attempt + 1, not_before=now + int(delay * 1000),
+                          last_error=last_error, origin=origin)
+            return topic, nxt
+        return self.parking_topic, replace(env, last_error=last_error, origin=origin)
+
+    def due_in(self, message: Message, now_ms: int | None = None) -> float:
         """due_in is how many seconds remain before ``message`` may be handled (0 when due)."""
         env = Envelope.try_decode(message.body)
-        if env is None or NOT_BEFORE not in env.headers:
+        if env is None or env.not_before is None:
             return 0.0
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        try:
-            return max(0.0, (int(env.headers[NOT_BEFORE]) - now) / 1000.0)
-        except ValueError:
-            return 0.0
+        return max(0.0, (env.not_before - now) / 1000.0)
 
     @staticmethod
     def unwrap(message: Message) -> Message:
@@ -189,9 +232,26 @@ class RetryTiers:
         env = Envelope.try_decode(message.body)
         return message if env is None else replace(message, body=env.body)
 
+    def route(self, client: Client, message: Message, error: BaseException) -> str:
+        """Route sends a failed message on (the caller acks the original); returns where."""
+        topic, env = self.plan_failure(message, error)
+        client.produce(topic, env, key=message.key)
+        return topic
+
+    async def route_async(self, client: AsyncClient, message: Message,
+                          error: BaseException) -> str:
+        """route_async is :meth:`route` for the async client."""
+        topic, env = self.plan_failure(message, error)
+        await client.produce(topic, env, key=message.key)
+        return topic
+
     def wrap(self, client: Client, handler: Callable[[Message], object]
              ) -> Callable[[Message], None]:
-        """Wrap makes a sync consumer handler that routes failures through the tiers."""
+        """Wrap makes a sync consumer handler that holds early messages back and routes failures.
+
+        ``handler`` gets the message with its envelope's body; a failure sends it on and
+        the original is acked. Raising :class:`~narad.Nack` still hands it back instead.
+        """
 
         def handle(message: Message) -> None:
             wait = self.due_in(message)
@@ -202,8 +262,7 @@ class RetryTiers:
             except Nack:
                 raise
             except Exception as exc:
-                dest, body = self.plan_failure(message, exc)
-                client.produce(dest, body, content_type="application/json")
+                dest = self.route(client, message, exc)
                 log.info("narad: %s/%d@%d failed (%r); sent to %s", message.topic,
                          message.partition, message.offset, exc, dest)
 
@@ -211,7 +270,7 @@ class RetryTiers:
 
     def wrap_async(self, client: AsyncClient, handler: Callable[[Message], Awaitable[object]]
                    ) -> Callable[[Message], Awaitable[None]]:
-        """wrap_async makes an async consumer handler that routes failures through the tiers."""
+        """wrap_async is :meth:`wrap` for the async client."""
 
         async def handle(message: Message) -> None:
             wait = self.due_in(message)
@@ -222,8 +281,7 @@ class RetryTiers:
             except Nack:
                 raise
             except Exception as exc:
-                dest, body = self.plan_failure(message, exc)
-                await client.produce(dest, body, content_type="application/json")
+                dest = await self.route_async(client, message, exc)
                 log.info("narad: %s/%d@%d failed (%r); sent to %s", message.topic,
                          message.partition, message.offset, exc, dest)
 
