@@ -116,29 +116,39 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func startBroker(dataDir string) (*brokerProc, error) {
+func startBroker(dataDir string, env ...string) (*brokerProc, error) {
 	var lastErr error
 	for try := 0; try < 3; try++ {
 		addr, err := freeAddr()
 		if err != nil {
 			return nil, err
 		}
-		logs := &lockedBuffer{}
-		cmd := exec.Command(naradBin, "serve", "--http-addr", addr, "--data-dir", dataDir, "--log-level", "warn", "--shutdown-grace", "2s")
-		cmd.Stdout, cmd.Stderr = logs, logs
-		if err := cmd.Start(); err != nil {
-			return nil, err
+		b, err := startBrokerOn(addr, dataDir, env...)
+		if err == nil {
+			return b, nil
 		}
-		b := &brokerProc{url: "http://" + addr, cmd: cmd, logs: logs, done: make(chan struct{})}
-		go func() { cmd.Wait(); close(b.done) }()
-		if err := b.waitReady(30 * time.Second); err != nil {
-			b.stop()
-			lastErr = fmt.Errorf("%w\n%s", err, logs.String())
-			continue
-		}
-		return b, nil
+		lastErr = err
 	}
 	return nil, lastErr
+}
+
+// startBrokerOn starts narad on addr with extra environment (NAME=value) and waits
+// until it is ready.
+func startBrokerOn(addr, dataDir string, env ...string) (*brokerProc, error) {
+	logs := &lockedBuffer{}
+	cmd := exec.Command(naradBin, "serve", "--http-addr", addr, "--data-dir", dataDir, "--log-level", "warn", "--shutdown-grace", "2s")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	b := &brokerProc{url: "http://" + addr, cmd: cmd, logs: logs, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(b.done) }()
+	if err := b.waitReady(30 * time.Second); err != nil {
+		b.stop()
+		return nil, fmt.Errorf("%w\n%s", err, logs.String())
+	}
+	return b, nil
 }
 
 func (b *brokerProc) waitReady(limit time.Duration) error {
@@ -176,17 +186,6 @@ func (b *brokerProc) stop() {
 		b.cmd.Process.Kill()
 		<-b.done
 	}
-}
-
-// mustStartBroker starts a private broker for one test and stops it at the end.
-func mustStartBroker(t *testing.T) *brokerProc {
-	t.Helper()
-	b, err := startBroker(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.stop)
-	return b
 }
 
 // newClient returns a client of the shared broker, closed at the end of the test.

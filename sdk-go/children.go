@@ -66,21 +66,11 @@ func (c *Client) Children(ctx context.Context, parent string) ([]Child, error) {
 }
 
 // CreateChild creates topic child with cfg as a child of parent in one step: it gets a
-// copy of every message committed to parent from now on, delay after the commit.
+// copy of every message committed to parent from now on, delay after the commit (a
+// delay child when delay > 0: the broker-side way to deliver messages later).
 func (c *Client) CreateChild(ctx context.Context, parent, child string, delay time.Duration, cfg TopicConfig) (*TopicInfo, error) {
 	cfg.Parent, cfg.FanoutDelay = parent, delay
 	return c.CreateTopic(ctx, child, cfg)
-}
-
-// CreateDelayTier creates tier as a plain topic whose delay child is target: every
-// message produced to tier reaches target delay later. That is one tier of RetryTiers'
-// topic mode, all in user space on plain topics.
-func (c *Client) CreateDelayTier(ctx context.Context, tier, target string, delay time.Duration, cfg TopicConfig) error {
-	if _, err := c.EnsureTopic(ctx, tier, cfg); err != nil {
-		return err
-	}
-	_, err := c.AttachChild(ctx, tier, target, delay)
-	return err
 }
 
 func childOf(ch api.Child) Child {

@@ -44,6 +44,13 @@ type Message struct {
 	lease   *lease
 }
 
+// MessageForHandle returns a Message that settles the lease named by receiptHandle, a
+// handle received elsewhere (another process, a stored job). It has no body; only Ack,
+// Nack and Extend are meaningful.
+func (c *Client) MessageForHandle(topic, receiptHandle string) *Message {
+	return &Message{Topic: topic, ReceiptHandle: receiptHandle, client: c}
+}
+
 // Bytes returns the body exactly as it was produced. The slice belongs to the message;
 // do not modify it.
 func (m *Message) Bytes() []byte { return m.body }

@@ -1,0 +1,216 @@
+package narad_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	narad "github.com/narad-mq/narad/sdk-go"
+)
+
+func TestTopicsAdmin(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	name := mustTopic(t, c, narad.TopicConfig{
+		Partitions: 2, Retention: time.Hour, VisibilityTimeout: 5 * time.Second,
+		MaxInFlightPerPartition: 10, MaxAckedAheadPerPartition: 20,
+	})
+	info, err := c.Topic(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Partitions != 2 || info.Retention != time.Hour || info.VisibilityTimeout != 5*time.Second ||
+		info.MaxInFlightPerPartition != 10 || info.MaxAckedAheadPerPartition != 20 || info.ReplicationFactor != 1 ||
+		info.Incarnation == "" || info.CreatedAt.IsZero() || len(info.Stats) != 2 || info.Stats[1].Partition != 1 || info.Stats[0].Leader == "" {
+		t.Fatalf("topic %+v", info)
+	}
+	if _, err := c.Produce(ctx, name, "x", narad.WithPartition(1)); err != nil {
+		t.Fatal(err)
+	}
+	info, _ = c.Topic(ctx, name)
+	if s := info.Stats[1]; s.NextOffset != 1 || s.HighWatermark != 1 || s.Backlog != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+
+	_, err = c.CreateTopic(ctx, name, narad.TopicConfig{})
+	var e *narad.Error
+	if !errors.Is(err, narad.ErrConflict) || !errors.As(err, &e) || e.Code != "topic_exists" || e.Status != http.StatusConflict {
+		t.Fatalf("duplicate create: %v", err)
+	}
+	same, err := c.EnsureTopic(ctx, name, narad.TopicConfig{Partitions: 7})
+	if err != nil || same.Partitions != 2 || same.Incarnation != info.Incarnation {
+		t.Fatalf("ensure existing: %+v %v", same, err)
+	}
+
+	v := 9 * time.Second
+	inFlight := 99
+	altered, err := c.AlterTopic(ctx, name, narad.TopicUpdate{VisibilityTimeout: &v, MaxInFlightPerPartition: &inFlight})
+	if err != nil || altered.VisibilityTimeout != v || altered.MaxInFlightPerPartition != 99 || altered.Retention != time.Hour {
+		t.Fatalf("alter: %+v %v", altered, err)
+	}
+
+	all, err := c.Topics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ti := range all {
+		found = found || ti.Name == name
+	}
+	if !found {
+		t.Fatalf("%s not listed", name)
+	}
+
+	if err := c.DeleteTopic(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Topic(ctx, name); !errors.Is(err, narad.ErrNotFound) {
+		t.Fatalf("deleted topic: %v", err)
+	}
+	if err := c.DeleteTopic(ctx, name); !errors.Is(err, narad.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	again, err := c.EnsureTopic(ctx, name, narad.TopicConfig{Partitions: 1})
+	if err != nil || again.Incarnation == info.Incarnation {
+		t.Fatalf("recreated: %+v %v", again, err)
+	}
+	if _, err := c.CreateTopic(ctx, "bad/name", narad.TopicConfig{}); !errors.Is(err, narad.ErrBadRequest) {
+		t.Fatalf("bad name: %v", err)
+	}
+	if err := c.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// notImplemented checks that err is the broker's 501, as this version answers for
+// children and users.
+func notImplemented(t *testing.T, what string, err error) {
+	t.Helper()
+	var e *narad.Error
+	if !errors.As(err, &e) || e.Status != http.StatusNotImplemented || e.Code != "not_implemented" || !errors.Is(err, narad.ErrNotImplemented) || narad.Retryable(err) {
+		t.Fatalf("%s: want 501 not_implemented, got %v", what, err)
+	}
+}
+
+// TestChildrenHelpersSurface501: the broker answers 501 for fan-out today; the helpers
+// are written against the spec and surface that as *narad.Error.
+func TestChildrenHelpersSurface501(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	parent := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	child := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	_, err := c.AttachChild(ctx, parent, child, time.Second)
+	notImplemented(t, "attach", err)
+	_, err = c.Children(ctx, parent)
+	notImplemented(t, "list", err)
+	notImplemented(t, "detach", c.DetachChild(ctx, parent, child))
+	_, err = c.CreateChild(ctx, parent, child+"-new", time.Minute, narad.TopicConfig{})
+	notImplemented(t, "create with parent", err)
+}
+
+// TestUsersAndAuth runs a private broker with security on: admin manages users, a
+// user's grants are enforced (403), wrong credentials answer 401, and a Consumer stops
+// on both instead of spinning.
+func TestUsersAndAuth(t *testing.T) {
+	b, err := startBroker(t.TempDir(), "NARAD_ADMIN_PASSWORD=admin-password-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.stop)
+	ctx := ctxT(t)
+	admin := newClientAt(t, []string{b.url}, narad.WithBasicAuth("admin", "admin-password-1"))
+	anon := newClientAt(t, []string{b.url})
+	if _, err := anon.Topics(ctx); !errors.Is(err, narad.ErrUnauthenticated) || narad.Retryable(err) {
+		t.Fatalf("no credentials: %v", err)
+	}
+	if _, err := admin.CreateTopic(ctx, "orders.eu", narad.TopicConfig{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateTopic(ctx, "payroll", narad.TopicConfig{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	grants := []narad.Grant{{Action: "produce", Topics: []string{"orders.*"}}}
+	u, err := admin.CreateUser(ctx, "alice", "correct horse", grants)
+	if err != nil || u.Name != "alice" || len(u.Grants) != 1 || u.Grants[0].Action != "produce" || u.Grants[0].Topics[0] != "orders.*" {
+		t.Fatalf("create user: %+v %v", u, err)
+	}
+	if _, err := admin.CreateUser(ctx, "alice", "correct horse", nil); !errors.Is(err, narad.ErrConflict) {
+		t.Fatalf("duplicate user: %v", err)
+	}
+	alice := newClientAt(t, []string{b.url}, narad.WithBasicAuth("alice", "correct horse"))
+	if _, err := alice.Produce(ctx, "orders.eu", "ok"); err != nil {
+		t.Fatalf("granted produce: %v", err)
+	}
+	_, err = alice.Produce(ctx, "payroll", "no")
+	var e *narad.Error
+	if !errors.Is(err, narad.ErrForbidden) || !errors.As(err, &e) || e.Status != http.StatusForbidden || e.Code != "forbidden" {
+		t.Fatalf("ungranted produce: %v", err)
+	}
+	// A consumer without the consume grant stops with 403 at once.
+	if err := alice.Consume(ctx, "orders.eu", func(context.Context, *narad.Message) error { return nil }); !errors.Is(err, narad.ErrForbidden) {
+		t.Fatalf("consume without grant: %v", err)
+	}
+	// Grants replaced: now alice may consume too.
+	grants = append(grants, narad.Grant{Action: "consume", Topics: []string{"orders.*"}})
+	u, err = admin.ReplaceGrants(ctx, "alice", grants)
+	if err != nil || len(u.Grants) != 2 {
+		t.Fatalf("replace grants: %+v %v", u, err)
+	}
+	msgs, err := alice.Receive(ctx, "orders.eu", narad.WithWait(5*time.Second))
+	if err != nil || len(msgs) != 1 || msgs[0].Ack(ctx) != nil {
+		t.Fatalf("granted consume: %v", err)
+	}
+	got, err := alice.User(ctx, "alice")
+	if err != nil || got.Name != "alice" {
+		t.Fatalf("user themself: %+v %v", got, err)
+	}
+	users, err := admin.Users(ctx)
+	if err != nil || len(users) != 2 {
+		t.Fatalf("users: %+v %v", users, err)
+	}
+	if _, err := alice.Users(ctx); !errors.Is(err, narad.ErrForbidden) {
+		t.Fatalf("users as alice: %v", err)
+	}
+	// Alice changes her own password; the old one stops working.
+	if err := alice.ChangePassword(ctx, "alice", "correct horse", "battery staple"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Produce(ctx, "orders.eu", "old password"); !errors.Is(err, narad.ErrUnauthenticated) {
+		t.Fatalf("old password: %v", err)
+	}
+	alice2 := newClientAt(t, []string{b.url}, narad.WithBasicAuth("alice", "battery staple"))
+	if err := alice2.Consume(ctx, "payroll", func(context.Context, *narad.Message) error { return nil }); !errors.Is(err, narad.ErrForbidden) {
+		t.Fatalf("consume payroll: %v", err)
+	}
+	if err := admin.ChangePassword(ctx, "alice", "", "reset by admin"); err != nil {
+		t.Fatalf("admin reset: %v", err)
+	}
+	if err := admin.DeleteUser(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.User(ctx, "alice"); !errors.Is(err, narad.ErrNotFound) {
+		t.Fatalf("deleted user: %v", err)
+	}
+	// A consumer with wrong credentials stops with 401.
+	if err := alice2.Consume(ctx, "orders.eu", func(context.Context, *narad.Message) error { return nil }); !errors.Is(err, narad.ErrUnauthenticated) {
+		t.Fatalf("consume as a deleted user: %v", err)
+	}
+}
+
+func TestBasicAuthIsSent(t *testing.T) {
+	c, ft := newFaultClient(t, narad.WithBasicAuth("alice", "s3cret"), narad.WithUserAgent("test-agent"))
+	var user, pass, ua string
+	ft.set(func(r *http.Request) (*http.Response, error) {
+		user, pass, _ = r.BasicAuth()
+		ua = r.UserAgent()
+		return nil, nil
+	}, nil)
+	if _, err := c.Topics(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if user != "alice" || pass != "s3cret" || ua != "test-agent" {
+		t.Fatalf("sent %q %q %q", user, pass, ua)
+	}
+}

@@ -1,0 +1,172 @@
+package narad_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	narad "github.com/narad-mq/narad/sdk-go"
+)
+
+func TestReplayBoundedInLogOrderAndResumable(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
+	var out []narad.Outgoing
+	for i := 0; i < 25; i++ {
+		out = append(out, narad.Outgoing{Body: fmt.Sprintf("%d", i), Partition: narad.Pin(int32(i % 2))})
+	}
+	if _, err := c.ProduceBatch(ctx, topic, out); err != nil {
+		t.Fatal(err)
+	}
+	// Read the first 10, remembering the position.
+	var pos narad.Position
+	var got []string
+	for m, err := range c.Replay(ctx, topic, narad.FromStart(), narad.WithReplayBatch(4)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.Bytes()))
+		pos.Advance(m)
+		if len(got) == 10 {
+			break
+		}
+	}
+	// The position survives a round trip through JSON, as a stored checkpoint would.
+	b, _ := json.Marshal(pos)
+	var resumed narad.Position
+	if err := json.Unmarshal(b, &resumed); err != nil {
+		t.Fatal(err)
+	}
+	for m, err := range c.Replay(ctx, topic, resumed, narad.WithReplayBatch(4)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.Bytes()))
+	}
+	if len(got) != 25 {
+		t.Fatalf("replayed %d messages, want 25: %v", len(got), got)
+	}
+	seen := map[string]bool{}
+	last := map[int]int{0: -2, 1: -1}
+	for _, s := range got {
+		var n int
+		fmt.Sscan(s, &n)
+		if seen[s] || n <= last[n%2] {
+			t.Fatalf("out of order or twice: %v", got)
+		}
+		seen[s], last[n%2] = true, n
+	}
+	// One partition, from an offset.
+	var p1 []string
+	for m, err := range c.Replay(ctx, topic, narad.FromOffsets(map[int32]int64{1: 10}), narad.OnlyPartitions(1)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		p1 = append(p1, string(m.Bytes()))
+	}
+	if len(p1) != 2 || p1[0] != "21" || p1[1] != "23" {
+		t.Fatalf("partition 1 from 10: %v", p1)
+	}
+}
+
+func TestReplayFromTime(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	if _, err := c.Produce(ctx, topic, "old"); err != nil {
+		t.Fatal(err)
+	}
+	var mark time.Time
+	for m, err := range c.Replay(ctx, topic, narad.FromStart()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		mark = m.Timestamp.Add(time.Millisecond)
+	}
+	// Make sure the next message is stamped after the mark.
+	eventually(t, 5*time.Second, "the clock to pass the mark", func() bool { return time.Now().After(mark.Add(time.Millisecond)) })
+	if _, err := c.Produce(ctx, topic, "new"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for m, err := range c.Replay(ctx, topic, narad.FromTime(mark)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.Bytes()))
+	}
+	if len(got) != 1 || got[0] != "new" {
+		t.Fatalf("from time: %v", got)
+	}
+}
+
+func TestReplayFollowSeesNewMessages(t *testing.T) {
+	c := newClient(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Produce(ctx, topic, "before"); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 10)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range c.Replay(ctx, topic, narad.FromStart(), narad.Follow(), narad.WithFollowInterval(50*time.Millisecond)) {
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- string(m.Bytes())
+			if string(m.Bytes()) == "after" {
+				return
+			}
+		}
+	}()
+	if s := <-got; s != "before" {
+		t.Fatalf("first %q", s)
+	}
+	if _, err := c.Produce(ctx, topic, "after"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s != "after" {
+			t.Fatalf("second %q", s)
+		}
+	case <-ctx.Done():
+		t.Fatal("the following replay never saw the new message")
+	}
+	<-done
+	// A following replay ends when its context does.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	ended := make(chan struct{})
+	go func() {
+		for range c.Replay(ctx2, topic, narad.FromOffsets(map[int32]int64{0: 100, 1: 100}), narad.Follow()) {
+		}
+		close(ended)
+	}()
+	cancel2()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the following replay did not end with its context")
+	}
+}
+
+func TestReplayMissingTopicYieldsTerminalError(t *testing.T) {
+	c := newClient(t)
+	n := 0
+	for m, err := range c.Replay(ctxT(t), "no-such-topic-r", narad.FromStart()) {
+		n++
+		if m != nil || err == nil {
+			t.Fatalf("got %v %v", m, err)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d items, want one error", n)
+	}
+}
