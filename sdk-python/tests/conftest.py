@@ -338,12 +338,12 @@ class Driver:
         if not self.is_async:
             def h(msg: narad.Message) -> Any:
                 time.sleep(seconds)
-                return fn(msg) if fn else None
+                return fn(msg) if fn is not None else None
             return h
 
         async def ah(msg: narad.Message) -> Any:
             await asyncio.sleep(seconds)
-            return fn(msg) if fn else None
+            return fn(msg) if fn is not None else None
         return ah
 
     def until_cancelled(self, started: Callable[[narad.Message], Any],

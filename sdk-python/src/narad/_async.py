@@ -662,6 +662,7 @@ class AsyncConsumer:
                 d.task = task
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+            self._signal.notify()  # the renewer plans its next wake-up anew
 
     # -- handling
 

@@ -663,6 +663,7 @@ class Consumer:
                     stopping = self._stopping
                     if not stopping:
                         self._book.add(d)
+                        self._cond.notify_all()  # the renewer plans its next wake-up anew
                 if stopping:
                     self._hand_back(d)
                     continue
