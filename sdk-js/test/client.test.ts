@@ -289,7 +289,7 @@ describe("topics, cluster and health", () => {
     assert.match(await client.metrics(), /narad_/);
   });
 
-  it("surfaces the broker's 501 for children and users as NotImplemented", async () => {
+  it("surfaces the broker's 501 for fan-out and delay children as NotImplemented", async () => {
     const parent = await newTopic();
     const isNotImplemented = (e: unknown) => e instanceof NotImplementedError && e.code === "not_implemented" && e.status === 501 && !e.retryable && e.kind === "NotImplemented";
     await assert.rejects(client.attachChild(parent, "child", { fanoutDelayMs: 1000 }), isNotImplemented);
@@ -297,12 +297,6 @@ describe("topics, cluster and health", () => {
     await assert.rejects(client.detachChild(parent, "child"), isNotImplemented);
     await assert.rejects(client.createChild(parent, topicName("child")), isNotImplemented);
     await assert.rejects(client.createDelayChild(parent, topicName("delay"), 5000), isNotImplemented);
-    await assert.rejects(client.createUser("alice", "password123", { grants: [{ action: "produce", topics: ["a.*"] }] }), isNotImplemented);
-    await assert.rejects(client.listUsers(), isNotImplemented);
-    await assert.rejects(client.getUser("alice"), isNotImplemented);
-    await assert.rejects(client.deleteUser("alice"), isNotImplemented);
-    await assert.rejects(client.replaceGrants("alice", [{ action: "consume", topics: ["x"] }]), isNotImplemented);
-    await assert.rejects(client.changePassword("alice", "newpassword1", { currentPassword: "password123" }), isNotImplemented);
   });
 });
 

@@ -53,13 +53,14 @@ export interface TestBroker {
 }
 
 /** startBroker starts `narad serve` on a free port with a temp data dir and waits for /readyz. */
-export async function startBroker(extraArgs: string[] = []): Promise<TestBroker> {
+export async function startBroker(extraArgs: string[] = [], env: Record<string, string> = {}): Promise<TestBroker> {
   const bin = naradBin();
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
     const dataDir = mkdtempSync(join(tmpdir(), "narad-sdkjs-"));
     const proc = spawn(bin, ["serve", "--http-addr", `127.0.0.1:${port}`, "--data-dir", dataDir, "--log-level", "warn", ...extraArgs], {
       stdio: ["ignore", "ignore", "pipe"],
+      env: { ...process.env, ...env },
     });
     let log = "";
     proc.stderr?.on("data", (d: Buffer) => {

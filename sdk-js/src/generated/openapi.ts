@@ -55,7 +55,8 @@ export interface paths {
         };
         /**
          * Prometheus metrics
-         * @description Metrics in the Prometheus text exposition format (version 0.0.4).
+         * @description Metrics in the Prometheus text exposition format (version 0.0.4). Open to
+         *     everyone unless the broker runs with `--protect-metrics`, then admins only.
          */
         get: operations["metrics"];
         put?: never;
@@ -391,12 +392,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List users */
+        /**
+         * List users
+         * @description Admin only.
+         */
         get: operations["listUsers"];
         put?: never;
         /**
          * Create a user
-         * @description Admin only. (Not yet available in this version: 501.)
+         * @description Admin only. The password is stored as a bcrypt hash and never returned or
+         *     logged. Nobody may grant more than they hold (403).
          */
         post: operations["createUser"];
         delete?: never;
@@ -415,11 +420,17 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** Inspect a user */
+        /**
+         * Inspect a user
+         * @description Admins, and each user for themself.
+         */
         get: operations["getUser"];
         put?: never;
         post?: never;
-        /** Delete a user */
+        /**
+         * Delete a user
+         * @description Admin only. Topics the user owns keep their data; only admins can alter them then.
+         */
         delete: operations["deleteUser"];
         options?: never;
         head?: never;
@@ -437,7 +448,10 @@ export interface paths {
             cookie?: never;
         };
         get?: never;
-        /** Replace a user's grants */
+        /**
+         * Replace a user's grants
+         * @description Admin only; nobody may grant more than they hold (403).
+         */
         put: operations["replaceGrants"];
         post?: never;
         delete?: never;
@@ -792,7 +806,7 @@ export interface components {
             payload_encoding?: "base64";
             /**
              * Format: int64
-             * @description When it was written
+             * @description When it was written, Unix ms.
              */
             timestamp: number;
             /** @description Opaque; pass it to ack. Absent on replay. */
@@ -1094,6 +1108,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            503: components["responses"]["Unavailable"];
         };
     };
     listTopics: {
@@ -1423,7 +1438,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Settled */
+            /** @description Settled, renewed or handed back. */
             204: {
                 headers: {
                     [name: string]: unknown;
