@@ -312,9 +312,10 @@ func (c *Client) do(ctx context.Context, cl *call) (*reply, error) {
 		if e.uncertain && cl.unsafe && !cl.allowDup {
 			return nil, e
 		}
-		// A request refused before it was stored fails over to an untried node at once.
+		// A request refused before it was stored (never sent, or a 503 that stored
+		// nothing) fails over to an untried node at once.
 		var wait time.Duration
-		if !(notSent(e) && untried(c.nodes, tried)) {
+		if e.uncertain || !untried(c.nodes, tried) {
 			wait = bo.NextBackOff()
 			if wait == backoff.Stop {
 				return nil, e

@@ -305,7 +305,7 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 			cs.report(err, false)
 		}
 	}
-	settled, lost := m.state()
+	settled, outcome, lost := m.state()
 	switch {
 	case lost:
 		cs.lost.Add(1)
@@ -313,6 +313,12 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 		cs.report(&Error{Op: "consume", Topic: cs.topic, Code: CodeLeaseLost, Message: fmt.Sprintf("lease of partition %d offset %d was lost; not acked, it is delivered again", m.Partition, m.Offset), kind: ErrLeaseLost}, false)
 	case settled:
 		// The handler settled it.
+		switch outcome {
+		case "ack":
+			cs.acked.Add(1)
+		case "nack":
+			cs.nacked.Add(1)
+		}
 	case err == nil:
 		cs.settle(ctx, m, "ack", 0)
 	default:

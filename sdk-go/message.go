@@ -39,8 +39,9 @@ type Message struct {
 	client *Client
 
 	mu      sync.Mutex
-	settled bool // a settlement began or succeeded: no renewal, no second settlement
-	lost    bool // the lease is gone: never ack
+	settled bool   // a settlement began or succeeded: no renewal, no second settlement
+	outcome string // "ack" or "nack" once a settlement succeeded
+	lost    bool   // the lease is gone: never ack
 	lease   *lease
 }
 
@@ -88,9 +89,13 @@ func (m *Message) Extend(ctx context.Context, d time.Duration) error {
 	if gone {
 		return &Error{Op: "extend", Topic: m.Topic, Status: http.StatusGone, Code: CodeLeaseLost, Message: "the message was settled or its lease lost", kind: ErrLeaseLost}
 	}
+	sent := time.Now()
 	_, err := m.client.ack(ctx, "extend", m.Topic, m.ReceiptHandle, extendParam(d, false))
-	if err == nil && m.lease != nil {
-		m.lease.extended(time.Now(), d)
+	m.mu.Lock()
+	l := m.lease
+	m.mu.Unlock()
+	if err == nil && l != nil {
+		l.extended(sent, d)
 	}
 	if errors.Is(err, ErrLeaseLost) {
 		m.markLost()
@@ -128,20 +133,22 @@ func (m *Message) settle(ctx context.Context, op, extend string) error {
 		return &Error{Op: op, Topic: m.Topic, Status: http.StatusGone, Code: CodeLeaseLost, Message: "the message is already settled", kind: ErrLeaseLost}
 	}
 	m.settled = true
+	l := m.lease
 	m.mu.Unlock()
-	if m.lease != nil {
-		m.lease.stop()
+	if l != nil {
+		l.stop()
 	}
 	_, err := m.client.ack(ctx, op, m.Topic, m.ReceiptHandle, extend)
-	if err != nil {
-		m.mu.Lock()
-		if errors.Is(err, ErrLeaseLost) {
-			m.lost = true
-		} else {
-			m.settled = false // let the caller try again
-		}
-		m.mu.Unlock()
+	m.mu.Lock()
+	switch {
+	case err == nil:
+		m.outcome = op
+	case errors.Is(err, ErrLeaseLost):
+		m.lost = true
+	default:
+		m.settled = false // let the caller try again
 	}
+	m.mu.Unlock()
 	return err
 }
 
@@ -151,11 +158,12 @@ func (m *Message) markLost() {
 	m.mu.Unlock()
 }
 
-// state reports whether a settlement began and whether the lease is known lost.
-func (m *Message) state() (settled, lost bool) {
+// state reports whether a settlement began, how it ended ("ack", "nack" or "" while
+// unknown), and whether the lease is known lost.
+func (m *Message) state() (settled bool, outcome string, lost bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.settled, m.lost
+	return m.settled, m.outcome, m.lost
 }
 
 // ack sends one ack call (settle, renew, extend or nack), confirmed: retried on 503 and
@@ -204,9 +212,10 @@ func (c *Client) AckBatch(ctx context.Context, topic string, msgs []*Message) ([
 			m.settled = true
 			todo = append(todo, i)
 		}
+		l := m.lease
 		m.mu.Unlock()
-		if res[i].Err == nil && m.lease != nil {
-			m.lease.stop()
+		if res[i].Err == nil && l != nil {
+			l.stop()
 		}
 	}
 	for start := 0; start < len(todo); start += 1000 {
@@ -214,17 +223,22 @@ func (c *Client) AckBatch(ctx context.Context, topic string, msgs []*Message) ([
 		c.ackChunk(ctx, topic, msgs, chunk, res)
 	}
 	var errs []error
-	for i := range res {
+	for _, i := range todo {
 		m := res[i].Message
+		m.mu.Lock()
+		switch {
+		case res[i].Err == nil:
+			m.outcome = "ack"
+		case errors.Is(res[i].Err, ErrLeaseLost):
+			m.lost = true
+		default:
+			m.settled = false
+		}
+		m.mu.Unlock()
+	}
+	for i := range res {
 		if res[i].Err != nil {
 			errs = append(errs, res[i].Err)
-			m.mu.Lock()
-			if errors.Is(res[i].Err, ErrLeaseLost) {
-				m.lost = true
-			} else if !errors.Is(res[i].Err, ErrNoLease) {
-				m.settled = false
-			}
-			m.mu.Unlock()
 		}
 	}
 	return res, errors.Join(errs...)
