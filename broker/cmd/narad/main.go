@@ -71,6 +71,7 @@ type config struct {
 	ProtectMetrics    bool
 	MaxLongPolls      int
 	ReadHeaderTimeout time.Duration
+	AuthFailureDelay  time.Duration
 	DataDir           string
 	NodeID            string
 	LogLevel          string
@@ -95,6 +96,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "with security on, /metrics needs an admin's credentials")
 	fs.IntVar(&c.MaxLongPolls, "max-long-polls", 10000, "consumes that may wait at once; past it a waiting consume answers 503")
 	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this (cuts slowloris clients)")
+	fs.DurationVar(&c.AuthFailureDelay, "auth-failure-delay", 2*time.Second, "longest delay before answering a client that keeps failing to log in (0: none)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty; keep it on loopback)")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for all of the node's data")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's id (default: generated on first start and kept in the data dir)")
@@ -268,7 +270,7 @@ func serve(args []string) error {
 		return fmt.Errorf("refusing to serve %s without authentication: set NARAD_ADMIN_PASSWORD (or --admin-password), bind a loopback address, or pass --insecure", c.HTTPAddr)
 	}
 
-	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: c.ProtectMetrics})
+	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: c.ProtectMetrics, AuthFailureDelay: c.AuthFailureDelay})
 	if err != nil {
 		b.Close()
 		return err

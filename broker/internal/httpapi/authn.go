@@ -33,6 +33,7 @@ func principal(ctx context.Context) *auth.User {
 // slowed down with a small, capped delay.
 type authenticator struct {
 	users   func(name string) (auth.User, bool)
+	maxWait time.Duration // longest delay for a client that keeps failing; 0 disables it
 	log     *slog.Logger
 	metrics *broker.Metrics
 	sem     chan struct{}
@@ -56,16 +57,15 @@ type failState struct {
 
 const (
 	authCacheTTL  = 2 * time.Minute
-	maxFailDelay  = 2 * time.Second
 	failMemory    = 5 * time.Minute
 	freeFailures  = 3
 	bcryptWaitMax = 5 * time.Second
 )
 
-func newAuthenticator(users func(string) (auth.User, bool), log *slog.Logger, m *broker.Metrics) *authenticator {
+func newAuthenticator(users func(string) (auth.User, bool), maxWait time.Duration, log *slog.Logger, m *broker.Metrics) *authenticator {
 	dummy, _ := bcrypt.GenerateFromPassword([]byte("narad-dummy-password"), auth.BcryptCost)
 	return &authenticator{
-		users: users, log: log, metrics: m, dummy: dummy,
+		users: users, maxWait: maxWait, log: log, metrics: m, dummy: dummy,
 		sem:   make(chan struct{}, max(2, runtime.NumCPU())),
 		cache: make(map[string]cacheEntry),
 		fails: make(map[string]*failState),
@@ -122,13 +122,14 @@ func (a *authenticator) authenticate(r *http.Request) (*auth.User, error) {
 	}
 	a.mu.Lock()
 	a.cache[name] = cacheEntry{storedHash: u.Hash, digest: digest, expires: time.Now().Add(authCacheTTL)}
-	delete(a.fails, clientKey(r))
 	a.mu.Unlock()
 	return &u, nil
 }
 
 // fail counts a failed login, logs it without the password, and slows a client that
-// keeps failing: after a few free failures each answer waits a little longer, up to 2 s.
+// keeps failing: after a few free failures each answer waits a little longer, up to
+// maxWait. A success does not reset the count (an attacker holding one valid account
+// could otherwise reset it at will); it decays after failMemory without failures.
 func (a *authenticator) fail(r *http.Request, name, why string) error {
 	key := clientKey(r)
 	now := time.Now()
@@ -153,9 +154,9 @@ func (a *authenticator) fail(r *http.Request, name, why string) error {
 		a.metrics.AuthFailures.Inc()
 	}
 	a.log.Warn("authentication failed", "user", truncate(name, 64), "client", key, "reason", why, "recent_failures", n)
-	if n > freeFailures {
+	if n > freeFailures && a.maxWait > 0 {
 		d := time.Duration(50<<min(n-freeFailures, 6)) * time.Millisecond
-		d = min(d, maxFailDelay)
+		d = min(d, a.maxWait)
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:

@@ -37,6 +37,9 @@ type Options struct {
 	AuthEnabled func() bool
 	// ProtectMetrics requires an admin's credentials for /metrics when auth is on.
 	ProtectMetrics bool
+	// AuthFailureDelay is the longest delay before answering a client that keeps
+	// failing to log in (0: none).
+	AuthFailureDelay time.Duration
 }
 
 // New returns the API's handler.
@@ -70,7 +73,7 @@ func New(b Broker, opts Options) (http.Handler, error) {
 		},
 	})
 	s := &server{mux: mux, log: opts.Logger, metrics: opts.Metrics, ops: indexOps(spec),
-		authOn: opts.AuthEnabled, protectMetrics: opts.ProtectMetrics, authn: newAuthenticator(b.User, opts.Logger, opts.Metrics)}
+		authOn: opts.AuthEnabled, protectMetrics: opts.ProtectMetrics, authn: newAuthenticator(b.User, opts.AuthFailureDelay, opts.Logger, opts.Metrics)}
 	if s.authOn == nil {
 		s.authOn = func() bool { return false }
 	}

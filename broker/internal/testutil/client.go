@@ -16,10 +16,12 @@ import (
 // reason. It is safe for concurrent use, including from goroutines other than the
 // test's: it reports failures with t.Errorf, never t.Fatal.
 type Client struct {
-	t    testing.TB
-	base string
-	hc   *http.Client
-	v    *OpenAPIValidator
+	t          testing.TB
+	base       string
+	hc         *http.Client
+	v          *OpenAPIValidator
+	user, pass string
+	basic      bool
 }
 
 // Response is a whole HTTP response.
@@ -46,6 +48,13 @@ func NewClient(t testing.TB, baseURL string) *Client {
 		},
 		v: v,
 	}
+}
+
+// WithBasicAuth returns a client that sends HTTP Basic credentials on every request.
+func (c *Client) WithBasicAuth(user, password string) *Client {
+	cc := *c
+	cc.user, cc.pass, cc.basic = user, password, true
+	return &cc
 }
 
 // BaseURL returns the broker's base URL.
@@ -90,6 +99,9 @@ func (c *Client) Try(method, path string, body []byte, hdr ...string) (*Response
 // validates the response.
 func (c *Client) Send(req *http.Request) (*Response, error) {
 	c.t.Helper()
+	if c.basic && req.Header.Get("Authorization") == "" {
+		req.SetBasicAuth(c.user, c.pass)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err

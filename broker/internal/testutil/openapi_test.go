@@ -168,3 +168,12 @@ func TestParseError(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecIsValid: openapi.yaml must be a valid OpenAPI document, or the response
+// checks rest on a misread spec (a YAML flow mapping with a comma in a description
+// once split into two keys).
+func TestSpecIsValid(t *testing.T) {
+	if err := mustValidator(t).SpecError(); err != nil {
+		t.Error(err)
+	}
+}
