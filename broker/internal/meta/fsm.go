@@ -28,6 +28,27 @@ var ErrUserExists = errors.New("meta: user exists")
 // ErrUserNotFound means no user of that name exists.
 var ErrUserNotFound = errors.New("meta: user not found")
 
+// ErrChildNotFound means the topic is not a child of that parent.
+var ErrChildNotFound = errors.New("meta: child not found")
+
+// ConflictError is a change the state refuses (a chain of children, a child that has a
+// parent already, a schema mismatch, a retention shorter than a delay); Msg says why.
+type ConflictError struct{ Msg string }
+
+func (e *ConflictError) Error() string { return e.Msg }
+
+func conflict(format string, args ...any) applyResult {
+	return applyResult{err: &ConflictError{Msg: fmt.Sprintf(format, args...)}}
+}
+
+// Fan-out limits.
+const (
+	MaxChildren = 64
+	// DelayRetentionMargin is how much longer than its longest delay a parent keeps
+	// messages, so none ages out before its delayed copy is made.
+	DelayRetentionMargin = int64(3600 * 1000)
+)
+
 // ErrUnavailable means the control plane cannot take writes now (no leader, shutting
 // down, or the write did not commit in time); the outcome may be unknown.
 var ErrUnavailable = errors.New("meta: control plane unavailable")
@@ -43,6 +64,13 @@ type TopicConfig struct {
 	Schema            json.RawMessage `json:"schema,omitempty"`
 	Parent            string          `json:"parent,omitempty"`
 	FanoutDelayMs     int64           `json:"fanout_delay_ms,omitempty"`
+	// ParentIncarnation, AttachID and FanoutStart describe the attachment: the parent's
+	// incarnation, the Raft index of the attach (each attachment is new, so a detach and
+	// re-attach starts fresh), and per parent partition the offset copying starts at
+	// (the parent's tail when attached).
+	ParentIncarnation uint64   `json:"parent_incarnation,omitempty"`
+	AttachID          uint64   `json:"attach_id,omitempty"`
+	FanoutStart       []uint64 `json:"fanout_start,omitempty"`
 }
 
 // Topic is one incarnation of a topic name.
@@ -69,6 +97,9 @@ type Alter struct {
 
 type command struct {
 	Op     string       `json:"op"`
+	Child  string       `json:"child,omitempty"`
+	Delay  int64        `json:"delay,omitempty"`
+	Start  []uint64     `json:"start,omitempty"`
 	Topic  *Topic       `json:"topic,omitempty"`
 	Name   string       `json:"name,omitempty"`
 	Alter  *Alter       `json:"alter,omitempty"`
@@ -121,6 +152,15 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		}
 		t := *c.Topic
 		t.Incarnation = index
+		if t.Parent != "" {
+			// Create and attach in one command: the topic exists linked, or not at all.
+			parent := t.Parent
+			t.Parent = ""
+			if r := f.checkAttach(parent, t, t.FanoutDelayMs, c.Start); r.err != nil {
+				return r
+			}
+			t = f.linked(parent, t, t.FanoutDelayMs, c.Start, index)
+		}
 		f.topics[t.Name] = t
 		return applyResult{topic: t}
 	case "delete_topic":
@@ -129,7 +169,35 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 			return applyResult{err: ErrTopicNotFound}
 		}
 		delete(f.topics, c.Name)
+		// Deleting a parent detaches its children.
+		for name, ch := range f.topics {
+			if ch.Parent == t.Name {
+				f.topics[name] = unlinked(ch)
+			}
+		}
 		return applyResult{topic: t}
+	case "attach_child":
+		child, ok := f.topics[c.Child]
+		if !ok {
+			return applyResult{err: ErrTopicNotFound}
+		}
+		if r := f.checkAttach(c.Name, child, c.Delay, c.Start); r.err != nil {
+			return r
+		}
+		child = f.linked(c.Name, child, c.Delay, c.Start, index)
+		f.topics[child.Name] = child
+		return applyResult{topic: child}
+	case "detach_child":
+		if _, ok := f.topics[c.Name]; !ok {
+			return applyResult{err: ErrTopicNotFound}
+		}
+		child, ok := f.topics[c.Child]
+		if !ok || child.Parent != c.Name {
+			return applyResult{err: ErrChildNotFound}
+		}
+		child = unlinked(child)
+		f.topics[child.Name] = child
+		return applyResult{topic: child}
 	case "alter_topic":
 		t, ok := f.topics[c.Name]
 		if !ok {
@@ -137,6 +205,9 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		}
 		a := c.Alter
 		if a.RetentionMs != nil {
+			if need := f.longestDelay(t.Name) + DelayRetentionMargin; f.longestDelay(t.Name) > 0 && *a.RetentionMs < need {
+				return conflict("retention_ms %d is shorter than this topic's longest child delay plus an hour (%d): its messages would age out before their delayed copies", *a.RetentionMs, need)
+			}
 			t.RetentionMs = *a.RetentionMs
 		}
 		if a.VisibilityMs != nil {
@@ -149,6 +220,18 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 			t.MaxAckedAhead = *a.MaxAckedAhead
 		}
 		if a.Schema != nil {
+			ns := *a.Schema
+			if string(ns) == "null" {
+				ns = nil
+			}
+			if p, ok := f.topics[t.Parent]; ok && len(ns) > 0 && !sameJSON(ns, p.Schema) {
+				return conflict("child %s must have its parent's schema or none", t.Name)
+			}
+			for _, ch := range f.topics {
+				if ch.Parent == t.Name && len(ch.Schema) > 0 && !sameJSON(ch.Schema, ns) {
+					return conflict("child %s has its own schema; a parent's schema must stay equal to its children's", ch.Name)
+				}
+			}
 			t.Schema = *a.Schema
 			if string(t.Schema) == "null" {
 				t.Schema = nil
@@ -194,6 +277,83 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 	default:
 		panic(fmt.Sprintf("meta: unknown command %q at index %d", c.Op, index))
 	}
+}
+
+// checkAttach applies the fan-out rules to linking child under parent.
+func (f *fsm) checkAttach(parentName string, child Topic, delay int64, start []uint64) applyResult {
+	parent, ok := f.topics[parentName]
+	if !ok {
+		return applyResult{err: ErrTopicNotFound}
+	}
+	switch {
+	case parentName == child.Name:
+		return conflict("a topic cannot be its own child")
+	case child.Parent != "":
+		return conflict("topic %s is already a child of %s; detach it first", child.Name, child.Parent)
+	case parent.Parent != "":
+		return conflict("topic %s is itself a child of %s; children cannot have children (no chains)", parentName, parent.Parent)
+	case f.hasChildren(child.Name):
+		return conflict("topic %s has children of its own; children cannot have children (no chains)", child.Name)
+	case f.childCount(parentName) >= MaxChildren:
+		return conflict("topic %s has %d children, the most allowed", parentName, MaxChildren)
+	case len(child.Schema) > 0 && len(parent.Schema) > 0 && !sameJSON(child.Schema, parent.Schema):
+		return conflict("child %s has a schema different from its parent's; give it the same schema or none (it then inherits the parent's)", child.Name)
+	case len(child.Schema) > 0 && len(parent.Schema) == 0:
+		return conflict("child %s has a schema but parent %s has none; a child's schema must equal its parent's", child.Name, parentName)
+	case delay > 0 && parent.RetentionMs < delay+DelayRetentionMargin:
+		return conflict("parent %s keeps messages %d ms, less than the delay %d ms plus an hour; raise its retention_ms first", parentName, parent.RetentionMs, delay)
+	case len(start) != int(parent.Partitions):
+		return conflict("attach start offsets do not match parent %s's partitions", parentName)
+	}
+	return applyResult{}
+}
+
+func (f *fsm) linked(parentName string, child Topic, delay int64, start []uint64, index uint64) Topic {
+	parent := f.topics[parentName]
+	child.Parent = parentName
+	child.ParentIncarnation = parent.Incarnation
+	child.FanoutDelayMs = delay
+	child.AttachID = index
+	child.FanoutStart = append([]uint64(nil), start...)
+	return child
+}
+
+func unlinked(t Topic) Topic {
+	t.Parent, t.ParentIncarnation, t.FanoutDelayMs, t.AttachID, t.FanoutStart = "", 0, 0, 0, nil
+	return t
+}
+
+func (f *fsm) hasChildren(name string) bool { return f.childCount(name) > 0 }
+
+func (f *fsm) childCount(name string) int {
+	n := 0
+	for _, t := range f.topics {
+		if t.Parent == name {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fsm) longestDelay(name string) int64 {
+	var d int64
+	for _, t := range f.topics {
+		if t.Parent == name && t.FanoutDelayMs > d {
+			d = t.FanoutDelayMs
+		}
+	}
+	return d
+}
+
+// sameJSON reports whether two JSON documents are equal as values.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	xb, _ := json.Marshal(x)
+	yb, _ := json.Marshal(y)
+	return string(xb) == string(yb)
 }
 
 func (f *fsm) topic(name string) (Topic, bool) {

@@ -169,9 +169,22 @@ func (s *Store) User(name string) (auth.User, bool) { return s.fsm.user(name) }
 // Users returns every user, sorted by name.
 func (s *Store) Users() []auth.User { return s.fsm.userList() }
 
-// CreateTopic stores a new topic and returns it with its incarnation.
-func (s *Store) CreateTopic(t Topic) (Topic, error) {
-	return s.apply(command{Op: "create_topic", Topic: &t})
+// CreateTopic stores a new topic and returns it with its incarnation. With t.Parent set
+// the topic is created attached to that parent, copying from start (the parent's next
+// offset per partition), or not created at all.
+func (s *Store) CreateTopic(t Topic, start ...uint64) (Topic, error) {
+	return s.apply(command{Op: "create_topic", Topic: &t, Start: start})
+}
+
+// AttachChild links child under parent with a delay, copying from start (per parent
+// partition).
+func (s *Store) AttachChild(parent, child string, delayMs int64, start []uint64) (Topic, error) {
+	return s.apply(command{Op: "attach_child", Name: parent, Child: child, Delay: delayMs, Start: start})
+}
+
+// DetachChild unlinks child from parent.
+func (s *Store) DetachChild(parent, child string) (Topic, error) {
+	return s.apply(command{Op: "detach_child", Name: parent, Child: child})
 }
 
 // DeleteTopic removes the topic name; with incarnation != 0 only that incarnation.

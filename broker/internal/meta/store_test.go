@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -126,5 +127,74 @@ func TestUsersAndSeedOnce(t *testing.T) {
 	}
 	if _, ok := s.User("admin"); ok {
 		t.Fatal("deleted admin came back")
+	}
+}
+
+func TestAttachRules(t *testing.T) {
+	s := mustOpen(t, t.TempDir())
+	defer s.Close()
+	mk := func(name string, retention int64, schema string) {
+		t.Helper()
+		tp := Topic{Name: name, TopicConfig: TopicConfig{Partitions: 2, RetentionMs: retention}}
+		if schema != "" {
+			tp.Schema = json.RawMessage(schema)
+		}
+		if _, err := s.CreateTopic(tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	week := int64(7 * 24 * 3600 * 1000)
+	mk("p", week, "")
+	mk("c1", week, "")
+	mk("c2", week, "")
+	mk("short", 2*3600*1000, "")
+	mk("typed", week, `{"type":"object"}`)
+	start := []uint64{0, 0}
+	isConflict := func(err error) bool { var c *ConflictError; return errors.As(err, &c) }
+	if _, err := s.AttachChild("p", "c1", 0, start); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AttachChild("p", "c1", 0, start); !isConflict(err) {
+		t.Fatalf("second parent: %v", err)
+	}
+	if _, err := s.AttachChild("c1", "c2", 0, start); !isConflict(err) {
+		t.Fatalf("chain under a child: %v", err)
+	}
+	if _, err := s.AttachChild("c2", "p", 0, start); !isConflict(err) {
+		t.Fatalf("a parent as a child: %v", err)
+	}
+	if _, err := s.AttachChild("short", "c2", 3600*1000+1, start); !isConflict(err) {
+		t.Fatalf("delay past parent retention: %v", err)
+	}
+	if _, err := s.AttachChild("p", "typed", 0, start); !isConflict(err) {
+		t.Fatalf("schema mismatch: %v", err)
+	}
+	if _, err := s.AttachChild("p", "c2", 5000, start); err != nil {
+		t.Fatal(err)
+	}
+	r := int64(3600 * 1000)
+	if _, err := s.AlterTopic("p", Alter{RetentionMs: &r}); !isConflict(err) {
+		t.Fatalf("retention below delay + 1h: %v", err)
+	}
+	if _, err := s.DetachChild("p", "short"); !errors.Is(err, ErrChildNotFound) {
+		t.Fatalf("detach of a non-child: %v", err)
+	}
+	if _, err := s.DetachChild("p", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	// Create-with-parent is all or nothing.
+	bad := Topic{Name: "new", TopicConfig: TopicConfig{Partitions: 1, RetentionMs: week, Parent: "c2"}}
+	if _, err := s.CreateTopic(bad, 0); !isConflict(err) {
+		t.Fatalf("create under a child: %v", err)
+	}
+	if _, ok := s.Topic("new"); ok {
+		t.Fatal("a refused create-with-parent left the topic behind")
+	}
+	// Deleting the parent detaches its children.
+	if _, err := s.DeleteTopic("p", 0); err != nil {
+		t.Fatal(err)
+	}
+	if c2, _ := s.Topic("c2"); c2.Parent != "" || c2.AttachID != 0 {
+		t.Fatalf("child still linked to a deleted parent: %+v", c2)
 	}
 }
