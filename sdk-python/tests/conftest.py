@@ -63,9 +63,10 @@ def narad_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
 class Broker:
     """One narad process on a free port with its own data directory."""
 
-    def __init__(self, binary: str, data_dir: Path) -> None:
+    def __init__(self, binary: str, data_dir: Path, admin_password: str | None = None) -> None:
         self.binary = binary
         self.data_dir = data_dir
+        self.admin_password = admin_password
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -74,10 +75,14 @@ class Broker:
             port = free_port()
             self.url = f"http://127.0.0.1:{port}"
             log = open(self.data_dir.parent / f"narad-{port}.log", "wb")  # noqa: SIM115
+            env = dict(os.environ)
+            env.pop("NARAD_ADMIN_PASSWORD", None)
+            if self.admin_password:
+                env["NARAD_ADMIN_PASSWORD"] = self.admin_password
             self.proc = subprocess.Popen(
                 [self.binary, "serve", "--http-addr", f"127.0.0.1:{port}",
                  "--data-dir", str(self.data_dir), "--log-level", "warn"],
-                stdout=log, stderr=subprocess.STDOUT)
+                stdout=log, stderr=subprocess.STDOUT, env=env)
             log.close()
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
@@ -108,6 +113,21 @@ class Broker:
 @pytest.fixture(scope="session")
 def broker(narad_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     b = Broker(narad_bin, tmp_path_factory.mktemp("broker") / "data")
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+ADMIN_PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(scope="session")
+def secure_broker(narad_bin: str, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[Broker]:
+    """A second broker with security on: the user admin holds every right."""
+    b = Broker(narad_bin, tmp_path_factory.mktemp("secure") / "data", ADMIN_PASSWORD)
     b.start()
     try:
         yield b

@@ -1,0 +1,438 @@
+"""The sans-I/O core: decisions that both clients share, checked without a broker."""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import narad
+from narad import _core as core
+from narad import _plans as plans
+from narad.errors import error_from_response
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def state(call: core.Call[Any], *, endpoints: tuple[str, ...] = ("http://a", "http://b"),
+          attempts: int = 4, allow_duplicates: bool = True,
+          clock: Clock | None = None) -> tuple[core.CallState[Any], list[narad.Event]]:
+    events: list[narad.Event] = []
+    clk = clock or Clock()
+    pool = core.EndpointPool(endpoints, clock=clk)
+    policy = core.RetryPolicy(attempts=attempts, allow_duplicates=allow_duplicates)
+    return core.CallState(call, policy, pool, events.append, clock=clk, rng=lambda: 0.5), events
+
+
+def resp(status: int, body: Any = None, headers: dict[str, str] | None = None) -> core.Response:
+    content = b"" if body is None else json.dumps(body).encode()
+    return core.Response(status, headers or {}, content)
+
+
+def error_body(code: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": "m"}}
+
+
+# -- errors
+
+
+@pytest.mark.parametrize("status,cls,retryable", [
+    (400, narad.BadRequest, False), (401, narad.Unauthenticated, False),
+    (403, narad.Forbidden, False), (404, narad.NotFound, False), (409, narad.Conflict, False),
+    (410, narad.LeaseLost, False), (413, narad.TooLarge, False), (429, narad.Throttled, True),
+    (503, narad.Unavailable, True), (502, narad.Unavailable, True),
+    (504, narad.Timeout, True), (500, narad.NaradError, False), (501, narad.NaradError, False),
+])
+def test_error_mapping(status: int, cls: type[narad.NaradError], retryable: bool) -> None:
+    e = error_from_response(status, {"retry-after": "2"}, json.dumps(error_body("x")).encode())
+    assert type(e) is cls and e.status == status and e.retryable is retryable
+    assert e.code == "x" and e.message == "m" and e.retry_after == 2.0
+    assert isinstance(e, narad.NaradError) and "status=" in str(e) and cls.__name__ in repr(e)
+
+
+def test_error_mapping_of_odd_bodies() -> None:
+    e = error_from_response(503, {}, b"<html>bad gateway</html>")
+    assert isinstance(e, narad.Unavailable) and "bad gateway" in e.message and e.code == ""
+    t = error_from_response(503, {}, json.dumps(error_body("timeout")).encode())
+    assert isinstance(t, narad.Timeout) and t.uncertain
+    assert error_from_response(404, {"retry-after": "Wed, 21 Oct"}, b"").retry_after is None
+    assert narad.Closed("x").retryable is False and narad.BufferFull("x").retryable is True
+
+
+# -- the retry state machine
+
+
+def test_success_and_terminal_answers() -> None:
+    st, events = state(core.list_topics())
+    step = st.on_response(st.endpoint(), resp(200, {"topics": []}))
+    assert step == core.Done([])
+    st2, events2 = state(core.get_topic("t"))
+    step = st2.on_response(st2.endpoint(), resp(404, error_body("topic_not_found")))
+    assert isinstance(step, core.Fail) and isinstance(step.error, narad.NotFound)
+    assert [e.kind for e in events + events2] == ["request", "request"]
+
+
+def test_parse_errors_become_errors() -> None:
+    st, _ = state(core.get_topic("t"))
+    step = st.on_response(st.endpoint(), resp(200, {"nope": 1}))
+    assert isinstance(step, core.Fail) and step.error.code == "bad_response"
+
+
+def test_connection_refused_fails_over_at_once_and_opens_the_breaker() -> None:
+    st, events = state(core.list_topics())
+    first = st.endpoint()
+    step = st.on_transport_error(first, core.Transport.NOT_SENT, "refused")
+    assert isinstance(step, core.Retry) and step.delay == 0.0
+    assert st.pool.is_open(first)
+    second = st.endpoint()
+    assert second != first
+    assert [e.kind for e in events] == ["breaker_open", "request", "retry"]
+
+
+def test_503_retries_with_backoff_and_retry_after() -> None:
+    st, _ = state(core.list_topics(), endpoints=("http://a",))
+    step = st.on_response(st.endpoint(), resp(503, error_body("unavailable"),
+                                              {"retry-after": "1"}))
+    assert isinstance(step, core.Retry) and step.delay == 1.0
+    step = st.on_response(st.endpoint(), resp(503, error_body("in_flight_full")))
+    assert isinstance(step, core.Retry) and 0 < step.delay <= 5.0
+
+
+def test_attempts_run_out() -> None:
+    st, _ = state(core.list_topics(), attempts=2)
+    st.on_response(st.endpoint(), resp(503, error_body("unavailable")))
+    step = st.on_response(st.endpoint(), resp(503, error_body("unavailable")))
+    assert isinstance(step, core.Fail) and isinstance(step.error, narad.Unavailable)
+
+
+def test_deadline_stops_retries() -> None:
+    clk = Clock()
+    st, _ = state(core.list_topics(), clock=clk, endpoints=("http://a",))
+    clk.now += 29.9
+    step = st.on_response(st.endpoint(), resp(503, error_body("unavailable"),
+                                              {"retry-after": "1"}))
+    assert isinstance(step, core.Fail)
+
+
+@pytest.mark.parametrize("how", [core.Transport.TIMEOUT, core.Transport.LOST])
+def test_lost_produce_reply(how: core.Transport) -> None:
+    st, _ = state(core.produce("t", b"x"))
+    step = st.on_transport_error(st.endpoint(), how, "x")
+    assert isinstance(step, core.Retry) and st.maybe_applied
+    strict, _ = state(core.produce("t", b"x"), allow_duplicates=False)
+    step = strict.on_transport_error(strict.endpoint(), how, "x")
+    assert isinstance(step, core.Fail) and step.error.uncertain and step.error.retryable
+
+
+def test_ack_410_after_lost_reply_is_success_but_plain_410_is_not() -> None:
+    st, _ = state(core.ack("t", "h"))
+    st.on_transport_error(st.endpoint(), core.Transport.LOST, "x")
+    step = st.on_response(st.endpoint(), resp(410, error_body("lease_lost")))
+    assert isinstance(step, core.Done)
+    plain, _ = state(core.ack("t", "h"))
+    step = plain.on_response(plain.endpoint(), resp(410, error_body("lease_lost")))
+    assert isinstance(step, core.Fail) and isinstance(step.error, narad.LeaseLost)
+    assert not step.error.uncertain
+
+
+def test_ack_batch_counts_410_after_lost_reply_only_for_settling_entries() -> None:
+    call = core.ack_batch("t", [("h1", None), ("h2", "1000")])
+    st, _ = state(call)
+    st.on_transport_error(st.endpoint(), core.Transport.TIMEOUT, "x")
+    body = {"results": [{"receipt_handle": "h1", "status": 410, "error": error_body(
+        "lease_lost")["error"]}, {"receipt_handle": "h2", "status": 410,
+                                  "error": error_body("lease_lost")["error"]}]}
+    step = st.on_response(st.endpoint(), resp(200, body))
+    assert isinstance(step, core.Done)
+    assert [r.ok for r in step.value] == [True, False]
+    assert isinstance(step.value[1].error, narad.LeaseLost)
+
+
+def test_long_poll_attempt_gets_wait_plus_margin() -> None:
+    st, _ = state(core.receive("t", wait=15))
+    st.endpoint()
+    assert st.attempt_timeout() == 15 + core.POLL_MARGIN
+    capped = core.receive("t", wait=60)
+    assert capped.wait == core.MAX_WAIT
+    assert ("wait", "20000ms") in capped.request.params
+
+
+# -- endpoints
+
+
+def test_pool_rotation_probe_and_fallback() -> None:
+    clk = Clock()
+    pool = core.EndpointPool(["a:1", "http://b:2/"], clock=clk, cooldown=1.0, soft_threshold=2)
+    assert pool.endpoints == ["http://a:1", "http://b:2"]
+    assert {pool.pick(), pool.pick()} == {"http://a:1", "http://b:2"}
+    assert pool.failure("http://a:1", hard=False) is False
+    assert pool.failure("http://a:1", hard=False) is True  # soft threshold reached
+    assert all(pool.pick() == "http://b:2" for _ in range(4))
+    assert pool.probes_due() == []
+    clk.now += 1.0
+    assert pool.probes_due() == ["http://a:1"]
+    assert pool.probes_due() == []  # already probing
+    assert pool.probe_result("http://a:1", False) is False
+    clk.now += 1.5
+    assert pool.probes_due() == []  # cooldown doubled to 2 s
+    clk.now += 0.5
+    assert pool.probes_due() == ["http://a:1"]
+    assert pool.probe_result("http://a:1", True) is True
+    assert not pool.is_open("http://a:1")
+    pool.failure("http://a:1", hard=True)
+    pool.failure("http://b:2", hard=True)
+    assert pool.pick() == "http://a:1"  # all open: the one due back soonest
+    with pytest.raises(ValueError):
+        core.EndpointPool([])
+
+
+def test_backoff_is_full_jitter_within_bounds() -> None:
+    p = core.RetryPolicy()
+    assert p.backoff(1, lambda: 1.0) == pytest.approx(0.05)
+    assert p.backoff(3, lambda: 1.0) == pytest.approx(0.2)
+    assert p.backoff(30, lambda: 1.0) == 5.0
+    assert p.backoff(5, lambda: 0.0) == 0.0
+
+
+# -- bodies and parsing
+
+
+def test_encode_body_kinds() -> None:
+    assert core.encode_body(b"\x00") == (b"\x00", "application/octet-stream")
+    assert core.encode_body(bytearray(b"a"))[0] == b"a"
+    assert core.encode_body("é") == ("é".encode(), "text/plain; charset=utf-8")
+    assert core.encode_body({"a": [1, "ü"]}) == ('{"a":[1,"ü"]}'.encode(), "application/json")
+    assert core.encode_body(b"<x/>", "application/xml")[1] == "application/xml"
+    env = narad.Envelope.wrap("hi")
+    assert core.encode_body(env) == (env.encode(), "application/json")
+
+
+def test_batch_entries_store_what_produce_stores() -> None:
+    assert core.batch_entry(b"\x01") == {"payload": "AQ==", "payload_encoding": "base64"}
+    assert core.batch_entry("hi") == {"payload": "aGk=", "payload_encoding": "base64"}
+    assert core.batch_entry({"a": 1}) == {"payload": {"a": 1}}
+    assert core.batch_entry(narad.Outgoing(b"", key="k", partition=2)) == {
+        "payload": "", "payload_encoding": "base64", "key": "k", "partition": 2}
+    env = narad.Envelope.wrap(b"\x00")
+    assert core.batch_entry(env)["payload"] == json.loads(env.encode())
+
+
+def test_parse_message_payload_forms() -> None:
+    base = {"topic": "t", "partition": 0, "offset": 1, "timestamp": 5}
+    m = core.parse_message({**base, "payload": "AP8=", "payload_encoding": "base64",
+                            "receipt_handle": "h", "delivery_attempt": 2, "key": "k"})
+    assert (m.body, m.receipt_handle, m.delivery_attempt, m.key) == (b"\x00\xff", "h", 2, "k")
+    assert core.parse_message({**base, "payload": "text"}).body == b"text"
+    assert core.parse_message({**base, "payload": {"a": 1}}).json() == {"a": 1}
+
+
+def test_durations() -> None:
+    from datetime import timedelta
+    assert core.ms_param(0.0015) == "2" and core.ms_param(timedelta(seconds=2)) == "2000"
+    assert core.nack("t", "h", 0).request.params[-1] == ("extend", "0")
+    assert core.nack("t", "h", 1.5).request.params[-1] == ("extend", "1500")
+    assert core.extend("t", "h").request.params[-1] == ("extend", "true")
+    with pytest.raises(narad.BadRequest):
+        core.extend("t", "h", 0)
+    with pytest.raises(narad.BadRequest):
+        core.receive("t", max_messages=0)
+    assert core.produce("a/b", b"").request.path == "/v1/topics/a%2Fb/produce"
+
+
+# -- positions and envelopes
+
+
+def test_position_round_trip() -> None:
+    p = narad.Position.at_offsets({1: 5, 0: 3}).with_offset(2, 9).with_offset(0, 4)
+    assert p.offset(0) == 4 and p.offset(2) == 9 and p.offset(7) is None
+    assert narad.Position.loads(p.dumps()) == p
+    t = narad.Position.at_time(1_700_000_000_000)
+    assert narad.Position.loads(t.dumps()) == t and t.time_ms == 1_700_000_000_000
+    from datetime import datetime
+    assert narad.Position.at_time(datetime(2020, 1, 1)).time_ms == 1577836800000
+    assert narad.Position.beginning() == narad.Position()
+
+
+def test_envelope_wire_form_matches_the_other_sdks() -> None:
+    env = narad.Envelope.wrap({"a": 1}, headers={"h": "v"}, traceparent="00-abc-def-01")
+    doc = json.loads(env.encode())
+    assert doc["format"] == "narad.envelope/1" and doc["attempt"] == 1
+    assert doc["body"] == {"a": 1} and doc["headers"] == {"h": "v"}
+    assert narad.Envelope.decode(env.encode()) == env
+    text = narad.Envelope.wrap("héllo")
+    assert json.loads(text.encode())["body_text"] == "héllo"
+    assert narad.Envelope.decode(text.encode()).text() == "héllo"
+    raw = narad.Envelope.wrap(b"\x00\xff", id="fixed")
+    assert json.loads(raw.encode())["body_base64"] == base64.b64encode(b"\x00\xff").decode()
+    assert narad.Envelope.decode(raw.encode()).body == b"\x00\xff"
+    # What sdk-js writes, field for field.
+    js = (b'{"format":"narad.envelope/1","id":"x","attempt":3,"not_before":12,'
+          b'"last_error":"boom","origin":"o","body_text":"t"}')
+    got = narad.Envelope.decode(js)
+    assert (got.id, got.attempt, got.not_before, got.last_error, got.origin, got.body) == (
+        "x", 3, 12, "boom", "o", b"t")
+    for not_env in (b"", b"plain", b"[1]", b'{"format":"other","id":"x"}', b"{bad"):
+        assert narad.Envelope.try_decode(not_env) is None
+    with pytest.raises(ValueError):
+        narad.Envelope.decode(b"plain")
+
+
+def test_retry_tiers_plan() -> None:
+    tiers = narad.RetryTiers("o", [("o.r1", 5), ("o.r2", 60)], "o.parked")
+    assert tiers.topics() == ["o", "o.r1", "o.r2", "o.parked"]
+    assert tiers.source_topics() == ["o", "o.r1", "o.r2"]
+    msg = narad.Message("o", 0, 0, b"payload", 0)
+    dest, env = tiers.plan_failure(msg, ValueError("bad"), now_ms=1000)
+    assert dest == "o.r1" and env.attempt == 2 and env.not_before == 6000
+    assert env.origin == "o" and env.last_error == "bad" and env.body == b"payload"
+    m2 = narad.Message("o.r1", 0, 0, env.encode(), 0)
+    assert tiers.due_in(m2, now_ms=1000) == 5.0 and tiers.due_in(m2, now_ms=7000) == 0.0
+    assert tiers.unwrap(m2).body == b"payload"
+    dest2, env2 = tiers.plan_failure(m2, ValueError("again"), now_ms=7000)
+    assert dest2 == "o.r2" and env2.attempt == 3 and env2.id == env.id
+    dest3, env3 = tiers.plan_failure(narad.Message("o.r2", 0, 0, env2.encode(), 0),
+                                     ValueError("last"))
+    assert dest3 == "o.parked" and env3.last_error == "last"
+    with pytest.raises(ValueError):
+        narad.RetryTiers("o", [], "p")
+
+
+# -- consumer, publisher and replay bookkeeping
+
+
+def msg(handle: str, offset: int = 0, partition: int = 0) -> narad.Message:
+    return narad.Message("t", partition, offset, b"", 0, receipt_handle=handle)
+
+
+def test_lease_book_renews_before_two_thirds_and_spots_lapses() -> None:
+    book = plans.LeaseBook(window=3.0, max_lease=10.0, renew=True)
+    d = plans.Delivery(msg("h"), leased_at=0.0, window=3.0)
+    book.add(d)
+    assert book.due(1.0) == ([], [])
+    assert book.due(1.5) == ([d], [])  # half the window: before two thirds
+    assert 0 < book.next_check(1.0) <= 0.5
+    book.renewed(d, 1.5)
+    assert d.lease_until == 4.5
+    book.renewal_failed(d, 3.0)
+    assert book.due(3.05) == ([], [])  # retried a little later
+    assert book.due(4.5) == ([], [d])  # lapsed
+    book.remove(d)
+    d2 = plans.Delivery(msg("h2"), leased_at=0.0, window=3.0)
+    book.add(d2)
+    d2.renewed_at, d2.lease_until = 8.0, 11.0
+    assert book.due(9.6) == ([], [])  # renewing would pass max_lease
+    assert book.due(11.0) == ([], [d2])  # so it lapses
+    d2.state = plans.State.SETTLING
+    assert book.due(20.0) == ([], [])  # a settling lease is the ack's business
+    assert book.held() == [d2] and len(book) == 1
+    assert plans.renewal_entries([d2], 3.0) == [("h2", "3000")]
+
+
+def test_handler_outcomes() -> None:
+    assert plans.outcome_of(None, 1.0) == ("ok", 0.0)
+    assert plans.outcome_of(RuntimeError(), 1.0) == ("nack", 1.0)
+    assert plans.outcome_of(narad.Nack(2.5), 1.0) == ("nack", 2.5)
+    assert plans.is_terminal(narad.NotFound("x")) and not plans.is_terminal(
+        narad.Unavailable("x"))
+    assert narad.current_delivery() is None
+
+
+def test_batch_buffer() -> None:
+    buf: plans.BatchBuffer[int] = plans.BatchBuffer(max_batch=3, max_batch_bytes=10,
+                                                    linger=0.1, max_buffered=5)
+    assert buf.wait_time(0.0, False) is None
+    for i in range(2):
+        buf.add(plans.Pending({"i": i}, 4, i, queued_at=1.0))
+    assert buf.wait_time(1.05, False) == pytest.approx(0.05)
+    assert buf.wait_time(1.05, True) == 0.0
+    buf.add(plans.Pending({"i": 2}, 4, 2, queued_at=1.0))
+    assert buf.wait_time(1.0, False) == 0.0  # bytes reached
+    assert [p.future for p in buf.take()] == [0, 1]  # 12 bytes would pass 10
+    assert [p.future for p in buf.take()] == [2] and buf.bytes == 0
+    for i in range(5):
+        buf.add(plans.Pending({}, 1, i, 0.0))
+    assert buf.full()
+    assert plans.split_on_error(narad.BadRequest("x", status=400), 2)
+    assert not plans.split_on_error(narad.BadRequest("x", status=400), 1)
+    assert not plans.split_on_error(narad.Unavailable("x", status=503), 5)
+
+
+def test_replay_plan_bounded_round_robin() -> None:
+    plan = plans.ReplayPlan("t", narad.Position.at_offsets({1: 2}), [0, 1], {0: 2, 1: 3}, 10,
+                            0.5)
+    step = plan.next()
+    assert isinstance(step, plans.Read) and step.partition == 0
+    assert ("max", "10") in step.call.request.params
+    plan.on_page(0, [narad.Message("t", 0, 0, b"a", 0), narad.Message("t", 0, 1, b"b", 0)], 2)
+    step = plan.next()
+    assert isinstance(step, plans.Read) and step.partition == 1
+    assert ("from", "2") in step.call.request.params and ("max", "1") in step.call.request.params
+    plan.on_page(1, [narad.Message("t", 1, 2, b"c", 0)], 3)
+    assert plan.next() is None
+    got = [plan.take(), plan.take(), plan.take(), plan.take()]
+    assert [m.body if m else None for m in got] == [b"a", b"b", b"c", None]
+    assert plan.position.offset(0) == 2 and plan.position.offset(1) == 3
+
+
+def test_replay_plan_following_sleeps_after_an_empty_round() -> None:
+    plan = plans.ReplayPlan("t", narad.Position.at_time(123), [0], None, 5, 0.25)
+    step = plan.next()
+    assert isinstance(step, plans.Read)
+    assert ("from_time", "123") in step.call.request.params
+    plan.on_page(0, [], 7)
+    assert plan.position.offset(0) == 7
+    assert plan.next() == plans.Sleep(0.25)
+    step = plan.next()
+    assert isinstance(step, plans.Read) and ("from", "7") in step.call.request.params
+
+
+# -- sync and async cannot drift
+
+
+def public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {n: inspect.signature(f) for n, f in vars(cls).items()
+            if callable(f) and not n.startswith("_")}
+
+
+@pytest.mark.parametrize("sync_cls,async_cls", [
+    (narad.Client, narad.AsyncClient), (narad.Publisher, narad.AsyncPublisher),
+    (narad.Consumer, narad.AsyncConsumer)])
+def test_sync_and_async_have_the_same_surface(sync_cls: type, async_cls: type) -> None:
+    s, a = public_methods(sync_cls), public_methods(async_cls)
+    assert set(s) == set(a)
+    for name in s:
+        sp = [(p.name, p.kind, p.default) for p in s[name].parameters.values()]
+        ap = [(p.name, p.kind, p.default) for p in a[name].parameters.values()]
+        assert sp == ap, name
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    missing: list[str] = []
+    import narad.otel
+    import narad.prometheus
+
+    def check(name: str, obj: Callable[..., Any] | type) -> None:
+        if not (getattr(obj, "__doc__", None) or "").strip():
+            missing.append(name)
+
+    for mod in (narad, narad.otel, narad.prometheus):
+        for name in getattr(mod, "__all__", []):
+            obj = getattr(mod, name)
+            check(name, obj)
+            if inspect.isclass(obj):
+                for attr, member in vars(obj).items():
+                    if attr.startswith("_") or not (callable(member) or isinstance(
+                            member, property)):
+                        continue
+                    check(f"{name}.{attr}", member)
+    assert missing == []
