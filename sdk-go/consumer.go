@@ -435,7 +435,7 @@ func (l *lease) run() {
 		l.mu.Unlock()
 		window := cs.currentVisibility()
 		deadline := l.started.Add(cs.cfg.maxLease)
-		if !time.Now().Before(deadline) {
+		if !time.Now().Before(deadline) || !end.Before(deadline.Add(-10*time.Millisecond)) {
 			// Max lease reached: let it lapse, and stop the handler when it does.
 			if !sleepCtx(l.ctx, time.Until(end)) {
 				return
