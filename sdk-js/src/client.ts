@@ -1,3 +1,4 @@
+import "./internal/dispose.js";
 import { encodeBody, MAX_MESSAGE_BYTES, type Body } from "./body.js";
 import { Consumer, type ConsumeOptions, type Handler } from "./consumer.js";
 import { ClosedError, errorFromStatus, LeaseLostError, NaradError, TooLargeError } from "./errors.js";

@@ -1,3 +1,4 @@
+import "./internal/dispose.js";
 import type { Client } from "./client.js";
 import { ClosedError, LeaseLostError, NaradError } from "./errors.js";
 import { deferred, sleep, unrefTimer, type Deferred } from "./internal/util.js";

@@ -267,8 +267,11 @@ export function errorFromStatus(
   return new InternalError(msg, { ...opts("internal"), uncertain: extra.uncertain ?? true });
 }
 
-/** isNaradError reports whether err is a {@link NaradError}, optionally of one kind. */
-export function isNaradError(err: unknown, kind?: ErrorKind): err is NaradError {
+/** isNaradError reports whether err is a {@link NaradError}. */
+export function isNaradError(err: unknown): err is NaradError;
+/** isNaradError reports whether err is a {@link NaradError} of the given kind. */
+export function isNaradError(err: unknown, kind: ErrorKind): boolean;
+export function isNaradError(err: unknown, kind?: ErrorKind): boolean {
   return err instanceof NaradError && (kind === undefined || err.kind === kind);
 }
 

@@ -1,3 +1,4 @@
+import "./internal/dispose.js";
 import type { Body } from "./body.js";
 import { outgoingToWire, type Client } from "./client.js";
 import { BufferFullError, ClosedError, NaradError } from "./errors.js";
