@@ -43,6 +43,7 @@ const (
 	ErrorCodeOffsetOutOfRange     ErrorCode = "offset_out_of_range"
 	ErrorCodePartitionNotFound    ErrorCode = "partition_not_found"
 	ErrorCodePayloadTooLarge      ErrorCode = "payload_too_large"
+	ErrorCodeSchemaViolation      ErrorCode = "schema_violation"
 	ErrorCodeStorageFailed        ErrorCode = "storage_failed"
 	ErrorCodeTimeout              ErrorCode = "timeout"
 	ErrorCodeTopicExists          ErrorCode = "topic_exists"
@@ -135,6 +136,7 @@ type AckResult struct {
 		// - `invalid_parameter`: a query or path parameter is malformed or out of range.
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
+		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
 		// - `offset_out_of_range`: the offset has aged out of the partition.
 		// - `unauthenticated`: no or wrong credentials.
 		// - `forbidden`: not allowed.
@@ -250,6 +252,7 @@ type Error struct {
 		// - `invalid_parameter`: a query or path parameter is malformed or out of range.
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
+		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
 		// - `offset_out_of_range`: the offset has aged out of the partition.
 		// - `unauthenticated`: no or wrong credentials.
 		// - `forbidden`: not allowed.
@@ -281,6 +284,7 @@ type Error struct {
 //   - `invalid_parameter`: a query or path parameter is malformed or out of range.
 //   - `invalid_payload`: a payload does not match its declared content type.
 //   - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
+//   - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
 //   - `offset_out_of_range`: the offset has aged out of the partition.
 //   - `unauthenticated`: no or wrong credentials.
 //   - `forbidden`: not allowed.
@@ -517,7 +521,7 @@ type TopicSettings struct {
 	// MaxInFlightPerPartition Most unacked leases per partition (default 1024).
 	MaxInFlightPerPartition *int32 `json:"max_in_flight_per_partition,omitempty"`
 
-	// Parent Create this topic as a child of `parent`. (Not yet available in this version.)
+	// Parent Create this topic as a child of `parent` (atomically).
 	Parent *string `json:"parent"`
 
 	// Partitions Number of partitions (1 to 256, default 3). Fixed after create.
@@ -529,7 +533,7 @@ type TopicSettings struct {
 	// RetentionMs How long messages are kept, in ms (default 7 days). Whole segments older than this are deleted, acked or not.
 	RetentionMs *int64 `json:"retention_ms,omitempty"`
 
-	// Schema A JSON Schema (draft 2020-12) that JSON payloads must match. (Not yet enforced in this version.)
+	// Schema A JSON Schema (draft 2020-12) every produced payload must match (400 schema_violation otherwise). `{}` means none. A child without one inherits its parent's.
 	Schema *json.RawMessage `json:"schema"`
 
 	// VisibilityTimeoutMs Lease length for consumed messages, in ms (100 ms to 12 h, default 30000).

@@ -10,11 +10,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
@@ -71,6 +74,8 @@ type Broker struct {
 	topics map[string]*topic
 
 	longPolls   atomic.Int64
+	copiersMu   sync.Mutex
+	copiers     map[copierKey]*copier
 	reconcileMu sync.Mutex
 	ready       atomic.Bool
 	closing     atomic.Bool
@@ -86,6 +91,7 @@ type topic struct {
 	name        string
 	incarnation uint64
 	cur         atomic.Pointer[meta.Topic] // settings; replaced whole on alter
+	schema      atomic.Pointer[compiledSchema]
 	dir         string
 	parts       []*partition.Partition
 	produce     atomic.Uint32 // round-robin for keyless produce
@@ -125,6 +131,7 @@ func Open(opts Options) (*Broker, error) {
 		log:      opts.Logger,
 		metrics:  opts.Metrics,
 		topics:   make(map[string]*topic),
+		copiers:  make(map[copierKey]*copier),
 		stop:     make(chan struct{}),
 		draining: make(chan struct{}),
 		changed:  make(chan struct{}, 1),
@@ -239,9 +246,10 @@ func (b *Broker) reconcile(sweep bool) error {
 		t, ok := b.topics[m.Name]
 		b.mu.RUnlock()
 		if ok {
-			if !sameTopic(*t.cur.Load(), m) {
+			if !reflect.DeepEqual(*t.cur.Load(), m) {
 				b.applySettings(t, m)
 			}
+			b.refreshSchema(t, m, want)
 			continue
 		}
 		t, err := b.openTopic(m)
@@ -252,10 +260,12 @@ func (b *Broker) reconcile(sweep bool) error {
 			}
 			continue
 		}
+		b.refreshSchema(t, m, want)
 		b.mu.Lock()
 		b.topics[m.Name] = t
 		b.mu.Unlock()
 	}
+	b.reconcileCopiers(want)
 
 	if sweep {
 		root := filepath.Join(b.opts.DataDir, "topics")
@@ -316,11 +326,44 @@ func sameTopic(a, b meta.Topic) bool {
 }
 
 func (b *Broker) applySettings(t *topic, m meta.Topic) {
-	t.cur.Store(&m)
+	old := t.cur.Swap(&m)
+	if sameTopic(*old, m) {
+		return // only the fan-out links changed
+	}
 	for _, p := range t.parts {
 		p.SetConfig(queueConfig(m))
 	}
 	b.enforceRetention(t)
+}
+
+// compiledSchema is a topic's effective schema (its own, or its parent's for a child
+// without one), compiled once.
+type compiledSchema struct {
+	raw    string
+	schema *jsonschema.Schema
+}
+
+func (b *Broker) refreshSchema(t *topic, m meta.Topic, all []meta.Topic) {
+	raw := m.Schema
+	if len(raw) == 0 && m.Parent != "" {
+		for _, p := range all {
+			if p.Name == m.Parent {
+				raw = p.Schema
+			}
+		}
+	}
+	if cur := t.schema.Load(); cur != nil && cur.raw == string(raw) {
+		return
+	}
+	s, err := compileSchema(raw)
+	if err != nil {
+		// Schemas are checked before they are stored; this is a bug or a downgrade.
+		b.log.Error("stored schema does not compile; produce to this topic is refused", "topic", m.Name, "err", err)
+		s = nil
+		t.schema.Store(&compiledSchema{raw: string(raw), schema: brokenSchema()})
+		return
+	}
+	t.schema.Store(&compiledSchema{raw: string(raw), schema: s})
 }
 
 // closeTopic closes a topic's partitions, wakes its waiting consumers, and with remove
@@ -383,6 +426,7 @@ func (b *Broker) Close() error {
 	b.Drain()
 	close(b.stop)
 	b.wg.Wait()
+	b.stopCopiers()
 	b.mu.Lock()
 	ts := b.topics
 	b.topics = map[string]*topic{}

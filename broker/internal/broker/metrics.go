@@ -19,6 +19,7 @@ type Metrics struct {
 	HTTPDuration   *prometheus.HistogramVec // by operation
 	ConsumeWaiting prometheus.Gauge         // long polls parked now
 	AuthFailures   prometheus.Counter       // failed logins
+	FanoutCopied   *prometheus.CounterVec   // messages copied into a child, by child
 }
 
 // NewMetrics registers the broker's metrics, plus Go runtime and process metrics, in a
@@ -56,12 +57,15 @@ func NewMetrics() *Metrics {
 		ConsumeWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "narad_consume_waiting", Help: "Consume requests parked in a long poll.",
 		}),
+		FanoutCopied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_fanout_copied_total", Help: "Messages copied from a parent into a child topic.",
+		}, []string{"child"}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_failures_total", Help: "Requests refused for missing or wrong credentials.",
 		}),
 	}
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
-		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures,
+		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.FanoutCopied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

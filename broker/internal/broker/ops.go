@@ -135,11 +135,28 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 		}
 		return meta.Topic{}, err
 	}
-	if s.Parent != nil || s.FanoutDelayMs != nil {
-		return meta.Topic{}, errorsNotImplemented("parent and fanout_delay_ms (child topics)")
+	if len(s.Schema) > 0 {
+		if _, err := compileSchema(s.Schema); err != nil {
+			return meta.Topic{}, err
+		}
+		if isEmptySchema(s.Schema) {
+			s.Schema = nil
+		}
 	}
-	if len(s.Schema) > 0 && string(s.Schema) != "null" {
-		return meta.Topic{}, errorsNotImplemented("schema (payload validation)")
+	var start []uint64
+	if s.Parent != nil {
+		if err := checkName(*s.Parent); err != nil {
+			return meta.Topic{}, err
+		}
+		var err error
+		if start, err = b.parentStart(*s.Parent); err != nil {
+			return meta.Topic{}, err
+		}
+	} else if s.FanoutDelayMs != nil {
+		return meta.Topic{}, invalid("invalid_parameter", "fanout_delay_ms goes with parent")
+	}
+	if err := checkDelay(orDefault(s.FanoutDelayMs, 0)); err != nil {
+		return meta.Topic{}, err
 	}
 	d := b.opts.Defaults
 	m := meta.Topic{
@@ -153,9 +170,12 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 			MaxInFlight:       orDefault(s.MaxInFlight, d.MaxInFlight),
 			MaxAckedAhead:     orDefault(s.MaxAckedAhead, d.MaxAckedAhead),
 			ReplicationFactor: 1,
+			Schema:            s.Schema,
+			Parent:            orDefault(s.Parent, ""),
+			FanoutDelayMs:     orDefault(s.FanoutDelayMs, 0),
 		},
 	}
-	t, err := b.meta.CreateTopic(m)
+	t, err := b.meta.CreateTopic(m, start...)
 	if err != nil {
 		return meta.Topic{}, mapMetaErr(err)
 	}
@@ -165,18 +185,14 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 	return t, nil
 }
 
-// errorsNotImplemented names a feature this version does not have.
-func errorsNotImplemented(what string) error {
-	return &notImplemented{what: what}
-}
-
-type notImplemented struct{ what string }
-
-func (e *notImplemented) Error() string { return e.what + " is not available in this version" }
-func (e *notImplemented) Unwrap() error { return ErrNotImplemented }
-
 func mapMetaErr(err error) error {
+	var ce *meta.ConflictError
+	if errors.As(err, &ce) {
+		return &ConflictError{Msg: ce.Msg}
+	}
 	switch {
+	case errors.Is(err, meta.ErrChildNotFound):
+		return ErrChildNotFound
 	case errors.Is(err, meta.ErrTopicExists):
 		return ErrTopicExists
 	case errors.Is(err, meta.ErrTopicNotFound):
@@ -226,8 +242,14 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 	if err := firstInvalid(checkSettings(a.RetentionMs, a.VisibilityMs, a.MaxInFlight, a.MaxAckedAhead)); err != nil {
 		return meta.Topic{}, err
 	}
-	if a.Schema != nil && string(*a.Schema) != "null" {
-		return meta.Topic{}, errorsNotImplemented("schema (payload validation)")
+	if a.Schema != nil {
+		if _, err := compileSchema(*a.Schema); err != nil {
+			return meta.Topic{}, err
+		}
+		if isEmptySchema(*a.Schema) {
+			null := json.RawMessage("null")
+			a.Schema = &null
+		}
 	}
 	t, err := b.meta.AlterTopic(name, a)
 	if err != nil {
@@ -276,6 +298,15 @@ func (b *Broker) lookup(name string) (*topic, error) {
 	return t, nil
 }
 
+// Payload kinds in a record's attrs (low two bits), set by the HTTP layer: how a payload
+// was sent and how it is shown again.
+const (
+	PayloadKindBinary uint16 = 0
+	PayloadKindJSON   uint16 = 1
+	PayloadKindText   uint16 = 2
+	PayloadKindMask   uint16 = 0x3
+)
+
 // Outgoing is one message to produce.
 type Outgoing struct {
 	Key       []byte // nil: no key
@@ -313,6 +344,16 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 		}
 		if len(m.Key) > MaxKeyBytes {
 			return nil, invalid("invalid_parameter", "message %d: key is %d bytes; the limit is %d", i, len(m.Key), MaxKeyBytes)
+		}
+	}
+	if m := t.cur.Load(); m.Parent != "" && m.FanoutDelayMs > 0 {
+		return nil, &ConflictError{Msg: "topic " + name + " is a delay child of " + m.Parent + ": produce to the parent, and the message arrives here after the delay"}
+	}
+	if cs := t.schema.Load(); cs != nil && cs.schema != nil {
+		for i, m := range msgs {
+			if err := checkSchema(cs.schema, i, m.Value, m.Attrs&PayloadKindMask == PayloadKindJSON); err != nil {
+				return nil, err
+			}
 		}
 	}
 	out := make([]Produced, len(msgs))

@@ -12,10 +12,10 @@ import (
 // Payload kinds, stored in a record's attrs so a consumer sees the payload as it was
 // sent: JSON verbatim, text as a JSON string, anything else as base64.
 const (
-	kindBinary uint16 = 0
-	kindJSON   uint16 = 1
-	kindText   uint16 = 2
-	kindMask   uint16 = 0x3
+	kindBinary = broker.PayloadKindBinary
+	kindJSON   = broker.PayloadKindJSON
+	kindText   = broker.PayloadKindText
+	kindMask   = broker.PayloadKindMask
 )
 
 const hexDigits = "0123456789abcdef"

@@ -38,6 +38,10 @@ func toAPIError(err error) *apiError {
 	if errors.As(err, &inv) {
 		return newErr(http.StatusBadRequest, inv.Code, inv.Msg)
 	}
+	var se *broker.SchemaError
+	if errors.As(err, &se) {
+		return newErr(http.StatusBadRequest, "schema_violation", se.Error()+"; nothing was written")
+	}
 	var conflict *broker.ConflictError
 	if errors.As(err, &conflict) {
 		return newErr(http.StatusConflict, "conflict", conflict.Msg)
@@ -52,6 +56,8 @@ func toAPIError(err error) *apiError {
 		return newErr(http.StatusNotFound, "user_not_found", "no such user; list users with GET /v1/users")
 	case errors.Is(err, broker.ErrUserExists):
 		return newErr(http.StatusConflict, "user_exists", "a user of this name exists; choose another name or change that user's grants")
+	case errors.Is(err, broker.ErrChildNotFound):
+		return newErr(http.StatusNotFound, "child_not_found", "that topic is not a child of this one; list them with GET /v1/topics/{topic}/children")
 	case errors.Is(err, broker.ErrTopicExists):
 		return newErr(http.StatusConflict, "topic_exists", "a topic of this name exists; delete it first or choose another name")
 	case errors.Is(err, broker.ErrPartitionNotFound):

@@ -48,6 +48,9 @@ type Broker interface {
 	DeleteUser(ctx context.Context, name string) error
 	SetGrants(ctx context.Context, name string, grants []auth.Grant) (auth.User, error)
 	SetPassword(ctx context.Context, name, password string) error
+	AttachChild(ctx context.Context, parent, child string, delayMs int64) (broker.ChildInfo, error)
+	DetachChild(ctx context.Context, parent, child string) error
+	Children(parent string) ([]broker.ChildInfo, error)
 }
 
 // handlers implements the generated strict server interface. Handlers return domain

@@ -21,18 +21,6 @@ func (e *notYetError) Error() string {
 }
 func (e *notYetError) Unwrap() error { return broker.ErrNotImplemented }
 
-func (h *handlers) AttachChild(ctx context.Context, _ apigen.AttachChildRequestObject) (apigen.AttachChildResponseObject, error) {
-	return nil, notYet("child topics (fan-out and delayed delivery)")
-}
-
-func (h *handlers) ListChildren(ctx context.Context, _ apigen.ListChildrenRequestObject) (apigen.ListChildrenResponseObject, error) {
-	return nil, notYet("child topics (fan-out and delayed delivery)")
-}
-
-func (h *handlers) DetachChild(ctx context.Context, _ apigen.DetachChildRequestObject) (apigen.DetachChildResponseObject, error) {
-	return nil, notYet("child topics (fan-out and delayed delivery)")
-}
-
 func (h *handlers) self() apigen.Member {
 	voter := true
 	return apigen.Member{Id: h.b.NodeID(), Address: "", Status: apigen.Alive, Voter: &voter}

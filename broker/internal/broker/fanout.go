@@ -1,0 +1,416 @@
+package broker
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/partition"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
+)
+
+// ErrChildNotFound means the topic is not a child of that parent.
+var ErrChildNotFound = errors.New("child not found")
+
+// copyBatch is the most parent messages one copy round moves per parent partition.
+const copyBatch = 1000
+
+// copier copies every message committed to a parent, from the attach point on, into
+// one child: in batches (one durable append per child partition per batch), advancing
+// its durable per-partition cursor only after the copy is durable in the child. A crash
+// between the two re-copies at most the last batch: duplicates are possible, loss is not.
+// A delay child's copies are made no earlier than the parent's commit time plus the
+// delay, so they are never consumable early.
+type copier struct {
+	b        *Broker
+	parent   *topic
+	child    *topic
+	attachID uint64
+	delayMs  int64
+	dir      string // where the cursors live: inside the child's topic directory
+
+	cursors []atomic.Uint64
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type copierKey struct {
+	child    string
+	childInc uint64
+	attachID uint64
+}
+
+func (b *Broker) startCopier(parent, child *topic, m meta.Topic) (*copier, error) {
+	c := &copier{
+		b: b, parent: parent, child: child, attachID: m.AttachID, delayMs: m.FanoutDelayMs,
+		dir:     filepath.Join(child.dir, "fanout"),
+		cursors: make([]atomic.Uint64, len(parent.parts)),
+		stop:    make(chan struct{}), done: make(chan struct{}),
+	}
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return nil, err
+	}
+	c.removeStaleCursors()
+	for i := range c.cursors {
+		start := uint64(0)
+		if i < len(m.FanoutStart) {
+			start = m.FanoutStart[i]
+		}
+		cur, err := c.loadCursor(i)
+		if err != nil {
+			return nil, err
+		}
+		c.cursors[i].Store(max(start, cur))
+	}
+	go c.run()
+	return c, nil
+}
+
+func (c *copier) close() {
+	close(c.stop)
+	<-c.done
+}
+
+func (c *copier) cursorPath(pp int) string {
+	return filepath.Join(c.dir, strconv.FormatUint(c.attachID, 10)+"-"+strconv.Itoa(pp)+".cursor")
+}
+
+// removeStaleCursors deletes cursors of earlier attachments: a re-attach starts fresh.
+func (c *copier) removeStaleCursors() {
+	entries, _ := os.ReadDir(c.dir)
+	prefix := strconv.FormatUint(c.attachID, 10) + "-"
+	for _, e := range entries {
+		if len(e.Name()) < len(prefix) || e.Name()[:len(prefix)] != prefix {
+			os.Remove(filepath.Join(c.dir, e.Name()))
+		}
+	}
+}
+
+// A cursor file is the next parent offset to copy, u64 big-endian, then its CRC-32C.
+func (c *copier) loadCursor(pp int) (uint64, error) {
+	b, err := os.ReadFile(c.cursorPath(pp))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(b) != 12 || crc32.Checksum(b[:8], castagnoli) != binary.BigEndian.Uint32(b[8:]) {
+		// A torn cursor only costs re-copying from the attach point: duplicates, never loss.
+		c.b.log.Warn("fan-out cursor is damaged; copying again from the attach point", "file", c.cursorPath(pp))
+		return 0, nil
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+func (c *copier) saveCursor(pp int, next uint64) error {
+	b := binary.BigEndian.AppendUint64(nil, next)
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	return writeFileSync(c.cursorPath(pp), b)
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func (c *copier) run() {
+	defer close(c.done)
+	backoff := time.Duration(0)
+	for {
+		wake := c.parent.sig.wait()
+		next, err := c.round()
+		if err != nil {
+			if errors.Is(err, partition.ErrClosed) {
+				return // a topic was closed; reconcile replaces or ends this copier
+			}
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			c.b.log.Error("fan-out copy failed; retrying", "parent", c.parent.name, "child", c.child.name, "err", err, "retry_in", backoff)
+			next = backoff
+		} else {
+			backoff = 0
+		}
+		if next == 0 {
+			select {
+			case <-c.stop:
+				return
+			default:
+				continue // more to copy right away
+			}
+		}
+		var timer *time.Timer
+		var fire <-chan time.Time
+		if next > 0 {
+			timer = time.NewTimer(next)
+			fire = timer.C
+		}
+		select {
+		case <-c.stop:
+		case <-c.parent.done:
+		case <-c.child.done:
+		case <-wake:
+		case <-fire:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		select {
+		case <-c.stop:
+			return
+		case <-c.parent.done:
+			return
+		case <-c.child.done:
+			return
+		default:
+		}
+	}
+}
+
+// round copies one batch from every parent partition. It returns 0 when more is ready
+// now, a positive wait until the next delayed message is due, or -1 to wait for new data.
+func (c *copier) round() (time.Duration, error) {
+	wait := time.Duration(-1)
+	now := partition.WallMillis()
+	for pp, p := range c.parent.parts {
+		from := c.cursors[pp].Load()
+		recs, err := p.Read(from, copyBatch)
+		if err != nil {
+			return 0, err
+		}
+		if len(recs) == 0 {
+			continue
+		}
+		if recs[0].Offset > from {
+			c.b.log.Warn("fan-out fell behind retention; messages aged out of the parent before they were copied",
+				"parent", c.parent.name, "child", c.child.name, "partition", pp, "from", from, "to", recs[0].Offset)
+		}
+		due := len(recs)
+		if c.delayMs > 0 {
+			for i, r := range recs {
+				if r.Timestamp+c.delayMs > now {
+					due = i
+					d := time.Duration(r.Timestamp+c.delayMs-now) * time.Millisecond
+					if wait < 0 || d < wait {
+						wait = d
+					}
+					break
+				}
+			}
+		}
+		if due == 0 {
+			continue
+		}
+		if err := c.copy(pp, recs[:due]); err != nil {
+			return 0, err
+		}
+		next := recs[due-1].Offset + 1
+		if err := c.saveCursor(pp, next); err != nil {
+			return 0, fmt.Errorf("saving the fan-out cursor: %w", err)
+		}
+		c.cursors[pp].Store(next)
+		if due == copyBatch {
+			wait = 0
+		}
+	}
+	return wait, nil
+}
+
+// copy appends records to the child: the same partition index when the partition
+// counts match, the key's hash otherwise (keyless: the parent partition modulo the
+// child's count), one append per child partition.
+func (c *copier) copy(pp int, recs []segment.Record) error {
+	n := len(c.child.parts)
+	groups := make(map[int][]segment.Record, 1)
+	for _, r := range recs {
+		cp := pp % n
+		if len(c.parent.parts) != n && r.Key != nil {
+			cp = PartitionForKey(r.Key, n)
+		}
+		groups[cp] = append(groups[cp], segment.Record{Key: r.Key, Value: r.Value, Attrs: r.Attrs})
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for cp, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.child.parts[cp].Append(g); err != nil {
+				mu.Lock()
+				firstErr = errors.Join(firstErr, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		c.b.metrics.FanoutCopied.WithLabelValues(c.child.name).Add(float64(len(recs)))
+	}
+	return firstErr
+}
+
+// ChildInfo describes one attached child for listing.
+type ChildInfo struct {
+	Name    string
+	DelayMs int64
+	Lag     []ChildLag
+}
+
+// ChildLag is how far a child's copy is behind one parent partition.
+type ChildLag struct {
+	Partition          int32
+	ParentNext, Cursor uint64
+}
+
+func (b *Broker) parentStart(parent string) ([]uint64, error) {
+	t, err := b.lookup(parent)
+	if err != nil {
+		return nil, err
+	}
+	start := make([]uint64, len(t.parts))
+	for i, p := range t.parts {
+		start[i] = p.Stats().End
+	}
+	return start, nil
+}
+
+// AttachChild links an existing topic as a child of parent: from now on every message
+// committed to parent is copied to it (after delayMs, for a delay child).
+func (b *Broker) AttachChild(ctx context.Context, parent, child string, delayMs int64) (ChildInfo, error) {
+	if err := b.ensureReady(); err != nil {
+		return ChildInfo{}, err
+	}
+	if err := errors.Join(checkName(parent), checkName(child)); err != nil {
+		return ChildInfo{}, firstInvalid(err)
+	}
+	if err := checkDelay(delayMs); err != nil {
+		return ChildInfo{}, err
+	}
+	if _, err := b.lookup(child); err != nil {
+		return ChildInfo{}, err
+	}
+	start, err := b.parentStart(parent)
+	if err != nil {
+		return ChildInfo{}, err
+	}
+	if _, err := b.meta.AttachChild(parent, child, delayMs, start); err != nil {
+		return ChildInfo{}, mapMetaErr(err)
+	}
+	if err := b.reconcile(false); err != nil {
+		return ChildInfo{}, errors.Join(ErrStorage, err)
+	}
+	infos, err := b.Children(parent)
+	if err != nil {
+		return ChildInfo{}, err
+	}
+	for _, ci := range infos {
+		if ci.Name == child {
+			return ci, nil
+		}
+	}
+	return ChildInfo{Name: child, DelayMs: delayMs}, nil
+}
+
+func checkDelay(delayMs int64) error {
+	if delayMs < 0 || delayMs > 365*24*3600*1000 {
+		return invalid("invalid_parameter", "fanout_delay_ms must be between 1 ms and 1 year (0 for no delay), got %d", delayMs)
+	}
+	return nil
+}
+
+// DetachChild stops copying parent's messages to child; both topics stay.
+func (b *Broker) DetachChild(ctx context.Context, parent, child string) error {
+	if err := b.ensureReady(); err != nil {
+		return err
+	}
+	if err := errors.Join(checkName(parent), checkName(child)); err != nil {
+		return firstInvalid(err)
+	}
+	if _, err := b.meta.DetachChild(parent, child); err != nil {
+		return mapMetaErr(err)
+	}
+	return b.reconcile(false)
+}
+
+// Children lists parent's children with how far each is behind, per partition.
+func (b *Broker) Children(parent string) ([]ChildInfo, error) {
+	pt, err := b.lookup(parent)
+	if err != nil {
+		return nil, err
+	}
+	var out []ChildInfo
+	for _, m := range b.meta.Topics() {
+		if m.Parent != parent || m.ParentIncarnation != pt.incarnation {
+			continue
+		}
+		ci := ChildInfo{Name: m.Name, DelayMs: m.FanoutDelayMs}
+		b.copiersMu.Lock()
+		c := b.copiers[copierKey{child: m.Name, childInc: m.Incarnation, attachID: m.AttachID}]
+		b.copiersMu.Unlock()
+		for i, p := range pt.parts {
+			l := ChildLag{Partition: int32(i), ParentNext: p.Stats().End}
+			if c != nil {
+				l.Cursor = c.cursors[i].Load()
+			} else if i < len(m.FanoutStart) {
+				l.Cursor = m.FanoutStart[i]
+			}
+			ci.Lag = append(ci.Lag, l)
+		}
+		out = append(out, ci)
+	}
+	return out, nil
+}
+
+// reconcileCopiers runs one copier per attached child and stops the rest.
+func (b *Broker) reconcileCopiers(want []meta.Topic) {
+	byName := make(map[string]meta.Topic, len(want))
+	for _, m := range want {
+		byName[m.Name] = m
+	}
+	live := make(map[copierKey]meta.Topic)
+	for _, m := range want {
+		if p, ok := byName[m.Parent]; ok && m.Parent != "" && p.Incarnation == m.ParentIncarnation {
+			live[copierKey{child: m.Name, childInc: m.Incarnation, attachID: m.AttachID}] = m
+		}
+	}
+	b.copiersMu.Lock()
+	defer b.copiersMu.Unlock()
+	for k, c := range b.copiers {
+		if _, ok := live[k]; !ok {
+			c.close()
+			delete(b.copiers, k)
+		}
+	}
+	for k, m := range live {
+		if _, ok := b.copiers[k]; ok {
+			continue
+		}
+		b.mu.RLock()
+		parent, child := b.topics[m.Parent], b.topics[m.Name]
+		b.mu.RUnlock()
+		if parent == nil || child == nil || parent.incarnation != m.ParentIncarnation || child.incarnation != m.Incarnation {
+			continue
+		}
+		c, err := b.startCopier(parent, child, m)
+		if err != nil {
+			b.log.Error("starting fan-out failed", "parent", m.Parent, "child", m.Name, "err", err)
+			continue
+		}
+		b.copiers[k] = c
+	}
+}
+
+func (b *Broker) stopCopiers() {
+	b.copiersMu.Lock()
+	defer b.copiersMu.Unlock()
+	for k, c := range b.copiers {
+		c.close()
+		delete(b.copiers, k)
+	}
+}

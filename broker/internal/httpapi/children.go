@@ -1,0 +1,51 @@
+package httpapi
+
+import (
+	"context"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/broker"
+)
+
+func childJSON(c broker.ChildInfo) apigen.Child {
+	lag := make([]apigen.ChildLag, len(c.Lag))
+	for i, l := range c.Lag {
+		behind := int64(0)
+		if l.ParentNext > l.Cursor {
+			behind = int64(l.ParentNext - l.Cursor)
+		}
+		lag[i] = apigen.ChildLag{Partition: l.Partition, ParentNextOffset: int64(l.ParentNext), ChildCursor: int64(l.Cursor), Lag: behind}
+	}
+	return apigen.Child{Child: c.Name, FanoutDelayMs: c.DelayMs, Lag: &lag}
+}
+
+func (h *handlers) AttachChild(ctx context.Context, r apigen.AttachChildRequestObject) (apigen.AttachChildResponseObject, error) {
+	delay := int64(0)
+	if r.Body.FanoutDelayMs != nil {
+		delay = *r.Body.FanoutDelayMs
+	}
+	c, err := h.b.AttachChild(ctx, r.Topic, r.Body.Child, delay)
+	if err != nil {
+		return nil, err
+	}
+	return apigen.AttachChild201JSONResponse(childJSON(c)), nil
+}
+
+func (h *handlers) ListChildren(ctx context.Context, r apigen.ListChildrenRequestObject) (apigen.ListChildrenResponseObject, error) {
+	cs, err := h.b.Children(r.Topic)
+	if err != nil {
+		return nil, err
+	}
+	out := apigen.ListChildren200JSONResponse{Children: make([]apigen.Child, len(cs))}
+	for i, c := range cs {
+		out.Children[i] = childJSON(c)
+	}
+	return out, nil
+}
+
+func (h *handlers) DetachChild(ctx context.Context, r apigen.DetachChildRequestObject) (apigen.DetachChildResponseObject, error) {
+	if err := h.b.DetachChild(ctx, r.Topic, r.Child); err != nil {
+		return nil, err
+	}
+	return apigen.DetachChild204Response{}, nil
+}
