@@ -677,6 +677,7 @@ class AsyncConsumer:
             await self._handler(d.message)
         except asyncio.CancelledError:
             if not d.cancelled.is_set():
+                self._finish(d)  # cancelled from outside: free the slot, let it lapse
                 raise
         except Exception as e:
             exc = e
@@ -692,15 +693,16 @@ class AsyncConsumer:
         if exc is not None and not isinstance(exc, plans.Nack):
             log.warning("narad: handler for %s/%d@%d failed: %r", self.topic,
                         d.message.partition, d.message.offset, exc)
-        if gave_up:
+        try:
+            if gave_up:
+                return
+            self._counters.add("succeeded" if exc is None else "failed")
+            if outcome == "ok":
+                await self._settle(d, ack=True, delay=0.0)
+            else:
+                await self._settle(d, ack=False, delay=delay)
+        finally:
             self._finish(d)
-            return
-        self._counters.add("succeeded" if exc is None else "failed")
-        if outcome == "ok":
-            await self._settle(d, ack=True, delay=0.0)
-        else:
-            await self._settle(d, ack=False, delay=delay)
-        self._finish(d)
 
     async def _settle(self, d: plans.Delivery, *, ack: bool, delay: float) -> None:
         handle = d.message.receipt_handle or ""

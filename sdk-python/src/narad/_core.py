@@ -364,11 +364,14 @@ class CallState(Generic[T]):
         return url
 
     def attempt_timeout(self) -> float:
-        """attempt_timeout bounds the next attempt: the call's deadline, never below wait."""
-        remaining = self.deadline - self.clock()
+        """attempt_timeout bounds the next attempt by what is left of the call's deadline.
+
+        A long poll's attempt always gets its wait plus a margin, so a short client
+        timeout never cuts a poll that is simply waiting for a message.
+        """
         if self.call.wait:
-            return max(self.call.wait + POLL_MARGIN, min(remaining, self.call.wait + POLL_MARGIN))
-        return max(0.05, remaining)
+            return self.call.wait + POLL_MARGIN
+        return max(0.05, self.deadline - self.clock())
 
     def expired(self) -> Fail:
         """Expired is the failure for a deadline reached before any attempt finished."""
@@ -422,9 +425,9 @@ class CallState(Generic[T]):
                                   code="connection_lost")
             self._opened(url, self.pool.failure(url, hard=False))
             err.uncertain = self._uncertain()
-            if not self._may_repeat():
-                return Fail(err)
         self._report(url, None, err)
+        if how is not Transport.NOT_SENT and not self._may_repeat():
+            return Fail(err)
         return self._retry(err, failover=how is Transport.NOT_SENT, retry_after=None)
 
     # -- helpers

@@ -681,7 +681,7 @@ class Consumer:
         exc: BaseException | None = None
         try:
             self._handler(d.message)
-        except Exception as e:
+        except BaseException as e:  # SystemExit in a worker must not leak its slot
             exc = e
         finally:
             plans.reset_current(token)
@@ -696,15 +696,16 @@ class Consumer:
         if exc is not None and not isinstance(exc, plans.Nack):
             log.warning("narad: handler for %s/%d@%d failed: %r", self.topic,
                         d.message.partition, d.message.offset, exc)
-        if gave_up:
+        try:
+            if gave_up:
+                return
+            self._counters.add("succeeded" if exc is None else "failed")
+            if outcome == "ok":
+                self._settle(d, ack=True, delay=0.0)
+            else:
+                self._settle(d, ack=False, delay=delay)
+        finally:
             self._finish(d)
-            return
-        self._counters.add("succeeded" if exc is None else "failed")
-        if outcome == "ok":
-            self._settle(d, ack=True, delay=0.0)
-        else:
-            self._settle(d, ack=False, delay=delay)
-        self._finish(d)
 
     def _settle(self, d: plans.Delivery, *, ack: bool, delay: float) -> None:
         handle = d.message.receipt_handle or ""
