@@ -47,9 +47,9 @@ export interface ConsumeOptions {
 
 /** ConsumerStats count what a consumer did so far. */
 export interface ConsumerStats {
-  /** Messages acked (confirmed). */
+  /** Messages acked (confirmed), by the consumer or by the handler itself. */
   acked: number;
-  /** Messages handed back after a handler failure or at shutdown. */
+  /** Messages handed back after a handler failure or at shutdown, or by the handler itself. */
   nacked: number;
   /** Messages whose lease was lost while their handler ran. */
   leaseLost: number;
@@ -315,7 +315,12 @@ export class Consumer implements AsyncDisposable {
       r.timer = undefined;
     }
     if (r.lost || msg.state === "lost") return; // never ack a message whose lease is gone
-    if (msg.settled) return; // the handler settled it itself
+    if (msg.settled) {
+      // The handler settled it itself: count it, settle nothing more.
+      if (msg.state === "acked") this.stats_.acked++;
+      else if (msg.state === "nacked") this.stats_.nacked++;
+      return;
+    }
     if (!failed && r.ctl.signal.aborted) {
       // Cut by the shutdown grace: hand it back rather than ack unfinished work.
       failed = true;

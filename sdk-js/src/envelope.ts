@@ -90,6 +90,14 @@ export class Envelope implements SelfEncoding {
   }
 
   /**
+   * @internal fromEncoded wraps already-encoded bytes as the given kind, keeping them
+   * exact (a plain message re-routed by retry tiers).
+   */
+  static fromEncoded(body: EncodedBody, opts: EnvelopeOptions = {}): Envelope {
+    return new Envelope(body, opts);
+  }
+
+  /**
    * decode reads an envelope from a message body; undefined when the bytes are not one
    * (so plain messages and envelopes can share a topic).
    */
@@ -145,9 +153,16 @@ export class Envelope implements SelfEncoding {
     if (this.notBefore !== undefined) w.not_before = this.notBefore;
     if (this.lastError !== undefined) w.last_error = this.lastError;
     if (this.origin !== undefined) w.origin = this.origin;
-    if (this.bodyKind === "json") w.body = JSON.parse(utf8Decode(this.body)) as unknown;
-    else if (this.bodyKind === "text") w.body_text = utf8Decode(this.body);
-    else w.body_base64 = toBase64(this.body);
-    return { bytes: utf8Encode(JSON.stringify(w)), contentType: "application/json", kind: "json" };
+    let json: string;
+    if (this.bodyKind === "json") {
+      // Splice the body's own JSON text in, so its bytes stay exactly as given.
+      const head = JSON.stringify(w);
+      json = `${head.slice(0, -1)},"body":${utf8Decode(this.body)}}`;
+    } else {
+      if (this.bodyKind === "text") w.body_text = utf8Decode(this.body);
+      else w.body_base64 = toBase64(this.body);
+      json = JSON.stringify(w);
+    }
+    return { bytes: utf8Encode(json), contentType: "application/json", kind: "json" };
   }
 }

@@ -4,6 +4,7 @@ import { Envelope } from "./envelope.js";
 import type { Message } from "./message.js";
 import type { CallOptions } from "./options.js";
 import type { TopicSettings } from "./types.js";
+import { utf8Decode } from "./internal/util.js";
 
 /** RetryTier is one delay step: a plain topic where failed messages wait `delayMs`. */
 export interface RetryTier {
@@ -68,7 +69,22 @@ export class RetryTiers {
 
   /** envelopeOf returns a message's envelope, wrapping a plain message as attempt 1. */
   envelopeOf(msg: Message): Envelope {
-    return msg.envelope() ?? Envelope.wrap(msg.body, { origin: msg.topic });
+    const env = msg.envelope();
+    if (env) return env;
+    // A plain message keeps its exact bytes; its kind is what they are (JSON, text or
+    // bytes), so the parked envelope stays readable, as in the other SDKs.
+    let kind: "json" | "text" | "bytes" = "bytes";
+    try {
+      const text = utf8Decode(msg.body);
+      kind = "text";
+      if (msg.body.length > 0) {
+        JSON.parse(text);
+        kind = "json";
+      }
+    } catch {
+      // not UTF-8, or not JSON
+    }
+    return Envelope.fromEncoded({ bytes: msg.body, contentType: "", kind }, { origin: msg.topic });
   }
 
   /**

@@ -174,7 +174,7 @@ describe("consume", () => {
     }, { waitMs: 500 });
     await waitFor(() => done, "the handler");
     await consumer.stop();
-    assert.equal(consumer.stats.acked, 0);
+    assert.equal(consumer.stats.acked, 1, "counted, but acked only once");
     assert.equal(consumer.stats.ackFailed, 0);
     assert.equal(await backlog(topic), 0);
   });

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
-import { Client, Envelope, RetryTiers } from "@narad/client";
+import { Client, Envelope, RetryTiers, type Message } from "@narad/client";
 import { otelTracing, traceContext, contextFromEnvelope, type OtelApi, type OtelSpan } from "@narad/client/otel";
 import { bytesEqual, startBroker, topicName, waitFor, type TestBroker } from "./helpers.js";
 
@@ -94,6 +94,22 @@ describe("retry tiers", () => {
       assert.equal(d.partitionStats[0]?.backlog, 0, `${t} is settled`);
     }
     assert.equal((await client.readMessages(`${main}.parking`, 0)).messages.length, 1);
+
+    // route() on a plain message: the envelope keeps its kind and value, attempt 1 → tier 1.
+    await client.produce(main, { plain: [1, 2] });
+    await client.produce(main, new Uint8Array([0xff, 0]));
+    const plain = (await client.readMessages(main, 0)).messages.slice(-2);
+    const r1 = await tiers.route(plain[0] as Message, new Error("nope"));
+    assert.equal(r1.topic, `${main}.retry1`);
+    assert.equal(r1.envelope.bodyKind, "json");
+    assert.deepEqual(r1.envelope.json(), { plain: [1, 2] });
+    assert.equal(r1.envelope.attempt, 2);
+    const r2 = await tiers.route(plain[1] as Message, "bad bytes");
+    assert.equal(r2.envelope.bodyKind, "bytes");
+    assert.ok(bytesEqual(r2.envelope.body, new Uint8Array([0xff, 0])));
+    const stored = (await client.readMessages(`${main}.retry1`, 0)).messages.at(-1)?.envelope();
+    assert.equal(stored?.lastError, "bad bytes");
+    assert.equal(stored?.origin, main);
   });
 });
 
