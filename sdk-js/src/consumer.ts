@@ -237,10 +237,10 @@ export class Consumer implements AsyncDisposable {
   private scheduleLease(r: Running): void {
     if (r.lost) return;
     const now = Date.now();
-    const held = now - r.msg.receivedAt;
-    if (this.renew && held + this.leaseMs <= this.maxLeaseMs) {
-      // Renew half-way through the window, well before two thirds of it.
-      const at = r.leaseEnd - this.leaseMs / 2;
+    // Renew half-way through the window, well before two thirds of it, while the lease
+    // that renewal makes still ends within maxLeaseMs of receipt; then let it run out.
+    const at = r.leaseEnd - this.leaseMs / 2;
+    if (this.renew && at - r.msg.receivedAt + this.leaseMs <= this.maxLeaseMs) {
       r.timer = setTimeout(() => void this.renewLease(r), Math.max(0, at - now));
     } else {
       r.timer = setTimeout(() => this.loseLease(r, new LeaseLostError("the lease ran out (renewal off or past maxLeaseMs)", { code: "lease_lost" })), Math.max(0, r.leaseEnd - now));

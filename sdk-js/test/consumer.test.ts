@@ -142,6 +142,30 @@ describe("consume", () => {
     assert.equal(consumer.stats.acked, 0);
   });
 
+  it("stops renewing at maxLeaseMs and then aborts the handler", async () => {
+    const topic = await newTopic(1000);
+    await client.produce(topic, "endless");
+    let reason: unknown;
+    let started = 0;
+    const consumer = client.consume(
+      topic,
+      async (m, { signal }) => {
+        if (m.deliveryAttempt !== 1) return;
+        started = Date.now();
+        await new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
+        reason = signal.reason;
+      },
+      { waitMs: 300, maxLeaseMs: 1500 },
+    );
+    await waitFor(() => reason !== undefined, "the abort at the max lease");
+    const held = Date.now() - started;
+    assert.ok(reason instanceof LeaseLostError, String(reason));
+    assert.ok(held >= 1300, `aborted after ${held} ms`);
+    assert.equal(consumer.stats.renewed, 1, "one renewal fits in 1.5 s of a 1 s window");
+    await waitFor(() => consumer.stats.acked === 1, "the redelivery's ack");
+    await consumer.stop();
+  });
+
   it("hands a failed message back with the configured delay; handler errors never kill the loop", async () => {
     const topic = await newTopic();
     await client.produce(topic, "flaky");
