@@ -242,6 +242,9 @@ def test_durations() -> None:
     assert core.nack("t", "h", 0).request.params[-1] == ("extend", "0")
     assert core.nack("t", "h", 1.5).request.params[-1] == ("extend", "1500")
     assert core.extend("t", "h").request.params[-1] == ("extend", "true")
+    # The broker refuses leases past 12 h; longer delays are capped (and come round again).
+    assert core.nack("t", "h", 86400).request.params[-1] == ("extend", "43200000")
+    assert core.extend("t", "h", 86400).request.params[-1] == ("extend", "43200000")
     with pytest.raises(narad.BadRequest):
         core.extend("t", "h", 0)
     with pytest.raises(narad.BadRequest):

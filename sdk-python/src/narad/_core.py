@@ -52,6 +52,8 @@ EventHook = Callable[[Event], None]
 
 MAX_WAIT = 20.0
 """The broker caps a long poll at 20 s."""
+MAX_EXTEND = 12 * 3600.0
+"""The longest lease an ack's ``extend`` may set; the broker refuses longer with 400."""
 POLL_MARGIN = 5.0
 """Extra time a long poll's attempt gets beyond its wait before the client gives up."""
 
@@ -741,13 +743,13 @@ def nack(topic: str, handle: str, delay: Duration = 0.0) -> Call[None]:
                       (("receipt_handle", handle), ("extend", "0")))
         return Call("nack", req, _none, Kind.READ, topic, ok_after_lost_reply=frozenset({410}))
     req = Request("POST", f"/v1/topics/{_t(topic)}/ack",
-                  (("receipt_handle", handle), ("extend", ms_param(d))))
+                  (("receipt_handle", handle), ("extend", ms_param(min(d, MAX_EXTEND)))))
     return Call("nack", req, _none, Kind.READ, topic)
 
 
 def extend(topic: str, handle: str, duration: Duration | None = None) -> Call[None]:
     """Extend renews a lease: for the topic's visibility timeout, or ``duration`` from now."""
-    value = "true" if duration is None else ms_param(duration)
+    value = "true" if duration is None else ms_param(min(seconds(duration), MAX_EXTEND))
     if value == "0":
         raise BadRequest("extend needs a positive duration (use nack to hand back)",
                          code="invalid_parameter")
