@@ -598,8 +598,10 @@ export class Client implements AsyncDisposable {
   // ---- fan-out and delay children ----
 
   /**
-   * attachChild copies every message committed to `parent` from now on into `child`;
-   * with `fanoutDelayMs` the copies become consumable that much later (a delay child).
+   * attachChild copies every message committed to `parent` from now on (no backfill)
+   * durably into `child`, with its key; with `fanoutDelayMs` the copies become
+   * consumable that much after the parent committed them (a delay child). 409 Conflict
+   * when the child already has a parent, would form a chain, or the schemas differ.
    */
   async attachChild(parent: string, child: string, opts: CallOptions & { fanoutDelayMs?: number } = {}): Promise<ChildInfo> {
     const body: S["AttachChildRequest"] = { child };

@@ -37,7 +37,7 @@ export interface TopicSettings {
   maxAckedAheadPerPartition?: number;
   /** Replicas per partition (default 1 on a single node). */
   replicationFactor?: number;
-  /** A JSON Schema for JSON payloads (not yet enforced by the broker). */
+  /** A JSON Schema (draft 2020-12) every produced payload must match (400 `schema_violation` otherwise). A child without one inherits its parent's. */
   schema?: Record<string, unknown> | null;
 }
 
@@ -61,7 +61,7 @@ export interface TopicChanges {
   maxInFlightPerPartition?: number;
   /** New acked-ahead cap per partition. */
   maxAckedAheadPerPartition?: number;
-  /** New JSON Schema, or null to remove it. */
+  /** New JSON Schema; null (sent as `{}`) removes it. */
   schema?: Record<string, unknown> | null;
 }
 
@@ -83,7 +83,7 @@ export interface TopicInfo {
   maxAckedAheadPerPartition: number;
   /** Replicas per partition. */
   replicationFactor: number;
-  /** The JSON Schema, if any. */
+  /** The JSON Schema, or null when there is none. */
   schema: Record<string, unknown> | null;
   /** The parent topic, for a child. */
   parent: string | null;
@@ -216,7 +216,8 @@ export function topicFromWire(t: S["Topic"]): TopicInfo {
     maxInFlightPerPartition: t.max_in_flight_per_partition,
     maxAckedAheadPerPartition: t.max_acked_ahead_per_partition,
     replicationFactor: t.replication_factor,
-    schema: t.schema ?? null,
+    // `{}` means no schema, as does its absence.
+    schema: t.schema && Object.keys(t.schema).length > 0 ? t.schema : null,
     parent: t.parent ?? null,
     fanoutDelayMs: t.fanout_delay_ms,
     createdAt: new Date(t.created_at),
@@ -251,7 +252,7 @@ export function settingsToWire(s: TopicSettings & { parent?: string; fanoutDelay
   if (s.maxInFlightPerPartition !== undefined) w.max_in_flight_per_partition = s.maxInFlightPerPartition;
   if (s.maxAckedAheadPerPartition !== undefined) w.max_acked_ahead_per_partition = s.maxAckedAheadPerPartition;
   if (s.replicationFactor !== undefined) w.replication_factor = s.replicationFactor;
-  if (s.schema !== undefined) w.schema = s.schema;
+  if (s.schema !== undefined) w.schema = s.schema ?? {};
   if (s.parent !== undefined) w.parent = s.parent;
   if (s.fanoutDelayMs !== undefined) w.fanout_delay_ms = s.fanoutDelayMs;
   return w;

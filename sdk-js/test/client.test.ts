@@ -12,7 +12,6 @@ import {
   LeaseLostError,
   NaradError,
   NotFoundError,
-  NotImplementedError,
   ProduceBatchError,
   TooLargeError,
   BadRequestError,
@@ -289,14 +288,74 @@ describe("topics, cluster and health", () => {
     assert.match(await client.metrics(), /narad_/);
   });
 
-  it("surfaces the broker's 501 for fan-out and delay children as NotImplemented", async () => {
+});
+
+describe("fan-out and delay children", () => {
+  it("attaches, copies, lists with lag and detaches a fan-out child", async () => {
     const parent = await newTopic();
-    const isNotImplemented = (e: unknown) => e instanceof NotImplementedError && e.code === "not_implemented" && e.status === 501 && !e.retryable && e.kind === "NotImplemented";
-    await assert.rejects(client.attachChild(parent, "child", { fanoutDelayMs: 1000 }), isNotImplemented);
-    await assert.rejects(client.listChildren(parent), isNotImplemented);
-    await assert.rejects(client.detachChild(parent, "child"), isNotImplemented);
-    await assert.rejects(client.createChild(parent, topicName("child")), isNotImplemented);
-    await assert.rejects(client.createDelayChild(parent, topicName("delay"), 5000), isNotImplemented);
+    const child = await newTopic();
+    const info = await client.attachChild(parent, child);
+    assert.equal(info.child, child);
+    assert.equal(info.fanoutDelayMs, 0);
+    await client.produce(parent, "fan me out", { key: "k1" });
+    const copy = await waitFor(async () => (await client.receive(child, { waitMs: 1000 }))[0], "the copy in the child");
+    assert.equal(copy.text(), "fan me out");
+    assert.equal(copy.key, "k1");
+    await copy.ack();
+    const parentMsg = await receiveOne(parent);
+    assert.equal(parentMsg.text(), "fan me out", "the parent keeps its own copy");
+    await parentMsg.ack();
+    const listed = await waitFor(async () => {
+      const cs = await client.listChildren(parent);
+      return cs.find((c) => c.child === child && c.lag.every((l) => l.lag === 0)) ;
+    }, "the child's lag to reach 0");
+    assert.equal(listed.lag.length, 1);
+    assert.equal(listed.lag[0]?.parentNextOffset, 1);
+    assert.equal(listed.lag[0]?.childCursor, 1);
+    await assert.rejects(client.attachChild(parent, child), (e: unknown) => e instanceof ConflictError);
+    await client.detachChild(parent, child);
+    assert.deepEqual(await client.listChildren(parent), []);
+    await assert.rejects(client.detachChild(parent, child), (e: unknown) => e instanceof NotFoundError && e.code === "child_not_found");
+  });
+
+  it("creates children with their parent, and a delay child holds copies back", async () => {
+    const parent = await newTopic();
+    const fan = topicName("fan");
+    const created = await client.createChild(parent, fan, { partitions: 1 });
+    assert.equal(created.parent, parent);
+    const delayed = topicName("delay");
+    const d = await client.createDelayChild(parent, delayed, 1500, { partitions: 1 });
+    assert.equal(d.parent, parent);
+    assert.equal(d.fanoutDelayMs, 1500);
+    const t0 = Date.now();
+    await client.produce(parent, { order: 1 });
+    const fast = await waitFor(async () => (await client.receive(fan, { waitMs: 1000 }))[0], "the fan-out copy");
+    assert.deepEqual(fast.json(), { order: 1 });
+    await fast.ack();
+    const late = await waitFor(async () => (await client.receive(delayed, { waitMs: 1000 }))[0], "the delayed copy");
+    assert.ok(Date.now() - t0 >= 1400, `the delayed copy came after ${Date.now() - t0} ms`);
+    assert.deepEqual(late.json(), { order: 1 });
+    await late.ack();
+    await assert.rejects(client.produce(delayed, "direct"), (e: unknown) => e instanceof ConflictError, "no producing into a delay child");
+    const names = (await client.listChildren(parent)).map((c) => c.child).sort();
+    assert.deepEqual(names, [delayed, fan].sort());
+  });
+});
+
+describe("schemas", () => {
+  it("refuses payloads that break the topic's schema, and alters or removes it", async () => {
+    const name = topicName("schema");
+    const schema = { type: "object", required: ["id"], properties: { id: { type: "integer" } } };
+    const t = await client.createTopic({ name, partitions: 1, schema });
+    assert.deepEqual(t.schema, schema);
+    await client.produce(name, { id: 1 });
+    const err = await client.produce(name, { id: "x" }).catch((e: unknown) => e);
+    assert.ok(err instanceof BadRequestError && err.code === "schema_violation", String(err));
+    const batch = await client.produceBatchResults(name, [{ body: { id: 2 } }, { body: { nope: true } }]);
+    assert.ok(batch.every((r) => !r.ok), "an invalid batch is refused whole");
+    const removed = await client.alterTopic(name, { schema: null });
+    assert.equal(removed.schema, null);
+    await client.produce(name, "anything now");
   });
 });
 

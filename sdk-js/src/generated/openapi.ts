@@ -81,8 +81,9 @@ export interface paths {
          * Create a topic
          * @description Creates a topic. It is usable the moment this call returns 201. Creating a name
          *     that exists answers 409 `topic_exists`. With `parent`, the topic is created and
-         *     attached as a child of `parent` in one step (not yet available in this version:
-         *     501).
+         *     attached as a child of `parent` in one step: if the attach is refused (409), the
+         *     topic is not created. With `schema`, every produced payload must be JSON matching
+         *     it (draft 2020-12); an invalid schema is a 400.
          */
         post: operations["createTopic"];
         delete?: never;
@@ -120,8 +121,10 @@ export interface paths {
         /**
          * Alter a topic's live-tunable settings
          * @description Changes any of `retention_ms`, `visibility_timeout_ms`,
-         *     `max_in_flight_per_partition` and `max_acked_ahead_per_partition`. Fields left
-         *     out keep their value. A new visibility timeout applies to leases taken after the
+         *     `max_in_flight_per_partition`, `max_acked_ahead_per_partition` and `schema`
+         *     (`{}` removes it). Fields left out keep their value. 409 when a parent's retention
+         *     would no longer exceed its longest child delay by an hour, or a schema would differ
+         *     from a parent's or child's. A new visibility timeout applies to leases taken after the
          *     change; a shorter retention deletes only whole segments older than it.
          *     The partition count cannot change (400).
          */
@@ -344,14 +347,27 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** List child topics with their lag */
+        /**
+         * List child topics with their lag
+         * @description Per child and per partition of this topic, the next offset here, the next offset the copy will take, and the difference.
+         */
         get: operations["listChildren"];
         put?: never;
         /**
          * Attach a child topic
-         * @description From now on, every message committed to this topic is copied to `child`; with
-         *     `fanout_delay_ms` the copy becomes consumable that long after the parent
-         *     committed it. (Not yet available in this version: 501.)
+         * @description From now on, every message committed to this topic is copied durably to `child`,
+         *     with its key: to the same partition index when the partition counts match, by the
+         *     key's hash otherwise (keyless messages: this partition's index modulo the child's
+         *     count). No backfill; a detach and re-attach starts again at this topic's tail.
+         *     With `fanout_delay_ms` (1 ms to 1 year) each copy becomes consumable no earlier
+         *     than that long after this topic committed it, by the server's clock; producing
+         *     directly into a delay child is refused (409).
+         *
+         *     409 when the child already has a parent, when either side would form a chain
+         *     (children cannot have children), past 64 children, when the child's schema is not
+         *     this topic's (or none), or when this topic's retention is not at least an hour
+         *     longer than the delay. The copy is at least once: a crash may copy the last batch
+         *     twice, never lose one.
          */
         post: operations["attachChild"];
         delete?: never;
@@ -377,7 +393,7 @@ export interface paths {
         post?: never;
         /**
          * Detach a child topic
-         * @description Stops copying to the child. Both topics stay. (Not yet available: 501.)
+         * @description Stops copying to the child. Both topics stay. 404 child_not_found when it is not a child of this topic.
          */
         delete: operations["detachChild"];
         options?: never;
@@ -589,6 +605,7 @@ export interface components {
          *     - `invalid_parameter`: a query or path parameter is malformed or out of range.
          *     - `invalid_payload`: a payload does not match its declared content type.
          *     - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
+         *     - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
          *     - `offset_out_of_range`: the offset has aged out of the partition.
          *     - `unauthenticated`: no or wrong credentials.
          *     - `forbidden`: not allowed.
@@ -608,7 +625,7 @@ export interface components {
          *     - `internal`: a bug; the message says what to report.
          * @enum {string}
          */
-        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "storage_failed" | "timeout" | "not_implemented" | "internal";
+        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "storage_failed" | "timeout" | "not_implemented" | "internal";
         Health: {
             /** @description `ok` or `ready`. */
             status: string;
@@ -645,11 +662,11 @@ export interface components {
              * @description Replicas per partition (default 1 on a single node).
              */
             replication_factor?: number;
-            /** @description A JSON Schema (draft 2020-12) that JSON payloads must match. (Not yet enforced in this version.) */
+            /** @description A JSON Schema (draft 2020-12) every produced payload must match (400 schema_violation otherwise). `{}` means none. A child without one inherits its parent's. */
             schema?: {
                 [key: string]: unknown;
             } | null;
-            /** @description Create this topic as a child of `parent`. (Not yet available in this version.) */
+            /** @description Create this topic as a child of `parent` (atomically). */
             parent?: string | null;
             /**
              * Format: int64
