@@ -127,6 +127,13 @@ export class Replay implements AsyncIterable<Message> {
     const detail = await this.client.getTopic(this.topic, call);
     const parts = this.opts.partition !== undefined ? [this.opts.partition] : detail.partitionStats.map((s) => s.partition);
     const ends = new Map(detail.partitionStats.map((s) => [s.partition, s.nextOffset] as [number, number]));
+    for (const p of parts) {
+      // A cursor past the end (a position from an older life of the topic, say) would be
+      // echoed back by the broker as next_offset and skip everything written below it.
+      const c = this.cursors.get(p);
+      const end = ends.get(p);
+      if (c !== undefined && end !== undefined && c > end) this.cursors.set(p, end);
+    }
     if (this.start.otherwise === "latest") {
       for (const p of parts) if (!this.cursors.has(p)) this.cursors.set(p, ends.get(p) ?? 0);
       this.start = Position.offsets(new Map(this.cursors), "earliest");

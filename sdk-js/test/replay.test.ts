@@ -70,6 +70,11 @@ describe("replay", () => {
     for await (const m of client.replay(topic, { from: Position.offsets({ 0: 2, 1: 3, 2: 1 }) })) fromOffsets.push(m);
     assert.deepEqual(ids(fromOffsets).sort((a, b) => a - b), [5, 6, 8]);
 
+    // A position past the end is clamped to the end, so later messages are not skipped.
+    const ahead = client.replay(topic, { from: Position.offsets({ 0: 50, 1: 50, 2: 50 }) });
+    for await (const m of ahead) assert.fail(`unexpected ${m.offset}`);
+    assert.deepEqual(ahead.position.toJSON().offsets, { "0": 3, "1": 3, "2": 3 });
+
     const onlyOne: Message[] = [];
     for await (const m of client.replay(topic, { partition: 1 })) onlyOne.push(m);
     assert.deepEqual(ids(onlyOne), [1, 4, 7]);
