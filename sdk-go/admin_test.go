@@ -2,6 +2,7 @@ package narad_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -94,20 +95,116 @@ func notImplemented(t *testing.T, what string, err error) {
 	}
 }
 
-// TestChildrenHelpersSurface501: the broker answers 501 for fan-out today; the helpers
-// are written against the spec and surface that as *narad.Error.
-func TestChildrenHelpersSurface501(t *testing.T) {
+// TestChildrenFanOut attaches a child, sees copies arrive with their keys and the lag
+// go to zero, detaches it, and creates a child with its parent in one step.
+func TestChildrenFanOut(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	parent := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
+	child := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
+	ch, err := c.AttachChild(ctx, parent, child, 0)
+	if err != nil || ch.Name != child || ch.FanoutDelay != 0 {
+		t.Fatalf("attach: %+v %v", ch, err)
+	}
+	if _, err := c.AttachChild(ctx, parent, child, 0); !errors.Is(err, narad.ErrConflict) {
+		t.Fatalf("second attach: %v", err)
+	}
+	for i := 0; i < 4; i++ {
+		if _, err := c.Produce(ctx, parent, []byte{byte(i)}, narad.WithKey("k")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 20*time.Second, "the copies to be made", func() bool {
+		cs, err := c.Children(ctx, parent)
+		if err != nil || len(cs) != 1 || cs[0].Name != child || len(cs[0].Lag) != 2 {
+			return false
+		}
+		for _, l := range cs[0].Lag {
+			if l.Lag != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	msgs, err := c.Receive(ctx, child, narad.WithMaxMessages(10), narad.WithWait(5*time.Second))
+	if err != nil || len(msgs) != 4 {
+		t.Fatalf("child got %d messages (%v)", len(msgs), err)
+	}
+	for _, m := range msgs {
+		if m.Key != "k" || len(m.Bytes()) != 1 {
+			t.Fatalf("copy %+v %q", m, m.Bytes())
+		}
+	}
+	if _, err := c.AckBatch(ctx, child, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DetachChild(ctx, parent, child); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DetachChild(ctx, parent, child); !errors.Is(err, narad.ErrNotFound) {
+		t.Fatalf("second detach: %v", err)
+	}
+	if cs, err := c.Children(ctx, parent); err != nil || len(cs) != 0 {
+		t.Fatalf("children after detach: %+v %v", cs, err)
+	}
+	// Create-with-parent; children cannot have children.
+	info, err := c.CreateChild(ctx, parent, child+"-b", 0, narad.TopicConfig{Partitions: 1})
+	if err != nil || info.Parent != parent {
+		t.Fatalf("create with parent: %+v %v", info, err)
+	}
+	_, err = c.CreateChild(ctx, child+"-b", child+"-c", 0, narad.TopicConfig{})
+	var e *narad.Error
+	if !errors.Is(err, narad.ErrConflict) || !errors.As(err, &e) || e.Status != http.StatusConflict {
+		t.Fatalf("grandchild: %v", err)
+	}
+}
+
+// TestDelayChild: a delay child's copy becomes consumable no earlier than the delay
+// after the parent committed it, and producing straight into it is refused.
+func TestDelayChild(t *testing.T) {
 	c := newClient(t)
 	ctx := ctxT(t)
 	parent := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
-	child := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
-	_, err := c.AttachChild(ctx, parent, child, time.Second)
-	notImplemented(t, "attach", err)
-	_, err = c.Children(ctx, parent)
-	notImplemented(t, "list", err)
-	notImplemented(t, "detach", c.DetachChild(ctx, parent, child))
-	_, err = c.CreateChild(ctx, parent, child+"-new", time.Minute, narad.TopicConfig{})
-	notImplemented(t, "create with parent", err)
+	delayed := parent + "-later"
+	info, err := c.CreateChild(ctx, parent, delayed, 700*time.Millisecond, narad.TopicConfig{Partitions: 1})
+	if err != nil || info.FanoutDelay != 700*time.Millisecond || info.Parent != parent {
+		t.Fatalf("create delay child: %+v %v", info, err)
+	}
+	if _, err := c.Produce(ctx, delayed, "direct"); !errors.Is(err, narad.ErrConflict) {
+		t.Fatalf("produce into a delay child: %v", err)
+	}
+	if _, err := c.Produce(ctx, parent, "remind me"); err != nil {
+		t.Fatal(err)
+	}
+	m := receiveOne(t, c, delayed)
+	parentMsg := firstReplayed(t, c, parent)
+	if d := time.Since(parentMsg.Timestamp); d < 650*time.Millisecond || string(m.Bytes()) != "remind me" {
+		t.Fatalf("copy %q consumable %s after the parent's commit", m.Bytes(), d)
+	}
+	m.Ack(ctx)
+	cs, err := c.Children(ctx, parent)
+	if err != nil || len(cs) != 1 || cs[0].FanoutDelay != 700*time.Millisecond {
+		t.Fatalf("children %+v %v", cs, err)
+	}
+}
+
+func TestSchemaViolationIsABadRequest(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	schema := json.RawMessage(`{"type":"object","required":["id"],"properties":{"id":{"type":"integer"}}}`)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1, Schema: schema})
+	if _, err := c.Produce(ctx, topic, map[string]int{"id": 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Produce(ctx, topic, map[string]string{"id": "one"})
+	var e *narad.Error
+	if !errors.Is(err, narad.ErrBadRequest) || !errors.As(err, &e) || e.Code != "schema_violation" || narad.Retryable(err) {
+		t.Fatalf("schema violation: %v", err)
+	}
+	info, err := c.Topic(ctx, topic)
+	if err != nil || len(info.Schema) == 0 {
+		t.Fatalf("schema not shown: %+v %v", info, err)
+	}
 }
 
 // TestUsersAndAuth runs a private broker with security on: admin manages users, a

@@ -30,8 +30,10 @@ type ChildLag struct {
 }
 
 // AttachChild makes child (an existing topic) receive a copy of every message committed
-// to parent from now on, delay after the commit (0 for at once). This broker version
-// answers 501: the error wraps ErrNotImplemented.
+// to parent from now on, with its key, delay after the commit (0 for at once: a delay
+// child otherwise). There is no backfill. The broker refuses (ErrConflict) a child that
+// already has a parent, chains (children cannot have children), more than 64 children,
+// differing schemas, and a parent whose retention does not exceed the delay by an hour.
 func (c *Client) AttachChild(ctx context.Context, parent, child string, delay time.Duration) (*Child, error) {
 	req := api.AttachChildRequest{Child: child}
 	if delay > 0 {

@@ -266,6 +266,8 @@ type call struct {
 	allowDup bool
 	// attempts overrides the client's policy when > 0.
 	attempts int
+	// count is how many messages the request carries, for observers.
+	count int
 }
 
 // reply is a successful (2xx) answer.
@@ -325,7 +327,7 @@ func (c *Client) do(ctx context.Context, cl *call) (*reply, error) {
 			}
 		}
 		c.log.Debug("narad: retrying", "op", cl.op, "topic", cl.topic, "attempt", attempt, "wait", wait, "err", e)
-		c.observe(Event{Kind: EventRetry, Op: cl.op, Topic: cl.topic, Node: n.base, Attempt: attempt, Err: e, Start: time.Now(), Duration: wait})
+		c.observe(Event{Kind: EventRetry, Context: ctx, Op: cl.op, Topic: cl.topic, Node: n.base, Attempt: attempt, Err: e, Start: time.Now(), Duration: wait})
 		if wait > 0 {
 			t := time.NewTimer(wait)
 			select {
@@ -394,7 +396,7 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 			resp = nil
 		}
 	}
-	ev := Event{Kind: EventRequest, Op: cl.op, Topic: cl.topic, Node: n.base, Attempt: attempt, Start: start, Duration: time.Since(start)}
+	ev := Event{Kind: EventRequest, Context: ctx, Op: cl.op, Topic: cl.topic, Node: n.base, Attempt: attempt, Messages: cl.count, Start: start, Duration: time.Since(start)}
 	if err != nil {
 		e := &Error{Op: cl.op, Topic: cl.topic, Node: n.base, Err: err}
 		switch {

@@ -294,7 +294,7 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 	start := time.Now()
 	err := cs.invoke(hctx, m)
 	l.stop()
-	cs.c.observe(Event{Kind: EventProcess, Topic: cs.topic, Message: m, Start: start, Duration: time.Since(start), Err: err})
+	cs.c.observe(Event{Kind: EventProcess, Context: hctx, Topic: cs.topic, Message: m, Start: start, Duration: time.Since(start), Err: err})
 	if err != nil {
 		cs.failed.Add(1)
 		var pe *PanicError
@@ -309,7 +309,7 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 	switch {
 	case lost:
 		cs.lost.Add(1)
-		cs.c.observe(Event{Kind: EventSettle, Topic: cs.topic, Message: m, Outcome: "lost", Start: time.Now(), Err: ErrLeaseLost})
+		cs.c.observe(Event{Kind: EventSettle, Context: ctx, Topic: cs.topic, Message: m, Outcome: "lost", Start: time.Now(), Err: ErrLeaseLost})
 		cs.report(&Error{Op: "consume", Topic: cs.topic, Code: CodeLeaseLost, Message: fmt.Sprintf("lease of partition %d offset %d was lost; not acked, it is delivered again", m.Partition, m.Offset), kind: ErrLeaseLost}, false)
 	case settled:
 		// The handler settled it.
@@ -359,13 +359,13 @@ func (cs *Consumer) settle(ctx context.Context, m *Message, op string, delay tim
 		} else {
 			cs.nacked.Add(1)
 		}
-		cs.c.observe(Event{Kind: EventSettle, Topic: cs.topic, Op: op, Message: m, Outcome: op, Start: start, Duration: time.Since(start)})
+		cs.c.observe(Event{Kind: EventSettle, Context: sctx, Topic: cs.topic, Op: op, Message: m, Outcome: op, Start: start, Duration: time.Since(start)})
 	case errors.Is(err, ErrLeaseLost):
 		cs.lost.Add(1)
-		cs.c.observe(Event{Kind: EventSettle, Topic: cs.topic, Op: op, Message: m, Outcome: "lost", Start: start, Duration: time.Since(start), Err: err})
+		cs.c.observe(Event{Kind: EventSettle, Context: sctx, Topic: cs.topic, Op: op, Message: m, Outcome: "lost", Start: start, Duration: time.Since(start), Err: err})
 		cs.report(err, false)
 	default:
-		cs.c.observe(Event{Kind: EventSettle, Topic: cs.topic, Op: op, Message: m, Outcome: "failed", Start: start, Duration: time.Since(start), Err: err})
+		cs.c.observe(Event{Kind: EventSettle, Context: sctx, Topic: cs.topic, Op: op, Message: m, Outcome: "failed", Start: start, Duration: time.Since(start), Err: err})
 		cs.report(err, false)
 	}
 }

@@ -290,12 +290,23 @@ func ExampleClient_CreateChild() {
 	c, _ := narad.New([]string{endpoint()})
 	defer c.Close()
 
-	// Every message committed to "orders" from now on is copied to
-	// "orders.reminders" one hour later: a delay child.
-	_, err := c.CreateChild(ctx, "orders", "orders.reminders", time.Hour, narad.TopicConfig{})
-	if errors.Is(err, narad.ErrNotImplemented) {
-		fmt.Println("this broker version does not offer child topics yet")
+	// Every message committed to "ex-orders2" from now on is copied to
+	// "ex-orders2.reminders" 100 ms later: a delay child.
+	c.CreateTopic(ctx, "ex-orders2", narad.TopicConfig{Partitions: 1})
+	defer c.DeleteTopic(ctx, "ex-orders2")
+	child, err := c.CreateChild(ctx, "ex-orders2", "ex-orders2.reminders", 100*time.Millisecond, narad.TopicConfig{Partitions: 1})
+	if err != nil {
+		log.Fatal(err)
 	}
+	defer c.DeleteTopic(ctx, child.Name)
+	c.Produce(ctx, "ex-orders2", "order 1 placed")
+
+	msgs, _ := c.Receive(ctx, child.Name, narad.WithWait(5*time.Second))
+	for _, m := range msgs {
+		fmt.Println("reminder:", string(m.Bytes()))
+		m.Ack(ctx)
+	}
+	// Output: reminder: order 1 placed
 }
 
 func ExampleClient_CreateUser() {

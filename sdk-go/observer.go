@@ -1,6 +1,9 @@
 package narad
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // EventKind says what an Event reports.
 type EventKind int
@@ -23,6 +26,8 @@ const (
 	EventConsumerError
 	// EventPublish is a batch sent by a Publisher.
 	EventPublish
+	// EventReceive is a poll (Receive or a Consumer's) that answered, with Messages.
+	EventReceive
 )
 
 // String names the kind for logs and metric labels.
@@ -44,6 +49,8 @@ func (k EventKind) String() string {
 		return "consumer_error"
 	case EventPublish:
 		return "publish"
+	case EventReceive:
+		return "receive"
 	}
 	return "unknown"
 }
@@ -52,6 +59,9 @@ func (k EventKind) String() string {
 // are zero.
 type Event struct {
 	Kind EventKind
+	// Context is the context of the call or handler the event belongs to, so tracing
+	// adapters can parent their spans; nil for background events (breakers).
+	Context context.Context
 	// Op is the operation ("produce", "consume-batch", "ack", ...).
 	Op string
 	// Topic is the topic concerned, or "".

@@ -126,7 +126,7 @@ func (c *Client) Produce(ctx context.Context, topic string, body any, opts ...Pr
 	}
 	var out api.Produced
 	err = c.doJSON(ctx, &call{op: "produce", topic: topic, method: http.MethodPost, path: topicPath(topic, "produce"),
-		query: q, body: data, ctype: ct, unsafe: true, allowDup: !pc.noDup}, nil, &out)
+		query: q, body: data, ctype: ct, unsafe: true, allowDup: !pc.noDup, count: 1}, nil, &out)
 	if err != nil {
 		return Produced{}, err
 	}
@@ -238,7 +238,7 @@ func (c *Client) produceChunk(ctx context.Context, topic string, wire []api.Outg
 	}
 	var out api.ProducedList
 	err := c.doJSON(ctx, &call{op: "produce-batch", topic: topic, method: http.MethodPost, path: topicPath(topic, "produce-batch"),
-		unsafe: true, allowDup: allowDup}, req, &out)
+		unsafe: true, allowDup: allowDup, count: len(idx)}, req, &out)
 	if err == nil && len(out.Results) != len(idx) {
 		err = &Error{Op: "produce-batch", Topic: topic, kind: ErrInternal,
 			Message: fmt.Sprintf("the broker answered %d results for %d messages", len(out.Results), len(idx))}

@@ -108,11 +108,13 @@ func (c *Client) poll(ctx context.Context, topic string, n int, wait time.Durati
 		cl.op, cl.path = "consume-batch", topicPath(topic, "consume-batch")
 		q.Set("max", strconv.Itoa(n))
 	}
+	start := time.Now()
 	rep, err := c.do(ctx, cl)
 	if err != nil {
 		return nil, err
 	}
 	if rep.status == http.StatusNoContent || len(rep.body) == 0 {
+		c.observe(Event{Kind: EventReceive, Context: ctx, Op: cl.op, Topic: topic, Node: rep.node, Start: start, Duration: time.Since(start)})
 		return nil, nil
 	}
 	var wire []api.Message
@@ -136,5 +138,6 @@ func (c *Client) poll(ctx context.Context, topic string, n int, wait time.Durati
 		}
 		out = append(out, m)
 	}
+	c.observe(Event{Kind: EventReceive, Context: ctx, Op: cl.op, Topic: topic, Node: rep.node, Messages: len(out), Start: start, Duration: time.Since(start)})
 	return out, nil
 }

@@ -24,11 +24,12 @@ type TopicConfig struct {
 	MaxAckedAheadPerPartition int
 	// ReplicationFactor is the number of replicas per partition.
 	ReplicationFactor int
-	// Schema is a JSON Schema for JSON payloads (not yet offered by the broker: 501).
+	// Schema is a JSON Schema (draft 2020-12) every produced payload must match; a
+	// payload that does not is refused with code schema_violation (ErrBadRequest).
 	Schema json.RawMessage
 	// Parent, when not "", creates the topic as a child of Parent (fan-out), receiving a
 	// copy of every message committed there from now on; FanoutDelay delays those copies
-	// (a delay child). Not yet offered by the broker (501).
+	// (a delay child), atomically: if the attach is refused, the topic is not created.
 	Parent      string
 	FanoutDelay time.Duration
 }
@@ -39,7 +40,8 @@ type TopicUpdate struct {
 	VisibilityTimeout         *time.Duration
 	MaxInFlightPerPartition   *int
 	MaxAckedAheadPerPartition *int
-	Schema                    json.RawMessage
+	// Schema replaces the topic's JSON Schema; `{}` removes it.
+	Schema json.RawMessage
 }
 
 // TopicInfo describes a topic. Stats is filled by Topic, not by Topics.

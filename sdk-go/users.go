@@ -46,8 +46,8 @@ func userPath(name string, more ...string) string {
 	return p
 }
 
-// CreateUser creates a user (admin only). This broker version answers 501: the error
-// wraps ErrNotImplemented.
+// CreateUser creates a user with grants (admin only; nobody may grant more than they
+// hold). On a broker without users, the first one turns security on.
 func (c *Client) CreateUser(ctx context.Context, name, password string, grants []Grant) (*User, error) {
 	req := api.CreateUserRequest{Username: name, Password: password}
 	if grants != nil {
