@@ -68,6 +68,12 @@ export async function startBroker(extraArgs: string[] = [], env: Record<string, 
       if (log.length > 200_000) log = log.slice(-100_000);
     });
     const exited = new Promise<void>((r) => proc.once("exit", () => r()));
+    // If the test process dies without its after() hooks, take our broker with it.
+    const orphanGuard = () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
+    };
+    process.once("exit", orphanGuard);
+    void exited.then(() => process.removeListener("exit", orphanGuard));
     const url = `http://127.0.0.1:${port}`;
     const stop = async () => {
       if (proc.exitCode === null && proc.signalCode === null) {
