@@ -149,6 +149,12 @@ func (c *copier) run() {
 		if next > 0 {
 			timer = time.NewTimer(next)
 			fire = timer.C
+			if c.delayMs > 0 && err == nil {
+				// New parent messages are due after the ones already waiting, so the
+				// timer is the only wake-up needed; waking on every append would re-read
+				// the waiting batch for nothing.
+				wake = nil
+			}
 		}
 		select {
 		case <-c.stop:

@@ -247,8 +247,7 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 			return meta.Topic{}, err
 		}
 		if isEmptySchema(*a.Schema) {
-			null := json.RawMessage("null")
-			a.Schema = &null
+			a.Schema, a.ClearSchema = nil, true
 		}
 	}
 	t, err := b.meta.AlterTopic(name, a)

@@ -93,6 +93,9 @@ type Alter struct {
 	MaxInFlight   *int32           `json:"max_in_flight_per_partition,omitempty"`
 	MaxAckedAhead *int32           `json:"max_acked_ahead_per_partition,omitempty"`
 	Schema        *json.RawMessage `json:"schema,omitempty"`
+	// ClearSchema removes the schema (a JSON null cannot travel in Schema: it decodes
+	// as an absent field).
+	ClearSchema bool `json:"clear_schema,omitempty"`
 }
 
 type command struct {
@@ -219,6 +222,10 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		if a.MaxAckedAhead != nil {
 			t.MaxAckedAhead = *a.MaxAckedAhead
 		}
+		if a.ClearSchema {
+			empty := json.RawMessage(nil)
+			a.Schema = &empty
+		}
 		if a.Schema != nil {
 			ns := *a.Schema
 			if string(ns) == "null" {
@@ -232,10 +239,7 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 					return conflict("child %s has its own schema; a parent's schema must stay equal to its children's", ch.Name)
 				}
 			}
-			t.Schema = *a.Schema
-			if string(t.Schema) == "null" {
-				t.Schema = nil
-			}
+			t.Schema = ns
 		}
 		f.topics[c.Name] = t
 		return applyResult{topic: t}

@@ -34,9 +34,8 @@ var (
 	buildErr  error
 )
 
-// BuildNarad builds the narad binary once per test process and returns its path.
-// When the tests run with -race, the broker is built with -race too, so a data race
-// in the broker fails the test that ran it.
+// BuildNarad builds the narad binary once per test process and returns its path
+// (with -race when NARAD_TEST_BROKER_RACE=1).
 func BuildNarad(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -52,7 +51,7 @@ func BuildNarad(t testing.TB) string {
 		}
 		buildBin = filepath.Join(buildDir, "narad")
 		args := []string{"build", "-o", buildBin}
-		if raceEnabled {
+		if brokerRace() {
 			args = append(args, "-race")
 		}
 		args = append(args, "./cmd/narad")
@@ -68,6 +67,12 @@ func BuildNarad(t testing.TB) string {
 	}
 	return buildBin
 }
+
+// brokerRace reports whether to build the broker with the race detector:
+// NARAD_TEST_BROKER_RACE=1 turns it on, so a data race in the broker fails the test
+// that ran it. It is off by default because a race-built broker is several times
+// slower (bcrypt above all), which would put the e2e suite far past its time budget.
+func brokerRace() bool { return os.Getenv("NARAD_TEST_BROKER_RACE") == "1" }
 
 // RemoveBuild deletes the binary BuildNarad made; call it from TestMain after m.Run.
 func RemoveBuild() {
