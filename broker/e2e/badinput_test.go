@@ -233,7 +233,7 @@ func TestBadInput(t *testing.T) {
 		bad("consume replay unknown", "GET", "/v1/topics/nope/consume?partition=0&offset=0", "", s404, "topic_not_found"),
 		bad("consume-batch unknown", "GET", "/v1/topics/nope/consume-batch", "", s404, "topic_not_found"),
 		bad("ack unknown", "POST", "/v1/topics/nope/ack?receipt_handle="+held.ReceiptHandle, "", s404, "topic_not_found"),
-		// ack-batch on an unknown topic: see TestBugAckBatchUnknownTopic.
+		bad("ack-batch unknown", "POST", "/v1/topics/nope/ack-batch", `{"acks":[{"receipt_handle":"`+held.ReceiptHandle+`"}]}`, s404, "topic_not_found"),
 		bad("replay unknown", "GET", "/v1/topics/nope/partitions/0/messages", "", s404, "topic_not_found"),
 		// Routes and methods.
 		bad("unknown route", "GET", "/v1/topic", "", s404, "not_found"),

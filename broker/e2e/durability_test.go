@@ -282,3 +282,107 @@ func TestDeleteAndRecreate(t *testing.T) {
 	}
 	a.mustAck("dr", fresh)
 }
+
+// TestLeasesEndAtRestart: leases live in memory, so a handle issued before a restart
+// answers 410 after it (never settles the message's new lease), and the message is
+// delivered again.
+func TestLeasesEndAtRestart(t *testing.T) {
+	t.Parallel()
+	n, a := startBroker(t)
+	a.createTopic("lr", map[string]any{"partitions": 1, "visibility_timeout_ms": 600000})
+	a.produceJSON("lr", map[string]any{"id": "a"}, "")
+	a.produceJSON("lr", map[string]any{"id": "b"}, "")
+	ma := a.mustConsume("lr", "5s")
+	mb := a.mustConsume("lr", "5s")
+
+	n.RestartAfterKill()
+
+	again := a.mustConsume("lr", "5s") // at once: the 10-minute lease did not survive
+	if again.Offset != ma.Offset {
+		t.Errorf("first delivery after the restart is %s, want %s", again.where(), ma.where())
+	}
+	a.ack("lr", ma.ReceiptHandle, "").ExpectError(t, http.StatusGone, "lease_lost")
+	a.ack("lr", mb.ReceiptHandle, "true").ExpectError(t, http.StatusGone, "lease_lost")
+	a.ack("lr", mb.ReceiptHandle, "0").ExpectError(t, http.StatusGone, "lease_lost")
+	a.mustAck("lr", again) // the stale acks did not spend the new lease
+	b := a.mustConsume("lr", "5s")
+	if b.Offset != mb.Offset {
+		t.Errorf("second delivery after the restart is %s, want %s", b.where(), mb.where())
+	}
+	a.mustAck("lr", b)
+	if ps := a.topic("lr").PartitionStats[0]; ps.AckFrontier != 2 || ps.Backlog != 0 {
+		t.Errorf("after acking both: %+v", ps)
+	}
+}
+
+// TestTopicMetadataSurvivesKill: creates, alters and deletes answered before a kill -9
+// hold after the restart, and a topic deleted just before the kill can be created
+// again empty.
+func TestTopicMetadataSurvivesKill(t *testing.T) {
+	t.Parallel()
+	n, a := startBroker(t)
+	kept := a.createTopic("kept", map[string]any{"partitions": 5, "visibility_timeout_ms": 4321})
+	a.createTopic("gone", map[string]any{"partitions": 2})
+	a.produceJSON("gone", map[string]any{"id": "old"}, "")
+	a.PatchJSON("/v1/topics/kept", map[string]any{"max_in_flight_per_partition": 17, "retention_ms": 86400000}).Expect(t, http.StatusOK)
+	a.produceJSON("kept", map[string]any{"id": "k"}, "partition=3")
+	a.Do(http.MethodDelete, "/v1/topics/gone", nil).Expect(t, http.StatusNoContent)
+
+	n.RestartAfterKill()
+
+	if names := a.topicNames(); len(names) != 1 || names[0] != "kept" {
+		t.Errorf("topics after kill -9: %v, want [kept]", names)
+	}
+	d := a.topic("kept")
+	if d.Incarnation != kept.Incarnation || d.Partitions != 5 || d.VisibilityTimeoutMs != 4321 ||
+		d.MaxInFlightPerPartition != 17 || d.RetentionMs != 86400000 || d.PartitionStats[3].NextOffset != 1 {
+		t.Errorf("kept after kill -9: %+v %+v", d.topicJSON, d.PartitionStats)
+	}
+	a.Get("/v1/topics/gone").ExpectError(t, http.StatusNotFound, "topic_not_found")
+	a.createTopic("gone", map[string]any{"partitions": 2})
+	for p := 0; p < 2; p++ {
+		if mr := a.read("gone", p, ""); len(mr.Messages) != 0 {
+			t.Errorf("recreated topic replays %d old messages in partition %d", len(mr.Messages), p)
+		}
+	}
+}
+
+// TestGracefulStop: SIGTERM answers parked long polls with 503 and Retry-After at
+// once instead of holding them for their wait, and the broker exits 0 promptly.
+func TestGracefulStop(t *testing.T) {
+	t.Parallel()
+	n, a := startBroker(t)
+	a.createTopic("gs", nil)
+	type res struct {
+		status int
+		code   string
+		err    error
+	}
+	ch := make(chan res, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			r, err := a.Try(http.MethodGet, "/v1/topics/gs/consume?wait=20s", nil)
+			if err != nil {
+				ch <- res{err: err}
+				return
+			}
+			ch <- res{status: r.Status, code: r.ErrorCode()}
+		}()
+	}
+	waitParked(t, a, 2)
+	start := time.Now()
+	n.Stop() // fails the test unless the exit is 0
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("SIGTERM with parked long polls took %v to exit", d)
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case r := <-ch:
+			if r.err != nil || r.status != http.StatusServiceUnavailable || r.code != "unavailable" {
+				t.Errorf("parked poll at shutdown: %d %q %v, want 503 unavailable", r.status, r.code, r.err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a parked poll did not end at shutdown")
+		}
+	}
+}

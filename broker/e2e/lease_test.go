@@ -423,3 +423,26 @@ func TestRacingAcksFrontier(t *testing.T) {
 		t.Errorf("after every ack: %+v, want frontier %d and nothing ahead", ps, n)
 	}
 }
+
+// TestAlterVisibility: a new visibility timeout applies to leases taken after the
+// change; a lease taken before keeps its length.
+func TestAlterVisibility(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	a.createTopic("av", map[string]any{"partitions": 1, "visibility_timeout_ms": 600000})
+	a.produceJSON("av", map[string]any{"id": "long"}, "")
+	a.produceJSON("av", map[string]any{"id": "short"}, "")
+	long := a.mustConsume("av", "5s")
+	a.PatchJSON("/v1/topics/av", map[string]any{"visibility_timeout_ms": 300}).Expect(t, http.StatusOK)
+	short := a.mustConsume("av", "5s")
+	var again *message
+	waitFor(t, 15*time.Second, "the short lease to lapse", func() bool {
+		again = a.consume("av", "wait=2s")
+		return again != nil
+	})
+	if again.Offset != short.Offset {
+		t.Errorf("redelivered %s; the lease taken before the change (%s, 10 min) must hold", again.where(), long.where())
+	}
+	a.mustAck("av", long)
+	a.mustAck("av", again)
+}

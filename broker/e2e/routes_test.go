@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestTopicLifecycle walks create, list, get, patch and delete of a topic and checks
@@ -106,40 +107,35 @@ func TestHealthAndCluster(t *testing.T) {
 	}
 }
 
-// TestNotImplementedRoutes: what this version describes but does not offer answers
-// 501 not_implemented with the JSON error body, whatever the input.
+// TestNotImplementedRoutes: what this version describes but does not offer (cluster
+// membership changes and partition moves) answers 501 not_implemented with the JSON
+// error body.
 func TestNotImplementedRoutes(t *testing.T) {
 	t.Parallel()
 	_, a := startBroker(t)
-	a.createTopic("parent", nil)
-	js := "application/json"
+	a.createTopic("t", nil)
 	for _, c := range []struct{ method, path, body string }{
-		{"POST", "/v1/topics/parent/children", `{"child":"kid"}`},
-		{"GET", "/v1/topics/parent/children", ""},
-		{"DELETE", "/v1/topics/parent/children/kid", ""},
-		{"POST", "/v1/users", `{"username":"ann","password":"correct horse"}`},
-		{"GET", "/v1/users", ""},
-		{"GET", "/v1/users/ann", ""},
-		{"DELETE", "/v1/users/ann", ""},
-		{"PUT", "/v1/users/ann/grants", `{"grants":[{"action":"produce","topics":["a.*"]}]}`},
-		{"PUT", "/v1/users/ann/password", `{"new_password":"battery staple"}`},
 		{"POST", "/v1/cluster/members", `{"id":"n2","address":"127.0.0.1:1"}`},
 		{"DELETE", "/v1/cluster/members/n2", ""},
-		{"POST", "/v1/cluster/moves", `{"topic":"parent","partition":0,"from":"a","to":"b"}`},
-		{"POST", "/v1/topics", `{"name":"kid","parent":"parent"}`},
+		{"POST", "/v1/cluster/moves", `{"topic":"t","partition":0,"from":"a","to":"b"}`},
 	} {
 		var body []byte
 		var hdr []string
 		if c.body != "" {
-			body, hdr = []byte(c.body), []string{"Content-Type", js}
+			body, hdr = []byte(c.body), []string{"Content-Type", "application/json"}
 		}
 		r := a.Do(c.method, c.path, body, hdr...)
 		if !r.ExpectError(t, http.StatusNotImplemented, "not_implemented") {
 			t.Logf("  (%s %s)", c.method, c.path)
 		}
 	}
-	if names := a.topicNames(); !slices.Equal(names, []string{"parent"}) {
-		t.Errorf("a 501 create left topics %v", names)
+	var ml struct {
+		Members []struct {
+			ID string `json:"id"`
+		} `json:"members"`
+	}
+	if r := a.Get("/v1/cluster/members"); r.Expect(t, http.StatusOK) && r.JSON(t, &ml) && len(ml.Members) != 1 {
+		t.Errorf("a refused join changed the members: %+v", ml)
 	}
 }
 
@@ -200,5 +196,52 @@ func TestMetrics(t *testing.T) {
 	}
 	if v, ok := metricValue(a, "narad_consume_waiting"); !ok || v != 0 {
 		t.Errorf("narad_consume_waiting = %v (found %v), want 0 with no long poll", v, ok)
+	}
+}
+
+// TestBoundaryValues: the edges of every documented range are accepted.
+func TestBoundaryValues(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	lo := a.createTopic("lo", map[string]any{"partitions": 1, "retention_ms": 1000, "visibility_timeout_ms": 100,
+		"max_in_flight_per_partition": 1, "max_acked_ahead_per_partition": 1, "replication_factor": 1})
+	hi := a.createTopic("hi", map[string]any{"partitions": 256, "retention_ms": 315360000000, "visibility_timeout_ms": 43200000,
+		"max_in_flight_per_partition": 1000000, "max_acked_ahead_per_partition": 1000000})
+	if lo.Partitions != 1 || lo.VisibilityTimeoutMs != 100 || hi.Partitions != 256 || hi.VisibilityTimeoutMs != 43200000 {
+		t.Errorf("edges: %+v %+v", lo, hi)
+	}
+	name := strings.Repeat("n", 249)
+	a.createTopic(name, nil)
+	a.Get(topicPath(name)).Expect(t, http.StatusOK)
+	a.createTopic("a-Z_0.9", nil)
+	if d := a.topic("hi"); len(d.PartitionStats) != 256 {
+		t.Errorf("256 partitions, %d stats", len(d.PartitionStats))
+	}
+	p := a.produce("hi", []byte("edge"), "text/plain", "partition=255&key="+strings.Repeat("k", 1024))
+	if p.Partition != 255 {
+		t.Errorf("partition=255 produced to %d", p.Partition)
+	}
+	for i, w := range []string{"20s", "20", "0", "0s", "20000ms"} {
+		a.produceJSON("hi", map[string]any{"id": w}, "")
+		m := a.consume("hi", "wait="+w) // a message is waiting: answers at once
+		if m == nil {
+			t.Fatalf("wait=%s: 204 with a message waiting", w)
+		}
+		// The last extend ends the lease at once, so it goes last.
+		for _, ext := range []string{"12h", "43200000", []string{"1", "1ms"}[i%2]} {
+			a.ack("hi", m.ReceiptHandle, ext).Expect(t, http.StatusNoContent)
+		}
+	}
+	if mr := a.read("hi", 255, "max=1000&from=0"); len(mr.Messages) != 1 {
+		t.Errorf("max=1000: %d messages", len(mr.Messages))
+	}
+	// Six messages, the five leases shortened to 1 ms: max=1000 gets them all.
+	var got []message
+	waitFor(t, 10*time.Second, "all six messages by consume-batch max=1000", func() bool {
+		got = append(got, a.consumeBatch("hi", 1000, "1s")...)
+		return len(got) >= 6
+	})
+	if len(got) != 6 {
+		t.Errorf("consume-batch max=1000 returned %d messages, want 6", len(got))
 	}
 }
