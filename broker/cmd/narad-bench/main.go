@@ -46,7 +46,7 @@ func main() {
 	flag.IntVar(&c.size, "size", 256, "message size in bytes")
 	flag.IntVar(&c.partitions, "partitions", 6, "partitions of the benchmark topic")
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "how long each phase runs")
-	flag.StringVar(&c.mode, "mode", "all", "produce, flow, batch or all")
+	flag.StringVar(&c.mode, "mode", "all", "produce, flow, batch, fanout or all")
 	flag.IntVar(&c.batch, "batch", 100, "messages per request in batch mode")
 	flag.Parse()
 	if err := run(c); err != nil {
@@ -91,6 +91,11 @@ func run(c config) error {
 	}
 	if c.mode == "batch" || c.mode == "all" {
 		if err := b.batchFlow(); err != nil {
+			return err
+		}
+	}
+	if c.mode == "fanout" || c.mode == "all" {
+		if err := b.fanout(3); err != nil {
 			return err
 		}
 	}
@@ -389,5 +394,75 @@ func (b *bench) batchFlow() error {
 	fmt.Printf("batched flow:  %8.0f msg/s acked (%8.0f msg/s produced, %.1f MB/s of payload)  produce-batch p50 %s p99 %s  (%d per request, %d errors)\n",
 		float64(acked.Load())/el, float64(produced.Load())/el, float64(produced.Load())*float64(b.c.size)/el/1e6,
 		ms(plat.pct(.5)), ms(plat.pct(.99)), b.c.batch, errs.Load())
+	return nil
+}
+
+// fanout produces into a parent with children attached and reports how fast the
+// copies keep up: the largest total lag seen while producing, and the copy rate.
+func (b *bench) fanout(children int) error {
+	parent, err := b.createTopic()
+	if err != nil {
+		return err
+	}
+	for i := 0; i < children; i++ {
+		child, err := b.createTopic()
+		if err != nil {
+			return err
+		}
+		body, _ := json.Marshal(map[string]any{"child": child})
+		st, msg, err := b.do("POST", b.base+"/v1/topics/"+parent+"/children", "application/json", body)
+		if err != nil || st != 201 {
+			return fmt.Errorf("attach: %d %s %v", st, msg, err)
+		}
+	}
+	lag := func() (int64, int64) {
+		st, data, err := b.do("GET", b.base+"/v1/topics/"+parent+"/children", "", nil)
+		if err != nil || st != 200 {
+			return -1, -1
+		}
+		var l struct {
+			Children []struct {
+				Lag []struct {
+					Lag         int64 `json:"lag"`
+					ChildCursor int64 `json:"child_cursor"`
+				} `json:"lag"`
+			} `json:"children"`
+		}
+		json.Unmarshal(data, &l)
+		var total, copied int64
+		for _, c := range l.Children {
+			for _, p := range c.Lag {
+				total += p.Lag
+				copied += p.ChildCursor
+			}
+		}
+		return total, copied
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.c.duration)
+	defer cancel()
+	var plat latencies
+	var n, errs atomic.Int64
+	start := time.Now()
+	pw := b.producers(ctx, parent, &plat, &n, &errs)
+	var maxLag int64
+	for ctx.Err() == nil {
+		if l, _ := lag(); l > maxLag {
+			maxLag = l
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	pw.Wait()
+	produced := time.Since(start)
+	for {
+		l, _ := lag()
+		if l == 0 || time.Since(start) > produced+60*time.Second {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	caught := time.Since(start)
+	_, copied := lag()
+	fmt.Printf("fan-out:       %8.0f msg/s into the parent, %d children: %8.0f copies/s, max total lag %d messages, all caught up %s after the last produce  (%d errors)\n",
+		float64(n.Load())/produced.Seconds(), children, float64(copied)/caught.Seconds(), maxLag, (caught - produced).Round(time.Millisecond), errs.Load())
 	return nil
 }
