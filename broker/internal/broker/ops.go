@@ -525,6 +525,18 @@ func (b *Broker) leaseFrom(t *topic, max int) ([]Delivered, error) {
 	return nil, firstErr
 }
 
+// liveIncarnation reports whether some existing topic has this incarnation.
+func (b *Broker) liveIncarnation(inc uint64) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for _, t := range b.topics {
+		if t.incarnation == inc {
+			return true
+		}
+	}
+	return false
+}
+
 // AckMode says what an ack does.
 type AckMode int
 
@@ -566,8 +578,13 @@ func (b *Broker) Ack(ctx context.Context, name string, reqs []AckReq) []error {
 			continue
 		}
 		if h.Incarnation != t.incarnation {
-			// Issued for an earlier (deleted) topic of this name: that lease is gone.
-			errs[i] = ErrLeaseLost
+			if b.liveIncarnation(h.Incarnation) {
+				// Issued by another topic that exists: the caller mixed up topics.
+				errs[i] = ErrBadHandle
+			} else {
+				// Issued for an earlier (deleted) topic of this name: that lease is gone.
+				errs[i] = ErrLeaseLost
+			}
 			continue
 		}
 		handles[i] = h
@@ -658,8 +675,12 @@ func (b *Broker) Read(ctx context.Context, name string, part int32, from *uint64
 	}
 	out := make([]Delivered, len(recs))
 	next := start
+	// next_offset never points before the oldest message nor past the end of the log,
+	// so a client following the log from it never skips what is written later.
 	if st := p.Stats(); next < st.Oldest {
 		next = st.Oldest
+	} else if next > st.End {
+		next = st.End
 	}
 	for i, r := range recs {
 		out[i] = Delivered{Partition: part, Offset: r.Offset, Key: r.Key, Value: r.Value, Attrs: r.Attrs, Timestamp: r.Timestamp}
