@@ -252,11 +252,12 @@ def test_publisher_bounded_buffer(drv: Driver) -> None:
 
 
 def test_children_helpers(drv: Driver) -> None:
-    """Fan-out and delay children: 501 from today's broker, the real thing once it has them.
+    """Fan-out and delay children, against whichever broker the suite runs.
 
-    The broker answers 501 not_implemented to every children route today; the helpers
-    must surface that as a NaradError that is neither retryable nor uncertain. When the
-    broker gains children, the same test checks the helpers against the spec instead.
+    A broker without children answers 501 not_implemented to every children route; the
+    helpers must surface that as a NaradError that is neither retryable nor uncertain.
+    A broker with them (main since the fan-out commits) gets the helpers checked
+    against the spec: copies, delay, lag and detach.
     """
     c = drv.client
     parent = drv.topic()
@@ -279,12 +280,17 @@ def test_children_helpers(drv: Driver) -> None:
             assert not ei.value.retryable and not ei.value.uncertain
         return
     assert isinstance(attached, narad.Child) and attached.child == child
-    c.produce(parent, b"copied")
-    wait_for(lambda: [m.body for m in c.replay(child)] == [b"copied"], what="fan-out copy")
-    kids = c.list_children(parent)
-    assert [k.child for k in kids] == [child]
-    delayed = c.create_delay_child(parent, parent + "-delayed", 30)
-    assert delayed.parent == parent and delayed.fanout_delay_ms == 30_000
+    delayed = c.create_delay_child(parent, parent + "-delayed", 0.8, partitions=1)
+    assert delayed.parent == parent and delayed.fanout_delay_ms == 800
+    t0 = time.monotonic()
+    c.produce(parent, b"\x00copied")
+    wait_for(lambda: [m.body for m in c.replay(child)] == [b"\x00copied"], what="fan-out copy")
+    [late] = wait_for(lambda: c.receive(parent + "-delayed", wait=2), what="delayed copy")
+    assert late.body == b"\x00copied" and time.monotonic() - t0 >= 0.7
+    c.ack(late)
+    kids = {k.child: k for k in c.list_children(parent)}
+    assert set(kids) == {child, parent + "-delayed"}
+    assert all(isinstance(x, narad.ChildLag) for x in kids[child].lag)
     c.detach_child(parent, child)
     assert child not in [k.child for k in c.list_children(parent)]
 
