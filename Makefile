@@ -41,8 +41,9 @@ test-js: build ## TypeScript SDK: npm ci, type checks, build, tests against the 
 	@if [ -f sdk-js/Makefile ]; then $(MAKE) -C sdk-js test NARAD_BIN=$(abspath $(NARAD)); \
 	else echo "test-js: no TypeScript SDK yet"; fi
 
-gen: ## Regenerate code from openapi.yaml (oapi-codegen, pinned in broker/go.mod)
+gen: ## Regenerate code from openapi.yaml (Go: oapi-codegen pinned in broker/go.mod; TS: openapi-typescript)
 	@set -e; for d in $(GEN_DIRS); do (cd $$d && $(GO) generate ./...); done
+	@if [ -f sdk-js/Makefile ]; then [ -d sdk-js/node_modules ] || $(MAKE) -C sdk-js deps; $(MAKE) -C sdk-js gen; fi
 
 check-gen: ## Fail if the generated code differs from what openapi.yaml produces
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
