@@ -270,7 +270,7 @@ export interface paths {
          *     lease to end that long from now: the message becomes visible again then unless
          *     it is acked first (a nack with delay). `extend=0` hands the message back at
          *     once (a nack): it is redelivered to the next consumer and the handle is spent.
-         *     Durations are capped at 12 hours.
+         *     Durations over 12 hours are refused (400).
          *
          *     410 `lease_lost` when the lease lapsed, was handed back, or the message was
          *     already settled; the message is then deliverable again (or done), never both.
