@@ -184,7 +184,10 @@ func TestFanoutSurvivesKill(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "some messages to be copied", func() bool {
 		v, _ := metricValue(a, "narad_messages_produced_total")
-		return a.lagOf("src", "dst") >= 0 && v >= 0 && len(acked) > 200
+		mu.Lock()
+		n := len(acked) // the producers write it: read it under mu
+		mu.Unlock()
+		return a.lagOf("src", "dst") >= 0 && v >= 0 && n > 200
 	})
 	n.Kill()
 	close(stop)
