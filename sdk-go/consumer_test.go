@@ -400,16 +400,26 @@ func TestConsumeStopsOnTerminalErrors(t *testing.T) {
 }
 
 func TestConsumerRunsOnceAtATime(t *testing.T) {
-	c := newClient(t)
+	var polled atomic.Bool
+	c := newClient(t, narad.WithObserver(func(e narad.Event) {
+		if e.Kind == narad.EventRequest && e.Op == "consume" {
+			polled.Store(true)
+		}
+	}))
 	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
 	cs := c.Consumer(topic, func(context.Context, *narad.Message) error { return nil }, narad.WithWait(200*time.Millisecond))
 	stop := runConsumer(t, cs)
-	eventually(t, 10*time.Second, "the first Run to start", func() bool {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel() // a second Run that did start returns at once
-		return cs.Run(ctx) != nil
-	})
+	eventually(t, 10*time.Second, "the first Run to poll", polled.Load)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := cs.Run(ctx); err == nil {
+		t.Fatal("a second Run of a running Consumer started")
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+	// Once stopped, it can run again.
+	if err := cs.Run(ctx); err != nil {
+		t.Fatalf("Run after stop: %v", err)
 	}
 }
