@@ -89,3 +89,19 @@ type Event struct {
 
 // Observer receives every Event of a Client. It must be quick and safe for concurrent use.
 type Observer func(Event)
+
+// Observers returns an Observer that calls each non-nil observer in turn, so metrics and
+// tracing adapters can watch one client together.
+func Observers(os ...Observer) Observer {
+	var list []Observer
+	for _, o := range os {
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	return func(e Event) {
+		for _, o := range list {
+			o(e)
+		}
+	}
+}
