@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/narad-mq/narad/broker/internal/failpoint"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
 
@@ -173,6 +174,7 @@ func (p *Partition) writeFileAtomic(name string, data []byte) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	failpoint.Inject(failpoint.PartitionBeforeRename + name)
 	if err := p.fs.Rename(tmp, filepath.Join(p.opts.Dir, name)); err != nil {
 		return err
 	}

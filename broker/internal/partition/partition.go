@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/failpoint"
 	"github.com/narad-mq/narad/broker/internal/queue"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
@@ -201,6 +202,7 @@ func (p *Partition) Append(recs []segment.Record) (uint64, error) {
 		}
 		return 0, fmt.Errorf("%w: %v", ErrStorage, err)
 	}
+	failpoint.Inject(failpoint.PartitionAfterAppend)
 	p.mu.Lock()
 	p.q.SetBounds(p.log.Oldest(), p.log.Next())
 	p.mu.Unlock()
@@ -333,6 +335,7 @@ func (p *Partition) Settle(reqs []SettleReq) []error {
 	}
 
 	_, err := p.journal.Append([]segment.Record{{Value: encodeSettle(begun), Timestamp: p.opts.WallClock()}})
+	failpoint.Inject(failpoint.PartitionAfterSettle)
 
 	p.mu.Lock()
 	for _, o := range begun {

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+
+	"github.com/narad-mq/narad/broker/internal/failpoint"
 )
 
 // request is one Append call waiting for the writer.
@@ -158,6 +160,7 @@ func (l *Log) commit(group []*request, size int) ([]*segment, error) {
 			return nil, l.fail(l.chunks[:i+1], err)
 		}
 	}
+	failpoint.Inject(failpoint.SegmentAfterFsync)
 
 	l.mu.Lock()
 	for i := range l.chunks {
@@ -199,11 +202,15 @@ func (l *Log) writeChunk(c *chunk) error {
 			return err
 		}
 		c.seg.f = f
+		failpoint.Inject(failpoint.SegmentRollCreated)
 		if err := l.syncDir(); err != nil {
 			return err
 		}
 	}
 	if _, err := c.seg.f.WriteAt(l.wbuf[c.start:c.end], c.pos); err != nil {
+		return err
+	}
+	if err := failpoint.Err(failpoint.SegmentAfterWrite); err != nil {
 		return err
 	}
 	if !l.opts.NoSync {

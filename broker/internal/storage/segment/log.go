@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/narad-mq/narad/broker/internal/failpoint"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
@@ -303,6 +304,7 @@ func (l *Log) createSegment(base uint64) (*segment, error) {
 		return nil, err
 	}
 	s.f = f
+	failpoint.Inject(failpoint.SegmentRollCreated)
 	if err := l.syncDir(); err != nil {
 		f.Close()
 		l.fs.Remove(s.path)

@@ -7,6 +7,8 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+
+	"github.com/narad-mq/narad/broker/internal/failpoint"
 )
 
 // DeleteOlderThan removes the oldest sealed segments whose newest record is
@@ -55,6 +57,7 @@ func (l *Log) deleteWhile(drop func(*segment) bool) (uint64, error) {
 		if err == nil {
 			err = l.removeSegmentFiles(s)
 		}
+		failpoint.Inject(failpoint.SegmentRetentionDelete)
 		s.release()
 	}
 	return removed, err
@@ -70,6 +73,7 @@ func (l *Log) removeSegmentFiles(s *segment) error {
 		if err := l.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		failpoint.Inject(failpoint.SegmentRetentionUnlink)
 	}
 	return l.syncDir()
 }

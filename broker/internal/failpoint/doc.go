@@ -1,0 +1,65 @@
+// Package failpoint lets crash and fault tests act at named points of the storage code:
+// kill the process there, sleep (a slow disk), panic, or make the write fail as if the
+// disk returned EIO or ran out of space.
+//
+// Without the build tag `failpoints` every function here is an empty stub the compiler
+// inlines away, so a normal build carries no failpoint code and reads no environment.
+// With the tag, points are armed at process start from NARAD_FAILPOINTS:
+//
+//	NARAD_FAILPOINTS="segment-after-write:kill@40;partition-before-rename-queue.ckpt:sleep(2s)"
+//
+// Each entry is name:action, optionally followed by @N (act only on the N-th hit of that
+// point in this process; without it, on every hit). Actions: kill (SIGKILL the process
+// itself), sleep(DURATION), panic, eio and enospc (Err returns the error; Inject ignores
+// them). Before acting, a point writes one line to stderr,
+//
+//	narad failpoint fired: name=NAME action=ACTION hit=N unix_nano=T
+//
+// so a test harness can tell a failpoint kill from its own kill -9 and knows when it
+// happened. Names are listed in Points.
+package failpoint
+
+// The named points. Each is one call in the storage code; see the comment at the call.
+const (
+	// SegmentAfterWrite: a commit group's bytes are written to a segment file, not yet
+	// fsynced (an error here stands for a failed fsync).
+	SegmentAfterWrite = "segment-after-write"
+	// SegmentAfterFsync: every chunk of a commit group is fsynced, the records are not yet
+	// visible to readers and the callers have not been answered.
+	SegmentAfterFsync = "segment-after-fsync"
+	// SegmentRollCreated: a new segment file was created by a roll, its directory entry
+	// not yet fsynced.
+	SegmentRollCreated = "segment-roll-created"
+	// SegmentRetentionDelete: between the removal of two whole segments by retention or
+	// journal compaction (one segment's files are gone, the next one's not yet).
+	SegmentRetentionDelete = "segment-retention-delete"
+	// SegmentRetentionUnlink: a segment's .log was unlinked, its .index not yet.
+	SegmentRetentionUnlink = "segment-retention-unlink"
+	// PartitionAfterAppend: a message batch is durable in the partition log, the produce
+	// (or fan-out copy) has not been answered yet.
+	PartitionAfterAppend = "partition-after-append"
+	// PartitionAfterSettle: a settle batch is durable in the journal, not yet applied to
+	// the queue state, the ack not yet answered.
+	PartitionAfterSettle = "partition-after-settle"
+	// PartitionBeforeRename is a prefix: the full name adds the file, e.g.
+	// "partition-before-rename-queue.ckpt" or "partition-before-rename-epoch". The new
+	// file is written and fsynced under its .tmp name, not yet renamed over the old one.
+	PartitionBeforeRename = "partition-before-rename-"
+	// PartitionCkptBeforeRename is the checkpoint's instance of PartitionBeforeRename.
+	PartitionCkptBeforeRename = PartitionBeforeRename + "queue.ckpt"
+	// PartitionEpochBeforeRename is the lease epoch file's instance.
+	PartitionEpochBeforeRename = PartitionBeforeRename + "epoch"
+)
+
+// Points lists every named point, for harnesses that pick one at random.
+var Points = []string{
+	SegmentAfterWrite, SegmentAfterFsync, SegmentRollCreated, SegmentRetentionDelete,
+	SegmentRetentionUnlink, PartitionAfterAppend, PartitionAfterSettle,
+	PartitionCkptBeforeRename, PartitionEpochBeforeRename,
+}
+
+// EnvVar is the environment variable read at start when built with the tag.
+const EnvVar = "NARAD_FAILPOINTS"
+
+// FiredPrefix starts the stderr line a point writes before it acts.
+const FiredPrefix = "narad failpoint fired:"

@@ -1,0 +1,13 @@
+//go:build !failpoints
+
+package failpoint
+
+// Enabled reports whether this binary was built with the failpoints tag.
+const Enabled = false
+
+// Inject acts at the named point when it is armed; without the tag it does nothing.
+func Inject(string) {}
+
+// Err acts at the named point like Inject and returns the injected error of an eio or
+// enospc action; without the tag it returns nil.
+func Err(string) error { return nil }

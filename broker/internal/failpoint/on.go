@@ -1,0 +1,132 @@
+//go:build failpoints
+
+package failpoint
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Enabled reports whether this binary was built with the failpoints tag.
+const Enabled = true
+
+type point struct {
+	action string
+	sleep  time.Duration
+	at     int64 // act on this hit only; 0: every hit
+	hits   atomic.Int64
+}
+
+var (
+	mu     sync.RWMutex
+	points = map[string]*point{}
+)
+
+func init() {
+	if err := Set(os.Getenv(EnvVar)); err != nil {
+		fmt.Fprintf(os.Stderr, "narad: %s: %v\n", EnvVar, err)
+		os.Exit(2)
+	}
+}
+
+// Set replaces every armed point with those of spec (the NARAD_FAILPOINTS syntax); an
+// empty spec disarms them all. Tests in the storage packages use it directly.
+func Set(spec string) error {
+	next := map[string]*point{}
+	for _, ent := range strings.Split(spec, ";") {
+		ent = strings.TrimSpace(ent)
+		if ent == "" {
+			continue
+		}
+		name, act, ok := strings.Cut(ent, ":")
+		if !ok || name == "" {
+			return fmt.Errorf("%q: want name:action", ent)
+		}
+		p := &point{}
+		if a, n, ok := strings.Cut(act, "@"); ok {
+			at, err := strconv.ParseInt(n, 10, 64)
+			if err != nil || at < 1 {
+				return fmt.Errorf("%q: @N needs a positive count", ent)
+			}
+			act, p.at = a, at
+		}
+		switch {
+		case act == "kill" || act == "panic" || act == "eio" || act == "enospc":
+			p.action = act
+		case strings.HasPrefix(act, "sleep(") && strings.HasSuffix(act, ")"):
+			d, err := time.ParseDuration(act[len("sleep(") : len(act)-1])
+			if err != nil || d < 0 {
+				return fmt.Errorf("%q: bad sleep duration", ent)
+			}
+			p.action, p.sleep = "sleep", d
+		default:
+			return fmt.Errorf("%q: unknown action %q (kill, sleep(D), panic, eio, enospc)", ent, act)
+		}
+		next[name] = p
+	}
+	mu.Lock()
+	points = next
+	mu.Unlock()
+	return nil
+}
+
+// Hits returns how often the named point was reached since it was armed (0 when it is
+// not armed).
+func Hits(name string) int64 {
+	mu.RLock()
+	p := points[name]
+	mu.RUnlock()
+	if p == nil {
+		return 0
+	}
+	return p.hits.Load()
+}
+
+// ErrInjected is wrapped by every error an armed point returns.
+var ErrInjected = errors.New("failpoint: injected")
+
+// Inject acts at the named point when it is armed.
+func Inject(name string) { _ = act(name, false) }
+
+// Err acts at the named point like Inject and returns the injected error of an eio or
+// enospc action (wrapping ErrInjected and the errno), or nil.
+func Err(name string) error { return act(name, true) }
+
+func act(name string, wantErr bool) error {
+	mu.RLock()
+	p := points[name]
+	mu.RUnlock()
+	if p == nil {
+		return nil
+	}
+	hit := p.hits.Add(1)
+	if p.at != 0 && hit != p.at {
+		return nil
+	}
+	if (p.action == "eio" || p.action == "enospc") && !wantErr {
+		return nil
+	}
+	// One write(2), unbuffered: the line is out before the process acts.
+	fmt.Fprintf(os.Stderr, "%s name=%s action=%s hit=%d unix_nano=%d\n", FiredPrefix, name, p.action, hit, time.Now().UnixNano())
+	switch p.action {
+	case "kill":
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way; never run past the point
+	case "panic":
+		panic("failpoint " + name)
+	case "sleep":
+		time.Sleep(p.sleep)
+	case "eio":
+		return fmt.Errorf("%w at %s: %w", ErrInjected, name, syscall.EIO)
+	case "enospc":
+		return fmt.Errorf("%w at %s: %w", ErrInjected, name, syscall.ENOSPC)
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+//go:build failpoints
+
+package failpoint
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+)
+
+func TestSetAndHits(t *testing.T) {
+	t.Cleanup(func() { Set("") })
+	if err := Set("a:eio@2; b:sleep(1ms);c:enospc"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Err("a"); err != nil {
+		t.Fatalf("first hit of a@2: %v", err)
+	}
+	if err := Err("a"); !errors.Is(err, syscall.EIO) || !errors.Is(err, ErrInjected) {
+		t.Fatalf("second hit of a@2: %v", err)
+	}
+	if err := Err("a"); err != nil {
+		t.Fatalf("third hit of a@2: %v", err)
+	}
+	Inject("c") // an error action is ignored by Inject
+	if err := Err("c"); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("c: %v", err)
+	}
+	Inject("b")
+	if Hits("a") != 3 || Hits("b") != 1 || Hits("nope") != 0 {
+		t.Fatalf("hits a=%d b=%d", Hits("a"), Hits("b"))
+	}
+	for _, bad := range []string{"x", "x:boom", "x:kill@0", "x:sleep(zz)", ":kill"} {
+		if Set(bad) == nil {
+			t.Errorf("Set(%q) accepted", bad)
+		}
+	}
+}
