@@ -42,6 +42,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error says what the handler panicked with.
 func (e *PanicError) Error() string { return fmt.Sprintf("narad: handler panicked: %v", e.Value) }
 
 // ConsumerStats counts what a Consumer did since it was made.
