@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -133,6 +134,10 @@ func (v *OpenAPIValidator) ValidateResponse(req *http.Request, status int, heade
 	if status == http.StatusServiceUnavailable && header.Get("Retry-After") == "" {
 		// The spec's prose: every 503 carries Retry-After.
 		return fmt.Errorf("503 without Retry-After")
+	}
+	if ct := header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") && !utf8.Valid(body) {
+		// kin-openapi decodes with encoding/json, which quietly replaces invalid UTF-8.
+		return fmt.Errorf("JSON body is not valid UTF-8 (RFC 8259 §8.1)")
 	}
 	r, params := v.match(req.URL.EscapedPath())
 	if r == nil {

@@ -49,6 +49,7 @@ func TestValidatorResponses(t *testing.T) {
 		{"503 without Retry-After", "POST", "/v1/topics/t/ack", 503, js, `{"error":{"code":"acked_ahead_full","message":"x"}}`, nil, false},
 		{"503 with a bad Retry-After", "POST", "/v1/topics/t/ack", 503, js, `{"error":{"code":"acked_ahead_full","message":"x"}}`, []string{"Retry-After", "soon"}, false},
 		{"message", "GET", "/v1/topics/t/consume", 200, js, `{"topic":"t","partition":0,"offset":3,"key":null,"payload":{"a":1},"timestamp":5}`, nil, true},
+		{"message with invalid UTF-8", "GET", "/v1/topics/t/consume", 200, js, "{\"topic\":\"t\",\"partition\":0,\"offset\":3,\"key\":null,\"payload\":\"\xff\",\"timestamp\":5}", nil, false},
 		{"message without offset", "GET", "/v1/topics/t/consume", 200, js, `{"topic":"t","partition":0,"key":null,"payload":{"a":1},"timestamp":5}`, nil, false},
 		{"metrics text", "GET", "/metrics", 200, "text/plain; version=0.0.4; charset=utf-8", "# HELP x y\nx 1\n", nil, true},
 		{"unknown route 404", "GET", "/v2/nothing", 404, js, `{"error":{"code":"not_found","message":"no route"}}`, nil, true},
