@@ -157,6 +157,8 @@ func TestBadInput(t *testing.T) {
 		bad("produce partition negative", "POST", "/v1/topics/t/produce?partition=-1", `1`, s400, ip),
 		bad("produce partition not a number", "POST", "/v1/topics/t/produce?partition=one", `1`, s400, ip),
 		bad("produce partition 2^31", "POST", "/v1/topics/t/produce?partition=2147483648", `1`, s400, ip),
+		bad("produce key not UTF-8", "POST", "/v1/topics/t/produce?key=a%FFb", `1`, s400, ip),
+		bad("batch key over 1024 bytes", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1,"key":"`+strings.Repeat("k", 1025)+`"}]}`, s400, ip, ij),
 		bad("produce key over 1024 bytes", "POST", "/v1/topics/t/produce?key="+strings.Repeat("k", 1025), `1`, s400, ip),
 		// Produce-batch: refused whole.
 		bad("batch of 1001", "POST", "/v1/topics/t/produce-batch", string(msgs(1001)), s400, "bad_request", ij),
