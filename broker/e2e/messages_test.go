@@ -493,11 +493,11 @@ func first(ms []message) any {
 	return ms[0].where()
 }
 
-// testWaitClock returns once the wall clock has passed the millisecond after ms, so
-// that the next message gets a later timestamp. It waits for the clock, not for a
+// testWaitClock returns once the wall clock is 5 ms past ms, so that the next message
+// gets a later timestamp even from a broker clock a millisecond off ours. It waits for the clock, not for a
 // state of the broker.
 func testWaitClock(ms int64) {
-	for time.Now().UnixMilli() <= ms+1 {
+	for time.Now().UnixMilli() <= ms+5 {
 		time.Sleep(time.Millisecond)
 	}
 }
@@ -521,16 +521,17 @@ func TestReplayAfterRetention(t *testing.T) {
 		oldest = a.topic("old").PartitionStats[0].OldestOffset
 		return oldest > 0
 	})
+	// On a loaded machine everything may have aged out by now; oldest only grows.
 	mr := a.read("old", 0, "from=0&max=5")
-	if len(mr.Messages) == 0 || mr.Messages[0].Offset < oldest {
-		t.Errorf("replay from 0 with oldest %d started at %v", oldest, first(mr.Messages))
+	if (len(mr.Messages) > 0 && mr.Messages[0].Offset < oldest) || mr.NextOffset < oldest {
+		t.Errorf("replay from 0 with oldest %d started at %v (next_offset %d)", oldest, first(mr.Messages), mr.NextOffset)
 	}
 	a.Get("/v1/topics/old/consume?partition=0&offset=0").ExpectError(t, http.StatusBadRequest, "offset_out_of_range")
 	ps := a.topic("old").PartitionStats[0]
 	if ps.AckFrontier < ps.OldestOffset {
 		t.Errorf("frontier %d below the oldest offset %d: aged-out messages count as settled", ps.AckFrontier, ps.OldestOffset)
 	}
-	if m := a.consume("old", "wait=5s"); m == nil || m.Offset < oldest {
-		t.Errorf("consume with oldest offset %d delivered %+v", oldest, m)
+	if m := a.consume("old", "wait=1s"); m != nil && m.Offset < oldest {
+		t.Errorf("consume with oldest offset %d delivered aged-out %s", oldest, m.where())
 	}
 }
