@@ -3,7 +3,7 @@
 # The Go workspace (go.work) has no root module, so Go targets loop over the modules.
 
 GO          ?= go
-GO_MODULES  := broker sdk-go
+GO_MODULES  := broker sdk-go sdk-go/otel sdk-go/prometheus verify
 GEN_DIRS    := broker/internal/apigen sdk-go/api
 BIN         := bin
 NARAD       := $(BIN)/narad
