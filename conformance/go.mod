@@ -1,0 +1,3 @@
+module github.com/narad-mq/narad/conformance
+
+go 1.24

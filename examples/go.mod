@@ -1,0 +1,3 @@
+module github.com/narad-mq/narad/examples
+
+go 1.24
