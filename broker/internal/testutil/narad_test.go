@@ -2,9 +2,16 @@ package testutil
 
 import (
 	"net/http"
+	"os"
 	"testing"
 	"time"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	RemoveBuild()
+	os.Exit(code)
+}
 
 // TestNaradHarness starts the real binary, restarts it gracefully and after SIGKILL,
 // and checks that the data directory, port and readiness carry over.
