@@ -145,7 +145,8 @@ export interface paths {
         put?: never;
         /**
          * Produce one message
-         * @description The request body is the message, raw, at most 1 MiB (413 above). Its
+         * @description The request body is the message, raw, from 0 bytes (an empty message is a
+         *     message) to 1 MiB (413 above). Its
          *     `Content-Type` decides how consumers see it: `application/json` must be valid
          *     JSON and comes back verbatim; `text/*` must be UTF-8 and comes back as a JSON
          *     string; `application/octet-stream` comes back base64-encoded. Any other or no
@@ -325,8 +326,10 @@ export interface paths {
          * Replay a range of a partition
          * @description Reads up to `max` messages from `from` (an offset) or `from_time` (the first
          *     message written at or after that time), without leases. `next_offset` is where
-         *     to continue. An offset below the oldest retained one starts at the oldest.
-         *     Messages come in log order.
+         *     to continue: it is never below the oldest retained offset nor past the end of the
+         *     partition, so `from` beyond the end answers the end (follow from there without
+         *     skipping what is written later). An offset below the oldest retained one starts at
+         *     the oldest. Messages come in log order.
          */
         get: operations["readMessages"];
         put?: never;
