@@ -382,11 +382,13 @@ func parseDuration(s string, unit time.Duration) (time.Duration, error) {
 	return time.ParseDuration(s)
 }
 
-func forceBase64(p *string) (bool, error) {
+// forceBase64 reads a payload_encoding parameter (each operation has its own generated
+// string type for it).
+func forceBase64[T ~string](p *T) (bool, error) {
 	if p == nil {
 		return false, nil
 	}
-	switch *p {
+	switch string(*p) {
 	case "base64":
 		return true, nil
 	case "auto":
@@ -400,12 +402,7 @@ func (h *handlers) Consume(ctx context.Context, r apigen.ConsumeRequestObject) (
 	if err != nil {
 		return nil, err
 	}
-	var enc *string
-	if r.Params.PayloadEncoding != nil {
-		s := string(*r.Params.PayloadEncoding)
-		enc = &s
-	}
-	b64, err := forceBase64(enc)
+	b64, err := forceBase64(r.Params.PayloadEncoding)
 	if err != nil {
 		return nil, err
 	}
@@ -447,12 +444,7 @@ func (h *handlers) ConsumeBatch(ctx context.Context, r apigen.ConsumeBatchReques
 		}
 		max = int(*r.Params.Max)
 	}
-	var enc *string
-	if r.Params.PayloadEncoding != nil {
-		s := string(*r.Params.PayloadEncoding)
-		enc = &s
-	}
-	b64, err := forceBase64(enc)
+	b64, err := forceBase64(r.Params.PayloadEncoding)
 	if err != nil {
 		return nil, err
 	}
@@ -588,12 +580,7 @@ func (h *handlers) ReadMessages(ctx context.Context, r apigen.ReadMessagesReques
 		}
 		fromTime = &ms
 	}
-	var enc *string
-	if r.Params.PayloadEncoding != nil {
-		s := string(*r.Params.PayloadEncoding)
-		enc = &s
-	}
-	b64, err := forceBase64(enc)
+	b64, err := forceBase64(r.Params.PayloadEncoding)
 	if err != nil {
 		return nil, err
 	}
