@@ -176,6 +176,7 @@ func (n *Narad) start() error {
 	args := append([]string{"serve", "--http-addr", addr, "--data-dir", n.dataDir}, n.opts.Args...)
 	cmd := exec.Command(n.bin, args...)
 	cmd.Env = append(filterEnv(os.Environ()), n.opts.Env...)
+	cmd.SysProcAttr = procAttr()
 	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		n.mu.Unlock()
