@@ -216,7 +216,10 @@ func payloadKind(contentType string, body []byte) (uint16, error) {
 	}
 	switch {
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
-		if !json.Valid(body) {
+		// JSON is UTF-8 (RFC 8259 §8.1); json.Valid alone lets invalid bytes inside
+		// strings through, and serving them back verbatim would break every response
+		// they are part of.
+		if !json.Valid(body) || !utf8.Valid(body) {
 			return 0, newErr(http.StatusBadRequest, "invalid_payload", "the body is not valid JSON but Content-Type says it is; fix the JSON or send application/octet-stream")
 		}
 		return kindJSON, nil
@@ -230,7 +233,7 @@ func payloadKind(contentType string, body []byte) (uint16, error) {
 	}
 	// No or another content type (curl -d sends a form type): sniff.
 	switch {
-	case len(body) > 0 && json.Valid(body):
+	case len(body) > 0 && json.Valid(body) && utf8.Valid(body):
 		return kindJSON, nil
 	case utf8.Valid(body):
 		return kindText, nil
@@ -324,6 +327,9 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 		}
 		if len(m.Payload) == 0 {
 			return nil, newErr(http.StatusBadRequest, "invalid_json", at+"payload is required")
+		}
+		if !utf8.Valid(m.Payload) {
+			return nil, newErr(http.StatusBadRequest, "invalid_payload", at+"payload holds invalid UTF-8; JSON text is UTF-8 (send bytes with payload_encoding base64)")
 		}
 		o := broker.Outgoing{Key: key, Partition: part, Value: m.Payload, Attrs: kindJSON}
 		if m.PayloadEncoding != nil {

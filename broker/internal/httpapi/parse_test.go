@@ -68,6 +68,8 @@ func TestPayloadKind(t *testing.T) {
 		{"application/json; charset=utf-8", `[1]`, kindJSON, false},
 		{"application/cloudevents+json", `{}`, kindJSON, false},
 		{"application/json", `{"a":`, 0, true},
+		{"application/json", "{\"a\":\"\xff\"}", 0, true},
+		{"", "{\"a\":\"\xff\"}", kindBinary, false},
 		{"text/plain", "héllo", kindText, false},
 		{"text/plain", "\xff", 0, true},
 		{"application/octet-stream", `{"a":1}`, kindBinary, false},

@@ -13,6 +13,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"path"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -184,6 +186,17 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if oi != nil && oi.id == "metrics" && s.promHandler != nil {
 		s.promHandler.ServeHTTP(sw, r)
+		return
+	}
+	if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+		// The generated binder would silently drop a malformed pair (wait=%zz).
+		writeError(sw, badParam("the query string is malformed: "+err.Error()))
+		return
+	}
+	if p := r.URL.Path; p != "/" && path.Clean(p) != p {
+		// Refuse rather than redirect (net/http would answer 307): a client that sends
+		// /v1/topics/a/../b has a bug, and a redirect could move a write elsewhere.
+		writeError(sw, newErr(http.StatusNotFound, "not_found", "the path "+p+" is not in canonical form (no ., .., // or trailing /)"))
 		return
 	}
 	if err := s.prepareBody(r, oi); err != nil {

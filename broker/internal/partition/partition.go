@@ -63,7 +63,9 @@ func monotonic() int64 { return int64(time.Since(processStart)) }
 // process runs (a bad NTP step, an operator's date command) therefore neither stamps
 // records out of order nor makes retention delete early; a restart re-reads the clock.
 func WallMillis() int64 {
-	return processStart.UnixMilli() + time.Since(processStart).Milliseconds()
+	// One truncation, not two: adding two rounded-down parts could stamp a record up to
+	// 1 ms before the wall clock of the client that sent it.
+	return processStart.Add(time.Since(processStart)).UnixMilli()
 }
 
 func wallMillis() int64 { return WallMillis() }
