@@ -1,0 +1,172 @@
+// Command conformance runs the SDK conformance scenarios through every driver: the wire
+// tier against its scripted mock, the behaviour tier against a real narad behind a fault
+// proxy. It prints a summary, writes JSON and JUnit XML, and exits 1 when any scenario
+// fails that is not a listed known failure.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/narad-mq/narad/conformance/runner"
+)
+
+type driverFlags []runner.DriverSpec
+
+func (d *driverFlags) String() string { return fmt.Sprint(*d) }
+
+func (d *driverFlags) Set(v string) error {
+	name, cmd, ok := strings.Cut(v, "=")
+	if !ok || name == "" || strings.TrimSpace(cmd) == "" {
+		return fmt.Errorf("want name=command, got %q", v)
+	}
+	*d = append(*d, runner.DriverSpec{Name: name, Argv: strings.Fields(cmd)})
+	return nil
+}
+
+func main() {
+	var drivers driverFlags
+	flag.Var(&drivers, "driver", "a driver as name=command line (repeatable), e.g. go=./bin/driver-go")
+	scenarios := flag.String("scenarios", "scenarios", "directory of scenario directories")
+	narad := flag.String("narad", os.Getenv("NARAD_BIN"), "the narad binary, for the behaviour tier (default $NARAD_BIN)")
+	tier := flag.String("tier", "all", "wire, behaviour or all")
+	only := flag.String("run", "", "only scenarios whose name matches this regexp")
+	parallel := flag.Int("parallel", 4, "scenario runs at once")
+	out := flag.String("out", "", "directory for results.json and junit.xml (none when empty)")
+	matrix := flag.String("matrix", "", "write the SDK × scenario matrix (Markdown) here")
+	known := flag.String("known", "known-failures.yaml", "the known failures list")
+	spec := flag.String("spec", "SPEC.md", "the rules, for the coverage report")
+	verbose := flag.Bool("v", false, "print every scenario's log, not only failures'")
+	flag.Parse()
+	if len(drivers) == 0 {
+		fmt.Fprintln(os.Stderr, "conformance: no -driver given")
+		os.Exit(2)
+	}
+	for i := range drivers {
+		// Relative driver programs are taken from the working directory.
+		if p := drivers[i].Argv[0]; strings.Contains(p, "/") && !filepath.IsAbs(p) {
+			if abs, err := filepath.Abs(p); err == nil {
+				drivers[i].Argv[0] = abs
+			}
+		}
+	}
+	all, err := runner.LoadScenarios(*scenarios)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(2)
+	}
+	var re *regexp.Regexp
+	if *only != "" {
+		re = regexp.MustCompile(*only)
+	}
+	var picked []*runner.Scenario
+	needBroker := false
+	for _, sc := range all {
+		if (*tier != "all" && sc.Tier != *tier) || (re != nil && !re.MatchString(sc.Name)) {
+			continue
+		}
+		picked = append(picked, sc)
+		needBroker = needBroker || sc.Tier == "behaviour"
+	}
+	rules, err := runner.LoadRules(*spec)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(2)
+	}
+	knownList, err := runner.LoadKnownFailures(*known)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	var env runner.Env
+	if needBroker {
+		if *narad == "" {
+			fmt.Fprintln(os.Stderr, "conformance: the behaviour tier needs -narad or NARAD_BIN; behaviour scenarios will be n/a")
+		} else {
+			dir, err := os.MkdirTemp("", "narad-conformance-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "conformance:", err)
+				os.Exit(2)
+			}
+			defer os.RemoveAll(dir)
+			b, err := runner.StartBroker(ctx, *narad, dir)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "conformance: starting narad:", err)
+				os.Exit(2)
+			}
+			defer b.Stop()
+			env.Broker = b
+			fmt.Printf("conformance: narad at %s (data in %s)\n", b.URL, dir)
+		}
+	}
+	type job struct {
+		sc  *runner.Scenario
+		drv runner.DriverSpec
+		i   int
+	}
+	results := make([]runner.Result, len(picked)*len(drivers))
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	var printMu sync.Mutex
+	for w := 0; w < max(*parallel, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				r := runner.RunScenario(ctx, j.sc, j.drv, env)
+				results[j.i] = r
+				printMu.Lock()
+				fmt.Printf("  %-6s %-44s %s (%.1fs)\n", j.drv.Name, j.sc.Name, r.Outcome, float64(r.DurationMs)/1000)
+				printMu.Unlock()
+			}
+		}()
+	}
+	// Behaviour scenarios take longer: start them first so the slow tail is short.
+	i := 0
+	for _, wantTier := range []string{"behaviour", "wire"} {
+		for _, sc := range picked {
+			if sc.Tier != wantTier {
+				continue
+			}
+			for _, d := range drivers {
+				jobs <- job{sc: sc, drv: d, i: i}
+				i++
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	runner.ApplyKnown(results, knownList)
+	runner.WriteSummary(os.Stdout, results, rules, *verbose)
+	fmt.Printf("conformance: %d scenarios × %d drivers in %.1fs\n", len(picked), len(drivers), time.Since(start).Seconds())
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err == nil {
+			if err := runner.WriteJSON(filepath.Join(*out, "results.json"), results); err != nil {
+				fmt.Fprintln(os.Stderr, "conformance:", err)
+			}
+			if err := runner.WriteJUnit(filepath.Join(*out, "junit.xml"), results); err != nil {
+				fmt.Fprintln(os.Stderr, "conformance:", err)
+			}
+		}
+	}
+	if *matrix != "" {
+		if err := runner.WriteMatrix(*matrix, results, rules); err != nil {
+			fmt.Fprintln(os.Stderr, "conformance:", err)
+		}
+	}
+	if runner.Failed(results) {
+		os.Exit(1)
+	}
+}

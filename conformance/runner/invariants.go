@@ -1,0 +1,176 @@
+package runner
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// invariantChecks are the checks a scenario can run over its whole recorded history.
+var invariantChecks = map[string]func(r *run, args any) error{
+	"all_requests":              allRequests,
+	"max_deliveries":            maxDeliveries,
+	"fetch_within_free_workers": fetchWithinFreeWorkers,
+	"no_ack_after_lease_lost":   noAckAfterLeaseLost,
+	"no_requests_after_mark":    noRequestsAfterMark,
+	"no_event":                  noEventEver,
+}
+
+// all_requests: {where: <subset>, match: <subset>} — every exchange selected by where
+// matches match.
+func allRequests(r *run, args any) error {
+	m := argMap(args)
+	views, _ := r.selected(m["where"], time.Time{}, time.Time{})
+	if len(views) == 0 {
+		return fmt.Errorf("no request matches %s", show(m["where"]))
+	}
+	for i, v := range views {
+		if err := Match(m["match"], v); err != nil {
+			return fmt.Errorf("request %d (%v %v): %v", i, v["method"], v["path"], err)
+		}
+	}
+	return nil
+}
+
+// max_deliveries: {max: N} — no message was leased more than N times.
+func maxDeliveries(r *run, args any) error {
+	m := argMap(args)
+	limit, _ := m["max"].(float64)
+	count := map[string]int{}
+	for _, ex := range r.hist.Exchanges() {
+		for _, g := range ex.Grants {
+			count[fmt.Sprintf("%s/%d@%d", g.Topic, g.Partition, g.Offset)]++
+		}
+	}
+	var bad []string
+	for k, n := range count {
+		if float64(n) > limit {
+			bad = append(bad, fmt.Sprintf("%s leased %d times", k, n))
+		}
+	}
+	sort.Strings(bad)
+	if len(bad) > 0 {
+		return fmt.Errorf("%s (at most %v allowed)", strings.Join(bad, ", "), limit)
+	}
+	return nil
+}
+
+// fetch_within_free_workers: {concurrency: N} — when a poll starts, the leases held
+// (granted and not yet given a final settlement request) plus the messages the poll
+// asks for never exceed the worker count (SDK.md rule 1). A lease counts as held until
+// its last ack-family request starts.
+func fetchWithinFreeWorkers(r *run, args any) error {
+	m := argMap(args)
+	conc, _ := m["concurrency"].(float64)
+	exs := r.hist.Exchanges()
+	type lease struct {
+		granted time.Time
+		last    time.Time
+	}
+	leases := map[string]*lease{}
+	for _, ex := range exs {
+		for _, g := range ex.Grants {
+			leases[g.Handle] = &lease{granted: ex.End}
+		}
+	}
+	for _, ex := range exs {
+		for _, s := range ex.Settles() {
+			if l := leases[s.Handle]; l != nil && ex.Start.After(l.last) {
+				l.last = ex.Start
+			}
+		}
+	}
+	for _, ex := range exs {
+		if !ex.IsPoll() {
+			continue
+		}
+		ask := 1
+		if strings.HasSuffix(ex.Path, "/consume-batch") {
+			ask = atoiDefault(ex.Query["max"], 10)
+		}
+		held := 0
+		for _, l := range leases {
+			if l.granted.Before(ex.Start) && (l.last.IsZero() || l.last.After(ex.Start)) {
+				held++
+			}
+		}
+		if float64(held+ask) > conc {
+			return fmt.Errorf("a poll at %.3fs asked for %d while %d leases were held; concurrency is %v",
+				ex.Start.Sub(r.t0).Seconds(), ask, held, conc)
+		}
+	}
+	return nil
+}
+
+// no_ack_after_lease_lost: {} — a message whose lease the SDK reported lost (a
+// lease_lost event, or a handler cancelled for that reason) is never acked with the
+// handle it lost: the SDK must not settle work it no longer owns (SDK.md rule 1).
+func noAckAfterLeaseLost(r *run, args any) error {
+	evs, _ := r.drv.Events()
+	exs := r.hist.Exchanges()
+	checked := 0
+	for _, ev := range evs {
+		lost := ev.Name == "lease_lost" || (ev.Name == "handled" && ev.Data["cancel_reason"] == "lease_lost")
+		if !lost {
+			continue
+		}
+		msg, _ := ev.Data["message"].(map[string]any)
+		if msg == nil {
+			msg = ev.Data
+		}
+		p, _ := msg["partition"].(float64)
+		o, _ := msg["offset"].(float64)
+		// The lease lost is the message's latest grant before the event.
+		var handle string
+		var at time.Time
+		for _, ex := range exs {
+			for _, g := range ex.Grants {
+				if float64(g.Partition) == p && float64(g.Offset) == o && !ex.End.After(ev.At) && ex.End.After(at) {
+					handle, at = g.Handle, ex.End
+				}
+			}
+		}
+		if handle == "" {
+			continue
+		}
+		checked++
+		for _, ex := range exs {
+			for _, s := range ex.Settles() {
+				if s.Handle == handle && !s.HasExtend {
+					return fmt.Errorf("partition %v offset %v: its lost lease was acked at %.3fs (%s %s)", p, o,
+						ex.Start.Sub(r.t0).Seconds(), ex.Method, ex.Path)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		return fmt.Errorf("no lost lease was reported, so there is nothing to check")
+	}
+	return nil
+}
+
+// no_requests_after_mark: {mark: name, where: <subset>} — nothing selected by where
+// started after the mark (a stopped consumer polls no more).
+func noRequestsAfterMark(r *run, args any) error {
+	m := argMap(args)
+	name, _ := m["mark"].(string)
+	at, ok := r.marks[name]
+	if !ok {
+		return fmt.Errorf("no mark %q", name)
+	}
+	if views, _ := r.selected(m["where"], at, time.Time{}); len(views) > 0 {
+		return fmt.Errorf("after %s: %s", name, summarize(views))
+	}
+	return nil
+}
+
+// no_event: {event: name, match: <subset>} — the driver never reported such an event.
+func noEventEver(r *run, args any) error {
+	m := argMap(args)
+	name, _ := m["event"].(string)
+	if got := r.matchingEvents(name, m["match"], time.Time{}); len(got) > 0 {
+		return fmt.Errorf("unwanted %q event(s): %s", name, show(got))
+	}
+	return nil
+}
