@@ -12,11 +12,11 @@ back to the queue. Ctrl-C or SIGTERM closes it, so a deploy loses nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 import threading
-import time
 
 import narad
 
@@ -24,7 +24,8 @@ import narad
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--topic", default="jobs", help="the queue's topic (created when missing)")
-    p.add_argument("--jobs", type=int, default=0, help="jobs to enqueue before working (0: only work)")
+    p.add_argument("--jobs", type=int, default=0,
+                   help="jobs to enqueue before working (0: only work)")
     p.add_argument("--workers", type=int, default=4, help="jobs handled at once")
     p.add_argument("--work", type=float, default=4.0, help="seconds each enqueued job takes")
     p.add_argument("--lease", type=float, default=3.0,
@@ -54,10 +55,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
     with narad.Client(url.split(","), auth=auth) as client:
-        try:
+        with contextlib.suppress(narad.Conflict):  # it exists: keep its settings
             client.create_topic(args.topic, visibility_timeout_ms=int(args.lease * 1000))
-        except narad.Conflict:
-            pass  # it exists: keep its settings
         info = client.get_topic(args.topic)
         print(f"queue {args.topic}: {info.partitions} partitions, "
               f"lease {info.visibility_timeout_ms / 1000:g}s, {args.workers} workers", flush=True)
