@@ -1,3 +1,5 @@
 module github.com/narad-mq/narad/verify
 
 go 1.24
+
+require github.com/anishathalye/porcupine v1.3.1

@@ -1,0 +1,152 @@
+// Command narad-verify runs the kill-loop verification against a real narad and checks
+// recorded histories again.
+//
+//	narad-verify run   [-seed N] [-messages N] [-kills N] [-duration D] [-keep] [-dir DIR] ...
+//	narad-verify check HISTORY.jsonl
+//	narad-verify doctor -kind acked-redelivery|lost|live-lease IN.jsonl OUT.jsonl
+//
+// run exits 1 when the checker finds anything (the run's files are kept and named);
+// check exits 1 when the history breaks a rule. doctor edits a real history the way a
+// broker bug would, to show the checker catches it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/narad-mq/narad/verify/check"
+	"github.com/narad-mq/narad/verify/history"
+	"github.com/narad-mq/narad/verify/scenario"
+	"github.com/narad-mq/narad/verify/workload"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	switch os.Args[1] {
+	case "run":
+		os.Exit(runCmd(os.Args[2:]))
+	case "check":
+		os.Exit(checkCmd(os.Args[2:]))
+	case "doctor":
+		os.Exit(doctorCmd(os.Args[2:]))
+	default:
+		usage()
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: narad-verify run [flags] | check HISTORY | doctor -kind KIND IN OUT")
+	os.Exit(2)
+}
+
+func runCmd(args []string) int {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	seed := fs.Int64("seed", time.Now().UnixNano()%1_000_000_007, "random seed (printed; reuse it to repeat a run's choices)")
+	seeds := fs.Int("seeds", 1, "run this many seeds one after the other (seed, seed+1, ...)")
+	messages := fs.Int("messages", 6000, "parent messages to produce (0: bounded by -duration only)")
+	duration := fs.Duration("duration", 0, "produce for this long (soak); faults go on as long")
+	load := fs.Duration("load", 60*time.Second, "spread -messages over about this long")
+	kills := fs.Int("kills", 20, "least number of kills (kill -9 and failpoint kills)")
+	fpKills := fs.Int("failpoint-kills", -1, "least number of kills at failpoints (-1: half of -kills)")
+	pauses := fs.Bool("pauses", true, "mix in SIGSTOP/SIGCONT")
+	corrupt := fs.Bool("corrupt", true, "append torn tails to a stopped node's active segments")
+	disk := fs.Bool("disk", false, "inject EIO, ENOSPC and slow fsyncs at segment-after-write")
+	minGap := fs.Duration("min-gap", 500*time.Millisecond, "least time between faults")
+	maxGap := fs.Duration("max-gap", 2500*time.Millisecond, "most time between faults")
+	producers := fs.Int("producers", 4, "producers")
+	consumers := fs.Int("consumers", 6, "consumers")
+	progress := fs.Duration("progress", 3*time.Minute, "report progress this often")
+	dir := fs.String("dir", "", "keep the run's files here (default: a temporary directory, removed when the run passes)")
+	keep := fs.Bool("keep", false, "keep the files of a passing run too")
+	bin := fs.String("bin", "", "a narad built with -tags failpoints (default: build one)")
+	fs.Parse(args)
+	if *fpKills < 0 {
+		*fpKills = *kills / 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	failed := 0
+	for i := 0; i < *seeds; i++ {
+		s := *seed + int64(i)
+		d := *dir
+		if d != "" && *seeds > 1 {
+			d = fmt.Sprintf("%s/seed-%d", d, s)
+		}
+		fmt.Printf("== narad-verify run: seed %d\n", s)
+		res := scenario.Run(ctx, scenario.Config{
+			Dir: d, Keep: *keep, Bin: *bin,
+			Log: func(format string, a ...any) { fmt.Printf(format+"\n", a...) },
+			Workload: workload.Config{
+				Seed: s, Messages: *messages, Duration: *duration, LoadDuration: *load, Producers: *producers, Consumers: *consumers, RetentionMs: 1000,
+				Progress:      func(line string) { fmt.Println("progress:", line) },
+				ProgressEvery: *progress,
+				Faults: workload.FaultConfig{Kills: *kills, MinFailpointKills: *fpKills, FailpointShare: 0.5, Pauses: *pauses,
+					Corrupt: *corrupt, Disk: *disk, MinGap: *minGap, MaxGap: *maxGap, Duration: *duration},
+			},
+		})
+		var b bytes.Buffer
+		scenario.Summary(&b, res)
+		os.Stdout.Write(b.Bytes())
+		if !res.OK() {
+			failed++
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if failed > 0 {
+		fmt.Printf("narad-verify: %d of %d runs FAILED\n", failed, *seeds)
+		return 1
+	}
+	return 0
+}
+
+func checkCmd(args []string) int {
+	if len(args) != 1 {
+		usage()
+	}
+	es, err := history.Read(args[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	r := check.Check(es)
+	r.Print(os.Stdout)
+	if !r.OK() {
+		return 1
+	}
+	return 0
+}
+
+func doctorCmd(args []string) int {
+	fs := flag.NewFlagSet("doctor", flag.ExitOnError)
+	kind := fs.String("kind", "acked-redelivery", "acked-redelivery, lost or live-lease")
+	fs.Parse(args)
+	if fs.NArg() != 2 {
+		usage()
+	}
+	es, err := history.Read(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	out, what, err := check.Doctor(es, *kind)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if err := history.Write(fs.Arg(1), out); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Println("doctored:", what)
+	return 0
+}

@@ -1,0 +1,221 @@
+// Package history is the record a verification run keeps: one JSON line per HTTP
+// attempt, per fault and per stats sample, all timed on one monotonic clock (nanoseconds
+// since the run started). The checker reads nothing else, so a saved history can be
+// checked again, and a doctored one shows that the checker can fail.
+package history
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// Kinds of entries.
+const (
+	KindRun   = "run"   // the first line: seed and settings
+	KindOp    = "op"    // one HTTP attempt (a batch answer adds one line per item)
+	KindFault = "fault" // one injected fault
+	KindStats = "stats" // one partition's markers, read from GET /v1/topics/{t}
+	KindPhase = "phase" // a phase of the run began (faults, drain, done)
+)
+
+// Operations.
+const (
+	OpProduce = "produce"
+	OpConsume = "consume" // one line per delivered message; Status 204 with no message
+	OpAck     = "ack"     // settle
+	OpNack    = "nack"    // extend=0: hand back now
+	OpExtend  = "extend"  // extend=true: renew the lease
+	OpAdmin   = "admin"   // create topic, attach child, ...
+)
+
+// Faults.
+const (
+	FaultKill          = "kill"           // kill -9 from the harness
+	FaultFailpointKill = "failpoint-kill" // the node killed itself at a failpoint
+	FaultPause         = "pause"          // SIGSTOP … SIGCONT
+	FaultCorrupt       = "corrupt"        // bytes edited in a stopped node's files
+	FaultDisk          = "disk"           // an injected EIO/ENOSPC or a slow fsync
+	FaultRestart       = "restart"        // a node start; End is when it was ready
+	FaultCrash         = "crash"          // the node exited with nothing armed: a broker bug
+)
+
+// Entry is one line. Unused fields are left out.
+type Entry struct {
+	Kind string `json:"kind"`
+
+	// Op fields.
+	Client    string `json:"client,omitempty"`
+	Op        string `json:"op,omitempty"`
+	Topic     string `json:"topic,omitempty"`
+	Partition int32  `json:"partition"`
+	Msg       string `json:"msg,omitempty"` // the message id carried inside the payload
+	Call      int64  `json:"call"`
+	Return    int64  `json:"ret"`
+	Status    int    `json:"status"` // 0: no answer (timeout, connection refused or reset)
+	Code      string `json:"code,omitempty"`
+	Err       string `json:"err,omitempty"`
+	Offset    int64  `json:"offset"`
+	Handle    string `json:"handle,omitempty"`
+	Attempt   int    `json:"attempt,omitempty"`   // delivery_attempt of a delivery; try number of a produce
+	Timestamp int64  `json:"timestamp,omitempty"` // the message's server timestamp (Unix ms)
+	Key       string `json:"key,omitempty"`
+	Batch     bool   `json:"batch,omitempty"`
+
+	// Fault fields: Call and Return are the fault's start and end.
+	Fault  string `json:"fault,omitempty"`
+	Target string `json:"target,omitempty"`
+	Detail string `json:"detail,omitempty"`
+
+	// Stats fields.
+	HighWatermark int64 `json:"hw,omitempty"`
+	Frontier      int64 `json:"frontier,omitempty"`
+	Oldest        int64 `json:"oldest,omitempty"`
+	Backlog       int64 `json:"backlog,omitempty"`
+	InFlight      int64 `json:"in_flight,omitempty"`
+	Incarnation   int64 `json:"incarnation,omitempty"`
+
+	// Run fields (first line only).
+	Run *RunInfo `json:"run,omitempty"`
+}
+
+// RunInfo describes a run: what the checker needs to know of the workload.
+type RunInfo struct {
+	Seed      int64          `json:"seed"`
+	WallStart int64          `json:"wall_start_unix_nano"`
+	Topics    []TopicInfo    `json:"topics"`
+	Settings  map[string]any `json:"settings,omitempty"`
+}
+
+// TopicInfo is one topic of the workload.
+type TopicInfo struct {
+	Name         string `json:"name"`
+	Partitions   int    `json:"partitions"`
+	VisibilityMs int64  `json:"visibility_timeout_ms"`
+	RetentionMs  int64  `json:"retention_ms"`
+	Parent       string `json:"parent,omitempty"`
+	DelayMs      int64  `json:"fanout_delay_ms,omitempty"`
+}
+
+// Clock is the run's monotonic clock.
+type Clock struct{ start time.Time }
+
+// NewClock starts a clock now.
+func NewClock() *Clock { return &Clock{start: time.Now()} }
+
+// Now returns nanoseconds since the clock started.
+func (c *Clock) Now() int64 { return int64(time.Since(c.start)) }
+
+// Start returns the wall time the clock started at.
+func (c *Clock) Start() time.Time { return c.start }
+
+// FromWall converts a Unix time in nanoseconds (from another process) to the clock.
+func (c *Clock) FromWall(unixNano int64) int64 { return unixNano - c.start.UnixNano() }
+
+// Writer appends entries to a file; it is safe for concurrent use.
+type Writer struct {
+	mu  sync.Mutex
+	f   *os.File
+	w   *bufio.Writer
+	enc *json.Encoder
+	n   int
+}
+
+// Create creates (truncates) the history file at path.
+func Create(path string) (*Writer, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	w := bufio.NewWriterSize(f, 1<<16)
+	return &Writer{f: f, w: w, enc: json.NewEncoder(w)}, nil
+}
+
+// Add writes one entry.
+func (w *Writer) Add(e Entry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.enc == nil {
+		return
+	}
+	w.enc.Encode(e)
+	w.n++
+}
+
+// Len returns how many entries were written.
+func (w *Writer) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+// Flush writes buffered entries to the file.
+func (w *Writer) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.w == nil {
+		return nil
+	}
+	return w.w.Flush()
+}
+
+// Close flushes and closes the file; later Adds are dropped.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		return nil
+	}
+	err := w.w.Flush()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	w.f, w.w, w.enc = nil, nil, nil
+	return err
+}
+
+// Read reads a history file.
+func Read(path string) ([]Entry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Decode(f)
+}
+
+// Decode reads history lines from r.
+func Decode(r io.Reader) ([]Entry, error) {
+	var out []Entry
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var e Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("history line %d: %w", line, err)
+		}
+		out = append(out, e)
+	}
+	return out, sc.Err()
+}
+
+// Write writes entries to path (for doctored histories in tests).
+func Write(path string, es []Entry) error {
+	w, err := Create(path)
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		w.Add(e)
+	}
+	return w.Close()
+}

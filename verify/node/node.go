@@ -1,0 +1,383 @@
+// Package node runs one narad process for a verification run: build it (with the
+// failpoints tag), start it on a free loopback port, wait for readiness, and hurt it —
+// kill -9, SIGSTOP/SIGCONT — signalling only the PID it started itself. Output of every
+// incarnation goes to one log file, and the failpoint lines on stderr are picked up so a
+// run knows when and where a node killed itself.
+package node
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// FiredPrefix starts the stderr line a failpoint writes before it acts (it mirrors
+// broker/internal/failpoint.FiredPrefix; the verify module cannot import broker internals).
+const FiredPrefix = "narad failpoint fired:"
+
+// Build compiles narad from brokerDir into out, with the failpoints tag when failpoints.
+func Build(ctx context.Context, brokerDir, out string, failpoints bool) error {
+	args := []string{"build", "-o", out}
+	if failpoints {
+		args = append(args, "-tags", "failpoints")
+	}
+	args = append(args, "./cmd/narad")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = brokerDir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building narad: %v\n%s", err, b)
+	}
+	return nil
+}
+
+// FindBrokerDir walks up from the working directory to the repository's broker module.
+func FindBrokerDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "broker", "cmd", "narad")); err == nil {
+			return filepath.Join(dir, "broker"), nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", errors.New("no broker/cmd/narad above the working directory")
+		}
+		dir = up
+	}
+}
+
+// FreePort returns a loopback port nothing listens on right now.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Options configures a Node.
+type Options struct {
+	Bin     string   // the narad binary
+	DataDir string   // kept across restarts
+	LogPath string   // every incarnation appends here
+	Port    int      // 0: pick a free one (kept across restarts)
+	Args    []string // extra serve flags
+}
+
+// Fired is a failpoint that acted.
+type Fired struct {
+	Name, Action string
+	UnixNano     int64
+}
+
+// Node is one narad process at a time, restarted on demand.
+type Node struct {
+	opts Options
+	addr string
+	log  *os.File
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	state   *os.ProcessState
+	fired   []Fired
+	gen     int
+	paused  bool
+	outDone chan struct{}
+}
+
+// New prepares a node; nothing runs until Start.
+func New(opts Options) (*Node, error) {
+	if opts.Port == 0 {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		opts.Port = p
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	lf, err := os.OpenFile(opts.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &Node{opts: opts, addr: "127.0.0.1:" + strconv.Itoa(opts.Port), log: lf}, nil
+}
+
+// Addr is host:port of the HTTP API.
+func (n *Node) Addr() string { return n.addr }
+
+// URL is the base URL of the HTTP API.
+func (n *Node) URL() string { return "http://" + n.addr }
+
+// DataDir is the node's data directory.
+func (n *Node) DataDir() string { return n.opts.DataDir }
+
+// LogPath is the node's log file.
+func (n *Node) LogPath() string { return n.opts.LogPath }
+
+// Gen counts the starts so far.
+func (n *Node) Gen() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.gen
+}
+
+// Start starts a new incarnation with extra environment variables (e.g. NARAD_FAILPOINTS).
+// The previous one must have exited.
+func (n *Node) Start(env ...string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		select {
+		case <-n.exited:
+		default:
+			return errors.New("node: still running")
+		}
+	}
+	args := append([]string{"serve", "--http-addr", n.addr, "--data-dir", n.opts.DataDir}, n.opts.Args...)
+	cmd := exec.Command(n.opts.Bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout = n.log
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = pw
+	n.gen++
+	fmt.Fprintf(n.log, "=== verify: start #%d at %s env=%q\n", n.gen, time.Now().Format(time.RFC3339Nano), env)
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return err
+	}
+	pw.Close()
+	n.cmd, n.exited, n.state, n.paused = cmd, make(chan struct{}), nil, false
+	n.outDone = make(chan struct{})
+	go n.copyStderr(pr, n.outDone)
+	exited, outDone := n.exited, n.outDone
+	go func() {
+		cmd.Wait()
+		<-outDone
+		n.mu.Lock()
+		n.state = cmd.ProcessState
+		n.mu.Unlock()
+		close(exited)
+	}()
+	return nil
+}
+
+func (n *Node) copyStderr(r io.ReadCloser, done chan struct{}) {
+	defer close(done)
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		n.log.WriteString(line + "\n")
+		if rest, ok := strings.CutPrefix(line, FiredPrefix); ok {
+			f := Fired{}
+			for _, kv := range strings.Fields(rest) {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "name":
+					f.Name = v
+				case "action":
+					f.Action = v
+				case "unix_nano":
+					f.UnixNano, _ = strconv.ParseInt(v, 10, 64)
+				}
+			}
+			n.mu.Lock()
+			n.fired = append(n.fired, f)
+			n.mu.Unlock()
+		}
+	}
+}
+
+// TakeFired returns the failpoints that acted since the last call.
+func (n *Node) TakeFired() []Fired {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f := n.fired
+	n.fired = nil
+	return f
+}
+
+// Exited is closed when the current incarnation has exited (nil before the first Start).
+func (n *Node) Exited() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.exited
+}
+
+// Running reports whether the current incarnation is alive.
+func (n *Node) Running() bool {
+	ch := n.Exited()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
+}
+
+// ExitState describes how the last incarnation ended ("" while it runs).
+func (n *Node) ExitState() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.state == nil {
+		return ""
+	}
+	return n.state.String()
+}
+
+// WaitReady polls /readyz until 200, the process exits, or timeout.
+func (n *Node) WaitReady(timeout time.Duration) error {
+	c := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	exited := n.Exited()
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("node exited before it was ready (%s); see %s", n.ExitState(), n.opts.LogPath)
+		default:
+		}
+		resp, err := c.Get(n.URL() + "/readyz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("node not ready within %v; see %s", timeout, n.opts.LogPath)
+}
+
+func (n *Node) signal(sig syscall.Signal) error {
+	n.mu.Lock()
+	cmd := n.cmd
+	n.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return errors.New("node: not started")
+	}
+	return cmd.Process.Signal(sig)
+}
+
+// Kill sends SIGKILL (resuming nothing first: a stopped process dies as well) and waits
+// for the exit.
+func (n *Node) Kill() error {
+	if !n.Running() {
+		return nil
+	}
+	if err := n.signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-n.Exited()
+	return nil
+}
+
+// Pause sends SIGSTOP.
+func (n *Node) Pause() error {
+	n.mu.Lock()
+	n.paused = true
+	n.mu.Unlock()
+	return n.signal(syscall.SIGSTOP)
+}
+
+// Resume sends SIGCONT.
+func (n *Node) Resume() error {
+	n.mu.Lock()
+	n.paused = false
+	n.mu.Unlock()
+	return n.signal(syscall.SIGCONT)
+}
+
+// Stop ends the node gracefully (SIGTERM), killing it after grace.
+func (n *Node) Stop(grace time.Duration) error {
+	if !n.Running() {
+		return nil
+	}
+	n.mu.Lock()
+	paused := n.paused
+	n.mu.Unlock()
+	if paused {
+		n.Resume()
+	}
+	n.signal(syscall.SIGTERM)
+	select {
+	case <-n.Exited():
+		return nil
+	case <-time.After(grace):
+		n.Kill()
+		return fmt.Errorf("node did not stop within %v after SIGTERM; killed", grace)
+	}
+}
+
+// Close stops the node (if running) and closes the log.
+func (n *Node) Close() error {
+	err := n.Stop(30 * time.Second)
+	n.log.Close()
+	return err
+}
+
+// Pid returns the current incarnation's process id (0 when none runs).
+func (n *Node) Pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+// Usage reads the resident memory (bytes) and open file count of the running process.
+func (n *Node) Usage() (rss int64, files int) {
+	pid := n.Pid()
+	if pid == 0 || !n.Running() {
+		return 0, 0
+	}
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				f := strings.Fields(rest)
+				if len(f) > 0 {
+					kb, _ := strconv.ParseInt(f[0], 10, 64)
+					rss = kb << 10
+				}
+			}
+		}
+	}
+	if ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd"); err == nil {
+		files = len(ents)
+	}
+	return rss, files
+}
+
+// FiredCount returns how many failpoint lines wait in TakeFired.
+func (n *Node) FiredCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.fired)
+}

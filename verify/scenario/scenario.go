@@ -1,0 +1,186 @@
+// Package scenario runs one verification: build narad with failpoints, start it in a
+// fresh directory, run the workload and its faults, drain, stop, and check the history.
+// A failing run keeps everything it needs to be understood and re-checked: the history,
+// the node's log, its data directory and the seed (in report.txt).
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/narad-mq/narad/verify/check"
+	"github.com/narad-mq/narad/verify/history"
+	"github.com/narad-mq/narad/verify/node"
+	"github.com/narad-mq/narad/verify/workload"
+)
+
+// Config is one run.
+type Config struct {
+	Workload workload.Config
+	// Dir is where the run keeps its files; empty: a new directory under TMPDIR.
+	Dir string
+	// Keep keeps the directory even when the run passes.
+	Keep bool
+	// Bin is a narad built with the failpoints tag; empty: build one (once per process).
+	Bin string
+	// Args are extra `narad serve` flags.
+	Args []string
+	// Log receives progress lines; nil: discard.
+	Log func(format string, args ...any)
+}
+
+// Result is what a run found.
+type Result struct {
+	Report   *check.Report
+	Stats    *workload.Stats
+	Dir      string // kept when the run failed or Keep was set
+	Duration time.Duration
+	Err      error // the harness failed (the node would not start, ...)
+}
+
+// OK reports whether the run passed.
+func (r *Result) OK() bool {
+	return r.Err == nil && r.Report != nil && r.Report.OK() && r.Stats != nil && r.Stats.Drained
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// Binary returns a narad built with the failpoints tag: $NARAD_FAILPOINT_BIN if set,
+// otherwise one built once per process into a temporary directory.
+func Binary(ctx context.Context) (string, error) {
+	if b := os.Getenv("NARAD_FAILPOINT_BIN"); b != "" {
+		return b, nil
+	}
+	buildOnce.Do(func() {
+		dir, err := node.FindBrokerDir()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		tmp, err := os.MkdirTemp("", "narad-verify-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(tmp, "narad")
+		buildErr = node.Build(ctx, dir, builtBin, true)
+	})
+	return builtBin, buildErr
+}
+
+// DefaultArgs are the serve flags of a verification node: small segments so rolls,
+// index writes and retention happen all the time; a quick retention pass.
+var DefaultArgs = []string{"--segment-bytes", "65536", "--retention-interval", "500ms", "--log-level", "warn", "--shutdown-grace", "5s"}
+
+// Run runs one verification.
+func Run(ctx context.Context, cfg Config) *Result {
+	started := time.Now()
+	res := &Result{}
+	logf := cfg.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if cfg.Bin == "" {
+		bin, err := Binary(ctx)
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		cfg.Bin = bin
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", fmt.Sprintf("narad-verify-%d-", cfg.Workload.Seed))
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		res.Err = err
+		return res
+	}
+	res.Dir = dir
+	histPath := filepath.Join(dir, "history.jsonl")
+	rec, err := history.Create(histPath)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	clk := history.NewClock()
+	args := append(append([]string(nil), DefaultArgs...), cfg.Args...)
+	n, err := node.New(node.Options{Bin: cfg.Bin, DataDir: filepath.Join(dir, "data"), LogPath: filepath.Join(dir, "node.log"), Args: args})
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	rec.Add(history.Entry{Kind: history.KindRun, Run: &history.RunInfo{
+		Seed: cfg.Workload.Seed, WallStart: clk.Start().UnixNano(), Topics: cfg.Workload.Topics(),
+		Settings: map[string]any{"messages": cfg.Workload.Messages, "kills": cfg.Workload.Faults.Kills, "args": args},
+	}})
+	t0 := clk.Now()
+	if err := n.Start(cfg.Workload.Faults.Env...); err == nil {
+		err = n.WaitReady(60 * time.Second)
+		if err != nil {
+			res.Err = err
+		}
+	} else {
+		res.Err = err
+	}
+	rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultRestart, Call: t0, Return: clk.Now(), Target: "node", Detail: "first start", Partition: -1, Offset: -1})
+	if res.Err == nil {
+		logf("run %d: node at %s, files in %s", cfg.Workload.Seed, n.URL(), dir)
+		res.Stats, res.Err = workload.Run(ctx, cfg.Workload, n, rec, clk)
+	}
+	if err := n.Stop(30 * time.Second); err != nil && res.Err == nil {
+		res.Err = fmt.Errorf("stopping the node: %w", err)
+	}
+	n.Close()
+	if err := rec.Close(); err != nil && res.Err == nil {
+		res.Err = err
+	}
+	es, err := history.Read(histPath)
+	if err != nil && res.Err == nil {
+		res.Err = err
+	}
+	res.Report = check.Check(es)
+	res.Duration = time.Since(started)
+
+	var b bytes.Buffer
+	Summary(&b, res)
+	os.WriteFile(filepath.Join(dir, "report.txt"), b.Bytes(), 0o644)
+	if res.OK() && !cfg.Keep {
+		os.RemoveAll(dir)
+		res.Dir = ""
+	}
+	return res
+}
+
+// Summary writes a run's report.
+func Summary(b *bytes.Buffer, res *Result) {
+	if res.Report != nil {
+		res.Report.Print(b)
+	}
+	if res.Stats != nil {
+		fmt.Fprintf(b, "drain:             %v (drained: %v)\n", res.Stats.Drain.Round(time.Millisecond), res.Stats.Drained)
+		for _, n := range res.Stats.Notes {
+			fmt.Fprintf(b, "note:              %s\n", n)
+		}
+	}
+	if res.Err != nil {
+		fmt.Fprintf(b, "harness error:     %v\n", res.Err)
+	}
+	fmt.Fprintf(b, "run time:          %v\n", res.Duration.Round(time.Second))
+	if res.Dir != "" {
+		fmt.Fprintf(b, "files:             %s (history.jsonl, node.log, data/)\n", res.Dir)
+	}
+}

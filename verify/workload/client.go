@@ -1,0 +1,383 @@
+package workload
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/narad-mq/narad/verify/history"
+)
+
+// client is one simulated application: its own connection pool, every HTTP attempt
+// recorded as history lines.
+type client struct {
+	name string
+	base string
+	hc   *http.Client
+	rec  *history.Writer
+	clk  *history.Clock
+}
+
+func newClient(name, base string, rec *history.Writer, clk *history.Clock) *client {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	return &client{name: name, base: base, hc: &http.Client{Transport: tr}, rec: rec, clk: clk}
+}
+
+func (c *client) close() { c.hc.CloseIdleConnections() }
+
+type apiErr struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// result is one HTTP attempt's outcome.
+type result struct {
+	status    int // 0: no answer
+	code      string
+	err       string
+	body      []byte
+	call, ret int64
+}
+
+func (c *client) do(ctx context.Context, method, path string, q url.Values, body []byte, ctype string, timeout time.Duration) result {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		panic(err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	r := result{call: c.clk.Now()}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		r.ret = c.clk.Now()
+		r.err = err.Error()
+		return r
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	r.ret = c.clk.Now()
+	if err != nil {
+		// The status line arrived but not the whole body: the outcome is as unknown as
+		// with no answer at all.
+		r.err = "reading the body: " + err.Error()
+		return r
+	}
+	r.status, r.body = resp.StatusCode, b
+	if resp.StatusCode >= 400 {
+		var e apiErr
+		if json.Unmarshal(b, &e) == nil {
+			r.code = e.Error.Code
+		}
+		if r.code == "" {
+			r.code = "no_json_error_body"
+		}
+		r.err = fmt.Sprintf("%d %s", resp.StatusCode, truncate(string(b), 200))
+	}
+	return r
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func (c *client) opEntry(op, topic string, r result) history.Entry {
+	return history.Entry{Kind: history.KindOp, Client: c.name, Op: op, Topic: topic, Partition: -1, Offset: -1,
+		Call: r.call, Return: r.ret, Status: r.status, Code: r.code, Err: r.err}
+}
+
+// payload is what the workload sends: the id is what the checker follows.
+type payload struct {
+	ID  string `json:"id"`
+	Pad string `json:"pad,omitempty"`
+}
+
+type produced struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// produce sends one message; it returns the attempt's result.
+func (c *client) produce(ctx context.Context, topic, id, key string, pad string, try int) result {
+	q := url.Values{}
+	if key != "" {
+		q.Set("key", key)
+	}
+	body, _ := json.Marshal(payload{ID: id, Pad: pad})
+	r := c.do(ctx, http.MethodPost, "/v1/topics/"+topic+"/produce", q, body, "application/json", opTimeout)
+	e := c.opEntry(history.OpProduce, topic, r)
+	e.Msg, e.Key, e.Attempt = id, key, try
+	if r.status == http.StatusAccepted {
+		var p produced
+		if err := json.Unmarshal(r.body, &p); err == nil {
+			e.Partition, e.Offset = p.Partition, p.Offset
+		} else {
+			e.Err = "undecodable 202 body: " + err.Error()
+		}
+	}
+	c.rec.Add(e)
+	return r
+}
+
+type outMsg struct {
+	Payload payload `json:"payload"`
+	Key     string  `json:"key,omitempty"`
+}
+
+// produceBatch sends several messages at once; one history line per message.
+func (c *client) produceBatch(ctx context.Context, topic string, ids, keys []string, pad string, try int) result {
+	msgs := make([]outMsg, len(ids))
+	for i := range ids {
+		msgs[i] = outMsg{Payload: payload{ID: ids[i], Pad: pad}, Key: keys[i]}
+	}
+	body, _ := json.Marshal(map[string]any{"messages": msgs})
+	r := c.do(ctx, http.MethodPost, "/v1/topics/"+topic+"/produce-batch", nil, body, "application/json", opTimeout)
+	var res struct {
+		Results []produced `json:"results"`
+	}
+	ok := r.status == http.StatusAccepted && json.Unmarshal(r.body, &res) == nil && len(res.Results) == len(ids)
+	for i, id := range ids {
+		e := c.opEntry(history.OpProduce, topic, r)
+		e.Msg, e.Key, e.Attempt, e.Batch = id, keys[i], try, true
+		if ok {
+			e.Partition, e.Offset = res.Results[i].Partition, res.Results[i].Offset
+		} else if r.status == http.StatusAccepted {
+			e.Err = "undecodable 202 body"
+		}
+		c.rec.Add(e)
+	}
+	return r
+}
+
+type message struct {
+	Topic     string          `json:"topic"`
+	Partition int32           `json:"partition"`
+	Offset    int64           `json:"offset"`
+	Key       *string         `json:"key"`
+	Payload   json.RawMessage `json:"payload"`
+	Timestamp int64           `json:"timestamp"`
+	Handle    string          `json:"receipt_handle"`
+	Attempt   int             `json:"delivery_attempt"`
+}
+
+// delivery is a message a consumer holds.
+type delivery struct {
+	topic     string
+	partition int32
+	offset    int64
+	id        string
+	handle    string
+}
+
+func (c *client) deliveryEntry(topic string, r result, m message, batch bool) (history.Entry, delivery) {
+	e := c.opEntry(history.OpConsume, topic, r)
+	e.Partition, e.Offset, e.Handle, e.Attempt, e.Timestamp, e.Batch = m.Partition, m.Offset, m.Handle, m.Attempt, m.Timestamp, batch
+	if m.Key != nil {
+		e.Key = *m.Key
+	}
+	var p payload
+	if err := json.Unmarshal(m.Payload, &p); err != nil || p.ID == "" {
+		e.Msg = "?" + truncate(string(m.Payload), 60)
+	} else {
+		e.Msg = p.ID
+	}
+	if m.Topic != topic {
+		e.Err = "delivered with topic " + m.Topic
+	}
+	return e, delivery{topic: topic, partition: m.Partition, offset: m.Offset, id: e.Msg, handle: m.Handle}
+}
+
+// consume takes up to max messages (max > 1 uses consume-batch).
+func (c *client) consume(ctx context.Context, topic string, max int, wait time.Duration) ([]delivery, result) {
+	q := url.Values{"wait": {wait.String()}}
+	path := "/v1/topics/" + topic + "/consume"
+	if max > 1 {
+		path += "-batch"
+		q.Set("max", strconv.Itoa(max))
+	}
+	r := c.do(ctx, http.MethodGet, path, q, nil, "", wait+opTimeout)
+	if r.status != http.StatusOK {
+		e := c.opEntry(history.OpConsume, topic, r)
+		c.rec.Add(e)
+		return nil, r
+	}
+	var msgs []message
+	if max > 1 {
+		var l struct {
+			Messages []message `json:"messages"`
+		}
+		if err := json.Unmarshal(r.body, &l); err != nil {
+			r.err = "undecodable 200 body: " + err.Error()
+		}
+		msgs = l.Messages
+	} else {
+		var m message
+		if err := json.Unmarshal(r.body, &m); err != nil {
+			r.err = "undecodable 200 body: " + err.Error()
+		} else {
+			msgs = []message{m}
+		}
+	}
+	if len(msgs) == 0 {
+		c.rec.Add(c.opEntry(history.OpConsume, topic, r))
+		return nil, r
+	}
+	out := make([]delivery, 0, len(msgs))
+	for _, m := range msgs {
+		e, d := c.deliveryEntry(topic, r, m, max > 1)
+		c.rec.Add(e)
+		out = append(out, d)
+	}
+	return out, r
+}
+
+// settle acks, nacks (extend "0") or renews (extend "true") one delivery.
+func (c *client) settle(ctx context.Context, d delivery, op string) result {
+	q := url.Values{"receipt_handle": {d.handle}}
+	switch op {
+	case history.OpNack:
+		q.Set("extend", "0")
+	case history.OpExtend:
+		q.Set("extend", "true")
+	}
+	r := c.do(ctx, http.MethodPost, "/v1/topics/"+d.topic+"/ack", q, nil, "", opTimeout)
+	e := c.opEntry(op, d.topic, r)
+	e.Partition, e.Offset, e.Msg, e.Handle = d.partition, d.offset, d.id, d.handle
+	c.rec.Add(e)
+	return r
+}
+
+// ackBatch acks several deliveries of one topic at once; one line per entry.
+func (c *client) ackBatch(ctx context.Context, topic string, ds []delivery) result {
+	type ack struct {
+		Handle string `json:"receipt_handle"`
+	}
+	acks := make([]ack, len(ds))
+	for i, d := range ds {
+		acks[i] = ack{d.handle}
+	}
+	body, _ := json.Marshal(map[string]any{"acks": acks})
+	r := c.do(ctx, http.MethodPost, "/v1/topics/"+topic+"/ack-batch", nil, body, "application/json", opTimeout)
+	var res struct {
+		Results []struct {
+			Status int `json:"status"`
+			Error  *struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		} `json:"results"`
+	}
+	ok := r.status == http.StatusOK && json.Unmarshal(r.body, &res) == nil && len(res.Results) == len(ds)
+	for i, d := range ds {
+		e := c.opEntry(history.OpAck, topic, r)
+		e.Partition, e.Offset, e.Msg, e.Handle, e.Batch = d.partition, d.offset, d.id, d.handle, true
+		if ok {
+			e.Status, e.Code, e.Err = res.Results[i].Status, "", ""
+			if res.Results[i].Error != nil {
+				e.Code = res.Results[i].Error.Code
+			}
+		} else if r.status == http.StatusOK {
+			e.Status, e.Err = 0, "undecodable ack-batch answer"
+		}
+		c.rec.Add(e)
+	}
+	return r
+}
+
+// PartitionStats is one partition's markers.
+type PartitionStats struct {
+	Partition     int32 `json:"partition"`
+	Oldest        int64 `json:"oldest_offset"`
+	Next          int64 `json:"next_offset"`
+	HighWatermark int64 `json:"high_watermark"`
+	Frontier      int64 `json:"ack_frontier"`
+	AckedAhead    int64 `json:"acked_ahead"`
+	InFlight      int64 `json:"in_flight"`
+	Backlog       int64 `json:"backlog"`
+}
+
+// stats reads a topic's partition markers and records them.
+func (c *client) stats(ctx context.Context, topic string) ([]PartitionStats, bool) {
+	r := c.do(ctx, http.MethodGet, "/v1/topics/"+topic, nil, nil, "", opTimeout)
+	if r.status != http.StatusOK {
+		return nil, false
+	}
+	var t struct {
+		Incarnation string           `json:"incarnation"`
+		Stats       []PartitionStats `json:"partition_stats"`
+	}
+	if json.Unmarshal(r.body, &t) != nil {
+		return nil, false
+	}
+	inc, _ := strconv.ParseInt(t.Incarnation, 10, 64)
+	for _, s := range t.Stats {
+		c.rec.Add(history.Entry{Kind: history.KindStats, Client: c.name, Topic: topic, Partition: s.Partition,
+			Call: r.call, Return: r.ret, Status: r.status, HighWatermark: s.HighWatermark, Frontier: s.Frontier,
+			Oldest: s.Oldest, Backlog: s.Backlog, InFlight: s.InFlight, Incarnation: inc, Offset: s.Next})
+	}
+	return t.Stats, true
+}
+
+// childLag returns the summed fan-out lag of parent's children.
+func (c *client) childLag(ctx context.Context, parent string) (int64, bool) {
+	r := c.do(ctx, http.MethodGet, "/v1/topics/"+parent+"/children", nil, nil, "", opTimeout)
+	if r.status != http.StatusOK {
+		return 0, false
+	}
+	var l struct {
+		Children []struct {
+			Lag []struct {
+				Lag int64 `json:"lag"`
+			} `json:"lag"`
+		} `json:"children"`
+	}
+	if json.Unmarshal(r.body, &l) != nil {
+		return 0, false
+	}
+	var sum int64
+	for _, ch := range l.Children {
+		for _, x := range ch.Lag {
+			sum += x.Lag
+		}
+	}
+	return sum, true
+}
+
+// admin sends an admin request and records it.
+func (c *client) admin(ctx context.Context, method, path string, body any) result {
+	var b []byte
+	if body != nil {
+		b, _ = json.Marshal(body)
+	}
+	r := c.do(ctx, method, path, nil, b, "application/json", opTimeout)
+	e := c.opEntry(history.OpAdmin, path, r)
+	e.Detail = method
+	c.rec.Add(e)
+	return r
+}

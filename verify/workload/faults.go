@@ -1,0 +1,395 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/narad-mq/narad/verify/history"
+)
+
+// FaultConfig says which faults hit the node and how often.
+type FaultConfig struct {
+	// Kills is the least number of kills (kill -9 and failpoint kills) before the fault
+	// phase may end; it also goes on while producers run, and for Duration.
+	Kills int
+	// FailpointShare of the restarts arm a failpoint that kills the node (0.5: half).
+	FailpointShare float64
+	// MinFailpointKills is the least number of kills that must happen at failpoints;
+	// restarts arm one whenever the plain kills would otherwise use up Kills first.
+	MinFailpointKills int
+	// Pauses mixes in SIGSTOP/SIGCONT of up to twice the lease.
+	Pauses bool
+	// Corrupt appends torn tails (zeros, garbage, half a frame) to a stopped node's
+	// active segments and settle journals.
+	Corrupt bool
+	// Disk arms injected EIO, ENOSPC and slow fsyncs at segment-after-write.
+	Disk bool
+	// MinGap and MaxGap bound the time between two faults.
+	MinGap, MaxGap time.Duration
+	// Duration keeps faults coming at least this long.
+	Duration time.Duration
+	// Env is extra environment for every start (besides NARAD_FAILPOINTS).
+	Env []string
+}
+
+type injector struct {
+	w     *run
+	cfg   FaultConfig
+	rng   *rand.Rand
+	start time.Time
+
+	mode    string // what the current incarnation was armed with: "", "kill", "ckpt", "disk"
+	point   string
+	action  string
+	kills   int
+	fpKills int
+}
+
+type armSpec struct {
+	point  string
+	lo, hi int
+	weight int
+}
+
+func (in *injector) killPoints() []armSpec {
+	ps := []armSpec{
+		{"segment-after-write", 5, 150, 3},
+		{"segment-after-fsync", 5, 150, 2},
+		{"partition-after-append", 5, 100, 3},
+		{"partition-after-settle", 5, 150, 3},
+		{"segment-roll-created", 1, 3, 2},
+		{"partition-before-rename-epoch", 1, 9, 1},
+		{"partition-before-rename-queue.ckpt", 1, 9, 2}, // armed, then a graceful stop
+	}
+	if in.w.cfg.RetentionMs > 0 {
+		ps = append(ps, armSpec{"segment-retention-delete", 1, 3, 1}, armSpec{"segment-retention-unlink", 1, 4, 1})
+	}
+	return ps
+}
+
+func (in *injector) pick() armSpec {
+	ps := in.killPoints()
+	total := 0
+	for _, p := range ps {
+		total += p.weight
+	}
+	x := in.rng.Intn(total)
+	for _, p := range ps {
+		if x < p.weight {
+			return p
+		}
+		x -= p.weight
+	}
+	return ps[0]
+}
+
+func (in *injector) now() int64 { return in.w.clk.Now() }
+
+func (in *injector) fault(kind string, start, end int64, target, detail string) {
+	in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: kind, Call: start, Return: end, Target: target, Detail: detail, Partition: -1, Offset: -1})
+	in.w.mu.Lock()
+	in.w.stats.Faults[kind]++
+	if kind == history.FaultFailpointKill {
+		in.w.stats.Failpoints[target]++
+	}
+	in.w.mu.Unlock()
+}
+
+func (in *injector) note(format string, args ...any) {
+	in.w.mu.Lock()
+	in.w.stats.Notes = append(in.w.stats.Notes, fmt.Sprintf(format, args...))
+	in.w.mu.Unlock()
+}
+
+func (in *injector) sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func (in *injector) gap() time.Duration {
+	lo, hi := in.cfg.MinGap, in.cfg.MaxGap
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(in.rng.Int63n(int64(hi-lo)))
+}
+
+func (in *injector) done() bool {
+	return in.kills >= in.cfg.Kills && in.fpKills >= in.cfg.MinFailpointKills && in.w.prodDone.Load() && time.Since(in.start) >= in.cfg.Duration
+}
+
+// run injects faults until done; the node runs unarmed when it returns (or it failed).
+func (in *injector) run(ctx context.Context) error {
+	in.start = time.Now()
+	if in.cfg.Kills == 0 && !in.cfg.Pauses {
+		for !in.done() && in.sleep(ctx, 100*time.Millisecond) {
+		}
+		return ctx.Err()
+	}
+	for ctx.Err() == nil && !in.done() {
+		gap := in.gap()
+		switch in.mode {
+		case "kill":
+			in.awaitSelfKill(ctx, max(3*gap, 4*time.Second))
+		case "ckpt":
+			if !in.sleep(ctx, gap) {
+				return ctx.Err()
+			}
+			in.gracefulStop()
+		case "disk":
+			in.awaitDisk(ctx, max(3*gap, 4*time.Second))
+		default:
+			exited := in.w.n.Exited()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-exited:
+				in.crashed()
+			case <-time.After(gap):
+				if in.cfg.Pauses && in.rng.Intn(100) < 20 {
+					in.pause(ctx)
+					continue
+				}
+				in.kill("")
+			}
+		}
+		if in.cfg.Corrupt && in.rng.Intn(100) < 35 {
+			in.tornTail()
+		}
+		if err := in.restart(ctx, true); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// crashed records a node that died with nothing armed: a broker crash.
+func (in *injector) crashed() {
+	t := in.now()
+	in.fault(history.FaultCrash, t, t, "node", "exited by itself: "+in.w.n.ExitState())
+	in.note("the node exited by itself (%s); see its log", in.w.n.ExitState())
+	in.kills++
+}
+
+func (in *injector) kill(detail string) {
+	t0 := in.now()
+	in.w.n.Kill()
+	in.fault(history.FaultKill, t0, in.now(), "node", detail)
+	in.kills++
+}
+
+func (in *injector) pause(ctx context.Context) {
+	vis := time.Duration(in.w.cfg.VisibilityMs) * time.Millisecond
+	d := 100*time.Millisecond + time.Duration(in.rng.Int63n(int64(2*vis)))
+	t0 := in.now()
+	if err := in.w.n.Pause(); err != nil {
+		return
+	}
+	in.sleep(context.Background(), d) // always resume, even when cancelled
+	in.w.n.Resume()
+	in.fault(history.FaultPause, t0, in.now(), "node", d.String())
+}
+
+// recordFired turns the failpoint lines of the last incarnation into fault entries; it
+// returns whether one of them was a kill.
+func (in *injector) recordFired(end int64) bool {
+	killed := false
+	for _, f := range in.w.n.TakeFired() {
+		start := in.w.clk.FromWall(f.UnixNano)
+		switch f.Action {
+		case "kill":
+			in.fault(history.FaultFailpointKill, start, end, f.Name, "")
+			in.kills++
+			in.fpKills++
+			killed = true
+		case "sleep":
+			in.fault(history.FaultDisk, start, start+int64(1500*time.Millisecond), f.Name, "slow fsync 1.5s")
+		default:
+			in.fault(history.FaultDisk, start, end, f.Name, f.Action)
+		}
+	}
+	return killed
+}
+
+func (in *injector) awaitSelfKill(ctx context.Context, limit time.Duration) {
+	select {
+	case <-in.w.n.Exited():
+		if !in.recordFired(in.now()) {
+			in.crashed()
+		}
+	case <-time.After(limit):
+		in.kill("armed " + in.point + " was not reached")
+		in.recordFired(in.now())
+	case <-ctx.Done():
+		in.kill("")
+	}
+}
+
+func (in *injector) gracefulStop() {
+	t0 := in.now()
+	err := in.w.n.Stop(30 * time.Second)
+	if !in.recordFired(in.now()) {
+		detail := "graceful stop; the armed checkpoint failpoint was not reached"
+		if err != nil {
+			detail = err.Error()
+			in.note("graceful stop: %v", err)
+		}
+		// A graceful stop ends leases like a kill does.
+		in.fault(history.FaultKill, t0, in.now(), "node", detail)
+		in.kills++
+	}
+}
+
+func (in *injector) awaitDisk(ctx context.Context, limit time.Duration) {
+	deadline := time.After(limit)
+	for {
+		select {
+		case <-ctx.Done():
+			in.kill("")
+			return
+		case <-deadline:
+			in.kill("armed disk fault " + in.point + " was not reached")
+			in.recordFired(in.now())
+			return
+		case <-in.w.n.Exited():
+			in.recordFired(in.now())
+			in.crashed()
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if in.w.n.FiredCount() > 0 {
+			// Let the failed partition answer for a while, then restart it: a failed log
+			// stays closed until it is reopened.
+			in.sleep(ctx, 300*time.Millisecond+time.Duration(in.rng.Int63n(int64(time.Second))))
+			in.kill("after " + in.action)
+			in.recordFired(in.now())
+			return
+		}
+	}
+}
+
+// restart starts the node again, armed or not, and waits until it is ready. A
+// failpoint that kills it during start-up is recorded and the node started again.
+func (in *injector) restart(ctx context.Context, mayArm bool) error {
+	for try := 0; ; try++ {
+		env := append([]string(nil), in.cfg.Env...)
+		in.mode, in.point, in.action = "", "", ""
+		if mayArm && try < 3 {
+			x := in.rng.Float64()
+			if need := in.cfg.MinFailpointKills - in.fpKills; need > 0 && in.cfg.Kills-in.kills <= need {
+				x = 0 // the plain kills are used up: arm a kill
+			}
+			switch {
+			case x < in.cfg.FailpointShare:
+				p := in.pick()
+				in.point = p.point
+				at := p.lo + in.rng.Intn(p.hi-p.lo+1)
+				in.mode, in.action = "kill", "kill"
+				if p.point == "partition-before-rename-queue.ckpt" {
+					in.mode = "ckpt"
+				}
+				env = append(env, fmt.Sprintf("NARAD_FAILPOINTS=%s:kill@%d", p.point, at))
+			case in.cfg.Disk && x < in.cfg.FailpointShare+0.2:
+				in.mode, in.point = "disk", "segment-after-write"
+				in.action = []string{"eio", "enospc", "sleep(1500ms)"}[in.rng.Intn(3)]
+				env = append(env, fmt.Sprintf("NARAD_FAILPOINTS=%s:%s@%d", in.point, in.action, 5+in.rng.Intn(300)))
+			}
+		}
+		t0 := in.now()
+		if err := in.w.n.Start(env...); err != nil {
+			return err
+		}
+		err := in.w.n.WaitReady(60 * time.Second)
+		if err == nil {
+			in.fault(history.FaultRestart, t0, in.now(), "node", strings.Join(env, " "))
+			return nil
+		}
+		if in.w.n.Running() {
+			in.w.n.Kill()
+			return fmt.Errorf("restart: %w", err)
+		}
+		<-in.w.n.Exited()
+		if !in.recordFired(in.now()) {
+			return fmt.Errorf("restart: %w", err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// ensureUp leaves the node running and unarmed (for the drain).
+func (in *injector) ensureUp(ctx context.Context, mayArm bool) error {
+	if in.w.n.Running() && in.mode == "" {
+		return nil
+	}
+	if in.w.n.Running() {
+		in.kill("end of the fault phase")
+	}
+	in.recordFired(in.now())
+	return in.restart(ctx, mayArm)
+}
+
+// tornTail appends what a crash can leave after the last synced record of an active
+// segment or settle journal: zeros (the size was durable, the data not), garbage, or
+// the start of a frame. Recovery must cut exactly that and nothing 202'd.
+func (in *injector) tornTail() {
+	var logs []string
+	filepath.WalkDir(filepath.Join(in.w.n.DataDir(), "topics"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && (d.Name() == "log" || d.Name() == "journal") {
+			logs = append(logs, p)
+		}
+		return nil
+	})
+	if len(logs) == 0 {
+		return
+	}
+	sort.Strings(logs)
+	dir := logs[in.rng.Intn(len(logs))]
+	ents, _ := os.ReadDir(dir)
+	var segs []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".log") {
+			segs = append(segs, e.Name())
+		}
+	}
+	if len(segs) == 0 {
+		return
+	}
+	sort.Strings(segs)
+	path := filepath.Join(dir, segs[len(segs)-1])
+	var tail []byte
+	var kind string
+	switch in.rng.Intn(3) {
+	case 0:
+		kind, tail = "zeros", make([]byte, 1+in.rng.Intn(4096))
+	case 1:
+		kind, tail = "garbage", make([]byte, 1+in.rng.Intn(100))
+		in.rng.Read(tail)
+	default:
+		// A frame header promising more bytes than follow.
+		kind, tail = "half-frame", []byte{200, 0, 0, 0, 1, 2, 3, 4, 1, 0, 0, 0}
+	}
+	t0 := in.now()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return
+	}
+	_, err = f.Write(tail)
+	f.Close()
+	if err != nil {
+		return
+	}
+	rel, _ := filepath.Rel(in.w.n.DataDir(), path)
+	in.fault(history.FaultCorrupt, t0, in.now(), rel, fmt.Sprintf("torn tail: %d bytes of %s", len(tail), kind))
+}
