@@ -15,6 +15,7 @@ var invariantChecks = map[string]func(r *run, args any) error{
 	"no_ack_after_lease_lost":   noAckAfterLeaseLost,
 	"no_requests_after_mark":    noRequestsAfterMark,
 	"no_event":                  noEventEver,
+	"renewals_within":           renewalsWithin,
 }
 
 // all_requests: {where: <subset>, match: <subset>} — every exchange selected by where
@@ -171,6 +172,50 @@ func noEventEver(r *run, args any) error {
 	name, _ := m["event"].(string)
 	if got := r.matchingEvents(name, m["match"], time.Time{}); len(got) > 0 {
 		return fmt.Errorf("unwanted %q event(s): %s", name, show(got))
+	}
+	return nil
+}
+
+// renewals_within: {window_ms: W, fraction: F, slack_ms: S} — for every lease that was
+// renewed, the time from the grant to the first renewal, between renewals, and from
+// the last renewal to the settlement stays under F×W plus S (SDK.md rule 1: renew
+// before two thirds of the window). At least one lease must have been renewed.
+func renewalsWithin(r *run, args any) error {
+	m := argMap(args)
+	window, _ := m["window_ms"].(float64)
+	fraction, _ := m["fraction"].(float64)
+	slack, _ := m["slack_ms"].(float64)
+	limit := time.Duration((window*fraction + slack) * float64(time.Millisecond))
+	exs := r.hist.Exchanges()
+	grants := map[string]time.Time{}
+	for _, ex := range exs {
+		for _, g := range ex.Grants {
+			grants[g.Handle] = ex.End
+		}
+	}
+	times := map[string][]time.Time{}
+	renewed := 0
+	for _, ex := range exs {
+		for _, s := range ex.Settles() {
+			if _, ok := grants[s.Handle]; ok {
+				times[s.Handle] = append(times[s.Handle], ex.Start)
+				if s.HasExtend && s.Extend != "0" {
+					renewed++
+				}
+			}
+		}
+	}
+	if renewed == 0 {
+		return fmt.Errorf("no lease was renewed")
+	}
+	for h, ts := range times {
+		prev := grants[h]
+		for _, t := range ts {
+			if gap := t.Sub(prev); gap > limit {
+				return fmt.Errorf("lease %s: %v passed between a grant or renewal and the next request for it (limit %v)", h, gap.Round(time.Millisecond), limit)
+			}
+			prev = t
+		}
 	}
 	return nil
 }

@@ -57,7 +57,7 @@ var driverCommands = map[string]bool{
 
 var runnerActions = map[string]bool{
 	"fault": true, "clear_faults": true, "mark": true, "await": true, "wait_event": true, "no_event": true,
-	"events": true, "history": true, "quiet": true,
+	"events": true, "history": true, "quiet": true, "assert": true, "check_batch": true,
 	"admin.create_topic": true, "admin.delete_topic": true, "admin.produce": true, "admin.read": true,
 	"admin.topic": true, "admin.create_user": true,
 }
@@ -312,7 +312,7 @@ func (r *run) step(ctx context.Context, st *Step) error {
 	var failure map[string]any
 	switch {
 	case driverCommands[st.Action]:
-		args := argMap(argsAny)
+		args := fillBodies(argMap(argsAny)).(map[string]any)
 		if st.Action == "client.new" {
 			args = r.clientArgs(args)
 		}
@@ -368,6 +368,7 @@ func (r *run) step(ctx context.Context, st *Step) error {
 		}
 	}
 	switch {
+	case failure != nil && st.AllowError && st.ExpectError == nil:
 	case failure != nil && st.ExpectError == nil:
 		return fmt.Errorf("unexpected error: %s", show(failure))
 	case failure == nil && st.ExpectError != nil:
@@ -612,6 +613,14 @@ func (r *run) runnerAction(ctx context.Context, action string, argsAny any) (any
 			return nil, fmt.Errorf("want no requests matching %s, got %s", show(args["where"]), summarize(views))
 		}
 		return map[string]any{}, nil
+	case "assert":
+		// assert: {value: ${x}, match: <subset>} — a check over saved results.
+		if err := Match(args["match"], args["value"]); err != nil {
+			return nil, err
+		}
+		return map[string]any{}, nil
+	case "check_batch":
+		return map[string]any{}, r.checkBatch(ctx, args)
 	case "admin.create_topic":
 		a, err := admin()
 		if err != nil {
@@ -693,4 +702,62 @@ func BodyBytes(v any) ([]byte, string, error) {
 		return b, "application/json", err
 	}
 	return nil, "", fmt.Errorf("a body is {b64: ...}, {text: ...} or {json: ...}")
+}
+
+// fillBodies replaces {"fill_bytes": N} with a body of N bytes ("x" repeated), so a
+// scenario can send a large message without spelling it out.
+func fillBodies(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if n, ok := x["fill_bytes"].(float64); ok && len(x) == 1 {
+			return map[string]any{"b64": base64.StdEncoding.EncodeToString([]byte(strings.Repeat("x", int(n))))}
+		}
+		for k, e := range x {
+			x[k] = fillBodies(e)
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = fillBodies(e)
+		}
+	}
+	return v
+}
+
+// checkBatch holds a produce_batch's per-item results against the topic's contents:
+// every item reported ok is in the topic at its partition and offset, and (unless a
+// result is uncertain) the topic holds exactly the items reported ok (SDK.md rule 5).
+func (r *run) checkBatch(ctx context.Context, args map[string]any) error {
+	if r.env.Broker == nil {
+		return errors.New("check_batch needs the behaviour tier")
+	}
+	topic, _ := args["topic"].(string)
+	results, _ := args["results"].([]any)
+	msgs, err := r.env.Broker.Admin.ReadAll(ctx, topic)
+	if err != nil {
+		return err
+	}
+	stored := map[string]bool{}
+	for _, m := range msgs {
+		mm := m.(map[string]any)
+		stored[fmt.Sprint(mm["partition"], "@", mm["offset"])] = true
+	}
+	ok, uncertain := 0, false
+	for i, it := range results {
+		res, _ := it.(map[string]any)
+		if res["ok"] == true {
+			ok++
+			if !stored[fmt.Sprint(res["partition"], "@", res["offset"])] {
+				return fmt.Errorf("item %d is reported stored at %v@%v, which the topic does not hold", i, res["partition"], res["offset"])
+			}
+			continue
+		}
+		if e, _ := res["error"].(map[string]any); e != nil && e["uncertain"] == true {
+			uncertain = true
+		}
+	}
+	if !uncertain && len(msgs) != ok {
+		return fmt.Errorf("%d items are reported stored but the topic holds %d messages: a failure is hidden or a success is unreported", ok, len(msgs))
+	}
+	return nil
 }

@@ -83,6 +83,9 @@ type Step struct {
 	Requests *RequestsSpec
 	// Async runs a driver command without waiting; `await: name` collects it later.
 	Async string
+	// AllowError lets a driver command fail without failing the step (Save then binds
+	// {"error": ...}); an assert step can look at it later.
+	AllowError bool
 	// TimeoutMs bounds the step (default 30000).
 	TimeoutMs int
 	// Line is the step's line in the YAML file, for messages.
@@ -154,7 +157,7 @@ type Invariant struct {
 
 var stepModifiers = map[string]bool{
 	"save": true, "expect": true, "expect_error": true, "elapsed_ms": true, "since": true,
-	"requests": true, "async": true, "timeout_ms": true, "note": true,
+	"requests": true, "async": true, "timeout_ms": true, "note": true, "allow_error": true,
 }
 
 // UnmarshalYAML reads a step: one action key plus modifiers.
@@ -186,6 +189,8 @@ func (s *Step) UnmarshalYAML(n *yaml.Node) error {
 			err = v.Decode(&s.Async)
 		case "timeout_ms":
 			err = v.Decode(&s.TimeoutMs)
+		case "allow_error":
+			err = v.Decode(&s.AllowError)
 		case "note":
 		default:
 			if s.Action != "" {
