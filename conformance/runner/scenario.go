@@ -123,30 +123,30 @@ type RequestsSpec struct {
 // Fault is a rule of the mock or the fault proxy: requests it matches get its action
 // instead of (or on top of) the normal answer, Times times (0: every time).
 type Fault struct {
-	Match FaultMatch `yaml:"match"`
-	Times int        `yaml:"times"`
+	Match FaultMatch `yaml:"match" json:"match,omitempty"`
+	Times int        `yaml:"times" json:"times,omitempty"`
 	// Skip lets that many matching requests through untouched first.
-	Skip int `yaml:"skip"`
+	Skip int `yaml:"skip" json:"skip,omitempty"`
 	// Status answers at once with this status (nothing reaches the broker).
-	Status  int               `yaml:"status"`
-	Headers map[string]string `yaml:"headers"`
-	JSON    any               `yaml:"json"`
-	Body    string            `yaml:"body"`
+	Status  int               `yaml:"status" json:"status,omitempty"`
+	Headers map[string]string `yaml:"headers" json:"headers,omitempty"`
+	JSON    any               `yaml:"json" json:"json,omitempty"`
+	Body    string            `yaml:"body" json:"body,omitempty"`
 	// DropReply lets the request be served, then closes the connection without the reply.
-	DropReply bool `yaml:"drop_reply"`
+	DropReply bool `yaml:"drop_reply" json:"drop_reply,omitempty"`
 	// Reset closes the connection without serving the request.
-	Reset bool `yaml:"reset"`
+	Reset bool `yaml:"reset" json:"reset,omitempty"`
 	// DelayMs holds the request this long before acting.
-	DelayMs int `yaml:"delay_ms"`
+	DelayMs int `yaml:"delay_ms" json:"delay_ms,omitempty"`
 }
 
 // FaultMatch selects requests: method, path (exact, or a regexp after "~"), node index
 // and query parameters (a value, "~regexp", "$absent" or "$present").
 type FaultMatch struct {
-	Method string            `yaml:"method"`
-	Path   string            `yaml:"path"`
-	Node   *int              `yaml:"node"`
-	Query  map[string]string `yaml:"query"`
+	Method string            `yaml:"method" json:"method,omitempty"`
+	Path   string            `yaml:"path" json:"path,omitempty"`
+	Node   *int              `yaml:"node" json:"node,omitempty"`
+	Query  map[string]string `yaml:"query" json:"query,omitempty"`
 }
 
 // Invariant is a check over the whole recorded history.
