@@ -1,0 +1,162 @@
+package meta
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// wellFormed reports whether a decoded command carries the fields its op needs. Only
+// the store writes commands, and it always fills them; commands that are not well
+// formed stand for a damaged Raft log (see TestBugApplyNilFields in bugs_test.go).
+func wellFormed(c command) bool {
+	switch c.Op {
+	case "create_topic":
+		return c.Topic != nil
+	case "alter_topic":
+		return c.Alter != nil
+	case "create_user":
+		return c.User != nil
+	}
+	return true
+}
+
+// FuzzApplyCommands decodes one Raft command per input line and applies them in order,
+// as the FSM does on a replica. A line that does not decode, or names an unknown op,
+// must stop the node with a "meta:" panic (never be skipped); a well-formed command
+// must apply without panicking; after every step the state must keep the fan-out rules
+// (no chains, no self-parent, at most MaxChildren children, every child's parent
+// exists) and survive a snapshot and restore unchanged.
+func FuzzApplyCommands(f *testing.F) {
+	seeds := []string{
+		`{"op":"create_topic","topic":{"name":"a","partitions":2,"retention_ms":7200000}}
+{"op":"create_topic","topic":{"name":"b","partitions":1,"parent":"a","fanout_delay_ms":5},"start":[0,0]}
+{"op":"alter_topic","name":"a","alter":{"retention_ms":1000}}
+{"op":"delete_topic","name":"a"}`,
+		`{"op":"create_topic","topic":{"name":"a","partitions":1}}
+{"op":"create_topic","topic":{"name":"b","partitions":1}}
+{"op":"attach_child","name":"a","child":"b","start":[3]}
+{"op":"attach_child","name":"b","child":"a","start":[0]}
+{"op":"detach_child","name":"a","child":"b"}`,
+		`{"op":"create_user","user":{"name":"u"},"seed":true}
+{"op":"set_grants","name":"u","grants":[{"action":"produce","topics":["x.*"]}]}
+{"op":"set_password","name":"u","hash":"AAEC"}
+{"op":"delete_user","name":"u"}
+{"op":"create_user","user":{"name":"u"},"seed":true}`,
+		`{"op":"alter_topic","name":"nope","alter":{"schema":{"type":"object"}}}`,
+		`{"op":"bogus"}`,
+		`not json`,
+		`{"op":"create_topic","topic":{"name":"a","schema":{"type":"object"}}}
+{"op":"create_topic","topic":{"name":"c","schema":{"type":"string"}}}
+{"op":"attach_child","name":"a","child":"c","start":[]}
+{"op":"alter_topic","name":"a","alter":{"clear_schema":true}}`,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fsm := newFSM()
+		for i, line := range bytes.Split(data, []byte("\n")) {
+			var c command
+			decodes := json.Unmarshal(line, &c) == nil
+			known := strings.Contains(" create_topic delete_topic attach_child detach_child alter_topic create_user delete_user set_grants set_password ", " "+c.Op+" ")
+			if decodes && known && !wellFormed(c) {
+				continue
+			}
+			panicked := applyRecover(fsm, uint64(i+1), line)
+			switch {
+			case (!decodes || !known) && (panicked == "" || !strings.HasPrefix(panicked, "meta: ")):
+				t.Fatalf("line %d %q: want a meta: panic for a command this version cannot apply, got %q", i+1, line, panicked)
+			case decodes && known && panicked != "":
+				t.Fatalf("line %d %q: a well-formed command panicked: %s", i+1, line, panicked)
+			case panicked != "":
+				return // the node would stop here
+			}
+			checkFSM(t, fsm)
+		}
+	})
+}
+
+func applyRecover(f *fsm, index uint64, data []byte) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint(r)
+		}
+	}()
+	f.Apply(&raft.Log{Index: index, Data: data})
+	return ""
+}
+
+func checkFSM(t *testing.T, f *fsm) {
+	t.Helper()
+	f.mu.RLock()
+	children := map[string]int{}
+	for name, tp := range f.topics {
+		if tp.Name != name {
+			t.Fatalf("topic stored under %q is named %q", name, tp.Name)
+		}
+		if tp.Parent == "" {
+			continue
+		}
+		p, ok := f.topics[tp.Parent]
+		switch {
+		case tp.Parent == name:
+			t.Fatalf("%s is its own parent", name)
+		case !ok:
+			t.Fatalf("%s's parent %s does not exist", name, tp.Parent)
+		case p.Parent != "":
+			t.Fatalf("chain: %s → %s → %s", name, tp.Parent, p.Parent)
+		case p.Incarnation != tp.ParentIncarnation:
+			t.Fatalf("%s's parent incarnation %d, the parent is %d", name, tp.ParentIncarnation, p.Incarnation)
+		}
+		children[tp.Parent]++
+	}
+	f.mu.RUnlock()
+	for p, n := range children {
+		if n > MaxChildren {
+			t.Fatalf("%s has %d children", p, n)
+		}
+	}
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	g := newFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
+		t.Fatalf("restoring a snapshot: %v", err)
+	}
+	if !reflect.DeepEqual(normal(f.list()), normal(g.list())) || !reflect.DeepEqual(f.userList(), g.userList()) {
+		t.Fatalf("a snapshot and restore changed the state:\n%+v\n%+v", f.list(), g.list())
+	}
+}
+
+// normal makes raw JSON comparable after a round trip through encoding/json (which
+// may escape it differently: "&" becomes "\u0026").
+func normal(ts []Topic) []Topic {
+	for i := range ts {
+		if len(ts[i].Schema) > 0 {
+			var v any
+			if json.Unmarshal(ts[i].Schema, &v) == nil {
+				ts[i].Schema, _ = json.Marshal(v)
+			}
+		}
+	}
+	return ts
+}
+
+type memSink struct{ buf bytes.Buffer }
+
+func (s *memSink) Write(p []byte) (int, error) { return s.buf.Write(p) }
+func (s *memSink) Close() error                { return nil }
+func (s *memSink) ID() string                  { return "mem" }
+func (s *memSink) Cancel() error               { return nil }
