@@ -11,7 +11,7 @@ BENCH_FLAGS ?=
 FUZZTIME    ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test test-go test-python test-js check-gen gen lint fmt bench bench-storage bench-flow \
+.PHONY: help run build test test-go test-python test-js test-docs docs check-gen gen lint fmt bench bench-storage bench-flow \
         fuzz e2e conformance examples chaos soak clean
 
 help: ## List the targets
@@ -24,7 +24,7 @@ build: ## Build the narad binary into bin/
 	@mkdir -p $(BIN)
 	cd broker && $(GO) build -o ../$(NARAD) ./cmd/narad
 
-test: check-gen lint test-go test-python test-js ## Install what the tests need and run every test
+test: check-gen lint test-go test-python test-js test-docs ## Install what the tests need and run every test
 	@echo "make test: all suites passed"
 
 test-go: ## Go tests of every module, with the race detector (includes e2e against the binary)
@@ -40,6 +40,12 @@ test-python: build ## Python SDK: venv, lint, mypy --strict, pytest against the 
 test-js: build ## TypeScript SDK: npm ci, type checks, build, tests against the built binary
 	@if [ -f sdk-js/Makefile ]; then $(MAKE) -C sdk-js test NARAD_BIN=$(abspath $(NARAD)); \
 	else echo "test-js: no TypeScript SDK yet"; fi
+
+test-docs: ## Documentation builds with --strict and every relative link and anchor resolves
+	$(MAKE) -C docs check
+
+docs: ## Build the documentation site (mkdocs --strict) into site/
+	$(MAKE) -C docs build
 
 gen: ## Regenerate code from openapi.yaml (Go: oapi-codegen pinned in broker/go.mod; TS: openapi-typescript)
 	@set -e; for d in $(GEN_DIRS); do (cd $$d && $(GO) generate ./...); done

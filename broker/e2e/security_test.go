@@ -415,3 +415,16 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestUsersNeedSecurity: on a node started without security, user management is refused
+// (a user created there would turn security on at the next start with no admin).
+func TestUsersNeedSecurity(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	a.PostJSON("/v1/users", map[string]any{"username": "bob", "password": "bob-password"}).ExpectError(t, http.StatusConflict, "conflict")
+	a.Do("PUT", "/v1/users/bob/grants", []byte(`{"grants":[]}`), "Content-Type", "application/json").ExpectError(t, http.StatusConflict, "conflict")
+	var l struct{ Users []any }
+	if r := a.Get("/v1/users"); r.Expect(t, http.StatusOK) && r.JSON(t, &l) && len(l.Users) != 0 {
+		t.Fatalf("users exist on an open node: %v", l.Users)
+	}
+}

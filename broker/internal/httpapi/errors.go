@@ -82,6 +82,10 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, broker.ErrUnavailable):
 		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 1,
 			msg: "the broker cannot serve this now (starting, stopping or failing over); retry after Retry-After seconds"}
+	case errors.Is(err, context.Canceled):
+		// The client hung up (a long poll it gave up on); nobody reads this answer. 499
+		// keeps it apart from server faults in the request metrics.
+		return newErr(499, "timeout", "the client closed the request")
 	case errors.Is(err, context.DeadlineExceeded):
 		return &apiError{status: http.StatusServiceUnavailable, code: "timeout", retryAfter: 1,
 			msg: "the operation did not finish in time; its outcome is unknown, retry if duplicates are acceptable"}

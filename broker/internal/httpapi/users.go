@@ -14,7 +14,20 @@ func userJSON(u auth.User) apigen.User {
 	return apigen.User{Username: u.Name, Grants: fromGrants(u.Grants)}
 }
 
+// securityOff refuses user management on a node without security: a user created there
+// would lock everyone out at the next start (security turns on once users exist) with
+// no admin to let them back in.
+func securityOff(ctx context.Context) error {
+	if principal(ctx) != nil {
+		return nil
+	}
+	return newErr(http.StatusConflict, "conflict", "security is off on this node: start it with NARAD_ADMIN_PASSWORD to manage users")
+}
+
 func (h *handlers) CreateUser(ctx context.Context, r apigen.CreateUserRequestObject) (apigen.CreateUserResponseObject, error) {
+	if err := securityOff(ctx); err != nil {
+		return nil, err
+	}
 	var grants []auth.Grant
 	if r.Body.Grants != nil {
 		grants = toGrants(*r.Body.Grants)
@@ -51,6 +64,9 @@ func errUserNotFound() *apiError {
 }
 
 func (h *handlers) DeleteUser(ctx context.Context, r apigen.DeleteUserRequestObject) (apigen.DeleteUserResponseObject, error) {
+	if err := securityOff(ctx); err != nil {
+		return nil, err
+	}
 	if err := h.b.DeleteUser(ctx, r.Username); err != nil {
 		return nil, err
 	}
@@ -58,6 +74,9 @@ func (h *handlers) DeleteUser(ctx context.Context, r apigen.DeleteUserRequestObj
 }
 
 func (h *handlers) ReplaceGrants(ctx context.Context, r apigen.ReplaceGrantsRequestObject) (apigen.ReplaceGrantsResponseObject, error) {
+	if err := securityOff(ctx); err != nil {
+		return nil, err
+	}
 	u, err := h.b.SetGrants(ctx, r.Username, toGrants(r.Body.Grants))
 	if err != nil {
 		return nil, err
@@ -68,8 +87,11 @@ func (h *handlers) ReplaceGrants(ctx context.Context, r apigen.ReplaceGrantsRequ
 // ChangePassword lets a user change their own password by proving the current one; an
 // admin resets anyone's without it.
 func (h *handlers) ChangePassword(ctx context.Context, r apigen.ChangePasswordRequestObject) (apigen.ChangePasswordResponseObject, error) {
+	if err := securityOff(ctx); err != nil {
+		return nil, err
+	}
 	actor := principal(ctx)
-	if actor != nil && !actor.IsAdmin() {
+	if !actor.IsAdmin() {
 		if r.Body.CurrentPassword == nil {
 			return nil, newErr(http.StatusBadRequest, "bad_request", "current_password is required to change your own password")
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/failpoint"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
@@ -128,7 +129,10 @@ func (p *Partition) bumpEpoch() (uint32, error) {
 	default:
 		e = binary.BigEndian.Uint32(b)
 	}
-	e++
+	// The epoch also never falls below the seconds since 2024: a data dir restored from a
+	// backup holds an old epoch, and handing out epochs already used after that backup
+	// would let a stale receipt handle match a new lease.
+	e = max(e+1, epochFloor())
 	out := binary.BigEndian.AppendUint32(nil, e)
 	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(out, crcTable))
 	if err := p.writeFileAtomic(epochName, out); err != nil {
@@ -179,4 +183,15 @@ func (p *Partition) writeFileAtomic(name string, data []byte) error {
 		return err
 	}
 	return p.fs.SyncDir(p.opts.Dir)
+}
+
+// epochFloor is the wall clock in seconds since 2024-01-01, the least epoch a partition
+// opens with. (A restore is safe as long as the partition did not open more often than
+// once a second since the backup was taken.)
+var epochFloor = func() uint32 {
+	secs := time.Now().Unix() - time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	if secs < 0 {
+		return 0
+	}
+	return uint32(secs)
 }

@@ -414,3 +414,35 @@ func TestIdlePartitionAgesOut(t *testing.T) {
 		t.Fatalf("after aging out, delivered %v", got)
 	}
 }
+
+// TestRestoredBackupNeverReusesEpochs: a data dir restored from an older copy must not
+// open with an epoch already used after that copy, or stale handles could match new
+// leases.
+func TestRestoredBackupNeverReusesEpochs(t *testing.T) {
+	fs := vfs.NewMem()
+	now := uint32(1000)
+	defer func(f func() uint32) { epochFloor = f }(epochFloor)
+	epochFloor = func() uint32 { return now }
+	p := mustOpen(t, fs)
+	p.Close()
+	backup, err := fs.ReadFile("/p/epoch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := uint32(0)
+	for i := 0; i < 3; i++ {
+		now += 5 // restarts some seconds apart
+		p = mustOpen(t, fs)
+		used = p.Epoch()
+		p.Close()
+	}
+	now += 60 // the restore happens later still
+	if err := fs.WriteFile("/p/epoch", backup); err != nil {
+		t.Fatal(err)
+	}
+	p = mustOpen(t, fs)
+	defer p.Close()
+	if p.Epoch() <= used {
+		t.Fatalf("after restoring an old epoch file the partition opened with epoch %d, already used up to %d", p.Epoch(), used)
+	}
+}

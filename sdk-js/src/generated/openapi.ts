@@ -269,7 +269,8 @@ export interface paths {
          *     `extend=true` renews the lease for the topic's visibility timeout from now.
          *     `extend=<duration>` (`45s`, `500ms`, `2m`, `1h`, or plain milliseconds) sets the
          *     lease to end that long from now: the message becomes visible again then unless
-         *     it is acked first (a nack with delay). `extend=0` hands the message back at
+         *     it is acked first (a nack with delay); the handle stays valid until then.
+         *     `extend=false` is a plain ack. `extend=0` hands the message back at
          *     once (a nack): it is redelivered to the next consumer and the handle is spent.
          *     Durations over 12 hours are refused (400).
          *
@@ -419,7 +420,8 @@ export interface paths {
         put?: never;
         /**
          * Create a user
-         * @description Admin only. The password is stored as a bcrypt hash and never returned or
+         * @description Admin only. User management needs security on (409 on a node started without an
+         *     admin password: a user created there would lock everyone out at the next start). The password is stored as a bcrypt hash and never returned or
          *     logged. Nobody may grant more than they hold (403).
          */
         post: operations["createUser"];
@@ -1743,6 +1745,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             501: components["responses"]["NotImplemented"];
             503: components["responses"]["Unavailable"];
         };
@@ -1776,6 +1779,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             501: components["responses"]["NotImplemented"];
             503: components["responses"]["Unavailable"];
         };
@@ -1807,6 +1811,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             501: components["responses"]["NotImplemented"];
             503: components["responses"]["Unavailable"];
         };
