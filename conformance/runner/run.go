@@ -57,7 +57,7 @@ var driverCommands = map[string]bool{
 
 var runnerActions = map[string]bool{
 	"fault": true, "clear_faults": true, "mark": true, "await": true, "wait_event": true, "no_event": true,
-	"events": true, "history": true, "quiet": true, "assert": true, "check_batch": true,
+	"events": true, "history": true, "quiet": true, "wait_request": true, "assert": true, "check_batch": true,
 	"admin.create_topic": true, "admin.delete_topic": true, "admin.produce": true, "admin.read": true,
 	"admin.topic": true, "admin.create_user": true,
 }
@@ -196,7 +196,9 @@ func RunScenario(ctx context.Context, sc *Scenario, spec DriverSpec, env Env) (r
 
 func (r *run) setup(ctx context.Context) error {
 	sc := r.sc
-	prefix := unsafeName.ReplaceAllString(fmt.Sprintf("cf.%s.%s.%04x", r.drv.Spec.Name, sc.Name, rand.IntN(1<<16)), "-")
+	uid := unsafeName.ReplaceAllString(fmt.Sprintf("%s%04x", r.drv.Spec.Name, rand.IntN(1<<16)), "-")
+	prefix := unsafeName.ReplaceAllString(fmt.Sprintf("cf.%s.%s", sc.Name, uid), "-")
+	r.vars["uid"] = uid
 	var upstream http.Handler
 	var fake *Fake
 	if sc.Tier == "wire" {
@@ -607,6 +609,29 @@ func (r *run) runnerAction(ctx context.Context, action string, argsAny any) (any
 			out[i] = v
 		}
 		return out, nil
+	case "wait_request":
+		// wait_request: {where, count, timeout_ms} — until that many matching requests
+		// were recorded (the history has no change signal, so it looks every 20 ms).
+		count := int(num("count", 1))
+		deadline := time.Now().Add(time.Duration(num("timeout_ms", 20000)) * time.Millisecond)
+		for {
+			views, _ := r.selected(args["where"], time.Time{}, time.Time{})
+			if len(views) >= count {
+				out := make([]any, len(views))
+				for i, v := range views {
+					out[i] = v
+				}
+				return out, nil
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("wanted %d requests matching %s, got %d", count, show(args["where"]), len(views))
+			}
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 	case "quiet":
 		from := time.Now()
 		select {
