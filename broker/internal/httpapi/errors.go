@@ -97,7 +97,7 @@ func toAPIError(err error) *apiError {
 func writeError(w http.ResponseWriter, err error) {
 	ae := toAPIError(err)
 	// Faults get a log line; expected answers (starting up, back-pressure, 501) do not.
-	if ae.code == "internal" || ae.code == "storage_failed" || ae.code == "timeout" {
+	if ae.code == "internal" || ae.code == "storage_failed" || (ae.code == "timeout" && ae.status != 499) {
 		slog.Warn("request failed", "status", ae.status, "code", ae.code, "err", err)
 	}
 	h := w.Header()
