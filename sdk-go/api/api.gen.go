@@ -27,6 +27,7 @@ const (
 	ErrorCodeBadRequest           ErrorCode = "bad_request"
 	ErrorCodeChildNotFound        ErrorCode = "child_not_found"
 	ErrorCodeConflict             ErrorCode = "conflict"
+	ErrorCodeDiskFull             ErrorCode = "disk_full"
 	ErrorCodeForbidden            ErrorCode = "forbidden"
 	ErrorCodeInFlightFull         ErrorCode = "in_flight_full"
 	ErrorCodeInternal             ErrorCode = "internal"
@@ -151,6 +152,7 @@ type AckResult struct {
 		// - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
 		// - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
 		// - `storage_failed`: a disk write failed; the data was not stored.
+		// - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
 		// - `timeout`: the operation did not finish within its bound; its outcome is unknown.
 		// - `not_implemented`: this version does not offer the operation yet.
 		// - `internal`: a bug; the message says what to report.
@@ -267,6 +269,7 @@ type Error struct {
 		// - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
 		// - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
 		// - `storage_failed`: a disk write failed; the data was not stored.
+		// - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
 		// - `timeout`: the operation did not finish within its bound; its outcome is unknown.
 		// - `not_implemented`: this version does not offer the operation yet.
 		// - `internal`: a bug; the message says what to report.
@@ -299,6 +302,7 @@ type Error struct {
 //   - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
 //   - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
 //   - `storage_failed`: a disk write failed; the data was not stored.
+//   - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
 //   - `timeout`: the operation did not finish within its bound; its outcome is unknown.
 //   - `not_implemented`: this version does not offer the operation yet.
 //   - `internal`: a bug; the message says what to report.

@@ -29,6 +29,10 @@ var ErrUnavailable = errors.New("unavailable")
 // ErrTooManyLongPolls means the node holds its maximum of parked consumes; retry later.
 var ErrTooManyLongPolls = errors.New("too many long polls")
 
+// ErrDiskFull means the disk is full: nothing was stored; writes resume when space
+// returns.
+var ErrDiskFull = errors.New("disk full")
+
 // ErrStorage means a disk write failed and nothing was stored.
 var ErrStorage = errors.New("storage failed")
 

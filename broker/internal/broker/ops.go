@@ -416,6 +416,10 @@ func (b *Broker) partitionErr(err error, op string) error {
 			return ErrUnavailable
 		}
 		return ErrTopicNotFound // deleted while the request ran
+	case errors.Is(err, partition.ErrDiskFull):
+		b.metrics.StorageErrors.WithLabelValues(op + "_disk_full").Inc()
+		b.log.Error("disk full: a write was refused; free space on the data volume", "op", op)
+		return errors.Join(ErrDiskFull, err)
 	case errors.Is(err, partition.ErrStorage):
 		b.metrics.StorageErrors.WithLabelValues(op).Inc()
 		return errors.Join(ErrStorage, err)

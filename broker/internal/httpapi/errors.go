@@ -73,6 +73,9 @@ func toAPIError(err error) *apiError {
 			msg: "too many messages past the ack frontier are settled; ack the oldest in-flight message of this partition first, or retry later"}
 	case errors.Is(err, broker.ErrNotImplemented):
 		return newErr(http.StatusNotImplemented, "not_implemented", err.Error())
+	case errors.Is(err, broker.ErrDiskFull):
+		return &apiError{status: http.StatusServiceUnavailable, code: "disk_full", retryAfter: 5,
+			msg: "the broker's disk is full and nothing was stored; retry after Retry-After seconds (the operator must free space)"}
 	case errors.Is(err, broker.ErrStorage):
 		return &apiError{status: http.StatusServiceUnavailable, code: "storage_failed", retryAfter: 1,
 			msg: "a disk write failed and the request was not stored; retry later (the operator is alerted by the narad_storage_errors_total metric)"}
@@ -97,7 +100,7 @@ func toAPIError(err error) *apiError {
 func writeError(w http.ResponseWriter, err error) {
 	ae := toAPIError(err)
 	// Faults get a log line; expected answers (starting up, back-pressure, 501) do not.
-	if ae.code == "internal" || ae.code == "storage_failed" || (ae.code == "timeout" && ae.status != 499) {
+	if ae.code == "internal" || ae.code == "storage_failed" || ae.code == "disk_full" || (ae.code == "timeout" && ae.status != 499) {
 		slog.Warn("request failed", "status", ae.status, "code", ae.code, "err", err)
 	}
 	h := w.Header()

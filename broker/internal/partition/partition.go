@@ -27,6 +27,10 @@ var ErrClosed = errors.New("partition: closed")
 // partition fails closed until it is reopened.
 var ErrStorage = errors.New("partition: storage failed")
 
+// ErrDiskFull means the disk ran out of space: nothing of the request was stored, and
+// the partition takes writes again once space returns.
+var ErrDiskFull = errors.New("partition: disk full")
+
 // Options configures a partition.
 type Options struct {
 	// Dir holds the partition's files: log/, journal/, queue.ckpt, epoch.
@@ -199,10 +203,7 @@ func (p *Partition) Append(recs []segment.Record) (uint64, error) {
 	}
 	first, err := p.log.Append(recs)
 	if err != nil {
-		if errors.Is(err, segment.ErrClosed) {
-			return 0, ErrClosed
-		}
-		return 0, fmt.Errorf("%w: %v", ErrStorage, err)
+		return 0, storageErr(err)
 	}
 	failpoint.Inject(failpoint.PartitionAfterAppend)
 	p.mu.Lock()
@@ -210,6 +211,18 @@ func (p *Partition) Append(recs []segment.Record) (uint64, error) {
 	p.mu.Unlock()
 	p.notify()
 	return first, nil
+}
+
+// storageErr maps a segment log error to the partition's: closed, disk full (nothing
+// stored, the partition stays usable) or failed (closed until reopened).
+func storageErr(err error) error {
+	switch {
+	case errors.Is(err, segment.ErrClosed):
+		return ErrClosed
+	case errors.Is(err, segment.ErrNoSpace):
+		return fmt.Errorf("%w: %v", ErrDiskFull, err)
+	}
+	return fmt.Errorf("%w: %v", ErrStorage, err)
 }
 
 func (p *Partition) notify() {
@@ -356,11 +369,9 @@ func (p *Partition) Settle(reqs []SettleReq) []error {
 	p.mu.Unlock()
 
 	if err != nil {
-		if errors.Is(err, segment.ErrClosed) {
-			err = ErrClosed
-		} else {
+		err = storageErr(err)
+		if !errors.Is(err, ErrClosed) {
 			p.opts.Logger.Error("settle journal write failed; the settles were not stored", "partition", p.opts.Index, "err", err)
-			err = fmt.Errorf("%w: %v", ErrStorage, err)
 		}
 		for i := range errs {
 			if errs[i] == nil {

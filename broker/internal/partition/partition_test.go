@@ -446,3 +446,31 @@ func TestRestoredBackupNeverReusesEpochs(t *testing.T) {
 		t.Fatalf("after restoring an old epoch file the partition opened with epoch %d, already used up to %d", p.Epoch(), used)
 	}
 }
+
+// TestDiskFullRecovers (RELIABILITY 20): a full disk refuses the produce and the settle
+// with ErrDiskFull, stores nothing, and the partition works again once space returns.
+func TestDiskFullRecovers(t *testing.T) {
+	fs := vfs.NewMem()
+	p := mustOpen(t, fs)
+	defer p.Close()
+	appendN(t, p, 2)
+	d := leaseAll(t, p)
+	fs.SetFreeSpace(10)
+	if _, err := p.Append([]segment.Record{{Value: make([]byte, 100)}}); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("append on a full disk: %v", err)
+	}
+	if err := settleOne(p, d[0]); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("settle on a full disk: %v", err)
+	}
+	fs.SetFreeSpace(-1)
+	if _, err := p.Append([]segment.Record{{Value: []byte("after")}}); err != nil {
+		t.Fatalf("append after space returned: %v", err)
+	}
+	again := leaseAll(t, p)
+	if got := offsets(again); fmt.Sprint(got) != "[0 2]" {
+		t.Fatalf("after the refused settle, delivered %v; want offset 0 again and the new 2", got)
+	}
+	if err := settleOne(p, again[0]); err != nil {
+		t.Fatalf("settle after space returned: %v", err)
+	}
+}

@@ -625,12 +625,13 @@ export interface components {
          *     - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
          *     - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
          *     - `storage_failed`: a disk write failed; the data was not stored.
+         *     - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
          *     - `timeout`: the operation did not finish within its bound; its outcome is unknown.
          *     - `not_implemented`: this version does not offer the operation yet.
          *     - `internal`: a bug; the message says what to report.
          * @enum {string}
          */
-        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "storage_failed" | "timeout" | "not_implemented" | "internal";
+        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
         Health: {
             /** @description `ok` or `ready`. */
             status: string;

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 
 	"github.com/narad-mq/narad/broker/internal/failpoint"
 )
@@ -199,7 +200,7 @@ func (l *Log) writeChunk(c *chunk) error {
 	if c.created {
 		f, err := l.fs.OpenFile(c.seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
-			return err
+			return &writeError{err}
 		}
 		c.seg.f = f
 		failpoint.Inject(failpoint.SegmentRollCreated)
@@ -208,7 +209,7 @@ func (l *Log) writeChunk(c *chunk) error {
 		}
 	}
 	if _, err := c.seg.f.WriteAt(l.wbuf[c.start:c.end], c.pos); err != nil {
-		return err
+		return &writeError{err}
 	}
 	if err := failpoint.Err(failpoint.SegmentAfterWrite); err != nil {
 		return err
@@ -225,6 +226,15 @@ func (l *Log) writeChunk(c *chunk) error {
 // consistent log that holds some unacknowledged records.
 func (l *Log) fail(touched []chunk, cause error) error {
 	l.failErr = fmt.Errorf("%w: %w", ErrFailed, cause)
+	undone := true
+	defer func() {
+		// A write (not an fsync) that ran out of space, fully undone, leaves the files
+		// exactly as durable as before the group: the log may stay open.
+		var we *writeError
+		if undone && errors.As(cause, &we) && errors.Is(cause, syscall.ENOSPC) {
+			l.failErr = nil
+		}
+	}()
 	for i := len(touched) - 1; i >= 0; i-- {
 		c := &touched[i]
 		var err error
@@ -240,8 +250,20 @@ func (l *Log) fail(touched []chunk, cause error) error {
 			err = l.sync(c.seg.f)
 		}
 		if err != nil {
+			undone = false
 			break
 		}
 	}
+	var we *writeError
+	if undone && errors.As(cause, &we) && errors.Is(cause, syscall.ENOSPC) {
+		return fmt.Errorf("%w: %w", ErrNoSpace, cause)
+	}
 	return l.failErr
 }
+
+// writeError marks an error of creating or writing a file, as opposed to an fsync:
+// only such an error, when it is ENOSPC, leaves the log usable.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }

@@ -235,23 +235,33 @@ func TestFailedSyncDuringRoll(t *testing.T) {
 	}
 }
 
-// TestDiskFull fills the disk in the middle of a group.
+// TestDiskFull fills the disk in the middle of a group: that append fails with
+// ErrNoSpace and leaves nothing behind, the log stays open, and appends succeed again
+// once space returns.
 func TestDiskFull(t *testing.T) {
 	m := vfs.NewMem()
 	l := mustOpen(t, testDir, memOptions(m))
 	appendTestRecords(t, l, 0, 30)
 	m.SetFreeSpace(50)
 	_, err := l.Append(testRecords(30, 35))
-	wantErr(t, err, ErrFailed)
+	wantErr(t, err, ErrNoSpace)
 	wantErr(t, err, syscall.ENOSPC)
+	if errors.Is(err, ErrFailed) {
+		t.Fatalf("a fully undone ENOSPC write failed the log closed: %v", err)
+	}
 	if recs, _ := l.Read(30, 10, 1<<20); recs != nil {
 		t.Fatalf("Read shows a partial record: %v", recs)
 	}
-	_, err = l.Append(testRecords(30, 31))
-	wantErr(t, err, ErrFailed)
+	if l.Next() != 30 {
+		t.Fatalf("Next %d after a refused append, want 30", l.Next())
+	}
+	m.SetFreeSpace(-1) // space returns
+	if first, err := l.Append(testRecords(30, 31)); err != nil || first != 30 {
+		t.Fatalf("append after space returned: %d %v", first, err)
+	}
 	mustClose(t, l)
-	m.SetFreeSpace(-1) // space returns; the partition reopens
-	checkRecovered(t, m, 30, "disk full")
+	m.Crash()
+	checkRecovered(t, m, 31, "disk full")
 }
 
 // TestCrashDuringRoll crashes after a failed fsync at each step of a group that

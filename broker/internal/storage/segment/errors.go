@@ -7,6 +7,12 @@ import "errors"
 // nothing written since the last good one can be trusted to be on disk.
 var ErrFailed = errors.New("segment: log failed closed after a write or fsync error")
 
+// ErrNoSpace means the file system ran out of space while writing an append. Nothing of
+// that append was stored, the files were taken back to their durable state, and the
+// log stays open: later appends succeed once space returns. (An fsync that fails, even
+// with ENOSPC, still fails the log closed: after it, what is on disk is unknown.)
+var ErrNoSpace = errors.New("segment: no space left on the device")
+
 // ErrClosed means the log was closed.
 var ErrClosed = errors.New("segment: log closed")
 
