@@ -64,7 +64,6 @@ func TestTimestampNotBeforeProduce(t *testing.T) {
 	}
 }
 
-
 // TestJSONPayloadMustBeUTF8: JSON is UTF-8; a JSON payload with invalid bytes in a string
 // is refused, and a sniffed one is kept as bytes, so no response is ever invalid JSON.
 func TestJSONPayloadMustBeUTF8(t *testing.T) {
@@ -81,7 +80,6 @@ func TestJSONPayloadMustBeUTF8(t *testing.T) {
 		}
 	}
 }
-
 
 // TestHTTPFraming: malformed framing is refused before any handler runs and stores
 // nothing. net/http answers these itself, with a plain-text 400 and a closed connection
