@@ -119,6 +119,8 @@ type History struct {
 	list []*Exchange
 }
 
+// add records an exchange as it starts, so a check made while a request is still
+// held (a delay fault, a client that gave up) sees it.
 func (h *History) add(e *Exchange) {
 	h.mu.Lock()
 	e.Seq = len(h.list)
@@ -126,11 +128,23 @@ func (h *History) add(e *Exchange) {
 	h.mu.Unlock()
 }
 
-// Exchanges returns the exchanges recorded so far.
+// update changes a recorded exchange under the history's lock.
+func (h *History) update(f func()) {
+	h.mu.Lock()
+	f()
+	h.mu.Unlock()
+}
+
+// Exchanges returns a snapshot of the exchanges recorded so far.
 func (h *History) Exchanges() []*Exchange {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]*Exchange(nil), h.list...)
+	out := make([]*Exchange, len(h.list))
+	for i, e := range h.list {
+		c := *e
+		out[i] = &c
+	}
+	return out
 }
 
 // Rules is the ordered list of faults shared by every node of a scenario.
@@ -268,17 +282,22 @@ func (f *Front) Close() {
 func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	_ = r.Body.Close()
-	ex := &Exchange{Node: f.Node, Method: r.Method, Path: r.URL.Path, Query: map[string]string{},
+	rec0 := &Exchange{Node: f.Node, Method: r.Method, Path: r.URL.Path, Query: map[string]string{},
 		Header: map[string]string{}, Body: body, Start: time.Now()}
 	for k, v := range r.URL.Query() {
-		ex.Query[k] = v[0]
+		rec0.Query[k] = v[0]
 	}
 	for k, v := range r.Header {
-		ex.Header[strings.ToLower(k)] = v[0]
+		rec0.Header[strings.ToLower(k)] = v[0]
 	}
+	f.History.add(rec0)
+	// ex collects the outcome; it is copied into the record under the lock at the end.
+	ex := &Exchange{}
+	*ex = *rec0
 	defer func() {
-		ex.End = time.Now()
-		f.History.add(ex)
+		f.History.update(func() {
+			rec0.End, rec0.Status, rec0.Upstream, rec0.Fault, rec0.Grants = time.Now(), ex.Status, ex.Upstream, ex.Fault, ex.Grants
+		})
 	}()
 	fault := f.Rules.take(f.Node, r)
 	if fault != nil && fault.DelayMs > 0 {
