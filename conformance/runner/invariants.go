@@ -105,8 +105,11 @@ func fetchWithinFreeWorkers(r *run, args any) error {
 }
 
 // no_ack_after_lease_lost: {} — a message whose lease the SDK reported lost (a
-// lease_lost event, or a handler cancelled for that reason) is never acked with the
-// handle it lost: the SDK must not settle work it no longer owns (SDK.md rule 1).
+// handler cancelled for that reason, or a lease_lost event that names the delivery
+// attempt) is never acked with the handle of that delivery: the SDK must not settle
+// work it no longer owns (SDK.md rule 1). The delivery is found by partition, offset
+// and delivery attempt, not by time: a driver's event may reach the runner after the
+// proxy recorded the redelivery.
 func noAckAfterLeaseLost(r *run, args any) error {
 	evs, _ := r.drv.Events()
 	exs := r.hist.Exchanges()
@@ -122,13 +125,18 @@ func noAckAfterLeaseLost(r *run, args any) error {
 		}
 		p, _ := msg["partition"].(float64)
 		o, _ := msg["offset"].(float64)
-		// The lease lost is the message's latest grant before the event.
+		attempt, ok := msg["delivery_attempt"].(float64)
+		if !ok {
+			attempt, ok = ev.Data["delivery_attempt"].(float64)
+		}
+		if !ok {
+			continue
+		}
 		var handle string
-		var at time.Time
 		for _, ex := range exs {
 			for _, g := range ex.Grants {
-				if float64(g.Partition) == p && float64(g.Offset) == o && !ex.End.After(ev.At) && ex.End.After(at) {
-					handle, at = g.Handle, ex.End
+				if float64(g.Partition) == p && float64(g.Offset) == o && float64(g.Attempt) == attempt {
+					handle = g.Handle
 				}
 			}
 		}
@@ -139,14 +147,14 @@ func noAckAfterLeaseLost(r *run, args any) error {
 		for _, ex := range exs {
 			for _, s := range ex.Settles() {
 				if s.Handle == handle && !s.HasExtend {
-					return fmt.Errorf("partition %v offset %v: its lost lease was acked at %.3fs (%s %s)", p, o,
+					return fmt.Errorf("partition %v offset %v attempt %v: its lost lease was acked at %.3fs (%s %s)", p, o, attempt,
 						ex.Start.Sub(r.t0).Seconds(), ex.Method, ex.Path)
 				}
 			}
 		}
 	}
 	if checked == 0 {
-		return fmt.Errorf("no lost lease was reported, so there is nothing to check")
+		return fmt.Errorf("no lost lease was reported with its delivery, so there is nothing to check")
 	}
 	return nil
 }

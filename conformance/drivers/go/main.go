@@ -485,7 +485,8 @@ func (d *driver) observe(client string, e narad.Event) {
 	case narad.EventSettle:
 		data := map[string]any{"consumer": cs.name}
 		if e.Message != nil {
-			data["message"] = map[string]any{"topic": e.Message.Topic, "partition": e.Message.Partition, "offset": e.Message.Offset}
+			data["message"] = map[string]any{"topic": e.Message.Topic, "partition": e.Message.Partition, "offset": e.Message.Offset,
+				"delivery_attempt": e.Message.DeliveryAttempt}
 			data["partition"], data["offset"] = e.Message.Partition, e.Message.Offset
 		}
 		outcome := map[string]string{"ack": "acked", "nack": "nacked", "lost": "lost", "failed": "failed"}[e.Outcome]

@@ -142,7 +142,8 @@ def on_event(client_name: str, e: narad.Event) -> None:
     where: dict[str, Any] = {}
     if m is not None:
         where = {"partition": m.partition, "offset": m.offset,
-                 "message": {"topic": m.topic, "partition": m.partition, "offset": m.offset}}
+                 "message": {"topic": m.topic, "partition": m.partition, "offset": m.offset,
+                             "delivery_attempt": m.delivery_attempt}}
     if e.kind == "ack":
         data = {"consumer": cname, "outcome": e.outcome, **where}
         if e.error is not None:
