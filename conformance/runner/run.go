@@ -228,6 +228,8 @@ func (r *run) setup(ctx context.Context) error {
 		}
 	}
 	r.vars["prefix"] = prefix
+	// An HTTP-date a few seconds ahead, for Retry-After in its date form (RFC 9110).
+	r.vars["http_date_in_3s"] = time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
 	var endpoints []any
 	for i := 0; i < sc.DeadEndpoints; i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -726,6 +728,10 @@ func BodyBytes(v any) ([]byte, string, error) {
 	}
 	if s, ok := m["text"].(string); ok {
 		return []byte(s), "text/plain; charset=utf-8", nil
+	}
+	if s, ok := m["json_text"].(string); ok {
+		// JSON exactly as written (spaces and all), as a plain HTTP producer might send it.
+		return []byte(s), "application/json", nil
 	}
 	if j, ok := m["json"]; ok {
 		b, err := json.Marshal(j)
