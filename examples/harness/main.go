@@ -24,7 +24,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -37,6 +36,7 @@ type options struct {
 	only    string
 	verbose bool
 	keep    bool
+	race    bool
 }
 
 func main() {
@@ -48,6 +48,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only the steps whose name contains this")
 	flag.BoolVar(&o.verbose, "v", false, "print every step's output")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (the node's data and log)")
+	flag.BoolVar(&o.race, "race", false, "build the Go examples with the race detector (a race fails its step)")
 	flag.Parse()
 	if o.set != "test" && o.set != "all" {
 		fmt.Fprintln(os.Stderr, "harness: -set is test or all")
@@ -123,7 +124,11 @@ var goExamples = map[string]string{
 func (x *h) build() error {
 	t := time.Now()
 	for name, pkg := range goExamples {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(x.bin, name), pkg).CombinedOutput()
+		args := []string{"build", "-o", filepath.Join(x.bin, name)}
+		if x.o.race {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, pkg)...).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
@@ -299,35 +304,32 @@ func (x *h) runProc(p proc) (string, error) {
 	cmd.WaitDelay = 5 * time.Second
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	var mu sync.Mutex
-	var buf bytes.Buffer
+	var buf bytes.Buffer // written by the reader below until read is closed
 	read := make(chan struct{})
+	var signalAt *regexp.Regexp
+	if p.signalAt != "" {
+		signalAt = regexp.MustCompile(p.signalAt)
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
 	go func() {
 		defer close(read)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64*1024), 1<<20)
 		sent := false
 		for sc.Scan() {
-			mu.Lock()
 			buf.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-			if p.signalAt != "" && !sent && regexp.MustCompile(p.signalAt).MatchString(sc.Text()) {
+			if signalAt != nil && !sent && signalAt.MatchString(sc.Text()) {
 				cmd.Process.Signal(syscall.SIGTERM)
 				sent = true
 			}
 		}
 		io.Copy(io.Discard, pr)
 	}()
-	if err := cmd.Start(); err != nil {
-		pw.Close()
-		<-read
-		return "", err
-	}
 	err := cmd.Wait()
 	pw.Close()
 	<-read
-	mu.Lock()
-	defer mu.Unlock()
 	if ctx.Err() != nil {
 		return buf.String(), fmt.Errorf("still running after %s: killed", p.timeout)
 	}
@@ -359,20 +361,26 @@ func steps(full bool) []step {
 	// The work queue, in each language: jobs outlast the lease (renewal), then a run cut
 	// by SIGTERM and a second run that finishes the queue (graceful shutdown loses and
 	// repeats nothing).
+	join := func(parts ...[]string) []string {
+		var argv []string
+		for _, p := range parts {
+			argv = append(argv, p...)
+		}
+		return argv
+	}
 	for _, lang := range []struct {
-		name     string
-		argv     []string
-		work     []string
-		stopWork []string
-		quickOff bool
+		name         string
+		argv         []string
+		work         []string // jobs outlast the lease
+		stopWork     []string // jobs well inside the lease
+		sigtermQuick bool
 	}{
-		{"go", []string{"workqueue"}, []string{"--work", "2500ms", "--lease", "2s"}, []string{"--work", "1s", "--lease", "4s"}, false},
-		{"python", []string{"python", "workqueue/python/worker.py"}, []string{"--work", "2.5", "--lease", "2"}, []string{"--work", "1", "--lease", "4"}, true},
-		{"ts", []string{"node", "workqueue/ts/dist/worker.js"}, []string{"--work-ms", "2500", "--lease-ms", "2000"}, []string{"--work-ms", "1000", "--lease-ms", "4000"}, true},
+		{"go", []string{"workqueue"}, []string{"--work", "2500ms", "--lease", "2s"}, []string{"--work", "1s", "--lease", "4s"}, true},
+		{"python", []string{"python", "workqueue/python/worker.py"}, []string{"--work", "2.5", "--lease", "2"}, []string{"--work", "1", "--lease", "4"}, false},
+		{"ts", []string{"node", "workqueue/ts/dist/worker.js"}, []string{"--work-ms", "2500", "--lease-ms", "2000"}, []string{"--work-ms", "1000", "--lease-ms", "4000"}, false},
 	} {
-		topic := "jobs-" + lang.name
 		jobs := pick("8", "16")
-		args := append(append(append([]string{}, lang.argv...), "--topic", topic, "--jobs", jobs, "--workers", "4", "--exit-when-empty"), lang.work...)
+		args := join(lang.argv, []string{"--topic", "jobs-" + lang.name, "--jobs", jobs, "--workers", "4", "--exit-when-empty"}, lang.work)
 		out = append(out, step{
 			name: "workqueue/" + lang.name, quick: true,
 			procs: []proc{{argv: args, timeout: 2 * time.Minute, expect: []string{`enqueued ` + jobs + ` jobs`}}},
@@ -394,10 +402,10 @@ func steps(full bool) []step {
 			},
 		})
 		stopTopic := "jobs-stop-" + lang.name
-		first := append(append(append([]string{}, lang.argv...), "--topic", stopTopic, "--jobs", "12", "--workers", "2"), lang.stopWork...)
-		second := append(append(append([]string{}, lang.argv...), "--topic", stopTopic, "--workers", "4", "--exit-when-empty"), lang.stopWork...)
+		first := join(lang.argv, []string{"--topic", stopTopic, "--jobs", "12", "--workers", "2"}, lang.stopWork)
+		second := join(lang.argv, []string{"--topic", stopTopic, "--workers", "4", "--exit-when-empty"}, lang.stopWork)
 		out = append(out, step{
-			name: "workqueue/" + lang.name + "/sigterm", quick: !lang.quickOff,
+			name: "workqueue/" + lang.name + "/sigterm", quick: lang.sigtermQuick,
 			procs: []proc{
 				{argv: first, timeout: 2 * time.Minute, signalAt: `\[2 handled\]`, expect: []string{`signal received: drained`}},
 				{argv: second, timeout: 2 * time.Minute, expect: []string{`queue empty: stopping`}},

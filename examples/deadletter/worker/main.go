@@ -106,10 +106,12 @@ func run(ctx context.Context, cfg config) error {
 	handler := func(ctx context.Context, m *narad.Message) error {
 		env, ok := narad.OpenEnvelope(m)
 		if !ok { // a plain message: wrap it as attempt 1
-			if env, err = narad.NewEnvelope(json.RawMessage(m.Bytes())); err != nil {
+			wrapped, err := narad.NewEnvelope(json.RawMessage(m.Bytes()))
+			if err != nil {
 				return err
 			}
-			env.Origin = cfg.topic
+			wrapped.Origin = cfg.topic
+			env = wrapped
 		}
 		var p Payment
 		if err := env.Decode(&p); err != nil {
