@@ -16,7 +16,7 @@ import (
 //   - a string starting with "~" is a regular expression over the actual value's text;
 //   - numbers compare by value, whatever their Go type;
 //   - a mapping with one "$" key is an operator: $len, $gte, $lte, $gt, $lt, $any,
-//     $absent (the key is missing or null), $present, $contains (every listed item
+//     $absent (the key is missing or null), $present, $maxlen, $minlen, $contains (every listed item
 //     matches some element, in any order), $oneof, $not.
 //
 // The error says where the first mismatch is.
@@ -127,7 +127,7 @@ func matchOp(path, op string, arg, act any) error {
 			return fmt.Errorf("%s: want absent, got %s", where(path), show(act))
 		}
 		return nil
-	case "$len":
+	case "$len", "$maxlen", "$minlen":
 		n := -1
 		switch a := act.(type) {
 		case []any:
@@ -137,8 +137,10 @@ func matchOp(path, op string, arg, act any) error {
 		case string:
 			n = len(a)
 		}
-		if n < 0 || float64(n) != arg.(float64) {
-			return fmt.Errorf("%s: want length %v, got %s", where(path), arg, show(act))
+		want, _ := arg.(float64)
+		ok := map[string]bool{"$len": float64(n) == want, "$maxlen": float64(n) <= want, "$minlen": float64(n) >= want}[op]
+		if n < 0 || !ok {
+			return fmt.Errorf("%s: want %s %v, got %s", where(path), op, arg, show(act))
 		}
 		return nil
 	case "$gte", "$lte", "$gt", "$lt":
