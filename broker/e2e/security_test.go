@@ -428,3 +428,15 @@ func TestUsersNeedSecurity(t *testing.T) {
 		t.Fatalf("users exist on an open node: %v", l.Users)
 	}
 }
+
+// TestProtectedMetrics: with --protect-metrics, /metrics needs an admin; health stays open.
+func TestProtectedMetrics(t *testing.T) {
+	t.Parallel()
+	n, admin := startSecured(t, "--protect-metrics")
+	admin.createUser("plain", "plain-pass", grant("produce", "*"))
+	n.Client().Get("/metrics").ExpectError(t, http.StatusUnauthorized, "unauthenticated")
+	n.Client().WithBasicAuth("plain", "plain-pass").Get("/metrics").ExpectError(t, http.StatusForbidden, "forbidden")
+	admin.Get("/metrics").Expect(t, http.StatusOK)
+	n.Client().Get("/healthz").Expect(t, http.StatusOK)
+	n.Client().Get("/readyz").Expect(t, http.StatusOK)
+}
