@@ -17,7 +17,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"sync"
@@ -53,23 +52,6 @@ func main() {
 	if err := run(ctx, *topic, *orders, *delay); err != nil {
 		cli.Fatal(err)
 	}
-}
-
-// ensureChild creates child as a child of parent with delay, or checks that it already is one.
-func ensureChild(ctx context.Context, c *narad.Client, parent, child string, delay time.Duration) error {
-	_, err := c.CreateChild(ctx, parent, child, delay, narad.TopicConfig{})
-	if !errors.Is(err, narad.ErrConflict) {
-		return err
-	}
-	info, err := c.Topic(ctx, child)
-	if err != nil {
-		return err
-	}
-	if info.Parent != parent || info.FanoutDelay != delay {
-		return fmt.Errorf("%s exists as a child of %q with delay %s; want %s with %s: delete it or pick another --topic",
-			child, info.Parent, info.FanoutDelay, parent, delay)
-	}
-	return nil
 }
 
 // tally counts one consumer's view of this run's orders.
@@ -116,7 +98,7 @@ func run(ctx context.Context, topic string, n int, delay time.Duration) error {
 		name  string
 		delay time.Duration
 	}{{analytics, 0}, {billing, 0}, {reminders, delay}} {
-		if err := ensureChild(ctx, c, topic, ch.name, ch.delay); err != nil {
+		if err := cli.EnsureChild(ctx, c, topic, ch.name, ch.delay, narad.TopicConfig{}); err != nil {
 			return err
 		}
 	}

@@ -92,19 +92,7 @@ func setup(ctx context.Context, c *narad.Client, tiers narad.RetryTiers) error {
 		if _, err := c.EnsureTopic(ctx, tier.Topic, narad.TopicConfig{Retention: tier.Delay + 2*time.Hour}); err != nil {
 			return err
 		}
-		_, err := c.CreateChild(ctx, tier.Topic, dueTopic(tier), tier.Delay, narad.TopicConfig{})
-		if errors.Is(err, narad.ErrConflict) {
-			info, ierr := c.Topic(ctx, dueTopic(tier))
-			if ierr != nil {
-				return ierr
-			}
-			if info.Parent != tier.Topic || info.FanoutDelay != tier.Delay {
-				return fmt.Errorf("%s exists as a child of %q with delay %s, not of %s with %s: delete it or pick another --topic",
-					dueTopic(tier), info.Parent, info.FanoutDelay, tier.Topic, tier.Delay)
-			}
-			err = nil
-		}
-		if err != nil {
+		if err := cli.EnsureChild(ctx, c, tier.Topic, dueTopic(tier), tier.Delay, narad.TopicConfig{}); err != nil {
 			return err
 		}
 	}

@@ -153,14 +153,7 @@ func run(ctx context.Context, cfg config) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.exitWhenEmpty {
-		go func() {
-			for runCtx.Err() == nil {
-				time.Sleep(300 * time.Millisecond)
-				if n, err := cli.Backlog(runCtx, c, cfg.topic); err == nil && n == 0 {
-					cancel()
-				}
-			}
-		}()
+		cli.WhenEmpty(runCtx, c, cfg.topic, 300*time.Millisecond, cancel)
 	}
 	err = c.Consume(runCtx, cfg.topic, handler, narad.WithConcurrency(cfg.workers),
 		narad.WithErrorHandler(func(err error) { fmt.Fprintln(os.Stderr, "consumer:", err) }))

@@ -4,11 +4,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	narad "github.com/narad-mq/narad/sdk-go"
 )
@@ -71,4 +73,42 @@ func Backlog(ctx context.Context, c *narad.Client, topic string) (int64, error) 
 		n += s.Backlog
 	}
 	return n, nil
+}
+
+// WhenEmpty calls stop once topic has no unsettled message left (its backlog is 0),
+// checking every interval until ctx ends. It returns at once; the checks run in the
+// background.
+func WhenEmpty(ctx context.Context, c *narad.Client, topic string, interval time.Duration, stop func()) {
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval):
+			}
+			if n, err := Backlog(ctx, c, topic); err == nil && n == 0 {
+				stop()
+				return
+			}
+		}
+	}()
+}
+
+// EnsureChild creates child as a child of parent whose copies arrive delay after the
+// parent committed them (0: at once), or checks that the existing topic child is exactly
+// that. A delay child keeps its delay for life, so a mismatch is an error to act on.
+func EnsureChild(ctx context.Context, c *narad.Client, parent, child string, delay time.Duration, cfg narad.TopicConfig) error {
+	_, err := c.CreateChild(ctx, parent, child, delay, cfg)
+	if !errors.Is(err, narad.ErrConflict) {
+		return err
+	}
+	info, err := c.Topic(ctx, child)
+	if err != nil {
+		return err
+	}
+	if info.Parent != parent || info.FanoutDelay != delay {
+		return fmt.Errorf("%s exists as a child of %q with delay %s, not of %s with %s: delete it or pick another topic name",
+			child, info.Parent, info.FanoutDelay, parent, delay)
+	}
+	return nil
 }

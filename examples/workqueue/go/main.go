@@ -95,20 +95,10 @@ func run(ctx context.Context, topic string, jobs, workers int, work, lease time.
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if exitWhenEmpty {
-		go func() {
-			for {
-				select {
-				case <-runCtx.Done():
-					return
-				case <-time.After(500 * time.Millisecond):
-				}
-				if n, err := cli.Backlog(runCtx, c, topic); err == nil && n == 0 {
-					fmt.Println("queue empty: stopping")
-					cancel()
-					return
-				}
-			}
-		}()
+		cli.WhenEmpty(runCtx, c, topic, 500*time.Millisecond, func() {
+			fmt.Println("queue empty: stopping")
+			cancel()
+		})
 	}
 
 	// Run returns once ctx is cancelled and the pool has drained, or on a terminal error.
