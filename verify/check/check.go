@@ -343,7 +343,14 @@ func Check(es []history.Entry) *Report {
 	})
 	for _, k := range keys {
 		t := topics[k.topic]
-		m := &model{vis: t.VisibilityMs * int64(time.Millisecond), kills: ks}
+		m := &model{vis: t.VisibilityMs * int64(time.Millisecond), kills: ks, agedAt: 1 << 62}
+		src := k.topic
+		if t.Parent != "" {
+			src = t.Parent
+		}
+		if p := prods[src][place[k]]; p != nil {
+			m.agedAt = p.firstCall + t.RetentionMs*int64(time.Millisecond)
+		}
 		if ok, bad, why := m.checkCopy(copyOps[k]); !ok {
 			kind := "lease-model"
 			switch {

@@ -65,6 +65,11 @@ func TestCheckerCases(t *testing.T) {
 		{"410 on a live lease", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 410).deliver("a", 0, "h2", 2*s), "410-on-live-lease", ""},
 		{"204 after the lease surely lapsed", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 3*s, 204), "204-on-dead-lease", ""},
 		{"204 on a handle from before a restart", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).kill(50*msec, 60*msec).settle(history.OpAck, "a", 0, "h1", 100*msec, 204), "204-on-dead-lease", ""},
+		{"410 once retention may have deleted it", func() *h {
+			x := newH()
+			x.es[0].Run.Topics[0].RetentionMs = 1000
+			return x.produce("a", 0, 0).deliver("a", 0, "h1", 900*msec).settle(history.OpAck, "a", 0, "h1", 1100*msec, 410).stats(2*s, 1, 1)
+		}(), "", ""},
 		{"frontier backwards", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).stats(30*msec, 1, 1).stats(40*msec, 1, 0), "frontier-backwards", ""},
 		{"202 above the high watermark", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).stats(30*msec, 0, 0), "202-not-below-high-watermark", ""},
 		{"two payloads at one offset", newH().produce("a", 0, 0).produce("b", 0, 5*msec).deliver("a", 0, "h1", 10*msec).deliver("b", 0, "h2", 2*s), "two-payloads-at-one-offset", ""},

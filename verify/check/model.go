@@ -85,6 +85,9 @@ func (k kills) surelyBetween(a, b int64) bool {
 type model struct {
 	vis   int64
 	kills kills
+	// agedAt is the earliest time retention may delete the copy (its first produce was
+	// sent then plus the retention); a lease may end by deletion from then on.
+	agedAt int64
 }
 
 // step returns the states the copy may be in after op, or none and why not.
@@ -108,7 +111,7 @@ func (m *model) step(s copyState, in opIn) ([]copyState, string) {
 		}
 		return []copyState{applied}, ""
 	case oGone:
-		if in.handle == s.handle && s.has && !s.acked && !s.handedBack && in.ret+tolerance < s.minExp && !m.kills.between(s.leaseCall, in.ret) {
+		if in.handle == s.handle && s.has && !s.acked && !s.handedBack && in.ret+tolerance < s.minExp && !m.kills.between(s.leaseCall, in.ret) && in.ret+tolerance < m.agedAt {
 			return nil, fmt.Sprintf("410 on %s while the lease was surely alive (%s left)", in.kind, ms(s.minExp-in.ret))
 		}
 		return []copyState{s}, ""

@@ -54,6 +54,8 @@ func runCmd(args []string) int {
 	messages := fs.Int("messages", 6000, "parent messages to produce (0: bounded by -duration only)")
 	duration := fs.Duration("duration", 0, "produce for this long (soak); faults go on as long")
 	load := fs.Duration("load", 60*time.Second, "spread -messages over about this long")
+	rate := fs.Int("rate", 0, "with -duration: produce this many parent messages a second (sets -messages and -load)")
+	retention := fs.Int64("retention-ms", 1000, "retention of the short-retention topic (0: no such topic)")
 	kills := fs.Int("kills", 20, "least number of kills (kill -9 and failpoint kills)")
 	fpKills := fs.Int("failpoint-kills", -1, "least number of kills at failpoints (-1: half of -kills)")
 	pauses := fs.Bool("pauses", true, "mix in SIGSTOP/SIGCONT")
@@ -68,6 +70,9 @@ func runCmd(args []string) int {
 	keep := fs.Bool("keep", false, "keep the files of a passing run too")
 	bin := fs.String("bin", "", "a narad built with -tags failpoints (default: build one)")
 	fs.Parse(args)
+	if *rate > 0 && *duration > 0 {
+		*messages, *load = *rate*int(duration.Seconds()), *duration
+	}
 	if *fpKills < 0 {
 		*fpKills = *kills / 2
 	}
@@ -85,7 +90,7 @@ func runCmd(args []string) int {
 			Dir: d, Keep: *keep, Bin: *bin,
 			Log: func(format string, a ...any) { fmt.Printf(format+"\n", a...) },
 			Workload: workload.Config{
-				Seed: s, Messages: *messages, Duration: *duration, LoadDuration: *load, Producers: *producers, Consumers: *consumers, RetentionMs: 1000,
+				Seed: s, Messages: *messages, Duration: *duration, LoadDuration: *load, Producers: *producers, Consumers: *consumers, RetentionMs: *retention,
 				Progress:      func(line string) { fmt.Println("progress:", line) },
 				ProgressEvery: *progress,
 				Faults: workload.FaultConfig{Kills: *kills, MinFailpointKills: *fpKills, FailpointShare: 0.5, Pauses: *pauses,
