@@ -197,6 +197,8 @@ func run(ctx context.Context, topic string, delays []time.Duration, messages int
 	consumeCtx, stopConsumers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	errs := make(chan error, len(tiers.Tiers)+1)
+	// tiers.Consume would consume the tier topics themselves; here a tier's messages are
+	// read from its delay child, so the consumers are started by hand.
 	sources := []string{topic}
 	for _, t := range tiers.Tiers {
 		sources = append(sources, dueTopic(t))
