@@ -3,7 +3,7 @@
 # The Go workspace (go.work) has no root module, so Go targets loop over the modules.
 
 GO          ?= go
-GO_MODULES  := broker sdk-go sdk-go/otel sdk-go/prometheus verify
+GO_MODULES  := broker sdk-go sdk-go/otel sdk-go/prometheus verify examples
 GEN_DIRS    := broker/internal/apigen sdk-go/api
 BIN         := bin
 NARAD       := $(BIN)/narad
@@ -11,7 +11,7 @@ BENCH_FLAGS ?=
 FUZZTIME    ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test test-go test-python test-js test-docs docs check-gen gen lint fmt bench bench-storage bench-flow \
+.PHONY: help run build test test-go test-python test-js test-docs test-examples docs check-gen gen lint fmt bench bench-storage bench-flow \
         fuzz e2e conformance examples chaos soak clean
 
 help: ## List the targets
@@ -24,7 +24,7 @@ build: ## Build the narad binary into bin/
 	@mkdir -p $(BIN)
 	cd broker && $(GO) build -o ../$(NARAD) ./cmd/narad
 
-test: check-gen lint test-go test-python test-js test-docs ## Install what the tests need and run every test
+test: check-gen lint test-go test-python test-js test-docs test-examples ## Install what the tests need and run every test
 	@echo "make test: all suites passed"
 
 test-go: ## Go tests of every module, with the race detector (includes e2e against the binary)
@@ -91,8 +91,11 @@ e2e: ## Only the end-to-end tests against the real binary
 conformance: ## SDK conformance suite (not yet available)
 	@echo "conformance: not yet available (see conformance/README.md)"; exit 1
 
-examples: ## Runnable examples against a live node (not yet available)
-	@echo "examples: not yet available (see examples/README.md)"; exit 1
+examples: build ## Runnable examples against a node the harness starts (every step)
+	$(MAKE) -C examples all NARAD_BIN=$(abspath $(NARAD))
+
+test-examples: build ## Examples: lint, then a quick run of each against the built binary
+	$(MAKE) -C examples test NARAD_BIN=$(abspath $(NARAD))
 
 chaos: ## Long fault-injection runs (not yet available)
 	@echo "chaos: not yet available"; exit 1
