@@ -50,15 +50,20 @@ func Doctor(es []history.Entry, kind string) ([]history.Entry, string, error) {
 			}
 		}
 	case "live-lease":
-		var ds []history.Entry
+		// A delivery whose lease nobody settles within 100 ms, so the doctored second
+		// delivery falls inside a lease that is surely alive and surely unsettled.
+		settled := map[string]int64{}
 		for _, e := range es {
-			if e.Kind == history.KindOp && e.Op == history.OpConsume && e.Status == 200 && e.Msg != "" && e.Topic == "orders" && e.Call > lastFault {
-				ds = append(ds, e)
+			if e.Kind == history.KindOp && e.Handle != "" && (e.Op == history.OpAck || e.Op == history.OpNack || e.Op == history.OpExtend) {
+				if t, ok := settled[e.Handle]; !ok || e.Call < t {
+					settled[e.Handle] = e.Call
+				}
 			}
 		}
-		if len(ds) == 0 {
-			for _, e := range es {
-				if e.Kind == history.KindOp && e.Op == history.OpConsume && e.Status == 200 && e.Msg != "" && e.Topic == "orders" {
+		var ds []history.Entry
+		for _, e := range es {
+			if e.Kind == history.KindOp && e.Op == history.OpConsume && e.Status == 200 && e.Msg != "" && e.Topic == "orders" {
+				if t, ok := settled[e.Handle]; !ok || t > e.Return+100*int64(time.Millisecond) {
 					ds = append(ds, e)
 				}
 			}
