@@ -138,7 +138,7 @@ func WriteSummary(w io.Writer, results []Result, rules []Rule, verbose bool) {
 	}
 	fmt.Fprintf(w, "\n%-44s %-9s", "scenario", "tier")
 	for _, d := range drivers {
-		fmt.Fprintf(w, " %-8s", d)
+		fmt.Fprintf(w, " %-13s", d)
 	}
 	fmt.Fprintln(w)
 	for _, n := range names {
@@ -153,7 +153,7 @@ func WriteSummary(w io.Writer, results []Result, rules []Rule, verbose bool) {
 			if ok {
 				c = fmt.Sprintf("%s %.1fs", cell(r.Outcome), float64(r.DurationMs)/1000)
 			}
-			fmt.Fprintf(w, " %-8s", c)
+			fmt.Fprintf(w, " %-13s", c)
 		}
 		fmt.Fprintln(w)
 	}

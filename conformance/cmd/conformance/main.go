@@ -128,7 +128,7 @@ func main() {
 				r := runner.RunScenario(ctx, j.sc, j.drv, env)
 				results[j.i] = r
 				printMu.Lock()
-				fmt.Printf("  %-6s %-44s %s (%.1fs)\n", j.drv.Name, j.sc.Name, r.Outcome, float64(r.DurationMs)/1000)
+				fmt.Printf("  %-12s %-44s %s (%.1fs)\n", j.drv.Name, j.sc.Name, r.Outcome, float64(r.DurationMs)/1000)
 				printMu.Unlock()
 			}
 		}()
