@@ -33,7 +33,11 @@ func (d *driverFlags) Set(v string) error {
 	return nil
 }
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run does the work and returns the exit status, so deferred clean-up (the broker, its
+// data dir) happens before the process exits.
+func run() int {
 	var drivers driverFlags
 	flag.Var(&drivers, "driver", "a driver as name=command line (repeatable), e.g. go=./bin/driver-go")
 	scenarios := flag.String("scenarios", "scenarios", "directory of scenario directories")
@@ -49,7 +53,7 @@ func main() {
 	flag.Parse()
 	if len(drivers) == 0 {
 		fmt.Fprintln(os.Stderr, "conformance: no -driver given")
-		os.Exit(2)
+		return 2
 	}
 	for i := range drivers {
 		// Relative driver programs are taken from the working directory.
@@ -62,7 +66,7 @@ func main() {
 	all, err := runner.LoadScenarios(*scenarios)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
-		os.Exit(2)
+		return 2
 	}
 	var re *regexp.Regexp
 	if *only != "" {
@@ -80,12 +84,12 @@ func main() {
 	rules, err := runner.LoadRules(*spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
-		os.Exit(2)
+		return 2
 	}
 	knownList, err := runner.LoadKnownFailures(*known)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
-		os.Exit(2)
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -98,13 +102,13 @@ func main() {
 			dir, err := os.MkdirTemp("", "narad-conformance-")
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "conformance:", err)
-				os.Exit(2)
+				return 2
 			}
 			defer os.RemoveAll(dir)
 			b, err := runner.StartBroker(ctx, *narad, dir)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "conformance: starting narad:", err)
-				os.Exit(2)
+				return 2
 			}
 			defer b.Stop()
 			env.Broker = b
@@ -167,6 +171,7 @@ func main() {
 		}
 	}
 	if runner.Failed(results) {
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
