@@ -58,6 +58,7 @@ func startBroker(ctx context.Context, bin, dataDir string) (*Broker, error) {
 		"--auth-failure-delay", "0s", "--log-level", "warn", "--shutdown-grace", "2s")
 	b.cmd.Env = append(os.Environ(), "NARAD_ADMIN_PASSWORD="+AdminPassword)
 	b.cmd.Stdout, b.cmd.Stderr = b.log, b.log
+	dieWithRunner(b.cmd)
 	if err := b.cmd.Start(); err != nil {
 		return nil, err
 	}
