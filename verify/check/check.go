@@ -39,6 +39,7 @@ type Violation struct {
 type Report struct {
 	Seed             int64                `json:"seed"`
 	Messages         int                  `json:"messages"` // distinct message ids answered 202
+	MessagesByTopic  map[string]int       `json:"messages_by_topic"`
 	Produced         int                  `json:"produce_attempts"`
 	Deliveries       int                  `json:"deliveries"`
 	Faults           map[string]int       `json:"faults"`
@@ -77,7 +78,7 @@ func (r *Report) violate(kind, format string, args ...any) {
 // Print writes the report for people.
 func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "seed:              %d\n", r.Seed)
-	fmt.Fprintf(w, "messages:          %d (202'd ids; %d produce attempts, %d deliveries)\n", r.Messages, r.Produced, r.Deliveries)
+	fmt.Fprintf(w, "messages:          %d (202'd ids: %s; %d produce attempts, %d deliveries)\n", r.Messages, kv(r.MessagesByTopic), r.Produced, r.Deliveries)
 	fmt.Fprintf(w, "faults:            %s\n", kv(r.Faults))
 	fmt.Fprintf(w, "failpoint kills:   %s\n", kv(r.FailpointKills))
 	fmt.Fprintf(w, "lost:              %s (aged out by retention, legal: %d)\n", kv(r.Lost), r.AgedOut)
@@ -145,7 +146,7 @@ type window struct{ start, end int64 }
 
 // Check checks a history.
 func Check(es []history.Entry) *Report {
-	r := &Report{Faults: map[string]int{}, FailpointKills: map[string]int{}, Lost: map[string]int{},
+	r := &Report{MessagesByTopic: map[string]int{}, Faults: map[string]int{}, FailpointKills: map[string]int{}, Lost: map[string]int{},
 		Duplicates: map[string]int{}, Violations: map[string]int{}, Latency: map[string][2]string{}}
 	var run history.RunInfo
 	topics := map[string]history.TopicInfo{}
@@ -266,6 +267,7 @@ func Check(es []history.Entry) *Report {
 			p.okRet = e.Return
 			if len(p.ok) == 1 {
 				r.Messages++
+				r.MessagesByTopic[e.Topic]++
 			}
 		}
 	}
