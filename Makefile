@@ -3,7 +3,7 @@
 # The Go workspace (go.work) has no root module, so Go targets loop over the modules.
 
 GO          ?= go
-GO_MODULES  := broker sdk-go sdk-go/otel sdk-go/prometheus verify examples
+GO_MODULES  := broker sdk-go sdk-go/otel sdk-go/prometheus verify examples conformance
 GEN_DIRS    := broker/internal/apigen sdk-go/api
 BIN         := bin
 NARAD       := $(BIN)/narad
@@ -11,7 +11,7 @@ BENCH_FLAGS ?=
 FUZZTIME    ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test test-go test-python test-js test-docs test-examples docs check-gen gen lint fmt bench bench-storage bench-flow \
+.PHONY: help run build test test-go test-python test-js test-conformance test-docs test-examples docs check-gen gen lint fmt bench bench-storage bench-flow \
         fuzz e2e conformance examples chaos soak clean
 
 help: ## List the targets
@@ -24,7 +24,7 @@ build: ## Build the narad binary into bin/
 	@mkdir -p $(BIN)
 	cd broker && $(GO) build -o ../$(NARAD) ./cmd/narad
 
-test: check-gen lint test-go test-python test-js test-docs test-examples ## Install what the tests need and run every test
+test: check-gen lint test-go test-python test-js test-conformance test-docs test-examples ## Install what the tests need and run every test
 	@echo "make test: all suites passed"
 
 test-go: ## Go tests of every module, with the race detector (includes e2e against the binary)
@@ -88,8 +88,10 @@ fuzz: ## Run every fuzz target for FUZZTIME each
 e2e: ## Only the end-to-end tests against the real binary
 	cd broker && $(GO) test -race -count=1 ./e2e/...
 
-conformance: ## SDK conformance suite (not yet available)
-	@echo "conformance: not yet available (see conformance/README.md)"; exit 1
+conformance: test-conformance ## SDK conformance suite: both tiers, every SDK
+
+test-conformance: build ## SDK conformance: wire tier (scripted server) and behaviour tier (real node), every driver
+	$(MAKE) -C conformance test NARAD_BIN=$(abspath $(NARAD))
 
 examples: build ## Runnable examples against a node the harness starts (every step)
 	$(MAKE) -C examples all NARAD_BIN=$(abspath $(NARAD))

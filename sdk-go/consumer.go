@@ -320,6 +320,11 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 		case "nack":
 			cs.nacked.Add(1)
 		}
+	case err == nil && hard.Err() != nil:
+		// The shutdown grace ended while the handler ran and its context was cancelled:
+		// its work may be unfinished, so hand the message back rather than ack it (a
+		// duplicate is allowed, a loss is not).
+		cs.settle(ctx, m, "nack", 0)
 	case err == nil:
 		cs.settle(ctx, m, "ack", 0)
 	default:

@@ -679,7 +679,7 @@ class AsyncConsumer:
             if not d.cancelled.is_set():
                 self._finish(d)  # cancelled from outside: free the slot, let it lapse
                 raise
-        except Exception as e:
+        except BaseException as e:  # as the blocking Consumer: SystemExit from a handler too
             exc = e
         finally:
             plans.reset_current(token)

@@ -78,6 +78,10 @@ def ms_param(d: Duration) -> str:
 # Options
 
 
+# MAX_RETRY_AFTER bounds how long a Retry-After header can make a retry wait, in seconds.
+MAX_RETRY_AFTER = 300.0
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """RetryPolicy bounds how a call is retried (SDK.md defaults)."""
@@ -454,7 +458,9 @@ class CallState(Generic[T]):
         else:
             delay = self.policy.backoff(self.attempt, self.rng)
             if retry_after is not None:
-                delay = max(delay, min(retry_after, self.policy.backoff_max))
+                # The node said how long to wait: honour it (bounded, in case of a bogus
+                # header), even past the backoff maximum, as the Go and JS SDKs do.
+                delay = max(delay, min(retry_after, MAX_RETRY_AFTER))
         if self.clock() + delay >= self.deadline:
             err.uncertain = err.uncertain or self._uncertain()
             return Fail(err)

@@ -13,6 +13,8 @@ status in one place, :func:`error_from_response`, so every call agrees.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 from collections.abc import Mapping
 
@@ -167,13 +169,23 @@ NOT_STORED_CODES = frozenset(
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """parse_retry_after reads a Retry-After header in seconds; None when absent or a date."""
+    """parse_retry_after reads a Retry-After header as seconds from now.
+
+    It takes delay-seconds or an HTTP date (RFC 9110 §10.2.3); None when absent or
+    unreadable.
+    """
     if not value:
         return None
     try:
         seconds = float(value.strip())
     except ValueError:
-        return None
+        try:
+            when = email.utils.parsedate_to_datetime(value.strip())
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        seconds = (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
     return max(0.0, seconds)
 
 
