@@ -119,12 +119,14 @@ def test_produce_lost_reply_retries_only_when_duplicates_are_allowed(drv: Driver
 def test_refused_produce_fails_over_at_once_without_duplicates(drv: Driver) -> None:
     is_produce = lambda r: r.url.path.endswith("/produce-batch")  # noqa: E731
     t = drv.topic()
-    c = drv.new_client(rule=once(is_produce, err(503, "storage_failed", "3")),
+    c = drv.new_client(rule=once(is_produce, err(503, "storage_failed", "1")),
                        allow_duplicates=False, backoff_max=0.5)
     t0 = time.monotonic()
     out = c.produce_batch(t, [b"a", b"b"])
     assert len(out) == 2 and count(c, is_produce) == 2
-    assert time.monotonic() - t0 < 2.5  # Retry-After is capped by backoff_max
+    # The node's Retry-After is honoured even past backoff_max (conformance CB-RETRY-2),
+    # and nothing more: the refused batch was not stored, so no duplicate.
+    assert 0.9 <= time.monotonic() - t0 < 5.0
     assert len(list(c.replay(t))) == 2
 
 
