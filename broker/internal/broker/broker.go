@@ -273,8 +273,19 @@ func (b *Broker) reconcile(sweep bool) error {
 		if err != nil {
 			return err
 		}
+		applied := b.meta.AppliedIndex()
 		for _, e := range entries {
 			if !wantDirs[e.Name()] {
+				// A directory is deleted only when this node has applied the command that
+				// created it (its incarnation) and, since the topic is not in the state,
+				// the one that deleted it. A newer incarnation than the metadata knows
+				// means the metadata lost entries (damage, a bad restore): keep the data.
+				inc, _, _ := strings.Cut(e.Name(), "-")
+				if n, err := strconv.ParseUint(inc, 10, 64); err != nil || n > applied {
+					b.log.Error("keeping topic data the metadata does not know; the metadata store may be damaged or restored from an older backup",
+						"dir", e.Name(), "metadata_applied_index", applied)
+					continue
+				}
 				b.log.Info("removing data of a deleted topic", "dir", e.Name())
 				if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
 					b.log.Error("removing data of a deleted topic failed", "dir", e.Name(), "err", err)

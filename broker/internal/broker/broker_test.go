@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -281,4 +283,35 @@ func TestLongPollCap(t *testing.T) {
 	}
 	cancel()
 	<-parked
+}
+
+// TestSweepKeepsDataTheMetadataDoesNotKnow (RELIABILITY A7, C17): topic data whose
+// incarnation is newer than anything the metadata applied is kept, not deleted, as
+// happens when the metadata store lost entries.
+func TestSweepKeepsDataTheMetadataDoesNotKnow(t *testing.T) {
+	dir := t.TempDir()
+	b := mustStartBroker(t, dir)
+	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "gone", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeleteTopic(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	// One directory the metadata created and deleted (left by a crash), one it never saw.
+	known := filepath.Join(dir, "topics", "3-gone")
+	unknown := filepath.Join(dir, "topics", "999999-future")
+	for _, d := range []string{known, unknown} {
+		if err := os.MkdirAll(filepath.Join(d, "0"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b = mustStartBroker(t, dir)
+	defer b.Close()
+	if _, err := os.Stat(known); !os.IsNotExist(err) {
+		t.Errorf("the data of a deleted topic was not swept: %v", err)
+	}
+	if _, err := os.Stat(unknown); err != nil {
+		t.Errorf("data newer than the metadata was deleted: %v", err)
+	}
 }

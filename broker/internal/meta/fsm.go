@@ -4,9 +4,12 @@
 package meta
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"sort"
 	"sync"
@@ -131,12 +134,82 @@ type fsm struct {
 
 func newFSM() *fsm { return &fsm{topics: make(map[string]Topic), users: make(map[string]auth.User)} }
 
-func (f *fsm) Apply(l *raft.Log) any {
+// A command in the Raft log is framed so damage is caught before it is applied (the
+// bbolt log store keeps no checksums of its own):
+//
+//	magic "NMC1" | CRC-32C of the JSON, u32 big-endian | the command as JSON
+var commandMagic = []byte("NMC1")
+
+var commandCRC = crc32.MakeTable(crc32.Castagnoli)
+
+func encodeCommand(c command) ([]byte, error) {
+	js, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, 8+len(js))
+	out = append(out, commandMagic...)
+	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(js, commandCRC))
+	return append(out, js...), nil
+}
+
+func decodeCommand(data []byte) (command, error) {
 	var c command
-	if err := json.Unmarshal(l.Data, &c); err != nil {
-		// A command this version cannot read must not be skipped silently: that would let
-		// replicas diverge. Panicking stops the node with the reason.
-		panic(fmt.Sprintf("meta: undecodable command at index %d: %v", l.Index, err))
+	if len(data) < 8 || !bytes.Equal(data[:4], commandMagic) {
+		return c, errors.New("not a framed command")
+	}
+	js := data[8:]
+	if crc32.Checksum(js, commandCRC) != binary.BigEndian.Uint32(data[4:8]) {
+		return c, errors.New("checksum mismatch")
+	}
+	if err := json.Unmarshal(js, &c); err != nil {
+		return c, err
+	}
+	return c, c.check()
+}
+
+// check refuses a command that decodes but lacks what its op needs: only a damaged or
+// foreign log holds one, and applying it could, say, create a topic with no name.
+func (c command) check() error {
+	bad := func(why string) error { return fmt.Errorf("%s command %s", c.Op, why) }
+	switch c.Op {
+	case "create_topic":
+		if c.Topic == nil || c.Topic.Name == "" || c.Topic.Partitions < 1 || c.Topic.Partitions > 256 {
+			return bad("without a valid topic")
+		}
+	case "delete_topic", "detach_child":
+		if c.Name == "" {
+			return bad("without a name")
+		}
+	case "attach_child":
+		if c.Name == "" || c.Child == "" {
+			return bad("without parent and child")
+		}
+	case "alter_topic":
+		if c.Name == "" || c.Alter == nil {
+			return bad("without a name and changes")
+		}
+	case "create_user":
+		if c.User == nil || c.User.Name == "" {
+			return bad("without a user")
+		}
+	case "delete_user", "set_grants", "set_password":
+		if c.Name == "" {
+			return bad("without a name")
+		}
+	default:
+		return fmt.Errorf("unknown command %q", c.Op)
+	}
+	return nil
+}
+
+func (f *fsm) Apply(l *raft.Log) any {
+	c, err := decodeCommand(l.Data)
+	if err != nil {
+		// A command this version cannot read or trust must not be skipped silently (that
+		// would let replicas diverge) nor applied (a damaged one could drop topics and
+		// their data). Panicking stops the node with the reason.
+		panic(fmt.Sprintf("meta: refusing the Raft log entry at index %d: %v; the metadata store (meta/) is damaged or from another version: restore it from a backup", l.Index, err))
 	}
 	res := f.apply(l.Index, c)
 	if f.onChange != nil {

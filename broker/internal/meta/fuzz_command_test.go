@@ -2,8 +2,10 @@ package meta
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"reflect"
 	"strings"
@@ -12,19 +14,11 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// wellFormed reports whether a decoded command carries the fields its op needs. Only
-// the store writes commands, and it always fills them; commands that are not well
-// formed stand for a damaged Raft log (see TestBugApplyNilFields in bugs_test.go).
-func wellFormed(c command) bool {
-	switch c.Op {
-	case "create_topic":
-		return c.Topic != nil
-	case "alter_topic":
-		return c.Alter != nil
-	case "create_user":
-		return c.User != nil
-	}
-	return true
+// frame wraps a command's JSON as the store writes it to the Raft log.
+func frame(js []byte) []byte {
+	out := append([]byte(nil), commandMagic...)
+	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(js, commandCRC))
+	return append(out, js...)
 }
 
 // FuzzApplyCommands decodes one Raft command per input line and applies them in order,
@@ -64,19 +58,26 @@ func FuzzApplyCommands(f *testing.F) {
 		fsm := newFSM()
 		for i, line := range bytes.Split(data, []byte("\n")) {
 			var c command
-			decodes := json.Unmarshal(line, &c) == nil
-			known := strings.Contains(" create_topic delete_topic attach_child detach_child alter_topic create_user delete_user set_grants set_password ", " "+c.Op+" ")
-			if decodes && known && !wellFormed(c) {
-				continue
-			}
-			panicked := applyRecover(fsm, uint64(i+1), line)
+			valid := json.Unmarshal(line, &c) == nil && c.check() == nil
+			panicked := applyRecover(fsm, uint64(i+1), frame(line))
 			switch {
-			case (!decodes || !known) && (panicked == "" || !strings.HasPrefix(panicked, "meta: ")):
+			case !valid && !strings.HasPrefix(panicked, "meta: "):
 				t.Fatalf("line %d %q: want a meta: panic for a command this version cannot apply, got %q", i+1, line, panicked)
-			case decodes && known && panicked != "":
+			case valid && panicked != "":
 				t.Fatalf("line %d %q: a well-formed command panicked: %s", i+1, line, panicked)
 			case panicked != "":
 				return // the node would stop here
+			}
+			// The same bytes unframed, or with one bit flipped, are refused, never applied.
+			if msg := applyRecover(newFSM(), 1, line); !strings.HasPrefix(msg, "meta: ") {
+				t.Fatalf("an unframed command was not refused: %q", msg)
+			}
+			if len(line) > 0 {
+				bad := frame(line)
+				bad[8+len(line)/2] ^= 0x10
+				if msg := applyRecover(newFSM(), 1, bad); !strings.HasPrefix(msg, "meta: ") {
+					t.Fatalf("a command with a flipped bit was not refused: %q", msg)
+				}
 			}
 			checkFSM(t, fsm)
 		}

@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -111,6 +110,9 @@ func (s *Store) WaitReady(ctx context.Context) error {
 	}
 }
 
+// AppliedIndex returns the index of the last Raft entry applied to the state.
+func (s *Store) AppliedIndex() uint64 { return s.raft.AppliedIndex() }
+
 // Leader reports whether this node leads the control plane.
 func (s *Store) Leader() bool { return s.raft.State() == raft.Leader }
 
@@ -118,7 +120,11 @@ func (s *Store) Leader() bool { return s.raft.State() == raft.Leader }
 func (s *Store) NodeID() string { return s.opts.NodeID }
 
 func (s *Store) applyCmd(c command) (applyResult, error) {
-	b, err := json.Marshal(c)
+	// Never propose what Apply would refuse: a refused entry stops every replica.
+	if err := c.check(); err != nil {
+		return applyResult{}, fmt.Errorf("meta: %w", err)
+	}
+	b, err := encodeCommand(c)
 	if err != nil {
 		return applyResult{}, err
 	}

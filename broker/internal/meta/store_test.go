@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestTopicsSurviveRestartAndIncarnationsDiffer(t *testing.T) {
 	if err != nil || a.Incarnation == 0 {
 		t.Fatalf("create: %+v %v", a, err)
 	}
-	if _, err := s.CreateTopic(Topic{Name: "orders"}); !errors.Is(err, ErrTopicExists) {
+	if _, err := s.CreateTopic(Topic{Name: "orders", TopicConfig: TopicConfig{Partitions: 1}}); !errors.Is(err, ErrTopicExists) {
 		t.Fatalf("duplicate create: %v", err)
 	}
 	v := int64(5000)
@@ -67,7 +68,7 @@ func TestSnapshotRestore(t *testing.T) {
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	for _, n := range []string{"a", "b", "c"} {
-		if _, err := s.CreateTopic(Topic{Name: n}); err != nil {
+		if _, err := s.CreateTopic(Topic{Name: n, TopicConfig: TopicConfig{Partitions: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -196,5 +197,21 @@ func TestAttachRules(t *testing.T) {
 	}
 	if c2, _ := s.Topic("c2"); c2.Parent != "" || c2.AttachID != 0 {
 		t.Fatalf("child still linked to a deleted parent: %+v", c2)
+	}
+}
+
+// TestApplyRefusesDamagedCommands: a command lacking what its op needs, or whose bytes
+// fail their checksum, stops the node with a meta: panic instead of being applied (a
+// damaged create_topic could otherwise make a nameless topic and drop real ones' data).
+func TestApplyRefusesDamagedCommands(t *testing.T) {
+	for _, js := range []string{`{"op":"create_topic"}`, `{"op":"alter_topic","name":"a"}`, `{"op":"create_user"}`, `{"op":"create_topic","topic":{"name":"","partitions":1}}`} {
+		if msg := applyRecover(newFSM(), 1, frame([]byte(js))); !strings.HasPrefix(msg, "meta: ") {
+			t.Errorf("%s: panic %q, want a meta: refusal", js, msg)
+		}
+	}
+	good := frame([]byte(`{"op":"create_topic","topic":{"name":"a","partitions":1}}`))
+	good[len(good)-3] ^= 1
+	if msg := applyRecover(newFSM(), 1, good); !strings.Contains(msg, "checksum") {
+		t.Errorf("a flipped bit: panic %q, want a checksum refusal", msg)
 	}
 }
