@@ -33,6 +33,9 @@ var ErrTooManyLongPolls = errors.New("too many long polls")
 // returns.
 var ErrDiskFull = errors.New("disk full")
 
+// ErrCorrupt means a stored message is damaged and is never served.
+var ErrCorrupt = errors.New("stored message damaged")
+
 // ErrStorage means a disk write failed and nothing was stored.
 var ErrStorage = errors.New("storage failed")
 

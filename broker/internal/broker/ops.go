@@ -416,6 +416,9 @@ func (b *Broker) partitionErr(err error, op string) error {
 			return ErrUnavailable
 		}
 		return ErrTopicNotFound // deleted while the request ran
+	case errors.Is(err, partition.ErrCorrupt):
+		b.metrics.StorageErrors.WithLabelValues("corrupt_record").Inc()
+		return errors.Join(ErrCorrupt, err)
 	case errors.Is(err, partition.ErrDiskFull):
 		b.metrics.StorageErrors.WithLabelValues(op + "_disk_full").Inc()
 		b.log.Error("disk full: a write was refused; free space on the data volume", "op", op)

@@ -73,6 +73,9 @@ func toAPIError(err error) *apiError {
 			msg: "too many messages past the ack frontier are settled; ack the oldest in-flight message of this partition first, or retry later"}
 	case errors.Is(err, broker.ErrNotImplemented):
 		return newErr(http.StatusNotImplemented, "not_implemented", err.Error())
+	case errors.Is(err, broker.ErrCorrupt):
+		return &apiError{status: http.StatusServiceUnavailable, code: "storage_failed", retryAfter: 5,
+			msg: "a stored message failed its checksum and is never served; read past it, or ask the operator to restore the partition from a backup (narad_storage_errors_total{op=\"corrupt_record\"})"}
 	case errors.Is(err, broker.ErrDiskFull):
 		return &apiError{status: http.StatusServiceUnavailable, code: "disk_full", retryAfter: 5,
 			msg: "the broker's disk is full and nothing was stored; retry after Retry-After seconds (the operator must free space)"}

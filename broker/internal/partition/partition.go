@@ -31,6 +31,9 @@ var ErrStorage = errors.New("partition: storage failed")
 // the partition takes writes again once space returns.
 var ErrDiskFull = errors.New("partition: disk full")
 
+// ErrCorrupt means a stored record failed its checks; it is never served.
+var ErrCorrupt = errors.New("partition: stored record is damaged")
+
 // Options configures a partition.
 type Options struct {
 	// Dir holds the partition's files: log/, journal/, queue.ckpt, epoch.
@@ -258,20 +261,28 @@ func (p *Partition) Lease(max int, d time.Duration) ([]Delivery, error) {
 			j++
 		}
 		recs, err := p.readRun(grants[i].Offset, j-i)
-		if err != nil {
+		if err != nil && len(recs) < j-i {
 			if errors.Is(err, segment.ErrOffsetOutOfRange) {
 				// Retention removed them after they were reserved: they are gone for good.
 				p.mu.Lock()
 				p.q.SetBounds(p.log.Oldest(), p.log.Next())
 				p.mu.Unlock()
-			} else {
-				// A record that cannot be read is never served; its lease lapses and it is
-				// tried again then, so a bad sector does not spin the consumer.
-				p.opts.Logger.Error("reading a leased message failed", "partition", p.opts.Index, "offset", grants[i].Offset, "err", err)
-				readErr = fmt.Errorf("%w: %v", ErrStorage, err)
+				i = j
+				continue
 			}
-			i = j
-			continue
+			// Deliver what was read, then read the rest one by one: one damaged record
+			// must not hold back its neighbours. A record that cannot be read is never
+			// served; its lease lapses and it is tried again then, so a bad sector does
+			// not spin the consumer.
+			for k := len(recs); k < j-i; k++ {
+				one, err := p.readRun(grants[i+k].Offset, 1)
+				if err != nil {
+					p.opts.Logger.Error("a leased message cannot be read; it is not served", "partition", p.opts.Index, "offset", grants[i+k].Offset, "err", err)
+					readErr = readError(err)
+					continue
+				}
+				out = append(out, Delivery{Record: one[0], Nonce: grants[i+k].Nonce, Attempt: grants[i+k].Attempt})
+			}
 		}
 		for k, r := range recs {
 			g := grants[i+k]
@@ -289,7 +300,16 @@ func (p *Partition) Lease(max int, d time.Duration) ([]Delivery, error) {
 	return out, nil
 }
 
-// readRun reads exactly n records from off, across segment boundaries.
+// readError maps a failed read: a damaged record is ErrCorrupt, anything else ErrStorage.
+func readError(err error) error {
+	if errors.Is(err, segment.ErrCorrupt) {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return fmt.Errorf("%w: %v", ErrStorage, err)
+}
+
+// readRun reads exactly n records from off, across segment boundaries; on error it
+// returns the records read before it.
 func (p *Partition) readRun(off uint64, n int) ([]segment.Record, error) {
 	var out []segment.Record
 	for len(out) < n {
@@ -422,7 +442,10 @@ func (p *Partition) Read(from uint64, max int) ([]segment.Record, error) {
 		if errors.Is(err, segment.ErrClosed) {
 			return nil, ErrClosed
 		}
-		return recs, err
+		if err != nil && len(recs) == 0 {
+			return nil, readError(err)
+		}
+		return recs, nil // what was read before a damaged record; the next read reports it
 	}
 }
 
