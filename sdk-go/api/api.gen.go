@@ -3056,6 +3056,7 @@ type CreateTopicResponse struct {
 	JSON400      *BadRequest
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
+	JSON404      *NotFound
 	JSON409      *Conflict
 	JSON413      *TooLarge
 	JSON501      *NotImplemented
@@ -4447,6 +4448,13 @@ func ParseCreateTopicResponse(rsp *http.Response) (*CreateTopicResponse, error) 
 			return nil, err
 		}
 		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict

@@ -337,7 +337,7 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 				return nil, newErr(http.StatusBadRequest, "invalid_json", at+"payload_encoding must be \"base64\"")
 			}
 			var s string
-			if err := json.Unmarshal(m.Payload, &s); err != nil {
+			if m.Payload[0] != '"' || json.Unmarshal(m.Payload, &s) != nil {
 				return nil, newErr(http.StatusBadRequest, "invalid_payload", at+"with payload_encoding base64 the payload must be a base64 string")
 			}
 			raw, err := base64.StdEncoding.DecodeString(s)

@@ -81,8 +81,8 @@ export interface paths {
          * Create a topic
          * @description Creates a topic. It is usable the moment this call returns 201. Creating a name
          *     that exists answers 409 `topic_exists`. With `parent`, the topic is created and
-         *     attached as a child of `parent` in one step: if the attach is refused (409), the
-         *     topic is not created. With `schema`, every produced payload must be JSON matching
+         *     attached as a child of `parent` in one step: if the attach is refused (409), or the
+         *     parent does not exist (404), the topic is not created. With `schema`, every produced payload must be JSON matching
          *     it (draft 2020-12); an invalid schema is a 400.
          */
         post: operations["createTopic"];
@@ -436,7 +436,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The user's name. */
+                /** @description The user's name: 1 to 128 characters of `a-z A-Z 0-9 . _ - @`. */
                 username: components["parameters"]["Username"];
             };
             cookie?: never;
@@ -463,7 +463,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The user's name. */
+                /** @description The user's name: 1 to 128 characters of `a-z A-Z 0-9 . _ - @`. */
                 username: components["parameters"]["Username"];
             };
             cookie?: never;
@@ -486,7 +486,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The user's name. */
+                /** @description The user's name: 1 to 128 characters of `a-z A-Z 0-9 . _ - @`. */
                 username: components["parameters"]["Username"];
             };
             cookie?: never;
@@ -1052,7 +1052,7 @@ export interface components {
     parameters: {
         /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
         TopicName: string;
-        /** @description The user's name. */
+        /** @description The user's name: 1 to 128 characters of `a-z A-Z 0-9 . _ - @`. */
         Username: string;
         /**
          * @description How long to wait for a message: a duration (`10s`, `500ms`) or whole seconds.
@@ -1182,6 +1182,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
             501: components["responses"]["NotImplemented"];
@@ -1699,7 +1700,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The user's name. */
+                /** @description The user's name: 1 to 128 characters of `a-z A-Z 0-9 . _ - @`. */
                 username: components["parameters"]["Username"];
             };
             cookie?: never;
@@ -1728,7 +1729,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The user's name. */
+                /** @description The user's name: 1 to 128 characters of `a-z A-Z 0-9 . _ - @`. */
                 username: components["parameters"]["Username"];
             };
             cookie?: never;
@@ -1756,7 +1757,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The user's name. */
+                /** @description The user's name: 1 to 128 characters of `a-z A-Z 0-9 . _ - @`. */
                 username: components["parameters"]["Username"];
             };
             cookie?: never;
@@ -1790,7 +1791,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The user's name. */
+                /** @description The user's name: 1 to 128 characters of `a-z A-Z 0-9 . _ - @`. */
                 username: components["parameters"]["Username"];
             };
             cookie?: never;
