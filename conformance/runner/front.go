@@ -294,11 +294,20 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// ex collects the outcome; it is copied into the record under the lock at the end.
 	ex := &Exchange{}
 	*ex = *rec0
-	defer func() {
+	// record stores the outcome. It runs before the client can see anything (an answer
+	// or a hang-up): otherwise the driver could report the step done, and the runner
+	// check it, before the exchange shows its fault.
+	recorded := false
+	record := func() {
+		if recorded {
+			return
+		}
+		recorded = true
 		f.History.update(func() {
 			rec0.End, rec0.Status, rec0.Upstream, rec0.Fault, rec0.Grants = time.Now(), ex.Status, ex.Upstream, ex.Fault, ex.Grants
 		})
-	}()
+	}
+	defer record()
 	fault := f.Rules.take(f.Node, r)
 	if fault != nil && fault.DelayMs > 0 {
 		ex.Fault = "delay"
@@ -311,6 +320,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case fault != nil && fault.Reset:
 		ex.Fault = "reset"
+		record()
 		hangUp(w)
 		return
 	case fault != nil && fault.Status != 0:
@@ -329,9 +339,10 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			out, _ = json.Marshal(map[string]any{"error": map[string]any{"code": defaultCode(fault.Status), "message": "injected by the conformance runner"}})
 			w.Header().Set("Content-Type", "application/json")
 		}
+		ex.Status = fault.Status
+		record()
 		w.WriteHeader(fault.Status)
 		_, _ = w.Write(out)
-		ex.Status = fault.Status
 		return
 	}
 	rec := &recorder{header: http.Header{}}
@@ -348,15 +359,17 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if fault != nil && fault.DropReply {
 		ex.Fault = "drop_reply"
+		record()
 		hangUp(w)
 		return
 	}
+	ex.Status = rec.status
+	record()
 	for k, v := range rec.header {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(rec.status)
 	_, _ = w.Write(rec.body)
-	ex.Status = rec.status
 }
 
 // hangUp closes the client's connection without an answer, with a TCP reset.
