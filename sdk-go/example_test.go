@@ -322,3 +322,53 @@ func ExampleClient_CreateUser() {
 		fmt.Println("only admins create users")
 	}
 }
+
+func ExampleClient_AttachChild() {
+	ctx := context.Background()
+	c, _ := narad.New([]string{endpoint()})
+	defer c.Close()
+
+	c.CreateTopic(ctx, "ex-events", narad.TopicConfig{Partitions: 1})
+	defer c.DeleteTopic(ctx, "ex-events")
+	c.CreateTopic(ctx, "ex-events.audit", narad.TopicConfig{Partitions: 1})
+	defer c.DeleteTopic(ctx, "ex-events.audit")
+
+	// From now on every message of ex-events is copied to ex-events.audit.
+	if _, err := c.AttachChild(ctx, "ex-events", "ex-events.audit", 0); err != nil {
+		log.Fatal(err)
+	}
+	c.Produce(ctx, "ex-events", "signed up")
+	msgs, _ := c.Receive(ctx, "ex-events.audit", narad.WithWait(5*time.Second))
+	for _, m := range msgs {
+		fmt.Println("audit:", string(m.Bytes()))
+		m.Ack(ctx)
+	}
+	children, _ := c.Children(ctx, "ex-events")
+	for _, ch := range children {
+		fmt.Println("child:", ch.Name, "partitions:", len(ch.Lag))
+	}
+	if err := c.DetachChild(ctx, "ex-events", "ex-events.audit"); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// audit: signed up
+	// child: ex-events.audit partitions: 1
+}
+
+func ExampleClient_AlterTopic() {
+	ctx := context.Background()
+	c, _ := narad.New([]string{endpoint()})
+	defer c.Close()
+
+	c.CreateTopic(ctx, "ex-settings", narad.TopicConfig{Partitions: 2, VisibilityTimeout: 30 * time.Second})
+	defer c.DeleteTopic(ctx, "ex-settings")
+
+	// Longer leases for leases taken from now on.
+	minute := time.Minute
+	t, err := c.AlterTopic(ctx, "ex-settings", narad.TopicUpdate{VisibilityTimeout: &minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(t.Name, t.Partitions, t.VisibilityTimeout)
+	// Output: ex-settings 2 1m0s
+}
