@@ -26,6 +26,9 @@ const (
 	MinRetentionMs   = 1000
 	MaxRetentionMs   = 10 * 365 * 24 * 3600 * 1000
 	MaxCapPerPartion = 1_000_000
+	// MaxConsumeBytes bounds the key and payload bytes one consume-batch answer carries
+	// (the first message always goes, whatever its size); messages past it stay queued.
+	MaxConsumeBytes = 8 << 20
 )
 
 // ValidTopicName reports whether name follows the naming rules: 1 to 249 characters of
@@ -505,9 +508,14 @@ func (b *Broker) leaseFrom(t *topic, max int) ([]Delivered, error) {
 	start := int(t.consume.Add(1) % uint32(n))
 	var out []Delivered
 	var firstErr error
-	for k := 0; k < n && len(out) < max; k++ {
+	size := 0
+	for k := 0; k < n && len(out) < max && size < MaxConsumeBytes; k++ {
 		i := (start + k) % n
-		ds, err := t.parts[i].Lease(max-len(out), vis)
+		budget := MaxConsumeBytes - size
+		if len(out) == 0 {
+			budget = MaxConsumeBytes
+		}
+		ds, err := t.parts[i].Lease(max-len(out), vis, budget)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = b.partitionErr(err, "read")
@@ -515,6 +523,7 @@ func (b *Broker) leaseFrom(t *topic, max int) ([]Delivered, error) {
 			continue
 		}
 		for _, d := range ds {
+			size += len(d.Record.Key) + len(d.Record.Value)
 			h := queue.Handle{Incarnation: t.incarnation, Partition: uint32(i), Offset: d.Record.Offset, Nonce: d.Nonce}
 			out = append(out, Delivered{
 				Partition: int32(i), Offset: d.Record.Offset, Key: d.Record.Key, Value: d.Record.Value,

@@ -234,9 +234,11 @@ func (p *Partition) notify() {
 	}
 }
 
-// Lease reserves up to max messages for d and reads them. It returns no deliveries
-// (and no error) when nothing is available.
-func (p *Partition) Lease(max int, d time.Duration) ([]Delivery, error) {
+// Lease reserves up to limit messages for d and reads them, up to about maxBytes of
+// payload: the first message always goes, and the ones that do not fit are handed back
+// unsent (not counted as attempts). It returns no deliveries (and no error) when nothing
+// is available.
+func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -246,51 +248,63 @@ func (p *Partition) Lease(max int, d time.Duration) ([]Delivery, error) {
 	if p.q.Expire(now) > 0 {
 		defer p.notify()
 	}
-	grants := p.q.LeaseFor(now, max, d)
+	grants := p.q.LeaseFor(now, limit, d)
 	p.armTimerLocked()
 	p.mu.Unlock()
 	if len(grants) == 0 {
 		return nil, nil
 	}
 	out := make([]Delivery, 0, len(grants))
+	used := 0
 	var readErr error
+	deliver := func(r segment.Record, g queue.Grant) {
+		out = append(out, Delivery{Record: r, Nonce: g.Nonce, Attempt: g.Attempt})
+		used += len(r.Key) + len(r.Value)
+	}
 	for i := 0; i < len(grants); {
+		if len(out) > 0 && used >= maxBytes {
+			p.unleaseGrants(grants[i:])
+			break
+		}
 		// Read runs of consecutive offsets in one call.
 		j := i + 1
 		for j < len(grants) && grants[j].Offset == grants[j-1].Offset+1 {
 			j++
 		}
-		recs, err := p.readRun(grants[i].Offset, j-i)
-		if err != nil && len(recs) < j-i {
-			if errors.Is(err, segment.ErrOffsetOutOfRange) {
-				// Retention removed them after they were reserved: they are gone for good.
-				p.mu.Lock()
-				p.q.SetBounds(p.log.Oldest(), p.log.Next())
-				p.mu.Unlock()
-				i = j
-				continue
+		budget := maxBytes - used
+		if len(out) == 0 {
+			budget = max(budget, 1)
+		}
+		recs, err := p.readRun(grants[i].Offset, j-i, budget)
+		for k, r := range recs {
+			if r.Offset != grants[i+k].Offset {
+				return nil, fmt.Errorf("%w: read offset %d for lease on %d", ErrStorage, r.Offset, grants[i+k].Offset)
 			}
-			// Deliver what was read, then read the rest one by one: one damaged record
-			// must not hold back its neighbours. A record that cannot be read is never
-			// served; its lease lapses and it is tried again then, so a bad sector does
-			// not spin the consumer.
+			deliver(r, grants[i+k])
+		}
+		switch {
+		case err == nil && len(recs) < j-i:
+			// The byte budget ran out inside the run.
+			p.unleaseGrants(grants[i+len(recs):])
+			return out, nil
+		case err != nil && errors.Is(err, segment.ErrOffsetOutOfRange):
+			// Retention removed them after they were reserved: they are gone for good.
+			p.mu.Lock()
+			p.q.SetBounds(p.log.Oldest(), p.log.Next())
+			p.mu.Unlock()
+		case err != nil:
+			// Read the rest one by one: one damaged record must not hold back its
+			// neighbours. A record that cannot be read is never served; its lease lapses
+			// and it is tried again then, so a bad sector does not spin the consumer.
 			for k := len(recs); k < j-i; k++ {
-				one, err := p.readRun(grants[i+k].Offset, 1)
+				one, err := p.readRun(grants[i+k].Offset, 1, 1)
 				if err != nil {
 					p.opts.Logger.Error("a leased message cannot be read; it is not served", "partition", p.opts.Index, "offset", grants[i+k].Offset, "err", err)
 					readErr = readError(err)
 					continue
 				}
-				out = append(out, Delivery{Record: one[0], Nonce: grants[i+k].Nonce, Attempt: grants[i+k].Attempt})
+				deliver(one[0], grants[i+k])
 			}
-		}
-		for k, r := range recs {
-			g := grants[i+k]
-			if r.Offset != g.Offset {
-				readErr = fmt.Errorf("%w: read offset %d for lease on %d", ErrStorage, r.Offset, g.Offset)
-				break
-			}
-			out = append(out, Delivery{Record: r, Nonce: g.Nonce, Attempt: g.Attempt})
 		}
 		i = j
 	}
@@ -298,6 +312,18 @@ func (p *Partition) Lease(max int, d time.Duration) ([]Delivery, error) {
 		return nil, readErr
 	}
 	return out, nil
+}
+
+func (p *Partition) unleaseGrants(gs []queue.Grant) {
+	if len(gs) == 0 {
+		return
+	}
+	p.mu.Lock()
+	for _, g := range gs {
+		p.q.Unlease(g.Offset)
+	}
+	p.mu.Unlock()
+	p.notify()
 }
 
 // readError maps a failed read: a damaged record is ErrCorrupt, anything else ErrStorage.
@@ -308,17 +334,22 @@ func readError(err error) error {
 	return fmt.Errorf("%w: %v", ErrStorage, err)
 }
 
-// readRun reads exactly n records from off, across segment boundaries; on error it
-// returns the records read before it.
-func (p *Partition) readRun(off uint64, n int) ([]segment.Record, error) {
+// readRun reads n records from off, across segment boundaries, stopping early (with no
+// error) once maxBytes of records were read (at least one is); on error it returns the
+// records read before it.
+func (p *Partition) readRun(off uint64, n, maxBytes int) ([]segment.Record, error) {
 	var out []segment.Record
-	for len(out) < n {
-		recs, err := p.log.Read(off+uint64(len(out)), n-len(out), 1<<30)
+	used := 0
+	for len(out) < n && (len(out) == 0 || used < maxBytes) {
+		recs, err := p.log.Read(off+uint64(len(out)), n-len(out), max(maxBytes-used, 1))
 		if err != nil {
 			return out, err
 		}
 		if len(recs) == 0 {
 			return out, fmt.Errorf("offset %d: %w", off+uint64(len(out)), segment.ErrCorrupt)
+		}
+		for _, r := range recs {
+			used += len(r.Key) + len(r.Value)
 		}
 		out = append(out, recs...)
 	}

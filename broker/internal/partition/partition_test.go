@@ -42,7 +42,7 @@ func appendN(t *testing.T, p *Partition, n int) {
 
 func leaseAll(t *testing.T, p *Partition) []Delivery {
 	t.Helper()
-	ds, err := p.Lease(1<<20, time.Minute)
+	ds, err := p.Lease(1<<20, time.Minute, 1<<40)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestLapsedLeaseWakesWaiters(t *testing.T) {
 	})
 	defer p.Close()
 	appendN(t, p, 1)
-	ds, err := p.Lease(1, 50*time.Millisecond)
+	ds, err := p.Lease(1, 50*time.Millisecond, 1<<40)
 	if err != nil || len(ds) != 1 {
 		t.Fatal(ds, err)
 	}
@@ -269,7 +269,7 @@ func TestLapsedLeaseWakesWaiters(t *testing.T) {
 			t.Fatal("lapsed lease never came back")
 		}
 	}
-	again, _ := p.Lease(1, time.Minute)
+	again, _ := p.Lease(1, time.Minute, 1<<40)
 	if len(again) != 1 || again[0].Attempt != 2 {
 		t.Fatalf("redelivery %+v", again)
 	}
@@ -501,7 +501,7 @@ func TestDamagedRecordDoesNotBlockNeighbours(t *testing.T) {
 	}
 	p = mustOpen(t, fs)
 	defer p.Close()
-	ds, err := p.Lease(100, time.Minute)
+	ds, err := p.Lease(100, time.Minute, 1<<40)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,5 +522,34 @@ func TestDamagedRecordDoesNotBlockNeighbours(t *testing.T) {
 	}
 	if _, err := p.Read(2, 10); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("replay of the damaged record: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestLeaseByteBudget: a consume never reads more than its byte budget into memory (the
+// first message always goes); messages past it stay queued, not counted as attempts.
+func TestLeaseByteBudget(t *testing.T) {
+	p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.SegmentBytes = 8192 })
+	defer p.Close()
+	for i := 0; i < 20; i++ {
+		if _, err := p.Append([]segment.Record{{Value: make([]byte, 1000)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := p.Lease(20, time.Minute, 4500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) < 4 || len(ds) > 6 {
+		t.Fatalf("a 4500-byte budget gave %d messages of 1000 bytes", len(ds))
+	}
+	if st := p.Stats(); st.InFlight != len(ds) {
+		t.Fatalf("%d in flight after %d delivered: the rest were not handed back", st.InFlight, len(ds))
+	}
+	rest, _ := p.Lease(100, time.Minute, 1<<40)
+	if len(ds)+len(rest) != 20 || rest[0].Attempt != 1 {
+		t.Fatalf("then %d more (attempt %d); want all 20 in total, first attempts", len(rest), rest[0].Attempt)
+	}
+	if one, _ := p.Lease(1, time.Minute, 1); len(one) != 0 {
+		t.Fatalf("everything is leased, yet %d more", len(one))
 	}
 }

@@ -315,6 +315,15 @@ func (s *State) NextDeadline() (int64, bool) {
 	return s.expiry[0].deadline, true
 }
 
+// Unlease hands back a message leased but never sent (its response had no room for it),
+// as if it had not been handed out: the attempt is not counted.
+func (s *State) Unlease(off uint64) {
+	if l, ok := s.leases[off]; ok && !l.settling {
+		s.dropLease(l)
+		s.makeReady(off, l.attempt-1)
+	}
+}
+
 // Release drops the lease on off without checking its nonce and hands the message back;
 // the partition uses it when a reserved message could not be read.
 func (s *State) Release(off uint64) {

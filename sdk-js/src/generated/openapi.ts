@@ -238,7 +238,8 @@ export interface paths {
          * Take up to `max` messages under leases
          * @description Like consume, for up to `max` messages (at most 1000), each with its own lease
          *     and receipt handle. Answers as soon as any message is available; 204 when none
-         *     arrived within `wait`.
+         *     arrived within `wait`. One answer carries at most about 8 MiB of keys and
+         *     payloads (the first message always goes); the rest stay queued for the next call.
          */
         get: operations["consumeBatch"];
         put?: never;
