@@ -262,7 +262,20 @@ func TestProperty(t *testing.T) {
 					}
 				}
 			case 6:
-				s.Expire(now)
+				if rng.Intn(2) == 0 {
+					s.Expire(now)
+				} else if len(held) > 0 {
+					// A lease granted but never sent goes back without a new nonce being
+					// spent on the client: its old one must be dead.
+					g := held[rng.Intn(len(held))]
+					if cur, ok := live[g.Offset]; ok && cur.Nonce == g.Nonce && cur.Deadline > now {
+						s.Unlease(g.Offset)
+						delete(live, g.Offset)
+						if s.BeginSettle(g.Offset, g.Nonce, now) == nil {
+							t.Fatalf("seed %d: a handed-back lease still settles", seed)
+						}
+					}
+				}
 			}
 			if f := s.Frontier(); f < frontier {
 				t.Fatalf("seed %d: frontier moved back %d -> %d", seed, frontier, f)
