@@ -35,6 +35,11 @@ def test_create_get_list_alter_delete_topic(drv: Driver) -> None:
     with pytest.raises(narad.Conflict) as ei:
         c.create_topic(name)
     assert (ei.value.status, ei.value.code, ei.value.retryable) == (409, "topic_exists", False)
+    same = c.ensure_topic(name, partitions=5)  # exists: returned as it is, not altered
+    assert (same.name, same.partitions, same.incarnation) == (name, 2, info.incarnation)
+    fresh = c.ensure_topic(name + "-e", partitions=3)
+    assert fresh.partitions == 3
+    c.delete_topic(name + "-e")
 
     c.delete_topic(name)
     with pytest.raises(narad.NotFound) as nf:

@@ -21,7 +21,7 @@ from . import _core as core
 from . import _plans as plans
 from ._core import Duration
 from ._sync import core_outgoing
-from .errors import BufferFull, Closed, LeaseLost, NaradError
+from .errors import BufferFull, Closed, Conflict, LeaseLost, NaradError
 from .models import (
     AckResult,
     Child,
@@ -340,6 +340,20 @@ class AsyncClient:
             replication_factor=replication_factor, schema=schema, parent=parent,
             fanout_delay_ms=fanout_delay_ms)
         return await self._run(core.create_topic(name, settings), timeout)
+
+    async def ensure_topic(self, name: str, *, timeout: float | None = None,
+                     **settings: Any) -> TopicInfo:
+        """ensure_topic creates the topic, or returns it when it exists already.
+
+        ``settings`` are those of create_topic; an existing topic keeps its own (nothing
+        is altered).
+        """
+        try:
+            return await self.create_topic(name, timeout=timeout, **settings)
+        except Conflict as e:
+            if e.code != "topic_exists":
+                raise
+            return await self.get_topic(name, timeout=timeout)
 
     async def list_topics(self, *, timeout: float | None = None) -> list[TopicInfo]:
         """list_topics lists every topic, sorted by name."""

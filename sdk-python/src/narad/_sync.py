@@ -20,7 +20,7 @@ import httpx
 from . import _core as core
 from . import _plans as plans
 from ._core import Duration
-from .errors import BufferFull, Closed, LeaseLost, NaradError
+from .errors import BufferFull, Closed, Conflict, LeaseLost, NaradError
 from .models import (
     AckResult,
     Child,
@@ -332,6 +332,20 @@ class Client:
             replication_factor=replication_factor, schema=schema, parent=parent,
             fanout_delay_ms=fanout_delay_ms)
         return self._run(core.create_topic(name, settings), timeout)
+
+    def ensure_topic(self, name: str, *, timeout: float | None = None,
+                     **settings: Any) -> TopicInfo:
+        """ensure_topic creates the topic, or returns it when it exists already.
+
+        ``settings`` are those of create_topic; an existing topic keeps its own (nothing
+        is altered).
+        """
+        try:
+            return self.create_topic(name, timeout=timeout, **settings)
+        except Conflict as e:
+            if e.code != "topic_exists":
+                raise
+            return self.get_topic(name, timeout=timeout)
 
     def list_topics(self, *, timeout: float | None = None) -> list[TopicInfo]:
         """list_topics lists every topic, sorted by name."""
