@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -203,11 +205,29 @@ def test_client_close_drains_its_consumers(drv: Driver) -> None:
     own = drv.new_client()
     t = drv.topic()
     own.produce(t, b"z")
-    rec = Record()
-    con = own.consume(t, drv.slow(0.5, rec), wait=1)
-    wait_for(lambda: con.stats.received == 1, what="received")
+    started, rec = Record(), Record()
+    # Wait for the handler to start, not just for the message to arrive: a message
+    # received but not started yet is handed back by the drain, not handled.
+    con = own.consume(t, _start_then_slow(drv, started, rec), wait=1)
+    wait_for(lambda: len(started) == 1, what="handler started")
     own.close()
     assert not con.running and len(rec) == 1 and con.stats.acked == 1
+
+
+def _start_then_slow(drv: Driver, started: Record, done: Record) -> Any:
+    """A handler that reports its start, works 0.5 s, then reports it finished."""
+    if not drv.is_async:
+        def h(msg: narad.Message) -> None:
+            started(msg)
+            time.sleep(0.5)
+            done(msg)
+        return h
+
+    async def ah(msg: narad.Message) -> None:
+        started(msg)
+        await asyncio.sleep(0.5)
+        done(msg)
+    return ah
 
 
 def test_terminal_error_stops_the_loop_and_says_so(drv: Driver) -> None:
