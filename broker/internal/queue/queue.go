@@ -324,15 +324,6 @@ func (s *State) Unlease(off uint64) {
 	}
 }
 
-// Release drops the lease on off without checking its nonce and hands the message back;
-// the partition uses it when a reserved message could not be read.
-func (s *State) Release(off uint64) {
-	if l, ok := s.leases[off]; ok && !l.settling {
-		s.dropLease(l)
-		s.makeReady(off, l.attempt)
-	}
-}
-
 func (s *State) dropLease(l *lease) {
 	if l.index >= 0 {
 		heap.Remove(&s.expiry, l.index)
