@@ -61,5 +61,12 @@ var Points = []string{
 // EnvVar is the environment variable read at start when built with the tag.
 const EnvVar = "NARAD_FAILPOINTS"
 
+// ClockEnvVar, read at start when built with the tag, shifts the wall clock the process
+// reads at start by a Go duration ("-1h", "90s"): a test's stand-in for a step of the
+// system clock before a restart, which a test on a shared machine cannot make for real.
+// Monotonic time (leases, timeouts) is not shifted, as a real clock step does not move
+// it either.
+const ClockEnvVar = "NARAD_CLOCK_OFFSET"
+
 // FiredPrefix starts the stderr line a point writes before it acts.
 const FiredPrefix = "narad failpoint fired:"

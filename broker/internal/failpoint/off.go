@@ -2,6 +2,8 @@
 
 package failpoint
 
+import "time"
+
 // Enabled reports whether this binary was built with the failpoints tag.
 const Enabled = false
 
@@ -11,3 +13,6 @@ func Inject(string) {}
 // Err acts at the named point like Inject and returns the injected error of an eio or
 // enospc action; without the tag it returns nil.
 func Err(string) error { return nil }
+
+// ClockOffset is the shift of the wall clock set by ClockEnvVar; without the tag, zero.
+func ClockOffset() time.Duration { return 0 }

@@ -29,12 +29,25 @@ var (
 	points = map[string]*point{}
 )
 
+var clockOffset time.Duration
+
 func init() {
 	if err := Set(os.Getenv(EnvVar)); err != nil {
 		fmt.Fprintf(os.Stderr, "narad: %s: %v\n", EnvVar, err)
 		os.Exit(2)
 	}
+	if v := os.Getenv(ClockEnvVar); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "narad: %s: %v\n", ClockEnvVar, err)
+			os.Exit(2)
+		}
+		clockOffset = d
+	}
 }
+
+// ClockOffset is the shift of the wall clock set by ClockEnvVar at start.
+func ClockOffset() time.Duration { return clockOffset }
 
 // Set replaces every armed point with those of spec (the NARAD_FAILPOINTS syntax); an
 // empty spec disarms them all. Tests in the storage packages use it directly.

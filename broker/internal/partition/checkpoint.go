@@ -189,7 +189,7 @@ func (p *Partition) writeFileAtomic(name string, data []byte) error {
 // opens with. (A restore is safe as long as the partition did not open more often than
 // once a second since the backup was taken.)
 var epochFloor = func() uint32 {
-	secs := time.Now().Unix() - time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	secs := WallMillis()/1000 - time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
 	if secs < 0 {
 		return 0
 	}

@@ -63,6 +63,10 @@ type Options struct {
 
 var processStart = time.Now()
 
+// wallStart is the wall clock read at start; only failpoint builds shift it (a test's
+// clock step, see failpoint.ClockEnvVar).
+var wallStart = processStart.Add(failpoint.ClockOffset())
+
 func monotonic() int64 { return int64(time.Since(processStart)) }
 
 // WallMillis is the broker's notion of Unix time in milliseconds: the wall clock read
@@ -72,7 +76,7 @@ func monotonic() int64 { return int64(time.Since(processStart)) }
 func WallMillis() int64 {
 	// One truncation, not two: adding two rounded-down parts could stamp a record up to
 	// 1 ms before the wall clock of the client that sent it.
-	return processStart.Add(time.Since(processStart)).UnixMilli()
+	return wallStart.Add(time.Since(processStart)).UnixMilli()
 }
 
 func wallMillis() int64 { return WallMillis() }
