@@ -77,6 +77,7 @@ type config struct {
 	LogLevel          string
 	LogFormat         string
 	SegmentBytes      int64
+	SyncMode          string
 	RetentionInterval time.Duration
 	ShutdownGrace     time.Duration
 
@@ -103,6 +104,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Int64Var(&c.SegmentBytes, "segment-bytes", 64<<20, "size at which a partition's log rolls to a new segment file")
+	fs.StringVar(&c.SyncMode, "sync-mode", "group", "group: partitions with writes waiting share one file-system sync (syncfs); file: one fdatasync per write")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 25*time.Second, "how long SIGTERM waits for requests in flight")
 	fs.IntVar(&c.Partitions, "default-partitions", 3, "partitions of a topic created without a count")
@@ -231,6 +233,7 @@ func serve(args []string) error {
 		NodeID:            c.NodeID,
 		Logger:            log,
 		SegmentBytes:      c.SegmentBytes,
+		SyncMode:          c.SyncMode,
 		RetentionInterval: c.RetentionInterval,
 		MaxLongPolls:      c.MaxLongPolls,
 		Defaults: broker.TopicDefaults{

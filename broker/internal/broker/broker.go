@@ -22,6 +22,8 @@ import (
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/queue"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // Options configures a Broker.
@@ -43,7 +45,18 @@ type Options struct {
 	// MaxLongPolls caps consume requests parked at once (default 10000); past it a
 	// consume that would wait answers 503 with Retry-After.
 	MaxLongPolls int
+	// SyncMode chooses how partition writes are made durable: "group" (the default)
+	// shares one file-system sync between every partition that has writes waiting
+	// (syncfs(2); per-file fdatasync where the kernel cannot report its errors);
+	// "file" gives every write its own fdatasync.
+	SyncMode string
 }
+
+// The sync modes of Options.SyncMode.
+const (
+	SyncGroup = "group"
+	SyncFile  = "file"
+)
 
 // TopicDefaults are the settings of a topic created without them.
 type TopicDefaults struct {
@@ -73,6 +86,7 @@ type Broker struct {
 	mu     sync.RWMutex
 	topics map[string]*topic
 
+	syncer      *vfs.SyncGroup // nil in SyncFile mode
 	longPolls   atomic.Int64
 	copiersMu   sync.Mutex
 	copiers     map[copierKey]*copier
@@ -118,6 +132,13 @@ func Open(opts Options) (*Broker, error) {
 	if opts.MaxLongPolls <= 0 {
 		opts.MaxLongPolls = 10_000
 	}
+	switch opts.SyncMode {
+	case "":
+		opts.SyncMode = SyncGroup
+	case SyncGroup, SyncFile:
+	default:
+		return nil, fmt.Errorf("sync mode %q: want %q or %q", opts.SyncMode, SyncGroup, SyncFile)
+	}
 	if err := os.MkdirAll(filepath.Join(opts.DataDir, "topics"), 0o755); err != nil {
 		return nil, err
 	}
@@ -136,6 +157,11 @@ func Open(opts Options) (*Broker, error) {
 		draining: make(chan struct{}),
 		changed:  make(chan struct{}, 1),
 	}
+	if opts.SyncMode == SyncGroup {
+		b.syncer = vfs.NewSyncGroup(vfs.OS{})
+		stats := b.syncer.Stats
+		b.metrics.syncStats.Store(&stats)
+	}
 	b.meta, err = meta.Open(meta.Options{
 		Dir:      filepath.Join(opts.DataDir, "meta"),
 		NodeID:   id,
@@ -143,9 +169,24 @@ func Open(opts Options) (*Broker, error) {
 		OnChange: b.metaChanged,
 	})
 	if err != nil {
+		b.closeSyncer()
 		return nil, err
 	}
 	return b, nil
+}
+
+func (b *Broker) closeSyncer() {
+	if b.syncer != nil {
+		b.syncer.Close()
+	}
+}
+
+// syncerOrNil keeps a nil *vfs.SyncGroup from becoming a non-nil interface.
+func (b *Broker) syncerOrNil() segment.Syncer {
+	if b.syncer == nil {
+		return nil
+	}
+	return b.syncer
 }
 
 // Start waits for the control plane to be current, opens every partition, removes data
@@ -317,6 +358,7 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 			Index:        uint32(i),
 			Queue:        queueConfig(m),
 			SegmentBytes: b.opts.SegmentBytes,
+			Syncer:       b.syncerOrNil(),
 			Logger:       b.log.With("topic", m.Name, "partition", i),
 			OnAvailable:  t.sig.broadcast,
 		})
@@ -445,6 +487,7 @@ func (b *Broker) Close() error {
 	for _, t := range ts {
 		b.closeTopic(t, false)
 	}
+	b.closeSyncer()
 	return b.meta.Close()
 }
 

@@ -315,3 +315,75 @@ func TestSweepKeepsDataTheMetadataDoesNotKnow(t *testing.T) {
 		t.Errorf("data newer than the metadata was deleted: %v", err)
 	}
 }
+
+// TestSyncModes checks that the default mode sends the partitions' writes through the
+// node's shared sync group (its rounds show in the metrics), that "file" mode does not,
+// that messages survive a reopen in both, and that an unknown mode is refused.
+func TestSyncModes(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := Open(Options{DataDir: t.TempDir(), Logger: quiet, SyncMode: "fast"}); err == nil {
+		t.Fatal("Open with sync mode fast: no error")
+	}
+	for _, mode := range []string{"", SyncFile} {
+		t.Run("mode="+mode, func(t *testing.T) {
+			dir := t.TempDir()
+			m := NewMetrics()
+			open := func() *Broker {
+				b, err := Open(Options{DataDir: dir, NodeID: "n1", Logger: quiet, Metrics: m, SyncMode: mode})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Start(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			b := open()
+			if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "t", Partitions: ptr[int32](3)}); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for p := 0; p < 6; p++ {
+				wg.Add(1)
+				go func() { defer wg.Done(); produceN(t, b, "t", 20) }()
+			}
+			wg.Wait()
+			rounds := counterValue(t, m, "narad_storage_sync_rounds_total")
+			if mode == SyncFile && rounds != 0 {
+				t.Fatalf("file mode: %v shared sync rounds", rounds)
+			}
+			if mode == "" && rounds == 0 {
+				t.Fatal("group mode: no shared sync rounds after 120 produces")
+			}
+			b.Close()
+			b = open()
+			defer b.Close()
+			_, parts, err := b.Topic("t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n uint64
+			for _, p := range parts {
+				n += p.Stats.End
+			}
+			if n != 120 {
+				t.Fatalf("%d messages after reopen, want 120", n)
+			}
+		})
+	}
+}
+
+func counterValue(t *testing.T, m *Metrics, name string) float64 {
+	t.Helper()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

@@ -1,8 +1,12 @@
 package broker
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // Metrics holds the broker's Prometheus metrics.
@@ -20,6 +24,18 @@ type Metrics struct {
 	ConsumeWaiting prometheus.Gauge         // long polls parked now
 	AuthFailures   prometheus.Counter       // failed logins
 	FanoutCopied   *prometheus.CounterVec   // messages copied into a child, by child
+
+	// syncStats reads the node's shared sync group (set by Open in group sync mode).
+	syncStats atomic.Pointer[func() vfs.SyncStats]
+}
+
+func (m *Metrics) syncStat(pick func(vfs.SyncStats) float64) func() float64 {
+	return func() float64 {
+		if f := m.syncStats.Load(); f != nil {
+			return pick((*f)())
+		}
+		return 0
+	}
 }
 
 // NewMetrics registers the broker's metrics, plus Go runtime and process metrics, in a
@@ -64,6 +80,17 @@ func NewMetrics() *Metrics {
 			Name: "narad_auth_failures_total", Help: "Requests refused for missing or wrong credentials.",
 		}),
 	}
+	r.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "narad_storage_sync_rounds_total", Help: "File-system syncs shared by the partitions with writes waiting (group sync mode).",
+		}, m.syncStat(func(s vfs.SyncStats) float64 { return float64(s.Rounds) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "narad_storage_sync_files_total", Help: "Partition files made durable by those rounds; divided by the rounds, how many shared each.",
+		}, m.syncStat(func(s vfs.SyncStats) float64 { return float64(s.Files) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "narad_storage_sync_seconds_total", Help: "Time spent in those rounds.",
+		}, m.syncStat(func(s vfs.SyncStats) float64 { return s.Time.Seconds() })),
+	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.FanoutCopied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -46,6 +46,10 @@ type Options struct {
 	FS vfs.FS
 	// SegmentBytes is the message log's segment size (0: the segment package default).
 	SegmentBytes int64
+	// Syncer, when set, makes the log's and the journal's writes durable; a
+	// vfs.SyncGroup shared by every partition of a node lets one file-system sync
+	// serve all of them. Nil: each file is synced by itself.
+	Syncer segment.Syncer
 	// CheckpointEvery is how many settle records the journal may gain between
 	// checkpoints of the queue state (default 4096).
 	CheckpointEvery int
@@ -136,11 +140,11 @@ func Open(opts Options) (*Partition, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.log, err = segment.Open(filepath.Join(opts.Dir, "log"), segment.Options{FS: p.fs, SegmentBytes: opts.SegmentBytes})
+	p.log, err = segment.Open(filepath.Join(opts.Dir, "log"), segment.Options{FS: p.fs, SegmentBytes: opts.SegmentBytes, Syncer: opts.Syncer})
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: opening log: %w", opts.Index, err)
 	}
-	p.journal, err = segment.Open(filepath.Join(opts.Dir, "journal"), segment.Options{FS: p.fs, SegmentBytes: 4 << 20})
+	p.journal, err = segment.Open(filepath.Join(opts.Dir, "journal"), segment.Options{FS: p.fs, SegmentBytes: 4 << 20, Syncer: opts.Syncer})
 	if err != nil {
 		p.log.Close()
 		return nil, fmt.Errorf("partition %d: opening journal: %w", opts.Index, err)

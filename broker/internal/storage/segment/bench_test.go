@@ -193,3 +193,56 @@ func BenchmarkOpen(b *testing.B) {
 	b.ReportMetric(float64(time.Since(start).Milliseconds())/float64(b.N), "ms/open")
 	b.ReportMetric(float64((sealed+1)*segBytes)/(1<<30), "GiB")
 }
+
+// BenchmarkAppendSixLogs has 16 goroutines append 256-byte records, one at a time,
+// spread over six logs (a topic's six partitions), with fsync on: each log syncing its
+// own file, and the six sharing a vfs.SyncGroup (one syncfs per round on Linux).
+func BenchmarkAppendSixLogs(b *testing.B) {
+	for _, mode := range []string{"file", "group"} {
+		b.Run(mode, func(b *testing.B) {
+			const writers, logs, size = 16, 6, 256
+			var g *vfs.SyncGroup
+			opts := Options{}
+			if mode == "group" {
+				g = vfs.NewSyncGroup(vfs.OS{})
+				defer g.Close()
+				opts.Syncer = g
+			}
+			ls := make([]*Log, logs)
+			for i := range ls {
+				ls[i] = mustOpen(b, b.TempDir(), opts)
+				defer ls[i].Close()
+			}
+			value := make([]byte, size)
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for w := 0; w < writers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					recs := []Record{{Value: value}}
+					for n := left.Add(-1); n >= 0; n = left.Add(-1) {
+						if _, err := ls[n%logs].Append(recs); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			secs := time.Since(start).Seconds()
+			b.ReportMetric(float64(b.N)/secs, "appends/s")
+			var syncs uint64
+			for _, l := range ls {
+				syncs += l.Stats().Syncs
+			}
+			if g != nil {
+				syncs = g.Stats().Rounds
+			}
+			b.ReportMetric(float64(syncs)/secs, "syncs/s")
+		})
+	}
+}

@@ -30,6 +30,14 @@ type Options struct {
 	IndexIntervalBytes int    // one sparse index entry per this many bytes of records; default 4 KiB
 	MaxRecordBytes     int    // largest encoded record accepted or read back; default 16 MiB, at most 1 GiB; never lower it on an existing log
 	NoSync             bool   // skip every fsync; for tests and benchmarks only
+	// Syncer, when set, makes segment data durable instead of a Sync of the file:
+	// a vfs.SyncGroup shared by many logs lets one file-system sync serve them all.
+	Syncer Syncer
+}
+
+// Syncer makes a file's written data and size durable; *vfs.SyncGroup is one.
+type Syncer interface {
+	Sync(f vfs.File) error
 }
 
 const (
@@ -346,6 +354,9 @@ func (l *Log) writeIndex(s *segment) {
 func (l *Log) sync(f vfs.File) error {
 	if l.opts.NoSync {
 		return nil
+	}
+	if l.opts.Syncer != nil {
+		return l.opts.Syncer.Sync(f)
 	}
 	return f.Sync()
 }

@@ -250,6 +250,19 @@ func (m *Mem) Syncs() int64 {
 	return m.syncs
 }
 
+// Durable returns the bytes of name that a crash now would keep (as of its last
+// successful Sync), or an error matching fs.ErrNotExist.
+func (m *Mem) Durable(name string) ([]byte, error) {
+	name = filepath.Clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ino := m.files[name]
+	if ino == nil {
+		return nil, pathErr("durable", name, fs.ErrNotExist)
+	}
+	return bytes.Clone(ino.synced), nil
+}
+
 // DirSyncs returns how many SyncDir calls were made.
 func (m *Mem) DirSyncs() int64 {
 	m.mu.Lock()
