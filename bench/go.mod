@@ -1,0 +1,3 @@
+module github.com/narad-mq/narad/bench
+
+go 1.24
