@@ -3,7 +3,7 @@
 # The Go workspace (go.work) has no root module, so Go targets loop over the modules.
 
 GO          ?= go
-GO_MODULES  := broker sdk-go sdk-go/otel sdk-go/prometheus examples conformance
+GO_MODULES  := broker sdk-go sdk-go/otel sdk-go/prometheus examples conformance bench
 # verify is linted, and tested by its own tiers (test-verify, chaos, soak), not under -race.
 LINT_MODULES := $(GO_MODULES) verify
 DURATION    ?= 30m
@@ -79,8 +79,8 @@ bench: bench-storage bench-flow ## Storage benchmark, then the produce→consume
 bench-storage: ## Segment log: durable appends/s and MB/s beside the machine's fsync rate
 	cd broker && $(GO) test -run '^$$' -bench . -benchtime 2s ./internal/storage/segment
 
-bench-flow: build ## Produce→consume→ack flow over HTTP (16 producers, 16 consumers, 256-byte messages)
-	cd broker && $(GO) run ./cmd/narad-bench --narad ../$(NARAD) $(BENCH_FLAGS)
+bench-flow: build ## Every workload shape over HTTP against a fresh node: a table of throughput, latency, loss, CPU, RSS
+	cd bench && $(GO) run ./cmd/narad-bench --narad ../$(NARAD) $(BENCH_FLAGS)
 
 fuzz: ## Run every fuzz target for FUZZTIME each
 	@set -e; cd broker; for pkg in $$($(GO) list ./...); do \
