@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/narad-mq/narad/broker/internal/broker"
+)
+
+// captureBroker records what a produce handed to the broker.
+type captureBroker struct {
+	benchBroker
+	got *[]broker.Outgoing
+}
+
+func (c captureBroker) Produce(ctx context.Context, topic string, msgs []broker.Outgoing) ([]broker.Produced, error) {
+	*c.got = append([]broker.Outgoing(nil), msgs...)
+	return c.benchBroker.Produce(ctx, topic, msgs)
+}
+
+// TestProduceBatchDecoding checks the single strict decode of a batch body and the
+// base64 fast path: escaped and unescaped base64 strings decode alike, every payload
+// keeps its own bytes (they share one buffer), JSON payloads stay verbatim, and the
+// bodies encoding/json used to let through (repeated or differently cased member
+// names) are refused.
+func TestProduceBatchDecoding(t *testing.T) {
+	var got []broker.Outgoing
+	h, err := New(captureBroker{got: &got}, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(body string) (int, string) {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("POST", "/v1/topics/t/produce-batch", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	code, body := post(`{"messages":[
+		{"payload":"aGVsbG8=","payload_encoding":"base64"},
+		{"payload":"YS9i\/w==","payload_encoding":"base64"},
+		{"payload":"","payload_encoding":"base64"},
+		{"payload":{"a":[1,"x"]}},
+		{"payload":"d29ybGQ=","payload_encoding":"base64","key":"k","partition":2}]}`)
+	if code != 202 {
+		t.Fatalf("produce-batch: %d %s", code, body)
+	}
+	want := []struct {
+		value string
+		attrs uint16
+	}{{"hello", kindBinary}, {"a/b\xff", kindBinary}, {"", kindBinary}, {`{"a":[1,"x"]}`, kindJSON}, {"world", kindBinary}}
+	if len(got) != len(want) {
+		t.Fatalf("broker got %d messages, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		if string(got[i].Value) != w.value || got[i].Attrs != w.attrs {
+			t.Errorf("message %d: value %q attrs %d, want %q %d", i, got[i].Value, got[i].Attrs, w.value, w.attrs)
+		}
+	}
+	if string(got[4].Key) != "k" || got[4].Partition != 2 {
+		t.Errorf("message 4: key %q partition %d", got[4].Key, got[4].Partition)
+	}
+	// Appending to one payload must not overwrite the next (they share a buffer).
+	_ = append(got[0].Value, "XXXX"...)
+	if string(got[1].Value) != "a/b\xff" {
+		t.Fatalf("payloads overlap: message 1 is now %q", got[1].Value)
+	}
+
+	for _, c := range []struct{ name, body, code string }{
+		{"repeated member", `{"messages":[{"payload":1}],"messages":[{"payload":2}]}`, "invalid_json"},
+		{"repeated member in a message", `{"messages":[{"payload":1,"payload":2}]}`, "invalid_json"},
+		{"member in another case", `{"MESSAGES":[{"payload":1}]}`, "invalid_json"},
+		{"escaped base64 not base64", `{"messages":[{"payload":"\u0021!","payload_encoding":"base64"}]}`, "invalid_payload"},
+		{"invalid UTF-8 in a JSON payload", "{\"messages\":[{\"payload\":\"\xff\"}]}", "invalid_payload"},
+		{"trailing data", `{"messages":[{"payload":1}]}x`, "invalid_json"},
+	} {
+		code, body := post(c.body)
+		if code != 400 || !strings.Contains(body, `"code":"`+c.code+`"`) {
+			t.Errorf("%s: %d %s, want 400 %s", c.name, code, body, c.code)
+		}
+	}
+}
