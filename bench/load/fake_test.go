@@ -11,6 +11,7 @@ import (
 // message it confirms, or deliver every dupEvery-th consumed message a second time,
 // so the tests can show the tracker catches both.
 type fake struct {
+	name      string
 	dropEvery int64
 	dupEvery  int64
 	delay     time.Duration // per produce request, to keep the fake from filling memory
@@ -28,7 +29,12 @@ type fakeQueue struct {
 	deleted  bool
 }
 
-func (f *fake) Name() string { return "fake" }
+func (f *fake) Name() string {
+	if f.name == "" {
+		return "fake"
+	}
+	return f.name
+}
 func (f *fake) PID() int     { return 0 }
 func (f *fake) Close() error { return nil }
 
@@ -57,8 +63,8 @@ func (f fakeFanout) OpenFanout(ctx context.Context, partitions, children int) (Q
 	return parent, lag, nil
 }
 
-func (q *fakeQueue) Producer(int) Producer { return q }
-func (q *fakeQueue) Consumer(int) Consumer { return q }
+func (q *fakeQueue) Producer(int) Producer      { return q }
+func (q *fakeQueue) Consumer(int, int) Consumer { return q }
 
 func (q *fakeQueue) Delete(context.Context) error {
 	q.mu.Lock()

@@ -3,6 +3,7 @@ package load
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -229,5 +230,44 @@ func TestFlowCatchesDuplicates(t *testing.T) {
 		if c.Duplicates == 0 || c.Lost != 0 {
 			t.Errorf("%s: %+v, want duplicates and no loss", shape, c)
 		}
+	}
+}
+
+func TestPrintComparison(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two shapes on two fakes")
+	}
+	o := testOptions()
+	var all [][]Result
+	for _, f := range []*fake{{name: "base", delay: 200 * time.Microsecond}, {name: "peer", delay: 2 * time.Millisecond}} {
+		rs, err := Run(context.Background(), f, []string{ShapeProduce, ShapeFlow}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, rs)
+	}
+	var out bytes.Buffer
+	PrintComparison(&out, []string{"base", "peer", "gone"}, append(all, nil))
+	t.Log("\n" + out.String())
+	lines := strings.Split(out.String(), "\n")
+	if !strings.Contains(lines[0], "base/peer") || !strings.Contains(lines[0], "base/gone") {
+		t.Fatalf("header: %s", lines[0])
+	}
+	var rate string
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == "produce" && f[1] == "msg/s" {
+			rate = l
+		}
+	}
+	// The peer sleeps ten times longer per produce: the base has a ratio above 1.
+	f := strings.Fields(rate)
+	if len(f) != 8 || f[7] != "-" || f[5] != "-" {
+		t.Fatalf("produce row: %q", rate)
+	}
+	if ratio, err := strconv.ParseFloat(strings.TrimSuffix(f[6], "x"), 64); err != nil || ratio <= 1 {
+		t.Fatalf("produce row: %q", rate)
+	}
+	if strings.Contains(out.String(), "wake-up") {
+		t.Error("rows of shapes that did not run are printed")
 	}
 }

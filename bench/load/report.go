@@ -91,6 +91,8 @@ func (r Report) WriteJSON(path string) error {
 func ms(d time.Duration) string {
 	v := float64(d) / float64(time.Millisecond)
 	switch {
+	case v < 1:
+		return fmt.Sprintf("%.3f", v)
 	case v < 10:
 		return fmt.Sprintf("%.2f", v)
 	case v < 100:
@@ -183,7 +185,7 @@ func PrintTable(w io.Writer, rs []Result) {
 	}
 	fmt.Fprintf(w, "%s\n", rs[0].Target)
 	t := &table{left: 1}
-	t.add("shape", "produced/s", "acked/s", "payload MB/s", "lost", "dup", "unconf", "errors", "drain", "cpu cores", "rss peak MB")
+	t.add("shape", "produced/s", "acked/s", "payload MB/s", "lost", "dup", "unconf", "errors", "drain", "cpu cores", "rss peak MB", "bench cpu")
 	for _, r := range rs {
 		lost, dup, unconf, drain := "-", "-", "-", "-"
 		acked := "-"
@@ -195,12 +197,15 @@ func PrintTable(w io.Writer, rs []Result) {
 				drain += "!"
 			}
 		}
-		cpu, rss := "-", "-"
+		cpu, rss, self := "-", "-", "-"
 		if r.Usage != nil {
 			cpu = fmt.Sprintf("%.2f", r.Usage.CPU)
 			rss = fmt.Sprintf("%.1f", float64(r.Usage.RSSPeak)/1e6)
 		}
-		t.add(shapeLabel(r), count(r.ProducedRate), acked, fmt.Sprintf("%.2f", r.PayloadMBps), lost, dup, unconf, fmt.Sprint(r.Errors), drain, cpu, rss)
+		if r.Client != nil {
+			self = fmt.Sprintf("%.2f", r.Client.CPU)
+		}
+		t.add(shapeLabel(r), count(r.ProducedRate), acked, fmt.Sprintf("%.2f", r.PayloadMBps), lost, dup, unconf, fmt.Sprint(r.Errors), drain, cpu, rss, self)
 	}
 	t.write(w)
 	fmt.Fprintf(w, "\n%s latency, ms\n", rs[0].Target)
@@ -232,3 +237,27 @@ func PrintTable(w io.Writer, rs []Result) {
 		}
 	}
 }
+
+// Legend is what PrintLegend writes: the definition of every column and operation.
+const Legend = `columns: produced/s = produce confirmations per second over the window; acked/s =
+  settled messages per second over the same window (latency: includes the backlog made
+  before the window); payload MB/s = confirmed payload bytes / 10^6 / s; lost = confirmed
+  but never delivered by the end of the drain; dup = ids delivered more than once;
+  unconf = delivered although their produce was not confirmed; errors = failed requests
+  plus failed entries of batches; drain = time after the window until every confirmed
+  message was delivered ("!" = the drain bound passed first); cpu cores = the server's
+  user+system CPU seconds per second over the window (/proc/<pid>/stat); rss peak MB =
+  the largest VmRSS sampled every 100 ms; bench cpu = the same CPU figure for this
+  load generator, which shares the machine.
+operations: produce and produce-batch = request to confirmation (latency shape: from
+  the scheduled send time, so a broker that falls behind is charged for it); consume
+  and consume-batch = request to answer of consumes that returned messages, long-poll
+  wait included; consume-avail = the same for a message whose produce was confirmed
+  before the consume was sent (it was waiting); ack and ack-batch = request to
+  confirmation; wake-up = for a consume sent before its message's produce was
+  confirmed (the consumer was parked in its long poll), the time its answer arrived
+  minus the time the produce's confirmation arrived, clamped at 0 (a broker may answer
+  the parked consumer before the producer).`
+
+// PrintLegend writes Legend.
+func PrintLegend(w io.Writer) { fmt.Fprintln(w, Legend) }

@@ -53,7 +53,10 @@ type Result struct {
 	Errors     int64  `json:"errors"`
 	FirstError string `json:"first_error,omitempty"`
 	// Usage is the server process over Window; nil when it could not be observed.
-	Usage  *proc.Usage `json:"usage,omitempty"`
+	Usage *proc.Usage `json:"usage,omitempty"`
+	// Client is the benchmark process itself over Window: on a small machine the
+	// load generator takes CPU the server could have used.
+	Client *proc.Usage `json:"client_usage,omitempty"`
 	Fanout *Fanout     `json:"fanout,omitempty"`
 }
 

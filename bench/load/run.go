@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,7 +101,8 @@ type phase struct {
 	o        Options
 	tr       Tracker
 	start    time.Time
-	stop     atomic.Bool // producers stop at the end of the window
+	self     *proc.Sampler // the benchmark process, which shares the machine
+	stop     atomic.Bool   // producers stop at the end of the window
 	produced atomic.Int64
 	acked    atomic.Int64
 	errs     atomic.Int64
@@ -137,8 +139,9 @@ func (r *runner) begin(ctx context.Context) (*phase, Queue, *proc.Sampler, error
 	return p, q, p.startClock(r.t.PID()), nil
 }
 
-// startClock starts the window and the server sampler.
+// startClock starts the window, the server's sampler and the benchmark's own.
 func (p *phase) startClock(pid int) *proc.Sampler {
+	p.self = proc.Sample(os.Getpid(), rssInterval)
 	s := proc.Sample(pid, rssInterval)
 	p.start = time.Now()
 	return s
@@ -154,6 +157,9 @@ func (p *phase) end(res *Result, s *proc.Sampler) {
 	res.PayloadMBps = float64(res.Produced) * float64(p.o.Size) / sec / 1e6
 	if u, ok := s.Stop(); ok {
 		res.Usage = &u
+	}
+	if u, ok := p.self.Stop(); ok {
+		res.Client = &u
 	}
 }
 
@@ -229,7 +235,7 @@ func (p *phase) consumers(ctx context.Context, q Queue, n, maxN int, clat, alat 
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			c := q.Consumer(i)
+			c := q.Consumer(i, n)
 			for !quit.Load() && cctx.Err() == nil {
 				t0 := time.Now()
 				ds, err := c.Consume(cctx, maxN, p.o.Wait)

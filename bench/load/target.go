@@ -35,10 +35,11 @@ type Queue interface {
 	// Producer between goroutines, so it may keep per-goroutine buffers, and a target
 	// whose partitions are client-side may start goroutine i on partition i.
 	Producer(i int) Producer
-	// Consumer returns the consumer that goroutine i uses, under the same rules; a
-	// target with client-side partitions pins consumer i to partition i mod partitions
-	// so every partition has consumers parked on it.
-	Consumer(i int) Consumer
+	// Consumer returns the consumer that goroutine i of n uses, under the same rules.
+	// A target with client-side partitions can pin consumer i to partition
+	// i mod partitions when n >= partitions, so every partition has consumers parked
+	// on it, and rotate them otherwise.
+	Consumer(i, n int) Consumer
 	// Delete removes the queue and its data; errors are reported but not fatal.
 	Delete(ctx context.Context) error
 }

@@ -241,8 +241,8 @@ type queue struct {
 	children []string
 }
 
-func (q *queue) Producer(int) load.Producer { return q.client() }
-func (q *queue) Consumer(int) load.Consumer { return q.client() }
+func (q *queue) Producer(int) load.Producer      { return q.client() }
+func (q *queue) Consumer(int, int) load.Consumer { return q.client() }
 
 // Delete detaches and deletes the children, then deletes the topic.
 func (q *queue) Delete(ctx context.Context) error {

@@ -68,6 +68,8 @@ func run(ctx context.Context, o load.Options, bin, target, mode, jsonOut string)
 	o.Log = os.Stderr
 	rep.Results, err = load.Run(ctx, t, shapes, o)
 	load.PrintTable(os.Stdout, rep.Results)
+	fmt.Println()
+	load.PrintLegend(os.Stdout)
 	rep.Machine.LoadEnd = load.LoadAvg()
 	fmt.Printf("\nload average at the end: %s\n", rep.Machine.LoadEnd)
 	if jsonOut != "" {
