@@ -14,7 +14,7 @@ BENCH_FLAGS ?=
 FUZZTIME    ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-storage bench-flow \
+.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-storage bench-flow bench-peers test-bench-peers \
         fuzz e2e conformance examples chaos soak clean
 
 help: ## List the targets
@@ -69,6 +69,8 @@ check-gen: ## Fail if the generated code differs from what openapi.yaml produces
 
 lint: ## go vet and gofmt over every module
 	@set -e; for m in $(LINT_MODULES); do (cd $$m && $(GO) vet ./...); done
+	@# bench/peers is outside the workspace, so the broker never sees NATS or Redis.
+	cd bench/peers && GOWORK=off $(GO) vet ./...
 	@bad=$$(gofmt -l $(LINT_MODULES)); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 
 fmt: ## gofmt every module
@@ -81,6 +83,12 @@ bench-storage: ## Segment log: durable appends/s and MB/s beside the machine's f
 
 bench-flow: build ## Every workload shape over HTTP against a fresh node: a table of throughput, latency, loss, CPU, RSS
 	cd bench && $(GO) run ./cmd/narad-bench --narad ../$(NARAD) $(BENCH_FLAGS)
+
+bench-peers: build ## The same shapes against narad, NATS JetStream (default sync, sync always) and Redis Streams (if found), with ratios
+	cd bench/peers && GOWORK=off $(GO) run ./cmd/narad-bench-peers --narad ../../$(NARAD) $(BENCH_FLAGS)
+
+test-bench-peers: ## Tests of bench/peers (outside the workspace): builds nats-server and runs each shape briefly
+	cd bench/peers && GOWORK=off $(GO) test -race -count=1 ./...
 
 fuzz: ## Run every fuzz target for FUZZTIME each
 	@set -e; cd broker; for pkg in $$($(GO) list ./...); do \
