@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,4 +140,51 @@ func TestMalformedQueryAndPath(t *testing.T) {
 	a.Get("/v1/topics/j/consume?wait=%zz").ExpectError(t, http.StatusBadRequest, "invalid_parameter")
 	a.Get("/v1/topics/j/../j").ExpectError(t, http.StatusNotFound, "not_found")
 	a.Get("/v1/topics/").ExpectError(t, http.StatusNotFound, "not_found")
+}
+
+// TestH2C talks HTTP/2 without TLS (prior knowledge) to a plain-HTTP node: many
+// requests, a long poll among them, share one connection, and the whole flow works.
+func TestH2C(t *testing.T) {
+	n, a := startBroker(t)
+	a.createTopic("h2", map[string]any{"partitions": 2})
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Transport: &http.Transport{Protocols: &protos}, Timeout: 30 * time.Second}
+	do := func(method, path, body string) (*http.Response, []byte) {
+		req, err := http.NewRequest(method, n.URL()+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("%s %s answered over %s, want HTTP/2", method, path, resp.Proto)
+		}
+		return resp, data
+	}
+	// A long poll parked on the connection while produces go through it.
+	polled := make(chan []byte, 1)
+	go func() {
+		resp, data := do("GET", "/v1/topics/h2/consume?wait=10s", "")
+		if resp.StatusCode != 200 {
+			t.Errorf("long poll: %d %s", resp.StatusCode, data)
+		}
+		polled <- data
+	}()
+	for i := 0; i < 20; i++ {
+		if resp, data := do("POST", "/v1/topics/h2/produce", fmt.Sprintf(`{"n":%d}`, i)); resp.StatusCode != 202 {
+			t.Fatalf("produce over h2c: %d %s", resp.StatusCode, data)
+		}
+	}
+	var m message
+	if err := json.Unmarshal(<-polled, &m); err != nil || m.ReceiptHandle == "" {
+		t.Fatalf("long poll over h2c returned %+v (%v)", m, err)
+	}
+	if resp, data := do("POST", "/v1/topics/h2/ack?receipt_handle="+url.QueryEscape(m.ReceiptHandle), ""); resp.StatusCode != 204 {
+		t.Fatalf("ack over h2c: %d %s", resp.StatusCode, data)
+	}
 }

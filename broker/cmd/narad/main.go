@@ -115,6 +115,17 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	return fs.String("config", "", "YAML file of flag names to values (flags and NARAD_* variables override it)")
 }
 
+// serverProtocols serves HTTP/1.1, and HTTP/2 both over TLS (negotiated by ALPN) and on
+// plain connections from clients that speak it with prior knowledge (h2c): one
+// connection then carries many concurrent requests, long polls included.
+func serverProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
+}
+
 func envName(flagName string) string {
 	return "NARAD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
@@ -291,6 +302,7 @@ func serve(args []string) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Protocols:         serverProtocols(),
 	}
 	scheme := "http"
 	if c.TLSCert != "" {
