@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -82,5 +83,21 @@ func TestProduceBatchDecoding(t *testing.T) {
 		if code != 400 || !strings.Contains(body, `"code":"`+c.code+`"`) {
 			t.Errorf("%s: %d %s, want 400 %s", c.name, code, body, c.code)
 		}
+	}
+}
+
+// TestErrorAfterAnswerStarted: when writing an answer fails (the client hung up), the
+// error handler must not start a second answer on top of the first.
+func TestErrorAfterAnswerStarted(t *testing.T) {
+	rec := httptest.NewRecorder()
+	sw := &statusWriter{ResponseWriter: rec}
+	sw.WriteHeader(200)
+	sw.Write([]byte(`{"messages":[`))
+	writeError(sw, errors.New("write tcp: broken pipe"))
+	if rec.Code != 200 || rec.Body.String() != `{"messages":[` {
+		t.Fatalf("after a failed write the handler answered %d %q", rec.Code, rec.Body.String())
+	}
+	if sw.status != 200 {
+		t.Fatalf("status recorded for metrics: %d, want 200", sw.status)
 	}
 }

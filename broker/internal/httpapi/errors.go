@@ -101,6 +101,13 @@ func toAPIError(err error) *apiError {
 
 // writeError writes err as the JSON error body.
 func writeError(w http.ResponseWriter, err error) {
+	if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
+		// The answer is already on its way: writing it failed, nearly always because
+		// the client hung up. Nothing more can reach the client; a second header would
+		// only log "superfluous WriteHeader" and count a 500 that nobody received.
+		slog.Debug("writing the response failed", "status", sw.status, "err", err)
+		return
+	}
 	ae := toAPIError(err)
 	// Faults get a log line; expected answers (starting up, back-pressure, 501) do not.
 	if ae.code == "internal" || ae.code == "storage_failed" || ae.code == "disk_full" || (ae.code == "timeout" && ae.status != 499) {
