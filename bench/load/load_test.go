@@ -199,6 +199,23 @@ func TestLatencyRateDefaultsToHalfOfProduce(t *testing.T) {
 	}
 }
 
+// After a flow shape, the latency shape offers half of the flow's acked rate: it
+// consumes and acks too.
+func TestLatencyRateDefaultsToHalfOfFlow(t *testing.T) {
+	o := testOptions()
+	o.Rate = 0
+	rs, err := Run(context.Background(), &fake{delay: 200 * time.Microsecond}, []string{ShapeProduce, ShapeFlow, ShapeLatency}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 || rs[2].Shape != ShapeLatency {
+		t.Fatalf("ran %d shapes: %+v", len(rs), rs)
+	}
+	if rs[2].OfferedRate != rs[1].AckedRate/2 {
+		t.Fatalf("offered %f, want half of the flow's %f acked/s", rs[2].OfferedRate, rs[1].AckedRate)
+	}
+}
+
 // A broker that confirms messages and then loses them must be caught.
 func TestFlowCatchesLoss(t *testing.T) {
 	o := testOptions()

@@ -35,8 +35,9 @@ type Options struct {
 	// deliver the backlog before loss is counted (30 s).
 	Drain time.Duration `json:"drain_ns"`
 	// Rate is the open-loop produce rate of the latency shape in messages/s; 0 means
-	// half of the produce shape's rate measured in the same run (the produce shape is
-	// run first when it was not asked for).
+	// half of the flow shape's acked rate measured in the same run, or when the flow
+	// shape did not run, half of the produce shape's rate (the produce shape is run
+	// first when neither was asked for).
 	Rate float64 `json:"rate"`
 	// WakeRate is the produce rate of the wake-up shape, low so consumers are parked
 	// when a message arrives (50/s).
@@ -123,7 +124,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "measured window of each shape")
 	fs.DurationVar(&o.Wait, "wait", o.Wait, "long poll of every consume")
 	fs.DurationVar(&o.Drain, "drain", o.Drain, "longest time consumers get after a window to deliver the backlog")
-	fs.Float64Var(&o.Rate, "rate", o.Rate, "messages/s of the latency shape (0: half of the produce shape's rate in this run)")
+	fs.Float64Var(&o.Rate, "rate", o.Rate, "messages/s of the latency shape (0: half of the flow shape's acked rate in this run, else half of the produce shape's)")
 	fs.Float64Var(&o.WakeRate, "wake-rate", o.WakeRate, "messages/s of the wake-up shape")
 	fs.IntVar(&o.Children, "children", o.Children, "children of the fan-out shape")
 }

@@ -58,6 +58,7 @@ type runner struct {
 	t           Target
 	o           Options
 	produceRate float64 // of the last produce shape, for the latency shape's default rate
+	flowRate    float64 // acked/s of the last flow shape, preferred for that default
 }
 
 func (r *runner) shape(ctx context.Context, s string) (Result, error) {
@@ -73,11 +74,20 @@ func (r *runner) shape(ctx context.Context, s string) (Result, error) {
 		}
 	case ShapeFlow:
 		res, err = r.flow(ctx, false)
+		if err == nil {
+			r.flowRate = res.AckedRate
+		}
 	case ShapeBatch:
 		res, err = r.flow(ctx, true)
 	case ShapeLatency:
+		// The latency shape produces, consumes and acks, so its maximum is the full
+		// flow's; half of the produce-only rate would overload a broker whose acks are
+		// durable writes too.
 		rate := r.o.Rate
-		if rate == 0 {
+		switch {
+		case rate == 0 && r.flowRate > 0:
+			rate = r.flowRate / 2
+		case rate == 0:
 			rate = r.produceRate / 2
 		}
 		res, err = r.openLoop(ctx, ShapeLatency, rate, r.o.Producers)
