@@ -14,7 +14,7 @@ BENCH_FLAGS ?=
 FUZZTIME    ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-storage bench-flow bench-peers test-bench-peers \
+.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers \
         fuzz e2e conformance examples chaos soak clean
 
 help: ## List the targets
@@ -76,10 +76,16 @@ lint: ## go vet and gofmt over every module
 fmt: ## gofmt every module
 	gofmt -w $(LINT_MODULES)
 
-bench: bench-storage bench-flow ## Storage benchmark, then the produce→consume→ack flow against a node
+bench: bench-go bench-flow ## Go benchmarks (storage, queue, HTTP handlers), then every workload shape against a node
+
+bench-go: bench-storage ## Go benchmarks of the queue logic and the HTTP handlers, after the storage ones
+	cd broker && $(GO) test -run '^$$' -bench . -benchtime 1s ./internal/queue ./internal/httpapi
 
 bench-storage: ## Segment log: durable appends/s and MB/s beside the machine's fsync rate
 	cd broker && $(GO) test -run '^$$' -bench . -benchtime 2s ./internal/storage/segment
+
+bench-scale: build ## Minutes and ~13 GB of disk: RSS with 10M messages of backlog, restart over 10 GiB of log
+	cd broker && $(GO) test -tags scale -count=1 -timeout 60m -run TestScale -v ./e2e/
 
 bench-flow: build ## Every workload shape over HTTP against a fresh node: a table of throughput, latency, loss, CPU, RSS
 	cd bench && $(GO) run ./cmd/narad-bench --narad ../$(NARAD) $(BENCH_FLAGS)
