@@ -3,7 +3,9 @@
 // delivery after a 204 ack is legal only if a kill raced that ack; a second delivery
 // under a live lease is illegal; a 410 on a surely live lease is a bug); linear checks
 // count lost and unexpected messages, classify every duplicate by its cause, and check
-// the markers, fan-out, delays, retention, log order and operation bounds.
+// the markers, fan-out, delays (allowing for forward clock steps across restarts),
+// retention, timestamps, log order, operation bounds, and the incarnations of a topic
+// deleted and recreated under load.
 package check
 
 import (
@@ -37,23 +39,34 @@ type Violation struct {
 
 // Report is the checker's answer.
 type Report struct {
-	Seed             int64                `json:"seed"`
-	Messages         int                  `json:"messages"` // distinct message ids answered 202
-	MessagesByTopic  map[string]int       `json:"messages_by_topic"`
-	Produced         int                  `json:"produce_attempts"`
-	Deliveries       int                  `json:"deliveries"`
-	Faults           map[string]int       `json:"faults"`
-	FailpointKills   map[string]int       `json:"failpoint_kills"`
-	Lost             map[string]int       `json:"lost"` // by topic
-	LostIDs          []string             `json:"lost_ids,omitempty"`
-	AgedOut          int                  `json:"aged_out"`
-	Unexpected       int                  `json:"unexpected"`
-	Duplicates       map[string]int       `json:"duplicates"`
-	AckedRedelivered int                  `json:"acked_redelivered_in_kill_window"`
-	Violations       map[string]int       `json:"violations"`
-	Examples         []Violation          `json:"examples,omitempty"` // the first few of each kind
-	Latency          map[string][2]string `json:"latency_p50_p99"`
-	Drained          bool                 `json:"drained"`
+	Seed             int64          `json:"seed"`
+	Messages         int            `json:"messages"` // distinct message ids answered 202
+	MessagesByTopic  map[string]int `json:"messages_by_topic"`
+	Produced         int            `json:"produce_attempts"`
+	Deliveries       int            `json:"deliveries"`
+	Faults           map[string]int `json:"faults"`
+	FailpointKills   map[string]int `json:"failpoint_kills"`
+	Lost             map[string]int `json:"lost"` // by topic
+	LostIDs          []string       `json:"lost_ids,omitempty"`
+	AgedOut          int            `json:"aged_out"`
+	Unexpected       int            `json:"unexpected"`
+	Duplicates       map[string]int `json:"duplicates"`
+	AckedRedelivered int            `json:"acked_redelivered_in_kill_window"`
+	// Incarnations counts each recreated topic's incarnations seen; DroppedWithTopic the
+	// messages 202'd into an incarnation that was deleted, never delivered (legal).
+	Incarnations     map[string]int `json:"incarnations,omitempty"`
+	DroppedWithTopic int            `json:"dropped_with_deleted_incarnation"`
+	// ClockOffsets lists the wall-clock offsets nodes ran with, in order; EarlyByClock
+	// counts delay copies and retention deletions that came earlier than the run's own
+	// clock allows, within what forward steps excuse (legal).
+	ClockOffsets []string `json:"clock_offsets,omitempty"`
+	EarlyByClock int      `json:"early_by_clock_step"`
+	// MaxEarlyByClock is the most any of them came early (ns).
+	MaxEarlyByClock int64                `json:"max_early_by_clock_step_ns"`
+	Violations      map[string]int       `json:"violations"`
+	Examples        []Violation          `json:"examples,omitempty"` // the first few of each kind
+	Latency         map[string][2]string `json:"latency_p50_p99"`
+	Drained         bool                 `json:"drained"`
 }
 
 // OK reports whether nothing was lost or unexpected and no rule was broken.
@@ -75,6 +88,11 @@ func (r *Report) violate(kind, format string, args ...any) {
 	}
 }
 
+func (r *Report) earlyByClock(by int64) {
+	r.EarlyByClock++
+	r.MaxEarlyByClock = max(r.MaxEarlyByClock, by)
+}
+
 // Print writes the report for people.
 func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "seed:              %d\n", r.Seed)
@@ -85,6 +103,17 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "unexpected:        %d\n", r.Unexpected)
 	fmt.Fprintf(w, "duplicates:        %s\n", kv(r.Duplicates))
 	fmt.Fprintf(w, "acked, redelivered inside a kill window (legal by the rule): %d\n", r.AckedRedelivered)
+	if len(r.Incarnations) > 0 {
+		var parts []string
+		for t, n := range r.Incarnations {
+			parts = append(parts, fmt.Sprintf("%s %d", t, n))
+		}
+		sort.Strings(parts)
+		fmt.Fprintf(w, "incarnations:      %s (202'd into a deleted incarnation, never delivered (legal): %d)\n", strings.Join(parts, ", "), r.DroppedWithTopic)
+	}
+	if len(r.ClockOffsets) > 0 {
+		fmt.Fprintf(w, "clock offsets:     0 → %s (early by a forward step (legal): %d, by at most %s)\n", strings.Join(r.ClockOffsets, " → "), r.EarlyByClock, ms(r.MaxEarlyByClock))
+	}
 	fmt.Fprintf(w, "violations:        %s\n", kv(r.Violations))
 	for _, v := range r.Examples {
 		fmt.Fprintf(w, "  %s: %s\n", v.Kind, v.Detail)
@@ -134,25 +163,34 @@ func kv2(m map[string][2]string) string {
 	return strings.Join(parts, ", ")
 }
 
+// copyKey names one copy of a message: a recreated topic's offsets start again in each
+// incarnation, so its copies are told apart by incarnation (0 for every other topic).
 type copyKey struct {
 	topic     string
+	inc       int64
 	partition int32
 	offset    int64
 }
 
-func (k copyKey) String() string { return fmt.Sprintf("%s/%d@%d", k.topic, k.partition, k.offset) }
+func (k copyKey) String() string {
+	if k.inc != 0 {
+		return fmt.Sprintf("%s#%d/%d@%d", k.topic, k.inc, k.partition, k.offset)
+	}
+	return fmt.Sprintf("%s/%d@%d", k.topic, k.partition, k.offset)
+}
 
 type window struct{ start, end int64 }
 
 // Check checks a history.
 func Check(es []history.Entry) *Report {
 	r := &Report{MessagesByTopic: map[string]int{}, Faults: map[string]int{}, FailpointKills: map[string]int{}, Lost: map[string]int{},
-		Duplicates: map[string]int{}, Violations: map[string]int{}, Latency: map[string][2]string{}}
+		Duplicates: map[string]int{}, Violations: map[string]int{}, Latency: map[string][2]string{}, Incarnations: map[string]int{}}
 	var run history.RunInfo
 	topics := map[string]history.TopicInfo{}
 	var ks kills
 	var faultWins []window // every fault's window, kills reaching to the next ready node
-	var lastKill *window
+	lastKill := -1
+	var clock clockTimeline
 	drainAt, doneAt := int64(-1), int64(-1)
 	for _, e := range es {
 		switch e.Kind {
@@ -173,7 +211,7 @@ func Check(es []history.Entry) *Report {
 			case history.FaultKill, history.FaultFailpointKill, history.FaultCrash:
 				ks = append(ks, [2]int64{e.Call, e.Return})
 				faultWins = append(faultWins, window{e.Call, e.Return})
-				lastKill = &faultWins[len(faultWins)-1]
+				lastKill = len(faultWins) - 1
 				if e.Fault == history.FaultFailpointKill {
 					r.FailpointKills[e.Target]++
 				}
@@ -181,9 +219,12 @@ func Check(es []history.Entry) *Report {
 					r.violate("node-crashed", "the node exited by itself at %s: %s", ms(e.Call), e.Detail)
 				}
 			case history.FaultRestart:
-				if lastKill != nil && e.Return > lastKill.end {
-					lastKill.end = e.Return
+				if lastKill >= 0 && e.Return > faultWins[lastKill].end {
+					faultWins[lastKill].end = e.Return
 				}
+				faultWins = append(faultWins, window{e.Call, e.Return})
+			case history.FaultClock:
+				clock = append(clock, clockLine{e.Call, e.ClockOffset})
 				faultWins = append(faultWins, window{e.Call, e.Return})
 			default:
 				faultWins = append(faultWins, window{e.Call, e.Return})
@@ -191,8 +232,33 @@ func Check(es []history.Entry) *Report {
 		}
 	}
 	r.Seed = run.Seed
+	sort.SliceStable(clock, func(i, j int) bool { return clock[i].at < clock[j].at })
+	for _, c := range clock {
+		r.ClockOffsets = append(r.ClockOffsets, fmtOffset(c.off))
+	}
+	recreated := map[string]*incSet{}
 	for _, t := range run.Topics {
 		topics[t.Name] = t
+		if t.Recreated {
+			recreated[t.Name] = buildIncarnations(es, t.Name)
+			r.Incarnations[t.Name] = len(recreated[t.Name].wins)
+		}
+	}
+	// incOf is the incarnation a copy is keyed by: its handle's for a recreated topic.
+	incOf := func(e history.Entry) int64 {
+		if recreated[e.Topic] != nil {
+			return e.Incarnation
+		}
+		return 0
+	}
+	// landEnd is the last moment an attempt could still have been written: its answer,
+	// or for an attempt with no answer or a 5xx, the end of the next kill (the request may
+	// run on after the client gave up, but not past the process's death).
+	landEnd := func(e history.Entry) int64 {
+		if e.Status > 0 && e.Status < 500 {
+			return e.Return
+		}
+		return ks.nextEnd(e.Return)
 	}
 	r.Drained = doneAt >= 0
 	inFault := func(a, b int64) bool {
@@ -208,11 +274,15 @@ func Check(es []history.Entry) *Report {
 	type prodInfo struct {
 		attempts  int
 		firstCall int64
-		ok        []copyKey // 202'd places
+		landEnd   int64     // the last moment an attempt could have been written
+		ok        []copyKey // 202'd places (a recreated topic's: inc 0 when not pinned)
 		okRet     int64
 		client    string
 		batch     bool
 		key       string
+		// A recreated topic's incarnations the message may be in (any attempt that may
+		// have been written) and the ones a 202'd attempt may be in.
+		incs, incs202 map[int64]bool
 	}
 	prods := map[string]map[string]*prodInfo{} // topic → id → info
 	place := map[copyKey]string{}              // one payload per (topic, partition, offset)
@@ -239,7 +309,17 @@ func Check(es []history.Entry) *Report {
 		if e.Status == 503 && e.Code == "storage_failed" && !inFault(e.Call, e.Return) {
 			r.violate("storage-failed-without-disk-fault", "line %d: %s %s: %s", i+1, e.Op, e.Topic, e.Err)
 		}
-		if e.Status >= 400 && e.Status < 500 && e.Status != 410 && e.Op != history.OpAdmin {
+		switch rec := recreated[e.Topic]; {
+		case e.Op == history.OpCreateTopic || e.Op == history.OpDeleteTopic:
+			if e.Status >= 400 && e.Status < 500 && e.Status != 404 && e.Status != 409 {
+				r.violate("unexpected-4xx", "line %d: %s %s answered %s", i+1, e.Op, e.Topic, e.Err)
+			}
+		case rec != nil && e.Status == 404:
+			// No topic of that name right now: legal unless one surely existed all along.
+			if rec.surely(e.Call, e.Return) {
+				r.violate("404-while-topic-exists", "line %d: %s %s answered 404 from %s to %s, while an incarnation surely existed", i+1, e.Op, e.Topic, ms(e.Call), ms(e.Return))
+			}
+		case e.Status >= 400 && e.Status < 500 && e.Status != 410 && e.Op != history.OpAdmin:
 			r.violate("unexpected-4xx", "line %d: %s %s answered %s", i+1, e.Op, e.Topic, e.Err)
 		}
 		if e.Op != history.OpProduce {
@@ -253,16 +333,37 @@ func Check(es []history.Entry) *Report {
 		}
 		p := m[e.Msg]
 		if p == nil {
-			p = &prodInfo{firstCall: e.Call, client: e.Client, batch: e.Batch, key: e.Key}
+			p = &prodInfo{firstCall: e.Call, client: e.Client, batch: e.Batch, key: e.Key, incs: map[int64]bool{}, incs202: map[int64]bool{}}
 			m[e.Msg] = p
 		}
 		p.attempts++
-		if e.Status == 202 {
-			k := copyKey{e.Topic, e.Partition, e.Offset}
-			if prev, ok := place[k]; ok && prev != e.Msg {
-				r.violate("two-payloads-at-one-offset", "%s answered 202 for %s and for %s", k, prev, e.Msg)
+		stored := e.Status == 0 || e.Status == 202 || e.Status >= 500 // may have been written
+		if stored {
+			p.landEnd = max(p.landEnd, landEnd(e))
+		}
+		var inc int64
+		if rec := recreated[e.Topic]; rec != nil && stored {
+			// The incarnations that existed at some moment the attempt could have been
+			// written in: one pins it.
+			cands := rec.during(e.Call, landEnd(e))
+			for _, c := range cands {
+				p.incs[c] = true
+				if e.Status == 202 {
+					p.incs202[c] = true
+				}
 			}
-			place[k] = e.Msg
+			if len(cands) == 1 {
+				inc = cands[0]
+			}
+		}
+		if e.Status == 202 {
+			k := copyKey{e.Topic, inc, e.Partition, e.Offset}
+			if recreated[e.Topic] == nil || inc != 0 {
+				if prev, ok := place[k]; ok && prev != e.Msg {
+					r.violate("two-payloads-at-one-offset", "%s answered 202 for %s and for %s", k, prev, e.Msg)
+				}
+				place[k] = e.Msg
+			}
 			p.ok = append(p.ok, k)
 			p.okRet = e.Return
 			if len(p.ok) == 1 {
@@ -288,7 +389,7 @@ func Check(es []history.Entry) *Report {
 		if e.Kind != history.KindOp {
 			continue
 		}
-		k := copyKey{e.Topic, e.Partition, e.Offset}
+		k := copyKey{e.Topic, incOf(e), e.Partition, e.Offset}
 		switch e.Op {
 		case history.OpConsume:
 			if e.Msg == "" || e.Status != 200 {
@@ -351,7 +452,14 @@ func Check(es []history.Entry) *Report {
 			src = t.Parent
 		}
 		if p := prods[src][place[k]]; p != nil {
-			m.agedAt = p.firstCall + t.RetentionMs*int64(time.Millisecond)
+			// A forward clock step may age it out earlier (see clockTimeline.early).
+			m.agedAt = p.firstCall + t.RetentionMs*int64(time.Millisecond) - clock.early(p.firstCall, p.landEnd, never)
+		}
+		if rec := recreated[k.topic]; rec != nil {
+			// Deleting the incarnation ends its leases as aging out does.
+			if w := rec.byInc[k.inc]; w != nil {
+				m.agedAt = min(m.agedAt, w.diedMin)
+			}
 		}
 		if ok, bad, why := m.checkCopy(copyOps[k]); !ok {
 			kind := "lease-model"
@@ -406,7 +514,7 @@ func Check(es []history.Entry) *Report {
 				cur := ds[j].e
 				var prev *history.Entry
 				for q := j - 1; q >= 0; q-- {
-					if ds[q].e.Partition == cur.Partition && ds[q].e.Offset == cur.Offset {
+					if ds[q].e.Partition == cur.Partition && ds[q].e.Offset == cur.Offset && incOf(ds[q].e) == incOf(cur) {
 						prev = &ds[q].e
 						break
 					}
@@ -471,7 +579,13 @@ func Check(es []history.Entry) *Report {
 			}
 			for _, x := range ds {
 				if x.e.Return+tolerance < p.firstCall+d {
-					r.violate("delay-early", "line %d: %s delivered %s %s after its first produce was sent, before its %s delay", x.line, t.Name, id, ms(x.e.Return-p.firstCall), ms(d))
+					// Early by the run's clock: legal only within what forward clock steps
+					// between the parent's stamp and this delivery explain.
+					if allow := clock.early(p.firstCall, p.landEnd, x.e.Return); x.e.Return+tolerance+allow < p.firstCall+d {
+						r.violate("delay-early", "line %d: %s delivered %s %s after its first produce was sent, before its %s delay (forward clock steps excuse %s)", x.line, t.Name, id, ms(x.e.Return-p.firstCall), ms(d), ms(allow))
+					} else {
+						r.earlyByClock(p.firstCall + d - x.e.Return)
+					}
 				}
 				if ts, ok := parentTS[id]; ok && x.e.Timestamp+2 < ts+t.DelayMs {
 					r.violate("delay-early", "line %d: %s copy of %s stamped %d, parent stamped %d: %d ms apart, delay %d ms", x.line, t.Name, id, x.e.Timestamp, ts, x.e.Timestamp-ts, t.DelayMs)
@@ -482,14 +596,10 @@ func Check(es []history.Entry) *Report {
 
 	// Markers: per partition, never backwards; high watermark past every 202'd offset;
 	// nothing deleted younger than the retention.
-	type pkey struct {
-		topic string
-		p     int32
-	}
 	samples := map[pkey][]history.Entry{}
 	for _, e := range es {
 		if e.Kind == history.KindStats {
-			k := pkey{e.Topic, e.Partition}
+			k := pkey{e.Topic, incOf(e), e.Partition}
 			samples[k] = append(samples[k], e)
 		}
 	}
@@ -517,17 +627,17 @@ func Check(es []history.Entry) *Report {
 			}
 			if seen {
 				if s.HighWatermark < hw.HighWatermark {
-					r.violate("high-watermark-backwards", "%s/%d: %d at %s after %d at %s", k.topic, k.p, s.HighWatermark, ms(s.Call), hw.HighWatermark, ms(hw.Return))
+					r.violate("high-watermark-backwards", "%s/%d: %d at %s after %d at %s", k.name(), k.p, s.HighWatermark, ms(s.Call), hw.HighWatermark, ms(hw.Return))
 				}
 				if s.Frontier < fr.Frontier {
-					r.violate("frontier-backwards", "%s/%d: %d at %s after %d at %s", k.topic, k.p, s.Frontier, ms(s.Call), fr.Frontier, ms(fr.Return))
+					r.violate("frontier-backwards", "%s/%d: %d at %s after %d at %s", k.name(), k.p, s.Frontier, ms(s.Call), fr.Frontier, ms(fr.Return))
 				}
 				if s.Oldest < old.Oldest {
-					r.violate("oldest-backwards", "%s/%d: %d at %s after %d at %s", k.topic, k.p, s.Oldest, ms(s.Call), old.Oldest, ms(old.Return))
+					r.violate("oldest-backwards", "%s/%d: %d at %s after %d at %s", k.name(), k.p, s.Oldest, ms(s.Call), old.Oldest, ms(old.Return))
 				}
 			}
 			if s.HighWatermark > s.Offset {
-				r.violate("high-watermark-past-log-end", "%s/%d: high watermark %d, next offset %d", k.topic, k.p, s.HighWatermark, s.Offset)
+				r.violate("high-watermark-past-log-end", "%s/%d: high watermark %d, next offset %d", k.name(), k.p, s.HighWatermark, s.Offset)
 			}
 		}
 		samples[k] = byCall
@@ -554,12 +664,19 @@ func Check(es []history.Entry) *Report {
 		ret := topics[topic].RetentionMs * int64(time.Millisecond)
 		for id, p := range m {
 			for _, c := range p.ok {
-				k := pkey{topic, c.partition}
+				if recreated[topic] != nil && c.inc == 0 {
+					continue // not pinned to one incarnation
+				}
+				k := pkey{topic, c.inc, c.partition}
 				if s, ok := firstAfter(k, p.okRet); ok && s.HighWatermark <= c.offset {
 					r.violate("202-not-below-high-watermark", "%s at %s answered 202 at %s; high watermark %d at %s", id, c, ms(p.okRet), s.HighWatermark, ms(s.Call))
 				}
 				if s, ok := deletedBy(k, c.offset); ok && s.Return+tolerance < p.firstCall+ret {
-					r.violate("retention-early", "%s at %s was deleted by %s, %s after its produce; retention %s", id, c, ms(s.Return), ms(s.Return-p.firstCall), ms(ret))
+					if allow := clock.early(p.firstCall, p.landEnd, s.Return); s.Return+tolerance+allow < p.firstCall+ret {
+						r.violate("retention-early", "%s at %s was deleted by %s, %s after its produce; retention %s (forward clock steps excuse %s)", id, c, ms(s.Return), ms(s.Return-p.firstCall), ms(ret), ms(allow))
+					} else {
+						r.earlyByClock(p.firstCall + ret - s.Return)
+					}
 				}
 			}
 		}
@@ -567,7 +684,7 @@ func Check(es []history.Entry) *Report {
 
 	// Lost: every 202'd message delivered in its topic and in every child of it.
 	deletedBelow := func(topic string, c copyKey) bool {
-		_, ok := deletedBy(pkey{topic, c.partition}, c.offset)
+		_, ok := deletedBy(pkey{topic, c.inc, c.partition}, c.offset)
 		return ok
 	}
 	for _, t := range run.Topics {
@@ -581,6 +698,10 @@ func Check(es []history.Entry) *Report {
 			}
 			if t.Parent == "" && len(p.ok) > 0 && deletedBelow(t.Name, p.ok[0]) {
 				r.AgedOut++
+				continue
+			}
+			if rec := recreated[t.Name]; rec != nil && droppedWith(rec, p.incs202) {
+				r.DroppedWithTopic++
 				continue
 			}
 			r.Lost[t.Name]++
@@ -603,17 +724,206 @@ func Check(es []history.Entry) *Report {
 	// Log order: one producer's single produces of one key land in its partition in order.
 	type order struct {
 		client, key string
+		inc         int64
 		p           int32
 	}
 	last := map[order]int64{}
 	for _, e := range es {
 		if e.Kind == history.KindOp && e.Op == history.OpProduce && e.Status == 202 && !e.Batch && e.Key != "" {
-			o := order{e.Client, e.Key, e.Partition}
+			var inc int64
+			if rec := recreated[e.Topic]; rec != nil {
+				if cands := rec.during(e.Call, e.Return); len(cands) == 1 {
+					inc = cands[0]
+				} else {
+					continue
+				}
+			}
+			o := order{e.Client, e.Key, inc, e.Partition}
 			if prev, ok := last[o]; ok && e.Offset <= prev && len(prods[e.Topic][e.Msg].ok) == 1 {
 				r.violate("log-order", "%s's %s (key %s) got offset %d after an earlier message got %d", e.Client, e.Msg, e.Key, e.Offset, prev)
 			}
 			last[o] = e.Offset
 		}
 	}
+
+	checkTimestamps(r, es, incOf)
+	checkIncarnations(r, es, recreated, topics, func(topic, id string) map[int64]bool {
+		if p := prods[topic][id]; p != nil {
+			return p.incs
+		}
+		return nil
+	})
 	return r
+}
+
+// pkey is one partition of one incarnation (0 for topics that are not recreated).
+type pkey struct {
+	topic string
+	inc   int64
+	p     int32
+}
+
+func (k pkey) name() string {
+	if k.inc != 0 {
+		return fmt.Sprintf("%s#%d", k.topic, k.inc)
+	}
+	return k.topic
+}
+
+func fmtOffset(ns int64) string {
+	if ns > 0 {
+		return "+" + time.Duration(ns).String()
+	}
+	return time.Duration(ns).String()
+}
+
+// droppedWith reports whether a 202'd message may be in an incarnation that was deleted:
+// deleting a topic drops its messages, so one never delivered is not lost.
+func droppedWith(rec *incSet, incs map[int64]bool) bool {
+	for inc := range incs {
+		if w := rec.byInc[inc]; w != nil && w.diedMin < never {
+			return true
+		}
+	}
+	return false
+}
+
+// checkTimestamps: a partition's records never go back in time — the timestamps of its
+// deliveries never decrease with the offset (the broker clamps a stamp to the
+// partition's last one, so neither a clock step across a restart nor anything else may
+// lower it), and one offset always shows one timestamp.
+func checkTimestamps(r *Report, es []history.Entry, incOf func(history.Entry) int64) {
+	type at struct {
+		ts   int64
+		line int
+	}
+	byPart := map[pkey]map[int64]at{}
+	for i, e := range es {
+		if e.Kind != history.KindOp || e.Op != history.OpConsume || e.Status != 200 || e.Msg == "" || e.Timestamp == 0 {
+			continue
+		}
+		k := pkey{e.Topic, incOf(e), e.Partition}
+		m := byPart[k]
+		if m == nil {
+			m = map[int64]at{}
+			byPart[k] = m
+		}
+		if prev, ok := m[e.Offset]; ok {
+			if prev.ts != e.Timestamp {
+				r.violate("timestamp-changed", "line %d: %s/%d@%d delivered stamped %d, line %d stamped %d", i+1, k.name(), k.p, e.Offset, e.Timestamp, prev.line, prev.ts)
+			}
+			continue
+		}
+		m[e.Offset] = at{e.Timestamp, i + 1}
+	}
+	keys := make([]pkey, 0, len(byPart))
+	for k := range byPart {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.topic != b.topic {
+			return a.topic < b.topic
+		}
+		if a.inc != b.inc {
+			return a.inc < b.inc
+		}
+		return a.p < b.p
+	})
+	for _, k := range keys {
+		m := byPart[k]
+		offs := make([]int64, 0, len(m))
+		for o := range m {
+			offs = append(offs, o)
+		}
+		sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+		for i := 1; i < len(offs); i++ {
+			a, b := m[offs[i-1]], m[offs[i]]
+			if b.ts < a.ts {
+				r.violate("timestamp-backwards", "%s/%d: offset %d (line %d) stamped %d, %d ms before offset %d (line %d) stamped %d",
+					k.name(), k.p, offs[i], b.line, b.ts, a.ts-b.ts, offs[i-1], a.line, a.ts)
+			}
+		}
+	}
+}
+
+// checkIncarnations: nothing of one incarnation of a recreated topic appears in another.
+//   - Every delivery's handle names an incarnation that may have existed during the
+//     consume, and one the message may have been written to (incs: by the times of its
+//     produce attempts; a produce racing a delete may be in either incarnation).
+//   - A settle (ack, renew, nack) with a handle of an incarnation surely deleted before
+//     it was sent never answers 204: it answers 404 or 410.
+//
+// A delivery whose handle does not decode fails the check: the incarnation could not be
+// told, and offsets repeat across incarnations.
+func checkIncarnations(r *Report, es []history.Entry, recreated map[string]*incSet, topics map[string]history.TopicInfo, incs func(topic, id string) map[int64]bool) {
+	// Topics that are not recreated keep one incarnation, across restarts too.
+	one := map[string]int64{}
+	for i, e := range es {
+		if recreated[e.Topic] != nil || e.Incarnation == 0 || (e.Kind != history.KindStats && (e.Kind != history.KindOp || e.Op != history.OpConsume)) {
+			continue
+		}
+		if prev, ok := one[e.Topic]; ok && prev != e.Incarnation {
+			r.violate("incarnation-changed", "line %d: %s shows incarnation %d, earlier %d, and was never deleted", i+1, e.Topic, e.Incarnation, prev)
+		}
+		one[e.Topic] = e.Incarnation
+	}
+	for i, e := range es {
+		rec := recreated[e.Topic]
+		if rec == nil || e.Kind != history.KindOp {
+			continue
+		}
+		h := e.Incarnation
+		switch e.Op {
+		case history.OpConsume:
+			if e.Status != 200 || e.Msg == "" {
+				continue
+			}
+			if h == 0 {
+				r.violate("handle-incarnation-unreadable", "line %d: %s delivered %s with a receipt handle whose incarnation cannot be read (%q)", i+1, e.Topic, e.Msg, e.Handle)
+				continue
+			}
+			w := rec.byInc[h]
+			switch {
+			case w == nil:
+				r.violate("delivery-from-unknown-incarnation", "line %d: %s delivered %s with a handle of incarnation %d, which no create or read of the topic showed", i+1, e.Topic, e.Msg, h)
+				continue
+			case w.bornMin > e.Return || w.diedSure < e.Call:
+				r.violate("delivery-from-dead-incarnation", "line %d: %s delivered %s from %s to %s with a handle of incarnation %d, which existed from %s at the earliest to %s at the latest",
+					i+1, e.Topic, e.Msg, ms(e.Call), ms(e.Return), h, ms(w.bornMin), msOrNever(w.diedSure))
+			}
+			in := incs(e.Topic, e.Msg)
+			if len(in) == 0 || in[h] {
+				continue // never produced here (counted as unexpected), or where it was written
+			}
+			var names []string
+			older := true
+			for c := range in {
+				names = append(names, fmt.Sprint(c))
+				older = older && c < h
+			}
+			sort.Strings(names)
+			kind := "incarnation-crossed"
+			if older {
+				kind = "old-incarnation-delivered"
+			}
+			r.violate(kind, "line %d: %s delivered %s (%s/%d@%d) under incarnation %d; its produce attempts could only have written it to incarnation %s",
+				i+1, e.Topic, e.Msg, e.Topic, e.Partition, e.Offset, h, strings.Join(names, " or "))
+		case history.OpAck, history.OpNack, history.OpExtend:
+			if e.Status != 204 || h == 0 {
+				continue
+			}
+			if w := rec.byInc[h]; w != nil && e.Call > w.diedSure {
+				r.violate("stale-handle-settled", "line %d: %s on %s with a handle of incarnation %d answered 204 at %s; that incarnation was deleted by %s",
+					i+1, e.Op, e.Topic, h, ms(e.Return), ms(w.diedSure))
+			}
+		}
+	}
+}
+
+func msOrNever(t int64) string {
+	if t >= never {
+		return "never"
+	}
+	return ms(t)
 }

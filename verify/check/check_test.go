@@ -91,3 +91,165 @@ func TestCheckerCases(t *testing.T) {
 		})
 	}
 }
+
+// op appends one operation line.
+func (x *h) op(e history.Entry) *h {
+	e.Kind = history.KindOp
+	if e.Return == 0 {
+		e.Return = e.Call + msec
+	}
+	x.es = append(x.es, e)
+	return x
+}
+
+func (x *h) clockStep(at, offset int64) *h {
+	x.es = append(x.es, history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: at, Return: at, ClockOffset: offset})
+	return x
+}
+
+// delayH is a parent orders with a delay child orders.later (1 s): message a produced at
+// 0, stamped 1000 in the parent, delivered and acked there; its copy is delivered at
+// copyAt, stamped copyTS.
+func delayH(copyAt, copyTS int64) *h {
+	x := newH()
+	x.es[0].Run.Topics = append(x.es[0].Run.Topics, history.TopicInfo{Name: "orders.later", Partitions: 1, VisibilityMs: 1000, RetentionMs: 1 << 40, Parent: "orders", DelayMs: 1000})
+	x.produce("a", 0, 0)
+	x.op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "a", Handle: "h1", Call: 10 * msec, Status: 200, Timestamp: 1000})
+	x.op(history.Entry{Op: history.OpAck, Topic: "orders", Msg: "a", Handle: "h1", Call: 20 * msec, Status: 204})
+	x.op(history.Entry{Op: history.OpConsume, Topic: "orders.later", Msg: "a", Handle: "c1", Call: copyAt, Status: 200, Timestamp: copyTS})
+	x.op(history.Entry{Op: history.OpAck, Topic: "orders.later", Msg: "a", Handle: "c1", Call: copyAt + 10*msec, Status: 204})
+	return x
+}
+
+// TestClockSteps: a delay copy may come early (by the run's clock) only by what a
+// forward clock step across a restart between the parent's stamp and the copy explains;
+// stamps never go back within a partition.
+func TestClockSteps(t *testing.T) {
+	s := int64(time.Second)
+	cases := []struct {
+		name string
+		h    *h
+		want string
+	}{
+		{"delay kept", delayH(1100*msec, 2100), ""},
+		{"delay early, no step", delayH(500*msec, 2100), "delay-early"},
+		{"delay early after a forward step", delayH(500*msec, 11000).kill(50*msec, 60*msec).clockStep(70*msec, 10*s), ""},
+		{"delay early after a backward step", delayH(500*msec, 2100).kill(50*msec, 60*msec).clockStep(70*msec, -10*s), "delay-early"},
+		{"delay early by more than the forward step", delayH(500*msec, 2100).kill(50*msec, 60*msec).clockStep(70*msec, 200*msec), "delay-early"},
+		{"stamped after a step back, copied after the step forward again", delayH(500*msec, 2100).clockStep(-100*msec, -s).kill(150*msec, 160*msec).clockStep(170*msec, 0), ""},
+		{"stamped before a step back and forward again", delayH(500*msec, 2100).kill(50*msec, 60*msec).clockStep(70*msec, -s).kill(150*msec, 160*msec).clockStep(170*msec, 0), "delay-early"},
+		{"forward step before the produce does not count", delayH(500*msec, 2100).clockStep(-s, 10*s), "delay-early"},
+		{"copy stamped before the parent's stamp plus the delay", delayH(1100*msec, 1500), "delay-early"},
+		{"timestamps back within a partition", newH().produce("a", 0, 0).produce("b", 1, msec).
+			op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "a", Offset: 0, Handle: "h1", Call: 10 * msec, Status: 200, Timestamp: 5000}).
+			op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "b", Offset: 1, Handle: "h2", Call: 10 * msec, Status: 200, Timestamp: 4000}), "timestamp-backwards"},
+		{"one offset, two stamps", newH().produce("a", 0, 0).
+			op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "a", Handle: "h1", Call: 10 * msec, Status: 200, Timestamp: 5000}).
+			kill(20*msec, 30*msec).
+			op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "a", Handle: "h2", Call: 40 * msec, Status: 200, Timestamp: 5001}), "timestamp-changed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := Check(c.h.es)
+			if c.want == "" && !r.OK() {
+				t.Fatalf("flagged a legal history: violations %v lost %v %v", r.Violations, r.Lost, r.Examples)
+			}
+			if c.want != "" && r.Violations[c.want] == 0 {
+				t.Fatalf("violations %v, want %s (%v)", r.Violations, c.want, r.Examples)
+			}
+		})
+	}
+}
+
+// recH is a recreated topic: incarnation 10 created at 0, deleted from 1 s to 1.01 s,
+// incarnation 20 created from 1.1 s to 1.11 s. Message a is written to incarnation 10
+// at offset 0 (100 ms), message b to incarnation 20 at offset 0 (1.2 s).
+func recH() *h {
+	x := &h{es: []history.Entry{
+		{Kind: history.KindRun, Run: &history.RunInfo{Seed: 1, Topics: []history.TopicInfo{{Name: "recycled", Partitions: 1, VisibilityMs: 1000, RetentionMs: 1 << 40, Recreated: true}}}},
+		{Kind: history.KindPhase, Detail: "drain", Call: 1e12},
+		{Kind: history.KindPhase, Detail: "done", Call: 1e12 + 1},
+	}}
+	return x.op(history.Entry{Op: history.OpCreateTopic, Topic: "recycled", Call: 0, Status: 201, Incarnation: 10}).
+		op(history.Entry{Op: history.OpProduce, Topic: "recycled", Msg: "a", Call: 100 * msec, Status: 202}).
+		op(history.Entry{Op: history.OpDeleteTopic, Topic: "recycled", Call: 1000 * msec, Return: 1010 * msec, Status: 204}).
+		op(history.Entry{Op: history.OpCreateTopic, Topic: "recycled", Call: 1100 * msec, Return: 1110 * msec, Status: 201, Incarnation: 20}).
+		op(history.Entry{Op: history.OpProduce, Topic: "recycled", Msg: "b", Call: 1200 * msec, Status: 202})
+}
+
+func (x *h) rdeliver(id string, inc int64, handle string, at int64) *h {
+	return x.op(history.Entry{Op: history.OpConsume, Topic: "recycled", Msg: id, Incarnation: inc, Handle: handle, Call: at, Status: 200, Timestamp: 1000})
+}
+
+func (x *h) rsettle(op string, inc int64, handle string, at int64, status int) *h {
+	return x.op(history.Entry{Op: op, Topic: "recycled", Incarnation: inc, Handle: handle, Call: at, Status: status})
+}
+
+// TestIncarnations: nothing of a deleted incarnation appears in the next one, old
+// handles never settle anything, and messages deleted with their topic are not lost.
+func TestIncarnations(t *testing.T) {
+	cases := []struct {
+		name    string
+		h       *h
+		want    string // a violation kind, "lost", or "" for a legal history
+		dropped int
+	}{
+		{"each in its own", recH().rdeliver("a", 10, "h1", 200*msec).rsettle(history.OpAck, 10, "h1", 210*msec, 204).
+			rdeliver("b", 20, "h2", 1300*msec).rsettle(history.OpAck, 20, "h2", 1310*msec, 204), "", 0},
+		{"a deleted with its incarnation", recH().rdeliver("b", 20, "h2", 1300*msec).rsettle(history.OpAck, 20, "h2", 1310*msec, 204), "", 1},
+		{"b never delivered", recH().rdeliver("a", 10, "h1", 200*msec).rsettle(history.OpAck, 10, "h1", 210*msec, 204), "lost", 0},
+		{"old message in the new incarnation", recH().rdeliver("a", 20, "h1", 1300*msec).rdeliver("b", 20, "h2", 1300*msec), "old-incarnation-delivered", 0},
+		{"new message from the dead incarnation", recH().rdeliver("b", 10, "h2", 1300*msec), "delivery-from-dead-incarnation", 1},
+		{"new message under the old incarnation's handle", recH().rdeliver("b", 10, "h2", 1300*msec), "incarnation-crossed", 1},
+		{"old handle acked: 410", recH().rdeliver("a", 10, "h1", 200*msec).rsettle(history.OpAck, 10, "h1", 1500*msec, 410).
+			rdeliver("b", 20, "h2", 1300*msec).rsettle(history.OpAck, 20, "h2", 1310*msec, 204), "", 0},
+		{"old handle acked between delete and create: 404", recH().rdeliver("a", 10, "h1", 200*msec).rsettle(history.OpAck, 10, "h1", 1050*msec, 404).
+			rdeliver("b", 20, "h2", 1300*msec).rsettle(history.OpAck, 20, "h2", 1310*msec, 204), "", 0},
+		{"old handle acked: 204", recH().rdeliver("a", 10, "h1", 200*msec).rsettle(history.OpAck, 10, "h1", 1500*msec, 204).
+			rdeliver("b", 20, "h2", 1300*msec), "stale-handle-settled", 0},
+		{"old handle renewed: 204", recH().rdeliver("a", 10, "h1", 200*msec).rsettle(history.OpExtend, 10, "h1", 1500*msec, 204).
+			rdeliver("b", 20, "h2", 1300*msec), "stale-handle-settled", 0},
+		{"404 while no topic", recH().op(history.Entry{Op: history.OpProduce, Topic: "recycled", Msg: "c", Call: 1050 * msec, Status: 404}).
+			rdeliver("a", 10, "h1", 200*msec).rdeliver("b", 20, "h2", 1300*msec), "", 0},
+		{"404 while the topic surely exists", recH().op(history.Entry{Op: history.OpProduce, Topic: "recycled", Msg: "c", Call: 1500 * msec, Status: 404}).
+			rdeliver("a", 10, "h1", 200*msec).rdeliver("b", 20, "h2", 1300*msec), "404-while-topic-exists", 0},
+		{"a produce racing the delete may be in either", recH().op(history.Entry{Op: history.OpProduce, Topic: "recycled", Msg: "r", Offset: 1, Call: 900 * msec, Return: 1150 * msec, Status: 202}).
+			rdeliver("a", 10, "h1", 200*msec).rdeliver("b", 20, "h2", 1300*msec).
+			op(history.Entry{Op: history.OpConsume, Topic: "recycled", Msg: "r", Offset: 1, Incarnation: 20, Handle: "h3", Call: 1300 * msec, Status: 200, Timestamp: 1000}), "", 0},
+		{"a produce started after the create returned is pinned", recH().op(history.Entry{Op: history.OpProduce, Topic: "recycled", Msg: "r", Offset: 1, Call: 1120 * msec, Status: 202}).
+			rdeliver("a", 10, "h1", 200*msec).rdeliver("b", 20, "h2", 1300*msec).
+			op(history.Entry{Op: history.OpConsume, Topic: "recycled", Msg: "r", Offset: 1, Incarnation: 10, Handle: "h3", Call: 1300 * msec, Status: 200, Timestamp: 1000}), "incarnation-crossed", 0},
+		{"an unanswered create, then 409: the read names the incarnation", func() *h {
+			x := recH()
+			x.es = x.es[:len(x.es)-2] // no create of 20, no b
+			return x.op(history.Entry{Op: history.OpCreateTopic, Topic: "recycled", Call: 1100 * msec, Return: 1150 * msec, Status: 0}).
+				op(history.Entry{Op: history.OpCreateTopic, Topic: "recycled", Call: 1300 * msec, Status: 409}).
+				op(history.Entry{Kind: history.KindStats, Topic: "recycled", Call: 1400 * msec, Status: 200, Incarnation: 20}).
+				op(history.Entry{Op: history.OpProduce, Topic: "recycled", Msg: "b", Call: 1500 * msec, Status: 202}).
+				rdeliver("b", 20, "h2", 1600*msec)
+		}(), "", 1},
+		{"an unreadable handle", recH().rdeliver("a", 0, "h1", 200*msec).rdeliver("b", 20, "h2", 1300*msec), "handle-incarnation-unreadable", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The stats case appended a KindStats through op; restore its kind.
+			for i := range c.h.es {
+				if c.h.es[i].Incarnation != 0 && c.h.es[i].Op == "" && c.h.es[i].Kind == history.KindOp {
+					c.h.es[i].Kind = history.KindStats
+				}
+			}
+			r := Check(c.h.es)
+			switch {
+			case c.want == "" && !r.OK():
+				t.Fatalf("flagged a legal history: violations %v lost %v %v", r.Violations, r.Lost, r.Examples)
+			case c.want == "lost" && r.Lost["recycled"] != 1:
+				t.Fatalf("lost %v, want recycled 1 (%v)", r.Lost, r.Examples)
+			case c.want != "" && c.want != "lost" && r.Violations[c.want] == 0:
+				t.Fatalf("violations %v, want %s (%v)", r.Violations, c.want, r.Examples)
+			}
+			if r.DroppedWithTopic != c.dropped {
+				t.Fatalf("dropped with a deleted incarnation: %d, want %d", r.DroppedWithTopic, c.dropped)
+			}
+		})
+	}
+}

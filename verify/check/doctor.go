@@ -15,7 +15,14 @@ import (
 //     after the end of the history's last fault (outside every kill window);
 //   - lost: every delivery of one 202'd parent message is removed, with its settles;
 //   - live-lease: a message is delivered to a second consumer 1 ms after the first
-//     delivery returned, under the first one's live lease.
+//     delivery returned, under the first one's live lease;
+//   - delay-early: a delay child delivers a copy half its delay after the parent
+//     message's produce, with no clock step in between;
+//   - timestamp-backwards: the newest delivered offset of a partition of orders is
+//     stamped a second before the offset below it;
+//   - old-incarnation: a message of the recreated topic, written to an incarnation that
+//     was then deleted, is delivered again under the next incarnation's handle;
+//   - stale-ack: an ack with a handle of a deleted incarnation answers 204, not 404/410.
 func Doctor(es []history.Entry, kind string) ([]history.Entry, string, error) {
 	out := append([]history.Entry(nil), es...)
 	lastFault, end := int64(0), int64(0)
@@ -76,8 +83,195 @@ func Doctor(es []history.Entry, kind string) ([]history.Entry, string, error) {
 			out = append(out, d)
 			return out, fmt.Sprintf("%s (orders/%d@%d) delivered again 1 ms after its delivery at %s", e.Msg, e.Partition, e.Offset, ms(e.Return)), nil
 		}
+	case "delay-early":
+		return doctorDelayEarly(es, out)
+	case "timestamp-backwards":
+		return doctorTimestamp(es, out)
+	case "old-incarnation":
+		return doctorOldIncarnation(es, out)
+	case "stale-ack":
+		return doctorStaleAck(es, out)
 	default:
 		return nil, "", fmt.Errorf("unknown kind %q", kind)
 	}
 	return nil, "", fmt.Errorf("the history has nothing to doctor for %s", kind)
+}
+
+// DoctorKinds lists the kinds Doctor knows and the violation each must raise ("" for
+// lost: the message is counted lost).
+var DoctorKinds = map[string]string{
+	"acked-redelivery":    "acked-redelivered",
+	"lost":                "",
+	"live-lease":          "delivered-under-live-lease",
+	"delay-early":         "delay-early",
+	"timestamp-backwards": "timestamp-backwards",
+	"old-incarnation":     "old-incarnation-delivered",
+	"stale-ack":           "stale-handle-settled",
+}
+
+var errNothing = fmt.Errorf("the history has nothing to doctor for this kind")
+
+func runInfo(es []history.Entry) history.RunInfo {
+	for _, e := range es {
+		if e.Kind == history.KindRun && e.Run != nil {
+			return *e.Run
+		}
+	}
+	return history.RunInfo{}
+}
+
+func clockOf(es []history.Entry) clockTimeline {
+	var c clockTimeline
+	for _, e := range es {
+		if e.Kind == history.KindFault && e.Fault == history.FaultClock {
+			c = append(c, clockLine{e.Call, e.ClockOffset})
+		}
+	}
+	sort.SliceStable(c, func(i, j int) bool { return c[i].at < c[j].at })
+	return c
+}
+
+func doctorDelayEarly(es, out []history.Entry) ([]history.Entry, string, error) {
+	var child history.TopicInfo
+	for _, t := range runInfo(es).Topics {
+		if t.DelayMs > 0 {
+			child = t
+		}
+	}
+	if child.Name == "" {
+		return nil, "", errNothing
+	}
+	d := child.DelayMs * int64(time.Millisecond)
+	clock := clockOf(es)
+	attempts := map[string]int{}
+	maxTS := int64(0)
+	for _, e := range es {
+		if e.Kind == history.KindOp && e.Op == history.OpProduce && e.Topic == child.Parent {
+			attempts[e.Msg]++
+		}
+		if e.Kind == history.KindOp && e.Op == history.OpConsume && e.Topic == child.Name && e.Partition == 0 {
+			maxTS = max(maxTS, e.Timestamp)
+		}
+	}
+	for _, e := range es {
+		if e.Kind != history.KindOp || e.Op != history.OpProduce || e.Topic != child.Parent || e.Status != 202 || attempts[e.Msg] != 1 {
+			continue
+		}
+		if lo, hi := clock.span(e.Call, e.Call+d); lo != hi {
+			continue // a clock step nearby would excuse an early copy
+		}
+		x := history.Entry{Kind: history.KindOp, Client: "doctor", Op: history.OpConsume, Topic: child.Name, Partition: 0, Offset: 1 << 40,
+			Msg: e.Msg, Status: 200, Handle: "doctored", Call: e.Call + d/2, Timestamp: maxTS + 1}
+		x.Return = x.Call + int64(time.Millisecond)
+		return append(out, x), fmt.Sprintf("%s's copy in %s delivered %s after its produce, before its %s delay", e.Msg, child.Name, ms(d/2), ms(d)), nil
+	}
+	return nil, "", errNothing
+}
+
+func doctorTimestamp(es, out []history.Entry) ([]history.Entry, string, error) {
+	ts := map[int64]int64{}
+	for _, e := range es {
+		if e.Kind == history.KindOp && e.Op == history.OpConsume && e.Status == 200 && e.Topic == "orders" && e.Partition == 0 && e.Msg != "" {
+			ts[e.Offset] = e.Timestamp
+		}
+	}
+	top, below := int64(-1), int64(-1)
+	for o := range ts {
+		if o > top {
+			top = o
+		}
+	}
+	for o := range ts {
+		if o < top && o > below {
+			below = o
+		}
+	}
+	if below < 0 {
+		return nil, "", errNothing
+	}
+	stamp := ts[below] - 1000
+	for i, e := range out {
+		if e.Kind == history.KindOp && e.Op == history.OpConsume && e.Status == 200 && e.Topic == "orders" && e.Partition == 0 && e.Offset == top {
+			out[i].Timestamp = stamp
+		}
+	}
+	return out, fmt.Sprintf("orders/0@%d restamped %d, a second before orders/0@%d (%d)", top, stamp, below, ts[below]), nil
+}
+
+// recreatedTopic returns the history's recreated topic and its incarnations.
+func recreatedTopic(es []history.Entry) (string, *incSet) {
+	for _, t := range runInfo(es).Topics {
+		if t.Recreated {
+			return t.Name, buildIncarnations(es, t.Name)
+		}
+	}
+	return "", nil
+}
+
+func doctorOldIncarnation(es, out []history.Entry) ([]history.Entry, string, error) {
+	topic, rec := recreatedTopic(es)
+	if rec == nil {
+		return nil, "", errNothing
+	}
+	var ks kills
+	for _, e := range es {
+		if e.Kind == history.KindFault && (e.Fault == history.FaultKill || e.Fault == history.FaultFailpointKill || e.Fault == history.FaultCrash) {
+			ks = append(ks, [2]int64{e.Call, e.Return})
+		}
+	}
+	// Where each message may have been written, as Check works it out.
+	incs := map[string]map[int64]bool{}
+	for _, e := range es {
+		if e.Kind != history.KindOp || e.Op != history.OpProduce || e.Topic != topic || !(e.Status == 0 || e.Status == 202 || e.Status >= 500) {
+			continue
+		}
+		end := e.Return
+		if e.Status != 202 {
+			end = ks.nextEnd(e.Return)
+		}
+		if incs[e.Msg] == nil {
+			incs[e.Msg] = map[int64]bool{}
+		}
+		for _, c := range rec.during(e.Call, end) {
+			incs[e.Msg][c] = true
+		}
+	}
+	for _, e := range es {
+		if e.Kind != history.KindOp || e.Op != history.OpConsume || e.Topic != topic || e.Status != 200 || len(incs[e.Msg]) != 1 || !incs[e.Msg][e.Incarnation] {
+			continue
+		}
+		w := rec.byInc[e.Incarnation]
+		if w == nil || w.diedSure >= never {
+			continue
+		}
+		for _, next := range rec.wins {
+			if next.inc <= w.inc || next.bornSure+int64(time.Millisecond) >= next.diedMin {
+				continue
+			}
+			x := e
+			x.Client, x.Handle, x.Incarnation, x.Offset = "doctor", "doctored", next.inc, e.Offset+1<<40
+			x.Call = next.bornSure + 1
+			x.Return = x.Call + int64(time.Millisecond)/2
+			return append(out, x), fmt.Sprintf("%s, written to %s incarnation %d (deleted by %s), delivered again at %s under incarnation %d",
+				e.Msg, topic, w.inc, ms(w.diedSure), ms(x.Call), next.inc), nil
+		}
+	}
+	return nil, "", errNothing
+}
+
+func doctorStaleAck(es, out []history.Entry) ([]history.Entry, string, error) {
+	topic, rec := recreatedTopic(es)
+	if rec == nil {
+		return nil, "", errNothing
+	}
+	for i, e := range es {
+		if e.Kind != history.KindOp || e.Op != history.OpAck || e.Topic != topic || (e.Status != 404 && e.Status != 410) {
+			continue
+		}
+		if w := rec.byInc[e.Incarnation]; w != nil && e.Call > w.diedSure {
+			out[i].Status, out[i].Code, out[i].Err = 204, "", ""
+			return out, fmt.Sprintf("line %d: an ack with a handle of %s incarnation %d (deleted by %s) answered 204 instead of %d", i+1, topic, w.inc, ms(w.diedSure), e.Status), nil
+		}
+	}
+	return nil, "", errNothing
 }

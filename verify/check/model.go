@@ -221,3 +221,14 @@ func dedupe(ss []copyState) []copyState {
 	}
 	return out
 }
+
+// nextEnd returns the end of the first kill window that ends at or after t (never: none).
+func (k kills) nextEnd(t int64) int64 {
+	end := never
+	for _, w := range k {
+		if w[1] >= t && w[1] < end {
+			end = w[1]
+		}
+	}
+	return end
+}

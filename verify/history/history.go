@@ -31,6 +31,11 @@ const (
 	OpNack    = "nack"    // extend=0: hand back now
 	OpExtend  = "extend"  // extend=true: renew the lease
 	OpAdmin   = "admin"   // create topic, attach child, ...
+	// OpCreateTopic and OpDeleteTopic are the creates and deletes of a topic the workload
+	// deletes and recreates under load (TopicInfo.Recreated); a 201 records the
+	// incarnation the broker reports.
+	OpCreateTopic = "create-topic"
+	OpDeleteTopic = "delete-topic"
 )
 
 // Faults.
@@ -42,6 +47,10 @@ const (
 	FaultDisk          = "disk"           // an injected EIO/ENOSPC or a slow fsync
 	FaultRestart       = "restart"        // a node start; End is when it was ready
 	FaultCrash         = "crash"          // the node exited with nothing armed: a broker bug
+	// FaultClock: the node restarts with its wall clock stepped (NARAD_CLOCK_OFFSET).
+	// ClockOffset is the offset every node start from Call on runs with, until the next
+	// clock entry; Detail names the step. Before the first one the offset is zero.
+	FaultClock = "clock"
 )
 
 // Entry is one line. Unused fields are left out.
@@ -77,7 +86,13 @@ type Entry struct {
 	Oldest        int64 `json:"oldest,omitempty"`
 	Backlog       int64 `json:"backlog,omitempty"`
 	InFlight      int64 `json:"in_flight,omitempty"`
-	Incarnation   int64 `json:"incarnation,omitempty"`
+	// Incarnation: on a stats sample and a create-topic 201, the topic's incarnation as
+	// the broker reports it; on a delivery and a settle, the one its receipt handle names
+	// (0: unknown).
+	Incarnation int64 `json:"incarnation,omitempty"`
+
+	// ClockOffset (nanoseconds) is the wall-clock shift of a clock fault.
+	ClockOffset int64 `json:"clock_offset_ns,omitempty"`
 
 	// Run fields (first line only).
 	Run *RunInfo `json:"run,omitempty"`
@@ -99,6 +114,9 @@ type TopicInfo struct {
 	RetentionMs  int64  `json:"retention_ms"`
 	Parent       string `json:"parent,omitempty"`
 	DelayMs      int64  `json:"fanout_delay_ms,omitempty"`
+	// Recreated: the workload deletes and recreates this topic under load, so offsets
+	// start again in each incarnation and the checker keys everything by incarnation.
+	Recreated bool `json:"recreated,omitempty"`
 }
 
 // Clock is the run's monotonic clock.

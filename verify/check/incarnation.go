@@ -1,0 +1,163 @@
+package check
+
+import (
+	"sort"
+
+	"github.com/narad-mq/narad/verify/history"
+)
+
+// never is a time after every history.
+const never = int64(1) << 62
+
+// A topic the workload deletes and recreates (history.TopicInfo.Recreated) lives as a
+// series of incarnations. Only the workload's recycler creates and deletes it, one call
+// at a time, so each incarnation's life can be bounded from the history alone:
+//
+//   - it was seen: a 201 naming it, or a stats sample (GET /v1/topics/{t}) showing it,
+//     proves it existed at some moment of that call; the first such answer is bornSure;
+//   - it was made by a create attempt that started by then and ended after the previous
+//     incarnation may have begun to die: the earliest such call is bornMin;
+//   - a delete that took effect after it was last seen ended it; the earliest call of a
+//     delete attempt still running when the last sight of it began is diedMin (never:
+//     it was not deleted);
+//   - a delete answered 204 or 404 that started after it was seen, or a sight of a newer
+//     incarnation, proves it gone: the earliest such answer is diedSure.
+//
+// So it surely existed during [bornSure, diedMin] and may have existed during
+// [bornMin, diedSure]; everything else follows from that.
+type incWin struct {
+	inc               int64
+	bornMin, bornSure int64
+	diedMin, diedSure int64
+	lastSeenCall      int64 // the latest call of an answer that showed it
+}
+
+// incSet is one recreated topic's incarnations, by incarnation (which the broker makes
+// increasing: it is the index of the metadata command that created the topic).
+type incSet struct {
+	wins  []*incWin
+	byInc map[int64]*incWin
+}
+
+func buildIncarnations(es []history.Entry, topic string) *incSet {
+	type call struct {
+		call, ret int64
+		status    int
+	}
+	var creates, deletes []call
+	seen := map[int64]*incWin{}
+	saw := func(inc, c, r int64) {
+		if inc == 0 {
+			return
+		}
+		w := seen[inc]
+		if w == nil {
+			w = &incWin{inc: inc, bornSure: r, lastSeenCall: c}
+			seen[inc] = w
+		}
+		w.bornSure, w.lastSeenCall = min(w.bornSure, r), max(w.lastSeenCall, c)
+	}
+	for _, e := range es {
+		if e.Topic != topic {
+			continue
+		}
+		switch {
+		case e.Kind == history.KindOp && e.Op == history.OpCreateTopic:
+			creates = append(creates, call{e.Call, e.Return, e.Status})
+			if e.Status == 201 {
+				saw(e.Incarnation, e.Call, e.Return)
+			}
+		case e.Kind == history.KindOp && e.Op == history.OpDeleteTopic:
+			deletes = append(deletes, call{e.Call, e.Return, e.Status})
+		case e.Kind == history.KindStats && e.Status == 200:
+			saw(e.Incarnation, e.Call, e.Return)
+		}
+	}
+	s := &incSet{byInc: seen}
+	for _, w := range seen {
+		s.wins = append(s.wins, w)
+	}
+	sort.Slice(s.wins, func(i, j int) bool { return s.wins[i].inc < s.wins[j].inc })
+	prevDiedMin := int64(-1) << 62
+	for i, w := range s.wins {
+		w.bornMin = w.bornSure
+		for _, c := range creates {
+			if c.call <= w.bornSure && c.ret >= prevDiedMin && c.call < w.bornMin {
+				w.bornMin = c.call
+			}
+		}
+		w.diedMin, w.diedSure = never, never
+		for _, d := range deletes {
+			if d.ret >= w.lastSeenCall && d.call < w.diedMin {
+				w.diedMin = d.call
+			}
+			if (d.status == 204 || d.status == 404) && d.call >= w.bornSure && d.ret < w.diedSure {
+				w.diedSure = d.ret
+			}
+		}
+		for _, later := range s.wins[i+1:] {
+			if later.bornSure < w.diedSure {
+				w.diedSure = later.bornSure
+			}
+		}
+		prevDiedMin = w.diedMin
+	}
+	return s
+}
+
+// during returns the incarnations that may have existed at some moment of [a, b].
+func (s *incSet) during(a, b int64) []int64 {
+	var out []int64
+	for _, w := range s.wins {
+		if w.bornMin <= b && w.diedSure >= a {
+			out = append(out, w.inc)
+		}
+	}
+	return out
+}
+
+// surely reports whether one incarnation surely existed all through [a, b].
+func (s *incSet) surely(a, b int64) bool {
+	for _, w := range s.wins {
+		if w.bornSure <= a && w.diedMin >= b {
+			return true
+		}
+	}
+	return false
+}
+
+// clockLine is a clock fault: from at on, nodes start with the wall clock shifted by off.
+type clockLine struct{ at, off int64 }
+
+// clockTimeline is the history's clock faults in time order; before the first the
+// offset is zero. A restart's clock line is written before that node starts, after the
+// previous node died, so every node process ran with the offset in effect at its start.
+type clockTimeline []clockLine
+
+// span returns the lowest and highest offset any node ran with during [a, b].
+func (c clockTimeline) span(a, b int64) (lo, hi int64) {
+	cur := int64(0)
+	i := 0
+	for ; i < len(c) && c[i].at <= a; i++ {
+		cur = c[i].off
+	}
+	lo, hi = cur, cur
+	for ; i < len(c) && c[i].at <= b; i++ {
+		lo, hi = min(lo, c[i].off), max(hi, c[i].off)
+	}
+	return lo, hi
+}
+
+// early is how much earlier than by the run's own clock a node may see a message reach
+// an age (its delay, its retention), when the message was stamped during
+// [stampFrom, stampTo] and the node acted on it by effectTo. The broker stamps a record
+// with its wall clock (never below the partition's last stamp) and compares the stamp
+// with its wall clock when it acts; a node whose clock is S ahead of the one that stamped
+// the record sees it S older. That happens only when the offset went up between the
+// two, by a forward step across a restart — indistinguishable from the node having been
+// down that long. With backward steps or none, early is 0.
+func (c clockTimeline) early(stampFrom, stampTo, effectTo int64) int64 {
+	lo, _ := c.span(stampFrom, stampTo)
+	_, hi := c.span(stampFrom, effectTo)
+	return max(0, hi-lo)
+}
