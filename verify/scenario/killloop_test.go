@@ -28,8 +28,10 @@ func seed(t *testing.T) int64 {
 
 // TestKillLoop is the make-test tier: at least 20 kills, half of them at failpoints,
 // over at least 5,000 parent messages with a fan-out child and a delay child, SIGSTOP
-// pauses and torn tails; the checker must find nothing. Then it doctors its own history
-// three ways and requires the checker to flag each, so the check can fail.
+// pauses and torn tails, restarts with the wall clock stepped back and forward, and a
+// topic deleted and recreated under load; the checker must find nothing. Then it doctors
+// its own history every way check.Doctor knows and requires the checker to flag each, so
+// the check can fail.
 func TestKillLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the kill loop takes about a minute and a half")
@@ -42,9 +44,9 @@ func TestKillLoop(t *testing.T) {
 		Keep: true, // removed below when the test passes
 		Log:  t.Logf,
 		Workload: workload.Config{
-			Seed: s, Messages: 6000, LoadDuration: 50 * time.Second, RetentionMs: 1000,
+			Seed: s, Messages: 6000, LoadDuration: 50 * time.Second, RetentionMs: 1000, RecreateEvery: 4 * time.Second,
 			Faults: workload.FaultConfig{Kills: 20, MinFailpointKills: 10, FailpointShare: 0.5, Pauses: true, Corrupt: true,
-				MinGap: 400 * time.Millisecond, MaxGap: 2 * time.Second},
+				ClockShare: 0.25, MinClockSteps: 2, MinGap: 400 * time.Millisecond, MaxGap: 2 * time.Second},
 		},
 	})
 	var b bytes.Buffer
@@ -60,12 +62,19 @@ func TestKillLoop(t *testing.T) {
 	if n := res.Report.MessagesByTopic[workload.Parent]; n < 5000 {
 		t.Fatalf("only %d parent messages", n)
 	}
+	// Steps alternate backward and forward, so two are one of each.
+	if n := st.Faults["clock"]; n < 2 {
+		t.Fatalf("only %d clock steps", n)
+	}
+	if st.Recreated < 3 || res.Report.Incarnations[workload.Recycled] < 4 {
+		t.Fatalf("%s recreated only %d times (%d incarnations seen)", workload.Recycled, st.Recreated, res.Report.Incarnations[workload.Recycled])
+	}
 
 	es, err := history.Read(filepath.Join(res.Dir, "history.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for kind, want := range map[string]string{"acked-redelivery": "acked-redelivered", "lost": "", "live-lease": "delivered-under-live-lease"} {
+	for kind, want := range check.DoctorKinds {
 		doctored, what, err := check.Doctor(es, kind)
 		if err != nil {
 			t.Fatalf("doctor %s: %v", kind, err)

@@ -125,7 +125,8 @@ func Run(ctx context.Context, cfg Config) *Result {
 	}
 	rec.Add(history.Entry{Kind: history.KindRun, Run: &history.RunInfo{
 		Seed: cfg.Workload.Seed, WallStart: clk.Start().UnixNano(), Topics: cfg.Workload.Topics(),
-		Settings: map[string]any{"messages": cfg.Workload.Messages, "kills": cfg.Workload.Faults.Kills, "args": args},
+		Settings: map[string]any{"messages": cfg.Workload.Messages, "kills": cfg.Workload.Faults.Kills, "args": args,
+			"clock_share": cfg.Workload.Faults.ClockShare, "recreate_every": cfg.Workload.RecreateEvery.String()},
 	}})
 	t0 := clk.Now()
 	if err := n.Start(cfg.Workload.Faults.Env...); err == nil {

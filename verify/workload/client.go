@@ -3,8 +3,11 @@ package workload
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -196,9 +199,30 @@ type delivery struct {
 	handle    string
 }
 
+// handleIncarnation returns the topic incarnation a receipt handle names, or 0 when the
+// handle does not decode. Clients treat handles as opaque; the spec says a handle names
+// the incarnation, and the layout read here is version 1 of
+// broker/internal/queue/handle.go (version byte, incarnation, partition, offset, nonce,
+// CRC-32C; big-endian; unpadded URL-safe base64), which verify cannot import. The checker
+// uses it to key a recreated topic's messages by incarnation and to see an old message
+// delivered under a new incarnation's handle.
+func handleIncarnation(h string) int64 {
+	b, err := base64.RawURLEncoding.DecodeString(h)
+	if err != nil || len(b) != 37 || b[0] != 1 {
+		return 0
+	}
+	if binary.BigEndian.Uint32(b[33:]) != crc32.Checksum(b[:33], castagnoli) {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(b[1:9]))
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 func (c *client) deliveryEntry(topic string, r result, m message, batch bool) (history.Entry, delivery) {
 	e := c.opEntry(history.OpConsume, topic, r)
 	e.Partition, e.Offset, e.Handle, e.Attempt, e.Timestamp, e.Batch = m.Partition, m.Offset, m.Handle, m.Attempt, m.Timestamp, batch
+	e.Incarnation = handleIncarnation(m.Handle)
 	if m.Key != nil {
 		e.Key = *m.Key
 	}
@@ -270,6 +294,7 @@ func (c *client) settle(ctx context.Context, d delivery, op string) result {
 	r := c.do(ctx, http.MethodPost, "/v1/topics/"+d.topic+"/ack", q, nil, "", opTimeout)
 	e := c.opEntry(op, d.topic, r)
 	e.Partition, e.Offset, e.Msg, e.Handle = d.partition, d.offset, d.id, d.handle
+	e.Incarnation = handleIncarnation(d.handle)
 	c.rec.Add(e)
 	return r
 }
@@ -297,6 +322,7 @@ func (c *client) ackBatch(ctx context.Context, topic string, ds []delivery) resu
 	for i, d := range ds {
 		e := c.opEntry(history.OpAck, topic, r)
 		e.Partition, e.Offset, e.Msg, e.Handle, e.Batch = d.partition, d.offset, d.id, d.handle, true
+		e.Incarnation = handleIncarnation(d.handle)
 		if ok {
 			e.Status, e.Code, e.Err = res.Results[i].Status, "", ""
 			if res.Results[i].Error != nil {
@@ -324,16 +350,23 @@ type PartitionStats struct {
 
 // stats reads a topic's partition markers and records them.
 func (c *client) stats(ctx context.Context, topic string) ([]PartitionStats, bool) {
+	st, _, r := c.topicInfo(ctx, topic)
+	return st, r.status == http.StatusOK && st != nil
+}
+
+// topicInfo reads a topic (its markers are recorded as stats lines) and returns its
+// incarnation.
+func (c *client) topicInfo(ctx context.Context, topic string) ([]PartitionStats, int64, result) {
 	r := c.do(ctx, http.MethodGet, "/v1/topics/"+topic, nil, nil, "", opTimeout)
 	if r.status != http.StatusOK {
-		return nil, false
+		return nil, 0, r
 	}
 	var t struct {
 		Incarnation string           `json:"incarnation"`
 		Stats       []PartitionStats `json:"partition_stats"`
 	}
 	if json.Unmarshal(r.body, &t) != nil {
-		return nil, false
+		return nil, 0, r
 	}
 	inc, _ := strconv.ParseInt(t.Incarnation, 10, 64)
 	for _, s := range t.Stats {
@@ -341,7 +374,38 @@ func (c *client) stats(ctx context.Context, topic string) ([]PartitionStats, boo
 			Call: r.call, Return: r.ret, Status: r.status, HighWatermark: s.HighWatermark, Frontier: s.Frontier,
 			Oldest: s.Oldest, Backlog: s.Backlog, InFlight: s.InFlight, Incarnation: inc, Offset: s.Next})
 	}
-	return t.Stats, true
+	return t.Stats, inc, r
+}
+
+// createTopic creates a topic of the workload (body as POST /v1/topics takes it) and
+// records the attempt with the incarnation a 201 reports.
+func (c *client) createTopic(ctx context.Context, body map[string]any) (int64, result) {
+	b, _ := json.Marshal(body)
+	r := c.do(ctx, http.MethodPost, "/v1/topics", nil, b, "application/json", opTimeout)
+	name, _ := body["name"].(string)
+	e := c.opEntry(history.OpCreateTopic, name, r)
+	var inc int64
+	if r.status == http.StatusCreated {
+		var t struct {
+			Incarnation string `json:"incarnation"`
+		}
+		if err := json.Unmarshal(r.body, &t); err == nil {
+			inc, _ = strconv.ParseInt(t.Incarnation, 10, 64)
+		}
+		if inc == 0 {
+			e.Err = "201 without a readable incarnation: " + truncate(string(r.body), 200)
+		}
+		e.Incarnation = inc
+	}
+	c.rec.Add(e)
+	return inc, r
+}
+
+// deleteTopic deletes a topic and records the attempt.
+func (c *client) deleteTopic(ctx context.Context, name string) result {
+	r := c.do(ctx, http.MethodDelete, "/v1/topics/"+name, nil, nil, "", opTimeout)
+	c.rec.Add(c.opEntry(history.OpDeleteTopic, name, r))
+	return r
 }
 
 // childLag returns the summed fan-out lag of parent's children.

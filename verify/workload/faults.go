@@ -34,9 +34,20 @@ type FaultConfig struct {
 	MinGap, MaxGap time.Duration
 	// Duration keeps faults coming at least this long.
 	Duration time.Duration
+	// ClockShare of the restarts step the node's wall clock (NARAD_CLOCK_OFFSET, read by
+	// a failpoints build): backward and forward in turn, by 1 s, 10 s or 1 h, on top of
+	// the offset the node ran with before, staying within ±1 h. The drain's node runs
+	// with the highest offset any node had, so every delayed copy comes due.
+	ClockShare float64
+	// MinClockSteps: every third restart steps the clock until this many steps happened.
+	MinClockSteps int
 	// Env is extra environment for every start (besides NARAD_FAILPOINTS).
 	Env []string
 }
+
+// ClockEnvVar shifts the wall clock a failpoints build of narad reads at start (it
+// mirrors broker/internal/failpoint.ClockEnvVar).
+const ClockEnvVar = "NARAD_CLOCK_OFFSET"
 
 type injector struct {
 	w     *run
@@ -49,6 +60,11 @@ type injector struct {
 	action  string
 	kills   int
 	fpKills int
+
+	clockCur   time.Duration // the running node's wall-clock offset
+	clockHigh  time.Duration // the highest offset any node ran with
+	clockSteps int
+	restarts   int
 }
 
 type armSpec struct {
@@ -278,11 +294,67 @@ func (in *injector) awaitDisk(ctx context.Context, limit time.Duration) {
 	}
 }
 
+// maxClockOffset bounds the offset: the node's clock is never more than this off the
+// machine's (RELIABILITY 25: jumps of ±1 h).
+const maxClockOffset = time.Hour
+
+// clockStep picks the next step of the wall clock: backward first, then forward, in
+// turn, by 1 s, 10 s or 1 h, the other way when the offset would leave ±1 h.
+func (in *injector) clockStep() time.Duration {
+	mags := []time.Duration{time.Second, 10 * time.Second, 10 * time.Second, time.Hour}
+	m := mags[in.rng.Intn(len(mags))]
+	in.clockSteps++
+	if in.clockSteps%2 == 1 {
+		m = -m
+	}
+	if d := in.clockCur + m; d > maxClockOffset || d < -maxClockOffset {
+		m = -m
+	}
+	return m
+}
+
+// clock decides the wall-clock offset of the next start and records a step as a clock
+// fault. Without mayArm (the drain) the node gets the highest offset so far.
+func (in *injector) clock(mayArm bool) time.Duration {
+	off := in.clockCur
+	switch {
+	case !mayArm:
+		off = in.clockHigh
+	case in.cfg.ClockShare > 0:
+		in.restarts++
+		if in.rng.Float64() < in.cfg.ClockShare || in.clockSteps < in.cfg.MinClockSteps && in.restarts%3 == 0 {
+			off += in.clockStep()
+		}
+	}
+	if off != in.clockCur {
+		t := in.now()
+		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t, Return: t, Target: "node",
+			Detail: fmt.Sprintf("step %s, offset %s", fmtStep(off-in.clockCur), fmtStep(off)), ClockOffset: int64(off), Partition: -1, Offset: -1})
+		in.w.mu.Lock()
+		in.w.stats.Faults[history.FaultClock]++
+		in.w.mu.Unlock()
+		in.clockCur = off
+		in.clockHigh = max(in.clockHigh, off)
+	}
+	return off
+}
+
+func fmtStep(d time.Duration) string {
+	if d > 0 {
+		return "+" + d.String()
+	}
+	return d.String()
+}
+
 // restart starts the node again, armed or not, and waits until it is ready. A
 // failpoint that kills it during start-up is recorded and the node started again.
 func (in *injector) restart(ctx context.Context, mayArm bool) error {
+	off := in.clock(mayArm)
 	for try := 0; ; try++ {
 		env := append([]string(nil), in.cfg.Env...)
+		if off != 0 {
+			env = append(env, ClockEnvVar+"="+off.String())
+		}
 		in.mode, in.point, in.action = "", "", ""
 		if mayArm && try < 3 {
 			x := in.rng.Float64()
@@ -328,9 +400,10 @@ func (in *injector) restart(ctx context.Context, mayArm bool) error {
 	}
 }
 
-// ensureUp leaves the node running and unarmed (for the drain).
+// ensureUp leaves the node running and unarmed (for the drain), with the highest clock
+// offset so far.
 func (in *injector) ensureUp(ctx context.Context, mayArm bool) error {
-	if in.w.n.Running() && in.mode == "" {
+	if in.w.n.Running() && in.mode == "" && in.clockCur >= in.clockHigh {
 		return nil
 	}
 	if in.w.n.Running() {

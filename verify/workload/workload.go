@@ -3,7 +3,8 @@
 // outcome with the same message id), consumers that ack, nack, renew, forget (never
 // ack) or are slow past their lease, a stats sampler, and a final drain that runs with
 // no faults until every topic is empty. Topology: a parent topic with a fan-out child
-// and a delay child, and a short-retention topic so retention deletes under load.
+// and a delay child, a short-retention topic so retention deletes under load, and a
+// topic that is deleted and recreated under the same name while it is used.
 package workload
 
 import (
@@ -27,6 +28,7 @@ const (
 	Copy      = "orders.copy"
 	Delayed   = "orders.later"
 	Ephemeral = "ephemeral"
+	Recycled  = "recycled"
 )
 
 const opTimeout = 30 * time.Second
@@ -46,6 +48,10 @@ type Config struct {
 	DelayMs      int64
 	// RetentionMs > 0 adds the Ephemeral topic with this retention.
 	RetentionMs int64
+	// RecreateEvery > 0 adds the Recycled topic, which is deleted and created again under
+	// the same name about this often (between half and one and a half times) while a
+	// producer and the consumers use it.
+	RecreateEvery time.Duration
 	// DrainTimeout bounds the final drain.
 	DrainTimeout time.Duration
 	Faults       FaultConfig
@@ -86,6 +92,9 @@ func (c Config) Topics() []history.TopicInfo {
 	if c.RetentionMs > 0 {
 		ts = append(ts, history.TopicInfo{Name: Ephemeral, Partitions: 1, VisibilityMs: c.VisibilityMs, RetentionMs: c.RetentionMs})
 	}
+	if c.RecreateEvery > 0 {
+		ts = append(ts, history.TopicInfo{Name: Recycled, Partitions: 2, VisibilityMs: c.VisibilityMs, RetentionMs: 7 * 24 * 3600 * 1000, Recreated: true})
+	}
 	return ts
 }
 
@@ -97,6 +106,7 @@ type Stats struct {
 	Failpoints map[string]int     // failpoint kills by point
 	Drain      time.Duration      // how long the final drain took
 	Drained    bool               // every topic empty at the end
+	Recreated  int                // times the Recycled topic was deleted and created again
 	Notes      []string           // harness problems (a node that would not start, ...)
 	Latency    map[string][]int64 // op → sorted latencies of answered attempts (ns)
 }
@@ -126,6 +136,9 @@ type run struct {
 	budget   atomic.Int64
 	prodDone atomic.Bool
 	draining atomic.Bool
+	// gen counts the Recycled topic's incarnations the recycler made; its producer puts
+	// the one it believes it writes to in each message id (the checker relies on timing).
+	gen atomic.Int64
 
 	mu        sync.Mutex
 	acked202  map[string]int64 // id → 202 time, for progress reports
@@ -137,9 +150,12 @@ func (w *run) setup(ctx context.Context) error {
 	c := newClient("admin", w.n.URL(), w.rec, w.clk)
 	defer c.close()
 	for _, t := range w.cfg.Topics() {
-		body := map[string]any{"name": t.Name, "partitions": t.Partitions, "visibility_timeout_ms": t.VisibilityMs, "retention_ms": t.RetentionMs}
-		if t.DelayMs > 0 {
-			body["parent"], body["fanout_delay_ms"] = t.Parent, t.DelayMs
+		body := topicBody(t)
+		if t.Recreated {
+			if _, r := c.createTopic(ctx, body); r.status != http.StatusCreated {
+				return fmt.Errorf("creating %s: %s %s", t.Name, r.err, r.body)
+			}
+			continue
 		}
 		if r := c.admin(ctx, http.MethodPost, "/v1/topics", body); r.status != http.StatusCreated {
 			return fmt.Errorf("creating %s: %s %s", t.Name, r.err, r.body)
@@ -151,6 +167,14 @@ func (w *run) setup(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+func topicBody(t history.TopicInfo) map[string]any {
+	body := map[string]any{"name": t.Name, "partitions": t.Partitions, "visibility_timeout_ms": t.VisibilityMs, "retention_ms": t.RetentionMs}
+	if t.DelayMs > 0 {
+		body["parent"], body["fanout_delay_ms"] = t.Parent, t.DelayMs
+	}
+	return body
 }
 
 func (w *run) seed(i int) *rand.Rand { return rand.New(rand.NewSource(w.cfg.Seed*1000003 + int64(i))) }
@@ -169,6 +193,13 @@ func (w *run) loop(ctx context.Context) error {
 	if w.cfg.RetentionMs > 0 {
 		prod.Add(1)
 		go func() { defer prod.Done(); w.ephemeralProducer(ctx, start) }()
+	}
+	var recycler sync.WaitGroup
+	if w.cfg.RecreateEvery > 0 {
+		prod.Add(1)
+		go func() { defer prod.Done(); w.recycledProducer(ctx, start) }()
+		recycler.Add(1)
+		go func() { defer recycler.Done(); w.recycler(ctx) }()
 	}
 	go func() { prod.Wait(); w.prodDone.Store(true) }()
 
@@ -198,6 +229,8 @@ func (w *run) loop(ctx context.Context) error {
 	if injErr == nil {
 		injErr = inj.ensureUp(ctx, false)
 	}
+	// The recycler finishes its round (the topic exists again) before the drain counts.
+	recycler.Wait()
 	drainStart := time.Now()
 	if injErr == nil {
 		w.stats.Drained = w.waitDrained(ctx)
@@ -364,6 +397,155 @@ func (w *run) ephemeralProducer(ctx context.Context, start time.Time) {
 	}
 }
 
+// recycledProducer writes to the Recycled topic while the recycler deletes and creates it
+// again. An id names the incarnation the producer believed it wrote to
+// (pr-g<generation>-<n>), for people reading a history; the checker does not trust it,
+// since a produce racing a delete may land in either incarnation: it places a message by
+// the times of its attempts and of the creates and deletes. A 404 (no topic right now)
+// drops the message; no answer or a 5xx is retried with the same id.
+func (w *run) recycledProducer(ctx context.Context, start time.Time) {
+	rng := w.seed(300)
+	c := newClient("pr", w.n.URL(), w.rec, w.clk)
+	defer c.close()
+	pad := strings.Repeat("r", 100)
+	seq := 0
+	for ctx.Err() == nil && w.producing(start) && (w.cfg.Messages == 0 || w.budget.Load() > 0) {
+		batch := 1
+		if rng.Intn(10) < 3 {
+			batch = 2 + rng.Intn(4)
+		}
+		gen := w.gen.Load()
+		ids, keys := make([]string, batch), make([]string, batch)
+		for k := range ids {
+			ids[k] = fmt.Sprintf("pr-g%d-%d", gen, seq)
+			seq++
+			if rng.Intn(2) == 0 {
+				keys[k] = fmt.Sprintf("k%d", rng.Intn(8))
+			}
+		}
+		for try := 1; ctx.Err() == nil; try++ {
+			var r result
+			if batch == 1 {
+				r = c.produce(ctx, Recycled, ids[0], keys[0], pad, try)
+			} else {
+				r = c.produceBatch(ctx, Recycled, ids, keys, pad, try)
+			}
+			w.latency(history.OpProduce, r)
+			if r.status == http.StatusAccepted {
+				w.mu.Lock()
+				w.stats.Produced += int64(batch)
+				w.mu.Unlock()
+				break
+			}
+			if !retryable(r) || !backoff(ctx, try) {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(15 * time.Millisecond):
+		}
+	}
+}
+
+// recycler deletes the Recycled topic and creates it again, about every RecreateEvery,
+// until the producers are done; the topic exists when it returns. Before each delete it
+// takes a few leases of the current incarnation and keeps them; once the new
+// incarnation holds messages at the same offsets it acks, renews or nacks them with the
+// old handles, which must answer 404 or 410 and never settle a new message.
+func (w *run) recycler(ctx context.Context) {
+	rng := w.seed(301)
+	c := newClient("recycler", w.n.URL(), w.rec, w.clk)
+	defer c.close()
+	var body map[string]any
+	for _, t := range w.cfg.Topics() {
+		if t.Name == Recycled {
+			body = topicBody(t)
+		}
+	}
+	every := w.cfg.RecreateEvery
+	for ctx.Err() == nil && !w.prodDone.Load() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every/2 + time.Duration(rng.Int63n(int64(every)))):
+		}
+		if w.prodDone.Load() {
+			return
+		}
+		var held []delivery
+		if ds, r := c.consume(ctx, Recycled, 1+rng.Intn(4), 0); r.status == http.StatusOK {
+			held = ds
+		}
+		if !w.recreate(ctx, c, body) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200*time.Millisecond + time.Duration(rng.Int63n(int64(300*time.Millisecond)))):
+		}
+		for _, d := range held {
+			op := []string{history.OpAck, history.OpAck, history.OpExtend, history.OpNack}[rng.Intn(4)]
+			w.settleRetry(ctx, c, d, op)
+		}
+	}
+}
+
+// recreate deletes the Recycled topic (until 204, or 404: an attempt without an answer
+// did it) and creates it again (until 201, or 409: an attempt without an answer did it,
+// and then reads the topic so the history has its incarnation).
+func (w *run) recreate(ctx context.Context, c *client, body map[string]any) bool {
+	for try := 1; ; try++ {
+		r := c.deleteTopic(ctx, Recycled)
+		if r.status == http.StatusNoContent || r.status == http.StatusNotFound {
+			break
+		}
+		if !retryable(r) {
+			w.note("deleting %s: %s", Recycled, r.err)
+			return false
+		}
+		if !backoff(ctx, try) {
+			return false
+		}
+	}
+	for try := 1; ; try++ {
+		_, r := c.createTopic(ctx, body)
+		if r.status == http.StatusCreated {
+			break
+		}
+		if r.status == http.StatusConflict {
+			for try := 1; ; try++ {
+				if _, _, r := c.topicInfo(ctx, Recycled); r.status == http.StatusOK {
+					break
+				}
+				if !backoff(ctx, try) {
+					return false
+				}
+			}
+			break
+		}
+		if !retryable(r) {
+			w.note("creating %s: %s", Recycled, r.err)
+			return false
+		}
+		if !backoff(ctx, try) {
+			return false
+		}
+	}
+	w.gen.Add(1)
+	w.mu.Lock()
+	w.stats.Recreated++
+	w.mu.Unlock()
+	return true
+}
+
+func (w *run) note(format string, args ...any) {
+	w.mu.Lock()
+	w.stats.Notes = append(w.stats.Notes, fmt.Sprintf(format, args...))
+	w.mu.Unlock()
+}
+
 // consumer behaviours, by index: 0 acks everything, 1 nacks and renews some, 2 forgets
 // some (never acks), 3 is slow past its lease for some; the rest ack everything. In the
 // drain, everyone acks everything at once.
@@ -374,6 +556,9 @@ func (w *run) consumer(ctx context.Context, i int) {
 	topics := []string{Parent, Parent, Copy, Delayed}
 	if w.cfg.RetentionMs > 0 {
 		topics = append(topics, Ephemeral)
+	}
+	if w.cfg.RecreateEvery > 0 {
+		topics = append(topics, Recycled)
 	}
 	vis := time.Duration(w.cfg.VisibilityMs) * time.Millisecond
 	fails, stay := 0, 0

@@ -3,7 +3,7 @@
 //
 //	narad-verify run   [-seed N] [-messages N] [-kills N] [-duration D] [-keep] [-dir DIR] ...
 //	narad-verify check HISTORY.jsonl
-//	narad-verify doctor -kind acked-redelivery|lost|live-lease IN.jsonl OUT.jsonl
+//	narad-verify doctor -kind KIND IN.jsonl OUT.jsonl   (KIND: see check.DoctorKinds)
 //
 // run exits 1 when the checker finds anything (the run's files are kept and named);
 // check exits 1 when the history breaks a rule. doctor edits a real history the way a
@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -61,11 +63,14 @@ func runCmd(args []string) int {
 	pauses := fs.Bool("pauses", true, "mix in SIGSTOP/SIGCONT")
 	corrupt := fs.Bool("corrupt", true, "append torn tails to a stopped node's active segments")
 	disk := fs.Bool("disk", false, "inject EIO, ENOSPC and slow fsyncs at segment-after-write")
+	clockShare := fs.Float64("clock-share", 0.25, "share of restarts that step the node's wall clock (back and forward in turn by 1s, 10s or 1h; 0: never)")
+	recreate := fs.Duration("recreate-every", 4*time.Second, "delete and recreate the topic "+workload.Recycled+" about this often under load (0: no such topic)")
 	minGap := fs.Duration("min-gap", 500*time.Millisecond, "least time between faults")
 	maxGap := fs.Duration("max-gap", 2500*time.Millisecond, "most time between faults")
 	producers := fs.Int("producers", 4, "producers")
 	consumers := fs.Int("consumers", 6, "consumers")
 	progress := fs.Duration("progress", 3*time.Minute, "report progress this often")
+	drain := fs.Duration("drain-timeout", 5*time.Minute, "the final drain must finish within this (a clock stepped back holds delayed copies until the drain's node runs with the highest clock)")
 	dir := fs.String("dir", "", "keep the run's files here (default: a temporary directory, removed when the run passes)")
 	keep := fs.Bool("keep", false, "keep the files of a passing run too")
 	bin := fs.String("bin", "", "a narad built with -tags failpoints (default: build one)")
@@ -91,10 +96,12 @@ func runCmd(args []string) int {
 			Log: func(format string, a ...any) { fmt.Printf(format+"\n", a...) },
 			Workload: workload.Config{
 				Seed: s, Messages: *messages, Duration: *duration, LoadDuration: *load, Producers: *producers, Consumers: *consumers, RetentionMs: *retention,
+				RecreateEvery: *recreate, DrainTimeout: *drain,
 				Progress:      func(line string) { fmt.Println("progress:", line) },
 				ProgressEvery: *progress,
 				Faults: workload.FaultConfig{Kills: *kills, MinFailpointKills: *fpKills, FailpointShare: 0.5, Pauses: *pauses,
-					Corrupt: *corrupt, Disk: *disk, MinGap: *minGap, MaxGap: *maxGap, Duration: *duration},
+					Corrupt: *corrupt, Disk: *disk, ClockShare: *clockShare, MinClockSteps: minSteps(*clockShare),
+					MinGap: *minGap, MaxGap: *maxGap, Duration: *duration},
 			},
 		})
 		var b bytes.Buffer
@@ -110,6 +117,14 @@ func runCmd(args []string) int {
 	if failed > 0 {
 		fmt.Printf("narad-verify: %d of %d runs FAILED\n", failed, *seeds)
 		return 1
+	}
+	return 0
+}
+
+// minSteps makes a run that steps the clock at all step it both ways at least once.
+func minSteps(share float64) int {
+	if share > 0 {
+		return 2
 	}
 	return 0
 }
@@ -133,7 +148,12 @@ func checkCmd(args []string) int {
 
 func doctorCmd(args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ExitOnError)
-	kind := fs.String("kind", "acked-redelivery", "acked-redelivery, lost or live-lease")
+	kinds := make([]string, 0, len(check.DoctorKinds))
+	for k := range check.DoctorKinds {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	kind := fs.String("kind", "acked-redelivery", strings.Join(kinds, ", "))
 	fs.Parse(args)
 	if fs.NArg() != 2 {
 		usage()
