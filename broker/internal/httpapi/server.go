@@ -249,7 +249,7 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 	if oi == nil || oi.body == nil {
 		return nil
 	}
-	data, err := io.ReadAll(r.Body)
+	data, err := readBody(r.Body, r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -285,6 +285,18 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 		return newErr(http.StatusBadRequest, "invalid_json", describeSchemaError(err))
 	}
 	return nil
+}
+
+// readBody reads a whole body. With a Content-Length (already checked against the
+// limit; net/http never delivers more) it reads into one buffer of that size instead
+// of growing one step by step, which was nearly half of produce-batch's allocations.
+func readBody(body io.Reader, length int64) ([]byte, error) {
+	if length <= 0 {
+		return io.ReadAll(body)
+	}
+	buf := make([]byte, length)
+	n, err := io.ReadFull(body, buf)
+	return buf[:n], err
 }
 
 // describeSchemaError turns a kin-openapi validation error into one readable sentence.
