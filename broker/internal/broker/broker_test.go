@@ -387,3 +387,45 @@ func counterValue(t *testing.T, m *Metrics, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestKeylessBatchOnePartition: a request's keyless messages go to one partition (one
+// append), successive requests take the partitions in turn, and keyed or pinned
+// messages of the same request still go where their key or index says.
+func TestKeylessBatchOnePartition(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "t", Partitions: ptr[int32](4)}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int32]bool{}
+	for req := 0; req < 4; req++ {
+		msgs := make([]Outgoing, 10)
+		for i := range msgs {
+			msgs[i] = Outgoing{Partition: -1, Value: []byte("v")}
+		}
+		msgs[3] = Outgoing{Partition: -1, Key: []byte("k"), Value: []byte("keyed")}
+		msgs[7] = Outgoing{Partition: 2, Value: []byte("pinned")}
+		res, err := b.Produce(ctx, "t", msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sticky := res[0].Partition
+		for i, r := range res {
+			want := sticky
+			switch i {
+			case 3:
+				want = int32(PartitionForKey([]byte("k"), 4))
+			case 7:
+				want = 2
+			}
+			if r.Partition != want {
+				t.Fatalf("request %d, message %d: partition %d, want %d", req, i, r.Partition, want)
+			}
+		}
+		seen[sticky] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("4 requests used partitions %v, want all 4 in turn", seen)
+	}
+}

@@ -360,6 +360,10 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 	}
 	out := make([]Produced, len(msgs))
 	byPart := make(map[int][]int, 1)
+	// Keyless messages of one request all go to one partition, the next request's to
+	// the next: one append (one commit group, one file to sync) per request instead of
+	// one per partition touched, and the partitions still take turns.
+	sticky := -1
 	for i, m := range msgs {
 		p := int(m.Partition)
 		switch {
@@ -367,7 +371,10 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 		case m.Key != nil:
 			p = PartitionForKey(m.Key, n)
 		default:
-			p = int(t.produce.Add(1) % uint32(n))
+			if sticky < 0 {
+				sticky = int(t.produce.Add(1) % uint32(n))
+			}
+			p = sticky
 		}
 		byPart[p] = append(byPart[p], i)
 	}

@@ -183,7 +183,9 @@ export interface paths {
          *     value, stored verbatim; with `payload_encoding: base64` it is a base64 string
          *     whose decoded bytes are stored. The whole batch is written durably before the
          *     202; an invalid batch is refused whole (400) and nothing is written. Results
-         *     come in request order.
+         *     come in request order. Messages without `key` or `partition` all go to one
+         *     partition, and the next request's to the next partition (partitions take
+         *     turns by request).
          */
         post: operations["produceBatch"];
         delete?: never;
