@@ -87,6 +87,7 @@ type Broker struct {
 	topics map[string]*topic
 
 	syncer      *vfs.SyncGroup // nil in SyncFile mode
+	fsSyncer    *vfs.FSSyncer  // the syncer's rounds; nil in SyncFile mode
 	longPolls   atomic.Int64
 	copiersMu   sync.Mutex
 	copiers     map[copierKey]*copier
@@ -158,7 +159,14 @@ func Open(opts Options) (*Broker, error) {
 		changed:  make(chan struct{}, 1),
 	}
 	if opts.SyncMode == SyncGroup {
-		b.syncer = vfs.NewSyncGroup(vfs.OS{})
+		// Partition data lives under topics/: the syncer holds that directory open so
+		// its syncfs sees every write-back error of the file system (see vfs.FSSyncer).
+		fss, err := vfs.NewFSSyncer(filepath.Join(opts.DataDir, "topics"))
+		if err != nil {
+			return nil, err
+		}
+		b.fsSyncer = fss
+		b.syncer = vfs.NewSyncGroup(fss)
 		stats := b.syncer.Stats
 		b.metrics.syncStats.Store(&stats)
 	}
@@ -178,6 +186,7 @@ func Open(opts Options) (*Broker, error) {
 func (b *Broker) closeSyncer() {
 	if b.syncer != nil {
 		b.syncer.Close()
+		b.fsSyncer.Close()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -204,13 +205,19 @@ func BenchmarkAppendSixLogs(b *testing.B) {
 			var g *vfs.SyncGroup
 			opts := Options{}
 			if mode == "group" {
-				g = vfs.NewSyncGroup(vfs.OS{})
+				fss, err := vfs.NewFSSyncer(b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer fss.Close()
+				g = vfs.NewSyncGroup(fss)
 				defer g.Close()
 				opts.Syncer = g
 			}
 			ls := make([]*Log, logs)
+			root := b.TempDir()
 			for i := range ls {
-				ls[i] = mustOpen(b, b.TempDir(), opts)
+				ls[i] = mustOpen(b, filepath.Join(root, strconv.Itoa(i)), opts)
 				defer ls[i].Close()
 			}
 			value := make([]byte, size)

@@ -339,7 +339,7 @@ func TestCrashWithSharedSyncer(t *testing.T) {
 	for seed := int64(0); seed < 5; seed++ {
 		m := vfs.NewMem()
 		m.SetSyncDelay(100 * time.Microsecond)
-		g := vfs.NewSyncGroup(m)
+		g := vfs.NewSyncGroup(vfs.EachFile{})
 		const logs, perLog = 4, 120
 		ls := make([]*Log, logs)
 		for i := range ls {

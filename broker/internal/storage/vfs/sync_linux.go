@@ -3,7 +3,6 @@ package vfs
 import (
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"syscall"
 
@@ -34,43 +33,82 @@ func datasync(f *os.File) error {
 	return nil
 }
 
-// SyncFiles makes every file in files durable. One file gets its own fdatasync. More
-// get one syncfs(2) per file system they live on (nearly always one): a single
-// journal commit for all of them instead of one per file, which is what lets many
-// partition logs share the disk's few fsyncs a second. syncfs reports write-back
-// errors only since Linux 5.8; on older kernels every file gets its own fdatasync.
-// An error of syncfs may come from any file of that file system, ours or not: it
-// fails the whole round, the safe reading.
-func (OS) SyncFiles(files []File) error {
-	if len(files) == 1 || !syncfsReportsErrors() {
-		for _, f := range files {
-			if err := f.Sync(); err != nil {
-				return err
-			}
-		}
-		return nil
+// FSSyncer makes many files durable at once with syncfs(2) of their file system,
+// through a descriptor of the data directory it holds from the start.
+//
+// Holding one descriptor matters for errors: syncfs reports a write-back error of the
+// file system only to descriptors opened before the error and only once each, so a
+// descriptor of whichever file happens to be in a round could miss, or use up, an
+// error that belongs to another file's pages. With one descriptor every error after
+// NewFSSyncer is seen by the next syncfs, and the first one fails the syncer for good:
+// the error may have cost any file's unsynced pages, ours or another program's on the
+// same file system, so every later round fails too and the storage above fails closed
+// until a restart. Rounds of one file use that file's fdatasync, whose errors belong
+// to that file alone. syncfs reports write-back errors only since Linux 5.8; on older
+// kernels, and for files on another file system than the directory, every file gets
+// its own fdatasync.
+type FSSyncer struct {
+	dir    *os.File
+	dev    uint64
+	syncfs func(*os.File) error // syncfs, or a fault in tests
+
+	mu     sync.Mutex
+	failed error
+}
+
+// NewFSSyncer opens dir, on the file system whose files it will sync. Close releases
+// it.
+func NewFSSyncer(dir string) (*FSSyncer, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
 	}
-	var devs [4]uint64
-	seen := devs[:0]
+	var st unix.Stat_t
+	if err := fstat(d, &st); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return &FSSyncer{dir: d, dev: st.Dev, syncfs: syncfs}, nil
+}
+
+// Close releases the directory.
+func (s *FSSyncer) Close() error { return s.dir.Close() }
+
+// SyncFiles makes every file in files durable: one file by its fdatasync, more by one
+// syncfs of the directory's file system (files elsewhere each by its fdatasync).
+func (s *FSSyncer) SyncFiles(files []File) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed != nil {
+		return s.failed
+	}
+	if len(files) == 1 || !syncfsReportsErrors() {
+		return EachFile{}.SyncFiles(files)
+	}
+	covered := false
 	for _, f := range files {
 		of, ok := f.(osFile)
+		if ok {
+			var st unix.Stat_t
+			if err := fstat(of.f, &st); err != nil {
+				return err
+			}
+			ok = st.Dev == s.dev
+		}
 		if !ok {
 			if err := f.Sync(); err != nil {
 				return err
 			}
 			continue
 		}
-		var st unix.Stat_t
-		if err := fstat(of.f, &st); err != nil {
-			return err
-		}
-		if slices.Contains(seen, st.Dev) {
-			continue
-		}
-		seen = append(seen, st.Dev)
-		if err := syncfs(of.f); err != nil {
-			return err
-		}
+		covered = true
+	}
+	if !covered {
+		return nil
+	}
+	if err := s.syncfs(s.dir); err != nil {
+		s.failed = fmt.Errorf("vfs: the file system of %s reported a write-back error; every later sync fails until a restart: %w", s.dir.Name(), err)
+		return s.failed
 	}
 	return nil
 }

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// FilesSyncer is implemented by file systems that can make several files durable in
-// one operation, cheaper than one Sync per file. OS does it with syncfs(2) on Linux.
+// FilesSyncer makes several files durable at once, cheaper than one Sync per file
+// where the file system allows (FSSyncer, with syncfs(2) on Linux).
 type FilesSyncer interface {
 	// SyncFiles makes the data written so far, and the size, of every file in files
 	// durable, as Sync on each would. It may make other files durable too. An error
@@ -15,12 +15,11 @@ type FilesSyncer interface {
 	SyncFiles(files []File) error
 }
 
-// SyncFiles makes every file in files durable: in one operation when fsys is a
-// FilesSyncer, else by a Sync of each.
-func SyncFiles(fsys FS, files []File) error {
-	if s, ok := fsys.(FilesSyncer); ok {
-		return s.SyncFiles(files)
-	}
+// EachFile is the FilesSyncer of any FS: a Sync of each file in turn.
+type EachFile struct{}
+
+// SyncFiles syncs each file, stopping at the first error.
+func (EachFile) SyncFiles(files []File) error {
 	for _, f := range files {
 		if err := f.Sync(); err != nil {
 			return err
@@ -36,7 +35,7 @@ func SyncFiles(fsys FS, files []File) error {
 // when its Sync returns nil. It is safe for concurrent use; the zero value is not
 // usable, call NewSyncGroup.
 type SyncGroup struct {
-	fs      FS
+	syncer  FilesSyncer
 	mu      sync.Mutex
 	pending []*syncWaiter
 	kick    chan struct{}
@@ -55,9 +54,9 @@ type syncWaiter struct {
 
 var waiterPool = sync.Pool{New: func() any { return &syncWaiter{err: make(chan error, 1)} }}
 
-// NewSyncGroup starts a group that syncs through fsys. Close stops it.
-func NewSyncGroup(fsys FS) *SyncGroup {
-	g := &SyncGroup{fs: fsys, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+// NewSyncGroup starts a group whose rounds go through s. Close stops it.
+func NewSyncGroup(s FilesSyncer) *SyncGroup {
+	g := &SyncGroup{syncer: s, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go g.run()
 	return g
 }
@@ -109,7 +108,7 @@ func (g *SyncGroup) run() {
 				files = append(files, w.f)
 			}
 			start := time.Now()
-			err := SyncFiles(g.fs, files)
+			err := g.syncer.SyncFiles(files)
 			g.nanos.Add(uint64(time.Since(start)))
 			g.rounds.Add(1)
 			g.files.Add(uint64(len(files)))

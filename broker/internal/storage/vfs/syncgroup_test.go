@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,7 +18,7 @@ import (
 func TestSyncGroupDurableOnReturn(t *testing.T) {
 	m := NewMem()
 	m.SetSyncDelay(500 * time.Microsecond)
-	g := NewSyncGroup(m)
+	g := NewSyncGroup(EachFile{})
 	defer g.Close()
 	const writers, writes = 8, 40
 	var wg sync.WaitGroup
@@ -73,7 +72,7 @@ func TestSyncGroupDurableOnReturn(t *testing.T) {
 // group keeps serving later rounds (the storage above decides to fail closed).
 func TestSyncGroupFailedRound(t *testing.T) {
 	m := NewMem()
-	g := NewSyncGroup(m)
+	g := NewSyncGroup(EachFile{})
 	defer g.Close()
 	f, err := m.OpenFile("/a", os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -99,7 +98,7 @@ func TestSyncGroupFailedRound(t *testing.T) {
 // Close still makes its file durable, by itself.
 func TestSyncGroupAfterClose(t *testing.T) {
 	m := NewMem()
-	g := NewSyncGroup(m)
+	g := NewSyncGroup(EachFile{})
 	f, _ := m.OpenFile("/a", os.O_RDWR|os.O_CREATE, 0o644)
 	f.WriteAt([]byte("x"), 0)
 	g.Close()
@@ -112,44 +111,3 @@ func TestSyncGroupAfterClose(t *testing.T) {
 	}
 }
 
-// TestOSSyncFiles runs the real implementation (syncfs on Linux 5.8+) over files of
-// one directory and a group over them; it cannot see the disk, but it runs the
-// system calls and their error paths' plumbing.
-func TestOSSyncFiles(t *testing.T) {
-	dir := t.TempDir()
-	var files []File
-	for i := 0; i < 3; i++ {
-		f, err := OS{}.OpenFile(filepath.Join(dir, fmt.Sprint(i)), os.O_RDWR|os.O_CREATE, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := f.WriteAt([]byte("data"), 0); err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	if err := SyncFiles(OS{}, files); err != nil {
-		t.Fatal(err)
-	}
-	if err := SyncFiles(OS{}, files[:1]); err != nil {
-		t.Fatal(err)
-	}
-	g := NewSyncGroup(OS{})
-	defer g.Close()
-	var wg sync.WaitGroup
-	for _, f := range files {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := g.Sync(f); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	files[0].Close()
-	if err := SyncFiles(OS{}, files); err == nil {
-		t.Fatal("SyncFiles with a closed file: no error")
-	}
-}
