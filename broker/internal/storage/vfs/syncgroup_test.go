@@ -110,4 +110,3 @@ func TestSyncGroupAfterClose(t *testing.T) {
 		t.Fatalf("durable %q, want x", got)
 	}
 }
-
