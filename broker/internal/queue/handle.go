@@ -25,7 +25,10 @@ const (
 	handleLen     = 1 + 8 + 4 + 8 + 4 + 8 + 4 // version, fields, CRC-32C
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var (
+	castagnoli     = crc32.MakeTable(crc32.Castagnoli)
+	handleEncoding = base64.RawURLEncoding.Strict()
+)
 
 // Encode returns the handle as URL-safe base64 text, safe in a query string unescaped.
 func (h Handle) Encode() string {
@@ -37,16 +40,18 @@ func (h Handle) Encode() string {
 	binary.BigEndian.PutUint32(b[21:], h.Nonce.Epoch)
 	binary.BigEndian.PutUint64(b[25:], h.Nonce.Seq)
 	binary.BigEndian.PutUint32(b[33:], crc32.Checksum(b[:33], castagnoli))
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return handleEncoding.EncodeToString(b[:])
 }
 
 // DecodeHandle parses a handle made by Encode. Anything else returns ErrBadHandle.
 func DecodeHandle(s string) (Handle, error) {
-	if base64.RawURLEncoding.DecodedLen(len(s)) != handleLen {
+	if handleEncoding.DecodedLen(len(s)) != handleLen {
 		return Handle{}, ErrBadHandle
 	}
 	var b [handleLen]byte
-	if n, err := base64.RawURLEncoding.Decode(b[:], []byte(s)); err != nil || n != handleLen {
+	// Strict: the unused low bits of the last character must be zero, so one handle has
+	// exactly one spelling (a lax decoder takes "…aEX" as "…aEQ").
+	if n, err := handleEncoding.Decode(b[:], []byte(s)); err != nil || n != handleLen {
 		return Handle{}, ErrBadHandle
 	}
 	if b[0] != handleVersion || binary.BigEndian.Uint32(b[33:]) != crc32.Checksum(b[:33], castagnoli) {
