@@ -12,6 +12,12 @@ import (
 // datasync uses fdatasync: for an appended file it flushes the data and the new
 // size (needed to read the data back) but not the modification time.
 func datasync(f *os.File) error {
+	return onFD(f, "fdatasync", func(fd int) error { return syscall.Fdatasync(fd) })
+}
+
+// onFD runs call on f's descriptor, again while it fails with EINTR, and names a
+// failure with op and f's path.
+func onFD(f *os.File, op string, call func(fd int) error) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -19,8 +25,7 @@ func datasync(f *os.File) error {
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		for {
-			serr = syscall.Fdatasync(int(fd))
-			if serr != syscall.EINTR {
+			if serr = call(int(fd)); serr != syscall.EINTR {
 				return
 			}
 		}
@@ -28,7 +33,7 @@ func datasync(f *os.File) error {
 		return err
 	}
 	if serr != nil {
-		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
+		return &os.PathError{Op: op, Path: f.Name(), Err: serr}
 	}
 	return nil
 }
@@ -114,40 +119,11 @@ func (s *FSSyncer) SyncFiles(files []File) error {
 }
 
 func fstat(f *os.File, st *unix.Stat_t) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = unix.Fstat(int(fd), st) }); err != nil {
-		return err
-	}
-	if serr != nil {
-		return &os.PathError{Op: "fstat", Path: f.Name(), Err: serr}
-	}
-	return nil
+	return onFD(f, "fstat", func(fd int) error { return unix.Fstat(fd, st) })
 }
 
 func syncfs(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			serr = unix.Syncfs(int(fd))
-			if serr != unix.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return err
-	}
-	if serr != nil {
-		return &os.PathError{Op: "syncfs", Path: f.Name(), Err: serr}
-	}
-	return nil
+	return onFD(f, "syncfs", unix.Syncfs)
 }
 
 // syncfsReportsErrors tells whether the kernel is Linux 5.8 or later, where syncfs
