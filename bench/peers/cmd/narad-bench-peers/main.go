@@ -145,11 +145,12 @@ func run(ctx context.Context, c config) error {
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("%s: stopped: %v", n, err))
 		}
-		// Every target after the first is offered the same latency-shape rate as the
-		// first: half of the first target's produce rate, unless --rate was given.
+		// Every target after the first is offered the latency-shape rate the first was
+		// offered (half of its full flow's acked rate, unless --rate was given), so the
+		// latency rows compare brokers under the same load.
 		if o.Rate == 0 {
-			if r, ok := produceRate(rs); ok {
-				o.Rate = r / 2
+			if r, ok := offeredRate(rs); ok {
+				o.Rate = r
 			}
 		}
 		fmt.Println()
@@ -174,10 +175,10 @@ func run(ctx context.Context, c config) error {
 	return ctx.Err()
 }
 
-func produceRate(rs []load.Result) (float64, bool) {
+func offeredRate(rs []load.Result) (float64, bool) {
 	for _, r := range rs {
-		if r.Shape == load.ShapeProduce && r.ProducedRate > 0 {
-			return r.ProducedRate, true
+		if r.Shape == load.ShapeLatency && r.OfferedRate > 0 {
+			return r.OfferedRate, true
 		}
 	}
 	return 0, false
