@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/narad-mq/narad/broker/internal/broker"
 )
@@ -100,4 +101,36 @@ func TestErrorAfterAnswerStarted(t *testing.T) {
 	if sw.status != 200 {
 		t.Fatalf("status recorded for metrics: %d, want 200", sw.status)
 	}
+}
+
+// TestReadBody: bodies of every size around the growth steps come back whole, a body
+// shorter than its Content-Length is an error, and the buffer never runs ahead of the
+// bytes that arrived by more than double.
+func TestReadBody(t *testing.T) {
+	for _, n := range []int{1, 100, 64 << 10, 64<<10 + 1, 300 << 10, 1 << 20} {
+		data := strings.Repeat("x", n)
+		got, err := readBody(iotest.OneByteReader(strings.NewReader(data)), int64(n))
+		if err != nil || string(got) != data {
+			t.Fatalf("%d bytes: read %d, %v", n, len(got), err)
+		}
+	}
+	lr := &io.LimitedReader{R: strings.NewReader(strings.Repeat("x", 10)), N: 10}
+	if _, err := readBody(struct{ io.Reader }{readerWithErr{lr}}, 8<<20); err == nil {
+		t.Fatal("a body shorter than its Content-Length read without an error")
+	}
+	got, _ := readBody(readerWithErr{strings.NewReader(strings.Repeat("x", 10))}, 8<<20)
+	if cap(got) > 64<<10 {
+		t.Fatalf("10 bytes of an announced 8 MiB body took a %d-byte buffer", cap(got))
+	}
+}
+
+// readerWithErr ends like net/http's body when the client stops early.
+type readerWithErr struct{ r io.Reader }
+
+func (r readerWithErr) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
 }

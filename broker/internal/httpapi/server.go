@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -294,15 +295,31 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 }
 
 // readBody reads a whole body. With a Content-Length (already checked against the
-// limit; net/http never delivers more) it reads into one buffer of that size instead
-// of growing one step by step, which was nearly half of produce-batch's allocations.
+// limit; net/http never delivers more) its buffer grows by doubling up to that length,
+// instead of io.ReadAll's many small steps (nearly half of produce-batch's allocated
+// bytes). It never allocates ahead of the bytes that arrived by more than double: a
+// client that announces 8 MiB and sends nothing holds 64 KiB, not 8 MiB.
 func readBody(body io.Reader, length int64) ([]byte, error) {
 	if length <= 0 {
 		return io.ReadAll(body)
 	}
-	buf := make([]byte, length)
-	n, err := io.ReadFull(body, buf)
-	return buf[:n], err
+	buf := make([]byte, 0, min(length, 64<<10))
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= length {
+				return buf, nil
+			}
+			buf = slices.Grow(buf, int(min(length, 2*int64(cap(buf))))-len(buf))
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 // describeSchemaError turns a kin-openapi validation error into one readable sentence.
