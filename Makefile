@@ -119,7 +119,7 @@ test-examples: build ## Examples: lint, then a quick run of each against the bui
 test-verify: ## Kill loop (>= 20 kill -9, half at failpoints) checked by the history checker, disk-full and corruption scenarios, short schemathesis
 	$(MAKE) -C verify test
 
-chaos: ## About an hour: kill loops with disk faults over 10 seeds, every fuzz target, full schemathesis
+chaos: ## About 2 h 40 min: kill loops with disk faults over 10 seeds, every fuzz target for 10 minutes, full schemathesis
 	$(MAKE) -C verify chaos
 
 soak: ## Steady load with faults for DURATION (make soak DURATION=2h), progress every 3 minutes
