@@ -12,6 +12,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Kinds of entries.
@@ -120,10 +122,17 @@ type TopicInfo struct {
 }
 
 // Clock is the run's monotonic clock.
-type Clock struct{ start time.Time }
+type Clock struct {
+	start     time.Time
+	monoStart int64 // CLOCK_MONOTONIC at start, 0 if it could not be read
+}
 
 // NewClock starts a clock now.
-func NewClock() *Clock { return &Clock{start: time.Now()} }
+func NewClock() *Clock {
+	c := &Clock{start: time.Now()}
+	c.monoStart = monoNanos()
+	return c
+}
 
 // Now returns nanoseconds since the clock started.
 func (c *Clock) Now() int64 { return int64(time.Since(c.start)) }
@@ -132,7 +141,28 @@ func (c *Clock) Now() int64 { return int64(time.Since(c.start)) }
 func (c *Clock) Start() time.Time { return c.start }
 
 // FromWall converts a Unix time in nanoseconds (from another process) to the clock.
+// It is off by however far the wall clock was stepped or slewed since the start: use
+// FromMono where the other process gives a monotonic reading.
 func (c *Clock) FromWall(unixNano int64) int64 { return unixNano - c.start.UnixNano() }
+
+// FromMono converts a CLOCK_MONOTONIC reading in nanoseconds (from another process on
+// this machine) to the clock; ok is false when the clock has no monotonic start.
+func (c *Clock) FromMono(monoNano int64) (t int64, ok bool) {
+	if c.monoStart == 0 || monoNano == 0 {
+		return 0, false
+	}
+	return monoNano - c.monoStart, true
+}
+
+// monoNanos reads CLOCK_MONOTONIC, the clock behind Go's monotonic readings on Linux
+// (so Now and FromMono share one timeline), and the clock failpoint lines report.
+func monoNanos() int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return 0
+	}
+	return ts.Nano()
+}
 
 // Writer appends entries to a file; it is safe for concurrent use.
 type Writer struct {

@@ -82,7 +82,8 @@ type Options struct {
 // Fired is a failpoint that acted.
 type Fired struct {
 	Name, Action string
-	UnixNano     int64
+	UnixNano     int64 // the node's wall clock when it acted
+	MonoNano     int64 // its CLOCK_MONOTONIC then (0 from a binary that does not say)
 }
 
 // Node is one narad process at a time, restarted on demand.
@@ -202,6 +203,8 @@ func (n *Node) copyStderr(r io.ReadCloser, done chan struct{}) {
 					f.Action = v
 				case "unix_nano":
 					f.UnixNano, _ = strconv.ParseInt(v, 10, 64)
+				case "mono_nano":
+					f.MonoNano, _ = strconv.ParseInt(v, 10, 64)
 				}
 			}
 			n.mu.Lock()

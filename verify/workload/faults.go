@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/verify/history"
+	"github.com/narad-mq/narad/verify/node"
 )
 
 // FaultConfig says which faults hit the node and how often.
@@ -221,7 +222,7 @@ func (in *injector) pause(ctx context.Context) {
 func (in *injector) recordFired(end int64) bool {
 	killed := false
 	for _, f := range in.w.n.TakeFired() {
-		start := in.w.clk.FromWall(f.UnixNano)
+		start := firedAt(in.w.clk, f, end)
 		switch f.Action {
 		case "kill":
 			in.fault(history.FaultFailpointKill, start, end, f.Name, "")
@@ -235,6 +236,18 @@ func (in *injector) recordFired(end int64) bool {
 		}
 	}
 	return killed
+}
+
+// firedAt places a failpoint's action on the run's clock: by the node's monotonic
+// reading, which the wall clock's steps and slews do not move (a wall reading put a
+// kill 10 s after it was seen, on a machine whose wall clock jumped). It is never later
+// than end, when the harness saw the outcome.
+func firedAt(clk *history.Clock, f node.Fired, end int64) int64 {
+	t, ok := clk.FromMono(f.MonoNano)
+	if !ok {
+		t = clk.FromWall(f.UnixNano)
+	}
+	return min(t, end)
 }
 
 func (in *injector) awaitSelfKill(ctx context.Context, limit time.Duration) {

@@ -13,10 +13,11 @@
 // itself), sleep(DURATION), panic, eio and enospc (Err returns the error; Inject ignores
 // them). Before acting, a point writes one line to stderr,
 //
-//	narad failpoint fired: name=NAME action=ACTION hit=N unix_nano=T
+//	narad failpoint fired: name=NAME action=ACTION hit=N unix_nano=T mono_nano=M
 //
 // so a test harness can tell a failpoint kill from its own kill -9 and knows when it
-// happened. Names are listed in Points.
+// happened: M is CLOCK_MONOTONIC, which a harness on the same machine can place on its
+// own timeline even when the wall clock (T) was stepped. Names are listed in Points.
 package failpoint
 
 // The named points. Each is one call in the storage code; see the comment at the call.

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Enabled reports whether this binary was built with the failpoints tag.
@@ -127,7 +129,7 @@ func act(name string, wantErr bool) error {
 		return nil
 	}
 	// One write(2), unbuffered: the line is out before the process acts.
-	fmt.Fprintf(os.Stderr, "%s name=%s action=%s hit=%d unix_nano=%d\n", FiredPrefix, name, p.action, hit, time.Now().UnixNano())
+	fmt.Fprintf(os.Stderr, "%s name=%s action=%s hit=%d unix_nano=%d mono_nano=%d\n", FiredPrefix, name, p.action, hit, time.Now().UnixNano(), monoNanos())
 	switch p.action {
 	case "kill":
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -142,4 +144,16 @@ func act(name string, wantErr bool) error {
 		return fmt.Errorf("%w at %s: %w", ErrInjected, name, syscall.ENOSPC)
 	}
 	return nil
+}
+
+// monoNanos reads CLOCK_MONOTONIC, the clock Go's own monotonic readings use on Linux.
+// Unlike the wall clock it is one clock for every process of the machine and is never
+// stepped, so a harness can place the event on its own timeline even when the wall
+// clock moved (0 if it cannot be read).
+func monoNanos() int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return 0
+	}
+	return ts.Nano()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestSetAndHits(t *testing.T) {
@@ -34,5 +35,18 @@ func TestSetAndHits(t *testing.T) {
 		if Set(bad) == nil {
 			t.Errorf("Set(%q) accepted", bad)
 		}
+	}
+}
+
+// The fired line's mono_nano is CLOCK_MONOTONIC: it moves with Go's monotonic clock.
+func TestMonoNanosFollowsTheMonotonicClock(t *testing.T) {
+	start, m0 := time.Now(), monoNanos()
+	if m0 <= 0 {
+		t.Fatalf("monoNanos() = %d", m0)
+	}
+	time.Sleep(50 * time.Millisecond)
+	got, want := time.Duration(monoNanos()-m0), time.Since(start)
+	if d := got - want; d < -5*time.Millisecond || d > 5*time.Millisecond {
+		t.Fatalf("monoNanos advanced %v while time.Since says %v", got, want)
 	}
 }
