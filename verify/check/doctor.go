@@ -57,8 +57,25 @@ func Doctor(es []history.Entry, kind string) ([]history.Entry, string, error) {
 			}
 		}
 	case "live-lease":
-		// A delivery whose lease nobody settles within 100 ms, so the doctored second
-		// delivery falls inside a lease that is surely alive and surely unsettled.
+		// A delivery whose lease nobody settles within 100 ms and no fault touches, so
+		// the doctored second delivery falls inside a lease that is surely alive and
+		// surely unsettled. (A lease can go unsettled because a kill came right after it
+		// was handed out, and a redelivery after that kill is legal.)
+		const quiet = 100 * int64(time.Millisecond)
+		var faults [][2]int64
+		for _, e := range es {
+			if e.Kind == history.KindFault {
+				faults = append(faults, [2]int64{e.Call, max(e.Call, e.Return)})
+			}
+		}
+		touched := func(from, to int64) bool {
+			for _, f := range faults {
+				if f[0] <= to && f[1] >= from {
+					return true
+				}
+			}
+			return false
+		}
 		settled := map[string]int64{}
 		for _, e := range es {
 			if e.Kind == history.KindOp && e.Handle != "" && (e.Op == history.OpAck || e.Op == history.OpNack || e.Op == history.OpExtend) {
@@ -70,7 +87,7 @@ func Doctor(es []history.Entry, kind string) ([]history.Entry, string, error) {
 		var ds []history.Entry
 		for _, e := range es {
 			if e.Kind == history.KindOp && e.Op == history.OpConsume && e.Status == 200 && e.Msg != "" && e.Topic == "orders" {
-				if t, ok := settled[e.Handle]; !ok || t > e.Return+100*int64(time.Millisecond) {
+				if t, ok := settled[e.Handle]; (!ok || t > e.Return+quiet) && !touched(e.Call, e.Return+quiet) {
 					ds = append(ds, e)
 				}
 			}

@@ -145,6 +145,13 @@ func (c *Clock) Start() time.Time { return c.start }
 // FromMono where the other process gives a monotonic reading.
 func (c *Clock) FromWall(unixNano int64) int64 { return unixNano - c.start.UnixNano() }
 
+// WallDrift is how far the machine's wall clock has moved against the monotonic clock
+// since the start: stepped or slewed by whatever keeps the machine's time (a VM's host,
+// NTP). A node reads the wall clock at start, so this adds to its offset.
+func (c *Clock) WallDrift() time.Duration {
+	return time.Duration(time.Now().UnixNano() - c.start.UnixNano() - c.Now())
+}
+
 // FromMono converts a CLOCK_MONOTONIC reading in nanoseconds (from another process on
 // this machine) to the clock; ok is false when the clock has no monotonic start.
 func (c *Clock) FromMono(monoNano int64) (t int64, ok bool) {

@@ -62,10 +62,15 @@ type injector struct {
 	kills   int
 	fpKills int
 
-	clockCur   time.Duration // the running node's wall-clock offset
+	clockCur   time.Duration // the running node's wall-clock offset (NARAD_CLOCK_OFFSET)
 	clockHigh  time.Duration // the highest offset any node ran with
 	clockSteps int
 	restarts   int
+	// drift is the machine's wall clock against the run's monotonic clock as last
+	// recorded; wallDrift measures it now (Clock.WallDrift; tests replace it).
+	drift      time.Duration
+	driftMoved time.Duration // the last move measureDrift kept
+	wallDrift  func() time.Duration
 }
 
 type armSpec struct {
@@ -326,9 +331,17 @@ func (in *injector) clockStep() time.Duration {
 	return m
 }
 
+// driftStep is how far the machine's wall clock must move against the monotonic clock
+// before a start records it: less is within the checker's tolerances.
+const driftStep = 50 * time.Millisecond
+
 // clock decides the wall-clock offset of the next start and records a step as a clock
-// fault. Without mayArm (the drain) the node gets the highest offset so far.
+// fault. Without mayArm (the drain) the node gets the highest offset so far. A clock
+// line carries the offset the node will really run with: the step's plus however far
+// the machine's own wall clock has moved since the run began, so the checker excuses
+// early delays and retention after a machine's forward jump as after one of ours.
 func (in *injector) clock(mayArm bool) time.Duration {
+	moved := in.measureDrift()
 	off := in.clockCur
 	switch {
 	case !mayArm:
@@ -341,15 +354,45 @@ func (in *injector) clock(mayArm bool) time.Duration {
 	}
 	if off != in.clockCur {
 		t := in.now()
+		detail := fmt.Sprintf("step %s, offset %s", fmtStep(off-in.clockCur), fmtStep(off))
+		if moved {
+			detail += ", " + in.driftDetail()
+		}
 		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t, Return: t, Target: "node",
-			Detail: fmt.Sprintf("step %s, offset %s", fmtStep(off-in.clockCur), fmtStep(off)), ClockOffset: int64(off), Partition: -1, Offset: -1})
+			Detail: detail, ClockOffset: int64(off + in.drift), Partition: -1, Offset: -1})
 		in.w.mu.Lock()
 		in.w.stats.Faults[history.FaultClock]++
 		in.w.mu.Unlock()
 		in.clockCur = off
 		in.clockHigh = max(in.clockHigh, off)
+	} else if moved {
+		// Not a fault of ours, so not counted as one; the checker needs the line all the same.
+		t := in.now()
+		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t, Return: t, Target: "node",
+			Detail: in.driftDetail() + ", offset " + fmtStep(off), ClockOffset: int64(off + in.drift), Partition: -1, Offset: -1})
 	}
 	return off
+}
+
+// measureDrift reads how far the machine's wall clock has moved against the monotonic
+// clock since the start (the node about to start reads that wall clock) and reports
+// whether it moved by driftStep or more since the last reading it kept.
+func (in *injector) measureDrift() bool {
+	measure := in.wallDrift
+	if measure == nil {
+		measure = in.w.clk.WallDrift
+	}
+	d := measure()
+	if diff := d - in.drift; diff > -driftStep && diff < driftStep {
+		return false
+	}
+	in.driftMoved, in.drift = d-in.drift, d
+	return true
+}
+
+func (in *injector) driftDetail() string {
+	return fmt.Sprintf("the machine's wall clock moved %s against the monotonic clock (%s since the start)",
+		fmtStep(in.driftMoved), fmtStep(in.drift))
 }
 
 func fmtStep(d time.Duration) string {

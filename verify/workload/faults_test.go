@@ -1,6 +1,9 @@
 package workload
 
 import (
+	"fmt"
+	"math/rand"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -49,5 +52,50 @@ func TestFiredAtFallsBackToWallAndClampsToEnd(t *testing.T) {
 	f.UnixNano = clk.Start().Add(5 * time.Millisecond).UnixNano()
 	if got := firedAt(clk, f, end+int64(time.Second)); got != int64(5*time.Millisecond) {
 		t.Errorf("wall fallback placed at %v, want 5ms", time.Duration(got))
+	}
+}
+
+// A start after the machine's wall clock moved records the offset the node will really
+// run with (ours plus the machine's), so the checker excuses what a forward jump does to
+// delays and retention; moves under driftStep, and an unchanged clock, add no line, and
+// only our own steps count as faults.
+func TestClockLinesCarryTheMachinesDrift(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.jsonl")
+	rec, err := history.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &run{rec: rec, clk: history.NewClock(), stats: &Stats{Faults: map[string]int{}}}
+	drift := time.Duration(0)
+	in := &injector{w: w, cfg: FaultConfig{ClockShare: 1}, rng: rand.New(rand.NewSource(1)),
+		wallDrift: func() time.Duration { return drift }}
+
+	in.clock(false)                    // no step, no drift: no line
+	drift = 10 * time.Millisecond      // under driftStep: no line
+	in.clock(false)                    //
+	drift = 10800 * time.Millisecond   // the machine jumped forward
+	in.clock(false)                    // a drift line: offset 0 + 10.8 s
+	off := in.clock(true)              // our step (ClockShare 1) on top of the drift
+	drift = 10800*time.Millisecond - 2 // unchanged within driftStep: the step's line only
+	off2 := in.clock(true)
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	es, err := history.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, e := range es {
+		if e.Kind == history.KindFault && e.Fault == history.FaultClock {
+			got = append(got, e.ClockOffset)
+		}
+	}
+	want := []int64{int64(10800 * time.Millisecond), int64(off + 10800*time.Millisecond), int64(off2 + 10800*time.Millisecond)}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("clock lines carry offsets %v, want %v", got, want)
+	}
+	if n := w.stats.Faults[history.FaultClock]; n != 2 {
+		t.Fatalf("%d clock faults counted, want our 2 steps only", n)
 	}
 }
