@@ -169,6 +169,11 @@ func TestBadInput(t *testing.T) {
 		bad("batch missing payload", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"key":"k"}]}`, s400, ij),
 		bad("batch one bad base64", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"payload":"aGk=","payload_encoding":"base64"},{"payload":"!!not base64!!","payload_encoding":"base64"}]}`, s400, "invalid_payload"),
 		bad("batch base64 not a string", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"payload":12,"payload_encoding":"base64"}]}`, s400, "invalid_payload"),
+		// null where the spec wants a string or an integer: the decoder would take it as
+		// absent (schemathesis finding S4).
+		bad("batch partition null", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1,"partition":null}]}`, s400, ij),
+		bad("batch key null", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1,"key":null}]}`, s400, ij),
+		bad("batch encoding null", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":"aGk=","payload_encoding":null}]}`, s400, ij),
 		bad("batch unknown encoding", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":"aGk=","payload_encoding":"hex"}]}`, s400, ij),
 		bad("batch partition out of range", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"payload":2,"partition":2}]}`, s400, ip),
 		bad("batch key too long", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"payload":2,"key":"`+strings.Repeat("k", 1025)+`"}]}`, s400, ip, ij),
@@ -180,6 +185,9 @@ func TestBadInput(t *testing.T) {
 		bad("consume wait -1s", "GET", "/v1/topics/t/consume?wait=-1s", "", s400, ip),
 		bad("consume wait 21s", "GET", "/v1/topics/t/consume?wait=21s", "", s400, ip),
 		bad("consume wait 21", "GET", "/v1/topics/t/consume?wait=21", "", s400, ip),
+		// Longer than the spec's maxLength, though it would parse (finding S4).
+		bad("consume wait 33 zeros", "GET", "/v1/topics/t/consume?wait="+strings.Repeat("0", 33), "", s400, ip),
+		bad("consume-batch wait 33 zeros", "GET", "/v1/topics/t/consume-batch?wait="+strings.Repeat("0", 33), "", s400, ip),
 		bad("consume wait huge", "GET", "/v1/topics/t/consume?wait=99999999999999999999", "", s400, ip),
 		bad("consume partition without offset", "GET", "/v1/topics/t/consume?partition=0", "", s400, ip),
 		bad("consume offset without partition", "GET", "/v1/topics/t/consume?offset=0", "", s400, ip),
@@ -203,6 +211,7 @@ func TestBadInput(t *testing.T) {
 		bad("replay max 0", "GET", "/v1/topics/t/partitions/0/messages?max=0", "", s400, ip),
 		bad("replay max 1001", "GET", "/v1/topics/t/partitions/0/messages?max=1001", "", s400, ip),
 		bad("replay from_time garbage", "GET", "/v1/topics/t/partitions/0/messages?from_time=yesterday", "", s400, ip),
+		bad("replay from_time over 64 chars", "GET", "/v1/topics/t/partitions/0/messages?from_time="+strings.Repeat("1", 65), "", s400, ip),
 		bad("replay bad encoding", "GET", "/v1/topics/t/partitions/0/messages?payload_encoding=raw", "", s400, ip),
 		// Ack.
 		bad("ack garbage handle", "POST", "/v1/topics/t/ack?receipt_handle=garbage", "", s400, "invalid_receipt_handle"),
@@ -218,6 +227,11 @@ func TestBadInput(t *testing.T) {
 		bad("ack extend 13h", "POST", "/v1/topics/t/ack?extend=13h&receipt_handle="+held.ReceiptHandle, "", s400, ip),
 		bad("ack extend 12h+1ms", "POST", "/v1/topics/t/ack?extend=43200001&receipt_handle="+held.ReceiptHandle, "", s400, ip),
 		bad("ack extend empty", "POST", "/v1/topics/t/ack?extend=&receipt_handle="+held.ReceiptHandle, "", s400, ip),
+		bad("ack extend 33 zeros", "POST", "/v1/topics/t/ack?extend="+strings.Repeat("0", 33)+"&receipt_handle="+held.ReceiptHandle, "", s400, ip),
+		bad("ack-batch extend 33 zeros", "POST", "/v1/topics/t/ack-batch", `{"acks":[{"receipt_handle":"`+held.ReceiptHandle+`","extend":"`+strings.Repeat("0", 33)+`"}]}`, s400, ij),
+		bad("ack-batch handle empty", "POST", "/v1/topics/t/ack-batch", `{"acks":[{"receipt_handle":"`+held.ReceiptHandle+`"},{"receipt_handle":""}]}`, s400, ij),
+		bad("ack-batch handle 513 chars", "POST", "/v1/topics/t/ack-batch", `{"acks":[{"receipt_handle":"`+strings.Repeat("A", 513)+`"}]}`, s400, ij),
+		bad("ack-batch extend null", "POST", "/v1/topics/t/ack-batch", `{"acks":[{"receipt_handle":"`+held.ReceiptHandle+`","extend":null}]}`, s400, ij),
 		bad("ack extend huge", "POST", "/v1/topics/t/ack?extend=99999999999999999999&receipt_handle="+held.ReceiptHandle, "", s400, ip),
 		bad("ack-batch empty", "POST", "/v1/topics/t/ack-batch", `{"acks":[]}`, s400, "bad_request", ij),
 		bad("ack-batch 1001", "POST", "/v1/topics/t/ack-batch", string(acks(1001)), s400, "bad_request", ij),

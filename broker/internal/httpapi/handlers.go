@@ -502,10 +502,16 @@ func (h *handlers) ConsumeBatch(ctx context.Context, r apigen.ConsumeBatchReques
 	return messageListResponse{topic: r.Topic, ds: ds, forceBase64: b64}, nil
 }
 
+// maxExtendChars is the spec's maxLength of extend, as a parameter and in ack-batch.
+const maxExtendChars = 32
+
 // parseExtend reads an ack's extend parameter.
 func parseExtend(s *string) (broker.AckMode, time.Duration, error) {
 	if s == nil {
 		return broker.Settle, 0, nil
+	}
+	if utf8.RuneCountInString(*s) > maxExtendChars {
+		return 0, 0, badParam("extend is at most " + strconv.Itoa(maxExtendChars) + " characters: true, 0 or a duration like 45s")
 	}
 	switch *s {
 	case "true":

@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -112,7 +113,14 @@ type opInfo struct {
 	id   string
 	op   *openapi3.Operation
 	body *openapi3.RequestBody // JSON request body, nil if none
+	// query holds the length bounds of the operation's string query parameters, which
+	// the generated binder does not check.
+	query map[string]lengthBounds
 }
+
+// lengthBounds are a string parameter's minLength and maxLength (max -1: none), in
+// characters as JSON Schema counts them.
+type lengthBounds struct{ min, max int }
 
 // indexOps maps "METHOD /path/{param}" (the pattern the generated router registers) to
 // the spec's operation.
@@ -126,7 +134,7 @@ func indexOps(spec *openapi3.T) map[string]*opInfo {
 			if id != "" {
 				id = strings.ToLower(id[:1]) + id[1:]
 			}
-			oi := &opInfo{id: id, op: op}
+			oi := &opInfo{id: id, op: op, query: queryBounds(item.Parameters, op.Parameters)}
 			if op.RequestBody != nil && op.RequestBody.Value != nil && op.RequestBody.Value.Content["application/json"] != nil {
 				oi.body = op.RequestBody.Value
 			}
@@ -134,6 +142,56 @@ func indexOps(spec *openapi3.T) map[string]*opInfo {
 		}
 	}
 	return out
+}
+
+// queryBounds collects the length bounds of the string query parameters of a path and
+// one of its operations.
+func queryBounds(lists ...openapi3.Parameters) map[string]lengthBounds {
+	var out map[string]lengthBounds
+	for _, ps := range lists {
+		for _, ref := range ps {
+			p := ref.Value
+			if p == nil || p.In != openapi3.ParameterInQuery || p.Schema == nil || p.Schema.Value == nil {
+				continue
+			}
+			s := p.Schema.Value
+			if !s.Type.Is(openapi3.TypeString) || (s.MaxLength == nil && s.MinLength == 0) {
+				continue
+			}
+			b := lengthBounds{min: int(s.MinLength), max: -1}
+			if s.MaxLength != nil {
+				b.max = int(*s.MaxLength)
+			}
+			if out == nil {
+				out = make(map[string]lengthBounds)
+			}
+			out[p.Name] = b
+		}
+	}
+	return out
+}
+
+// checkQueryLengths refuses a query parameter outside its spec's length bounds.
+func checkQueryLengths(oi *opInfo, q url.Values) error {
+	if oi == nil || len(oi.query) == 0 {
+		return nil
+	}
+	for name, vals := range q {
+		b, ok := oi.query[name]
+		if !ok {
+			continue
+		}
+		for _, v := range vals {
+			n := utf8.RuneCountInString(v)
+			switch {
+			case b.max >= 0 && n > b.max:
+				return badParam(fmt.Sprintf("the query parameter %s is %d characters long; at most %d are allowed", name, n, b.max))
+			case n < b.min:
+				return badParam(fmt.Sprintf("the query parameter %s must be at least %d characters long", name, b.min))
+			}
+		}
+	}
+	return nil
 }
 
 type statusWriter struct {
@@ -198,9 +256,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.promHandler.ServeHTTP(sw, r)
 		return
 	}
-	if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
 		// The generated binder would silently drop a malformed pair (wait=%zz).
 		writeError(sw, badParam("the query string is malformed: "+err.Error()))
+		return
+	}
+	if err := checkQueryLengths(oi, q); err != nil {
+		writeError(sw, err)
 		return
 	}
 	if p := r.URL.Path; p != "/" && path.Clean(p) != p {
@@ -276,6 +339,11 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 		if err := strictDecode(data, decoded); err != nil {
 			return err
 		}
+		if ab, ok := decoded.(*apigen.AckBatchRequest); ok {
+			if err := checkAckBatchLengths(ab); err != nil {
+				return err
+			}
+		}
 		// The route takes the decoded body from the context (decodedOnce).
 		*r = *r.WithContext(context.WithValue(r.Context(), decodedBodyKey{}, decoded))
 		return nil
@@ -344,11 +412,56 @@ func describeSchemaError(err error) string {
 // member names matched exactly, unknown members, repeated names and trailing data
 // refused. Invalid UTF-8 inside strings is let through (as U+FFFD, or raw inside a
 // payload) so the handler can answer invalid_payload for it, as for a single produce.
+// A null where the spec wants a string or an integer (key, partition,
+// payload_encoding, extend) is refused too: the decoder would take it as absent.
 func strictDecode(data []byte, v any) error {
-	if err := jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(true)); err != nil {
+	if err := jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(true), refuseNulls); err != nil {
+		var se *jsonv2.SemanticError
+		if errors.As(err, &se) && errors.Is(err, errNull) {
+			return newErr(http.StatusBadRequest, "invalid_json", "the body is not valid for this operation: "+string(se.JSONPointer)+" is null; leave the member out instead")
+		}
 		return newErr(http.StatusBadRequest, "invalid_json", "the body is not valid for this operation: "+err.Error())
 	}
 	return nil
+}
+
+// checkAckBatchLengths refuses, whole, an ack-batch with a member outside the spec's
+// length bounds, as for any other member the spec forbids: a receipt handle of 1 to 512
+// characters, an extend of at most 32.
+func checkAckBatchLengths(req *apigen.AckBatchRequest) error {
+	for i, a := range req.Acks {
+		if n := utf8.RuneCountInString(a.ReceiptHandle); n < 1 || n > maxHandleChars {
+			return newErr(http.StatusBadRequest, "invalid_json", fmt.Sprintf("the body is not valid for this operation: /acks/%d/receipt_handle is %d characters long; pass the receipt_handle as received (1 to %d)", i, n, maxHandleChars))
+		}
+		if a.Extend != nil {
+			if n := utf8.RuneCountInString(*a.Extend); n > maxExtendChars {
+				return newErr(http.StatusBadRequest, "invalid_json", fmt.Sprintf("the body is not valid for this operation: /acks/%d/extend is %d characters long; at most %d: true, 0 or a duration like 45s", i, n, maxExtendChars))
+			}
+		}
+	}
+	return nil
+}
+
+// maxHandleChars is the spec's maxLength of a receipt handle.
+const maxHandleChars = 512
+
+// errNull is why strictDecode refuses a null member.
+var errNull = errors.New("null is not a value of this member")
+
+// refuseNulls makes the decoder refuse null for the optional members of the batch
+// bodies, each a pointer in the generated types (payload stays any JSON value, null
+// included).
+var refuseNulls = jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ **string) error { return refuseNull(dec) }),
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ **int32) error { return refuseNull(dec) }),
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ **apigen.OutgoingMessagePayloadEncoding) error { return refuseNull(dec) }),
+))
+
+func refuseNull(dec *jsontext.Decoder) error {
+	if dec.PeekKind() == 'n' {
+		return errNull
+	}
+	return jsonv2.SkipFunc
 }
 
 // checkJSONShape refuses bodies that are not exactly one JSON value, nest deeper than 64

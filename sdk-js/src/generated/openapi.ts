@@ -182,7 +182,8 @@ export interface paths {
          * @description Up to 1000 messages and 8 MiB of body. Each message's `payload` is any JSON
          *     value, stored verbatim; with `payload_encoding: base64` it is a base64 string
          *     whose decoded bytes are stored. The whole batch is written durably before the
-         *     202; an invalid batch is refused whole (400) and nothing is written. Results
+         *     202; an invalid batch is refused whole (400) and nothing is written (a `key`,
+         *     `partition` or `payload_encoding` of null is invalid: leave it out). Results
          *     come in request order. Messages without `key` or `partition` all go to one
          *     partition, and the next request's to the next partition (partitions take
          *     turns by request).
@@ -306,6 +307,8 @@ export interface paths {
          * @description Up to 1000 entries, each like one ack call. Every settlement is durable before
          *     the reply. The reply has one result per entry, in request order, with the status
          *     that entry would have had on its own (204, 400, 404, 410, 503) and its error.
+         *     A body this schema forbids (a member of the wrong type, null, unknown, or
+         *     outside its length bounds) is refused whole with 400 and settles nothing.
          */
         post: operations["ackBatch"];
         delete?: never;
@@ -1297,8 +1300,8 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description The message, raw bytes, with any content type. */
-        requestBody: {
+        /** @description The message, raw bytes, with any content type; no body is the empty message. */
+        requestBody?: {
             content: {
                 "*/*": string;
             };
