@@ -28,6 +28,9 @@ const copyBatch = 1000
 // one child: in batches (one durable append per child partition per batch), advancing
 // its durable per-partition cursor only after the copy is durable in the child. A crash
 // between the two re-copies at most the last batch: duplicates are possible, loss is not.
+// A batch whose appends failed in some child partitions only is retried in those only:
+// sent remembers how far each child partition has the batch, so a child partition that
+// stays failed does not make the healthy ones take the batch again on every retry.
 // A delay child's copies are made no earlier than the parent's commit time plus the
 // delay, so they are never consumable early.
 type copier struct {
@@ -39,8 +42,13 @@ type copier struct {
 	dir      string // where the cursors live: inside the child's topic directory
 
 	cursors []atomic.Uint64
-	stop    chan struct{}
-	done    chan struct{}
+	// sent[pp][cp] is the parent offset below which every record of parent partition pp
+	// that maps to child partition cp is in cp, for the batch after cursors[pp] (it is
+	// reset when the cursor moves). Only the run goroutine touches it. It lives in
+	// memory: a restart re-copies the batch, as a crash would.
+	sent []map[int]uint64
+	stop chan struct{}
+	done chan struct{}
 }
 
 type copierKey struct {
@@ -54,6 +62,7 @@ func (b *Broker) startCopier(parent, child *topic, m meta.Topic) (*copier, error
 		b: b, parent: parent, child: child, attachID: m.AttachID, delayMs: m.FanoutDelayMs,
 		dir:     filepath.Join(child.dir, "fanout"),
 		cursors: make([]atomic.Uint64, len(parent.parts)),
+		sent:    make([]map[int]uint64, len(parent.parts)),
 		stop:    make(chan struct{}), done: make(chan struct{}),
 	}
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
@@ -180,14 +189,21 @@ func (c *copier) run() {
 
 // round copies one batch from every parent partition. It returns 0 when more is ready
 // now, a positive wait until the next delayed message is due, or -1 to wait for new data.
+// A parent partition whose copy fails does not hold up the others (their child
+// partitions may be healthy); the errors are returned together after the round.
 func (c *copier) round() (time.Duration, error) {
 	wait := time.Duration(-1)
 	now := partition.WallMillis()
+	var errs error
 	for pp, p := range c.parent.parts {
 		from := c.cursors[pp].Load()
 		recs, err := p.Read(from, copyBatch)
 		if err != nil {
-			return 0, err
+			if errors.Is(err, partition.ErrClosed) {
+				return 0, err
+			}
+			errs = errors.Join(errs, err)
+			continue
 		}
 		if len(recs) == 0 {
 			continue
@@ -213,33 +229,53 @@ func (c *copier) round() (time.Duration, error) {
 			continue
 		}
 		if err := c.copy(pp, recs[:due]); err != nil {
-			return 0, err
+			if errors.Is(err, partition.ErrClosed) {
+				return 0, err
+			}
+			errs = errors.Join(errs, err)
+			continue
 		}
 		next := recs[due-1].Offset + 1
 		if err := c.saveCursor(pp, next); err != nil {
-			return 0, fmt.Errorf("saving the fan-out cursor: %w", err)
+			// The batch is in every child partition (sent says so): the retry only saves.
+			errs = errors.Join(errs, fmt.Errorf("saving the fan-out cursor: %w", err))
+			continue
 		}
 		c.cursors[pp].Store(next)
+		clear(c.sent[pp])
 		if due == copyBatch {
 			wait = 0
 		}
+	}
+	if errs != nil {
+		return 0, errs
 	}
 	return wait, nil
 }
 
 // copy appends records to the child: the same partition index when the partition
 // counts match, the key's hash otherwise (keyless: the parent partition modulo the
-// child's count), one append per child partition.
+// child's count), one append per child partition. Records a child partition already
+// took (c.sent) are skipped; each append that succeeds is recorded there, so when
+// another child partition's append fails, the retry appends only where it failed.
 func (c *copier) copy(pp int, recs []segment.Record) error {
 	n := len(c.child.parts)
+	if c.sent[pp] == nil {
+		c.sent[pp] = make(map[int]uint64, 1)
+	}
+	sent := c.sent[pp]
 	groups := make(map[int][]segment.Record, 1)
 	for _, r := range recs {
 		cp := pp % n
 		if len(c.parent.parts) != n && r.Key != nil {
 			cp = PartitionForKey(r.Key, n)
 		}
+		if r.Offset < sent[cp] {
+			continue
+		}
 		groups[cp] = append(groups[cp], segment.Record{Key: r.Key, Value: r.Value, Attrs: r.Attrs})
 	}
+	next := recs[len(recs)-1].Offset + 1
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
@@ -247,17 +283,18 @@ func (c *copier) copy(pp int, recs []segment.Record) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.child.parts[cp].Append(g); err != nil {
-				mu.Lock()
+			_, err := c.child.parts[cp].Append(g)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
 				firstErr = errors.Join(firstErr, err)
-				mu.Unlock()
+				return
 			}
+			sent[cp] = next
+			c.b.metrics.FanoutCopied.WithLabelValues(c.child.name).Add(float64(len(g)))
 		}()
 	}
 	wg.Wait()
-	if firstErr == nil {
-		c.b.metrics.FanoutCopied.WithLabelValues(c.child.name).Add(float64(len(recs)))
-	}
 	return firstErr
 }
 
