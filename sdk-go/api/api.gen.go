@@ -21,6 +21,12 @@ const (
 	BasicScopes = "basic.Scopes"
 )
 
+// Defines values for ChildState.
+const (
+	Paused  ChildState = "paused"
+	Running ChildState = "running"
+)
+
 // Defines values for ErrorCode.
 const (
 	ErrorCodeAckedAheadFull       ErrorCode = "acked_ahead_full"
@@ -196,7 +202,22 @@ type Child struct {
 	Child         string      `json:"child"`
 	FanoutDelayMs int64       `json:"fanout_delay_ms"`
 	Lag           *[]ChildLag `json:"lag,omitempty"`
+
+	// PausedReason Why the copy is paused, and what to do; absent while running.
+	PausedReason *string `json:"paused_reason,omitempty"`
+
+	// State `paused` when the child's owner may no longer consume the parent (the grant
+	// was revoked or the user deleted, with security on): nothing is copied until
+	// the grant returns, then the copy resumes where it stopped. `paused_reason`
+	// says why.
+	State *ChildState `json:"state,omitempty"`
 }
+
+// ChildState `paused` when the child's owner may no longer consume the parent (the grant
+// was revoked or the user deleted, with security on): nothing is copied until
+// the grant returns, then the copy resumes where it stopped. `paused_reason`
+// says why.
+type ChildState string
 
 // ChildLag defines model for ChildLag.
 type ChildLag struct {

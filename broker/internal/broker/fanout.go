@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
@@ -46,9 +47,12 @@ type copier struct {
 	// that maps to child partition cp is in cp, for the batch after cursors[pp] (it is
 	// reset when the cursor moves). Only the run goroutine touches it. It lives in
 	// memory: a restart re-copies the batch, as a crash would.
-	sent []map[int]uint64
-	stop chan struct{}
-	done chan struct{}
+	sent   []map[int]uint64
+	paused string        // why the copy is paused ("": it runs); only run touches it
+	kick   chan struct{} // a metadata change (a grant, a user) to look at now
+	rounds atomic.Uint64 // rounds run, for tests that must know a round happened
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 type copierKey struct {
@@ -63,6 +67,7 @@ func (b *Broker) startCopier(parent, child *topic, m meta.Topic) (*copier, error
 		dir:     filepath.Join(child.dir, "fanout"),
 		cursors: make([]atomic.Uint64, len(parent.parts)),
 		sent:    make([]map[int]uint64, len(parent.parts)),
+		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}), done: make(chan struct{}),
 	}
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
@@ -87,6 +92,49 @@ func (b *Broker) startCopier(parent, child *topic, m meta.Topic) (*copier, error
 func (c *copier) close() {
 	close(c.stop)
 	<-c.done
+	c.b.metrics.FanoutPaused.DeleteLabelValues(c.child.name)
+}
+
+// poke makes the copier look at the metadata again (a grant may have changed).
+func (c *copier) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fanoutDenied says why a child must not receive its parent's messages now ("" when it
+// may). Attaching needs consume on the parent; a child's owner reads what is copied, so
+// with security on (the child has an owner) the copy runs only while its owner may
+// still consume the parent: revoking that grant, or deleting the user, pauses it.
+func (b *Broker) fanoutDenied(child meta.Topic, parent string) string {
+	if child.Owner == "" {
+		return "" // created with security off
+	}
+	u, ok := b.meta.User(child.Owner)
+	if !ok {
+		return "the child's owner " + child.Owner + " no longer exists; detach the child, or recreate it under a user that may consume " + parent
+	}
+	if !u.Can(auth.Consume, parent) {
+		return "the child's owner " + child.Owner + " holds no consume grant on " + parent + " any more; grant it again to resume the copy, or detach the child"
+	}
+	return ""
+}
+
+// setPaused records whether the copy is paused, and on a change says so in the log and
+// the narad_fanout_paused gauge.
+func (c *copier) setPaused(why string) {
+	if why == c.paused {
+		return
+	}
+	if why != "" {
+		c.b.log.Warn("fan-out paused: the child's owner may no longer read the parent", "parent", c.parent.name, "child", c.child.name, "reason", why)
+		c.b.metrics.FanoutPaused.WithLabelValues(c.child.name).Set(1)
+	} else {
+		c.b.log.Info("fan-out resumed", "parent", c.parent.name, "child", c.child.name)
+		c.b.metrics.FanoutPaused.WithLabelValues(c.child.name).Set(0)
+	}
+	c.paused = why
 }
 
 func (c *copier) cursorPath(pp int) string {
@@ -135,6 +183,7 @@ func (c *copier) run() {
 	for {
 		wake := c.parent.sig.wait()
 		next, err := c.round()
+		c.rounds.Add(1)
 		if err != nil {
 			if errors.Is(err, partition.ErrClosed) {
 				return // a topic was closed; reconcile replaces or ends this copier
@@ -171,6 +220,7 @@ func (c *copier) run() {
 		case <-c.child.done:
 		case <-wake:
 		case <-fire:
+		case <-c.kick:
 		}
 		if timer != nil {
 			timer.Stop()
@@ -192,6 +242,12 @@ func (c *copier) run() {
 // A parent partition whose copy fails does not hold up the others (their child
 // partitions may be healthy); the errors are returned together after the round.
 func (c *copier) round() (time.Duration, error) {
+	// Checked before every batch, not only at attach: a revoked grant stops the copy
+	// within one batch. Paused, the copier waits for new data or a metadata change.
+	c.setPaused(c.b.fanoutDenied(*c.child.cur.Load(), c.parent.name))
+	if c.paused != "" {
+		return -1, nil
+	}
 	wait := time.Duration(-1)
 	now := partition.WallMillis()
 	var errs error
@@ -302,7 +358,9 @@ func (c *copier) copy(pp int, recs []segment.Record) error {
 type ChildInfo struct {
 	Name    string
 	DelayMs int64
-	Lag     []ChildLag
+	// Paused says why nothing is copied now ("" while the copy runs).
+	Paused string
+	Lag    []ChildLag
 }
 
 // ChildLag is how far a child's copy is behind one parent partition.
@@ -392,7 +450,7 @@ func (b *Broker) Children(parent string) ([]ChildInfo, error) {
 		if m.Parent != parent || m.ParentIncarnation != pt.incarnation {
 			continue
 		}
-		ci := ChildInfo{Name: m.Name, DelayMs: m.FanoutDelayMs}
+		ci := ChildInfo{Name: m.Name, DelayMs: m.FanoutDelayMs, Paused: b.fanoutDenied(m, parent)}
 		b.copiersMu.Lock()
 		c := b.copiers[copierKey{child: m.Name, childInc: m.Incarnation, attachID: m.AttachID}]
 		b.copiersMu.Unlock()
@@ -431,7 +489,8 @@ func (b *Broker) reconcileCopiers(want []meta.Topic) {
 		}
 	}
 	for k, m := range live {
-		if _, ok := b.copiers[k]; ok {
+		if c, ok := b.copiers[k]; ok {
+			c.poke() // the change may be a grant: look again now, not at the next message
 			continue
 		}
 		b.mu.RLock()

@@ -24,6 +24,7 @@ type Metrics struct {
 	ConsumeWaiting prometheus.Gauge         // long polls parked now
 	AuthFailures   prometheus.Counter       // failed logins
 	FanoutCopied   *prometheus.CounterVec   // messages copied into a child, by child
+	FanoutPaused   *prometheus.GaugeVec     // 1 while a child's copy is paused, by child
 
 	// syncStats reads the node's shared sync group (set by Open in group sync mode).
 	syncStats atomic.Pointer[func() vfs.SyncStats]
@@ -76,6 +77,9 @@ func NewMetrics() *Metrics {
 		FanoutCopied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_fanout_copied_total", Help: "Messages copied from a parent into a child topic.",
 		}, []string{"child"}),
+		FanoutPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "narad_fanout_paused", Help: "1 while a child's copy is paused because its owner may no longer consume the parent.",
+		}, []string{"child"}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_failures_total", Help: "Requests refused for missing or wrong credentials.",
 		}),
@@ -92,7 +96,7 @@ func NewMetrics() *Metrics {
 		}, m.syncStat(func(s vfs.SyncStats) float64 { return s.Time.Seconds() })),
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
-		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.FanoutCopied,
+		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.FanoutCopied, m.FanoutPaused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

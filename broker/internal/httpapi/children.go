@@ -16,7 +16,14 @@ func childJSON(c broker.ChildInfo) apigen.Child {
 		}
 		lag[i] = apigen.ChildLag{Partition: l.Partition, ParentNextOffset: int64(l.ParentNext), ChildCursor: int64(l.Cursor), Lag: behind}
 	}
-	return apigen.Child{Child: c.Name, FanoutDelayMs: c.DelayMs, Lag: &lag}
+	out := apigen.Child{Child: c.Name, FanoutDelayMs: c.DelayMs, Lag: &lag}
+	state := apigen.Running
+	if c.Paused != "" {
+		state = apigen.Paused
+		out.PausedReason = &c.Paused
+	}
+	out.State = &state
+	return out
 }
 
 func (h *handlers) AttachChild(ctx context.Context, r apigen.AttachChildRequestObject) (apigen.AttachChildResponseObject, error) {

@@ -359,7 +359,7 @@ export interface paths {
         };
         /**
          * List child topics with their lag
-         * @description Per child and per partition of this topic, the next offset here, the next offset the copy will take, and the difference.
+         * @description Per child, whether the copy runs (`state`, `paused_reason`), and per partition of this topic the next offset here, the next offset the copy will take, and the difference.
          */
         get: operations["listChildren"];
         put?: never;
@@ -378,6 +378,11 @@ export interface paths {
          *     this topic's (or none), or when this topic's retention is not at least an hour
          *     longer than the delay. The copy is at least once: a crash may copy the last batch
          *     twice, never lose one.
+         *
+         *     With security on, the copy runs only while the child's owner may consume this
+         *     topic, checked before every batch: when that grant is revoked (or the owner
+         *     deleted) the child is listed `paused` with the reason, and the copy resumes where
+         *     it stopped once the grant returns.
          */
         post: operations["attachChild"];
         delete?: never;
@@ -889,6 +894,16 @@ export interface components {
             child: string;
             /** Format: int64 */
             fanout_delay_ms: number;
+            /**
+             * @description `paused` when the child's owner may no longer consume the parent (the grant
+             *     was revoked or the user deleted, with security on): nothing is copied until
+             *     the grant returns, then the copy resumes where it stopped. `paused_reason`
+             *     says why.
+             * @enum {string}
+             */
+            state?: "running" | "paused";
+            /** @description Why the copy is paused, and what to do; absent while running. */
+            paused_reason?: string;
             lag?: components["schemas"]["ChildLag"][];
         };
         ChildLag: {
