@@ -369,16 +369,19 @@ type ChildLag struct {
 	ParentNext, Cursor uint64
 }
 
-func (b *Broker) parentStart(parent string) ([]uint64, error) {
+// parentStart reads where a new child's copy starts (the parent's tail) and of which
+// parent incarnation: the attach command carries both, so the control plane refuses it
+// if the parent was deleted and created again before it committed.
+func (b *Broker) parentStart(parent string) ([]uint64, uint64, error) {
 	t, err := b.lookup(parent)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	start := make([]uint64, len(t.parts))
 	for i, p := range t.parts {
 		start[i] = p.Stats().End
 	}
-	return start, nil
+	return start, t.incarnation, nil
 }
 
 // AttachChild links an existing topic as a child of parent: from now on every message
@@ -396,11 +399,14 @@ func (b *Broker) AttachChild(ctx context.Context, parent, child string, delayMs 
 	if _, err := b.lookup(child); err != nil {
 		return ChildInfo{}, err
 	}
-	start, err := b.parentStart(parent)
+	start, parentInc, err := b.parentStart(parent)
 	if err != nil {
 		return ChildInfo{}, err
 	}
-	if _, err := b.meta.AttachChild(parent, child, delayMs, start); err != nil {
+	if attachHook != nil {
+		attachHook()
+	}
+	if _, err := b.meta.AttachChild(parent, parentInc, child, delayMs, start); err != nil {
 		return ChildInfo{}, mapMetaErr(err)
 	}
 	if err := b.reconcile(false); err != nil {
@@ -417,6 +423,10 @@ func (b *Broker) AttachChild(ctx context.Context, parent, child string, delayMs 
 	}
 	return ChildInfo{Name: child, DelayMs: delayMs}, nil
 }
+
+// attachHook, set only by tests, runs between reading the parent's start offsets and
+// the attach command.
+var attachHook func()
 
 func checkDelay(delayMs int64) error {
 	if delayMs < 0 || delayMs > 365*24*3600*1000 {

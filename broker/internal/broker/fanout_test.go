@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +130,44 @@ func TestFanoutStopsWhenOwnerLosesParentGrant(t *testing.T) {
 		if why := childPaused(t, b, "p", "c"); why != "" {
 			t.Fatalf("%s: still listed paused after the grant returned: %s", revoke.name, why)
 		}
+	}
+}
+
+// TestAttachRefusesParentRecreatedMeanwhile deletes and recreates the parent (and
+// produces to the new one) between the attach's read of the parent's tail and its
+// command: the attach must be refused, not link the new parent from the old tail and
+// skip its first messages.
+func TestAttachRefusesParentRecreatedMeanwhile(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	for _, name := range []string{"p", "c"} {
+		if _, err := b.CreateTopic(ctx, TopicSpec{Name: name, Partitions: ptr[int32](1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produceN(t, b, "p", 5)
+	attachHook = func() {
+		attachHook = nil
+		if err := b.DeleteTopic(ctx, "p"); err != nil {
+			t.Error(err)
+		}
+		if _, err := b.CreateTopic(ctx, TopicSpec{Name: "p", Partitions: ptr[int32](1)}); err != nil {
+			t.Error(err)
+		}
+		produceN(t, b, "p", 2)
+	}
+	defer func() { attachHook = nil }()
+	_, err := b.AttachChild(ctx, "p", "c", 0)
+	var ce *ConflictError
+	if !errors.As(err, &ce) {
+		t.Fatalf("attach across a recreate of the parent: %v, want a conflict", err)
+	}
+	if cs, _ := b.Children("p"); len(cs) != 0 {
+		t.Fatalf("child linked anyway: %+v", cs)
+	}
+	// Attaching again reads the new parent's tail and works.
+	if _, err := b.AttachChild(ctx, "p", "c", 0); err != nil {
+		t.Fatal(err)
 	}
 }

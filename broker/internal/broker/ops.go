@@ -147,12 +147,13 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 		}
 	}
 	var start []uint64
+	var parentInc uint64
 	if s.Parent != nil {
 		if err := checkName(*s.Parent); err != nil {
 			return meta.Topic{}, err
 		}
 		var err error
-		if start, err = b.parentStart(*s.Parent); err != nil {
+		if start, parentInc, err = b.parentStart(*s.Parent); err != nil {
 			return meta.Topic{}, err
 		}
 	} else if s.FanoutDelayMs != nil {
@@ -175,6 +176,7 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 			ReplicationFactor: 1,
 			Schema:            s.Schema,
 			Parent:            orDefault(s.Parent, ""),
+			ParentIncarnation: parentInc, // the incarnation start was read from
 			FanoutDelayMs:     orDefault(s.FanoutDelayMs, 0),
 		},
 	}

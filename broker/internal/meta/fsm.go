@@ -102,16 +102,21 @@ type Alter struct {
 }
 
 type command struct {
-	Op     string       `json:"op"`
-	Child  string       `json:"child,omitempty"`
-	Delay  int64        `json:"delay,omitempty"`
-	Start  []uint64     `json:"start,omitempty"`
-	Topic  *Topic       `json:"topic,omitempty"`
-	Name   string       `json:"name,omitempty"`
-	Alter  *Alter       `json:"alter,omitempty"`
-	User   *auth.User   `json:"user,omitempty"`
-	Grants []auth.Grant `json:"grants,omitempty"`
-	Hash   []byte       `json:"hash,omitempty"`
+	Op    string   `json:"op"`
+	Child string   `json:"child,omitempty"`
+	Delay int64    `json:"delay,omitempty"`
+	Start []uint64 `json:"start,omitempty"`
+	// ParentInc, on attach_child, is the parent incarnation Start was read from: the
+	// attach is refused if the parent was deleted and created again since. Zero (a
+	// command of an older version) checks nothing. create_topic carries it in
+	// Topic.ParentIncarnation.
+	ParentInc uint64       `json:"parent_incarnation,omitempty"`
+	Topic     *Topic       `json:"topic,omitempty"`
+	Name      string       `json:"name,omitempty"`
+	Alter     *Alter       `json:"alter,omitempty"`
+	User      *auth.User   `json:"user,omitempty"`
+	Grants    []auth.Grant `json:"grants,omitempty"`
+	Hash      []byte       `json:"hash,omitempty"`
 	// Seed marks a create_user that seeds the first admin: it applies only if no admin
 	// was ever seeded, so a restart with the same flag never recreates a deleted admin.
 	Seed bool `json:"seed,omitempty"`
@@ -230,9 +235,9 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		t.Incarnation = index
 		if t.Parent != "" {
 			// Create and attach in one command: the topic exists linked, or not at all.
-			parent := t.Parent
-			t.Parent = ""
-			if r := f.checkAttach(parent, t, t.FanoutDelayMs, c.Start); r.err != nil {
+			parent, parentInc := t.Parent, t.ParentIncarnation
+			t.Parent, t.ParentIncarnation = "", 0
+			if r := f.checkAttach(parent, parentInc, t, t.FanoutDelayMs, c.Start); r.err != nil {
 				return r
 			}
 			t = f.linked(parent, t, t.FanoutDelayMs, c.Start, index)
@@ -257,7 +262,7 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		if !ok {
 			return applyResult{err: ErrTopicNotFound}
 		}
-		if r := f.checkAttach(c.Name, child, c.Delay, c.Start); r.err != nil {
+		if r := f.checkAttach(c.Name, c.ParentInc, child, c.Delay, c.Start); r.err != nil {
 			return r
 		}
 		child = f.linked(c.Name, child, c.Delay, c.Start, index)
@@ -356,13 +361,18 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 	}
 }
 
-// checkAttach applies the fan-out rules to linking child under parent.
-func (f *fsm) checkAttach(parentName string, child Topic, delay int64, start []uint64) applyResult {
+// checkAttach applies the fan-out rules to linking child under parent. parentInc, when
+// not zero, is the parent incarnation start was read from.
+func (f *fsm) checkAttach(parentName string, parentInc uint64, child Topic, delay int64, start []uint64) applyResult {
 	parent, ok := f.topics[parentName]
 	if !ok {
 		return applyResult{err: ErrTopicNotFound}
 	}
 	switch {
+	case parentInc != 0 && parentInc != parent.Incarnation:
+		// The start offsets are the old incarnation's tail: the new one's first messages
+		// would never be copied.
+		return conflict("topic %s was deleted and created again while the attach ran; attach again", parentName)
 	case parentName == child.Name:
 		return conflict("a topic cannot be its own child")
 	case child.Parent != "":

@@ -183,9 +183,10 @@ func (s *Store) CreateTopic(t Topic, start ...uint64) (Topic, error) {
 }
 
 // AttachChild links child under parent with a delay, copying from start (per parent
-// partition).
-func (s *Store) AttachChild(parent, child string, delayMs int64, start []uint64) (Topic, error) {
-	return s.apply(command{Op: "attach_child", Name: parent, Child: child, Delay: delayMs, Start: start})
+// partition), which was read from parent incarnation parentInc: the attach is refused
+// with a ConflictError if the parent is another incarnation by then (0: not checked).
+func (s *Store) AttachChild(parent string, parentInc uint64, child string, delayMs int64, start []uint64) (Topic, error) {
+	return s.apply(command{Op: "attach_child", Name: parent, ParentInc: parentInc, Child: child, Delay: delayMs, Start: start})
 }
 
 // DetachChild unlinks child from parent.

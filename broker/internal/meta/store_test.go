@@ -152,25 +152,25 @@ func TestAttachRules(t *testing.T) {
 	mk("typed", week, `{"type":"object"}`)
 	start := []uint64{0, 0}
 	isConflict := func(err error) bool { var c *ConflictError; return errors.As(err, &c) }
-	if _, err := s.AttachChild("p", "c1", 0, start); err != nil {
+	if _, err := s.AttachChild("p", 0, "c1", 0, start); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AttachChild("p", "c1", 0, start); !isConflict(err) {
+	if _, err := s.AttachChild("p", 0, "c1", 0, start); !isConflict(err) {
 		t.Fatalf("second parent: %v", err)
 	}
-	if _, err := s.AttachChild("c1", "c2", 0, start); !isConflict(err) {
+	if _, err := s.AttachChild("c1", 0, "c2", 0, start); !isConflict(err) {
 		t.Fatalf("chain under a child: %v", err)
 	}
-	if _, err := s.AttachChild("c2", "p", 0, start); !isConflict(err) {
+	if _, err := s.AttachChild("c2", 0, "p", 0, start); !isConflict(err) {
 		t.Fatalf("a parent as a child: %v", err)
 	}
-	if _, err := s.AttachChild("short", "c2", 3600*1000+1, start); !isConflict(err) {
+	if _, err := s.AttachChild("short", 0, "c2", 3600*1000+1, start); !isConflict(err) {
 		t.Fatalf("delay past parent retention: %v", err)
 	}
-	if _, err := s.AttachChild("p", "typed", 0, start); !isConflict(err) {
+	if _, err := s.AttachChild("p", 0, "typed", 0, start); !isConflict(err) {
 		t.Fatalf("schema mismatch: %v", err)
 	}
-	if _, err := s.AttachChild("p", "c2", 5000, start); err != nil {
+	if _, err := s.AttachChild("p", 0, "c2", 5000, start); err != nil {
 		t.Fatal(err)
 	}
 	r := int64(3600 * 1000)

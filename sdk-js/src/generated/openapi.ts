@@ -375,8 +375,9 @@ export interface paths {
          *
          *     409 when the child already has a parent, when either side would form a chain
          *     (children cannot have children), past 64 children, when the child's schema is not
-         *     this topic's (or none), or when this topic's retention is not at least an hour
-         *     longer than the delay. The copy is at least once: a crash may copy the last batch
+         *     this topic's (or none), when this topic's retention is not at least an hour
+         *     longer than the delay, or when this topic was deleted and created again while
+         *     the attach ran (attach again). The copy is at least once: a crash may copy the last batch
          *     twice, never lose one.
          *
          *     With security on, the copy runs only while the child's owner may consume this
