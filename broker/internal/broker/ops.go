@@ -476,10 +476,21 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 		}
 	}()
 	for {
+		// A client that has gone gets nothing: a lease taken for it would hide the
+		// message for a visibility timeout with nobody to process it. Checked before
+		// every look (the first, and after each wake, which can race the cancel).
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		// Take the wake-up channel before looking, so a message arriving between the
 		// look and the wait still wakes us.
 		wake := t.sig.wait()
 		got, err := b.leaseFrom(t, max)
+		if len(got) > 0 && ctx.Err() != nil {
+			// The client went while we leased: hand the messages back at once.
+			b.handBack(t, got)
+			return nil, ctx.Err()
+		}
 		if err != nil || len(got) > 0 {
 			return got, err
 		}
@@ -505,6 +516,21 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 			return nil, ErrTopicNotFound
 		case <-b.draining:
 			return nil, ErrUnavailable
+		}
+	}
+}
+
+// handBack ends leases taken for a client that has gone, so the messages are
+// deliverable again now rather than after the visibility timeout.
+func (b *Broker) handBack(t *topic, ds []Delivered) {
+	for _, d := range ds {
+		h, err := queue.DecodeHandle(d.Handle)
+		if err != nil {
+			continue
+		}
+		if err := t.parts[d.Partition].Extend(h.Offset, h.Nonce, 0); err != nil && !errors.Is(err, queue.ErrLeaseLost) {
+			b.log.Warn("handing back a lease of a gone client failed; the message is delivered again after its visibility timeout",
+				"topic", t.name, "partition", d.Partition, "offset", d.Offset, "err", err)
 		}
 	}
 }
