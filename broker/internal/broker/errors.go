@@ -39,6 +39,10 @@ var ErrCorrupt = errors.New("stored message damaged")
 // ErrStorage means a disk write failed and nothing was stored.
 var ErrStorage = errors.New("storage failed")
 
+// ErrMaybeStored goes with ErrStorage when the failed write could not be undone: the
+// request was not acknowledged nor served, but may be found stored after a restart.
+var ErrMaybeStored = errors.New("a failed write could not be undone")
+
 // ErrOffsetOutOfRange means the offset has aged out of the partition.
 var ErrOffsetOutOfRange = errors.New("offset out of range")
 

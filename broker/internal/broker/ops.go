@@ -437,6 +437,10 @@ func (b *Broker) partitionErr(err error, op string) error {
 		return errors.Join(ErrDiskFull, err)
 	case errors.Is(err, partition.ErrStorage):
 		b.metrics.StorageErrors.WithLabelValues(op).Inc()
+		if errors.Is(err, segment.ErrNotUndone) {
+			b.log.Error("a failed write could not be undone; its records may reappear after a restart", "op", op, "err", err)
+			return errors.Join(ErrStorage, ErrMaybeStored, err)
+		}
 		return errors.Join(ErrStorage, err)
 	}
 	return err

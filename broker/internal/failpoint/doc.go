@@ -28,6 +28,9 @@ const (
 	// SegmentAfterFsync: every chunk of a commit group is fsynced, the records are not yet
 	// visible to readers and the callers have not been answered.
 	SegmentAfterFsync = "segment-after-fsync"
+	// SegmentUndo: a commit group failed and its files are being taken back; an error
+	// here stands for a failed truncate or removal (the undo gives up).
+	SegmentUndo = "segment-undo"
 	// SegmentRollCreated: a new segment file was created by a roll, its directory entry
 	// not yet fsynced.
 	SegmentRollCreated = "segment-roll-created"
@@ -54,7 +57,7 @@ const (
 
 // Points lists every named point, for harnesses that pick one at random.
 var Points = []string{
-	SegmentAfterWrite, SegmentAfterFsync, SegmentRollCreated, SegmentRetentionDelete,
+	SegmentAfterWrite, SegmentAfterFsync, SegmentUndo, SegmentRollCreated, SegmentRetentionDelete,
 	SegmentRetentionUnlink, PartitionAfterAppend, PartitionAfterSettle,
 	PartitionCkptBeforeRename, PartitionEpochBeforeRename,
 }

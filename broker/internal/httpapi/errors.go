@@ -79,6 +79,9 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, broker.ErrDiskFull):
 		return &apiError{status: http.StatusServiceUnavailable, code: "disk_full", retryAfter: 5,
 			msg: "the broker's disk is full and nothing was stored; retry after Retry-After seconds (the operator must free space)"}
+	case errors.Is(err, broker.ErrMaybeStored):
+		return &apiError{status: http.StatusServiceUnavailable, code: "storage_failed", retryAfter: 1,
+			msg: "a disk write failed and the broker could not undo it: the request was not acknowledged, but it may be found stored after the node restarts, so a retry may store it twice (the operator is alerted by the narad_storage_errors_total metric)"}
 	case errors.Is(err, broker.ErrStorage):
 		return &apiError{status: http.StatusServiceUnavailable, code: "storage_failed", retryAfter: 1,
 			msg: "a disk write failed and the request was not stored; retry later (the operator is alerted by the narad_storage_errors_total metric)"}

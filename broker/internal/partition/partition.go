@@ -233,7 +233,7 @@ func storageErr(err error) error {
 	case errors.Is(err, segment.ErrNoSpace):
 		return fmt.Errorf("%w: %v", ErrDiskFull, err)
 	}
-	return fmt.Errorf("%w: %v", ErrStorage, err)
+	return fmt.Errorf("%w: %w", ErrStorage, err) // %w: callers tell segment.ErrNotUndone apart
 }
 
 func (p *Partition) notify() {

@@ -223,7 +223,8 @@ func (l *Log) writeChunk(c *chunk) error {
 // fail fails the log closed after a write or fsync error and tries to take the
 // touched files back to their durable state, so that a reopen does not show the
 // failed group. The undo stops at its first error, leaving at worst a
-// consistent log that holds some unacknowledged records.
+// consistent log that holds some unacknowledged records: the group's callers then
+// get ErrNotUndone, since those records may be read after a reopen.
 func (l *Log) fail(touched []chunk, cause error) error {
 	l.failErr = fmt.Errorf("%w: %w", ErrFailed, cause)
 	undone := true
@@ -237,8 +238,10 @@ func (l *Log) fail(touched []chunk, cause error) error {
 	}()
 	for i := len(touched) - 1; i >= 0; i-- {
 		c := &touched[i]
-		var err error
-		if c.created {
+		err := failpoint.Err(failpoint.SegmentUndo) // stands for a failed truncate or remove
+		switch {
+		case err != nil:
+		case c.created:
 			if c.seg.f != nil {
 				c.seg.f.Close()
 				c.seg.f = nil
@@ -246,8 +249,10 @@ func (l *Log) fail(touched []chunk, cause error) error {
 			if err = l.fs.Remove(c.seg.path); err == nil || errors.Is(err, fs.ErrNotExist) {
 				err = l.syncDir()
 			}
-		} else if err = c.seg.f.Truncate(c.pos); err == nil {
-			err = l.sync(c.seg.f)
+		default:
+			if err = c.seg.f.Truncate(c.pos); err == nil {
+				err = l.sync(c.seg.f)
+			}
 		}
 		if err != nil {
 			undone = false
@@ -257,6 +262,10 @@ func (l *Log) fail(touched []chunk, cause error) error {
 	var we *writeError
 	if undone && errors.As(cause, &we) && errors.Is(cause, syscall.ENOSPC) {
 		return fmt.Errorf("%w: %w", ErrNoSpace, cause)
+	}
+	if !undone {
+		// The group's callers must not be told that nothing was stored.
+		return fmt.Errorf("%w: %w", ErrNotUndone, l.failErr)
 	}
 	return l.failErr
 }

@@ -7,6 +7,12 @@ import "errors"
 // nothing written since the last good one can be trusted to be on disk.
 var ErrFailed = errors.New("segment: log failed closed after a write or fsync error")
 
+// ErrNotUndone means a failed append could not be taken back (the truncate or the
+// removal of what it wrote failed too): its records were never acknowledged nor read,
+// but they may be found on disk when the log is opened again. Only the failing call
+// gets it; later appends are refused with ErrFailed and wrote nothing.
+var ErrNotUndone = errors.New("segment: the failed write could not be undone; its records may reappear when the log is reopened")
+
 // ErrNoSpace means the file system ran out of space while writing an append. Nothing of
 // that append was stored, the files were taken back to their durable state, and the
 // log stays open: later appends succeed once space returns. (An fsync that fails, even

@@ -44,3 +44,45 @@ func TestFailpointFsyncEIO(t *testing.T) {
 		mustClose(t, l)
 	}
 }
+
+// TestFailpointUndoFailsSaysMaybeStored fails a commit group's fsync, once with the
+// undo working and once with the undo failing too. Only when the undo worked may the
+// caller be told nothing was stored: with a failed undo the records are still in the
+// file and a reopen finds them, so the append's error must wrap ErrNotUndone.
+func TestFailpointUndoFailsSaysMaybeStored(t *testing.T) {
+	defer failpoint.Set("")
+	for _, undoFails := range []bool{false, true} {
+		m := vfs.NewMem()
+		l := mustOpen(t, testDir, memOptions(m))
+		appendTestRecords(t, l, 0, 5)
+		spec := failpoint.SegmentAfterWrite + ":eio@1"
+		if undoFails {
+			spec += ";" + failpoint.SegmentUndo + ":eio"
+		}
+		if err := failpoint.Set(spec); err != nil {
+			t.Fatal(err)
+		}
+		_, err := l.Append(testRecords(5, 8))
+		failpoint.Set("")
+		if !errors.Is(err, ErrFailed) {
+			t.Fatalf("undo fails %v: append returned %v, want ErrFailed", undoFails, err)
+		}
+		if errors.Is(err, ErrNotUndone) != undoFails {
+			t.Fatalf("undo fails %v: append returned %v; ErrNotUndone must be there exactly when the undo failed", undoFails, err)
+		}
+		if _, err := l.Append(testRecords(0, 1)); !errors.Is(err, ErrFailed) || errors.Is(err, ErrNotUndone) {
+			t.Fatalf("undo fails %v: a later append returned %v, want ErrFailed alone (it wrote nothing)", undoFails, err)
+		}
+		l.Close()
+		l = mustOpen(t, testDir, memOptions(m))
+		got := len(readAll(t, l))
+		mustClose(t, l)
+		switch {
+		case !undoFails && got != 5:
+			t.Fatalf("undo worked, yet a reopen finds %d records, want the 5 acknowledged", got)
+		case undoFails && got != 8:
+			// This is what makes "nothing was stored" untrue when the undo fails.
+			t.Fatalf("undo failed: a reopen finds %d records; the test expects the 3 unacknowledged ones to be back (8)", got)
+		}
+	}
+}
