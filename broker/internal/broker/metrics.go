@@ -23,6 +23,7 @@ type Metrics struct {
 	HTTPDuration   *prometheus.HistogramVec // by operation
 	ConsumeWaiting prometheus.Gauge         // long polls parked now
 	AuthFailures   prometheus.Counter       // failed logins
+	AuthThrottled  prometheus.Counter       // password checks refused unhashed (too many in flight)
 	FanoutCopied   *prometheus.CounterVec   // messages copied into a child, by child
 
 	// syncStats reads the node's shared sync group (set by Open in group sync mode).
@@ -76,6 +77,9 @@ func NewMetrics() *Metrics {
 		FanoutCopied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_fanout_copied_total", Help: "Messages copied from a parent into a child topic.",
 		}, []string{"child"}),
+		AuthThrottled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narad_auth_throttled_total", Help: "Password checks refused with 503 before hashing: too many in flight from one address or in total.",
+		}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_failures_total", Help: "Requests refused for missing or wrong credentials.",
 		}),
@@ -92,7 +96,7 @@ func NewMetrics() *Metrics {
 		}, m.syncStat(func(s vfs.SyncStats) float64 { return s.Time.Seconds() })),
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
-		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.FanoutCopied,
+		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

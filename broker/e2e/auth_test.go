@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// clientFrom returns a plain HTTP client whose connections come from the loopback
+// address ip (Linux routes all of 127/8 to lo), so a test can play a second client host.
+func clientFrom(ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+		DialContext: d.DialContext, MaxIdleConnsPerHost: 200,
+	}}
+}
+
+type rawAnswer struct {
+	status     int
+	code       string
+	retryAfter string
+}
+
+func rawDo(hc *http.Client, method, url, user, pass, body string) (rawAnswer, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		return rawAnswer{}, err
+	}
+	req.SetBasicAuth(user, pass)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return rawAnswer{}, err
+	}
+	defer resp.Body.Close()
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	json.Unmarshal(b, &e)
+	return rawAnswer{resp.StatusCode, e.Error.Code, resp.Header.Get("Retry-After")}, nil
+}
+
+// burst sends n requests at once from hc and reports how many were refused
+// unhashed (503 unavailable with Retry-After) before the rest are answered. It returns
+// once n-bound were refused, or every request was answered, and reports how many had
+// been answered by then; the rest keep running until the caller calls wait.
+func burst(t *testing.T, n int, send func(i int) (rawAnswer, error)) (refused func() int, answered func() int, wait func() map[int]int) {
+	t.Helper()
+	var refusedN, answeredN atomic.Int32
+	var mu sync.Mutex
+	byStatus := map[int]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			a, err := send(i)
+			if err != nil {
+				t.Errorf("flood request %d: %v", i, err)
+				answeredN.Add(1)
+				return
+			}
+			if a.status == http.StatusServiceUnavailable {
+				if a.code != "unavailable" || a.retryAfter == "" {
+					t.Errorf("refused flood request: %d %s Retry-After %q; want 503 unavailable with Retry-After", a.status, a.code, a.retryAfter)
+				}
+				refusedN.Add(1)
+			}
+			mu.Lock()
+			byStatus[a.status]++
+			mu.Unlock()
+			answeredN.Add(1)
+		}(i)
+	}
+	return func() int { return int(refusedN.Load()) }, func() int { return int(answeredN.Load()) },
+		func() map[int]int {
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			return byStatus
+		}
+}
+
+// floodBoundE2E is the most unproven password checks from one address the tests let
+// the broker admit at once (its own bound is lower).
+const floodBoundE2E = 8
+
+// TestLoginFloodDoesNotLockOutUsers: a burst of wrong passwords from one address (a
+// second loopback address) is refused past a small bound before any bcrypt, with 503
+// and Retry-After, and while the admitted attempts are still waiting, a user who never
+// logged in and the admin log in from another address.
+func TestLoginFloodDoesNotLockOutUsers(t *testing.T) {
+	t.Parallel()
+	n, admin := startSecured(t, "--auth-failure-delay", "20s")
+	admin.createUser("newcomer", "newcomer-pass")
+	flood := clientFrom("127.0.0.2")
+	url := n.URL() + "/v1/topics"
+	// A few sequential failures first, so the burst's admitted attempts wait (1.6 s
+	// and more) before they hash and are still in flight when the others log in.
+	for i := 0; i < 7; i++ {
+		if a, err := rawDo(flood, "GET", url, "admin", fmt.Sprintf("warm-up-%d", i), ""); err != nil || a.status != http.StatusUnauthorized {
+			t.Fatalf("warm-up wrong password %d: %+v %v, want 401", i, a, err)
+		}
+	}
+	const total = 100
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	refused, answered, wait := burst(t, total, func(i int) (rawAnswer, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+		req.SetBasicAuth("admin", fmt.Sprintf("guess-%03d", i))
+		resp, err := flood.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return rawAnswer{status: -1}, nil // cancelled by the test after its checks
+			}
+			return rawAnswer{}, err
+		}
+		defer resp.Body.Close()
+		var e struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		json.NewDecoder(resp.Body).Decode(&e)
+		return rawAnswer{resp.StatusCode, e.Error.Code, resp.Header.Get("Retry-After")}, nil
+	})
+	waitFor(t, 60*time.Second, fmt.Sprintf("all but %d of %d flood requests to be answered", floodBoundE2E, total), func() bool {
+		return answered() >= total-floodBoundE2E
+	})
+	if r := refused(); r < total-floodBoundE2E {
+		t.Errorf("%d of %d simultaneous wrong passwords from one address were refused with 503; want all but %d refused before hashing", r, total, floodBoundE2E)
+	}
+	// The admitted attempts are still waiting out their delay: others log in meanwhile.
+	n.Client().WithBasicAuth("newcomer", "newcomer-pass").Get("/v1/topics").Expect(t, http.StatusOK)
+	admin.Get("/v1/users").Expect(t, http.StatusOK)
+	if a := answered(); a >= total {
+		t.Errorf("every flood request was answered before the other logins; the test wants some in flight")
+	}
+	cancel()
+	wait()
+	if v, ok := metricValue(admin, "narad_auth_throttled_total"); !ok || v < total-floodBoundE2E {
+		t.Errorf("narad_auth_throttled_total = %v (%v), want at least %d", v, ok, total-floodBoundE2E)
+	}
+}
