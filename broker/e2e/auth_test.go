@@ -155,3 +155,46 @@ func TestLoginFloodDoesNotLockOutUsers(t *testing.T) {
 		t.Errorf("narad_auth_throttled_total = %v (%v), want at least %d", v, ok, total-floodBoundE2E)
 	}
 }
+
+// TestPasswordChangeGuessesBounded: wrong current_password guesses on the password
+// route go through the same bound, delay and failure count as wrong logins. A burst of
+// them from one low-privilege user is refused past the bound with 503 before hashing,
+// every wrong guess that was hashed counts in narad_auth_failures_total, and the admin
+// is served meanwhile.
+func TestPasswordChangeGuessesBounded(t *testing.T) {
+	t.Parallel()
+	n, admin := startSecured(t, "--auth-failure-delay", "20s")
+	admin.createUser("low", "low-password")
+	hc := clientFrom("127.0.0.3")
+	url := n.URL() + "/v1/users/low/password"
+	guess := func(i int) (rawAnswer, error) {
+		return rawDo(hc, "PUT", url, "low", "low-password", fmt.Sprintf(`{"current_password":"guess-%03d","new_password":"new-password-1"}`, i))
+	}
+	before, _ := metricValue(admin, "narad_auth_failures_total")
+	for i := 0; i < 7; i++ {
+		if a, err := guess(1000 + i); err != nil || a.status != http.StatusForbidden {
+			t.Fatalf("wrong current_password %d: %+v %v, want 403", i, a, err)
+		}
+	}
+	if v, _ := metricValue(admin, "narad_auth_failures_total"); v < before+7 {
+		t.Errorf("7 wrong current_password guesses moved narad_auth_failures_total from %v to %v; want them counted", before, v)
+	}
+	const total = 64
+	refused, answered, wait := burst(t, total, guess)
+	waitFor(t, 60*time.Second, fmt.Sprintf("all but %d of %d guesses to be answered", floodBoundE2E, total), func() bool {
+		return answered() >= total-floodBoundE2E
+	})
+	if r := refused(); r < total-floodBoundE2E {
+		t.Errorf("%d of %d simultaneous current_password guesses were refused with 503; want all but %d refused before hashing", r, total, floodBoundE2E)
+	}
+	admin.Get("/v1/users").Expect(t, http.StatusOK)
+	got := wait()
+	if got[http.StatusNoContent] != 0 {
+		t.Errorf("a wrong current_password changed the password: %v", got)
+	}
+	// The right current password still works, and the new one logs in.
+	if a, err := rawDo(hc, "PUT", url, "low", "low-password", `{"current_password":"low-password","new_password":"new-password-1"}`); err != nil || a.status != http.StatusNoContent {
+		t.Errorf("the right current_password: %+v %v, want 204", a, err)
+	}
+	n.Client().WithBasicAuth("low", "new-password-1").Get("/v1/users/low").Expect(t, http.StatusOK)
+}

@@ -21,6 +21,11 @@ func (h *handlers) authorize(next apigen.StrictHandlerFunc, operationID string) 
 		if err := h.allowed(u, req); err != nil {
 			return nil, err
 		}
+		if cp, ok := req.(apigen.ChangePasswordRequestObject); ok {
+			if err := h.proveCurrentPassword(r, u, cp); err != nil {
+				return nil, err
+			}
+		}
 		return next(ctx, w, r, req)
 	}
 }
@@ -148,7 +153,7 @@ func (h *handlers) allowed(u *auth.User, req any) error {
 		return mustBeAdmin(u)
 	case apigen.ChangePasswordRequestObject:
 		if r.Username == u.Name || u.IsAdmin() {
-			return nil // a user changing their own password proves the current one in the handler
+			return nil // a user changing their own password also proves the current one (proveCurrentPassword)
 		}
 		return forbidden("only the user themself or an admin may change this password")
 	}

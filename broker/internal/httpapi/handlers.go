@@ -59,6 +59,7 @@ type Broker interface {
 type handlers struct {
 	b       Broker
 	metrics http.Handler
+	authn   *authenticator // checks the current password of a password change
 }
 
 var _ apigen.StrictServerInterface = (*handlers)(nil)
