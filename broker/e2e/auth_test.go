@@ -1,17 +1,23 @@
 package e2e
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/narad-mq/narad/broker/internal/testutil"
 )
 
 // clientFrom returns a plain HTTP client whose connections come from the loopback
@@ -197,4 +203,92 @@ func TestPasswordChangeGuessesBounded(t *testing.T) {
 		t.Errorf("the right current_password: %+v %v, want 204", a, err)
 	}
 	n.Client().WithBasicAuth("low", "new-password-1").Get("/v1/users/low").Expect(t, http.StatusOK)
+}
+
+// TestLastAdminKept: the last user holding admin on * can be neither deleted nor
+// demoted (409): the node would be locked out of user management for good.
+func TestLastAdminKept(t *testing.T) {
+	t.Parallel()
+	n, admin := startSecured(t)
+	putGrants := func(c *api, user, body string) *testutil.Response {
+		return c.Do("PUT", "/v1/users/"+user+"/grants", []byte(body), "Content-Type", "application/json")
+	}
+	admin.Do("DELETE", "/v1/users/admin", nil).ExpectError(t, http.StatusConflict, "conflict")
+	putGrants(admin, "admin", `{"grants":[{"action":"admin","topics":["orders.*"]}]}`).ExpectError(t, http.StatusConflict, "conflict")
+	admin.Get("/v1/users/admin").Expect(t, http.StatusOK)
+	// With a second full admin, either may go, but not both.
+	admin.createUser("ops", "ops-password", grant("admin", "*"))
+	ops := &api{Client: n.Client().WithBasicAuth("ops", "ops-password"), t: t}
+	putGrants(admin, "admin", `{"grants":[{"action":"produce","topics":["*"]}]}`).Expect(t, http.StatusOK)
+	ops.Do("DELETE", "/v1/users/ops", nil).ExpectError(t, http.StatusConflict, "conflict")
+	putGrants(ops, "ops", `{"grants":[]}`).ExpectError(t, http.StatusConflict, "conflict")
+	ops.Do("DELETE", "/v1/users/admin", nil).Expect(t, http.StatusNoContent)
+	ops.Get("/v1/users").Expect(t, http.StatusOK)
+}
+
+// unpackFixture extracts a data directory made by an older narad into a new temp dir.
+func unpackFixture(t *testing.T, name string) string {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return dir
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, filepath.Clean("/"+h.Name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeReg:
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, b, os.FileMode(h.Mode)&0o777); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// The fixture testdata/legacy-7cfc66e.tar.gz is the data directory of a narad built
+// from commit 7cfc66e after these steps, with NARAD_ADMIN_PASSWORD=admin-secret-1:
+// admin created bob (create and consume on bob.*), carol (create on carol.*), dave and
+// Dave (no grants); bob created bob.t, carol created carol.t; admin deleted carol, then
+// deleted admin, the last admin, which that version allowed.
+const legacyFixture = "legacy-7cfc66e.tar.gz"
+
+// TestBreakGlassRestoresAdmin: a data directory left with no admin (by an older version)
+// gets its admin back from NARAD_ADMIN_PASSWORD at the next start; once an admin exists,
+// later starts change nothing.
+func TestBreakGlassRestoresAdmin(t *testing.T) {
+	t.Parallel()
+	dir := unpackFixture(t, legacyFixture)
+	n := testutil.StartNarad(t, testutil.Options{DataDir: dir, Env: []string{"NARAD_ADMIN_PASSWORD=break-glass-1"}})
+	n.Client().WithBasicAuth("admin", "break-glass-1").Get("/v1/users").Expect(t, http.StatusOK)
+	if !strings.Contains(n.Log(), "no user held admin on *") {
+		t.Errorf("the restore of the admin left no log line")
+	}
+	// The restored admin changes its password; a start with another password leaves it.
+	n.Client().WithBasicAuth("admin", "break-glass-1").Do("PUT", "/v1/users/admin/password", []byte(`{"new_password":"admin-secret-3"}`), "Content-Type", "application/json").Expect(t, http.StatusNoContent)
+	n.Restart()
+	n.Client().WithBasicAuth("admin", "admin-secret-3").Get("/v1/users").Expect(t, http.StatusOK)
+	n.Client().WithBasicAuth("admin", "break-glass-1").Get("/v1/users").ExpectError(t, http.StatusUnauthorized, "unauthenticated")
+	// The other users came through the upgrade.
+	n.Client().WithBasicAuth("bob", "bob-password").Get("/v1/topics").Expect(t, http.StatusOK)
 }

@@ -12,6 +12,7 @@ import (
 	"hash/crc32"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -115,7 +116,18 @@ type command struct {
 	// Seed marks a create_user that seeds the first admin: it applies only if no admin
 	// was ever seeded, so a restart with the same flag never recreates a deleted admin.
 	Seed bool `json:"seed,omitempty"`
+	// Rules is the rule set the command was written under (cmdRules); a command applies
+	// by its own, so a log written by an older version replays as it applied then.
+	Rules int `json:"rules,omitempty"`
 }
+
+// cmdRules is the rule set of the commands this version writes:
+//
+//	1: delete_user and set_grants refuse to leave no user holding admin on "*".
+const cmdRules = 1
+
+// ErrLastAdmin means the change would leave no user holding admin on "*".
+var ErrLastAdmin = errors.New("meta: last admin")
 
 type applyResult struct {
 	topic Topic
@@ -196,6 +208,10 @@ func (c command) check() error {
 	case "delete_user", "set_grants", "set_password":
 		if c.Name == "" {
 			return bad("without a name")
+		}
+	case "restore_admin":
+		if c.User == nil || c.User.Name == "" {
+			return bad("without a user")
 		}
 	default:
 		return fmt.Errorf("unknown command %q", c.Op)
@@ -333,6 +349,9 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		if !ok {
 			return applyResult{err: ErrUserNotFound}
 		}
+		if c.Rules >= 1 && u.IsAdmin() && f.adminCount() == 1 {
+			return applyResult{err: ErrLastAdmin}
+		}
 		delete(f.users, c.Name)
 		return applyResult{user: u}
 	case "set_grants":
@@ -340,8 +359,35 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		if !ok {
 			return applyResult{err: ErrUserNotFound}
 		}
+		was := u.IsAdmin()
 		u.Grants = c.Grants
+		if c.Rules >= 1 && was && !u.IsAdmin() && f.adminCount() == 1 {
+			return applyResult{err: ErrLastAdmin}
+		}
 		f.users[c.Name] = u
+		return applyResult{user: u}
+	case "restore_admin":
+		// Break-glass: only while no user holds admin on *, the user of that name (or
+		// the first whose name equals it but for case) gets the hash and admin on *, or
+		// is created with them.
+		if f.adminCount() > 0 {
+			return applyResult{err: ErrUserExists}
+		}
+		u, ok := f.users[c.User.Name]
+		if !ok {
+			for _, x := range f.sortedUsers() {
+				if strings.EqualFold(x.Name, c.User.Name) {
+					u, ok = x, true
+					break
+				}
+			}
+		}
+		if !ok {
+			u = auth.User{Name: c.User.Name}
+		}
+		u.Hash = c.User.Hash
+		u.Grants = []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}
+		f.users[u.Name] = u
 		return applyResult{user: u}
 	case "set_password":
 		u, ok := f.users[c.Name]
@@ -460,13 +506,35 @@ func (f *fsm) user(name string) (auth.User, bool) {
 
 func (f *fsm) userList() []auth.User {
 	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.sortedUsers()
+}
+
+// sortedUsers lists the users by name. Called with f.mu held.
+func (f *fsm) sortedUsers() []auth.User {
 	out := make([]auth.User, 0, len(f.users))
 	for _, u := range f.users {
 		out = append(out, u)
 	}
-	f.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// adminCount counts the users holding admin on "*". Called with f.mu held.
+func (f *fsm) adminCount() int {
+	n := 0
+	for _, u := range f.users {
+		if u.IsAdmin() {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fsm) hasAdmin() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.adminCount() > 0
 }
 
 type snapshotState struct {

@@ -43,6 +43,12 @@ func FuzzApplyCommands(f *testing.F) {
 {"op":"set_password","name":"u","hash":"AAEC"}
 {"op":"delete_user","name":"u"}
 {"op":"create_user","user":{"name":"u"},"seed":true}`,
+		`{"op":"create_user","user":{"name":"a","grants":[{"action":"admin","topics":["*"]}]},"seed":true}
+{"op":"delete_user","name":"a","rules":1}
+{"op":"set_grants","name":"a","grants":[],"rules":1}
+{"op":"delete_user","name":"a"}
+{"op":"restore_admin","user":{"name":"a","hash":"AAEC"},"rules":1}
+{"op":"restore_admin","user":{"name":"b"},"rules":1}`,
 		`{"op":"alter_topic","name":"nope","alter":{"schema":{"type":"object"}}}`,
 		`{"op":"bogus"}`,
 		`not json`,

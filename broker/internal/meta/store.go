@@ -151,18 +151,30 @@ func (s *Store) CreateUser(u auth.User, seed bool) (auth.User, error) {
 	return s.applyUser(command{Op: "create_user", User: &u, Seed: seed})
 }
 
-// DeleteUser removes a user.
+// DeleteUser removes a user; ErrLastAdmin when it is the last holding admin on "*".
 func (s *Store) DeleteUser(name string) (auth.User, error) {
-	return s.applyUser(command{Op: "delete_user", Name: name})
+	return s.applyUser(command{Op: "delete_user", Name: name, Rules: cmdRules})
 }
 
-// SetGrants replaces a user's grants.
+// SetGrants replaces a user's grants; ErrLastAdmin when that would leave no user
+// holding admin on "*".
 func (s *Store) SetGrants(name string, gs []auth.Grant) (auth.User, error) {
 	if gs == nil {
 		gs = []auth.Grant{}
 	}
-	return s.applyUser(command{Op: "set_grants", Name: name, Grants: gs})
+	return s.applyUser(command{Op: "set_grants", Name: name, Grants: gs, Rules: cmdRules})
 }
+
+// RestoreAdmin is the break-glass for a cluster where no user holds admin on "*" (a
+// data directory from a version that let the last admin go): it gives the user of
+// u.Name (created if need be) the hash u.Hash and admin on "*". ErrUserExists, and no
+// change, while any user holds admin on "*".
+func (s *Store) RestoreAdmin(u auth.User) (auth.User, error) {
+	return s.applyUser(command{Op: "restore_admin", User: &u, Rules: cmdRules})
+}
+
+// HasAdmin reports whether any user holds admin on "*".
+func (s *Store) HasAdmin() bool { return s.fsm.hasAdmin() }
 
 // SetPassword replaces a user's password hash.
 func (s *Store) SetPassword(name string, hash []byte) (auth.User, error) {

@@ -100,6 +100,9 @@ func TestUsersAndSeedOnce(t *testing.T) {
 	if _, err := s.SetPassword("admin", []byte("h2")); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.CreateUser(auth.User{Name: "ops", Hash: []byte("ho"), Grants: admin.Grants}, false); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.DeleteUser("admin"); err != nil {
 		t.Fatal(err)
 	}
@@ -213,5 +216,61 @@ func TestApplyRefusesDamagedCommands(t *testing.T) {
 	good[len(good)-3] ^= 1
 	if msg := applyRecover(newFSM(), 1, good); !strings.Contains(msg, "checksum") {
 		t.Errorf("a flipped bit: panic %q, want a checksum refusal", msg)
+	}
+}
+
+// TestLastAdminAndRestore: the store refuses to delete or demote the last user holding
+// admin on *, yet replays an older version's log that did so as it applied then; the
+// break-glass RestoreAdmin then gives "admin" back its rights, and only then.
+func TestLastAdminAndRestore(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	all := []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}
+	if _, err := s.CreateUser(auth.User{Name: "admin", Hash: []byte("h1"), Grants: all}, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteUser("admin"); !errors.Is(err, ErrLastAdmin) {
+		t.Fatalf("deleting the last admin: %v, want ErrLastAdmin", err)
+	}
+	if _, err := s.SetGrants("admin", []auth.Grant{{Action: auth.Admin, Topics: []string{"a.*"}}}); !errors.Is(err, ErrLastAdmin) {
+		t.Fatalf("demoting the last admin: %v, want ErrLastAdmin", err)
+	}
+	if _, err := s.RestoreAdmin(auth.User{Name: "admin", Hash: []byte("h9")}); !errors.Is(err, ErrUserExists) {
+		t.Fatalf("restore while an admin exists: %v, want ErrUserExists", err)
+	}
+	if u, _ := s.User("admin"); string(u.Hash) != "h1" {
+		t.Fatalf("a refused restore changed the hash to %q", u.Hash)
+	}
+	// An older version's commands carry no rules: they apply as they did then.
+	if _, err := s.CreateUser(auth.User{Name: "bob", Hash: []byte("hb")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.applyUser(command{Op: "set_grants", Name: "admin", Grants: []auth.Grant{}}); err != nil {
+		t.Fatalf("an old set_grants demoting the last admin: %v", err)
+	}
+	if s.HasAdmin() {
+		t.Fatal("HasAdmin after the last admin was demoted")
+	}
+	s.Close()
+	s = mustOpen(t, dir)
+	defer s.Close()
+	if s.HasAdmin() {
+		t.Fatal("the replayed log brought an admin back")
+	}
+	u, err := s.RestoreAdmin(auth.User{Name: "admin", Hash: []byte("h9")})
+	if err != nil || u.Name != "admin" || string(u.Hash) != "h9" || !u.IsAdmin() {
+		t.Fatalf("restore: %+v %v", u, err)
+	}
+	if b, _ := s.User("bob"); b.IsAdmin() {
+		t.Fatal("the restore touched another user")
+	}
+	// With no user named admin at all, the restore creates one.
+	s2 := mustOpen(t, t.TempDir())
+	defer s2.Close()
+	if _, err := s2.CreateUser(auth.User{Name: "bob", Hash: []byte("hb")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := s2.RestoreAdmin(auth.User{Name: "admin", Hash: []byte("h9")}); err != nil || !u.IsAdmin() {
+		t.Fatalf("restore with no admin user: %+v %v", u, err)
 	}
 }
