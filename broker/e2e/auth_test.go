@@ -292,3 +292,57 @@ func TestBreakGlassRestoresAdmin(t *testing.T) {
 	// The other users came through the upgrade.
 	n.Client().WithBasicAuth("bob", "bob-password").Get("/v1/topics").Expect(t, http.StatusOK)
 }
+
+// TestOwnershipNeedsTheUserAndAGrant: a topic's owner is the user who created it, not
+// whoever holds the name later, and owner rights last only while the owner still holds
+// create on the topic. Topics owned by name in an older data directory go to that
+// user, or to nobody when the user is gone.
+func TestOwnershipNeedsTheUserAndAGrant(t *testing.T) {
+	t.Parallel()
+	n, admin := startSecured(t)
+	as := func(user, pass string) *api { return &api{Client: n.Client().WithBasicAuth(user, pass), t: t} }
+	visibility := map[string]any{"visibility_timeout_ms": 5000}
+
+	// A new user under a deleted user's name does not inherit the topic.
+	admin.createUser("eve", "eve-password-1", grant("create", "eve.*"))
+	as("eve", "eve-password-1").createTopic("eve.t", map[string]any{"partitions": 1})
+	admin.Do("DELETE", "/v1/users/eve", nil).Expect(t, http.StatusNoContent)
+	admin.createUser("eve", "eve-password-2", grant("create", "eve.*"))
+	eve2 := as("eve", "eve-password-2")
+	eve2.Do("DELETE", "/v1/topics/eve.t", nil).ExpectError(t, http.StatusForbidden, "forbidden")
+	eve2.PatchJSON("/v1/topics/eve.t", visibility).ExpectError(t, http.StatusForbidden, "forbidden")
+	admin.Get("/v1/topics/eve.t").Expect(t, http.StatusOK)
+
+	// An owner whose grants were taken away has no owner rights left.
+	admin.createUser("frank", "frank-password", grant("create", "frank.*"))
+	frank := as("frank", "frank-password")
+	frank.createTopic("frank.t", map[string]any{"partitions": 1})
+	frank.PatchJSON("/v1/topics/frank.t", visibility).Expect(t, http.StatusOK)
+	admin.Do("PUT", "/v1/users/frank/grants", []byte(`{"grants":[]}`), "Content-Type", "application/json").Expect(t, http.StatusOK)
+	frank.PatchJSON("/v1/topics/frank.t", visibility).ExpectError(t, http.StatusForbidden, "forbidden")
+	frank.Do("DELETE", "/v1/topics/frank.t", nil).ExpectError(t, http.StatusForbidden, "forbidden")
+	frank.Get("/v1/topics/frank.t").ExpectError(t, http.StatusForbidden, "forbidden")
+	// Given create again, the same user (not just the name) is the owner again.
+	admin.Do("PUT", "/v1/users/frank/grants", []byte(`{"grants":[{"action":"create","topics":["frank.*"]}]}`), "Content-Type", "application/json").Expect(t, http.StatusOK)
+	frank.PatchJSON("/v1/topics/frank.t", visibility).Expect(t, http.StatusOK)
+}
+
+// TestOwnersUpgradedFromNames: in a data directory from 7cfc66e, which stored owners by
+// name, bob still owns bob.t, and carol.t (its owner carol was deleted) has no owner: a
+// new carol cannot delete it.
+func TestOwnersUpgradedFromNames(t *testing.T) {
+	t.Parallel()
+	dir := unpackFixture(t, legacyFixture)
+	n := testutil.StartNarad(t, testutil.Options{DataDir: dir, Env: []string{"NARAD_ADMIN_PASSWORD=break-glass-1"}})
+	admin := &api{Client: n.Client().WithBasicAuth("admin", "break-glass-1"), t: t}
+	bob := &api{Client: n.Client().WithBasicAuth("bob", "bob-password"), t: t}
+	bob.PatchJSON("/v1/topics/bob.t", map[string]any{"visibility_timeout_ms": 5000}).Expect(t, http.StatusOK)
+	admin.createUser("carol", "carol-password-2", grant("create", "carol.*"))
+	carol := &api{Client: n.Client().WithBasicAuth("carol", "carol-password-2"), t: t}
+	carol.Do("DELETE", "/v1/topics/carol.t", nil).ExpectError(t, http.StatusForbidden, "forbidden")
+	// The same after a restart (the log replays) and after a snapshot would: still so.
+	n.Restart()
+	bob.PatchJSON("/v1/topics/bob.t", map[string]any{"visibility_timeout_ms": 6000}).Expect(t, http.StatusOK)
+	carol.Do("DELETE", "/v1/topics/carol.t", nil).ExpectError(t, http.StatusForbidden, "forbidden")
+	admin.Get("/v1/topics/carol.t").Expect(t, http.StatusOK)
+}

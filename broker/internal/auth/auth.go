@@ -30,8 +30,11 @@ type Grant struct {
 }
 
 // User is a stored user. Hash is the bcrypt hash of the password; it never leaves the
-// broker.
+// broker. ID is given by the control plane when the user is created and never reused,
+// so what refers to a user by ID (a topic's owner) does not pass to a later user who
+// takes a deleted user's name.
 type User struct {
+	ID     uint64  `json:"id,omitempty"`
 	Name   string  `json:"name"`
 	Hash   []byte  `json:"hash"`
 	Grants []Grant `json:"grants"`

@@ -49,6 +49,11 @@ func FuzzApplyCommands(f *testing.F) {
 {"op":"delete_user","name":"a"}
 {"op":"restore_admin","user":{"name":"a","hash":"AAEC"},"rules":1}
 {"op":"restore_admin","user":{"name":"b"},"rules":1}`,
+		`{"op":"create_user","user":{"name":"o","id":77}}
+{"op":"create_topic","topic":{"name":"t","partitions":1,"owner":"o"}}
+{"op":"create_topic","topic":{"name":"u","partitions":1,"owner":"x","owner_id":3}}
+{"op":"delete_user","name":"o","rules":1}
+{"op":"create_user","user":{"name":"o"}}`,
 		`{"op":"alter_topic","name":"nope","alter":{"schema":{"type":"object"}}}`,
 		`{"op":"bogus"}`,
 		`not json`,

@@ -153,6 +153,12 @@ func (s *Store) CreateUser(u auth.User, seed bool) (auth.User, error) {
 
 // DeleteUser removes a user; ErrLastAdmin when it is the last holding admin on "*".
 func (s *Store) DeleteUser(name string) (auth.User, error) {
+	// Refuse what the state would refuse without writing it to the log, where an older
+	// binary (after a rollback) would replay it under its own rules. The state machine
+	// checks again, for changes racing this one.
+	if s.fsm.leavesNoAdmin(name, nil) {
+		return auth.User{}, ErrLastAdmin
+	}
 	return s.applyUser(command{Op: "delete_user", Name: name, Rules: cmdRules})
 }
 
@@ -161,6 +167,9 @@ func (s *Store) DeleteUser(name string) (auth.User, error) {
 func (s *Store) SetGrants(name string, gs []auth.Grant) (auth.User, error) {
 	if gs == nil {
 		gs = []auth.Grant{}
+	}
+	if s.fsm.leavesNoAdmin(name, gs) {
+		return auth.User{}, ErrLastAdmin
 	}
 	return s.applyUser(command{Op: "set_grants", Name: name, Grants: gs, Rules: cmdRules})
 }
