@@ -346,3 +346,23 @@ func TestOwnersUpgradedFromNames(t *testing.T) {
 	carol.Do("DELETE", "/v1/topics/carol.t", nil).ExpectError(t, http.StatusForbidden, "forbidden")
 	admin.Get("/v1/topics/carol.t").Expect(t, http.StatusOK)
 }
+
+// TestUsernamesDifferingInCase: a name equal to an existing one but for case is refused
+// (409 user_exists); logins match the name exactly. A data directory from 7cfc66e that
+// already holds dave and Dave keeps both, each with its own password.
+func TestUsernamesDifferingInCase(t *testing.T) {
+	t.Parallel()
+	n, admin := startSecured(t)
+	admin.createUser("bob", "bob-password")
+	for _, name := range []string{"Bob", "BOB", "Admin"} {
+		admin.PostJSON("/v1/users", map[string]any{"username": name, "password": "other-password"}).ExpectError(t, http.StatusConflict, "user_exists")
+	}
+	n.Client().WithBasicAuth("Bob", "bob-password").Get("/v1/topics").ExpectError(t, http.StatusUnauthorized, "unauthenticated")
+	n.Client().WithBasicAuth("bob", "bob-password").Get("/v1/topics").Expect(t, http.StatusOK)
+
+	old := testutil.StartNarad(t, testutil.Options{DataDir: unpackFixture(t, legacyFixture), Env: []string{"NARAD_ADMIN_PASSWORD=break-glass-1"}})
+	old.Client().WithBasicAuth("dave", "dave-password").Get("/v1/users/dave").Expect(t, http.StatusOK)
+	old.Client().WithBasicAuth("Dave", "Dave-password").Get("/v1/users/Dave").Expect(t, http.StatusOK)
+	oldAdmin := &api{Client: old.Client().WithBasicAuth("admin", "break-glass-1"), t: t}
+	oldAdmin.PostJSON("/v1/users", map[string]any{"username": "DAVE", "password": "other-password"}).ExpectError(t, http.StatusConflict, "user_exists")
+}

@@ -129,10 +129,11 @@ type command struct {
 // cmdRules is the rule set of the commands this version writes:
 //
 //	1: delete_user and set_grants refuse to leave no user holding admin on "*".
+//	2: create_user refuses a name equal to an existing one but for case.
 //
 // Rules that every version applies alike need no number: user IDs are given at apply
 // (from a counter kept in the state), and an owner given by name is looked up then.
-const cmdRules = 1
+const cmdRules = 2
 
 // ErrLastAdmin means the change would leave no user holding admin on "*".
 var ErrLastAdmin = errors.New("meta: last admin")
@@ -372,6 +373,9 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		if _, ok := f.users[c.User.Name]; ok {
 			return applyResult{err: ErrUserExists}
 		}
+		if c.Rules >= 2 && f.nameTaken(c.User.Name) {
+			return applyResult{err: ErrUserExists}
+		}
 		u := *c.User
 		u.ID = f.newUserID()
 		f.users[u.Name] = u
@@ -553,6 +557,17 @@ func (f *fsm) sortedUsers() []auth.User {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// nameTaken reports whether a user's name equals name but for case. Called with f.mu
+// held.
+func (f *fsm) nameTaken(name string) bool {
+	for n := range f.users {
+		if strings.EqualFold(n, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // adminCount counts the users holding admin on "*". Called with f.mu held.

@@ -147,8 +147,16 @@ func (s *Store) applyUser(c command) (auth.User, error) {
 }
 
 // CreateUser stores a new user; with seed it applies only while no admin was ever seeded.
+// A name equal to an existing user's but for case is ErrUserExists: usernames are
+// unique regardless of case (logins still match them exactly).
 func (s *Store) CreateUser(u auth.User, seed bool) (auth.User, error) {
-	return s.applyUser(command{Op: "create_user", User: &u, Seed: seed})
+	s.fsm.mu.RLock()
+	taken := s.fsm.nameTaken(u.Name)
+	s.fsm.mu.RUnlock()
+	if taken {
+		return auth.User{}, ErrUserExists
+	}
+	return s.applyUser(command{Op: "create_user", User: &u, Seed: seed, Rules: cmdRules})
 }
 
 // DeleteUser removes a user; ErrLastAdmin when it is the last holding admin on "*".

@@ -361,3 +361,29 @@ func TestUserIDsAndLegacyOwners(t *testing.T) {
 		t.Fatalf("a user created after a legacy restore: %+v %v", res.user, res.err)
 	}
 }
+
+// TestUsernamesUniqueRegardlessOfCase: a new user's name may not equal an existing one's
+// but for case, while an older version's log that created both replays as it applied.
+func TestUsernamesUniqueRegardlessOfCase(t *testing.T) {
+	s := mustOpen(t, t.TempDir())
+	defer s.Close()
+	if _, err := s.CreateUser(auth.User{Name: "dave"}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"Dave", "DAVE", "dAvE"} {
+		if _, err := s.CreateUser(auth.User{Name: name}, false); !errors.Is(err, ErrUserExists) {
+			t.Errorf("create %s while dave exists: %v, want ErrUserExists", name, err)
+		}
+	}
+	f := newFSM()
+	f.apply(1, command{Op: "create_user", User: &auth.User{Name: "dave"}, Rules: cmdRules})
+	if r := f.apply(2, command{Op: "create_user", User: &auth.User{Name: "Dave"}, Rules: cmdRules}); !errors.Is(r.err, ErrUserExists) {
+		t.Errorf("state machine: create Dave after dave: %v, want ErrUserExists", r.err)
+	}
+	if r := f.apply(3, command{Op: "create_user", User: &auth.User{Name: "Dave"}}); r.err != nil {
+		t.Errorf("an older version's create of Dave after dave: %v, want it applied as then", r.err)
+	}
+	if _, ok := f.user("Dave"); !ok {
+		t.Error("the older version's Dave is missing")
+	}
+}
