@@ -368,3 +368,44 @@ func TestProduceBatchSizeLimit(t *testing.T) {
 		t.Errorf("a refused batch changed the state: %+v -> %+v", before, after)
 	}
 }
+
+// TestBadUserInput: user, password and grant bodies that are not valid UTF-8 are
+// refused with 400 (a JSON decoder would put U+FFFD in place of the bad bytes, and a
+// password stored that way could never be typed back), and nothing is stored.
+func TestBadUserInput(t *testing.T) {
+	t.Parallel()
+	n, admin := startSecured(t)
+	admin.createUser("u", "u-password")
+	send := func(method, path string, body []byte) *testutil.Response {
+		return admin.Do(method, path, body, "Content-Type", "application/json")
+	}
+	bad := []struct {
+		name, method, path string
+		body               []byte
+	}{
+		{"password", "POST", "/v1/users", []byte("{\"username\":\"x1\",\"password\":\"pass\xffword\"}")},
+		{"password, U+FFFD escaped", "POST", "/v1/users", []byte(`{"username":"x2","password":"pass\ufffdword"}`)},
+		{"username", "POST", "/v1/users", []byte("{\"username\":\"x\xff3\",\"password\":\"password-3\"}")},
+		{"grant pattern", "POST", "/v1/users", []byte("{\"username\":\"x4\",\"password\":\"password-4\",\"grants\":[{\"action\":\"produce\",\"topics\":[\"a\xff\"]}]}")},
+		{"grant action", "PUT", "/v1/users/u/grants", []byte("{\"grants\":[{\"action\":\"produce\xff\",\"topics\":[\"a\"]}]}")},
+		{"grants pattern", "PUT", "/v1/users/u/grants", []byte("{\"grants\":[{\"action\":\"produce\",\"topics\":[\"\xfe\xff\"]}]}")},
+		{"new password", "PUT", "/v1/users/u/password", []byte("{\"new_password\":\"new-pass\xc3\"}")},
+	}
+	for _, c := range bad {
+		r := send(c.method, c.path, c.body)
+		if r.Status != http.StatusBadRequest || r.ErrorCode() == "" {
+			t.Errorf("%s not UTF-8: %d %s, want 400 with an error code", c.name, r.Status, r.Body)
+		}
+	}
+	var l struct{ Users []struct{ Username string } }
+	admin.Get("/v1/users").JSON(t, &l)
+	if len(l.Users) != 2 {
+		t.Errorf("users after the refused bodies: %+v, want admin and u only", l.Users)
+	}
+	var u struct{ Grants []any }
+	admin.Get("/v1/users/u").JSON(t, &u)
+	if len(u.Grants) != 0 {
+		t.Errorf("u's grants changed by a refused body: %+v", u.Grants)
+	}
+	n.Client().WithBasicAuth("u", "u-password").Get("/v1/users/u").Expect(t, http.StatusOK)
+}

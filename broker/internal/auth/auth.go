@@ -30,8 +30,11 @@ type Grant struct {
 }
 
 // User is a stored user. Hash is the bcrypt hash of the password; it never leaves the
-// broker.
+// broker. ID is given by the control plane when the user is created and never reused,
+// so what refers to a user by ID (a topic's owner) does not pass to a later user who
+// takes a deleted user's name.
 type User struct {
+	ID     uint64  `json:"id,omitempty"`
 	Name   string  `json:"name"`
 	Hash   []byte  `json:"hash"`
 	Grants []Grant `json:"grants"`
@@ -68,13 +71,16 @@ func CheckUsername(name string) error {
 	return nil
 }
 
-// CheckPassword checks a new password: 8 to 72 bytes of valid UTF-8.
+// CheckPassword checks a new password: 8 to 72 bytes of valid UTF-8 without U+FFFD. A
+// JSON decoder puts U+FFFD in place of bytes that are not UTF-8, so a password that
+// arrives holding it may not be the one the client meant, and could never be typed
+// back at login: it is refused rather than stored.
 func CheckPassword(pw string) error {
 	if len(pw) < MinPasswordBytes || len(pw) > MaxPasswordBytes {
 		return invalid("a password is %d to %d bytes (bcrypt reads no more than 72)", MinPasswordBytes, MaxPasswordBytes)
 	}
-	if !utf8.ValidString(pw) {
-		return invalid("a password must be valid UTF-8")
+	if !utf8.ValidString(pw) || strings.ContainsRune(pw, utf8.RuneError) {
+		return invalid("a password must be valid UTF-8 and may not hold U+FFFD (sent in JSON, bytes that are not UTF-8 turn into it); send the password as UTF-8")
 	}
 	return nil
 }

@@ -100,7 +100,7 @@ func TestChecks(t *testing.T) {
 	if CheckGrants([]Grant{{Action: Produce}}, validName) == nil {
 		t.Error("grant without topics accepted")
 	}
-	for _, pw := range []string{"short", string(make([]byte, 73)), "\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8"} {
+	for _, pw := range []string{"short", string(make([]byte, 73)), "\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8", "pass\ufffdword"} {
 		if CheckPassword(pw) == nil {
 			t.Errorf("password %q accepted", pw)
 		}
@@ -110,7 +110,7 @@ func TestChecks(t *testing.T) {
 			t.Errorf("username %q accepted", n)
 		}
 	}
-	if CheckUsername("alice@example.com") != nil || CheckPassword("correct horse") != nil {
+	if CheckUsername("alice@example.com") != nil || CheckPassword("correct horse") != nil || CheckPassword("pässwörd-日本") != nil {
 		t.Error("valid ones refused")
 	}
 }

@@ -108,15 +108,15 @@ func (c *copier) poke() {
 // with security on (the child has an owner) the copy runs only while its owner may
 // still consume the parent: revoking that grant, or deleting the user, pauses it.
 func (b *Broker) fanoutDenied(child meta.Topic, parent string) string {
-	if child.Owner == "" {
+	if child.OwnerID == 0 {
 		return "" // created with security off
 	}
-	u, ok := b.meta.User(child.Owner)
+	u, ok := b.meta.UserByID(child.OwnerID)
 	if !ok {
-		return "the child's owner " + child.Owner + " no longer exists; detach the child, or recreate it under a user that may consume " + parent
+		return "the child's owner no longer exists; detach the child, or recreate it under a user that may consume " + parent
 	}
 	if !u.Can(auth.Consume, parent) {
-		return "the child's owner " + child.Owner + " holds no consume grant on " + parent + " any more; grant it again to resume the copy, or detach the child"
+		return "the child's owner " + u.Name + " holds no consume grant on " + parent + " any more; grant it again to resume the copy, or detach the child"
 	}
 	return ""
 }

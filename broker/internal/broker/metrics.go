@@ -23,6 +23,7 @@ type Metrics struct {
 	HTTPDuration   *prometheus.HistogramVec // by operation
 	ConsumeWaiting prometheus.Gauge         // long polls parked now
 	AuthFailures   prometheus.Counter       // failed logins
+	AuthThrottled  prometheus.Counter       // password checks refused unhashed (too many in flight)
 	FanoutCopied   *prometheus.CounterVec   // messages copied into a child, by child
 	FanoutPaused   *prometheus.GaugeVec     // 1 while a child's copy is paused, by child
 
@@ -80,6 +81,9 @@ func NewMetrics() *Metrics {
 		FanoutPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "narad_fanout_paused", Help: "1 while a child's copy is paused because its owner may no longer consume the parent.",
 		}, []string{"child"}),
+		AuthThrottled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narad_auth_throttled_total", Help: "Password checks refused with 503 before hashing: too many in flight from one address or in total.",
+		}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_failures_total", Help: "Requests refused for missing or wrong credentials.",
 		}),
@@ -96,7 +100,7 @@ func NewMetrics() *Metrics {
 		}, m.syncStat(func(s vfs.SyncStats) float64 { return s.Time.Seconds() })),
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
-		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.FanoutCopied, m.FanoutPaused,
+		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

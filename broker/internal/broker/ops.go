@@ -63,7 +63,7 @@ func truncate(s string, n int) string {
 // TopicSpec is a create request; nil fields take the defaults.
 type TopicSpec struct {
 	Name              string
-	Owner             string // the creating user; "" when security is off
+	OwnerID           uint64 // the creating user's ID; 0 when security is off
 	Partitions        *int32
 	RetentionMs       *int64
 	VisibilityMs      *int64
@@ -165,7 +165,7 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 	d := b.opts.Defaults
 	m := meta.Topic{
 		Name:        s.Name,
-		Owner:       s.Owner,
+		OwnerID:     s.OwnerID,
 		CreatedAtMs: partition.WallMillis(),
 		TopicConfig: meta.TopicConfig{
 			Partitions:        orDefault(s.Partitions, d.Partitions),

@@ -16,6 +16,8 @@ var ErrUserExists = errors.New("user exists")
 
 func mapUserErr(err error) error {
 	switch {
+	case errors.Is(err, meta.ErrLastAdmin):
+		return &ConflictError{Msg: "this is the last user holding admin on *: without one, nobody could manage users; give another user admin on * first"}
 	case errors.Is(err, meta.ErrUserExists):
 		return ErrUserExists
 	case errors.Is(err, meta.ErrUserNotFound):
@@ -100,7 +102,9 @@ func (b *Broker) SetPassword(ctx context.Context, name, password string) error {
 }
 
 // SeedAdmin creates the root user "admin" with every right, once in the cluster's life:
-// later calls (every restart with --admin-password) change nothing.
+// later calls (every restart with --admin-password) change nothing, except as a break-
+// glass: while no user holds admin on * (a data directory from a version that let the
+// last admin be deleted or demoted), "admin" gets this password and admin on * again.
 func (b *Broker) SeedAdmin(password string) (created bool, err error) {
 	if err := auth.CheckPassword(password); err != nil {
 		return false, authInvalid(err)
@@ -109,9 +113,24 @@ func (b *Broker) SeedAdmin(password string) (created bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	_, err = b.meta.CreateUser(auth.User{Name: "admin", Hash: hash, Grants: []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}}, true)
-	if errors.Is(err, meta.ErrUserExists) {
+	root := auth.User{Name: "admin", Hash: hash, Grants: []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}}
+	_, err = b.meta.CreateUser(root, true)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, meta.ErrUserExists) {
+		return false, mapUserErr(err)
+	}
+	if b.meta.HasAdmin() {
 		return false, nil
 	}
-	return err == nil, mapUserErr(err)
+	u, err := b.meta.RestoreAdmin(root)
+	if errors.Is(err, meta.ErrUserExists) {
+		return false, nil // an admin appeared meanwhile
+	}
+	if err != nil {
+		return false, mapUserErr(err)
+	}
+	b.log.Warn("no user held admin on *: gave user "+u.Name+" admin on * and the password from NARAD_ADMIN_PASSWORD (--admin-password); change it with PUT /v1/users/"+u.Name+"/password", "user", u.Name)
+	return true, nil
 }

@@ -21,6 +21,11 @@ func (h *handlers) authorize(next apigen.StrictHandlerFunc, operationID string) 
 		if err := h.allowed(u, req); err != nil {
 			return nil, err
 		}
+		if cp, ok := req.(apigen.ChangePasswordRequestObject); ok {
+			if err := h.proveCurrentPassword(r, u, cp); err != nil {
+				return nil, err
+			}
+		}
 		return next(ctx, w, r, req)
 	}
 }
@@ -34,21 +39,28 @@ func needGrant(u *auth.User, a auth.Action, topic string) error {
 	return forbidden("user " + u.Name + " holds no " + string(a) + " grant on topic " + topic + "; ask an admin for one")
 }
 
-// owns reports whether u owns the topic or administers it. A topic that does not exist
-// is let through so the handler answers 404.
+// ownerOrAdmin reports whether u owns the topic or administers it. A topic that does
+// not exist is let through so the handler answers 404.
 func (h *handlers) ownerOrAdmin(u *auth.User, topic string) error {
 	t, _, err := h.b.Topic(topic)
 	if err != nil {
 		return nil
 	}
-	if t.Owner == u.Name || u.Can(auth.Admin, topic) {
+	if owns(u, t) || u.Can(auth.Admin, topic) {
 		return nil
 	}
-	return forbidden("only the topic's owner or an admin may do this to topic " + topic)
+	return forbidden("only the topic's owner (while holding create on it) or an admin may do this to topic " + topic)
+}
+
+// owns reports whether u has owner rights on t: u is the user (by ID, never reused)
+// who created it, and still holds a create grant matching it. Ownership is the create
+// right carried on, so it ends when that grant does.
+func owns(u *auth.User, t meta.Topic) bool {
+	return t.OwnerID != 0 && t.OwnerID == u.ID && u.Can(auth.Create, t.Name)
 }
 
 func (h *handlers) canSee(u *auth.User, t meta.Topic) bool {
-	return t.Owner == u.Name || u.CanSee(t.Name)
+	return owns(u, t) || u.CanSee(t.Name)
 }
 
 func mustBeAdmin(u *auth.User) error {
@@ -148,7 +160,7 @@ func (h *handlers) allowed(u *auth.User, req any) error {
 		return mustBeAdmin(u)
 	case apigen.ChangePasswordRequestObject:
 		if r.Username == u.Name || u.IsAdmin() {
-			return nil // a user changing their own password proves the current one in the handler
+			return nil // a user changing their own password also proves the current one (proveCurrentPassword)
 		}
 		return forbidden("only the user themself or an admin may change this password")
 	}

@@ -55,7 +55,7 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, broker.ErrUserNotFound):
 		return newErr(http.StatusNotFound, "user_not_found", "no such user; list users with GET /v1/users")
 	case errors.Is(err, broker.ErrUserExists):
-		return newErr(http.StatusConflict, "user_exists", "a user of this name exists; choose another name or change that user's grants")
+		return newErr(http.StatusConflict, "user_exists", "a user of this name exists (names are compared regardless of case); choose another name or change that user's grants")
 	case errors.Is(err, broker.ErrChildNotFound):
 		return newErr(http.StatusNotFound, "child_not_found", "that topic is not a child of this one; list them with GET /v1/topics/{topic}/children")
 	case errors.Is(err, broker.ErrTopicExists):

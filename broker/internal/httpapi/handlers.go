@@ -59,6 +59,7 @@ type Broker interface {
 type handlers struct {
 	b       Broker
 	metrics http.Handler
+	authn   *authenticator // checks the current password of a password change
 }
 
 var _ apigen.StrictServerInterface = (*handlers)(nil)
@@ -80,11 +81,11 @@ func (h *handlers) Metrics(ctx context.Context, _ apigen.MetricsRequestObject) (
 	return nil, errors.New("metrics are served by the Prometheus handler")
 }
 
-func ownerName(ctx context.Context) string {
+func ownerID(ctx context.Context) uint64 {
 	if u := principal(ctx); u != nil {
-		return u.Name
+		return u.ID
 	}
-	return ""
+	return 0
 }
 
 func topicJSON(t meta.Topic) apigen.Topic {
@@ -116,7 +117,7 @@ func (h *handlers) CreateTopic(ctx context.Context, r apigen.CreateTopicRequestO
 	body := r.Body
 	spec := broker.TopicSpec{
 		Name:              body.Name,
-		Owner:             ownerName(ctx),
+		OwnerID:           ownerID(ctx),
 		Partitions:        body.Partitions,
 		RetentionMs:       body.RetentionMs,
 		VisibilityMs:      body.VisibilityTimeoutMs,

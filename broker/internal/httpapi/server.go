@@ -63,7 +63,8 @@ func New(b Broker, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: loading the embedded spec: %w", err)
 	}
-	h := &handlers{b: b}
+	authn := newAuthenticator(b.User, opts.AuthFailureDelay, opts.Logger, opts.Metrics)
+	h := &handlers{b: b, authn: authn}
 	mux := http.NewServeMux()
 	middlewares := []apigen.StrictMiddlewareFunc{h.authorize}
 	strict := apigen.NewStrictHandlerWithOptions(h, middlewares, apigen.StrictHTTPServerOptions{
@@ -86,7 +87,7 @@ func New(b Broker, opts Options) (http.Handler, error) {
 		},
 	})
 	s := &server{mux: mux, log: opts.Logger, metrics: opts.Metrics, ops: indexOps(spec),
-		authOn: opts.AuthEnabled, protectMetrics: opts.ProtectMetrics, authn: newAuthenticator(b.User, opts.AuthFailureDelay, opts.Logger, opts.Metrics)}
+		authOn: opts.AuthEnabled, protectMetrics: opts.ProtectMetrics, authn: authn}
 	if s.authOn == nil {
 		s.authOn = func() bool { return false }
 	}

@@ -12,6 +12,7 @@ import (
 	"hash/crc32"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -83,8 +84,13 @@ type Topic struct {
 	// of the cluster, so a name deleted and created again gets a new one.
 	Incarnation uint64 `json:"incarnation"`
 	CreatedAtMs int64  `json:"created_at_ms"`
-	// Owner is the user who created the topic ("" when security was off); the owner may
-	// alter and delete it and manage its children.
+	// OwnerID is the ID of the user who created the topic (0: none, as when security
+	// was off); the owner may alter and delete it and manage its children while they
+	// hold a create grant matching it.
+	OwnerID uint64 `json:"owner_id,omitempty"`
+	// Owner is the owner's name, as versions before user IDs stored it. It is read only
+	// from their commands and snapshots, and turned into OwnerID when applied (none when
+	// no user of that name exists then).
 	Owner string `json:"owner,omitempty"`
 	TopicConfig
 }
@@ -120,7 +126,22 @@ type command struct {
 	// Seed marks a create_user that seeds the first admin: it applies only if no admin
 	// was ever seeded, so a restart with the same flag never recreates a deleted admin.
 	Seed bool `json:"seed,omitempty"`
+	// Rules is the rule set the command was written under (cmdRules); a command applies
+	// by its own, so a log written by an older version replays as it applied then.
+	Rules int `json:"rules,omitempty"`
 }
+
+// cmdRules is the rule set of the commands this version writes:
+//
+//	1: delete_user and set_grants refuse to leave no user holding admin on "*".
+//	2: create_user refuses a name equal to an existing one but for case.
+//
+// Rules that every version applies alike need no number: user IDs are given at apply
+// (from a counter kept in the state), and an owner given by name is looked up then.
+const cmdRules = 2
+
+// ErrLastAdmin means the change would leave no user holding admin on "*".
+var ErrLastAdmin = errors.New("meta: last admin")
 
 type applyResult struct {
 	topic Topic
@@ -134,10 +155,34 @@ type fsm struct {
 	topics   map[string]Topic
 	users    map[string]auth.User
 	seeded   bool
+	nextUser uint64 // the ID the next user gets; IDs are never reused
 	onChange func()
 }
 
-func newFSM() *fsm { return &fsm{topics: make(map[string]Topic), users: make(map[string]auth.User)} }
+func newFSM() *fsm {
+	return &fsm{topics: make(map[string]Topic), users: make(map[string]auth.User), nextUser: 1}
+}
+
+// newUserID hands out the next user ID. Called with f.mu held.
+func (f *fsm) newUserID() uint64 {
+	id := f.nextUser
+	f.nextUser++
+	return id
+}
+
+// ownerFromName turns an owner stored by name (by an older version) into that user's
+// ID, or none when no such user exists. Called with f.mu held.
+func (f *fsm) ownerFromName(t *Topic) {
+	if t.Owner == "" {
+		return
+	}
+	if t.OwnerID == 0 {
+		if u, ok := f.users[t.Owner]; ok {
+			t.OwnerID = u.ID
+		}
+	}
+	t.Owner = ""
+}
 
 // A command in the Raft log is framed so damage is caught before it is applied (the
 // bbolt log store keeps no checksums of its own):
@@ -202,6 +247,10 @@ func (c command) check() error {
 		if c.Name == "" {
 			return bad("without a name")
 		}
+	case "restore_admin":
+		if c.User == nil || c.User.Name == "" {
+			return bad("without a user")
+		}
 	default:
 		return fmt.Errorf("unknown command %q", c.Op)
 	}
@@ -233,6 +282,7 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		}
 		t := *c.Topic
 		t.Incarnation = index
+		f.ownerFromName(&t)
 		if t.Parent != "" {
 			// Create and attach in one command: the topic exists linked, or not at all.
 			parent, parentInc := t.Parent, t.ParentIncarnation
@@ -328,15 +378,23 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		if _, ok := f.users[c.User.Name]; ok {
 			return applyResult{err: ErrUserExists}
 		}
-		f.users[c.User.Name] = *c.User
+		if c.Rules >= 2 && f.nameTaken(c.User.Name) {
+			return applyResult{err: ErrUserExists}
+		}
+		u := *c.User
+		u.ID = f.newUserID()
+		f.users[u.Name] = u
 		if c.Seed {
 			f.seeded = true
 		}
-		return applyResult{user: *c.User}
+		return applyResult{user: u}
 	case "delete_user":
 		u, ok := f.users[c.Name]
 		if !ok {
 			return applyResult{err: ErrUserNotFound}
+		}
+		if c.Rules >= 1 && u.IsAdmin() && f.adminCount() == 1 {
+			return applyResult{err: ErrLastAdmin}
 		}
 		delete(f.users, c.Name)
 		return applyResult{user: u}
@@ -345,8 +403,35 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		if !ok {
 			return applyResult{err: ErrUserNotFound}
 		}
+		was := u.IsAdmin()
 		u.Grants = c.Grants
+		if c.Rules >= 1 && was && !u.IsAdmin() && f.adminCount() == 1 {
+			return applyResult{err: ErrLastAdmin}
+		}
 		f.users[c.Name] = u
+		return applyResult{user: u}
+	case "restore_admin":
+		// Break-glass: only while no user holds admin on *, the user of that name (or
+		// the first whose name equals it but for case) gets the hash and admin on *, or
+		// is created with them.
+		if f.adminCount() > 0 {
+			return applyResult{err: ErrUserExists}
+		}
+		u, ok := f.users[c.User.Name]
+		if !ok {
+			for _, x := range f.sortedUsers() {
+				if strings.EqualFold(x.Name, c.User.Name) {
+					u, ok = x, true
+					break
+				}
+			}
+		}
+		if !ok {
+			u = auth.User{Name: c.User.Name, ID: f.newUserID()}
+		}
+		u.Hash = c.User.Hash
+		u.Grants = []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}
+		f.users[u.Name] = u
 		return applyResult{user: u}
 	case "set_password":
 		u, ok := f.users[c.Name]
@@ -468,27 +553,85 @@ func (f *fsm) user(name string) (auth.User, bool) {
 	return u, ok
 }
 
+// userByID finds a user by the ID that is never reused (false when none has it).
+func (f *fsm) userByID(id uint64) (auth.User, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, u := range f.users {
+		if u.ID == id {
+			return u, true
+		}
+	}
+	return auth.User{}, false
+}
+
 func (f *fsm) userList() []auth.User {
 	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.sortedUsers()
+}
+
+// sortedUsers lists the users by name. Called with f.mu held.
+func (f *fsm) sortedUsers() []auth.User {
 	out := make([]auth.User, 0, len(f.users))
 	for _, u := range f.users {
 		out = append(out, u)
 	}
-	f.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
+// nameTaken reports whether a user's name equals name but for case. Called with f.mu
+// held.
+func (f *fsm) nameTaken(name string) bool {
+	for n := range f.users {
+		if strings.EqualFold(n, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// adminCount counts the users holding admin on "*". Called with f.mu held.
+func (f *fsm) adminCount() int {
+	n := 0
+	for _, u := range f.users {
+		if u.IsAdmin() {
+			n++
+		}
+	}
+	return n
+}
+
+// leavesNoAdmin reports whether deleting user name (grants nil) or giving them grants
+// would leave no user holding admin on "*".
+func (f *fsm) leavesNoAdmin(name string, grants []auth.Grant) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	u, ok := f.users[name]
+	if !ok || !u.IsAdmin() || f.adminCount() != 1 {
+		return false
+	}
+	return grants == nil || !(&auth.User{Grants: grants}).IsAdmin()
+}
+
+func (f *fsm) hasAdmin() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.adminCount() > 0
+}
+
 type snapshotState struct {
-	Topics []Topic     `json:"topics"`
-	Users  []auth.User `json:"users,omitempty"`
-	Seeded bool        `json:"seeded,omitempty"`
+	Topics   []Topic     `json:"topics"`
+	Users    []auth.User `json:"users,omitempty"`
+	Seeded   bool        `json:"seeded,omitempty"`
+	NextUser uint64      `json:"next_user_id,omitempty"`
 }
 
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	st := snapshotState{Topics: f.list(), Users: f.userList()}
 	f.mu.RLock()
-	st.Seeded = f.seeded
+	st.Seeded, st.NextUser = f.seeded, f.nextUser
 	f.mu.RUnlock()
 	return &fsmSnapshot{state: st}, nil
 }
@@ -499,16 +642,29 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err := json.NewDecoder(rc).Decode(&st); err != nil {
 		return fmt.Errorf("meta: reading snapshot: %w", err)
 	}
-	m := make(map[string]Topic, len(st.Topics))
-	for _, t := range st.Topics {
-		m[t.Name] = t
+	// A snapshot from before user IDs has users without one and owners by name: the
+	// users get IDs past any in it, in name order (the same on every replica), and each
+	// owner name becomes that user's ID, or none when the user is gone.
+	next := max(st.NextUser, 1)
+	for _, u := range st.Users {
+		next = max(next, u.ID+1)
 	}
+	sort.Slice(st.Users, func(i, j int) bool { return st.Users[i].Name < st.Users[j].Name })
 	us := make(map[string]auth.User, len(st.Users))
 	for _, u := range st.Users {
+		if u.ID == 0 {
+			u.ID = next
+			next++
+		}
 		us[u.Name] = u
 	}
+	m := make(map[string]Topic, len(st.Topics))
 	f.mu.Lock()
-	f.topics, f.users, f.seeded = m, us, st.Seeded
+	f.topics, f.users, f.seeded, f.nextUser = m, us, st.Seeded, next
+	for _, t := range st.Topics {
+		f.ownerFromName(&t)
+		m[t.Name] = t
+	}
 	f.mu.Unlock()
 	if f.onChange != nil {
 		f.onChange()

@@ -43,6 +43,17 @@ func FuzzApplyCommands(f *testing.F) {
 {"op":"set_password","name":"u","hash":"AAEC"}
 {"op":"delete_user","name":"u"}
 {"op":"create_user","user":{"name":"u"},"seed":true}`,
+		`{"op":"create_user","user":{"name":"a","grants":[{"action":"admin","topics":["*"]}]},"seed":true}
+{"op":"delete_user","name":"a","rules":1}
+{"op":"set_grants","name":"a","grants":[],"rules":1}
+{"op":"delete_user","name":"a"}
+{"op":"restore_admin","user":{"name":"a","hash":"AAEC"},"rules":1}
+{"op":"restore_admin","user":{"name":"b"},"rules":1}`,
+		`{"op":"create_user","user":{"name":"o","id":77}}
+{"op":"create_topic","topic":{"name":"t","partitions":1,"owner":"o"}}
+{"op":"create_topic","topic":{"name":"u","partitions":1,"owner":"x","owner_id":3}}
+{"op":"delete_user","name":"o","rules":1}
+{"op":"create_user","user":{"name":"o"}}`,
 		`{"op":"alter_topic","name":"nope","alter":{"schema":{"type":"object"}}}`,
 		`{"op":"bogus"}`,
 		`not json`,

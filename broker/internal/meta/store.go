@@ -147,22 +147,51 @@ func (s *Store) applyUser(c command) (auth.User, error) {
 }
 
 // CreateUser stores a new user; with seed it applies only while no admin was ever seeded.
+// A name equal to an existing user's but for case is ErrUserExists: usernames are
+// unique regardless of case (logins still match them exactly).
 func (s *Store) CreateUser(u auth.User, seed bool) (auth.User, error) {
-	return s.applyUser(command{Op: "create_user", User: &u, Seed: seed})
+	s.fsm.mu.RLock()
+	taken := s.fsm.nameTaken(u.Name)
+	s.fsm.mu.RUnlock()
+	if taken {
+		return auth.User{}, ErrUserExists
+	}
+	return s.applyUser(command{Op: "create_user", User: &u, Seed: seed, Rules: cmdRules})
 }
 
-// DeleteUser removes a user.
+// DeleteUser removes a user; ErrLastAdmin when it is the last holding admin on "*".
 func (s *Store) DeleteUser(name string) (auth.User, error) {
-	return s.applyUser(command{Op: "delete_user", Name: name})
+	// Refuse what the state would refuse without writing it to the log, where an older
+	// binary (after a rollback) would replay it under its own rules. The state machine
+	// checks again, for changes racing this one.
+	if s.fsm.leavesNoAdmin(name, nil) {
+		return auth.User{}, ErrLastAdmin
+	}
+	return s.applyUser(command{Op: "delete_user", Name: name, Rules: cmdRules})
 }
 
-// SetGrants replaces a user's grants.
+// SetGrants replaces a user's grants; ErrLastAdmin when that would leave no user
+// holding admin on "*".
 func (s *Store) SetGrants(name string, gs []auth.Grant) (auth.User, error) {
 	if gs == nil {
 		gs = []auth.Grant{}
 	}
-	return s.applyUser(command{Op: "set_grants", Name: name, Grants: gs})
+	if s.fsm.leavesNoAdmin(name, gs) {
+		return auth.User{}, ErrLastAdmin
+	}
+	return s.applyUser(command{Op: "set_grants", Name: name, Grants: gs, Rules: cmdRules})
 }
+
+// RestoreAdmin is the break-glass for a cluster where no user holds admin on "*" (a
+// data directory from a version that let the last admin go): it gives the user of
+// u.Name (created if need be) the hash u.Hash and admin on "*". ErrUserExists, and no
+// change, while any user holds admin on "*".
+func (s *Store) RestoreAdmin(u auth.User) (auth.User, error) {
+	return s.applyUser(command{Op: "restore_admin", User: &u, Rules: cmdRules})
+}
+
+// HasAdmin reports whether any user holds admin on "*".
+func (s *Store) HasAdmin() bool { return s.fsm.hasAdmin() }
 
 // SetPassword replaces a user's password hash.
 func (s *Store) SetPassword(name string, hash []byte) (auth.User, error) {
@@ -171,6 +200,10 @@ func (s *Store) SetPassword(name string, hash []byte) (auth.User, error) {
 
 // User returns the user of that name as this node knows it.
 func (s *Store) User(name string) (auth.User, bool) { return s.fsm.user(name) }
+
+// UserByID returns the user with that ID as this node knows it; false when no user has
+// it (IDs are never reused, so a deleted user's ID finds nobody).
+func (s *Store) UserByID(id uint64) (auth.User, bool) { return s.fsm.userByID(id) }
 
 // Users returns every user, sorted by name.
 func (s *Store) Users() []auth.User { return s.fsm.userList() }

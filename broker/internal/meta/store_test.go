@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,9 @@ func TestUsersAndSeedOnce(t *testing.T) {
 		t.Fatalf("duplicate user: %v", err)
 	}
 	if _, err := s.SetPassword("admin", []byte("h2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateUser(auth.User{Name: "ops", Hash: []byte("ho"), Grants: admin.Grants}, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.DeleteUser("admin"); err != nil {
@@ -213,5 +217,173 @@ func TestApplyRefusesDamagedCommands(t *testing.T) {
 	good[len(good)-3] ^= 1
 	if msg := applyRecover(newFSM(), 1, good); !strings.Contains(msg, "checksum") {
 		t.Errorf("a flipped bit: panic %q, want a checksum refusal", msg)
+	}
+}
+
+// TestLastAdminAndRestore: the store refuses to delete or demote the last user holding
+// admin on *, yet replays an older version's log that did so as it applied then; the
+// break-glass RestoreAdmin then gives "admin" back its rights, and only then.
+func TestLastAdminAndRestore(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	all := []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}
+	if _, err := s.CreateUser(auth.User{Name: "admin", Hash: []byte("h1"), Grants: all}, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteUser("admin"); !errors.Is(err, ErrLastAdmin) {
+		t.Fatalf("deleting the last admin: %v, want ErrLastAdmin", err)
+	}
+	if _, err := s.SetGrants("admin", []auth.Grant{{Action: auth.Admin, Topics: []string{"a.*"}}}); !errors.Is(err, ErrLastAdmin) {
+		t.Fatalf("demoting the last admin: %v, want ErrLastAdmin", err)
+	}
+	if _, err := s.RestoreAdmin(auth.User{Name: "admin", Hash: []byte("h9")}); !errors.Is(err, ErrUserExists) {
+		t.Fatalf("restore while an admin exists: %v, want ErrUserExists", err)
+	}
+	if u, _ := s.User("admin"); string(u.Hash) != "h1" {
+		t.Fatalf("a refused restore changed the hash to %q", u.Hash)
+	}
+	// An older version's commands carry no rules: they apply as they did then.
+	if _, err := s.CreateUser(auth.User{Name: "bob", Hash: []byte("hb")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.applyUser(command{Op: "set_grants", Name: "admin", Grants: []auth.Grant{}}); err != nil {
+		t.Fatalf("an old set_grants demoting the last admin: %v", err)
+	}
+	if s.HasAdmin() {
+		t.Fatal("HasAdmin after the last admin was demoted")
+	}
+	s.Close()
+	s = mustOpen(t, dir)
+	defer s.Close()
+	if s.HasAdmin() {
+		t.Fatal("the replayed log brought an admin back")
+	}
+	u, err := s.RestoreAdmin(auth.User{Name: "admin", Hash: []byte("h9")})
+	if err != nil || u.Name != "admin" || string(u.Hash) != "h9" || !u.IsAdmin() {
+		t.Fatalf("restore: %+v %v", u, err)
+	}
+	if b, _ := s.User("bob"); b.IsAdmin() {
+		t.Fatal("the restore touched another user")
+	}
+	// The state machine refuses on its own too (for changes racing each other).
+	f := newFSM()
+	f.apply(1, command{Op: "create_user", User: &auth.User{Name: "a", Grants: all}})
+	if r := f.apply(2, command{Op: "delete_user", Name: "a", Rules: cmdRules}); !errors.Is(r.err, ErrLastAdmin) {
+		t.Fatalf("state machine deleting the last admin: %v", r.err)
+	}
+	if r := f.apply(3, command{Op: "set_grants", Name: "a", Grants: []auth.Grant{}, Rules: cmdRules}); !errors.Is(r.err, ErrLastAdmin) {
+		t.Fatalf("state machine demoting the last admin: %v", r.err)
+	}
+	// With no user named admin at all, the restore creates one.
+	s2 := mustOpen(t, t.TempDir())
+	defer s2.Close()
+	if _, err := s2.CreateUser(auth.User{Name: "bob", Hash: []byte("hb")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := s2.RestoreAdmin(auth.User{Name: "admin", Hash: []byte("h9")}); err != nil || !u.IsAdmin() {
+		t.Fatalf("restore with no admin user: %+v %v", u, err)
+	}
+}
+
+// TestUserIDsAndLegacyOwners: every user gets an ID that is never reused (a user created
+// under a deleted user's name gets a new one, across restarts and snapshots), and
+// topics whose owner an older version stored by name, in its log or its snapshot, get
+// that user's ID, or no owner when the user no longer exists.
+func TestUserIDsAndLegacyOwners(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	bob, err := s.CreateUser(auth.User{Name: "bob"}, false)
+	if err != nil || bob.ID == 0 {
+		t.Fatalf("create bob: %+v %v", bob, err)
+	}
+	// An older version's create_topic names its owner.
+	if _, err := s.apply(command{Op: "create_topic", Topic: &Topic{Name: "old", Owner: "bob", TopicConfig: TopicConfig{Partitions: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.apply(command{Op: "create_topic", Topic: &Topic{Name: "orphan", Owner: "gone", TopicConfig: TopicConfig{Partitions: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteUser("bob"); err != nil {
+		t.Fatal(err)
+	}
+	bob2, err := s.CreateUser(auth.User{Name: "bob"}, false)
+	if err != nil || bob2.ID == bob.ID || bob2.ID == 0 {
+		t.Fatalf("bob created again: %+v %v; want an ID other than %d", bob2, err, bob.ID)
+	}
+	check := func(when string) {
+		t.Helper()
+		if o, _ := s.Topic("old"); o.OwnerID != bob.ID || o.Owner != "" {
+			t.Errorf("%s: old's owner %d %q, want the first bob's ID %d", when, o.OwnerID, o.Owner, bob.ID)
+		}
+		if o, _ := s.Topic("orphan"); o.OwnerID != 0 || o.Owner != "" {
+			t.Errorf("%s: orphan's owner %d %q, want none", when, o.OwnerID, o.Owner)
+		}
+		if u, _ := s.User("bob"); u.ID != bob2.ID {
+			t.Errorf("%s: bob's ID %d, want %d", when, u.ID, bob2.ID)
+		}
+	}
+	check("applied")
+	s.Close()
+	s = mustOpen(t, dir)
+	check("after the log replayed")
+	if err := s.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = mustOpen(t, dir)
+	check("after a snapshot")
+	carol, err := s.CreateUser(auth.User{Name: "carol"}, false)
+	if err != nil || carol.ID <= bob2.ID {
+		t.Fatalf("a user created after the snapshot: %+v %v; want an ID past %d", carol, err, bob2.ID)
+	}
+	s.Close()
+
+	// A snapshot written before user IDs.
+	legacy := `{"topics":[{"name":"a","incarnation":5,"owner":"zed","partitions":1},{"name":"b","incarnation":6,"owner":"amy","partitions":1},{"name":"c","incarnation":7,"owner":"nobody","partitions":1},{"name":"d","incarnation":8,"partitions":1}],
+		"users":[{"name":"zed","hash":"AA=="},{"name":"amy","hash":"AA=="}],"seeded":true}`
+	f := newFSM()
+	if err := f.Restore(io.NopCloser(strings.NewReader(legacy))); err != nil {
+		t.Fatal(err)
+	}
+	amy, _ := f.user("amy")
+	zed, _ := f.user("zed")
+	if amy.ID == 0 || zed.ID == 0 || amy.ID == zed.ID {
+		t.Fatalf("legacy users got IDs %d and %d; want two distinct ones", amy.ID, zed.ID)
+	}
+	want := map[string]uint64{"a": zed.ID, "b": amy.ID, "c": 0, "d": 0}
+	for name, id := range want {
+		if tp, _ := f.topic(name); tp.OwnerID != id || tp.Owner != "" {
+			t.Errorf("legacy topic %s: owner %d %q, want %d", name, tp.OwnerID, tp.Owner, id)
+		}
+	}
+	res := f.apply(9, command{Op: "create_user", User: &auth.User{Name: "new"}})
+	if res.err != nil || res.user.ID == amy.ID || res.user.ID == zed.ID || res.user.ID == 0 {
+		t.Fatalf("a user created after a legacy restore: %+v %v", res.user, res.err)
+	}
+}
+
+// TestUsernamesUniqueRegardlessOfCase: a new user's name may not equal an existing one's
+// but for case, while an older version's log that created both replays as it applied.
+func TestUsernamesUniqueRegardlessOfCase(t *testing.T) {
+	s := mustOpen(t, t.TempDir())
+	defer s.Close()
+	if _, err := s.CreateUser(auth.User{Name: "dave"}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"Dave", "DAVE", "dAvE"} {
+		if _, err := s.CreateUser(auth.User{Name: name}, false); !errors.Is(err, ErrUserExists) {
+			t.Errorf("create %s while dave exists: %v, want ErrUserExists", name, err)
+		}
+	}
+	f := newFSM()
+	f.apply(1, command{Op: "create_user", User: &auth.User{Name: "dave"}, Rules: cmdRules})
+	if r := f.apply(2, command{Op: "create_user", User: &auth.User{Name: "Dave"}, Rules: cmdRules}); !errors.Is(r.err, ErrUserExists) {
+		t.Errorf("state machine: create Dave after dave: %v, want ErrUserExists", r.err)
+	}
+	if r := f.apply(3, command{Op: "create_user", User: &auth.User{Name: "Dave"}}); r.err != nil {
+		t.Errorf("an older version's create of Dave after dave: %v, want it applied as then", r.err)
+	}
+	if _, ok := f.user("Dave"); !ok {
+		t.Error("the older version's Dave is missing")
 	}
 }
