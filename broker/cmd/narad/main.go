@@ -71,6 +71,8 @@ type config struct {
 	ProtectMetrics    bool
 	MaxLongPolls      int
 	ReadHeaderTimeout time.Duration
+	MaxConns          int
+	MaxConnsPerAddr   int
 	AuthFailureDelay  time.Duration
 	DataDir           string
 	NodeID            string
@@ -96,7 +98,9 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "with security on, /metrics needs an admin's credentials")
 	fs.IntVar(&c.MaxLongPolls, "max-long-polls", 10000, "consumes that may wait at once; past it a waiting consume answers 503")
-	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this (cuts slowloris clients)")
+	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this, and a new connection its first request's headers (cuts slowloris clients and idle HTTP/2 connections)")
+	fs.IntVar(&c.MaxConns, "max-connections", 16384, "connections the HTTP port holds open at once (0: no limit); past it new connections are closed unserved")
+	fs.IntVar(&c.MaxConnsPerAddr, "max-connections-per-address", 2048, "connections one client IP address may hold open at once (0: no limit; raise it behind a proxy that does not pool connections)")
 	fs.DurationVar(&c.AuthFailureDelay, "auth-failure-delay", 2*time.Second, "longest delay before answering a client that keeps failing to log in (0: none)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty; keep it on loopback)")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for all of the node's data")
@@ -204,6 +208,10 @@ func (c config) validate() error {
 		return fmt.Errorf("--default-max-in-flight and --default-max-acked-ahead must be at least 1")
 	case c.SegmentBytes < 4096:
 		return fmt.Errorf("--segment-bytes must be at least 4096")
+	case c.MaxConns < 0:
+		return fmt.Errorf("--max-connections must be 0 (no limit) or more")
+	case c.MaxConnsPerAddr < 0:
+		return fmt.Errorf("--max-connections-per-address must be 0 (no limit) or more")
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return fmt.Errorf("--tls-cert and --tls-key go together")
 	}
@@ -289,13 +297,24 @@ func serve(args []string) error {
 		b.Close()
 		return err
 	}
-	ln, err := net.Listen("tcp", c.HTTPAddr)
+	rawLn, err := net.Listen("tcp", c.HTTPAddr)
 	if err != nil {
 		b.Close()
 		return err
 	}
+	conns, err := httpapi.NewListener(rawLn, httpapi.ListenerOptions{
+		MaxConns: c.MaxConns, MaxConnsPerAddr: c.MaxConnsPerAddr,
+		FirstRequestTimeout: c.ReadHeaderTimeout, Logger: log, Registerer: b.Metrics().Registry,
+	})
+	if err != nil {
+		rawLn.Close()
+		b.Close()
+		return err
+	}
+	var ln net.Listener = conns
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           conns.Handler(api),
+		ConnContext:       conns.ConnContext,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      broker.MaxWait + 40*time.Second,
