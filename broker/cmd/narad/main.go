@@ -66,6 +66,7 @@ type config struct {
 	DebugAddr         string
 	AdminPassword     string
 	Insecure          bool
+	AllowedHosts      string
 	TLSCert           string
 	TLSKey            string
 	ProtectMetrics    bool
@@ -94,6 +95,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:7942", "address the HTTP API listens on")
 	fs.StringVar(&c.AdminPassword, "admin-password", "", "turns security on and seeds the user admin with this password on first start (prefer NARAD_ADMIN_PASSWORD: flags show in ps)")
 	fs.BoolVar(&c.Insecure, "insecure", false, "allow a non-loopback --http-addr without authentication")
+	fs.StringVar(&c.AllowedHosts, "allowed-hosts", "", "with security off, comma-separated Host names served besides loopback names and IP addresses (.example.com: its subdomains; *: any), against DNS rebinding")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for HTTPS on --http-addr (reloaded on SIGHUP and when the file changes)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "with security on, /metrics needs an admin's credentials")
@@ -292,7 +294,8 @@ func serve(args []string) error {
 		return fmt.Errorf("refusing to serve %s without authentication: set NARAD_ADMIN_PASSWORD (or --admin-password), bind a loopback address, or pass --insecure", c.HTTPAddr)
 	}
 
-	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: c.ProtectMetrics, AuthFailureDelay: c.AuthFailureDelay})
+	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: c.ProtectMetrics, AuthFailureDelay: c.AuthFailureDelay,
+		AllowedHosts: strings.Split(c.AllowedHosts, ",")})
 	if err != nil {
 		b.Close()
 		return err

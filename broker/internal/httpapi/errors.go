@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/narad-mq/narad/broker/internal/broker"
 )
@@ -23,6 +24,23 @@ func (e *apiError) Error() string { return e.code + ": " + e.msg }
 
 func newErr(status int, code, msg string) *apiError {
 	return &apiError{status: status, code: code, msg: msg}
+}
+
+// maxEcho is the most bytes of a client's own input that an error message repeats:
+// enough to recognise it, never a megabyte of it back.
+const maxEcho = 200
+
+// clip shortens s to at most n bytes, on a character boundary, marking the cut with an
+// ellipsis.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 func badParam(msg string) *apiError { return newErr(http.StatusBadRequest, "invalid_parameter", msg) }

@@ -52,6 +52,10 @@ type Options struct {
 	// AuthFailureDelay is the longest delay before answering a client that keeps
 	// failing to log in (0: none).
 	AuthFailureDelay time.Duration
+	// AllowedHosts are the Host names a broker without security serves besides
+	// loopback names and IP addresses (".example.com": its subdomains; "*": any). See
+	// origin.go.
+	AllowedHosts []string
 }
 
 // New returns the API's handler.
@@ -86,7 +90,8 @@ func New(b Broker, opts Options) (http.Handler, error) {
 		},
 	})
 	s := &server{mux: mux, log: opts.Logger, metrics: opts.Metrics, ops: indexOps(spec),
-		authOn: opts.AuthEnabled, protectMetrics: opts.ProtectMetrics, authn: newAuthenticator(b.User, opts.AuthFailureDelay, opts.Logger, opts.Metrics)}
+		authOn: opts.AuthEnabled, protectMetrics: opts.ProtectMetrics, authn: newAuthenticator(b.User, opts.AuthFailureDelay, opts.Logger, opts.Metrics),
+		hosts: newHostRules(opts.AllowedHosts)}
 	if s.authOn == nil {
 		s.authOn = func() bool { return false }
 	}
@@ -107,6 +112,7 @@ type server struct {
 	authOn         func() bool
 	protectMetrics bool
 	authn          *authenticator
+	hosts          hostRules
 }
 
 type opInfo struct {
@@ -249,6 +255,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, u))
 		if oi != nil && oi.id == "metrics" && !u.IsAdmin() {
 			writeError(sw, mustBeAdmin(u))
+			return
+		}
+	} else if !s.authOn() {
+		if err := s.checkBrowser(r, oi); err != nil {
+			writeError(sw, err)
 			return
 		}
 	}
