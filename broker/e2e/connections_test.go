@@ -199,3 +199,61 @@ func runNarad(t *testing.T, args ...string) (string, error) {
 	}
 	return string(out), err
 }
+
+// rawExchange sends raw bytes on a new connection and returns the response the broker
+// writes before it hangs up.
+func rawExchange(t *testing.T, addr, request string) (*http.Response, []byte) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	go io.WriteString(conn, request) // the broker may answer before it has read it all
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the answer to %.60q: %v", request, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, body
+}
+
+// TestServerErrorsAreJSON: the answers net/http writes on its own, before any handler
+// runs (headers too large, a malformed request), carry the API's JSON error body like
+// every other error.
+func TestServerErrorsAreJSON(t *testing.T) {
+	t.Parallel()
+	n, a := startBroker(t)
+	a.createTopic("t", map[string]any{"partitions": 1})
+	addr := strings.TrimPrefix(n.URL(), "http://")
+	for _, c := range []struct {
+		name, request string
+		status        int
+	}{
+		{"headers over 64 KiB", "GET /v1/topics HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 80<<10) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
+		{"two Content-Lengths", "POST /v1/topics/t/produce HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx", http.StatusBadRequest},
+		{"unknown Transfer-Encoding", "POST /v1/topics/t/produce HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", http.StatusNotImplemented},
+		{"no Host", "GET /v1/topics HTTP/1.1\r\n\r\n", http.StatusBadRequest},
+		{"malformed header line", "GET /v1/topics HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", http.StatusBadRequest},
+		{"unsupported protocol version", "GET /v1/topics HTTP/7.0\r\nHost: x\r\n\r\n", 0},
+	} {
+		resp, body := rawExchange(t, addr, c.request)
+		if c.status != 0 && resp.StatusCode != c.status {
+			t.Errorf("%s: status %d, want %d", c.name, resp.StatusCode, c.status)
+		}
+		if resp.StatusCode < 400 {
+			t.Errorf("%s: status %d, want an error", c.name, resp.StatusCode)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s: Content-Type %q, want application/json", c.name, ct)
+		}
+		if code, msg, err := testutil.ParseError(body); err != nil || code == "" || msg == "" {
+			t.Errorf("%s: body %q is not the JSON error shape: %v", c.name, body, err)
+		}
+	}
+	if got := a.topic("t").PartitionStats[0].NextOffset; got != 0 {
+		t.Errorf("malformed produces stored %d messages", got)
+	}
+}

@@ -352,9 +352,16 @@ func TestTLSAndReload(t *testing.T) {
 		t.Fatalf("GET /healthz over TLS: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	// Plain HTTP to the TLS port does not get data.
-	if r, err := http.Get("http://" + addr + "/v1/topics"); err == nil && r.StatusCode == 200 {
-		t.Fatal("plain HTTP served on the TLS port")
+	// Plain HTTP to the TLS port does not get data, and its refusal is the JSON error.
+	if r, err := http.Get("http://" + addr + "/v1/topics"); err != nil {
+		t.Errorf("plain HTTP to the TLS port: %v, want a 400 saying to use https", err)
+	} else {
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		code, msg, perr := testutil.ParseError(body)
+		if r.StatusCode != http.StatusBadRequest || r.Header.Get("Content-Type") != "application/json" || perr != nil || code != "bad_request" || !strings.Contains(msg, "https://") {
+			t.Errorf("plain HTTP to the TLS port: %d %q %s, want 400 with the JSON error saying to use https://", r.StatusCode, r.Header.Get("Content-Type"), body)
+		}
 	}
 	writeCert(t, certFile, keyFile, 2)
 	cmd.Process.Signal(syscall.SIGHUP)

@@ -132,9 +132,10 @@ type AckResult struct {
 	Error *struct {
 		// Code Stable machine-readable error names. Clients branch on these, never on messages.
 		// - `bad_request`: malformed request (see the message).
-		// - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+		// - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 		// - `invalid_name`: a topic or user name breaks the naming rules.
-		// - `invalid_parameter`: a query or path parameter is malformed or out of range.
+		// - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+		//   operation takes no query parameter of that name.
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -249,9 +250,10 @@ type Error struct {
 	Error struct {
 		// Code Stable machine-readable error names. Clients branch on these, never on messages.
 		// - `bad_request`: malformed request (see the message).
-		// - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+		// - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 		// - `invalid_name`: a topic or user name breaks the naming rules.
-		// - `invalid_parameter`: a query or path parameter is malformed or out of range.
+		// - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+		//   operation takes no query parameter of that name.
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -282,9 +284,10 @@ type Error struct {
 
 // ErrorCode Stable machine-readable error names. Clients branch on these, never on messages.
 //   - `bad_request`: malformed request (see the message).
-//   - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+//   - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 //   - `invalid_name`: a topic or user name breaks the naming rules.
-//   - `invalid_parameter`: a query or path parameter is malformed or out of range.
+//   - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+//     operation takes no query parameter of that name.
 //   - `invalid_payload`: a payload does not match its declared content type.
 //   - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 //   - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -2892,6 +2895,7 @@ type GetClusterResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	JSON200      *Cluster
+	JSON400      *BadRequest
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
 	JSON503      *Unavailable
@@ -2917,6 +2921,7 @@ type ListMembersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	JSON200      *MemberList
+	JSON400      *BadRequest
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
 	JSON503      *Unavailable
@@ -3028,6 +3033,7 @@ type ListTopicsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	JSON200      *TopicList
+	JSON400      *BadRequest
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
 	JSON503      *Unavailable
@@ -3445,6 +3451,7 @@ type ListUsersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	JSON200      *UserList
+	JSON400      *BadRequest
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
 	JSON501      *NotImplemented
@@ -4069,6 +4076,13 @@ func ParseGetClusterResponse(rsp *http.Response) (*GetClusterResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4115,6 +4129,13 @@ func ParseListMembersResponse(rsp *http.Response) (*ListMembersResponse, error) 
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
@@ -4380,6 +4401,13 @@ func ParseListTopicsResponse(rsp *http.Response) (*ListTopicsResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
@@ -5379,6 +5407,13 @@ func ParseListUsersResponse(rsp *http.Response) (*ListUsersResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated

@@ -139,9 +139,10 @@ type AckResult struct {
 	Error *struct {
 		// Code Stable machine-readable error names. Clients branch on these, never on messages.
 		// - `bad_request`: malformed request (see the message).
-		// - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+		// - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 		// - `invalid_name`: a topic or user name breaks the naming rules.
-		// - `invalid_parameter`: a query or path parameter is malformed or out of range.
+		// - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+		//   operation takes no query parameter of that name.
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -256,9 +257,10 @@ type Error struct {
 	Error struct {
 		// Code Stable machine-readable error names. Clients branch on these, never on messages.
 		// - `bad_request`: malformed request (see the message).
-		// - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+		// - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 		// - `invalid_name`: a topic or user name breaks the naming rules.
-		// - `invalid_parameter`: a query or path parameter is malformed or out of range.
+		// - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+		//   operation takes no query parameter of that name.
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -289,9 +291,10 @@ type Error struct {
 
 // ErrorCode Stable machine-readable error names. Clients branch on these, never on messages.
 //   - `bad_request`: malformed request (see the message).
-//   - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+//   - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 //   - `invalid_name`: a topic or user name breaks the naming rules.
-//   - `invalid_parameter`: a query or path parameter is malformed or out of range.
+//   - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+//     operation takes no query parameter of that name.
 //   - `invalid_payload`: a payload does not match its declared content type.
 //   - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 //   - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -2020,6 +2023,15 @@ func (response GetCluster200JSONResponse) VisitGetClusterResponse(w http.Respons
 	return json.NewEncoder(w).Encode(response)
 }
 
+type GetCluster400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetCluster400JSONResponse) VisitGetClusterResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
 type GetCluster401JSONResponse struct{ UnauthenticatedJSONResponse }
 
 func (response GetCluster401JSONResponse) VisitGetClusterResponse(w http.ResponseWriter) error {
@@ -2061,6 +2073,15 @@ type ListMembers200JSONResponse MemberList
 func (response ListMembers200JSONResponse) VisitListMembersResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListMembers400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListMembers400JSONResponse) VisitListMembersResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 
 	return json.NewEncoder(w).Encode(response)
 }
@@ -2343,6 +2364,15 @@ type ListTopics200JSONResponse TopicList
 func (response ListTopics200JSONResponse) VisitListTopicsResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListTopics400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListTopics400JSONResponse) VisitListTopicsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 
 	return json.NewEncoder(w).Encode(response)
 }
@@ -3463,6 +3493,15 @@ type ListUsers200JSONResponse UserList
 func (response ListUsers200JSONResponse) VisitListUsersResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListUsers400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListUsers400JSONResponse) VisitListUsersResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 
 	return json.NewEncoder(w).Encode(response)
 }
@@ -4832,174 +4871,175 @@ func (sh *strictHandler) ChangePassword(w http.ResponseWriter, r *http.Request, 
 // Base64 encoded, gzipped, json marshaled Swagger object
 var swaggerSpec = []string{
 
-	"H4sIAAAAAAAC/+y9aW8bOdYv/lUIzQNEyr8sy0t6JjL+wONOd8/0oJcgnaCBp5XroqooieMqUk2yLGsC",
-	"v7+v70e8n+TinEPWptLi2E6mG3mTWLWwuJ39x3M+9BKdL7USytne+ENvyQ3PhRMGf73m60zz9FuV6FSq",
-	"OVxKhU2MXDqpVW/ci6fciq/OY2aEK4yyTNwIs2ZLeo/R3SMB74s0Ylaz6doJy4wuVHrkjFwyccsTl62H",
-	"vagnocnfC2HWvaineC56455v6kqEPkQ9myxEzqEzQhV5b/xbjxdO96Iefa73Puq59RJets7AK3d3Ue+N",
-	"SIRcun9wlWZicyBvF4LFhp65WuBDMdMzxlmilS1ykbJcWMvnImLcsrm8EWpbl5vN9KKeEb8X0oi0N3am",
-	"EPUB5Pz2B6HmbtEbvzg5jXq5VOH3Sdco3uqlTH7Cz2yMAG4x6MKYnTCn2en5S5YsuOEJLCcMJuZH/2aX",
-	"R//DRkcv2ZBdsaM4Yko7Fg9jpg2Lh8O4HNSSu0U1JgetHzqU0/OX7aEsuXPCQLv/6zd+9O/Lo/8ZHb0c",
-	"Xh29///+q9c10HdWGNU9zoVghRXmma0P9uT0b3sHy/572+iK8LUDB3hy+rcDB/jfW0f4K5duc3T/0CuW",
-	"aTWHMa24dGymDeNh740ZZ2lhODzM+vHJyMYRi1+MRrmNB7CCq4XOBLMi0Sq1w4kasb5bCJaKGS8yN2Bc",
-	"2RXMD3dMq0RcMLhrhbkRhiV8aZl0cO90xCzrn49GjE/1jRgMJ2rLXoc+9rbM0tnp5rjvYIbtUisrkMN8",
-	"zdM34vdCWJyLRCsnFP7Jl8tMJjjS439ZmJsPta/8lxGz3rj3l+OKex3TXXv8rTHa0Kc2d46hjzFpWc6z",
-	"mTa5SC/YTN7CyKdipg0848xaqvmwdxf1Xmk1y2TyibuX+K9atpJugauUFMYI5Zh13AnWl46JW2mdZTwz",
-	"gqfriFm+HmCfv9NmKtNUqKfv9GXhFkI5aBUY/LRwyFB4lumVSGEXp5q5hbTYsb9rJT7NRGaCW8GmYiFV",
-	"it9nnisz4sqwAZRGUhOGLUSWYgd/0u47EE2fppPIVCO25MZJuBwhYwM6VjoVLNXC4mziQof+fZ8vM5EL",
-	"5cQn6aW07EYYCwxHz3AjTo2+FqbqnZ7NhKE51kvhmdNaUIffav0DN/NPtOpTna5hZTXwM+ksy2QuqSPv",
-	"FK9v1afvz08aGbIBZp4YkcKneWZBAi0ET72G9euvvx7Vaaj54Q3uSQO54TLj0+xTTKrIl9pwI7M1KxR8",
-	"E0gaBcYF8UnGZ04YFr+BH0eX8CMuBVBzrLVHNgXfL/RKKfc2eHG0OS9SOTEX2HHouh8NPHCZXH/NXbKo",
-	"yRaepkhkPHttYJ86CRJoxjMrot6ydulDjyfX+L90Irf75u4yuf5WObOGTZbz2+/pnZPRaIQqQvhdikJu",
-	"DF/3SBAGVeM3+mSluOrpv0TioMmy+fsNQdw6QWysxa8t0nBM92NW6vuo7CbXMM+7RXjU1m8/Qo2tj7zV",
-	"2pY5eCNskeE6tsaJO3fjMtgbB236V/AgrBwpWF1E1+wutlw939XdzfnZmEIQ4oXtVm7pHjFUAUvPVrrI",
-	"UrbgN4IteMp4ppUYs9PRecTORyP4B/46GQHDeTE6gzUEzYY7opGz00oBrUhm5yqUPdy5HD9I27EkBu/d",
-	"i4D86t7tIZLQcmenMicM2kAfR/M5v73iybVIrziwrKulMFelYIYHNmY057cyB/sTaD2Qu7+yOd/4/JVU",
-	"V7NMzhfuCdo3AgSB1OqK5rze4Ffn9QbPTl6cfTXabBV/bjZc8d3u+SRDSRWZF0r0u7lCUe/2aK6P/EWQ",
-	"TsM3fPWjp6K7qHcjrZzKTLr1lZO50IXbO4zzs9OOIXRu9c3t4hxPFq8WMks/br8k8Op+u3eD8mdcwdhS",
-	"kfH1fRaqNsjRXmqmznWRyasFV3Pxmlu70uZjh06WyNXSt9Kahb92yQwlVruer03a3/YJjEZT3WP0S7Nl",
-	"xT5qTTbJIuPzg3kcdukHPt/L4qiTm13aOs4fqBcdQ71KCmNJOB4+mgOeXHJcfSVu3ZWezaxwh7+4g93t",
-	"2dLVy509iJpjpvFsn7ROwYUtGLKaD1/Vw5YUmu3sTlZYrw+3NRjljM6yLl0ZtAS0EN2COzB1U9Lq/Dts",
-	"mXElhr0OMsxFPvXa+EEj/BGf3xxi1IPvX8l0X+fI4STSYW8vWfsGo/rQqx53Tp4R3IkHCP2nYcbRn0CZ",
-	"6Pa9PtCvfE9RSWS+X8Zu0TwaDdHU2N1zc/riq/1KVmljX8144jb5a7PJv37R2j5ea2uwB9iQ25nAOyvM",
-	"x/GAueHqHtbK3+HxLob4sdpNVEUf9gYZdnPQWhRjp370bbCZ7+NP+Ih3HmKEN/nOryBKFny5FEqkjKuU",
-	"reAKepcjDJEshV5mYr+U2Wu+t56ncW+dxVd+iC1flkNPWc6ThVTiyAie4gVsDKNWdsheZRJmgk0NV8mC",
-	"aQUi3IqIKXEjDPz2nbTDiTpi8ZSnVz48EI+r4EUZMuhbIVAL8K8N6DWpbngm0ysg3nhMDlzvJQUOjTfZ",
-	"P3/5+acIOPWCW1aoa6VXis2kyFJbOTFhBmyzURhKPGacPNnwKDqw4TKbGsGvSS9RPJdqzkyRtRso3U/Y",
-	"CsaWoJUld4uaa6oerIHbunAgdgyYMu32MFqMrYUgdOmozrlLFugWTkWScSNS5r2nOLZmS61YMM1cVwzB",
-	"Ma0EeWu8Z1xaW4iUmqN9fnUjdYZCY1fPXAgJPLO4IuwXfPkCHlnABK64ZSsjnROKWifl9wrYrp5d4Xz4",
-	"ntIdXE8+h1mjKYNbpTSkNoqmYzweM7XFc42Pz0JsCR8sIz10U2l3NdOF8q3YIlkwowvn5xYHd1U9FLG4",
-	"7EzzMinzjUuws+pXJorBB1NxVf8qKp00W63wSa0HFDgrG61+hrBbudxbo3EYhaM2MdR0lWkbXmvFnsT+",
-	"0BO2E5AOTuurjJs5URYSqzaBqjuiG/hyLtxC04z5FQljgOkPocIQnvPDALrC98LWD/rkrMgy/365QGyh",
-	"gR3Ad70shw1VKNRzacx+i9Q139CS1iznal3yNLbk1uEHeHLNZkYrJ4Vh3AhmhXOZSEN8IeNOmHKrhtBH",
-	"YGVEcQlXMCyMS9C4lF6xvnXQeTWPmHV6ucS/ZlxmsDtgEj2LtE4bPhdXcEsQ70ilvUZSE4yuUqQ85Y4j",
-	"FeLXnDZh48Pz9Vmjfj2z1JC0DO41CZlej+grlhlhi1yw1UIoZpc8EQFS4zcuaVeBuss4WypT7MxMKmkX",
-	"uLBS4SJNgSIu8E9duETnuHc8c6/IVVbhRGy8Fu/biPCJVoDP7xoHakdGu7WYX9SFELN8bUthbcRSG0dg",
-	"ggDdqYk1hBhU0qr202s1G1KjcQ2pp3Zl06Xd4sW9qNfBQHtRr8USyZ3uI+pg+Xp2A8pGk6P1arZG42qL",
-	"n/VI6WtcaLKysm2i3PBC+SuwpF7Uq/gPfr7FRFDZafMGnKU6sfeiXptqaR7KUGPUa5JJL+qVmx46S/vT",
-	"T09tU+GnaId0ALOiHunT943PBTs37KKl0WmRCJoYICT4Cw0DGFmaS9X5cZzijjDMt7c8caSooTpixEze",
-	"spXM0oSb1LI+qAlaJsIOn8cDBBUF26Fuqr442Wvj7gkK+m3q+9mlhv5D8Awab/uPtkWYYn1NNjmCRuL9",
-	"GvOOQNA/tVQfGWFNUyPs5oS92DthMn2omYQ+ptCBrmF5p9fGlNY63Q71p+LI6SN0e/mnOt1vC+eWV7Vm",
-	"toxuR7iwRDxm8gaJsrBLstRTgdzvX1oqgkmmItF5Li3wcrjSRQA32jsf/Z2p1pngavec7QwO0uR1O1gf",
-	"y/vY6twuF+GPlUnZ7EsqYAbN+oo7J/Kl63J2kU3GZtJYx8ILEUt0oUCtYMUSHgENGW9JYVmfL5dG38qc",
-	"O+GhERxkO2gigyG7nFowN/CtZcbXB4Vqo961wPj/XkfXE7rjS9HS7fEN8h4UG6HcmAyYG2Gm3Mk8Yk7c",
-	"OrjJ6QZ1OWLaLYTxmOC+NhO0fdeoJEWkC3F7LdIBvUr4Xv8yKbFxGx889k/FpGbs8V9toItrJLYVTdwV",
-	"4W/OyM9L/nshLkDJRUil04it6Fz+TZEgc9gv+bLLDyJAuasbghF7p+Qty217K21ZdQLy7oU5BLxvPexS",
-	"hloqXavq6w7i28YMyBK4Bzcol20PO/AN7+jSG9T0nrBPUa8VH2ttEDLPnaYtwi2LZ0bnMVxJwBZShTho",
-	"QbeNvfn9zpnQNx0zAL3oFEH35RabIgt5oKAAz3Ltofwr6ZKFl1daCYx8onrZra51du0BWxqHiw3vFmr6",
-	"RnxkhMnP570Uln2zvTv4RLN0zw+Wc3ivGM29ZrhrYn8u3FxLNa+J6XtMrheL9aGOTs8feTq3ir1LtfZS",
-	"jmeFiLxBX8q8iwMFFqrgHyGmug/ijMsPxGDut7sQILwocJ2mPg8b5vj2IzTNcDzNSteivg6z/Yvj/lRR",
-	"G155FTw+HbYXniAK+sRUZHpFbglpg2sIVIXSrTk4UPDV7NvNj/4Y3FLckf/ZO6cqxxSB7EMPDvzmlCfX",
-	"mZ7v+J7Sjq2Fq0a2kPMFW3EnTM7NNfu///v/VJ2AH+Ruw2EcOnJo8qpsckdnapPNjcCTJtNMYLzFq7jw",
-	"+8Cvlg6GHR8sVIoKMnlMlV4d2HaGoOJuQ6wJipC25u/udQKTDhDTC8HguXJXrmSWsblwB3ZXZ6mw27/y",
-	"HdoX3mNvHbTtfYuHNX9f0exj2E0t536eiYZa2Bhdc0Y3Nl/UpP4mWdY3TUU85XLXet7JdsgH9ADc973V",
-	"v7b4ehAEfKfe6gfXAWt7Upvv4dbCrsE8Dn64nJqHwIffgD2WCPRG2s8JJGj12Tfa1eW3YW1aUXd0e6ZX",
-	"vLknUu7EEZhrveixAJBSJdwoHrZTk6l9j2HDmRSeC2dyJoL6oXguLsqocSoy4XxY33ee8TmXCjgsqDBK",
-	"rJjeBmi7N9Lq4Viq7WipHRCmh4KUPhqK9BGQo/94MNEhWKHm/mzMb2sKtn15987Yt/c6Fyiqk+dWov5G",
-	"OC4znO0s+3nWG/+2m5UQJ7iL2qygikXZoIkfxlGbCvzByoD/zOa43oeRdXP8KgxzUPfCcHf3akfMBBv4",
-	"RTgn1dx2HUWjO8wuECQyXXu+hCxKKvS4AzfaCyZtee+8/QcsIY4YPsgSvQQeOV37eHyRLFifh5sLmW1R",
-	"858EltpS07V1VcA+WCgeSaINqO6dUfyILfFWAA70/fFzBtb5oNPl/cjw145xNIEKT9/DivM3O0NwRVps",
-	"kn/o2saVRiyt3x+sz53OZcKzbD3YD569p3hpmU1FPqUTgNVTrE9g3xdfRSF9ADsbDNl38hbkM0Y2iCp2",
-	"T9dHY2qbXXzjNf+tC8e0YpxZqeYZ4c/3LOO9gblb8jSU9AEW87VYuohJxXJbde2vLOVrOxiyX31yhnmO",
-	"wD+wmwxYq6pmcpMuFHkzH0+Cu4Pp//FgwS1PVx2Oxvqp4TPHTkeno6OT00FI+eK18BLclhc2ANswk0Qb",
-	"fUGxn5W0YjBk8Ye7mOWCK8sUqHrs0lPESroFchwlmFQLYaQjDBKRyTMMezyV3tGchR/QSZEhzSHmtJ0Z",
-	"xpZLfzIawf+Yl4QtagQEi7SHnz/kVNs72xW3fiyEcx2nfDASeYcBA73tVgjg/cM7jKPepw5Qk514XyuS",
-	"wki3xv1NHZhyS7ZVi+rfvn3NvoZ7Q/bGNw6Mh0iAoHbTwrH4eIGwjH/HEYuP0XP4b+DoKmXxcS6ckYmN",
-	"J6pQmbAWSMeJxIl0QCHPGrDNFMqDDkMn4XN9rhiCWljAebMVtxNlhRsM2fnopCIbQ29vgDkjdj46qz6H",
-	"sN2cr9EfGTJ2TBSZw2MWe+r2GEnY9TCczGJcM2J0mjxiCn9RbHMAz6KAiEFvmqgYuxxHTHCPd0bx5xPn",
-	"2DHjipJBoX0YMd7G3bAYlQ47fB5PVB9Zi7DlRVGEQyd0IR4gojl+HgM3Cbha7JE2TK8UJbtRKYx7oniG",
-	"sXpydQonmHQX0CPfa4b7GHodP49xplLN6sFq3F9MqiQrUkQFBsAZwipwO5V7b+HckrItSDXTHfKYG56S",
-	"+977YCP2eyEKcURQhNI5TpvELvW1UAQLXWZgOMM+HU7URF2y589x6M+fU3tWuKacv6DlqEQqPKYYYu3T",
-	"I62yNcv0fMi8l8XYiaJ7Jde7CIzQWOb4tUBeXeIBHNj5Mhelr/f5c1TBnj9nfT5RFe9lnvcOcBFI28RY",
-	"N+xfrtjz5zy5fv4cFzXzTlnyG2d8aQWzsGvFRNWAst5pHfwJQLOwM5lB5zBXa4KQB7dEpucl4Th+LdU8",
-	"uKZxLv/yF/YWcykRDoRO2/HEIQrydHQaw+7whOJlWR0JCf3xDvX+zK5VAvTus1wQSHiZISy/jvCmYMjp",
-	"6PRZyjoHVignM5gmWLagM6A+AqOYwli9GjNRDHRKHBBlfxoM2TcFqV7C+uMVDFc8AFdq8ws6iadv2B75",
-	"VM4LXVhoNYyZ8LqYrwqRUDMus8J4lPTp6BwnCAyFanJomUEfwgFUU4RKsW943J5HpR18t7W8oDQZbW2A",
-	"21jvUeJ24ZHJl20kNiH8Stw9q3kMGml5vG8e2quCFSoR0AsMN0Cn8NiGEYUV6ZBdJrh/tPG8sYz/8fDt",
-	"1UJb0Zph5OIMnwC7E+ZKm9LyCsm74vOTEauhzv3Y9nnTiABx1nlOYyeeoMSKXqYtgr/j2lTEgwq57DFg",
-	"lNoJEcFgtihYfI7smGIl5LDzVIMnZexE0WamQzAJN4iX8nggRLnHHyZ03mbSG7MPEzyrA39OesPhcNKL",
-	"2CT4yGtX7+5g/DE86yOetnH6hsY5MzqnxCflsZ2YZdK6Cxb7NvHt6ijRRCEbqsOXUz1k8YvRWczKFGY4",
-	"jnUr+03fp79BThaxTF4LxifK87eIQO58JggS7cz6gnEWn9/exuFEyUobtyhz37BCJXhs34uVTCZCWVTD",
-	"fBa2yyVM/tHpcEQAIge6MImRXtTzeO7euHcyHNEjeikUX8reuHc2HA3P0D3mFqj6BNUFNceucNWl34an",
-	"oxFbLWRG7GtpdALKjLSsWA7ZT54aUEey7QRIJYz8+xS0Kv/BVmq409Ho0RIceZTslrRRzb43dMLe+Lf3",
-	"Uc8Wec7NGowAeSMUgSAdn1vQLGm+eu/htaDcbZ28H+k+GAowa6+NzoVbiMISQk7cLrUlOUwWAusHNP5o",
-	"OBqeD4bsZ+DSTnuoHJCeVyM71cb46Mirl0dB74zgSa9AWuT3tK2ai+I7un9RoN/HqHbsyV0VdcIG8SuY",
-	"oet8dLJtGcsuHLfTeOF7Z/vfq1Li3UW9F4e8Uc+zhTui3AO1RcvLWercDaT5H0RJIE6IeYLoXHBMWKdJ",
-	"vOGZG+E4Hj9BH6SzdVcN8nquwAAwN+WxJXvBXozOKhWDO39yEkjWLgp0crJUr1SbXCeqeexrY3O8oXF9",
-	"FoLFb5dZyIYfv55bKBzal7tI/ObkOKmyNnQu7Fs6gpSKqJ6XIfMGBmkziFneZIZ/Fy7khHjC6Q2f2EKW",
-	"fnx/LLL0Y0I76EaKVW39wnq1F/C4hkj3C9lcjR+kdT/6Z55wOWqg+a2M0u+XP9KKwIBCzztXI+otte2g",
-	"n/5PHhZVtkwCszqcNmYvRifDwQb5/FNL5Y8NkP9HWPe1TtePtlT1My93TSeTM4W429glJ4+8S7p2CHRK",
-	"pH5zjPYvWS3r7ifdT+ejl/vfKDPu4gY8oGutpKgP37eXaRpsWG/lJCVLPpSlHH+A9+/8URPhRFdc6iYY",
-	"TDoVzxoiXWRWrBbCCK+tGZHj09INWaU2nJZqw0TVj/ug/uDx1kN2MDV1SPpvaq3W6Kqxw08/wQ7/xQ/m",
-	"D7DFzw/asZRm+I9DE/WN4IljG0uvlRD4bVt2qGeWyXRLNnbf9sdmYm8bHu/bBAqEhDGHTtlDVEkuDdzH",
-	"VAagcpCiLwHuBwbBFYaythEmfO/xCBK697oBMnl8GVc/7nCQjDt91E9/of//QPqHhWmQgaeOXSKxwvVs",
-	"Va7f0iNPqFtXuKOObUUuSZ+H3WrYYmy6Rp/hH1DVdmEyw4oEDNRWRZvQKDZgMYfse/RlF5ZSfYPhodE7",
-	"j8wp4VlWVno5HZ0MGb5PgRKYs4lCN0MoTODZ4fnoZSvzypC1sFA1F7yt3NYqnSiOiVrhVzdMRirkxdaJ",
-	"5ZhJCuTQOwyT/s8KK1LWPx+9pHggsmR6uZUhBh46H7T6And9f0KnaWPF0U7gw1SQYxujlFLNJ0q6NnIC",
-	"44s+W4WHR5AH+3w06vK61NIdPhHj70io+IltHI/t26TUV34RvgiA3vnJAX0qCy98NonhkW6etXRxpYaY",
-	"OP6A/++0mL7B67aRKat0igYP6ZC9aUT5bIjvhtCYh90hd5qo89E5nifD/OmgtNUCYuHNKmBGDGxQodcD",
-	"s8I0RRRjAy7YFWSLmMiXzoubEA3cCLYNO60w6HlF+Q3iO982T1+I5THMHgSD7NjE0TYXcLVFbQAUwzYF",
-	"aRW3INOxT/TfADd2+oa37IFHVpc8AH1X2Zo/4d564Fb5noDhu/dKyzju+lb1yHFV7u3uPYZok0WHDoex",
-	"YcKzgGZUB67GEYs74Y1xNFHxDhQ1vLgTLo6grlIZmqg+QjgrNxVChTGBZCZmDtEo10IsgZ1KQ0emh6gZ",
-	"UpaPEs9ZB6xQ3YsqV564TYQPh+EV67xCSGj56RoUqoUuTEQoFK9TUTOpnM2AN6P5XvueNtTIMztkl8iO",
-	"NzFJDOmJjkx7ALnj19BvBMqgTkkhehAMdgGGhKlG4iUPBVvLGm2bMGBM5ve2kXQPc82E/Hb0CYTTDrrE",
-	"RFUD44n0w80iGweph6OnVw9LvkRyFbYILGXgvF8k4R9GbbwkIGYpPDN5I46cLz4V1vNgbfKYJ9ftuqb3",
-	"5rudpvOvHikYSimNPU6rifrrn47OB0MEDjaxbgHoRuF5UhkRAtiFdttAMk7URPkP//9Ac8B5lVjZGipy",
-	"RsZuOY8dXA1ZodKrYdXYpBiNzpJQYxJ/iZj14/MXtVKTEYtPc/j3ZBEjqyXUaS6zTJbYJyucJc5I/XGa",
-	"CQx+c0cnJ8LXmwOeikTnwnc3Ex67hjEQwrmgJV2iHQkQ2ydoItE+CoMBpaH0WDvr+Nr6XMeEmIQGa8PG",
-	"A70eP0aDwXxN4fYoxpaaS4vwPO4miAQMXRiMPRizzApWQeUwhUDAypZIgCoprF0KBRLgGz/7PtPrySnK",
-	"NDogUnNooAyYKLBb6jloK1D3BrawDiwMzpAqpwG3E9VKc3HR3ou4DrVcEH55wH5KtRKDkL16qt1iOFEv",
-	"Rmcd6WADauzwnLAIbd84fRYoLuAQsa6nOiJ1puw17RBtCE7XKTaT6959NbNmOeG7aCMfC1Jl1KzXupuI",
-	"GuRD2PVRvK3GsK/vdo/Kq+8PMRx/oWmOiJ0Qmri2af6MYvTkgNFg3dKHizaaXT+5YWo9HyFqLVHeNQFX",
-	"5YXYLuKOpsE2eHxB926JB5lGoxFaqVJYf4QDga1gzsIAEp5lQ49XP1DSkVgk3PuCh5ibLTKHhjCaxHik",
-	"KuThRqqPmkm4Cxuczl2l8jTlQtYrhZK4VS8vYi9GZ4MSUYfY4+FEXRIcGV3e3oSg/L8WuDzF94NnqEqN",
-	"HzFVZFkUMiwDAU+ULpyVqSCThU6OYV5mO6h7p8kiwGFhzeXy/IMNuOstbAtznTyVrt8qofmJNf1mkcEO",
-	"jf/njt3yp+RP99ban4pHobBusil7Hz5Vr6/V6TN7LbwtjiTQPOmL9BbOTEeVPhUKHQSoTOMqgS+Xa0rY",
-	"BCZ7VOpd5A8QKhGbjjbYc69Cb58ShlkWI9sGxPSd+FN62z6HdYlxUtpjtDtLaSINy/i8Hs4u67Y91G/X",
-	"KVa/8+YP0yqEEoPKikgb54LlUGYKkJbSRaRepiIMmmplxNFElZ6PawFWpK5CF7XTfSoVt5WJ0HI0WYpX",
-	"RpSOQkzUtVg/A7PBLqrj2qx/LdZ44iBQ/LiVaO2Z9d/JdVpkHkFHPraJwg8NhuwnjVxlJrPsAtRkgTFb",
-	"oE4jjnwEN5zjQiODu9pcPLPMcZkNJ4qCsq3kGzHrn4QT2GwtuBmQyoLMIJiYZIqhbqI0E9xkkoI3eCI/",
-	"mKnBxVeuQrU60oWZIjC6eWZZkunk+sJHhTHwm0ojEpetmVROs0Zqj40QNVl0wStazluZfnBB5+LQd+kT",
-	"JAuJOZRRzSDtZ6ZNjrFyLtVE9cM+Dl5EVI7CxUFEVtdX5+WlqPXxZ7YWnMajd41l6GOSArT9tAmv1u5X",
-	"XlDvyyjPIHpn7UR5966feEEzRNohLpi0rHFwcQyjM7Apc8qgQmuQwX1UhCfKrWRS1lLKtBX+QNqmFlUV",
-	"gn0qRWqz1OwnDqr7OpWbIubSgyu+uEc/m7eTGB2vy6RuGbRbpzr+gH/tjJ7/4vQSJQgeKnQ1vjxkX2uQ",
-	"giQRrQPqOx95llAVJSHqJv8WUnKFx6lIftgRvW6S2P7o9Z92V34u7O6hm+wBik70YZv+WooCgtV1Yn6T",
-	"GgPeC/o9IDH1+y3k4qvDbLNA3ggU5LayJCqIbulQ3O9YR+RaAMqVOQxY3CoqN2S/ctDXCvSwxCsuXYzN",
-	"Y0U5zbgx8kZMVB8VkaXOssEFOx2dEx2C0GWpTIfsde0ooPG6SIqQ4sJQrKCE2zWCt2QlxZFPiIA6Tz15",
-	"Q0iG4J1TE9X3qT2wulvzLH1UHhE3NIdprau1inSyzHk8UWUJg/PRqLuYXclx6oXsaEToQ+Yb9cl2BrVb",
-	"WcAialmlFj015QjA8u2Xnfcwv3qCjFmRZZ0R2Fdl9aH70RHsgw4SomUrl6mpsePpcZ5SHMWvTITRchjc",
-	"YJvnuJ6hsKKueyVF39bROnqgtuSho4f3scwe3N1BSpi0p4N7Zvw1oTW/DRnVO/zjj3m+zyeb6lDBArWh",
-	"tOuUhz/pKp0KcoQ01HkjlvEFitMWeG/baWgaica7fVYPsfF3CpvKN98pcn6Q1yJEBamWrRcHOb+Nq9hY",
-	"nzuWa+vQET/wHvjS4tcrFXg0WdB11lwdTOGWWa0VYqmrwBvaV2EmWwJmorq3HPtZCQ+hrHJ5+B7yKTDT",
-	"v7Ef5degGl6LtSWJ6BHSlvWrskrlzs5WfG3ZXAvrY7dGWIe6KOU+SkvBS3FUnmU7OHDwjO88jNRMcEnZ",
-	"OAqjfOpDzKDHqsyQW7lVzm8brMq/0hufjPYlktydhPAANlYKjv9AdrfLc68Ny7URVY3jL9zvcblfJxMh",
-	"NkjKz6figtWh1uMP5d93x/Vc+1tUceAUncNAjccXTOpz5fWMAYbM4SriHOMal6mygnmV09f5CL497lB1",
-	"H0Slyuvr2bK4Vs0A8SF4KHeianWaAuLDIx98DY0SkWCE41KB5krakKrXFxHKW890KCXkm7I6DG8q1toH",
-	"LODZcKQm/O7PdAbfC/mNTKm0T5S9lljzlvIXVYnFCKo+AKkQ+rSj03i2hrywjmK39MiQlVU8qLaswvxp",
-	"GKLdljLkxypotJMvNwpilNpj4MQd3dzKmn31oQeoka1N+d0rdnZ29pJS2mnji6/VkBsXNF3krd4QcrVd",
-	"J92uTl/5VP2d9u9X5x3leR4m3D5Kuj29ePscYotqw23NwxH0saW2Vk6zNTm/fWodIMBGCbcvsqkpm3wG",
-	"Rl5lXqyZ8I8ukjaI4nUzEBYR4xxtcUotW+esux1T9zOdt0lJX8D4SRA8b2u17BHaIhtIxogZvgpTEYpx",
-	"cuVPK9WNhFKODiiyBhp+//zkDFT+GzEYsu+dnaj4FVHj0dv1UsQsFYlMhWULvaplCrVCMOnGLG7Ta1we",
-	"oES85kThOUpMcYVRO4QiVEXWYsw/9rx6693b747+1n6+rDw6UcQxL5of1okT7sg6I3ge11+kemhHWHgN",
-	"8zqqtS9aimGvifKcByFACOJUcjYT6dijTeGbEWbz8B2D7voLONME5b0W65glC62t9z1Wbp7pmuKv/TKa",
-	"ey3WwVzKEJXqk8lZPIFbvjmIGh6/JWV7ExeljkORw6iedgTzt4ay8xN1OjqtKw54fKFMVFbbGD6f6ZBd",
-	"YsoxPHyRaRTQywwxIzfCeu3B16L3MKlxleUw52uqe4VpakGYYqyiEcQrRWqXivG6LAK+2+rz/YZprFnV",
-	"p+e0IIMLnG8KvtOSNFdkm6C8FuttAruzLOFe7gQdgKkHkRLI8wIxwQYJinbNjPDXCYYLntLp935XePT5",
-	"8fOmoC3bnkrFsSsHJgSsWBKtRxQyAFPG3UBrF0zpBjNrcKth7ymTVFQVpzYH8Q2hHSl6jf3zOURBNWiW",
-	"7v0Sdf308Da/dHXn4H0gbF5MfyK4bVVbQqWVPw021ZB9y5NFeOCZbVX99JVJJ2pbadI9tbNDQulm9dCJ",
-	"opzFqUBh6DUFjDhRuULc8wRmxQmqy46AWKoyXqN4aeRAKF9qAmPxrAPOQQjQ1Nrtc+KD0UTVpZ02HZVW",
-	"YfZUkWXwvv/mmIQTDBhriTICnSJOiazaBvi4ZvUGKUpcmL5XhdeyjM01LCT6UGumfYAfohPTt/3MNo6I",
-	"1MqbtETzRFFIEfN646uDHYLwKdHBXcUWP3GqoEYVwa25XTbTr39hu5+P7TbP+/jcLX5/7uTDZUWQ7kS6",
-	"WAwDUxl3Ynnf2SdO4FmWMtmi1lB1iD5psgQ2DaU77OCTZxr6bMDbwjYzgfqiLFvTE9XWlb2jEiWKz+lk",
-	"iRIitc2yKOejl6zMThfSrVUoBjVRzaopY8ap8klI4uE9qIiizHRyzcoc29hArRIwNu4PdpZFWMD8I0mL",
-	"9uY0MWsMwlnCtYYKAcDD8WjVRGV6PgfB+ZNGVRFMICo0kvuczWjZrRHbAOM7G2xPDIRlcJ4yLxB84DMh",
-	"GKnEzx86K9AfAo5Y5uwpbCPbaSDUOjc+/hDKPO1EHdZpmLK9VRWHsApPLS1Eyh2/8CVIKD19whWj0jxu",
-	"IXI6trslPU65/79kx/mPzyXqk+ps2WXRDilvSYVG+APuIY8KyK3IZp0pc7r3xejJeVOQ+19grI+0baoE",
-	"O1v3zf3M8XehTF3plW8ztuOqdt5HNx31lsVO3eaCqcPFf0dgtVa5/Inkf2d19E98IHQfmVXHgpVY0TR+",
-	"Sfvy2WjV7xhPq8+sX5DDVYrjoFU/Ce15td9nziLlQ6/q9RTRQZYUxgjlrsLlGN1VZEQYYYWzE8UVGAjP",
-	"KoeQ7AxOUJau12FQT6SnNz5yL0I935ZY7Iue9Pm0ccr3xctt2UU+zVI2ZenS397fRR+AAOhkIhFOYTJf",
-	"fnJ8fHxy+tfhaDganoz/+vL8FInFN96dJTgKpc8jtlEsk9zkwyrg5LMydcS4yBMUVZBXjM8iaBWhARUi",
-	"sIKgBHfQZnPfcXXkT1zQsUGRVhUa3cLoYr5onPcdts6cGNxCG054mN3IMy06jR7cNbUGaA023w6VaHwp",
-	"iIVc+iaCX7cRrwu9CSV5ok2EMNUco3MaWJsoJDw1zRH5OkV37+/+XwAAAP//6Cbx9di/AAA=",
+	"H4sIAAAAAAAC/+x96XIbt/bnq6B4/1UmPS2Kkugkpmqq/oqT3JtbWVyOXam6oUcNdoMkrpoAA6BF8br0",
+	"fT7PI86TTJ1zgN7YXLTZScZfbLEXNLaz/3DOh06iF0uthHK2M/rQWXLDF8IJg79e83WmefqtSnQq1Qwu",
+	"pcImRi6d1Koz6sQTbsUXw5gZ4XKjLBPXwqzZkt5jdPdIwPsijZjVbLJ2wjKjc5UeOSOXTNzwxGXrfifq",
+	"SGjy91yYdSfqKL4QnVHHN3UpQh+ijk3mYsGhM0Lli87otw7Pne5EHfpc533UceslvGydgVdub6POG5EI",
+	"uXT/4CrNxOZA3s4Fiw09cznHh2Kmp4yzRCubL0TKFsJaPhMR45bN5LVQ27pcb6YTdYz4PZdGpJ2RM7mo",
+	"DmDBb34QaubmndGLk9Oos5Aq/D5pG8VbvZTJT/iZjRHALQZdGLET5jQ7Hb5kyZwbnsBywmBifvQfdnH0",
+	"LzY4esn67JIdxRFT2rG4HzNtWNzvx8WgltzNyzE5aP3QoZwOXzaHsuTOCQPt/q/f+NF/Lo7+NTh62b88",
+	"ev8//qvTNtB3VhjVPs65YLkV5pmtDvbk9Ku9g2X/vW10efjagQM8Of3qwAH+99YR/sql2xzdP/SKZVrN",
+	"YEwrLh2basN42HsjxlmaGw4Ps258MrBxxOIXg8HCxj1YwdVcZ4JZkWiV2v5YDVjXzQVLxZTnmesxruwK",
+	"5oc7plUizhnctcJcC8MSvrRMOrh3OmCWdYeDAeMTfS16/bHastehj50ts3R2ujnuW5hhu9TKCuQwX/P0",
+	"jfg9FxbnItHKCYV/8uUykwmO9PjfFubmQ+Ur/2XEtDPq/O245F7HdNcef2uMNvSpzZ1j6GNMWrbg2VSb",
+	"hUjP2VTewMgnYqoNPOPMWqpZv3MbdV5pNc1k8pG7l/ivWraSbo6rlOTGCOWYddwJ1pWOiRtpnWU8M4Kn",
+	"64hZvu5hn7/TZiLTVKin7/RF7uZCOWgVGPwkd8hQeJbplUhhF6eaubm02LG/ayU+zkRmglvBJmIuVYrf",
+	"Z54rM+LKsAGURlIThs1FlmIHf9LuOxBNH6eTyFQjtuTGSbgcIWMDOlY6FSzVwuJs4kKH/n2/WGZiIZQT",
+	"H6WX0rJrYSwwHD3FjTgx+kqYsnd6OhWG5lgvhWdOa0Edfqv1D9zMPtKqT3S6hpXVwM+ksyyTC0kdead4",
+	"das+fX9+0siQDTDzxIgUPs0zCxJoLnjqNaxff/31qEpD9Q9vcE8ayDWXGZ9kH2NSxWKpDTcyW7NcwTeB",
+	"pFFgnBOfZHzqhGHxG/hxdAE/4kIA1cdaeWRT8P1CrxRyb4MXR5vzIpUTM4Edh6770cADF8nV19wl84ps",
+	"4WmKRMaz1wb2qZMggaY8syLqLCuXPnR4coX/SycWdt/cXSRX3ypn1rDJFvzme3rnZDAYoIoQfheikBvD",
+	"1x0ShEHV+I0+WSquevJvkThosmj+bkMQN04QG2vwa4s0HNP9mBX6Piq7yRXM824RHjX123uosdWRN1rb",
+	"MgdvhM0zXMfGOHHnblwGe+OgTf8KHoSVIwWrjejq3cWWy+fburs5PxtTCEI8t+3KLd0jhipg6dlK51nK",
+	"5vxasDlPGc+0EiN2OhhGbDgYwD/w18kAGM6LwRmsIWg23BGNnJ2WCmhJMjtXoejhzuX4QdqWJTF4704E",
+	"5Ff3dg+RhJZbO5U5YdAGuh/NL/jNJU+uRHrJgWVdLoW5LAQzPLAxowt+IxdgfwKtB3L3VzbnG5+/lOpy",
+	"msnZ3D1B+0aAIJBaXdKcVxv8Ylht8OzkxdkXg81W8edmwyXfbZ9PMpRUnnmhRL/rKxR1bo5m+shfBOnU",
+	"f8NXP3oquo0619LKicykW186uRA6d3uHMTw7bRlC61bf3C7O8WT+ai6z9H77JYFX99u9G5Q/5QrGloqM",
+	"r++yUJVBDvZSM3WujUxezbmaidfc2pU29x06WSKXS99KYxa+bJMZSqx2PV+ZtK/2CYxaU+1j9EuzZcXu",
+	"tSabZJHx2cE8Drv0A5/tZXHUyc0ubR3nD9SLlqFeJrmxJBwPH80BTy45rr4SN+5ST6dWuMNf3MHu9mzp",
+	"8uXWHkT1MdN4tk9aq+DCFgxZzYev6mFLCs22difLrdeHmxqMckZnWZuuDFoCWohuzh2Yuilpdf4dtsy4",
+	"Ev1OCxkuxGLitfGDRvgjPr85xKgD37+U6b7OkcNJpP3OXrL2DUbVoZc9bp08I7gTDxD6T8OMo7+AMtHu",
+	"e32gX/mOopLIfL+M3aJ51BqiqbG75+b0xRf7lazCxr6c8sRt8td6k19+1trur7XV2ANsyO1M4J0V5n48",
+	"YGa4uoO18nd4vI0h3le7icrow94gw24OWoli7NSPvg028138Cfd45yFGeJ3v/AqiZM6XS6FEyrhK2Qqu",
+	"oHc5whDJUuhlJvZLmb3me+N5GvfWWXzlh9jwZTn0lC14MpdKHBnBU7yAjWHUyvbZq0zCTLCJ4SqZM61A",
+	"hFsRMSWuhYHfvpO2P1ZHLJ7w9NKHB+JRGbwoQgZdKwRqAf61Hr0m1TXPZHoJxBuPyIHrvaTAofEm++cv",
+	"P//Euuh3duzd2++OvupFwLjn3LJcXSm9UmwqRZba0qcJE2Lr34CRxSPGybENj6I/Gy6ziRH8itQUxRdS",
+	"zZjJs2YDhTcKW8FQE7Sy5G5e8VRVYzdwW+cOpJABywa77eZirFjFG+34FTqrfZM1pxeqKdDFZlcw7owd",
+	"CeHswuW94C6Zo4M5FUnGjUiZ98PitNRbakSVaQ3aohGOaSXI7+N97NLaXKTUHFHM5bXUGQ5qV89cCC48",
+	"s7S2v+DL5/DIHOZ+xS1bGemcUNQ6qdGXwMD19BKn0veU7uBW4DOYcJptuFXIVWojr7vY4xHMeKsPHB+f",
+	"higVPljEjOim0u5yqnPlW7F5MmdG587PLQ7usnwoYnHRmfplMgtql2BTVq/AXolR/ax+FfcFzVYjEFPp",
+	"AYXgikbLnyGAVyz31rgexvOoTQxaXWbahtcaUSyxP4iF7QTMhNP6MuNmRkSJZK9N4A8tcRJ8eSHcXNOM",
+	"+RUJY4DpD0HHEOjzwwCSxPfC1g+a6TTPMv9+sUBsroGTwHe9VgAbKleoMdOY/Rap6tChJa3Zgqt1wR3Z",
+	"kluHH+DJFZsarZwUhnEjmBXOZSINkYqMO2GKrRqCKIEpEsUlXMGwMMJB41J6xbrWQefVLGLW6eUS/5py",
+	"mcHugEn0zNY6bfhMXMItQbwjlfYKSU0wukox95Q7jlSIX3PahI0Pz1dnjfr1zFJD0jK4Vydkej2ir1hm",
+	"hM0Xgq3mQjG75IkI4By/cUlPC9Rd8MhUptiZqVTSznFhpcJFmgBFnOOfOneJXuDe8XKhJFdZBiax8Urk",
+	"cCNWKBqhQr9rHCgwGe3WfHZeFWfM8rUtxL4RS20cwRICCKgiIBGsUMq9yk+vH20InNo1pJ7KlU3neIMX",
+	"d6JOCwPtRJ0GSyTHvI/Ngw3t2Q2oLXWO1qlYLbWrDX7WIfWxdqHOyoq2iXLDC8WvwJI6UafkP/j5BhNB",
+	"tanJG3CWqsTeiTpNqqV5KIKWUadOJp2oU2x66CztTz89lU2Fn6Id0gLxijqkmd810hcs5rCLlkaneSJo",
+	"YoCQ4C80MWBk6UKq1o/jFLcEdL694QmpF6g6LY2Yyhu2klmacJNa1gU1QctE2P7zuIfwpGCFVI3eFyd7",
+	"reU94UW/TX0/2xTafwieQeNNT9S2WFWsr8i6R/hJvF/33hFS+qeW6p6x2jQ1wm5O2Iu9EybThxpc6K0K",
+	"HWgblnefbUxppdNN0EAqjpw+Qgeaf6rVkTd3bnlZaWbL6HYEHgvsZCavkShzuySbPxXI/f6tpSLAZSoS",
+	"vVhIC7wcrrQRwLX2bkx/Z6J1JrjaPWc7w4w0ee2u2sfyYzY6t8vZ+GNpnNb7kgqYQbO+5M6JxdK1uc3I",
+	"umNTaaxj4YWIJTpXoFawfAmPgIaMt6SwrMuXS6Nv5II74UEWHGQ7aCK9PruYWDA38K1lxtcHBX2jzpVA",
+	"JMFel9kTOvYL0dLuOw7yHhQbodyIDJhrYSbcyUXEnLhxcJPTDepyxLSbC+PRxV1txmhFr1FJikgX4vZK",
+	"pD16lZDC/mVSYuMm0njkn4pJzdjjCdvAKVdIbCsuuQ0rUJ+Rn5f891ycg5KL4EynEaXRuvybIkEuYL8s",
+	"lm0eFQHKXdUQjNg7JW/Ywja30pZVJ0jwXsBEQA5XAzhF0KbUtcq+7iC+bcyALIE7cINi2fawA9/wji69",
+	"QU3vCfsUdRqRtsYGIfPcadoi3LJ4avQihisJ2EIqFwct6Lax17/fOhP6umUGoBetIuiu3GJTZCEPFBQq",
+	"Wq79oYCVdMncyyutBMZQUb1sV9dau/aALY3DxYZ3CzV9Le4Zq/LzeSeFZd9s7w5j0Szd8YPFHN4p2nOn",
+	"GW6b2J9zN9NSzSpi+g6T68VidaiD0+EjT+dWsXeh1l7K8SwXkTfoC5l3fqDAQhX8HmKq/UjPqPhADOZ+",
+	"swsBDIwC12nqc79mjm8/jFMP7NOstC3q6zDbvzjuzyc1gZqXwePTYnvhWaSgT0xEplfklpA2uIbQ6R3c",
+	"mr0DBV/Fvt386I/BLcUdua69c6p0TBFcP/TgwG9OeHKV6dmO7ynt2Fq4cmRzOZuzFXfCLLi5Yv/3f/+f",
+	"shPwg9xtOIxDRw5NXhZN7uhMZbK5EXhmZZIJjNx4FRd+H/jVwsGw44O5SlFBJo+p0qsD284QntxuiNXh",
+	"FdJW/N2dVojTAWJ6Lhg8V+zKlcwyNhPuwO7qLBV2+1e+Q/vCe+ytg7a9b/Gw5u8qmn00vK7l3M0zUVML",
+	"a6Orz+jG5ovq1F8ny+qmKYmnWO5Kz1vZDvmAHoAgv7P61xRfDwKT79Rb/eBaAHJPavM93FrYNZjHQSIX",
+	"U/MQIPIbsMcSgd5I+ykhCY0++0bbuvw2rE0jfo9uz/SS1/dEyp04AnOtEz0WlFKqhBvFw3aqM7XvMWw4",
+	"lcJz4UxORVA/FF+I8yLgnIpMOA8Q8J1nfMalAg4LKowSK6a3QePujNl6OCprO+5qBxjqoXCne4Oa7gFe",
+	"+sPDkg5BHdX3Z21+G1Ow7cu7d8a+vde6QFGVPLcS9TfCcZnhbGfZz9PO6LfdrIQ4wW3UZAVlLMoGTfww",
+	"jlpX4A9WBvxnNsf1PoysneOXYZiDuheGu7tXO2Im2MAvwjmpZrbtUBvdYXaOIJHJ2vMlZFFSoccduNFe",
+	"WGrDe+ftP2AJccTwQZboJfDIydrH4/Nkzro83JzLbIua/yQA14aarq0rA/bBQvFIEm1AdW+N4kdsibcC",
+	"cKDrD7IzsM57rS7vRwbStoyjDlR4+h6WnL/eGQI+0mKT/EPXNq40onL9/mBd7vRCJjzL1r39MNw7ipeG",
+	"2ZQvJgSrKp9iXYINv/giCokI2Fmvz76TNyCfMbJBVLF7uu6Nzq138Y3X/LcuHNOKcWalmmWEZN+zjHeG",
+	"+G7J+FDQB1jMV2LpIiYVW9iya1+ylK9tr89+9WkeZguEEILdZMBaVRWTm3ShyJv5hO07mP4fD2Dc8HRV",
+	"4Wismxo+dex0cDo4OjntheQxXgsvwG2L3AZgG+akaKIvKPazklb0+iz+cBuzheDKMgWqHrvwFLGSbo4c",
+	"Rwkm1VwY6QiDRGTyDMMeT6V31GfhB3RSZEhziF5t5pixxdKfDAbwP2Y4YfMKAcEi7eHnDzkf9862xa0f",
+	"CytdRTwfjGneYcBAb9sVAnj/8A7jqPepA9RkK3LYiiQ30q1xf1MHJtySbdWg+rdvX7Ov4V6fvfGNA+Mh",
+	"EiCo3SR3LD6eIyzjP3HE4mP0HP4HOLpKWXy8EM7IxMZjlatMWAuk40TiRNqjkGcF2GZy5UGHoZPwuS5X",
+	"DEEtLCDG2YrbsbLC9fpsODgpycbQ2xtgzogNB2fl5xDxu+Br9EeG3B9jRebwiMWeuj1GEnY9DCezGNeM",
+	"GJ1Lj5jCXxTb7MGzKCBi0JvGKsYuxxET3COnUfz5FDx2xLiitFJoH0aMN3E3LEalw/afx2PVRdYibHFR",
+	"5OH4Cl2ICQwdP4+BmwRcLfZIG6ZXitLmqBTGPVY8w1g9uTqFE0y6c+iR7zXDfQy9jp/HOFOpZtVgNe4v",
+	"JlWS5SmiAgPgDGEVuJ2KvTd3bkl5G6Sa6hZ5zA1PyX3vfbAR+z0XuTgiKELhHKdNYpf6SiiChS4zMJxh",
+	"n/bHaqwu2PPnOPTnz6k9K1xdzp/TcpQiFR5TDFH76ZFW2ZpletZn3sti7FjRvYLrnQdGaCxCtpFXF3gA",
+	"B3a+XIjC1/v8Oapgz5+zLh+rkvcyz3t7uAikbWKsG/YvV+z5c55cPX+Oi5p5pyz5jTO+tIJZTQjyClDW",
+	"O62DPwFoFnYmM+gc5mpN6PPglsj0rCAcx6+kmgXXNM7l3/7G3mJWJsKB0Lk9njhEQZ4OTmPYHZ5QvCyr",
+	"IiGhP96h3p3atUqA3n2+DAIJLzME+FcR3hQMOR2cPktZ68By5WQG0wTLFnQG1EdgFBMYq1djxoqBTokD",
+	"ojxSvT77JifVS1h/UIPhigfgSmV+QSfx9A3bYzGRs1znFloNYya8Lma+QiTUlMssNx4lfToY4gSBoVBO",
+	"Di0z6EM4gHKKUCn2DY+a86i0g+82lheUJqOtDXAb6z1K3M49MvmiicQmhF+Bu2cVj0EtwY/3zUN7ZbBC",
+	"JXheAcMN0Ck8AGJEbkXaZxcJ7h9tPG8s4n88fHs111Y0Zhi5OMMnwO6EudKmsLxCGrB4eDJgFdS5H9s+",
+	"bxoRIM46X9DYiScosaKXaYvg77gyFXGvRC57DBgliUJEMJgtChafIzumWAk57DzV4JkbO1a0mek4TcIN",
+	"4qU8HghR7vGHMZ3cGXdG7MMYT/3An+NOv98fdyI2Dj7yytXbWxh/DM/6iKetneOhcU6NXlAKleIAUMwy",
+	"ad05i32b+HZ5KGmskA1V4cup7rP4xeAsZkUyNBzHupFHp+sT6SAni1gmrwTjY+X5W0Qgdz4VBIl2Zn3O",
+	"OIuHNzdxOFGy0sbNiyw6LFcJJgDwYiWTiVAW1TCfz+1iCZN/dNofEIDIgS5MYqQTdTyeuzPqnPQH9Ihe",
+	"CsWXsjPqnPUH/TN0j7k5qj5BdUHNsS1cdeG34elgwFZzmRH7WhqdgDIjLcuXffaTpwbUkWwzlVIBI/8+",
+	"Ba3Kf7CRZO50MHi0VEkeJbslAVW97zWdsDP67X3Usfliwc0ajAB5LRSBIB2fWdAsab467+G1oNxtnbwf",
+	"6T4YCjBrr41eCDcXuSWEnLhZaktymCwE1g1o/EF/0B/2+uxn4NJOe6gckJ5XI1vVxvjoyKuXR0HvjOBJ",
+	"r0Ba5Pe0reqL4ju6f1Gg38eoduzJghW1wgbxK5jrazg42baMRReOmwnB8L2z/e+VyfVuo86LQ96oZuzC",
+	"HVHsgcqiLYpZat0NpPkfREkgToh5guicc0x9p0m84Zkb4TgeP0EfpLNVVw3yeq7AADDXxbEle85eDM5K",
+	"FYM7fwYTSNbOc3RyslSvVJNcx6p+7Gtjc7yhcX0SgsVvF/nM+vdfzy0UDu3LXSR+fXKclPkfWhf2LR1B",
+	"SkVUzfCQeQODtBnELG8yw78LF7JLPOH0hk9sIUs/Pk+Wg/2TW0kI+meiZD8NaDpdS7GqLHlY4uaaH1dA",
+	"7H7t6wv4g7TuR//ME65gBWe/lbf6LfYXX0SYgzDY1gWMOkttW6i0+5MHXxUtk1guj8CN2IvBSb+3QaT/",
+	"1FL5wwnkZRLWfa3T9aOtbvVkzW3dleVMLm43NtbJI2+stk0FnRLpH38/DQcv979RZAjGDXhA1xpJXB++",
+	"by/SNFjK3pZKCsZ/KBc6/gDv3/oDLcKJtujXdTDLdCqe1RQHkVmxmgsjvE5oxAKflq7PSuXktFBOxqp6",
+	"qAi1FI/q7rODqalFn/im0mqFrmo7/PQj7PBf/GD+BFt8eNCOpbTIfx6aqG4ETxzbWHql5MFv27JZPbNM",
+	"pluyx/u275s5vmnevG8SKBASRjZaZQ9RJTlOcB9T2YLSDYseC7gfGARXGDDbRpjwvccjSOje6xqU5fFl",
+	"XPVQxUEy7vRRP/2Z/v+A9A8LUyMDTx27RGKJHtqqj7+lR55QHS/RTS3bihyfPm+81bDF2GRN6Wv+v9DO",
+	"XZj/sIgBnLVVNyeYjA0g0T77Hp3suaVs5mDeaAwbID9LeJYVxWxOByd9hu9TBAemeazQ/xFqL3gOOhy8",
+	"bKSE6bMGSKsSG7ClP12lY8UxFy38asfvSIXs2zqxHDFJESZ6h2Fdg2luRcq6w8HLXpn+iF5upK6Bh4a9",
+	"Rl/gru9P6DTtxTjaiciYCPK4Y/hUqtlYSdeEdGDg06fR8LgNcq0PB4M2d1Alo+MTyYqWnJEf2SzyoMNN",
+	"4n7lF+GzzOgMTw7oU1Fb4pMJGQ/B86yljSvVJMvxB/x/p5H1DV63tRRehbc2uG777E0t/GhD4DnE7Dwe",
+	"ELnTWA0HQzzohiniQc+rROrCm2UkjxhYr4TVB2aF+ZMo+AdcsC36FzGxWDovoUKYciMK2G813KDnJeXX",
+	"iG+4bZ4+E8tjWEqIUtmxiaNtvulyi9qAdIZtCtIqbmC5Y1/LoIa6bHVab9kDj6xheWT8rso8f8G99cCt",
+	"8j0h1nfvlYY93fat8pHjsqLd7XuMHSfzFh0Og9YEtAHNqIqojSMWt+Iu42is4h3wbnhxJ44d0WaFMjRW",
+	"XcSWlp4txDBjUsxMTB3CZK6EWAI7lYbOcvdRM6T0IwXQtIqkodIeZRI/cZMIH6fDK9Z5hZBg/JM1KFRz",
+	"nZuI4DFep6JmUjmdAm9Gi7/yPW2okWe2zy6QHW+CpRjSE53l9sh2x6+g34jgQZ2SsAMgGOwcbA9TjsRL",
+	"HooCF2XoNvHJmGXwbS0bICbBCYn36BOI8+21iYmyzMcT6YebdUQOUg8HT68eFnyJ5CpsEVjKwHk/S8I/",
+	"jdp4QQjRQnhm8locOV9fK6znwdrkMU+umqVb78x3W03nXz2EMVSLGnkAWR2O2D0dDHt9RDTWQXgBgUe4",
+	"AVIZEZvYBsPbgFiO1Vj5D/9PoDngvEqsbAWuOSVjt5jHFq6GrFDpVb9sbJwPBmdJKKOJv0TMuvHwRaWa",
+	"ZsTi0wX8ezKPkdUSHHYhs0wWoCwrnCXOSP1xmgmMynNHRzrC1+sDnohEL4TvbiY8qA7DJgTAQUu6gGES",
+	"UrdLmEmifRQGPcqP6UGA1vG19emcCcoJDVaGjSeNPbCNBoOJpMLtQYwt1ZcWcYPcjRGiGLrQG3mUaJGu",
+	"rMTwYW6DAOItIApltlq7FAokwDd+9n0K2pNTlGl0cqXi0EAZMFZgt1ST45Zo8w3QYxXxGJwhZbIFbseq",
+	"kX/jvLkXcR0qSSr88oD9lGoleiFB90S7eX+sXgzOWvLUBjjb4clqEXO/cSwuUFwASGLpUnVE6kzRa9oh",
+	"2hDOr1VsJledu2pm9YrJt9FGohikyqheknY3EdXIh0D1g3hbGWVfwu4OxWXfH2I4/kLTHBE7IZhzZdP8",
+	"FcXoyQGjwdKsDxdtNLt+csPUej5C1FrAzysCrkxYsV3EHU2CbfD4gu7dEk9YDQYDtFKlsP5sCSJuwZyF",
+	"ASQ8y/oeSH+gpCOxSID8OQ9hOptnDg1hNInxrFdIEI5UH9Wzg+c2OJ3bqgFqStKsVwolcaMkYMReDM56",
+	"BdQPQdH9sbognDS6vL0JQYmJLXB5ggQEz1CZ7j9iKs+yKKR+BgIeK507K1NBJgsdacOE0bZX9U6TRYDD",
+	"wrLSxcEMGwDhW9gWJmF5Kl2/USX0I2v69TqKLRr/zy275S/Jn+6stT8Vj0JhXWdT9i58qlpCrNVn9lp4",
+	"WxxJoH4EGektHOaOSn0qVGAI6JraVUKFLteUSQpM9qjQu8gfIFQiNh1tsOdehd4+JT60qLe2DSHqO/GX",
+	"9LZ9CusS46S0x2h3FtJEGpbxWTUCXpSme6jfrlWsfufNH6ZVCCUGlRXBOc4Fy6FIYSAt5bFIvUxFfDYV",
+	"8YijsSo8H1cCrEhdhi4qxw5VKm5KE6HhaLIUr4woT4YYqyuxfgZmg52X58hZ90qs8ShEoPhRIwPcM+u/",
+	"s9BpnnnQHfnYxgo/1OuznzRylanMsnNQkwXGbIE6jTjyEdxwwAyNDO4qc/HMMsdl1h8rCso2soLErHsS",
+	"joazteCmRyoLMoNgYpIphrqJ0kxwk0kK3mCqgGCmBhdfsQrl6kgXZopQ8uaZZUmmk6tzHxXGwG8qjUhc",
+	"tmZSOc1qOUc2QtRk0QWvaDFvRV7EOR3YQ9+lz9wsJCZ3RjWDtJ+pNguMlXOpxqob9nHwIqJyFC72IrK6",
+	"vhgWl6LGx5/ZSnAazwTWloEqI6Htp014tXK/9IJ6X0ZxONI7a8fKu3f9xAuaIdIOccGkZbUTlSMYnYFN",
+	"uaDULrQGGdxHRXis3EomRbmoTFvhT8ptalFlrdunUqQ2q+l+5KC6L8W5KWIuPLjis3v0k3k7idHxqkxq",
+	"l0G7darjD/jXzuj5L04vUYLgaUdX4ct99rUGKUgS0TqgvuHAs4SyWgpRN/m3kJJLPE5J8v2W6HWdxPZH",
+	"r/+yu/JTwX0P3WQPUHSiD9v010IUEBKvFSacVBjwXpzwARmz328hF1+2ZpsF8kagILelJVGieguH4n7H",
+	"OiLXAlCuSK7A4ka1uz77lYO+lqOHJV5x6WJsHkvdacaNkddirLqoiCx1lvXO2elgSHQIQpelMu2z15Uz",
+	"isbrIimikHNDsYICblcL3pKVFEc+UwPqPNWsEiFLg3dOjVXX5xzBsnP1Q/5RcXbd0Bymla5WSuXJIhnz",
+	"WBW1FYaDQXuVvYLjVCvs0YjQh8w3CqftDGo30pNF1LJKLXpqihGA5dstOu9hftXMHdM8y1ojsK+Kskh3",
+	"oyPYBy0kRMtWLFNdY8dj7TylOIpfmQij5TC43jbPcTV1Ykldd8rWvq2jVfRAZclDRw/vY5HWuL2DlMlp",
+	"Twf3zPhrQmt+G1K9t/jHH/MUoc+C1aKCBWpDadcqD3/SZZ4X5AhpKEBHLOMzFKcp8N428+PUMqC3+6we",
+	"YuPvFDalb75V5Pwgr0SIClK5Xi8OFvwmLmNjXe7YQluHjvie98AXFr9eqcCjyYKusubyLAu3zGqtEEtd",
+	"Bt7Qvgoz2RAwY9W+5djPSngIZZlkxPeQT4CZfsV+lF+Dangl1pYkokdIW9Yt6z0VOztb8bVlMy2sj90a",
+	"YR3qopSUKS0EL8VReZbt4MDBM77z/FI98yalCcmN8jkZMbUfK1NWbuVWC35TY1X+lc7oZLAvw+Xu7IgH",
+	"sLFCcPwB2d0uz702bKGNKMs4f+Z+j8v9WpkIsUFSfj4WFyzPwR5/KP6+Pa4WAdiiigOnaB0Gajy+klOX",
+	"K69n9DBkDlcR5xhXuEyZrsyrnL4ASfDtcYeqey8qVF5faJfFlTILiA/Bc7xjVSkgFRAfHvngi3sUiAQj",
+	"HJcKNFfShlS18IlQ3nqmQykhEZbVYXgTsdY+YAHPhiM14Xd3qjP4Xki8ZAqlfazslcRivJRYqcx4RlD1",
+	"HkiF0KcdncazNeSFdRS7pUf6rCgvQkVvFSZ2wxDttlwmP5ZBo518uVapo9AeAydu6eZW1uzLIj1AjWxs",
+	"yu9esbOzs5eUa08bXxWugtw4p+kib/WGkKvsOul2dfrS1xBotX+/GLbUDXqYcLuXdHt68fYpxBYVrdua",
+	"7SPoY0ttrZxka3J++5w/QIC12nKfZVNdNvnUkLxMCVkx4R9dJG0Qxet6ICwixjnY4pRaNo5mtzum7mY6",
+	"b5OSvrLykyB43laK7CO0RdaQjBEzfBWmIlQJ5cqfVqoaCYUc7VFkDTT87vDkDFT+a9Hrs++dHav4FVHj",
+	"0dv1UsQsFYlMhWVzvaqkMLVCMOlGLG7Sa1wcoES85ljhOUrMvYVRO4QilNXfYkyM9rx8693b746+aj5f",
+	"lEQdK+KY5/UP68QJd2SdEXwRV1+kQm1HWBEOE06qta+mimGvsfKcByFACOJUcjoV6cijTeGbESYA8R2D",
+	"7voLONME5b0S65glc62t9z2Wbp7JmuKv3SKaeyXWwVzKEJXqs9xZPIFbvNmLah6/JaWhE+eFjkORw6ia",
+	"qQQTy4Z6+GN1OjitKg54fKHIoFbZGD7Rap9dYC40PHyRaRTQywwxI9fCeu3BF8n3MKlRmX5xwddUkAvz",
+	"54IwxVhFLYhXiNQ2FeN1UZ18t9Xn+w3TWLGqT4e0IL1znG8KvtOS1Fdkm6C8EuttAru1XuJe7gQdgKkH",
+	"kRLI8xwxwQYJinbNlPDXCYYLntLp935XePT58fO6oC3ankjFsSsHZiosWRKtRxRSE1Mq4EBr50zpGjOr",
+	"cat+5ynzWpSlsDYH8Q2hHSl6jf3zyU1BNajXFP4cdf348Da/dFXn4F0gbF5MfyS4bVn0QqWlPw02VZ99",
+	"y5N5eOCZbZQj9SVTx2pbzdQ9Rb1Dput6WdOxomTKqUBh6DUFjDhRHUXc8wRmxQmqyo6AWCpTcaN4qeVA",
+	"KF6qA2PxrAPOQQjQVNrtcuKD0VhVpZ02LSVgYfZUnmXwvv/miIQTDBiLnDICnSJOiazaGvi4YvUGKUpc",
+	"mL5XhteyjM00LCT6UCumfYAfohPTt/3M1o6IVOquNETzWFFIEROO46u9HYLwKdHBbVUgP3J2oVp5w63p",
+	"YDbzwn9mu5+O7dbP+/jcLX5/7uTDRamS9gy/WKUDcyy3Ynnf2SdOE1rUWNmi1lDZii5psgQ2DTVFbO/P",
+	"kJzok2F1c1vPN+oLzGzNaFTZCuwdlVtRfEaHUZQQqa2XeBkOXrIiB15I6lYCH9RY1SvAjBinKi4h74d3",
+	"uiLwMtPJFSvyhWMDlarG2Lg/C1oUlAGLkYQzmqiTxKwxbmcJChuqHQDbx9NYY5Xp2Qxk7U8atUuwmqho",
+	"ysLnn0ZjcI1wCBjfWW97LiEs6fOUqYTgA58I9Ejliv7UiYT+FAjGIs1Pbms5VQOhVhn48YdQsmonULFK",
+	"w5RTrqyehBWFKpkkUu74uS+nQqn2E64YlRlyc7Ggk75bMuoU+/9zQp0/fMZSn4dnyy6LdigGlrRuREzg",
+	"HvJAgoUV2bQ1y077vhg8OW8KqsJn5OsjbZsyJ8/WfXM3C/5dKLlXOPKbjO24rAN476ajzjLfqducM3W4",
+	"+G+JxVaqsD+R/G+t9P6Rz5DuI7PyJLESK5rGz5liPhmt+h3jafWZ9QtyuEpxHLTqJ6E9r/b7ZFukfOhV",
+	"tTYk+tSS3Bih3GW4HKOHi4wII6xwdqy4AgPhWelDkq3xDErs9ToM6on09NpH7kSow225yD7rSZ9OG6cU",
+	"YbzYlm3kUy/LU5Rh/e39bfQBCIAOMxLh5CbzpTRHx8cnp1/2B/1B/2T05cvhKRKLb7w9sXAUyrhHbKPw",
+	"J3nW+2WMyidyagmLkfMoKlGyGNJFnCuiCUoQYYlaCR6kzea+4+rIH9Kgk4YiLatNurnR+WxeOyLcbxxT",
+	"MbiFNvz2MLuRZ1p0gD14eCoN0Bpsvh1K5PiCE3O59E0EV3AtxBd6E8oLRZugYqqfRkc7sM5SyJFq6iPy",
+	"NZdu39/+vwAAAP//MAvEkO7AAAA=",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

@@ -50,7 +50,8 @@ const (
 // have not started a request within FirstRequestTimeout. Serve with it and set the
 // server's ConnContext to Listener.ConnContext and its handler to
 // Listener.Handler(api), which tell the listener when a connection's first request
-// arrives.
+// arrives. Its connections also turn the few plain-text answers net/http writes on its
+// own into the API's JSON error body (see serverErrorJSON).
 type Listener struct {
 	net.Listener
 	opts    ListenerOptions
@@ -218,6 +219,18 @@ func (c *trackedConn) noRequest() {
 	}
 	c.l.refuse(refusedNoRequest, c.addr)
 	c.Close()
+}
+
+// Write passes the server's bytes on, except the plain-text answers net/http writes on
+// its own (see serverErrorJSON), which go out as the API's JSON error body.
+func (c *trackedConn) Write(p []byte) (int, error) {
+	if out, ok := serverErrorJSON(p); ok {
+		if _, err := c.Conn.Write(out); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *trackedConn) Close() error {
