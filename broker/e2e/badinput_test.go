@@ -388,3 +388,30 @@ func TestProduceBatchSizeLimit(t *testing.T) {
 		t.Errorf("a refused batch changed the state: %+v -> %+v", before, after)
 	}
 }
+
+// TestErrorsEchoLittle: an error message repeats at most a little of what the client
+// sent; a megabyte of bad value does not come back as a megabyte of error.
+func TestErrorsEchoLittle(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	a.createTopic("s", map[string]any{"partitions": 1, "schema": map[string]any{
+		"type": "object", "properties": map[string]any{"a": map[string]any{"type": "string", "pattern": "^b"}},
+	}})
+	long := strings.Repeat("a", 512<<10)
+	r := a.Do("POST", "/v1/topics/s/produce", []byte(`{"a":"`+long+`"}`), "Content-Type", "application/json")
+	r.ExpectError(t, http.StatusBadRequest, "schema_violation")
+	if len(r.Body) > 2048 {
+		t.Errorf("a schema violation of a 512 KiB value answered with %d bytes: %.300s…", len(r.Body), r.Body)
+	}
+	_, msg, _ := testutil.ParseError(r.Body)
+	if !strings.Contains(msg, "…") || !strings.Contains(msg, "/a") {
+		t.Errorf("message %.300q: want it to name /a and mark the cut value with …", msg)
+	}
+	// A key as long as the body allows, against a schema that forbids extra keys.
+	a.createTopic("closed", map[string]any{"partitions": 1, "schema": map[string]any{"type": "object", "additionalProperties": false}})
+	r = a.Do("POST", "/v1/topics/closed/produce", []byte(`{"`+long+`":1}`), "Content-Type", "application/json")
+	r.ExpectError(t, http.StatusBadRequest, "schema_violation")
+	if len(r.Body) > 2048 {
+		t.Errorf("a schema violation with a 512 KiB key answered with %d bytes: %.300s…", len(r.Body), r.Body)
+	}
+}

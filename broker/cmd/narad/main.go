@@ -70,6 +70,7 @@ type config struct {
 	TLSCert           string
 	TLSKey            string
 	ProtectMetrics    bool
+	MetricsPublic     bool
 	MaxLongPolls      int
 	ReadHeaderTimeout time.Duration
 	MaxConns          int
@@ -98,13 +99,14 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.AllowedHosts, "allowed-hosts", "", "with security off, comma-separated Host names served besides loopback names and IP addresses (.example.com: its subdomains; *: any), against DNS rebinding")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for HTTPS on --http-addr (reloaded on SIGHUP and when the file changes)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
-	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "with security on, /metrics needs an admin's credentials")
+	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "with security on, serve /metrics without credentials (by default it needs an admin's: its labels name every topic)")
+	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "deprecated and without effect: with security on, /metrics needs an admin's credentials unless --metrics-public")
 	fs.IntVar(&c.MaxLongPolls, "max-long-polls", 10000, "consumes that may wait at once; past it a waiting consume answers 503")
 	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this, and a new connection its first request's headers (cuts slowloris clients and idle HTTP/2 connections)")
 	fs.IntVar(&c.MaxConns, "max-connections", 16384, "connections the HTTP port holds open at once (0: no limit); past it new connections are closed unserved")
 	fs.IntVar(&c.MaxConnsPerAddr, "max-connections-per-address", 2048, "connections one client IP address may hold open at once (0: no limit; raise it behind a proxy that does not pool connections)")
 	fs.DurationVar(&c.AuthFailureDelay, "auth-failure-delay", 2*time.Second, "longest delay before answering a client that keeps failing to log in (0: none)")
-	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty; keep it on loopback)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty); it has no authentication, so a non-loopback address needs --insecure")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for all of the node's data")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's id (default: generated on first start and kept in the data dir)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -214,6 +216,10 @@ func (c config) validate() error {
 		return fmt.Errorf("--max-connections must be 0 (no limit) or more")
 	case c.MaxConnsPerAddr < 0:
 		return fmt.Errorf("--max-connections-per-address must be 0 (no limit) or more")
+	case c.ProtectMetrics && c.MetricsPublic:
+		return fmt.Errorf("--protect-metrics and --metrics-public contradict each other; /metrics is protected by default, so drop --protect-metrics")
+	case c.DebugAddr != "" && !isLoopback(c.DebugAddr) && !c.Insecure:
+		return fmt.Errorf("refusing to serve Go's profiles on --debug-addr %s: they have no authentication and reveal memory contents; bind a loopback address (127.0.0.1:6061) or pass --insecure", c.DebugAddr)
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return fmt.Errorf("--tls-cert and --tls-key go together")
 	}
@@ -294,7 +300,7 @@ func serve(args []string) error {
 		return fmt.Errorf("refusing to serve %s without authentication: set NARAD_ADMIN_PASSWORD (or --admin-password), bind a loopback address, or pass --insecure", c.HTTPAddr)
 	}
 
-	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: c.ProtectMetrics, AuthFailureDelay: c.AuthFailureDelay,
+	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: !c.MetricsPublic, AuthFailureDelay: c.AuthFailureDelay,
 		AllowedHosts: strings.Split(c.AllowedHosts, ",")})
 	if err != nil {
 		b.Close()
@@ -366,6 +372,12 @@ func serve(args []string) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+	if c.ProtectMetrics {
+		log.Warn("--protect-metrics is deprecated and has no effect: with security on, /metrics needs an admin's credentials unless --metrics-public")
+	}
+	if authOn && c.MetricsPublic {
+		log.Warn("/metrics is served without credentials (--metrics-public): its labels name every topic")
+	}
 	if authOn {
 		log.Info("narad ready", "version", version, "url", scheme+"://"+ln.Addr().String(), "data_dir", c.DataDir, "node_id", b.NodeID(), "security", "on")
 	} else {

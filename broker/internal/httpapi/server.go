@@ -47,7 +47,8 @@ type Options struct {
 	// AuthEnabled reports whether requests must carry credentials (HTTP Basic); nil or
 	// false means security is off.
 	AuthEnabled func() bool
-	// ProtectMetrics requires an admin's credentials for /metrics when auth is on.
+	// ProtectMetrics requires an admin's credentials for /metrics when auth is on (its
+	// labels name every topic); cmd/narad sets it unless --metrics-public.
 	ProtectMetrics bool
 	// AuthFailureDelay is the longest delay before answering a client that keeps
 	// failing to log in (0: none).
