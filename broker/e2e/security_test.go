@@ -373,6 +373,22 @@ func TestTLSAndReload(t *testing.T) {
 		t.Fatalf("GET /healthz over TLS: %v %v", resp, err)
 	}
 	resp.Body.Close()
+	// TLS 1.2 offers AEAD suites only: CBC with SHA-1 (or SHA-256) is refused.
+	for _, cs := range []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256} {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{cs}})
+		if err == nil {
+			conn.Close()
+			t.Errorf("TLS 1.2 with %s was accepted", tls.CipherSuiteName(cs))
+		}
+	}
+	for _, cs := range []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256} {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{cs}})
+		if err != nil {
+			t.Errorf("TLS 1.2 with %s: %v", tls.CipherSuiteName(cs), err)
+			continue
+		}
+		conn.Close()
+	}
 	// Plain HTTP to the TLS port does not get data, and its refusal is the JSON error.
 	if r, err := http.Get("http://" + addr + "/v1/topics"); err != nil {
 		t.Errorf("plain HTTP to the TLS port: %v, want a 400 saying to use https", err)
@@ -391,9 +407,24 @@ func TestTLSAndReload(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // file times must differ from the last load's
 	writeCert(t, certFile, keyFile, 3)
 	waitFor(t, 30*time.Second, "the changed certificate file to be served", func() bool { s, _ := serial(); return s == 3 })
+	// A rotation that keeps older file times (cp -p, rsync -t, a restored backup) is
+	// noticed too: the broker compares contents, not times.
+	fi, err := os.Stat(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeCertTimes(t, certFile, keyFile, 4, fi.ModTime().Add(-time.Hour))
+	waitFor(t, 30*time.Second, "a certificate with an older file time to be served", func() bool { s, _ := serial(); return s == 4 })
 }
 
 func writeCert(t *testing.T, certFile, keyFile string, serial int64) {
+	t.Helper()
+	writeCertTimes(t, certFile, keyFile, serial, time.Time{})
+}
+
+// writeCertTimes is writeCert with both files' modification times set to mtime (when
+// not zero) before they replace the old ones, as cp -p would leave them.
+func writeCertTimes(t *testing.T, certFile, keyFile string, serial int64, mtime time.Time) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -422,6 +453,11 @@ func writeCert(t *testing.T, certFile, keyFile string, serial int64) {
 		tmp := path + ".tmp"
 		if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
 			t.Fatal(err)
+		}
+		if !mtime.IsZero() {
+			if err := os.Chtimes(tmp, mtime, mtime); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.Rename(tmp, path); err != nil {
 			t.Fatal(err)

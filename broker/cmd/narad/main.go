@@ -97,7 +97,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.AdminPassword, "admin-password", "", "turns security on and seeds the user admin with this password on first start (prefer NARAD_ADMIN_PASSWORD: flags show in ps)")
 	fs.BoolVar(&c.Insecure, "insecure", false, "allow a non-loopback --http-addr without authentication")
 	fs.StringVar(&c.AllowedHosts, "allowed-hosts", "", "with security off, comma-separated Host names served besides loopback names and IP addresses (.example.com: its subdomains; *: any), against DNS rebinding")
-	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for HTTPS on --http-addr (reloaded on SIGHUP and when the file changes)")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for HTTPS on --http-addr (reloaded on SIGHUP and when the files' contents change)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "with security on, serve /metrics without credentials (by default it needs an admin's: its labels name every topic)")
 	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "deprecated and without effect: with security on, /metrics needs an admin's credentials unless --metrics-public")
