@@ -130,6 +130,21 @@ func TestBadInput(t *testing.T) {
 		bad("create name non-ASCII", "POST", "/v1/topics", `{"name":"caf\u00e9"}`, s400, in),
 		bad("create name space", "POST", "/v1/topics", `{"name":"a b"}`, s400, in),
 		bad("create existing", "POST", "/v1/topics", `{"name":"t"}`, http.StatusConflict, "topic_exists"),
+		// JSON must be UTF-8: invalid bytes are refused, not replaced (issue 16 #11).
+		bad("create schema not UTF-8", "POST", "/v1/topics", "{\"name\":\"t2\",\"schema\":{\"title\":\"caf\xe9\"}}", s400, ij),
+		bad("patch schema not UTF-8", "PATCH", "/v1/topics/t", "{\"schema\":{\"title\":\"\xff\"}}", s400, ij),
+		bad("attach child not UTF-8", "POST", "/v1/topics/t/children", "{\"child\":\"other\xc3\"}", s400, ij),
+		// Unknown query parameters are refused like unknown body fields: a misspelt
+		// ?partiton=1 must not produce to any partition (issue 16 #11).
+		bad("produce partiton", "POST", "/v1/topics/t/produce?partiton=1", `1`, s400, ip),
+		bad("produce-batch query", "POST", "/v1/topics/t/produce-batch?partition=1", `{"messages":[{"payload":1}]}`, s400, ip),
+		bad("consume wiat", "GET", "/v1/topics/t/consume?wiat=5s", "", s400, ip),
+		bad("consume-batch maxx", "GET", "/v1/topics/t/consume-batch?maxx=5", "", s400, ip),
+		bad("ack extnd", "POST", "/v1/topics/t/ack?extnd=5s&receipt_handle="+held.ReceiptHandle, "", s400, ip),
+		bad("replay form", "GET", "/v1/topics/t/partitions/0/messages?form=0", "", s400, ip),
+		bad("create with query", "POST", "/v1/topics?partitions=1", `{"name":"t2"}`, s400, ip),
+		bad("list topics query", "GET", "/v1/topics?prefix=a", "", s400, ip),
+		bad("delete topic query", "DELETE", "/v1/topics/t?force=true", "", s400, ip),
 		// Alter.
 		bad("patch partitions", "PATCH", "/v1/topics/t", `{"partitions":3}`, s400, ij, ip),
 		bad("patch bad json", "PATCH", "/v1/topics/t", `{`, s400, ij),
@@ -275,6 +290,11 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("%s changed the broker's state:\nbefore %+v\nafter  %+v", label, before, after)
 		}
 	}
+	// The refusal of an unknown query parameter names the known ones.
+	r := a.Do("POST", "/v1/topics/t/produce?partiton=1", []byte("1"))
+	if _, msg, _ := testutil.ParseError(r.Body); !strings.Contains(msg, "partiton") || !strings.Contains(msg, "partition") || !strings.Contains(msg, "key") {
+		t.Errorf("unknown query parameter: message %q, want it to name partiton and the known partition and key", msg)
+	}
 	// The lease the bad acks aimed at is intact.
 	a.mustAck("t", held)
 }
@@ -408,4 +428,31 @@ func TestBadUserInput(t *testing.T) {
 		t.Errorf("u's grants changed by a refused body: %+v", u.Grants)
 	}
 	n.Client().WithBasicAuth("u", "u-password").Get("/v1/users/u").Expect(t, http.StatusOK)
+}
+
+// TestErrorsEchoLittle: an error message repeats at most a little of what the client
+// sent; a megabyte of bad value does not come back as a megabyte of error.
+func TestErrorsEchoLittle(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	a.createTopic("s", map[string]any{"partitions": 1, "schema": map[string]any{
+		"type": "object", "properties": map[string]any{"a": map[string]any{"type": "string", "pattern": "^b"}},
+	}})
+	long := strings.Repeat("a", 512<<10)
+	r := a.Do("POST", "/v1/topics/s/produce", []byte(`{"a":"`+long+`"}`), "Content-Type", "application/json")
+	r.ExpectError(t, http.StatusBadRequest, "schema_violation")
+	if len(r.Body) > 2048 {
+		t.Errorf("a schema violation of a 512 KiB value answered with %d bytes: %.300s…", len(r.Body), r.Body)
+	}
+	_, msg, _ := testutil.ParseError(r.Body)
+	if !strings.Contains(msg, "…") || !strings.Contains(msg, "/a") {
+		t.Errorf("message %.300q: want it to name /a and mark the cut value with …", msg)
+	}
+	// A key as long as the body allows, against a schema that forbids extra keys.
+	a.createTopic("closed", map[string]any{"partitions": 1, "schema": map[string]any{"type": "object", "additionalProperties": false}})
+	r = a.Do("POST", "/v1/topics/closed/produce", []byte(`{"`+long+`":1}`), "Content-Type", "application/json")
+	r.ExpectError(t, http.StatusBadRequest, "schema_violation")
+	if len(r.Body) > 2048 {
+		t.Errorf("a schema violation with a 512 KiB key answered with %d bytes: %.300s…", len(r.Body), r.Body)
+	}
 }

@@ -122,7 +122,7 @@ func TestHTTPFraming(t *testing.T) {
 	if n := a.topic("f").PartitionStats[0].NextOffset; n != 0 {
 		t.Errorf("%d messages stored from malformed requests", n)
 	}
-	st, _ := send("POST /v1/topics/f/produce HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+	st, _ := send("POST /v1/topics/f/produce HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
 	if st != http.StatusAccepted {
 		t.Fatalf("chunked with a Content-Length: %d, want the chunked body taken", st)
 	}

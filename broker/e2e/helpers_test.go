@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -355,21 +354,14 @@ func waitParked(t *testing.T, a *api, n int) {
 	})
 }
 
-// metricValue reads one unlabelled sample from /metrics without validating the
-// response (TestMetrics does that).
+// metricValue reads one unlabelled sample from /metrics, with a's credentials (with
+// security on, /metrics needs an admin).
 func metricValue(a *api, name string) (float64, bool) {
-	resp, err := http.Get(a.BaseURL() + "/metrics")
-	if err != nil {
+	resp, err := a.Try(http.MethodGet, "/metrics", nil)
+	if err != nil || resp.Status != http.StatusOK {
 		return 0, false
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, false
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, false
-	}
+	body := resp.Body
 	for _, line := range strings.Split(string(body), "\n") {
 		if rest, ok := strings.CutPrefix(line, name+" "); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)

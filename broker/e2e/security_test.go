@@ -63,6 +63,7 @@ func TestAuthorizationTable(t *testing.T) {
 	admin.createUser("consumer", "consumer-pass", grant("consume", "t"))
 	admin.createUser("creator", "creator-pass", grant("create", "own.*"), grant("consume", "own.*"))
 	admin.createUser("pwuser", "pwuser-pass")
+	admin.createUser("peer", "peer-pass", grant("consume", "own.*")) // sees own.x, owns nothing
 	creator := &api{Client: n.Client().WithBasicAuth("creator", "creator-pass"), t: t}
 	creator.createTopic("own.x", map[string]any{"partitions": 1})
 	creator.createTopic("own.del", map[string]any{"partitions": 1})
@@ -75,39 +76,41 @@ func TestAuthorizationTable(t *testing.T) {
 	users := map[string]identity{
 		"producer": {"producer", "producer-pass"}, "consumer": {"consumer", "consumer-pass"},
 		"creator": {"creator", "creator-pass"}, "pwuser": {"pwuser", "pwuser-pass"}, "nogrant": nogrant,
+		"peer": {"peer", "peer-pass"},
 	}
 	handle := "AQAAAAAAAAAEAAAAAQAAAAAAAAAAAAAAAQAAAAAAAAABcutyBA" // well formed, never issued
 	routes := []struct {
 		method, path, body string
 		allowed            []string // users (besides admin) who pass authorization
-		denied             []string // users who get 403
+		denied             []string // users who get 403: they hold some grant on the topic, not this one
+		hidden             []string // users who get 404 topic_not_found: they hold no grant on the topic at all
 	}{
-		{"GET", "/v1/topics", "", []string{"nogrant", "producer"}, nil},
-		{"POST", "/v1/topics", `{"name":"own.new"}`, []string{"creator"}, []string{"nogrant", "producer"}},
-		{"GET", "/v1/topics/t", "", []string{"producer", "consumer"}, []string{"nogrant", "creator"}},
-		{"PATCH", "/v1/topics/own.x", `{"visibility_timeout_ms":5000}`, []string{"creator"}, []string{"nogrant", "producer", "consumer"}},
-		{"DELETE", "/v1/topics/own.del", "", []string{"creator"}, []string{"nogrant", "producer", "consumer"}},
-		{"POST", "/v1/topics/t/produce", `{"a":1}`, []string{"producer"}, []string{"nogrant", "consumer", "creator"}},
-		{"POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1}]}`, []string{"producer"}, []string{"nogrant", "consumer"}},
-		{"GET", "/v1/topics/t/consume", "", []string{"consumer"}, []string{"nogrant", "producer"}},
-		{"GET", "/v1/topics/t/consume-batch", "", []string{"consumer"}, []string{"nogrant", "producer"}},
-		{"POST", "/v1/topics/t/ack?receipt_handle=" + handle, "", []string{"consumer"}, []string{"nogrant", "producer"}},
-		{"POST", "/v1/topics/t/ack-batch", `{"acks":[{"receipt_handle":"` + handle + `"}]}`, []string{"consumer"}, []string{"nogrant", "producer"}},
-		{"GET", "/v1/topics/t/partitions/0/messages", "", []string{"consumer"}, []string{"nogrant", "producer"}},
-		{"POST", "/v1/topics/own.x/children", `{"child":"own.y"}`, []string{"creator"}, []string{"nogrant", "consumer"}},
-		{"GET", "/v1/topics/own.x/children", "", []string{"creator"}, []string{"nogrant", "producer"}},
-		{"DELETE", "/v1/topics/own.x/children/own.y", "", []string{"creator"}, []string{"nogrant", "consumer"}},
-		{"GET", "/v1/users", "", nil, []string{"nogrant", "producer", "creator"}},
-		{"POST", "/v1/users", `{"username":"made","password":"made-pass","grants":[]}`, nil, []string{"nogrant", "creator"}},
-		{"GET", "/v1/users/producer", "", []string{"producer"}, []string{"nogrant", "consumer"}},
-		{"PUT", "/v1/users/producer/grants", `{"grants":[{"action":"produce","topics":["t"]}]}`, nil, []string{"nogrant", "producer"}},
-		{"PUT", "/v1/users/pwuser/password", `{"current_password":"pwuser-pass","new_password":"pwuser-pass"}`, []string{"pwuser"}, []string{"nogrant", "producer"}},
-		{"DELETE", "/v1/users/made", "", nil, []string{"nogrant", "creator"}},
-		{"GET", "/v1/cluster", "", []string{"nogrant"}, nil},
-		{"GET", "/v1/cluster/members", "", []string{"nogrant"}, nil},
-		{"POST", "/v1/cluster/members", `{"id":"n2","address":"127.0.0.1:1"}`, nil, []string{"nogrant", "creator"}},
-		{"DELETE", "/v1/cluster/members/n2", "", nil, []string{"nogrant"}},
-		{"POST", "/v1/cluster/moves", `{"topic":"t","partition":0,"from":"a","to":"b"}`, nil, []string{"nogrant"}},
+		{"GET", "/v1/topics", "", []string{"nogrant", "producer"}, nil, nil},
+		{"POST", "/v1/topics", `{"name":"own.new"}`, []string{"creator"}, []string{"nogrant", "producer"}, nil},
+		{"GET", "/v1/topics/t", "", []string{"producer", "consumer"}, nil, []string{"nogrant", "creator"}},
+		{"PATCH", "/v1/topics/own.x", `{"visibility_timeout_ms":5000}`, []string{"creator"}, []string{"peer"}, []string{"nogrant", "producer", "consumer"}},
+		{"DELETE", "/v1/topics/own.del", "", []string{"creator"}, []string{"peer"}, []string{"nogrant", "producer", "consumer"}},
+		{"POST", "/v1/topics/t/produce", `{"a":1}`, []string{"producer"}, []string{"consumer"}, []string{"nogrant", "creator"}},
+		{"POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1}]}`, []string{"producer"}, []string{"consumer"}, []string{"nogrant"}},
+		{"GET", "/v1/topics/t/consume", "", []string{"consumer"}, []string{"producer"}, []string{"nogrant"}},
+		{"GET", "/v1/topics/t/consume-batch", "", []string{"consumer"}, []string{"producer"}, []string{"nogrant"}},
+		{"POST", "/v1/topics/t/ack?receipt_handle=" + handle, "", []string{"consumer"}, []string{"producer"}, []string{"nogrant"}},
+		{"POST", "/v1/topics/t/ack-batch", `{"acks":[{"receipt_handle":"` + handle + `"}]}`, []string{"consumer"}, []string{"producer"}, []string{"nogrant"}},
+		{"GET", "/v1/topics/t/partitions/0/messages", "", []string{"consumer"}, []string{"producer"}, []string{"nogrant"}},
+		{"POST", "/v1/topics/own.x/children", `{"child":"own.y"}`, []string{"creator"}, []string{"peer"}, []string{"nogrant", "consumer"}},
+		{"GET", "/v1/topics/own.x/children", "", []string{"creator", "peer"}, nil, []string{"nogrant", "producer"}},
+		{"DELETE", "/v1/topics/own.x/children/own.y", "", []string{"creator"}, []string{"peer"}, []string{"nogrant", "consumer"}},
+		{"GET", "/v1/users", "", nil, []string{"nogrant", "producer", "creator"}, nil},
+		{"POST", "/v1/users", `{"username":"made","password":"made-pass","grants":[]}`, nil, []string{"nogrant", "creator"}, nil},
+		{"GET", "/v1/users/producer", "", []string{"producer"}, []string{"nogrant", "consumer"}, nil},
+		{"PUT", "/v1/users/producer/grants", `{"grants":[{"action":"produce","topics":["t"]}]}`, nil, []string{"nogrant", "producer"}, nil},
+		{"PUT", "/v1/users/pwuser/password", `{"current_password":"pwuser-pass","new_password":"pwuser-pass"}`, []string{"pwuser"}, []string{"nogrant", "producer"}, nil},
+		{"DELETE", "/v1/users/made", "", nil, []string{"nogrant", "creator"}, nil},
+		{"GET", "/v1/cluster", "", []string{"nogrant"}, nil, nil},
+		{"GET", "/v1/cluster/members", "", []string{"nogrant"}, nil, nil},
+		{"POST", "/v1/cluster/members", `{"id":"n2","address":"127.0.0.1:1"}`, nil, []string{"nogrant", "creator"}, nil},
+		{"DELETE", "/v1/cluster/members/n2", "", nil, []string{"nogrant"}, nil},
+		{"POST", "/v1/cluster/moves", `{"topic":"t","partition":0,"from":"a","to":"b"}`, nil, []string{"nogrant"}, nil},
 	}
 	call := func(id identity, method, path, body string) *testutil.Response {
 		c := n.Client()
@@ -122,6 +125,8 @@ func TestAuthorizationTable(t *testing.T) {
 		}
 		return c.Do(method, path, b, hdr...)
 	}
+	missingTopic := call(adm, "GET", "/v1/topics/no.such.topic", "")
+	missingTopic.ExpectError(t, http.StatusNotFound, "topic_not_found")
 	for _, rt := range routes {
 		name := rt.method + " " + rt.path
 		for _, id := range []identity{none, wrong} {
@@ -134,6 +139,14 @@ func TestAuthorizationTable(t *testing.T) {
 				t.Errorf("%s as %s: %d %s, want 403 forbidden", name, u, r.Status, r.Body)
 			}
 		}
+		for _, u := range rt.hidden {
+			// Exactly the answer for a topic that does not exist: a user without a
+			// grant on a topic cannot tell whether it exists.
+			r := call(users[u], rt.method, rt.path, rt.body)
+			if r.Status != http.StatusNotFound || r.ErrorCode() != "topic_not_found" || string(r.Body) != string(missingTopic.Body) {
+				t.Errorf("%s as %s: %d %s, want 404 exactly as for a missing topic (%s)", name, u, r.Status, r.Body, missingTopic.Body)
+			}
+		}
 		for _, u := range append(rt.allowed, "admin") {
 			id := adm
 			if u != "admin" {
@@ -144,9 +157,16 @@ func TestAuthorizationTable(t *testing.T) {
 			}
 		}
 	}
-	// Public routes stay open.
-	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+	// Public routes stay open; /metrics (it lists every topic) is not one of them.
+	for _, p := range []string{"/healthz", "/readyz"} {
 		call(none, "GET", p, "").Expect(t, http.StatusOK)
+	}
+	call(none, "GET", "/metrics", "").ExpectError(t, http.StatusUnauthorized, "unauthenticated")
+	// Without a grant, a missing topic and an existing one answer alike on every route.
+	for _, p := range []string{"/v1/topics/t", "/v1/topics/no.such.topic"} {
+		if r := call(nogrant, "POST", p+"/produce", "x"); r.Status != http.StatusNotFound || string(r.Body) != string(missingTopic.Body) {
+			t.Errorf("POST %s/produce as nogrant: %d %s, want the missing topic's 404", p, r.Status, r.Body)
+		}
 	}
 	// Listing shows a user only what they hold a grant on.
 	var list struct{ Topics []topicJSON }
@@ -192,18 +212,19 @@ func TestNoEscalation(t *testing.T) {
 	scoped := n.Client().WithBasicAuth("scoped", "scoped-pass")
 	// A topic-scoped admin manages its topics but not users.
 	scoped.PatchJSON("/v1/topics/inv.a", map[string]any{"visibility_timeout_ms": 5000}).Expect(t, http.StatusOK)
-	scoped.PatchJSON("/v1/topics/other", map[string]any{"visibility_timeout_ms": 5000}).ExpectError(t, http.StatusForbidden, "forbidden")
+	// A topic outside every grant answers as if it did not exist (users-and-access.md).
+	scoped.PatchJSON("/v1/topics/other", map[string]any{"visibility_timeout_ms": 5000}).ExpectError(t, http.StatusNotFound, "topic_not_found")
 	scoped.PostJSON("/v1/users", map[string]any{"username": "x", "password": "x-password", "grants": []any{grant("admin", "*")}}).ExpectError(t, http.StatusForbidden, "forbidden")
 	scoped.Do("PUT", "/v1/users/scoped/grants", []byte(`{"grants":[{"action":"admin","topics":["*"]}]}`), "Content-Type", "application/json").ExpectError(t, http.StatusForbidden, "forbidden")
 	// Wildcard edges: inv.* does not cover "inv" or "invx".
 	admin.createTopic("invx", map[string]any{"partitions": 1})
-	scoped.Do("POST", "/v1/topics/invx/produce", []byte("x")).ExpectError(t, http.StatusForbidden, "forbidden")
+	scoped.Do("POST", "/v1/topics/invx/produce", []byte("x")).ExpectError(t, http.StatusNotFound, "topic_not_found")
 	// Revoking a grant takes effect on the next request.
 	admin.createUser("p", "p-password", grant("produce", "other"))
 	p := n.Client().WithBasicAuth("p", "p-password")
 	p.Do("POST", "/v1/topics/other/produce", []byte("x")).Expect(t, http.StatusAccepted)
 	admin.Do("PUT", "/v1/users/p/grants", []byte(`{"grants":[]}`), "Content-Type", "application/json").Expect(t, http.StatusOK)
-	p.Do("POST", "/v1/topics/other/produce", []byte("x")).ExpectError(t, http.StatusForbidden, "forbidden")
+	p.Do("POST", "/v1/topics/other/produce", []byte("x")).ExpectError(t, http.StatusNotFound, "topic_not_found")
 	admin.Do("DELETE", "/v1/users/p", nil).Expect(t, http.StatusNoContent)
 	p.Do("POST", "/v1/topics/other/produce", []byte("x")).ExpectError(t, http.StatusUnauthorized, "unauthenticated")
 }
@@ -352,9 +373,32 @@ func TestTLSAndReload(t *testing.T) {
 		t.Fatalf("GET /healthz over TLS: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	// Plain HTTP to the TLS port does not get data.
-	if r, err := http.Get("http://" + addr + "/v1/topics"); err == nil && r.StatusCode == 200 {
-		t.Fatal("plain HTTP served on the TLS port")
+	// TLS 1.2 offers AEAD suites only: CBC with SHA-1 (or SHA-256) is refused.
+	for _, cs := range []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256} {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{cs}})
+		if err == nil {
+			conn.Close()
+			t.Errorf("TLS 1.2 with %s was accepted", tls.CipherSuiteName(cs))
+		}
+	}
+	for _, cs := range []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256} {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{cs}})
+		if err != nil {
+			t.Errorf("TLS 1.2 with %s: %v", tls.CipherSuiteName(cs), err)
+			continue
+		}
+		conn.Close()
+	}
+	// Plain HTTP to the TLS port does not get data, and its refusal is the JSON error.
+	if r, err := http.Get("http://" + addr + "/v1/topics"); err != nil {
+		t.Errorf("plain HTTP to the TLS port: %v, want a 400 saying to use https", err)
+	} else {
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		code, msg, perr := testutil.ParseError(body)
+		if r.StatusCode != http.StatusBadRequest || r.Header.Get("Content-Type") != "application/json" || perr != nil || code != "bad_request" || !strings.Contains(msg, "https://") {
+			t.Errorf("plain HTTP to the TLS port: %d %q %s, want 400 with the JSON error saying to use https://", r.StatusCode, r.Header.Get("Content-Type"), body)
+		}
 	}
 	writeCert(t, certFile, keyFile, 2)
 	cmd.Process.Signal(syscall.SIGHUP)
@@ -363,9 +407,24 @@ func TestTLSAndReload(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // file times must differ from the last load's
 	writeCert(t, certFile, keyFile, 3)
 	waitFor(t, 30*time.Second, "the changed certificate file to be served", func() bool { s, _ := serial(); return s == 3 })
+	// A rotation that keeps older file times (cp -p, rsync -t, a restored backup) is
+	// noticed too: the broker compares contents, not times.
+	fi, err := os.Stat(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeCertTimes(t, certFile, keyFile, 4, fi.ModTime().Add(-time.Hour))
+	waitFor(t, 30*time.Second, "a certificate with an older file time to be served", func() bool { s, _ := serial(); return s == 4 })
 }
 
 func writeCert(t *testing.T, certFile, keyFile string, serial int64) {
+	t.Helper()
+	writeCertTimes(t, certFile, keyFile, serial, time.Time{})
+}
+
+// writeCertTimes is writeCert with both files' modification times set to mtime (when
+// not zero) before they replace the old ones, as cp -p would leave them.
+func writeCertTimes(t *testing.T, certFile, keyFile string, serial int64, mtime time.Time) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -394,6 +453,11 @@ func writeCert(t *testing.T, certFile, keyFile string, serial int64) {
 		tmp := path + ".tmp"
 		if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
 			t.Fatal(err)
+		}
+		if !mtime.IsZero() {
+			if err := os.Chtimes(tmp, mtime, mtime); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.Rename(tmp, path); err != nil {
 			t.Fatal(err)
@@ -433,14 +497,31 @@ func TestUsersNeedSecurity(t *testing.T) {
 	}
 }
 
-// TestProtectedMetrics: with --protect-metrics, /metrics needs an admin; health stays open.
+// TestProtectedMetrics: with security on, /metrics (its labels name every topic) needs
+// an admin unless --metrics-public; health stays open.
 func TestProtectedMetrics(t *testing.T) {
 	t.Parallel()
-	n, admin := startSecured(t, "--protect-metrics")
+	n, admin := startSecured(t)
 	admin.createUser("plain", "plain-pass", grant("produce", "*"))
 	n.Client().Get("/metrics").ExpectError(t, http.StatusUnauthorized, "unauthenticated")
 	n.Client().WithBasicAuth("plain", "plain-pass").Get("/metrics").ExpectError(t, http.StatusForbidden, "forbidden")
 	admin.Get("/metrics").Expect(t, http.StatusOK)
 	n.Client().Get("/healthz").Expect(t, http.StatusOK)
 	n.Client().Get("/readyz").Expect(t, http.StatusOK)
+
+	open, _ := startSecured(t, "--metrics-public")
+	open.Client().Get("/metrics").Expect(t, http.StatusOK)
+	open.Client().Get("/v1/topics").ExpectError(t, http.StatusUnauthorized, "unauthenticated")
+}
+
+// TestDebugAddrNeedsLoopback: pprof has no authentication, so a non-loopback
+// --debug-addr is refused at start unless --insecure.
+func TestDebugAddrNeedsLoopback(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:6061"} {
+		out, err := runNarad(t, "--http-addr", "127.0.0.1:0", "--debug-addr", addr)
+		if err == nil || !strings.Contains(out, "--debug-addr") || !strings.Contains(out, "--insecure") {
+			t.Errorf("--debug-addr %s: err %v, output %s; want a refusal naming --debug-addr and --insecure", addr, err, out)
+		}
+	}
 }

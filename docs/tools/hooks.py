@@ -7,7 +7,8 @@
    - guides/errors.md lacks a section for an ErrorCode of openapi.yaml,
    - operating/configuration.md lacks a flag of `narad serve` (broker/cmd/narad/main.go)
      or its NARAD_* variable,
-   - operating/monitoring.md lacks a narad_* metric (broker/internal/broker/metrics.go).
+   - operating/monitoring.md lacks a narad_* metric (broker/internal/broker/metrics.go,
+     broker/internal/httpapi/listener.go).
 """
 
 from __future__ import annotations
@@ -305,8 +306,11 @@ def _flags(root: str) -> list[str]:
 
 
 def _metrics(root: str) -> list[str]:
-    with open(os.path.join(root, "broker", "internal", "broker", "metrics.go"), encoding="utf-8") as f:
-        return sorted(set(re.findall(r'Name:\s*"(narad_[a-z_]+)"', f.read())))
+    names: set[str] = set()
+    for rel in (("broker", "metrics.go"), ("httpapi", "listener.go")):
+        with open(os.path.join(root, "broker", "internal", *rel), encoding="utf-8") as f:
+            names.update(re.findall(r'Name:\s*"(narad_[a-z_]+)"', f.read()))
+    return sorted(names)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:

@@ -138,9 +138,10 @@ type AckResult struct {
 	Error *struct {
 		// Code Stable machine-readable error names. Clients branch on these, never on messages.
 		// - `bad_request`: malformed request (see the message).
-		// - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+		// - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 		// - `invalid_name`: a topic or user name breaks the naming rules.
-		// - `invalid_parameter`: a query or path parameter is malformed or out of range.
+		// - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+		//   operation takes no query parameter of that name.
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -270,9 +271,10 @@ type Error struct {
 	Error struct {
 		// Code Stable machine-readable error names. Clients branch on these, never on messages.
 		// - `bad_request`: malformed request (see the message).
-		// - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+		// - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 		// - `invalid_name`: a topic or user name breaks the naming rules.
-		// - `invalid_parameter`: a query or path parameter is malformed or out of range.
+		// - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+		//   operation takes no query parameter of that name.
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -303,9 +305,10 @@ type Error struct {
 
 // ErrorCode Stable machine-readable error names. Clients branch on these, never on messages.
 //   - `bad_request`: malformed request (see the message).
-//   - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+//   - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 //   - `invalid_name`: a topic or user name breaks the naming rules.
-//   - `invalid_parameter`: a query or path parameter is malformed or out of range.
+//   - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+//     operation takes no query parameter of that name.
 //   - `invalid_payload`: a payload does not match its declared content type.
 //   - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 //   - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -2913,6 +2916,7 @@ type GetClusterResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	JSON200      *Cluster
+	JSON400      *BadRequest
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
 	JSON503      *Unavailable
@@ -2938,6 +2942,7 @@ type ListMembersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	JSON200      *MemberList
+	JSON400      *BadRequest
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
 	JSON503      *Unavailable
@@ -3049,6 +3054,7 @@ type ListTopicsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	JSON200      *TopicList
+	JSON400      *BadRequest
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
 	JSON503      *Unavailable
@@ -3466,6 +3472,7 @@ type ListUsersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	JSON200      *UserList
+	JSON400      *BadRequest
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
 	JSON501      *NotImplemented
@@ -4090,6 +4097,13 @@ func ParseGetClusterResponse(rsp *http.Response) (*GetClusterResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4136,6 +4150,13 @@ func ParseListMembersResponse(rsp *http.Response) (*ListMembersResponse, error) 
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
@@ -4401,6 +4422,13 @@ func ParseListTopicsResponse(rsp *http.Response) (*ListTopicsResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
@@ -5400,6 +5428,13 @@ func ParseListUsersResponse(rsp *http.Response) (*ListUsersResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated

@@ -66,11 +66,15 @@ type config struct {
 	DebugAddr         string
 	AdminPassword     string
 	Insecure          bool
+	AllowedHosts      string
 	TLSCert           string
 	TLSKey            string
 	ProtectMetrics    bool
+	MetricsPublic     bool
 	MaxLongPolls      int
 	ReadHeaderTimeout time.Duration
+	MaxConns          int
+	MaxConnsPerAddr   int
 	AuthFailureDelay  time.Duration
 	DataDir           string
 	NodeID            string
@@ -92,13 +96,17 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:7942", "address the HTTP API listens on")
 	fs.StringVar(&c.AdminPassword, "admin-password", "", "turns security on and seeds the user admin with this password on first start (prefer NARAD_ADMIN_PASSWORD: flags show in ps)")
 	fs.BoolVar(&c.Insecure, "insecure", false, "allow a non-loopback --http-addr without authentication")
-	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for HTTPS on --http-addr (reloaded on SIGHUP and when the file changes)")
+	fs.StringVar(&c.AllowedHosts, "allowed-hosts", "", "with security off, comma-separated Host names served besides loopback names and IP addresses (.example.com: its subdomains; *: any), against DNS rebinding")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for HTTPS on --http-addr (reloaded on SIGHUP and when the files' contents change)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
-	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "with security on, /metrics needs an admin's credentials")
+	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "with security on, serve /metrics without credentials (by default it needs an admin's: its labels name every topic)")
+	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "deprecated and without effect: with security on, /metrics needs an admin's credentials unless --metrics-public")
 	fs.IntVar(&c.MaxLongPolls, "max-long-polls", 10000, "consumes that may wait at once; past it a waiting consume answers 503")
-	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this (cuts slowloris clients)")
+	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this, and a new connection its first request's headers (cuts slowloris clients and idle HTTP/2 connections)")
+	fs.IntVar(&c.MaxConns, "max-connections", 16384, "connections the HTTP port holds open at once (0: no limit); past it new connections are closed unserved")
+	fs.IntVar(&c.MaxConnsPerAddr, "max-connections-per-address", 2048, "connections one client IP address may hold open at once (0: no limit; raise it behind a proxy that does not pool connections)")
 	fs.DurationVar(&c.AuthFailureDelay, "auth-failure-delay", 2*time.Second, "longest delay before answering a client that keeps failing to log in (0: none)")
-	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty; keep it on loopback)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty); it has no authentication, so a non-loopback address needs --insecure")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for all of the node's data")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's id (default: generated on first start and kept in the data dir)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -204,6 +212,14 @@ func (c config) validate() error {
 		return fmt.Errorf("--default-max-in-flight and --default-max-acked-ahead must be at least 1")
 	case c.SegmentBytes < 4096:
 		return fmt.Errorf("--segment-bytes must be at least 4096")
+	case c.MaxConns < 0:
+		return fmt.Errorf("--max-connections must be 0 (no limit) or more")
+	case c.MaxConnsPerAddr < 0:
+		return fmt.Errorf("--max-connections-per-address must be 0 (no limit) or more")
+	case c.ProtectMetrics && c.MetricsPublic:
+		return fmt.Errorf("--protect-metrics and --metrics-public contradict each other; /metrics is protected by default, so drop --protect-metrics")
+	case c.DebugAddr != "" && !isLoopback(c.DebugAddr) && !c.Insecure:
+		return fmt.Errorf("refusing to serve Go's profiles on --debug-addr %s: they have no authentication and reveal memory contents; bind a loopback address (127.0.0.1:6061) or pass --insecure", c.DebugAddr)
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return fmt.Errorf("--tls-cert and --tls-key go together")
 	}
@@ -284,18 +300,30 @@ func serve(args []string) error {
 		return fmt.Errorf("refusing to serve %s without authentication: set NARAD_ADMIN_PASSWORD (or --admin-password), bind a loopback address, or pass --insecure", c.HTTPAddr)
 	}
 
-	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: c.ProtectMetrics, AuthFailureDelay: c.AuthFailureDelay})
+	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: !c.MetricsPublic, AuthFailureDelay: c.AuthFailureDelay,
+		AllowedHosts: strings.Split(c.AllowedHosts, ",")})
 	if err != nil {
 		b.Close()
 		return err
 	}
-	ln, err := net.Listen("tcp", c.HTTPAddr)
+	rawLn, err := net.Listen("tcp", c.HTTPAddr)
 	if err != nil {
 		b.Close()
 		return err
 	}
+	conns, err := httpapi.NewListener(rawLn, httpapi.ListenerOptions{
+		MaxConns: c.MaxConns, MaxConnsPerAddr: c.MaxConnsPerAddr,
+		FirstRequestTimeout: c.ReadHeaderTimeout, Logger: log, Registerer: b.Metrics().Registry,
+	})
+	if err != nil {
+		rawLn.Close()
+		b.Close()
+		return err
+	}
+	var ln net.Listener = conns
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           conns.Handler(api),
+		ConnContext:       conns.ConnContext,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      broker.MaxWait + 40*time.Second,
@@ -344,6 +372,12 @@ func serve(args []string) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+	if c.ProtectMetrics {
+		log.Warn("--protect-metrics is deprecated and has no effect: with security on, /metrics needs an admin's credentials unless --metrics-public")
+	}
+	if authOn && c.MetricsPublic {
+		log.Warn("/metrics is served without credentials (--metrics-public): its labels name every topic")
+	}
 	if authOn {
 		log.Info("narad ready", "version", version, "url", scheme+"://"+ln.Addr().String(), "data_dir", c.DataDir, "node_id", b.NodeID(), "security", "on")
 	} else {

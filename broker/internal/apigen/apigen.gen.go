@@ -145,9 +145,10 @@ type AckResult struct {
 	Error *struct {
 		// Code Stable machine-readable error names. Clients branch on these, never on messages.
 		// - `bad_request`: malformed request (see the message).
-		// - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+		// - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 		// - `invalid_name`: a topic or user name breaks the naming rules.
-		// - `invalid_parameter`: a query or path parameter is malformed or out of range.
+		// - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+		//   operation takes no query parameter of that name.
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -277,9 +278,10 @@ type Error struct {
 	Error struct {
 		// Code Stable machine-readable error names. Clients branch on these, never on messages.
 		// - `bad_request`: malformed request (see the message).
-		// - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+		// - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 		// - `invalid_name`: a topic or user name breaks the naming rules.
-		// - `invalid_parameter`: a query or path parameter is malformed or out of range.
+		// - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+		//   operation takes no query parameter of that name.
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -310,9 +312,10 @@ type Error struct {
 
 // ErrorCode Stable machine-readable error names. Clients branch on these, never on messages.
 //   - `bad_request`: malformed request (see the message).
-//   - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+//   - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
 //   - `invalid_name`: a topic or user name breaks the naming rules.
-//   - `invalid_parameter`: a query or path parameter is malformed or out of range.
+//   - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+//     operation takes no query parameter of that name.
 //   - `invalid_payload`: a payload does not match its declared content type.
 //   - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 //   - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -2041,6 +2044,15 @@ func (response GetCluster200JSONResponse) VisitGetClusterResponse(w http.Respons
 	return json.NewEncoder(w).Encode(response)
 }
 
+type GetCluster400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetCluster400JSONResponse) VisitGetClusterResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
 type GetCluster401JSONResponse struct{ UnauthenticatedJSONResponse }
 
 func (response GetCluster401JSONResponse) VisitGetClusterResponse(w http.ResponseWriter) error {
@@ -2082,6 +2094,15 @@ type ListMembers200JSONResponse MemberList
 func (response ListMembers200JSONResponse) VisitListMembersResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListMembers400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListMembers400JSONResponse) VisitListMembersResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 
 	return json.NewEncoder(w).Encode(response)
 }
@@ -2364,6 +2385,15 @@ type ListTopics200JSONResponse TopicList
 func (response ListTopics200JSONResponse) VisitListTopicsResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListTopics400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListTopics400JSONResponse) VisitListTopicsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 
 	return json.NewEncoder(w).Encode(response)
 }
@@ -3484,6 +3514,15 @@ type ListUsers200JSONResponse UserList
 func (response ListUsers200JSONResponse) VisitListUsersResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListUsers400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListUsers400JSONResponse) VisitListUsersResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 
 	return json.NewEncoder(w).Encode(response)
 }
@@ -4853,179 +4892,179 @@ func (sh *strictHandler) ChangePassword(w http.ResponseWriter, r *http.Request, 
 // Base64 encoded, gzipped, json marshaled Swagger object
 var swaggerSpec = []string{
 
-	"H4sIAAAAAAAC/+y9aW8bR9Yv/lUKnAcw6X+LohZnxhT+wKM4yUwGWQzHRoAn9FUXu4tkjbqrmKpqURxD",
-	"7+/r+xHvJ7k451T1xuYiS7Ingd/YItld+9l/dc6HXqLzpVZCOdsbf+gtueG5cMLgp9d8nWmefqsSnUo1",
-	"h69SYRMjl05q1Rv34im34qvzmBnhCqMsEzfCrNmS3mP065GA90UaMavZdO2EZUYXKj1yRi6ZuOWJy9bD",
-	"XtST0OTvhTDrXtRTPBe9cc83dSXCGKKeTRYi5zAYoYq8N/6txwune1GPuuu9j3puvYSXrTPwyt1d1Hsj",
-	"EiGX7h9cpZnYnMjbhWCxoWeuFvhQzPSMcZZoZYtcpCwX1vK5iBi3bC5vhNo25GYzvahnxO+FNCLtjZ0p",
-	"RH0COb/9Qai5W/TGL05Oo14uVfh80jWLt3opk5+wm40ZwE8MhjBmJ8xpdnr+kiULbngC2wmTifnRv9nl",
-	"0f+w0dFLNmRX7CiOmNKOxcOYacPi4TAuJ7XkblHNyUHrh07l9PxleypL7pww0O7/+o0f/fvy6H9GRy+H",
-	"V0fv/7//6nVN9J0VRnXPcyFYYYV5ZuuTPTn9297Jsv/eNrsi9HbgBE9O/3bgBP976wx/5dJtzu4fesUy",
-	"reYwpxWXjs20YTycvTHjLC0Mh4dZPz4Z2Thi8YvRKLfxAHZwtdCZYFYkWqV2OFEj1ncLwVIx40XmBowr",
-	"u4L14Y5plYgLBr9aYW6EYQlfWiYd/HY6Ypb1z0cjxqf6RgyGE7XlrMMYe1tW6ex0c953sMJ2qZUVyGG+",
-	"5ukb8XshLK5FopUTCv/ky2UmE5zp8b8srM2HWi//ZcSsN+795bjiXsf0qz3+1hhtqKvNk2OoMyYty3k2",
-	"0yYX6QWbyVuY+VTMtIFnnFlLNR/27qLeK61mmUw+8fAS36tlK+kWuEtJYYxQjlnHnWB96Zi4ldZZxjMj",
-	"eLqOmOXrAY75O22mMk2FevpBXxZuIZSDVoHBTwuHDIVnmV6JFE5xqplbSIsD+7tW4tMsZCa4FWwqFlKl",
-	"2D/zXJkRV4YDoDSSmjBsIbIUB/iTdt+BaPo0g0SmGrElN07C1xEyNqBjpVPBUi0sriZudBjf9/kyE7lQ",
-	"TnySUUrLboSxwHD0DA/i1OhrYarR6dlMGFpjvRSeOa0FDfit1j9wM/9Euz7V6Rp2VgM/k86yTOaSBvJO",
-	"8fpRffrx/KSRIRtg5okRKXTNMwsSaCF46jWsX3/99ahOQ82ON7gnTeSGy4xPs0+xqCJfasONzNasUNAn",
-	"kDQKjAvik4zPnDAsfgMfji7hQ1wKoOZca49sCr5f6JVS7m3w4mhzXaRyYi5w4DB0Pxt44DK5/pq7ZFGT",
-	"LTxNkch49trAOXUSJNCMZ1ZEvWXtqw89nlzj/9KJ3O5bu8vk+lvlzBoOWc5vv6d3TkajEaoI4XMpCrkx",
-	"fN0jQRhUjd+oy0px1dN/icRBk2Xz95uCuHWC2FiLX1uk4Zh+j1mp76Oym1zDOu8W4VFbv/0INbY+81Zr",
-	"W9bgjbBFhvvYmiee3I2vwd446NC/ggdh50jB6iK65nCx5er5ruFurs/GEoIQL2y3cku/EUMVsPVspYss",
-	"ZQt+I9iCp4xnWokxOx2dR+x8NIJ/4K+TETCcF6Mz2EPQbLgjGjk7rRTQimR27kI5wp3b8YO0HVti8Ld7",
-	"EZDf3bs9RBJa7hxU5oRBG+jjaD7nt1c8uRbpFQeWdbUU5qoUzPDAxorm/FbmYH8CrQdy999srjc+fyXV",
-	"1SyT84V7gvaNAEEgtbqiNa83+NV5vcGzkxdnX402W8WPmw1XfLd7PclQUkXmhRJ9bu5Q1Ls9musj/yVI",
-	"p+EbvvrRU9Fd1LuRVk5lJt36yslc6MLtncb52WnHFDqP+uZxcY4ni1cLmaUfd14SeHW/3btB+TOuYG6p",
-	"yPj6PhtVm+RoLzXT4LrI5NWCq7l4za1dafOxUydL5GrpW2mtwl+7ZIYSq13P1xbtb/sERqOp7jn6rdmy",
-	"Yx+1J5tkkfH5wTwOh/QDn2+yuKi35IUV6ZUR3OtsTZHw62JN9p9eom5Lj0eMq5StFtyRjXXB+NSCebha",
-	"yEwwUyjltaZO2dPhV4mp4ZitFkJRjzDoZ5bplRKG5Xxds5i8VwyfW3I0TNHTMDdcuYlacTC4bvS1SEEo",
-	"Oe+zYanIBBqKaNZakRRGujXTajAGW2Ih1RzmmOilFCkrlJPZRJXtBi9jBA2qalVALuTCwsiNAEPeOr1c",
-	"inTI4sbixhNl+RqeW5NHI/gP/XL1wmZ0uxA3KWzz6Gw9jz/Qaek4kldJYSwpMYefugOepG25UuLWXenZ",
-	"zAp3+Is7xNIe1lO93DmCqDlnms/2RetUMLAFQ96Nw6lvr3ZRNts5nKyw3m5pa5rKGZ1lXTYNaHNoyTug",
-	"00zw1PpDi++wZcaV6KTRXORTbzUdNMMf8fku7gL9X8l03+DIMSjSYW8v+/UNRvWpVyPuXDwjuBMPUM6e",
-	"RmhGfwKlr9tH/kD//z1VGiLz/brQFg2x0RAtjd29NqcvvtqvDJe+kKsZT9wmf202+dcv2vXHa9cN9gAH",
-	"cjsTeGeF+TgegBrA4Rzx7/B4t7r1cVpoVEWJ9gaDdnPQWrRppx77bfBt3Mfv8xHvPMRZ0tZVuWMLvlwK",
-	"JdKWhhphKGsp9DIT+6XMXjdL63ma99ZVfOWn2PI5OvRo5jxZSCWOjOApfoGNYXTRDtmrTMJKsKnhKlkw",
-	"jXqnFRFT4kYY+OwHaYcTdcTiKQd1E094PK6CTGVop28Fqc3+tQG9JtUNz2R6BcQbj8nR7r3ZwKHxR/bP",
-	"X37+KQJOveCWFepa6ZViMymy1FbOZlgB22wUphKPGaeIAzyK2jh8zaZG8GvSSxTPQQE3RdZuoHQTYisY",
-	"A4RWltwtai7EelANftaFA7FjwORst4dRfWwtgAXKgELOXbJA930qkowbkTLv5ca5NVtqxexp5bpiPY5p",
-	"Jcir5iMY0tpCpNQcnfOrG6kzFBq7RuZC6OaZxR1hv+DLF6UFA9bPykjnhKLWSfm9ArarZ1e4Hn6k9Avu",
-	"J5/DqtGSebOKpCG1UTQDGDEYTN0RBnx8FmKA+GAZkaMflXZXM10o34otkgUzunB+bXFyV9VDEdhRfjDN",
-	"r0mZb3wFJ6v+zUQx6DAVV/VeUemk1WqFuWojoABn2Wj1MYRHy+3eGjVFY5faxJDgVaZteK0VIxT7Q4TY",
-	"TkCkOK2vMm7mRFlIrNoEqu6IQuHLuXALTSvmdyTMAZY/hHRDGNVPA+gK3wtHP+iTsyLL/PvlBrGFBnYA",
-	"/XpZDgeqUKjn0pz9EalrvqElrVnO1brkaWzJrcMOeHLNZkYrJ4Vh3AhmhXOZSEMcKONOmPKohhBVYGVE",
-	"cQlXMC2MH9G8lF6xvnUweDWPyHDHv2ZcZnA6YBE9i7ROGz4XV/CTIN6RSnuNpCYYfUuIhpQ7jlSIvTlt",
-	"wsGH5+urRuN6ZqkhaRn81iRkej2iXqz3NZCTxC55IoJTwh9c0q4CdZfx0FSmOJiZVNIucGOlwk2aAkVc",
-	"4J+6cInO8ex45l6Rq6zCvth4LS67EYkVrUCsPzUO1I6MTmsxv6gLIeb9IiSsjVhq45oukppYQyhIJa1q",
-	"H71WsyE1Gt8h9dS+2Qw9tHhxL+p1MNBe1GuxRAp7eOQDWL6e3YCy0eRovZqt0fi2xc96pPQ1vmiysrJt",
-	"otzwQvkpsKRe1Kv4D3bfYiKo7LR5A65Sndh7Ua9NtbQOZUg46jXJpBf1ykMPg6Xz6ZendqiwKzohHd6v",
-	"qEf69H3jqMHODadoaXRaJIIWBggJ/kLDAGaW5lJ1do5L3BEu+/aWJ44UNVRHjJjJW7aSWZpwk1rWBzVB",
-	"y0TY4fN4gOCvYDvUTdUXJ3tt3D3BW39M/Ti71NB/CJ5B423/0bZIYKyvySZHcE+8X2PeEbD7p5bqIyPh",
-	"aWqE3VywF3sXTKYPNZPQxxQG0DUt7/TaWNLaoNuQjFQcOX2Ebi//VKf7beHc8qrWzJbZ7QjrlsjUTN4g",
-	"URZ2SZZ6KpD7/UtL73JORaLzXFrg5fBNFwHcaO989L9Mtc4EV7vXbGcQlxav28H6WN7H1uB2uQh/rEzK",
-	"5lhSASto1lfcOZEvXZezi2wyNpPGOhZeiFiiCwVqBSuW8AhoyPiTFJb1+XJp9K3MuRMewsJBtoMmMhiy",
-	"Swqm4FvLjK8PCqlHvWuBOI29jq4ndMeXoqXb4xvkPSg2QrkxGTA3wky5k3nEnLh18COnH2jIEdNuIYzH",
-	"bve1maDtu0YlKSJdiNtrkQ7oVcJh+5dJiY3bOO6xfyomNWOP/2oDBV4jsa2o7y4kRnNFfl7y3wtxAUou",
-	"Ql+dRgxM5/ZvigSZw3nJl11+EAHKXd0QjNg7JW9ZbttHacuuE+B6Lxwl4LLrYZcy1FLpWtVYdxDfNmZA",
-	"lsA9uEG5bXvYgW94x5DeoKb3hGOKeq34WOuAkHnuNB0Rblk8MzqP4ZsEbCFViIM2dNvcm/13roS+6VgB",
-	"GEWnCLovt9gUWcgDBQV4lmt/5WIlXbLw8korgZFPVC+71bXOoT3gSON0seHdQk3fiI+MMPn1vJfCsm+1",
-	"dwefaJXu2WG5hveK0dxrhbsW9ufCzbVU85qYvsfierFYn+ro9PyRl3Or2LtUay/leFaIyBv0pcy7OFBg",
-	"oQr+EWKq+8LUuOwgBnO/PYQAtUaB6zSNedgwx7dfdWqG42lVujb1dVjtXxz3t7/aMNir4PHpsL3wplfQ",
-	"J6Yi0ytyS0gbXEOgKpRuzcGBgq9m3252+mNwS3FH/mfvnKocU3QZIozgwD6nPLnO9HxHf0o7thaumtlC",
-	"zhdsxZ0wOTfX7P/+7/9TDQI+kLsNp3HozKHJq7LJHYOpLTY3Am8ETTOB8Rav4sLnA3stHQw7OixUigoy",
-	"eUyVXh3Ydobg725DrAmKQGBT8Hf3OgFkB4jphWDwXHkqVzLL2Fy4A4ers1TY7b18h/aF99hbB2173+Jh",
-	"zd9XNPsYdlPLuZ9noqEWNmbXXNGNwxc1qb9JlvVDUxFPud21kXeyHfIBPQCff2/1ry2+HgTV36m3+sl1",
-	"wA+f1OZ7uLWwazKPg/Mul+YhMO83YI8lAr2R9nMCCVpj9o12Dflt2JtW1B3dnukVb56JlDtxBOZaL3os",
-	"oKpUCTeKh+PUZGrfY9hwJoXnwpmciaB+KJ6LizJq7LGbKGb84Bmfc6mAw4IKo8SK6W2AtnsjrR6OpdqO",
-	"ltoBYXooSOmjoUgfATn6jwcTHYIVap7Pxvq2lmBbz7tPxr6z17lBUZ08txL1N8JxmeFqZ9nPs974t92s",
-	"hDjBXdRmBVUsygZN/DCO2lTgD1YGfDeb83ofZtbN8aswzEHDC9PdPaodMRNs4BfhnFRz23VlkH5hdoEg",
-	"kena8yVkUVKhxx240V4wact75+0/YAlxxPBBgqRb6IPi8UWyYH0eflzIbIua/ySw1Jaarq2rAvbBQvFI",
-	"Em1Ade+M4kdsiT8F4EDfpwlgYJ0POl3ejwx/7ZhHE6jw9COsOH9zMARXpM0m+YeubdxpxNL688H63Olc",
-	"JjzL1oP94Nl7ipeW2VTkU7qpWT3F+gT2ffFVFNI8sLPBkH0nb0E+Y2SDqGL3cn00prY5xDde89+6cUwr",
-	"xpmVap4R/nzPNt4bmLsln0ZJH2AxX4uli5hULLfV0P7KUr62gyH71SfRmOcI/AO7yYC1qmomd7jHQocV",
-	"b+y7g+n/8WDBLU9XHY7G+qnhM8dOR6ejo5PTQUjN47XwEtyWFzYA2zDjRxt9QbGflbRiMGTxh7uY5YIr",
-	"yxSoeuzSU8RKugVyHCWYVAthpCMMEpHJMwx7PJXe0VyFH9BJkSHNIea0ncHHllt/MhrB/5g/hi1qBASb",
-	"tIefP+T24TvbFbd+LIRzHad8MBJ5hwEDo+1WCOD9wweMs96nDlCTnXjfcF0MzzcNYMot2VYtqn/79jX7",
-	"Gn4bsje+cWA8RAIEtZsWjsXHC4Rl/DuOWHyMnsN/A0dXKYuPc+GMTGw8UYXKhLVAOk4kTqSD6o6cB7aZ",
-	"QtmNO23QEENQCws4b7bidqKscIMhOx+dVGRj6O0NMGfEzkdnVXcI26WbeK7MrDJRZA6PWeyp22Mk4dTD",
-	"dDKLcc2I0a3/iCn8RLHNATyLAiIGvWmiYhxyHDHBPd4ZxZ9PcGTHjCtK2oX2YcR4G3fDYlQ67PB5PFF9",
-	"ZC3Cll+KIlw6oS/iASKa4+cxcJOAq8URacP0SlFSIpXCvCeKZxirJ1encIJJdwEj8qP2FwW1ggZxpVLN",
-	"6sFqPF9MqiQrUkQFBsAZwirwOJVnb+HckrJiSDXTHfKYG56S+977YCP2eyEKcURQhNI5TofELvW1UAQL",
-	"XWZgOMM5HU7URF2y589x6s+fU3tWuKacv6DtqEQqPKYYYu3TI62yNcv0fMi8l8XYiaLfSq53ERihsczx",
-	"a4G8usQDOLDzZS5KX+/z56iCPX/O+nyiKt7LPO8d4CaQtomxbji/XLHnz3ly/fw5bmrmnbLkN8740gpm",
-	"4dSKiaoBZb3TOvgTgGbhZDKDzmGu1gQhD26JTM9LwnH8Wqp5cE3jWv7lL+wt5rwiHAjdtuOJQxTk6eg0",
-	"htPhCcXLsjoSEsbjHer9mV2rBOjdZyMhkPAyQ1h+HeFNwZDT0emzlHVODK+ywjLBtgWdAfURmMUU5urV",
-	"mIlioFPihChL12DIvilI9RLWX69guOMBuFJbX9BJPH3D8cincl7owkKrYc6E18W8YoiEmnGZFcajpE9H",
-	"57hAYChUi0PbDPoQTqBaIlSKfcPj9joq7aDf1vaC0mS0tQFuY71HiduFRyZftpHYhPArcfes5jFopE/y",
-	"vnlorwpWqETAKDDcAIPCaxtGFFakQ3aZ4PnRxvPGMv7HQ9+rhbaitcLIxRk+AXYnrJU2peUVkqzF5ycj",
-	"VkOd+7nt86YRAeKq85zmTjxBiRW9TEcEP8e1pYgHFXLZY8AoBRcigsFsUbD5HNkxxUrIYeepBm/K2Imi",
-	"w0yXYBJuEC/l8UCIco8/TOi+zaQ3Zh8meFcH/pz0hsPhpBexSfCR1769u4P5x/Csj3jaxu0bmufM6JwS",
-	"1JTXdmKWSesuWOzbxLerq0QThWyoDl9O9ZDFL0ZnMStTzeE81q0sRX2fpgg5WcQyeS0YnyjP3yICufOZ",
-	"IEi0M+sLxll8fnsbhxslK23cosxRxAqVYHoFL1YymQhlUQ3z2fIul7D4R6fDEQGIHOjCJEZ6Uc/juXvj",
-	"3slwRI/opVB8KXvj3tlwNDxD95hboOoTVBfUHLvCVZf+GJ6ORj4rAN4TMDoBZUZaViyH7CdPDagj2Xai",
-	"qhJG/n0KWpXvsJXC73Q0erREVB4luyW9V3PsDZ2wN/7tfdSzRZ5zswYjQN4IRSBIx+cWNEtar957eC0o",
-	"d1sX70f6HQwFWLXXRufCLURhCSEnbpfakhwmC4H1Axp/NBwNzwdD9jNwaac9VA5Iz6uRnWpjfHTk1cuj",
-	"oHf6LAeo11jk93SsmpviB7p/U2Dcx6h27MkxFnXCBrEXzKR2PjrZto3lEI7b6dbwvbP971WpC++i3otD",
-	"3qjnQ8MTUZ6B2qbl5Sp1ngbS/A+iJBAnxDxBdC4wz0WiSbzhnRvhOF4/QR+ks3VXDfJ6rsAAMDfltSV7",
-	"wV6MzioVgzt/cxJI1i4KdHKyVK9Um1wnqnnta+NwvKF5fRaCxb7LbHHDj9/PLRQO7ctdJH5zcpxUWRs6",
-	"N/YtXUFKRVTPy5B5A4O0GcQsbzLDvwsXckI84fKGLraQpZ/fH4ss/ZzQDrqRYlXbv7Bf7Q08riHS/UY2",
-	"d+MHad2P/pkn3I4aaH4ro/Tn5Y+0IzChMPLO3Yh6S2076Kf/k4dFlS2TwKwup43Zi9HJcLBBPv/UUvlr",
-	"A+T/EdZ9rdP1o21V/c7LXdPJ5Ewh7jZOyckjn5KuEwKDEqk/HKP9W1bLjvxJz9P56OX+N8rMyHgADxha",
-	"K3ntw8/tZZoGG9ZbOUnJkg9lKccf4P07f9VEdGXG+lHfBINJp+JZQ6SLzApMO+W1NSNyfFq6IavUhtNS",
-	"bZio+nUf1B883nrIDqamDkn/Ta3VGl01TvjpJzjhv/jJ/AGO+PlBJ5bSQf9xaKJ+EDxxbGPptVIPv23L",
-	"DvXMMpluyZrv2/7YjPltw+N9m0CBkDDm0Cl7iCrJpYHnmMo1VA5S9CXA74FBcIWhrG2ECf09HkHC8F43",
-	"QCaPL+Pq1x0OknGnj9r1F/r/D6R/2JgGGXjq2CUSK1zPVuX6LT3yhLp1hTvqOFbkkvT58q2GI8ama/QZ",
-	"/gFVbRcWM+xIwEBtVbQJjWIDFnPIvkdfdmEpJTsYHhq988icEp5lZUWe09HJkOH7FCiBNZsodDOEAhKe",
-	"HZ6PXrYyrwxZCwtVc8Hbym2t0onimFAXPnXDZKRCXmydWI6ZpEAOvcOwOMOssCJl/fPRS4oHIkv2mUWb",
-	"GWLgofNBayzwqx9PGDQdrDjaCXyYCnJsY5RSqvlESddGTmB80Wer8PAI8mCfj0ZdXpdausMnYvwdCRU/",
-	"sY3jsX2blPrKb8IXAdA7PzlgTGWBjM8mMTzSzbOWLq7UEBPHH/D/nRbTN/i9bWTKKp2iwUM6ZG8aUT4b",
-	"4rshNOZhd8idJup8dI73yTDPPShttYBYeLMKmBEDG1To9cCsME0Rxdgos/BmkC1iIl86L25CNHAj2Dbs",
-	"tMJg5BXlN4jvfNs6fSGWxzB7EAyy4xBH21zA1RG1AVAMxxSkVdyCTMe+IEMD3NjpG95yBh5ZXfIA9F3l",
-	"hf6EZ+uBR+V7AobvPist47irr+qR46os3917DNEmiw4dDmPDhGcBzagOXI0jFnfCG+NoouIdKGp4cSdc",
-	"HEFdpTI0UX2EcFZuKoQKYwLJTMwcolGuhVgCO5WGrkwPUTOkLB8lnrMOWKH6JFWuPHGbCB8Ow2+s8woh",
-	"oeWna1CoFrowEaFQvE5FzaRyNgPejOZ7rT9tQkL6IbtEdryJSWJIT3Rl2gPIHb+GcSNQBnVKCtGDYLAL",
-	"MCRMNRMveSjYWtbS24QBYzK/t42ke5hrJuS3oy4QTjvoEhNVrZIn0g83i6EcpB6Onl49LPkSyVU4IrCV",
-	"gfN+kYR/GLXxkoCYpfDM5I04cr5IWNjPg7XJY55ct+vP3pvvdprOv3qkYCh5NfY4rSbqr386Oh8METjY",
-	"xLoFoBuF50llRAhgF9ptA8k4URPlO/7/geaA8yqxsjVU5MzXxwjr2MHVkBUqvRpWjU2K0egsCbVA8ZOI",
-	"WT8+f1ErCRqx+DSHf08WMbJaQp3mMstkiX2ywlnijDQep5nA4Dd3dHMi9N6c8FQkOhd+uJnw2DWMgRDO",
-	"BS3pEu1IgNg+QROJ9lEYDCgNpcfaWcfX1uc6JsQkNFibNl7o9fgxmgzmawo/j2Jsqbm1CM/jboJIwDCE",
-	"wdiDMcusYBVUDlMIBKxsiQSoksLapVAgAb7xq+8zvZ6cokyjCyI1hwbKgIkCu6Weg7YCdW9gC+vAwuAM",
-	"qXIacDtRrTQXF+2ziPtQywXhtwfsp1QrMQjZq6faLYYT9WJ01pEONqDGDs8Ji9D2jdtngeICDhHrr6oj",
-	"UmfKUdMJ0YbgdJ1iM7nu3Vcza5Z9vos28rEgVUbNurq7iahBPoRdH8XbakH7Onz3qJD7/hDD8Rda5ojY",
-	"CaGJa4fmzyhGTw6YDdaXfbhoo9X1ixuW1vMRotYS5V0TcFVeiO0i7mgabIPHF3TvlniRaTQaoZUqhfVX",
-	"OBDYCuYsTCDhWTb0ePUDJR2JRcK9L3iIudkic2gIo0mMV6pCHm6k+qiZhLuwwencVdJQUy5kvVIoiVt1",
-	"DSP2YnQ2KBF1iD0eTtQlwZHR5e1NCMr/a4HLU3w/eIaq1PgRU0WWRSHDMhDwROnCWZkKMlno5hjmZbaD",
-	"uneaLAKcFtbGLu8/2IC73sK2MNfJU+n6rVKnn1jTbxaD7ND4f+44LX9K/nRvrf2peBQK6yabsvfhU/X6",
-	"Wp0+s9fC2+KY+xNTg1a12AplWT/GvPtUOKBegG1Adeual4ORRMtr1qUGFkojBHBN49uyP0zxBEZ+VGpq",
-	"5EEQKhGbrjk4pa/C/J4SuFmWL9sG3fSD+FP65z6HPYqRVXIz0Xku5Y80LOPzegC8rPT2UE9fpyD+zhtM",
-	"TKsQfAxKLmJznAu2Rnnoq5qHJIUROE3VNeJookpfybUAu1NXwY7afUCVitvKqGi5pixFOCNKYCEm6lqs",
-	"n4GhYRfVBW/WvxZrvKMQeMS4lZrtmfX95DotMl0vEzlR2NFgyH7SyIdmMssuQLEWGOUF6jTiyMd8w80v",
-	"NEu4q63FM8scl9lwoiiM20rXEbP+SbizzdaCmwEpOcgMglFKxhtqM0ozwU0mKdyDd/iDYRucguUuVLsj",
-	"XVgpgq+bZ5YlmU6uL3wcGUPFqTQicdmaSeU0ayQD2Qhqkw0Y/KjlupUJCxd0kw69nT6lspDIWlExIX1p",
-	"pk2O0XUu1UT1wzkOfkdUp8KXg4jstK/Oy6+izdqeVTgbL+s1tqGPaQ3QWvTv1X6snKbe9VFeWfS+3Yny",
-	"3mC/6oKWBw2mVnNo826/EIdmKOmj/vQYrljf/43PeNdNqJHauD45hhUzcNBzyuNC+5rB76iOT5RbyaSs",
-	"6JRpK8prcb+27nRHLUnnPcXhdtVmydSqUKoEDZgQLMlCoFfE3/kgHoFjGYe14c5fZZZVJdW+dwVg6xPl",
-	"V2xQO02YwMvC0lXlXIMWTiK4EpObpVPRZeNrp1YXXRqlVzsV3KqW8lPpuJvVmj8x3sGXEN2U5Zce9/LF",
-	"c/3ZHNGeD9SFf7ew363uHn/Av3YCG35xeomiGu97upoAHLKvNRAaqR7W8fUQ7FfWqihD5E2uR+SaFVSq",
-	"4ofDDmBBk8T2Awv+tKfyc8GqDz1kD9Aoow/bDIVS7BLisROOndQY8F489gE5w99vIRdfuGebcfhGoMZk",
-	"K5OtQk+Xvt79MQ8EFQYMY5legsWten9D9isHxbhA51e84tLF2DwW+9OMGyNvxET1UeNb6iwbXLDT0TnR",
-	"IWg3LJXpkL2u3dI0XulLEe1dGFVpAnE7rk7maBz5XBUot+t5NUKeCu83nKi+z7qChfeaaQ6i8va+oTVM",
-	"a0OtFQuUZTrqiSqrS5yPRt11BkuOU68xSDNCtYVvlI7biTdoJWiLqGWVWnSilTNQYoWePK/JEgKznrtk",
-	"VmRZZ3D8VVkY6n50BOegg4Ro28ptappGeLGfpxTi8jsTIZABJjfY5tSvJ4+sqOte+eq3DbQO7KhteRjo",
-	"4WMsEzt3D5ByWe0Z4J4Vf01A2m9DsvuO0MVjXr30ecA6VLBAbSjtOuXhT7rKdIMcIQ0l+IhlfEFJtQXe",
-	"23aGoEYO+G534kOcKTuFTRU26RQ5P8hrEQwtKjPsxUHOb+MqbNnnjuXaOoyRDHxwpHSt6JUKPJpcFXXW",
-	"XN0Z4pZZrRXC3KuYKBqdYSVbAmaiuo8c+1kJj26t0qz4EfIpMNO/sR/l16AaXou1JYnoweuW9auKV+XJ",
-	"zlZ8bdlcC+vD6kZYh7oopaVKS8FLIW6eZTs4cAha7Lwn1sw9SolSCqN8VkpMbsiqpJ1buVXObxusyr/S",
-	"G5+M9uX43J0f8gA2VgqO/0B2tyuoog3LtRFV+ekv3O9xuV8nEyE2SMrPp+KC1X3j4w/l33fH9TIIW1Rx",
-	"4BSd00CNx9ey6nPl9YwBohngW4SgxjUuUyVs8yqnL8ESnKjcoeo+iEqV15caZnGt0ARCd7yvqVZCK4Bx",
-	"PCjFlzcpwSJGOC4VaK6kDal66RehvPVM94VCKjCrw/SmYq29ywueDbedwuf+TGfQX0g9ZUqlfaLstcRy",
-	"xJRaqsr5RrcIBiAVwph2DBqvPZG725Ebkx4ZsrLACpX9VZjaDqPn27K5/FjF83by5UatklJ7DJy4Y5hb",
-	"WbMvDPUANbJ1KL97xc7Ozl5StkFtfF28GqjmgpaLwgIbQq526qTbNegrX0Wh0/796ryjctLDhNtHSben",
-	"F2+fQ2xR2b6tKVKCPrbU1spptqYog896BATYqK73RTY1ZZNPjsmrpJg1E/7RRdIGUbxuRhwjYpyjLU6p",
-	"ZesKfLdj6n6m8zYp6WtLPwm4ihBQBG9C1JFsgEwjZvgqLEWok8qVv0hWNxJKOTqgECZo+P3zkzNQ+W/E",
-	"YMi+d3ai4ldEjUdv10sRs1QkMhWWLfSqlsTVCsGkG7O4Ta9xebcVobQThVdcMbCG4VFEiVT172JMDfe8",
-	"euvd2++O/tZ+viwKO1HEMS+aHevECXdknRE8j+svUqm6I6yJhyk31drXk8X44kR5zoPoLMTXKjmbiXTs",
-	"gcDQZ4SJVvzAYLj+C1xpQllfi3XMkoXW1vseKzfPdE2B7n4ZNr8W62AuZQgY9nn+LF6OLt8cRA2P35IS",
-	"8YmLUsehEG1UzwiDqXVDrGyiTkendcUB44VlaK12MHyq2SG7xGxweC8m0yiglxnCeW6E9dpD4VBf8Ai2",
-	"cZWAMudrKkmGGYRBmGKsohHZLEVql4rxuqzPvtvq8+OGZaxZ1afntCGDC1xvQjnQljR3ZJugvBbrbQK7",
-	"s2LkXu4EA4ClB5ESyPMC4doGCYpOzYyg8QmGC57S6fd+V3j0+fHzpqAt255KxXEoB+ZqrFgS7UcUkjNT",
-	"MuRAaxdM6QYza3CrYe8p84dUxcA2J/ENAVEppI/j8+ldQTVoVlX+EnX99MhDv3V15+B90IVeTH8iJHRV",
-	"9kOllT8NDtWQfcuTRXjgmW0VZPVFYydqW9XYPWXNQ67vZmHXiaJ00qlAYeg1BYw4USVJPPOEM8YFqsuO",
-	"AA2rkpGjeGmkpyhfamKW8RoKrkEI0NTa7XPig9FE1aWdNh1FcGH1VJFl8L7vc0zCCSaMZV4Z4YEREEZW",
-	"bQMXXrN6gxQlLkz9VeG1LGNzDRuJPtSaaR8ALOjE9G0/s43bO7XKMy3RPFEUUsSU6/jqYIcgfErgdlcd",
-	"zE+cxalR4HFr2p3NzPhf2O7nY7vNq1g+rY4/nzv5cFmspTvHMdYpwSzTnaDpd/aJc6uWVWa2qDVUuKNP",
-	"miyhekNVFTv45EmgPhvCubDNJK2+Xs7WzFG1fWXvqHqM4nO69KOESG2zYs356CUrEweGTHgVikFNVLOg",
-	"zZhxKkoTIJveg4pw1Uwn16xMf44N1Io0Y+MeuFnWxwHzjyQt2pvTxKwxCGcJQByKNwAPx1tvE5Xp+RwE",
-	"508aVUUwgQixmPt02mjZrRHbAPM7G2zP2YQVip4yZRN08JkQjFR96Q+dsOkPAUcs0ykVtpGINhBqnRsf",
-	"fwgVuHaiDus0TIn4qmJQWCCplrEj5Y5f+OowVDkg4YpR1SS3EDndqN6Suag8/18SF/3Hp3n1+Y62nLJo",
-	"h5S3pEIj/AHPkEcF5FZks85sRt3nYvTkvCnI/S8w1kc6NlXuo63n5n7m+LtQQbD0yrcZ23FV1vCjm456",
-	"y2KnbnPB1OHivyOwWisq/0Tyv7Nw/Se+q7uPzKq7IkqsaBm/ZOT5bLTqT4yn1WfWb8jhKsVx0KqfhPa8",
-	"2u+TmpHyoVf1UpfoIEsKY4RyV+HrGN1VZEQYYYWzE8UVGAjPKoeQ7AxOUAK112FST6SnNzq5F6Geb8v5",
-	"9kVP+nzaOKVi4+Wx7CKfZpWhsqrsb+/vog9AAHQFlAinMJmvDDo+Pj45/etwNBwNT8Z/fXl+isTiG+9O",
-	"4ByFqvQR26hjSm7yYRVw8gmzOmJc5AmKKsgrxmcRtIrQgAoRWEFQgjtos7nvuDryNy7oiqZIq+KZbmF0",
-	"MV80LlYPW3dODB6hDSc8rG7kmRbd+g/umloDtAebb4ciQb5Kx0IufRPBr9uI14XRhGpJ0SZCmMrB0T0N",
-	"LBsVctGa5ox8Cam793f/LwAA//8rfMWTG8MAAA==",
+	"H4sIAAAAAAAC/+x9e3MbN7bnV0Hx3iqT3hZFPZyJqdqqqzjJTKbycDl2peqGXjXYDZIYdQMcAC2K49L/",
+	"+/d+xP0kW+ccoF9sPmRJ9iTrf2yR7Mb7vH8450Mv0flSK6Gc7Y0/9Jbc8Fw4YfDTa77ONE+/U4lOpZrD",
+	"V6mwiZFLJ7XqjXvxlFvx1XnMjHCFUZaJG2HWbEnvMfr1SMD7Io2Y1Wy6dsIyowuVHjkjl0zc8sRl62Ev",
+	"6klo8p+FMOte1FM8F71xzzd1JcIYop5NFiLnMBihirw3/r3HC6d7UY+6672Pem69hJetM/DK3V3UeyMS",
+	"IZfub1ylmdicyNuFYLGhZ64W+FDM9Ixxlmhli1ykLBfW8rmIGLdsLm+E2jbkZjO9qGfEPwtpRNobO1OI",
+	"+gRyfvujUHO36I1fnJxGvVyq8PmkaxZv9VImP2M3GzOAnxgMYcxOmNPs9PwlSxbc8AS2EyYT86N/scuj",
+	"/2ajo5dsyK7YURwxpR2LhzHThsXDYVxOasndopqTg9YPncrp+cv2VJbcOWGg3f/1Oz/61+XRf4+OXg6v",
+	"jt7/j//sdU30nRVGdc9zIVhhhXlm65M9Of1672TZf22bXRF6O3CCJ6dfHzjB/9o6w9+4dJuz+5tesUyr",
+	"OcxpxaVjM20YD2dvzDhLC8PhYdaPT0Y2jlj8YjTKbTyAHVwtdCaYFYlWqR1O1Ij13UKwVMx4kbkB48qu",
+	"YH24Y1ol4oLBr1aYG2FYwpeWSQe/nY6YZf3z0Yjxqb4Rg+FEbTnrMMbellU6O92c9x2ssF1qZQVymG94",
+	"+kb8sxAW1yLRygmFf/LlMpMJzvT4HxbW5kOtl/80YtYb9/7juOJex/SrPf7OGG2oq82TY6gzJi3LeTbT",
+	"JhfpBZvJW5j5VMy0gWecWUs1H/buot4rrWaZTD7x8BLfq2Ur6Ra4S0lhjFCOWcedYH3pmLiV1lnGMyN4",
+	"uo6Y5esBjvl7baYyTYV6+kFfFm4hlINWgcFPC4cMhWeZXokUTnGqmVtIiwP7q1bi0yxkJrgVbCoWUqXY",
+	"P/NcmRFXhgOgNJKaMGwhshQH+LN234No+jSDRKYasSU3TsLXETI2oGOlU8FSLSyuJm50GN8P+TITuVBO",
+	"fJJRSstuhLHAcPQMD+LU6GthqtHp2UwYWmO9FJ45rQUN+K3WP3Iz/0S7PtXpGnZWAz+TzrJM5pIG8k7x",
+	"+lF9+vH8rJEhG2DmiREpdM0zCxJoIXjqNazffvvtqE5DzY43uCdN5IbLjE+zT7GoIl9qw43M1qxQ0CeQ",
+	"NAqMC+KTjM+cMCx+Ax+OLuFDXAqg5lxrj2wKvl/plVLubfDiaHNdpHJiLnDgMHQ/G3jgMrn+hrtkUZMt",
+	"PE2RyHj22sA5dRIk0IxnVkS9Ze2rDz2eXOP/0onc7lu7y+T6O+XMGg5Zzm9/oHdORqMRqgjhcykKuTF8",
+	"3SNBGFSN36nLSnHV03+IxEGTZfP3m4K4dYLYWItfW6ThmH6PWanvo7KbXMM67xbhUVu//Qg1tj7zVmtb",
+	"1uCNsEWG+9iaJ57cja/B3jjo0L+CB2HnSMHqIrrmcLHl6vmu4W6uz8YSghAvbLdyS78RQxWw9Wyliyxl",
+	"C34j2IKnjGdaiTE7HZ1H7Hw0gn/gr5MRMJwXozPYQ9BsuCMaOTutFNCKZHbuQjnCndvxo7QdW2Lwt3sR",
+	"kN/duz1EElruHFTmhEEb6ONoPue3Vzy5FukVB5Z1tRTmqhTM8MDGiub8VuZgfwKtB3L332yuNz5/JdXV",
+	"LJPzhXuC9o0AQSC1uqI1rzf41Xm9wbOTF2dfjTZbxY+bDVd8t3s9yVBSReaFEn1u7lDUuz2a6yP/JUin",
+	"4Ru++slT0V3Uu5FWTmUm3frKyVzowu2dxvnZaccUOo/65nFxjieLVwuZpR93XhJ4db/du0H5M65gbqnI",
+	"+Po+G1Wb5GgvNdPgusjk1YKruXjNrV1p87FTJ0vkaulbaa3CX7pkhhKrXc/XFu3rfQKj0VT3HP3WbNmx",
+	"j9qTTbLI+PxgHodD+pHPN1lc1Fvywor0ygjudbamSPhtsSb7Ty9Rt6XHI8ZVylYL7sjGumB8asE8XC1k",
+	"JpgplPJaU6fs6fCrxNRwzFYLoahHGPQzy/RKCcNyvq5ZTN4rhs8tORqm6GmYG67cRK04GFw3+lqkIJSc",
+	"99mwVGQCDUU0a61ICiPdmmk1GIMtsZBqDnNM9FKKlBXKyWyiynaDlzGCBlW1KiAXcmFh5EaAIW+dXi5F",
+	"OmRxY3HjibJ8Dc+tyaMR/Id+uXphM7pdiJsUtnl0tp7HH+m0dBzJq6QwlpSYw0/dAU/Stlwpceuu9Gxm",
+	"hTv8xR1iaQ/rqV7uHEHUnDPNZ/uidSoY2IIh78bh1LdXuyib7RxOVlhvt7Q1TeWMzrIumwa0ObTkHdBp",
+	"Jnhq/aHFd9gy40p00mgu8qm3mg6a4U/4fBd3gf6vZLpvcOQYFOmwt5f9+gaj+tSrEXcunhHciQcoZ08j",
+	"NKM/gdLX7SN/oP//nioNkfl+XWiLhthoiJbG7l6b0xdf7VeGS1/I1YwnbpO/Npv8yxft+uO16wZ7gAO5",
+	"nQm8s8J8HA9ADeBwjvhXeLxb3fo4LTSqokR7g0G7OWgt2rRTj/0u+Dbu4/f5iHce4ixp66rcsQVfLoUS",
+	"aUtDjTCUtRR6mYn9Umavm6X1PM176yq+8lNs+RwdejRzniykEkdG8BS/wMYwumiH7FUmYSXY1HCVLJhG",
+	"vdOKiClxIwx89oO0w4k6YvGUg7qJJzweV0GmMrTTt4LUZv/agF6T6oZnMr0C4o3H5Gj33mzg0Pgj+/uv",
+	"v/zM+hgfcOzd2++Pvh5EwLgX3LJCXSu9UmwmRZbayvcMC2KbfcDM4jHjFICAR1E5h6/Z1Ah+TWqK4jno",
+	"46bI2g2UXkNsBUOC0MqSu0XNo1iPscHPunAghQxYoJE3CyaK1aIGjl9jUME32XBOopoCQ2wPBfEBOJAA",
+	"OyhDEzl3yQIDAalIMm5Eyry/HJel2VIr+k970BU1ckwrQf45HwuR1hYipeaIYq5upM5wUrtG5kIQ6Jml",
+	"vf0VX74obSGwo1ZGOicUtU5q9BUwcD27wqX0I6Vf8CjwOSw4rbY30EiuUhtFMxQSg+nVHavAx2chmogP",
+	"lrE9+lFpdzXThfKt2CJZMKML59cWJ3dVPRSBReYH0/yazILGV3Ao69/AWYlR/az3iueCVqsVMKuNgEKl",
+	"ZaPVxxBoLbd7a/wVzWZqE4OLV5m24bVWtFHsDzZiOwHb4rS+yriZE1Ei2WsT+ENHPAtfzoVbaFoxvyNh",
+	"DrD8ITgcArJ+GkCS+F44+kEznRVZ5t8vN4gtNHAS6NdrBXCgCoUaM83ZH5G6Dh1a0prlXK1L7siW3Drs",
+	"gCfXbGa0clIYxo1gVjiXiTRElDLuhCmPagh2BaZIFJdwBdPCSBTNS+kV61sHg1fziFwA+NeMywxOByyi",
+	"Z7bWacPn4gp+EsQ7UmmvkdQEo28JG5Fyx5EKsTenTTj48Hx91Whczyw1JC2D35qETK9H1Iv1Xgtyt9gl",
+	"T0Rwb/iDS3paoO6SR6YyxcHMpJJ2gRsrFW7SFCjiAv/UhUt0jmfHy4WKXGUVQMbGaxHejZiuaIV0/alx",
+	"oMBkdFqL+UVdnDHvYSGxb8RSG9d0ttQEJIJKKrlX++j1ow2B0/gOqaf2zWYQo8WLe1Gvg4H2ol6LJVIA",
+	"xWMowIb27AbUliZH69Wslsa3LX7WI/Wx8UWTlZVtE+WGF8pPgSX1ol7Ff7D7FhNBtanNG3CV6sTei3pt",
+	"qqV1KIPLUa9JJr2oVx56GCydT788tUOFXdEJ6fCjRT3SzO8bkQ0WczhFS6PTIhG0MEBI8BeaGDCzNJeq",
+	"s3Nc4o7A23e3PCH1AlWnpREzectWMksTblLL+qAmaJkIO3weDxBGFqyQutH74mSvtbwnDOyPqR9nl0L7",
+	"N8EzaLztidoWU4z1NVn3CBOK9+veO0J/f9dSfWRMPU2NsJsL9mLvgsn0oQYXeqvCALqm5d1nG0taG3Qb",
+	"3JGKI6eP0IHmn+p05C2cW17Vmtkyux0B4hLjmskbJMrCLsnmTwVyv39o6Z3XqUh0nksLvBy+6SKAG+3d",
+	"mP6XqdaZ4Gr3mu0MB9PidbtqH8uP2RrcLmfjT5Vx2hxLKmAFzfqKOyfypetym5F1x2bSWMfCCxFLdKFA",
+	"rWDFEh4BDRl/ksKyPl8ujb6VOXfCg2E4yHbQRAZDdklhGXxrmfH1QcH5qHctEPGx12X2hI79UrR0+46D",
+	"vAfFRig3JgPmRpgpdzKPmBO3Dn7k9AMNOWLaLYTxKPC+NhO0oteoJEWkC3F7LdIBvUqIbv8yKbFxGxE+",
+	"9k/FpGbs8YRt4MlrJLYVP96F6WiuyC9L/s9CXICSiyBapxFN07n9myJB5nBe8mWXR0WAclc3BCP2Tslb",
+	"ltv2Udqy6wTd3gtsCQjvegCnDNpUulY11h3Et40ZkCVwD25QbtseduAb3jGkN6jpPeGYol4r0tY6IGSe",
+	"O01HhFsWz4zOY/gmAVtIFeKgDd0292b/nSuhbzpWAEbRKYLuyy02RRbyQEGhouXaX95YSZcsvLzSSmAM",
+	"FdXLbnWtc2gPONI4XWx4t1DTN+IjY1V+Pe+lsOxb7d1hLFqle3ZYruG9oj33WuGuhf2lcHMt1bwmpu+x",
+	"uF4s1qc6Oj1/5OXcKvYu1dpLOZ4VIvIGfSnzLg4UWKiCf4SY6r56NS47iMHcbw8hgLZR4DpNYx42zPHt",
+	"l6aagX1ala5NfR1W+1fH/T2yNqD2Knh8OmwvvDMW9ImpyPSK3BLSBtcQOr2DW3NwoOCr2bebnf4U3FLc",
+	"kevaO6cqxxRdqwgjOLDPKU+uMz3f0Z/Sjq2Fq2a2kPMFW3EnTM7NNfu///v/VIOAD+Ruw2kcOnNo8qps",
+	"csdgaovNjcC7RdNMYOTGq7jw+cBeSwfDjg4LlaKCTB5TpVcHtp0hjLzbEGvCKxAiFfzdvU4o2gFieiEY",
+	"PFeeypXMMjYX7sDh6iwVdnsv36N94T321kHb3rd4WPP3Fc0+Gt7Ucu7nmWiohY3ZNVd04/BFTepvkmX9",
+	"0FTEU253beSdbId8QA9A+t9b/WuLrweB/nfqrX5yHUDGJ7X5Hm4t7JrM4yDGy6V5CGD8DdhjiUBvpP2c",
+	"kITWmH2jXUN+G/amFb9Ht2d6xZtnIuVOHIG51oseC/IqVcKN4uE4NZnaDxg2nEnhuXAmZyKoH4rn4qIM",
+	"OHsUKIoZP3jG51wq4LCgwiixYnobNO7emK2Ho7K24652gKEeCnf6aFDTR4CX/u1hSYegjprns7G+rSXY",
+	"1vPuk7Hv7HVuUFQnz61E/a1wXGa42ln2y6w3/n03KyFOcBe1WUEVi7JBEz+MozYV+IOVAd/N5rzeh5l1",
+	"c/wqDHPQ8MJ0d49qR8wEG/hVOCfV3HZdPqRfmF0gSGS69nwJWZRU6HEHbrQXltry3nn7D1hCHDF8kMDt",
+	"FvqgeHyRLFifhx8XMtui5j8JwLWlpmvrqoB9sFA8kkQbUN07o/gRW+JPATjQ9wkHGFjng06X9yMDaTvm",
+	"0QQqPP0IK87fHAwBH2mzSf6haxt3GlG5/nywPnc6lwnPsvVgPwz3nuKlZTYV+ZRgVdVTrE+w4RdfRSFh",
+	"BDsbDNn38hbkM0Y2iCp2L9dHo3ObQ3zjNf+tG8e0YpxZqeYZIdn3bOO9Ib5bMnOU9AEW87VYuohJxXJb",
+	"De0vLOVrOxiy33w6jnmOEEKwmwxYq6pmcocbMXRYCdt3MP0/HsC45emqw9FYPzV85tjp6HR0dHI6CEl+",
+	"vBZegtvywgZgG+YOaaMvKPazklYMhiz+cBezXHBlmQJVj116ilhJt0COowSTaiGMdIRBIjJ5hmGPp9I7",
+	"mqvwIzopMqQ5RK+2cwHZcutPRiP4HzPRsEWNgGCT9vDzh9xjfGe74taPhZWuI54PxjTvMGBgtN0KAbx/",
+	"+IBx1vvUAWqyEzkcLp7h+aYBTLkl26pF9W/fvmbfwG9D9sY3DoyHSICgdtPCsfh4gbCMf8URi4/Rc/gv",
+	"4OgqZfFxLpyRiY0nqlCZsBZIx4nEiXRQ3bbzwDZTKLtxOw4aYghqYQExzlbcTpQVbjBk56OTimwMvb0B",
+	"5ozY+eis6g4Rv3Snz5U5WiaKzOExiz11e4wknHqYTmYxrhkxyh8QMYWfKLY5gGdRQMSgN01UjEOOIya4",
+	"R06j+POpkuyYcUXpv9A+jBhv425YjEqHHT6PJ6qPrEXY8ktRhOsr9EVMYOj4eQzcJOBqcUTaML1SlN5I",
+	"pTDvieIZxurJ1SmcYNJdwIj8qP2VQ62gQVypVLN6sBrPF5MqyYoUUYEBcIawCjxO5dlbOLek/BpSzXSH",
+	"POaGp+S+9z7YiP2zEIU4IihC6RynQ2KX+loogoUuMzCc4ZwOJ2qiLtnz5zj158+pPStcU85f0HZUIhUe",
+	"UwxR++mRVtmaZXo+ZN7LYuxE0W8l17sIjNBYhGwjry7xAA7sfJmL0tf7/DmqYM+fsz6fqIr3Ms97B7gJ",
+	"pG1irBvOL1fs+XOeXD9/jpuaeacs+Y0zvrSCWU0I8hpQ1jutgz8BaBZOJjPoHOZqTejz4JbI9LwkHMev",
+	"pZoH1zSu5X/8B3uL2bMIB0L39njiEAV5OjqN4XR4QvGyrI6EhPF4h3p/ZtcqAXr3eU0IJLzMEOBfR3hT",
+	"MOR0dPosZZ0Tw0uxsEywbUFnQH0EZjGFuXo1ZqIY6JQ4Icr3NRiybwtSvYT1FzUY7ngArtTWF3QST99w",
+	"PPKpnBe6sNBqmDPhdTFDGSKhZlxmhfEo6dPROS4QGArV4tA2gz6EE6iWCJVi3/C4vY5KO+i3tb2gNBlt",
+	"bYDbWO9R4nbhkcmXbSQ2IfxK3D2reQwaiZi8bx7aq4IVKsH7ChhugEHhBRAjCivSIbtM8Pxo43ljGf/j",
+	"oe/VQlvRWmHk4gyfALsT1kqb0vIK6dri85MRq6HO/dz2edOIAHHVeU5zJ56gxIpepiOCn+PaUsSDCrns",
+	"MWCUzAsRwWC2KNh8juyYYiXksPNUg3du7ETRYabrNAk3iJfyeCBEuccfJnRzZ9Ibsw8TvPUDf056w+Fw",
+	"0ovYJPjIa9/e3cH8Y3jWRzxt4x4PzXNmdE6pbsoLQDHLpHUXLPZt4tvVpaSJQjZUhy+nesjiF6OzmJVJ",
+	"63Ae61a+o75PeIScLGKZvBaMT5TnbxGB3PlMECTamfUF4yw+v72Nw42SlTZuUWY7YoVKMFGDFyuZTISy",
+	"qIb5vHuXS1j8o9PhiABEDnRhEiO9qOfx3L1x72Q4okf0Uii+lL1x72w4Gp6he8wtUPUJqgtqjl3hqkt/",
+	"DE9HI59fAO8JGJ2AMiMtK5ZD9rOnBtSRbDvlVQkj/yEFrcp32EoGeDoaPVpKK4+S3ZIorDn2hk7YG//+",
+	"PurZIs+5WYMRIG+EIhCk43MLmiWtV+89vBaUu62L9xP9DoYCrNpro3PhFqKwhJATt0ttSQ6ThcD6AY0/",
+	"Go6G54Mh+wW4tNMeKgek59XITrUxPjry6uVR0Dt9vgTUayzyezpWzU3xA92/KTDuY1Q79mQrizphg9gL",
+	"5mQ7H51s28ZyCMftxG343tn+96okiHdR78Uhb9Qzq+GJKM9AbdPycpU6TwNp/gdREogTYp4gOheYMSPR",
+	"JN7wzo1wHK+foA/S2bqrBnk9V2AAmJvy2pK9YC9GZ5WKwZ2/gwkkaxcFOjlZqleqTa4T1bz2tXE43tC8",
+	"PgvBYt9l3rnhx+/nFgqH9uUuEr85OU6q/A+dG/uWriClIqpneMi8gUHaDGKWN5nhX4UL2SWecHlDF1vI",
+	"0s/Pk+Vo/+LWErf+kSjZLwOaTjdSrGpbHra4vefHNRC73/vmBv4orfvJP/OEO1jD2W/lrf6I/ck3EdYg",
+	"TLZzA6PeUtsOKu3/7MFXZcsklqsrcGP2YnQyHGwQ6d+1VP5yAnmZhHXf6HT9aLtbv1lz13RlOVOIu42D",
+	"dfLIB6vrUMGgRPrvf57ORy/3v1FmcsYDeMDQWsl2H35uL9M0WMrelkpKxn8oFzr+AO/f+QstoiuT10/6",
+	"JphlOhXPGoqDyKzANFleJzQix6elG7JKOTktlZOJql8qQi3Fo7qH7GBq6tAnvq21WqOrxgk//QQn/Fc/",
+	"mT/AET8/6MRS+uo/Dk3UD4Injm0svVaa4vdt2ayeWSbTLVn+fdsfm+G/bd68bxMoEBJGNjplD1ElOU7w",
+	"HFN5icoNix4L+D0wCK4wYLaNMKG/xyNIGN7rBpTl8WVc/VLFQTLu9FG7/kL//4b0DxvTIANPHbtEYoUe",
+	"2qqPv6VHnlAdr9BNHceKHJ8+v7/VcMTYdE3pa/6/0M5dWP+wiQGctVU3J5iMDSDRIfsBneyFpazzYN5o",
+	"DBsgP0t4lpVFh05HJ0OG71MEB5Z5otD/EWpkeA56PnrZSgkzZC2QVi02YCt/ukonimPOYPjUjd+RCtm3",
+	"dWI5ZpIiTPQOw/oTs8KKlPXPRy8HVfojnzy1mboGHjoftMYCv/rxhEHTWYyjnYiMqSCPO4ZPpZpPlHRt",
+	"SAcGPn0aDY/bINf6+WjU5Q6qZXR8IlnRkTPyE5tFHnS4Sdyv/CZ8kRm985MDxlTWAPlsQsZD8Dxr6eJK",
+	"Dcly/AH/32lkfYvf20YKr9JbG1y3Q/amEX60IfAcYnYeD4jcaaLOR+d40Q1T+YOeV4vUhTerSB4xsEEF",
+	"qw/MCvMnUfCPkidvRv8iJvKl8xIqhCk3ooDDTsMNRl5RfoP4zret0xdieQxLCVEqOw5xtM03XR1RG5DO",
+	"cExBWsUtLHfsa040UJedTustZ+CRNSyPjN9VQelPeLYeeFR+IMT67rPSsqe7+qoeOa4qD969x9hxsujQ",
+	"4TBoTUAb0IzqiNo4YnEn7jKOJireAe+GF3fi2BFtVipDE9VHbGnl2UIMMybFzMTMIUzmWoglsFNp6C73",
+	"EDVDSj9SAk3rSBoqwVIl8RO3ifBxOvzGOq8QEox/ugaFaqELExE8xutU1EwqZzPgzWjx1/rTJuTcH7JL",
+	"ZMebYCmG9ER3uT2y3fFrGDcieFCnJOwACAa7ANvDVDPxkoeiwGW5wE18MmYZfNvIBohJcELiPeoCcb6D",
+	"LjFRlWN5Iv1ws97LQerh6OnVw5IvkVyFIwJbGTjvF0n4h1EbLwkhWgrPTN6II+froIX9PFibPObJdbvE",
+	"7r35bqfp/JuHMIaqXmMPIGvCEfuno/PBEBGNTRBeQOARboBURsQmdsHwNiCWEzVRvuP/CTQHnFeJla3B",
+	"NWe+BEhYxw6uhqxQ6dWwamxSjEZnSSh3ip9EzPrx+Yta1dOIxac5/HuyiJHVEhw2l1kmS1CWFc4SZ6Tx",
+	"OM0ERuW5oysdoffmhKci0bnww82EB9Vh2IQAOGhJlzBMQur2CTNJtI/CYED5MT0I0Dq+tj6dM0E5ocHa",
+	"tPGmsQe20WQwkVT4eRRjS82tRdwgdxOEKIYhDMYeJVqmK6swfJjbIIB4S4hCla3WLoUCCfCtX32fgvbk",
+	"FGUa3VypOTRQBkwU2C315LgV2nwD9FhHPAZnSJVsgduJauXfuGifRdyHWpIKvz1gP6VaiUFI0D3VbjGc",
+	"qBejs448tQHOdniyWsTcb1yLCxQXAJJYYlYdkTpTjppOiDaE8+sUm8l1776aWbOy9V20kSgGqTJqlg7e",
+	"TUQN8iFQ/SjeVu7alxq8RxHg94cYjr/SMkfETgjmXDs0f0YxenLAbLCE7sNFG62uX9ywtJ6PELWW8POa",
+	"gKsSVmwXcUfTYBs8vqB7t8QbVqPRCK1UKay/W4KIWzBnYQIJz7KhB9IfKOlILBIgf8FDmM4WmUNDGE1i",
+	"vOsVEoQj1UfN7OCFDU7nrqqNmpI065VCSdwq3RixF6OzQQn1Q1D0cKIuCSeNLm9vQlBiYgtcniABwTNU",
+	"pfuPmCqyLAqpn4GAJ0oXzspUkMlCV9owYbQd1L3TZBHgtLD8d3kxwwZA+Ba2hUlYnkrXb1Vz/cSafrPe",
+	"ZYfG/0vHaflT8qd7a+1PxaNQWDfZlL0Pn6qXEOv0mb0W3hbHpKSYs7QqN1coy/oxFgSgigb1GnMDKs3X",
+	"vLWMJFre/y41sFCzIeBxGt+W/WHuKTDyo1JTIw+CUInYdM3BKX0V5veUiNKyQts2TKkfxJ/SP/c57FGM",
+	"rJKbic5zKX+kYRmf12PmZTG7h3r6OgXx995gYlqF4GNQchHO41ywNcpDX5V1JCmMiG4q+xFHE1X6Sq4F",
+	"2J26CnbULiqqVNxWRkXLNWUpwhlRZg0xUddi/QwMDbuobp6z/rVY4+WJwCPGrZxxz6zvJ9dpkel6JcyJ",
+	"wo4GQ/azRj40k1l2AYq1wCgvUKcRRz7mG66koVnCXW0tnlnmuMyGE0Vh3FYekZj1T8JlcrYW3AxIyUFm",
+	"EIxSMt5Qm1GaCW4ySeEeTC4QDNvgFCx3odod6cJKEa7ePLMsyXRyfeHjyBgqTqURicvWTCqnWSNLyUZQ",
+	"m2zA4Ect163MpLigK37o7fS5noVE1oqKCelLM21yjK5zqSaqH85x8DuiOhW+HERkp311Xn4VbZYvrcLZ",
+	"eIuwsQ1USwmtRf9e7cfKaepdH+VdSu/bnSjvDfarLmh50GBqNYc27/abemiGkj7qT4/hivX93/iMd92E",
+	"MrCNe51jWDEDBz2nBDO0rxn8jur4RLmVTMqiVZm2oryv91vrsnnUknTeUxyufW1Wha1qwUrQgAn0kiwE",
+	"ekX8ZRTiETiWcVgb7vwda1kVi+17VwC2PlF+xQa104SZxSwsXVWxNmjhJIIrMblZHRZdNr48bHUDp1Fd",
+	"tlPBrcpFP5WOu1mQ+hPjHXyV1E1ZfulxL18815/NEe35QF34dwv73eru8Qf8ayew4Venlyiq8SKqqwnA",
+	"IftGA6GR6mEdXw/BfmWtUjdE3uR6RK5ZQaUqfjjsABY0SWw/sOBPeyo/FxL70EP2AI0y+rDNUCjFLoEk",
+	"OxHcSY0B74VwH5DM/P0WcvEVhbYZh28Eaky2MtkqwHXp690f80BQYcAwlnkvWNwqRDhkv3FQjAt0fsUr",
+	"Ll2MzWMVQs24MfJGTFQfNb6lzrLBBTsdnRMdgnbDUpkO2eva9VHjlb4UAeKFUZUmELfj6mSOxpFPooFy",
+	"u57wIyTQ8H7Dier7dDBYEbCZfyEq0woYWsO0NtRaFUNZ5smeqLLsxflo1F0AseQ49eKHNCNUW/hGTbud",
+	"eINW5riIWlapRSdaOQMlVujJ85rsja9YWSVVmRVZ1hkcf1VWrLofHcE56CAh2rZym5qmEWYc4CmFuPzO",
+	"RAhkgMkNtjn161ktK+q6VyL9bQOtAztqWx4GevgYy4zT3QOkJFt7BrhnxV8TkPa7kIW/I3TxmBc8fYKy",
+	"DhUsUBtKu055+LOuUvAgR0hDbUBiGV9QUm2B97aduqiRnL7bnfgQZ8pOYVOFTTpFzo/yWgRDiyope3GQ",
+	"89u4Clv2uWO5tg5jJAMfHCldK3qlAo8mV0WdNVfXjLhlVmuFMPcqJopGZ1jJloCZqO4jx35RwqNbq/wv",
+	"foR8Csz0a/aT/AZUw2uxtiQRPXjdsn5Viqs82dmKry2ba2F9WN0I61AXpXxZaSl4KcTNs2wHBw5Bi51X",
+	"y5pJUSmDS2GUT5eJWRdZlU10K7fK+W2DVflXeuOT0b7ko7sTVx7AxkrB8W/I7nYFVbRhuTaiqrD9hfs9",
+	"LvfrZCLEBkn5+VRcsLqifPyh/PvuuF6fYYsqDpyicxqo8fgiW32uvJ4xQDQDfIsQ1LjGZapMcl7l9LVh",
+	"ghOVO1TdB1Gp8voayCyuVcBA6I73NdVqewUwjgel+LorJVjECMelAs2VtCFVr0kjlLee6b5QyFFmdZje",
+	"VKy1d3nBs+G2U/jcn+kM+gs5sUyptE+UvZZYJ5lyXlXJ6OgWwQCkQhjTjkHjtSdydztyY9IjQ1ZWfqF6",
+	"xApz7mH0fFuamZ+qeN5OvtwoolJqj4ETdwxzK2v2FaseoEa2DuX3r9jZ2dlLSoOojS/YVwPVXNByUVhg",
+	"Q8jVTp10uwZ95cs7dNq/X513lHR6mHD7KOn29OLtc4gtqie4NRFL0MeW2lo5zdYUZfDpmIAAG2X/vsim",
+	"pmzyWTt5la2zZsI/ukjaIIrXzYhjRIxztMUptWzdmu92TN3PdN4mJX3R6ycBVxECiuBNiDqSDZBpxAxf",
+	"haUIBVy58hfJ6kZCKUcHFMIEDb9/fnIGKv+NGAzZD85OVPyKqPHo7XopYpaKRKbCsoVe1bLLWiGYdGMW",
+	"t+k1Lu+2IpR2ovCKKwbWMDyKKJGqMF+MOeueV2+9e/v90dft58tqtRNFHPOi2bFOnHBH1hnB87j+ItXQ",
+	"O8JifZgLVK19oVuML06U5zyIzkJ8rZKzmUjHHggMfUaYm8UPDIbrv8CVJpT1tVjHLFlobb3vsXLzTNcU",
+	"6O6XYfNrsQ7mUoaAYZ+A0OLl6PLNQdTw+C0pQ6C4KHUcCtFG9SQymPM3xMom6nR0WlccMF5YhtZqB8Pn",
+	"wB2yS0xTh/diMo0CepkhnOdGWK89FA71BY9gG1eZMXO+plppmNoYhCnGKhqRzVKkdqkYr8vC8butPj9u",
+	"WMaaVX16ThsyuMD1JpQDbUlzR7YJymux3iawO0tZ7uVOMABYehApgTwvEK5tkKDo1MwIGp9guOApnX7v",
+	"d4VHnx8/bwrasu2pVByHcmASyYol0X5EIWs0ZWkOtHbBlG4wswa3GvaeMuVIVaVscxLfEhCVQvo4Pp93",
+	"FlSDZrnnL1HXT4889FtXdw7eB13oxfQnQkJX9UhUWvnT4FAN2Xc8WYQHntlWpVhfzXaitpWz3VNvPSQh",
+	"b1acnSjKc50KFIZeU8CIE5W4xDNPOGNcoLrsCNCwKks6ipdGeorypSZmGa+h4BqEAE2t3T4nPhhNVF3a",
+	"adNRnRdWTxVZBu/7PscknGDCWH+WER4YAWFk1TZw4TWrN0hR4sLUXxVeyzI217CR6EOtmfYBwIJOTN/2",
+	"M9u4vVMridMSzRNFIUXMBY+vDnYIwqcEbncV6PzEiZ8alSe3ZurZTNn/he1+PrbbvIrl0+r487mTD5dV",
+	"ZLqTL2MBFUx/3QmafmefOINrWf5mi1pDFUX6pMkSqjeUe7GDP0LeqM8Gii5sMxWsr/2zNdlU7Siwd1QJ",
+	"R/E53RNSQqS2WX3nfPSSlekJQ769CvigJqpZnGfMOBXYCShP73RFhGumk2tWpnLHBmoFp7Fxj/Usa/2A",
+	"xUjCGU3UaWLWGLezhDkOhSiA7eNFuYnK9HwOsvZnjdolWE0Ecsx9anA0BtcIh4D5nQ22p3nCaktPmeUJ",
+	"OvhMoEeqJPWHzvH0h0AwlhmYCttIdxsItc7Ajz+EamI7gYp1GqZ0f1VhKyz2VEvykXLHL3ylG6qCkHDF",
+	"qAKUW4icLmFvSXZUnv8vuY7+7ZPJ+hRJW05ZtEMxsKR1I2ICz5AHEuRWZLPOBEjd52L05LwpqApfkK+P",
+	"dGyqdElbz839LPh3oRpi6chvM7bjqkTjRzcd9ZbFTt3mgqnDxX9HLLZWIP+J5H9nEf5PfL13H5lV10uU",
+	"WNEyfkni89lo1Z8YT6vPrN+Qw1WK46BVPwntebXf50Ej5UOv6mU70aeWFMYI5a7C1zF6uMiIMMIKZyeK",
+	"KzAQnlU+JNkZz6Cca6/DpJ5IT290ci9CPd+WJu6LnvT5tHHK3sbLY9lFPs2KSWWF3N/f30UfgADo1igR",
+	"TmEyX+V0fHx8cvqX4Wg4Gp6M//Ly/BSJxTfenfM5ChX2I7ZRk5U868MqRuVzbHWExch5FFUoWQzpIs4V",
+	"0QQViLBCrQQP0mZz33N15C9p0K1OkVaFQN3C6GK+aNzFHrauqRg8Qht+e1jdyDMtShQQPDy1BmgPNt8O",
+	"1Yt8LZCFXPomgiu4EeILowmVn6JNUDGVtqOrHVgCK6SvNc0Z+XJYd+/v/l8AAAD//1ZhPX8xxAAA",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

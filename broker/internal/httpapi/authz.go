@@ -6,6 +6,7 @@ import (
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/auth"
+	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
@@ -59,8 +60,38 @@ func owns(u *auth.User, t meta.Topic) bool {
 	return t.OwnerID != 0 && t.OwnerID == u.ID && u.Can(auth.Create, t.Name)
 }
 
+// hideFrom answers a user who holds no grant at all on a topic (no pattern of any of
+// their grants matches its name) and does not own it exactly as for a topic that does
+// not exist, whether it exists or not: 403 against 404 would tell them which topics
+// exist. A user with some grant on the topic gets 403 when it lacks the one needed.
+func (h *handlers) hideFrom(u *auth.User, topic string) error {
+	if u.CanSee(topic) {
+		return nil
+	}
+	if t, _, err := h.b.Topic(topic); err == nil && t.Owner == u.Name {
+		return nil
+	}
+	return broker.ErrTopicNotFound
+}
+
 func (h *handlers) canSee(u *auth.User, t meta.Topic) bool {
 	return owns(u, t) || u.CanSee(t.Name)
+}
+
+// ownerOrAdminSeen is ownerOrAdmin for a topic the user may know of (see hideFrom).
+func (h *handlers) ownerOrAdminSeen(u *auth.User, topic string) error {
+	if err := h.hideFrom(u, topic); err != nil {
+		return err
+	}
+	return h.ownerOrAdmin(u, topic)
+}
+
+// needGrantSeen is needGrant for a topic the user may know of (see hideFrom).
+func (h *handlers) needGrantSeen(u *auth.User, a auth.Action, topic string) error {
+	if err := h.hideFrom(u, topic); err != nil {
+		return err
+	}
+	return needGrant(u, a, topic)
 }
 
 func mustBeAdmin(u *auth.User) error {
@@ -85,6 +116,9 @@ func (h *handlers) allowed(u *auth.User, req any) error {
 			return err
 		}
 		if r.Body.Parent != nil {
+			if err := h.hideFrom(u, *r.Body.Parent); err != nil {
+				return err
+			}
 			if err := h.ownerOrAdmin(u, *r.Body.Parent); err != nil {
 				return err
 			}
@@ -92,48 +126,40 @@ func (h *handlers) allowed(u *auth.User, req any) error {
 		}
 		return nil
 	case apigen.GetTopicRequestObject:
-		t, _, err := h.b.Topic(r.Topic)
-		if err != nil || h.canSee(u, t) {
-			return nil
-		}
-		return forbidden("user " + u.Name + " holds no grant on topic " + r.Topic)
+		return h.hideFrom(u, r.Topic)
 	case apigen.ListChildrenRequestObject:
-		t, _, err := h.b.Topic(r.Topic)
-		if err != nil || h.canSee(u, t) {
-			return nil
-		}
-		return forbidden("user " + u.Name + " holds no grant on topic " + r.Topic)
+		return h.hideFrom(u, r.Topic)
 	case apigen.AlterTopicRequestObject:
-		return h.ownerOrAdmin(u, r.Topic)
+		return h.ownerOrAdminSeen(u, r.Topic)
 	case apigen.DeleteTopicRequestObject:
-		return h.ownerOrAdmin(u, r.Topic)
+		return h.ownerOrAdminSeen(u, r.Topic)
 	case apigen.AttachChildRequestObject:
-		if err := h.ownerOrAdmin(u, r.Topic); err != nil {
+		if err := h.ownerOrAdminSeen(u, r.Topic); err != nil {
 			return err
 		}
 		if err := needGrant(u, auth.Consume, r.Topic); err != nil {
 			return err
 		}
 		if r.Body != nil {
-			return h.ownerOrAdmin(u, r.Body.Child)
+			return h.ownerOrAdminSeen(u, r.Body.Child)
 		}
 		return nil
 	case apigen.DetachChildRequestObject:
-		return h.ownerOrAdmin(u, r.Topic)
+		return h.ownerOrAdminSeen(u, r.Topic)
 	case apigen.ProduceRequestObject:
-		return needGrant(u, auth.Produce, r.Topic)
+		return h.needGrantSeen(u, auth.Produce, r.Topic)
 	case apigen.ProduceBatchRequestObject:
-		return needGrant(u, auth.Produce, r.Topic)
+		return h.needGrantSeen(u, auth.Produce, r.Topic)
 	case apigen.ConsumeRequestObject:
-		return needGrant(u, auth.Consume, r.Topic)
+		return h.needGrantSeen(u, auth.Consume, r.Topic)
 	case apigen.ConsumeBatchRequestObject:
-		return needGrant(u, auth.Consume, r.Topic)
+		return h.needGrantSeen(u, auth.Consume, r.Topic)
 	case apigen.AckRequestObject:
-		return needGrant(u, auth.Consume, r.Topic)
+		return h.needGrantSeen(u, auth.Consume, r.Topic)
 	case apigen.AckBatchRequestObject:
-		return needGrant(u, auth.Consume, r.Topic)
+		return h.needGrantSeen(u, auth.Consume, r.Topic)
 	case apigen.ReadMessagesRequestObject:
-		return needGrant(u, auth.Consume, r.Topic)
+		return h.needGrantSeen(u, auth.Consume, r.Topic)
 	case apigen.CreateUserRequestObject:
 		if err := mustBeAdmin(u); err != nil {
 			return err

@@ -31,7 +31,7 @@ func (c captureBroker) Produce(ctx context.Context, topic string, msgs []broker.
 // names) are refused.
 func TestProduceBatchDecoding(t *testing.T) {
 	var got []broker.Outgoing
-	h, err := New(captureBroker{got: &got}, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := New(captureBroker{got: &got}, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AllowedHosts: []string{"example.com"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func (benchBroker) Ack(_ context.Context, _ string, reqs []broker.AckReq) []erro
 
 func benchHandler(b *testing.B) http.Handler {
 	b.Helper()
-	h, err := New(benchBroker{payload: bytes.Repeat([]byte{0xab}, 256)}, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: broker.NewMetrics()})
+	h, err := New(benchBroker{payload: bytes.Repeat([]byte{0xab}, 256)}, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: broker.NewMetrics(), AllowedHosts: []string{"example.com"}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/narad-mq/narad/broker/internal/broker"
 )
@@ -25,6 +26,47 @@ func newErr(status int, code, msg string) *apiError {
 	return &apiError{status: status, code: code, msg: msg}
 }
 
+// maxEcho is the most bytes of a client's own input that an error message repeats:
+// enough to recognise it, never a megabyte of it back.
+const maxEcho = 200
+
+// clip shortens s to at most n bytes, on a character boundary, marking the cut with an
+// ellipsis.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+// maxMessageBytes bounds every error message. Messages echo the client's input (a
+// value a schema refused, a key no schema allows, a library's description of a bad
+// value), which can be a megabyte long; the bound keeps the answer small whichever
+// part of the message carries it, and is far above any message's own text.
+const maxMessageBytes = 1024
+
+// elide shortens a message over n bytes by cutting out its middle (marked …), so both
+// its start (what failed, where) and its end (why, what to do) survive; an echoed value
+// is what usually makes a message long, and it sits in the middle.
+func elide(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	head := n / 2
+	for head > 0 && !utf8.RuneStart(s[head]) {
+		head--
+	}
+	tail := len(s) - (n - n/2)
+	for tail < len(s) && !utf8.RuneStart(s[tail]) {
+		tail++
+	}
+	return s[:head] + " … " + s[tail:]
+}
+
 func badParam(msg string) *apiError { return newErr(http.StatusBadRequest, "invalid_parameter", msg) }
 
 // toAPIError maps a domain error to its API form. It is the one place where broker errors
@@ -40,7 +82,9 @@ func toAPIError(err error) *apiError {
 	}
 	var se *broker.SchemaError
 	if errors.As(err, &se) {
-		return newErr(http.StatusBadRequest, "schema_violation", se.Error()+"; nothing was written")
+		// The reason may quote the refused value (or key) whole: keep the start (which
+		// message, where) and the end (why) of the text, about maxEcho bytes each.
+		return newErr(http.StatusBadRequest, "schema_violation", elide(se.Error(), 2*maxEcho)+"; nothing was written")
 	}
 	var conflict *broker.ConflictError
 	if errors.As(err, &conflict) {
@@ -129,11 +173,12 @@ func writeError(w http.ResponseWriter, err error) {
 		h.Set("Retry-After", strconv.Itoa(ra))
 	}
 	w.WriteHeader(ae.status)
-	b := make([]byte, 0, 64+len(ae.msg))
+	msg := elide(ae.msg, maxMessageBytes)
+	b := make([]byte, 0, 64+len(msg))
 	b = append(b, `{"error":{"code":`...)
 	b = appendString(b, ae.code)
 	b = append(b, `,"message":`...)
-	b = appendString(b, ae.msg)
+	b = appendString(b, msg)
 	b = append(b, "}}\n"...)
 	w.Write(b)
 }

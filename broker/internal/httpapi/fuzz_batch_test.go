@@ -35,7 +35,7 @@ func FuzzProduceBatchBody(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	var got []broker.Outgoing // what the last accepted body handed to the broker
-	h, err := New(captureBroker{got: &got}, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := New(captureBroker{got: &got}, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AllowedHosts: []string{"example.com"}})
 	if err != nil {
 		f.Fatal(err)
 	}

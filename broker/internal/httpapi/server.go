@@ -47,11 +47,16 @@ type Options struct {
 	// AuthEnabled reports whether requests must carry credentials (HTTP Basic); nil or
 	// false means security is off.
 	AuthEnabled func() bool
-	// ProtectMetrics requires an admin's credentials for /metrics when auth is on.
+	// ProtectMetrics requires an admin's credentials for /metrics when auth is on (its
+	// labels name every topic); cmd/narad sets it unless --metrics-public.
 	ProtectMetrics bool
 	// AuthFailureDelay is the longest delay before answering a client that keeps
 	// failing to log in (0: none).
 	AuthFailureDelay time.Duration
+	// AllowedHosts are the Host names a broker without security serves besides
+	// loopback names and IP addresses (".example.com": its subdomains; "*": any). See
+	// origin.go.
+	AllowedHosts []string
 }
 
 // New returns the API's handler.
@@ -87,7 +92,8 @@ func New(b Broker, opts Options) (http.Handler, error) {
 		},
 	})
 	s := &server{mux: mux, log: opts.Logger, metrics: opts.Metrics, ops: indexOps(spec),
-		authOn: opts.AuthEnabled, protectMetrics: opts.ProtectMetrics, authn: authn}
+		authOn: opts.AuthEnabled, protectMetrics: opts.ProtectMetrics, authn: authn,
+		hosts: newHostRules(opts.AllowedHosts)}
 	if s.authOn == nil {
 		s.authOn = func() bool { return false }
 	}
@@ -108,6 +114,7 @@ type server struct {
 	authOn         func() bool
 	protectMetrics bool
 	authn          *authenticator
+	hosts          hostRules
 }
 
 type opInfo struct {
@@ -117,6 +124,9 @@ type opInfo struct {
 	// query holds the length bounds of the operation's string query parameters, which
 	// the generated binder does not check.
 	query map[string]lengthBounds
+	// params are the names of the operation's query parameters, sorted; any other is
+	// refused, as an unknown body field is.
+	params []string
 }
 
 // lengthBounds are a string parameter's minLength and maxLength (max -1: none), in
@@ -135,7 +145,7 @@ func indexOps(spec *openapi3.T) map[string]*opInfo {
 			if id != "" {
 				id = strings.ToLower(id[:1]) + id[1:]
 			}
-			oi := &opInfo{id: id, op: op, query: queryBounds(item.Parameters, op.Parameters)}
+			oi := &opInfo{id: id, op: op, query: queryBounds(item.Parameters, op.Parameters), params: queryNames(item.Parameters, op.Parameters)}
 			if op.RequestBody != nil && op.RequestBody.Value != nil && op.RequestBody.Value.Content["application/json"] != nil {
 				oi.body = op.RequestBody.Value
 			}
@@ -170,6 +180,42 @@ func queryBounds(lists ...openapi3.Parameters) map[string]lengthBounds {
 		}
 	}
 	return out
+}
+
+// queryNames lists the query parameters of a path and one of its operations, sorted.
+func queryNames(lists ...openapi3.Parameters) []string {
+	var out []string
+	for _, ps := range lists {
+		for _, ref := range ps {
+			if p := ref.Value; p != nil && p.In == openapi3.ParameterInQuery && !slices.Contains(out, p.Name) {
+				out = append(out, p.Name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkQueryNames refuses a query parameter the operation does not take: the generated
+// binder ignores it, so a misspelt ?partiton=1 would produce to any partition.
+func checkQueryNames(oi *opInfo, q url.Values) error {
+	if oi == nil {
+		return nil
+	}
+	switch oi.id {
+	case "healthz", "readyz", "metrics":
+		return nil // probes and scrapers may add parameters of their own; nothing reads them
+	}
+	for name := range q {
+		if slices.Contains(oi.params, name) {
+			continue
+		}
+		if len(oi.params) == 0 {
+			return badParam("unknown query parameter " + strconv.Quote(clip(name, maxEcho)) + ": this operation takes none")
+		}
+		return badParam("unknown query parameter " + strconv.Quote(clip(name, maxEcho)) + ": this operation takes only " + strings.Join(oi.params, ", "))
+	}
+	return nil
 }
 
 // checkQueryLengths refuses a query parameter outside its spec's length bounds.
@@ -252,6 +298,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(sw, mustBeAdmin(u))
 			return
 		}
+	} else if !s.authOn() {
+		if err := s.checkBrowser(r, oi); err != nil {
+			writeError(sw, err)
+			return
+		}
 	}
 	if oi != nil && oi.id == "metrics" && s.promHandler != nil {
 		s.promHandler.ServeHTTP(sw, r)
@@ -261,6 +312,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// The generated binder would silently drop a malformed pair (wait=%zz).
 		writeError(sw, badParam("the query string is malformed: "+err.Error()))
+		return
+	}
+	if err := checkQueryNames(oi, q); err != nil {
+		writeError(sw, err)
 		return
 	}
 	if err := checkQueryLengths(oi, q); err != nil {
@@ -349,6 +404,10 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 		*r = *r.WithContext(context.WithValue(r.Context(), decodedBodyKey{}, decoded))
 		return nil
 	}
+	if !utf8.Valid(data) {
+		// encoding/json would replace each bad byte with U+FFFD and store the result.
+		return newErr(http.StatusBadRequest, "invalid_json", "the body is not valid UTF-8 (byte "+strconv.Itoa(invalidUTF8At(data))+"); JSON text must be UTF-8, so send strings as UTF-8")
+	}
 	if err := checkJSONShape(data); err != nil {
 		return err
 	}
@@ -406,6 +465,18 @@ func describeSchemaError(err error) string {
 		return "the body does not match the API: " + re.Err.Error()
 	}
 	return "the body does not match the API: " + err.Error()
+}
+
+// invalidUTF8At returns the offset of the first byte that is not valid UTF-8 in b.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // strictDecode decodes a batch body in one pass with the JSON v2 decoder (the basis of

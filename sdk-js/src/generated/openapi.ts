@@ -617,9 +617,10 @@ export interface components {
         /**
          * @description Stable machine-readable error names. Clients branch on these, never on messages.
          *     - `bad_request`: malformed request (see the message).
-         *     - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
+         *     - `invalid_json`: the body is not valid JSON (or not UTF-8), or has unknown fields or wrong types.
          *     - `invalid_name`: a topic or user name breaks the naming rules.
-         *     - `invalid_parameter`: a query or path parameter is malformed or out of range.
+         *     - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
+         *       operation takes no query parameter of that name.
          *     - `invalid_payload`: a payload does not match its declared content type.
          *     - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
          *     - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
@@ -1174,6 +1175,7 @@ export interface operations {
                     "application/json": components["schemas"]["TopicList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             503: components["responses"]["Unavailable"];
@@ -1681,6 +1683,7 @@ export interface operations {
                     "application/json": components["schemas"]["UserList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             501: components["responses"]["NotImplemented"];
@@ -1858,6 +1861,7 @@ export interface operations {
                     "application/json": components["schemas"]["Cluster"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             503: components["responses"]["Unavailable"];
@@ -1881,6 +1885,7 @@ export interface operations {
                     "application/json": components["schemas"]["MemberList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             503: components["responses"]["Unavailable"];
