@@ -70,6 +70,7 @@ type config struct {
 	TLSKey            string
 	ProtectMetrics    bool
 	MaxLongPolls      int
+	MaxInflightBytes  int64
 	ReadHeaderTimeout time.Duration
 	AuthFailureDelay  time.Duration
 	DataDir           string
@@ -96,6 +97,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "with security on, /metrics needs an admin's credentials")
 	fs.IntVar(&c.MaxLongPolls, "max-long-polls", 10000, "consumes that may wait at once; past it a waiting consume answers 503")
+	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", httpapi.DefaultMaxInflightBytes, "request body bytes the node holds at once; past it a request answers 503 overloaded (0: no bound)")
 	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this (cuts slowloris clients)")
 	fs.DurationVar(&c.AuthFailureDelay, "auth-failure-delay", 2*time.Second, "longest delay before answering a client that keeps failing to log in (0: none)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty; keep it on loopback)")
@@ -202,6 +204,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--default-retention must be at least 1s")
 	case c.MaxInFlight < 1 || c.MaxAckedAhead < 1:
 		return fmt.Errorf("--default-max-in-flight and --default-max-acked-ahead must be at least 1")
+	case c.MaxInflightBytes < 0:
+		return fmt.Errorf("--max-inflight-bytes must be 0 (no bound) or more")
 	case c.SegmentBytes < 4096:
 		return fmt.Errorf("--segment-bytes must be at least 4096")
 	case (c.TLSCert == "") != (c.TLSKey == ""):
@@ -284,7 +288,12 @@ func serve(args []string) error {
 		return fmt.Errorf("refusing to serve %s without authentication: set NARAD_ADMIN_PASSWORD (or --admin-password), bind a loopback address, or pass --insecure", c.HTTPAddr)
 	}
 
-	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: c.ProtectMetrics, AuthFailureDelay: c.AuthFailureDelay})
+	inflight := c.MaxInflightBytes
+	if inflight == 0 {
+		inflight = -1 // no bound (to httpapi, 0 means its default)
+	}
+	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: c.ProtectMetrics, AuthFailureDelay: c.AuthFailureDelay,
+		MaxInflightBytes: inflight})
 	if err != nil {
 		b.Close()
 		return err

@@ -640,6 +640,7 @@ export interface components {
          *     - `in_flight_full`: the partition holds its maximum of unacked leases.
          *     - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
          *     - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
+         *     - `overloaded`: the node holds its limit of request bodies in memory; nothing of the request was read or stored, retry after `Retry-After`.
          *     - `storage_failed`: a disk write failed; the data was not stored.
          *     - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
          *     - `timeout`: the operation did not finish within its bound; its outcome is unknown.
@@ -647,7 +648,7 @@ export interface components {
          *     - `internal`: a bug; the message says what to report.
          * @enum {string}
          */
-        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
+        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "overloaded" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
         Health: {
             /** @description `ok` or `ready`. */
             status: string;
