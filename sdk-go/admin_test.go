@@ -103,7 +103,7 @@ func TestChildrenFanOut(t *testing.T) {
 	parent := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
 	child := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
 	ch, err := c.AttachChild(ctx, parent, child, 0)
-	if err != nil || ch.Name != child || ch.FanoutDelay != 0 {
+	if err != nil || ch.Name != child || ch.FanoutDelay != 0 || ch.State != "running" || ch.PausedReason != "" {
 		t.Fatalf("attach: %+v %v", ch, err)
 	}
 	if _, err := c.AttachChild(ctx, parent, child, 0); !errors.Is(err, narad.ErrConflict) {

@@ -16,6 +16,12 @@ type Child struct {
 	Name string
 	// FanoutDelay delays the copies (a delay child); 0 copies at once.
 	FanoutDelay time.Duration
+	// State is "running", or "paused" while the child's owner may no longer consume the
+	// parent (nothing is copied until the grant returns; the copy then resumes where it
+	// stopped). "" from a broker that does not say.
+	State string
+	// PausedReason says why the copy is paused and what to do; "" while it runs.
+	PausedReason string
 	// Lag says, per parent partition, how far the copying is behind.
 	Lag []ChildLag
 }
@@ -77,6 +83,12 @@ func (c *Client) CreateChild(ctx context.Context, parent, child string, delay ti
 
 func childOf(ch api.Child) Child {
 	out := Child{Name: ch.Child, FanoutDelay: time.Duration(ch.FanoutDelayMs) * time.Millisecond}
+	if ch.State != nil {
+		out.State = string(*ch.State)
+	}
+	if ch.PausedReason != nil {
+		out.PausedReason = *ch.PausedReason
+	}
 	if ch.Lag != nil {
 		for _, l := range *ch.Lag {
 			out.Lag = append(out.Lag, ChildLag{Partition: l.Partition, ParentNextOffset: l.ParentNextOffset, ChildCursor: l.ChildCursor, Lag: l.Lag})

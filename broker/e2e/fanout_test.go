@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -287,6 +288,47 @@ func TestSchemas(t *testing.T) {
 	a.PatchJSON("/v1/topics/different", map[string]any{"schema": map[string]any{}}).Expect(t, http.StatusOK)
 	a.Do("POST", "/v1/topics/different/produce", []byte(`"anything"`), "Content-Type", "application/json").Expect(t, http.StatusAccepted)
 	a.PatchJSON("/v1/topics/typed", map[string]any{"schema": map[string]any{"type": "array"}}).ExpectError(t, http.StatusConflict, "conflict")
+}
+
+// TestSchemaTakesJSONSentAsBytes: on a topic with a schema the payload's bytes decide,
+// not its Content-Type: JSON sent as application/octet-stream (what older clients send),
+// or base64 in a batch, that matches the schema is accepted, stored and delivered as
+// JSON. A topic without a schema keeps bytes as bytes.
+func TestSchemaTakesJSONSentAsBytes(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	schema := map[string]any{"type": "object", "required": []string{"id"}, "properties": map[string]any{"id": map[string]any{"type": "string"}}}
+	a.createTopic("typed", map[string]any{"partitions": 1, "schema": schema})
+	a.createTopic("plain", map[string]any{"partitions": 1})
+
+	a.produce("typed", []byte(`{"id":"octet"}`), "application/octet-stream", "")
+	a.PostJSON("/v1/topics/typed/produce-batch", map[string]any{"messages": []any{
+		map[string]any{"payload": base64.StdEncoding.EncodeToString([]byte(`{"id":"b64"}`)), "payload_encoding": "base64"},
+	}}).Expect(t, http.StatusAccepted)
+	a.Do("POST", "/v1/topics/typed/produce", []byte(`{"id":5}`), "Content-Type", "application/octet-stream").ExpectError(t, http.StatusBadRequest, "schema_violation")
+	a.Do("POST", "/v1/topics/typed/produce", []byte{0xff, 0x01}, "Content-Type", "application/octet-stream").ExpectError(t, http.StatusBadRequest, "schema_violation")
+	a.PostJSON("/v1/topics/typed/produce-batch", map[string]any{"messages": []any{
+		map[string]any{"payload": base64.StdEncoding.EncodeToString([]byte("not json")), "payload_encoding": "base64"},
+	}}).ExpectError(t, http.StatusBadRequest, "schema_violation")
+
+	want := []string{`{"id":"octet"}`, `{"id":"b64"}`}
+	got := a.readAll("typed", 0)
+	if len(got) != len(want) {
+		t.Fatalf("typed holds %d messages, want %d", len(got), len(want))
+	}
+	for i, m := range got {
+		if m.PayloadEncoding != "" || string(m.Payload) != want[i] {
+			t.Errorf("offset %d: payload %s encoding %q, want the JSON %s", m.Offset, m.Payload, m.PayloadEncoding, want[i])
+		}
+	}
+	if m := a.mustConsume("typed", "5s"); m.PayloadEncoding != "" || string(m.Payload) != want[0] {
+		t.Errorf("consumed payload %s encoding %q, want the JSON %s", m.Payload, m.PayloadEncoding, want[0])
+	}
+
+	a.produce("plain", []byte(`{"id":"octet"}`), "application/octet-stream", "")
+	if m := a.mustConsume("plain", "5s"); string(m.bytesOf(t)) != `{"id":"octet"}` {
+		t.Errorf("without a schema, octet-stream came back as %s (%q)", m.Payload, m.PayloadEncoding)
+	}
 }
 
 // TestFanoutLag: lag is reported per parent partition and follows the copy.

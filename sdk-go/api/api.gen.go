@@ -48,6 +48,7 @@ const (
 	ErrorCodeNotFound             ErrorCode = "not_found"
 	ErrorCodeNotImplemented       ErrorCode = "not_implemented"
 	ErrorCodeOffsetOutOfRange     ErrorCode = "offset_out_of_range"
+	ErrorCodeOverloaded           ErrorCode = "overloaded"
 	ErrorCodePartitionNotFound    ErrorCode = "partition_not_found"
 	ErrorCodePayloadTooLarge      ErrorCode = "payload_too_large"
 	ErrorCodeSchemaViolation      ErrorCode = "schema_violation"
@@ -158,6 +159,7 @@ type AckResult struct {
 		// - `in_flight_full`: the partition holds its maximum of unacked leases.
 		// - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
 		// - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
+		// - `overloaded`: the node holds its limit of request bodies in memory; nothing of the request was read or stored, retry after `Retry-After`.
 		// - `storage_failed`: a disk write failed; the data was not stored.
 		// - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
 		// - `timeout`: the operation did not finish within its bound; its outcome is unknown.
@@ -291,6 +293,7 @@ type Error struct {
 		// - `in_flight_full`: the partition holds its maximum of unacked leases.
 		// - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
 		// - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
+		// - `overloaded`: the node holds its limit of request bodies in memory; nothing of the request was read or stored, retry after `Retry-After`.
 		// - `storage_failed`: a disk write failed; the data was not stored.
 		// - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
 		// - `timeout`: the operation did not finish within its bound; its outcome is unknown.
@@ -325,6 +328,7 @@ type Error struct {
 //   - `in_flight_full`: the partition holds its maximum of unacked leases.
 //   - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
 //   - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
+//   - `overloaded`: the node holds its limit of request bodies in memory; nothing of the request was read or stored, retry after `Retry-After`.
 //   - `storage_failed`: a disk write failed; the data was not stored.
 //   - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
 //   - `timeout`: the operation did not finish within its bound; its outcome is unknown.

@@ -161,6 +161,14 @@ export interface ChildInfo {
   child: string;
   /** How long copies are delayed, in ms (0: plain fan-out). */
   fanoutDelayMs: number;
+  /**
+   * `running`, or `paused` while the child's owner may no longer consume the parent:
+   * nothing is copied until the grant returns, then the copy resumes where it stopped.
+   * Absent from a broker that does not say.
+   */
+  state?: "running" | "paused";
+  /** Why the copy is paused, and what to do; absent while it runs. */
+  pausedReason?: string;
   /** Per-partition lag, when the broker reports it. */
   lag: ChildLag[];
 }
@@ -268,6 +276,8 @@ export function childFromWire(c: S["Child"]): ChildInfo {
   return {
     child: c.child,
     fanoutDelayMs: c.fanout_delay_ms,
+    ...(c.state === undefined ? {} : { state: c.state }),
+    ...(c.paused_reason === undefined ? {} : { pausedReason: c.paused_reason }),
     lag: (c.lag ?? []).map((l) => ({ partition: l.partition, parentNextOffset: l.parent_next_offset, childCursor: l.child_cursor, lag: l.lag })),
   };
 }

@@ -297,6 +297,8 @@ describe("fan-out and delay children", () => {
     const info = await client.attachChild(parent, child);
     assert.equal(info.child, child);
     assert.equal(info.fanoutDelayMs, 0);
+    assert.equal(info.state, "running");
+    assert.equal(info.pausedReason, undefined);
     await client.produce(parent, "fan me out", { key: "k1" });
     const copy = await waitFor(async () => (await client.receive(child, { waitMs: 1000 }))[0], "the copy in the child");
     assert.equal(copy.text(), "fan me out");

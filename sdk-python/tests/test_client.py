@@ -285,6 +285,7 @@ def test_children_helpers(drv: Driver) -> None:
             assert not ei.value.retryable and not ei.value.uncertain
         return
     assert isinstance(attached, narad.Child) and attached.child == child
+    assert attached.state == "running" and attached.paused_reason is None
     delayed = c.create_delay_child(parent, parent + "-delayed", 0.8, partitions=1)
     assert delayed.parent == parent and delayed.fanout_delay_ms == 800
     t0 = time.monotonic()

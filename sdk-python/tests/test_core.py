@@ -439,3 +439,12 @@ def test_every_public_name_has_a_docstring() -> None:
                         continue
                     check(f"{name}.{attr}", member)
     assert missing == []
+
+
+def test_parse_child_shows_a_pause() -> None:
+    why = "the owner alice may no longer consume orders; grant it again"
+    kid = core.parse_child({"child": "orders.copy", "fanout_delay_ms": 0, "state": "paused",
+                            "paused_reason": why})
+    assert kid.state == "paused" and kid.paused_reason == why
+    old = core.parse_child({"child": "orders.copy", "fanout_delay_ms": 0})
+    assert old.state is None and old.paused_reason is None

@@ -273,6 +273,7 @@ func Check(es []history.Entry) *Report {
 	// Produces.
 	type prodInfo struct {
 		attempts  int
+		mayStore  bool // some attempt may have written it
 		firstCall int64
 		landEnd   int64     // the last moment an attempt could have been written
 		ok        []copyKey // 202'd places (a recreated topic's: inc 0 when not pinned)
@@ -337,7 +338,8 @@ func Check(es []history.Entry) *Report {
 			m[e.Msg] = p
 		}
 		p.attempts++
-		stored := e.Status == 0 || e.Status == 202 || e.Status >= 500 // may have been written
+		stored := produceMayHaveStored(e)
+		p.mayStore = p.mayStore || stored
 		if stored {
 			p.landEnd = max(p.landEnd, landEnd(e))
 		}
@@ -420,6 +422,8 @@ func Check(es []history.Entry) *Report {
 				in.out = oGone
 			case e.Status == 0 || e.Code == "timeout" || e.Code == "unavailable":
 				in.out = oUnknown
+			case e.Status == 503 && e.Code == "storage_failed" && notUndone(e):
+				in.out = oNotUndone
 			case e.Status == 503 && e.Code == "storage_failed":
 				in.out = oFailed
 			default:
@@ -488,7 +492,7 @@ func Check(es []history.Entry) *Report {
 				if acked[o.handle] == nil {
 					acked[o.handle] = o
 				}
-			case o.kind == kNack && (o.out == oOK || o.out == oUnknown), o.kind == kAck && o.out == oFailed:
+			case o.kind == kNack && (o.out == oOK || o.out == oUnknown), o.kind == kAck && (o.out == oFailed || o.out == oNotUndone):
 				nacked[o.handle] = true
 			}
 		}
@@ -549,7 +553,8 @@ func Check(es []history.Entry) *Report {
 		}
 	}
 
-	// Unexpected: a delivery of something never produced there.
+	// Unexpected: a delivery of something never produced there, or that no produce
+	// attempt may have written (each was refused, or failed and was undone).
 	for topic, byID := range delivs {
 		t := topics[topic]
 		src := topic
@@ -557,11 +562,17 @@ func Check(es []history.Entry) *Report {
 			src = t.Parent
 		}
 		for id, ds := range byID {
-			if prods[src][id] == nil {
-				r.Unexpected++
-				if r.Unexpected <= 5 {
-					r.Examples = append(r.Examples, Violation{"unexpected", fmt.Sprintf("line %d: %s delivered %q, never produced to %s", ds[0].line, topic, id, src)})
+			p := prods[src][id]
+			if p != nil && p.mayStore {
+				continue
+			}
+			r.Unexpected++
+			if r.Unexpected <= 5 {
+				why := "never produced to " + src
+				if p != nil {
+					why = fmt.Sprintf("none of its %d produce attempts to %s may have stored it", p.attempts, src)
 				}
+				r.Examples = append(r.Examples, Violation{"unexpected", fmt.Sprintf("line %d: %s delivered %q, %s", ds[0].line, topic, id, why)})
 			}
 		}
 	}
@@ -926,4 +937,24 @@ func msOrNever(t int64) string {
 		return "never"
 	}
 	return ms(t)
+}
+
+// notUndone reports whether a 503 storage_failed says the broker could not undo the
+// failed write: its records stayed on disk and may be read after the node restarts.
+func notUndone(e history.Entry) bool {
+	return strings.Contains(e.Err, "could not undo")
+}
+
+// produceMayHaveStored reports whether a produce attempt may have written its message:
+// a 202, no answer, or a 5xx. A 503 storage_failed stored nothing when the broker undid
+// the failed write, unless it answered a batch: the error names no partition, and the
+// batch's other partitions may have been written (only the failing one was undone).
+func produceMayHaveStored(e history.Entry) bool {
+	switch {
+	case e.Status == 0 || e.Status == 202:
+		return true
+	case e.Status == 503 && e.Code == "storage_failed":
+		return e.Batch || notUndone(e)
+	}
+	return e.Status >= 500
 }

@@ -253,3 +253,58 @@ func TestIncarnations(t *testing.T) {
 		})
 	}
 }
+
+// The error messages a 503 storage_failed carries (as the workload records them).
+const (
+	errUndone    = `503 {"error":{"code":"storage_failed","message":"a disk write failed and the request was not stored; retry later"}}`
+	errNotUndone = `503 {"error":{"code":"storage_failed","message":"a disk write failed and the broker could not undo it: the request was not acknowledged, but it may be found stored after the node restarts"}}`
+)
+
+func (x *h) failedProduce(id string, at int64, errText string, batch bool) *h {
+	return x.op(history.Entry{Op: history.OpProduce, Topic: "orders", Msg: id, Offset: -1, Call: at, Status: 503, Code: "storage_failed", Err: errText, Batch: batch})
+}
+
+func (x *h) failedAck(id string, off int64, handle string, at int64, errText string) *h {
+	return x.op(history.Entry{Op: history.OpAck, Topic: "orders", Msg: id, Offset: off, Handle: handle, Call: at, Status: 503, Code: "storage_failed", Err: errText})
+}
+
+// TestStorageFailed: a 503 storage_failed whose write was undone stored nothing (a single
+// produce's message never appears, an ack settled nothing); one that says the broker could
+// not undo the write is an unknown outcome: the message may appear after a restart, the
+// ack may turn out settled.
+func TestStorageFailed(t *testing.T) {
+	cases := []struct {
+		name string
+		h    *h
+		bad  bool
+	}{
+		{"undone produce, delivered", newH().failedProduce("a", 0, errUndone, false).kill(50*msec, 60*msec).
+			deliver("a", 0, "h1", 100*msec).settle(history.OpAck, "a", 0, "h1", 110*msec, 204), true},
+		{"undone produce, not delivered", newH().failedProduce("a", 0, errUndone, false).kill(50*msec, 60*msec), false},
+		{"not undone produce, found after the restart", newH().failedProduce("a", 0, errNotUndone, false).kill(50*msec, 60*msec).
+			deliver("a", 0, "h1", 100*msec).settle(history.OpAck, "a", 0, "h1", 110*msec, 204), false},
+		{"undone batch produce: another partition may be stored", newH().failedProduce("a", 0, errUndone, true).
+			deliver("a", 0, "h1", 100*msec).settle(history.OpAck, "a", 0, "h1", 110*msec, 204), false},
+		{"a 4xx produce, delivered", newH().op(history.Entry{Op: history.OpProduce, Topic: "orders", Msg: "a", Offset: -1, Call: 0, Status: 404, Code: "topic_not_found"}).
+			deliver("a", 0, "h1", 100*msec), true},
+		{"undone ack: handed back and delivered again", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).
+			failedAck("a", 0, "h1", 20*msec, errUndone).deliver("a", 0, "h2", 30*msec).settle(history.OpAck, "a", 0, "h2", 40*msec, 204), false},
+		{"not undone ack: handed back and delivered again", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).
+			failedAck("a", 0, "h1", 20*msec, errNotUndone).deliver("a", 0, "h2", 30*msec).settle(history.OpAck, "a", 0, "h2", 40*msec, 204), false},
+		{"not undone ack: settled after the restart", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).
+			failedAck("a", 0, "h1", 20*msec, errNotUndone).kill(50*msec, 60*msec), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The injected disk error the 503s answer.
+			es := append(c.h.es, history.Entry{Kind: history.KindFault, Fault: history.FaultDisk, Target: "segment-after-write", Call: 0, Return: 30 * msec})
+			r := Check(es)
+			switch {
+			case !c.bad && !r.OK():
+				t.Fatalf("flagged a legal history: violations %v lost %v unexpected %d %v", r.Violations, r.Lost, r.Unexpected, r.Examples)
+			case c.bad && r.Unexpected != 1:
+				t.Fatalf("unexpected %d, want 1: a message no attempt stored was delivered (%v)", r.Unexpected, r.Examples)
+			}
+		})
+	}
+}

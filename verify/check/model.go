@@ -35,6 +35,10 @@ const (
 	oUnknown                // no answer, or 503 timeout: it may or may not have happened
 	oFailed                 // 503 storage_failed: not stored, the lease may have been handed back
 	oOther                  // 4xx other than 410: nothing happened
+	// oNotUndone is a 503 storage_failed whose message says the broker could not undo
+	// the failed write: refused and handed back while the node runs, but the record
+	// stayed in the journal, so after a restart the settle may have taken effect.
+	oNotUndone
 )
 
 type opIn struct {
@@ -120,13 +124,17 @@ func (m *model) step(s copyState, in opIn) ([]copyState, string) {
 			return []copyState{s}, ""
 		}
 		return []copyState{s, applied}, ""
-	case oFailed:
+	case oFailed, oNotUndone:
+		next := []copyState{s}
 		if in.kind == kAck && in.handle == s.handle && !s.acked {
 			hb := s
 			hb.handedBack = true
-			return []copyState{s, hb}, ""
+			next = append(next, hb)
 		}
-		return []copyState{s}, ""
+		if in.out == oNotUndone && why == "" {
+			next = append(next, applied)
+		}
+		return next, ""
 	default:
 		return []copyState{s}, ""
 	}

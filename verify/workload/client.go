@@ -314,7 +314,8 @@ func (c *client) ackBatch(ctx context.Context, topic string, ds []delivery) resu
 		Results []struct {
 			Status int `json:"status"`
 			Error  *struct {
-				Code string `json:"code"`
+				Code    string `json:"code"`
+				Message string `json:"message"`
 			} `json:"error"`
 		} `json:"results"`
 	}
@@ -325,8 +326,9 @@ func (c *client) ackBatch(ctx context.Context, topic string, ds []delivery) resu
 		e.Incarnation = handleIncarnation(d.handle)
 		if ok {
 			e.Status, e.Code, e.Err = res.Results[i].Status, "", ""
-			if res.Results[i].Error != nil {
-				e.Code = res.Results[i].Error.Code
+			if x := res.Results[i].Error; x != nil {
+				// The message too: a storage_failed says whether the write was undone.
+				e.Code, e.Err = x.Code, fmt.Sprintf("%d %s: %s", e.Status, x.Code, truncate(x.Message, 200))
 			}
 		} else if r.status == http.StatusOK {
 			e.Status, e.Err = 0, "undecodable ack-batch answer"

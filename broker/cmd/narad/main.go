@@ -72,6 +72,7 @@ type config struct {
 	ProtectMetrics    bool
 	MetricsPublic     bool
 	MaxLongPolls      int
+	MaxInflightBytes  int64
 	ReadHeaderTimeout time.Duration
 	MaxConns          int
 	MaxConnsPerAddr   int
@@ -102,6 +103,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "with security on, serve /metrics without credentials (by default it needs an admin's: its labels name every topic)")
 	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "deprecated and without effect: with security on, /metrics needs an admin's credentials unless --metrics-public")
 	fs.IntVar(&c.MaxLongPolls, "max-long-polls", 10000, "consumes that may wait at once; past it a waiting consume answers 503")
+	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", httpapi.DefaultMaxInflightBytes, "request body bytes the node holds at once; past it a request answers 503 overloaded (0: no bound)")
 	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this, and a new connection its first request's headers (cuts slowloris clients and idle HTTP/2 connections)")
 	fs.IntVar(&c.MaxConns, "max-connections", 16384, "connections the HTTP port holds open at once (0: no limit); past it new connections are closed unserved")
 	fs.IntVar(&c.MaxConnsPerAddr, "max-connections-per-address", 2048, "connections one client IP address may hold open at once (0: no limit; raise it behind a proxy that does not pool connections)")
@@ -210,6 +212,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--default-retention must be at least 1s")
 	case c.MaxInFlight < 1 || c.MaxAckedAhead < 1:
 		return fmt.Errorf("--default-max-in-flight and --default-max-acked-ahead must be at least 1")
+	case c.MaxInflightBytes < 0:
+		return fmt.Errorf("--max-inflight-bytes must be 0 (no bound) or more")
 	case c.SegmentBytes < 4096:
 		return fmt.Errorf("--segment-bytes must be at least 4096")
 	case c.MaxConns < 0:
@@ -300,8 +304,12 @@ func serve(args []string) error {
 		return fmt.Errorf("refusing to serve %s without authentication: set NARAD_ADMIN_PASSWORD (or --admin-password), bind a loopback address, or pass --insecure", c.HTTPAddr)
 	}
 
+	inflight := c.MaxInflightBytes
+	if inflight == 0 {
+		inflight = -1 // no bound (to httpapi, 0 means its default)
+	}
 	api, err := httpapi.New(b, httpapi.Options{Logger: log, Metrics: b.Metrics(), AuthEnabled: func() bool { return authOn }, ProtectMetrics: !c.MetricsPublic, AuthFailureDelay: c.AuthFailureDelay,
-		AllowedHosts: strings.Split(c.AllowedHosts, ",")})
+		AllowedHosts: strings.Split(c.AllowedHosts, ","), MaxInflightBytes: inflight})
 	if err != nil {
 		b.Close()
 		return err

@@ -26,6 +26,10 @@ type Metrics struct {
 	AuthThrottled  prometheus.Counter       // password checks refused unhashed (too many in flight)
 	FanoutCopied   *prometheus.CounterVec   // messages copied into a child, by child
 	FanoutPaused   *prometheus.GaugeVec     // 1 while a child's copy is paused, by child
+	// BodyBytesInFlight and BodiesRefused are the HTTP layer's bound on request bodies
+	// held in memory (--max-inflight-bytes).
+	BodyBytesInFlight prometheus.Gauge
+	BodiesRefused     prometheus.Counter
 
 	// syncStats reads the node's shared sync group (set by Open in group sync mode).
 	syncStats atomic.Pointer[func() vfs.SyncStats]
@@ -87,6 +91,12 @@ func NewMetrics() *Metrics {
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_failures_total", Help: "Requests refused for missing or wrong credentials.",
 		}),
+		BodyBytesInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "narad_http_body_bytes_in_flight", Help: "Request body bytes held by requests now (bounded by --max-inflight-bytes).",
+		}),
+		BodiesRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narad_http_overloaded_total", Help: "Requests refused with 503 overloaded because --max-inflight-bytes of bodies were held.",
+		}),
 	}
 	r.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -101,6 +111,7 @@ func NewMetrics() *Metrics {
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
+		m.BodyBytesInFlight, m.BodiesRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
@@ -354,9 +356,21 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 		return nil, &ConflictError{Msg: "topic " + name + " is a delay child of " + m.Parent + ": produce to the parent, and the message arrives here after the delay"}
 	}
 	if cs := t.schema.Load(); cs != nil && cs.schema != nil {
+		cloned := false
 		for i, m := range msgs {
-			if err := checkSchema(cs.schema, i, m.Value, m.Attrs&PayloadKindMask == PayloadKindJSON); err != nil {
+			isJSON := m.Attrs&PayloadKindMask == PayloadKindJSON
+			// A topic with a schema holds JSON, so the bytes decide, not the content
+			// type: clients of older versions send JSON as octet-stream (and base64 in
+			// a batch). What passes is stored as JSON and comes back as JSON.
+			asJSON := !isJSON && json.Valid(m.Value) && utf8.Valid(m.Value)
+			if err := checkSchema(cs.schema, i, m.Value, isJSON || asJSON); err != nil {
 				return nil, err
+			}
+			if asJSON {
+				if !cloned {
+					msgs, cloned = slices.Clone(msgs), true
+				}
+				msgs[i].Attrs = m.Attrs&^PayloadKindMask | PayloadKindJSON
 			}
 		}
 	}

@@ -223,7 +223,7 @@ func TestHashGateProvenFirst(t *testing.T) {
 	}
 	order := make(chan string, 3)
 	queued := func(n int) {
-		waitUntil(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.hi)+len(g.lo) == n })
+		waitUntil(t, "the waiters to queue", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.hi)+len(g.lo) == n })
 	}
 	go func() { g.acquire(ctx, false); order <- "unproven-1"; g.release() }()
 	queued(1)
@@ -253,16 +253,5 @@ func TestHashGateProvenFirst(t *testing.T) {
 	g.mu.Unlock()
 	if free != 1 {
 		t.Fatalf("%d slots free after every holder released; want 1", free)
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30 s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

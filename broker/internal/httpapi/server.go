@@ -57,6 +57,9 @@ type Options struct {
 	// loopback names and IP addresses (".example.com": its subdomains; "*": any). See
 	// origin.go.
 	AllowedHosts []string
+	// MaxInflightBytes bounds the request body bytes held at once, node-wide (see
+	// bodyBudget); 0 means DefaultMaxInflightBytes, negative means no bound.
+	MaxInflightBytes int64
 }
 
 // New returns the API's handler.
@@ -97,6 +100,14 @@ func New(b Broker, opts Options) (http.Handler, error) {
 	if s.authOn == nil {
 		s.authOn = func() bool { return false }
 	}
+	switch {
+	case opts.MaxInflightBytes == 0:
+		s.bodies = newBodyBudget(DefaultMaxInflightBytes, opts.Metrics)
+	case opts.MaxInflightBytes > 0:
+		s.bodies = newBodyBudget(opts.MaxInflightBytes, opts.Metrics)
+	default:
+		s.bodies = newBodyBudget(0, opts.Metrics)
+	}
 	mux.HandleFunc("/", s.noRoute)
 	if opts.Metrics != nil {
 		s.promHandler = promhttp.HandlerFor(opts.Metrics.Registry, promhttp.HandlerOpts{})
@@ -115,6 +126,7 @@ type server struct {
 	protectMetrics bool
 	authn          *authenticator
 	hosts          hostRules
+	bodies         *bodyBudget
 }
 
 type opInfo struct {
@@ -328,6 +340,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(sw, newErr(http.StatusNotFound, "not_found", "the path "+p+" is not in canonical form (no ., .., // or trailing /)"))
 		return
 	}
+	n := s.bodies.need(r, oi)
+	if !s.bodies.take(n) {
+		writeError(sw, s.bodies.overloaded())
+		return
+	}
+	defer s.bodies.give(n)
 	if err := s.prepareBody(r, oi); err != nil {
 		writeError(sw, err)
 		return
@@ -356,15 +374,7 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	limit := int64(MaxAdminBodyBytes)
-	if oi != nil {
-		switch oi.id {
-		case "produce":
-			limit = MaxPayloadBytes + 1 // the handler reports 413 past the payload limit
-		case "produceBatch", "ackBatch":
-			limit = MaxBatchBodyBytes
-		}
-	}
+	limit := bodyLimit(oi)
 	if oi != nil && oi.id == "produce" && r.ContentLength > MaxPayloadBytes {
 		return tooLarge()
 	}

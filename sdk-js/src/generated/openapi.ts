@@ -83,7 +83,7 @@ export interface paths {
          *     that exists answers 409 `topic_exists`. With `parent`, the topic is created and
          *     attached as a child of `parent` in one step: if the attach is refused (409), or the
          *     parent does not exist (404), the topic is not created. With `schema`, every produced payload must be JSON matching
-         *     it (draft 2020-12); an invalid schema is a 400.
+         *     it (draft 2020-12), whatever its content type; an invalid schema is a 400.
          */
         post: operations["createTopic"];
         delete?: never;
@@ -150,7 +150,10 @@ export interface paths {
          *     `Content-Type` decides how consumers see it: `application/json` must be valid
          *     JSON and comes back verbatim; `text/*` must be UTF-8 and comes back as a JSON
          *     string; `application/octet-stream` comes back base64-encoded. Any other or no
-         *     content type is sniffed: valid JSON, else UTF-8 text, else bytes.
+         *     content type is sniffed: valid JSON, else UTF-8 text, else bytes. On a topic with
+         *     a `schema` the bytes decide whatever the content type: a body that is JSON
+         *     matching the schema is accepted (older clients send JSON as octet-stream), stored
+         *     as JSON and comes back as JSON; anything else is a 400 `schema_violation`.
          *
          *     `key` chooses the partition by hash (the same key always lands in the same
          *     partition), `partition` pins one; without either, partitions take turns.
@@ -181,8 +184,9 @@ export interface paths {
          * Produce many messages in one request
          * @description Up to 1000 messages and 8 MiB of body. Each message's `payload` is any JSON
          *     value, stored verbatim; with `payload_encoding: base64` it is a base64 string
-         *     whose decoded bytes are stored. The whole batch is written durably before the
-         *     202; an invalid batch is refused whole (400) and nothing is written (a `key`,
+         *     whose decoded bytes are stored (on a topic with a `schema`, decoded bytes that
+         *     are JSON matching it are stored and delivered as JSON, as in `produce`). The
+         *     whole batch is written durably before the 202; an invalid batch is refused whole (400) and nothing is written (a `key`,
          *     `partition` or `payload_encoding` of null is invalid: leave it out). Results
          *     come in request order. Messages without `key` or `partition` all go to one
          *     partition, and the next request's to the next partition (partitions take
@@ -637,6 +641,7 @@ export interface components {
          *     - `in_flight_full`: the partition holds its maximum of unacked leases.
          *     - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
          *     - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
+         *     - `overloaded`: the node holds its limit of request bodies in memory; nothing of the request was read or stored, retry after `Retry-After`.
          *     - `storage_failed`: a disk write failed; the data was not stored.
          *     - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
          *     - `timeout`: the operation did not finish within its bound; its outcome is unknown.
@@ -644,7 +649,7 @@ export interface components {
          *     - `internal`: a bug; the message says what to report.
          * @enum {string}
          */
-        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
+        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "overloaded" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
         Health: {
             /** @description `ok` or `ready`. */
             status: string;

@@ -624,6 +624,8 @@ def parse_child(doc: Mapping[str, Any]) -> Child:
                      child_cursor=int(x["child_cursor"]), lag=int(x["lag"]))
             for x in doc.get("lag") or []
         ),
+        state=None if doc.get("state") is None else str(doc["state"]),
+        paused_reason=None if doc.get("paused_reason") is None else str(doc["paused_reason"]),
     )
 
 

@@ -135,11 +135,19 @@ class ChildLag:
 
 @dataclass(frozen=True)
 class Child:
-    """Child is a fan-out (or, with a delay, a delay) child of a topic, with its lag."""
+    """Child is a fan-out (or, with a delay, a delay) child of a topic, with its lag.
+
+    ``state`` is ``"running"``, or ``"paused"`` while the child's owner may no longer
+    consume the parent: nothing is copied until the grant returns, then the copy resumes
+    where it stopped, and ``paused_reason`` says why and what to do. Both are ``None``
+    from a broker that does not say.
+    """
 
     child: str
     fanout_delay_ms: int
     lag: tuple[ChildLag, ...] = ()
+    state: str | None = None
+    paused_reason: str | None = None
 
 
 @dataclass(frozen=True)
