@@ -44,6 +44,14 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// loopbackRequest is httptest.NewRequest with a loopback Host: without security the
+// server answers only loopback names (origin.go).
+func loopbackRequest(method, target string, body io.Reader) *http.Request {
+	req := httptest.NewRequest(method, target, body)
+	req.Host = "127.0.0.1"
+	return req
+}
+
 // TestBodyBudget: with produces held in the broker (a slow disk), request bodies past
 // MaxInflightBytes are refused with 503 overloaded and Retry-After before they are read,
 // the rest are served, and the bytes come back when each request ends.
@@ -58,7 +66,7 @@ func TestBodyBudget(t *testing.T) {
 	}
 	body := bytes.Repeat([]byte{'x'}, mib)
 	produce := func() *httptest.ResponseRecorder {
-		req := httptest.NewRequest(http.MethodPost, "/v1/topics/t/produce", bytes.NewReader(body))
+		req := loopbackRequest(http.MethodPost, "/v1/topics/t/produce", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/octet-stream")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
@@ -105,7 +113,7 @@ func TestBodyBudget(t *testing.T) {
 	}
 	// A request without a body takes nothing: it is served while the budget is spent.
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/topics/t/consume-batch?max=1", nil))
+	h.ServeHTTP(w, loopbackRequest(http.MethodGet, "/v1/topics/t/consume-batch?max=1", nil))
 	if w.Code != http.StatusOK {
 		t.Errorf("consume-batch while the body budget is spent: %d %s, want 200", w.Code, w.Body)
 	}
@@ -133,7 +141,7 @@ func TestBodyBudget(t *testing.T) {
 		map[string]any{"payload": strings.Repeat("c", 900_000)}, map[string]any{"payload": strings.Repeat("d", 900_000)},
 	}})
 	w = httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/topics/t/produce-batch", bytes.NewReader(big)))
+	h.ServeHTTP(w, loopbackRequest(http.MethodPost, "/v1/topics/t/produce-batch", bytes.NewReader(big)))
 	if w.Code != http.StatusAccepted {
 		t.Fatalf("a %d-byte batch over a 3 MiB budget with nothing else held: %d %s, want 202", len(big), w.Code, w.Body)
 	}
