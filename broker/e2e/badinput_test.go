@@ -104,6 +104,14 @@ func TestBadInput(t *testing.T) {
 		bad("create duplicate key", "POST", "/v1/topics", `{"name":"t2","name":"t3"}`, s400, ij),
 		bad("create duplicate nested key", "POST", "/v1/topics", `{"name":"t2","schema":{"a":1,"a":2}}`, s400, ij),
 		bad("create nested too deep", "POST", "/v1/topics", `{"name":"t2","schema":{"x":`+deep+`}}`, s400, ij),
+		// Create: schemas that reach outside themselves (audit issue 16, finding 1). The
+		// old code read the file, and /dev/ptmx held the request forever (the client's
+		// timeout fails the case).
+		bad("create schema ref /etc/passwd", "POST", "/v1/topics", `{"name":"t2","schema":{"$ref":"file:///etc/passwd"}}`, s400, "bad_request"),
+		bad("create schema ref /dev/ptmx", "POST", "/v1/topics", `{"name":"t2","schema":{"$ref":"file:///dev/ptmx"}}`, s400, "bad_request"),
+		bad("create schema ref http", "POST", "/v1/topics", `{"name":"t2","schema":{"$ref":"http://127.0.0.1:9/x.json"}}`, s400, "bad_request"),
+		bad("create schema $schema a file", "POST", "/v1/topics", `{"name":"t2","schema":{"$schema":"file:///etc/hostname"}}`, s400, "bad_request"),
+		bad("patch schema ref /etc/passwd", "PATCH", "/v1/topics/t", `{"schema":{"$ref":"file:///etc/passwd"}}`, s400, "bad_request"),
 		// Create: ranges.
 		bad("create partitions 0", "POST", "/v1/topics", `{"name":"t2","partitions":0}`, s400, ij, ip),
 		bad("create partitions 257", "POST", "/v1/topics", `{"name":"t2","partitions":257}`, s400, ij, ip),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"sync"
 	"time"
@@ -351,7 +352,9 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 	if m := t.cur.Load(); m.Parent != "" && m.FanoutDelayMs > 0 {
 		return nil, &ConflictError{Msg: "topic " + name + " is a delay child of " + m.Parent + ": produce to the parent, and the message arrives here after the delay"}
 	}
-	if cs := t.schema.Load(); cs != nil && cs.schema != nil {
+	if cs := t.schema.Load(); cs != nil && cs.err != nil {
+		return nil, &ConflictError{Msg: fmt.Sprintf("the stored schema in effect for topic %q is refused by this version of the broker (%v); set a new one with PATCH /v1/topics/%s ({} for none) to produce to it again; nothing was written", name, cs.err, name)}
+	} else if cs != nil && cs.schema != nil {
 		for i, m := range msgs {
 			if err := checkSchema(cs.schema, i, m.Value, m.Attrs&PayloadKindMask == PayloadKindJSON); err != nil {
 				return nil, err

@@ -32,7 +32,8 @@ func (e *SchemaError) Error() string {
 func (e *SchemaError) Unwrap() error { return ErrSchemaViolation }
 
 // compileSchema compiles a JSON Schema (draft 2020-12 unless it says otherwise). An
-// empty or {} schema means no schema. Remote references are not fetched.
+// empty or {} schema means no schema. References resolve only inside the schema
+// document: no URL of any scheme is fetched or opened (see insideOnly).
 func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	if len(raw) == 0 || isEmptySchema(raw) {
 		return nil, nil
@@ -43,14 +44,41 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
-	if err := c.AddResource("narad:///schema.json", doc); err != nil {
+	loader := &insideOnly{}
+	c.UseLoader(loader)
+	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, invalid("bad_request", "schema is not a valid JSON Schema: %v", err)
 	}
-	s, err := c.Compile("narad:///schema.json")
+	s, err := c.Compile(schemaURL)
+	if loader.refused != "" {
+		// The library's error would say how opening the URL failed; that is nothing a
+		// caller may learn, and nothing was opened.
+		return nil, invalid("bad_request", "the schema refers to %q, outside itself; only references inside the schema resolve (like \"#/$defs/name\"), nothing is fetched or read", loader.refused)
+	}
 	if err != nil {
 		return nil, invalid("bad_request", "schema is not a valid JSON Schema: %v", err)
 	}
 	return s, nil
+}
+
+// schemaURL names a topic's schema document while it compiles; a reference that
+// resolves to any other document is refused.
+const schemaURL = "narad:///schema.json"
+
+// errOutside is what insideOnly answers for every URL.
+var errOutside = errors.New("references outside the schema are not resolved")
+
+// insideOnly is the compiler's loader: it refuses every URL. The library's default
+// loader opens file:// URLs on the broker's host, so a schema could read the host's
+// files (and block on a device) for anyone allowed to create a topic. The JSON Schema
+// meta-schemas are built into the library and never reach a loader.
+type insideOnly struct{ refused string }
+
+func (l *insideOnly) Load(url string) (any, error) {
+	if l.refused == "" {
+		l.refused = url
+	}
+	return nil, errOutside
 }
 
 func isEmptySchema(raw json.RawMessage) bool {
@@ -79,11 +107,4 @@ func checkSchema(s *jsonschema.Schema, index int, payload []byte, isJSON bool) e
 		return &SchemaError{Index: index, Location: "/", Reason: err.Error()}
 	}
 	return nil
-}
-
-// brokenSchema rejects every instance: it stands in for a stored schema that no longer
-// compiles, so nothing unchecked is written.
-func brokenSchema() *jsonschema.Schema {
-	s, _ := compileSchema([]byte(`{"not":{}}`))
-	return s
 }
