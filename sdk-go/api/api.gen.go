@@ -44,6 +44,7 @@ const (
 	ErrorCodeOffsetOutOfRange     ErrorCode = "offset_out_of_range"
 	ErrorCodePartitionNotFound    ErrorCode = "partition_not_found"
 	ErrorCodePayloadTooLarge      ErrorCode = "payload_too_large"
+	ErrorCodeSchemaTooComplex     ErrorCode = "schema_too_complex"
 	ErrorCodeSchemaViolation      ErrorCode = "schema_violation"
 	ErrorCodeStorageFailed        ErrorCode = "storage_failed"
 	ErrorCodeTimeout              ErrorCode = "timeout"
@@ -138,6 +139,9 @@ type AckResult struct {
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
+		// - `schema_too_complex`: a schema is over a budget of the broker (size, subschemas, references
+		//   that fan out or loop, patterns) when it is set, or checking a produce request against
+		//   the topic's schema took more than its step or time budget; nothing was written.
 		// - `offset_out_of_range`: the offset has aged out of the partition.
 		// - `unauthenticated`: no or wrong credentials.
 		// - `forbidden`: not allowed.
@@ -255,6 +259,9 @@ type Error struct {
 		// - `invalid_payload`: a payload does not match its declared content type.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
+		// - `schema_too_complex`: a schema is over a budget of the broker (size, subschemas, references
+		//   that fan out or loop, patterns) when it is set, or checking a produce request against
+		//   the topic's schema took more than its step or time budget; nothing was written.
 		// - `offset_out_of_range`: the offset has aged out of the partition.
 		// - `unauthenticated`: no or wrong credentials.
 		// - `forbidden`: not allowed.
@@ -288,6 +295,9 @@ type Error struct {
 //   - `invalid_payload`: a payload does not match its declared content type.
 //   - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 //   - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
+//   - `schema_too_complex`: a schema is over a budget of the broker (size, subschemas, references
+//     that fan out or loop, patterns) when it is set, or checking a produce request against
+//     the topic's schema took more than its step or time budget; nothing was written.
 //   - `offset_out_of_range`: the offset has aged out of the partition.
 //   - `unauthenticated`: no or wrong credentials.
 //   - `forbidden`: not allowed.
@@ -537,7 +547,7 @@ type TopicSettings struct {
 	// RetentionMs How long messages are kept, in ms (default 7 days). Whole segments older than this are deleted, acked or not.
 	RetentionMs *int64 `json:"retention_ms,omitempty"`
 
-	// Schema A JSON Schema (draft 2020-12) every produced payload must match (400 schema_violation otherwise). `{}` means none. A child without one inherits its parent's.
+	// Schema A JSON Schema (draft 2020-12) every produced payload must match (400 schema_violation otherwise). `{}` means none. A child without one inherits its parent's. References resolve only inside the schema (400 bad_request otherwise); a schema over the broker's budgets is 400 schema_too_complex.
 	Schema *json.RawMessage `json:"schema"`
 
 	// VisibilityTimeoutMs Lease length for consumed messages, in ms (100 ms to 12 h, default 30000).

@@ -17,8 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/queue"
@@ -402,7 +400,7 @@ func (b *Broker) applySettings(t *topic, m meta.Topic) {
 // without one), compiled once.
 type compiledSchema struct {
 	raw    string
-	schema *jsonschema.Schema
+	schema *topicSchema
 	err    error // why a stored schema does not compile; produce is refused
 }
 

@@ -355,10 +355,8 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 	if cs := t.schema.Load(); cs != nil && cs.err != nil {
 		return nil, &ConflictError{Msg: fmt.Sprintf("the stored schema in effect for topic %q is refused by this version of the broker (%v); set a new one with PATCH /v1/topics/%s ({} for none) to produce to it again; nothing was written", name, cs.err, name)}
 	} else if cs != nil && cs.schema != nil {
-		for i, m := range msgs {
-			if err := checkSchema(cs.schema, i, m.Value, m.Attrs&PayloadKindMask == PayloadKindJSON); err != nil {
-				return nil, err
-			}
+		if err := cs.schema.checkAll(ctx, msgs); err != nil {
+			return nil, err
 		}
 	}
 	out := make([]Produced, len(msgs))
