@@ -181,6 +181,11 @@ func TestBadInput(t *testing.T) {
 		bad("produce key over 1024 bytes", "POST", "/v1/topics/t/produce?key="+strings.Repeat("k", 1025), `1`, s400, ip),
 		bad("produce schema bomb", "POST", "/v1/topics/bomb/produce", strings.Repeat("[", 40)+strings.Repeat("]", 40), s400, "schema_too_complex"),
 		bad("batch schema bomb", "POST", "/v1/topics/bomb/produce-batch", `{"messages":[{"payload":[]},{"payload":`+strings.Repeat("[", 40)+strings.Repeat("]", 40)+`}]}`, s400, "schema_too_complex"),
+		// Nesting deeper than 128 breaks consumers' decoders (audit issue 16, finding 6).
+		bad("produce json 5000 deep", "POST", "/v1/topics/t/produce", strings.Repeat("[", 5000)+strings.Repeat("]", 5000), s400, "invalid_payload"),
+		bad("produce json 129 deep", "POST", "/v1/topics/t/produce", strings.Repeat(`{"a":`, 129)+"1"+strings.Repeat("}", 129), s400, "invalid_payload"),
+		{name: "produce sniffed json 5000 deep", method: "POST", path: "/v1/topics/t/produce", body: []byte(strings.Repeat("[", 5000) + strings.Repeat("]", 5000)), status: s400, codes: []string{"invalid_payload"}},
+		bad("batch payload 5000 deep", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"payload":`+strings.Repeat("[", 5000)+strings.Repeat("]", 5000)+`}]}`, s400, "invalid_payload"),
 		// Produce-batch: refused whole.
 		bad("batch of 1001", "POST", "/v1/topics/t/produce-batch", string(msgs(1001)), s400, "bad_request", ij),
 		bad("batch empty", "POST", "/v1/topics/t/produce-batch", `{"messages":[]}`, s400, "bad_request", ij),

@@ -614,7 +614,7 @@ export interface components {
          *     - `invalid_json`: the body is not valid JSON, or has unknown fields or wrong types.
          *     - `invalid_name`: a topic or user name breaks the naming rules.
          *     - `invalid_parameter`: a query or path parameter is malformed or out of range.
-         *     - `invalid_payload`: a payload does not match its declared content type.
+         *     - `invalid_payload`: a payload does not match its declared content type, or is JSON nested more than 128 levels deep.
          *     - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
          *     - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
          *     - `schema_too_complex`: a schema is over a budget of the broker (size, subschemas, references
