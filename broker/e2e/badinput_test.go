@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -47,6 +48,9 @@ func TestBadInput(t *testing.T) {
 	a.createTopic("other", map[string]any{"partitions": 1})
 	a.produceJSON("t", map[string]any{"id": "0"}, "partition=0")
 	a.produceJSON("other", map[string]any{"id": "x"}, "")
+	// Within the create-time budgets, but two alternatives a level recurse with the
+	// payload's nesting: 2^depth steps (audit issue 16, finding 2).
+	a.createTopic("bomb", map[string]any{"partitions": 1, "schema": json.RawMessage(`{"$defs":{"n":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/n"},"contains":false},{"type":"array","items":{"$ref":"#/$defs/n"}}]}},"$ref":"#/$defs/n"}`)})
 	held := a.mustConsume("t", "5s")        // a lease that bad acks must not touch
 	foreign := a.mustConsume("other", "5s") // a handle of another topic
 	before := snapshot(a)
@@ -104,6 +108,21 @@ func TestBadInput(t *testing.T) {
 		bad("create duplicate key", "POST", "/v1/topics", `{"name":"t2","name":"t3"}`, s400, ij),
 		bad("create duplicate nested key", "POST", "/v1/topics", `{"name":"t2","schema":{"a":1,"a":2}}`, s400, ij),
 		bad("create nested too deep", "POST", "/v1/topics", `{"name":"t2","schema":{"x":`+deep+`}}`, s400, ij),
+		// Create: schemas that reach outside themselves (audit issue 16, finding 1). The
+		// old code read the file, and /dev/ptmx held the request forever (the client's
+		// timeout fails the case).
+		bad("create schema ref /etc/passwd", "POST", "/v1/topics", `{"name":"t2","schema":{"$ref":"file:///etc/passwd"}}`, s400, "bad_request"),
+		bad("create schema ref /dev/ptmx", "POST", "/v1/topics", `{"name":"t2","schema":{"$ref":"file:///dev/ptmx"}}`, s400, "bad_request"),
+		bad("create schema ref http", "POST", "/v1/topics", `{"name":"t2","schema":{"$ref":"http://127.0.0.1:9/x.json"}}`, s400, "bad_request"),
+		bad("create schema $schema a file", "POST", "/v1/topics", `{"name":"t2","schema":{"$schema":"file:///etc/hostname"}}`, s400, "bad_request"),
+		bad("patch schema ref /etc/passwd", "PATCH", "/v1/topics/t", `{"schema":{"$ref":"file:///etc/passwd"}}`, s400, "bad_request"),
+		// Create: schema budgets (audit issue 16, finding 2).
+		bad("create schema anyOf chain", "POST", "/v1/topics", `{"name":"t2","schema":`+anyOfChain(40)+`}`, s400, "schema_too_complex"),
+		bad("create schema self reference", "POST", "/v1/topics", `{"name":"t2","schema":{"$ref":"#"}}`, s400, "schema_too_complex"),
+		bad("create schema reference cycle", "POST", "/v1/topics", `{"name":"t2","schema":{"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"anyOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"}}`, s400, "schema_too_complex"),
+		bad("create schema 2400 patterns", "POST", "/v1/topics", `{"name":"t2","schema":{"anyOf":[`+patterns(2400)+`]}}`, s400, "schema_too_complex"),
+		bad("create schema over 64 KiB", "POST", "/v1/topics", `{"name":"t2","schema":{"description":"`+strings.Repeat("x", 64<<10)+`"}}`, s400, "schema_too_complex"),
+		bad("patch schema anyOf chain", "PATCH", "/v1/topics/t", `{"schema":`+anyOfChain(40)+`}`, s400, "schema_too_complex"),
 		// Create: ranges.
 		bad("create partitions 0", "POST", "/v1/topics", `{"name":"t2","partitions":0}`, s400, ij, ip),
 		bad("create partitions 257", "POST", "/v1/topics", `{"name":"t2","partitions":257}`, s400, ij, ip),
@@ -175,6 +194,13 @@ func TestBadInput(t *testing.T) {
 		bad("produce key not UTF-8", "POST", "/v1/topics/t/produce?key=a%FFb", `1`, s400, ip),
 		bad("batch key over 1024 bytes", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1,"key":"`+strings.Repeat("k", 1025)+`"}]}`, s400, ip, ij),
 		bad("produce key over 1024 bytes", "POST", "/v1/topics/t/produce?key="+strings.Repeat("k", 1025), `1`, s400, ip),
+		bad("produce schema bomb", "POST", "/v1/topics/bomb/produce", strings.Repeat("[", 40)+strings.Repeat("]", 40), s400, "schema_too_complex"),
+		bad("batch schema bomb", "POST", "/v1/topics/bomb/produce-batch", `{"messages":[{"payload":[]},{"payload":`+strings.Repeat("[", 40)+strings.Repeat("]", 40)+`}]}`, s400, "schema_too_complex"),
+		// Nesting deeper than 128 breaks consumers' decoders (audit issue 16, finding 6).
+		bad("produce json 5000 deep", "POST", "/v1/topics/t/produce", strings.Repeat("[", 5000)+strings.Repeat("]", 5000), s400, "invalid_payload"),
+		bad("produce json 129 deep", "POST", "/v1/topics/t/produce", strings.Repeat(`{"a":`, 129)+"1"+strings.Repeat("}", 129), s400, "invalid_payload"),
+		{name: "produce sniffed json 5000 deep", method: "POST", path: "/v1/topics/t/produce", body: []byte(strings.Repeat("[", 5000) + strings.Repeat("]", 5000)), status: s400, codes: []string{"invalid_payload"}},
+		bad("batch payload 5000 deep", "POST", "/v1/topics/t/produce-batch", `{"messages":[{"payload":1},{"payload":`+strings.Repeat("[", 5000)+strings.Repeat("]", 5000)+`}]}`, s400, "invalid_payload"),
 		// Produce-batch: refused whole.
 		bad("batch of 1001", "POST", "/v1/topics/t/produce-batch", string(msgs(1001)), s400, "bad_request", ij),
 		bad("batch empty", "POST", "/v1/topics/t/produce-batch", `{"messages":[]}`, s400, "bad_request", ij),
@@ -297,6 +323,27 @@ func TestBadInput(t *testing.T) {
 	}
 	// The lease the bad acks aimed at is intact.
 	a.mustAck("t", held)
+}
+
+// anyOfChain is a schema whose every level refers to the next twice: checking a
+// payload costs 2^levels.
+func anyOfChain(levels int) string {
+	var defs []string
+	for i := 0; i < levels; i++ {
+		next := fmt.Sprintf(`{"$ref":"#/$defs/a%d"}`, i+1)
+		defs = append(defs, fmt.Sprintf(`"a%d":{"anyOf":[%s,{"allOf":[%s],"type":"object"}]}`, i, next, next))
+	}
+	defs = append(defs, fmt.Sprintf(`"a%d":{"type":"string"}`, levels))
+	return `{"$defs":{` + strings.Join(defs, ",") + `},"$ref":"#/$defs/a0"}`
+}
+
+// patterns is n distinct pattern subschemas, comma-separated.
+func patterns(n int) string {
+	p := make([]string, n)
+	for i := range p {
+		p[i] = fmt.Sprintf(`{"pattern":"a%d"}`, i)
+	}
+	return strings.Join(p, ",")
 }
 
 func truncate(s string, n int) string {

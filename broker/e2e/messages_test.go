@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -534,4 +535,29 @@ func TestReplayAfterRetention(t *testing.T) {
 	if m := a.consume("old", "wait=1s"); m != nil && m.Offset < oldest {
 		t.Errorf("consume with oldest offset %d delivered aged-out %s", oldest, m.where())
 	}
+}
+
+// TestPayloadDepthLimit: JSON payloads nest at most 128 levels (a Python consumer's
+// decoder gives up near 1,000, and deeper ones could never be settled); 128 is stored
+// and served back as sent, by produce and produce-batch.
+func TestPayloadDepthLimit(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	a.createTopic("deep", map[string]any{"partitions": 1})
+	at128 := strings.Repeat("[", 64) + strings.Repeat(`{"a":`, 64) + "1" + strings.Repeat("}", 64) + strings.Repeat("]", 64)
+	a.produce("deep", []byte(at128), "application/json", "")
+	r := a.Do("POST", "/v1/topics/deep/produce-batch", []byte(`{"messages":[{"payload":`+at128+`}]}`), "Content-Type", "application/json")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("a batch payload 128 deep: %d %s", r.Status, r.Body)
+	}
+	got := a.drain("deep")
+	if len(got) != 2 {
+		t.Fatalf("%d messages, want 2", len(got))
+	}
+	for _, m := range got {
+		if string(m.Payload) != at128 {
+			t.Fatalf("served %.60q, want the 128-deep payload", m.Payload)
+		}
+	}
+	a.Do("POST", "/v1/topics/deep/produce", []byte("["+at128+"]"), "Content-Type", "application/json").ExpectError(t, http.StatusBadRequest, "invalid_payload")
 }

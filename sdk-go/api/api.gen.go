@@ -51,6 +51,7 @@ const (
 	ErrorCodeOverloaded           ErrorCode = "overloaded"
 	ErrorCodePartitionNotFound    ErrorCode = "partition_not_found"
 	ErrorCodePayloadTooLarge      ErrorCode = "payload_too_large"
+	ErrorCodeSchemaTooComplex     ErrorCode = "schema_too_complex"
 	ErrorCodeSchemaViolation      ErrorCode = "schema_violation"
 	ErrorCodeStorageFailed        ErrorCode = "storage_failed"
 	ErrorCodeTimeout              ErrorCode = "timeout"
@@ -143,9 +144,12 @@ type AckResult struct {
 		// - `invalid_name`: a topic or user name breaks the naming rules.
 		// - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
 		//   operation takes no query parameter of that name.
-		// - `invalid_payload`: a payload does not match its declared content type.
+		// - `invalid_payload`: a payload does not match its declared content type, or is JSON nested more than 128 levels deep.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
+		// - `schema_too_complex`: a schema is over a budget of the broker (size, subschemas, references
+		//   that fan out or loop, patterns) when it is set, or checking a produce request against
+		//   the topic's schema took more than its step or time budget; nothing was written.
 		// - `offset_out_of_range`: the offset has aged out of the partition.
 		// - `unauthenticated`: no or wrong credentials.
 		// - `forbidden`: not allowed.
@@ -277,9 +281,12 @@ type Error struct {
 		// - `invalid_name`: a topic or user name breaks the naming rules.
 		// - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
 		//   operation takes no query parameter of that name.
-		// - `invalid_payload`: a payload does not match its declared content type.
+		// - `invalid_payload`: a payload does not match its declared content type, or is JSON nested more than 128 levels deep.
 		// - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 		// - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
+		// - `schema_too_complex`: a schema is over a budget of the broker (size, subschemas, references
+		//   that fan out or loop, patterns) when it is set, or checking a produce request against
+		//   the topic's schema took more than its step or time budget; nothing was written.
 		// - `offset_out_of_range`: the offset has aged out of the partition.
 		// - `unauthenticated`: no or wrong credentials.
 		// - `forbidden`: not allowed.
@@ -312,9 +319,12 @@ type Error struct {
 //   - `invalid_name`: a topic or user name breaks the naming rules.
 //   - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
 //     operation takes no query parameter of that name.
-//   - `invalid_payload`: a payload does not match its declared content type.
+//   - `invalid_payload`: a payload does not match its declared content type, or is JSON nested more than 128 levels deep.
 //   - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
 //   - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
+//   - `schema_too_complex`: a schema is over a budget of the broker (size, subschemas, references
+//     that fan out or loop, patterns) when it is set, or checking a produce request against
+//     the topic's schema took more than its step or time budget; nothing was written.
 //   - `offset_out_of_range`: the offset has aged out of the partition.
 //   - `unauthenticated`: no or wrong credentials.
 //   - `forbidden`: not allowed.
@@ -565,7 +575,7 @@ type TopicSettings struct {
 	// RetentionMs How long messages are kept, in ms (default 7 days). Whole segments older than this are deleted, acked or not.
 	RetentionMs *int64 `json:"retention_ms,omitempty"`
 
-	// Schema A JSON Schema (draft 2020-12) every produced payload must match (400 schema_violation otherwise). `{}` means none. A child without one inherits its parent's.
+	// Schema A JSON Schema (draft 2020-12) every produced payload must match (400 schema_violation otherwise). `{}` means none. A child without one inherits its parent's. References resolve only inside the schema (400 bad_request otherwise); a schema over the broker's budgets is 400 schema_too_complex.
 	Schema *json.RawMessage `json:"schema"`
 
 	// VisibilityTimeoutMs Lease length for consumed messages, in ms (100 ms to 12 h, default 30000).

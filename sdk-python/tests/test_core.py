@@ -286,6 +286,19 @@ def test_envelope_wire_form_matches_the_other_sdks() -> None:
         "x", 3, 12, "boom", "o", b"t")
     for not_env in (b"", b"plain", b"[1]", b'{"format":"other","id":"x"}', b"{bad"):
         assert narad.Envelope.try_decode(not_env) is None
+    # A payload nested deeper than json.loads recurses (older brokers stored them) is not
+    # an envelope: retry tiers must still route, delay and unwrap it, or its consumer
+    # could never settle it (audit issue 16, finding 6).
+    deep = b'{"a":' * 5000 + b"1" + b"}" * 5000
+    assert narad.Envelope.try_decode(deep) is None
+    tiers = narad.RetryTiers("o", [("o.r1", 5)], "o.parked")
+    msg = narad.Message(topic="o", partition=0, offset=0, body=deep, key=None,
+                        timestamp=0, receipt_handle="h", delivery_attempt=1)
+    assert tiers.due_in(msg) == 0.0
+    assert tiers.unwrap(msg).body == deep
+    assert tiers.plan_failure(msg, RuntimeError("x"))[0] == "o.r1"
+    with pytest.raises(ValueError):
+        msg.json()
     with pytest.raises(ValueError):
         narad.Envelope.decode(b"plain")
 

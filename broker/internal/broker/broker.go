@@ -17,8 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/queue"
@@ -402,7 +400,8 @@ func (b *Broker) applySettings(t *topic, m meta.Topic) {
 // without one), compiled once.
 type compiledSchema struct {
 	raw    string
-	schema *jsonschema.Schema
+	schema *topicSchema
+	err    error // why a stored schema does not compile; produce is refused
 }
 
 func (b *Broker) refreshSchema(t *topic, m meta.Topic, all []meta.Topic) {
@@ -419,10 +418,12 @@ func (b *Broker) refreshSchema(t *topic, m meta.Topic, all []meta.Topic) {
 	}
 	s, err := compileSchema(raw)
 	if err != nil {
-		// Schemas are checked before they are stored; this is a bug or a downgrade.
-		b.log.Error("stored schema does not compile; produce to this topic is refused", "topic", m.Name, "err", err)
-		s = nil
-		t.schema.Store(&compiledSchema{raw: string(raw), schema: brokenSchema()})
+		// Schemas are checked before they are stored, so this is one an older version
+		// accepted and this one refuses (or a bug). The topic stays up for consumers;
+		// produce is refused, since nothing unchecked may be written, until the schema
+		// is replaced.
+		b.log.Error("stored schema refused; produce to this topic is refused until its schema is replaced", "topic", m.Name, "err", err)
+		t.schema.Store(&compiledSchema{raw: string(raw), err: err})
 		return
 	}
 	t.schema.Store(&compiledSchema{raw: string(raw), schema: s})

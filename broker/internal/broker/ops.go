@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/narad-mq/narad/broker/internal/jsondepth"
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/queue"
@@ -21,6 +23,7 @@ const (
 	MaxTopicNameLen  = 249
 	MaxPartitions    = 256
 	MaxKeyBytes      = 1024
+	MaxPayloadDepth  = 128 // nesting of a JSON payload's arrays and objects
 	MaxVisibility    = 12 * time.Hour
 	MinVisibility    = 100 * time.Millisecond
 	MaxWait          = 20 * time.Second
@@ -355,23 +358,28 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 	if m := t.cur.Load(); m.Parent != "" && m.FanoutDelayMs > 0 {
 		return nil, &ConflictError{Msg: "topic " + name + " is a delay child of " + m.Parent + ": produce to the parent, and the message arrives here after the delay"}
 	}
-	if cs := t.schema.Load(); cs != nil && cs.schema != nil {
+	if cs := t.schema.Load(); cs != nil && cs.err != nil {
+		return nil, &ConflictError{Msg: fmt.Sprintf("the stored schema in effect for topic %q is refused by this version of the broker (%v); set a new one with PATCH /v1/topics/%s ({} for none) to produce to it again; nothing was written", name, cs.err, name)}
+	} else if cs != nil && cs.schema != nil {
+		// A topic with a schema holds JSON, so the bytes decide, not the content type:
+		// clients of older versions send JSON as octet-stream (and base64 in a batch).
+		// What passes is stored as JSON and comes back as JSON, so it must also keep
+		// within the nesting every consumer can decode.
 		cloned := false
 		for i, m := range msgs {
-			isJSON := m.Attrs&PayloadKindMask == PayloadKindJSON
-			// A topic with a schema holds JSON, so the bytes decide, not the content
-			// type: clients of older versions send JSON as octet-stream (and base64 in
-			// a batch). What passes is stored as JSON and comes back as JSON.
-			asJSON := !isJSON && json.Valid(m.Value) && utf8.Valid(m.Value)
-			if err := checkSchema(cs.schema, i, m.Value, isJSON || asJSON); err != nil {
-				return nil, err
+			if m.Attrs&PayloadKindMask == PayloadKindJSON || !json.Valid(m.Value) || !utf8.Valid(m.Value) {
+				continue
 			}
-			if asJSON {
-				if !cloned {
-					msgs, cloned = slices.Clone(msgs), true
-				}
-				msgs[i].Attrs = m.Attrs&^PayloadKindMask | PayloadKindJSON
+			if jsondepth.Exceeds(m.Value, MaxPayloadDepth) {
+				return nil, invalid("invalid_payload", "message %d: the payload is JSON nested more than %d levels deep; flatten it", i, MaxPayloadDepth)
 			}
+			if !cloned {
+				msgs, cloned = slices.Clone(msgs), true
+			}
+			msgs[i].Attrs = m.Attrs&^PayloadKindMask | PayloadKindJSON
+		}
+		if err := cs.schema.checkAll(ctx, msgs); err != nil {
+			return nil, err
 		}
 	}
 	out := make([]Produced, len(msgs))

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -88,5 +89,30 @@ func TestSchemaTopicTakesJSONSentAsBytes(t *testing.T) {
 	}
 	if k := got[0].Attrs & PayloadKindMask; k != PayloadKindBinary {
 		t.Errorf("a topic without a schema stored bytes as kind %d, want bytes (%d)", k, PayloadKindBinary)
+	}
+}
+
+// TestSchemaTopicBytesKeepTheDepthLimit: JSON sent as bytes to a topic with a schema is
+// stored and delivered as JSON, so it must keep within the nesting a consumer's JSON
+// decoder takes, exactly as JSON declared as JSON must (the HTTP layer checks that).
+func TestSchemaTopicBytesKeepTheDepthLimit(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "typed", Partitions: ptr[int32](1), Schema: []byte(`{"type":"array"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	deep := []byte(strings.Repeat("[", MaxPayloadDepth+1) + strings.Repeat("]", MaxPayloadDepth+1))
+	_, err := b.Produce(ctx, "typed", []Outgoing{{Partition: -1, Value: deep, Attrs: PayloadKindBinary}})
+	var ie *InvalidError
+	if !errors.As(err, &ie) || ie.Code != "invalid_payload" {
+		t.Fatalf("JSON %d deep sent as bytes to a schema topic: err %v, want invalid_payload", MaxPayloadDepth+1, err)
+	}
+	ok := []byte(strings.Repeat("[", MaxPayloadDepth) + strings.Repeat("]", MaxPayloadDepth))
+	if _, err := b.Produce(ctx, "typed", []Outgoing{{Partition: -1, Value: ok, Attrs: PayloadKindBinary}}); err != nil {
+		t.Fatalf("JSON exactly %d deep sent as bytes: %v", MaxPayloadDepth, err)
+	}
+	if got, _, _ := b.Read(ctx, "typed", 0, ptr[uint64](0), nil, 10); len(got) != 1 {
+		t.Fatalf("topic holds %d messages, want the 1 accepted", len(got))
 	}
 }

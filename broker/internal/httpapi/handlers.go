@@ -18,14 +18,16 @@ import (
 	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
+	"github.com/narad-mq/narad/broker/internal/jsondepth"
 	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
 // Limits on request bodies.
 const (
-	MaxPayloadBytes   = 1 << 20 // one produced message
-	MaxBatchBodyBytes = 8 << 20 // a produce-batch or ack-batch body
-	MaxAdminBodyBytes = 1 << 20 // any other JSON body
+	MaxPayloadBytes   = 1 << 20                // one produced message
+	MaxPayloadDepth   = broker.MaxPayloadDepth // nesting of a JSON payload's arrays and objects
+	MaxBatchBodyBytes = 8 << 20                // a produce-batch or ack-batch body
+	MaxAdminBodyBytes = 1 << 20                // any other JSON body
 )
 
 // Broker is what the HTTP API needs from the broker.
@@ -224,6 +226,9 @@ func payloadKind(contentType string, body []byte) (uint16, error) {
 		if !json.Valid(body) || !utf8.Valid(body) {
 			return 0, newErr(http.StatusBadRequest, "invalid_payload", "the body is not valid JSON but Content-Type says it is; fix the JSON or send application/octet-stream")
 		}
+		if jsondepth.Exceeds(body, MaxPayloadDepth) {
+			return 0, tooDeep("")
+		}
 		return kindJSON, nil
 	case strings.HasPrefix(mt, "text/"):
 		if !utf8.Valid(body) {
@@ -236,6 +241,9 @@ func payloadKind(contentType string, body []byte) (uint16, error) {
 	// No or another content type (curl -d sends a form type): sniff.
 	switch {
 	case len(body) > 0 && json.Valid(body) && utf8.Valid(body):
+		if jsondepth.Exceeds(body, MaxPayloadDepth) {
+			return 0, tooDeep("")
+		}
 		return kindJSON, nil
 	case utf8.Valid(body):
 		return kindText, nil
@@ -336,6 +344,13 @@ func readPayload(r io.Reader) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// tooDeep refuses a JSON payload nested deeper than MaxPayloadDepth. Consumers decode
+// JSON payloads, and recursive decoders give up on deep nesting (Python's json near
+// 1,000 levels): a message none of them can decode could never be settled.
+func tooDeep(at string) *apiError {
+	return newErr(http.StatusBadRequest, "invalid_payload", at+"the JSON payload nests arrays and objects more than "+strconv.Itoa(MaxPayloadDepth)+" levels deep; flatten it, or send it as bytes (application/octet-stream, or payload_encoding base64)")
+}
+
 func tooLarge() *apiError {
 	return newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "a message is at most 1 MiB (1048576 bytes); split it or store it elsewhere and send a reference")
 }
@@ -368,6 +383,9 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 			return nil, newErr(http.StatusBadRequest, "invalid_payload", at+"payload holds invalid UTF-8; JSON text is UTF-8 (send bytes with payload_encoding base64)")
 		}
 		o := broker.Outgoing{Key: key, Partition: part, Value: m.Payload, Attrs: kindJSON}
+		if m.PayloadEncoding == nil && jsondepth.Exceeds(m.Payload, MaxPayloadDepth) {
+			return nil, tooDeep(at)
+		}
 		if m.PayloadEncoding != nil {
 			if *m.PayloadEncoding != apigen.OutgoingMessagePayloadEncodingBase64 {
 				return nil, newErr(http.StatusBadRequest, "invalid_json", at+"payload_encoding must be \"base64\"")

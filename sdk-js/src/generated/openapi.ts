@@ -625,9 +625,12 @@ export interface components {
          *     - `invalid_name`: a topic or user name breaks the naming rules.
          *     - `invalid_parameter`: a query or path parameter is malformed or out of range, or the
          *       operation takes no query parameter of that name.
-         *     - `invalid_payload`: a payload does not match its declared content type.
+         *     - `invalid_payload`: a payload does not match its declared content type, or is JSON nested more than 128 levels deep.
          *     - `invalid_receipt_handle`: the receipt handle is not one this broker issued.
          *     - `schema_violation`: a payload does not match the topic's JSON Schema; nothing was written.
+         *     - `schema_too_complex`: a schema is over a budget of the broker (size, subschemas, references
+         *       that fan out or loop, patterns) when it is set, or checking a produce request against
+         *       the topic's schema took more than its step or time budget; nothing was written.
          *     - `offset_out_of_range`: the offset has aged out of the partition.
          *     - `unauthenticated`: no or wrong credentials.
          *     - `forbidden`: not allowed.
@@ -649,7 +652,7 @@ export interface components {
          *     - `internal`: a bug; the message says what to report.
          * @enum {string}
          */
-        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "overloaded" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
+        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "schema_too_complex" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "overloaded" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
         Health: {
             /** @description `ok` or `ready`. */
             status: string;
@@ -686,7 +689,7 @@ export interface components {
              * @description Replicas per partition (default 1 on a single node).
              */
             replication_factor?: number;
-            /** @description A JSON Schema (draft 2020-12) every produced payload must match (400 schema_violation otherwise). `{}` means none. A child without one inherits its parent's. */
+            /** @description A JSON Schema (draft 2020-12) every produced payload must match (400 schema_violation otherwise). `{}` means none. A child without one inherits its parent's. References resolve only inside the schema (400 bad_request otherwise); a schema over the broker's budgets is 400 schema_too_complex. */
             schema?: {
                 [key: string]: unknown;
             } | null;

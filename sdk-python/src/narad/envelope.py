@@ -119,7 +119,9 @@ class Envelope:
             return None
         try:
             doc = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
+            # Nesting deeper than json.loads recurses is not an envelope either; letting
+            # RecursionError out would stop a retry-tier consumer on that message for ever.
             return None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             return None

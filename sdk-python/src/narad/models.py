@@ -57,8 +57,15 @@ class Message:
         return self.body.decode(encoding)
 
     def json(self) -> Any:
-        """json decodes the body as JSON; raises ValueError when it is not JSON."""
-        return json.loads(self.body)
+        """json decodes the body as JSON; raises ValueError when it is not JSON.
+
+        Also when it nests deeper than Python's decoder recurses: the caller can then
+        settle the message (ack, nack) like any other that does not decode.
+        """
+        try:
+            return json.loads(self.body)
+        except RecursionError as e:
+            raise ValueError("the payload nests too deeply to decode: " + str(e)) from None
 
     @property
     def time(self) -> datetime:
