@@ -13,8 +13,10 @@ import (
 // attacker re-points at 127.0.0.1 (DNS rebinding) can even read the answers. Security
 // off must not mean "open to every web page", so without it the broker serves only
 // requests whose Host is a loopback name, an IP address or one of --allowed-hosts, and
-// refuses cross-site requests that change state. With security on, the credentials
-// decide, as for any other client.
+// refuses cross-site requests that change state. With security on the credentials decide
+// who may do what, but a browser attaches cached Basic credentials to a cross-site form
+// post as well (cross-site request forgery), so cross-site requests that change state are
+// refused with security on too.
 
 // hostRules decides which Host headers a broker without security serves.
 type hostRules struct {
@@ -94,6 +96,12 @@ func (s *server) checkBrowser(r *http.Request, oi *opInfo) error {
 	if !s.hosts.allows(r.Host) {
 		return forbidden("the Host " + clip(r.Host, maxEcho) + " is not a name of this broker: with security off it serves only loopback names, IP addresses and the names in --allowed-hosts, so that a web page cannot reach it by DNS rebinding; add the name to --allowed-hosts (NARAD_ALLOWED_HOSTS), or turn security on (NARAD_ADMIN_PASSWORD)")
 	}
+	return checkCrossSite(r, oi)
+}
+
+// checkCrossSite refuses a request that changes state and comes from a page of another
+// site, security on or off.
+func checkCrossSite(r *http.Request, oi *opInfo) error {
 	if !changesState(r, oi) {
 		return nil
 	}
@@ -107,7 +115,7 @@ func (s *server) checkBrowser(r *http.Request, oi *opInfo) error {
 }
 
 func crossSite(who string) error {
-	return forbidden("this request comes from " + who + ", and a broker with security off refuses cross-site requests that change state, so that no web page can write to it; call the broker from a program (its SDKs send no Origin), serve the page from the broker's own origin, or turn security on (NARAD_ADMIN_PASSWORD)")
+	return forbidden("this request comes from " + who + ", and the broker refuses cross-site requests that change state, so that no web page can write to it with a visitor's browser; call the broker from a program (its SDKs send no Origin), or serve the page from the broker's own origin")
 }
 
 // sameOrigin reports whether an Origin header names the host and port the request was

@@ -299,6 +299,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	if s.authOn() && !s.public(oi) {
+		// A forged cross-site request is refused before it costs a password check.
+		if err := checkCrossSite(r, oi); err != nil {
+			writeError(sw, err)
+			return
+		}
 		// Authentication comes before routing and before the body is read.
 		u, err := s.authn.authenticate(r)
 		if err != nil {
