@@ -105,6 +105,8 @@ type Partition struct {
 	sinceCkpt   int
 	checkpoints sync.Mutex // one checkpoint at a time
 	ckptRunning bool
+
+	journalDamaged uint64 // damaged settle records skipped by the replay on Open
 }
 
 // Delivery is one leased message.
@@ -149,6 +151,8 @@ func Open(opts Options) (*Partition, error) {
 		p.log.Close()
 		return nil, fmt.Errorf("partition %d: opening journal: %w", opts.Index, err)
 	}
+	p.reportRecovery("message log", p.log)
+	p.reportRecovery("settle journal", p.journal)
 	ck, err := p.readCheckpoint()
 	if err != nil {
 		p.closeLogs()
@@ -177,6 +181,25 @@ func (p *Partition) closeLogs() {
 	p.journal.Close()
 }
 
+// reportRecovery logs what opening a log found: damaged records (acknowledged, so an
+// error: the disk lost data it had confirmed) and a torn write cut off its end (the
+// normal trace of a crash).
+func (p *Partition) reportRecovery(what string, l *segment.Log) {
+	const maxLines = 20
+	damage := l.Damaged()
+	for i, d := range damage {
+		if i == maxLines {
+			p.opts.Logger.Error("more damaged records; the count above covers them all", "partition", p.opts.Index, "log", what, "runs_not_listed", len(damage)-maxLines)
+			break
+		}
+		p.opts.Logger.Error("damaged records found on open; their offsets stay taken and they are never served",
+			"partition", p.opts.Index, "log", what, "from_offset", d.From, "to_offset", d.To-1, "damaged_records", l.Stats().DamagedRecords)
+	}
+	if n := l.Stats().TornBytes; n > 0 {
+		p.opts.Logger.Info("cut a torn write off the end of a log", "partition", p.opts.Index, "log", what, "bytes", n, "next_offset", l.Next())
+	}
+}
+
 func (p *Partition) replayJournal(from uint64) error {
 	end := p.log.Next()
 	if from < p.journal.Oldest() {
@@ -186,6 +209,16 @@ func (p *Partition) replayJournal(from uint64) error {
 	}
 	for from < p.journal.Next() {
 		recs, err := p.journal.Read(from, 256, 1<<20)
+		if errors.Is(err, segment.ErrCorrupt) {
+			// A damaged settle record: the settles it held are lost, and those messages
+			// will be delivered again (at least once, never lost). Refusing to start
+			// would stop the whole partition for what a redelivery repairs.
+			p.opts.Logger.Error("a damaged settle record is skipped; the messages it settled will be delivered again",
+				"partition", p.opts.Index, "journal_offset", from, "err", err)
+			p.journalDamaged++
+			from++
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("partition %d: replaying settle journal: %w", p.opts.Index, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/failpoint"
 )
@@ -93,13 +94,17 @@ func (l *Log) run() {
 			r.done <- struct{}{}
 		}
 		clear(group)
-		if len(sealed) > 0 {
-			// Off the acknowledgement path: a missing index only costs a scan on Open.
+		if len(sealed) > 0 || (err == nil && l.opts.RecoveryPointEvery > 0 && time.Since(l.rpAt) >= l.opts.RecoveryPointEvery) {
+			// Off the acknowledgement path: a missing index only costs a scan on Open,
+			// and a stale recovery point only leaves Open less sure what was torn.
 			l.fileMu.Lock()
 			for _, s := range sealed {
-				if !s.deleted.Load() {
+				if !s.deleted.Load() && !s.holes {
 					l.writeIndex(s)
 				}
+			}
+			if err == nil && l.opts.RecoveryPointEvery > 0 && time.Since(l.rpAt) >= l.opts.RecoveryPointEvery {
+				l.writeRecoveryPoint()
 			}
 			l.fileMu.Unlock()
 		}
