@@ -158,21 +158,48 @@ func Open(opts Options) (*Partition, error) {
 		p.closeLogs()
 		return nil, err
 	}
-	if end := p.log.Next(); ck.frontier > end {
-		// The log ends before messages that were settled: data the disk had confirmed is
-		// gone. Offsets from end on will be reused by new messages, which must not count
-		// as settled, so the settled state is cut back to the log.
+	// The disk may have lost writes it had confirmed: the log may end before offsets
+	// that were settled, and the journal before the position the checkpoint covers.
+	// Offsets from the log's end on will be taken again by new messages, which must not
+	// count as settled, now or at any later start.
+	end := p.log.Next()
+	lost := false
+	if ck.frontier > end {
 		opts.Logger.Error("message log ends before the ack frontier; the disk lost confirmed data",
 			"partition", opts.Index, "log_end", end, "frontier", ck.frontier)
 		ck.frontier = end
 		ck.ackedAhead = nil
+		lost = true
+	}
+	if jn := p.journal.Next(); jn < ck.journalNext {
+		// Settles written from jn on would land at positions the checkpoint claims to
+		// cover, and the next start would skip them.
+		opts.Logger.Error("settle journal ends before the position the checkpoint covers; the disk lost confirmed data",
+			"partition", opts.Index, "journal_end", jn, "checkpoint_position", ck.journalNext)
+		lost = true
 	}
 	p.q = queue.New(opts.Queue, epoch, ck.frontier, ck.ackedAhead)
-	if err := p.replayJournal(ck.journalNext); err != nil {
+	dropped, err := p.replayJournal(ck.journalNext)
+	if err != nil {
 		p.closeLogs()
 		return nil, err
 	}
+	if dropped > 0 {
+		opts.Logger.Error("settle journal names offsets the message log no longer holds; the disk lost confirmed data",
+			"partition", opts.Index, "log_end", end, "dropped_settles", dropped)
+		lost = true
+	}
 	p.q.SetBounds(p.log.Oldest(), p.log.Next())
+	if lost {
+		// Record the cut-back state before anything new is written: a checkpoint at the
+		// journal's real end, so no old settle is replayed against a reused offset and
+		// new settles land past what it covers. Without it the guard above would hold
+		// for this start only.
+		if err := p.Checkpoint(); err != nil {
+			p.closeLogs()
+			return nil, fmt.Errorf("partition %d: recording the state cut back after lost data: %w", opts.Index, err)
+		}
+	}
 	return p, nil
 }
 
@@ -200,12 +227,14 @@ func (p *Partition) reportRecovery(what string, l *segment.Log) {
 	}
 }
 
-func (p *Partition) replayJournal(from uint64) error {
+// replayJournal applies the settle records from journal position from on. It returns
+// how many settles named offsets at or past the log's end, which it drops (see Open).
+func (p *Partition) replayJournal(from uint64) (dropped int, err error) {
 	end := p.log.Next()
 	if from < p.journal.Oldest() {
 		// The checkpoint says it covers up to from, and compaction only deletes what a
 		// durable checkpoint covers; a journal starting later means files were lost.
-		return fmt.Errorf("partition %d: settle journal starts at %d, after checkpoint position %d: %w", p.opts.Index, p.journal.Oldest(), from, segment.ErrCorrupt)
+		return 0, fmt.Errorf("partition %d: settle journal starts at %d, after checkpoint position %d: %w", p.opts.Index, p.journal.Oldest(), from, segment.ErrCorrupt)
 	}
 	for from < p.journal.Next() {
 		recs, err := p.journal.Read(from, 256, 1<<20)
@@ -220,22 +249,24 @@ func (p *Partition) replayJournal(from uint64) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("partition %d: replaying settle journal: %w", p.opts.Index, err)
+			return dropped, fmt.Errorf("partition %d: replaying settle journal: %w", p.opts.Index, err)
 		}
 		for _, r := range recs {
 			offs, err := decodeSettle(r.Value)
 			if err != nil {
-				return fmt.Errorf("partition %d: settle record %d: %w", p.opts.Index, r.Offset, err)
+				return dropped, fmt.Errorf("partition %d: settle record %d: %w", p.opts.Index, r.Offset, err)
 			}
 			for _, o := range offs {
-				if o < end { // see the frontier check in Open
+				if o < end { // see the lost-data checks in Open
 					p.q.Settled(o)
+				} else {
+					dropped++
 				}
 			}
 			from = r.Offset + 1
 		}
 	}
-	return nil
+	return dropped, nil
 }
 
 // Append writes records durably and returns the first offset. The messages are
