@@ -116,3 +116,39 @@ func TestLostLogTailGuardOutlivesRestarts(t *testing.T) {
 		}
 	}
 }
+
+// TestLostLogTailDropsAckedAhead (issue 15 #2): offsets settled out of order at or past
+// the end of a log that came back shorter must not count as settled when new messages
+// take them.
+func TestLostLogTailDropsAckedAhead(t *testing.T) {
+	fs := vfs.NewMem()
+	p := mustOpen(t, fs)
+	appendN(t, p, 10)
+	ds := leaseAll(t, p)
+	for _, i := range []int{0, 1, 2, 7, 8} {
+		if err := settleOne(p, ds[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Checkpoint(); err != nil { // frontier 3, acked ahead {7, 8}
+		t.Fatal(err)
+	}
+	crash(fs, p)
+	loseLogTail(t, fs, "/p/log", 4, oneDigitFrame) // offsets 4 to 9 lost
+
+	p = mustOpen(t, fs)
+	if st := p.Stats(); st.Backlog != 1 || st.AckedAhead != 0 {
+		t.Fatalf("stats over a 4-record log with frontier 3: %+v", st)
+	}
+	appendN(t, p, 6) // offsets 4 to 9 again
+	got := fmt.Sprint(offsets(leaseAll(t, p)))
+	crash(fs, p)
+	if got != "[3 4 5 6 7 8 9]" {
+		t.Fatalf("delivered %s, want [3 4 5 6 7 8 9]: new messages were skipped as settled", got)
+	}
+	p = mustOpen(t, fs)
+	defer p.Close()
+	if got := fmt.Sprint(offsets(leaseAll(t, p))); got != "[3 4 5 6 7 8 9]" {
+		t.Fatalf("after another restart: delivered %s", got)
+	}
+}

@@ -168,9 +168,20 @@ func Open(opts Options) (*Partition, error) {
 		opts.Logger.Error("message log ends before the ack frontier; the disk lost confirmed data",
 			"partition", opts.Index, "log_end", end, "frontier", ck.frontier)
 		ck.frontier = end
-		ck.ackedAhead = nil
 		lost = true
 	}
+	kept := ck.ackedAhead[:0]
+	for _, o := range ck.ackedAhead {
+		if o < end {
+			kept = append(kept, o)
+		}
+	}
+	if len(kept) < len(ck.ackedAhead) {
+		opts.Logger.Error("message log ends before messages settled out of order; the disk lost confirmed data",
+			"partition", opts.Index, "log_end", end, "dropped_settles", len(ck.ackedAhead)-len(kept))
+		lost = true
+	}
+	ck.ackedAhead = kept
 	if jn := p.journal.Next(); jn < ck.journalNext {
 		// Settles written from jn on would land at positions the checkpoint claims to
 		// cover, and the next start would skip them.

@@ -357,7 +357,15 @@ type Stats struct {
 func (s *State) Stats() Stats {
 	backlog := uint64(0)
 	if s.end > s.frontier {
-		backlog = s.end - s.frontier - uint64(len(s.ackedAhead))
+		// Only settled offsets below the end count: a state restored over a log that
+		// came back shorter may hold some past it (the partition drops them on open).
+		settled := uint64(0)
+		for o := range s.ackedAhead {
+			if o < s.end {
+				settled++
+			}
+		}
+		backlog = s.end - s.frontier - settled
 	}
 	return Stats{Oldest: s.oldest, End: s.end, Frontier: s.frontier, AckedAhead: len(s.ackedAhead), InFlight: len(s.leases), Backlog: backlog}
 }
