@@ -370,6 +370,9 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 			Syncer:       b.syncerOrNil(),
 			Logger:       b.log.With("topic", m.Name, "partition", i),
 			OnAvailable:  t.sig.broadcast,
+			OnDamaged: func(log string, n int) {
+				b.metrics.Damaged.WithLabelValues(m.Name, log).Add(float64(n))
+			},
 		})
 		if err != nil {
 			for _, q := range t.parts {

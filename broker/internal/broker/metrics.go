@@ -24,6 +24,7 @@ type Metrics struct {
 	ConsumeWaiting prometheus.Gauge         // long polls parked now
 	AuthFailures   prometheus.Counter       // failed logins
 	FanoutCopied   *prometheus.CounterVec   // messages copied into a child, by child
+	Damaged        *prometheus.CounterVec   // damaged records skipped, by topic and log
 
 	// syncStats reads the node's shared sync group (set by Open in group sync mode).
 	syncStats atomic.Pointer[func() vfs.SyncStats]
@@ -76,6 +77,10 @@ func NewMetrics() *Metrics {
 		FanoutCopied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_fanout_copied_total", Help: "Messages copied from a parent into a child topic.",
 		}, []string{"child"}),
+		Damaged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_damaged_records_total",
+			Help: "Records that failed their checksum and were skipped: messages settled without being delivered (log=messages), settle records lost on open (log=journal).",
+		}, []string{"topic", "log"}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_failures_total", Help: "Requests refused for missing or wrong credentials.",
 		}),
@@ -92,7 +97,7 @@ func NewMetrics() *Metrics {
 		}, m.syncStat(func(s vfs.SyncStats) float64 { return s.Time.Seconds() })),
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
-		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.FanoutCopied,
+		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.FanoutCopied, m.Damaged,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
@@ -35,5 +36,50 @@ func TestDamagedSettleRecordKeepsLaterSettles(t *testing.T) {
 	}
 	if p.journalDamaged != 1 {
 		t.Fatalf("%d damaged settle records counted, want 1", p.journalDamaged)
+	}
+}
+
+// TestDamagedRecordIsSkippedNotWedged (issue 15 #6): a damaged record can never be served
+// or settled. It must not pin the frontier (so that every later ack still fits the
+// acked-ahead cap), nor hide the records after it; it is skipped, counted, and reported
+// through OnDamaged.
+func TestDamagedRecordIsSkippedNotWedged(t *testing.T) {
+	fs := vfs.NewMem()
+	cfg := testQueue
+	cfg.MaxAckedAhead = 4
+	var reported atomic.Int64
+	open := func() *Partition {
+		return mustOpen(t, fs, func(o *Options) {
+			o.Queue = cfg
+			o.SegmentBytes = 200 // five one-digit records per segment: offset 2 lies in a sealed one
+			o.OnDamaged = func(log string, n int) {
+				if log == "messages" {
+					reported.Add(int64(n))
+				}
+			}
+		})
+	}
+	p := open()
+	appendN(t, p, 10)
+	p.Close()
+	if err := fs.FlipByte("/p/log/00000000000000000000.log", 2*oneDigitFrame+20, 0x08); err != nil {
+		t.Fatal(err)
+	}
+	p = open()
+	defer p.Close()
+	ds := leaseAll(t, p)
+	if got := fmt.Sprint(offsets(ds)); got != "[0 1 3 4 5 6 7 8 9]" {
+		t.Fatalf("delivered %s, want every record but the damaged one", got)
+	}
+	for _, d := range ds {
+		if err := settleOne(p, d); err != nil {
+			t.Fatalf("ack of offset %d: %v", d.Record.Offset, err)
+		}
+	}
+	if st := p.Stats(); st.Frontier != 10 || st.Backlog != 0 || st.Damaged != 1 || reported.Load() != 1 {
+		t.Fatalf("stats %+v, %d reported: want the frontier past the damaged record, one counted", st, reported.Load())
+	}
+	if more := leaseAll(t, p); len(more) != 0 {
+		t.Fatalf("delivered %v after everything was settled", offsets(more))
 	}
 }

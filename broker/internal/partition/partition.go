@@ -59,6 +59,11 @@ type Options struct {
 	// available to lease (an append, a lapsed or handed-back lease, a freed in-flight
 	// slot). It must not block.
 	OnAvailable func()
+	// OnDamaged is called, without locks held, when damaged records are skipped: log is
+	// "messages" for a message skipped at lease time (it is settled without being
+	// served), "journal" for a settle record skipped by the replay on open. It must not
+	// block. Nil: not reported beyond the error log line.
+	OnDamaged func(log string, records int)
 	// Clock is the monotonic time in nanoseconds; nil means time since process start.
 	Clock func() int64
 	// WallClock is the Unix time in milliseconds stamped on records; nil means time.Now.
@@ -256,6 +261,9 @@ func (p *Partition) replayJournal(from uint64) (dropped int, err error) {
 			p.opts.Logger.Error("a damaged settle record is skipped; the messages it settled will be delivered again",
 				"partition", p.opts.Index, "journal_offset", from, "err", err)
 			p.journalDamaged++
+			if p.opts.OnDamaged != nil {
+				p.opts.OnDamaged("journal", 1)
+			}
 			from++
 			continue
 		}
@@ -319,13 +327,26 @@ func (p *Partition) notify() {
 
 // Lease reserves up to limit messages for d and reads them, up to about maxBytes of
 // payload: the first message always goes, and the ones that do not fit are handed back
-// unsent (not counted as attempts). It returns no deliveries (and no error) when nothing
-// is available.
+// unsent (not counted as attempts). A message whose record is damaged is skipped: it is
+// settled without being served, logged and counted (OnDamaged), and the lease goes on to
+// the next message. It returns no deliveries (and no error) when nothing is available.
 func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery, error) {
+	for {
+		out, skipped, err := p.leaseOnce(limit, d, maxBytes)
+		if len(out) > 0 || err != nil || skipped == 0 {
+			return out, err
+		}
+		// Every message leased was damaged and is now settled: lease again, so one
+		// damaged record never answers a consume with nothing while others wait.
+	}
+}
+
+// leaseOnce is one round of Lease; it also returns how many damaged records it skipped.
+func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Delivery, int, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	now := p.opts.Clock()
 	if p.q.Expire(now) > 0 {
@@ -335,8 +356,9 @@ func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery,
 	p.armTimerLocked()
 	p.mu.Unlock()
 	if len(grants) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
+	skipped := 0
 	out := make([]Delivery, 0, len(grants))
 	used := 0
 	var readErr error
@@ -361,7 +383,7 @@ func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery,
 		recs, err := p.readRun(grants[i].Offset, j-i, budget)
 		for k, r := range recs {
 			if r.Offset != grants[i+k].Offset {
-				return nil, fmt.Errorf("%w: read offset %d for lease on %d", ErrStorage, r.Offset, grants[i+k].Offset)
+				return nil, skipped, fmt.Errorf("%w: read offset %d for lease on %d", ErrStorage, r.Offset, grants[i+k].Offset)
 			}
 			deliver(r, grants[i+k])
 		}
@@ -369,7 +391,7 @@ func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery,
 		case err == nil && len(recs) < j-i:
 			// The byte budget ran out inside the run.
 			p.unleaseGrants(grants[i+len(recs):])
-			return out, nil
+			return out, skipped, nil
 		case err != nil && errors.Is(err, segment.ErrOffsetOutOfRange):
 			// Retention removed them after they were reserved: they are gone for good.
 			p.mu.Lock()
@@ -377,24 +399,46 @@ func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery,
 			p.mu.Unlock()
 		case err != nil:
 			// Read the rest one by one: one damaged record must not hold back its
-			// neighbours. A record that cannot be read is never served; its lease lapses
-			// and it is tried again then, so a bad sector does not spin the consumer.
+			// neighbours. A damaged record is skipped for good (see skipDamaged). A
+			// record that cannot be read for another reason (an I/O error) is not served
+			// now; its lease lapses and it is tried again then, so a failing disk does not
+			// spin the consumer.
 			for k := len(recs); k < j-i; k++ {
-				one, err := p.readRun(grants[i+k].Offset, 1, 1)
-				if err != nil {
-					p.opts.Logger.Error("a leased message cannot be read; it is not served", "partition", p.opts.Index, "offset", grants[i+k].Offset, "err", err)
+				g := grants[i+k]
+				one, err := p.readRun(g.Offset, 1, 1)
+				switch {
+				case err != nil && errors.Is(err, segment.ErrCorrupt):
+					p.skipDamaged(g.Offset, err)
+					skipped++
+				case err != nil:
+					p.opts.Logger.Error("a leased message cannot be read; it is not served now", "partition", p.opts.Index, "offset", g.Offset, "err", err)
 					readErr = readError(err)
-					continue
+				default:
+					deliver(one[0], g)
 				}
-				deliver(one[0], grants[i+k])
 			}
 		}
 		i = j
 	}
 	if len(out) == 0 && readErr != nil {
-		return nil, readErr
+		return nil, skipped, readErr
 	}
-	return out, nil
+	return out, skipped, nil
+}
+
+// skipDamaged settles a leased message whose record failed its checks: it can never be
+// served, and left in the queue it would pin the frontier, so that after MaxAckedAhead
+// later acks every ack would be refused. It is not written to the journal: until a
+// checkpoint covers it, a restart finds, logs and skips it again.
+func (p *Partition) skipDamaged(off uint64, err error) {
+	p.mu.Lock()
+	p.q.Skip(off)
+	p.mu.Unlock()
+	p.opts.Logger.Error("a damaged message is skipped: it is never delivered and counts as settled",
+		"partition", p.opts.Index, "offset", off, "err", err)
+	if p.opts.OnDamaged != nil {
+		p.opts.OnDamaged("messages", 1)
+	}
 }
 
 func (p *Partition) unleaseGrants(gs []queue.Grant) {
