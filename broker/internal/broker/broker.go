@@ -140,7 +140,7 @@ func Open(opts Options) (*Broker, error) {
 	default:
 		return nil, fmt.Errorf("sync mode %q: want %q or %q", opts.SyncMode, SyncGroup, SyncFile)
 	}
-	if err := os.MkdirAll(filepath.Join(opts.DataDir, "topics"), 0o755); err != nil {
+	if err := vfs.MkdirAllSync(vfs.OS{}, filepath.Join(opts.DataDir, "topics"), 0o755); err != nil {
 		return nil, err
 	}
 	id, err := nodeID(opts.DataDir, opts.NodeID)

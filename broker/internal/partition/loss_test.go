@@ -152,3 +152,27 @@ func TestLostLogTailDropsAckedAhead(t *testing.T) {
 		t.Fatalf("after another restart: delivered %s", got)
 	}
 }
+
+// TestNewPartitionSurvivesPowerLoss (issue 15 #9): the directories of a new partition
+// (topic, partition, log/ and journal/) must be durable before the first append returns;
+// otherwise a power loss drops their entries and the acknowledged message with them.
+func TestNewPartitionSurvivesPowerLoss(t *testing.T) {
+	fs := vfs.NewMem()
+	if err := vfs.MkdirAllSync(fs, "/data/topics", 0o700); err != nil { // topics/ exists, durably
+		t.Fatal(err)
+	}
+	dir := "/data/topics/1-t/0"
+	p := mustOpen(t, fs, func(o *Options) { o.Dir = dir })
+	appendN(t, p, 1)
+	ds := leaseAll(t, p)
+	if err := settleOne(p, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, p, 1)
+	crash(fs, p)
+	p = mustOpen(t, fs, func(o *Options) { o.Dir = dir })
+	defer p.Close()
+	if got := fmt.Sprint(offsets(leaseAll(t, p))); got != "[1]" {
+		t.Fatalf("after a power loss: delivered %s, want [1] (message 0 acked, message 1 stored)", got)
+	}
+}

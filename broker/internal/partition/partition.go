@@ -140,7 +140,9 @@ func Open(opts Options) (*Partition, error) {
 		opts.WallClock = wallMillis
 	}
 	p := &Partition{opts: opts, fs: opts.FS}
-	if err := p.fs.MkdirAll(opts.Dir, 0o755); err != nil {
+	// The topic's and the partition's directory entries must be durable before the
+	// first append is acknowledged, or a power loss drops them with every file inside.
+	if err := vfs.MkdirAllSync(p.fs, opts.Dir, 0o755); err != nil {
 		return nil, err
 	}
 	epoch, err := p.bumpEpoch()

@@ -144,3 +144,18 @@ func TestTornRecoveryPointSlot(t *testing.T) {
 		t.Fatalf("recovery point %+v valid %v, next slot %d; want the 10-record one, and slot 1 next", l.rp, l.rpValid, l.rpSlot)
 	}
 }
+
+// TestNewLogSurvivesPowerLoss (issue 15 #9): a new log's directory entry must be durable
+// before the first append returns.
+func TestNewLogSurvivesPowerLoss(t *testing.T) {
+	m := vfs.NewMem()
+	l := mustOpen(t, "/new/log", Options{FS: m})
+	mustAppend(t, l, testRecord(0))
+	m.Crash()
+	l.Close()
+	l = mustOpen(t, "/new/log", Options{FS: m})
+	defer mustClose(t, l)
+	if l.Next() != 1 {
+		t.Fatalf("after a power loss the new log holds %d records, want the 1 acknowledged", l.Next())
+	}
+}

@@ -160,7 +160,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		queue:  make(chan *request, queueDepth),
 		done:   make(chan struct{}),
 	}
-	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
+	mkdir := vfs.MkdirAllSync // the directory's entry must be durable before any append is
+	if opts.NoSync {
+		mkdir = vfs.FS.MkdirAll
+	}
+	if err := mkdir(l.fs, dir, 0o755); err != nil {
 		return nil, fmt.Errorf("segment: open %s: %w", dir, err)
 	}
 	if err := l.load(); err != nil {
