@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -172,6 +173,9 @@ func (l *Log) commit(group []*request, size int) ([]*segment, error) {
 	for i := range l.chunks {
 		c := &l.chunks[i]
 		s := c.seg
+		if !c.created && len(s.entries) == 0 && c.eEnd > c.eStart {
+			l.boundDamaged(l.pending[c.eStart].ts)
+		}
 		s.entries = append(s.entries, l.pending[c.eStart:c.eEnd]...)
 		s.next, s.size, s.lastTS, s.indexedAt = c.next, c.size, c.lastTS, c.indexedAt
 		if c.created {
@@ -193,6 +197,19 @@ func (l *Log) commit(group []*request, size int) ([]*segment, error) {
 		sealed = append(sealed, c.seg)
 	}
 	return sealed, nil
+}
+
+// boundDamaged gives a damaged sealed segment just before the active one, whose age was
+// unknown because nothing followed it, the bound ts of the first record appended after
+// it (or its last valid record's, if later): without it, it would never age out while
+// the process runs. Its valid records are all older than the bound, so retention never
+// removes a record that could be served before its time. l.mu must be held.
+func (l *Log) boundDamaged(ts int64) {
+	if n := len(l.segments); n >= 2 {
+		if prev := l.segments[n-2]; prev.damaged && prev.lastTS == math.MaxInt64 {
+			prev.lastTS = max(ts, prev.validTS)
+		}
+	}
 }
 
 // writeChunk writes one chunk and fsyncs it. A new segment's file is created,

@@ -159,3 +159,32 @@ func TestNewLogSurvivesPowerLoss(t *testing.T) {
 		t.Fatalf("after a power loss the new log holds %d records, want the 1 acknowledged", l.Next())
 	}
 }
+
+// TestDamagedSegmentBeforeEmptyActiveAgesOut (issue 15 #7): a sealed segment whose last
+// records are damaged, next to an empty active segment, has no known age at Open. Once a
+// record is appended after it, that record's time bounds it, and retention removes it
+// while the process runs, as it would after a restart.
+func TestDamagedSegmentBeforeEmptyActiveAgesOut(t *testing.T) {
+	m := vfs.NewMem()
+	l := mustOpen(t, testDir, memOptions(m))
+	appendTestRecords(t, l, 0, 30)
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	seg := l.segments[len(l.segments)-2]
+	mustClose(t, l)
+	m.Remove(seg.indexPath())
+	last := testRecord(29)
+	m.FlipByte(seg.path, seg.size-int64(frameSize(&last))+frameHeader+2, 0x04)
+
+	l = mustOpen(t, testDir, memOptions(m))
+	defer mustClose(t, l)
+	ts := testRecord(40).Timestamp
+	mustAppend(t, l, Record{Timestamp: ts, Value: []byte("later")})
+	if _, err := l.DeleteOlderThan(ts + 1); err != nil {
+		t.Fatal(err)
+	}
+	if l.Oldest() != 30 {
+		t.Fatalf("Oldest %d after retention past every record: the damaged segment at %d did not age out", l.Oldest(), seg.base)
+	}
+}

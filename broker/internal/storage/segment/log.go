@@ -232,11 +232,12 @@ func (l *Log) load() error {
 
 	// A damaged segment's own newest timestamp is unknown; bound it by the
 	// first timestamp after it so retention and OffsetForTime never act early.
+	// With nothing after it yet, the bound waits for the first append (boundDamaged).
 	for i, s := range l.segments {
 		if s.damaged {
-			s.lastTS = math.MaxInt64
+			s.validTS, s.lastTS = s.lastTS, math.MaxInt64
 			if n := l.segments[i+1]; len(n.entries) > 0 {
-				s.lastTS = n.entries[0].ts
+				s.lastTS = max(n.entries[0].ts, s.validTS)
 			}
 		}
 	}

@@ -48,6 +48,7 @@ type segment struct {
 	lastTS  int64        // newest timestamp (math.MinInt64 when empty; an upper bound when damaged)
 	entries []indexEntry // appended to, never changed
 	damaged bool         // sealed, and its last records failed their checks: lastTS is only a bound
+	validTS int64        // damaged: the timestamp of its last valid record (a lower bound of the real one)
 	// holes: some records failed their checks when the segment was scanned on Open; such a
 	// segment gets no index file, so the damage is found and reported again at every Open.
 	holes bool
