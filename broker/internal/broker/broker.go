@@ -140,7 +140,7 @@ func Open(opts Options) (*Broker, error) {
 	default:
 		return nil, fmt.Errorf("sync mode %q: want %q or %q", opts.SyncMode, SyncGroup, SyncFile)
 	}
-	if err := vfs.MkdirAllSync(vfs.OS{}, filepath.Join(opts.DataDir, "topics"), 0o755); err != nil {
+	if err := vfs.MkdirAllSync(vfs.OS{}, filepath.Join(opts.DataDir, "topics"), 0o700); err != nil {
 		return nil, err
 	}
 	id, err := nodeID(opts.DataDir, opts.NodeID)
@@ -532,7 +532,7 @@ func nodeID(dataDir, want string) (string, error) {
 
 func writeFileSync(path string, data []byte) error {
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

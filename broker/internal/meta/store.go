@@ -49,7 +49,7 @@ func Open(opts Options) (*Store, error) {
 		opts.Logger = slog.Default()
 	}
 	// The directory's entry must be durable before the first metadata write commits.
-	if err := vfs.MkdirAllSync(vfs.OS{}, opts.Dir, 0o755); err != nil {
+	if err := vfs.MkdirAllSync(vfs.OS{}, opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
 	f := newFSM()

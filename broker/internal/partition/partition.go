@@ -142,7 +142,7 @@ func Open(opts Options) (*Partition, error) {
 	p := &Partition{opts: opts, fs: opts.FS}
 	// The topic's and the partition's directory entries must be durable before the
 	// first append is acknowledged, or a power loss drops them with every file inside.
-	if err := vfs.MkdirAllSync(p.fs, opts.Dir, 0o755); err != nil {
+	if err := vfs.MkdirAllSync(p.fs, opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
 	epoch, err := p.bumpEpoch()

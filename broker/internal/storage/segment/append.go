@@ -220,7 +220,7 @@ func (l *Log) writeChunk(c *chunk) error {
 		return nil
 	}
 	if c.created {
-		f, err := l.fs.OpenFile(c.seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err := l.fs.OpenFile(c.seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return &writeError{err}
 		}

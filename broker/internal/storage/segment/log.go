@@ -164,7 +164,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.NoSync {
 		mkdir = vfs.FS.MkdirAll
 	}
-	if err := mkdir(l.fs, dir, 0o755); err != nil {
+	if err := mkdir(l.fs, dir, 0o700); err != nil {
 		return nil, fmt.Errorf("segment: open %s: %w", dir, err)
 	}
 	if err := l.load(); err != nil {
@@ -370,7 +370,7 @@ func (l *Log) recoverActive(base uint64) (*segment, error) {
 // createSegment creates the empty file of a new active segment, durably.
 func (l *Log) createSegment(base uint64) (*segment, error) {
 	s := newSegment(l.dir, base)
-	f, err := l.fs.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := l.fs.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +390,7 @@ func (l *Log) writeIndex(s *segment) {
 	b := encodeIndex(&indexFile{base: s.base, next: s.next, size: s.size, lastTS: s.lastTS, entries: s.entries})
 	tmp := s.indexPath() + tmpExt
 	err := func() error {
-		f, err := l.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		f, err := l.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			return err
 		}
