@@ -89,23 +89,24 @@ func (l *Log) run() {
 		}
 		l.fileMu.Lock()
 		sealed, err := l.commit(group, size)
+		if err == nil && l.opts.RecoveryPointEvery > 0 && time.Since(l.rpAt) >= l.opts.RecoveryPointEvery {
+			// Before the answers, so that whoever sees an append return also sees every
+			// fsync it caused; it costs one group one more fsync at most once a period.
+			l.writeRecoveryPoint()
+		}
 		l.fileMu.Unlock()
 		for _, r := range group {
 			r.err = err
 			r.done <- struct{}{}
 		}
 		clear(group)
-		if len(sealed) > 0 || (err == nil && l.opts.RecoveryPointEvery > 0 && time.Since(l.rpAt) >= l.opts.RecoveryPointEvery) {
-			// Off the acknowledgement path: a missing index only costs a scan on Open,
-			// and a stale recovery point only leaves Open less sure what was torn.
+		if len(sealed) > 0 {
+			// Off the acknowledgement path: a missing index only costs a scan on Open.
 			l.fileMu.Lock()
 			for _, s := range sealed {
 				if !s.deleted.Load() && !s.holes {
 					l.writeIndex(s)
 				}
-			}
-			if err == nil && l.opts.RecoveryPointEvery > 0 && time.Since(l.rpAt) >= l.opts.RecoveryPointEvery {
-				l.writeRecoveryPoint()
 			}
 			l.fileMu.Unlock()
 		}

@@ -3,6 +3,7 @@ package segment
 import (
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
@@ -91,6 +92,33 @@ func TestFlipAfterCrashKeepsLaterRecords(t *testing.T) {
 			t.Fatalf("victim %d: append after recovery got offset %d, want 40", victim, first)
 		}
 		mustClose(t, l)
+	}
+}
+
+// TestRecoveryPointWrittenWhileAppending: with a period, the recovery point follows the
+// appends before they return, so damage to records appended since the last Close is
+// still told from a torn write after a crash.
+func TestRecoveryPointWrittenWhileAppending(t *testing.T) {
+	m := vfs.NewMem()
+	opts := Options{FS: m, SegmentBytes: 1 << 20, IndexIntervalBytes: 100, RecoveryPointEvery: time.Nanosecond}
+	l := mustOpen(t, testDir, opts)
+	appendTestRecords(t, l, 0, 20)
+	st := l.Stats()
+	if st.RecoveryPoints == 0 {
+		t.Fatalf("no recovery point written by 20 records of appends: %+v", st)
+	}
+	path := l.segments[0].path
+	m.Crash()
+	l.Close()
+	// Damage the last record: with the recovery point past it, it is damage, not a tear.
+	last := testRecord(19)
+	if err := m.FlipByte(path, activeRecordPos(20)-int64(frameSize(&last))+20, 0x02); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpen(t, testDir, opts)
+	defer mustClose(t, l)
+	if l.Next() != 20 || len(l.Damaged()) != 1 || l.Damaged()[0] != (Damage{From: 19, To: 20}) {
+		t.Fatalf("Next %d, damage %v: want 20 and [19, 20)", l.Next(), l.Damaged())
 	}
 }
 

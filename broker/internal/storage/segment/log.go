@@ -159,6 +159,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		lastTS: math.MinInt64,
 		queue:  make(chan *request, queueDepth),
 		done:   make(chan struct{}),
+		rpAt:   time.Now(), // what Open found is on disk; the first point is due a period on
 	}
 	mkdir := vfs.MkdirAllSync // the directory's entry must be durable before any append is
 	if opts.NoSync {

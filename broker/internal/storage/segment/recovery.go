@@ -11,7 +11,7 @@ import (
 )
 
 // The recovery point is the log's note of how far its active segment was durable at a
-// moment it knew that: after a group's fsync, at most once per
+// moment it knew that: after a group's fsync and before its answers, at most once per
 // Options.RecoveryPointEvery, and at Close. Recovery cuts the active segment at its
 // first bad frame only when that frame lies past the recovery point; before it, bytes
 // that fail their checks held acknowledged records, so they are damage: their offsets
