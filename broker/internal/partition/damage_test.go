@@ -30,12 +30,18 @@ func TestDamagedSettleRecordKeepsLaterSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = mustOpen(t, fs)
-	defer p.Close()
 	if got := fmt.Sprint(offsets(leaseAll(t, p))); got != "[2]" {
 		t.Fatalf("delivered %s after a damaged settle record, want [2]: acked messages came back", got)
 	}
 	if p.journalDamaged != 1 {
 		t.Fatalf("%d damaged settle records counted, want 1", p.journalDamaged)
+	}
+	// Found, reported and counted once: the next start neither reports nor counts it.
+	crash(fs, p)
+	p = mustOpen(t, fs)
+	defer p.Close()
+	if got := fmt.Sprint(offsets(leaseAll(t, p))); got != "[2]" || p.journalDamaged != 0 {
+		t.Fatalf("second start: delivered %s, %d damaged settle records counted; want [2] and 0", got, p.journalDamaged)
 	}
 }
 

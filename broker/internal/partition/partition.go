@@ -207,6 +207,9 @@ func Open(opts Options) (*Partition, error) {
 			"partition", opts.Index, "log_end", end, "dropped_settles", dropped)
 		lost = true
 	}
+	// A damaged settle record is skipped once: the checkpoint below covers it, so later
+	// starts neither report nor count it again.
+	lost = lost || p.journalDamaged > 0
 	p.q.SetBounds(p.log.Oldest(), p.log.Next())
 	if lost {
 		// Record the cut-back state before anything new is written: a checkpoint at the
