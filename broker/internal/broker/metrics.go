@@ -79,7 +79,7 @@ func NewMetrics() *Metrics {
 		}, []string{"child"}),
 		Damaged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_damaged_records_total",
-			Help: "Records that failed their checksum and were skipped: messages settled without being delivered (log=messages), settle records lost on open (log=journal).",
+			Help: "Records that failed their checksum and were skipped: messages settled without being delivered (log=messages), settle records lost on open (log=journal), parent messages never copied into the child topic (log=fanout).",
 		}, []string{"topic", "log"}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_failures_total", Help: "Requests refused for missing or wrong credentials.",
