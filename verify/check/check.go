@@ -224,12 +224,13 @@ func Check(es []history.Entry) *Report {
 		partition int32
 		offset    int64
 	}
-	damagedMsg := map[dkey]history.Entry{}   // a message record the harness damaged
-	damagedMsgID := map[[2]string][]dkey{}   // topic, message id → where
-	damagedSettle := map[dkey]int64{}        // a message whose ack's settle record was damaged → when
-	damagedSettleID := map[[2]string]int64{} // topic, message id → when
-	skippedMsg := map[dkey]bool{}            // the node skipped this message as damaged
-	skippedSettle := map[dkey]bool{}         // the node lost a settle record here (offset -1)
+	damagedMsg := map[dkey]history.Entry{}    // a message record the harness damaged
+	damagedMsgID := map[[2]string][]dkey{}    // topic, message id → where
+	damagedSettle := map[dkey]int64{}         // a message whose ack's settle record was damaged → when
+	damagedSettleID := map[[2]string]int64{}  // topic, message id → when
+	skippedMsg := map[dkey]bool{}             // the node skipped this message as damaged
+	skippedSettle := map[dkey]bool{}          // the node lost a settle record here (offset -1)
+	skippedCopy := map[dkey]map[string]bool{} // the node never copied this parent message, into these children
 	for _, e := range es {
 		switch e.Kind {
 		case history.KindRun:
@@ -276,9 +277,16 @@ func Check(es []history.Entry) *Report {
 					damagedMsgID[[2]string{e.Topic, e.Msg}] = append(damagedMsgID[[2]string{e.Topic, e.Msg}], k)
 				}
 			case history.FaultSkipped:
-				if e.Target == "journal" {
+				switch e.Target {
+				case "journal":
 					skippedSettle[dkey{e.Topic, e.Partition, -1}] = true
-				} else {
+				case "fanout":
+					k := dkey{e.Topic, e.Partition, e.Offset}
+					if skippedCopy[k] == nil {
+						skippedCopy[k] = map[string]bool{}
+					}
+					skippedCopy[k][e.Detail] = true
+				default:
 					skippedMsg[dkey{e.Topic, e.Partition, e.Offset}] = true
 				}
 			default:
@@ -292,6 +300,11 @@ func Check(es []history.Entry) *Report {
 	for k := range skippedMsg {
 		if _, ok := damagedMsg[k]; !ok {
 			r.violate("skipped-undamaged", "the node skipped %s/%d@%d as damaged, but the harness damaged no such record", k.topic, k.partition, k.offset)
+		}
+	}
+	for k := range skippedCopy {
+		if _, ok := damagedMsg[k]; !ok {
+			r.violate("skipped-undamaged", "fan-out skipped %s/%d@%d as damaged, but the harness damaged no such record", k.topic, k.partition, k.offset)
 		}
 	}
 	for k := range skippedSettle {
@@ -717,7 +730,11 @@ func Check(es []history.Entry) *Report {
 				if s.HighWatermark < hw.HighWatermark {
 					r.violate("high-watermark-backwards", "%s/%d: %d at %s after %d at %s", k.name(), k.p, s.HighWatermark, ms(s.Call), hw.HighWatermark, ms(hw.Return))
 				}
-				if s.Frontier < fr.Frontier {
+				if s.Frontier < fr.Frontier && settleLost(k.topic, k.p, s.Frontier, "", 0) {
+					// A damaged settle record undid acks: the frontier may go back to the
+					// first message it settled, and counts from there.
+					fr = s
+				} else if s.Frontier < fr.Frontier {
 					r.violate("frontier-backwards", "%s/%d: %d at %s after %d at %s", k.name(), k.p, s.Frontier, ms(s.Call), fr.Frontier, ms(fr.Return))
 				}
 				if s.Oldest < old.Oldest {
@@ -795,6 +812,12 @@ func Check(es []history.Entry) *Report {
 			skipped := false
 			for _, k := range damagedMsgID[[2]string{t.Name, id}] {
 				skipped = skipped || skippedMsg[k]
+			}
+			if t.Parent != "" {
+				// A child never gets a copy of a parent record the copier skipped as damaged.
+				for _, k := range damagedMsgID[[2]string{src, id}] {
+					skipped = skipped || skippedCopy[k][t.Name]
+				}
 			}
 			if skipped {
 				r.DamagedSkipped++

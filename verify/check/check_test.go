@@ -284,6 +284,8 @@ func TestCheckerDamage(t *testing.T) {
 		{"settle damaged and reported", acked().kill(s, s+msec).damaged("journal", "a", 0, 2*s).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s).settle(history.OpAck, "a", 0, "h2", 4*s+10*msec, 204), ""},
 		{"settle damaged, never reported", acked().kill(s, s+msec).damaged("journal", "a", 0, 2*s).deliver("a", 0, "h2", 4*s), "acked-redelivered"},
 		{"settle skip reported, never damaged", acked().kill(s, s+msec).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s), "skipped-undamaged"},
+		{"frontier back to a damaged settle's message", acked().stats(30*msec, 1, 1).kill(s, s+msec).damaged("journal", "a", 0, 2*s).skipped("journal", -1, 3*s).stats(4*s, 1, 0).deliver("a", 0, "h2", 5*s).settle(history.OpAck, "a", 0, "h2", 5*s+10*msec, 204), ""},
+		{"frontier back, settle damaged elsewhere", newH().produce("a", 0, 0).produce("b", 1, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).deliver("b", 1, "g1", 10*msec).settle(history.OpAck, "b", 1, "g1", 20*msec, 204).stats(30*msec, 2, 2).kill(s, s+msec).damaged("journal", "b", 1, 2*s).skipped("journal", -1, 3*s).stats(4*s, 2, 0).deliver("b", 1, "g2", 5*s).settle(history.OpAck, "b", 1, "g2", 5*s+10*msec, 204), "frontier-backwards"},
 		{"settle damaged before the ack", newH().produce("a", 0, 0).damaged("journal", "a", 0, 5*msec).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s), "acked-redelivered"},
 	}
 	for _, c := range cases {

@@ -56,7 +56,9 @@ const (
 	FaultDamaged = "damaged"
 	// FaultSkipped: the node reported skipping a damaged record (its ERROR log line).
 	// Target "log": the message at Topic/Partition/Offset, settled without delivery;
-	// Target "journal": a settle record of Topic/Partition lost on start (Offset -1).
+	// Target "journal": a settle record of Topic/Partition lost on start (Offset -1);
+	// Target "fanout": the parent message at Topic/Partition/Offset never copied into the
+	// child named in Detail.
 	FaultSkipped = "skipped"
 	// FaultClock: the node restarts with its wall clock stepped (NARAD_CLOCK_OFFSET).
 	// ClockOffset is the offset every node start from Call on runs with, until the next

@@ -82,8 +82,9 @@ type Options struct {
 
 // Skip is a damaged record the node reported skipping (an ERROR line of its log).
 type Skip struct {
-	Log       string // "log": a message settled without delivery; "journal": a settle record lost on start
+	Log       string // "log": a message settled without delivery; "journal": a settle record lost on start; "fanout": a parent message never copied into Child
 	Topic     string
+	Child     string
 	Partition int32
 	Offset    int64 // the message's offset; -1 for a settle record
 }
@@ -92,18 +93,22 @@ type Skip struct {
 const (
 	skipMessageLine = `msg="a damaged message is skipped`
 	skipSettleLine  = `msg="a damaged settle record is skipped`
+	skipFanoutLine  = `msg="a damaged message is skipped by fan-out`
 )
 
 var (
 	attrTopic     = regexp.MustCompile(` topic=("(?:[^"\\]|\\.)*"|\S+)`)
 	attrPartition = regexp.MustCompile(` partition=(\d+)`)
 	attrOffset    = regexp.MustCompile(` offset=(\d+)`)
+	attrChild     = regexp.MustCompile(` child=("(?:[^"\\]|\\.)*"|\S+)`)
 )
 
 // parseSkip reads a skip line of the broker's text log.
 func parseSkip(line string) (Skip, bool) {
 	s := Skip{Offset: -1}
 	switch {
+	case strings.Contains(line, skipFanoutLine):
+		s.Log = "fanout"
 	case strings.Contains(line, skipMessageLine):
 		s.Log = "log"
 	case strings.Contains(line, skipSettleLine):
@@ -122,7 +127,17 @@ func parseSkip(line string) (Skip, bool) {
 	}
 	n, _ := strconv.ParseInt(p[1], 10, 32)
 	s.Partition = int32(n)
-	if s.Log == "log" {
+	if s.Log == "fanout" {
+		c := attrChild.FindStringSubmatch(line)
+		if c == nil {
+			return s, false
+		}
+		s.Child = c[1]
+		if uq, err := strconv.Unquote(c[1]); err == nil {
+			s.Child = uq
+		}
+	}
+	if s.Log != "journal" {
 		o := attrOffset.FindStringSubmatch(line)
 		if o == nil {
 			return s, false

@@ -766,6 +766,6 @@ func (in *injector) recordSkips() {
 	t := in.now()
 	for _, s := range in.w.n.TakeSkips() {
 		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultSkipped, Call: t, Return: t, Target: s.Log,
-			Topic: s.Topic, Partition: s.Partition, Offset: s.Offset})
+			Topic: s.Topic, Partition: s.Partition, Offset: s.Offset, Detail: s.Child})
 	}
 }
