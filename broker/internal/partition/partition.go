@@ -433,14 +433,26 @@ func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Deliv
 
 // skipDamaged settles a leased message whose record failed its checks: it can never be
 // served, and left in the queue it would pin the frontier, so that after MaxAckedAhead
-// later acks every ack would be refused. It is not written to the journal: until a
-// checkpoint covers it, a restart finds, logs and skips it again.
+// later acks every ack would be refused. The skip is written to the settle journal like
+// an ack (under the gate, so a checkpoint sees all of it or none): otherwise a restart
+// would set the frontier back to it. If that write fails, it is skipped in memory only,
+// and a restart finds and skips it again.
 func (p *Partition) skipDamaged(off uint64, err error) {
+	p.gate.RLock()
+	_, jerr := p.journal.Append([]segment.Record{{Value: encodeSettle([]uint64{off}), Timestamp: p.opts.WallClock()}})
 	p.mu.Lock()
 	p.q.Skip(off)
+	if jerr == nil {
+		p.sinceCkpt++
+	}
 	p.mu.Unlock()
+	p.gate.RUnlock()
 	p.opts.Logger.Error("a damaged message is skipped: it is never delivered and counts as settled",
 		"partition", p.opts.Index, "offset", off, "err", err)
+	if jerr != nil && !errors.Is(jerr, segment.ErrClosed) {
+		p.opts.Logger.Error("the skip of a damaged message could not be written; a restart will skip it again",
+			"partition", p.opts.Index, "offset", off, "err", jerr)
+	}
 	if p.opts.OnDamaged != nil {
 		p.opts.OnDamaged("messages", 1)
 	}
