@@ -24,7 +24,10 @@ const (
 	CauseNack       = "nack"
 	CauseAmbiguous  = "ambiguous-produce"
 	CauseKill       = "kill-window"
-	CauseNone       = "none"
+	// CauseDamagedSettle: the settle record of an ack was damaged on disk (by the
+	// harness), and the node reported skipping it on start: its messages come back.
+	CauseDamagedSettle = "damaged-settle"
+	CauseNone          = "none"
 )
 
 // opBound is the longest an answered operation may take outside fault windows (the
@@ -52,6 +55,12 @@ type Report struct {
 	Unexpected       int            `json:"unexpected"`
 	Duplicates       map[string]int `json:"duplicates"`
 	AckedRedelivered int            `json:"acked_redelivered_in_kill_window"`
+	// DamagedSkipped counts messages never delivered because the harness damaged their
+	// record and the node reported skipping it (legal: the documented outcome).
+	// SettleDamaged counts acked messages delivered again because the harness damaged
+	// the settle record of their ack and the node reported skipping it (legal).
+	DamagedSkipped int `json:"damaged_skipped"`
+	SettleDamaged  int `json:"acked_redelivered_damaged_settle"`
 	// Incarnations counts each recreated topic's incarnations seen; DroppedWithTopic the
 	// messages 202'd into an incarnation that was deleted, never delivered (legal).
 	Incarnations     map[string]int `json:"incarnations,omitempty"`
@@ -103,6 +112,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "unexpected:        %d\n", r.Unexpected)
 	fmt.Fprintf(w, "duplicates:        %s\n", kv(r.Duplicates))
 	fmt.Fprintf(w, "acked, redelivered inside a kill window (legal by the rule): %d\n", r.AckedRedelivered)
+	if r.DamagedSkipped+r.SettleDamaged > 0 || r.Faults[history.FaultDamaged] > 0 {
+		fmt.Fprintf(w, "damaged on disk:   %d messages skipped and reported (legal), %d acked messages redelivered after a damaged settle record (legal)\n", r.DamagedSkipped, r.SettleDamaged)
+	}
 	if len(r.Incarnations) > 0 {
 		var parts []string
 		for t, n := range r.Incarnations {
@@ -163,6 +175,18 @@ func kv2(m map[string][2]string) string {
 	return strings.Join(parts, ", ")
 }
 
+// firstAck returns when the first ack of a copy that answered 204 was sent (the end of
+// time if none did).
+func firstAck(ops []opIn) int64 {
+	at := int64(1 << 62)
+	for _, o := range ops {
+		if o.kind == kAck && o.out == oOK {
+			at = min(at, o.call)
+		}
+	}
+	return at
+}
+
 // copyKey names one copy of a message: a recreated topic's offsets start again in each
 // incarnation, so its copies are told apart by incarnation (0 for every other topic).
 type copyKey struct {
@@ -192,6 +216,21 @@ func Check(es []history.Entry) *Report {
 	lastKill := -1
 	var clock clockTimeline
 	drainAt, doneAt := int64(-1), int64(-1)
+	// Damage: what the harness damaged (FaultDamaged) and what the node said it skipped
+	// (FaultSkipped). Only the two together excuse a message that never came, or an acked
+	// one that came back.
+	type dkey struct {
+		topic     string
+		partition int32
+		offset    int64
+	}
+	damagedMsg := map[dkey]history.Entry{}    // a message record the harness damaged
+	damagedMsgID := map[[2]string][]dkey{}    // topic, message id → where
+	damagedSettle := map[dkey]int64{}         // a message whose ack's settle record was damaged → when
+	damagedSettleID := map[[2]string]int64{}  // topic, message id → when
+	skippedMsg := map[dkey]bool{}             // the node skipped this message as damaged
+	skippedSettle := map[dkey]bool{}          // the node lost a settle record here (offset -1)
+	skippedCopy := map[dkey]map[string]bool{} // the node never copied this parent message, into these children
 	for _, e := range es {
 		switch e.Kind {
 		case history.KindRun:
@@ -226,12 +265,69 @@ func Check(es []history.Entry) *Report {
 			case history.FaultClock:
 				clock = append(clock, clockLine{e.Call, e.ClockOffset})
 				faultWins = append(faultWins, window{e.Call, e.Return})
+			case history.FaultDamaged:
+				k := dkey{e.Topic, e.Partition, e.Offset}
+				if e.Target == "journal" {
+					damagedSettle[k] = e.Call
+					if e.Msg != "" {
+						damagedSettleID[[2]string{e.Topic, e.Msg}] = e.Call
+					}
+				} else {
+					damagedMsg[k] = e
+					damagedMsgID[[2]string{e.Topic, e.Msg}] = append(damagedMsgID[[2]string{e.Topic, e.Msg}], k)
+				}
+			case history.FaultSkipped:
+				switch e.Target {
+				case "journal":
+					skippedSettle[dkey{e.Topic, e.Partition, -1}] = true
+				case "fanout":
+					k := dkey{e.Topic, e.Partition, e.Offset}
+					if skippedCopy[k] == nil {
+						skippedCopy[k] = map[string]bool{}
+					}
+					skippedCopy[k][e.Detail] = true
+				default:
+					skippedMsg[dkey{e.Topic, e.Partition, e.Offset}] = true
+				}
 			default:
 				faultWins = append(faultWins, window{e.Call, e.Return})
 			}
 		}
 	}
 	r.Seed = run.Seed
+	// A skip is legal only of a record the harness damaged; anything else means the node
+	// took good data for bad, or lost data by itself.
+	for k := range skippedMsg {
+		if _, ok := damagedMsg[k]; !ok {
+			r.violate("skipped-undamaged", "the node skipped %s/%d@%d as damaged, but the harness damaged no such record", k.topic, k.partition, k.offset)
+		}
+	}
+	for k := range skippedCopy {
+		if _, ok := damagedMsg[k]; !ok {
+			r.violate("skipped-undamaged", "fan-out skipped %s/%d@%d as damaged, but the harness damaged no such record", k.topic, k.partition, k.offset)
+		}
+	}
+	for k := range skippedSettle {
+		found := false
+		for d := range damagedSettle {
+			found = found || (d.topic == k.topic && d.partition == k.partition)
+		}
+		if !found {
+			r.violate("skipped-undamaged", "the node skipped a settle record of %s/%d as damaged, but the harness damaged none there", k.topic, k.partition)
+		}
+	}
+	// settleLost reports whether the ack of the message at k (or with id) was undone by a
+	// settle record the harness damaged after at, and the node reported it.
+	settleLost := func(topic string, partition int32, offset int64, id string, at int64) bool {
+		if !skippedSettle[dkey{topic, partition, -1}] {
+			return false
+		}
+		if t, ok := damagedSettle[dkey{topic, partition, offset}]; ok && t >= at {
+			return true
+		}
+		t, ok := damagedSettleID[[2]string{topic, id}]
+		return ok && id != "" && t >= at
+	}
 	sort.SliceStable(clock, func(i, j int) bool { return clock[i].at < clock[j].at })
 	for _, c := range clock {
 		r.ClockOffsets = append(r.ClockOffsets, fmtOffset(c.off))
@@ -468,6 +564,9 @@ func Check(es []history.Entry) *Report {
 		if ok, bad, why := m.checkCopy(copyOps[k]); !ok {
 			kind := "lease-model"
 			switch {
+			case strings.Contains(why, "after a 204 ack") && settleLost(k.topic, k.partition, k.offset, "", firstAck(copyOps[k])):
+				r.SettleDamaged++
+				continue
 			case strings.Contains(why, "after a 204 ack"):
 				kind = "acked-redelivered"
 			case strings.Contains(why, "surely alive") && bad.kind == kDeliver:
@@ -537,6 +636,8 @@ func Check(es []history.Entry) *Report {
 					if a := acked[prev.Handle]; ks.between(a.call, a.ret) {
 						cause = CauseKill
 						r.AckedRedelivered++
+					} else if settleLost(topic, cur.Partition, cur.Offset, id, a.call) {
+						cause = CauseDamagedSettle
 					}
 				case nacked[prev.Handle]:
 					cause = CauseNack
@@ -640,7 +741,11 @@ func Check(es []history.Entry) *Report {
 				if s.HighWatermark < hw.HighWatermark {
 					r.violate("high-watermark-backwards", "%s/%d: %d at %s after %d at %s", k.name(), k.p, s.HighWatermark, ms(s.Call), hw.HighWatermark, ms(hw.Return))
 				}
-				if s.Frontier < fr.Frontier {
+				if s.Frontier < fr.Frontier && settleLost(k.topic, k.p, s.Frontier, "", 0) {
+					// A damaged settle record undid acks: the frontier may go back to the
+					// first message it settled, and counts from there.
+					fr = s
+				} else if s.Frontier < fr.Frontier {
 					r.violate("frontier-backwards", "%s/%d: %d at %s after %d at %s", k.name(), k.p, s.Frontier, ms(s.Call), fr.Frontier, ms(fr.Return))
 				}
 				if s.Oldest < old.Oldest {
@@ -713,6 +818,20 @@ func Check(es []history.Entry) *Report {
 			}
 			if rec := recreated[t.Name]; rec != nil && droppedWith(rec, p.incs202) {
 				r.DroppedWithTopic++
+				continue
+			}
+			skipped := false
+			for _, k := range damagedMsgID[[2]string{t.Name, id}] {
+				skipped = skipped || skippedMsg[k]
+			}
+			if t.Parent != "" {
+				// A child never gets a copy of a parent record the copier skipped as damaged.
+				for _, k := range damagedMsgID[[2]string{src, id}] {
+					skipped = skipped || skippedCopy[k][t.Name]
+				}
+			}
+			if skipped {
+				r.DamagedSkipped++
 				continue
 			}
 			r.Lost[t.Name]++

@@ -308,3 +308,52 @@ func TestStorageFailed(t *testing.T) {
 		})
 	}
 }
+
+func (x *h) damaged(target, id string, off int64, at int64) *h {
+	x.es = append(x.es, history.Entry{Kind: history.KindFault, Fault: history.FaultDamaged, Target: target, Topic: "orders", Msg: id, Offset: off, Call: at, Return: at + msec})
+	return x
+}
+
+func (x *h) skipped(target string, off int64, at int64) *h {
+	x.es = append(x.es, history.Entry{Kind: history.KindFault, Fault: history.FaultSkipped, Target: target, Topic: "orders", Offset: off, Call: at, Return: at})
+	return x
+}
+
+// TestCheckerDamage: a message the harness damaged may stay undelivered only if the node
+// reported skipping it; an acked message may come back only if the harness damaged the
+// settle record of its ack and the node reported skipping one there. Nothing else.
+func TestCheckerDamage(t *testing.T) {
+	s := int64(time.Second)
+	acked := func() *h {
+		return newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204)
+	}
+	cases := []struct {
+		name string
+		h    *h
+		want string // a violation kind, "lost", or "" for legal
+	}{
+		{"damaged and skipped", newH().produce("a", 0, 0).kill(s, s+msec).damaged("log", "a", 0, 2*s).skipped("log", 0, 3*s), ""},
+		{"damaged, never reported", newH().produce("a", 0, 0).kill(s, s+msec).damaged("log", "a", 0, 2*s), "lost"},
+		{"skipped, never damaged", newH().produce("a", 0, 0).skipped("log", 0, 3*s), "skipped-undamaged"},
+		{"damaged another message, this one skipped", newH().produce("a", 0, 0).produce("b", 1, 0).damaged("log", "b", 1, 2*s).skipped("log", 0, 3*s), "skipped-undamaged"},
+		{"settle damaged and reported", acked().kill(s, s+msec).damaged("journal", "a", 0, 2*s).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s).settle(history.OpAck, "a", 0, "h2", 4*s+10*msec, 204), ""},
+		{"settle damaged, never reported", acked().kill(s, s+msec).damaged("journal", "a", 0, 2*s).deliver("a", 0, "h2", 4*s), "acked-redelivered"},
+		{"settle skip reported, never damaged", acked().kill(s, s+msec).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s), "skipped-undamaged"},
+		{"frontier back to a damaged settle's message", acked().stats(30*msec, 1, 1).kill(s, s+msec).damaged("journal", "a", 0, 2*s).skipped("journal", -1, 3*s).stats(4*s, 1, 0).deliver("a", 0, "h2", 5*s).settle(history.OpAck, "a", 0, "h2", 5*s+10*msec, 204), ""},
+		{"frontier back, settle damaged elsewhere", newH().produce("a", 0, 0).produce("b", 1, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).deliver("b", 1, "g1", 10*msec).settle(history.OpAck, "b", 1, "g1", 20*msec, 204).stats(30*msec, 2, 2).kill(s, s+msec).damaged("journal", "b", 1, 2*s).skipped("journal", -1, 3*s).stats(4*s, 2, 0).deliver("b", 1, "g2", 5*s).settle(history.OpAck, "b", 1, "g2", 5*s+10*msec, 204), "frontier-backwards"},
+		{"settle damaged before the ack", newH().produce("a", 0, 0).damaged("journal", "a", 0, 5*msec).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s), "acked-redelivered"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := Check(c.h.es)
+			switch {
+			case c.want == "" && !r.OK():
+				t.Fatalf("flagged a legal history: violations %v lost %v %v", r.Violations, r.Lost, r.Examples)
+			case c.want == "lost" && r.Lost["orders"] != 1:
+				t.Fatalf("lost %v, want orders 1", r.Lost)
+			case c.want != "" && c.want != "lost" && r.Violations[c.want] == 0:
+				t.Fatalf("violations %v, want %s (%v)", r.Violations, c.want, r.Examples)
+			}
+		})
+	}
+}

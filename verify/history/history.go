@@ -49,6 +49,17 @@ const (
 	FaultDisk          = "disk"           // an injected EIO/ENOSPC or a slow fsync
 	FaultRestart       = "restart"        // a node start; End is when it was ready
 	FaultCrash         = "crash"          // the node exited with nothing armed: a broker bug
+	// FaultDamaged: the harness damaged one stored record of a stopped node (a FaultCorrupt
+	// says how). Target "log": the message at Topic/Partition/Offset (Incarnation: its
+	// topic's incarnation, from the directory name); Target "journal": a settle record
+	// that settled the message at Topic/Partition/Offset (one entry per message).
+	FaultDamaged = "damaged"
+	// FaultSkipped: the node reported skipping a damaged record (its ERROR log line).
+	// Target "log": the message at Topic/Partition/Offset, settled without delivery;
+	// Target "journal": a settle record of Topic/Partition lost on start (Offset -1);
+	// Target "fanout": the parent message at Topic/Partition/Offset never copied into the
+	// child named in Detail.
+	FaultSkipped = "skipped"
 	// FaultClock: the node restarts with its wall clock stepped (NARAD_CLOCK_OFFSET).
 	// ClockOffset is the offset every node start from Call on runs with, until the next
 	// clock entry; Detail names the step. Before the first one the offset is zero.

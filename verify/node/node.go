@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +80,73 @@ type Options struct {
 	Args    []string // extra serve flags
 }
 
+// Skip is a damaged record the node reported skipping (an ERROR line of its log).
+type Skip struct {
+	Log       string // "log": a message settled without delivery; "journal": a settle record lost on start; "fanout": a parent message never copied into Child
+	Topic     string
+	Child     string
+	Partition int32
+	Offset    int64 // the message's offset; -1 for a settle record
+}
+
+// Lines the broker logs when it skips a damaged record (broker/internal/partition).
+const (
+	skipMessageLine = `msg="a damaged message is skipped`
+	skipSettleLine  = `msg="a damaged settle record is skipped`
+	skipFanoutLine  = `msg="a damaged message is skipped by fan-out`
+)
+
+var (
+	attrTopic     = regexp.MustCompile(` topic=("(?:[^"\\]|\\.)*"|\S+)`)
+	attrPartition = regexp.MustCompile(` partition=(\d+)`)
+	attrOffset    = regexp.MustCompile(` offset=(\d+)`)
+	attrChild     = regexp.MustCompile(` child=("(?:[^"\\]|\\.)*"|\S+)`)
+)
+
+// parseSkip reads a skip line of the broker's text log.
+func parseSkip(line string) (Skip, bool) {
+	s := Skip{Offset: -1}
+	switch {
+	case strings.Contains(line, skipFanoutLine):
+		s.Log = "fanout"
+	case strings.Contains(line, skipMessageLine):
+		s.Log = "log"
+	case strings.Contains(line, skipSettleLine):
+		s.Log = "journal"
+	default:
+		return s, false
+	}
+	m := attrTopic.FindStringSubmatch(line)
+	p := attrPartition.FindStringSubmatch(line)
+	if m == nil || p == nil {
+		return s, false
+	}
+	s.Topic = m[1]
+	if uq, err := strconv.Unquote(m[1]); err == nil {
+		s.Topic = uq
+	}
+	n, _ := strconv.ParseInt(p[1], 10, 32)
+	s.Partition = int32(n)
+	if s.Log == "fanout" {
+		c := attrChild.FindStringSubmatch(line)
+		if c == nil {
+			return s, false
+		}
+		s.Child = c[1]
+		if uq, err := strconv.Unquote(c[1]); err == nil {
+			s.Child = uq
+		}
+	}
+	if s.Log != "journal" {
+		o := attrOffset.FindStringSubmatch(line)
+		if o == nil {
+			return s, false
+		}
+		s.Offset, _ = strconv.ParseInt(o[1], 10, 64)
+	}
+	return s, true
+}
+
 // Fired is a failpoint that acted.
 type Fired struct {
 	Name, Action string
@@ -97,6 +165,7 @@ type Node struct {
 	exited  chan struct{}
 	state   *os.ProcessState
 	fired   []Fired
+	skips   []Skip
 	gen     int
 	paused  bool
 	outDone chan struct{}
@@ -192,6 +261,11 @@ func (n *Node) copyStderr(r io.ReadCloser, done chan struct{}) {
 	for sc.Scan() {
 		line := sc.Text()
 		n.log.WriteString(line + "\n")
+		if s, ok := parseSkip(line); ok {
+			n.mu.Lock()
+			n.skips = append(n.skips, s)
+			n.mu.Unlock()
+		}
 		if rest, ok := strings.CutPrefix(line, FiredPrefix); ok {
 			f := Fired{}
 			for _, kv := range strings.Fields(rest) {
@@ -212,6 +286,15 @@ func (n *Node) copyStderr(r io.ReadCloser, done chan struct{}) {
 			n.mu.Unlock()
 		}
 	}
+}
+
+// TakeSkips returns the damaged records the node reported skipping since the last call.
+func (n *Node) TakeSkips() []Skip {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.skips
+	n.skips = nil
+	return s
 }
 
 // TakeFired returns the failpoints that acted since the last call.

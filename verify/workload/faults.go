@@ -2,11 +2,14 @@ package workload
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,8 +29,12 @@ type FaultConfig struct {
 	MinFailpointKills int
 	// Pauses mixes in SIGSTOP/SIGCONT of up to twice the lease.
 	Pauses bool
-	// Corrupt appends torn tails (zeros, garbage, half a frame) to a stopped node's
-	// active segments and settle journals.
+	// Corrupt damages a stopped node's files: it appends torn tails (zeros, garbage,
+	// half a frame) to active segments and settle journals, flips a bit in a record of an
+	// active segment or of a settle journal that has a record after it (acknowledged
+	// data: the node must skip the damaged message, or deliver a damaged settle's
+	// messages again, and report it), and cuts a settle journal back below the position
+	// its checkpoint covers (a checkpoint ahead of its journal: nothing may change).
 	Corrupt bool
 	// Disk arms injected EIO, ENOSPC and slow fsyncs at segment-after-write.
 	Disk bool
@@ -186,7 +193,7 @@ func (in *injector) run(ctx context.Context) error {
 			}
 		}
 		if in.cfg.Corrupt && in.rng.Intn(100) < 35 {
-			in.tornTail()
+			in.corrupt()
 		}
 		if err := in.restart(ctx, true); err != nil {
 			return err
@@ -405,6 +412,7 @@ func fmtStep(d time.Duration) string {
 // restart starts the node again, armed or not, and waits until it is ready. A
 // failpoint that kills it during start-up is recorded and the node started again.
 func (in *injector) restart(ctx context.Context, mayArm bool) error {
+	in.recordSkips()
 	off := in.clock(mayArm)
 	for try := 0; ; try++ {
 		env := append([]string(nil), in.cfg.Env...)
@@ -521,4 +529,243 @@ func (in *injector) tornTail() {
 	}
 	rel, _ := filepath.Rel(in.w.n.DataDir(), path)
 	in.fault(history.FaultCorrupt, t0, in.now(), rel, fmt.Sprintf("torn tail: %d bytes of %s", len(tail), kind))
+}
+
+// corrupt damages the stopped node's files in one of the ways FaultConfig.Corrupt lists.
+func (in *injector) corrupt() {
+	switch in.rng.Intn(5) {
+	case 0:
+		if in.flipRecord("log") {
+			return
+		}
+	case 1:
+		if in.flipRecord("journal") {
+			return
+		}
+	case 2:
+		if in.checkpointAhead() {
+			return
+		}
+	}
+	in.tornTail()
+}
+
+// partitionLogs lists the log/ or journal/ directories of every partition, sorted.
+func (in *injector) partitionLogs(name string) []string {
+	var logs []string
+	filepath.WalkDir(filepath.Join(in.w.n.DataDir(), "topics"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == name {
+			logs = append(logs, p)
+		}
+		return nil
+	})
+	sort.Strings(logs)
+	return logs
+}
+
+// activeSegment returns the path of the last segment file of a log directory.
+func activeSegment(dir string) string {
+	ents, _ := os.ReadDir(dir)
+	var segs []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".log") {
+			segs = append(segs, e.Name())
+		}
+	}
+	if len(segs) == 0 {
+		return ""
+	}
+	sort.Strings(segs)
+	return filepath.Join(dir, segs[len(segs)-1])
+}
+
+// Frame is one record of a segment file, read with the layout of the segment README.
+type Frame struct {
+	Pos, Size int
+	Offset    uint64
+	Value     []byte
+}
+
+// Frames parses the whole frames at the start of a segment file's bytes.
+func Frames(b []byte) []Frame {
+	var out []Frame
+	for pos := 0; pos+36 <= len(b); {
+		n := int(binary.LittleEndian.Uint32(b[pos:])) + 4
+		if n < 36 || pos+n > len(b) {
+			break
+		}
+		f := b[pos : pos+n]
+		k := int(binary.LittleEndian.Uint32(f[28:]))
+		if 36+k > n {
+			break
+		}
+		out = append(out, Frame{Pos: pos, Size: n, Offset: binary.LittleEndian.Uint64(f[12:]), Value: f[36+k:]})
+		pos += n
+	}
+	return out
+}
+
+// partitionOf reads topic, incarnation and partition from a log directory's path
+// (…/topics/<incarnation>-<topic>/<partition>/log).
+func partitionOf(dir string) (topic string, inc int64, part int32, ok bool) {
+	pdir := filepath.Dir(dir)
+	p, err := strconv.ParseInt(filepath.Base(pdir), 10, 32)
+	if err != nil {
+		return "", 0, 0, false
+	}
+	incStr, name, found := strings.Cut(filepath.Base(filepath.Dir(pdir)), "-")
+	i, err := strconv.ParseInt(incStr, 10, 64)
+	if !found || err != nil {
+		return "", 0, 0, false
+	}
+	return name, i, int32(p), true
+}
+
+// DecodeSettles reads a settle record's value: a uvarint count, then zig-zag varint
+// deltas of the offsets.
+func DecodeSettles(v []byte) []int64 {
+	n, k := binary.Uvarint(v)
+	if k <= 0 || n > uint64(len(v)) {
+		return nil
+	}
+	v = v[k:]
+	var out []int64
+	prev := int64(0)
+	for i := uint64(0); i < n; i++ {
+		d, k := binary.Varint(v)
+		if k <= 0 {
+			return nil
+		}
+		v = v[k:]
+		prev += d
+		out = append(out, prev)
+	}
+	return out
+}
+
+// flipRecord flips one bit inside a record of the active segment of a random log/ or
+// journal/ directory, never its last record: with a valid record after it, the damaged
+// one was acknowledged, and the node must treat it as damage (the last records since the
+// node's last recovery point could pass for a torn write, which the contract allows to
+// be cut). It records which messages the damage concerns.
+func (in *injector) flipRecord(kind string) bool {
+	logs := in.partitionLogs(kind)
+	if len(logs) == 0 {
+		return false
+	}
+	dir := logs[in.rng.Intn(len(logs))]
+	topic, inc, part, ok := partitionOf(dir)
+	path := activeSegment(dir)
+	if !ok || path == "" {
+		return false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	fs := Frames(b)
+	if len(fs) < 2 {
+		return false
+	}
+	f := fs[in.rng.Intn(len(fs)-1)]
+	var offsets []int64
+	if kind == "log" {
+		offsets = []int64{int64(f.Offset)}
+	} else if offsets = DecodeSettles(f.Value); len(offsets) == 0 {
+		return false
+	}
+	ids := messageIDs(filepath.Join(filepath.Dir(dir), "log"), offsets)
+	// A bit of the part the CRC covers (after the length and CRC fields).
+	at := f.Pos + 8 + in.rng.Intn(f.Size-8)
+	bit := byte(1) << in.rng.Intn(8)
+	t0 := in.now()
+	fh, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	_, err = fh.WriteAt([]byte{b[at] ^ bit}, int64(at))
+	fh.Close()
+	if err != nil {
+		return false
+	}
+	rel, _ := filepath.Rel(in.w.n.DataDir(), path)
+	end := in.now()
+	in.fault(history.FaultCorrupt, t0, end, rel, fmt.Sprintf("bit flip in %s record %d (byte %d of the file)", kind, f.Offset, at))
+	for _, o := range offsets {
+		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultDamaged, Call: t0, Return: end, Target: kind,
+			Topic: topic, Incarnation: inc, Partition: part, Offset: o, Msg: ids[o], Detail: rel})
+	}
+	return true
+}
+
+// messageIDs reads the message ids (the payload's "id") at offsets from a partition's
+// log directory, before any damage is done.
+func messageIDs(dir string, offsets []int64) map[int64]string {
+	want := map[int64]bool{}
+	for _, o := range offsets {
+		want[o] = true
+	}
+	out := map[int64]string{}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".log") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		for _, f := range Frames(b) {
+			if want[int64(f.Offset)] {
+				var p payload
+				if json.Unmarshal(f.Value, &p) == nil {
+					out[int64(f.Offset)] = p.ID
+				}
+			}
+		}
+	}
+	return out
+}
+
+// checkpointAhead cuts the last records off a settle journal whose records all lie
+// below the position its partition's checkpoint covers (as after a clean stop), and
+// removes the journal's recovery point: a journal that comes back shorter than its
+// checkpoint. The checkpoint holds those settles, so the contract must hold unchanged,
+// and settles after the restart must survive the next one.
+func (in *injector) checkpointAhead() bool {
+	for _, dir := range in.partitionLogs("journal") {
+		ck, err := os.ReadFile(filepath.Join(filepath.Dir(dir), "queue.ckpt"))
+		if err != nil || len(ck) < 21 || string(ck[:4]) != "NQCK" {
+			continue
+		}
+		covered := binary.BigEndian.Uint64(ck[13:])
+		path := activeSegment(dir)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		fs := Frames(b)
+		if len(fs) == 0 || fs[len(fs)-1].Offset+1 != covered || fs[len(fs)-1].Pos+fs[len(fs)-1].Size != len(b) {
+			continue // settles past the checkpoint: cutting them would lose acks
+		}
+		keep := fs[in.rng.Intn(len(fs))].Pos
+		t0 := in.now()
+		if err := os.Truncate(path, int64(keep)); err != nil {
+			continue
+		}
+		os.Remove(filepath.Join(dir, "recovery-point"))
+		rel, _ := filepath.Rel(in.w.n.DataDir(), path)
+		in.fault(history.FaultCorrupt, t0, in.now(), rel, fmt.Sprintf("checkpoint ahead of its journal: journal cut from %d to %d bytes, the checkpoint covers up to %d", len(b), keep, covered))
+		return true
+	}
+	return false
+}
+
+// recordSkips turns the node's reports of skipped damaged records into history entries.
+func (in *injector) recordSkips() {
+	t := in.now()
+	for _, s := range in.w.n.TakeSkips() {
+		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultSkipped, Call: t, Return: t, Target: s.Log,
+			Topic: s.Topic, Partition: s.Partition, Offset: s.Offset, Detail: s.Child})
+	}
 }

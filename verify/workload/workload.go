@@ -243,6 +243,7 @@ func (w *run) loop(ctx context.Context) error {
 	cons.Wait()
 	stopSamp()
 	samp.Wait()
+	inj.recordSkips()
 	w.rec.Add(history.Entry{Kind: history.KindPhase, Detail: "done", Call: w.clk.Now()})
 	w.mu.Lock()
 	for op, l := range w.lat {

@@ -138,7 +138,7 @@ func Open(opts Options) (*Broker, error) {
 	default:
 		return nil, fmt.Errorf("sync mode %q: want %q or %q", opts.SyncMode, SyncGroup, SyncFile)
 	}
-	if err := os.MkdirAll(filepath.Join(opts.DataDir, "topics"), 0o755); err != nil {
+	if err := vfs.MkdirAllSync(vfs.OS{}, filepath.Join(opts.DataDir, "topics"), 0o700); err != nil {
 		return nil, err
 	}
 	id, err := nodeID(opts.DataDir, opts.NodeID)
@@ -368,6 +368,9 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 			Syncer:       b.syncerOrNil(),
 			Logger:       b.log.With("topic", m.Name, "partition", i),
 			OnAvailable:  t.sig.broadcast,
+			OnDamaged: func(log string, n int) {
+				b.metrics.Damaged.WithLabelValues(m.Name, log).Add(float64(n))
+			},
 		})
 		if err != nil {
 			for _, q := range t.parts {
@@ -530,7 +533,7 @@ func nodeID(dataDir, want string) (string, error) {
 
 func writeFileSync(path string, data []byte) error {
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

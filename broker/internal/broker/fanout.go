@@ -254,6 +254,19 @@ func (c *copier) round() (time.Duration, error) {
 	for pp, p := range c.parent.parts {
 		from := c.cursors[pp].Load()
 		recs, err := p.Read(from, copyBatch)
+		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 {
+			// The record at from is damaged and can never be copied; retrying would stop
+			// this parent's fan-out for good. Skip it, as a lease does.
+			c.b.log.Error("a damaged message is skipped by fan-out: it is never copied", "topic", c.parent.name,
+				"partition", pp, "offset", from, "child", c.child.name, "err", err)
+			c.b.metrics.Damaged.WithLabelValues(c.child.name, "fanout").Inc()
+			if err := c.saveCursor(pp, from+1); err != nil {
+				return 0, fmt.Errorf("saving the fan-out cursor: %w", err)
+			}
+			c.cursors[pp].Store(from + 1)
+			wait = 0
+			continue
+		}
 		if err != nil {
 			if errors.Is(err, partition.ErrClosed) {
 				return 0, err

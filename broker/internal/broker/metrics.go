@@ -30,6 +30,7 @@ type Metrics struct {
 	// held in memory (--max-inflight-bytes).
 	BodyBytesInFlight prometheus.Gauge
 	BodiesRefused     prometheus.Counter
+	Damaged           *prometheus.CounterVec // damaged records skipped, by topic and log
 
 	// syncStats reads the node's shared sync group (set by Open in group sync mode).
 	syncStats atomic.Pointer[func() vfs.SyncStats]
@@ -88,6 +89,10 @@ func NewMetrics() *Metrics {
 		AuthThrottled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_throttled_total", Help: "Password checks refused with 503 before hashing: too many in flight from one address or in total.",
 		}),
+		Damaged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_damaged_records_total",
+			Help: "Records that failed their checksum and were skipped: messages settled without being delivered (log=messages), settle records lost on open (log=journal), parent messages never copied into the child topic (log=fanout).",
+		}, []string{"topic", "log"}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_failures_total", Help: "Requests refused for missing or wrong credentials.",
 		}),
@@ -111,7 +116,7 @@ func NewMetrics() *Metrics {
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
-		m.BodyBytesInFlight, m.BodiesRefused,
+		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/narad-mq/narad/broker/internal/auth"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // Options configures a Store.
@@ -48,7 +48,8 @@ func Open(opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	// The directory's entry must be durable before the first metadata write commits.
+	if err := vfs.MkdirAllSync(vfs.OS{}, opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
 	f := newFSM()

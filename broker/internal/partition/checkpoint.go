@@ -163,7 +163,7 @@ func (p *Partition) readFile(name string) ([]byte, error) {
 
 func (p *Partition) writeFileAtomic(name string, data []byte) error {
 	tmp := filepath.Join(p.opts.Dir, name+".tmp")
-	f, err := p.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := p.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

@@ -59,6 +59,11 @@ type Options struct {
 	// available to lease (an append, a lapsed or handed-back lease, a freed in-flight
 	// slot). It must not block.
 	OnAvailable func()
+	// OnDamaged is called, without locks held, when damaged records are skipped: log is
+	// "messages" for a message skipped at lease time (it is settled without being
+	// served), "journal" for a settle record skipped by the replay on open. It must not
+	// block. Nil: not reported beyond the error log line.
+	OnDamaged func(log string, records int)
 	// Clock is the monotonic time in nanoseconds; nil means time since process start.
 	Clock func() int64
 	// WallClock is the Unix time in milliseconds stamped on records; nil means time.Now.
@@ -105,6 +110,8 @@ type Partition struct {
 	sinceCkpt   int
 	checkpoints sync.Mutex // one checkpoint at a time
 	ckptRunning bool
+
+	journalDamaged uint64 // damaged settle records skipped by the replay on Open
 }
 
 // Delivery is one leased message.
@@ -133,7 +140,9 @@ func Open(opts Options) (*Partition, error) {
 		opts.WallClock = wallMillis
 	}
 	p := &Partition{opts: opts, fs: opts.FS}
-	if err := p.fs.MkdirAll(opts.Dir, 0o755); err != nil {
+	// The topic's and the partition's directory entries must be durable before the
+	// first append is acknowledged, or a power loss drops them with every file inside.
+	if err := vfs.MkdirAllSync(p.fs, opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
 	epoch, err := p.bumpEpoch()
@@ -149,26 +158,69 @@ func Open(opts Options) (*Partition, error) {
 		p.log.Close()
 		return nil, fmt.Errorf("partition %d: opening journal: %w", opts.Index, err)
 	}
+	p.reportRecovery("message log", p.log)
+	p.reportRecovery("settle journal", p.journal)
 	ck, err := p.readCheckpoint()
 	if err != nil {
 		p.closeLogs()
 		return nil, err
 	}
-	if end := p.log.Next(); ck.frontier > end {
-		// The log ends before messages that were settled: data the disk had confirmed is
-		// gone. Offsets from end on will be reused by new messages, which must not count
-		// as settled, so the settled state is cut back to the log.
+	// The disk may have lost writes it had confirmed: the log may end before offsets
+	// that were settled, and the journal before the position the checkpoint covers.
+	// Offsets from the log's end on will be taken again by new messages, which must not
+	// count as settled, now or at any later start.
+	end := p.log.Next()
+	lost := false
+	if ck.frontier > end {
 		opts.Logger.Error("message log ends before the ack frontier; the disk lost confirmed data",
 			"partition", opts.Index, "log_end", end, "frontier", ck.frontier)
 		ck.frontier = end
-		ck.ackedAhead = nil
+		lost = true
+	}
+	kept := ck.ackedAhead[:0]
+	for _, o := range ck.ackedAhead {
+		if o < end {
+			kept = append(kept, o)
+		}
+	}
+	if len(kept) < len(ck.ackedAhead) {
+		opts.Logger.Error("message log ends before messages settled out of order; the disk lost confirmed data",
+			"partition", opts.Index, "log_end", end, "dropped_settles", len(ck.ackedAhead)-len(kept))
+		lost = true
+	}
+	ck.ackedAhead = kept
+	if jn := p.journal.Next(); jn < ck.journalNext {
+		// Settles written from jn on would land at positions the checkpoint claims to
+		// cover, and the next start would skip them.
+		opts.Logger.Error("settle journal ends before the position the checkpoint covers; the disk lost confirmed data",
+			"partition", opts.Index, "journal_end", jn, "checkpoint_position", ck.journalNext)
+		lost = true
 	}
 	p.q = queue.New(opts.Queue, epoch, ck.frontier, ck.ackedAhead)
-	if err := p.replayJournal(ck.journalNext); err != nil {
+	dropped, err := p.replayJournal(ck.journalNext)
+	if err != nil {
 		p.closeLogs()
 		return nil, err
 	}
+	if dropped > 0 {
+		opts.Logger.Error("settle journal names offsets the message log no longer holds; the disk lost confirmed data",
+			"partition", opts.Index, "log_end", end, "dropped_settles", dropped)
+		lost = true
+	}
+	// A damaged settle record is skipped once: the checkpoint below covers it, so later
+	// starts neither report nor count it again.
+	lost = lost || p.journalDamaged > 0
 	p.q.SetBounds(p.log.Oldest(), p.log.Next())
+	if lost {
+		// Record the cut-back state before anything new is written: a checkpoint at the
+		// journal's real end, so no old settle is replayed against a reused offset and
+		// new settles land past what it covers. Without it the guard above would hold
+		// for this start only.
+		if err := p.Checkpoint(); err != nil {
+			p.closeLogs()
+			return nil, fmt.Errorf("partition %d: recording the state cut back after lost data: %w", opts.Index, err)
+		}
+	}
 	return p, nil
 }
 
@@ -177,32 +229,68 @@ func (p *Partition) closeLogs() {
 	p.journal.Close()
 }
 
-func (p *Partition) replayJournal(from uint64) error {
+// reportRecovery logs what opening a log found: damaged records (acknowledged, so an
+// error: the disk lost data it had confirmed) and a torn write cut off its end (the
+// normal trace of a crash).
+func (p *Partition) reportRecovery(what string, l *segment.Log) {
+	const maxLines = 20
+	damage := l.Damaged()
+	for i, d := range damage {
+		if i == maxLines {
+			p.opts.Logger.Error("more damaged records; the count above covers them all", "partition", p.opts.Index, "log", what, "runs_not_listed", len(damage)-maxLines)
+			break
+		}
+		p.opts.Logger.Error("damaged records found on open; their offsets stay taken and they are never served",
+			"partition", p.opts.Index, "log", what, "from_offset", d.From, "to_offset", d.To-1, "damaged_records", l.Stats().DamagedRecords)
+	}
+	if n := l.Stats().TornBytes; n > 0 {
+		p.opts.Logger.Info("cut a torn write off the end of a log", "partition", p.opts.Index, "log", what, "bytes", n, "next_offset", l.Next())
+	}
+}
+
+// replayJournal applies the settle records from journal position from on. It returns
+// how many settles named offsets at or past the log's end, which it drops (see Open).
+func (p *Partition) replayJournal(from uint64) (dropped int, err error) {
 	end := p.log.Next()
 	if from < p.journal.Oldest() {
 		// The checkpoint says it covers up to from, and compaction only deletes what a
 		// durable checkpoint covers; a journal starting later means files were lost.
-		return fmt.Errorf("partition %d: settle journal starts at %d, after checkpoint position %d: %w", p.opts.Index, p.journal.Oldest(), from, segment.ErrCorrupt)
+		return 0, fmt.Errorf("partition %d: settle journal starts at %d, after checkpoint position %d: %w", p.opts.Index, p.journal.Oldest(), from, segment.ErrCorrupt)
 	}
 	for from < p.journal.Next() {
 		recs, err := p.journal.Read(from, 256, 1<<20)
+		if errors.Is(err, segment.ErrCorrupt) {
+			// A damaged settle record: the settles it held are lost, and those messages
+			// will be delivered again (at least once, never lost). Refusing to start
+			// would stop the whole partition for what a redelivery repairs.
+			p.opts.Logger.Error("a damaged settle record is skipped; the messages it settled will be delivered again",
+				"partition", p.opts.Index, "journal_offset", from, "err", err)
+			p.journalDamaged++
+			if p.opts.OnDamaged != nil {
+				p.opts.OnDamaged("journal", 1)
+			}
+			from++
+			continue
+		}
 		if err != nil {
-			return fmt.Errorf("partition %d: replaying settle journal: %w", p.opts.Index, err)
+			return dropped, fmt.Errorf("partition %d: replaying settle journal: %w", p.opts.Index, err)
 		}
 		for _, r := range recs {
 			offs, err := decodeSettle(r.Value)
 			if err != nil {
-				return fmt.Errorf("partition %d: settle record %d: %w", p.opts.Index, r.Offset, err)
+				return dropped, fmt.Errorf("partition %d: settle record %d: %w", p.opts.Index, r.Offset, err)
 			}
 			for _, o := range offs {
-				if o < end { // see the frontier check in Open
+				if o < end { // see the lost-data checks in Open
 					p.q.Settled(o)
+				} else {
+					dropped++
 				}
 			}
 			from = r.Offset + 1
 		}
 	}
-	return nil
+	return dropped, nil
 }
 
 // Append writes records durably and returns the first offset. The messages are
@@ -244,13 +332,26 @@ func (p *Partition) notify() {
 
 // Lease reserves up to limit messages for d and reads them, up to about maxBytes of
 // payload: the first message always goes, and the ones that do not fit are handed back
-// unsent (not counted as attempts). It returns no deliveries (and no error) when nothing
-// is available.
+// unsent (not counted as attempts). A message whose record is damaged is skipped: it is
+// settled without being served, logged and counted (OnDamaged), and the lease goes on to
+// the next message. It returns no deliveries (and no error) when nothing is available.
 func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery, error) {
+	for {
+		out, skipped, err := p.leaseOnce(limit, d, maxBytes)
+		if len(out) > 0 || err != nil || skipped == 0 {
+			return out, err
+		}
+		// Every message leased was damaged and is now settled: lease again, so one
+		// damaged record never answers a consume with nothing while others wait.
+	}
+}
+
+// leaseOnce is one round of Lease; it also returns how many damaged records it skipped.
+func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Delivery, int, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	now := p.opts.Clock()
 	if p.q.Expire(now) > 0 {
@@ -260,8 +361,9 @@ func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery,
 	p.armTimerLocked()
 	p.mu.Unlock()
 	if len(grants) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
+	skipped := 0
 	out := make([]Delivery, 0, len(grants))
 	used := 0
 	var readErr error
@@ -286,7 +388,7 @@ func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery,
 		recs, err := p.readRun(grants[i].Offset, j-i, budget)
 		for k, r := range recs {
 			if r.Offset != grants[i+k].Offset {
-				return nil, fmt.Errorf("%w: read offset %d for lease on %d", ErrStorage, r.Offset, grants[i+k].Offset)
+				return nil, skipped, fmt.Errorf("%w: read offset %d for lease on %d", ErrStorage, r.Offset, grants[i+k].Offset)
 			}
 			deliver(r, grants[i+k])
 		}
@@ -294,7 +396,7 @@ func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery,
 		case err == nil && len(recs) < j-i:
 			// The byte budget ran out inside the run.
 			p.unleaseGrants(grants[i+len(recs):])
-			return out, nil
+			return out, skipped, nil
 		case err != nil && errors.Is(err, segment.ErrOffsetOutOfRange):
 			// Retention removed them after they were reserved: they are gone for good.
 			p.mu.Lock()
@@ -302,24 +404,58 @@ func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery,
 			p.mu.Unlock()
 		case err != nil:
 			// Read the rest one by one: one damaged record must not hold back its
-			// neighbours. A record that cannot be read is never served; its lease lapses
-			// and it is tried again then, so a bad sector does not spin the consumer.
+			// neighbours. A damaged record is skipped for good (see skipDamaged). A
+			// record that cannot be read for another reason (an I/O error) is not served
+			// now; its lease lapses and it is tried again then, so a failing disk does not
+			// spin the consumer.
 			for k := len(recs); k < j-i; k++ {
-				one, err := p.readRun(grants[i+k].Offset, 1, 1)
-				if err != nil {
-					p.opts.Logger.Error("a leased message cannot be read; it is not served", "partition", p.opts.Index, "offset", grants[i+k].Offset, "err", err)
+				g := grants[i+k]
+				one, err := p.readRun(g.Offset, 1, 1)
+				switch {
+				case err != nil && errors.Is(err, segment.ErrCorrupt):
+					p.skipDamaged(g.Offset, err)
+					skipped++
+				case err != nil:
+					p.opts.Logger.Error("a leased message cannot be read; it is not served now", "partition", p.opts.Index, "offset", g.Offset, "err", err)
 					readErr = readError(err)
-					continue
+				default:
+					deliver(one[0], g)
 				}
-				deliver(one[0], grants[i+k])
 			}
 		}
 		i = j
 	}
 	if len(out) == 0 && readErr != nil {
-		return nil, readErr
+		return nil, skipped, readErr
 	}
-	return out, nil
+	return out, skipped, nil
+}
+
+// skipDamaged settles a leased message whose record failed its checks: it can never be
+// served, and left in the queue it would pin the frontier, so that after MaxAckedAhead
+// later acks every ack would be refused. The skip is written to the settle journal like
+// an ack (under the gate, so a checkpoint sees all of it or none): otherwise a restart
+// would set the frontier back to it. If that write fails, it is skipped in memory only,
+// and a restart finds and skips it again.
+func (p *Partition) skipDamaged(off uint64, err error) {
+	p.gate.RLock()
+	_, jerr := p.journal.Append([]segment.Record{{Value: encodeSettle([]uint64{off}), Timestamp: p.opts.WallClock()}})
+	p.mu.Lock()
+	p.q.Skip(off)
+	if jerr == nil {
+		p.sinceCkpt++
+	}
+	p.mu.Unlock()
+	p.gate.RUnlock()
+	p.opts.Logger.Error("a damaged message is skipped: it is never delivered and counts as settled",
+		"partition", p.opts.Index, "offset", off, "err", err)
+	if jerr != nil && !errors.Is(jerr, segment.ErrClosed) {
+		p.opts.Logger.Error("the skip of a damaged message could not be written; a restart will skip it again",
+			"partition", p.opts.Index, "offset", off, "err", jerr)
+	}
+	if p.opts.OnDamaged != nil {
+		p.opts.OnDamaged("messages", 1)
+	}
 }
 
 func (p *Partition) unleaseGrants(gs []queue.Grant) {

@@ -83,6 +83,7 @@ type State struct {
 	expiry     expiryHeap
 	ready      readyHeap
 	attempts   map[uint64]uint32 // delivery count of ready offsets
+	damaged    uint64            // offsets skipped by Skip since open
 }
 
 // New returns the queue state of a partition opened with lease epoch epoch, whose
@@ -254,6 +255,20 @@ func (s *State) AbortSettle(off uint64) {
 	s.makeReady(off, l.attempt)
 }
 
+// Skip settles off without a consumer because its record is damaged and can never be
+// served: it is counted, and it stops pinning the frontier. A damaged record is the one
+// way an offset becomes done without an ack (see docs/delivery-contract.md).
+func (s *State) Skip(off uint64) {
+	if off < s.frontier {
+		return
+	}
+	if _, done := s.ackedAhead[off]; done {
+		return
+	}
+	s.damaged++
+	s.Settled(off)
+}
+
 // Settled records that off is done (from a commit or from replaying the journal).
 // Settling an offset twice, or one below the frontier, changes nothing: the frontier
 // never moves back.
@@ -351,15 +366,24 @@ type Stats struct {
 	Oldest, End, Frontier uint64
 	AckedAhead, InFlight  int
 	Backlog               uint64
+	Damaged               uint64 // offsets skipped as damaged since the partition opened
 }
 
 // Stats returns the queue's counters.
 func (s *State) Stats() Stats {
 	backlog := uint64(0)
 	if s.end > s.frontier {
-		backlog = s.end - s.frontier - uint64(len(s.ackedAhead))
+		// Only settled offsets below the end count: a state restored over a log that
+		// came back shorter may hold some past it (the partition drops them on open).
+		settled := uint64(0)
+		for o := range s.ackedAhead {
+			if o < s.end {
+				settled++
+			}
+		}
+		backlog = s.end - s.frontier - settled
 	}
-	return Stats{Oldest: s.oldest, End: s.end, Frontier: s.frontier, AckedAhead: len(s.ackedAhead), InFlight: len(s.leases), Backlog: backlog}
+	return Stats{Oldest: s.oldest, End: s.end, Frontier: s.frontier, AckedAhead: len(s.ackedAhead), InFlight: len(s.leases), Backlog: backlog, Damaged: s.damaged}
 }
 
 // Frontier returns the ack frontier.

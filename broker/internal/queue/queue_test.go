@@ -337,3 +337,13 @@ func FuzzDecodeHandle(f *testing.F) {
 		}
 	})
 }
+
+// TestBacklogWithSettledPastEnd: acked-ahead offsets at or past the end (a state
+// restored over a log that came back shorter) must not make the backlog underflow.
+func TestBacklogWithSettledPastEnd(t *testing.T) {
+	s := New(Config{Visibility: time.Second, MaxInFlight: 10, MaxAckedAhead: 10}, 1, 3, []uint64{7, 8})
+	s.SetBounds(0, 4)
+	if st := s.Stats(); st.Backlog != 1 {
+		t.Fatalf("backlog %d over [3, 4) with nothing settled in it, want 1", st.Backlog)
+	}
+}

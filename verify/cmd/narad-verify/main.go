@@ -61,7 +61,7 @@ func runCmd(args []string) int {
 	kills := fs.Int("kills", 20, "least number of kills (kill -9 and failpoint kills)")
 	fpKills := fs.Int("failpoint-kills", -1, "least number of kills at failpoints (-1: half of -kills)")
 	pauses := fs.Bool("pauses", true, "mix in SIGSTOP/SIGCONT")
-	corrupt := fs.Bool("corrupt", true, "append torn tails to a stopped node's active segments")
+	corrupt := fs.Bool("corrupt", true, "damage a stopped node's files: torn tails, bit flips in active segments and settle journals, a checkpoint ahead of its journal")
 	disk := fs.Bool("disk", false, "inject EIO, ENOSPC and slow fsyncs at segment-after-write")
 	clockShare := fs.Float64("clock-share", 0.25, "share of restarts that step the node's wall clock (back and forward in turn by 1s, 10s or 1h; 0: never)")
 	recreate := fs.Duration("recreate-every", 4*time.Second, "delete and recreate the topic "+workload.Recycled+" about this often under load (0: no such topic)")

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"runtime"
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/failpoint"
 )
@@ -87,6 +89,11 @@ func (l *Log) run() {
 		}
 		l.fileMu.Lock()
 		sealed, err := l.commit(group, size)
+		if err == nil && l.opts.RecoveryPointEvery > 0 && time.Since(l.rpAt) >= l.opts.RecoveryPointEvery {
+			// Before the answers, so that whoever sees an append return also sees every
+			// fsync it caused; it costs one group one more fsync at most once a period.
+			l.writeRecoveryPoint()
+		}
 		l.fileMu.Unlock()
 		for _, r := range group {
 			r.err = err
@@ -97,7 +104,7 @@ func (l *Log) run() {
 			// Off the acknowledgement path: a missing index only costs a scan on Open.
 			l.fileMu.Lock()
 			for _, s := range sealed {
-				if !s.deleted.Load() {
+				if !s.deleted.Load() && !s.holes {
 					l.writeIndex(s)
 				}
 			}
@@ -167,6 +174,9 @@ func (l *Log) commit(group []*request, size int) ([]*segment, error) {
 	for i := range l.chunks {
 		c := &l.chunks[i]
 		s := c.seg
+		if !c.created && len(s.entries) == 0 && c.eEnd > c.eStart {
+			l.boundDamaged(l.pending[c.eStart].ts)
+		}
 		s.entries = append(s.entries, l.pending[c.eStart:c.eEnd]...)
 		s.next, s.size, s.lastTS, s.indexedAt = c.next, c.size, c.lastTS, c.indexedAt
 		if c.created {
@@ -190,6 +200,19 @@ func (l *Log) commit(group []*request, size int) ([]*segment, error) {
 	return sealed, nil
 }
 
+// boundDamaged gives a damaged sealed segment just before the active one, whose age was
+// unknown because nothing followed it, the bound ts of the first record appended after
+// it (or its last valid record's, if later): without it, it would never age out while
+// the process runs. Its valid records are all older than the bound, so retention never
+// removes a record that could be served before its time. l.mu must be held.
+func (l *Log) boundDamaged(ts int64) {
+	if n := len(l.segments); n >= 2 {
+		if prev := l.segments[n-2]; prev.damaged && prev.lastTS == math.MaxInt64 {
+			prev.lastTS = max(ts, prev.validTS)
+		}
+	}
+}
+
 // writeChunk writes one chunk and fsyncs it. A new segment's file is created,
 // and its directory entry made durable, only after everything before it was
 // synced, so a crash can never leave a later segment behind a torn one.
@@ -198,7 +221,7 @@ func (l *Log) writeChunk(c *chunk) error {
 		return nil
 	}
 	if c.created {
-		f, err := l.fs.OpenFile(c.seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err := l.fs.OpenFile(c.seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return &writeError{err}
 		}

@@ -20,10 +20,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/failpoint"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
@@ -36,6 +38,11 @@ type Options struct {
 	IndexIntervalBytes int    // one sparse index entry per this many bytes of records; default 4 KiB
 	MaxRecordBytes     int    // largest encoded record accepted or read back; default 16 MiB, at most 1 GiB; never lower it on an existing log
 	NoSync             bool   // skip every fsync; for tests and benchmarks only
+	// RecoveryPointEvery is how often, at most, a group's append also records the
+	// active segment's durable end in the recovery-point file (it is always recorded at
+	// Close). Damage before that point is told from a torn write on Open; see README.md.
+	// 0 means once a second; a negative value records it only at Close.
+	RecoveryPointEvery time.Duration
 	// Syncer, when set, makes segment data durable instead of a Sync of the file:
 	// a vfs.SyncGroup shared by many logs lets one file-system sync serve them all.
 	Syncer Syncer
@@ -73,6 +80,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxRecordBytes <= 0 {
 		o.MaxRecordBytes = defaultMaxRecord
 	}
+	if o.RecoveryPointEvery == 0 {
+		o.RecoveryPointEvery = defaultRecoveryEvery
+	}
 	switch {
 	case o.SegmentBytes > maxSegmentBytes:
 		return o, fmt.Errorf("segment: SegmentBytes %d above the limit of %d", o.SegmentBytes, maxSegmentBytes)
@@ -108,6 +118,17 @@ type Log struct {
 	chunks  []chunk
 	pending []indexEntry
 
+	// The recovery point (recovery.go), guarded by fileMu.
+	rp      recoveryPoint
+	rpValid bool
+	rpSlot  int       // slot the next write goes to
+	rpFile  vfs.File  // open once written
+	rpAt    time.Time // last write
+
+	// What Open found; set before the log is shared, read-only after.
+	damage    []Damage
+	tornBytes int64
+
 	// sendMu orders Append's enqueue against Close closing the queue.
 	sendMu     sync.RWMutex
 	sendClosed bool
@@ -115,14 +136,17 @@ type Log struct {
 	done       chan struct{} // closed when the writer goroutine exits
 
 	stats struct {
-		records, bytes, groups, syncs, indexErrors atomic.Uint64
+		records, bytes, groups, syncs, indexErrors, recoveryErrors, recoveryPoints atomic.Uint64
 	}
 }
 
 // Open opens the log in dir, creating dir and an empty log if needed. It
-// recovers the last segment by cutting it at the first record that is
-// incomplete or fails its checks; sealed segments are trusted through their
-// index files and are scanned only when an index is missing or does not match.
+// recovers the last segment by cutting off a torn tail: bytes after the last
+// valid record that no valid record follows and that lie past the recovery point.
+// Records that fail their checks anywhere else are damage: their offsets stay
+// taken, reads of them fail with ErrCorrupt, and Damaged reports them. Sealed
+// segments are trusted through their index files and are scanned only when an
+// index is missing or does not match.
 func Open(dir string, opts Options) (*Log, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -135,8 +159,13 @@ func Open(dir string, opts Options) (*Log, error) {
 		lastTS: math.MinInt64,
 		queue:  make(chan *request, queueDepth),
 		done:   make(chan struct{}),
+		rpAt:   time.Now(), // what Open found is on disk; the first point is due a period on
 	}
-	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
+	mkdir := vfs.MkdirAllSync // the directory's entry must be durable before any append is
+	if opts.NoSync {
+		mkdir = vfs.FS.MkdirAll
+	}
+	if err := mkdir(l.fs, dir, 0o700); err != nil {
 		return nil, fmt.Errorf("segment: open %s: %w", dir, err)
 	}
 	if err := l.load(); err != nil {
@@ -160,6 +189,7 @@ func (l *Log) load() error {
 	if err != nil {
 		return err
 	}
+	l.readRecoveryPoint()
 	var bases []uint64
 	sizes := map[uint64]int64{}
 	indexes := map[uint64]bool{}
@@ -203,11 +233,12 @@ func (l *Log) load() error {
 
 	// A damaged segment's own newest timestamp is unknown; bound it by the
 	// first timestamp after it so retention and OffsetForTime never act early.
+	// With nothing after it yet, the bound waits for the first append (boundDamaged).
 	for i, s := range l.segments {
 		if s.damaged {
-			s.lastTS = math.MaxInt64
+			s.validTS, s.lastTS = s.lastTS, math.MaxInt64
 			if n := l.segments[i+1]; len(n.entries) > 0 {
-				s.lastTS = n.entries[0].ts
+				s.lastTS = max(n.entries[0].ts, s.validTS)
 			}
 		}
 	}
@@ -251,11 +282,17 @@ func (l *Log) loadSealed(base, next uint64, size int64, hasIndex bool) (*segment
 		return nil, err
 	}
 	s.entries, s.lastTS, s.indexedAt = res.entries, res.lastTS, res.indexedAt
+	l.damage = append(l.damage, res.holes...)
 	if res.next != next {
 		s.damaged = true
-		return s, nil
+		l.damage = append(l.damage, Damage{From: res.next, To: next})
 	}
-	l.writeIndex(s)
+	// A segment with damage gets no index file: it is scanned, and its damage
+	// reported, at every Open.
+	s.holes = s.damaged || res.resynced
+	if !s.holes {
+		l.writeIndex(s)
+	}
 	return s, nil
 }
 
@@ -282,8 +319,11 @@ func (l *Log) readIndex(s *segment) (*indexFile, error) {
 	return decodeIndex(b)
 }
 
-// recoverActive opens the last segment for appending, cutting it at the first
-// record that is incomplete, fails its checks or is out of sequence.
+// recoverActive opens the last segment for appending. Bad bytes followed by valid
+// records are damage (the scan keeps the offsets). Bad bytes at the end are cut off
+// as a torn write, unless the recovery point says the segment was durable past
+// them: then the offsets up to the recovery point are damage, kept and reported,
+// and only what lies past it is cut.
 func (l *Log) recoverActive(base uint64) (*segment, error) {
 	s := newSegment(l.dir, base)
 	f, err := l.fs.OpenFile(s.path, os.O_RDWR, 0)
@@ -297,23 +337,41 @@ func (l *Log) recoverActive(base uint64) (*segment, error) {
 		return nil, err
 	}
 	res, err := scanSegment(f, base, size, math.MaxUint64, &l.opts)
-	if err == nil && res.size < size {
-		if err = f.Truncate(res.size); err == nil {
-			err = l.sync(f)
-		}
-	}
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	s.next, s.size, s.lastTS, s.entries, s.indexedAt = res.next, res.size, res.lastTS, res.entries, res.indexedAt
+	l.damage = append(l.damage, res.holes...)
+	keep, next := res.size, res.next
+	s.holes = res.resynced
+	if rp := l.rp; l.rpValid && rp.base == base && rp.size > res.size && rp.next > res.next &&
+		rp.next-res.next <= uint64(rp.size-res.size)/frameOverhead {
+		// Synced and acknowledged: a damaged tail, not a torn one. A file cut below the
+		// recovery point is extended with zeros, which read as damage too.
+		l.damage = append(l.damage, Damage{From: res.next, To: rp.next})
+		keep, next = rp.size, rp.next
+		s.holes = true
+		res.indexedAt = forceIndexEntry
+	} else if keep < size {
+		l.tornBytes = size - keep
+	}
+	if keep != size {
+		if err = f.Truncate(keep); err == nil {
+			err = l.sync(f)
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	s.next, s.size, s.lastTS, s.entries, s.indexedAt = next, keep, res.lastTS, res.entries, res.indexedAt
 	return s, nil
 }
 
 // createSegment creates the empty file of a new active segment, durably.
 func (l *Log) createSegment(base uint64) (*segment, error) {
 	s := newSegment(l.dir, base)
-	f, err := l.fs.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := l.fs.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +391,7 @@ func (l *Log) writeIndex(s *segment) {
 	b := encodeIndex(&indexFile{base: s.base, next: s.next, size: s.size, lastTS: s.lastTS, entries: s.entries})
 	tmp := s.indexPath() + tmpExt
 	err := func() error {
-		f, err := l.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		f, err := l.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			return err
 		}
@@ -437,9 +495,9 @@ func (l *Log) reader(s *segment, v *segmentView, e indexEntry) (*frameReader, er
 }
 
 // seek returns the index entry to start from for rel, or the segment start when
-// the index is empty (a damaged segment).
+// no entry lies at or before rel (a segment whose first records are damaged).
 func (v *segmentView) seek(rel uint64) indexEntry {
-	if len(v.entries) == 0 {
+	if len(v.entries) == 0 || uint64(v.entries[0].rel) > rel {
 		return indexEntry{}
 	}
 	return seekOffset(v.entries, rel)
@@ -501,6 +559,15 @@ func (l *Log) readSegment(s *segment, v *segmentView, from uint64, out []Record,
 		}
 		r.chunk = int(min(max(want, 512), 4<<20))
 		rec, n, err := r.next()
+		var ferr *frameError
+		if err != nil && r.off < from && errors.As(err, &ferr) {
+			// A damaged record lies between the index entry and the one wanted: look
+			// past it, so one bad record does not hide its neighbours.
+			found, rerr := r.resync(from)
+			if rerr == nil && found {
+				continue
+			}
+		}
 		if err != nil {
 			if err == io.EOF {
 				err = corrupt("segment ends at byte %d before offset %d", r.pos, r.off)
@@ -556,6 +623,14 @@ func (l *Log) OffsetForTime(ts int64) (uint64, error) {
 	r.fresh, r.chunk = false, 2*l.opts.IndexIntervalBytes
 	for r.off < v.next {
 		rec, _, err := r.next()
+		var ferr *frameError
+		if errors.As(err, &ferr) {
+			// A damaged record's time is unknown, but the records after it still
+			// order by time: look past it.
+			if found, rerr := r.resync(v.next - 1); rerr == nil && found {
+				continue
+			}
+		}
 		if err == io.EOF {
 			err = corrupt("segment ends at byte %d before offset %d", r.pos, r.off)
 		}
@@ -576,7 +651,13 @@ type Stats struct {
 	Groups           uint64 // commit groups: one write per segment touched, then an fsync
 	Syncs            uint64 // fsyncs of segment data (a group that rolls a segment needs two)
 	IndexWriteErrors uint64 // index files that could not be written (they are rebuilt on Open)
-	Segments         int    // segment files now
+	// RecoveryPointErrors counts recovery-point writes that failed; recovery then
+	// knows less about which bad bytes were acknowledged (see README.md).
+	RecoveryPointErrors uint64
+	RecoveryPoints      uint64 // recovery-point writes, each with its own fsync
+	Segments            int    // segment files now
+	DamagedRecords      uint64 // records Open found damaged (see Damaged)
+	TornBytes           int64  // bytes of a torn write Open cut off the active segment
 }
 
 // Stats returns the log's counters.
@@ -585,13 +666,31 @@ func (l *Log) Stats() Stats {
 	n := len(l.segments)
 	l.mu.RUnlock()
 	return Stats{
-		Records:          l.stats.records.Load(),
-		Bytes:            l.stats.bytes.Load(),
-		Groups:           l.stats.groups.Load(),
-		Syncs:            l.stats.syncs.Load(),
-		IndexWriteErrors: l.stats.indexErrors.Load(),
-		Segments:         n,
+		Records:             l.stats.records.Load(),
+		Bytes:               l.stats.bytes.Load(),
+		Groups:              l.stats.groups.Load(),
+		Syncs:               l.stats.syncs.Load(),
+		IndexWriteErrors:    l.stats.indexErrors.Load(),
+		RecoveryPointErrors: l.stats.recoveryErrors.Load(),
+		RecoveryPoints:      l.stats.recoveryPoints.Load(),
+		Segments:            n,
+		DamagedRecords:      damagedCount(l.damage),
+		TornBytes:           l.tornBytes,
 	}
+}
+
+// Damaged returns the runs of offsets whose records Open found damaged, oldest
+// first. Their offsets stay taken and reading them fails with ErrCorrupt. Damage
+// in a sealed segment whose index file was intact is not scanned for on Open; it
+// shows when the record is read.
+func (l *Log) Damaged() []Damage { return slices.Clone(l.damage) }
+
+func damagedCount(ds []Damage) uint64 {
+	n := uint64(0)
+	for _, d := range ds {
+		n += d.To - d.From
+	}
+	return n
 }
 
 // Close stops the log. Appends already queued are committed (or failed) before
@@ -611,6 +710,13 @@ func (l *Log) Close() error {
 
 	l.fileMu.Lock()
 	defer l.fileMu.Unlock()
+	// Everything is durable now: a later Open can tell damage anywhere in the active
+	// segment from a torn write.
+	l.writeRecoveryPoint()
+	if l.rpFile != nil {
+		l.rpFile.Close()
+		l.rpFile = nil
+	}
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()

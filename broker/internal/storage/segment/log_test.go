@@ -3,6 +3,7 @@ package segment
 import (
 	"errors"
 	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
@@ -159,7 +160,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	// segments' records.
 	var budget int64
 	logs := segmentFiles(t, m, testDir, logExt)
-	for _, p := range append(segmentFiles(t, m, testDir, indexExt), logs[len(logs)-1]) {
+	for _, p := range append(segmentFiles(t, m, testDir, indexExt), logs[len(logs)-1], filepath.Join(testDir, recoveryName)) {
 		st, _ := m.Stat(p)
 		budget += st.Size
 	}

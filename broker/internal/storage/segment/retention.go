@@ -99,7 +99,9 @@ func (l *Log) Roll() error {
 	l.mu.Lock()
 	l.segments = append(l.segments, s)
 	l.mu.Unlock()
-	l.writeIndex(active)
+	if !active.holes {
+		l.writeIndex(active)
+	}
 	return nil
 }
 

@@ -47,7 +47,11 @@ type segment struct {
 	size    int64        // bytes of durable records (sealed: the file size)
 	lastTS  int64        // newest timestamp (math.MinInt64 when empty; an upper bound when damaged)
 	entries []indexEntry // appended to, never changed
-	damaged bool         // sealed, and its records failed their checks when the index was rebuilt
+	damaged bool         // sealed, and its last records failed their checks: lastTS is only a bound
+	validTS int64        // damaged: the timestamp of its last valid record (a lower bound of the real one)
+	// holes: some records failed their checks when the segment was scanned on Open; such a
+	// segment gets no index file, so the damage is found and reported again at every Open.
+	holes bool
 
 	indexedAt int64 // position of the last index entry; used by the writer only
 
@@ -173,6 +177,61 @@ func (r *frameReader) window(n int) ([]byte, error) {
 	return buf, nil
 }
 
+// resync looks past a frame that failed its checks for the next good one: from the byte
+// after r.pos on, the first position holding a whole frame that passes every check and
+// carries an offset in [r.off, hi]. A frame n offsets further on must lie at least n
+// minimal frames further on, so a candidate's offset is also bounded by its distance;
+// together with the CRC this makes it practically impossible to take bytes inside a
+// damaged record for a record. On success r stands at that frame and true is returned; on
+// false r stands where it started. Only I/O errors are returned as errors.
+func (r *frameReader) resync(hi uint64) (bool, error) {
+	start, lo := r.pos, r.off
+	chunk := r.chunk
+	r.chunk = max(r.chunk, 64<<10)
+	defer func() { r.chunk = chunk }()
+	for p := start + 1; p+frameOverhead <= r.end; p++ {
+		r.pos = p
+		b, err := r.window(frameOverhead)
+		if err != nil {
+			var ferr *frameError
+			if errors.As(err, &ferr) {
+				break
+			}
+			r.pos = start
+			return false, err
+		}
+		off := le.Uint64(b[12:])
+		if b[8] != frameVersion || off < lo || off > hi || off-lo > uint64(p-start)/frameOverhead {
+			continue
+		}
+		n, err := frameLength(b, r.max)
+		if err != nil || int64(n) > r.end-p {
+			continue
+		}
+		if b, err = r.window(n); err != nil {
+			var ferr *frameError
+			if errors.As(err, &ferr) {
+				continue
+			}
+			r.pos = start
+			return false, err
+		}
+		if _, err := decodeFrame(b[:n]); err == nil {
+			r.off = off
+			return true, nil
+		}
+	}
+	r.pos = start
+	return false, nil
+}
+
+// Damage is a run of offsets [From, To) whose records failed their checks, found by
+// the scan of a segment on Open. The offsets stay taken: reading them fails with
+// ErrCorrupt, the records around them are served, and no new record ever gets them.
+type Damage struct {
+	From, To uint64
+}
+
 // scanResult is what a scan of a segment file found.
 type scanResult struct {
 	next      uint64 // one past the last valid record
@@ -180,12 +239,22 @@ type scanResult struct {
 	lastTS    int64
 	entries   []indexEntry
 	indexedAt int64
-	stop      error // the *frameError that ended the scan early, or nil
+	holes     []Damage // damaged runs with valid records after them
+	resynced  bool     // bytes that are no record were skipped (holes, or garbage between records)
+	stop      error    // the *frameError that ended the scan early, or nil
 }
 
+// forceIndexEntry as an indexedAt makes the next record get an index entry whatever
+// its position, so a reader seeking it or anything after it never starts before a
+// damaged record.
+const forceIndexEntry = math.MinInt64 / 2
+
 // scanSegment checks the records of a segment file from its start, up to end
-// bytes or until offset limit, and rebuilds its sparse index. Only I/O errors
-// are returned as errors; invalid bytes end the scan and are reported in stop.
+// bytes or until offset limit, and rebuilds its sparse index. A frame that fails
+// its checks is skipped if a valid frame with a later, consistent offset follows
+// it: the offsets in between are reported in holes, and the record after them gets
+// an index entry. Only I/O errors are returned as errors; invalid bytes with no
+// valid frame after them end the scan and are reported in stop.
 func scanSegment(f vfs.File, base uint64, end int64, limit uint64, opts *Options) (scanResult, error) {
 	res := scanResult{next: base, lastTS: math.MinInt64}
 	r := frameReader{f: f, end: end, off: base, max: opts.MaxRecordBytes, chunk: 1 << 20}
@@ -201,8 +270,21 @@ func scanSegment(f vfs.File, base uint64, end int64, limit uint64, opts *Options
 		}
 		var ferr *frameError
 		if errors.As(err, &ferr) {
-			res.stop = ferr
-			break
+			from := r.off
+			found, err := r.resync(limit - 1)
+			if err != nil {
+				return res, err
+			}
+			if !found {
+				res.stop = ferr
+				break
+			}
+			if r.off > from {
+				res.holes = append(res.holes, Damage{From: from, To: r.off})
+			}
+			res.resynced = true
+			res.indexedAt = forceIndexEntry
+			continue
 		}
 		if err != nil {
 			return res, err

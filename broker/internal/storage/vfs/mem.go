@@ -22,14 +22,17 @@ var ErrCrashed = errors.New("vfs: file handle from before a simulated crash")
 // file has the bytes a reader sees now and the bytes last made durable by Sync;
 // every directory has the entries readers see now and the entries last made
 // durable by SyncDir. Crash throws away everything that was not made durable.
-// Directories created with MkdirAll are durable at once. The zero value is not
+// A directory created with MkdirAll is an entry of its parent like any file: it
+// survives a crash only once its parent was synced with SyncDir (and the parent
+// itself survives), and with it go the files inside it. The zero value is not
 // usable; call NewMem. All methods are safe for concurrent use.
 type Mem struct {
 	mu         sync.Mutex
 	gen        uint64               // bumped by every crash; older handles are dead
 	files      map[string]*memInode // names visible now
 	durable    map[string]*memInode // names as of the last SyncDir of their directory
-	dirs       map[string]bool      // directories (always durable)
+	dirs       map[string]bool      // directories visible now
+	durableDir map[string]bool      // directories whose entry in their parent was synced
 	syncs      int64                // successful and failed File.Sync calls
 	dirSyncs   int64                // SyncDir calls
 	bytesRead  int64                // bytes returned by ReadAt
@@ -46,10 +49,11 @@ type memInode struct {
 // NewMem returns an empty Mem with unlimited space and no faults armed.
 func NewMem() *Mem {
 	return &Mem{
-		files:   map[string]*memInode{},
-		durable: map[string]*memInode{},
-		dirs:    map[string]bool{"/": true, ".": true},
-		free:    -1,
+		files:      map[string]*memInode{},
+		durable:    map[string]*memInode{},
+		dirs:       map[string]bool{"/": true, ".": true},
+		durableDir: map[string]bool{"/": true, ".": true},
+		free:       -1,
 	}
 }
 
@@ -158,7 +162,8 @@ func (m *Mem) ReadDir(dir string) ([]FileInfo, error) {
 	return out, nil
 }
 
-// MkdirAll creates dir and its parents; they are durable at once.
+// MkdirAll creates dir and its parents; each new entry is durable only after
+// SyncDir of its parent.
 func (m *Mem) MkdirAll(dir string, perm fs.FileMode) error {
 	dir = filepath.Clean(dir)
 	m.mu.Lock()
@@ -181,6 +186,11 @@ func (m *Mem) SyncDir(dir string) error {
 		return pathErr("syncdir", dir, fs.ErrNotExist)
 	}
 	m.dirSyncs++
+	for d := range m.dirs {
+		if d != dir && filepath.Dir(d) == dir {
+			m.durableDir[d] = true
+		}
+	}
 	for name := range m.durable {
 		if filepath.Dir(name) == dir {
 			delete(m.durable, name)
@@ -195,7 +205,8 @@ func (m *Mem) SyncDir(dir string) error {
 }
 
 // Crash simulates a power loss: every file goes back to its last synced
-// contents, every directory to its last synced entries, and handles opened
+// contents, every directory to its last synced entries (a directory whose own
+// entry was never synced is gone, with everything in it), and handles opened
 // before the crash fail with ErrCrashed.
 func (m *Mem) Crash() { m.crash(nil) }
 
@@ -207,8 +218,31 @@ func (m *Mem) crash(r *rand.Rand) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.gen++
+	kept := func(d string) bool {
+		for ; ; d = filepath.Dir(d) {
+			if !m.durableDir[d] {
+				return false
+			}
+			if filepath.Dir(d) == d {
+				return true
+			}
+		}
+	}
+	dirs := map[string]bool{}
+	for d := range m.dirs {
+		if kept(d) {
+			dirs[d] = true
+		} else {
+			delete(m.durableDir, d)
+		}
+	}
+	m.dirs = dirs
 	m.files = make(map[string]*memInode, len(m.durable))
 	for name, ino := range m.durable {
+		if !m.dirs[filepath.Dir(name)] {
+			delete(m.durable, name)
+			continue
+		}
 		kept := ino.synced
 		if r != nil && len(ino.data) > len(ino.synced) && bytes.HasPrefix(ino.data, ino.synced) {
 			kept = ino.data[:len(ino.synced)+r.Intn(len(ino.data)-len(ino.synced)+1)]
@@ -290,8 +324,8 @@ func (m *Mem) ReadFile(name string) ([]byte, error) {
 	return bytes.Clone(ino.data), nil
 }
 
-// WriteFile creates or replaces name with data, durably (contents and entry),
-// as if it had been on disk all along.
+// WriteFile creates or replaces name with data, durably (contents and entry, and
+// the entries of the directories above it), as if it had been on disk all along.
 func (m *Mem) WriteFile(name string, data []byte) error {
 	name = filepath.Clean(name)
 	m.mu.Lock()
@@ -302,6 +336,9 @@ func (m *Mem) WriteFile(name string, data []byte) error {
 	ino := &memInode{data: bytes.Clone(data), synced: bytes.Clone(data)}
 	m.files[name] = ino
 	m.durable[name] = ino
+	for d := filepath.Dir(name); !m.durableDir[d]; d = filepath.Dir(d) {
+		m.durableDir[d] = true
+	}
 	return nil
 }
 

@@ -4,7 +4,11 @@
 // space, so crash and disk-fault behaviour can be tested quickly and exactly.
 package vfs
 
-import "io/fs"
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+)
 
 // FS is the set of file-system operations the storage packages need. Names are
 // slash- or OS-separated paths; implementations must be safe for concurrent use.
@@ -53,4 +57,40 @@ type FileInfo struct {
 	Name  string // base name
 	Size  int64  // bytes; 0 for directories
 	IsDir bool
+}
+
+// MkdirAllSync creates dir and any missing parents, and makes their entries durable:
+// the parent of every directory it created is synced, top down, and so is dir's
+// parent even when dir already existed (a process killed between a mkdir and its sync
+// leaves a directory that exists but may not survive a power loss). A new directory's
+// entry is otherwise lost in a crash, with every file inside it, however well those
+// files were synced.
+func MkdirAllSync(fsys FS, dir string, perm fs.FileMode) error {
+	dir = filepath.Clean(dir)
+	var created []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := fsys.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := fsys.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	if len(created) == 0 || created[0] != dir {
+		created = append([]string{dir}, created...)
+	}
+	for i := len(created) - 1; i >= 0; i-- {
+		if parent := filepath.Dir(created[i]); parent != created[i] {
+			if err := fsys.SyncDir(parent); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -152,7 +152,7 @@ func TestRemovedFileStaysReadable(t *testing.T) {
 
 func TestMemCrashDropsUnsynced(t *testing.T) {
 	m := NewMem()
-	m.MkdirAll("/d", 0o755)
+	MkdirAllSync(m, "/d", 0o755)
 	f, _ := m.OpenFile("/d/durable", os.O_RDWR|os.O_CREATE, 0o644)
 	f.WriteAt([]byte("synced"), 0)
 	f.Sync()
@@ -183,7 +183,7 @@ func TestMemCrashTornKeepsPrefix(t *testing.T) {
 	r := rand.New(rand.NewSource(1))
 	for i := 0; i < 50; i++ {
 		m := NewMem()
-		m.MkdirAll("/d", 0o755)
+		MkdirAllSync(m, "/d", 0o755)
 		f, _ := m.OpenFile("/d/f", os.O_RDWR|os.O_CREATE, 0o644)
 		m.SyncDir("/d")
 		f.WriteAt([]byte("abc"), 0)
@@ -199,7 +199,7 @@ func TestMemCrashTornKeepsPrefix(t *testing.T) {
 
 func TestMemFaults(t *testing.T) {
 	m := NewMem()
-	m.MkdirAll("/d", 0o755)
+	MkdirAllSync(m, "/d", 0o755)
 	f, _ := m.OpenFile("/d/f", os.O_RDWR|os.O_CREATE, 0o644)
 	m.SyncDir("/d")
 	f.WriteAt([]byte("one"), 0)
@@ -242,5 +242,54 @@ func TestMemFaults(t *testing.T) {
 	got, _ = m.ReadFile("/d/f")
 	if want := string([]byte{'o' ^ 0xff, 'n', 'e', 't'}); string(got) != want {
 		t.Fatalf("damage did not reach the durable copy: %q, want %q", got, want)
+	}
+}
+
+// TestMemDropsUnsyncedDirectories: a directory's entry is durable only once its parent is
+// synced; a crash before that loses the directory and the synced files inside it.
+// MkdirAllSync makes every new entry durable.
+func TestMemDropsUnsyncedDirectories(t *testing.T) {
+	m := NewMem()
+	write := func(name string) {
+		t.Helper()
+		f, err := m.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteAt([]byte("x"), 0)
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if err := m.SyncDir(filepath.Dir(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.MkdirAll("/a/b", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write("/a/b/f")
+	if err := MkdirAllSync(m, "/c/d", 0o700); err != nil { // syncs / too, so /a stays, but not /a/b
+		t.Fatal(err)
+	}
+	write("/c/d/f")
+	if err := m.MkdirAll("/c/d/e", 0o700); err != nil { // never synced in /c/d
+		t.Fatal(err)
+	}
+	write("/c/d/e/f")
+	m.Crash()
+	for name, want := range map[string]bool{"/a": true, "/a/b": false, "/a/b/f": false, "/c/d/f": true, "/c/d/e": false, "/c/d/e/f": false} {
+		if _, err := m.Stat(name); (err == nil) != want {
+			t.Errorf("after a crash, %s: %v; want it there: %v", name, err, want)
+		}
+	}
+	// The synced entry of a directory inside a lost one does not bring it back.
+	if err := m.MkdirAll("/g/h", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m.SyncDir("/g")
+	m.Crash()
+	if _, err := m.Stat("/g/h"); err == nil {
+		t.Error("/g/h survived though /g's entry in / was never synced")
 	}
 }
