@@ -339,8 +339,9 @@ func PartitionForKey(key []byte, n int) int {
 
 // Produce stores messages durably: every message is fsynced before it returns. Messages
 // for one partition are written in one append (one fsync, shared with concurrent
-// producers); partitions are written in parallel. On error nothing is promised about
-// messages of other partitions of the same call (the outcome is unknown).
+// producers); partitions are written in parallel. When some partitions' writes failed
+// and others' succeeded, the error also wraps ErrPartlyStored: the messages of the
+// partitions that succeeded are stored and will be delivered.
 func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]Produced, error) {
 	t, err := b.lookup(name)
 	if err != nil {
@@ -423,18 +424,30 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 	} else {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
+		part := &PartlyStoredError{}
 		for p, idx := range byPart {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if e := write(p, idx); e != nil {
-					mu.Lock()
+				e := write(p, idx)
+				mu.Lock()
+				defer mu.Unlock()
+				if e != nil {
 					err = errors.Join(err, e)
-					mu.Unlock()
+					part.Failed = append(part.Failed, int32(p))
+				} else {
+					part.Stored += len(idx)
 				}
 			}()
 		}
 		wg.Wait()
+		if err != nil && part.Stored > 0 {
+			// What was stored stays stored and is delivered: say so, and which
+			// partitions failed, rather than let the error read as "nothing stored".
+			slices.Sort(part.Failed)
+			b.metrics.Produced.WithLabelValues(name).Add(float64(part.Stored))
+			return nil, errors.Join(part, err)
+		}
 	}
 	if err != nil {
 		return nil, err
