@@ -241,7 +241,7 @@ func (b *Broker) Topic(name string) (meta.Topic, []PartitionInfo, error) {
 	return *t.cur.Load(), infos, nil
 }
 
-// AlterTopic changes a topic's live-tunable settings.
+// AlterTopic changes a topic's live-tunable settings; of a.Incarnation only, when set.
 func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (meta.Topic, error) {
 	if err := b.ensureReady(); err != nil {
 		return meta.Topic{}, err
@@ -270,15 +270,16 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 	return t, nil
 }
 
-// DeleteTopic deletes a topic's metadata and data.
-func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
+// DeleteTopic deletes a topic's metadata and data. With incarnation != 0 it deletes
+// only that incarnation (ErrTopicNotFound if the name now has another, or none).
+func (b *Broker) DeleteTopic(ctx context.Context, name string, incarnation uint64) error {
 	if err := b.ensureReady(); err != nil {
 		return err
 	}
 	if err := checkName(name); err != nil {
 		return err
 	}
-	if _, err := b.meta.DeleteTopic(name, 0); err != nil {
+	if _, err := b.meta.DeleteTopic(name, incarnation); err != nil {
 		return mapMetaErr(err)
 	}
 	return b.reconcile(false)
