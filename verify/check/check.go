@@ -1064,16 +1064,23 @@ func notUndone(e history.Entry) bool {
 	return strings.Contains(e.Err, "could not undo")
 }
 
+// partlyStored reports whether a batch's 503 says only part of the batch was stored:
+// some partitions' writes succeeded while others failed.
+func partlyStored(e history.Entry) bool {
+	return strings.Contains(e.Err, "part of the batch was stored")
+}
+
 // produceMayHaveStored reports whether a produce attempt may have written its message:
 // a 202, no answer, or a 5xx. A 503 storage_failed stored nothing when the broker undid
-// the failed write, unless it answered a batch: the error names no partition, and the
-// batch's other partitions may have been written (only the failing one was undone).
+// the failed write, unless it says it could not undo it or, for a batch, that part of the
+// batch was stored (the message names the failed partitions, not the messages, so every
+// message of such a batch may be stored).
 func produceMayHaveStored(e history.Entry) bool {
 	switch {
 	case e.Status == 0 || e.Status == 202:
 		return true
 	case e.Status == 503 && e.Code == "storage_failed":
-		return e.Batch || notUndone(e)
+		return notUndone(e) || e.Batch && partlyStored(e)
 	}
 	return e.Status >= 500
 }

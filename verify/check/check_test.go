@@ -257,6 +257,7 @@ func TestIncarnations(t *testing.T) {
 // The error messages a 503 storage_failed carries (as the workload records them).
 const (
 	errUndone    = `503 {"error":{"code":"storage_failed","message":"a disk write failed and the request was not stored; retry later"}}`
+	errPartly    = `503 {"error":{"code":"storage_failed","message":"a disk write failed and only part of the batch was stored: 2 messages went to partitions whose writes succeeded and will be delivered; the messages for partition(s) 1 were not stored."}}`
 	errNotUndone = `503 {"error":{"code":"storage_failed","message":"a disk write failed and the broker could not undo it: the request was not acknowledged, but it may be found stored after the node restarts"}}`
 )
 
@@ -283,8 +284,11 @@ func TestStorageFailed(t *testing.T) {
 		{"undone produce, not delivered", newH().failedProduce("a", 0, errUndone, false).kill(50*msec, 60*msec), false},
 		{"not undone produce, found after the restart", newH().failedProduce("a", 0, errNotUndone, false).kill(50*msec, 60*msec).
 			deliver("a", 0, "h1", 100*msec).settle(history.OpAck, "a", 0, "h1", 110*msec, 204), false},
-		{"undone batch produce: another partition may be stored", newH().failedProduce("a", 0, errUndone, true).
+		{"batch produce stored in part, delivered", newH().failedProduce("a", 0, errPartly, true).
 			deliver("a", 0, "h1", 100*msec).settle(history.OpAck, "a", 0, "h1", 110*msec, 204), false},
+		{"undone batch produce, delivered", newH().failedProduce("a", 0, errUndone, true).
+			deliver("a", 0, "h1", 100*msec).settle(history.OpAck, "a", 0, "h1", 110*msec, 204), true},
+		{"undone batch produce, not delivered", newH().failedProduce("a", 0, errUndone, true).kill(50*msec, 60*msec), false},
 		{"a 4xx produce, delivered", newH().op(history.Entry{Op: history.OpProduce, Topic: "orders", Msg: "a", Offset: -1, Call: 0, Status: 404, Code: "topic_not_found"}).
 			deliver("a", 0, "h1", 100*msec), true},
 		{"undone ack: handed back and delivered again", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).

@@ -157,7 +157,7 @@ func TestDeleteRecreateIsolation(t *testing.T) {
 	if err != nil || len(ds) != 1 {
 		t.Fatal(ds, err)
 	}
-	if err := b.DeleteTopic(ctx, "t"); err != nil {
+	if err := b.DeleteTopic(ctx, "t", 0); err != nil {
 		t.Fatal(err)
 	}
 	if errs := b.Ack(ctx, "t", []AckReq{{Handle: ds[0].Handle}}); !errors.Is(errs[0], ErrTopicNotFound) {
@@ -294,7 +294,7 @@ func TestSweepKeepsDataTheMetadataDoesNotKnow(t *testing.T) {
 	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "gone", Partitions: ptr[int32](1)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.DeleteTopic(context.Background(), "gone"); err != nil {
+	if err := b.DeleteTopic(context.Background(), "gone", 0); err != nil {
 		t.Fatal(err)
 	}
 	b.Close()

@@ -43,6 +43,26 @@ var ErrStorage = errors.New("storage failed")
 // request was not acknowledged nor served, but may be found stored after a restart.
 var ErrMaybeStored = errors.New("a failed write could not be undone")
 
+// ErrPartlyStored goes with the error of a produce whose messages spanned partitions
+// when some partitions' writes failed and others' succeeded: the messages of the
+// partitions that succeeded are stored and will be delivered, so a retry of the whole
+// request stores them twice.
+var ErrPartlyStored = errors.New("part of the request was stored")
+
+// PartlyStoredError is the ErrPartlyStored of one produce: Failed lists the partitions
+// whose writes failed (in order), Stored counts the messages that were stored.
+type PartlyStoredError struct {
+	Failed []int32
+	Stored int
+}
+
+func (e *PartlyStoredError) Error() string {
+	return fmt.Sprintf("%v: %d messages stored; the writes to partitions %v failed", ErrPartlyStored, e.Stored, e.Failed)
+}
+
+// Is makes errors.Is(err, ErrPartlyStored) hold.
+func (e *PartlyStoredError) Is(target error) bool { return target == ErrPartlyStored }
+
 // ErrOffsetOutOfRange means the offset has aged out of the partition.
 var ErrOffsetOutOfRange = errors.New("offset out of range")
 

@@ -161,7 +161,7 @@ func TestAttachRefusesParentRecreatedMeanwhile(t *testing.T) {
 	produceN(t, b, "p", 5)
 	attachHook = func() {
 		attachHook = nil
-		if err := b.DeleteTopic(ctx, "p"); err != nil {
+		if err := b.DeleteTopic(ctx, "p", 0); err != nil {
 			t.Error(err)
 		}
 		if _, err := b.CreateTopic(ctx, TopicSpec{Name: "p", Partitions: ptr[int32](1)}); err != nil {

@@ -241,7 +241,7 @@ func (b *Broker) Topic(name string) (meta.Topic, []PartitionInfo, error) {
 	return *t.cur.Load(), infos, nil
 }
 
-// AlterTopic changes a topic's live-tunable settings.
+// AlterTopic changes a topic's live-tunable settings; of a.Incarnation only, when set.
 func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (meta.Topic, error) {
 	if err := b.ensureReady(); err != nil {
 		return meta.Topic{}, err
@@ -270,15 +270,16 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 	return t, nil
 }
 
-// DeleteTopic deletes a topic's metadata and data.
-func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
+// DeleteTopic deletes a topic's metadata and data. With incarnation != 0 it deletes
+// only that incarnation (ErrTopicNotFound if the name now has another, or none).
+func (b *Broker) DeleteTopic(ctx context.Context, name string, incarnation uint64) error {
 	if err := b.ensureReady(); err != nil {
 		return err
 	}
 	if err := checkName(name); err != nil {
 		return err
 	}
-	if _, err := b.meta.DeleteTopic(name, 0); err != nil {
+	if _, err := b.meta.DeleteTopic(name, incarnation); err != nil {
 		return mapMetaErr(err)
 	}
 	return b.reconcile(false)
@@ -339,8 +340,9 @@ func PartitionForKey(key []byte, n int) int {
 
 // Produce stores messages durably: every message is fsynced before it returns. Messages
 // for one partition are written in one append (one fsync, shared with concurrent
-// producers); partitions are written in parallel. On error nothing is promised about
-// messages of other partitions of the same call (the outcome is unknown).
+// producers); partitions are written in parallel. When some partitions' writes failed
+// and others' succeeded, the error also wraps ErrPartlyStored: the messages of the
+// partitions that succeeded are stored and will be delivered.
 func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]Produced, error) {
 	t, err := b.lookup(name)
 	if err != nil {
@@ -423,18 +425,30 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 	} else {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
+		part := &PartlyStoredError{}
 		for p, idx := range byPart {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if e := write(p, idx); e != nil {
-					mu.Lock()
+				e := write(p, idx)
+				mu.Lock()
+				defer mu.Unlock()
+				if e != nil {
 					err = errors.Join(err, e)
-					mu.Unlock()
+					part.Failed = append(part.Failed, int32(p))
+				} else {
+					part.Stored += len(idx)
 				}
 			}()
 		}
 		wg.Wait()
+		if err != nil && part.Stored > 0 {
+			// What was stored stays stored and is delivered: say so, and which
+			// partitions failed, rather than let the error read as "nothing stored".
+			slices.Sort(part.Failed)
+			b.metrics.Produced.WithLabelValues(name).Add(float64(part.Stored))
+			return nil, errors.Join(part, err)
+		}
 	}
 	if err != nil {
 		return nil, err

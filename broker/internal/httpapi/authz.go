@@ -19,8 +19,20 @@ func (h *handlers) authorize(next apigen.StrictHandlerFunc, operationID string) 
 		if u == nil {
 			return next(ctx, w, r, req) // security is off
 		}
-		if err := h.allowed(u, req); err != nil {
+		var err error
+		switch r := req.(type) {
+		case apigen.AlterTopicRequestObject:
+			ctx, err = h.ownerOrAdminOfOne(ctx, u, r.Topic)
+		case apigen.DeleteTopicRequestObject:
+			ctx, err = h.ownerOrAdminOfOne(ctx, u, r.Topic)
+		default:
+			err = h.allowed(u, req)
+		}
+		if err != nil {
 			return nil, err
+		}
+		if authorizedHook != nil {
+			authorizedHook(req)
 		}
 		if cp, ok := req.(apigen.ChangePasswordRequestObject); ok {
 			if err := h.proveCurrentPassword(r, u, cp); err != nil {
@@ -40,17 +52,57 @@ func needGrant(u *auth.User, a auth.Action, topic string) error {
 	return forbidden("user " + u.Name + " holds no " + string(a) + " grant on topic " + topic + "; ask an admin for one")
 }
 
+// authorizedHook, set only by tests, runs between the authorization of a request and
+// its handler.
+var authorizedHook func(req any)
+
+// noTopic is the incarnation authorized when the topic did not exist at the check: no
+// topic has it, so an action bound to it finds none (404) even if one was created since.
+const noTopic = ^uint64(0)
+
+type authorizedIncKey struct{}
+
+// authorizedIncarnation is the topic incarnation the request's authorization was
+// decided on; 0 when none was checked (security off): the action then takes whatever
+// topic of the name exists.
+func authorizedIncarnation(ctx context.Context) uint64 {
+	inc, _ := ctx.Value(authorizedIncKey{}).(uint64)
+	return inc
+}
+
+// ownerOrAdminOfOne is ownerOrAdminSeen for an alter or delete: the returned context
+// carries the incarnation the rights were checked on, and the action applies to that
+// incarnation only. Owner rights belong to one incarnation: a topic deleted and created
+// again (by another user, perhaps) between the check and the action is another topic.
+func (h *handlers) ownerOrAdminOfOne(ctx context.Context, u *auth.User, topic string) (context.Context, error) {
+	if err := h.hideFrom(u, topic); err != nil {
+		return ctx, err
+	}
+	inc, err := h.ownerOrAdminInc(u, topic)
+	if err != nil {
+		return ctx, err
+	}
+	return context.WithValue(ctx, authorizedIncKey{}, inc), nil
+}
+
 // ownerOrAdmin reports whether u owns the topic or administers it. A topic that does
 // not exist is let through so the handler answers 404.
 func (h *handlers) ownerOrAdmin(u *auth.User, topic string) error {
+	_, err := h.ownerOrAdminInc(u, topic)
+	return err
+}
+
+// ownerOrAdminInc is ownerOrAdmin that also returns the incarnation it decided on
+// (noTopic when none existed).
+func (h *handlers) ownerOrAdminInc(u *auth.User, topic string) (uint64, error) {
 	t, _, err := h.b.Topic(topic)
 	if err != nil {
-		return nil
+		return noTopic, nil
 	}
 	if owns(u, t) || u.Can(auth.Admin, topic) {
-		return nil
+		return t.Incarnation, nil
 	}
-	return forbidden("only the topic's owner (while holding create on it) or an admin may do this to topic " + topic)
+	return 0, forbidden("only the topic's owner (while holding create on it) or an admin may do this to topic " + topic)
 }
 
 // owns reports whether u has owner rights on t: u is the user (by ID, never reused)
@@ -129,10 +181,6 @@ func (h *handlers) allowed(u *auth.User, req any) error {
 		return h.hideFrom(u, r.Topic)
 	case apigen.ListChildrenRequestObject:
 		return h.hideFrom(u, r.Topic)
-	case apigen.AlterTopicRequestObject:
-		return h.ownerOrAdminSeen(u, r.Topic)
-	case apigen.DeleteTopicRequestObject:
-		return h.ownerOrAdminSeen(u, r.Topic)
 	case apigen.AttachChildRequestObject:
 		if err := h.ownerOrAdminSeen(u, r.Topic); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/narad-mq/narad/broker/internal/broker"
@@ -90,6 +91,11 @@ func toAPIError(err error) *apiError {
 	if errors.As(err, &conflict) {
 		return newErr(http.StatusConflict, "conflict", conflict.Msg)
 	}
+	var part *broker.PartlyStoredError
+	if errors.As(err, &part) && (errors.Is(err, broker.ErrStorage) || errors.Is(err, broker.ErrDiskFull)) &&
+		!errors.Is(err, broker.ErrTopicNotFound) && !errors.Is(err, broker.ErrUnavailable) {
+		return partlyStored(err, part)
+	}
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
@@ -144,6 +150,32 @@ func toAPIError(err error) *apiError {
 			msg: "the operation did not finish in time; its outcome is unknown, retry if duplicates are acceptable"}
 	}
 	return newErr(http.StatusInternalServerError, "internal", "an unexpected error happened; please report it with the broker's log: "+err.Error())
+}
+
+// partlyStored answers a produce-batch that spanned partitions when some partitions'
+// writes failed and others' succeeded. The produce-batch reply has no per-message
+// results, so the message must say that part of the batch was stored: a client that
+// read "not stored" would retry the whole batch believing nothing could be duplicated.
+// The code stays that of the failure (storage_failed, or disk_full when only the disk
+// was full) so clients keep their handling of it.
+func partlyStored(err error, part *broker.PartlyStoredError) *apiError {
+	code, retry, why := "storage_failed", 1, "a disk write failed"
+	if !errors.Is(err, broker.ErrStorage) {
+		code, retry, why = "disk_full", 5, "the broker's disk is full"
+	}
+	failed := make([]string, len(part.Failed))
+	for i, p := range part.Failed {
+		failed[i] = strconv.Itoa(int(p))
+	}
+	rest := "were not stored"
+	if errors.Is(err, broker.ErrMaybeStored) {
+		rest = "were not acknowledged, but the broker could not undo the failed write, so they may be found stored after the node restarts"
+	}
+	return &apiError{status: http.StatusServiceUnavailable, code: code, retryAfter: retry,
+		msg: why + " and only part of the batch was stored: " + strconv.Itoa(part.Stored) +
+			" messages went to partitions whose writes succeeded and will be delivered; the messages for partition(s) " +
+			strings.Join(failed, ", ") + " " + rest + ". Retrying the whole batch stores the delivered part twice; " +
+			"resend only the messages of the failed partition(s) if duplicates matter (the operator is alerted by the narad_storage_errors_total metric)"}
 }
 
 // writeError writes err as the JSON error body.

@@ -39,7 +39,7 @@ type Broker interface {
 	Exists(name string) error
 	Topic(name string) (meta.Topic, []broker.PartitionInfo, error)
 	AlterTopic(ctx context.Context, name string, a broker.TopicAlter) (meta.Topic, error)
-	DeleteTopic(ctx context.Context, name string) error
+	DeleteTopic(ctx context.Context, name string, incarnation uint64) error
 	Produce(ctx context.Context, topic string, msgs []broker.Outgoing) ([]broker.Produced, error)
 	Consume(ctx context.Context, topic string, max int, wait time.Duration) ([]broker.Delivered, error)
 	Ack(ctx context.Context, topic string, reqs []broker.AckReq) []error
@@ -192,6 +192,7 @@ func (h *handlers) AlterTopic(ctx context.Context, r apigen.AlterTopicRequestObj
 		MaxInFlight:   r.Body.MaxInFlightPerPartition,
 		MaxAckedAhead: r.Body.MaxAckedAheadPerPartition,
 		Schema:        r.Body.Schema,
+		Incarnation:   authorizedIncarnation(ctx),
 	}
 	t, err := h.b.AlterTopic(ctx, r.Topic, a)
 	if err != nil {
@@ -201,7 +202,7 @@ func (h *handlers) AlterTopic(ctx context.Context, r apigen.AlterTopicRequestObj
 }
 
 func (h *handlers) DeleteTopic(ctx context.Context, r apigen.DeleteTopicRequestObject) (apigen.DeleteTopicResponseObject, error) {
-	if err := h.b.DeleteTopic(ctx, r.Topic); err != nil {
+	if err := h.b.DeleteTopic(ctx, r.Topic, authorizedIncarnation(ctx)); err != nil {
 		return nil, err
 	}
 	return apigen.DeleteTopic204Response{}, nil

@@ -23,3 +23,22 @@ func TestStorageErrorSaysWhetherAnythingMayBeStored(t *testing.T) {
 		t.Errorf("write not undone: message %q must not claim nothing was stored", notUndone.msg)
 	}
 }
+
+// TestPartlyStoredKeepsTheCode: a batch of which only part was stored keeps the code of
+// its failure and says what was and what may be stored.
+func TestPartlyStoredKeepsTheCode(t *testing.T) {
+	part := &broker.PartlyStoredError{Failed: []int32{0, 2}, Stored: 3}
+	full := toAPIError(errors.Join(part, broker.ErrDiskFull, errors.New("enospc")))
+	if full.status != 503 || full.code != "disk_full" || !strings.Contains(full.msg, "part of the batch was stored") ||
+		!strings.Contains(full.msg, "partition(s) 0, 2 were not stored") || strings.Contains(full.msg, "nothing was stored") {
+		t.Errorf("disk full in part of a batch: got %d %s %q", full.status, full.code, full.msg)
+	}
+	maybe := toAPIError(errors.Join(part, broker.ErrStorage, broker.ErrMaybeStored, errors.New("eio")))
+	if maybe.code != "storage_failed" || !strings.Contains(maybe.msg, "could not undo") || !strings.Contains(maybe.msg, "part of the batch was stored") {
+		t.Errorf("a write not undone in part of a batch: got %s %q", maybe.code, maybe.msg)
+	}
+	gone := toAPIError(errors.Join(part, broker.ErrTopicNotFound))
+	if gone.status != 404 {
+		t.Errorf("a batch whose topic was deleted meanwhile: got %d %s, want 404", gone.status, gone.code)
+	}
+}

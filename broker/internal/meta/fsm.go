@@ -105,6 +105,10 @@ type Alter struct {
 	// ClearSchema removes the schema (a JSON null cannot travel in Schema: it decodes
 	// as an absent field).
 	ClearSchema bool `json:"clear_schema,omitempty"`
+	// Incarnation, when set, is the topic incarnation the alter was authorized on: the
+	// alter is refused (ErrTopicNotFound) if the name has another by then. Zero (and
+	// every command of an older version) alters whatever topic of the name exists.
+	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 type command struct {
@@ -331,7 +335,7 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		return applyResult{topic: child}
 	case "alter_topic":
 		t, ok := f.topics[c.Name]
-		if !ok {
+		if !ok || (c.Alter.Incarnation != 0 && c.Alter.Incarnation != t.Incarnation) {
 			return applyResult{err: ErrTopicNotFound}
 		}
 		a := c.Alter

@@ -190,7 +190,10 @@ export interface paths {
          *     `partition` or `payload_encoding` of null is invalid: leave it out). Results
          *     come in request order. Messages without `key` or `partition` all go to one
          *     partition, and the next request's to the next partition (partitions take
-         *     turns by request).
+         *     turns by request). Partitions are written in parallel: when the write to one
+         *     fails and others succeed, the 503 (`storage_failed` or `disk_full`) says only
+         *     part of the batch was stored and names the partitions whose messages were not;
+         *     the rest is stored and delivered, so resending the whole batch stores it twice.
          */
         post: operations["produceBatch"];
         delete?: never;
