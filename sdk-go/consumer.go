@@ -458,7 +458,7 @@ func (l *lease) run() {
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithDeadline(l.ctx, end)
-		_, err := cs.c.ack(rctx, "extend", cs.topic, l.m.ReceiptHandle, extendParam(ext, false))
+		_, err := cs.c.ack(rctx, "extend", cs.topic, l.m.ReceiptHandle, extendParam(ext, false), l.m.from)
 		cancel()
 		if l.ctx.Err() != nil {
 			return

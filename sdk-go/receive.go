@@ -132,7 +132,7 @@ func (c *Client) poll(ctx context.Context, topic string, n int, wait time.Durati
 	}
 	out := make([]*Message, 0, len(wire))
 	for i := range wire {
-		m, err := c.newMessage(&wire[i])
+		m, err := c.newMessage(&wire[i], rep.from)
 		if err != nil {
 			return out, &Error{Op: cl.op, Topic: topic, Node: rep.node, Err: err, Message: "a payload is not valid base64: " + err.Error(), kind: ErrInternal}
 		}
