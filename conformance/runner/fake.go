@@ -86,6 +86,13 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"status": "ready"})
 		return
 	}
+	if path == "/v1/cluster" && r.Method == http.MethodGet {
+		// Every endpoint of a wire scenario fronts this one fake: one node, so a
+		// client's one-cluster check finds one cluster and stays quiet.
+		writeJSON(w, 200, map[string]any{"node_id": "fake", "controller": "fake",
+			"members": []map[string]any{{"id": "fake", "address": "127.0.0.1:0", "status": "alive"}}})
+		return
+	}
 	if path == "/v1/topics" && r.Method == http.MethodPost {
 		var req struct {
 			Name                string `json:"name"`

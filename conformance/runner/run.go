@@ -432,9 +432,9 @@ func (r *run) selected(where any, from, to time.Time) ([]map[string]any, []*Exch
 			continue
 		}
 		v := ex.View(r.t0)
-		if w == nil && (ex.Path == "/readyz" || ex.Path == "/healthz") {
-			// Breaker probes run outside the rotation, on the SDK's own schedule: a
-			// check counts them only when it asks for them.
+		if w == nil && (ex.Path == "/readyz" || ex.Path == "/healthz" || ex.Path == "/v1/cluster") {
+			// Breaker probes and the one-cluster check run outside the calls, on the
+			// SDK's own schedule: a check counts them only when it asks for them.
 			continue
 		}
 		if w != nil && Match(w, v) != nil {
