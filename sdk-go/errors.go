@@ -44,6 +44,9 @@ var (
 	ErrNoLease = errors.New("narad: message has no lease")
 	// ErrInternal means the broker hit a bug (500); the message says what to report.
 	ErrInternal = errors.New("narad: internal broker error")
+	// ErrInvalidOption means options given to the SDK cannot work together; no request
+	// was made.
+	ErrInvalidOption = errors.New("narad: invalid option")
 )
 
 // Error codes of the broker's ErrorCode list that the SDK branches on. Clients branch on
