@@ -317,6 +317,9 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 		}
 	}
 	settled, outcome, lost := m.state()
+	if err != nil && !lost && !errors.As(err, new(*PanicError)) {
+		cs.handlerFailed(m, err)
+	}
 	switch {
 	case lost:
 		cs.lost.Add(1)
@@ -339,6 +342,18 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 		cs.settle(ctx, m, "ack", 0)
 	default:
 		cs.settle(ctx, m, "nack", cs.nackDelayFor(m, err))
+	}
+}
+
+// handlerFailed tells the user about an error the handler returned: the message is
+// handed back, but without a log line or a callback the cause would be visible only as
+// redeliveries.
+func (cs *Consumer) handlerFailed(m *Message, err error) {
+	cs.c.log.Warn("narad: handler failed; the message is handed back", "topic", cs.topic,
+		"partition", m.Partition, "offset", m.Offset, "delivery_attempt", m.DeliveryAttempt, "err", err)
+	if cs.cfg.onError != nil {
+		cs.cfg.onError(fmt.Errorf("narad: handler failed on %s partition %d offset %d (delivery %d): %w",
+			cs.topic, m.Partition, m.Offset, m.DeliveryAttempt, err))
 	}
 }
 

@@ -103,7 +103,8 @@ func WithDeadLetterTopic(topic string) ConsumeOption {
 }
 
 // WithErrorHandler calls f with every failure a Consumer survives or stops on (poll
-// errors, lost leases, failed acks, handler panics). f must be quick.
+// errors, lost leases, failed acks, errors the handler returns and its panics). f must
+// be quick.
 func WithErrorHandler(f func(error)) ConsumeOption {
 	return func(c *consumeConfig) { c.onError = f }
 }
