@@ -383,8 +383,24 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 	if cl.poll > 0 {
 		timeout = cl.poll + pollMargin
 	}
-	actx, cancel := context.WithTimeout(ctx, timeout)
+	// The request does not end the moment the caller's context does: once the answer's
+	// headers are in, its body is read for up to answerGrace more. A poll cut by a
+	// consumer's shutdown may have leased messages; reading its answer lets the consumer
+	// hand them back at once instead of leaving them leased for a visibility timeout.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
+	var hmu sync.Mutex
+	headersIn := false
+	stopWatch := context.AfterFunc(ctx, func() {
+		hmu.Lock()
+		defer hmu.Unlock()
+		if !headersIn {
+			cancel()
+			return
+		}
+		time.AfterFunc(answerGrace, cancel)
+	})
+	defer stopWatch()
 	u := n.base + cl.path
 	if len(cl.query) > 0 {
 		u += "?" + cl.query.Encode()
@@ -407,6 +423,9 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 	}
 	start := time.Now()
 	resp, err := c.hc.Do(req)
+	hmu.Lock()
+	headersIn = err == nil
+	hmu.Unlock()
 	var data []byte
 	if err == nil {
 		data, err = io.ReadAll(resp.Body)

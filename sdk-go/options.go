@@ -25,6 +25,9 @@ const (
 	// pollMargin is added to a long poll's wait for its deadline, so the client never
 	// cuts a poll that the broker is about to answer.
 	pollMargin = 5 * time.Second
+	// answerGrace is how long an answer whose headers arrived is still read after the
+	// caller's context ended.
+	answerGrace = 5 * time.Second
 	// maxWait is the broker's cap on a long poll.
 	maxWait = 20 * time.Second
 )
