@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -58,10 +59,11 @@ func (c *Client) MessageForHandle(topic, receiptHandle string) *Message {
 // do not modify it.
 func (m *Message) Bytes() []byte { return m.body }
 
-// Decode unmarshals a JSON body into v.
+// Decode unmarshals a JSON body into v. Its error wraps ErrDecode and the JSON error;
+// it is about the message's content, never a broker answer.
 func (m *Message) Decode(v any) error {
 	if err := json.Unmarshal(m.body, v); err != nil {
-		return errors.Join(ErrBadRequest, err)
+		return fmt.Errorf("narad: decoding %s partition %d offset %d: %w: %w", m.Topic, m.Partition, m.Offset, ErrDecode, err)
 	}
 	return nil
 }
