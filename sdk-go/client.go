@@ -381,7 +381,7 @@ func notSent(e *Error) bool {
 func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*reply, error) {
 	timeout := c.cfg.timeout
 	if cl.poll > 0 {
-		timeout = cl.poll + pollMargin
+		timeout = cl.poll + c.cfg.timeout
 	}
 	// The request does not end the moment the caller's context does: once the answer's
 	// headers are in, its body is read for up to answerGrace more. A poll cut by a

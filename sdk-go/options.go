@@ -22,9 +22,6 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultPoolSize       = 64
 
-	// pollMargin is added to a long poll's wait for its deadline, so the client never
-	// cuts a poll that the broker is about to answer.
-	pollMargin = 5 * time.Second
 	// answerGrace is how long an answer whose headers arrived is still read after the
 	// caller's context ended.
 	answerGrace = 5 * time.Second
@@ -104,8 +101,9 @@ func WithPoolSize(n int) Option {
 	return func(c *config) { c.poolSize = n }
 }
 
-// WithRequestTimeout bounds each attempt of an ordinary call (default 30 s). Long polls
-// get their wait plus a margin instead.
+// WithRequestTimeout bounds each attempt of a call (default 30 s); an attempt of a long
+// poll gets its wait plus this. An attempt that times out counts against its endpoint's
+// breaker and the call moves on to the next endpoint. See docs/sdk/contract.md.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
