@@ -16,8 +16,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
 )
 
 // Client talks to a Narad cluster through a list of endpoints. It is safe for concurrent
@@ -338,7 +336,7 @@ func (c *Client) do(ctx context.Context, cl *call) (*reply, error) {
 		var wait time.Duration
 		if e.uncertain || !untried(c.nodes, tried) {
 			wait = bo.NextBackOff()
-			if wait == backoff.Stop {
+			if wait == StopBackoff {
 				return nil, e
 			}
 			if e.RetryAfter > wait {
