@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	narad "github.com/narad-mq/narad/sdk-go"
 )
 
@@ -453,7 +452,7 @@ func (d *driver) newClient(raw json.RawMessage) (any, error) {
 		if a.MaxBackoffMs != nil {
 			hi = ms(a.MaxBackoffMs)
 		}
-		p.Backoff = func() backoff.BackOff { return narad.NewFullJitter(lo, hi) }
+		p.Backoff = func() narad.Backoff { return narad.NewFullJitter(lo, hi) }
 		opts = append(opts, narad.WithRetry(p))
 	}
 	if a.TimeoutMs != nil {
