@@ -223,6 +223,9 @@ func (r *run) setup(ctx context.Context) error {
 		spec.Name = full
 		if fake != nil {
 			fake.AddTopic(full, t.Partitions, t.VisibilityTimeout, t.Queue)
+			if t.Redeliver {
+				fake.SetRedeliver(full)
+			}
 		} else if err := r.env.Broker.Admin.CreateTopic(ctx, spec); err != nil {
 			return err
 		}
