@@ -3,7 +3,6 @@ module github.com/narad-mq/narad/conformance
 go 1.24
 
 require (
-	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/narad-mq/narad/sdk-go v0.0.0-00010101000000-000000000000
 	gopkg.in/yaml.v3 v3.0.1
 )

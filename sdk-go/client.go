@@ -16,8 +16,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
 )
 
 // Client talks to a Narad cluster through a list of endpoints. It is safe for concurrent
@@ -27,16 +25,21 @@ type Client struct {
 	hc    *http.Client
 	log   *slog.Logger
 	nodes []*node
-	next  atomic.Uint64
+
+	clusterCheck sync.Once
 
 	closed  atomic.Bool
 	closing chan struct{}
-	wg      sync.WaitGroup // breaker probes
+	probeMu sync.Mutex     // orders wg.Add of background work against Close
+	wg      sync.WaitGroup // breaker probes and the cluster check
 }
 
 // New returns a Client for the given endpoints (base URLs such as
-// "http://10.0.0.1:7942"; a bare host:port means http). Requests are spread across the
-// endpoints and fail over between them. It makes no request.
+// "http://10.0.0.1:7942"; a bare host:port means http). Calls go to the first endpoint
+// whose breaker is closed, in the order given, and fail over to the next only when it
+// fails; lease calls (ack, nack, extend, ack-batch) go to the endpoint that leased the
+// message. It makes no request: with two or more endpoints, the first call checks in the
+// background that they are one cluster and logs a warning once when they are not.
 func New(endpoints []string, opts ...Option) (*Client, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("narad: New needs at least one endpoint")
@@ -103,10 +106,13 @@ func normalizeEndpoint(e string) (string, error) {
 // after Close fail with ErrClosed. Closing twice is harmless. Close Publishers and stop
 // Consumers first: their pending work fails with ErrClosed once the client is closed.
 func (c *Client) Close() error {
+	c.probeMu.Lock()
 	if c.closed.Swap(true) {
+		c.probeMu.Unlock()
 		return nil
 	}
 	close(c.closing)
+	c.probeMu.Unlock()
 	c.wg.Wait()
 	c.hc.CloseIdleConnections()
 	return nil
@@ -144,14 +150,18 @@ func (n *node) available() bool {
 	return !n.open
 }
 
-// pick chooses the endpoint for an attempt: the next closed breaker in rotation that
-// this call has not tried yet, else any closed one, else the one that opened first.
-func (c *Client) pick(tried map[*node]bool) *node {
-	start := c.next.Add(1)
-	k := len(c.nodes)
+// pick chooses the endpoint for an attempt. Calls stick to one endpoint rather than
+// rotate, because the endpoints may be independent nodes and a lease is only known to
+// the node that issued it: prefer (the leasing node) when its breaker is closed and this
+// call has not tried it, else the first closed, untried endpoint in the configured order,
+// else the first closed one, else (every breaker open: never refuse to try) the one
+// whose cooldown ends first.
+func (c *Client) pick(tried map[*node]bool, prefer *node) *node {
+	if prefer != nil && !tried[prefer] && prefer.available() {
+		return prefer
+	}
 	var fallback *node
-	for i := 0; i < k; i++ {
-		n := c.nodes[(int(start)+i)%k]
+	for _, n := range c.nodes {
 		if !n.available() {
 			continue
 		}
@@ -165,20 +175,20 @@ func (c *Client) pick(tried map[*node]bool) *node {
 	if fallback != nil {
 		return fallback
 	}
-	// Every breaker is open: never refuse to try; use the longest-open node.
-	best := c.nodes[int(start)%k]
-	for _, n := range c.nodes {
-		n.mu.Lock()
-		u := n.openUntil
-		n.mu.Unlock()
-		best.mu.Lock()
-		bu := best.openUntil
-		best.mu.Unlock()
-		if u.Before(bu) {
-			best = n
+	best := c.nodes[0]
+	bestUntil := best.until()
+	for _, n := range c.nodes[1:] {
+		if u := n.until(); u.Before(bestUntil) {
+			best, bestUntil = n, u
 		}
 	}
 	return best
+}
+
+func (n *node) until() time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.openUntil
 }
 
 func (c *Client) nodeOK(n *node) {
@@ -268,6 +278,9 @@ type call struct {
 	attempts int
 	// count is how many messages the request carries, for observers.
 	count int
+	// prefer is the endpoint to try first: the one that leased the message a lease
+	// call addresses.
+	prefer *node
 }
 
 // reply is a successful (2xx) answer.
@@ -275,6 +288,7 @@ type reply struct {
 	status int
 	body   []byte
 	node   string
+	from   *node
 	// uncertainBefore is set when an earlier attempt of this call may have taken effect.
 	uncertainBefore bool
 }
@@ -287,11 +301,14 @@ func (c *Client) do(ctx context.Context, cl *call) (*reply, error) {
 	if cl.attempts > 0 {
 		attempts = cl.attempts
 	}
+	if len(c.nodes) > 1 {
+		c.clusterCheck.Do(c.startClusterCheck)
+	}
 	bo := c.cfg.retry.Backoff()
 	tried := make(map[*node]bool, len(c.nodes))
 	uncertain := false
 	for attempt := 1; ; attempt++ {
-		n := c.pick(tried)
+		n := c.pick(tried, cl.prefer)
 		tried[n] = true
 		rep, err := c.attempt(ctx, cl, n, attempt)
 		if err == nil {
@@ -319,7 +336,7 @@ func (c *Client) do(ctx context.Context, cl *call) (*reply, error) {
 		var wait time.Duration
 		if e.uncertain || !untried(c.nodes, tried) {
 			wait = bo.NextBackOff()
-			if wait == backoff.Stop {
+			if wait == StopBackoff {
 				return nil, e
 			}
 			if e.RetryAfter > wait {
@@ -362,10 +379,26 @@ func notSent(e *Error) bool {
 func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*reply, error) {
 	timeout := c.cfg.timeout
 	if cl.poll > 0 {
-		timeout = cl.poll + pollMargin
+		timeout = cl.poll + c.cfg.timeout
 	}
-	actx, cancel := context.WithTimeout(ctx, timeout)
+	// The request does not end the moment the caller's context does: once the answer's
+	// headers are in, its body is read for up to answerGrace more. A poll cut by a
+	// consumer's shutdown may have leased messages; reading its answer lets the consumer
+	// hand them back at once instead of leaving them leased for a visibility timeout.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
+	var hmu sync.Mutex
+	headersIn := false
+	stopWatch := context.AfterFunc(ctx, func() {
+		hmu.Lock()
+		defer hmu.Unlock()
+		if !headersIn {
+			cancel()
+			return
+		}
+		time.AfterFunc(answerGrace, cancel)
+	})
+	defer stopWatch()
 	u := n.base + cl.path
 	if len(cl.query) > 0 {
 		u += "?" + cl.query.Encode()
@@ -388,6 +421,9 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 	}
 	start := time.Now()
 	resp, err := c.hc.Do(req)
+	hmu.Lock()
+	headersIn = err == nil
+	hmu.Unlock()
 	var data []byte
 	if err == nil {
 		data, err = io.ReadAll(resp.Body)
@@ -427,7 +463,7 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		c.nodeOK(n)
 		c.observe(ev)
-		return &reply{status: resp.StatusCode, body: data, node: n.base}, nil
+		return &reply{status: resp.StatusCode, body: data, node: n.base, from: n}, nil
 	}
 	e := &Error{Op: cl.op, Topic: cl.topic, Node: n.base, Status: resp.StatusCode}
 	var wire struct {

@@ -59,6 +59,8 @@ type ConsumerStats struct {
 	Renewals int64
 	// Errors counts failures the loop survived (polls, acks).
 	Errors int64
+	// DeadLettered counts messages produced to the dead-letter topic (WithMaxDeliveries).
+	DeadLettered int64
 }
 
 // Consumer is a worker loop over one topic: it polls for as many messages as it has
@@ -73,7 +75,7 @@ type Consumer struct {
 	running    atomic.Bool
 	visibility atomic.Int64 // the topic's visibility timeout, ns
 
-	received, acked, nacked, lost, failed, panics, renewals, errs atomic.Int64
+	received, acked, nacked, lost, failed, panics, renewals, errs, deadLettered atomic.Int64
 }
 
 // Consumer returns a worker loop over topic that runs h on each message. Nothing happens
@@ -99,7 +101,7 @@ func (c *Client) Consume(ctx context.Context, topic string, h Handler, opts ...C
 func (cs *Consumer) Stats() ConsumerStats {
 	return ConsumerStats{
 		Received: cs.received.Load(), Acked: cs.acked.Load(), Nacked: cs.nacked.Load(), Lost: cs.lost.Load(),
-		Failed: cs.failed.Load(), Panics: cs.panics.Load(), Renewals: cs.renewals.Load(), Errors: cs.errs.Load(),
+		Failed: cs.failed.Load(), Panics: cs.panics.Load(), Renewals: cs.renewals.Load(), Errors: cs.errs.Load(), DeadLettered: cs.deadLettered.Load(),
 	}
 }
 
@@ -115,6 +117,9 @@ func (cs *Consumer) Run(ctx context.Context) error {
 		return errors.New("narad: Consumer.Run called while it is running")
 	}
 	defer cs.running.Store(false)
+	if err := cs.checkConfig(); err != nil {
+		return err
+	}
 	if err := cs.learnVisibility(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -292,6 +297,11 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 	} else {
 		close(l.done)
 	}
+	if cs.cfg.maxDeliveries > 0 && m.DeliveryAttempt > cs.cfg.maxDeliveries {
+		cs.deadLetter(ctx, m) // its settlement stops the renewal
+		l.stop()
+		return
+	}
 	start := time.Now()
 	err := cs.invoke(hctx, m)
 	l.stop()
@@ -307,6 +317,9 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 		}
 	}
 	settled, outcome, lost := m.state()
+	if err != nil && !lost && !errors.As(err, new(*PanicError)) {
+		cs.handlerFailed(m, err)
+	}
 	switch {
 	case lost:
 		cs.lost.Add(1)
@@ -328,12 +341,19 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 	case err == nil:
 		cs.settle(ctx, m, "ack", 0)
 	default:
-		delay := cs.cfg.nackDelay
-		var ne *nackError
-		if errors.As(err, &ne) {
-			delay = ne.delay
-		}
-		cs.settle(ctx, m, "nack", delay)
+		cs.settle(ctx, m, "nack", cs.nackDelayFor(m, err))
+	}
+}
+
+// handlerFailed tells the user about an error the handler returned: the message is
+// handed back, but without a log line or a callback the cause would be visible only as
+// redeliveries.
+func (cs *Consumer) handlerFailed(m *Message, err error) {
+	cs.c.log.Warn("narad: handler failed; the message is handed back", "topic", cs.topic,
+		"partition", m.Partition, "offset", m.Offset, "delivery_attempt", m.DeliveryAttempt, "err", err)
+	if cs.cfg.onError != nil {
+		cs.cfg.onError(fmt.Errorf("narad: handler failed on %s partition %d offset %d (delivery %d): %w",
+			cs.topic, m.Partition, m.Offset, m.DeliveryAttempt, err))
 	}
 }
 
@@ -458,7 +478,7 @@ func (l *lease) run() {
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithDeadline(l.ctx, end)
-		_, err := cs.c.ack(rctx, "extend", cs.topic, l.m.ReceiptHandle, extendParam(ext, false))
+		_, err := cs.c.ack(rctx, "extend", cs.topic, l.m.ReceiptHandle, extendParam(ext, false), l.m.from)
 		cancel()
 		if l.ctx.Err() != nil {
 			return

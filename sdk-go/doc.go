@@ -1,8 +1,9 @@
 // Package narad is the Go SDK of Narad, a durable, queue-first message broker spoken
 // over plain HTTP.
 //
-// Make one Client per process with New and a list of endpoints; requests are spread
-// across them and fail over, with a circuit breaker per endpoint:
+// Make one Client per process with New and a list of endpoints; calls go to the first
+// healthy one and fail over to the next, with a circuit breaker per endpoint, and lease
+// calls go to the endpoint that leased the message:
 //
 //	c, err := narad.New([]string{"http://10.0.0.1:7942", "http://10.0.0.2:7942"})
 //	defer c.Close()

@@ -44,6 +44,12 @@ var (
 	ErrNoLease = errors.New("narad: message has no lease")
 	// ErrInternal means the broker hit a bug (500); the message says what to report.
 	ErrInternal = errors.New("narad: internal broker error")
+	// ErrDecode means a message body is not what Decode was asked to read (not JSON, or
+	// JSON of another shape). It is about the message, not the broker.
+	ErrDecode = errors.New("narad: the body does not decode")
+	// ErrInvalidOption means options given to the SDK cannot work together; no request
+	// was made.
+	ErrInvalidOption = errors.New("narad: invalid option")
 )
 
 // Error codes of the broker's ErrorCode list that the SDK branches on. Clients branch on

@@ -242,7 +242,7 @@ func ExampleRetryTiers() {
 		log.Fatal(err)
 	}
 	defer func() {
-		for _, t := range []string{"ex-payments", "ex-payments.retry-100ms", "ex-payments.parking"} {
+		for _, t := range []string{"ex-payments", "ex-payments.retry-100ms.due", "ex-payments.retry-100ms", "ex-payments.parking"} {
 			c.DeleteTopic(bg, t)
 		}
 	}()

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -37,6 +38,8 @@ type Message struct {
 	body   []byte
 	env    *Envelope
 	client *Client
+	// from is the endpoint that leased the message: its lease calls go there first.
+	from *node
 
 	mu      sync.Mutex
 	settled bool   // a settlement began or succeeded: no renewal, no second settlement
@@ -56,10 +59,11 @@ func (c *Client) MessageForHandle(topic, receiptHandle string) *Message {
 // do not modify it.
 func (m *Message) Bytes() []byte { return m.body }
 
-// Decode unmarshals a JSON body into v.
+// Decode unmarshals a JSON body into v. Its error wraps ErrDecode and the JSON error;
+// it is about the message's content, never a broker answer.
 func (m *Message) Decode(v any) error {
 	if err := json.Unmarshal(m.body, v); err != nil {
-		return errors.Join(ErrBadRequest, err)
+		return fmt.Errorf("narad: decoding %s partition %d offset %d: %w: %w", m.Topic, m.Partition, m.Offset, ErrDecode, err)
 	}
 	return nil
 }
@@ -90,7 +94,7 @@ func (m *Message) Extend(ctx context.Context, d time.Duration) error {
 		return &Error{Op: "extend", Topic: m.Topic, Status: http.StatusGone, Code: CodeLeaseLost, Message: "the message was settled or its lease lost", kind: ErrLeaseLost}
 	}
 	sent := time.Now()
-	_, err := m.client.ack(ctx, "extend", m.Topic, m.ReceiptHandle, extendParam(d, false))
+	_, err := m.client.ack(ctx, "extend", m.Topic, m.ReceiptHandle, extendParam(d, false), m.from)
 	m.mu.Lock()
 	l := m.lease
 	m.mu.Unlock()
@@ -138,7 +142,7 @@ func (m *Message) settle(ctx context.Context, op, extend string) error {
 	if l != nil {
 		l.stop()
 	}
-	_, err := m.client.ack(ctx, op, m.Topic, m.ReceiptHandle, extend)
+	_, err := m.client.ack(ctx, op, m.Topic, m.ReceiptHandle, extend, m.from)
 	m.mu.Lock()
 	switch {
 	case err == nil:
@@ -169,13 +173,15 @@ func (m *Message) state() (settled bool, outcome string, lost bool) {
 // ack sends one ack call (settle, renew, extend or nack), confirmed: retried on 503 and
 // connection errors. For a settlement (ack, nack), a 410 on a retry whose earlier attempt
 // may have taken effect counts as success, since that attempt most likely settled it.
-func (c *Client) ack(ctx context.Context, op, topic, handle, extend string) (*reply, error) {
+// from is the endpoint that leased the message (nil when unknown): only that node knows
+// the lease, so the call goes there and to the others only when it fails.
+func (c *Client) ack(ctx context.Context, op, topic, handle, extend string, from *node) (*reply, error) {
 	q := url.Values{"receipt_handle": {handle}}
 	if extend != "" {
 		q.Set("extend", extend)
 	}
 	cl := &call{op: op, topic: topic, method: http.MethodPost, path: topicPath(topic, "ack"), query: q,
-		attempts: max(c.cfg.retry.Attempts, 6)}
+		attempts: max(c.cfg.retry.Attempts, 6), prefer: from}
 	rep, err := c.do(ctx, cl)
 	if err != nil && op != "extend" && errors.Is(err, ErrLeaseLost) && Uncertain(err) {
 		c.log.Debug("narad: 410 after an unconfirmed settlement counts as settled", "op", op, "topic", topic)
@@ -193,7 +199,8 @@ type AckResult struct {
 }
 
 // AckBatch acks many messages of one topic in as few requests as possible (1000 per
-// request) and reports a result per message, in order. Entries that answer 503 are
+// request, one set of requests per endpoint that leased messages) and reports a result
+// per message, in order. Entries that answer 503 are
 // retried; a partial failure is never hidden: check every result. The error is non-nil
 // when any entry failed; it joins the failures.
 func (c *Client) AckBatch(ctx context.Context, topic string, msgs []*Message) ([]AckResult, error) {
@@ -218,9 +225,23 @@ func (c *Client) AckBatch(ctx context.Context, topic string, msgs []*Message) ([
 			l.stop()
 		}
 	}
-	for start := 0; start < len(todo); start += 1000 {
-		chunk := todo[start:min(start+1000, len(todo))]
-		c.ackChunk(ctx, topic, msgs, chunk, res)
+	// A lease is known only to the node that issued it: group the entries by that node,
+	// in the order the nodes first appear.
+	var order []*node
+	byNode := map[*node][]int{}
+	for _, i := range todo {
+		from := msgs[i].from
+		if _, ok := byNode[from]; !ok {
+			order = append(order, from)
+		}
+		byNode[from] = append(byNode[from], i)
+	}
+	for _, from := range order {
+		group := byNode[from]
+		for start := 0; start < len(group); start += 1000 {
+			chunk := group[start:min(start+1000, len(group))]
+			c.ackChunk(ctx, topic, msgs, chunk, res, from)
+		}
 	}
 	var errs []error
 	for _, i := range todo {
@@ -244,7 +265,7 @@ func (c *Client) AckBatch(ctx context.Context, topic string, msgs []*Message) ([
 	return res, errors.Join(errs...)
 }
 
-func (c *Client) ackChunk(ctx context.Context, topic string, msgs []*Message, idx []int, res []AckResult) {
+func (c *Client) ackChunk(ctx context.Context, topic string, msgs []*Message, idx []int, res []AckResult, from *node) {
 	bo := c.cfg.retry.Backoff()
 	attempts := max(c.cfg.retry.Attempts, 6)
 	uncertain := make(map[int]bool)
@@ -255,7 +276,7 @@ func (c *Client) ackChunk(ctx context.Context, topic string, msgs []*Message, id
 		}
 		body, _ := json.Marshal(req)
 		rep, err := c.do(ctx, &call{op: "ack-batch", topic: topic, method: http.MethodPost, path: topicPath(topic, "ack-batch"),
-			body: body, ctype: "application/json", attempts: attempts})
+			body: body, ctype: "application/json", attempts: attempts, prefer: from})
 		var out api.AckResultList
 		if err == nil {
 			if jerr := json.Unmarshal(rep.body, &out); jerr != nil || len(out.Results) != len(idx) {
@@ -311,8 +332,9 @@ func (c *Client) ackChunk(ctx context.Context, topic string, msgs []*Message, id
 	}
 }
 
-func (c *Client) newMessage(w *api.Message) (*Message, error) {
+func (c *Client) newMessage(w *api.Message, from *node) (*Message, error) {
 	m := &Message{
+		from:      from,
 		Topic:     w.Topic,
 		Partition: w.Partition,
 		Offset:    w.Offset,

@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
 )
 
 // Defaults shared by every Narad SDK (see SDK.md).
@@ -22,9 +20,9 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultPoolSize       = 64
 
-	// pollMargin is added to a long poll's wait for its deadline, so the client never
-	// cuts a poll that the broker is about to answer.
-	pollMargin = 5 * time.Second
+	// answerGrace is how long an answer whose headers arrived is still read after the
+	// caller's context ended.
+	answerGrace = 5 * time.Second
 	// maxWait is the broker's cap on a long poll.
 	maxWait = 20 * time.Second
 )
@@ -47,18 +45,31 @@ type config struct {
 }
 
 // RetryPolicy says how often and how patiently a call is retried. Attempts counts the
-// first try (1 means no retry). Backoff makes a fresh backoff.BackOff per call; its
-// NextBackOff gives the wait before each retry (a Retry-After from the broker wins when
-// it is longer). A nil Backoff means full jitter between 50 ms and 5 s.
+// first try (1 means no retry). Backoff makes a fresh Backoff per call; its NextBackOff
+// gives the wait before each retry (a Retry-After from the broker wins when it is
+// longer). A nil Backoff means full jitter between 50 ms and 5 s.
 type RetryPolicy struct {
 	Attempts int
-	Backoff  func() backoff.BackOff
+	Backoff  func() Backoff
 }
+
+// Backoff gives the waits between the attempts of one call. NextBackOff returns the next
+// wait, or StopBackoff to give up before the policy's Attempts are used up; Reset starts
+// over. It is the SDK's own small interface, so the SDK's API does not tie callers to a
+// backoff library; the method set matches the common ones (github.com/cenkalti/backoff's
+// BackOff values satisfy it as they are).
+type Backoff interface {
+	NextBackOff() time.Duration
+	Reset()
+}
+
+// StopBackoff, returned by a Backoff's NextBackOff, ends the retries of a call.
+const StopBackoff time.Duration = -1
 
 // DefaultRetry is the policy of a Client made without WithRetry: 4 attempts, full-jitter
 // backoff from 50 ms to 5 s.
 func DefaultRetry() RetryPolicy {
-	return RetryPolicy{Attempts: DefaultAttempts, Backoff: func() backoff.BackOff {
+	return RetryPolicy{Attempts: DefaultAttempts, Backoff: func() Backoff {
 		return NewFullJitter(DefaultMinBackoff, DefaultMaxBackoff)
 	}}
 }
@@ -101,8 +112,9 @@ func WithPoolSize(n int) Option {
 	return func(c *config) { c.poolSize = n }
 }
 
-// WithRequestTimeout bounds each attempt of an ordinary call (default 30 s). Long polls
-// get their wait plus a margin instead.
+// WithRequestTimeout bounds each attempt of a call (default 30 s); an attempt of a long
+// poll gets its wait plus this. An attempt that times out counts against its endpoint's
+// breaker and the call moves on to the next endpoint. See docs/sdk/contract.md.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
@@ -120,7 +132,7 @@ func WithUserAgent(ua string) Option {
 	return func(c *config) { c.userAgent = ua }
 }
 
-// FullJitter is a backoff.BackOff whose waits are drawn uniformly from zero to an
+// FullJitter is a Backoff whose waits are drawn uniformly from zero to an
 // exponentially growing cap ("full jitter"), which spreads retries of many clients.
 type FullJitter struct {
 	Min, Max time.Duration
@@ -151,4 +163,4 @@ func (f *FullJitter) NextBackOff() time.Duration {
 // Reset starts the growth over.
 func (f *FullJitter) Reset() { f.n = 0 }
 
-var _ backoff.BackOff = (*FullJitter)(nil)
+var _ Backoff = (*FullJitter)(nil)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/narad-mq/narad/sdk-go/api"
@@ -210,6 +211,14 @@ func (c *Client) ProduceBatch(ctx context.Context, topic string, msgs []Outgoing
 }
 
 func outgoingWire(m Outgoing) (api.OutgoingMessage, error) {
+	return outgoingWireAs(m, "")
+}
+
+// outgoingWireAs encodes m for a batch; contentType, when not "", overrides the type
+// the body's Go type implies. A batch entry has no content type of its own: a JSON type
+// sends the body as a JSON payload (which must be valid JSON, and which the broker
+// checks as JSON), any other sends its exact bytes.
+func outgoingWireAs(m Outgoing, contentType string) (api.OutgoingMessage, error) {
 	var w api.OutgoingMessage
 	if m.Key != "" {
 		k := m.Key
@@ -220,6 +229,15 @@ func outgoingWire(m Outgoing) (api.OutgoingMessage, error) {
 	if err != nil {
 		return w, err
 	}
+	if contentType != "" {
+		ct = contentType
+		if isJSONType(ct) {
+			if !json.Valid(data) {
+				return w, fmt.Errorf("narad: the body is not valid JSON, but its content type is %s", ct)
+			}
+			ct = "application/json"
+		}
+	}
 	if ct == "application/json" {
 		w.Payload = data
 		return w, nil
@@ -229,6 +247,13 @@ func outgoingWire(m Outgoing) (api.OutgoingMessage, error) {
 	enc := api.OutgoingMessagePayloadEncoding("base64")
 	w.Payload, w.PayloadEncoding = s, &enc
 	return w, nil
+}
+
+// isJSONType reports whether a Content-Type names JSON (application/json or a +json type).
+func isJSONType(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }
 
 func (c *Client) produceChunk(ctx context.Context, topic string, wire []api.OutgoingMessage, idx []int, res []ProduceResult, allowDup bool) {

@@ -90,6 +90,7 @@ type Pending struct {
 	err      error
 	wire     api.OutgoingMessage
 	size     int
+	noDup    bool
 }
 
 // Done is closed once the result is known.
@@ -138,8 +139,10 @@ func (c *Client) Publisher(topic string, opts ...PublisherOption) *Publisher {
 	return p
 }
 
-// Publish buffers one message (encoded as for Produce; WithKey and WithPartition apply)
-// and returns its future result. It blocks while the buffer is full (or fails with
+// Publish buffers one message (encoded as for Produce; WithKey, WithPartition,
+// WithContentType and NoDuplicates apply) and returns its future result. A message
+// published with NoDuplicates makes the whole batch it travels in fail rather than be
+// retried when the batch's outcome is unknown. It blocks while the buffer is full (or fails with
 // ErrBufferFull under WithNonBlocking), and fails with ErrClosed after Close.
 func (p *Publisher) Publish(ctx context.Context, body any, opts ...ProduceOption) (*Pending, error) {
 	var pc produceConfig
@@ -153,7 +156,7 @@ func (p *Publisher) Publish(ctx context.Context, body any, opts ...ProduceOption
 	if pc.pinned {
 		out.Partition = Pin(pc.partition)
 	}
-	w, err := outgoingWire(out)
+	w, err := outgoingWireAs(out, pc.contentType)
 	if err != nil {
 		return nil, &Error{Op: "publish", Topic: p.topic, Err: err, Message: err.Error(), kind: ErrBadRequest}
 	}
@@ -174,7 +177,7 @@ func (p *Publisher) Publish(ctx context.Context, body any, opts ...ProduceOption
 			return nil, ctx.Err()
 		}
 	}
-	r := &Pending{done: make(chan struct{}), wire: w, size: size}
+	r := &Pending{done: make(chan struct{}), wire: w, size: size, noDup: pc.noDup}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -313,8 +316,12 @@ func (p *Publisher) send() {
 	for batch := range p.batches {
 		wire := make([]api.OutgoingMessage, len(batch))
 		idx := make([]int, len(batch))
+		allowDup := !p.cfg.noDup
 		for i, r := range batch {
 			wire[i], idx[i] = r.wire, i
+			if r.noDup {
+				allowDup = false
+			}
 		}
 		res := make([]ProduceResult, len(batch))
 		start := time.Now()
@@ -326,7 +333,7 @@ func (p *Publisher) send() {
 			case <-ctx.Done():
 			}
 		}()
-		p.c.produceChunk(ctx, p.topic, wire, idx, res, !p.cfg.noDup)
+		p.c.produceChunk(ctx, p.topic, wire, idx, res, allowDup)
 		cancel()
 		var firstErr error
 		p.mu.Lock()

@@ -23,7 +23,11 @@ type consumeConfig struct {
 	grace       time.Duration
 	renew       bool
 	nackDelay   time.Duration
+	nackSet     bool // WithNackDelay was given: no poison backoff
 	onError     func(error)
+	// maxDeliveries > 0 dead-letters a message delivered more often than that.
+	maxDeliveries int
+	deadLetter    string
 }
 
 func defaultConsumeConfig() consumeConfig {
@@ -74,14 +78,33 @@ func WithoutRenewal() ConsumeOption {
 	return func(c *consumeConfig) { c.renew = false }
 }
 
-// WithNackDelay sets the delay before a message whose handler failed is delivered again
-// (default 0: at once). NackAfter overrides it per message.
+// WithNackDelay sets a fixed delay before a message whose handler failed is delivered
+// again, instead of the default backoff that grows with the message's delivery attempt
+// (see PoisonBackoff); 0 means at once. NackAfter overrides it per message.
 func WithNackDelay(d time.Duration) ConsumeOption {
-	return func(c *consumeConfig) { c.nackDelay = max(d, 0) }
+	return func(c *consumeConfig) { c.nackDelay, c.nackSet = max(d, 0), true }
+}
+
+// WithMaxDeliveries dead-letters a message delivered more than n times: instead of
+// running the handler again, the Consumer produces the message to the topic named by
+// WithDeadLetterTopic (same key and bytes; an envelope gets the reason in LastError and
+// a "dead_letter_from" header) and then acks it. When that produce fails, the message
+// is handed back with the backoff and never acked. 0 (the default) turns it off. The
+// broker has no dead-letter queue of its own: this is user code you can read and change.
+// n > 0 without WithDeadLetterTopic makes Run fail at once.
+func WithMaxDeliveries(n int) ConsumeOption {
+	return func(c *consumeConfig) { c.maxDeliveries = max(n, 0) }
+}
+
+// WithDeadLetterTopic names the topic WithMaxDeliveries sends messages to. Create it
+// beforehand (EnsureTopic).
+func WithDeadLetterTopic(topic string) ConsumeOption {
+	return func(c *consumeConfig) { c.deadLetter = topic }
 }
 
 // WithErrorHandler calls f with every failure a Consumer survives or stops on (poll
-// errors, lost leases, failed acks, handler panics). f must be quick.
+// errors, lost leases, failed acks, errors the handler returns and its panics). f must
+// be quick.
 func WithErrorHandler(f func(error)) ConsumeOption {
 	return func(c *consumeConfig) { c.onError = f }
 }
@@ -132,7 +155,7 @@ func (c *Client) poll(ctx context.Context, topic string, n int, wait time.Durati
 	}
 	out := make([]*Message, 0, len(wire))
 	for i := range wire {
-		m, err := c.newMessage(&wire[i])
+		m, err := c.newMessage(&wire[i], rep.from)
 		if err != nil {
 			return out, &Error{Op: cl.op, Topic: topic, Node: rep.node, Err: err, Message: "a payload is not valid base64: " + err.Error(), kind: ErrInternal}
 		}

@@ -189,7 +189,7 @@ func (c *Client) readRange(ctx context.Context, topic string, part int32, from i
 	}
 	msgs := make([]*Message, 0, len(out.Messages))
 	for i := range out.Messages {
-		m, err := c.newMessage(&out.Messages[i])
+		m, err := c.newMessage(&out.Messages[i], nil)
 		if err != nil {
 			return nil, 0, &Error{Op: "read-messages", Topic: topic, Node: rep.node, Err: err, Message: "a payload is not valid base64", kind: ErrInternal}
 		}

@@ -30,12 +30,66 @@ type fakeTopic struct {
 	next       []int64
 	queue      []fakeMsg
 	attempts   map[[2]int64]int64
+	// redeliver turns on leases: a leased message comes back (attempt + 1) when its
+	// lease lapses, after the visibility timeout or the last extend (a nack with a delay
+	// is an extend), unless it was acked first. Off, a message is delivered once.
+	redeliver bool
+	leases    map[string]*time.Timer // receipt handle → the lapse of its lease
+	leased    map[string]fakeMsg
 }
 
 type fakeMsg struct {
 	partition, offset int64
 	body              []byte
 	key               *string
+}
+
+// SetRedeliver turns on lease lapses for topic name (TopicSpec.Redeliver).
+func (f *Fake) SetRedeliver(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t := f.topics[name]; t != nil {
+		t.redeliver = true
+		t.leases, t.leased = map[string]*time.Timer{}, map[string]fakeMsg{}
+	}
+}
+
+// lease starts or moves the lapse of handle's lease to d from now; f.mu is held.
+func (f *Fake) lease(t *fakeTopic, handle string, m fakeMsg, d time.Duration) {
+	if old := t.leases[handle]; old != nil {
+		old.Stop()
+	}
+	t.leased[handle] = m
+	t.leases[handle] = time.AfterFunc(d, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if _, held := t.leased[handle]; held {
+			delete(t.leased, handle)
+			delete(t.leases, handle)
+			t.queue = append(t.queue, m)
+		}
+	})
+}
+
+// settle applies an ack (extend "") or an extend to a leased message of a redelivering
+// topic; f.mu is held.
+func (f *Fake) settle(t *fakeTopic, handle, extend string) {
+	m, held := t.leased[handle]
+	if !held {
+		return
+	}
+	if extend == "" {
+		t.leases[handle].Stop()
+		delete(t.leases, handle)
+		delete(t.leased, handle)
+		return
+	}
+	d := time.Duration(t.visibility) * time.Millisecond
+	if extend != "true" {
+		ms, _ := durationMs(extend) // digits are milliseconds here, unlike a poll's wait
+		d = time.Duration(ms * float64(time.Millisecond))
+	}
+	f.lease(t, handle, m, d)
 }
 
 // NewFake returns an empty fake broker.
@@ -84,6 +138,13 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	if path == "/readyz" || path == "/healthz" {
 		writeJSON(w, 200, map[string]any{"status": "ready"})
+		return
+	}
+	if path == "/v1/cluster" && r.Method == http.MethodGet {
+		// Every endpoint of a wire scenario fronts this one fake: one node, so a
+		// client's one-cluster check finds one cluster and stays quiet.
+		writeJSON(w, 200, map[string]any{"node_id": "fake", "controller": "fake",
+			"members": []map[string]any{{"id": "fake", "address": "127.0.0.1:0", "status": "alive"}}})
 		return
 	}
 	if path == "/v1/topics" && r.Method == http.MethodPost {
@@ -185,6 +246,9 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					"payload": base64.StdEncoding.EncodeToString(m.body), "payload_encoding": "base64",
 					"timestamp": time.Now().UnixMilli(), "receipt_handle": fmt.Sprintf("h%d-%s-%d-%d", f.handles, name, m.partition, m.offset),
 					"delivery_attempt": t.attempts[k]}
+				if t.redeliver {
+					f.lease(t, wm["receipt_handle"].(string), m, time.Duration(t.visibility)*time.Millisecond)
+				}
 				out = append(out, wm)
 			}
 			f.mu.Unlock()
@@ -207,6 +271,11 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	case sub == "ack" && r.Method == http.MethodPost:
+		if t.redeliver {
+			f.mu.Lock()
+			f.settle(t, r.URL.Query().Get("receipt_handle"), r.URL.Query().Get("extend"))
+			f.mu.Unlock()
+		}
 		w.WriteHeader(http.StatusNoContent)
 	case sub == "ack-batch" && r.Method == http.MethodPost:
 		var req struct {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Match reports whether actual satisfies expected, where expected is a subset:
@@ -17,7 +18,9 @@ import (
 //   - numbers compare by value, whatever their Go type;
 //   - a mapping with one "$" key is an operator: $len, $gte, $lte, $gt, $lt, $any,
 //     $absent (the key is missing or null), $present, $maxlen, $minlen, $contains (every listed item
-//     matches some element, in any order), $oneof, $not.
+//     matches some element, in any order), $oneof, $not, $ms (the value is a duration —
+//     a number of milliseconds or text like "750", "1500ms", "2s" — and its milliseconds
+//     match the argument, e.g. {$ms: {$gte: 500}}).
 //
 // The error says where the first mismatch is.
 func Match(expected, actual any) error {
@@ -115,6 +118,12 @@ func matchOp(path, op string, arg, act any) error {
 		return a, b, nil
 	}
 	switch op {
+	case "$ms":
+		ms, ok := durationMs(act)
+		if !ok {
+			return fmt.Errorf("%s: $ms needs a duration, got %s", where(path), show(act))
+		}
+		return match(path, arg, ms)
 	case "$any":
 		return nil
 	case "$present":
@@ -327,4 +336,21 @@ func lookup(vars map[string]any, path string) (any, error) {
 		}
 	}
 	return cur, nil
+}
+
+// durationMs reads a duration in milliseconds from a number or a text: digits are
+// milliseconds, otherwise a Go duration ("1500ms", "2s").
+func durationMs(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case string:
+		if f, err := strconv.ParseFloat(x, 64); err == nil {
+			return f, true
+		}
+		if d, err := time.ParseDuration(x); err == nil {
+			return float64(d) / float64(time.Millisecond), true
+		}
+	}
+	return 0, false
 }

@@ -223,6 +223,9 @@ func (r *run) setup(ctx context.Context) error {
 		spec.Name = full
 		if fake != nil {
 			fake.AddTopic(full, t.Partitions, t.VisibilityTimeout, t.Queue)
+			if t.Redeliver {
+				fake.SetRedeliver(full)
+			}
 		} else if err := r.env.Broker.Admin.CreateTopic(ctx, spec); err != nil {
 			return err
 		}
@@ -432,9 +435,9 @@ func (r *run) selected(where any, from, to time.Time) ([]map[string]any, []*Exch
 			continue
 		}
 		v := ex.View(r.t0)
-		if w == nil && (ex.Path == "/readyz" || ex.Path == "/healthz") {
-			// Breaker probes run outside the rotation, on the SDK's own schedule: a
-			// check counts them only when it asks for them.
+		if w == nil && (ex.Path == "/readyz" || ex.Path == "/healthz" || ex.Path == "/v1/cluster") {
+			// Breaker probes and the one-cluster check run outside the calls, on the
+			// SDK's own schedule: a check counts them only when it asks for them.
 			continue
 		}
 		if w != nil && Match(w, v) != nil {

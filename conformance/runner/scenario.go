@@ -56,6 +56,11 @@ type TopicSpec struct {
 	Schema            map[string]any `yaml:"schema"`
 	// Queue pre-loads the wire tier's fake broker with messages (text bodies).
 	Queue []string `yaml:"queue"`
+	// Redeliver (wire tier) makes the fake broker lease what it hands out: a message
+	// not acked comes back, with delivery_attempt + 1, when its lease lapses (after the
+	// visibility timeout, or the delay of a nack or extend). Without it the fake
+	// delivers each message once.
+	Redeliver bool `yaml:"redeliver"`
 }
 
 // MockSpec configures the wire tier's fake broker.

@@ -1,11 +1,11 @@
 // Command retrytiers shows retries with backoff, built from plain topics and the SDK's
-// RetryTiers helper. Each tier is a retry parent with a delay child:
+// RetryTiers helper. Each tier is a retry topic with a delay child:
 //
 //	emails ──fail──▶ emails.retry-1 ══30 s══▶ emails.retry-1.due ──fail──▶ emails.retry-2 ══5 min══▶ …
 //	                                                                   … last tier fails ──▶ emails-dlq
 //
 // A failed message is produced (in the narad.envelope/1 wrapper, attempt+1) to the retry
-// parent of the tier its attempt count picks, then the original is acked. The broker
+// topic of the tier its attempt count picks, then the original is acked. The broker
 // copies it to the tier's delay child no earlier than the tier's delay after the commit,
 // so nothing polls or sleeps while it waits; a consumer on each delay child runs the same
 // handler again. After the last tier the message is parked in the dead-letter topic.
@@ -75,30 +75,6 @@ func main() {
 	}
 }
 
-// dueTopic names the delay child that a tier's consumer reads.
-func dueTopic(tier narad.RetryTier) string { return tier.Topic + ".due" }
-
-// setup creates the topics: the main and parking topics, and per tier a retry parent
-// and its delay child.
-func setup(ctx context.Context, c *narad.Client, tiers narad.RetryTiers) error {
-	for _, t := range []string{tiers.Topic, tiers.Parking} {
-		if _, err := c.EnsureTopic(ctx, t, narad.TopicConfig{}); err != nil {
-			return err
-		}
-	}
-	for _, tier := range tiers.Tiers {
-		// Nobody consumes a retry parent: it only feeds its delay child. The broker wants
-		// a parent to keep messages at least an hour longer than the delay.
-		if _, err := c.EnsureTopic(ctx, tier.Topic, narad.TopicConfig{Retention: tier.Delay + 2*time.Hour}); err != nil {
-			return err
-		}
-		if err := cli.EnsureChild(ctx, c, tier.Topic, dueTopic(tier), tier.Delay, narad.TopicConfig{}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func run(ctx context.Context, topic string, delays []time.Duration, messages int) error {
 	c, err := cli.Connect()
 	if err != nil {
@@ -110,11 +86,13 @@ func run(ctx context.Context, topic string, delays []time.Duration, messages int
 	for i, d := range delays {
 		tiers.Tiers = append(tiers.Tiers, narad.RetryTier{Topic: fmt.Sprintf("%s.retry-%d", topic, i+1), Delay: d})
 	}
-	if err := setup(ctx, c, tiers); err != nil {
+	// The main and parking topics, and per tier a retry topic (nobody consumes it: it only
+	// feeds its delay child) and its delay child <tier>.due.
+	if err := tiers.EnsureTopics(ctx, c, narad.TopicConfig{}); err != nil {
 		return err
 	}
 	for _, t := range tiers.Tiers {
-		fmt.Printf("tier %s: delay %s via %s\n", t.Topic, t.Delay, dueTopic(t))
+		fmt.Printf("tier %s: delay %s via %s\n", t.Topic, t.Delay, t.DueTopic())
 	}
 
 	// One run id per run, so emails left over from an earlier run are not counted.
@@ -193,35 +171,22 @@ func run(ctx context.Context, topic string, delays []time.Duration, messages int
 		return errors.New("mail server said 451: try again later")
 	}
 
-	handler := tiers.Handler(c, send)
+	// One consumer on the main topic and one on each tier's delay child, all running send.
 	consumeCtx, stopConsumers := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	errs := make(chan error, len(tiers.Tiers)+1)
-	// tiers.Consume would consume the tier topics themselves; here a tier's messages are
-	// read from its delay child, so the consumers are started by hand.
-	sources := []string{topic}
-	for _, t := range tiers.Tiers {
-		sources = append(sources, dueTopic(t))
-	}
-	for _, src := range sources {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.Consume(consumeCtx, src, handler, narad.WithConcurrency(4), narad.WithWait(2*time.Second)); err != nil {
-				errs <- fmt.Errorf("%s: %w", src, err)
-				stopConsumers()
-			}
-		}()
-	}
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- tiers.Consume(consumeCtx, c, send, narad.WithConcurrency(4), narad.WithWait(2*time.Second))
+	}()
 	select {
 	case <-allDone:
-	case <-consumeCtx.Done():
+	case <-ctx.Done():
+	case err := <-consumed: // a consumer stopped on a terminal error (the others with it)
+		stopConsumers()
+		return err
 	}
 	// Stopping drains: a handler that just failed finishes routing and acking first.
 	stopConsumers()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := <-consumed; err != nil {
 		return err
 	}
 	if ctx.Err() != nil {

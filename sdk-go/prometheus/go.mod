@@ -3,14 +3,13 @@ module github.com/narad-mq/narad/sdk-go/prometheus
 go 1.24
 
 require (
-	github.com/narad-mq/narad/sdk-go v0.0.0
+	github.com/narad-mq/narad/sdk-go v0.1.0
 	github.com/prometheus/client_golang v1.23.2
 )
 
 require (
 	github.com/apapsch/go-jsonmerge/v2 v2.0.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/uuid v1.5.0 // indirect
 	github.com/kr/text v0.2.0 // indirect
@@ -25,5 +24,7 @@ require (
 	google.golang.org/protobuf v1.36.8 // indirect
 )
 
-// The adapter is developed beside the SDK it observes.
+// In this repository the adapter builds against the SDK beside it (with or without
+// go.work). Replace directives of a dependency are ignored, so a project that requires
+// this module gets sdk-go v0.1.0 (tag sdk-go/v0.1.0) as required above.
 replace github.com/narad-mq/narad/sdk-go => ../

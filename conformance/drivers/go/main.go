@@ -16,13 +16,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	narad "github.com/narad-mq/narad/sdk-go"
 )
 
 var capabilities = []string{
 	"produce", "produce_batch", "publisher", "publisher.nonblocking", "receive", "ack", "nack", "extend",
-	"consume", "consume.panic", "replay", "replay.time", "topics", "children", "close",
+	"consume", "consume.panic", "consume.dead_letter", "replay", "replay.time", "topics", "children", "close",
 }
 
 type request struct {
@@ -453,7 +452,7 @@ func (d *driver) newClient(raw json.RawMessage) (any, error) {
 		if a.MaxBackoffMs != nil {
 			hi = ms(a.MaxBackoffMs)
 		}
-		p.Backoff = func() backoff.BackOff { return narad.NewFullJitter(lo, hi) }
+		p.Backoff = func() narad.Backoff { return narad.NewFullJitter(lo, hi) }
 		opts = append(opts, narad.WithRetry(p))
 	}
 	if a.TimeoutMs != nil {
@@ -631,6 +630,9 @@ func (d *driver) startConsumer(raw json.RawMessage) (any, error) {
 		GraceMs     *int64 `json:"grace_ms"`
 		Renew       *bool  `json:"renew"`
 		Script      script `json:"script"`
+		// MaxDeliveries and DeadLetterTopic: capability consume.dead_letter.
+		MaxDeliveries   int    `json:"max_deliveries"`
+		DeadLetterTopic string `json:"dead_letter_topic"`
 	}
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return nil, err
@@ -663,6 +665,12 @@ func (d *driver) startConsumer(raw json.RawMessage) (any, error) {
 	}
 	if a.Renew != nil && !*a.Renew {
 		opts = append(opts, narad.WithoutRenewal())
+	}
+	if a.MaxDeliveries > 0 {
+		opts = append(opts, narad.WithMaxDeliveries(a.MaxDeliveries))
+	}
+	if a.DeadLetterTopic != "" {
+		opts = append(opts, narad.WithDeadLetterTopic(a.DeadLetterTopic))
 	}
 	name := a.Consumer
 	h := func(ctx context.Context, m *narad.Message) error {
