@@ -241,8 +241,14 @@ func holdsData(dir string) (bool, error) {
 // format 1 binaries created files 0644 and directories 0755, format 2 creates them 0600
 // and 0700. Symbolic links are left alone (their mode means nothing).
 func tightenModes(dir string, log *slog.Logger) error {
+	// The data directory itself may be a symbolic link (to another disk); WalkDir would
+	// not follow it.
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
 	changed := 0
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

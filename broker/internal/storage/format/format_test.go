@@ -122,6 +122,25 @@ func TestFormatOneUpgraded(t *testing.T) {
 	}
 }
 
+// A data directory given as a symbolic link is upgraded all the same.
+func TestFormatOneUpgradedThroughSymlink(t *testing.T) {
+	dir := formatOneDir(t)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := Prepare(link, Options{Logger: quiet()}); err != nil || !res.Upgraded {
+		t.Fatalf("Prepare through a link = %+v, %v", res, err)
+	}
+	info, err := os.Stat(filepath.Join(dir, "node-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Errorf("node-id is %v after an upgrade through a link, want 0600", info.Mode().Perm())
+	}
+}
+
 // A directory whose format is newer than the binary knows is refused, naming both
 // formats, and left as it was.
 func TestNewerFormatRefused(t *testing.T) {
