@@ -85,6 +85,7 @@ type config struct {
 	SyncMode          string
 	RetentionInterval time.Duration
 	ShutdownGrace     time.Duration
+	UpgradeFormat     bool
 
 	Partitions    int
 	Retention     time.Duration
@@ -116,6 +117,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.Int64Var(&c.SegmentBytes, "segment-bytes", 64<<20, "size at which a partition's log rolls to a new segment file")
 	fs.StringVar(&c.SyncMode, "sync-mode", "group", "group: partitions with writes waiting share one file-system sync (syncfs); file: one fdatasync per write")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
+	fs.BoolVar(&c.UpgradeFormat, "upgrade-format", false, "allow a data-directory format upgrade that only a backup can undo (upgrades that need it say so and refuse to start without it)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 25*time.Second, "how long SIGTERM waits for requests in flight")
 	fs.IntVar(&c.Partitions, "default-partitions", 3, "partitions of a topic created without a count")
 	fs.DurationVar(&c.Retention, "default-retention", 7*24*time.Hour, "retention of a topic created without one")
@@ -267,6 +269,8 @@ func serve(args []string) error {
 		SyncMode:          c.SyncMode,
 		RetentionInterval: c.RetentionInterval,
 		MaxLongPolls:      c.MaxLongPolls,
+		Version:           version,
+		UpgradeFormat:     c.UpgradeFormat,
 		Defaults: broker.TopicDefaults{
 			Partitions:    int32(c.Partitions),
 			RetentionMs:   c.Retention.Milliseconds(),

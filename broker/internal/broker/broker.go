@@ -20,6 +20,7 @@ import (
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/queue"
+	"github.com/narad-mq/narad/broker/internal/storage/format"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
@@ -48,6 +49,12 @@ type Options struct {
 	// (syncfs(2); per-file fdatasync where the kernel cannot report its errors);
 	// "file" gives every write its own fdatasync.
 	SyncMode string
+	// Version names this binary in the data directory's FORMAT file and in format
+	// errors (e.g. "1.4.0"; empty: "unknown").
+	Version string
+	// UpgradeFormat lets Open run a data-directory upgrade that only a backup can undo
+	// (format.Options.AllowUpgrade); upgrades that can be rolled back run without it.
+	UpgradeFormat bool
 }
 
 // The sync modes of Options.SyncMode.
@@ -137,6 +144,19 @@ func Open(opts Options) (*Broker, error) {
 	case SyncGroup, SyncFile:
 	default:
 		return nil, fmt.Errorf("sync mode %q: want %q or %q", opts.SyncMode, SyncGroup, SyncFile)
+	}
+	// The format is checked before anything in the directory is read or written, so a
+	// newer directory is never misread and an older one is upgraded first.
+	version := opts.Version
+	if version == "" {
+		version = "unknown"
+	}
+	if _, err := format.Prepare(opts.DataDir, format.Options{
+		WrittenBy:    "narad " + version,
+		Logger:       opts.Logger,
+		AllowUpgrade: opts.UpgradeFormat,
+	}); err != nil {
+		return nil, err
 	}
 	if err := vfs.MkdirAllSync(vfs.OS{}, filepath.Join(opts.DataDir, "topics"), 0o700); err != nil {
 		return nil, err

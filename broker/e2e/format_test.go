@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/storage/format"
+	"github.com/narad-mq/narad/broker/internal/testutil"
+)
+
+// formatFixtures are data directories written by each released format, made by
+// testdata/mkfixture with the binary of that format (testdata/README.md). Each holds the
+// same content; TestFormatFixtures checks all of it.
+var formatFixtures = []struct {
+	file   string
+	format int
+}{
+	{"format-1.tar.gz", 1}, // commit 7cfc66e, the last binary without a FORMAT file
+	{"format-2.tar.gz", 2},
+}
+
+// fixturePassword is mkfixture's AdminPassword.
+const fixturePassword = "admin-secret-1"
+
+// readFormat returns the format in dir's FORMAT file, or 0 when there is none.
+func readFormat(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "FORMAT"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Format int `json:"format"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("FORMAT holds %q: %v", b, err)
+	}
+	return st.Format
+}
+
+// TestFormatFixtures: the current binary opens a data directory of every released
+// format with every topic, message, ack, user and child intact, upgrades it (logged)
+// to the current format, and keeps all of it across a restart.
+func TestFormatFixtures(t *testing.T) {
+	t.Parallel()
+	if got := formatFixtures[len(formatFixtures)-1].format; got != format.Current {
+		t.Errorf("the newest fixture is format %d, the binary writes %d: add testdata/format-%d.tar.gz", got, format.Current, format.Current)
+	}
+	for _, fx := range formatFixtures {
+		t.Run(fx.file, func(t *testing.T) {
+			t.Parallel()
+			checkFixture(t, fx.file, fx.format)
+		})
+	}
+}
+
+func checkFixture(t *testing.T, file string, was int) {
+	dir := unpackFixture(t, file)
+	if got, want := readFormat(t, dir), map[bool]int{true: 0, false: was}[was == 1]; got != want {
+		t.Fatalf("the fixture's FORMAT reads %d before the start, want %d (0: none)", got, want)
+	}
+	n := testutil.StartNarad(t, testutil.Options{DataDir: dir, Env: []string{"NARAD_ADMIN_PASSWORD=" + fixturePassword}})
+	if got := readFormat(t, dir); got != format.Current {
+		t.Errorf("FORMAT reads %d after the start, want %d", got, format.Current)
+	}
+	upgraded := strings.Contains(n.Log(), "upgrading the data directory")
+	if upgraded != (was < format.Current) {
+		t.Errorf("format %d: the log says upgraded %v, want %v", was, upgraded, was < format.Current)
+	}
+	admin := &api{Client: n.Client().WithBasicAuth("admin", fixturePassword), t: t}
+	alice := &api{Client: n.Client().WithBasicAuth("alice", "alice-password"), t: t}
+	bob := &api{Client: n.Client().WithBasicAuth("bob", "bob-password"), t: t}
+
+	// Topics and their settings.
+	names := admin.topicNames()
+	sort.Strings(names)
+	if fmt.Sprint(names) != "[bob.t events orders orders.copy orders.later plain raw]" {
+		t.Errorf("topics %v", names)
+	}
+	for name, parts := range map[string]int32{"orders": 2, "orders.copy": 2, "orders.later": 1, "plain": 1} {
+		if got := admin.topic(name).Partitions; got != parts {
+			t.Errorf("%s has %d partitions, want %d", name, got, parts)
+		}
+	}
+	if got := admin.topic("plain").VisibilityTimeoutMs; got != 600000 {
+		t.Errorf("plain's visibility timeout is %d ms, want 600000", got)
+	}
+	children := map[string]int64{}
+	for _, c := range admin.children("orders") {
+		children[c.Child] = c.FanoutDelayMs
+	}
+	if fmt.Sprint(children) != "map[orders.copy:0 orders.later:1000]" {
+		t.Errorf("children of orders: %v", children)
+	}
+	admin.Do("POST", "/v1/topics/events/produce", []byte(`{"no":1}`), "Content-Type", "application/json").ExpectError(t, http.StatusBadRequest, "schema_violation")
+
+	// Every message, by replay.
+	want := map[string]string{} // id -> key
+	for i := 0; i < 10; i++ {
+		want["o"+strconv.Itoa(i)] = "k" + strconv.Itoa(i%3)
+	}
+	parentPart := map[string]int32{}
+	for _, topic := range []string{"orders", "orders.copy", "orders.later"} {
+		got := map[string]string{}
+		for p := 0; p < int(admin.topic(topic).Partitions); p++ {
+			for _, m := range admin.readAll(topic, p) {
+				id := payloadID(t, &m)
+				if _, dup := got[id]; dup {
+					t.Errorf("%s holds %s twice", topic, id)
+				}
+				if m.Key != nil {
+					got[id] = *m.Key
+				}
+				switch topic {
+				case "orders":
+					parentPart[id] = m.Partition
+				case "orders.copy":
+					if m.Partition != parentPart[id] {
+						t.Errorf("orders.copy holds %s in partition %d, its parent in %d", id, m.Partition, parentPart[id])
+					}
+				}
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s replays %v, want %v", topic, got, want)
+		}
+	}
+	var ids []string
+	for i, m := range admin.readAll("plain", 0) {
+		ids = append(ids, payloadID(t, &m))
+		if m.Offset != int64(i) {
+			t.Errorf("plain: %s at offset %d, want %d", payloadID(t, &m), m.Offset, i)
+		}
+	}
+	if fmt.Sprint(ids) != "[p0 p1 p2 p3 p4]" {
+		t.Errorf("plain replays %v", ids)
+	}
+	if ms := admin.readAll("events", 0); len(ms) != 1 || payloadID(t, &ms[0]) != "e0" {
+		t.Errorf("events replays %d messages, want e0", len(ms))
+	}
+	raw := admin.readAll("raw", 0)
+	if len(raw) != 2 || !bytes.Equal(raw[0].bytesOf(t), []byte{0, 1, 2, 0xff}) || !bytes.Equal(raw[1].bytesOf(t), []byte("raw-1")) {
+		t.Errorf("raw replays %d messages, want the two byte payloads", len(raw))
+	}
+
+	// Users: logins and grants.
+	r := admin.Get("/v1/users")
+	var users struct {
+		Users []struct {
+			Username string `json:"username"`
+			Grants   []struct {
+				Action string   `json:"action"`
+				Topics []string `json:"topics"`
+			} `json:"grants"`
+		} `json:"users"`
+	}
+	if r.Expect(t, http.StatusOK) && r.JSON(t, &users) {
+		got := map[string]string{}
+		for _, u := range users.Users {
+			got[u.Username] = fmt.Sprint(u.Grants)
+		}
+		wantUsers := map[string]string{
+			"admin": "[{admin [*]}]",
+			"alice": "[{produce [orders]} {consume [orders orders.copy orders.later]}]",
+			"bob":   "[{create [bob.*]} {consume [plain]}]",
+		}
+		if fmt.Sprint(got) != fmt.Sprint(wantUsers) {
+			t.Errorf("users %v, want %v", got, wantUsers)
+		}
+	}
+	alice.Get("/v1/users/alice").Expect(t, http.StatusOK)
+	bob.Get("/v1/users/bob").Expect(t, http.StatusOK)
+	n.Client().WithBasicAuth("alice", "bob-password").Get("/v1/users/alice").ExpectError(t, http.StatusUnauthorized, "unauthenticated")
+	// bob still owns the topic he created.
+	bob.PatchJSON("/v1/topics/bob.t", map[string]any{"visibility_timeout_ms": 5000}).Expect(t, http.StatusOK)
+
+	// Acks: p0 and p1 were acked, p3 acked ahead of p2, whose lease ended with the
+	// restart. Only p2 and p4 come.
+	var got []string
+	for _, m := range bob.consumeBatch("plain", 10, "1s") {
+		got = append(got, payloadID(t, &m))
+		bob.mustAck("plain", &m)
+	}
+	sort.Strings(got)
+	if fmt.Sprint(got) != "[p2 p4]" {
+		t.Errorf("plain delivers %v, want [p2 p4]: acked messages came again or unacked ones were lost", got)
+	}
+	if m := bob.consume("plain", "wait=200ms"); m != nil {
+		t.Errorf("plain delivers %s after everything was acked", payloadID(t, m))
+	}
+
+	// Children: orders.copy was drained, so it delivers only what orders gets now (a lost
+	// cursor would copy everything again); orders.later delivers every copy once, the
+	// new one no earlier than its delay.
+	alice.produceJSON("orders", map[string]any{"id": "o10"}, "key=k1")
+	waitFor(t, 60*time.Second, "the children to copy o10", func() bool {
+		return admin.lagOf("orders", "orders.copy") == 0 && admin.lagOf("orders", "orders.later") == 0
+	})
+	if got := alice.drainIDs("orders.copy"); fmt.Sprint(got) != "map[o10:1]" {
+		t.Errorf("orders.copy delivers %v, want only o10: the fan-out cursor did not survive", got)
+	}
+	later := map[string]int{}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(later) < 11 && time.Now().Before(deadline) {
+		for _, m := range alice.consumeBatch("orders.later", 100, "1s") {
+			later[payloadID(t, &m)]++
+			alice.mustAck("orders.later", &m)
+		}
+	}
+	for i := 0; i <= 10; i++ {
+		if id := "o" + strconv.Itoa(i); later[id] != 1 {
+			t.Errorf("orders.later delivered %s %d times, want once (all: %v)", id, later[id], later)
+		}
+	}
+
+	// A second start of the upgraded directory changes nothing and loses nothing.
+	n.Restart()
+	if strings.Count(n.Log(), "upgrading the data directory") > 1 {
+		t.Errorf("the directory was upgraded again at the second start")
+	}
+	if got := readFormat(t, dir); got != format.Current {
+		t.Errorf("FORMAT reads %d after a restart, want %d", got, format.Current)
+	}
+	for _, topic := range []string{"plain", "orders.copy", "orders.later"} {
+		consumer := alice
+		if topic == "plain" {
+			consumer = bob
+		}
+		if m := consumer.consume(topic, "wait=200ms"); m != nil {
+			t.Errorf("%s delivers %s after a restart, though everything was acked", topic, payloadID(t, m))
+		}
+	}
+	if got := len(admin.readAll("orders", 0)) + len(admin.readAll("orders", 1)); got != 11 {
+		t.Errorf("orders holds %d messages after a restart, want 11", got)
+	}
+}
+
+// TestFormatTooNewRefused: a data directory of a format newer than the binary knows is
+// refused at start (exit 1), naming both formats and the binary that wrote it, and is
+// left untouched.
+func TestFormatTooNewRefused(t *testing.T) {
+	t.Parallel()
+	dir := unpackFixture(t, formatFixtures[len(formatFixtures)-1].file)
+	newer := format.Current + 1
+	stamp := fmt.Sprintf(`{"format":%d,"written_by":"narad 9.9.9"}`+"\n", newer)
+	if err := os.WriteFile(filepath.Join(dir, "FORMAT"), []byte(stamp), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raftBefore, err := os.ReadFile(filepath.Join(dir, "meta", "raft.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := testutil.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testutil.BuildNarad(t), "serve", "--http-addr", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", dir)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NARAD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "NARAD_ADMIN_PASSWORD="+fixturePassword)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("narad on a format-%d directory: %v, want exit status 1; output:\n%s", newer, err, stderr.String())
+	}
+	for _, want := range []string{
+		fmt.Sprintf("is at format %d", newer),
+		"narad 9.9.9",
+		fmt.Sprintf("knows formats up to %d", format.Current),
+		"restore a backup",
+	} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, stderr.String())
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "FORMAT")); err != nil || string(got) != stamp {
+		t.Errorf("FORMAT became %q (%v), want it untouched", got, err)
+	}
+	if raftAfter, err := os.ReadFile(filepath.Join(dir, "meta", "raft.db")); err != nil || !bytes.Equal(raftAfter, raftBefore) {
+		t.Errorf("the refused directory's metadata changed (%v)", err)
+	}
+}
