@@ -5,7 +5,7 @@ import { ClosedError, errorFromStatus, LeaseLostError, NaradError, TooLargeError
 import type { components } from "./generated/openapi.js";
 import { Transport, parseJSON, type Query, type RawResponse, type RequestSpec } from "./internal/transport.js";
 import { abortReason, msParam, sleep, toBase64, utf8Decode, waitParam } from "./internal/util.js";
-import { Message, type ExtendOptions, type NackOptions, type Settler } from "./message.js";
+import { Message, type ExtendOptions, type NackOptions, type SettleOptions, type Settler } from "./message.js";
 import type { CallOptions, ClientOptions, Logger, NaradEvent } from "./options.js";
 import { Publisher, type PublisherOptions } from "./publisher.js";
 import { Replay, type ReplayOptions } from "./replay.js";
@@ -338,16 +338,17 @@ export class Client implements AsyncDisposable {
     });
     if (res.status === 204) return [];
     const now = Date.now();
-    if (single) return [new Message(parseJSON<S["Message"]>(res), this.settler, now)];
-    return parseJSON<S["MessageList"]>(res).messages.map((m) => new Message(m, this.settler, now));
+    if (single) return [new Message(parseJSON<S["Message"]>(res), this.settler, now, res.endpoint)];
+    return parseJSON<S["MessageList"]>(res).messages.map((m) => new Message(m, this.settler, now, res.endpoint));
   }
 
   /**
    * ack settles a leased message by its receipt handle. Confirmed: retried on 503 and
    * connection errors; a 410 on a retry whose earlier reply was lost counts as success.
-   * Rejects with LeaseLostError when the lease had lapsed.
+   * Rejects with LeaseLostError when the lease had lapsed. Pass the message's
+   * `endpoint` (as `Message.ack` does) so it goes to the node that leased it.
    */
-  async ack(topic: string, receiptHandle: string, opts?: CallOptions): Promise<void> {
+  async ack(topic: string, receiptHandle: string, opts?: SettleOptions): Promise<void> {
     await this.settle(topic, receiptHandle, undefined, "ack", opts);
   }
 
@@ -366,7 +367,7 @@ export class Client implements AsyncDisposable {
     await this.settle(topic, receiptHandle, leaseMs === undefined ? "true" : msParam(leaseMs), "extend", opts);
   }
 
-  private async settle(topic: string, handle: string, extend: string | undefined, what: string, opts: CallOptions | undefined): Promise<void> {
+  private async settle(topic: string, handle: string, extend: string | undefined, what: string, opts: SettleOptions | undefined): Promise<void> {
     const res = await this.call({
       operation: "ack",
       method: "POST",
@@ -375,6 +376,7 @@ export class Client implements AsyncDisposable {
       topic,
       expect: [204, 410],
       retryUncertain: true,
+      endpoint: opts?.endpoint,
       ...this.callOpts(opts),
     });
     if (res.status === 204) return;
@@ -394,34 +396,54 @@ export class Client implements AsyncDisposable {
   }
 
   /**
-   * ackBatch settles, renews or hands back many leased messages of one topic in one
-   * request, with one {@link AckResult} per entry, in order.
+   * ackBatch settles, renews or hands back many leased messages of one topic, with one
+   * {@link AckResult} per entry, in order. Entries that name an `endpoint` go to the
+   * node that leased them (one request per endpoint); the rest to the preferred one.
    */
   async ackBatch(topic: string, entries: readonly AckEntry[], opts?: CallOptions): Promise<AckResult[]> {
     if (entries.length === 0) return [];
-    const out: AckResult[] = [];
-    for (let i = 0; i < entries.length; i += 1000) {
-      const part = entries.slice(i, i + 1000);
-      const wire: S["AckBatchRequest"] = {
-        acks: part.map((e) => {
-          const a: S["AckEntry"] = { receipt_handle: e.receiptHandle };
-          if (e.extend !== undefined) a.extend = e.extend === true ? "true" : msParam(e.extend);
-          return a;
-        }),
-      };
-      const res = await this.json<S["AckResultList"]>(
-        { operation: "ackBatch", method: "POST", path: topicPath(topic, "/ack-batch"), topic, expect: [200], retryUncertain: true, ...this.callOpts(opts) },
-        wire,
-      );
-      for (const r of res.results) {
-        out.push({
-          receiptHandle: r.receipt_handle,
-          ok: r.status === 204,
-          status: r.status,
-          error: r.status === 204 ? undefined : errorFromStatus(r.status, r.error?.code, r.error?.message),
+    const out: AckResult[] = new Array<AckResult>(entries.length);
+    const groups = new Map<string | undefined, number[]>();
+    entries.forEach((e, i) => {
+      const g = groups.get(e.endpoint);
+      if (g) g.push(i);
+      else groups.set(e.endpoint, [i]);
+    });
+    for (const [endpoint, idxs] of groups) {
+      for (let i = 0; i < idxs.length; i += 1000) {
+        const part = idxs.slice(i, i + 1000);
+        const wire: S["AckBatchRequest"] = {
+          acks: part.map((j) => {
+            const e = entries[j] as AckEntry;
+            const a: S["AckEntry"] = { receipt_handle: e.receiptHandle };
+            if (e.extend !== undefined) a.extend = e.extend === true ? "true" : msParam(e.extend);
+            return a;
+          }),
+        };
+        const res = await this.json<S["AckResultList"]>(
+          { operation: "ackBatch", method: "POST", path: topicPath(topic, "/ack-batch"), topic, expect: [200], retryUncertain: true, endpoint, ...this.callOpts(opts) },
+          wire,
+        );
+        res.results.forEach((r, k) => {
+          const j = part[k];
+          if (j === undefined) return;
+          out[j] = {
+            receiptHandle: r.receipt_handle,
+            ok: r.status === 204,
+            status: r.status,
+            error: r.status === 204 ? undefined : errorFromStatus(r.status, r.error?.code, r.error?.message),
+          };
         });
       }
     }
+    entries.forEach((e, j) => {
+      out[j] ??= {
+        receiptHandle: e.receiptHandle,
+        ok: false,
+        status: 500,
+        error: errorFromStatus(500, "internal", "the broker returned fewer results than entries"),
+      };
+    });
     return out;
   }
 
@@ -471,7 +493,7 @@ export class Client implements AsyncDisposable {
       try {
         await this.ackBatch(
           topic,
-          ms.map((m) => ({ receiptHandle: m.receiptHandle as string, extend: 0 })),
+          ms.map((m) => ({ receiptHandle: m.receiptHandle as string, extend: 0, ...(m.endpoint === undefined ? {} : { endpoint: m.endpoint }) })),
           { timeoutMs: 5000 },
         );
         for (const m of ms) m.markLost();

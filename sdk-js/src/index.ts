@@ -23,7 +23,7 @@ export type { PublisherOptions, PublishOptions } from "./publisher.js";
 export { Replay, Position } from "./replay.js";
 export type { ReplayOptions, PositionJSON } from "./replay.js";
 export { Message } from "./message.js";
-export type { MessageState, NackOptions, ExtendOptions } from "./message.js";
+export type { MessageState, NackOptions, ExtendOptions, SettleOptions } from "./message.js";
 export { Envelope, ENVELOPE_FORMAT } from "./envelope.js";
 export type { EnvelopeOptions } from "./envelope.js";
 export { RetryTiers } from "./tiers.js";

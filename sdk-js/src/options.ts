@@ -56,8 +56,11 @@ export interface BreakerOptions {
 /** ClientOptions configure a {@link Client}. Only `endpoints` is required. */
 export interface ClientOptions {
   /**
-   * One or more broker base URLs (`http://host:7942`). Requests spread across them;
-   * any node serves any request.
+   * One or more broker base URLs (`http://host:7942`) of ONE cluster. Calls go to the
+   * first healthy one in this order and fail over to the next only when it fails; a
+   * leased message's ack, nack and extend go to the endpoint that leased it. With
+   * several endpoints the client asks each for `GET /v1/cluster` on first use and
+   * warns once (through `logger`, else `console.warn`) when they are not one cluster.
    */
   endpoints: string | readonly string[];
   /** Credentials sent with every request, when the broker runs with security on. */

@@ -18,7 +18,7 @@ import {
 } from "../errors.js";
 import type { ClientOptions, Logger, NaradEvent } from "../options.js";
 import { Pool, type Node } from "./pool.js";
-import { abortReason, linkSignals, sleep, toBase64, utf8Decode, utf8Encode } from "./util.js";
+import { abortReason, linkSignals, sleep, toBase64, unrefTimer, utf8Decode, utf8Encode } from "./util.js";
 
 export type Query = Record<string, string | number | boolean | undefined>;
 
@@ -36,6 +36,11 @@ export interface RequestSpec {
   retryUncertain: boolean;
   signal?: AbortSignal | undefined;
   timeoutMs?: number | undefined;
+  /**
+   * The endpoint to send to first (the node that leased the message a lease operation
+   * is about); the others are tried only when it fails.
+   */
+  endpoint?: string | undefined;
 }
 
 export interface RawResponse {
@@ -92,6 +97,13 @@ export class Transport {
   readonly longPollMarginMs: number;
   private readonly closeCtl = new AbortController();
   private nextId = 1;
+  private readonly warn: (message: string, fields: Record<string, unknown>) => void;
+  /**
+   * @internal The one-cluster check, started by the first call when there are several
+   * endpoints: true when they are one cluster, false when not (warned once), undefined
+   * when it could not tell or there is one endpoint.
+   */
+  clusterCheck: Promise<boolean | undefined> | undefined;
 
   constructor(
     opts: ClientOptions,
@@ -115,6 +127,8 @@ export class Transport {
     this.maxBackoff = Math.max(this.minBackoff, opts.retry?.maxBackoffMs ?? 5000);
     this.timeoutMs = opts.timeoutMs ?? 30_000;
     this.longPollMarginMs = opts.longPollMarginMs ?? 5000;
+    const userWarn = opts.logger?.warn?.bind(opts.logger);
+    this.warn = userWarn ?? ((message, fields) => console.warn(message, fields));
     this.pool = new Pool(
       urls,
       opts.breaker ?? {},
@@ -158,6 +172,52 @@ export class Transport {
     }
   }
 
+  /**
+   * checkCluster asks every endpoint for GET /v1/cluster and decides whether they are
+   * one cluster: the same `cluster_id` when every answer has one, else every answering
+   * node listed among the members of every other answer. When they are not, it warns
+   * once: produces then land on one of several independent brokers. It never fails a
+   * call; endpoints that do not answer are left out, and fewer than two answers cannot
+   * tell.
+   */
+  private async checkCluster(): Promise<boolean | undefined> {
+    type Answer = { url: string; nodeId: string; clusterId: string | undefined; members: Set<string> };
+    const ask = async (url: string): Promise<Answer | undefined> => {
+      const ctl = new AbortController();
+      const t = setTimeout(() => ctl.abort(), 5000);
+      unrefTimer(t);
+      const { signal, unlink } = linkSignals(ctl.signal, this.closeCtl.signal);
+      try {
+        const res = await this.fetchFn(`${url}/v1/cluster`, { signal, headers: this.headers });
+        const body = new Uint8Array(await res.arrayBuffer());
+        if (res.status !== 200) return undefined;
+        const c = JSON.parse(utf8Decode(body)) as { node_id?: unknown; cluster_id?: unknown; members?: { id?: unknown }[] };
+        if (typeof c.node_id !== "string") return undefined;
+        const members = new Set((Array.isArray(c.members) ? c.members : []).map((m) => m?.id).filter((id): id is string => typeof id === "string"));
+        return { url, nodeId: c.node_id, clusterId: typeof c.cluster_id === "string" ? c.cluster_id : undefined, members };
+      } catch {
+        return undefined;
+      } finally {
+        clearTimeout(t);
+        unlink();
+      }
+    };
+    const answers = (await Promise.all(this.pool.nodes.map((n) => ask(n.url)))).filter((x): x is Answer => x !== undefined);
+    if (answers.length < 2 || this.closed) return undefined;
+    let one: boolean;
+    if (answers.every((x) => x.clusterId !== undefined)) {
+      one = new Set(answers.map((x) => x.clusterId)).size === 1;
+    } else {
+      one = answers.every((x) => answers.every((y) => x === y || x.nodeId === y.nodeId || y.members.has(x.nodeId)));
+    }
+    if (!one) {
+      this.warn("narad: the endpoints are not one cluster; calls stick to the first healthy one and fail over to the others, so messages may land on independent brokers", {
+        endpoints: answers.map((x) => ({ endpoint: x.url, nodeId: x.nodeId, clusterId: x.clusterId })),
+      });
+    }
+    return one;
+  }
+
   private url(node: Node, path: string, query: Query | undefined): string {
     let s = node.url + path;
     if (query) {
@@ -171,6 +231,9 @@ export class Transport {
 
   async request(spec: RequestSpec): Promise<RawResponse> {
     if (this.closed) throw new ClosedError("the client is closed");
+    if (this.clusterCheck === undefined && this.pool.nodes.length > 1) {
+      this.clusterCheck = this.checkCluster().catch(() => undefined);
+    }
     const id = this.nextId++;
     const started = Date.now();
     this.emit({ type: "operation.start", id, operation: spec.operation, topic: spec.topic, method: spec.method });
@@ -208,10 +271,11 @@ export class Transport {
     progress: (attempts: number, status: number | undefined) => void,
   ): Promise<RawResponse> {
     const tried = new Set<Node>();
+    const preferred = this.pool.find(spec.endpoint);
     const writes = spec.method !== "GET";
     let uncertainSeen = false;
     for (let attempt = 1; ; attempt++) {
-      const node = this.pool.pick(tried);
+      const node = this.pool.pick(tried, preferred);
       tried.add(node);
       const t0 = Date.now();
       let err: NaradError;
