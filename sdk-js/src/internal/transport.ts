@@ -247,7 +247,7 @@ export class Transport {
     let attempts = 0;
     let lastStatus: number | undefined;
     try {
-      const res = await this.attemptLoop(spec, id, signal, started + timeoutMs, (n, s) => {
+      const res = await this.attemptLoop(spec, id, signal, timeoutCtl.signal, started + timeoutMs, (n, s) => {
         attempts = n;
         lastStatus = s;
       });
@@ -267,6 +267,7 @@ export class Transport {
     spec: RequestSpec,
     id: number,
     signal: AbortSignal,
+    timedOut: AbortSignal,
     deadline: number,
     progress: (attempts: number, status: number | undefined) => void,
   ): Promise<RawResponse> {
@@ -299,6 +300,9 @@ export class Transport {
         else this.pool.success(node);
       } catch (e) {
         progress(attempt, undefined);
+        // A node that accepts the connection and never answers fails by timing out:
+        // that counts against it like a refused connection, or it stays in rotation.
+        if (timedOut.aborted) this.pool.failure(node);
         if (signal.aborted) {
           const reason = abortReason(signal);
           const mayHaveHappened = writes && (sent || uncertainSeen);
