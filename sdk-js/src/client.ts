@@ -334,7 +334,8 @@ export class Client implements AsyncDisposable {
       expect: [200, 204],
       retryUncertain: true,
       signal: opts.signal,
-      timeoutMs: opts.timeoutMs ?? waitMs + this.transport.longPollMarginMs,
+      // A long poll's attempt may take its wait plus the ordinary bound.
+      timeoutMs: waitMs + (opts.timeoutMs ?? this.transport.longPollMarginMs),
     });
     if (res.status === 204) return [];
     const now = Date.now();

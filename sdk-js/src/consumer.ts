@@ -259,7 +259,11 @@ export class Consumer implements AsyncDisposable {
         return;
       }
       try {
-        await this.client.extend(this.topic, r.msg.receiptHandle as string, { leaseMs: this.leaseMs, timeoutMs: Math.max(50, left) });
+        await this.client.extend(this.topic, r.msg.receiptHandle as string, {
+          leaseMs: this.leaseMs,
+          timeoutMs: Math.max(50, Math.min(left, this.client.transport.timeoutMs)),
+          ...(r.msg.endpoint === undefined ? {} : { endpoint: r.msg.endpoint }),
+        });
         if (r.lost || r.finished || r.msg.settled) return;
         r.leaseEnd = sent + this.leaseMs;
         this.stats_.renewed++;

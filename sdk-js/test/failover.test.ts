@@ -35,7 +35,7 @@ describe("failover", () => {
     assert.ok(got.length > 0);
     for (const m of got) await m.ack();
     assert.ok(events.some((e) => e.type === "breaker" && e.endpoint === dead && e.state === "open"));
-    assert.equal(attemptsTo(events, dead), 1, "the dead node was tried once, then skipped");
+    assert.equal(attemptsTo(events, dead), 2, "the dead node was tried twice (the breaker's default threshold), then skipped");
     const retried = events.filter((e) => e.type === "retry");
     assert.ok(retried.every((e) => e.type === "retry" && e.delayMs === 0), "a refused connection fails over at once");
     await client.close();

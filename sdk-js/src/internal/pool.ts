@@ -34,8 +34,8 @@ export class Pool {
     private readonly onChange: (url: string, state: "open" | "closed") => void,
   ) {
     this.nodes = urls.map((url) => ({ url, failures: 0, open: false, openedAt: 0, probeDelay: 0, probeTimer: undefined }));
-    this.threshold = Math.max(1, opts.failureThreshold ?? 1);
-    this.probeMs = Math.max(10, opts.probeIntervalMs ?? 1000);
+    this.threshold = Math.max(1, opts.failureThreshold ?? 2);
+    this.probeMs = Math.max(10, opts.probeIntervalMs ?? 2000);
     this.maxProbeMs = Math.max(this.probeMs, opts.maxProbeIntervalMs ?? 30_000);
   }
 

@@ -35,7 +35,13 @@ export interface RequestSpec {
   /** Whether an attempt whose outcome is unknown may be retried. */
   retryUncertain: boolean;
   signal?: AbortSignal | undefined;
+  /** The bound of each attempt, in ms (default the client's `timeoutMs`). */
   timeoutMs?: number | undefined;
+  /**
+   * The bound of the whole call, retries included, in ms (default every attempt's bound
+   * plus the backoff between them). For calls that must end by a known time.
+   */
+  totalMs?: number | undefined;
   /**
    * The endpoint to send to first (the node that leased the message a lease operation
    * is about); the others are tried only when it fails.
@@ -126,7 +132,7 @@ export class Transport {
     this.minBackoff = Math.max(0, opts.retry?.minBackoffMs ?? 50);
     this.maxBackoff = Math.max(this.minBackoff, opts.retry?.maxBackoffMs ?? 5000);
     this.timeoutMs = opts.timeoutMs ?? 30_000;
-    this.longPollMarginMs = opts.longPollMarginMs ?? 5000;
+    this.longPollMarginMs = opts.longPollMarginMs ?? this.timeoutMs;
     const userWarn = opts.logger?.warn?.bind(opts.logger);
     this.warn = userWarn ?? ((message, fields) => console.warn(message, fields));
     this.pool = new Pool(
@@ -237,17 +243,20 @@ export class Transport {
     const id = this.nextId++;
     const started = Date.now();
     this.emit({ type: "operation.start", id, operation: spec.operation, topic: spec.topic, method: spec.method });
-    const timeoutMs = spec.timeoutMs ?? this.timeoutMs;
+    // One meaning of "timeout" in every SDK: the bound of one attempt. The call's budget
+    // is every attempt's bound plus the backoff between them (or `totalMs` when given).
+    const perAttemptMs = Math.max(1, spec.timeoutMs ?? this.timeoutMs);
+    const totalMs = spec.totalMs ?? this.attempts * perAttemptMs + (this.attempts - 1) * this.maxBackoff;
     const timeoutCtl = new AbortController();
     const timer = setTimeout(
-      () => timeoutCtl.abort(new TimeoutError(`${spec.operation} did not finish within ${timeoutMs} ms`, { code: "timeout" })),
-      timeoutMs,
+      () => timeoutCtl.abort(new TimeoutError(`${spec.operation} did not finish within ${totalMs} ms`, { code: "timeout" })),
+      totalMs,
     );
     const { signal, unlink } = linkSignals(spec.signal, timeoutCtl.signal, this.closeCtl.signal);
     let attempts = 0;
     let lastStatus: number | undefined;
     try {
-      const res = await this.attemptLoop(spec, id, signal, timeoutCtl.signal, started + timeoutMs, (n, s) => {
+      const res = await this.attemptLoop(spec, id, signal, timeoutCtl.signal, started + totalMs, perAttemptMs, (n, s) => {
         attempts = n;
         lastStatus = s;
       });
@@ -269,6 +278,7 @@ export class Transport {
     signal: AbortSignal,
     timedOut: AbortSignal,
     deadline: number,
+    perAttemptMs: number,
     progress: (attempts: number, status: number | undefined) => void,
   ): Promise<RawResponse> {
     const tried = new Set<Node>();
@@ -281,11 +291,14 @@ export class Transport {
       const t0 = Date.now();
       let err: NaradError;
       let sent = false;
+      const attemptCtl = new AbortController();
+      const attemptTimer = setTimeout(() => attemptCtl.abort(), perAttemptMs);
+      const linked = linkSignals(signal, attemptCtl.signal);
       try {
         const headers: Record<string, string> = { ...this.headers };
         if (spec.contentType) headers["content-type"] = spec.contentType;
         sent = true;
-        const init: RequestInit = { method: spec.method, headers, signal };
+        const init: RequestInit = { method: spec.method, headers, signal: linked.signal };
         if (spec.body !== undefined) init.body = spec.body as Uint8Array<ArrayBuffer>;
         const res = await this.fetchFn(this.url(node, spec.path, spec.query), init);
         const body = new Uint8Array(await res.arrayBuffer());
@@ -296,21 +309,30 @@ export class Transport {
           return { status: res.status, body, headers: res.headers, endpoint: node.url, attempts: attempt, earlierUncertain: uncertainSeen };
         }
         err = errorFromBody(res.status, body, res.headers, node.url, writes);
-        if (err.code === "unavailable" || res.status === 502 || res.status === 504) this.pool.failure(node);
+        // 503 (unavailable, or the broker's own timeout), 502 and 504: the node failed.
+        if (res.status === 503 || res.status === 502 || res.status === 504) this.pool.failure(node);
         else this.pool.success(node);
       } catch (e) {
         progress(attempt, undefined);
         // A node that accepts the connection and never answers fails by timing out:
         // that counts against it like a refused connection, or it stays in rotation.
-        if (timedOut.aborted) this.pool.failure(node);
+        if (timedOut.aborted || (attemptCtl.signal.aborted && !signal.aborted)) this.pool.failure(node);
         if (signal.aborted) {
           const reason = abortReason(signal);
           const mayHaveHappened = writes && (sent || uncertainSeen);
           if (reason instanceof NaradError) throw reason.withUncertain(mayHaveHappened);
           throw reason;
         }
-        if (neverSent(e)) {
+        if (attemptCtl.signal.aborted) {
+          err = new TimeoutError(`${node.url} did not answer ${spec.operation} within ${perAttemptMs} ms`, {
+            code: "timeout",
+            endpoint: node.url,
+            uncertain: writes,
+            cause: e,
+          });
+        } else if (neverSent(e)) {
           err = new UnavailableError(`cannot reach ${node.url}: ${describe(e)}`, { code: "connection_failed", endpoint: node.url, cause: e });
+          this.pool.failure(node);
         } else {
           err = new UnavailableError(`the request to ${node.url} failed before its reply arrived: ${describe(e)}`, {
             code: "connection_failed",
@@ -318,8 +340,11 @@ export class Transport {
             uncertain: writes,
             cause: e,
           });
+          this.pool.failure(node);
         }
-        this.pool.failure(node);
+      } finally {
+        clearTimeout(attemptTimer);
+        linked.unlink();
       }
       this.emit({ type: "attempt", id, operation: spec.operation, endpoint: node.url, attempt, status: err.status, durationMs: Date.now() - t0, error: err });
       if (err.uncertain) uncertainSeen = true;
