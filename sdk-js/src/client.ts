@@ -318,7 +318,9 @@ export class Client implements AsyncDisposable {
 
   /**
    * receive takes up to `max` messages under leases, waiting up to `waitMs` for the
-   * first. An empty poll is an empty array, not an error. Settle each message with
+   * first. An empty poll is an empty array, not an error. An abort through `signal`
+   * after the broker began answering still returns what it leased (the caller hands
+   * it back); before that, it rejects with the signal's reason. Settle each message with
    * `ack`/`nack`, or it is delivered again when its lease lapses.
    */
   async receive(topic: string, opts: ReceiveOptions = {}): Promise<Message[]> {
@@ -334,6 +336,7 @@ export class Client implements AsyncDisposable {
       expect: [200, 204],
       retryUncertain: true,
       signal: opts.signal,
+      abortBody: false,
       // A long poll's attempt may take its wait plus the ordinary bound.
       timeoutMs: waitMs + (opts.timeoutMs ?? this.transport.longPollMarginMs),
     });
@@ -475,6 +478,8 @@ export class Client implements AsyncDisposable {
             continue;
           }
           buffered.push(...got);
+          // Stopped while the answer arrived: what it leased goes back in finally.
+          if (opts.signal?.aborted) throw abortReason(opts.signal);
           continue;
         }
         yield buffered.shift() as Message;

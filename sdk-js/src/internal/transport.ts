@@ -43,6 +43,13 @@ export interface RequestSpec {
    */
   totalMs?: number | undefined;
   /**
+   * Whether the caller's signal stops reading an answer whose status already arrived
+   * (default true). A long poll sets false: once the broker answered, it leased what it
+   * sends, so the body is read (within the attempt's bound) for the caller to hand it
+   * back, rather than dropped and left leased for a visibility timeout.
+   */
+  abortBody?: boolean | undefined;
+  /**
    * The endpoint to send to first (the node that leased the message a lease operation
    * is about); the others are tried only when it fails.
    */
@@ -294,13 +301,23 @@ export class Transport {
       const attemptCtl = new AbortController();
       const attemptTimer = setTimeout(() => attemptCtl.abort(), perAttemptMs);
       const linked = linkSignals(signal, attemptCtl.signal);
+      const fetchCtl = new AbortController();
+      let answered = false;
+      const cut = () => {
+        // The caller gave up after the answer began: keep reading what the broker leased.
+        if (answered && spec.abortBody === false && !attemptCtl.signal.aborted && !timedOut.aborted && !this.closed) return;
+        fetchCtl.abort(abortReason(linked.signal));
+      };
+      if (linked.signal.aborted) cut();
+      else linked.signal.addEventListener("abort", cut);
       try {
         const headers: Record<string, string> = { ...this.headers };
         if (spec.contentType) headers["content-type"] = spec.contentType;
         sent = true;
-        const init: RequestInit = { method: spec.method, headers, signal: linked.signal };
+        const init: RequestInit = { method: spec.method, headers, signal: fetchCtl.signal };
         if (spec.body !== undefined) init.body = spec.body as Uint8Array<ArrayBuffer>;
         const res = await this.fetchFn(this.url(node, spec.path, spec.query), init);
+        answered = true;
         const body = new Uint8Array(await res.arrayBuffer());
         progress(attempt, res.status);
         if (spec.expect.includes(res.status)) {
@@ -344,6 +361,7 @@ export class Transport {
         }
       } finally {
         clearTimeout(attemptTimer);
+        linked.signal.removeEventListener("abort", cut);
         linked.unlink();
       }
       this.emit({ type: "attempt", id, operation: spec.operation, endpoint: node.url, attempt, status: err.status, durationMs: Date.now() - t0, error: err });
