@@ -16,7 +16,7 @@ export type {
   MessageRange,
   CreateUserOptions,
 } from "./client.js";
-export { Consumer } from "./consumer.js";
+export { Consumer, poisonBackoffMs } from "./consumer.js";
 export type { ConsumeOptions, ConsumerStats, Handler, HandlerContext } from "./consumer.js";
 export { Publisher } from "./publisher.js";
 export type { PublisherOptions, PublishOptions } from "./publisher.js";
