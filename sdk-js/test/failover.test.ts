@@ -1,6 +1,6 @@
 // Several endpoints: failover past a dead node, the per-node circuit breaker taking a
 // node out of rotation and probing it back in, and how produce treats refused versus
-// unknown outcomes (SDK.md rule 4).
+// unknown outcomes (docs/sdk/contract.md).
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";

@@ -1,5 +1,5 @@
 // The transport: one place where every HTTP call is made, timed, retried, failed over
-// and turned into a NaradError. Retry rules (SDK.md, rules 4 and 8):
+// and turned into a NaradError. Retry rules (docs/sdk/contract.md):
 //   - refused and not stored (connection refused, 503 unavailable): another node at
 //     once when one is left untried, else backoff that honours Retry-After;
 //   - outcome unknown (reply lost, broker 503 "timeout"): retried only when the
