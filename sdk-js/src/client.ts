@@ -3,8 +3,9 @@ import { encodeBody, MAX_MESSAGE_BYTES, type Body } from "./body.js";
 import { Consumer, type ConsumeOptions, type Handler } from "./consumer.js";
 import { ClosedError, errorFromStatus, LeaseLostError, NaradError, TooLargeError } from "./errors.js";
 import type { components } from "./generated/openapi.js";
+import { BATCH_BODY_BUDGET, outgoingToWire, type ClientCore } from "./internal/core.js";
 import { Transport, parseJSON, type Query, type RawResponse, type RequestSpec } from "./internal/transport.js";
-import { abortReason, msParam, sleep, toBase64, utf8Decode, waitParam } from "./internal/util.js";
+import { abortReason, msParam, sleep, utf8Decode, waitParam } from "./internal/util.js";
 import { Message, type ExtendOptions, type NackOptions, type SettleOptions, type Settler } from "./message.js";
 import type { CallOptions, ClientOptions, Logger, NaradEvent } from "./options.js";
 import { Publisher, type PublisherOptions } from "./publisher.js";
@@ -142,7 +143,7 @@ const quietLogger: Logger = {};
  * await client.produce("orders", { id: 1 });
  * ```
  */
-export class Client implements AsyncDisposable {
+export class Client implements AsyncDisposable, ClientCore {
   /** @internal */
   readonly transport: Transport;
   /** @internal */
@@ -794,29 +795,4 @@ function errorClosed(): NaradError {
 
 function userFromWire(u: S["User"]): UserInfo {
   return { username: u.username, grants: u.grants.map((g) => ({ action: g.action, topics: [...g.topics] })) };
-}
-
-/** The body budget of one produce-batch request: under the broker's 8 MiB with room for framing. */
-const BATCH_BODY_BUDGET = 7 * 1024 * 1024;
-
-/** @internal outgoingToWire encodes one batch message and estimates its wire size. */
-export function outgoingToWire(m: Outgoing): { wire: S["OutgoingMessage"]; size: number } {
-  const enc = encodeBody(m.body);
-  if (enc.bytes.byteLength > MAX_MESSAGE_BYTES) {
-    throw new TooLargeError(`a message is at most 1 MiB (1048576 bytes); this one is ${enc.bytes.byteLength}`, { code: "payload_too_large" });
-  }
-  let wire: S["OutgoingMessage"];
-  let size: number;
-  if (enc.kind === "json") {
-    const text = utf8Decode(enc.bytes);
-    wire = { payload: JSON.parse(text) as unknown };
-    size = enc.bytes.byteLength;
-  } else {
-    const b64 = toBase64(enc.bytes);
-    wire = { payload: b64, payload_encoding: "base64" };
-    size = b64.length + 30;
-  }
-  if (m.key !== undefined) wire.key = m.key;
-  if (m.partition !== undefined) wire.partition = m.partition;
-  return { wire, size: size + (m.key?.length ?? 0) + 40 };
 }

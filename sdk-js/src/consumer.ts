@@ -1,5 +1,5 @@
 import "./internal/dispose.js";
-import type { Client } from "./client.js";
+import type { ClientCore } from "./internal/core.js";
 import { ClosedError, LeaseLostError, NaradError } from "./errors.js";
 import { deferred, sleep, unrefTimer, type Deferred } from "./internal/util.js";
 import type { Message } from "./message.js";
@@ -133,7 +133,7 @@ export class Consumer implements AsyncDisposable {
 
   /** @internal Made by {@link Client.consume}. */
   constructor(
-    private readonly client: Client,
+    private readonly client: ClientCore,
     topic: string,
     private readonly handler: Handler,
     private readonly opts: ConsumeOptions,
