@@ -236,3 +236,11 @@ export async function hungServer(): Promise<{ url: string; accepted: () => numbe
     },
   };
 }
+
+/** quickStart returns the first ```js block under the README's "## Quick start". */
+export function quickStart(readme: string): string {
+  const section = readme.slice(readme.indexOf("## Quick start"));
+  const m = /```js\n([\s\S]*?)```/.exec(section);
+  if (!m?.[1]) throw new Error("the README has no ```js block under ## Quick start");
+  return m[1];
+}

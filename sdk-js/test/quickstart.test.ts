@@ -10,18 +10,10 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
 
-import { startBroker, type TestBroker } from "./helpers.js";
+import { quickStart, startBroker, type TestBroker } from "./helpers.js";
 
 const run = promisify(execFile);
 const pkgDir = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
-
-/** quickStart returns the first ```js block under the README's "## Quick start". */
-export function quickStart(readme: string): string {
-  const section = readme.slice(readme.indexOf("## Quick start"));
-  const m = /```js\n([\s\S]*?)```/.exec(section);
-  if (!m?.[1]) throw new Error("the README has no ```js block under ## Quick start");
-  return m[1];
-}
 
 let broker: TestBroker;
 
