@@ -3,9 +3,10 @@ import { encodeBody, MAX_MESSAGE_BYTES, type Body } from "./body.js";
 import { Consumer, type ConsumeOptions, type Handler } from "./consumer.js";
 import { ClosedError, errorFromStatus, LeaseLostError, NaradError, TooLargeError } from "./errors.js";
 import type { components } from "./generated/openapi.js";
+import { BATCH_BODY_BUDGET, outgoingToWire, type ClientCore } from "./internal/core.js";
 import { Transport, parseJSON, type Query, type RawResponse, type RequestSpec } from "./internal/transport.js";
-import { abortReason, msParam, sleep, toBase64, utf8Decode, waitParam } from "./internal/util.js";
-import { Message, type ExtendOptions, type NackOptions, type Settler } from "./message.js";
+import { abortReason, msParam, sleep, utf8Decode, waitParam } from "./internal/util.js";
+import { Message, type ExtendOptions, type NackOptions, type SettleOptions, type Settler } from "./message.js";
 import type { CallOptions, ClientOptions, Logger, NaradEvent } from "./options.js";
 import { Publisher, type PublisherOptions } from "./publisher.js";
 import { Replay, type ReplayOptions } from "./replay.js";
@@ -142,7 +143,7 @@ const quietLogger: Logger = {};
  * await client.produce("orders", { id: 1 });
  * ```
  */
-export class Client implements AsyncDisposable {
+export class Client implements AsyncDisposable, ClientCore {
   /** @internal */
   readonly transport: Transport;
   /** @internal */
@@ -318,7 +319,9 @@ export class Client implements AsyncDisposable {
 
   /**
    * receive takes up to `max` messages under leases, waiting up to `waitMs` for the
-   * first. An empty poll is an empty array, not an error. Settle each message with
+   * first. An empty poll is an empty array, not an error. An abort through `signal`
+   * after the broker began answering still returns what it leased (the caller hands
+   * it back); before that, it rejects with the signal's reason. Settle each message with
    * `ack`/`nack`, or it is delivered again when its lease lapses.
    */
   async receive(topic: string, opts: ReceiveOptions = {}): Promise<Message[]> {
@@ -334,20 +337,23 @@ export class Client implements AsyncDisposable {
       expect: [200, 204],
       retryUncertain: true,
       signal: opts.signal,
-      timeoutMs: opts.timeoutMs ?? waitMs + this.transport.longPollMarginMs,
+      abortBody: false,
+      // A long poll's attempt may take its wait plus the ordinary bound.
+      timeoutMs: waitMs + (opts.timeoutMs ?? this.transport.longPollMarginMs),
     });
     if (res.status === 204) return [];
     const now = Date.now();
-    if (single) return [new Message(parseJSON<S["Message"]>(res), this.settler, now)];
-    return parseJSON<S["MessageList"]>(res).messages.map((m) => new Message(m, this.settler, now));
+    if (single) return [new Message(parseJSON<S["Message"]>(res), this.settler, now, res.endpoint)];
+    return parseJSON<S["MessageList"]>(res).messages.map((m) => new Message(m, this.settler, now, res.endpoint));
   }
 
   /**
    * ack settles a leased message by its receipt handle. Confirmed: retried on 503 and
    * connection errors; a 410 on a retry whose earlier reply was lost counts as success.
-   * Rejects with LeaseLostError when the lease had lapsed.
+   * Rejects with LeaseLostError when the lease had lapsed. Pass the message's
+   * `endpoint` (as `Message.ack` does) so it goes to the node that leased it.
    */
-  async ack(topic: string, receiptHandle: string, opts?: CallOptions): Promise<void> {
+  async ack(topic: string, receiptHandle: string, opts?: SettleOptions): Promise<void> {
     await this.settle(topic, receiptHandle, undefined, "ack", opts);
   }
 
@@ -366,7 +372,7 @@ export class Client implements AsyncDisposable {
     await this.settle(topic, receiptHandle, leaseMs === undefined ? "true" : msParam(leaseMs), "extend", opts);
   }
 
-  private async settle(topic: string, handle: string, extend: string | undefined, what: string, opts: CallOptions | undefined): Promise<void> {
+  private async settle(topic: string, handle: string, extend: string | undefined, what: string, opts: SettleOptions | undefined): Promise<void> {
     const res = await this.call({
       operation: "ack",
       method: "POST",
@@ -375,6 +381,7 @@ export class Client implements AsyncDisposable {
       topic,
       expect: [204, 410],
       retryUncertain: true,
+      endpoint: opts?.endpoint,
       ...this.callOpts(opts),
     });
     if (res.status === 204) return;
@@ -394,34 +401,54 @@ export class Client implements AsyncDisposable {
   }
 
   /**
-   * ackBatch settles, renews or hands back many leased messages of one topic in one
-   * request, with one {@link AckResult} per entry, in order.
+   * ackBatch settles, renews or hands back many leased messages of one topic, with one
+   * {@link AckResult} per entry, in order. Entries that name an `endpoint` go to the
+   * node that leased them (one request per endpoint); the rest to the preferred one.
    */
   async ackBatch(topic: string, entries: readonly AckEntry[], opts?: CallOptions): Promise<AckResult[]> {
     if (entries.length === 0) return [];
-    const out: AckResult[] = [];
-    for (let i = 0; i < entries.length; i += 1000) {
-      const part = entries.slice(i, i + 1000);
-      const wire: S["AckBatchRequest"] = {
-        acks: part.map((e) => {
-          const a: S["AckEntry"] = { receipt_handle: e.receiptHandle };
-          if (e.extend !== undefined) a.extend = e.extend === true ? "true" : msParam(e.extend);
-          return a;
-        }),
-      };
-      const res = await this.json<S["AckResultList"]>(
-        { operation: "ackBatch", method: "POST", path: topicPath(topic, "/ack-batch"), topic, expect: [200], retryUncertain: true, ...this.callOpts(opts) },
-        wire,
-      );
-      for (const r of res.results) {
-        out.push({
-          receiptHandle: r.receipt_handle,
-          ok: r.status === 204,
-          status: r.status,
-          error: r.status === 204 ? undefined : errorFromStatus(r.status, r.error?.code, r.error?.message),
+    const out: AckResult[] = new Array<AckResult>(entries.length);
+    const groups = new Map<string | undefined, number[]>();
+    entries.forEach((e, i) => {
+      const g = groups.get(e.endpoint);
+      if (g) g.push(i);
+      else groups.set(e.endpoint, [i]);
+    });
+    for (const [endpoint, idxs] of groups) {
+      for (let i = 0; i < idxs.length; i += 1000) {
+        const part = idxs.slice(i, i + 1000);
+        const wire: S["AckBatchRequest"] = {
+          acks: part.map((j) => {
+            const e = entries[j] as AckEntry;
+            const a: S["AckEntry"] = { receipt_handle: e.receiptHandle };
+            if (e.extend !== undefined) a.extend = e.extend === true ? "true" : msParam(e.extend);
+            return a;
+          }),
+        };
+        const res = await this.json<S["AckResultList"]>(
+          { operation: "ackBatch", method: "POST", path: topicPath(topic, "/ack-batch"), topic, expect: [200], retryUncertain: true, endpoint, ...this.callOpts(opts) },
+          wire,
+        );
+        res.results.forEach((r, k) => {
+          const j = part[k];
+          if (j === undefined) return;
+          out[j] = {
+            receiptHandle: r.receipt_handle,
+            ok: r.status === 204,
+            status: r.status,
+            error: r.status === 204 ? undefined : errorFromStatus(r.status, r.error?.code, r.error?.message),
+          };
         });
       }
     }
+    entries.forEach((e, j) => {
+      out[j] ??= {
+        receiptHandle: e.receiptHandle,
+        ok: false,
+        status: 500,
+        error: errorFromStatus(500, "internal", "the broker returned fewer results than entries"),
+      };
+    });
     return out;
   }
 
@@ -452,6 +479,8 @@ export class Client implements AsyncDisposable {
             continue;
           }
           buffered.push(...got);
+          // Stopped while the answer arrived: what it leased goes back in finally.
+          if (opts.signal?.aborted) throw abortReason(opts.signal);
           continue;
         }
         yield buffered.shift() as Message;
@@ -471,7 +500,7 @@ export class Client implements AsyncDisposable {
       try {
         await this.ackBatch(
           topic,
-          ms.map((m) => ({ receiptHandle: m.receiptHandle as string, extend: 0 })),
+          ms.map((m) => ({ receiptHandle: m.receiptHandle as string, extend: 0, ...(m.endpoint === undefined ? {} : { endpoint: m.endpoint }) })),
           { timeoutMs: 5000 },
         );
         for (const m of ms) m.markLost();
@@ -766,29 +795,4 @@ function errorClosed(): NaradError {
 
 function userFromWire(u: S["User"]): UserInfo {
   return { username: u.username, grants: u.grants.map((g) => ({ action: g.action, topics: [...g.topics] })) };
-}
-
-/** The body budget of one produce-batch request: under the broker's 8 MiB with room for framing. */
-const BATCH_BODY_BUDGET = 7 * 1024 * 1024;
-
-/** @internal outgoingToWire encodes one batch message and estimates its wire size. */
-export function outgoingToWire(m: Outgoing): { wire: S["OutgoingMessage"]; size: number } {
-  const enc = encodeBody(m.body);
-  if (enc.bytes.byteLength > MAX_MESSAGE_BYTES) {
-    throw new TooLargeError(`a message is at most 1 MiB (1048576 bytes); this one is ${enc.bytes.byteLength}`, { code: "payload_too_large" });
-  }
-  let wire: S["OutgoingMessage"];
-  let size: number;
-  if (enc.kind === "json") {
-    const text = utf8Decode(enc.bytes);
-    wire = { payload: JSON.parse(text) as unknown };
-    size = enc.bytes.byteLength;
-  } else {
-    const b64 = toBase64(enc.bytes);
-    wire = { payload: b64, payload_encoding: "base64" };
-    size = b64.length + 30;
-  }
-  if (m.key !== undefined) wire.key = m.key;
-  if (m.partition !== undefined) wire.partition = m.partition;
-  return { wire, size: size + (m.key?.length ?? 0) + 40 };
 }

@@ -1,5 +1,5 @@
 import "./internal/dispose.js";
-import type { Client } from "./client.js";
+import type { ClientCore } from "./internal/core.js";
 import { ClosedError, LeaseLostError, NaradError } from "./errors.js";
 import { deferred, sleep, unrefTimer, type Deferred } from "./internal/util.js";
 import type { Message } from "./message.js";
@@ -37,8 +37,23 @@ export interface ConsumeOptions {
   maxLeaseMs?: number;
   /** How long {@link Consumer.stop} lets running handlers finish, in ms (default 30000). */
   shutdownGraceMs?: number;
-  /** Delay before a failed message is redelivered, in ms, or a function of the message and error (default 0). */
+  /**
+   * Delay before a failed message is redelivered, in ms, or a function of the message
+   * and error. Default {@link poisonBackoffMs} of its `deliveryAttempt`: 0.5–1 s after
+   * the first failure, doubling up to 5 min, so a message that always fails does not
+   * hot-loop.
+   */
   nackDelayMs?: number | ((message: Message, error: unknown) => number);
+  /**
+   * Deliveries after which a message that keeps coming back is dead-lettered instead of
+   * handled (default 0: never). A message with `deliveryAttempt > maxDeliveries` is
+   * produced to {@link ConsumeOptions.deadLetterTopic} (same key and bytes; an envelope
+   * gets `narad-dead-letter-*` headers) and then acked; if that produce fails it is
+   * nacked with the backoff, never acked. Requires `deadLetterTopic`.
+   */
+  maxDeliveries?: number;
+  /** Where messages past {@link ConsumeOptions.maxDeliveries} go; an existing topic of yours. */
+  deadLetterTopic?: string;
   /** Stops the consumer (draining, as {@link Consumer.stop}) when aborted. */
   signal?: AbortSignal;
   /** Called for every handler failure and every error the loop retried; never fatal. */
@@ -74,6 +89,17 @@ interface Running {
   done: Promise<void>;
 }
 
+/**
+ * poisonBackoffMs is the default delay before a failed message comes back: full-jitter
+ * exponential on its delivery attempt, 1 s × 2^(attempt-1) capped at 5 min, drawn
+ * uniformly from [d/2, d]. The same in every Narad SDK.
+ */
+export function poisonBackoffMs(deliveryAttempt: number, random: () => number = Math.random): number {
+  const n = Math.max(1, Math.floor(deliveryAttempt || 1));
+  const d = Math.min(300_000, 1000 * 2 ** Math.min(n - 1, 30));
+  return Math.round(d / 2 + random() * (d / 2));
+}
+
 const terminalKinds = new Set(["Unauthenticated", "Forbidden", "NotFound", "BadRequest", "Closed"]);
 
 /**
@@ -102,11 +128,12 @@ export class Consumer implements AsyncDisposable {
   private readonly renew: boolean;
   private readonly maxLeaseMs: number;
   private readonly graceMs: number;
+  private readonly maxDeliveries: number;
   private fatal: unknown;
 
   /** @internal Made by {@link Client.consume}. */
   constructor(
-    private readonly client: Client,
+    private readonly client: ClientCore,
     topic: string,
     private readonly handler: Handler,
     private readonly opts: ConsumeOptions,
@@ -118,6 +145,10 @@ export class Consumer implements AsyncDisposable {
     this.renew = opts.leaseRenewal ?? true;
     this.maxLeaseMs = opts.maxLeaseMs ?? 3_600_000;
     this.graceMs = opts.shutdownGraceMs ?? 30_000;
+    this.maxDeliveries = Math.max(0, Math.floor(opts.maxDeliveries ?? 0));
+    if (this.maxDeliveries > 0 && !opts.deadLetterTopic) {
+      throw new TypeError("consume: maxDeliveries needs a deadLetterTopic (the broker has no dead-letter queue; name a topic of yours to move such messages to)");
+    }
     this.done = this.finished.promise;
     // done may be ignored by callers that use stop(); never let it be an unhandled rejection.
     this.done.catch(() => undefined);
@@ -259,7 +290,11 @@ export class Consumer implements AsyncDisposable {
         return;
       }
       try {
-        await this.client.extend(this.topic, r.msg.receiptHandle as string, { leaseMs: this.leaseMs, timeoutMs: Math.max(50, left) });
+        await this.client.extend(this.topic, r.msg.receiptHandle as string, {
+          leaseMs: this.leaseMs,
+          timeoutMs: Math.max(50, Math.min(left, this.client.transport.timeoutMs)),
+          ...(r.msg.endpoint === undefined ? {} : { endpoint: r.msg.endpoint }),
+        });
         if (r.lost || r.finished || r.msg.settled) return;
         r.leaseEnd = sent + this.leaseMs;
         this.stats_.renewed++;
@@ -301,6 +336,13 @@ export class Consumer implements AsyncDisposable {
     const msg = r.msg;
     let failure: unknown;
     let failed = false;
+    if (this.maxDeliveries > 0 && (msg.deliveryAttempt ?? 1) > this.maxDeliveries) {
+      r.finished = true;
+      if (r.timer !== undefined) clearTimeout(r.timer);
+      r.timer = undefined;
+      await this.track(this.deadLetter(msg));
+      return;
+    }
     const onGrace = () => r.ctl.abort(new ClosedError("the consumer's shutdown grace period ended"));
     this.graceCtl.signal.addEventListener("abort", onGrace, { once: true });
     try {
@@ -334,14 +376,46 @@ export class Consumer implements AsyncDisposable {
     this.client.emit({ type: "consumer", topic: this.topic, event: "handler_error", partition: msg.partition, offset: msg.offset, error: failure });
     this.client.logger.warn?.("narad: handler failed; handing the message back", { topic: this.topic, partition: msg.partition, offset: msg.offset, error: String(failure) });
     this.report(failure, msg);
-    let delayMs = 0;
+    await this.track(this.nackQuietly(msg, this.nackDelay(msg, failure)));
+  }
+
+  private nackDelay(msg: Message, failure: unknown): number {
     try {
       const d = this.opts.nackDelayMs;
-      delayMs = typeof d === "function" ? d(msg, failure) : (d ?? 0);
+      if (typeof d === "function") return d(msg, failure);
+      if (d !== undefined) return d;
     } catch (e) {
       this.report(e, msg);
     }
-    await this.track(this.nackQuietly(msg, delayMs));
+    return poisonBackoffMs(msg.deliveryAttempt ?? 1);
+  }
+
+  /**
+   * deadLetter moves a message past maxDeliveries to the dead-letter topic and acks it;
+   * when the produce fails it nacks with the backoff, so nothing is acked that was not
+   * dead-lettered.
+   */
+  private async deadLetter(msg: Message): Promise<void> {
+    const dlt = this.opts.deadLetterTopic as string;
+    const fields = { topic: this.topic, partition: msg.partition, offset: msg.offset, deliveryAttempt: msg.deliveryAttempt, deadLetterTopic: dlt };
+    try {
+      const env = msg.envelope();
+      const note = {
+        "narad-dead-letter-topic": this.topic,
+        "narad-dead-letter-partition": String(msg.partition),
+        "narad-dead-letter-offset": String(msg.offset),
+        "narad-dead-letter-deliveries": String(msg.deliveryAttempt ?? 0),
+      };
+      const body = env ? env.with({ headers: { ...env.headers, ...note } }) : msg.body;
+      await this.client.produce(dlt, body, { ...(msg.key === undefined ? {} : { key: msg.key }), ...(env ? {} : { contentType: guessType(msg.body) }) });
+    } catch (e) {
+      this.client.logger.warn?.("narad: dead-lettering failed; handing the message back", { ...fields, error: String(e) });
+      this.report(e, msg);
+      await this.nackQuietly(msg, poisonBackoffMs(msg.deliveryAttempt ?? 1));
+      return;
+    }
+    this.client.logger.warn?.("narad: message dead-lettered after too many deliveries", fields);
+    await this.ackConfirmed(msg);
   }
 
   private async track(p: Promise<void>): Promise<void> {
@@ -427,5 +501,15 @@ export class Consumer implements AsyncDisposable {
   /** Stops the consumer, so `await using consumer = client.consume(…)` drains it. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
+  }
+}
+
+/** guessType keeps a JSON body JSON (a schema topic accepts only that); anything else goes as bytes. */
+function guessType(body: Uint8Array): string {
+  try {
+    JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(body));
+    return "application/json";
+  } catch {
+    return "application/octet-stream";
   }
 }

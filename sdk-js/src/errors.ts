@@ -11,7 +11,7 @@ export type ErrorCode = components["schemas"]["ErrorCode"];
 export type SdkErrorCode = "connection_failed" | "timeout" | "closed" | "buffer_full" | "invalid_response" | "throttled" | "http_error";
 
 /**
- * ErrorKind is the taxonomy shared by every Narad SDK (see SDK.md): the same names in
+ * ErrorKind is the taxonomy shared by every Narad SDK (see docs/sdk/contract.md): the same names in
  * Go, Python and TypeScript. `NotImplemented` (501: the broker does not offer the
  * operation yet) and `Internal` (a broker bug, or a status the SDK does not know) cover
  * the answers outside the shared list.

@@ -16,14 +16,14 @@ export type {
   MessageRange,
   CreateUserOptions,
 } from "./client.js";
-export { Consumer } from "./consumer.js";
+export { Consumer, poisonBackoffMs } from "./consumer.js";
 export type { ConsumeOptions, ConsumerStats, Handler, HandlerContext } from "./consumer.js";
 export { Publisher } from "./publisher.js";
 export type { PublisherOptions, PublishOptions } from "./publisher.js";
 export { Replay, Position } from "./replay.js";
 export type { ReplayOptions, PositionJSON } from "./replay.js";
 export { Message } from "./message.js";
-export type { MessageState, NackOptions, ExtendOptions } from "./message.js";
+export type { MessageState, NackOptions, ExtendOptions, SettleOptions } from "./message.js";
 export { Envelope, ENVELOPE_FORMAT } from "./envelope.js";
 export type { EnvelopeOptions } from "./envelope.js";
 export { RetryTiers } from "./tiers.js";

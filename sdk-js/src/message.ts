@@ -3,21 +3,34 @@ import { fromBase64, utf8Decode, utf8Encode } from "./internal/util.js";
 import type { CallOptions } from "./options.js";
 import type { components } from "./generated/openapi.js";
 
+/**
+ * SettleOptions are the options of a lease operation (ack, nack, extend): a call's
+ * options and the endpoint that leased the message.
+ */
+export interface SettleOptions extends CallOptions {
+  /**
+   * The endpoint that leased the message (`message.endpoint`): the operation goes there
+   * first, and to the other endpoints only when it fails. Default the client's
+   * preferred endpoint. {@link Message} methods fill it in.
+   */
+  endpoint?: string;
+}
+
 /** NackOptions say when a handed-back message becomes deliverable again. */
-export interface NackOptions extends CallOptions {
+export interface NackOptions extends SettleOptions {
   /** Delay before redelivery in ms (default 0: at once). Capped by the broker at 12 h. */
   delayMs?: number;
 }
 
 /** ExtendOptions say how long a renewed lease lasts. */
-export interface ExtendOptions extends CallOptions {
+export interface ExtendOptions extends SettleOptions {
   /** The lease ends this long from now, in ms; default the topic's visibility timeout. */
   leaseMs?: number;
 }
 
 /** @internal The client functions a message settles through. */
 export interface Settler {
-  ack(topic: string, handle: string, opts?: CallOptions): Promise<void>;
+  ack(topic: string, handle: string, opts?: SettleOptions): Promise<void>;
   nack(topic: string, handle: string, opts?: NackOptions): Promise<void>;
   extend(topic: string, handle: string, opts?: ExtendOptions): Promise<void>;
 }
@@ -53,6 +66,11 @@ export class Message {
   readonly body: Uint8Array;
   /** When this client received it (Unix ms): the start of its lease as the client sees it. */
   readonly receivedAt: number;
+  /**
+   * The endpoint that leased it (undefined on replay): its ack, nack and extend go
+   * there first, since a node that did not issue a lease cannot settle it.
+   */
+  readonly endpoint: string | undefined;
   private _state: MessageState;
 
   /** @internal Built by the client from the wire form. */
@@ -60,7 +78,9 @@ export class Message {
     wire: WireMessage,
     private readonly settler: Settler | undefined,
     receivedAt = Date.now(),
+    endpoint?: string,
   ) {
+    this.endpoint = wire.receipt_handle === undefined ? undefined : endpoint;
     this.topic = wire.topic;
     this.partition = wire.partition;
     this.offset = wire.offset;
@@ -105,6 +125,12 @@ export class Message {
     return Envelope.decode(this.body);
   }
 
+  private lease<T extends CallOptions>(opts: T | undefined): T & SettleOptions {
+    const o = { ...opts } as T & SettleOptions;
+    if (o.endpoint === undefined && this.endpoint !== undefined) o.endpoint = this.endpoint;
+    return o;
+  }
+
   private handle(op: string): string {
     if (this.receiptHandle === undefined || this.settler === undefined) {
       throw new TypeError(`Message.${op}: a replayed message has no lease to settle`);
@@ -118,10 +144,10 @@ export class Message {
    * as success. Rejects with LeaseLostError when the lease had lapsed (the message is
    * then delivered again; do not treat it as done).
    */
-  async ack(opts?: CallOptions): Promise<void> {
+  async ack(opts?: SettleOptions): Promise<void> {
     const h = this.handle("ack");
     try {
-      await (this.settler as Settler).ack(this.topic, h, opts);
+      await (this.settler as Settler).ack(this.topic, h, this.lease(opts));
       this._state = "acked";
     } catch (e) {
       if ((e as { kind?: unknown }).kind === "LeaseLost") this._state = "lost";
@@ -133,7 +159,7 @@ export class Message {
   async nack(opts?: NackOptions): Promise<void> {
     const h = this.handle("nack");
     try {
-      await (this.settler as Settler).nack(this.topic, h, opts);
+      await (this.settler as Settler).nack(this.topic, h, this.lease(opts));
       this._state = "nacked";
     } catch (e) {
       if ((e as { kind?: unknown }).kind === "LeaseLost") this._state = "lost";
@@ -145,7 +171,7 @@ export class Message {
   async extend(opts?: ExtendOptions): Promise<void> {
     const h = this.handle("extend");
     try {
-      await (this.settler as Settler).extend(this.topic, h, opts);
+      await (this.settler as Settler).extend(this.topic, h, this.lease(opts));
     } catch (e) {
       if ((e as { kind?: unknown }).kind === "LeaseLost") this._state = "lost";
       throw e;

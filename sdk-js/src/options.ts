@@ -40,14 +40,14 @@ export interface RetryOptions {
 
 /**
  * BreakerOptions shape the per-node circuit breaker: after `failureThreshold`
- * consecutive failures (connection errors, 503 `unavailable`) a node leaves the
+ * consecutive failures (connection errors, timeouts, 503s) a node leaves the
  * rotation; it is probed with GET /readyz every `probeIntervalMs` (doubling up to
  * `maxProbeIntervalMs`) and comes back on the first 200.
  */
 export interface BreakerOptions {
-  /** Consecutive failures that take a node out of the rotation (default 1). */
+  /** Consecutive failures (connection errors, timeouts, 503s) that take a node out of the rotation (default 2). */
   failureThreshold?: number;
-  /** The first wait before a probe (default 1000 ms). */
+  /** The first wait before a probe, the cooldown (default 2000 ms). */
   probeIntervalMs?: number;
   /** The longest wait between probes (default 30000 ms). */
   maxProbeIntervalMs?: number;
@@ -56,8 +56,11 @@ export interface BreakerOptions {
 /** ClientOptions configure a {@link Client}. Only `endpoints` is required. */
 export interface ClientOptions {
   /**
-   * One or more broker base URLs (`http://host:7942`). Requests spread across them;
-   * any node serves any request.
+   * One or more broker base URLs (`http://host:7942`) of ONE cluster. Calls go to the
+   * first healthy one in this order and fail over to the next only when it fails; a
+   * leased message's ack, nack and extend go to the endpoint that leased it. With
+   * several endpoints the client asks each for `GET /v1/cluster` on first use and
+   * warns once (through `logger`, else `console.warn`) when they are not one cluster.
    */
   endpoints: string | readonly string[];
   /** Credentials sent with every request, when the broker runs with security on. */
@@ -67,11 +70,14 @@ export interface ClientOptions {
   /** Per-node circuit breaker. */
   breaker?: BreakerOptions;
   /**
-   * The deadline of one call, retries included, in ms (default 30000). A long poll's
-   * deadline is its wait plus {@link ClientOptions.longPollMarginMs}, whatever this is.
+   * The request timeout: the bound of EACH attempt of a call, in ms (default 30000).
+   * An attempt that runs out counts as a failure of its endpoint (breaker) and the call
+   * fails over to the next one, so a hung node never takes a call's whole budget. A
+   * call's budget is attempts × this + the backoff between them. A long poll's attempt
+   * may take its wait plus {@link ClientOptions.longPollMarginMs}.
    */
   timeoutMs?: number;
-  /** What a long poll adds to its wait for its deadline (default 5000 ms). */
+  /** What a long poll's attempt may take beyond its wait (default `timeoutMs`). */
   longPollMarginMs?: number;
   /**
    * Whether a produce whose outcome is unknown (its reply was lost) is retried, which
@@ -93,7 +99,7 @@ export interface ClientOptions {
 export interface CallOptions {
   /** Cancels the call; it then rejects with the signal's reason. */
   signal?: AbortSignal;
-  /** This call's deadline in ms, retries included (default the client's `timeoutMs`). */
+  /** The bound of each attempt of this call, in ms (default the client's `timeoutMs`); see {@link ClientOptions.timeoutMs}. */
   timeoutMs?: number;
 }
 

@@ -1,6 +1,6 @@
 import "./internal/dispose.js";
 import type { Body } from "./body.js";
-import { outgoingToWire, type Client } from "./client.js";
+import { outgoingToWire, type ClientCore } from "./internal/core.js";
 import { BufferFullError, ClosedError, NaradError } from "./errors.js";
 import type { components } from "./generated/openapi.js";
 import { abortReason, deferred, type Deferred } from "./internal/util.js";
@@ -79,7 +79,7 @@ export class Publisher implements AsyncDisposable {
 
   /** @internal Made by {@link Client.publisher}. */
   constructor(
-    private readonly client: Client,
+    private readonly client: ClientCore,
     topic: string,
     private readonly opts: PublisherOptions,
     private readonly onClose: () => void,

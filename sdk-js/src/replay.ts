@@ -1,4 +1,4 @@
-import type { Client } from "./client.js";
+import type { ClientCore } from "./internal/core.js";
 import { abortReason, sleep } from "./internal/util.js";
 import type { Message } from "./message.js";
 
@@ -103,7 +103,7 @@ export class Replay implements AsyncIterable<Message> {
 
   /** @internal Made by {@link Client.replay}. */
   constructor(
-    private readonly client: Client,
+    private readonly client: ClientCore,
     /** The topic replayed. */
     readonly topic: string,
     private readonly opts: ReplayOptions,

@@ -129,6 +129,11 @@ export interface AckEntry {
   receiptHandle: string;
   /** As ack's `extend`: `true` renews, a number of ms sets the lease end, 0 hands back. */
   extend?: true | number;
+  /**
+   * The endpoint that leased the message (`message.endpoint`). Entries are sent, one
+   * request per endpoint, to the node that leased them; default the preferred endpoint.
+   */
+  endpoint?: string;
 }
 
 /** AckResult is the outcome of one {@link AckEntry}. */

@@ -1,5 +1,5 @@
 // Security on: HTTP Basic credentials, user admin (create, list, get, grants, password,
-// delete), and how 401/403 surface — terminal for a consumer (SDK.md rule 7).
+// delete), and how 401/403 surface — terminal for a consumer (docs/sdk/contract.md).
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";

@@ -22,7 +22,7 @@ import {
   MAX_MESSAGE_BYTES,
   type Message,
 } from "@narad/client";
-import { bytesEqual, startBroker, topicName, waitFor, type TestBroker } from "./helpers.js";
+import { bytesEqual, hungServer, startBroker, topicName, waitFor, type TestBroker } from "./helpers.js";
 
 let broker: TestBroker;
 let client: Client;
@@ -385,15 +385,20 @@ describe("errors, cancellation and lifecycle", () => {
     assert.ok(Date.now() - t0 < 5000);
   });
 
-  it("a call's timeout ends it with a retryable Timeout error", async () => {
-    const topic = await newTopic();
-    const err = await client.receive(topic, { waitMs: 3000, timeoutMs: 200 }).catch((e: unknown) => e);
+  it("a call whose every attempt times out ends with a retryable Timeout error", async () => {
+    const hung = await hungServer();
+    const c = new Client({ endpoints: hung.url, timeoutMs: 200, retry: { attempts: 2, minBackoffMs: 1, maxBackoffMs: 5 } });
+    const t0 = Date.now();
+    const err = await c.listTopics().catch((e: unknown) => e);
     assert.ok(err instanceof NaradError && err.kind === "Timeout", String(err));
     assert.equal(err.retryable, true);
     assert.equal(err.uncertain, false, "a read changes nothing");
+    assert.ok(Date.now() - t0 >= 400, "each of the two attempts had its own 200 ms");
+    await c.close();
+    await hung.close();
   });
 
-  it("a long poll's deadline is its wait plus a margin, never the client-wide timeout", async () => {
+  it("a long poll's attempt may take its wait plus the request timeout", async () => {
     const topic = await newTopic();
     const c = new Client({ endpoints: broker.url, timeoutMs: 300 });
     const t0 = Date.now();

@@ -208,3 +208,39 @@ export function bytesEqual(a: Uint8Array, b: Uint8Array): boolean {
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
   return true;
 }
+
+/**
+ * hungServer listens on a free loopback port, accepts connections and never answers:
+ * a node that is up at the TCP level but hung.
+ */
+export async function hungServer(): Promise<{ url: string; accepted: () => number; close: () => Promise<void> }> {
+  const sockets = new Set<Socket>();
+  let accepted = 0;
+  const server = createServer((s) => {
+    accepted++;
+    sockets.add(s);
+    s.on("error", () => undefined);
+    s.on("close", () => sockets.delete(s));
+  });
+  await new Promise<void>((res, rej) => {
+    server.once("error", rej);
+    server.listen(0, "127.0.0.1", () => res());
+  });
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    accepted: () => accepted,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}
+
+/** quickStart returns the first ```js block under the README's "## Quick start". */
+export function quickStart(readme: string): string {
+  const section = readme.slice(readme.indexOf("## Quick start"));
+  const m = /```js\n([\s\S]*?)```/.exec(section);
+  if (!m?.[1]) throw new Error("the README has no ```js block under ## Quick start");
+  return m[1];
+}

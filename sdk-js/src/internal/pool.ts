@@ -1,5 +1,8 @@
-// The endpoint pool: round-robin over the nodes in rotation, with a per-node circuit
-// breaker. A node that fails `failureThreshold` times in a row leaves the rotation and
+// The endpoint pool: the nodes in their configured order, with a per-node circuit
+// breaker. Calls stick to the first healthy node (or to the node a call names, such as
+// the one that leased a message) and move on only when it fails: rotating per call
+// would split produces over nodes that may not be one cluster and send acks to nodes
+// that never issued the lease. A node that fails `failureThreshold` times in a row leaves the rotation and
 // is probed (GET /readyz) in the background, outside the rotation, with a doubling
 // interval; the first 200 puts it back. When every node is out, calls still go to the
 // one that has been out the longest, so a whole-cluster blip never turns into a
@@ -19,7 +22,6 @@ export interface Node {
 
 export class Pool {
   readonly nodes: Node[];
-  private next = 0;
   private closed = false;
   private readonly threshold: number;
   private readonly probeMs: number;
@@ -32,19 +34,29 @@ export class Pool {
     private readonly onChange: (url: string, state: "open" | "closed") => void,
   ) {
     this.nodes = urls.map((url) => ({ url, failures: 0, open: false, openedAt: 0, probeDelay: 0, probeTimer: undefined }));
-    this.threshold = Math.max(1, opts.failureThreshold ?? 1);
-    this.probeMs = Math.max(10, opts.probeIntervalMs ?? 1000);
+    this.threshold = Math.max(1, opts.failureThreshold ?? 2);
+    this.probeMs = Math.max(10, opts.probeIntervalMs ?? 2000);
     this.maxProbeMs = Math.max(this.probeMs, opts.maxProbeIntervalMs ?? 30_000);
   }
 
-  /** pick returns the next node in rotation, preferring ones not in `tried`. */
-  pick(tried: ReadonlySet<Node>): Node {
-    const n = this.nodes.length;
+  /** find returns the node with this base URL, if it is one of the pool's. */
+  find(url: string | undefined): Node | undefined {
+    if (url === undefined) return undefined;
+    const u = url.replace(/\/+$/, "");
+    return this.nodes.find((n) => n.url === u);
+  }
+
+  /**
+   * pick returns the node for the next attempt: `preferred` when it is in rotation and
+   * not yet tried in this call, else the first node in the configured order that is in
+   * rotation and not yet tried; when every node in rotation was tried, the same order
+   * again (tried ones allowed).
+   */
+  pick(tried: ReadonlySet<Node>, preferred?: Node): Node {
     for (const allowTried of [false, true]) {
-      for (let i = 0; i < n; i++) {
-        const node = this.nodes[(this.next + i) % n] as Node;
+      if (preferred && !preferred.open && (allowTried || !tried.has(preferred))) return preferred;
+      for (const node of this.nodes) {
         if (node.open || (!allowTried && tried.has(node))) continue;
-        this.next = (this.next + i + 1) % n;
         return node;
       }
     }

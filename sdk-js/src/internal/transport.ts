@@ -1,5 +1,5 @@
 // The transport: one place where every HTTP call is made, timed, retried, failed over
-// and turned into a NaradError. Retry rules (SDK.md, rules 4 and 8):
+// and turned into a NaradError. Retry rules (docs/sdk/contract.md):
 //   - refused and not stored (connection refused, 503 unavailable): another node at
 //     once when one is left untried, else backoff that honours Retry-After;
 //   - outcome unknown (reply lost, broker 503 "timeout"): retried only when the
@@ -18,7 +18,7 @@ import {
 } from "../errors.js";
 import type { ClientOptions, Logger, NaradEvent } from "../options.js";
 import { Pool, type Node } from "./pool.js";
-import { abortReason, linkSignals, sleep, toBase64, utf8Decode, utf8Encode } from "./util.js";
+import { abortReason, linkSignals, sleep, toBase64, unrefTimer, utf8Decode, utf8Encode } from "./util.js";
 
 export type Query = Record<string, string | number | boolean | undefined>;
 
@@ -35,7 +35,25 @@ export interface RequestSpec {
   /** Whether an attempt whose outcome is unknown may be retried. */
   retryUncertain: boolean;
   signal?: AbortSignal | undefined;
+  /** The bound of each attempt, in ms (default the client's `timeoutMs`). */
   timeoutMs?: number | undefined;
+  /**
+   * The bound of the whole call, retries included, in ms (default every attempt's bound
+   * plus the backoff between them). For calls that must end by a known time.
+   */
+  totalMs?: number | undefined;
+  /**
+   * Whether the caller's signal stops reading an answer whose status already arrived
+   * (default true). A long poll sets false: once the broker answered, it leased what it
+   * sends, so the body is read (within the attempt's bound) for the caller to hand it
+   * back, rather than dropped and left leased for a visibility timeout.
+   */
+  abortBody?: boolean | undefined;
+  /**
+   * The endpoint to send to first (the node that leased the message a lease operation
+   * is about); the others are tried only when it fails.
+   */
+  endpoint?: string | undefined;
 }
 
 export interface RawResponse {
@@ -92,6 +110,13 @@ export class Transport {
   readonly longPollMarginMs: number;
   private readonly closeCtl = new AbortController();
   private nextId = 1;
+  private readonly warn: (message: string, fields: Record<string, unknown>) => void;
+  /**
+   * @internal The one-cluster check, started by the first call when there are several
+   * endpoints: true when they are one cluster, false when not (warned once), undefined
+   * when it could not tell or there is one endpoint.
+   */
+  clusterCheck: Promise<boolean | undefined> | undefined;
 
   constructor(
     opts: ClientOptions,
@@ -114,7 +139,9 @@ export class Transport {
     this.minBackoff = Math.max(0, opts.retry?.minBackoffMs ?? 50);
     this.maxBackoff = Math.max(this.minBackoff, opts.retry?.maxBackoffMs ?? 5000);
     this.timeoutMs = opts.timeoutMs ?? 30_000;
-    this.longPollMarginMs = opts.longPollMarginMs ?? 5000;
+    this.longPollMarginMs = opts.longPollMarginMs ?? this.timeoutMs;
+    const userWarn = opts.logger?.warn?.bind(opts.logger);
+    this.warn = userWarn ?? ((message, fields) => console.warn(message, fields));
     this.pool = new Pool(
       urls,
       opts.breaker ?? {},
@@ -158,6 +185,52 @@ export class Transport {
     }
   }
 
+  /**
+   * checkCluster asks every endpoint for GET /v1/cluster and decides whether they are
+   * one cluster: the same `cluster_id` when every answer has one, else every answering
+   * node listed among the members of every other answer. When they are not, it warns
+   * once: produces then land on one of several independent brokers. It never fails a
+   * call; endpoints that do not answer are left out, and fewer than two answers cannot
+   * tell.
+   */
+  private async checkCluster(): Promise<boolean | undefined> {
+    type Answer = { url: string; nodeId: string; clusterId: string | undefined; members: Set<string> };
+    const ask = async (url: string): Promise<Answer | undefined> => {
+      const ctl = new AbortController();
+      const t = setTimeout(() => ctl.abort(), 5000);
+      unrefTimer(t);
+      const { signal, unlink } = linkSignals(ctl.signal, this.closeCtl.signal);
+      try {
+        const res = await this.fetchFn(`${url}/v1/cluster`, { signal, headers: this.headers });
+        const body = new Uint8Array(await res.arrayBuffer());
+        if (res.status !== 200) return undefined;
+        const c = JSON.parse(utf8Decode(body)) as { node_id?: unknown; cluster_id?: unknown; members?: { id?: unknown }[] };
+        if (typeof c.node_id !== "string") return undefined;
+        const members = new Set((Array.isArray(c.members) ? c.members : []).map((m) => m?.id).filter((id): id is string => typeof id === "string"));
+        return { url, nodeId: c.node_id, clusterId: typeof c.cluster_id === "string" ? c.cluster_id : undefined, members };
+      } catch {
+        return undefined;
+      } finally {
+        clearTimeout(t);
+        unlink();
+      }
+    };
+    const answers = (await Promise.all(this.pool.nodes.map((n) => ask(n.url)))).filter((x): x is Answer => x !== undefined);
+    if (answers.length < 2 || this.closed) return undefined;
+    let one: boolean;
+    if (answers.every((x) => x.clusterId !== undefined)) {
+      one = new Set(answers.map((x) => x.clusterId)).size === 1;
+    } else {
+      one = answers.every((x) => answers.every((y) => x === y || x.nodeId === y.nodeId || y.members.has(x.nodeId)));
+    }
+    if (!one) {
+      this.warn("narad: the endpoints are not one cluster; calls stick to the first healthy one and fail over to the others, so messages may land on independent brokers", {
+        endpoints: answers.map((x) => ({ endpoint: x.url, nodeId: x.nodeId, clusterId: x.clusterId })),
+      });
+    }
+    return one;
+  }
+
   private url(node: Node, path: string, query: Query | undefined): string {
     let s = node.url + path;
     if (query) {
@@ -171,20 +244,26 @@ export class Transport {
 
   async request(spec: RequestSpec): Promise<RawResponse> {
     if (this.closed) throw new ClosedError("the client is closed");
+    if (this.clusterCheck === undefined && this.pool.nodes.length > 1) {
+      this.clusterCheck = this.checkCluster().catch(() => undefined);
+    }
     const id = this.nextId++;
     const started = Date.now();
     this.emit({ type: "operation.start", id, operation: spec.operation, topic: spec.topic, method: spec.method });
-    const timeoutMs = spec.timeoutMs ?? this.timeoutMs;
+    // One meaning of "timeout" in every SDK: the bound of one attempt. The call's budget
+    // is every attempt's bound plus the backoff between them (or `totalMs` when given).
+    const perAttemptMs = Math.max(1, spec.timeoutMs ?? this.timeoutMs);
+    const totalMs = spec.totalMs ?? this.attempts * perAttemptMs + (this.attempts - 1) * this.maxBackoff;
     const timeoutCtl = new AbortController();
     const timer = setTimeout(
-      () => timeoutCtl.abort(new TimeoutError(`${spec.operation} did not finish within ${timeoutMs} ms`, { code: "timeout" })),
-      timeoutMs,
+      () => timeoutCtl.abort(new TimeoutError(`${spec.operation} did not finish within ${totalMs} ms`, { code: "timeout" })),
+      totalMs,
     );
     const { signal, unlink } = linkSignals(spec.signal, timeoutCtl.signal, this.closeCtl.signal);
     let attempts = 0;
     let lastStatus: number | undefined;
     try {
-      const res = await this.attemptLoop(spec, id, signal, started + timeoutMs, (n, s) => {
+      const res = await this.attemptLoop(spec, id, signal, timeoutCtl.signal, started + totalMs, perAttemptMs, (n, s) => {
         attempts = n;
         lastStatus = s;
       });
@@ -204,25 +283,41 @@ export class Transport {
     spec: RequestSpec,
     id: number,
     signal: AbortSignal,
+    timedOut: AbortSignal,
     deadline: number,
+    perAttemptMs: number,
     progress: (attempts: number, status: number | undefined) => void,
   ): Promise<RawResponse> {
     const tried = new Set<Node>();
+    const preferred = this.pool.find(spec.endpoint);
     const writes = spec.method !== "GET";
     let uncertainSeen = false;
     for (let attempt = 1; ; attempt++) {
-      const node = this.pool.pick(tried);
+      const node = this.pool.pick(tried, preferred);
       tried.add(node);
       const t0 = Date.now();
       let err: NaradError;
       let sent = false;
+      const attemptCtl = new AbortController();
+      const attemptTimer = setTimeout(() => attemptCtl.abort(), perAttemptMs);
+      const linked = linkSignals(signal, attemptCtl.signal);
+      const fetchCtl = new AbortController();
+      let answered = false;
+      const cut = () => {
+        // The caller gave up after the answer began: keep reading what the broker leased.
+        if (answered && spec.abortBody === false && !attemptCtl.signal.aborted && !timedOut.aborted && !this.closed) return;
+        fetchCtl.abort(abortReason(linked.signal));
+      };
+      if (linked.signal.aborted) cut();
+      else linked.signal.addEventListener("abort", cut);
       try {
         const headers: Record<string, string> = { ...this.headers };
         if (spec.contentType) headers["content-type"] = spec.contentType;
         sent = true;
-        const init: RequestInit = { method: spec.method, headers, signal };
+        const init: RequestInit = { method: spec.method, headers, signal: fetchCtl.signal };
         if (spec.body !== undefined) init.body = spec.body as Uint8Array<ArrayBuffer>;
         const res = await this.fetchFn(this.url(node, spec.path, spec.query), init);
+        answered = true;
         const body = new Uint8Array(await res.arrayBuffer());
         progress(attempt, res.status);
         if (spec.expect.includes(res.status)) {
@@ -231,18 +326,30 @@ export class Transport {
           return { status: res.status, body, headers: res.headers, endpoint: node.url, attempts: attempt, earlierUncertain: uncertainSeen };
         }
         err = errorFromBody(res.status, body, res.headers, node.url, writes);
-        if (err.code === "unavailable" || res.status === 502 || res.status === 504) this.pool.failure(node);
+        // 503 (unavailable, or the broker's own timeout), 502 and 504: the node failed.
+        if (res.status === 503 || res.status === 502 || res.status === 504) this.pool.failure(node);
         else this.pool.success(node);
       } catch (e) {
         progress(attempt, undefined);
+        // A node that accepts the connection and never answers fails by timing out:
+        // that counts against it like a refused connection, or it stays in rotation.
+        if (timedOut.aborted || (attemptCtl.signal.aborted && !signal.aborted)) this.pool.failure(node);
         if (signal.aborted) {
           const reason = abortReason(signal);
           const mayHaveHappened = writes && (sent || uncertainSeen);
           if (reason instanceof NaradError) throw reason.withUncertain(mayHaveHappened);
           throw reason;
         }
-        if (neverSent(e)) {
+        if (attemptCtl.signal.aborted) {
+          err = new TimeoutError(`${node.url} did not answer ${spec.operation} within ${perAttemptMs} ms`, {
+            code: "timeout",
+            endpoint: node.url,
+            uncertain: writes,
+            cause: e,
+          });
+        } else if (neverSent(e)) {
           err = new UnavailableError(`cannot reach ${node.url}: ${describe(e)}`, { code: "connection_failed", endpoint: node.url, cause: e });
+          this.pool.failure(node);
         } else {
           err = new UnavailableError(`the request to ${node.url} failed before its reply arrived: ${describe(e)}`, {
             code: "connection_failed",
@@ -250,8 +357,12 @@ export class Transport {
             uncertain: writes,
             cause: e,
           });
+          this.pool.failure(node);
         }
-        this.pool.failure(node);
+      } finally {
+        clearTimeout(attemptTimer);
+        linked.signal.removeEventListener("abort", cut);
+        linked.unlink();
       }
       this.emit({ type: "attempt", id, operation: spec.operation, endpoint: node.url, attempt, status: err.status, durationMs: Date.now() - t0, error: err });
       if (err.uncertain) uncertainSeen = true;
