@@ -30,7 +30,7 @@ type dialAttempt struct {
 
 func (n *Node) newBackoff() *backoff.ExponentialBackOff {
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
+	b.InitialInterval = n.opts.MinRedialBackoff
 	b.MaxInterval = n.opts.MaxRedialBackoff
 	b.MaxElapsedTime = 0
 	b.Reset()

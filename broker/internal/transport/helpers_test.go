@@ -163,3 +163,18 @@ func mustErrIs(t testing.TB, err, target error) {
 		t.Fatalf("got error %v, want one matching %v", err, target)
 	}
 }
+
+// SetReadBuffer and SetWriteBuffer pass through, so quic-go sizes the socket as usual.
+func (c *dropConn) SetReadBuffer(n int) error {
+	if s, ok := c.PacketConn.(interface{ SetReadBuffer(int) error }); ok {
+		return s.SetReadBuffer(n)
+	}
+	return nil
+}
+
+func (c *dropConn) SetWriteBuffer(n int) error {
+	if s, ok := c.PacketConn.(interface{ SetWriteBuffer(int) error }); ok {
+		return s.SetWriteBuffer(n)
+	}
+	return nil
+}

@@ -30,6 +30,7 @@ const (
 	DefaultCallTimeout           = 10 * time.Second
 	DefaultMaxCallTimeout        = 60 * time.Second
 	DefaultIdleTimeout           = 15 * time.Second
+	DefaultMinRedialBackoff      = 50 * time.Millisecond
 	DefaultMaxRedialBackoff      = 5 * time.Second
 )
 
@@ -73,7 +74,10 @@ type Options struct {
 	// IdleTimeout closes a connection that heard nothing for this long: how long a
 	// silently dead peer keeps its connection. Keep-alives go out every third of it.
 	IdleTimeout time.Duration
-	// MaxRedialBackoff caps the wait between failed dials to one address.
+	// MinRedialBackoff is the wait after the first failed dial to an address; it
+	// doubles (with jitter) per failure up to MaxRedialBackoff. Callers whose deadline
+	// ends before the wait fail at once with ErrPeerUnavailable.
+	MinRedialBackoff time.Duration
 	MaxRedialBackoff time.Duration
 
 	// wrapPacketConn lets tests put a packet-dropping socket under the transport.
@@ -143,7 +147,9 @@ func New(opts Options) (*Node, error) {
 	setDefault(&opts.CallTimeout, DefaultCallTimeout)
 	setDefault(&opts.MaxCallTimeout, DefaultMaxCallTimeout)
 	setDefault(&opts.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&opts.MinRedialBackoff, DefaultMinRedialBackoff)
 	setDefault(&opts.MaxRedialBackoff, DefaultMaxRedialBackoff)
+	opts.MaxRedialBackoff = max(opts.MaxRedialBackoff, opts.MinRedialBackoff)
 
 	n := &Node{
 		opts:       opts,
