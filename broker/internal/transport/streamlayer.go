@@ -64,6 +64,14 @@ func (l *StreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		ctx, cancel = context.WithTimeout(n.ctx, n.opts.CallTimeout)
 	}
 	defer cancel()
+	// Closing the layer (raft's transport shutting down) ends a dial in progress.
+	go func() {
+		select {
+		case <-l.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	addr := string(address)
 	pc, err := n.conn(ctx, addr)
 	if err != nil {
