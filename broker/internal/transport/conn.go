@@ -244,9 +244,10 @@ func (n *Node) adopt(pc *peerConn) *peerConn {
 	if pc.peerAddr != "" {
 		n.conns[pc.peerAddr] = winner
 	}
+	// Added under the lock that Close takes to set closed, so Close's Wait sees it.
+	n.wg.Add(1)
 	n.mu.Unlock()
 
-	n.wg.Add(1)
 	go n.serve(pc)
 	return winner
 }
