@@ -111,7 +111,7 @@ func TestWrongSecretGetsNoOperationNorRaftStream(t *testing.T) {
 }
 
 func TestRawClientWithoutTheSecretGetsNothingServed(t *testing.T) {
-	victim := mustStartNode(t, "victim", nil)
+	victim := mustStartNode(t, "victim", func(o *Options) { o.HandshakeTimeout = 2 * time.Second })
 	raft := raftAccepts(victim)
 
 	t.Run("operations before the proof", func(t *testing.T) {

@@ -124,6 +124,8 @@ func (l *StreamLayer) deliver(pc *peerConn, st *quic.Stream) bool {
 	}
 	release := func() { pc.raftStreams.Add(-1) }
 	c := n.newStreamConn(pc, st, release)
+	// From here raft owns the stream's deadlines.
+	_ = st.SetReadDeadline(time.Time{})
 	t := time.NewTimer(n.opts.HandshakeTimeout)
 	defer t.Stop()
 	select {
@@ -142,7 +144,8 @@ func (l *StreamLayer) deliver(pc *peerConn, st *quic.Stream) bool {
 		c.Close()
 		return true
 	}
-	_ = st.SetReadDeadline(time.Time{})
+	// Raft on the other side writes nothing before it has read this answer, so it
+	// cannot interleave with raft's own bytes.
 	n.respond(st, CodeOK, nil)
 	return true
 }
