@@ -462,14 +462,9 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 		return &reply{status: resp.StatusCode, body: data, node: n.base, from: n}, nil
 	}
 	e := &Error{Op: cl.op, Topic: cl.topic, Node: n.base, Status: resp.StatusCode}
-	var wire struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var wire api.Error
 	if json.Unmarshal(data, &wire) == nil && wire.Error.Code != "" {
-		e.Code, e.Message = wire.Error.Code, wire.Error.Message
+		e.Code, e.Message = string(wire.Error.Code), wire.Error.Message
 	} else {
 		e.Message = strings.TrimSpace(string(data))
 		if len(e.Message) > 200 {
