@@ -3,7 +3,6 @@ package narad
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/narad-mq/narad/sdk-go/api"
@@ -47,7 +46,8 @@ func (c *Client) AttachChild(ctx context.Context, parent, child string, delay ti
 		req.FanoutDelayMs = &d
 	}
 	var out api.Child
-	if err := c.doJSON(ctx, &call{op: "attach-child", topic: parent, method: http.MethodPost, path: topicPath(parent, "children")}, req, &out); err != nil {
+	if err := c.doJSON(ctx, &call{op: "attach-child", topic: parent,
+		build: func(s string) (*http.Request, error) { return api.NewAttachChildRequest(s, parent, req) }}, &out); err != nil {
 		return nil, err
 	}
 	ch := childOf(out)
@@ -56,14 +56,15 @@ func (c *Client) AttachChild(ctx context.Context, parent, child string, delay ti
 
 // DetachChild stops copying parent's messages to child; both topics stay.
 func (c *Client) DetachChild(ctx context.Context, parent, child string) error {
-	return c.doJSON(ctx, &call{op: "detach-child", topic: parent, method: http.MethodDelete,
-		path: topicPath(parent, "children", url.PathEscape(child))}, nil, nil)
+	return c.doJSON(ctx, &call{op: "detach-child", topic: parent,
+		build: func(s string) (*http.Request, error) { return api.NewDetachChildRequest(s, parent, child) }}, nil)
 }
 
 // Children lists parent's children with their lag.
 func (c *Client) Children(ctx context.Context, parent string) ([]Child, error) {
 	var out api.ChildList
-	if err := c.doJSON(ctx, &call{op: "list-children", topic: parent, method: http.MethodGet, path: topicPath(parent, "children")}, nil, &out); err != nil {
+	if err := c.doJSON(ctx, &call{op: "list-children", topic: parent,
+		build: func(s string) (*http.Request, error) { return api.NewListChildrenRequest(s, parent) }}, &out); err != nil {
 		return nil, err
 	}
 	cs := make([]Child, len(out.Children))

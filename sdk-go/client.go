@@ -1,7 +1,6 @@
 package narad
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/narad-mq/narad/sdk-go/api"
 )
 
 // Client talks to a Narad cluster through a list of endpoints. It is safe for concurrent
@@ -241,8 +242,11 @@ func (c *Client) probe(n *node) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.base+"/readyz", nil)
-		resp, err := c.hc.Do(req)
+		req, err := api.NewReadyzRequest(server(n))
+		var resp *http.Response
+		if err == nil {
+			resp, err = c.hc.Do(req.WithContext(ctx))
+		}
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -261,13 +265,14 @@ func (c *Client) probe(n *node) {
 
 // call is one API request, retried and failed over by do.
 type call struct {
-	op     string
-	topic  string
-	method string
-	path   string // escaped, starting with /
-	query  url.Values
-	body   []byte
-	ctype  string
+	op    string
+	topic string
+	// build makes the request for one attempt, addressed to server (the chosen
+	// endpoint's base URL, ending in "/"). It is always a generated api.New<Op>Request
+	// builder: the path, method, parameters and body type come from openapi.yaml, so a
+	// spec change that breaks the SDK fails to compile. It runs once per attempt, which
+	// lets failover move the call to another endpoint and gives every retry a fresh body.
+	build func(server string) (*http.Request, error)
 	// poll is a long poll's wait: the attempt deadline is poll plus a margin.
 	poll time.Duration
 	// unsafe marks a call that may take effect twice if retried after an unknown
@@ -399,21 +404,12 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 		time.AfterFunc(answerGrace, cancel)
 	})
 	defer stopWatch()
-	u := n.base + cl.path
-	if len(cl.query) > 0 {
-		u += "?" + cl.query.Encode()
-	}
-	var body io.Reader
-	if cl.body != nil {
-		body = bytes.NewReader(cl.body)
-	}
-	req, err := http.NewRequestWithContext(actx, cl.method, u, body)
+	req, err := cl.build(server(n))
 	if err != nil {
-		return nil, &Error{Op: cl.op, Topic: cl.topic, Node: n.base, Err: err, Message: err.Error(), kind: ErrBadRequest}
+		return nil, &Error{Op: cl.op, Topic: cl.topic, Node: n.base, Err: err,
+			Message: "the request cannot be built: " + err.Error(), kind: ErrBadRequest}
 	}
-	if cl.ctype != "" {
-		req.Header.Set("Content-Type", cl.ctype)
-	}
+	req = req.WithContext(actx)
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.cfg.userAgent)
 	if c.cfg.auth {
@@ -466,14 +462,9 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 		return &reply{status: resp.StatusCode, body: data, node: n.base, from: n}, nil
 	}
 	e := &Error{Op: cl.op, Topic: cl.topic, Node: n.base, Status: resp.StatusCode}
-	var wire struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var wire api.Error
 	if json.Unmarshal(data, &wire) == nil && wire.Error.Code != "" {
-		e.Code, e.Message = wire.Error.Code, wire.Error.Message
+		e.Code, e.Message = string(wire.Error.Code), wire.Error.Message
 	} else {
 		e.Message = strings.TrimSpace(string(data))
 		if len(e.Message) > 200 {
@@ -510,27 +501,12 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// topicPath returns /v1/topics/{topic} followed by more path segments, escaped.
-func topicPath(topic string, more ...string) string {
-	var b strings.Builder
-	b.WriteString("/v1/topics/")
-	b.WriteString(url.PathEscape(topic))
-	for _, m := range more {
-		b.WriteString("/")
-		b.WriteString(m)
-	}
-	return b.String()
-}
+// server is the base URL the generated request builders resolve their paths against.
+// It ends in "/" so that an endpoint with a path prefix (http://host/narad) keeps it.
+func server(n *node) string { return n.base + "/" }
 
-// getJSON runs a call and decodes its JSON answer into out (when out is not nil).
-func (c *Client) doJSON(ctx context.Context, cl *call, in, out any) error {
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("narad: %s: encoding the request: %w", cl.op, err)
-		}
-		cl.body, cl.ctype = b, "application/json"
-	}
+// doJSON runs a call and decodes its JSON answer into out (when out is not nil).
+func (c *Client) doJSON(ctx context.Context, cl *call, out any) error {
 	rep, err := c.do(ctx, cl)
 	if err != nil {
 		return err
@@ -546,5 +522,8 @@ func (c *Client) doJSON(ctx context.Context, cl *call, in, out any) error {
 
 // Ready returns nil when some endpoint answers /readyz with 200.
 func (c *Client) Ready(ctx context.Context) error {
-	return c.doJSON(ctx, &call{op: "readyz", method: http.MethodGet, path: "/readyz"}, nil, nil)
+	return c.doJSON(ctx, &call{op: "readyz", build: api.NewReadyzRequest}, nil)
 }
+
+// ptr returns a pointer to v, for the generated API's optional fields and parameters.
+func ptr[T any](v T) *T { return &v }

@@ -6,10 +6,13 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/narad-mq/narad/sdk-go/api"
 )
 
-// clusterView is what one endpoint says about its cluster (GET /v1/cluster). ClusterID
-// is read when the broker sends it; older brokers do not.
+// clusterView is what one endpoint says about its cluster (GET /v1/cluster). It is not
+// api.Cluster because it also reads ClusterID, which the broker is to send but
+// openapi.yaml does not yet describe; older brokers leave it out.
 type clusterView struct {
 	ClusterID string `json:"cluster_id"`
 	NodeID    string `json:"node_id"`
@@ -66,10 +69,11 @@ func (c *Client) startClusterCheck() {
 
 // askCluster returns n's answer to GET /v1/cluster, or nil when there is none usable.
 func (c *Client) askCluster(ctx context.Context, n *node) *clusterView {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.base+"/v1/cluster", nil)
+	req, err := api.NewGetClusterRequest(server(n))
 	if err != nil {
 		return nil
 	}
+	req = req.WithContext(ctx)
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.cfg.userAgent)
 	if c.cfg.auth {

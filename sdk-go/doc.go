@@ -25,5 +25,6 @@
 // answer the two questions every failure raises.
 //
 // The sub-package api is the low-level client generated from openapi.yaml, for the raw
-// API.
+// API. This package builds every request with api's generated builders, so a change to
+// the spec that breaks the SDK fails to compile.
 package narad

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -176,11 +175,12 @@ func (m *Message) state() (settled bool, outcome string, lost bool) {
 // from is the endpoint that leased the message (nil when unknown): only that node knows
 // the lease, so the call goes there and to the others only when it fails.
 func (c *Client) ack(ctx context.Context, op, topic, handle, extend string, from *node) (*reply, error) {
-	q := url.Values{"receipt_handle": {handle}}
+	params := &api.AckParams{ReceiptHandle: handle}
 	if extend != "" {
-		q.Set("extend", extend)
+		params.Extend = &extend
 	}
-	cl := &call{op: op, topic: topic, method: http.MethodPost, path: topicPath(topic, "ack"), query: q,
+	cl := &call{op: op, topic: topic,
+		build:    func(s string) (*http.Request, error) { return api.NewAckRequest(s, topic, params) },
 		attempts: max(c.cfg.retry.Attempts, 6), prefer: from}
 	rep, err := c.do(ctx, cl)
 	if err != nil && op != "extend" && errors.Is(err, ErrLeaseLost) && Uncertain(err) {
@@ -274,9 +274,9 @@ func (c *Client) ackChunk(ctx context.Context, topic string, msgs []*Message, id
 		for j, i := range idx {
 			req.Acks[j].ReceiptHandle = msgs[i].ReceiptHandle
 		}
-		body, _ := json.Marshal(req)
-		rep, err := c.do(ctx, &call{op: "ack-batch", topic: topic, method: http.MethodPost, path: topicPath(topic, "ack-batch"),
-			body: body, ctype: "application/json", attempts: attempts, prefer: from})
+		rep, err := c.do(ctx, &call{op: "ack-batch", topic: topic,
+			build:    func(s string) (*http.Request, error) { return api.NewAckBatchRequest(s, topic, req) },
+			attempts: attempts, prefer: from})
 		var out api.AckResultList
 		if err == nil {
 			if jerr := json.Unmarshal(rep.body, &out); jerr != nil || len(out.Results) != len(idx) {

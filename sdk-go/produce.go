@@ -1,14 +1,13 @@
 package narad
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -115,19 +114,21 @@ func (c *Client) Produce(ctx context.Context, topic string, body any, opts ...Pr
 	if len(data) > MaxMessageBytes {
 		return Produced{}, &Error{Op: "produce", Topic: topic, Message: fmt.Sprintf("the body is %d bytes; a message is at most %d", len(data), MaxMessageBytes), kind: ErrTooLarge}
 	}
-	q := url.Values{}
+	var params api.ProduceParams
 	if pc.hasKey {
-		q.Set("key", pc.key)
+		params.Key = &pc.key
 	}
 	if pc.pinned {
-		q.Set("partition", strconv.Itoa(int(pc.partition)))
+		params.Partition = &pc.partition
 	}
-	if data == nil {
-		data = []byte{}
+	// The body is the message's own bytes in its own content type, so the call uses the
+	// WithBody builder (the spec's produce has no JSON-only form).
+	build := func(s string) (*http.Request, error) {
+		return api.NewProduceRequestWithBody(s, topic, &params, ct, bytes.NewReader(data))
 	}
 	var out api.Produced
-	err = c.doJSON(ctx, &call{op: "produce", topic: topic, method: http.MethodPost, path: topicPath(topic, "produce"),
-		query: q, body: data, ctype: ct, unsafe: true, allowDup: !pc.noDup, count: 1}, nil, &out)
+	err = c.doJSON(ctx, &call{op: "produce", topic: topic, build: build,
+		unsafe: true, allowDup: !pc.noDup, count: 1}, &out)
 	if err != nil {
 		return Produced{}, err
 	}
@@ -262,8 +263,9 @@ func (c *Client) produceChunk(ctx context.Context, topic string, wire []api.Outg
 		req.Messages[j] = wire[i]
 	}
 	var out api.ProducedList
-	err := c.doJSON(ctx, &call{op: "produce-batch", topic: topic, method: http.MethodPost, path: topicPath(topic, "produce-batch"),
-		unsafe: true, allowDup: allowDup, count: len(idx)}, req, &out)
+	err := c.doJSON(ctx, &call{op: "produce-batch", topic: topic,
+		build:  func(s string) (*http.Request, error) { return api.NewProduceBatchRequest(s, topic, req) },
+		unsafe: true, allowDup: allowDup, count: len(idx)}, &out)
 	if err == nil && len(out.Results) != len(idx) {
 		err = &Error{Op: "produce-batch", Topic: topic, kind: ErrInternal,
 			Message: fmt.Sprintf("the broker answered %d results for %d messages", len(out.Results), len(idx))}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -122,14 +121,20 @@ func (c *Client) Receive(ctx context.Context, topic string, opts ...ConsumeOptio
 }
 
 func (c *Client) poll(ctx context.Context, topic string, n int, wait time.Duration) ([]*Message, error) {
-	q := url.Values{"payload_encoding": {"base64"}}
+	var w *api.Wait
 	if wait > 0 {
-		q.Set("wait", strconv.FormatInt(wait.Milliseconds(), 10)+"ms")
+		s := strconv.FormatInt(wait.Milliseconds(), 10) + "ms"
+		w = &s
 	}
-	cl := &call{op: "consume", topic: topic, method: http.MethodGet, path: topicPath(topic, "consume"), query: q, poll: wait}
+	// Payloads come as base64 so that any bytes survive the JSON answer.
+	cl := &call{op: "consume", topic: topic, poll: wait}
 	if n > 1 {
-		cl.op, cl.path = "consume-batch", topicPath(topic, "consume-batch")
-		q.Set("max", strconv.Itoa(n))
+		params := &api.ConsumeBatchParams{Wait: w, Max: ptr(int32(n)), PayloadEncoding: ptr(api.ConsumeBatchParamsPayloadEncodingBase64)}
+		cl.op = "consume-batch"
+		cl.build = func(s string) (*http.Request, error) { return api.NewConsumeBatchRequest(s, topic, params) }
+	} else {
+		params := &api.ConsumeParams{Wait: w, PayloadEncoding: ptr(api.ConsumeParamsPayloadEncodingBase64)}
+		cl.build = func(s string) (*http.Request, error) { return api.NewConsumeRequest(s, topic, params) }
 	}
 	start := time.Now()
 	rep, err := c.do(ctx, cl)

@@ -6,7 +6,6 @@ import (
 	"iter"
 	"maps"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -171,15 +170,15 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 }
 
 func (c *Client) readRange(ctx context.Context, topic string, part int32, from int64, useFrom bool, t time.Time, max int) ([]*Message, int64, error) {
-	q := url.Values{"payload_encoding": {"base64"}, "max": {strconv.Itoa(max)}}
+	params := &api.ReadMessagesParams{Max: ptr(int32(max)), PayloadEncoding: ptr(api.ReadMessagesParamsPayloadEncodingBase64)}
 	switch {
 	case useFrom:
-		q.Set("from", strconv.FormatInt(from, 10))
+		params.From = &from
 	case !t.IsZero():
-		q.Set("from_time", strconv.FormatInt(t.UnixMilli(), 10))
+		params.FromTime = ptr(strconv.FormatInt(t.UnixMilli(), 10))
 	}
-	rep, err := c.do(ctx, &call{op: "read-messages", topic: topic, method: http.MethodGet,
-		path: topicPath(topic, "partitions", strconv.Itoa(int(part)), "messages"), query: q})
+	rep, err := c.do(ctx, &call{op: "read-messages", topic: topic,
+		build: func(s string) (*http.Request, error) { return api.NewReadMessagesRequest(s, topic, part, params) }})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -121,7 +121,8 @@ func (c *Client) CreateTopic(ctx context.Context, name string, cfg TopicConfig) 
 		req.FanoutDelayMs = &d
 	}
 	var out api.Topic
-	if err := c.doJSON(ctx, &call{op: "create-topic", topic: name, method: http.MethodPost, path: "/v1/topics"}, req, &out); err != nil {
+	if err := c.doJSON(ctx, &call{op: "create-topic", topic: name,
+		build: func(s string) (*http.Request, error) { return api.NewCreateTopicRequest(s, req) }}, &out); err != nil {
 		return nil, err
 	}
 	return topicInfo(out), nil
@@ -141,7 +142,8 @@ func (c *Client) EnsureTopic(ctx context.Context, name string, cfg TopicConfig) 
 // error wrapping ErrNotFound.
 func (c *Client) Topic(ctx context.Context, name string) (*TopicInfo, error) {
 	var out api.TopicDetail
-	if err := c.doJSON(ctx, &call{op: "get-topic", topic: name, method: http.MethodGet, path: topicPath(name)}, nil, &out); err != nil {
+	if err := c.doJSON(ctx, &call{op: "get-topic", topic: name,
+		build: func(s string) (*http.Request, error) { return api.NewGetTopicRequest(s, name) }}, &out); err != nil {
 		return nil, err
 	}
 	t := topicInfo(api.Topic{
@@ -164,7 +166,7 @@ func (c *Client) Topic(ctx context.Context, name string) (*TopicInfo, error) {
 // Topics lists every topic, sorted by name, without stats.
 func (c *Client) Topics(ctx context.Context) ([]TopicInfo, error) {
 	var out api.TopicList
-	if err := c.doJSON(ctx, &call{op: "list-topics", method: http.MethodGet, path: "/v1/topics"}, nil, &out); err != nil {
+	if err := c.doJSON(ctx, &call{op: "list-topics", build: api.NewListTopicsRequest}, &out); err != nil {
 		return nil, err
 	}
 	ts := make([]TopicInfo, len(out.Topics))
@@ -194,7 +196,8 @@ func (c *Client) AlterTopic(ctx context.Context, name string, u TopicUpdate) (*T
 		req.Schema = &s
 	}
 	var out api.Topic
-	if err := c.doJSON(ctx, &call{op: "alter-topic", topic: name, method: http.MethodPatch, path: topicPath(name)}, req, &out); err != nil {
+	if err := c.doJSON(ctx, &call{op: "alter-topic", topic: name,
+		build: func(s string) (*http.Request, error) { return api.NewAlterTopicRequest(s, name, req) }}, &out); err != nil {
 		return nil, err
 	}
 	return topicInfo(out), nil
@@ -203,7 +206,8 @@ func (c *Client) AlterTopic(ctx context.Context, name string, u TopicUpdate) (*T
 // DeleteTopic deletes a topic's data and metadata. Its receipt handles stop working; a
 // topic created later under the name is a new, empty topic.
 func (c *Client) DeleteTopic(ctx context.Context, name string) error {
-	return c.doJSON(ctx, &call{op: "delete-topic", topic: name, method: http.MethodDelete, path: topicPath(name)}, nil, nil)
+	return c.doJSON(ctx, &call{op: "delete-topic", topic: name,
+		build: func(s string) (*http.Request, error) { return api.NewDeleteTopicRequest(s, name) }}, nil)
 }
 
 func topicInfo(t api.Topic) *TopicInfo {

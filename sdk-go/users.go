@@ -3,7 +3,6 @@ package narad
 import (
 	"context"
 	"net/http"
-	"net/url"
 
 	"github.com/narad-mq/narad/sdk-go/api"
 )
@@ -38,14 +37,6 @@ func userOf(u api.User) User {
 	return out
 }
 
-func userPath(name string, more ...string) string {
-	p := "/v1/users/" + url.PathEscape(name)
-	for _, m := range more {
-		p += "/" + m
-	}
-	return p
-}
-
 // CreateUser creates a user with grants (admin only; nobody may grant more than they
 // hold). On a broker without users, the first one turns security on.
 func (c *Client) CreateUser(ctx context.Context, name, password string, grants []Grant) (*User, error) {
@@ -55,7 +46,8 @@ func (c *Client) CreateUser(ctx context.Context, name, password string, grants [
 		req.Grants = &g
 	}
 	var out api.User
-	if err := c.doJSON(ctx, &call{op: "create-user", method: http.MethodPost, path: "/v1/users"}, req, &out); err != nil {
+	if err := c.doJSON(ctx, &call{op: "create-user",
+		build: func(s string) (*http.Request, error) { return api.NewCreateUserRequest(s, req) }}, &out); err != nil {
 		return nil, err
 	}
 	u := userOf(out)
@@ -65,7 +57,7 @@ func (c *Client) CreateUser(ctx context.Context, name, password string, grants [
 // Users lists the users.
 func (c *Client) Users(ctx context.Context) ([]User, error) {
 	var out api.UserList
-	if err := c.doJSON(ctx, &call{op: "list-users", method: http.MethodGet, path: "/v1/users"}, nil, &out); err != nil {
+	if err := c.doJSON(ctx, &call{op: "list-users", build: api.NewListUsersRequest}, &out); err != nil {
 		return nil, err
 	}
 	us := make([]User, len(out.Users))
@@ -78,7 +70,8 @@ func (c *Client) Users(ctx context.Context) ([]User, error) {
 // User returns one user.
 func (c *Client) User(ctx context.Context, name string) (*User, error) {
 	var out api.User
-	if err := c.doJSON(ctx, &call{op: "get-user", method: http.MethodGet, path: userPath(name)}, nil, &out); err != nil {
+	if err := c.doJSON(ctx, &call{op: "get-user",
+		build: func(s string) (*http.Request, error) { return api.NewGetUserRequest(s, name) }}, &out); err != nil {
 		return nil, err
 	}
 	u := userOf(out)
@@ -87,14 +80,16 @@ func (c *Client) User(ctx context.Context, name string) (*User, error) {
 
 // DeleteUser deletes a user.
 func (c *Client) DeleteUser(ctx context.Context, name string) error {
-	return c.doJSON(ctx, &call{op: "delete-user", method: http.MethodDelete, path: userPath(name)}, nil, nil)
+	return c.doJSON(ctx, &call{op: "delete-user",
+		build: func(s string) (*http.Request, error) { return api.NewDeleteUserRequest(s, name) }}, nil)
 }
 
 // ReplaceGrants sets a user's grants to exactly grants and returns the user.
 func (c *Client) ReplaceGrants(ctx context.Context, name string, grants []Grant) (*User, error) {
 	req := api.ReplaceGrantsRequest{Grants: grantsWire(grants)}
 	var out api.User
-	if err := c.doJSON(ctx, &call{op: "replace-grants", method: http.MethodPut, path: userPath(name, "grants")}, req, &out); err != nil {
+	if err := c.doJSON(ctx, &call{op: "replace-grants",
+		build: func(s string) (*http.Request, error) { return api.NewReplaceGrantsRequest(s, name, req) }}, &out); err != nil {
 		return nil, err
 	}
 	u := userOf(out)
@@ -108,5 +103,6 @@ func (c *Client) ChangePassword(ctx context.Context, name, current, next string)
 	if current != "" {
 		req.CurrentPassword = &current
 	}
-	return c.doJSON(ctx, &call{op: "change-password", method: http.MethodPut, path: userPath(name, "password")}, req, nil)
+	return c.doJSON(ctx, &call{op: "change-password",
+		build: func(s string) (*http.Request, error) { return api.NewChangePasswordRequest(s, name, req) }}, nil)
 }

@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/narad-mq/narad/sdk-go/api"
 )
 
 // Options configure Start. The zero value is fine.
@@ -126,7 +128,11 @@ func (s *Server) waitReady(limit time.Duration) error {
 			return errors.New("the broker exited before it was ready")
 		default:
 		}
-		if resp, err := hc.Get(s.URL + "/readyz"); err == nil {
+		req, err := api.NewReadyzRequest(s.URL + "/")
+		if err != nil {
+			return fmt.Errorf("the broker's address %q is not a URL: %w", s.URL, err)
+		}
+		if resp, err := hc.Do(req); err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
