@@ -88,8 +88,10 @@ func (s *Store) joinLoop(addr raft.ServerAddress) {
 			return
 		}
 		err = fmt.Errorf("joining through %s: %w", addr, err)
+		if p := s.joinErr.Load(); p == nil || (*p).Error() != err.Error() {
+			s.opts.Logger.Warn("meta: join refused or failed; retrying", "err", err)
+		}
 		s.joinErr.Store(&err)
-		s.opts.Logger.Warn("meta: join refused or failed; retrying", "err", err)
 		if !s.sleep(200 * time.Millisecond) {
 			return
 		}
