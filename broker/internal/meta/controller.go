@@ -23,6 +23,15 @@ type controller struct {
 
 func (c *controller) init() { c.lastSeen = make(map[string]time.Time) }
 
+// lead marks the start of this node's term as controller (once per term).
+func (c *controller) lead() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.leading {
+		c.leading, c.since = true, time.Now()
+	}
+}
+
 // seen returns when the controller last heard from server sid (its election when never).
 func (c *controller) seen(sid string) time.Time {
 	c.mu.Lock()
@@ -43,11 +52,7 @@ func (s *Store) controlLoop() {
 			s.ctl.mu.Unlock()
 			continue
 		}
-		s.ctl.mu.Lock()
-		if !s.ctl.leading {
-			s.ctl.leading, s.ctl.since = true, time.Now()
-		}
-		s.ctl.mu.Unlock()
+		s.ctl.lead()
 		if err := s.controlTick(); err != nil && !errors.Is(err, ErrNotLeader) {
 			s.opts.Logger.Warn("meta: controller step failed; retrying", "err", err)
 		}

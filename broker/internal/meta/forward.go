@@ -105,6 +105,7 @@ var wireSentinels = []struct {
 	{"node_id_in_use", ErrNodeIDInUse},
 	{"not_leader", ErrNotLeader},
 	{"halted", ErrHalted},
+	{"no_forwarder", ErrNoForwarder},
 	{"unavailable", ErrUnavailable},
 }
 

@@ -307,7 +307,8 @@ var errUnknownOp = errors.New("unknown command")
 
 // ErrHalted means this node met a metadata command written by a newer version and
 // stopped applying the log there; upgrading the binary resumes it.
-var ErrHalted = errors.New("meta: halted at a command from a newer version")
+// It is a kind of ErrUnavailable (the HTTP API answers 503).
+var ErrHalted = fmt.Errorf("%w: halted at a command from a newer version", ErrUnavailable)
 
 func (f *fsm) Apply(l *raft.Log) any {
 	if err := f.haltedErr(); err != nil {

@@ -70,6 +70,12 @@ func (s *Store) catchUp(addr raft.ServerAddress) error {
 		if err := s.raft.Barrier(s.opts.ApplyTimeout).Error(); err != nil {
 			return err
 		}
+		// The controller is ready once the cluster has its id and this node its member
+		// record (at once on a new cluster or a single-node directory's first start).
+		if m, ok := s.fsm.member(s.opts.NodeID); s.fsm.cluster() == "" || !ok || m.ServerID != s.ServerID() || m.Status != StatusAlive {
+			s.ctl.lead()
+			return s.controlTick()
+		}
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ApplyTimeout)
