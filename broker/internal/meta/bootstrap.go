@@ -88,7 +88,7 @@ func (s *Store) joinLoop(addr raft.ServerAddress) {
 			return
 		}
 		err = fmt.Errorf("joining through %s: %w", addr, err)
-		if p := s.joinErr.Load(); p == nil || (*p).Error() != err.Error() {
+		if p := s.joinErr.Load(); p == nil || toWire(*p).Code != toWire(err).Code {
 			s.opts.Logger.Warn("meta: join refused or failed; retrying", "err", err)
 		}
 		s.joinErr.Store(&err)

@@ -33,7 +33,7 @@ func (n *testNet) Forward(ctx context.Context, addr raft.ServerAddress, req []by
 	s, refuse := n.stores[addr], n.refuse
 	n.mu.Unlock()
 	if s == nil {
-		return nil, fmt.Errorf("%s unreachable", addr)
+		return nil, fmt.Errorf("%w: %s unreachable", ErrNotDelivered, addr)
 	}
 	if refuse != nil {
 		var r fwdRequest

@@ -26,6 +26,12 @@ type Forwarder interface {
 // the write was proposed): nothing was written, so the write can be sent again.
 var ErrNotLeader = errors.New("meta: not the controller")
 
+// ErrNotDelivered is what a Forwarder wraps when the request certainly did not reach
+// the other node (it could not connect, or the connection failed before the request was
+// sent): a write is then sent again, to whichever node leads by then, within
+// ApplyTimeout. Any other Forwarder error leaves the outcome unknown.
+var ErrNotDelivered = errors.New("meta: request not delivered")
+
 // ErrNoForwarder means this node would have to ask another node, but it was opened
 // without a Forwarder.
 var ErrNoForwarder = errors.New("meta: no forwarder configured to reach other nodes")
@@ -162,6 +168,9 @@ func (s *Store) forward(ctx context.Context, addr raft.ServerAddress, req fwdReq
 		return fwdResponse{}, err
 	}
 	out, err := s.opts.Cluster.Forwarder.Forward(ctx, addr, b)
+	if errors.Is(err, ErrNotDelivered) {
+		return fwdResponse{}, fmt.Errorf("%w: reaching %s: %w", ErrUnavailable, addr, err)
+	}
 	if err != nil {
 		return fwdResponse{}, fmt.Errorf("%w: reaching %s: %v", ErrUnavailable, addr, err)
 	}

@@ -298,7 +298,9 @@ func (s *Store) applyCmd(c command) (applyResult, error) {
 		} else if addr, _ := s.raft.LeaderWithID(); addr != "" {
 			res, err = s.applyRemote(ctx, addr, c)
 		}
-		if !errors.Is(err, ErrNotLeader) {
+		// Sent again only when certainly not taken: the node asked did not lead, or
+		// the request never reached it.
+		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNotDelivered) {
 			return res, err
 		}
 		last = err
@@ -342,7 +344,7 @@ func (s *Store) applyRemote(ctx context.Context, addr raft.ServerAddress, c comm
 	if resp.User != nil {
 		res.user = *resp.User
 	}
-	if errors.Is(err, ErrNotLeader) || (err != nil && resp.Index == 0) {
+	if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNotDelivered) || (err != nil && resp.Index == 0) {
 		return res, err
 	}
 	if werr := s.waitApplied(ctx, resp.Index); werr != nil {
