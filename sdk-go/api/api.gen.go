@@ -241,6 +241,9 @@ type ChildList struct {
 
 // Cluster defines model for Cluster.
 type Cluster struct {
+	// ClusterId The cluster's id, made when it was bootstrapped (or when a single-node data directory was first opened by a clustering version).
+	ClusterId *string `json:"cluster_id,omitempty"`
+
 	// Controller The node that leads the control plane.
 	Controller string   `json:"controller"`
 	Members    []Member `json:"members"`
@@ -372,11 +375,17 @@ type JoinRequest struct {
 // Member defines model for Member.
 type Member struct {
 	// Address Node-to-node address.
-	Address     string       `json:"address"`
-	HttpAddress *string      `json:"http_address,omitempty"`
-	Id          string       `json:"id"`
-	Status      MemberStatus `json:"status"`
-	Voter       *bool        `json:"voter,omitempty"`
+	Address     string  `json:"address"`
+	HttpAddress *string `json:"http_address,omitempty"`
+	Id          string  `json:"id"`
+
+	// PartitionsHeld How many partition replicas this member holds.
+	PartitionsHeld *int32 `json:"partitions_held,omitempty"`
+
+	// PartitionsLed How many partitions this member leads.
+	PartitionsLed *int32       `json:"partitions_led,omitempty"`
+	Status        MemberStatus `json:"status"`
+	Voter         *bool        `json:"voter,omitempty"`
 }
 
 // MemberStatus defines model for Member.Status.

@@ -55,6 +55,9 @@ type Options struct {
 	// UpgradeFormat lets Open run a data-directory upgrade that only a backup can undo
 	// (format.Options.AllowUpgrade); upgrades that can be rolled back run without it.
 	UpgradeFormat bool
+	// Cluster says how this node finds and talks to the other nodes of its control
+	// plane; the zero value is a lone node.
+	Cluster meta.Cluster
 }
 
 // The sync modes of Options.SyncMode.
@@ -104,6 +107,9 @@ type Broker struct {
 	drainOnce   sync.Once
 	wg          sync.WaitGroup
 	changed     chan struct{}
+	// sweepPending: a deleted topic's data was kept because the metadata was not
+	// current then; the reconcile loop sweeps once it is.
+	sweepPending atomic.Bool
 }
 
 // topic is the running form of one topic incarnation.
@@ -193,6 +199,7 @@ func Open(opts Options) (*Broker, error) {
 		NodeID:   id,
 		Logger:   opts.Logger,
 		OnChange: b.metaChanged,
+		Cluster:  opts.Cluster,
 	})
 	if err != nil {
 		b.closeSyncer()
@@ -233,8 +240,9 @@ func (b *Broker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ready reports whether the node serves requests.
-func (b *Broker) Ready() bool { return b.ready.Load() && !b.closing.Load() }
+// Ready reports whether the node serves requests: it started, is not closing, and its
+// metadata is current (caught up with the controller; see meta.Store.Ready).
+func (b *Broker) Ready() bool { return b.ready.Load() && !b.closing.Load() && b.meta.Ready() }
 
 // Drain starts a graceful stop: the node reports not ready, new requests get 503, and
 // parked long polls return at once, so an HTTP server shutdown finishes quickly.
@@ -260,6 +268,8 @@ func (b *Broker) metaChanged() {
 
 func (b *Broker) reconcileLoop() {
 	defer b.wg.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		select {
 		case <-b.stop:
@@ -267,6 +277,13 @@ func (b *Broker) reconcileLoop() {
 		case <-b.changed:
 			if err := b.reconcile(false); err != nil {
 				b.log.Error("applying topic changes failed", "err", err)
+			}
+		case <-tick.C:
+			if b.sweepPending.Load() && b.meta.Ready() {
+				b.sweepPending.Store(false)
+				if err := b.reconcile(true); err != nil {
+					b.log.Error("removing data of deleted topics failed", "err", err)
+				}
 			}
 		}
 	}
@@ -305,7 +322,14 @@ func (b *Broker) reconcile(sweep bool) error {
 			delete(b.topics, t.name)
 		}
 		b.mu.Unlock()
-		b.closeTopic(t, true)
+		// Deleting files is the one step that cannot be undone: take it only on
+		// metadata that is current; otherwise keep the data for a later sweep.
+		remove := b.meta.Ready()
+		if !remove {
+			b.sweepPending.Store(true)
+			b.log.Warn("keeping a deleted topic's data until the metadata is current", "topic", t.name, "incarnation", t.incarnation)
+		}
+		b.closeTopic(t, remove)
 	}
 
 	var firstErr error
@@ -335,6 +359,10 @@ func (b *Broker) reconcile(sweep bool) error {
 	}
 	b.reconcileCopiers(want)
 
+	if sweep && !b.meta.Ready() {
+		b.sweepPending.Store(true)
+		sweep = false
+	}
 	if sweep {
 		root := filepath.Join(b.opts.DataDir, "topics")
 		entries, err := os.ReadDir(root)

@@ -21,24 +21,6 @@ func (e *notYetError) Error() string {
 }
 func (e *notYetError) Unwrap() error { return broker.ErrNotImplemented }
 
-func (h *handlers) self() apigen.Member {
-	voter := true
-	return apigen.Member{Id: h.b.NodeID(), Address: "", Status: apigen.Alive, Voter: &voter}
-}
-
-// GetCluster describes the single node: it is its own controller and only member.
-func (h *handlers) GetCluster(ctx context.Context, _ apigen.GetClusterRequestObject) (apigen.GetClusterResponseObject, error) {
-	return apigen.GetCluster200JSONResponse{NodeId: h.b.NodeID(), Controller: h.b.NodeID(), Members: []apigen.Member{h.self()}}, nil
-}
-
-func (h *handlers) ListMembers(ctx context.Context, _ apigen.ListMembersRequestObject) (apigen.ListMembersResponseObject, error) {
-	return apigen.ListMembers200JSONResponse{Members: []apigen.Member{h.self()}}, nil
-}
-
-func (h *handlers) JoinMember(ctx context.Context, _ apigen.JoinMemberRequestObject) (apigen.JoinMemberResponseObject, error) {
-	return nil, notYet("clustering (join)")
-}
-
 func (h *handlers) DecommissionMember(ctx context.Context, _ apigen.DecommissionMemberRequestObject) (apigen.DecommissionMemberResponseObject, error) {
 	return nil, notYet("clustering (decommission)")
 }

@@ -93,6 +93,9 @@ type Topic struct {
 	// no user of that name exists then).
 	Owner string `json:"owner,omitempty"`
 	TopicConfig
+	// Placement is per partition where it lives (see Placement); empty for a topic of
+	// an old log until the cluster's init_cluster places it.
+	Placement []Placement `json:"placement,omitempty"`
 }
 
 // Alter holds the settings a PATCH may change; nil fields stay as they are.
@@ -133,6 +136,18 @@ type command struct {
 	// Rules is the rule set the command was written under (cmdRules); a command applies
 	// by its own, so a log written by an older version replays as it applied then.
 	Rules int `json:"rules,omitempty"`
+	// ClusterID, on init_cluster, is the cluster id made by the controller.
+	ClusterID string `json:"cluster_id,omitempty"`
+	// Member, on init_cluster and set_member, is a member record (set_member replaces
+	// the record of Member.ID whole).
+	Member *Member `json:"member,omitempty"`
+	// Members, on init_cluster, are the members of the Raft configuration then.
+	Members []Member `json:"members,omitempty"`
+	// Status and ServerID, on set_status, are the member Name's new status and the
+	// Raft server it was judged on: a status judged on a server the member no longer is
+	// (its data directory was wiped and it joined again) does not apply.
+	Status   MemberStatus `json:"status,omitempty"`
+	ServerID string       `json:"server_id,omitempty"`
 }
 
 // cmdRules is the rule set of the commands this version writes:
@@ -148,23 +163,31 @@ const cmdRules = 2
 var ErrLastAdmin = errors.New("meta: last admin")
 
 type applyResult struct {
-	topic Topic
-	user  auth.User
-	err   error
+	topic     Topic
+	user      auth.User
+	clusterID string
+	index     uint64 // the Raft index it applied at (set by the Store)
+	err       error
 }
 
 // fsm is the replicated state. Every method is safe for concurrent use.
 type fsm struct {
-	mu       sync.RWMutex
-	topics   map[string]Topic
-	users    map[string]auth.User
-	seeded   bool
-	nextUser uint64 // the ID the next user gets; IDs are never reused
+	mu        sync.RWMutex
+	topics    map[string]Topic
+	users     map[string]auth.User
+	seeded    bool
+	nextUser  uint64 // the ID the next user gets; IDs are never reused
+	clusterID string // "" until the controller's init_cluster applied
+	members   map[string]Member
+	// halted is set by the first command this version does not know (see Apply): from
+	// then on nothing applies and no snapshot is taken, so the log stays for a newer
+	// binary to replay.
+	halted   error
 	onChange func()
 }
 
 func newFSM() *fsm {
-	return &fsm{topics: make(map[string]Topic), users: make(map[string]auth.User), nextUser: 1}
+	return &fsm{topics: make(map[string]Topic), users: make(map[string]auth.User), members: make(map[string]Member), nextUser: 1}
 }
 
 // newUserID hands out the next user ID. Called with f.mu held.
@@ -255,14 +278,53 @@ func (c command) check() error {
 		if c.User == nil || c.User.Name == "" {
 			return bad("without a user")
 		}
+	case "init_cluster":
+		if c.ClusterID == "" {
+			return bad("without a cluster id")
+		}
+		for _, m := range c.Members {
+			if m.check() != nil {
+				return bad("with a member lacking id or server id")
+			}
+		}
+	case "set_member":
+		if c.Member == nil || c.Member.check() != nil {
+			return bad("without a valid member")
+		}
+	case "set_status":
+		if c.Name == "" || !c.Status.valid() {
+			return bad("without a name and a known status")
+		}
 	default:
-		return fmt.Errorf("unknown command %q", c.Op)
+		return fmt.Errorf("%w %q", errUnknownOp, c.Op)
 	}
 	return nil
 }
 
+// errUnknownOp marks a well-framed command whose op this version does not know: a
+// newer version wrote it (see fsm.Apply).
+var errUnknownOp = errors.New("unknown command")
+
+// ErrHalted means this node met a metadata command written by a newer version and
+// stopped applying the log there; upgrading the binary resumes it.
+// It is a kind of ErrUnavailable (the HTTP API answers 503).
+var ErrHalted = fmt.Errorf("%w: halted at a command from a newer version", ErrUnavailable)
+
 func (f *fsm) Apply(l *raft.Log) any {
+	if err := f.haltedErr(); err != nil {
+		return applyResult{err: err}
+	}
 	c, err := decodeCommand(l.Data)
+	if errors.Is(err, errUnknownOp) {
+		// A newer version wrote it (during a rolling upgrade). Skipping it would let
+		// this replica diverge and panicking would crash-loop the node, so the state
+		// machine halts: nothing after it applies, no snapshot is taken (the log is kept
+		// for a newer binary to replay), and the node reports not ready until upgraded.
+		f.mu.Lock()
+		f.halted = fmt.Errorf("%w: Raft log entry %d is %v; upgrade this node to the cluster's version", ErrHalted, l.Index, err)
+		f.mu.Unlock()
+		return applyResult{err: f.haltedErr()}
+	}
 	if err != nil {
 		// A command this version cannot read or trust must not be skipped silently (that
 		// would let replicas diverge) nor applied (a damaged one could drop topics and
@@ -296,6 +358,7 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 			}
 			t = f.linked(parent, t, t.FanoutDelayMs, c.Start, index)
 		}
+		t.Placement = f.place(t.Partitions)
 		f.topics[t.Name] = t
 		return applyResult{topic: t}
 	case "delete_topic":
@@ -445,6 +508,8 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		u.Hash = c.Hash
 		f.users[c.Name] = u
 		return applyResult{user: u}
+	case "init_cluster", "set_member", "set_status":
+		return f.applyCluster(c)
 	default:
 		panic(fmt.Sprintf("meta: unknown command %q at index %d", c.Op, index))
 	}
@@ -626,16 +691,22 @@ func (f *fsm) hasAdmin() bool {
 }
 
 type snapshotState struct {
-	Topics   []Topic     `json:"topics"`
-	Users    []auth.User `json:"users,omitempty"`
-	Seeded   bool        `json:"seeded,omitempty"`
-	NextUser uint64      `json:"next_user_id,omitempty"`
+	Topics    []Topic     `json:"topics"`
+	Users     []auth.User `json:"users,omitempty"`
+	Seeded    bool        `json:"seeded,omitempty"`
+	NextUser  uint64      `json:"next_user_id,omitempty"`
+	ClusterID string      `json:"cluster_id,omitempty"`
+	Members   []Member    `json:"members,omitempty"`
 }
 
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	st := snapshotState{Topics: f.list(), Users: f.userList()}
+	if err := f.haltedErr(); err != nil {
+		// A snapshot would let Raft drop the entries a newer binary must replay.
+		return nil, err
+	}
+	st := snapshotState{Topics: f.list(), Users: f.userList(), Members: f.memberList()}
 	f.mu.RLock()
-	st.Seeded, st.NextUser = f.seeded, f.nextUser
+	st.Seeded, st.NextUser, st.ClusterID = f.seeded, f.nextUser, f.clusterID
 	f.mu.RUnlock()
 	return &fsmSnapshot{state: st}, nil
 }
@@ -663,8 +734,13 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		us[u.Name] = u
 	}
 	m := make(map[string]Topic, len(st.Topics))
+	ms := make(map[string]Member, len(st.Members))
+	for _, mb := range st.Members {
+		ms[mb.ID] = mb
+	}
 	f.mu.Lock()
 	f.topics, f.users, f.seeded, f.nextUser = m, us, st.Seeded, next
+	f.clusterID, f.members = st.ClusterID, ms
 	for _, t := range st.Topics {
 		f.ownerFromName(&t)
 		m[t.Name] = t
@@ -687,3 +763,9 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *fsmSnapshot) Release() {}
+
+// ErrMemberNotFound means no member of that node id (and Raft server id, when one was
+// given) exists.
+var ErrMemberNotFound = errors.New("meta: member not found")
+
+var errBadMember = errors.New("member without id, server id or a known status")

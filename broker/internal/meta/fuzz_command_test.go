@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -70,8 +71,17 @@ func FuzzApplyCommands(f *testing.F) {
 		for i, line := range bytes.Split(data, []byte("\n")) {
 			var c command
 			valid := json.Unmarshal(line, &c) == nil && c.check() == nil
+			unknown := json.Unmarshal(line, &c) == nil && errors.Is(c.check(), errUnknownOp)
 			panicked := applyRecover(fsm, uint64(i+1), frame(line))
 			switch {
+			case unknown && panicked != "":
+				t.Fatalf("line %d %q: a command from a newer version panicked: %s", i+1, line, panicked)
+			case unknown:
+				// The state machine halts there: nothing after it applies.
+				if fsm.haltedErr() == nil {
+					t.Fatalf("line %d %q: an unknown command did not halt the state machine", i+1, line)
+				}
+				return
 			case !valid && !strings.HasPrefix(panicked, "meta: "):
 				t.Fatalf("line %d %q: want a meta: panic for a command this version cannot apply, got %q", i+1, line, panicked)
 			case valid && panicked != "":

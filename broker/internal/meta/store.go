@@ -2,10 +2,13 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -18,9 +21,10 @@ import (
 
 // Options configures a Store.
 type Options struct {
-	// Dir holds the Raft log, stable store and snapshots.
+	// Dir holds the Raft log, stable store, snapshots and the node's identity.
 	Dir string
-	// NodeID names this node in the Raft configuration.
+	// NodeID names this node. A data directory belongs to the node id it was made
+	// with; Open refuses another one (ErrNodeIDMismatch).
 	NodeID string
 	// Logger receives Raft's warnings and errors.
 	Logger *slog.Logger
@@ -29,24 +33,110 @@ type Options struct {
 	// OnChange is called after every change to the state (from the Raft goroutine; it
 	// must not block on Store calls that write).
 	OnChange func()
+	// Cluster says how this node finds and talks to the others; the zero value is a
+	// lone node on an in-memory transport.
+	Cluster Cluster
+}
+
+// Cluster configures the node's place in a cluster.
+type Cluster struct {
+	// Transport carries Raft between nodes (the node plane's stream layer under
+	// raft.NewNetworkTransport, or raft.InmemTransport in tests). Nil: an in-memory
+	// transport nobody else can reach, for a lone node.
+	Transport raft.Transport
+	// LocalAddr is this node's cluster address as the others reach it; default
+	// Transport.LocalAddr().
+	LocalAddr raft.ServerAddress
+	// Forwarder reaches other nodes' Store.HandleForward (writes, readiness, joins,
+	// heartbeats). Required with Peers or Join; a lone node without one never asks
+	// anybody.
+	Forwarder Forwarder
+	// Peers bootstraps a new cluster from a static list that includes this node (the
+	// same list on every listed node). A node whose data directory holds state ignores
+	// it; a node without state whose peers formed a cluster already joins it.
+	Peers []Peer
+	// Join is the cluster address of any member of an existing cluster to join
+	// (ignored when the data directory holds state).
+	Join raft.ServerAddress
+	// WaitForAdd: with neither Peers nor Join, do not bootstrap a cluster of one; wait to
+	// be added by a member (POST /v1/cluster/members).
+	WaitForAdd bool
+	// HTTPAddr is the HTTP address this node advertises to the others.
+	HTTPAddr string
+	// MaxVoters is how many members vote in the control plane (default 5); further
+	// members join as non-voters.
+	MaxVoters int
+	// HeartbeatInterval is how often a member tells the controller it is alive
+	// (default 1 s); SuspectAfter (default 5 s) and DeadAfter (default 30 s) without
+	// one, the controller marks it suspect, then dead.
+	HeartbeatInterval time.Duration
+	SuspectAfter      time.Duration
+	DeadAfter         time.Duration
+	// RaftTimeout is Raft's heartbeat and election timeout: default 200 ms for a lone
+	// in-memory node (it elects itself quickly at start), 1 s otherwise.
+	RaftTimeout time.Duration
+}
+
+// Peer is one node of a static bootstrap list.
+type Peer struct {
+	ID   string
+	Addr raft.ServerAddress
 }
 
 // Store is the control-plane state machine and the Raft node that replicates it.
 type Store struct {
 	opts  Options
+	id    identity
+	addr  raft.ServerAddress
 	fsm   *fsm
 	raft  *raft.Raft
 	bolt  *raftboltdb.BoltStore
-	trans *raft.InmemTransport
+	trans raft.Transport
+
+	ready   atomic.Bool
+	joinErr atomic.Pointer[error]
+	ctl     controller
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closeMu sync.Once
 }
 
-// Open starts the Raft node, bootstrapping a cluster of one on first start.
+// Open starts the Raft node. On first start it writes the node's identity and, by the
+// Cluster options, bootstraps a cluster of one, bootstraps one from Peers, or joins.
 func Open(opts Options) (*Store, error) {
 	if opts.ApplyTimeout == 0 {
 		opts.ApplyTimeout = 5 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.NodeID == "" {
+		return nil, errors.New("meta: a node id is required")
+	}
+	c := &opts.Cluster
+	if c.MaxVoters <= 0 {
+		c.MaxVoters = 5
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = time.Second
+	}
+	if c.SuspectAfter <= 0 {
+		c.SuspectAfter = 5 * time.Second
+	}
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = 30 * time.Second
+	}
+	if c.DeadAfter < c.SuspectAfter {
+		c.DeadAfter = c.SuspectAfter
+	}
+	if c.RaftTimeout <= 0 {
+		c.RaftTimeout = time.Second
+		if c.Transport == nil {
+			c.RaftTimeout = 200 * time.Millisecond
+		}
+	}
+	if (len(c.Peers) > 0 || c.Join != "") && (c.Transport == nil || c.Forwarder == nil) {
+		return nil, errors.New("meta: bootstrapping from peers or joining needs a Transport and a Forwarder")
 	}
 	// The directory's entry must be durable before the first metadata write commits.
 	if err := vfs.MkdirAllSync(vfs.OS{}, opts.Dir, 0o700); err != nil {
@@ -56,85 +146,228 @@ func Open(opts Options) (*Store, error) {
 	f.onChange = opts.OnChange
 
 	cfg := raft.DefaultConfig()
-	cfg.LocalID = raft.ServerID(opts.NodeID)
-	// A cluster of one elects itself as soon as its heartbeat timeout passes; keep that
-	// short so a restart is ready quickly.
-	cfg.HeartbeatTimeout = 200 * time.Millisecond
-	cfg.ElectionTimeout = 200 * time.Millisecond
-	cfg.LeaderLeaseTimeout = 100 * time.Millisecond
+	cfg.HeartbeatTimeout = c.RaftTimeout
+	cfg.ElectionTimeout = c.RaftTimeout
+	cfg.LeaderLeaseTimeout = c.RaftTimeout / 2
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Error, Output: slogWriter{opts.Logger}})
 
 	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(opts.Dir, "raft.db")})
 	if err != nil {
 		return nil, fmt.Errorf("meta: opening raft store: %w", err)
 	}
+	s, err := open(opts, cfg, f, bolt)
+	if err != nil {
+		bolt.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func open(opts Options, cfg *raft.Config, f *fsm, bolt *raftboltdb.BoltStore) (*Store, error) {
+	c := opts.Cluster
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(opts.Dir, 2, cfg.Logger)
 	if err != nil {
-		bolt.Close()
 		return nil, fmt.Errorf("meta: opening snapshots: %w", err)
 	}
-	addr, trans := raft.NewInmemTransport(raft.ServerAddress(opts.NodeID))
 	has, err := raft.HasExistingState(bolt, bolt, snaps)
 	if err != nil {
-		bolt.Close()
 		return nil, fmt.Errorf("meta: reading raft state: %w", err)
 	}
-	if !has {
-		conf := raft.Configuration{Servers: []raft.Server{{ID: cfg.LocalID, Address: addr}}}
-		if err := raft.BootstrapCluster(cfg, bolt, bolt, snaps, trans, conf); err != nil {
-			bolt.Close()
+	var stored raft.Configuration
+	if has {
+		if stored, err = storedConfiguration(bolt, snaps); err != nil {
+			return nil, fmt.Errorf("meta: reading the stored Raft configuration: %w", err)
+		}
+	}
+	id, err := loadIdentity(opts.Dir, opts.NodeID, stored)
+	if err != nil {
+		return nil, err
+	}
+	cfg.LocalID = id.serverID()
+
+	trans := c.Transport
+	if trans == nil {
+		_, trans = raft.NewInmemTransport(raft.ServerAddress(opts.NodeID))
+	}
+	addr := c.LocalAddr
+	if addr == "" {
+		addr = trans.LocalAddr()
+	}
+	if len(c.Peers) > 0 {
+		found := false
+		for _, p := range c.Peers {
+			found = found || (p.ID == opts.NodeID && p.Addr == addr)
+		}
+		if !found {
+			return nil, fmt.Errorf("meta: the peer list must name this node (%s at %s)", opts.NodeID, addr)
+		}
+	}
+	self := raft.Configuration{Servers: []raft.Server{{ID: cfg.LocalID, Address: addr, Suffrage: raft.Voter}}}
+	if has {
+		recover, err := needsRecovery(stored, id, addr)
+		if err != nil {
+			return nil, err
+		}
+		if recover {
+			// Rewrites the configuration to this node alone (a data directory of the
+			// single-node version, or a lone node that moved address), keeping every entry.
+			opts.Logger.Info("meta: rewriting the stored Raft configuration to this node alone", "was", fmt.Sprint(stored.Servers), "server_id", cfg.LocalID, "address", addr)
+			if err := raft.RecoverCluster(cfg, newFSM(), bolt, bolt, snaps, trans, self); err != nil {
+				return nil, fmt.Errorf("meta: recovering the stored Raft configuration: %w", err)
+			}
+		}
+	} else if len(c.Peers) == 0 && c.Join == "" && !c.WaitForAdd {
+		if err := raft.BootstrapCluster(cfg, bolt, bolt, snaps, trans, self); err != nil {
 			return nil, fmt.Errorf("meta: bootstrap: %w", err)
 		}
 	}
 	r, err := raft.NewRaft(cfg, f, bolt, bolt, snaps, trans)
 	if err != nil {
-		bolt.Close()
 		return nil, fmt.Errorf("meta: starting raft: %w", err)
 	}
-	return &Store{opts: opts, fsm: f, raft: r, bolt: bolt, trans: trans}, nil
+	s := &Store{opts: opts, id: id, addr: addr, fsm: f, raft: r, bolt: bolt, trans: trans, stop: make(chan struct{})}
+	s.ctl.init()
+	if !has {
+		switch {
+		case len(c.Peers) > 0:
+			s.goLoop(s.bootstrapLoop)
+		case c.Join != "":
+			s.goLoop(func() { s.joinLoop(c.Join) })
+		}
+	}
+	s.goLoop(s.readyLoop)
+	s.goLoop(s.controlLoop)
+	s.goLoop(s.heartbeatLoop)
+	return s, nil
 }
 
-// WaitReady blocks until this node leads and has applied every committed entry, so its
-// view of the topics is current. Destructive clean-up must wait for it.
-func (s *Store) WaitReady(ctx context.Context) error {
-	for {
-		if s.raft.State() == raft.Leader {
-			if err := s.raft.Barrier(s.opts.ApplyTimeout).Error(); err == nil {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: no leader: %v", ErrUnavailable, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+func (s *Store) goLoop(fn func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
+}
+
+// sleep waits d or until the store closes; false when it closed.
+func (s *Store) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.stop:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
 // AppliedIndex returns the index of the last Raft entry applied to the state.
 func (s *Store) AppliedIndex() uint64 { return s.raft.AppliedIndex() }
 
-// Leader reports whether this node leads the control plane.
+// Leader reports whether this node leads the control plane (is the controller).
 func (s *Store) Leader() bool { return s.raft.State() == raft.Leader }
 
 // NodeID returns this node's id.
 func (s *Store) NodeID() string { return s.opts.NodeID }
 
+// ServerID returns this node's Raft server id, "<node id>/<disk id>".
+func (s *Store) ServerID() string { return string(s.id.serverID()) }
+
+// Addr returns this node's cluster address.
+func (s *Store) Addr() raft.ServerAddress { return s.addr }
+
+// applyCmd writes a command through the controller: here when this node leads, else
+// forwarded to the leader. It waits up to ApplyTimeout for a controller, and passes a
+// write on again only when the node asked answered that it did not take it.
 func (s *Store) applyCmd(c command) (applyResult, error) {
 	// Never propose what Apply would refuse: a refused entry stops every replica.
 	if err := c.check(); err != nil {
 		return applyResult{}, fmt.Errorf("meta: %w", err)
 	}
+	if err := s.fsm.haltedErr(); err != nil {
+		return applyResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ApplyTimeout)
+	defer cancel()
+	var last error
+	for {
+		var res applyResult
+		err := ErrNotLeader
+		if s.Leader() {
+			res, err = s.applyLocal(c)
+		} else if addr, _ := s.raft.LeaderWithID(); addr != "" {
+			res, err = s.applyRemote(ctx, addr, c)
+		}
+		// Sent again only when certainly not taken: the node asked did not lead, or
+		// the request never reached it.
+		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNotDelivered) {
+			return res, err
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return applyResult{}, fmt.Errorf("%w: no controller took the write within %v (%v)", ErrUnavailable, s.opts.ApplyTimeout, last)
+		case <-s.stop:
+			return applyResult{}, fmt.Errorf("%w: closing", ErrUnavailable)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// applyLocal proposes c on this node, which must lead.
+func (s *Store) applyLocal(c command) (applyResult, error) {
 	b, err := encodeCommand(c)
 	if err != nil {
 		return applyResult{}, err
 	}
 	fut := s.raft.Apply(b, s.opts.ApplyTimeout)
 	if err := fut.Error(); err != nil {
-		return applyResult{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return applyResult{}, leaderErr(err)
 	}
 	res := fut.Response().(applyResult)
+	res.index = fut.Index()
 	return res, res.err
+}
+
+// applyRemote sends c to the controller at addr, then waits until this replica has
+// applied it, so the caller reads its own write.
+func (s *Store) applyRemote(ctx context.Context, addr raft.ServerAddress, c command) (applyResult, error) {
+	b, err := encodeCommand(c)
+	if err != nil {
+		return applyResult{}, err
+	}
+	resp, err := s.forward(ctx, addr, fwdRequest{Kind: kindApply, Cmd: b})
+	res := applyResult{clusterID: resp.ClusterID, index: resp.Index, err: err}
+	if resp.Topic != nil {
+		res.topic = *resp.Topic
+	}
+	if resp.User != nil {
+		res.user = *resp.User
+	}
+	if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNotDelivered) || (err != nil && resp.Index == 0) {
+		return res, err
+	}
+	if werr := s.waitApplied(ctx, resp.Index); werr != nil {
+		return res, werr
+	}
+	return res, err
+}
+
+// waitApplied waits until this replica has applied index.
+func (s *Store) waitApplied(ctx context.Context, index uint64) error {
+	for s.raft.AppliedIndex() < index {
+		if err := s.fsm.haltedErr(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: the write committed but this node has not applied it yet", ErrUnavailable)
+		case <-s.stop:
+			return fmt.Errorf("%w: closing", ErrUnavailable)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 func (s *Store) apply(c command) (Topic, error) {
@@ -244,12 +477,18 @@ func (s *Store) Topic(name string) (Topic, bool) { return s.fsm.topic(name) }
 // Topics returns every topic, sorted by name.
 func (s *Store) Topics() []Topic { return s.fsm.list() }
 
-// Close stops the Raft node and closes its stores.
+// Close stops the node's loops and its Raft node, and closes its stores.
 func (s *Store) Close() error {
-	err := s.raft.Shutdown().Error()
-	if cerr := s.bolt.Close(); err == nil {
-		err = cerr
-	}
+	var err error
+	s.closeMu.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		s.ready.Store(false)
+		err = s.raft.Shutdown().Error()
+		if cerr := s.bolt.Close(); err == nil {
+			err = cerr
+		}
+	})
 	return err
 }
 

@@ -556,7 +556,7 @@ export interface paths {
         put?: never;
         /**
          * Add a node to the cluster
-         * @description (Not yet available in this version: 501.)
+         * @description Admin only. The controller asks the node at `address` (its node-plane address) who it is, checks that it is `id`, and admits it: as a voter while fewer than five members vote, else as a non-voter. The node must have an empty data directory and be waiting to be added (or joining). 409 when another live member holds the id or the node is in a cluster of its own; 501 while this node has no node plane to reach it.
          */
         post: operations["joinMember"];
         delete?: never;
@@ -965,6 +965,16 @@ export interface components {
             /** @enum {string} */
             status: "alive" | "suspect" | "dead" | "joining" | "decommissioning";
             voter?: boolean;
+            /**
+             * Format: int32
+             * @description How many partition replicas this member holds.
+             */
+            partitions_held?: number;
+            /**
+             * Format: int32
+             * @description How many partitions this member leads.
+             */
+            partitions_led?: number;
         };
         MemberList: {
             members: components["schemas"]["Member"][];
@@ -972,6 +982,8 @@ export interface components {
         Cluster: {
             /** @description The node that answered. */
             node_id: string;
+            /** @description The cluster's id, made when it was bootstrapped (or when a single-node data directory was first opened by a clustering version). */
+            cluster_id?: string;
             /** @description The node that leads the control plane. */
             controller: string;
             members: components["schemas"]["Member"][];

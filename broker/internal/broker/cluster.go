@@ -1,0 +1,53 @@
+package broker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
+)
+
+// MemberInfo is a member of the cluster with the partitions it holds and leads.
+type MemberInfo struct {
+	meta.Member
+	PartitionsHeld int
+	PartitionsLed  int
+}
+
+// ClusterID returns the cluster's id ("" until the controller has made it).
+func (b *Broker) ClusterID() string { return b.meta.ClusterID() }
+
+// Controller returns the node id of the control plane's leader as this node knows it.
+func (b *Broker) Controller() string { return b.meta.Controller() }
+
+// Members lists the cluster's members as this node's replica of the metadata knows
+// them.
+func (b *Broker) Members() ([]MemberInfo, error) {
+	if err := b.ensureReady(); err != nil {
+		return nil, err
+	}
+	loads := b.meta.MemberLoads()
+	ms := b.meta.Members()
+	out := make([]MemberInfo, 0, len(ms))
+	for _, m := range ms {
+		l := loads[m.ID]
+		out = append(out, MemberInfo{Member: m, PartitionsHeld: l.Held, PartitionsLed: l.Led})
+	}
+	return out, nil
+}
+
+// AddMember admits the node nodeID listening at cluster address addr, through the
+// controller.
+func (b *Broker) AddMember(ctx context.Context, nodeID, addr string) error {
+	if err := b.ensureReady(); err != nil {
+		return err
+	}
+	err := b.meta.AddMember(ctx, nodeID, addr)
+	if errors.Is(err, meta.ErrNodeIDInUse) {
+		return &ConflictError{Msg: err.Error()}
+	}
+	if errors.Is(err, meta.ErrNoForwarder) {
+		return errors.Join(ErrNotImplemented, err)
+	}
+	return mapMetaErr(err)
+}

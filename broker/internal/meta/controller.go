@@ -1,0 +1,346 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// controller is the memory the Raft leader keeps to judge members' liveness. It is
+// not replicated: a new controller starts afresh, giving every member a full
+// SuspectAfter from its own election before judging it.
+type controller struct {
+	mu       sync.Mutex
+	leading  bool
+	since    time.Time            // when this node became controller
+	lastSeen map[string]time.Time // Raft server id → its last heartbeat
+}
+
+func (c *controller) init() { c.lastSeen = make(map[string]time.Time) }
+
+// lead marks the start of this node's term as controller (once per term).
+func (c *controller) lead() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.leading {
+		c.leading, c.since = true, time.Now()
+	}
+}
+
+// seen returns when the controller last heard from server sid (its election when never).
+func (c *controller) seen(sid string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.lastSeen[sid]; ok && t.After(c.since) {
+		return t
+	}
+	return c.since
+}
+
+// controlLoop runs the controller's duties while this node leads.
+func (s *Store) controlLoop() {
+	tick := max(s.opts.Cluster.HeartbeatInterval/2, 20*time.Millisecond)
+	for s.sleep(tick) {
+		if !s.Leader() {
+			s.ctl.mu.Lock()
+			s.ctl.leading = false
+			s.ctl.mu.Unlock()
+			continue
+		}
+		s.ctl.lead()
+		if err := s.controlTick(); err != nil && !errors.Is(err, ErrNotLeader) {
+			s.opts.Logger.Warn("meta: controller step failed; retrying", "err", err)
+		}
+	}
+}
+
+func (s *Store) configuration() (raft.Configuration, error) {
+	fut := s.raft.GetConfiguration()
+	if err := fut.Error(); err != nil {
+		return raft.Configuration{}, err
+	}
+	return fut.Configuration(), nil
+}
+
+// controlTick makes the cluster id (once), records the Raft configuration's servers as
+// members, judges liveness, and promotes non-voters while voters are missing.
+func (s *Store) controlTick() error {
+	conf, err := s.configuration()
+	if err != nil {
+		return err
+	}
+	self := s.ServerID()
+	if s.fsm.cluster() == "" {
+		// Bootstrap, or the first start of a data directory of the single-node version:
+		// the cluster gets its id, members, and its topics a placement.
+		var ms []Member
+		for _, srv := range conf.Servers {
+			ms = append(ms, s.memberOf(srv, srv.ID == raft.ServerID(self)))
+		}
+		if _, err := s.applyLocal(command{Op: "init_cluster", ClusterID: randomID() + randomID(), Members: ms}); err != nil {
+			return err
+		}
+	}
+	for _, srv := range conf.Servers {
+		want := s.memberOf(srv, string(srv.ID) == self)
+		m, ok := s.fsm.member(want.ID)
+		if ok && m.ServerID == want.ServerID {
+			want.Status, want.HTTPAddr = m.Status, m.HTTPAddr
+			if string(srv.ID) == self {
+				want.Status, want.HTTPAddr = StatusAlive, s.opts.Cluster.HTTPAddr
+			}
+		}
+		if ok && m == want {
+			continue
+		}
+		if _, err := s.applyLocal(command{Op: "set_member", Member: &want}); err != nil {
+			return err
+		}
+	}
+	now := time.Now()
+	c := s.opts.Cluster
+	for _, m := range s.fsm.memberList() {
+		if m.ServerID == self || m.Status == StatusDead || m.Status == StatusDecommissioning {
+			continue
+		}
+		age := now.Sub(s.ctl.seen(m.ServerID))
+		next := m.Status
+		switch {
+		case age > c.DeadAfter:
+			next = StatusDead
+		case age > c.SuspectAfter && m.Status == StatusAlive:
+			next = StatusSuspect
+		}
+		if next != m.Status {
+			s.opts.Logger.Warn("meta: member status changed", "member", m.ID, "from", m.Status, "to", next, "silent_for", age.Round(time.Millisecond))
+			if _, err := s.applyLocal(command{Op: "set_status", Name: m.ID, ServerID: m.ServerID, Status: next}); err != nil {
+				return err
+			}
+		}
+	}
+	return s.promote(conf)
+}
+
+// memberOf is the member record the configuration implies for srv (status joining
+// until it is heard from; this node is alive).
+func (s *Store) memberOf(srv raft.Server, self bool) Member {
+	m := Member{ID: nodeOfServer(string(srv.ID)), ServerID: string(srv.ID), ClusterAddr: string(srv.Address), Status: StatusJoining, Voter: srv.Suffrage == raft.Voter}
+	if self {
+		m.Status, m.HTTPAddr = StatusAlive, s.opts.Cluster.HTTPAddr
+	}
+	return m
+}
+
+// promote makes alive non-voters voters while the configuration has fewer than
+// MaxVoters voters (after a voter was removed).
+func (s *Store) promote(conf raft.Configuration) error {
+	voters := 0
+	for _, srv := range conf.Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	for _, srv := range conf.Servers {
+		if voters >= s.opts.Cluster.MaxVoters {
+			return nil
+		}
+		if srv.Suffrage == raft.Voter {
+			continue
+		}
+		if m, ok := s.fsm.member(nodeOfServer(string(srv.ID))); !ok || m.ServerID != string(srv.ID) || m.Status != StatusAlive {
+			continue
+		}
+		if err := s.raft.AddVoter(srv.ID, srv.Address, 0, s.opts.ApplyTimeout).Error(); err != nil {
+			return leaderErr(err)
+		}
+		voters++
+	}
+	return nil
+}
+
+// joinsAsVoter decides a new server's suffrage: a voter while the configuration has
+// fewer than maxVoters voters, else a non-voter (it replicates the metadata but does not
+// vote, so elections and commits stay quick).
+func joinsAsVoter(conf raft.Configuration, maxVoters int) bool {
+	voters := 0
+	for _, srv := range conf.Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	return voters < maxVoters
+}
+
+// admit adds a node to the cluster; the controller runs it.
+//
+// A node id is one member. When the node id joins with a new Raft server id (its data
+// directory was wiped, so its disk id is new), the old server is removed from the
+// configuration first, so the new one never stands in for a history it lost. That is
+// refused (ErrNodeIDInUse) while the old server is alive: heard from within
+// SuspectAfter, or it is this controller. A wiped node that restarts at once is thus
+// admitted once its old server has been silent for SuspectAfter; its join retries.
+func (s *Store) admit(ctx context.Context, j joinRequest) error {
+	if j.NodeID == "" || j.ClusterAddr == "" || nodeOfServer(j.ServerID) != j.NodeID || j.ServerID == j.NodeID {
+		return fmt.Errorf("meta: a join needs a node id, a server id \"<node id>/<disk id>\" and a cluster address (got %+v)", j)
+	}
+	conf, err := s.configuration()
+	if err != nil {
+		return leaderErr(err)
+	}
+	for _, srv := range conf.Servers {
+		if nodeOfServer(string(srv.ID)) != j.NodeID || string(srv.ID) == j.ServerID {
+			continue
+		}
+		age := time.Since(s.ctl.seen(string(srv.ID)))
+		if string(srv.ID) == s.ServerID() || age < s.opts.Cluster.SuspectAfter {
+			return fmt.Errorf("%w: node %s is a live member as Raft server %s (heard %v ago); a second node cannot take its id. If its data directory was wiped, it is admitted once the old server has been silent for %v",
+				ErrNodeIDInUse, j.NodeID, srv.ID, age.Round(time.Millisecond), s.opts.Cluster.SuspectAfter)
+		}
+		s.opts.Logger.Warn("meta: node rejoined with a new data directory; removing its old Raft server", "node", j.NodeID, "old", srv.ID, "new", j.ServerID)
+		if err := s.raft.RemoveServer(srv.ID, 0, s.opts.ApplyTimeout).Error(); err != nil {
+			return leaderErr(err)
+		}
+		if conf, err = s.configuration(); err != nil {
+			return leaderErr(err)
+		}
+	}
+	var present *raft.Server
+	for i, srv := range conf.Servers {
+		if string(srv.ID) == j.ServerID {
+			present = &conf.Servers[i]
+		}
+	}
+	voter := joinsAsVoter(conf, s.opts.Cluster.MaxVoters)
+	if present != nil {
+		voter = present.Suffrage == raft.Voter
+	}
+	if present == nil || present.Address != raft.ServerAddress(j.ClusterAddr) {
+		var fut raft.IndexFuture
+		if voter {
+			fut = s.raft.AddVoter(raft.ServerID(j.ServerID), raft.ServerAddress(j.ClusterAddr), 0, s.opts.ApplyTimeout)
+		} else {
+			fut = s.raft.AddNonvoter(raft.ServerID(j.ServerID), raft.ServerAddress(j.ClusterAddr), 0, s.opts.ApplyTimeout)
+		}
+		if err := fut.Error(); err != nil {
+			return leaderErr(err)
+		}
+	}
+	m := Member{ID: j.NodeID, ServerID: j.ServerID, ClusterAddr: j.ClusterAddr, HTTPAddr: j.HTTPAddr, Status: StatusJoining, Voter: voter}
+	if old, ok := s.fsm.member(j.NodeID); ok && old.ServerID == j.ServerID && old.Status == StatusAlive {
+		m.Status = StatusAlive
+	}
+	_, err = s.applyLocal(command{Op: "set_member", Member: &m})
+	return err
+}
+
+// addByAddress admits the node at a cluster address (POST /v1/cluster/members): it
+// asks that node who it is, checks it is the node id the operator named, and admits it.
+func (s *Store) addByAddress(ctx context.Context, a addRequest) error {
+	resp, err := s.forward(ctx, raft.ServerAddress(a.ClusterAddr), fwdRequest{Kind: kindIdentity})
+	if err != nil {
+		return err
+	}
+	info := resp.Info
+	switch {
+	case info == nil:
+		return fmt.Errorf("%w: %s did not say who it is", ErrUnavailable, a.ClusterAddr)
+	case info.NodeID != a.NodeID:
+		return &ConflictError{Msg: fmt.Sprintf("the node at %s is %q, not %q", a.ClusterAddr, info.NodeID, a.NodeID)}
+	}
+	if info.Formed {
+		if m, ok := s.fsm.member(a.NodeID); ok && m.ServerID == info.ServerID {
+			return nil // a member already
+		}
+		return &ConflictError{Msg: fmt.Sprintf("node %s at %s is in a cluster of its own already; start it with an empty data directory and the join option (or wait-for-add) to add it", a.NodeID, a.ClusterAddr)}
+	}
+	return s.admit(ctx, joinRequest{NodeID: info.NodeID, ServerID: info.ServerID, ClusterAddr: a.ClusterAddr, HTTPAddr: info.HTTPAddr})
+}
+
+// heard records a member's heartbeat; the controller runs it. A member that was
+// suspect, dead or joining is alive again. ErrMemberNotFound tells a node that is not a
+// member under that server id.
+func (s *Store) heard(b joinRequest) error {
+	s.ctl.mu.Lock()
+	s.ctl.lastSeen[b.ServerID] = time.Now()
+	s.ctl.mu.Unlock()
+	m, ok := s.fsm.member(b.NodeID)
+	if !ok || m.ServerID != b.ServerID {
+		return ErrMemberNotFound
+	}
+	if m.Status == StatusAlive && m.HTTPAddr == b.HTTPAddr || m.Status == StatusDecommissioning {
+		return nil
+	}
+	m.Status, m.HTTPAddr = StatusAlive, b.HTTPAddr
+	_, err := s.applyLocal(command{Op: "set_member", Member: &m})
+	return err
+}
+
+func (s *Store) self() joinRequest {
+	return joinRequest{NodeID: s.opts.NodeID, ServerID: s.ServerID(), ClusterAddr: string(s.addr), HTTPAddr: s.opts.Cluster.HTTPAddr}
+}
+
+// heartbeatLoop tells the controller, every HeartbeatInterval, that this node is alive.
+func (s *Store) heartbeatLoop() {
+	for s.sleep(s.opts.Cluster.HeartbeatInterval) {
+		if s.Leader() {
+			_ = s.heard(s.self())
+			continue
+		}
+		addr, _ := s.raft.LeaderWithID()
+		if addr == "" || s.opts.Cluster.Forwarder == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Cluster.HeartbeatInterval)
+		b := s.self()
+		_, err := s.forward(ctx, addr, fwdRequest{Kind: kindHeartbeat, Beat: &b})
+		cancel()
+		if err != nil && !errors.Is(err, ErrMemberNotFound) {
+			s.opts.Logger.Debug("meta: heartbeat to the controller failed", "controller", addr, "err", err)
+		}
+	}
+}
+
+// ClusterID returns the cluster's id ("" until the controller made it).
+func (s *Store) ClusterID() string { return s.fsm.cluster() }
+
+// Members returns the members as this node knows them, by id.
+func (s *Store) Members() []Member { return s.fsm.memberList() }
+
+// MemberLoads returns, per node id, the partitions it holds and leads.
+func (s *Store) MemberLoads() map[string]MemberLoad { return s.fsm.loads() }
+
+// Controller returns the node id of the controller as this node knows it ("" when
+// none is known).
+func (s *Store) Controller() string {
+	_, id := s.raft.LeaderWithID()
+	if id == "" {
+		return ""
+	}
+	return nodeOfServer(string(id))
+}
+
+// AddMember admits the node nodeID at cluster address addr through the controller.
+func (s *Store) AddMember(ctx context.Context, nodeID, addr string) error {
+	req := fwdRequest{Kind: kindAdd, Add: &addRequest{NodeID: nodeID, ClusterAddr: addr}}
+	if s.Leader() {
+		return fromWire(s.handle(ctx, req).Err)
+	}
+	leader, _ := s.raft.LeaderWithID()
+	if leader == "" {
+		return fmt.Errorf("%w: no controller known", ErrUnavailable)
+	}
+	_, err := s.forward(ctx, leader, req)
+	return err
+}
+
+// sortedServers orders a configuration's servers by id, so every node bootstrapping from
+// the same peers writes the same configuration.
+func sortedServers(ss []raft.Server) []raft.Server {
+	sort.Slice(ss, func(i, j int) bool { return ss[i].ID < ss[j].ID })
+	return ss
+}

@@ -1,0 +1,215 @@
+package meta
+
+import (
+	"sort"
+	"strings"
+)
+
+// MemberStatus is what the controller last concluded about a member.
+type MemberStatus string
+
+// Member statuses. The controller moves a member from alive to suspect when it has not
+// heard from it for Cluster.SuspectAfter, and to dead after Cluster.DeadAfter; a
+// heartbeat makes it alive again. A member is joining from its admission until its
+// first heartbeat. decommissioning is reserved for the decommission work.
+const (
+	StatusAlive           MemberStatus = "alive"
+	StatusSuspect         MemberStatus = "suspect"
+	StatusDead            MemberStatus = "dead"
+	StatusJoining         MemberStatus = "joining"
+	StatusDecommissioning MemberStatus = "decommissioning"
+)
+
+func (s MemberStatus) valid() bool {
+	switch s {
+	case StatusAlive, StatusSuspect, StatusDead, StatusJoining, StatusDecommissioning:
+		return true
+	}
+	return false
+}
+
+// Member is one node of the cluster as the control plane records it.
+type Member struct {
+	// ID is the node id (--node-id).
+	ID string `json:"id"`
+	// ServerID is the node's Raft identity, "<node id>/<disk id>": a node whose data
+	// directory was wiped comes back with a new one (see identity.go).
+	ServerID string `json:"server_id"`
+	// ClusterAddr is the node-plane address the Raft transport reaches it at.
+	ClusterAddr string `json:"cluster_addr"`
+	// HTTPAddr is the address it serves the HTTP API at, as it advertises it.
+	HTTPAddr string       `json:"http_addr,omitempty"`
+	Status   MemberStatus `json:"status"`
+	Voter    bool         `json:"voter"`
+}
+
+func (m Member) check() error {
+	if m.ID == "" || m.ServerID == "" || !m.Status.valid() {
+		return errBadMember
+	}
+	return nil
+}
+
+// Placement is where one partition lives: its replica set (node ids), the replica that
+// leads it, and an epoch that grows with every change of leader. For now every
+// partition has one replica, which leads it.
+type Placement struct {
+	Replicas []string `json:"replicas"`
+	Leader   string   `json:"leader"`
+	Epoch    uint64   `json:"epoch"`
+}
+
+// applyCluster applies init_cluster, set_member and set_status. Each is idempotent: the
+// same command applied again leaves the same state. Called with f.mu held.
+func (f *fsm) applyCluster(c command) applyResult {
+	switch c.Op {
+	case "init_cluster":
+		// The first one wins; a second (a controller that raced a change of leader)
+		// changes nothing.
+		if f.clusterID != "" {
+			return applyResult{clusterID: f.clusterID}
+		}
+		f.clusterID = c.ClusterID
+		for _, m := range c.Members {
+			if _, ok := f.members[m.ID]; !ok {
+				f.members[m.ID] = m
+			}
+		}
+		// Upgrade: topics of a single-node log have no placement; put each on the
+		// members now (on a cluster of one, this node).
+		for _, name := range f.sortedTopicNames() {
+			t := f.topics[name]
+			if len(t.Placement) == 0 {
+				t.Placement = f.place(t.Partitions)
+				f.topics[name] = t
+			}
+		}
+		return applyResult{clusterID: f.clusterID}
+	case "set_member":
+		f.members[c.Member.ID] = *c.Member
+		return applyResult{}
+	case "set_status":
+		m, ok := f.members[c.Name]
+		if !ok || (c.ServerID != "" && c.ServerID != m.ServerID) {
+			return applyResult{err: ErrMemberNotFound}
+		}
+		m.Status = c.Status
+		f.members[c.Name] = m
+		return applyResult{}
+	}
+	return applyResult{}
+}
+
+// place spreads n new partitions over the alive members, each on the member holding
+// the fewest partitions (ties by id), so they spread evenly. It reads only the
+// replicated state, so every replica computes the same placement. With no alive member
+// (a log from before init_cluster) the partitions stay unplaced until init_cluster.
+// Called with f.mu held.
+func (f *fsm) place(n int32) []Placement {
+	var live []string
+	for id, m := range f.members {
+		if m.Status == StatusAlive {
+			live = append(live, id)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	sort.Strings(live)
+	held := f.heldCounts()
+	out := make([]Placement, n)
+	for i := range out {
+		best := live[0]
+		for _, id := range live[1:] {
+			if held[id] < held[best] {
+				best = id
+			}
+		}
+		held[best]++
+		out[i] = Placement{Replicas: []string{best}, Leader: best, Epoch: 1}
+	}
+	return out
+}
+
+// heldCounts counts the partition replicas each node holds. Called with f.mu held.
+func (f *fsm) heldCounts() map[string]int {
+	held := make(map[string]int)
+	for _, t := range f.topics {
+		for _, p := range t.Placement {
+			for _, r := range p.Replicas {
+				held[r]++
+			}
+		}
+	}
+	return held
+}
+
+func (f *fsm) sortedTopicNames() []string {
+	names := make([]string, 0, len(f.topics))
+	for n := range f.topics {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (f *fsm) memberList() []Member {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]Member, 0, len(f.members))
+	for _, m := range f.members {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (f *fsm) member(id string) (Member, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	m, ok := f.members[id]
+	return m, ok
+}
+
+func (f *fsm) cluster() string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.clusterID
+}
+
+func (f *fsm) haltedErr() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.halted
+}
+
+// MemberLoad is how many partition replicas a member holds and how many it leads.
+type MemberLoad struct{ Held, Led int }
+
+func (f *fsm) loads() map[string]MemberLoad {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string]MemberLoad)
+	for _, t := range f.topics {
+		for _, p := range t.Placement {
+			for _, r := range p.Replicas {
+				l := out[r]
+				l.Held++
+				out[r] = l
+			}
+			l := out[p.Leader]
+			l.Led++
+			out[p.Leader] = l
+		}
+	}
+	return out
+}
+
+// nodeOfServer returns the node id part of a Raft server id "<node id>/<disk id>" (the
+// whole id for a server id of the single-node version, which was the node id).
+func nodeOfServer(sid string) string {
+	if i := strings.LastIndexByte(sid, '/'); i >= 0 {
+		return sid[:i]
+	}
+	return sid
+}

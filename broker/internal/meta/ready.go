@@ -1,0 +1,88 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Readiness: a node serves reads of the metadata, and takes destructive steps on them
+// (deleting a deleted topic's files), only once it knows a controller and has applied
+// every entry the controller had committed when the node asked. The controller itself
+// proves that with a Barrier; a follower asks the controller for its applied index
+// after a Barrier (a read index) and waits until it has applied that far. A node that
+// has known no controller for longer than SuspectAfter is not ready again until it has
+// caught up again.
+
+// Ready reports whether this node's metadata is current (see above).
+func (s *Store) Ready() bool { return s.ready.Load() && s.fsm.haltedErr() == nil }
+
+// WaitReady blocks until Ready or ctx ends; the error then says why (no controller, a
+// join refused, a halted state machine).
+func (s *Store) WaitReady(ctx context.Context) error {
+	for !s.Ready() {
+		if err := s.fsm.haltedErr(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			if p := s.joinErr.Load(); p != nil {
+				return fmt.Errorf("%w: not admitted to the cluster: %w", ErrUnavailable, *p)
+			}
+			return fmt.Errorf("%w: not caught up with a controller: %v", ErrUnavailable, ctx.Err())
+		case <-s.stop:
+			return fmt.Errorf("%w: closing", ErrUnavailable)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (s *Store) readyLoop() {
+	lastLeader := time.Now()
+	for s.sleep(10 * time.Millisecond) {
+		addr, _ := s.raft.LeaderWithID()
+		if addr == "" {
+			if s.ready.Load() && time.Since(lastLeader) > s.opts.Cluster.SuspectAfter {
+				s.opts.Logger.Warn("meta: no controller known; metadata reads are not current until one is", "for", time.Since(lastLeader).Round(time.Millisecond))
+				s.ready.Store(false)
+			}
+			continue
+		}
+		lastLeader = time.Now()
+		if s.ready.Load() {
+			continue
+		}
+		if err := s.catchUp(addr); err != nil {
+			s.opts.Logger.Debug("meta: not caught up yet", "err", err)
+			continue
+		}
+		s.ready.Store(true)
+	}
+}
+
+// catchUp returns once this node has applied what the controller at addr had applied
+// after a barrier.
+func (s *Store) catchUp(addr raft.ServerAddress) error {
+	if s.Leader() {
+		if err := s.raft.Barrier(s.opts.ApplyTimeout).Error(); err != nil {
+			return err
+		}
+		// The controller is ready once the cluster has its id and this node its member
+		// record (at once on a new cluster or a single-node directory's first start).
+		if m, ok := s.fsm.member(s.opts.NodeID); s.fsm.cluster() == "" || !ok || m.ServerID != s.ServerID() || m.Status != StatusAlive {
+			s.ctl.lead()
+			return s.controlTick()
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ApplyTimeout)
+	defer cancel()
+	resp, err := s.forward(ctx, addr, fwdRequest{Kind: kindReadIndex})
+	if err != nil {
+		return err
+	}
+	return s.waitApplied(ctx, resp.Index)
+}

@@ -1,0 +1,189 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// TestFollowerIsNotReadyUntilItConfirmedItCaughtUp: a node that was down while a topic
+// was made is not ready, though it knows a controller, until the controller told it
+// how far to apply and it applied that far.
+func TestFollowerIsNotReadyUntilItConfirmedItCaughtUp(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	down := ss[2]
+	if down.Leader() {
+		down = ss[1]
+	}
+	net.close(down)
+	l := leaderOf(ss...)
+	if _, err := l.CreateTopic(Topic{Name: "made-while-down", TopicConfig: TopicConfig{Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int32
+	net.mu.Lock()
+	net.refuse = func(kind string, addr raft.ServerAddress) error {
+		if kind == kindReadIndex {
+			refused.Add(1)
+			return errors.New("read index refused by the test")
+		}
+		return nil
+	}
+	net.mu.Unlock()
+	s, err := net.open(down.opts.Dir, down.NodeID(), down.addr, Cluster{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the restarted node knows the controller and asked it in vain", func() error {
+		if addr, _ := s.raft.LeaderWithID(); addr == "" || refused.Load() < 3 {
+			return fmt.Errorf("leader %q, %d refused", addr, refused.Load())
+		}
+		return nil
+	})
+	if s.Ready() {
+		t.Fatal("ready without having confirmed it caught up with the controller")
+	}
+	net.mu.Lock()
+	net.refuse = nil
+	net.mu.Unlock()
+	waitReady(t, s)
+	if _, ok := s.Topic("made-while-down"); !ok {
+		t.Fatal("ready but without the topic made while it was down")
+	}
+}
+
+// TestACommandFromANewerVersionHalts: an unknown command does not crash the node and is
+// not skipped: the state machine stops applying there, takes no snapshot, the node is
+// not ready and writes fail with ErrHalted, also after a restart (the log is replayed).
+func TestACommandFromANewerVersionHalts(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	if err := s.raft.Apply(frame([]byte(`{"op":"from_the_future"}`)), 5*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.raft.Apply(frame([]byte(`{"op":"create_topic","topic":{"name":"after","partitions":1}}`)), 5*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		if s.Ready() {
+			t.Fatal("ready with a halted state machine")
+		}
+		if _, ok := s.Topic("after"); ok {
+			t.Fatal("a command after the unknown one was applied")
+		}
+		if _, err := s.CreateTopic(Topic{Name: "x", TopicConfig: TopicConfig{Partitions: 1}}); !errors.Is(err, ErrHalted) {
+			t.Fatalf("write on a halted node: %v, want ErrHalted", err)
+		}
+		if _, err := s.fsm.Snapshot(); !errors.Is(err, ErrHalted) {
+			t.Fatalf("snapshot of a halted state: %v, want ErrHalted", err)
+		}
+	}
+	check()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if s, err = Open(Options{Dir: dir, NodeID: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.WaitReady(ctx); !errors.Is(err, ErrHalted) || !strings.Contains(err.Error(), "upgrade") {
+		t.Fatalf("WaitReady after a restart: %v, want ErrHalted saying to upgrade", err)
+	}
+	check()
+}
+
+// TestClusterCommandsAreIdempotentAndSnapshotted: init_cluster, set_member and
+// set_status applied twice leave the state they left once, and a snapshot carries the
+// cluster id, members and placements.
+func TestClusterCommandsAreIdempotentAndSnapshotted(t *testing.T) {
+	m1 := Member{ID: "a", ServerID: "a/1", ClusterAddr: "x", Status: StatusAlive, Voter: true}
+	m2 := Member{ID: "b", ServerID: "b/1", ClusterAddr: "y", Status: StatusAlive, Voter: true}
+	cmds := []command{
+		{Op: "create_topic", Topic: &Topic{Name: "old", TopicConfig: TopicConfig{Partitions: 2}}},
+		{Op: "init_cluster", ClusterID: "c1", Members: []Member{m1}},
+		{Op: "set_member", Member: &m2},
+		{Op: "create_topic", Topic: &Topic{Name: "new", TopicConfig: TopicConfig{Partitions: 4}}},
+		{Op: "set_status", Name: "b", ServerID: "b/1", Status: StatusSuspect},
+		{Op: "init_cluster", ClusterID: "c2", Members: []Member{m2}},
+	}
+	once, twice := newFSM(), newFSM()
+	for i, c := range cmds {
+		b, err := encodeCommand(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		once.Apply(&raft.Log{Index: uint64(i + 1), Data: b})
+		twice.Apply(&raft.Log{Index: uint64(i + 1), Data: b})
+		if c.Op != "create_topic" {
+			twice.Apply(&raft.Log{Index: uint64(i + 1), Data: b})
+		}
+	}
+	if once.cluster() != "c1" {
+		t.Fatalf("cluster id %q, want the first init's", once.cluster())
+	}
+	if fmt.Sprint(once.memberList(), once.list()) != fmt.Sprint(twice.memberList(), twice.list()) {
+		t.Fatalf("applied twice differs:\n%v\n%v", once.memberList(), twice.memberList())
+	}
+	old, _ := once.topic("old")
+	if len(old.Placement) != 2 || old.Placement[0].Leader != "a" {
+		t.Fatalf("old topic placed at init: %+v", old.Placement)
+	}
+	loads := once.loads()
+	if loads["a"].Held != 3 || loads["b"].Held != 3 || loads["a"].Led != 3 {
+		t.Fatalf("loads %+v: want the new topic's partitions spread to even out a and b", loads)
+	}
+	if m, _ := once.member("b"); m.Status != StatusSuspect {
+		t.Fatalf("member b %+v, want suspect", m)
+	}
+	// A status judged on an older server of the node does not apply.
+	b, _ := encodeCommand(command{Op: "set_status", Name: "b", ServerID: "b/0", Status: StatusDead})
+	once.Apply(&raft.Log{Index: 99, Data: b})
+	if m, _ := once.member("b"); m.Status != StatusSuspect {
+		t.Fatalf("a status for an old server applied: %+v", m)
+	}
+
+	snap, err := once.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	restored := newFSM()
+	if err := restored.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if restored.cluster() != "c1" || fmt.Sprint(restored.memberList(), restored.list()) != fmt.Sprint(once.memberList(), once.list()) {
+		t.Fatalf("restored state differs: %q %v %v", restored.cluster(), restored.memberList(), restored.list())
+	}
+}
+
+func TestJoinsAsVoterUpToMaxVoters(t *testing.T) {
+	var conf raft.Configuration
+	for i := 0; i < 6; i++ {
+		v := joinsAsVoter(conf, 5)
+		if want := i < 5; v != want {
+			t.Fatalf("server %d joins as voter %v, want %v", i+1, v, want)
+		}
+		sf := raft.Nonvoter
+		if v {
+			sf = raft.Voter
+		}
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(fmt.Sprint(i)), Suffrage: sf})
+	}
+}
