@@ -26,7 +26,7 @@ export { Message } from "./message.js";
 export type { MessageState, NackOptions, ExtendOptions, SettleOptions } from "./message.js";
 export { Envelope, ENVELOPE_FORMAT } from "./envelope.js";
 export type { EnvelopeOptions } from "./envelope.js";
-export { RetryTiers } from "./tiers.js";
+export { RetryTiers, dueTopic } from "./tiers.js";
 export type { RetryTier, RetryTiersOptions, TieredHandler, TieredMessage } from "./tiers.js";
 export { encodeBody, MAX_MESSAGE_BYTES } from "./body.js";
 export type { Body, EncodedBody, SelfEncoding } from "./body.js";

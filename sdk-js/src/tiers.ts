@@ -1,18 +1,36 @@
 import type { Client } from "./client.js";
 import type { ConsumeOptions, Consumer, Handler, HandlerContext } from "./consumer.js";
 import { Envelope } from "./envelope.js";
+import { ConflictError, NaradError } from "./errors.js";
 import type { Message } from "./message.js";
 import type { CallOptions } from "./options.js";
 import type { TopicSettings } from "./types.js";
 import { utf8Decode } from "./internal/util.js";
 
-/** RetryTier is one delay step: a plain topic where failed messages wait `delayMs`. */
+/**
+ * RetryTier is one delay step. `topic` is the tier's retry topic: failed messages are
+ * produced there and nobody consumes it. Its delay child (`due`) receives each of them
+ * `delayMs` after the broker stored it, and the tier's consumer reads the child. The
+ * broker does the waiting, in the retry topic's log: a waiting message holds no lease,
+ * so it takes none of the in-flight slots (`maxInFlightPerPartition`) and nothing
+ * blocks behind it.
+ */
 export interface RetryTier {
-  /** The tier's topic. */
+  /** The retry topic failed messages are produced to. */
   topic: string;
-  /** How long a message waits in this tier before it is handled again, in ms. */
+  /** How long a message waits in this tier (the delay child's fan-out delay), in ms. */
   delayMs: number;
+  /** The delay child of `topic` the tier's consumer reads; default `${topic}.due`. */
+  due?: string;
 }
+
+/** dueTopic returns the delay child a tier's consumer reads: `tier.due`, or `${tier.topic}.due`. */
+export function dueTopic(tier: RetryTier): string {
+  return tier.due || `${tier.topic}.due`;
+}
+
+/** A retry topic keeps its messages this long past its delay (the broker wants an hour at least). */
+const RETRY_RETENTION_MARGIN_MS = 2 * 3600_000;
 
 /** RetryTiersOptions configure {@link RetryTiers}. */
 export interface RetryTiersOptions {
@@ -37,16 +55,22 @@ export type TieredHandler = (m: TieredMessage, ctx: HandlerContext) => Promise<v
 
 /**
  * RetryTiers routes failed messages through delay tiers and finally to a parking topic,
- * all in user space on plain topics, with the opt-in {@link Envelope}:
+ * all in user space on plain topics and delay children, with the opt-in
+ * {@link Envelope}; the same topics and envelope as the Go and Python SDKs, so they can
+ * share them:
  *
- * - a handler failure on the main topic (attempt 1) re-produces the message to tier 1
- *   with `attempt` 2 and `notBefore` = now + tier 1's delay, then acks the original;
- * - a tier's consumer holds early messages back with a delayed nack until `notBefore`,
- *   then runs the same handler; a failure moves the message to the next tier;
+ * - a handler failure on the main topic (attempt 1) re-produces the message to tier 1's
+ *   retry topic with `attempt` 2 (and `notBefore` = now + tier 1's delay, for
+ *   information), then acks the original;
+ * - the broker copies it to the tier's delay child ({@link dueTopic}) the tier's delay
+ *   after it stored it; the tier's consumer runs the same handler there, and a failure
+ *   moves the message to the next tier;
  * - after the last tier it goes to the parking topic with its last error, for people
  *   (or a repair job) to look at.
  *
- * The envelope's id stays the same all the way, so handlers can deduplicate.
+ * The envelope's id stays the same all the way, so handlers can deduplicate. No message
+ * is held leased while it waits (a delayed nack would fill the in-flight cap and stall
+ * the ready messages behind it).
  */
 export class RetryTiers {
   /** The configuration. */
@@ -61,10 +85,45 @@ export class RetryTiers {
     this.options = options;
   }
 
-  /** ensureTopics creates the main, tier and parking topics that do not exist yet. */
+  /**
+   * ensureTopics creates, with `settings`, the main and parking topics and each tier's
+   * retry topic and delay child, those that do not exist yet. A retry topic keeps its
+   * messages for its delay plus two hours unless `settings` keeps them longer. A due
+   * topic that exists but is not the delay child its tier needs (another parent or
+   * delay) is refused with a {@link ConflictError}: a delay child keeps the delay it was
+   * made with.
+   */
   async ensureTopics(settings: TopicSettings = {}, opts?: CallOptions): Promise<void> {
-    const names = [this.options.topic, ...this.options.tiers.map((t) => t.topic), this.options.parkingTopic];
-    for (const name of names) await this.client.ensureTopic({ ...settings, name }, opts);
+    for (const name of [this.options.topic, this.options.parkingTopic]) await this.client.ensureTopic({ ...settings, name }, opts);
+    for (const tier of this.options.tiers) {
+      const keep = tier.delayMs + RETRY_RETENTION_MARGIN_MS;
+      const retentionMs = settings.retentionMs !== undefined && settings.retentionMs >= keep ? settings.retentionMs : keep;
+      await this.client.ensureTopic({ ...settings, retentionMs, name: tier.topic }, opts);
+      await this.ensureDelayChild(tier, settings, opts);
+    }
+  }
+
+  /** ensureDelayChild creates the tier's due topic as its retry topic's delay child, or checks that it already is one. */
+  private async ensureDelayChild(tier: RetryTier, settings: TopicSettings, opts?: CallOptions): Promise<void> {
+    const due = dueTopic(tier);
+    try {
+      await this.client.createDelayChild(tier.topic, due, tier.delayMs, settings, opts);
+      return;
+    } catch (e) {
+      if (!(e instanceof NaradError && e.kind === "Conflict")) throw e;
+      const info = await this.client.getTopic(due, opts);
+      if (info.parent === tier.topic && (info.fanoutDelayMs ?? 0) === tier.delayMs) return;
+      throw new ConflictError(
+        `retry tier ${tier.topic}: ${due} exists as a child of ${JSON.stringify(info.parent)} with delay ${info.fanoutDelayMs ?? 0} ms, ` +
+          `not of ${JSON.stringify(tier.topic)} with ${tier.delayMs} ms; delete it or name another due topic`,
+        { code: e.code, status: e.status, cause: e },
+      );
+    }
+  }
+
+  /** consumedTopics lists the topics {@link RetryTiers.consume} reads: the main topic, then each tier's due topic. */
+  consumedTopics(): string[] {
+    return [this.options.topic, ...this.options.tiers.map(dueTopic)];
   }
 
   /** envelopeOf returns a message's envelope, wrapping a plain message as attempt 1. */
@@ -108,16 +167,16 @@ export class RetryTiers {
     return { topic, envelope: next };
   }
 
-  /** wrap turns a tiered handler into a consumer handler that holds early messages back and routes failures. */
+  /**
+   * handler turns a tiered handler into a consumer handler for the main topic and every
+   * due topic: it runs `handler` and routes a failure to the next tier or to parking,
+   * then acks. When the lease is lost or the consumer stops, the failure is left to
+   * redelivery instead. It does not hold messages whose `notBefore` is still ahead: the
+   * waiting is the delay children's.
+   */
   handler(handler: TieredHandler): Handler {
     return async (message, ctx) => {
       const envelope = this.envelopeOf(message);
-      const wait = envelope.notBefore !== undefined ? envelope.notBefore - Date.now() : 0;
-      if (wait > 0) {
-        // Not due yet: give it back to come round again when it is.
-        await message.nack({ delayMs: wait });
-        return;
-      }
       try {
         await handler({ message, envelope }, ctx);
       } catch (e) {
@@ -129,12 +188,13 @@ export class RetryTiers {
   }
 
   /**
-   * consume starts one consumer on the main topic and one on each tier, all running
-   * `handler`; stop them together with the returned function (or stop each).
+   * consume starts one consumer on the main topic and one on each tier's due topic
+   * ({@link RetryTiers.consumedTopics}), all running `handler`; stop them together with
+   * the returned function (or stop each).
    */
   consume(handler: TieredHandler, opts: ConsumeOptions = {}): { consumers: Consumer[]; stop: () => Promise<void> } {
     const h = this.handler(handler);
-    const consumers = [this.options.topic, ...this.options.tiers.map((t) => t.topic)].map((t) => this.client.consume(t, h, opts));
+    const consumers = this.consumedTopics().map((t) => this.client.consume(t, h, opts));
     return { consumers, stop: async () => void (await Promise.all(consumers.map((c) => c.stop()))) };
   }
 }

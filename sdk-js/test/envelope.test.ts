@@ -89,7 +89,7 @@ describe("retry tiers", () => {
     await client.produce(main, { ok: true });
     await waitFor(() => seen.length === 4, "the plain message");
     await stop();
-    for (const t of [main, `${main}.retry1`, `${main}.retry2`]) {
+    for (const t of tiers.consumedTopics()) {
       const d = await client.getTopic(t);
       assert.equal(d.partitionStats[0]?.backlog, 0, `${t} is settled`);
     }

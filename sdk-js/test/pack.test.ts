@@ -33,7 +33,7 @@ after(async () => {
 describe("npm pack", () => {
   it("packs a built package from sources alone, and the quick start runs from the installed tarball", async () => {
     const checkout = join(work, "checkout");
-    for (const f of ["package.json", "package-lock.json", "README.md", "tsconfig.json", "tsconfig.build.json", "src", "scripts"]) {
+    for (const f of ["package.json", "package-lock.json", "README.md", "tsconfig.json", "tsconfig.build.json", "tsconfig.testing.json", "src", "scripts"]) {
       cpSync(join(pkgDir, f), join(checkout, f), { recursive: true });
     }
     symlinkSync(join(pkgDir, "node_modules"), join(checkout, "node_modules"), "dir"); // the pinned TypeScript
@@ -53,5 +53,18 @@ describe("npm pack", () => {
     writeFileSync(file, quickStart(readFileSync(join(pkgDir, "README.md"), "utf8")));
     const { stdout } = await run(process.execPath, [file], { cwd: app, env: { ...process.env, NARAD_URL: broker.url }, timeout: 60_000 });
     assert.match(stdout, /got order 42/);
+
+    // The test-server helper ships too, and starts a broker from NARAD_BIN.
+    const t = join(app, "testing.mjs");
+    writeFileSync(
+      t,
+      'import { startNarad } from "@narad/client/testing";\n' +
+        "const n = await startNarad();\n" +
+        'const r = await fetch(n.url + "/readyz");\n' +
+        'console.log("ready", r.status);\n' +
+        "await n.stop();\n",
+    );
+    const ts = await run(process.execPath, [t], { cwd: app, env: process.env, timeout: 90_000 });
+    assert.match(ts.stdout, /ready 200/);
   });
 });

@@ -18,7 +18,7 @@ const version = JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8")).v
 
 const CAPABILITIES = [
   "produce", "produce_batch", "publisher", "publisher.nonblocking", "receive", "ack", "nack", "extend",
-  "consume", "consume.panic", "replay", "replay.time", "topics", "children", "close",
+  "consume", "consume.panic", "consume.dead_letter", "replay", "replay.time", "topics", "children", "close",
 ];
 
 const clients = new Map();
@@ -176,6 +176,8 @@ function startConsumer(a) {
   if (a.max_lease_ms != null) opts.maxLeaseMs = a.max_lease_ms;
   if (a.grace_ms != null) opts.shutdownGraceMs = a.grace_ms;
   if (a.renew === false) opts.leaseRenewal = false;
+  if (a.max_deliveries) opts.maxDeliveries = a.max_deliveries;
+  if (a.dead_letter_topic != null) opts.deadLetterTopic = a.dead_letter_topic;
   const st = { stopping: false, consumer: undefined, error: null };
   consumers.set(cname, st);
   byTopic.set(`${a.client || "default"}\u0000${a.topic}`, cname);
