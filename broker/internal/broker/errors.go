@@ -3,6 +3,9 @@ package broker
 import (
 	"errors"
 	"fmt"
+
+	"github.com/narad-mq/narad/broker/internal/partition"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
 
 // ErrTopicNotFound means no topic of that name exists.
@@ -87,3 +90,28 @@ func invalid(code, format string, args ...any) error {
 type ConflictError struct{ Msg string }
 
 func (e *ConflictError) Error() string { return e.Msg }
+
+func (b *Broker) partitionErr(err error, op string) error {
+	switch {
+	case errors.Is(err, partition.ErrClosed):
+		if b.closing.Load() {
+			return ErrUnavailable
+		}
+		return ErrTopicNotFound // deleted while the request ran
+	case errors.Is(err, partition.ErrCorrupt):
+		b.metrics.StorageErrors.WithLabelValues("corrupt_record").Inc()
+		return errors.Join(ErrCorrupt, err)
+	case errors.Is(err, partition.ErrDiskFull):
+		b.metrics.StorageErrors.WithLabelValues(op + "_disk_full").Inc()
+		b.log.Error("disk full: a write was refused; free space on the data volume", "op", op)
+		return errors.Join(ErrDiskFull, err)
+	case errors.Is(err, partition.ErrStorage):
+		b.metrics.StorageErrors.WithLabelValues(op).Inc()
+		if errors.Is(err, segment.ErrNotUndone) {
+			b.log.Error("a failed write could not be undone; its records may reappear after a restart", "op", op, "err", err)
+			return errors.Join(ErrStorage, ErrMaybeStored, err)
+		}
+		return errors.Join(ErrStorage, err)
+	}
+	return err
+}

@@ -345,25 +345,19 @@ func (c *copier) copy(pp int, recs []segment.Record) error {
 		groups[cp] = append(groups[cp], segment.Record{Key: r.Key, Value: r.Value, Attrs: r.Attrs})
 	}
 	next := recs[len(recs)-1].Offset + 1
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
-	for cp, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := c.child.parts[cp].Append(g)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				firstErr = errors.Join(firstErr, err)
-				return
-			}
-			sent[cp] = next
-			c.b.metrics.FanoutCopied.WithLabelValues(c.child.name).Add(float64(len(g)))
-		}()
-	}
-	wg.Wait()
+	forEachPartition(groups, func(cp int, g []segment.Record) {
+		_, err := c.child.parts[cp].Append(g)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			firstErr = errors.Join(firstErr, err)
+			return
+		}
+		sent[cp] = next
+		c.b.metrics.FanoutCopied.WithLabelValues(c.child.name).Add(float64(len(g)))
+	})
 	return firstErr
 }
 
