@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
@@ -75,13 +76,13 @@ var ErrNotImplemented = errors.New("not implemented")
 // InvalidError is a request the broker refuses as malformed; Code is the API error code
 // and the message says what to change.
 type InvalidError struct {
-	Code string
+	Code apigen.ErrorCode
 	Msg  string
 }
 
 func (e *InvalidError) Error() string { return e.Msg }
 
-func invalid(code, format string, args ...any) error {
+func invalid(code apigen.ErrorCode, format string, args ...any) error {
 	return &InvalidError{Code: code, Msg: fmt.Sprintf(format, args...)}
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
@@ -437,7 +438,7 @@ var attachHook func()
 
 func checkDelay(delayMs int64) error {
 	if delayMs < 0 || delayMs > 365*24*3600*1000 {
-		return invalid("invalid_parameter", "fanout_delay_ms must be between 1 ms and 1 year (0 for no delay), got %d", delayMs)
+		return invalid(apigen.ErrorCodeInvalidParameter, "fanout_delay_ms must be between 1 ms and 1 year (0 for no delay), got %d", delayMs)
 	}
 	return nil
 }

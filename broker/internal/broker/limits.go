@@ -3,6 +3,8 @@ package broker
 import (
 	"errors"
 	"time"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
 )
 
 // Limits of the API.
@@ -40,7 +42,7 @@ func ValidTopicName(name string) bool {
 
 func checkName(name string) error {
 	if !ValidTopicName(name) {
-		return invalid("invalid_name", "topic name %q is invalid: use 1 to 249 characters of a-z A-Z 0-9 . _ - (not . or ..)", truncate(name, 64))
+		return invalid(apigen.ErrorCodeInvalidName, "topic name %q is invalid: use 1 to 249 characters of a-z A-Z 0-9 . _ - (not . or ..)", truncate(name, 64))
 	}
 	return nil
 }
@@ -54,7 +56,7 @@ func truncate(s string, n int) string {
 
 func checkRange[T int32 | int64](field string, v *T, lo, hi T) error {
 	if v != nil && (*v < lo || *v > hi) {
-		return invalid("invalid_parameter", "%s must be between %d and %d, got %d", field, lo, hi, *v)
+		return invalid(apigen.ErrorCodeInvalidParameter, "%s must be between %d and %d, got %d", field, lo, hi, *v)
 	}
 	return nil
 }

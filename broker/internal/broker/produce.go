@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/jsondepth"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
@@ -57,10 +58,10 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 	n := len(t.parts)
 	for i, m := range msgs {
 		if m.Partition >= int32(n) {
-			return nil, invalid("invalid_parameter", "message %d: partition %d does not exist; topic %q has partitions 0 to %d", i, m.Partition, name, n-1)
+			return nil, invalid(apigen.ErrorCodeInvalidParameter, "message %d: partition %d does not exist; topic %q has partitions 0 to %d", i, m.Partition, name, n-1)
 		}
 		if len(m.Key) > MaxKeyBytes {
-			return nil, invalid("invalid_parameter", "message %d: key is %d bytes; the limit is %d", i, len(m.Key), MaxKeyBytes)
+			return nil, invalid(apigen.ErrorCodeInvalidParameter, "message %d: key is %d bytes; the limit is %d", i, len(m.Key), MaxKeyBytes)
 		}
 	}
 	if m := t.cur.Load(); m.Parent != "" && m.FanoutDelayMs > 0 {
@@ -79,7 +80,7 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 				continue
 			}
 			if jsondepth.Exceeds(m.Value, MaxPayloadDepth) {
-				return nil, invalid("invalid_payload", "message %d: the payload is JSON nested more than %d levels deep; flatten it", i, MaxPayloadDepth)
+				return nil, invalid(apigen.ErrorCodeInvalidPayload, "message %d: the payload is JSON nested more than %d levels deep; flatten it", i, MaxPayloadDepth)
 			}
 			if !cloned {
 				msgs, cloned = slices.Clone(msgs), true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/queue"
@@ -80,7 +81,7 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 			return meta.Topic{}, err
 		}
 	} else if s.FanoutDelayMs != nil {
-		return meta.Topic{}, invalid("invalid_parameter", "fanout_delay_ms goes with parent")
+		return meta.Topic{}, invalid(apigen.ErrorCodeInvalidParameter, "fanout_delay_ms goes with parent")
 	}
 	if err := checkDelay(orDefault(s.FanoutDelayMs, 0)); err != nil {
 		return meta.Topic{}, err

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/jsondepth"
 )
@@ -22,7 +23,7 @@ func payloadKind(contentType string, body []byte) (uint16, error) {
 		var err error
 		mt, _, err = mime.ParseMediaType(contentType)
 		if err != nil {
-			return 0, newErr(http.StatusBadRequest, "bad_request", "the Content-Type header is malformed: "+err.Error())
+			return 0, newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "the Content-Type header is malformed: "+err.Error())
 		}
 	}
 	switch {
@@ -31,7 +32,7 @@ func payloadKind(contentType string, body []byte) (uint16, error) {
 		// strings through, and serving them back verbatim would break every response
 		// they are part of.
 		if !json.Valid(body) || !utf8.Valid(body) {
-			return 0, newErr(http.StatusBadRequest, "invalid_payload", "the body is not valid JSON but Content-Type says it is; fix the JSON or send application/octet-stream")
+			return 0, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidPayload, "the body is not valid JSON but Content-Type says it is; fix the JSON or send application/octet-stream")
 		}
 		if jsondepth.Exceeds(body, MaxPayloadDepth) {
 			return 0, tooDeep("")
@@ -39,7 +40,7 @@ func payloadKind(contentType string, body []byte) (uint16, error) {
 		return kindJSON, nil
 	case strings.HasPrefix(mt, "text/"):
 		if !utf8.Valid(body) {
-			return 0, newErr(http.StatusBadRequest, "invalid_payload", "the body is not valid UTF-8 but Content-Type says text; send application/octet-stream for bytes")
+			return 0, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidPayload, "the body is not valid UTF-8 but Content-Type says text; send application/octet-stream for bytes")
 		}
 		return kindText, nil
 	case mt == "application/octet-stream":

@@ -79,7 +79,7 @@ func readPayload(r io.Reader) ([]byte, error) {
 		if errors.As(err, &mbe) {
 			return nil, tooLarge()
 		}
-		return nil, newErr(http.StatusBadRequest, "bad_request", "reading the body failed: "+err.Error())
+		return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "reading the body failed: "+err.Error())
 	}
 	if n > MaxPayloadBytes {
 		return nil, tooLarge()
@@ -91,17 +91,17 @@ func readPayload(r io.Reader) ([]byte, error) {
 // JSON payloads, and recursive decoders give up on deep nesting (Python's json near
 // 1,000 levels): a message none of them can decode could never be settled.
 func tooDeep(at string) *apiError {
-	return newErr(http.StatusBadRequest, "invalid_payload", at+"the JSON payload nests arrays and objects more than "+strconv.Itoa(MaxPayloadDepth)+" levels deep; flatten it, or send it as bytes (application/octet-stream, or payload_encoding base64)")
+	return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidPayload, at+"the JSON payload nests arrays and objects more than "+strconv.Itoa(MaxPayloadDepth)+" levels deep; flatten it, or send it as bytes (application/octet-stream, or payload_encoding base64)")
 }
 
 func tooLarge() *apiError {
-	return newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "a message is at most 1 MiB (1048576 bytes); split it or store it elsewhere and send a reference")
+	return newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, "a message is at most 1 MiB (1048576 bytes); split it or store it elsewhere and send a reference")
 }
 
 func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchRequestObject) (apigen.ProduceBatchResponseObject, error) {
 	msgs := r.Body.Messages
 	if len(msgs) == 0 || len(msgs) > broker.MaxBatch {
-		return nil, newErr(http.StatusBadRequest, "bad_request", "a batch holds 1 to 1000 messages, got "+strconv.Itoa(len(msgs)))
+		return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "a batch holds 1 to 1000 messages, got "+strconv.Itoa(len(msgs)))
 	}
 	out := make([]broker.Outgoing, len(msgs))
 	// One buffer holds every base64 payload's bytes: one allocation, not one each.
@@ -120,10 +120,10 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 			return nil, badParam(at + err.(*apiError).msg)
 		}
 		if len(m.Payload) == 0 {
-			return nil, newErr(http.StatusBadRequest, "invalid_json", at+"payload is required")
+			return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, at+"payload is required")
 		}
 		if !utf8.Valid(m.Payload) {
-			return nil, newErr(http.StatusBadRequest, "invalid_payload", at+"payload holds invalid UTF-8; JSON text is UTF-8 (send bytes with payload_encoding base64)")
+			return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidPayload, at+"payload holds invalid UTF-8; JSON text is UTF-8 (send bytes with payload_encoding base64)")
 		}
 		o := broker.Outgoing{Key: key, Partition: part, Value: m.Payload, Attrs: kindJSON}
 		if m.PayloadEncoding == nil && jsondepth.Exceeds(m.Payload, MaxPayloadDepth) {
@@ -131,23 +131,23 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 		}
 		if m.PayloadEncoding != nil {
 			if *m.PayloadEncoding != apigen.OutgoingMessagePayloadEncodingBase64 {
-				return nil, newErr(http.StatusBadRequest, "invalid_json", at+"payload_encoding must be \"base64\"")
+				return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, at+"payload_encoding must be \"base64\"")
 			}
 			str, ok := jsonStringBytes(m.Payload)
 			if !ok {
-				return nil, newErr(http.StatusBadRequest, "invalid_payload", at+"with payload_encoding base64 the payload must be a base64 string")
+				return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidPayload, at+"with payload_encoding base64 the payload must be a base64 string")
 			}
 			start := len(b64buf)
 			b64buf = slices.Grow(b64buf, base64.StdEncoding.DecodedLen(len(str)))
 			n, err := base64.StdEncoding.Decode(b64buf[start:start+base64.StdEncoding.DecodedLen(len(str))], str)
 			if err != nil {
-				return nil, newErr(http.StatusBadRequest, "invalid_payload", at+"payload is not valid standard base64: "+err.Error())
+				return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidPayload, at+"payload is not valid standard base64: "+err.Error())
 			}
 			b64buf = b64buf[:start+n]
 			o.Value, o.Attrs = b64buf[start:start+n:start+n], kindBinary
 		}
 		if len(o.Value) > MaxPayloadBytes {
-			return nil, newErr(http.StatusRequestEntityTooLarge, "payload_too_large", at+"a message is at most 1 MiB")
+			return nil, newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, at+"a message is at most 1 MiB")
 		}
 		out[i] = o
 	}

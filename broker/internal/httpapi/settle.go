@@ -27,7 +27,7 @@ func (h *handlers) Ack(ctx context.Context, r apigen.AckRequestObject) (apigen.A
 func (h *handlers) AckBatch(ctx context.Context, r apigen.AckBatchRequestObject) (apigen.AckBatchResponseObject, error) {
 	acks := r.Body.Acks
 	if len(acks) == 0 || len(acks) > broker.MaxBatch {
-		return nil, newErr(http.StatusBadRequest, "bad_request", "an ack batch holds 1 to 1000 entries, got "+strconv.Itoa(len(acks)))
+		return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "an ack batch holds 1 to 1000 entries, got "+strconv.Itoa(len(acks)))
 	}
 	// A batch for a topic that does not exist fails whole, like every other topic route.
 	if err := h.b.Exists(r.Topic); err != nil {
@@ -68,5 +68,5 @@ func setAckResult(r *apigen.AckResult, err error) {
 	r.Error = &struct {
 		Code    apigen.ErrorCode `json:"code"`
 		Message string           `json:"message"`
-	}{Code: apigen.ErrorCode(ae.code), Message: ae.msg}
+	}{Code: ae.code, Message: ae.msg}
 }
