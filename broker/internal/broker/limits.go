@@ -9,17 +9,17 @@ import (
 
 // Limits of the API.
 const (
-	MaxTopicNameLen  = 249
-	MaxPartitions    = 256
-	MaxKeyBytes      = 1024
-	MaxPayloadDepth  = 128 // nesting of a JSON payload's arrays and objects
-	MaxVisibility    = 12 * time.Hour
-	MinVisibility    = 100 * time.Millisecond
-	MaxWait          = 20 * time.Second
-	MaxBatch         = 1000
-	MinRetentionMs   = 1000
-	MaxRetentionMs   = 10 * 365 * 24 * 3600 * 1000
-	MaxCapPerPartion = 1_000_000
+	MaxTopicNameLen    = 249
+	MaxPartitions      = 256
+	MaxKeyBytes        = 1024
+	MaxPayloadDepth    = 128 // nesting of a JSON payload's arrays and objects
+	MaxVisibility      = 12 * time.Hour
+	MinVisibility      = 100 * time.Millisecond
+	MaxWait            = 20 * time.Second
+	MaxBatch           = 1000
+	MinRetentionMs     = 1000
+	MaxRetentionMs     = 10 * 365 * 24 * 3600 * 1000
+	MaxCapPerPartition = 1_000_000
 	// MaxConsumeBytes bounds the key and payload bytes one consume-batch answer carries
 	// (the first message always goes, whatever its size); messages past it stay queued.
 	MaxConsumeBytes = 8 << 20
@@ -65,8 +65,8 @@ func checkSettings(retention, visibility *int64, inFlight, ackedAhead *int32) er
 	return errors.Join(
 		checkRange("retention_ms", retention, MinRetentionMs, MaxRetentionMs),
 		checkRange("visibility_timeout_ms", visibility, int64(MinVisibility/time.Millisecond), int64(MaxVisibility/time.Millisecond)),
-		checkRange("max_in_flight_per_partition", inFlight, 1, MaxCapPerPartion),
-		checkRange("max_acked_ahead_per_partition", ackedAhead, 1, MaxCapPerPartion),
+		checkRange("max_in_flight_per_partition", inFlight, 1, MaxCapPerPartition),
+		checkRange("max_acked_ahead_per_partition", ackedAhead, 1, MaxCapPerPartition),
 	)
 }
 
