@@ -155,7 +155,7 @@ func (c config) validate() error {
 	case c.Partitions < 1 || c.Partitions > broker.MaxPartitions:
 		return fmt.Errorf("--default-partitions must be 1 to %d", broker.MaxPartitions)
 	case c.Visibility < broker.MinVisibility || c.Visibility > broker.MaxVisibility:
-		return fmt.Errorf("--default-visibility-timeout must be 100ms to 12h")
+		return fmt.Errorf("--default-visibility-timeout must be %s to %s", broker.ShortDuration(broker.MinVisibility), broker.ShortDuration(broker.MaxVisibility))
 	case c.Retention < time.Second:
 		return fmt.Errorf("--default-retention must be at least 1s")
 	case c.MaxInFlight < 1 || c.MaxAckedAhead < 1:

@@ -90,7 +90,7 @@ func serve(args []string) (err error) {
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      broker.MaxWait + 40*time.Second,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    httpapi.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		Protocols:         serverProtocols(),
 	}

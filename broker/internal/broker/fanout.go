@@ -437,7 +437,7 @@ func (b *Broker) AttachChild(ctx context.Context, parent, child string, delayMs 
 var attachHook func()
 
 func checkDelay(delayMs int64) error {
-	if delayMs < 0 || delayMs > 365*24*3600*1000 {
+	if delayMs < 0 || delayMs > MaxFanoutDelayMs {
 		return invalid(apigen.ErrorCodeInvalidParameter, "fanout_delay_ms must be between 1 ms and 1 year (0 for no delay), got %d", delayMs)
 	}
 	return nil

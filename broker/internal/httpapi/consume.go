@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/broker"
@@ -50,7 +51,7 @@ func (h *handlers) ConsumeBatch(ctx context.Context, r apigen.ConsumeBatchReques
 	max := 10
 	if r.Params.Max != nil {
 		if *r.Params.Max < 1 || *r.Params.Max > broker.MaxBatch {
-			return nil, badParam("max must be between 1 and 1000")
+			return nil, badParam("max must be between 1 and " + strconv.Itoa(broker.MaxBatch))
 		}
 		max = int(*r.Params.Max)
 	}

@@ -18,6 +18,7 @@ const (
 	MaxPayloadDepth   = broker.MaxPayloadDepth // nesting of a JSON payload's arrays and objects
 	MaxBatchBodyBytes = 8 << 20                // a produce-batch or ack-batch body
 	MaxAdminBodyBytes = 1 << 20                // any other JSON body
+	MaxHeaderBytes    = 64 << 10               // a request's headers (the server's http.Server.MaxHeaderBytes)
 )
 
 // Broker is what the HTTP API needs from the broker.

@@ -64,7 +64,7 @@ func checkKey(key *string) ([]byte, error) {
 		return nil, nil
 	}
 	if len(*key) > broker.MaxKeyBytes {
-		return nil, badParam("key is " + strconv.Itoa(len(*key)) + " bytes; the limit is 1024")
+		return nil, badParam("key is " + strconv.Itoa(len(*key)) + " bytes; the limit is " + strconv.Itoa(broker.MaxKeyBytes))
 	}
 	if !utf8.ValidString(*key) {
 		return nil, badParam("key is not valid UTF-8")
@@ -89,10 +89,10 @@ func parseWait(s *string) (time.Duration, error) {
 	}
 	d, err := parseDuration(*s, time.Second)
 	if err != nil || d < 0 {
-		return 0, badParam("wait must be a duration like 10s or 500ms, or whole seconds, from 0 to 20s")
+		return 0, badParam("wait must be a duration like 10s or 500ms, or whole seconds, from 0 to " + broker.ShortDuration(broker.MaxWait))
 	}
 	if d > broker.MaxWait {
-		return 0, badParam("wait is capped at 20s; poll again after it answers")
+		return 0, badParam("wait is capped at " + broker.ShortDuration(broker.MaxWait) + "; poll again after it answers")
 	}
 	return d, nil
 }
@@ -145,7 +145,7 @@ func parseExtend(s *string) (broker.AckMode, time.Duration, error) {
 		return 0, 0, badParam("extend must be true, 0 (hand back now) or a duration like 45s, 500ms or milliseconds")
 	}
 	if d > broker.MaxVisibility {
-		return 0, 0, badParam("extend is capped at 12h")
+		return 0, 0, badParam("extend is capped at " + broker.ShortDuration(broker.MaxVisibility))
 	}
 	return broker.ExtendBy, d, nil
 }

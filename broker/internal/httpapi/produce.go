@@ -94,14 +94,17 @@ func tooDeep(at string) *apiError {
 	return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidPayload, at+"the JSON payload nests arrays and objects more than "+strconv.Itoa(MaxPayloadDepth)+" levels deep; flatten it, or send it as bytes (application/octet-stream, or payload_encoding base64)")
 }
 
+// payloadLimit is MaxPayloadBytes as messages write it: "1 MiB (1048576 bytes)".
+var payloadLimit = strconv.Itoa(MaxPayloadBytes>>20) + " MiB (" + strconv.Itoa(MaxPayloadBytes) + " bytes)"
+
 func tooLarge() *apiError {
-	return newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, "a message is at most 1 MiB (1048576 bytes); split it or store it elsewhere and send a reference")
+	return newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, "a message is at most "+payloadLimit+"; split it or store it elsewhere and send a reference")
 }
 
 func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchRequestObject) (apigen.ProduceBatchResponseObject, error) {
 	msgs := r.Body.Messages
 	if len(msgs) == 0 || len(msgs) > broker.MaxBatch {
-		return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "a batch holds 1 to 1000 messages, got "+strconv.Itoa(len(msgs)))
+		return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "a batch holds 1 to "+strconv.Itoa(broker.MaxBatch)+" messages, got "+strconv.Itoa(len(msgs)))
 	}
 	out := make([]broker.Outgoing, len(msgs))
 	// One buffer holds every base64 payload's bytes: one allocation, not one each.
@@ -147,7 +150,7 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 			o.Value, o.Attrs = b64buf[start:start+n:start+n], kindBinary
 		}
 		if len(o.Value) > MaxPayloadBytes {
-			return nil, newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, at+"a message is at most 1 MiB")
+			return nil, newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, at+"a message is at most "+strconv.Itoa(MaxPayloadBytes>>20)+" MiB")
 		}
 		out[i] = o
 	}

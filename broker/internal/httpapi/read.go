@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/broker"
@@ -14,7 +15,7 @@ func (h *handlers) ReadMessages(ctx context.Context, r apigen.ReadMessagesReques
 	max := 100
 	if r.Params.Max != nil {
 		if *r.Params.Max < 1 || *r.Params.Max > broker.MaxBatch {
-			return nil, badParam("max must be between 1 and 1000")
+			return nil, badParam("max must be between 1 and " + strconv.Itoa(broker.MaxBatch))
 		}
 		max = int(*r.Params.Max)
 	}

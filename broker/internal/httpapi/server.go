@@ -551,8 +551,12 @@ func refuseNull(dec *jsontext.Decoder) error {
 	return jsonv2.SkipFunc
 }
 
-// checkJSONShape refuses bodies that are not exactly one JSON value, nest deeper than 64
-// levels, or repeat a key in an object (which parsers resolve differently).
+// maxBodyDepth is the deepest nesting of a JSON request body's arrays and objects
+// (payloads inside it have their own bound, MaxPayloadDepth).
+const maxBodyDepth = 64
+
+// checkJSONShape refuses bodies that are not exactly one JSON value, nest deeper than
+// maxBodyDepth levels, or repeat a key in an object (which parsers resolve differently).
 func checkJSONShape(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -576,8 +580,8 @@ func checkJSONShape(data []byte) error {
 		switch t := tok.(type) {
 		case json.Delim:
 			if t == '{' || t == '[' {
-				if len(stack) >= 64 {
-					return invalid("the body nests deeper than 64 levels")
+				if len(stack) >= maxBodyDepth {
+					return invalid("the body nests deeper than " + strconv.Itoa(maxBodyDepth) + " levels")
 				}
 				stack = append(stack, frame{keys: map[string]bool{}, isObject: t == '{', wantKey: t == '{'})
 				continue

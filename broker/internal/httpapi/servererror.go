@@ -51,7 +51,7 @@ func serverErrorJSON(p []byte) ([]byte, bool) {
 	var msg string
 	switch status {
 	case http.StatusRequestHeaderFieldsTooLarge:
-		code, msg = apigen.ErrorCodeBadRequest, "the request's headers are over the broker's limit of 64 KiB; send fewer or shorter headers (data belongs in the body)"
+		code, msg = apigen.ErrorCodeBadRequest, "the request's headers are over the broker's limit of "+strconv.Itoa(MaxHeaderBytes>>10)+" KiB; send fewer or shorter headers (data belongs in the body)"
 	case http.StatusNotImplemented:
 		code, msg = apigen.ErrorCodeBadRequest, "the request's Transfer-Encoding is not supported; send the body with a Content-Length or Transfer-Encoding: chunked"
 	case http.StatusHTTPVersionNotSupported:

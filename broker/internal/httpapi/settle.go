@@ -27,7 +27,7 @@ func (h *handlers) Ack(ctx context.Context, r apigen.AckRequestObject) (apigen.A
 func (h *handlers) AckBatch(ctx context.Context, r apigen.AckBatchRequestObject) (apigen.AckBatchResponseObject, error) {
 	acks := r.Body.Acks
 	if len(acks) == 0 || len(acks) > broker.MaxBatch {
-		return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "an ack batch holds 1 to 1000 entries, got "+strconv.Itoa(len(acks)))
+		return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "an ack batch holds 1 to "+strconv.Itoa(broker.MaxBatch)+" entries, got "+strconv.Itoa(len(acks)))
 	}
 	// A batch for a topic that does not exist fails whole, like every other topic route.
 	if err := h.b.Exists(r.Topic); err != nil {
