@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
@@ -50,9 +49,8 @@ type Broker interface {
 // handlers implements the generated strict server interface. Handlers return domain
 // errors; the strict server's error hook turns them into JSON error bodies.
 type handlers struct {
-	b       Broker
-	metrics http.Handler
-	authn   *authenticator // checks the current password of a password change
+	b     Broker
+	authn *authenticator // checks the current password of a password change
 }
 
 var _ apigen.StrictServerInterface = (*handlers)(nil)
