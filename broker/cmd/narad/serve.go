@@ -150,7 +150,12 @@ func securityOn(c config, b *broker.Broker, log *slog.Logger) (bool, error) {
 			log.Info("created the admin user from --admin-password")
 		}
 	}
-	users, _ := b.Users()
+	// Security is on once any user exists: a failure to read them must stop the node,
+	// not be taken for "no users", which would serve every topic without credentials.
+	users, err := b.Users()
+	if err != nil {
+		return false, fmt.Errorf("reading the users: %w", err)
+	}
 	authOn := c.AdminPassword != "" || len(users) > 0
 	if !authOn && !c.Insecure && !isLoopback(c.HTTPAddr) {
 		return false, fmt.Errorf("refusing to serve %s without authentication: set NARAD_ADMIN_PASSWORD (or --admin-password), bind a loopback address, or pass --insecure", c.HTTPAddr)
