@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
@@ -87,10 +88,9 @@ func invalid(code apigen.ErrorCode, format string, args ...any) error {
 }
 
 // ConflictError is a request that conflicts with the current state (other than an
-// existing topic); the message says what.
-type ConflictError struct{ Msg string }
-
-func (e *ConflictError) Error() string { return e.Msg }
+// existing topic); Msg says what. It is the control plane's type, so a conflict the
+// control plane finds reaches the caller as it is, chain and all.
+type ConflictError = meta.ConflictError
 
 func (b *Broker) partitionErr(err error, op string) error {
 	switch {

@@ -115,9 +115,9 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 }
 
 func mapMetaErr(err error) error {
-	var ce *meta.ConflictError
+	var ce *ConflictError
 	if errors.As(err, &ce) {
-		return &ConflictError{Msg: ce.Msg}
+		return err
 	}
 	switch {
 	case errors.Is(err, meta.ErrChildNotFound):
