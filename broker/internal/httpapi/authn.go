@@ -355,7 +355,7 @@ func (a *authenticator) fail(r *http.Request, name, why string) error {
 	if a.metrics != nil {
 		a.metrics.AuthFailures.Inc()
 	}
-	a.logLine("authentication failed", "user", truncate(name, 64), "client", key, "reason", why, "recent_failures", n)
+	a.logLine("authentication failed", "user", clip(name, 64), "client", key, "reason", why, "recent_failures", n)
 	return unauthenticated("wrong username or password")
 }
 
@@ -490,11 +490,4 @@ func (g *hashGate) release() {
 	}
 	w.granted = true
 	close(w.ch)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
