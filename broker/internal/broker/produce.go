@@ -50,6 +50,10 @@ func PartitionForKey(key []byte, n int) int {
 // producers); partitions are written in parallel. When some partitions' writes failed
 // and others' succeeded, the error also wraps ErrPartlyStored: the messages of the
 // partitions that succeeded are stored and will be delivered.
+//
+// ctx bounds the checks before the write (the topic's schema, whose budget a gone
+// client need not spend), never the write itself: an append once begun runs to its
+// fsync, so a cancelled request cannot leave part of a partition's batch stored.
 func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]Produced, error) {
 	t, err := b.lookup(name)
 	if err != nil {

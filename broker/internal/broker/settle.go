@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -42,7 +41,11 @@ type AckReq struct {
 
 // Ack applies acks; the result has one error per request (nil: done). Settles are durable
 // before it returns. A handle of another incarnation of the topic is ErrLeaseLost.
-func (b *Broker) Ack(ctx context.Context, name string, reqs []AckReq) []error {
+//
+// Ack takes no context: a lease is settled or extended whole once asked for, whether
+// or not the client waits for the answer (if it went, it retries and meets
+// ErrLeaseLost or a redelivery, both of which the delivery contract allows).
+func (b *Broker) Ack(name string, reqs []AckReq) []error {
 	errs := make([]error, len(reqs))
 	t, err := b.lookup(name)
 	if err != nil {

@@ -32,7 +32,7 @@ type Broker interface {
 	DeleteTopic(ctx context.Context, name string, incarnation uint64) error
 	Produce(ctx context.Context, topic string, msgs []broker.Outgoing) ([]broker.Produced, error)
 	Consume(ctx context.Context, topic string, max int, wait time.Duration) ([]broker.Delivered, error)
-	Ack(ctx context.Context, topic string, reqs []broker.AckReq) []error
+	Ack(topic string, reqs []broker.AckReq) []error
 	Read(ctx context.Context, topic string, part int32, from *uint64, fromTimeMs *int64, max int) ([]broker.Delivered, uint64, error)
 	ReadOne(ctx context.Context, topic string, part int32, offset uint64) (*broker.Delivered, error)
 	User(name string) (auth.User, bool)

@@ -17,7 +17,7 @@ func (h *handlers) Ack(ctx context.Context, r apigen.AckRequestObject) (apigen.A
 	if r.Params.ReceiptHandle == "" {
 		return nil, badParam("receipt_handle is required")
 	}
-	errs := h.b.Ack(ctx, r.Topic, []broker.AckReq{{Handle: r.Params.ReceiptHandle, Mode: mode, Delay: d}})
+	errs := h.b.Ack(r.Topic, []broker.AckReq{{Handle: r.Params.ReceiptHandle, Mode: mode, Delay: d}})
 	if errs[0] != nil {
 		return nil, errs[0]
 	}
@@ -50,7 +50,7 @@ func (h *handlers) AckBatch(ctx context.Context, r apigen.AckBatchRequestObject)
 		idx = append(idx, i)
 	}
 	if len(reqs) > 0 {
-		errs := h.b.Ack(ctx, r.Topic, reqs)
+		errs := h.b.Ack(r.Topic, reqs)
 		for j, err := range errs {
 			setAckResult(&res[idx[j]], err)
 		}
