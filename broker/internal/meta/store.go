@@ -131,7 +131,7 @@ func (s *Store) applyCmd(c command) (applyResult, error) {
 	}
 	fut := s.raft.Apply(b, s.opts.ApplyTimeout)
 	if err := fut.Error(); err != nil {
-		return applyResult{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return applyResult{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	res := fut.Response().(applyResult)
 	return res, res.err
