@@ -3,11 +3,9 @@
 // bodies in one place (errors.go). It reaches the broker only through the Broker
 // interface it declares.
 //
-// Performance (go test -bench HTTP ./internal/httpapi, a broker that answers at once,
-// 2 vCPUs, 30 Nov 2026): a 256-byte produce costs 6.1 µs through the whole handler
-// stack; a produce-batch of 100 base64 payloads 117 µs and 255 allocations (its body
-// is decoded once, see decoded.go); consume-batch of 100, 106 µs; ack-batch of 100,
-// 47 µs.
+// The handler stack's costs (BenchmarkHTTP*, against a broker that answers at once) are
+// measured by make bench-go and kept, dated, in docs/performance.md; a batch body is
+// decoded once (decoded.go) because decoding it twice was a quarter of produce-batch.
 package httpapi
 
 import (
