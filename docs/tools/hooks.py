@@ -5,7 +5,7 @@
 2. Keeps hand-written pages honest against the code they describe: the build warns (and
    so fails under --strict) when
    - guides/errors.md lacks a section for an ErrorCode of openapi.yaml,
-   - operating/configuration.md lacks a flag of `narad serve` (broker/cmd/narad/main.go)
+   - operating/configuration.md lacks a flag of `narad serve` (broker/cmd/narad/config.go)
      or its NARAD_* variable,
    - operating/monitoring.md lacks a narad_* metric (broker/internal/broker/metrics.go,
      broker/internal/httpapi/listener.go).
@@ -298,7 +298,7 @@ def on_files(files: Files, config: Any) -> Files:
 
 
 def _flags(root: str) -> list[str]:
-    with open(os.path.join(root, "broker", "cmd", "narad", "main.go"), encoding="utf-8") as f:
+    with open(os.path.join(root, "broker", "cmd", "narad", "config.go"), encoding="utf-8") as f:
         src = f.read()
     names = re.findall(r'fs\.\w+Var\(&c\.\w+, "([a-z0-9-]+)"', src)
     names += re.findall(r'fs\.String\("([a-z0-9-]+)"', src)
@@ -325,7 +325,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     elif src == "operating/configuration.md":
         flags = _flags(root)
         if not flags:
-            missing = ["(no flags found in broker/cmd/narad/main.go: update tools/hooks.py)"]
+            missing = ["(no flags found in broker/cmd/narad/config.go: update tools/hooks.py)"]
         for fl in flags:
             env = "NARAD_" + fl.upper().replace("-", "_")
             if f"--{fl}" not in markdown:

@@ -88,7 +88,7 @@ func TestConcurrentFlowUnderRace(t *testing.T) {
 				for i, d := range ds {
 					if c == 0 && i == 0 && d.Attempt == 1 {
 						// Some nacks, so redeliveries mix in.
-						if errs := b.Ack(ctx, "work", []AckReq{{Handle: d.Handle, Mode: ExtendBy}}); errs[0] != nil {
+						if errs := b.Ack("work", []AckReq{{Handle: d.Handle, Mode: ExtendBy}}); errs[0] != nil {
 							t.Error(errs[0])
 						}
 						continue
@@ -99,7 +99,7 @@ func TestConcurrentFlowUnderRace(t *testing.T) {
 				for _, d := range ds {
 					values[d.Handle] = string(d.Value)
 				}
-				for i, err := range b.Ack(ctx, "work", reqs) {
+				for i, err := range b.Ack("work", reqs) {
 					if err != nil {
 						t.Errorf("ack: %v", err)
 						continue
@@ -160,14 +160,14 @@ func TestDeleteRecreateIsolation(t *testing.T) {
 	if err := b.DeleteTopic(ctx, "t", 0); err != nil {
 		t.Fatal(err)
 	}
-	if errs := b.Ack(ctx, "t", []AckReq{{Handle: ds[0].Handle}}); !errors.Is(errs[0], ErrTopicNotFound) {
+	if errs := b.Ack("t", []AckReq{{Handle: ds[0].Handle}}); !errors.Is(errs[0], ErrTopicNotFound) {
 		t.Fatalf("ack while the topic is gone: %v", errs[0])
 	}
 	nw, err := b.CreateTopic(ctx, TopicSpec{Name: "t", Partitions: ptr[int32](1)})
 	if err != nil || nw.Incarnation == old.Incarnation {
 		t.Fatalf("recreate: %+v %v", nw, err)
 	}
-	if errs := b.Ack(ctx, "t", []AckReq{{Handle: ds[0].Handle}}); !errors.Is(errs[0], ErrLeaseLost) {
+	if errs := b.Ack("t", []AckReq{{Handle: ds[0].Handle}}); !errors.Is(errs[0], ErrLeaseLost) {
 		t.Fatalf("ack with a handle of the old incarnation: %v", errs[0])
 	}
 	if got, _ := b.Consume(ctx, "t", 10, 0); len(got) != 0 {

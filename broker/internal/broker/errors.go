@@ -3,6 +3,11 @@ package broker
 import (
 	"errors"
 	"fmt"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/partition"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
 
 // ErrTopicNotFound means no topic of that name exists.
@@ -72,18 +77,42 @@ var ErrNotImplemented = errors.New("not implemented")
 // InvalidError is a request the broker refuses as malformed; Code is the API error code
 // and the message says what to change.
 type InvalidError struct {
-	Code string
+	Code apigen.ErrorCode
 	Msg  string
 }
 
 func (e *InvalidError) Error() string { return e.Msg }
 
-func invalid(code, format string, args ...any) error {
+func invalid(code apigen.ErrorCode, format string, args ...any) error {
 	return &InvalidError{Code: code, Msg: fmt.Sprintf(format, args...)}
 }
 
 // ConflictError is a request that conflicts with the current state (other than an
-// existing topic); the message says what.
-type ConflictError struct{ Msg string }
+// existing topic); Msg says what. It is the control plane's type, so a conflict the
+// control plane finds reaches the caller as it is, chain and all.
+type ConflictError = meta.ConflictError
 
-func (e *ConflictError) Error() string { return e.Msg }
+func (b *Broker) partitionErr(err error, op string) error {
+	switch {
+	case errors.Is(err, partition.ErrClosed):
+		if b.closing.Load() {
+			return ErrUnavailable
+		}
+		return ErrTopicNotFound // deleted while the request ran
+	case errors.Is(err, partition.ErrCorrupt):
+		b.metrics.StorageErrors.WithLabelValues("corrupt_record").Inc()
+		return errors.Join(ErrCorrupt, err)
+	case errors.Is(err, partition.ErrDiskFull):
+		b.metrics.StorageErrors.WithLabelValues(op + "_disk_full").Inc()
+		b.log.Error("disk full: a write was refused; free space on the data volume", "op", op)
+		return errors.Join(ErrDiskFull, err)
+	case errors.Is(err, partition.ErrStorage):
+		b.metrics.StorageErrors.WithLabelValues(op).Inc()
+		if errors.Is(err, segment.ErrNotUndone) {
+			b.log.Error("a failed write could not be undone; its records may reappear after a restart", "op", op, "err", err)
+			return errors.Join(ErrStorage, ErrMaybeStored, err)
+		}
+		return errors.Join(ErrStorage, err)
+	}
+	return err
+}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
@@ -345,25 +346,19 @@ func (c *copier) copy(pp int, recs []segment.Record) error {
 		groups[cp] = append(groups[cp], segment.Record{Key: r.Key, Value: r.Value, Attrs: r.Attrs})
 	}
 	next := recs[len(recs)-1].Offset + 1
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
-	for cp, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := c.child.parts[cp].Append(g)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				firstErr = errors.Join(firstErr, err)
-				return
-			}
-			sent[cp] = next
-			c.b.metrics.FanoutCopied.WithLabelValues(c.child.name).Add(float64(len(g)))
-		}()
-	}
-	wg.Wait()
+	forEachPartition(groups, func(cp int, g []segment.Record) {
+		_, err := c.child.parts[cp].Append(g)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			firstErr = errors.Join(firstErr, err)
+			return
+		}
+		sent[cp] = next
+		c.b.metrics.FanoutCopied.WithLabelValues(c.child.name).Add(float64(len(g)))
+	})
 	return firstErr
 }
 
@@ -442,8 +437,8 @@ func (b *Broker) AttachChild(ctx context.Context, parent, child string, delayMs 
 var attachHook func()
 
 func checkDelay(delayMs int64) error {
-	if delayMs < 0 || delayMs > 365*24*3600*1000 {
-		return invalid("invalid_parameter", "fanout_delay_ms must be between 1 ms and 1 year (0 for no delay), got %d", delayMs)
+	if delayMs < 0 || delayMs > MaxFanoutDelayMs {
+		return invalid(apigen.ErrorCodeInvalidParameter, "fanout_delay_ms must be between 1 ms and 1 year (0 for no delay), got %d", delayMs)
 	}
 	return nil
 }

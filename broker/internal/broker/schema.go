@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/jsondepth"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -81,13 +82,13 @@ type schemaCopy struct {
 // schema document: no URL of any scheme is fetched or opened (see insideOnly).
 func compileSchema(raw json.RawMessage) (*topicSchema, error) {
 	if len(raw) > MaxSchemaBytes {
-		return nil, invalid("schema_too_complex", "the schema is %d bytes; the limit is %d", len(raw), MaxSchemaBytes)
+		return nil, invalid(apigen.ErrorCodeSchemaTooComplex, "the schema is %d bytes; the limit is %d", len(raw), MaxSchemaBytes)
 	}
 	if len(raw) == 0 || isEmptySchema(raw) {
 		return nil, nil
 	}
 	if jsondepth.Exceeds(raw, MaxSchemaDepth) {
-		return nil, invalid("schema_too_complex", "the schema nests more than %d levels deep; flatten it with $defs and $ref", MaxSchemaDepth)
+		return nil, invalid(apigen.ErrorCodeSchemaTooComplex, "the schema nests more than %d levels deep; flatten it with $defs and $ref", MaxSchemaDepth)
 	}
 	c, err := compileCopy(raw, true)
 	if err != nil {
@@ -103,7 +104,7 @@ func compileSchema(raw json.RawMessage) (*topicSchema, error) {
 func compileCopy(raw json.RawMessage, check bool) (*schemaCopy, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return nil, invalid("invalid_json", "schema is not valid JSON: %v", err)
+		return nil, invalid(apigen.ErrorCodeInvalidJson, "schema is not valid JSON: %v", err)
 	}
 	m := &meter{}
 	m.reset(context.Background(), 1<<62, time.Time{})
@@ -114,7 +115,7 @@ func compileCopy(raw json.RawMessage, check bool) (*schemaCopy, error) {
 	re := &regexps{m: m}
 	c.UseRegexpEngine(re.compile)
 	if err := c.AddResource(schemaURL, doc); err != nil {
-		return nil, invalid("bad_request", "schema is not a valid JSON Schema: %v", err)
+		return nil, invalid(apigen.ErrorCodeBadRequest, "schema is not a valid JSON Schema: %v", err)
 	}
 	// Not {}: the library compiles an empty object to true, which skips extensions.
 	if err := c.AddResource(stepURL, map[string]any{"$comment": "narad metering"}); err != nil {
@@ -125,11 +126,11 @@ func compileCopy(raw json.RawMessage, check bool) (*schemaCopy, error) {
 	case loader.refused != "":
 		// The library's error would say how opening the URL failed; that is nothing a
 		// caller may learn, and nothing was opened.
-		return nil, invalid("bad_request", "the schema refers to %q, outside itself; only references inside the schema resolve (like \"#/$defs/name\"), nothing is fetched or read", loader.refused)
+		return nil, invalid(apigen.ErrorCodeBadRequest, "the schema refers to %q, outside itself; only references inside the schema resolve (like \"#/$defs/name\"), nothing is fetched or read", loader.refused)
 	case re.tooLong != "":
-		return nil, invalid("schema_too_complex", "the schema has a pattern of %d bytes (%.40q…); the limit is %d", len(re.tooLong), re.tooLong, MaxPatternBytes)
+		return nil, invalid(apigen.ErrorCodeSchemaTooComplex, "the schema has a pattern of %d bytes (%.40q…); the limit is %d", len(re.tooLong), re.tooLong, MaxPatternBytes)
 	case err != nil:
-		return nil, invalid("bad_request", "schema is not a valid JSON Schema: %v", err)
+		return nil, invalid(apigen.ErrorCodeBadRequest, "schema is not a valid JSON Schema: %v", err)
 	}
 	step, err := c.Compile(stepURL)
 	if err != nil {
@@ -352,7 +353,7 @@ func where(s *jsonschema.Schema) string {
 // check enforces the create-time budgets and refuses what can never validate.
 func (g *schemaGraph) check() error {
 	if len(g.nodes) > MaxSchemaNodes {
-		return invalid("schema_too_complex", "the schema has %d subschemas; the limit is %d", len(g.nodes), MaxSchemaNodes)
+		return invalid(apigen.ErrorCodeSchemaTooComplex, "the schema has %d subschemas; the limit is %d", len(g.nodes), MaxSchemaNodes)
 	}
 	patterns := 0
 	for _, s := range g.nodes {
@@ -362,13 +363,13 @@ func (g *schemaGraph) check() error {
 		patterns += len(s.PatternProperties)
 	}
 	if patterns > MaxSchemaPatterns {
-		return invalid("schema_too_complex", "the schema has %d patterns (pattern and patternProperties); the limit is %d", patterns, MaxSchemaPatterns)
+		return invalid(apigen.ErrorCodeSchemaTooComplex, "the schema has %d patterns (pattern and patternProperties); the limit is %d", patterns, MaxSchemaPatterns)
 	}
 	for _, s := range g.nodes {
 		if s.Bool == nil && s.DraftVersion < 2019 {
 			// Metering needs $ref beside other keywords, which drafts before 2019-09
 			// ignore.
-			return invalid("bad_request", "the schema at %s is JSON Schema draft %d; this broker takes draft 2020-12 (or 2019-09): drop or change $schema", where(s), s.DraftVersion)
+			return invalid(apigen.ErrorCodeBadRequest, "the schema at %s is JSON Schema draft %d; this broker takes draft 2020-12 (or 2019-09): drop or change $schema", where(s), s.DraftVersion)
 		}
 	}
 	// A cycle of subschemas that apply to the same value never ends: the library fails
@@ -400,7 +401,7 @@ func (g *schemaGraph) check() error {
 	}
 	for _, s := range g.nodes {
 		if state[s] == unseen && visit(s) {
-			return invalid("schema_too_complex", "the schema at %s refers back to itself without going into the payload's members or items; no payload could ever be checked against it", where(cyc))
+			return invalid(apigen.ErrorCodeSchemaTooComplex, "the schema at %s refers back to itself without going into the payload's members or items; no payload could ever be checked against it", where(cyc))
 		}
 	}
 	// Expanded size: what the schema would be with every reference replaced by its
@@ -429,7 +430,7 @@ func (g *schemaGraph) check() error {
 		return n
 	}
 	if n := expand(g.root); n > MaxSchemaExpanded {
-		return invalid("schema_too_complex", "the schema expands to more than %d subschemas when its $refs are followed (references that fan out, like anyOf alternatives that each refer to the next level); the limit is %d", MaxSchemaExpanded, MaxSchemaExpanded)
+		return invalid(apigen.ErrorCodeSchemaTooComplex, "the schema expands to more than %d subschemas when its $refs are followed (references that fan out, like anyOf alternatives that each refer to the next level); the limit is %d", MaxSchemaExpanded, MaxSchemaExpanded)
 	}
 	return nil
 }
@@ -503,9 +504,9 @@ func (c *schemaCopy) checkAll(msgs []Outgoing) (err error) {
 			}
 			switch {
 			case errors.Is(stop.err, errStepBudget):
-				err = invalid("schema_too_complex", "checking this request against the topic's schema took more than %d steps; nothing was written. Send fewer or smaller messages per request, or simplify the schema (fewer anyOf/oneOf alternatives, fewer patterns)", MaxValidationSteps)
+				err = invalid(apigen.ErrorCodeSchemaTooComplex, "checking this request against the topic's schema took more than %d steps; nothing was written. Send fewer or smaller messages per request, or simplify the schema (fewer anyOf/oneOf alternatives, fewer patterns)", MaxValidationSteps)
 			case errors.Is(stop.err, errTimeBudget):
-				err = invalid("schema_too_complex", "checking this request against the topic's schema took more than %v; nothing was written. Send fewer or smaller messages per request, or simplify the schema (fewer anyOf/oneOf alternatives, fewer patterns)", MaxValidationTime)
+				err = invalid(apigen.ErrorCodeSchemaTooComplex, "checking this request against the topic's schema took more than %v; nothing was written. Send fewer or smaller messages per request, or simplify the schema (fewer anyOf/oneOf alternatives, fewer patterns)", MaxValidationTime)
 			default:
 				err = fmt.Errorf("checking the request against the topic's schema stopped: %w", stop.err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/meta"
 )
@@ -28,7 +29,7 @@ func mapUserErr(err error) error {
 
 func authInvalid(err error) error {
 	if errors.Is(err, auth.ErrInvalid) {
-		return invalid("bad_request", "%s", err.Error())
+		return invalid(apigen.ErrorCodeBadRequest, "%s", err.Error())
 	}
 	return err
 }

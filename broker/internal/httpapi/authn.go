@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
 )
@@ -120,12 +121,12 @@ func newAuthenticator(users func(string) (auth.User, bool), maxWait time.Duratio
 }
 
 func unauthenticated(msg string) *apiError {
-	return newErr(http.StatusUnauthorized, "unauthenticated", msg)
+	return newErr(http.StatusUnauthorized, apigen.ErrorCodeUnauthenticated, msg)
 }
 
 // tooManyLogins answers an unproven password check the node will not hash now.
 func tooManyLogins() *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 1,
+	return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
 		msg: "too many password checks are in flight from your address or in total; retry after Retry-After seconds"}
 }
 
@@ -284,7 +285,7 @@ func (a *authenticator) hashCheck(r *http.Request, hash []byte, pw string, prove
 		if a.metrics != nil {
 			a.metrics.AuthThrottled.Inc()
 		}
-		return false, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 1,
+		return false, &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
 			msg: "too many password checks are running; retry after Retry-After seconds"}
 	}
 	err := bcrypt.CompareHashAndPassword(hash, []byte(pw))
@@ -354,7 +355,7 @@ func (a *authenticator) fail(r *http.Request, name, why string) error {
 	if a.metrics != nil {
 		a.metrics.AuthFailures.Inc()
 	}
-	a.logLine("authentication failed", "user", truncate(name, 64), "client", key, "reason", why, "recent_failures", n)
+	a.logLine("authentication failed", "user", clip(name, 64), "client", key, "reason", why, "recent_failures", n)
 	return unauthenticated("wrong username or password")
 }
 
@@ -489,11 +490,4 @@ func (g *hashGate) release() {
 	}
 	w.granted = true
 	close(w.ch)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

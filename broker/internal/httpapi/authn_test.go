@@ -62,7 +62,7 @@ func statusOf(err error) (int, string, int) {
 	if !errors.As(err, &ae) {
 		return 0, err.Error(), 0
 	}
-	return ae.status, ae.code, ae.retryAfter
+	return ae.status, string(ae.code), ae.retryAfter
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

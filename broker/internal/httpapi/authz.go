@@ -43,7 +43,9 @@ func (h *handlers) authorize(next apigen.StrictHandlerFunc, operationID string) 
 	}
 }
 
-func forbidden(msg string) *apiError { return newErr(http.StatusForbidden, "forbidden", msg) }
+func forbidden(msg string) *apiError {
+	return newErr(http.StatusForbidden, apigen.ErrorCodeForbidden, msg)
+}
 
 func needGrant(u *auth.User, a auth.Action, topic string) error {
 	if u.Can(a, topic) {

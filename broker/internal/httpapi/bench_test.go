@@ -44,7 +44,7 @@ func (b benchBroker) Consume(_ context.Context, _ string, max int, _ time.Durati
 	return out, nil
 }
 
-func (benchBroker) Ack(_ context.Context, _ string, reqs []broker.AckReq) []error {
+func (benchBroker) Ack(_ string, reqs []broker.AckReq) []error {
 	return make([]error, len(reqs))
 }
 

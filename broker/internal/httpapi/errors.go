@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/broker"
 )
 
@@ -16,14 +17,14 @@ import (
 // list of openapi.yaml, and a message that says what to do.
 type apiError struct {
 	status     int
-	code       string
+	code       apigen.ErrorCode
 	msg        string
 	retryAfter int // seconds, for 503
 }
 
-func (e *apiError) Error() string { return e.code + ": " + e.msg }
+func (e *apiError) Error() string { return string(e.code) + ": " + e.msg }
 
-func newErr(status int, code, msg string) *apiError {
+func newErr(status int, code apigen.ErrorCode, msg string) *apiError {
 	return &apiError{status: status, code: code, msg: msg}
 }
 
@@ -68,7 +69,9 @@ func elide(s string, n int) string {
 	return s[:head] + " … " + s[tail:]
 }
 
-func badParam(msg string) *apiError { return newErr(http.StatusBadRequest, "invalid_parameter", msg) }
+func badParam(msg string) *apiError {
+	return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidParameter, msg)
+}
 
 // toAPIError maps a domain error to its API form. It is the one place where broker errors
 // become HTTP statuses.
@@ -85,11 +88,11 @@ func toAPIError(err error) *apiError {
 	if errors.As(err, &se) {
 		// The reason may quote the refused value (or key) whole: keep the start (which
 		// message, where) and the end (why) of the text, about maxEcho bytes each.
-		return newErr(http.StatusBadRequest, "schema_violation", elide(se.Error(), 2*maxEcho)+"; nothing was written")
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeSchemaViolation, elide(se.Error(), 2*maxEcho)+"; nothing was written")
 	}
 	var conflict *broker.ConflictError
 	if errors.As(err, &conflict) {
-		return newErr(http.StatusConflict, "conflict", conflict.Msg)
+		return newErr(http.StatusConflict, apigen.ErrorCodeConflict, conflict.Msg)
 	}
 	var part *broker.PartlyStoredError
 	if errors.As(err, &part) && (errors.Is(err, broker.ErrStorage) || errors.Is(err, broker.ErrDiskFull)) &&
@@ -99,57 +102,57 @@ func toAPIError(err error) *apiError {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		return newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "the body is over its limit of "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send less")
+		return newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, "the body is over its limit of "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send less")
 	case errors.Is(err, broker.ErrTopicNotFound):
-		return newErr(http.StatusNotFound, "topic_not_found", "no such topic; create it with POST /v1/topics")
+		return newErr(http.StatusNotFound, apigen.ErrorCodeTopicNotFound, "no such topic; create it with POST /v1/topics")
 	case errors.Is(err, broker.ErrUserNotFound):
-		return newErr(http.StatusNotFound, "user_not_found", "no such user; list users with GET /v1/users")
+		return newErr(http.StatusNotFound, apigen.ErrorCodeUserNotFound, "no such user; list users with GET /v1/users")
 	case errors.Is(err, broker.ErrUserExists):
-		return newErr(http.StatusConflict, "user_exists", "a user of this name exists (names are compared regardless of case); choose another name or change that user's grants")
+		return newErr(http.StatusConflict, apigen.ErrorCodeUserExists, "a user of this name exists (names are compared regardless of case); choose another name or change that user's grants")
 	case errors.Is(err, broker.ErrChildNotFound):
-		return newErr(http.StatusNotFound, "child_not_found", "that topic is not a child of this one; list them with GET /v1/topics/{topic}/children")
+		return newErr(http.StatusNotFound, apigen.ErrorCodeChildNotFound, "that topic is not a child of this one; list them with GET /v1/topics/{topic}/children")
 	case errors.Is(err, broker.ErrTopicExists):
-		return newErr(http.StatusConflict, "topic_exists", "a topic of this name exists; delete it first or choose another name")
+		return newErr(http.StatusConflict, apigen.ErrorCodeTopicExists, "a topic of this name exists; delete it first or choose another name")
 	case errors.Is(err, broker.ErrPartitionNotFound):
-		return newErr(http.StatusNotFound, "partition_not_found", "no such partition; partitions count from 0 to the topic's partitions - 1")
+		return newErr(http.StatusNotFound, apigen.ErrorCodePartitionNotFound, "no such partition; partitions count from 0 to the topic's partitions - 1")
 	case errors.Is(err, broker.ErrLeaseLost):
-		return newErr(http.StatusGone, "lease_lost", "the lease lapsed, was handed back, or the message was settled; it is (or was) delivered again, so do not ack it")
+		return newErr(http.StatusGone, apigen.ErrorCodeLeaseLost, "the lease lapsed, was handed back, or the message was settled; it is (or was) delivered again, so do not ack it")
 	case errors.Is(err, broker.ErrBadHandle):
-		return newErr(http.StatusBadRequest, "invalid_receipt_handle", "the receipt handle is not one this broker issued for this topic; pass it exactly as received")
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidReceiptHandle, "the receipt handle is not one this broker issued for this topic; pass it exactly as received")
 	case errors.Is(err, broker.ErrOffsetOutOfRange):
-		return newErr(http.StatusBadRequest, "offset_out_of_range", "that offset has aged out of the partition; read from the partition's oldest_offset")
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeOffsetOutOfRange, "that offset has aged out of the partition; read from the partition's oldest_offset")
 	case errors.Is(err, broker.ErrAckedAheadFull):
-		return &apiError{status: http.StatusServiceUnavailable, code: "acked_ahead_full", retryAfter: 1,
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeAckedAheadFull, retryAfter: 1,
 			msg: "too many messages past the ack frontier are settled; ack the oldest in-flight message of this partition first, or retry later"}
 	case errors.Is(err, broker.ErrNotImplemented):
-		return newErr(http.StatusNotImplemented, "not_implemented", err.Error())
+		return newErr(http.StatusNotImplemented, apigen.ErrorCodeNotImplemented, err.Error())
 	case errors.Is(err, broker.ErrCorrupt):
-		return &apiError{status: http.StatusServiceUnavailable, code: "storage_failed", retryAfter: 5,
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeStorageFailed, retryAfter: 5,
 			msg: "a stored message failed its checksum and is never served; read past it, or ask the operator to restore the partition from a backup (narad_storage_errors_total{op=\"corrupt_record\"})"}
 	case errors.Is(err, broker.ErrDiskFull):
-		return &apiError{status: http.StatusServiceUnavailable, code: "disk_full", retryAfter: 5,
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeDiskFull, retryAfter: 5,
 			msg: "the broker's disk is full and nothing was stored; retry after Retry-After seconds (the operator must free space)"}
 	case errors.Is(err, broker.ErrMaybeStored):
-		return &apiError{status: http.StatusServiceUnavailable, code: "storage_failed", retryAfter: 1,
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeStorageFailed, retryAfter: 1,
 			msg: "a disk write failed and the broker could not undo it: the request was not acknowledged, but it may be found stored after the node restarts, so a retry may store it twice (the operator is alerted by the narad_storage_errors_total metric)"}
 	case errors.Is(err, broker.ErrStorage):
-		return &apiError{status: http.StatusServiceUnavailable, code: "storage_failed", retryAfter: 1,
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeStorageFailed, retryAfter: 1,
 			msg: "a disk write failed and the request was not stored; retry later (the operator is alerted by the narad_storage_errors_total metric)"}
 	case errors.Is(err, broker.ErrTooManyLongPolls):
-		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 1,
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
 			msg: "the node holds its maximum of waiting consumes; retry after Retry-After seconds, or consume with a shorter wait"}
 	case errors.Is(err, broker.ErrUnavailable):
-		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 1,
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
 			msg: "the broker cannot serve this now (starting, stopping or failing over); retry after Retry-After seconds"}
 	case errors.Is(err, context.Canceled):
 		// The client hung up (a long poll it gave up on); nobody reads this answer. 499
 		// keeps it apart from server faults in the request metrics.
-		return newErr(499, "timeout", "the client closed the request")
+		return newErr(499, apigen.ErrorCodeTimeout, "the client closed the request")
 	case errors.Is(err, context.DeadlineExceeded):
-		return &apiError{status: http.StatusServiceUnavailable, code: "timeout", retryAfter: 1,
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeTimeout, retryAfter: 1,
 			msg: "the operation did not finish in time; its outcome is unknown, retry if duplicates are acceptable"}
 	}
-	return newErr(http.StatusInternalServerError, "internal", "an unexpected error happened; please report it with the broker's log: "+err.Error())
+	return newErr(http.StatusInternalServerError, apigen.ErrorCodeInternal, "an unexpected error happened; please report it with the broker's log: "+err.Error())
 }
 
 // partlyStored answers a produce-batch that spanned partitions when some partitions'
@@ -159,9 +162,9 @@ func toAPIError(err error) *apiError {
 // The code stays that of the failure (storage_failed, or disk_full when only the disk
 // was full) so clients keep their handling of it.
 func partlyStored(err error, part *broker.PartlyStoredError) *apiError {
-	code, retry, why := "storage_failed", 1, "a disk write failed"
+	code, retry, why := apigen.ErrorCodeStorageFailed, 1, "a disk write failed"
 	if !errors.Is(err, broker.ErrStorage) {
-		code, retry, why = "disk_full", 5, "the broker's disk is full"
+		code, retry, why = apigen.ErrorCodeDiskFull, 5, "the broker's disk is full"
 	}
 	failed := make([]string, len(part.Failed))
 	for i, p := range part.Failed {
@@ -189,7 +192,7 @@ func writeError(w http.ResponseWriter, err error) {
 	}
 	ae := toAPIError(err)
 	// Faults get a log line; expected answers (starting up, back-pressure, 501) do not.
-	if ae.code == "internal" || ae.code == "storage_failed" || ae.code == "disk_full" || (ae.code == "timeout" && ae.status != 499) {
+	if ae.code == apigen.ErrorCodeInternal || ae.code == apigen.ErrorCodeStorageFailed || ae.code == apigen.ErrorCodeDiskFull || (ae.code == apigen.ErrorCodeTimeout && ae.status != 499) {
 		slog.Warn("request failed", "status", ae.status, "code", ae.code, "err", err)
 	}
 	h := w.Header()
@@ -208,7 +211,7 @@ func writeError(w http.ResponseWriter, err error) {
 	msg := elide(ae.msg, maxMessageBytes)
 	b := make([]byte, 0, 64+len(msg))
 	b = append(b, `{"error":{"code":`...)
-	b = appendString(b, ae.code)
+	b = appendString(b, string(ae.code))
 	b = append(b, `,"message":`...)
 	b = appendString(b, msg)
 	b = append(b, "}}\n"...)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/broker"
 )
 
@@ -96,6 +97,6 @@ func (b *bodyBudget) show() {
 }
 
 func (b *bodyBudget) overloaded() *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, code: "overloaded", retryAfter: 1,
+	return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeOverloaded, retryAfter: 1,
 		msg: "the node holds its limit of " + strconv.FormatInt(b.max, 10) + " bytes of request bodies (--max-inflight-bytes), nothing of this request was read or stored; retry after Retry-After seconds, or send smaller requests"}
 }

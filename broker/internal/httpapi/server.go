@@ -3,11 +3,9 @@
 // bodies in one place (errors.go). It reaches the broker only through the Broker
 // interface it declares.
 //
-// Performance (go test -bench HTTP ./internal/httpapi, a broker that answers at once,
-// 2 vCPUs, 30 Nov 2026): a 256-byte produce costs 6.1 µs through the whole handler
-// stack; a produce-batch of 100 base64 payloads 117 µs and 255 allocations (its body
-// is decoded once, see decoded.go); consume-batch of 100, 106 µs; ack-batch of 100,
-// 47 µs.
+// The handler stack's costs (BenchmarkHTTP*, against a broker that answers at once) are
+// measured by make bench-go and kept, dated, in docs/performance.md; a batch body is
+// decoded once (decoded.go) because decoding it twice was a quarter of produce-batch.
 package httpapi
 
 import (
@@ -82,7 +80,7 @@ func New(b Broker, opts Options) (http.Handler, error) {
 				writeError(w, err)
 				return
 			}
-			writeError(w, newErr(http.StatusBadRequest, "invalid_json", "the body is not valid JSON for this operation: "+err.Error()))
+			writeError(w, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "the body is not valid JSON for this operation: "+err.Error()))
 		},
 		ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, err)
@@ -290,7 +288,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			s.log.Error("handler panicked", "op", opName, "panic", v, "stack", string(debug.Stack()))
 			if sw.status == 0 {
-				writeError(sw, newErr(http.StatusInternalServerError, "internal", "the broker hit a bug handling this request; please report it with the broker's log"))
+				writeError(sw, newErr(http.StatusInternalServerError, apigen.ErrorCodeInternal, "the broker hit a bug handling this request; please report it with the broker's log"))
 			}
 		}
 		if s.metrics != nil {
@@ -342,7 +340,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p := r.URL.Path; p != "/" && path.Clean(p) != p {
 		// Refuse rather than redirect (net/http would answer 307): a client that sends
 		// /v1/topics/a/../b has a bug, and a redirect could move a write elsewhere.
-		writeError(sw, newErr(http.StatusNotFound, "not_found", "the path "+p+" is not in canonical form (no ., .., // or trailing /)"))
+		writeError(sw, newErr(http.StatusNotFound, apigen.ErrorCodeNotFound, "the path "+p+" is not in canonical form (no ., .., // or trailing /)"))
 		return
 	}
 	n := s.bodies.need(r, oi)
@@ -384,7 +382,7 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 		return tooLarge()
 	}
 	if r.ContentLength > limit {
-		return newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "the body is "+strconv.FormatInt(r.ContentLength, 10)+" bytes; the limit for this operation is "+strconv.FormatInt(limit, 10))
+		return newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, "the body is "+strconv.FormatInt(r.ContentLength, 10)+" bytes; the limit for this operation is "+strconv.FormatInt(limit, 10))
 	}
 	r.Body = http.MaxBytesReader(nil, r.Body, limit)
 	if oi == nil || oi.body == nil {
@@ -394,9 +392,9 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return newErr(http.StatusRequestEntityTooLarge, "payload_too_large", "the body is over the limit of "+strconv.FormatInt(limit, 10)+" bytes for this operation")
+			return newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, "the body is over the limit of "+strconv.FormatInt(limit, 10)+" bytes for this operation")
 		}
-		return newErr(http.StatusBadRequest, "bad_request", "reading the body failed: "+err.Error())
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "reading the body failed: "+err.Error())
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	var decoded any
@@ -421,7 +419,7 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 	}
 	if !utf8.Valid(data) {
 		// encoding/json would replace each bad byte with U+FFFD and store the result.
-		return newErr(http.StatusBadRequest, "invalid_json", "the body is not valid UTF-8 (byte "+strconv.Itoa(invalidUTF8At(data))+"); JSON text must be UTF-8, so send strings as UTF-8")
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "the body is not valid UTF-8 (byte "+strconv.Itoa(invalidUTF8At(data))+"); JSON text must be UTF-8, so send strings as UTF-8")
 	}
 	if err := checkJSONShape(data); err != nil {
 		return err
@@ -432,7 +430,7 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 	vr.Body = io.NopCloser(bytes.NewReader(data))
 	in := &openapi3filter.RequestValidationInput{Request: vr, Options: &openapi3filter.Options{MultiError: false}}
 	if err := openapi3filter.ValidateRequestBody(r.Context(), in, oi.body); err != nil {
-		return newErr(http.StatusBadRequest, "invalid_json", describeSchemaError(err))
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, describeSchemaError(err))
 	}
 	return nil
 }
@@ -505,9 +503,9 @@ func strictDecode(data []byte, v any) error {
 	if err := jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(true), refuseNulls); err != nil {
 		var se *jsonv2.SemanticError
 		if errors.As(err, &se) && errors.Is(err, errNull) {
-			return newErr(http.StatusBadRequest, "invalid_json", "the body is not valid for this operation: "+string(se.JSONPointer)+" is null; leave the member out instead")
+			return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "the body is not valid for this operation: "+string(se.JSONPointer)+" is null; leave the member out instead")
 		}
-		return newErr(http.StatusBadRequest, "invalid_json", "the body is not valid for this operation: "+err.Error())
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "the body is not valid for this operation: "+err.Error())
 	}
 	return nil
 }
@@ -518,11 +516,11 @@ func strictDecode(data []byte, v any) error {
 func checkAckBatchLengths(req *apigen.AckBatchRequest) error {
 	for i, a := range req.Acks {
 		if n := utf8.RuneCountInString(a.ReceiptHandle); n < 1 || n > maxHandleChars {
-			return newErr(http.StatusBadRequest, "invalid_json", fmt.Sprintf("the body is not valid for this operation: /acks/%d/receipt_handle is %d characters long; pass the receipt_handle as received (1 to %d)", i, n, maxHandleChars))
+			return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, fmt.Sprintf("the body is not valid for this operation: /acks/%d/receipt_handle is %d characters long; pass the receipt_handle as received (1 to %d)", i, n, maxHandleChars))
 		}
 		if a.Extend != nil {
 			if n := utf8.RuneCountInString(*a.Extend); n > maxExtendChars {
-				return newErr(http.StatusBadRequest, "invalid_json", fmt.Sprintf("the body is not valid for this operation: /acks/%d/extend is %d characters long; at most %d: true, 0 or a duration like 45s", i, n, maxExtendChars))
+				return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, fmt.Sprintf("the body is not valid for this operation: /acks/%d/extend is %d characters long; at most %d: true, 0 or a duration like 45s", i, n, maxExtendChars))
 			}
 		}
 	}
@@ -551,8 +549,12 @@ func refuseNull(dec *jsontext.Decoder) error {
 	return jsonv2.SkipFunc
 }
 
-// checkJSONShape refuses bodies that are not exactly one JSON value, nest deeper than 64
-// levels, or repeat a key in an object (which parsers resolve differently).
+// maxBodyDepth is the deepest nesting of a JSON request body's arrays and objects
+// (payloads inside it have their own bound, MaxPayloadDepth).
+const maxBodyDepth = 64
+
+// checkJSONShape refuses bodies that are not exactly one JSON value, nest deeper than
+// maxBodyDepth levels, or repeat a key in an object (which parsers resolve differently).
 func checkJSONShape(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -562,7 +564,7 @@ func checkJSONShape(data []byte) error {
 		wantKey  bool
 	}
 	var stack []frame
-	invalid := func(msg string) error { return newErr(http.StatusBadRequest, "invalid_json", msg) }
+	invalid := func(msg string) error { return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, msg) }
 	for {
 		tok, err := dec.Token()
 		if err == io.EOF {
@@ -576,8 +578,8 @@ func checkJSONShape(data []byte) error {
 		switch t := tok.(type) {
 		case json.Delim:
 			if t == '{' || t == '[' {
-				if len(stack) >= 64 {
-					return invalid("the body nests deeper than 64 levels")
+				if len(stack) >= maxBodyDepth {
+					return invalid("the body nests deeper than " + strconv.Itoa(maxBodyDepth) + " levels")
 				}
 				stack = append(stack, frame{keys: map[string]bool{}, isObject: t == '{', wantKey: t == '{'})
 				continue
@@ -619,8 +621,8 @@ func (s *server) noRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(allowed) > 0 {
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		writeError(w, newErr(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path+"; use "+strings.Join(allowed, " or ")))
+		writeError(w, newErr(http.StatusMethodNotAllowed, apigen.ErrorCodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+"; use "+strings.Join(allowed, " or ")))
 		return
 	}
-	writeError(w, newErr(http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path+"; the API lives under /v1 (see openapi.yaml)"))
+	writeError(w, newErr(http.StatusNotFound, apigen.ErrorCodeNotFound, "no route "+r.Method+" "+r.URL.Path+"; the API lives under /v1 (see openapi.yaml)"))
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
 )
 
 // net/http answers a few malformed requests itself, before any handler runs, with a
@@ -33,7 +35,7 @@ func serverErrorJSON(p []byte) ([]byte, bool) {
 		return nil, false
 	}
 	if string(p) == netHTTPNotTLS {
-		return jsonErrorResponse("HTTP/1.0", http.StatusBadRequest, "bad_request",
+		return jsonErrorResponse("HTTP/1.0", http.StatusBadRequest, apigen.ErrorCodeBadRequest,
 			"this port speaks HTTPS: use an https:// URL"), true
 	}
 	eol := bytes.Index(p, []byte("\r\n"))
@@ -45,14 +47,15 @@ func serverErrorJSON(p []byte) ([]byte, bool) {
 		return nil, false
 	}
 	text := string(p[eol+len(netHTTPErrorHeaders):])
-	var code, msg string
+	var code apigen.ErrorCode
+	var msg string
 	switch status {
 	case http.StatusRequestHeaderFieldsTooLarge:
-		code, msg = "bad_request", "the request's headers are over the broker's limit of 64 KiB; send fewer or shorter headers (data belongs in the body)"
+		code, msg = apigen.ErrorCodeBadRequest, "the request's headers are over the broker's limit of "+strconv.Itoa(MaxHeaderBytes>>10)+" KiB; send fewer or shorter headers (data belongs in the body)"
 	case http.StatusNotImplemented:
-		code, msg = "bad_request", "the request's Transfer-Encoding is not supported; send the body with a Content-Length or Transfer-Encoding: chunked"
+		code, msg = apigen.ErrorCodeBadRequest, "the request's Transfer-Encoding is not supported; send the body with a Content-Length or Transfer-Encoding: chunked"
 	case http.StatusHTTPVersionNotSupported:
-		code, msg = "bad_request", "the request's HTTP version is not supported; use HTTP/1.1 or HTTP/2"
+		code, msg = apigen.ErrorCodeBadRequest, "the request's HTTP version is not supported; use HTTP/1.1 or HTTP/2"
 	default:
 		// The text repeats the status line, then may say why ("missing required Host
 		// header").
@@ -60,17 +63,17 @@ func serverErrorJSON(p []byte) ([]byte, bool) {
 		if why != "" {
 			why = " (" + clip(why, maxEcho) + ")"
 		}
-		code, msg = "bad_request", "the request is not valid HTTP"+why+": for example a repeated or malformed Content-Length, a malformed header line or no Host header; fix the client"
+		code, msg = apigen.ErrorCodeBadRequest, "the request is not valid HTTP"+why+": for example a repeated or malformed Content-Length, a malformed header line or no Host header; fix the client"
 	}
 	return jsonErrorResponse("HTTP/1.1", status, code, msg), true
 }
 
 // jsonErrorResponse is a whole HTTP/1 response carrying the JSON error body, after which
 // the connection closes.
-func jsonErrorResponse(proto string, status int, code, msg string) []byte {
+func jsonErrorResponse(proto string, status int, code apigen.ErrorCode, msg string) []byte {
 	body := make([]byte, 0, 64+len(msg))
 	body = append(body, `{"error":{"code":`...)
-	body = appendString(body, code)
+	body = appendString(body, string(code))
 	body = append(body, `,"message":`...)
 	body = appendString(body, msg)
 	body = append(body, "}}\n"...)

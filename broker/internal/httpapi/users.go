@@ -20,7 +20,7 @@ func securityOff(ctx context.Context) error {
 	if principal(ctx) != nil {
 		return nil
 	}
-	return newErr(http.StatusConflict, "conflict", "security is off on this node: start it with NARAD_ADMIN_PASSWORD to manage users")
+	return newErr(http.StatusConflict, apigen.ErrorCodeConflict, "security is off on this node: start it with NARAD_ADMIN_PASSWORD to manage users")
 }
 
 func (h *handlers) CreateUser(ctx context.Context, r apigen.CreateUserRequestObject) (apigen.CreateUserResponseObject, error) {
@@ -59,7 +59,7 @@ func (h *handlers) GetUser(ctx context.Context, r apigen.GetUserRequestObject) (
 }
 
 func errUserNotFound() *apiError {
-	return newErr(http.StatusNotFound, "user_not_found", "no such user; list users with GET /v1/users")
+	return newErr(http.StatusNotFound, apigen.ErrorCodeUserNotFound, "no such user; list users with GET /v1/users")
 }
 
 func (h *handlers) DeleteUser(ctx context.Context, r apigen.DeleteUserRequestObject) (apigen.DeleteUserResponseObject, error) {
@@ -92,7 +92,7 @@ func (h *handlers) proveCurrentPassword(r *http.Request, actor *auth.User, req a
 		return nil
 	}
 	if req.Body.CurrentPassword == nil {
-		return newErr(http.StatusBadRequest, "bad_request", "current_password is required to change your own password")
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "current_password is required to change your own password")
 	}
 	cur := *req.Body.CurrentPassword
 	if len(cur) > auth.MaxPasswordBytes {

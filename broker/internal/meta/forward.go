@@ -263,7 +263,7 @@ func resultResponse(res applyResult, err error) fwdResponse {
 // certainly did not happen here, ErrUnavailable (outcome unknown) otherwise.
 func leaderErr(err error) error {
 	if errors.Is(err, raft.ErrNotLeader) {
-		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }

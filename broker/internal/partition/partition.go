@@ -319,7 +319,7 @@ func storageErr(err error) error {
 	case errors.Is(err, segment.ErrClosed):
 		return ErrClosed
 	case errors.Is(err, segment.ErrNoSpace):
-		return fmt.Errorf("%w: %v", ErrDiskFull, err)
+		return fmt.Errorf("%w: %w", ErrDiskFull, err)
 	}
 	return fmt.Errorf("%w: %w", ErrStorage, err) // %w: callers tell segment.ErrNotUndone apart
 }
@@ -473,9 +473,9 @@ func (p *Partition) unleaseGrants(gs []queue.Grant) {
 // readError maps a failed read: a damaged record is ErrCorrupt, anything else ErrStorage.
 func readError(err error) error {
 	if errors.Is(err, segment.ErrCorrupt) {
-		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	return fmt.Errorf("%w: %v", ErrStorage, err)
+	return fmt.Errorf("%w: %w", ErrStorage, err)
 }
 
 // readRun reads n records from off, across segment boundaries, stopping early (with no

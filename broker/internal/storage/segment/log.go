@@ -5,11 +5,9 @@
 // the same type, a journal of settle commands. README.md is the on-disk spec and
 // DESIGN.md explains the flows and invariants.
 //
-// Performance (make bench-storage, 2 vCPUs, a virtual disk doing 7,509 fdatasyncs/s,
-// 30 Nov 2026): 16 goroutines appending 256-byte records durably reach 65,329
-// appends/s, 14.5 per fsync; reads run at 4.57 M records/s in batches of 100 and
-// 364 k/s one by one; opening a 10 GiB log takes 55 ms. Logs that share a
-// vfs.SyncGroup (Options.Syncer) share one file-system sync per round.
+// Logs that share a vfs.SyncGroup (Options.Syncer) share one file-system sync per
+// round. The log's throughput, read rates and recovery time are measured by make
+// bench-storage and kept, dated, in docs/performance.md.
 package segment
 
 import (

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	_ "net/http/pprof" // served only on --debug-addr
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/narad-mq/narad/broker/internal/broker"
+	"github.com/narad-mq/narad/broker/internal/httpapi"
+)
+
+// config is everything `narad serve` takes. Each field is a flag, an environment
+// variable NARAD_<FLAG> (upper case, - as _) and a key of the --config file, in that
+// order of precedence.
+type config struct {
+	HTTPAddr          string
+	DebugAddr         string
+	AdminPassword     string
+	Insecure          bool
+	AllowedHosts      string
+	TLSCert           string
+	TLSKey            string
+	ProtectMetrics    bool
+	MetricsPublic     bool
+	MaxLongPolls      int
+	MaxInflightBytes  int64
+	ReadHeaderTimeout time.Duration
+	MaxConns          int
+	MaxConnsPerAddr   int
+	AuthFailureDelay  time.Duration
+	DataDir           string
+	NodeID            string
+	LogLevel          string
+	LogFormat         string
+	SegmentBytes      int64
+	SyncMode          string
+	RetentionInterval time.Duration
+	ShutdownGrace     time.Duration
+	UpgradeFormat     bool
+
+	Partitions    int
+	Retention     time.Duration
+	Visibility    time.Duration
+	MaxInFlight   int
+	MaxAckedAhead int
+}
+
+func defineFlags(fs *flag.FlagSet, c *config) *string {
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:7942", "address the HTTP API listens on")
+	fs.StringVar(&c.AdminPassword, "admin-password", "", "turns security on and seeds the user admin with this password on first start (prefer NARAD_ADMIN_PASSWORD: flags show in ps)")
+	fs.BoolVar(&c.Insecure, "insecure", false, "allow a non-loopback --http-addr without authentication")
+	fs.StringVar(&c.AllowedHosts, "allowed-hosts", "", "with security off, comma-separated Host names served besides loopback names and IP addresses (.example.com: its subdomains; *: any), against DNS rebinding")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for HTTPS on --http-addr (reloaded on SIGHUP and when the files' contents change)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
+	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "with security on, serve /metrics without credentials (by default it needs an admin's: its labels name every topic)")
+	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "deprecated and without effect: with security on, /metrics needs an admin's credentials unless --metrics-public")
+	fs.IntVar(&c.MaxLongPolls, "max-long-polls", 10000, "consumes that may wait at once; past it a waiting consume answers 503")
+	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", httpapi.DefaultMaxInflightBytes, "request body bytes the node holds at once; past it a request answers 503 overloaded (0: no bound)")
+	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this, and a new connection its first request's headers (cuts slowloris clients and idle HTTP/2 connections)")
+	fs.IntVar(&c.MaxConns, "max-connections", 16384, "connections the HTTP port holds open at once (0: no limit); past it new connections are closed unserved")
+	fs.IntVar(&c.MaxConnsPerAddr, "max-connections-per-address", 2048, "connections one client IP address may hold open at once (0: no limit; raise it behind a proxy that does not pool connections)")
+	fs.DurationVar(&c.AuthFailureDelay, "auth-failure-delay", 2*time.Second, "longest delay before the next password check of a client that keeps failing to log in is hashed (0: none)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", "address for Go's pprof profiles (off when empty); it has no authentication, so a non-loopback address needs --insecure")
+	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for all of the node's data")
+	fs.StringVar(&c.NodeID, "node-id", "", "this node's id (default: generated on first start and kept in the data dir)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	fs.Int64Var(&c.SegmentBytes, "segment-bytes", 64<<20, "size at which a partition's log rolls to a new segment file")
+	fs.StringVar(&c.SyncMode, "sync-mode", "group", "group: partitions with writes waiting share one file-system sync (syncfs); file: one fdatasync per write")
+	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
+	fs.BoolVar(&c.UpgradeFormat, "upgrade-format", false, "allow a data-directory format upgrade that only a backup can undo (upgrades that need it say so and refuse to start without it)")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 25*time.Second, "how long SIGTERM waits for requests in flight")
+	fs.IntVar(&c.Partitions, "default-partitions", 3, "partitions of a topic created without a count")
+	fs.DurationVar(&c.Retention, "default-retention", 7*24*time.Hour, "retention of a topic created without one")
+	fs.DurationVar(&c.Visibility, "default-visibility-timeout", 30*time.Second, "lease length of a topic created without one")
+	fs.IntVar(&c.MaxInFlight, "default-max-in-flight", 1024, "in-flight cap per partition of a topic created without one")
+	fs.IntVar(&c.MaxAckedAhead, "default-max-acked-ahead", 1024, "acked-ahead cap per partition of a topic created without one")
+	return fs.String("config", "", "YAML file of flag names to values (flags and NARAD_* variables override it)")
+}
+
+func envName(flagName string) string {
+	return "NARAD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// loadConfig parses args, then fills every flag not given on the command line from the
+// environment, then from the config file.
+func loadConfig(args []string, getenv func(string) string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("narad serve", flag.ContinueOnError)
+	cfgFile := defineFlags(fs, &c)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: narad serve [flags]\n\nEvery flag can also be set as NARAD_<NAME> (e.g. NARAD_HTTP_ADDR) or in the --config file.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["config"] {
+		if v := getenv(envName("config")); v != "" {
+			*cfgFile = v
+		}
+	}
+	fileVals := map[string]string{}
+	if *cfgFile != "" {
+		raw, err := os.ReadFile(*cfgFile)
+		if err != nil {
+			return c, fmt.Errorf("reading config: %w", err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(raw, &m); err != nil {
+			return c, fmt.Errorf("config %s: %w", *cfgFile, err)
+		}
+		for k, v := range m {
+			if fs.Lookup(k) == nil || k == "config" {
+				return c, fmt.Errorf("config %s: unknown setting %q", *cfgFile, k)
+			}
+			fileVals[k] = fmt.Sprint(v)
+		}
+	}
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || f.Name == "config" {
+			return
+		}
+		src, v := envName(f.Name), getenv(envName(f.Name))
+		if v == "" {
+			src, v = "config "+f.Name, fileVals[f.Name]
+		}
+		if v == "" {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", src, v, err))
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+func (c config) validate() error {
+	switch {
+	case c.Partitions < 1 || c.Partitions > broker.MaxPartitions:
+		return fmt.Errorf("--default-partitions must be 1 to %d", broker.MaxPartitions)
+	case c.Visibility < broker.MinVisibility || c.Visibility > broker.MaxVisibility:
+		return fmt.Errorf("--default-visibility-timeout must be %s to %s", broker.ShortDuration(broker.MinVisibility), broker.ShortDuration(broker.MaxVisibility))
+	case c.Retention < time.Second:
+		return fmt.Errorf("--default-retention must be at least 1s")
+	case c.MaxInFlight < 1 || c.MaxAckedAhead < 1:
+		return fmt.Errorf("--default-max-in-flight and --default-max-acked-ahead must be at least 1")
+	case c.MaxInflightBytes < 0:
+		return fmt.Errorf("--max-inflight-bytes must be 0 (no bound) or more")
+	case c.SegmentBytes < 4096:
+		return fmt.Errorf("--segment-bytes must be at least 4096")
+	case c.MaxConns < 0:
+		return fmt.Errorf("--max-connections must be 0 (no limit) or more")
+	case c.MaxConnsPerAddr < 0:
+		return fmt.Errorf("--max-connections-per-address must be 0 (no limit) or more")
+	case c.ProtectMetrics && c.MetricsPublic:
+		return fmt.Errorf("--protect-metrics and --metrics-public contradict each other; /metrics is protected by default, so drop --protect-metrics")
+	case c.DebugAddr != "" && !isLoopback(c.DebugAddr) && !c.Insecure:
+		return fmt.Errorf("refusing to serve Go's profiles on --debug-addr %s: they have no authentication and reveal memory contents; bind a loopback address (127.0.0.1:6061) or pass --insecure", c.DebugAddr)
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return fmt.Errorf("--tls-cert and --tls-key go together")
+	}
+	return nil
+}
+
+func newLogger(c config) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	o := &slog.HandlerOptions{Level: lvl}
+	switch c.LogFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, o)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json")
+}
+
+// isLoopback reports whether addr (host:port) binds only loopback interfaces. An empty
+// host binds every interface, so it is not loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// brokerOptions are the broker's options of this config.
+func (c config) brokerOptions(log *slog.Logger) broker.Options {
+	return broker.Options{
+		DataDir:           c.DataDir,
+		NodeID:            c.NodeID,
+		Logger:            log,
+		SegmentBytes:      c.SegmentBytes,
+		SyncMode:          c.SyncMode,
+		RetentionInterval: c.RetentionInterval,
+		MaxLongPolls:      c.MaxLongPolls,
+		Version:           version,
+		UpgradeFormat:     c.UpgradeFormat,
+		Defaults: broker.TopicDefaults{
+			Partitions:    int32(c.Partitions),
+			RetentionMs:   c.Retention.Milliseconds(),
+			VisibilityMs:  c.Visibility.Milliseconds(),
+			MaxInFlight:   int32(c.MaxInFlight),
+			MaxAckedAhead: int32(c.MaxAckedAhead),
+		},
+	}
+}
+
+// apiOptions are the HTTP API's options of this config; authOn says whether security
+// is on (decided once the broker has read its users).
+func (c config) apiOptions(log *slog.Logger, m *broker.Metrics, authOn bool) httpapi.Options {
+	inflight := c.MaxInflightBytes
+	if inflight == 0 {
+		inflight = -1 // no bound (to httpapi, 0 means its default)
+	}
+	return httpapi.Options{
+		Logger:           log,
+		Metrics:          m,
+		AuthEnabled:      func() bool { return authOn },
+		ProtectMetrics:   !c.MetricsPublic,
+		AuthFailureDelay: c.AuthFailureDelay,
+		AllowedHosts:     strings.Split(c.AllowedHosts, ","),
+		MaxInflightBytes: inflight,
+	}
+}
+
+// listenerOptions are the connection limits of the HTTP port.
+func (c config) listenerOptions(log *slog.Logger, m *broker.Metrics) httpapi.ListenerOptions {
+	return httpapi.ListenerOptions{
+		MaxConns: c.MaxConns, MaxConnsPerAddr: c.MaxConnsPerAddr,
+		FirstRequestTimeout: c.ReadHeaderTimeout, Logger: log, Registerer: m.Registry,
+	}
+}

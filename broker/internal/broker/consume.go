@@ -1,0 +1,143 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/queue"
+)
+
+// Delivered is a consumed or replayed message.
+type Delivered struct {
+	Partition int32
+	Offset    uint64
+	Key       []byte
+	Value     []byte
+	Attrs     uint16
+	Timestamp int64
+	Handle    string // empty on replay
+	Attempt   uint32 // 0 on replay
+}
+
+// Consume leases up to max messages, waiting up to wait for the first. It returns no
+// messages (and no error) when none arrived in time.
+func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Duration) ([]Delivered, error) {
+	t, err := b.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if wait > MaxWait {
+		wait = MaxWait
+	}
+	var timer *time.Timer
+	waiting := false
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		if waiting {
+			b.longPolls.Add(-1)
+			b.metrics.ConsumeWaiting.Dec()
+		}
+	}()
+	for {
+		// A client that has gone gets nothing: a lease taken for it would hide the
+		// message for a visibility timeout with nobody to process it. Checked before
+		// every look (the first, and after each wake, which can race the cancel).
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		// Take the wake-up channel before looking, so a message arriving between the
+		// look and the wait still wakes us.
+		wake := t.sig.wait()
+		got, err := b.leaseFrom(t, max)
+		if len(got) > 0 && ctx.Err() != nil {
+			// The client went while we leased: hand the messages back at once.
+			b.handBack(t, got)
+			return nil, ctx.Err()
+		}
+		if err != nil || len(got) > 0 {
+			return got, err
+		}
+		if wait <= 0 {
+			return nil, nil
+		}
+		if timer == nil {
+			if b.longPolls.Add(1) > int64(b.opts.MaxLongPolls) {
+				b.longPolls.Add(-1)
+				return nil, errors.Join(ErrUnavailable, ErrTooManyLongPolls)
+			}
+			timer = time.NewTimer(wait)
+			waiting = true
+			b.metrics.ConsumeWaiting.Inc()
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.done:
+			return nil, ErrTopicNotFound
+		case <-b.draining:
+			return nil, ErrUnavailable
+		}
+	}
+}
+
+// handBack ends leases taken for a client that has gone, so the messages are
+// deliverable again now rather than after the visibility timeout.
+func (b *Broker) handBack(t *topic, ds []Delivered) {
+	for _, d := range ds {
+		h, err := queue.DecodeHandle(d.Handle)
+		if err != nil {
+			continue
+		}
+		if err := t.parts[d.Partition].Extend(h.Offset, h.Nonce, 0); err != nil && !errors.Is(err, queue.ErrLeaseLost) {
+			b.log.Warn("handing back a lease of a gone client failed; the message is delivered again after its visibility timeout",
+				"topic", t.name, "partition", d.Partition, "offset", d.Offset, "err", err)
+		}
+	}
+}
+
+// leaseFrom leases from the topic's partitions in turn, starting one further each call
+// so every partition is served.
+func (b *Broker) leaseFrom(t *topic, max int) ([]Delivered, error) {
+	vis := time.Duration(t.cur.Load().VisibilityMs) * time.Millisecond
+	n := len(t.parts)
+	start := int(t.consume.Add(1) % uint32(n))
+	var out []Delivered
+	var firstErr error
+	size := 0
+	for k := 0; k < n && len(out) < max && size < MaxConsumeBytes; k++ {
+		i := (start + k) % n
+		budget := MaxConsumeBytes - size
+		if len(out) == 0 {
+			budget = MaxConsumeBytes
+		}
+		ds, err := t.parts[i].Lease(max-len(out), vis, budget)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = b.partitionErr(err, "read")
+			}
+			continue
+		}
+		for _, d := range ds {
+			size += len(d.Record.Key) + len(d.Record.Value)
+			h := queue.Handle{Incarnation: t.incarnation, Partition: uint32(i), Offset: d.Record.Offset, Nonce: d.Nonce}
+			out = append(out, Delivered{
+				Partition: int32(i), Offset: d.Record.Offset, Key: d.Record.Key, Value: d.Record.Value,
+				Attrs: d.Record.Attrs, Timestamp: d.Record.Timestamp, Handle: h.Encode(), Attempt: d.Attempt,
+			})
+			if d.Attempt > 1 {
+				b.metrics.Redelivered.WithLabelValues(t.name).Inc()
+			}
+		}
+	}
+	if len(out) > 0 {
+		b.metrics.Delivered.WithLabelValues(t.name).Add(float64(len(out)))
+		return out, nil
+	}
+	return nil, firstErr
+}

@@ -1,0 +1,72 @@
+package broker
+
+import (
+	"context"
+)
+
+// Read replays up to max messages of one partition from an offset (or, with fromTime,
+// from the first message at or after that Unix ms time) and returns where to continue.
+func (b *Broker) Read(ctx context.Context, name string, part int32, from *uint64, fromTimeMs *int64, max int) ([]Delivered, uint64, error) {
+	t, err := b.lookup(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	if part < 0 || int(part) >= len(t.parts) {
+		return nil, 0, ErrPartitionNotFound
+	}
+	p := t.parts[part]
+	start := uint64(0)
+	if from != nil {
+		start = *from
+	}
+	if fromTimeMs != nil {
+		o, err := p.OffsetForTime(*fromTimeMs)
+		if err != nil {
+			return nil, 0, b.partitionErr(err, "read")
+		}
+		if o > start {
+			start = o
+		}
+	}
+	recs, err := p.Read(start, max)
+	if err != nil {
+		return nil, 0, b.partitionErr(err, "read")
+	}
+	out := make([]Delivered, len(recs))
+	next := start
+	// next_offset never points before the oldest message nor past the end of the log,
+	// so a client following the log from it never skips what is written later.
+	if st := p.Stats(); next < st.Oldest {
+		next = st.Oldest
+	} else if next > st.End {
+		next = st.End
+	}
+	for i, r := range recs {
+		out[i] = Delivered{Partition: part, Offset: r.Offset, Key: r.Key, Value: r.Value, Attrs: r.Attrs, Timestamp: r.Timestamp}
+		next = r.Offset + 1
+	}
+	return out, next, nil
+}
+
+// ReadOne replays the message at offset of a partition: nil when it is not written yet,
+// ErrOffsetOutOfRange when it aged out.
+func (b *Broker) ReadOne(ctx context.Context, name string, part int32, offset uint64) (*Delivered, error) {
+	ds, _, err := b.Read(ctx, name, part, &offset, nil, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(ds) == 0 {
+		t, err := b.lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		if offset < t.parts[part].Stats().Oldest {
+			return nil, ErrOffsetOutOfRange
+		}
+		return nil, nil
+	}
+	if ds[0].Offset != offset {
+		return nil, ErrOffsetOutOfRange
+	}
+	return &ds[0], nil
+}

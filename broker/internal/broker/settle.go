@@ -1,0 +1,122 @@
+package broker
+
+import (
+	"errors"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/partition"
+	"github.com/narad-mq/narad/broker/internal/queue"
+)
+
+// liveIncarnation reports whether some existing topic has this incarnation.
+func (b *Broker) liveIncarnation(inc uint64) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for _, t := range b.topics {
+		if t.incarnation == inc {
+			return true
+		}
+	}
+	return false
+}
+
+// AckMode says what an ack does.
+type AckMode int
+
+const (
+	// Settle marks the message done.
+	Settle AckMode = iota
+	// Renew extends the lease by the topic's visibility timeout.
+	Renew
+	// ExtendBy sets the lease to end Delay from now; a zero Delay hands it back.
+	ExtendBy
+)
+
+// AckReq is one ack, extend or nack.
+type AckReq struct {
+	Handle string
+	Mode   AckMode
+	Delay  time.Duration
+}
+
+// Ack applies acks; the result has one error per request (nil: done). Settles are durable
+// before it returns. A handle of another incarnation of the topic is ErrLeaseLost.
+//
+// Ack takes no context: a lease is settled or extended whole once asked for, whether
+// or not the client waits for the answer (if it went, it retries and meets
+// ErrLeaseLost or a redelivery, both of which the delivery contract allows).
+func (b *Broker) Ack(name string, reqs []AckReq) []error {
+	errs := make([]error, len(reqs))
+	t, err := b.lookup(name)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	vis := time.Duration(t.cur.Load().VisibilityMs) * time.Millisecond
+
+	settles := make(map[uint32][]int)
+	handles := make([]queue.Handle, len(reqs))
+	for i, r := range reqs {
+		h, err := queue.DecodeHandle(r.Handle)
+		if err != nil || (h.Incarnation == t.incarnation && h.Partition >= uint32(len(t.parts))) {
+			errs[i] = ErrBadHandle
+			continue
+		}
+		if h.Incarnation != t.incarnation {
+			if b.liveIncarnation(h.Incarnation) {
+				// Issued by another topic that exists: the caller mixed up topics.
+				errs[i] = ErrBadHandle
+			} else {
+				// Issued for an earlier (deleted) topic of this name: that lease is gone.
+				errs[i] = ErrLeaseLost
+			}
+			continue
+		}
+		handles[i] = h
+		p := t.parts[h.Partition]
+		switch r.Mode {
+		case Settle:
+			settles[h.Partition] = append(settles[h.Partition], i)
+			continue
+		case Renew:
+			errs[i] = p.Extend(h.Offset, h.Nonce, vis)
+		case ExtendBy:
+			errs[i] = p.Extend(h.Offset, h.Nonce, r.Delay)
+		}
+		errs[i] = b.ackErr(errs[i], "extend")
+	}
+	settle := func(pi uint32, idx []int) {
+		sr := make([]partition.SettleReq, len(idx))
+		for j, i := range idx {
+			sr[j] = partition.SettleReq{Offset: handles[i].Offset, Nonce: handles[i].Nonce}
+		}
+		res := t.parts[pi].Settle(sr)
+		settled := 0
+		for j, i := range idx {
+			errs[i] = b.ackErr(res[j], "settle")
+			if res[j] == nil {
+				settled++
+			}
+		}
+		b.metrics.Settled.WithLabelValues(name).Add(float64(settled))
+	}
+	forEachPartition(settles, settle)
+	return errs
+}
+
+func (b *Broker) ackErr(err error, op string) error {
+	outcome := op + "_ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, queue.ErrLeaseLost):
+		err, outcome = ErrLeaseLost, "lease_lost"
+	case errors.Is(err, queue.ErrAckedAheadFull):
+		err, outcome = ErrAckedAheadFull, "acked_ahead_full"
+	default:
+		err, outcome = b.partitionErr(err, op), "error"
+	}
+	b.metrics.AckOutcomes.WithLabelValues(outcome).Inc()
+	return err
+}

@@ -1,0 +1,228 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/partition"
+	"github.com/narad-mq/narad/broker/internal/queue"
+)
+
+// TopicSpec is a create request; nil fields take the defaults.
+type TopicSpec struct {
+	Name              string
+	OwnerID           uint64 // the creating user's ID; 0 when security is off
+	Partitions        *int32
+	RetentionMs       *int64
+	VisibilityMs      *int64
+	MaxInFlight       *int32
+	MaxAckedAhead     *int32
+	ReplicationFactor *int32
+	Schema            json.RawMessage
+	Parent            *string
+	FanoutDelayMs     *int64
+}
+
+// TopicAlter is a PATCH request; nil fields stay.
+type TopicAlter = meta.Alter
+
+func orDefault[T any](p *T, d T) T {
+	if p != nil {
+		return *p
+	}
+	return d
+}
+
+func (b *Broker) ensureReady() error {
+	if !b.Ready() {
+		return ErrUnavailable
+	}
+	return nil
+}
+
+// CreateTopic creates a topic; it is usable when this returns.
+func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, error) {
+	if err := b.ensureReady(); err != nil {
+		return meta.Topic{}, err
+	}
+	if err := checkName(s.Name); err != nil {
+		return meta.Topic{}, err
+	}
+	if err := firstInvalid(errors.Join(
+		checkRange("partitions", s.Partitions, 1, MaxPartitions),
+		checkSettings(s.RetentionMs, s.VisibilityMs, s.MaxInFlight, s.MaxAckedAhead),
+		checkRange("replication_factor", s.ReplicationFactor, 1, 1),
+	)); err != nil {
+		var inv *InvalidError
+		if errors.As(err, &inv) && s.ReplicationFactor != nil && *s.ReplicationFactor != 1 {
+			inv.Msg = "replication_factor must be 1: this node runs alone"
+		}
+		return meta.Topic{}, err
+	}
+	if len(s.Schema) > 0 {
+		if _, err := compileSchema(s.Schema); err != nil {
+			return meta.Topic{}, err
+		}
+		if isEmptySchema(s.Schema) {
+			s.Schema = nil
+		}
+	}
+	var start []uint64
+	var parentInc uint64
+	if s.Parent != nil {
+		if err := checkName(*s.Parent); err != nil {
+			return meta.Topic{}, err
+		}
+		var err error
+		if start, parentInc, err = b.parentStart(*s.Parent); err != nil {
+			return meta.Topic{}, err
+		}
+	} else if s.FanoutDelayMs != nil {
+		return meta.Topic{}, invalid(apigen.ErrorCodeInvalidParameter, "fanout_delay_ms goes with parent")
+	}
+	if err := checkDelay(orDefault(s.FanoutDelayMs, 0)); err != nil {
+		return meta.Topic{}, err
+	}
+	d := b.opts.Defaults
+	m := meta.Topic{
+		Name:        s.Name,
+		OwnerID:     s.OwnerID,
+		CreatedAtMs: partition.WallMillis(),
+		TopicConfig: meta.TopicConfig{
+			Partitions:        orDefault(s.Partitions, d.Partitions),
+			RetentionMs:       orDefault(s.RetentionMs, d.RetentionMs),
+			VisibilityMs:      orDefault(s.VisibilityMs, d.VisibilityMs),
+			MaxInFlight:       orDefault(s.MaxInFlight, d.MaxInFlight),
+			MaxAckedAhead:     orDefault(s.MaxAckedAhead, d.MaxAckedAhead),
+			ReplicationFactor: 1,
+			Schema:            s.Schema,
+			Parent:            orDefault(s.Parent, ""),
+			ParentIncarnation: parentInc, // the incarnation start was read from
+			FanoutDelayMs:     orDefault(s.FanoutDelayMs, 0),
+		},
+	}
+	t, err := b.meta.CreateTopic(m, start...)
+	if err != nil {
+		return meta.Topic{}, mapMetaErr(err)
+	}
+	if err := b.reconcile(false); err != nil {
+		return meta.Topic{}, errors.Join(ErrStorage, err)
+	}
+	return t, nil
+}
+
+func mapMetaErr(err error) error {
+	var ce *ConflictError
+	if errors.As(err, &ce) {
+		return err
+	}
+	switch {
+	case errors.Is(err, meta.ErrChildNotFound):
+		return ErrChildNotFound
+	case errors.Is(err, meta.ErrTopicExists):
+		return ErrTopicExists
+	case errors.Is(err, meta.ErrTopicNotFound):
+		return ErrTopicNotFound
+	case errors.Is(err, meta.ErrUnavailable):
+		return errors.Join(ErrUnavailable, err)
+	}
+	return err
+}
+
+// Topics lists every topic.
+func (b *Broker) Topics() ([]meta.Topic, error) {
+	if err := b.ensureReady(); err != nil {
+		return nil, err
+	}
+	return b.meta.Topics(), nil
+}
+
+// PartitionInfo describes one partition for inspect.
+type PartitionInfo struct {
+	Index  int32
+	Stats  queue.Stats
+	Leader string
+}
+
+// Topic returns a topic and its partitions' state.
+func (b *Broker) Topic(name string) (meta.Topic, []PartitionInfo, error) {
+	t, err := b.lookup(name)
+	if err != nil {
+		return meta.Topic{}, nil, err
+	}
+	infos := make([]PartitionInfo, len(t.parts))
+	for i, p := range t.parts {
+		infos[i] = PartitionInfo{Index: int32(i), Stats: p.Stats(), Leader: b.opts.NodeID}
+	}
+	return *t.cur.Load(), infos, nil
+}
+
+// AlterTopic changes a topic's live-tunable settings; of a.Incarnation only, when set.
+func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (meta.Topic, error) {
+	if err := b.ensureReady(); err != nil {
+		return meta.Topic{}, err
+	}
+	if err := checkName(name); err != nil {
+		return meta.Topic{}, err
+	}
+	if err := firstInvalid(checkSettings(a.RetentionMs, a.VisibilityMs, a.MaxInFlight, a.MaxAckedAhead)); err != nil {
+		return meta.Topic{}, err
+	}
+	if a.Schema != nil {
+		if _, err := compileSchema(*a.Schema); err != nil {
+			return meta.Topic{}, err
+		}
+		if isEmptySchema(*a.Schema) {
+			a.Schema, a.ClearSchema = nil, true
+		}
+	}
+	t, err := b.meta.AlterTopic(name, a)
+	if err != nil {
+		return meta.Topic{}, mapMetaErr(err)
+	}
+	if err := b.reconcile(false); err != nil {
+		return meta.Topic{}, errors.Join(ErrStorage, err)
+	}
+	return t, nil
+}
+
+// DeleteTopic deletes a topic's metadata and data. With incarnation != 0 it deletes
+// only that incarnation (ErrTopicNotFound if the name now has another, or none).
+func (b *Broker) DeleteTopic(ctx context.Context, name string, incarnation uint64) error {
+	if err := b.ensureReady(); err != nil {
+		return err
+	}
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if _, err := b.meta.DeleteTopic(name, incarnation); err != nil {
+		return mapMetaErr(err)
+	}
+	return b.reconcile(false)
+}
+
+// Exists returns nil when the topic exists, ErrTopicNotFound (or why it cannot tell)
+// otherwise.
+func (b *Broker) Exists(name string) error {
+	_, err := b.lookup(name)
+	return err
+}
+
+func (b *Broker) lookup(name string) (*topic, error) {
+	if err := b.ensureReady(); err != nil {
+		return nil, err
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	b.mu.RLock()
+	t, ok := b.topics[name]
+	b.mu.RUnlock()
+	if !ok {
+		return nil, ErrTopicNotFound
+	}
+	return t, nil
+}

@@ -1,0 +1,47 @@
+package httpapi
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/broker"
+)
+
+func (h *handlers) ReadMessages(ctx context.Context, r apigen.ReadMessagesRequestObject) (apigen.ReadMessagesResponseObject, error) {
+	if r.Partition < 0 {
+		return nil, badParam("partition must be 0 or more")
+	}
+	max := 100
+	if r.Params.Max != nil {
+		if *r.Params.Max < 1 || *r.Params.Max > broker.MaxBatch {
+			return nil, badParam("max must be between 1 and " + strconv.Itoa(broker.MaxBatch))
+		}
+		max = int(*r.Params.Max)
+	}
+	var from *uint64
+	if r.Params.From != nil {
+		if *r.Params.From < 0 {
+			return nil, badParam("from must be 0 or more")
+		}
+		f := uint64(*r.Params.From)
+		from = &f
+	}
+	var fromTime *int64
+	if r.Params.FromTime != nil {
+		ms, err := parseTime(*r.Params.FromTime)
+		if err != nil {
+			return nil, badParam("from_time must be an RFC 3339 time (2026-01-02T15:04:05Z) or Unix milliseconds")
+		}
+		fromTime = &ms
+	}
+	b64, err := forceBase64(r.Params.PayloadEncoding)
+	if err != nil {
+		return nil, err
+	}
+	ds, next, err := h.b.Read(ctx, r.Topic, r.Partition, from, fromTime, max)
+	if err != nil {
+		return nil, err
+	}
+	return messageListResponse{topic: r.Topic, ds: ds, forceBase64: b64, next: &next}, nil
+}

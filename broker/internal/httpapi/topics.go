@@ -1,0 +1,130 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/broker"
+	"github.com/narad-mq/narad/broker/internal/meta"
+)
+
+func topicJSON(t meta.Topic) apigen.Topic {
+	out := apigen.Topic{
+		Name:                      t.Name,
+		Incarnation:               strconv.FormatUint(t.Incarnation, 10),
+		Partitions:                t.Partitions,
+		RetentionMs:               t.RetentionMs,
+		VisibilityTimeoutMs:       t.VisibilityMs,
+		MaxInFlightPerPartition:   t.MaxInFlight,
+		MaxAckedAheadPerPartition: t.MaxAckedAhead,
+		ReplicationFactor:         t.ReplicationFactor,
+		CreatedAt:                 time.UnixMilli(t.CreatedAtMs).UTC(),
+	}
+	if len(t.Schema) > 0 {
+		s := json.RawMessage(t.Schema)
+		out.Schema = &s
+	}
+	if t.Parent != "" {
+		p := t.Parent
+		out.Parent = &p
+		d := t.FanoutDelayMs
+		out.FanoutDelayMs = &d
+	}
+	return out
+}
+
+func (h *handlers) CreateTopic(ctx context.Context, r apigen.CreateTopicRequestObject) (apigen.CreateTopicResponseObject, error) {
+	body := r.Body
+	spec := broker.TopicSpec{
+		Name:              body.Name,
+		OwnerID:           ownerID(ctx),
+		Partitions:        body.Partitions,
+		RetentionMs:       body.RetentionMs,
+		VisibilityMs:      body.VisibilityTimeoutMs,
+		MaxInFlight:       body.MaxInFlightPerPartition,
+		MaxAckedAhead:     body.MaxAckedAheadPerPartition,
+		ReplicationFactor: body.ReplicationFactor,
+		Parent:            body.Parent,
+		FanoutDelayMs:     body.FanoutDelayMs,
+	}
+	if body.Schema != nil {
+		spec.Schema = *body.Schema
+	}
+	t, err := h.b.CreateTopic(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return apigen.CreateTopic201JSONResponse(topicJSON(t)), nil
+}
+
+func (h *handlers) ListTopics(ctx context.Context, _ apigen.ListTopicsRequestObject) (apigen.ListTopicsResponseObject, error) {
+	ts, err := h.b.Topics()
+	if err != nil {
+		return nil, err
+	}
+	out := apigen.ListTopics200JSONResponse{Topics: make([]apigen.Topic, 0, len(ts))}
+	u := principal(ctx)
+	for _, t := range ts {
+		if u == nil || u.IsAdmin() || h.canSee(u, t) {
+			out.Topics = append(out.Topics, topicJSON(t))
+		}
+	}
+	return out, nil
+}
+
+func (h *handlers) GetTopic(ctx context.Context, r apigen.GetTopicRequestObject) (apigen.GetTopicResponseObject, error) {
+	t, parts, err := h.b.Topic(r.Topic)
+	if err != nil {
+		return nil, err
+	}
+	tj := topicJSON(t)
+	out := apigen.GetTopic200JSONResponse{
+		Name: tj.Name, Incarnation: tj.Incarnation, Partitions: tj.Partitions, RetentionMs: tj.RetentionMs,
+		VisibilityTimeoutMs: tj.VisibilityTimeoutMs, MaxInFlightPerPartition: tj.MaxInFlightPerPartition,
+		MaxAckedAheadPerPartition: tj.MaxAckedAheadPerPartition, ReplicationFactor: tj.ReplicationFactor,
+		CreatedAt: tj.CreatedAt, Schema: tj.Schema, Parent: tj.Parent, FanoutDelayMs: tj.FanoutDelayMs,
+		PartitionStats: make([]apigen.PartitionStats, len(parts)),
+	}
+	for i, p := range parts {
+		s := p.Stats
+		out.PartitionStats[i] = apigen.PartitionStats{
+			Partition:     p.Index,
+			OldestOffset:  int64(s.Oldest),
+			NextOffset:    int64(s.End),
+			HighWatermark: int64(s.End),
+			AckFrontier:   int64(s.Frontier),
+			AckedAhead:    int64(s.AckedAhead),
+			InFlight:      int64(s.InFlight),
+			Backlog:       int64(s.Backlog),
+			Leader:        p.Leader,
+			Replicas:      []string{p.Leader},
+		}
+	}
+	return out, nil
+}
+
+func (h *handlers) AlterTopic(ctx context.Context, r apigen.AlterTopicRequestObject) (apigen.AlterTopicResponseObject, error) {
+	a := broker.TopicAlter{
+		RetentionMs:   r.Body.RetentionMs,
+		VisibilityMs:  r.Body.VisibilityTimeoutMs,
+		MaxInFlight:   r.Body.MaxInFlightPerPartition,
+		MaxAckedAhead: r.Body.MaxAckedAheadPerPartition,
+		Schema:        r.Body.Schema,
+		Incarnation:   authorizedIncarnation(ctx),
+	}
+	t, err := h.b.AlterTopic(ctx, r.Topic, a)
+	if err != nil {
+		return nil, err
+	}
+	return apigen.AlterTopic200JSONResponse(topicJSON(t)), nil
+}
+
+func (h *handlers) DeleteTopic(ctx context.Context, r apigen.DeleteTopicRequestObject) (apigen.DeleteTopicResponseObject, error) {
+	if err := h.b.DeleteTopic(ctx, r.Topic, authorizedIncarnation(ctx)); err != nil {
+		return nil, err
+	}
+	return apigen.DeleteTopic204Response{}, nil
+}
