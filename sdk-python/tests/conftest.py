@@ -63,10 +63,12 @@ def narad_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
 class Broker:
     """One narad process on a free port with its own data directory."""
 
-    def __init__(self, binary: str, data_dir: Path, admin_password: str | None = None) -> None:
+    def __init__(self, binary: str, data_dir: Path, admin_password: str | None = None,
+                 args: tuple[str, ...] = ()) -> None:
         self.binary = binary
         self.data_dir = data_dir
         self.admin_password = admin_password
+        self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -81,7 +83,7 @@ class Broker:
                 env["NARAD_ADMIN_PASSWORD"] = self.admin_password
             self.proc = subprocess.Popen(
                 [self.binary, "serve", "--http-addr", f"127.0.0.1:{port}",
-                 "--data-dir", str(self.data_dir), "--log-level", "warn"],
+                 "--data-dir", str(self.data_dir), "--log-level", "warn", *self.args],
                 stdout=log, stderr=subprocess.STDOUT, env=env)
             log.close()
             deadline = time.monotonic() + 60
@@ -113,6 +115,18 @@ class Broker:
 @pytest.fixture(scope="session")
 def broker(narad_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     b = Broker(narad_bin, tmp_path_factory.mktemp("broker") / "data")
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="session")
+def other_broker(narad_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A second, independent node (not in a cluster with ``broker``): its own node id."""
+    b = Broker(narad_bin, tmp_path_factory.mktemp("other") / "data",
+               args=("--node-id", "other-node"))
     b.start()
     try:
         yield b

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 
@@ -55,3 +56,25 @@ async def test_messages_and_replay_are_async_iterators(broker: Broker) -> None:
         await c.close()  # closes the publisher it owns
         with pytest.raises(narad.Closed):
             await pub.publish(b"late")
+
+
+async def test_a_plain_def_handler_runs_in_a_thread_and_acks(broker: Broker) -> None:
+    async with narad.AsyncClient(broker.url) as c:
+        t = f"a-{uuid.uuid4().hex[:8]}"
+        await c.create_topic(t, partitions=1)
+        await c.produce_batch(t, [b"1", b"2", b"3"])
+        loop_thread = threading.get_ident()
+        seen: list[tuple[bytes, bool, bool]] = []
+
+        def handle(msg: narad.Message) -> None:  # not async: blocking is allowed here
+            d = narad.current_delivery()
+            seen.append((msg.body, threading.get_ident() != loop_thread,
+                         d is not None and d.message == msg))
+
+        async with await c.consume(t, handle, concurrency=2, wait=1) as con:
+            deadline = time.monotonic() + 30
+            while con.stats.acked < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert con.stats.acked == 3
+        assert sorted(seen) == [(b"1", True, True), (b"2", True, True), (b"3", True, True)]
+        assert (con.stats.failed, con.stats.nacked) == (0, 0)  # each ran once, no redelivery

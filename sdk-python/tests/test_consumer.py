@@ -275,3 +275,56 @@ def test_retry_tiers_route_to_tier_then_parking(drv: Driver) -> None:
     assert out.id == env.id and out.attempt == 2 and out.headers == {"h": "v"}
     assert out.last_error == "always fails" and out.origin == base
     assert out.json() == {"order": 7}
+
+
+def test_closing_an_idle_consumer_cuts_its_long_poll(drv: Driver) -> None:
+    t = drv.topic()
+    con = drv.client.consume(t, drv.handler(lambda m: None), wait=15)
+    if drv.is_async:
+        wait_for(lambda: con._polling, what="the long poll under way")
+    else:
+        wait_for(lambda: con._cut._sock is not None, what="the long poll under way")
+    t0 = time.monotonic()
+    con.close()
+    assert time.monotonic() - t0 < 5  # not the 15 s the poll would wait
+    assert not con.running and con.error is None
+    drv.client.produce(t, b"after")  # the cut poll leased nothing: the message is there
+    assert [m.body for m in drv.client.receive(t, wait=5)] == [b"after"]
+
+
+def test_a_failing_message_comes_back_after_a_growing_delay(drv: Driver) -> None:
+    t = drv.topic()
+    drv.client.produce(t, b"poison")
+    runs: list[float] = []
+
+    def fail(m: narad.Message) -> None:
+        runs.append(time.monotonic())
+        raise RuntimeError("always fails")
+
+    with drv.client.consume(t, drv.handler(fail), wait=1) as con:
+        wait_for(lambda: len(runs) >= 2, timeout=30, what="a redelivery")
+        assert con.stats.nacked >= 1
+    assert runs[1] - runs[0] >= 0.45  # the first backoff: 0.5-1 s, not at once
+
+
+def test_max_deliveries_moves_a_message_to_the_dead_letter_topic(drv: Driver) -> None:
+    t = drv.topic()
+    dlq = drv.topic()
+    drv.client.produce(t, {"id": 7}, key="k7")
+    runs: list[int] = []
+
+    def fail(m: narad.Message) -> None:
+        runs.append(m.delivery_attempt or 0)
+        raise RuntimeError("always fails")
+
+    with pytest.raises(ValueError, match="dead_letter_topic"):
+        drv.client.consume(t, drv.handler(fail), max_deliveries=2)
+    with drv.client.consume(t, drv.handler(fail), wait=1, max_deliveries=2,
+                            dead_letter_topic=dlq) as con:
+        wait_for(lambda: con.stats.dead_lettered == 1, timeout=60, what="the dead letter")
+        wait_for(lambda: con.stats.acked == 1, timeout=30, what="the original acked")
+    assert runs == [1, 2]  # the third delivery went to the DLQ without running the handler
+    moved = list(drv.client.replay(dlq))
+    assert [(m.body, m.key) for m in moved] == [(b'{"id":7}', "k7")]
+    info = drv.client.get_topic(t)
+    assert sum(s.backlog for s in info.partition_stats) == 0

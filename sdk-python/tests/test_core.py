@@ -51,7 +51,8 @@ def error_body(code: str) -> dict[str, Any]:
     (403, narad.Forbidden, False), (404, narad.NotFound, False), (409, narad.Conflict, False),
     (410, narad.LeaseLost, False), (413, narad.TooLarge, False), (429, narad.Throttled, True),
     (503, narad.Unavailable, True), (502, narad.Unavailable, True),
-    (504, narad.Timeout, True), (500, narad.NaradError, False), (501, narad.NaradError, False),
+    (504, narad.Timeout, True), (500, narad.Internal, False), (501, narad.NotImplemented, False),
+    (418, narad.NaradError, False),
 ])
 def test_error_mapping(status: int, cls: type[narad.NaradError], retryable: bool) -> None:
     e = error_from_response(status, {"retry-after": "2"}, json.dumps(error_body("x")).encode())
@@ -88,15 +89,28 @@ def test_parse_errors_become_errors() -> None:
     assert isinstance(step, core.Fail) and step.error.code == "bad_response"
 
 
-def test_connection_refused_fails_over_at_once_and_opens_the_breaker() -> None:
+def test_connection_refused_fails_over_at_once_and_two_open_the_breaker() -> None:
     st, events = state(core.list_topics())
     first = st.endpoint()
     step = st.on_transport_error(first, core.Transport.NOT_SENT, "refused")
     assert isinstance(step, core.Retry) and step.delay == 0.0
-    assert st.pool.is_open(first)
+    assert not st.pool.is_open(first)  # one failure is not enough
     second = st.endpoint()
     assert second != first
-    assert [e.kind for e in events] == ["breaker_open", "request", "retry"]
+    assert [e.kind for e in events] == ["request", "retry"]
+    again, events2 = state(core.list_topics())
+    again.pool = st.pool
+    again.on_transport_error(again.endpoint(), core.Transport.NOT_SENT, "refused")
+    assert st.pool.is_open(first)
+    assert events2[0].kind == "breaker_open"
+
+
+def test_a_timed_out_attempt_fails_over_at_once() -> None:
+    st, _ = state(core.list_topics())
+    first = st.endpoint()
+    step = st.on_transport_error(first, core.Transport.TIMEOUT, "no answer")
+    assert isinstance(step, core.Retry) and step.delay == 0.0
+    assert st.endpoint() != first
 
 
 def test_503_retries_with_backoff_and_retry_after() -> None:
@@ -118,7 +132,8 @@ def test_attempts_run_out() -> None:
 def test_deadline_stops_retries() -> None:
     clk = Clock()
     st, _ = state(core.list_topics(), clock=clk, endpoints=("http://a",))
-    clk.now += 29.9
+    assert st.deadline == pytest.approx(100.0 + 4 * 30.0 + 3 * 5.0)  # attempts x bound + backoff
+    clk.now = st.deadline - 0.5
     step = st.on_response(st.endpoint(), resp(503, error_body("unavailable"),
                                               {"retry-after": "1"}))
     assert isinstance(step, core.Fail)
@@ -158,10 +173,10 @@ def test_ack_batch_counts_410_after_lost_reply_only_for_settling_entries() -> No
     assert isinstance(step.value[1].error, narad.LeaseLost)
 
 
-def test_long_poll_attempt_gets_wait_plus_margin() -> None:
+def test_long_poll_attempt_gets_its_wait_plus_the_request_timeout() -> None:
     st, _ = state(core.receive("t", wait=15))
     st.endpoint()
-    assert st.attempt_timeout() == 15 + core.POLL_MARGIN
+    assert st.attempt_timeout() == 15 + 30.0  # its wait plus the request timeout
     capped = core.receive("t", wait=60)
     assert capped.wait == core.MAX_WAIT
     assert ("wait", "20000ms") in capped.request.params
@@ -170,13 +185,17 @@ def test_long_poll_attempt_gets_wait_plus_margin() -> None:
 # -- endpoints
 
 
-def test_pool_rotation_probe_and_fallback() -> None:
+def test_pool_sticks_prefers_the_lease_node_probes_and_falls_back() -> None:
     clk = Clock()
-    pool = core.EndpointPool(["a:1", "http://b:2/"], clock=clk, cooldown=1.0, soft_threshold=2)
+    pool = core.EndpointPool(["a:1", "http://b:2/"], clock=clk, cooldown=1.0)
     assert pool.endpoints == ["http://a:1", "http://b:2"]
-    assert {pool.pick(), pool.pick()} == {"http://a:1", "http://b:2"}
-    assert pool.failure("http://a:1", hard=False) is False
-    assert pool.failure("http://a:1", hard=False) is True  # soft threshold reached
+    assert [pool.pick() for _ in range(4)] == ["http://a:1"] * 4  # sticky, no rotation
+    assert pool.pick(prefer="http://b:2") == "http://b:2"  # the node that leased it
+    assert pool.pick(["http://b:2"], prefer="http://b:2") == "http://a:1"  # b failed: fall back
+    assert pool.pick(["http://a:1"]) == "http://b:2"
+    assert pool.failure("http://a:1") is False
+    assert pool.failure("http://a:1") is True  # two in a row open the breaker
+    assert pool.pick(prefer="http://a:1") == "http://b:2"  # open: not even for its leases
     assert all(pool.pick() == "http://b:2" for _ in range(4))
     assert pool.probes_due() == []
     clk.now += 1.0
@@ -189,11 +208,41 @@ def test_pool_rotation_probe_and_fallback() -> None:
     assert pool.probes_due() == ["http://a:1"]
     assert pool.probe_result("http://a:1", True) is True
     assert not pool.is_open("http://a:1")
-    pool.failure("http://a:1", hard=True)
-    pool.failure("http://b:2", hard=True)
+    for _ in range(2):
+        pool.failure("http://a:1")
+    clk.now += 0.5
+    for _ in range(2):
+        pool.failure("http://b:2")
     assert pool.pick() == "http://a:1"  # all open: the one due back soonest
     with pytest.raises(ValueError):
         core.EndpointPool([])
+
+
+def test_cluster_verdict() -> None:
+    def doc(node: str, *members: str, cid: str | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {"node_id": node, "controller": node,
+                             "members": [{"id": m} for m in members or (node,)]}
+        if cid is not None:
+            d["cluster_id"] = cid
+        return d
+    assert core.cluster_verdict({"a": doc("n1", "n1", "n2"), "b": doc("n2", "n1", "n2")}) is None
+    assert core.cluster_verdict({"a": doc("n1"), "b": doc("n1")}) is None  # one node, twice
+    assert "not one cluster" in (core.cluster_verdict({"a": doc("n1"), "b": doc("n2")}) or "")
+    assert core.cluster_verdict({"a": doc("n1", cid="x"), "b": doc("n2", cid="x")}) is None
+    assert core.cluster_verdict({"a": doc("n1", "n1", "n2", cid="x"),
+                                 "b": doc("n2", "n1", "n2", cid="y")}) is not None
+    assert core.cluster_verdict({"a": doc("n1")}) is None  # one answer proves nothing
+
+
+def test_lease_calls_go_to_the_node_that_leased_and_batches_split_per_node() -> None:
+    m = narad.Message("t", 0, 1, b"", 0, receipt_handle="h", endpoint="http://b")
+    assert core.ack("t", "h", core.endpoint_of(m)).endpoint == "http://b"
+    assert core.nack("t", "h", 2, "http://b").endpoint == "http://b"
+    assert core.extend("t", "h", None, "http://b").endpoint == "http://b"
+    st, _ = state(core.ack("t", "h", "http://b"))
+    assert st.endpoint() == "http://b"
+    groups = core.by_endpoint(["a", "b", "a", None], lambda x: x)
+    assert groups == [("a", [0, 2]), ("b", [1]), (None, [3])]
 
 
 def test_backoff_is_full_jitter_within_bounds() -> None:
@@ -461,3 +510,15 @@ def test_parse_child_shows_a_pause() -> None:
     assert kid.state == "paused" and kid.paused_reason == why
     old = core.parse_child({"child": "orders.copy", "fanout_delay_ms": 0})
     assert old.state is None and old.paused_reason is None
+
+
+def test_poison_backoff_grows_with_the_attempt_jittered_and_capped() -> None:
+    assert plans.poison_backoff(1, lambda: 0.0) == 0.5
+    assert plans.poison_backoff(1, lambda: 1.0) == 1.0
+    assert plans.poison_backoff(4, lambda: 1.0) == 8.0
+    assert plans.poison_backoff(4, lambda: 0.0) == 4.0
+    assert plans.poison_backoff(40, lambda: 1.0) == 300.0
+    assert plans.outcome_of(RuntimeError(), None, 3)[1] <= 4.0
+    assert plans.outcome_of(RuntimeError(), 0.0, 3) == ("nack", 0.0)
+    with pytest.raises(ValueError):
+        plans.ConsumerOptions(max_deliveries=3)

@@ -75,8 +75,7 @@ def test_consumer_stops_when_its_grant_is_revoked(  # type: ignore[no-untyped-de
     admin.produce(topic, b"one")
     wait_for(lambda: con.stats.acked == 1, what="the first message")
     admin.replace_grants(name, [])
-    # Holding no grant on the topic any more, the user learns nothing of it: 404, as
-    # for a topic that does not exist. A terminal error stops the loop and says so.
+    # The broker hides topics a user holds no grant on (404, not 403): terminal too.
     with pytest.raises(narad.NotFound):
-        con.wait(30)
+        con.wait(30)  # a terminal error stops the loop, and it says so
     assert not con.running and isinstance(con.error, narad.NotFound)

@@ -6,7 +6,7 @@ threads) and :class:`AsyncClient` (asyncio, worker tasks)::
     import narad
 
     with narad.Client("http://127.0.0.1:7942") as client:
-        client.create_topic("jobs")
+        client.ensure_topic("jobs")
         client.produce("jobs", {"id": 1})
         with client.consume("jobs", lambda msg: print(msg.json())):
             ...
@@ -27,8 +27,10 @@ from .errors import (
     BadRequest,
     BufferFull,
     Closed,
+    ClusterWarning,
     Conflict,
     Forbidden,
+    Internal,
     LeaseLost,
     NaradError,
     NotFound,
@@ -38,6 +40,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
+from .errors import NotImplemented as NotImplemented  # kept out of __all__: see its doc
 from .models import (
     AckResult,
     Child,
@@ -67,6 +70,7 @@ __all__ = [
     "ChildLag",
     "Client",
     "Closed",
+    "ClusterWarning",
     "Conflict",
     "Consumer",
     "ConsumerStats",
@@ -75,6 +79,7 @@ __all__ = [
     "Event",
     "Forbidden",
     "Grant",
+    "Internal",
     "LeaseLost",
     "Message",
     "Nack",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ import httpx
 from . import _core as core
 from . import _plans as plans
 from ._core import Duration
-from ._sync import core_outgoing
+from ._sync import core_outgoing, warn_not_one_cluster
 from .errors import BufferFull, Closed, Conflict, LeaseLost, NaradError
 from .models import (
     AckResult,
@@ -39,8 +40,19 @@ __all__ = ["AsyncClient", "AsyncConsumer", "AsyncPublisher", "AsyncReplay"]
 T = TypeVar("T")
 log = logging.getLogger("narad")
 
-AsyncHandler = Callable[[Message], Awaitable[object]]
-"""An async consumer handler: return to ack, raise to hand the message back."""
+AsyncHandler = Callable[[Message], Awaitable[object]] | Callable[[Message], object]
+"""A consumer handler of the async client: return to ack, raise to hand the message back.
+
+An ``async def`` handler runs on the event loop. A plain ``def`` handler runs in a worker
+thread (``asyncio.to_thread``), so it may block without stalling the loop; like the sync
+client's handlers it cannot be cancelled, and checks ``current_delivery().cancelled``.
+"""
+
+
+def is_async_handler(handler: Callable[..., object]) -> bool:
+    """is_async_handler tells whether calling ``handler`` gives an awaitable to run on the loop."""
+    call = type(handler).__call__ if not inspect.isroutine(handler) else None
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
 class _Signal:
@@ -80,10 +92,14 @@ class AsyncClient:
         on_event: Callable[[Event], None] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
-        breaker_cooldown: float = 1.0,
+        breaker_cooldown: float = core.BREAKER_COOLDOWN,
+        breaker_failures: int = core.BREAKER_FAILURES,
     ) -> None:
         eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
-        self._pool = core.EndpointPool(eps, cooldown=breaker_cooldown)
+        self._pool = core.EndpointPool(eps, cooldown=breaker_cooldown,
+                                       threshold=breaker_failures)
+        self._cluster_started = len(self._pool.endpoints) < 2
+        self._cluster_verdict: str | None = None
         self._policy = core.RetryPolicy(attempts=attempts, backoff_min=backoff_min,
                                         backoff_max=backoff_max, timeout=timeout,
                                         allow_duplicates=allow_duplicates)
@@ -109,6 +125,7 @@ class AsyncClient:
                    policy: core.RetryPolicy | None = None) -> T:
         if self._closed:
             raise Closed("the client is closed", code="closed")
+        self._check_cluster()
         state = core.CallState(call, policy or self._policy, self._pool, self._emit, timeout)
         req = call.request
         while True:
@@ -129,13 +146,39 @@ class AsyncClient:
             except RuntimeError as exc:  # httpx: the client was closed under us
                 raise Closed(f"the client is closed: {exc}", code="closed") from exc
             else:
-                step = state.on_response(url, core.Response(r.status_code, r.headers, r.content))
+                step = state.on_response(url, core.Response(r.status_code, r.headers, r.content,
+                                                            url))
             if isinstance(step, core.Done):
                 return step.value
             if isinstance(step, core.Fail):
                 raise step.error
             if step.delay > 0:
                 await asyncio.sleep(step.delay)
+
+    def _check_cluster(self) -> None:
+        """_check_cluster starts the one-cluster check once, on first use, as a task."""
+        if self._cluster_started:
+            return
+        self._cluster_started = True
+        task = asyncio.get_running_loop().create_task(self._cluster_check())
+        self._probes.add(task)
+        task.add_done_callback(self._probes.discard)
+
+    async def _cluster_check(self) -> None:
+        req = core.cluster_request()
+
+        async def ask(url: str) -> tuple[str, Any]:
+            try:
+                r = await self._http.get(url + req.path, timeout=core.CLUSTER_CHECK_TIMEOUT)
+                return url, (r.json() if r.status_code == 200 else None)
+            except (httpx.HTTPError, RuntimeError, ValueError):
+                return url, None  # the check never fails anything: no answer, no evidence
+
+        got = await asyncio.gather(*(ask(u) for u in self._pool.endpoints))
+        verdict = core.cluster_verdict({u: d for u, d in got if d is not None})
+        if verdict is not None:
+            warn_not_one_cluster(verdict)
+        self._cluster_verdict = verdict or ""
 
     def _start_probes(self) -> None:
         for url in self._pool.probes_due():
@@ -146,7 +189,8 @@ class AsyncClient:
     async def _probe(self, url: str) -> None:
         ok = False
         try:
-            ok = (await self._http.get(url + "/readyz", timeout=2.0)).status_code == 200
+            ok = (await self._http.get(url + "/readyz",
+                                       timeout=self._policy.timeout)).status_code == 200
         except (httpx.HTTPError, RuntimeError):
             ok = False
         if self._pool.probe_result(url, ok):
@@ -243,37 +287,53 @@ class AsyncClient:
         Raises LeaseLost when the lease was gone: the message is delivered again. A 410
         on a retry whose first attempt's reply was lost counts as success.
         """
-        await self._run(core.ack(core.topic_of(message, topic), core.handle_of(message)), timeout)
+        await self._run(core.ack(core.topic_of(message, topic), core.handle_of(message),
+                                 core.endpoint_of(message)), timeout)
 
     async def nack(self, message: Message | str, delay: Duration = 0.0, *, topic: str | None = None,
              timeout: float | None = None) -> None:
         """Nack hands a leased message back: at once, or visible again after ``delay``."""
-        await self._run(core.nack(core.topic_of(message, topic), core.handle_of(message), delay),
-                  timeout)
+        await self._run(core.nack(core.topic_of(message, topic), core.handle_of(message), delay,
+                                  core.endpoint_of(message)), timeout)
 
     async def extend(self, message: Message | str, duration: Duration | None = None, *,
                topic: str | None = None, timeout: float | None = None) -> None:
         """Extend renews a lease: for the topic's visibility timeout, or ``duration`` from now."""
         await self._run(core.extend(core.topic_of(message, topic), core.handle_of(message),
-                                    duration), timeout)
+                                    duration, core.endpoint_of(message)), timeout)
 
     async def ack_batch(self, messages: Iterable[Message | str], *, topic: str | None = None,
                   timeout: float | None = None) -> list[AckResult]:
-        """ack_batch settles many leased messages of one topic; one result per message."""
+        """ack_batch settles many leased messages of one topic; one result per message.
+
+        Messages leased by different nodes are settled with one request per node.
+        """
         items = list(messages)
         if not items:
             return []
         t = core.topic_of(items[0], topic)
-        return await self._run(core.ack_batch(t, [(core.handle_of(m), None) for m in items]),
-                         timeout)
+        out: list[AckResult | None] = [None] * len(items)
+        for ep, idx in core.by_endpoint(items, core.endpoint_of):
+            got = await self._run(core.ack_batch(
+                t, [(core.handle_of(items[i]), None) for i in idx], ep), timeout)
+            for i, r in zip(idx, got, strict=True):
+                out[i] = r
+        return [r for r in out if r is not None]
 
     async def consume(self, topic: str, handler: AsyncHandler, *, concurrency: int = 1,
                 wait: Duration = 10.0, renew: bool = True, max_lease: Duration = 3600.0,
-                grace: Duration = 30.0, nack_delay: Duration = 0.0) -> AsyncConsumer:
+                grace: Duration = 30.0, nack_delay: Duration | None = None,
+                max_deliveries: int = 0, dead_letter_topic: str | None = None) -> AsyncConsumer:
         """Consume starts tasks that run ``handler`` on each message; see AsyncConsumer.
 
+        ``handler`` is an ``async def`` (run on the loop, cancelled when its lease is
+        lost) or a plain ``def`` (run in a worker thread, see :data:`AsyncHandler`).
+
         The handler's return acks the message; an exception hands it back after
-        ``nack_delay`` (raise :class:`~narad.Nack` to choose the delay). Leases are
+        ``nack_delay`` (raise :class:`~narad.Nack` to choose the delay). By default that
+        delay grows with the delivery attempt: 1 s, 2 s, 4 s ... up to 5 min, jittered.
+        With ``max_deliveries`` a message delivered more often is produced to
+        ``dead_letter_topic`` (required then) and acked. Leases are
         renewed while handlers run (up to ``max_lease``). Raises NotFound at once when
         the topic does not exist.
         """
@@ -281,7 +341,10 @@ class AsyncClient:
                                      wait=min(core.MAX_WAIT, core.seconds(wait)), renew=renew,
                                      max_lease=core.seconds(max_lease),
                                      grace=core.seconds(grace),
-                                     nack_delay=core.seconds(nack_delay))
+                                     nack_delay=None if nack_delay is None
+                                     else core.seconds(nack_delay),
+                                     max_deliveries=max_deliveries,
+                                     dead_letter_topic=dead_letter_topic)
         consumer = AsyncConsumer(self, topic, handler, opts)
         self._own(consumer)
         try:
@@ -595,6 +658,7 @@ class AsyncConsumer:
         self._client = client
         self.topic = topic
         self._handler = handler
+        self._in_thread = not is_async_handler(handler)
         self.options = opts
         self._counters = plans.Counters()
         self._signal = _Signal()
@@ -605,6 +669,7 @@ class AsyncConsumer:
         self._book = plans.LeaseBook(1.0, opts.max_lease, opts.renew)
         self._tasks: set[asyncio.Task[None]] = set()
         self._poll_task: asyncio.Task[None] | None = None
+        self._polling = False
         self._renew_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
 
@@ -642,6 +707,7 @@ class AsyncConsumer:
                 return
             n = self._free()
             leased_at = plans.monotonic()
+            self._polling = True
             try:
                 got = await self._client.receive(self.topic, max_messages=n,
                                                  wait=self.options.wait)
@@ -664,6 +730,8 @@ class AsyncConsumer:
                 if not self._stopping:
                     await self._signal.wait(delay)
                 continue
+            finally:
+                self._polling = False
             retry = 0
             for m in got:
                 self._counters.add("received")
@@ -684,11 +752,23 @@ class AsyncConsumer:
         if d.state is not plans.State.PENDING or d.lost:
             return
         d.state = plans.State.RUNNING
+        if self.options.dead_letters(d):
+            try:
+                await self._dead_letter(d)
+            finally:
+                self._finish(d)
+            return
         token = plans.set_current(d)
         wall, t0 = time.time(), plans.monotonic()
         exc: BaseException | None = None
         try:
-            await self._handler(d.message)
+            if self._in_thread:
+                # A plain def: run it off the loop (the delivery context goes along).
+                result = await asyncio.to_thread(self._handler, d.message)
+            else:
+                result = self._handler(d.message)
+            if inspect.isawaitable(result):
+                await result
         except asyncio.CancelledError:
             if not d.cancelled.is_set():
                 self._finish(d)  # cancelled from outside: free the slot, let it lapse
@@ -697,10 +777,8 @@ class AsyncConsumer:
             exc = e
         finally:
             plans.reset_current(token)
-        outcome, delay = plans.outcome_of(exc, self.options.nack_delay)
-        gave_up = d.cancelled.is_set()
-        if not gave_up:
-            d.state = plans.State.SETTLING
+        outcome, delay = plans.outcome_of(exc, self.options.nack_delay, d.attempt)
+        gave_up = self._settling(d)
         self._emit(kind="handler", op="handle", outcome="cancelled" if gave_up else
                    ("ok" if exc is None else "error"), error=exc, start=wall,
                    duration=plans.monotonic() - t0, message=d.message)
@@ -718,15 +796,47 @@ class AsyncConsumer:
         finally:
             self._finish(d)
 
+    def _settling(self, d: plans.Delivery) -> bool:
+        """_settling moves ``d`` on to settling; True when it was given up meanwhile."""
+        gave_up = d.cancelled.is_set()
+        if not gave_up:
+            d.state = plans.State.SETTLING
+        return gave_up
+
+    async def _dead_letter(self, d: plans.Delivery) -> None:
+        """_dead_letter moves a message delivered too often to the dead-letter topic.
+
+        It acks the message only once the copy is stored; when the copy fails, the
+        message is handed back with the backoff and tried again on its next delivery.
+        """
+        m = d.message
+        dlq = self.options.dead_letter_topic or ""
+        body, ctype = plans.dead_letter_body(d)
+        try:
+            await self._client._run(core.produce(dlq, body, key=m.key, content_type=ctype))
+        except NaradError as err:
+            delay = plans.poison_backoff(d.attempt)
+            log.warning("narad: moving %s/%d@%d to %s failed; handing it back for %.1fs: %s",
+                        self.topic, m.partition, m.offset, dlq, delay, err)
+            if not self._settling(d):
+                await self._settle(d, ack=False, delay=delay)
+            return
+        self._counters.add("dead_lettered")
+        log.warning("narad: %s/%d@%d was delivered %d times; moved to %s", self.topic,
+                    m.partition, m.offset, d.attempt, dlq)
+        if not self._settling(d):
+            await self._settle(d, ack=True, delay=0.0)
+
     async def _settle(self, d: plans.Delivery, *, ack: bool, delay: float) -> None:
         handle = d.message.receipt_handle or ""
         try:
             if ack:
-                await self._client._run(core.ack(self.topic, handle))
+                await self._client._run(core.ack(self.topic, handle, d.message.endpoint))
                 self._counters.add("acked")
                 self._emit(kind="ack", op="ack", outcome="acked", message=d.message)
             else:
-                await self._client._run(core.nack(self.topic, handle, delay))
+                await self._client._run(core.nack(self.topic, handle, delay,
+                                                   d.message.endpoint))
                 self._counters.add("nacked")
                 self._emit(kind="ack", op="nack", outcome="nacked", message=d.message,
                            delay=delay)
@@ -741,7 +851,8 @@ class AsyncConsumer:
 
     async def _hand_back(self, d: plans.Delivery) -> None:
         try:
-            await self._client._run(core.nack(self.topic, d.message.receipt_handle or "", 0.0))
+            await self._client._run(core.nack(self.topic, d.message.receipt_handle or "", 0.0,
+                                           d.message.endpoint))
             self._counters.add("handed_back")
         except NaradError as err:
             log.warning("narad: handing back %s/%d@%d failed (its lease will lapse): %s",
@@ -786,11 +897,12 @@ class AsyncConsumer:
             self._finish(d)
 
     async def _renew(self, due: list[plans.Delivery]) -> None:
-        for group in plans.chunks(due, 1000):
+        for group in plans.renewal_groups(due, 1000):
             sent = plans.monotonic()
             try:
                 results = await self._client._run(core.ack_batch(
-                    self.topic, plans.renewal_entries(group, self._book.window)))
+                    self.topic, plans.renewal_entries(group, self._book.window),
+                    group[0].message.endpoint))
             except NaradError as err:
                 log.warning("narad: renewing %d leases of %s failed: %s", len(group),
                             self.topic, err)
@@ -842,6 +954,12 @@ class AsyncConsumer:
         self._closed = True
         self._stopping = True
         self._signal.notify()
+        poller = self._poll_task
+        if self._polling and poller is not None and poller is not asyncio.current_task():
+            # An idle consumer sits in a long poll: cancel it rather than wait it out
+            # (the connection closes, so the broker leases nothing for it). A poll that
+            # has returned is not cancelled: the loop hands back what it got.
+            poller.cancel()
         g = self.options.grace if grace is None else core.seconds(grace)
         deadline = plans.monotonic() + g
         # Messages not started yet go back at once; running handlers get the grace.
@@ -850,10 +968,9 @@ class AsyncConsumer:
                 d.state = plans.State.DONE
                 await self._hand_back(d)
                 self._finish(d)
-        poller = self._poll_task
         if poller is not None and poller is not asyncio.current_task() and not poller.done():
             done, _ = await asyncio.wait({poller}, timeout=max(0.0, min(
-                deadline - plans.monotonic(), self.options.wait + core.POLL_MARGIN)))
+                deadline - plans.monotonic(), self.options.wait + self._client._policy.timeout)))
             if not done:
                 poller.cancel()
         while len(self._book) and plans.monotonic() < deadline:

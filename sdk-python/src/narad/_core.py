@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -54,8 +54,10 @@ MAX_WAIT = 20.0
 """The broker caps a long poll at 20 s."""
 MAX_EXTEND = 12 * 3600.0
 """The longest lease an ack's ``extend`` may set; the broker refuses longer with 400."""
-POLL_MARGIN = 5.0
-"""Extra time a long poll's attempt gets beyond its wait before the client gives up."""
+BREAKER_FAILURES = 2
+"""Consecutive failures (refused connection, timeout, lost reply, 503) that open a breaker."""
+BREAKER_COOLDOWN = 2.0
+"""Seconds an open breaker waits before its first /readyz probe; doubles per failed probe."""
 
 
 def seconds(d: Duration) -> float:
@@ -84,7 +86,12 @@ MAX_RETRY_AFTER = 300.0
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """RetryPolicy bounds how a call is retried (SDK.md defaults)."""
+    """RetryPolicy bounds how a call is retried (the defaults of every Narad SDK).
+
+    ``timeout`` bounds each attempt (a long poll's attempt gets its wait on top), so an
+    attempt on a node that accepts connections and never answers ends in time and the
+    call fails over. A call's whole budget is ``attempts`` times that, plus backoff.
+    """
 
     attempts: int = 4
     backoff_min: float = 0.05
@@ -120,6 +127,8 @@ class Response:
     status: int
     headers: Mapping[str, str]
     content: bytes
+    endpoint: str = ""
+    """The node that answered (leased messages remember it)."""
 
     def json(self) -> Any:
         """Json decodes the body."""
@@ -144,7 +153,8 @@ class Call(Generic[T]):
     ``parse`` gets the answer and whether an earlier attempt may have taken effect.
     ``ok_after_lost_reply`` lists statuses that, on a retry whose earlier attempt's
     reply was lost, mean the earlier attempt succeeded (410 for an ack, 404 for a
-    delete); ``parse`` then gets a synthetic 204.
+    delete); ``parse`` then gets a synthetic 204. ``endpoint`` is where the call must go
+    first: the node that issued a lease, for the calls that settle or renew it.
     """
 
     op: str
@@ -154,6 +164,7 @@ class Call(Generic[T]):
     topic: str | None = None
     wait: float = 0.0
     ok_after_lost_reply: frozenset[int] = frozenset()
+    endpoint: str | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -170,32 +181,34 @@ class _Node:
 
 
 class EndpointPool:
-    """EndpointPool spreads calls over endpoints and keeps failing ones out for a while.
+    """EndpointPool chooses the node for each attempt and keeps failing ones out a while.
 
-    A node opens (leaves the rotation) after one connection failure or after
-    ``soft_threshold`` consecutive 503s or timeouts. Once its cooldown passes it is
-    probed (``probes_due``) outside the rotation and rejoins when a probe succeeds; each
-    failed probe doubles the cooldown up to ``max_cooldown``. When every node is open,
-    the one due back soonest is used anyway: a call is never refused locally.
+    Calls stick to one node, the first healthy one in the configured order, and move to
+    the next only when it fails: spreading calls over nodes that are not one cluster
+    would produce to one and settle on another. A call that settles a lease prefers the
+    node that issued it (``prefer``). A node opens (leaves the choice) after
+    ``threshold`` consecutive failures. Once its cooldown passes it is probed
+    (``probes_due``) outside the choice and rejoins when a probe succeeds; each failed
+    probe doubles the cooldown up to ``max_cooldown``. When every node is open, the one
+    due back soonest is used anyway: a call is never refused locally.
     """
 
     def __init__(
         self,
         endpoints: Sequence[str],
         *,
-        cooldown: float = 1.0,
+        cooldown: float = BREAKER_COOLDOWN,
         max_cooldown: float = 30.0,
-        soft_threshold: int = 3,
+        threshold: int = BREAKER_FAILURES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         urls = [normalize_endpoint(e) for e in endpoints]
         if not urls:
             raise ValueError("at least one endpoint is needed")
         self._nodes = [_Node(u) for u in urls]
-        self._next = 0
         self._cooldown = cooldown
         self._max_cooldown = max_cooldown
-        self._soft_threshold = soft_threshold
+        self._threshold = max(1, threshold)
         self._clock = clock
         self._lock = threading.Lock()
 
@@ -205,27 +218,28 @@ class EndpointPool:
         return [n.url for n in self._nodes]
 
     def is_open(self, url: str) -> bool:
-        """is_open tells whether ``url`` is out of the rotation."""
+        """is_open tells whether ``url`` is out of the choice."""
         with self._lock:
             return self._node(url).open_until is not None
 
-    def pick(self, exclude: Iterable[str] = ()) -> str:
-        """Pick returns the next endpoint in rotation, preferring ones not in ``exclude``."""
+    def pick(self, exclude: Iterable[str] = (), prefer: str | None = None) -> str:
+        """Pick returns where the next attempt goes.
+
+        ``prefer`` when it is healthy and not in ``exclude``; else the first healthy
+        endpoint in order outside ``exclude``; else the first healthy one; else (all
+        open) the one due back soonest.
+        """
         skip = set(exclude)
         with self._lock:
-            n = len(self._nodes)
-            closed = [
-                self._nodes[(self._next + i) % n]
-                for i in range(n)
-                if self._nodes[(self._next + i) % n].open_until is None
-            ]
+            closed = [x for x in self._nodes if x.open_until is None]
+            if prefer is not None:
+                for x in closed:
+                    if x.url == prefer and x.url not in skip:
+                        return x.url
             fresh = [x for x in closed if x.url not in skip]
             if fresh or closed:
-                chosen = (fresh or closed)[0]
-            else:
-                chosen = min(self._nodes, key=lambda x: x.open_until or 0.0)
-            self._next = (self._nodes.index(chosen) + 1) % n
-            return chosen.url
+                return (fresh or closed)[0].url
+            return min(self._nodes, key=lambda x: x.open_until or 0.0).url
 
     def untried(self, exclude: Iterable[str]) -> bool:
         """Untried tells whether a closed endpoint outside ``exclude`` exists."""
@@ -244,14 +258,14 @@ class EndpointPool:
             node.probing = False
             return was_open
 
-    def failure(self, url: str, *, hard: bool) -> bool:
+    def failure(self, url: str) -> bool:
         """Failure records a failed attempt; True when that opened the breaker."""
         with self._lock:
             node = self._node(url)
             node.failures += 1
             if node.open_until is not None:
                 return False
-            if hard or node.failures >= self._soft_threshold:
+            if node.failures >= self._threshold:
                 node.cooldown = self._cooldown
                 node.open_until = self._clock() + node.cooldown
                 return True
@@ -357,12 +371,14 @@ class CallState(Generic[T]):
     _wall: float = 0.0
 
     def __post_init__(self) -> None:
-        budget = self.policy.timeout if self.timeout is None else self.timeout
-        self.deadline = self.clock() + budget + self.call.wait
+        per_attempt = self.attempt_timeout()
+        attempts = max(1, self.policy.attempts)
+        self.deadline = (self.clock() + attempts * per_attempt
+                         + (attempts - 1) * self.policy.backoff_max)
 
     def endpoint(self) -> str:
         """Endpoint chooses where the next attempt goes and starts its clock."""
-        url = self.pool.pick(self.tried)
+        url = self.pool.pick(self.tried, self.call.endpoint)
         self.tried.append(url)
         self.attempt += 1
         self._sent_at = self.clock()
@@ -370,14 +386,13 @@ class CallState(Generic[T]):
         return url
 
     def attempt_timeout(self) -> float:
-        """attempt_timeout bounds the next attempt by what is left of the call's deadline.
+        """attempt_timeout bounds one attempt: the request timeout, plus a long poll's wait.
 
-        A long poll's attempt always gets its wait plus a margin, so a short client
-        timeout never cuts a poll that is simply waiting for a message.
+        Bounding each attempt (not the whole call) is what lets a call leave a node that
+        accepts connections and never answers, and fail over to the next one.
         """
-        if self.call.wait:
-            return self.call.wait + POLL_MARGIN
-        return max(0.05, self.deadline - self.clock())
+        per_attempt = self.policy.timeout if self.timeout is None else self.timeout
+        return max(0.05, per_attempt) + self.call.wait
 
     def expired(self) -> Fail:
         """Expired is the failure for a deadline reached before any attempt finished."""
@@ -405,7 +420,7 @@ class CallState(Generic[T]):
         node_down = resp.status in (502, 503) and err.code not in ("in_flight_full",
                                                                    "acked_ahead_full")
         if node_down:
-            self._opened(url, self.pool.failure(url, hard=False))
+            self._opened(url, self.pool.failure(url))
         if err.uncertain:
             # The broker could not tell whether it took effect (503 timeout, 504).
             self.maybe_applied = True
@@ -420,7 +435,7 @@ class CallState(Generic[T]):
         err: NaradError
         if how is Transport.NOT_SENT:
             err = Unavailable(f"cannot reach {url}: {detail}", code="connection_failed")
-            self._opened(url, self.pool.failure(url, hard=True))
+            self._opened(url, self.pool.failure(url))
         else:
             self.maybe_applied = True
             if how is Transport.TIMEOUT:
@@ -429,12 +444,14 @@ class CallState(Generic[T]):
             else:
                 err = Unavailable(f"{self.call.op}: connection to {url} lost: {detail}",
                                   code="connection_lost")
-            self._opened(url, self.pool.failure(url, hard=False))
+            self._opened(url, self.pool.failure(url))
             err.uncertain = self._uncertain()
         self._report(url, None, err)
         if how is not Transport.NOT_SENT and not self._may_repeat():
             return Fail(err)
-        return self._retry(err, failover=how is Transport.NOT_SENT, retry_after=None)
+        # A timeout moves on to the next node at once too: waiting longer on a node that
+        # did not answer within a whole attempt helps nobody.
+        return self._retry(err, failover=how is not Transport.LOST, retry_after=None)
 
     # -- helpers
 
@@ -697,9 +714,10 @@ def _messages_or_empty(resp: Response, many: bool) -> list[Message]:
     if resp.status == 204 or not resp.content:
         return []
     doc = resp.json()
-    if many:
-        return [parse_message(x) for x in doc["messages"]]
-    return [parse_message(doc)]
+    docs = doc["messages"] if many else [doc]
+    # Each leased message remembers the node that leased it: only that node holds the
+    # lease, so its acks, nacks and renewals go there.
+    return [replace(parse_message(x), endpoint=resp.endpoint or None) for x in docs]
 
 
 def receive(topic: str, *, max_messages: int = 1, wait: Duration = 10.0) -> Call[list[Message]]:
@@ -728,6 +746,11 @@ def handle_of(msg: Message | str) -> str:
     return msg.receipt_handle
 
 
+def endpoint_of(msg: Message | str) -> str | None:
+    """endpoint_of is the node that leased ``msg`` (None for a bare receipt handle)."""
+    return msg.endpoint if isinstance(msg, Message) else None
+
+
 def topic_of(msg: Message | str, topic: str | None) -> str:
     """topic_of returns the topic a settle call goes to."""
     if topic:
@@ -737,25 +760,33 @@ def topic_of(msg: Message | str, topic: str | None) -> str:
     raise BadRequest("a topic is needed to settle a bare receipt handle", code="bad_request")
 
 
-def ack(topic: str, handle: str) -> Call[None]:
-    """Ack builds an ack: a 410 after a lost reply means the first attempt settled it."""
+def ack(topic: str, handle: str, endpoint: str | None = None) -> Call[None]:
+    """Ack builds an ack: a 410 after a lost reply means the first attempt settled it.
+
+    ``endpoint`` (the node that leased the message) gets it first, as for every call
+    that settles or renews a lease.
+    """
     req = Request("POST", f"/v1/topics/{_t(topic)}/ack", (("receipt_handle", handle),))
-    return Call("ack", req, _none, Kind.READ, topic, ok_after_lost_reply=frozenset({410}))
+    return Call("ack", req, _none, Kind.READ, topic, ok_after_lost_reply=frozenset({410}),
+                endpoint=endpoint)
 
 
-def nack(topic: str, handle: str, delay: Duration = 0.0) -> Call[None]:
+def nack(topic: str, handle: str, delay: Duration = 0.0, endpoint: str | None = None
+         ) -> Call[None]:
     """Nack hands a message back, at once (extend=0) or after ``delay`` (extend=<ms>)."""
     d = seconds(delay)
     if d <= 0:
         req = Request("POST", f"/v1/topics/{_t(topic)}/ack",
                       (("receipt_handle", handle), ("extend", "0")))
-        return Call("nack", req, _none, Kind.READ, topic, ok_after_lost_reply=frozenset({410}))
+        return Call("nack", req, _none, Kind.READ, topic, ok_after_lost_reply=frozenset({410}),
+                    endpoint=endpoint)
     req = Request("POST", f"/v1/topics/{_t(topic)}/ack",
                   (("receipt_handle", handle), ("extend", ms_param(min(d, MAX_EXTEND)))))
-    return Call("nack", req, _none, Kind.READ, topic)
+    return Call("nack", req, _none, Kind.READ, topic, endpoint=endpoint)
 
 
-def extend(topic: str, handle: str, duration: Duration | None = None) -> Call[None]:
+def extend(topic: str, handle: str, duration: Duration | None = None,
+           endpoint: str | None = None) -> Call[None]:
     """Extend renews a lease: for the topic's visibility timeout, or ``duration`` from now."""
     value = "true" if duration is None else ms_param(min(seconds(duration), MAX_EXTEND))
     if value == "0":
@@ -763,11 +794,28 @@ def extend(topic: str, handle: str, duration: Duration | None = None) -> Call[No
                          code="invalid_parameter")
     req = Request("POST", f"/v1/topics/{_t(topic)}/ack",
                   (("receipt_handle", handle), ("extend", value)))
-    return Call("extend", req, _none, Kind.READ, topic)
+    return Call("extend", req, _none, Kind.READ, topic, endpoint=endpoint)
 
 
-def ack_batch(topic: str, entries: Sequence[tuple[str, str | None]]) -> Call[list[AckResult]]:
-    """ack_batch settles or renews many handles; entries are (handle, extend or None)."""
+def by_endpoint(items: Sequence[T], endpoint: Callable[[T], str | None]
+                ) -> list[tuple[str | None, list[int]]]:
+    """by_endpoint groups item indexes by the node that leased them, in first-seen order.
+
+    An ack-batch must go to the node that issued its leases, so a batch whose messages
+    came from several nodes is split into one request per node.
+    """
+    groups: dict[str | None, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(endpoint(item), []).append(i)
+    return list(groups.items())
+
+
+def ack_batch(topic: str, entries: Sequence[tuple[str, str | None]],
+              endpoint: str | None = None) -> Call[list[AckResult]]:
+    """ack_batch settles or renews many handles; entries are (handle, extend or None).
+
+    Every handle must come from ``endpoint`` (see :func:`by_endpoint`).
+    """
     if not entries:
         raise BadRequest("ack_batch needs at least one entry", code="bad_request")
     body = {"acks": [{"receipt_handle": h, **({"extend": e} if e is not None else {})}
@@ -788,7 +836,7 @@ def ack_batch(topic: str, entries: Sequence[tuple[str, str | None]]) -> Call[lis
         return out
 
     return Call("ack_batch", _json_req("POST", f"/v1/topics/{_t(topic)}/ack-batch", body),
-                parse, Kind.READ, topic)
+                parse, Kind.READ, topic, endpoint=endpoint)
 
 
 def read_messages(topic: str, partition: int, *, from_offset: int | None = None,
@@ -911,6 +959,45 @@ def change_password(username: str, new_password: str, current_password: str | No
     return Call("change_password",
                 _json_req("PUT", f"/v1/users/{_u(username)}/password", body), _none,
                 Kind.WRITE)
+
+
+CLUSTER_CHECK_TIMEOUT = 5.0
+"""How long the one-cluster check waits for each endpoint's /v1/cluster."""
+
+
+def cluster_request() -> Request:
+    """cluster_request is GET /v1/cluster, sent to every endpoint by the one-cluster check."""
+    return Request("GET", "/v1/cluster")
+
+
+def cluster_verdict(answers: Mapping[str, Any]) -> str | None:
+    """cluster_verdict says why the endpoints are not one cluster, or None when they are.
+
+    ``answers`` maps each endpoint that answered to its /v1/cluster document. They are
+    one cluster when every answer names the same ``cluster_id``; answers without one are
+    one cluster when each answering node's ``node_id`` is in the member list of every
+    other answer. Fewer than two answers prove nothing: no verdict against them.
+    """
+    docs = {u: d for u, d in answers.items() if isinstance(d, Mapping)}
+    if len(docs) < 2:
+        return None
+    ids = {u: d.get("cluster_id") for u, d in docs.items()}
+    if all(isinstance(v, str) and v for v in ids.values()):
+        if len(set(ids.values())) == 1:
+            return None
+        listing = ", ".join(f"{u} is in cluster {v}" for u, v in ids.items())
+        return f"the endpoints are not one cluster: {listing}"
+    members: dict[str, set[str]] = {}
+    for u, d in docs.items():
+        members[u] = {str(m.get("id")) for m in d.get("members") or [] if isinstance(m, Mapping)}
+        members[u].add(str(d.get("node_id")))
+    for u, d in docs.items():
+        node = str(d.get("node_id"))
+        for other, ids_there in members.items():
+            if other != u and node not in ids_there:
+                return (f"the endpoints are not one cluster: node {node} ({u}) is not a "
+                        f"member of the cluster {other} belongs to")
+    return None
 
 
 def ready() -> Call[bool]:

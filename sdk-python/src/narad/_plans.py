@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import json
+import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from . import _core as core
@@ -29,7 +31,8 @@ RENEW_FRACTION = 0.5
 class Nack(Exception):
     """Nack, raised by a consumer's handler, hands the message back after ``delay`` seconds.
 
-    Any other exception hands it back too (after the consumer's ``nack_delay``); raise
+    Any other exception hands it back too (after the consumer's ``nack_delay``, by default
+    a backoff that grows with the delivery attempt); raise
     Nack to choose the delay per message without logging an error.
     """
 
@@ -106,7 +109,22 @@ class ConsumerOptions:
     renew: bool = True
     max_lease: float = 3600.0
     grace: float = 30.0
-    nack_delay: float = 0.0
+    nack_delay: float | None = None
+    """None: :func:`poison_backoff` of the delivery attempt."""
+    max_deliveries: int = 0
+    """0: off. Else a message delivered more often goes to ``dead_letter_topic``."""
+    dead_letter_topic: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_deliveries < 0:
+            raise ValueError("max_deliveries must be 0 (off) or more")
+        if self.max_deliveries and not self.dead_letter_topic:
+            raise ValueError("max_deliveries needs a dead_letter_topic: a message delivered "
+                             "too often is moved there, never dropped")
+
+    def dead_letters(self, d: Delivery) -> bool:
+        """dead_letters tells whether ``d`` was delivered too often and goes to the DLQ."""
+        return self.max_deliveries > 0 and d.attempt > self.max_deliveries
 
 
 @dataclass(frozen=True)
@@ -121,6 +139,7 @@ class ConsumerStats:
     ack_failed: int = 0
     lease_lost: int = 0
     handed_back: int = 0
+    dead_lettered: int = 0
     renewals: int = 0
     poll_errors: int = 0
 
@@ -399,6 +418,17 @@ def monotonic() -> float:
     return time.monotonic()
 
 
+def renewal_groups(due: Sequence[Delivery], n: int) -> list[Sequence[Delivery]]:
+    """renewal_groups splits leases to renew per issuing node, then into batches of ``n``.
+
+    A lease can only be renewed on the node that issued it.
+    """
+    out: list[Sequence[Delivery]] = []
+    for _, idx in core.by_endpoint(due, lambda d: d.message.endpoint):
+        out.extend(chunks([due[i] for i in idx], n))
+    return out
+
+
 def chunks(xs: Sequence[T], n: int) -> list[Sequence[T]]:
     """Chunks splits ``xs`` into slices of at most ``n``."""
     return [xs[i:i + n] for i in range(0, len(xs), n)]
@@ -408,13 +438,53 @@ HandlerOutcome = tuple[str, float]
 """("ok", 0) or ("nack", delay)."""
 
 
-def outcome_of(exc: BaseException | None, nack_delay: float) -> HandlerOutcome:
+POISON_BASE = 1.0
+"""The first default nack delay, in seconds; it doubles per delivery attempt."""
+POISON_MAX = 300.0
+"""The default nack delay stops growing at five minutes."""
+
+
+def poison_backoff(attempt: int, rng: Callable[[], float] = random.random) -> float:
+    """poison_backoff is the default delay before a failed message comes back.
+
+    ``1 s x 2^(attempt-1)`` capped at 5 min, drawn uniformly from its upper half, so a
+    message that always fails comes back ever more slowly instead of about 3,000 times
+    a second, and many failing at once do not come back together.
+    """
+    d = min(POISON_MAX, POISON_BASE * 2.0 ** min(30, max(0, attempt - 1)))
+    return d / 2 + float(rng()) * d / 2
+
+
+def outcome_of(exc: BaseException | None, nack_delay: float | None, attempt: int = 1
+               ) -> HandlerOutcome:
     """outcome_of maps how a handler ended to what the consumer does with its message."""
     if exc is None:
         return ("ok", 0.0)
     if isinstance(exc, Nack):
         return ("nack", exc.delay)
-    return ("nack", nack_delay)
+    return ("nack", poison_backoff(attempt) if nack_delay is None else nack_delay)
+
+
+def dead_letter_body(d: Delivery) -> tuple[bytes, str]:
+    """dead_letter_body is what goes to the dead-letter topic: the same payload.
+
+    An envelope gets headers saying where it came from and how often it was delivered;
+    any other payload goes as it was (JSON stays JSON, the rest as bytes).
+    """
+    from .envelope import Envelope
+
+    m = d.message
+    env = Envelope.try_decode(m.body)
+    if env is not None:
+        headers = dict(env.headers)
+        headers["narad-dead-letter-from"] = f"{m.topic}/{m.partition}@{m.offset}"
+        headers["narad-delivery-attempts"] = str(d.attempt)
+        return core.encode_body(replace(env, headers=headers))
+    try:
+        json.loads(m.body)
+    except ValueError:
+        return m.body, "application/octet-stream"
+    return m.body, "application/json"
 
 
 def describe(fn: Callable[..., Any]) -> str:

@@ -7,9 +7,12 @@ Threads stand where the async client has tasks; every decision is made by ``_cor
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
+import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
@@ -20,7 +23,7 @@ import httpx
 from . import _core as core
 from . import _plans as plans
 from ._core import Duration
-from .errors import BufferFull, Closed, Conflict, LeaseLost, NaradError
+from .errors import BufferFull, Closed, ClusterWarning, Conflict, LeaseLost, NaradError
 from .models import (
     AckResult,
     Child,
@@ -42,15 +45,77 @@ Handler = Callable[[Message], object]
 """A sync consumer handler: return to ack, raise to hand the message back."""
 
 
+def warn_not_one_cluster(verdict: str) -> None:
+    """warn_not_one_cluster says, once per client, that its endpoints are not one cluster."""
+    text = (f"narad: {verdict}; calls stick to one node and leases are settled where "
+            "they were taken, but the nodes do not share messages")
+    log.warning("%s", text)
+    warnings.warn(text, ClusterWarning, stacklevel=2)
+
+
+class _PollCut:
+    """_PollCut lets a consumer's close cut its long poll instead of waiting it out.
+
+    The poll goes through its own connection pool that keeps no idle connections, so
+    each poll opens a connection and the ``trace`` extension hands over its socket;
+    ``cut`` shuts that socket down, which ends a blocked read at once. The broker then
+    sees the client gone and leases nothing for that poll.
+    """
+
+    def __init__(self, http: httpx.Client | None) -> None:
+        self.http = http
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._cut = False
+
+    def trace(self, name: str, info: dict[str, Any]) -> None:
+        """Trace is the httpcore trace hook: it keeps the socket of each new connection."""
+        if name != "connection.connect_tcp.complete":
+            return
+        stream = info.get("return_value")
+        sock = None if stream is None else stream.get_extra_info("socket")
+        with self._lock:
+            self._sock = sock
+            cut = self._cut
+        if cut:
+            self._shutdown(sock)
+
+    def cut(self) -> None:
+        """Cut ends the poll in progress, and any that starts after it."""
+        with self._lock:
+            self._cut = True
+            sock = self._sock
+        self._shutdown(sock)
+
+    def is_cut(self) -> bool:
+        """is_cut tells whether cut was called."""
+        with self._lock:
+            return self._cut
+
+    @staticmethod
+    def _shutdown(sock: socket.socket | None) -> None:
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """Close closes the poll's own connection pool."""
+        if self.http is not None:
+            self.http.close()
+
+
 class Client:
     """Client is the blocking Narad client; share one per process, it is thread-safe.
 
     Args:
-        endpoints: One base URL or several (``"http://10.0.0.1:7942"``). Calls spread
-            over them; a failing node leaves the rotation for a while.
+        endpoints: One base URL or several (``"http://10.0.0.1:7942"``) of one
+            cluster. Calls go to the first healthy one and fail over to the next when
+            it fails; a lease is settled on the node that issued it. Several
+            endpoints that are not one cluster draw a :class:`~narad.ClusterWarning`.
         auth: ``(username, password)`` for HTTP Basic, or any ``httpx.Auth``.
-        timeout: Default deadline of one call in seconds, retries included; a long
-            poll gets its wait on top.
+        timeout: Bound of each attempt of a call, in seconds (a long poll's attempt
+            gets its wait on top). An attempt that runs out counts against its node
+            and the call moves to the next one.
         attempts: Most attempts of one call (first try included).
         backoff_min, backoff_max: Bounds of the full-jitter backoff between attempts.
         allow_duplicates: Whether a produce whose reply was lost is retried (possibly
@@ -76,16 +141,23 @@ class Client:
         on_event: Callable[[Event], None] | None = None,
         transport: httpx.BaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
-        breaker_cooldown: float = 1.0,
+        breaker_cooldown: float = core.BREAKER_COOLDOWN,
+        breaker_failures: int = core.BREAKER_FAILURES,
     ) -> None:
         eps = [endpoints] if isinstance(endpoints, str) else list(endpoints)
-        self._pool = core.EndpointPool(eps, cooldown=breaker_cooldown)
+        self._pool = core.EndpointPool(eps, cooldown=breaker_cooldown,
+                                       threshold=breaker_failures)
+        self._cluster_started = len(self._pool.endpoints) < 2
+        self._cluster_verdict: str | None = None
         self._policy = core.RetryPolicy(attempts=attempts, backoff_min=backoff_min,
                                         backoff_max=backoff_max, timeout=timeout,
                                         allow_duplicates=allow_duplicates)
         self._on_event = on_event
         self._http = httpx.Client(auth=auth, transport=transport, headers=headers,
                                   timeout=timeout, limits=httpx.Limits(max_connections=200))
+        self._auth = auth
+        self._headers = headers
+        self._own_transport = transport is None
         self._closed = False
         self._lock = threading.Lock()
         self._owned: list[Consumer | Publisher] = []
@@ -101,35 +173,66 @@ class Client:
         core.emit_safely(self._on_event, event, log.warning)
 
     def _run(self, call: core.Call[T], timeout: float | None = None,
-             policy: core.RetryPolicy | None = None) -> T:
+             policy: core.RetryPolicy | None = None, *, cut: _PollCut | None = None) -> T:
         if self._closed:
             raise Closed("the client is closed", code="closed")
+        self._check_cluster()
         state = core.CallState(call, policy or self._policy, self._pool, self._emit, timeout)
         req = call.request
+        http = self._http if cut is None or cut.http is None else cut.http
+        ext: dict[str, Any] = {} if cut is None or cut.http is None else {"trace": cut.trace}
         while True:
             self._start_probes()
             url = state.endpoint()
             step: core.Step[T]
             try:
-                r = self._http.request(req.method, url + req.path, params=list(req.params),
-                                       headers=dict(req.headers), content=req.content,
-                                       timeout=state.attempt_timeout())
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                step = state.on_transport_error(url, core.Transport.NOT_SENT, str(exc))
-            except httpx.TimeoutException as exc:
-                step = state.on_transport_error(url, core.Transport.TIMEOUT, str(exc))
+                r = http.request(req.method, url + req.path, params=list(req.params),
+                                 headers=dict(req.headers), content=req.content,
+                                 timeout=state.attempt_timeout(), extensions=ext)
             except httpx.TransportError as exc:
-                step = state.on_transport_error(url, core.Transport.LOST, str(exc))
+                if cut is not None and cut.is_cut():
+                    raise Closed("the poll was cut by close", code="closed") from exc
+                if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout,
+                                    httpx.PoolTimeout)):
+                    step = state.on_transport_error(url, core.Transport.NOT_SENT, str(exc))
+                elif isinstance(exc, httpx.TimeoutException):
+                    step = state.on_transport_error(url, core.Transport.TIMEOUT, str(exc))
+                else:
+                    step = state.on_transport_error(url, core.Transport.LOST, str(exc))
             except RuntimeError as exc:  # httpx: the client was closed under us
                 raise Closed(f"the client is closed: {exc}", code="closed") from exc
             else:
-                step = state.on_response(url, core.Response(r.status_code, r.headers, r.content))
+                step = state.on_response(url, core.Response(r.status_code, r.headers, r.content,
+                                                            url))
             if isinstance(step, core.Done):
                 return step.value
             if isinstance(step, core.Fail):
                 raise step.error
             if step.delay > 0:
                 time.sleep(step.delay)
+
+    def _check_cluster(self) -> None:
+        """_check_cluster starts the one-cluster check once, on first use, in the background."""
+        with self._lock:
+            if self._cluster_started:
+                return
+            self._cluster_started = True
+        threading.Thread(target=self._cluster_check, daemon=True, name="narad-cluster").start()
+
+    def _cluster_check(self) -> None:
+        answers: dict[str, Any] = {}
+        req = core.cluster_request()
+        for url in self._pool.endpoints:
+            try:
+                r = self._http.get(url + req.path, timeout=core.CLUSTER_CHECK_TIMEOUT)
+                if r.status_code == 200:
+                    answers[url] = r.json()
+            except (httpx.HTTPError, RuntimeError, ValueError):
+                continue  # the check never fails anything: no answer, no evidence
+        verdict = core.cluster_verdict(answers)
+        if verdict is not None:
+            warn_not_one_cluster(verdict)
+        self._cluster_verdict = verdict or ""
 
     def _start_probes(self) -> None:
         for url in self._pool.probes_due():
@@ -139,7 +242,8 @@ class Client:
     def _probe(self, url: str) -> None:
         ok = False
         try:
-            ok = self._http.get(url + "/readyz", timeout=2.0).status_code == 200
+            ok = self._http.get(url + "/readyz",
+                                timeout=self._policy.timeout).status_code == 200
         except (httpx.HTTPError, RuntimeError):
             ok = False
         if self._pool.probe_result(url, ok):
@@ -149,6 +253,14 @@ class Client:
         if allow_duplicates is None:
             return None
         return replace(self._policy, allow_duplicates=allow_duplicates)
+
+    def _poll_cut(self) -> _PollCut:
+        """_poll_cut makes the cuttable poll path of a consumer (see _PollCut)."""
+        if not self._own_transport:
+            return _PollCut(None)  # a transport of the caller's: polls are waited out
+        return _PollCut(httpx.Client(
+            auth=self._auth, headers=self._headers, timeout=self._policy.timeout,
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=0)))
 
     def _own(self, x: Consumer | Publisher) -> None:
         with self._lock:
@@ -236,37 +348,50 @@ class Client:
         Raises LeaseLost when the lease was gone: the message is delivered again. A 410
         on a retry whose first attempt's reply was lost counts as success.
         """
-        self._run(core.ack(core.topic_of(message, topic), core.handle_of(message)), timeout)
+        self._run(core.ack(core.topic_of(message, topic), core.handle_of(message),
+                           core.endpoint_of(message)), timeout)
 
     def nack(self, message: Message | str, delay: Duration = 0.0, *, topic: str | None = None,
              timeout: float | None = None) -> None:
         """Nack hands a leased message back: at once, or visible again after ``delay``."""
-        self._run(core.nack(core.topic_of(message, topic), core.handle_of(message), delay),
-                  timeout)
+        self._run(core.nack(core.topic_of(message, topic), core.handle_of(message), delay,
+                            core.endpoint_of(message)), timeout)
 
     def extend(self, message: Message | str, duration: Duration | None = None, *,
                topic: str | None = None, timeout: float | None = None) -> None:
         """Extend renews a lease: for the topic's visibility timeout, or ``duration`` from now."""
         self._run(core.extend(core.topic_of(message, topic), core.handle_of(message),
-                              duration), timeout)
+                              duration, core.endpoint_of(message)), timeout)
 
     def ack_batch(self, messages: Iterable[Message | str], *, topic: str | None = None,
                   timeout: float | None = None) -> list[AckResult]:
-        """ack_batch settles many leased messages of one topic; one result per message."""
+        """ack_batch settles many leased messages of one topic; one result per message.
+
+        Messages leased by different nodes are settled with one request per node.
+        """
         items = list(messages)
         if not items:
             return []
         t = core.topic_of(items[0], topic)
-        return self._run(core.ack_batch(t, [(core.handle_of(m), None) for m in items]),
-                         timeout)
+        out: list[AckResult | None] = [None] * len(items)
+        for ep, idx in core.by_endpoint(items, core.endpoint_of):
+            got = self._run(core.ack_batch(t, [(core.handle_of(items[i]), None) for i in idx],
+                                           ep), timeout)
+            for i, r in zip(idx, got, strict=True):
+                out[i] = r
+        return [r for r in out if r is not None]
 
     def consume(self, topic: str, handler: Handler, *, concurrency: int = 1,
                 wait: Duration = 10.0, renew: bool = True, max_lease: Duration = 3600.0,
-                grace: Duration = 30.0, nack_delay: Duration = 0.0) -> Consumer:
+                grace: Duration = 30.0, nack_delay: Duration | None = None,
+                max_deliveries: int = 0, dead_letter_topic: str | None = None) -> Consumer:
         """Consume starts a worker pool that runs ``handler`` on each message; see Consumer.
 
         The handler's return acks the message; an exception hands it back after
-        ``nack_delay`` (raise :class:`~narad.Nack` to choose the delay). Leases are
+        ``nack_delay`` (raise :class:`~narad.Nack` to choose the delay). By default that
+        delay grows with the delivery attempt: 1 s, 2 s, 4 s ... up to 5 min, jittered.
+        With ``max_deliveries`` a message delivered more often is produced to
+        ``dead_letter_topic`` (required then) and acked. Leases are
         renewed while handlers run (up to ``max_lease``). Raises NotFound at once when
         the topic does not exist.
         """
@@ -274,7 +399,10 @@ class Client:
                                      wait=min(core.MAX_WAIT, core.seconds(wait)), renew=renew,
                                      max_lease=core.seconds(max_lease),
                                      grace=core.seconds(grace),
-                                     nack_delay=core.seconds(nack_delay))
+                                     nack_delay=None if nack_delay is None
+                                     else core.seconds(nack_delay),
+                                     max_deliveries=max_deliveries,
+                                     dead_letter_topic=dead_letter_topic)
         consumer = Consumer(self, topic, handler, opts)
         self._own(consumer)
         try:
@@ -610,6 +738,7 @@ class Consumer:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=opts.concurrency, thread_name_prefix=f"narad-{topic}")
         self._threads: list[threading.Thread] = []
+        self._cut = client._poll_cut()
 
     @property
     def stats(self) -> plans.ConsumerStats:
@@ -648,9 +777,13 @@ class Consumer:
                 n = self._free()
             leased_at = plans.monotonic()
             try:
-                got = self._client.receive(self.topic, max_messages=n, wait=self.options.wait)
+                got = self._client._run(core.receive(self.topic, max_messages=n,
+                                                     wait=self.options.wait), cut=self._cut)
             except Closed:
-                self._fail(None)
+                with self._cond:
+                    stopping = self._stopping
+                if not stopping:  # the client was closed under the consumer
+                    self._fail(None)
                 return
             except NaradError as err:
                 self._counters.add("poll_errors")
@@ -690,6 +823,12 @@ class Consumer:
             if d.state is not plans.State.PENDING or d.lost:
                 return
             d.state = plans.State.RUNNING
+        if self.options.dead_letters(d):
+            try:
+                self._dead_letter(d)
+            finally:
+                self._finish(d)
+            return
         token = plans.set_current(d)
         wall, t0 = time.time(), plans.monotonic()
         exc: BaseException | None = None
@@ -699,11 +838,8 @@ class Consumer:
             exc = e
         finally:
             plans.reset_current(token)
-        outcome, delay = plans.outcome_of(exc, self.options.nack_delay)
-        with self._cond:
-            gave_up = d.cancelled.is_set()
-            if not gave_up:
-                d.state = plans.State.SETTLING
+        outcome, delay = plans.outcome_of(exc, self.options.nack_delay, d.attempt)
+        gave_up = self._settling(d)
         self._emit(kind="handler", op="handle", outcome="cancelled" if gave_up else
                    ("ok" if exc is None else "error"), error=exc, start=wall,
                    duration=plans.monotonic() - t0, message=d.message)
@@ -721,15 +857,48 @@ class Consumer:
         finally:
             self._finish(d)
 
+    def _settling(self, d: plans.Delivery) -> bool:
+        """_settling moves ``d`` on to settling; True when it was given up meanwhile."""
+        with self._cond:
+            gave_up = d.cancelled.is_set()
+            if not gave_up:
+                d.state = plans.State.SETTLING
+            return gave_up
+
+    def _dead_letter(self, d: plans.Delivery) -> None:
+        """_dead_letter moves a message delivered too often to the dead-letter topic.
+
+        It acks the message only once the copy is stored; when the copy fails, the
+        message is handed back with the backoff and tried again on its next delivery.
+        """
+        m = d.message
+        dlq = self.options.dead_letter_topic or ""
+        body, ctype = plans.dead_letter_body(d)
+        try:
+            self._client._run(core.produce(dlq, body, key=m.key, content_type=ctype))
+        except NaradError as err:
+            delay = plans.poison_backoff(d.attempt)
+            log.warning("narad: moving %s/%d@%d to %s failed; handing it back for %.1fs: %s",
+                        self.topic, m.partition, m.offset, dlq, delay, err)
+            if not self._settling(d):
+                self._settle(d, ack=False, delay=delay)
+            return
+        self._counters.add("dead_lettered")
+        log.warning("narad: %s/%d@%d was delivered %d times; moved to %s", self.topic,
+                    m.partition, m.offset, d.attempt, dlq)
+        if not self._settling(d):
+            self._settle(d, ack=True, delay=0.0)
+
     def _settle(self, d: plans.Delivery, *, ack: bool, delay: float) -> None:
         handle = d.message.receipt_handle or ""
         try:
             if ack:
-                self._client._run(core.ack(self.topic, handle))
+                self._client._run(core.ack(self.topic, handle, d.message.endpoint))
                 self._counters.add("acked")
                 self._emit(kind="ack", op="ack", outcome="acked", message=d.message)
             else:
-                self._client._run(core.nack(self.topic, handle, delay))
+                self._client._run(core.nack(self.topic, handle, delay,
+                                                   d.message.endpoint))
                 self._counters.add("nacked")
                 self._emit(kind="ack", op="nack", outcome="nacked", message=d.message,
                            delay=delay)
@@ -744,7 +913,8 @@ class Consumer:
 
     def _hand_back(self, d: plans.Delivery) -> None:
         try:
-            self._client._run(core.nack(self.topic, d.message.receipt_handle or "", 0.0))
+            self._client._run(core.nack(self.topic, d.message.receipt_handle or "", 0.0,
+                                           d.message.endpoint))
             self._counters.add("handed_back")
         except NaradError as err:
             log.warning("narad: handing back %s/%d@%d failed (its lease will lapse): %s",
@@ -794,11 +964,12 @@ class Consumer:
             self._finish(d)
 
     def _renew(self, due: list[plans.Delivery]) -> None:
-        for group in plans.chunks(due, 1000):
+        for group in plans.renewal_groups(due, 1000):
             sent = plans.monotonic()
             try:
                 results = self._client._run(core.ack_batch(
-                    self.topic, plans.renewal_entries(group, self._book.window)))
+                    self.topic, plans.renewal_entries(group, self._book.window),
+                    group[0].message.endpoint))
             except NaradError as err:
                 log.warning("narad: renewing %d leases of %s failed: %s", len(group),
                             self.topic, err)
@@ -854,6 +1025,9 @@ class Consumer:
         if not first:
             self._stopped.wait()
             return
+        # An idle consumer sits in a long poll: cut it rather than wait it out. What a
+        # poll returned before the cut is handed back by the poll loop.
+        self._cut.cut()
         g = self.options.grace if grace is None else core.seconds(grace)
         deadline = plans.monotonic() + g
         # Messages not started yet go back at once; running handlers get the grace.
@@ -866,9 +1040,10 @@ class Consumer:
                 self._hand_back(d)
                 self._finish(d)
         poller = self._threads[0] if self._threads else None
-        if poller is not None:
+        if poller is not None and poller is not threading.current_thread():
+            # A poll through the caller's own transport cannot be cut: it is waited out.
             poller.join(max(0.0, min(deadline - plans.monotonic(),
-                                     self.options.wait + core.POLL_MARGIN)))
+                                     self.options.wait + self._client._policy.timeout)))
         with self._cond:
             while len(self._book) and plans.monotonic() < deadline:
                 self._cond.wait(deadline - plans.monotonic())
@@ -888,6 +1063,7 @@ class Consumer:
             self._stopped.set()
             self._cond.notify_all()
         self._pool.shutdown(wait=False)
+        self._cut.close()
         self._client._disown(self)
 
     def __enter__(self) -> Consumer:

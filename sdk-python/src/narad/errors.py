@@ -22,8 +22,10 @@ __all__ = [
     "BadRequest",
     "BufferFull",
     "Closed",
+    "ClusterWarning",
     "Conflict",
     "Forbidden",
+    "Internal",
     "LeaseLost",
     "NaradError",
     "NotFound",
@@ -139,6 +141,22 @@ class Timeout(NaradError):
     default_retryable = True
 
 
+class NotImplemented(NaradError):
+    """NotImplemented (501): this broker version does not offer the operation yet.
+
+    Not retryable: asking again gets the same answer until the broker is upgraded. It is
+    left out of ``__all__`` so that ``from narad import *`` never hides Python's own
+    ``NotImplemented``; use it as ``narad.NotImplemented``.
+    """
+
+
+class Internal(NaradError):
+    """Internal (500): the broker hit a bug; the message says what to report.
+
+    Not retried: the same request would most likely hit the same bug.
+    """
+
+
 class Closed(NaradError):
     """Closed: the client, publisher or consumer was closed before or during the call."""
 
@@ -147,6 +165,14 @@ class BufferFull(NaradError):
     """BufferFull: a Publisher's bounded buffer is full and the caller chose not to wait."""
 
     default_retryable = True
+
+
+class ClusterWarning(UserWarning):
+    """ClusterWarning: a client's endpoints are not one cluster (warned once per client).
+
+    Calls still work, sticking to one node and settling each lease on the node that
+    issued it, but messages produced to one node are not seen by the others.
+    """
 
 
 _BY_STATUS: dict[int, type[NaradError]] = {
@@ -158,6 +184,8 @@ _BY_STATUS: dict[int, type[NaradError]] = {
     410: LeaseLost,
     413: TooLarge,
     429: Throttled,
+    500: Internal,
+    501: NotImplemented,
     503: Unavailable,
 }
 

@@ -51,6 +51,8 @@ class Message:
     key: str | None = None
     receipt_handle: str | None = None
     delivery_attempt: int | None = None
+    endpoint: str | None = field(default=None, compare=False, repr=False)
+    """The node that leased the message: its acks, nacks and renewals go there first."""
 
     def text(self, encoding: str = "utf-8") -> str:
         """text decodes the body as text (UTF-8 unless told otherwise)."""

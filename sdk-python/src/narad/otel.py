@@ -15,6 +15,7 @@ from __future__ import annotations
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from . import __version__
 from .models import Event
 
 __all__ = ["TracingHook", "traceparent"]
@@ -28,7 +29,7 @@ class TracingHook:
     """
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
-        self._tracer = trace.get_tracer("narad", "0.1.0", tracer_provider)
+        self._tracer = trace.get_tracer("narad", __version__, tracer_provider)
 
     def __call__(self, event: Event) -> None:
         """Call records the event as a span when it is a request or a handler run."""
