@@ -19,7 +19,8 @@ import narad
 
 CAPABILITIES = [
     "produce", "produce_batch", "publisher", "publisher.nonblocking", "receive", "ack", "nack",
-    "extend", "consume", "consume.panic", "replay", "replay.time", "topics", "children", "close",
+    "extend", "consume", "consume.panic", "consume.dead_letter", "replay", "replay.time", "topics",
+    "children", "close",
 ]
 
 _out = threading.Lock()
@@ -245,6 +246,10 @@ def start_consumer(a: dict[str, Any]) -> dict[str, Any]:
         kw["grace"] = secs(a["grace_ms"])
     if a.get("renew") is False:
         kw["renew"] = False
+    if a.get("max_deliveries"):
+        kw["max_deliveries"] = int(a["max_deliveries"])
+    if a.get("dead_letter_topic") is not None:
+        kw["dead_letter_topic"] = str(a["dead_letter_topic"])
     with _state:
         consumers[cname] = st
         by_topic[(a.get("client") or "default", topic)] = cname

@@ -117,6 +117,10 @@ async def start_consumer(a: dict[str, Any]) -> dict[str, Any]:
         kw["grace"] = secs(a["grace_ms"])
     if a.get("renew") is False:
         kw["renew"] = False
+    if a.get("max_deliveries"):
+        kw["max_deliveries"] = int(a["max_deliveries"])
+    if a.get("dead_letter_topic") is not None:
+        kw["dead_letter_topic"] = str(a["dead_letter_topic"])
     consumers[cname] = st
     with common._state:
         common.by_topic[(a.get("client") or "default", topic)] = cname
