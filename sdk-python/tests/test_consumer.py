@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 import narad
-from conftest import Driver, wait_for
+from conftest import Bridge, Driver, wait_for
 
 
 class Record:
@@ -250,8 +251,11 @@ def test_retry_tiers_route_to_tier_then_parking(drv: Driver) -> None:
     c = drv.client
     base = drv.topic()
     tiers = narad.RetryTiers(base, [(base + ".retry-1", 0.3)], base + ".parked")
-    for name in tiers.topics()[1:]:
-        c.create_topic(name, partitions=1)
+    if drv.is_async:
+        assert drv.lt is not None
+        drv.lt.run(tiers.ensure_topics_async(c._t, partitions=1))
+    else:
+        tiers.ensure_topics(c, partitions=1)
     attempts = Record()
 
     def fn(msg: narad.Message) -> None:
@@ -275,6 +279,105 @@ def test_retry_tiers_route_to_tier_then_parking(drv: Driver) -> None:
     assert out.id == env.id and out.attempt == 2 and out.headers == {"h": "v"}
     assert out.last_error == "always fails" and out.origin == base
     assert out.json() == {"order": 7}
+
+
+def test_retry_tiers_early_message_does_not_block_a_ready_one(drv: Driver) -> None:
+    # With max_in_flight_per_partition 1, an envelope whose not_before is an hour away
+    # (another producer's, or an older SDK's) must not stop the ready message behind it.
+    # Holding it with a delayed nack kept the partition's only in-flight slot for the hour.
+    c = drv.client
+    base = drv.topic(max_in_flight_per_partition=1)
+    tiers = narad.RetryTiers(base, [(base + ".retry-1", 3600)], base + ".parked")
+    early = dataclasses.replace(narad.Envelope.wrap("early"),
+                                not_before=int(time.time() * 1000) + 3_600_000)
+    c.produce(base, early)
+    c.produce(base, narad.Envelope.wrap("ready"))
+    seen = Record()
+    wrapped = (tiers.wrap_async(c._t, drv.handler(seen)) if drv.is_async
+               else tiers.wrap(c, seen))
+    with c.consume(base, wrapped, wait=0.2):
+        wait_for(lambda: len(seen) == 2, timeout=30,
+                 what="both messages handled (the early one holds the only in-flight slot)")
+    assert sorted(seen.bodies()) == [b"early", b"ready"]
+
+
+def _start_tiers(drv: Driver, tiers: narad.RetryTiers, fn: Any, **kw: Any) -> list[Any]:
+    """_start_tiers runs RetryTiers.consume in the flavour under test."""
+    if not drv.is_async:
+        return tiers.consume(drv.client, fn, **kw)
+    assert drv.lt is not None
+    got = drv.lt.run(tiers.consume_async(drv.client._t, drv.handler(fn), **kw))
+    return [Bridge(con, drv.lt) for con in got]
+
+
+def test_retry_tiers_waiting_message_holds_no_lease(drv: Driver) -> None:
+    # A failed message waits in its tier's retry topic until the broker copies it to the
+    # delay child: no topic of the tiers holds it leased meanwhile.
+    c = drv.client
+    base = drv.topic(max_in_flight_per_partition=1)
+    tiers = narad.RetryTiers(base, [narad.RetryTier(base + ".retry-1", 4)], base + ".parked")
+    if drv.is_async:
+        assert drv.lt is not None
+        drv.lt.run(tiers.ensure_topics_async(c._t, partitions=1, max_in_flight_per_partition=1))
+    else:
+        tiers.ensure_topics(c, partitions=1, max_in_flight_per_partition=1)
+    assert c.get_topic(base + ".retry-1.due").parent == base + ".retry-1"
+    assert c.get_topic(base + ".retry-1.due").fanout_delay_ms == 4000
+    c.produce(base, b"w")
+    lock = threading.Lock()
+    attempts: list[float] = []
+
+    def fn(msg: narad.Message) -> None:
+        with lock:
+            attempts.append(time.monotonic())
+            if len(attempts) == 1:
+                raise ValueError("not yet")
+
+    consumers = _start_tiers(drv, tiers, fn, wait=0.2)
+    try:
+        wait_for(lambda: len(attempts) >= 1, timeout=30, what="the first attempt")
+        # The failure is routed, then the original acked: wait for that ack.
+        wait_for(lambda: c.get_topic(base).partition_stats[0].ack_frontier == 1, timeout=30,
+                 what="the failed original acked on the main topic")
+        # While it waits (4 s), no topic holds it leased. Polled for a while: a hold,
+        # when there is one, starts a moment after the failure.
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            with lock:
+                assert len(attempts) == 1, "the retry came before the tier's delay"
+            for topic in (base, base + ".retry-1", base + ".retry-1.due"):
+                for st in c.get_topic(topic).partition_stats:
+                    assert st.in_flight == 0, f"{topic} holds a lease while the message waits"
+            time.sleep(0.05)
+        wait_for(lambda: len(attempts) == 2, timeout=30, what="the retry from the tier")
+    finally:
+        for con in consumers:
+            con.close()
+    assert attempts[1] - attempts[0] >= 3.5, "the retry came before the tier's 4 s delay"
+    assert list(c.replay(tiers.parking_topic)) == []
+
+
+def test_retry_tiers_refuse_a_due_topic_with_another_delay(drv: Driver) -> None:
+    # A delay child keeps the delay it was made with: a tier whose due topic exists with
+    # another delay would wait the wrong time, so ensure_topics refuses it.
+    c = drv.client
+    base = drv.topic()
+    c.create_topic(base + ".retry-1", partitions=1)
+    c.create_delay_child(base + ".retry-1", base + ".retry-1.due", 60)
+    tiers = narad.RetryTiers(base, [(base + ".retry-1", 5)], base + ".parked")
+    with pytest.raises(narad.Conflict, match="delete it or name another due topic"):
+        if drv.is_async:
+            assert drv.lt is not None
+            drv.lt.run(tiers.ensure_topics_async(c._t, partitions=1))
+        else:
+            tiers.ensure_topics(c, partitions=1)
+    same = narad.RetryTiers(base, [(base + ".retry-1", 60)], base + ".parked")
+    if drv.is_async:
+        assert drv.lt is not None
+        drv.lt.run(same.ensure_topics_async(c._t, partitions=1))
+    else:
+        same.ensure_topics(c, partitions=1)  # the same delay: accepted as it is
+    assert c.get_topic(base + ".parked").name == base + ".parked"
 
 
 def test_closing_an_idle_consumer_cuts_its_long_poll(drv: Driver) -> None:

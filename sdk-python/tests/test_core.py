@@ -354,8 +354,11 @@ def test_envelope_wire_form_matches_the_other_sdks() -> None:
 
 def test_retry_tiers_plan() -> None:
     tiers = narad.RetryTiers("o", [("o.r1", 5), ("o.r2", 60)], "o.parked")
-    assert tiers.topics() == ["o", "o.r1", "o.r2", "o.parked"]
-    assert tiers.source_topics() == ["o", "o.r1", "o.r2"]
+    # Each tier is a retry topic and its delay child; the consumers read the children.
+    assert tiers.topics() == ["o", "o.r1", "o.r1.due", "o.r2", "o.r2.due", "o.parked"]
+    assert tiers.source_topics() == ["o", "o.r1.due", "o.r2.due"]
+    named = narad.RetryTiers("o", [narad.RetryTier("o.r1", 0.25, due="o.r1-ready")], "p")
+    assert named.source_topics() == ["o", "o.r1-ready"] and named.steps[0].delay_ms == 250
     msg = narad.Message("o", 0, 0, b"payload", 0)
     dest, env = tiers.plan_failure(msg, ValueError("bad"), now_ms=1000)
     assert dest == "o.r1" and env.attempt == 2 and env.not_before == 6000

@@ -22,7 +22,7 @@ import logging
 from ._async import AsyncClient, AsyncConsumer, AsyncPublisher, AsyncReplay
 from ._plans import ConsumerStats, Delivery, Nack, current_delivery
 from ._sync import Client, Consumer, Publisher, Replay
-from .envelope import Envelope, RetryTiers
+from .envelope import Envelope, RetryTier, RetryTiers
 from .errors import (
     BadRequest,
     BufferFull,
@@ -91,6 +91,7 @@ __all__ = [
     "Produced",
     "Publisher",
     "Replay",
+    "RetryTier",
     "RetryTiers",
     "Throttled",
     "Timeout",
