@@ -56,6 +56,12 @@ func TestRetryTiersWaitingMessageHoldsNoLease(t *testing.T) {
 		defer mu.Unlock()
 		return len(attempts) == 1
 	})
+	// The failed attempt is settled on the main topic once its copy is in the tier: wait
+	// for that ack, or the moment between the handler's failure and it reads as a hold.
+	eventually(t, 30*time.Second, "the failed original to be acked on the main topic", func() bool {
+		info, err := c.Topic(ctx, base)
+		return err == nil && len(info.Stats) == 1 && info.Stats[0].AckFrontier == 1
+	})
 	// While it waits (the tier's delay is 4 s), no topic of the tiers holds it leased.
 	// Polled for a while, since the hold, when there is one, starts a moment after the
 	// failure.
