@@ -13,9 +13,9 @@ import (
 type rpcType byte
 
 const (
-	rpcAppendEntries rpcType = 1
-	rpcRequestVote   rpcType = 2
-	rpcTimeoutNow    rpcType = 3
+	rpcAppendEntries  rpcType = 1
+	rpcRequestVote    rpcType = 2
+	rpcTimeoutNow     rpcType = 3
 	rpcRequestPreVote rpcType = 4
 )
 
