@@ -264,6 +264,11 @@ func (c *cluster) idle() error {
 		}
 	}
 	time.Sleep(3 * time.Second) // let the write's commit notices settle before the window
+	for _, n := range c.nodes {
+		if st, err := c.status(context.Background(), n); err == nil {
+			fmt.Printf("  %s leads %d groups\n", n.id, len(st.Leading))
+		}
+	}
 	before := c.frames()
 	var ss []*proc.Sampler
 	for _, n := range c.nodes {

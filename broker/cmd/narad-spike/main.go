@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -54,9 +55,13 @@ func main() {
 	flag.DurationVar(&c.election, "election-timeout", time.Second, "raft ElectionTimeout")
 	flag.DurationVar(&c.lease, "lease-timeout", 750*time.Millisecond, "raft LeaderLeaseTimeout")
 	flag.DurationVar(&c.commit, "commit-timeout", time.Second, "raft CommitTimeout")
-	flag.DurationVar(&c.tick, "tick", 50*time.Millisecond, "raftnet batching tick")
+	flag.DurationVar(&c.tick, "tick", 100*time.Millisecond, "raftnet batching tick")
 	flag.IntVar(&c.maxAppend, "max-append", 512, "raft MaxAppendEntries")
+	procs := flag.Int("procs", 0, "GOMAXPROCS; 0 keeps Go's default")
 	flag.Parse()
+	if *procs > 0 {
+		runtime.GOMAXPROCS(*procs)
+	}
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "narad-spike:", err)
 		os.Exit(1)
@@ -149,6 +154,7 @@ func run(c config) error {
 		conf.SnapshotThreshold = 1 << 62
 		conf.SnapshotInterval = time.Hour
 		conf.Logger = hlog.Named(id)
+		conf.NoLegacyTelemetry = true
 		store, err := raftlog.Open(filepath.Join(c.dataDir, id), sg)
 		if err != nil {
 			return err

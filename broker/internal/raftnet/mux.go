@@ -29,7 +29,7 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultTick       = 50 * time.Millisecond
+	DefaultTick       = 100 * time.Millisecond
 	DefaultRPCTimeout = 5 * time.Second
 )
 
