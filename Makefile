@@ -15,6 +15,7 @@ FUZZTIME    ?= 20s
 
 .DEFAULT_GOAL := help
 .PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers \
+        bench-raft bench-raft-idle bench-raft-failover bench-raft-throughput build-spike \
         fuzz e2e conformance examples chaos soak clean
 
 help: ## List the targets
@@ -92,6 +93,23 @@ bench-flow: build ## Every workload shape over HTTP against a fresh node: a tabl
 
 bench-peers: build ## The same shapes against narad, NATS JetStream (default sync, sync always) and Redis Streams (if found), with ratios
 	cd bench/peers && GOWORK=off $(GO) run ./cmd/narad-bench-peers --narad ../../$(NARAD) $(BENCH_FLAGS)
+
+build-spike: ## Build the replication spike's node (broker/cmd/narad-spike) into bin/
+	@mkdir -p $(BIN)
+	cd broker && $(GO) build -o ../$(BIN)/narad-spike ./cmd/narad-spike
+
+RAFT_FLAGS ?=
+bench-raft: build-spike ## Replication spike, ~6 min: 300 raft groups x RF 3 on 3 processes: idle cost, failover after kill -9, RF 3 throughput
+	cd bench && $(GO) run ./cmd/narad-raft-bench --spike ../$(BIN)/narad-spike --mode idle,failover,throughput $(RAFT_FLAGS)
+
+bench-raft-idle: build-spike ## Replication spike: CPU and RSS of 300 x RF 3 groups idle for 60 s after one write each
+	cd bench && $(GO) run ./cmd/narad-raft-bench --spike ../$(BIN)/narad-spike --mode idle $(RAFT_FLAGS)
+
+bench-raft-failover: build-spike ## Replication spike: kill -9 a partition's leader 20 times; time to the first 202 on it
+	cd bench && $(GO) run ./cmd/narad-raft-bench --spike ../$(BIN)/narad-spike --mode failover $(RAFT_FLAGS)
+
+bench-raft-throughput: build-spike ## Replication spike: RF 3 produce, flow and batch rates with p50/p99
+	cd bench && $(GO) run ./cmd/narad-raft-bench --spike ../$(BIN)/narad-spike --mode throughput $(RAFT_FLAGS)
 
 test-bench-peers: ## Tests of bench/peers (outside the workspace): builds nats-server and runs each shape briefly
 	cd bench/peers && GOWORK=off $(GO) test -race -count=1 ./...

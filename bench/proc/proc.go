@@ -78,6 +78,17 @@ func (p *Process) Stop() {
 	})
 }
 
+// Kill ends the server with SIGKILL, as a crash would, and waits for it to exit. A
+// later Stop does nothing.
+func (p *Process) Kill() error {
+	var err error
+	p.once.Do(func() {
+		err = p.cmd.Process.Kill()
+		<-p.done
+	})
+	return err
+}
+
 // FreeAddr returns a 127.0.0.1:port that was free a moment ago.
 func FreeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
