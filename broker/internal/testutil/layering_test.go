@@ -28,6 +28,9 @@ var mayImport = map[string][]string{
 	"internal/failpoint":       {},
 	"internal/jsondepth":       {},
 	"internal/transport":       {},
+	"internal/raftnet":         {"internal/transport"},
+	"internal/raftlog":         {"internal/storage/vfs"},
+	"cmd/narad-spike":          {"internal/raftnet", "internal/raftlog", "internal/transport", "internal/storage/vfs"},
 	"internal/testutil":        {},
 	"e2e":                      {"internal/testutil", "internal/storage/format"},
 }
