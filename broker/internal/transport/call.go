@@ -246,7 +246,7 @@ func notSent(err error) error { return &notSentError{err} }
 
 type notSentError struct{ err error }
 
-func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Error() string   { return e.err.Error() }
 func (e *notSentError) Unwrap() []error { return []error{e.err, ErrNotSent} }
 
 // callContext applies the default and the maximum deadline.
