@@ -92,6 +92,13 @@ func serve(args []string) (err error) {
 	}
 	err = b.Start(startCtx)
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		// SIGTERM before the node was ready (a cluster node still waiting for its
+		// peers): a requested stop, not a failure.
+		log.Info("narad stopped before it was ready", "reason", err)
+		stopped = true
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("recovering: %w", err)
 	}
