@@ -206,6 +206,45 @@ func tryCreateTopic(nd *clusterNode, name string) bool {
 	return resp.StatusCode == http.StatusCreated
 }
 
+// firstWrite measures how long after start a metadata write first succeeds on one of
+// nodes: it sends a fresh create of topic name every 200 ms (alternating nodes), each
+// with a 10 s timeout, and returns when the first answers 201 or 409 (another attempt's
+// create committed). A write sent to a dead controller waits out the node's apply
+// timeout; writes sent after it show when the cluster took writes again. ok is false
+// after bound.
+func firstWrite(nodes []*clusterNode, name string, start time.Time, bound time.Duration) (time.Duration, bool) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	done := make(chan time.Duration, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(bound)
+	for i := 0; ; i++ {
+		nd := nodes[i%len(nodes)]
+		go func() {
+			resp, err := client.Post(nd.URL()+"/v1/topics", "application/json", bytes.NewReader([]byte(`{"name":"`+name+`","partitions":1}`)))
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusConflict {
+				select {
+				case done <- time.Since(start):
+				default:
+				}
+			}
+		}()
+		select {
+		case d := <-done:
+			return d, true
+		case <-deadline:
+			return 0, false
+		case <-tick.C:
+		}
+	}
+}
+
 // topicsOf returns nd's sorted topic names.
 func topicsOf(nd *clusterNode) string {
 	names := nd.api.topicNames()
