@@ -167,6 +167,11 @@ func (c config) clusterSecrets() (current, next []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if len(next) == 0 {
+		// An empty next-secret file is no next secret: the flag can be set from the
+		// start, and a rotation needs only SIGHUPs.
+		next = nil
+	}
 	if next != nil && len(next) < minSecretLen {
 		return nil, nil, fmt.Errorf("the next cluster secret has %d bytes; at least %d are required", len(next), minSecretLen)
 	}

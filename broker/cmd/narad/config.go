@@ -100,7 +100,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.BoolVar(&c.WaitForAdd, "wait-for-add", false, "with neither --peers nor --join, wait to be added by POST /v1/cluster/members instead of starting a cluster of one")
 	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (at least 16 bytes; a final newline is ignored); reread on SIGHUP")
 	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "the cluster secret itself (prefer --cluster-secret-file or NARAD_CLUSTER_SECRET: flags show in ps)")
-	fs.StringVar(&c.ClusterSecretNextFile, "cluster-secret-next-file", "", "file holding the next cluster secret during a rotation (accepted and offered besides the current one); reread on SIGHUP")
+	fs.StringVar(&c.ClusterSecretNextFile, "cluster-secret-next-file", "", "file holding the next cluster secret during a rotation (accepted and offered besides the current one; empty: none); reread on SIGHUP")
 	fs.StringVar(&c.ClusterSecretNext, "cluster-secret-next", "", "the next cluster secret itself (prefer --cluster-secret-next-file or NARAD_CLUSTER_SECRET_NEXT: flags show in ps)")
 	fs.IntVar(&c.Partitions, "default-partitions", 3, "partitions of a topic created without a count")
 	fs.DurationVar(&c.Retention, "default-retention", 7*24*time.Hour, "retention of a topic created without one")
