@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -186,4 +188,54 @@ func TestClusterOpensASingleNodeDataDirectory(t *testing.T) {
 	waitFor(t, 30*time.Second, "the first node to list a topic made on the second", func() bool {
 		return strings.Contains(","+topicsOf(first)+",", ",made.on.second,")
 	})
+}
+
+// TestClusterAddMemberAndRotateTheSecret: a node started with --wait-for-add is admitted
+// by POST /v1/cluster/members; a node holding only a new secret cannot join until the
+// member has that secret as its next one (written to its file, then SIGHUP), the first
+// phase of a rotation.
+func TestClusterAddMemberAndRotateTheSecret(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	current, next := filepath.Join(dir, "secret"), filepath.Join(dir, "secret-next")
+	writeFile(t, current, clusterSecret+"\n")
+	writeFile(t, next, "")
+	a := &clusterNode{id: "a", addr: freeClusterAddr(t)}
+	a.Narad = testutil.StartNarad(t, testutil.Options{Args: clusterArgs(a.id, a.addr,
+		"--cluster-secret-file", current, "--cluster-secret-next-file", next)})
+	a.api = &api{Client: a.Client(), t: t}
+
+	b := &clusterNode{id: "b", addr: freeClusterAddr(t)}
+	b.Narad = testutil.LaunchNarad(t, testutil.Options{Args: clusterArgs(b.id, b.addr, "--wait-for-add"), Env: clusterEnv(clusterSecret)})
+	b.api = &api{Client: b.Client(), t: t}
+	r := a.api.PostJSON("/v1/cluster/members", map[string]any{"id": b.id, "address": b.addr})
+	if !r.Expect(t, http.StatusCreated) {
+		t.Fatalf("POST /v1/cluster/members: %d %s", r.Status, r.Body)
+	}
+	if err := b.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	agreed(t, wantMembers(a, b), a, b)
+
+	// c knows only the new secret.
+	const newSecret = "the-next-cluster-secret-98765"
+	c := &clusterNode{id: "c", addr: freeClusterAddr(t)}
+	c.Narad = testutil.LaunchNarad(t, testutil.Options{Args: clusterArgs(c.id, c.addr, "--join", a.addr), Env: clusterEnv(newSecret)})
+	c.api = &api{Client: c.Client(), t: t}
+	failures := func() float64 { v, _ := metricValue(a.api, "narad_cluster_auth_failures_total"); return v }
+	waitFor(t, 30*time.Second, "a to refuse c's handshakes", func() bool { return failures() > 0 })
+	writeFile(t, next, newSecret+"\n")
+	a.Reload()
+	waitFor(t, 30*time.Second, "a to log the reload", func() bool { return strings.Contains(a.Log(), "reloaded the cluster secrets") })
+	if err := c.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	agreed(t, wantMembers(a, b, c), a, b, c)
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

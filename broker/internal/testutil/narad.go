@@ -256,6 +256,9 @@ func FreeUDPPort() (int, error) {
 // Resume continues it. The cleanup resumes a paused process before stopping it.
 func (n *Narad) Pause() { n.signal(syscall.SIGSTOP) }
 
+// Reload sends SIGHUP (the node rereads its TLS certificate and cluster secrets).
+func (n *Narad) Reload() { n.signal(syscall.SIGHUP) }
+
 // Resume continues a process stopped by Pause.
 func (n *Narad) Resume() { n.signal(syscall.SIGCONT) }
 
