@@ -34,7 +34,8 @@ func (c config) validateCluster() error {
 				return fmt.Errorf("%s needs --cluster-addr (the UDP host:port of this node's node plane)", name)
 			}
 		}
-		return nil
+		_, err := c.httpAdvertise()
+		return err
 	}
 	if _, err := portOf(c.ClusterAddr, "--cluster-addr"); err != nil {
 		return err

@@ -48,6 +48,9 @@ func serve(args []string) (err error) {
 		if bopts.Cluster, err = c.metaCluster(plane); err != nil {
 			return err
 		}
+	} else if c.AdvertiseAddr != "" || !isWildcard(c.HTTPAddr) {
+		// A lone node shows its HTTP URL in its member record too (validated).
+		bopts.Cluster.HTTPAddr, _ = c.httpAdvertise()
 	}
 	b, err := broker.Open(bopts)
 	if err != nil {
