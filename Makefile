@@ -14,7 +14,7 @@ BENCH_FLAGS ?=
 FUZZTIME    ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers \
+.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers bench-cluster-idle cluster \
         bench-raft bench-raft-idle bench-raft-failover bench-raft-throughput build-spike \
         fuzz e2e conformance examples chaos soak clean
 
@@ -120,8 +120,24 @@ fuzz: ## Run every fuzz target for FUZZTIME each
 			echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; done
 
-e2e: ## Only the end-to-end tests against the real binary
-	cd broker && $(GO) test -race -count=1 ./e2e/...
+e2e: ## Only the end-to-end tests against the real binary, with the slower cluster ones (tag cluster)
+	cd broker && $(GO) test -race -count=1 -tags cluster -timeout 20m ./e2e/...
+
+bench-cluster-idle: ## CPU of an idle 3-node cluster over 60 s, and the controller failover time (5 rounds)
+	cd broker && $(GO) test -count=1 -tags cluster -v -run 'TestClusterIdleCPU|TestClusterFailoverTimes' ./e2e/ | grep -E 'idle 3-node|controller change|^(--- |ok|FAIL)'
+
+CLUSTER_SECRET ?= local-cluster-secret-not-for-production
+cluster: build ## Run a 3-node cluster on loopback (HTTP 7951-7953, cluster UDP 7961-7963, data in ./data-cluster) until Ctrl-C
+	@mkdir -p data-cluster; \
+	peers=n1@127.0.0.1:7961,n2@127.0.0.1:7962,n3@127.0.0.1:7963; pids=; \
+	trap 'kill $$pids 2>/dev/null; wait $$pids 2>/dev/null; echo; echo "cluster stopped"' INT TERM EXIT; \
+	for i in 1 2 3; do \
+		NARAD_CLUSTER_SECRET=$(CLUSTER_SECRET) $(NARAD) serve --node-id n$$i --http-addr 127.0.0.1:795$$i \
+			--cluster-addr 127.0.0.1:796$$i --peers $$peers --data-dir data-cluster/n$$i \
+			> data-cluster/n$$i.log 2>&1 & pids="$$pids $$!"; \
+	done; \
+	echo "3 nodes: http://127.0.0.1:7951 7952 7953 (logs: data-cluster/n*.log); Ctrl-C stops them"; \
+	wait
 
 conformance: test-conformance ## SDK conformance suite: both tiers, every SDK
 

@@ -64,17 +64,21 @@ func TestFormatFixtures(t *testing.T) {
 	for _, fx := range formatFixtures {
 		t.Run(fx.file, func(t *testing.T) {
 			t.Parallel()
-			checkFixture(t, fx.file, fx.format)
+			checkFixture(t, unpackFixture(t, fx.file), fx.format, testutil.Options{})
 		})
 	}
 }
 
-func checkFixture(t *testing.T, file string, was int) {
-	dir := unpackFixture(t, file)
+// checkFixture starts the fixture unpacked in dir with opts (its data directory and
+// the admin password are set here) and checks all of it, across a restart. It returns
+// the running node and an admin client.
+func checkFixture(t *testing.T, dir string, was int, opts testutil.Options) (*testutil.Narad, *api) {
 	if got, want := readFormat(t, dir), map[bool]int{true: 0, false: was}[was == 1]; got != want {
 		t.Fatalf("the fixture's FORMAT reads %d before the start, want %d (0: none)", got, want)
 	}
-	n := testutil.StartNarad(t, testutil.Options{DataDir: dir, Env: []string{"NARAD_ADMIN_PASSWORD=" + fixturePassword}})
+	opts.DataDir = dir
+	opts.Env = append(opts.Env, "NARAD_ADMIN_PASSWORD="+fixturePassword)
+	n := testutil.StartNarad(t, opts)
 	if got := readFormat(t, dir); got != format.Current {
 		t.Errorf("FORMAT reads %d after the start, want %d", got, format.Current)
 	}
@@ -248,6 +252,7 @@ func checkFixture(t *testing.T, file string, was int) {
 	if got := len(admin.readAll("orders", 0)) + len(admin.readAll("orders", 1)); got != 11 {
 		t.Errorf("orders holds %d messages after a restart, want 11", got)
 	}
+	return n, admin
 }
 
 // TestFormatTooNewRefused: a data directory of a format newer than the binary knows is

@@ -8,7 +8,7 @@
    - operating/configuration.md lacks a flag of `narad serve` (broker/cmd/narad/config.go)
      or its NARAD_* variable,
    - operating/monitoring.md lacks a narad_* metric (broker/internal/broker/metrics.go,
-     broker/internal/httpapi/listener.go).
+     broker/internal/httpapi/listener.go, broker/internal/cluster/metrics.go).
 """
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ def _flags(root: str) -> list[str]:
 
 def _metrics(root: str) -> list[str]:
     names: set[str] = set()
-    for rel in (("broker", "metrics.go"), ("httpapi", "listener.go")):
+    for rel in (("broker", "metrics.go"), ("httpapi", "listener.go"), ("cluster", "metrics.go")):
         with open(os.path.join(root, "broker", "internal", *rel), encoding="utf-8") as f:
             names.update(re.findall(r'Name:\s*"(narad_[a-z_]+)"', f.read()))
     return sorted(names)

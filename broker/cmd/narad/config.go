@@ -46,6 +46,20 @@ type config struct {
 	ShutdownGrace     time.Duration
 	UpgradeFormat     bool
 
+	// Cluster: see clusterconfig.go.
+	ClusterAddr           string
+	AdvertiseAddr         string
+	AdvertiseClusterAddr  string
+	Peers                 string
+	Join                  string
+	WaitForAdd            bool
+	ClusterSecretFile     string
+	ClusterSecret         string
+	ClusterSecretNextFile string
+	ClusterSecretNext     string
+	// secretFlags names the secret flags given on the command line (they show in ps).
+	secretFlags []string
+
 	Partitions    int
 	Retention     time.Duration
 	Visibility    time.Duration
@@ -78,6 +92,16 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
 	fs.BoolVar(&c.UpgradeFormat, "upgrade-format", false, "allow a data-directory format upgrade that only a backup can undo (upgrades that need it say so and refuse to start without it)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 25*time.Second, "how long SIGTERM waits for requests in flight")
+	fs.StringVar(&c.ClusterAddr, "cluster-addr", "", "UDP host:port of the node plane (QUIC): all node-to-node traffic, the control plane's Raft included; turns clustering on and needs a cluster secret")
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "HTTP URL clients and other nodes are told for this node (default: http(s)://--http-addr; required when --http-addr is a wildcard address)")
+	fs.StringVar(&c.AdvertiseClusterAddr, "advertise-cluster-addr", "", "host:port other nodes dial to reach this node's --cluster-addr (default: --cluster-addr; required when it is a wildcard address)")
+	fs.StringVar(&c.Peers, "peers", "", "bootstrap a new cluster from this static list, id@host:port,... (cluster addresses; the same list on every listed node, this node included)")
+	fs.StringVar(&c.Join, "join", "", "cluster address (host:port) of any member of an existing cluster to join")
+	fs.BoolVar(&c.WaitForAdd, "wait-for-add", false, "with neither --peers nor --join, wait to be added by POST /v1/cluster/members instead of starting a cluster of one")
+	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (at least 16 bytes; a final newline is ignored); reread on SIGHUP")
+	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "the cluster secret itself (prefer --cluster-secret-file or NARAD_CLUSTER_SECRET: flags show in ps)")
+	fs.StringVar(&c.ClusterSecretNextFile, "cluster-secret-next-file", "", "file holding the next cluster secret during a rotation (accepted and offered besides the current one; empty: none); reread on SIGHUP")
+	fs.StringVar(&c.ClusterSecretNext, "cluster-secret-next", "", "the next cluster secret itself (prefer --cluster-secret-next-file or NARAD_CLUSTER_SECRET_NEXT: flags show in ps)")
 	fs.IntVar(&c.Partitions, "default-partitions", 3, "partitions of a topic created without a count")
 	fs.DurationVar(&c.Retention, "default-retention", 7*24*time.Hour, "retention of a topic created without one")
 	fs.DurationVar(&c.Visibility, "default-visibility-timeout", 30*time.Second, "lease length of a topic created without one")
@@ -108,6 +132,11 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, name := range []string{"cluster-secret", "cluster-secret-next"} {
+		if set[name] {
+			c.secretFlags = append(c.secretFlags, "--"+name)
+		}
+	}
 	if !set["config"] {
 		if v := getenv(envName("config")); v != "" {
 			*cfgFile = v
@@ -177,7 +206,7 @@ func (c config) validate() error {
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return fmt.Errorf("--tls-cert and --tls-key go together")
 	}
-	return nil
+	return c.validateCluster()
 }
 
 func newLogger(c config) (*slog.Logger, error) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/broker"
+	"github.com/narad-mq/narad/broker/internal/cluster"
 	"github.com/narad-mq/narad/broker/internal/httpapi"
 )
 
@@ -36,13 +37,39 @@ func serve(args []string) (err error) {
 	}
 	slog.SetDefault(log)
 
-	b, err := broker.Open(c.brokerOptions(log))
+	bopts := c.brokerOptions(log)
+	var plane *cluster.Plane
+	if c.ClusterAddr != "" {
+		if plane, bopts.NodeID, err = startPlane(c, log); err != nil {
+			return err
+		}
+		// Deferred first, so it runs last: after the broker (and its Raft) closed.
+		defer plane.Close()
+		if bopts.Cluster, err = c.metaCluster(plane); err != nil {
+			return err
+		}
+	} else if c.AdvertiseAddr != "" || !isWildcard(c.HTTPAddr) {
+		// A lone node shows its HTTP URL in its member record too (validated).
+		bopts.Cluster.HTTPAddr, _ = c.httpAdvertise()
+	}
+	b, err := broker.Open(bopts)
 	if err != nil {
+		return err
+	}
+	if plane != nil {
+		plane.Serve(b.HandleForward)
+		if err := plane.Register(b.Metrics().Registry); err != nil {
+			b.Close()
+			return err
+		}
+	}
+	if err := cluster.RegisterControlPlane(b.Metrics().Registry, b.RaftState); err != nil {
+		b.Close()
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	var hup chan os.Signal // SIGHUP reloads the TLS certificate; set with it
+	var hup chan os.Signal // SIGHUP reloads the TLS certificate and the cluster secrets
 	stopped := false
 	defer func() {
 		cerr := b.Close()
@@ -60,8 +87,21 @@ func serve(args []string) (err error) {
 	}()
 
 	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	if plane != nil {
+		// A cluster node waits for its peers (or to be added) for as long as it takes.
+		cancel()
+		startCtx, cancel = context.WithCancel(ctx)
+		log.Info("waiting for the cluster's control plane", "node_id", b.NodeID(), "cluster_addr", plane.Addr())
+	}
 	err = b.Start(startCtx)
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		// SIGTERM before the node was ready (a cluster node still waiting for its
+		// peers): a requested stop, not a failure.
+		log.Info("narad stopped before it was ready", "reason", err)
+		stopped = true
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("recovering: %w", err)
 	}
@@ -95,8 +135,9 @@ func serve(args []string) (err error) {
 		Protocols:         serverProtocols(),
 	}
 	scheme := "http"
+	var certs *certReloader
 	if c.TLSCert != "" {
-		certs, err := newCertReloader(c.TLSCert, c.TLSKey, log)
+		certs, err = newCertReloader(c.TLSCert, c.TLSKey, log)
 		if err != nil {
 			ln.Close()
 			return err
@@ -104,9 +145,11 @@ func serve(args []string) (err error) {
 		srv.TLSConfig = certs.tlsConfig()
 		ln = tls.NewListener(ln, srv.TLSConfig)
 		scheme = "https"
+	}
+	if certs != nil || plane != nil {
 		hup = make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
-		go watchCert(ctx, certs, hup)
+		go watchHUP(ctx, certs, secretReloader(c, plane, log), hup)
 	}
 	if c.DebugAddr != "" {
 		dbg := &http.Server{Addr: c.DebugAddr, Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
@@ -163,18 +206,28 @@ func securityOn(c config, b *broker.Broker, log *slog.Logger) (bool, error) {
 	return authOn, nil
 }
 
-// watchCert reloads the TLS certificate on SIGHUP, and when its files' contents change
-// (checked every 5 s), until ctx ends.
-func watchCert(ctx context.Context, certs *certReloader, hup <-chan os.Signal) {
-	tick := time.NewTicker(5 * time.Second)
-	defer tick.Stop()
+// watchHUP reloads the TLS certificate (when there is one) on SIGHUP and when its
+// files' contents change (checked every 5 s), and the cluster secrets (when reload is
+// not nil) on SIGHUP, until ctx ends.
+func watchHUP(ctx context.Context, certs *certReloader, reload func(), hup <-chan os.Signal) {
+	var tick <-chan time.Time
+	if certs != nil {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			certs.reloadIfChanged(true)
-		case <-tick.C:
+			if certs != nil {
+				certs.reloadIfChanged(true)
+			}
+			if reload != nil {
+				reload()
+			}
+		case <-tick:
 			certs.reloadIfChanged(false)
 		}
 	}

@@ -51,3 +51,12 @@ func (b *Broker) AddMember(ctx context.Context, nodeID, addr string) error {
 	}
 	return mapMetaErr(err)
 }
+
+// HandleForward answers a control-plane request another node sent over the node plane
+// (meta.Store.HandleForward).
+func (b *Broker) HandleForward(ctx context.Context, req []byte) ([]byte, error) {
+	return b.meta.HandleForward(ctx, req)
+}
+
+// RaftState returns the control plane's Raft state, for metrics.
+func (b *Broker) RaftState() meta.RaftState { return b.meta.RaftState() }

@@ -93,12 +93,13 @@ type Store struct {
 	bolt  *raftboltdb.BoltStore
 	trans raft.Transport
 
-	ready   atomic.Bool
-	joinErr atomic.Pointer[error]
-	ctl     controller
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	closeMu sync.Once
+	ready         atomic.Bool
+	leaderChanges atomic.Uint64
+	joinErr       atomic.Pointer[error]
+	ctl           controller
+	stop          chan struct{}
+	wg            sync.WaitGroup
+	closeMu       sync.Once
 }
 
 // Open starts the Raft node. On first start it writes the node's identity and, by the
@@ -226,6 +227,7 @@ func open(opts Options, cfg *raft.Config, f *fsm, bolt *raftboltdb.BoltStore) (*
 		return nil, fmt.Errorf("meta: starting raft: %w", err)
 	}
 	s := &Store{opts: opts, id: id, addr: addr, fsm: f, raft: r, bolt: bolt, trans: trans, stop: make(chan struct{})}
+	countLeaderChanges(r, &s.leaderChanges)
 	s.ctl.init()
 	if !has {
 		switch {

@@ -155,6 +155,133 @@ func StartNarad(t testing.TB, opts Options) *Narad {
 
 var errBind = errors.New("the port was taken")
 
+// LaunchNarad is StartNarad without the wait: it starts the process and returns. Call
+// WaitReady, or StartNarads to start several that need each other (a cluster's nodes
+// bootstrapping from one peer list are not ready until all of them run).
+func LaunchNarad(t testing.TB, opts Options) *Narad {
+	t.Helper()
+	bin := BuildNarad(t)
+	n := &Narad{t: t, bin: bin, opts: opts, dataDir: opts.DataDir}
+	if n.dataDir == "" {
+		n.dataDir = t.TempDir()
+	}
+	n.logPath = filepath.Join(t.TempDir(), "narad.log")
+	t.Cleanup(n.cleanup)
+	port, err := FreePort()
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	n.port = port
+	if err := n.launch(); err != nil {
+		t.Fatalf("starting narad: %v", err)
+	}
+	return n
+}
+
+// WaitReady waits until the process launched last answers GET /readyz with 200,
+// starting it again on another HTTP port when its port was taken. It returns the
+// error instead of failing the test.
+func (n *Narad) WaitReady() error {
+	for try := 0; ; try++ {
+		n.mu.Lock()
+		done := n.done
+		n.mu.Unlock()
+		err := n.waitReady(done)
+		if err == nil || !errors.Is(err, errBind) || try >= startTries {
+			return err
+		}
+		port, perr := FreePort()
+		if perr != nil {
+			return perr
+		}
+		n.mu.Lock()
+		n.port = port
+		n.mu.Unlock()
+		if err := n.launch(); err != nil {
+			return err
+		}
+	}
+}
+
+// StartNarads launches one narad per Options at once and waits until all are ready.
+func StartNarads(t testing.TB, opts ...Options) []*Narad {
+	t.Helper()
+	ns := make([]*Narad, len(opts))
+	for i, o := range opts {
+		ns[i] = LaunchNarad(t, o)
+	}
+	WaitAllReady(t, ns...)
+	return ns
+}
+
+// WaitAllReady waits, in parallel, until every one of ns is ready.
+func WaitAllReady(t testing.TB, ns ...*Narad) {
+	t.Helper()
+	errs := make([]error, len(ns))
+	var wg sync.WaitGroup
+	for i, n := range ns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = n.WaitReady()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("starting narads: %v", err)
+	}
+}
+
+// Launch starts a stopped narad again on its data directory and port, without waiting
+// (see WaitReady, WaitAllReady).
+func (n *Narad) Launch() {
+	n.t.Helper()
+	if err := n.launch(); err != nil {
+		n.t.Fatalf("starting narad again: %v", err)
+	}
+}
+
+// FreeUDPPort returns a UDP port on 127.0.0.1 that was free a moment ago (for
+// --cluster-addr).
+func FreeUDPPort() (int, error) {
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port, nil
+}
+
+// Pause stops the process with SIGSTOP (it keeps its sockets and answers nothing);
+// Resume continues it. The cleanup resumes a paused process before stopping it.
+func (n *Narad) Pause() { n.signal(syscall.SIGSTOP) }
+
+// Reload sends SIGHUP (the node rereads its TLS certificate and cluster secrets).
+func (n *Narad) Reload() { n.signal(syscall.SIGHUP) }
+
+// Resume continues a process stopped by Pause.
+func (n *Narad) Resume() { n.signal(syscall.SIGCONT) }
+
+// Wait waits up to timeout for the process to exit on its own and returns its exit
+// error; ok is false when it still runs. The exit counts as expected.
+func (n *Narad) Wait(timeout time.Duration) (err error, ok bool) {
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	if done == nil {
+		return nil, false
+	}
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		return nil, false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.expected = true
+	return n.exitErr, true
+}
+
 // FreePort returns a port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -166,6 +293,17 @@ func FreePort() (int, error) {
 }
 
 func (n *Narad) start() error {
+	if err := n.launch(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	return n.waitReady(done)
+}
+
+// launch starts the process and returns at once.
+func (n *Narad) launch() error {
 	n.mu.Lock()
 	if n.cmd != nil && !n.exited() {
 		n.mu.Unlock()
@@ -200,7 +338,7 @@ func (n *Narad) start() error {
 		n.mu.Unlock()
 		close(done)
 	}()
-	return n.waitReady(done)
+	return nil
 }
 
 func filterEnv(env []string) []string {
@@ -417,6 +555,7 @@ func (n *Narad) cleanup() {
 	if unexpected {
 		n.t.Errorf("narad exited during the test without being asked to: %v", exitErr)
 	}
+	n.Resume() // a paused process would ignore SIGTERM until continued
 	n.Stop()
 	log := n.Log()
 	if strings.Contains(log, "WARNING: DATA RACE") {

@@ -190,14 +190,14 @@ func (n *Node) Call(ctx context.Context, peerAddr string, op uint16, req []byte)
 	defer cancel()
 	pc, err := n.conn(ctx, peerAddr)
 	if err != nil {
-		return nil, err
+		return nil, notSent(err)
 	}
 	pc.calls.Add(1)
 	defer pc.calls.Add(-1)
 
 	st, err := pc.qc.OpenStreamSync(ctx)
 	if err != nil {
-		return nil, streamError(ctx, peerAddr, err)
+		return nil, notSent(streamError(ctx, peerAddr, err))
 	}
 	// Both halves must end, or the stream is never freed: Close ends only ours.
 	defer st.CancelRead(streamCodeDone)
@@ -240,6 +240,14 @@ func (n *Node) Call(ctx context.Context, peerAddr string, op uint16, req []byte)
 	}
 	return resp, nil
 }
+
+// notSent marks err as a failure before anything of the request was sent.
+func notSent(err error) error { return &notSentError{err} }
+
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string   { return e.err.Error() }
+func (e *notSentError) Unwrap() []error { return []error{e.err, ErrNotSent} }
 
 // callContext applies the default and the maximum deadline.
 func (n *Node) callContext(ctx context.Context) (context.Context, context.CancelFunc) {

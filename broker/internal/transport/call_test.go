@@ -315,3 +315,42 @@ func TestRedialsBackOff(t *testing.T) {
 		t.Fatalf("%d dials, want 2", d)
 	}
 }
+
+// TestNotSentMarksOnlyRequestsThatNeverLeft: a caller that wants to send a
+// non-idempotent request again (the control plane's forwarded writes) needs to know when
+// the request certainly never reached the peer. Failures before the request's stream
+// existed carry ErrNotSent; a request the peer received and did not answer in time does
+// not.
+func TestNotSentMarksOnlyRequestsThatNeverLeft(t *testing.T) {
+	a := mustStartNode(t, "a", func(o *Options) { o.HandshakeTimeout = time.Second })
+	b := mustStartNode(t, "b", nil)
+	mustEcho(t, a, b, "warm up")
+
+	// Received, never answered: the outcome is unknown.
+	err := callWithin(t, a, b.Addr(), opBlock, 300*time.Millisecond, 10*time.Second)
+	mustErrIs(t, err, ErrTimeout)
+	if errors.Is(err, ErrNotSent) {
+		t.Fatalf("a request the peer was handling reports %v, which says it never left", err)
+	}
+	// A handler's own error is an answer, not a failure to send.
+	err = callWithin(t, a, b.Addr(), opError, 5*time.Second, 10*time.Second)
+	if errors.Is(err, ErrNotSent) {
+		t.Fatalf("a handler's error reports %v", err)
+	}
+
+	// Nobody listens: the dial fails, so nothing was sent.
+	gone, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := gone.LocalAddr().String()
+	gone.Close()
+	err = callWithin(t, a, addr, opEcho, 5*time.Second, 15*time.Second)
+	mustErrIs(t, err, ErrPeerUnavailable)
+	mustErrIs(t, err, ErrNotSent)
+	// A closed node sends nothing either.
+	a.Close()
+	_, err = a.Call(t.Context(), addr, opEcho, nil)
+	mustErrIs(t, err, ErrClosed)
+	mustErrIs(t, err, ErrNotSent)
+}

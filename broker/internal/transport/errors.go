@@ -39,6 +39,13 @@ var ErrBusy = errors.New("transport: peer busy")
 // ErrBadFrame means a frame could not be decoded: a truncated or corrupt header.
 var ErrBadFrame = errors.New("transport: malformed frame")
 
+// ErrNotSent is matched, besides the error's own sentinel, by every Call error that
+// arose before the request's stream existed (no connection, a closed node, a stream
+// that could not be opened): the peer certainly never saw the request, so even a
+// request that is not idempotent may be sent again. Errors without it leave the
+// outcome unknown.
+var ErrNotSent = errors.New("transport: request not sent")
+
 // ErrClosed means this node's transport was closed.
 var ErrClosed = errors.New("transport: closed")
 

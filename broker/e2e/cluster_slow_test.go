@@ -1,0 +1,176 @@
+//go:build cluster
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The slower cluster tests: `make e2e` runs them (go test -tags cluster).
+
+// TestClusterStoppedFollower: a follower stopped with SIGSTOP answers nothing; the
+// other two still take metadata writes, each within a bound (errors after deadlines,
+// never a hang), and the follower catches up once continued.
+func TestClusterStoppedFollower(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	agreed(t, wantMembers(nodes...), nodes...)
+	ctl := controllerOf(t, nodes...)
+	rest := others(nodes, ctl)
+	stopped, live := rest[0], rest[1]
+	stopped.Pause()
+	for i, nd := range []*clusterNode{ctl, live, ctl, live} {
+		name := "while-stopped-" + strconv.Itoa(i)
+		start := time.Now()
+		if !tryCreateTopic(nd, name) {
+			// The quick client gives up after 2 s: a write that took longer is the
+			// hang this test is about.
+			t.Fatalf("creating %s on %s with a follower stopped failed or took over 2s (%v)", name, nd.id, time.Since(start))
+		}
+	}
+	// The members see it go silent.
+	waitFor(t, 60*time.Second, "the stopped follower to be reported suspect", func() bool {
+		c, err := live.cluster()
+		if err != nil {
+			return false
+		}
+		for _, m := range c.Members {
+			if m.ID == stopped.id {
+				return m.Status == "suspect" || m.Status == "dead"
+			}
+		}
+		return false
+	})
+	stopped.Resume()
+	agreed(t, wantMembers(nodes...), nodes...)
+	waitFor(t, 30*time.Second, "the continued follower to list every topic", func() bool {
+		return topicsOf(stopped) == "while-stopped-0,while-stopped-1,while-stopped-2,while-stopped-3"
+	})
+}
+
+// TestClusterWipedNodeRejoins: a node whose data directory was wiped comes back (with
+// the same --peers) as a new Raft server: it joins through a member once its old server
+// has been silent long enough, and has all the metadata again.
+func TestClusterWipedNodeRejoins(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	agreed(t, wantMembers(nodes...), nodes...)
+	ctl := controllerOf(t, nodes...)
+	ctl.api.createTopic("kept", map[string]any{"partitions": 1})
+	victim := others(nodes, ctl)[0]
+	waitFor(t, 30*time.Second, "the victim to list the topic", func() bool { return topicsOf(victim) == "kept" })
+	oldIdentity, err := os.ReadFile(filepath.Join(victim.DataDir(), "meta", "identity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim.Kill()
+	entries, err := os.ReadDir(victim.DataDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(victim.DataDir(), e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim.Launch()
+	if err := victim.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	newIdentity, err := os.ReadFile(filepath.Join(victim.DataDir(), "meta", "identity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(newIdentity) == string(oldIdentity) {
+		t.Fatalf("the wiped node has its old identity %s: it must come back as a new Raft server", oldIdentity)
+	}
+	agreed(t, wantMembers(nodes...), nodes...)
+	if got := topicsOf(victim); got != "kept" {
+		t.Fatalf("the rejoined node lists %q, want kept", got)
+	}
+	// A write through it works.
+	victim.api.createTopic("through.rejoined", map[string]any{"partitions": 1})
+}
+
+// TestClusterFailoverTimes measures how long a change of controller takes: kill -9 of
+// the controller to the first metadata write that succeeds on a survivor (writes sent
+// afresh every 200 ms, see firstWrite), five times; the killed node is started again each time.
+func TestClusterFailoverTimes(t *testing.T) {
+	nodes := startPeersCluster(t, 3)
+	agreed(t, wantMembers(nodes...), nodes...)
+	var times []time.Duration
+	for round := 0; round < 5; round++ {
+		ctl := controllerOf(t, nodes...)
+		survivors := others(nodes, ctl)
+		ctl.Kill()
+		d, ok := firstWrite(survivors, fmt.Sprintf("round-%d", round), time.Now(), 60*time.Second)
+		if !ok {
+			t.Fatalf("round %d: no metadata write succeeded within 60s of killing %s", round, ctl.id)
+		}
+		times = append(times, d)
+		t.Logf("round %d: killed controller %s, first write after %v", round, ctl.id, d.Round(time.Millisecond))
+		ctl.Launch()
+		if err := ctl.WaitReady(); err != nil {
+			t.Fatal(err)
+		}
+		agreed(t, wantMembers(nodes...), nodes...)
+	}
+	slices.Sort(times)
+	t.Logf("controller change, kill -9 to first successful metadata write, 5 rounds: median %v, max %v (all %v)",
+		times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), times)
+	for _, nd := range nodes {
+		if got := strings.Count(topicsOf(nd), "round-"); got != 5 {
+			t.Errorf("%s lists %d of the 5 topics made after each failover: %s", nd.id, got, topicsOf(nd))
+		}
+	}
+}
+
+// TestClusterIdleCPU measures the CPU of an idle 3-node cluster over 60 s, from
+// /proc/<pid>/stat (utime + stime), and fails past a generous bound.
+func TestClusterIdleCPU(t *testing.T) {
+	nodes := startPeersCluster(t, 3)
+	agreed(t, wantMembers(nodes...), nodes...)
+	// Let the start-up settle: joins, the first heartbeats, member records.
+	time.Sleep(5 * time.Second)
+	const window = 60 * time.Second
+	before := make([]float64, len(nodes))
+	for i, nd := range nodes {
+		before[i] = cpuSeconds(t, nd.PID())
+	}
+	start := time.Now()
+	time.Sleep(window)
+	elapsed := time.Since(start).Seconds()
+	total := 0.0
+	var per []string
+	for i, nd := range nodes {
+		used := cpuSeconds(t, nd.PID()) - before[i]
+		total += used
+		per = append(per, fmt.Sprintf("%s %.2f%%", nd.id, 100*used/elapsed))
+	}
+	t.Logf("idle 3-node cluster over %.0fs: %.2f%% of one core in all (%s)", elapsed, 100*total/elapsed, strings.Join(per, ", "))
+	if total/elapsed > 0.10 {
+		t.Errorf("an idle 3-node cluster used %.1f%% of a core; the control plane's idle cost should be far below 10%%", 100*total/elapsed)
+	}
+}
+
+// cpuSeconds reads a process's user plus system CPU time from /proc/<pid>/stat.
+func cpuSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	// Fields after the command name (which may hold spaces) start after the last ')'.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	const clkTck = 100 // USER_HZ on Linux
+	return (utime + stime) / clkTck
+}

@@ -1,0 +1,149 @@
+// Package cluster joins the control plane (meta) to the node plane (transport): Raft's
+// traffic over the transport's stream layer, meta's Forwarder over a transport
+// operation, and the node plane's metrics. cmd/narad builds one Plane per node.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/transport"
+)
+
+// OpMeta is the node-plane operation that carries control-plane requests (meta's
+// forwarded writes, read indexes, joins, heartbeats and identity questions).
+const OpMeta uint16 = 1
+
+// codeNotServing answers OpMeta while this node's control plane is not open yet (or
+// closed): the handler never ran, so the caller may send again.
+const codeNotServing = transport.CodeFirstApp
+
+// Options configures a Plane.
+type Options struct {
+	// NodeID names this node on the node plane (the same id as the control plane's).
+	NodeID string
+	// ListenAddr is the UDP host:port to bind; AdvertiseAddr what peers dial (default
+	// the bound address).
+	ListenAddr    string
+	AdvertiseAddr string
+	// Secret and NextSecret are the cluster secrets (see transport's DESIGN.md).
+	Secret, NextSecret []byte
+	Logger             *slog.Logger
+	// RaftTimeout is the I/O deadline of Raft's connections (default 10 s).
+	RaftTimeout time.Duration
+}
+
+// Plane is a node's node plane, started, with Raft's transport on it.
+type Plane struct {
+	node    *transport.Node
+	raft    *raft.NetworkTransport
+	handler atomic.Pointer[func(context.Context, []byte) ([]byte, error)]
+	metrics *planeMetrics
+}
+
+// Start binds the node plane and starts serving. OpMeta answers "not serving" until
+// Serve is called.
+func Start(opts Options) (*Plane, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.RaftTimeout <= 0 {
+		opts.RaftTimeout = 10 * time.Second
+	}
+	n, err := transport.New(transport.Options{
+		NodeID: opts.NodeID, ListenAddr: opts.ListenAddr, AdvertiseAddr: opts.AdvertiseAddr,
+		Secret: opts.Secret, NextSecret: opts.NextSecret, Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p := &Plane{node: n, metrics: newPlaneMetrics()}
+	n.Handle(OpMeta, p.serveMeta)
+	if err := n.Start(); err != nil {
+		return nil, err
+	}
+	// Raft's connection pool: three per peer is what raft's own NetworkTransport users
+	// take; each is one QUIC stream on the pair's one connection.
+	p.raft = raft.NewNetworkTransportWithLogger(n.StreamLayer(), 3, opts.RaftTimeout, raftLogger(opts.Logger))
+	return p, nil
+}
+
+func (p *Plane) serveMeta(ctx context.Context, _ string, req []byte) ([]byte, error) {
+	h := p.handler.Load()
+	if h == nil {
+		return nil, &transport.RemoteError{Code: codeNotServing, Message: "the control plane of this node is not open yet"}
+	}
+	return (*h)(ctx, req)
+}
+
+// Serve routes OpMeta to h (meta's Store.HandleForward, through the broker).
+func (p *Plane) Serve(h func(context.Context, []byte) ([]byte, error)) { p.handler.Store(&h) }
+
+// Forward implements meta.Forwarder over the node plane. An error wraps
+// meta.ErrNotDelivered when the request certainly was not handled by the other node:
+// it never left (transport.ErrNotSent), or the other node refused it before any
+// handler ran (busy, or its control plane not open yet).
+func (p *Plane) Forward(ctx context.Context, addr raft.ServerAddress, req []byte) ([]byte, error) {
+	start := time.Now()
+	out, err := p.node.Call(ctx, string(addr), OpMeta, req)
+	p.metrics.observe(time.Since(start), err)
+	if err == nil {
+		return out, nil
+	}
+	var re *transport.RemoteError
+	if errors.Is(err, transport.ErrNotSent) || errors.Is(err, transport.ErrBusy) ||
+		(errors.As(err, &re) && re.Code == codeNotServing) {
+		return nil, fmt.Errorf("%w: %w", meta.ErrNotDelivered, err)
+	}
+	return nil, err
+}
+
+var _ meta.Forwarder = (*Plane)(nil)
+
+// RaftTransport is Raft's transport over the node plane, for meta.Cluster.Transport.
+func (p *Plane) RaftTransport() raft.Transport { return p.raft }
+
+// Addr is this node's cluster address as peers dial it.
+func (p *Plane) Addr() string { return p.node.Addr() }
+
+// SetSecrets replaces the cluster secrets for new connections (SIGHUP).
+func (p *Plane) SetSecrets(current, next []byte) error { return p.node.SetSecrets(current, next) }
+
+// Stats returns the node plane's counters.
+func (p *Plane) Stats() transport.Stats { return p.node.Stats() }
+
+// Close stops Raft's transport and the node plane. Call it after the control plane
+// has shut down.
+func (p *Plane) Close() error {
+	err := p.raft.Close()
+	if cerr := p.node.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// raftLogger sends the network transport's errors to the process logger. Below error
+// level it is quiet: a peer that is down would make a line per heartbeat.
+func raftLogger(log *slog.Logger) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "raft-net", Level: hclog.Error, Output: slogWriter{log}})
+}
+
+// slogWriter adapts hclog's lines to the process logger.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Warn("raft-net", "line", strings.TrimRight(string(p), "\r\n"))
+	return len(p), nil
+}
+
+var _ io.Writer = slogWriter{}
