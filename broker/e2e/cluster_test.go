@@ -208,6 +208,13 @@ func TestClusterAddMemberAndRotateTheSecret(t *testing.T) {
 	b := &clusterNode{id: "b", addr: freeClusterAddr(t)}
 	b.Narad = testutil.LaunchNarad(t, testutil.Options{Args: clusterArgs(b.id, b.addr, "--wait-for-add"), Env: clusterEnv(clusterSecret)})
 	b.api = &api{Client: b.Client(), t: t}
+	// Waiting to be added, b's port is open but not ready: /healthz 200, the rest 503.
+	waitFor(t, 30*time.Second, "b's port to answer /healthz while it waits", func() bool {
+		r, err := b.Client().Try("GET", "/healthz", nil)
+		return err == nil && r.Status == http.StatusOK
+	})
+	b.api.Get("/readyz").ExpectError(t, http.StatusServiceUnavailable, "unavailable")
+	b.api.Get("/v1/topics").ExpectError(t, http.StatusServiceUnavailable, "unavailable")
 	r := a.api.PostJSON("/v1/cluster/members", map[string]any{"id": b.id, "address": b.addr})
 	if !r.Expect(t, http.StatusCreated) {
 		t.Fatalf("POST /v1/cluster/members: %d %s", r.Status, r.Body)

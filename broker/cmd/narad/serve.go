@@ -12,6 +12,7 @@ import (
 	_ "net/http/pprof" // served only on --debug-addr
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -86,33 +87,13 @@ func serve(args []string) (err error) {
 		}
 	}()
 
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	if plane != nil {
-		// A cluster node waits for its peers (or to be added) for as long as it takes.
-		cancel()
-		startCtx, cancel = context.WithCancel(ctx)
-		log.Info("waiting for the cluster's control plane", "node_id", b.NodeID(), "cluster_addr", plane.Addr())
-	}
-	err = b.Start(startCtx)
-	cancel()
-	if err != nil && ctx.Err() != nil {
-		// SIGTERM before the node was ready (a cluster node still waiting for its
-		// peers): a requested stop, not a failure.
-		log.Info("narad stopped before it was ready", "reason", err)
-		stopped = true
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("recovering: %w", err)
-	}
-	authOn, err := securityOn(c, b, log)
-	if err != nil {
-		return err
-	}
-	api, err := httpapi.New(b, c.apiOptions(log, b.Metrics(), authOn))
-	if err != nil {
-		return err
-	}
+	// The HTTP port opens before the node is ready: until then it answers /healthz, and
+	// 503 with Retry-After everywhere else (/readyz included), so a probe sees "not yet"
+	// rather than a refused connection while a cluster node waits for its peers. The API
+	// takes over once the node is ready.
+	var handler atomic.Pointer[http.Handler]
+	starting := httpapi.Starting()
+	handler.Store(&starting)
 	rawLn, err := net.Listen("tcp", c.HTTPAddr)
 	if err != nil {
 		return err
@@ -124,7 +105,7 @@ func serve(args []string) (err error) {
 	}
 	var ln net.Listener = conns
 	srv := &http.Server{
-		Handler:           conns.Handler(api),
+		Handler:           conns.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) })),
 		ConnContext:       conns.ConnContext,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		ReadTimeout:       60 * time.Second,
@@ -162,6 +143,36 @@ func serve(args []string) (err error) {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+	// Closes the port on every way out; after a graceful Shutdown it does nothing.
+	defer srv.Close()
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	if plane != nil {
+		// A cluster node waits for its peers (or to be added) for as long as it takes.
+		cancel()
+		startCtx, cancel = context.WithCancel(ctx)
+		log.Info("waiting for the cluster's control plane", "node_id", b.NodeID(), "cluster_addr", plane.Addr())
+	}
+	err = b.Start(startCtx)
+	cancel()
+	if err != nil && ctx.Err() != nil {
+		// SIGTERM before the node was ready (a cluster node still waiting for its
+		// peers): a requested stop, not a failure.
+		log.Info("narad stopped before it was ready", "reason", err)
+		stopped = true
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("recovering: %w", err)
+	}
+	authOn, err := securityOn(c, b, log)
+	if err != nil {
+		return err
+	}
+	api, err := httpapi.New(b, c.apiOptions(log, b.Metrics(), authOn))
+	if err != nil {
+		return err
+	}
+	handler.Store(&api)
 	logReady(c, log, b, authOn, scheme+"://"+ln.Addr().String())
 
 	select {
