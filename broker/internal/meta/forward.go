@@ -226,7 +226,9 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 		if err := s.raft.Barrier(s.opts.ApplyTimeout).Error(); err != nil {
 			return fwdResponse{Err: toWire(leaderErr(err))}
 		}
-		return fwdResponse{Index: s.raft.AppliedIndex()}
+		// The barrier returned once the state machine applied everything before it, so
+		// its last command is what a follower must have applied to be current.
+		return fwdResponse{Index: s.fsm.applied.Load()}
 	case kindJoin:
 		if r.Join == nil {
 			return fwdResponse{Err: toWire(errors.New("meta: join without a node"))}

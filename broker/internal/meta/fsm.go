@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -184,6 +185,12 @@ type fsm struct {
 	// binary to replay.
 	halted   error
 	onChange func()
+	// applied is the index of the last command this state machine applied. Raft's own
+	// AppliedIndex moves when a batch is handed to the FSM goroutine, before Apply has
+	// run, so a node that waits on it to read its own write can still miss it.
+	applied atomic.Uint64
+	// beforeApply, when set (tests), runs at the start of every Apply.
+	beforeApply atomic.Pointer[func()]
 }
 
 func newFSM() *fsm {
@@ -311,6 +318,9 @@ var errUnknownOp = errors.New("unknown command")
 var ErrHalted = fmt.Errorf("%w: halted at a command from a newer version", ErrUnavailable)
 
 func (f *fsm) Apply(l *raft.Log) any {
+	if hook := f.beforeApply.Load(); hook != nil {
+		(*hook)()
+	}
 	if err := f.haltedErr(); err != nil {
 		return applyResult{err: err}
 	}
@@ -332,6 +342,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		panic(fmt.Sprintf("meta: refusing the Raft log entry at index %d: %v; the metadata store (meta/) is damaged or from another version: restore it from a backup", l.Index, err))
 	}
 	res := f.apply(l.Index, c)
+	f.applied.Store(l.Index)
 	if f.onChange != nil {
 		f.onChange()
 	}
@@ -697,6 +708,9 @@ type snapshotState struct {
 	NextUser  uint64      `json:"next_user_id,omitempty"`
 	ClusterID string      `json:"cluster_id,omitempty"`
 	Members   []Member    `json:"members,omitempty"`
+	// Applied is the index of the last command the state holds (0 in snapshots from
+	// before it was kept).
+	Applied uint64 `json:"applied_index,omitempty"`
 }
 
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
@@ -708,6 +722,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	st.Seeded, st.NextUser, st.ClusterID = f.seeded, f.nextUser, f.clusterID
 	f.mu.RUnlock()
+	st.Applied = f.applied.Load()
 	return &fsmSnapshot{state: st}, nil
 }
 
@@ -746,6 +761,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		m[t.Name] = t
 	}
 	f.mu.Unlock()
+	f.applied.Store(st.Applied)
 	if f.onChange != nil {
 		f.onChange()
 	}

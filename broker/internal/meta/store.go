@@ -227,6 +227,12 @@ func open(opts Options, cfg *raft.Config, f *fsm, bolt *raftboltdb.BoltStore) (*
 		return nil, fmt.Errorf("meta: starting raft: %w", err)
 	}
 	s := &Store{opts: opts, id: id, addr: addr, fsm: f, raft: r, bolt: bolt, trans: trans, stop: make(chan struct{})}
+	// NewRaft restored the newest snapshot before returning; the entries after it go
+	// through Apply. A snapshot from before the state kept its index holds every command
+	// up to the snapshot's own index.
+	if f.applied.Load() == 0 {
+		f.applied.Store(r.AppliedIndex())
+	}
 	countLeaderChanges(r, &s.leaderChanges)
 	s.ctl.init()
 	if !has {
@@ -263,8 +269,9 @@ func (s *Store) sleep(d time.Duration) bool {
 	}
 }
 
-// AppliedIndex returns the index of the last Raft entry applied to the state.
-func (s *Store) AppliedIndex() uint64 { return s.raft.AppliedIndex() }
+// AppliedIndex returns the index of the last command applied to the state (Raft's own
+// applied index can be ahead of it: see fsm.applied).
+func (s *Store) AppliedIndex() uint64 { return s.fsm.applied.Load() }
 
 // Leader reports whether this node leads the control plane (is the controller).
 func (s *Store) Leader() bool { return s.raft.State() == raft.Leader }
@@ -355,9 +362,10 @@ func (s *Store) applyRemote(ctx context.Context, addr raft.ServerAddress, c comm
 	return res, err
 }
 
-// waitApplied waits until this replica has applied index.
+// waitApplied waits until this replica's state machine has applied the command at index
+// (and so every command before it).
 func (s *Store) waitApplied(ctx context.Context, index uint64) error {
-	for s.raft.AppliedIndex() < index {
+	for s.fsm.applied.Load() < index {
 		if err := s.fsm.haltedErr(); err != nil {
 			return err
 		}
