@@ -87,14 +87,15 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 }
 
 // handBack ends leases taken for a client that has gone, so the messages are
-// deliverable again now rather than after the visibility timeout.
+// deliverable again now rather than after the visibility timeout. They were never
+// sent, so they count as no delivery attempt.
 func (b *Broker) handBack(t *topic, ds []Delivered) {
 	for _, d := range ds {
 		h, err := queue.DecodeHandle(d.Handle)
 		if err != nil {
 			continue
 		}
-		if err := t.parts[d.Partition].Extend(h.Offset, h.Nonce, 0); err != nil && !errors.Is(err, queue.ErrLeaseLost) {
+		if err := t.parts[d.Partition].HandBack(h.Offset, h.Nonce); err != nil && !errors.Is(err, queue.ErrLeaseLost) {
 			b.log.Warn("handing back a lease of a gone client failed; the message is delivered again after its visibility timeout",
 				"topic", t.name, "partition", d.Partition, "offset", d.Offset, "err", err)
 		}

@@ -56,3 +56,40 @@ func TestHandBackFreesLeasesAtOnce(t *testing.T) {
 		t.Fatalf("after the hand-back a consume got %d messages, %v; want all 4", len(again), err)
 	}
 }
+
+// TestHandBackCountsNoAttempt: a lease handed back because its client went was never
+// sent to anyone, so it is not a delivery attempt: the next consumer must see the
+// message's first attempt, as after an unsent lease (Unlease), not a second one.
+// delivery_attempt drives retry tiers and parking after N attempts.
+func TestHandBackCountsNoAttempt(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "t", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](3_600_000)}); err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, b, "t", 2)
+	got, err := b.Consume(ctx, "t", 10, 0)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("%d messages, %v", len(got), err)
+	}
+	tp, err := b.lookup("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.handBack(tp, got)
+	again, err := b.Consume(ctx, "t", 10, 0)
+	if err != nil || len(again) != 2 {
+		t.Fatalf("after the hand-back a consume got %d messages, %v; want both", len(again), err)
+	}
+	for _, d := range again {
+		if d.Attempt != 1 {
+			t.Fatalf("offset %d: delivery_attempt %d after a hand-back, want 1: a lease never sent counted as an attempt", d.Offset, d.Attempt)
+		}
+	}
+	// A handle that is no longer the lease (here: the one handed back) hands back nothing.
+	b.handBack(tp, got)
+	if more, err := b.Consume(ctx, "t", 10, 0); err != nil || len(more) != 0 {
+		t.Fatalf("a stale hand-back freed leases another consumer holds: %d messages, %v", len(more), err)
+	}
+}

@@ -603,6 +603,25 @@ func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
 	return err
 }
 
+// HandBack ends a lease whose message never reached its client (the client went while
+// it was leased): the message is deliverable again at once, and the lease does not
+// count as a delivery attempt. It returns queue.ErrLeaseLost if (off, n) is no longer
+// the lease.
+func (p *Partition) HandBack(off uint64, n queue.Nonce) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	now := p.opts.Clock()
+	p.q.Expire(now)
+	err := p.q.HandBack(off, n, now)
+	p.armTimerLocked()
+	p.mu.Unlock()
+	p.notify()
+	return err
+}
+
 // Read returns up to max records from offset from, without leases. from below the oldest
 // retained offset starts at the oldest.
 func (p *Partition) Read(from uint64, max int) ([]segment.Record, error) {

@@ -342,6 +342,20 @@ func (s *State) Unlease(off uint64) {
 	}
 }
 
+// HandBack ends the lease (off, n) of a message that was leased but never sent (its
+// client went while it was being leased), as if it had not been handed out: the attempt
+// is not counted. Unlike Unlease it checks the nonce, because the lease may by then
+// have lapsed and another consumer hold the message under a new one.
+func (s *State) HandBack(off uint64, n Nonce, now int64) error {
+	l, err := s.check(off, n, now)
+	if err != nil {
+		return err
+	}
+	s.dropLease(l)
+	s.makeReady(off, l.attempt-1)
+	return nil
+}
+
 func (s *State) dropLease(l *lease) {
 	if l.index >= 0 {
 		heap.Remove(&s.expiry, l.index)

@@ -562,7 +562,12 @@ func (l *Log) readSegment(s *segment, v *segmentView, from uint64, out []Record,
 			// A damaged record lies between the index entry and the one wanted: look
 			// past it, so one bad record does not hide its neighbours.
 			found, rerr := r.resync(from)
-			if rerr == nil && found {
+			if rerr != nil {
+				// The look past failed to read: the record wanted may be fine, so this
+				// must not read as damage (callers skip damaged records for good).
+				return out, used, false, fmt.Errorf("%s reading past damage at offset %d: %w", v.path, r.off, rerr)
+			}
+			if found {
 				continue
 			}
 		}
