@@ -286,6 +286,7 @@ func (c *copier) round() (time.Duration, error) {
 		if c.delayMs > 0 {
 			for i, r := range recs {
 				if r.Timestamp+c.delayMs > now {
+					//lint:ignore SA4006 due is read below (due == 0, recs[:due]); staticcheck's SSA misses the break out of the range loop
 					due = i
 					d := time.Duration(r.Timestamp+c.delayMs-now) * time.Millisecond
 					if wait < 0 || d < wait {
