@@ -79,7 +79,7 @@ func serve(args []string) (err error) {
 	}
 	conns, err := httpapi.NewListener(rawLn, c.listenerOptions(log, b.Metrics()))
 	if err != nil {
-		rawLn.Close()
+		_ = rawLn.Close() // the error from NewListener is the one to report
 		return err
 	}
 	var ln net.Listener = conns
@@ -98,7 +98,7 @@ func serve(args []string) (err error) {
 	if c.TLSCert != "" {
 		certs, err := newCertReloader(c.TLSCert, c.TLSKey, log)
 		if err != nil {
-			ln.Close()
+			_ = ln.Close() // the certificate error is the one to report
 			return err
 		}
 		srv.TLSConfig = certs.tlsConfig()
@@ -115,7 +115,7 @@ func serve(args []string) (err error) {
 				log.Error("debug listener failed", "addr", c.DebugAddr, "err", err)
 			}
 		}()
-		defer dbg.Close()
+		defer func() { _ = dbg.Close() }() // the debug listener holds no data; shutdown goes on
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
