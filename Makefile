@@ -73,7 +73,7 @@ check-gen: ## Fail if the generated code differs from what openapi.yaml produces
 TIDY_MODULES := $(LINT_MODULES) bench/peers tools
 LINT_BIN     := $(abspath $(BIN))/lint
 
-lint: ## go mod tidy, go vet, gofmt, staticcheck and errcheck over every Go module
+lint: ## Go: tidy, vet, gofmt, staticcheck, errcheck per module; Python: ruff, mypy --strict; TS: tsc strict, Biome
 	@set -e; GOWORK=off $(GO) -C tools build -o $(LINT_BIN)/ honnef.co/go/tools/cmd/staticcheck github.com/kisielk/errcheck; \
 	for m in $(TIDY_MODULES); do \
 		echo "== lint $$m"; \
@@ -83,6 +83,12 @@ lint: ## go mod tidy, go vet, gofmt, staticcheck and errcheck over every Go modu
 		(cd $$m && GOWORK=off $(LINT_BIN)/errcheck -ignoretests -exclude $(abspath tools/errcheck_excludes.txt) ./...); \
 	done
 	@bad=$$(gofmt -l $(TIDY_MODULES)); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
+	@# Python: ruff and mypy --strict over the SDK (its Makefile makes the venv) and the examples.
+	$(MAKE) -C sdk-python lint typecheck
+	$(MAKE) -C examples lint-python
+	@# TypeScript: tsc strict over the sources, then Biome.
+	@[ -d sdk-js/node_modules ] || $(MAKE) -C sdk-js deps
+	$(MAKE) -C sdk-js typecheck lint
 
 fmt: ## gofmt every module
 	gofmt -w $(TIDY_MODULES)
