@@ -68,14 +68,31 @@ check-gen: ## Fail if the generated code differs from what openapi.yaml produces
 		fi; \
 	done; echo "check-gen: generated code matches openapi.yaml"
 
-lint: ## go vet and gofmt over every module
-	@set -e; for m in $(LINT_MODULES); do (cd $$m && $(GO) vet ./...); done
-	@# bench/peers is outside the workspace, so the broker never sees NATS or Redis.
-	cd bench/peers && GOWORK=off $(GO) vet ./...
-	@bad=$$(gofmt -l $(LINT_MODULES)); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
+# Every Go module, each checked on its own (GOWORK=off) so none builds only inside go.work.
+# bench/peers is outside the workspace, so the broker never sees NATS or Redis; tools pins
+# the linters and is outside it too.
+TIDY_MODULES := $(LINT_MODULES) bench/peers tools
+LINT_BIN     := $(abspath $(BIN))/lint
+
+lint: ## Go: tidy, vet, gofmt, staticcheck, errcheck per module; Python: ruff, mypy --strict; TS: tsc strict, Biome
+	@set -e; GOWORK=off $(GO) -C tools build -o $(LINT_BIN)/ honnef.co/go/tools/cmd/staticcheck github.com/kisielk/errcheck; \
+	for m in $(TIDY_MODULES); do \
+		echo "== lint $$m"; \
+		(cd $$m && GOWORK=off $(GO) mod tidy -diff) || { echo "lint: $$m/go.mod or go.sum is not tidy; run 'cd $$m && GOWORK=off go mod tidy'"; exit 1; }; \
+		(cd $$m && GOWORK=off $(GO) vet ./...); \
+		(cd $$m && GOWORK=off $(LINT_BIN)/staticcheck ./...); \
+		(cd $$m && GOWORK=off $(LINT_BIN)/errcheck -ignoretests -exclude $(abspath tools/errcheck_excludes.txt) ./...); \
+	done
+	@bad=$$(gofmt -l $(TIDY_MODULES)); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
+	@# Python: ruff and mypy --strict over the SDK (its Makefile makes the venv) and the examples.
+	$(MAKE) -C sdk-python lint typecheck
+	$(MAKE) -C examples lint-python
+	@# TypeScript: tsc strict over the sources, then Biome.
+	@[ -d sdk-js/node_modules ] || $(MAKE) -C sdk-js deps
+	$(MAKE) -C sdk-js typecheck lint
 
 fmt: ## gofmt every module
-	gofmt -w $(LINT_MODULES)
+	gofmt -w $(TIDY_MODULES)
 
 bench: bench-go bench-flow ## Go benchmarks (storage, queue, HTTP handlers), then every workload shape against a node
 

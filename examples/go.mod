@@ -6,7 +6,6 @@ require github.com/narad-mq/narad/sdk-go v0.0.0-00010101000000-000000000000
 
 require (
 	github.com/apapsch/go-jsonmerge/v2 v2.0.0 // indirect
-	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/google/uuid v1.5.0 // indirect
 	github.com/oapi-codegen/runtime v1.1.2 // indirect
 )

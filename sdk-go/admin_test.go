@@ -85,16 +85,6 @@ func TestTopicsAdmin(t *testing.T) {
 	}
 }
 
-// notImplemented checks that err is the broker's 501, as this version answers for
-// children and users.
-func notImplemented(t *testing.T, what string, err error) {
-	t.Helper()
-	var e *narad.Error
-	if !errors.As(err, &e) || e.Status != http.StatusNotImplemented || e.Code != "not_implemented" || !errors.Is(err, narad.ErrNotImplemented) || narad.Retryable(err) {
-		t.Fatalf("%s: want 501 not_implemented, got %v", what, err)
-	}
-}
-
 // TestChildrenFanOut attaches a child, sees copies arrive with their keys and the lag
 // go to zero, detaches it, and creates a child with its parent in one step.
 func TestChildrenFanOut(t *testing.T) {

@@ -248,7 +248,7 @@ func (c *Client) probe(n *node) {
 			resp, err = c.hc.Do(req.WithContext(ctx))
 		}
 		if err == nil {
-			io.Copy(io.Discard, resp.Body)
+			_, _ = io.Copy(io.Discard, resp.Body) // drained so the connection is reused; the response is not needed
 			resp.Body.Close()
 		}
 		cancel()

@@ -82,7 +82,7 @@ func NewEnvelope(body any) (*Envelope, error) {
 
 func newID() string {
 	var id [16]byte
-	rand.Read(id[:])
+	_, _ = rand.Read(id[:])   // since Go 1.24 it never returns an error (it crashes instead)
 	id[6] = id[6]&0x0f | 0x40 // a version 4 UUID, like the other SDKs'
 	id[8] = id[8]&0x3f | 0x80
 	h := hex.EncodeToString(id[:])

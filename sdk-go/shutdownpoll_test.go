@@ -18,7 +18,6 @@ type heldBody struct {
 	req     *http.Request
 	body    io.ReadCloser
 	release <-chan struct{}
-	once    sync.Once
 }
 
 func (h *heldBody) Read(p []byte) (int, error) {

@@ -4,4 +4,4 @@ go 1.24
 
 require github.com/anishathalye/porcupine v1.3.1
 
-require golang.org/x/sys v0.35.0 // indirect
+require golang.org/x/sys v0.35.0

@@ -15,7 +15,6 @@ type fake struct {
 	dropEvery int64
 	dupEvery  int64
 	delay     time.Duration // per produce request, to keep the fake from filling memory
-	fanout    bool
 }
 
 type fakeQueue struct {

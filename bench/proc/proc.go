@@ -95,7 +95,7 @@ func FreeAddr() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }() // only held to pick a free port
 	return ln.Addr().String(), nil
 }
 
@@ -137,7 +137,7 @@ func RSS(pid int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened read-only
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		line := s.Text()

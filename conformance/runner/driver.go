@@ -132,7 +132,7 @@ func (d *Driver) read(out io.Reader) {
 			Event string `json:"event"`
 		}
 		if err := json.Unmarshal(line, &probe); err != nil {
-			d.stderr.Write([]byte("runner: not a JSON line from the driver: " + string(line) + "\n"))
+			_, _ = d.stderr.Write([]byte("runner: not a JSON line from the driver: " + string(line) + "\n")) // diagnostics only
 			continue
 		}
 		if probe.Event != "" {

@@ -160,11 +160,6 @@ type Invariant struct {
 	Args any
 }
 
-var stepModifiers = map[string]bool{
-	"save": true, "expect": true, "expect_error": true, "elapsed_ms": true, "since": true,
-	"requests": true, "async": true, "timeout_ms": true, "note": true, "allow_error": true,
-}
-
 // UnmarshalYAML reads a step: one action key plus modifiers.
 func (s *Step) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {

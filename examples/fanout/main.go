@@ -88,7 +88,7 @@ func run(ctx context.Context, topic string, n int, delay time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // Client.Close always returns nil
 
 	analytics, billing, reminders := topic+".analytics", topic+".billing", topic+".reminders"
 	if _, err := c.EnsureTopic(ctx, topic, narad.TopicConfig{Retention: delay + 24*time.Hour}); err != nil {

@@ -76,7 +76,7 @@ func run(o options) int {
 	if o.keep {
 		fmt.Println("harness: keeping", tmp)
 	} else {
-		defer os.RemoveAll(tmp)
+		defer func() { _ = os.RemoveAll(tmp) }() // a temp dir; the OS cleans it if this fails
 	}
 	x := &h{o: o, tmp: tmp, bin: filepath.Join(tmp, "bin")}
 	if err := x.build(); err != nil {
@@ -150,7 +150,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // only held to pick a free port
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -169,14 +169,14 @@ func (x *h) startNode() (func() error, error) {
 	cmd := exec.Command(x.o.narad, "serve", "--http-addr", addr, "--data-dir", filepath.Join(x.tmp, "data"), "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close() // the start error is the one to report
 		return nil, err
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
+	go func() { exited <- cmd.Wait(); _ = logf.Close() }() // the log is only read back to explain a failure
 	x.url = "http://" + addr
 	stop := func() error {
-		cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(syscall.SIGTERM) // it may have exited already; exited says how it ended
 		select {
 		case err := <-exited:
 			if err != nil {
@@ -184,7 +184,7 @@ func (x *h) startNode() (func() error, error) {
 			}
 			return nil
 		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill() // it may have exited meanwhile; exited says how it ended
 			<-exited
 			return errors.New("narad did not stop within 30 s of SIGTERM; killed")
 		}
@@ -205,7 +205,7 @@ func (x *h) startNode() (func() error, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	stop()
+	_ = stop() // not ready is the error to report; stop's own is secondary
 	return nil, errors.New("narad was not ready within 30 s")
 }
 
@@ -321,14 +321,14 @@ func (x *h) runProc(p proc) (string, error) {
 		for sc.Scan() {
 			buf.WriteString(sc.Text() + "\n")
 			if signalAt != nil && !sent && signalAt.MatchString(sc.Text()) {
-				cmd.Process.Signal(syscall.SIGTERM)
+				_ = cmd.Process.Signal(syscall.SIGTERM) // it may have exited already; Wait says how it ended
 				sent = true
 			}
 		}
-		io.Copy(io.Discard, pr)
+		_, _ = io.Copy(io.Discard, pr) // drain, so the example never blocks on a full pipe
 	}()
 	err := cmd.Wait()
-	pw.Close()
+	_ = pw.Close() // ends the reader above; the example's own error is err
 	<-read
 	if ctx.Err() != nil {
 		return buf.String(), fmt.Errorf("still running after %s: killed", p.timeout)

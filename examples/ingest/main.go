@@ -66,7 +66,7 @@ func generate(n int) (string, error) {
 		fmt.Fprintf(w, "%d sensor-%03d temperature=%d.%d unit=C\n", i, i%250, 15+i%20, i%10)
 	}
 	if err := w.Flush(); err != nil {
-		f.Close()
+		_ = f.Close() // the flush error is the one to report
 		return "", err
 	}
 	return f.Name(), f.Close()
@@ -112,7 +112,7 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return err
 		}
-		defer os.Remove(path)
+		defer func() { _ = os.Remove(path) }() // a temp file; the OS cleans it if this fails
 		cfg.file = path
 		fmt.Println(path)
 	}
@@ -120,7 +120,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened read-only
 	st, err := f.Stat()
 	if err != nil {
 		return err
@@ -131,7 +131,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // Client.Close always returns nil
 	if _, err := c.EnsureTopic(ctx, cfg.topic, narad.TopicConfig{Partitions: cfg.partitions}); err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func run(ctx context.Context, cfg config) error {
 	// Close sends what is buffered and waits for every result (within the context).
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	pub.Close(closeCtx)
+	_ = pub.Close(closeCtx) // each message's outcome is checked from its result (results) below
 	close(results)
 	checked.Wait()
 	close(stopBar)

@@ -114,13 +114,13 @@ func save(path string, cp *Checkpoint) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }() // gone after the rename; left only when a step failed
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the write error is the one to report
 		return err
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the sync error is the one to report
 		return err
 	}
 	if err := tmp.Close(); err != nil {
@@ -134,7 +134,7 @@ func run(ctx context.Context, topic string, events int, path string) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // Client.Close always returns nil
 	if _, err := c.EnsureTopic(ctx, topic, narad.TopicConfig{}); err != nil {
 		return err
 	}

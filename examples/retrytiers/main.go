@@ -80,7 +80,7 @@ func run(ctx context.Context, topic string, delays []time.Duration, messages int
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // Client.Close always returns nil
 
 	tiers := narad.RetryTiers{Topic: topic, Parking: topic + "-dlq"}
 	for i, d := range delays {

@@ -101,7 +101,7 @@ func start(bin, dir string, o Options) (*Server, error) {
 		return nil, err
 	}
 	addr := l.Addr().String()
-	l.Close()
+	_ = l.Close() // only held to pick a free port
 	args := append([]string{"serve", "--http-addr", addr, "--data-dir", dir, "--log-level", "warn", "--shutdown-grace", "2s"}, o.Args...)
 	logs := &logBuffer{}
 	cmd := exec.Command(bin, args...)
@@ -111,7 +111,7 @@ func start(bin, dir string, o Options) (*Server, error) {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
 	s := &Server{URL: "http://" + addr, DataDir: dir, cmd: cmd, done: make(chan struct{}), logs: logs}
-	go func() { cmd.Wait(); close(s.done) }()
+	go func() { _ = cmd.Wait(); close(s.done) }() // how it ended is in s.logs
 	if err := s.waitReady(o.ReadyTimeout); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("%w\n%s", err, logs.String())
@@ -133,7 +133,7 @@ func (s *Server) waitReady(limit time.Duration) error {
 			return fmt.Errorf("the broker's address %q is not a URL: %w", s.URL, err)
 		}
 		if resp, err := hc.Do(req); err == nil {
-			io.Copy(io.Discard, resp.Body)
+			_, _ = io.Copy(io.Discard, resp.Body) // drained so the connection is reused
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
@@ -152,11 +152,11 @@ func (s *Server) Stop() {
 		return
 	default:
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Process.Signal(syscall.SIGTERM) // it may have exited already; s.done says when it has
 	select {
 	case <-s.done:
 	case <-time.After(10 * time.Second):
-		s.cmd.Process.Kill()
+		_ = s.cmd.Process.Kill() // it may have exited already; s.done says when it has
 		<-s.done
 	}
 }

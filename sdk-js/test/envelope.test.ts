@@ -145,7 +145,7 @@ describe("opentelemetry", () => {
     await traced.getTopic(topicName("missing")).catch(() => undefined);
     await traced.close();
     const produce = spans.find((s) => s.name === "narad produce");
-    assert.ok(produce && produce.ended && produce.parent === "ctx-1");
+    assert.ok(produce?.ended && produce.parent === "ctx-1");
     assert.equal(produce.attrs["messaging.destination.name"], topic);
     assert.equal(produce.attrs["http.response.status_code"], 202);
     assert.deepEqual(produce.events, ["narad.attempt"]);

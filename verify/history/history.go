@@ -208,7 +208,7 @@ func (w *Writer) Add(e Entry) {
 	if w.enc == nil {
 		return
 	}
-	w.enc.Encode(e)
+	_ = w.enc.Encode(e) // Entry always encodes; a write error sticks in w.w and Close returns it
 	w.n++
 }
 
@@ -250,7 +250,7 @@ func Read(path string) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened read-only
 	return Decode(f)
 }
 

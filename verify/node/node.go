@@ -67,7 +67,7 @@ func FreePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // only held to pick a free port
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -233,17 +233,17 @@ func (n *Node) Start(env ...string) error {
 	n.gen++
 	fmt.Fprintf(n.log, "=== verify: start #%d at %s env=%q\n", n.gen, time.Now().Format(time.RFC3339Nano), env)
 	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
+		_ = pr.Close() // the start error is the one to report
+		_ = pw.Close()
 		return err
 	}
-	pw.Close()
+	_ = pw.Close() // the child holds its own copy of the write end
 	n.cmd, n.exited, n.state, n.paused = cmd, make(chan struct{}), nil, false
 	n.outDone = make(chan struct{})
 	go n.copyStderr(pr, n.outDone)
 	exited, outDone := n.exited, n.outDone
 	go func() {
-		cmd.Wait()
+		_ = cmd.Wait() // how it ended is read from cmd.ProcessState
 		<-outDone
 		n.mu.Lock()
 		n.state = cmd.ProcessState
@@ -260,7 +260,7 @@ func (n *Node) copyStderr(r io.ReadCloser, done chan struct{}) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		n.log.WriteString(line + "\n")
+		_, _ = n.log.WriteString(line + "\n") // the node's log, read by people; a full disk shows up in the checks
 		if s, ok := parseSkip(line); ok {
 			n.mu.Lock()
 			n.skips = append(n.skips, s)
@@ -350,7 +350,7 @@ func (n *Node) WaitReady(timeout time.Duration) error {
 		}
 		resp, err := c.Get(n.URL() + "/readyz")
 		if err == nil {
-			io.Copy(io.Discard, resp.Body)
+			_, _ = io.Copy(io.Discard, resp.Body) // drained so the connection is reused
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
@@ -409,14 +409,14 @@ func (n *Node) Stop(grace time.Duration) error {
 	paused := n.paused
 	n.mu.Unlock()
 	if paused {
-		n.Resume()
+		_ = n.Resume() // a node that cannot be resumed does not exit on SIGTERM: killed below
 	}
-	n.signal(syscall.SIGTERM)
+	_ = n.signal(syscall.SIGTERM) // it may have exited already; Exited says when it has
 	select {
 	case <-n.Exited():
 		return nil
 	case <-time.After(grace):
-		n.Kill()
+		_ = n.Kill() // the timeout is the error to report
 		return fmt.Errorf("node did not stop within %v after SIGTERM; killed", grace)
 	}
 }
@@ -424,7 +424,7 @@ func (n *Node) Stop(grace time.Duration) error {
 // Close stops the node (if running) and closes the log.
 func (n *Node) Close() error {
 	err := n.Stop(30 * time.Second)
-	n.log.Close()
+	_ = n.log.Close() // the node's log, read by people
 	return err
 }
 

@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg Config) *Result {
 	if err := n.Stop(30 * time.Second); err != nil && res.Err == nil {
 		res.Err = fmt.Errorf("stopping the node: %w", err)
 	}
-	n.Close()
+	_ = n.Close() // stopped just above (its error is in res.Err); this closes the log
 	if err := rec.Close(); err != nil && res.Err == nil {
 		res.Err = err
 	}
@@ -158,9 +158,9 @@ func Run(ctx context.Context, cfg Config) *Result {
 
 	var b bytes.Buffer
 	Summary(&b, res)
-	os.WriteFile(filepath.Join(dir, "report.txt"), b.Bytes(), 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "report.txt"), b.Bytes(), 0o644) // a copy of res.Report, which the caller prints
 	if res.OK() && !cfg.Keep {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir) // a passing run's files; the OS cleans the temp dir if this fails
 		res.Dir = ""
 	}
 	return res

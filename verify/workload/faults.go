@@ -212,7 +212,7 @@ func (in *injector) crashed() {
 
 func (in *injector) kill(detail string) {
 	t0 := in.now()
-	in.w.n.Kill()
+	_ = in.w.n.Kill() // a node that has exited already is as good as killed
 	in.fault(history.FaultKill, t0, in.now(), "node", detail)
 	in.kills++
 }
@@ -225,7 +225,7 @@ func (in *injector) pause(ctx context.Context) {
 		return
 	}
 	in.sleep(context.Background(), d) // always resume, even when cancelled
-	in.w.n.Resume()
+	_ = in.w.n.Resume()               // if it cannot be resumed, the next fault or the final stop kills it
 	in.fault(history.FaultPause, t0, in.now(), "node", d.String())
 }
 
@@ -451,7 +451,7 @@ func (in *injector) restart(ctx context.Context, mayArm bool) error {
 			return nil
 		}
 		if in.w.n.Running() {
-			in.w.n.Kill()
+			_ = in.w.n.Kill() // the restart error is the one to report
 			return fmt.Errorf("restart: %w", err)
 		}
 		<-in.w.n.Exited()
@@ -482,7 +482,7 @@ func (in *injector) ensureUp(ctx context.Context, mayArm bool) error {
 // the start of a frame. Recovery must cut exactly that and nothing 202'd.
 func (in *injector) tornTail() {
 	var logs []string
-	filepath.WalkDir(filepath.Join(in.w.n.DataDir(), "topics"), func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(in.w.n.DataDir(), "topics"), func(p string, d os.DirEntry, err error) error { // always nil: the callback skips what it cannot read
 		if err == nil && d.IsDir() && (d.Name() == "log" || d.Name() == "journal") {
 			logs = append(logs, p)
 		}
@@ -523,7 +523,7 @@ func (in *injector) tornTail() {
 		return
 	}
 	_, err = f.Write(tail)
-	f.Close()
+	_ = f.Close() // a torn tail is meant to be unsynced; the write error decides
 	if err != nil {
 		return
 	}
@@ -553,7 +553,7 @@ func (in *injector) corrupt() {
 // partitionLogs lists the log/ or journal/ directories of every partition, sorted.
 func (in *injector) partitionLogs(name string) []string {
 	var logs []string
-	filepath.WalkDir(filepath.Join(in.w.n.DataDir(), "topics"), func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(in.w.n.DataDir(), "topics"), func(p string, d os.DirEntry, err error) error { // always nil: the callback skips what it cannot read
 		if err == nil && d.IsDir() && d.Name() == name {
 			logs = append(logs, p)
 		}
@@ -684,7 +684,7 @@ func (in *injector) flipRecord(kind string) bool {
 		return false
 	}
 	_, err = fh.WriteAt([]byte{b[at] ^ bit}, int64(at))
-	fh.Close()
+	_ = fh.Close() // a flipped bit is meant to be unsynced; the write error decides
 	if err != nil {
 		return false
 	}
@@ -753,7 +753,7 @@ func (in *injector) checkpointAhead() bool {
 		if err := os.Truncate(path, int64(keep)); err != nil {
 			continue
 		}
-		os.Remove(filepath.Join(dir, "recovery-point"))
+		_ = os.Remove(filepath.Join(dir, "recovery-point")) // may not exist; without it the log is scanned from the start
 		rel, _ := filepath.Rel(in.w.n.DataDir(), path)
 		in.fault(history.FaultCorrupt, t0, in.now(), rel, fmt.Sprintf("checkpoint ahead of its journal: journal cut from %d to %d bytes, the checkpoint covers up to %d", len(b), keep, covered))
 		return true

@@ -51,7 +51,7 @@ func run(ctx context.Context, o load.Options, bin, target, mode, jsonOut string)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a temp dir; the OS cleans it if this fails
 
 	rep := load.Report{Started: time.Now().UTC(), Options: o, Machine: load.NewMachine(dir, 2*time.Second)}
 	fmt.Println(rep.Machine)
@@ -62,7 +62,7 @@ func run(ctx context.Context, o load.Options, bin, target, mode, jsonOut string)
 	} else if t, err = narad.Launch(bin, filepath.Join(dir, "data"), conns, os.Stderr); err != nil {
 		return err
 	}
-	defer t.Close()
+	defer func() { _ = t.Close() }() // the results are printed already
 	fmt.Printf("setup: %d producers, %d consumers, %d-byte messages, %d partitions, %s per shape, batches of %d; every 202 and 204 durable\n\n",
 		o.Producers, o.Consumers, o.Size, o.Partitions, o.Duration, o.Batch)
 	o.Log = os.Stderr

@@ -128,13 +128,13 @@ func Launch(o Options) (*Target, error) {
 	for i := 0; i < max(o.Conns, 1); i++ {
 		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("narad-bench-%d", i)), nats.MaxReconnects(-1))
 		if err != nil {
-			t.Close()
+			_ = t.Close() // the connect error is the one to report
 			return nil, err
 		}
 		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 		if err != nil {
 			nc.Close()
-			t.Close()
+			_ = t.Close() // the JetStream error is the one to report
 			return nil, err
 		}
 		t.conns, t.js = append(t.conns, nc), append(t.js, js)

@@ -94,7 +94,7 @@ func Launch(o Options) (*Target, error) {
 		return t.rdb.Ping(ctx).Err()
 	})
 	if err != nil {
-		t.rdb.Close()
+		_ = t.rdb.Close() // the start error is the one to report
 		return nil, fmt.Errorf("starting redis-server: %w", err)
 	}
 	return t, nil

@@ -100,7 +100,7 @@ func serve(args []string) (err error) {
 	}
 	conns, err := httpapi.NewListener(rawLn, c.listenerOptions(log, b.Metrics()))
 	if err != nil {
-		rawLn.Close()
+		_ = rawLn.Close() // the error from NewListener is the one to report
 		return err
 	}
 	var ln net.Listener = conns
@@ -120,7 +120,7 @@ func serve(args []string) (err error) {
 	if c.TLSCert != "" {
 		certs, err = newCertReloader(c.TLSCert, c.TLSKey, log)
 		if err != nil {
-			ln.Close()
+			_ = ln.Close() // the certificate error is the one to report
 			return err
 		}
 		srv.TLSConfig = certs.tlsConfig()
@@ -139,7 +139,7 @@ func serve(args []string) (err error) {
 				log.Error("debug listener failed", "addr", c.DebugAddr, "err", err)
 			}
 		}()
-		defer dbg.Close()
+		defer func() { _ = dbg.Close() }() // the debug listener holds no data; shutdown goes on
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -211,7 +211,7 @@ func Open(opts Options) (*Broker, error) {
 func (b *Broker) closeSyncer() {
 	if b.syncer != nil {
 		b.syncer.Close()
-		b.fsSyncer.Close()
+		_ = b.fsSyncer.Close() // the directory held for syncfs; every write was synced before it was acknowledged
 	}
 }
 
@@ -422,7 +422,7 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 		})
 		if err != nil {
 			for _, q := range t.parts {
-				q.Close()
+				_ = q.Close() // the open error is the one to report
 			}
 			return nil, err
 		}
@@ -586,11 +586,11 @@ func writeFileSync(path string, data []byte) error {
 		return err
 	}
 	if _, err := f.Write(data); err != nil {
-		f.Close()
+		_ = f.Close() // the write error is the one to report; tmp is never renamed
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
+		_ = f.Close() // the sync error is the one to report; tmp is never renamed
 		return err
 	}
 	if err := f.Close(); err != nil {
@@ -603,7 +603,7 @@ func writeFileSync(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }() // opened read-only for Sync; its result is returned
 	return d.Sync()
 }
 

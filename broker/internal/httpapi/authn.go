@@ -361,7 +361,7 @@ func (a *authenticator) fail(r *http.Request, name, why string) error {
 
 // failForbidden counts a wrong current_password like a failed login and answers 403.
 func (a *authenticator) failForbidden(r *http.Request, name string) error {
-	a.fail(r, name, "wrong current_password")
+	_ = a.fail(r, name, "wrong current_password") // counts the failure; the caller answers 403, not its 401
 	return forbidden("current_password is wrong")
 }
 

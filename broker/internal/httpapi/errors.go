@@ -215,5 +215,5 @@ func writeError(w http.ResponseWriter, err error) {
 	b = append(b, `,"message":`...)
 	b = appendString(b, msg)
 	b = append(b, "}}\n"...)
-	w.Write(b)
+	_, _ = w.Write(b) // the status line is sent; a client gone away cannot be told more
 }

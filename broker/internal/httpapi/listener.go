@@ -108,7 +108,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		addr := remoteIP(c)
 		if reason := l.admit(addr); reason != "" {
-			c.Close()
+			_ = c.Close() // refused before any byte is read; the refusal is counted below
 			l.refuse(reason, addr)
 			continue
 		}
@@ -218,7 +218,7 @@ func (c *trackedConn) noRequest() {
 		return
 	}
 	c.l.refuse(refusedNoRequest, c.addr)
-	c.Close()
+	_ = c.Close() // the connection sent no request; the refusal is counted above
 }
 
 // Write passes the server's bytes on, except the plain-text answers net/http writes on

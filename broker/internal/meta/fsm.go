@@ -727,7 +727,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 func (f *fsm) Restore(rc io.ReadCloser) error {
-	defer rc.Close()
+	defer func() { _ = rc.Close() }() // read-only snapshot; a decode error is returned
 	var st snapshotState
 	if err := json.NewDecoder(rc).Decode(&st); err != nil {
 		return fmt.Errorf("meta: reading snapshot: %w", err)
@@ -772,7 +772,7 @@ type fsmSnapshot struct{ state snapshotState }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	if err := json.NewEncoder(sink).Encode(s.state); err != nil {
-		sink.Cancel()
+		_ = sink.Cancel() // the encode error is the one to report; raft discards the snapshot
 		return err
 	}
 	return sink.Close()

@@ -86,11 +86,11 @@ func writeFileSync(path string, data []byte) error {
 		return err
 	}
 	if _, err := f.Write(data); err != nil {
-		f.Close()
+		_ = f.Close() // the write error is the one to report; tmp is never renamed
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
+		_ = f.Close() // the sync error is the one to report; tmp is never renamed
 		return err
 	}
 	if err := f.Close(); err != nil {
@@ -103,7 +103,7 @@ func writeFileSync(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }() // opened read-only for Sync; its result is returned
 	return d.Sync()
 }
 

@@ -158,7 +158,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s, err := open(opts, cfg, f, bolt)
 	if err != nil {
-		bolt.Close()
+		_ = bolt.Close() // the open error is the one to report
 		return nil, err
 	}
 	return s, nil

@@ -146,7 +146,7 @@ func (p *Partition) readFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened read-only
 	size, err := f.Size()
 	if err != nil {
 		return nil, err
@@ -168,11 +168,11 @@ func (p *Partition) writeFileAtomic(name string, data []byte) error {
 		return err
 	}
 	if _, err := f.WriteAt(data, 0); err != nil {
-		f.Close()
+		_ = f.Close() // the write error is the one to report
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
+		_ = f.Close() // the sync error is the one to report
 		return err
 	}
 	if err := f.Close(); err != nil {

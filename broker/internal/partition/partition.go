@@ -155,7 +155,7 @@ func Open(opts Options) (*Partition, error) {
 	}
 	p.journal, err = segment.Open(filepath.Join(opts.Dir, "journal"), segment.Options{FS: p.fs, SegmentBytes: 4 << 20, Syncer: opts.Syncer})
 	if err != nil {
-		p.log.Close()
+		_ = p.log.Close() // the journal's open error is the one to report
 		return nil, fmt.Errorf("partition %d: opening journal: %w", opts.Index, err)
 	}
 	p.reportRecovery("message log", p.log)
@@ -225,8 +225,8 @@ func Open(opts Options) (*Partition, error) {
 }
 
 func (p *Partition) closeLogs() {
-	p.log.Close()
-	p.journal.Close()
+	_ = p.log.Close() // only on a failed Open, whose error is the one to report
+	_ = p.journal.Close()
 }
 
 // reportRecovery logs what opening a log found: damaged records (acknowledged, so an

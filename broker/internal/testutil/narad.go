@@ -77,7 +77,7 @@ func brokerRace() bool { return os.Getenv("NARAD_TEST_BROKER_RACE") == "1" }
 // RemoveBuild deletes the binary BuildNarad made; call it from TestMain after m.Run.
 func RemoveBuild() {
 	if buildDir != "" {
-		os.RemoveAll(buildDir)
+		_ = os.RemoveAll(buildDir) // a temp dir; the OS cleans it if this fails
 	}
 }
 
@@ -85,6 +85,7 @@ func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
+	//lint:ignore SA1019 a test binary runs on the machine that built it, so its GOROOT is the toolchain that runs the tests
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
@@ -288,7 +289,7 @@ func FreePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }() // only held to pick a free port
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -323,7 +324,7 @@ func (n *Narad) launch() error {
 	fmt.Fprintf(logf, "=== start %d: %s %s\n", n.starts, n.bin, strings.Join(args, " "))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close() // the start error is the one to report
 		n.mu.Unlock()
 		return err
 	}
@@ -332,7 +333,7 @@ func (n *Narad) launch() error {
 	n.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
-		logf.Close()
+		_ = logf.Close() // the node's output log; a test reads it only to explain a failure
 		n.mu.Lock()
 		n.exitErr = err
 		n.mu.Unlock()
@@ -414,7 +415,7 @@ func (n *Narad) signal(sig syscall.Signal) {
 	if n.cmd == nil || n.cmd.Process == nil || n.exited() {
 		return
 	}
-	n.cmd.Process.Signal(sig)
+	_ = n.cmd.Process.Signal(sig) // the process may have exited already; Wait reports how it ended
 }
 
 // URL returns the broker's base URL, http://127.0.0.1:PORT.

@@ -201,7 +201,7 @@ func (n *Node) Call(ctx context.Context, peerAddr string, op uint16, req []byte)
 	}
 	// Both halves must end, or the stream is never freed: Close ends only ours.
 	defer st.CancelRead(streamCodeDone)
-	defer st.Close()
+	defer func() { _ = st.Close() }() // the call's result is decided; the stream is freed either way
 	// An explicit cancel (not a deadline) must also unblock the reads below.
 	stop := context.AfterFunc(ctx, func() {
 		st.CancelRead(streamCodeDone)

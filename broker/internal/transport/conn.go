@@ -109,7 +109,7 @@ func (n *Node) serverHandshake(qc *quic.Conn) (*peerConn, error) {
 		return nil, fmt.Errorf("waiting for the hello: %w", err)
 	}
 	defer st.CancelRead(streamCodeDone)
-	defer st.Close()
+	defer func() { _ = st.Close() }() // the handshake's result is decided; the stream is freed either way
 	_ = st.SetDeadline(deadline)
 
 	h, err := readHello(st)
@@ -179,7 +179,7 @@ func (n *Node) clientHandshake(ctx context.Context, qc *quic.Conn, addr string) 
 		return nil, fmt.Errorf("opening the handshake stream: %w", err)
 	}
 	defer st.CancelRead(streamCodeDone)
-	defer st.Close()
+	defer func() { _ = st.Close() }() // the handshake's result is decided; the stream is freed either way
 	if d, ok := ctx.Deadline(); ok {
 		_ = st.SetDeadline(d)
 	}

@@ -260,8 +260,8 @@ func (n *Node) Start() error {
 	n.tr = &quic.Transport{Conn: pconn}
 	ln, err := n.tr.Listen(n.tlsServer, n.qconf)
 	if err != nil {
-		n.tr.Close()
-		uc.Close()
+		_ = n.tr.Close() // the listen error is the one to report
+		_ = uc.Close()
 		return fmt.Errorf("transport: listening: %w", err)
 	}
 	n.ln = ln
@@ -329,7 +329,7 @@ func (n *Node) Close() error {
 	n.mu.Unlock()
 
 	n.cancel()
-	n.raft.Close()
+	_ = n.raft.Close() // always nil; raft streams end with their connections below
 	for _, pc := range live {
 		_ = pc.qc.CloseWithError(connCodeShutdown, "node shutting down")
 	}

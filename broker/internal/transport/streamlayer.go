@@ -133,15 +133,15 @@ func (l *StreamLayer) deliver(pc *peerConn, st *quic.Stream) bool {
 	case <-l.closed:
 		n.stats.requestsRefused.Add(1)
 		n.respond(st, CodeShuttingDown, []byte("raft is not running on this node"))
-		c.Close()
+		_ = c.Close() // refused: the peer has been answered
 		return true
 	case <-t.C:
 		n.stats.requestsRefused.Add(1)
 		n.respond(st, CodeBusy, []byte("raft did not accept the stream in time"))
-		c.Close()
+		_ = c.Close() // refused: the peer has been answered
 		return true
 	case <-pc.qc.Context().Done():
-		c.Close()
+		_ = c.Close() // the peer's connection is gone
 		return true
 	}
 	// Raft on the other side writes nothing before it has read this answer, so it

@@ -21,27 +21,6 @@ func mustDialRaft(t *testing.T, from, to *testNode) net.Conn {
 	return c
 }
 
-func mustAcceptRaft(t *testing.T, n *testNode) net.Conn {
-	t.Helper()
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() { c, err := n.StreamLayer().Accept(); ch <- res{c, err} }()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("accept: %v", r.err)
-		}
-		t.Cleanup(func() { r.c.Close() })
-		return r.c
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no raft stream accepted")
-		return nil
-	}
-}
-
 func pingPong(t *testing.T, client, server net.Conn, msg string) {
 	t.Helper()
 	_ = client.SetDeadline(time.Now().Add(20 * time.Second))

@@ -104,7 +104,7 @@ func run() int {
 				fmt.Fprintln(os.Stderr, "conformance:", err)
 				return 2
 			}
-			defer os.RemoveAll(dir)
+			defer func() { _ = os.RemoveAll(dir) }() // a temp dir; the OS cleans it if this fails
 			b, err := runner.StartBroker(ctx, *narad, dir)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "conformance: starting narad:", err)

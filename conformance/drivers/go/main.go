@@ -119,9 +119,9 @@ func (d *driver) write(v any) {
 		line, _ = json.Marshal(map[string]any{"event": "error", "data": map[string]any{"error": map[string]any{"kind": "Other", "message": err.Error()}}})
 	}
 	d.wmu.Lock()
-	d.out.Write(line)
-	d.out.WriteByte('\n')
-	d.out.Flush()
+	_, _ = d.out.Write(line) // stdout is the runner's pipe: if it is gone, the run is over
+	_ = d.out.WriteByte('\n')
+	_ = d.out.Flush()
 	d.wmu.Unlock()
 }
 

@@ -36,7 +36,7 @@ func main() {
 	topic := fs.String("topic", "payments-dlq", "the dead-letter topic")
 	to := fs.String("to", "", "redrive: the topic to send messages to (default: each envelope's origin)")
 	limit := fs.Int("limit", 0, "redrive: re-drive at most this many (0: all)")
-	fs.Parse(os.Args[2:])
+	_ = fs.Parse(os.Args[2:]) // ExitOnError: a bad flag exits with usage
 
 	ctx, stop := cli.SignalContext()
 	defer stop()
@@ -44,7 +44,7 @@ func main() {
 	if err != nil {
 		cli.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // Client.Close always returns nil
 	if os.Args[1] == "inspect" {
 		err = inspect(ctx, c, *topic)
 	} else {
@@ -132,7 +132,7 @@ func redrive(ctx context.Context, c *narad.Client, topic, to string, limit int) 
 			if err := redriveOne(ctx, c, m, to); err != nil {
 				// Hand it back now so a later run can try again; everything re-driven so
 				// far stays re-driven.
-				m.Nack(ctx, 0)
+				_ = m.Nack(ctx, 0) // if this fails too, the lease expires and the message comes back anyway
 				return fmt.Errorf("%d@%d: %w", m.Partition, m.Offset, err)
 			}
 			done++

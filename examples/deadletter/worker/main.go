@@ -79,7 +79,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // Client.Close always returns nil
 	for _, t := range []string{cfg.topic, cfg.dlq} {
 		if _, err := c.EnsureTopic(ctx, t, narad.TopicConfig{}); err != nil {
 			return err

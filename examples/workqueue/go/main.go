@@ -49,7 +49,7 @@ func run(ctx context.Context, topic string, jobs, workers int, work, lease time.
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // Client.Close always returns nil
 
 	info, err := c.EnsureTopic(ctx, topic, narad.TopicConfig{VisibilityTimeout: lease})
 	if err != nil {

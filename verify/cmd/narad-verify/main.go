@@ -74,7 +74,7 @@ func runCmd(args []string) int {
 	dir := fs.String("dir", "", "keep the run's files here (default: a temporary directory, removed when the run passes)")
 	keep := fs.Bool("keep", false, "keep the files of a passing run too")
 	bin := fs.String("bin", "", "a narad built with -tags failpoints (default: build one)")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits with usage
 	if *rate > 0 && *duration > 0 {
 		*messages, *load = *rate*int(duration.Seconds()), *duration
 	}
@@ -106,7 +106,7 @@ func runCmd(args []string) int {
 		})
 		var b bytes.Buffer
 		scenario.Summary(&b, res)
-		os.Stdout.Write(b.Bytes())
+		_, _ = os.Stdout.Write(b.Bytes()) // the verdict is the exit status; stdout is for people
 		if !res.OK() {
 			failed++
 		}
@@ -154,7 +154,7 @@ func doctorCmd(args []string) int {
 	}
 	sort.Strings(kinds)
 	kind := fs.String("kind", "acked-redelivery", strings.Join(kinds, ", "))
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits with usage
 	if fs.NArg() != 2 {
 		usage()
 	}

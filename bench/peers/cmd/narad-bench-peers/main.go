@@ -87,7 +87,7 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a temp dir; the OS cleans it if this fails
 	rep := load.Report{Started: time.Now().UTC(), Options: c.o, Machine: load.NewMachine(dir, 2*time.Second)}
 	fmt.Println(rep.Machine)
 
@@ -141,7 +141,7 @@ func run(ctx context.Context, c config) error {
 			continue
 		}
 		rs, err := load.Run(ctx, t, shapes, o)
-		t.Close()
+		_ = t.Close() // the results are in; stopping a peer only frees the machine for the next
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("%s: stopped: %v", n, err))
 		}

@@ -266,7 +266,7 @@ func (l *Log) fail(touched []chunk, cause error) error {
 		case err != nil:
 		case c.created:
 			if c.seg.f != nil {
-				c.seg.f.Close()
+				_ = c.seg.f.Close() // the append failed; its error is the one reported
 				c.seg.f = nil
 			}
 			if err = l.fs.Remove(c.seg.path); err == nil || errors.Is(err, fs.ErrNotExist) {

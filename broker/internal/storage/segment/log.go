@@ -168,7 +168,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	if err := l.load(); err != nil {
 		for _, s := range l.segments {
-			s.release()
+			_ = s.release() // the load error is the one to report
 		}
 		return nil, fmt.Errorf("segment: open %s: %w", dir, err)
 	}
@@ -275,7 +275,7 @@ func (l *Log) loadSealed(base, next uint64, size int64, hasIndex bool) (*segment
 		return nil, err
 	}
 	res, err := scanSegment(f, base, size, next, &l.opts)
-	f.Close()
+	_ = f.Close() // opened read-only to scan
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +300,7 @@ func (l *Log) readIndex(s *segment) (*indexFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened read-only
 	n, err := f.Size()
 	if err != nil {
 		return nil, err
@@ -331,12 +331,12 @@ func (l *Log) recoverActive(base uint64) (*segment, error) {
 	s.f = f
 	size, err := f.Size()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // the stat error is the one to report
 		return nil, err
 	}
 	res, err := scanSegment(f, base, size, math.MaxUint64, &l.opts)
 	if err != nil {
-		f.Close()
+		_ = f.Close() // the scan error is the one to report
 		return nil, err
 	}
 	l.damage = append(l.damage, res.holes...)
@@ -358,7 +358,7 @@ func (l *Log) recoverActive(base uint64) (*segment, error) {
 			err = l.sync(f)
 		}
 		if err != nil {
-			f.Close()
+			_ = f.Close() // the create or sync error is the one to report
 			return nil, err
 		}
 	}
@@ -376,8 +376,8 @@ func (l *Log) createSegment(base uint64) (*segment, error) {
 	s.f = f
 	failpoint.Inject(failpoint.SegmentRollCreated)
 	if err := l.syncDir(); err != nil {
-		f.Close()
-		l.fs.Remove(s.path)
+		_ = f.Close()           // the directory sync error is the one to report
+		_ = l.fs.Remove(s.path) // an empty segment; recovery removes it if this fails
 		return nil, err
 	}
 	return s, nil
@@ -409,7 +409,7 @@ func (l *Log) writeIndex(s *segment) {
 	}()
 	if err != nil {
 		l.stats.indexErrors.Add(1)
-		l.fs.Remove(tmp)
+		_ = l.fs.Remove(tmp) // a partial index; never renamed into place, and recovery rebuilds it
 	}
 }
 
@@ -523,7 +523,7 @@ func (l *Log) Read(from uint64, maxRecords, maxBytes int) ([]Record, error) {
 		}
 		var full bool
 		out, used, full, err = l.readSegment(s, &v, from, out, used, maxRecords, maxBytes)
-		s.release()
+		_ = s.release() // a read reference; the data it covered was synced when written
 		switch {
 		case err != nil && len(out) > 0:
 			return out, nil
@@ -613,7 +613,7 @@ func (l *Log) OffsetForTime(ts int64) (uint64, error) {
 	}
 	s, v := take(segs[i])
 	l.mu.RUnlock()
-	defer s.release()
+	defer func() { _ = s.release() }() // a read reference; the data was synced when written
 
 	e := indexEntry{}
 	if len(v.entries) > 0 {
@@ -717,7 +717,7 @@ func (l *Log) Close() error {
 	// segment from a torn write.
 	l.writeRecoveryPoint()
 	if l.rpFile != nil {
-		l.rpFile.Close()
+		_ = l.rpFile.Close() // the recovery point was synced just above; only a hint for the next open
 		l.rpFile = nil
 	}
 	l.mu.Lock()

@@ -73,7 +73,7 @@ func (l *Log) readRecoveryPoint() {
 	if err != nil {
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened read-only
 	b := make([]byte, recoverySlot+recoveryLen)
 	n, err := f.ReadAt(b, 0)
 	if err != nil && err != io.EOF {
@@ -132,7 +132,7 @@ func (l *Log) writeRecoveryPoint() {
 	if err != nil {
 		l.stats.recoveryErrors.Add(1)
 		if l.rpFile != nil {
-			l.rpFile.Close()
+			_ = l.rpFile.Close() // writing it failed already (counted); the next open rescans
 			l.rpFile = nil
 		}
 		return

@@ -58,7 +58,7 @@ func (l *Log) deleteWhile(drop func(*segment) bool) (uint64, error) {
 			err = l.removeSegmentFiles(s)
 		}
 		failpoint.Inject(failpoint.SegmentRetentionDelete)
-		s.release()
+		_ = s.release() // the segment is deleted; closing its last reference frees the descriptor
 	}
 	return removed, err
 }

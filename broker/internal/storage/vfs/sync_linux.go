@@ -70,7 +70,7 @@ func NewFSSyncer(dir string) (*FSSyncer, error) {
 	}
 	var st unix.Stat_t
 	if err := fstat(d, &st); err != nil {
-		d.Close()
+		_ = d.Close() // the fstat error is the one to report
 		return nil, err
 	}
 	return &FSSyncer{dir: d, dev: st.Dev, syncfs: syncfs}, nil
