@@ -196,16 +196,6 @@ func controllerOf(t *testing.T, nodes ...*clusterNode) *clusterNode {
 // apply timeout, so a poller that gave up sends a fresh one.
 var quick = &http.Client{Timeout: 2 * time.Second}
 
-// tryCreateTopic creates name on nd; true on 201.
-func tryCreateTopic(nd *clusterNode, name string) bool {
-	resp, err := quick.Post(nd.URL()+"/v1/topics", "application/json", bytes.NewReader([]byte(`{"name":"`+name+`","partitions":1}`)))
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusCreated
-}
-
 // firstWrite measures how long after start a metadata write first succeeds on one of
 // nodes: it sends a fresh create of topic name every 200 ms (alternating nodes), each
 // with a 10 s timeout, and returns when the first answers 201 or 409 (another attempt's

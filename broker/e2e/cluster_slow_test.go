@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -173,4 +175,14 @@ func cpuSeconds(t *testing.T, pid int) float64 {
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	const clkTck = 100 // USER_HZ on Linux
 	return (utime + stime) / clkTck
+}
+
+// tryCreateTopic creates name on nd; true on 201.
+func tryCreateTopic(nd *clusterNode, name string) bool {
+	resp, err := quick.Post(nd.URL()+"/v1/topics", "application/json", bytes.NewReader([]byte(`{"name":"`+name+`","partitions":1}`)))
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusCreated
 }

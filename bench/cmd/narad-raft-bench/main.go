@@ -84,7 +84,7 @@ func freeUDP() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // only the address was wanted
 	return c.LocalAddr().String(), nil
 }
 
@@ -158,7 +158,7 @@ func (c *cluster) stop() {
 		if n.p != nil {
 			n.p.Stop()
 		}
-		n.log.Close()
+		_ = n.log.Close() // a node's log file, closed at the end of a run
 	}
 }
 
@@ -215,7 +215,7 @@ func run(o options) error {
 		return err
 	}
 	if !o.keep {
-		defer os.RemoveAll(root)
+		defer func() { _ = os.RemoveAll(root) }() // a temp dir; nothing to do if it stays
 	}
 	fmt.Printf("narad-raft-bench: %d groups × RF 3 on 3 local nodes; spike args %q; dir %s\n", o.groups, o.spikeArgs, root)
 	fmt.Printf("machine: %d CPUs, load %s, fsync %.0f/s (256 B write + fsync, 2 s, in %s)\n",

@@ -45,7 +45,7 @@ func serve(args []string) (err error) {
 			return err
 		}
 		// Deferred first, so it runs last: after the broker (and its Raft) closed.
-		defer plane.Close()
+		defer func() { _ = plane.Close() }() // closing the node plane at exit has nothing left to tell
 		if bopts.Cluster, err = c.metaCluster(plane); err != nil {
 			return err
 		}
@@ -60,12 +60,12 @@ func serve(args []string) (err error) {
 	if plane != nil {
 		plane.Serve(b.HandleForward)
 		if err := plane.Register(b.Metrics().Registry); err != nil {
-			b.Close()
+			_ = b.Close() // the registration failure is the error to report
 			return err
 		}
 	}
 	if err := cluster.RegisterControlPlane(b.Metrics().Registry, b.RaftState); err != nil {
-		b.Close()
+		_ = b.Close() // the registration failure is the error to report
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -144,7 +144,7 @@ func serve(args []string) (err error) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	// Closes the port on every way out; after a graceful Shutdown it does nothing.
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	if plane != nil {
 		// A cluster node waits for its peers (or to be added) for as long as it takes.

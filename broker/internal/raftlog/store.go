@@ -90,7 +90,7 @@ func Open(dir string, sg *vfs.SyncGroup) (*Store, error) {
 		s.kv[k] = append([]byte(nil), body[1+body[0]:]...)
 		return nil
 	}); err != nil {
-		s.log.Close()
+		_ = s.log.Close() // the replay error is the one to report
 		return nil, err
 	}
 	return s, nil
@@ -105,12 +105,12 @@ func replay(name string, each func(body []byte, off int64) error) (vfs.File, int
 	}
 	size, err := f.Size()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // the error above is the one to report
 		return nil, 0, err
 	}
 	buf := make([]byte, size)
 	if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
-		f.Close()
+		_ = f.Close() // the error above is the one to report
 		return nil, 0, err
 	}
 	var off int64
@@ -124,14 +124,14 @@ func replay(name string, each func(body []byte, off int64) error) (vfs.File, int
 			break
 		}
 		if err := each(body, off); err != nil {
-			f.Close()
+			_ = f.Close() // the error above is the one to report
 			return nil, 0, fmt.Errorf("%s at %d: %w", name, off, err)
 		}
 		off += 8 + l
 	}
 	if off < size {
 		if err := f.Truncate(off); err != nil {
-			f.Close()
+			_ = f.Close() // the error above is the one to report
 			return nil, 0, err
 		}
 	}

@@ -325,7 +325,8 @@ func asAppendResp(r any) *raft.AppendEntriesResponse {
 func isHeartbeat(r *raft.AppendEntriesRequest) bool {
 	leader := r.RPCHeader.Addr
 	if len(leader) == 0 {
-		leader = r.Leader //nolint:staticcheck // older raft versions fill only this
+		//lint:ignore SA1019 older raft versions fill only this field
+		leader = r.Leader
 	}
 	return r.Term != 0 && leader != nil && r.PrevLogEntry == 0 && r.PrevLogTerm == 0 &&
 		len(r.Entries) == 0 && r.LeaderCommitIndex == 0

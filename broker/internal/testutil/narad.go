@@ -249,7 +249,7 @@ func FreeUDPPort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // only the port number was wanted
 	return c.LocalAddr().(*net.UDPAddr).Port, nil
 }
 
