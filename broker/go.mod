@@ -4,10 +4,20 @@ go 1.24
 
 tool github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen
 
-require golang.org/x/sys v0.35.0
+require (
+	github.com/narad-mq/narad/sdk-go v0.1.0
+	golang.org/x/sys v0.35.0
+)
+
+// The CLI (internal/cli) is built on the Go SDK beside this module; the replace keeps
+// GOWORK=off builds using it before (and without) a released SDK tag.
+replace github.com/narad-mq/narad/sdk-go => ../sdk-go
 
 require (
+	github.com/apapsch/go-jsonmerge/v2 v2.0.0 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
+	github.com/google/uuid v1.5.0 // indirect
+	github.com/oapi-codegen/runtime v1.1.2 // indirect
 	github.com/quic-go/quic-go v0.59.1 // indirect
 	golang.org/x/net v0.43.0 // indirect
 )
@@ -30,8 +40,8 @@ require (
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
-	github.com/mattn/go-colorable v0.1.12 // indirect
-	github.com/mattn/go-isatty v0.0.14 // indirect
+	github.com/mattn/go-colorable v0.1.13 // indirect
+	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/mohae/deepcopy v0.0.0-20170929034955-c48cc78d4826 // indirect
 	github.com/oapi-codegen/oapi-codegen/v2 v2.5.1 // indirect
 	github.com/oasdiff/yaml v0.0.0-20250309154309-f31be36b4037 // indirect
