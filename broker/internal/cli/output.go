@@ -93,11 +93,7 @@ func (w *messageWriter) write(m *narad.Message) error {
 		_, err = w.e.Stdout.Write(append(line, '\n'))
 		return err
 	case "raw":
-		if w.e.StdoutIsTerminal && !printable(b) {
-			return errBinaryToTerminal
-		}
-		_, err := w.e.Stdout.Write(append(append([]byte(nil), b...), '\n'))
-		return err
+		return w.writeBytes(b)
 	}
 	payload := string(b)
 	if !printable(b) {
@@ -123,4 +119,13 @@ func human(d time.Duration) string {
 		}
 	}
 	return s
+}
+
+// writeBytes writes a raw payload and a newline, unless it is binary and Stdout a terminal.
+func (w *messageWriter) writeBytes(b []byte) error {
+	if w.e.StdoutIsTerminal && !printable(b) {
+		return errBinaryToTerminal
+	}
+	_, err := w.e.Stdout.Write(append(append([]byte(nil), b...), '\n'))
+	return err
 }
