@@ -612,3 +612,42 @@ func TestCLIServeDev(t *testing.T) {
 		t.Fatalf("serve --dev --data-dir: %+v", r)
 	}
 }
+
+// TestCLIConsumeFollowStopsOnSignal: a following consumer prints and acks what arrives
+// and exits 0 on SIGINT, the way to stop it.
+func TestCLIConsumeFollowStopsOnSignal(t *testing.T) {
+	n := testutil.StartNarad(t, testutil.Options{})
+	c := newCLI(t, n.URL())
+	c.ok("topic", "create", "f", "--partitions", "1")
+	cmd := exec.Command(c.bin, "consume", "f", "--follow", "--wait", "1s", "-o", "raw")
+	cmd.Env = c.env
+	var out, errOut lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	})
+	c.ok("produce", "f", "one")
+	testutil.WaitFor(t, 30*time.Second, "the follower prints the message", func() bool { return out.String() == "one\n" })
+	c.ok("produce", "f", "two")
+	testutil.WaitFor(t, 30*time.Second, "the follower prints the second message", func() bool { return out.String() == "one\ntwo\n" })
+	cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("consume --follow after SIGINT: %v; %s", err, errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("consume --follow did not stop on SIGINT")
+	}
+	got := decode[cliTopic](t, c.ok("topic", "get", "f", "-o", "json"))
+	if s := got.PartitionStats[0]; s.Backlog != 0 || s.InFlight != 0 {
+		t.Fatalf("the follower did not ack: %+v", s)
+	}
+}

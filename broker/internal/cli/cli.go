@@ -104,8 +104,10 @@ func Run(ctx context.Context, args []string, io IO) int {
 	if err == nil {
 		return ExitOK
 	}
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return ExitOK // stopped by SIGINT or SIGTERM: the way to end a follow
+	if ctx.Err() != nil {
+		// Stopped by SIGINT or SIGTERM: the way to end a follow or a peek. The SDK may
+		// report the cut call as canceled or as a timeout; either way nothing failed.
+		return ExitOK
 	}
 	fmt.Fprintf(io.Stderr, "narad %s: %v\n", path, err)
 	return exitCode(err)
