@@ -12,6 +12,7 @@ require (
 	github.com/hashicorp/go-msgpack/v2 v2.1.2
 	github.com/hashicorp/raft v1.7.3
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1
+	github.com/narad-mq/narad/sdk-go v0.1.0
 	github.com/oapi-codegen/runtime v1.1.2
 	github.com/prometheus/client_golang v1.23.2
 	github.com/quic-go/quic-go v0.59.1
@@ -63,3 +64,7 @@ require (
 	google.golang.org/protobuf v1.36.8 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )
+
+// The CLI (internal/cli) is built on the Go SDK beside this module; the replace keeps
+// GOWORK=off builds using it before (and without) a released SDK tag.
+replace github.com/narad-mq/narad/sdk-go => ../sdk-go

@@ -1,4 +1,5 @@
-// Command narad is the Narad broker: one binary, `narad serve` runs a node.
+// Command narad is the Narad broker: one binary, `narad serve` runs a node, and the
+// other commands (internal/cli) are its command line client.
 //
 // The command is three files: main.go (the commands), config.go (flags, NARAD_*
 // variables and the --config file, into one validated config) and serve.go (the one
@@ -9,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/narad-mq/narad/broker/internal/cli"
 )
 
 // version is set by the build (-ldflags "-X main.version=...").
@@ -21,7 +24,12 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "serve":
-		if err := serve(os.Args[2:]); err != nil {
+		args, cleanup, err := devArgs(os.Args[2:])
+		if err == nil {
+			err = serve(args)
+			cleanup()
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "narad:", err)
 			os.Exit(1)
 		}
@@ -30,6 +38,9 @@ func main() {
 	case "help", "-h", "--help":
 		usage(os.Stdout)
 	default:
+		if cli.Has(os.Args[1]) {
+			os.Exit(cli.Main(os.Args[1:]))
+		}
 		fmt.Fprintf(os.Stderr, "narad: unknown command %q\n", os.Args[1])
 		usage(os.Stderr)
 		os.Exit(2)
@@ -40,7 +51,9 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: narad <command> [flags]
 
 commands:
-  serve     run a broker node (narad serve --help lists its flags)
-  version   print the version
+  serve       run a broker node (narad serve --help lists its flags; --dev: a playground)
+  version     print the version
 `)
+	cli.Usage(w)
+	fmt.Fprint(w, "\nnarad <command> --help shows a command's flags; docs/guides/cli.md has the exit codes.\n")
 }

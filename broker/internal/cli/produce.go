@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	narad "github.com/narad-mq/narad/sdk-go"
+)
+
+func produceCommand() *command {
+	return &command{name: "produce", usage: "TOPIC [MSG] [flags]", args: -2,
+		summary: "write messages: MSG, --file, or each line of stdin",
+		help: `Each message is durable when its line is printed (partition and offset).
+Without MSG or --file, every line of stdin is a message (empty lines are skipped).
+--count N sends MSG (or the file) N times, or "message 1".."message N" without one.
+--batch sends up to --batch-size messages per request.`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			var o produceOpts
+			fs.StringVar(&o.key, "key", "", "message key: the same key always lands in the same partition")
+			fs.IntVar(&o.partition, "partition", -1, "write to this partition (overrides the key)")
+			fs.StringVar(&o.file, "file", "", "send this file's bytes as one message (- for all of stdin)")
+			fs.StringVar(&o.contentType, "content-type", "", "Content-Type of the messages (default text/plain for text, application/octet-stream for --file)")
+			fs.IntVar(&o.count, "count", 0, "send this many messages")
+			fs.Float64Var(&o.rate, "rate", 0, "at most this many messages per second (0: as fast as possible)")
+			fs.BoolVar(&o.batch, "batch", false, "send messages in batch requests")
+			fs.IntVar(&o.batchSize, "batch-size", 100, "messages per batch request (1 to 1000)")
+			fs.BoolVar(&o.quiet, "quiet", false, "print nothing on success")
+			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) > 2 {
+					return usagef("one MSG at most (quote it); for many, use stdin lines")
+				}
+				return o.run(ctx, e, args)
+			}
+		}}
+}
+
+type produceOpts struct {
+	key, file, contentType string
+	partition, count       int
+	batchSize              int
+	rate                   float64
+	batch, quiet           bool
+}
+
+type producedJSON struct {
+	Partition int32 `json:"partition"`
+	Offset    int64 `json:"offset"`
+}
+
+func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
+	f, err := e.format()
+	if err != nil {
+		return err
+	}
+	topic := args[0]
+	if o.batchSize < 1 || o.batchSize > narad.MaxBatchMessages {
+		return usagef("--batch-size must be 1 to %d", narad.MaxBatchMessages)
+	}
+	if o.count < 0 || o.rate < 0 {
+		return usagef("--count and --rate cannot be negative")
+	}
+	if len(args) == 2 && o.file != "" {
+		return usagef("give MSG or --file, not both")
+	}
+	// next yields the bodies one at a time; ok is false at the end.
+	var next func() (body any, ok bool, err error)
+	var fixed any
+	switch {
+	case len(args) == 2:
+		fixed = args[1]
+	case o.file != "":
+		var b []byte
+		if o.file == "-" {
+			b, err = io.ReadAll(e.Stdin)
+		} else {
+			b, err = os.ReadFile(o.file)
+		}
+		if err != nil {
+			return fmt.Errorf("reading --file: %w", err)
+		}
+		fixed = b
+	}
+	switch {
+	case fixed != nil:
+		n := max(o.count, 1)
+		next = func() (any, bool, error) {
+			if n == 0 {
+				return nil, false, nil
+			}
+			n--
+			return fixed, true, nil
+		}
+	case o.count > 0:
+		i := 0
+		next = func() (any, bool, error) {
+			if i == o.count {
+				return nil, false, nil
+			}
+			i++
+			return "message " + strconv.Itoa(i), true, nil
+		}
+	default:
+		sc := bufio.NewScanner(e.Stdin)
+		sc.Buffer(make([]byte, 64<<10), narad.MaxMessageBytes+1)
+		next = func() (any, bool, error) {
+			for sc.Scan() {
+				if line := sc.Text(); line != "" {
+					return line, true, nil
+				}
+			}
+			return nil, false, sc.Err()
+		}
+	}
+	var opts []narad.ProduceOption
+	if o.key != "" {
+		opts = append(opts, narad.WithKey(o.key))
+	}
+	if o.partition >= 0 {
+		opts = append(opts, narad.WithPartition(int32(o.partition)))
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	report := func(p narad.Produced) {
+		if o.quiet {
+			return
+		}
+		switch f {
+		case "json":
+			line, _ := json.Marshal(producedJSON{p.Partition, p.Offset})
+			e.Stdout.Write(append(line, '\n'))
+		default:
+			fmt.Fprintf(e.Stdout, "%d\t%d\n", p.Partition, p.Offset)
+		}
+	}
+	var pace <-chan time.Time
+	if o.rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / o.rate))
+		defer t.Stop()
+		pace = t.C
+	}
+	wait := func() error {
+		if pace == nil {
+			return ctx.Err()
+		}
+		select {
+		case <-pace:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	body := func(b any) any {
+		if o.contentType == "" {
+			return b
+		}
+		if s, ok := b.(string); ok {
+			return []byte(s)
+		}
+		return b
+	}
+	if o.contentType != "" {
+		opts = append(opts, narad.WithContentType(o.contentType))
+	}
+	failed := 0
+	var firstErr error
+	if !o.batch {
+		for {
+			b, ok, err := next()
+			if err != nil {
+				return fmt.Errorf("reading stdin: %w", err)
+			}
+			if !ok {
+				break
+			}
+			if err := wait(); err != nil {
+				return err
+			}
+			p, err := c.Produce(ctx, topic, body(b), opts...)
+			if err != nil {
+				return err
+			}
+			report(p)
+		}
+		return nil
+	}
+	if o.contentType != "" {
+		return usagef("--content-type does not apply to --batch (a batch carries text, JSON strings and bytes)")
+	}
+	var part *int32
+	if o.partition >= 0 {
+		part = narad.Pin(int32(o.partition))
+	}
+	flush := func(batch []narad.Outgoing) error {
+		if len(batch) == 0 {
+			return nil
+		}
+		res, err := c.ProduceBatch(ctx, topic, batch)
+		if err != nil {
+			return err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				failed++
+				firstErr = cmpFirst(firstErr, r.Err)
+				fmt.Fprintf(e.Stderr, "narad produce: a message failed: %v\n", r.Err)
+				continue
+			}
+			report(r.Produced)
+		}
+		return nil
+	}
+	var batch []narad.Outgoing
+	for {
+		b, ok, err := next()
+		if err != nil {
+			return fmt.Errorf("reading stdin: %w", err)
+		}
+		if !ok {
+			break
+		}
+		if err := wait(); err != nil {
+			return err
+		}
+		batch = append(batch, narad.Outgoing{Body: b, Key: o.key, Partition: part})
+		if len(batch) == o.batchSize {
+			if err := flush(batch); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := flush(batch); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d messages failed, the first with: %w", failed, firstErr)
+	}
+	return nil
+}
+
+func cmpFirst(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}

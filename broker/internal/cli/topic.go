@@ -1,0 +1,331 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	narad "github.com/narad-mq/narad/sdk-go"
+)
+
+// topicJSON is a topic as --output json writes it: the API's field names, durations in
+// milliseconds.
+type topicJSON struct {
+	Name                      string          `json:"name"`
+	Incarnation               string          `json:"incarnation"`
+	Partitions                int             `json:"partitions"`
+	RetentionMs               int64           `json:"retention_ms"`
+	VisibilityTimeoutMs       int64           `json:"visibility_timeout_ms"`
+	MaxInFlightPerPartition   int             `json:"max_in_flight_per_partition"`
+	MaxAckedAheadPerPartition int             `json:"max_acked_ahead_per_partition"`
+	ReplicationFactor         int             `json:"replication_factor"`
+	Schema                    json.RawMessage `json:"schema,omitempty"`
+	Parent                    string          `json:"parent,omitempty"`
+	FanoutDelayMs             int64           `json:"fanout_delay_ms,omitempty"`
+	CreatedAt                 string          `json:"created_at"`
+	PartitionStats            []statsJSON     `json:"partition_stats,omitempty"`
+}
+
+type statsJSON struct {
+	Partition     int32    `json:"partition"`
+	OldestOffset  int64    `json:"oldest_offset"`
+	NextOffset    int64    `json:"next_offset"`
+	HighWatermark int64    `json:"high_watermark"`
+	AckFrontier   int64    `json:"ack_frontier"`
+	AckedAhead    int64    `json:"acked_ahead"`
+	InFlight      int64    `json:"in_flight"`
+	Backlog       int64    `json:"backlog"`
+	Leader        string   `json:"leader"`
+	Replicas      []string `json:"replicas"`
+}
+
+func toTopicJSON(t *narad.TopicInfo) topicJSON {
+	out := topicJSON{Name: t.Name, Incarnation: t.Incarnation, Partitions: t.Partitions,
+		RetentionMs: t.Retention.Milliseconds(), VisibilityTimeoutMs: t.VisibilityTimeout.Milliseconds(),
+		MaxInFlightPerPartition: t.MaxInFlightPerPartition, MaxAckedAheadPerPartition: t.MaxAckedAheadPerPartition,
+		ReplicationFactor: t.ReplicationFactor, Schema: t.Schema, Parent: t.Parent,
+		FanoutDelayMs: t.FanoutDelay.Milliseconds(), CreatedAt: t.CreatedAt.UTC().Format(time.RFC3339Nano)}
+	for _, s := range t.Stats {
+		out.PartitionStats = append(out.PartitionStats, statsJSON{Partition: s.Partition, OldestOffset: s.OldestOffset,
+			NextOffset: s.NextOffset, HighWatermark: s.HighWatermark, AckFrontier: s.AckFrontier, AckedAhead: s.AckedAhead,
+			InFlight: s.InFlight, Backlog: s.Backlog, Leader: s.Leader, Replicas: s.Replicas})
+	}
+	return out
+}
+
+// printTopics writes topics as a table (one row each), JSON (an array, or one object
+// when single) or raw (their names, one a line).
+func printTopics(e *env, ts []narad.TopicInfo, single bool) error {
+	f, err := e.format()
+	if err != nil {
+		return err
+	}
+	switch f {
+	case "json":
+		if single {
+			return writeJSON(e.Stdout, toTopicJSON(&ts[0]))
+		}
+		out := make([]topicJSON, len(ts))
+		for i := range ts {
+			out[i] = toTopicJSON(&ts[i])
+		}
+		return writeJSON(e.Stdout, out)
+	case "raw":
+		for _, t := range ts {
+			fmt.Fprintln(e.Stdout, t.Name)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tPARTITIONS\tRETENTION\tVISIBILITY\tMAX IN FLIGHT\tPARENT")
+	for _, t := range ts {
+		parent := t.Parent
+		if parent == "" {
+			parent = "-"
+		} else if t.FanoutDelay > 0 {
+			parent += " (delay " + human(t.FanoutDelay) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\n", t.Name, t.Partitions, human(t.Retention), human(t.VisibilityTimeout), t.MaxInFlightPerPartition, parent)
+	}
+	if single && len(ts[0].Stats) > 0 {
+		fmt.Fprintln(tw, "\nPARTITION\tOLDEST\tNEXT\tACK FRONTIER\tIN FLIGHT\tBACKLOG\tLEADER")
+		for _, s := range ts[0].Stats {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%s\n", s.Partition, s.OldestOffset, s.NextOffset, s.AckFrontier, s.InFlight, s.Backlog, s.Leader)
+		}
+	}
+	return tw.Flush()
+}
+
+// schemaFlag reads --schema: inline JSON, or @file.
+func schemaFlag(v string) (json.RawMessage, error) {
+	if v == "" {
+		return nil, nil
+	}
+	b := []byte(v)
+	if strings.HasPrefix(v, "@") {
+		var err error
+		if b, err = os.ReadFile(v[1:]); err != nil {
+			return nil, usagef("--schema: %v", err)
+		}
+	}
+	if !json.Valid(b) {
+		return nil, usagef("--schema is not valid JSON (give the schema inline or as @file)")
+	}
+	return b, nil
+}
+
+func topicCommands() []*command {
+	return []*command{
+		{name: "create", usage: "NAME [flags]", args: 1, summary: "create a topic",
+			help: "Durations are Go durations: 90s, 30m, 12h, 168h. Zero values take the broker's defaults.",
+			setup: func(fs *flag.FlagSet) runFunc {
+				var cfg narad.TopicConfig
+				var schema string
+				fs.IntVar(&cfg.Partitions, "partitions", 0, "partition count, fixed after create (default: the broker's)")
+				fs.DurationVar(&cfg.Retention, "retention", 0, "how long messages are kept, e.g. 12h")
+				fs.DurationVar(&cfg.VisibilityTimeout, "visibility", 0, "lease length of consumed messages, e.g. 30s")
+				fs.IntVar(&cfg.MaxInFlightPerPartition, "max-in-flight", 0, "unacked leases per partition")
+				fs.IntVar(&cfg.MaxAckedAheadPerPartition, "max-acked-ahead", 0, "messages settled past the ack frontier per partition")
+				fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 0, "replicas per partition")
+				fs.StringVar(&schema, "schema", "", "JSON Schema every payload must match: inline JSON or @file")
+				fs.StringVar(&cfg.Parent, "parent", "", "create it as a fan-out child of this topic")
+				fs.DurationVar(&cfg.FanoutDelay, "delay", 0, "with --parent: delay each copy by this much (a delay child)")
+				return func(ctx context.Context, e *env, args []string) error {
+					var err error
+					if cfg.Schema, err = schemaFlag(schema); err != nil {
+						return err
+					}
+					if cfg.FanoutDelay > 0 && cfg.Parent == "" {
+						return usagef("--delay needs --parent")
+					}
+					return e.withClient(ctx, func(c *narad.Client) error {
+						t, err := c.CreateTopic(ctx, args[0], cfg)
+						if err != nil {
+							return err
+						}
+						return printTopics(e, []narad.TopicInfo{*t}, true)
+					})
+				}
+			}},
+		{name: "list", usage: "", args: 0, summary: "list the topics",
+			setup: func(fs *flag.FlagSet) runFunc {
+				return func(ctx context.Context, e *env, args []string) error {
+					return e.withClient(ctx, func(c *narad.Client) error {
+						ts, err := c.Topics(ctx)
+						if err != nil {
+							return err
+						}
+						return printTopics(e, ts, false)
+					})
+				}
+			}},
+		{name: "get", usage: "NAME", args: 1, summary: "a topic's settings and per-partition stats",
+			setup: func(fs *flag.FlagSet) runFunc {
+				return func(ctx context.Context, e *env, args []string) error {
+					return e.withClient(ctx, func(c *narad.Client) error {
+						t, err := c.Topic(ctx, args[0])
+						if err != nil {
+							return err
+						}
+						return printTopics(e, []narad.TopicInfo{*t}, true)
+					})
+				}
+			}},
+		{name: "alter", usage: "NAME [flags]", args: 1, summary: "change a topic's live settings",
+			setup: func(fs *flag.FlagSet) runFunc {
+				var retention, visibility time.Duration
+				var inFlight, ackedAhead int
+				var schema string
+				fs.DurationVar(&retention, "retention", 0, "new retention, e.g. 12h")
+				fs.DurationVar(&visibility, "visibility", 0, "new lease length, e.g. 30s")
+				fs.IntVar(&inFlight, "max-in-flight", 0, "new in-flight cap per partition")
+				fs.IntVar(&ackedAhead, "max-acked-ahead", 0, "new acked-ahead cap per partition")
+				fs.StringVar(&schema, "schema", "", "new JSON Schema (inline or @file; {} removes it)")
+				return func(ctx context.Context, e *env, args []string) error {
+					var u narad.TopicUpdate
+					set := map[string]bool{}
+					fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+					if set["retention"] {
+						u.Retention = &retention
+					}
+					if set["visibility"] {
+						u.VisibilityTimeout = &visibility
+					}
+					if set["max-in-flight"] {
+						u.MaxInFlightPerPartition = &inFlight
+					}
+					if set["max-acked-ahead"] {
+						u.MaxAckedAheadPerPartition = &ackedAhead
+					}
+					var err error
+					if u.Schema, err = schemaFlag(schema); err != nil {
+						return err
+					}
+					if u.Retention == nil && u.VisibilityTimeout == nil && u.MaxInFlightPerPartition == nil && u.MaxAckedAheadPerPartition == nil && u.Schema == nil {
+						return usagef("nothing to change: give --retention, --visibility, --max-in-flight, --max-acked-ahead or --schema")
+					}
+					return e.withClient(ctx, func(c *narad.Client) error {
+						t, err := c.AlterTopic(ctx, args[0], u)
+						if err != nil {
+							return err
+						}
+						return printTopics(e, []narad.TopicInfo{*t}, true)
+					})
+				}
+			}},
+		{name: "delete", usage: "NAME", args: 1, summary: "delete a topic and its messages",
+			setup: func(fs *flag.FlagSet) runFunc {
+				return func(ctx context.Context, e *env, args []string) error {
+					return e.withClient(ctx, func(c *narad.Client) error {
+						if err := c.DeleteTopic(ctx, args[0]); err != nil {
+							return err
+						}
+						return printDone(e, map[string]string{"deleted": args[0]})
+					})
+				}
+			}},
+		{name: "children", usage: "PARENT", args: 1, summary: "list a topic's fan-out children and their lag",
+			setup: func(fs *flag.FlagSet) runFunc {
+				return func(ctx context.Context, e *env, args []string) error {
+					return e.withClient(ctx, func(c *narad.Client) error {
+						cs, err := c.Children(ctx, args[0])
+						if err != nil {
+							return err
+						}
+						return printChildren(e, cs)
+					})
+				}
+			}},
+		{name: "attach", usage: "PARENT CHILD [--delay D]", args: 2, summary: "make CHILD receive a copy of every message committed to PARENT from now on",
+			setup: func(fs *flag.FlagSet) runFunc {
+				delay := fs.Duration("delay", 0, "delay each copy by this much (a delay child)")
+				return func(ctx context.Context, e *env, args []string) error {
+					return e.withClient(ctx, func(c *narad.Client) error {
+						ch, err := c.AttachChild(ctx, args[0], args[1], *delay)
+						if err != nil {
+							return err
+						}
+						return printChildren(e, []narad.Child{*ch})
+					})
+				}
+			}},
+		{name: "detach", usage: "PARENT CHILD", args: 2, summary: "stop copying PARENT's messages to CHILD",
+			setup: func(fs *flag.FlagSet) runFunc {
+				return func(ctx context.Context, e *env, args []string) error {
+					return e.withClient(ctx, func(c *narad.Client) error {
+						if err := c.DetachChild(ctx, args[0], args[1]); err != nil {
+							return err
+						}
+						return printDone(e, map[string]string{"detached": args[1], "parent": args[0]})
+					})
+				}
+			}},
+	}
+}
+
+// printDone reports a command that has no object to show: nothing in table and raw
+// form (the exit code says it), a small object in JSON.
+func printDone(e *env, v map[string]string) error {
+	f, err := e.format()
+	if err != nil || f != "json" {
+		return err
+	}
+	return writeJSON(e.Stdout, v)
+}
+
+type childJSON struct {
+	Name          string    `json:"name"`
+	FanoutDelayMs int64     `json:"fanout_delay_ms"`
+	State         string    `json:"state,omitempty"`
+	PausedReason  string    `json:"paused_reason,omitempty"`
+	Lag           []lagJSON `json:"lag"`
+}
+
+type lagJSON struct {
+	Partition        int32 `json:"partition"`
+	ParentNextOffset int64 `json:"parent_next_offset"`
+	ChildCursor      int64 `json:"child_cursor"`
+	Lag              int64 `json:"lag"`
+}
+
+func printChildren(e *env, cs []narad.Child) error {
+	f, err := e.format()
+	if err != nil {
+		return err
+	}
+	switch f {
+	case "json":
+		out := make([]childJSON, len(cs))
+		for i, c := range cs {
+			out[i] = childJSON{Name: c.Name, FanoutDelayMs: c.FanoutDelay.Milliseconds(), State: c.State, PausedReason: c.PausedReason, Lag: []lagJSON{}}
+			for _, l := range c.Lag {
+				out[i].Lag = append(out[i].Lag, lagJSON(l))
+			}
+		}
+		return writeJSON(e.Stdout, out)
+	case "raw":
+		for _, c := range cs {
+			fmt.Fprintln(e.Stdout, c.Name)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHILD\tDELAY\tSTATE\tLAG")
+	for _, c := range cs {
+		var lag int64
+		for _, l := range c.Lag {
+			lag += l.Lag
+		}
+		state := c.State
+		if state == "" {
+			state = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", c.Name, human(c.FanoutDelay), state, lag)
+	}
+	return tw.Flush()
+}
