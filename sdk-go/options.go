@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Defaults shared by every Narad SDK (see SDK.md).
+// Defaults shared by every Narad SDK (see docs/sdk/contract.md).
 const (
 	DefaultWait           = 10 * time.Second
 	DefaultConcurrency    = 1

@@ -59,7 +59,7 @@ func maxDeliveries(r *run, args any) error {
 
 // fetch_within_free_workers: {concurrency: N} — when a poll starts, the leases held
 // (granted and not yet given a final settlement request) plus the messages the poll
-// asks for never exceed the worker count (SDK.md rule 1). A lease counts as held until
+// asks for never exceed the worker count (SDK contract rule 1). A lease counts as held until
 // its last ack-family request starts.
 func fetchWithinFreeWorkers(r *run, args any) error {
 	m := argMap(args)
@@ -107,7 +107,7 @@ func fetchWithinFreeWorkers(r *run, args any) error {
 // no_ack_after_lease_lost: {} — a message whose lease the SDK reported lost (a
 // handler cancelled for that reason, or a lease_lost event that names the delivery
 // attempt) is never acked with the handle of that delivery: the SDK must not settle
-// work it no longer owns (SDK.md rule 1). The delivery is found by partition, offset
+// work it no longer owns (SDK contract rule 1). The delivery is found by partition, offset
 // and delivery attempt, not by time: a driver's event may reach the runner after the
 // proxy recorded the redelivery.
 func noAckAfterLeaseLost(r *run, args any) error {
@@ -186,7 +186,7 @@ func noEventEver(r *run, args any) error {
 
 // renewals_within: {window_ms: W, fraction: F, slack_ms: S} — for every lease that was
 // renewed, the time from the grant to the first renewal, between renewals, and from
-// the last renewal to the settlement stays under F×W plus S (SDK.md rule 1: renew
+// the last renewal to the settlement stays under F×W plus S (SDK contract rule 1: renew
 // before two thirds of the window). At least one lease must have been renewed.
 func renewalsWithin(r *run, args any) error {
 	m := argMap(args)

@@ -765,7 +765,7 @@ func fillBodies(v any) any {
 
 // checkBatch holds a produce_batch's per-item results against the topic's contents:
 // every item reported ok is in the topic at its partition and offset, and (unless a
-// result is uncertain) the topic holds exactly the items reported ok (SDK.md rule 5).
+// result is uncertain) the topic holds exactly the items reported ok (SDK contract rule 5).
 func (r *run) checkBatch(ctx context.Context, args map[string]any) error {
 	if r.env.Broker == nil {
 		return errors.New("check_batch needs the behaviour tier")

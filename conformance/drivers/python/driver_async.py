@@ -2,7 +2,7 @@
 
 The same protocol as driver.py, but every command runs as a task on one event loop
 through the AsyncClient, its AsyncPublisher, AsyncConsumer and AsyncReplay, so the
-suite holds the async client to the same rules as the blocking one (SDK.md: keep sync
+suite holds the async client to the same rules as the blocking one (docs/sdk/contract.md: keep sync
 and async from drifting). stdin is read on a thread and handed to the loop.
 """
 

@@ -102,7 +102,7 @@ def reset_current(token: contextvars.Token[Delivery | None]) -> None:
 
 @dataclass(frozen=True)
 class ConsumerOptions:
-    """ConsumerOptions are a consumer's settings (SDK.md defaults)."""
+    """ConsumerOptions are a consumer's settings (the defaults of docs/sdk/contract.md)."""
 
     concurrency: int = 1
     wait: float = 10.0
