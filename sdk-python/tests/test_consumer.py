@@ -1,4 +1,4 @@
-"""The consume loop (SDK contract rules 1, 6 and 7, docs/sdk/contract.md), sync and async, on the broker."""
+"""The consume loop (SDK contract rules 1, 6 and 7), sync and async, on the broker."""
 
 from __future__ import annotations
 

@@ -51,13 +51,14 @@ func devArgs(args []string) (out []string, cleanup func(), err error) {
 	}
 	// A developer's NARAD_ADMIN_PASSWORD or NARAD_CONFIG must not turn a playground
 	// into something else; flags given on the command line still apply.
-	os.Unsetenv("NARAD_ADMIN_PASSWORD")
-	os.Unsetenv("NARAD_CONFIG")
-	os.Unsetenv("NARAD_INSECURE")
-	os.Unsetenv("NARAD_DATA_DIR")
+	// (Unsetenv fails only for a malformed name; these are constants.)
+	_ = os.Unsetenv("NARAD_ADMIN_PASSWORD")
+	_ = os.Unsetenv("NARAD_CONFIG")
+	_ = os.Unsetenv("NARAD_INSECURE")
+	_ = os.Unsetenv("NARAD_DATA_DIR")
 	fmt.Fprintf(os.Stderr, "narad: dev mode: http://%s, security off, data in %s (removed at exit)\n", addr, dir)
 	out = append([]string{"--http-addr", addr, "--data-dir", dir, "--admin-password="}, out...)
-	return out, func() { os.RemoveAll(dir) }, nil
+	return out, func() { _ = os.RemoveAll(dir) }, nil // a temp dir: nothing to do if it stays
 }
 
 func isFlag(a string) bool { return strings.HasPrefix(a, "-") && a != "-" && a != "--" }

@@ -90,17 +90,17 @@ func saveContexts(getenv func(string) string, s *contextStore) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
+	defer func() { _ = os.Remove(f.Name()) }() // gone already after the rename
 	if err := f.Chmod(0o600); err != nil {
-		f.Close()
+		_ = f.Close() // the error above is the one to report
 		return err
 	}
 	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
+		_ = f.Close() // the error above is the one to report
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
+		_ = f.Close() // the error above is the one to report
 		return err
 	}
 	if err := f.Close(); err != nil {

@@ -136,7 +136,7 @@ func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
 		switch f {
 		case "json":
 			line, _ := json.Marshal(producedJSON{p.Partition, p.Offset})
-			e.Stdout.Write(append(line, '\n'))
+			_, _ = e.Stdout.Write(append(line, '\n')) // like the fmt.Fprintf lines around it
 		default:
 			fmt.Fprintf(e.Stdout, "%d\t%d\n", p.Partition, p.Offset)
 		}
