@@ -573,38 +573,10 @@ func nodeID(dataDir, want string) (string, error) {
 		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s-%d", host, time.Now().UnixNano()%1_000_000)
 	}
-	if err := writeFileSync(path, []byte(id+"\n")); err != nil {
+	if err := vfs.WriteFileSync(path, []byte(id+"\n")); err != nil {
 		return "", err
 	}
 	return id, nil
-}
-
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close() // the write error is the one to report; tmp is never renamed
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close() // the sync error is the one to report; tmp is never renamed
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = d.Close() }() // opened read-only for Sync; its result is returned
-	return d.Sync()
 }
 
 // signal wakes every goroutine waiting for "something may be available".

@@ -18,6 +18,7 @@ import (
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // ErrChildNotFound means the topic is not a child of that parent.
@@ -71,7 +72,8 @@ func (b *Broker) startCopier(parent, child *topic, m meta.Topic) (*copier, error
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}), done: make(chan struct{}),
 	}
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+	// Durable before the first cursor is written, and private like every data directory.
+	if err := vfs.MkdirAllSync(vfs.OS{}, c.dir, 0o700); err != nil {
 		return nil, err
 	}
 	c.removeStaleCursors()
@@ -173,7 +175,7 @@ func (c *copier) loadCursor(pp int) (uint64, error) {
 func (c *copier) saveCursor(pp int, next uint64) error {
 	b := binary.BigEndian.AppendUint64(nil, next)
 	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	return writeFileSync(c.cursorPath(pp), b)
+	return vfs.WriteFileSync(c.cursorPath(pp), b)
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

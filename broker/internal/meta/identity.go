@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // ErrNodeIDMismatch means the data directory belongs to another node id than the one
@@ -71,40 +73,10 @@ func loadIdentity(dir, nodeID string, stored raft.Configuration) (identity, erro
 	}
 	id := identity{NodeID: nodeID, DiskID: randomID()}
 	js, _ := json.Marshal(id)
-	if err := writeFileSync(path, append(js, '\n')); err != nil {
+	if err := vfs.WriteFileSync(path, append(js, '\n')); err != nil {
 		return identity{}, fmt.Errorf("meta: writing %s: %w", path, err)
 	}
 	return id, nil
-}
-
-// writeFileSync writes data to path atomically and durably: a temporary file, fsynced,
-// renamed over path, and the directory fsynced.
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close() // the write error is the one to report; tmp is never renamed
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close() // the sync error is the one to report; tmp is never renamed
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = d.Close() }() // opened read-only for Sync; its result is returned
-	return d.Sync()
 }
 
 // storedConfiguration returns the latest Raft configuration in the stores: the last

@@ -96,3 +96,34 @@ func (o osFile) Size() (int64, error) {
 	}
 	return st.Size(), nil
 }
+
+// WriteFileSync replaces path with data atomically and durably: it writes a temporary
+// file beside it (mode 0600), fsyncs it, renames it over path and fsyncs the directory,
+// so after a crash path holds either its old contents or data, never a torn mix.
+func WriteFileSync(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close() // the write error is the one to report; tmp is never renamed
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close() // the sync error is the one to report; tmp is never renamed
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }() // opened read-only for Sync; its result is returned
+	return d.Sync()
+}

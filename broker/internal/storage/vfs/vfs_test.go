@@ -293,3 +293,27 @@ func TestMemDropsUnsyncedDirectories(t *testing.T) {
 		t.Error("/g/h survived though /g's entry in / was never synced")
 	}
 }
+
+// TestWriteFileSyncReplacesWhole: the file ends with exactly the new bytes, private,
+// and no temporary file is left beside it.
+func TestWriteFileSyncReplacesWhole(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "cursor")
+	for _, data := range []string{"first, longer contents\n", "second\n"} {
+		if err := WriteFileSync(p, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != data {
+			t.Fatalf("read %q, %v; want %q", got, err, data)
+		}
+	}
+	fi, err := os.Stat(p)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, %v; want 0600", fi.Mode().Perm(), err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("directory holds %d entries, want only the file", len(entries))
+	}
+}
