@@ -15,6 +15,7 @@ import (
 
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/httpapi"
+	"github.com/narad-mq/narad/broker/internal/reqid"
 )
 
 // config is everything `narad serve` takes. Each field is a flag, an environment
@@ -215,11 +216,12 @@ func newLogger(c config) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	o := &slog.HandlerOptions{Level: lvl}
+	// reqid.Handler adds the request id to every line logged with a request's context.
 	switch c.LogFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, o)), nil
+		return slog.New(reqid.NewHandler(slog.NewTextHandler(os.Stderr, o))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, o)), nil
+		return slog.New(reqid.NewHandler(slog.NewJSONHandler(os.Stderr, o))), nil
 	}
 	return nil, fmt.Errorf("--log-format must be text or json")
 }
