@@ -168,4 +168,3 @@ func brokerSource(t *testing.T, root string) string {
 	}
 	return b.String()
 }
-
