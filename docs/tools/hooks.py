@@ -307,9 +307,11 @@ def _flags(root: str) -> list[str]:
 
 def _metrics(root: str) -> list[str]:
     names: set[str] = set()
-    for rel in (("broker", "metrics.go"), ("httpapi", "listener.go"), ("cluster", "metrics.go")):
+    for rel in (("broker", "metrics.go"), ("broker", "collector.go"), ("httpapi", "listener.go"), ("cluster", "metrics.go")):
         with open(os.path.join(root, "broker", "internal", *rel), encoding="utf-8") as f:
-            names.update(re.findall(r'Name:\s*"(narad_[a-z_]+)"', f.read()))
+            src = f.read()
+        names.update(re.findall(r'Name:\s*"(narad_[a-z_]+)"', src))
+        names.update(re.findall(r'NewDesc\(\s*"(narad_[a-z_]+)"', src))
     return sorted(names)
 
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	_ "net/http/pprof" // served only on --debug-addr
@@ -15,6 +16,7 @@ import (
 
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/httpapi"
+	"github.com/narad-mq/narad/broker/internal/reqid"
 )
 
 // config is everything `narad serve` takes. Each field is a flag, an environment
@@ -59,6 +61,10 @@ type config struct {
 	ClusterSecretNext     string
 	// secretFlags names the secret flags given on the command line (they show in ps).
 	secretFlags []string
+	// PrintConfig prints the effective configuration and exits (--print-config).
+	PrintConfig bool
+	// flags is the parsed flag set, whose values are this config's (for printConfig).
+	flags *flag.FlagSet
 
 	Partitions    int
 	Retention     time.Duration
@@ -107,7 +113,47 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.DurationVar(&c.Visibility, "default-visibility-timeout", 30*time.Second, "lease length of a topic created without one")
 	fs.IntVar(&c.MaxInFlight, "default-max-in-flight", 1024, "in-flight cap per partition of a topic created without one")
 	fs.IntVar(&c.MaxAckedAhead, "default-max-acked-ahead", 1024, "acked-ahead cap per partition of a topic created without one")
+	fs.BoolVar(&c.PrintConfig, "print-config", false, "print the effective configuration (flags, NARAD_* variables and --config file; secrets redacted) as YAML and exit without starting")
 	return fs.String("config", "", "YAML file of flag names to values (flags and NARAD_* variables override it)")
+}
+
+// secretSettings are the settings whose values printConfig never shows.
+var secretSettings = map[string]bool{"admin-password": true, "cluster-secret": true, "cluster-secret-next": true}
+
+// notSettings are flags that are not part of a node's configuration.
+var notSettings = map[string]bool{"config": true, "print-config": true}
+
+// printConfig writes the effective configuration, one "name: value" line per setting
+// in name order, as YAML a --config file takes; a secret shows as "(redacted)" when
+// set, so the output can be pasted into a bug report.
+func printConfig(w io.Writer, c config) error {
+	root := &yaml.Node{Kind: yaml.MappingNode}
+	c.flags.VisitAll(func(f *flag.Flag) {
+		if notSettings[f.Name] {
+			return
+		}
+		v := f.Value.String()
+		if secretSettings[f.Name] && v != "" {
+			v = "(redacted)"
+		}
+		val := &yaml.Node{Kind: yaml.ScalarNode, Value: v}
+		if quoteValue(v) {
+			val.Tag, val.Style = "!!str", yaml.DoubleQuotedStyle
+		}
+		root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: f.Name}, val)
+	})
+	out, err := yaml.Marshal(root)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "# narad %s: effective configuration (secrets redacted)\n%s", version, out)
+	return err
+}
+
+// quoteValue reports whether a value must be quoted to be read back as the same text
+// (the config file reads every value as text, so 3 and "3" are alike to it).
+func quoteValue(v string) bool {
+	return v == "" || strings.ContainsAny(v, ":#,[]{}&*!|>'\"%@`") || strings.TrimSpace(v) != v
 }
 
 func envName(flagName string) string {
@@ -153,7 +199,7 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 			return c, fmt.Errorf("config %s: %w", *cfgFile, err)
 		}
 		for k, v := range m {
-			if fs.Lookup(k) == nil || k == "config" {
+			if fs.Lookup(k) == nil || notSettings[k] {
 				return c, fmt.Errorf("config %s: unknown setting %q", *cfgFile, k)
 			}
 			fileVals[k] = fmt.Sprint(v)
@@ -161,8 +207,8 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || f.Name == "config" {
-			return
+		if set[f.Name] || notSettings[f.Name] {
+			return // --config is read above; --print-config only from the command line
 		}
 		src, v := envName(f.Name), getenv(envName(f.Name))
 		if v == "" {
@@ -178,6 +224,7 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
+	c.flags = fs
 	return c, c.validate()
 }
 
@@ -205,6 +252,22 @@ func (c config) validate() error {
 		return fmt.Errorf("refusing to serve Go's profiles on --debug-addr %s: they have no authentication and reveal memory contents; bind a loopback address (127.0.0.1:6061) or pass --insecure", c.DebugAddr)
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return fmt.Errorf("--tls-cert and --tls-key go together")
+	case c.SyncMode != broker.SyncGroup && c.SyncMode != broker.SyncFile:
+		return fmt.Errorf("--sync-mode %q: want %s or %s", c.SyncMode, broker.SyncGroup, broker.SyncFile)
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
+	case c.RetentionInterval < 0:
+		return fmt.Errorf("--retention-interval must be 0 (the default, 10s) or more")
+	case c.ShutdownGrace < 0:
+		return fmt.Errorf("--shutdown-grace must be 0 or more")
+	case c.ReadHeaderTimeout < 0:
+		return fmt.Errorf("--read-header-timeout must be 0 or more")
+	case c.AuthFailureDelay < 0:
+		return fmt.Errorf("--auth-failure-delay must be 0 (none) or more")
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
 	return c.validateCluster()
 }
@@ -215,11 +278,12 @@ func newLogger(c config) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	o := &slog.HandlerOptions{Level: lvl}
+	// reqid.Handler adds the request id to every line logged with a request's context.
 	switch c.LogFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, o)), nil
+		return slog.New(reqid.NewHandler(slog.NewTextHandler(os.Stderr, o))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, o)), nil
+		return slog.New(reqid.NewHandler(slog.NewJSONHandler(os.Stderr, o))), nil
 	}
 	return nil, fmt.Errorf("--log-format must be text or json")
 }

@@ -32,6 +32,9 @@ func serve(args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	if c.PrintConfig {
+		return printConfig(os.Stdout, c)
+	}
 	log, err := newLogger(c)
 	if err != nil {
 		return err

@@ -124,6 +124,7 @@ type topic struct {
 	consume     atomic.Uint32 // first partition tried by the next consume
 	sig         signal
 	done        chan struct{} // closed when the incarnation is closed
+	metrics     *topicMetrics
 }
 
 // Open opens (or creates) the node's data directory and starts serving once its
@@ -193,6 +194,10 @@ func Open(opts Options) (*Broker, error) {
 		b.syncer = vfs.NewSyncGroup(fss)
 		stats := b.syncer.Stats
 		b.metrics.syncStats.Store(&stats)
+		b.syncer.Observe(func(files int, d time.Duration) {
+			b.metrics.SyncDuration.Observe(d.Seconds())
+			b.metrics.SyncGroupFiles.Observe(float64(files))
+		})
 	}
 	b.meta, err = meta.Open(meta.Options{
 		Dir:      filepath.Join(opts.DataDir, "meta"),
@@ -205,6 +210,7 @@ func Open(opts Options) (*Broker, error) {
 		b.closeSyncer()
 		return nil, err
 	}
+	b.metrics.broker.Store(b) // the state gauges of /metrics read this broker now
 	return b, nil
 }
 
@@ -406,6 +412,7 @@ func queueConfig(m meta.Topic) queue.Config {
 
 func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 	t := &topic{name: m.Name, incarnation: m.Incarnation, dir: filepath.Join(b.opts.DataDir, "topics", topicDirName(m)), done: make(chan struct{})}
+	t.metrics = b.metrics.forTopic(m.Name)
 	t.cur.Store(&m)
 	for i := int32(0); i < m.Partitions; i++ {
 		p, err := partition.Open(partition.Options{
@@ -419,6 +426,7 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 			OnDamaged: func(log string, n int) {
 				b.metrics.Damaged.WithLabelValues(m.Name, log).Add(float64(n))
 			},
+			OnExpired: func(n int) { t.metrics.expiries.Add(float64(n)) },
 		})
 		if err != nil {
 			for _, q := range t.parts {
@@ -527,6 +535,7 @@ func (b *Broker) enforceRetention(t *topic) {
 			b.log.Error("retention failed", "topic", t.name, "partition", i, "err", err)
 		}
 		if n > 0 {
+			t.metrics.retained.Add(float64(n))
 			b.log.Info("retention removed messages", "topic", t.name, "partition", i, "messages", n)
 		}
 	}

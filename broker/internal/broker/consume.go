@@ -132,12 +132,13 @@ func (b *Broker) leaseFrom(t *topic, max int) ([]Delivered, error) {
 				Attrs: d.Record.Attrs, Timestamp: d.Record.Timestamp, Handle: h.Encode(), Attempt: d.Attempt,
 			})
 			if d.Attempt > 1 {
-				b.metrics.Redelivered.WithLabelValues(t.name).Inc()
+				t.metrics.redelivered.Inc()
 			}
 		}
 	}
 	if len(out) > 0 {
-		b.metrics.Delivered.WithLabelValues(t.name).Add(float64(len(out)))
+		t.metrics.delivered.Add(float64(len(out)))
+		t.metrics.deliveredBytes.Add(float64(size))
 		return out, nil
 	}
 	return nil, firstErr

@@ -31,9 +31,19 @@ type Metrics struct {
 	BodyBytesInFlight prometheus.Gauge
 	BodiesRefused     prometheus.Counter
 	Damaged           *prometheus.CounterVec // damaged records skipped, by topic and log
+	ProducedBytes     *prometheus.CounterVec // payload and key bytes stored, by topic
+	DeliveredBytes    *prometheus.CounterVec // payload and key bytes handed out under a lease, by topic
+	Nacks             *prometheus.CounterVec // leases handed back by a nack, by topic
+	LeaseExpiries     *prometheus.CounterVec // leases whose visibility timeout ended unacked, by topic
+	RetentionDeleted  *prometheus.CounterVec // messages deleted by retention, by topic
+	SyncDuration      prometheus.Histogram   // one shared sync round's duration
+	SyncGroupFiles    prometheus.Histogram   // files made durable by one shared sync round
 
 	// syncStats reads the node's shared sync group (set by Open in group sync mode).
 	syncStats atomic.Pointer[func() vfs.SyncStats]
+	// broker is what the state gauges read at scrape time (stateCollector), set by
+	// Open: a test may reopen a broker over the same Metrics.
+	broker atomic.Pointer[Broker]
 }
 
 func (m *Metrics) syncStat(pick func(vfs.SyncStats) float64) func() float64 {
@@ -42,6 +52,23 @@ func (m *Metrics) syncStat(pick func(vfs.SyncStats) float64) func() float64 {
 			return pick((*f)())
 		}
 		return 0
+	}
+}
+
+// topicMetrics are one topic's children of the per-topic counters, looked up once when
+// the topic opens so that the request paths do no label lookup.
+type topicMetrics struct {
+	produced, producedBytes, delivered, deliveredBytes, redelivered prometheus.Counter
+	settled, nacks, expiries, retained                              prometheus.Counter
+}
+
+func (m *Metrics) forTopic(name string) *topicMetrics {
+	return &topicMetrics{
+		produced: m.Produced.WithLabelValues(name), producedBytes: m.ProducedBytes.WithLabelValues(name),
+		delivered: m.Delivered.WithLabelValues(name), deliveredBytes: m.DeliveredBytes.WithLabelValues(name),
+		redelivered: m.Redelivered.WithLabelValues(name), settled: m.Settled.WithLabelValues(name),
+		nacks: m.Nacks.WithLabelValues(name), expiries: m.LeaseExpiries.WithLabelValues(name),
+		retained: m.RetentionDeleted.WithLabelValues(name),
 	}
 }
 
@@ -102,6 +129,29 @@ func NewMetrics() *Metrics {
 		BodiesRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_http_overloaded_total", Help: "Requests refused with 503 overloaded because --max-inflight-bytes of bodies were held.",
 		}),
+		ProducedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_produced_bytes_total", Help: "Key and payload bytes of the messages stored durably.",
+		}, []string{"topic"}),
+		DeliveredBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_delivered_bytes_total", Help: "Key and payload bytes of the messages handed out under a lease.",
+		}, []string{"topic"}),
+		Nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_nacks_total", Help: "Leases handed back by a nack (extend 0), for redelivery at once.",
+		}, []string{"topic"}),
+		LeaseExpiries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_lease_expiries_total", Help: "Leases whose visibility timeout ended before an ack; the message is delivered again.",
+		}, []string{"topic"}),
+		RetentionDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_retention_deleted_messages_total", Help: "Messages deleted by retention, acked or not.",
+		}, []string{"topic"}),
+		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "narad_storage_sync_duration_seconds", Help: "Duration of one shared file-system sync round (group sync mode): the disk's fsync latency as writers see it.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .004, .008, .016, .032, .064, .128, .256, .512, 1, 2},
+		}),
+		SyncGroupFiles: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "narad_storage_sync_group_files", Help: "Partition files made durable by one shared sync round (group sync mode): the group-commit size.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+		}),
 	}
 	r.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -117,6 +167,8 @@ func NewMetrics() *Metrics {
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
 		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged,
+		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles,
+		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -150,12 +150,17 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 		// What was stored stays stored and is delivered: say so, and which
 		// partitions failed, rather than let the error read as "nothing stored".
 		slices.Sort(part.Failed)
-		b.metrics.Produced.WithLabelValues(name).Add(float64(part.Stored))
+		t.metrics.produced.Add(float64(part.Stored))
 		return nil, errors.Join(part, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	b.metrics.Produced.WithLabelValues(name).Add(float64(len(msgs)))
+	t.metrics.produced.Add(float64(len(msgs)))
+	bytes := 0
+	for _, m := range msgs {
+		bytes += len(m.Key) + len(m.Value)
+	}
+	t.metrics.producedBytes.Add(float64(bytes))
 	return out, nil
 }

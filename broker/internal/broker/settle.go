@@ -84,6 +84,9 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 			errs[i] = p.Extend(h.Offset, h.Nonce, vis)
 		case ExtendBy:
 			errs[i] = p.Extend(h.Offset, h.Nonce, r.Delay)
+			if r.Delay == 0 && errs[i] == nil {
+				t.metrics.nacks.Inc()
+			}
 		}
 		errs[i] = b.ackErr(errs[i], "extend")
 	}
@@ -100,7 +103,7 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 				settled++
 			}
 		}
-		b.metrics.Settled.WithLabelValues(name).Add(float64(settled))
+		t.metrics.settled.Add(float64(settled))
 	}
 	forEachPartition(settles, settle)
 	return errs

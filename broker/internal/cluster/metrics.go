@@ -105,6 +105,15 @@ func RegisterControlPlane(reg prometheus.Registerer, state func() meta.RaftState
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "narad_control_plane_applied_index", Help: "Index of the last control-plane entry this node applied.",
 		}, func() float64 { return float64(state().AppliedIndex) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "narad_control_plane_commit_lag", Help: "Control-plane entries committed but not yet applied on this node.",
+		}, func() float64 {
+			st := state()
+			if st.CommitIndex <= st.AppliedIndex {
+				return 0
+			}
+			return float64(st.CommitIndex - st.AppliedIndex)
+		}),
 	}
 	for _, s := range raftStates {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{

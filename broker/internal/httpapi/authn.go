@@ -265,7 +265,7 @@ func (a *authenticator) hashCheck(r *http.Request, hash []byte, pw string, prove
 			if a.metrics != nil {
 				a.metrics.AuthThrottled.Inc()
 			}
-			a.logLine("password check refused: too many in flight", "client", key)
+			a.logLine(ctx, "password check refused: too many in flight", "client", key)
 			return false, tooManyLogins()
 		}
 		defer a.leave(key)
@@ -355,7 +355,7 @@ func (a *authenticator) fail(r *http.Request, name, why string) error {
 	if a.metrics != nil {
 		a.metrics.AuthFailures.Inc()
 	}
-	a.logLine("authentication failed", "user", clip(name, 64), "client", key, "reason", why, "recent_failures", n)
+	a.logLine(r.Context(), "authentication failed", "user", clip(name, 64), "client", key, "reason", why, "recent_failures", n)
 	return unauthenticated("wrong username or password")
 }
 
@@ -395,7 +395,7 @@ func (a *authenticator) makeRoomForFails(now time.Time) {
 
 // logLine writes a warning about a refused login unless too many were written lately;
 // the next one written carries the count left out.
-func (a *authenticator) logLine(msg string, args ...any) {
+func (a *authenticator) logLine(ctx context.Context, msg string, args ...any) {
 	a.mu.Lock()
 	ok, left := a.logs.allow(a.now())
 	a.mu.Unlock()
@@ -405,7 +405,7 @@ func (a *authenticator) logLine(msg string, args ...any) {
 	if left > 0 {
 		args = append(args, "unlogged_since_last", left)
 	}
-	a.log.Warn(msg, args...)
+	a.log.WarnContext(ctx, msg, args...)
 }
 
 // logLimit allows failLogBurst lines per failLogWindow and counts the rest.

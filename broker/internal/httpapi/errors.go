@@ -182,6 +182,27 @@ func partlyStored(err error, part *broker.PartlyStoredError) *apiError {
 }
 
 // writeError writes err as the JSON error body.
+// isFault reports whether an error answer is the node's fault, worth a warning every
+// time, rather than a refusal (bad input, back-pressure, starting up, 501).
+func isFault(code apigen.ErrorCode, status int) bool {
+	return code == apigen.ErrorCodeInternal || code == apigen.ErrorCodeStorageFailed || code == apigen.ErrorCodeDiskFull || (code == apigen.ErrorCodeTimeout && status != 499) ||
+		(code == "" && status >= 500 && status != http.StatusServiceUnavailable)
+}
+
+// findStatusWriter finds the server's statusWriter under w's wrappers, or nil.
+func findStatusWriter(w http.ResponseWriter) *statusWriter {
+	for {
+		switch x := w.(type) {
+		case *statusWriter:
+			return x
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
 func writeError(w http.ResponseWriter, err error) {
 	if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
 		// The answer is already on its way: writing it failed, nearly always because
@@ -191,8 +212,11 @@ func writeError(w http.ResponseWriter, err error) {
 		return
 	}
 	ae := toAPIError(err)
-	// Faults get a log line; expected answers (starting up, back-pressure, 501) do not.
-	if ae.code == apigen.ErrorCodeInternal || ae.code == apigen.ErrorCodeStorageFailed || ae.code == apigen.ErrorCodeDiskFull || (ae.code == apigen.ErrorCodeTimeout && ae.status != 499) {
+	if sw := findStatusWriter(w); sw != nil {
+		// The server's wrapper writes the request's one log line (logOutcome), with
+		// its request id.
+		sw.code, sw.err = ae.code, err
+	} else if isFault(ae.code, ae.status) {
 		slog.Warn("request failed", "status", ae.status, "code", ae.code, "err", err)
 	}
 	h := w.Header()

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -23,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -34,6 +36,7 @@ import (
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/broker"
+	"github.com/narad-mq/narad/broker/internal/reqid"
 )
 
 // Options configures the HTTP API.
@@ -125,6 +128,10 @@ type server struct {
 	authn          *authenticator
 	hosts          hostRules
 	bodies         *bodyBudget
+
+	// refusedLogs bounds the "request refused" lines (see logOutcome).
+	refusedMu   sync.Mutex
+	refusedLogs logLimit
 }
 
 type opInfo struct {
@@ -251,9 +258,13 @@ func checkQueryLengths(oi *opInfo, q url.Values) error {
 	return nil
 }
 
+// statusWriter records what a request was answered, for its metrics and its log line:
+// the status, and for an error answer (writeError) its code and the error.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	code   apigen.ErrorCode
+	err    error
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -274,6 +285,14 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	// Every answer, errors included, names its request; every log line about the
+	// request carries the same id (reqid.Handler reads it from the context).
+	id := r.Header.Get(reqid.Header)
+	if !reqid.Sane(id) {
+		id = reqid.New()
+	}
+	w.Header().Set(reqid.Header, id)
+	r = r.WithContext(reqid.With(r.Context(), id))
 	sw := &statusWriter{ResponseWriter: w}
 	_, pattern := s.mux.Handler(r)
 	oi := s.ops[pattern]
@@ -286,7 +305,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.log.Error("handler panicked", "op", opName, "panic", v, "stack", string(debug.Stack()))
+			s.log.ErrorContext(r.Context(), "handler panicked", "op", opName, "panic", v, "stack", string(debug.Stack()))
 			if sw.status == 0 {
 				writeError(sw, newErr(http.StatusInternalServerError, apigen.ErrorCodeInternal, "the broker hit a bug handling this request; please report it with the broker's log"))
 			}
@@ -295,6 +314,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.metrics.HTTPRequests.WithLabelValues(opName, strconv.Itoa(sw.status)).Inc()
 			s.metrics.HTTPDuration.WithLabelValues(opName).Observe(time.Since(start).Seconds())
 		}
+		s.logOutcome(r, opName, sw, start)
 	}()
 	if s.authOn() && !s.public(oi) {
 		// A forged cross-site request is refused before it costs a password check.
@@ -354,6 +374,54 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(sw, r)
+}
+
+// logOutcome writes the one line of a request that was not served: "request failed"
+// (WARN) for a fault (500, storage_failed, disk_full, timeout), every one of them;
+// "request refused" (INFO) for any other 4xx or 503, and "request dropped" (INFO) for
+// a client that went away before its answer (499), both at most failLogBurst per
+// failLogWindow so that a client sending garbage in a loop cannot flood the log (the
+// next line written says how many were left out). A 401 has its own rate-limited line
+// from the authenticator, with the user and client address.
+func (s *server) logOutcome(r *http.Request, op string, sw *statusWriter, start time.Time) {
+	if sw.status < 400 || sw.status == http.StatusUnauthorized {
+		return
+	}
+	args := []any{"op", op, "method", r.Method, "path", clip(r.URL.Path, 256), "status", sw.status}
+	if sw.code != "" {
+		args = append(args, "code", sw.code)
+	}
+	if sw.err != nil {
+		args = append(args, "err", sw.err)
+	}
+	args = append(args, "client", clientAddr(r), "ms", time.Since(start).Milliseconds())
+	if isFault(sw.code, sw.status) {
+		s.log.WarnContext(r.Context(), "request failed", args...)
+		return
+	}
+	s.refusedMu.Lock()
+	ok, left := s.refusedLogs.allow(time.Now())
+	s.refusedMu.Unlock()
+	if !ok {
+		return
+	}
+	if left > 0 {
+		args = append(args, "unlogged_since_last", left)
+	}
+	msg := "request refused"
+	if sw.status == 499 {
+		msg = "request dropped: the client went away before the answer"
+	}
+	s.log.InfoContext(r.Context(), msg, args...)
+}
+
+// clientAddr is the client's IP address, without the port.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // public reports whether an operation needs no credentials even with security on.

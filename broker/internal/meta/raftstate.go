@@ -17,6 +17,9 @@ type RaftState struct {
 	LeaderChanges uint64
 	// AppliedIndex is the index of the last entry applied to the state machine.
 	AppliedIndex uint64
+	// CommitIndex is the index of the last entry known committed; the difference to
+	// AppliedIndex is what this node has yet to apply.
+	CommitIndex uint64
 }
 
 // RaftState returns the Raft node's state.
@@ -26,6 +29,7 @@ func (s *Store) RaftState() RaftState {
 		Term:          s.raft.CurrentTerm(),
 		LeaderChanges: s.leaderChanges.Load(),
 		AppliedIndex:  s.raft.AppliedIndex(),
+		CommitIndex:   s.raft.CommitIndex(),
 	}
 }
 

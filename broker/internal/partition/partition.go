@@ -64,6 +64,9 @@ type Options struct {
 	// served), "journal" for a settle record skipped by the replay on open. It must not
 	// block. Nil: not reported beyond the error log line.
 	OnDamaged func(log string, records int)
+	// OnExpired is called with the number of leases that lapsed (their visibility
+	// timeout ended unacked), with the partition's lock held: it must only count.
+	OnExpired func(leases int)
 	// Clock is the monotonic time in nanoseconds; nil means time since process start.
 	Clock func() int64
 	// WallClock is the Unix time in milliseconds stamped on records; nil means time.Now.
@@ -354,7 +357,7 @@ func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Deliv
 		return nil, 0, ErrClosed
 	}
 	now := p.opts.Clock()
-	if p.q.Expire(now) > 0 {
+	if p.expire(now) > 0 {
 		defer p.notify()
 	}
 	grants := p.q.LeaseFor(now, limit, d)
@@ -530,7 +533,7 @@ func (p *Partition) Settle(reqs []SettleReq) []error {
 		return errs
 	}
 	now := p.opts.Clock()
-	if p.q.Expire(now) > 0 {
+	if p.expire(now) > 0 {
 		defer p.notify()
 	}
 	begun := make([]uint64, 0, len(reqs))
@@ -593,7 +596,7 @@ func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
 		return ErrClosed
 	}
 	now := p.opts.Clock()
-	expired := p.q.Expire(now)
+	expired := p.expire(now)
 	err := p.q.Extend(off, n, now, d)
 	p.armTimerLocked()
 	p.mu.Unlock()
@@ -614,7 +617,7 @@ func (p *Partition) HandBack(off uint64, n queue.Nonce) error {
 		return ErrClosed
 	}
 	now := p.opts.Clock()
-	p.q.Expire(now)
+	p.expire(now)
 	err := p.q.HandBack(off, n, now)
 	p.armTimerLocked()
 	p.mu.Unlock()
@@ -721,12 +724,39 @@ func (p *Partition) onTimer() {
 		p.mu.Unlock()
 		return
 	}
-	n := p.q.Expire(p.opts.Clock())
+	n := p.expire(p.opts.Clock())
 	p.armTimerLocked()
 	p.mu.Unlock()
 	if n > 0 {
 		p.notify()
 	}
+}
+
+// expire returns lapsed leases to the queue and reports how many (OnExpired). The
+// caller holds p.mu.
+func (p *Partition) expire(now int64) int {
+	n := p.q.Expire(now)
+	if n > 0 && p.opts.OnExpired != nil {
+		p.opts.OnExpired(n)
+	}
+	return n
+}
+
+// LogStats returns the message log's counters: segment files and their bytes.
+func (p *Partition) LogStats() segment.Stats { return p.log.Stats() }
+
+// FrontierTime returns the write time (Unix ms) of the oldest unsettled message, and
+// false when every message is settled or it cannot be read. It reads one record.
+func (p *Partition) FrontierTime() (int64, bool) {
+	st := p.Stats()
+	if st.Frontier >= st.End {
+		return 0, false
+	}
+	recs, err := p.log.Read(max(st.Frontier, p.log.Oldest()), 1, 1)
+	if err != nil || len(recs) == 0 {
+		return 0, false
+	}
+	return recs[0].Timestamp, true
 }
 
 // Close checkpoints the queue state and closes the files. Later calls return ErrClosed

@@ -14,10 +14,10 @@ import (
 // mayImport is the package map of broker/README.md: for each package of the module,
 // the module's packages its non-test code may import. Keep the two in step.
 var mayImport = map[string][]string{
-	"cmd/narad":                {"internal/broker", "internal/httpapi", "internal/cluster", "internal/meta", "internal/cli"},
+	"cmd/narad":                {"internal/broker", "internal/httpapi", "internal/cluster", "internal/meta", "internal/cli", "internal/reqid"},
 	"internal/cluster":         {"internal/meta", "internal/transport"},
 	"internal/cli":             {},
-	"internal/httpapi":         {"internal/apigen", "internal/broker", "internal/auth", "internal/meta", "internal/jsondepth"},
+	"internal/httpapi":         {"internal/apigen", "internal/broker", "internal/auth", "internal/meta", "internal/jsondepth", "internal/reqid"},
 	"internal/apigen":          {},
 	"internal/broker":          {"internal/meta", "internal/partition", "internal/queue", "internal/auth", "internal/storage/segment", "internal/storage/vfs", "internal/storage/format", "internal/jsondepth", "internal/apigen"},
 	"internal/meta":            {"internal/auth", "internal/storage/vfs"},
@@ -29,6 +29,7 @@ var mayImport = map[string][]string{
 	"internal/storage/format":  {"internal/storage/vfs"},
 	"internal/failpoint":       {},
 	"internal/jsondepth":       {},
+	"internal/reqid":           {},
 	"internal/transport":       {},
 	"internal/raftnet":         {"internal/transport"},
 	"internal/raftlog":         {"internal/storage/vfs"},

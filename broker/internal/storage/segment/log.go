@@ -659,6 +659,7 @@ type Stats struct {
 	RecoveryPointErrors uint64
 	RecoveryPoints      uint64 // recovery-point writes, each with its own fsync
 	Segments            int    // segment files now
+	SizeBytes           int64  // bytes of durable records in those files
 	DamagedRecords      uint64 // records Open found damaged (see Damaged)
 	TornBytes           int64  // bytes of a torn write Open cut off the active segment
 }
@@ -667,8 +668,13 @@ type Stats struct {
 func (l *Log) Stats() Stats {
 	l.mu.RLock()
 	n := len(l.segments)
+	var size int64
+	for _, s := range l.segments {
+		size += s.size
+	}
 	l.mu.RUnlock()
 	return Stats{
+		SizeBytes:           size,
 		Records:             l.stats.records.Load(),
 		Bytes:               l.stats.bytes.Load(),
 		Groups:              l.stats.groups.Load(),

@@ -1,0 +1,125 @@
+package broker
+
+import (
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/narad-mq/narad/broker/internal/partition"
+)
+
+// stateCollector computes the node's state gauges when /metrics is scraped, not on the
+// request paths: per topic the backlog, leases in flight, acked-ahead messages, the age
+// of the oldest unsettled message, and the message logs' segment files and bytes; per
+// fan-out child its lag; and the data volume's free space. Labels are topic and child
+// names only, so the series grow with the topics, never with messages or clients.
+type stateCollector struct{ m *Metrics }
+
+var (
+	descBacklog = prometheus.NewDesc("narad_topic_backlog",
+		"Messages stored and not yet settled, summed over the topic's partitions.", []string{"topic"}, nil)
+	descInFlight = prometheus.NewDesc("narad_topic_in_flight",
+		"Messages leased now (delivered, not yet acked, lease not lapsed).", []string{"topic"}, nil)
+	descAckedAhead = prometheus.NewDesc("narad_topic_acked_ahead",
+		"Messages acked above the ack frontier (an older message is still unacked).", []string{"topic"}, nil)
+	descOldestAge = prometheus.NewDesc("narad_topic_oldest_unacked_age_seconds",
+		"Age of the oldest unsettled message of the topic (0 when every message is settled).", []string{"topic"}, nil)
+	descSegments = prometheus.NewDesc("narad_topic_segments",
+		"Segment files of the topic's message logs.", []string{"topic"}, nil)
+	descSegmentBytes = prometheus.NewDesc("narad_topic_segment_bytes",
+		"Bytes of the topic's message-log segment files.", []string{"topic"}, nil)
+	descFanoutLag = prometheus.NewDesc("narad_fanout_lag",
+		"Parent messages not yet copied into the child, summed over the parent's partitions.", []string{"child"}, nil)
+	descDiskFree = prometheus.NewDesc("narad_disk_free_bytes",
+		"Bytes free for the node on the data directory's file system.", nil, nil)
+	descDiskSize = prometheus.NewDesc("narad_disk_size_bytes",
+		"Size of the data directory's file system.", nil, nil)
+)
+
+// Describe sends the collector's descriptions.
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize} {
+		ch <- d
+	}
+}
+
+// Collect reads every open topic's partitions. It takes each partition's lock briefly
+// and reads one record per partition with unsettled messages (for its age).
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	b := c.m.broker.Load()
+	if b == nil || b.meta == nil {
+		return
+	}
+	b.mu.RLock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	b.mu.RUnlock()
+	now := partition.WallMillis()
+	for _, t := range ts {
+		var backlog, inFlight, ackedAhead, segments, bytes float64
+		oldest := int64(-1)
+		for _, p := range t.parts {
+			st := p.Stats()
+			backlog += float64(st.Backlog)
+			inFlight += float64(st.InFlight)
+			ackedAhead += float64(st.AckedAhead)
+			ls := p.LogStats()
+			segments += float64(ls.Segments)
+			bytes += float64(ls.SizeBytes)
+			if ms, ok := p.FrontierTime(); ok && (oldest < 0 || ms < oldest) {
+				oldest = ms
+			}
+		}
+		age := 0.0
+		if oldest >= 0 && now > oldest {
+			age = time.Duration((now - oldest) * int64(time.Millisecond)).Seconds()
+		}
+		for _, v := range []struct {
+			d *prometheus.Desc
+			v float64
+		}{{descBacklog, backlog}, {descInFlight, inFlight}, {descAckedAhead, ackedAhead}, {descOldestAge, age}, {descSegments, segments}, {descSegmentBytes, bytes}} {
+			ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, v.v, t.name)
+		}
+	}
+	collectFanout(b, ch, ts)
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Clean(b.opts.DataDir), &fs); err == nil {
+		ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(fs.Bavail)*float64(fs.Bsize))
+		ch <- prometheus.MustNewConstMetric(descDiskSize, prometheus.GaugeValue, float64(fs.Blocks)*float64(fs.Bsize))
+	}
+}
+
+// collectFanout reports each attached child's lag behind its parent, as
+// GET /v1/topics/{parent}/children computes it, in one pass over the topics.
+func collectFanout(b *Broker, ch chan<- prometheus.Metric, ts []*topic) {
+	open := make(map[string]*topic, len(ts))
+	for _, t := range ts {
+		open[t.name] = t
+	}
+	for _, m := range b.meta.Topics() {
+		pt := open[m.Parent]
+		if m.Parent == "" || pt == nil || pt.incarnation != m.ParentIncarnation {
+			continue
+		}
+		b.copiersMu.Lock()
+		cp := b.copiers[copierKey{child: m.Name, childInc: m.Incarnation, attachID: m.AttachID}]
+		b.copiersMu.Unlock()
+		lag := 0.0
+		for i, p := range pt.parts {
+			end, cursor := p.Stats().End, uint64(0)
+			if cp != nil {
+				cursor = cp.cursors[i].Load()
+			} else if i < len(m.FanoutStart) {
+				cursor = m.FanoutStart[i]
+			}
+			if end > cursor {
+				lag += float64(end - cursor)
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descFanoutLag, prometheus.GaugeValue, lag, m.Name)
+	}
+}
