@@ -8,8 +8,12 @@ require golang.org/x/sys v0.35.0
 
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
+	github.com/gogo/protobuf v1.3.2 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/quic-go/quic-go v0.59.1 // indirect
+	go.etcd.io/raft/v3 v3.6.0 // indirect
 	golang.org/x/net v0.43.0 // indirect
+	google.golang.org/protobuf v1.36.8 // indirect
 )
 
 require (
