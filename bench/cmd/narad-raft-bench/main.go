@@ -363,7 +363,13 @@ func (c *cluster) failover() error {
 			time.Sleep(time.Until(attempt.Add(100 * time.Millisecond)))
 		}
 		ds = append(ds, d)
-		fmt.Printf("  kill %2d: %s led %s; first 202 after %v\n", k+1, victim.id, g, d.Round(time.Millisecond))
+		ledByVictim := 0
+		for _, n := range ls {
+			if n == victim {
+				ledByVictim++
+			}
+		}
+		fmt.Printf("  kill %2d: %s led %s (and %d groups in all); first 202 after %v\n", k+1, victim.id, g, ledByVictim, d.Round(time.Millisecond))
 		if err := c.start(victim); err != nil {
 			return fmt.Errorf("restarting %s: %w", victim.id, err)
 		}
