@@ -42,7 +42,8 @@ type config struct {
 	maxAppend                                      int
 	engine                                         string
 	electionTick                                   int
-	noQuiesce                                      bool
+	noQuiesce, lazyHeartbeats                      bool
+	heartbeatTick                                  int
 }
 
 func main() {
@@ -63,6 +64,8 @@ func main() {
 	flag.StringVar(&c.engine, "engine", "hashicorp", "raft engine: hashicorp (raftnet + raftlog) or etcd (raftetcd)")
 	flag.IntVar(&c.electionTick, "election-tick", 10, "etcd: election timeout in ticks (--tick each); heartbeats every tick")
 	flag.BoolVar(&c.noQuiesce, "no-quiesce", false, "etcd: keep idle groups ticking")
+	flag.IntVar(&c.heartbeatTick, "heartbeat-tick", 1, "etcd: heartbeat interval in ticks")
+	flag.BoolVar(&c.lazyHeartbeats, "lazy-heartbeats", false, "etcd: heartbeats wait for the next tick's frame to a peer")
 	procs := flag.Int("procs", 0, "GOMAXPROCS; 0 keeps Go's default")
 	flag.Parse()
 	if *procs > 0 {

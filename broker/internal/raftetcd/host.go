@@ -66,6 +66,10 @@ type Options struct {
 	LivenessInterval, LivenessTimeout time.Duration
 	// NoQuiesce keeps every group ticking (for comparison).
 	NoQuiesce bool
+	// LazyHeartbeats holds heartbeats and their answers for the next tick's frame
+	// instead of sending them at once, so an awake group's heartbeats to a peer share
+	// one frame per tick with every other group's. They wait at most one tick.
+	LazyHeartbeats bool
 	// Apply is called with each committed proposal of a group, in log order, from
 	// that group's goroutine. It must not call back into the host.
 	Apply func(group string, index uint64, data []byte)
@@ -319,6 +323,11 @@ func (h *Host) tickLoop() {
 			return
 		case <-t.C:
 		}
+		if h.opts.LazyHeartbeats {
+			for _, p := range h.peers {
+				p.flush() // what the last tick's heartbeats left queued
+			}
+		}
 		now := time.Now().UnixNano()
 		var down, up []uint64
 		for _, p := range h.peers {
@@ -418,10 +427,27 @@ func (h *Host) send(group string, flags byte, msgs []raftpb.Message) {
 		p.mu.Lock()
 		p.queue = append(p.queue, outMsg{group: group, flags: flags, m: m})
 		p.mu.Unlock()
+		if h.lazy(flags, m) {
+			continue // the next tick kicks the sender
+		}
 		select {
 		case p.kick <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// lazy reports whether m may wait for the next tick's frame: a plain heartbeat or its
+// answer (one carrying a ReadIndex context is awaited by a reader and goes at once).
+func (h *Host) lazy(flags byte, m raftpb.Message) bool {
+	return h.opts.LazyHeartbeats && flags == 0 && len(m.Context) == 0 &&
+		(m.Type == raftpb.MsgHeartbeat || m.Type == raftpb.MsgHeartbeatResp)
+}
+
+func (p *peer) flush() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
 	}
 }
 

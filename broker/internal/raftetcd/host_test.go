@@ -56,6 +56,12 @@ const testTick = 30 * time.Millisecond
 // node a voter, and stops them when the test ends.
 func startCluster(t *testing.T, groups int) []*testNode {
 	t.Helper()
+	return startClusterWith(t, groups, func(*Options) {})
+}
+
+// startClusterWith is startCluster with changes to every node's options.
+func startClusterWith(t *testing.T, groups int, tweak func(*Options)) []*testNode {
+	t.Helper()
 	ns := make([]*testNode, 3)
 	peers := map[uint64]string{}
 	for i := range ns {
@@ -76,13 +82,15 @@ func startCluster(t *testing.T, groups int) []*testNode {
 			t.Fatal(err)
 		}
 		tn.sg = vfs.NewSyncGroup(fss)
-		tn.host, err = New(Options{Node: tn.node, ID: tn.id, Peers: peers, Dir: dir, Sync: tn.sg,
+		opts := Options{Node: tn.node, ID: tn.id, Peers: peers, Dir: dir, Sync: tn.sg,
 			Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet(),
 			Apply: func(g string, _ uint64, _ []byte) {
 				tn.mu.Lock()
 				tn.applied[g]++
 				tn.mu.Unlock()
-			}})
+			}}
+		tweak(&opts)
+		tn.host, err = New(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,5 +345,39 @@ func TestWALReplay(t *testing.T) {
 	}
 	if w.end != end {
 		t.Errorf("torn tail not cut: end %d, want %d", w.end, end)
+	}
+}
+
+// TestLazyHeartbeatsShareOneFramePerTick: with every group awake (no quiescing), lazy
+// heartbeats from all groups to a peer leave in at most one frame per tick, and they
+// still hold every group's leader in place.
+func TestLazyHeartbeatsShareOneFramePerTick(t *testing.T) {
+	const groups = 20
+	ns := startClusterWith(t, groups, func(o *Options) { o.NoQuiesce, o.LazyHeartbeats = true, true })
+	ls := leaders(t, ns, groups)
+	var msgs0 uint64
+	for _, n := range ns {
+		msgs0 += n.host.Stats().BatchItems
+	}
+	b0, _ := frames(ns)
+	start := time.Now()
+	time.Sleep(30 * testTick) // the measured window, not a wait for a condition
+	b1, _ := frames(ns)
+	ticks := uint64(time.Since(start)/testTick) + 2
+	var msgs1 uint64
+	for _, n := range ns {
+		msgs1 += n.host.Stats().BatchItems
+	}
+	// 3 nodes x 2 peers, one frame per peer per tick at most
+	if max := 6 * ticks; b1-b0 > max {
+		t.Errorf("%d frames in %d ticks, want at most %d (one per peer per tick)", b1-b0, ticks, max)
+	}
+	if msgs1-msgs0 < uint64(groups)*2*ticks/4 {
+		t.Errorf("only %d messages in %d ticks: awake groups must keep heart-beating", msgs1-msgs0, ticks)
+	}
+	for g, n := range ls {
+		if info, _ := n.host.Info(g); !info.Leader {
+			t.Errorf("%s lost its leader with lazy heartbeats", g)
+		}
 	}
 }
