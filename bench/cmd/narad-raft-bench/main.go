@@ -91,6 +91,7 @@ func freeUDP() (string, error) {
 type status struct {
 	Groups     int      `json:"groups"`
 	WithLeader int      `json:"with_leader"`
+	Quiesced   int      `json:"quiesced"` // etcd engine only
 	Leading    []string `json:"leading"`
 	Raftnet    struct {
 		RPCCalls, BatchCalls, BatchItems uint64
@@ -266,7 +267,7 @@ func (c *cluster) idle() error {
 	time.Sleep(3 * time.Second) // let the write's commit notices settle before the window
 	for _, n := range c.nodes {
 		if st, err := c.status(context.Background(), n); err == nil {
-			fmt.Printf("  %s leads %d groups\n", n.id, len(st.Leading))
+			fmt.Printf("  %s leads %d groups, %d quiesced\n", n.id, len(st.Leading), st.Quiesced)
 		}
 	}
 	before := c.frames()
@@ -362,7 +363,13 @@ func (c *cluster) failover() error {
 			time.Sleep(time.Until(attempt.Add(100 * time.Millisecond)))
 		}
 		ds = append(ds, d)
-		fmt.Printf("  kill %2d: %s led %s; first 202 after %v\n", k+1, victim.id, g, d.Round(time.Millisecond))
+		ledByVictim := 0
+		for _, n := range ls {
+			if n == victim {
+				ledByVictim++
+			}
+		}
+		fmt.Printf("  kill %2d: %s led %s (and %d groups in all); first 202 after %v\n", k+1, victim.id, g, ledByVictim, d.Round(time.Millisecond))
 		if err := c.start(victim); err != nil {
 			return fmt.Errorf("restarting %s: %w", victim.id, err)
 		}

@@ -40,6 +40,10 @@ type config struct {
 	groups                                         int
 	heartbeat, election, lease, commit, tick       time.Duration
 	maxAppend                                      int
+	engine                                         string
+	electionTick                                   int
+	noQuiesce, lazyHeartbeats                      bool
+	heartbeatTick                                  int
 }
 
 func main() {
@@ -57,12 +61,26 @@ func main() {
 	flag.DurationVar(&c.commit, "commit-timeout", time.Second, "raft CommitTimeout")
 	flag.DurationVar(&c.tick, "tick", 100*time.Millisecond, "raftnet batching tick")
 	flag.IntVar(&c.maxAppend, "max-append", 512, "raft MaxAppendEntries")
+	flag.StringVar(&c.engine, "engine", "hashicorp", "raft engine: hashicorp (raftnet + raftlog) or etcd (raftetcd)")
+	flag.IntVar(&c.electionTick, "election-tick", 10, "etcd: election timeout in ticks (--tick each); heartbeats every tick")
+	flag.BoolVar(&c.noQuiesce, "no-quiesce", false, "etcd: keep idle groups ticking")
+	flag.IntVar(&c.heartbeatTick, "heartbeat-tick", 1, "etcd: heartbeat interval in ticks")
+	flag.BoolVar(&c.lazyHeartbeats, "lazy-heartbeats", false, "etcd: heartbeats wait for the next tick's frame to a peer")
 	procs := flag.Int("procs", 0, "GOMAXPROCS; 0 keeps Go's default")
 	flag.Parse()
 	if *procs > 0 {
 		runtime.GOMAXPROCS(*procs)
 	}
-	if err := run(c); err != nil {
+	runner := run
+	switch c.engine {
+	case "hashicorp":
+	case "etcd":
+		runner = runEtcd
+	default:
+		fmt.Fprintln(os.Stderr, "narad-spike: --engine must be hashicorp or etcd")
+		os.Exit(2)
+	}
+	if err := runner(c); err != nil {
 		fmt.Fprintln(os.Stderr, "narad-spike:", err)
 		os.Exit(1)
 	}
@@ -82,19 +100,30 @@ type countFSM struct {
 	acks     atomic.Int64
 }
 
-func (f *countFSM) Apply(l *raft.Log) any {
+func (f *countFSM) Apply(l *raft.Log) any { return f.count(l.Data) }
+
+func (f *countFSM) count(data []byte) int64 {
 	n := int64(1)
-	if len(l.Data) > 2 && (l.Data[0] == 'b' || l.Data[0] == 'a') {
-		if i := strings.IndexByte(string(l.Data[:min(len(l.Data), 16)]), ';'); i > 1 {
-			if v, err := strconv.Atoi(string(l.Data[1:i])); err == nil {
+	if len(data) > 2 && (data[0] == 'b' || data[0] == 'a') {
+		if i := strings.IndexByte(string(data[:min(len(data), 16)]), ';'); i > 1 {
+			if v, err := strconv.Atoi(string(data[1:i])); err == nil {
 				n = int64(v)
 			}
 		}
 	}
-	if len(l.Data) > 0 && l.Data[0] == 'a' {
+	if len(data) > 0 && data[0] == 'a' {
 		return f.acks.Add(n)
 	}
 	return f.messages.Add(n)
+}
+
+// entryData is what one Apply carries: kind 'p' one message, 'b' a batch of n, 'a' a
+// settle of n.
+func entryData(kind byte, n int, body []byte) []byte {
+	if kind == 'p' {
+		return append([]byte{'p'}, body...)
+	}
+	return append(fmt.Appendf(nil, "%c%d;", kind, n), body...)
 }
 
 func (f *countFSM) Snapshot() (raft.FSMSnapshot, error) {
@@ -253,11 +282,7 @@ func handler(c config, groups []*group, mux *raftnet.Mux) http.Handler {
 					return
 				}
 			}
-			data := append(fmt.Appendf(nil, "%c%d;", kind, n), body...)
-			if kind == 'p' {
-				data = append([]byte{'p'}, body...)
-			}
-			f := g.r.Apply(data, 5*time.Second)
+			f := g.r.Apply(entryData(kind, n, body), 5*time.Second)
 			if err := f.Error(); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return

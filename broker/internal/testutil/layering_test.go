@@ -33,7 +33,8 @@ var mayImport = map[string][]string{
 	"internal/transport":       {},
 	"internal/raftnet":         {"internal/transport"},
 	"internal/raftlog":         {"internal/storage/vfs"},
-	"cmd/narad-spike":          {"internal/raftnet", "internal/raftlog", "internal/transport", "internal/storage/vfs"},
+	"internal/raftetcd":        {"internal/transport", "internal/storage/vfs"},
+	"cmd/narad-spike":          {"internal/raftnet", "internal/raftlog", "internal/raftetcd", "internal/transport", "internal/storage/vfs"},
 	"internal/testutil":        {},
 	"e2e":                      {"internal/testutil", "internal/storage/format"},
 }

@@ -1,0 +1,16 @@
+package raftetcd
+
+import "errors"
+
+// ErrNotLeader is returned by Propose on a node that does not lead the group; the
+// caller should send the proposal to the leader.
+var ErrNotLeader = errors.New("raftetcd: not the group's leader")
+
+// ErrUnknownGroup is returned for a group this host does not serve.
+var ErrUnknownGroup = errors.New("raftetcd: unknown group")
+
+// ErrBadMessage is returned for a frame or record that does not parse.
+var ErrBadMessage = errors.New("raftetcd: malformed message")
+
+// ErrClosed is returned once the host was closed.
+var ErrClosed = errors.New("raftetcd: closed")

@@ -1,0 +1,516 @@
+// Package raftetcd hosts many etcd-io/raft groups (one per partition) in one node
+// process over the node plane: one clock for every group, every raft message to a peer
+// coalesced into one frame, node liveness as one heartbeat per node pair, and idle
+// groups quiesced so they cost nothing between writes. It is the replication spike's
+// second engine (the first is raftnet with hashicorp/raft); see
+// docs/internals/replication.md for what it measured and why it was built.
+package raftetcd
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/transport"
+)
+
+// Operations this package serves on the node plane (raftnet uses 0x0201–0x0202).
+const (
+	// OpBatch carries raft messages of many groups from one node to one peer
+	// (codec.go). The answer is empty.
+	OpBatch uint16 = 0x0203
+	// OpLiveness is the node-pair heartbeat: the caller's raft id (u64) in, the
+	// callee's out. A success proves both ends alive.
+	OpLiveness uint16 = 0x0204
+)
+
+// Defaults of Options.
+const (
+	DefaultTick             = 100 * time.Millisecond
+	DefaultElectionTick     = 10 // 1 s with the default tick
+	DefaultHeartbeatTick    = 1
+	DefaultLivenessInterval = 250 * time.Millisecond
+	DefaultLivenessTimeout  = time.Second
+	sendTimeout             = time.Second
+)
+
+// Options configures a Host.
+type Options struct {
+	// Node is the node plane the host registers its operations on.
+	Node *transport.Node
+	// ID is this node's raft id (not 0); Peers maps every voter's raft id, this
+	// node's included, to its node-plane address.
+	ID    uint64
+	Peers map[uint64]string
+	// Dir holds one log file per group; Sync is the node's shared sync round.
+	Dir  string
+	Sync *vfs.SyncGroup
+	// Tick is the raft clock; ElectionTick and HeartbeatTick count in it.
+	Tick                        time.Duration
+	ElectionTick, HeartbeatTick int
+	// A peer is live while it was heard from (a liveness call either way, or any
+	// raft message) within LivenessTimeout; liveness calls go every LivenessInterval.
+	LivenessInterval, LivenessTimeout time.Duration
+	// NoQuiesce keeps every group ticking (for comparison).
+	NoQuiesce bool
+	// LazyHeartbeats holds heartbeats and their answers for the next tick's frame
+	// instead of sending them at once, so an awake group's heartbeats to a peer share
+	// one frame per tick with every other group's. They wait at most one tick.
+	LazyHeartbeats bool
+	// Apply is called with each committed proposal of a group, in log order, from
+	// that group's goroutine. It must not call back into the host.
+	Apply func(group string, index uint64, data []byte)
+	// Logger gets warnings. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats counts what went over the node plane.
+type Stats struct {
+	RPCCalls   uint64 // liveness calls sent
+	BatchCalls uint64 // message frames sent
+	BatchItems uint64 // raft messages carried by those frames
+}
+
+// Host runs the groups of one node.
+type Host struct {
+	opts  Options
+	log   *slog.Logger
+	peers map[uint64]*peer // every voter but this node; fixed after New
+
+	gmu    sync.RWMutex
+	groups map[string]*group
+
+	nextProposal atomic.Uint64
+	rpcCalls     atomic.Uint64
+	batchCalls   atomic.Uint64
+	batchItems   atomic.Uint64
+
+	quit     chan struct{}
+	wg       sync.WaitGroup
+	closeMu  sync.Mutex
+	isClosed bool
+}
+
+// peer is one other voter: its outbox and when it was last heard from.
+type peer struct {
+	id        uint64
+	addr      string
+	lastHeard atomic.Int64 // unix nanos
+	live      bool         // the ticker's view, owned by the ticker goroutine
+
+	mu    sync.Mutex
+	queue []outMsg
+	kick  chan struct{}
+}
+
+// New registers the host's operations on opts.Node and starts its clock, liveness and
+// senders. Add groups with AddGroup; Close stops everything but the node.
+func New(opts Options) (*Host, error) {
+	if opts.Node == nil || opts.ID == 0 || opts.Sync == nil || opts.Dir == "" {
+		return nil, errors.New("raftetcd: Options.Node, ID, Dir and Sync are required")
+	}
+	if _, ok := opts.Peers[opts.ID]; !ok {
+		return nil, fmt.Errorf("raftetcd: Peers lacks this node's id %d", opts.ID)
+	}
+	setDefault(&opts.Tick, DefaultTick)
+	setDefault(&opts.ElectionTick, DefaultElectionTick)
+	setDefault(&opts.HeartbeatTick, DefaultHeartbeatTick)
+	setDefault(&opts.LivenessInterval, DefaultLivenessInterval)
+	setDefault(&opts.LivenessTimeout, DefaultLivenessTimeout)
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	h := &Host{opts: opts, log: opts.Logger.With("component", "raftetcd"), peers: map[uint64]*peer{},
+		groups: map[string]*group{}, quit: make(chan struct{})}
+	h.nextProposal.Store(opts.ID << 48)
+	for id, addr := range opts.Peers {
+		if id != opts.ID {
+			h.peers[id] = &peer{id: id, addr: addr, kick: make(chan struct{}, 1)}
+		}
+	}
+	opts.Node.Handle(OpBatch, h.serveBatch)
+	opts.Node.Handle(OpLiveness, h.serveLiveness)
+	for _, p := range h.peers {
+		h.wg.Add(2)
+		go h.sendLoop(p)
+		go h.livenessLoop(p)
+	}
+	h.wg.Add(1)
+	go h.tickLoop()
+	return h, nil
+}
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// discardLogger silences etcd-io/raft's own logging (it logs every election at info).
+var discardLogger = &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
+
+// AddGroup opens (creating) the group's log and starts it. Every voter of Peers is a
+// member: a new group starts from the same bootstrap snapshot on every node.
+func (h *Host) AddGroup(id string) error {
+	if id == "" || len(id) > 255 {
+		return fmt.Errorf("raftetcd: group id must be 1–255 bytes, got %d", len(id))
+	}
+	w, hs, ents, err := openWAL(filepath.Join(h.opts.Dir, id+".wal"), h.opts.Sync)
+	if err != nil {
+		return err
+	}
+	ms := raft.NewMemoryStorage()
+	voters := make([]uint64, 0, len(h.opts.Peers))
+	for pid := range h.opts.Peers {
+		voters = append(voters, pid)
+	}
+	sort.Slice(voters, func(i, j int) bool { return voters[i] < voters[j] })
+	// Bootstrap: index 1, term 1 holds the membership on every node alike, so no
+	// configuration entry is ever replicated in the spike.
+	if err := ms.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{
+		Index: 1, Term: 1, ConfState: raftpb.ConfState{Voters: voters}}}); err != nil {
+		w.close()
+		return err
+	}
+	if len(ents) > 0 {
+		if err := ms.Append(ents); err != nil {
+			w.close()
+			return err
+		}
+	}
+	if !raft.IsEmptyHardState(hs) {
+		if err := ms.SetHardState(hs); err != nil {
+			w.close()
+			return err
+		}
+	}
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:              h.opts.ID,
+		ElectionTick:    h.opts.ElectionTick,
+		HeartbeatTick:   h.opts.HeartbeatTick,
+		Storage:         ms,
+		Applied:         1,
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		CheckQuorum:     true,
+		PreVote:         true,
+		Logger:          discardLogger,
+	})
+	if err != nil {
+		w.close()
+		return err
+	}
+	g := &group{h: h, id: id, rn: rn, ms: ms, w: w, wake: make(chan struct{}, 1), waiters: map[uint64]chan uint64{}}
+	h.gmu.Lock()
+	if _, ok := h.groups[id]; ok {
+		h.gmu.Unlock()
+		w.close()
+		return fmt.Errorf("raftetcd: group %q already open", id)
+	}
+	h.groups[id] = g
+	h.gmu.Unlock()
+	h.wg.Add(1)
+	go g.run()
+	return nil
+}
+
+func (h *Host) group(id string) *group {
+	h.gmu.RLock()
+	defer h.gmu.RUnlock()
+	return h.groups[id]
+}
+
+func (h *Host) allGroups() []*group {
+	h.gmu.RLock()
+	defer h.gmu.RUnlock()
+	out := make([]*group, 0, len(h.groups))
+	for _, g := range h.groups {
+		out = append(out, g)
+	}
+	return out
+}
+
+// Stats returns the counters so far.
+func (h *Host) Stats() Stats {
+	return Stats{RPCCalls: h.rpcCalls.Load(), BatchCalls: h.batchCalls.Load(), BatchItems: h.batchItems.Load()}
+}
+
+// GroupInfo is one group's view on this node.
+type GroupInfo struct {
+	Lead     uint64 // the leader this node knows, 0 for none
+	Leader   bool   // this node leads
+	Quiesced bool
+}
+
+// Info returns the group's view, or false when the host has no such group.
+func (h *Host) Info(id string) (GroupInfo, bool) {
+	g := h.group(id)
+	if g == nil {
+		return GroupInfo{}, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	bs := g.rn.BasicStatus()
+	return GroupInfo{Lead: bs.Lead, Leader: bs.RaftState == raft.StateLeader, Quiesced: g.quiesced}, true
+}
+
+// Propose replicates data in group and returns its index once it is committed and
+// applied on this node. Only the leader proposes: elsewhere it returns ErrNotLeader at
+// once. A proposal lost to a change of leader is not retried: ctx ends the wait.
+func (h *Host) Propose(ctx context.Context, id string, data []byte) (uint64, error) {
+	g := h.group(id)
+	if g == nil {
+		return 0, fmt.Errorf("%w %q", ErrUnknownGroup, id)
+	}
+	return g.propose(ctx, data)
+}
+
+// Close stops the groups, the clock and the senders. The node stays the caller's.
+func (h *Host) Close() {
+	h.closeMu.Lock()
+	if h.isClosed {
+		h.closeMu.Unlock()
+		return
+	}
+	h.isClosed = true
+	h.closeMu.Unlock()
+	close(h.quit)
+	h.wg.Wait()
+	for _, g := range h.allGroups() {
+		_ = g.w.close()
+	}
+}
+
+func (h *Host) closed() bool {
+	select {
+	case <-h.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// heard records that peer id is alive.
+func (h *Host) heard(id uint64) {
+	if p := h.peers[id]; p != nil {
+		p.lastHeard.Store(time.Now().UnixNano())
+	}
+}
+
+// tickLoop is the node's one clock: it updates liveness, then ticks every group that
+// is not quiesced.
+func (h *Host) tickLoop() {
+	defer h.wg.Done()
+	t := time.NewTicker(h.opts.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.quit:
+			return
+		case <-t.C:
+		}
+		if h.opts.LazyHeartbeats {
+			for _, p := range h.peers {
+				p.flush() // what the last tick's heartbeats left queued
+			}
+		}
+		now := time.Now().UnixNano()
+		var down, up []uint64
+		for _, p := range h.peers {
+			live := now-p.lastHeard.Load() < int64(h.opts.LivenessTimeout)
+			if live != p.live {
+				p.live = live
+				if live {
+					up = append(up, p.id)
+				} else {
+					down = append(down, p.id)
+				}
+			}
+		}
+		groups := h.allGroups()
+		for _, id := range down {
+			h.peerDown(groups, id)
+		}
+		for range up {
+			h.peerUp(groups)
+		}
+		for _, g := range groups {
+			g.tick()
+		}
+	}
+}
+
+// isLive is the ticker's view of a peer (call from the ticker goroutine only).
+func (h *Host) isLive(id uint64) bool {
+	if id == h.opts.ID {
+		return true
+	}
+	p := h.peers[id]
+	return p != nil && p.live
+}
+
+// peerDown wakes every group the dead node led. The live voter with the smallest id
+// campaigns at once, bypassing the check-quorum lease of the others (a quiesced
+// follower's election clock is stopped, so it would otherwise refuse to vote for up to
+// an election timeout); the rest only resume ticking, as a fallback.
+func (h *Host) peerDown(groups []*group, dead uint64) {
+	designated := h.opts.ID
+	for id := range h.peers {
+		if id != dead && h.isLive(id) && id < designated {
+			designated = id
+		}
+	}
+	for _, g := range groups {
+		g.leaderDown(dead, designated == h.opts.ID)
+	}
+}
+
+// peerUp wakes every group this node leads, so a restarted or reconnected node hears
+// its leaders and catches up; they quiesce again once it has.
+func (h *Host) peerUp(groups []*group) {
+	for _, g := range groups {
+		g.wakeIfLeader()
+	}
+}
+
+// livenessLoop calls p every LivenessInterval; a success proves both ends alive.
+func (h *Host) livenessLoop(p *peer) {
+	defer h.wg.Done()
+	t := time.NewTicker(h.opts.LivenessInterval)
+	defer t.Stop()
+	req := binary.BigEndian.AppendUint64(nil, h.opts.ID)
+	for {
+		select {
+		case <-h.quit:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), h.opts.LivenessTimeout/2)
+		h.rpcCalls.Add(1)
+		_, err := h.opts.Node.Call(ctx, p.addr, OpLiveness, req)
+		cancel()
+		if err == nil {
+			h.heard(p.id)
+		}
+	}
+}
+
+func (h *Host) serveLiveness(_ context.Context, _ string, req []byte) ([]byte, error) {
+	if len(req) != 8 {
+		return nil, fmt.Errorf("%w: liveness of %d bytes", ErrBadMessage, len(req))
+	}
+	h.heard(binary.BigEndian.Uint64(req))
+	return binary.BigEndian.AppendUint64(nil, h.opts.ID), nil
+}
+
+// send queues msgs of group for their peers.
+func (h *Host) send(group string, flags byte, msgs []raftpb.Message) {
+	for _, m := range msgs {
+		p := h.peers[m.To]
+		if p == nil {
+			continue
+		}
+		p.mu.Lock()
+		p.queue = append(p.queue, outMsg{group: group, flags: flags, m: m})
+		p.mu.Unlock()
+		if h.lazy(flags, m) {
+			continue // the next tick kicks the sender
+		}
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// lazy reports whether m may wait for the next tick's frame: a plain heartbeat or its
+// answer (one carrying a ReadIndex context is awaited by a reader and goes at once).
+func (h *Host) lazy(flags byte, m raftpb.Message) bool {
+	return h.opts.LazyHeartbeats && flags == 0 && len(m.Context) == 0 &&
+		(m.Type == raftpb.MsgHeartbeat || m.Type == raftpb.MsgHeartbeatResp)
+}
+
+func (p *peer) flush() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// sendLoop sends whatever is queued for p in one frame, one frame in flight at a time:
+// messages queued while a frame is out share the next one.
+func (h *Host) sendLoop(p *peer) {
+	defer h.wg.Done()
+	var buf []byte
+	for {
+		select {
+		case <-h.quit:
+			return
+		case <-p.kick:
+		}
+		p.mu.Lock()
+		msgs := p.queue
+		p.queue = nil
+		p.mu.Unlock()
+		if len(msgs) == 0 {
+			continue
+		}
+		buf = encodeBatch(buf[:0], msgs)
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		h.batchCalls.Add(1)
+		h.batchItems.Add(uint64(len(msgs)))
+		_, err := h.opts.Node.Call(ctx, p.addr, OpBatch, buf)
+		cancel()
+		if err != nil {
+			h.unreachable(p.id, msgs)
+		}
+	}
+}
+
+// unreachable tells each group whose message to id was lost, so raft probes again
+// instead of waiting for acknowledgements that will not come.
+func (h *Host) unreachable(id uint64, msgs []outMsg) {
+	seen := map[string]bool{}
+	for _, o := range msgs {
+		if seen[o.group] {
+			continue
+		}
+		seen[o.group] = true
+		if g := h.group(o.group); g != nil {
+			g.mu.Lock()
+			g.rn.ReportUnreachable(id)
+			g.mu.Unlock()
+		}
+	}
+}
+
+func (h *Host) serveBatch(_ context.Context, _ string, req []byte) ([]byte, error) {
+	if h.closed() {
+		return nil, ErrClosed
+	}
+	var lastFrom uint64
+	err := decodeBatch(req, func(name string, flags byte, m raftpb.Message) {
+		if m.From != lastFrom {
+			h.heard(m.From)
+			lastFrom = m.From
+		}
+		if g := h.group(name); g != nil {
+			g.step(flags, m)
+		}
+	})
+	return nil, err
+}

@@ -1,0 +1,383 @@
+package raftetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/transport"
+)
+
+var testSecret = []byte("raftetcd-test-secret-0123456789a")
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+type testNode struct {
+	id   uint64
+	node *transport.Node
+	host *Host
+	sg   *vfs.SyncGroup
+	down bool
+
+	mu      sync.Mutex
+	applied map[string]int
+}
+
+func (n *testNode) appliedIn(g string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.applied[g]
+}
+
+func (n *testNode) stop() {
+	if n.down {
+		return
+	}
+	n.down = true
+	n.host.Close()
+	_ = n.node.Close()
+	n.sg.Close()
+}
+
+// testTick is the clock of the tests: an election timeout of 10 ticks is 300 ms.
+const testTick = 30 * time.Millisecond
+
+// startCluster starts three nodes on loopback, each hosting groups g000… with every
+// node a voter, and stops them when the test ends.
+func startCluster(t *testing.T, groups int) []*testNode {
+	t.Helper()
+	return startClusterWith(t, groups, func(*Options) {})
+}
+
+// startClusterWith is startCluster with changes to every node's options.
+func startClusterWith(t *testing.T, groups int, tweak func(*Options)) []*testNode {
+	t.Helper()
+	ns := make([]*testNode, 3)
+	peers := map[uint64]string{}
+	for i := range ns {
+		n, err := transport.New(transport.Options{NodeID: fmt.Sprintf("n%d", i+1), ListenAddr: "127.0.0.1:0", Secret: testSecret, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ns[i] = &testNode{id: uint64(i + 1), node: n, applied: map[string]int{}}
+		peers[uint64(i+1)] = n.Addr()
+	}
+	for _, tn := range ns {
+		dir := t.TempDir()
+		fss, err := vfs.NewFSSyncer(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tn.sg = vfs.NewSyncGroup(fss)
+		opts := Options{Node: tn.node, ID: tn.id, Peers: peers, Dir: dir, Sync: tn.sg,
+			Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet(),
+			Apply: func(g string, _ uint64, _ []byte) {
+				tn.mu.Lock()
+				tn.applied[g]++
+				tn.mu.Unlock()
+			}}
+		tweak(&opts)
+		tn.host, err = New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := range groups {
+			if err := tn.host.AddGroup(groupName(g)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range ns {
+			n.stop()
+		}
+	})
+	return ns
+}
+
+func groupName(g int) string { return fmt.Sprintf("g%03d", g) }
+
+// poll waits for cond, failing the test with what after bound.
+func poll(t *testing.T, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", bound, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// leaders waits until every live node agrees on a leader, among the live ones, for
+// every group, and returns it per group.
+func leaders(t *testing.T, ns []*testNode, groups int) map[string]*testNode {
+	t.Helper()
+	out := map[string]*testNode{}
+	poll(t, 20*time.Second, "every group has one leader seen by every node", func() bool {
+		for g := range groups {
+			var lead uint64
+			for _, n := range ns {
+				info, _ := n.host.Info(groupName(g))
+				if info.Lead == 0 || (lead != 0 && info.Lead != lead) {
+					return false
+				}
+				lead = info.Lead
+			}
+			found := false
+			for _, n := range ns {
+				if n.id == lead {
+					if info, _ := n.host.Info(groupName(g)); !info.Leader {
+						return false
+					}
+					out[groupName(g)] = n
+					found = true
+				}
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	})
+	return out
+}
+
+func allQuiesced(ns []*testNode, groups int) bool {
+	for _, n := range ns {
+		for g := range groups {
+			if info, _ := n.host.Info(groupName(g)); !info.Quiesced {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func propose(t *testing.T, n *testNode, g string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	idx, err := n.host.Propose(ctx, g, []byte("m"))
+	if err != nil {
+		t.Fatalf("propose to %s on n%d: %v", g, n.id, err)
+	}
+	return idx
+}
+
+func frames(ns []*testNode) (batch, liveness uint64) {
+	for _, n := range ns {
+		st := n.host.Stats()
+		batch += st.BatchCalls
+		liveness += st.RPCCalls
+	}
+	return
+}
+
+// TestElectReplicateQuiesce: every group elects a leader, replicates a write to every
+// node, then quiesces everywhere, after which only the node-pair liveness calls cross
+// the node plane.
+func TestElectReplicateQuiesce(t *testing.T) {
+	const groups = 20
+	ns := startCluster(t, groups)
+	ls := leaders(t, ns, groups)
+	for g, n := range ls {
+		propose(t, n, g)
+	}
+	poll(t, 10*time.Second, "every node applied one write per group", func() bool {
+		for _, n := range ns {
+			for g := range groups {
+				if n.appliedIn(groupName(g)) != 1 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	poll(t, 10*time.Second, "every group quiesced on every node", func() bool { return allQuiesced(ns, groups) })
+	b0, l0 := frames(ns)
+	window := 20 * 10 * testTick // 20 election timeouts
+	time.Sleep(window)           // the measured idle window, not a wait for a condition
+	b1, l1 := frames(ns)
+	if b1 != b0 {
+		t.Errorf("%d raft frames crossed the node plane in %v of quiesced idle; want none", b1-b0, window)
+	}
+	if l1 == l0 {
+		t.Errorf("no liveness call in %v; the node pairs must keep heart-beating", window)
+	}
+	if !allQuiesced(ns, groups) {
+		t.Error("a group woke up during the idle window")
+	}
+	for g, n := range ls {
+		if info, _ := n.host.Info(g); !info.Leader {
+			t.Errorf("%s changed leader while quiesced", g)
+		}
+	}
+}
+
+// TestProposalWakesQuiescedGroup: a write to a quiesced group wakes it, commits on
+// every node, and the group quiesces again; a follower refuses proposals.
+func TestProposalWakesQuiescedGroup(t *testing.T) {
+	const groups = 5
+	ns := startCluster(t, groups)
+	ls := leaders(t, ns, groups)
+	poll(t, 10*time.Second, "every group quiesced on every node", func() bool { return allQuiesced(ns, groups) })
+	g := groupName(3)
+	leader := ls[g]
+	for _, n := range ns {
+		if n != leader {
+			if _, err := n.host.Propose(context.Background(), g, []byte("x")); !errors.Is(err, ErrNotLeader) {
+				t.Fatalf("propose on follower n%d: %v, want ErrNotLeader", n.id, err)
+			}
+		}
+	}
+	for i := range 3 {
+		propose(t, leader, g)
+		poll(t, 10*time.Second, "every node applied the write", func() bool {
+			for _, n := range ns {
+				if n.appliedIn(g) != i+1 {
+					return false
+				}
+			}
+			return true
+		})
+		poll(t, 10*time.Second, "the group quiesced again", func() bool { return allQuiesced(ns, groups) })
+	}
+}
+
+// TestFailoverAfterNodeStops: when the node leading quiesced groups stops, the
+// survivors notice through liveness, elect new leaders and commit, well inside the
+// liveness timeout plus an election timeout.
+func TestFailoverAfterNodeStops(t *testing.T) {
+	const groups = 20
+	ns := startCluster(t, groups)
+	ls := leaders(t, ns, groups)
+	poll(t, 10*time.Second, "every group quiesced on every node", func() bool { return allQuiesced(ns, groups) })
+	count := map[*testNode]int{}
+	for _, n := range ls {
+		count[n]++
+	}
+	victim := ns[0]
+	for _, n := range ns {
+		if count[n] > count[victim] {
+			victim = n
+		}
+	}
+	var led []string
+	for g, n := range ls {
+		if n == victim {
+			led = append(led, g)
+		}
+	}
+	stopped := time.Now()
+	victim.stop()
+	var survivors []*testNode
+	for _, n := range ns {
+		if n != victim {
+			survivors = append(survivors, n)
+		}
+	}
+	ls2 := leaders(t, survivors, groups)
+	for _, g := range led {
+		propose(t, ls2[g], g)
+	}
+	took := time.Since(stopped)
+	t.Logf("%d groups led by n%d: all re-elected and written after %v", len(led), victim.id, took)
+	// liveness timeout 1 s + an election round; 10 s leaves room for a loaded machine
+	if took > 10*time.Second {
+		t.Errorf("failover took %v", took)
+	}
+}
+
+// TestWALReplay: what save wrote comes back in order, a rewritten suffix replaces the
+// old one through MemoryStorage semantics, and a torn tail is cut.
+func TestWALReplay(t *testing.T) {
+	dir := t.TempDir()
+	fss, err := vfs.NewFSSyncer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg := vfs.NewSyncGroup(fss)
+	defer sg.Close()
+	name := filepath.Join(dir, "g.wal")
+	w, _, _, err := openWAL(name, sg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := func(i, term uint64) raftpb.Entry { return raftpb.Entry{Index: i, Term: term, Data: []byte{byte(i)}} }
+	if err := w.save(raftpb.HardState{Term: 2, Vote: 1, Commit: 2}, true, []raftpb.Entry{e(2, 2), e(3, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.save(raftpb.HardState{Term: 3, Vote: 2, Commit: 2}, true, []raftpb.Entry{e(3, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	end := w.end
+	_ = w.close()
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.Write([]byte{0, 0, 0, 40, 1, 2}) // a torn record
+	f.Close()
+	w, hs, ents, err := openWAL(name, sg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	if hs.Term != 3 || hs.Vote != 2 || hs.Commit != 2 {
+		t.Errorf("hard state %+v, want term 3 vote 2 commit 2", hs)
+	}
+	if len(ents) != 3 || ents[0].Index != 2 || ents[1].Index != 3 || ents[2].Index != 3 || ents[2].Term != 3 {
+		t.Errorf("entries %+v, want 2@2, 3@2, 3@3", ents)
+	}
+	if w.end != end {
+		t.Errorf("torn tail not cut: end %d, want %d", w.end, end)
+	}
+}
+
+// TestLazyHeartbeatsShareOneFramePerTick: with every group awake (no quiescing), lazy
+// heartbeats from all groups to a peer leave in at most one frame per tick, and they
+// still hold every group's leader in place.
+func TestLazyHeartbeatsShareOneFramePerTick(t *testing.T) {
+	const groups = 20
+	ns := startClusterWith(t, groups, func(o *Options) { o.NoQuiesce, o.LazyHeartbeats = true, true })
+	ls := leaders(t, ns, groups)
+	var msgs0 uint64
+	for _, n := range ns {
+		msgs0 += n.host.Stats().BatchItems
+	}
+	b0, _ := frames(ns)
+	start := time.Now()
+	time.Sleep(30 * testTick) // the measured window, not a wait for a condition
+	b1, _ := frames(ns)
+	ticks := uint64(time.Since(start)/testTick) + 2
+	var msgs1 uint64
+	for _, n := range ns {
+		msgs1 += n.host.Stats().BatchItems
+	}
+	// 3 nodes x 2 peers, one frame per peer per tick at most
+	if max := 6 * ticks; b1-b0 > max {
+		t.Errorf("%d frames in %d ticks, want at most %d (one per peer per tick)", b1-b0, ticks, max)
+	}
+	if msgs1-msgs0 < uint64(groups)*2*ticks/4 {
+		t.Errorf("only %d messages in %d ticks: awake groups must keep heart-beating", msgs1-msgs0, ticks)
+	}
+	for g, n := range ls {
+		if info, _ := n.host.Info(g); !info.Leader {
+			t.Errorf("%s lost its leader with lazy heartbeats", g)
+		}
+	}
+}
