@@ -183,18 +183,18 @@ func (h *Host) AddGroup(id string) error {
 	// configuration entry is ever replicated in the spike.
 	if err := ms.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{
 		Index: 1, Term: 1, ConfState: raftpb.ConfState{Voters: voters}}}); err != nil {
-		w.close()
+		_ = w.close() // the error being returned is the one to report
 		return err
 	}
 	if len(ents) > 0 {
 		if err := ms.Append(ents); err != nil {
-			w.close()
+			_ = w.close() // the error being returned is the one to report
 			return err
 		}
 	}
 	if !raft.IsEmptyHardState(hs) {
 		if err := ms.SetHardState(hs); err != nil {
-			w.close()
+			_ = w.close() // the error being returned is the one to report
 			return err
 		}
 	}
@@ -211,14 +211,14 @@ func (h *Host) AddGroup(id string) error {
 		Logger:          discardLogger,
 	})
 	if err != nil {
-		w.close()
+		_ = w.close() // the error being returned is the one to report
 		return err
 	}
 	g := &group{h: h, id: id, rn: rn, ms: ms, w: w, wake: make(chan struct{}, 1), waiters: map[uint64]chan uint64{}}
 	h.gmu.Lock()
 	if _, ok := h.groups[id]; ok {
 		h.gmu.Unlock()
-		w.close()
+		_ = w.close() // the error being returned is the one to report
 		return fmt.Errorf("raftetcd: group %q already open", id)
 	}
 	h.groups[id] = g

@@ -46,12 +46,12 @@ func openWAL(name string, sg *vfs.SyncGroup) (w *wal, hs raftpb.HardState, ents 
 	}
 	size, err := f.Size()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // the error being returned is the one to report
 		return nil, hs, nil, err
 	}
 	data := make([]byte, size)
 	if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
-		f.Close()
+		_ = f.Close() // the error being returned is the one to report
 		return nil, hs, nil, err
 	}
 	var off int64
@@ -67,25 +67,25 @@ func openWAL(name string, sg *vfs.SyncGroup) (w *wal, hs raftpb.HardState, ents 
 		switch body[0] {
 		case recHardState:
 			if err := hs.Unmarshal(body[1:]); err != nil {
-				f.Close()
+				_ = f.Close() // the error being returned is the one to report
 				return nil, hs, nil, fmt.Errorf("%w: %s at %d: %v", ErrBadMessage, name, off, err)
 			}
 		case recEntry:
 			var e raftpb.Entry
 			if err := e.Unmarshal(body[1:]); err != nil {
-				f.Close()
+				_ = f.Close() // the error being returned is the one to report
 				return nil, hs, nil, fmt.Errorf("%w: %s at %d: %v", ErrBadMessage, name, off, err)
 			}
 			ents = append(ents, e)
 		default:
-			f.Close()
+			_ = f.Close() // the error being returned is the one to report
 			return nil, hs, nil, fmt.Errorf("%w: %s at %d: record type %d", ErrBadMessage, name, off, body[0])
 		}
 		off += 8 + l
 	}
 	if off < size {
 		if err := f.Truncate(off); err != nil {
-			f.Close()
+			_ = f.Close() // the error being returned is the one to report
 			return nil, hs, nil, err
 		}
 	}
