@@ -309,7 +309,7 @@ func (c config) brokerOptions(log *slog.Logger) broker.Options {
 		NodeID:            c.NodeID,
 		Logger:            log,
 		SegmentBytes:      c.SegmentBytes,
-		SyncMode:          c.SyncMode,
+		Syncer:            c.syncer(),
 		RetentionInterval: c.RetentionInterval,
 		MaxLongPolls:      c.MaxLongPolls,
 		Version:           version,
@@ -348,4 +348,11 @@ func (c config) listenerOptions(log *slog.Logger, m *broker.Metrics) httpapi.Lis
 		MaxConns: c.MaxConns, MaxConnsPerAddr: c.MaxConnsPerAddr,
 		FirstRequestTimeout: c.ReadHeaderTimeout, Logger: log, Registerer: m.Registry,
 	}
+}
+
+// syncer is the broker's Syncer for --sync-mode, chosen here so the binary, not the
+// broker, decides how writes become durable (validate refused other names).
+func (c config) syncer() broker.Syncer {
+	s, _ := broker.SyncerFor(c.SyncMode)
+	return s
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -44,11 +45,9 @@ type Options struct {
 	// MaxLongPolls caps consume requests parked at once (default 10000); past it a
 	// consume that would wait answers 503 with Retry-After.
 	MaxLongPolls int
-	// SyncMode chooses how partition writes are made durable: "group" (the default)
-	// shares one file-system sync between every partition that has writes waiting
-	// (syncfs(2); per-file fdatasync where the kernel cannot report its errors);
-	// "file" gives every write its own fdatasync.
-	SyncMode string
+	// Syncer makes the sync that partition writes share; the binary chooses it
+	// (--sync-mode). nil means GroupSync.
+	Syncer Syncer
 	// Version names this binary in the data directory's FORMAT file and in format
 	// errors (e.g. "1.4.0"; empty: "unknown").
 	Version string
@@ -60,11 +59,41 @@ type Options struct {
 	Cluster meta.Cluster
 }
 
-// The sync modes of Options.SyncMode.
+// The sync modes: the names --sync-mode takes.
 const (
 	SyncGroup = "group"
 	SyncFile  = "file"
 )
+
+// A Syncer makes the sync shared by the partitions under topicsDir, and what must be
+// closed after it; Open calls it once the data directory is prepared (the directory
+// exists then). A nil group means every write gets its own fdatasync.
+type Syncer func(topicsDir string) (*vfs.SyncGroup, io.Closer, error)
+
+// GroupSync shares one file-system sync between every partition that has writes
+// waiting (syncfs(2) through topicsDir, held open from the start so every write-back
+// error is seen; per-file fdatasync where the kernel cannot report its errors).
+func GroupSync(topicsDir string) (*vfs.SyncGroup, io.Closer, error) {
+	fss, err := vfs.NewFSSyncer(topicsDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return vfs.NewSyncGroup(fss), fss, nil
+}
+
+// FileSync gives every write its own fdatasync: no shared group.
+func FileSync(string) (*vfs.SyncGroup, io.Closer, error) { return nil, nil, nil }
+
+// SyncerFor returns the Syncer of a sync mode's name (false for an unknown name).
+func SyncerFor(mode string) (Syncer, bool) {
+	switch mode {
+	case SyncGroup, "":
+		return GroupSync, true
+	case SyncFile:
+		return FileSync, true
+	}
+	return nil, false
+}
 
 // TopicDefaults are the settings of a topic created without them.
 type TopicDefaults struct {
@@ -94,8 +123,8 @@ type Broker struct {
 	mu     sync.RWMutex
 	topics map[string]*topic
 
-	syncer      *vfs.SyncGroup // nil in SyncFile mode
-	fsSyncer    *vfs.FSSyncer  // the syncer's rounds; nil in SyncFile mode
+	syncer      *vfs.SyncGroup // nil in file sync mode
+	syncCloser  io.Closer      // what the Syncer opened for the group (nil: nothing)
 	longPolls   atomic.Int64
 	copiersMu   sync.Mutex
 	copiers     map[copierKey]*copier
@@ -145,12 +174,8 @@ func Open(opts Options) (*Broker, error) {
 	if opts.MaxLongPolls <= 0 {
 		opts.MaxLongPolls = 10_000
 	}
-	switch opts.SyncMode {
-	case "":
-		opts.SyncMode = SyncGroup
-	case SyncGroup, SyncFile:
-	default:
-		return nil, fmt.Errorf("sync mode %q: want %q or %q", opts.SyncMode, SyncGroup, SyncFile)
+	if opts.Syncer == nil {
+		opts.Syncer = GroupSync
 	}
 	// The format is checked before anything in the directory is read or written, so a
 	// newer directory is never misread and an older one is upgraded first.
@@ -183,15 +208,11 @@ func Open(opts Options) (*Broker, error) {
 		draining: make(chan struct{}),
 		changed:  make(chan struct{}, 1),
 	}
-	if opts.SyncMode == SyncGroup {
-		// Partition data lives under topics/: the syncer holds that directory open so
-		// its syncfs sees every write-back error of the file system (see vfs.FSSyncer).
-		fss, err := vfs.NewFSSyncer(filepath.Join(opts.DataDir, "topics"))
-		if err != nil {
-			return nil, err
-		}
-		b.fsSyncer = fss
-		b.syncer = vfs.NewSyncGroup(fss)
+	// Partition data lives under topics/, which exists now.
+	if b.syncer, b.syncCloser, err = opts.Syncer(filepath.Join(opts.DataDir, "topics")); err != nil {
+		return nil, err
+	}
+	if b.syncer != nil {
 		stats := b.syncer.Stats
 		b.metrics.syncStats.Store(&stats)
 		b.syncer.Observe(func(files int, d time.Duration) {
@@ -217,7 +238,9 @@ func Open(opts Options) (*Broker, error) {
 func (b *Broker) closeSyncer() {
 	if b.syncer != nil {
 		b.syncer.Close()
-		_ = b.fsSyncer.Close() // the directory held for syncfs; every write was synced before it was acknowledged
+	}
+	if b.syncCloser != nil {
+		_ = b.syncCloser.Close() // the directory held for syncfs; every write was synced before it was acknowledged
 	}
 }
 

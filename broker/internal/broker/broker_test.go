@@ -318,18 +318,19 @@ func TestSweepKeepsDataTheMetadataDoesNotKnow(t *testing.T) {
 
 // TestSyncModes checks that the default mode sends the partitions' writes through the
 // node's shared sync group (its rounds show in the metrics), that "file" mode does not,
-// that messages survive a reopen in both, and that an unknown mode is refused.
+// that messages survive a reopen in both, and that an unknown mode has no Syncer.
 func TestSyncModes(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if _, err := Open(Options{DataDir: t.TempDir(), Logger: quiet, SyncMode: "fast"}); err == nil {
-		t.Fatal("Open with sync mode fast: no error")
+	if _, ok := SyncerFor("fast"); ok {
+		t.Fatal("SyncerFor(fast): a syncer for an unknown mode")
 	}
 	for _, mode := range []string{"", SyncFile} {
 		t.Run("mode="+mode, func(t *testing.T) {
 			dir := t.TempDir()
 			m := NewMetrics()
 			open := func() *Broker {
-				b, err := Open(Options{DataDir: dir, NodeID: "n1", Logger: quiet, Metrics: m, SyncMode: mode})
+				syncer, _ := SyncerFor(mode)
+				b, err := Open(Options{DataDir: dir, NodeID: "n1", Logger: quiet, Metrics: m, Syncer: syncer})
 				if err != nil {
 					t.Fatal(err)
 				}
