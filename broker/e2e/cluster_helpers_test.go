@@ -46,8 +46,9 @@ func freeClusterAddr(t *testing.T) string {
 	return "127.0.0.1:" + strconv.Itoa(p)
 }
 
-// startPeersCluster starts n nodes bootstrapped from one --peers list, at once.
-func startPeersCluster(t *testing.T, n int) []*clusterNode {
+// startPeersCluster starts n nodes bootstrapped from one --peers list, at once, each
+// with the flags extra besides.
+func startPeersCluster(t *testing.T, n int, extra ...string) []*clusterNode {
 	t.Helper()
 	nodes := make([]*clusterNode, n)
 	var peers []string
@@ -58,7 +59,7 @@ func startPeersCluster(t *testing.T, n int) []*clusterNode {
 	var opts []testutil.Options
 	for _, nd := range nodes {
 		opts = append(opts, testutil.Options{
-			Args: clusterArgs(nd.id, nd.addr, "--peers", strings.Join(peers, ",")),
+			Args: clusterArgs(nd.id, nd.addr, append([]string{"--peers", strings.Join(peers, ",")}, extra...)...),
 			Env:  clusterEnv(clusterSecret),
 		})
 	}

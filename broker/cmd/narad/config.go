@@ -33,6 +33,7 @@ type config struct {
 	ProtectMetrics    bool
 	MetricsPublic     bool
 	MaxLongPolls      int
+	MaxPeerInflight   int
 	MaxInflightBytes  int64
 	ReadHeaderTimeout time.Duration
 	MaxConns          int
@@ -83,6 +84,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", false, "with security on, serve /metrics without credentials (by default it needs an admin's: its labels name every topic)")
 	fs.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "deprecated and without effect: with security on, /metrics needs an admin's credentials unless --metrics-public")
 	fs.IntVar(&c.MaxLongPolls, "max-long-polls", 10000, "consumes that may wait at once; past it a waiting consume answers 503")
+	fs.IntVar(&c.MaxPeerInflight, "max-peer-inflight", broker.DefaultMaxPeerInflight, "in a cluster, requests this node forwards to one other node at once; past it a request for that node's partitions answers 503")
 	fs.Int64Var(&c.MaxInflightBytes, "max-inflight-bytes", httpapi.DefaultMaxInflightBytes, "request body bytes the node holds at once; past it a request answers 503 overloaded (0: no bound)")
 	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send its request headers within this, and a new connection its first request's headers (cuts slowloris clients and idle HTTP/2 connections)")
 	fs.IntVar(&c.MaxConns, "max-connections", 16384, "connections the HTTP port holds open at once (0: no limit); past it new connections are closed unserved")
@@ -312,6 +314,7 @@ func (c config) brokerOptions(log *slog.Logger) broker.Options {
 		Syncer:            c.syncer(),
 		RetentionInterval: c.RetentionInterval,
 		MaxLongPolls:      c.MaxLongPolls,
+		MaxPeerInflight:   c.MaxPeerInflight,
 		Version:           version,
 		UpgradeFormat:     c.UpgradeFormat,
 		Defaults: broker.TopicDefaults{

@@ -52,6 +52,7 @@ func serve(args []string) (err error) {
 		if bopts.Cluster, err = c.metaCluster(plane); err != nil {
 			return err
 		}
+		bopts.Peers = plane
 	} else if c.AdvertiseAddr != "" || !isWildcard(c.HTTPAddr) {
 		// A lone node shows its HTTP URL in its member record too (validated).
 		bopts.Cluster.HTTPAddr, _ = c.httpAdvertise()
@@ -62,6 +63,7 @@ func serve(args []string) (err error) {
 	}
 	if plane != nil {
 		plane.Serve(b.HandleForward)
+		plane.ServeData(b.HandleData)
 		if err := plane.Register(b.Metrics().Registry); err != nil {
 			_ = b.Close() // the registration failure is the error to report
 			return err

@@ -57,6 +57,13 @@ type Options struct {
 	// Cluster says how this node finds and talks to the other nodes of its control
 	// plane; the zero value is a lone node.
 	Cluster meta.Cluster
+	// Peers reaches the other nodes' data planes. With it, this node opens only the
+	// partitions placed on it and forwards the rest; without it (a lone node) it holds
+	// every partition.
+	Peers Peers
+	// MaxPeerInflight bounds the forwarded requests in flight to one node (default
+	// DefaultMaxPeerInflight); past it a forwarded request answers 503.
+	MaxPeerInflight int
 }
 
 // The sync modes: the names --sync-mode takes.
@@ -139,6 +146,7 @@ type Broker struct {
 	// sweepPending: a deleted topic's data was kept because the metadata was not
 	// current then; the reconcile loop sweeps once it is.
 	sweepPending atomic.Bool
+	remote       *remote
 }
 
 // topic is the running form of one topic incarnation.
@@ -148,12 +156,15 @@ type topic struct {
 	cur         atomic.Pointer[meta.Topic] // settings; replaced whole on alter
 	schema      atomic.Pointer[compiledSchema]
 	dir         string
-	parts       []*partition.Partition
-	produce     atomic.Uint32 // round-robin for keyless produce
-	consume     atomic.Uint32 // first partition tried by the next consume
-	sig         signal
-	done        chan struct{} // closed when the incarnation is closed
-	metrics     *topicMetrics
+	// parts are the partitions, nil where another node holds the partition (the
+	// topic's placement names which).
+	parts   []*partition.Partition
+	waiting atomic.Int32  // consumes parked on this topic
+	produce atomic.Uint32 // round-robin for keyless produce
+	consume atomic.Uint32 // first partition tried by the next consume
+	sig     signal
+	done    chan struct{} // closed when the incarnation is closed
+	metrics *topicMetrics
 }
 
 // Open opens (or creates) the node's data directory and starts serving once its
@@ -176,6 +187,9 @@ func Open(opts Options) (*Broker, error) {
 	}
 	if opts.Syncer == nil {
 		opts.Syncer = GroupSync
+	}
+	if opts.MaxPeerInflight <= 0 {
+		opts.MaxPeerInflight = DefaultMaxPeerInflight
 	}
 	// The format is checked before anything in the directory is read or written, so a
 	// newer directory is never misread and an older one is upgraded first.
@@ -207,6 +221,7 @@ func Open(opts Options) (*Broker, error) {
 		stop:     make(chan struct{}),
 		draining: make(chan struct{}),
 		changed:  make(chan struct{}, 1),
+		remote:   newRemote(),
 	}
 	// Partition data lives under topics/, which exists now.
 	if b.syncer, b.syncCloser, err = opts.Syncer(filepath.Join(opts.DataDir, "topics")); err != nil {
@@ -438,6 +453,10 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 	t.metrics = b.metrics.forTopic(m.Name)
 	t.cur.Store(&m)
 	for i := int32(0); i < m.Partitions; i++ {
+		if !b.holds(m, i) {
+			t.parts = append(t.parts, nil)
+			continue
+		}
 		p, err := partition.Open(partition.Options{
 			Dir:          filepath.Join(t.dir, strconv.Itoa(int(i))),
 			Index:        uint32(i),
@@ -453,13 +472,25 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 		})
 		if err != nil {
 			for _, q := range t.parts {
-				_ = q.Close() // the open error is the one to report
+				if q != nil {
+					_ = q.Close() // the open error is the one to report
+				}
 			}
 			return nil, err
 		}
 		t.parts = append(t.parts, p)
 	}
 	return t, nil
+}
+
+// holds reports whether partition i of topic m is this node's to open: every partition
+// on a lone node (or one placed before the cluster had members), else the partitions
+// the placement gives this node.
+func (b *Broker) holds(m meta.Topic, i int32) bool {
+	if b.opts.Peers == nil || int(i) >= len(m.Placement) {
+		return true
+	}
+	return m.Placement[i].Leader == b.opts.NodeID
 }
 
 func sameTopic(a, b meta.Topic) bool {
@@ -473,7 +504,9 @@ func (b *Broker) applySettings(t *topic, m meta.Topic) {
 		return // only the fan-out links changed
 	}
 	for _, p := range t.parts {
-		p.SetConfig(queueConfig(m))
+		if p != nil {
+			p.SetConfig(queueConfig(m))
+		}
 	}
 	b.enforceRetention(t)
 }
@@ -517,6 +550,9 @@ func (b *Broker) closeTopic(t *topic, remove bool) {
 	close(t.done)
 	t.sig.broadcast()
 	for _, p := range t.parts {
+		if p == nil {
+			continue
+		}
 		if err := p.Close(); err != nil {
 			b.log.Warn("closing partition", "topic", t.name, "err", err)
 		}
@@ -553,6 +589,9 @@ func (b *Broker) retentionLoop() {
 func (b *Broker) enforceRetention(t *topic) {
 	cutoff := partition.WallMillis() - t.cur.Load().RetentionMs
 	for i, p := range t.parts {
+		if p == nil {
+			continue // its holder enforces it
+		}
 		n, err := p.EnforceRetention(cutoff)
 		if err != nil && !errors.Is(err, partition.ErrClosed) {
 			b.log.Error("retention failed", "topic", t.name, "partition", i, "err", err)

@@ -63,6 +63,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		var backlog, inFlight, ackedAhead, segments, bytes float64
 		oldest := int64(-1)
 		for _, p := range t.parts {
+			if p == nil {
+				continue // reported by the node that holds it
+			}
 			st := p.Stats()
 			backlog += float64(st.Backlog)
 			inFlight += float64(st.InFlight)
@@ -110,6 +113,9 @@ func collectFanout(b *Broker, ch chan<- prometheus.Metric, ts []*topic) {
 		b.copiersMu.Unlock()
 		lag := 0.0
 		for i, p := range pt.parts {
+			if p == nil {
+				continue // reported by the node that holds it
+			}
 			end, cursor := p.Stats().End, uint64(0)
 			if cp != nil {
 				cursor = cp.cursors[i].Load()

@@ -39,6 +39,7 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 		if waiting {
 			b.longPolls.Add(-1)
 			b.metrics.ConsumeWaiting.Dec()
+			t.waiting.Add(-1)
 		}
 	}()
 	for {
@@ -51,7 +52,7 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 		// Take the wake-up channel before looking, so a message arriving between the
 		// look and the wait still wakes us.
 		wake := t.sig.wait()
-		got, err := b.leaseFrom(t, max)
+		got, err := b.leaseFrom(ctx, t, max)
 		if len(got) > 0 && ctx.Err() != nil {
 			// The client went while we leased: hand the messages back at once.
 			b.handBack(t, got)
@@ -71,6 +72,12 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 			timer = time.NewTimer(wait)
 			waiting = true
 			b.metrics.ConsumeWaiting.Inc()
+			t.waiting.Add(1)
+			if t.hasRemote() {
+				// A message on a partition another node holds wakes this consume
+				// through that node's watch.
+				b.watchRemote(t)
+			}
 		}
 		select {
 		case <-wake:
@@ -95,7 +102,7 @@ func (b *Broker) handBack(t *topic, ds []Delivered) {
 		if err != nil {
 			continue
 		}
-		if err := t.parts[d.Partition].HandBack(h.Offset, h.Nonce); err != nil && !errors.Is(err, queue.ErrLeaseLost) {
+		if err := b.extendOn(t, int(d.Partition), h.Offset, h.Nonce, 0, dataHandBack); err != nil && !errors.Is(err, queue.ErrLeaseLost) {
 			b.log.Warn("handing back a lease of a gone client failed; the message is delivered again after its visibility timeout",
 				"topic", t.name, "partition", d.Partition, "offset", d.Offset, "err", err)
 		}
@@ -103,13 +110,16 @@ func (b *Broker) handBack(t *topic, ds []Delivered) {
 }
 
 // leaseFrom leases from the topic's partitions in turn, starting one further each call
-// so every partition is served.
-func (b *Broker) leaseFrom(t *topic, max int) ([]Delivered, error) {
+// so every partition is served, wherever it lives. A partition whose holder cannot be
+// reached is passed over while another answers: the consume is served from the
+// partitions that are up (and waits on them), and fails only when none is.
+func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) ([]Delivered, error) {
 	vis := time.Duration(t.cur.Load().VisibilityMs) * time.Millisecond
 	n := len(t.parts)
 	start := int(t.consume.Add(1) % uint32(n))
 	var out []Delivered
-	var firstErr error
+	var firstErr, downErr error
+	answered := false
 	size := 0
 	for k := 0; k < n && len(out) < max && size < MaxConsumeBytes; k++ {
 		i := (start + k) % n
@@ -117,13 +127,26 @@ func (b *Broker) leaseFrom(t *topic, max int) ([]Delivered, error) {
 		if len(out) == 0 {
 			budget = MaxConsumeBytes
 		}
-		ds, err := t.parts[i].Lease(max-len(out), vis, budget)
+		ds, err := b.leaseOn(ctx, t, i, max-len(out), vis, budget)
 		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if t.parts[i] == nil && (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown)) {
+				// The holder is down or busy: serve the others. A lease it may have
+				// taken comes back after the visibility timeout.
+				if downErr == nil {
+					downErr = err
+				}
+				continue
+			}
+			answered = true
 			if firstErr == nil {
 				firstErr = b.partitionErr(err, "read")
 			}
 			continue
 		}
+		answered = true
 		for _, d := range ds {
 			size += len(d.Record.Key) + len(d.Record.Value)
 			h := queue.Handle{Incarnation: t.incarnation, Partition: uint32(i), Offset: d.Record.Offset, Nonce: d.Nonce}
@@ -140,6 +163,9 @@ func (b *Broker) leaseFrom(t *topic, max int) ([]Delivered, error) {
 		t.metrics.delivered.Add(float64(len(out)))
 		t.metrics.deliveredBytes.Add(float64(size))
 		return out, nil
+	}
+	if firstErr == nil && !answered {
+		return nil, downErr // no partition could be asked
 	}
 	return nil, firstErr
 }

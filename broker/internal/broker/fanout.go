@@ -255,6 +255,9 @@ func (c *copier) round() (time.Duration, error) {
 	now := partition.WallMillis()
 	var errs error
 	for pp, p := range c.parent.parts {
+		if p == nil {
+			continue // the node holding this parent partition copies it
+		}
 		from := c.cursors[pp].Load()
 		recs, err := p.Read(from, copyBatch)
 		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 {
@@ -352,7 +355,7 @@ func (c *copier) copy(pp int, recs []segment.Record) error {
 	var mu sync.Mutex
 	var firstErr error
 	forEachPartition(groups, func(cp int, g []segment.Record) {
-		_, err := c.child.parts[cp].Append(g)
+		_, err := c.b.appendTo(context.Background(), c.child, cp, g)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -388,9 +391,13 @@ func (b *Broker) parentStart(parent string) ([]uint64, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	stats, errs := b.allStats(context.Background(), t)
 	start := make([]uint64, len(t.parts))
-	for i, p := range t.parts {
-		start[i] = p.Stats().End
+	for i := range t.parts {
+		if errs[i] != nil {
+			return nil, 0, errs[i]
+		}
+		start[i] = stats[i].End
 	}
 	return start, t.incarnation, nil
 }
@@ -472,21 +479,35 @@ func (b *Broker) Children(parent string) ([]ChildInfo, error) {
 			continue
 		}
 		ci := ChildInfo{Name: m.Name, DelayMs: m.FanoutDelayMs, Paused: b.fanoutDenied(m, parent)}
-		b.copiersMu.Lock()
-		c := b.copiers[copierKey{child: m.Name, childInc: m.Incarnation, attachID: m.AttachID}]
-		b.copiersMu.Unlock()
 		for i, p := range pt.parts {
-			l := ChildLag{Partition: int32(i), ParentNext: p.Stats().End}
-			if c != nil {
-				l.Cursor = c.cursors[i].Load()
-			} else if i < len(m.FanoutStart) {
-				l.Cursor = m.FanoutStart[i]
+			if p == nil {
+				l, err := b.remoteLag(pt, i, m)
+				if err != nil {
+					return nil, err
+				}
+				ci.Lag = append(ci.Lag, l)
+				continue
 			}
-			ci.Lag = append(ci.Lag, l)
+			ci.Lag = append(ci.Lag, b.localLag(pt, i, m))
 		}
 		out = append(out, ci)
 	}
 	return out, nil
+}
+
+// localLag is how far child m's copy is behind partition i of parent pt, which this
+// node holds (and copies).
+func (b *Broker) localLag(pt *topic, i int, m meta.Topic) ChildLag {
+	b.copiersMu.Lock()
+	c := b.copiers[copierKey{child: m.Name, childInc: m.Incarnation, attachID: m.AttachID}]
+	b.copiersMu.Unlock()
+	l := ChildLag{Partition: int32(i), ParentNext: pt.parts[i].Stats().End}
+	if c != nil {
+		l.Cursor = c.cursors[i].Load()
+	} else if i < len(m.FanoutStart) {
+		l.Cursor = m.FanoutStart[i]
+	}
+	return l
 }
 
 // reconcileCopiers runs one copier per attached child and stops the rest.

@@ -38,6 +38,9 @@ type Metrics struct {
 	RetentionDeleted  *prometheus.CounterVec // messages deleted by retention, by topic
 	SyncDuration      prometheus.Histogram   // one shared sync round's duration
 	SyncGroupFiles    prometheus.Histogram   // files made durable by one shared sync round
+	// Forwarded times partition operations sent to the node holding the partition, by
+	// operation and outcome (ok, unreachable, saturated, unknown, error).
+	Forwarded *prometheus.HistogramVec
 
 	// syncStats reads the node's shared sync group (set by Open in group sync mode).
 	syncStats atomic.Pointer[func() vfs.SyncStats]
@@ -135,6 +138,11 @@ func NewMetrics() *Metrics {
 		DeliveredBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_delivered_bytes_total", Help: "Key and payload bytes of the messages handed out under a lease.",
 		}, []string{"topic"}),
+		Forwarded: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "narad_forwarded_duration_seconds",
+			Help:    "Partition operations forwarded to the node holding the partition, by operation and outcome (ok, unreachable, saturated, unknown: the holder went silent, error); a watch is a long poll's wait.",
+			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20},
+		}, []string{"op", "outcome"}),
 		Nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_nacks_total", Help: "Leases handed back by a nack (extend 0), for redelivery at once.",
 		}, []string{"topic"}),
@@ -167,7 +175,7 @@ func NewMetrics() *Metrics {
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
 		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged,
-		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles,
+		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded,
 		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -45,6 +45,19 @@ func PartitionForKey(key []byte, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
+// upPartition returns the first partition from p on (in turn) whose holder is worth
+// asking now, or p when none is.
+func (b *Broker) upPartition(t *topic, p int) int {
+	n := len(t.parts)
+	for k := range n {
+		i := (p + k) % n
+		if node := t.holderOf(i); node == "" || b.peerUp(node) {
+			return i
+		}
+	}
+	return p
+}
+
 // Produce stores messages durably: every message is fsynced before it returns. Messages
 // for one partition are written in one append (one fsync, shared with concurrent
 // producers); partitions are written in parallel. When some partitions' writes failed
@@ -109,7 +122,7 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 			p = PartitionForKey(m.Key, n)
 		default:
 			if sticky < 0 {
-				sticky = int(t.produce.Add(1) % uint32(n))
+				sticky = b.upPartition(t, int(t.produce.Add(1)%uint32(n)))
 			}
 			p = sticky
 		}
@@ -117,10 +130,23 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 	}
 	write := func(p int, idx []int) error {
 		recs := make([]segment.Record, len(idx))
+		keyless := true
 		for j, i := range idx {
 			recs[j] = segment.Record{Key: msgs[i].Key, Value: msgs[i].Value, Attrs: msgs[i].Attrs}
+			keyless = keyless && msgs[i].Key == nil && msgs[i].Partition < 0
 		}
-		first, err := t.parts[p].Append(recs)
+		first, err := b.appendTo(ctx, t, p, recs)
+		// Messages that chose no partition may go to any: when the holder certainly
+		// did not get them, they go to the next partition whose holder is up. A write
+		// whose outcome is unknown is never sent again (it may be stored).
+		for tried := 1; err != nil && keyless && tried < n && errors.Is(err, ErrPartitionDown); tried++ {
+			next := b.upPartition(t, (p+1)%n)
+			if next == p {
+				break
+			}
+			p = next
+			first, err = b.appendTo(ctx, t, p, recs)
+		}
 		if err != nil {
 			return b.partitionErr(err, "produce")
 		}

@@ -14,21 +14,11 @@ func (b *Broker) Read(ctx context.Context, name string, part int32, from *uint64
 	if part < 0 || int(part) >= len(t.parts) {
 		return nil, 0, ErrPartitionNotFound
 	}
-	p := t.parts[part]
 	start := uint64(0)
 	if from != nil {
 		start = *from
 	}
-	if fromTimeMs != nil {
-		o, err := p.OffsetForTime(*fromTimeMs)
-		if err != nil {
-			return nil, 0, b.partitionErr(err, "read")
-		}
-		if o > start {
-			start = o
-		}
-	}
-	recs, err := p.Read(start, max)
+	recs, start, st, err := b.readOn(ctx, t, int(part), start, fromTimeMs, max)
 	if err != nil {
 		return nil, 0, b.partitionErr(err, "read")
 	}
@@ -36,7 +26,7 @@ func (b *Broker) Read(ctx context.Context, name string, part int32, from *uint64
 	next := start
 	// next_offset never points before the oldest message nor past the end of the log,
 	// so a client following the log from it never skips what is written later.
-	if st := p.Stats(); next < st.Oldest {
+	if next < st.Oldest {
 		next = st.Oldest
 	} else if next > st.End {
 		next = st.End
@@ -60,7 +50,11 @@ func (b *Broker) ReadOne(ctx context.Context, name string, part int32, offset ui
 		if err != nil {
 			return nil, err
 		}
-		if offset < t.parts[part].Stats().Oldest {
+		st, err := b.statsOf(ctx, t, int(part))
+		if err != nil {
+			return nil, err
+		}
+		if offset < st.Oldest {
 			return nil, ErrOffsetOutOfRange
 		}
 		return nil, nil

@@ -75,15 +75,15 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 			continue
 		}
 		handles[i] = h
-		p := t.parts[h.Partition]
+		p := int(h.Partition)
 		switch r.Mode {
 		case Settle:
 			settles[h.Partition] = append(settles[h.Partition], i)
 			continue
 		case Renew:
-			errs[i] = p.Extend(h.Offset, h.Nonce, vis)
+			errs[i] = b.extendOn(t, p, h.Offset, h.Nonce, vis, dataExtend)
 		case ExtendBy:
-			errs[i] = p.Extend(h.Offset, h.Nonce, r.Delay)
+			errs[i] = b.extendOn(t, p, h.Offset, h.Nonce, r.Delay, dataExtend)
 			if r.Delay == 0 && errs[i] == nil {
 				t.metrics.nacks.Inc()
 			}
@@ -95,7 +95,7 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 		for j, i := range idx {
 			sr[j] = partition.SettleReq{Offset: handles[i].Offset, Nonce: handles[i].Nonce}
 		}
-		res := t.parts[pi].Settle(sr)
+		res := b.settleOn(t, int(pi), sr)
 		settled := 0
 		for j, i := range idx {
 			errs[i] = b.ackErr(res[j], "settle")

@@ -153,9 +153,17 @@ func (b *Broker) Topic(name string) (meta.Topic, []PartitionInfo, error) {
 	if err != nil {
 		return meta.Topic{}, nil, err
 	}
+	stats, errs := b.allStats(context.Background(), t)
 	infos := make([]PartitionInfo, len(t.parts))
-	for i, p := range t.parts {
-		infos[i] = PartitionInfo{Index: int32(i), Stats: p.Stats(), Leader: b.opts.NodeID}
+	for i := range t.parts {
+		if errs[i] != nil {
+			return meta.Topic{}, nil, errs[i]
+		}
+		leader := t.holderOf(i)
+		if leader == "" {
+			leader = b.opts.NodeID
+		}
+		infos[i] = PartitionInfo{Index: int32(i), Stats: stats[i], Leader: leader}
 	}
 	return *t.cur.Load(), infos, nil
 }

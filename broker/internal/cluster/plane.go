@@ -24,6 +24,10 @@ import (
 // forwarded writes, read indexes, joins, heartbeats and identity questions).
 const OpMeta uint16 = 1
 
+// OpData is the node-plane operation that carries partition operations to the node
+// holding the partition (the broker's forwarded produce, lease, settle, read, watch).
+const OpData uint16 = 2
+
 // codeNotServing answers OpMeta while this node's control plane is not open yet (or
 // closed): the handler never ran, so the caller may send again.
 const codeNotServing = transport.CodeFirstApp
@@ -48,6 +52,7 @@ type Plane struct {
 	node    *transport.Node
 	raft    *raft.NetworkTransport
 	handler atomic.Pointer[func(context.Context, []byte) ([]byte, error)]
+	data    atomic.Pointer[func(context.Context, []byte) ([]byte, error)]
 	metrics *planeMetrics
 }
 
@@ -69,6 +74,7 @@ func Start(opts Options) (*Plane, error) {
 	}
 	p := &Plane{node: n, metrics: newPlaneMetrics()}
 	n.Handle(OpMeta, p.serveMeta)
+	n.Handle(OpData, p.serveData)
 	if err := n.Start(); err != nil {
 		return nil, err
 	}
@@ -84,6 +90,32 @@ func (p *Plane) serveMeta(ctx context.Context, _ string, req []byte) ([]byte, er
 		return nil, &transport.RemoteError{Code: codeNotServing, Message: "the control plane of this node is not open yet"}
 	}
 	return (*h)(ctx, req)
+}
+
+func (p *Plane) serveData(ctx context.Context, _ string, req []byte) ([]byte, error) {
+	h := p.data.Load()
+	if h == nil {
+		return nil, &transport.RemoteError{Code: codeNotServing, Message: "the data plane of this node is not open yet"}
+	}
+	return (*h)(ctx, req)
+}
+
+// ServeData routes OpData to h (the broker's HandleData).
+func (p *Plane) ServeData(h func(context.Context, []byte) ([]byte, error)) { p.data.Store(&h) }
+
+// Call sends a partition operation to the node at addr (OpData): the broker's Peers.
+// An error wraps meta.ErrNotDelivered when the request certainly did not run there.
+func (p *Plane) Call(ctx context.Context, addr string, req []byte) ([]byte, error) {
+	out, err := p.node.Call(ctx, addr, OpData, req)
+	if err == nil {
+		return out, nil
+	}
+	var re *transport.RemoteError
+	if errors.Is(err, transport.ErrNotSent) || errors.Is(err, transport.ErrBusy) ||
+		(errors.As(err, &re) && re.Code == codeNotServing) {
+		return nil, fmt.Errorf("%w: %w", meta.ErrNotDelivered, err)
+	}
+	return nil, err
 }
 
 // Serve routes OpMeta to h (meta's Store.HandleForward, through the broker).

@@ -141,6 +141,15 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, broker.ErrTooManyLongPolls):
 		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
 			msg: "the node holds its maximum of waiting consumes; retry after Retry-After seconds, or consume with a shorter wait"}
+	case errors.Is(err, broker.ErrOutcomeUnknown):
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeTimeout, retryAfter: 1,
+			msg: "the node holding the partition did not answer in time: the outcome is unknown (a write may be stored), retry if duplicates are acceptable"}
+	case errors.Is(err, broker.ErrPeerSaturated):
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
+			msg: "this node has its limit of requests in flight to the node holding the partition (--max-peer-inflight) and did not send this one; retry after Retry-After seconds"}
+	case errors.Is(err, broker.ErrPartitionDown):
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
+			msg: "the node holding the partition cannot be reached now and nothing was done; retry after Retry-After seconds (other partitions, and produces without a key or partition, are served)"}
 	case errors.Is(err, broker.ErrUnavailable):
 		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
 			msg: "the broker cannot serve this now (starting, stopping or failing over); retry after Retry-After seconds"}

@@ -311,6 +311,9 @@ func (s *Store) ClusterID() string { return s.fsm.cluster() }
 // Members returns the members as this node knows them, by id.
 func (s *Store) Members() []Member { return s.fsm.memberList() }
 
+// Member returns the member of node id id as this node's replica knows it.
+func (s *Store) Member(id string) (Member, bool) { return s.fsm.member(id) }
+
 // MemberLoads returns, per node id, the partitions it holds and leads.
 func (s *Store) MemberLoads() map[string]MemberLoad { return s.fsm.loads() }
 

@@ -1,0 +1,665 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/partition"
+	"github.com/narad-mq/narad/broker/internal/queue"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
+)
+
+// A Peers reaches the other nodes' data planes: cmd/narad gives the node plane's
+// data operation. A node without one (a lone node) holds every partition itself.
+//
+// Call sends req to the node at the cluster address addr and returns its answer. An
+// error that wraps meta.ErrNotDelivered means the request certainly did not run there
+// (no connection, the peer refused it unread); any other error leaves the outcome
+// unknown.
+type Peers interface {
+	Call(ctx context.Context, addr string, req []byte) ([]byte, error)
+}
+
+// ErrOutcomeUnknown means the node holding a partition went silent after it was sent a
+// write: the write may or may not be stored. It is never retried on another partition.
+var ErrOutcomeUnknown = errors.New("the outcome is unknown")
+
+// ErrPartitionDown means the node holding a partition cannot be reached now.
+var ErrPartitionDown = errors.New("the node holding the partition is unreachable")
+
+// ErrPeerSaturated means this node has its limit of requests in flight to the node
+// holding a partition.
+var ErrPeerSaturated = errors.New("too many requests in flight to the node holding the partition")
+
+const (
+	// remoteCallTimeout bounds one forwarded operation (a long poll's wait excepted):
+	// the client gets 503 within it when the holder went silent.
+	remoteCallTimeout = 5 * time.Second
+	// remoteDownFor is how long a holder that failed a call is not sent new requests:
+	// they answer 503 at once instead of each waiting out remoteCallTimeout.
+	remoteDownFor = time.Second
+	// remoteWaitFor bounds one long-poll watch on a holder (it is made again while
+	// consumers wait).
+	remoteWaitFor = 10 * time.Second
+	// holderCatchUp is how long a holder waits for its metadata to reach a topic it was
+	// sent a request for (a create it has not applied yet).
+	holderCatchUp = 3 * time.Second
+	// DefaultMaxPeerInflight bounds the forwarded requests in flight to one node.
+	DefaultMaxPeerInflight = 512
+)
+
+// Data-plane request kinds.
+const (
+	dataAppend   = "append"
+	dataLease    = "lease"
+	dataSettle   = "settle"
+	dataExtend   = "extend"
+	dataHandBack = "hand_back"
+	dataRead     = "read"
+	dataStats    = "stats"
+	dataWait     = "wait"
+	dataLag      = "lag"
+)
+
+// dataReq is one partition operation sent to the node that holds the partition. The
+// entry node has authenticated and authorized the client; Principal names who, for
+// the holder's logs (credentials never travel).
+type dataReq struct {
+	Kind        string                `json:"kind"`
+	Topic       string                `json:"topic"`
+	Incarnation uint64                `json:"inc"`
+	Partition   int32                 `json:"part"`
+	Parts       []int32               `json:"parts,omitempty"`
+	Principal   string                `json:"principal,omitempty"`
+	Records     []segment.Record      `json:"records,omitempty"`
+	Limit       int                   `json:"limit,omitempty"`
+	DurationMs  int64                 `json:"duration_ms,omitempty"`
+	MaxBytes    int                   `json:"max_bytes,omitempty"`
+	Settles     []partition.SettleReq `json:"settles,omitempty"`
+	Offset      uint64                `json:"offset,omitempty"`
+	Nonce       queue.Nonce           `json:"nonce"`
+	FromTimeMs  *int64                `json:"from_time_ms,omitempty"`
+	// Child names a fan-out child (lag): its name, incarnation and attach id.
+	Child    string `json:"child,omitempty"`
+	ChildInc uint64 `json:"child_inc,omitempty"`
+	AttachID uint64 `json:"attach_id,omitempty"`
+}
+
+type dataResp struct {
+	First      uint64               `json:"first,omitempty"`
+	Deliveries []partition.Delivery `json:"deliveries,omitempty"`
+	Records    []segment.Record     `json:"records,omitempty"`
+	Start      uint64               `json:"start,omitempty"`
+	Stats      *queue.Stats         `json:"stats,omitempty"`
+	Errs       []*wireErr           `json:"errs,omitempty"`
+	Ready      bool                 `json:"ready,omitempty"`
+	Lag        *ChildLag            `json:"lag,omitempty"`
+	Err        *wireErr             `json:"err,omitempty"`
+}
+
+// wireErr carries a partition's error to the entry node, which maps it as it maps a
+// local partition's (partitionErr, ackErr).
+type wireErr struct {
+	Code string `json:"code"`
+	Msg  string `json:"msg"`
+}
+
+var dataSentinels = []struct {
+	code string
+	err  error
+}{
+	{"lease_lost", queue.ErrLeaseLost},
+	{"acked_ahead_full", queue.ErrAckedAheadFull},
+	{"not_undone", segment.ErrNotUndone}, // before storage: both match such an error
+	{"corrupt", partition.ErrCorrupt},
+	{"disk_full", partition.ErrDiskFull},
+	{"storage", partition.ErrStorage},
+	{"closed", partition.ErrClosed},
+	{"topic_not_found", ErrTopicNotFound},
+	{"unavailable", ErrUnavailable},
+}
+
+func toWireErr(err error) *wireErr {
+	if err == nil {
+		return nil
+	}
+	for _, s := range dataSentinels {
+		if errors.Is(err, s.err) {
+			code := s.code
+			if code == "not_undone" && !errors.Is(err, partition.ErrStorage) {
+				continue
+			}
+			return &wireErr{Code: code, Msg: err.Error()}
+		}
+	}
+	return &wireErr{Code: "internal", Msg: err.Error()}
+}
+
+func fromWireErr(w *wireErr) error {
+	if w == nil {
+		return nil
+	}
+	for _, s := range dataSentinels {
+		if s.code == w.Code {
+			if s.code == "not_undone" {
+				return fmt.Errorf("%w: %w: %s", partition.ErrStorage, segment.ErrNotUndone, w.Msg)
+			}
+			return fmt.Errorf("%w (on the node holding the partition: %s)", s.err, w.Msg)
+		}
+	}
+	return fmt.Errorf("the node holding the partition failed: %s", w.Msg)
+}
+
+// remote is a node's state about the other nodes it forwards to.
+type remote struct {
+	mu       sync.Mutex
+	inflight map[string]int       // node id → forwarded requests in flight
+	downTill map[string]time.Time // node id → when to try it again
+	watch    map[watchKey]bool    // long-poll watches running
+}
+
+type watchKey struct {
+	topic string
+	inc   uint64
+	node  string
+}
+
+func newRemote() *remote {
+	return &remote{inflight: map[string]int{}, downTill: map[string]time.Time{}, watch: map[watchKey]bool{}}
+}
+
+// holderOf returns the node that holds partition p of topic t ("" for this node).
+func (t *topic) holderOf(p int) string {
+	if p < len(t.parts) && t.parts[p] != nil {
+		return ""
+	}
+	m := t.cur.Load()
+	if p < len(m.Placement) {
+		return m.Placement[p].Leader
+	}
+	return ""
+}
+
+// hasRemote reports whether some partition of t lives on another node.
+func (t *topic) hasRemote() bool {
+	for _, p := range t.parts {
+		if p == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// peerUp reports whether node is worth sending a request to now: a member the control
+// plane thinks alive that has not just failed a call.
+func (b *Broker) peerUp(node string) bool {
+	if m, ok := b.meta.Member(node); ok && m.Status != meta.StatusAlive {
+		return false
+	}
+	b.remote.mu.Lock()
+	defer b.remote.mu.Unlock()
+	return !time.Now().Before(b.remote.downTill[node])
+}
+
+// call sends one data request to node and decodes the answer. An error of its own
+// (not the partition's) wraps ErrUnavailable plus ErrPartitionDown or ErrPeerSaturated
+// when the request certainly did not run, and ErrOutcomeUnknown when it may have.
+func (b *Broker) call(ctx context.Context, node string, req *dataReq, timeout time.Duration) (*dataResp, error) {
+	start := time.Now()
+	resp, err := b.callOnce(ctx, node, req, timeout)
+	outcome := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrPeerSaturated):
+		outcome = "saturated"
+	case errors.Is(err, ErrPartitionDown):
+		outcome = "unreachable"
+	case errors.Is(err, ErrOutcomeUnknown):
+		outcome = "unknown"
+	default:
+		outcome = "error"
+	}
+	b.metrics.Forwarded.WithLabelValues(req.Kind, outcome).Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+func (b *Broker) callOnce(ctx context.Context, node string, req *dataReq, timeout time.Duration) (*dataResp, error) {
+	if b.opts.Peers == nil {
+		return nil, fmt.Errorf("%w: %w: partition of topic %q is placed on node %q and this node has no node plane", ErrUnavailable, ErrPartitionDown, req.Topic, node)
+	}
+	m, ok := b.meta.Member(node)
+	if !ok || m.ClusterAddr == "" {
+		return nil, fmt.Errorf("%w: %w: node %q holding partition %d of topic %q is not a member", ErrUnavailable, ErrPartitionDown, node, req.Partition, req.Topic)
+	}
+	if !b.peerUp(node) {
+		return nil, fmt.Errorf("%w: %w: node %q holding partition %d of topic %q is %s", ErrUnavailable, ErrPartitionDown, node, req.Partition, req.Topic, b.peerState(node, m))
+	}
+	// Watches are not counted: there is at most one per topic and holder, and they
+	// park by design.
+	if req.Kind != dataWait {
+		r := b.remote
+		r.mu.Lock()
+		if r.inflight[node] >= b.opts.MaxPeerInflight {
+			r.mu.Unlock()
+			b.log.Warn("a forwarded request was refused: too many in flight to the node holding the partition", "node", node, "limit", b.opts.MaxPeerInflight)
+			return nil, fmt.Errorf("%w: %w (%d, to node %q)", ErrUnavailable, ErrPeerSaturated, b.opts.MaxPeerInflight, node)
+		}
+		r.inflight[node]++
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			r.inflight[node]--
+			r.mu.Unlock()
+		}()
+	}
+
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := b.opts.Peers.Call(cctx, m.ClusterAddr, body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // the client went; not the holder's fault
+		}
+		b.markDown(node)
+		if errors.Is(err, meta.ErrNotDelivered) {
+			return nil, fmt.Errorf("%w: %w: node %q holding partition %d of topic %q: %w", ErrUnavailable, ErrPartitionDown, node, req.Partition, req.Topic, err)
+		}
+		b.log.Warn("a forwarded request's outcome is unknown: the node holding the partition went silent",
+			"node", node, "topic", req.Topic, "partition", req.Partition, "op", req.Kind, "err", err)
+		return nil, fmt.Errorf("%w: node %q holding partition %d of topic %q did not answer: %w", ErrOutcomeUnknown, node, req.Partition, req.Topic, err)
+	}
+	b.markUp(node)
+	var resp dataResp
+	if err := json.Unmarshal(out, &resp); err != nil {
+		return nil, fmt.Errorf("%w: an answer of node %q could not be read: %w", ErrOutcomeUnknown, node, err)
+	}
+	return &resp, nil
+}
+
+func (b *Broker) peerState(node string, m meta.Member) string {
+	if m.Status != meta.StatusAlive {
+		return "not alive (" + string(m.Status) + ")"
+	}
+	return "not answering"
+}
+
+func (b *Broker) markDown(node string) {
+	b.remote.mu.Lock()
+	b.remote.downTill[node] = time.Now().Add(remoteDownFor)
+	b.remote.mu.Unlock()
+}
+
+func (b *Broker) markUp(node string) {
+	b.remote.mu.Lock()
+	delete(b.remote.downTill, node)
+	b.remote.mu.Unlock()
+}
+
+func (b *Broker) dataReq(t *topic, kind string, p int) *dataReq {
+	return &dataReq{Kind: kind, Topic: t.name, Incarnation: t.incarnation, Partition: int32(p)}
+}
+
+// appendTo appends records to partition p of t, wherever it lives.
+func (b *Broker) appendTo(ctx context.Context, t *topic, p int, recs []segment.Record) (uint64, error) {
+	if lp := t.parts[p]; lp != nil {
+		return lp.Append(recs)
+	}
+	req := b.dataReq(t, dataAppend, p)
+	req.Records = recs
+	// The write is not tied to the client: once sent it runs to its end on the holder,
+	// as a local append runs to its fsync.
+	resp, err := b.call(context.WithoutCancel(ctx), t.holderOf(p), req, remoteCallTimeout)
+	if err != nil {
+		return 0, err
+	}
+	return resp.First, fromWireErr(resp.Err)
+}
+
+// leaseOn leases from partition p of t, wherever it lives.
+func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.Duration, maxBytes int) ([]partition.Delivery, error) {
+	if lp := t.parts[p]; lp != nil {
+		return lp.Lease(limit, vis, maxBytes)
+	}
+	req := b.dataReq(t, dataLease, p)
+	req.Limit, req.DurationMs, req.MaxBytes = limit, vis.Milliseconds(), maxBytes
+	resp, err := b.call(ctx, t.holderOf(p), req, remoteCallTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Deliveries, fromWireErr(resp.Err)
+}
+
+// settleOn settles leases of partition p of t, wherever it lives.
+func (b *Broker) settleOn(t *topic, p int, reqs []partition.SettleReq) []error {
+	if lp := t.parts[p]; lp != nil {
+		return lp.Settle(reqs)
+	}
+	req := b.dataReq(t, dataSettle, p)
+	req.Settles = reqs
+	errs := make([]error, len(reqs))
+	resp, err := b.call(context.Background(), t.holderOf(p), req, remoteCallTimeout)
+	if err == nil && len(resp.Errs) != len(reqs) {
+		err = fmt.Errorf("%w: node %q answered %d results for %d settles", ErrOutcomeUnknown, t.holderOf(p), len(resp.Errs), len(reqs))
+	}
+	for i := range errs {
+		if err != nil {
+			errs[i] = err
+		} else {
+			errs[i] = fromWireErr(resp.Errs[i])
+		}
+	}
+	return errs
+}
+
+// extendOn extends (or, with d 0, hands back) a lease of partition p of t.
+func (b *Broker) extendOn(t *topic, p int, off uint64, n queue.Nonce, d time.Duration, kind string) error {
+	if lp := t.parts[p]; lp != nil {
+		if kind == dataHandBack {
+			return lp.HandBack(off, n)
+		}
+		return lp.Extend(off, n, d)
+	}
+	req := b.dataReq(t, kind, p)
+	req.Offset, req.Nonce, req.DurationMs = off, n, d.Milliseconds()
+	resp, err := b.call(context.Background(), t.holderOf(p), req, remoteCallTimeout)
+	if err != nil {
+		return err
+	}
+	return fromWireErr(resp.Err)
+}
+
+// readOn reads up to max records of partition p from offset from (or from the first
+// at or after fromTimeMs, when that is later), and returns where the read started and
+// the partition's counters.
+func (b *Broker) readOn(ctx context.Context, t *topic, p int, from uint64, fromTimeMs *int64, max int) ([]segment.Record, uint64, queue.Stats, error) {
+	if lp := t.parts[p]; lp != nil {
+		return readLocal(lp, from, fromTimeMs, max)
+	}
+	req := b.dataReq(t, dataRead, p)
+	req.Offset, req.FromTimeMs, req.Limit = from, fromTimeMs, max
+	resp, err := b.call(ctx, t.holderOf(p), req, remoteCallTimeout)
+	if err != nil {
+		return nil, 0, queue.Stats{}, err
+	}
+	var st queue.Stats
+	if resp.Stats != nil {
+		st = *resp.Stats
+	}
+	return resp.Records, resp.Start, st, fromWireErr(resp.Err)
+}
+
+func readLocal(p *partition.Partition, from uint64, fromTimeMs *int64, max int) ([]segment.Record, uint64, queue.Stats, error) {
+	if fromTimeMs != nil {
+		o, err := p.OffsetForTime(*fromTimeMs)
+		if err != nil {
+			return nil, from, queue.Stats{}, err
+		}
+		from = max64(from, o)
+	}
+	recs, err := p.Read(from, max)
+	return recs, from, p.Stats(), err
+}
+
+func max64(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// statsOf returns the counters of partition p of t, wherever it lives.
+func (b *Broker) statsOf(ctx context.Context, t *topic, p int) (queue.Stats, error) {
+	if lp := t.parts[p]; lp != nil {
+		return lp.Stats(), nil
+	}
+	resp, err := b.call(ctx, t.holderOf(p), b.dataReq(t, dataStats, p), remoteCallTimeout)
+	if err != nil {
+		return queue.Stats{}, err
+	}
+	if err := fromWireErr(resp.Err); err != nil {
+		return queue.Stats{}, err
+	}
+	if resp.Stats == nil {
+		return queue.Stats{}, fmt.Errorf("%w: node %q sent no counters", ErrOutcomeUnknown, t.holderOf(p))
+	}
+	return *resp.Stats, nil
+}
+
+// remoteLag asks the node holding partition i of parent pt how far child m's copy
+// of it is behind (that node runs the copy).
+func (b *Broker) remoteLag(pt *topic, i int, m meta.Topic) (ChildLag, error) {
+	req := b.dataReq(pt, dataLag, i)
+	req.Child, req.ChildInc, req.AttachID = m.Name, m.Incarnation, m.AttachID
+	resp, err := b.call(context.Background(), pt.holderOf(i), req, remoteCallTimeout)
+	if err != nil {
+		return ChildLag{}, err
+	}
+	if err := fromWireErr(resp.Err); err != nil {
+		return ChildLag{}, err
+	}
+	if resp.Lag == nil {
+		return ChildLag{}, fmt.Errorf("%w: node %q sent no lag", ErrOutcomeUnknown, pt.holderOf(i))
+	}
+	return *resp.Lag, nil
+}
+
+// allStats returns every partition's counters, asking the holders in parallel. A
+// partition whose holder cannot answer has its error in errs.
+func (b *Broker) allStats(ctx context.Context, t *topic) ([]queue.Stats, []error) {
+	out := make([]queue.Stats, len(t.parts))
+	errs := make([]error, len(t.parts))
+	var wg sync.WaitGroup
+	for i := range t.parts {
+		if t.parts[i] != nil {
+			out[i] = t.parts[i].Stats()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = b.statsOf(ctx, t, i)
+		}()
+	}
+	wg.Wait()
+	return out, errs
+}
+
+// watchRemote makes sure a watch runs on every other node holding partitions of t
+// while consumers wait on this node: a watch is a long request the holder answers when
+// one of its partitions of t has a message ready, and it wakes the waiting consumers
+// (t.sig) so they lease again. One watch per topic and holder serves every consumer
+// waiting here.
+func (b *Broker) watchRemote(t *topic) {
+	byNode := map[string][]int32{}
+	for i := range t.parts {
+		if t.parts[i] == nil {
+			byNode[t.holderOf(i)] = append(byNode[t.holderOf(i)], int32(i))
+		}
+	}
+	for node, parts := range byNode {
+		k := watchKey{topic: t.name, inc: t.incarnation, node: node}
+		b.remote.mu.Lock()
+		running := b.remote.watch[k]
+		b.remote.watch[k] = true
+		b.remote.mu.Unlock()
+		if !running {
+			b.wg.Add(1)
+			go b.watch(t, k, parts)
+		}
+	}
+}
+
+// watch runs one topic's watch on one holder while consumers of the topic wait here.
+func (b *Broker) watch(t *topic, k watchKey, parts []int32) {
+	defer b.wg.Done()
+	defer func() {
+		b.remote.mu.Lock()
+		delete(b.remote.watch, k)
+		b.remote.mu.Unlock()
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-t.done:
+		case <-b.stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	for t.waiting.Load() > 0 && ctx.Err() == nil {
+		req := b.dataReq(t, dataWait, int(parts[0]))
+		req.Parts, req.DurationMs = parts, remoteWaitFor.Milliseconds()
+		resp, err := b.call(ctx, k.node, req, remoteWaitFor+remoteCallTimeout)
+		switch {
+		case err == nil && resp.Err == nil:
+			if resp.Ready {
+				t.sig.broadcast()
+			}
+			continue
+		case ctx.Err() != nil:
+			return
+		}
+		// The holder is down or refused: its partitions cannot be leased now anyway.
+		// Look again after a pause, and wake the consumers then, in case it came back
+		// with messages ready.
+		select {
+		case <-time.After(remoteDownFor):
+			t.sig.broadcast()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// HandleData runs a partition operation another node forwarded to this node, which
+// holds the partition (the node plane's data operation).
+func (b *Broker) HandleData(ctx context.Context, body []byte) ([]byte, error) {
+	var req dataReq
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fmt.Errorf("a data request could not be read: %w", err)
+	}
+	resp := b.serveData(ctx, &req)
+	return json.Marshal(resp)
+}
+
+func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
+	t, err := b.heldTopic(ctx, req)
+	if err != nil {
+		return &dataResp{Err: toWireErr(err)}
+	}
+	p := t.parts[req.Partition]
+	var resp dataResp
+	switch req.Kind {
+	case dataAppend:
+		resp.First, err = p.Append(req.Records)
+		if err != nil {
+			b.log.Warn("a forwarded append failed", "topic", t.name, "partition", req.Partition, "principal", req.Principal, "err", err)
+		}
+	case dataLease:
+		resp.Deliveries, err = p.Lease(req.Limit, time.Duration(req.DurationMs)*time.Millisecond, req.MaxBytes)
+	case dataSettle:
+		for _, e := range p.Settle(req.Settles) {
+			resp.Errs = append(resp.Errs, toWireErr(e))
+		}
+	case dataExtend:
+		err = p.Extend(req.Offset, req.Nonce, time.Duration(req.DurationMs)*time.Millisecond)
+	case dataHandBack:
+		err = p.HandBack(req.Offset, req.Nonce)
+	case dataRead:
+		var st queue.Stats
+		resp.Records, resp.Start, st, err = readLocal(p, req.Offset, req.FromTimeMs, req.Limit)
+		resp.Stats = &st
+	case dataStats:
+		st := p.Stats()
+		resp.Stats = &st
+	case dataLag:
+		m, ok := b.meta.Topic(req.Child)
+		if !ok || m.Incarnation != req.ChildInc || m.AttachID != req.AttachID {
+			err = fmt.Errorf("%w: child %q changed while its lag was read", ErrUnavailable, req.Child)
+			break
+		}
+		l := b.localLag(t, int(req.Partition), m)
+		resp.Lag = &l
+	case dataWait:
+		resp.Ready, err = b.waitReady(ctx, t, req.Parts, time.Duration(req.DurationMs)*time.Millisecond)
+	default:
+		err = fmt.Errorf("unknown data request %q (a newer node sent it)", req.Kind)
+	}
+	if err != nil && errors.Is(err, partition.ErrClosed) && b.closing.Load() {
+		err = errors.Join(ErrUnavailable, err)
+	}
+	resp.Err = toWireErr(err)
+	return &resp
+}
+
+// heldTopic finds the topic incarnation a forwarded request names, waiting a little
+// for this node's metadata when the request is for an incarnation it has not applied
+// yet (the entry node saw the create first).
+func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
+	deadline := time.Now().Add(holderCatchUp)
+	for {
+		t, err := b.lookup(req.Topic)
+		switch {
+		case err == nil && t.incarnation == req.Incarnation:
+			ps := append([]int32{req.Partition}, req.Parts...)
+			for _, p := range ps {
+				if p < 0 || int(p) >= len(t.parts) || t.parts[p] == nil {
+					return nil, fmt.Errorf("%w: partition %d of topic %q is not held by node %q", ErrUnavailable, p, req.Topic, b.opts.NodeID)
+				}
+			}
+			return t, nil
+		case err == nil && t.incarnation > req.Incarnation:
+			// The entry node's metadata is behind: the topic it means was deleted.
+			return nil, fmt.Errorf("%w: topic %q was deleted and created again", ErrTopicNotFound, req.Topic)
+		case err != nil && !errors.Is(err, ErrTopicNotFound):
+			return nil, err
+		case err != nil && b.meta.AppliedIndex() >= req.Incarnation:
+			// This node applied the create and the topic is gone: it was deleted.
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: node %q has not caught up with topic %q yet", ErrUnavailable, b.opts.NodeID, req.Topic)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// waitReady answers a watch: true as soon as one of parts has a message to lease,
+// false when d passed first.
+func (b *Broker) waitReady(ctx context.Context, t *topic, parts []int32, d time.Duration) (bool, error) {
+	timer := time.NewTimer(min(d, remoteWaitFor))
+	defer timer.Stop()
+	for {
+		wake := t.sig.wait()
+		for _, p := range parts {
+			if t.parts[p].Available() {
+				return true, nil
+			}
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, nil
+		case <-t.done:
+			return false, ErrTopicNotFound
+		case <-b.draining:
+			return false, ErrUnavailable
+		}
+	}
+}
