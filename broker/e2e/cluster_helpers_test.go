@@ -50,6 +50,12 @@ func freeClusterAddr(t *testing.T) string {
 // with the flags extra besides.
 func startPeersCluster(t *testing.T, n int, extra ...string) []*clusterNode {
 	t.Helper()
+	return startPeersClusterEnv(t, n, nil, extra...)
+}
+
+// startPeersClusterEnv is startPeersCluster with env added to every node's environment.
+func startPeersClusterEnv(t *testing.T, n int, env []string, extra ...string) []*clusterNode {
+	t.Helper()
 	nodes := make([]*clusterNode, n)
 	var peers []string
 	for i := range nodes {
@@ -60,7 +66,7 @@ func startPeersCluster(t *testing.T, n int, extra ...string) []*clusterNode {
 	for _, nd := range nodes {
 		opts = append(opts, testutil.Options{
 			Args: clusterArgs(nd.id, nd.addr, append([]string{"--peers", strings.Join(peers, ",")}, extra...)...),
-			Env:  clusterEnv(clusterSecret),
+			Env:  append(clusterEnv(clusterSecret), env...),
 		})
 	}
 	for i, p := range testutil.StartNarads(t, opts...) {

@@ -54,7 +54,8 @@ func placed(t *testing.T, nodes []*clusterNode, name string, settings map[string
 // data route sent to every node answers as a single node does: produce to each
 // partition through each node, replay of each partition on each node, a consume on one
 // node that collects the messages of every partition, acks of those leases on other
-// nodes, batches that span partitions, and a second ack answering lease_lost anywhere.
+// nodes, batches that span partitions, a second ack answering lease_lost anywhere, and
+// fan-out from a parent to a child whose partitions live on other nodes.
 func TestClusterAnyNodeServes(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 3)
@@ -170,6 +171,31 @@ func TestClusterAnyNodeServes(t *testing.T) {
 				t.Fatalf("%s reports partition %d backlog %d, in flight %d after every ack", nd.id, ps.Partition, ps.Backlog, ps.InFlight)
 			}
 		}
+	}
+	// Fan-out across nodes: each parent partition's holder copies it into the child's
+	// partitions wherever they live; the child's lag reads the same on every node.
+	placed(t, nodes, "kid", map[string]any{"partitions": 3})
+	nodes[1].api.PostJSON(topicPath("routed")+"/children", map[string]any{"child": "kid"}).Expect(t, http.StatusCreated)
+	for i := range 6 {
+		nodes[i%3].api.produce("routed", []byte(fmt.Sprintf(`{"copy":%d}`, i)), "application/json", "partition="+strconv.Itoa(i%3))
+	}
+	for _, nd := range nodes {
+		waitFor(t, 30*time.Second, "the child's lag to reach 0 on "+nd.id, func() bool {
+			r, err := nd.api.Try(http.MethodGet, topicPath("routed")+"/children", nil)
+			return err == nil && r.Status == http.StatusOK && nd.api.lagOf("routed", "kid") == 0
+		})
+	}
+	copies := map[string]int{}
+	for _, m := range nodes[0].api.drain("kid") {
+		copies[string(m.Payload)]++
+	}
+	for i := range 6 {
+		if c := copies[fmt.Sprintf(`{"copy":%d}`, i)]; c != 1 {
+			t.Fatalf("message %d reached the child %d times (child holds %v)", i, c, copies)
+		}
+	}
+	if len(copies) != 6 {
+		t.Fatalf("the child holds %v, want the 6 messages produced after the attach", copies)
 	}
 }
 
@@ -332,5 +358,49 @@ func TestClusterRemoteLongPollAndFaults(t *testing.T) {
 	sort.Ints(ps)
 	if len(ps) != 2 {
 		t.Fatalf("consumes on %s with %s dead served partitions %v; want the two that are up", a.id, b.id, ps)
+	}
+}
+
+// TestClusterSecurityForwarded: with security on, a request is authenticated and
+// authorized on the node the client reached, and its partition operation is forwarded
+// without credentials: a producer allowed on the topic produces to every partition
+// through every node, a user without a grant on the topic is refused there as on a
+// single node (404: the topic is hidden from it), and nothing of it is stored.
+func TestClusterSecurityForwarded(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersClusterEnv(t, 3, []string{"NARAD_ADMIN_PASSWORD=" + adminPass})
+	for _, nd := range nodes {
+		nd.api = &api{Client: nd.Client().WithBasicAuth("admin", adminPass), t: t}
+	}
+	agreed(t, wantMembers(nodes...), nodes...)
+	placed(t, nodes, "sec", map[string]any{"partitions": 3})
+	nodes[0].api.createUser("writer", "writer-pass", grant("produce", "sec"))
+	nodes[0].api.createUser("other", "other-pass", grant("produce", "elsewhere"))
+	for _, nd := range nodes {
+		writer := &api{Client: nd.Client().WithBasicAuth("writer", "writer-pass"), t: t}
+		other := &api{Client: nd.Client().WithBasicAuth("other", "other-pass"), t: t}
+		for p := range 3 {
+			// The user may have reached this node before its metadata has the user.
+			waitFor(t, 30*time.Second, "writer to produce via "+nd.id, func() bool {
+				r, err := writer.Try(http.MethodPost, topicPath("sec")+"/produce?partition="+strconv.Itoa(p), []byte(`{"by":"writer"}`), "Content-Type", "application/json")
+				return err == nil && r.Status == http.StatusAccepted
+			})
+			r, err := other.Try(http.MethodPost, topicPath("sec")+"/produce?partition="+strconv.Itoa(p), []byte(`{"by":"other"}`), "Content-Type", "application/json")
+			// A user with no grant on a topic is not told it exists, as on one node.
+			if err != nil || r.Status != http.StatusNotFound {
+				t.Fatalf("a user without a grant on sec, via %s: %v %v, want 404", nd.id, err, r)
+			}
+		}
+	}
+	for p := range 3 {
+		ms := nodes[0].api.readAll("sec", p)
+		if len(ms) != 3 {
+			t.Fatalf("partition %d holds %d messages, want 3 (one per node)", p, len(ms))
+		}
+		for _, m := range ms {
+			if string(m.Payload) != `{"by":"writer"}` {
+				t.Fatalf("partition %d holds %s", p, m.Payload)
+			}
+		}
 	}
 }

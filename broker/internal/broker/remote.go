@@ -119,9 +119,9 @@ var dataSentinels = []struct {
 	{"corrupt", partition.ErrCorrupt},
 	{"disk_full", partition.ErrDiskFull},
 	{"storage", partition.ErrStorage},
+	{"unavailable", ErrUnavailable}, // before closed: a holder shutting down is not a deleted topic
 	{"closed", partition.ErrClosed},
 	{"topic_not_found", ErrTopicNotFound},
-	{"unavailable", ErrUnavailable},
 }
 
 func toWireErr(err error) *wireErr {
@@ -304,6 +304,20 @@ func (b *Broker) markUp(node string) {
 	b.remote.mu.Unlock()
 }
 
+type principalKey struct{}
+
+// WithPrincipal records who the HTTP layer authenticated (and authorized) for a
+// request: forwarded partition operations carry the name to the holder's logs, never
+// a credential. The holder does not check it again; the node plane is authenticated.
+func WithPrincipal(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, principalKey{}, name)
+}
+
+func principalOf(ctx context.Context) string {
+	name, _ := ctx.Value(principalKey{}).(string)
+	return name
+}
+
 func (b *Broker) dataReq(t *topic, kind string, p int) *dataReq {
 	return &dataReq{Kind: kind, Topic: t.name, Incarnation: t.incarnation, Partition: int32(p)}
 }
@@ -314,7 +328,7 @@ func (b *Broker) appendTo(ctx context.Context, t *topic, p int, recs []segment.R
 		return lp.Append(recs)
 	}
 	req := b.dataReq(t, dataAppend, p)
-	req.Records = recs
+	req.Records, req.Principal = recs, principalOf(ctx)
 	// The write is not tied to the client: once sent it runs to its end on the holder,
 	// as a local append runs to its fsync.
 	resp, err := b.call(context.WithoutCancel(ctx), t.holderOf(p), req, remoteCallTimeout)
@@ -330,7 +344,7 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 		return lp.Lease(limit, vis, maxBytes)
 	}
 	req := b.dataReq(t, dataLease, p)
-	req.Limit, req.DurationMs, req.MaxBytes = limit, vis.Milliseconds(), maxBytes
+	req.Limit, req.DurationMs, req.MaxBytes, req.Principal = limit, vis.Milliseconds(), maxBytes, principalOf(ctx)
 	resp, err := b.call(ctx, t.holderOf(p), req, remoteCallTimeout)
 	if err != nil {
 		return nil, err
@@ -385,7 +399,7 @@ func (b *Broker) readOn(ctx context.Context, t *topic, p int, from uint64, fromT
 		return readLocal(lp, from, fromTimeMs, max)
 	}
 	req := b.dataReq(t, dataRead, p)
-	req.Offset, req.FromTimeMs, req.Limit = from, fromTimeMs, max
+	req.Offset, req.FromTimeMs, req.Limit, req.Principal = from, fromTimeMs, max, principalOf(ctx)
 	resp, err := b.call(ctx, t.holderOf(p), req, remoteCallTimeout)
 	if err != nil {
 		return nil, 0, queue.Stats{}, err
@@ -583,13 +597,11 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 		st := p.Stats()
 		resp.Stats = &st
 	case dataLag:
-		m, ok := b.meta.Topic(req.Child)
-		if !ok || m.Incarnation != req.ChildInc || m.AttachID != req.AttachID {
-			err = fmt.Errorf("%w: child %q changed while its lag was read", ErrUnavailable, req.Child)
-			break
+		var m meta.Topic
+		if m, err = b.childAsOf(ctx, req); err == nil {
+			l := b.localLag(t, int(req.Partition), m)
+			resp.Lag = &l
 		}
-		l := b.localLag(t, int(req.Partition), m)
-		resp.Lag = &l
 	case dataWait:
 		resp.Ready, err = b.waitReady(ctx, t, req.Parts, time.Duration(req.DurationMs)*time.Millisecond)
 	default:
@@ -633,6 +645,30 @@ func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// childAsOf returns the child a lag request names, waiting a little for this node's
+// metadata to reach the attach the entry node saw.
+func (b *Broker) childAsOf(ctx context.Context, req *dataReq) (meta.Topic, error) {
+	deadline := time.Now().Add(holderCatchUp)
+	for {
+		m, ok := b.meta.Topic(req.Child)
+		if ok && m.Incarnation == req.ChildInc && m.AttachID == req.AttachID {
+			return m, nil
+		}
+		// Incarnations and attach ids are the indexes of the commands that made them.
+		if b.meta.AppliedIndex() >= max(req.ChildInc, req.AttachID) {
+			return meta.Topic{}, fmt.Errorf("%w: child %q changed while its lag was read", ErrUnavailable, req.Child)
+		}
+		if time.Now().After(deadline) {
+			return meta.Topic{}, fmt.Errorf("%w: node %q has not caught up with child %q yet", ErrUnavailable, b.opts.NodeID, req.Child)
+		}
+		select {
+		case <-ctx.Done():
+			return meta.Topic{}, ctx.Err()
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

@@ -147,7 +147,19 @@ type PartitionInfo struct {
 	Leader string
 }
 
-// Topic returns a topic and its partitions' state.
+// TopicMeta returns a topic's settings as this node knows them, without asking the
+// nodes that hold its partitions (for authorization: a node that is down must not
+// change who may do what).
+func (b *Broker) TopicMeta(name string) (meta.Topic, error) {
+	t, err := b.lookup(name)
+	if err != nil {
+		return meta.Topic{}, err
+	}
+	return *t.cur.Load(), nil
+}
+
+// Topic returns a topic and its partitions' state, asking the nodes that hold its
+// partitions in parallel.
 func (b *Broker) Topic(name string) (meta.Topic, []PartitionInfo, error) {
 	t, err := b.lookup(name)
 	if err != nil {

@@ -97,7 +97,7 @@ func (h *handlers) ownerOrAdmin(u *auth.User, topic string) error {
 // ownerOrAdminInc is ownerOrAdmin that also returns the incarnation it decided on
 // (noTopic when none existed).
 func (h *handlers) ownerOrAdminInc(u *auth.User, topic string) (uint64, error) {
-	t, _, err := h.b.Topic(topic)
+	t, err := h.b.TopicMeta(topic)
 	if err != nil {
 		return noTopic, nil
 	}
@@ -122,7 +122,7 @@ func (h *handlers) hideFrom(u *auth.User, topic string) error {
 	if u.CanSee(topic) {
 		return nil
 	}
-	if t, _, err := h.b.Topic(topic); err == nil && owns(u, t) {
+	if t, err := h.b.TopicMeta(topic); err == nil && owns(u, t) {
 		return nil // unreachable while owner rights need a create grant, which CanSee sees
 	}
 	return broker.ErrTopicNotFound

@@ -328,7 +328,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(sw, err)
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, u))
+		ctx := context.WithValue(r.Context(), principalKey{}, u)
+		if u != nil {
+			ctx = broker.WithPrincipal(ctx, u.Name)
+		}
+		r = r.WithContext(ctx)
 		if oi != nil && oi.id == "metrics" && !u.IsAdmin() {
 			writeError(sw, mustBeAdmin(u))
 			return
