@@ -50,7 +50,8 @@ func placed(t *testing.T, nodes []*clusterNode, name string, settings map[string
 	return holders
 }
 
-// TestClusterAnyNodeServes: on a 3-node cluster with one partition on each node, every
+// TestClusterAnyNodeServes: a topic created through one node is usable at once through
+// the others; on a 3-node cluster with one partition on each node, every
 // data route sent to every node answers as a single node does: produce to each
 // partition through each node, replay of each partition on each node, a consume on one
 // node that collects the messages of every partition, acks of those leases on other
@@ -60,6 +61,15 @@ func TestClusterAnyNodeServes(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 3)
 	agreed(t, wantMembers(nodes...), nodes...)
+	// A topic created through one node is there at once on the others: each catches
+	// up with the controller before it would answer that a topic does not exist.
+	for i := range 3 {
+		name := "fresh" + strconv.Itoa(i)
+		nodes[i].api.createTopic(name, map[string]any{"partitions": 3})
+		for _, nd := range others(nodes, nodes[i]) {
+			nd.api.produce(name, []byte(`{"fresh":1}`), "application/json", "")
+		}
+	}
 	holders := placed(t, nodes, "routed", map[string]any{"partitions": 3})
 	spread := map[string]bool{}
 	for _, h := range holders {

@@ -620,7 +620,7 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 	deadline := time.Now().Add(holderCatchUp)
 	for {
-		t, err := b.lookup(req.Topic)
+		t, err := b.lookupLocal(req.Topic)
 		switch {
 		case err == nil && t.incarnation == req.Incarnation:
 			ps := append([]int32{req.Partition}, req.Parts...)

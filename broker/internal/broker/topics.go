@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/meta"
@@ -232,6 +234,40 @@ func (b *Broker) Exists(name string) error {
 }
 
 func (b *Broker) lookup(name string) (*topic, error) {
+	t, err := b.lookupLocal(name)
+	if !errors.Is(err, ErrTopicNotFound) || b.opts.Peers == nil {
+		return t, err
+	}
+	// In a cluster the topic may have been created through another node a moment
+	// ago: catch up with the controller before answering that it does not exist, so a
+	// client sees its own create on every node, as on one node.
+	ctx, cancel := context.WithTimeout(context.Background(), syncBound)
+	defer cancel()
+	if serr := b.meta.Sync(ctx); serr != nil {
+		b.log.Debug("catching up with the controller before a not-found answer failed", "topic", name, "err", serr)
+		return nil, err
+	}
+	for {
+		if t, err := b.lookupLocal(name); !errors.Is(err, ErrTopicNotFound) {
+			return t, err
+		}
+		if _, ok := b.meta.Topic(name); !ok {
+			return nil, ErrTopicNotFound
+		}
+		// The metadata has it; the reconcile loop is opening it.
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: topic %q is being opened on this node", ErrUnavailable, name)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// syncBound bounds the catch-up of a lookup that missed.
+const syncBound = 2 * time.Second
+
+// lookupLocal finds an open topic as this node's replica knows it now.
+func (b *Broker) lookupLocal(name string) (*topic, error) {
 	if err := b.ensureReady(); err != nil {
 		return nil, err
 	}

@@ -40,6 +40,7 @@ var ErrNoForwarder = errors.New("meta: no forwarder configured to reach other no
 const (
 	kindApply     = "apply"      // a metadata write, for the controller
 	kindReadIndex = "read_index" // the controller's applied index after a barrier
+	kindSyncIndex = "sync_index" // the controller's last index once it verified it leads (Sync)
 	kindJoin      = "join"       // admit a node, for the controller
 	kindAdd       = "add"        // admit the node at an address (POST /v1/cluster/members)
 	kindHeartbeat = "heartbeat"  // a member is alive, for the controller
@@ -200,7 +201,7 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 	}
 	if !s.Leader() {
 		// Pass it on to the controller, once.
-		if r.Hops > 0 || r.Kind == kindApply || r.Kind == kindReadIndex {
+		if r.Hops > 0 || r.Kind == kindApply || r.Kind == kindReadIndex || r.Kind == kindSyncIndex {
 			// An apply or read index is sent to whom the sender believed leads; it
 			// retries with its own, fresher view.
 			return fwdResponse{Err: toWire(ErrNotLeader)}
@@ -229,6 +230,12 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 		// The barrier returned once the state machine applied everything before it, so
 		// its last command is what a follower must have applied to be current.
 		return fwdResponse{Index: s.fsm.applied.Load()}
+	case kindSyncIndex:
+		idx, err := s.leaderIndex()
+		if err != nil {
+			return fwdResponse{Err: toWire(err)}
+		}
+		return fwdResponse{Index: idx}
 	case kindJoin:
 		if r.Join == nil {
 			return fwdResponse{Err: toWire(errors.New("meta: join without a node"))}

@@ -100,6 +100,7 @@ type Store struct {
 	stop          chan struct{}
 	wg            sync.WaitGroup
 	closeMu       sync.Once
+	syncState
 }
 
 // Open starts the Raft node. On first start it writes the node's identity and, by the

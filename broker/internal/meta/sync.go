@@ -1,0 +1,93 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Sync returns once this node has applied every metadata write the controller had
+// committed when Sync was called: a read of this node's replica after it sees what a
+// client wrote through any node (a topic created on another node a moment ago). It
+// costs a round trip to the controller and no log write: the controller confirms it
+// still leads (a heartbeat round) and answers its last log index.
+//
+// Calls that arrive while one is in flight share the next one, so a burst of callers
+// costs one round trip after the one already running.
+func (s *Store) Sync(ctx context.Context) error {
+	arrived := time.Now()
+	for {
+		s.syncMu.Lock()
+		c := s.syncing
+		switch {
+		case c == nil:
+			c = &syncCall{started: time.Now(), done: make(chan struct{})}
+			s.syncing = c
+			s.syncMu.Unlock()
+			c.err = s.syncOnce(ctx)
+			s.syncMu.Lock()
+			s.syncing = nil
+			s.syncMu.Unlock()
+			close(c.done)
+			return c.err
+		case !c.started.Before(arrived):
+			// It started after this call arrived: its answer covers this call.
+			s.syncMu.Unlock()
+			select {
+			case <-c.done:
+				return c.err
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+			}
+		default:
+			// It started before: wait for it to end, then run (or join) a newer one.
+			s.syncMu.Unlock()
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+			}
+		}
+	}
+}
+
+// syncCall is one Sync in flight that later callers may share.
+type syncCall struct {
+	started time.Time
+	done    chan struct{}
+	err     error
+}
+
+type syncState struct {
+	syncMu  sync.Mutex
+	syncing *syncCall
+}
+
+func (s *Store) syncOnce(ctx context.Context) error {
+	if s.Leader() {
+		idx, err := s.leaderIndex()
+		if err != nil {
+			return err
+		}
+		return s.waitApplied(ctx, idx)
+	}
+	addr, _ := s.raft.LeaderWithID()
+	if addr == "" {
+		return fmt.Errorf("%w: no controller known", ErrUnavailable)
+	}
+	resp, err := s.forward(ctx, addr, fwdRequest{Kind: kindSyncIndex})
+	if err != nil {
+		return err
+	}
+	return s.waitApplied(ctx, resp.Index)
+}
+
+// leaderIndex confirms this node still leads and returns its last log index: every
+// write committed before the call is at or below it.
+func (s *Store) leaderIndex() (uint64, error) {
+	if err := s.raft.VerifyLeader().Error(); err != nil {
+		return 0, leaderErr(err)
+	}
+	return s.raft.LastIndex(), nil
+}
