@@ -166,8 +166,9 @@ cluster: build ## Run a 3-node cluster on loopback (HTTP 7951-7953, cluster UDP 
 
 conformance: test-conformance ## SDK conformance suite: both tiers, every SDK
 
-test-conformance: build ## SDK conformance: wire tier (scripted server) and behaviour tier (real node), every driver
+test-conformance: build ## SDK conformance: wire tier (scripted server) and behaviour tier (real node), every driver; behaviour tier again on a 3-node cluster
 	$(MAKE) -C conformance test NARAD_BIN=$(abspath $(NARAD))
+	$(MAKE) -C conformance behaviour-cluster NARAD_BIN=$(abspath $(NARAD))
 
 examples: build ## Runnable examples against a node the harness starts (every step)
 	$(MAKE) -C examples all NARAD_BIN=$(abspath $(NARAD))

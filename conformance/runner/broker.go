@@ -11,7 +11,9 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -37,7 +39,7 @@ const (
 func StartBroker(ctx context.Context, bin, dataDir string) (*Broker, error) {
 	var lastErr error
 	for try := 0; try < 3; try++ {
-		b, err := startBroker(ctx, bin, dataDir)
+		b, err := startBroker(ctx, bin, dataDir, nil, nil)
 		if err == nil {
 			return b, nil
 		}
@@ -46,7 +48,59 @@ func StartBroker(ctx context.Context, bin, dataDir string) (*Broker, error) {
 	return nil, lastErr
 }
 
-func startBroker(ctx context.Context, bin, dataDir string) (*Broker, error) {
+// clusterSecret is the node-plane secret of the runner's clusters.
+const clusterSecret = "conformance-cluster-secret-0123"
+
+// StartCluster starts n nodes of one cluster (bootstrapped from a --peers list), each
+// with its own data directory under dir, and waits until every one is ready. The first
+// is the one whose Admin the runner uses; requests are spread over all of them.
+func StartCluster(ctx context.Context, bin, dir string, n int) ([]*Broker, error) {
+	addrs := make([]string, n)
+	peers := make([]string, n)
+	for i := range n {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = pc.LocalAddr().String()
+		_ = pc.Close()
+		peers[i] = fmt.Sprintf("c%d@%s", i+1, addrs[i])
+	}
+	type started struct {
+		b   *Broker
+		err error
+	}
+	out := make([]chan started, n)
+	for i := range n {
+		out[i] = make(chan started, 1)
+		go func() {
+			// All must start at once: a node waits for the others to form the cluster.
+			args := []string{"--node-id", fmt.Sprintf("c%d", i+1), "--cluster-addr", addrs[i], "--peers", strings.Join(peers, ",")}
+			b, err := startBroker(ctx, bin, filepath.Join(dir, fmt.Sprintf("c%d", i+1)), args, []string{"NARAD_CLUSTER_SECRET=" + clusterSecret})
+			out[i] <- started{b, err}
+		}()
+	}
+	var bs []*Broker
+	var firstErr error
+	for i := range n {
+		s := <-out[i]
+		if s.err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("node %d: %w", i+1, s.err)
+		}
+		if s.b != nil {
+			bs = append(bs, s.b)
+		}
+	}
+	if firstErr != nil {
+		for _, b := range bs {
+			b.Stop()
+		}
+		return nil, firstErr
+	}
+	return bs, nil
+}
+
+func startBroker(ctx context.Context, bin, dataDir string, extra, env []string) (*Broker, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -54,9 +108,10 @@ func startBroker(ctx context.Context, bin, dataDir string) (*Broker, error) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	b := &Broker{URL: "http://" + addr, exited: make(chan struct{}), log: &capBuffer{max: 64 << 10}}
-	b.cmd = exec.Command(bin, "serve", "--http-addr", addr, "--data-dir", dataDir,
-		"--auth-failure-delay", "0s", "--log-level", "warn", "--shutdown-grace", "2s")
-	b.cmd.Env = append(os.Environ(), "NARAD_ADMIN_PASSWORD="+AdminPassword)
+	args := append([]string{"serve", "--http-addr", addr, "--data-dir", dataDir,
+		"--auth-failure-delay", "0s", "--log-level", "warn", "--shutdown-grace", "2s"}, extra...)
+	b.cmd = exec.Command(bin, args...)
+	b.cmd.Env = append(append(os.Environ(), "NARAD_ADMIN_PASSWORD="+AdminPassword), env...)
 	b.cmd.Stdout, b.cmd.Stderr = b.log, b.log
 	dieWithRunner(b.cmd)
 	if err := b.cmd.Start(); err != nil {
@@ -64,7 +119,7 @@ func startBroker(ctx context.Context, bin, dataDir string) (*Broker, error) {
 	}
 	go func() { _ = b.cmd.Wait(); close(b.exited) }()
 	b.Admin = &Admin{Base: b.URL, Client: &http.Client{Timeout: 30 * time.Second}}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
 		case <-b.exited:
@@ -83,7 +138,7 @@ func startBroker(ctx context.Context, bin, dataDir string) (*Broker, error) {
 		}
 		if time.Now().After(deadline) {
 			b.Stop()
-			return nil, fmt.Errorf("narad was not ready within 30 s: %s", b.log.String())
+			return nil, fmt.Errorf("narad was not ready within 60 s: %s", b.log.String())
 		}
 		time.Sleep(25 * time.Millisecond)
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -457,14 +458,21 @@ func (r *recorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// ReverseProxy forwards requests to a broker.
+// ReverseProxy forwards requests to a broker, or in turn to the nodes of a cluster
+// (Bases): each request to the next node, so every route is served through every node.
 type ReverseProxy struct {
 	Base   string
+	Bases  []string
 	Client *http.Client
+	next   atomic.Uint64
 }
 
 func (p *ReverseProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	u := p.Base + r.URL.Path
+	base := p.Base
+	if len(p.Bases) > 0 {
+		base = p.Bases[(p.next.Add(1)-1)%uint64(len(p.Bases))]
+	}
+	u := base + r.URL.Path
 	if r.URL.RawQuery != "" {
 		u += "?" + r.URL.RawQuery
 	}

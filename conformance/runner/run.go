@@ -44,6 +44,9 @@ type Result struct {
 type Env struct {
 	// Broker serves the behaviour tier; nil when only the wire tier runs.
 	Broker *Broker
+	// Nodes are the nodes of a cluster run (Broker is the first): the behaviour tier's
+	// requests go to each in turn. Empty for a single node.
+	Nodes []*Broker
 }
 
 // driverCommands are the commands of DRIVER.md; any other action is the runner's.
@@ -210,7 +213,11 @@ func (r *run) setup(ctx context.Context) error {
 		upstream = fake
 		r.vars["auth"] = map[string]any{"username": "conformance", "password": "wire-secret"}
 	} else {
-		upstream = &ReverseProxy{Base: r.env.Broker.URL, Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+		rp := &ReverseProxy{Base: r.env.Broker.URL, Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+		for _, n := range r.env.Nodes {
+			rp.Bases = append(rp.Bases, n.URL)
+		}
+		upstream = rp
 		r.vars["auth"] = map[string]any{"username": AdminUser, "password": AdminPassword}
 	}
 	for _, t := range sc.Topics {

@@ -635,9 +635,11 @@ func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 			return nil, fmt.Errorf("%w: topic %q was deleted and created again", ErrTopicNotFound, req.Topic)
 		case err != nil && !errors.Is(err, ErrTopicNotFound):
 			return nil, err
-		case err != nil && b.meta.AppliedIndex() >= req.Incarnation:
-			// This node applied the create and the topic is gone: it was deleted.
-			return nil, err
+		}
+		// Not open here, or an older incarnation: deleted since, or not opened yet.
+		if m, ok := b.meta.Topic(req.Topic); ok && m.Incarnation > req.Incarnation ||
+			!ok && b.meta.AppliedIndex() >= req.Incarnation {
+			return nil, fmt.Errorf("%w: the incarnation of topic %q the request was for is deleted", ErrTopicNotFound, req.Topic)
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w: node %q has not caught up with topic %q yet", ErrUnavailable, b.opts.NodeID, req.Topic)

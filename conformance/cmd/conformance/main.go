@@ -50,6 +50,7 @@ func run() int {
 	known := flag.String("known", "known-failures.yaml", "the known failures list")
 	spec := flag.String("spec", "SPEC.md", "the rules, for the coverage report")
 	verbose := flag.Bool("v", false, "print every scenario's log, not only failures'")
+	clusterN := flag.Int("cluster", 0, "run the behaviour tier against a cluster of this many nodes (requests go to each node in turn) instead of one node")
 	flag.Parse()
 	if len(drivers) == 0 {
 		fmt.Fprintln(os.Stderr, "conformance: no -driver given")
@@ -105,14 +106,31 @@ func run() int {
 				return 2
 			}
 			defer func() { _ = os.RemoveAll(dir) }() // a temp dir; the OS cleans it if this fails
-			b, err := runner.StartBroker(ctx, *narad, dir)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "conformance: starting narad:", err)
-				return 2
+			if *clusterN > 1 {
+				nodes, err := runner.StartCluster(ctx, *narad, dir, *clusterN)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "conformance: starting a narad cluster:", err)
+					return 2
+				}
+				for _, n := range nodes {
+					defer n.Stop()
+				}
+				env.Broker, env.Nodes = nodes[0], nodes
+				var urls []string
+				for _, n := range nodes {
+					urls = append(urls, n.URL)
+				}
+				fmt.Printf("conformance: a %d-node narad cluster at %s (data in %s)\n", len(nodes), strings.Join(urls, " "), dir)
+			} else {
+				b, err := runner.StartBroker(ctx, *narad, dir)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "conformance: starting narad:", err)
+					return 2
+				}
+				defer b.Stop()
+				env.Broker = b
+				fmt.Printf("conformance: narad at %s (data in %s)\n", b.URL, dir)
 			}
-			defer b.Stop()
-			env.Broker = b
-			fmt.Printf("conformance: narad at %s (data in %s)\n", b.URL, dir)
 		}
 	}
 	type job struct {
