@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -182,6 +184,28 @@ func TestClusterAnyNodeServes(t *testing.T) {
 			}
 		}
 	}
+	// Big batches cross the node plane whole: a produce-batch of 4.5 MiB to a partition
+	// another node holds, and a consume-batch that brings it back through a third.
+	big := placed(t, nodes, "big", map[string]any{"partitions": 1})
+	var via, back *clusterNode
+	for _, nd := range nodes {
+		if nd != big[0] && via == nil {
+			via = nd
+		} else if nd != big[0] {
+			back = nd
+		}
+	}
+	chunk := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{'x'}, 900<<10))
+	var items []string
+	for range 5 {
+		items = append(items, `{"payload":"`+chunk+`","payload_encoding":"base64"}`)
+	}
+	via.api.Do(http.MethodPost, topicPath("big")+"/produce-batch", []byte(`{"messages":[`+strings.Join(items, ",")+`]}`),
+		"Content-Type", "application/json").Expect(t, http.StatusAccepted)
+	if ms := back.api.consumeBatch("big", 10, "5s"); len(ms) != 5 {
+		t.Fatalf("a consume-batch via %s of the 4.5 MiB batch held by %s brought %d messages, want 5", back.id, big[0].id, len(ms))
+	}
+
 	// Fan-out across nodes: each parent partition's holder copies it into the child's
 	// partitions wherever they live; the child's lag reads the same on every node.
 	placed(t, nodes, "kid", map[string]any{"partitions": 3})

@@ -28,6 +28,12 @@ const OpMeta uint16 = 1
 // holding the partition (the broker's forwarded produce, lease, settle, read, watch).
 const OpData uint16 = 2
 
+// MaxFrameSize bounds one node-plane request or answer. A forwarded produce-batch or
+// consume-batch carries up to 8 MiB of keys and payloads (the HTTP API's limits),
+// base64 in JSON: 24 MiB holds that with room. What a node holds in flight is bounded
+// by the HTTP layer of the nodes that forward (--max-inflight-bytes), not by this.
+const MaxFrameSize = 24 << 20
+
 // codeNotServing answers OpMeta while this node's control plane is not open yet (or
 // closed): the handler never ran, so the caller may send again.
 const codeNotServing = transport.CodeFirstApp
@@ -68,6 +74,7 @@ func Start(opts Options) (*Plane, error) {
 	n, err := transport.New(transport.Options{
 		NodeID: opts.NodeID, ListenAddr: opts.ListenAddr, AdvertiseAddr: opts.AdvertiseAddr,
 		Secret: opts.Secret, NextSecret: opts.NextSecret, Logger: opts.Logger,
+		MaxFrameSize: MaxFrameSize,
 	})
 	if err != nil {
 		return nil, err
@@ -106,6 +113,9 @@ func (p *Plane) ServeData(h func(context.Context, []byte) ([]byte, error)) { p.d
 // Call sends a partition operation to the node at addr (OpData): the broker's Peers.
 // An error wraps meta.ErrNotDelivered when the request certainly did not run there.
 func (p *Plane) Call(ctx context.Context, addr string, req []byte) ([]byte, error) {
+	if len(req) > MaxFrameSize {
+		return nil, fmt.Errorf("%w: %w: a request of %d bytes (at most %d are sent)", meta.ErrNotDelivered, transport.ErrFrameTooLarge, len(req), MaxFrameSize)
+	}
 	out, err := p.node.Call(ctx, addr, OpData, req)
 	if err == nil {
 		return out, nil
