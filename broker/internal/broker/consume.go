@@ -31,10 +31,14 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 		wait = MaxWait
 	}
 	var timer *time.Timer
+	var recheck *time.Ticker
 	waiting := false
 	defer func() {
 		if timer != nil {
 			timer.Stop()
+		}
+		if recheck != nil {
+			recheck.Stop()
 		}
 		if waiting {
 			b.longPolls.Add(-1)
@@ -75,12 +79,15 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 			t.waiting.Add(1)
 			if t.hasRemote() {
 				// A message on a partition another node holds wakes this consume
-				// through that node's watch.
+				// through that node's watch; the recheck covers a watch that could
+				// not run.
 				b.watchRemote(t)
+				recheck = time.NewTicker(remoteRecheck)
 			}
 		}
 		select {
 		case <-wake:
+		case <-tickC(recheck):
 		case <-timer.C:
 			return nil, nil
 		case <-ctx.Done():
@@ -91,6 +98,14 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 			return nil, ErrUnavailable
 		}
 	}
+}
+
+// tickC is t's channel, or nil (never ready) for no ticker.
+func tickC(t *time.Ticker) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
 }
 
 // handBack ends leases taken for a client that has gone, so the messages are

@@ -161,6 +161,7 @@ type remote struct {
 	inflight map[string]int       // node id → forwarded requests in flight
 	downTill map[string]time.Time // node id → when to try it again
 	watch    map[watchKey]bool    // long-poll watches running
+	watches  map[string]int       // node id → watches running on it
 }
 
 type watchKey struct {
@@ -170,7 +171,7 @@ type watchKey struct {
 }
 
 func newRemote() *remote {
-	return &remote{inflight: map[string]int{}, downTill: map[string]time.Time{}, watch: map[watchKey]bool{}}
+	return &remote{inflight: map[string]int{}, downTill: map[string]time.Time{}, watch: map[watchKey]bool{}, watches: map[string]int{}}
 }
 
 // holderOf returns the node that holds partition p of topic t ("" for this node).
@@ -491,7 +492,9 @@ func (b *Broker) allStats(ctx context.Context, t *topic) ([]queue.Stats, []error
 // while consumers wait on this node: a watch is a long request the holder answers when
 // one of its partitions of t has a message ready, and it wakes the waiting consumers
 // (t.sig) so they lease again. One watch per topic and holder serves every consumer
-// waiting here.
+// waiting here. At most maxWatchesPerPeer run per holder (each holds one of the
+// holder's request slots); consumers of a topic past that look again every
+// remoteRecheck instead.
 func (b *Broker) watchRemote(t *topic) {
 	byNode := map[string][]int32{}
 	for i := range t.parts {
@@ -502,22 +505,34 @@ func (b *Broker) watchRemote(t *topic) {
 	for node, parts := range byNode {
 		k := watchKey{topic: t.name, inc: t.incarnation, node: node}
 		b.remote.mu.Lock()
-		running := b.remote.watch[k]
-		b.remote.watch[k] = true
+		start := !b.remote.watch[k] && b.remote.watches[node] < maxWatchesPerPeer
+		if start {
+			b.remote.watch[k] = true
+			b.remote.watches[node]++
+		}
 		b.remote.mu.Unlock()
-		if !running {
-			b.wg.Add(1)
+		if start {
 			go b.watch(t, k, parts)
 		}
 	}
 }
 
+const (
+	// maxWatchesPerPeer bounds the watches one node runs on another.
+	maxWatchesPerPeer = 64
+	// remoteRecheck is how often a waiting consume of a topic with partitions on other
+	// nodes leases again without being woken (a watch that could not run, or failed).
+	remoteRecheck = time.Second
+)
+
 // watch runs one topic's watch on one holder while consumers of the topic wait here.
+// It ends with the node (b.stop), the topic's incarnation, or the last waiting
+// consumer; Close does not wait for it (it only wakes consumers).
 func (b *Broker) watch(t *topic, k watchKey, parts []int32) {
-	defer b.wg.Done()
 	defer func() {
 		b.remote.mu.Lock()
 		delete(b.remote.watch, k)
+		b.remote.watches[k.node]--
 		b.remote.mu.Unlock()
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
