@@ -14,7 +14,7 @@ BENCH_FLAGS ?=
 FUZZTIME    ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers bench-cluster-idle cluster \
+.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers bench-cluster bench-cluster-idle cluster \
         bench-raft bench-raft-idle bench-raft-failover bench-raft-throughput build-spike \
         fuzz e2e conformance examples chaos soak clean audit test-audit
 
@@ -118,6 +118,9 @@ bench-flow: build ## Every workload shape over HTTP against a fresh node: a tabl
 
 bench-peers: build ## The same shapes against narad, NATS JetStream (default sync, sync always) and Redis Streams (if found), with ratios
 	cd bench/peers && GOWORK=off $(GO) run ./cmd/narad-bench-peers --narad ../../$(NARAD) $(BENCH_FLAGS)
+
+bench-cluster: build ## Cluster routing (issue 20): forwarded vs local latency on 3 nodes, then produce, flow, batch on 1 node and on 3
+	cd bench && $(GO) run ./cmd/narad-bench --narad ../$(NARAD) --cluster 3 --mode produce,flow,batch $(BENCH_FLAGS)
 
 build-spike: ## Build the replication spike's node (broker/cmd/narad-spike) into bin/
 	@mkdir -p $(BIN)

@@ -140,25 +140,57 @@ func (p *phase) payloads(n int) [][]byte {
 }
 
 // begin opens the queue and starts the clock and the server sampler.
-func (r *runner) begin(ctx context.Context) (*phase, Queue, *proc.Sampler, error) {
+func (r *runner) begin(ctx context.Context) (*phase, Queue, serverSampler, error) {
 	q, err := r.t.Open(ctx, r.o.Partitions)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	p := &phase{o: r.o}
-	return p, q, p.startClock(r.t.PID()), nil
+	return p, q, p.startClock(r.t), nil
 }
 
-// startClock starts the window, the server's sampler and the benchmark's own.
-func (p *phase) startClock(pid int) *proc.Sampler {
+// startClock starts the window, the server's samplers and the benchmark's own.
+func (p *phase) startClock(t Target) serverSampler {
 	p.self = proc.Sample(os.Getpid(), rssInterval)
-	s := proc.Sample(pid, rssInterval)
+	s := sampleServer(t)
 	p.start = time.Now()
 	return s
 }
 
+// serverSampler watches every process of the target's server.
+type serverSampler []*proc.Sampler
+
+// sampleServer samples the target's processes: PIDs of a Processes, else PID.
+func sampleServer(t Target) serverSampler {
+	pids := []int{t.PID()}
+	if m, ok := t.(Processes); ok {
+		pids = m.PIDs()
+	}
+	s := make(serverSampler, len(pids))
+	for i, pid := range pids {
+		s[i] = proc.Sample(pid, rssInterval)
+	}
+	return s
+}
+
+// Stop adds up the processes' usage: CPU cores, and RSS peaks and last values (the
+// sum of each process's own peak, which the processes need not reach at the same
+// moment). ok is false when any process could not be read.
+func (s serverSampler) Stop() (proc.Usage, bool) {
+	var sum proc.Usage
+	ok := len(s) > 0
+	for _, x := range s {
+		u, good := x.Stop()
+		ok = ok && good
+		sum.CPU += u.CPU
+		sum.RSSPeak += u.RSSPeak
+		sum.RSSLast += u.RSSLast
+	}
+	return sum, ok
+}
+
 // end closes the window: rates over the time since start, the server's usage.
-func (p *phase) end(res *Result, s *proc.Sampler) {
+func (p *phase) end(res *Result, s serverSampler) {
 	res.Window = time.Since(p.start)
 	res.Produced, res.Acked = p.produced.Load(), p.acked.Load()
 	sec := res.Window.Seconds()
@@ -445,7 +477,7 @@ func (r *runner) openLoop(ctx context.Context, shape string, rate float64, produ
 			return Result{}, err
 		}
 	}
-	s := p.startClock(r.t.PID())
+	s := p.startClock(r.t)
 	res := Result{OfferedRate: rate}
 	plat, clat, alat := recorders(producers), recorders(r.o.Consumers), recorders(r.o.Consumers)
 	got := make([][]consumed, r.o.Consumers)
@@ -527,7 +559,7 @@ func (r *runner) fanout(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	p := &phase{o: r.o}
-	s := p.startClock(r.t.PID())
+	s := p.startClock(r.t)
 	res := Result{Fanout: &Fanout{Children: r.o.Children}}
 	plat := recorders(r.o.Producers)
 	wg := p.closedLoop(ctx, q, r.o.Producers, 1, plat)

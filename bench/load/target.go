@@ -79,3 +79,11 @@ type Fanouter interface {
 	// of the copies: the total lag of every child and the number of messages copied.
 	OpenFanout(ctx context.Context, partitions, children int) (Queue, func(context.Context) (lag, copied int64, err error), error)
 }
+
+// Processes is implemented by targets whose server is several processes (a cluster of
+// nodes on this machine). Their usage is added up: the CPU of every process, and the
+// sum of each one's peak RSS.
+type Processes interface {
+	// PIDs are the server's processes; PID is then one of them.
+	PIDs() []int
+}

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os/exec"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,19 +31,23 @@ import (
 // readyTimeout bounds the wait for a started node's /readyz.
 const readyTimeout = 30 * time.Second
 
-// Target drives one narad node. It implements load.Target and load.Fanouter.
+// Target drives one narad node, or the nodes of a cluster (LaunchCluster). It
+// implements load.Target, load.Fanouter and load.Processes.
 type Target struct {
 	name   string
-	base   string
+	base   string   // where topics are created and deleted: the first node
+	bases  []string // every node; goroutine i of a shape talks to bases[i%len(bases)]
+	ids    []string // the node ids of a cluster, as bases; nil for a lone node
 	http   *http.Client
-	node   *proc.Process // nil when the node was not started by Launch
-	prefix string        // topic names of this run: bench-<prefix>-<n>
+	nodes  []*proc.Process // empty when the nodes were not started by Launch or LaunchCluster
+	prefix string          // topic names of this run: bench-<prefix>-<n>
 	seq    atomic.Int64
 }
 
 var (
-	_ load.Target   = (*Target)(nil)
-	_ load.Fanouter = (*Target)(nil)
+	_ load.Target    = (*Target)(nil)
+	_ load.Fanouter  = (*Target)(nil)
+	_ load.Processes = (*Target)(nil)
 )
 
 // New returns a target for the node at base (e.g. http://127.0.0.1:7942) with a pool
@@ -53,6 +58,7 @@ func New(base string, conns int) *Target {
 	return &Target{
 		name:   "narad",
 		base:   base,
+		bases:  []string{base},
 		prefix: hex.EncodeToString(b[:]),
 		http: &http.Client{Transport: &http.Transport{
 			Proxy:               nil,
@@ -76,36 +82,58 @@ func Launch(bin, dataDir string, conns int, log io.Writer) (*Target, error) {
 	}
 	t := New("http://"+addr, conns)
 	cmd := exec.Command(bin, "serve", "--http-addr", addr, "--data-dir", dataDir, "--log-level", "warn")
-	t.node, err = proc.Start(cmd, log, readyTimeout, func(ctx context.Context) error {
-		st, _, err := t.do(ctx, http.MethodGet, t.base+"/readyz", "", nil, nil)
+	node, err := proc.Start(cmd, log, readyTimeout, t.ready(t.base))
+	if err != nil {
+		return nil, fmt.Errorf("starting narad: %w", err)
+	}
+	t.nodes = []*proc.Process{node}
+	return t, nil
+}
+
+// ready probes the /readyz of the node at base.
+func (t *Target) ready(base string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		st, _, err := t.do(ctx, http.MethodGet, base+"/readyz", "", nil, nil)
 		if err == nil && st != http.StatusOK {
 			err = fmt.Errorf("readyz: %d", st)
 		}
 		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("starting narad: %w", err)
 	}
-	return t, nil
 }
 
-// Name is "narad".
+// Name is "narad", or "narad-<N>nodes" for a cluster.
 func (t *Target) Name() string { return t.name }
 
-// PID is the node's process when Launch started it, else 0.
+// PID is the (first) node's process when Launch or LaunchCluster started it, else 0.
 func (t *Target) PID() int {
-	if t.node == nil {
+	if len(t.nodes) == 0 {
 		return 0
 	}
-	return t.node.PID()
+	return t.nodes[0].PID()
 }
 
-// Close stops the node Launch started.
+// PIDs are the processes of every node started, so a cluster's CPU and memory are
+// added up; a node the run did not start is PID 0 (not observed).
+func (t *Target) PIDs() []int {
+	if len(t.nodes) == 0 {
+		return []int{0}
+	}
+	out := make([]int, len(t.nodes))
+	for i, n := range t.nodes {
+		out[i] = n.PID()
+	}
+	return out
+}
+
+// Close stops the nodes Launch or LaunchCluster started, all at once.
 func (t *Target) Close() error {
 	t.http.CloseIdleConnections()
-	if t.node != nil {
-		t.node.Stop()
+	var wg sync.WaitGroup
+	for _, n := range t.nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.Stop() }()
 	}
+	wg.Wait()
 	return nil
 }
 
@@ -172,10 +200,14 @@ func (t *Target) deleteTopic(ctx context.Context, name string) error {
 }
 
 // Open creates a topic of partitions partitions with in-flight and acked-ahead caps
-// high enough that no shape runs into them.
+// high enough that no shape runs into them; on a cluster, once every node lists it
+// placed.
 func (t *Target) Open(ctx context.Context, partitions int) (load.Queue, error) {
 	name, err := t.createTopic(ctx, partitions)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := t.Holders(ctx, name); err != nil {
 		return nil, err
 	}
 	return &queue{t: t, topic: name}, nil
@@ -243,8 +275,10 @@ type queue struct {
 	children []string
 }
 
-func (q *queue) Producer(int) load.Producer      { return q.client() }
-func (q *queue) Consumer(int, int) load.Consumer { return q.client() }
+// Goroutine i talks to node i mod nodes: a cluster's clients are spread over its
+// nodes round robin, and each node forwards what other nodes hold.
+func (q *queue) Producer(i int) load.Producer    { return q.client(i) }
+func (q *queue) Consumer(i, _ int) load.Consumer { return q.client(i) }
 
 // Delete detaches and deletes the children, then deletes the topic.
 func (q *queue) Delete(ctx context.Context) error {
@@ -260,10 +294,15 @@ func (q *queue) Delete(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (q *queue) client() *client {
-	u := q.t.base + "/v1/topics/" + url.PathEscape(q.topic)
+func (q *queue) client(i int) *client {
+	return q.t.clientAt(q.t.bases[i%len(q.t.bases)], q.topic)
+}
+
+// clientAt is a client of topic through the node at base.
+func (t *Target) clientAt(base, topic string) *client {
+	u := base + "/v1/topics/" + url.PathEscape(topic)
 	return &client{
-		t:          q.t,
+		t:          t,
 		produce:    u + "/produce",
 		batch:      u + "/produce-batch",
 		consume:    u + "/consume?payload_encoding=base64&wait=",

@@ -99,6 +99,17 @@ func FreeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
+// FreeUDPAddr returns a 127.0.0.1:port whose UDP port was free a moment ago, for a
+// node plane (QUIC) to bind.
+func FreeUDPAddr() (string, error) {
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = c.Close() }() // only held to pick a free port
+	return c.LocalAddr().String(), nil
+}
+
 // clockTicks is USER_HZ, the unit of the CPU times in /proc/<pid>/stat. It is 100 on
 // every Linux architecture Go supports; reading it needs sysconf, hence cgo.
 const clockTicks = 100

@@ -3,6 +3,11 @@
 // the workload shapes of package load against it over HTTP, and prints a table of
 // throughput, latency percentiles, the account of every message and the node's CPU
 // and memory, beside the machine's fsync rate measured in the same run.
+//
+// With --cluster N it measures cluster routing instead (issue 20, `make bench-cluster`):
+// the latency a forwarded produce, consume and ack add over local ones on a cluster of
+// N nodes, then the shapes against a single node and against the cluster, with the
+// clients spread over the cluster's nodes.
 package main
 
 import (
@@ -27,10 +32,21 @@ func main() {
 	target := flag.String("target", "", "base URL of a running node, e.g. http://127.0.0.1:7942 (its CPU and memory are not measured)")
 	mode := flag.String("mode", "all", "shapes to run: all, or a comma-separated list of "+fmt.Sprint(load.Shapes))
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
+	nodes := flag.Int("cluster", 0, "N > 1: measure cluster routing on N nodes started from --narad (forwarded vs local latency, then the shapes on 1 node and on N nodes)")
+	var ro narad.RouteOptions
+	flag.IntVar(&ro.Requests, "route-requests", 2000, "with --cluster: measured requests per route (local, forwarded) and operation; 0 skips the routes")
+	flag.IntVar(&ro.Warmup, "route-warmup", 200, "with --cluster: requests per route before the measured ones")
 	flag.Parse()
+	ro.Size = o.Size // the payload of the shapes
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o, *bin, *target, *mode, *jsonOut); err != nil {
+	var err error
+	if *nodes != 0 {
+		err = runCluster(ctx, o, *bin, *target, *mode, *jsonOut, *nodes, ro)
+	} else {
+		err = run(ctx, o, *bin, *target, *mode, *jsonOut)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "narad-bench:", err)
 		os.Exit(1)
 	}

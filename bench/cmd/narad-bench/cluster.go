@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/narad-mq/narad/bench/load"
+	"github.com/narad-mq/narad/bench/narad"
+)
+
+// clusterRun is what --cluster measures, and what its --json writes.
+type clusterRun struct {
+	load.Report               // Results are the single node's shapes
+	Nodes       int           `json:"cluster_nodes"`
+	Routes      []narad.Route `json:"routes,omitempty"`
+	Cluster     []load.Result `json:"cluster_results"`
+}
+
+// runCluster is `narad-bench --cluster N`: it measures, prints and writes the JSON.
+func runCluster(ctx context.Context, o load.Options, bin, target, mode, jsonOut string, nodes int, ro narad.RouteOptions) error {
+	shapes, err := load.ParseShapes(mode)
+	if err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case nodes < 2:
+		return fmt.Errorf("--cluster needs at least 2 nodes, not %d", nodes)
+	case target != "":
+		return errors.New("--cluster starts its own nodes: give --narad, not --target")
+	case bin == "":
+		return errors.New("--cluster needs --narad, the binary to start the nodes from")
+	}
+	dir, err := os.MkdirTemp("", "narad-bench-cluster-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }() // a temp dir; the OS cleans it if this fails
+	o.Log = os.Stderr
+	run, err := measureCluster(ctx, o, bin, shapes, nodes, ro, dir, os.Stdout, os.Stderr)
+	run.Machine.LoadEnd = load.LoadAvg()
+	printCluster(os.Stdout, run)
+	if jsonOut != "" {
+		b, jerr := json.MarshalIndent(run, "", "  ")
+		if jerr == nil {
+			jerr = os.WriteFile(jsonOut, append(b, '\n'), 0o644)
+		}
+		err = errors.Join(err, jerr)
+	}
+	return err
+}
+
+// measureCluster runs the shapes against a single node, then starts a cluster of
+// nodes, measures the routes on it and runs the shapes against it, the clients spread
+// over its nodes. Each server runs alone, with a fresh data directory under dir. out
+// gets the machine line and a line per step; the nodes' output goes to log. What was
+// measured before an error is returned with it.
+func measureCluster(ctx context.Context, o load.Options, bin string, shapes []string, nodes int, ro narad.RouteOptions, dir string, out, log io.Writer) (clusterRun, error) {
+	run := clusterRun{Report: load.Report{Started: time.Now().UTC(), Options: o, Machine: load.NewMachine(dir, 2*time.Second)}, Nodes: nodes}
+	fmt.Fprintln(out, run.Machine)
+	fmt.Fprintf(out, "setup: %d producers, %d consumers, %d-byte messages, %d partitions, %s per shape, batches of %d; every 202 and 204 durable\n",
+		o.Producers, o.Consumers, o.Size, o.Partitions, o.Duration, o.Batch)
+	conns := o.Producers + o.Consumers + 8
+
+	fmt.Fprintln(out, "\n== a single node")
+	single, err := narad.Launch(bin, filepath.Join(dir, "single"), conns, log)
+	if err != nil {
+		return run, err
+	}
+	run.Results, err = load.Run(ctx, single, shapes, o)
+	_ = single.Close() // stopped before the cluster starts, so the two never share the machine
+	if err != nil {
+		return run, err
+	}
+
+	fmt.Fprintf(out, "\n== a cluster of %d nodes\n", nodes)
+	c, err := narad.LaunchCluster(bin, filepath.Join(dir, "cluster"), nodes, conns, log)
+	if err != nil {
+		return run, err
+	}
+	defer func() { _ = c.Close() }() // the figures are taken by then
+	fmt.Fprintf(out, "cluster formed: nodes %s\n", strings.Join(c.Nodes(), ", "))
+	if ro.Requests > 0 {
+		fmt.Fprintf(out, "routes: %d requests per route after %d of warm-up, one at a time\n", ro.Requests, ro.Warmup)
+		if run.Routes, err = c.MeasureRoutes(ctx, ro); err != nil {
+			return run, err
+		}
+	}
+	run.Cluster, err = load.Run(ctx, c, shapes, o)
+	return run, err
+}
+
+// printCluster writes the route latencies, each target's tables and their comparison.
+func printCluster(w io.Writer, run clusterRun) {
+	if len(run.Routes) > 0 {
+		r := run.Routes[0]
+		fmt.Fprintf(w, "\nroutes, ms: one client, one request at a time, all sent to %s; local = to a partition %s holds, forwarded = to one the node in column 2 holds; %d measured per route after %d of warm-up, %d-byte messages\n",
+			r.Entry, r.Entry, r.Requests, r.Warmup, r.Size)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "operation\tforwarded to\tlocal p50\tlocal p99\tforwarded p50\tforwarded p99\tadded p50\tadded p99\t")
+		for _, r := range run.Routes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Op, r.Holder,
+				msec(r.Local.P50), msec(r.Local.P99), msec(r.Forwarded.P50), msec(r.Forwarded.P99),
+				msec(r.Forwarded.P50-r.Local.P50), msec(r.Forwarded.P99-r.Local.P99))
+		}
+		_ = tw.Flush() // w is stdout or a test's buffer
+	}
+	for _, rs := range [][]load.Result{run.Results, run.Cluster} {
+		if len(rs) > 0 {
+			fmt.Fprintln(w)
+			load.PrintTable(w, rs)
+		}
+	}
+	if len(run.Results) > 0 && len(run.Cluster) > 0 {
+		fmt.Fprintf(w, "\n%d nodes (RF 1, clients spread over the nodes round robin) against 1 node, the same binary, one after the other:\n", run.Nodes)
+		load.PrintComparison(w, []string{run.Cluster[0].Target, run.Results[0].Target}, [][]load.Result{run.Cluster, run.Results})
+	}
+	fmt.Fprintln(w)
+	load.PrintLegend(w)
+	fmt.Fprintf(w, "\nload average at the start: %s, at the end: %s\n", run.Machine.LoadStart, run.Machine.LoadEnd)
+}
+
+// msec formats d in milliseconds.
+func msec(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
