@@ -1,13 +1,13 @@
 // Package natsjs is the benchmark's NATS JetStream target: a single nats-server
-// process with JetStream on file storage, driven with the official client
-// (github.com/nats-io/nats.go/jetstream).
+// process, or a cluster of three, with JetStream on file storage, driven with the
+// official client (github.com/nats-io/nats.go/jetstream).
 //
 // How the shapes map onto JetStream:
 //
 //   - a queue of P partitions is P streams, one subject each, with work-queue
-//     retention and file storage (replicas 1), each with one durable pull consumer
-//     (explicit ack, ack wait 30 s as narad's default lease, max ack pending 100000 as
-//     the benchmark sets narad's in-flight cap). A partition is a stream because a
+//     retention and file storage (replicas 1, or 3 on the cluster), each with one
+//     durable pull consumer (explicit ack, ack wait 30 s as narad's default lease,
+//     max ack pending 100000 as the benchmark sets narad's in-flight cap). A partition is a stream because a
 //     stream, like a narad partition, is one log with its own writer and its own syncs.
 //   - produce is a publish that waits for the PubAck; a producer rotates over the
 //     streams. A batch is that many async publishes to one stream, the batch
@@ -23,11 +23,13 @@
 //     sync_interval: always that removal (a tombstone) is fsynced before the answer.
 //     A batch ack is that many confirmed acks in parallel.
 //
-// Durability differs by configuration, and the two targets say which: "jetstream"
+// Durability differs by configuration, and the targets say which: "jetstream"
 // runs JetStream's default (the PubAck means the message is in the server's memory
 // and its file's page cache; files are fsynced every 2 minutes), "jetstream-sync"
 // runs sync_interval: always (every write is fsynced before its PubAck, one by one,
-// with no group commit across publishers).
+// with no group commit across publishers). "jetstream-r3-sync" is three servers in
+// one cluster with sync_interval: always and streams (and so their consumers) of 3
+// replicas: see cluster.go.
 package natsjs
 
 import (
@@ -40,6 +42,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,27 +73,42 @@ func BuildServer(moduleDir, dir string) (string, error) {
 
 // Options configures Launch.
 type Options struct {
-	Server  string    // nats-server binary
-	DataDir string    // JetStream store_dir and the server's config and log
-	Sync    bool      // sync_interval: always
-	Conns   int       // client connections shared by the goroutines (at least 1)
-	Log     io.Writer // the server's stdout and stderr
+	Server  string // nats-server binary
+	DataDir string // JetStream store_dir and the server's config and log
+	Sync    bool   // sync_interval: always
+	// Replicas is 1 (or 0) for a single server, or 3 for a cluster of three servers
+	// whose streams have 3 replicas.
+	Replicas int
+	Conns    int       // client connections shared by the goroutines (at least 1)
+	Log      io.Writer // the server's stdout and stderr
 }
 
-// Target drives one nats-server. It implements load.Target.
+// Target drives one nats-server, or a cluster of them. It implements load.Target.
 type Target struct {
-	name   string
-	node   *proc.Process
-	conns  []*nats.Conn
-	js     []jetstream.JetStream
-	prefix string
-	seq    atomic.Int64
+	name     string
+	nodes    []*proc.Process
+	replicas int
+	urls     []string // client URL of each node
+	monitors []string // monitoring URL of each node (clusters only)
+	conns    []*nats.Conn
+	js       []jetstream.JetStream
+	prefix   string
+	seq      atomic.Int64
+	usage    clusterUsage // the cluster's CPU and RSS per shape (clusters only)
 }
 
 var _ load.Target = (*Target)(nil)
 
 // Launch writes a config, starts nats-server on a free loopback port and connects.
+// With Replicas 3 it starts a cluster instead (launchCluster).
 func Launch(o Options) (*Target, error) {
+	switch o.Replicas {
+	case 0, 1:
+	case 3:
+		return launchCluster(o)
+	default:
+		return nil, fmt.Errorf("replicas must be 1 or 3, not %d", o.Replicas)
+	}
 	addr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
@@ -107,10 +125,9 @@ func Launch(o Options) (*Target, error) {
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	t := &Target{name: name, prefix: randomHex()}
-	url := "nats://" + addr
-	t.node, err = proc.Start(exec.Command(o.Server, "-c", confPath), o.Log, readyTimeout, func(ctx context.Context) error {
-		nc, err := nats.Connect(url, nats.Timeout(time.Second))
+	t := &Target{name: name, replicas: 1, prefix: randomHex(), urls: []string{"nats://" + addr}}
+	node, err := proc.Start(exec.Command(o.Server, "-c", confPath), o.Log, readyTimeout, func(ctx context.Context) error {
+		nc, err := nats.Connect(t.urls[0], nats.Timeout(time.Second))
 		if err != nil {
 			return err
 		}
@@ -125,21 +142,36 @@ func Launch(o Options) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting nats-server: %w", err)
 	}
-	for i := 0; i < max(o.Conns, 1); i++ {
-		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("narad-bench-%d", i)), nats.MaxReconnects(-1))
+	t.nodes = []*proc.Process{node}
+	if err := t.connect(o.Conns); err != nil {
+		_ = t.Close() // the connect error is the one to report
+		return nil, err
+	}
+	return t, nil
+}
+
+// connect opens n client connections (at least 1), connection i to node i mod the
+// number of nodes first, so a cluster's clients are spread over its servers as an
+// application's would be; the other nodes are the connection's fallbacks.
+func (t *Target) connect(n int) error {
+	for i := 0; i < max(n, 1); i++ {
+		servers := make([]string, 0, len(t.urls))
+		for j := range t.urls {
+			servers = append(servers, t.urls[(i+j)%len(t.urls)])
+		}
+		nc, err := nats.Connect(strings.Join(servers, ","), nats.Name(fmt.Sprintf("narad-bench-%d", i)),
+			nats.DontRandomize(), nats.MaxReconnects(-1))
 		if err != nil {
-			_ = t.Close() // the connect error is the one to report
-			return nil, err
+			return err
 		}
 		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 		if err != nil {
 			nc.Close()
-			_ = t.Close() // the JetStream error is the one to report
-			return nil, err
+			return err
 		}
 		t.conns, t.js = append(t.conns, nc), append(t.js, js)
 	}
-	return t, nil
+	return nil
 }
 
 func randomHex() string {
@@ -148,19 +180,29 @@ func randomHex() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Name is "jetstream" or "jetstream-sync".
+// Name is "jetstream", "jetstream-sync" or "jetstream-r3-sync".
 func (t *Target) Name() string { return t.name }
 
-// PID is the nats-server process.
-func (t *Target) PID() int { return t.node.PID() }
+// PID is the nats-server process; of a cluster, the first node's. The load engine
+// samples that one process, so on a cluster PID also starts sampling every server
+// for the queue opened last (see clusterUsage).
+func (t *Target) PID() int {
+	if len(t.nodes) > 1 {
+		t.usage.begin(t.nodes)
+	}
+	return t.nodes[0].PID()
+}
 
-// Close disconnects and stops the server.
+// URLs are the client URLs of the servers, one per node.
+func (t *Target) URLs() []string { return t.urls }
+
+// Close disconnects and stops the servers, each by its own process.
 func (t *Target) Close() error {
 	for _, nc := range t.conns {
 		nc.Close()
 	}
-	if t.node != nil {
-		t.node.Stop()
+	for _, n := range t.nodes {
+		n.Stop()
 	}
 	return nil
 }
@@ -175,7 +217,7 @@ func (t *Target) Open(ctx context.Context, partitions int) (load.Queue, error) {
 		subject := fmt.Sprintf("bench.%s.%d.p%d", t.prefix, n, p)
 		s, err := js.CreateStream(ctx, jetstream.StreamConfig{
 			Name: name, Subjects: []string{subject},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: 1,
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: t.replicas,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("create stream %s: %w", name, err)
@@ -188,12 +230,16 @@ func (t *Target) Open(ctx context.Context, partitions int) (load.Queue, error) {
 		}
 		q.streams, q.subjects = append(q.streams, name), append(q.subjects, subject)
 	}
+	if len(t.nodes) > 1 {
+		t.usage.opened(q)
+	}
 	return q, nil
 }
 
 type queue struct {
 	t                 *Target
 	streams, subjects []string
+	sampler           *clusterSampler // set by clusterUsage.begin; nil on a single server
 }
 
 func (q *queue) Producer(i int) load.Producer {
@@ -204,8 +250,11 @@ func (q *queue) Consumer(i, n int) load.Consumer {
 	return &consumer{q: q, i: i, pinned: n >= len(q.streams), js: q.t.js[i%len(q.t.js)], cons: make([]jetstream.Consumer, len(q.streams))}
 }
 
-// Delete deletes the streams.
+// Delete stops the cluster's sampler, if one runs, then deletes the streams.
 func (q *queue) Delete(ctx context.Context) error {
+	if len(q.t.nodes) > 1 {
+		q.t.usage.end(q)
+	}
 	var errs []error
 	for _, s := range q.streams {
 		errs = append(errs, q.t.js[0].DeleteStream(ctx, s))

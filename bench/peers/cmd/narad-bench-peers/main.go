@@ -1,5 +1,6 @@
 // Command narad-bench-peers runs the workload shapes of narad-bench against narad,
-// NATS JetStream (default sync, then sync_interval: always) and Redis Streams
+// NATS JetStream (default sync, then sync_interval: always, then a cluster of three
+// servers with sync_interval: always and 3-replica streams) and Redis Streams
 // (appendfsync always; only when redis-server is on PATH or REDIS_SERVER names it),
 // one server at a time on the same machine in the same run, and prints each
 // target's table and then one table of every figure side by side with narad/peer
@@ -28,10 +29,11 @@ import (
 
 // Target names, in run order.
 const (
-	tNarad  = "narad"
-	tJS     = "jetstream"
-	tJSSync = "jetstream-sync"
-	tRedis  = "redis"
+	tNarad    = "narad"
+	tJS       = "jetstream"
+	tJSSync   = "jetstream-sync"
+	tJSR3Sync = "jetstream-r3-sync"
+	tRedis    = "redis"
 )
 
 type config struct {
@@ -51,7 +53,7 @@ func main() {
 	flag.StringVar(&c.narad, "narad", "", "path of the narad binary to start")
 	flag.StringVar(&c.natsServer, "nats-server", "", "nats-server binary (default: build the version pinned in bench/peers/go.mod)")
 	flag.StringVar(&c.redis, "redis-server", redisDefault, "redis-server binary (default: $REDIS_SERVER, else redis-server on PATH; Redis is skipped without one)")
-	flag.StringVar(&c.targets, "targets", strings.Join([]string{tNarad, tJS, tJSSync, tRedis}, ","), "targets to run, in order; the first is the base of the ratios")
+	flag.StringVar(&c.targets, "targets", strings.Join([]string{tNarad, tJS, tJSSync, tJSR3Sync, tRedis}, ","), "targets to run, in order; the first is the base of the ratios")
 	flag.StringVar(&c.mode, "mode", "all", "shapes to run: all, or a comma-separated list of "+fmt.Sprint(load.Shapes))
 	flag.StringVar(&c.json, "json", "", "also write the results as JSON to this file")
 	flag.Parse()
@@ -78,7 +80,7 @@ func run(ctx context.Context, c config) error {
 			if c.narad == "" {
 				return errors.New("give --narad, the narad binary to start")
 			}
-		case tJS, tJSSync, tRedis:
+		case tJS, tJSSync, tJSR3Sync, tRedis:
 		default:
 			return fmt.Errorf("unknown target %q", n)
 		}
@@ -104,6 +106,7 @@ func run(ctx context.Context, c config) error {
 	fmt.Printf("setup: %d producers, %d consumers, %d-byte messages, %d partitions, %s per shape, batches of %d\n",
 		c.o.Producers, c.o.Consumers, c.o.Size, c.o.Partitions, c.o.Duration, c.o.Batch)
 	fmt.Println("narad: every 202 and 204 fsynced; jetstream: JetStream defaults (fsync every 2 min); jetstream-sync: sync_interval always;",
+		"jetstream-r3-sync: 3 servers, streams of 3 replicas, sync_interval always (server CPU and RSS: the 3 together);",
 		"redis: appendonly yes, appendfsync always")
 
 	var (
@@ -128,6 +131,8 @@ func run(ctx context.Context, c config) error {
 			t, err = narad.Launch(c.narad, data, conns, os.Stderr)
 		case tJS, tJSSync:
 			t, err = natsjs.Launch(natsjs.Options{Server: c.natsServer, DataDir: data, Sync: n == tJSSync, Conns: 4, Log: os.Stderr})
+		case tJSR3Sync:
+			t, err = natsjs.Launch(natsjs.Options{Server: c.natsServer, DataDir: data, Sync: true, Replicas: 3, Conns: 4, Log: os.Stderr})
 		case tRedis:
 			if c.redis == "" {
 				notes = append(notes, "redis: skipped, no redis-server on PATH and REDIS_SERVER unset")
@@ -141,6 +146,11 @@ func run(ctx context.Context, c config) error {
 			continue
 		}
 		rs, err := load.Run(ctx, t, shapes, o)
+		if cl, ok := t.(*natsjs.Target); ok {
+			if err := cl.ApplyClusterUsage(rs); err != nil {
+				notes = append(notes, fmt.Sprintf("%s: server usage left out: %v", n, err))
+			}
+		}
 		_ = t.Close() // the results are in; stopping a peer only frees the machine for the next
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("%s: stopped: %v", n, err))
