@@ -116,7 +116,7 @@ bench-scale: build ## Minutes and ~13 GB of disk: RSS with 10M messages of backl
 bench-flow: build ## Every workload shape over HTTP against a fresh node: a table of throughput, latency, loss, CPU, RSS
 	cd bench && $(GO) run ./cmd/narad-bench --narad ../$(NARAD) $(BENCH_FLAGS)
 
-bench-peers: build ## The same shapes against narad, NATS JetStream (default sync, sync always) and Redis Streams (if found), with ratios
+bench-peers: build ## The same shapes against narad, NATS JetStream (default sync, sync always, R3 sync always) and Redis Streams (if found), with ratios
 	cd bench/peers && GOWORK=off $(GO) run ./cmd/narad-bench-peers --narad ../../$(NARAD) $(BENCH_FLAGS)
 
 bench-cluster: build ## Cluster routing (issue 20): forwarded vs local latency on 3 nodes, then produce, flow, batch on 1 node and on 3
