@@ -346,7 +346,10 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 	}
 	req := b.dataReq(t, dataLease, p)
 	req.Limit, req.DurationMs, req.MaxBytes, req.Principal = limit, vis.Milliseconds(), maxBytes, principalOf(ctx)
-	resp, err := b.call(ctx, t.holderOf(p), req, remoteCallTimeout)
+	// Once sent, the lease is taken on the holder whether or not the client stays: wait
+	// for the answer (within remoteCallTimeout), so the caller can hand back what a gone
+	// client was leased instead of leaving it hidden for a visibility timeout.
+	resp, err := b.call(context.WithoutCancel(ctx), t.holderOf(p), req, remoteCallTimeout)
 	if err != nil {
 		return nil, err
 	}

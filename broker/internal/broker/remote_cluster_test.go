@@ -1,0 +1,84 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestRemoteLeaseOfGoneClientIsHandedBack: a consume whose client hangs up while a
+// partition on another node is leasing for it must not hide the message for a
+// visibility timeout. On one node the lease is handed back at once (the delivery
+// contract says so); through another node the holder takes the lease whatever the
+// entry node does, so the entry node must wait for the answer and hand it back, not
+// drop it.
+func TestRemoteLeaseOfGoneClientIsHandedBack(t *testing.T) {
+	plane, bs := startFakeCluster(t, 2)
+	ctx := context.Background()
+	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "gone", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](60_000)}); err != nil {
+		t.Fatal(err)
+	}
+	// The entry node is the one that does not hold partition p.
+	p := 0
+	h := holderIndex(t, bs, "gone", p)
+	entry := bs[1-h]
+	if _, err := entry.Produce(ctx, "gone", []Outgoing{{Partition: int32(p), Value: []byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	leased, gone := make(chan struct{}, 1), make(chan struct{})
+	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
+		if req.Kind != dataLease {
+			return deliver(ctx)
+		}
+		out, err := deliver(context.WithoutCancel(ctx)) // the holder runs it
+		select {
+		case leased <- struct{}{}:
+		default:
+		}
+		// The answer is on its way when the client goes: a call bound to the client
+		// ends then, without it.
+		select {
+		case <-gone:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return out, err
+	})
+	done := make(chan error, 1)
+	go func() {
+		ds, err := entry.Consume(cctx, "gone", 10, 0)
+		if len(ds) > 0 {
+			err = errors.New("the gone client was given messages")
+		}
+		done <- err
+	}()
+	select {
+	case <-leased:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the holder was never asked to lease")
+	}
+	cancel()
+	close(gone)
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("the consume of a gone client answered %v", err)
+	}
+	plane.setHook(nil)
+
+	// Nobody holds the message: the next consume gets it now, not in 60 s.
+	ds, err := entry.Consume(ctx, "gone", 10, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 {
+		t.Fatalf("after a gone client's consume the message is hidden: got %d messages, want 1 (its lease was dropped, not handed back)", len(ds))
+	}
+	if ds[0].Attempt != 1 {
+		t.Errorf("the handed-back lease counted as a delivery: attempt %d", ds[0].Attempt)
+	}
+}
