@@ -25,6 +25,9 @@ type fakePlane struct {
 	trans   map[raft.ServerAddress]*raft.InmemTransport
 	brokers map[string]*Broker
 	hook    func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error)
+	// refuseMeta, when it returns true for a control-plane request's kind, that request
+	// is not delivered.
+	refuseMeta func(kind string) bool
 }
 
 func (p *fakePlane) broker(addr string) *Broker {
@@ -37,6 +40,16 @@ func (p *fakePlane) Forward(ctx context.Context, addr raft.ServerAddress, req []
 	b := p.broker(string(addr))
 	if b == nil {
 		return nil, fmt.Errorf("%w: %s is not open", meta.ErrNotDelivered, addr)
+	}
+	p.mu.Lock()
+	refuse := p.refuseMeta
+	p.mu.Unlock()
+	if refuse != nil {
+		var r struct{ Kind string }
+		_ = json.Unmarshal(req, &r)
+		if refuse(r.Kind) {
+			return nil, fmt.Errorf("%w: %s refused by the test", meta.ErrNotDelivered, r.Kind)
+		}
 	}
 	return b.HandleForward(ctx, req)
 }
@@ -125,6 +138,31 @@ func startFakeCluster(t *testing.T, n int) (*fakePlane, []*Broker) {
 		}
 	}
 	return p, bs
+}
+
+// cutReplication stops the Raft traffic from the controller to node i (both ways) and
+// returns the controller's index; undo reconnects them.
+func (p *fakePlane) cutReplication(t *testing.T, bs []*Broker, i int) (leader int, undo func()) {
+	t.Helper()
+	leader = -1
+	for k, b := range bs {
+		if b.meta.Leader() {
+			leader = k
+		}
+	}
+	if leader < 0 || leader == i {
+		t.Fatalf("node %d is the controller (or none is): %d", i, leader)
+	}
+	la, fa := raft.ServerAddress(fmt.Sprintf("addr%d", leader+1)), raft.ServerAddress(fmt.Sprintf("addr%d", i+1))
+	p.mu.Lock()
+	lt, ft := p.trans[la], p.trans[fa]
+	p.mu.Unlock()
+	lt.Disconnect(fa)
+	ft.Disconnect(la)
+	return leader, func() {
+		lt.Connect(fa, ft)
+		ft.Connect(la, lt)
+	}
 }
 
 // holderIndex returns which broker holds partition i of topic name, as b sees it.

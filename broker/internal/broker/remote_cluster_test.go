@@ -82,3 +82,46 @@ func TestRemoteLeaseOfGoneClientIsHandedBack(t *testing.T) {
 		t.Errorf("the handed-back lease counted as a delivery: attempt %d", ds[0].Attempt)
 	}
 }
+
+// TestLookupThatCannotSyncIsNotANotFound: a node that does not know a topic answers 404
+// only after it caught up with the controller. When it cannot (no controller, one that
+// just lost its leadership, the node plane down), the topic may well exist, created
+// through another node: the answer is 503, never a 404 for a topic that exists.
+func TestLookupThatCannotSyncIsNotANotFound(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	f := -1
+	for k, b := range bs {
+		if !b.meta.Leader() {
+			f = k
+		}
+	}
+	leader, undo := plane.cutReplication(t, bs, f)
+	defer undo()
+	plane.mu.Lock()
+	plane.refuseMeta = func(kind string) bool { return kind == "sync_index" }
+	plane.mu.Unlock()
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "fresh", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := bs[f].Produce(ctx, "fresh", []Outgoing{{Partition: -1, Value: []byte("m")}})
+	if !bs[f].Ready() {
+		t.Fatal("the cut node stopped being ready before it was asked (SuspectAfter is 5 s): the test proves nothing")
+	}
+	if errors.Is(err, ErrTopicNotFound) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a produce to a topic that exists, through a node that could not catch up, answered %v; want unavailable", err)
+	}
+	if err := bs[f].Exists("fresh"); errors.Is(err, ErrTopicNotFound) {
+		t.Fatalf("a node that could not catch up says the topic does not exist: %v", err)
+	}
+
+	// Once it can catch up, the topic is there.
+	plane.mu.Lock()
+	plane.refuseMeta = nil
+	plane.mu.Unlock()
+	undo()
+	pollUntil(t, "the cut node to serve the topic", func() error {
+		_, err := bs[f].Produce(ctx, "fresh", []Outgoing{{Partition: -1, Value: []byte("m")}})
+		return err
+	})
+}
