@@ -125,3 +125,67 @@ func TestLookupThatCannotSyncIsNotANotFound(t *testing.T) {
 		return err
 	})
 }
+
+// TestAckOfNewerIncarnationOnABehindNode: a topic deleted and created again through one
+// node, consumed there, and acked through a node whose metadata has not reached the
+// new incarnation yet. The lease is live: the ack must not answer lease_lost (410, "do
+// not ack it, it is delivered again"); a node that cannot tell yet answers 503, and
+// once it caught up the ack settles.
+func TestAckOfNewerIncarnationOnABehindNode(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	f := -1
+	for k, b := range bs {
+		if !b.meta.Leader() {
+			f = k
+		}
+	}
+	var l int
+	for k, b := range bs {
+		if b.meta.Leader() {
+			l = k
+		}
+	}
+	if _, err := bs[l].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "every node to open the topic", func() error {
+		for _, b := range bs {
+			if _, err := b.lookupLocal("again"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	_, undo := plane.cutReplication(t, bs, f)
+	defer undo()
+	if err := bs[l].DeleteTopic(ctx, "again", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs[l].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](60_000)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs[l].Produce(ctx, "again", []Outgoing{{Partition: -1, Value: []byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := bs[l].Consume(ctx, "again", 1, 5*time.Second)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("consume: %v %v", ds, err)
+	}
+	if !bs[f].Ready() {
+		t.Fatal("the cut node stopped being ready before it was asked (SuspectAfter is 5 s): the test proves nothing")
+	}
+	if err := bs[f].Ack("again", []AckReq{{Handle: ds[0].Handle}})[0]; errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrBadHandle) {
+		t.Fatalf("a live lease acked through a node behind the metadata answered %v", err)
+	}
+	undo()
+	pollUntil(t, "the ack through the node that caught up to settle", func() error {
+		if err := bs[f].Ack("again", []AckReq{{Handle: ds[0].Handle}})[0]; err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				t.Fatalf("a live lease answered %v", err)
+			}
+			return err
+		}
+		return nil
+	})
+}
