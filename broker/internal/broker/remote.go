@@ -365,7 +365,11 @@ func (b *Broker) settleOn(t *topic, p int, reqs []partition.SettleReq) []error {
 	req.Settles = reqs
 	errs := make([]error, len(reqs))
 	resp, err := b.call(context.Background(), t.holderOf(p), req, remoteCallTimeout)
-	if err == nil && len(resp.Errs) != len(reqs) {
+	if err == nil && resp.Err != nil {
+		// The holder refused the whole request (the topic is deleted there, or it has
+		// not caught up with it): nothing was settled, for the reason it gives.
+		err = fromWireErr(resp.Err)
+	} else if err == nil && len(resp.Errs) != len(reqs) {
 		err = fmt.Errorf("%w: node %q answered %d results for %d settles", ErrOutcomeUnknown, t.holderOf(p), len(resp.Errs), len(reqs))
 	}
 	for i := range errs {

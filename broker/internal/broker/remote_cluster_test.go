@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -188,4 +189,53 @@ func TestAckOfNewerIncarnationOnABehindNode(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRemoteSettleKeepsTheHoldersError: an ack forwarded to a holder that refuses the
+// whole request (the topic's incarnation is deleted there; it has not caught up)
+// answers that refusal, as a local partition's would be: not "timeout, the outcome is
+// unknown", which tells the client its ack may have settled.
+func TestRemoteSettleKeepsTheHoldersError(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	leader := -1
+	for k, b := range bs {
+		if b.meta.Leader() {
+			leader = k
+		}
+	}
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "gone", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](60_000)}); err != nil {
+		t.Fatal(err)
+	}
+	h := holderIndex(t, bs, "gone", 0)
+	f := -1
+	for k := range bs {
+		if k != leader && k != h {
+			f = k
+		}
+	}
+	if _, err := bs[f].Produce(ctx, "gone", []Outgoing{{Partition: -1, Value: []byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := bs[f].Consume(ctx, "gone", 1, 5*time.Second)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("consume: %v %v", ds, err)
+	}
+	_, undo := plane.cutReplication(t, bs, f)
+	defer undo()
+	if err := bs[leader].DeleteTopic(ctx, "gone", 0); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "the holder to close the deleted topic", func() error {
+		if _, err := bs[h].lookupLocal("gone"); !errors.Is(err, ErrTopicNotFound) {
+			return fmt.Errorf("lookup on the holder: %v", err)
+		}
+		return nil
+	})
+	for _, r := range []AckReq{{Handle: ds[0].Handle}, {Handle: ds[0].Handle, Mode: Renew}} {
+		err := bs[f].Ack("gone", []AckReq{r})[0]
+		if errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, ErrTopicNotFound) {
+			t.Errorf("an ack (mode %d) the holder refused because the topic is deleted answered %v; want topic not found", r.Mode, err)
+		}
+	}
 }
