@@ -165,10 +165,17 @@ func (p *fakePlane) cutReplication(t *testing.T, bs []*Broker, i int) (leader in
 	}
 }
 
-// holderIndex returns which broker holds partition i of topic name, as b sees it.
+// holderIndex returns which broker holds partition i of topic name, as the controller
+// sees it.
 func holderIndex(t *testing.T, bs []*Broker, name string, i int) int {
 	t.Helper()
-	m, err := bs[0].TopicMeta(name)
+	from := bs[0]
+	for _, b := range bs {
+		if b.meta.Leader() {
+			from = b
+		}
+	}
+	m, err := from.TopicMeta(name)
 	if err != nil {
 		t.Fatal(err)
 	}

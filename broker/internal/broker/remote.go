@@ -653,14 +653,14 @@ func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 			}
 			return t, nil
 		case err == nil && t.incarnation > req.Incarnation:
-			// The entry node's metadata is behind: the topic it means was deleted.
-			return nil, fmt.Errorf("%w: topic %q was deleted and created again", ErrTopicNotFound, req.Topic)
+			return nil, errRecreated(req.Topic)
 		case err != nil && !errors.Is(err, ErrTopicNotFound):
 			return nil, err
 		}
 		// Not open here, or an older incarnation: deleted since, or not opened yet.
-		if m, ok := b.meta.Topic(req.Topic); ok && m.Incarnation > req.Incarnation ||
-			!ok && b.meta.AppliedIndex() >= req.Incarnation {
+		if m, ok := b.meta.Topic(req.Topic); ok && m.Incarnation > req.Incarnation {
+			return nil, errRecreated(req.Topic)
+		} else if !ok && b.meta.AppliedIndex() >= req.Incarnation {
 			return nil, fmt.Errorf("%w: the incarnation of topic %q the request was for is deleted", ErrTopicNotFound, req.Topic)
 		}
 		if time.Now().After(deadline) {
@@ -672,6 +672,14 @@ func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// errRecreated answers a request for an incarnation of a topic that was deleted and
+// created again: the entry node's metadata is behind. The topic exists, so the answer
+// is "retry" (the entry node catches up within moments), not a 404 for a topic the
+// client may have just created.
+func errRecreated(topic string) error {
+	return fmt.Errorf("%w: topic %q was deleted and created again and the node this request came through has not caught up yet", ErrUnavailable, topic)
 }
 
 // childAsOf returns the child a lag request names, waiting a little for this node's

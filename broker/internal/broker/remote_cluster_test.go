@@ -163,10 +163,15 @@ func TestAckOfNewerIncarnationOnABehindNode(t *testing.T) {
 	if err := bs[l].DeleteTopic(ctx, "again", 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bs[l].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](60_000)}); err != nil {
+	if _, err := bs[l].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](3), VisibilityMs: ptr[int64](60_000)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bs[l].Produce(ctx, "again", []Outgoing{{Partition: -1, Value: []byte("m")}}); err != nil {
+	// A partition the cut node does not hold: the others can serve it.
+	p := 0
+	for holderIndex(t, bs, "again", p) == f {
+		p++
+	}
+	if _, err := bs[l].Produce(ctx, "again", []Outgoing{{Partition: int32(p), Value: []byte("m")}}); err != nil {
 		t.Fatal(err)
 	}
 	ds, err := bs[l].Consume(ctx, "again", 1, 5*time.Second)
@@ -238,4 +243,59 @@ func TestRemoteSettleKeepsTheHoldersError(t *testing.T) {
 			t.Errorf("an ack (mode %d) the holder refused because the topic is deleted answered %v; want topic not found", r.Mode, err)
 		}
 	}
+}
+
+// TestForwardedToARecreatedTopicIsNotANotFound: a topic deleted and created again
+// through one node, then used through a node whose metadata has not reached the new
+// incarnation: the holder knows the topic exists (anew), so the answer is "retry" (503),
+// not 404 for a topic the client has just created; once caught up it is served.
+func TestForwardedToARecreatedTopicIsNotANotFound(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	leader := -1
+	for k, b := range bs {
+		if b.meta.Leader() {
+			leader = k
+		}
+	}
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "anew", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	h := holderIndex(t, bs, "anew", 0)
+	f := -1
+	for k := range bs {
+		if k != leader && k != h {
+			f = k
+		}
+	}
+	var old *topic
+	pollUntil(t, "the entry node to open the topic", func() (err error) { old, err = bs[f].lookupLocal("anew"); return err })
+	_, undo := plane.cutReplication(t, bs, f)
+	defer undo()
+	if err := bs[leader].DeleteTopic(ctx, "anew", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "anew", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	// The entry node forwards by the old incarnation's placement, to h.
+	pollUntil(t, "the old holder to open the new incarnation", func() error {
+		nt, err := bs[h].lookupLocal("anew")
+		if err != nil || nt.incarnation == old.incarnation {
+			return fmt.Errorf("the holder has %v, %v", nt, err)
+		}
+		return nil
+	})
+	if !bs[f].Ready() {
+		t.Fatal("the cut node stopped being ready before it was asked (SuspectAfter is 5 s): the test proves nothing")
+	}
+	_, err := bs[f].Produce(ctx, "anew", []Outgoing{{Partition: -1, Value: []byte("m")}})
+	if errors.Is(err, ErrTopicNotFound) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a produce to a topic created again, through a node behind, answered %v; want unavailable", err)
+	}
+	undo()
+	pollUntil(t, "the entry node to catch up and store", func() error {
+		_, err := bs[f].Produce(ctx, "anew", []Outgoing{{Partition: -1, Value: []byte("m")}})
+		return err
+	})
 }
