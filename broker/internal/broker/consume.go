@@ -137,6 +137,9 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) ([]Delivered,
 	answered := false
 	size := 0
 	for k := 0; k < n && len(out) < max && size < MaxConsumeBytes; k++ {
+		if ctx.Err() != nil {
+			break // the client went: lease nothing more (the caller hands back what was)
+		}
 		i := (start + k) % n
 		budget := MaxConsumeBytes - size
 		if len(out) == 0 {

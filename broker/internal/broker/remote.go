@@ -346,7 +346,10 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 	}
 	req := b.dataReq(t, dataLease, p)
 	req.Limit, req.DurationMs, req.MaxBytes, req.Principal = limit, vis.Milliseconds(), maxBytes, principalOf(ctx)
-	resp, err := b.call(ctx, t.holderOf(p), req, remoteCallTimeout)
+	// Once sent, the lease is taken on the holder whether or not the client stays: wait
+	// for the answer (within remoteCallTimeout), so the caller can hand back what a gone
+	// client was leased instead of leaving it hidden for a visibility timeout.
+	resp, err := b.call(context.WithoutCancel(ctx), t.holderOf(p), req, remoteCallTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +365,11 @@ func (b *Broker) settleOn(t *topic, p int, reqs []partition.SettleReq) []error {
 	req.Settles = reqs
 	errs := make([]error, len(reqs))
 	resp, err := b.call(context.Background(), t.holderOf(p), req, remoteCallTimeout)
-	if err == nil && len(resp.Errs) != len(reqs) {
+	if err == nil && resp.Err != nil {
+		// The holder refused the whole request (the topic is deleted there, or it has
+		// not caught up with it): nothing was settled, for the reason it gives.
+		err = fromWireErr(resp.Err)
+	} else if err == nil && len(resp.Errs) != len(reqs) {
 		err = fmt.Errorf("%w: node %q answered %d results for %d settles", ErrOutcomeUnknown, t.holderOf(p), len(resp.Errs), len(reqs))
 	}
 	for i := range errs {
@@ -646,14 +653,14 @@ func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 			}
 			return t, nil
 		case err == nil && t.incarnation > req.Incarnation:
-			// The entry node's metadata is behind: the topic it means was deleted.
-			return nil, fmt.Errorf("%w: topic %q was deleted and created again", ErrTopicNotFound, req.Topic)
+			return nil, errRecreated(req.Topic)
 		case err != nil && !errors.Is(err, ErrTopicNotFound):
 			return nil, err
 		}
 		// Not open here, or an older incarnation: deleted since, or not opened yet.
-		if m, ok := b.meta.Topic(req.Topic); ok && m.Incarnation > req.Incarnation ||
-			!ok && b.meta.AppliedIndex() >= req.Incarnation {
+		if m, ok := b.meta.Topic(req.Topic); ok && m.Incarnation > req.Incarnation {
+			return nil, errRecreated(req.Topic)
+		} else if !ok && b.meta.AppliedIndex() >= req.Incarnation {
 			return nil, fmt.Errorf("%w: the incarnation of topic %q the request was for is deleted", ErrTopicNotFound, req.Topic)
 		}
 		if time.Now().After(deadline) {
@@ -665,6 +672,14 @@ func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// errRecreated answers a request for an incarnation of a topic that was deleted and
+// created again: the entry node's metadata is behind. The topic exists, so the answer
+// is "retry" (the entry node catches up within moments), not a 404 for a topic the
+// client may have just created.
+func errRecreated(topic string) error {
+	return fmt.Errorf("%w: topic %q was deleted and created again and the node this request came through has not caught up yet", ErrUnavailable, topic)
 }
 
 // childAsOf returns the child a lag request names, waiting a little for this node's

@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/partition"
@@ -18,6 +20,49 @@ func (b *Broker) liveIncarnation(inc uint64) bool {
 		}
 	}
 	return false
+}
+
+// catchUpTo returns the topic name as of the newest incarnation a handle of reqs names.
+// In a cluster a handle may come from an incarnation created through another node that
+// this node has not applied yet (the topic was deleted and created again): it catches
+// up with the controller rather than call a live lease lost. Incarnations are the
+// indexes of the commands that made them, so a newer one is a larger number.
+func (b *Broker) catchUpTo(t *topic, name string, reqs []AckReq) (*topic, error) {
+	if b.opts.Peers == nil {
+		return t, nil
+	}
+	newest := t.incarnation
+	for _, r := range reqs {
+		if h, err := queue.DecodeHandle(r.Handle); err == nil && h.Incarnation > newest {
+			newest = h.Incarnation
+		}
+	}
+	if newest == t.incarnation {
+		return t, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), syncBound)
+	defer cancel()
+	if b.meta.AppliedIndex() < newest {
+		if err := b.meta.Sync(ctx); err != nil {
+			b.log.Warn("an ack names a newer incarnation of a topic than this node knows and the controller could not be asked", "topic", name, "err", err)
+			return nil, fmt.Errorf("%w: a receipt handle names an incarnation of topic %q this node has not caught up with: %w", ErrUnavailable, name, err)
+		}
+	}
+	for {
+		t, err := b.lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		if m, ok := b.meta.Topic(name); !ok || t.incarnation == m.Incarnation {
+			return t, nil
+		}
+		// The metadata has the new incarnation; the reconcile loop is opening it.
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: topic %q is being opened on this node", ErrUnavailable, name)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // AckMode says what an ack does.
@@ -49,6 +94,12 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 	errs := make([]error, len(reqs))
 	t, err := b.lookup(name)
 	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	if t, err = b.catchUpTo(t, name, reqs); err != nil {
 		for i := range errs {
 			errs[i] = err
 		}

@@ -244,8 +244,10 @@ func (b *Broker) lookup(name string) (*topic, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), syncBound)
 	defer cancel()
 	if serr := b.meta.Sync(ctx); serr != nil {
-		b.log.Debug("catching up with the controller before a not-found answer failed", "topic", name, "err", serr)
-		return nil, err
+		// The topic may exist, created through another node: without the controller's
+		// word a 404 would be a guess, so the answer is "retry later".
+		b.log.Warn("catching up with the controller before a not-found answer failed", "topic", name, "err", serr)
+		return nil, fmt.Errorf("%w: topic %q is unknown to this node and the controller could not be asked: %w", ErrUnavailable, name, serr)
 	}
 	for {
 		if t, err := b.lookupLocal(name); !errors.Is(err, ErrTopicNotFound) {

@@ -95,9 +95,21 @@ func toAPIError(err error) *apiError {
 		return newErr(http.StatusConflict, apigen.ErrorCodeConflict, conflict.Msg)
 	}
 	var part *broker.PartlyStoredError
-	if errors.As(err, &part) && (errors.Is(err, broker.ErrStorage) || errors.Is(err, broker.ErrDiskFull)) &&
-		!errors.Is(err, broker.ErrTopicNotFound) && !errors.Is(err, broker.ErrUnavailable) {
-		return partlyStored(err, part)
+	if errors.As(err, &part) && !errors.Is(err, broker.ErrTopicNotFound) {
+		switch {
+		case (errors.Is(err, broker.ErrStorage) || errors.Is(err, broker.ErrDiskFull)) && !errors.Is(err, broker.ErrUnavailable):
+			return partlyStored(err, part)
+		case errors.Is(err, broker.ErrOutcomeUnknown):
+			// In a cluster: the holder of a failed partition went silent after it was sent
+			// its share, which may be stored (once, there).
+			return partlyStoredAs(part, apigen.ErrorCodeTimeout, 1,
+				"the node holding a partition did not answer in time", "may or may not be stored (the outcome is unknown)")
+		case errors.Is(err, broker.ErrPartitionDown) || errors.Is(err, broker.ErrPeerSaturated):
+			// In a cluster: the holder of a failed partition could not be reached (or
+			// this node has its limit of requests to it); its share was not sent.
+			return partlyStoredAs(part, apigen.ErrorCodeUnavailable, 1,
+				"the node holding a partition could not be reached (or has --max-peer-inflight requests from this node)", "were not sent to it and not stored")
+		}
 	}
 	var mbe *http.MaxBytesError
 	switch {
@@ -175,19 +187,28 @@ func partlyStored(err error, part *broker.PartlyStoredError) *apiError {
 	if !errors.Is(err, broker.ErrStorage) {
 		code, retry, why = apigen.ErrorCodeDiskFull, 5, "the broker's disk is full"
 	}
-	failed := make([]string, len(part.Failed))
-	for i, p := range part.Failed {
-		failed[i] = strconv.Itoa(int(p))
-	}
 	rest := "were not stored"
 	if errors.Is(err, broker.ErrMaybeStored) {
 		rest = "were not acknowledged, but the broker could not undo the failed write, so they may be found stored after the node restarts"
+	}
+	a := partlyStoredAs(part, code, retry, why, rest)
+	a.msg += " (the operator is alerted by the narad_storage_errors_total metric)"
+	return a
+}
+
+// partlyStoredAs is the answer to a produce-batch of which part was stored: code and
+// retry are those of the failure, why says what failed and rest what became of the
+// failed partitions' messages.
+func partlyStoredAs(part *broker.PartlyStoredError, code apigen.ErrorCode, retry int, why, rest string) *apiError {
+	failed := make([]string, len(part.Failed))
+	for i, p := range part.Failed {
+		failed[i] = strconv.Itoa(int(p))
 	}
 	return &apiError{status: http.StatusServiceUnavailable, code: code, retryAfter: retry,
 		msg: why + " and only part of the batch was stored: " + strconv.Itoa(part.Stored) +
 			" messages went to partitions whose writes succeeded and will be delivered; the messages for partition(s) " +
 			strings.Join(failed, ", ") + " " + rest + ". Retrying the whole batch stores the delivered part twice; " +
-			"resend only the messages of the failed partition(s) if duplicates matter (the operator is alerted by the narad_storage_errors_total metric)"}
+			"resend only the messages of the failed partition(s) if duplicates matter"}
 }
 
 // writeError writes err as the JSON error body.

@@ -42,3 +42,28 @@ func TestPartlyStoredKeepsTheCode(t *testing.T) {
 		t.Errorf("a batch whose topic was deleted meanwhile: got %d %s, want 404", gone.status, gone.code)
 	}
 }
+
+// TestPartlyStoredAcrossNodes: in a cluster a batch spanning partitions can fail in a
+// partition whose holder is down, busy or silent while the others store their share.
+// The answer must say that part was stored: "nothing was done" would make the client
+// retry the whole batch believing nothing could be duplicated.
+func TestPartlyStoredAcrossNodes(t *testing.T) {
+	part := &broker.PartlyStoredError{Failed: []int32{1}, Stored: 2}
+	for _, tc := range []struct {
+		err  error
+		code string
+	}{
+		{errors.Join(broker.ErrUnavailable, broker.ErrPartitionDown), "unavailable"},
+		{errors.Join(broker.ErrUnavailable, broker.ErrPeerSaturated), "unavailable"},
+		{broker.ErrOutcomeUnknown, "timeout"},
+	} {
+		got := toAPIError(errors.Join(part, tc.err))
+		if got.status != 503 || string(got.code) != tc.code || got.retryAfter == 0 {
+			t.Errorf("%v in part of a batch: got %d %s retry %d, want 503 %s with Retry-After", tc.err, got.status, got.code, got.retryAfter, tc.code)
+		}
+		if !strings.Contains(got.msg, "part of the batch was stored") || !strings.Contains(got.msg, "partition(s) 1") ||
+			strings.Contains(got.msg, "nothing was done") || strings.Contains(got.msg, "did not send this one") {
+			t.Errorf("%v in part of a batch: message %q must say which part was stored", tc.err, got.msg)
+		}
+	}
+}

@@ -1,0 +1,301 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestRemoteLeaseOfGoneClientIsHandedBack: a consume whose client hangs up while a
+// partition on another node is leasing for it must not hide the message for a
+// visibility timeout. On one node the lease is handed back at once (the delivery
+// contract says so); through another node the holder takes the lease whatever the
+// entry node does, so the entry node must wait for the answer and hand it back, not
+// drop it.
+func TestRemoteLeaseOfGoneClientIsHandedBack(t *testing.T) {
+	plane, bs := startFakeCluster(t, 2)
+	ctx := context.Background()
+	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "gone", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](60_000)}); err != nil {
+		t.Fatal(err)
+	}
+	// The entry node is the one that does not hold partition p.
+	p := 0
+	h := holderIndex(t, bs, "gone", p)
+	entry := bs[1-h]
+	if _, err := entry.Produce(ctx, "gone", []Outgoing{{Partition: int32(p), Value: []byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	leased, gone := make(chan struct{}, 1), make(chan struct{})
+	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
+		if req.Kind != dataLease {
+			return deliver(ctx)
+		}
+		out, err := deliver(context.WithoutCancel(ctx)) // the holder runs it
+		select {
+		case leased <- struct{}{}:
+		default:
+		}
+		// The answer is on its way when the client goes: a call bound to the client
+		// ends then, without it.
+		select {
+		case <-gone:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return out, err
+	})
+	done := make(chan error, 1)
+	go func() {
+		ds, err := entry.Consume(cctx, "gone", 10, 0)
+		if len(ds) > 0 {
+			err = errors.New("the gone client was given messages")
+		}
+		done <- err
+	}()
+	select {
+	case <-leased:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the holder was never asked to lease")
+	}
+	cancel()
+	close(gone)
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("the consume of a gone client answered %v", err)
+	}
+	plane.setHook(nil)
+
+	// Nobody holds the message: the next consume gets it now, not in 60 s.
+	ds, err := entry.Consume(ctx, "gone", 10, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 {
+		t.Fatalf("after a gone client's consume the message is hidden: got %d messages, want 1 (its lease was dropped, not handed back)", len(ds))
+	}
+	if ds[0].Attempt != 1 {
+		t.Errorf("the handed-back lease counted as a delivery: attempt %d", ds[0].Attempt)
+	}
+}
+
+// TestLookupThatCannotSyncIsNotANotFound: a node that does not know a topic answers 404
+// only after it caught up with the controller. When it cannot (no controller, one that
+// just lost its leadership, the node plane down), the topic may well exist, created
+// through another node: the answer is 503, never a 404 for a topic that exists.
+func TestLookupThatCannotSyncIsNotANotFound(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	f := -1
+	for k, b := range bs {
+		if !b.meta.Leader() {
+			f = k
+		}
+	}
+	leader, undo := plane.cutReplication(t, bs, f)
+	defer undo()
+	plane.mu.Lock()
+	plane.refuseMeta = func(kind string) bool { return kind == "sync_index" }
+	plane.mu.Unlock()
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "fresh", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := bs[f].Produce(ctx, "fresh", []Outgoing{{Partition: -1, Value: []byte("m")}})
+	if !bs[f].Ready() {
+		t.Fatal("the cut node stopped being ready before it was asked (SuspectAfter is 5 s): the test proves nothing")
+	}
+	if errors.Is(err, ErrTopicNotFound) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a produce to a topic that exists, through a node that could not catch up, answered %v; want unavailable", err)
+	}
+	if err := bs[f].Exists("fresh"); errors.Is(err, ErrTopicNotFound) {
+		t.Fatalf("a node that could not catch up says the topic does not exist: %v", err)
+	}
+
+	// Once it can catch up, the topic is there.
+	plane.mu.Lock()
+	plane.refuseMeta = nil
+	plane.mu.Unlock()
+	undo()
+	pollUntil(t, "the cut node to serve the topic", func() error {
+		_, err := bs[f].Produce(ctx, "fresh", []Outgoing{{Partition: -1, Value: []byte("m")}})
+		return err
+	})
+}
+
+// TestAckOfNewerIncarnationOnABehindNode: a topic deleted and created again through one
+// node, consumed there, and acked through a node whose metadata has not reached the
+// new incarnation yet. The lease is live: the ack must not answer lease_lost (410, "do
+// not ack it, it is delivered again"); a node that cannot tell yet answers 503, and
+// once it caught up the ack settles.
+func TestAckOfNewerIncarnationOnABehindNode(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	f := -1
+	for k, b := range bs {
+		if !b.meta.Leader() {
+			f = k
+		}
+	}
+	var l int
+	for k, b := range bs {
+		if b.meta.Leader() {
+			l = k
+		}
+	}
+	if _, err := bs[l].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "every node to open the topic", func() error {
+		for _, b := range bs {
+			if _, err := b.lookupLocal("again"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	_, undo := plane.cutReplication(t, bs, f)
+	defer undo()
+	if err := bs[l].DeleteTopic(ctx, "again", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs[l].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](3), VisibilityMs: ptr[int64](60_000)}); err != nil {
+		t.Fatal(err)
+	}
+	// A partition the cut node does not hold: the others can serve it.
+	p := 0
+	for holderIndex(t, bs, "again", p) == f {
+		p++
+	}
+	if _, err := bs[l].Produce(ctx, "again", []Outgoing{{Partition: int32(p), Value: []byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := bs[l].Consume(ctx, "again", 1, 5*time.Second)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("consume: %v %v", ds, err)
+	}
+	if !bs[f].Ready() {
+		t.Fatal("the cut node stopped being ready before it was asked (SuspectAfter is 5 s): the test proves nothing")
+	}
+	if err := bs[f].Ack("again", []AckReq{{Handle: ds[0].Handle}})[0]; errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrBadHandle) {
+		t.Fatalf("a live lease acked through a node behind the metadata answered %v", err)
+	}
+	undo()
+	pollUntil(t, "the ack through the node that caught up to settle", func() error {
+		if err := bs[f].Ack("again", []AckReq{{Handle: ds[0].Handle}})[0]; err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				t.Fatalf("a live lease answered %v", err)
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// TestRemoteSettleKeepsTheHoldersError: an ack forwarded to a holder that refuses the
+// whole request (the topic's incarnation is deleted there; it has not caught up)
+// answers that refusal, as a local partition's would be: not "timeout, the outcome is
+// unknown", which tells the client its ack may have settled.
+func TestRemoteSettleKeepsTheHoldersError(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	leader := -1
+	for k, b := range bs {
+		if b.meta.Leader() {
+			leader = k
+		}
+	}
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "gone", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](60_000)}); err != nil {
+		t.Fatal(err)
+	}
+	h := holderIndex(t, bs, "gone", 0)
+	f := -1
+	for k := range bs {
+		if k != leader && k != h {
+			f = k
+		}
+	}
+	if _, err := bs[f].Produce(ctx, "gone", []Outgoing{{Partition: -1, Value: []byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := bs[f].Consume(ctx, "gone", 1, 5*time.Second)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("consume: %v %v", ds, err)
+	}
+	_, undo := plane.cutReplication(t, bs, f)
+	defer undo()
+	if err := bs[leader].DeleteTopic(ctx, "gone", 0); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "the holder to close the deleted topic", func() error {
+		if _, err := bs[h].lookupLocal("gone"); !errors.Is(err, ErrTopicNotFound) {
+			return fmt.Errorf("lookup on the holder: %v", err)
+		}
+		return nil
+	})
+	for _, r := range []AckReq{{Handle: ds[0].Handle}, {Handle: ds[0].Handle, Mode: Renew}} {
+		err := bs[f].Ack("gone", []AckReq{r})[0]
+		if errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, ErrTopicNotFound) {
+			t.Errorf("an ack (mode %d) the holder refused because the topic is deleted answered %v; want topic not found", r.Mode, err)
+		}
+	}
+}
+
+// TestForwardedToARecreatedTopicIsNotANotFound: a topic deleted and created again
+// through one node, then used through a node whose metadata has not reached the new
+// incarnation: the holder knows the topic exists (anew), so the answer is "retry" (503),
+// not 404 for a topic the client has just created; once caught up it is served.
+func TestForwardedToARecreatedTopicIsNotANotFound(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	leader := -1
+	for k, b := range bs {
+		if b.meta.Leader() {
+			leader = k
+		}
+	}
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "anew", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	h := holderIndex(t, bs, "anew", 0)
+	f := -1
+	for k := range bs {
+		if k != leader && k != h {
+			f = k
+		}
+	}
+	var old *topic
+	pollUntil(t, "the entry node to open the topic", func() (err error) { old, err = bs[f].lookupLocal("anew"); return err })
+	_, undo := plane.cutReplication(t, bs, f)
+	defer undo()
+	if err := bs[leader].DeleteTopic(ctx, "anew", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "anew", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	// The entry node forwards by the old incarnation's placement, to h.
+	pollUntil(t, "the old holder to open the new incarnation", func() error {
+		nt, err := bs[h].lookupLocal("anew")
+		if err != nil || nt.incarnation == old.incarnation {
+			return fmt.Errorf("the holder has %v, %v", nt, err)
+		}
+		return nil
+	})
+	if !bs[f].Ready() {
+		t.Fatal("the cut node stopped being ready before it was asked (SuspectAfter is 5 s): the test proves nothing")
+	}
+	_, err := bs[f].Produce(ctx, "anew", []Outgoing{{Partition: -1, Value: []byte("m")}})
+	if errors.Is(err, ErrTopicNotFound) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a produce to a topic created again, through a node behind, answered %v; want unavailable", err)
+	}
+	undo()
+	pollUntil(t, "the entry node to catch up and store", func() error {
+		_, err := bs[f].Produce(ctx, "anew", []Outgoing{{Partition: -1, Value: []byte("m")}})
+		return err
+	})
+}
