@@ -541,6 +541,11 @@ func (b *Broker) watch(t *topic, k watchKey, parts []int32) {
 		delete(b.remote.watch, k)
 		b.remote.watches[k.node]--
 		b.remote.mu.Unlock()
+		// A consume that parked after the loop saw none waiting found this watch
+		// still registered and started none: start the next one for it.
+		if t.waiting.Load() > 0 && !closed(t.done) && !closed(b.stop) {
+			b.watchRemote(t)
+		}
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -574,6 +579,16 @@ func (b *Broker) watch(t *topic, k watchKey, parts []int32) {
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
