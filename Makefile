@@ -16,7 +16,7 @@ FUZZTIME    ?= 20s
 .DEFAULT_GOAL := help
 .PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers bench-cluster bench-cluster-idle cluster \
         bench-raft bench-raft-idle bench-raft-failover bench-raft-throughput build-spike \
-        fuzz e2e conformance examples chaos soak clean audit test-audit
+        fuzz e2e conformance examples chaos soak clean audit test-audit release test-release
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,7 +28,7 @@ build: ## Build the narad binary into bin/
 	@mkdir -p $(BIN)
 	cd broker && $(GO) build -o ../$(NARAD) ./cmd/narad
 
-test: check-gen lint test-go test-python test-js test-conformance test-verify test-docs test-examples ## Install what the tests need and run every test
+test: check-gen lint test-go test-python test-js test-conformance test-verify test-docs test-examples test-release ## Install what the tests need and run every test
 	@echo "make test: all suites passed"
 
 test-go: ## Go tests of every module, with the race detector (includes e2e against the binary)
@@ -71,7 +71,7 @@ check-gen: ## Fail if the generated code differs from what openapi.yaml produces
 # Every Go module, each checked on its own (GOWORK=off) so none builds only inside go.work.
 # bench/peers is outside the workspace, so the broker never sees NATS or Redis; tools pins
 # the linters and is outside it too.
-TIDY_MODULES := $(LINT_MODULES) bench/peers tools
+TIDY_MODULES := $(LINT_MODULES) bench/peers tools tools/release
 LINT_BIN     := $(abspath $(BIN))/lint
 
 lint: ## Go: tidy, vet, gofmt, staticcheck, errcheck per module; Python: ruff, mypy --strict; TS: tsc strict, Biome
@@ -90,6 +90,16 @@ lint: ## Go: tidy, vet, gofmt, staticcheck, errcheck per module; Python: ruff, m
 	@# TypeScript: tsc strict over the sources, then Biome.
 	@[ -d sdk-js/node_modules ] || $(MAKE) -C sdk-js deps
 	$(MAKE) -C sdk-js typecheck lint
+
+# A release's version: VERSION=…, else the latest tag, else 0.0.0-<short commit>.
+VERSION ?= $(shell git describe --tags --abbrev=0 2>/dev/null || echo 0.0.0-$$(git rev-parse --short HEAD))
+
+release: ## Static binaries (linux, darwin x amd64, arm64), SBOMs, SHA256SUMS, an OCI image and a Homebrew formula into dist/
+	cd tools/release && GOWORK=off $(GO) run . -version $(VERSION) -commit $$(git rev-parse HEAD) \
+		-date $$(git log -1 --format=%cI) -broker ../../broker -out ../../dist
+
+test-release: ## Tests of make release: the image's config from stand-in binaries, and a release for this machine
+	cd tools/release && GOWORK=off $(GO) test -count=1 ./...
 
 audit: ## Known vulnerabilities: govulncheck over every Go module, npm audit (sdk-js), pip-audit (sdk-python); offline, says so and passes
 	@GOWORK=off $(GO) -C tools build -o $(LINT_BIN)/ golang.org/x/vuln/cmd/govulncheck
@@ -189,5 +199,5 @@ soak: ## Steady load with faults for DURATION (make soak DURATION=2h), progress 
 	$(MAKE) -C verify soak DURATION=$(DURATION)
 
 clean: ## Remove build output and the local data dir of `make run`
-	rm -rf $(BIN) data
+	rm -rf $(BIN) data dist
 	$(MAKE) -C verify clean

@@ -14,8 +14,13 @@ import (
 	"github.com/narad-mq/narad/broker/internal/cli"
 )
 
-// version is set by the build (-ldflags "-X main.version=...").
-var version = "dev"
+// version, commit and date are set by a release build (-ldflags "-X main.version=...",
+// see tools/release).
+var (
+	version = "dev"
+	commit  = ""
+	date    = ""
+)
 
 func main() {
 	if len(os.Args) < 2 {
@@ -34,7 +39,7 @@ func main() {
 			os.Exit(1)
 		}
 	case "version", "--version":
-		fmt.Println("narad", version)
+		fmt.Println(versionLine())
 	case "help", "-h", "--help":
 		usage(os.Stdout)
 	default:
@@ -45,6 +50,20 @@ func main() {
 		usage(os.Stderr)
 		os.Exit(2)
 	}
+}
+
+// versionLine is what `narad version` prints: the version, and the commit and build
+// date of a release build.
+func versionLine() string {
+	s := "narad " + version
+	if commit != "" {
+		s += " (commit " + commit
+		if date != "" {
+			s += ", built " + date
+		}
+		s += ")"
+	}
+	return s
 }
 
 func usage(w io.Writer) {
