@@ -1,7 +1,6 @@
 package raftstore
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
@@ -33,8 +32,10 @@ func (s *Store) SetHardState(hs raftpb.HardState) error { return s.Save(hs, nil)
 // new entries followed by old ones. Entries at or below the compaction point are
 // ignored, as are leading entries identical (same index and term) to stored ones.
 //
-// The log and state files are synced together, in the same round of the node's
-// SyncGroup when there is one.
+// Every sync goes through the node's SyncGroup when there is one. The entries are
+// synced before the hard state is written, so an election's Ready (a new term or
+// vote and entries) costs two rounds; the commit-only hard states of the steady
+// state cost none.
 func (s *Store) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -50,29 +51,32 @@ func (s *Store) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 			return s.fail(err)
 		}
 	}
-	var logFile vfs.File
 	if len(ents) > 0 {
-		if logFile, err = s.write(ents); err != nil {
+		f, err := s.write(ents)
+		if err == nil {
+			err = s.sync(f)
+		}
+		if err != nil {
 			return s.fail(err)
 		}
 	}
-	var stateFile vfs.File
+	// The state is written only once the entries are durable: its commit index may
+	// cover them, and a commit index past the durable log would make the store
+	// unopenable after a crash (raft refuses a commit beyond its last index). Even
+	// an unsynced write could reach the disk before the entries did.
 	hsChanged := !raft.IsEmptyHardState(hs) && hs != s.hs
 	if hsChanged {
 		st := s.state.cur
 		st.term, st.vote, st.commit = hs.Term, hs.Vote, hs.Commit
-		if err := s.state.write(st); err != nil {
+		var err error
+		if hs.Term != s.hs.Term || hs.Vote != s.hs.Vote {
+			err = s.writeStateSync(st)
+		} else {
+			err = s.state.write(st)
+		}
+		if err != nil {
 			return s.fail(err)
 		}
-		if hs.Term != s.hs.Term || hs.Vote != s.hs.Vote {
-			stateFile = s.state.f
-		}
-	}
-	if err := s.syncBoth(logFile, stateFile); err != nil {
-		return s.fail(err)
-	}
-	if stateFile != nil {
-		s.state.synced()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -221,25 +225,6 @@ func (s *Store) write(ents []raftpb.Entry) (vfs.File, error) {
 		return nil, err
 	}
 	return seg.f, nil
-}
-
-// syncBoth makes both files durable (either may be nil), in one shared round when
-// the store has a SyncGroup.
-func (s *Store) syncBoth(a, b vfs.File) error {
-	switch {
-	case a == nil && b == nil:
-		return nil
-	case b == nil:
-		return s.sync(a)
-	case a == nil:
-		return s.sync(b)
-	case s.opts.Sync == nil:
-		return errors.Join(a.Sync(), b.Sync())
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.sync(b) }()
-	err := s.sync(a)
-	return errors.Join(err, <-done)
 }
 
 func (s *Store) usable() error {

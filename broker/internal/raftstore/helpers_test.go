@@ -3,7 +3,6 @@ package raftstore
 import (
 	"errors"
 	"fmt"
-	"math/rand"
 	"reflect"
 	"testing"
 
@@ -130,5 +129,3 @@ func wantErr(t *testing.T, got, want error) {
 		t.Fatalf("error %v, want %v", got, want)
 	}
 }
-
-var _ = rand.New
