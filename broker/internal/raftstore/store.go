@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -96,6 +97,7 @@ type Store struct {
 	failed    error
 	closed    bool
 	stats     Stats
+	diskReads atomic.Uint64
 	buf       []byte
 }
 
@@ -452,7 +454,9 @@ func (s *Store) HardState() raftpb.HardState {
 func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.stats
+	st := s.stats
+	st.DiskReads = s.diskReads.Load()
+	return st
 }
 
 // Entries returns the entries [lo, hi), at least one if any, within maxSize bytes
@@ -475,6 +479,7 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
 		ents := limitSize(s.cache[lo-c:hi-c], maxSize)
 		return slices.Clone(ents), nil
 	}
+	s.diskReads.Add(1)
 	ents, err := s.readDisk(lo, hi, maxSize)
 	if err == nil && len(ents) == 0 {
 		err = fmt.Errorf("raftstore: entries [%d, %d) not in any segment: %w", lo, hi, raft.ErrUnavailable)
