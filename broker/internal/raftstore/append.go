@@ -102,7 +102,13 @@ func (s *Store) plan(ents []raftpb.Entry) ([]raftpb.Entry, uint64, error) {
 	if len(ents) == 0 {
 		return nil, 0, nil
 	}
-	for i := 1; i < len(ents); i++ {
+	for i := range ents {
+		if n := ents[i].Size(); n > s.opts.MaxEntryBytes {
+			return nil, 0, fmt.Errorf("%w: entry %d is %d bytes, the limit %d", ErrEntryTooLarge, ents[i].Index, n, s.opts.MaxEntryBytes)
+		}
+		if i == 0 {
+			continue
+		}
 		if ents[i].Index != ents[i-1].Index+1 {
 			return nil, 0, fmt.Errorf("%w: index %d follows %d", ErrNotContiguous, ents[i].Index, ents[i-1].Index)
 		}

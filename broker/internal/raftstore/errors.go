@@ -24,3 +24,7 @@ var ErrNotContiguous = errors.New("raftstore: entries are not contiguous with th
 // ErrOutOfRange is returned for an index past the last stored entry where raft's
 // MemoryStorage would panic (Compact, CreateSnapshot, Entries with hi too large).
 var ErrOutOfRange = errors.New("raftstore: index past the last stored entry")
+
+// ErrEntryTooLarge is returned by Append for an entry whose marshalled size is above
+// Options.MaxEntryBytes: recovery would take its frame for damage.
+var ErrEntryTooLarge = errors.New("raftstore: entry larger than MaxEntryBytes")

@@ -240,6 +240,9 @@ func TestAppend(t *testing.T) {
 			wantErr(t, s.Append(idx(7).terms(5)), ErrNotContiguous)
 			wantErr(t, s.Append([]raftpb.Entry{{Index: 6, Term: 5}, {Index: 8, Term: 5}}), ErrNotContiguous)
 			wantErr(t, s.Append(idx(6).terms(4)), ErrNotContiguous) // term below the stored 5
+			big := Options{MaxEntryBytes: 64, CacheEntries: m.opts.CacheEntries, SegmentBytes: m.opts.SegmentBytes}
+			s, _ = newWith(t, idx(3).terms(3), big)
+			wantErr(t, s.Append([]raftpb.Entry{{Index: 4, Term: 3, Data: make([]byte, 64)}}), ErrEntryTooLarge)
 		})
 	}
 }
