@@ -1,0 +1,83 @@
+package raftstore
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+)
+
+// BenchmarkAppendSync is one Ready's worth of entries (256 B payloads) appended and
+// made durable on the real disk, per batch size: what a partition's Ready loop
+// pays per round. "groups" runs 8 stores at once through one SyncGroup with
+// syncfs, as the node's partitions do, and reports fsync rounds per batch.
+func BenchmarkAppendSync(b *testing.B) {
+	payload := make([]byte, 256)
+	batchOf := func(next uint64, n int) []raftpb.Entry {
+		ents := make([]raftpb.Entry, n)
+		for i := range ents {
+			ents[i] = raftpb.Entry{Index: next + uint64(i), Term: 1, Data: payload}
+		}
+		return ents
+	}
+	for _, n := range []int{1, 16, 128} {
+		b.Run(fmt.Sprintf("batch=%d/alone", n), func(b *testing.B) {
+			s, err := Open(b.TempDir(), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			b.SetBytes(int64(n * len(payload)))
+			b.ResetTimer()
+			next := uint64(1)
+			for range b.N {
+				if err := s.Append(batchOf(next, n)); err != nil {
+					b.Fatal(err)
+				}
+				next += uint64(n)
+			}
+		})
+		b.Run(fmt.Sprintf("batch=%d/groups=8", n), func(b *testing.B) {
+			dir := b.TempDir()
+			syncer, err := vfs.NewFSSyncer(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer syncer.Close()
+			sg := vfs.NewSyncGroup(syncer)
+			defer sg.Close()
+			const groups = 8
+			stores := make([]*Store, groups)
+			for g := range stores {
+				if stores[g], err = Open(filepath.Join(dir, fmt.Sprint(g)), Options{Sync: sg}); err != nil {
+					b.Fatal(err)
+				}
+				defer stores[g].Close()
+			}
+			b.SetBytes(int64(n * len(payload)))
+			before := sg.Stats().Rounds
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for g, s := range stores {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					next := uint64(1)
+					for i := g; i < b.N; i += groups {
+						if err := s.Append(batchOf(next, n)); err != nil {
+							b.Error(err)
+							return
+						}
+						next += uint64(n)
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(sg.Stats().Rounds-before)/float64(b.N), "rounds/batch")
+		})
+	}
+}
