@@ -47,6 +47,7 @@ type config struct {
 	SyncMode          string
 	RetentionInterval time.Duration
 	StatsInterval     time.Duration
+	Console           bool
 	ShutdownGrace     time.Duration
 	UpgradeFormat     bool
 
@@ -100,6 +101,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.SyncMode, "sync-mode", "group", "group: partitions with writes waiting share one file-system sync (syncfs); file: one fdatasync per write")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
 	fs.DurationVar(&c.StatsInterval, "stats-interval", broker.DefaultStatsInterval, "how often the stats route (GET /v1/stats) samples each topic's rates and backlog; it keeps the last 90 samples in memory")
+	fs.BoolVar(&c.Console, "console", true, "serve the web console at /console (static files; it calls the API with the credentials its user logs in with)")
 	fs.BoolVar(&c.UpgradeFormat, "upgrade-format", false, "allow a data-directory format upgrade that only a backup can undo (upgrades that need it say so and refuse to start without it)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 25*time.Second, "how long SIGTERM waits for requests in flight")
 	fs.StringVar(&c.ClusterAddr, "cluster-addr", "", "UDP host:port of the node plane (QUIC): all node-to-node traffic, the control plane's Raft included; turns clustering on and needs a cluster secret")
