@@ -109,6 +109,14 @@ func TestStatsRoute(t *testing.T) {
 		}
 	}
 	v.Get(topicPath("other")+"/stats").ExpectError(t, http.StatusNotFound, "topic_not_found")
+	// A user who may see no topic still learns the node's interval.
+	a.PostJSON("/v1/users", map[string]any{"username": "nobody", "password": "nobody-pass-1"}).Expect(t, http.StatusCreated)
+	nobody := &api{Client: n.Client().WithBasicAuth("nobody", "nobody-pass-1"), t: t}
+	if r := nobody.Get("/v1/stats"); r.Expect(t, http.StatusOK) && r.JSON(t, &list) {
+		if len(list.Topics) != 0 || list.IntervalMs != 1000 || list.Node != st.Node {
+			t.Errorf("/v1/stats of a user without grants: %+v, want no topics, the node's 1000 ms and node %s", list, st.Node)
+		}
+	}
 	v.stats("st.orders")
 	if r := a.Get("/v1/stats"); r.Expect(t, http.StatusOK) && r.JSON(t, &list) {
 		if len(list.Topics) != 2 || list.Topics[0].Topic != "other" || list.Topics[1].Topic != "st.orders" {

@@ -196,6 +196,9 @@ func counterOf(c prometheus.Counter) float64 {
 	return m.Counter.GetValue()
 }
 
+// StatsInterval is the time between two samples of the stats route.
+func (b *Broker) StatsInterval() time.Duration { return b.stats.interval }
+
 // TopicStats returns a topic's samples as this node took them: the rates of what this
 // node served and the backlog of the partitions it holds.
 func (b *Broker) TopicStats(name string) (TopicStats, error) {

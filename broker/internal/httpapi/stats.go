@@ -26,7 +26,7 @@ func (h *handlers) ListTopicStats(ctx context.Context, _ apigen.ListTopicStatsRe
 		return nil, err
 	}
 	node := h.b.NodeID()
-	out := apigen.ListTopicStats200JSONResponse{Node: node, IntervalMs: broker.DefaultStatsInterval.Milliseconds(), Topics: make([]apigen.TopicStats, 0, len(ts))}
+	out := apigen.ListTopicStats200JSONResponse{Node: node, IntervalMs: h.b.StatsInterval().Milliseconds(), Topics: make([]apigen.TopicStats, 0, len(ts))}
 	u := principal(ctx)
 	for _, t := range ts {
 		if u != nil && !u.IsAdmin() && !h.canSee(u, t) {
@@ -39,7 +39,6 @@ func (h *handlers) ListTopicStats(ctx context.Context, _ apigen.ListTopicStatsRe
 		if err != nil {
 			return nil, err
 		}
-		out.IntervalMs = st.IntervalMs
 		out.Topics = append(out.Topics, topicStatsJSON(st, node))
 	}
 	return out, nil
