@@ -14,7 +14,7 @@ BENCH_FLAGS ?=
 FUZZTIME    ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers bench-cluster bench-cluster-idle cluster \
+.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples test-console console console-screenshots docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers bench-cluster bench-cluster-idle cluster \
         bench-raft bench-raft-idle bench-raft-failover bench-raft-throughput build-spike \
         fuzz e2e conformance examples chaos soak clean audit test-audit release test-release
 
@@ -28,7 +28,7 @@ build: ## Build the narad binary into bin/
 	@mkdir -p $(BIN)
 	cd broker && $(GO) build -o ../$(NARAD) ./cmd/narad
 
-test: check-gen lint test-go test-python test-js test-conformance test-verify test-docs test-examples test-release ## Install what the tests need and run every test
+test: check-gen lint test-go test-python test-js test-conformance test-verify test-docs test-examples test-release test-console ## Install what the tests need and run every test
 	@echo "make test: all suites passed"
 
 test-go: ## Go tests of every module, with the race detector (includes e2e against the binary)
@@ -44,6 +44,15 @@ test-python: build ## Python SDK: venv, lint, mypy --strict, pytest against the 
 test-js: build ## TypeScript SDK: npm ci, type checks, build, tests against the built binary
 	@if [ -f sdk-js/Makefile ]; then $(MAKE) -C sdk-js test NARAD_BIN=$(abspath $(NARAD)); \
 	else echo "test-js: no TypeScript SDK yet"; fi
+
+test-console: build ## Web console: type checks, the embedded build matches its sources, browser tests in Debian's chromium (installed if missing)
+	$(MAKE) -C console test NARAD_BIN=$(abspath $(NARAD))
+
+console: ## Rebuild the web console's embedded files from console/src (npm ci from the lock file)
+	$(MAKE) -C console build
+
+console-screenshots: build ## Refresh docs/assets/console from the console's browser test
+	$(MAKE) -C console screenshots NARAD_BIN=$(abspath $(NARAD))
 
 test-docs: ## Documentation builds with --strict and every relative link and anchor resolves
 	$(MAKE) -C docs check

@@ -519,6 +519,33 @@ type ReplaceGrantsRequest struct {
 	Grants []Grant `json:"grants"`
 }
 
+// StatsSample One interval of a topic as the answering node saw it.
+type StatsSample struct {
+	// AckRate `acked` per second of the interval.
+	AckRate float64 `json:"ack_rate"`
+
+	// Acked Messages settled by an ack through this node during the interval.
+	Acked int64 `json:"acked"`
+
+	// AtMs End of the interval, Unix milliseconds.
+	AtMs int64 `json:"at_ms"`
+
+	// Backlog Messages not yet settled at `at_ms`, over the partitions this node holds.
+	Backlog int64 `json:"backlog"`
+
+	// InFlight Messages under a lease at `at_ms`, over the partitions this node holds.
+	InFlight int64 `json:"in_flight"`
+
+	// OldestUnackedAgeMs Age of the oldest unsettled message at `at_ms`, in ms (0 when every message is settled).
+	OldestUnackedAgeMs int64 `json:"oldest_unacked_age_ms"`
+
+	// ProduceRate `produced` per second of the interval.
+	ProduceRate float64 `json:"produce_rate"`
+
+	// Produced Messages stored through this node during the interval.
+	Produced int64 `json:"produced"`
+}
+
 // Topic defines model for Topic.
 type Topic struct {
 	CreatedAt     time.Time `json:"created_at"`
@@ -589,6 +616,29 @@ type TopicSettings struct {
 
 	// VisibilityTimeoutMs Lease length for consumed messages, in ms (100 ms to 12 h, default 30000).
 	VisibilityTimeoutMs *int64 `json:"visibility_timeout_ms,omitempty"`
+}
+
+// TopicStats defines model for TopicStats.
+type TopicStats struct {
+	// IntervalMs Time between two samples, in ms.
+	IntervalMs int64 `json:"interval_ms"`
+
+	// Node The node that took these samples (and answered).
+	Node string `json:"node"`
+
+	// Samples Oldest first; at most 90.
+	Samples []StatsSample `json:"samples"`
+	Topic   string        `json:"topic"`
+}
+
+// TopicStatsList defines model for TopicStatsList.
+type TopicStatsList struct {
+	// IntervalMs Time between two samples, in ms.
+	IntervalMs int64 `json:"interval_ms"`
+
+	// Node The node that answered.
+	Node   string       `json:"node"`
+	Topics []TopicStats `json:"topics"`
 }
 
 // User defines model for User.
@@ -846,6 +896,9 @@ type ClientInterface interface {
 
 	MovePartition(ctx context.Context, body MovePartitionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListTopicStats request
+	ListTopicStats(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListTopics request
 	ListTopics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -900,6 +953,9 @@ type ClientInterface interface {
 	ProduceBatchWithBody(ctx context.Context, topic TopicName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	ProduceBatch(ctx context.Context, topic TopicName, body ProduceBatchJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetTopicStats request
+	GetTopicStats(ctx context.Context, topic TopicName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListUsers request
 	ListUsers(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1036,6 +1092,18 @@ func (c *Client) MovePartitionWithBody(ctx context.Context, contentType string, 
 
 func (c *Client) MovePartition(ctx context.Context, body MovePartitionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewMovePartitionRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) ListTopicStats(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTopicStatsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1276,6 +1344,18 @@ func (c *Client) ProduceBatchWithBody(ctx context.Context, topic TopicName, cont
 
 func (c *Client) ProduceBatch(ctx context.Context, topic TopicName, body ProduceBatchJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewProduceBatchRequest(c.Server, topic, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) GetTopicStats(ctx context.Context, topic TopicName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTopicStatsRequest(c.Server, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -1639,6 +1719,33 @@ func NewMovePartitionRequestWithBody(server string, contentType string, body io.
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListTopicStatsRequest generates requests for ListTopicStats
+func NewListTopicStatsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stats")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest("GET", queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -2486,6 +2593,40 @@ func NewProduceBatchRequestWithBody(server string, topic TopicName, contentType 
 	return req, nil
 }
 
+// NewGetTopicStatsRequest generates requests for GetTopicStats
+func NewGetTopicStatsRequest(server string, topic TopicName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithLocation("simple", false, "topic", runtime.ParamLocationPath, topic)
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/topics/%s/stats", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest("GET", queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListUsersRequest generates requests for ListUsers
 func NewListUsersRequest(server string) (*http.Request, error) {
 	var err error
@@ -2786,6 +2927,9 @@ type ClientWithResponsesInterface interface {
 
 	MovePartitionWithResponse(ctx context.Context, body MovePartitionJSONRequestBody, reqEditors ...RequestEditorFn) (*MovePartitionResponse, error)
 
+	// ListTopicStatsWithResponse request
+	ListTopicStatsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTopicStatsResponse, error)
+
 	// ListTopicsWithResponse request
 	ListTopicsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTopicsResponse, error)
 
@@ -2840,6 +2984,9 @@ type ClientWithResponsesInterface interface {
 	ProduceBatchWithBodyWithResponse(ctx context.Context, topic TopicName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ProduceBatchResponse, error)
 
 	ProduceBatchWithResponse(ctx context.Context, topic TopicName, body ProduceBatchJSONRequestBody, reqEditors ...RequestEditorFn) (*ProduceBatchResponse, error)
+
+	// GetTopicStatsWithResponse request
+	GetTopicStatsWithResponse(ctx context.Context, topic TopicName, reqEditors ...RequestEditorFn) (*GetTopicStatsResponse, error)
 
 	// ListUsersWithResponse request
 	ListUsersWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListUsersResponse, error)
@@ -3067,6 +3214,32 @@ func (r MovePartitionResponse) Status() string {
 
 // StatusCode returns HTTPResponse.StatusCode
 func (r MovePartitionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+type ListTopicStatsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	JSON200      *TopicStatsList
+	JSON400      *BadRequest
+	JSON401      *Unauthenticated
+	JSON403      *Forbidden
+	JSON503      *Unavailable
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTopicStatsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTopicStatsResponse) StatusCode() int {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.StatusCode
 	}
@@ -3491,6 +3664,33 @@ func (r ProduceBatchResponse) StatusCode() int {
 	return 0
 }
 
+type GetTopicStatsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	JSON200      *TopicStats
+	JSON400      *BadRequest
+	JSON401      *Unauthenticated
+	JSON403      *Forbidden
+	JSON404      *NotFound
+	JSON503      *Unavailable
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTopicStatsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTopicStatsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
 type ListUsersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3747,6 +3947,15 @@ func (c *ClientWithResponses) MovePartitionWithResponse(ctx context.Context, bod
 	return ParseMovePartitionResponse(rsp)
 }
 
+// ListTopicStatsWithResponse request returning *ListTopicStatsResponse
+func (c *ClientWithResponses) ListTopicStatsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTopicStatsResponse, error) {
+	rsp, err := c.ListTopicStats(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTopicStatsResponse(rsp)
+}
+
 // ListTopicsWithResponse request returning *ListTopicsResponse
 func (c *ClientWithResponses) ListTopicsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTopicsResponse, error) {
 	rsp, err := c.ListTopics(ctx, reqEditors...)
@@ -3920,6 +4129,15 @@ func (c *ClientWithResponses) ProduceBatchWithResponse(ctx context.Context, topi
 		return nil, err
 	}
 	return ParseProduceBatchResponse(rsp)
+}
+
+// GetTopicStatsWithResponse request returning *GetTopicStatsResponse
+func (c *ClientWithResponses) GetTopicStatsWithResponse(ctx context.Context, topic TopicName, reqEditors ...RequestEditorFn) (*GetTopicStatsResponse, error) {
+	rsp, err := c.GetTopicStats(ctx, topic, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTopicStatsResponse(rsp)
 }
 
 // ListUsersWithResponse request returning *ListUsersResponse
@@ -4412,6 +4630,60 @@ func ParseMovePartitionResponse(rsp *http.Response) (*MovePartitionResponse, err
 			return nil, err
 		}
 		response.JSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTopicStatsResponse parses an HTTP response from a ListTopicStatsWithResponse call
+func ParseListTopicStatsResponse(rsp *http.Response) (*ListTopicStatsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTopicStatsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TopicStatsList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
@@ -5418,6 +5690,67 @@ func ParseProduceBatchResponse(rsp *http.Response) (*ProduceBatchResponse, error
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetTopicStatsResponse parses an HTTP response from a GetTopicStatsWithResponse call
+func ParseGetTopicStatsResponse(rsp *http.Response) (*GetTopicStatsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTopicStatsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TopicStats
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

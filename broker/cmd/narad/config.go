@@ -46,6 +46,8 @@ type config struct {
 	SegmentBytes      int64
 	SyncMode          string
 	RetentionInterval time.Duration
+	StatsInterval     time.Duration
+	Console           bool
 	ShutdownGrace     time.Duration
 	UpgradeFormat     bool
 
@@ -98,6 +100,8 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.Int64Var(&c.SegmentBytes, "segment-bytes", 64<<20, "size at which a partition's log rolls to a new segment file")
 	fs.StringVar(&c.SyncMode, "sync-mode", "group", "group: partitions with writes waiting share one file-system sync (syncfs); file: one fdatasync per write")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
+	fs.DurationVar(&c.StatsInterval, "stats-interval", broker.DefaultStatsInterval, "how often the stats route (GET /v1/stats) samples each topic's rates and backlog; it keeps the last 90 samples in memory")
+	fs.BoolVar(&c.Console, "console", true, "serve the web console at /console (static files; it calls the API with the credentials its user logs in with)")
 	fs.BoolVar(&c.UpgradeFormat, "upgrade-format", false, "allow a data-directory format upgrade that only a backup can undo (upgrades that need it say so and refuse to start without it)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 25*time.Second, "how long SIGTERM waits for requests in flight")
 	fs.StringVar(&c.ClusterAddr, "cluster-addr", "", "UDP host:port of the node plane (QUIC): all node-to-node traffic, the control plane's Raft included; turns clustering on and needs a cluster secret")
@@ -242,6 +246,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--default-max-in-flight and --default-max-acked-ahead must be at least 1")
 	case c.MaxInflightBytes < 0:
 		return fmt.Errorf("--max-inflight-bytes must be 0 (no bound) or more")
+	case c.StatsInterval < broker.MinStatsInterval || c.StatsInterval > broker.MaxStatsInterval:
+		return fmt.Errorf("--stats-interval must be %s to %s", broker.ShortDuration(broker.MinStatsInterval), broker.ShortDuration(broker.MaxStatsInterval))
 	case c.SegmentBytes < 4096:
 		return fmt.Errorf("--segment-bytes must be at least 4096")
 	case c.MaxConns < 0:
@@ -313,6 +319,7 @@ func (c config) brokerOptions(log *slog.Logger) broker.Options {
 		SegmentBytes:      c.SegmentBytes,
 		Syncer:            c.syncer(),
 		RetentionInterval: c.RetentionInterval,
+		StatsInterval:     c.StatsInterval,
 		MaxLongPolls:      c.MaxLongPolls,
 		MaxPeerInflight:   c.MaxPeerInflight,
 		Version:           version,

@@ -118,6 +118,8 @@ func TestInvalidConfigNamesTheSetting(t *testing.T) {
 		{[]string{"--shutdown-grace", "-1s"}, nil, "--shutdown-grace"},
 		{[]string{"--auth-failure-delay", "-1s"}, nil, "--auth-failure-delay"},
 		{[]string{"--segment-bytes", "10"}, nil, "--segment-bytes"},
+		{[]string{"--stats-interval", "1ms"}, nil, "--stats-interval"},
+		{nil, map[string]string{"NARAD_STATS_INTERVAL": "2h"}, "--stats-interval"},
 		{nil, map[string]string{"NARAD_MAX_CONNECTIONS": "many"}, "NARAD_MAX_CONNECTIONS"},
 		{[]string{"--config", file}, nil, "config segment-bytes"},
 		{[]string{"--config", bogus}, nil, `unknown setting "segment-byte"`},

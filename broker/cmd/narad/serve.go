@@ -18,6 +18,7 @@ import (
 
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/cluster"
+	"github.com/narad-mq/narad/broker/internal/console"
 	"github.com/narad-mq/narad/broker/internal/httpapi"
 )
 
@@ -176,6 +177,9 @@ func serve(args []string) (err error) {
 	api, err := httpapi.New(b, c.apiOptions(log, b.Metrics(), authOn))
 	if err != nil {
 		return err
+	}
+	if c.Console {
+		api = console.Handler(api)
 	}
 	handler.Store(&api)
 	logReady(c, log, b, authOn, scheme+"://"+ln.Addr().String())

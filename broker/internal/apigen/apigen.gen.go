@@ -526,6 +526,33 @@ type ReplaceGrantsRequest struct {
 	Grants []Grant `json:"grants"`
 }
 
+// StatsSample One interval of a topic as the answering node saw it.
+type StatsSample struct {
+	// AckRate `acked` per second of the interval.
+	AckRate float64 `json:"ack_rate"`
+
+	// Acked Messages settled by an ack through this node during the interval.
+	Acked int64 `json:"acked"`
+
+	// AtMs End of the interval, Unix milliseconds.
+	AtMs int64 `json:"at_ms"`
+
+	// Backlog Messages not yet settled at `at_ms`, over the partitions this node holds.
+	Backlog int64 `json:"backlog"`
+
+	// InFlight Messages under a lease at `at_ms`, over the partitions this node holds.
+	InFlight int64 `json:"in_flight"`
+
+	// OldestUnackedAgeMs Age of the oldest unsettled message at `at_ms`, in ms (0 when every message is settled).
+	OldestUnackedAgeMs int64 `json:"oldest_unacked_age_ms"`
+
+	// ProduceRate `produced` per second of the interval.
+	ProduceRate float64 `json:"produce_rate"`
+
+	// Produced Messages stored through this node during the interval.
+	Produced int64 `json:"produced"`
+}
+
 // Topic defines model for Topic.
 type Topic struct {
 	CreatedAt     time.Time `json:"created_at"`
@@ -596,6 +623,29 @@ type TopicSettings struct {
 
 	// VisibilityTimeoutMs Lease length for consumed messages, in ms (100 ms to 12 h, default 30000).
 	VisibilityTimeoutMs *int64 `json:"visibility_timeout_ms,omitempty"`
+}
+
+// TopicStats defines model for TopicStats.
+type TopicStats struct {
+	// IntervalMs Time between two samples, in ms.
+	IntervalMs int64 `json:"interval_ms"`
+
+	// Node The node that took these samples (and answered).
+	Node string `json:"node"`
+
+	// Samples Oldest first; at most 90.
+	Samples []StatsSample `json:"samples"`
+	Topic   string        `json:"topic"`
+}
+
+// TopicStatsList defines model for TopicStatsList.
+type TopicStatsList struct {
+	// IntervalMs Time between two samples, in ms.
+	IntervalMs int64 `json:"interval_ms"`
+
+	// Node The node that answered.
+	Node   string       `json:"node"`
+	Topics []TopicStats `json:"topics"`
 }
 
 // User defines model for User.
@@ -778,6 +828,9 @@ type ServerInterface interface {
 	// Move a partition replica
 	// (POST /v1/cluster/moves)
 	MovePartition(w http.ResponseWriter, r *http.Request)
+	// Recent rates and backlog of every topic
+	// (GET /v1/stats)
+	ListTopicStats(w http.ResponseWriter, r *http.Request)
 	// List topics
 	// (GET /v1/topics)
 	ListTopics(w http.ResponseWriter, r *http.Request)
@@ -823,6 +876,9 @@ type ServerInterface interface {
 	// Produce many messages in one request
 	// (POST /v1/topics/{topic}/produce-batch)
 	ProduceBatch(w http.ResponseWriter, r *http.Request, topic TopicName)
+	// A topic's recent rates and backlog
+	// (GET /v1/topics/{topic}/stats)
+	GetTopicStats(w http.ResponseWriter, r *http.Request, topic TopicName)
 	// List users
 	// (GET /v1/users)
 	ListUsers(w http.ResponseWriter, r *http.Request)
@@ -1002,6 +1058,26 @@ func (siw *ServerInterfaceWrapper) MovePartition(w http.ResponseWriter, r *http.
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.MovePartition(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListTopicStats operation middleware
+func (siw *ServerInterfaceWrapper) ListTopicStats(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTopicStats(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1614,6 +1690,37 @@ func (siw *ServerInterfaceWrapper) ProduceBatch(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// GetTopicStats operation middleware
+func (siw *ServerInterfaceWrapper) GetTopicStats(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "topic" -------------
+	var topic TopicName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "topic", r.PathValue("topic"), &topic, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "topic", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTopicStats(w, r, topic)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListUsers operation middleware
 func (siw *ServerInterfaceWrapper) ListUsers(w http.ResponseWriter, r *http.Request) {
 
@@ -1906,6 +2013,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("POST "+options.BaseURL+"/v1/cluster/members", wrapper.JoinMember)
 	m.HandleFunc("DELETE "+options.BaseURL+"/v1/cluster/members/{node}", wrapper.DecommissionMember)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/cluster/moves", wrapper.MovePartition)
+	m.HandleFunc("GET "+options.BaseURL+"/v1/stats", wrapper.ListTopicStats)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics", wrapper.ListTopics)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics", wrapper.CreateTopic)
 	m.HandleFunc("DELETE "+options.BaseURL+"/v1/topics/{topic}", wrapper.DeleteTopic)
@@ -1921,6 +2029,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/partitions/{partition}/messages", wrapper.ReadMessages)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/produce", wrapper.Produce)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/produce-batch", wrapper.ProduceBatch)
+	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/stats", wrapper.GetTopicStats)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/users", wrapper.ListUsers)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/users", wrapper.CreateUser)
 	m.HandleFunc("DELETE "+options.BaseURL+"/v1/users/{username}", wrapper.DeleteUser)
@@ -2389,6 +2498,60 @@ func (response MovePartition501JSONResponse) VisitMovePartitionResponse(w http.R
 type MovePartition503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response MovePartition503JSONResponse) VisitMovePartitionResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type ListTopicStatsRequestObject struct {
+}
+
+type ListTopicStatsResponseObject interface {
+	VisitListTopicStatsResponse(w http.ResponseWriter) error
+}
+
+type ListTopicStats200JSONResponse TopicStatsList
+
+func (response ListTopicStats200JSONResponse) VisitListTopicStatsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListTopicStats400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListTopicStats400JSONResponse) VisitListTopicStatsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListTopicStats401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response ListTopicStats401JSONResponse) VisitListTopicStatsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type ListTopicStats403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response ListTopicStats403JSONResponse) VisitListTopicStatsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListTopicStats503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ListTopicStats503JSONResponse) VisitListTopicStatsResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
@@ -3525,6 +3688,70 @@ func (response ProduceBatch503JSONResponse) VisitProduceBatchResponse(w http.Res
 	return json.NewEncoder(w).Encode(response.Body)
 }
 
+type GetTopicStatsRequestObject struct {
+	Topic TopicName `json:"topic"`
+}
+
+type GetTopicStatsResponseObject interface {
+	VisitGetTopicStatsResponse(w http.ResponseWriter) error
+}
+
+type GetTopicStats200JSONResponse TopicStats
+
+func (response GetTopicStats200JSONResponse) VisitGetTopicStatsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type GetTopicStats400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetTopicStats400JSONResponse) VisitGetTopicStatsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type GetTopicStats401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response GetTopicStats401JSONResponse) VisitGetTopicStatsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type GetTopicStats403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response GetTopicStats403JSONResponse) VisitGetTopicStatsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type GetTopicStats404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetTopicStats404JSONResponse) VisitGetTopicStatsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type GetTopicStats503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response GetTopicStats503JSONResponse) VisitGetTopicStatsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
 type ListUsersRequestObject struct {
 }
 
@@ -4006,6 +4233,9 @@ type StrictServerInterface interface {
 	// Move a partition replica
 	// (POST /v1/cluster/moves)
 	MovePartition(ctx context.Context, request MovePartitionRequestObject) (MovePartitionResponseObject, error)
+	// Recent rates and backlog of every topic
+	// (GET /v1/stats)
+	ListTopicStats(ctx context.Context, request ListTopicStatsRequestObject) (ListTopicStatsResponseObject, error)
 	// List topics
 	// (GET /v1/topics)
 	ListTopics(ctx context.Context, request ListTopicsRequestObject) (ListTopicsResponseObject, error)
@@ -4051,6 +4281,9 @@ type StrictServerInterface interface {
 	// Produce many messages in one request
 	// (POST /v1/topics/{topic}/produce-batch)
 	ProduceBatch(ctx context.Context, request ProduceBatchRequestObject) (ProduceBatchResponseObject, error)
+	// A topic's recent rates and backlog
+	// (GET /v1/topics/{topic}/stats)
+	GetTopicStats(ctx context.Context, request GetTopicStatsRequestObject) (GetTopicStatsResponseObject, error)
 	// List users
 	// (GET /v1/users)
 	ListUsers(ctx context.Context, request ListUsersRequestObject) (ListUsersResponseObject, error)
@@ -4301,6 +4534,30 @@ func (sh *strictHandler) MovePartition(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(MovePartitionResponseObject); ok {
 		if err := validResponse.VisitMovePartitionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListTopicStats operation middleware
+func (sh *strictHandler) ListTopicStats(w http.ResponseWriter, r *http.Request) {
+	var request ListTopicStatsRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTopicStats(ctx, request.(ListTopicStatsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTopicStats")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListTopicStatsResponseObject); ok {
+		if err := validResponse.VisitListTopicStatsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -4739,6 +4996,32 @@ func (sh *strictHandler) ProduceBatch(w http.ResponseWriter, r *http.Request, to
 	}
 }
 
+// GetTopicStats operation middleware
+func (sh *strictHandler) GetTopicStats(w http.ResponseWriter, r *http.Request, topic TopicName) {
+	var request GetTopicStatsRequestObject
+
+	request.Topic = topic
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetTopicStats(ctx, request.(GetTopicStatsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetTopicStats")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetTopicStatsResponseObject); ok {
+		if err := validResponse.VisitGetTopicStatsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListUsers operation middleware
 func (sh *strictHandler) ListUsers(w http.ResponseWriter, r *http.Request) {
 	var request ListUsersRequestObject
@@ -4915,192 +5198,208 @@ func (sh *strictHandler) ChangePassword(w http.ResponseWriter, r *http.Request, 
 // Base64 encoded, gzipped, json marshaled Swagger object
 var swaggerSpec = []string{
 
-	"H4sIAAAAAAAC/+x965IbN7LmqyB4ToRIbTWbfZHHYsdGHFm2Zzzhi0KWwhHH1HaBVSCJ6SLAAVDN5ij0",
-	"f3/vI+6TbGQmgLqweGlJLY29+mOri1W4I69fZr7tZXq50kooZ3vjt70VN3wpnDD41wu+KTTPv1OZzqWa",
-	"w6Nc2MzIlZNa9ca9dMqt+OoyZUa40ijLxK0wG7ai7xj9eiLge5EnzGo23ThhmdGlyk+ckSsm7njmis2w",
-	"l/QkNPnPUphNL+kpvhS9cc83dS3CGJKezRZiyWEwQpXL3vj3Hi+d7iU96q73Jum5zQo+ts7AJ+/eJb2X",
-	"IhNy5f7GVV6I7Ym8WgiWGnrneoEvpUzPGGeZVrZcipwthbV8LhLGLZvLW6F2DbnZTC/pGfHPUhqR98bO",
-	"lKI+gSW/+1GouVv0xk/OzpPeUqrw91nXLF7plcx+xm62ZgA/MRjCmJ0xp9n55VOWLbjhGWwnTCblJ/9i",
-	"z07+m41OnrIhu2YnacKUdiwdpkwblg6HaZzUirtFNScHrR87lfPLp+2prLhzwkC7/+t3fvKvZyf/PTp5",
-	"Orw+efM//rPXNdHXVhjVPc+FYKUV5pGtT/bs/OuDk2X/tWt2ZejtyAmenX995AT/a+cMf+PSbc/ub3rN",
-	"Cq3mMKc1l47NtGE8nL0x4ywvDYeXWT89G9k0YemT0Whp0wHs4HqhC8GsyLTK7XCiRqzvFoLlYsbLwg0Y",
-	"V3YN68Md0yoTVwx+tcLcCsMyvrJMOvjtfMQs61+ORoxP9a0YDCdqx1mHMfZ2rNLF+fa838EK25VWViCF",
-	"+YbnL8U/S2FxLTKtnFD4T75aFTLDmZ7+w8LavK318p9GzHrj3n+cVtTrlH61p98Zow11tX1yDHXGpGVL",
-	"Xsy0WYr8is3kHcx8KmbawDvObKSaD3vvkt5zrWaFzD7x8DLfq2Vr6Ra4S1lpjFCOWcedYH3pmLiT1lnG",
-	"CyN4vkmY5ZsBjvl7baYyz4V6+EE/K91CKAetAoGflg4JCi8KvRY5nOJcM7eQFgf2V63Ep1nIQnAr2FQs",
-	"pMqxf+apMiOqDAdAabxqwrCFKHIc4M/afQ+s6dMMEolqwlbcOAmPEyRscI+VzgXLtbC4mrjRYXw/LFeF",
-	"WArlxCcZpbTsVhgLBEfP8CBOjb4Rphqdns2EoTXWK+GJ00bQgF9p/SM380+061Odb2BnNdAz6Swr5FLS",
-	"QF4rXj+qDz+enzUSZAPEPDMih655YYEDLQTPvYT122+/ndTvULPjLepJE7nlsuDT4lMsqliutOFGFhtW",
-	"KugTrjQyjCuik4zPnDAsfQl/nDyDP9LIgJpzrb2yzfh+pU8i39uixcn2ukjlxFzgwGHofjbwwrPs5hvu",
-	"skWNt/A8x0vGixcGzqmTwIFmvLAi6a1qj972eHaD/5dOLO2htXuW3XynnNnAIVvyux/om7PRaIQiQvg7",
-	"skJuDN/0iBEGUeN36rISXPX0HyJz0GRs/n5TEHdOEBlr0WuLdzil31MW5X0UdrMbWOf9LDxpy7fvIcbW",
-	"Z95qbccavBS2LHAfW/PEk7v1GPSNow79c3gRdo4ErK5L1xwutly93zXc7fXZWkJg4qXtFm7pNyKoArae",
-	"rXVZ5GzBbwVb8JzxQisxZuejy4RdjkbwH/jX2QgIzpPRBewhSDbc0R25OK8E0OrK7N2FOMK92/GjtB1b",
-	"YvC3e10gv7vvDlyS0HLnoAonDOpA73fnl/zummc3Ir/mQLKuV8JcR8YML2yt6JLfySXon3DXw3X3T7bX",
-	"G9+/lup6Vsj5wj1A+0YAI5BaXdOa1xv86rLe4MXZk4uvRtut4p/bDVd0t3s9SVFSZeGZEv3d3KGkd3cy",
-	"1yf+IXCn4Uu+/snfondJ71ZaOZWFdJtrJ5dCl+7gNC4vzjum0HnUt4+LczxbPF/IIn+/85LBp4f13q2b",
-	"P+MK5paLgm/us1G1SY4O3mYaXNc1eb7gai5ecGvX2rzv1EkTuV75Vlqr8JcunqHEet/7tUX7+hDDaDTV",
-	"PUe/NTt27L32ZPtaFHx+NI3DIf3I59skLumteGlFfm0E9zJbkyX8ttiQ/qdXKNvS6wnjKmfrBXekY10x",
-	"PrWgHq4XshDMlEp5qamT93TYVVJqOGXrhVDUIwz6kWV6rYRhS76paUzeKobvrTgqpmhpmBuu3EStOShc",
-	"t/pG5MCUnLfZsFwUAhVFVGutyEoj3YZpNRiDLrGQag5zzPRKipyVysliomK7wcqYQIOqWhXgC0thYeRG",
-	"gCJvnV6tRD5kaWNx04myfAPvbciiEeyHfrl6YTO6TYjbN2z76Ow8jz/Saek4ktdZaSwJMcefuiPepG25",
-	"VuLOXevZzAp3/Id72NIB0lN93DmCpDlnms/uResUMLAFQ9aN42/fQekiNts5nKK0Xm9pDYZ+uJZ5tzTn",
-	"f39kmcwTtuS5oAsmHYNLMtXaWWc4HFfWRwueUIwzK9W8ECdkB+COs1wakTkN0iC3bCaNdaBuK5Gz6Ybx",
-	"0A9cIK+vDzpvP+iLRhdFlw4G48UeHdCVQvDc+kuG37BVwZXobHUpllOv5R21Iz/h+13UEPrfuZjV4MiQ",
-	"KfJh7yC78A02pl6NuHOzjeBOfIAw+TBMPvkTCKndNv0P9FfcUwQjsnRYdtsh0TYaoqWx+9fm/MlXh4X3",
-	"aLu5nnG46Pub/MsXbeD9tYEGeYADuZsIvLbCvB8NQInleIr4V3i9Wzx8P6k5qbxaB51X+ylozTu2V+7+",
-	"Lthi7mOneo9vPsS405atuWMLYL7AR5sSdYKut5XQq0Ic5jIHzUKt92neO1fxuZ9iy0bq0AK75NlCKnFi",
-	"BM/xATaG3lA7ZM8LCSvBpoarbME0yslWJEyJW2Hgbz9IO5yoE5ZOOYjHeMLTceUUi66ovhUk5vvPBvSZ",
-	"VLe8kPk1XN50TI4Bb30HCo0/sr//+svPKNXAo9evvj/5epAA4V5wy0p1o/RasZkURW4rWzksiG32ATNL",
-	"x4yTwwReRWUCHrOpEfyGxBTFlyD+mLJoNxCtnNgKujChlRV3i5oFtO4ThJ916YALGdCYE6/GTBSreTkc",
-	"v0EniG+yYUxFMQWG2B4K4hlwIAEmEV0pS+6yBToucpEV3Iicefs+LgsOQlpaViWsEzlbaoMikUIXeCFu",
-	"RQFfi1Wz2xa0gTasyyXmmFaCjI/e0SOtLUVOzdH1ur6VusAV2DcNFzxcj/yIf8WPr6KiB4Ls2kjnhGq0",
-	"7rS+hitdiDtsnx5Hvw5n0zKfC9fyR/Wt/JdImC2nngYkzIiZMEJlwsK24YbMuKJ9NazQepUw77e3gyiW",
-	"S8uscLjW2UJkNzBUzlZG52VWeWj5nEtlHTVcTdSP1Wl9U9sa2FHrxAoPkYRTizPYsxSkLl0D49OzazyC",
-	"ftPoF7xCfA4HtYwrEeURaqNsurxSULG7fVL4+ix4jfHF6MOlH5V21zNdKt+KLbMFM7p0/nTj9K+rlxLQ",
-	"vP1gmo9J/Ws8gstcfwJrmqLYXu8Vt49Wq+UYrY2AXOKx0erP4FCPJ3+nnx3NI9QmOpGvC23DZy2vsjjs",
-	"VMZ2AoYJDnbBzZyIGZJLbQJd7fBb4sdL4RaaVszvSJgDLH8AAQTHu58GkDL8LlCBINHPyqLw38cNYgsN",
-	"FBj69dIUHKhSoaZBc/ZHpK57hJa0ZkuuNpGrsBW3Djvg2Q2bGa2chFtrBFwrV4g8eA4L7oSJRzU4NQMz",
-	"oVudcQXTQo8jzUvpNetbB4NX84RMPfivGZcFnA5YRM+k4J+w8nHNUIGspovLjDTen4epzqWwTAKTXGqz",
-	"qW6ov2LhRTJwceQT1mkj8mS3P9RTN6cNn4trGKcgBpBLe4P3XjB6SoAcVPihB5w6tk5NwPv1LaRFemSp",
-	"IWkZ/NakKmFw2Iv1pjKidXbFkaChTc3fIhK2A6mJjC6XOQ5mJpW0CzxlksjaFK7nFf5Tly7TSzzInrlX",
-	"tENWqAVsvAYr2AISiBaOwB9hINO8oKtTzq/qMgnzZj2S3YxYaeOaFr6alINIpkp4qf3phdwtqaHxDK9y",
-	"7cm256zFI6tHNcbWS3odJL6X9FpEm1x5Hs2T9CJBBIG0SXN7NX208bRFcXukGDQeNIltbJtoS/gg/hWI",
-	"Zi/pVRQSu2+RORSI29QLl65OjnpJr01XaB0izCHpVRcZXZP1i9RLevFawMjpBPu1qh077JfOUId5N+mR",
-	"AnZfoEAwjIRz5sUEWiW4avAv1CRhmvlSqs7Ocb07/MHf3fGMpEiUkFdGzOQdW8siz7jJLeuDgKdlJuzw",
-	"cYoGv6hs1m0bT84OGkUOoBP8Qfbj7NJb/iZ4AY23DaS7XN2pviEjDqLX0sMq1h6P9N+1VO8J9chzI+z2",
-	"gj05uGAy/1C9Go2SYQBd0/JW0q0lrQ26jTnKxYnTZDb2b3XaaxfOra5rzeyY3R6L1zWIN934VRQHKunC",
-	"m7ZsEEtgTsSDjwIqNDotxFF9NvtCQ/aRfVWnNWLLC3mLZL20K7Jd5QIZwD+09E6jXGR6uZQW2Bk86brh",
-	"t9q7D/wvU60LwdX+Q7EXhkGno9tF8rHs8a3B7TOa/1QZWZpjyQWsoNlcg6a1XLku8y9ZKbxbI3yQsEyX",
-	"CsQ8Vq4YniT/E8hofb5aGX0nl9wJL3RxEG9AMhwM2TNyh/rzxzdH7v+NQKTVQdPvAzrUIiPt9oEEkQdk",
-	"O6HcmHTrW2Gm3Mllwpy4c/Ajpx9oyAnTbiGMj77oazNBa9AG5cTEO53sjcgH9ClFUviPSalI25EYY/9W",
-	"SpLWAYvuVhxH7YrtjNvowlI1V+SXFf9nKa5A6UDwutOIYuvc/m2eJ5dwXparLstg5aPzinnCXit5x5Zb",
-	"pGTHrlPIxEFAWYisqDtOo7O0Ejerse65fLuIAWlm96AGcdsOkAPf8J4hvUS59gHHlPRaHu7WASFzidN0",
-	"RLhl6czoZQpPMtBNVSmO2tBdc2/237kS+rZjBWAU+3nskdRim2UhDRTk8lxtfNDUWrps4fmVVgKxCyg/",
-	"d8ujnUP7gCON08WG9zM1fSve0+fq1/NeEtmh1d7vjqVVumeHcQ3v5bW81wp3LewvpZtrqeY1Nn2PxfVs",
-	"sT7V0fnlR17OnWzvmdp4LseLUiTephF53tWRDAt1jPdgU90hj+PYQcrkNs8MxmlkuE7TmIcNi8TuYMUm",
-	"oIZWpWtTX4TV/tVxH7/ZBrJfBwtch3KJsZpBnpiKQq9JbiYLuCs8JCWYmQdHMr6aNr/d6U/BTMgduWC8",
-	"sbAyFFI4UxjBkX1OeXZT6Pme/pR2bCNcNbOFnC/YmjthltzcsP/7v/9PNQj4g8yfOI1jZw5NXscm9wym",
-	"ttjcCIzpmxYCPZBexIW/j+w1mlP2dFiqHAVksmArvT6y7QLDN7o1zSZMCKGJwf/Q64SAHsGmF4LBe/FU",
-	"rmVRsLlwRw5XF7mwu3v5nmBT1Jd10LY3rx7X/H1Zc1B9G1LO/UwvDbGwMbvmim4dvqR5+5vXsn5oqssT",
-	"t7s28k6yQ0auD4iwubf412ZfHxRss1du9ZPrABA/qM734drCvsl8nEiNuDQfEqjxEvSxTKC51X5OaE1r",
-	"zL7RriG/CnvTwqGgXTe/5s0zkXMnTkBd6yUfC2ouVcaN4uE4NYnaD+jGnUnhqXAhZyKIH4ovxVUETnj0",
-	"NbIZP3jyYwOFBRFGiTXTuyCe98Yefji6cDd+cA+o70Nhe+8NznsPEN6/PbzuGPRc83w21re1BLt63n8y",
-	"Dp29zg1K6tdz56X+VjguC1ztovhl1hv/vp+UECV4l7RJQeV5s0ESP46iNgX4o4UB3832vN6EmXVT/MrP",
-	"dNTwwnT3j2qPUwgb+FU4J9XcdgX90i/MLhDsNN14uoQkSiq0uAM1OgivblnvvP4HJCFNGL5IQSUW+iDn",
-	"QJktWJ+HHxey2CHmPwhQuyWma+sqAEXQUDyyRxsQ3TtRFQlb4U/B1dL3iT4YaOeDTpP3RwaEd8yjCRx5",
-	"+BFWlL85GALw0mYT/0PTNu40osv9+WB97vRSZrwoNoPDcPJ7speW2lSiR0rP6r6qPsHfn3yVhEQt7GIw",
-	"ZN/LO+DP6NmgW7F/ud4bZd4c4svgrtu1cUxXASoIqDmwjfeGqu/IiBPvB2jMN2LlEsTp2Gpof2E539jB",
-	"kP3m0+DMlwiFBb3JEBKvUrlDJBodVsKoHn3/Px5QvmXpqiMlWT83fObY+eh8dHJ2PgjJtbwUHnGXy9IG",
-	"zCXm7GkDUMj3s5ZWDIYsffsuZUvBlWUKRD32zN+ItXQLpDhKMKkWwkhHICm6Jo/skL2MeEpmhNXFrWBa",
-	"FRsg1DInkLDHP+I4apib2hCuKkQnwt0aOCbCRaIFqjaTGm4GduihhJ/mVvyIlpICLz5CwduJwGw8f2ej",
-	"Efwf01CxRe0Ww0k5wFQ+JIj5te1CB3yswIN6+MDRAQJ7tCgYbbdUAt8fP2Cc9SGZhJrshOGHqFO8ZDSA",
-	"Kbek4LVIz6tXL9g38BucfWocqB/dQ8JfTkvH0tMFgl/+lSYsPUXz5b+AraicpadL4YzMbDpRpSqEtXB/",
-	"ncicyAdVqK1HO5pS2a3QWGiIIXSIhfALtuZ2oqxwgyG7HJ1Vd9fQ11sI34Rdji6q7hA+TwG9LiZomijS",
-	"yccs9STGA2fh1MN0CovO1YRR8pCEKfyLHKwDeBe5VArC20SlOOQ0YYL7MATkwQFvPWZcUe4/VFIThFg3",
-	"0E0sRcnHDh+nE9VH+iZsfCjKEAtGD1KKLEgfp0DSAhwbR6QN02tFuc1UDvOeKF4gYIDsrcIJJt0VjMiP",
-	"2scbawUN4krlmtU95ni+mFRZUeaIzgwoP8R24HGKZ2/h3IqS60g10x1CATc8Jx+CNwQn7J+lKMUJ4SGi",
-	"hZ4OiV3pG6GIeK4K0N7hnA4naqKescePceqPH1N7lmDylbBxRdtR8XV4TTEMgclPkJoXej5k3tRj7ETR",
-	"b5HqXQVCaCzGPyDDiKAExzgh3IPB+fFjlAMfP2Z9PlEV7WWe9g5wE0jkRYc7nF+u2OPHPLt5/Bg3tfCW",
-	"YTJeF3xlBbOawjFq6GlvOQ9GDbizcDIRpwuz3FAoR7CNFHoeL47jHuaPXeBa/sd/sFeYOo/AKBQEyzOH",
-	"aNTz0XkKpyNEBRBDrSNSYTzeqt+f2Y3K4L77pEYEJF4VGC1Th/2TR+Z8dP4oZ50Tw4h4H6QQBRcUimAW",
-	"U5irl6UmioFgixOiZH+DIfu2JPlPWB/1RPw7oGdq6wuCkb/fcDyWUzkvdYlxFFUkhKMwGk6w6hmXRWk8",
-	"dP58dIkLBNpKtTi0zSCU4QSqJULJ3Dc8bq+j0hhm0dpekNyMtjZgfqw3a3G78HD1Z214PuEoY7gGq5kt",
-	"GlnYvIMA2qs8JioTMYoEBoXRVEaUVuRD9ozCRLTxtDE6IXnoe73QVrRWGKk4wzdA+YW10iaqfyFXY3p5",
-	"NmK1UAQ/t0MmPbqAuOp8SXMnmqDEmj6mI4J/p7WlSAcVgtwD0SiTHyKzQXdSsPkcyTE5bMhq6G8NBrDZ",
-	"iaLDTLFpGTcI2vKgJAx9SN9OKAxu0huztxMMoYN/TnrD4XDSS9gkGOprT9+9g/mn8K53u9pGUBzNc2b0",
-	"kvJcxWi6lBXSuiuW+jbx6yrCb6KQDNVh5LkesvTJ6CJlMWMlzmPTSnbW99nOkJIlrJA3gvGJ8vQtocgH",
-	"PhMETXdmAxJwenl3l4aIq7U2bhFTnbFSZZilxbOVQmZCWRTDfNLNZytY/JPz4YhQTA5kYWIjvaTncfW9",
-	"ce9sOKJX9EoovpK9ce9iOBpeoI3OLVD0CaILSo5dPrNn/hiej0Y+uQgGjxidgTAjLStXQ/azvw0oI9l2",
-	"vrsI5/8hB6nKd9jKBHo+Gn20fHYei7wjS2Bz7A2ZsDf+/U3Ss+Vyyc0GlAB5KxQhMR2fW5Asab16b+Cz",
-	"INztXLyf6HdQFGDVXhi9FG4hSkswPXG30pb4MGkIrB+iIkbD0fByMGS/AJV22uP14Op5MbJTbExPTrx4",
-	"eRLkTp8sBeUai/SejlVzU/xAD28KjPsUxY4DqQqTTuwi9oIJGS9HZ7u2MQ7htJ21Eb+7OPxdlQH1XdJ7",
-	"cswX9bSKeCLiGaht2jKuUudpIMn/qJsE7KQWkYTRRJkm9oaBWMJxDANCQ6izdXsR0nquQAEwtzEkyV6x",
-	"J6OLSsTgzgc0w5W1ixItrSzXa9W+rhPVjAXcOhwvaV6f5cJi3zHp5PD993PHDYf25b4rfnt2mlXJXzo3",
-	"9hXFpeUiqadLKbyCQdIMAqe3ieFfhQupZR5weUMXO66ln5+/lqPDi1vL2vxHusl+GVB1upViXdvysMXt",
-	"PT+tIen93jc38Edp3U/+nQfcwRrYfydt9UfsT76JsAZhsp0bmPRW2naRXzShIANEza5+TW1IIYCBM46l",
-	"XvBNWR+ILzw+wexHQSIegEBPilhCYeLWqwaoHaQyTylFG/BdNKSOScnBOBBPlWdiHezSM3kbtxDfSZgo",
-	"rFeMlFYn+B0NHAeJRl9MCcoVE8uV27TzREHvU4HZdCUllJ/i8D2qz4evoAXpqY8AUBQlUFSD8cGysDYy",
-	"pnLDAUiUamLiKdCqMQh0rYARnUVZ0ZNG5HFK079pKVEe5pjwYJsw/l1L5aNSyLInrPtG55uPdqPqMWPv",
-	"muZDZ0rxbusyn33ky9x1kWFQIv/3v8OXo6eHv4ip8/HSHzG0VnbzD6cVz/I8WCe8/ppFZnss5T99C9+/",
-	"85FMoit14k/6VlT041FDWINbjHkJvRxuxBLflm7IKoHwPAqEE1WPJsNb4+H8Q9b/2WNY43xJsaiCqcdw",
-	"9YaDDhnu21qrtXvVOOHnn+CE/+on8wc44pdHnViqF/DHuRP1g+Avxy42WqsF9PuudHyY2HBHWRXf9vuW",
-	"VGmrlG/aFxQuEnqTOvk93UoyVuE5pno+lekbrUTweyAQnv/tupjQ38e7kDC8Fw0M08fncfVomqN43PlH",
-	"7frL/f83vP+wMY1r4G/HPpZYwcZ26kCv6JUHVIEqWFvHsSJjsy+oYjUcMTbdUP6t/y80IhfWP2xiQOXt",
-	"1IcIH2UDOnjIfkDVpbRU5gNUSo2uGqRnGS+KWOXtfHQ2ZPg9ec1gmScK9Z9QlMhTUNAtmrmZhqyFzqv5",
-	"Y2zlw1D5RHFM0g5/dQO3UJ0TmFlrzCR59egbhgV/ZqUFZedy9HRQ5W/z2aqbOaTgpctBayzwqx9PGDSd",
-	"xTTZC8WZCvJyoMtaqvlESdfG8iToZhAh31M9yxv6oX12mVruM84uR6Mu61wtW+0DsZGOfLifWGPyQNTt",
-	"e//c788XdtK7PDtiTLEe02fjPx6W6alOF8FqMJ3Tt/j/vfrXt/jcNhLxReN5sKQP2cuGN9gGHEBwoXqM",
-	"KBKuibocXaKZBMuqgAhYc5yGLyvHKtG2QRVqEegY5jgjXywlst92xibefEMfeq/xllN22KnTwcirm9+4",
-	"fJe71unLZfkYShSChvYc4mSXq6CWKzKg3+GYAiNLW/j+1Nf/aSBxO30IO87ARxa+fLTEvmp2f8Kz9YFH",
-	"5QeKYth/Vlqqdldf1SunVRXYd2/QlZ8tOsQ7xBAQ7gmEpjrKOk1Y2gmDTZOJSvdA/uHDvbENCP6LctJE",
-	"9RFvXBm9ENeOCX8LMXOIWroRYgXkVBqK768bpCP4uA5sonJYVaJNcZcJ7zbFJ9Z5WZFCO6YbEKgWujQJ",
-	"oZW8TEXN5HI2A9qMxoBaf5j9FeufDNkzJMfb2DWG94ni+320g+M3MG4EVKG4SVAOBD0vQC0x1Uw85yGn",
-	"fCzduo1Zx0ygrxoZOzExUkiOSV0g5nrQxSaq0lgPJB9u1946SjwcPbx4GOkS8VX05Yh1pLxfOOEfRmx8",
-	"RoDdyDwLeStOnK9JGfbzaGnylGc37XLn96a7nVr1bx5RGiosjj2er4kO7Z+PLgfkzWtiIgMgkmAcJDIi",
-	"VLQLFbmFeJ2oifId/0+4c0B5lVjbGnp25n14YR07qBqSQqXXw6qxSTkaXWSh9DT+JVLWTy+f1CpQJyw9",
-	"X8J/zxYpklpCJy9lUciIkbPCWaKMNB6nmUCQBHcU5hN6b054KjK9FH64hfAYR/SoEB4KleyIiiXgdJ8g",
-	"rHT3kRkMKG2sx2RaxzfWp6onZC00WJs2Rp97nCFNBpOLhZ9HKbbU3FqEcXI3QcRoGMJg7B3DMYVdBanE",
-	"fBcBUx0RI1VGabsSCjjAt371fZros3PkaRTNVLN1IA+YKNBb6gmsK/D/Fga1DkANdpIqAQe3E9XKyXLV",
-	"Pou4D7XEJX57QH/KtRKDUHxgqt1iOFFPRhcduaSDx/j4hNIYArEVKhluXMCrYrlvdULiTBy1r6BkCHbZ",
-	"yTazm959JTOvYv6NstW9S7aSB+GtTJpl3Pdfosb1oRiHUVXHvlWO3Zd9vUdB9jfHKI6/0jInRE4IdV47",
-	"NH9GNnp2xGywnPmHszZaXb+4YWk9HaHbGqMBagyuSmKym8WdTINu8PEZ3esVBryNRiPUUqWwPtQHAdCg",
-	"zsIEMl4UQx/XcCSnI7ZI8RELHjx4tiwcKsKoEmPoXYwthFufNDP4lzbYo7sq6GoVsCrIiVtldBP2ZHQx",
-	"iMhLxKgPJ+oZwdbRGu5VCErNbYHKe7iMtwxVpUwSpsqiSEJGdLjAE6VLhxGTqLJQhCHmUbeDuuGaNAKc",
-	"1uVoVIuTsQGfv4NsYWKeh5L1W5W1P7Gk36w93CHx/9JxWv6U9OneUvtD0Shk1k0yZe9Dp+rlHDttZi+E",
-	"18UxUS0i1KrSn6WyrJ9i0Q6qOlKv9zkgDF4zkh2vaMwJECWwUFclQHUaT2N/mI8MlPwkSmpkQRAqE9um",
-	"OTilz8P8HhLgG6tl7oL4+kH8Ke1zn0MfRacrmZnoPEf+Iw0r+LzuTo+FRT/U0tfJiL/3ChPTKvglg5CL",
-	"SB/ngq4RD31VYpe4MALsqTRPmkxUtJXcCNA7deXsqMWNqlzcVUpFyzRlyfmZULYVMVE3YvMIFA27qFIB",
-	"sP6N2GAsS6AR41YewUfW97PUeVnoelXiicKOBkP2s0Y6NJNFcQWCtUAHMNxOI068OzhECKJawl1tLR5Z",
-	"5rgshhNFHt5WbpmU9c9CbD/bCG4GJOQgMQhKKSlvKM0ozQQ3hSR3DyacCIptMArGXah2R7qwUhTmYB5Z",
-	"lhU6u7nyLmb0IhO0F/MtOM0amWu2/N2kAwY7aly3mF1zQRGXaO30+b+FRNKKggnJSzNtluh451JNVD+c",
-	"42B3RHEqPBwkpKd9dRkfJdulpCt3NgZ1NraB6sShtui/q/1YGU296SOGtnrb7kR5a7BfdUHLgwpTqznU",
-	"eXcHTqIaSvKoPz2GK9b3/8Z3BgFBTiW5G2G2Y1gxAwd9SUmHaF8L+B3F8Ylya5nFgnyFtiKGT/7Wiv1P",
-	"WpzOW4pDFN52he6qLrcECZjwMIhPB12NYoOIRuBYxmFtuPMh77Iq3N33pgBsfaL8ig1qpwmzzWEZuqp6",
-	"eJDCiQVXbHK7UjeabHyp7iogqlHpu1PArUr3P5SMW/XwmfAOvmL1Ni9/5iExXyzXn80Q7elAnfl3M/v9",
-	"4u7pW/zXXmDDr06vkFVvfARHvHpD9o2Gi0aih3V8MwT9lbWKPdWLGiLVrFBUFT0cdgALmlfsMLDgT3sq",
-	"PxdI+9hD9gESZfJ2l6IQ2S7hJzvB3VmNAB9Edx+R4P7Njuviy2jtUg5fCpSYbKWyVVjsaOs97PNAvGGA",
-	"N8Y0JCxt1U0dst84CMYlGr/SNZcuxeY1xTNxY+StmKg+SnwrXRSDK3Y+uqR7CNINy2U+ZC9q0bzGC305",
-	"YsdLoypJIG371UkdTROf0wT5dj3/Sshn4u2GE9X32XmwamczHUYSszwYWsO8NtRapVEZc6dPVCyFcjka",
-	"dRcpjRSnXqCUZoRiC9+qO7kXb9DKJphQyyq3aESLM1BijZY8L8ne+mq8VY6bWVkUnc7x57FM2/3uEZyD",
-	"jitE2xa3qakaUcBbTi4uvzMJAhlgcoNdRv16ptPqdt2ruMKugdaBHbUtDwM9fowxC3n3ACnn2YEBHljx",
-	"F4Sx/S5UZuhwXXzMeFufL65DBAu3DbldJz/8WVcZkZAi5KFkJpGMLyipNsN71c4k1ShY0G1O/BBjyl5m",
-	"U7lNOlnOj/JGBEWLqsR7drDkd2nltuxzx5baOvSRDLxzJJpW9FoFGk2mijppriKQuGVWa4UI+Monikpn",
-	"WMkWg5mo7iPHflHCo1urdDx+hHwKxPRr9pP8BkTDG7GxxBE9rt2yflWeLZ7sYs03ls21sN6tboR1KItS",
-	"+rI8Ml5ycfOi2EOBg9Nib9RZM1EuJdQpjfIpVDETJ6syzO6kVkt+1yBV/pPe+Gx0KCHt/mSmR5CxyDj+",
-	"DcndPqeKNlTQPKz+F+r3kalfJxEhMkjCz6eiglX08unb+O93p/WaHTtEcaAUndNAiccXXutz5eWMAaIZ",
-	"4ClCUNMalakS+3mR09cLCkZU7lB0HyRR5PV1yllaq4qC0B1va6rVewtgHA9K8bV4IljECMelAsmVpCFV",
-	"r1MklNeeKZQopIyzOkxvKjbam7zg3RAIFf7uz3QB/YUUZSYK7RNlbyTWMqcUZFVuQIoiGABXCGPaM2iM",
-	"iCJztyMzJr0yZLEaEJXpVpgCEb3nu7L+/FT58/bS5UZhnSg9BkrcMcydpNlXMfsAMbJ1KL9/zi4uLp5S",
-	"VkptfBHHGqjmipaL3AJbTK526ihNxa5BX/uSH53671eXHWW+Poy5vRd3e3j29jnYFtWY3JkXJ8hjK22t",
-	"nBYb8jL47FhwARulIL/wpiZv8klUeZU8tabCf3SWtHUpXjQ9jgkRztEOo9SqFVDfbZi6n+q8i0v6Su8P",
-	"Aq4iBBTBmxB1JBsg04QZvg5LEYr6xjxAdSUh8tEBuTBBwu9fnl2AyH8rBkP2g7MTlT6n23jyarMSKctF",
-	"JnNh2UKva8l+rRCYxiht39c0hr0ilHaiMPoVHWvoHkWUSFWsMcUUgo+rr16/+v7k6/b7sYLxRBHFvGp2",
-	"rDMn3Il1RvBlWv+Q6iqeYAFHTM2qNr74MfoXJ6oea4v4WiVnM5GPPRAY+vTJl2hgMFz/AFcaNKkY5we8",
-	"e6J4jHipFX2kVazifENquND3mPGAKCNuT7MNUcP1dPqIa87EyqFXDiNDskJinIgFoYIW3LL6ogxCncyJ",
-	"4pZ1bYl/fAWaJZnRcJIh1jjMqSokkBLA/EZsUpYttLbe7FpZuKYb8vH3I2LgRmyCplggVtqnwrQYMh6/",
-	"HCQNY+eKclWKqyjekXc6adR4B6k5uAkn6nx0XpeZ0FUavYq1O+GzMQ/ZM0yYiCFBhUbZZFUgkulWWC84",
-	"lQ5FJQ/eG1c5Wpd8Q8uLSbZBjkA3TcOpG6WJLunKJ9g+qPD6ccMy1gwK55d0yAZXuN4E8KAtae7ILhnh",
-	"Rmx2ySqdlV0PEmYYACw9cNNAma4QqW6QltCpmVFUQIaekoe0d77Z5xl+fPq4KWPEtqdScRzKkelMK2pM",
-	"+5GE/OWbVki/0g063iDUw95DJmKpivZtT+JbwuASmgHH5zMgg1TUrH7+xeH86UGXfuvqdtH7ACu9hPKJ",
-	"QOBVeR6VV6ZEOFRD9h3PFuGFR7ZVONkXd56oXdWdu6s5jz2nT0M6/GYB5omijOu5QDnA82R0tlH7fd3k",
-	"4ozX0ns0vwIGPVHwbSOvBxaUqBqsFe+llCUkSXBkebGkBkGHcHSFIBBOnWsFPF6tUsD56LyREiR+08SJ",
-	"Y+gPDiI4xWrN9jkR4GSi6mxWm44q2bBtqiwKyvCIfY6JK8KEsQ40Iww2gvDIktDA4tcsDYF9E/mn/iqX",
-	"ZlGwuYYThHbrmjklgIbQcOzbfmQbEVO10lQtmWCiyI2L5RDw08GWxzUsDBZVMbwoRDGuPJ+BkdG4ZlwW",
-	"PkgfZBDLbJllQuTkMgMZop/CGeBzcU019WmmubQ3FNo0ILoKIglNM5YHx71cY06xeIiqMgW1idFpjpds",
-	"DRRaaXcVAicsXoKuo4jGKSOsL0uA86sdPvwEfd4IS9sjqzxkWEFXSeFPnLGsUSt3Z4qp7foeXzjj5+OM",
-	"zUBBnw/Kn8+9rDKWnOrO1F6lCu6E9L+2D5zuOdbK2iF5UvmhvgqKpTSxNpQd/BESnn02yH5pm3mjfaGw",
-	"o7JGv6ayWYrPKYpNCZHbZqmuy9FTFvNqhkSRFSxHTVSzkteYcarGFTDI3iWA+OtCZzcs1n3ABmol8rFx",
-	"j0SOhcFqPABFosxs0KtsCREfqtYAg8Qwzokq9HwO2vDPGhUAUGwJgrv0dQSQJW4QrAPzuxjsTkKGpdke",
-	"MgcZdPCZILlUdu4PnYHsD4GvjfnBStvI0xwuap2An74NpQf3wmgbmd8JMRur4GFluFoKmpw7fuXLYlHJ",
-	"lIwrRuXi3EIsKUXAjlRc8fx/ycT1b58F2Sfw2nHKkj2CgSX9BPE8eIY8zGVpRTHrTM/VfS5GD06bgqjw",
-	"BZf9kY5Nlcxr57m5n5HldSidGt1MbcJ2WtVzfe+mk96q3CvbXDF1PPvvQAqgTZfKhz4Q/2/08ZmCzw9d",
-	"syr4SYk1LeOXFFOf7a76E+Pv6iPrN+R4keI0SNUPcve82O+z9JHwodf1Gr9o9sxKY4Ry1+FxirZAUiKM",
-	"sMLZieIKFIRHlbVNdrqcKCPgizCpB5LTG53c66Je7kpi+EVO+nzSOOUW5PFYdl2fZnm1WE779zfvkrdw",
-	"ASimmS5OaQpfEnl8enp2/pfhaDgano3/8vTyHC+Lb7w7WXnCJDHghG0VcCbnx7ByI/oMcB2eSzIeJRWG",
-	"G73hiMJGrEsFca0wVcGCtN3c91yd+BAiijkWeVU12C2MLueLRqaAYSuIyuAR2nKtwOomnmhRGotg4ak1",
-	"QHuw/XUodeaL2CzkyjcRjOYNL2wYTSgTl2xD3qkOJgUeYb28kFzZNGfka+e9e/Pu/wUAAP//CG1sClvM",
-	"AAA=",
+	"H4sIAAAAAAAC/+x9a3Mbt5bgX0Fxpsqkt0VTspzEUm3V+OZxb6bycDlOpWpCrxrsBkWMmgAvgBbF6/L3",
+	"/bw/cX/J1jkHQKObTYqyJTvJ+ostkt3AweO8X28HhV6utBLK2cHZ28GKG74UThj89JJvKs3Lb1WhS6ku",
+	"4atS2MLIlZNaDc4G+Yxb8cVpzoxwtVGWiWthNmxF7zH69UjA+6LMmNVstnHCMqNrVR45I1dM3PDCVZvx",
+	"IBtIGPKftTCbQTZQfCkGZwM/1IUIMGQDWyzEkgMwQtXLwdnvA147PcgGNN3gTTZwmxW8bJ2BV969ywav",
+	"RCHkyv2Dq7IS2wt5vRAsN/TMxQIfypmeM84KrWy9FCVbCmv5pcgYt+xSXgu1C+T2MINsYMQ/a2lEOThz",
+	"phbpApb85gehLt1icPbs+CQbLKUKn4/7VvFar2TxE06ztQL4iQEIZ+yYOc1OTp+zYsENL+A4YTE5P/oX",
+	"e3H0X2xy9JyN2QU7yjOmtGP5OGfasHw8zuOiVtwtmjU5GP3QpZycPu8uZcWdEwbG/V+/86N/vTj6r8nR",
+	"8/HF0Zv/8e+DvoX+aoVR/etcCFZbYR7ZdLHHJ1/dulj2H7tWV4fZDlzg8clXBy7wP3au8Dcu3fbq/qHX",
+	"rNLqEta05tKxuTaMh7t3xjgra8PhYTbMjyc2z1j+bDJZ2nwEJ7he6EowKwqtSjueqgkbuoVgpZjzunIj",
+	"xpVdw/5wx7QqxDmDX60w18Kwgq8skw5+O5kwy4ankwnjM30tRuOp2nHXAcbBjl16erK97neww3allRVI",
+	"Yf7Gy1fin7WwuBeFVk4o/JOvVpUscKVP/tvC3rxNZvl3I+aDs8G/PWmo1xP61T751hhtaKrtm2NoMiYt",
+	"W/Jqrs1SlOdsLm9g5TMx1waecWYj1eV48C4bfK3VvJLFRwav8LNatpZugadU1MYI5Zh13Ak2lI6JG2md",
+	"ZbwygpebjFm+GSHM32kzk2Up1MMD/aJ2C6EcjAoEflY7JCi8qvRalHCLS83cQloE7O9aiY+zkZXgVrCZ",
+	"WEhV4vzMU2VGVBkugNKIasKwhahKBPAn7b4D1vRxgESimrEVN07C1xkSNsBjpUvBSi0s7iYedIDv++Wq",
+	"EkuhnPgoUErLroWxQHD0HC/izOgrYRro9HwuDO2xXglPnDaCAH6t9Q/cXH6kU5/pcgMnq4GeSWdZJZeS",
+	"APlV8fSqPjw8P2kkyAaIeWFECVPzygIHWgheegnrt99+O0pxqD3xFvWkhVxzWfFZ9TE2VSxX2nAjqw2r",
+	"FcwJKI0M45zoJONzJwzLX8GHoxfwIY8MqL3W5JFtxvcLvRL53hYtzrb3RSonLgUCDqD71cADL4qrv3FX",
+	"LBLewssSkYxXLw3cUyeBA815ZUU2WCVfvR3w4gr/l04s7W1796K4+lY5s4FLtuQ339M7x5PJBEWE8Dmy",
+	"Qm4M3wyIEQZR43eashFc9ey/ReFgyDj83ZYgbpwgMtah1xZxOKffcxblfRR2iyvY5/0sPOvKt+8hxqYr",
+	"74y2Yw9eCVtXeI6ddeLN3foa9I2DLv3X8CCcHAlYfUjXBhdHbp7vA3d7f7a2EJh4bfuFW/qNCKqAo2dr",
+	"XVclW/BrwRa8ZLzSSpyxk8lpxk4nE/gH/jqeAMF5NnkKZwiSDXeEI09PGgG0QZm9pxAh3HscP0jbcyQG",
+	"f7sTAvnTfXcLkoSRe4GqnDCoA70fzi/5zQUvrkR5wYFkXayEuYiMGR7Y2tElv5FL0D8B1wO6+2+29xuf",
+	"v5DqYl7Jy4V7gPGNAEYgtbqgPU8H/OI0HfDp8bOnX0y2R8WP2wM3dLd/P0lRUnXlmRJ9bp9QNrg5utRH",
+	"/kvgTuNXfP2jx6J32eBaWjmTlXSbCyeXQtfu1mWcPj3pWULvVd++Ls7xYvH1Qlbl+92XAl69Xe/dwvw5",
+	"V7C2UlR8c5eDShY5uRWbCbg+NPl6wdWleMmtXWvzvksnTeRi5Ufp7MKXfTxDifW+55NN++o2htEaqn+N",
+	"/mh2nNh7nck2WlT88mAahyD9wC+3SVw2WPHaivLCCO5ltjZL+G2xIf1Pr1C2pcczxlXJ1gvuSMc6Z3xm",
+	"QT1cL2QlmKmV8lJTL+/psavkNHDO1guhaEYA+pFleq2EYUu+STQmbxXD51YcFVO0NFwartxUrTkoXNf6",
+	"SpTAlJy32bBSVAIVRVRrrShqI92GaTU6A11iIdUlrLHQKylKVisnq6mK4wYrYwYDqmZXgC8shQXIjQBF",
+	"3jq9WolyzPLW5uZTZfkGntuQRSPYD/12DcJh9JsQtzFs++rsvI8/0G3puZIXRW0sCTGH37oDnqRjuVDi",
+	"xl3o+dwKd/iLe9jSLaSnebkXgqy9ZlrP7k3rFTBwBEPWjcOx71bpIg7bC05VW6+3dIChHy5k2S/N+d8f",
+	"WSbLjC15KQjBpGOAJDOtnXWGw3VlQ7TgCcU4s1JdVuKI7ADccVZKIwqnQRrkls2lsQ7UbSVKNtswHuYB",
+	"BPL6+qgX+0FfNLqq+nQwgBdndEBXKsFL65EM32GriivRO+pSLGdeyzvoRH7E5/uoIcy/czMb4MiQKcrx",
+	"4FZ24QdsLb2BuPewjeBOfIAw+TBMPvsLCKn9Nv0P9FfcUQQjsnS77LZDom0NRFtj9+/NybMvbhfeo+3m",
+	"Ys4B0fcP+eVnbeD9tYEWeYALuZsI/GqFeT8agBLL4RTx7/B4v3j4flJz1ni1bnVe7aegiXdsr9z9bbDF",
+	"3MVO9R7vfIhxpytbc8cWwHyBj7Yl6gxdbyuhV5W4ncvcahbqPE/r3rmLX/sldmykDi2wS14spBJHRvAS",
+	"v8DB0Btqx+zrSsJOsJnhqlgwjXKyFRlT4loY+OyBtOOpOmL5jIN4jDc8P2ucYtEVNbSCxHz/2ohek+qa",
+	"V7K8AOTNz8gx4K3vQKHxR/afv/z8E0o18NWvr787+mqUAeFecMtqdaX0WrG5FFVpG1s5bIhtzwEry88Y",
+	"J4cJPIrKBHzNZkbwKxJTFF+C+GPqqjtAtHLiKOjChFFW3C0SC2jqE4Sfde2ACxnQmDOvxkwVS7wcjl+h",
+	"E8QP2TKmopgCIHZBwXgGBCSESURXypK7YoGOi1IUFTeiZN6+j9uCQEhL26qEdaJkS21QJFLoAq/Etajg",
+	"bbFqT9sJbaAD63OJOaaVIOOjd/RIa2tR0nCEXhfXUle4A/uW4YKH65GH+Bd8+TwqeiDIro10TqjW6E7r",
+	"C0DpStzg+PR19OtwNqvLS+E6/qihlf8SGbP1zNOAjBkxF0aoQlg4NjyQOVd0roZVWq8y5v32dhTFcmmZ",
+	"FQ73uliI4gpA5WxldFkXjYeWX3KprKOBm4V6WJ3WV8nRwIlaJ1Z4iSTcWlzBnq0gdekCGJ+eX+AV9IdG",
+	"vyAK8Uu4qHXciSiP0Bh12+WVg4rd75PCx+fBa4wPRh8u/ai0u5jrWvlRbF0smNG187cbl3/RPJSB5u2B",
+	"aX9N6l/rK0Dm9BvY0xzF9nRWPD7arY5jNIGAXOJx0OZjcKjHm7/Tz47mERoTncgXlbbhtY5XWdzuVMZx",
+	"QgwTXOyKm0siZkgutQl0tcdviS8vhVto2jF/ImENsP0hCCA43v0ygJThe4EKBIl+XleVfz8eEFtooMAw",
+	"r5em4ELVCjUNWrO/IqnuEUbSmi252kSuwlbcOpyAF1dsbrRyErDWCEArV4kyeA4r7oSJVzU4NQMzIawu",
+	"uIJloceR1qX0mg2tA+DVZUamHvxrzmUFtwM20TMp+BN2Pu4ZKpDNcnGbkcb7+zDTpRSWSWCSS202DYZ6",
+	"FAsPkoGLI5+wThtRZrv9oZ66OW34pbgAOAUxgFLaK8R7wehbCshBhR9mwKXj6DQEPJ8eIW3SI0sDScvg",
+	"tzZVCcDhLNabyojW2RVHgoY2NY9FJGwHUhMZXSlLBGYulbQLvGWSyNoM0PMc/9S1K/QSL7Jn7g3tkE3U",
+	"Ag6ehBVsBRKIThyBv8JApnlFqFNfnqcyCfNmPZLdjFhp49oWvkTKwUimRnhJPnohd0tqaH2HqJx8s+05",
+	"6/DI5quEsQ2yQQ+JH2SDDtEmV56P5skGkSCCQNqmuYNEH21926G4A1IMWl+0iW0cm2hLeCF+CkRzkA0a",
+	"ConTd8gcCsRd6oVbl5KjQTbo0hXahxjmkA0aREbXZIpIg2wQ0QIgpxvs9yq5djgv3aEe8242IAXsroEC",
+	"wTAS7pkXE2iXANXgL9QkYZnlUqreyXG/e/zB397wgqRIlJBXRszlDVvLqiy4KS0bgoCnZSHs+HGOBr+o",
+	"bKa2jWfHtxpFbolO8BfZw9mnt/xD8AoG7xpId7m6c31FRhyMXstvV7H2eKT/U0v1nqEeZWmE3d6wZ7du",
+	"mCw/VK9Go2QAoG9Z3kq6taUJ0N2Yo1IcOU1mY/9Ur7124dzqIhlmx+r2WLwuQLzpj19FcaCRLrxpywax",
+	"BNZEPPigQIXWpJU4aM72XGjIPnCu5rbG2PJKXiNZr+2KbFelQAbw31p6p1EpCr1cSgvsDL7pw/Br7d0H",
+	"/peZ1pXgav+l2BuGQbej30VyX/b4DnD7jOY/NkaWNiylgB00mwvQtJYr12f+JSuFd2uEFzJW6FqBmMfq",
+	"FcOb5H8CGW3IVyujb+SSO+GFLg7iDUiGozF7Qe5Qf//45sDzvxIYaXWr6fcBHWqRkfb7QILIA7KdUO6M",
+	"dOtrYWbcyWXGnLhx8COnHwjkjGm3EMZnXwy1maI1aINyYuadTvZKlCN6lTIp/MukVOTdTIwz/1ROktYt",
+	"Ft2tPI4ExXbmbfTFUrV35OcV/2ctzkHpwOB1pzGKrff4t3meXMJ9Wa76LIONj84r5hn7VckbttwiJTtO",
+	"nVImbg0oC5kVqeM0OksbcbOBdQ/y7SIGpJndgRrEY7uFHPiB94D0CuXaB4QpG3Q83J0LQuYSp+mKcMvy",
+	"udHLHL4pQDdVtTjoQHetvT1/707o654dACj289gDqcU2y0IaKMjludr4pKm1dMXC8yutBMYuoPzcL4/2",
+	"gvYBVxqXiwPvZ2r6Wrynz9Xv550kstt2e787lnbpjhPGPbyT1/JOO9y3sT/X7lJLdZmw6TtsrmeL6VIn",
+	"J6f3vJ072d4LtfFcjle1yLxNI/K88wMZFuoY78Gm+lMez+IEOZPbPDMYp5HhOk0wj1sWid3Jiu2AGtqV",
+	"vkN9GXb7F8d9/mY3kP0iWOB6lEvM1QzyxExUek1yM1nAXeVDUoKZeXQg40u0+e1JfwxmQu7IBeONhY2h",
+	"kNKZAgQHzjnjxVWlL/fMp7RjG+GalS3k5YKtuRNmyc0V+7//+/80QMAHMn/iMg5dOQx5EYfcA0yy2dwI",
+	"zOmbVQI9kF7Ehc8HzhrNKXsmrFWJAjJZsJVeHzh2hekb/ZpmO0wIQxOD/2HQGwJ6AJteCAbPxVu5llXF",
+	"LoU7EFxdlcLunuU7CpuiuayDsb159bDh78qag+rbknLuZnppiYWt1bV3dOvyZW3sb6Nlemka5InHnUDe",
+	"S3bIyPUBGTZ3Fv+67OuDkm32yq1+cT0BxA+q8324trBvMfeTqRG35kMSNV6BPlYINLfaTxla04HZD9oH",
+	"MnLXX/hy1auBKsHQsHzNK6oYQFEKnIISKFARJAI0ylm+ZhKp2TanNv1x2Yi3OVsJ4/PqgmwRZm0Rr1LX",
+	"ZDL3q1B1sOzgOHtYRGCMsw3jCp13bmF0fbkIfrcSGRUsZefse4SCEMHVkUG2lxP0bFlVMkkkfBAhgDuW",
+	"I2R5Rs7XlmPUJivvNVjeG0N+GDg8v/Ce3At+KXrP4MWlCGdAb7BahQ2K1qYEQKnY0rLhhMxGoiVFNqLj",
+	"oTKT95jsuv3+5/tAgFVC2XfhAGkW93fxu44UxIIElICWnX3IGoKQsueUafcfbh/5eh1YSyeMDt1S5QVv",
+	"s7SSO3Hk5FIMsvvKlJGq4EbxwA3be/89RqHMpfC3vJLzeB0VX4rzSFF98ghKyR54CsMBARE0MCXWTO+K",
+	"UL9z6PSHB0fvDn/eE5P8oVHH7x1b/B4xxH/46OBDgn/b97O1v50t2DXz/ptx293rPaAsRc+dSP2NcFxW",
+	"uNtV9fN8cPb7fkmIKMG7rEsKmsABGwwJhwmEbfvDwbqMn2Z7XW/CyvoF1sZNfhB4Ybn7odrj08YBfhHO",
+	"SXVp+2oW0C/MLjBWc7bxdAlJlFToMNyW9XqIaMf54M1XQBLyjOGDlBNnYQ7ybdbFgg15+HEhqx0c90Hy",
+	"TDrsU1vXxH8F0cEHJmoDgk5vUFiGPL3xFA99nSJ2PDk5HfV67O45n6VnHe24t4eHsKH8bWAo/4AOO2oU",
+	"nE4ak2P8/WBD7vRSFryqNqPbs2HuyF46Vh+UpWD2RDYdUvbOsy+yUGeKPR2N2XfyBvgzOmYJK/Zv13sn",
+	"ybRBfBWiDXYdHNNNfh3Kdrcc450zbXYU9Ir4wY1gV2LloiAdQPuSlXxjR2P2m6/idbnESH6Q9AwFEjcW",
+	"w5BIS5eVQuwPxv/7y/PpaBJpoDcblobPHTuZnEyOjk9GoTagF31j2PiytiFkHEuOdePnyHW9llaMxix/",
+	"+y5nS8EVyOVKjNkLjxFr6RZIcVAdXwgjHcV4Epo8smP2KoaDMyOsrq4F06raAKGWJeU4+PBthCMJGUxA",
+	"OG8C0qOiFsMwKawbDejJSpKwPzihhxJ+2kfxA+qVFSI+ZrJ06xjaeP+OJxP4H6vosUWCxXBTbmEqH1KD",
+	"gbhrv+ciKFm9a3uNIfTCrYVQzK01s2ibCSs6UPFUvTk27TRTjOPH/JkwBxsCbw/pp/05tv7RHlsRqdcY",
+	"5nIOOvUSOM7zSStwb59Ek1qiejzhdzQiKkpaSve6Af7N3hPrl8/+IKe2Jzk4ey8Z8jDxtnc790iXv9q+",
+	"4L77yhtMs/8Ozu/bYwQFaPtPHd4/HGBc9W1bSUP2ZtGFohHIZAiAGbd07Tus9/Xrl+xv8BvQfhocuD/x",
+	"IUqfmNWO5U8WGLv6rzxj+RP0Pv4rJzzPnyyFM7Kw+VTVqhLWAv9yonCiHDWVMnyygqmV3apsAQMxjPxl",
+	"IXuSrbmdKivcaMxOJ8cN7zL09laCTsZOJ0+b6TD7jepxuFhfcarIpH7Ggs3M570A1YflVBZjozJGtb8y",
+	"pvATxUeN4FmU0nJQXqYqR5DzjAnuswhRBg3pUmeMKyrdi0aaDDOkWsHJLEfJ344f51M1RP4ubPxS1CGV",
+	"m77IKTEwf5wDSw/ZVAiRNkyvFZUmVSWse6p4hfF+5C4VTjAJ9FQxD7UvF6IVDIg7VWqWBrzh/WJSFVVd",
+	"YnJFCNLH0Ey8TvHuLZxbUW08qea6RyjmhpcUAuD9uBn7Zy1qcUThjNHBTpfErvSVUCQ8rCouFYN7Op6q",
+	"qXrBHj/GpT9+TONZynJrhO1zOo5GroXHFMMM1vIIpZlKX46Z99QYO1X0W+T650EQMBbTF1FgSqy8nBLU",
+	"gnn68WPUgx4/ZkM+VY3swbzsMcJDIJUP4+Xg/nLFHj/mxdXjx3iolXfskqm74ivgppqyKRO7sXd8B6Me",
+	"4CzcTEyzgVVuKBMz2AYrfRkRx3GfpYdT4F7+27+x11j5lmJJqYYFLxwmk5xMTnK4HSGpjwTKNKEE4PFO",
+	"+eHcblQB+O5rElIe0KrCZNc0a48CKk4mJ49K1rswLGjjcwyj4I5KAaxiBmv1usRUMVDscEFUq3c0Zt/U",
+	"pP8I65OWSX4Nwa/J/oJi4PEbrsdyJi9rXWMaZJPI6CgLlhPnnHNZ1cZnvp1MTnGDQFtvNoeOGZQSXECz",
+	"RaiZ+oHPuvuoNGZJdo4XNBejrQ0hu9abdbld+GyzF93sOkqDiNmWLDHbtYqoev8+ymkx4EEVIiaBAlCY",
+	"DG1EbUU5Zi8oy1MbTxtjDBEPc68X2orODiMVZ/iEKNkM9kqbxrXkSy3np8cTlmQS+rXdZtImBMRd50ta",
+	"O9EEJdb0Ml0R/JwnW5GPmgQwH0dOhXi9fwcR3gAZ8ZsZrOYeazD/3E4VXWZKLS+4wZhrH1OMmYv52yll",
+	"sU8HZ+ztFDPg4c/pYDweTwcZmwY/e/Ltu3ew/hye9VFTtpXTTuucG72kMpUxGT5nlQSZOfdj4ttNgv5U",
+	"IRlKs8BKPWb5s8nTnMWC07iOTadW6dD7GJGSZaySV4LxqfL0LaPERT4XlFnmzAY0wPz05iYPCdNrbdwi",
+	"VipltSqwyJpnK5UshLIohvma2S9WsPlHJ+MJBSE70AWJjQyygU+LG5wNjscTekSvhOIrOTgbPB1Pxk/R",
+	"Ru0WKPoE0QUlx76Qlxf+Gp5MJr42GLoWjS5AmJGW1asx+8ljA8pItluuNmbjfV+CVOUn7BTyPplM7q0c",
+	"rU8l2lHktw17SyYcnP3+JhvYernkZgNKsLwWihIpHL+0IFnSfg3ewGtBuNu5eT/S76CgwK69NHop3ELU",
+	"lqLsxc1KW+LDpLmwYUhqnIwn49PRmP0MVNppH24PqOfFyF6xMT868uLlUZA7fa0zlGss0nu6Vu1D8YDe",
+	"figA9xMUO26pNJz1ph7gLFhP+XRyvOsYIwhPukWX8b2nt7/XFDB/lw2eHfJGWhUZb0S8A8mhLeMu9d4G",
+	"kvwPwiRgJ0lCMSYDF5rYG+ZRC8cxixcdAc6m9lKk9VyBAmCuY0axPWfPJk8bEYM7X48EUNYuavQ0sFKv",
+	"VRddp6qdyr91OV7Ruj4JwuLcsWb0+P3PcweGw/hyH4pfHz8pmtptvQf7Onj5s7TaWeUVDJJmMO9pmxj+",
+	"XbhQGe4BtzdMsQMt/fo8Wk5u39yk6cKfCZP9NqDqdC3FOjnycMTdM3+SJML5s28f4A/Suh/9Mw94gkmu",
+	"3k7a6q/YX/wQYQ/CYnsPMBustO0jv2hCQQaIml2KpjZUAMK8V8dyL/jmbAjEF74+wuKFQSIegUBPilhG",
+	"VV6sVw1QO8hlmVOFVeC76Eg4IyUH0zg9VZ6LdfDLzOV1PEJ8JmOisl4xUlod4XsEOAKJTg+s6M0VE8uV",
+	"23TLPMLsM4HF8CX1g5kh+D4o32efogXpuU/gU5TkVzXA+FoXGLYUK7EiABKlmlg3ErRqrOGwVsCIjqOs",
+	"GOPOsBwF/U1bifIwx3pF24TxP7VUPqmULHvCur/pcnNvGJWmfL9rmw+dqcW7LWQ+vmdk7kNkAEqUf3wc",
+	"Pp08v/2N2PkGkf4A0DrNST6cVrwoy2Cd8PprEZntoZT/yVt4/51PRBZ9MYY/6mvR0I9HLWENsBjLCns5",
+	"3IglPi3dmDUC4UkUCKcqTQZHrPHZeGM2/MlHn8b1kmLR1EI5A9Qbj3pkuG+SURO8at3wk49ww3/xi/kT",
+	"XPHTg24stfv58+BEehE8cuxio0krv993OcywLvGOrmh+7PftiNZVKd90ERQQCb1JvfyesJKMVXiPKbi+",
+	"MX2jlQh+DwTC879diAnz3R9CAngvWzF898/j0mTYg3jcyb1O/Rn//4D4DwfTQgOPHftYYgzq7FV/879/",
+	"+5rBY+SqfvIW/39Hb+VoZCWPKZmskQ1zlLuXfMOsEBmzGi4Fm23IGThVKKmH5Jcx+z6RNDNvoY2SJVoG",
+	"yARO0mqoOGpC48FtlS3xyr+X1iZuYjZPK2bhmGJZKMhgoI4bBz6Q0NsejXEfv6cJPceTmHuDoTE+E+b4",
+	"yy++PDl59oUPn4m5K6eTVgLJVzvTOJ6dwHvt9InjkzTN4fhk8u5NjAoZkKeVgmwPowKdeI8dqmuIjNHz",
+	"Wy7KX165fSUKoRwz6KJDBY5OtbM1Ca6G8JCAqk10yk5zxWt65AGtFU0Eds+Jf9uso4v4/38YL1zY/60z",
+	"3GW6oFBeGxJZxux7tDLUlhrqLQRbavSqIlEEnIn9lE8mx2OG75ODG7Z5qtBUEdp/emHndPK8UwV1zDqB",
+	"5Inr1DbuRlVOFcd2SPCpP8bY03PrxOqMSXLA0zsMW2vOaytKNjydPB81lZJ9X5h2tVZ46HTUgQV+9fAE",
+	"oOku5tneqNGZIIckRpdIdTlV0nXDTonfiFBZNa2njCEjvo5jUmWYs9PJpI/zJH0hHkji6+k88ZGNGz5n",
+	"Yhvvv/bn81nyG5weHwBT7Hz6yURFn0HAD2Q6QfDbZyr5Br+3rZLX0c8VnF5j9qoVuGFDyE6IdvDpDEi4",
+	"pup0cooWTWxgCNpaEuMQ3mxiIIi2jZqswEDHsJowhU1Qy6jtuInMW1rpRR/gsRU/Me41vwDkDea3kO90",
+	"1z59Rpb7sHdgfN+eS5zt8uolVdlDohZcU2BkeScVLfedNltJI73uvh134J6FL5/Yt69v9F/wbn3gVfme",
+	"Eu7235WOVaxvruYROoyf+FIMQJFagZjRI95huA+FKILQlCYE5RnLezM28myq8j3ZafDi3jQ8jNONctJU",
+	"DTE1prFPYwoWttaoxNxhgOGVECsgp9JQJa3UdxTzZNIYRGo825S0FzeF8BEO+I11XlakLESqHLHQtcko",
+	"sNDLVDRMKedzoM1ot0vmwz4L2GlwzF4gOd4OM2WIT1RJyyfmOX4FcGPsI4qbFHWF+TkLUEtMsxLPeSh+",
+	"hq13pldhzf3Xrdr4WII0lKGnKTA9qNc00TShfSD5cLvL7UHi4eThxcNIl4ivottVrCPl/cwJ/zRi4wuK",
+	"rY/Ms5LX4sj57u/hPA+WJp/w4sqnmL8/3e3Vqn/zwd+hl/mZD71tB3IPTyanI3K8t8OXQ+wyRVyRyIhR",
+	"3X0BzFvB6VM1VX7i/wk4B5RXibVNAt3n3t0e9rGHqiEpVHo9bgab1pPJ0wKAQxIMn0TOhvnpM+QlzyYT",
+	"YionS/j3eJEjqaVEgrRkzgiWa4kyEjxOM4HxTNxRRmqYvb3gmSj0UnhwK+HDkdH5SaGLqGTHAHbKcRhS",
+	"tDnhPjKDETVo8OHT1vGN9U2hKAgeBkyWjXWefEgwLQbL+IafJzmO1D5ajLjmborB3QGE0ZmP4YjFopvo",
+	"Z6wsF9IfYnBX07vFroQCDvCN333fkOX4BHkaJd4mtg7kAVMFekvaKqbJ09kKF09jxYOdpCl1x+1Udaof",
+	"nnfvIp5DUiLQHw/oT6VWYhTafM20W4yn6tnkaU/XlhDccXjrlqnqy+oPGJeWDpLqiMSZCLXvVWooQrqX",
+	"bRZXg7tKZl7F/AfVhX6XbXk1ECszn5RDOeC3IFELfSgdaZJH3yi2+Gqco3QxBzvcoU9PevyfhyiOv9A2",
+	"Z0ROKEEkuTR/RTZ6fMBq/q6VuAfWRrvrNzdsracjhK0xcSdhcE25wN0s7mgWdIP7Z3S/rjA3ezKZoJYq",
+	"hfVZeZirgH624grNxmOfgnQgpyO2SKlMCx6c7bauHCrCqBJjdm5Mgwesz9q9smob7NGoQZOsj5FtC47p",
+	"lj6sDDlxxk4nE/gH/jqeZOzZ5OkoBkljOsl4ql5Qhglaw70KQU1wLFB5H9nmLUNN08CMqbqqstB7CBB4",
+	"qnTtMLkfVRZKhseORXaUGq5JI8BlnU4mSUqbDak0O8gWlsB8KFnfD/+JJP0XxdUrvAu7HEE/99yWvyR9",
+	"urPU/lA0Cpl1m0zZu9CptHF6r83spfC6OLaEwGDSpsl+rSwb5tgej/r7pZ31RxQu2y66gigay9dECSx0",
+	"MAxRda1v43xY+ReU/CxKamRBEKoQ496ogK/D+h4yFj/2pd8Vje+B+Eva5z6FPopOVzIz0X2O/EcaVvHL",
+	"NPIltvD/UEtfLyP+zitMTKusU/cSg/KcC7pGvPTSUuGu0nNhzIWhJph5NlXRVnIlQO/UjbMjSfFWpbhp",
+	"lIqOacqS8zOjwmBiqq7E5hEoGnbRVK1hwyuxwbSzQCPOOhW7H1k/z1KXdeWDbckqN1U40WjMftJIh+ay",
+	"qs5BsBboAAbsNOLIu4NDMi+qJSHOJ6jAjstqPFXk4e2UQcvZ8DiUoWEbwc2IhBwkBkEpJeUNpRmlmeCm",
+	"kuTuwdpIQbENRsF4Cs3pSBd2iuKOzCPLikoXV+fexYxeZIrCx9JATrNWkbUtfzfpgMGOGvct1rFfUHI0",
+	"Wjt9px0hkbSiYELy0lybJTreuVRTNQz3ONgdUZwKX44y0tO+OI1fZZ3Jm0a0If+6dQzUkRm1Rf9e8mNj",
+	"NPWmj5iF7m27U+WtwX7XBW0PKkyd4VDn3Z3jjGooyaP+9hiu2ND/jc+MQrLHCrPtWxnxZ7BjBi76kurj",
+	"0blW8DuK41Pl1rKIra8rbUXMdP6tU6Yj63A6bykOCbNhW/Va+Xgmb0fA1U6Vj4fBVBLQ1SiNj2gEwnIW",
+	"9oY7X50CL9K1vvIJHahDw+hT5XdslNwmLIyKDZ89480bKZxYcMMmaRHY6NMyDF5Hkw12SsUKKD53kcBo",
+	"+n9uC7h4EMjxHkrGbWb4RPEOtLoeXv7Ch8R8tlx/MkO0pwMp8+9n9vvF3Sdv8a+9gQ2/OL1CVr3xyVYR",
+	"9cbsbxoQjUQP6/hmDPor67RVTduHI9VsoqgaejjuCSxoo9jtgQV/2Vv5qfIpDr1kHyBRZm93KQqR7VL8",
+	"ZG8eRpEQ4FsTMQ5oJfVmB7r4hrW7lMNXAiUm26hsTdpEtPXe7vPAeMMQ3hgrBrG83ekvH7PfOAjGNRq/",
+	"8jWXjmLRNaUecmPktZiqIUp8K11Vo3N2MjklPATphpWyHLOXSeK9icHmUjEAoJEE8q5fndTRPPPlh5Bv",
+	"p6WSQukhbzecqqEvpIX98duVa7JYkMXQHpYJqElPfxkbFExVbDp4OpkEaFq9ovNIcVDC9D2aaEUotvCt",
+	"Du974w06hW8zGlmVFo1ocQVKrNGSlxb/b5WjmtdV1esc/zo2RL4bHsE96EEhOrZ4TG3ViHJTS3Jx+ZPJ",
+	"MJABFjfaZdRPi3I32HWnNma7AE0DO5IjD4AeDmPs99MPIJXnvAXAW3b8JcXYfht6oPW4Lu4zNd6XNu0R",
+	"wQK2Ibfr5Yc/6aZ4GVKEMjSnJ5LxOUqqy/Bed4u+tTqR9JsTP8SYspfZNG6TXpbzg7wSQdHKkPp7drDk",
+	"N3njthyGSqrHk8lk5J0j0bSi1yrQaDJVpKS5SRbkllmtFUbAq1ZDk7iTHQYzVf1Xjv0cU5+aylkeQj4D",
+	"YvoV+1H+DUTDK7GxxBF9XLtlw6YRcrzZ1ZpvLLvUwnq3uhHWoSxKlQbLyHjJxc2rag8FDk6LvQmi7Zru",
+	"VPuqNspX+8ai0awphr6TWi35TYtU+VcoK2p/7fT9dbcPIGORcfwByd0+p4o2bKlNRFD7mfrdM/XrJSJE",
+	"Bkn4+VhUsCk08ORt/Pvdk7Q73g5RHChF7zJQ4vEtjodceTljhNEM8C2GoOYJlWlqcHqR03fmDEZU7lB0",
+	"H2VR5KU9GrM86T+IoTve1pR0Vg7BOD4oxXe9jMEiRjguFUiuJA2ptCOoiI2eMJUoVHe0OixvJjbam7yE",
+	"agouhs/Dua5gvlBN0EShfarslVytsMqjrwcZ1o5ZBCPgCgGmPUBjRhSZux2ZMemRMYsNpQq9xKRyTAI0",
+	"pTC7CnT92Pjz9tLlVgvLKD0GStwD5k7S7PsFf4AY2bmU333Nnj59+pwKyGqz3cbtnLaL3AJbTC65dVRR",
+	"ZhfQF747Va/++8VpT0PdD2Nu78XdHp69fQq2Rd3cd5awCvLYSlsrZ9WGvAy+kB0gYKvp+mfe1M0exnrH",
+	"vKlznKjw986StpDiZdvjmBHhnOwwSq06tS/6DVN3U513cUnK/XyY4CqKgKLwJow6kq0g04wZvg5b4bt5",
+	"D2PJrlRJiHx0RC5MkPCHp8dPQeS/FqMx+97Zqcq/Jmw8er1ZiZyVopClsGyh10ldbisEVhzLu/iax7RX",
+	"DKWdKsx+RccaukcxSqRpi55jtc/HzVu/vv7u6Kvu8zzU9Z0qopjn7Yl14YQ7ss4IvszTF6mD+RG2Sscq",
+	"ympDLmdqRzNVaa4txtcqOZ+L8swHAsOcvk4aAQbg+i9wp0GTinl+wLuniseMl6S9Ou1ik+cbqjiGuc8Y",
+	"DxFlxO1ptSFrOO38gnHNhVg59MphZkhRScwTsSBU0IZblm7KKHSknypuWd+R+K/PQbMkMxouMuQahzU1",
+	"PW9yCjC/EpucFQutrTe7Nhau2YZ8/MMYMXAlNkFTrDBW2lettZgyHt8cZS1j54rKyorzKN6RdzprtR8F",
+	"qTm4CafqZHKSykzoKo1exQQnfOH0MXuBtU0xJajSKJusKoxkuhbWC061Q1HJB++dNeWUsXYEbC/Ww8f2",
+	"n4VebVpO3ShN9ElXvhb+rQqvhxu2MTEonJzSJRud435TgAcdSftEdskIV2KzS1aB0Q+QVjqEGQCArQdu",
+	"GijTOUaqG6QldGvmlBVQoKfkIe2db/Z5hh8/edyWMeLYM6k4gnJg5eGGGtN5ZKHVwKaT0q90i463CPV4",
+	"8JA1k5r22NuL+IZicCmaAeHzxcpBKpIOAyVCK4HPDuePHnTpjy61i94lsNJLKB8pCLzpJKfKxpQIl2rM",
+	"vuXFIjzwyAKlRyWBMmvUxnM+zP4MXCsRGNbeVYHvXAivWZx5Tp+HzhX+MyOcnSpqjlAKlAM8T0ZnG40/",
+	"1G0uznhS3qP9FjDoqYJ3W3U9sPdLM6Dv+xISsqyXJDiyvNj9hkKHELpKUBBOyrVCPF7S1ONkctIqCRLf",
+	"aceJY+oPAhGcYsmwQ04EOJuqlM1qs72vORybqquKirHinGfEFWHBunajMaMYbAzCI0tCKxY/sTQE9k3k",
+	"n+ZrXJpVxS413CC0WyfmlBA0hIZjP/Yj28qYSroodmSCqSI3LnYuwVdHWx7XsDHY/8jwqhLVWeP5DIyM",
+	"4JpzWfkkfZBBLLN1UQhRkssMZIhhDneAX4oLeFaUtNJS2itKbRoRXQWRhJYZ8gToLNfcppeo6SiSLIxu",
+	"c0SyNVBopd15SJywiAR9VxGNU0ZY30EE15dcPnwFfd4YlrZHVnnItIJ0ik9UXDAwyv0lprZb8XzmjJ+O",
+	"M7YTBX09KH8/78Iq99cibLLIY3NNDOdcSlWj0AdibcntYqa5KW0S8qhsSOHBqIypSvo+UKTvmY9WyJMy",
+	"fjkbHk8YEjBvu8tYfnSEQB6F5/IRGaGpWqEvdudSg1esToUlwzGKwsqgEK2MuJYawMBXA8xT5YvDYYaV",
+	"z5lE0kf22xCO4W2jqLpSmTAi2ldCrGyzQ88nUxVbVB4/CzuWrGyEfRbFUptNFiYhpSnpuEY2WRqIeI71",
+	"LVVpL6KBFklpCOdNC4v76qrnjIfWTqj4hajWYDGXzsa95HMj7AJVy7RSJPlxqaa7t+3D8UtnRTWnpGWq",
+	"tEc1GnrLSmbk9CUO0LvdFL0fblvK4Jra51SWMocP+VQR18AKGy/slb9VHsyS8RKnW7J6Fb2yxAV88bdf",
+	"QFmnRouM26naUX+ztw5RKEDzcUpf/hHrWWYtUI4bUI63QTnugHLcBuV0JyjHX22D8lUKyVe9hTXvXlZz",
+	"byWNRxFDPtvKt2KDk3yF/pqb913+x7Oz2Oy0v0dQ06SiN0PtV/vAjUZil9YdF4saXw5VsJNKE7uS2tGf",
+	"oX7nJ8tAq227Y4lvUXtQv5JfqWGr4peUlK2EKG27Sezp5DmLFd0DE23kGTVV7R6yZ4xTH9jAg72HG9OJ",
+	"Kl14vgS8GwdwjT6Hg/vEmtiSNlFpUMMvzAaDpCwleIV+iaDvIcOfqkpfXopyzH7SaM9a8o3PKFn6Dlao",
+	"4W2Qe8L6no5219TEpsAPWVITJvhEGSbU8PhPXVDzT5EuEstd1rbVISQgakrAn7wNTa/3ZoW0eg5RAkjs",
+	"v4w9iZOKaiV3/Nw3ZKVmfQVXjBoVozyIFW92VJaM9/9zYck/fP8NX49yxy3L9ggGljQ3VGvwDnn9YAkK",
+	"TW+1yf57MXlw2hREhc9pRvd0bZralDvvzd1E019D0/62ZJoQtie+mf+d3RHJ0NlgVe+Vbc6ZOpz99wS+",
+	"oYuSGtc/EP9vzfGJaqnchmZNLq8Sa28b+EziPxWu+hvjcfWR9QdyuEjxJEjVD4J7Xuz3RWdJ+NDrRjPw",
+	"XryiNkYodxG+ztG1RUqEEVY4O1VcgYLwqHEeyd4ICipw+zIs6oHk9NYkd0LU0101eT/LSZ9OGqdSuTxe",
+	"yz70aTf2fTuYcSuLwdnvb95lbwEByHBPiFObanA2WDi3Onvy5Pjky/FkPBkfn335/PQEkcUP3t97I2OS",
+	"GHDmJXLvtxPO29qwt6+PivHmop5AHLL/ZU1KEgZ3YVIRhm42GRtNiHBwiGwP9x1XRz4jlkpoiOhL3DC3",
+	"MLq+XLQK34w7OcEGr9BWpADsbhYtzKpsLDzJAHQG22+HJru+feJCrvwQwQfcCioK0IQGxdl2Bhd1YKc8",
+	"WuzUHHoFmPaKfNfmd2/e/b8AAAD//3JecUiU3gAA",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

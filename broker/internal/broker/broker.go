@@ -64,6 +64,9 @@ type Options struct {
 	// MaxPeerInflight bounds the forwarded requests in flight to one node (default
 	// DefaultMaxPeerInflight); past it a forwarded request answers 503.
 	MaxPeerInflight int
+	// StatsInterval is how often the stats route's samples are taken (default
+	// DefaultStatsInterval; see stats.go).
+	StatsInterval time.Duration
 }
 
 // The sync modes: the names --sync-mode takes.
@@ -147,6 +150,7 @@ type Broker struct {
 	// current then; the reconcile loop sweeps once it is.
 	sweepPending atomic.Bool
 	remote       *remote
+	stats        *statsRecorder
 }
 
 // topic is the running form of one topic incarnation.
@@ -222,6 +226,7 @@ func Open(opts Options) (*Broker, error) {
 		draining: make(chan struct{}),
 		changed:  make(chan struct{}, 1),
 		remote:   newRemote(),
+		stats:    newStatsRecorder(opts.StatsInterval),
 	}
 	// Partition data lives under topics/, which exists now.
 	if b.syncer, b.syncCloser, err = opts.Syncer(filepath.Join(opts.DataDir, "topics")); err != nil {
@@ -277,9 +282,10 @@ func (b *Broker) Start(ctx context.Context) error {
 	if err := b.reconcile(true); err != nil {
 		return err
 	}
-	b.wg.Add(2)
+	b.wg.Add(3)
 	go b.retentionLoop()
 	go b.reconcileLoop()
+	go b.statsLoop()
 	b.ready.Store(true)
 	return nil
 }
@@ -397,6 +403,7 @@ func (b *Broker) reconcile(sweep bool) error {
 			continue
 		}
 		b.refreshSchema(t, m, want)
+		b.stats.track(t, partition.WallMillis()) // before any produce can reach it
 		b.mu.Lock()
 		b.topics[m.Name] = t
 		b.mu.Unlock()

@@ -158,7 +158,7 @@ func mustBeAdmin(u *auth.User) error {
 func (h *handlers) allowed(u *auth.User, req any) error {
 	switch r := req.(type) {
 	case apigen.HealthzRequestObject, apigen.ReadyzRequestObject,
-		apigen.ListTopicsRequestObject, apigen.GetClusterRequestObject, apigen.ListMembersRequestObject:
+		apigen.ListTopicsRequestObject, apigen.ListTopicStatsRequestObject, apigen.GetClusterRequestObject, apigen.ListMembersRequestObject:
 		return nil // list answers are filtered to what the user may see
 	case apigen.MetricsRequestObject:
 		return mustBeAdmin(u)
@@ -180,6 +180,8 @@ func (h *handlers) allowed(u *auth.User, req any) error {
 		}
 		return nil
 	case apigen.GetTopicRequestObject:
+		return h.hideFrom(u, r.Topic)
+	case apigen.GetTopicStatsRequestObject:
 		return h.hideFrom(u, r.Topic)
 	case apigen.ListChildrenRequestObject:
 		return h.hideFrom(u, r.Topic)

@@ -28,6 +28,8 @@ type Broker interface {
 	Topics() ([]meta.Topic, error)
 	Exists(name string) error
 	Topic(name string) (meta.Topic, []broker.PartitionInfo, error)
+	TopicStats(name string) (broker.TopicStats, error)
+	StatsInterval() time.Duration
 	TopicMeta(name string) (meta.Topic, error)
 	AlterTopic(ctx context.Context, name string, a broker.TopicAlter) (meta.Topic, error)
 	DeleteTopic(ctx context.Context, name string, incarnation uint64) error

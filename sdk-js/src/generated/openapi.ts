@@ -324,6 +324,61 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/topics/{topic}/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+            };
+            cookie?: never;
+        };
+        /**
+         * A topic's recent rates and backlog
+         * @description The topic over the last minutes, for dashboards and the console without a
+         *     Prometheus server: every `interval_ms` (10 s by default, `--stats-interval`) the
+         *     node samples the messages produced and acked since the previous sample and the
+         *     backlog, in flight and oldest unacked age at that moment, and keeps the last 90
+         *     samples (15 minutes by default) in memory, oldest first. A topic's first sample
+         *     comes one interval after it was created or the node started; a restart or a
+         *     delete starts its samples afresh.
+         *
+         *     In a cluster each node answers for itself: the rates count what this node served,
+         *     and the backlog, in flight and age cover the partitions this node holds (`node`
+         *     names it). Ask every node and add them up for the whole topic. Same grants as
+         *     `GET /v1/topics/{topic}`.
+         */
+        get: operations["getTopicStats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Recent rates and backlog of every topic
+         * @description `GET /v1/topics/{topic}/stats` for every topic the caller may see, sorted by name,
+         *     in one answer. In a cluster, what this node served and holds (see there).
+         */
+        get: operations["listTopicStats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/topics/{topic}/partitions/{partition}/messages": {
         parameters: {
             query?: never;
@@ -811,6 +866,71 @@ export interface components {
         };
         TopicList: {
             topics: components["schemas"]["Topic"][];
+        };
+        TopicStats: {
+            topic: string;
+            /** @description The node that took these samples (and answered). */
+            node: string;
+            /**
+             * Format: int64
+             * @description Time between two samples, in ms.
+             */
+            interval_ms: number;
+            /** @description Oldest first; at most 90. */
+            samples: components["schemas"]["StatsSample"][];
+        };
+        /** @description One interval of a topic as the answering node saw it. */
+        StatsSample: {
+            /**
+             * Format: int64
+             * @description End of the interval, Unix milliseconds.
+             */
+            at_ms: number;
+            /**
+             * Format: int64
+             * @description Messages stored through this node during the interval.
+             */
+            produced: number;
+            /**
+             * Format: int64
+             * @description Messages settled by an ack through this node during the interval.
+             */
+            acked: number;
+            /**
+             * Format: double
+             * @description `produced` per second of the interval.
+             */
+            produce_rate: number;
+            /**
+             * Format: double
+             * @description `acked` per second of the interval.
+             */
+            ack_rate: number;
+            /**
+             * Format: int64
+             * @description Messages not yet settled at `at_ms`, over the partitions this node holds.
+             */
+            backlog: number;
+            /**
+             * Format: int64
+             * @description Messages under a lease at `at_ms`, over the partitions this node holds.
+             */
+            in_flight: number;
+            /**
+             * Format: int64
+             * @description Age of the oldest unsettled message at `at_ms`, in ms (0 when every message is settled).
+             */
+            oldest_unacked_age_ms: number;
+        };
+        TopicStatsList: {
+            /** @description The node that answered. */
+            node: string;
+            /**
+             * Format: int64
+             * @description Time between two samples, in ms.
+             */
+            interval_ms: number;
+            topics: components["schemas"]["TopicStats"][];
         };
         Produced: {
             topic: string;
@@ -1554,6 +1674,112 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             413: components["responses"]["TooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getTopicStats: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The topic's samples. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "topic": "orders",
+                     *       "node": "n1",
+                     *       "interval_ms": 10000,
+                     *       "samples": [
+                     *         {
+                     *           "at_ms": 1767225600000,
+                     *           "produced": 120,
+                     *           "acked": 100,
+                     *           "produce_rate": 12,
+                     *           "ack_rate": 10,
+                     *           "backlog": 40,
+                     *           "in_flight": 8,
+                     *           "oldest_unacked_age_ms": 5200
+                     *         },
+                     *         {
+                     *           "at_ms": 1767225610000,
+                     *           "produced": 80,
+                     *           "acked": 110,
+                     *           "produce_rate": 8,
+                     *           "ack_rate": 11,
+                     *           "backlog": 10,
+                     *           "in_flight": 4,
+                     *           "oldest_unacked_age_ms": 1800
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["TopicStats"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listTopicStats: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The samples of every topic the caller may see. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "node": "n1",
+                     *       "interval_ms": 10000,
+                     *       "topics": [
+                     *         {
+                     *           "topic": "orders",
+                     *           "node": "n1",
+                     *           "interval_ms": 10000,
+                     *           "samples": [
+                     *             {
+                     *               "at_ms": 1767225600000,
+                     *               "produced": 120,
+                     *               "acked": 100,
+                     *               "produce_rate": 12,
+                     *               "ack_rate": 10,
+                     *               "backlog": 40,
+                     *               "in_flight": 8,
+                     *               "oldest_unacked_age_ms": 5200
+                     *             }
+                     *           ]
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["TopicStatsList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             503: components["responses"]["Unavailable"];
         };
     };

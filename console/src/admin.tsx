@@ -1,0 +1,197 @@
+// The cluster's members, and users with their grants (admins only: the API says so).
+import { useState } from "preact/hooks";
+import { api, type Cluster, enc, type User } from "./api";
+import { grantsText, parseGrants } from "./format";
+import { ErrorNote, Note, useConfirm, usePoll } from "./ui";
+
+export function ClusterPage() {
+  const [c, setC] = useState<Cluster | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  usePoll(
+    async () => {
+      try {
+        setC(await api<Cluster>("GET", "/v1/cluster"));
+        setError(null);
+      } catch (e) {
+        setError(e);
+      }
+    },
+    5000,
+    [],
+  );
+  return (
+    <section aria-labelledby="cluster-h">
+      <h1 id="cluster-h">Cluster</h1>
+      <ErrorNote error={error} />
+      {c ? (
+        <>
+          <dl class="settings">
+            <dt>This node</dt>
+            <dd>{c.node_id}</dd>
+            <dt>Controller</dt>
+            <dd>{c.controller || "none (no quorum)"}</dd>
+            {c.cluster_id ? (
+              <>
+                <dt>Cluster id</dt>
+                <dd>{c.cluster_id}</dd>
+              </>
+            ) : null}
+          </dl>
+          <div class="scroll">
+            <table>
+              <caption>Members</caption>
+              <thead>
+                <tr>
+                  <th scope="col">Node</th>
+                  <th scope="col">Status</th>
+                  <th scope="col">Voter</th>
+                  <th scope="col">Partitions held</th>
+                  <th scope="col">Partitions led</th>
+                  <th scope="col">HTTP address</th>
+                  <th scope="col">Node address</th>
+                </tr>
+              </thead>
+              <tbody>
+                {c.members.map((m) => (
+                  <tr key={m.id}>
+                    <th scope="row">
+                      {m.id}
+                      {m.id === c.controller ? <span class="tag">controller</span> : null}
+                    </th>
+                    <td>
+                      <span class={`status ${m.status}`}>{m.status}</span>
+                    </td>
+                    <td>{m.voter ? "yes" : "no"}</td>
+                    <td class="num">{m.partitions_held ?? "–"}</td>
+                    <td class="num">{m.partitions_led ?? "–"}</td>
+                    <td>{m.http_address ?? "–"}</td>
+                    <td>{m.address || "–"}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        </>
+      ) : null}
+    </section>
+  );
+}
+
+export function UsersPage() {
+  const [users, setUsers] = useState<User[] | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const [actionError, setActionError] = useState<unknown>(null);
+  const [note, setNote] = useState("");
+  const [edits, setEdits] = useState<Record<string, string>>({});
+  const [name, setName] = useState("");
+  const [password, setPassword] = useState("");
+  const [grants, setGrants] = useState("");
+  const [dialog, ask] = useConfirm();
+  const load = async () => {
+    try {
+      setUsers((await api<{ users: User[] }>("GET", "/v1/users")).users);
+      setError(null);
+    } catch (e) {
+      setError(e);
+    }
+  };
+  usePoll(load, 15000, []);
+  const act = async (what: string, action: string, run: () => Promise<unknown>, done: string) => {
+    setActionError(null);
+    setNote("");
+    if (!(await ask(what, action))) return;
+    try {
+      await run();
+      setNote(done);
+      load();
+    } catch (e) {
+      setActionError(e);
+    }
+  };
+  const withGrants = (text: string, then: (g: ReturnType<typeof parseGrants>) => void) => {
+    try {
+      then(parseGrants(text));
+    } catch (e) {
+      setActionError(e);
+    }
+  };
+  return (
+    <section aria-labelledby="users-h">
+      <h1 id="users-h">Users</h1>
+      <p>Grants are written <code>action: topic, topic; action: topic</code>, e.g. <code>consume: orders.*; produce: orders.eu</code>.</p>
+      <ErrorNote error={error} />
+      {users ? (
+        <div class="scroll">
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">User</th>
+                <th scope="col">Grants</th>
+                <th scope="col">Action</th>
+              </tr>
+            </thead>
+            <tbody>
+              {users.map((u) => (
+                <tr key={u.username}>
+                  <th scope="row">{u.username}</th>
+                  <td>
+                    <label class="inline">
+                      <span class="sr-only">Grants of {u.username}</span>
+                      <input
+                        name={`grants-${u.username}`}
+                        value={edits[u.username] ?? grantsText(u.grants)}
+                        onInput={(e) => setEdits({ ...edits, [u.username]: e.currentTarget.value })}
+                      />
+                    </label>
+                  </td>
+                  <td>
+                    <button
+                      type="button"
+                      onClick={() =>
+                        withGrants(edits[u.username] ?? grantsText(u.grants), (g) =>
+                          act(`Replace the grants of ${u.username} with: ${grantsText(g) || "none"}?`, "Replace grants", () => api("PUT", `/v1/users/${enc(u.username)}/grants`, { grants: g }), `Changed the grants of ${u.username}.`),
+                        )
+                      }
+                    >
+                      Save grants
+                    </button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      ) : null}
+      <form
+        class="card"
+        aria-labelledby="user-h"
+        onSubmit={(e) => {
+          e.preventDefault();
+          withGrants(grants, (g) =>
+            act(`Create user ${name.trim()} with grants: ${grantsText(g) || "none"}?`, "Create user", () => api("POST", "/v1/users", { username: name.trim(), password, grants: g }), `Created user ${name.trim()}.`).then(() => setPassword("")),
+          );
+        }}
+      >
+        <h2 id="user-h">Create a user</h2>
+        <div class="fields">
+          <label>
+            Username
+            <input name="username" required value={name} onInput={(e) => setName(e.currentTarget.value)} autocomplete="off" />
+          </label>
+          <label>
+            Password (8 to 72 characters)
+            <input name="new-password" type="password" required value={password} onInput={(e) => setPassword(e.currentTarget.value)} autocomplete="new-password" />
+          </label>
+          <label>
+            Grants
+            <input name="grants" value={grants} onInput={(e) => setGrants(e.currentTarget.value)} placeholder="consume: orders.*" />
+          </label>
+        </div>
+        <button type="submit">Create user</button>
+      </form>
+      <ErrorNote error={actionError} />
+      <Note text={note} />
+      {dialog}
+    </section>
+  );
+}

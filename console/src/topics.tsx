@@ -1,0 +1,383 @@
+// The topics list and one topic: partitions, children, admin actions.
+import { useState } from "preact/hooks";
+import { api, type Child, enc, type Topic, type TopicDetail, type TopicStats } from "./api";
+import { duration, rate } from "./format";
+import { ErrorNote, href, Note, Sparkline, useConfirm, usePoll } from "./ui";
+
+const refreshMs = 5000;
+
+function sum(d: TopicDetail | undefined, f: (p: TopicDetail["partition_stats"][number]) => number): number | undefined {
+  return d ? d.partition_stats.reduce((a, p) => a + f(p), 0) : undefined;
+}
+
+export function TopicsPage() {
+  const [topics, setTopics] = useState<Topic[] | null>(null);
+  const [details, setDetails] = useState<Record<string, TopicDetail>>({});
+  const [stats, setStats] = useState<Record<string, TopicStats>>({});
+  const [error, setError] = useState<unknown>(null);
+  const load = async () => {
+    try {
+      const list = (await api<{ topics: Topic[] }>("GET", "/v1/topics")).topics;
+      // Current figures from each topic (at most 100 asked per refresh); trends from the
+      // stats route in one request.
+      const got = await Promise.allSettled(list.slice(0, 100).map((t) => api<TopicDetail>("GET", `/v1/topics/${enc(t.name)}`)));
+      const d: Record<string, TopicDetail> = {};
+      for (const r of got) if (r.status === "fulfilled") d[r.value.name] = r.value;
+      const st = await api<{ topics: TopicStats[] }>("GET", "/v1/stats");
+      const s: Record<string, TopicStats> = {};
+      for (const t of st.topics) s[t.topic] = t;
+      setTopics(list);
+      setDetails(d);
+      setStats(s);
+      setError(null);
+    } catch (e) {
+      setError(e);
+    }
+  };
+  usePoll(load, refreshMs, []);
+  return (
+    <section aria-labelledby="topics-h">
+      <h1 id="topics-h">Topics</h1>
+      <ErrorNote error={error} />
+      {topics === null ? (
+        <p>Loading…</p>
+      ) : topics.length === 0 ? (
+        <p>No topics you may see.</p>
+      ) : (
+        <div class="scroll">
+          <table class="topics">
+            <caption class="sr-only">Topics you may see, with their backlog and recent rates</caption>
+            <thead>
+              <tr>
+                <th scope="col">Topic</th>
+                <th scope="col">Partitions</th>
+                <th scope="col">Backlog</th>
+                <th scope="col">In flight</th>
+                <th scope="col">Oldest unacked</th>
+                <th scope="col">Produce rate</th>
+                <th scope="col">Ack rate</th>
+                <th scope="col">Backlog trend</th>
+              </tr>
+            </thead>
+            <tbody>
+              {topics.map((t) => {
+                const d = details[t.name];
+                const s = stats[t.name]?.samples ?? [];
+                const last = s[s.length - 1];
+                return (
+                  <tr key={t.name} data-topic={t.name}>
+                    <th scope="row">
+                      <a href={href("topics", t.name)}>{t.name}</a>
+                      {t.parent ? <span class="tag">child of {t.parent}</span> : null}
+                    </th>
+                    <td>{t.partitions}</td>
+                    <td class="num" data-col="backlog">
+                      {sum(d, (p) => p.backlog) ?? "–"}
+                    </td>
+                    <td class="num" data-col="in-flight">
+                      {sum(d, (p) => p.in_flight) ?? "–"}
+                    </td>
+                    <td class="num">{last ? duration(last.oldest_unacked_age_ms) : "–"}</td>
+                    <td>
+                      <Sparkline values={s.map((x) => x.produce_rate)} label={`produce rate of ${t.name}, now ${rate(last?.produce_rate ?? 0)}`} />
+                      <span class="num">{rate(last?.produce_rate ?? 0)}</span>
+                    </td>
+                    <td>
+                      <Sparkline values={s.map((x) => x.ack_rate)} label={`ack rate of ${t.name}, now ${rate(last?.ack_rate ?? 0)}`} />
+                      <span class="num">{rate(last?.ack_rate ?? 0)}</span>
+                    </td>
+                    <td>
+                      <Sparkline values={s.map((x) => x.backlog)} label={`backlog of ${t.name} over the last minutes`} />
+                    </td>
+                  </tr>
+                );
+              })}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {topics && topics.length > 0 ? (
+        <p class="hint">
+          Backlog and in flight are current; the oldest unacked age and the lines come from the stats route (the last minutes, one point per{" "}
+          {duration(Object.values(stats)[0]?.interval_ms ?? 10000)}, as this node saw them). Refreshed every 5 s.
+        </p>
+      ) : null}
+      <CreateTopic onDone={load} />
+    </section>
+  );
+}
+
+function CreateTopic({ onDone }: { onDone: () => void }) {
+  const [name, setName] = useState("");
+  const [partitions, setPartitions] = useState("3");
+  const [parent, setParent] = useState("");
+  const [delay, setDelay] = useState("");
+  const [error, setError] = useState<unknown>(null);
+  const [note, setNote] = useState("");
+  const [dialog, ask] = useConfirm();
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setError(null);
+    setNote("");
+    const body: Record<string, unknown> = { name: name.trim() };
+    if (partitions.trim()) body.partitions = Number(partitions);
+    if (parent.trim()) body.parent = parent.trim();
+    if (delay.trim()) body.fanout_delay_ms = Number(delay);
+    const what = `Create topic ${body.name} with ${partitions || "the default"} partitions${parent.trim() ? `, as a child of ${parent.trim()}` : ""}?`;
+    if (!(await ask(what, "Create"))) return;
+    try {
+      await api("POST", "/v1/topics", body);
+      setNote(`Created topic ${body.name}.`);
+      setName("");
+      onDone();
+    } catch (err) {
+      setError(err);
+    }
+  };
+  return (
+    <form class="card" onSubmit={submit} aria-labelledby="create-h">
+      <h2 id="create-h">Create a topic</h2>
+      <div class="fields">
+        <label>
+          Name
+          <input name="name" required value={name} onInput={(e) => setName(e.currentTarget.value)} pattern="[a-zA-Z0-9._\-]+" maxLength={249} />
+        </label>
+        <label>
+          Partitions
+          <input name="partitions" type="number" min={1} max={256} value={partitions} onInput={(e) => setPartitions(e.currentTarget.value)} />
+        </label>
+        <label>
+          Parent (optional)
+          <input name="parent" value={parent} onInput={(e) => setParent(e.currentTarget.value)} />
+        </label>
+        <label>
+          Fan-out delay, ms (with a parent)
+          <input name="delay" type="number" min={0} value={delay} onInput={(e) => setDelay(e.currentTarget.value)} />
+        </label>
+      </div>
+      <button type="submit">Create topic</button>
+      <ErrorNote error={error} />
+      <Note text={note} />
+      {dialog}
+    </form>
+  );
+}
+
+export function TopicPage({ name }: { name: string }) {
+  const [t, setT] = useState<TopicDetail | null>(null);
+  const [children, setChildren] = useState<Child[]>([]);
+  const [stats, setStats] = useState<TopicStats | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const [actionError, setActionError] = useState<unknown>(null);
+  const [note, setNote] = useState("");
+  const [child, setChild] = useState("");
+  const [delay, setDelay] = useState("");
+  const [dialog, ask] = useConfirm();
+  const path = `/v1/topics/${enc(name)}`;
+  const load = async () => {
+    try {
+      setT(await api<TopicDetail>("GET", path));
+      setError(null);
+    } catch (e) {
+      setError(e);
+      return;
+    }
+    try {
+      setChildren((await api<{ children: Child[] }>("GET", `${path}/children`)).children);
+    } catch {
+      setChildren([]); // a broker without fan-out, or no grant: the section stays empty
+    }
+    try {
+      setStats(await api<TopicStats>("GET", `${path}/stats`));
+    } catch {
+      setStats(null);
+    }
+  };
+  usePoll(load, refreshMs, [name]);
+  const act = async (what: string, action: string, run: () => Promise<unknown>, done: string) => {
+    setActionError(null);
+    setNote("");
+    if (!(await ask(what, action))) return;
+    try {
+      await run();
+      setNote(done);
+      load();
+    } catch (e) {
+      setActionError(e);
+    }
+  };
+  const del = async () => {
+    setActionError(null);
+    setNote("");
+    if (!(await ask(`Delete topic ${name} and every message in it? This cannot be undone.`, "Delete"))) return;
+    try {
+      await api("DELETE", path);
+      location.hash = "#/topics";
+    } catch (e) {
+      setActionError(e);
+    }
+  };
+  const s = stats?.samples ?? [];
+  return (
+    <section aria-labelledby="topic-h">
+      <p>
+        <a href="#/topics">← Topics</a>
+      </p>
+      <h1 id="topic-h">Topic {name}</h1>
+      <ErrorNote error={error} />
+      {t ? (
+        <>
+          <dl class="settings">
+            <dt>Incarnation</dt>
+            <dd>{t.incarnation}</dd>
+            <dt>Created</dt>
+            <dd>{t.created_at}</dd>
+            <dt>Retention</dt>
+            <dd>{duration(t.retention_ms)}</dd>
+            <dt>Visibility timeout</dt>
+            <dd>{duration(t.visibility_timeout_ms)}</dd>
+            <dt>Max in flight / acked ahead per partition</dt>
+            <dd>
+              {t.max_in_flight_per_partition} / {t.max_acked_ahead_per_partition}
+            </dd>
+            <dt>Replication factor</dt>
+            <dd>{t.replication_factor}</dd>
+            {t.parent ? (
+              <>
+                <dt>Parent</dt>
+                <dd>
+                  <a href={href("topics", t.parent)}>{t.parent}</a> (delay {duration(t.fanout_delay_ms ?? 0)})
+                </dd>
+              </>
+            ) : null}
+            <dt>Schema</dt>
+            <dd>{t.schema ? <pre>{JSON.stringify(t.schema, null, 2)}</pre> : "none"}</dd>
+          </dl>
+          {s.length > 1 ? (
+            <div class="trends">
+              <Sparkline values={s.map((x) => x.produce_rate)} label="produce rate over the last minutes" /> produce
+              <Sparkline values={s.map((x) => x.ack_rate)} label="ack rate over the last minutes" /> ack
+              <Sparkline values={s.map((x) => x.backlog)} label="backlog over the last minutes" /> backlog
+            </div>
+          ) : null}
+          <h2>Partitions</h2>
+          <div class="scroll">
+            <table>
+              <thead>
+                <tr>
+                  <th scope="col">Partition</th>
+                  <th scope="col">Oldest offset</th>
+                  <th scope="col">Next offset</th>
+                  <th scope="col">High watermark</th>
+                  <th scope="col">Ack frontier</th>
+                  <th scope="col">Acked ahead</th>
+                  <th scope="col">In flight</th>
+                  <th scope="col">Backlog</th>
+                  <th scope="col">Leader</th>
+                  <th scope="col">Replicas</th>
+                  <th scope="col">Messages</th>
+                </tr>
+              </thead>
+              <tbody>
+                {t.partition_stats.map((p) => (
+                  <tr key={p.partition}>
+                    <th scope="row">{p.partition}</th>
+                    <td class="num">{p.oldest_offset}</td>
+                    <td class="num">{p.next_offset}</td>
+                    <td class="num">{p.high_watermark}</td>
+                    <td class="num">{p.ack_frontier}</td>
+                    <td class="num">{p.acked_ahead}</td>
+                    <td class="num">{p.in_flight}</td>
+                    <td class="num">{p.backlog}</td>
+                    <td>{p.leader}</td>
+                    <td>{p.replicas.join(", ")}</td>
+                    <td>
+                      <a href={`${href("topics", name, "partitions", p.partition)}?from=${p.oldest_offset}`} aria-label={`Browse messages of partition ${p.partition}`}>
+                        Browse
+                      </a>
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+          <h2>Children</h2>
+          {children.length === 0 ? (
+            <p>No children.</p>
+          ) : (
+            <div class="scroll">
+              <table>
+                <thead>
+                  <tr>
+                    <th scope="col">Child</th>
+                    <th scope="col">Delay</th>
+                    <th scope="col">State</th>
+                    <th scope="col">Lag</th>
+                    <th scope="col">Action</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {children.map((c) => (
+                    <tr key={c.child}>
+                      <th scope="row">
+                        <a href={href("topics", c.child)}>{c.child}</a>
+                      </th>
+                      <td>{duration(c.fanout_delay_ms)}</td>
+                      <td>
+                        {c.state ?? "running"}
+                        {c.paused_reason ? `: ${c.paused_reason}` : ""}
+                      </td>
+                      <td class="num">{(c.lag ?? []).reduce((a, l) => a + l.lag, 0)}</td>
+                      <td>
+                        <button
+                          type="button"
+                          onClick={() =>
+                            act(`Detach ${c.child} from ${name}? Copies stop; both topics stay.`, "Detach", () => api("DELETE", `${path}/children/${enc(c.child)}`), `Detached ${c.child}.`)
+                          }
+                        >
+                          Detach
+                        </button>
+                      </td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+          <form
+            class="card"
+            aria-labelledby="attach-h"
+            onSubmit={(e) => {
+              e.preventDefault();
+              const body: Record<string, unknown> = { child: child.trim() };
+              if (delay.trim()) body.fanout_delay_ms = Number(delay);
+              act(`Attach ${child.trim()} as a child of ${name}? Every new message of ${name} is copied to it.`, "Attach", () => api("POST", `${path}/children`, body), `Attached ${child.trim()}.`);
+            }}
+          >
+            <h2 id="attach-h">Attach a child</h2>
+            <div class="fields">
+              <label>
+                Child topic
+                <input name="child" required value={child} onInput={(e) => setChild(e.currentTarget.value)} />
+              </label>
+              <label>
+                Fan-out delay, ms
+                <input name="child-delay" type="number" min={0} value={delay} onInput={(e) => setDelay(e.currentTarget.value)} />
+              </label>
+            </div>
+            <button type="submit">Attach child</button>
+          </form>
+          <div class="card danger-zone">
+            <h2>Delete</h2>
+            <button type="button" class="danger" onClick={del}>
+              Delete topic {name}
+            </button>
+          </div>
+        </>
+      ) : null}
+      <ErrorNote error={actionError} />
+      <Note text={note} />
+      {dialog}
+    </section>
+  );
+}

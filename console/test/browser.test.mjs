@@ -1,0 +1,275 @@
+// Drives the console in Debian's headless Chromium (playwright-core pointed at
+// /usr/bin/chromium) against a real narad: security on, 127.0.0.1, a free port, a temp
+// data directory, stopped by its PID at the end. Each step takes a screenshot into
+// $CONSOLE_SCREENSHOTS (make console-screenshots: docs/assets/console; otherwise a temp
+// directory). Waits are for conditions, never for time.
+//
+//   NARAD_BIN=/abs/bin/narad node --test test/
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const narad = resolve(process.env.NARAD_BIN ?? join(here, "..", "..", "bin", "narad"));
+const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const adminPassword = "console-admin-1";
+const bound = 30_000; // generous: CI machines are small and busy
+
+function freePort() {
+  return new Promise((ok, fail) => {
+    const s = createServer();
+    s.on("error", fail);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+  });
+}
+
+async function until(what, cond, ms = bound) {
+  const end = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      if (await cond()) return;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last}` : ""}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const browserArgs = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+
+/** Starts narad on a free port with env, stopped by its PID when t ends. */
+async function startNarad(t, work, env) {
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const log = [];
+  const node = spawn(narad, ["serve", "--http-addr", `127.0.0.1:${port}`, "--data-dir", join(work, "data"), "--stats-interval", "1s"], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  node.stdout.on("data", (d) => log.push(String(d)));
+  node.stderr.on("data", (d) => log.push(String(d)));
+  t.after(async () => {
+    if (node.exitCode === null) {
+      process.kill(node.pid, "SIGTERM");
+      await new Promise((r) => node.once("exit", r));
+    }
+  });
+  await until("narad to be ready", async () => (await fetch(`${base}/readyz`)).ok).catch((e) => {
+    throw new Error(`${e.message}\nnarad's output:\n${log.join("")}`);
+  });
+  return base;
+}
+
+test("with security off the console needs no login, and its writes pass the cross-site checks", { timeout: 120_000 }, async (t) => {
+  const work = mkdtempSync(join(tmpdir(), "narad-console-open-"));
+  // after hooks run in the order they are added: the browser, then narad, then the files.
+  let browser;
+  t.after(async () => {
+    await browser?.close();
+  });
+  const base = await startNarad(t, work, { PATH: process.env.PATH, HOME: work });
+  t.after(() => rmSync(work, { recursive: true, force: true }));
+  browser = await chromium.launch({ executablePath: chromiumPath, args: browserArgs });
+  const page = await browser.newPage();
+  await page.goto(`${base}/console`);
+  await page.getByText("security off").waitFor();
+  await page.getByLabel("Name").fill("open.topic");
+  await page.getByRole("button", { name: "Create topic" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Create" }).click();
+  await page.getByRole("status").filter({ hasText: "Created topic open.topic." }).waitFor();
+  await page.getByRole("link", { name: "open.topic" }).click();
+  await page.getByRole("button", { name: "Delete topic open.topic" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Delete" }).click();
+  await page.getByText("No topics you may see.").waitFor();
+  assert.equal((await fetch(`${base}/v1/topics/open.topic`)).status, 404);
+});
+
+test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
+  const work = mkdtempSync(join(tmpdir(), "narad-console-"));
+  const shots = process.env.CONSOLE_SCREENSHOTS ? resolve(process.env.CONSOLE_SCREENSHOTS) : join(work, "shots");
+  mkdirSync(shots, { recursive: true });
+  const env = { PATH: process.env.PATH, HOME: work, NARAD_ADMIN_PASSWORD: adminPassword };
+  let browser;
+  t.after(async () => {
+    await browser?.close();
+  });
+  const base = await startNarad(t, work, env);
+  t.after(() => rmSync(work, { recursive: true, force: true }));
+
+  browser = await chromium.launch({ executablePath: chromiumPath, args: browserArgs });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  // Anything the page logs as an error, a refused script or style (the content security
+  // policy) or a request leaving the broker fails the test.
+  const problems = [];
+  page.on("console", (m) => {
+    // A 4xx answer is logged by Chromium too; the responses are checked below instead.
+    if (m.type() === "error" && !/^Failed to load resource: the server responded with a status of 4/.test(m.text())) problems.push(`console: ${m.text()}`);
+  });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  // The API answers the test provokes (a wrong password, a topic that exists, a user
+  // without grants) are expected; any other 4xx or 5xx is a console bug.
+  const expected = new Set(["401 GET /v1/topics", "409 POST /v1/topics", "404 GET /v1/topics/orders", "403 GET /v1/users"]);
+  page.on("response", (r) => {
+    const u = new URL(r.url());
+    const key = `${r.status()} ${r.request().method()} ${u.pathname}`;
+    if (r.status() >= 400 && !expected.has(key)) problems.push(`answer ${key}${u.search}`);
+  });
+  page.on("request", (r) => {
+    if (!r.url().startsWith(base)) problems.push(`request outside the broker: ${r.url()}`);
+  });
+  let step = 0;
+  const shot = async (name) => {
+    step++;
+    await page.screenshot({ path: join(shots, `${String(step).padStart(2, "0")}-${name}.png`), fullPage: true });
+  };
+  const logIn = async (user, password) => {
+    await page.goto(`${base}/console`);
+    await page.getByLabel("Username").fill(user);
+    await page.getByLabel("Password").fill(password);
+    await page.getByRole("button", { name: "Log in" }).click();
+    await page.getByRole("heading", { name: "Topics" }).waitFor();
+  };
+  const cell = (topic, col) => page.locator(`tr[data-topic="${topic}"] td[data-col="${col}"]`);
+
+  await t.test("a wrong password is refused with the broker's error", async () => {
+    await page.goto(`${base}/console`);
+    await page.getByRole("heading", { name: "Log in" }).waitFor();
+    await shot("login");
+    await page.getByLabel("Username").fill("admin");
+    await page.getByLabel("Password").fill("wrong-password");
+    await page.getByRole("button", { name: "Log in" }).click();
+    await page.getByRole("alert").filter({ hasText: "401 unauthenticated" }).waitFor();
+  });
+
+  await t.test("log in and create a topic, with a confirmation", async () => {
+    await logIn("admin", adminPassword);
+    await page.getByText("No topics you may see.").waitFor();
+    await page.getByLabel("Name").fill("orders");
+    await page.getByLabel("Partitions").fill("1");
+    await page.getByRole("button", { name: "Create topic" }).click();
+    const dialog = page.getByRole("dialog");
+    await dialog.getByText("Create topic orders with 1 partitions?").waitFor();
+    await shot("create-topic-confirm");
+    await dialog.getByRole("button", { name: "Create" }).click();
+    await page.getByRole("status").filter({ hasText: "Created topic orders." }).waitFor();
+    await until("the new topic's row", async () => (await cell("orders", "backlog").textContent()) === "0");
+    // The same name again: the API's 409 is shown as it came.
+    await page.getByLabel("Name").fill("orders");
+    await page.getByRole("button", { name: "Create topic" }).click();
+    await page.getByRole("dialog").getByRole("button", { name: "Create" }).click();
+    await page.getByRole("alert").filter({ hasText: "409 topic_exists" }).waitFor();
+  });
+
+  await t.test("produce with the CLI and watch the backlog move", async () => {
+    for (const msg of ['{"order":1,"item":"tea"}', '{"order":2,"item":"rice"}', "plain text, not JSON"]) {
+      const r = spawnSync(narad, ["produce", "orders", msg, "--url", base, "--user", "admin"], {
+        env: { ...env, NARAD_PASSWORD: adminPassword },
+        encoding: "utf8",
+      });
+      assert.equal(r.status, 0, `narad produce: ${r.stderr}`);
+    }
+    await until("the backlog to show 3", async () => (await cell("orders", "backlog").textContent()) === "3");
+    // The sparklines draw once the stats route has two samples with the produce in them.
+    await until("the produce-rate line", async () => (await page.locator('tr[data-topic="orders"] svg polyline').count()) >= 3);
+    await shot("topics-backlog");
+  });
+
+  await t.test("a topic's partitions, then peek its messages without a lease", async () => {
+    await page.getByRole("link", { name: "orders" }).click();
+    await page.getByRole("heading", { name: "Topic orders" }).waitFor();
+    await page.getByRole("heading", { name: "Partitions" }).waitFor();
+    await shot("topic");
+    await page.getByRole("link", { name: "Browse messages of partition 0" }).click();
+    const list = page.getByRole("list", { name: "Messages" });
+    await until("three messages", async () => (await list.locator("li").count()) === 3);
+    assert.match(await list.locator("li").first().locator("pre").textContent(), /"item": "tea"/);
+    await shot("messages-json");
+    await page.getByLabel("hex").check();
+    assert.match(await list.locator("li").nth(2).locator("pre").textContent(), /^00000000 {2}70 6c 61 69 6e/);
+    await shot("messages-hex");
+    // Peeking took no lease: every message is still in the backlog, none in flight.
+    const d = await (await fetch(`${base}/v1/topics/orders`, { headers: { Authorization: `Basic ${btoa(`admin:${adminPassword}`)}` } })).json();
+    assert.equal(d.partition_stats[0].backlog, 3);
+    assert.equal(d.partition_stats[0].in_flight, 0);
+  });
+
+  await t.test("create a user without grants", async () => {
+    await page.getByRole("link", { name: "Users" }).click();
+    await page.getByRole("heading", { name: "Users" }).waitFor();
+    await page.getByLabel("Username").fill("nobody");
+    await page.getByLabel("Password (8 to 72 characters)").fill("nobody-pass-1");
+    await page.getByRole("button", { name: "Create user" }).click();
+    await page.getByRole("dialog").getByRole("button", { name: "Create user" }).click();
+    await page.getByRole("status").filter({ hasText: "Created user nobody." }).waitFor();
+    await page.getByRole("rowheader", { name: "nobody" }).waitFor();
+    await shot("users");
+  });
+
+  await t.test("cluster members", async () => {
+    await page.getByRole("link", { name: "Cluster" }).click();
+    await page.getByRole("heading", { name: "Cluster" }).waitFor();
+    await page.getByText("alive").first().waitFor();
+    await shot("cluster");
+  });
+
+  await t.test("a user without grants sees only what they may see", async () => {
+    await page.getByRole("button", { name: "Log out" }).click();
+    await logIn("nobody", "nobody-pass-1");
+    await page.getByText("No topics you may see.").waitFor();
+    await shot("no-grants-topics");
+    await page.goto(`${base}/console#/topics/orders`);
+    await page.getByRole("alert").filter({ hasText: "404 topic_not_found" }).waitFor();
+    await page.goto(`${base}/console#/users`);
+    await page.getByRole("alert").filter({ hasText: "403 forbidden" }).waitFor();
+    await shot("no-grants-users");
+    await page.getByRole("button", { name: "Log out" }).click();
+  });
+
+  await t.test("on a phone", async () => {
+    await logIn("admin", adminPassword);
+    await page.setViewportSize({ width: 390, height: 844 });
+    await until("the backlog to show 3", async () => (await cell("orders", "backlog").textContent()) === "3");
+    // Nothing but the table's own scroller is wider than the screen.
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(wide <= 390, `the page is ${wide} px wide on a 390 px screen`);
+    await shot("phone");
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  await t.test("delete the topic, with a confirmation", async () => {
+    await page.goto(`${base}/console#/topics/orders`);
+    await page.getByRole("button", { name: "Delete topic orders" }).click();
+    await page.getByRole("dialog").getByText("Delete topic orders and every message in it?").waitFor();
+    await shot("delete-confirm");
+    await page.getByRole("dialog").getByRole("button", { name: "Delete" }).click();
+    await page.getByRole("heading", { name: "Topics" }).waitFor();
+    await page.getByText("No topics you may see.").waitFor();
+    const r = await fetch(`${base}/v1/topics/orders`, { headers: { Authorization: `Basic ${btoa(`admin:${adminPassword}`)}` } });
+    assert.equal(r.status, 404);
+  });
+
+  await t.test("keyboard only: log in with Tab and Enter", async () => {
+    await page.getByRole("button", { name: "Log out" }).click();
+    await page.goto(`${base}/console`);
+    await page.getByLabel("Username").focus();
+    await page.keyboard.type("admin");
+    await page.keyboard.press("Tab");
+    await page.keyboard.type(adminPassword);
+    await page.keyboard.press("Enter");
+    await page.getByRole("heading", { name: "Topics" }).waitFor();
+  });
+
+  assert.deepEqual(problems, []);
+});
