@@ -132,3 +132,80 @@ func TestStatsRoute(t *testing.T) {
 		t.Errorf("the topic created again carries the old one's samples: %d produced, %d acked", p, acked)
 	}
 }
+
+type syncRounds struct {
+	AtMs            int64   `json:"at_ms"`
+	IntervalMs      int64   `json:"interval_ms"`
+	Rounds          int64   `json:"rounds"`
+	Files           int64   `json:"files"`
+	RoundsPerSecond float64 `json:"rounds_per_second"`
+	MeanMs          float64 `json:"mean_ms"`
+	MaxMs           float64 `json:"max_ms"`
+}
+
+type nodeHealth struct {
+	ID            string      `json:"id"`
+	Ready         bool        `json:"ready"`
+	DiskFreeBytes *int64      `json:"disk_free_bytes"`
+	DiskSizeBytes *int64      `json:"disk_size_bytes"`
+	SyncMode      string      `json:"sync_mode"`
+	Sync          *syncRounds `json:"sync"`
+}
+
+// TestStatsNodeHealth: /v1/stats gives an admin the node's health: ready, its data
+// volume's size and free space, and once messages are produced an interval with shared
+// sync rounds whose figures fit together. A user who is not an admin gets no
+// node_health, as /metrics is refused them.
+func TestStatsNodeHealth(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNarad(t, testutil.Options{Args: []string{"--stats-interval", "500ms"}, Env: []string{"NARAD_ADMIN_PASSWORD=health-admin-1"}})
+	a := &api{Client: n.Client().WithBasicAuth("admin", "health-admin-1"), t: t}
+	health := func(c *api) *nodeHealth {
+		t.Helper()
+		var list struct {
+			Node       string      `json:"node"`
+			NodeHealth *nodeHealth `json:"node_health"`
+		}
+		if r := c.Get("/v1/stats"); r.Expect(t, http.StatusOK) {
+			r.JSON(t, &list)
+		}
+		if list.NodeHealth != nil && list.NodeHealth.ID != list.Node {
+			t.Errorf("node_health of %q in the answer of node %q", list.NodeHealth.ID, list.Node)
+		}
+		return list.NodeHealth
+	}
+	h := health(a)
+	if h == nil {
+		t.Fatal("no node_health for the admin")
+	}
+	if h.ID == "" || !h.Ready || h.SyncMode != "group" {
+		t.Errorf("node_health %+v, want an id, ready and group sync (the default)", h)
+	}
+	if h.DiskSizeBytes == nil || h.DiskFreeBytes == nil || *h.DiskSizeBytes <= 0 || *h.DiskFreeBytes < 0 || *h.DiskFreeBytes > *h.DiskSizeBytes {
+		t.Errorf("disk free %v of %v bytes, want a size > 0 and free within it", h.DiskFreeBytes, h.DiskSizeBytes)
+	}
+
+	a.createTopic("health", map[string]any{"partitions": 1})
+	// Each produce is synced before it is answered; producing while polling keeps the
+	// last interval from being a quiet one however slowly the polls come.
+	i := 0
+	waitFor(t, 30*time.Second, "an interval with sync rounds", func() bool {
+		a.produceJSON("health", map[string]any{"i": i}, "")
+		i++
+		h = health(a)
+		return h != nil && h.Sync != nil && h.Sync.Rounds > 0
+	})
+	s := h.Sync
+	if s.IntervalMs <= 0 || s.AtMs <= 0 || s.Files < s.Rounds || s.RoundsPerSecond <= 0 {
+		t.Errorf("sync rounds %+v, want an interval, at least a file per round and a rate", s)
+	}
+	if s.MaxMs <= 0 || s.MeanMs <= 0 || s.MeanMs > s.MaxMs || s.MaxMs > 60_000 {
+		t.Errorf("sync rounds %+v, want 0 < mean <= max < a minute", s)
+	}
+
+	a.PostJSON("/v1/users", map[string]any{"username": "watcher", "password": "watcher-pass-1",
+		"grants": []map[string]any{{"action": "consume", "topics": []string{"*"}}}}).Expect(t, http.StatusCreated)
+	if h := health(&api{Client: n.Client().WithBasicAuth("watcher", "watcher-pass-1"), t: t}); h != nil {
+		t.Errorf("a user who is not an admin got node_health %+v", h)
+	}
+}

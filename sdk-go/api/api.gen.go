@@ -94,6 +94,12 @@ const (
 	Switching MoveStatus = "switching"
 )
 
+// Defines values for NodeHealthSyncMode.
+const (
+	File  NodeHealthSyncMode = "file"
+	Group NodeHealthSyncMode = "group"
+)
+
 // Defines values for OutgoingMessagePayloadEncoding.
 const (
 	OutgoingMessagePayloadEncodingBase64 OutgoingMessagePayloadEncoding = "base64"
@@ -453,6 +459,32 @@ type MoveRequest struct {
 	Topic     string `json:"topic"`
 }
 
+// NodeHealth The answering node's health and storage (admins only).
+type NodeHealth struct {
+	// DiskFreeBytes Bytes free for the node on its data directory's file system (left out when the system cannot say).
+	DiskFreeBytes *int64 `json:"disk_free_bytes,omitempty"`
+
+	// DiskSizeBytes Size of the data directory's file system (left out when the system cannot say).
+	DiskSizeBytes *int64 `json:"disk_size_bytes,omitempty"`
+
+	// Id The node's id.
+	Id string `json:"id"`
+
+	// Ready Whether the node serves requests (as `/readyz` answers).
+	Ready bool `json:"ready"`
+
+	// Sync The node's shared sync rounds (one file-system sync that makes the writes of
+	// every partition waiting for it durable) over the last stats interval. Left out
+	// in `file` sync mode and before the node's first sample.
+	Sync *SyncRounds `json:"sync,omitempty"`
+
+	// SyncMode `--sync-mode`: `group` shares sync rounds between partitions; `file` syncs each write on its own and counts no rounds.
+	SyncMode NodeHealthSyncMode `json:"sync_mode"`
+}
+
+// NodeHealthSyncMode `--sync-mode`: `group` shares sync rounds between partitions; `file` syncs each write on its own and counts no rounds.
+type NodeHealthSyncMode string
+
 // OutgoingMessage defines model for OutgoingMessage.
 type OutgoingMessage struct {
 	Key       *string `json:"key,omitempty"`
@@ -546,6 +578,32 @@ type StatsSample struct {
 	Produced int64 `json:"produced"`
 }
 
+// SyncRounds The node's shared sync rounds (one file-system sync that makes the writes of
+// every partition waiting for it durable) over the last stats interval. Left out
+// in `file` sync mode and before the node's first sample.
+type SyncRounds struct {
+	// AtMs End of the interval, Unix milliseconds.
+	AtMs int64 `json:"at_ms"`
+
+	// Files Files those rounds made durable.
+	Files int64 `json:"files"`
+
+	// IntervalMs Length of the interval, in ms.
+	IntervalMs int64 `json:"interval_ms"`
+
+	// MaxMs Longest round, in ms (0 without rounds).
+	MaxMs float64 `json:"max_ms"`
+
+	// MeanMs Mean duration of a round, in ms (0 without rounds).
+	MeanMs float64 `json:"mean_ms"`
+
+	// Rounds Sync rounds that ended in the interval.
+	Rounds int64 `json:"rounds"`
+
+	// RoundsPerSecond `rounds` per second of the interval.
+	RoundsPerSecond float64 `json:"rounds_per_second"`
+}
+
 // Topic defines model for Topic.
 type Topic struct {
 	CreatedAt     time.Time `json:"created_at"`
@@ -637,8 +695,11 @@ type TopicStatsList struct {
 	IntervalMs int64 `json:"interval_ms"`
 
 	// Node The node that answered.
-	Node   string       `json:"node"`
-	Topics []TopicStats `json:"topics"`
+	Node string `json:"node"`
+
+	// NodeHealth The answering node's health and storage (admins only).
+	NodeHealth *NodeHealth  `json:"node_health,omitempty"`
+	Topics     []TopicStats `json:"topics"`
 }
 
 // User defines model for User.

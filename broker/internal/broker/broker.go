@@ -238,6 +238,7 @@ func Open(opts Options) (*Broker, error) {
 		b.syncer.Observe(func(files int, d time.Duration) {
 			b.metrics.SyncDuration.Observe(d.Seconds())
 			b.metrics.SyncGroupFiles.Observe(float64(files))
+			b.stats.syncs.observe(files, d)
 		})
 	}
 	b.meta, err = meta.Open(meta.Options{

@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,10 +87,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	collectFanout(b, ch, ts)
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(filepath.Clean(b.opts.DataDir), &fs); err == nil {
-		ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(fs.Bavail)*float64(fs.Bsize))
-		ch <- prometheus.MustNewConstMetric(descDiskSize, prometheus.GaugeValue, float64(fs.Blocks)*float64(fs.Bsize))
+	if free, size, err := diskUsage(b.opts.DataDir); err == nil {
+		ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(free))
+		ch <- prometheus.MustNewConstMetric(descDiskSize, prometheus.GaugeValue, float64(size))
 	}
 }
 

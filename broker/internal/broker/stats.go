@@ -79,13 +79,14 @@ type statsRecorder struct {
 	sampling sync.Mutex // one sampleStats at a time: it alone writes a ring's counters
 	mu       sync.Mutex
 	rings    map[*topic]*statsRing
+	syncs    syncRounds // the node's shared sync rounds (see node.go)
 }
 
 func newStatsRecorder(interval time.Duration) *statsRecorder {
 	if interval <= 0 {
 		interval = DefaultStatsInterval
 	}
-	return &statsRecorder{interval: interval, rings: make(map[*topic]*statsRing)}
+	return &statsRecorder{interval: interval, rings: make(map[*topic]*statsRing), syncs: syncRounds{sinceMs: partition.WallMillis()}}
 }
 
 // track starts a topic's ring with its counters as they are now. The broker calls it
@@ -117,11 +118,14 @@ func (b *Broker) statsLoop() {
 	}
 }
 
-// sampleStats takes one sample of every open topic and drops the rings of topics that
-// closed.
+// sampleStats takes one sample of every open topic and of the node's sync rounds, and
+// drops the rings of topics that closed.
 func (b *Broker) sampleStats(nowMs int64) {
 	b.stats.sampling.Lock()
 	defer b.stats.sampling.Unlock()
+	if b.syncer != nil {
+		b.stats.syncs.take(nowMs)
+	}
 	b.mu.RLock()
 	open := make([]*topic, 0, len(b.topics))
 	for _, t := range b.topics {

@@ -30,6 +30,7 @@ type Broker interface {
 	Topic(name string) (meta.Topic, []broker.PartitionInfo, error)
 	TopicStats(name string) (broker.TopicStats, error)
 	StatsInterval() time.Duration
+	NodeStats() broker.NodeStats
 	TopicMeta(name string) (meta.Topic, error)
 	AlterTopic(ctx context.Context, name string, a broker.TopicAlter) (meta.Topic, error)
 	DeleteTopic(ctx context.Context, name string, incarnation uint64) error

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/broker"
@@ -41,8 +42,31 @@ func (h *handlers) ListTopicStats(ctx context.Context, _ apigen.ListTopicStatsRe
 		}
 		out.Topics = append(out.Topics, topicStatsJSON(st, node))
 	}
+	// The node's disk and sync figures are what /metrics shows, so the same callers
+	// see them: admins, or anyone with security off.
+	if u == nil || u.IsAdmin() {
+		out.NodeHealth = nodeHealthJSON(h.b.NodeStats())
+	}
 	return out, nil
 }
+
+func nodeHealthJSON(ns broker.NodeStats) *apigen.NodeHealth {
+	out := &apigen.NodeHealth{Id: ns.NodeID, Ready: ns.Ready, SyncMode: apigen.NodeHealthSyncMode(ns.SyncMode)}
+	if ns.DiskKnown {
+		free, size := int64(ns.DiskFreeBytes), int64(ns.DiskSizeBytes)
+		out.DiskFreeBytes, out.DiskSizeBytes = &free, &size
+	}
+	if s := ns.Sync; s != nil {
+		out.Sync = &apigen.SyncRounds{
+			AtMs: s.AtMs, IntervalMs: s.IntervalMs, Rounds: int64(s.Rounds), Files: int64(s.Files),
+			RoundsPerSecond: s.RoundsHz, MeanMs: ms(s.Mean), MaxMs: ms(s.Max),
+		}
+	}
+	return out
+}
+
+// ms is a duration in milliseconds, with the fraction (sync rounds take well under one).
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func topicStatsJSON(st broker.TopicStats, node string) apigen.TopicStats {
 	out := apigen.TopicStats{Topic: st.Topic, Node: node, IntervalMs: st.IntervalMs, Samples: make([]apigen.StatsSample, len(st.Samples))}

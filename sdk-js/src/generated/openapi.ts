@@ -369,6 +369,12 @@ export interface paths {
          * Recent rates and backlog of every topic
          * @description `GET /v1/topics/{topic}/stats` for every topic the caller may see, sorted by name,
          *     in one answer. In a cluster, what this node served and holds (see there).
+         *
+         *     For an admin (and with security off) the answer also carries `node_health`: the
+         *     answering node's readiness, the free space of its data directory's file system,
+         *     and its shared sync rounds over the last interval (how many, and their mean and
+         *     longest duration). It is left out for other users, as `/metrics` is refused
+         *     them.
          */
         get: operations["listTopicStats"];
         put?: never;
@@ -931,6 +937,72 @@ export interface components {
              */
             interval_ms: number;
             topics: components["schemas"]["TopicStats"][];
+            node_health?: components["schemas"]["NodeHealth"];
+        };
+        /** @description The answering node's health and storage (admins only). */
+        NodeHealth: {
+            /** @description The node's id. */
+            id: string;
+            /** @description Whether the node serves requests (as `/readyz` answers). */
+            ready: boolean;
+            /**
+             * Format: int64
+             * @description Bytes free for the node on its data directory's file system (left out when the system cannot say).
+             */
+            disk_free_bytes?: number;
+            /**
+             * Format: int64
+             * @description Size of the data directory's file system (left out when the system cannot say).
+             */
+            disk_size_bytes?: number;
+            /**
+             * @description `--sync-mode`: `group` shares sync rounds between partitions; `file` syncs each write on its own and counts no rounds.
+             * @enum {string}
+             */
+            sync_mode: "group" | "file";
+            sync?: components["schemas"]["SyncRounds"];
+        };
+        /**
+         * @description The node's shared sync rounds (one file-system sync that makes the writes of
+         *     every partition waiting for it durable) over the last stats interval. Left out
+         *     in `file` sync mode and before the node's first sample.
+         */
+        SyncRounds: {
+            /**
+             * Format: int64
+             * @description End of the interval, Unix milliseconds.
+             */
+            at_ms: number;
+            /**
+             * Format: int64
+             * @description Length of the interval, in ms.
+             */
+            interval_ms: number;
+            /**
+             * Format: int64
+             * @description Sync rounds that ended in the interval.
+             */
+            rounds: number;
+            /**
+             * Format: int64
+             * @description Files those rounds made durable.
+             */
+            files: number;
+            /**
+             * Format: double
+             * @description `rounds` per second of the interval.
+             */
+            rounds_per_second: number;
+            /**
+             * Format: double
+             * @description Mean duration of a round, in ms (0 without rounds).
+             */
+            mean_ms: number;
+            /**
+             * Format: double
+             * @description Longest round, in ms (0 without rounds).
+             */
+            max_ms: number;
         };
         Produced: {
             topic: string;
@@ -1771,7 +1843,23 @@ export interface operations {
                      *             }
                      *           ]
                      *         }
-                     *       ]
+                     *       ],
+                     *       "node_health": {
+                     *         "id": "n1",
+                     *         "ready": true,
+                     *         "disk_free_bytes": 41875931136,
+                     *         "disk_size_bytes": 105089261568,
+                     *         "sync_mode": "group",
+                     *         "sync": {
+                     *           "at_ms": 1767225600000,
+                     *           "interval_ms": 10000,
+                     *           "rounds": 412,
+                     *           "files": 980,
+                     *           "rounds_per_second": 41.2,
+                     *           "mean_ms": 1.8,
+                     *           "max_ms": 7.5
+                     *         }
+                     *       }
                      *     }
                      */
                     "application/json": components["schemas"]["TopicStatsList"];
