@@ -1,11 +1,12 @@
 // The cluster's members, and users with their grants (admins only: the API says so).
 import { useState } from "preact/hooks";
-import { api, type Cluster, enc, type User } from "./api";
-import { grantsText, parseGrants } from "./format";
+import { api, type Cluster, enc, type NodeHealth, type TopicStatsList, type User } from "./api";
+import { bytes, duration, grantsText, millis, parseGrants } from "./format";
 import { ErrorNote, Note, useConfirm, usePoll } from "./ui";
 
 export function ClusterPage() {
   const [c, setC] = useState<Cluster | null>(null);
+  const [health, setHealth] = useState<NodeHealth | null | undefined>(undefined);
   const [error, setError] = useState<unknown>(null);
   usePoll(
     async () => {
@@ -14,6 +15,13 @@ export function ClusterPage() {
         setError(null);
       } catch (e) {
         setError(e);
+        return;
+      }
+      try {
+        // node_health comes with the stats route, for admins only.
+        setHealth((await api<TopicStatsList>("GET", "/v1/stats")).node_health ?? null);
+      } catch {
+        setHealth(null);
       }
     },
     5000,
@@ -37,6 +45,7 @@ export function ClusterPage() {
               </>
             ) : null}
           </dl>
+          <NodeHealthView health={health} />
           <div class="scroll">
             <table>
               <caption>Members</caption>
@@ -73,6 +82,61 @@ export function ClusterPage() {
           </div>
         </>
       ) : null}
+    </section>
+  );
+}
+
+/** The answering node's readiness, disk and sync rounds (from GET /v1/stats). */
+function NodeHealthView({ health }: { health: NodeHealth | null | undefined }) {
+  if (health === undefined) return null;
+  if (health === null) {
+    return (
+      <section aria-labelledby="health-h">
+        <h2 id="health-h">This node's health</h2>
+        <p>The node's health and storage are shown to admins only (as /metrics is).</p>
+      </section>
+    );
+  }
+  const free = health.disk_free_bytes;
+  const size = health.disk_size_bytes;
+  const s = health.sync;
+  return (
+    <section aria-labelledby="health-h">
+      <h2 id="health-h">This node's health</h2>
+      <dl class="settings" aria-label="Node health">
+        <dt>Node</dt>
+        <dd>{health.id}</dd>
+        <dt>Ready</dt>
+        <dd>
+          <span class={`status ${health.ready ? "alive" : "dead"}`}>{health.ready ? "ready" : "not ready"}</span>
+        </dd>
+        <dt>Disk free</dt>
+        <dd data-health="disk">
+          {free !== undefined && size !== undefined && size > 0 ? (
+            <>
+              {bytes(free)} of {bytes(size)} ({((free / size) * 100).toFixed(0)}% free){" "}
+              <meter min={0} max={size} value={size - free} low={size * 0.8} high={size * 0.9} optimum={0} aria-label="disk used" />
+            </>
+          ) : (
+            "unknown"
+          )}
+        </dd>
+        <dt>Sync mode</dt>
+        <dd>{health.sync_mode === "group" ? "group (partitions share sync rounds)" : "file (each write syncs its own file)"}</dd>
+        {s ? (
+          <>
+            <dt>Sync rounds, last {duration(s.interval_ms)}</dt>
+            <dd data-health="sync">
+              {s.rounds} rounds ({s.rounds_per_second.toFixed(1)}/s, {s.files} files): mean {millis(s.mean_ms)}, longest {millis(s.max_ms)}
+            </dd>
+          </>
+        ) : health.sync_mode === "group" ? (
+          <>
+            <dt>Sync rounds</dt>
+            <dd>none sampled yet</dd>
+          </>
+        ) : null}
+      </dl>
     </section>
   );
 }
@@ -127,7 +191,7 @@ export function UsersPage() {
               <tr>
                 <th scope="col">User</th>
                 <th scope="col">Grants</th>
-                <th scope="col">Action</th>
+                <th scope="col">Actions</th>
               </tr>
             </thead>
             <tbody>
@@ -154,6 +218,16 @@ export function UsersPage() {
                       }
                     >
                       Save grants
+                    </button>{" "}
+                    <button
+                      type="button"
+                      class="danger"
+                      aria-label={`Delete user ${u.username}`}
+                      onClick={() =>
+                        act(`Delete user ${u.username}? Their credentials stop working; topics they own keep their data.`, "Delete user", () => api("DELETE", `/v1/users/${enc(u.username)}`), `Deleted user ${u.username}.`)
+                      }
+                    >
+                      Delete
                     </button>
                   </td>
                 </tr>

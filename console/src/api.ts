@@ -147,6 +147,33 @@ export interface TopicStats {
   samples: StatsSample[];
 }
 
+export interface SyncRounds {
+  at_ms: number;
+  interval_ms: number;
+  rounds: number;
+  files: number;
+  rounds_per_second: number;
+  mean_ms: number;
+  max_ms: number;
+}
+
+/** The answering node's health and storage; /v1/stats carries it for admins only. */
+export interface NodeHealth {
+  id: string;
+  ready: boolean;
+  disk_free_bytes?: number;
+  disk_size_bytes?: number;
+  sync_mode: "group" | "file";
+  sync?: SyncRounds;
+}
+
+export interface TopicStatsList {
+  node: string;
+  interval_ms: number;
+  topics: TopicStats[];
+  node_health?: NodeHealth;
+}
+
 export interface Message {
   topic: string;
   partition: number;

@@ -92,3 +92,23 @@ export function rate(perSec: number): string {
   if (perSec < 10) return `${perSec.toFixed(1)}/s`;
   return `${Math.round(perSec)}/s`;
 }
+
+/** Bytes in binary units: "37.2 GiB". */
+export function bytes(n: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let v = n;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return i === 0 ? `${v} B` : `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
+}
+
+/** A duration in ms with the precision a sync round needs: "0.42 ms", "3.1 ms", "120 ms". */
+export function millis(ms: number): string {
+  if (ms === 0) return "0 ms";
+  if (ms < 1) return `${ms.toFixed(2)} ms`;
+  if (ms < 10) return `${ms.toFixed(1)} ms`;
+  return `${Math.round(ms)} ms`;
+}

@@ -163,6 +163,99 @@ function CreateTopic({ onDone }: { onDone: () => void }) {
   );
 }
 
+// The settings PATCH /v1/topics/{topic} may change, as the form shows them.
+const tunables = [
+  { key: "retention_ms", label: "Retention, ms" },
+  { key: "visibility_timeout_ms", label: "Visibility timeout, ms" },
+  { key: "max_in_flight_per_partition", label: "Max in flight per partition" },
+  { key: "max_acked_ahead_per_partition", label: "Max acked ahead per partition" },
+] as const;
+
+function schemaText(schema: unknown): string {
+  return schema ? JSON.stringify(schema, null, 2) : "";
+}
+
+/**
+ * Alters a topic's live-tunable settings. Only the fields the user changed are sent
+ * (the API keeps the others), and the broker judges the values: the inputs carry no
+ * bounds of their own, so a value out of range gets the API's 400 as it came.
+ */
+function AlterTopic({ t, path, ask, onDone }: { t: TopicDetail; path: string; ask: (text: string, action: string) => Promise<boolean>; onDone: () => void }) {
+  const [edits, setEdits] = useState<Record<string, string>>({});
+  const [error, setError] = useState<unknown>(null);
+  const [note, setNote] = useState("");
+  const value = (key: string, current: string) => edits[key] ?? current;
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setError(null);
+    setNote("");
+    const body: Record<string, unknown> = {};
+    const changes: string[] = [];
+    for (const { key } of tunables) {
+      const text = edits[key]?.trim();
+      if (text === undefined || text === String(t[key])) continue;
+      const n = Number(text);
+      if (text === "" || !Number.isInteger(n)) {
+        setError(new Error(`${key}: write a whole number (got "${text}")`));
+        return;
+      }
+      body[key] = n;
+      changes.push(`${key} from ${t[key]} to ${n}`);
+    }
+    const schema = edits.schema;
+    if (schema !== undefined && schema.trim() !== schemaText(t.schema).trim()) {
+      if (schema.trim() === "") {
+        body.schema = {}; // {} removes the schema
+        changes.push("remove the schema");
+      } else {
+        try {
+          body.schema = JSON.parse(schema);
+        } catch (err) {
+          setError(new Error(`schema: not JSON (${err instanceof Error ? err.message : String(err)})`));
+          return;
+        }
+        changes.push("replace the schema");
+      }
+    }
+    if (changes.length === 0) {
+      setNote("Nothing changed.");
+      return;
+    }
+    if (!(await ask(`Alter topic ${t.name}: ${changes.join("; ")}?`, "Alter"))) return;
+    try {
+      await api("PATCH", path, body);
+      setEdits({});
+      setNote(`Altered topic ${t.name}.`);
+      onDone();
+    } catch (err) {
+      setError(err);
+    }
+  };
+  return (
+    <form class="card" onSubmit={submit} aria-labelledby="alter-h">
+      <h2 id="alter-h">Alter settings</h2>
+      <div class="fields">
+        {tunables.map(({ key, label }) => (
+          <label key={key}>
+            {label}
+            <input name={key} type="number" value={value(key, String(t[key]))} onInput={(e) => setEdits({ ...edits, [key]: e.currentTarget.value })} />
+          </label>
+        ))}
+        <label class="wide">
+          Schema (JSON Schema; empty removes it)
+          <textarea name="schema" rows={4} value={value("schema", schemaText(t.schema))} onInput={(e) => setEdits({ ...edits, schema: e.currentTarget.value })} />
+        </label>
+      </div>
+      <button type="submit">Alter topic</button>{" "}
+      <button type="button" class="secondary" onClick={() => setEdits({})}>
+        Reset
+      </button>
+      <ErrorNote error={error} />
+      <Note text={note} />
+    </form>
+  );
+}
+
 export function TopicPage({ name }: { name: string }) {
   const [t, setT] = useState<TopicDetail | null>(null);
   const [children, setChildren] = useState<Child[]>([]);
@@ -233,7 +326,7 @@ export function TopicPage({ name }: { name: string }) {
             <dt>Created</dt>
             <dd>{t.created_at}</dd>
             <dt>Retention</dt>
-            <dd>{duration(t.retention_ms)}</dd>
+            <dd data-setting="retention">{duration(t.retention_ms)}</dd>
             <dt>Visibility timeout</dt>
             <dd>{duration(t.visibility_timeout_ms)}</dd>
             <dt>Max in flight / acked ahead per partition</dt>
@@ -344,6 +437,7 @@ export function TopicPage({ name }: { name: string }) {
               </table>
             </div>
           )}
+          <AlterTopic key={`${t.name}/${t.incarnation}`} t={t} path={path} ask={ask} onDone={load} />
           <form
             class="card"
             aria-labelledby="attach-h"

@@ -120,7 +120,7 @@ test("the console, driven in Chromium against a real narad", { timeout: 180_000 
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   // The API answers the test provokes (a wrong password, a topic that exists, a user
   // without grants) are expected; any other 4xx or 5xx is a console bug.
-  const expected = new Set(["401 GET /v1/topics", "409 POST /v1/topics", "404 GET /v1/topics/orders", "403 GET /v1/users"]);
+  const expected = new Set(["401 GET /v1/topics", "409 POST /v1/topics", "404 GET /v1/topics/orders", "403 GET /v1/users", "400 PATCH /v1/topics/orders"]);
   page.on("response", (r) => {
     const u = new URL(r.url());
     const key = `${r.status()} ${r.request().method()} ${u.pathname}`;
@@ -205,6 +205,24 @@ test("the console, driven in Chromium against a real narad", { timeout: 180_000 
     assert.equal(d.partition_stats[0].in_flight, 0);
   });
 
+  await t.test("alter a topic's retention; a value out of range shows the API's 400", async () => {
+    await page.goto(`${base}/console#/topics/orders`);
+    const retention = page.locator('dd[data-setting="retention"]');
+    await until("the default retention", async () => (await retention.textContent()) === "7 d");
+    await page.getByLabel("Retention, ms").fill("3600000");
+    await page.getByRole("button", { name: "Alter topic" }).click();
+    await page.getByRole("dialog").getByText("Alter topic orders: retention_ms from 604800000 to 3600000?").waitFor();
+    await shot("alter-topic-confirm");
+    await page.getByRole("dialog").getByRole("button", { name: "Alter" }).click();
+    await page.getByRole("status").filter({ hasText: "Altered topic orders." }).waitFor();
+    await until("the new retention", async () => (await retention.textContent()) === "60 min");
+    await page.getByLabel("Retention, ms").fill("10");
+    await page.getByRole("button", { name: "Alter topic" }).click();
+    await page.getByRole("dialog").getByRole("button", { name: "Alter" }).click();
+    await page.getByRole("alert").filter({ hasText: /^400 \S+: .*retention_ms/ }).waitFor();
+    assert.equal(await retention.textContent(), "60 min");
+  });
+
   await t.test("create a user without grants", async () => {
     await page.getByRole("link", { name: "Users" }).click();
     await page.getByRole("heading", { name: "Users" }).waitFor();
@@ -221,6 +239,10 @@ test("the console, driven in Chromium against a real narad", { timeout: 180_000 
     await page.getByRole("link", { name: "Cluster" }).click();
     await page.getByRole("heading", { name: "Cluster" }).waitFor();
     await page.getByText("alive").first().waitFor();
+    // The node's health: an admin sees its disk and the sync rounds of the last interval.
+    await page.getByRole("heading", { name: "This node's health" }).waitFor();
+    assert.match(await page.locator('dd[data-health="disk"]').textContent(), /^[\d.]+ [KMGTP]?i?B of [\d.]+ [KMGTP]?i?B \(\d+% free\)/);
+    await until("a sample of the sync rounds", async () => /^\d+ rounds \([\d.]+\/s, \d+ files\): mean [\d.]+ ms, longest [\d.]+ ms$/.test(await page.locator('dd[data-health="sync"]').textContent()));
     await shot("cluster");
   });
 
@@ -246,6 +268,18 @@ test("the console, driven in Chromium against a real narad", { timeout: 180_000 
     assert.ok(wide <= 390, `the page is ${wide} px wide on a 390 px screen`);
     await shot("phone");
     await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  await t.test("delete a user, with a confirmation", async () => {
+    await page.getByRole("link", { name: "Users" }).click();
+    await page.getByRole("button", { name: "Delete user nobody" }).click();
+    await page.getByRole("dialog").getByText("Delete user nobody?").waitFor();
+    await shot("delete-user-confirm");
+    await page.getByRole("dialog").getByRole("button", { name: "Delete user" }).click();
+    await page.getByRole("status").filter({ hasText: "Deleted user nobody." }).waitFor();
+    await until("the user's row to go", async () => (await page.getByRole("rowheader", { name: "nobody" }).count()) === 0);
+    const r = await fetch(`${base}/v1/topics`, { headers: { Authorization: `Basic ${btoa("nobody:nobody-pass-1")}` } });
+    assert.equal(r.status, 401);
   });
 
   await t.test("delete the topic, with a confirmation", async () => {
