@@ -1,6 +1,6 @@
 // narad console: a client of the broker's public HTTP API, served by the broker at
 // /console. See ../README.md.
-import { render } from "preact";
+import { type ComponentChildren, render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { ClusterPage, UsersPage } from "./admin";
 import { ApiError, api, basicLogin, login, setLogin } from "./api";
@@ -70,7 +70,7 @@ function App() {
   if (state.kind === "checking") return <p>Loading…</p>;
   if (state.kind === "login") return <LoginForm error={state.error} onDone={setState} />;
   const [page, a, b, c] = route;
-  let body;
+  let body: ComponentChildren;
   if (page === "topics" && a && b === "partitions" && c !== undefined) body = <MessagesPage topic={a} partition={c} key={`${a}/${c}`} />;
   else if (page === "topics" && a) body = <TopicPage name={a} key={a} />;
   else if (page === "cluster") body = <ClusterPage />;
@@ -84,17 +84,16 @@ function App() {
   const me = login();
   return (
     <>
-      <a
+      <button
+        type="button"
         class="skip"
-        href="#main"
-        onClick={(e) => {
+        onClick={() => {
           // The hash is the route: move the focus instead of navigating.
-          e.preventDefault();
           document.getElementById("main")?.focus();
         }}
       >
         Skip to content
-      </a>
+      </button>
       <header>
         <span class="brand">narad</span>
         <nav aria-label="Sections">

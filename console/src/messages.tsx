@@ -29,7 +29,6 @@ export function MessagesPage({ topic, partition }: { topic: string; partition: s
       setError(e);
     }
   };
-  // biome-ignore lint/correctness/useExhaustiveDependencies: read once per partition
   useEffect(() => {
     read({ from });
   }, [topic, partition]);

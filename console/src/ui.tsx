@@ -114,6 +114,5 @@ export function usePoll(load: () => void, ms: number, deps: unknown[]): void {
     load();
     const id = setInterval(load, ms);
     return () => clearInterval(id);
-    // biome-ignore lint/correctness/useExhaustiveDependencies: the caller names the deps
   }, deps);
 }
