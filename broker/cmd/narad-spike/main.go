@@ -41,6 +41,7 @@ type config struct {
 	heartbeat, election, lease, commit, tick       time.Duration
 	maxAppend                                      int
 	engine                                         string
+	store                                          string
 	electionTick                                   int
 	noQuiesce, lazyHeartbeats                      bool
 	heartbeatTick                                  int
@@ -64,6 +65,7 @@ func main() {
 	flag.StringVar(&c.engine, "engine", "hashicorp", "raft engine: hashicorp (raftnet + raftlog) or etcd (raftetcd)")
 	flag.IntVar(&c.electionTick, "election-tick", 10, "etcd: election timeout in ticks (--tick each); heartbeats every tick")
 	flag.BoolVar(&c.noQuiesce, "no-quiesce", false, "etcd: keep idle groups ticking")
+	flag.StringVar(&c.store, "store", "wal", "etcd: the groups' log store: wal (the spike's prototype) or raftstore (the build's)")
 	flag.IntVar(&c.heartbeatTick, "heartbeat-tick", 1, "etcd: heartbeat interval in ticks")
 	flag.BoolVar(&c.lazyHeartbeats, "lazy-heartbeats", false, "etcd: heartbeats wait for the next tick's frame to a peer")
 	procs := flag.Int("procs", 0, "GOMAXPROCS; 0 keeps Go's default")

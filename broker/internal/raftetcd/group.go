@@ -16,8 +16,7 @@ import (
 type group struct {
 	h  *Host
 	id string
-	ms *raft.MemoryStorage
-	w  *wal // written by the Ready loop only
+	st logStore // written by the Ready loop only
 
 	mu       sync.Mutex
 	rn       *raft.RawNode
@@ -71,27 +70,7 @@ func (g *group) run() {
 	}
 }
 
-func (g *group) persist(rd raft.Ready) error {
-	hasHS := !raft.IsEmptyHardState(rd.HardState)
-	if hasHS || len(rd.Entries) > 0 {
-		if rd.MustSync {
-			if err := g.w.save(rd.HardState, hasHS, rd.Entries); err != nil {
-				return err
-			}
-		} else if err := g.w.write(rd.HardState, hasHS, rd.Entries); err != nil {
-			return err
-		}
-	}
-	if len(rd.Entries) > 0 {
-		if err := g.ms.Append(rd.Entries); err != nil {
-			return err
-		}
-	}
-	if hasHS {
-		return g.ms.SetHardState(rd.HardState)
-	}
-	return nil
-}
+func (g *group) persist(rd raft.Ready) error { return g.st.persist(rd) }
 
 // apply hands a committed proposal to the application and wakes its proposer when it
 // was proposed here. Entries without data are a new leader's empty entry.

@@ -14,7 +14,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -55,9 +54,11 @@ type Options struct {
 	// node's included, to its node-plane address.
 	ID    uint64
 	Peers map[uint64]string
-	// Dir holds one log file per group; Sync is the node's shared sync round.
+	// Dir holds each group's log; Sync is the node's shared sync round.
 	Dir  string
 	Sync *vfs.SyncGroup
+	// Store picks the groups' log store: StoreWAL (the default) or StoreRaftstore.
+	Store string
 	// Tick is the raft clock; ElectionTick and HeartbeatTick count in it.
 	Tick                        time.Duration
 	ElectionTick, HeartbeatTick int
@@ -169,40 +170,24 @@ func (h *Host) AddGroup(id string) error {
 	if id == "" || len(id) > 255 {
 		return fmt.Errorf("raftetcd: group id must be 1–255 bytes, got %d", len(id))
 	}
-	w, hs, ents, err := openWAL(filepath.Join(h.opts.Dir, id+".wal"), h.opts.Sync)
-	if err != nil {
-		return err
-	}
-	ms := raft.NewMemoryStorage()
 	voters := make([]uint64, 0, len(h.opts.Peers))
 	for pid := range h.opts.Peers {
 		voters = append(voters, pid)
 	}
 	sort.Slice(voters, func(i, j int) bool { return voters[i] < voters[j] })
-	// Bootstrap: index 1, term 1 holds the membership on every node alike, so no
-	// configuration entry is ever replicated in the spike.
-	if err := ms.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{
-		Index: 1, Term: 1, ConfState: raftpb.ConfState{Voters: voters}}}); err != nil {
-		_ = w.close() // the error being returned is the one to report
+	open := openWALStore
+	if h.opts.Store == StoreRaftstore {
+		open = openSegStore
+	}
+	st, err := open(h.opts.Dir, id, h.opts.Sync, voters)
+	if err != nil {
 		return err
-	}
-	if len(ents) > 0 {
-		if err := ms.Append(ents); err != nil {
-			_ = w.close() // the error being returned is the one to report
-			return err
-		}
-	}
-	if !raft.IsEmptyHardState(hs) {
-		if err := ms.SetHardState(hs); err != nil {
-			_ = w.close() // the error being returned is the one to report
-			return err
-		}
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:              h.opts.ID,
 		ElectionTick:    h.opts.ElectionTick,
 		HeartbeatTick:   h.opts.HeartbeatTick,
-		Storage:         ms,
+		Storage:         st,
 		Applied:         1,
 		MaxSizePerMsg:   1 << 20,
 		MaxInflightMsgs: 256,
@@ -211,14 +196,14 @@ func (h *Host) AddGroup(id string) error {
 		Logger:          discardLogger,
 	})
 	if err != nil {
-		_ = w.close() // the error being returned is the one to report
+		_ = st.close() // the error being returned is the one to report
 		return err
 	}
-	g := &group{h: h, id: id, rn: rn, ms: ms, w: w, wake: make(chan struct{}, 1), waiters: map[uint64]chan uint64{}}
+	g := &group{h: h, id: id, rn: rn, st: st, wake: make(chan struct{}, 1), waiters: map[uint64]chan uint64{}}
 	h.gmu.Lock()
 	if _, ok := h.groups[id]; ok {
 		h.gmu.Unlock()
-		_ = w.close() // the error being returned is the one to report
+		_ = st.close() // the error being returned is the one to report
 		return fmt.Errorf("raftetcd: group %q already open", id)
 	}
 	h.groups[id] = g
@@ -291,7 +276,7 @@ func (h *Host) Close() {
 	close(h.quit)
 	h.wg.Wait()
 	for _, g := range h.allGroups() {
-		_ = g.w.close()
+		_ = g.st.close()
 	}
 }
 

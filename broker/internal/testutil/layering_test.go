@@ -34,7 +34,7 @@ var mayImport = map[string][]string{
 	"internal/transport":       {},
 	"internal/raftnet":         {"internal/transport"},
 	"internal/raftlog":         {"internal/storage/vfs"},
-	"internal/raftetcd":        {"internal/transport", "internal/storage/vfs"},
+	"internal/raftetcd":        {"internal/transport", "internal/raftstore", "internal/storage/vfs"},
 	"internal/raftstore":       {"internal/storage/vfs"},
 	"cmd/narad-spike":          {"internal/raftnet", "internal/raftlog", "internal/raftetcd", "internal/transport", "internal/storage/vfs"},
 	"internal/testutil":        {},

@@ -1,0 +1,116 @@
+package raftetcd
+
+import (
+	"path/filepath"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/narad-mq/narad/broker/internal/raftstore"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+)
+
+// The group log stores (Options.Store).
+const (
+	// StoreWAL is the spike's prototype: an append-only file per group replayed into
+	// etcd-io/raft's MemoryStorage (the whole log in memory, never compacted).
+	StoreWAL = "wal"
+	// StoreRaftstore is the build's store (internal/raftstore): segment files, the
+	// crash-safe cut of a divergent suffix, compaction, a bounded cache.
+	StoreRaftstore = "raftstore"
+)
+
+// logStore is a group's raft.Storage and the write side of its Ready loop.
+type logStore interface {
+	raft.Storage
+	// persist makes a Ready's hard state and entries durable as raft requires
+	// before its messages are sent.
+	persist(rd raft.Ready) error
+	close() error
+}
+
+// bootstrap is the snapshot every group starts from: index 1, term 1, holding the
+// membership on every node alike, so no configuration entry is ever replicated in
+// the spike.
+func bootstrap(voters []uint64) raftpb.Snapshot {
+	return raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: 1, Term: 1, ConfState: raftpb.ConfState{Voters: voters}}}
+}
+
+// walStore is the prototype store: the wal file and MemoryStorage.
+type walStore struct {
+	*raft.MemoryStorage
+	w *wal
+}
+
+func openWALStore(dir, id string, sync *vfs.SyncGroup, voters []uint64) (logStore, error) {
+	w, hs, ents, err := openWAL(filepath.Join(dir, id+".wal"), sync)
+	if err != nil {
+		return nil, err
+	}
+	ms := raft.NewMemoryStorage()
+	err = ms.ApplySnapshot(bootstrap(voters))
+	if err == nil && len(ents) > 0 {
+		err = ms.Append(ents)
+	}
+	if err == nil && !raft.IsEmptyHardState(hs) {
+		err = ms.SetHardState(hs)
+	}
+	if err != nil {
+		_ = w.close() // the error being returned is the one to report
+		return nil, err
+	}
+	return &walStore{MemoryStorage: ms, w: w}, nil
+}
+
+func (s *walStore) persist(rd raft.Ready) error {
+	hasHS := !raft.IsEmptyHardState(rd.HardState)
+	if hasHS || len(rd.Entries) > 0 {
+		if rd.MustSync {
+			if err := s.w.save(rd.HardState, hasHS, rd.Entries); err != nil {
+				return err
+			}
+		} else if err := s.w.write(rd.HardState, hasHS, rd.Entries); err != nil {
+			return err
+		}
+	}
+	if len(rd.Entries) > 0 {
+		if err := s.Append(rd.Entries); err != nil {
+			return err
+		}
+	}
+	if hasHS {
+		return s.SetHardState(rd.HardState)
+	}
+	return nil
+}
+
+func (s *walStore) close() error { return s.w.close() }
+
+// segStore is the build's store.
+type segStore struct{ *raftstore.Store }
+
+func openSegStore(dir, id string, sync *vfs.SyncGroup, voters []uint64) (logStore, error) {
+	st, err := raftstore.Open(filepath.Join(dir, id), raftstore.Options{Sync: sync})
+	if err != nil {
+		return nil, err
+	}
+	snap, err := st.Snapshot()
+	if err == nil && snap.Metadata.Index == 0 {
+		// A new group: start from the bootstrap snapshot, as the wal store does.
+		err = st.ApplySnapshot(bootstrap(voters))
+	}
+	if err != nil {
+		_ = st.Close() // the error being returned is the one to report
+		return nil, err
+	}
+	return segStore{st}, nil
+}
+
+func (s segStore) persist(rd raft.Ready) error {
+	if raft.IsEmptyHardState(rd.HardState) && len(rd.Entries) == 0 {
+		return nil
+	}
+	return s.Save(rd.HardState, rd.Entries)
+}
+
+func (s segStore) close() error { return s.Close() }
