@@ -239,7 +239,8 @@ func TestClusterAnyNodeServes(t *testing.T) {
 // unknown) and is not sent to another partition, other partitions keep serving, a
 // saturated holder answers 503 at once, and once it runs again the writes that timed
 // out are stored at most once, in their partition; with a holder killed, its partition answers 503
-// with Retry-After promptly while keyless produces go to partitions that are up.
+// with Retry-After promptly while keyless produces go to partitions that are up, and
+// the topic is still shown, that partition marked unavailable.
 func TestClusterRemoteLongPollAndFaults(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 3, "--max-peer-inflight", "2")
@@ -368,6 +369,13 @@ func TestClusterRemoteLongPollAndFaults(t *testing.T) {
 		r, err := a.api.Try(http.MethodPost, topicPath("faults")+"/produce?partition="+strconv.Itoa(remote), []byte(`{"dead":1}`), "Content-Type", "application/json")
 		return err == nil && r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") != "" && time.Since(start) < 2*time.Second
 	})
+	// The topic is still shown, the dead node's partition marked unavailable.
+	for _, ps := range a.api.topic("faults").PartitionStats {
+		want := int(ps.Partition) != remote
+		if ps.Available == nil || *ps.Available != want {
+			t.Fatalf("GET the topic with %s dead: partition %d available %v, want %v", b.id, ps.Partition, ps.Available, want)
+		}
+	}
 	for i := range 6 {
 		p := a.api.produce("faults", []byte(`{"keyless":`+strconv.Itoa(i)+`}`), "application/json", "")
 		if int(p.Partition) == remote {

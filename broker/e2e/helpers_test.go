@@ -61,6 +61,7 @@ type partitionStats struct {
 	Backlog       int64    `json:"backlog"`
 	Leader        string   `json:"leader"`
 	Replicas      []string `json:"replicas"`
+	Available     *bool    `json:"available"`
 }
 
 type topicDetail struct {

@@ -147,6 +147,9 @@ type PartitionInfo struct {
 	Index  int32
 	Stats  queue.Stats
 	Leader string
+	// Available is false when the node holding the partition could not be reached;
+	// Stats is then zero.
+	Available bool
 }
 
 // TopicMeta returns a topic's settings as this node knows them, without asking the
@@ -170,14 +173,20 @@ func (b *Broker) Topic(name string) (meta.Topic, []PartitionInfo, error) {
 	stats, errs := b.allStats(context.Background(), t)
 	infos := make([]PartitionInfo, len(t.parts))
 	for i := range t.parts {
-		if errs[i] != nil {
-			return meta.Topic{}, nil, errs[i]
-		}
 		leader := t.holderOf(i)
 		if leader == "" {
 			leader = b.opts.NodeID
 		}
-		infos[i] = PartitionInfo{Index: int32(i), Stats: stats[i], Leader: leader}
+		infos[i] = PartitionInfo{Index: int32(i), Stats: stats[i], Leader: leader, Available: true}
+		switch err := errs[i]; {
+		case err == nil:
+		case errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown):
+			// The holder cannot be reached: the topic is still shown, with this
+			// partition marked (its counters are unknown).
+			infos[i].Stats, infos[i].Available = queue.Stats{}, false
+		default:
+			return meta.Topic{}, nil, err
+		}
 	}
 	return *t.cur.Load(), infos, nil
 }

@@ -101,6 +101,7 @@ func (h *handlers) GetTopic(ctx context.Context, r apigen.GetTopicRequestObject)
 			Backlog:       int64(s.Backlog),
 			Leader:        p.Leader,
 			Replicas:      []string{p.Leader},
+			Available:     &p.Available,
 		}
 	}
 	return out, nil

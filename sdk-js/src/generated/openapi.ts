@@ -869,6 +869,8 @@ export interface components {
             /** @description Node that leads this partition. */
             leader: string;
             replicas: string[];
+            /** @description False when the node holding the partition could not be reached (in a cluster): the partition answers 503 for now, and its counters above are unknown and given as 0. True otherwise. */
+            available?: boolean;
         };
         TopicList: {
             topics: components["schemas"]["Topic"][];
