@@ -463,6 +463,7 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 	for i := int32(0); i < m.Partitions; i++ {
 		if !b.holds(m, i) {
 			t.parts = append(t.parts, nil)
+			b.warnOrphan(m, i, filepath.Join(t.dir, strconv.Itoa(int(i))))
 			continue
 		}
 		p, err := partition.Open(partition.Options{
@@ -499,6 +500,34 @@ func (b *Broker) holds(m meta.Topic, i int32) bool {
 		return true
 	}
 	return m.Placement[i].Leader == b.opts.NodeID
+}
+
+// warnOrphan says, once per open, that this node keeps data of a partition placed on
+// another node: a node of a version that kept a copy of every partition took
+// messages there, and they are not served from here. The data stays untouched.
+func (b *Broker) warnOrphan(m meta.Topic, i int32, dir string) {
+	if !hasData(dir) {
+		return
+	}
+	b.log.Warn("this node holds data of a partition placed on another node; it is not served from here and is left on disk (see docs/operating/cluster.md)",
+		"topic", m.Name, "partition", i, "dir", dir, "placed_on", m.Placement[i].Leader)
+}
+
+// hasData reports whether a partition directory holds any non-empty file.
+func hasData(dir string) bool {
+	found := false
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil || found {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() {
+			if info, err := d.Info(); err == nil && info.Size() > 0 {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found
 }
 
 func sameTopic(a, b meta.Topic) bool {

@@ -3,6 +3,8 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/narad-mq/narad/broker/internal/partition"
@@ -46,5 +48,30 @@ func TestWireErrorsKeepTheirKind(t *testing.T) {
 	// A storage error that was undone must not read as "may reappear".
 	if got := fromWireErr(toWireErr(partition.ErrStorage)); errors.Is(got, segment.ErrNotUndone) {
 		t.Errorf("an undone storage error crossed the wire as %v", got)
+	}
+}
+
+// TestHasData: the orphan warning looks only at directories holding a non-empty file
+// (a partition directory an earlier node wrote messages into), not at missing or
+// empty ones.
+func TestHasData(t *testing.T) {
+	dir := t.TempDir()
+	if hasData(filepath.Join(dir, "missing")) {
+		t.Error("a missing directory has data")
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "p", "log"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "p", "log", "empty"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if hasData(filepath.Join(dir, "p")) {
+		t.Error("a directory of empty files has data")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "p", "log", "00000000000000000000.seg"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !hasData(filepath.Join(dir, "p")) {
+		t.Error("a directory with a non-empty segment has no data")
 	}
 }
