@@ -120,6 +120,10 @@ func (p *Plane) Call(ctx context.Context, addr string, req []byte) ([]byte, erro
 	if err == nil {
 		return out, nil
 	}
+	if errors.Is(err, transport.ErrUnknownOp) {
+		// Refused unread: a node of an older version, without cluster routing.
+		return nil, fmt.Errorf("%w: the node at %s runs an older version without the data operation; upgrade it: %w", meta.ErrNotDelivered, addr, err)
+	}
 	var re *transport.RemoteError
 	if errors.Is(err, transport.ErrNotSent) || errors.Is(err, transport.ErrBusy) ||
 		(errors.As(err, &re) && re.Code == codeNotServing) {

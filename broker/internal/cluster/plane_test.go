@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/transport"
 )
 
 var secret = []byte("plane-test-secret-0123456789")
@@ -197,5 +198,29 @@ func TestForwardSaysWhatWasNotDelivered(t *testing.T) {
 	}
 	if a.Stats().AuthFailures == 0 && c.Stats().AuthFailures == 0 {
 		t.Fatalf("no auth failure counted on either side")
+	}
+}
+
+// TestDataCallToAnOlderNodeIsNotDelivered: a node of a version without the data
+// operation refuses it unread (unknown operation). Its caller must learn that nothing
+// ran there, so a keyless produce may go to another partition and the client gets
+// "unavailable", not "the outcome is unknown".
+func TestDataCallToAnOlderNodeIsNotDelivered(t *testing.T) {
+	a := startPlane(t, "a", secret)
+	t.Cleanup(func() { a.Close() })
+	old, err := transport.New(transport.Options{NodeID: "old", ListenAddr: "127.0.0.1:0", Secret: secret, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Handle(OpMeta, func(context.Context, string, []byte) ([]byte, error) { return nil, nil }) // it knows only the control plane
+	if err := old.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = a.Call(ctx, old.Addr(), []byte(`{"kind":"append"}`))
+	if !errors.Is(err, meta.ErrNotDelivered) || !strings.Contains(err.Error(), "older") {
+		t.Fatalf("a data call to a node without the operation: %v, want ErrNotDelivered naming an older version", err)
 	}
 }
