@@ -4,72 +4,20 @@
 // $CONSOLE_SCREENSHOTS (make console-screenshots: docs/assets/console; otherwise a temp
 // directory). Waits are for conditions, never for time.
 //
-//   NARAD_BIN=/abs/bin/narad node --test test/
+//   NARAD_BIN=/abs/bin/narad node --test test/browser.test.mjs
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+import { narad, startNarad, until } from "./narad.mjs";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const narad = resolve(process.env.NARAD_BIN ?? join(here, "..", "..", "bin", "narad"));
 const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const adminPassword = "console-admin-1";
-const bound = 30_000; // generous: CI machines are small and busy
-
-function freePort() {
-  return new Promise((ok, fail) => {
-    const s = createServer();
-    s.on("error", fail);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-  });
-}
-
-async function until(what, cond, ms = bound) {
-  const end = Date.now() + ms;
-  let last;
-  for (;;) {
-    try {
-      if (await cond()) return;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last}` : ""}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 const browserArgs = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
-
-/** Starts narad on a free port with env, stopped by its PID when t ends. */
-async function startNarad(t, work, env) {
-  const port = await freePort();
-  const base = `http://127.0.0.1:${port}`;
-  const log = [];
-  const node = spawn(narad, ["serve", "--http-addr", `127.0.0.1:${port}`, "--data-dir", join(work, "data"), "--stats-interval", "1s"], {
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  node.stdout.on("data", (d) => log.push(String(d)));
-  node.stderr.on("data", (d) => log.push(String(d)));
-  t.after(async () => {
-    if (node.exitCode === null) {
-      process.kill(node.pid, "SIGTERM");
-      await new Promise((r) => node.once("exit", r));
-    }
-  });
-  await until("narad to be ready", async () => (await fetch(`${base}/readyz`)).ok).catch((e) => {
-    throw new Error(`${e.message}\nnarad's output:\n${log.join("")}`);
-  });
-  return base;
-}
 
 test("with security off the console needs no login, and its writes pass the cross-site checks", { timeout: 120_000 }, async (t) => {
   const work = mkdtempSync(join(tmpdir(), "narad-console-open-"));
