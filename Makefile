@@ -45,7 +45,7 @@ test-js: build ## TypeScript SDK: npm ci, type checks, build, tests against the 
 	@if [ -f sdk-js/Makefile ]; then $(MAKE) -C sdk-js test NARAD_BIN=$(abspath $(NARAD)); \
 	else echo "test-js: no TypeScript SDK yet"; fi
 
-test-console: build ## Web console: Biome lint, type checks, the embedded build matches its sources, browser tests in Debian's chromium (installed if missing)
+test-console: build ## Web console: Biome lint, type checks, the embedded build matches its sources, browser tests in Debian's Chromium and Firefox ESR (installed if missing)
 	$(MAKE) -C console test NARAD_BIN=$(abspath $(NARAD))
 
 console: ## Rebuild the web console's embedded files from console/src (npm ci from the lock file)
