@@ -60,3 +60,11 @@ func (b *Broker) HandleForward(ctx context.Context, req []byte) ([]byte, error) 
 
 // RaftState returns the control plane's Raft state, for metrics.
 func (b *Broker) RaftState() meta.RaftState { return b.meta.RaftState() }
+
+// Clustered reports whether this node is one of several: metadata written through
+// another node reaches it a moment later (a lone node has no peers configured).
+func (b *Broker) Clustered() bool { return b.opts.Peers != nil }
+
+// CatchUp returns once this node has applied every metadata write the controller had
+// committed when it was called (meta.Store.Sync).
+func (b *Broker) CatchUp(ctx context.Context) error { return b.meta.Sync(ctx) }

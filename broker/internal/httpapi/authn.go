@@ -47,7 +47,11 @@ func principal(ctx context.Context) *auth.User {
 //     share one bcrypt;
 //   - at most max(2, CPUs) bcrypts run at once.
 type authenticator struct {
-	users   func(name string) (auth.User, bool)
+	users func(name string) (auth.User, bool)
+	// catchUp, in a cluster, brings this node's metadata up to the controller's: a user
+	// created, or a password changed, through another node a moment ago. Nil on a lone
+	// node.
+	catchUp func(ctx context.Context) error
 	maxWait time.Duration // longest delay for a client that keeps failing; 0 disables it
 	log     *slog.Logger
 	metrics *broker.Metrics
@@ -147,6 +151,9 @@ func clientKey(r *http.Request) string {
 var errWrongPassword = errors.New("wrong username or password")
 
 // authenticate returns the user named by the request's Basic credentials.
+// catchUpBound bounds the catch-up of a login that failed on a clustered node.
+const catchUpBound = 2 * time.Second
+
 func (a *authenticator) authenticate(r *http.Request) (*auth.User, error) {
 	name, pw, ok := r.BasicAuth()
 	if !ok {
@@ -155,7 +162,18 @@ func (a *authenticator) authenticate(r *http.Request) (*auth.User, error) {
 	if name == "" || len(name) > auth.MaxUsernameLen || len(pw) > auth.MaxPasswordBytes {
 		return nil, a.fail(r, name, "malformed credentials")
 	}
+	seen, seenFound := a.users(name)
 	u, err := a.check(r, name, pw)
+	if errors.Is(err, errWrongPassword) && a.catchUp != nil {
+		// The user may have been created, or the password changed, through another
+		// node a moment ago: catch up, and check again only if the record changed.
+		ctx, cancel := context.WithTimeout(r.Context(), catchUpBound)
+		cerr := a.catchUp(ctx)
+		cancel()
+		if now, found := a.users(name); cerr == nil && (found != seenFound || !bytes.Equal(now.Hash, seen.Hash)) {
+			u, err = a.check(r, name, pw)
+		}
+	}
 	if errors.Is(err, errWrongPassword) {
 		return nil, a.fail(r, name, "wrong username or password")
 	}

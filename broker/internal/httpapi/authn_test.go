@@ -255,3 +255,37 @@ func TestHashGateProvenFirst(t *testing.T) {
 		t.Fatalf("%d slots free after every holder released; want 1", free)
 	}
 }
+
+// TestLoginCatchesUpWithTheCluster: on a clustered node, a user created through
+// another node a moment ago (not yet in this node's metadata) logs in once the node
+// has caught up with the controller, and a wrong password still fails; the catch-up
+// runs only for a login that failed.
+func TestLoginCatchesUpWithTheCluster(t *testing.T) {
+	users := newFakeUsers(t, "old", "old-password")
+	pending := newFakeUsers(t, "new", "new-password") // what the controller has committed
+	a := newAuthenticator(users.get, 0, quietLogger(), nil)
+	var catchUps atomic.Int32
+	a.catchUp = func(context.Context) error {
+		catchUps.Add(1)
+		users.mu.Lock()
+		defer users.mu.Unlock()
+		for k, v := range pending.users {
+			users.users[k] = v
+		}
+		return nil
+	}
+	if _, err := a.authenticate(loginRequest("10.0.0.1:1", "old", "old-password")); err != nil {
+		t.Fatalf("a known user: %v", err)
+	}
+	if n := catchUps.Load(); n != 0 {
+		t.Fatalf("%d catch-ups for a login that passed, want 0", n)
+	}
+	if _, err := a.authenticate(loginRequest("10.0.0.2:1", "new", "new-password")); err != nil {
+		t.Fatalf("a user created through another node: %v, want it to log in after the catch-up", err)
+	}
+	if st, _, _ := statusOf(mustFail(a.authenticate(loginRequest("10.0.0.3:1", "new", "not-it")))); st != http.StatusUnauthorized {
+		t.Fatalf("a wrong password after the catch-up: %d, want 401", st)
+	}
+}
+
+func mustFail(_ *auth.User, err error) error { return err }

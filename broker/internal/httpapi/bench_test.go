@@ -25,6 +25,7 @@ type benchBroker struct {
 }
 
 func (benchBroker) Ready() bool              { return true }
+func (benchBroker) Clustered() bool          { return false }
 func (benchBroker) Exists(name string) error { return nil }
 
 func (benchBroker) Produce(_ context.Context, _ string, msgs []broker.Outgoing) ([]broker.Produced, error) {

@@ -40,6 +40,10 @@ type Broker interface {
 	Read(ctx context.Context, topic string, part int32, from *uint64, fromTimeMs *int64, max int) ([]broker.Delivered, uint64, error)
 	ReadOne(ctx context.Context, topic string, part int32, offset uint64) (*broker.Delivered, error)
 	User(name string) (auth.User, bool)
+	// Clustered reports whether other nodes may write metadata this node has not
+	// applied yet; CatchUp waits until it has applied what the controller committed.
+	Clustered() bool
+	CatchUp(ctx context.Context) error
 	Users() ([]auth.User, error)
 	CreateUser(ctx context.Context, name, password string, grants []auth.Grant) (auth.User, error)
 	DeleteUser(ctx context.Context, name string) error

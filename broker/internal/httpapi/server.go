@@ -73,6 +73,9 @@ func New(b Broker, opts Options) (http.Handler, error) {
 		return nil, fmt.Errorf("httpapi: loading the embedded spec: %w", err)
 	}
 	authn := newAuthenticator(b.User, opts.AuthFailureDelay, opts.Logger, opts.Metrics)
+	if b.Clustered() {
+		authn.catchUp = b.CatchUp
+	}
 	h := &handlers{b: b, authn: authn}
 	mux := http.NewServeMux()
 	middlewares := []apigen.StrictMiddlewareFunc{h.authorize}
