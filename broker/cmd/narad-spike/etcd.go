@@ -64,7 +64,7 @@ func runEtcd(c config) error {
 		fsms[ids[i]] = &countFSM{}
 	}
 	host, err := raftetcd.New(raftetcd.Options{Node: node, ID: self, Peers: peers, Dir: c.dataDir, Sync: sg,
-		Tick: c.tick, ElectionTick: c.electionTick, HeartbeatTick: c.heartbeatTick, NoQuiesce: c.noQuiesce, LazyHeartbeats: c.lazyHeartbeats, Logger: log, Store: c.store,
+		Tick: c.tick, ElectionTick: c.electionTick, HeartbeatTick: c.heartbeatTick, NoQuiesce: c.noQuiesce, LazyHeartbeats: c.lazyHeartbeats, Logger: log, Store: c.store, ParallelAppend: c.parallelAppend,
 		Apply: func(g string, _ uint64, data []byte) { fsms[g].count(data) }})
 	if err != nil {
 		return err

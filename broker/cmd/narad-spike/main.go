@@ -42,6 +42,7 @@ type config struct {
 	maxAppend                                      int
 	engine                                         string
 	store                                          string
+	parallelAppend                                 bool
 	electionTick                                   int
 	noQuiesce, lazyHeartbeats                      bool
 	heartbeatTick                                  int
@@ -65,6 +66,7 @@ func main() {
 	flag.StringVar(&c.engine, "engine", "hashicorp", "raft engine: hashicorp (raftnet + raftlog) or etcd (raftetcd)")
 	flag.IntVar(&c.electionTick, "election-tick", 10, "etcd: election timeout in ticks (--tick each); heartbeats every tick")
 	flag.BoolVar(&c.noQuiesce, "no-quiesce", false, "etcd: keep idle groups ticking")
+	flag.BoolVar(&c.parallelAppend, "parallel-append", false, "etcd: a leader sends new entries to followers while it writes them itself")
 	flag.StringVar(&c.store, "store", "wal", "etcd: the groups' log store: wal (the spike's prototype) or raftstore (the build's)")
 	flag.IntVar(&c.heartbeatTick, "heartbeat-tick", 1, "etcd: heartbeat interval in ticks")
 	flag.BoolVar(&c.lazyHeartbeats, "lazy-heartbeats", false, "etcd: heartbeats wait for the next tick's frame to a peer")

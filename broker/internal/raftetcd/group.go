@@ -16,7 +16,8 @@ import (
 type group struct {
 	h  *Host
 	id string
-	st logStore // written by the Ready loop only
+	st logStore         // written by the Ready loop only
+	hs raftpb.HardState // the last hard state the Ready loop made durable
 
 	mu       sync.Mutex
 	rn       *raft.RawNode
@@ -51,7 +52,25 @@ func (g *group) run() {
 				break
 			}
 			rd := g.rn.Ready()
+			leader := g.rn.BasicStatus().RaftState == raft.StateLeader
 			g.mu.Unlock()
+			later := rd.Messages
+			if g.h.opts.ParallelAppend && leader && !g.termOrVoteChanged(rd.HardState) {
+				// The leader's appends go to its followers while it writes them itself
+				// (Raft thesis 10.2.1): they are not acknowledgements of its own write,
+				// and nothing of this Ready is applied or answered before that write is
+				// durable (the loop persists before it applies and calls Advance).
+				var early []raftpb.Message
+				later = nil
+				for _, m := range rd.Messages {
+					if m.Type == raftpb.MsgApp {
+						early = append(early, m)
+					} else {
+						later = append(later, m)
+					}
+				}
+				g.h.send(g.id, 0, early)
+			}
 			if err := g.persist(rd); err != nil {
 				// A write that failed may or may not be on disk; the group must not
 				// answer from a log it cannot trust. The build fences the partition;
@@ -59,7 +78,10 @@ func (g *group) run() {
 				g.h.log.Error("raftetcd: persisting failed; group stopped", "group", g.id, "err", err)
 				return
 			}
-			g.h.send(g.id, 0, rd.Messages)
+			if !raft.IsEmptyHardState(rd.HardState) {
+				g.hs = rd.HardState
+			}
+			g.h.send(g.id, 0, later)
 			for _, e := range rd.CommittedEntries {
 				g.apply(e)
 			}
@@ -71,6 +93,13 @@ func (g *group) run() {
 }
 
 func (g *group) persist(rd raft.Ready) error { return g.st.persist(rd) }
+
+// termOrVoteChanged reports whether hs changes the term or vote this group last made
+// durable: such a Ready's messages wait for its write (a vote must never be sent
+// before it is on disk).
+func (g *group) termOrVoteChanged(hs raftpb.HardState) bool {
+	return !raft.IsEmptyHardState(hs) && (hs.Term != g.hs.Term || hs.Vote != g.hs.Vote)
+}
 
 // apply hands a committed proposal to the application and wakes its proposer when it
 // was proposed here. Entries without data are a new leader's empty entry.

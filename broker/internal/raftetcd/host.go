@@ -59,6 +59,9 @@ type Options struct {
 	Sync *vfs.SyncGroup
 	// Store picks the groups' log store: StoreWAL (the default) or StoreRaftstore.
 	Store string
+	// ParallelAppend lets a leader send its new entries to its followers while it
+	// writes them itself, instead of after (the serial Ready loop).
+	ParallelAppend bool
 	// Tick is the raft clock; ElectionTick and HeartbeatTick count in it.
 	Tick                        time.Duration
 	ElectionTick, HeartbeatTick int

@@ -12,10 +12,21 @@ import (
 
 // TestRaftstoreGroupsFailOver: the engine on the build's log store (raftstore) elects,
 // replicates to every node, and after the node leading most groups stops, the
-// survivors elect new leaders and commit, as on the spike's wal store.
+// survivors elect new leaders and commit, as on the spike's wal store; the same with
+// leaders sending their appends while they write them.
 func TestRaftstoreGroupsFailOver(t *testing.T) {
+	for _, parallel := range []bool{false, true} {
+		t.Run(map[bool]string{false: "serial", true: "parallel append"}[parallel], func(t *testing.T) {
+			raftstoreFailOver(t, parallel)
+		})
+	}
+}
+
+// raftstoreFailOver is TestRaftstoreGroupsFailOver with or without the leader's
+// parallel append.
+func raftstoreFailOver(t *testing.T, parallel bool) {
 	const groups = 10
-	ns := startClusterWith(t, groups, func(o *Options) { o.Store = StoreRaftstore })
+	ns := startClusterWith(t, groups, func(o *Options) { o.Store, o.ParallelAppend = StoreRaftstore, parallel })
 	ls := leaders(t, ns, groups)
 	for g, n := range ls {
 		propose(t, n, g)
