@@ -150,7 +150,10 @@ type Broker struct {
 	// current then; the reconcile loop sweeps once it is.
 	sweepPending atomic.Bool
 	remote       *remote
-	stats        *statsRecorder
+	// reconciled wakes whoever waits for the reconcile loop to open (or close) what
+	// the metadata now holds; it fires after every pass.
+	reconciled signal
+	stats      *statsRecorder
 }
 
 // topic is the running form of one topic incarnation.
@@ -347,6 +350,7 @@ func (b *Broker) reconcileLoop() {
 func (b *Broker) reconcile(sweep bool) error {
 	b.reconcileMu.Lock()
 	defer b.reconcileMu.Unlock()
+	defer b.reconciled.broadcast()
 	want := b.meta.Topics()
 	wantDirs := make(map[string]bool, len(want))
 

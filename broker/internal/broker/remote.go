@@ -419,23 +419,16 @@ func (b *Broker) readOn(ctx context.Context, t *topic, p int, from uint64, fromT
 	return resp.Records, resp.Start, st, fromWireErr(resp.Err)
 }
 
-func readLocal(p *partition.Partition, from uint64, fromTimeMs *int64, max int) ([]segment.Record, uint64, queue.Stats, error) {
+func readLocal(p *partition.Partition, from uint64, fromTimeMs *int64, limit int) ([]segment.Record, uint64, queue.Stats, error) {
 	if fromTimeMs != nil {
 		o, err := p.OffsetForTime(*fromTimeMs)
 		if err != nil {
 			return nil, from, queue.Stats{}, err
 		}
-		from = max64(from, o)
+		from = max(from, o)
 	}
-	recs, err := p.Read(from, max)
+	recs, err := p.Read(from, limit)
 	return recs, from, p.Stats(), err
-}
-
-func max64(a, b uint64) uint64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // statsOf returns the counters of partition p of t, wherever it lives.
@@ -657,6 +650,7 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 	deadline := time.Now().Add(holderCatchUp)
 	for {
+		wake := b.reconciled.wait()
 		t, err := b.lookupLocal(req.Topic)
 		switch {
 		case err == nil && t.incarnation == req.Incarnation:
@@ -681,10 +675,8 @@ func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w: node %q has not caught up with topic %q yet", ErrUnavailable, b.opts.NodeID, req.Topic)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		if err := b.awaitReconcile(ctx, wake); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -702,6 +694,7 @@ func errRecreated(topic string) error {
 func (b *Broker) childAsOf(ctx context.Context, req *dataReq) (meta.Topic, error) {
 	deadline := time.Now().Add(holderCatchUp)
 	for {
+		wake := b.reconciled.wait()
 		m, ok := b.meta.Topic(req.Child)
 		if ok && m.Incarnation == req.ChildInc && m.AttachID == req.AttachID {
 			return m, nil
@@ -713,10 +706,8 @@ func (b *Broker) childAsOf(ctx context.Context, req *dataReq) (meta.Topic, error
 		if time.Now().After(deadline) {
 			return meta.Topic{}, fmt.Errorf("%w: node %q has not caught up with child %q yet", ErrUnavailable, b.opts.NodeID, req.Child)
 		}
-		select {
-		case <-ctx.Done():
-			return meta.Topic{}, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		if err := b.awaitReconcile(ctx, wake); err != nil {
+			return meta.Topic{}, err
 		}
 	}
 }

@@ -48,21 +48,7 @@ func (b *Broker) catchUpTo(t *topic, name string, reqs []AckReq) (*topic, error)
 			return nil, fmt.Errorf("%w: a receipt handle names an incarnation of topic %q this node has not caught up with: %w", ErrUnavailable, name, err)
 		}
 	}
-	for {
-		t, err := b.lookup(name)
-		if err != nil {
-			return nil, err
-		}
-		if m, ok := b.meta.Topic(name); !ok || t.incarnation == m.Incarnation {
-			return t, nil
-		}
-		// The metadata has the new incarnation; the reconcile loop is opening it.
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: topic %q is being opened on this node", ErrUnavailable, name)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
+	return b.openAsMeta(ctx, name)
 }
 
 // AckMode says what an ack does.

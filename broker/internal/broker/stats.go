@@ -133,10 +133,8 @@ func (b *Broker) sampleStats(nowMs int64) {
 	}
 	b.mu.RUnlock()
 	for _, t := range open {
-		select {
-		case <-t.done:
+		if closed(t.done) {
 			continue // closing: its partitions are going
-		default:
 		}
 		produced, settled := counterOf(t.metrics.produced), counterOf(t.metrics.settled)
 		b.stats.mu.Lock()
@@ -175,10 +173,8 @@ func (b *Broker) sampleStats(nowMs int64) {
 	// topic opened since the list above was read keeps the ring track gave it.
 	b.stats.mu.Lock()
 	for t := range b.stats.rings {
-		select {
-		case <-t.done:
+		if closed(t.done) {
 			delete(b.stats.rings, t)
-		default:
 		}
 	}
 	b.stats.mu.Unlock()

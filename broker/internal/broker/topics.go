@@ -258,24 +258,53 @@ func (b *Broker) lookup(name string) (*topic, error) {
 		b.log.Warn("catching up with the controller before a not-found answer failed", "topic", name, "err", serr)
 		return nil, fmt.Errorf("%w: topic %q is unknown to this node and the controller could not be asked: %w", ErrUnavailable, name, serr)
 	}
-	for {
-		if t, err := b.lookupLocal(name); !errors.Is(err, ErrTopicNotFound) {
-			return t, err
-		}
-		if _, ok := b.meta.Topic(name); !ok {
-			return nil, ErrTopicNotFound
-		}
-		// The metadata has it; the reconcile loop is opening it.
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: topic %q is being opened on this node", ErrUnavailable, name)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
+	return b.openAsMeta(ctx, name)
 }
 
 // syncBound bounds the catch-up of a lookup that missed.
 const syncBound = 2 * time.Second
+
+// reconcileRecheck is how long a wait for the reconcile loop sleeps at most between
+// looks, should a pass not be signalled.
+const reconcileRecheck = 50 * time.Millisecond
+
+// awaitReconcile waits for the reconcile pass after wake was taken (it runs after
+// every metadata change this node applies), or reconcileRecheck, or the end of ctx
+// (its error).
+func (b *Broker) awaitReconcile(ctx context.Context, wake <-chan struct{}) error {
+	t := time.NewTimer(reconcileRecheck)
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// openAsMeta returns topic name open at the incarnation this node's metadata holds,
+// waiting while the reconcile loop opens it; ErrTopicNotFound when the metadata has no
+// topic of that name.
+func (b *Broker) openAsMeta(ctx context.Context, name string) (*topic, error) {
+	for {
+		wake := b.reconciled.wait()
+		m, ok := b.meta.Topic(name)
+		if !ok {
+			return nil, ErrTopicNotFound
+		}
+		t, err := b.lookupLocal(name)
+		if err == nil && t.incarnation == m.Incarnation {
+			return t, nil
+		}
+		if err != nil && !errors.Is(err, ErrTopicNotFound) {
+			return nil, err
+		}
+		if b.awaitReconcile(ctx, wake) != nil {
+			return nil, fmt.Errorf("%w: topic %q is being opened on this node", ErrUnavailable, name)
+		}
+	}
+}
 
 // lookupLocal finds an open topic as this node's replica knows it now.
 func (b *Broker) lookupLocal(name string) (*topic, error) {
