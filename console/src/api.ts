@@ -3,6 +3,8 @@
 // logged in and closing the tab forgets them), and the broker's grants decide what it
 // may see and do.
 
+import type { components } from "../../sdk-js/src/generated/openapi";
+
 export interface ApiErrorBody {
   code: string;
   message: string;
@@ -97,131 +99,21 @@ export const enc = encodeURIComponent;
 
 // The shapes the console reads, as openapi.yaml defines them (the parts it uses).
 
-export interface Topic {
-  name: string;
-  incarnation: string;
-  partitions: number;
-  retention_ms: number;
-  visibility_timeout_ms: number;
-  max_in_flight_per_partition: number;
-  max_acked_ahead_per_partition: number;
-  replication_factor: number;
-  schema?: unknown;
-  parent?: string | null;
-  fanout_delay_ms?: number;
-  created_at: string;
-}
-
-export interface PartitionStats {
-  partition: number;
-  oldest_offset: number;
-  next_offset: number;
-  high_watermark: number;
-  ack_frontier: number;
-  acked_ahead: number;
-  in_flight: number;
-  backlog: number;
-  leader: string;
-  replicas: string[];
-}
-
-export interface TopicDetail extends Topic {
-  partition_stats: PartitionStats[];
-}
-
-export interface StatsSample {
-  at_ms: number;
-  produced: number;
-  acked: number;
-  produce_rate: number;
-  ack_rate: number;
-  backlog: number;
-  in_flight: number;
-  oldest_unacked_age_ms: number;
-}
-
-export interface TopicStats {
-  topic: string;
-  node: string;
-  interval_ms: number;
-  samples: StatsSample[];
-}
-
-export interface SyncRounds {
-  at_ms: number;
-  interval_ms: number;
-  rounds: number;
-  files: number;
-  rounds_per_second: number;
-  mean_ms: number;
-  max_ms: number;
-}
-
-/** The answering node's health and storage; /v1/stats carries it for admins only. */
-export interface NodeHealth {
-  id: string;
-  ready: boolean;
-  disk_free_bytes?: number;
-  disk_size_bytes?: number;
-  sync_mode: "group" | "file";
-  sync?: SyncRounds;
-}
-
-export interface TopicStatsList {
-  node: string;
-  interval_ms: number;
-  topics: TopicStats[];
-  node_health?: NodeHealth;
-}
-
-export interface Message {
-  topic: string;
-  partition: number;
-  offset: number;
-  key?: string | null;
-  payload: unknown;
-  payload_encoding?: "base64";
-  timestamp: number;
-}
-
-export interface ChildLag {
-  partition: number;
-  parent_next_offset: number;
-  child_cursor: number;
-  lag: number;
-}
-
-export interface Child {
-  child: string;
-  fanout_delay_ms: number;
-  state?: "running" | "paused";
-  paused_reason?: string;
-  lag?: ChildLag[];
-}
-
-export interface Member {
-  id: string;
-  address: string;
-  http_address?: string;
-  status: string;
-  voter?: boolean;
-  partitions_held?: number;
-  partitions_led?: number;
-}
-
-export interface Cluster {
-  node_id: string;
-  cluster_id?: string;
-  controller: string;
-  members: Member[];
-}
-
-export interface Grant {
-  action: "produce" | "consume" | "create" | "admin";
-  topics: string[];
-}
-
-export interface User {
-  username: string;
-  grants: Grant[];
-}
+// The API's types, generated from openapi.yaml for the TypeScript SDK: the console
+// uses the same, so a change of the spec reaches it through tsc.
+type Schemas = components["schemas"];
+export type Topic = Schemas["Topic"];
+export type PartitionStats = Schemas["PartitionStats"];
+export type TopicDetail = Schemas["TopicDetail"];
+export type StatsSample = Schemas["StatsSample"];
+export type TopicStats = Schemas["TopicStats"];
+export type SyncRounds = Schemas["SyncRounds"];
+export type NodeHealth = Schemas["NodeHealth"];
+export type TopicStatsList = Schemas["TopicStatsList"];
+export type Message = Schemas["Message"];
+export type ChildLag = Schemas["ChildLag"];
+export type Child = Schemas["Child"];
+export type Member = Schemas["Member"];
+export type Cluster = Schemas["Cluster"];
+export type Grant = Schemas["Grant"];
+export type User = Schemas["User"];
