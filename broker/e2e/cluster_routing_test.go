@@ -240,7 +240,9 @@ func TestClusterAnyNodeServes(t *testing.T) {
 // saturated holder answers 503 at once, and once it runs again the writes that timed
 // out are stored at most once, in their partition; with a holder killed, its partition answers 503
 // with Retry-After promptly while keyless produces go to partitions that are up, and
-// the topic is still shown, that partition marked unavailable.
+// the topic is still shown, that partition marked unavailable; once it restarts, every
+// message produced through another node is there once, and of those acked through it
+// none comes back while the others do.
 func TestClusterRemoteLongPollAndFaults(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 3, "--max-peer-inflight", "2")
@@ -363,6 +365,22 @@ func TestClusterRemoteLongPollAndFaults(t *testing.T) {
 
 	// Kill the holder of a's other remote partition: its partition answers 503
 	// promptly, keyless produces go to partitions that are up.
+	// Before the kill: 20 messages produced through a into b's partition (202), and 10
+	// of them consumed and acked through a (204).
+	const durable = 20
+	for i := range durable {
+		a.api.produce("faults", []byte(`{"dur":`+strconv.Itoa(i)+`}`), "application/json", "partition="+strconv.Itoa(remote))
+	}
+	acked := map[string]bool{}
+	waitFor(t, 30*time.Second, "10 of the forwarded messages to be consumed and acked through "+a.id, func() bool {
+		for _, m := range a.api.consumeBatch("faults", 100, "200ms") {
+			if strings.HasPrefix(string(m.Payload), `{"dur"`) && len(acked) < durable/2 {
+				a.api.mustAck("faults", &m)
+				acked[string(m.Payload)] = true
+			}
+		}
+		return len(acked) == durable/2
+	})
 	b.Kill()
 	waitFor(t, 30*time.Second, "a request for the dead node's partition to answer 503 promptly", func() bool {
 		start := time.Now()
@@ -401,6 +419,36 @@ func TestClusterRemoteLongPollAndFaults(t *testing.T) {
 	if len(ps) != 2 {
 		t.Fatalf("consumes on %s with %s dead served partitions %v; want the two that are up", a.id, b.id, ps)
 	}
+
+	// b comes back from kill -9: every message answered 202 through a is in its
+	// partition, once; the unacked ones are delivered again, the acked ones never.
+	b.Launch()
+	waitFor(t, 60*time.Second, "the restarted holder's partition to be served through "+a.id, func() bool {
+		r, err := a.api.Try(http.MethodGet, topicPath("faults")+"/partitions/"+strconv.Itoa(remote)+"/messages?from=0&max=1", nil)
+		return err == nil && r.Status == http.StatusOK
+	})
+	stored := map[string]int{}
+	for _, m := range a.api.readAll("faults", remote) {
+		stored[string(m.Payload)]++
+	}
+	for i := range durable {
+		if p := `{"dur":` + strconv.Itoa(i) + `}`; stored[p] != 1 {
+			t.Fatalf("after kill -9 of %s, %s is stored %d times, want once", b.id, p, stored[p])
+		}
+	}
+	again := map[string]bool{}
+	waitFor(t, 60*time.Second, "the unacked forwarded messages to be delivered again", func() bool {
+		for _, m := range a.api.consumeBatch("faults", 100, "200ms") {
+			p := string(m.Payload)
+			if acked[p] {
+				t.Fatalf("%s was acked (204) through %s before %s was killed, and was delivered again", p, a.id, b.id)
+			}
+			if strings.HasPrefix(p, `{"dur"`) {
+				again[p] = true
+			}
+		}
+		return len(again) == durable-len(acked)
+	})
 }
 
 // TestClusterSecurityForwarded: with security on, a request is authenticated and
