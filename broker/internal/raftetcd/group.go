@@ -19,12 +19,29 @@ type group struct {
 	st logStore         // written by the Ready loop only
 	hs raftpb.HardState // the last hard state the Ready loop made durable
 
+	voters []uint64 // sorted
+	cfg    GroupConfig
+
 	mu       sync.Mutex
 	rn       *raft.RawNode
 	quiesced bool
-	waiters  map[uint64]chan uint64 // proposal id → its index once applied
+	waiters  map[uint64]chan proposal // proposal id → its outcome once applied
+	reads    map[uint64]chan uint64   // read-index request id → the index to wait for
+	readSeq  uint64
+	fresh    bool   // grants no vote (GroupConfig.Fresh) until caught up to freshTo
+	freshTo  uint64 // a leader's commit index heard while fresh
+	applied  uint64 // last index applied (written by the Ready loop)
+	leading  bool   // OnRole(true) was said and not taken back
+	appliedC *sync.Cond
 
-	wake chan struct{}
+	wake       chan struct{}
+	quit, done chan struct{}
+}
+
+// proposal is the outcome of one proposal: its index and what Apply returned.
+type proposal struct {
+	index  uint64
+	result any
 }
 
 func (g *group) signal() {
@@ -39,9 +56,13 @@ func (g *group) signal() {
 // apply the committed entries, then Advance.
 func (g *group) run() {
 	defer g.h.wg.Done()
+	defer close(g.done)
+	defer g.stepDown()
 	for {
 		select {
 		case <-g.h.quit:
+			return
+		case <-g.quit:
 			return
 		case <-g.wake:
 		}
@@ -54,6 +75,9 @@ func (g *group) run() {
 			rd := g.rn.Ready()
 			leader := g.rn.BasicStatus().RaftState == raft.StateLeader
 			g.mu.Unlock()
+			if !leader {
+				g.stepDown() // at once: a deposed leader serves nothing more
+			}
 			later := rd.Messages
 			if g.h.opts.ParallelAppend && leader && !g.termOrVoteChanged(rd.HardState) {
 				// The leader's appends go to its followers while it writes them itself
@@ -86,8 +110,19 @@ func (g *group) run() {
 				g.apply(e)
 			}
 			g.mu.Lock()
+			for _, rs := range rd.ReadStates {
+				id := binary.BigEndian.Uint64(rs.RequestCtx)
+				if ch := g.reads[id]; ch != nil {
+					delete(g.reads, id)
+					ch <- rs.Index
+				}
+			}
 			g.rn.Advance(rd)
+			if g.fresh && g.freshTo > 0 && g.applied >= g.freshTo {
+				g.fresh = false
+			}
 			g.mu.Unlock()
+			g.appliedC.Broadcast()
 		}
 	}
 }
@@ -104,11 +139,38 @@ func (g *group) termOrVoteChanged(hs raftpb.HardState) bool {
 // apply hands a committed proposal to the application and wakes its proposer when it
 // was proposed here. Entries without data are a new leader's empty entry.
 func (g *group) apply(e raftpb.Entry) {
-	if e.Type != raftpb.EntryNormal || len(e.Data) < 8 {
+	defer func() {
+		g.mu.Lock()
+		g.applied = e.Index
+		g.mu.Unlock()
+	}()
+	if e.Type != raftpb.EntryNormal {
+		return
+	}
+	if len(e.Data) == 0 {
+		// A leader's first entry of its term: once it is applied here, so is everything
+		// committed before it, and this node may serve as leader.
+		g.mu.Lock()
+		bs := g.rn.BasicStatus()
+		lead := bs.RaftState == raft.StateLeader && bs.Term == e.Term && !g.leading
+		if lead {
+			g.leading = true
+		}
+		g.mu.Unlock()
+		if lead && g.cfg.OnRole != nil {
+			g.cfg.OnRole(true, e.Term)
+		}
+		return
+	}
+	if len(e.Data) < 8 {
 		return
 	}
 	pid := binary.BigEndian.Uint64(e.Data)
-	if g.h.opts.Apply != nil {
+	var res any
+	switch {
+	case g.cfg.Apply != nil:
+		res = g.cfg.Apply(e.Index, e.Data[8:])
+	case g.h.opts.Apply != nil:
 		g.h.opts.Apply(g.id, e.Index, e.Data[8:])
 	}
 	g.mu.Lock()
@@ -116,39 +178,98 @@ func (g *group) apply(e raftpb.Entry) {
 	delete(g.waiters, pid)
 	g.mu.Unlock()
 	if ch != nil {
-		ch <- e.Index
+		ch <- proposal{index: e.Index, result: res}
 	}
 }
 
-func (g *group) propose(ctx context.Context, data []byte) (uint64, error) {
-	pid := g.h.nextProposal.Add(1)
-	buf := make([]byte, 8+len(data))
-	binary.BigEndian.PutUint64(buf, pid)
-	copy(buf[8:], data)
+// stepDown tells the application this node no longer leads (once per leadership).
+func (g *group) stepDown() {
+	g.mu.Lock()
+	was := g.leading
+	g.leading = false
+	g.mu.Unlock()
+	if was && g.cfg.OnRole != nil {
+		g.cfg.OnRole(false, 0)
+	}
+	g.appliedC.Broadcast()
+}
+
+// confirm is ConfirmLeader: a read index round, then a wait until it is applied.
+func (g *group) confirm(ctx context.Context) error {
 	ch := make(chan uint64, 1)
 	g.mu.Lock()
 	if g.rn.BasicStatus().RaftState != raft.StateLeader {
 		g.mu.Unlock()
-		return 0, ErrNotLeader
+		return ErrNotLeader
+	}
+	g.readSeq++
+	id := g.readSeq
+	g.reads[id] = ch
+	g.quiesced = false
+	g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, id))
+	g.mu.Unlock()
+	g.signal()
+	var idx uint64
+	select {
+	case idx = <-ch:
+	case <-ctx.Done():
+		g.mu.Lock()
+		delete(g.reads, id)
+		g.mu.Unlock()
+		return ctx.Err()
+	case <-g.quit:
+		return ErrClosed
+	case <-g.h.quit:
+		return ErrClosed
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.applied < idx {
+		if g.rn.BasicStatus().RaftState != raft.StateLeader {
+			return ErrNotLeader
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		g.appliedC.Wait()
+	}
+	if !g.leading {
+		return ErrNotLeader
+	}
+	return nil
+}
+
+func (g *group) propose(ctx context.Context, data []byte) (uint64, any, error) {
+	pid := g.h.nextProposal.Add(1)
+	buf := make([]byte, 8+len(data))
+	binary.BigEndian.PutUint64(buf, pid)
+	copy(buf[8:], data)
+	ch := make(chan proposal, 1)
+	g.mu.Lock()
+	if g.rn.BasicStatus().RaftState != raft.StateLeader {
+		g.mu.Unlock()
+		return 0, nil, ErrNotLeader
 	}
 	g.quiesced = false
 	if err := g.rn.Propose(buf); err != nil {
 		g.mu.Unlock()
-		return 0, ErrNotLeader // dropped: leadership is changing
+		return 0, nil, ErrNotLeader // dropped: leadership is changing
 	}
 	g.waiters[pid] = ch
 	g.mu.Unlock()
 	g.signal()
 	select {
-	case idx := <-ch:
-		return idx, nil
+	case p := <-ch:
+		return p.index, p.result, nil
 	case <-ctx.Done():
 		g.mu.Lock()
 		delete(g.waiters, pid)
 		g.mu.Unlock()
-		return 0, ctx.Err()
+		return 0, nil, ctx.Err()
+	case <-g.quit:
+		return 0, nil, ErrClosed
 	case <-g.h.quit:
-		return 0, ErrClosed
+		return 0, nil, ErrClosed
 	}
 }
 
@@ -210,6 +331,19 @@ func (g *group) quiesceLocked() []raftpb.Message {
 // tells the candidate).
 func (g *group) step(flags byte, m raftpb.Message) {
 	g.mu.Lock()
+	if g.fresh {
+		switch m.Type {
+		case raftpb.MsgVote, raftpb.MsgPreVote:
+			// A replica that lost its log may have voted in this term already: it
+			// stays silent until it has caught up with a leader.
+			g.mu.Unlock()
+			return
+		case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
+			if m.Commit > g.freshTo {
+				g.freshTo = m.Commit
+			}
+		}
+	}
 	if err := g.rn.Step(m); err != nil {
 		g.mu.Unlock()
 		return
@@ -231,12 +365,18 @@ func (g *group) step(flags byte, m raftpb.Message) {
 
 // leaderDown wakes the group when dead led it; when designated, this node campaigns at
 // once, as a leadership transfer from the dead leader would have it do.
-func (g *group) leaderDown(dead uint64, designated bool) {
+func (g *group) leaderDown(dead uint64) {
 	g.mu.Lock()
 	bs := g.rn.BasicStatus()
 	if bs.RaftState != raft.StateFollower || bs.Lead != dead {
 		g.mu.Unlock()
 		return
+	}
+	designated := !g.fresh
+	for _, id := range g.voters {
+		if id != dead && id < g.h.opts.ID && g.h.isLive(id) {
+			designated = false
+		}
 	}
 	g.quiesced = false
 	if designated {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 	"github.com/narad-mq/narad/broker/internal/transport"
@@ -92,7 +94,8 @@ type Stats struct {
 type Host struct {
 	opts  Options
 	log   *slog.Logger
-	peers map[uint64]*peer // every voter but this node; fixed after New
+	pmu   sync.RWMutex
+	peers map[uint64]*peer // every other node groups may reach (AddPeer)
 
 	gmu    sync.RWMutex
 	groups map[string]*group
@@ -126,9 +129,6 @@ func New(opts Options) (*Host, error) {
 	if opts.Node == nil || opts.ID == 0 || opts.Sync == nil || opts.Dir == "" {
 		return nil, errors.New("raftetcd: Options.Node, ID, Dir and Sync are required")
 	}
-	if _, ok := opts.Peers[opts.ID]; !ok {
-		return nil, fmt.Errorf("raftetcd: Peers lacks this node's id %d", opts.ID)
-	}
 	setDefault(&opts.Tick, DefaultTick)
 	setDefault(&opts.ElectionTick, DefaultElectionTick)
 	setDefault(&opts.HeartbeatTick, DefaultHeartbeatTick)
@@ -140,17 +140,10 @@ func New(opts Options) (*Host, error) {
 	h := &Host{opts: opts, log: opts.Logger.With("component", "raftetcd"), peers: map[uint64]*peer{},
 		groups: map[string]*group{}, quit: make(chan struct{})}
 	h.nextProposal.Store(opts.ID << 48)
-	for id, addr := range opts.Peers {
-		if id != opts.ID {
-			h.peers[id] = &peer{id: id, addr: addr, kick: make(chan struct{}, 1)}
-		}
-	}
 	opts.Node.Handle(OpBatch, h.serveBatch)
 	opts.Node.Handle(OpLiveness, h.serveLiveness)
-	for _, p := range h.peers {
-		h.wg.Add(2)
-		go h.sendLoop(p)
-		go h.livenessLoop(p)
+	for id, addr := range opts.Peers {
+		h.AddPeer(id, addr)
 	}
 	h.wg.Add(1)
 	go h.tickLoop()
@@ -164,34 +157,128 @@ func setDefault[T comparable](p *T, v T) {
 	}
 }
 
+// AddPeer makes node id reachable at addr (or moves it there). Groups send to peers
+// only; a voter of a group that is not a peer yet is simply not reached until it is.
+func (h *Host) AddPeer(id uint64, addr string) {
+	if id == h.opts.ID || id == 0 {
+		return
+	}
+	h.pmu.Lock()
+	defer h.pmu.Unlock()
+	if p := h.peers[id]; p != nil {
+		p.mu.Lock()
+		p.addr = addr
+		p.mu.Unlock()
+		return
+	}
+	if h.closed() {
+		return
+	}
+	p := &peer{id: id, addr: addr, kick: make(chan struct{}, 1)}
+	h.peers[id] = p
+	h.wg.Add(2)
+	go h.sendLoop(p)
+	go h.livenessLoop(p)
+}
+
+func (h *Host) peer(id uint64) *peer {
+	h.pmu.RLock()
+	defer h.pmu.RUnlock()
+	return h.peers[id]
+}
+
+func (h *Host) allPeers() []*peer {
+	h.pmu.RLock()
+	defer h.pmu.RUnlock()
+	out := make([]*peer, 0, len(h.peers))
+	for _, p := range h.peers {
+		out = append(out, p)
+	}
+	return out
+}
+
+func (p *peer) address() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.addr
+}
+
 // discardLogger silences etcd-io/raft's own logging (it logs every election at info).
 var discardLogger = &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
 
-// AddGroup opens (creating) the group's log and starts it. Every voter of Peers is a
-// member: a new group starts from the same bootstrap snapshot on every node.
+// AddGroup opens (creating) the group's log and starts it, with every voter of Peers
+// as a member (the spike's groups).
 func (h *Host) AddGroup(id string) error {
-	if id == "" || len(id) > 255 {
-		return fmt.Errorf("raftetcd: group id must be 1–255 bytes, got %d", len(id))
-	}
 	voters := make([]uint64, 0, len(h.opts.Peers))
 	for pid := range h.opts.Peers {
 		voters = append(voters, pid)
 	}
+	return h.OpenGroup(id, GroupConfig{Voters: voters})
+}
+
+// GroupConfig is what a group of the product is opened with.
+type GroupConfig struct {
+	// Voters are the raft ids of the group's members. A new group starts from a
+	// bootstrap snapshot holding them, the same on every member.
+	Voters []uint64
+	// Dir holds the group's log (default Options.Dir/<id>).
+	Dir string
+	// Apply is called with each committed proposal, in log order, from the group's
+	// goroutine; what it returns is what Propose returns to the proposer. Nil: the
+	// host's Options.Apply.
+	Apply func(index uint64, data []byte) any
+	// OnRole is called from the group's goroutine when this node starts leading the
+	// group (lead true, once its first entry of the term is applied, so everything
+	// committed before is applied) and when it stops (lead false, at once).
+	OnRole func(lead bool, term uint64)
+	// Applied is the index up to which the application already holds the group's
+	// committed entries durably; entries up to it are not applied again. 0: apply all.
+	Applied uint64
+	// Fresh marks a replica created for a group that existed before (a node that lost
+	// its disk, or a new replica): it grants no vote until it has caught up with a
+	// leader, since it no longer knows whom it voted for.
+	Fresh bool
+}
+
+// OpenGroup opens (creating) the group id with cfg and starts it.
+func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
+	if id == "" || len(id) > 255 {
+		return fmt.Errorf("raftetcd: group id must be 1–255 bytes, got %d", len(id))
+	}
+	voters := append([]uint64(nil), cfg.Voters...)
 	sort.Slice(voters, func(i, j int) bool { return voters[i] < voters[j] })
+	dir := h.opts.Dir
+	name := id
+	if cfg.Dir != "" {
+		dir, name = filepath.Dir(cfg.Dir), filepath.Base(cfg.Dir)
+	}
 	open := openWALStore
 	if h.opts.Store == StoreRaftstore {
 		open = openSegStore
 	}
-	st, err := open(h.opts.Dir, id, h.opts.Sync, voters)
+	st, err := open(dir, name, h.opts.Sync, voters)
 	if err != nil {
 		return err
+	}
+	applied := uint64(1)
+	if snap, err := st.Snapshot(); err == nil && snap.Metadata.Index > applied {
+		applied = snap.Metadata.Index
+	}
+	if cfg.Applied > applied {
+		if last, err := st.LastIndex(); err == nil {
+			applied = min(cfg.Applied, last)
+		}
+		if hs, _, err := st.InitialState(); err == nil {
+			applied = min(applied, hs.Commit)
+		}
+		applied = max(applied, 1)
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:              h.opts.ID,
 		ElectionTick:    h.opts.ElectionTick,
 		HeartbeatTick:   h.opts.HeartbeatTick,
 		Storage:         st,
-		Applied:         1,
+		Applied:         applied,
 		MaxSizePerMsg:   1 << 20,
 		MaxInflightMsgs: 256,
 		CheckQuorum:     true,
@@ -202,7 +289,10 @@ func (h *Host) AddGroup(id string) error {
 		_ = st.close() // the error being returned is the one to report
 		return err
 	}
-	g := &group{h: h, id: id, rn: rn, st: st, wake: make(chan struct{}, 1), waiters: map[uint64]chan uint64{}}
+	g := &group{h: h, id: id, rn: rn, st: st, wake: make(chan struct{}, 1), quit: make(chan struct{}),
+		done: make(chan struct{}), waiters: map[uint64]chan proposal{}, reads: map[uint64]chan uint64{},
+		voters: voters, cfg: cfg, fresh: cfg.Fresh, applied: applied}
+	g.appliedC = sync.NewCond(&g.mu)
 	h.gmu.Lock()
 	if _, ok := h.groups[id]; ok {
 		h.gmu.Unlock()
@@ -214,6 +304,20 @@ func (h *Host) AddGroup(id string) error {
 	h.wg.Add(1)
 	go g.run()
 	return nil
+}
+
+// CloseGroup stops group id and closes its log; its files stay.
+func (h *Host) CloseGroup(id string) {
+	h.gmu.Lock()
+	g := h.groups[id]
+	delete(h.groups, id)
+	h.gmu.Unlock()
+	if g == nil {
+		return
+	}
+	close(g.quit)
+	<-g.done
+	_ = g.st.close() // the group is gone; a close error changes nothing for anyone
 }
 
 func (h *Host) group(id string) *group {
@@ -242,6 +346,11 @@ type GroupInfo struct {
 	Lead     uint64 // the leader this node knows, 0 for none
 	Leader   bool   // this node leads
 	Quiesced bool
+	Term     uint64
+	Commit   uint64
+	Applied  uint64
+	// Match is, on the leader, each voter's last index known to be in its log.
+	Match map[uint64]uint64
 }
 
 // Info returns the group's view, or false when the host has no such group.
@@ -253,18 +362,53 @@ func (h *Host) Info(id string) (GroupInfo, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	bs := g.rn.BasicStatus()
-	return GroupInfo{Lead: bs.Lead, Leader: bs.RaftState == raft.StateLeader, Quiesced: g.quiesced}, true
+	gi := GroupInfo{Lead: bs.Lead, Leader: bs.RaftState == raft.StateLeader, Quiesced: g.quiesced,
+		Term: bs.Term, Commit: bs.Commit, Applied: bs.Applied}
+	if gi.Leader {
+		gi.Match = map[uint64]uint64{}
+		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { gi.Match[id] = pr.Match })
+	}
+	return gi, true
 }
 
 // Propose replicates data in group and returns its index once it is committed and
 // applied on this node. Only the leader proposes: elsewhere it returns ErrNotLeader at
 // once. A proposal lost to a change of leader is not retried: ctx ends the wait.
 func (h *Host) Propose(ctx context.Context, id string, data []byte) (uint64, error) {
+	idx, _, err := h.ProposeResult(ctx, id, data)
+	return idx, err
+}
+
+// ProposeResult is Propose that also returns what the group's Apply returned for the
+// proposal.
+func (h *Host) ProposeResult(ctx context.Context, id string, data []byte) (uint64, any, error) {
 	g := h.group(id)
 	if g == nil {
-		return 0, fmt.Errorf("%w %q", ErrUnknownGroup, id)
+		return 0, nil, fmt.Errorf("%w %q", ErrUnknownGroup, id)
 	}
 	return g.propose(ctx, data)
+}
+
+// ConfirmLeader returns nil once a quorum of group id confirmed, after the call, that
+// this node still leads it, and everything committed then is applied here (etcd-io/raft's
+// ReadIndex). A deposed leader that has not noticed yet gets an error, never a yes.
+func (h *Host) ConfirmLeader(ctx context.Context, id string) error {
+	g := h.group(id)
+	if g == nil {
+		return fmt.Errorf("%w %q", ErrUnknownGroup, id)
+	}
+	return g.confirm(ctx)
+}
+
+// TransferLeader asks group id, led here, to hand its leadership to voter to.
+func (h *Host) TransferLeader(id string, to uint64) {
+	if g := h.group(id); g != nil {
+		g.mu.Lock()
+		g.quiesced = false
+		g.rn.TransferLeader(to)
+		g.mu.Unlock()
+		g.signal()
+	}
 }
 
 // Close stops the groups, the clock and the senders. The node stays the caller's.
@@ -294,7 +438,7 @@ func (h *Host) closed() bool {
 
 // heard records that peer id is alive.
 func (h *Host) heard(id uint64) {
-	if p := h.peers[id]; p != nil {
+	if p := h.peer(id); p != nil {
 		p.lastHeard.Store(time.Now().UnixNano())
 	}
 }
@@ -312,13 +456,13 @@ func (h *Host) tickLoop() {
 		case <-t.C:
 		}
 		if h.opts.LazyHeartbeats {
-			for _, p := range h.peers {
+			for _, p := range h.allPeers() {
 				p.flush() // what the last tick's heartbeats left queued
 			}
 		}
 		now := time.Now().UnixNano()
 		var down, up []uint64
-		for _, p := range h.peers {
+		for _, p := range h.allPeers() {
 			live := now-p.lastHeard.Load() < int64(h.opts.LivenessTimeout)
 			if live != p.live {
 				p.live = live
@@ -347,23 +491,17 @@ func (h *Host) isLive(id uint64) bool {
 	if id == h.opts.ID {
 		return true
 	}
-	p := h.peers[id]
+	p := h.peer(id)
 	return p != nil && p.live
 }
 
-// peerDown wakes every group the dead node led. The live voter with the smallest id
-// campaigns at once, bypassing the check-quorum lease of the others (a quiesced
-// follower's election clock is stopped, so it would otherwise refuse to vote for up to
-// an election timeout); the rest only resume ticking, as a fallback.
+// peerDown wakes every group the dead node led. In each, the live voter with the
+// smallest id campaigns at once, bypassing the check-quorum lease of the others (a
+// quiesced follower's election clock is stopped, so it would otherwise refuse to vote
+// for up to an election timeout); the rest only resume ticking, as a fallback.
 func (h *Host) peerDown(groups []*group, dead uint64) {
-	designated := h.opts.ID
-	for id := range h.peers {
-		if id != dead && h.isLive(id) && id < designated {
-			designated = id
-		}
-	}
 	for _, g := range groups {
-		g.leaderDown(dead, designated == h.opts.ID)
+		g.leaderDown(dead)
 	}
 }
 
@@ -389,7 +527,7 @@ func (h *Host) livenessLoop(p *peer) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), h.opts.LivenessTimeout/2)
 		h.rpcCalls.Add(1)
-		_, err := h.opts.Node.Call(ctx, p.addr, OpLiveness, req)
+		_, err := h.opts.Node.Call(ctx, p.address(), OpLiveness, req)
 		cancel()
 		if err == nil {
 			h.heard(p.id)
@@ -408,7 +546,7 @@ func (h *Host) serveLiveness(_ context.Context, _ string, req []byte) ([]byte, e
 // send queues msgs of group for their peers.
 func (h *Host) send(group string, flags byte, msgs []raftpb.Message) {
 	for _, m := range msgs {
-		p := h.peers[m.To]
+		p := h.peer(m.To)
 		if p == nil {
 			continue
 		}
@@ -461,7 +599,7 @@ func (h *Host) sendLoop(p *peer) {
 		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 		h.batchCalls.Add(1)
 		h.batchItems.Add(uint64(len(msgs)))
-		_, err := h.opts.Node.Call(ctx, p.addr, OpBatch, buf)
+		_, err := h.opts.Node.Call(ctx, p.address(), OpBatch, buf)
 		cancel()
 		if err != nil {
 			h.unreachable(p.id, msgs)
