@@ -71,6 +71,10 @@ type Options struct {
 	Clock func() int64
 	// WallClock is the Unix time in milliseconds stamped on records; nil means time.Now.
 	WallClock func() int64
+	// Group, when set, makes the partition one replica of a replicated partition
+	// (replica.go): appends and settles are proposed to the group and written when it
+	// applies them (Apply), and only the leading replica leases.
+	Group Group
 }
 
 var processStart = time.Now()
@@ -115,6 +119,8 @@ type Partition struct {
 	ckptRunning bool
 
 	journalDamaged uint64 // damaged settle records skipped by the replay on Open
+
+	repl *replica // nil for a partition of its own
 }
 
 // Delivery is one leased message.
@@ -143,6 +149,9 @@ func Open(opts Options) (*Partition, error) {
 		opts.WallClock = wallMillis
 	}
 	p := &Partition{opts: opts, fs: opts.FS}
+	if opts.Group != nil {
+		p.repl = &replica{group: opts.Group}
+	}
 	// The topic's and the partition's directory entries must be durable before the
 	// first append is acknowledged, or a power loss drops them with every file inside.
 	if err := vfs.MkdirAllSync(p.fs, opts.Dir, 0o700); err != nil {
@@ -299,6 +308,9 @@ func (p *Partition) replayJournal(from uint64) (dropped int, err error) {
 // Append writes records durably and returns the first offset. The messages are
 // deliverable when it returns.
 func (p *Partition) Append(recs []segment.Record) (uint64, error) {
+	if p.repl != nil {
+		return p.appendReplicated(recs)
+	}
 	now := p.opts.WallClock()
 	for i := range recs {
 		recs[i].Timestamp = now
@@ -351,6 +363,9 @@ func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery,
 
 // leaseOnce is one round of Lease; it also returns how many damaged records it skipped.
 func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Delivery, int, error) {
+	if !p.Leading() {
+		return nil, 0, ErrNotLeader
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -365,6 +380,11 @@ func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Deliv
 	p.mu.Unlock()
 	if len(grants) == 0 {
 		return nil, 0, nil
+	}
+	if p.repl != nil {
+		if err := p.confirmLeases(grants); err != nil {
+			return nil, 0, err
+		}
 	}
 	skipped := 0
 	out := make([]Delivery, 0, len(grants))
@@ -441,6 +461,18 @@ func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Deliv
 // would set the frontier back to it. If that write fails, it is skipped in memory only,
 // and a restart finds and skips it again.
 func (p *Partition) skipDamaged(off uint64, err error) {
+	if p.repl != nil {
+		// The other replicas may hold the record intact: this one skips it in memory
+		// only (a later leader serves it from its own copy; a restart finds it again).
+		p.mu.Lock()
+		p.q.Skip(off)
+		p.mu.Unlock()
+		p.opts.Logger.Error("a damaged message is skipped on this replica until it restarts", "partition", p.opts.Index, "offset", off, "err", err)
+		if p.opts.OnDamaged != nil {
+			p.opts.OnDamaged("messages", 1)
+		}
+		return
+	}
 	p.gate.RLock()
 	_, jerr := p.journal.Append([]segment.Record{{Value: encodeSettle([]uint64{off}), Timestamp: p.opts.WallClock()}})
 	p.mu.Lock()
@@ -520,6 +552,9 @@ type SettleReq struct {
 // settles) for the batch. The result has one error per request: nil (settled),
 // queue.ErrLeaseLost, queue.ErrAckedAheadFull, ErrStorage or ErrClosed.
 func (p *Partition) Settle(reqs []SettleReq) []error {
+	if p.repl != nil {
+		return p.settleReplicated(reqs)
+	}
 	errs := make([]error, len(reqs))
 	p.gate.RLock()
 	defer p.gate.RUnlock()
@@ -590,6 +625,9 @@ func (p *Partition) Settle(reqs []SettleReq) []error {
 
 // Extend renews a lease to end d from now; d == 0 hands the message back at once.
 func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
+	if !p.Leading() {
+		return ErrNotLeader
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -611,6 +649,9 @@ func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
 // count as a delivery attempt. It returns queue.ErrLeaseLost if (off, n) is no longer
 // the lease.
 func (p *Partition) HandBack(off uint64, n queue.Nonce) error {
+	if !p.Leading() {
+		return ErrNotLeader
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

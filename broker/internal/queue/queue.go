@@ -295,6 +295,42 @@ func (s *State) advance() {
 	}
 }
 
+// IsSettled reports whether off is done (below the frontier or settled ahead of it).
+func (s *State) IsSettled(off uint64) bool {
+	if off < s.frontier {
+		return true
+	}
+	_, ok := s.ackedAhead[off]
+	return ok
+}
+
+// Reset starts a new lease epoch, as a replica that begins or stops leading its
+// partition does: every lease is forgotten (they were the previous leader's memory),
+// so every unsettled message is ready at once, and handles of older epochs are lost.
+// Messages below deliveredTo were delivered before (by an earlier leader): they count
+// as delivered at least once.
+func (s *State) Reset(epoch uint32, deliveredTo uint64) {
+	s.epoch = epoch
+	s.seq = 0
+	s.leases = make(map[uint64]*lease)
+	s.expiry = s.expiry[:0]
+	s.ready = s.ready[:0]
+	s.attempts = make(map[uint64]uint32)
+	s.cursor = s.frontier
+	for o := s.frontier; o < deliveredTo && o < s.end; o++ {
+		if _, done := s.ackedAhead[o]; !done {
+			s.makeReady(o, 1)
+		}
+	}
+	if s.cursor < deliveredTo {
+		s.cursor = min(deliveredTo, s.end)
+	}
+}
+
+// Cursor returns the first offset never handed out in this epoch (and not made ready
+// by Reset): everything below it, settled or not, was delivered at least once.
+func (s *State) Cursor() uint64 { return s.cursor }
+
 // Extend renews the lease (off, n) to end d from now. With d == 0 the message is handed
 // back at once (a nack) and the handle is spent.
 func (s *State) Extend(off uint64, n Nonce, now int64, d time.Duration) error {

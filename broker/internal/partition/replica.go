@@ -1,0 +1,413 @@
+package partition
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/queue"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
+)
+
+// ErrNotLeader means this replica of a replicated partition does not lead it: the
+// request goes to the leader (or waits for one). Nothing was done.
+var ErrNotLeader = errors.New("partition: this replica does not lead the partition")
+
+// ErrOutcomeUnknown means a replicated write was proposed but its commit was not seen
+// in time: it may or may not have been stored.
+var ErrOutcomeUnknown = errors.New("partition: the write's outcome is unknown")
+
+// Group is the consensus group one replicated partition belongs to (one Raft group per
+// partition; the broker implements it over raftetcd). Every replica opens its
+// partition with the same group; the group applies committed commands to each
+// replica's partition through Apply, in log order.
+type Group interface {
+	// Propose replicates cmd and returns what this replica's Apply returned for it,
+	// once it is committed and applied here. It fails with an error wrapping
+	// ErrNotLeader when this replica does not lead.
+	Propose(ctx context.Context, cmd []byte) (any, error)
+	// Confirm returns nil once a quorum confirmed, after the call, that this replica
+	// still leads.
+	Confirm(ctx context.Context) error
+}
+
+// replicateTimeout bounds one replicated write: past it the caller gets
+// ErrOutcomeUnknown (the write may still commit).
+const replicateTimeout = 5 * time.Second
+
+// Command kinds of a replicated partition (the first byte of a command).
+const (
+	cmdAppend byte = 'A' // u64 first offset | i64 timestamp | records
+	cmdSettle byte = 'S' // u64 delivered-to | settle record value
+)
+
+// replica is the replication state of a partition opened with a Group.
+type replica struct {
+	group   Group
+	leading atomic.Bool
+	term    atomic.Uint64
+
+	mu   sync.Mutex
+	next uint64 // the offset the next proposed append starts at (0: the log's end)
+
+	deliveredTo atomic.Uint64 // the highest delivered-to mark applied (see Reset)
+	failed      atomic.Bool   // an apply failed: this replica stopped applying
+}
+
+// appliedAppend is Apply's answer to an append command.
+type appliedAppend struct {
+	ok  bool // false: the command named an offset that was not the log's end, nothing written
+	err error
+}
+
+// appliedSettle is Apply's answer to a settle command.
+type appliedSettle struct{ err error }
+
+// Replicated reports whether the partition is one replica of a group.
+func (p *Partition) Replicated() bool { return p.repl != nil }
+
+// Leading reports whether this partition serves requests here: always for a partition
+// of its own, and for a replica only while it leads its group.
+func (p *Partition) Leading() bool { return p.repl == nil || p.repl.leading.Load() }
+
+// Term returns the group term this replica leads in (0 when it does not lead).
+func (p *Partition) Term() uint64 {
+	if p.repl == nil || !p.repl.leading.Load() {
+		return 0
+	}
+	return p.repl.term.Load()
+}
+
+// SetRole is called by the group when this replica starts leading (lead, in term term;
+// everything committed before is applied) or stops. A new leader starts a lease epoch
+// of its own: leases were the old leader's memory, so every unsettled message is ready
+// again at once, and messages the old leaders had delivered count as delivered.
+func (p *Partition) SetRole(lead bool, term uint64) {
+	r := p.repl
+	if r == nil {
+		return
+	}
+	p.mu.Lock()
+	if lead {
+		p.q.Reset(uint32(term), max(r.deliveredTo.Load(), p.q.Cursor()))
+		r.term.Store(term)
+	} else {
+		// The leases die with the leadership; a later leader starts its own epoch.
+		p.q.Reset(0, p.q.Cursor())
+	}
+	p.mu.Unlock()
+	r.mu.Lock()
+	r.next = 0
+	r.mu.Unlock()
+	r.leading.Store(lead)
+	p.notify()
+}
+
+func (p *Partition) groupErr(err error) error {
+	switch {
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrClosed):
+		return err
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	return fmt.Errorf("%w: %w", ErrNotLeader, err)
+}
+
+// appendReplicated proposes recs at the offset after every append proposed before
+// it. Apply writes a command only at the log's end, so one that names another offset
+// (a proposal before it was lost with a change of leader) changes nothing and is
+// proposed again at the right one.
+func (p *Partition) appendReplicated(recs []segment.Record) (uint64, error) {
+	r := p.repl
+	ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
+	defer cancel()
+	ts := p.opts.WallClock()
+	for range 4 {
+		if !r.leading.Load() {
+			return 0, ErrNotLeader
+		}
+		r.mu.Lock()
+		first := max(r.next, p.log.Next())
+		r.next = first + uint64(len(recs))
+		r.mu.Unlock()
+		res, err := r.group.Propose(ctx, encodeAppendCmd(first, ts, recs))
+		if err != nil {
+			r.mu.Lock()
+			r.next = 0
+			r.mu.Unlock()
+			return 0, p.groupErr(err)
+		}
+		a, _ := res.(appliedAppend)
+		if a.err != nil {
+			return 0, a.err
+		}
+		if a.ok {
+			return first, nil
+		}
+		r.mu.Lock()
+		r.next = 0
+		r.mu.Unlock()
+	}
+	return 0, fmt.Errorf("%w: the partition's appends kept racing a change of leader", ErrNotLeader)
+}
+
+// settleReplicated settles leases once the settlement is committed on a quorum: the
+// leases are pinned (BeginSettle) while the command replicates.
+func (p *Partition) settleReplicated(reqs []SettleReq) []error {
+	r := p.repl
+	errs := make([]error, len(reqs))
+	if !r.leading.Load() {
+		for i := range errs {
+			errs[i] = ErrNotLeader
+		}
+		return errs
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return errs
+	}
+	now := p.opts.Clock()
+	if p.expire(now) > 0 {
+		defer p.notify()
+	}
+	begun := make([]uint64, 0, len(reqs))
+	for i, rq := range reqs {
+		if errs[i] = p.q.BeginSettle(rq.Offset, rq.Nonce, now); errs[i] == nil {
+			begun = append(begun, rq.Offset)
+		}
+	}
+	delivered := p.q.Cursor()
+	p.mu.Unlock()
+	if len(begun) == 0 {
+		return errs
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
+	defer cancel()
+	res, err := r.group.Propose(ctx, encodeSettleCmd(delivered, begun))
+	if err == nil {
+		if s, ok := res.(appliedSettle); ok {
+			err = s.err
+		}
+	} else {
+		err = p.groupErr(err)
+	}
+	if err != nil {
+		// Not known to be settled: the leases go back (a settle the group commits later
+		// still settles them then).
+		p.mu.Lock()
+		for _, o := range begun {
+			p.q.AbortSettle(o)
+		}
+		p.armTimerLocked()
+		p.mu.Unlock()
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	p.notify()
+	return errs
+}
+
+// Apply applies a committed command of the partition's group, on every replica in the
+// same order. An append is written only at the log's end, so a command applied again
+// (a restart replays the group's log) or one that names a stale offset changes
+// nothing. A settle of an offset already settled changes nothing.
+func (p *Partition) Apply(cmd []byte) any {
+	r := p.repl
+	if r == nil || len(cmd) == 0 {
+		return nil
+	}
+	if r.failed.Load() {
+		return appliedAppend{err: fmt.Errorf("%w: this replica stopped applying after a failed write; restart the node", ErrStorage)}
+	}
+	switch cmd[0] {
+	case cmdAppend:
+		first, ts, recs, err := decodeAppendCmd(cmd)
+		if err != nil {
+			return p.applyFailed(err)
+		}
+		if first != p.log.Next() {
+			return appliedAppend{}
+		}
+		for i := range recs {
+			recs[i].Timestamp = ts
+		}
+		if _, err := p.log.Append(recs); err != nil {
+			return p.applyFailed(storageErr(err))
+		}
+		p.mu.Lock()
+		p.q.SetBounds(p.log.Oldest(), p.log.Next())
+		p.mu.Unlock()
+		p.notify()
+		return appliedAppend{ok: true}
+	case cmdSettle:
+		if len(cmd) < 9 {
+			return p.applyFailed(fmt.Errorf("%w: short settle command", ErrCorrupt))
+		}
+		if d := binary.BigEndian.Uint64(cmd[1:9]); d > r.deliveredTo.Load() {
+			r.deliveredTo.Store(d)
+		}
+		offs, err := decodeSettle(cmd[9:])
+		if err != nil {
+			return p.applyFailed(err)
+		}
+		return appliedSettle{err: p.applySettle(offs)}
+	}
+	return p.applyFailed(fmt.Errorf("%w: unknown command %q (from a newer version?)", ErrCorrupt, cmd[0]))
+}
+
+// applyFailed stops this replica from applying: the entries after a failed one must
+// not be applied over a gap. A restart replays the group's log from the start.
+func (p *Partition) applyFailed(err error) any {
+	p.repl.failed.Store(true)
+	p.opts.Logger.Error("a replicated command could not be applied; this replica stops applying until the node restarts", "partition", p.opts.Index, "err", err)
+	return appliedAppend{err: err}
+}
+
+// applySettle makes a committed settlement durable in this replica's journal (under
+// the gate, as Settle does) and settles the offsets: a lease pinned by the settle
+// that proposed it, or any other, ends.
+func (p *Partition) applySettle(offs []uint64) error {
+	p.gate.RLock()
+	defer p.gate.RUnlock()
+	p.mu.Lock()
+	end := p.log.Next()
+	todo := offs[:0:0]
+	for _, o := range offs {
+		if o < end && !p.q.IsSettled(o) {
+			todo = append(todo, o)
+		}
+	}
+	p.mu.Unlock()
+	if len(todo) == 0 {
+		return nil
+	}
+	if _, err := p.journal.Append([]segment.Record{{Value: encodeSettle(todo), Timestamp: p.opts.WallClock()}}); err != nil {
+		p.applyFailed(storageErr(err))
+		return storageErr(err)
+	}
+	p.mu.Lock()
+	for _, o := range todo {
+		p.q.CommitSettle(o)
+	}
+	p.sinceCkpt++
+	wantCkpt := p.sinceCkpt >= p.opts.CheckpointEvery && !p.ckptRunning
+	if wantCkpt {
+		p.ckptRunning = true
+	}
+	p.armTimerLocked()
+	p.mu.Unlock()
+	if wantCkpt {
+		go func() {
+			if err := p.Checkpoint(); err != nil && !errors.Is(err, ErrClosed) {
+				p.opts.Logger.Error("queue checkpoint failed", "partition", p.opts.Index, "err", err)
+			}
+		}()
+	}
+	p.notify()
+	return nil
+}
+
+// confirmLeases checks, after leases were granted, that this replica still leads: a
+// leader paused past its election timeout and resumed must not hand out messages its
+// successor hands out too.
+func (p *Partition) confirmLeases(grants []queue.Grant) error {
+	ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
+	defer cancel()
+	if err := p.repl.group.Confirm(ctx); err != nil {
+		p.unleaseGrants(grants)
+		return p.groupErr(err)
+	}
+	return nil
+}
+
+func encodeAppendCmd(first uint64, ts int64, recs []segment.Record) []byte {
+	n := 1 + 8 + 8 + 4
+	for _, r := range recs {
+		n += 2*binary.MaxVarintLen64 + 2 + len(r.Key) + len(r.Value) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, cmdAppend)
+	b = binary.BigEndian.AppendUint64(b, first)
+	b = binary.BigEndian.AppendUint64(b, uint64(ts))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
+	for _, r := range recs {
+		b = binary.BigEndian.AppendUint16(b, r.Attrs)
+		if r.Key == nil {
+			b = append(b, 0)
+		} else {
+			b = append(b, 1)
+			b = binary.AppendUvarint(b, uint64(len(r.Key)))
+			b = append(b, r.Key...)
+		}
+		b = binary.AppendUvarint(b, uint64(len(r.Value)))
+		b = append(b, r.Value...)
+	}
+	return b
+}
+
+var errBadCommand = fmt.Errorf("%w: malformed replicated command", ErrCorrupt)
+
+func decodeAppendCmd(b []byte) (uint64, int64, []segment.Record, error) {
+	if len(b) < 21 {
+		return 0, 0, nil, errBadCommand
+	}
+	first := binary.BigEndian.Uint64(b[1:9])
+	ts := int64(binary.BigEndian.Uint64(b[9:17]))
+	n := binary.BigEndian.Uint32(b[17:21])
+	b = b[21:]
+	if uint64(n) > uint64(len(b)) {
+		return 0, 0, nil, errBadCommand
+	}
+	recs := make([]segment.Record, n)
+	bytesOf := func() ([]byte, bool) {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return nil, false
+		}
+		v := b[k : k+int(l) : k+int(l)]
+		b = b[k+int(l):]
+		return v, true
+	}
+	for i := range recs {
+		if len(b) < 3 {
+			return 0, 0, nil, errBadCommand
+		}
+		recs[i].Attrs = binary.BigEndian.Uint16(b)
+		hasKey := b[2]
+		b = b[3:]
+		if hasKey == 1 {
+			k, ok := bytesOf()
+			if !ok {
+				return 0, 0, nil, errBadCommand
+			}
+			recs[i].Key = k
+		}
+		v, ok := bytesOf()
+		if !ok {
+			return 0, 0, nil, errBadCommand
+		}
+		recs[i].Value = v
+	}
+	if len(b) != 0 {
+		return 0, 0, nil, errBadCommand
+	}
+	return first, ts, recs, nil
+}
+
+func encodeSettleCmd(deliveredTo uint64, offs []uint64) []byte {
+	b := make([]byte, 0, 9+len(offs)*2)
+	b = append(b, cmdSettle)
+	b = binary.BigEndian.AppendUint64(b, deliveredTo)
+	return append(b, encodeSettle(offs)...)
+}

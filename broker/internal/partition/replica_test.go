@@ -1,0 +1,190 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/narad-mq/narad/broker/internal/queue"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+)
+
+// fakeGroup is an in-memory consensus group: the replica at lead proposes, and a
+// proposal is "committed" by applying it to every replica in order at once. It keeps
+// the committed commands so a test can replay them.
+type fakeGroup struct {
+	mu       sync.Mutex
+	replicas []*Partition
+	lead     int
+	log      [][]byte
+}
+
+type member struct {
+	g *fakeGroup
+	i int
+}
+
+func (m member) Propose(_ context.Context, cmd []byte) (any, error) {
+	g := m.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lead != m.i {
+		return nil, ErrNotLeader
+	}
+	g.log = append(g.log, append([]byte(nil), cmd...))
+	var mine any
+	for i, p := range g.replicas {
+		res := p.Apply(cmd)
+		if i == m.i {
+			mine = res
+		}
+	}
+	return mine, nil
+}
+
+func (m member) Confirm(context.Context) error {
+	m.g.mu.Lock()
+	defer m.g.mu.Unlock()
+	if m.g.lead != m.i {
+		return ErrNotLeader
+	}
+	return nil
+}
+
+func openGroup(t *testing.T, n int) (*fakeGroup, []*Partition) {
+	t.Helper()
+	g := &fakeGroup{}
+	for i := range n {
+		fs := vfs.NewMem()
+		p := mustOpen(t, fs, func(o *Options) { o.Group = member{g: g, i: i} })
+		t.Cleanup(func() { _ = p.Close() })
+		g.replicas = append(g.replicas, p)
+	}
+	g.replicas[0].SetRole(true, 1)
+	return g, g.replicas
+}
+
+func TestReplicaWritesReachEveryReplica(t *testing.T) {
+	_, ps := openGroup(t, 3)
+	for i := range 5 {
+		if _, err := ps[0].Append([]segment.Record{{Key: []byte("k"), Value: []byte(fmt.Sprint(i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := leaseAll(t, ps[0])
+	if len(ds) != 5 {
+		t.Fatalf("leader leased %d, want 5", len(ds))
+	}
+	errs := ps[0].Settle([]SettleReq{{Offset: ds[0].Record.Offset, Nonce: ds[0].Nonce}, {Offset: ds[3].Record.Offset, Nonce: ds[3].Nonce}})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lead, _ := ps[0].Read(0, 10)
+	for _, f := range ps[1:] {
+		got, err := f.Read(0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 5 {
+			t.Fatalf("follower holds %d records, want 5", len(got))
+		}
+		for i := range got {
+			if got[i].Timestamp != lead[i].Timestamp || string(got[i].Value) != string(lead[i].Value) || string(got[i].Key) != "k" {
+				t.Fatalf("follower record %d = %+v, leader's %+v", i, got[i], lead[i])
+			}
+		}
+		if st, want := f.Stats(), ps[0].Stats(); st.Frontier != want.Frontier || st.AckedAhead != want.AckedAhead {
+			t.Fatalf("follower frontier %d acked-ahead %d, leader %d %d", st.Frontier, st.AckedAhead, want.Frontier, want.AckedAhead)
+		}
+		if _, err := f.Lease(10, 0, 1<<20); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("a follower leased: %v", err)
+		}
+		if _, err := f.Append([]segment.Record{{Value: []byte("x")}}); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("a follower appended: %v", err)
+		}
+	}
+}
+
+// A new leader redelivers everything unsettled, nothing settled, counts the old
+// leader's deliveries, and a handle of the old term is lost.
+func TestReplicaLeaderChange(t *testing.T) {
+	g, ps := openGroup(t, 3)
+	appendN(t, ps[0], 6)
+	ds := leaseAll(t, ps[0])
+	errs := ps[0].Settle([]SettleReq{{Offset: 1, Nonce: ds[1].Nonce}, {Offset: 2, Nonce: ds[2].Nonce}})
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	g.mu.Lock()
+	g.lead = 1
+	g.mu.Unlock()
+	ps[0].SetRole(false, 0)
+	ps[1].SetRole(true, 2)
+
+	if err := ps[0].Settle([]SettleReq{{Offset: 0, Nonce: ds[0].Nonce}})[0]; !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("the deposed leader settled: %v", err)
+	}
+	if err := ps[1].Settle([]SettleReq{{Offset: 0, Nonce: ds[0].Nonce}})[0]; !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("a handle of the old term settled on the new leader: %v", err)
+	}
+	got := leaseAll(t, ps[1])
+	if o := offsets(got); fmt.Sprint(o) != "[0 3 4 5]" {
+		t.Fatalf("new leader leased %v, want [0 3 4 5]", o)
+	}
+	for _, d := range got {
+		if d.Attempt < 2 {
+			t.Fatalf("offset %d delivered before the failover shows attempt %d", d.Record.Offset, d.Attempt)
+		}
+	}
+}
+
+// Applying the group's log again (a restart replays it) or a command naming a stale
+// offset (a proposal lost with a leader) changes nothing.
+func TestReplicaApplyIsIdempotent(t *testing.T) {
+	g, ps := openGroup(t, 2)
+	appendN(t, ps[0], 3)
+	ds := leaseAll(t, ps[0])
+	_ = ps[0].Settle([]SettleReq{{Offset: 1, Nonce: ds[1].Nonce}})
+	for _, cmd := range g.log {
+		for _, p := range ps {
+			p.Apply(cmd)
+		}
+	}
+	for _, p := range ps {
+		if next := p.Stats().End; next != 3 {
+			t.Fatalf("replaying the log changed the log end to %d", next)
+		}
+		if st := p.Stats(); st.AckedAhead != 1 || st.Frontier != 0 {
+			t.Fatalf("replay changed the settled state: %+v", st)
+		}
+	}
+	stale := encodeAppendCmd(1, 0, []segment.Record{{Value: []byte("late")}})
+	if res := ps[1].Apply(stale).(appliedAppend); res.ok || res.err != nil {
+		t.Fatalf("a command for offset 1 at end 3 was applied: %+v", res)
+	}
+	gap := encodeAppendCmd(7, 0, []segment.Record{{Value: []byte("gap")}})
+	if res := ps[1].Apply(gap).(appliedAppend); res.ok {
+		t.Fatal("a command past the log's end was applied")
+	}
+}
+
+func TestAppendCommandRoundTrip(t *testing.T) {
+	recs := []segment.Record{{Key: nil, Value: []byte("a"), Attrs: 3}, {Key: []byte{}, Value: []byte{}}, {Key: []byte("key"), Value: []byte("value")}}
+	first, ts, got, err := decodeAppendCmd(encodeAppendCmd(42, 1234, recs))
+	if err != nil || first != 42 || ts != 1234 || len(got) != 3 {
+		t.Fatalf("decoded %d %d %d records: %v", first, ts, len(got), err)
+	}
+	if got[0].Key != nil || got[0].Attrs != 3 || got[1].Key == nil || string(got[2].Key) != "key" || string(got[2].Value) != "value" {
+		t.Fatalf("decoded %+v", got)
+	}
+	for cut := 1; cut < len(encodeAppendCmd(42, 1234, recs)); cut++ {
+		if _, _, _, err := decodeAppendCmd(encodeAppendCmd(42, 1234, recs)[:cut]); err == nil {
+			t.Fatalf("a command cut at %d decoded", cut)
+		}
+	}
+}
