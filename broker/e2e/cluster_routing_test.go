@@ -18,9 +18,14 @@ import (
 // to the node that holds it over the node plane (cluster part 2).
 
 // placed creates topic name with one partition per node on nodes[0] and waits until
-// every node has it; it returns, per partition, the node that holds it.
+// every node has it; it returns, per partition, the node that holds it. The topic has
+// one replica per partition unless settings say otherwise: these tests are about
+// forwarding to the one node that holds a partition.
 func placed(t *testing.T, nodes []*clusterNode, name string, settings map[string]any) []*clusterNode {
 	t.Helper()
+	if _, ok := settings["replication_factor"]; !ok {
+		settings["replication_factor"] = 1
+	}
 	nodes[0].api.createTopic(name, settings)
 	var holders []*clusterNode
 	waitFor(t, 30*time.Second, "every node to list "+name+" with its placement", func() bool {

@@ -355,6 +355,18 @@ type Error struct {
 //   - `internal`: a bug; the message says what to report.
 type ErrorCode string
 
+// FollowerStats defines model for FollowerStats.
+type FollowerStats struct {
+	// Lag Messages it is behind the high watermark.
+	Lag int64 `json:"lag"`
+
+	// MatchOffset The replica holds every message below this offset.
+	MatchOffset int64 `json:"match_offset"`
+
+	// Node The node holding this replica.
+	Node string `json:"node"`
+}
+
 // Grant defines model for Grant.
 type Grant struct {
 	Action GrantAction `json:"action"`
@@ -514,7 +526,13 @@ type PartitionStats struct {
 	// Backlog Messages not yet settled (high watermark − frontier − acked ahead).
 	Backlog int64 `json:"backlog"`
 
-	// HighWatermark Messages below this are durable and deliverable.
+	// Epoch Replicated partitions only: the leader's election term. It grows with every change of leader; receipt handles of an older term answer 410.
+	Epoch *int64 `json:"epoch,omitempty"`
+
+	// Followers Replicated partitions only: each other replica's progress as the leader sees it. A message is acknowledged (202) once a majority of the replicas holds it.
+	Followers *[]FollowerStats `json:"followers,omitempty"`
+
+	// HighWatermark Messages below this are durable and deliverable. For a replicated partition: committed on a majority of its replicas and applied by its leader; no replica ever serves a message past it.
 	HighWatermark int64 `json:"high_watermark"`
 
 	// InFlight Messages under a lease now.
@@ -527,9 +545,11 @@ type PartitionStats struct {
 	NextOffset int64 `json:"next_offset"`
 
 	// OldestOffset First offset still stored.
-	OldestOffset int64    `json:"oldest_offset"`
-	Partition    int32    `json:"partition"`
-	Replicas     []string `json:"replicas"`
+	OldestOffset int64 `json:"oldest_offset"`
+	Partition    int32 `json:"partition"`
+
+	// Replicas Nodes holding a copy of the partition (replication_factor of them; the leader is one).
+	Replicas []string `json:"replicas"`
 }
 
 // ProduceBatchRequest defines model for ProduceBatchRequest.
@@ -666,7 +686,7 @@ type TopicSettings struct {
 	// Partitions Number of partitions (1 to 256, default 3). Fixed after create.
 	Partitions *int32 `json:"partitions,omitempty"`
 
-	// ReplicationFactor Replicas per partition (default 1 on a single node).
+	// ReplicationFactor Copies of each partition, on distinct nodes (default 3, or the cluster's number of nodes when fewer; 1 on a lone node). More than the cluster's nodes answers 409. A message is acknowledged once a majority of them hold it.
 	ReplicationFactor *int32 `json:"replication_factor,omitempty"`
 
 	// RetentionMs How long messages are kept, in ms (default 7 days). Whole segments older than this are deleted, acked or not.

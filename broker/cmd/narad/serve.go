@@ -54,6 +54,7 @@ func serve(args []string) (err error) {
 			return err
 		}
 		bopts.Peers = plane
+		bopts.Node = plane.Node()
 	} else if c.AdvertiseAddr != "" || !isWildcard(c.HTTPAddr) {
 		// A lone node shows its HTTP URL in its member record too (validated).
 		bopts.Cluster.HTTPAddr, _ = c.httpAdvertise()

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/narad-mq/narad/broker/internal/storage/format"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/transport"
 )
 
 // Options configures a Broker.
@@ -61,6 +63,10 @@ type Options struct {
 	// partitions placed on it and forwards the rest; without it (a lone node) it holds
 	// every partition.
 	Peers Peers
+	// Node is the node plane partitions replicate over (with Peers, in a cluster):
+	// with it, a topic's partitions have replication_factor replicas, each a Raft
+	// group (replication.go). Without it every partition has one replica.
+	Node *transport.Node
 	// MaxPeerInflight bounds the forwarded requests in flight to one node (default
 	// DefaultMaxPeerInflight); past it a forwarded request answers 503.
 	MaxPeerInflight int
@@ -135,6 +141,7 @@ type Broker struct {
 
 	syncer      *vfs.SyncGroup // nil in file sync mode
 	syncCloser  io.Closer      // what the Syncer opened for the group (nil: nothing)
+	repl        *replication   // nil without Options.Node
 	longPolls   atomic.Int64
 	copiersMu   sync.Mutex
 	copiers     map[copierKey]*copier
@@ -255,6 +262,13 @@ func Open(opts Options) (*Broker, error) {
 		b.closeSyncer()
 		return nil, err
 	}
+	if opts.Node != nil {
+		if err := b.startReplication(opts.Node); err != nil {
+			_ = b.meta.Close() // the replication error is the one to report
+			b.closeSyncer()
+			return nil, err
+		}
+	}
 	b.metrics.broker.Store(b) // the state gauges of /metrics read this broker now
 	return b, nil
 }
@@ -286,7 +300,8 @@ func (b *Broker) Start(ctx context.Context) error {
 	if err := b.reconcile(true); err != nil {
 		return err
 	}
-	b.wg.Add(3)
+	b.wg.Add(4)
+	go b.replicationLoop()
 	go b.retentionLoop()
 	go b.reconcileLoop()
 	go b.statsLoop()
@@ -348,6 +363,7 @@ func (b *Broker) reconcileLoop() {
 // settings. With sweep it also deletes directories no topic owns (left by a crash
 // between a delete and its clean-up); only call it once the metadata is current.
 func (b *Broker) reconcile(sweep bool) error {
+	b.syncPeers()
 	b.reconcileMu.Lock()
 	defer b.reconcileMu.Unlock()
 	defer b.reconciled.broadcast()
@@ -470,7 +486,7 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 			b.warnOrphan(m, i, filepath.Join(t.dir, strconv.Itoa(int(i))))
 			continue
 		}
-		p, err := partition.Open(partition.Options{
+		popts := partition.Options{
 			Dir:          filepath.Join(t.dir, strconv.Itoa(int(i))),
 			Index:        uint32(i),
 			Queue:        queueConfig(m),
@@ -482,10 +498,18 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 				b.metrics.Damaged.WithLabelValues(m.Name, log).Add(float64(n))
 			},
 			OnExpired: func(n int) { t.metrics.expiries.Add(float64(n)) },
-		})
+		}
+		var p *partition.Partition
+		var err error
+		if b.replicated(&m, int(i)) {
+			p, err = b.openReplica(t, m, int(i), popts)
+		} else {
+			p, err = partition.Open(popts)
+		}
 		if err != nil {
-			for _, q := range t.parts {
+			for j, q := range t.parts {
 				if q != nil {
+					b.closeReplica(t, j)
 					_ = q.Close() // the open error is the one to report
 				}
 			}
@@ -502,6 +526,9 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 func (b *Broker) holds(m meta.Topic, i int32) bool {
 	if b.opts.Peers == nil || int(i) >= len(m.Placement) {
 		return true
+	}
+	if b.replicated(&m, int(i)) {
+		return slices.Contains(m.Placement[i].Replicas, b.opts.NodeID)
 	}
 	return m.Placement[i].Leader == b.opts.NodeID
 }
@@ -590,10 +617,11 @@ func (b *Broker) refreshSchema(t *topic, m meta.Topic, all []meta.Topic) {
 func (b *Broker) closeTopic(t *topic, remove bool) {
 	close(t.done)
 	t.sig.broadcast()
-	for _, p := range t.parts {
+	for i, p := range t.parts {
 		if p == nil {
 			continue
 		}
+		b.closeReplica(t, i)
 		if err := p.Close(); err != nil {
 			b.log.Warn("closing partition", "topic", t.name, "err", err)
 		}
@@ -659,6 +687,12 @@ func (b *Broker) Close() error {
 	b.mu.Unlock()
 	for _, t := range ts {
 		b.closeTopic(t, false)
+	}
+	if b.repl != nil {
+		b.repl.host.Close()
+		if b.repl.sync != b.syncer {
+			b.repl.sync.Close()
+		}
 	}
 	b.closeSyncer()
 	return b.meta.Close()

@@ -61,8 +61,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		var backlog, inFlight, ackedAhead, segments, bytes float64
 		oldest := int64(-1)
 		for _, p := range t.parts {
-			if p == nil {
-				continue // reported by the node that holds it
+			if p == nil || !p.Leading() {
+				continue // reported by the node that serves it
 			}
 			st := p.Stats()
 			backlog += float64(st.Backlog)
@@ -110,8 +110,8 @@ func collectFanout(b *Broker, ch chan<- prometheus.Metric, ts []*topic) {
 		b.copiersMu.Unlock()
 		lag := 0.0
 		for i, p := range pt.parts {
-			if p == nil {
-				continue // reported by the node that holds it
+			if p == nil || !p.Leading() {
+				continue // reported by the node that serves it
 			}
 			end, cursor := p.Stats().End, uint64(0)
 			if cp != nil {

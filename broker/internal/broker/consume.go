@@ -150,7 +150,7 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) ([]Delivered,
 			if ctx.Err() != nil {
 				break
 			}
-			if t.parts[i] == nil && (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown)) {
+			if !t.leads(i) && (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown)) {
 				// The holder is down or busy: serve the others. A lease it may have
 				// taken comes back after the visibility timeout.
 				if downErr == nil {

@@ -94,6 +94,10 @@ type ConflictError = meta.ConflictError
 
 func (b *Broker) partitionErr(err error, op string) error {
 	switch {
+	case errors.Is(err, partition.ErrOutcomeUnknown):
+		return errors.Join(ErrOutcomeUnknown, err)
+	case errors.Is(err, partition.ErrNotLeader):
+		return errors.Join(ErrUnavailable, err)
 	case errors.Is(err, partition.ErrClosed):
 		if b.closing.Load() {
 			return ErrUnavailable

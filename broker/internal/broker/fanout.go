@@ -255,8 +255,8 @@ func (c *copier) round() (time.Duration, error) {
 	now := partition.WallMillis()
 	var errs error
 	for pp, p := range c.parent.parts {
-		if p == nil {
-			continue // the node holding this parent partition copies it
+		if p == nil || !p.Leading() {
+			continue // the node serving this parent partition copies it
 		}
 		from := c.cursors[pp].Load()
 		recs, err := p.Read(from, copyBatch)
@@ -479,8 +479,8 @@ func (b *Broker) Children(parent string) ([]ChildInfo, error) {
 			continue
 		}
 		ci := ChildInfo{Name: m.Name, DelayMs: m.FanoutDelayMs, Paused: b.fanoutDenied(m, parent)}
-		for i, p := range pt.parts {
-			if p == nil {
+		for i := range pt.parts {
+			if !pt.leads(i) {
 				l, err := b.remoteLag(pt, i, m)
 				if err != nil {
 					return nil, err

@@ -51,7 +51,10 @@ func (b *Broker) upPartition(t *topic, p int) int {
 	n := len(t.parts)
 	for k := range n {
 		i := (p + k) % n
-		if node := t.holderOf(i); node == "" || b.peerUp(node) {
+		if t.leads(i) {
+			return i
+		}
+		if node := b.holderOf(t, i); node != "" && b.peerUp(node) {
 			return i
 		}
 	}

@@ -99,6 +99,7 @@ type dataResp struct {
 	Errs       []*wireErr           `json:"errs,omitempty"`
 	Ready      bool                 `json:"ready,omitempty"`
 	Lag        *ChildLag            `json:"lag,omitempty"`
+	Repl       *ReplicaInfo         `json:"repl,omitempty"`
 	Err        *wireErr             `json:"err,omitempty"`
 }
 
@@ -107,6 +108,9 @@ type dataResp struct {
 type wireErr struct {
 	Code string `json:"code"`
 	Msg  string `json:"msg"`
+	// Leader is, with not_leader, the node the answering replica knows leads the
+	// partition ("" when it knows none: an election is running).
+	Leader string `json:"leader,omitempty"`
 }
 
 var dataSentinels = []struct {
@@ -114,6 +118,8 @@ var dataSentinels = []struct {
 	err  error
 }{
 	{"lease_lost", queue.ErrLeaseLost},
+	{"not_leader", partition.ErrNotLeader},
+	{"outcome_unknown", partition.ErrOutcomeUnknown},
 	{"acked_ahead_full", queue.ErrAckedAheadFull},
 	{"not_undone", segment.ErrNotUndone}, // before storage: both match such an error
 	{"corrupt", partition.ErrCorrupt},
@@ -174,22 +180,32 @@ func newRemote() *remote {
 	return &remote{inflight: map[string]int{}, downTill: map[string]time.Time{}, watch: map[watchKey]bool{}, watches: map[string]int{}}
 }
 
-// holderOf returns the node that holds partition p of topic t ("" for this node).
-func (t *topic) holderOf(p int) string {
-	if p < len(t.parts) && t.parts[p] != nil {
+// leads reports whether this node serves partition p of t: it holds it and, for a
+// replicated partition, leads it.
+func (t *topic) leads(p int) bool {
+	return p < len(t.parts) && t.parts[p] != nil && t.parts[p].Leading()
+}
+
+// holderOf returns the node that serves partition p of topic t ("" for this node, or
+// for a replicated partition whose leader is not known now).
+func (b *Broker) holderOf(t *topic, p int) string {
+	if t.leads(p) {
 		return ""
 	}
 	m := t.cur.Load()
+	if b.replicated(m, p) {
+		return b.leaderOf(t, p)
+	}
 	if p < len(m.Placement) {
 		return m.Placement[p].Leader
 	}
 	return ""
 }
 
-// hasRemote reports whether some partition of t lives on another node.
+// hasRemote reports whether some partition of t is served by another node.
 func (t *topic) hasRemote() bool {
-	for _, p := range t.parts {
-		if p == nil {
+	for i := range t.parts {
+		if !t.leads(i) {
 			return true
 		}
 	}
@@ -265,6 +281,19 @@ func (b *Broker) callOnce(ctx context.Context, node string, req *dataReq, timeou
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if b.repl != nil {
+		// Stop waiting as soon as the node is found dead (about a second of silence),
+		// not at the end of the timeout: a failover should not wait out a dead peer.
+		if down := b.repl.host.PeerDown(raftID(m.ServerID)); down != nil {
+			go func() {
+				select {
+				case <-down:
+					cancel()
+				case <-cctx.Done():
+				}
+			}()
+		}
+	}
 	out, err := b.opts.Peers.Call(cctx, m.ClusterAddr, body)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -325,52 +354,71 @@ func (b *Broker) dataReq(t *topic, kind string, p int) *dataReq {
 
 // appendTo appends records to partition p of t, wherever it lives.
 func (b *Broker) appendTo(ctx context.Context, t *topic, p int, recs []segment.Record) (uint64, error) {
-	if lp := t.parts[p]; lp != nil {
-		return lp.Append(recs)
-	}
+	var first uint64
+	var lerr error
 	req := b.dataReq(t, dataAppend, p)
 	req.Records, req.Principal = recs, principalOf(ctx)
 	// The write is not tied to the client: once sent it runs to its end on the holder,
 	// as a local append runs to its fsync.
-	resp, err := b.call(context.WithoutCancel(ctx), t.holderOf(p), req, remoteCallTimeout)
+	resp, err := b.route(context.WithoutCancel(ctx), t, p, req, remoteCallTimeout, func(lp *partition.Partition) bool {
+		first, lerr = lp.Append(recs)
+		return !errors.Is(lerr, partition.ErrNotLeader)
+	})
 	if err != nil {
 		return 0, err
+	}
+	if resp == nil {
+		return first, lerr
 	}
 	return resp.First, fromWireErr(resp.Err)
 }
 
 // leaseOn leases from partition p of t, wherever it lives.
 func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.Duration, maxBytes int) ([]partition.Delivery, error) {
-	if lp := t.parts[p]; lp != nil {
-		return lp.Lease(limit, vis, maxBytes)
-	}
+	var ds []partition.Delivery
+	var lerr error
 	req := b.dataReq(t, dataLease, p)
 	req.Limit, req.DurationMs, req.MaxBytes, req.Principal = limit, vis.Milliseconds(), maxBytes, principalOf(ctx)
 	// Once sent, the lease is taken on the holder whether or not the client stays: wait
 	// for the answer (within remoteCallTimeout), so the caller can hand back what a gone
 	// client was leased instead of leaving it hidden for a visibility timeout.
-	resp, err := b.call(context.WithoutCancel(ctx), t.holderOf(p), req, remoteCallTimeout)
+	resp, err := b.route(context.WithoutCancel(ctx), t, p, req, remoteCallTimeout, func(lp *partition.Partition) bool {
+		ds, lerr = lp.Lease(limit, vis, maxBytes)
+		return !errors.Is(lerr, partition.ErrNotLeader)
+	})
 	if err != nil {
 		return nil, err
+	}
+	if resp == nil {
+		return ds, lerr
 	}
 	return resp.Deliveries, fromWireErr(resp.Err)
 }
 
 // settleOn settles leases of partition p of t, wherever it lives.
 func (b *Broker) settleOn(t *topic, p int, reqs []partition.SettleReq) []error {
-	if lp := t.parts[p]; lp != nil {
-		return lp.Settle(reqs)
-	}
+	var lerrs []error
 	req := b.dataReq(t, dataSettle, p)
 	req.Settles = reqs
 	errs := make([]error, len(reqs))
-	resp, err := b.call(context.Background(), t.holderOf(p), req, remoteCallTimeout)
+	resp, err := b.route(context.Background(), t, p, req, remoteCallTimeout, func(lp *partition.Partition) bool {
+		lerrs = lp.Settle(reqs)
+		for _, e := range lerrs {
+			if errors.Is(e, partition.ErrNotLeader) {
+				return false
+			}
+		}
+		return true
+	})
+	if err == nil && resp == nil {
+		return lerrs
+	}
 	if err == nil && resp.Err != nil {
 		// The holder refused the whole request (the topic is deleted there, or it has
 		// not caught up with it): nothing was settled, for the reason it gives.
 		err = fromWireErr(resp.Err)
 	} else if err == nil && len(resp.Errs) != len(reqs) {
-		err = fmt.Errorf("%w: node %q answered %d results for %d settles", ErrOutcomeUnknown, t.holderOf(p), len(resp.Errs), len(reqs))
+		err = fmt.Errorf("%w: the node holding partition %d answered %d results for %d settles", ErrOutcomeUnknown, p, len(resp.Errs), len(reqs))
 	}
 	for i := range errs {
 		if err != nil {
@@ -384,17 +432,22 @@ func (b *Broker) settleOn(t *topic, p int, reqs []partition.SettleReq) []error {
 
 // extendOn extends (or, with d 0, hands back) a lease of partition p of t.
 func (b *Broker) extendOn(t *topic, p int, off uint64, n queue.Nonce, d time.Duration, kind string) error {
-	if lp := t.parts[p]; lp != nil {
-		if kind == dataHandBack {
-			return lp.HandBack(off, n)
-		}
-		return lp.Extend(off, n, d)
-	}
+	var lerr error
 	req := b.dataReq(t, kind, p)
 	req.Offset, req.Nonce, req.DurationMs = off, n, d.Milliseconds()
-	resp, err := b.call(context.Background(), t.holderOf(p), req, remoteCallTimeout)
+	resp, err := b.route(context.Background(), t, p, req, remoteCallTimeout, func(lp *partition.Partition) bool {
+		if kind == dataHandBack {
+			lerr = lp.HandBack(off, n)
+		} else {
+			lerr = lp.Extend(off, n, d)
+		}
+		return !errors.Is(lerr, partition.ErrNotLeader)
+	})
 	if err != nil {
 		return err
+	}
+	if resp == nil {
+		return lerr
 	}
 	return fromWireErr(resp.Err)
 }
@@ -403,16 +456,22 @@ func (b *Broker) extendOn(t *topic, p int, off uint64, n queue.Nonce, d time.Dur
 // at or after fromTimeMs, when that is later), and returns where the read started and
 // the partition's counters.
 func (b *Broker) readOn(ctx context.Context, t *topic, p int, from uint64, fromTimeMs *int64, max int) ([]segment.Record, uint64, queue.Stats, error) {
-	if lp := t.parts[p]; lp != nil {
-		return readLocal(lp, from, fromTimeMs, max)
-	}
+	var recs []segment.Record
+	var start uint64
+	var st queue.Stats
+	var lerr error
 	req := b.dataReq(t, dataRead, p)
 	req.Offset, req.FromTimeMs, req.Limit, req.Principal = from, fromTimeMs, max, principalOf(ctx)
-	resp, err := b.call(ctx, t.holderOf(p), req, remoteCallTimeout)
+	resp, err := b.route(ctx, t, p, req, remoteCallTimeout, func(lp *partition.Partition) bool {
+		recs, start, st, lerr = readLocal(lp, from, fromTimeMs, max)
+		return true
+	})
 	if err != nil {
 		return nil, 0, queue.Stats{}, err
 	}
-	var st queue.Stats
+	if resp == nil {
+		return recs, start, st, lerr
+	}
 	if resp.Stats != nil {
 		st = *resp.Stats
 	}
@@ -433,20 +492,32 @@ func readLocal(p *partition.Partition, from uint64, fromTimeMs *int64, limit int
 
 // statsOf returns the counters of partition p of t, wherever it lives.
 func (b *Broker) statsOf(ctx context.Context, t *topic, p int) (queue.Stats, error) {
-	if lp := t.parts[p]; lp != nil {
-		return lp.Stats(), nil
-	}
-	resp, err := b.call(ctx, t.holderOf(p), b.dataReq(t, dataStats, p), remoteCallTimeout)
+	st, _, err := b.statsAndReplicas(ctx, t, p)
+	return st, err
+}
+
+// statsAndReplicas is statsOf with, for a replicated partition, its replication state
+// as its leader sees it.
+func (b *Broker) statsAndReplicas(ctx context.Context, t *topic, p int) (queue.Stats, *ReplicaInfo, error) {
+	var st queue.Stats
+	var ri *ReplicaInfo
+	resp, err := b.route(ctx, t, p, b.dataReq(t, dataStats, p), remoteCallTimeout, func(lp *partition.Partition) bool {
+		st, ri = lp.Stats(), b.localReplicaInfo(t, p)
+		return true
+	})
 	if err != nil {
-		return queue.Stats{}, err
+		return queue.Stats{}, nil, err
+	}
+	if resp == nil {
+		return st, ri, nil
 	}
 	if err := fromWireErr(resp.Err); err != nil {
-		return queue.Stats{}, err
+		return queue.Stats{}, nil, err
 	}
 	if resp.Stats == nil {
-		return queue.Stats{}, fmt.Errorf("%w: node %q sent no counters", ErrOutcomeUnknown, t.holderOf(p))
+		return queue.Stats{}, nil, fmt.Errorf("%w: node %q sent no counters", ErrOutcomeUnknown, b.holderOf(t, p))
 	}
-	return *resp.Stats, nil
+	return *resp.Stats, resp.Repl, nil
 }
 
 // remoteLag asks the node holding partition i of parent pt how far child m's copy
@@ -454,7 +525,7 @@ func (b *Broker) statsOf(ctx context.Context, t *topic, p int) (queue.Stats, err
 func (b *Broker) remoteLag(pt *topic, i int, m meta.Topic) (ChildLag, error) {
 	req := b.dataReq(pt, dataLag, i)
 	req.Child, req.ChildInc, req.AttachID = m.Name, m.Incarnation, m.AttachID
-	resp, err := b.call(context.Background(), pt.holderOf(i), req, remoteCallTimeout)
+	resp, err := b.call(context.Background(), b.holderOf(pt, i), req, remoteCallTimeout)
 	if err != nil {
 		return ChildLag{}, err
 	}
@@ -462,7 +533,7 @@ func (b *Broker) remoteLag(pt *topic, i int, m meta.Topic) (ChildLag, error) {
 		return ChildLag{}, err
 	}
 	if resp.Lag == nil {
-		return ChildLag{}, fmt.Errorf("%w: node %q sent no lag", ErrOutcomeUnknown, pt.holderOf(i))
+		return ChildLag{}, fmt.Errorf("%w: node %q sent no lag", ErrOutcomeUnknown, b.holderOf(pt, i))
 	}
 	return *resp.Lag, nil
 }
@@ -470,22 +541,29 @@ func (b *Broker) remoteLag(pt *topic, i int, m meta.Topic) (ChildLag, error) {
 // allStats returns every partition's counters, asking the holders in parallel. A
 // partition whose holder cannot answer has its error in errs.
 func (b *Broker) allStats(ctx context.Context, t *topic) ([]queue.Stats, []error) {
+	out, _, errs := b.allStatsAndReplicas(ctx, t)
+	return out, errs
+}
+
+// allStatsAndReplicas is allStats with each replicated partition's ReplicaInfo.
+func (b *Broker) allStatsAndReplicas(ctx context.Context, t *topic) ([]queue.Stats, []*ReplicaInfo, []error) {
 	out := make([]queue.Stats, len(t.parts))
+	ris := make([]*ReplicaInfo, len(t.parts))
 	errs := make([]error, len(t.parts))
 	var wg sync.WaitGroup
 	for i := range t.parts {
-		if t.parts[i] != nil {
-			out[i] = t.parts[i].Stats()
+		if t.leads(i) {
+			out[i], ris[i] = t.parts[i].Stats(), b.localReplicaInfo(t, i)
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = b.statsOf(ctx, t, i)
+			out[i], ris[i], errs[i] = b.statsAndReplicas(ctx, t, i)
 		}()
 	}
 	wg.Wait()
-	return out, errs
+	return out, ris, errs
 }
 
 // watchRemote makes sure a watch runs on every other node holding partitions of t
@@ -498,8 +576,8 @@ func (b *Broker) allStats(ctx context.Context, t *topic) ([]queue.Stats, []error
 func (b *Broker) watchRemote(t *topic) {
 	byNode := map[string][]int32{}
 	for i := range t.parts {
-		if t.parts[i] == nil {
-			byNode[t.holderOf(i)] = append(byNode[t.holderOf(i)], int32(i))
+		if !t.leads(i) {
+			byNode[b.holderOf(t, i)] = append(byNode[b.holderOf(t, i)], int32(i))
 		}
 	}
 	for node, parts := range byNode {
@@ -599,10 +677,18 @@ func (b *Broker) HandleData(ctx context.Context, body []byte) ([]byte, error) {
 func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 	t, err := b.heldTopic(ctx, req)
 	if err != nil {
+		if t != nil {
+			return &dataResp{Err: b.notLeader(t, int(req.Partition), err)}
+		}
 		return &dataResp{Err: toWireErr(err)}
 	}
 	p := t.parts[req.Partition]
 	var resp dataResp
+	if !p.Leading() {
+		// A replica that does not lead serves nothing: the caller follows the hint.
+		resp.Err = b.notLeader(t, int(req.Partition), partition.ErrNotLeader)
+		return &resp
+	}
 	switch req.Kind {
 	case dataAppend:
 		resp.First, err = p.Append(req.Records)
@@ -626,6 +712,7 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 	case dataStats:
 		st := p.Stats()
 		resp.Stats = &st
+		resp.Repl = b.localReplicaInfo(t, int(req.Partition))
 	case dataLag:
 		var m meta.Topic
 		if m, err = b.childAsOf(ctx, req); err == nil {
@@ -640,7 +727,7 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 	if err != nil && errors.Is(err, partition.ErrClosed) && b.closing.Load() {
 		err = errors.Join(ErrUnavailable, err)
 	}
-	resp.Err = toWireErr(err)
+	resp.Err = b.notLeader(t, int(req.Partition), err)
 	return &resp
 }
 
@@ -656,7 +743,14 @@ func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 		case err == nil && t.incarnation == req.Incarnation:
 			ps := append([]int32{req.Partition}, req.Parts...)
 			for _, p := range ps {
-				if p < 0 || int(p) >= len(t.parts) || t.parts[p] == nil {
+				if p < 0 || int(p) >= len(t.parts) {
+					return nil, fmt.Errorf("%w: partition %d of topic %q is not held by node %q", ErrUnavailable, p, req.Topic, b.opts.NodeID)
+				}
+				if t.parts[p] == nil {
+					if b.replicated(t.cur.Load(), int(p)) {
+						// Sent here on a stale hint: point the caller at the leader.
+						return t, fmt.Errorf("%w: node %q holds no replica of partition %d of topic %q", partition.ErrNotLeader, b.opts.NodeID, p, req.Topic)
+					}
 					return nil, fmt.Errorf("%w: partition %d of topic %q is not held by node %q", ErrUnavailable, p, req.Topic, b.opts.NodeID)
 				}
 			}

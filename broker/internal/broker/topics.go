@@ -56,12 +56,16 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 	if err := firstInvalid(errors.Join(
 		checkRange("partitions", s.Partitions, 1, MaxPartitions),
 		checkSettings(s.RetentionMs, s.VisibilityMs, s.MaxInFlight, s.MaxAckedAhead),
-		checkRange("replication_factor", s.ReplicationFactor, 1, 1),
+		checkRange("replication_factor", s.ReplicationFactor, 1, b.maxReplicationFactor()),
 	)); err != nil {
 		var inv *InvalidError
-		if errors.As(err, &inv) && s.ReplicationFactor != nil && *s.ReplicationFactor != 1 {
+		if errors.As(err, &inv) && s.ReplicationFactor != nil && b.repl == nil && *s.ReplicationFactor != 1 {
 			inv.Msg = "replication_factor must be 1: this node runs alone"
 		}
+		return meta.Topic{}, err
+	}
+	rf, err := b.replicationFactor(s.ReplicationFactor)
+	if err != nil {
 		return meta.Topic{}, err
 	}
 	if len(s.Schema) > 0 {
@@ -99,7 +103,7 @@ func (b *Broker) CreateTopic(ctx context.Context, s TopicSpec) (meta.Topic, erro
 			VisibilityMs:      orDefault(s.VisibilityMs, d.VisibilityMs),
 			MaxInFlight:       orDefault(s.MaxInFlight, d.MaxInFlight),
 			MaxAckedAhead:     orDefault(s.MaxAckedAhead, d.MaxAckedAhead),
-			ReplicationFactor: 1,
+			ReplicationFactor: rf,
 			Schema:            s.Schema,
 			Parent:            orDefault(s.Parent, ""),
 			ParentIncarnation: parentInc, // the incarnation start was read from
@@ -147,6 +151,10 @@ type PartitionInfo struct {
 	Index  int32
 	Stats  queue.Stats
 	Leader string
+	// Replicas are the nodes holding a copy; Replication is, for a replicated
+	// partition whose leader answered, its term and followers.
+	Replicas    []string
+	Replication *ReplicaInfo
 	// Available is false when the node holding the partition could not be reached;
 	// Stats is then zero.
 	Available bool
@@ -170,14 +178,20 @@ func (b *Broker) Topic(name string) (meta.Topic, []PartitionInfo, error) {
 	if err != nil {
 		return meta.Topic{}, nil, err
 	}
-	stats, errs := b.allStats(context.Background(), t)
+	stats, ris, errs := b.allStatsAndReplicas(context.Background(), t)
 	infos := make([]PartitionInfo, len(t.parts))
+	m := t.cur.Load()
 	for i := range t.parts {
-		leader := t.holderOf(i)
-		if leader == "" {
-			leader = b.opts.NodeID
+		leader := b.opts.NodeID
+		if !t.leads(i) {
+			leader = b.holderOf(t, i)
 		}
-		infos[i] = PartitionInfo{Index: int32(i), Stats: stats[i], Leader: leader, Available: true}
+		infos[i] = PartitionInfo{Index: int32(i), Stats: stats[i], Leader: leader, Available: true, Replication: ris[i]}
+		if i < len(m.Placement) {
+			infos[i].Replicas = m.Placement[i].Replicas
+		} else {
+			infos[i].Replicas = []string{leader}
+		}
 		switch err := errs[i]; {
 		case err == nil:
 		case errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown):

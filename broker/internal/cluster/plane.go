@@ -159,6 +159,10 @@ var _ meta.Forwarder = (*Plane)(nil)
 // RaftTransport is Raft's transport over the node plane, for meta.Cluster.Transport.
 func (p *Plane) RaftTransport() raft.Transport { return p.raft }
 
+// Node returns the node plane itself, for the operations of other packages (partition
+// replication registers its own).
+func (p *Plane) Node() *transport.Node { return p.node }
+
 // Addr is this node's cluster address as peers dial it.
 func (p *Plane) Addr() string { return p.node.Addr() }
 

@@ -100,8 +100,16 @@ func (h *handlers) GetTopic(ctx context.Context, r apigen.GetTopicRequestObject)
 			InFlight:      int64(s.InFlight),
 			Backlog:       int64(s.Backlog),
 			Leader:        p.Leader,
-			Replicas:      []string{p.Leader},
+			Replicas:      p.Replicas,
 			Available:     &p.Available,
+		}
+		if ri := p.Replication; ri != nil {
+			epoch := int64(ri.Epoch)
+			fs := make([]apigen.FollowerStats, len(ri.Followers))
+			for j, f := range ri.Followers {
+				fs[j] = apigen.FollowerStats{Node: f.Node, MatchOffset: int64(f.MatchOffset), Lag: int64(f.Lag)}
+			}
+			out.PartitionStats[i].Epoch, out.PartitionStats[i].Followers = &epoch, &fs
 		}
 	}
 	return out, nil

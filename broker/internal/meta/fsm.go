@@ -369,7 +369,10 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 			}
 			t = f.linked(parent, t, t.FanoutDelayMs, c.Start, index)
 		}
-		t.Placement = f.place(t.Partitions)
+		t.Placement = f.place(t.Partitions, t.ReplicationFactor)
+		if len(t.Placement) > 0 {
+			t.ReplicationFactor = int32(len(t.Placement[0].Replicas))
+		}
 		f.topics[t.Name] = t
 		return applyResult{topic: t}
 	case "delete_topic":

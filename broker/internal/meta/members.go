@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"slices"
 	"sort"
 	"strings"
 )
@@ -50,9 +51,10 @@ func (m Member) check() error {
 	return nil
 }
 
-// Placement is where one partition lives: its replica set (node ids), the replica that
-// leads it, and an epoch that grows with every change of leader. For now every
-// partition has one replica, which leads it.
+// Placement is where one partition lives: its replica set (node ids), the replica
+// preferred to lead it (where requests go first; the partition's Raft group elects
+// the actual leader), and an epoch for changes of the replica set. A partition with
+// one replica is a plain single-node partition; with more, one Raft group.
 type Placement struct {
 	Replicas []string `json:"replicas"`
 	Leader   string   `json:"leader"`
@@ -80,7 +82,7 @@ func (f *fsm) applyCluster(c command) applyResult {
 		for _, name := range f.sortedTopicNames() {
 			t := f.topics[name]
 			if len(t.Placement) == 0 {
-				t.Placement = f.place(t.Partitions)
+				t.Placement = f.place(t.Partitions, 1)
 				f.topics[name] = t
 			}
 		}
@@ -100,15 +102,20 @@ func (f *fsm) applyCluster(c command) applyResult {
 	return applyResult{}
 }
 
-// place spreads n new partitions over the alive members, each on the member holding
-// the fewest partitions (ties by id), so they spread evenly. It reads only the
-// replicated state, so every replica computes the same placement. With no alive member
-// (a log from before init_cluster) the partitions stay unplaced until init_cluster.
-// Called with f.mu held.
-func (f *fsm) place(n int32) []Placement {
+// place spreads n new partitions of rf replicas each over the alive members: each
+// replica on the member holding the fewest replicas (ties by id), never two of one
+// partition on one member, and the leader on the replica that leads the fewest, so
+// both spread evenly. rf is capped at the alive members (the broker refuses more
+// before proposing). It reads only the replicated state, so every replica computes
+// the same placement. With no alive member (a log from before init_cluster) the
+// partitions stay unplaced until init_cluster. Called with f.mu held.
+func (f *fsm) place(n, rf int32) []Placement {
 	var live []string
 	for id, m := range f.members {
-		if m.Status == StatusAlive {
+		// A replicated partition may be placed on a member that has not sent its first
+		// heartbeat yet (a cluster just bootstrapped); a single replica only on one known
+		// alive, as before replication, so old logs place the same.
+		if m.Status == StatusAlive || (rf > 1 && m.Status == StatusJoining) {
 			live = append(live, id)
 		}
 	}
@@ -116,17 +123,38 @@ func (f *fsm) place(n int32) []Placement {
 		return nil
 	}
 	sort.Strings(live)
+	rf = max(1, min(rf, int32(len(live))))
 	held := f.heldCounts()
+	led := map[string]int{}
+	for _, t := range f.topics {
+		for _, p := range t.Placement {
+			led[p.Leader]++
+		}
+	}
 	out := make([]Placement, n)
 	for i := range out {
-		best := live[0]
-		for _, id := range live[1:] {
-			if held[id] < held[best] {
-				best = id
+		var reps []string
+		for range rf {
+			best := ""
+			for _, id := range live {
+				if slices.Contains(reps, id) {
+					continue
+				}
+				if best == "" || held[id] < held[best] {
+					best = id
+				}
+			}
+			held[best]++
+			reps = append(reps, best)
+		}
+		leader := reps[0]
+		for _, id := range reps[1:] {
+			if led[id] < led[leader] {
+				leader = id
 			}
 		}
-		held[best]++
-		out[i] = Placement{Replicas: []string{best}, Leader: best, Epoch: 1}
+		led[leader]++
+		out[i] = Placement{Replicas: reps, Leader: leader, Epoch: 1}
 	}
 	return out
 }

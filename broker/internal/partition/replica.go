@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,44 @@ type replica struct {
 
 	deliveredTo atomic.Uint64 // the highest delivered-to mark applied (see Reset)
 	failed      atomic.Bool   // an apply failed: this replica stopped applying
+
+	marksMu sync.Mutex
+	marks   []indexMark // the log's end after recent group entries, oldest first
+}
+
+// indexMark is the message log's end once the group entry at index was applied.
+type indexMark struct{ index, end uint64 }
+
+// maxMarks bounds the marks kept: a follower further behind shows its lag from the
+// oldest mark kept (it is at least that far behind).
+const maxMarks = 4096
+
+func (r *replica) mark(index, end uint64) {
+	r.marksMu.Lock()
+	defer r.marksMu.Unlock()
+	if n := len(r.marks); n > 0 && r.marks[n-1].end == end {
+		return // the end is known from the first index that reached it
+	}
+	if len(r.marks) >= maxMarks {
+		r.marks = append(r.marks[:0], r.marks[maxMarks/2:]...)
+	}
+	r.marks = append(r.marks, indexMark{index: index, end: end})
+}
+
+// OffsetAtIndex returns the message log's end once the group's entries up to index
+// were applied: how far a follower whose log matches up to index holds the messages.
+func (p *Partition) OffsetAtIndex(index uint64) uint64 {
+	r := p.repl
+	if r == nil {
+		return 0
+	}
+	r.marksMu.Lock()
+	defer r.marksMu.Unlock()
+	i := sort.Search(len(r.marks), func(i int) bool { return r.marks[i].index > index })
+	if i == 0 {
+		return 0
+	}
+	return r.marks[i-1].end
 }
 
 // appliedAppend is Apply's answer to an append command.
@@ -222,11 +261,12 @@ func (p *Partition) settleReplicated(reqs []SettleReq) []error {
 // same order. An append is written only at the log's end, so a command applied again
 // (a restart replays the group's log) or one that names a stale offset changes
 // nothing. A settle of an offset already settled changes nothing.
-func (p *Partition) Apply(cmd []byte) any {
+func (p *Partition) Apply(index uint64, cmd []byte) any {
 	r := p.repl
 	if r == nil || len(cmd) == 0 {
 		return nil
 	}
+	defer func() { r.mark(index, p.log.Next()) }()
 	if r.failed.Load() {
 		return appliedAppend{err: fmt.Errorf("%w: this replica stopped applying after a failed write; restart the node", ErrStorage)}
 	}

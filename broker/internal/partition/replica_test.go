@@ -37,7 +37,7 @@ func (m member) Propose(_ context.Context, cmd []byte) (any, error) {
 	g.log = append(g.log, append([]byte(nil), cmd...))
 	var mine any
 	for i, p := range g.replicas {
-		res := p.Apply(cmd)
+		res := p.Apply(uint64(len(g.log)), cmd)
 		if i == m.i {
 			mine = res
 		}
@@ -152,7 +152,7 @@ func TestReplicaApplyIsIdempotent(t *testing.T) {
 	_ = ps[0].Settle([]SettleReq{{Offset: 1, Nonce: ds[1].Nonce}})
 	for _, cmd := range g.log {
 		for _, p := range ps {
-			p.Apply(cmd)
+			p.Apply(0, cmd)
 		}
 	}
 	for _, p := range ps {
@@ -164,11 +164,11 @@ func TestReplicaApplyIsIdempotent(t *testing.T) {
 		}
 	}
 	stale := encodeAppendCmd(1, 0, []segment.Record{{Value: []byte("late")}})
-	if res := ps[1].Apply(stale).(appliedAppend); res.ok || res.err != nil {
+	if res := ps[1].Apply(0, stale).(appliedAppend); res.ok || res.err != nil {
 		t.Fatalf("a command for offset 1 at end 3 was applied: %+v", res)
 	}
 	gap := encodeAppendCmd(7, 0, []segment.Record{{Value: []byte("gap")}})
-	if res := ps[1].Apply(gap).(appliedAppend); res.ok {
+	if res := ps[1].Apply(0, gap).(appliedAppend); res.ok {
 		t.Fatal("a command past the log's end was applied")
 	}
 }

@@ -3,6 +3,8 @@ package raftetcd
 import (
 	"context"
 	"encoding/binary"
+	"slices"
+	"sort"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -105,6 +107,12 @@ func (g *group) run() {
 			if !raft.IsEmptyHardState(rd.HardState) {
 				g.hs = rd.HardState
 			}
+			if !raft.IsEmptySnap(rd.Snapshot) {
+				g.mu.Lock()
+				g.voters = append([]uint64(nil), rd.Snapshot.Metadata.ConfState.Voters...)
+				g.applied = max(g.applied, rd.Snapshot.Metadata.Index)
+				g.mu.Unlock()
+			}
 			g.h.send(g.id, 0, later)
 			for _, e := range rd.CommittedEntries {
 				g.apply(e)
@@ -144,6 +152,10 @@ func (g *group) apply(e raftpb.Entry) {
 		g.applied = e.Index
 		g.mu.Unlock()
 	}()
+	if e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2 {
+		g.applyConfChange(e)
+		return
+	}
 	if e.Type != raftpb.EntryNormal {
 		return
 	}
@@ -180,6 +192,33 @@ func (g *group) apply(e raftpb.Entry) {
 	if ch != nil {
 		ch <- proposal{index: e.Index, result: res}
 	}
+}
+
+// applyConfChange applies a committed membership change of the group.
+func (g *group) applyConfChange(e raftpb.Entry) {
+	var cc raftpb.ConfChangeI
+	if e.Type == raftpb.EntryConfChange {
+		var c raftpb.ConfChange
+		if err := c.Unmarshal(e.Data); err != nil {
+			g.h.log.Error("raftetcd: a committed configuration change does not parse; ignored", "group", g.id, "index", e.Index, "err", err)
+			return
+		}
+		cc = c
+	} else {
+		var c raftpb.ConfChangeV2
+		if err := c.Unmarshal(e.Data); err != nil {
+			g.h.log.Error("raftetcd: a committed configuration change does not parse; ignored", "group", g.id, "index", e.Index, "err", err)
+			return
+		}
+		cc = c
+	}
+	g.mu.Lock()
+	cs := g.rn.ApplyConfChange(cc)
+	g.voters = append(append([]uint64(nil), cs.Voters...), cs.VotersOutgoing...)
+	sort.Slice(g.voters, func(i, j int) bool { return g.voters[i] < g.voters[j] })
+	g.voters = slices.Compact(g.voters)
+	g.mu.Unlock()
+	g.h.log.Info("raftetcd: group membership changed", "group", g.id, "index", e.Index, "voters", cs.Voters, "outgoing", cs.VotersOutgoing)
 }
 
 // stepDown tells the application this node no longer leads (once per leadership).

@@ -121,6 +121,7 @@ type peer struct {
 	mu    sync.Mutex
 	queue []outMsg
 	kick  chan struct{}
+	down  chan struct{} // closed when the peer is next found dead, then replaced
 }
 
 // New registers the host's operations on opts.Node and starts its clock, liveness and
@@ -174,7 +175,7 @@ func (h *Host) AddPeer(id uint64, addr string) {
 	if h.closed() {
 		return
 	}
-	p := &peer{id: id, addr: addr, kick: make(chan struct{}, 1)}
+	p := &peer{id: id, addr: addr, kick: make(chan struct{}, 1), down: make(chan struct{})}
 	h.peers[id] = p
 	h.wg.Add(2)
 	go h.sendLoop(p)
@@ -201,6 +202,19 @@ func (p *peer) address() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.addr
+}
+
+// PeerDown returns a channel closed when node id is next found dead (nothing heard
+// from it for LivenessTimeout): a caller waiting on an answer from it can stop
+// waiting. Nil (never closed) for an unknown peer.
+func (h *Host) PeerDown(id uint64) <-chan struct{} {
+	p := h.peer(id)
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.down
 }
 
 // discardLogger silences etcd-io/raft's own logging (it logs every election at info).
@@ -238,6 +252,13 @@ type GroupConfig struct {
 	// its disk, or a new replica): it grants no vote until it has caught up with a
 	// leader, since it no longer knows whom it voted for.
 	Fresh bool
+	// Join opens a group that exists elsewhere and this node is not (yet) a voter of:
+	// it starts with an empty log and no configuration, and waits for a leader that
+	// added it to send it the group's log. Voters is ignored.
+	Join bool
+	// Campaign makes this node stand for election at once when it creates the group
+	// (the preferred leader), instead of after an election timeout.
+	Campaign bool
 }
 
 // OpenGroup opens (creating) the group id with cfg and starts it.
@@ -260,10 +281,19 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 	if err != nil {
 		return err
 	}
-	applied := uint64(1)
-	if snap, err := st.Snapshot(); err == nil && snap.Metadata.Index > applied {
-		applied = snap.Metadata.Index
+	var applied uint64
+	snap, err := st.Snapshot()
+	if err != nil {
+		_ = st.close() // the error being returned is the one to report
+		return err
 	}
+	applied = snap.Metadata.Index
+	last, err := st.LastIndex()
+	if err != nil {
+		_ = st.close() // the error being returned is the one to report
+		return err
+	}
+	created := last == 0 && snap.Metadata.Index == 0
 	if cfg.Applied > applied {
 		if last, err := st.LastIndex(); err == nil {
 			applied = min(cfg.Applied, last)
@@ -271,7 +301,7 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		if hs, _, err := st.InitialState(); err == nil {
 			applied = min(applied, hs.Commit)
 		}
-		applied = max(applied, 1)
+		applied = max(applied, snap.Metadata.Index)
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:              h.opts.ID,
@@ -293,6 +323,25 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		done: make(chan struct{}), waiters: map[uint64]chan proposal{}, reads: map[uint64]chan uint64{},
 		voters: voters, cfg: cfg, fresh: cfg.Fresh, applied: applied}
 	g.appliedC = sync.NewCond(&g.mu)
+	if _, cs, err := st.InitialState(); err == nil {
+		g.voters = cs.Voters
+	}
+	if created && !cfg.Join {
+		// The first voters are the group's first entries, the same on every member, so
+		// a replica added later learns them (and every change since) from the log.
+		peers := make([]raft.Peer, len(voters))
+		for i, v := range voters {
+			peers[i] = raft.Peer{ID: v}
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			_ = st.close() // the error being returned is the one to report
+			return err
+		}
+		g.voters = voters
+		if cfg.Campaign {
+			_ = rn.Campaign() // an error only means it cannot stand now; the election timeout does the rest
+		}
+	}
 	h.gmu.Lock()
 	if _, ok := h.groups[id]; ok {
 		h.gmu.Unlock()
@@ -349,6 +398,7 @@ type GroupInfo struct {
 	Term     uint64
 	Commit   uint64
 	Applied  uint64
+	Voters   []uint64 // the group's voters as this node applied them
 	// Match is, on the leader, each voter's last index known to be in its log.
 	Match map[uint64]uint64
 }
@@ -363,7 +413,7 @@ func (h *Host) Info(id string) (GroupInfo, bool) {
 	defer g.mu.Unlock()
 	bs := g.rn.BasicStatus()
 	gi := GroupInfo{Lead: bs.Lead, Leader: bs.RaftState == raft.StateLeader, Quiesced: g.quiesced,
-		Term: bs.Term, Commit: bs.Commit, Applied: bs.Applied}
+		Term: bs.Term, Commit: bs.Commit, Applied: bs.Applied, Voters: append([]uint64(nil), g.voters...)}
 	if gi.Leader {
 		gi.Match = map[uint64]uint64{}
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { gi.Match[id] = pr.Match })
@@ -398,6 +448,39 @@ func (h *Host) ConfirmLeader(ctx context.Context, id string) error {
 		return fmt.Errorf("%w %q", ErrUnknownGroup, id)
 	}
 	return g.confirm(ctx)
+}
+
+// ChangeVoters asks group id, led here, to replace the voters remove by add in one
+// joint configuration change (both old and new majorities must agree on it, so a
+// dead member can be replaced while a majority of both is up). It returns once the
+// change is proposed; Info shows when it is applied. A change while another is
+// pending is dropped by raft: call again later.
+func (h *Host) ChangeVoters(id string, remove, add []uint64) error {
+	g := h.group(id)
+	if g == nil {
+		return fmt.Errorf("%w %q", ErrUnknownGroup, id)
+	}
+	var cc raftpb.ConfChangeV2
+	for _, r := range remove {
+		cc.Changes = append(cc.Changes, raftpb.ConfChangeSingle{Type: raftpb.ConfChangeRemoveNode, NodeID: r})
+	}
+	for _, a := range add {
+		cc.Changes = append(cc.Changes, raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: a})
+	}
+	if len(cc.Changes) > 1 {
+		cc.Transition = raftpb.ConfChangeTransitionJointImplicit
+	}
+	g.mu.Lock()
+	defer g.signal()
+	defer g.mu.Unlock()
+	if g.rn.BasicStatus().RaftState != raft.StateLeader {
+		return ErrNotLeader
+	}
+	g.quiesced = false
+	if err := g.rn.ProposeConfChange(cc); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return nil
 }
 
 // TransferLeader asks group id, led here, to hand its leadership to voter to.
@@ -469,6 +552,10 @@ func (h *Host) tickLoop() {
 				if live {
 					up = append(up, p.id)
 				} else {
+					p.mu.Lock()
+					close(p.down)
+					p.down = make(chan struct{})
+					p.mu.Unlock()
 					down = append(down, p.id)
 				}
 			}
@@ -633,6 +720,12 @@ func (h *Host) serveBatch(_ context.Context, _ string, req []byte) ([]byte, erro
 		if m.From != lastFrom {
 			h.heard(m.From)
 			lastFrom = m.From
+		}
+		if m.To != h.opts.ID {
+			// For a member this node was before its data directory was wiped (the
+			// sender has not applied the replacement yet): raft does not check the
+			// addressee, and that member's log is gone.
+			return
 		}
 		if g := h.group(name); g != nil {
 			g.step(flags, m)

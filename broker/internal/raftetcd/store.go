@@ -94,11 +94,9 @@ func openSegStore(dir, id string, sync *vfs.SyncGroup, voters []uint64) (logStor
 	if err != nil {
 		return nil, err
 	}
-	snap, err := st.Snapshot()
-	if err == nil && snap.Metadata.Index == 0 {
-		// A new group: start from the bootstrap snapshot, as the wal store does.
-		err = st.ApplySnapshot(bootstrap(voters))
-	}
+	// A new group starts empty: OpenGroup bootstraps it with configuration entries
+	// (RawNode.Bootstrap), which followers added later receive with the rest of the
+	// log; a snapshot naming the first voters would be refused by a replica not in it.
 	if err != nil {
 		_ = st.Close() // the error being returned is the one to report
 		return nil, err
@@ -107,6 +105,12 @@ func openSegStore(dir, id string, sync *vfs.SyncGroup, voters []uint64) (logStor
 }
 
 func (s segStore) persist(rd raft.Ready) error {
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		// A leader's snapshot (a joining replica gets the group's bootstrap this way).
+		if err := s.ApplySnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+	}
 	if raft.IsEmptyHardState(rd.HardState) && len(rd.Entries) == 0 {
 		return nil
 	}

@@ -750,7 +750,7 @@ export interface components {
             max_acked_ahead_per_partition?: number;
             /**
              * Format: int32
-             * @description Replicas per partition (default 1 on a single node).
+             * @description Copies of each partition, on distinct nodes (default 3, or the cluster's number of nodes when fewer; 1 on a lone node). More than the cluster's nodes answers 409. A message is acknowledged once a majority of them hold it.
              */
             replication_factor?: number;
             /** @description A JSON Schema (draft 2020-12) every produced payload must match (400 schema_violation otherwise). `{}` means none. A child without one inherits its parent's. References resolve only inside the schema (400 bad_request otherwise); a schema over the broker's budgets is 400 schema_too_complex. */
@@ -843,7 +843,7 @@ export interface components {
             next_offset: number;
             /**
              * Format: int64
-             * @description Messages below this are durable and deliverable.
+             * @description Messages below this are durable and deliverable. For a replicated partition: committed on a majority of its replicas and applied by its leader; no replica ever serves a message past it.
              */
             high_watermark: number;
             /**
@@ -868,9 +868,31 @@ export interface components {
             backlog: number;
             /** @description Node that leads this partition. */
             leader: string;
+            /** @description Nodes holding a copy of the partition (replication_factor of them; the leader is one). */
             replicas: string[];
+            /**
+             * Format: int64
+             * @description Replicated partitions only: the leader's election term. It grows with every change of leader; receipt handles of an older term answer 410.
+             */
+            epoch?: number;
+            /** @description Replicated partitions only: each other replica's progress as the leader sees it. A message is acknowledged (202) once a majority of the replicas holds it. */
+            followers?: components["schemas"]["FollowerStats"][];
             /** @description False when the node holding the partition could not be reached (in a cluster): the partition answers 503 for now, and its counters above are unknown and given as 0. True otherwise. */
             available?: boolean;
+        };
+        FollowerStats: {
+            /** @description The node holding this replica. */
+            node: string;
+            /**
+             * Format: int64
+             * @description The replica holds every message below this offset.
+             */
+            match_offset: number;
+            /**
+             * Format: int64
+             * @description Messages it is behind the high watermark.
+             */
+            lag: number;
         };
         TopicList: {
             topics: components["schemas"]["Topic"][];

@@ -1,0 +1,422 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/partition"
+	"github.com/narad-mq/narad/broker/internal/raftetcd"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/transport"
+)
+
+// leaderWait bounds how long a request for a replicated partition looks for its
+// leader (an election after a leader died takes about 1–1.5 s) before it answers 503.
+const leaderWait = 4 * time.Second
+
+// replication runs this node's replicas of replicated partitions: one etcd-io/raft
+// group per partition (raftetcd), on the node plane (docs/internals/replication.md).
+type replication struct {
+	host *raftetcd.Host
+	sync *vfs.SyncGroup
+	born int64 // when this data directory was made (Unix ms): see fresh
+
+	mu      sync.Mutex
+	nodes   map[uint64]string // raft id → node id, of every member seen
+	leaders map[string]string // group id → the leader last learned from another node
+}
+
+// raftID is a node's id in every partition group: a hash of its Raft server id
+// ("<node id>/<disk id>"), so every node computes every other's from the members'
+// records, and a node whose data directory was wiped comes back as a new member of
+// its groups (it lost its votes and its log, and must never vote with them).
+func raftID(serverID string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(serverID)) // a hash never fails
+	if id := h.Sum64(); id != 0 {
+		return id
+	}
+	return 1
+}
+
+// groupID names partition i of a topic incarnation's group. The incarnation is in the
+// name, so no frame of a deleted topic's group ever reaches a new topic's.
+func groupID(inc uint64, i int) string { return strconv.FormatUint(inc, 10) + "/" + strconv.Itoa(i) }
+
+func (b *Broker) startReplication(node *transport.Node) error {
+	sg := b.syncer
+	if sg == nil {
+		fss, err := vfs.NewFSSyncer(filepath.Join(b.opts.DataDir, "topics"))
+		if err != nil {
+			return err
+		}
+		sg = vfs.NewSyncGroup(fss)
+	}
+	born := time.Now().UnixMilli()
+	if fi, err := os.Stat(filepath.Join(b.opts.DataDir, "node-id")); err == nil {
+		born = fi.ModTime().UnixMilli()
+	}
+	host, err := raftetcd.New(raftetcd.Options{
+		Node: node, ID: raftID(b.meta.ServerID()), Peers: map[uint64]string{raftID(b.meta.ServerID()): ""},
+		Dir: filepath.Join(b.opts.DataDir, "topics"), Sync: sg, Store: raftetcd.StoreRaftstore,
+		LazyHeartbeats: true, HeartbeatTick: 3, ParallelAppend: true,
+		Logger: b.log,
+	})
+	if err != nil {
+		return err
+	}
+	b.repl = &replication{host: host, sync: sg, born: born, nodes: map[uint64]string{}, leaders: map[string]string{}}
+	return nil
+}
+
+// replicated reports whether partition i of m is a replicated partition (a Raft group).
+func (b *Broker) replicated(m *meta.Topic, i int) bool {
+	return b.repl != nil && i < len(m.Placement) && len(m.Placement[i].Replicas) > 1
+}
+
+// syncPeers tells the replication host where every member is.
+func (b *Broker) syncPeers() {
+	if b.repl == nil {
+		return
+	}
+	for _, m := range b.meta.Members() {
+		id := raftID(m.ServerID)
+		b.repl.mu.Lock()
+		b.repl.nodes[id] = m.ID
+		b.repl.mu.Unlock()
+		if m.ID != b.opts.NodeID && m.ClusterAddr != "" {
+			b.repl.host.AddPeer(id, m.ClusterAddr)
+		}
+	}
+}
+
+// openReplica opens this node's replica of partition i of m and joins its group.
+func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Options) (*partition.Partition, error) {
+	gid := groupID(m.Incarnation, i)
+	g := &partGroup{host: b.repl.host, id: gid}
+	popts.Group = g
+	raftDir := filepath.Join(popts.Dir, "raft")
+	_, statErr := os.Stat(raftDir)
+	p, err := partition.Open(popts)
+	if err != nil {
+		return nil, err
+	}
+	voters := b.voters(m.Placement[i].Replicas)
+	// A replica made for a group that existed before this data directory did (the
+	// node lost its disk) joins it: the group's leader makes it a voter in place of
+	// its lost replica (reconcileVoters) and sends it the group's log.
+	join := errors.Is(statErr, os.ErrNotExist) && m.CreatedAtMs+1000 < b.repl.born
+	err = b.repl.host.OpenGroup(gid, raftetcd.GroupConfig{
+		Voters: voters, Dir: raftDir, Join: join, Campaign: m.Placement[i].Leader == b.opts.NodeID,
+		Apply: func(index uint64, data []byte) any { return p.Apply(index, data) },
+		OnRole: func(lead bool, term uint64) {
+			p.SetRole(lead, term)
+			if lead {
+				b.log.Info("leading partition", "topic", m.Name, "partition", i, "term", term)
+			}
+			t.sig.broadcast()
+		},
+	})
+	if err != nil {
+		_ = p.Close() // the group's error is the one to report
+		return nil, err
+	}
+	return p, nil
+}
+
+// closeReplica leaves the group of partition i of t (before its partition closes, so
+// nothing is applied to a closed partition).
+func (b *Broker) closeReplica(t *topic, i int) {
+	if b.repl != nil {
+		b.repl.host.CloseGroup(groupID(t.incarnation, i))
+	}
+}
+
+// partGroup is partition.Group over one raftetcd group.
+type partGroup struct {
+	host *raftetcd.Host
+	id   string
+}
+
+func (g *partGroup) Propose(ctx context.Context, cmd []byte) (any, error) {
+	_, res, err := g.host.ProposeResult(ctx, g.id, cmd)
+	if errors.Is(err, raftetcd.ErrNotLeader) || errors.Is(err, raftetcd.ErrClosed) || errors.Is(err, raftetcd.ErrUnknownGroup) {
+		return nil, fmt.Errorf("%w: %w", partition.ErrNotLeader, err)
+	}
+	return res, err
+}
+
+func (g *partGroup) Confirm(ctx context.Context) error {
+	err := g.host.ConfirmLeader(ctx, g.id)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %w", partition.ErrNotLeader, err)
+	}
+	return err
+}
+
+// leaderOf returns the node this node believes leads partition i of t: its own
+// group's view when it holds a replica, else what another node last told it, else
+// the placement's preferred leader. "" when none is known.
+func (b *Broker) leaderOf(t *topic, i int) string {
+	gid := groupID(t.incarnation, i)
+	if info, ok := b.repl.host.Info(gid); ok {
+		if info.Lead == 0 {
+			return ""
+		}
+		b.repl.mu.Lock()
+		defer b.repl.mu.Unlock()
+		return b.repl.nodes[info.Lead]
+	}
+	b.repl.mu.Lock()
+	l := b.repl.leaders[gid]
+	b.repl.mu.Unlock()
+	if l != "" {
+		return l
+	}
+	if m := t.cur.Load(); i < len(m.Placement) {
+		return m.Placement[i].Leader
+	}
+	return ""
+}
+
+func (b *Broker) learnLeader(t *topic, i int, node string) {
+	b.repl.mu.Lock()
+	b.repl.leaders[groupID(t.incarnation, i)] = node
+	b.repl.mu.Unlock()
+}
+
+// route runs one step on partition p of t where the partition is served. A partition
+// of one replica runs here when held here, else on its holder. A replicated one runs
+// here while this node leads it, else on its leader: a replica that does not lead
+// answers not_leader with the leader it knows, and the request follows it; while no
+// leader is known (an election) it is tried again until leaderWait, then 503.
+// local runs the step on a partition held here and reports false when that partition
+// turned out not to lead (the step was not done).
+func (b *Broker) route(ctx context.Context, t *topic, p int, req *dataReq, timeout time.Duration, local func(*partition.Partition) bool) (*dataResp, error) {
+	m := t.cur.Load()
+	if !b.replicated(m, p) {
+		if lp := t.parts[p]; lp != nil && local(lp) {
+			return nil, nil
+		}
+		return b.call(ctx, b.holderOf(t, p), req, timeout)
+	}
+	deadline := time.Now().Add(leaderWait)
+	reps := m.Placement[p].Replicas
+	hint := ""
+	for try := 0; ; try++ {
+		if lp := t.parts[p]; lp != nil && lp.Leading() && local(lp) {
+			return nil, nil
+		}
+		node := hint
+		if node == "" {
+			node = b.leaderOf(t, p)
+		}
+		if node == "" || (node == b.opts.NodeID && try > 0) {
+			node = reps[try%len(reps)]
+		}
+		hint = ""
+		if node != b.opts.NodeID {
+			resp, err := b.call(ctx, node, req, timeout)
+			switch {
+			case err == nil && resp.Err != nil && resp.Err.Code == "not_leader":
+				if resp.Err.Leader != node {
+					hint = resp.Err.Leader
+				}
+			case err != nil && errors.Is(err, ErrPartitionDown):
+			default:
+				if err == nil {
+					b.learnLeader(t, p, node)
+				}
+				return resp, err
+			}
+		}
+		if hint != "" {
+			continue
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: partition %d of topic %q has no leader this node can reach (an election may be running, or too few of its replicas are up)", ErrUnavailable, p, t.name)
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// notLeader is the answer of a replica asked for a step it cannot take because it
+// does not lead: the leader it knows goes with it.
+func (b *Broker) notLeader(t *topic, p int, err error) *wireErr {
+	w := toWireErr(err)
+	if w != nil && w.Code == "not_leader" && b.repl != nil {
+		w.Leader = b.leaderOf(t, p)
+	}
+	return w
+}
+
+// MaxReplicationFactor is the largest replication_factor a topic may ask for.
+const MaxReplicationFactor = 7
+
+func (b *Broker) maxReplicationFactor() int32 {
+	if b.repl == nil {
+		return 1
+	}
+	return MaxReplicationFactor
+}
+
+// replicationFactor is the replica count of a new topic: asked, or min(3, live
+// members). More than the live members is a conflict: the replicas would not be on
+// distinct nodes.
+func (b *Broker) replicationFactor(asked *int32) (int32, error) {
+	if b.repl == nil {
+		return 1, nil
+	}
+	live := int32(0)
+	for _, m := range b.meta.Members() {
+		if m.Status == meta.StatusAlive || m.Status == meta.StatusJoining {
+			live++
+		}
+	}
+	if asked == nil {
+		return max(1, min(3, live)), nil
+	}
+	if *asked > live {
+		return 0, &ConflictError{Msg: fmt.Sprintf("replication_factor %d is more than the %d live nodes of the cluster: every replica needs its own node; ask for at most %d, or add nodes first", *asked, live, live)}
+	}
+	return *asked, nil
+}
+
+// ReplicaInfo is a replicated partition's state as its leader sees it.
+type ReplicaInfo struct {
+	Epoch     uint64         `json:"epoch"` // the leader's Raft term
+	Followers []FollowerInfo `json:"followers"`
+}
+
+// FollowerInfo is one follower's progress: the message offset its log is known to
+// match up to, and how many messages it is behind the high watermark.
+type FollowerInfo struct {
+	Node        string `json:"node"`
+	MatchOffset uint64 `json:"match_offset"`
+	Lag         uint64 `json:"lag"`
+}
+
+// localReplicaInfo is the ReplicaInfo of partition p of t, led here (nil when it is
+// not replicated or not led here).
+func (b *Broker) localReplicaInfo(t *topic, p int) *ReplicaInfo {
+	if b.repl == nil || !b.replicated(t.cur.Load(), p) || !t.leads(p) {
+		return nil
+	}
+	info, ok := b.repl.host.Info(groupID(t.incarnation, p))
+	if !ok || !info.Leader {
+		return nil
+	}
+	lp := t.parts[p]
+	hw := lp.Stats().End
+	ri := &ReplicaInfo{Epoch: info.Term, Followers: []FollowerInfo{}}
+	self := raftID(b.meta.ServerID())
+	b.repl.mu.Lock()
+	defer b.repl.mu.Unlock()
+	for id, match := range info.Match {
+		if id == self {
+			continue
+		}
+		node := b.repl.nodes[id]
+		if m, ok := b.meta.Member(node); !ok || raftID(m.ServerID) != id {
+			continue // the replica of a data directory since wiped, being replaced
+		}
+		off := min(lp.OffsetAtIndex(match), hw)
+		ri.Followers = append(ri.Followers, FollowerInfo{Node: node, MatchOffset: off, Lag: hw - off})
+	}
+	sort.Slice(ri.Followers, func(i, j int) bool { return ri.Followers[i].Node < ri.Followers[j].Node })
+	return ri
+}
+
+// voters returns the raft ids of the replicas on nodes, as the members' records name
+// their current data directories.
+func (b *Broker) voters(nodes []string) []uint64 {
+	out := make([]uint64, 0, len(nodes))
+	for _, n := range nodes {
+		sid := n + "/?" // not a member (yet): a placeholder no node answers to
+		if m, ok := b.meta.Member(n); ok {
+			sid = m.ServerID
+		}
+		out = append(out, raftID(sid))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// reconcileVoters makes every group led here have the voters its placement names: a
+// replica whose node came back with a new data directory is replaced in one joint
+// change (old and new majorities both agree), and then caught up from this leader.
+func (b *Broker) reconcileVoters() {
+	if b.repl == nil {
+		return
+	}
+	b.mu.RLock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	b.mu.RUnlock()
+	for _, t := range ts {
+		m := t.cur.Load()
+		for i := range t.parts {
+			if !b.replicated(m, i) || !t.leads(i) {
+				continue
+			}
+			gid := groupID(t.incarnation, i)
+			info, ok := b.repl.host.Info(gid)
+			if !ok || !info.Leader {
+				continue
+			}
+			want := b.voters(m.Placement[i].Replicas)
+			var remove, add []uint64
+			for _, v := range info.Voters {
+				if !slices.Contains(want, v) {
+					remove = append(remove, v)
+				}
+			}
+			for _, v := range want {
+				if !slices.Contains(info.Voters, v) {
+					add = append(add, v)
+				}
+			}
+			if len(remove)+len(add) == 0 {
+				continue
+			}
+			b.log.Info("replacing replicas of a partition whose nodes came back with new data directories",
+				"topic", t.name, "partition", i, "remove", remove, "add", add)
+			if err := b.repl.host.ChangeVoters(gid, remove, add); err != nil {
+				b.log.Warn("changing a partition's replicas failed; retrying", "topic", t.name, "partition", i, "err", err)
+			}
+		}
+	}
+}
+
+// replicationLoop checks the groups led here every second (a change of leader or of
+// a member's data directory may need their voters changed).
+func (b *Broker) replicationLoop() {
+	defer b.wg.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-tick.C:
+			b.syncPeers()
+			b.reconcileVoters()
+		}
+	}
+}
