@@ -95,6 +95,7 @@ func drain(t *testing.T, nd *clusterNode, topic string, seen map[string]int, qui
 // failover bound; once the killed node is back and the others were drained, nothing
 // acked is delivered again, through any node.
 func TestReplicationLeaderKilled(t *testing.T) {
+	t.Parallel()
 	nodes := startPeersCluster(t, 3)
 	nodes[0].api.createTopic("r", map[string]any{"partitions": 1})
 	lead := leaderOf(t, nodes, "r", 0)
@@ -196,6 +197,7 @@ func TestReplicationLeaderKilled(t *testing.T) {
 // back empty, is caught up from the others, and then holds every message: it serves
 // them all when it is the only replica left with the leader's copy gone.
 func TestReplicationFollowerWiped(t *testing.T) {
+	t.Parallel()
 	nodes := startPeersCluster(t, 3)
 	nodes[0].api.createTopic("w", map[string]any{"partitions": 1})
 	lead := leaderOf(t, nodes, "w", 0)
@@ -294,5 +296,140 @@ func wipe(t *testing.T, dir string) {
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// newLeader waits until a running node other than old names a running leader of
+// partition p of topic name other than old, and returns it.
+func newLeader(t *testing.T, nodes []*clusterNode, name string, p int, old *clusterNode) *clusterNode {
+	t.Helper()
+	var lead *clusterNode
+	waitFor(t, 30*time.Second, "a new leader of "+name, func() bool {
+		for _, nd := range nodes {
+			if nd == old || !nd.Running() {
+				continue
+			}
+			r, err := nd.api.Try(http.MethodGet, topicPath(name), nil)
+			if err != nil || r.Status != http.StatusOK {
+				continue
+			}
+			var d topicDetail
+			if json.Unmarshal(r.Body, &d) != nil || p >= len(d.PartitionStats) {
+				continue
+			}
+			for _, o := range nodes {
+				if o != old && o.id == d.PartitionStats[p].Leader && o.Running() {
+					lead = o
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return lead
+}
+
+// TestReplicationPausedLeader: a leader paused (SIGSTOP) past the election timeout
+// and resumed leases nothing its successor leased, and a receipt handle of its term
+// answers 410 once another leader serves the partition.
+func TestReplicationPausedLeader(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	nodes[0].api.createTopic("p", map[string]any{"partitions": 1, "visibility_timeout_ms": 60000})
+	old := leaderOf(t, nodes, "p", 0)
+	for i := range 10 {
+		if s := produceTry(old, "p", fmt.Sprint("p", i)); s != http.StatusAccepted {
+			t.Fatalf("produce %d: %d", i, s)
+		}
+	}
+	first := old.api.mustConsume("p", "1s") // leased in the old leader's term
+	old.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			old.Resume()
+		}
+	}()
+	lead := newLeader(t, nodes, "p", 0, old)
+	got := lead.api.consumeBatch("p", 100, "2s")
+	if len(got) != 10 {
+		t.Fatalf("the new leader leased %d messages, want all 10 (leases were the old leader's memory)", len(got))
+	}
+	old.Resume()
+	paused = false
+	// At once, before the old leader has heard of the new term from anyone.
+	r, err := old.api.Try(http.MethodGet, topicPath("p")+"/consume-batch?max=100&wait=0s", nil)
+	if err == nil && r.Status == http.StatusOK {
+		t.Fatalf("the resumed old leader handed out messages the new leader has leased: %s", r.Body)
+	}
+	for _, nd := range nodes {
+		ar := nd.api.ack("p", first.ReceiptHandle, "")
+		if ar.Status != http.StatusGone {
+			t.Fatalf("an ack through %s of a handle of the old leader's term answered %d, want 410: %s", nd.id, ar.Status, ar.Body)
+		}
+	}
+	for _, m := range got {
+		old.api.mustAck("p", &m)
+	}
+}
+
+// TestReplicationMajorityLost: with two of three replicas down, produce and ack answer
+// 503 within the request bound, a replay through the survivor still answers from
+// what it holds, and everything resumes when one replica comes back.
+func TestReplicationMajorityLost(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	nodes[0].api.createTopic("q", map[string]any{"partitions": 1})
+	lead := leaderOf(t, nodes, "q", 0)
+	for i := range 20 {
+		if s := produceTry(lead, "q", fmt.Sprint("q", i)); s != http.StatusAccepted {
+			t.Fatalf("produce %d: %d", i, s)
+		}
+	}
+	m := lead.api.mustConsume("q", "1s")
+	waitFor(t, 30*time.Second, "both followers to hold the 20 messages", func() bool { return followerHasAll(t, nodes, "q", 20) })
+	survivor := others(nodes, lead)[0]
+	var down []*clusterNode
+	for _, nd := range nodes {
+		if nd != survivor {
+			nd.Kill()
+			down = append(down, nd)
+		}
+	}
+	start := time.Now()
+	if s := produceTry(survivor, "q", "late"); s != http.StatusServiceUnavailable {
+		t.Fatalf("a produce without a majority answered %d, want 503", s)
+	}
+	if ar := survivor.api.ack("q", m.ReceiptHandle, ""); ar.Status != http.StatusServiceUnavailable {
+		t.Fatalf("an ack without a majority answered %d, want 503: %s", ar.Status, ar.Body)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("answering without a majority took %v", d)
+	}
+	rng := survivor.api.read("q", 0, "from=0&max=100")
+	if len(rng.Messages) == 0 || len(rng.Messages) > 20 {
+		t.Fatalf("a replay through the survivor returned %d messages, want up to the 20 committed", len(rng.Messages))
+	}
+	for i, msg := range rng.Messages {
+		if want := fmt.Sprintf(`{"id":"q%d"}`, i); string(msg.Payload) != want {
+			t.Fatalf("replayed offset %d is %s, want %s", msg.Offset, msg.Payload, want)
+		}
+	}
+	down[0].Launch()
+	if err := down[0].WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "a produce to succeed with a majority back", func() bool {
+		return produceTry(survivor, "q", "back") == http.StatusAccepted
+	})
+	seen := map[string]int{}
+	drain(t, survivor, "q", seen, 3*time.Second)
+	for i := range 20 {
+		if seen[fmt.Sprint("q", i)] == 0 {
+			t.Errorf("message q%d was not delivered after the majority came back", i)
+		}
+	}
+	if seen["back"] == 0 {
+		t.Error("the message produced after the majority came back was not delivered")
 	}
 }

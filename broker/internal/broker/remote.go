@@ -466,6 +466,12 @@ func (b *Broker) readOn(ctx context.Context, t *topic, p int, from uint64, fromT
 		recs, start, st, lerr = readLocal(lp, from, fromTimeMs, max)
 		return true
 	})
+	if err != nil && (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown)) && t.parts[p] != nil && ctx.Err() == nil {
+		// No leader can be reached (a majority of the replicas is down): a replica
+		// here serves what it has applied, which was all committed, so a replay still
+		// answers, up to where this replica knows the partition's messages.
+		return readLocal(t.parts[p], from, fromTimeMs, max)
+	}
 	if err != nil {
 		return nil, 0, queue.Stats{}, err
 	}
