@@ -678,6 +678,7 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.Drain()
+	b.handOverLeadership(handOverWait)
 	close(b.stop)
 	b.wg.Wait()
 	b.stopCopiers()

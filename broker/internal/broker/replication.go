@@ -420,3 +420,80 @@ func (b *Broker) replicationLoop() {
 		}
 	}
 }
+
+// handOverWait bounds how long a stopping node hands over the partitions it leads.
+const handOverWait = 5 * time.Second
+
+// handOverLeadership moves the leadership of every replicated partition led here to
+// another live replica before this node stops (SIGTERM, a rolling restart): each
+// leader commits its live leases first (partition.HandOver), so the next leader
+// honours their receipt handles and nothing in flight is delivered again. A partition
+// whose leadership does not move within d is left to the election that follows the
+// stop (its leases are then lost, as in a crash).
+func (b *Broker) handOverLeadership(d time.Duration) {
+	if b.repl == nil {
+		return
+	}
+	b.mu.RLock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	b.mu.RUnlock()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, t := range ts {
+		for i := range t.parts {
+			if !b.replicated(t.cur.Load(), i) || !t.leads(i) {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b.handOver(ctx, t, i)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+func (b *Broker) handOver(ctx context.Context, t *topic, i int) {
+	gid := groupID(t.incarnation, i)
+	info, ok := b.repl.host.Info(gid)
+	if !ok || !info.Leader {
+		return
+	}
+	// The most caught-up other voter takes over (it needs no catching up first).
+	self := raftID(b.meta.ServerID())
+	var to, best uint64
+	for id, match := range info.Match {
+		if id != self && slices.Contains(info.Voters, id) && (to == 0 || match > best) {
+			to, best = id, match
+		}
+	}
+	if to == 0 {
+		return
+	}
+	if err := t.parts[i].HandOver(ctx); err != nil {
+		b.log.Warn("handing over a partition's leases failed; they lapse as in a crash", "topic", t.name, "partition", i, "err", err)
+	}
+	b.repl.host.TransferLeader(gid, to)
+	for t.leads(i) && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if t.leads(i) {
+		b.log.Warn("a partition's leadership did not move before the stop; the other replicas elect a leader", "topic", t.name, "partition", i)
+	} else {
+		b.log.Info("handed over a partition's leadership", "topic", t.name, "partition", i, "to", b.nodeOf(to))
+	}
+}
+
+func (b *Broker) nodeOf(id uint64) string {
+	b.repl.mu.Lock()
+	defer b.repl.mu.Unlock()
+	return b.repl.nodes[id]
+}

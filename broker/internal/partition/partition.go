@@ -363,7 +363,7 @@ func (p *Partition) Lease(limit int, d time.Duration, maxBytes int) ([]Delivery,
 
 // leaseOnce is one round of Lease; it also returns how many damaged records it skipped.
 func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Delivery, int, error) {
-	if !p.Leading() {
+	if !p.Leading() || p.handingOver() {
 		return nil, 0, ErrNotLeader
 	}
 	p.mu.Lock()
@@ -625,8 +625,8 @@ func (p *Partition) Settle(reqs []SettleReq) []error {
 
 // Extend renews a lease to end d from now; d == 0 hands the message back at once.
 func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
-	if !p.Leading() {
-		return ErrNotLeader
+	if !p.Leading() || p.handingOver() {
+		return ErrNotLeader // during a handover: on the next leader, which has the lease
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -649,7 +649,7 @@ func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
 // count as a delivery attempt. It returns queue.ErrLeaseLost if (off, n) is no longer
 // the lease.
 func (p *Partition) HandBack(off uint64, n queue.Nonce) error {
-	if !p.Leading() {
+	if !p.Leading() || p.handingOver() {
 		return ErrNotLeader
 	}
 	p.mu.Lock()

@@ -44,6 +44,7 @@ const replicateTimeout = 5 * time.Second
 const (
 	cmdAppend byte = 'A' // u64 first offset | i64 timestamp | records
 	cmdSettle byte = 'S' // u64 delivered-to | settle record value
+	cmdLeases byte = 'L' // u64 delivered-to | u32 n | n × (u64 offset, u32 epoch, u64 seq, u32 attempt, u32 ms left)
 )
 
 // replica is the replication state of a partition opened with a Group.
@@ -60,6 +61,10 @@ type replica struct {
 
 	marksMu sync.Mutex
 	marks   []indexMark // the log's end after recent group entries, oldest first
+
+	handingOver atomic.Bool // HandOver ran: this leader leases nothing more
+	handMu      sync.Mutex
+	handed      []queue.Grant // leases the last leader handed over, deadlines on this clock
 }
 
 // indexMark is the message log's end once the group entry at index was applied.
@@ -130,10 +135,22 @@ func (p *Partition) SetRole(lead bool, term uint64) {
 	if r == nil {
 		return
 	}
+	r.handMu.Lock()
+	handed := r.handed
+	r.handed = nil
+	r.handMu.Unlock()
 	p.mu.Lock()
 	if lead {
-		p.q.Reset(uint32(term), max(r.deliveredTo.Load(), p.q.Cursor()))
+		now := p.opts.Clock()
+		live := handed[:0]
+		for _, g := range handed {
+			if g.Deadline > now {
+				live = append(live, g)
+			}
+		}
+		p.q.Reset(uint32(term), max(r.deliveredTo.Load(), p.q.Cursor()), live...)
 		r.term.Store(term)
+		r.handingOver.Store(false)
 	} else {
 		// The leases die with the leadership; a later leader starts its own epoch.
 		p.q.Reset(0, p.q.Cursor())
@@ -290,6 +307,18 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		p.mu.Unlock()
 		p.notify()
 		return appliedAppend{ok: true}
+	case cmdLeases:
+		d, handed, err := decodeLeasesCmd(cmd, p.opts.Clock())
+		if err != nil {
+			return p.applyFailed(err)
+		}
+		if d > r.deliveredTo.Load() {
+			r.deliveredTo.Store(d)
+		}
+		r.handMu.Lock()
+		r.handed = handed
+		r.handMu.Unlock()
+		return appliedSettle{}
 	case cmdSettle:
 		if len(cmd) < 9 {
 			return p.applyFailed(fmt.Errorf("%w: short settle command", ErrCorrupt))
@@ -450,4 +479,71 @@ func encodeSettleCmd(deliveredTo uint64, offs []uint64) []byte {
 	b = append(b, cmdSettle)
 	b = binary.BigEndian.AppendUint64(b, deliveredTo)
 	return append(b, encodeSettle(offs)...)
+}
+
+// HandOver prepares a planned change of leader (a node stopping, a leadership
+// transfer): this leader leases nothing more, and commits its live leases (handle
+// nonces, attempts, time left) so the next leader honours them and the change
+// redelivers nothing. Call it, then transfer the leadership.
+func (p *Partition) HandOver(ctx context.Context) error {
+	r := p.repl
+	if r == nil || !r.leading.Load() {
+		return nil
+	}
+	r.handingOver.Store(true)
+	p.mu.Lock()
+	now := p.opts.Clock()
+	leases := p.q.Live(now)
+	delivered := p.q.Cursor()
+	p.mu.Unlock()
+	_, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, leases, now))
+	if err != nil {
+		return p.groupErr(err)
+	}
+	return nil
+}
+
+// handingOver reports whether this replica is handing its leadership over.
+func (p *Partition) handingOver() bool { return p.repl != nil && p.repl.handingOver.Load() }
+
+func encodeLeasesCmd(deliveredTo uint64, gs []queue.Grant, now int64) []byte {
+	b := make([]byte, 0, 13+len(gs)*28)
+	b = append(b, cmdLeases)
+	b = binary.BigEndian.AppendUint64(b, deliveredTo)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(gs)))
+	for _, g := range gs {
+		left := max(0, (g.Deadline-now)/int64(time.Millisecond))
+		b = binary.BigEndian.AppendUint64(b, g.Offset)
+		b = binary.BigEndian.AppendUint32(b, g.Nonce.Epoch)
+		b = binary.BigEndian.AppendUint64(b, g.Nonce.Seq)
+		b = binary.BigEndian.AppendUint32(b, g.Attempt)
+		b = binary.BigEndian.AppendUint32(b, uint32(min(left, 1<<32-1)))
+	}
+	return b
+}
+
+// decodeLeasesCmd returns the handed-over leases with deadlines on this replica's
+// clock, counted from now (the command's apply here, a moment after the old leader
+// proposed it: the lease lasts that moment longer, never shorter).
+func decodeLeasesCmd(b []byte, now int64) (uint64, []queue.Grant, error) {
+	if len(b) < 13 {
+		return 0, nil, errBadCommand
+	}
+	d := binary.BigEndian.Uint64(b[1:9])
+	n := binary.BigEndian.Uint32(b[9:13])
+	b = b[13:]
+	if uint64(len(b)) != uint64(n)*28 {
+		return 0, nil, errBadCommand
+	}
+	gs := make([]queue.Grant, n)
+	for i := range gs {
+		e := b[i*28:]
+		gs[i] = queue.Grant{
+			Offset:   binary.BigEndian.Uint64(e),
+			Nonce:    queue.Nonce{Epoch: binary.BigEndian.Uint32(e[8:]), Seq: binary.BigEndian.Uint64(e[12:])},
+			Attempt:  binary.BigEndian.Uint32(e[20:]),
+			Deadline: now + int64(binary.BigEndian.Uint32(e[24:]))*int64(time.Millisecond),
+		}
+	}
+	return d, gs, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/queue"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
@@ -185,6 +186,42 @@ func TestAppendCommandRoundTrip(t *testing.T) {
 	for cut := 1; cut < len(encodeAppendCmd(42, 1234, recs)); cut++ {
 		if _, _, _, err := decodeAppendCmd(encodeAppendCmd(42, 1234, recs)[:cut]); err == nil {
 			t.Fatalf("a command cut at %d decoded", cut)
+		}
+	}
+}
+
+// A planned change of leader redelivers nothing: the old leader hands its leases over,
+// the new one honours their handles and attempts, and leases only the rest.
+func TestReplicaHandOverKeepsLeases(t *testing.T) {
+	g, ps := openGroup(t, 3)
+	appendN(t, ps[0], 5)
+	held, err := ps[0].Lease(2, time.Minute, 1<<20)
+	if err != nil || len(held) != 2 {
+		t.Fatalf("leased %d: %v", len(held), err)
+	}
+	if err := ps[0].HandOver(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps[0].Lease(10, time.Minute, 1<<20); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a leader handing over leased: %v", err)
+	}
+	g.mu.Lock()
+	g.lead = 1
+	g.mu.Unlock()
+	ps[0].SetRole(false, 0)
+	ps[1].SetRole(true, 2)
+	rest := leaseAll(t, ps[1])
+	if o := offsets(rest); fmt.Sprint(o) != "[2 3 4]" {
+		t.Fatalf("the new leader leased %v, want only [2 3 4]", o)
+	}
+	for _, d := range rest {
+		if d.Attempt != 1 {
+			t.Fatalf("offset %d never delivered shows attempt %d", d.Record.Offset, d.Attempt)
+		}
+	}
+	for _, d := range held {
+		if err := ps[1].Settle([]SettleReq{{Offset: d.Record.Offset, Nonce: d.Nonce}})[0]; err != nil {
+			t.Fatalf("a handle leased by the old leader was refused by the new one: %v", err)
 		}
 	}
 }

@@ -309,7 +309,7 @@ func (s *State) IsSettled(off uint64) bool {
 // so every unsettled message is ready at once, and handles of older epochs are lost.
 // Messages below deliveredTo were delivered before (by an earlier leader): they count
 // as delivered at least once.
-func (s *State) Reset(epoch uint32, deliveredTo uint64) {
+func (s *State) Reset(epoch uint32, deliveredTo uint64, handed ...Grant) {
 	s.epoch = epoch
 	s.seq = 0
 	s.leases = make(map[uint64]*lease)
@@ -317,14 +317,42 @@ func (s *State) Reset(epoch uint32, deliveredTo uint64) {
 	s.ready = s.ready[:0]
 	s.attempts = make(map[uint64]uint32)
 	s.cursor = s.frontier
+	// Leases a leader handed over before a planned change of leader stay leases, with
+	// their nonces and deadlines: their receipt handles keep working.
+	for _, g := range handed {
+		if g.Offset < s.frontier || g.Offset >= s.end || g.Offset < s.oldest {
+			continue
+		}
+		if _, done := s.ackedAhead[g.Offset]; done {
+			continue
+		}
+		l := &lease{offset: g.Offset, nonce: g.Nonce, attempt: g.Attempt, deadline: g.Deadline}
+		s.leases[g.Offset] = l
+		heap.Push(&s.expiry, l)
+		deliveredTo = max(deliveredTo, g.Offset+1)
+	}
 	for o := s.frontier; o < deliveredTo && o < s.end; o++ {
-		if _, done := s.ackedAhead[o]; !done {
+		if _, done := s.ackedAhead[o]; done {
+			continue
+		}
+		if _, leased := s.leases[o]; !leased {
 			s.makeReady(o, 1)
 		}
 	}
 	if s.cursor < deliveredTo {
 		s.cursor = min(deliveredTo, s.end)
 	}
+}
+
+// Live returns the leases held at now that are not being settled, to hand them over.
+func (s *State) Live(now int64) []Grant {
+	out := make([]Grant, 0, len(s.leases))
+	for _, l := range s.leases {
+		if !l.settling && l.deadline > now {
+			out = append(out, Grant{Offset: l.offset, Nonce: l.nonce, Attempt: l.attempt, Deadline: l.deadline})
+		}
+	}
+	return out
 }
 
 // Cursor returns the first offset never handed out in this epoch (and not made ready
