@@ -225,6 +225,14 @@ func TestReplicationFollowerWiped(t *testing.T) {
 		r, err := follower.api.Try(http.MethodGet, "/metrics", nil)
 		return err == nil && r.Status == http.StatusOK && followerHasAll(t, nodes, "w", 50)
 	})
+	// The leader reports both followers in sync (and so the replaced one) in /metrics.
+	waitFor(t, 30*time.Second, "the leader's metrics to show 2 followers in sync", func() bool {
+		v, ok := metricValue(lead.api, `narad_replication_followers_in_sync{topic="w"}`)
+		return ok && v == 2
+	})
+	if v, _ := metricValue(lead.api, `narad_replication_lag_messages{topic="w"}`); v != 0 {
+		t.Fatalf("replication lag %v after the follower caught up", v)
+	}
 	lead.Kill()
 	seen := map[string]int{}
 	drain(t, follower, "w", seen, 10*time.Second)

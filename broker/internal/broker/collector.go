@@ -30,6 +30,14 @@ var (
 		"Bytes of the topic's message-log segment files.", []string{"topic"}, nil)
 	descFanoutLag = prometheus.NewDesc("narad_fanout_lag",
 		"Parent messages not yet copied into the child, summed over the parent's partitions.", []string{"child"}, nil)
+	descLed = prometheus.NewDesc("narad_partitions_led",
+		"Partitions of the topic this node serves: all it holds for a single-replica topic, the ones it leads for a replicated one.", []string{"topic"}, nil)
+	descReplicas = prometheus.NewDesc("narad_partition_replicas",
+		"Replicas of the topic's partitions this node holds (led or following).", []string{"topic"}, nil)
+	descReplLag = prometheus.NewDesc("narad_replication_lag_messages",
+		"Largest number of messages a follower of a partition led here is behind its high watermark, over the topic's partitions.", []string{"topic"}, nil)
+	descFollowers = prometheus.NewDesc("narad_replication_followers_in_sync",
+		"Followers of partitions led here whose log holds every message up to the high watermark, summed over the topic's partitions.", []string{"topic"}, nil)
 	descDiskFree = prometheus.NewDesc("narad_disk_free_bytes",
 		"Bytes free for the node on the data directory's file system.", nil, nil)
 	descDiskSize = prometheus.NewDesc("narad_disk_size_bytes",
@@ -38,7 +46,7 @@ var (
 
 // Describe sends the collector's descriptions.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize} {
+	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers} {
 		ch <- d
 	}
 }
@@ -79,10 +87,30 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if oldest >= 0 && now > oldest {
 			age = time.Duration((now - oldest) * int64(time.Millisecond)).Seconds()
 		}
+		var led, replicas, lag, inSync float64
+		for i, p := range t.parts {
+			if p == nil {
+				continue
+			}
+			replicas++
+			if !p.Leading() {
+				continue
+			}
+			led++
+			if ri := b.localReplicaInfo(t, i); ri != nil {
+				for _, f := range ri.Followers {
+					lag = max(lag, float64(f.Lag))
+					if f.Lag == 0 {
+						inSync++
+					}
+				}
+			}
+		}
 		for _, v := range []struct {
 			d *prometheus.Desc
 			v float64
-		}{{descBacklog, backlog}, {descInFlight, inFlight}, {descAckedAhead, ackedAhead}, {descOldestAge, age}, {descSegments, segments}, {descSegmentBytes, bytes}} {
+		}{{descBacklog, backlog}, {descInFlight, inFlight}, {descAckedAhead, ackedAhead}, {descOldestAge, age}, {descSegments, segments}, {descSegmentBytes, bytes},
+			{descLed, led}, {descReplicas, replicas}, {descReplLag, lag}, {descFollowers, inSync}} {
 			ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, v.v, t.name)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 // Read replays up to max messages of one partition from an offset (or, with fromTime,
 // from the first message at or after that Unix ms time) and returns where to continue.
 func (b *Broker) Read(ctx context.Context, name string, part int32, from *uint64, fromTimeMs *int64, max int) ([]Delivered, uint64, error) {
-	t, err := b.lookup(name)
+	t, err := b.lookupForRead(name)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -46,7 +46,7 @@ func (b *Broker) ReadOne(ctx context.Context, name string, part int32, offset ui
 		return nil, err
 	}
 	if len(ds) == 0 {
-		t, err := b.lookup(name)
+		t, err := b.lookupForRead(name)
 		if err != nil {
 			return nil, err
 		}
@@ -63,4 +63,23 @@ func (b *Broker) ReadOne(ctx context.Context, name string, part int32, offset ui
 		return nil, ErrOffsetOutOfRange
 	}
 	return &ds[0], nil
+}
+
+// lookupForRead is lookup for a replay. A node whose control plane has lost its
+// majority (it no longer knows whether its metadata is current) still serves the
+// replay of a topic it has open: reading committed messages cannot lose or
+// misdeliver anything, and the replicas it holds are what a reader can still get.
+func (b *Broker) lookupForRead(name string) (*topic, error) {
+	if b.ready.Load() && !b.closing.Load() && !b.meta.Ready() {
+		if err := checkName(name); err != nil {
+			return nil, err
+		}
+		b.mu.RLock()
+		t, ok := b.topics[name]
+		b.mu.RUnlock()
+		if ok {
+			return t, nil
+		}
+	}
+	return b.lookup(name)
 }

@@ -24,6 +24,10 @@ import (
 // leader (an election after a leader died takes about 1–1.5 s) before it answers 503.
 const leaderWait = 4 * time.Second
 
+// leaseLeaderWait is leaderWait for a lease: a consume passes over a partition without
+// a leader for now (and rechecks while it waits) instead of blocking on it.
+const leaseLeaderWait = 250 * time.Millisecond
+
 // replication runs this node's replicas of replicated partitions: one etcd-io/raft
 // group per partition (raftetcd), on the node plane (docs/internals/replication.md).
 type replication struct {
@@ -203,6 +207,12 @@ func (b *Broker) learnLeader(t *topic, i int, node string) {
 // local runs the step on a partition held here and reports false when that partition
 // turned out not to lead (the step was not done).
 func (b *Broker) route(ctx context.Context, t *topic, p int, req *dataReq, timeout time.Duration, local func(*partition.Partition) bool) (*dataResp, error) {
+	wait := leaderWait
+	if req.Kind == dataLease {
+		// A consume serves the partitions that have a leader and waits (its long poll)
+		// on all: it does not stall on one that is electing.
+		wait = leaseLeaderWait
+	}
 	m := t.cur.Load()
 	if !b.replicated(m, p) {
 		if lp := t.parts[p]; lp != nil && local(lp) {
@@ -210,7 +220,7 @@ func (b *Broker) route(ctx context.Context, t *topic, p int, req *dataReq, timeo
 		}
 		return b.call(ctx, b.holderOf(t, p), req, timeout)
 	}
-	deadline := time.Now().Add(leaderWait)
+	deadline := time.Now().Add(wait)
 	reps := m.Placement[p].Replicas
 	hint := ""
 	for try := 0; ; try++ {

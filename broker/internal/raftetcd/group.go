@@ -34,6 +34,10 @@ type group struct {
 	freshTo  uint64 // a leader's commit index heard while fresh
 	applied  uint64 // last index applied (written by the Ready loop)
 	leading  bool   // OnRole(true) was said and not taken back
+	// recampaign counts the ticks a new group's preferred leader stands again while no
+	// leader is known: its first votes are lost when the other replicas have not
+	// opened the group yet, and the election timeout would cost another 1–2 s.
+	recampaign int
 	appliedC *sync.Cond
 
 	wake       chan struct{}
@@ -328,6 +332,14 @@ func (g *group) tick() {
 		return
 	}
 	g.rn.Tick()
+	if g.recampaign > 0 {
+		g.recampaign--
+		if bs := g.rn.BasicStatus(); bs.Lead != 0 {
+			g.recampaign = 0
+		} else if g.recampaign%3 == 0 && bs.RaftState != raft.StateCandidate {
+			_ = g.rn.Campaign() // an error only means it cannot stand now
+		}
+	}
 	g.mu.Unlock()
 	g.signal()
 }

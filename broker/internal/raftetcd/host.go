@@ -340,6 +340,7 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		g.voters = voters
 		if cfg.Campaign {
 			_ = rn.Campaign() // an error only means it cannot stand now; the election timeout does the rest
+			g.recampaign = 30
 		}
 	}
 	h.gmu.Lock()
