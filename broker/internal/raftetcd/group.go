@@ -38,7 +38,7 @@ type group struct {
 	// leader is known: its first votes are lost when the other replicas have not
 	// opened the group yet, and the election timeout would cost another 1–2 s.
 	recampaign int
-	appliedC *sync.Cond
+	appliedC   *sync.Cond
 
 	wake       chan struct{}
 	quit, done chan struct{}
