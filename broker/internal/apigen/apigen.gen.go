@@ -30,8 +30,16 @@ const (
 
 // Defines values for ChildState.
 const (
-	Paused  ChildState = "paused"
-	Running ChildState = "running"
+	ChildStateFailing ChildState = "failing"
+	ChildStatePaused  ChildState = "paused"
+	ChildStateRunning ChildState = "running"
+)
+
+// Defines values for ChildLagState.
+const (
+	ChildLagStateCopying ChildLagState = "copying"
+	ChildLagStateFailing ChildLagState = "failing"
+	ChildLagStatePaused  ChildLagState = "paused"
 )
 
 // Defines values for ErrorCode.
@@ -43,6 +51,7 @@ const (
 	ErrorCodeDiskFull             ErrorCode = "disk_full"
 	ErrorCodeForbidden            ErrorCode = "forbidden"
 	ErrorCodeInFlightFull         ErrorCode = "in_flight_full"
+	ErrorCodeIncarnationMismatch  ErrorCode = "incarnation_mismatch"
 	ErrorCodeInternal             ErrorCode = "internal"
 	ErrorCodeInvalidJson          ErrorCode = "invalid_json"
 	ErrorCodeInvalidName          ErrorCode = "invalid_name"
@@ -110,6 +119,19 @@ const (
 // Defines values for OutgoingMessagePayloadEncoding.
 const (
 	OutgoingMessagePayloadEncodingBase64 OutgoingMessagePayloadEncoding = "base64"
+	OutgoingMessagePayloadEncodingText   OutgoingMessagePayloadEncoding = "text"
+)
+
+// Defines values for RemoteChildStart.
+const (
+	RemoteChildStartEarliest RemoteChildStart = "earliest"
+	RemoteChildStartNow      RemoteChildStart = "now"
+)
+
+// Defines values for RemoteChildRequestStart.
+const (
+	RemoteChildRequestStartEarliest RemoteChildRequestStart = "earliest"
+	RemoteChildRequestStartNow      RemoteChildRequestStart = "now"
 )
 
 // Defines values for PayloadEncoding.
@@ -170,6 +192,8 @@ type AckResult struct {
 		// - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
 		//   `node_not_found`: that thing does not exist.
 		// - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
+		// - `incarnation_mismatch`: the topic of that name is not the incarnation the request
+		//   named (it was deleted and created again); nothing was written.
 		// - `lease_lost`: the lease behind the receipt handle is no longer held.
 		// - `payload_too_large`: a body or message is over its limit.
 		// - `method_not_allowed`: the route exists but not with this method.
@@ -207,8 +231,14 @@ type AlterTopicRequest struct {
 
 // AttachChildRequest defines model for AttachChildRequest.
 type AttachChildRequest struct {
+	// Child The child topic; with `remote`, the topic's name in the remote cluster.
 	Child         string `json:"child"`
 	FanoutDelayMs *int64 `json:"fanout_delay_ms,omitempty"`
+
+	// Remote Makes the child a topic of another cluster (a remote child): the copy is pushed
+	// to that cluster's HTTP API with these credentials. The credentials are stored
+	// encrypted and never shown again.
+	Remote *RemoteChildRequest `json:"remote,omitempty"`
 }
 
 // ChangePasswordRequest defines model for ChangePasswordRequest.
@@ -219,33 +249,65 @@ type ChangePasswordRequest struct {
 
 // Child defines model for Child.
 type Child struct {
-	Child         string      `json:"child"`
-	FanoutDelayMs int64       `json:"fanout_delay_ms"`
-	Lag           *[]ChildLag `json:"lag,omitempty"`
+	Child         string `json:"child"`
+	FanoutDelayMs int64  `json:"fanout_delay_ms"`
 
-	// PausedReason Why the copy is paused, and what to do; absent while running.
+	// Id What `/children/{child}` routes take for this child: the topic's name for a
+	// child in this cluster, `remote:<n>` for a remote child.
+	Id  *string     `json:"id,omitempty"`
+	Lag *[]ChildLag `json:"lag,omitempty"`
+
+	// PausedReason Why the copy is paused or failing, and what to do; absent while running.
 	PausedReason *string `json:"paused_reason,omitempty"`
 
-	// State `paused` when the child's owner may no longer consume the parent (the grant
-	// was revoked or the user deleted, with security on): nothing is copied until
-	// the grant returns, then the copy resumes where it stopped. `paused_reason`
-	// says why.
+	// Remote The remote end of a remote child. Credentials are never shown.
+	Remote *RemoteChild `json:"remote,omitempty"`
+
+	// State `running`: the copy runs (for a remote child, every partition is copying).
+	// `paused` when the child's owner may no longer consume the parent (the grant
+	// was revoked or the user deleted, with security on), or a remote child was
+	// paused: nothing is copied until the grant returns (or it is resumed), then
+	// the copy resumes where it stopped. `failing`: a remote child whose copy fails
+	// in some partition (see each partition's `state`, `reason` and `last_error`);
+	// it is retried with backoff. `paused_reason` says why.
 	State *ChildState `json:"state,omitempty"`
 }
 
-// ChildState `paused` when the child's owner may no longer consume the parent (the grant
-// was revoked or the user deleted, with security on): nothing is copied until
-// the grant returns, then the copy resumes where it stopped. `paused_reason`
-// says why.
+// ChildState `running`: the copy runs (for a remote child, every partition is copying).
+// `paused` when the child's owner may no longer consume the parent (the grant
+// was revoked or the user deleted, with security on), or a remote child was
+// paused: nothing is copied until the grant returns (or it is resumed), then
+// the copy resumes where it stopped. `failing`: a remote child whose copy fails
+// in some partition (see each partition's `state`, `reason` and `last_error`);
+// it is retried with backoff. `paused_reason` says why.
 type ChildState string
 
 // ChildLag defines model for ChildLag.
 type ChildLag struct {
-	ChildCursor      int64 `json:"child_cursor"`
-	Lag              int64 `json:"lag"`
-	ParentNextOffset int64 `json:"parent_next_offset"`
-	Partition        int32 `json:"partition"`
+	// ChildCursor The next offset of this partition the copy takes; everything before it is copied.
+	ChildCursor int64 `json:"child_cursor"`
+
+	// Expired Remote children: messages this topic's retention deleted before they were copied (a remote down longer than the retention); they are never copied.
+	Expired *int64 `json:"expired,omitempty"`
+	Lag     int64  `json:"lag"`
+
+	// LagSeconds Remote children: how long ago the oldest message not yet copied was written (0 when none waits).
+	LagSeconds *float64 `json:"lag_seconds,omitempty"`
+
+	// LastError Remote children: the last error of this partition's copy (kept after it recovers).
+	LastError        *string `json:"last_error,omitempty"`
+	ParentNextOffset int64   `json:"parent_next_offset"`
+	Partition        int32   `json:"partition"`
+
+	// Reason Remote children, while `failing` or `paused`: why, and what to do.
+	Reason *string `json:"reason,omitempty"`
+
+	// State Remote children: the state of this partition's copy.
+	State *ChildLagState `json:"state,omitempty"`
 }
+
+// ChildLagState Remote children: the state of this partition's copy.
+type ChildLagState string
 
 // ChildList defines model for ChildList.
 type ChildList struct {
@@ -310,6 +372,8 @@ type Error struct {
 		// - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
 		//   `node_not_found`: that thing does not exist.
 		// - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
+		// - `incarnation_mismatch`: the topic of that name is not the incarnation the request
+		//   named (it was deleted and created again); nothing was written.
 		// - `lease_lost`: the lease behind the receipt handle is no longer held.
 		// - `payload_too_large`: a body or message is over its limit.
 		// - `method_not_allowed`: the route exists but not with this method.
@@ -348,6 +412,8 @@ type Error struct {
 //   - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
 //     `node_not_found`: that thing does not exist.
 //   - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
+//   - `incarnation_mismatch`: the topic of that name is not the incarnation the request
+//     named (it was deleted and created again); nothing was written.
 //   - `lease_lost`: the lease behind the receipt handle is no longer held.
 //   - `payload_too_large`: a body or message is over its limit.
 //   - `method_not_allowed`: the route exists but not with this method.
@@ -438,6 +504,18 @@ type MessageList struct {
 	Messages []Message `json:"messages"`
 }
 
+// MessageOrigin Where a copy made by a remote child comes from. A message sent with an origin is
+// stored marked as a copy, and remote children never send a copy on: a ring of
+// remote children (A to B to A) copies each message once, never round and round.
+// A batch whose origin is this cluster's own topic is refused (409): a topic cannot
+// be its own remote child.
+type MessageOrigin struct {
+	ClusterId string `json:"cluster_id"`
+	Offset    int64  `json:"offset"`
+	Partition int32  `json:"partition"`
+	Topic     string `json:"topic"`
+}
+
 // MessageRange defines model for MessageRange.
 type MessageRange struct {
 	Messages []Message `json:"messages"`
@@ -494,17 +572,34 @@ type NodeHealthSyncMode string
 
 // OutgoingMessage defines model for OutgoingMessage.
 type OutgoingMessage struct {
-	Key       *string `json:"key,omitempty"`
-	Partition *int32  `json:"partition,omitempty"`
+	Key *string `json:"key,omitempty"`
+
+	// Origin Where a copy made by a remote child comes from. A message sent with an origin is
+	// stored marked as a copy, and remote children never send a copy on: a ring of
+	// remote children (A to B to A) copies each message once, never round and round.
+	// A batch whose origin is this cluster's own topic is refused (409): a topic cannot
+	// be its own remote child.
+	Origin    *MessageOrigin `json:"origin,omitempty"`
+	Partition *int32         `json:"partition,omitempty"`
 
 	// Payload Any JSON value, stored verbatim; a base64 string with `payload_encoding`.
 	Payload json.RawMessage `json:"payload"`
 
-	// PayloadEncoding `base64`: `payload` is a base64 string of the bytes to store.
+	// PayloadEncoding `base64`: `payload` is a base64 string of the bytes to store. `text`:
+	// `payload` is a JSON string whose text is stored as text, delivered as a JSON
+	// string (as `produce` with a `text/*` content type).
 	PayloadEncoding *OutgoingMessagePayloadEncoding `json:"payload_encoding,omitempty"`
+
+	// Timestamp When the message was first written, Unix ms (a copy keeps its source's time).
+	// Stored as given, but never later than now, and raised to the partition's
+	// newest timestamp if older (a partition's timestamps never decrease).
+	// Retention counts from it. Absent: now.
+	Timestamp *int64 `json:"timestamp,omitempty"`
 }
 
-// OutgoingMessagePayloadEncoding `base64`: `payload` is a base64 string of the bytes to store.
+// OutgoingMessagePayloadEncoding `base64`: `payload` is a base64 string of the bytes to store. `text`:
+// `payload` is a JSON string whose text is stored as text, delivered as a JSON
+// string (as `produce` with a `text/*` content type).
 type OutgoingMessagePayloadEncoding string
 
 // PartitionStats defines model for PartitionStats.
@@ -541,7 +636,16 @@ type PartitionStats struct {
 
 // ProduceBatchRequest defines model for ProduceBatchRequest.
 type ProduceBatchRequest struct {
-	Messages []OutgoingMessage `json:"messages"`
+	// Incarnation The topic incarnation (from `GET /v1/topics/{topic}`) the batch is meant for:
+	// when the topic of that name is another one (deleted and created again), the
+	// batch is refused whole with 409 `incarnation_mismatch` and nothing is written.
+	Incarnation *string           `json:"incarnation,omitempty"`
+	Messages    []OutgoingMessage `json:"messages"`
+
+	// ValidateOnly Check the credentials, the produce grant and the topic (and `incarnation`,
+	// when given), then answer 202 with no results and write nothing. The messages
+	// are not checked. Remote children use it to check a remote topic at attach.
+	ValidateOnly *bool `json:"validate_only,omitempty"`
 }
 
 // Produced defines model for Produced.
@@ -555,6 +659,43 @@ type Produced struct {
 type ProducedList struct {
 	Results []Produced `json:"results"`
 }
+
+// RemoteChild The remote end of a remote child. Credentials are never shown.
+type RemoteChild struct {
+	// ClusterId The remote cluster's id, when it tells it.
+	ClusterId *string `json:"cluster_id,omitempty"`
+
+	// Incarnation The remote topic's incarnation the copy goes to.
+	Incarnation string           `json:"incarnation"`
+	Start       RemoteChildStart `json:"start"`
+	Topic       string           `json:"topic"`
+	Url         string           `json:"url"`
+	Username    *string          `json:"username,omitempty"`
+}
+
+// RemoteChildStart defines model for RemoteChild.Start.
+type RemoteChildStart string
+
+// RemoteChildRequest Makes the child a topic of another cluster (a remote child): the copy is pushed
+// to that cluster's HTTP API with these credentials. The credentials are stored
+// encrypted and never shown again.
+type RemoteChildRequest struct {
+	// CaPem PEM certificates to trust for an https URL instead of the system's.
+	CaPem *string `json:"ca_pem,omitempty"`
+
+	// Password The remote user's password (a Narad password is 8 to 72 bytes).
+	Password string `json:"password"`
+
+	// Start `now` (the default): copy what is committed from now on. `earliest`: also every message this topic still holds.
+	Start *RemoteChildRequestStart `json:"start,omitempty"`
+
+	// Url The remote cluster's base URL, `http://` or `https://` host[:port], without credentials or path.
+	Url      string `json:"url"`
+	Username string `json:"username"`
+}
+
+// RemoteChildRequestStart `now` (the default): copy what is committed from now on. `earliest`: also every message this topic still holds.
+type RemoteChildRequestStart string
 
 // ReplaceGrantsRequest defines model for ReplaceGrantsRequest.
 type ReplaceGrantsRequest struct {
@@ -722,6 +863,9 @@ type User struct {
 type UserList struct {
 	Users []User `json:"users"`
 }
+
+// ChildID defines model for ChildID.
+type ChildID = string
 
 // PayloadEncoding defines model for PayloadEncoding.
 type PayloadEncoding string
@@ -925,6 +1069,12 @@ type ServerInterface interface {
 	// Detach a child topic
 	// (DELETE /v1/topics/{topic}/children/{child})
 	DetachChild(w http.ResponseWriter, r *http.Request, topic TopicName, child string)
+	// Pause a remote child's copy
+	// (POST /v1/topics/{topic}/children/{child}/pause)
+	PauseChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID)
+	// Resume a paused remote child's copy
+	// (POST /v1/topics/{topic}/children/{child}/resume)
+	ResumeChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID)
 	// Take one message under a lease
 	// (GET /v1/topics/{topic}/consume)
 	Consume(w http.ResponseWriter, r *http.Request, topic TopicName, params ConsumeParams)
@@ -1465,6 +1615,86 @@ func (siw *ServerInterfaceWrapper) DetachChild(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.DetachChild(w, r, topic, child)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PauseChild operation middleware
+func (siw *ServerInterfaceWrapper) PauseChild(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "topic" -------------
+	var topic TopicName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "topic", r.PathValue("topic"), &topic, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "topic", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "child" -------------
+	var child ChildID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "child", r.PathValue("child"), &child, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "child", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PauseChild(w, r, topic, child)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ResumeChild operation middleware
+func (siw *ServerInterfaceWrapper) ResumeChild(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "topic" -------------
+	var topic TopicName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "topic", r.PathValue("topic"), &topic, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "topic", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "child" -------------
+	var child ChildID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "child", r.PathValue("child"), &child, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "child", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResumeChild(w, r, topic, child)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2088,6 +2318,8 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/children", wrapper.ListChildren)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children", wrapper.AttachChild)
 	m.HandleFunc("DELETE "+options.BaseURL+"/v1/topics/{topic}/children/{child}", wrapper.DetachChild)
+	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/pause", wrapper.PauseChild)
+	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/resume", wrapper.ResumeChild)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/consume", wrapper.Consume)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/consume-batch", wrapper.ConsumeBatch)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/partitions/{partition}/messages", wrapper.ReadMessages)
@@ -3372,6 +3604,152 @@ func (response DetachChild503JSONResponse) VisitDetachChildResponse(w http.Respo
 	return json.NewEncoder(w).Encode(response.Body)
 }
 
+type PauseChildRequestObject struct {
+	Topic TopicName `json:"topic"`
+	Child ChildID   `json:"child"`
+}
+
+type PauseChildResponseObject interface {
+	VisitPauseChildResponse(w http.ResponseWriter) error
+}
+
+type PauseChild204Response struct {
+}
+
+func (response PauseChild204Response) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type PauseChild400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response PauseChild400JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type PauseChild401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response PauseChild401JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type PauseChild403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response PauseChild403JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type PauseChild404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response PauseChild404JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type PauseChild409JSONResponse struct{ ConflictJSONResponse }
+
+func (response PauseChild409JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type PauseChild503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response PauseChild503JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type ResumeChildRequestObject struct {
+	Topic TopicName `json:"topic"`
+	Child ChildID   `json:"child"`
+}
+
+type ResumeChildResponseObject interface {
+	VisitResumeChildResponse(w http.ResponseWriter) error
+}
+
+type ResumeChild204Response struct {
+}
+
+func (response ResumeChild204Response) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type ResumeChild400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ResumeChild400JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ResumeChild401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response ResumeChild401JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type ResumeChild403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response ResumeChild403JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ResumeChild404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ResumeChild404JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ResumeChild409JSONResponse struct{ ConflictJSONResponse }
+
+func (response ResumeChild409JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ResumeChild503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ResumeChild503JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
 type ConsumeRequestObject struct {
 	Topic  TopicName `json:"topic"`
 	Params ConsumeParams
@@ -4330,6 +4708,12 @@ type StrictServerInterface interface {
 	// Detach a child topic
 	// (DELETE /v1/topics/{topic}/children/{child})
 	DetachChild(ctx context.Context, request DetachChildRequestObject) (DetachChildResponseObject, error)
+	// Pause a remote child's copy
+	// (POST /v1/topics/{topic}/children/{child}/pause)
+	PauseChild(ctx context.Context, request PauseChildRequestObject) (PauseChildResponseObject, error)
+	// Resume a paused remote child's copy
+	// (POST /v1/topics/{topic}/children/{child}/resume)
+	ResumeChild(ctx context.Context, request ResumeChildRequestObject) (ResumeChildResponseObject, error)
 	// Take one message under a lease
 	// (GET /v1/topics/{topic}/consume)
 	Consume(ctx context.Context, request ConsumeRequestObject) (ConsumeResponseObject, error)
@@ -4915,6 +5299,60 @@ func (sh *strictHandler) DetachChild(w http.ResponseWriter, r *http.Request, top
 	}
 }
 
+// PauseChild operation middleware
+func (sh *strictHandler) PauseChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID) {
+	var request PauseChildRequestObject
+
+	request.Topic = topic
+	request.Child = child
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PauseChild(ctx, request.(PauseChildRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PauseChild")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PauseChildResponseObject); ok {
+		if err := validResponse.VisitPauseChildResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ResumeChild operation middleware
+func (sh *strictHandler) ResumeChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID) {
+	var request ResumeChildRequestObject
+
+	request.Topic = topic
+	request.Child = child
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ResumeChild(ctx, request.(ResumeChildRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResumeChild")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ResumeChildResponseObject); ok {
+		if err := validResponse.VisitResumeChildResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // Consume operation middleware
 func (sh *strictHandler) Consume(w http.ResponseWriter, r *http.Request, topic TopicName, params ConsumeParams) {
 	var request ConsumeRequestObject
@@ -5262,221 +5700,254 @@ func (sh *strictHandler) ChangePassword(w http.ResponseWriter, r *http.Request, 
 // Base64 encoded, gzipped, json marshaled Swagger object
 var swaggerSpec = []string{
 
-	"H4sIAAAAAAAC/+x963IbN5fgq6A4U2XS26JJSXZsqbZqlHxJvkzl4rKdStWEXjXYDYoYNQF+AFoU4/L/",
-	"/b2PuE+ydc4ButHN5kW2ZCdZ/7FFshs4uJz77V0v04ulVkI52zt711tywxfCCYOfXvJ1oXn+rcp0LtUV",
-	"fJULmxm5dFKr3lkvnXIrnp2mzAhXGmWZuBFmzZb0HqNfjwS8L/KEWc2maycsM7pU+ZEzcsnELc9csR72",
-	"kp6EIf9VCrPuJT3FF6J31vNDXYoAQ9Kz2VwsOAAjVLnonf3e46XTvaRH0/XeJj23XsLL1hl45f37pPdK",
-	"ZEIu3T+5yguxuZA3c8FSQ89czvGhlOkZ4yzTypYLkbOFsJZfiYRxy67kjVDbQG4O00t6RvyrlEbkvTNn",
-	"ShEvYMFvfxTqys17Z0/Hx0lvIVX4PO5axRu9lNnPOM3GCuAnBiCcsTFzmh2fvmDZnBuewXHCYlJ+9Ae7",
-	"OPovNjp6wYbskh2lCVPasXSYMm1YOhym1aKW3M3rNTkY/dClHJ++aC9lyZ0TBsb9X7/zoz8ujv5rdPRi",
-	"eHn09n/8e69rob9aYVT3OueClVaYRzZe7Pj4+d7Fsv/YtroyzHbgAsfHzw9c4H9sXeFvXLrN1f1Tr1ih",
-	"1RWsacWlYzNtGA9374xxlpeGw8Osn45HNk1Y+nQ0Wth0ACe4mutCMCsyrXI7nKgR67u5YLmY8bJwA8aV",
-	"XcH+cMe0ysQ5g1+tMDfCsIwvLZMOfjseMcv6p6MR41N9IwbDidpy1wHG3pZdOjneXPd72GG71MoKpDBf",
-	"8/yV+FcpLO5FppUTCv/ky2UhM1zpk/+2sDfvoln+3YhZ76z3b09q6vWEfrVPvjVGG5pq8+YYmoxJyxa8",
-	"mGmzEPk5m8lbWPlUzLSBZ5xZS3U17L1Pet9oNStk9onBy/yslq2km+MpZaUxQjlmHXeC9aVj4lZaZxkv",
-	"jOD5OmGWrwcI83faTGWeC/XwQF+Ubi6Ug1GBwE9LhwSFF4VeiRxuca6Zm0uLgH2vlfg0G1kIbgWbirlU",
-	"Oc7PPFVmRJXhAiiNqCYMm4siRwB/1u47YE2fBkgkqglbcuMkfJ0gYQM8VjoXLNfC4m7iQQf4flgsC7EQ",
-	"yolPAqW07EYYCwRHz/AiTo2+FqaGTs9mwtAe66XwxGktCOA3Wv/IzdUnOvWpztdwshromXSWFXIhCZBf",
-	"FY+v6sPD87NGgmyAmGdG5DA1LyxwoLnguZewfvvtt6MYh5oTb1BPWsgNlwWfFp9iU8ViqQ03slizUsGc",
-	"gNLIMM6JTjI+c8Kw9BV8OLqAD2nFgJprjR7ZZHyv6ZWK723Q4mRzX6Ry4kog4AC6Xw08cJFdf81dNo94",
-	"C89zRDJevDRwT50EDjTjhRVJbxl99a7Hs2v8XzqxsPv27iK7/lY5s4ZLtuC3P9A749FohCJC+FyxQm4M",
-	"X/eIEQZR43eashZc9fS/ReZgyGr4uy1B3DpBZKxFry3icEq/p6yS91HYza5hn3ez8KQt336AGBuvvDXa",
-	"lj14JWxZ4Dm21ok3d+Nr0DcOuvTfwINwciRgdSFdE1wcuX6+C9zN/dnYQmDipe0Wbuk3IqgCjp6tdFnk",
-	"bM5vBJvznPFCK3HGjkenCTsdjeAf+Gs8AoLzdHQCZwiSDXeEIyfHtQBao8zOU6gg3HkcP0rbcSQGf7sT",
-	"AvnTfb8HScLInUAVThjUgT4M5xf89pJn1yK/5ECyLpfCXFaMGR7Y2NEFv5UL0D8B1wO6+2829xufv5Tq",
-	"clbIq7l7gPGNAEYgtbqkPY8HfHYaD3gyfnrybLQ5Kn7cHLimu937SYqSKgvPlOhz84SS3u3RlT7yXwJ3",
-	"Gr7iq588Fr1PejfSyqkspFtfOrkQunR7l3F6ctyxhM6rvnldnOPZ/Ju5LPIPuy8ZvLpf793A/BlXsLZc",
-	"FHx9l4OKFjnai80EXBeafDPn6kq85NautPnQpZMmcrn0o7R24asunqHEatfz0aY938cwGkN1r9EfzZYT",
-	"+6Az2USLgl8dTOMQpB/51SaJS3pLXlqRXxrBvczWZAm/zdek/+klyrb0eMK4ytlqzh3pWOeMTy2oh6u5",
-	"LAQzpVJeaurkPR12lZQGTtlqLhTNCEA/skyvlDBswdeRxuStYvjckqNiipaGK8OVm6gVB4XrRl+LHJiS",
-	"8zYblotCoKKIaq0VWWmkWzOtBmegS8yluoI1ZnopRc5K5WQxUdW4wcqYwICq3hXgCwthAXIjQJG3Ti+X",
-	"Ih+ytLG56URZvobn1mTRCPZDv129cBjdJsRNDNu8Olvv4490Wzqu5GVWGktCzOG37oAn6Vgulbh1l3o2",
-	"s8Id/uIOtrSH9NQvd0KQNNdM69m+aZ0CBo5gyLpxOPbtlS6qYTvBKUrr9ZYWMPTDpcy7pTn/+yPLZJ6w",
-	"Bc8FIZh0DJBkqrWzznC4rqyPFjyhGGdWqqtCHJEdgDvOcmlE5jRIg9yymTTWgbqtRM6ma8bDPIBAXl8f",
-	"dGI/6ItGF0WXDgbw4owO6EoheG49kuE7bFlwJTpHXYjF1Gt5B53IT/h8FzWE+bduZg0cGTJFPuztZRd+",
-	"wMbSa4g7D9sI7sRHCJMPw+STv4GQ2m3T/0h/xR1FMCJL+2W3LRJtYyDaGrt7b46fPtsvvFe2m8sZB0Tf",
-	"PeRXX7SBD9cGGuQBLuR2IvCrFebDaABKLIdTxO/h8W7x8MOk5qT2au11Xu2moJF3bKfc/W2wxdzFTvUB",
-	"73yMcactW3PH5sB8gY82JeoEXW9LoZeF2M9l9pqFWs/Turfu4jd+iS0bqUML7IJnc6nEkRE8xy9wMPSG",
-	"2iH7ppCwE2xquMrmTKOcbEXClLgRBj57IO1woo5YOuUgHuMNT89qp1jliupbQWK+f21Ar0l1wwuZXwLy",
-	"pmfkGPDWd6DQ+CP7z9e//IxSDXz165vvjp4PEiDcc25Zqa6VXik2k6LIbW0rhw2xzTlgZekZ4+QwgUdR",
-	"mYCv2dQIfk1iiuILEH9MWbQHqKycOAq6MGGUJXfzyAIa+wThZ1064EIGNObEqzETxSIvh+PX6ATxQzaM",
-	"qSimAIhtUDCeAQEJYRKVK2XBXTZHx0UusoIbkTNv38dtQSCkpW1VwjqRs4U2KBIpdIEX4kYU8LZYNqdt",
-	"hTbQgXW5xBzTSpDx0Tt6pLWlyGk4Qq/LG6kL3IFdy3DBw/XIQ/waXz6vFD0QZFdGOidUY3Sn9SWgdCFu",
-	"cXz6uvLrcDYt8yvhWv6ovpV/iITZcuppQMKMmAkjVCYsHBseyIwrOlfDCq2XCfN+ezuoxHJpmRUO9zqb",
-	"i+waQOVsaXReZrWHll9xqayjgeuFelid1tfR0cCJWieWeIkk3FpcwY6tIHXpEhifnl3iFfSHRr8gCvEr",
-	"uKhltROVPEJjlE2XVwoqdrdPCh+fBa8xPlj5cOlHpd3lTJfKj2LLbM6MLp2/3bj8y/qhBDRvD0zza1L/",
-	"Gl8BMsffwJ6mKLbHs+Lx0W61HKMRBOQSrwatPwaHenXzt/rZ0TxCY6IT+bLQNrzW8iqL/U5lHCfEMMHF",
-	"Lri5ImKG5FKbQFc7/Jb48kK4uaYd8ycS1gDbH4IAguPdLwNIGb4XqECQ6GdlUfj3qwNicw0UGOb10hRc",
-	"qFKhpkFr9lck1j3CSFqzBVfriquwJbcOJ+DZNZsZrZwErDUC0MoVIg+ew4I7YaqrGpyagZkQVmdcwbLQ",
-	"40jrUnrF+tYB8OoqIVMP/jXjsoDbAZvomRT8CTtf7RkqkPVycZuRxvv7MNW5FJZJYJILbdY1hnoUCw+S",
-	"gYsjn7BOG5En2/2hnro5bfiVuAQ4BTGAXNprxHvB6FsKyEGFH2bApePoNAQ8Hx8hbdIjSwNJy+C3JlUJ",
-	"wOEs1pvKiNbZJUeChjY1j0UkbAdSUzG6XOYIzEwqaed4yySRtSmg5zn+qUuX6QVeZM/ca9oh66gFHDwK",
-	"K9gIJBCtOAJ/hYFM84JQp7w6j2US5s16JLsZsdTGNS18kZSDkUy18BJ99ELuhtTQ+A5ROfpm03PW4pH1",
-	"VxFj6yW9DhLfS3otok2uPB/Nk/QqgggCaZPm9iJ9tPFti+L2SDFofNEkttXYRFvCC9WnQDR7Sa+mkDh9",
-	"i8yhQNymXrh1MTnqJb02XaF9qMIckl6NyOiajBGpl/QqtADI6Qb7vYquHc5Ld6jDvJv0SAG7a6BAMIyE",
-	"e+bFBNolQDX4CzVJWGa+kKpzctzvDn/wt7c8IykSJeSlETN5y1ayyDNucsv6IOBpmQk7fJyiwa9SNmPb",
-	"xtPxXqPInugEf5E9nF16yz8FL2DwtoF0m6s71ddkxMHotXS/irXDI/2fWqoPDPXIcyPs5oY93bthMv9Y",
-	"vRqNkgGArmV5K+nGlkZAt2OOcnHkNJmN/VOd9tq5c8vLaJgtq9th8boE8aY7fhXFgVq68KYtG8QSWBPx",
-	"4IMCFRqTFuKgOZtzoSH7wLnq21rFlhfyBsl6aZdku8oFMoD/1tI7jXKR6cVCWmBn8E0Xht9o7z7wv0y1",
-	"LgRXuy/FzjAMuh3dLpL7sse3gNtlNP+pNrI0YckF7KBZX4KmtVi6LvMvWSm8WyO8kLBMlwrEPFYuGd4k",
-	"/xPIaH2+XBp9KxfcCS90cRBvQDIcDNkFuUP9/ePrA8//WmCk1V7T7wM61CpG2u0DCSIPyHZCuTPSrW+E",
-	"mXInFwlz4tbBj5x+IJATpt1cGJ990ddmgtagNcqJiXc62WuRD+hVyqTwL5NSkbYzMc78UylJWnssuht5",
-	"HBGKbc3b6Iqlau7IL0v+r1Kcg9KBwetOYxRb5/Fv8jy5gPuyWHZZBmsfnVfME/arkrdssUFKtpw6pUzs",
-	"DSgLmRWx47RyltbiZg3rDuTbRgxIM7sDNaiObQ858APvAOkVyrUPCFPSa3m4WxeEzCVO0xXhlqUzoxcp",
-	"fJOBbqpKcdCBblt7c/7OndA3HTsAUOzmsQdSi02WhTRQkMtzufZJUyvpsrnnV1oJjF1A+blbHu0E7SOu",
-	"NC4XB97N1PSN+ECfq9/PO0lk+3Z7tzuWdumOE1Z7eCev5Z12uGtjQTSsRfRNtkIOdaD2IDw+smyOD6NT",
-	"xCtcrI8KjGVaFWtUNlqMHtUwI8QlspnNeb5G7gNPoG+lMshoMiU04xweWTaThWB2bZ1YsH4hZg6NnVV8",
-	"kv8lmIg4wXQAZUZArfxjK6Cv5R8iWHw+GVS7gh4wfKSTh6H21Mm/kOFXe4wWNBvsVyA+WZY+wbf/SENe",
-	"WBwyUgmoSc+uVbaPPr9eq+yVLlVuwxuXi04nVnp0BL8ewa/pGUuvjC6XKbNzboRl8BNlh1o2FW4lhIrE",
-	"+nOWwu6n+Jhlgmdzbz7zV0ivFN5YFBzRGEtjDSNTEE4IRyIb4ea7lDTa5HhZXSj2S+mutFRXkSR8B/rl",
-	"Jc+YmoyOT++ZYm2VLC/U2guSvChF4s2GlVh5fqBMiGr8B0iC3VnFZ9UEKZObYmnw/yBVcZpgHjaMftvz",
-	"gZsxa7QrXYf6Muz2a8d9inQ7V+QyGLk77DeYDh1E9qko9IpUU3IyucJHfQVPzqG0IjKYbU76U7DEc0de",
-	"Tm+Pr23xlDEYIDh0zjjtqDnjd3ChaxJYWdnhlJquhgxTGYAyTgUzgMCwA1LVEWyDtnci5Kw+HZ0g21B6",
-	"RdGvgPCI6JjROtU3Ar0MwbEMj2CeNgh9oyF7Y0pBatBKWtFN6aY8uy701Y49BdDXwtWnN5dXc7biTpgF",
-	"N9fs//7v/1NvNHwgLwoe1aGnC0NeVkPuACa6ULDyvDQYDwAr95oyfD6U/wSr7I4JS5Wjnk2OMKVXB45d",
-	"YBZYt8GqGW2IEc7BjdnrjCQ/QNqHSwh6cMC8lSwKdiXcgeDqIhd2+yzfUfQlzWUdjO29NIcNf1cJP1jQ",
-	"GsrS3Sy4De2ysbrmjm5cvqRJ4ZqkJ740NfJUxx1B3klayVb+EYl6d9Yi2yz6o3L2dqq/fnEdeQgPajr6",
-	"eKPDrsXcT8JXtTUfk+/1SiwLngn02tjPGaHXgtkP2gUyShCv+WLZachSgqF/6oYXVHiEgp04xTY11TNm",
-	"+YpJt6mCAa6a7vQOxNuULYXx6blBfgqzNohXrkvyvPlVqDIYiHGcHSwiMMbpmnGFMQBubnR5NQ/u+xwZ",
-	"VRANOmffIYSEQNCWnLW5nGCuk0Uho3zkA+a4uxDAHUsRsjShGI6GBGOjlXf6Pe6NIT8MHJ5f+ICQS34l",
-	"Os/g4qrSmekNVqqwQZXROgJQKrawrD8iuVE0JOVaPD5UZvKO12233/98HwiwjCj7Nhwg7en+Ln7bH4tY",
-	"EIES0LK1D0lNEGL2HDPt7sPtJF+1hr/LToGKfN5Q5PtaCTSbHHnjCP6IYt8CIyhhP3yAip5510SkAay4",
-	"RC8QSP/SBTF3UF/xAlQcC+S13lb2ozfNTJRUsd2ALdA7qvJQY8DVwJMDyiKNJrdGi75+AvIDkNouobPA",
-	"ndJWhH3FbCK/GwfTFAKvcxlkeNhcCWLqgRMs+G332FpdAU1A0GPkl26uS/+9HRyIgwvBVec0Pwmu6hJJ",
-	"yEfvZ0az5ea/ju453mihcpHDbB/A3WgcTLuhO9NByeiZj6ZjWyhKfD+qRYc72QVgfRbV2XcRjzdBLm2F",
-	"8mNoTH7Jm/Jwzp04cnIhesl9ZetKlXGjeBClm5v6A0bCzqTwLLKQs4qXKb4Q55U45hNYychIwFMoMGiX",
-	"lnGmxIrpbVlyd07f+vgEre0pWDvyoj428+mD85s+II/pT5+hdEgCUvN+Nva3tQXbZt59M/bdvc4DSmL0",
-	"3IrU/xCOywJ3uyh+mfXOft+tRhEleJ+0SUEdvGiDpfUwbbJpoD3YEOKn2VzX27Cybm23DtU7CLyw3N1Q",
-	"7YirwwFeCwcSUBf/8b8EuWu69nSJTKQKg5Y2FcUOItpyIHn7PpCENGH4IOXlW5iD4qvKbM76PPw4l8UW",
-	"cf1Bcl1bjF9bV8egB73DJ0doA1pSZ2B6goy0ljX7vlYiG4+OTwedUUP3nFPbsY5m7P3DQ1hT/iYwlANJ",
-	"h12ZIzidNCbo+vvB+tzphcx44R3D95pY2zIZowADs0eKbZ8yiJ8+S0KtS3YyGLLv5C3wZwwOI6zYvV0f",
-	"nKjbBPFViHjcdnBM1zn+qHrsOcY7Z/tuKSpa4Qc3gl2LpavE4gDaVyznazsYst98JdGrBWYTgppoKJmp",
-	"djeEYh50WSnN72D8v79c45YZIk42Y/3c8Jljx6Pj0dH4eBDqE3u9uUpdW5Q2pK1h2dN2DH/tNxoMWfru",
-	"fcpA6gWlXokhu/AYETQLjba8uTDSUZ4JockjO2SvqpQ0ZoTVxY3AaAog1DInVdSnkCEcUdpCBMJ5nRRX",
-	"qcBVKgillqGHMVpJlHoAJ/RQwk9bn+RWsIK0SlDe27WUbXX/xqMR/I+VfNk8wmK4KXuYysfUgSLu2u3a",
-	"3akrv8E0Ph+h4FbaGw3s3bRl1Rki0Sx1gbmEmMMb5mB94O2hBEZ3nQ//aIehmWxzaOk4Z9yxBXCcF6NG",
-	"8sDOSI/IjN0RjXdHD4SixOmm3hmAf7vzxLrlsz/Jqe0oUOLzbeZVNNau3Y7ithp5IocLn4fJxZ3nsEMs",
-	"/dV2ZSbcV9GDuHTBwcUJdrheANru6wLvHw4wrnrfVtKQnSUAQsUr5E4EwJRbwpcWz37z5iX7Gn4DpkGD",
-	"g9hADIxyP6elY+kTukd/pEkUz4UEIn2yEM7IzKYTVapCWAuMz4nMiXxQR2v4TEtTKrtRlgsGYhj1x0Lp",
-	"B7bidqKscIMhOx2Na6Zn6O2N7OKEnY5O6ukwdZ+KibmqOPREkSPvjAVLvU/aBXYByyksBnYnjAqXJkzh",
-	"JwruHsCzKN6loPVMVIogpwlFiGnlhdeQ633GuKK+A2jdSTC9u5FZxVJUGezwcTpRfRQMhK2+FGWoQ0Nf",
-	"pFTVIH2cgiwQUsERIm2YXimqq65yWPdE8QKTFShIQzjBJBBixTzUvtaZVjAg7lSuWRytj/eLSZUVZY6Z",
-	"oSHDEINZ8DpVd2/u3JIK+0o10x3SNDc8p+Aqb0hO2L9KUYojMoVXoUt0SexSXwtFUsey4FIxuKfDiZqo",
-	"C/b4MS798WMaz1KKfhy9h8dRC8TwmGJYfiM/QjGo0FdD5v3Dxk4U/VaJC+dBgjAWay+gpBX5ljhl1wen",
-	"2OPHqEA9fsz6fKJqoYV5oWVA0a2oK2Kwv8SAV/b4Mc+uHz/GQy18OAk52Aq+BDasqRRE5K3y4TbBGgg4",
-	"CzcTc4RhlWsqIxGMioW+qhDHcV9iAKfAvfy3f2NvsGw/JcJQAS6eOcyEPR4dp3A7QkUCkkTjbFiAx4cC",
-	"9Wd2rTLA98jZAViDlTrikgMUqnY8On6Us86FYTU+XyChkvhRm4BVTGGtXgmZKAYaIS6IGg0MhuwfJSlO",
-	"wvqKKyT4hsydaH9Bo/D4DddjMZVXpS6xhkNdhcFRCQ9OLHfGZVEan7Z/PDrFDQI1v94cOmbQZnAB9Rah",
-	"SusHPmvvo9JY4qF1vKDyGG1tyDey3h7M7dynyl+0SwNQDmdVKoJF9r5GBXgfVYQCXhVmpTJRVbAAoLCS",
-	"ixGlFfmQXVCJCm08bayiM3mYe4VOo+YOIxVn+ITI2RT2Spvaoe1j7tLT8YhFZRD82vbZwgkBcdf5gtZO",
-	"NEGJFb1MVwQ/p9FWpIM6e90nwVEXAe9VRoSnsEFf88Wb2z3WYPEcO1F0makuTsYNJoz5hCgsu5C+m1AJ",
-	"nknvjL2bYPke+HPSGw6Hk17CJiG6J/r2/XtYfwrP+nhU2yjIQ+ucGb2gGttVJZ+UFRKE7dSPiW/X1YUm",
-	"CslQnMKe6yFLn45OUlZ1y8B1rFuF1vvetYiULGGFvBaMT5SnbwlVXeAzQWnxzqxBdUxPb2/TUO1lpY2b",
-	"V2XWWakyrBDr2UohM6EsimG+4cfFEjb/6Hg4ogwqB0oksZFe0vM5/b2z3ng4okf0Uii+lL2z3slwNDxB",
-	"47abo+gTRBeUHLsC7S78NTwejXxhUwxoMDoDYUZaVi6H7GePDSgj2Xat/aqUwA85SFV+wlYXkuPR6N5q",
-	"6QdhvbtDQRP2hkzYO/v9bdKz5WLBzRq0Z3kjFGWBOn5lQbL0KsNbeC0Id1s37yf6PbgiXxq9EG4uSksp",
-	"guJ2qS3xYVJ5WD9UZBgNR8PTwZD9AlTaae+QB9TzYmSn2JgeHXnx8ijInb5Qa5Q2QteqeSge0P2HAnA/",
-	"QbFjT5uEpDNvEmfBZhCno/G2Y6xAeNLuGIHvnex/r+6+8j7pPT3kjbilA96I6g5Eh7aodqnzNpDkfxAm",
-	"ATuJ4rSxkkmmib1hERjhOGa9hCDryNCKtJ4rUADMTVUOxZ5jdHYlYnDni6lhqsy8RBcFy/VKtdF1opp1",
-	"iDYuxyta12dBWJy7angx/PDz3ILhML7cheI34ydZXXi282DfhNiiJC7VWngFg6QZTNreJIbfCxfK2j7g",
-	"9oYptqClX59Hy9H+zY06Rv2VMNlvA6pON1KsoiMPR9w+8ydRFr8/++YB/iit+8k/84AnGBUa2Epb/RX7",
-	"mx8i7EFYbOcBJr2ltl3kF00oyABRs4vR1IbyhRiW5ljqBd+U9aUj3D7CystBIh6AQE+KWEIl6nzoEelm",
-	"qcxTSpABvoseiDNScrAGhafKM7EKDp2ZvKmOEJ9JmCisV4yUVkf4HgGOQKK3BNuRcMXEYunW7RrVFF1X",
-	"Be45DZ94nvt0J186Ay1IL3z1AUUVCooaGF+oC0ObqjLyCIBEqaZKGQKt2mf/ASMaV7JiFe2KtbTob9pK",
-	"lIc5FlvcJIz/qaXyFTHIsies+1pTmuW9YFRcr+Z903zoTCnebyDz+J6RuQuRASiR//lx+HT0Yv8bVds+",
-	"RPoDQGt1Vvt4WnGR58E64fXXrGK2h1L+J+/g/fe+ioroimz+Sd8IG4ewRsIaYDH2RPByuBELfFq6IasF",
-	"wuNKIJyouJINYo0vJTBk/Z99zHu1XlIs6kJuZ4B6w0GHDPePaNQIrxo3/PgT3PDXfjF/gSt+etCNpV6F",
-	"fx2ciC+CR45tbDTqQ/z73qz4jpaufuwPbefaVinfthEUEAm9SZ38nrCSjFV4jykUuTZ9o5UIfg8EwvO/",
-	"bYgJ890fQgJ4LxvBf/fP4+JKHgfxuON7nfoL/v8J8f8nzNHerA23iyVW0aCd6m/6/bdvGDxGruon7/D/",
-	"9/RWikZW8piSyRrZMEe5e8HXzAqRMKvhUrDpmpyBmC4CmEk28CH7IZI0E2+hrSRLtAyQCZyk1VAu3WCh",
-	"9In6ThtW+VDRLdvysc5mgyjDj6GnM5is0yhQgGqyTtRGoRYTrAiJz/IXwpd29WLxrgomCRmfsUD1ZuJO",
-	"M8GmSk/sz33FvSQYGaRBTwt5Xwuf6hHSMAZD9gNqJlWxFDgWEvfRl4kt1WtvNcNuvbPSihybPy267EKg",
-	"ikXhDR+k/orbKhmzETUypmgiCvPoqXFvI2Jjo9TN6fj5V09fnIzHJ8866suMR09Hz18cPxs/ffacCr3Q",
-	"qL54i2dNvsqKzzEaf/Xsq+Pjp898aJPPCnrxfJR0Ahvybr4aPo3SY8bD53Xqyun4uDPF5HQ8PG7WbPE1",
-	"UqKAk9/3b1EVcfR7nIc6HlUpoxiU1b26KuXydNTIe3y+Nfvw6TG818z6g/XV2Xnj49H7t1U8Uo9c9RTe",
-	"fRgbaUUabbF9hJgsPdtDaf721pFXIhPKMYM+XrQA0Km2tiYi9iG+KND6Orxpq73rDT3ygOauOva/48S/",
-	"rdfR5hz/f1i/XNj/jTPcZvuiIHIbUqgCMygttZOeC7bQ6JZHrgo4E2qSs+PReMjwfYqQgG0GlsDr5vde",
-	"Wj4dvWj1ABiyVgpD5Hu3tb8aGBbHZqDwqTu63QsE1onlGZMUwUHvRKyK9U9HLwZ1nxDfFbHZqwAeOh20",
-	"YIFfPTwBaLqLabIzXnkqyKON4UlSXU2UdO2AZxJYROgrEHcTwZgjX8U86rHB2elo1MVxo65oD6QydPRd",
-	"+8TWMZ+ts4n33/jz+aI69E7HB8BU9f3/bLqGz13hBzKdoDnssrX9A7+3jYYvlaM0eE2H7FUj8sdWhQR9",
-	"uIxPpEHCNVGno1M0iWP7blD3oyCZ8GYdREO0bVDnowY6hr00KO6GGqZuBt4k3lRPL/oIoY0AnGGn/Q4g",
-	"rzG/gXyn2/bpC7Lch8EMA0R3XOJkm1s46kkUUgThmgIjS1tJkKnvM99IV+r0F2+5A/csfPmU0i0CN0kR",
-	"f7+79ZFX5QdK9dx9V1pm1a656kfoMH7mC9EDRWoJYkaHeIfxYhTjCkJTnIqWJiztzBVKk4lKd+RFwos7",
-	"E0Ax0LuSkyaqj0lZtYMDk/+wsVxldLgWYultFVjkMnY+VhlacRDrytcqDA2dxG0mfIhMMHGQrEj5r1Tw",
-	"aK5Lk1BkqpepaJhczmZAm9HwG82HXcawz/aQXSA53oxTZohPVOTSp4Q6fg1wY/AsipsUtoeZYXNQS0y9",
-	"Es95KACLrbYm9mHHqTftco3KhVq2NAUmpg262MRF4YR5SPmwnuBO4uHo4cXDii4RX0W/vVhVlPcLJ/zL",
-	"iI0XlJxRMc9C3ogjVypUVsN5HixNPuHZtS9u8OF0t1Or/s1nD6QU9J2e+djtZiZA/3h0OqDIjWb8ewh+",
-	"p5A9EhkxLaArAn4ju2GiJspP/D8B54DyKrGyUaZEKPAd9rGDqiEpVHo1rAeblKPRSRYMx/hJpKyfnj5F",
-	"XvJ0NCKmcryAf8fzFEktZaLEpZYGsFxLlJHgcZoJtFVzR7nQYfbmgqci0wvhwS2Ej2dH7znFvqKSXWVA",
-	"UJJMn9IVCPeRGQyoPZmPv7eOr61viUpZFDBgtGwsT+hjymkx2MQi/DxKcaTm0WLIPncTzA4IIAzOfBBQ",
-	"1SqlDp/Hgqghf6aKDqw7F9qlUMAB/uF335v/x8fI0yjlO7J1jMi/AXpL3CixTvTayDeIkw2CnaSu0Mrt",
-	"RLUKE5+37yKeQ1TZ1h8P6E+5VmIQmtxOtZsPJ+rp6KSjZ2GIDjq8ceFEddWTCBgXV7yT6ojEmQpq36nf",
-	"UIh9J9vMrnt3lcy8ivlP6oryPtlwiyFWJj6ri6oP7EGiBvpQPtsorZzr2OC29q7Txext8aefHHc40A9R",
-	"HF/TNidETijDKLo0f0c2Oj5gNd9rJe6BtdHu+s0NW+vpCGFrlfkVMbi6yu12Fnc0DbrB/TO6X5dYFWA0",
-	"GqGWKoX1aZ2Y7IKO2uwazcZDn8N2IKcjtki5cHMeojVsWThUhFElxrzwqgADYH3S7BRb2mCPRg2aZH0M",
-	"jZzzPO5KAJw4YaejEfwDf41HCXs6OhlUUfaYjzScqAtKUUJruFchqAWkBSrvQyO9ZahumZ0wVRZFEqqf",
-	"AwJPlC4dlpVAlYXKMEyp6l1suCaNAJd1OhpFOZE25GJtIVtYufmhZH0//GeS9C+y61d4F7Y5gn7puC1/",
-	"S/p0Z6n9oWgUMusmmbJ3oVOoZhuhtsaSvBReF8eGaFX7lEwv15Tm1E+xOTR1twbUuTSCW63SAQVCNMv9",
-	"IIpWhZMqCSz07w5hmY1vq/mwYD0o+VWIhbcgCJWJYWc0xDdhfQ+ZzAFz7PKGh03+W9rnPoc+ik5XMjPR",
-	"fa74jzSs4Fdx6FS4AB9t6etkxN95hYlplbTKNWNUp3NB16guvbRUMi73XBiTqagFfJpMVGUruRagd+ra",
-	"2RHVCFC5uK2VipZpypLzM6GSdGKirsX6ESgadl7XS2L9a7HGvMVAI85ajSYeWT/PQudl4aO1ySo3UTjR",
-	"YMh+1kiHZrIozkGwFugABuw04si7g0M2OKolIVAsqMCOy2I4UeThbRXgS1l/HAogsbXgZkBCDhKDoJSS",
-	"8obSjNJMcFNIcvdgVa6g2AajYHUK9elIF3aKAtfMI8uyQmfX597FjF5kChXDolROs0Z5vw1/N+mAwY5a",
-	"7VvVYmZO2fVo7fR9JoVE0oqCCclLM20W6HjnUk1UP9zjYHdEcSp8OUhIT3t2Wn2VtCZ/ZCN3NibwN46h",
-	"j4XKUFv070U/1kZTb/qoyhh4264Pb6tqoQnaHlSYWsOhzrs9SR7VUJJH/e0xXLG+/xufGYRsoSWWa2iU",
-	"VDiDHTNw0RdUmXFdR+qhOD5RbiUzEXTiQltRpcr/1qrzkrQ4nbcUh4zrsK16pXw8k7cj4GonysfDYC6S",
-	"qOpqE41AWM7C3nDny5vgRbrR1z4jCHVoGH2i/I4NotuEJXktbJ1nvGkthRMLrtkkLQLb3FuG2Q9osrFO",
-	"L5dYQscnvxIYdff7TQEXDwI53kPJuPUMnynegVbXwcsvfEjMF8v1ZzNEezoQM/9uZr9b3H3yDv/aGdjw",
-	"2uklsuq1z9arUG/IvtaAaCR6WMfXQ9Bf6Uds6z+DfSX0JtMjUs06iqqmh8OOwIImiu0PLPjb3srPlZBz",
-	"6CX7CIkyebdNUajYLsVPdibyZBEB3pvJc0Aj1bdb0IUY2lbl8JXwHTQrla3Ou6lsvft9HhhvGMIbq5JT",
-	"LG32uU6H7DcOgnGJxq90xaWjZAZNuavcGHkjJqqPEt9SF8XgnB2PTgkPQbphucyH7GVUucFU2QpSMQCg",
-	"lgTStl+d1NE08fWrkG/HtbZC7SpvN5yovq/EdoY9NxsBUElV0cfQHuYRqMj3SfeVVV+diapabp+ORgGa",
-	"S5CX9ewSC2mlFcVBCdO3T6QVodgSZ5lQZsbOeINWyeWERla5RSNatQIlVmjJi3vWNOqZzcqi6HSOf+Pv",
-	"113xCO5BBwrRsVXH1FSNKLk5JxeXP5kEAxlgcYNtRv24HHyNXXfqMLoN0DiwIzryAOjhMFZt6roBpMKw",
-	"ewDcs+MvKcb229CetMN1cZ+1FXxR3Q4RLGAbcrtOfvizrqvfIUWg7CKpPMn4EiXVZnhv2lUDGw20us2J",
-	"H2NM2clsardJJ8v5UV6LoGglSP09O1jw27R2W/ZDDd/xaDQaeOdIZVrRKxVoNJkqYtJcZ5tyy6zW2Co1",
-	"8omi0hl2ssVgJqr7yrFfqty5uvSah5BPgZg+Zz/Jr0E0vBZrSxzRx7Vb1scUtkbpSV6s+NqyKy2sd6sb",
-	"Qe2e1lSqMq+7iaOLmxfFDgocnBY7M4yb3QSoeFpplK8zj+XKWV2Gfyu1WvDbBqnyr1BW1O6q/bsrvh9A",
-	"xirG8Sckd7ucKtqwhTYVgtov1O+eqV8nESEySMLPp6KCdaWKJ++qv98/iZu6bhHFgVJ0LgMlnhT+xRrI",
-	"Xs4YYDQDfIshqGlEZeoirl7k9E2zgxGVOxTdB0kl8tIeDVkatc3F0B1va3Ias2ykKkUIxvFBKb5ZcxUs",
-	"YoTjUoHkStKQipt1i6qvF6YShfKgVoflTcVae5OXUHXFzvC5P9MFzBfKUZpKaJ8oey2XSywT6guKhrVj",
-	"FsEAuEKAaQfQmBFF5m5HZkx6ZMiqPoiZXmBVAkwCNLkw2yq8/VT783bS5Ubn5Up6DJS4A8ytpBn25ePE",
-	"yNal/O4bdnJy8oIqEGuz2f7vnLaL3AIbTC66dVSSaBvQl74vWqf+++y0o9f9xzG3D+JuD8/ePgfbegWa",
-	"5/YaaEEeW2pr5bRYk5fBV0IEBIxIwxfetJk9jAWzeV0oO1Lh750lbSDFy6bHMSHCOdpilFq2iqd0G6bu",
-	"pjpv45KU+/kwwVUUAUXhTRh1JBtBpgkzfBW2gmExA2SrlEgWKwkVHx2QCxMk/P7p+ARE/huBFSDsRKXf",
-	"EDYevVkvRcpykclcWDbXq6iwuxUCS9albXxNq7RXDKWdKMx+RccaukcxSuRGmCl3cnHOUiwX+7h+69c3",
-	"3x09bz/PQ2HoiSKKed6cWGdOuCPrjOCLNH5xyq14dnokgABhGW619jUt0L84UXGuLcbXKjmbifzMBwLD",
-	"nL7QHgEG4PovcKdBk6ry/IB3TxSvMl6oBC8eCO1inecbyoCGuc8YDxFlxO1ptSFrOO45hHHNmVg69Mph",
-	"ZkhWSMwTsSBU0IZbFm/KIPHtjieKW9Z1JP7rc9AsyYyGiwy5xmFNdbellALMr8U6Zdlca+vNrrWFa7om",
-	"H3+/ihi4FuugKRYYK+3LHltMGa/eHCQNY+eS6hKL80q8I+900uiaDVJzcBNO1PHoOJaZ0FVaeRUjnPCV",
-	"94fsAovjYkpQoVE2WRYYyXQjrBecSoeikg/eO6vrcWPtCNhebKiA3V4zvVw3nLqVNNElXflmCnsVXg83",
-	"bGNkUDg+pUs2OMf9pgAPOpLmiWyTEa7FepusAqMfIK20CDMAgK2imdOBMp1jpLpBWkK3ZkZZARl6Sh7S",
-	"3vl2l2f48ZPHTRmjGnsqFUdQDixdXVNjOo8k9KpYt1L6lW7Q8QahHvYesujWy1B4pWMR//A9qjGaAeHz",
-	"1e5BKpIOAyVCL4ovDudPHnTpjy62i94lsNJLKJ8oCLzuYajy2pQIl2rIvuXZPDzwyAKlRyWBMmvU2nM+",
-	"zP4MXCsSGFbeVYHvXAqvWZx5Tp+G1if+MyOcnSjqrpELlAM8T0ZnG43f100uznhU3qP5FjDoiYJ3G3U9",
-	"sHlQPaBvHBQSsqyXJDiyvKp9EoUOIXSFoCCcmGuFeLyoK8zx6LhREqR6pxknjqk/CERwikXD9jkR4GSi",
-	"Yjarzea+pnBsqiwKquaLc54RV4QF69INhoxisDEIjywJjVj8yNIQ2DeRf5qvdmkWBbvScIPQbh2ZU0LQ",
-	"EBqO/diPbCNjKurf2ZIJJorcuNj6Bl8dbHhcw8ZgAy3Di0IUZ7XnMzAygmvGZeGT9EEGscyWWSZETi4z",
-	"kCH6KdwBfiUu4VmR00qpGFlZFOmA6CqIJLTMkCdAZ7nC+pHVJapb0kQLo9tcIdkKKLTS7jwkTlhEgq6r",
-	"iMYpI6xvQYPriy4fvoI+bwxL2yGrPGRaQTzFZ6pOGRjl7hJTm72cvnDGz8cZm4mCvh6Uv593YZW7i1nW",
-	"WeTNwosLqUoU+kCszbmdTzU3uY1CHpUNKTwYlTFRUeMQivQ989EKaVTGL2X98YghAfO2u4SlR0cI5FF4",
-	"Lh2QEZrKXfpidy42eFXVqbDmPEZRWBkUoqURN1IDGPhqgHmifHE4zLDyOZNI+sh+G8IxvG0UVVcqE0ZE",
-	"+1qIpa136MVooqrmqOOnYceilQ2ww6dYaLNOwiSkNEUt+8gmSwMRz7G+ma+vfBkMtEhKQzhvXJnel+c9",
-	"Zzz0BkPFL0S1Bos51tv08PKZEXaOqmVcapT8uNQUwNv24fils6KYUdIyVdqjGg2ddUl9dU/iAJ3bTdH7",
-	"4bbFDK4unk91TbEWaTpRxDWwwsaFvfa3yoOZM57jdAtWLiuvLHEBX/ztNSjr1KmTcTtRWwq4dtYhCgVo",
-	"Pk3Jzz9jPcukAcq4BmW8Ccq4Bcq4CcrpVlDGzzdBeR5D8ryzsObdy2rurKTxqMKQL7byjdjgKF+hu+bm",
-	"fZf/8eys6pbb3WSq7nLSmaH2q33gTjVVm98tF4s6p/ZVsJNKU7W1tYO/Qv3Oz5aBVtpmyxvf4/ighje/",
-	"Usdfxa8oKVsJkdtml+HT0QtWtQQITLSWZ9RENZsQnzFOjYQDD/YebkwnKnTm+RLwbhzA1focDu4Ta6qe",
-	"xpFKgxp+ZtYYJGUpwSs03AR9Dxn+RBX66krkQ/azRnvWgq99RsnCt0BDDW+N3BPWdzLYXlMTu0o/ZElN",
-	"mOAzZZhQx+y/dEHNv0S6SFXusrSNFjMBUWMC/uRd6Jq+Myuk0bSKEkCqBt7Y1DqqqJZzx899R1/q9phx",
-	"xajTNcqDWPFmS2XJ6v5/KSz5p2/g4utRbrllyQ7BwJLmhmoN3iGvHyxAoemsNtl9L0YPTpuCqPAlzeie",
-	"rk1dm3LrvbmbaPqrp18tyTQibE9Ix7y7OyIaOukty52yzTlTh7P/jsA3dFF+T4A+DP9vzPGZaqnsQ7M6",
-	"l1eJlbcNfCHxnwtX/Y3xuPrI+gM5XKR4EqTqB8E9L/b7orMkfOhVrRl4L15WGiOUuwxfp+d1Fx4jrHB2",
-	"orgCBeFR7TySnREUVOD2ZVjUA8npjUnuhKin22ryfpGTPp80TqVyeXUtu9Cn2Rn6XW/Krcx6Z7+/fZ+8",
-	"AwQgwz0hTmmK3llv7tzy7MmT8fFXw9FwNByfffXi9BiRxQ/e3XsjYZIYcOIlcu+3E87b2rA5tI+K8eai",
-	"jkAcsv8ldUoSBndhUhGGbtYZG3WIcHCIbA73HVdHPiOWSmiIype4Zm5udHk1bxS+GbZygg1eoY1IAWoo",
-	"FSzMKq8tPNEAdAabb4cuzb7/5lwu/RDBB9wIKgrQhA7XyWYGF7XwT+omXaFXgGmuyLeWev/2/f8LAAD/",
-	"/3fWg0uS6QAA",
+	"H4sIAAAAAAAC/+y963LbxrYn/ipdPKfKpP8QRcmyY1P1rzqKk+ydM7m4HKdSdUKP0ASaJI7Abm50QxS3",
+	"y9/n8zziPMnUujTQAMGLbCveyfiLLZK49GX1uq/fetdLzHJltNLO9sbveitZyKVyqsBPLxdZnn7/DfyZ",
+	"KpsU2cplRvfGvStRqKVxSiRwxSMr4iyNxawwS+EW/G2htMgz60Q/povHk3I0epJo/E/Fg2Ev6mXwtJV0",
+	"i17U03KpeuMe3tyLeoX6R5kVKu2NXVGqqGeThVpKGMtS3v2g9NwteuPzixdRb5lp//ks6rnNCh5jXZHp",
+	"ee/9+6j3Sm5yI9NvdWJS+G5rOvFUWvXsIhaFcmWhrVC3qtiIFd0n6NcTBferNBLWiOnGKSsKU+r0xBXZ",
+	"Sqg7mbh8U83pH6UqNvWk+FHXyo8hnI/S5bI3/r0nS2d6UY9e13vbNZXXKlHZyv1d6jRX2xN5s1AiLuia",
+	"6wVeFAszE1IkRttyqVKxVNbKuYqEtGKe3Sq9a8jNxxy7IU/Pzg9vyBuzypKf8DVbM4CfBAxhLM6EM+L8",
+	"4oVIFrKQCVAlTCaWJ/8UVyf/JUYnL8RQXIuTOBLaOBEPY2EKEQ+H8Q7acvD0j6CtlXROFfDc//m7PPnn",
+	"1cl/jU5eDK9P3v5//97rmuivVhW6e54LJUqrikc2nOzZ+fODkxX/sWt2pX/bkRM8O39+5AT/Y+cMf5OZ",
+	"257d381a5EbPYU5rmTkxM4WQnvbGQoq0LCRcLPrx2cjGkYifjkZLGw9gB9cLkythVWJ0aocTPRJ9YCup",
+	"mskydwMhtV3D+kgnjE7UJTIdq4pbVYhErqzIHPx2PhJW9C9GIyGn5lYNhhO9g9ZhjL0dq/TkfHve72GF",
+	"7cpoq5BRfi3T1+ofpbK4FonRTmn8U65WeZbgTE//28LavAve8u+FmvXGvX87rZnwKf1qT78tClPQq7Yp",
+	"p6CXicyKpcxnpliq9FLMsjuY+VTNTAHXuGKT6fmw9z7qvTR6lmfJHzy8hN9qxTpzCxINZVEo7YR10inR",
+	"z5xQd5l1Vsi8UDLdRMLKzQDH/J0pplmaKv3wg74q3UJpB08FBj8tHTIUmedmrVKg4tQIt8gsDuxvRqs/",
+	"ZiFzJa0SU7XIdIrvF8yVBXFlIABt8KipQixUnuIAfzLuOxBNf8wgkalGYiULl8HXETI2OMfapEqkRllc",
+	"TdxoP77vl6tcLZV26g8ZZWbFrSosMBwzQ0KcFuZGFfXozGymClpjs1LMnDaKBvzGmB9kMf+Ddn1q0g3s",
+	"rAF+ljkr8myZ0UB+1TIk1Ycfz08GGXIBzDwpVAqvlrkFCbRQMmVF8bfffjsJz1DzxVvckyZyK7NcTvM/",
+	"YlHVcmUKWWT5RpQa3glHGgXGJfFJIWdOFSJ+DR9OruBDXAmg5lyDS7YF3y90SyX3tnhxtL0umXZqrnDg",
+	"MHSeDVxwldx8LV2yCGSLTFM8ZDJ/VQCdugwk0EzmVkW9VfDVu55MbvD/zKmlPbR2V8nNt9oVGyCypbz7",
+	"nu45G41GqCL4z5UolEUhNz0ShF7V+J1eWSuuZvrfKnHwyOrx95uCunOK2FiLX1s8wzH9HovKbEFlN7mB",
+	"dd4vwqO2fvsBamw489bTdqzBa2XLHPexNU+k3K2vwd44iuhfwoWwc6RgdR265nDxyfX1XcPdXp+tJQQh",
+	"Xtpu5ZZ+I4aqYOvF2pR5KhbyVomFTIXMjVZjcT66iMTFaAT/wF9nI2A4T0dPYA9Bs5GOzsiT81oBrY/M",
+	"3l2oRrh3O37IbMeWFPjbvQ4Q7+77A4fEP7lzULlTBdpAH3bml/LuWiY3Kr2WwLKuV6q4rgQzXLC1okt5",
+	"ly3B/oSz7o87f7O93nj9daavZ3k2X7gHeH6hQBBkRl/TmocPfHYRPvDJ2dMnz0bbT8WP2w+u+W73epKh",
+	"pMuchRJ9bu5Q1Ls7mZsT/hKk0/C1XP/Ip+h91LvNbDbN8sxtrl22VKZ0B6dx8eS8YwqdpL5NLs7JZIFu",
+	"mg+jF3K2dB5g/ImUu0vS39mPE0fIfPEXNl9FpvE77xXKS+tU0eLCh301UW8mNaxZqnK5uQ8BBIs36qYq",
+	"GNihM/war2os5xbjxAXrOrovF1LP1Stp7doUH7odZB1dr/gpLan0VZcc02q97/pgwZ8fEmKNR3XPkcll",
+	"BxV90H5u71bWQZK/LaQT8al3LZ6+w7/ex6IwpVNWOHmj0M2AEgd/HG/TKfohJppoG4kWLiZyjUS3o5Kd",
+	"F6HHkzwJW7PN5fxoeYFL+YOcb4uLqLeSpVXpdaEk67/tpdiQLW1WaCfQ5SA2ZzLLMz2PhNSpWMOKoel6",
+	"KeTUgtW9XmS5EkWpNSujHVrRPQ+K1wM6fFwxvyge18MtSm1Ff3tFo8rnysIEJgZ3ZHo+GE50TJOMxXqh",
+	"dO1kfmSFWWtViKXcBJYwezvxupVEhwN6kOaF1G6i1xIM6VtzQ6vm2BcnUpUrdAAgu7MqKYvMbYTRg0hs",
+	"jVispZ1oGtYYTMhFpuc86kylotQuy0X11sq33Ddg1Am05dElO0B+qie6XiT8wcJcCwUXW2dWK5UORcw7",
+	"HI+3RrMwlm+Ha+xEZ1pYs1TBkvatUkLJZFF/98iKGLcvRvIHgouReuJcWneNimk8uJxoP2RXwORwgaYy",
+	"uTGz2VDEDYKNhZUbGPyGjol3bzM19Dx9g35Hs+n2dW+z3W1+spNJ/UBHsYNPXSdlYU3RLfS0ukNXgFWO",
+	"HAV4vPz6VRsEzMZeEsnSvrOhR6tEFNBWYHcwO3W3olm2x/M62N5C6bF3n7JS7flapTB58vVjcQu1EWug",
+	"IKbIfkUyqVlrf1bcQnrhzQ8aXNK9soAFQafqfSbEXPC4K6/ZyD5i+gvvVJZzgwM2eaqs88uCXpyNcn62",
+	"cMjXReac0qI/Ir6hjVZomNtBYzKpKadoL/AYdbmc+iH6U3DECGFQcIPAG7YJ6BGxNNG/USvHLocMOENi",
+	"blVBY9riyMS/roEyr4kyj1zd/Xp5l47ULW5a04xYilSsCGMuzJ7HcOzb4qdzWjtkRueakrN413IOAx7D",
+	"EuODeEy9Xp2LHjXZB9H5bv7TaVT6ad1PSzhoUVaP7RwOaTcdg6EfrrNdBgD9/siKLI3EUqaKDlHm8GxN",
+	"jXHWFRIEEwo1/FEKm+l5rk7I9yudFGlWqMSZYoO3zbLCOmFWSgOn2gjp3wNclH203QchMdoVJs/VLt4N",
+	"b3RAdbmSqWVujfeIVS616nzqUsFRP97O/1F51tDW2uD9OxezHhwFr4ibHlDH+YGNqdcj7tzsQkmnPsKB",
+	"8FAG2J/fMdEdx/3IGPU9zWNiS4fj1Du8GI0H0dLY/Wtz/vTZYYdN5a+/nkk46Psf+dUXD9CHe4Aa7AEI",
+	"cjcT+NWq4sN4ANorx3PEv8Hl3Wbsh3klojqT4WDCwn4OGmRE7PVrfOsVvPvEJj7gno9x6He4QxYgfEGO",
+	"NvWtCD0WK2VWuTosZQ6GAlrX07x3ruJLnmIrLuYw6raUySLT6qRQMsUvSFGGLbJD8TLPYCXEtJA6WQgy",
+	"uKyK2AgxurKAhhN9IuKpBJMTKTwe14kQVfoBmrugBfBtA7ot07cyz9JrOLzsmvARV+DQ+KP4z19+/gm1",
+	"Gvjq1zffnTwnH8BCWlHqGw0G1CxTeWrr+CgsiG2+A2aGtjpaa3ApOhrQFzUtlLwhNUXLJag/RZm3H1BF",
+	"tvApmLYCT1lJtwiiXmEeCPxsSjRfC6nnKmIXx0SLILKNFqzQhh/ZCKChmgJDbA8Fc9hwID41rgqfL6VL",
+	"FhisTlWSy0KlgmO6uCw4iMzSsmplwUxdkpEqNaY95epW5XC3WjVf20pnG7Otup0G4QRYd2gicHA/s7ZU",
+	"KT2Ojtf1bWZyXIF90wjdhjjiX/Dmy8rLE9iWjac7Y67hSOfqDp9PX1exfCmmZTr3roUqB6Fvs3+qSNhy",
+	"yjwgEoWaqULpRFnYNtyQmdS0r4XIjVlFgnO17KBSyzMrrHK41slCJTcwVClWhUnLpM7KkXOZaevowfVE",
+	"eazOmJtga2BHrVMrJKIMqBZnsGcpyFy6BsFnZtdIgrxp7FeBIyTnQKhltRKVPkLPKJtpDvEYKLUzDwEv",
+	"n/lMIbywytuhH7Vx1zNTan6KLZMF+YzpZ5z+dX1RBLYsD6b5NZl/ja/gMIffwJrGqLaHb8Xto9VqJcME",
+	"I6A0qOqh9UefRFVR/s7cKjST/eFJZKFJKVtmFsk6DvzhjWPujw/8GtwYvg4mBpemmLIFe+6dTSB6ElQ4",
+	"UqKswR7awHym69xYP5tWgpM6nN+Ez/HptHDeclnMicciFzdF5RDaTqHBm5fKLQxtJBOKX1qgCp+P5nPA",
+	"eHWBw+J9fn29oTEr85zvrx2FCwOCAd7LSh6sd6nRAKI5M+WGJpF/kjFiKfWmdvetpKXNkcmNmBVGuwyY",
+	"SaHgtLtcpT6JJZdOFdUJ8vk1XsYRs0mkhmlh8gvNS5u16FsHg9fziHzN+Bd7TnARWXbCn7Dy1ZqhXVtP",
+	"F5cZRQ+T6dSkmbIiA9m9NMWmJg4++f5C8slLFF/WmUKl0e7UHGa6zhRyrq5hnIrkUprZGyQ5Jehbyg1F",
+	"PwS8AaeOT6dHwPXhFtIiPbL0oMwK+K1J0H5w+BbvxCcWbFcS+Sw6+vlwkw3gOWAlf9MsxcHMMp3ZBVJZ",
+	"Rtx2ClzjEv80pUsMnU/WOWqWltUJdPjwIMNtK6dNtVLamIRBesicjk45vwxVJe/CJ5WyUCtTuKY3P1C+",
+	"MKm21qmCj6x7bykzje/wKAffbCdxtER3/VUgb3tRr0Py9KJeS5aQ25cTS6NexadBT26Kgl5gJje+bQmC",
+	"HtkrjS+aMqB6NvEWf0P1yfNyXIRtxt2LejXjxFG1uB+q722mhg8LuVQv6rXZDS1PlYgX9erzjckz4fnq",
+	"Rb3qtMCEiLB5CQNqxPcSaXX4XKMemYv3TWXzbhxPfqzU0OLBCYS/UAzBNNNlpjtfjtvQEWz49k4mJAxR",
+	"n18VapbdiXWWp4ksUiv6oI6aLFF2+JgrV7xpHHpinp4ddOEcyJ9j+uZxdllZf1cyh4e33bm7krFic0Mu",
+	"J8yvjg8bhHtypv7TZPoDkxHTtFB2e8GeHlywLP1YLwC6UP0AuqbFPt2tJQ0G3c6KTdWJM+Tk5qs6vcsL",
+	"51bXwWN2zG6Pf+4atJ7uCgvUEmqlgx1x1msrMCcSzUel0jVemquj3tl8F7rdj3xXTa1V9VOe3SK3L+2K",
+	"PG2pQrnw3ybjuHGqErNcZhakXHdIJ+rdGg528C9TY3Il9X6i2JsoSNTRHdD5VNGD1uD2ufh/rF1CzbGk",
+	"Claw2FyDXbhcuS5nNWv1FITxN0QiMaUG7U+UK4GUxD+B6taXq1Vh7rKldIp1MQlaDyiMg6G4oswSpj+5",
+	"OXL/bxTmAh90VD9oxNPrHp0RG68JgcqntBuTJ+BWFVPpsmUknLpz8KOkH2jIkTBuoQquD+ybYqLrJIGI",
+	"Q2T2RqUDupVq/fhmzrJr1wqO+aqYFLAD/uetSsPgiO2sLOzK9m2uyM8r+Y9SXYItguVVzmCedef2b8u8",
+	"bAn0slx1+THriCKbipH4VWd3YmmPzDegor6DKc++9i8M81ah3VoLrce65/DtYgZksN2DG1TbdoAd8IP3",
+	"DOnnIptn+qBU3lr9QmF16GpDEV6MyDYSi8ACsVjbOxRXtX2A6WRAr1ILg+8WmZ1oso7EUhZg6iKNw8Mp",
+	"JaBoBvfZr2uVTv0YjMbEJrIPJ7p9Q/8KCO9r+OdqQIkelhKa/LiMTiqHMZbn0ovhr+FEX4kpOvgoWaoa",
+	"diMNkFLK2E2CKU8zTK/rX4xeDGpXLtnREz1VZKqtdUeG4L6A+700mr2McH/k9UAUdO+91dG6b8l1I8BQ",
+	"Tzvadwr3EPdrtOUe8MBFvVZ+TYv7kefSGeJ/0ooYDkQM3yQGRGepjuJWuw528/2dK2FuO1YARrFfgTxS",
+	"FG7rYyjgFWUf+KQau85csmBlzGjF6TUq3WFsdQ7tI/g1ThcfvF9jM7fqA9MfeD3veTg/7ox9wAs/ycHc",
+	"v8JdCwt2T21/butMlNsC3Bsso0dWLPBi5MHsTRB9tM6tMDrfoCXd0mLRx1AodY061PZ7vkbVCq7gdG92",
+	"QhpynzVTjh5ZMctyJezGOrUU/VzNHMYdqjRi/sW7ReVmcKTagQO12T93DvSX7J/Kezn/sFHtyz/CTK4d",
+	"Wd8y3XQqZ6jNVmuMXmPrfbZgG1gRn+Ld/4x9WX6YvVVZX1HPbnRyiD//stHJa5DV1t9xveyMJ8cnJ/Dr",
+	"Cfwaj0U8L0y5ioVdyEJZAT+RzLdiqtxaKR3YrJcihtWP8TJWH8hlzCQEshzDGmAVYQCCnhUmGuILYUuy",
+	"RrXfPg8ELXI4ra4j9nPp5ibT88DMuwf/YrMq5Caj84sudaJSF4+Ql6xbfiSj22ltXekNG1cyL1XEHvbK",
+	"1Lo80k5C19YHWEfdWDDj6gUxaIHtIfgILjIjZ2jMQxGDVRiPsV4hvDkwEVn5RPMx8+EEUCngm8gb5V55",
+	"hhtBq8Y78bix5zNm7Zteefo4bsTbB21nPRp+UQ+u7ZbVB0y0MDZQp3G2LTbRZz3+RqkVRYSsKYsEWA+8",
+	"AYb1SzVhhJ9htAVU2DF+RXFnbdZsM8jMEgRDI8T2yE60VmtlnaiGLrIZ5oQXMIwwS7i6wvKLUpUUSloc",
+	"z+sqf57PO8IYZc7btmMYCy3nbs377KCq56m/68y/8mP9xUnGYWpXcl/7uF+H7xoLZ/zmTFVu1mTQUDqA",
+	"yzk/18fcjxUlQbBg+6U/+uCkdJSPwiHKOjxJeB5+BMe+MwQFaL7xO+B3tYSsAo9wMJrR1wQLjUFwTpUo",
+	"gL9j3FrXucaDdsDWI8o8HT1BraIiPyBhpAvEm5maW4WBV58CBJcgGQM9j4biTVEqcgGtM6u6BeFUJje5",
+	"me9ZU1/JUO3eIpsvxBpOBxjW4v/8r/9dLzR8oMAybtWxuwuPvK4euWcwAUHBzNOywMwtmDnzKvh8rHri",
+	"I1J7XljqFH2MlBsAh+/IuhPEaOh21jfzwsMigk596Chj0JcLVWwxy3MxV+7I4VL1ys63fEd58vQu6+DZ",
+	"HLg+7vH3r/6g6EHDlr5f9Kph0zdm11zRLeKLmhyuyXpCoqkPT7Xdwcg7WStJy4+A0Qgist2qNXuKgsSZ",
+	"PoqQ+G/fvhGnt2enFMw7fYf/v48HpDlQwpwVSyU1AmSNJ7ribt1JOlKTd9loJfq7E3AiSver3uA9WASr",
+	"hWrDxejFjiQhfF5QzVjn77TS1UedxRT3dMi0td37oY9EPcwYkE5dgzW5vT0vFyq5oUKQOmeMytd9VhwV",
+	"Z0pOP6J172MBZLA8ccR7g7yeCzZZaIjz0TktKhgKhO1ACbloU/BSDkUQU7ATjbV1xlGenkqHolX4JEqr",
+	"2M+Ol9ReWRqidEJi8X+jFHlXsGuvA5mPSEdd94MGXz7ebb9vMp8G1KNamo/B9AiLpTsZCG+s0ilhNTb8",
+	"yOJlTblBRaZdmLUeHnAx73xVs7TLp486leegtHeKxINsMCRPeHArkRDNgrlBa2lXQWDhQgekNmswYWSR",
+	"Z8C130bHuxKjXlnk3d8HlQUHageKPPBXh9P3Yz2w2ceKm5YahInZVYF7nTo+q9g/715Qz4uXDsZNVIDS",
+	"LlQ60Wg5SRfs+d/fvHklrl59X2WO2gZ/JFaVtMiOlI+JVjopNisveAJiJOHTGfeQ1yu13KaaV9/+KBK4",
+	"bIapWWhHu6K0DBepxcK5lRW/vv5BZNo6TA6cBe6xR7ZVQvXs6dMnzzrds3Uhyk7CZTROfy2s7k+ykGn9",
+	"TWbFcxjjV+dk9w9arz+isKUi8pbTQZt13AS5HNNGYgoelpQvlyCIUzJPtVkLo4ci9scjHguZW8MoCl4l",
+	"rQvFWYWs0kHuccj4KB3BTKagsP/6+odIxLB149NTyjzCfcRPC2Pd7+OVKdxbQlkwpWuQGtc2tGvjRheH",
+	"feKfrGgID/6xpUOv1SqXicKsNvs5661as+CHdg0ZvQy/yOWqM9CvlcD8vVuZkzhihYOYUtPDL6xcs8DY",
+	"9lgU3aAgqNvHYoWR38To6lD7tx5ZmY/P2WNGeuN5ugFWIlEPLEw5X/is5xSNWe8+6Hz7HkeFL+tr+WK2",
+	"p+OdY1meZwGi4BHvuL+jQDoR48jiiFLfG14OG8y8My/skxntDzMOtik5j/5azlXnHlzNq7ALI0SU2i9Q",
+	"ldQTDDDT6LlkiIgmA61daMf6Vdiu2EX9/POnOACrQG/fdQbI1/rpCL+dr4qnIBiKP5atdYhqhhCa8KFh",
+	"3725neyrDhLtC3VhLChtxIL6YDjPslydcHwNf0TtaFmpXZzXb2acuhV4Cdcywyy5GUH4sCtsUJM4gn9Y",
+	"YK/1soofOLqHiDxB6EksMXtUh4AtfvDkXrfIo7tUqj+C/cBIbZdjKseVMlb5dcXMIV6No3kKDa9zGiSq",
+	"t2eCJ/XIFyzlXfezjZ4DT8Chh4eflRGa0rHwMEsldedrflRS1yDnZNZ9kjcWOyj/l4DOkaKVTlXqgfnu",
+	"Kd3oOQiiQDTTBe6F13w0H9vBUUL6qCbtabJrgPVeVHvfxTzeeIuxZaKQA+1aNr0dqXTqxGVL1Ys+Gbbd",
+	"Pjv6e9SDZ5nHeMqzWSXLQBm9rNSxnd4/MVfOCim0AgthB+bJvcE4Ph5uYzegxh6Ui4/FsfhgtIoPQKX4",
+	"l8ebOAZOou3oCNa3tQS73ryfMg7RXucGReHx3Hmov1FOZmipyjz/edYb/77fjCJO8D5qs4K65sv6aOxx",
+	"vsJmEPfoYAm/Znteb/3Mun2ZdSnTUcPz090/qj11R/iAX5QDDahL/vAvXu+abpgvURhVY1HHtqHYwURb",
+	"2Qec6wEsIcb0CLnxmb/TDdeflMlC9KX/EZ1hnZLuQZCLWoLf1JB0tRHKpe6mACups543QkEaYDWyI0ic",
+	"jc4vBp1VFZ8YIaljHs2S5YcfYc35W3EcoqTAnUWZ5eghNbOKPkRfOrPMEplzbuEnhUlqhZVRgYG3B4Zt",
+	"n/Cgnj6LvCNPPBkMxXfZHchnLJ6hU7F/uT4YdqkNpscVYbs2TpgasQ1NjwPbeG/sph1tgarzIQslbtTK",
+	"VWqxH9pXIpUbOxiK37gX0HyJ2DCU38OYlT4lwcO2ErESaMvR5//TIUe1e6QF0CGinxZy5sT56Hx0cnY+",
+	"8Gi3bDdXQCTL0noQEmxc1C59rnNLBkMRv3sfY/jYIrDlUFx5LFi2LAz68haqyBwlY9ExeWSH4nUFMCIK",
+	"ZU1+qzAhFxh1lpIpyoAgOI6g2jsYwmUNcVKZwFUFPQGFYBZSMJOgYht26KGUn7Y9Ka0SOVmVYLy3u6HZ",
+	"iv7ORiP4H3txiUVwioFSDgiVj0FyJ+nanf6111Z+g6AsnOTq1oadBvZ+1rLuzLJtAhciMgxFi/gdFCj3",
+	"gIbdqI18aYejmXxz6Om4FNKJJUicF6NGcfXeZOHAjd1R0HHP+LImGKym3ekH/3bvjnXrZ/8iu7YHbpJh",
+	"ChZVQv++1Q5S/xt19Mcrn8fpxZ37sEct/dV2VW5/Kgi7e4SL63jRntALjLabXOD+4weMsz60lPTITkA3",
+	"j22O0okGMJWWzktLZr9580p8Db+B0KCHg9pAAowgc6alE/Ep0dE/4ygoCaBMmtOlckWW2HiiS50ra0Hw",
+	"OZU4lQ7qjE4GqEGE+DYAOzxIYOFIHY5F/HWr3GAoLkZntdAr6O4trKhIXIye1K9DIDaCjXdVe7eJpkDe",
+	"uM6zJggmEBcwndxi4WskqPVQJDR+ouLXAVyL6h2mUU10jEOOIyoyML6q0CN3jYXU1DkUvTsRgnU1kCdE",
+	"jCaDHT6OJ7qPioGy1Zeq9Kii9EVMGHXx4xh0AZ+JgSMyhTBrTZ0RdQrznmiZYzE3JXIqp0QGjFgLHjWn",
+	"RhkND8SVSo0Iq5mRvkSmk7xMFVc8IoFiKhKSU0V7C+dW1Jor0zPToU1jqB1z5dmRHIl/lKpUJ+QKr9Kb",
+	"iUjsytwoTVrHKpeZxqSG4URP9JV4/Bin/vgxPY+x3MMCkCYGPqXWCQRTTE9QDcrNfCg4+6ewE02/VerC",
+	"pdcgCm48AZpWEFuShJXmg2KPH6MB9fix6MuJrpUWwUrLgAqk0FbEYmiuq338WCY3jx/jpuacckoBtlyu",
+	"QAwbyvQLolVB+QCmYwiMT28QWglmuSFQQO9UzM28OjhOMmAcvgLX8t/+DXNBPFAAwSnLxCGA0PnoPAbq",
+	"8Jl0pImGhQIwHk4X7s/sRidw3oNgB5yaTTPJ8ERQOvv56PxRKjonRo0VCO6u0vjRmoBZTDc1kP1EC7AI",
+	"cULUKnQwFN+UZDgpy/iZpPh6ZINgfcGi4PMN5LGcZvPSlIjIV2PqOQJklCRyZzLLy4JB2M5HF7hAYObX",
+	"i0PbDNYMTqBeIjRp+cHj9jpirbFoby+YPIWx1uMxWPYHS7tghLGrNqIaYdy4rrzVRg9HzjxGBa9KxdaJ",
+	"qvAIM19MUajSqnQorghw0BTMG6tKHenfTZUvzRVGLi7wCpViSwlEAPMBbc7Ljy/ORiJAj+O5HfKF0wHE",
+	"VZdLVefRonccbyYSwc+NhM8AxY5BQuoiFJOneOCptIARPNndzqcGoVDtRBMxE8ppIgsE1OBqIESri99N",
+	"CFB10huLdxMEY4U/J73hcDjpRWLiczeDb9+/h/nHcC2XF9kGvCq3uvHduOMKlzXGhtyXIuZn4t01VuxE",
+	"IxsKkb9SMxTx09GTWFT9bnEem1arxD6HFpGTRSLPbpSQE838LaIMMjlThCbmig2YjvHF3V3swQfXpnCL",
+	"qlGiKHWC/ZRYrORZorRFNYxb9l6tYPFPzocjKl9yYESSGOlFPYZC6417Z8MRXWJWSstV1hv3ngxHwyfo",
+	"3HYLVH286oKaY1cy/hWT4floxN0POIU4AWUms6JcDcVPfBpQR7LtbpkVAtv3KWhV/MJWH+Hz0eiTdcP0",
+	"ynp3j9Hm2Bs6YW/8+9uoZ8vlUhYbsJ6zW6UJJcfJuQXNkk2Gt3CbV+52Lt6P9LsPRb4qzFK5hSqp4k2o",
+	"u5WxJIfJ5BF9D2Q3Go6GF4Oh+Bm4tDMckIejx2pkp9oYn5ywenni9U6fsF1XHhNZNTeFB3p4U7DiDtWO",
+	"A41Oo05cGXwLtnO9GJ3t2sZqCKftnq9435PD99X9k99HvafH3BE2ZUWKqGgg2LRltUqd1ECa/1EnCcRJ",
+	"UMuFAJDYCUVR3dVSOYmF074QK3C0Iq+XGgyA4rZCkbSXWMFVqRjSMTQ2VlsvSgxRYPeb9nGd6Caq7BZx",
+	"vKZ5fZYDi++uWtYOP3w/d5xweH6274jfnp0mdRuRzo1943OLorDxRs4GBmkzCGq1zQz/ppxvUvKAy+tf",
+	"seNYVj0L8XiNDi9u0PP9z3SSeRnQdLrN1DrYcr/F7T0/DVDOeO+bG/hDZt2PfM0D7mAAxLaTtzKJ/cU3",
+	"EdbAT7ZzA6Peytgu9osuFBSAlOUfHFPrwegxLc2JmBXfWPQzR2f7BPvoeI14AAo9GWIRVSlx6hHZZnGW",
+	"xlREC3IXIxBjMnIQo4+58kytfUBnlt1WW4jXRELllg0jbfQJ3kcDx0FitAQbCkst1HLlNu2OQ5RdVyXu",
+	"OQOfZJpySTRDC6IH6QWjs3GRRV4PhvGNMbWpahiIA8hQq6nKisGqZgAJEERnla5YZbsiBDH9TUuJ+rBE",
+	"6PxtxvifJtOMGEiePWXd14aQOj7JiQrxPN833YeuKNX7rcN89okPc9dBhkGp9F//DF+MXhy+46WH9sVD",
+	"f8TQfjLu+wBM9+N5xVWaeu8E269JJWyP5fyn7+D+94wyqboym380t8qGKayBsganGHtZsh5eqCVejSAL",
+	"lUJ4XimEEx0ifeKpYTSqoej/xDnv1XyrPq5sNozh6A0HHTrcN8FTg3PVoPDzP4DCf+HJ/AlI/OIoiv0O",
+	"Ua7/PGciJAQ+HLvEqIcst5hQdgBYCQxCdCv0fHqjj2c1GWuYUXC/UqW37QMKBwmjSZ3ynk4lOauQjikV",
+	"uXZ9o5cIfvcMguXfroMJ7/t0BxKG96qR/PfpZVwIBneUjDv/pK/+cv7/Bc//j4jjso2dvU8kVtmgnebv",
+	"DrAHuotaiFPElFzWKIYl6t1LuRFWqUhYUzhKnMRgIJaLwMkkH/hQfB9omhF7aCvNEj0D5AInbdU3vyoQ",
+	"5Giiv6OSWoqhYli2FWOdzQZBhR9Vk3qXdRwkClAri4newvorvBchYiQgpbgjBqvF+0DwInI+I2LUduFO",
+	"s8CmKk/sLxiRPPJOhqzASAtFX3Mu9fBlGIOh+B4tkwpvD7aF1H2MZUaI7FlFqwPsDGzOvezyC4EpFqQ3",
+	"fJD5q+6qYsxG1sgZZRNRmkdPn/W2Mja20BIvzp5/9fTFk7OzJ886IArPRk9Hz1+cPzt7+uw5YQXSUxn/",
+	"j0UTA/VxjdHZV8++Oj9/+oxTm7gq6MXzUdQ5WF9389XwaVAeczZ8XpeuXJydd5aYXJwNz5uwfwyzFySc",
+	"/H54iaqMo9/DOtSzUVUyiklZ3bOrSi4vRo26x+c7qw+fnsN9zao/mF9dnXd2Pnr/tspH6lGontK7jxMj",
+	"rUyjHb4Pn5NlZgc4zV/eO/JaJUo7UWCMFz0AtKutpQmYvc8v8ry+Tm/a6e96Q5c8oLurzv3v2PFv63m0",
+	"Jcf/G94v59d/aw93+b4oidz6EiovDEqLOit6qA2G5QkNXOa5b+UkzkdnCMQiHWVIwDKDSJDOtwvzgWoE",
+	"Vmp0dBuKVglDEHu3dbwaBBYh+lS46VvZ7awQWKdWY5FRBgfdswVUXnd9pJtbnefgootBayyIR0Tj8YMm",
+	"WoyjvfnKU0URbUxPyvR8ojPXTngmhUX5dmwhViXmHHHzp6BjohQXo1GXxA16XD+QydDRRfsP9o5xtc72",
+	"uX/J+/PFdOhdnB0xpjfG/IAtsj6brcG1K/JIoeMth32+tm/we9to31kFSn3UdCheNzJ/bIVFzekyXEiD",
+	"jGuiL0YX6BK/OOPAbJAkU8HuVEk0xNsGdT2q52ME4Yp5N6gzdyTeROyqpxs5Q2grAWfY6b+Dkdcnv3H4",
+	"Lnat05fD8ikcZpgguoeIo11h4aDDrC8RBDIFQRa3iiBjobQDMROWK3XGi3fQwCdWvrikdIfCTVrEX4+2",
+	"PpJUvqdSz/200nKrdr2rvoQ24ye5VD0wpFbYE7ED61FqLCnTG1SawlK0OBJxZ61QHE10vKcuEm7cWwBK",
+	"eJleT5roPhZl1QEOLP7DNuGV0+FGqRX7KhDwPAw+VhVaYRLrmvGMfR9cdZcoTpHxLg7SFan+lQCPFqYs",
+	"IspMZZ2KHpNmsxnwZnT8Bu/DntFZnj6yQ3GF7Hg7T1ngeSKgNi4JdfIGxj0j4G414bQ9rAxbgFlS1DNh",
+	"yUMJWIxG2lXYh41637QhnbXz7RDoFViYNugSE1e5U8VD6of1C+6lHo4eXj2s8WhRrmLcXq0rzvtFEv5p",
+	"1MYrKs6ohGee3aoTV2o0Vv1+Hq1NnsrkhsENPpzvdlrVv3H1QExJ3/GYc7eblQD989HFgDI3mvnvPvmd",
+	"UvZIZcSygK4M+K3qhomeaH7x/w9nDjivVmsbVEr4HjF+HTu4mkdUHNYPm5Sj0ZPEO47xk4pFP754irLk",
+	"6WhEQuV8Cf+eLWJktVSJEkItDWC6ljgjjccZBHolPHKj59XbmxOeKuq7hsPNFeezY/Sccl/RyK4qIKhI",
+	"pk/lCnT2URgMqKsz599bJzdWkKFNVRTwwGDaCE/IOeU0GWzy538exfik5tZiyr50E6wO8EMYjDkJqGol",
+	"WafPI2i6r5+psgPrhu92pTRIgG949dn9f3aOMo1KvgNfx4jiG2C3hP3l60KvrXqDsNjA+0nC5hYT3Wpe",
+	"cNmmRdyHAP2etwfsp9RoNfAd6KbGLYYT/XT0pKPVu88OOr7f+0R34Un4Exci3mX6hNSZatREIaagFPtO",
+	"sZnc9O6rmbGJ+XfqGvk+2gqL4amMuKqL0AcOHKLG8aF6tlFcBdf/UapiU0fXiTB7O+LpT847AujHGI6/",
+	"0DJHxE6owiggmr+iGD07YjZ/M1p9AtFGq8uL65eW+Qid1qryKxBwNYb5bhF3MvW2wacXdL+uEBVgNBqh",
+	"lZopy2WdWOyCgdrkBt3GQ65hO1LSkVikWriF9NkatswdGsJoEmNdeAXAAKc+qtCbBXXC8/5otKBJ18fU",
+	"yIVMw8ZWIIkjcTEawT/w19koEk9HTwZVlj3WI1GzTJMywg6bENQ5H9v8cGoke4ao2BbOWiR0meeR75AC",
+	"B3iiTekQVgJNFoJhmBLq3c7+BKOgJtJWKPrdbOtr7pL/ILo+P/4zafpXyc1rpIVdgaCfO6jlL8mf7q21",
+	"PxSPQmHdZFP2PnzKt3jYmUvySrEtjtD8VQc+xAPHMqd+DEceS9NXEo7OdaGkNToeUCJEE+4Hj2gFnFRp",
+	"YFzgWaVlNr6t3odNbcDIr1Is2IOgdKKGndkQL/38HrKYA96xLxruF/kv6Z/7HPYoBl3JzUT0XMmfrBC5",
+	"nIepU54APtrT1ymIv6sB8KMWXHONku9MSPQIoL/KVMpSGIupYhwntnbxvpIbBXanqYMdAUaATtVdbVS0",
+	"XFOWgp8RQdKpib5Rm0dgaNhFjZck+jdqg3WLnkeMW82osG8GvGdp0jI3dRuIR3ai8UWDofjJIB+aZXl+",
+	"CYq1wgAw9dc+4XCwrwZHs8QninkT2MksH040RXhbAHyx6J95ACSxUbIYkJKDzMAbpWS8oTajjaDmARju",
+	"QVQub9h6p2C1C/XuZM6vFCWuFY+sSHKT3FxyiBmjyJQqhqBUzogGvN9WvJtsQO9HDdpnsCW3oOp69HZy",
+	"xxOVIWtFxYT0pZkplhh4l5me6H7Vi4f9jqhO+S8HEdlpzy6qr6LWyx/ZIJyNBfyNbegjUBlai3xf8GPt",
+	"NGXXRwVjwL5dTm+rsNAULQ8aTK3Hoc27u0gezVDSR5l6CqlFn/+mllK+WohaizQgFcawYgUQ+pKQGTd1",
+	"ph6q4xPt1lndlT3H1utcKv9bC+clakk69hT7imu/rGatOZ+J/Qg424nmfBhuquTrQIlH4FjGfm2kY3gT",
+	"JKRbc8MVQWhDw9MnmldsEFATQvJaWDoWvHGthZMIrsUkTULB6KzA6gd02VhnViuE0OHiVxoGZ5rUixJT",
+	"dw2En0E+RV6Zo5vBRBh0TcV0M9H9uCzy+kmD8U62CcOskAM0Au9UmaseiEAvVJ6y3kAF18htxqLqRTIg",
+	"3HxMpYEHcr9WSh4hGy2OKg81MsuoSim5ybhpf9W1E42fKWPfmJkoyRKLwBRrqDoR+qGapFl1QcPxeFgI",
+	"9n35JZN1rnvE0ckcyVhPNCbO4PliAy4pC2sKsTS3aigqqH0qNiZgk6VV+a2yHqaUQi20XxPtN8x3AMNx",
+	"GU0njA9dWEznWr2V6owj8iLSyQ17qMC58AAlzmDZHdhT3FSn1Jzx9OvrH4BZvLyKMACl5RK57rr1Ug8g",
+	"Bnz2DDGU2HIsNVauMQS+F3IhA8JwEJ8bz4h9jtNQ/A+1IWceNlBJvUCg14YFRCRiL5FOGuJTzM1eaR1I",
+	"0eqp+CxKb5roPZynZjoIFLVemGroInO7eY8kRA2fvgX0P+yQsqHZGx73TgsX30sNxB7IyK3f8JkSnmh2",
+	"Hcr8laeXL6GrzxWJYkUg1P67tf399u7pO/xrb2bTL86skG9uuFy3kr1D8bUBSUu2h3VyMwQ2RD9ea+Ou",
+	"Z7CuVTM7rzbVaZS1QjREWKRaWOLFLC3RDoizNBZ9PpNjCgb5KNDgklVubJCJNQSEc+pss2kaKFooKoYd",
+	"iUzNE304kekvewg+VwHgsTT9ERZs9G6XY6JS8wn2D+VFSJCPDpDgjlrDJBARB4sNO/CwdxUbHjjQp6gL",
+	"f5TXPTp4MR6W77/Z4xfY4h3NNRX9rSMeiR3rG2LMTTQp8RwFZO0PQ6mRsCbslWtvMtDtG1phl03nbQtq",
+	"/kuaRt3akz0VfbdQG/ya+o9jVnis7lawszFDFqCqUWlZbPRVJgG7BmAa1D+xM13mFeze8bwIL+eO8qzT",
+	"kS00+CKiPx5nCVZymxkAUX+MyD0lEv7sR7RyIoDOmOnSG0doHovaOg6IW3TS9rADnwlmeDwZ0/VNOi5K",
+	"TXAgXwj542uw0DSSzBs+mqDJ1NoZMnmt0I9o60BGXY1eZUAczgTCKhxf9FMBsYKUwDSHa0pSiYfiNwky",
+	"hBwR8Vpmjkp8DSG6yKLIbtVE99EPujJ5PrgU56MLUk41XJVm6VC8CvDMiqqGF0i9LHTgCmpnm1KQJo4Y",
+	"1RXdBCECrUd05Wj6RPcZn3hMPcrDsoCoEmAFrWEaDBW9YRQRyqpukxPNcK0YRvajuQb71syuEV42rtRw",
+	"9LvOKWOFZkTSLrDVqV55bxZuqxFJRE/WqcXQcjUDrdYY3w47OTZQfmdlnnfKwJdMX/fV9oAOOhQ92rZq",
+	"m5oBA4L84Ua+vDMRpvfC5Aa7Ul3CJkm1Qrfdq2NPM5tdAw3TnYMt9wM9fozcmH3XAKldwoEBHljxV+Qm",
+	"/FYnJkUt9e2DIo5xq4kOv4Q/bSgsOkXMT6bGhEaOQL6eTDPL+FI70JYab9pY2o22st1B9o8JMe4VNnUy",
+	"UafI+SG7Ud4FGCH3Z3GwlHdx7aLs+84WZ6PRaMApQ1XA0ay159EUwAtZc43BIq2wxmisC9WN7rTVSrYE",
+	"zER3k5z4uUKUqAGJeYRyCsz0ufgx+1qYmbhB/yxIRHbNW+pQ3gRkl/labix29udk00JRE9QNAbinleCl",
+	"xE+Z53s4sE/l2Yu70+yxRZDCZaG5+xI28RF1c6qd3Gop7xqsim8hrID9vaz290E6go1VguNfkN3tSzXC",
+	"wEdRHVD7hft9Yu7XyUSIDZLy80dxwRq/7fRd9ff70+qdu1Vx4BSd00CNJ4Z/sTMI6xkDzPGFb7EwKw64",
+	"TN3agFVO4FVgsHFqgXSoug+iSuWlNRqKGJjNNWtg2GKAIrDOVLanT1HnVG2Vm3WYQl0oJzMNmitpQ9oE",
+	"nftU1e0WC+x9+NEaP72p2hgOBCtd49j7z/2ZyeF9PtRaVEr7RKMXCcHzGWbfzx1rawcgFfyY9gwacQIo",
+	"CYRDhHRJ4JxKzBKxuhAao0hVsQv3+Mc6y20vX/6Ocsxb2qPnxB3D3MmaYV0+To1sEeV3L8WTJ09eUF8O",
+	"U2w3xb6k5RIc/GwJuYDqCKhz16CvuVtwp8v12cW2jzX6OOH2QdLt4cXb5xBbr8Hy3I0M7PWxlbE2m+Yb",
+	"yr1hfHA4gAFr+CKbtv052EZG1u1jAhP+k4ukaNvp3IjsR8Q4RzviIKsWpGB3LOR+pvMuKUl5Fg9TckB1",
+	"AZT0j7n4WaP0KhKFXPulEAjxhWKV4BVCI6GSowNK7AMNv39x9gRU/luFuGh2ouOXdBpP3mxWKhapSrJU",
+	"WbEw66DdkVUKM0ri9nmNKzAYLDCbaMSEwSgoJg1i7vStKqbSZctLEWMThcf1Xb+++e7keft66dulTDRx",
+	"zMvmi03ilDuxrlByGYc3TqVVzy5OFDAgbE6jN4z0hll3Ex0i0GDsRmezmUrHXB4H72T4aRoYDJe/wJUG",
+	"S6rKx1pjNoms6sCpMQVuCK1ijX7jwfH9uzFHieosSNrTbD2WTtiJE6v9ErVy6LbGeukkz7B62oJSQQtu",
+	"Rbgog0hYZwqVTrS0omtL+OtLsCzJjYaT9Ag8fk51D9KYyi5v1CYWycIYy27X2sM13VDma7/KzLlRG28p",
+	"5lhByM1ALAIpVXcOooazc0XdOtRlpd5RzmYUggtj/606ee58dB7qTJjIVeXaBWeC+1ENxRW2jMBQQ25Q",
+	"N1nlmN9/qywrTqVDVYlLWsZ1lxpEVIPlxTZjoEegZ7uR6lhpE52xN2YfhwxeHjcsY+BQOL8gIhtc4npT",
+	"2jNtSXNHdukIN2qzS1eBpx+hrbQYMwwAlh6kqedMl1i/WSAvIaqZUa1sgvH8h/R3vt2XLvX49HFTx6ie",
+	"Pc20xKEc2dCl5sa0H5Hv4LZpAV1p0+DjDUY97D0kFO0rD0fYMYlvKLGRMhBxfNwDioNya1l3aPsSGfvD",
+	"S5F460K/6H3KjRpptw9eGll39tZp7UoEohqKb2Wy8Bc8ssDp0UigzGa9YcmHmCheagUKAycR0z3Xii2L",
+	"MUv62DcE5M+CzuxEU8+5VKEewDIZg230/L5pSnEhA9C75l2UbAv3NtDusKVm/UBup+lhCixrEhJFXtVU",
+	"lBLqcXS5qnOUvdTyVSpBr8Tz0XkDKK+6p1k9iQXxOIggL8U/ti+JAUcTHYpZU2yvawzbpss8px4X+M4x",
+	"SUWYsCndYCioMhFLU8iT0KhQDTwNXnwT+6f31SHNPOdEXvRbh9nc7EFBxzE/+5Ft4AgEXe1bOsFEUxgX",
+	"G0LirYOtiKtfGGwrW8g8V/m4jnx6QUbjmsmMs/pQj7TClkmiVEohM9Ah+jHQgJyra7hWpTRTgugt8zwe",
+	"EF8FlYSm6atnaS/XiKpeEVHdqDGYGFFzdcjWipLIL305scVD0EWK6JwqlOXGjDi/gPjwFox5Y7HGHl3l",
+	"IYttw1d8Jsx2Lyj3A69udzj9Ihk/n2RswmcwSirT531E5X6I9xpbqQlHvsx0iUofqLWptIupkUVqg0Ig",
+	"bX1hO2ZlTHTQTo/q33xFThyAW8eifzYSyMDYdxeJ+OQEB3nir4sH5IQmEHiGgHahw6vCbMVOTJhFYTNv",
+	"EK0KdZsZGAbe6sc80QyZjKU3jCSCrI/8tz4dg32jaLoSeC4x7RulVrZeoRejifZj65899SsWzGyAfe/V",
+	"0hSbyL+EjKagkTX5ZOlBJHMILKHCg/cOWmSlvsgt7NfETSsuMcOO/L2UQMkNsNljjij0PF45K5RdoGkZ",
+	"AvBTHJdaZbFvH7Y/c1blM4LyIfxpQi7rROtnzHuSAJ3LTcVZntpCAVe3lCK0f0TojyeapAbizl3ZG6Yq",
+	"HmYqZIqvW4pyVUVlSQpwXvwvYKxT/3oh7UTvaGvQWabiYRn/GCD8f0WU96gxlLN6KGfbQzlrDeWsOZSL",
+	"nUM5e749lOfhSJ53ws3fH2x+L77co+qEfPGVbxXMBBnf3Uj0nxoUk8UZNrHY3Xq17v3Xidvwq33g/o3w",
+	"gn2YDTh80dfeT5phwNWuTZHawZ8B1f6z4TKUttkIkj4f1wYSdgU0KDknqCKtVGrDmmwssBdVoywvRGt9",
+	"Rk80tZXxuzUWkqomvQzmCDcW2ecmYbkEshsf4Gp7Dh/O5eb+caFJgxZ+UmwwScoS7IFvQw/2Hgr8ic7N",
+	"fK7SofjJoD9rKTdcZ73kxsBo4W1QesL8ngx2I83DAj0o0Dy84DOVXeLc/tww83+KGsoKBL60jcaL/qCG",
+	"DPz0HfwHitzeUslGK1eqiqyqlc1a2xBnOJVOXlIshHugJ1ILmTNqL1X7D3fgrVf0/wVu/V++rSGjtO+g",
+	"smiPYmDJckOzBmmI7YMlGDSdGOzddDF6cN7kVYUvxbCfiGxqxPaddHM/1fRX5l8tzTRgbKdkY94/HBE8",
+	"Ouqtyr26zaXQx4v/jsQ3DFH+jQb6MPK/8Y7PhDB46JjVCDdardk38IXFf66zyhTDZ/WR5Q05XqU49Vr1",
+	"g5w9Vvu5FQMpH2ZdWwYcxUvKolDaXfuv48u6N2WhrHJ2oqUGA+FRHTzKOjMoqO3DKz+pB9LTGy+510G9",
+	"2NWp4oue9Pm0cWogISuy7Do+cAcbwXg4ptJmSW/8+9v30Ts4AOS4p4NTFnlv3Fs4txqfnp6dfzUcDUfD",
+	"s/FXLy7O8bDww7s70kUiIwEcsUbOcTvlEZ/ssM6KYXdRRyIO+f+iuiQJk7uwqAhTN+uKjTpF2AdEth/3",
+	"ndQnXBFLwHKqiiVuhFsUppwvGnCQwxYMRYEktJUpQG1WvYdZp7WHJ3gA7cH23S/Z985d6RfZih/hY8CN",
+	"pCI/Gm7ku/24H7JbRf1qq9a1voNW0ZwRN1x9//b9/w0AAP//k+Q2UTEJAQA=",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

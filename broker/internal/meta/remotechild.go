@@ -29,6 +29,9 @@ type RemoteChild struct {
 	// it, so a remote topic deleted and created again refuses the copy, not merges it.
 	RemoteIncarnation string `json:"remote_incarnation"`
 	RemoteClusterID   string `json:"remote_cluster_id,omitempty"`
+	// RemotePartitions is the remote topic's partition count at attach (it cannot
+	// change within an incarnation): copies are placed by it.
+	RemotePartitions int32 `json:"remote_partitions,omitempty"`
 	// Start is "now" or "earliest", as asked at attach.
 	Start string `json:"start"`
 	// OwnerID is the user who attached it (0: security was off); with security on the

@@ -105,4 +105,3 @@ func isConflict(err error) bool {
 	var ce *ConflictError
 	return errors.As(err, &ce)
 }
-
