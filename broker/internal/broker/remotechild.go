@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
-	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
 
 // AttrRemoteCopy marks a record stored from a produce-batch message that carried an
@@ -619,6 +617,7 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
 	limit := copyBatch
+	var buf []byte // the request body, reused batch after batch
 	fail := func(class, reason string, err error) bool {
 		m.Failures.WithLabelValues(c.parent.name, c.name, class).Inc()
 		c.set(i, "failing", reason, err)
@@ -687,9 +686,10 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 				"parent", c.parent.name, "child", c.name, "partition", i, "from", from, "to", recs[0].Offset, "messages", expired)
 			m.Expired.WithLabelValues(c.parent.name, c.name).Add(float64(expired))
 		}
-		req := c.batch(i, recs)
-		if len(req.Messages) > 0 {
-			err := cl.produce(c.ctx, req)
+		body, sent := c.batch(buf[:0], i, recs)
+		buf = body
+		if sent > 0 {
+			err := cl.produceBody(c.ctx, body)
 			var ae *RemoteAnswerError
 			if errors.As(err, &ae) && ae.Status == http.StatusRequestEntityTooLarge && len(recs) > 1 {
 				limit = max(1, len(recs)/2) // over the remote's body limit: smaller batches
@@ -718,59 +718,29 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 			}
 			continue
 		}
-		m.Copied.WithLabelValues(c.parent.name, c.name).Add(float64(len(req.Messages)))
+		m.Copied.WithLabelValues(c.parent.name, c.name).Add(float64(sent))
 		m.Lag.WithLabelValues(c.parent.name, c.name).Set(float64(p.Stats().End - next))
 		bo.Reset()
-		limit = min(copyBatch, limit*2)
 		c.set(i, "copying", "", nil)
+		if len(recs) < limit {
+			// Caught up: let the next batch gather for a moment. Every batch costs a
+			// request, a sync on the remote and a control-plane commit here, so a
+			// trickle of small produces is sent in fewer, larger batches.
+			if !c.wait(copyLinger) {
+				return
+			}
+		}
+		limit = min(copyBatch, limit*2)
 	}
 }
+
+// copyLinger is how long a remote child's copy of a partition that caught up waits
+// before it sends again: the copy's added lag, for fewer and larger batches.
+const copyLinger = 10 * time.Millisecond
 
 func isConflict(err error) bool {
 	var ce *ConflictError
 	return errors.As(err, &ce)
-}
-
-// batch makes the produce-batch request of recs from parent partition pp: each message
-// with its key, payload kind, timestamp and origin, placed as fan-out places copies
-// (the same partition index when the counts match, else by key; keyless: pp modulo
-// the remote's count). Copies from elsewhere are left out.
-func (c *remoteCopier) batch(pp int, recs []segment.Record) *apigen.ProduceBatchRequest {
-	inc := c.rc.RemoteIncarnation
-	req := &apigen.ProduceBatchRequest{Incarnation: &inc, Messages: make([]apigen.OutgoingMessage, 0, len(recs))}
-	cluster := c.b.ClusterID()
-	n := c.rc.RemotePartitions
-	for _, r := range recs {
-		if r.Attrs&AttrRemoteCopy != 0 {
-			continue
-		}
-		m := apigen.OutgoingMessage{
-			Timestamp: ref(r.Timestamp),
-			Origin:    &apigen.MessageOrigin{ClusterId: cluster, Topic: c.parent.name, Partition: int32(pp), Offset: int64(r.Offset)},
-		}
-		if r.Key != nil {
-			m.Key = ref(string(r.Key))
-		}
-		switch {
-		case n <= 0:
-		case int(n) == len(c.parent.parts):
-			m.Partition = ref(int32(pp))
-		case r.Key == nil:
-			m.Partition = ref(int32(pp) % n)
-		}
-		switch r.Attrs & PayloadKindMask {
-		case PayloadKindJSON:
-			m.Payload = json.RawMessage(r.Value)
-		case PayloadKindText:
-			m.Payload, _ = json.Marshal(string(r.Value)) // a string always marshals
-			m.PayloadEncoding = ref(apigen.OutgoingMessagePayloadEncodingText)
-		default:
-			m.Payload, _ = json.Marshal(base64.StdEncoding.EncodeToString(r.Value)) // a string always marshals
-			m.PayloadEncoding = ref(apigen.OutgoingMessagePayloadEncodingBase64)
-		}
-		req.Messages = append(req.Messages, m)
-	}
-	return req
 }
 
 // RemoteChildMetrics are the remote children's metrics, labelled by parent topic and

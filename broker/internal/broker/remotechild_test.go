@@ -3,17 +3,22 @@ package broker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
 
 // secrets is a cluster secret that a test rotates.
@@ -158,5 +163,65 @@ func TestProduceChecked(t *testing.T) {
 	}
 	if got[1].Timestamp >= future || got[1].Timestamp < old {
 		t.Fatalf("a future timestamp was stored as %d (now is about %d)", got[1].Timestamp, future-3_600_000)
+	}
+}
+
+// TestRemoteBatchBody: the hand-written produce-batch body decodes (by encoding/json)
+// to what the records hold: payload kinds, keys needing escapes or not UTF-8, the
+// timestamp, the origin and the placement; a copy from elsewhere is left out.
+func TestRemoteBatchBody(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	parent := &topic{name: "orders", parts: make([]*partition.Partition, 2)}
+	c := &remoteCopier{b: b, parent: parent, rc: meta.RemoteChild{RemoteIncarnation: "42", RemotePartitions: 3}}
+	recs := []segment.Record{
+		{Offset: 7, Timestamp: 1000, Key: []byte("k\"\\\n\x01é"), Value: []byte(`{"a": [1, "x"]}`), Attrs: PayloadKindJSON},
+		{Offset: 8, Timestamp: 1001, Value: []byte("text \"quoted\"\t\u2028 \xff"), Attrs: PayloadKindText},
+		{Offset: 9, Timestamp: 1002, Key: []byte{0xff, 'k'}, Value: []byte{0, 1, 255}, Attrs: PayloadKindBinary},
+		{Offset: 10, Timestamp: 1003, Value: []byte(`1`), Attrs: PayloadKindJSON | AttrRemoteCopy},
+	}
+	body, n := c.batch(nil, 1, recs)
+	if n != 3 {
+		t.Fatalf("%d messages in the batch, want 3 (the copy left out)", n)
+	}
+	var req apigen.ProduceBatchRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		t.Fatalf("the body is not JSON: %v\n%s", err, body)
+	}
+	if req.Incarnation == nil || *req.Incarnation != "42" || len(req.Messages) != 3 {
+		t.Fatalf("batch: %s", body)
+	}
+	want := []struct {
+		key     *string
+		part    *int32
+		payload string
+		enc     string
+	}{
+		{ref("k\"\\\n\x01é"), nil, `{"a": [1, "x"]}`, ""},
+		{nil, ref(int32(1)), `"text \"quoted\"\t\u2028 \ufffd"`, "text"},
+		{ref("\ufffdk"), nil, `"AAH/"`, "base64"},
+	}
+	for i, m := range req.Messages {
+		w := want[i]
+		if (m.Key == nil) != (w.key == nil) || (m.Key != nil && *m.Key != *w.key) {
+			t.Errorf("message %d: key %v, want %v", i, m.Key, w.key)
+		}
+		if (m.Partition == nil) != (w.part == nil) || (m.Partition != nil && *m.Partition != *w.part) {
+			t.Errorf("message %d: partition %v, want %v", i, m.Partition, w.part)
+		}
+		var got, exp any
+		if json.Unmarshal(m.Payload, &got) != nil || json.Unmarshal([]byte(w.payload), &exp) != nil || !reflect.DeepEqual(got, exp) {
+			t.Errorf("message %d: payload %s, want %s", i, m.Payload, w.payload)
+		}
+		enc := ""
+		if m.PayloadEncoding != nil {
+			enc = string(*m.PayloadEncoding)
+		}
+		if enc != w.enc || m.Timestamp == nil || *m.Timestamp != recs[i].Timestamp {
+			t.Errorf("message %d: encoding %q timestamp %v", i, enc, m.Timestamp)
+		}
+		if o := m.Origin; o == nil || o.ClusterId != b.ClusterID() || o.Topic != "orders" || o.Partition != 1 || o.Offset != int64(recs[i].Offset) {
+			t.Errorf("message %d: origin %+v", i, m.Origin)
+		}
 	}
 }

@@ -171,7 +171,12 @@ func (c *remoteClient) produce(ctx context.Context, req *apigen.ProduceBatchRequ
 	if err != nil {
 		return err
 	}
-	return c.do(ctx, http.MethodPost, c.topicPath("/produce-batch"), b, http.StatusAccepted, nil)
+	return c.produceBody(ctx, b)
+}
+
+// produceBody sends a produce-batch body made by remoteCopier.batch.
+func (c *remoteClient) produceBody(ctx context.Context, body []byte) error {
+	return c.do(ctx, http.MethodPost, c.topicPath("/produce-batch"), body, http.StatusAccepted, nil)
 }
 
 // remoteFailure sorts a failed request to the remote into a short class (the metric's
