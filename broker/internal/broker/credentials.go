@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
@@ -77,7 +80,8 @@ func newSealKey(k []byte) (sealKey, error) {
 }
 
 // sealKeys returns the key passwords are sealed under now, then every key one may have
-// been sealed under.
+// been sealed under. During a rotation (a next secret is set) passwords are sealed
+// under the next secret's key: the one every node keeps once the rotation ends.
 func (b *Broker) sealKeys() (sealKey, []sealKey, error) {
 	var all []sealKey
 	if b.opts.SecretKeys != nil {
@@ -85,7 +89,7 @@ func (b *Broker) sealKeys() (sealKey, []sealKey, error) {
 		if err != nil {
 			return sealKey{}, nil, fmt.Errorf("reading the cluster secret: %w", err)
 		}
-		for _, s := range [][]byte{cur, next} {
+		for _, s := range [][]byte{next, cur} {
 			if len(s) == 0 {
 				continue
 			}
@@ -160,8 +164,8 @@ func (b *Broker) sealPassword(password string, aad []byte) ([]byte, error) {
 	return cur.aed.Seal(out, out[4+keyIDLen:sealedHead], []byte(password), aad), nil
 }
 
-// openPassword decrypts a sealed password; stale says it was sealed under a key that
-// is no longer the current one (it should be sealed again).
+// openPassword decrypts a sealed password; stale says it was sealed under another key
+// than the one passwords are sealed under now (it should be sealed again).
 func (b *Broker) openPassword(sealed, aad []byte) (password string, stale bool, err error) {
 	if len(sealed) < sealedHead || !bytes.Equal(sealed[:4], sealMagic) {
 		return "", false, fmt.Errorf("%w: it is not a sealed password", ErrCredentialsSealed)
@@ -181,4 +185,55 @@ func (b *Broker) openPassword(sealed, aad []byte) (password string, stale bool, 
 		return string(pt), k.id != cur.id, nil
 	}
 	return "", false, ErrCredentialsSealed
+}
+
+// staleSeal reports whether sealed was sealed under another key than the one passwords
+// are sealed under now (false when the keys cannot be read: nothing to do then).
+func (b *Broker) staleSeal(sealed []byte) bool {
+	cur, _, err := b.sealKeys()
+	return err == nil && len(sealed) >= sealedHead && !bytes.Equal(sealed[4:4+keyIDLen], cur.id[:])
+}
+
+// resealInterval is how often the controller looks for remote children's passwords
+// sealed under a key that is not the current one (after a rotation of the cluster
+// secret began, or a lone node joined a cluster), in nanoseconds. Tests shorten it.
+var resealInterval atomic.Int64
+
+func init() { resealInterval.Store(int64(5 * time.Second)) }
+
+// resealLoop seals again, on the controller, every remote child's password that is
+// sealed under an older key, so a rotation of the cluster secret can drop the old one.
+func (b *Broker) resealLoop() {
+	tick := time.NewTicker(time.Duration(resealInterval.Load()))
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-tick.C:
+		}
+		if !b.meta.Leader() {
+			continue
+		}
+		for _, rc := range b.meta.RemoteChildren() {
+			if !b.staleSeal(rc.Sealed) {
+				continue
+			}
+			pass, _, err := b.openPassword(rc.Sealed, remoteAAD(rc))
+			if err != nil {
+				b.log.Error("a remote child's password cannot be opened to seal it under the current cluster secret; detach it and attach it again with the password",
+					"parent", rc.Parent, "child", RemoteChildPrefix+strconv.FormatUint(rc.ID, 10), "err", err)
+				continue
+			}
+			sealed, err := b.sealPassword(pass, remoteAAD(rc))
+			if err == nil {
+				err = b.meta.ResealRemoteChild(rc.ID, sealed)
+			}
+			if err != nil {
+				b.log.Warn("sealing a remote child's password under the current cluster secret failed; retried", "child", RemoteChildPrefix+strconv.FormatUint(rc.ID, 10), "err", err)
+				continue
+			}
+			b.log.Info("sealed a remote child's password under the current cluster secret", "parent", rc.Parent, "child", RemoteChildPrefix+strconv.FormatUint(rc.ID, 10))
+		}
+	}
 }

@@ -402,6 +402,7 @@ func (b *Broker) reconcileRemoteChildren() {
 	defer b.rcMu.Unlock()
 	if b.rcopiers == nil {
 		b.rcopiers = make(map[uint64]*remoteCopier)
+		go b.resealLoop() // ends with the broker (b.stop)
 	}
 	live := make(map[uint64]meta.RemoteChild, len(want))
 	parents := make(map[uint64]*topic, len(want))
@@ -551,9 +552,7 @@ func (c *remoteCopier) set(i int, state, reason string, err error) {
 	}
 }
 
-// getClient opens the credentials (once) and returns the client to the remote. A
-// password sealed under a key that is no longer the current one is sealed again by the
-// controller.
+// getClient opens the credentials (once) and returns the client to the remote.
 func (c *remoteCopier) getClient() (*remoteClient, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -564,16 +563,9 @@ func (c *remoteCopier) getClient() (*remoteClient, error) {
 	if !ok {
 		return nil, ErrChildNotFound
 	}
-	pass, stale, err := c.b.openPassword(rc.Sealed, remoteAAD(rc))
+	pass, _, err := c.b.openPassword(rc.Sealed, remoteAAD(rc)) // a stale seal is resealLoop's
 	if err != nil {
 		return nil, err
-	}
-	if stale && c.b.meta.Leader() {
-		if sealed, err := c.b.sealPassword(pass, remoteAAD(rc)); err == nil {
-			if err := c.b.meta.ResealRemoteChild(c.id, sealed); err != nil {
-				c.b.log.Warn("sealing a remote child's password under the current cluster secret failed; retried at the next start", "child", c.name, "err", err)
-			}
-		}
 	}
 	cl, err := newRemoteClient(rc.URL, rc.Topic, rc.Username, pass, rc.CAPEM)
 	if err != nil {

@@ -58,10 +58,13 @@ func startWithSecrets(t *testing.T, s *secrets) *Broker {
 }
 
 // TestSealedPasswordFollowsTheClusterSecret: a password sealed under the cluster secret
-// holds no clear text, opens only for the record it was sealed for, still opens during
-// and after a rotation that keeps the old secret as the next one (marked stale, to be
-// sealed again), and no longer opens once the secret it was sealed under is gone.
+// holds no clear text and opens only for the record it was sealed for. When a rotation
+// begins (the new secret set as the next one) it still opens but is stale, and the
+// controller seals the stored one again under the new secret, so it opens once the
+// rotation ends; a password still sealed under the old secret then no longer opens.
 func TestSealedPasswordFollowsTheClusterSecret(t *testing.T) {
+	resealInterval.Store(int64(20 * time.Millisecond))
+	defer resealInterval.Store(int64(5 * time.Second))
 	s := &secrets{}
 	s.set("first-cluster-secret-0001", "")
 	b := startWithSecrets(t, s)
@@ -80,20 +83,39 @@ func TestSealedPasswordFollowsTheClusterSecret(t *testing.T) {
 	if _, _, err := b.openPassword(sealed, []byte("other\x00record")); !errors.Is(err, ErrCredentialsSealed) {
 		t.Fatalf("open for another record: %v, want ErrCredentialsSealed", err)
 	}
-	s.set("second-cluster-secret-002", "first-cluster-secret-0001")
-	if got, stale, err := b.openPassword(sealed, aad); err != nil || got != pw || !stale {
-		t.Fatalf("open after rotation: %q stale=%v %v, want the password, stale", got, stale, err)
-	}
-	resealed, err := b.sealPassword(pw, aad)
+
+	// A stored remote child, sealed under the first secret.
+	ctx := context.Background()
+	m, err := b.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: ref(int32(1))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc := meta.RemoteChild{Parent: "orders", ParentIncarnation: m.Incarnation, URL: "http://127.0.0.1:1", Topic: "orders",
+		Username: "copier", RemoteIncarnation: "1", RemotePartitions: 1, Start: "now", Cursors: []uint64{0}}
+	if rc.Sealed, err = b.sealPassword(pw, remoteAAD(rc)); err != nil {
+		t.Fatal(err)
+	}
+	if rc, err = b.meta.AttachRemoteChild(rc); err != nil {
+		t.Fatal(err)
+	}
+
+	// Step 1 of a rotation: the new secret is the next one.
+	s.set("first-cluster-secret-0001", "second-cluster-secret-002")
+	if got, stale, err := b.openPassword(sealed, aad); err != nil || got != pw || !stale {
+		t.Fatalf("open during the rotation: %q stale=%v %v, want the password, stale", got, stale, err)
+	}
+	waitUntil(t, "the controller to seal the stored password again", func() bool {
+		r, ok := b.meta.RemoteChild(rc.ID)
+		return ok && !b.staleSeal(r.Sealed)
+	})
+	// Step 2: the new secret is the only one.
 	s.set("second-cluster-secret-002", "")
 	if _, _, err := b.openPassword(sealed, aad); !errors.Is(err, ErrCredentialsSealed) {
 		t.Fatalf("open under a secret that is gone: %v, want ErrCredentialsSealed", err)
 	}
-	if got, stale, err := b.openPassword(resealed, aad); err != nil || got != pw || stale {
-		t.Fatalf("open of the password sealed again: %q stale=%v %v", got, stale, err)
+	r, _ := b.meta.RemoteChild(rc.ID)
+	if got, stale, err := b.openPassword(r.Sealed, remoteAAD(r)); err != nil || got != pw || stale {
+		t.Fatalf("open of the stored password after the rotation: %q stale=%v %v", got, stale, err)
 	}
 }
 
