@@ -570,3 +570,46 @@ func (p *tcpProxy) Stop() {
 		delete(p.conns, c)
 	}
 }
+
+// TestRemoteChildCLI: `narad topic attach --remote-url` attaches a remote child with the
+// password from NARAD_REMOTE_PASSWORD, `children` lists it by id, `pause`, `resume`
+// and `detach` take the id; a wrong password exits non-zero with the remote's reason.
+func TestRemoteChildCLI(t *testing.T) {
+	t.Parallel()
+	p := startRemotePair(t)
+	p.sa.createTopic("orders", map[string]any{"partitions": 1})
+	p.da.createTopic("copy.orders", map[string]any{"partitions": 1})
+	cli := newCLI(t, p.src.URL(), "NARAD_USER=admin", "NARAD_PASSWORD="+srcAdminPass, "NARAD_REMOTE_PASSWORD="+copierPass)
+	type child struct {
+		Name   string `json:"name"`
+		ID     string `json:"id"`
+		State  string `json:"state"`
+		Remote *struct {
+			URL string `json:"url"`
+		} `json:"remote"`
+	}
+	got := decode[[]child](t, cli.ok("topic", "attach", "orders", "copy.orders", "--remote-url", p.remoteURL, "--remote-user", "copier", "-o", "json"))
+	if len(got) != 1 || !strings.HasPrefix(got[0].ID, "remote:") || got[0].Remote == nil || got[0].Remote.URL != p.remoteURL {
+		t.Fatalf("attach printed %+v", got)
+	}
+	id := got[0].ID
+	list := decode[[]child](t, cli.ok("topic", "children", "orders", "-o", "json"))
+	if len(list) != 1 || list[0].ID != id {
+		t.Fatalf("children: %+v", list)
+	}
+	cli.ok("topic", "pause", "orders", id)
+	waitFor(t, 30*time.Second, "the child to show paused", func() bool {
+		l := decode[[]child](t, cli.ok("topic", "children", "orders", "-o", "json"))
+		return len(l) == 1 && l[0].State == "paused"
+	})
+	cli.ok("topic", "resume", "orders", id)
+	cli.ok("topic", "detach", "orders", id)
+	if l := decode[[]child](t, cli.ok("topic", "children", "orders", "-o", "json")); len(l) != 0 {
+		t.Fatalf("children after detach: %+v", l)
+	}
+	wrong := newCLI(t, p.src.URL(), "NARAD_USER=admin", "NARAD_PASSWORD="+srcAdminPass, "NARAD_REMOTE_PASSWORD=not-the-password")
+	r := wrong.exits(1, "topic", "attach", "orders", "copy.orders", "--remote-url", p.remoteURL, "--remote-user", "copier")
+	if !strings.Contains(r.stderr, "refused the credentials") || strings.Contains(r.stderr+r.stdout, "not-the-password") {
+		t.Fatalf("a wrong password: %q", r.stderr)
+	}
+}
