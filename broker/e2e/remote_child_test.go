@@ -613,3 +613,55 @@ func TestRemoteChildCLI(t *testing.T) {
 		t.Fatalf("a wrong password: %q", r.stderr)
 	}
 }
+
+// TestRemoteChildFailsOnePartitionAlone: a message the remote refuses (its schema)
+// stops the copy of its partition only, which is reported failing with the reason and
+// retried with backoff, not at the pace of the other partition's progress; once the
+// remote takes it again, the copy catches up.
+func TestRemoteChildFailsOnePartitionAlone(t *testing.T) {
+	t.Parallel()
+	p := startRemotePair(t)
+	p.sa.createTopic("orders", map[string]any{"partitions": 2})
+	p.da.createTopic("copy.orders", map[string]any{"partitions": 2,
+		"schema": map[string]any{"type": "object", "required": []string{"id"}}})
+	r := p.attach("orders", "copy.orders", nil)
+	var att remoteChildJSON
+	if !r.Expect(t, http.StatusCreated) || !r.JSON(t, &att) {
+		t.FailNow()
+	}
+	p.sa.produceJSON("orders", map[string]any{"no-id": 1}, "partition=0")
+	waitFor(t, 30*time.Second, "partition 0 to fail", func() bool {
+		c, _, ok := p.sa.remoteChild("orders", att.ID)
+		return ok && c.State == "failing" && c.Lag[0].State == "failing" && strings.Contains(c.Lag[0].Reason, "refuses the copy")
+	})
+	failures := func() float64 {
+		for _, line := range strings.Split(string(p.sa.Get("/metrics").Body), "\n") {
+			if strings.HasPrefix(line, "narad_remote_child_failures_total{") && strings.Contains(line, `reason="refused"`) {
+				f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				return f
+			}
+		}
+		return 0
+	}
+	before, start := failures(), time.Now()
+	for i := 0; time.Since(start) < 3*time.Second; i++ {
+		p.sa.produceJSON("orders", map[string]any{"id": strconv.Itoa(i)}, "partition=1")
+	}
+	// Backoff from 200 ms doubling (±50%) allows about 5 retries in 3 s; retrying at
+	// each of partition 1's batches would be hundreds.
+	if n := failures() - before; n > 20 {
+		t.Fatalf("partition 0 was retried %v times in 3 s while partition 1 copied", n)
+	}
+	c, _, _ := p.sa.remoteChild("orders", att.ID)
+	if c.Lag[1].State != "copying" || c.Lag[0].Lag != 1 {
+		t.Fatalf("partition 1 is held up by partition 0, or partition 0 lost its message: %+v", c.Lag)
+	}
+	p.da.PatchJSON(topicPath("copy.orders"), map[string]any{"schema": map[string]any{}}).Expect(t, http.StatusOK)
+	waitFor(t, 30*time.Second, "the copy to catch up once the remote takes the message", func() bool {
+		c, _, ok := p.sa.remoteChild("orders", att.ID)
+		return ok && c.State == "running" && c.totalLag() == 0
+	})
+	if got := p.da.readAll("copy.orders", 0); len(got) != 1 || string(got[0].Payload) != `{"no-id":1}` {
+		t.Fatalf("partition 0 of the remote: %+v", got)
+	}
+}

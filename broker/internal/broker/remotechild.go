@@ -603,6 +603,26 @@ func (c *remoteCopier) wait(d time.Duration, chs ...<-chan struct{}) bool {
 	return c.ctx.Err() == nil
 }
 
+// backoff waits d before a retry, or less when the child is paused or detached
+// meanwhile; false when the copier stopped. Kicks come with every metadata change, the
+// other partitions' cursor moves included, so a kick alone does not end the wait: a
+// failing partition is not retried faster because its neighbours are busy.
+func (c *remoteCopier) backoff(d time.Duration) bool {
+	until := time.Now().Add(d)
+	for {
+		left := time.Until(until)
+		if left <= 0 {
+			return c.ctx.Err() == nil
+		}
+		if !c.wait(left, c.kicks.wait()) {
+			return false
+		}
+		if rc, ok := c.b.meta.RemoteChild(c.id); !ok || c.b.remotePaused(rc) != "" {
+			return true
+		}
+	}
+}
+
 func (c *remoteCopier) run(i int, p *partition.Partition) {
 	defer c.wg.Done()
 	m := c.b.metrics.RemoteChild
@@ -613,8 +633,7 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 	fail := func(class, reason string, err error) bool {
 		m.Failures.WithLabelValues(c.parent.name, c.name, class).Inc()
 		c.set(i, "failing", reason, err)
-		// A kick (pause, detach, new keys) cuts the wait short; so does nothing else.
-		return c.wait(bo.NextBackOff(), c.kicks.wait())
+		return c.backoff(bo.NextBackOff())
 	}
 	for {
 		wake, kick := c.parent.sig.wait(), c.kicks.wait()
