@@ -43,10 +43,10 @@ type remotePair struct {
 	copierPass string
 }
 
-func startRemotePair(t *testing.T) *remotePair {
+func startRemotePair(t *testing.T, srcArgs ...string) *remotePair {
 	t.Helper()
 	ns := testutil.StartNarads(t,
-		testutil.Options{Env: []string{"NARAD_ADMIN_PASSWORD=" + srcAdminPass}},
+		testutil.Options{Env: []string{"NARAD_ADMIN_PASSWORD=" + srcAdminPass}, Args: srcArgs},
 		testutil.Options{Env: []string{"NARAD_ADMIN_PASSWORD=" + dstAdminPass}})
 	p := &remotePair{src: ns[0], dst: ns[1], copierPass: copierPass}
 	p.sa = &api{Client: p.src.Client().WithBasicAuth("admin", srcAdminPass), t: t}
@@ -663,5 +663,88 @@ func TestRemoteChildFailsOnePartitionAlone(t *testing.T) {
 	})
 	if got := p.da.readAll("copy.orders", 0); len(got) != 1 || string(got[0].Payload) != `{"no-id":1}` {
 		t.Fatalf("partition 0 of the remote: %+v", got)
+	}
+}
+
+// TestRemoteChildCountsWhatRetentionDeleted: messages the parent's retention deletes
+// while the copy is paused are never copied, and are counted (in the list while they
+// wait, then in the child's expired count and the metric) and logged; the copy goes on
+// from the oldest message left, and every message still held reaches the remote.
+func TestRemoteChildCountsWhatRetentionDeleted(t *testing.T) {
+	t.Parallel()
+	p := startRemotePair(t, "--segment-bytes", "4096", "--retention-interval", "100ms")
+	p.sa.createTopic("orders", map[string]any{"partitions": 1, "retention_ms": 1000})
+	p.da.createTopic("copy.orders", map[string]any{"partitions": 1})
+	r := p.attach("orders", "copy.orders", nil)
+	var att remoteChildJSON
+	if !r.Expect(t, http.StatusCreated) || !r.JSON(t, &att) {
+		t.FailNow()
+	}
+	id := topicPath("orders") + "/children/" + att.ID
+	p.sa.Do(http.MethodPost, id+"/pause", nil).Expect(t, http.StatusNoContent)
+	pad := strings.Repeat("x", 200)
+	for i := 0; i < 60; i++ {
+		p.sa.produceJSON("orders", map[string]any{"id": i, "pad": pad}, "")
+	}
+	var waiting remoteChildJSON
+	waitFor(t, 30*time.Second, "retention to delete messages the paused copy has not taken", func() bool {
+		c, _, ok := p.sa.remoteChild("orders", att.ID)
+		waiting = c
+		return ok && c.Lag[0].Expired > 0
+	})
+	// Nothing more is produced, so the segment being written stays: what retention
+	// deleted now is all it deletes.
+	oldest := p.sa.topic("orders").PartitionStats[0].OldestOffset
+	if waiting.Lag[0].Expired > oldest {
+		t.Fatalf("listed %d expired, but the oldest offset held is %d", waiting.Lag[0].Expired, oldest)
+	}
+	p.sa.Do(http.MethodPost, id+"/resume", nil).Expect(t, http.StatusNoContent)
+	p.sa.produceJSON("orders", map[string]any{"id": 60, "pad": pad}, "")
+	var done remoteChildJSON
+	waitFor(t, 30*time.Second, "the copy to catch up", func() bool {
+		c, _, ok := p.sa.remoteChild("orders", att.ID)
+		done = c
+		return ok && c.State == "running" && c.totalLag() == 0
+	})
+	got := p.da.readAll("copy.orders", 0)
+	expired := done.Lag[0].Expired
+	if expired == 0 || expired+int64(len(got)) != 61 {
+		t.Fatalf("%d expired and %d copied of 61", expired, len(got))
+	}
+	// What was copied is the tail, in order: the messages after those deleted.
+	for i, m := range got {
+		var v struct {
+			ID int64 `json:"id"`
+		}
+		if err := json.Unmarshal(m.Payload, &v); err != nil || v.ID != expired+int64(i) {
+			t.Fatalf("copy %d is message %d (%v), want %d", i, v.ID, err, expired+int64(i))
+		}
+	}
+
+	// Paused again until retention deleted everything the copy had not taken: with
+	// nothing left to read, the copy still counts them and its lag returns to 0.
+	p.sa.Do(http.MethodPost, id+"/pause", nil).Expect(t, http.StatusNoContent)
+	for i := 0; i < 30; i++ {
+		p.sa.produceJSON("orders", map[string]any{"id": 61 + i, "pad": pad}, "")
+	}
+	waitFor(t, 30*time.Second, "retention to delete every message held", func() bool {
+		s := p.sa.topic("orders").PartitionStats[0]
+		return s.OldestOffset == s.NextOffset
+	})
+	p.sa.Do(http.MethodPost, id+"/resume", nil).Expect(t, http.StatusNoContent)
+	waitFor(t, 30*time.Second, "the copy's lag to return to 0 with nothing left to copy", func() bool {
+		c, _, ok := p.sa.remoteChild("orders", att.ID)
+		done = c
+		return ok && c.State == "running" && c.totalLag() == 0
+	})
+	if done.Lag[0].Expired != expired+30 || len(p.da.readAll("copy.orders", 0)) != len(got) {
+		t.Fatalf("expired %d (want %d), the remote holds %d (want %d)", done.Lag[0].Expired, expired+30, len(p.da.readAll("copy.orders", 0)), len(got))
+	}
+	expired += 30
+	if m := string(p.sa.Get("/metrics").Body); !strings.Contains(m, fmt.Sprintf(`narad_remote_child_expired_total{child=%q,parent="orders"} %d`, att.ID, expired)) {
+		t.Fatalf("the metric does not count %d expired:\n%s", expired, m)
+	}
+	if !strings.Contains(p.src.Log(), "deleted by retention before the remote child copied them") {
+		t.Fatal("no log line about the messages retention deleted")
 	}
 }

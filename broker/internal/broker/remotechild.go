@@ -603,6 +603,14 @@ func (c *remoteCopier) wait(d time.Duration, chs ...<-chan struct{}) bool {
 	return c.ctx.Err() == nil
 }
 
+// expired logs and counts the messages [from, to) of partition i that retention
+// deleted before they were copied.
+func (c *remoteCopier) expired(i int, from, to uint64) {
+	c.b.log.Warn("messages were deleted by retention before the remote child copied them; they are never copied",
+		"parent", c.parent.name, "child", c.name, "partition", i, "from", from, "to", to, "messages", to-from)
+	c.b.metrics.RemoteChild.Expired.WithLabelValues(c.parent.name, c.name).Add(float64(to - from))
+}
+
 // backoff waits d before a retry, or less when the child is paused or detached
 // meanwhile; false when the copier stopped. Kicks come with every metadata change, the
 // other partitions' cursor moves included, so a kick alone does not end the wait: a
@@ -676,6 +684,17 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 			continue
 		}
 		if len(recs) == 0 {
+			if o := p.Stats().Oldest; o > from {
+				// Retention deleted everything from the cursor on: nothing to send, but
+				// the loss is counted and the cursor moves past it.
+				c.expired(i, from, o)
+				if err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, o, o-from); err != nil && !isConflict(err) {
+					if !fail("control_plane", "the cursor could not be saved through the control plane; retrying", err) {
+						return
+					}
+				}
+				continue
+			}
 			c.set(i, "copying", "", nil)
 			m.Lag.WithLabelValues(c.parent.name, c.name).Set(0)
 			if !c.wait(0, wake, kick) {
@@ -693,9 +712,7 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 		var expired uint64
 		if recs[0].Offset > from {
 			expired = recs[0].Offset - from
-			c.b.log.Warn("messages were deleted by retention before the remote child copied them; they are never copied",
-				"parent", c.parent.name, "child", c.name, "partition", i, "from", from, "to", recs[0].Offset, "messages", expired)
-			m.Expired.WithLabelValues(c.parent.name, c.name).Add(float64(expired))
+			c.expired(i, from, recs[0].Offset)
 		}
 		body, sent := c.batch(buf[:0], i, recs)
 		buf = body
