@@ -748,3 +748,60 @@ func TestRemoteChildCountsWhatRetentionDeleted(t *testing.T) {
 		t.Fatal("no log line about the messages retention deleted")
 	}
 }
+
+// TestRemoteChildFromACluster: a source cluster of two nodes, each holding one of the
+// parent's partitions, copies both to a remote node: each node copies the partition it
+// holds and commits its cursor through the control plane, and any node lists the
+// child. The password is sealed under the cluster secret: no node keeps a key file,
+// and no node's meta/ holds it in clear.
+func TestRemoteChildFromACluster(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 2)
+	dst := testutil.StartNarad(t, testutil.Options{Env: []string{"NARAD_ADMIN_PASSWORD=" + dstAdminPass}})
+	da := &api{Client: dst.Client().WithBasicAuth("admin", dstAdminPass), t: t}
+	da.PostJSON("/v1/users", map[string]any{"username": "copier", "password": copierPass,
+		"grants": []map[string]any{{"action": "produce", "topics": []string{"copy.*"}}}}).Expect(t, http.StatusCreated)
+	da.createTopic("copy.orders", map[string]any{"partitions": 2})
+	a := nodes[0].api
+	a.createTopic("orders", map[string]any{"partitions": 2})
+	td := a.topic("orders")
+	if td.PartitionStats[0].Leader == td.PartitionStats[1].Leader {
+		t.Fatalf("both partitions on %s; the test needs one per node", td.PartitionStats[0].Leader)
+	}
+	r := a.PostJSON(topicPath("orders")+"/children", map[string]any{"child": "copy.orders",
+		"remote": map[string]any{"url": dst.URL(), "username": "copier", "password": copierPass}})
+	var att remoteChildJSON
+	if !r.Expect(t, http.StatusCreated) || !r.JSON(t, &att) {
+		t.FailNow()
+	}
+	for i := 0; i < 40; i++ {
+		nodes[1].api.produceJSON("orders", map[string]any{"id": i}, "partition="+strconv.Itoa(i%2))
+	}
+	waitFor(t, 60*time.Second, "both partitions to be copied", func() bool {
+		c, _, ok := nodes[1].api.remoteChild("orders", att.ID)
+		return ok && c.totalLag() == 0 && c.Lag[0].ChildCursor == 20 && c.Lag[1].ChildCursor == 20
+	})
+	for part := 0; part < 2; part++ {
+		if n := len(da.readAll("copy.orders", part)); n != 20 {
+			t.Fatalf("remote partition %d holds %d copies, want 20", part, n)
+		}
+	}
+	for _, nd := range nodes {
+		if _, err := os.Stat(filepath.Join(nd.DataDir(), "credentials.key")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("node %s keeps a credentials key file (%v); a cluster seals under its secret", nd.id, err)
+		}
+		err := filepath.WalkDir(filepath.Join(nd.DataDir(), "meta"), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err == nil && bytes.Contains(b, []byte(copierPass)) {
+				return errors.New(path + " holds the password in clear")
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
