@@ -146,7 +146,6 @@ func TestRemoteChildCopiesThroughFailures(t *testing.T) {
 	type sent struct {
 		part   int32
 		offset int64
-		key    string
 	}
 	var mu sync.Mutex
 	acked := map[string]sent{}
@@ -184,7 +183,7 @@ func TestRemoteChildCopiesThroughFailures(t *testing.T) {
 			}
 			mu.Lock()
 			for i, id := range ids {
-				acked[id] = sent{part: res.Results[i].Partition, offset: res.Results[i].Offset, key: "k" + strconv.Itoa(i%5)}
+				acked[id] = sent{part: res.Results[i].Partition, offset: res.Results[i].Offset}
 			}
 			mu.Unlock()
 			producedN.Add(int64(len(ids)))
@@ -246,42 +245,56 @@ func TestRemoteChildCopiesThroughFailures(t *testing.T) {
 		}
 	}
 
-	// The checker: every acked message is in the remote, in the same partition, with
-	// its key; per partition the remote holds the source's offsets in order, each run
-	// either continuing or starting again within the last batch (a re-sent batch).
-	src := map[int32]map[int64]message{}
+	// The checker. Every message the source holds (those it answered 202 and those a
+	// kill cut off before the answer) is in the remote, in the same partition, with its
+	// key; the first copy carries its timestamp. Per partition the remote holds the
+	// source's offsets in order, each run either continuing or starting again within
+	// the last batch (a batch sent again). Every acked message is held by the source.
+	type pos struct {
+		part   int32
+		offset int64
+		m      message
+	}
+	srcOf := map[string]pos{}
+	idOf := func(m message) string {
+		var v struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(m.Payload, &v); err != nil || v.ID == "" {
+			t.Fatalf("%s: payload %s", m.where(), m.Payload)
+		}
+		return v.ID
+	}
 	for part := int32(0); part < 2; part++ {
-		src[part] = map[int64]message{}
 		for _, m := range p.sa.readAll("orders", int(part)) {
-			src[part][m.Offset] = m
+			srcOf[idOf(m)] = pos{part: part, offset: m.Offset, m: m}
 		}
 	}
+	mu.Lock()
+	for id, s := range acked {
+		if got, ok := srcOf[id]; !ok || got.part != s.part || got.offset != s.offset {
+			t.Errorf("%s: acked at %d/%d, held by the source at %+v (%v)", id, s.part, s.offset, got, ok)
+		}
+	}
+	mu.Unlock()
 	byID := map[string]int{}
 	resent := 0
 	for part := int32(0); part < 2; part++ {
 		next := int64(-1) // the next source offset expected: -1 before the first
 		for _, m := range p.da.readAll("copy.orders", int(part)) {
-			var v struct {
-				ID string `json:"id"`
-			}
-			if err := json.Unmarshal(m.Payload, &v); err != nil {
-				t.Fatalf("remote %s: payload %s", m.where(), m.Payload)
-			}
-			byID[v.ID]++
-			mu.Lock()
-			s, ok := acked[v.ID]
-			mu.Unlock()
+			id := idOf(m)
+			byID[id]++
+			s, ok := srcOf[id]
 			if !ok {
-				continue // produced while the source was killed: stored, never answered
+				t.Fatalf("remote %s: %s is not a message of the source", m.where(), id)
 			}
 			if s.part != part {
-				t.Errorf("%s: copied into partition %d, produced into %d", v.ID, part, s.part)
+				t.Errorf("%s: copied into partition %d, stored in %d", id, part, s.part)
 			}
 			// A re-sent copy's timestamp is raised to the partition's newest (they never
 			// decrease): the first copy carries the source's.
-			sm := src[part][s.offset]
-			if byID[v.ID] == 1 && (m.Key == nil || *m.Key != s.key || m.Timestamp != sm.Timestamp) {
-				t.Errorf("%s: key %v timestamp %d at the remote, %q %d at the source", v.ID, m.Key, m.Timestamp, s.key, sm.Timestamp)
+			if byID[id] == 1 && (m.Key == nil || s.m.Key == nil || *m.Key != *s.m.Key || m.Timestamp != s.m.Timestamp) {
+				t.Errorf("%s: key %v timestamp %d at the remote, %v %d at the source", id, m.Key, m.Timestamp, s.m.Key, s.m.Timestamp)
 			}
 			switch {
 			case next < 0 || s.offset == next:
@@ -297,18 +310,16 @@ func TestRemoteChildCopiesThroughFailures(t *testing.T) {
 			}
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	missing := 0
-	for id := range acked {
+	for id := range srcOf {
 		if byID[id] == 0 {
 			missing++
 		}
 	}
 	if missing > 0 {
-		t.Fatalf("%d of %d acked messages never reached the remote", missing, len(acked))
+		t.Fatalf("%d of the %d messages the source holds never reached the remote", missing, len(srcOf))
 	}
-	t.Logf("%d messages acked, all copied; %d copies were re-sent batches", len(acked), resent)
+	t.Logf("%d messages acked, %d held by the source, all copied; %d copies were re-sent batches", len(acked), len(srcOf), resent)
 }
 
 // TestRemoteChildRefusalsAndStates: an attach is refused with a clear 409 for a wrong
@@ -757,6 +768,7 @@ func TestRemoteChildCountsWhatRetentionDeleted(t *testing.T) {
 func TestRemoteChildFromACluster(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 2)
+	agreed(t, wantMembers(nodes...), nodes...) // both alive, so the partitions are placed on both
 	dst := testutil.StartNarad(t, testutil.Options{Env: []string{"NARAD_ADMIN_PASSWORD=" + dstAdminPass}})
 	da := &api{Client: dst.Client().WithBasicAuth("admin", dstAdminPass), t: t}
 	da.PostJSON("/v1/users", map[string]any{"username": "copier", "password": copierPass,
