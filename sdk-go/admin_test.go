@@ -302,3 +302,44 @@ func TestBasicAuthIsSent(t *testing.T) {
 		t.Fatalf("sent %q %q %q", user, pass, ua)
 	}
 }
+
+// TestRemoteChildren attaches a remote child (here the same broker, another topic),
+// sees copies arrive, pauses, resumes and detaches it by its ID; copying a topic into
+// itself is refused.
+func TestRemoteChildren(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	parent := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	child := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	spec := narad.RemoteChildSpec{URL: shared.url, Username: "copier", Password: "sdk-remote-pw"}
+	if _, err := c.AttachRemoteChild(ctx, parent, parent, spec); !errors.Is(err, narad.ErrConflict) {
+		t.Fatalf("copying a topic into itself: %v, want ErrConflict", err)
+	}
+	ch, err := c.AttachRemoteChild(ctx, parent, child, spec)
+	if err != nil || ch.Name != child || ch.Remote == nil || ch.Remote.URL != shared.url || ch.Remote.Start != "now" || ch.ID == "" || ch.ID == child {
+		t.Fatalf("attach: %+v %v", ch, err)
+	}
+	if _, err := c.Produce(ctx, parent, "hello", narad.WithKey("k")); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := c.Receive(ctx, child, narad.WithMaxMessages(10), narad.WithWait(10*time.Second))
+	if err != nil || len(msgs) != 1 || msgs[0].Key != "k" || string(msgs[0].Bytes()) != "hello" {
+		t.Fatalf("copy: %+v %v", msgs, err)
+	}
+	if err := c.PauseChild(ctx, parent, ch.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the child to show paused", func() bool {
+		cs, err := c.Children(ctx, parent)
+		return err == nil && len(cs) == 1 && cs[0].State == "paused" && cs[0].Lag[0].State == "paused"
+	})
+	if err := c.ResumeChild(ctx, parent, ch.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DetachChild(ctx, parent, ch.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cs, err := c.Children(ctx, parent); err != nil || len(cs) != 0 {
+		t.Fatalf("children after detach: %+v %v", cs, err)
+	}
+}

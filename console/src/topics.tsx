@@ -411,9 +411,13 @@ export function TopicPage({ name }: { name: string }) {
                 </thead>
                 <tbody>
                   {children.map((c) => (
-                    <tr key={c.child}>
+                    <tr key={c.id ?? c.child}>
                       <th scope="row">
-                        <a href={href("topics", c.child)}>{c.child}</a>
+                        {c.remote ? (
+                          `${c.child} at ${c.remote.url} (${c.id})`
+                        ) : (
+                          <a href={href("topics", c.child)}>{c.child}</a>
+                        )}
                       </th>
                       <td>{duration(c.fanout_delay_ms)}</td>
                       <td>
@@ -425,7 +429,7 @@ export function TopicPage({ name }: { name: string }) {
                         <button
                           type="button"
                           onClick={() =>
-                            act(`Detach ${c.child} from ${name}? Copies stop; both topics stay.`, "Detach", () => api("DELETE", `${path}/children/${enc(c.child)}`), `Detached ${c.child}.`)
+                            act(`Detach ${c.child} from ${name}? Copies stop; both topics stay.`, "Detach", () => api("DELETE", `${path}/children/${enc(c.id ?? c.child)}`), `Detached ${c.child}.`)
                           }
                         >
                           Detach

@@ -23,8 +23,16 @@ const (
 
 // Defines values for ChildState.
 const (
-	Paused  ChildState = "paused"
-	Running ChildState = "running"
+	ChildStateFailing ChildState = "failing"
+	ChildStatePaused  ChildState = "paused"
+	ChildStateRunning ChildState = "running"
+)
+
+// Defines values for ChildLagState.
+const (
+	ChildLagStateCopying ChildLagState = "copying"
+	ChildLagStateFailing ChildLagState = "failing"
+	ChildLagStatePaused  ChildLagState = "paused"
 )
 
 // Defines values for ErrorCode.
@@ -36,6 +44,7 @@ const (
 	ErrorCodeDiskFull             ErrorCode = "disk_full"
 	ErrorCodeForbidden            ErrorCode = "forbidden"
 	ErrorCodeInFlightFull         ErrorCode = "in_flight_full"
+	ErrorCodeIncarnationMismatch  ErrorCode = "incarnation_mismatch"
 	ErrorCodeInternal             ErrorCode = "internal"
 	ErrorCodeInvalidJson          ErrorCode = "invalid_json"
 	ErrorCodeInvalidName          ErrorCode = "invalid_name"
@@ -103,6 +112,19 @@ const (
 // Defines values for OutgoingMessagePayloadEncoding.
 const (
 	OutgoingMessagePayloadEncodingBase64 OutgoingMessagePayloadEncoding = "base64"
+	OutgoingMessagePayloadEncodingText   OutgoingMessagePayloadEncoding = "text"
+)
+
+// Defines values for RemoteChildStart.
+const (
+	RemoteChildStartEarliest RemoteChildStart = "earliest"
+	RemoteChildStartNow      RemoteChildStart = "now"
+)
+
+// Defines values for RemoteChildRequestStart.
+const (
+	RemoteChildRequestStartEarliest RemoteChildRequestStart = "earliest"
+	RemoteChildRequestStartNow      RemoteChildRequestStart = "now"
 )
 
 // Defines values for PayloadEncoding.
@@ -163,6 +185,8 @@ type AckResult struct {
 		// - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
 		//   `node_not_found`: that thing does not exist.
 		// - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
+		// - `incarnation_mismatch`: the topic of that name is not the incarnation the request
+		//   named (it was deleted and created again); nothing was written.
 		// - `lease_lost`: the lease behind the receipt handle is no longer held.
 		// - `payload_too_large`: a body or message is over its limit.
 		// - `method_not_allowed`: the route exists but not with this method.
@@ -200,8 +224,14 @@ type AlterTopicRequest struct {
 
 // AttachChildRequest defines model for AttachChildRequest.
 type AttachChildRequest struct {
+	// Child The child topic; with `remote`, the topic's name in the remote cluster.
 	Child         string `json:"child"`
 	FanoutDelayMs *int64 `json:"fanout_delay_ms,omitempty"`
+
+	// Remote Makes the child a topic of another cluster (a remote child): the copy is pushed
+	// to that cluster's HTTP API with these credentials. The credentials are stored
+	// encrypted and never shown again.
+	Remote *RemoteChildRequest `json:"remote,omitempty"`
 }
 
 // ChangePasswordRequest defines model for ChangePasswordRequest.
@@ -212,33 +242,65 @@ type ChangePasswordRequest struct {
 
 // Child defines model for Child.
 type Child struct {
-	Child         string      `json:"child"`
-	FanoutDelayMs int64       `json:"fanout_delay_ms"`
-	Lag           *[]ChildLag `json:"lag,omitempty"`
+	Child         string `json:"child"`
+	FanoutDelayMs int64  `json:"fanout_delay_ms"`
 
-	// PausedReason Why the copy is paused, and what to do; absent while running.
+	// Id What `/children/{child}` routes take for this child: the topic's name for a
+	// child in this cluster, `remote:<n>` for a remote child.
+	Id  *string     `json:"id,omitempty"`
+	Lag *[]ChildLag `json:"lag,omitempty"`
+
+	// PausedReason Why the copy is paused or failing, and what to do; absent while running.
 	PausedReason *string `json:"paused_reason,omitempty"`
 
-	// State `paused` when the child's owner may no longer consume the parent (the grant
-	// was revoked or the user deleted, with security on): nothing is copied until
-	// the grant returns, then the copy resumes where it stopped. `paused_reason`
-	// says why.
+	// Remote The remote end of a remote child. Credentials are never shown.
+	Remote *RemoteChild `json:"remote,omitempty"`
+
+	// State `running`: the copy runs (for a remote child, every partition is copying).
+	// `paused` when the child's owner may no longer consume the parent (the grant
+	// was revoked or the user deleted, with security on), or a remote child was
+	// paused: nothing is copied until the grant returns (or it is resumed), then
+	// the copy resumes where it stopped. `failing`: a remote child whose copy fails
+	// in some partition (see each partition's `state`, `reason` and `last_error`);
+	// it is retried with backoff. `paused_reason` says why.
 	State *ChildState `json:"state,omitempty"`
 }
 
-// ChildState `paused` when the child's owner may no longer consume the parent (the grant
-// was revoked or the user deleted, with security on): nothing is copied until
-// the grant returns, then the copy resumes where it stopped. `paused_reason`
-// says why.
+// ChildState `running`: the copy runs (for a remote child, every partition is copying).
+// `paused` when the child's owner may no longer consume the parent (the grant
+// was revoked or the user deleted, with security on), or a remote child was
+// paused: nothing is copied until the grant returns (or it is resumed), then
+// the copy resumes where it stopped. `failing`: a remote child whose copy fails
+// in some partition (see each partition's `state`, `reason` and `last_error`);
+// it is retried with backoff. `paused_reason` says why.
 type ChildState string
 
 // ChildLag defines model for ChildLag.
 type ChildLag struct {
-	ChildCursor      int64 `json:"child_cursor"`
-	Lag              int64 `json:"lag"`
-	ParentNextOffset int64 `json:"parent_next_offset"`
-	Partition        int32 `json:"partition"`
+	// ChildCursor The next offset of this partition the copy takes; everything before it is copied.
+	ChildCursor int64 `json:"child_cursor"`
+
+	// Expired Remote children: messages this topic's retention deleted before they were copied (a remote down longer than the retention); they are never copied.
+	Expired *int64 `json:"expired,omitempty"`
+	Lag     int64  `json:"lag"`
+
+	// LagSeconds Remote children: how long ago the oldest message not yet copied was written (0 when none waits).
+	LagSeconds *float64 `json:"lag_seconds,omitempty"`
+
+	// LastError Remote children: the last error of this partition's copy (kept after it recovers).
+	LastError        *string `json:"last_error,omitempty"`
+	ParentNextOffset int64   `json:"parent_next_offset"`
+	Partition        int32   `json:"partition"`
+
+	// Reason Remote children, while `failing` or `paused`: why, and what to do.
+	Reason *string `json:"reason,omitempty"`
+
+	// State Remote children: the state of this partition's copy.
+	State *ChildLagState `json:"state,omitempty"`
 }
+
+// ChildLagState Remote children: the state of this partition's copy.
+type ChildLagState string
 
 // ChildList defines model for ChildList.
 type ChildList struct {
@@ -303,6 +365,8 @@ type Error struct {
 		// - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
 		//   `node_not_found`: that thing does not exist.
 		// - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
+		// - `incarnation_mismatch`: the topic of that name is not the incarnation the request
+		//   named (it was deleted and created again); nothing was written.
 		// - `lease_lost`: the lease behind the receipt handle is no longer held.
 		// - `payload_too_large`: a body or message is over its limit.
 		// - `method_not_allowed`: the route exists but not with this method.
@@ -341,6 +405,8 @@ type Error struct {
 //   - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
 //     `node_not_found`: that thing does not exist.
 //   - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
+//   - `incarnation_mismatch`: the topic of that name is not the incarnation the request
+//     named (it was deleted and created again); nothing was written.
 //   - `lease_lost`: the lease behind the receipt handle is no longer held.
 //   - `payload_too_large`: a body or message is over its limit.
 //   - `method_not_allowed`: the route exists but not with this method.
@@ -443,6 +509,18 @@ type MessageList struct {
 	Messages []Message `json:"messages"`
 }
 
+// MessageOrigin Where a copy made by a remote child comes from. A message sent with an origin is
+// stored marked as a copy, and remote children never send a copy on: a ring of
+// remote children (A to B to A) copies each message once, never round and round.
+// A batch whose origin is this cluster's own topic is refused (409): a topic cannot
+// be its own remote child.
+type MessageOrigin struct {
+	ClusterId string `json:"cluster_id"`
+	Offset    int64  `json:"offset"`
+	Partition int32  `json:"partition"`
+	Topic     string `json:"topic"`
+}
+
 // MessageRange defines model for MessageRange.
 type MessageRange struct {
 	Messages []Message `json:"messages"`
@@ -499,17 +577,34 @@ type NodeHealthSyncMode string
 
 // OutgoingMessage defines model for OutgoingMessage.
 type OutgoingMessage struct {
-	Key       *string `json:"key,omitempty"`
-	Partition *int32  `json:"partition,omitempty"`
+	Key *string `json:"key,omitempty"`
+
+	// Origin Where a copy made by a remote child comes from. A message sent with an origin is
+	// stored marked as a copy, and remote children never send a copy on: a ring of
+	// remote children (A to B to A) copies each message once, never round and round.
+	// A batch whose origin is this cluster's own topic is refused (409): a topic cannot
+	// be its own remote child.
+	Origin    *MessageOrigin `json:"origin,omitempty"`
+	Partition *int32         `json:"partition,omitempty"`
 
 	// Payload Any JSON value, stored verbatim; a base64 string with `payload_encoding`.
 	Payload json.RawMessage `json:"payload"`
 
-	// PayloadEncoding `base64`: `payload` is a base64 string of the bytes to store.
+	// PayloadEncoding `base64`: `payload` is a base64 string of the bytes to store. `text`:
+	// `payload` is a JSON string whose text is stored as text, delivered as a JSON
+	// string (as `produce` with a `text/*` content type).
 	PayloadEncoding *OutgoingMessagePayloadEncoding `json:"payload_encoding,omitempty"`
+
+	// Timestamp When the message was first written, Unix ms (a copy keeps its source's time).
+	// Stored as given, but never later than now, and raised to the partition's
+	// newest timestamp if older (a partition's timestamps never decrease).
+	// Retention counts from it. Absent: now.
+	Timestamp *int64 `json:"timestamp,omitempty"`
 }
 
-// OutgoingMessagePayloadEncoding `base64`: `payload` is a base64 string of the bytes to store.
+// OutgoingMessagePayloadEncoding `base64`: `payload` is a base64 string of the bytes to store. `text`:
+// `payload` is a JSON string whose text is stored as text, delivered as a JSON
+// string (as `produce` with a `text/*` content type).
 type OutgoingMessagePayloadEncoding string
 
 // PartitionStats defines model for PartitionStats.
@@ -554,7 +649,16 @@ type PartitionStats struct {
 
 // ProduceBatchRequest defines model for ProduceBatchRequest.
 type ProduceBatchRequest struct {
-	Messages []OutgoingMessage `json:"messages"`
+	// Incarnation The topic incarnation (from `GET /v1/topics/{topic}`) the batch is meant for:
+	// when the topic of that name is another one (deleted and created again), the
+	// batch is refused whole with 409 `incarnation_mismatch` and nothing is written.
+	Incarnation *string           `json:"incarnation,omitempty"`
+	Messages    []OutgoingMessage `json:"messages"`
+
+	// ValidateOnly Check the credentials, the produce grant and the topic (and `incarnation`,
+	// when given), then answer 202 with no results and write nothing. The messages
+	// are not checked. Remote children use it to check a remote topic at attach.
+	ValidateOnly *bool `json:"validate_only,omitempty"`
 }
 
 // Produced defines model for Produced.
@@ -568,6 +672,43 @@ type Produced struct {
 type ProducedList struct {
 	Results []Produced `json:"results"`
 }
+
+// RemoteChild The remote end of a remote child. Credentials are never shown.
+type RemoteChild struct {
+	// ClusterId The remote cluster's id, when it tells it.
+	ClusterId *string `json:"cluster_id,omitempty"`
+
+	// Incarnation The remote topic's incarnation the copy goes to.
+	Incarnation string           `json:"incarnation"`
+	Start       RemoteChildStart `json:"start"`
+	Topic       string           `json:"topic"`
+	Url         string           `json:"url"`
+	Username    *string          `json:"username,omitempty"`
+}
+
+// RemoteChildStart defines model for RemoteChild.Start.
+type RemoteChildStart string
+
+// RemoteChildRequest Makes the child a topic of another cluster (a remote child): the copy is pushed
+// to that cluster's HTTP API with these credentials. The credentials are stored
+// encrypted and never shown again.
+type RemoteChildRequest struct {
+	// CaPem PEM certificates to trust for an https URL instead of the system's.
+	CaPem *string `json:"ca_pem,omitempty"`
+
+	// Password The remote user's password (a Narad password is 8 to 72 bytes).
+	Password string `json:"password"`
+
+	// Start `now` (the default): copy what is committed from now on. `earliest`: also every message this topic still holds.
+	Start *RemoteChildRequestStart `json:"start,omitempty"`
+
+	// Url The remote cluster's base URL, `http://` or `https://` host[:port], without credentials or path.
+	Url      string `json:"url"`
+	Username string `json:"username"`
+}
+
+// RemoteChildRequestStart `now` (the default): copy what is committed from now on. `earliest`: also every message this topic still holds.
+type RemoteChildRequestStart string
 
 // ReplaceGrantsRequest defines model for ReplaceGrantsRequest.
 type ReplaceGrantsRequest struct {
@@ -735,6 +876,9 @@ type User struct {
 type UserList struct {
 	Users []User `json:"users"`
 }
+
+// ChildID defines model for ChildID.
+type ChildID = string
 
 // PayloadEncoding defines model for PayloadEncoding.
 type PayloadEncoding string
@@ -1020,6 +1164,12 @@ type ClientInterface interface {
 
 	// DetachChild request
 	DetachChild(ctx context.Context, topic TopicName, child string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PauseChild request
+	PauseChild(ctx context.Context, topic TopicName, child ChildID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeChild request
+	ResumeChild(ctx context.Context, topic TopicName, child ChildID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Consume request
 	Consume(ctx context.Context, topic TopicName, params *ConsumeParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1356,6 +1506,30 @@ func (c *Client) AttachChild(ctx context.Context, topic TopicName, body AttachCh
 
 func (c *Client) DetachChild(ctx context.Context, topic TopicName, child string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDetachChildRequest(c.Server, topic, child)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) PauseChild(ctx context.Context, topic TopicName, child ChildID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseChildRequest(c.Server, topic, child)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) ResumeChild(ctx context.Context, topic TopicName, child ChildID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeChildRequest(c.Server, topic, child)
 	if err != nil {
 		return nil, err
 	}
@@ -2253,6 +2427,88 @@ func NewDetachChildRequest(server string, topic TopicName, child string) (*http.
 	return req, nil
 }
 
+// NewPauseChildRequest generates requests for PauseChild
+func NewPauseChildRequest(server string, topic TopicName, child ChildID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithLocation("simple", false, "topic", runtime.ParamLocationPath, topic)
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithLocation("simple", false, "child", runtime.ParamLocationPath, child)
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/topics/%s/children/%s/pause", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest("POST", queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewResumeChildRequest generates requests for ResumeChild
+func NewResumeChildRequest(server string, topic TopicName, child ChildID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithLocation("simple", false, "topic", runtime.ParamLocationPath, topic)
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithLocation("simple", false, "child", runtime.ParamLocationPath, child)
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/topics/%s/children/%s/resume", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest("POST", queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewConsumeRequest generates requests for Consume
 func NewConsumeRequest(server string, topic TopicName, params *ConsumeParams) (*http.Request, error) {
 	var err error
@@ -3052,6 +3308,12 @@ type ClientWithResponsesInterface interface {
 	// DetachChildWithResponse request
 	DetachChildWithResponse(ctx context.Context, topic TopicName, child string, reqEditors ...RequestEditorFn) (*DetachChildResponse, error)
 
+	// PauseChildWithResponse request
+	PauseChildWithResponse(ctx context.Context, topic TopicName, child ChildID, reqEditors ...RequestEditorFn) (*PauseChildResponse, error)
+
+	// ResumeChildWithResponse request
+	ResumeChildWithResponse(ctx context.Context, topic TopicName, child ChildID, reqEditors ...RequestEditorFn) (*ResumeChildResponse, error)
+
 	// ConsumeWithResponse request
 	ConsumeWithResponse(ctx context.Context, topic TopicName, params *ConsumeParams, reqEditors ...RequestEditorFn) (*ConsumeResponse, error)
 
@@ -3609,6 +3871,60 @@ func (r DetachChildResponse) StatusCode() int {
 	return 0
 }
 
+type PauseChildResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	JSON400      *BadRequest
+	JSON401      *Unauthenticated
+	JSON403      *Forbidden
+	JSON404      *NotFound
+	JSON409      *Conflict
+	JSON503      *Unavailable
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseChildResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseChildResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+type ResumeChildResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	JSON400      *BadRequest
+	JSON401      *Unauthenticated
+	JSON403      *Forbidden
+	JSON404      *NotFound
+	JSON409      *Conflict
+	JSON503      *Unavailable
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeChildResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeChildResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
 type ConsumeResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4160,6 +4476,24 @@ func (c *ClientWithResponses) DetachChildWithResponse(ctx context.Context, topic
 		return nil, err
 	}
 	return ParseDetachChildResponse(rsp)
+}
+
+// PauseChildWithResponse request returning *PauseChildResponse
+func (c *ClientWithResponses) PauseChildWithResponse(ctx context.Context, topic TopicName, child ChildID, reqEditors ...RequestEditorFn) (*PauseChildResponse, error) {
+	rsp, err := c.PauseChild(ctx, topic, child, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseChildResponse(rsp)
+}
+
+// ResumeChildWithResponse request returning *ResumeChildResponse
+func (c *ClientWithResponses) ResumeChildWithResponse(ctx context.Context, topic TopicName, child ChildID, reqEditors ...RequestEditorFn) (*ResumeChildResponse, error) {
+	rsp, err := c.ResumeChild(ctx, topic, child, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeChildResponse(rsp)
 }
 
 // ConsumeWithResponse request returning *ConsumeResponse
@@ -5441,6 +5775,128 @@ func ParseDetachChildResponse(rsp *http.Response) (*DetachChildResponse, error) 
 			return nil, err
 		}
 		response.JSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePauseChildResponse parses an HTTP response from a PauseChildWithResponse call
+func ParsePauseChildResponse(rsp *http.Response) (*PauseChildResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseChildResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResumeChildResponse parses an HTTP response from a ResumeChildWithResponse call
+func ParseResumeChildResponse(rsp *http.Response) (*ResumeChildResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeChildResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

@@ -169,9 +169,10 @@ export interface ChildInfo {
   /**
    * `running`, or `paused` while the child's owner may no longer consume the parent:
    * nothing is copied until the grant returns, then the copy resumes where it stopped.
-   * Absent from a broker that does not say.
+   * `failing` for a remote child (a topic of another cluster) whose copy fails in some
+   * partition; it is retried. Absent from a broker that does not say.
    */
-  state?: "running" | "paused";
+  state?: "running" | "paused" | "failing";
   /** Why the copy is paused, and what to do; absent while it runs. */
   pausedReason?: string;
   /** Per-partition lag, when the broker reports it. */

@@ -55,6 +55,9 @@ func serve(args []string) (err error) {
 		}
 		bopts.Peers = plane
 		bopts.Node = plane.Node()
+		// Remote children's passwords are sealed under the cluster secret, read again
+		// at each use so a rotation (SIGHUP) applies.
+		bopts.SecretKeys = c.clusterSecrets
 	} else if c.AdvertiseAddr != "" || !isWildcard(c.HTTPAddr) {
 		// A lone node shows its HTTP URL in its member record too (validated).
 		bopts.Cluster.HTTPAddr, _ = c.httpAdvertise()

@@ -30,8 +30,16 @@ const (
 
 // Defines values for ChildState.
 const (
-	Paused  ChildState = "paused"
-	Running ChildState = "running"
+	ChildStateFailing ChildState = "failing"
+	ChildStatePaused  ChildState = "paused"
+	ChildStateRunning ChildState = "running"
+)
+
+// Defines values for ChildLagState.
+const (
+	ChildLagStateCopying ChildLagState = "copying"
+	ChildLagStateFailing ChildLagState = "failing"
+	ChildLagStatePaused  ChildLagState = "paused"
 )
 
 // Defines values for ErrorCode.
@@ -43,6 +51,7 @@ const (
 	ErrorCodeDiskFull             ErrorCode = "disk_full"
 	ErrorCodeForbidden            ErrorCode = "forbidden"
 	ErrorCodeInFlightFull         ErrorCode = "in_flight_full"
+	ErrorCodeIncarnationMismatch  ErrorCode = "incarnation_mismatch"
 	ErrorCodeInternal             ErrorCode = "internal"
 	ErrorCodeInvalidJson          ErrorCode = "invalid_json"
 	ErrorCodeInvalidName          ErrorCode = "invalid_name"
@@ -110,6 +119,19 @@ const (
 // Defines values for OutgoingMessagePayloadEncoding.
 const (
 	OutgoingMessagePayloadEncodingBase64 OutgoingMessagePayloadEncoding = "base64"
+	OutgoingMessagePayloadEncodingText   OutgoingMessagePayloadEncoding = "text"
+)
+
+// Defines values for RemoteChildStart.
+const (
+	RemoteChildStartEarliest RemoteChildStart = "earliest"
+	RemoteChildStartNow      RemoteChildStart = "now"
+)
+
+// Defines values for RemoteChildRequestStart.
+const (
+	RemoteChildRequestStartEarliest RemoteChildRequestStart = "earliest"
+	RemoteChildRequestStartNow      RemoteChildRequestStart = "now"
 )
 
 // Defines values for PayloadEncoding.
@@ -170,6 +192,8 @@ type AckResult struct {
 		// - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
 		//   `node_not_found`: that thing does not exist.
 		// - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
+		// - `incarnation_mismatch`: the topic of that name is not the incarnation the request
+		//   named (it was deleted and created again); nothing was written.
 		// - `lease_lost`: the lease behind the receipt handle is no longer held.
 		// - `payload_too_large`: a body or message is over its limit.
 		// - `method_not_allowed`: the route exists but not with this method.
@@ -207,8 +231,14 @@ type AlterTopicRequest struct {
 
 // AttachChildRequest defines model for AttachChildRequest.
 type AttachChildRequest struct {
+	// Child The child topic; with `remote`, the topic's name in the remote cluster.
 	Child         string `json:"child"`
 	FanoutDelayMs *int64 `json:"fanout_delay_ms,omitempty"`
+
+	// Remote Makes the child a topic of another cluster (a remote child): the copy is pushed
+	// to that cluster's HTTP API with these credentials. The credentials are stored
+	// encrypted and never shown again.
+	Remote *RemoteChildRequest `json:"remote,omitempty"`
 }
 
 // ChangePasswordRequest defines model for ChangePasswordRequest.
@@ -219,33 +249,65 @@ type ChangePasswordRequest struct {
 
 // Child defines model for Child.
 type Child struct {
-	Child         string      `json:"child"`
-	FanoutDelayMs int64       `json:"fanout_delay_ms"`
-	Lag           *[]ChildLag `json:"lag,omitempty"`
+	Child         string `json:"child"`
+	FanoutDelayMs int64  `json:"fanout_delay_ms"`
 
-	// PausedReason Why the copy is paused, and what to do; absent while running.
+	// Id What `/children/{child}` routes take for this child: the topic's name for a
+	// child in this cluster, `remote:<n>` for a remote child.
+	Id  *string     `json:"id,omitempty"`
+	Lag *[]ChildLag `json:"lag,omitempty"`
+
+	// PausedReason Why the copy is paused or failing, and what to do; absent while running.
 	PausedReason *string `json:"paused_reason,omitempty"`
 
-	// State `paused` when the child's owner may no longer consume the parent (the grant
-	// was revoked or the user deleted, with security on): nothing is copied until
-	// the grant returns, then the copy resumes where it stopped. `paused_reason`
-	// says why.
+	// Remote The remote end of a remote child. Credentials are never shown.
+	Remote *RemoteChild `json:"remote,omitempty"`
+
+	// State `running`: the copy runs (for a remote child, every partition is copying).
+	// `paused` when the child's owner may no longer consume the parent (the grant
+	// was revoked or the user deleted, with security on), or a remote child was
+	// paused: nothing is copied until the grant returns (or it is resumed), then
+	// the copy resumes where it stopped. `failing`: a remote child whose copy fails
+	// in some partition (see each partition's `state`, `reason` and `last_error`);
+	// it is retried with backoff. `paused_reason` says why.
 	State *ChildState `json:"state,omitempty"`
 }
 
-// ChildState `paused` when the child's owner may no longer consume the parent (the grant
-// was revoked or the user deleted, with security on): nothing is copied until
-// the grant returns, then the copy resumes where it stopped. `paused_reason`
-// says why.
+// ChildState `running`: the copy runs (for a remote child, every partition is copying).
+// `paused` when the child's owner may no longer consume the parent (the grant
+// was revoked or the user deleted, with security on), or a remote child was
+// paused: nothing is copied until the grant returns (or it is resumed), then
+// the copy resumes where it stopped. `failing`: a remote child whose copy fails
+// in some partition (see each partition's `state`, `reason` and `last_error`);
+// it is retried with backoff. `paused_reason` says why.
 type ChildState string
 
 // ChildLag defines model for ChildLag.
 type ChildLag struct {
-	ChildCursor      int64 `json:"child_cursor"`
-	Lag              int64 `json:"lag"`
-	ParentNextOffset int64 `json:"parent_next_offset"`
-	Partition        int32 `json:"partition"`
+	// ChildCursor The next offset of this partition the copy takes; everything before it is copied.
+	ChildCursor int64 `json:"child_cursor"`
+
+	// Expired Remote children: messages this topic's retention deleted before they were copied (a remote down longer than the retention); they are never copied.
+	Expired *int64 `json:"expired,omitempty"`
+	Lag     int64  `json:"lag"`
+
+	// LagSeconds Remote children: how long ago the oldest message not yet copied was written (0 when none waits).
+	LagSeconds *float64 `json:"lag_seconds,omitempty"`
+
+	// LastError Remote children: the last error of this partition's copy (kept after it recovers).
+	LastError        *string `json:"last_error,omitempty"`
+	ParentNextOffset int64   `json:"parent_next_offset"`
+	Partition        int32   `json:"partition"`
+
+	// Reason Remote children, while `failing` or `paused`: why, and what to do.
+	Reason *string `json:"reason,omitempty"`
+
+	// State Remote children: the state of this partition's copy.
+	State *ChildLagState `json:"state,omitempty"`
 }
+
+// ChildLagState Remote children: the state of this partition's copy.
+type ChildLagState string
 
 // ChildList defines model for ChildList.
 type ChildList struct {
@@ -310,6 +372,8 @@ type Error struct {
 		// - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
 		//   `node_not_found`: that thing does not exist.
 		// - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
+		// - `incarnation_mismatch`: the topic of that name is not the incarnation the request
+		//   named (it was deleted and created again); nothing was written.
 		// - `lease_lost`: the lease behind the receipt handle is no longer held.
 		// - `payload_too_large`: a body or message is over its limit.
 		// - `method_not_allowed`: the route exists but not with this method.
@@ -348,6 +412,8 @@ type Error struct {
 //   - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
 //     `node_not_found`: that thing does not exist.
 //   - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
+//   - `incarnation_mismatch`: the topic of that name is not the incarnation the request
+//     named (it was deleted and created again); nothing was written.
 //   - `lease_lost`: the lease behind the receipt handle is no longer held.
 //   - `payload_too_large`: a body or message is over its limit.
 //   - `method_not_allowed`: the route exists but not with this method.
@@ -450,6 +516,18 @@ type MessageList struct {
 	Messages []Message `json:"messages"`
 }
 
+// MessageOrigin Where a copy made by a remote child comes from. A message sent with an origin is
+// stored marked as a copy, and remote children never send a copy on: a ring of
+// remote children (A to B to A) copies each message once, never round and round.
+// A batch whose origin is this cluster's own topic is refused (409): a topic cannot
+// be its own remote child.
+type MessageOrigin struct {
+	ClusterId string `json:"cluster_id"`
+	Offset    int64  `json:"offset"`
+	Partition int32  `json:"partition"`
+	Topic     string `json:"topic"`
+}
+
 // MessageRange defines model for MessageRange.
 type MessageRange struct {
 	Messages []Message `json:"messages"`
@@ -506,17 +584,34 @@ type NodeHealthSyncMode string
 
 // OutgoingMessage defines model for OutgoingMessage.
 type OutgoingMessage struct {
-	Key       *string `json:"key,omitempty"`
-	Partition *int32  `json:"partition,omitempty"`
+	Key *string `json:"key,omitempty"`
+
+	// Origin Where a copy made by a remote child comes from. A message sent with an origin is
+	// stored marked as a copy, and remote children never send a copy on: a ring of
+	// remote children (A to B to A) copies each message once, never round and round.
+	// A batch whose origin is this cluster's own topic is refused (409): a topic cannot
+	// be its own remote child.
+	Origin    *MessageOrigin `json:"origin,omitempty"`
+	Partition *int32         `json:"partition,omitempty"`
 
 	// Payload Any JSON value, stored verbatim; a base64 string with `payload_encoding`.
 	Payload json.RawMessage `json:"payload"`
 
-	// PayloadEncoding `base64`: `payload` is a base64 string of the bytes to store.
+	// PayloadEncoding `base64`: `payload` is a base64 string of the bytes to store. `text`:
+	// `payload` is a JSON string whose text is stored as text, delivered as a JSON
+	// string (as `produce` with a `text/*` content type).
 	PayloadEncoding *OutgoingMessagePayloadEncoding `json:"payload_encoding,omitempty"`
+
+	// Timestamp When the message was first written, Unix ms (a copy keeps its source's time).
+	// Stored as given, but never later than now, and raised to the partition's
+	// newest timestamp if older (a partition's timestamps never decrease).
+	// Retention counts from it. Absent: now.
+	Timestamp *int64 `json:"timestamp,omitempty"`
 }
 
-// OutgoingMessagePayloadEncoding `base64`: `payload` is a base64 string of the bytes to store.
+// OutgoingMessagePayloadEncoding `base64`: `payload` is a base64 string of the bytes to store. `text`:
+// `payload` is a JSON string whose text is stored as text, delivered as a JSON
+// string (as `produce` with a `text/*` content type).
 type OutgoingMessagePayloadEncoding string
 
 // PartitionStats defines model for PartitionStats.
@@ -561,7 +656,16 @@ type PartitionStats struct {
 
 // ProduceBatchRequest defines model for ProduceBatchRequest.
 type ProduceBatchRequest struct {
-	Messages []OutgoingMessage `json:"messages"`
+	// Incarnation The topic incarnation (from `GET /v1/topics/{topic}`) the batch is meant for:
+	// when the topic of that name is another one (deleted and created again), the
+	// batch is refused whole with 409 `incarnation_mismatch` and nothing is written.
+	Incarnation *string           `json:"incarnation,omitempty"`
+	Messages    []OutgoingMessage `json:"messages"`
+
+	// ValidateOnly Check the credentials, the produce grant and the topic (and `incarnation`,
+	// when given), then answer 202 with no results and write nothing. The messages
+	// are not checked. Remote children use it to check a remote topic at attach.
+	ValidateOnly *bool `json:"validate_only,omitempty"`
 }
 
 // Produced defines model for Produced.
@@ -575,6 +679,43 @@ type Produced struct {
 type ProducedList struct {
 	Results []Produced `json:"results"`
 }
+
+// RemoteChild The remote end of a remote child. Credentials are never shown.
+type RemoteChild struct {
+	// ClusterId The remote cluster's id, when it tells it.
+	ClusterId *string `json:"cluster_id,omitempty"`
+
+	// Incarnation The remote topic's incarnation the copy goes to.
+	Incarnation string           `json:"incarnation"`
+	Start       RemoteChildStart `json:"start"`
+	Topic       string           `json:"topic"`
+	Url         string           `json:"url"`
+	Username    *string          `json:"username,omitempty"`
+}
+
+// RemoteChildStart defines model for RemoteChild.Start.
+type RemoteChildStart string
+
+// RemoteChildRequest Makes the child a topic of another cluster (a remote child): the copy is pushed
+// to that cluster's HTTP API with these credentials. The credentials are stored
+// encrypted and never shown again.
+type RemoteChildRequest struct {
+	// CaPem PEM certificates to trust for an https URL instead of the system's.
+	CaPem *string `json:"ca_pem,omitempty"`
+
+	// Password The remote user's password (a Narad password is 8 to 72 bytes).
+	Password string `json:"password"`
+
+	// Start `now` (the default): copy what is committed from now on. `earliest`: also every message this topic still holds.
+	Start *RemoteChildRequestStart `json:"start,omitempty"`
+
+	// Url The remote cluster's base URL, `http://` or `https://` host[:port], without credentials or path.
+	Url      string `json:"url"`
+	Username string `json:"username"`
+}
+
+// RemoteChildRequestStart `now` (the default): copy what is committed from now on. `earliest`: also every message this topic still holds.
+type RemoteChildRequestStart string
 
 // ReplaceGrantsRequest defines model for ReplaceGrantsRequest.
 type ReplaceGrantsRequest struct {
@@ -742,6 +883,9 @@ type User struct {
 type UserList struct {
 	Users []User `json:"users"`
 }
+
+// ChildID defines model for ChildID.
+type ChildID = string
 
 // PayloadEncoding defines model for PayloadEncoding.
 type PayloadEncoding string
@@ -945,6 +1089,12 @@ type ServerInterface interface {
 	// Detach a child topic
 	// (DELETE /v1/topics/{topic}/children/{child})
 	DetachChild(w http.ResponseWriter, r *http.Request, topic TopicName, child string)
+	// Pause a remote child's copy
+	// (POST /v1/topics/{topic}/children/{child}/pause)
+	PauseChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID)
+	// Resume a paused remote child's copy
+	// (POST /v1/topics/{topic}/children/{child}/resume)
+	ResumeChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID)
 	// Take one message under a lease
 	// (GET /v1/topics/{topic}/consume)
 	Consume(w http.ResponseWriter, r *http.Request, topic TopicName, params ConsumeParams)
@@ -1485,6 +1635,86 @@ func (siw *ServerInterfaceWrapper) DetachChild(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.DetachChild(w, r, topic, child)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PauseChild operation middleware
+func (siw *ServerInterfaceWrapper) PauseChild(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "topic" -------------
+	var topic TopicName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "topic", r.PathValue("topic"), &topic, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "topic", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "child" -------------
+	var child ChildID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "child", r.PathValue("child"), &child, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "child", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PauseChild(w, r, topic, child)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ResumeChild operation middleware
+func (siw *ServerInterfaceWrapper) ResumeChild(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "topic" -------------
+	var topic TopicName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "topic", r.PathValue("topic"), &topic, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "topic", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "child" -------------
+	var child ChildID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "child", r.PathValue("child"), &child, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "child", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResumeChild(w, r, topic, child)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2108,6 +2338,8 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/children", wrapper.ListChildren)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children", wrapper.AttachChild)
 	m.HandleFunc("DELETE "+options.BaseURL+"/v1/topics/{topic}/children/{child}", wrapper.DetachChild)
+	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/pause", wrapper.PauseChild)
+	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/resume", wrapper.ResumeChild)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/consume", wrapper.Consume)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/consume-batch", wrapper.ConsumeBatch)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/partitions/{partition}/messages", wrapper.ReadMessages)
@@ -3392,6 +3624,152 @@ func (response DetachChild503JSONResponse) VisitDetachChildResponse(w http.Respo
 	return json.NewEncoder(w).Encode(response.Body)
 }
 
+type PauseChildRequestObject struct {
+	Topic TopicName `json:"topic"`
+	Child ChildID   `json:"child"`
+}
+
+type PauseChildResponseObject interface {
+	VisitPauseChildResponse(w http.ResponseWriter) error
+}
+
+type PauseChild204Response struct {
+}
+
+func (response PauseChild204Response) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type PauseChild400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response PauseChild400JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type PauseChild401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response PauseChild401JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type PauseChild403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response PauseChild403JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type PauseChild404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response PauseChild404JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type PauseChild409JSONResponse struct{ ConflictJSONResponse }
+
+func (response PauseChild409JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type PauseChild503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response PauseChild503JSONResponse) VisitPauseChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type ResumeChildRequestObject struct {
+	Topic TopicName `json:"topic"`
+	Child ChildID   `json:"child"`
+}
+
+type ResumeChildResponseObject interface {
+	VisitResumeChildResponse(w http.ResponseWriter) error
+}
+
+type ResumeChild204Response struct {
+}
+
+func (response ResumeChild204Response) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type ResumeChild400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ResumeChild400JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ResumeChild401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response ResumeChild401JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type ResumeChild403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response ResumeChild403JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ResumeChild404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ResumeChild404JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ResumeChild409JSONResponse struct{ ConflictJSONResponse }
+
+func (response ResumeChild409JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ResumeChild503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ResumeChild503JSONResponse) VisitResumeChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
 type ConsumeRequestObject struct {
 	Topic  TopicName `json:"topic"`
 	Params ConsumeParams
@@ -4350,6 +4728,12 @@ type StrictServerInterface interface {
 	// Detach a child topic
 	// (DELETE /v1/topics/{topic}/children/{child})
 	DetachChild(ctx context.Context, request DetachChildRequestObject) (DetachChildResponseObject, error)
+	// Pause a remote child's copy
+	// (POST /v1/topics/{topic}/children/{child}/pause)
+	PauseChild(ctx context.Context, request PauseChildRequestObject) (PauseChildResponseObject, error)
+	// Resume a paused remote child's copy
+	// (POST /v1/topics/{topic}/children/{child}/resume)
+	ResumeChild(ctx context.Context, request ResumeChildRequestObject) (ResumeChildResponseObject, error)
 	// Take one message under a lease
 	// (GET /v1/topics/{topic}/consume)
 	Consume(ctx context.Context, request ConsumeRequestObject) (ConsumeResponseObject, error)
@@ -4935,6 +5319,60 @@ func (sh *strictHandler) DetachChild(w http.ResponseWriter, r *http.Request, top
 	}
 }
 
+// PauseChild operation middleware
+func (sh *strictHandler) PauseChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID) {
+	var request PauseChildRequestObject
+
+	request.Topic = topic
+	request.Child = child
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PauseChild(ctx, request.(PauseChildRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PauseChild")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PauseChildResponseObject); ok {
+		if err := validResponse.VisitPauseChildResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ResumeChild operation middleware
+func (sh *strictHandler) ResumeChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID) {
+	var request ResumeChildRequestObject
+
+	request.Topic = topic
+	request.Child = child
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ResumeChild(ctx, request.(ResumeChildRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResumeChild")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ResumeChildResponseObject); ok {
+		if err := validResponse.VisitResumeChildResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // Consume operation middleware
 func (sh *strictHandler) Consume(w http.ResponseWriter, r *http.Request, topic TopicName, params ConsumeParams) {
 	var request ConsumeRequestObject
@@ -5282,226 +5720,260 @@ func (sh *strictHandler) ChangePassword(w http.ResponseWriter, r *http.Request, 
 // Base64 encoded, gzipped, json marshaled Swagger object
 var swaggerSpec = []string{
 
-	"H4sIAAAAAAAC/+x9bXPbttbgX8HoeWYiZWmFsp02sWdnnrS3vbd3+pJJ0unMU3VNiIQsXlOALgBaVjP5",
-	"vp/3J+4v2TnnACBIUbKc2EnbzZfEkkjg4OW8v70d5Gq5UlJIawZnbwcrrvlSWKHx00u+qRQvvpG5Kkp5",
-	"CV8VwuS6XNlSycHZIJtxI744zZgWttbSMHEt9Iat6D1Gvx4JeF8UCTOKzTZWGKZVLYsjq8sVEzc8t9Vm",
-	"PEgGJQz571rozSAZSL4Ug7OBG+pCeBiSgckXYskBGCHr5eDs1wGvrRokA5pu8FsysJsVvGyshlfevUsG",
-	"r0QuypX9B5dFJbYX8mYhWKbpmYsFPpQxNWec5UqaeikKthTG8EuRMG7YZXkt5C6Q28MMkoEW/65LLYrB",
-	"mdW1iBew5DffC3lpF4Ozp5PjZLAspf886VvFG7Uq8x9xmq0VwE8MQDhjE2YVOz59zvIF1zyH44TFZPzo",
-	"d/bi6L9ZevScjdkFO8oSJpVl2ThjSrNsPM7ColbcLpo1WRj90KUcnz7vLmXFrRUaxv1fv/Kj318c/Xd6",
-	"9Hx8cfTb//jPQd9CfzZCy/51LgSrjdCPTLzYyfGzWxfL/mvX6mo/24ELnBw/O3CB/7Vzhb/w0m6v7h9q",
-	"zSolL2FNa15aNleacX/3zhhnRa05PMyG2SQ1WcKyp2m6NNkITnC9UJVgRuRKFmY8lSkb2oVghZjzurIj",
-	"xqVZw/5wy5TMxTmDX43Q10KznK8MKy38dpwyw4anacr4TF2L0Xgqd9x1gHGwY5dOjrfX/Q522KyUNAIp",
-	"zFe8eCX+XQuDe5EraYXEP/lqVZU5rvTJvwzszdtolv/UYj44G/zHk4Z6PaFfzZNvtFaaptq+OZomY6Vh",
-	"S17NlV6K4pzNyxtY+UzMlYZnrN6U8nI8eJcMvlZyXpX5RwYvd7Mati7tAk8pr7UW0jJjuRVsWFombkpj",
-	"DeOVFrzYJMzwzQhh/lbpWVkUQj480C9quxDSwqhA4Ge1RYLCq0qtRQG3uFDMLkqDgP1dSfFxNrIS3Ag2",
-	"E4tSFjg/c1SZEVWGCyAVoprQbCGqAgH8UdlvgTV9HCCRqCZsxbUt4esECRvgsVSFYIUSBncTD9rD991y",
-	"VYmlkFZ8FChLw66FNkBw1Bwv4kyrK6Eb6NR8LjTtsVoJR5w2ggB+o9T3XF9+pFOfqWIDJ6uAnpXWsKpc",
-	"lgTIz5LHV/Xh4flRIUHWQMxzLQqYmlcGONBC8MJJWL/88stRjEPtibeoJy3kmpcVn1UfY1PFcqU012W1",
-	"YbWEOQGlkWGcE51kfG6FZtkr+HD0Aj5kgQG11xo9ss34XtMrge9t0eJke19KacWlQMABdLcaeOBFfvUV",
-	"t/ki4i28KBDJePVSwz21JXCgOa+MSAar6Ku3A55f4f+lFUtz2969yK++kVZv4JIt+c139M4kTVMUEfzn",
-	"wAq51nwzIEboRY1facpGcFWzf4ncwpBh+LstQdxYQWSsQ68N4nBGv2csyPso7OZXsM/7WXjSlW/fQ4yN",
-	"V94ZbccevBKmrvAcO+vEm7v1NegbB136r+FBODkSsPqQrg0ujtw83wfu9v5sbSEw8dr0C7f0GxFUAUfP",
-	"1qquCrbg14IteMF4paQ4Y8fpacJO0xT+gb8mKRCcp+kJnCFINtwSjpwcNwJogzJ7TyFAuPc4vi9Nz5Fo",
-	"/O1OCORO990tSOJH7gWqskKjDvR+OL/kNxc8vxLFBQeSdbES+iIwZnhga0eX/KZcgv4JuO7R3X2zvd/4",
-	"/EUpL+ZVebmwDzC+FsAISiUvaM/jAb84jQc8mTw9+SLdHhU/bg/c0N3+/SRFSdaVY0r0uX1CyeDm6FId",
-	"uS+BO41f8fUPDoveJYPr0pSzsirt5sKWS6Fqe+syTk+Oe5bQe9W3r4u1PF98vSir4v3uSw6v3q73bmH+",
-	"nEtYWyEqvrnLQUWLTG/FZgKuD02+XnB5KV5yY9ZKv+/SSRO5WLlROrvwZR/PkGK97/lo057dxjBaQ/Wv",
-	"0R3NjhN7rzPZRouKXx5M4xCk7/nlNolLBiteG1FcaMGdzNZmCb8sNqT/qRXKtvR4wrgs2HrBLelY54zP",
-	"DKiH60VZCaZrKZ3U1Mt7euwqGQ2csfVCSJoRgH5kmFpLodmSbyKNyVnF8LkVR8UULQ2Xmks7lWsOCte1",
-	"uhIFMCXrbDasEJVARRHVWiPyWpd2w5QcnYEusSjlJawxV6tSFKyWtqymMozrrYwJDCibXQG+sBQGINcC",
-	"FHlj1WolijHLWpubTaXhG3huQxYNbz902zXwh9FvQtzGsO2rs/M+fk+3pedKXuS1NiTEHH7rDniSjuVC",
-	"iht7oeZzI+zhL+5hS7eQnublXgiS9pppPbs3rVfAwBE0WTcOx75bpYswbC84VW2c3tIBhn64KIt+ac79",
-	"/siwskjYkheCEKy0DJBkppQ1VnO4rmyIFjwhGWemlJeVOCI7ALecFaUWuVUgDXLD5qU2FtRtKQo22zDu",
-	"5wEEcvr6qBf7QV/Uqqr6dDCAF2e0QFcqwQvjkAzfYauKS9E76lIsZ07LO+hEfsDn+6ghzL9zMxvgyJAp",
-	"ivHgVnbhBmwtvYG497C14FZ8gDD5MEw++QsIqf02/Q/0V9xRBCOydLvstkOibQ1EW2P2783x0y9uF96D",
-	"7eZizgHR9w/55Wdt4P21gRZ5gAu5mwj8bIR+PxqAEsvhFPHv8Hi/ePh+UnPSeLVudV7tp6CRd2yv3P2N",
-	"t8XcxU71Hu98iHGnK1tzyxbAfIGPtiXqBF1vK6FWlbidy9xqFuo8T+veuYtfuyV2bKQWLbBLni9KKY60",
-	"4AV+gYOhN9SM2ddVCTvBZprLfMEUyslGJEyKa6HhswPSjKfyiGUzDuIx3vDsrHGKBVfU0AgS891rI3qt",
-	"lNe8KosLQN7sjBwDzvoOFBp/ZP98/dOPKNXAVz+/+fbo2SgBwr3ghtXySqq1ZPNSVIVpbOWwIaY9B6ws",
-	"O2OcHCbwKCoT8DWbacGvSEyRfAnij66r7gDByomjoAsTRllxu4gsoLFPEH5WtQUupEFjTpwaM5Us8nJY",
-	"foVOEDdky5iKYgqA2AUF4xkQEB8mEVwpS27zBTouCpFXXIuCOfs+bgsCURraVimMFQVbKo0ikUQXeCWu",
-	"RQVvi1V72k5oAx1Yn0vMMiUFGR+do6c0phYFDUfodXFdqgp3YN8yrPdwPXIQv8aXz4OiB4LsWpfWCtka",
-	"3Sp1AShdiRscn74Ofh3OZnVxKWzHHzU05e8iYaaeORqQMC3mQguZCwPHhgcy55LOVbNKqVXCnN/ejIJY",
-	"XhpmhMW9zhcivwJQOVtpVdR546Hll7yUxtLAzUIdrFapq+ho4ESNFSu8RCXcWlzBnq0gdekCGJ+aX+AV",
-	"dIdGvyAK8Uu4qHXYiSCP0Bh12+WVgYrd75PCx+fea4wPBh8u/SiVvZirWrpRTJ0vmFa1dbcbl3/RPJSA",
-	"5u2AaX9N6l/rK0Dm+BvY0wzF9nhWPD7arY5jNIKAXOJh0Oajd6iHm7/Tz47mERoTncgXlTL+tY5XWdzu",
-	"VMZxfAwTXOyK60siZkgulfZ0tcdviS8vhV0o2jF3In4NsP0+CMA73t0ygJThe54KeIl+XleVez8cEFso",
-	"oMAwr5Om4ELVEjUNWrO7IrHu4UdSii253ASuwlbcWJyA51dsrpW0JWCtFoBWthKF9xxW3Aodrqp3anpm",
-	"QlidcwnLQo8jrUuqNRsaC8DLy4RMPfjXnJcV3A7YRMek4E/Y+bBnqEA2y8VtRhrv7sNMFaUwrAQmuVR6",
-	"02CoQzH/IBm4OPIJY5UWRbLbH+qom1WaX4oLgFMQAyhKc4V4Lxh9SwE5qPDDDLh0HJ2GgOfjI6RNemRo",
-	"oNIw+K1NVTxwOItxpjKidWbFkaChTc1hEQnbntQERleUBQIzL2VpFnjLSiJrM0DPc/xT1TZXS7zIjrk3",
-	"tKNsohZw8CisYCuQQHTiCNwVBjLNK0Kd+vI8lkmYM+uR7KbFSmnbtvBFUg5GMjXCS/TRCblbUkPrO0Tl",
-	"6Jttz1mHRzZfRYxtkAx6SPwgGXSINrnyXDRPMggEEQTSNs0dRPpo69sOxR2QYtD6ok1sw9hEW/wL4ZMn",
-	"moNk0FBInL5D5lAg7lIv3LqYHA2SQZeu0D6EMIdk0CAyuiZjRBokg4AWADndYLdX0bXDeekO9Zh3k8G3",
-	"CuHTry13obAtpcPZXdsC+Q+e5pHYEDGGRXm5YGsgcEuur7oe2R2GV5SbIlttX3wYmgkcCaNgW48DM1Gp",
-	"tYvDwSEOnFX26hpvYmoJxMQFUeH8h1ndBp0V7Tb2kvJ71yANb5TyOO5ENLqhQObgL9Ti4YoVy1L2Hjze",
-	"9R5f/Dc3PCcJHrWTlRbz8oaty6rIuS4MG4JwrcpcmPHjDI2tQdGP7UpPJ7capG6JDHFExMHZt3//ELyC",
-	"wbuXdleYQaauyICGkYPZ7ce5Jxrgn6qU7xlmUxRamO0Ne3rrhpXFh9o00CDsAehblrNQb21pBHQ33qsQ",
-	"R1aRyd491WsrX1i7uoiG2bG6PdbGCxAt+2OHURRrJDuHr8aLhLAmIh4HBYm0Jq3EQXO250InwoFzNbc1",
-	"xPVX5TWy1NqsyG5YCGS+/1Klc9gVIlfLZWlAlIBv+jD8WjnXjftlplQluNx/KfaGwNDt6HdP3ZcvpAPc",
-	"PofFD42Bqw1LIWAH9eYCtNzlyvaZ3slC5FxK/oWE5aqWIGKzesXwJrmfQD4e8tVKq5tyya1wAi8H0RKk",
-	"8tGYvSBXtLt/fHPg+V8JjHK71ez+gM7MIMT0M0TPakGuFtKekV3jWugZt+UyYVbcWPiR0w8EcsKUXQjt",
-	"Ml+GSk/RErdBGT1xDj9zJYoRvUpZLO5lUuiybhbMmXsqIyn3Fmv6Vg5NhGI7c2b64tjaO/LTiv+7Fueg",
-	"8KEEZBVGEPYe/zbPK5dwX5arPqts4x91RpGE/SzLG7Y0B8o0lK5yazCfz2qJndZBWGlE/QbWPci3ixiQ",
-	"hHgHahCO7RZy4AbeA9Ir1CkeEKZk0Iku6FwQMlVZRVeEG5bNtVpm8E2ugLrU4qAD3bX29vy9O6Gue3YA",
-	"oNjPYw+kFtssC2mgIHfzauMS1talzReOXykpMG4EdZd+ebQXtA+40rhcHHg/U1PX4j393W4/7ySR3bbb",
-	"+13htEt3nDDs4Z08xnfa4b6NBdGwEdG32QoFMwC1B+HxkWELfBgdUk7ZZUNUYAxTstqgstFh9KgCayEu",
-	"kM1sz/MVch94Av1awRimyIzTjjF5ZNi8rAQzG2PFkg0rMbdoaA6xYe4Xb57jBNMBlBkBNeXvOwF9Xf4u",
-	"vLXto0G1L+AEQ3d6eRhqT738Cxl+2GO0XhpvOwTxybDsCb79e+Zz8uJwnSCgJgOzkflt9Pn1RuavVC0L",
-	"49+4WPYq9dnREfx6BL9mZyy71KpeZcwsuBaGwU+UmWvYTNi1EDIS689ZBruf4WOGCZ4vnOnSXSG1lnhj",
-	"UXBEQziNNY7McDghHEnZCvXfp6TRJsfL6kOxn2p7qUp5GUnCd6BfTvKMqUl6fHrPFGunZPlCbpwgyata",
-	"JM5kG8TK8wNlQlTj30MS7M/oPgsTZKzcFku97w2pilUE87hlcN2di92OF6Rd6TvUl363d9jkeA40jxwM",
-	"PfabXdYxcvDZykXceS/aobQiMlbusQhySx5m5wtp/CCUrekhOHTOOOWrPeO3cKEbEtix2cVunhzTSIAy",
-	"zgTTgMCwA6VsogdHXc+Qzxd+mp4g25BqTZHHgPCI6JhNPFPXAj083qkPj2COPAh96Zi90bUgNWhdGtFP",
-	"6WY8v6rUPisrgL4Rtjm9tpWV/d///X+ajYYP5MHCozr0dMVK5T1s+pWLzxJFbOkAZhw8gwV6YkQlcooN",
-	"EHo5Zt9ZdqnV2vkXyWCbYww+oBC9dd5xI2LsG5dMVQVwEaGX7hzY6SQ9cBlzZ802d1sKUnVSV53p6JFh",
-	"K60utSABvlkrMwIN32P2InZh8hxuQCUKwKrhcXo8wkxzxtmS/0tRtLd3pTnblPfHtUyo+/hd21Tfo5XA",
-	"vbgI92LPjYqoAlzfotYYUAPX15k74POYfavIwrG9c2cM7U8WvgSEaS0TsCQsEwbFFE0K2UX/ozt/qYJl",
-	"H4N0nMAQ8v6JjpSHWvSDf2XPymtZoNWGXNpSrQ8cm0DuN3+244YxV8EHJAx6c0IO0B2BpIkbG3ZiXVYV",
-	"uzzYuQE4ZHbP8i3FUdNcxsLYzt962PB31Rf9ZejfPxMIN6fEhm5cBxtux4m6h5bnMW6WgNCi7ZS4m9uh",
-	"ZRJpbWL74LaQLWmz5Ta/jO9mQ/HDrYo2qFceIAfPB2T23tn00ZUrPyjJd6/Nxi2uJ3HpQe2dH24p27eY",
-	"+8kQDVvzIQmiwPZ4LtDVaD5lSG8HZjdoH8jI317z5arX+ioFQ4f2Na+oUhFFRzom3bYpMMPXjn9si9C6",
-	"Px8M8TZjK+RHuZKFJ0d+1haNLFRNrnq3Cll7rwaOs4cTeWlutgGhh+dXzC60qi8XPt6nQMbs5dne2fdI",
-	"zj5yvKMcbC/H25jLqiqjAgYHzHF3yZVbliFkWUJBXy0yb6KV9zrr7o3vPwwcjl+4CLILfil6z+DFZTD0",
-	"0Busln6DgqclArCUbGnYMCVlpx380Oh0hwr6Llpg1+13P98HAqwiyr4LB0jlv7+L3w0iQCyIQPFo2dmH",
-	"pCEIMXuOmXb/4faSr8Ystc+4htanomV9Giop0NZ35Cx6+CNKl0sMuYb9cBFtau78aZGYtOYlui5BZS2t",
-	"F+tHzRWvQJ42QF6bbWXfO3viVJYyNnaxJbr0ZeGLktgGePKaGqTR5Ivr0NePQH4AUtMn21a4U8oIv6+Y",
-	"fuh242CaQuD1LoOsZdsrQUw9OOjppn9sJS+BJiDoMfKXdqFq970ZHYiDS8Fl7zQ/CC6bmmrIR+9nRr3j",
-	"5r+O7jneaCELUcBs78HdaBzM06M700PJ6JkPpmM7KEp8P8Ki/Z3sA7A5i3D2fcTjjZdLO7k/GM9VXPC2",
-	"PFxwK45suRSD5L7S+0uZcy25F6Xbm/odhs7PS+FYZFXOAy+TfCnOgzjmMt7JMk7AU+4AKLGg4kuxBl2t",
-	"P632zvmeH57RuTtnc08i5YemSr53QuR7JD7+4VMaD8lYbN/P1v52tmDXzPtvxm13r/eAkhg9dyL134Tl",
-	"ZYW7XVU/zQdnv+5Xo4gSvEu6pKCJdjbePXCYNtn2KhxsCHHTbK/rN7+yfm23iS89CDy/3P1Q7QkGxQFe",
-	"CwsSUB//cb94uWu2cXSJ7PoSI+22FcUeItrxejqnFJCELGH4IBXyMDAHBQXW+YINuf9xUVY7xPUHSY7v",
-	"MH5lbJO04vUOl02lNGhJvZksCTLSyCTniquySXp8OuoNdbvnJPyedbSTdR4ewobyt4GhpGk67GCO4HTS",
-	"mNHv7gcbcquWZc4rF81wr5n4HcsqCjAwe6TYDqnkwNMvEl8cl52Mxuzb8gb4M0Y0Elbs3673zuzvbBuh",
-	"iZqTAyYqCIq5N8aWMreocpjmNE98TmpUY0SGtdLDqCnPxVroczYh/0QFuhX8OhqzH0KGYmcYfNk7/07T",
-	"5/ucPP3unSVaDHp8Fh9Yx2BHueSAyFwLdiVWNsjvfru+ZAXfmNGY/eJqJF8uMU/aedloE7wfyJcpIqyi",
-	"BOaDCdX9VVHo2EviNFo2LDSfW3acHqdHk+ORr7zuFPyQlLusjU/IxYLO3eykxis7GrPs7buMgXgOV0AK",
-	"OHVCXa8CKTQ6LoQuLWXQET4/MmP2KiTbMi2Mqq4F+hSBo5QF6cwuORbhiBKyIhDOm3TfoKuHJDdKmkX/",
-	"fbSSKKkKTuihpLSu4suNYBWpv3Olt6rEm3D/JmkK/2ONcraIyA3clFu434dUuCMxoD9wYq9S/wYTlF38",
-	"j10rZ90wd1Prb8kqomxepa6oOoGfgw3RS+qK+/RXMHKP9ljEyYiIJplzxi1bAmt8nh7sV47t7T1e5Tu6",
-	"SlwKVFtB9sD/tvfE+gXJP8ip7Sm95DIJFyHWcd9uR1GRrSysw6XkwwT43nPYIz//bPryfu6rnEtclOXg",
-	"sit7fEQAbf91gfcPBxhXfdtW0pC9xU18LT/kTgTAjBvClw7PfvPmJfsKfgOmQYODaEIMjLLaZ7Vl2RO6",
-	"R79nSRQtiQQie7IUVpe5yaaylpUwGKRiRW5FMWpioVwOua6l2So4CAMxjKllvqgNW3MzlUbY0ZidppOG",
-	"6Wl6e6tuQsJO05NmOixKQmUSbSh7P5XkcTxj3qXgyhEAu4DlVAbTJhJGJZkTJvETpU6M4FmUQzNQz6Yy",
-	"Q5CzxEXqSCdl+yoWZ4xL6qiCZqgEC1e08hZZhrqNGT/OpnKIgoEw4UtR+wpb9EVG9VqyxxnIAr7IBUKk",
-	"NFNrSR0jZAHrnkpeYSoQRc8IK1gJhFgyB7Wr4qgkDIg7VSgW58Lg/WKlzKu6wJx3nzuNoWJ4ncLdW1i7",
-	"opLlpZyrHrGfa15Q6KKzeCfs37WoxRHZ7ENgIF0Ss1JXQpLUsap4KRnc0/FUTuUL9vgxLv3xYxrPUPGR",
-	"ODa2LbfjY5JhYaHiCMWgSl2OmXNkazOV9FsQF869BKENVpVBSStygnGqG+K9d48fo6b3+DEb8qlshBbm",
-	"hJYRxY6jUoupNCWGk7PHj3l+9fgxHmrlwmvIE1jxFbBhRUVuIlnfxUF5syXgLNxMrH4Aq9xQgRxv/azU",
-	"ZUAcy13xFJwC9/I//oO9wYYklGZGpQV5bjHH/zg9zuB2+ForJInGef4Aj4vRGs7NRuaA75FXBrAGaxDF",
-	"xVQoEPQ4PX5UsN6FYZ1Rl8MdJH7UJmAVM1irU0KmkoHqiguiFiqjMftb7cLCjKslRYKvz4uL9hc0Coff",
-	"cD2Ws/KyVjVWp2nqy1gqTsSJ5c55WdXaFSQ5Tk9xg3h+FW0OHTNoM7iAZotQ93YDn3X3USosXtM5XlB5",
-	"tDLGZ/MZZ7jmZuGKgLzoFj2hDOlQBIdFhslWbwsXZYUCXgg7k7kItXkAKAx/06I2ohizF1R8R2lHG0Ps",
-	"M/dzr9G71d5hpOIMnxAFm8FeKd143p1Sm51OUhYVeHFru81oTwiIu86XtHaiCVKs6WW6Ivg5i7YiGzV1",
-	"OVyKKfVHce5vRHgKynXVrJxfwGENlgUzU0mXmSp+5VxjOqZLN8SCMtnbKRUXmw7O2NspFiaDP6eD8Xg8",
-	"HSRs6sOQom/fvYP1Z/Csi/Y2rVJjtM65VkvqHhBqlGWsKkHYztyY+HZTN20qkQzFxTkKNWbZ0/QkY6EP",
-	"EK5j02khMXQ+UKRkCavKK8H4VDr6llA9GT4XVPDD6g2ojtnpzU3m61itlbaL0ECC1ZLibh1bqcpcSINi",
-	"mGtl9GIFm390PE4pP9GCEklsZJAMXLWSwdlgMk7pEbUSkq/KwdngZJyOT9AKbxco+njRBSXHvsDDF+4a",
-	"HqepK9mMkRda5SDMlIbVqzH70WEDykim20UkFEn5rgCpyk3Y6a90nKb31iXEC+v9vVfasLdkwsHZr78l",
-	"A1Mvl1xvQHsur4WkHGvLLw1Ilk5l+A1e88Ldzs37gX73PtOXWi2FXYjaUAKuuFkpQ3yYVB429LVm0nE6",
-	"Ph2N2U9Apa1ykQOAek6M7BUbs6MjJ14eebnTlaCOkrLoWrUPxQF6+6EA3E9Q7LilAUzSm5WMs2Cbm9N0",
-	"susYAwhPur1w8L2T299r+kq9SwZPD3kjblaDNyLcgejQlmGXem8DSf4HYRKaIpssCKzRlCtib1jeSliO",
-	"OWU+hSGyCCOt5xIUAH0dCj2Zc8x9CCIGt65MJCaiLWr0pbBCrWUXXaeyXWFt63K8onV9EoTFuUMrn/H7",
-	"n+cODIfxy30ofj15kjcltS/76924IKgkLkJdOQWDpBksibBNDP8urC/Y/YDb66fYgZZufQ4t09s3N+qF",
-	"92fCZLcNqDpdl2IdHbk/4u6ZP4lqZLizbx/g96WxP7hnHvAEozIeO2mru2J/8UOEPfCL7T3AZLBSpo/8",
-	"ogkFGSBqdjGaGl+YFePnLMuc4JuxYWkJt4+wpryXiEcg0JMillDxTRcjRbpZVhYZpZ8B30UPxBkpOVjh",
-	"xVFldHeRQ2deXocjxGcSJirjFCOp5BG+R4AjkOgtwUZLXDKxXNlNt/o+hQGGCEOr4BMvCpdM6ArToAXp",
-	"uavtISmhqmqAcSlPGIMVGmQgACVKNSEhzycRqbUERjQJsmIIy8UqgfQ3bSXKwxzLyG4Txn+qUrp6M2TZ",
-	"E8Z+pSiJ+V4wKq4G9a5tPrS6Fu+2kHlyz8jch8gAlCj++Dh8mj6//Y3QkBSR/gDQOj0jP5xWvCgKb51w",
-	"+msemO2hlP/JW3j/natRJPpCsH9Q18LEsbaRsAZYjN1enByuxRKfxnTEIBAeB4FwKuM6UYg1rlDHmA1/",
-	"dMH5Yb2kWDQlKs8A9cajHhnub9GoEV61bvjxR7jhr91i/gRX/PSgG0tdWP88OBFfBIccu9ho1GH911tr",
-	"TvQ0q3Zjv2+j6q5K+VsXQQGR0JvUy+8JK8lYRRmrGDPdmL7RSuRjTLAmFPG/XYgJ890fQgJ4L1tRivfP",
-	"4+I6OQfxuON7nfoz/v8B8f8HrICwXXlxH0sMYau96m/292/eMHiMXNVP3uL/7+itDI2s5DElkzWyYY5y",
-	"95JvmBEiYUbBpWCzDTkDMa8FMJNs4GP2XSRpJs5CGyRLtAyQCZykVd8IQmMLiKnEnHjvQ0W3bMfHOp+P",
-	"olREhp5Ob7LOokABqjY9lVtlkLS3IiSuhoYQrmi1E4v31QdKyPiMpfe3M4zamUAhj3K4cPUsE29kKDV6",
-	"Wsj7WrmcFJ8vMsICD6VhoRQRHAuJ++jLTLDoWfBWMyyhO6+NKLCt3bLPLgSqWBTe8F7qr7gJWaOtqJEJ",
-	"RRNRmMdATgZbERtbhaROJ8++fPr8ZDI5+aKnetMkfZo+e378xeTpF8+ojBKN6kojOdbkahi5ZKjJl198",
-	"eXz89AsX2uTSl54/S5NeYH2C0Jfjp1Eez2T8rMmxOZ0c9+bCnE7Gx+2KSK4CURRw8uvtWxQijn6NE2Yn",
-	"achtxaCs/tWF3NDTtJWg+WxnmuTTY3ivnZ4I62vSCCfH6bvfQjzSgFz1FId+GBvpRBrtsH34mCw1v4XS",
-	"/OWtI69ELqRlGn28aAGgU+1sTUTsfXyRp/VNeNNOe9cbeuQBzV1NkkLPiX/TrKPLOf7/sH5Zv/9bZ7jL",
-	"9kXR7sbnenlmUBtqlL8QbKnQLY9cFXDGd1tgx+lkzPB9ipCAbQaWwK3v6BFFX3e6m4xZJ9ci8r2bxl8N",
-	"DItjm2P41B+G7wQCY8XqjJUUwUHvRKyKDU/T56OmA5Lr99ruwgIPnY46sMCvDh4PNN3FLNkbrzwT5NHG",
-	"8KRSXk5labsBzySwCN8xJe6ThDFHrj9D1D2Is9M07eO4Ub/HB1IZejpKfmTrmEsr2sb7r935fFYdBqeT",
-	"A2B6o9T32Nzik+kaLsmGH8h0vOawz9b2N/zetFpZBUep95qO2avtOmV2EdIlfMYPEq6pPE1P0SR+Okl9",
-	"jkgIkvFvNkE0RNtGTeKsp2PYJYjibqgV9HbgTeJM9fSiixDaCsAZ99rvAPIG81vId7prnz4jy30YzDBA",
-	"dM8lTna5haNuaz6XEa4pMLKsk62ZMSEtsJk4Ia7XX7zjDtyz8OVyX3cI3CRF/PXu1gdele8oJ3X/XemY",
-	"Vfvmah6hw/iRL8UAFKkViBk94h3Gi1GMKwhNcSpalrCsN1coS6Yy25PACS/uzVTFQO8gJ03lEJOyGgcH",
-	"Ziliy8xgdLgSYuVsFVhCNnY+hgytOIh17SqB+lZ14iYXLkTGmzhIVqREXarMtFC1Tigy1clUNExRzudA",
-	"m9HwG82H/RPLqnhkxuwFkuPtOGVXEBHTo1zuquVXADcGz6K4SWF7mBm2ALVENytxnIcCsNh6Z2If9tJ7",
-	"0y2GKq2vFO0qcg5P03TUxyZeVFboh5QPmwnuJB6mDy8eBrpEfBX99mIdKO9nTvinERtfUHJGYJ5VeS2O",
-	"bC1RWfXnebA0+YTnV64Kw/vT3V6t+heXPZBR0Hd25mK325kAw+P0dESRG+34dx/8TiF7JDJiWkBfBPxW",
-	"dsNUTqWb+H8CzgHllWJtokwJXz7f72MPVUNSKNV63Aw2rdP0JPeGY/wkMjbMTp8iL3mapsRUjpfw72SR",
-	"IamlTJS4JtQIlmuIMhI8VjGBtmpuKRfaz95e8EzkaikcuJVw8ezoPafYV1SyQwYEJckMKV2BcB+ZwYjq",
-	"jLr4e2P5xrhmz5RFAQNGy8Y6ii6mnBaDLWL8z2mGI7WPFkP2uZ1idoAHYXTmgoBCI6ImfB4LxPr8mRAd",
-	"2PRkNSshgQP8ze2+M/9PjpGnUcp3ZOtIyb8BekvcArZJ9NrKN4iTDUJWfqhYy81Udsp+n3fvIp5DVHLY",
-	"HQ/oT4WSYuTbd8+UXYyn8ml60tON1UcHHd6SdSr7Cl94jItL85XyiMSZADXdEKUpxL6XbeZXg7tKZk7F",
-	"/Af1HHqXbLnFECsTl9VF9S1uQaIW+lA+W5oF5zq27m6863QxBzv86SfHPQ70QxTH17TNCZETyjCKLs1f",
-	"kY1ODljN35UU98DaaHfd5vqtdXSEsDVkfkUMrinHu5vFHc28bnD/jO7nFVYFSNMUtdRSGJfWicku6KjN",
-	"r9BsPHY5bAdyOmKLlAu34D5aw9SVRUUYVWLMCw8FGADrk3YP7Np4ezRq0CTrY2jkghdxzw/gxAk7TVP4",
-	"B/6apAl7mp6MQpQ95iONp/IFpSihNdypENTc1gCVd6GRzjJEybbU9V7WVZX43gKAwFOpaotlJaiKOpZh",
-	"mFF5vthwTRoBLus0TaOcSONzsXaQLSwx/VCyvhv+E0n6L/KrV3gXdjmCfuq5LX9J+nRnqf2haBQy6zaZ",
-	"MnehU6hmayF3xpK8FE4Xx3aDoTkR1pjHNKdhhm3vqW8/oM6FFtwomY0oEKJdUApRNFR4ChKYS/AMYZmt",
-	"b8N8WMAflPwQYuEsCELmYtwbDfG1X99DJnPAHPu84X6T/5L2uU+hj6LTlcxMdJ8D/yk1q/hlHDrlL8AH",
-	"W/p6GfG3TmFiSiadutJNcw+r4ktfGqptVzgujMlUGcKZJVMZbCVXAvRO1Tg7ohoBshA3jVLRMU0Zcn4m",
-	"VDtPTOWV2DwCRcMsmnpJbHglNpi36GnEWafxxiPj5lmqoq5ctDZZ5aYSJxqN2Y8K6dC8rKpzEKwFOoAB",
-	"O7U4cu5gnw2OaokPFPMqsOVlNZ5K8vB2KgVmbDjxBZDYRnA9IiEHiYFXSkl5Q2lGKia4rkpy92BVLq/Y",
-	"eqNgOIXmdErrd4oC1/Qjw/JK5VfnzsWMXmQKFcOiVFaxVh3CLX836YDejhr2LTRwWlB2PVo7XRdXUSJp",
-	"RcGE5KW50kt0vPNSTuXQ32Nvd0Rxyn85SkhP++I0fJV0Jn9kInc2JvC3jmGIhcpQW3TvRT82RlNn+ghl",
-	"DJxt14W36aYgHG4PKkyd4VDn3Z0kj2ooyaPu9mgu2dD9jc+MfLbQCss1tEoqnMGOabjoSyohuWki9VAc",
-	"n0q7LnPhdeJKGRFS5X/p1HlJOpzOWYp9xrXfVrWWLp7J2RFwtVPp4mEwF0mEAuBEIxCWM7833LryJniR",
-	"rtWVywhCHRpGn0q3Y6PoNmHtYANb5xhv1kjhxIIbNkmLEAAdVvYDmb+0zFi1Wvk6fPAcgeEiTXoFXDwI",
-	"5HgPJeM2M3yieAdaXQ8vf+FCYj5brj+ZIdrRgZj59zP7/eLuk7f4197AhtdWrZBVb1y2XkC9MftKAaKR",
-	"6GEs34xBf6UfL6SyF3PYV0JvMj0i1WyiqBp6OO4JLGij2O2BBX/ZW/mpEnIOvWQfIFEmb3cpCoHtUvxk",
-	"byJPHhHgWzN5DmhT/NsOdCGGtlM5fCVcu7mgsjV5N8HWe7vPA+MNfXhjKDnFsnYX+WzMfuEgGNdo/MrW",
-	"vLSUzKAod5VrXV6LqRyixLdSVTU6Z8fpKeEhSDesKIsxexlVbtAhW6GUDABoJIGs61cndTRLXP0q5Ntx",
-	"rS1fu8rZDady6CqxnVGXvjgAKgkVfTTtYRGBinyfdN8yNACaytDQ/jRNPTQXIC+r+QUW0soCxUEJ0zUn",
-	"pRWh2BJnmVBmxt54g05t6IRGloVBI1pYgRRrtOTFzXVa9czmdVX1Ose/dvfrrngE96AHhejYwjG1VSNK",
-	"bi7IxeVOJsFABljcaJdRP65b32DXnfr37gI0DuyIjtwDejiMoZ9eP4BUGPYWAG/Z8ZcUY/uNb/7b47q4",
-	"z9oKrqhujwjmsQ25XS8//FE11e+QIlB2USkdyfgcJdVleG+6VQNbnb76zYkfYkzZy2wat0kvy/m+vBJe",
-	"0UqQ+jt2sOQ3WeO2HPoavpM0TUfOORJMK2otPY0mU0VMmptsU26YUQobEUc+UVQ6/U52GMxU9l859lPI",
-	"nWtKrzkI+QyI6TP2Q/kViIZXYmOII7q4dsOGmMLWKj3JqzXfGHaphHFudS2oL9WGSlUWTa9+dHHzqtpD",
-	"gb3TYm+GcbvtARVPq7V0BfGxXDlr+gXspFZLftMiVe4Vyora315gf8X3A8hYYBx/QHK3z6miNFsqHRDU",
-	"fKZ+90z9eokIkUESfj4WFWwqVTx5G/5+9yTuPrtDFAdK0bsMlHgy+BdrIDs5Y4TRDPAthqBmEZVpirg6",
-	"kdO1pPdGVG5RdB8lQeSlPRqzLOrvi6E7ztZkFWbZlLIWPhjHBaW4LtohWEQLy0sJkitJQzJuhS9CAzJM",
-	"JfLlQY3yy5uJjXImLyGbip3+85B6m4dylDoI7VNprsrVCsuEuoKifu2YRTACruBh2gM0ZkSRuduSGZMe",
-	"GbPQsDFXS6xKgEmAuhB6V4W3Hxp/3l663OpEHaRHT4l7wNxJmmFfPkyM7FzKb79mJycnz6kCsdLbfQrP",
-	"abvILbDF5KJb53q87wD6wjVw69V/vzjdVniTD2Nu78XdHp69fQq29Qo0z9010Lw8tlLGlLNqQ14GVwkR",
-	"EDAiDZ9503b2MBbM5k2h7EiFv3eWtIUUL9sex4QIZ7rDKLXqFE/pN0zdTXXexSUp9/NhgqsoAorCmzDq",
-	"qGwFmSZM87XfCobFDJCtUiJZrCQEPjoiFyZI+MPTyQmI/NcCK0CYqcy+Jmw8erNZiYwVIi+pn/86Kuxu",
-	"hMCSdVkXX7OQ9oqhtFOJ2a/oWEP3KEaJXAs947ZcnrMMy8U+bt76+c23R8+6z3NfGHoqiWKetydWuRX2",
-	"yFgt+DKLX5xxI744PRJAgLAMt9y4mhboX5zKONcW42tlOZ+L4swFAsOcrtAeAQbgui9wp0GTCnl+wLun",
-	"koeMFyrBiwdCu9jk+foyoH7uM8Z9RBlxe1qtzxqOew5hXHMuVha9cpgZklcl5okYECpoww2LN2WUuL7M",
-	"U8kN6zsS9/U5aJZkRsNF+lxjv6am21JGAeZXYpOxfKGUcWbXxsI125CPfxgiBq7ExmuKFcZKu7LHBlPG",
-	"w5ujpGXsXFFdYnEexDvyTiet9t4gNXs34VQep8exzISu0uBVjHDCVd4fsxdYHBdTgiqFssmqwkima2Gc",
-	"4FRbFJVc8N5ZU48ba0fA9mJDBWxLm6vVpuXUDdJEn3TlmincqvA6uGEbI4PC8SldstE57jcFeNCRtE9k",
-	"l4xwJTa7ZBUY/QBppUOYAQDsac2s8pTpHCPVNdISujVzygrI0VPykPbO3/Z5hh8/edyWMcLYs1JyBOXA",
-	"0tUNNabzSHyvik0npV+qFh1vEerx4CGLbr30hVd6FvE310wboxkQPlftHqSi0mKghO9F8dnh/NGDLt3R",
-	"xXbRuwRWOgnlIwWBNz0MZdGYEuFSjdk3PF/4Bx4ZoPSoJFBmjdw4zofZn55rRQLD2rkq8J0L4TSLM8fp",
-	"M9/6xH1mhLNTSd01CoFygOPJ6Gyj8YeqzcUZj8p7tN8CBj2V8G6rrgc2D2oGdI2DfEKWcZIER5YX2idR",
-	"6BBCVwkKwom5lo/Hi7rCHKfHrZIg4Z12nDim/iAQ3ikWDTvkRICTqYzZrNLb+5ph/826qqiaL855RlwR",
-	"FqxqOxozisHGIDyyJLRi8SNLg2ffRP5pvsalWVXsUsENQrt1ZE7xQUNoOHZjPzKtjKmoQ2xHJphKcuNi",
-	"6xt8dbTlcfUbgw20NK8qUZ01nk/PyAiuOS8rl6QPMohhps5zIQpymYEMMczgDvBLcQHPioJWSsXI6qrK",
-	"RkRXQSShZfo8ATrLNdaPDJeoaUkTLYxuc0CyNVBoqey5T5wwiAR9VxGNU1oY14IG1xddPnwFfd4YlrZH",
-	"VnnItIJ4ik9UndIzyv0lprZ7OX3mjJ+OM7YTBV09KHc/78Iq9xezbLLI24UXl6WsUegDsbbgZjFTXBcm",
-	"CnmUxqfwYFTGVEaNQyjS98xFK2RRGb+MDScpQwLmbHcJy46OEMgj/1w2IiM0lbt0xe5sbPAK1amw5jxG",
-	"UZjSK0QrLa5LBWDgqx7mqXTF4TDDyuVMIukj+60Px3C2UVRdqUwYEe0rIVam2aHn6VSG5qiTp37HopWN",
-	"sMOnWCq9SfwkpDRFLfvIJksDEc8xrpmvq3zpDbRISn04b1yZ3pXnPWfc9wZDxc9HtXqLOdbbdPDyuRZm",
-	"gaplXGqU/LjUFMDZ9uH4S2tENaekZaq0RzUaeuuSuuqexAF6t5ui9/1tixlcUzyf6ppiLdJsKolrYIWN",
-	"F+bK3SoHZsF4UVBf63oVvLLEBVzxt9egrFOnTsbNVO4o4Npbh8gXoPk4JT//iPUskxYokwaUyTYokw4o",
-	"kzYopztBmTzbBuVZDMmz3sKady+rubeSxqOAIZ9t5VuxwVG+Qn/Nzfsu/+PYWeiW299kquly0puh9rN5",
-	"4E41oc3vjotFnVOH0ttJSx3a2prRn6F+5yfLQKtNu+WN63F8UMObn6njr+SXlJQthShMu8vwafqchZYA",
-	"nok28oycynYT4jPGqZGw58HOw43pRJXKHV8C3o0D2Eafw8FdYk3oaRypNKjh53qDQVKGErx8w03Q95Dh",
-	"T2WlLi9FMWY/KrRnLfnGZZQsXQs01PA2yD1hfSej3TU1sav0Q5bUhAk+UYYJdcz+UxfU/FOki4Ryl7Vp",
-	"tZjxiBoT8Cdvfdf0vVkhraZVlAASGnhjU+uoolrBLT93HX2p22POJaNO1ygPYsWbHZUlw/3/XFjyD9/A",
-	"xdWj3HHLkj2CgSHNDdUavENOP1iCQtNbbbL/XqQPTpu8qPA5zeierk1Tm3LnvbmbaPqzo18dyTQibE9I",
-	"x7y7OyIaOhms6r2yzTmTh7P/nsA3dFH+nQB9GP7fmuMT1VK5Dc2aXF4p1s428JnEfypcdTfG4eoj4w7k",
-	"cJHiiZeqHwT3nNjvis6S8KHWjWbgvHh5rbWQ9sJ/nZ03XXi0MMKaqeQSFIRHjfOo7I2goAK3L/2iHkhO",
-	"b01yJ0Q93VWT97Oc9OmkcSqVy8O17EOfdmfot4MZN2U+OPv1t3fJW0AAMtwT4tS6GpwNFtauzp48mRx/",
-	"OU7H6Xhy9uXz02NEFjd4f++NhJXEgBMnkTu/nbDO1obNoV1UjDMX9QTikP0vaVKSMLgLk4owdLPJ2GhC",
-	"hL1DZHu4b7k8chmxVEJDBF/ihtmFVvXlolX4ZtzJCdZ4hbYiBaihlLcwy6Kx8EQD0Blsv+27NLv+m4ty",
-	"5YbwPuBWUJGHxne4TrYzuKiFf9I06fK9AnR7Ra611Lvf3v2/AAAA///X9ag1bO4AAA==",
+	"H4sIAAAAAAAC/+y9aY/bxrY2+lcKOgew5MtWS+22Y6txgeM48d45N4PhOAhwotxmiSxJ3E1VabOKLWsb",
+	"/n4/35/4/pIXayiySFFD2+54J6+/2C2JQw2r1rye9a6XmNXaaKWd7U3e9daykCvlVIGfXiyzPP3uG/gz",
+	"VTYpsrXLjO5Nes9FoVbGKZHAFQ+siLM0FvPCrIRb8reF0iLPrBP9mC6eTMvR6FGi8T8VD4a9qJfB09bS",
+	"LXtRT8uV6k16eHMv6hXqn2VWqLQ3cUWpop5NlmolYSwr+fZ7pRdu2ZtcXD6LeqtM+8/jqOe2a3iMdUWm",
+	"F73376PeK7nNjUy/1YlJ4bud6cQzadWTy1gUypWFtkLdqmIr1nSfoF/PFNyv0khYI2Zbp6woTKnTM1dk",
+	"a6HeysTl22pO/yxVsa0nxY+6Vn4M4XyULle9yW89WTrTi3r0ut7vXVN5rRKVrd3fpU5ztTuRN0sl4oKu",
+	"uV7iRbEwcyFFYrQtVyoVK2WtXKhISCsW2a3S+4bcfMypG/J4fHF8Q96YdZb8iK/ZmQH8JGAIEzEWzoiL",
+	"y2ciWcpCJkCVMJlYnv1LPD/7HzE6eyaG4lqcxZHQxol4GAtTiHg4jPfQloOnfwRtraVzqoDn/r+/ybN/",
+	"PT/7n9HZs+H12e//13/2uib6i1WF7p7nUonSquKBDSc7vnh6dLLiv/bNrvRvO3GC44unJ07wv/bO8FeZ",
+	"ud3Z/d1sRG70Aua0kZkTc1MI6WlvIqRIy0LCxaIfj0c2jkT8eDRa2XgAO7hZmlwJqxKjUzuc6pHoA1tJ",
+	"1VyWuRsIqe0G1kc6YXSirpDpWFXcqkIkcm1F5uC3i5Gwon85Ggk5M7dqMJzqPbQOY+ztWaVHF7vzfg8r",
+	"bNdGW4WM8muZvlb/LJXFtUiMdkrjn3K9zrMEZ3r+Dwtr8y54y38Wat6b9P7jvGbC5/SrPf+2KExBr9ql",
+	"nIJeJjIrVjKfm2Kl0isxz97CzGdqbgq4xhXbTC+GvfdR74XR8zxL/uDhJfxWKzaZW5JoKItCaSesk06J",
+	"fuaEeptZZ4XMCyXTbSSs3A5wzC9NMcvSVOn7H/Tz0i2VdvBUYPCz0iFDkXluNioFKk6NcMvM4sD+ZrT6",
+	"YxYyV9IqMVPLTKf4fsFcWRBXBgLQBo+aKsRS5SkO8EfjXoJo+mMGiUw1EmtZuAy+jpCxwTnWJlUiNcri",
+	"auJG+/F9t1rnaqW0U3/IKDMrblVhgeGYORLirDA3qqhHZ+ZzVdAam7Vi5rRVNOA3xnwvi8UftOszk25h",
+	"Zw3ws8xZkWerjAbyi5Yhqd7/eH40yJALYOZJoVJ4tcwtSKClkikrir/++utZeIaaL97hnjSRW5nlcpb/",
+	"EYuqVmtTyCLLt6LU8E440igwrohPCjl3qhDxa/hw9hw+xJUAas41uGRX8P1Mt1Ryb4cXR7vrkmmnFgoH",
+	"DkPn2cAFz5Obr6VLloFskWmKh0zmrwqgU5eBBJrL3Kqotw6+eteTyQ3+nzm1ssfW7nly8612xRaIbCXf",
+	"fkf3jEejEaoI/nMlCmVRyG2PBKFXNX6jV9aKq5n9QyUOHlk9/m5TUG+dIjbW4tcWz3BMv8eiMltQ2U1u",
+	"YJ0Pi/Cord9+gBobzrz1tD1r8FrZMsd9bM0TKXfna7A3TiL6F3Ah7BwpWF2HrjlcfHJ9fddwd9dnZwlB",
+	"iJe2W7ml34ihKth6sTFlnoqlvFViKVMhc6PVRFyMLiNxORrBP/DXeAQM5/HoEewhaDbS0Rl5dFEroPWR",
+	"ObgL1QgPbsf3me3YkgJ/u9MB4t19f+SQ+Cd3Dip3qkAb6MPO/Eq+vZbJjUqvJbCs67UqrivBDBfsrOhK",
+	"vs1WYH/CWffHnb/ZXW+8/jrT1/M8WyzdPTy/UCAIMqOvac3DBz65DB/4aPz40ZPR7lPx4+6Da77bvZ5k",
+	"KOkyZ6FEn5s7FPXeni3MGX8J0mn4Wm5+4FP0PurdZjabZXnmttcuWylTuqPTuHx00TGFTlLfJRfnZLJE",
+	"N82H0Qs5WzoPMP5Eyt0V6e/sx4kjZL74C5uvItP4nfcK5aV1qmhx4eO+mqg3lxrWLFW53N6FAILFG3VT",
+	"FQzs2Bl+jVc1lnOHceKCdR3dF0upF+qVtHZjig/dDrKOrtf8lJZU+qpLjmm1OXR9sOBPjwmxxqO658jk",
+	"soeKPmg/d3cr6yDJX5fSifjcuxbP3+Ff72NRmNIpK5y8UehmQImDP0526RT9EFNNtI1ECxcTuUai21HJ",
+	"zovQ40mehJ3Z5nJxsrzApfxeLnbFRdRby9Kq9LpQkvXf9lJsyZY2a7QT6HIQm3OZ5ZleRELqVGxgxdB0",
+	"vRJyZsHq3iyzXImi1JqV0Q6t6I4HxesBHT6umF8UT+rhFqW2or+7olHlc2VhAhODOzK9GAynOqZJxmKz",
+	"VLp2Mj+wwmy0KsRKbgNLmL2deN1aosMBPUiLQmo31RsJhvStuaFVc+yLE6nKFToAkN1ZlZRF5rbC6EEk",
+	"dkYsNtJONQ1rAibkMtMLHnWmUlFql+WiemvlW+4bMOoE2vLokh0gP9VTXS8S/mBhroWCi60z67VKhyLm",
+	"HY4nO6NZGsu3wzV2qjMtrFmpYEn7VimhZLKsv3tgRYzbFyP5A8HFSD1xLq27RsU0HlxNtR+yK2ByuEAz",
+	"mdyY+Xwo4gbBxsLKLQx+S8fEu7eZGnqevkG/o9l0+7p32e4uP9nLpL6no9jBp66TsrCm6BZ6Wr1FV4BV",
+	"jhwFeLz8+lUbBMzGXhHJ0r6zoUerRBTQVmD3MDv1dk2zbI/ndbC9hdIT7z5lpdrztUph8uTrx+KWais2",
+	"QEFMkf2KZFKz0f6suKX0wpsfNLiie2UBC4JO1btMiLngaVdes5F9wvSX3qksFwYHbPJUWeeXBb04W+X8",
+	"bOGQb4rMOaVFf0R8Qxut0DC3g8ZkUlPO0F7gMepyNfND9KfghBHCoOAGgTfsEtADYmmif6PWjl0OGXCG",
+	"xNyqgsa0w5GJf10DZV4TZZ64uof18i4dqVvctKYZsRSpWBHGXJg9T+DYt8VP57T2yIzONSVn8b7lHAY8",
+	"hiXGB/GYer06Fz1qsg+i8/38p9Oo9NO6m5Zw1KKsHts5HNJuOgZDP1xn+wwA+v2BFVkaiZVMFR2izOHZ",
+	"mhnjrCskCCYUavijFDbTi1ydke9XOinSrFCJM8UWb5tnhXXCrJUGTrUV0r8HuCj7aLsPQmK0K0yeq328",
+	"G97ogOpyJVPL3BrvEetcatX51JWCo366nf+D8qyhrbXB+/cuZj04Cl4RNz2ijvMDG1OvR9y52YWSTn2E",
+	"A+G+DLA/v2OiO477kTHqO5rHxJaOx6n3eDEaD6KlsYfX5uLxk+MOm8pffz2XcNAPP/KrLx6gD/cANdgD",
+	"EOR+JvCLVcWH8QC0V07niH+Dy7vN2A/zSkR1JsPRhIXDHDTIiDjo1/jWK3h3iU18wD0f49DvcIcsQfiC",
+	"HG3qWxF6LNbKrHN1XMocDQW0rqd5713FFzzFVlzMYdRtJZNlptVZoWSKX5CiDFtkh+JFnsFKiFkhdbIU",
+	"ZHBZFbERYnRlAQ2n+kzEMwkmJ1J4PKkTIar0AzR3QQvg2wZ0W6ZvZZ6l13B42TXhI67AofFH8d8///Qj",
+	"ajXw1S9vXp49JR/AUlpR6hsNBtQ8U3lq6/goLIhtvgNmhrY6WmtwKToa0Bc1K5S8ITVFyxWoP0WZtx9Q",
+	"RbbwKZi2Ak9ZS7cMol5hHgj8bEo0XwupFypiF8dUiyCyjRas0IYf2QigoZoCQ2wPBXPYcCA+Na4Kn6+k",
+	"S5YYrE5VkstCpYJjurgsOIjM0rJqZcFMXZGRKjWmPeXqVuVwt1o3X9tKZ5uwrbqbBuEEWHdoInBwP7O2",
+	"VCk9jo7X9W1mclyBQ9MI3YY44p/x5qvKyxPYlo2nO2Ou4Ujn6i0+n76uYvlSzMp04V0LVQ5C32b/UpGw",
+	"5Yx5QCQKNVeF0omysG24IXOpaV8LkRuzjgTnatlBpZZnVljlcK2TpUpuYKhSrAuTlkmdlSMXMtPW0YPr",
+	"ifJYnTE3wdbAjlqn1khEGVAtzuDAUpC5dA2Cz8yvkQR509ivAkdILoBQy2olKn2EnlE20xziCVBqZx4C",
+	"Xj73mUJ4YZW3Qz9q467nptT8FFsmS/IZ0884/ev6oghsWR5M82sy/xpfwWEOv4E1jVFtD9+K20er1UqG",
+	"CUZAaVDVQ+uPPomqovy9uVVoJvvDk8hCk1K2yiySdRz4wxvH3B8f+DW4MXwdTAwuTTFlC/bcO5tA9CSo",
+	"cKREWYMDtIH5TNe5sX42rQQndTy/CZ/j02nhvOWyWBCPRS5uisohtJtCgzevlFsa2kgmFL+0QBU+H83n",
+	"gPHqAofF+/z6ekNjXuY53187CpcGBAO8l5U8WO9SowFEc2bKDU0i/yRjxErqbe3uW0tLmyOTGzEvjHYZ",
+	"MJNCwWl3uUp9EksunSqqE+Tza7yMI2aTSA3TwuQXmpc2G9G3DgavFxH5mvEv9pzgIrLshD9h5as1Q7u2",
+	"ni4uM4oeJtOZSTNlRQaye2WKbU0cfPL9heSTlyi+rDOFSqP9qTnMdJ0p5EJdwzgVyaU0szdIckrQt5Qb",
+	"in4IeANOHZ9Oj4Drwy2kRXpg6UGZFfBbk6D94PAt3olPLNiuJfJZdPTz4SYbwHPASv6mWYqDmWc6s0uk",
+	"soy47Qy4xhX+aUqXGDqfrHPULC2rE+jw4UGG205Om2qltDEJg/SQOR2dcnEVqkrehU8qZaHWpnBNb36g",
+	"fGFSba1TBR9Z995RZhrf4VEOvtlN4miJ7vqrQN72ol6H5OlFvZYsIbcvJ5ZGvYpPg57cFAW9wExufNsS",
+	"BD2yVxpfNGVA9WziLf6G6pPn5bgIu4y7F/VqxomjanE/VN/bTA0fFnKpXtRrsxtanioRL+rV5xuTZ8Lz",
+	"1Yt61WmBCRFh8xIG1IjvJdLq8LlGvZcGx1f87CTXnDRMJI4eNM2HHzwrJCUnkBfLbLEUG+B7K1ncnBih",
+	"wFUNnOldGczo1GDORqFJfzRmKjcbzhTFR5z4Vt1pGb0JmSjwGE7zxfef5iPstWa03zVNpvpd0wi9C80f",
+	"fVYoiXCB+8FfqAIAiaWrTHduPB6BjkDPt29lQooI2lLrQs2zt2KT5Wkii9SKPpgCJkuUHT7kqiHvlgi9",
+	"YI/HR91nR3IXmbfwOLvW7+9K5vDwNtHuS4SLzQ25+zC3PT6+nQfy1f7bZPoDE0HTtFB2d8EeH12wLP1Y",
+	"Dwy6r/0AuqbF/vSdJQ0G3c5ITtWZMxRg4Ks6PftL59bXwWP2zO6Ab/QaNM7u6hbU0GqFj8+r9ZoizImY",
+	"x0lpjI2X5uqkdzbfhSGPE99VU2tVeZZntyhpS7smL2eqUCb/w2Qcs09VYlarzIKG0R1Oi3q3hgNN/MvM",
+	"mFxJfZgoDiZpEnV0B9M+VeSmNbhD4ZUfandccyypghUsttdgk6/WritQwBYVBcD8DZFITKlB8xblWiAl",
+	"8U+gNvflel2Yt9lKOsV6sASNE5T1wVA8p6wepj+5PXH/bxTmYR8NEtxrtNnrfZ0C0YtaULeVdhPywtyq",
+	"YiZdtoqEU28d/CjpBxpyJIxbqoJrM/ummOo6QSPi8KS9UemAbqU6S76ZMxzbdZoTviom5feI73+nyjM4",
+	"YnurOrsyrZsr8tNa/rNUV2AHogbkDOa4d27/rszLVkAvq3WXD7mO5rKZHolfdPZWrOyJOg0VVB5NN/d1",
+	"l2GIvVJWagugHuuBw7ePGZCGeAduUG3bEXbADz4wpJ+KbJHpo1J5Z/ULhZW56y1F1zEa3kjqAuvPYl31",
+	"UDyvbTNM5QN6lVoYfLfI7FSTZSpAEVYp0Tg8nNIximZiBfvUrdKpH4PRmFRGtvlUt2/oPwfC+xr+eT6g",
+	"JBtLyWR+XEYnlbMeS6PpxfDXcKqfixk6VylRrRp2IwWT0vnYRYVq8BxTG/uXo2eD2o1OPoypnikykze6",
+	"IzvzULLDnTSag4zwcNT7SAT64L3V0bpruXsjuFNPOzp0Cg8Q92u0o+/xwEW9Vm5Ti/uR19gZ4n/SihgO",
+	"RAzfJAZEZ6lO4lb7Dnbz/Z0rYW47VgBGcViBPFEU7upjKOAVZX74hCa7yVyyZGXMaMWpTSrdY2x1Du0j",
+	"+DVOFx98WGMzt+oDU094Pe94OD/ujH3ACz/JwTy8wl0LC3ZPbX/u6kyUVwTcGyyjB1Ys8WLkwezJEX20",
+	"zq0wOt+iJd3SYtG/Uyh1jTrU7nu+RtUKruBUe/ZdGHJdNtO9Hlgxz3Il7NY6tRL9XM0dxnyqFG7+xbuk",
+	"5XZwotqBA7XZv/YO9OfsX8p7mP+wUR3K/cIsuj0Z9zLddipnqM1Wa4wee+v95WAbWBGf493/ij0kQpg5",
+	"V1lfUc9udXKMP/+81clrkNXW33G96vRYxWdn8OsZ/BpPRLwoTLmOhV3KQlkBP5HMt2Km3EYpHdisVyKG",
+	"1Y/xMlYfyF3PJASyHENKYBVh8IeeFSZ54gthS7JGpeUhDwQtcjitriP2U+kWJtOLwMy7A/9isyrkJqOL",
+	"yy51olIXT5CXrFt+JKPba20911s2rmReqoijG5WpdXWinYSurQ+wjrpxeCbVC2LQAttD8NFzZEbO0JiH",
+	"IgarMJ5grUh4c2AisvKJ5mPmQzmgUsA3kTfKvfIMN4JWjXficWPPZ8zaN73y/GHcyHUYtAMlaPhFPbi2",
+	"W1YfMdHCuEydQtu22ESf9fgbpdYUjbOmLBJgPfAGGNbP1YQR+oeRLlBhx9ghxfy12bDNIDNL8BeN8OYD",
+	"O9VabZR1ohq6yOaYj1/AMMIM7eoKyy9KVVIoaXE8r6vaBT7vCCGVOW/bTmAstJz7Ne/xUVXPU3/XmX/l",
+	"x7onHiETEIkUc+3wXe+LDFAqhss5N9rnO5wqSoJAzYFoiHSUC8Th4To0TFgqfgSnvjMEZGi+8SXwu1pC",
+	"tuIVYeQ7wSJvEJwzJQrg75gzoOs870E7WO7RfB6PHqFWUZEfkDDSBWL9zMytwqC3T7+CS5CMgZ5HQ/Gm",
+	"KBW5gDaZVd2CcCaTm9wcijD5KpJq95oRJvG//r//v15o+EBBfdyqU3dXrU2y7Kp9oExalYZeXtDVqmSJ",
+	"FG1klauEMjRUsRqK75xYFGbDmSAUrEqwGhVYJd111cqswCxlqfnMwnN4H8TleHTiNOYcybN3mwoKfXLV",
+	"sdv8gRXrwiwKRfZdPVdhFQb9Qu8H8PQEKCBXKZyq/sXoYoC+ByHFSv7DUM2ezy5gv7xPUWiEjw6J32aY",
+	"ssNoBbq4rujiAEUFXAHINy0LTH0E8mWBA5+H4iWXGO6u3ESg793Bl3BgGtOEU1JNEx6KACpUXIEpGbz/",
+	"2lRRTXb9oD5ZoXIRH8lOjWZWseUDMy91ih5ryvIBVn5iBRkOuTv006zwCMuBOrXrk1wLvvCvErJZnovF",
+	"yYFdqkPb+5aXVPFC77IOns0pKKc9/u51XEQM3etnK8bt3X6tDDzR383o54tWV+HZzOBAq2ZA9m4h14Yj",
+	"qrGIzY3bOWxRUyw35WVImzXHr6gqWKBOfYBUvI/A3QlSOLrtQXZvBpl2fdR74r99+0ac347PKQJ9/g7/",
+	"fx8PSN2lDFsrVkpqRNSbTHUlkruz+qQmPmu0Ev39GXsR5QdXb/BuV8LhQ6lyOXq2J6sQnxeUP9cJf636",
+	"llFn9dUdvYhtE+1ucEVRD1OMpFPXIIt2t+fFUiU3VDlWJ5kS3oVPo6Vqbsn5J7TufayYDpYnjnhvUEHh",
+	"Cm8vYS9GF7SoyJIRDIYy+NEQ5qUciiAQZqcai3GNo8RelQ5Fq1JSlFZxcAgvqUMJNETphES0kAZ2wb4I",
+	"7cGoBx+RDiCIe40Yfnys6dBkPg0KULU0HwMCFKIr7MlOwo1VOiVw10bwQ7yoKTco4bZLs9HDI3GRva9q",
+	"1oL6fHOn8twrVbvZFcfYYEie8OBW5jEKp4VBE39fBXHhQq+5Nhuwu2WRZ8C1f49O939HvbLIu78PSpGO",
+	"FBsVeRBkCafvx3pks08VNy1tCys5KkSMutZkXrF/3r0AAAAvHUyaMCKlXap0qtHcly7Y87+/efNKPH/1",
+	"XZVqbhv8kVhV0iI70nGmWumk2K694AmIkYRPZ7BOXq/VapdqXn37g0jgsjlqyOj8cUVpGV9Wi6Vzayt+",
+	"ef29yLR1mE08D3y6D2yr5vLJ48ePnnTGFOrKtb2Ey/C9/lpY3R9lIdP6m8yKpzDGry7IWTVovf6ESriK",
+	"yFueMm02cRMVd0IbiTm7iEHhLQbULbTZCKOHIvbHI54ImVvTym2skSVYU61ymO5wyPgoncBMZmAX/PL6",
+	"+0jEsHWT83NKl8N9xE9LY91vk7Up3O8Ey2JK1yA1LoZqF9OOLo8Hcj5ZlSEe/FNrDcE0lonCVEz7OQs0",
+	"W7Pgh3YNGW3gn+Vq3ZmdopXAhN9bmZM4YoWDmFIzLCWs3LDA2HWzFd0oQqjbx2KNNmtidHWo/VtPhPLA",
+	"5xywVr3HZ7YFViJRDyxMuVj6MokUjXfv8+p8+wHvmq8DbjkQd6fjPbpZnmcBBOkJ77i7d0s6EePI4ohq",
+	"ZRqmoA1m3pnM+Ml8A/czDrYpufDmWi5U5x48X1SxQoaUKbVfoCoTLRhgptHdzpgyTQZa+31PdQayXbGP",
+	"+vnnT3EA1oHevu8MUIDg0xF+O8kaT0EwFH8sW+sQ1QwhNOFDw757czvZVx3ZPBSfxQBm2ghg9sFwnme5",
+	"OuOgMP6I2tGqUru4EMjMOd8wcKVsZIapnXPC/GLX36AmcUQLssBe62UV33NIGiG8gnipWGHKsw4Rnvzg",
+	"KSZkkUd3qVR/BPuBkdou/1eOK2Ws8uuK6W68GifzFBpe5zRIVO/OBE/qyUUhb7ufbfQCeAIOPTz8rIzQ",
+	"lE7Fk1opqTtf84OSuu6KQGbdJ3ljsYfyfw7oHCla6VSlHsnzjtKNnoOoK0QzXWiAeM1H87E9HCWkj2rS",
+	"nia7BljvRbX3XczjjbcYWyYKOdCuZdPbkUqnzly2Ur3ok4FhHrKjv0M9eJ55ULg8m1eyDJTRq0od2+v9",
+	"EwvlrJBCK7AQ9oAk3Rm95+PxefYj8ByAxflY4JsPhrf5ABibf3uAmlPwZ9qOjmB9W0uw782HKeMY7XVu",
+	"UBQez72H+hvlZIaWqszzn+a9yW+HzSjiBO+jNiuoi0StTyE4zVfYzDw4OVjCr9md1+9+Zt2+zLr+7qTh",
+	"+ekeHtWBYjl8wM/KgQbUJX/4F693zbbMlyj2r7ESaddQ7GCirZQZTlAClhBjTo/c+nT12ZaLpspkKfrS",
+	"/4jOsE5Jdy9QZy3Bb2oMy9oIZWwMU4CV1AkAEKEgDcJ27AgS49HF5aCzFOgTQ6p1zKOJcXD/I6w5fyuO",
+	"Q5QUuLOoHAI9pGZe0YfoS2dWWSJzToj9pLhqregrKjDw9sCw7ROA3OMnkXfkiUeDoXiZvQX5jBVfdCoO",
+	"L9cH47S1lo2OiZm3UIIjgZAF1mU6cWhy2Ho3H3mEocCxp6u50sVoKc/VRhVXYkw5DDnYVvDrYCh+qPBm",
+	"Wo/Bm32C0OXo2aFEkO4UkBV6DDryGj4SlW5Pw7PqIMtCiRu1dpX+7pfrK5HKrR0Mxa/c5WyxQtQrzsSh",
+	"RfC5Ih6Qmk4VwVGdzKg+HSZeu/tjAIok+mkh505cjC5GZ+OLgcfxZgO/glhaldbDK2FLtjaoQ525NRiK",
+	"+N37GOPcFiF7YdcZ5ZpNIINOx6UqMkepjnSeH9iheF1BJ4lCWZPfKsw7AomSpWQzM9QRjiPAsQiGcFWD",
+	"N1W2eoUNQhBImOMXzCTAooAdui8trW34SqtETubv3BQ7fR5tRX/j0Qj+xy6DYhmwG6CUI9LvY3pUkBrQ",
+	"nVx50Kh/g3BTnELuNoa9G/ZuZv0R1AXCZjLmhsNa/A6K6Huo1m48Wr60wyNOTkR0yVwJ6cQKROOz0cm5",
+	"Z6G/vSPz7I6BcIaIaBrIfvC/H9yxbkXy32TXDgDpMgDLsiqXObTaQWFNA6XidC35NAW+cx8O6M+/2C5c",
+	"hE8FznmHuHYd2DoQI4LRdpML3H/6gHHWx5aSHtkJVem7NqB0ogHMpKXz0pLZb968El/DbyA06OGgmpAA",
+	"IzCwWelEfE509K84CgpuKOXnfKVckSU2nupS58piIqtTiVPpoM6XZugt7H3Rbi0BDxJYllXHjbGzhFVu",
+	"MBSXo3Et9Aq6ewcFLxKXo0f16xBikhpiuKpx5VRTxHFSVzEQuByIC5hObrGsPBLUVC0SGj9RafkArkU9",
+	"FPO9pjrGIccRZ/P6ml2PSTgRUlNPZHRDRQhD2MB1ETHaNnb4MJ7qPioGylZfqtLjJdMXMaFvxg9j0AV8",
+	"ygiOyBTCbDT1fNUpzHuqZY5QCZRhq5wSGTBiLXjUnMNlNDwQVyo1IsQKQPoSmU7yMlVcT4wEijlTSE4V",
+	"7S2dW1PTwUzPTYfajzkBWInCHu9I/LNUpTojn31VPEBEYtfmRmnSOta5zDRmXwyneqqfi4cPceoPH9Lz",
+	"uEtFWF7V1NspB1AgTGx6hmpQbhZDwWlKhZ1q+q1SF668BlFwSx3QtIIgmCQUSB+9e/gQLb2HD0VfTnWt",
+	"tAhWWgZUfohGLUINcNX6w4cyuXn4EDc15xRcigTmcg1i2FBKYqDrB8U5mDciMJC+RdA4mOWW4E699zM3",
+	"i+rgOMlQmPgKXMv/+A9MWvEwHAQULxOH0GgXo4sYqMOn/JEmGpbhwHg4j7s/t1udwHkPojJwarbNbMgz",
+	"QcUiF6OLB6nonBi1jCGMq0rjR2sCZjHb1i06plqA6YoToibIg6H4puTUccvIwKT4etyQYH3BouDzDeSx",
+	"mmWL0pSINVqjhTqCmpUkcucyy8uC4SUvRpe4QDK5CRaHthmsGZxAvURoe/ODJ+11xEp+0d5eMHkKY61H",
+	"O7HsuJZ2ydiJz9tYkYQg5boSbBvdaTkTGxW8KjVdJ6pCWs18qVKhSqvSoXhOUKqmYN5Y1cFJ/26qK2uu",
+	"MHJxgVeoFJvlILahj7yzURtfjkciwMXkuR1z2tMBxFWXK1Un/KIbH28mEsHPjczUAJ+TIXjqEi+wlOHA",
+	"U+EOYxNzXIBPDYI826kmYib85kQWCFfDtXaIwxm/mxJU9LQ3Ee+mCDMNf057w+Fw2ovE1CeZBt++fw/z",
+	"j+FaLt6zDeBobuJVmBX1/6wQp2ORZ6Bsx/xMvLtGwZ5qZEMhpmFqhiJ+PHoUi6qTN85j22oC2+cYKHKy",
+	"SOTZjRJyqpm/RZTqJueKcBJdsQXTMb58+zb2sKobU7hl1QJWlJpqc1is5FmitEU1jJuRP1/D4p9dDEdU",
+	"HOjAiCQx0ot6DPLYm/TGwxFdYtZKy3XWm/QeDUfDR+iFd0tUfbzqgppjV3HCcybDi9GI+7pwrnMCykxm",
+	"Rbkeih/5NKCOZNt9gCtsye9S0Kr4ha0O6Rej0Sfr8+uV9e7uyc2xN3TC3uS336OeLVcrWWzBes5ulSYM",
+	"KicXFjRLNhl+h9u8crd38X6g333M9FVhVsotVUn1pEK9XRtLcphMHtH3EJ2j4Wh4ORiKn4BLO8OZA3D0",
+	"WI3sVBvjszNWL8+83ukzy+u6fiKr5qbwQI9vCtazotpxpIVz1InahG/BRtWXo/G+bayGcN7uZo33PTp+",
+	"X90Z/n3Ue3zKHWG7aaSIigaCTVtVq9RJDaT5n3SS0BVZV0oitC32eFJU1bhSTiIsgS9zDDzCyOulBgOg",
+	"uK3wce0V1kdWKoZ0DPqPWAbLEmMp2NerfVynuomXvUMcr2len+XA4rurZtzDD9/PPSccnp8dOuK34/Ok",
+	"bpC06MYD5SSoKGwplLOBQdoMQsbtMsO/KefbL93j8vpX7DmWVTdWPF6j44v7tazbn/6JTjIvA5pOt5na",
+	"BFvut7i95+cBhiDvfXMDv8+s+4GvuccdDGAO9/JWJrG/+CbCGvjJdm5g1Fsb28V+0YWCApDKEYJjan2b",
+	"DcyfcyJmxTcW/czR2T7DDmFeIx6AQk+GWETlVJwjRbZZnKUxlaiD3MUIxISMHETAZK6M4S4K6Myz22oL",
+	"8ZpIqNyyYaSNPsP7aOA4SIyWYKt0qYVard223UuN0gCrDENn4JNMUwYcYOBO9CA9Y+xDrgbJ68FwWTTm",
+	"YFWtUHEAGWo1VdG+LzQ2Gw2CaFzpilVaLoKr09+0lKgPS2wKsssY/9tkmvE4ybOnrPvaEA7OJzlRIVru",
+	"+6b70BWler9zmMef+DB3HWQYlEr//c/w5ejZ8TteeNByPPQnDO1H474LYMI/nlc8T1PvnWD7NamE7amc",
+	"//wd3P+eMVxVVwr2D+ZW2TDXNlDW4BRjl17Wwwu1wqsRsqBSCC8qhXCqQxxdPDWM9TYU/R85Ob+ab9Wh",
+	"ms2GCRy94aBDh/smeGpwrhoUfvEHUPjPPJk/AYlfnkSxLxG//89zJkJC4MOxT4z6ZgwWM9+OwJaBQYhu",
+	"hZ7Pw/TxrCZjDTMK7lZT9Xv7gMJBwmhSp7ynU0nOKkK1wJzp2vWNXiKfY4KYuST/9h1MeN+nO5AwvFeN",
+	"LMVPL+NCqMWTZNzFJ331l/P/b3j+f0CUpF1k+kMisUpb7TR/96BS0F0xOlkpYkouaxTDEvXuldwKq1Qk",
+	"rCkcZXhiMBDrWuBkkg98KL4LNM2IPbSVZomeAXKBk7bq2/oVCCE21S+p9pdiqBiWbcVY5/NBUIpIZa/e",
+	"ZR0HiQLUpGeqd5A0C+9FiBhnSynu9cNq8SGIyYicz4jHtlth1KwEquoo+0vG+4+8kyErMNJC0deca1J8",
+	"vcgAQaAyKyo0S9gWUvcxlhkhbm4VrQ5APqbaLdWqyy8EpliQ3vBB5q96W1WNNrJGxpRNRGkePT3u7WRs",
+	"7GCRXo6ffvX42aPx+NGTDgDQ8ejx6Omziyfjx0+eEhInPZXRNVk0MQwmF0ONv3ry1cXF4yec2sTlS8+e",
+	"jqLOwfoCoa+Gj4M6nvHwaV1jczm+6KyFuRwPL5qgmgxiGSSc/HZ8iaqMo9/CgtnxqKptxaSs7tlVtaGX",
+	"o0aB5tO9ZZKPL+C+ZnkizK8uIxxfjN7/XuUj9ShUT3nop4mRVqbRHt+Hz8ky8yOc5i/vHXmtEqWdKDDG",
+	"ix4A2tXW0gTM3ucXeV5fpzft9Xe9oUvu0d1VFyl07Pi39TzakuP/DO+X8+u/s4f7fF+U7W59rZcXBqVF",
+	"nRU91AbD8oS1L/PcN6kTF6MxIsZIRxkSsMwgEqTzjRCD7OtWr8qhaNVaBLF3W8erQWAR9FDVlWAnDZ8V",
+	"AuvUeiIyyuCge3baANT9bOnmVk9NuOhy0BoLAifRePygiRbj6GC+8kxRRBvTkzK9mOrMtROeSWFRvtFk",
+	"iASLOUfc1i7oBSvF5WjUJXGD7v33ZDIEb/hM3jEuK9o99y94f76YDr3L8QljemPM99j877PZGlxkI08U",
+	"Ot5yOORr+wa/t43GxFWg1EdNh+L1LpYpQeFQugxX/CDjmurL0SW6xC/HI18jUiXJVPhAVRIN8bZBXTjr",
+	"+RgBJGPeDerMHYk3Ebvq6UbOENpJwBl2+u9g5PXJbxy+y33r9OWwfAqHGSaIHiDiaF9YOOid7WsZgUxB",
+	"kMWtas1YKO1AzIQFcZ3x4j008ImVL6593aNwkxbx16OtjySV76gm9TCttNyqXe+qL6HN+FGuVA8MqTV2",
+	"e+0ApZQaS8o0FrXFYSlaHIm4s1YojqY6PlDACTcerFQlYE+vJ011H4uy6gAHVimqPA2cDjdKrdlXge0E",
+	"wuBjVaEVJrFuGC3cd/hWbxPFKTLexUG6IhXqEjLT0pRFRJmprFPRY9JsPgfejI7f4H3YDT/L0wd2KJ4j",
+	"O97NU2bQZCyP4tpVJ29g3HOCxVdTTtvDyrAlmCVFPROWPJSAxbCpXYV92IL8TRswXTvfbIRRu/uXo9Gg",
+	"S0w8z50q7lM/rF9wJ/VwdP/qYQ2ci3IV4/ZqU3HeL5LwT6M2PqfijEp45tmtOnOlRmPV7+fJ2uS5TG4Y",
+	"heHD+W6nVf0rVw/ElPQdTzh3u1kJ0L8YXQ4oc6OZ/+6T3yllj1RGLAvoyoDfqW6Y6qnmF//fcOaA82q1",
+	"sUGlhO/A5Nexg6t56Mdh/bBpORo9SrzjGD+pWPTjy8coSx6PRiRULlbw73gZI6ulSpQQE2oA07XEGWk8",
+	"ziAiLeGzG72o3t6c8ExRV0Mcbq44nx2j55T7ikZ2VQFBRTJ9Klegs4/CYEBY5Jx/b53cWkGGNlVRwAOD",
+	"aSOOIueU02Swhab/eRTjk5pbiyn70k2xOsAPYTDhJKCqUWudPo8g8r5+psoO5CFmVti10iABvuHVZ/f/",
+	"+AJlGpV8B76OEcU3wG6JgwqButBrp94gLDaoqvKD1jFT3WoNctWmRdyHoC0Bbw/YT6nRauD7O86MWw6n",
+	"+vHokYjbXeVjnx1kDPUsroriO4EsYNpT3QV84U9cCM2X6TNSZ6pRE4WYglLsO8VmctO7q2bGJubfqSfr",
+	"+2gnLIanMuKqLsK3OHKIGseH6tlGcRVc/2epim0dXSfC7O2Jpz+66Aign2I4/kzLHBE7oQqjgGj+imJ0",
+	"fMJs/ma0+gSijVaXF9cvLfMROq1V5Vcg4Gqw9f0i7mzmbYNPL+h+WSMqwGg0Qis1U5bLOrHYBQO1yQ26",
+	"jYdcw3aipCOxSLVwS+mzNWyZOzSE0STGuvAKgAFOfVTBTAvqM+n90WhBk66PqZFLmYZt40ASR+JyNIJ/",
+	"4K/xKBKPR48GVZY91iNRK1qTMhQQmxBzpDFsosWpkewZomJbOGuR0GWeR77/EBzgqTalQ1gJ6rSCMAwz",
+	"gufb20hhFNRE2gruv5ttYRuK+9L1+fGfSdN/nty8RlrYFwj6qYNa/pL86c5a+33xKBTWTTZl78KnfC+K",
+	"vbkkrxTb4thDoOpvicDlWObUj+HIY2n6WsLRuS6UtEbHA0qEaAJK4RGtEJ4qDYwLPKu0zMa31fuwyQ8Y",
+	"+VWKBXsQlE7UsDMb4oWf330Wc8A7DkXD/SL/Jf1zn8MexaAruZmIniv5kxUil4swdcoTwEd7+joF8csa",
+	"qT9q4UrXcP7OhESPSP/rTKUshbGYKsZxYg8a7yu5UWB3mjrYEWAE6FS9rY2KlmvKUvAzIuw8NdU3avsA",
+	"DA27rPGSRP9GbbFu0fOISas5Fzb4gPesTFrmpu5X8cBONb5oMBQ/GuRD8yzPr0CxVhgApu71ZxwO9tXg",
+	"aJb4RDFvAjuZ5cOppghvCykwFv2xB0ASWyWLASk5yAy8UUrGG2oz2gjqcoDhHkTl8oatdwpWu1DvTub8",
+	"SlHiWvHAiiQ3yc0Vh5gxikypYghK5Yxo4BDuxLvJBvR+1KDPB1tyS6quR28nt2ZRGbJWVExIX5qbYoWB",
+	"d5npqe5XTYPY74jqlP9yEJGd9uSy+ipqvfyBDcLZWMDf2IY+ApWhtcj3BT/WTlN2fVQwBuzb5fS2ogaE",
+	"w+VBg6n1OLR59xfJoxlK+ihTTyG16PPf1PvKVwtRD5QGpMIEVqwAQl8RhOS2ztRDdXyq3SZLlLeJc2NV",
+	"VSr/awvnJWpJOvYU+4prv6xmozmfif0IONup5nwY7v7k60CJR+BYJn5tpGN4EySkW3PDFUFoQ8PTp5pX",
+	"bBBQE2IHW1g6FrxxrYWTCK7FJE1CwegQ2Q90/swJ68x67XH44DoaBmea1IsSUxsQhJ9BPkVemZO71kQY",
+	"dE3FbDvV/bgs8vpJg8letgnDrJADNALvVJmrHohAL1West5ABdfIbSaiapoyIIB/TKWBB3I3ZEoeIRst",
+	"jioPNTLLqEopuck0UWnVExeNnxlj35i5KMkSi8AUa6g6EfqhmqRZtWvD8XhYCPZ9+SWTda57xNHJHMlY",
+	"TzUmzuD5YgMuKQtrCrEyt2ooqp4AVGxMwCYrq/JbZT2eKoVaaL+m2m+Yb1WG4zKaThgfurCYzrWaQNUZ",
+	"R+RFpJMbNnuBc+EBSpzBsjuwp7j7T6k54+mX198Ds3jxPMIAlJYr5Lqb1ks9gBjw2TFiKLHlWGqsXGOs",
+	"fi/kQgaE4SA+N54R+xynofh/1JacedjpJfUCgV4bFhCRiL1COmmIT7EwB6V1IEWrp+KzKL1pqg9wnprp",
+	"IFDUZmmqoYvM7ec9khA1fPoW0P+wQ8qGZm943DstXHwvdTq7JyO3fsNnSnii2XUo8889vXwJXX2uSBQr",
+	"AqH2363tH7Z3z9/hXwczm352Zo18c8vlupXsHYqvDUhasj2sk9shsCH68Vobdz2Hda267nm1qU6jrBWi",
+	"IcIi1cISL2ZpiXZAnKWx6POZnFAwyEeBBlescmMnT6whIJxTZ5vd3UDRQlEx7Ehkap7o44lMf9lD8LkK",
+	"AE+l6Y+wYKN3+xwTlZpPsH/c0romyAdHSHBPrWESiIijxYYdwN37ig2PHOhz1IU/yuseHb0YD8t33xzw",
+	"C+zwjuaaiv7OEY/EnvUNMeammpR4jgKy9oeh1EhYEzb1tTcZ6PYNrbDLpvO2BXUpJk2j7kHKnoq+W6ot",
+	"fk3d/TErPFZv17CzMUMWoKpRaVls9FUmAbsGYBrU6LEzXeYV7N7pvAgvJ2PJ63RkCw2+iOiPx1mCldxl",
+	"BkDUHyNyz4mEP/sRrZwIoDNmuvTGEZrHoraOA+IWnbQ97MBnghmeTsZ0fZOOi1ITHMgXQv74Giw0jSTz",
+	"ho8maDK19oZMXiv0I9o6kFFXo1cZEMczgbAKxxf9VECsICUwzeGaklTiofhVggwhR0S8kZmjEl9DiC6y",
+	"KLJbNdV99IOuTZ4PrsTF6JKUUw1XpVk6FK8CPLOiquEFUi8LHbiC2tmmFKSJI0Z1RTdBiEDrEV05mj7V",
+	"fcYnnlAz9bAsIKoEWEFrmAZDRW8YRYSyqi3mVDNcK4aR/Wiuwb4182uEl40rNRz9rgvKWKEZkbQLbHWq",
+	"Vz6YhdvqmBLRk3VqMbRczUCrDca3w5aTDZTfeZnnnTLwBdPXXbU9oIMORY+2rdqmZsCAIH+44zDvTITp",
+	"vTC5wb5Ul7CbU63Q7fbqONB1Z99Aw3TnYMv9QE8fI3eQ3zdAapdwZIBHVvwVuQm/1YlJUUv9/V4Rx7jV",
+	"RIdfwp82FBadIuZHU2NCI0cgX0+mmWV8qR1oS403bSztRv/b7iD7x4QYDwqbOpmoU+R8n90o7wKMkPuz",
+	"OFjJt3Htouz7zhbj0Wg04JShKuBoNtrzaArghay5xmCRVlhjNNaF6kYb3WolWwJmqrtJTvxUIUrUgMQ8",
+	"QjkDZvpU/JB9Lcxc3KB/FiQiu+YttVJvArLLfCO3ViyMspxsWijq1rolAPe0EryU+Cnz/AAH9qk8B3F3",
+	"ms3ACFK4LDS3icImPqLuorWXW63k2war4lsIK+Bw063DfZBOYGOV4Pg3ZHeHUo0w8FFUB9R+4X6fmPt1",
+	"MhFig6T8/FFcsMZvO39X/f3+vHrnflUcOEXnNFDjieFf7AzCesYAc3zhWyzMigMuU7c2YJUTeBUYbJxa",
+	"IB2q7oOoUnlpjYYiBmZzzRoYthigCKwzle3pU9Q5VVvlZhOmUBfKyUyD5krakDZBi0FVteXFAnsffrTG",
+	"T2+mtoYDwUrXOPb+c39ucnifD7UWldI+1ehFQvB8htn3c8fa2gFIBT+mA4NGnABKAuEQIV0SOKcSs0Ks",
+	"LoTGKFJV7MM9/qHOcjvIl19SjnlLe/ScuGOYe1kzrMvHqZEtonz5Qjx69OgZ9eUwxW737itaLsHBz5aQ",
+	"C6iOgDr3Dfqa2xp3ulyfXO76WKOPE24fJN3uX7x9DrH1GizP/cjAXh9bG2uzWb6l3BvGB4cDGLCGL7Jp",
+	"15+DbWRk3T4mMOE/uUiKdp3Ojch+RIxztCcOsm5BCnbHQu5mOu+TkpRncT8lB1QXQEn/mIufNUqvIlHI",
+	"jV8KgRBfKFYJXiE0Eio5OqDEPtDw+5fjR6Dy3yrERbNTHb+g03j2ZrtWsUhVkqXKiqXZBO2OrFKYURK3",
+	"z2tcgcFggdlUIyYMRkExaRBzp29VMZMuW12JGJsoPKzv+uXNy7On7eulb5cy1cQxr5ovNolT7sy6QslV",
+	"HN44k1Y9uTxTwICwOY3eMtIbZt1NdYhAg7Ebnc3nKp1weRy8k+GnaWAwXP4CVxosqSofa4PZJLKqA6fG",
+	"FLghtIo1+o0Hx/fvxhwlqrMgaU+z9Vg6YSdOrPZL1Nqh2xrrpZM8w+ppC0oFLbgV4aIMImGdKVQ61dKK",
+	"ri3hr6/AsiQ3Gk7SI/D4OdU9SGMqu7xR21gkS2Msu11rD9dsS5mv/Soz50ZtvaWYYwUhNwOxCKRU3TmI",
+	"Gs7ONXXrUFeVekc5m1EILoz9t+rkuYvRRagzYSJXlWsXnAnuRzUUz7FlBIYacoO6yTrH/P5bZVlxKh2q",
+	"SlzSMqm71CCiGiwvthkDPQI9241Ux0qb6Iy9Mfs4ZvDyuGEZA4fCxSUR2eAK15vSnmlLmjuyT0e4Udt9",
+	"ugo8/QRtpcWYYQCw9CBNPWe6wvrNAnkJUc2camUTjOffp7/z90PpUg/PHzZ1jOrZs0xLHMqJDV1qbkz7",
+	"EfkObtsW0JU2DT7eYNTD3n1C0b7ycIQdk/iGEhspAxHHxz2gOCi3kXWHti+RsT+8FIm3LvSL3qXcqJF2",
+	"e++lkXVnb53WrkQgqqH4ViZLf8EDC5wejQTKbNZblnyIieKlVqAwcBIx3XOt2LKYsKSPfUNA/izozE41",
+	"9ZxLFeoBLJMx2EbP75umFBcyAL1r3kXJtnBvA+0OW2rWD+R2mh6mwLImIVHkVU1FKaEeR5erOkfZSy1f",
+	"pRL0SrwYXTSA8qp7mtWTWBCPgwjyUvxj+5IYcDTVoZg1xe66xtiVvsxz6nGB75yQVIQJm9INhoIqE7E0",
+	"hTwJjQrVwNPgxTexf3pfHdLMc07kRb91mM3NHhR0HPOzH9gGjkCtdPRbOsFUUxgXG0LirYOdiKtfGGwr",
+	"W8g8V/mkjnx6QUbjmsuMs/pQj7TClkmiVEohM9Ah+jHQgFyoa7hWpTRTgugt8zweEF8FlYSm6atnaS83",
+	"iKpeEVHdqDGYGFFzdcg2ipLIr3w5scVD0EWK6JwqlOXGjDi/gPjwFox5Y7HGAV3lPottw1d8Jsx2LygP",
+	"A6/udjj9Ihk/n2RswmcwSirT511E5WGI9xpbqQlHvsp0iUofqLWptMuZkUVqg0IgbX1hO2ZlTHXQTo/q",
+	"33xFThyAW8eiPx4JZGDsu4tEfHaGgzzz18UDckITCDxDQLvQ4VVhtmInJsyisJk3iNaFus0MDANv9WOe",
+	"aoZMxtIbRhJB1kf+W5+Owb5RNF0JPJeY9o1Sa1uv0LPRVPux9ceP/YoFMxtg33u1MsU28i8hoyloZE0+",
+	"WXoQyRwCS6jw4L2DFlmpL3IL+zVx04orzLAjfy8lUHIDbPaYIwo9j1fOC2WXaFqGAPwUx6VWWezbh+3P",
+	"nFX5nKB8CH+akMs60foZ854kQOdyU3GWp7ZQwNUtpQjtHxH646kmqYG4c8/tDVMVDzMVMsXXrUS5rqKy",
+	"JAU4L/5nMNapf72Qdqr3tDXoLFPxsIx/DBD+vyPKe9QYyrgeynh3KOPWUMbNoVzuHcr46e5QnoYjedoJ",
+	"N393sPmD+HIPqhPyxVe+UzATZHx3I9F/alBMFmfYxGJ/69W6918nbsMv9p77N8ILDmE24PBFX3s/aYYB",
+	"V7sxRWoHfwZU+8+Gy1DaZiNI+nxaG0jYFdCg5IKgirRSqQ1rsrHAXlSNsrwQrfUZPdXUVsbv1kRIqpr0",
+	"Mpgj3Fhkn5uE5RLIbnyAq+05fDiXm/vHhSYNWvhJscUkKUuwB74NPdh7KPCnOjeLhUqH4keD/qyV3HKd",
+	"9YobA6OFt0XpCfN7NNiPNA8LdK9A8/CCz1R2iXP7c8PM/ylqKCsQ+NI2Gi/6gxoy8PN38B8ocgdLJRut",
+	"XKkqsqpWNhttQ5zhVDp5RbEQ7oGeSC1kzqi9VO0/3IO3XtH/F7j1f/u2hozSvofKogOKgSXLDc0apCG2",
+	"D1Zg0HRisHfTxejeeZNXFb4Uw34isqkR2/fSzd1U01+Yf7U004CxnZONefdwRPDoqLcuD+o2V0KfLv47",
+	"Et8wRPk3Guj9yP/GOz4TwuCxY1Yj3Gi1Yd/AFxb/uc4qUwyf1QeWN+R0leLca9X3cvZY7edWDKR8mE1t",
+	"GXAULymLQml37b+Or+relIWyytmplhoMhAd18CjrzKCgtg+v/KTuSU9vvOROB/VyX6eKL3rS59PGqYGE",
+	"rMiy6/jAHWwE4+GYSZslvclvv7+P3sEBIMc9HZyyyHuT3tK59eT8fHzx1XA0HA3Hk6+eXV7gYeGHd3ek",
+	"i0RGAjhijZzjdsojPtlhnRXD7qKORBzy/0V1SRImd2FREaZu1hUbdYqwD4jsPu6l1GdcEUvAcqqKJW6F",
+	"WxamXCwbcJDDFgxFgSS0kylAbVa9h1mntYcneADtwe7dL9j3zl3pl9maH+FjwI2kIj8abuS7+7jvs1tF",
+	"/Wqr1rW+g1bRnBE3XH3/+/v/HQAA//+NCaS/Cw4BAA==",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

@@ -73,6 +73,9 @@ type Options struct {
 	// StatsInterval is how often the stats route's samples are taken (default
 	// DefaultStatsInterval; see stats.go).
 	StatsInterval time.Duration
+	// SecretKeys reads the cluster secrets, which remote children's passwords are
+	// sealed under (credentials.go); nil on a lone node, which keeps its own key.
+	SecretKeys SecretKeys
 }
 
 // The sync modes: the names --sync-mode takes.
@@ -161,6 +164,11 @@ type Broker struct {
 	// the metadata now holds; it fires after every pass.
 	reconciled signal
 	stats      *statsRecorder
+	// Remote children (remotechild.go): their copiers by ID, and the lock of the
+	// node's credentials key file.
+	rcMu     sync.Mutex
+	rcopiers map[uint64]*remoteCopier
+	credMu   sync.Mutex
 }
 
 // topic is the running form of one topic incarnation.
@@ -430,6 +438,7 @@ func (b *Broker) reconcile(sweep bool) error {
 		b.mu.Unlock()
 	}
 	b.reconcileCopiers(want)
+	b.reconcileRemoteChildren()
 
 	if sweep && !b.meta.Ready() {
 		b.sweepPending.Store(true)
@@ -682,6 +691,7 @@ func (b *Broker) Close() error {
 	close(b.stop)
 	b.wg.Wait()
 	b.stopCopiers()
+	b.stopRemoteCopiers()
 	b.mu.Lock()
 	ts := b.topics
 	b.topics = map[string]*topic{}

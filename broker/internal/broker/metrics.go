@@ -41,6 +41,8 @@ type Metrics struct {
 	// Forwarded times partition operations sent to the node holding the partition, by
 	// operation and outcome (ok, unreachable, saturated, unknown, error).
 	Forwarded *prometheus.HistogramVec
+	// RemoteChild are the remote children's metrics (remotechild.go).
+	RemoteChild *RemoteChildMetrics
 
 	// syncStats reads the node's shared sync group (set by Open in group sync mode).
 	syncStats atomic.Pointer[func() vfs.SyncStats]
@@ -178,5 +180,6 @@ func NewMetrics() *Metrics {
 		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded,
 		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.RemoteChild = newRemoteChildMetrics(r)
 	return m
 }

@@ -30,6 +30,9 @@ type Outgoing struct {
 	Partition int32  // -1: chosen by key or in turn
 	Value     []byte
 	Attrs     uint16
+	// Timestamp is when the message was first written, Unix ms (a copy from another
+	// cluster keeps its source's); 0: now. The partition keeps it no later than now.
+	Timestamp int64
 }
 
 // Produced says where a message was stored.
@@ -71,8 +74,18 @@ func (b *Broker) upPartition(t *topic, p int) int {
 // client need not spend), never the write itself: an append once begun runs to its
 // fsync, so a cancelled request cannot leave part of a partition's batch stored.
 func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]Produced, error) {
+	return b.ProduceChecked(ctx, name, ProduceCheck{}, msgs)
+}
+
+// ProduceChecked is Produce with the checks of a produce-batch request that names the
+// topic's incarnation, carries copies from another cluster, or only validates (see
+// ProduceCheck).
+func (b *Broker) ProduceChecked(ctx context.Context, name string, chk ProduceCheck, msgs []Outgoing) ([]Produced, error) {
 	t, err := b.lookup(name)
 	if err != nil {
+		return nil, err
+	}
+	if err := b.checkProduce(t, chk); err != nil || chk.ValidateOnly {
 		return nil, err
 	}
 	n := len(t.parts)
@@ -135,7 +148,7 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 		recs := make([]segment.Record, len(idx))
 		keyless := true
 		for j, i := range idx {
-			recs[j] = segment.Record{Key: msgs[i].Key, Value: msgs[i].Value, Attrs: msgs[i].Attrs}
+			recs[j] = segment.Record{Key: msgs[i].Key, Value: msgs[i].Value, Attrs: msgs[i].Attrs, Timestamp: msgs[i].Timestamp}
 			keyless = keyless && msgs[i].Key == nil && msgs[i].Partition < 0
 		}
 		first, err := b.appendTo(ctx, t, p, recs)

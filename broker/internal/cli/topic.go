@@ -241,10 +241,19 @@ func topicCommands() []*command {
 					})
 				}
 			}},
-		{name: "attach", usage: "PARENT CHILD [--delay D]", args: 2, summary: "make CHILD receive a copy of every message committed to PARENT from now on",
+		{name: "attach", usage: "PARENT CHILD [--delay D | --remote-url URL --remote-user U [--remote-password-file F] [--remote-ca-file F] [--start now|earliest]]", args: 2,
+			summary: "make CHILD (with --remote-url, a topic of another cluster) receive a copy of every message committed to PARENT from now on",
 			setup: func(fs *flag.FlagSet) runFunc {
 				delay := fs.Duration("delay", 0, "delay each copy by this much (a delay child)")
+				var rs remoteFlags
+				rs.register(fs)
 				return func(ctx context.Context, e *env, args []string) error {
+					if rs.url != "" {
+						return attachRemote(ctx, e, args[0], args[1], rs)
+					}
+					if rs.given() {
+						return usagef("--remote-user, --remote-password-file, --remote-ca-file and --start need --remote-url")
+					}
 					return e.withClient(ctx, func(c *narad.Client) error {
 						ch, err := c.AttachChild(ctx, args[0], args[1], *delay)
 						if err != nil {
@@ -254,7 +263,29 @@ func topicCommands() []*command {
 					})
 				}
 			}},
-		{name: "detach", usage: "PARENT CHILD", args: 2, summary: "stop copying PARENT's messages to CHILD",
+		{name: "pause", usage: "PARENT ID", args: 2, summary: "pause the copy to a remote child (ID remote:<n>, from children); the cursor stays",
+			setup: func(fs *flag.FlagSet) runFunc {
+				return func(ctx context.Context, e *env, args []string) error {
+					return e.withClient(ctx, func(c *narad.Client) error {
+						if err := c.PauseChild(ctx, args[0], args[1]); err != nil {
+							return err
+						}
+						return printDone(e, map[string]string{"paused": args[1], "parent": args[0]})
+					})
+				}
+			}},
+		{name: "resume", usage: "PARENT ID", args: 2, summary: "resume a paused remote child's copy where it stopped",
+			setup: func(fs *flag.FlagSet) runFunc {
+				return func(ctx context.Context, e *env, args []string) error {
+					return e.withClient(ctx, func(c *narad.Client) error {
+						if err := c.ResumeChild(ctx, args[0], args[1]); err != nil {
+							return err
+						}
+						return printDone(e, map[string]string{"resumed": args[1], "parent": args[0]})
+					})
+				}
+			}},
+		{name: "detach", usage: "PARENT CHILD", args: 2, summary: "stop copying PARENT's messages to CHILD (a topic, or a remote child's ID remote:<n>)",
 			setup: func(fs *flag.FlagSet) runFunc {
 				return func(ctx context.Context, e *env, args []string) error {
 					return e.withClient(ctx, func(c *narad.Client) error {
@@ -279,18 +310,25 @@ func printDone(e *env, v map[string]string) error {
 }
 
 type childJSON struct {
-	Name          string    `json:"name"`
-	FanoutDelayMs int64     `json:"fanout_delay_ms"`
-	State         string    `json:"state,omitempty"`
-	PausedReason  string    `json:"paused_reason,omitempty"`
-	Lag           []lagJSON `json:"lag"`
+	Name          string           `json:"name"`
+	ID            string           `json:"id,omitempty"`
+	Remote        *narad.RemoteEnd `json:"remote,omitempty"`
+	FanoutDelayMs int64            `json:"fanout_delay_ms"`
+	State         string           `json:"state,omitempty"`
+	PausedReason  string           `json:"paused_reason,omitempty"`
+	Lag           []lagJSON        `json:"lag"`
 }
 
 type lagJSON struct {
-	Partition        int32 `json:"partition"`
-	ParentNextOffset int64 `json:"parent_next_offset"`
-	ChildCursor      int64 `json:"child_cursor"`
-	Lag              int64 `json:"lag"`
+	Partition        int32   `json:"partition"`
+	ParentNextOffset int64   `json:"parent_next_offset"`
+	ChildCursor      int64   `json:"child_cursor"`
+	Lag              int64   `json:"lag"`
+	LagSeconds       float64 `json:"lag_seconds,omitempty"`
+	State            string  `json:"state,omitempty"`
+	Reason           string  `json:"reason,omitempty"`
+	LastError        string  `json:"last_error,omitempty"`
+	Expired          int64   `json:"expired,omitempty"`
 }
 
 func printChildren(e *env, cs []narad.Child) error {
@@ -302,9 +340,10 @@ func printChildren(e *env, cs []narad.Child) error {
 	case "json":
 		out := make([]childJSON, len(cs))
 		for i, c := range cs {
-			out[i] = childJSON{Name: c.Name, FanoutDelayMs: c.FanoutDelay.Milliseconds(), State: c.State, PausedReason: c.PausedReason, Lag: []lagJSON{}}
+			out[i] = childJSON{Name: c.Name, ID: c.ID, Remote: c.Remote, FanoutDelayMs: c.FanoutDelay.Milliseconds(), State: c.State, PausedReason: c.PausedReason, Lag: []lagJSON{}}
 			for _, l := range c.Lag {
-				out[i].Lag = append(out[i].Lag, lagJSON(l))
+				out[i].Lag = append(out[i].Lag, lagJSON{Partition: l.Partition, ParentNextOffset: l.ParentNextOffset, ChildCursor: l.ChildCursor, Lag: l.Lag,
+					LagSeconds: l.LagSeconds, State: l.State, Reason: l.Reason, LastError: l.LastError, Expired: l.Expired})
 			}
 		}
 		return writeJSON(e.Stdout, out)
@@ -315,17 +354,33 @@ func printChildren(e *env, cs []narad.Child) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHILD\tDELAY\tSTATE\tLAG")
+	fmt.Fprintln(tw, "CHILD\tID\tREMOTE\tDELAY\tSTATE\tLAG")
+	var why []string
 	for _, c := range cs {
 		var lag int64
 		for _, l := range c.Lag {
 			lag += l.Lag
 		}
-		state := c.State
+		state, id, remote := c.State, c.ID, "-"
 		if state == "" {
 			state = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", c.Name, human(c.FanoutDelay), state, lag)
+		if id == "" {
+			id = c.Name
+		}
+		if c.Remote != nil {
+			remote = c.Remote.URL
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", c.Name, id, remote, human(c.FanoutDelay), state, lag)
+		if c.PausedReason != "" {
+			why = append(why, id+": "+c.PausedReason)
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, w := range why {
+		fmt.Fprintln(e.Stdout, w)
+	}
+	return nil
 }

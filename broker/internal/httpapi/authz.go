@@ -192,11 +192,15 @@ func (h *handlers) allowed(u *auth.User, req any) error {
 		if err := needGrant(u, auth.Consume, r.Topic); err != nil {
 			return err
 		}
-		if r.Body != nil {
+		if r.Body != nil && r.Body.Remote == nil { // a remote child's topic is the remote's to guard
 			return h.ownerOrAdminSeen(u, r.Body.Child)
 		}
 		return nil
 	case apigen.DetachChildRequestObject:
+		return h.ownerOrAdminSeen(u, r.Topic)
+	case apigen.PauseChildRequestObject:
+		return h.ownerOrAdminSeen(u, r.Topic)
+	case apigen.ResumeChildRequestObject:
 		return h.ownerOrAdminSeen(u, r.Topic)
 	case apigen.ProduceRequestObject:
 		return h.needGrantSeen(u, auth.Produce, r.Topic)

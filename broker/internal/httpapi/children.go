@@ -16,10 +16,11 @@ func childJSON(c broker.ChildInfo) apigen.Child {
 		}
 		lag[i] = apigen.ChildLag{Partition: l.Partition, ParentNextOffset: int64(l.ParentNext), ChildCursor: int64(l.Cursor), Lag: behind}
 	}
-	out := apigen.Child{Child: c.Name, FanoutDelayMs: c.DelayMs, Lag: &lag}
-	state := apigen.Running
+	id := c.Name
+	out := apigen.Child{Child: c.Name, Id: &id, FanoutDelayMs: c.DelayMs, Lag: &lag}
+	state := apigen.ChildStateRunning
 	if c.Paused != "" {
-		state = apigen.Paused
+		state = apigen.ChildStatePaused
 		out.PausedReason = &c.Paused
 	}
 	out.State = &state
@@ -27,6 +28,9 @@ func childJSON(c broker.ChildInfo) apigen.Child {
 }
 
 func (h *handlers) AttachChild(ctx context.Context, r apigen.AttachChildRequestObject) (apigen.AttachChildResponseObject, error) {
+	if r.Body.Remote != nil {
+		return h.attachRemoteChild(ctx, r)
+	}
 	delay := int64(0)
 	if r.Body.FanoutDelayMs != nil {
 		delay = *r.Body.FanoutDelayMs
@@ -47,11 +51,22 @@ func (h *handlers) ListChildren(ctx context.Context, r apigen.ListChildrenReques
 	for i, c := range cs {
 		out.Children[i] = childJSON(c)
 	}
+	rs, err := h.b.RemoteChildren(r.Topic)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range rs {
+		out.Children = append(out.Children, remoteChildJSON(c))
+	}
 	return out, nil
 }
 
 func (h *handlers) DetachChild(ctx context.Context, r apigen.DetachChildRequestObject) (apigen.DetachChildResponseObject, error) {
-	if err := h.b.DetachChild(ctx, r.Topic, r.Child); err != nil {
+	detach := h.b.DetachChild
+	if broker.IsRemoteChildID(r.Child) {
+		detach = h.b.DetachRemoteChild
+	}
+	if err := detach(ctx, r.Topic, r.Child); err != nil {
 		return nil, err
 	}
 	return apigen.DetachChild204Response{}, nil

@@ -121,6 +121,10 @@ func toAPIError(err error) *apiError {
 		return newErr(http.StatusNotFound, apigen.ErrorCodeUserNotFound, "no such user; list users with GET /v1/users")
 	case errors.Is(err, broker.ErrUserExists):
 		return newErr(http.StatusConflict, apigen.ErrorCodeUserExists, "a user of this name exists (names are compared regardless of case); choose another name or change that user's grants")
+	case errors.Is(err, broker.ErrRemoteRefused):
+		return newErr(http.StatusConflict, apigen.ErrorCodeConflict, err.Error())
+	case errors.Is(err, broker.ErrIncarnationMismatch):
+		return newErr(http.StatusConflict, apigen.ErrorCodeIncarnationMismatch, err.Error())
 	case errors.Is(err, broker.ErrChildNotFound):
 		return newErr(http.StatusNotFound, apigen.ErrorCodeChildNotFound, "that topic is not a child of this one; list them with GET /v1/topics/{topic}/children")
 	case errors.Is(err, broker.ErrTopicExists):

@@ -52,6 +52,12 @@ type Broker interface {
 	AttachChild(ctx context.Context, parent, child string, delayMs int64) (broker.ChildInfo, error)
 	DetachChild(ctx context.Context, parent, child string) error
 	Children(parent string) ([]broker.ChildInfo, error)
+	// Remote children and the produce-batch checks they use (remotechild.go).
+	ProduceChecked(ctx context.Context, topic string, chk broker.ProduceCheck, msgs []broker.Outgoing) ([]broker.Produced, error)
+	AttachRemoteChild(ctx context.Context, parent string, spec broker.RemoteSpec) (broker.RemoteChildInfo, error)
+	DetachRemoteChild(ctx context.Context, parent, id string) error
+	PauseRemoteChild(ctx context.Context, parent, id string, paused bool) error
+	RemoteChildren(parent string) ([]broker.RemoteChildInfo, error)
 }
 
 // handlers implements the generated strict server interface. Handlers return domain

@@ -58,6 +58,12 @@ var goBounds = map[string]map[string]float64{
 	"password":         {"minLength": auth.MinPasswordBytes, "maxLength": auth.MaxPasswordBytes},
 	"new_password":     {"minLength": auth.MinPasswordBytes, "maxLength": auth.MaxPasswordBytes},
 	"current_password": {"maxLength": auth.MaxPasswordBytes},
+	// Remote children and the copies they send.
+	"url":         {"minLength": 1, "maxLength": broker.MaxRemoteURLLen},
+	"ca_pem":      {"maxLength": broker.MaxCAPEMBytes},
+	"timestamp":   {"minimum": 1},
+	"incarnation": {"maxLength": maxIncarnationChars},
+	"cluster_id":  {"minLength": 1, "maxLength": broker.MaxClusterIDLen},
 }
 
 // TestSpecBoundsEqualGoConstants holds every bound openapi.yaml states (minLength,

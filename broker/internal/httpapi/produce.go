@@ -106,6 +106,16 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 	if len(msgs) == 0 || len(msgs) > broker.MaxBatch {
 		return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "a batch holds 1 to "+strconv.Itoa(broker.MaxBatch)+" messages, got "+strconv.Itoa(len(msgs)))
 	}
+	chk, err := produceCheck(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	if chk.ValidateOnly {
+		if _, err := h.b.ProduceChecked(ctx, r.Topic, chk, nil); err != nil {
+			return nil, err
+		}
+		return apigen.ProduceBatch202JSONResponse{Results: []apigen.Produced{}}, nil
+	}
 	out := make([]broker.Outgoing, len(msgs))
 	// One buffer holds every base64 payload's bytes: one allocation, not one each.
 	var b64buf []byte
@@ -132,9 +142,18 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 		if m.PayloadEncoding == nil && jsondepth.Exceeds(m.Payload, MaxPayloadDepth) {
 			return nil, tooDeep(at)
 		}
-		if m.PayloadEncoding != nil {
+		if err := copyFields(&o, m, at); err != nil {
+			return nil, err
+		}
+		if m.PayloadEncoding != nil && *m.PayloadEncoding == apigen.OutgoingMessagePayloadEncodingText {
+			str, ok := jsonStringBytes(m.Payload)
+			if !ok {
+				return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidPayload, at+"with payload_encoding text the payload must be a JSON string")
+			}
+			o.Value, o.Attrs = str, o.Attrs&^broker.PayloadKindMask|broker.PayloadKindText
+		} else if m.PayloadEncoding != nil {
 			if *m.PayloadEncoding != apigen.OutgoingMessagePayloadEncodingBase64 {
-				return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, at+"payload_encoding must be \"base64\"")
+				return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, at+"payload_encoding must be \"base64\" or \"text\"")
 			}
 			str, ok := jsonStringBytes(m.Payload)
 			if !ok {
@@ -147,14 +166,14 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 				return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidPayload, at+"payload is not valid standard base64: "+err.Error())
 			}
 			b64buf = b64buf[:start+n]
-			o.Value, o.Attrs = b64buf[start:start+n:start+n], kindBinary
+			o.Value, o.Attrs = b64buf[start:start+n:start+n], o.Attrs&^broker.PayloadKindMask|kindBinary
 		}
 		if len(o.Value) > MaxPayloadBytes {
 			return nil, newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, at+"a message is at most "+strconv.Itoa(MaxPayloadBytes>>20)+" MiB")
 		}
 		out[i] = o
 	}
-	res, err := h.b.Produce(ctx, r.Topic, out)
+	res, err := h.produce(ctx, r.Topic, chk, out)
 	if err != nil {
 		return nil, err
 	}

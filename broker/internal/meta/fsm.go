@@ -149,6 +149,9 @@ type command struct {
 	// (its data directory was wiped and it joined again) does not apply.
 	Status   MemberStatus `json:"status,omitempty"`
 	ServerID string       `json:"server_id,omitempty"`
+	// Remote and RemoteOp are the arguments of the remote-child commands (remotechild.go).
+	Remote   *RemoteChild `json:"remote,omitempty"`
+	RemoteOp *RemoteOp    `json:"remote_op,omitempty"`
 }
 
 // cmdRules is the rule set of the commands this version writes:
@@ -167,6 +170,7 @@ type applyResult struct {
 	topic     Topic
 	user      auth.User
 	clusterID string
+	remote    RemoteChild
 	index     uint64 // the Raft index it applied at (set by the Store)
 	err       error
 }
@@ -180,6 +184,7 @@ type fsm struct {
 	nextUser  uint64 // the ID the next user gets; IDs are never reused
 	clusterID string // "" until the controller's init_cluster applied
 	members   map[string]Member
+	remotes   map[uint64]RemoteChild // remote children by ID (remotechild.go)
 	// halted is set by the first command this version does not know (see Apply): from
 	// then on nothing applies and no snapshot is taken, so the log stays for a newer
 	// binary to replay.
@@ -302,6 +307,8 @@ func (c command) check() error {
 		if c.Name == "" || !c.Status.valid() {
 			return bad("without a name and a known status")
 		}
+	case "attach_remote", "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor":
+		return c.checkRemote()
 	default:
 		return fmt.Errorf("%w %q", errUnknownOp, c.Op)
 	}
@@ -381,6 +388,7 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 			return applyResult{err: ErrTopicNotFound}
 		}
 		delete(f.topics, c.Name)
+		f.dropRemoteChildren(c.Name)
 		// Deleting a parent detaches its children.
 		for name, ch := range f.topics {
 			if ch.Parent == t.Name {
@@ -524,6 +532,8 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		return applyResult{user: u}
 	case "init_cluster", "set_member", "set_status":
 		return f.applyCluster(c)
+	case "attach_remote", "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor":
+		return f.applyRemote(index, c)
 	default:
 		panic(fmt.Sprintf("meta: unknown command %q at index %d", c.Op, index))
 	}
@@ -711,6 +721,8 @@ type snapshotState struct {
 	NextUser  uint64      `json:"next_user_id,omitempty"`
 	ClusterID string      `json:"cluster_id,omitempty"`
 	Members   []Member    `json:"members,omitempty"`
+	// RemoteChildren hold their passwords sealed (see RemoteChild.Sealed).
+	RemoteChildren []RemoteChild `json:"remote_children,omitempty"`
 	// Applied is the index of the last command the state holds (0 in snapshots from
 	// before it was kept).
 	Applied uint64 `json:"applied_index,omitempty"`
@@ -721,7 +733,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		// A snapshot would let Raft drop the entries a newer binary must replay.
 		return nil, err
 	}
-	st := snapshotState{Topics: f.list(), Users: f.userList(), Members: f.memberList()}
+	st := snapshotState{Topics: f.list(), Users: f.userList(), Members: f.memberList(), RemoteChildren: f.remoteList()}
 	f.mu.RLock()
 	st.Seeded, st.NextUser, st.ClusterID = f.seeded, f.nextUser, f.clusterID
 	f.mu.RUnlock()
@@ -759,6 +771,10 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.topics, f.users, f.seeded, f.nextUser = m, us, st.Seeded, next
 	f.clusterID, f.members = st.ClusterID, ms
+	f.remotes = make(map[uint64]RemoteChild, len(st.RemoteChildren))
+	for _, r := range st.RemoteChildren {
+		f.remotes[r.ID] = r
+	}
 	for _, t := range st.Topics {
 		f.ownerFromName(&t)
 		m[t.Name] = t

@@ -306,14 +306,17 @@ func (p *Partition) replayJournal(from uint64) (dropped int, err error) {
 }
 
 // Append writes records durably and returns the first offset. The messages are
-// deliverable when it returns.
+// deliverable when it returns. A record's timestamp is now, or the one it carries (a
+// copy from another cluster keeps its source's) when that is not in the future.
 func (p *Partition) Append(recs []segment.Record) (uint64, error) {
 	if p.repl != nil {
 		return p.appendReplicated(recs)
 	}
 	now := p.opts.WallClock()
 	for i := range recs {
-		recs[i].Timestamp = now
+		if ts := recs[i].Timestamp; ts <= 0 || ts > now {
+			recs[i].Timestamp = now
+		}
 	}
 	first, err := p.log.Append(recs)
 	if err != nil {

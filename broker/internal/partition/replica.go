@@ -42,7 +42,7 @@ const replicateTimeout = 5 * time.Second
 
 // Command kinds of a replicated partition (the first byte of a command).
 const (
-	cmdAppend byte = 'A' // u64 first offset | i64 timestamp | records
+	cmdAppend byte = 'A' // u64 first offset | u32 n | n × (u16 attrs, i64 timestamp, key?, value)
 	cmdSettle byte = 'S' // u64 delivered-to | settle record value
 	cmdLeases byte = 'L' // u64 delivered-to | u32 n | n × (u64 offset, u32 epoch, u64 seq, u32 attempt, u32 ms left)
 )
@@ -181,7 +181,15 @@ func (p *Partition) appendReplicated(recs []segment.Record) (uint64, error) {
 	r := p.repl
 	ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
 	defer cancel()
-	ts := p.opts.WallClock()
+	// The leader stamps the records before proposing (a copy from another cluster keeps
+	// its source's timestamp when it is not in the future), so every replica stores
+	// the same ones.
+	now := p.opts.WallClock()
+	for i := range recs {
+		if ts := recs[i].Timestamp; ts <= 0 || ts > now {
+			recs[i].Timestamp = now
+		}
+	}
 	for range 4 {
 		if !r.leading.Load() {
 			return 0, ErrNotLeader
@@ -190,7 +198,7 @@ func (p *Partition) appendReplicated(recs []segment.Record) (uint64, error) {
 		first := max(r.next, p.log.Next())
 		r.next = first + uint64(len(recs))
 		r.mu.Unlock()
-		res, err := r.group.Propose(ctx, encodeAppendCmd(first, ts, recs))
+		res, err := r.group.Propose(ctx, encodeAppendCmd(first, recs))
 		if err != nil {
 			r.mu.Lock()
 			r.next = 0
@@ -289,15 +297,12 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 	}
 	switch cmd[0] {
 	case cmdAppend:
-		first, ts, recs, err := decodeAppendCmd(cmd)
+		first, recs, err := decodeAppendCmd(cmd)
 		if err != nil {
 			return p.applyFailed(err)
 		}
 		if first != p.log.Next() {
 			return appliedAppend{}
-		}
-		for i := range recs {
-			recs[i].Timestamp = ts
 		}
 		if _, err := p.log.Append(recs); err != nil {
 			return p.applyFailed(storageErr(err))
@@ -400,18 +405,18 @@ func (p *Partition) confirmLeases(grants []queue.Grant) error {
 	return nil
 }
 
-func encodeAppendCmd(first uint64, ts int64, recs []segment.Record) []byte {
-	n := 1 + 8 + 8 + 4
+func encodeAppendCmd(first uint64, recs []segment.Record) []byte {
+	n := 1 + 8 + 4
 	for _, r := range recs {
-		n += 2*binary.MaxVarintLen64 + 2 + len(r.Key) + len(r.Value) + 1
+		n += 2*binary.MaxVarintLen64 + 2 + 8 + len(r.Key) + len(r.Value) + 1
 	}
 	b := make([]byte, 0, n)
 	b = append(b, cmdAppend)
 	b = binary.BigEndian.AppendUint64(b, first)
-	b = binary.BigEndian.AppendUint64(b, uint64(ts))
 	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
 	for _, r := range recs {
 		b = binary.BigEndian.AppendUint16(b, r.Attrs)
+		b = binary.BigEndian.AppendUint64(b, uint64(r.Timestamp))
 		if r.Key == nil {
 			b = append(b, 0)
 		} else {
@@ -427,16 +432,15 @@ func encodeAppendCmd(first uint64, ts int64, recs []segment.Record) []byte {
 
 var errBadCommand = fmt.Errorf("%w: malformed replicated command", ErrCorrupt)
 
-func decodeAppendCmd(b []byte) (uint64, int64, []segment.Record, error) {
-	if len(b) < 21 {
-		return 0, 0, nil, errBadCommand
+func decodeAppendCmd(b []byte) (uint64, []segment.Record, error) {
+	if len(b) < 13 {
+		return 0, nil, errBadCommand
 	}
 	first := binary.BigEndian.Uint64(b[1:9])
-	ts := int64(binary.BigEndian.Uint64(b[9:17]))
-	n := binary.BigEndian.Uint32(b[17:21])
-	b = b[21:]
+	n := binary.BigEndian.Uint32(b[9:13])
+	b = b[13:]
 	if uint64(n) > uint64(len(b)) {
-		return 0, 0, nil, errBadCommand
+		return 0, nil, errBadCommand
 	}
 	recs := make([]segment.Record, n)
 	bytesOf := func() ([]byte, bool) {
@@ -449,29 +453,30 @@ func decodeAppendCmd(b []byte) (uint64, int64, []segment.Record, error) {
 		return v, true
 	}
 	for i := range recs {
-		if len(b) < 3 {
-			return 0, 0, nil, errBadCommand
+		if len(b) < 11 {
+			return 0, nil, errBadCommand
 		}
 		recs[i].Attrs = binary.BigEndian.Uint16(b)
-		hasKey := b[2]
-		b = b[3:]
+		recs[i].Timestamp = int64(binary.BigEndian.Uint64(b[2:]))
+		hasKey := b[10]
+		b = b[11:]
 		if hasKey == 1 {
 			k, ok := bytesOf()
 			if !ok {
-				return 0, 0, nil, errBadCommand
+				return 0, nil, errBadCommand
 			}
 			recs[i].Key = k
 		}
 		v, ok := bytesOf()
 		if !ok {
-			return 0, 0, nil, errBadCommand
+			return 0, nil, errBadCommand
 		}
 		recs[i].Value = v
 	}
 	if len(b) != 0 {
-		return 0, 0, nil, errBadCommand
+		return 0, nil, errBadCommand
 	}
-	return first, ts, recs, nil
+	return first, recs, nil
 }
 
 func encodeSettleCmd(deliveredTo uint64, offs []uint64) []byte {

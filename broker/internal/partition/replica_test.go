@@ -164,11 +164,11 @@ func TestReplicaApplyIsIdempotent(t *testing.T) {
 			t.Fatalf("replay changed the settled state: %+v", st)
 		}
 	}
-	stale := encodeAppendCmd(1, 0, []segment.Record{{Value: []byte("late")}})
+	stale := encodeAppendCmd(1, []segment.Record{{Value: []byte("late")}})
 	if res := ps[1].Apply(0, stale).(appliedAppend); res.ok || res.err != nil {
 		t.Fatalf("a command for offset 1 at end 3 was applied: %+v", res)
 	}
-	gap := encodeAppendCmd(7, 0, []segment.Record{{Value: []byte("gap")}})
+	gap := encodeAppendCmd(7, []segment.Record{{Value: []byte("gap")}})
 	if res := ps[1].Apply(0, gap).(appliedAppend); res.ok {
 		t.Fatal("a command past the log's end was applied")
 	}
@@ -176,15 +176,16 @@ func TestReplicaApplyIsIdempotent(t *testing.T) {
 
 func TestAppendCommandRoundTrip(t *testing.T) {
 	recs := []segment.Record{{Key: nil, Value: []byte("a"), Attrs: 3}, {Key: []byte{}, Value: []byte{}}, {Key: []byte("key"), Value: []byte("value")}}
-	first, ts, got, err := decodeAppendCmd(encodeAppendCmd(42, 1234, recs))
-	if err != nil || first != 42 || ts != 1234 || len(got) != 3 {
-		t.Fatalf("decoded %d %d %d records: %v", first, ts, len(got), err)
+	recs[2].Timestamp = 1234
+	first, got, err := decodeAppendCmd(encodeAppendCmd(42, recs))
+	if err != nil || first != 42 || got[2].Timestamp != 1234 || len(got) != 3 {
+		t.Fatalf("decoded %d, %d records: %v", first, len(got), err)
 	}
 	if got[0].Key != nil || got[0].Attrs != 3 || got[1].Key == nil || string(got[2].Key) != "key" || string(got[2].Value) != "value" {
 		t.Fatalf("decoded %+v", got)
 	}
-	for cut := 1; cut < len(encodeAppendCmd(42, 1234, recs)); cut++ {
-		if _, _, _, err := decodeAppendCmd(encodeAppendCmd(42, 1234, recs)[:cut]); err == nil {
+	for cut := 1; cut < len(encodeAppendCmd(42, recs)); cut++ {
+		if _, _, err := decodeAppendCmd(encodeAppendCmd(42, recs)[:cut]); err == nil {
 			t.Fatalf("a command cut at %d decoded", cut)
 		}
 	}

@@ -452,6 +452,20 @@ export interface paths {
          *     topic, checked before every batch: when that grant is revoked (or the owner
          *     deleted) the child is listed `paused` with the reason, and the copy resumes where
          *     it stopped once the grant returns.
+         *
+         *     With `remote`, `child` is a topic of another cluster (a remote child), named by
+         *     (`url`, `child`): every message committed here from then on (or every message
+         *     held here, with `start: earliest`) is sent there with `produce-batch`, with its
+         *     key, payload kind and timestamp, in batches of up to 1,000 per partition, at
+         *     least once: a batch is sent again until the remote answers 202, and only then
+         *     does the durable cursor move. Messages that are themselves copies from another
+         *     cluster are not sent on. The attach checks that the remote topic exists and that
+         *     the credentials may produce to it: 400 for an unusable URL or CA, 409 naming
+         *     what the remote answered (401, 403, 404, unreachable) otherwise, or when the
+         *     child is already attached. Keys are placed by the remote's partition count;
+         *     keyless messages go to the same partition index modulo the remote's count. With
+         *     security on, the copy runs while the user who attached it may consume this
+         *     topic, as for a child here. `fanout_delay_ms` is refused with `remote`.
          */
         post: operations["attachChild"];
         delete?: never;
@@ -467,7 +481,7 @@ export interface paths {
             path: {
                 /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
                 topic: components["parameters"]["TopicName"];
-                /** @description The child topic's name. */
+                /** @description The child topic's name, or a remote child's `id` (`remote:<n>`). */
                 child: string;
             };
             cookie?: never;
@@ -477,9 +491,62 @@ export interface paths {
         post?: never;
         /**
          * Detach a child topic
-         * @description Stops copying to the child. Both topics stay. 404 child_not_found when it is not a child of this topic.
+         * @description Stops copying to the child. Both topics stay. 404 child_not_found when it is not a child of this topic. A remote child is named by its `id` (`remote:<n>`); detaching it forgets its credentials and cursor.
          */
         delete: operations["detachChild"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/topics/{topic}/children/{child}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+                /** @description A remote child's `id` from the children list (`remote:<n>`). */
+                child: components["parameters"]["ChildID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a remote child's copy
+         * @description Stops copying to a remote child (named by its `id`, `remote:<n>`) until it is
+         *     resumed; the cursor stays, so nothing is skipped. Messages this topic's retention
+         *     deletes meanwhile are never copied (they are counted as `expired`). 409 for a
+         *     child in this cluster (detach it instead).
+         */
+        post: operations["pauseChild"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/topics/{topic}/children/{child}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+                /** @description A remote child's `id` from the children list (`remote:<n>`). */
+                child: components["parameters"]["ChildID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a paused remote child's copy
+         * @description The copy continues from where it stopped. 409 for a child in this cluster.
+         */
+        post: operations["resumeChild"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -702,6 +769,8 @@ export interface components {
          *     - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
          *       `node_not_found`: that thing does not exist.
          *     - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
+         *     - `incarnation_mismatch`: the topic of that name is not the incarnation the request
+         *       named (it was deleted and created again); nothing was written.
          *     - `lease_lost`: the lease behind the receipt handle is no longer held.
          *     - `payload_too_large`: a body or message is over its limit.
          *     - `method_not_allowed`: the route exists but not with this method.
@@ -716,7 +785,7 @@ export interface components {
          *     - `internal`: a bug; the message says what to report.
          * @enum {string}
          */
-        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "schema_too_complex" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "overloaded" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
+        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "schema_too_complex" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "incarnation_mismatch" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "overloaded" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
         Health: {
             /** @description `ok` or `ready`. */
             status: string;
@@ -1039,16 +1108,54 @@ export interface components {
             /** @description Any JSON value, stored verbatim; a base64 string with `payload_encoding`. */
             payload: unknown;
             /**
-             * @description `base64`: `payload` is a base64 string of the bytes to store.
+             * @description `base64`: `payload` is a base64 string of the bytes to store. `text`:
+             *     `payload` is a JSON string whose text is stored as text, delivered as a JSON
+             *     string (as `produce` with a `text/*` content type).
              * @enum {string}
              */
-            payload_encoding?: "base64";
+            payload_encoding?: "base64" | "text";
             key?: string;
             /** Format: int32 */
             partition?: number;
+            /**
+             * Format: int64
+             * @description When the message was first written, Unix ms (a copy keeps its source's time).
+             *     Stored as given, but never later than now, and raised to the partition's
+             *     newest timestamp if older (a partition's timestamps never decrease).
+             *     Retention counts from it. Absent: now.
+             */
+            timestamp?: number;
+            origin?: components["schemas"]["MessageOrigin"];
+        };
+        /**
+         * @description Where a copy made by a remote child comes from. A message sent with an origin is
+         *     stored marked as a copy, and remote children never send a copy on: a ring of
+         *     remote children (A to B to A) copies each message once, never round and round.
+         *     A batch whose origin is this cluster's own topic is refused (409): a topic cannot
+         *     be its own remote child.
+         */
+        MessageOrigin: {
+            cluster_id: string;
+            topic: string;
+            /** Format: int32 */
+            partition: number;
+            /** Format: int64 */
+            offset: number;
         };
         ProduceBatchRequest: {
             messages: components["schemas"]["OutgoingMessage"][];
+            /**
+             * @description The topic incarnation (from `GET /v1/topics/{topic}`) the batch is meant for:
+             *     when the topic of that name is another one (deleted and created again), the
+             *     batch is refused whole with 409 `incarnation_mismatch` and nothing is written.
+             */
+            incarnation?: string;
+            /**
+             * @description Check the credentials, the produce grant and the topic (and `incarnation`,
+             *     when given), then answer 202 with no results and write nothing. The messages
+             *     are not checked. Remote children use it to check a remote topic at attach.
+             */
+            validate_only?: boolean;
         };
         ProducedList: {
             results: components["schemas"]["Produced"][];
@@ -1115,23 +1222,65 @@ export interface components {
             results: components["schemas"]["AckResult"][];
         };
         AttachChildRequest: {
+            /** @description The child topic; with `remote`, the topic's name in the remote cluster. */
             child: string;
             /** Format: int64 */
             fanout_delay_ms?: number;
+            remote?: components["schemas"]["RemoteChildRequest"];
+        };
+        /**
+         * @description Makes the child a topic of another cluster (a remote child): the copy is pushed
+         *     to that cluster's HTTP API with these credentials. The credentials are stored
+         *     encrypted and never shown again.
+         */
+        RemoteChildRequest: {
+            /** @description The remote cluster's base URL, `http://` or `https://` host[:port], without credentials or path. */
+            url: string;
+            username: string;
+            /** @description The remote user's password (a Narad password is 8 to 72 bytes). */
+            password: string;
+            /** @description PEM certificates to trust for an https URL instead of the system's. */
+            ca_pem?: string;
+            /**
+             * @description `now` (the default): copy what is committed from now on. `earliest`: also every message this topic still holds.
+             * @enum {string}
+             */
+            start?: "now" | "earliest";
+        };
+        /** @description The remote end of a remote child. Credentials are never shown. */
+        RemoteChild: {
+            url: string;
+            topic: string;
+            username?: string;
+            /** @description The remote topic's incarnation the copy goes to. */
+            incarnation: string;
+            /** @description The remote cluster's id, when it tells it. */
+            cluster_id?: string;
+            /** @enum {string} */
+            start: "now" | "earliest";
         };
         Child: {
             child: string;
+            /**
+             * @description What `/children/{child}` routes take for this child: the topic's name for a
+             *     child in this cluster, `remote:<n>` for a remote child.
+             */
+            id?: string;
             /** Format: int64 */
             fanout_delay_ms: number;
+            remote?: components["schemas"]["RemoteChild"];
             /**
-             * @description `paused` when the child's owner may no longer consume the parent (the grant
-             *     was revoked or the user deleted, with security on): nothing is copied until
-             *     the grant returns, then the copy resumes where it stopped. `paused_reason`
-             *     says why.
+             * @description `running`: the copy runs (for a remote child, every partition is copying).
+             *     `paused` when the child's owner may no longer consume the parent (the grant
+             *     was revoked or the user deleted, with security on), or a remote child was
+             *     paused: nothing is copied until the grant returns (or it is resumed), then
+             *     the copy resumes where it stopped. `failing`: a remote child whose copy fails
+             *     in some partition (see each partition's `state`, `reason` and `last_error`);
+             *     it is retried with backoff. `paused_reason` says why.
              * @enum {string}
              */
-            state?: "running" | "paused";
-            /** @description Why the copy is paused, and what to do; absent while running. */
+            state?: "running" | "paused" | "failing";
+            /** @description Why the copy is paused or failing, and what to do; absent while running. */
             paused_reason?: string;
             lag?: components["schemas"]["ChildLag"][];
         };
@@ -1140,10 +1289,32 @@ export interface components {
             partition: number;
             /** Format: int64 */
             parent_next_offset: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The next offset of this partition the copy takes; everything before it is copied.
+             */
             child_cursor: number;
             /** Format: int64 */
             lag: number;
+            /**
+             * Format: double
+             * @description Remote children: how long ago the oldest message not yet copied was written (0 when none waits).
+             */
+            lag_seconds?: number;
+            /**
+             * @description Remote children: the state of this partition's copy.
+             * @enum {string}
+             */
+            state?: "copying" | "paused" | "failing";
+            /** @description Remote children, while `failing` or `paused`: why, and what to do. */
+            reason?: string;
+            /** @description Remote children: the last error of this partition's copy (kept after it recovers). */
+            last_error?: string;
+            /**
+             * Format: int64
+             * @description Remote children: messages this topic's retention deleted before they were copied (a remote down longer than the retention); they are never copied.
+             */
+            expired?: number;
         };
         ChildList: {
             children: components["schemas"]["Child"][];
@@ -1314,6 +1485,8 @@ export interface components {
     parameters: {
         /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
         TopicName: string;
+        /** @description A remote child's `id` from the children list (`remote:<n>`). */
+        ChildID: string;
         /** @description The user's name: 1 to 128 characters of `a-z A-Z 0-9 . _ - @`. */
         Username: string;
         /**
@@ -2004,7 +2177,7 @@ export interface operations {
             path: {
                 /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
                 topic: components["parameters"]["TopicName"];
-                /** @description The child topic's name. */
+                /** @description The child topic's name, or a remote child's `id` (`remote:<n>`). */
                 child: string;
             };
             cookie?: never;
@@ -2023,6 +2196,64 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             501: components["responses"]["NotImplemented"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    pauseChild: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+                /** @description A remote child's `id` from the children list (`remote:<n>`). */
+                child: components["parameters"]["ChildID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Paused (or already paused). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    resumeChild: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+                /** @description A remote child's `id` from the children list (`remote:<n>`). */
+                child: components["parameters"]["ChildID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Resumed (or already running). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             503: components["responses"]["Unavailable"];
         };
     };

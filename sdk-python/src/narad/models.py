@@ -148,8 +148,9 @@ class Child:
 
     ``state`` is ``"running"``, or ``"paused"`` while the child's owner may no longer
     consume the parent: nothing is copied until the grant returns, then the copy resumes
-    where it stopped, and ``paused_reason`` says why and what to do. Both are ``None``
-    from a broker that does not say.
+    where it stopped, and ``paused_reason`` says why and what to do. A remote child (a
+    topic of another cluster) may also be ``"failing"``: its copy fails in some partition
+    and is retried. Both are ``None`` from a broker that does not say.
     """
 
     child: str

@@ -1,0 +1,812 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/auth"
+	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/partition"
+)
+
+// AttrRemoteCopy marks a record stored from a produce-batch message that carried an
+// origin: a copy another cluster's remote child made. Remote children never send such
+// a record on, so a ring of remote children (A to B to A) copies each message once.
+const AttrRemoteCopy uint16 = 1 << 2
+
+// RemoteChildPrefix starts a remote child's id in the children routes. Topic names
+// cannot hold ':', so an id is never taken for a child topic's name.
+const RemoteChildPrefix = "remote:"
+
+// Limits of remote children and of the copies they send.
+const (
+	MaxRemoteURLLen = 2048
+	MaxCAPEMBytes   = 64 << 10
+	MaxClusterIDLen = 128
+)
+
+// ErrIncarnationMismatch means a produce named another incarnation of the topic than
+// the one of that name now (it was deleted and created again); nothing was written.
+var ErrIncarnationMismatch = errors.New("topic incarnation mismatch")
+
+// ErrRemoteRefused means attaching a remote child failed on the remote's side (it is
+// unreachable, refuses the credentials, has no such topic); the message says which.
+var ErrRemoteRefused = errors.New("the remote cluster refused the attach")
+
+// ProduceCheck holds the checks a produce-batch request may ask for besides the usual.
+type ProduceCheck struct {
+	// Incarnation, when not empty, is the topic incarnation the batch is meant for.
+	Incarnation string
+	// ValidateOnly: check the topic (and Incarnation, Origins) and write nothing.
+	ValidateOnly bool
+	// Origins are the origins the messages carry (copies from a remote child).
+	Origins []Origin
+}
+
+// Origin is where a copy made by a remote child comes from.
+type Origin struct {
+	ClusterID, Topic string
+	Partition        int32
+	Offset           uint64
+}
+
+// checkProduce applies a ProduceCheck to topic t.
+func (b *Broker) checkProduce(t *topic, chk ProduceCheck) error {
+	if chk.Incarnation != "" && chk.Incarnation != strconv.FormatUint(t.incarnation, 10) {
+		return fmt.Errorf("%w: topic %s is incarnation %d, not %s: it was deleted and created again since; nothing was written", ErrIncarnationMismatch, t.name, t.incarnation, chk.Incarnation)
+	}
+	if id := b.ClusterID(); id != "" {
+		for _, o := range chk.Origins {
+			if o.ClusterID == id && o.Topic == t.name {
+				return &ConflictError{Msg: "these messages come from topic " + t.name + " of this very cluster: a topic cannot be its own remote child; nothing was written"}
+			}
+		}
+	}
+	return nil
+}
+
+// RemoteSpec is what attaching a remote child takes.
+type RemoteSpec struct {
+	URL, Topic, Username, Password, CAPEM string
+	// Start is "now" (default) or "earliest".
+	Start string
+	// OwnerID is the user attaching it (0: security off).
+	OwnerID uint64
+}
+
+// RemoteChildInfo describes a remote child for listing. It never holds the password.
+type RemoteChildInfo struct {
+	ID                                           string
+	URL, Topic, Username, Incarnation, ClusterID string
+	Start                                        string
+	// State is running, paused or failing; Reason says why when not running.
+	State, Reason string
+	Lag           []RemoteLag
+}
+
+// RemoteLag is a remote child's copy of one parent partition.
+type RemoteLag struct {
+	Partition          int32
+	ParentNext, Cursor uint64
+	LagSeconds         float64
+	// State is copying, paused or failing ("" for a partition another node holds and
+	// copies: ask that node).
+	State, Reason, LastError string
+	// Expired counts the messages retention deleted before they were copied.
+	Expired uint64
+}
+
+// remoteChildID parses "remote:<n>"; false when id is not a remote child's.
+func remoteChildID(id string) (uint64, bool) {
+	s, ok := strings.CutPrefix(id, RemoteChildPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil && n > 0
+}
+
+// IsRemoteChildID reports whether a children route's {child} names a remote child.
+func IsRemoteChildID(id string) bool { return strings.HasPrefix(id, RemoteChildPrefix) }
+
+func remoteAAD(r meta.RemoteChild) []byte {
+	return []byte(r.Parent + "\x00" + r.URL + "\x00" + r.Topic + "\x00" + r.Username)
+}
+
+// AttachRemoteChild makes topic spec.Topic of the cluster at spec.URL a child of
+// parent. It checks, before anything is stored, that the remote topic exists and that
+// the credentials may produce to it.
+func (b *Broker) AttachRemoteChild(ctx context.Context, parent string, spec RemoteSpec) (RemoteChildInfo, error) {
+	if err := b.ensureReady(); err != nil {
+		return RemoteChildInfo{}, err
+	}
+	if err := errors.Join(checkName(parent), checkName(spec.Topic)); err != nil {
+		return RemoteChildInfo{}, firstInvalid(err)
+	}
+	switch spec.Start {
+	case "":
+		spec.Start = "now"
+	case "now", "earliest":
+	default:
+		return RemoteChildInfo{}, invalid(apigen.ErrorCodeInvalidParameter, "remote.start must be now or earliest, got %q", truncate(spec.Start, 32))
+	}
+	if spec.Username == "" || len(spec.Password) < auth.MinPasswordBytes || len(spec.Password) > auth.MaxPasswordBytes {
+		return RemoteChildInfo{}, invalid(apigen.ErrorCodeInvalidParameter, "remote.username and remote.password (%d to %d bytes) are required: the user the copy produces as on the remote cluster", auth.MinPasswordBytes, auth.MaxPasswordBytes)
+	}
+	if len(spec.URL) > MaxRemoteURLLen || len(spec.CAPEM) > MaxCAPEMBytes {
+		return RemoteChildInfo{}, invalid(apigen.ErrorCodeInvalidParameter, "remote.url is at most %d bytes and remote.ca_pem at most %d", MaxRemoteURLLen, MaxCAPEMBytes)
+	}
+	u, err := checkRemoteURL(spec.URL)
+	if err != nil {
+		return RemoteChildInfo{}, err
+	}
+	spec.URL = strings.TrimSuffix(u.String(), "/")
+	pt, err := b.lookup(parent)
+	if err != nil {
+		return RemoteChildInfo{}, err
+	}
+	cl, err := newRemoteClient(spec.URL, spec.Topic, spec.Username, spec.Password, spec.CAPEM)
+	if err != nil {
+		return RemoteChildInfo{}, err
+	}
+	defer cl.close()
+	tgt := remoteTarget{url: spec.URL, topic: spec.Topic, user: spec.Username}
+	refused := func(err error) error {
+		return fmt.Errorf("%w: %s; nothing was attached", ErrRemoteRefused, attachRefusal(err, tgt))
+	}
+	// The cluster id is only shown (an older remote may not tell it); the topic and
+	// the produce grant are what must hold.
+	remoteCluster, err := cl.clusterID(ctx)
+	var ae *RemoteAnswerError
+	if err != nil && !errors.As(err, &ae) {
+		return RemoteChildInfo{}, refused(err)
+	}
+	if ae != nil && ae.Status == http.StatusUnauthorized {
+		return RemoteChildInfo{}, refused(err)
+	}
+	inc, parts, err := cl.topicInfo(ctx)
+	if err != nil {
+		return RemoteChildInfo{}, refused(err)
+	}
+	probe := &apigen.ProduceBatchRequest{Incarnation: &inc, ValidateOnly: ref(true), Messages: []apigen.OutgoingMessage{{
+		Payload: json.RawMessage(`{}`),
+		Origin:  &apigen.MessageOrigin{ClusterId: b.ClusterID(), Topic: parent},
+	}}}
+	if err := cl.produce(ctx, probe); err != nil {
+		return RemoteChildInfo{}, refused(err)
+	}
+	start, parentInc, oldest, err := b.remoteStart(pt)
+	if err != nil {
+		return RemoteChildInfo{}, err
+	}
+	if spec.Start == "earliest" {
+		start = oldest
+	}
+	rc := meta.RemoteChild{
+		Parent: parent, ParentIncarnation: parentInc, URL: spec.URL, Topic: spec.Topic, Username: spec.Username,
+		CAPEM: spec.CAPEM, RemoteIncarnation: inc, RemoteClusterID: remoteCluster, RemotePartitions: parts,
+		Start: spec.Start, OwnerID: spec.OwnerID, CreatedAtMs: partition.WallMillis(), Cursors: start,
+	}
+	if rc.Sealed, err = b.sealPassword(spec.Password, remoteAAD(rc)); err != nil {
+		return RemoteChildInfo{}, errors.Join(ErrStorage, err)
+	}
+	got, err := b.meta.AttachRemoteChild(rc)
+	if err != nil {
+		return RemoteChildInfo{}, mapMetaErr(err)
+	}
+	b.log.Info("remote child attached", "parent", parent, "child", RemoteChildPrefix+strconv.FormatUint(got.ID, 10),
+		"url", got.URL, "topic", got.Topic, "start", got.Start)
+	if err := b.reconcile(false); err != nil {
+		return RemoteChildInfo{}, errors.Join(ErrStorage, err)
+	}
+	infos, err := b.RemoteChildren(parent)
+	if err != nil {
+		return RemoteChildInfo{}, err
+	}
+	for _, ci := range infos {
+		if ci.ID == RemoteChildPrefix+strconv.FormatUint(got.ID, 10) {
+			return ci, nil
+		}
+	}
+	return RemoteChildInfo{}, ErrChildNotFound // detached at once by another request
+}
+
+func ref[T any](v T) *T { return &v }
+
+// remoteStart reads per parent partition the tail and the oldest offset held, and the
+// parent's incarnation they were read from.
+func (b *Broker) remoteStart(t *topic) (tail []uint64, inc uint64, oldest []uint64, err error) {
+	stats, errs := b.allStats(context.Background(), t)
+	tail, oldest = make([]uint64, len(t.parts)), make([]uint64, len(t.parts))
+	for i := range t.parts {
+		if errs[i] != nil {
+			return nil, 0, nil, errs[i]
+		}
+		tail[i], oldest[i] = stats[i].End, stats[i].Oldest
+	}
+	return tail, t.incarnation, oldest, nil
+}
+
+// remoteChildOf finds remote child id of parent.
+func (b *Broker) remoteChildOf(parent, id string) (meta.RemoteChild, error) {
+	if err := checkName(parent); err != nil {
+		return meta.RemoteChild{}, err
+	}
+	n, ok := remoteChildID(id)
+	if !ok {
+		return meta.RemoteChild{}, invalid(apigen.ErrorCodeInvalidParameter, "%q is not a remote child's id; ids look like remote:7 (GET /v1/topics/%s/children lists them)", truncate(id, 64), parent)
+	}
+	rc, ok := b.meta.RemoteChild(n)
+	if !ok || rc.Parent != parent {
+		return meta.RemoteChild{}, ErrChildNotFound
+	}
+	return rc, nil
+}
+
+// DetachRemoteChild stops the copy to remote child id and forgets its credentials and
+// cursor.
+func (b *Broker) DetachRemoteChild(ctx context.Context, parent, id string) error {
+	if err := b.ensureReady(); err != nil {
+		return err
+	}
+	rc, err := b.remoteChildOf(parent, id)
+	if err != nil {
+		return err
+	}
+	if err := b.meta.DetachRemoteChild(parent, rc.ID); err != nil {
+		return mapMetaErr(err)
+	}
+	b.log.Info("remote child detached", "parent", parent, "child", id, "url", rc.URL, "topic", rc.Topic)
+	return b.reconcile(false)
+}
+
+// PauseRemoteChild pauses (paused) or resumes the copy to remote child id. A child
+// topic of this cluster is a ConflictError: it cannot be paused.
+func (b *Broker) PauseRemoteChild(ctx context.Context, parent, id string, paused bool) error {
+	if err := b.ensureReady(); err != nil {
+		return err
+	}
+	if !IsRemoteChildID(id) {
+		if err := checkName(id); err != nil {
+			return err
+		}
+		return &ConflictError{Msg: "only a remote child's copy can be paused or resumed; " + id + " is a child topic of this cluster: detach it to stop its copy"}
+	}
+	rc, err := b.remoteChildOf(parent, id)
+	if err != nil {
+		return err
+	}
+	if rc.Paused == paused {
+		return nil
+	}
+	if err := b.meta.PauseRemoteChild(rc.ID, paused); err != nil {
+		return mapMetaErr(err)
+	}
+	return b.reconcile(false)
+}
+
+// RemoteChildren lists parent's remote children with their copy's state per partition.
+func (b *Broker) RemoteChildren(parent string) ([]RemoteChildInfo, error) {
+	pt, err := b.lookup(parent)
+	if err != nil {
+		return nil, err
+	}
+	var stats []partitionView
+	var out []RemoteChildInfo
+	for _, rc := range b.meta.RemoteChildren() {
+		if rc.Parent != parent || rc.ParentIncarnation != pt.incarnation {
+			continue
+		}
+		if stats == nil {
+			stats = b.partitionViews(pt)
+		}
+		b.rcMu.Lock()
+		c := b.rcopiers[rc.ID]
+		b.rcMu.Unlock()
+		info := RemoteChildInfo{
+			ID: RemoteChildPrefix + strconv.FormatUint(rc.ID, 10), URL: rc.URL, Topic: rc.Topic, Username: rc.Username,
+			Incarnation: rc.RemoteIncarnation, ClusterID: rc.RemoteClusterID, Start: rc.Start, State: "running",
+		}
+		now := partition.WallMillis()
+		for i := range pt.parts {
+			l := RemoteLag{Partition: int32(i), Cursor: rc.Cursors[i], ParentNext: stats[i].next}
+			if i < len(rc.Expired) {
+				l.Expired = rc.Expired[i]
+			}
+			if stats[i].oldest > l.Cursor {
+				l.Expired += stats[i].oldest - l.Cursor // deleted already, counted once the copy passes them
+			}
+			if p := pt.parts[i]; p != nil && l.Cursor < l.ParentNext {
+				if recs, err := p.Read(l.Cursor, 1); err == nil && len(recs) > 0 {
+					l.LagSeconds = max(0, float64(now-recs[0].Timestamp)/1000)
+				}
+			}
+			if c != nil && pt.leads(i) {
+				l.State, l.Reason, l.LastError = c.partState(i)
+			}
+			if why := b.remotePaused(rc); why != "" && pt.leads(i) {
+				l.State, l.Reason = "paused", why
+			}
+			info.Lag = append(info.Lag, l)
+		}
+		info.State, info.Reason = childState(info.Lag, b.remotePaused(rc))
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// childState sums up the partitions' states: paused, failing when any partition fails,
+// running otherwise.
+func childState(lag []RemoteLag, paused string) (string, string) {
+	if paused != "" {
+		return "paused", paused
+	}
+	for _, l := range lag {
+		if l.State == "failing" {
+			return "failing", fmt.Sprintf("partition %d: %s", l.Partition, l.Reason)
+		}
+	}
+	return "running", ""
+}
+
+type partitionView struct{ oldest, next uint64 }
+
+func (b *Broker) partitionViews(t *topic) []partitionView {
+	stats, errs := b.allStats(context.Background(), t)
+	out := make([]partitionView, len(t.parts))
+	for i := range out {
+		if errs[i] == nil {
+			out[i] = partitionView{oldest: stats[i].Oldest, next: stats[i].End}
+		}
+	}
+	return out
+}
+
+// remotePaused says why remote child rc must not copy now ("" when it may): paused by
+// request, or with security on, the user who attached it may no longer consume the
+// parent.
+func (b *Broker) remotePaused(rc meta.RemoteChild) string {
+	if rc.Paused {
+		return "paused by request; POST /v1/topics/" + rc.Parent + "/children/" + RemoteChildPrefix + strconv.FormatUint(rc.ID, 10) + "/resume resumes it where it stopped"
+	}
+	if rc.OwnerID == 0 {
+		return ""
+	}
+	u, ok := b.meta.UserByID(rc.OwnerID)
+	if !ok {
+		return "the user who attached this remote child no longer exists; detach it, and attach it again as a user that may consume " + rc.Parent
+	}
+	if !u.Can(auth.Consume, rc.Parent) {
+		return "user " + u.Name + ", who attached this remote child, holds no consume grant on " + rc.Parent + " any more; grant it again to resume the copy, or detach it"
+	}
+	return ""
+}
+
+// reconcileRemoteChildren runs one copier per remote child whose parent this node has
+// open, and stops the rest; a running copier is woken to look at the metadata again (a
+// pause, a grant).
+func (b *Broker) reconcileRemoteChildren() {
+	want := b.meta.RemoteChildren()
+	b.rcMu.Lock()
+	defer b.rcMu.Unlock()
+	if b.rcopiers == nil {
+		b.rcopiers = make(map[uint64]*remoteCopier)
+		go b.resealLoop() // ends with the broker (b.stop)
+	}
+	live := make(map[uint64]meta.RemoteChild, len(want))
+	parents := make(map[uint64]*topic, len(want))
+	b.mu.RLock()
+	for _, rc := range want {
+		if t := b.topics[rc.Parent]; t != nil && t.incarnation == rc.ParentIncarnation {
+			live[rc.ID], parents[rc.ID] = rc, t
+		}
+	}
+	b.mu.RUnlock()
+	for id, c := range b.rcopiers {
+		if _, ok := live[id]; !ok || parents[id] != c.parent {
+			c.close()
+			delete(b.rcopiers, id)
+		}
+	}
+	for id, rc := range live {
+		if c, ok := b.rcopiers[id]; ok {
+			c.kicks.broadcast()
+			continue
+		}
+		if c := b.startRemoteCopier(parents[id], rc); c != nil {
+			b.rcopiers[id] = c
+		}
+	}
+}
+
+func (b *Broker) stopRemoteCopiers() {
+	b.rcMu.Lock()
+	defer b.rcMu.Unlock()
+	for id, c := range b.rcopiers {
+		c.close()
+		delete(b.rcopiers, id)
+	}
+}
+
+// remoteCopier copies the parent partitions this node holds to one remote child: one
+// goroutine per partition, each reading a batch at its cursor, sending it with
+// produce-batch, and moving the cursor through the control plane only once the remote
+// answered 202. A crash between the two sends the batch again: duplicates are possible,
+// loss is not. A failure is retried with backoff while the partition is reported
+// failing; the source's own traffic never waits on the copy.
+type remoteCopier struct {
+	b      *Broker
+	id     uint64
+	name   string // "remote:<id>", the metrics' child label
+	parent *topic
+	rc     meta.RemoteChild // as attached: the fields that never change
+	tgt    remoteTarget
+	kicks  signal // a metadata change (pause, resume, grant, keys) to look at now
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	client    *remoteClient
+	parts     []partState
+	logged    string // the child's state and reason last logged
+	metricsOn string // the state gauge's current label
+}
+
+type partState struct{ state, reason, lastErr string }
+
+func (b *Broker) startRemoteCopier(parent *topic, rc meta.RemoteChild) *remoteCopier {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &remoteCopier{
+		b: b, id: rc.ID, name: RemoteChildPrefix + strconv.FormatUint(rc.ID, 10), parent: parent, rc: rc,
+		tgt: remoteTarget{url: rc.URL, topic: rc.Topic, user: rc.Username}, ctx: ctx, cancel: cancel,
+		parts: make([]partState, len(parent.parts)),
+	}
+	for i, p := range parent.parts {
+		if p == nil || i >= len(rc.Cursors) {
+			continue // the node holding it copies it
+		}
+		c.parts[i].state = "copying"
+		c.wg.Add(1)
+		go c.run(i, p)
+	}
+	return c
+}
+
+func (c *remoteCopier) close() {
+	c.cancel()
+	c.kicks.broadcast()
+	c.wg.Wait()
+	c.mu.Lock()
+	if c.client != nil {
+		c.client.close()
+	}
+	c.mu.Unlock()
+	m := c.b.metrics.RemoteChild
+	for _, s := range []string{"copying", "paused", "failing"} {
+		m.State.DeleteLabelValues(c.parent.name, c.name, s)
+	}
+	m.Lag.DeleteLabelValues(c.parent.name, c.name)
+}
+
+func (c *remoteCopier) partState(i int) (state, reason, lastErr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.parts[i]
+	return s.state, s.reason, s.lastErr
+}
+
+// set records partition i's state, and on a change of the child's state says so once in
+// the log and in the state gauge.
+func (c *remoteCopier) set(i int, state, reason string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.parts[i].state, c.parts[i].reason = state, reason
+	if err != nil {
+		c.parts[i].lastErr = truncate(err.Error(), 500)
+	}
+	sum, why := "running", ""
+	for j, p := range c.parts {
+		switch {
+		case p.state == "paused":
+			sum, why = "paused", p.reason
+		case p.state == "failing" && sum != "paused":
+			sum, why = "failing", fmt.Sprintf("partition %d: %s", j, p.reason)
+		}
+	}
+	gauge := map[string]string{"running": "copying", "paused": "paused", "failing": "failing"}[sum]
+	if gauge != c.metricsOn {
+		m := c.b.metrics.RemoteChild
+		if c.metricsOn != "" {
+			m.State.WithLabelValues(c.parent.name, c.name, c.metricsOn).Set(0)
+		}
+		m.State.WithLabelValues(c.parent.name, c.name, gauge).Set(1)
+		c.metricsOn = gauge
+	}
+	// One line per change of the child's state: the reason texts are fixed per kind
+	// of failure, so a remote that stays down logs once, not once per retry.
+	key := sum + "\x00" + why
+	if key == c.logged {
+		return
+	}
+	c.logged = key
+	log := c.b.log.With("parent", c.parent.name, "child", c.name, "url", c.rc.URL, "topic", c.rc.Topic)
+	switch sum {
+	case "running":
+		log.Info("remote child copying")
+	case "paused":
+		log.Warn("remote child paused", "reason", why)
+	default:
+		log.Warn("remote child failing; retrying with backoff", "reason", why, "last_error", c.parts[i].lastErr)
+	}
+}
+
+// getClient opens the credentials (once) and returns the client to the remote.
+func (c *remoteCopier) getClient() (*remoteClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client != nil {
+		return c.client, nil
+	}
+	rc, ok := c.b.meta.RemoteChild(c.id)
+	if !ok {
+		return nil, ErrChildNotFound
+	}
+	pass, _, err := c.b.openPassword(rc.Sealed, remoteAAD(rc)) // a stale seal is resealLoop's
+	if err != nil {
+		return nil, err
+	}
+	cl, err := newRemoteClient(rc.URL, rc.Topic, rc.Username, pass, rc.CAPEM)
+	if err != nil {
+		return nil, err
+	}
+	c.client = cl
+	return cl, nil
+}
+
+// wait blocks until one of chs fires, the timer (d > 0) does, or the copier stops;
+// false when it stopped.
+func (c *remoteCopier) wait(d time.Duration, chs ...<-chan struct{}) bool {
+	var fire <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		fire = t.C
+	}
+	var a, b <-chan struct{}
+	if len(chs) > 0 {
+		a = chs[0]
+	}
+	if len(chs) > 1 {
+		b = chs[1]
+	}
+	select {
+	case <-c.ctx.Done():
+		return false
+	case <-c.parent.done:
+		return false
+	case <-fire:
+	case <-a:
+	case <-b:
+	}
+	return c.ctx.Err() == nil
+}
+
+// expired logs and counts the messages [from, to) of partition i that retention
+// deleted before they were copied.
+func (c *remoteCopier) expired(i int, from, to uint64) {
+	c.b.log.Warn("messages were deleted by retention before the remote child copied them; they are never copied",
+		"parent", c.parent.name, "child", c.name, "partition", i, "from", from, "to", to, "messages", to-from)
+	c.b.metrics.RemoteChild.Expired.WithLabelValues(c.parent.name, c.name).Add(float64(to - from))
+}
+
+// backoff waits d before a retry, or less when the child is paused or detached
+// meanwhile; false when the copier stopped. Kicks come with every metadata change, the
+// other partitions' cursor moves included, so a kick alone does not end the wait: a
+// failing partition is not retried faster because its neighbours are busy.
+func (c *remoteCopier) backoff(d time.Duration) bool {
+	until := time.Now().Add(d)
+	for {
+		left := time.Until(until)
+		if left <= 0 {
+			return c.ctx.Err() == nil
+		}
+		if !c.wait(left, c.kicks.wait()) {
+			return false
+		}
+		if rc, ok := c.b.meta.RemoteChild(c.id); !ok || c.b.remotePaused(rc) != "" {
+			return true
+		}
+	}
+}
+
+func (c *remoteCopier) run(i int, p *partition.Partition) {
+	defer c.wg.Done()
+	m := c.b.metrics.RemoteChild
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
+	limit := copyBatch
+	var buf []byte // the request body, reused batch after batch
+	fail := func(class, reason string, err error) bool {
+		m.Failures.WithLabelValues(c.parent.name, c.name, class).Inc()
+		c.set(i, "failing", reason, err)
+		return c.backoff(bo.NextBackOff())
+	}
+	for {
+		wake, kick := c.parent.sig.wait(), c.kicks.wait()
+		if c.ctx.Err() != nil {
+			return
+		}
+		if !p.Leading() {
+			// A follower replica of a replicated parent: its leader copies it. The
+			// cursor is in the control plane, so a new leader goes on from it.
+			if !c.wait(time.Second, wake, kick) {
+				return
+			}
+			continue
+		}
+		rc, ok := c.b.meta.RemoteChild(c.id)
+		if !ok {
+			return
+		}
+		if why := c.b.remotePaused(rc); why != "" {
+			c.set(i, "paused", why, nil)
+			if !c.wait(0, kick) {
+				return
+			}
+			continue
+		}
+		from := rc.Cursors[i]
+		recs, err := p.Read(from, limit)
+		if errors.Is(err, partition.ErrClosed) {
+			return // the parent was closed; reconcile starts a new copier if it reopens
+		}
+		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 {
+			// Damaged at from: it can never be copied, and retrying would stop this
+			// partition's copy for good. Skip it, counted and logged, as fan-out does.
+			c.b.log.Error("a damaged message is skipped by a remote child: it is never copied", "topic", c.parent.name,
+				"partition", i, "offset", from, "child", c.name, "err", err)
+			c.b.metrics.Damaged.WithLabelValues(c.parent.name, "remote_child").Inc()
+			if err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, from+1, 0); err != nil && !isConflict(err) {
+				if !fail("control_plane", "the cursor could not be saved through the control plane; retrying", err) {
+					return
+				}
+			}
+			continue
+		}
+		if err != nil {
+			if !fail("source_read", "reading this topic's partition failed; retrying", err) {
+				return
+			}
+			continue
+		}
+		if len(recs) == 0 {
+			if o := p.Stats().Oldest; o > from {
+				// Retention deleted everything from the cursor on: nothing to send, but
+				// the loss is counted and the cursor moves past it.
+				c.expired(i, from, o)
+				if err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, o, o-from); err != nil && !isConflict(err) {
+					if !fail("control_plane", "the cursor could not be saved through the control plane; retrying", err) {
+						return
+					}
+				}
+				continue
+			}
+			c.set(i, "copying", "", nil)
+			m.Lag.WithLabelValues(c.parent.name, c.name).Set(0)
+			if !c.wait(0, wake, kick) {
+				return
+			}
+			continue
+		}
+		cl, err := c.getClient()
+		if err != nil {
+			if !fail("credentials", "the stored password cannot be opened with this node's keys (the cluster secret it was sealed under is gone); detach and attach again with the password", err) {
+				return
+			}
+			continue
+		}
+		var expired uint64
+		if recs[0].Offset > from {
+			expired = recs[0].Offset - from
+			c.expired(i, from, recs[0].Offset)
+		}
+		body, sent := c.batch(buf[:0], i, recs)
+		buf = body
+		if sent > 0 {
+			err := cl.produceBody(c.ctx, body)
+			var ae *RemoteAnswerError
+			if errors.As(err, &ae) && ae.Status == http.StatusRequestEntityTooLarge && len(recs) > 1 {
+				limit = max(1, len(recs)/2) // over the remote's body limit: smaller batches
+				continue
+			}
+			if err != nil {
+				if c.ctx.Err() != nil {
+					return
+				}
+				class, reason := remoteFailure(err, c.tgt)
+				if !fail(class, reason, err) {
+					return
+				}
+				continue
+			}
+		}
+		next := recs[len(recs)-1].Offset + 1
+		if err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, next, expired); err != nil {
+			if isConflict(err) {
+				continue // moved meanwhile (a detach and re-attach, another node): read it again
+			}
+			// The batch is at the remote but the cursor did not move: the retry sends it
+			// again (duplicates, never loss).
+			if !fail("control_plane", "the cursor could not be saved through the control plane; the last batch will be sent again", err) {
+				return
+			}
+			continue
+		}
+		m.Copied.WithLabelValues(c.parent.name, c.name).Add(float64(sent))
+		m.Lag.WithLabelValues(c.parent.name, c.name).Set(float64(p.Stats().End - next))
+		bo.Reset()
+		c.set(i, "copying", "", nil)
+		if len(recs) < limit {
+			// Caught up: let the next batch gather for a moment. Every batch costs a
+			// request, a sync on the remote and a control-plane commit here, so a
+			// trickle of small produces is sent in fewer, larger batches.
+			if !c.wait(copyLinger) {
+				return
+			}
+		}
+		limit = min(copyBatch, limit*2)
+	}
+}
+
+// copyLinger is how long a remote child's copy of a partition that caught up waits
+// before it sends again: the copy's added lag, for fewer and larger batches.
+const copyLinger = 10 * time.Millisecond
+
+func isConflict(err error) bool {
+	var ce *ConflictError
+	return errors.As(err, &ce)
+}
+
+// RemoteChildMetrics are the remote children's metrics, labelled by parent topic and
+// child id (remote:<n>).
+type RemoteChildMetrics struct {
+	Copied   *prometheus.CounterVec
+	Failures *prometheus.CounterVec
+	Expired  *prometheus.CounterVec
+	State    *prometheus.GaugeVec
+	Lag      *prometheus.GaugeVec
+}
+
+func newRemoteChildMetrics(r *prometheus.Registry) *RemoteChildMetrics {
+	m := &RemoteChildMetrics{
+		Copied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_remote_child_copied_total", Help: "Messages a remote child's copy delivered to the remote cluster (answered 202), by parent and child.",
+		}, []string{"parent", "child"}),
+		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_remote_child_failures_total", Help: "Failed attempts of a remote child's copy, by kind (unreachable, unauthenticated, forbidden, remote_recreated, remote_topic_missing, remote_unavailable, refused, too_large, credentials, control_plane, source_read); each is retried with backoff.",
+		}, []string{"parent", "child", "reason"}),
+		Expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_remote_child_expired_total", Help: "Messages retention deleted from the parent before a remote child copied them: they are never copied.",
+		}, []string{"parent", "child"}),
+		State: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "narad_remote_child_state", Help: "1 for a remote child's current state on this node (copying, paused, failing).",
+		}, []string{"parent", "child", "state"}),
+		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "narad_remote_child_lag_messages", Help: "Messages of the partition last copied that wait to be copied, as of the last batch.",
+		}, []string{"parent", "child"}),
+	}
+	r.MustRegister(m.Copied, m.Failures, m.Expired, m.State, m.Lag)
+	return m
+}
