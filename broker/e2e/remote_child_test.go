@@ -760,43 +760,65 @@ func TestRemoteChildCountsWhatRetentionDeleted(t *testing.T) {
 	}
 }
 
-// TestRemoteChildFromACluster: a source cluster of two nodes, each holding one of the
-// parent's partitions, copies both to a remote node: each node copies the partition it
-// holds and commits its cursor through the control plane, and any node lists the
-// child. The password is sealed under the cluster secret: no node keeps a key file,
-// and no node's meta/ holds it in clear.
+// TestRemoteChildFromACluster: a source cluster of three nodes, whose parent has two
+// partitions of three replicas, copies both to a remote node: each partition's leader
+// copies it and commits its cursor through the control plane, and any node lists the
+// child. The leader of partition 0 is killed -9: the next leader goes on from the
+// cursor and every message reaches the remote. The password is sealed under the
+// cluster secret: no node keeps a key file, and no node's meta/ holds it in clear.
 func TestRemoteChildFromACluster(t *testing.T) {
 	t.Parallel()
-	nodes := startPeersCluster(t, 2)
-	agreed(t, wantMembers(nodes...), nodes...) // both alive, so the partitions are placed on both
+	nodes := startPeersCluster(t, 3)
 	dst := testutil.StartNarad(t, testutil.Options{Env: []string{"NARAD_ADMIN_PASSWORD=" + dstAdminPass}})
 	da := &api{Client: dst.Client().WithBasicAuth("admin", dstAdminPass), t: t}
 	da.PostJSON("/v1/users", map[string]any{"username": "copier", "password": copierPass,
 		"grants": []map[string]any{{"action": "produce", "topics": []string{"copy.*"}}}}).Expect(t, http.StatusCreated)
 	da.createTopic("copy.orders", map[string]any{"partitions": 2})
 	a := nodes[0].api
-	a.createTopic("orders", map[string]any{"partitions": 2})
-	td := a.topic("orders")
-	if td.PartitionStats[0].Leader == td.PartitionStats[1].Leader {
-		t.Fatalf("both partitions on %s; the test needs one per node", td.PartitionStats[0].Leader)
-	}
+	a.createTopic("orders", map[string]any{"partitions": 2}) // 3 replicas each
 	r := a.PostJSON(topicPath("orders")+"/children", map[string]any{"child": "copy.orders",
 		"remote": map[string]any{"url": dst.URL(), "username": "copier", "password": copierPass}})
 	var att remoteChildJSON
 	if !r.Expect(t, http.StatusCreated) || !r.JSON(t, &att) {
 		t.FailNow()
 	}
-	for i := 0; i < 40; i++ {
-		nodes[1].api.produceJSON("orders", map[string]any{"id": i}, "partition="+strconv.Itoa(i%2))
-	}
-	waitFor(t, 60*time.Second, "both partitions to be copied", func() bool {
-		c, _, ok := nodes[1].api.remoteChild("orders", att.ID)
-		return ok && c.totalLag() == 0 && c.Lag[0].ChildCursor == 20 && c.Lag[1].ChildCursor == 20
-	})
-	for part := 0; part < 2; part++ {
-		if n := len(da.readAll("copy.orders", part)); n != 20 {
-			t.Fatalf("remote partition %d holds %d copies, want 20", part, n)
+	// A produce answered 503 during the failover may be stored: it is sent again (a
+	// duplicate at the source is a message of its own for the copy).
+	produce := func(via *clusterNode, from, to int) {
+		for i := from; i < to; i++ {
+			body := []byte(fmt.Sprintf(`{"id":%d}`, i))
+			waitFor(t, 30*time.Second, fmt.Sprint("message ", i, " accepted"), func() bool {
+				r, err := via.api.Try(http.MethodPost, topicPath("orders")+"/produce?partition="+strconv.Itoa(i%2), body, "Content-Type", "application/json")
+				return err == nil && r.Status == http.StatusAccepted
+			})
 		}
+	}
+	copied := func(via *clusterNode, n int64) bool {
+		c, _, ok := via.api.remoteChild("orders", att.ID)
+		return ok && c.totalLag() == 0 && len(c.Lag) == 2 && c.Lag[0].ChildCursor >= n && c.Lag[1].ChildCursor >= n
+	}
+	produce(nodes[1], 0, 20)
+	waitFor(t, 60*time.Second, "both partitions to be copied", func() bool { return copied(nodes[1], 10) })
+	// The leader of partition 0 copies it; it dies, and the next leader goes on from
+	// the cursor the control plane holds.
+	lead := leaderOf(t, nodes, "orders", 0)
+	lead.Kill()
+	via := others(nodes, lead)[0]
+	produce(via, 20, 40)
+	waitFor(t, 60*time.Second, "the copy to go on after the leader of partition 0 was killed", func() bool { return copied(via, 20) })
+	for part := 0; part < 2; part++ {
+		ids := map[string]bool{}
+		msgs := da.readAll("copy.orders", part)
+		for _, m := range msgs {
+			ids[string(m.Payload)] = true
+		}
+		if len(ids) != 20 {
+			t.Fatalf("remote partition %d holds %d copies of %d distinct messages, want all 20", part, len(msgs), len(ids))
+		}
+	}
+	lead.Launch()
+	if err := lead.WaitReady(); err != nil {
+		t.Fatal(err)
 	}
 	for _, nd := range nodes {
 		if _, err := os.Stat(filepath.Join(nd.DataDir(), "credentials.key")); !errors.Is(err, fs.ErrNotExist) {
