@@ -610,3 +610,77 @@ func TestReplicationRacingAcks(t *testing.T) {
 	}
 	t.Logf("%d of 200 acks answered 204 around the kill, %d with an unknown outcome; the rest delivered again", len(acked), len(unknown))
 }
+
+// TestReplicationDoubleFailover: the leader is killed, comes back, and the next leader
+// is killed at once; once every replica has caught up and the nodes are stopped, the
+// three copies of the partition's message log are byte-equal.
+func TestReplicationDoubleFailover(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	nodes[0].api.createTopic("dbl", map[string]any{"partitions": 1})
+	inc := nodes[0].api.topic("dbl").Incarnation
+	produce := func(via *clusterNode, n int, tag string) {
+		for i := range n {
+			waitFor(t, 30*time.Second, "a produce accepted", func() bool {
+				return produceTry(via, "dbl", fmt.Sprint(tag, i)) == http.StatusAccepted
+			})
+		}
+	}
+	first := leaderOf(t, nodes, "dbl", 0)
+	produce(first, 50, "a")
+	first.Kill()
+	second := newLeader(t, nodes, "dbl", 0, first)
+	produce(second, 50, "b")
+	first.Launch()
+	if err := first.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	second.Kill()
+	third := newLeader(t, nodes, "dbl", 0, second)
+	produce(third, 50, "c")
+	second.Launch()
+	if err := second.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "every replica to hold the whole log", func() bool {
+		hw := third.api.topic("dbl").PartitionStats[0].NextOffset
+		return hw >= 150 && followerHasAll(t, nodes, "dbl", hw)
+	})
+	for _, nd := range nodes {
+		nd.Stop()
+	}
+	var want map[string][]byte
+	for _, nd := range nodes {
+		dir := filepath.Join(nd.DataDir(), "topics", inc+"-dbl", "0", "log")
+		got := map[string][]byte{}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if filepath.Ext(e.Name()) != ".log" {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[e.Name()] = b
+		}
+		if want == nil {
+			if len(got) == 0 {
+				t.Fatalf("node %s holds no segment file in %s", nd.id, dir)
+			}
+			want = got
+			continue
+		}
+		if len(got) != len(want) {
+			t.Fatalf("node %s holds %d segment files, another %d", nd.id, len(got), len(want))
+		}
+		for name, b := range want {
+			if !bytes.Equal(got[name], b) {
+				t.Fatalf("segment %s of node %s differs from another replica's (%d and %d bytes)", name, nd.id, len(got[name]), len(b))
+			}
+		}
+	}
+}
