@@ -234,6 +234,14 @@ func TestReplicationFollowerWiped(t *testing.T) {
 	if v, _ := metricValue(lead.api, `narad_replication_lag_messages{topic="w"}`); v != 0 {
 		t.Fatalf("replication lag %v after the follower caught up", v)
 	}
+	// The leader measures the others' clocks (one machine here: well under a second
+	// apart); a replaced node's first measurement follows its first liveness call.
+	for _, o := range others(nodes, lead) {
+		waitFor(t, 10*time.Second, "the clock offset of "+o.id+" in the leader's metrics", func() bool {
+			v, ok := metricValue(lead.api, `narad_peer_clock_offset_seconds{peer="`+o.id+`"}`)
+			return ok && v < 1 && v > -1
+		})
+	}
 	lead.Kill()
 	seen := map[string]int{}
 	drain(t, follower, "w", seen, 10*time.Second)

@@ -38,6 +38,8 @@ var (
 		"Largest number of messages a follower of a partition led here is behind its high watermark, over the topic's partitions.", []string{"topic"}, nil)
 	descFollowers = prometheus.NewDesc("narad_replication_followers_in_sync",
 		"Followers of partitions led here whose log holds every message up to the high watermark, summed over the topic's partitions.", []string{"topic"}, nil)
+	descClockOffset = prometheus.NewDesc("narad_peer_clock_offset_seconds",
+		"Another node's wall clock minus this node's, measured by the replication liveness calls (accurate to half a round trip).", []string{"peer"}, nil)
 	descDiskFree = prometheus.NewDesc("narad_disk_free_bytes",
 		"Bytes free for the node on the data directory's file system.", nil, nil)
 	descDiskSize = prometheus.NewDesc("narad_disk_size_bytes",
@@ -46,7 +48,7 @@ var (
 
 // Describe sends the collector's descriptions.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers} {
+	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset} {
 		ch <- d
 	}
 }
@@ -115,6 +117,15 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	collectFanout(b, ch, ts)
+	if b.repl != nil {
+		offs := b.repl.host.ClockOffsets()
+		for _, m := range b.meta.Members() {
+			// The member's current server id only: a wiped node's old one is gone.
+			if off, ok := offs[raftID(m.ServerID)]; ok && m.ID != b.opts.NodeID {
+				ch <- prometheus.MustNewConstMetric(descClockOffset, prometheus.GaugeValue, off.Seconds(), m.ID)
+			}
+		}
+	}
 	if free, size, err := diskUsage(b.opts.DataDir); err == nil {
 		ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(free))
 		ch <- prometheus.MustNewConstMetric(descDiskSize, prometheus.GaugeValue, float64(size))

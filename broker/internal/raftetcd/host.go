@@ -34,7 +34,8 @@ const (
 	// (codec.go). The answer is empty.
 	OpBatch uint16 = 0x0203
 	// OpLiveness is the node-pair heartbeat: the caller's raft id (u64) in, the
-	// callee's out. A success proves both ends alive.
+	// callee's and its wall clock (u64 Unix nanoseconds) out. A success proves both
+	// ends alive.
 	OpLiveness uint16 = 0x0204
 )
 
@@ -116,6 +117,11 @@ type peer struct {
 	id        uint64
 	addr      string
 	lastHeard atomic.Int64 // unix nanos
+	// clockOffset is the peer's wall clock minus ours (nanoseconds), from the last
+	// liveness call: its clock read halfway through the round trip. clockKnown says
+	// whether one was measured.
+	clockOffset atomic.Int64
+	clockKnown  atomic.Bool
 	live      bool         // the ticker's view, owned by the ticker goroutine
 
 	mu    sync.Mutex
@@ -215,6 +221,18 @@ func (h *Host) PeerDown(id uint64) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.down
+}
+
+// ClockOffsets returns, per peer measured, its wall clock minus this node's, as the
+// last liveness call saw it (accurate to half its round trip).
+func (h *Host) ClockOffsets() map[uint64]time.Duration {
+	out := map[uint64]time.Duration{}
+	for _, p := range h.allPeers() {
+		if p.clockKnown.Load() {
+			out[p.id] = time.Duration(p.clockOffset.Load())
+		}
+	}
+	return out
 }
 
 // discardLogger silences etcd-io/raft's own logging (it logs every election at info).
@@ -615,10 +633,18 @@ func (h *Host) livenessLoop(p *peer) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), h.opts.LivenessTimeout/2)
 		h.rpcCalls.Add(1)
-		_, err := h.opts.Node.Call(ctx, p.address(), OpLiveness, req)
+		sent := time.Now()
+		resp, err := h.opts.Node.Call(ctx, p.address(), OpLiveness, req)
+		got := time.Now()
 		cancel()
 		if err == nil {
 			h.heard(p.id)
+			if len(resp) >= 16 {
+				theirs := int64(binary.BigEndian.Uint64(resp[8:16]))
+				mid := sent.UnixNano() + got.Sub(sent).Nanoseconds()/2
+				p.clockOffset.Store(theirs - mid)
+				p.clockKnown.Store(true)
+			}
 		}
 	}
 }
@@ -628,7 +654,10 @@ func (h *Host) serveLiveness(_ context.Context, _ string, req []byte) ([]byte, e
 		return nil, fmt.Errorf("%w: liveness of %d bytes", ErrBadMessage, len(req))
 	}
 	h.heard(binary.BigEndian.Uint64(req))
-	return binary.BigEndian.AppendUint64(nil, h.opts.ID), nil
+	// Our wall clock goes with the answer, so the caller can tell how far apart the
+	// two clocks are (an 8-byte answer from an older node has none).
+	out := binary.BigEndian.AppendUint64(nil, h.opts.ID)
+	return binary.BigEndian.AppendUint64(out, uint64(time.Now().UnixNano())), nil
 }
 
 // send queues msgs of group for their peers.
