@@ -692,3 +692,75 @@ func TestReplicationDoubleFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicationRollingRestartUnderLoad: the three nodes are restarted in turn with
+// SIGTERM while producers keep sending through the running nodes; every message
+// answered 202 is delivered afterwards.
+func TestReplicationRollingRestartUnderLoad(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	nodes[0].api.createTopic("busy", map[string]any{"partitions": 2})
+	leaderOf(t, nodes, "busy", 0)
+	leaderOf(t, nodes, "busy", 1)
+	var (
+		mu       sync.Mutex
+		accepted = map[string]bool{}
+		seq      atomic.Int64
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				nd := nodes[i%3]
+				if !nd.Running() {
+					continue
+				}
+				id := fmt.Sprint("u", seq.Add(1))
+				if produceTry(nd, "busy", id) == http.StatusAccepted {
+					mu.Lock()
+					accepted[id] = true
+					mu.Unlock()
+				} else {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	for _, nd := range nodes {
+		mu.Lock()
+		before := len(accepted)
+		mu.Unlock()
+		waitFor(t, 30*time.Second, "produces going on", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(accepted) > before+50
+		})
+		nd.Stop()
+		nd.Launch()
+		if err := nd.WaitReady(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	seen := map[string]int{}
+	drain(t, nodes[0], "busy", seen, 3*time.Second)
+	lost := 0
+	for id := range accepted {
+		if seen[id] == 0 {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d messages answered 202 during the rolling restart were never delivered", lost, len(accepted))
+	}
+	t.Logf("%d messages accepted during a rolling restart of 3 nodes, all delivered", len(accepted))
+}
