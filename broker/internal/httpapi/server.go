@@ -572,8 +572,9 @@ func invalidUTF8At(b []byte) int {
 // member names matched exactly, unknown members, repeated names and trailing data
 // refused. Invalid UTF-8 inside strings is let through (as U+FFFD, or raw inside a
 // payload) so the handler can answer invalid_payload for it, as for a single produce.
-// A null where the spec wants a string or an integer (key, partition,
-// payload_encoding, extend) is refused too: the decoder would take it as absent.
+// A null where the spec wants a string, an integer, a boolean or an object (key,
+// partition, payload_encoding, extend, timestamp, origin, incarnation, validate_only)
+// is refused too: the decoder would take it as absent.
 func strictDecode(data []byte, v any) error {
 	if err := jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(true), refuseNulls); err != nil {
 		var se *jsonv2.SemanticError
@@ -615,6 +616,9 @@ var refuseNulls = jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
 	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ **string) error { return refuseNull(dec) }),
 	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ **int32) error { return refuseNull(dec) }),
 	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ **apigen.OutgoingMessagePayloadEncoding) error { return refuseNull(dec) }),
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ **bool) error { return refuseNull(dec) }),
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ **int64) error { return refuseNull(dec) }),
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ **apigen.MessageOrigin) error { return refuseNull(dec) }),
 ))
 
 func refuseNull(dec *jsontext.Decoder) error {
