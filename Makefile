@@ -138,7 +138,7 @@ bench-flow: build ## Every workload shape over HTTP against a fresh node: a tabl
 bench-peers: build ## The same shapes against narad, NATS JetStream (default sync, sync always, R3 sync always) and Redis Streams (if found), with ratios
 	cd bench/peers && GOWORK=off $(GO) run ./cmd/narad-bench-peers --narad ../../$(NARAD) $(BENCH_FLAGS)
 
-bench-cluster: build ## Cluster routing (issue 20): forwarded vs local latency on 3 nodes, then produce, flow, batch on 1 node and on 3
+bench-cluster: build ## Cluster: forwarded vs local latency on 3 nodes, then produce, flow, batch on 1 node and on 3 (replication_factor 3)
 	cd bench && $(GO) run ./cmd/narad-bench --narad ../$(NARAD) --cluster 3 --mode produce,flow,batch $(BENCH_FLAGS)
 
 build-spike: ## Build the replication spike's node (broker/cmd/narad-spike) into bin/

@@ -122,7 +122,7 @@ func printCluster(w io.Writer, run clusterRun) {
 		}
 	}
 	if len(run.Results) > 0 && len(run.Cluster) > 0 {
-		fmt.Fprintf(w, "\n%d nodes (RF 1, clients spread over the nodes round robin) against 1 node, the same binary, one after the other:\n", run.Nodes)
+		fmt.Fprintf(w, "\n%d nodes (topics of the default replication_factor: min(3, nodes); clients spread over the nodes round robin) against 1 node, the same binary, one after the other:\n", run.Nodes)
 		load.PrintComparison(w, []string{run.Cluster[0].Target, run.Results[0].Target}, [][]load.Result{run.Cluster, run.Results})
 	}
 	fmt.Fprintln(w)

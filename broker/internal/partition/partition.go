@@ -73,7 +73,12 @@ type Options struct {
 	WallClock func() int64
 	// Group, when set, makes the partition one replica of a replicated partition
 	// (replica.go): appends and settles are proposed to the group and written when it
-	// applies them (Apply), and only the leading replica leases.
+	// applies them (Apply), and only the leading replica leases. Its message log and
+	// settle journal are then written without their own fsync: every command is
+	// durable in the group's log before it is applied, and the group applies its whole
+	// log again at each start (an append lands only at the log's end, a settle of a
+	// settled offset changes nothing), so whatever a power loss took from them comes
+	// back.
 	Group Group
 }
 
@@ -161,11 +166,11 @@ func Open(opts Options) (*Partition, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.log, err = segment.Open(filepath.Join(opts.Dir, "log"), segment.Options{FS: p.fs, SegmentBytes: opts.SegmentBytes, Syncer: opts.Syncer})
+	p.log, err = segment.Open(filepath.Join(opts.Dir, "log"), segment.Options{FS: p.fs, SegmentBytes: opts.SegmentBytes, Syncer: opts.Syncer, NoSync: opts.Group != nil})
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: opening log: %w", opts.Index, err)
 	}
-	p.journal, err = segment.Open(filepath.Join(opts.Dir, "journal"), segment.Options{FS: p.fs, SegmentBytes: 4 << 20, Syncer: opts.Syncer})
+	p.journal, err = segment.Open(filepath.Join(opts.Dir, "journal"), segment.Options{FS: p.fs, SegmentBytes: 4 << 20, Syncer: opts.Syncer, NoSync: opts.Group != nil})
 	if err != nil {
 		_ = p.log.Close() // the journal's open error is the one to report
 		return nil, fmt.Errorf("partition %d: opening journal: %w", opts.Index, err)
