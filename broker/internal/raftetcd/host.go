@@ -122,7 +122,7 @@ type peer struct {
 	// whether one was measured.
 	clockOffset atomic.Int64
 	clockKnown  atomic.Bool
-	live      bool         // the ticker's view, owned by the ticker goroutine
+	live        bool // the ticker's view, owned by the ticker goroutine
 
 	mu    sync.Mutex
 	queue []outMsg
