@@ -152,8 +152,8 @@ type partGroup struct {
 	id   string
 }
 
-func (g *partGroup) Propose(ctx context.Context, cmd []byte) (any, error) {
-	_, res, err := g.host.ProposeResult(ctx, g.id, cmd)
+func (g *partGroup) Propose(ctx context.Context, cmd []byte, submitted func()) (any, error) {
+	_, res, err := g.host.ProposeResult(ctx, g.id, cmd, submitted)
 	if errors.Is(err, raftetcd.ErrNotLeader) || errors.Is(err, raftetcd.ErrClosed) || errors.Is(err, raftetcd.ErrUnknownGroup) {
 		return nil, fmt.Errorf("%w: %w", partition.ErrNotLeader, err)
 	}

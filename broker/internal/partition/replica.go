@@ -29,8 +29,10 @@ var ErrOutcomeUnknown = errors.New("partition: the write's outcome is unknown")
 type Group interface {
 	// Propose replicates cmd and returns what this replica's Apply returned for it,
 	// once it is committed and applied here. It fails with an error wrapping
-	// ErrNotLeader when this replica does not lead.
-	Propose(ctx context.Context, cmd []byte) (any, error)
+	// ErrNotLeader when this replica does not lead. submitted, when not nil, is called
+	// once cmd is in the leader's log, before it commits: commands proposed one after
+	// another's submitted call follow it in the log.
+	Propose(ctx context.Context, cmd []byte, submitted func()) (any, error)
 	// Confirm returns nil once a quorum confirmed, after the call, that this replica
 	// still leads.
 	Confirm(ctx context.Context) error
@@ -194,11 +196,16 @@ func (p *Partition) appendReplicated(recs []segment.Record) (uint64, error) {
 		if !r.leading.Load() {
 			return 0, ErrNotLeader
 		}
+		// The offset is chosen and the command submitted under r.mu, so concurrent
+		// appends reach the log in the order of their offsets; the commit is awaited
+		// without it.
 		r.mu.Lock()
 		first := max(r.next, p.log.Next())
 		r.next = first + uint64(len(recs))
-		r.mu.Unlock()
-		res, err := r.group.Propose(ctx, encodeAppendCmd(first, recs))
+		var once sync.Once
+		release := func() { once.Do(r.mu.Unlock) }
+		res, err := r.group.Propose(ctx, encodeAppendCmd(first, recs), release)
+		release()
 		if err != nil {
 			r.mu.Lock()
 			r.next = 0
@@ -255,7 +262,7 @@ func (p *Partition) settleReplicated(reqs []SettleReq) []error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
 	defer cancel()
-	res, err := r.group.Propose(ctx, encodeSettleCmd(delivered, begun))
+	res, err := r.group.Propose(ctx, encodeSettleCmd(delivered, begun), nil)
 	if err == nil {
 		if s, ok := res.(appliedSettle); ok {
 			err = s.err
@@ -501,7 +508,7 @@ func (p *Partition) HandOver(ctx context.Context) error {
 	leases := p.q.Live(now)
 	delivered := p.q.Cursor()
 	p.mu.Unlock()
-	_, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, leases, now))
+	_, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, leases, now), nil)
 	if err != nil {
 		return p.groupErr(err)
 	}

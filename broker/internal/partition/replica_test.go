@@ -28,7 +28,7 @@ type member struct {
 	i int
 }
 
-func (m member) Propose(_ context.Context, cmd []byte) (any, error) {
+func (m member) Propose(_ context.Context, cmd []byte, submitted func()) (any, error) {
 	g := m.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -36,6 +36,9 @@ func (m member) Propose(_ context.Context, cmd []byte) (any, error) {
 		return nil, ErrNotLeader
 	}
 	g.log = append(g.log, append([]byte(nil), cmd...))
+	if submitted != nil {
+		submitted()
+	}
 	var mine any
 	for i, p := range g.replicas {
 		res := p.Apply(uint64(len(g.log)), cmd)
@@ -224,5 +227,34 @@ func TestReplicaHandOverKeepsLeases(t *testing.T) {
 		if err := ps[1].Settle([]SettleReq{{Offset: d.Record.Offset, Nonce: d.Nonce}})[0]; err != nil {
 			t.Fatalf("a handle leased by the old leader was refused by the new one: %v", err)
 		}
+	}
+}
+
+// Concurrent appends reach the group's log in the order of the offsets they name, so
+// none is refused and proposed again (each refusal costs a round of consensus).
+func TestReplicaConcurrentAppendsAreNotRefused(t *testing.T) {
+	g, ps := openGroup(t, 2)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				if _, err := ps[0].Append([]segment.Record{{Value: []byte("x")}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	g.mu.Lock()
+	proposals := len(g.log)
+	g.mu.Unlock()
+	if proposals != 400 {
+		t.Fatalf("%d proposals for 400 appends: %d were refused for naming a stale offset and proposed again", proposals, proposals-400)
+	}
+	if end := ps[1].Stats().End; end != 400 {
+		t.Fatalf("the follower's log ends at %d, want 400", end)
 	}
 }

@@ -282,7 +282,7 @@ func (g *group) confirm(ctx context.Context) error {
 	return nil
 }
 
-func (g *group) propose(ctx context.Context, data []byte) (uint64, any, error) {
+func (g *group) propose(ctx context.Context, data []byte, submitted func()) (uint64, any, error) {
 	pid := g.h.nextProposal.Add(1)
 	buf := make([]byte, 8+len(data))
 	binary.BigEndian.PutUint64(buf, pid)
@@ -300,6 +300,9 @@ func (g *group) propose(ctx context.Context, data []byte) (uint64, any, error) {
 	}
 	g.waiters[pid] = ch
 	g.mu.Unlock()
+	if submitted != nil {
+		submitted()
+	}
 	g.signal()
 	select {
 	case p := <-ch:

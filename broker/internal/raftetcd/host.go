@@ -450,12 +450,19 @@ func (h *Host) Propose(ctx context.Context, id string, data []byte) (uint64, err
 
 // ProposeResult is Propose that also returns what the group's Apply returned for the
 // proposal.
-func (h *Host) ProposeResult(ctx context.Context, id string, data []byte) (uint64, any, error) {
+// submitted, when given, is called once the proposal is in the leader's log (before
+// it commits): proposals made one after the other's submitted call are in the log in
+// that order.
+func (h *Host) ProposeResult(ctx context.Context, id string, data []byte, submitted ...func()) (uint64, any, error) {
 	g := h.group(id)
 	if g == nil {
 		return 0, nil, fmt.Errorf("%w %q", ErrUnknownGroup, id)
 	}
-	return g.propose(ctx, data)
+	var s func()
+	if len(submitted) > 0 {
+		s = submitted[0]
+	}
+	return g.propose(ctx, data, s)
 }
 
 // ConfirmLeader returns nil once a quorum of group id confirmed, after the call, that
