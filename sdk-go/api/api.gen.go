@@ -656,8 +656,9 @@ type ProduceBatchRequest struct {
 	Messages    []OutgoingMessage `json:"messages"`
 
 	// ValidateOnly Check the credentials, the produce grant and the topic (and `incarnation`,
-	// when given), then answer 202 with no results and write nothing. The messages
-	// are not checked. Remote children use it to check a remote topic at attach.
+	// when given), then answer 202 with no results and write nothing. The messages'
+	// contents are not checked, but each still needs a payload. Remote children use
+	// it to check a remote topic at attach.
 	ValidateOnly *bool `json:"validate_only,omitempty"`
 }
 

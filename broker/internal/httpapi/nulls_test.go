@@ -1,6 +1,9 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -28,5 +31,18 @@ func TestBatchBodyRefusesNullMembers(t *testing.T) {
 	var req apigen.ProduceBatchRequest
 	if err := strictDecode([]byte(`{"messages":[{"payload":null}],"validate_only":true}`), &req); err != nil {
 		t.Errorf("a null payload (a JSON value) was refused: %v", err)
+	}
+}
+
+// A validate_only batch still has to match the spec: a message without a payload is
+// refused before anything is asked of the broker (schemathesis found it answered 202).
+func TestValidateOnlyBatchNeedsPayloads(t *testing.T) {
+	yes := true
+	h := &handlers{} // no broker: the refusal comes first
+	_, err := h.ProduceBatch(context.Background(), apigen.ProduceBatchRequestObject{Topic: "t",
+		Body: &apigen.ProduceBatchRequest{ValidateOnly: &yes, Messages: []apigen.OutgoingMessage{{}}}})
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.status != http.StatusBadRequest {
+		t.Fatalf("a validate_only batch with a message without payload: %v, want 400", err)
 	}
 }

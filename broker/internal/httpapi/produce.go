@@ -111,6 +111,13 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 		return nil, err
 	}
 	if chk.ValidateOnly {
+		// The messages' contents are not checked, but the body must still be one the
+		// spec allows: every message has a payload.
+		for i, m := range msgs {
+			if len(m.Payload) == 0 {
+				return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "message "+strconv.Itoa(i)+": payload is required")
+			}
+		}
 		if _, err := h.b.ProduceChecked(ctx, r.Topic, chk, nil); err != nil {
 			return nil, err
 		}

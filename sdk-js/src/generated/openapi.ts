@@ -1152,8 +1152,9 @@ export interface components {
             incarnation?: string;
             /**
              * @description Check the credentials, the produce grant and the topic (and `incarnation`,
-             *     when given), then answer 202 with no results and write nothing. The messages
-             *     are not checked. Remote children use it to check a remote topic at attach.
+             *     when given), then answer 202 with no results and write nothing. The messages'
+             *     contents are not checked, but each still needs a payload. Remote children use
+             *     it to check a remote topic at attach.
              */
             validate_only?: boolean;
         };
