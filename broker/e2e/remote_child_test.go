@@ -839,3 +839,137 @@ func TestRemoteChildFromACluster(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteChildBetweenClusters: a parent on a cluster of three copies into a topic
+// of another cluster of three, both replicated, under a steady load, while the leader
+// of a remote partition is killed -9 and restarted and then the source's leader of a
+// partition is; afterwards every message the source answered 202 is in the remote
+// topic, and the copy's lag is zero.
+func TestRemoteChildBetweenClusters(t *testing.T) {
+	t.Parallel()
+	src := startPeersCluster(t, 3)
+	dst := startPeersClusterEnv(t, 3, []string{"NARAD_ADMIN_PASSWORD=" + dstAdminPass})
+	da := &api{Client: dst[0].Client().WithBasicAuth("admin", dstAdminPass), t: t}
+	da.PostJSON("/v1/users", map[string]any{"username": "copier", "password": copierPass,
+		"grants": []map[string]any{{"action": "produce", "topics": []string{"copy.*"}}}}).Expect(t, http.StatusCreated)
+	da.createTopic("copy.orders", map[string]any{"partitions": 2})
+	src[0].api.createTopic("orders", map[string]any{"partitions": 2})
+	r := src[0].api.PostJSON(topicPath("orders")+"/children", map[string]any{"child": "copy.orders",
+		"remote": map[string]any{"url": dst[0].URL(), "username": "copier", "password": copierPass}})
+	var att remoteChildJSON
+	if !r.Expect(t, http.StatusCreated) || !r.JSON(t, &att) {
+		t.FailNow()
+	}
+	var (
+		mu       sync.Mutex
+		accepted = map[string]bool{}
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			nd := src[i%3]
+			if !nd.Running() {
+				continue
+			}
+			id := fmt.Sprintf(`{"id":%d}`, i)
+			rr, err := nd.api.Try(http.MethodPost, topicPath("orders")+"/produce", []byte(id), "Content-Type", "application/json")
+			if err == nil && rr.Status == http.StatusAccepted {
+				mu.Lock()
+				accepted[id] = true
+				mu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond) // a steady load, not a flood: six nodes share the machine
+		}
+	}()
+	grow := func(n int) {
+		mu.Lock()
+		want := len(accepted) + n
+		mu.Unlock()
+		waitFor(t, 30*time.Second, "produces going on", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(accepted) >= want
+		})
+	}
+	grow(100)
+	// A remote replica that leads a partition dies (not the node the URL names: one
+	// URL reaches the remote cluster here).
+	var victim *clusterNode
+	for p := range 2 {
+		var l *clusterNode
+		waitFor(t, 30*time.Second, "a leader of the remote partition", func() bool {
+			rr, err := da.Try(http.MethodGet, topicPath("copy.orders"), nil)
+			if err != nil || rr.Status != http.StatusOK {
+				return false
+			}
+			var d topicDetail
+			if json.Unmarshal(rr.Body, &d) != nil || p >= len(d.PartitionStats) {
+				return false
+			}
+			for _, nd := range dst {
+				if nd.id == d.PartitionStats[p].Leader {
+					l = nd
+				}
+			}
+			return l != nil
+		})
+		if l != dst[0] && victim == nil {
+			victim = l
+		}
+	}
+	if victim == nil {
+		victim = dst[1]
+	}
+	victim.Kill()
+	grow(100)
+	victim.Launch()
+	if err := victim.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	lead := leaderOf(t, src, "orders", 0)
+	lead.Kill()
+	grow(100)
+	lead.Launch()
+	if err := lead.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	grow(50)
+	close(stop)
+	wg.Wait()
+	waitFor(t, 60*time.Second, "the copy to catch up", func() bool {
+		c, _, ok := src[1].api.remoteChild("orders", att.ID)
+		if !ok || len(c.Lag) != 2 || c.totalLag() != 0 {
+			return false
+		}
+		for _, l := range c.Lag {
+			if l.ChildCursor == 0 || l.ChildCursor != l.ParentNextOffset {
+				return false
+			}
+		}
+		return true
+	})
+	got := map[string]bool{}
+	for p := range 2 {
+		for _, m := range da.readAll("copy.orders", p) {
+			got[string(m.Payload)] = true
+		}
+	}
+	missing := 0
+	for id := range accepted {
+		if !got[id] {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d messages accepted at the source are not in the remote topic", missing, len(accepted))
+	}
+	t.Logf("%d messages copied between two 3-node clusters through a remote and a source failover", len(accepted))
+}
