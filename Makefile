@@ -171,7 +171,7 @@ e2e: ## Only the end-to-end tests against the real binary, with the slower clust
 	cd broker && $(GO) test -race -count=1 -tags cluster -timeout 20m ./e2e/...
 
 bench-cluster-idle: ## CPU of an idle 3-node cluster over 60 s, then with 300 idle partitions x RF 3, and the controller failover time (5 rounds)
-	cd broker && $(GO) test -count=1 -tags cluster -v -run 'TestClusterIdleCPU|TestReplicatedIdleCPU|TestClusterFailoverTimes' ./e2e/ | grep -E 'idle 3-node|idle replicated|controller change|^(--- |ok|FAIL)'
+	cd broker && $(GO) test -count=1 -tags cluster -v -run 'TestClusterIdleCPU|TestReplicatedIdleCPU|TestClusterFailoverTimes|TestReplicationFailoverTimes' ./e2e/ | grep -E 'idle 3-node|idle replicated|controller change|partition failover|^(--- |ok|FAIL)'
 
 CLUSTER_SECRET ?= local-cluster-secret-not-for-production
 cluster: build ## Run a 3-node cluster on loopback (HTTP 7951-7953, cluster UDP 7961-7963, data in ./data-cluster) until Ctrl-C

@@ -256,6 +256,12 @@ func (b *Broker) callOnce(ctx context.Context, node string, req *dataReq, timeou
 	if !b.peerUp(node) {
 		return nil, fmt.Errorf("%w: %w: node %q holding partition %d of topic %q is %s", ErrUnavailable, ErrPartitionDown, node, req.Partition, req.Topic, b.peerState(node, m))
 	}
+	if b.repl != nil && b.repl.host.PeerSilent(raftID(m.ServerID)) {
+		// Found dead by the node-pair liveness (a second of silence): not sent, so the
+		// caller may go elsewhere; sending would wait out the call's timeout.
+		b.markDown(node)
+		return nil, fmt.Errorf("%w: %w: node %q holding partition %d of topic %q has not answered for a second", ErrUnavailable, ErrPartitionDown, node, req.Partition, req.Topic)
+	}
 	// Watches are not counted: there is at most one per topic and holder, and they
 	// park by design.
 	if req.Kind != dataWait {

@@ -223,6 +223,17 @@ func (h *Host) PeerDown(id uint64) <-chan struct{} {
 	return p.down
 }
 
+// PeerSilent reports whether node id was heard from before and not for LivenessTimeout
+// since: it is down or cut off. A peer never heard from yet is not silent.
+func (h *Host) PeerSilent(id uint64) bool {
+	p := h.peer(id)
+	if p == nil {
+		return false
+	}
+	last := p.lastHeard.Load()
+	return last != 0 && time.Now().UnixNano()-last > int64(h.opts.LivenessTimeout)
+}
+
 // ClockOffsets returns, per peer measured, its wall clock minus this node's, as the
 // last liveness call saw it (accurate to half its round trip).
 func (h *Host) ClockOffsets() map[uint64]time.Duration {
