@@ -115,7 +115,11 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	if err != nil {
 		return nil, err
 	}
-	voters := b.voters(m.Placement[i].Replicas)
+	voters, known := b.voters(m.Placement[i].Replicas)
+	if !known {
+		_ = p.Close() // the error below is the one to report
+		return nil, fmt.Errorf("%w: a replica of partition %d of topic %q is on a node this node has no member record of yet", ErrUnavailable, i, m.Name)
+	}
 	// A replica made for a group that existed before this data directory did (the
 	// node lost its disk) joins it: the group's leader makes it a voter in place of
 	// its lost replica (reconcileVoters) and sends it the group's log.
@@ -223,6 +227,7 @@ func (b *Broker) route(ctx context.Context, t *topic, p int, req *dataReq, timeo
 	deadline := time.Now().Add(wait)
 	reps := m.Placement[p].Replicas
 	hint := ""
+	hops := 0 // hints followed in a row: two replicas with stale views may name each other
 	for try := 0; ; try++ {
 		if lp := t.parts[p]; lp != nil && lp.Leading() && local(lp) {
 			return nil, nil
@@ -250,9 +255,11 @@ func (b *Broker) route(ctx context.Context, t *topic, p int, req *dataReq, timeo
 				return resp, err
 			}
 		}
-		if hint != "" {
+		if hint != "" && hops < 3 && time.Now().Before(deadline) {
+			hops++
 			continue
 		}
+		hops = 0
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w: partition %d of topic %q has no leader this node can reach (an election may be running, or too few of its replicas are up)", ErrUnavailable, p, t.name)
 		}
@@ -352,18 +359,19 @@ func (b *Broker) localReplicaInfo(t *topic, p int) *ReplicaInfo {
 }
 
 // voters returns the raft ids of the replicas on nodes, as the members' records name
-// their current data directories.
-func (b *Broker) voters(nodes []string) []uint64 {
+// their current data directories, and false when one of the nodes has no member
+// record here (its id cannot be known).
+func (b *Broker) voters(nodes []string) ([]uint64, bool) {
 	out := make([]uint64, 0, len(nodes))
 	for _, n := range nodes {
-		sid := n + "/?" // not a member (yet): a placeholder no node answers to
-		if m, ok := b.meta.Member(n); ok {
-			sid = m.ServerID
+		m, ok := b.meta.Member(n)
+		if !ok || m.ServerID == "" {
+			return nil, false
 		}
-		out = append(out, raftID(sid))
+		out = append(out, raftID(m.ServerID))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
+	return out, true
 }
 
 // reconcileVoters makes every group led here have the voters its placement names: a
@@ -390,7 +398,10 @@ func (b *Broker) reconcileVoters() {
 			if !ok || !info.Leader {
 				continue
 			}
-			want := b.voters(m.Placement[i].Replicas)
+			want, known := b.voters(m.Placement[i].Replicas)
+			if !known {
+				continue // never change voters on a partial view
+			}
 			var remove, add []uint64
 			for _, v := range info.Voters {
 				if !slices.Contains(want, v) {
