@@ -298,7 +298,6 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 	if r == nil || len(cmd) == 0 {
 		return nil
 	}
-	defer func() { r.mark(index, p.log.Next()) }()
 	if r.failed.Load() {
 		return appliedAppend{err: fmt.Errorf("%w: this replica stopped applying after a failed write; restart the node", ErrStorage)}
 	}
@@ -308,12 +307,18 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		if err != nil {
 			return p.applyFailed(err)
 		}
-		if first != p.log.Next() {
+		if end := p.log.Next(); first != end {
+			if first < end {
+				// Applied before this start: its messages end where it put them, not
+				// at the log's end now (a follower matching this entry holds that far).
+				r.mark(index, first+uint64(len(recs)))
+			}
 			return appliedAppend{}
 		}
 		if _, err := p.log.Append(recs); err != nil {
 			return p.applyFailed(storageErr(err))
 		}
+		r.mark(index, p.log.Next())
 		p.mu.Lock()
 		p.q.SetBounds(p.log.Oldest(), p.log.Next())
 		p.mu.Unlock()

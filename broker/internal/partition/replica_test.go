@@ -258,3 +258,27 @@ func TestReplicaConcurrentAppendsAreNotRefused(t *testing.T) {
 		t.Fatalf("the follower's log ends at %d, want 400", end)
 	}
 }
+
+// A restart applies the group's log again: the marks that tell a follower's lag must
+// come out as they were, each entry at the end its own messages reached, not at the
+// log's end now (a follower would be shown caught up when it is not).
+func TestReplicaMarksAfterReplay(t *testing.T) {
+	g, ps := openGroup(t, 2)
+	for range 3 {
+		if _, err := ps[0].Append([]segment.Record{{Value: []byte("a")}, {Value: []byte("b")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := ps[1]
+	p.repl.marksMu.Lock()
+	p.repl.marks = nil // as after a restart
+	p.repl.marksMu.Unlock()
+	for i, cmd := range g.log {
+		p.Apply(uint64(i+1), cmd)
+	}
+	for i, want := range []uint64{2, 4, 6} {
+		if got := p.OffsetAtIndex(uint64(i + 1)); got != want {
+			t.Errorf("after the replay, entry %d marks offset %d, want %d", i+1, got, want)
+		}
+	}
+}
