@@ -18,30 +18,7 @@ import (
 // every running node until one names a leader that is running.
 func leaderOf(t *testing.T, nodes []*clusterNode, name string, p int) *clusterNode {
 	t.Helper()
-	var lead *clusterNode
-	waitFor(t, 30*time.Second, "a leader of "+name+" partition "+fmt.Sprint(p), func() bool {
-		for _, nd := range nodes {
-			if !nd.Running() {
-				continue
-			}
-			r, err := nd.api.Try(http.MethodGet, topicPath(name), nil)
-			if err != nil || r.Status != http.StatusOK {
-				continue
-			}
-			var d topicDetail
-			if json.Unmarshal(r.Body, &d) != nil || p >= len(d.PartitionStats) {
-				continue
-			}
-			for _, o := range nodes {
-				if o.id == d.PartitionStats[p].Leader && o.Running() {
-					lead = o
-					return true
-				}
-			}
-		}
-		return false
-	})
-	return lead
+	return newLeader(t, nodes, name, p, nil)
 }
 
 // produceTry produces one JSON message through nd and reports the status (0: no answer).
@@ -317,11 +294,11 @@ func wipe(t *testing.T, dir string) {
 }
 
 // newLeader waits until a running node other than old names a running leader of
-// partition p of topic name other than old, and returns it.
+// partition p of topic name other than old, and returns it (old nil: any leader).
 func newLeader(t *testing.T, nodes []*clusterNode, name string, p int, old *clusterNode) *clusterNode {
 	t.Helper()
 	var lead *clusterNode
-	waitFor(t, 30*time.Second, "a new leader of "+name, func() bool {
+	waitFor(t, 30*time.Second, "a leader of "+name+" partition "+fmt.Sprint(p), func() bool {
 		for _, nd := range nodes {
 			if nd == old || !nd.Running() {
 				continue

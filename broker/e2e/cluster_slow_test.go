@@ -142,21 +142,7 @@ func TestClusterIdleCPU(t *testing.T) {
 	agreed(t, wantMembers(nodes...), nodes...)
 	// Let the start-up settle: joins, the first heartbeats, member records.
 	time.Sleep(5 * time.Second)
-	const window = 60 * time.Second
-	before := make([]float64, len(nodes))
-	for i, nd := range nodes {
-		before[i] = cpuSeconds(t, nd.PID())
-	}
-	start := time.Now()
-	time.Sleep(window)
-	elapsed := time.Since(start).Seconds()
-	total := 0.0
-	var per []string
-	for i, nd := range nodes {
-		used := cpuSeconds(t, nd.PID()) - before[i]
-		total += used
-		per = append(per, fmt.Sprintf("%s %.2f%%", nd.id, 100*used/elapsed))
-	}
+	total, elapsed, per := idleCPU(t, nodes, 60*time.Second)
 	t.Logf("idle 3-node cluster over %.0fs: %.2f%% of one core in all (%s)", elapsed, 100*total/elapsed, strings.Join(per, ", "))
 	if total/elapsed > 0.10 {
 		t.Errorf("an idle 3-node cluster used %.1f%% of a core; the control plane's idle cost should be far below 10%%", 100*total/elapsed)
@@ -179,21 +165,7 @@ func TestReplicatedIdleCPU(t *testing.T) {
 	}
 	// Let every group quiesce: followers caught up, leaders asleep.
 	time.Sleep(10 * time.Second)
-	const window = 60 * time.Second
-	before := make([]float64, len(nodes))
-	for i, nd := range nodes {
-		before[i] = cpuSeconds(t, nd.PID())
-	}
-	start := time.Now()
-	time.Sleep(window)
-	elapsed := time.Since(start).Seconds()
-	total := 0.0
-	var per []string
-	for i, nd := range nodes {
-		used := cpuSeconds(t, nd.PID()) - before[i]
-		total += used
-		per = append(per, fmt.Sprintf("%s %.2f%%", nd.id, 100*used/elapsed))
-	}
+	total, elapsed, per := idleCPU(t, nodes, 60*time.Second)
 	t.Logf("idle replicated 3-node cluster, 300 partitions x RF 3, over %.0fs: %.2f%% of one core in all, %.2f%% of this %d-core machine (%s)",
 		elapsed, 100*total/elapsed, 100*total/elapsed/float64(runtime.NumCPU()), runtime.NumCPU(), strings.Join(per, ", "))
 	if total/elapsed/float64(runtime.NumCPU()) > 0.05 {
@@ -252,6 +224,25 @@ func TestReplicationFailoverTimes(t *testing.T) {
 	if times[len(times)-1] > 3*time.Second {
 		t.Errorf("the slowest failover took %v; the target is under 3 s", times[len(times)-1])
 	}
+}
+
+// idleCPU measures the CPU seconds the nodes use over window, and returns them with
+// the seconds elapsed and each node's share of a core as text.
+func idleCPU(t *testing.T, nodes []*clusterNode, window time.Duration) (total, elapsed float64, per []string) {
+	t.Helper()
+	before := make([]float64, len(nodes))
+	for i, nd := range nodes {
+		before[i] = cpuSeconds(t, nd.PID())
+	}
+	start := time.Now()
+	time.Sleep(window)
+	elapsed = time.Since(start).Seconds()
+	for i, nd := range nodes {
+		used := cpuSeconds(t, nd.PID()) - before[i]
+		total += used
+		per = append(per, fmt.Sprintf("%s %.2f%%", nd.id, 100*used/elapsed))
+	}
+	return total, elapsed, per
 }
 
 // cpuSeconds reads a process's user plus system CPU time from /proc/<pid>/stat.
