@@ -33,7 +33,7 @@ const leaseLeaderWait = 250 * time.Millisecond
 type replication struct {
 	host *raftetcd.Host
 	sync *vfs.SyncGroup
-	born int64 // when this data directory was made (Unix ms): see fresh
+	born int64 // when this data directory was made (Unix ms): see openReplica's join
 
 	mu      sync.Mutex
 	nodes   map[uint64]string // raft id → node id, of every member seen

@@ -30,8 +30,6 @@ type group struct {
 	waiters  map[uint64]chan proposal // proposal id → its outcome once applied
 	reads    map[uint64]chan uint64   // read-index request id → the index to wait for
 	readSeq  uint64
-	fresh    bool   // grants no vote (GroupConfig.Fresh) until caught up to freshTo
-	freshTo  uint64 // a leader's commit index heard while fresh
 	applied  uint64 // last index applied (written by the Ready loop)
 	leading  bool   // OnRole(true) was said and not taken back
 	// recampaign counts the ticks a new group's preferred leader stands again while no
@@ -130,9 +128,6 @@ func (g *group) run() {
 				}
 			}
 			g.rn.Advance(rd)
-			if g.fresh && g.freshTo > 0 && g.applied >= g.freshTo {
-				g.fresh = false
-			}
 			g.mu.Unlock()
 			g.appliedC.Broadcast()
 		}
@@ -385,19 +380,6 @@ func (g *group) quiesceLocked() []raftpb.Message {
 // tells the candidate).
 func (g *group) step(flags byte, m raftpb.Message) {
 	g.mu.Lock()
-	if g.fresh {
-		switch m.Type {
-		case raftpb.MsgVote, raftpb.MsgPreVote:
-			// A replica that lost its log may have voted in this term already: it
-			// stays silent until it has caught up with a leader.
-			g.mu.Unlock()
-			return
-		case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
-			if m.Commit > g.freshTo {
-				g.freshTo = m.Commit
-			}
-		}
-	}
 	if err := g.rn.Step(m); err != nil {
 		g.mu.Unlock()
 		return
@@ -426,7 +408,7 @@ func (g *group) leaderDown(dead uint64) {
 		g.mu.Unlock()
 		return
 	}
-	designated := !g.fresh
+	designated := true
 	for _, id := range g.voters {
 		if id != dead && id < g.h.opts.ID && g.h.isLive(id) {
 			designated = false

@@ -277,10 +277,6 @@ type GroupConfig struct {
 	// Applied is the index up to which the application already holds the group's
 	// committed entries durably; entries up to it are not applied again. 0: apply all.
 	Applied uint64
-	// Fresh marks a replica created for a group that existed before (a node that lost
-	// its disk, or a new replica): it grants no vote until it has caught up with a
-	// leader, since it no longer knows whom it voted for.
-	Fresh bool
 	// Join opens a group that exists elsewhere and this node is not (yet) a voter of:
 	// it starts with an empty log and no configuration, and waits for a leader that
 	// added it to send it the group's log. Voters is ignored.
@@ -350,7 +346,7 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 	}
 	g := &group{h: h, id: id, rn: rn, st: st, wake: make(chan struct{}, 1), quit: make(chan struct{}),
 		done: make(chan struct{}), waiters: map[uint64]chan proposal{}, reads: map[uint64]chan uint64{},
-		voters: voters, cfg: cfg, fresh: cfg.Fresh, applied: applied}
+		voters: voters, cfg: cfg, applied: applied}
 	g.appliedC = sync.NewCond(&g.mu)
 	if _, cs, err := st.InitialState(); err == nil {
 		g.voters = cs.Voters
