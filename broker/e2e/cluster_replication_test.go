@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -634,9 +635,16 @@ func TestReplicationDoubleFailover(t *testing.T) {
 	for _, nd := range nodes {
 		nd.Stop()
 	}
+	sameMessageLogs(t, nodes, inc+"-dbl")
+}
+
+// sameMessageLogs fails the test unless partition 0 of the topic directory tdir holds
+// byte-equal segment files on every node (stopped).
+func sameMessageLogs(t *testing.T, nodes []*clusterNode, tdir string) {
+	t.Helper()
 	var want map[string][]byte
 	for _, nd := range nodes {
-		dir := filepath.Join(nd.DataDir(), "topics", inc+"-dbl", "0", "log")
+		dir := filepath.Join(nd.DataDir(), "topics", tdir, "0", "log")
 		got := map[string][]byte{}
 		entries, err := os.ReadDir(dir)
 		if err != nil {
@@ -668,6 +676,85 @@ func TestReplicationDoubleFailover(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestReplicationSnapshotRestoresWipedReplica: with a snapshot every 16 entries, the
+// group's log no longer holds the entries a replica whose disk was wiped needs; the
+// leader sends it a snapshot, it fetches the messages from another replica and takes
+// the acks from the snapshot. Leading afterwards, it delivers every unacked message
+// and none of the acked ones, and its message log is byte-equal to the others'.
+func TestReplicationSnapshotRestoresWipedReplica(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3, "--replica-snapshot-entries", "16")
+	nodes[0].api.createTopic("snap", map[string]any{"partitions": 1, "visibility_timeout_ms": 60000})
+	inc := nodes[0].api.topic("snap").Incarnation
+	lead := leaderOf(t, nodes, "snap", 0)
+	for i := range 200 {
+		if s := produceTry(lead, "snap", fmt.Sprint("s", i)); s != http.StatusAccepted {
+			t.Fatalf("produce %d: %d", i, s)
+		}
+	}
+	// Ack the first 120 (leased in offset order), one settle entry each.
+	acked := map[string]bool{}
+	for len(acked) < 120 {
+		r := lead.api.Do(http.MethodGet, topicPath("snap")+fmt.Sprintf("/consume-batch?max=%d&wait=1s", min(120-len(acked), 50)), nil)
+		var l struct {
+			Messages []message `json:"messages"`
+		}
+		if err := json.Unmarshal(r.Body, &l); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range l.Messages {
+			var p struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(m.Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			lead.api.Do(http.MethodPost, topicPath("snap")+"/ack?receipt_handle="+url.QueryEscape(m.ReceiptHandle), nil)
+			acked[p.ID] = true
+		}
+	}
+	victim := others(nodes, lead)[0]
+	victim.Kill()
+	wipe(t, victim.DataDir())
+	victim.Launch()
+	if err := victim.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the wiped replica to hold all 200 messages", func() bool {
+		return followerHasAll(t, nodes, "snap", 200)
+	})
+	if !strings.Contains(victim.Log(), "replica restored from a snapshot") {
+		t.Fatalf("the wiped replica caught up without restoring a snapshot; the group's log was not compacted")
+	}
+	// Hand the leadership around (SIGTERM hands it over) until the restored replica leads.
+	for try := 0; ; try++ {
+		l := leaderOf(t, nodes, "snap", 0)
+		if l == victim {
+			break
+		}
+		if try == 8 {
+			t.Fatalf("the restored replica did not come to lead in %d handovers", try)
+		}
+		l.Restart()
+	}
+	seen := map[string]int{}
+	drain(t, victim, "snap", seen, 5*time.Second)
+	for i := range 200 {
+		id := fmt.Sprint("s", i)
+		switch {
+		case acked[id] && seen[id] > 0:
+			t.Errorf("message %s, acked before the wipe, delivered again by the restored replica", id)
+		case !acked[id] && seen[id] == 0:
+			t.Errorf("message %s lost by the restored replica", id)
+		}
+	}
+	waitFor(t, 60*time.Second, "every replica to hold the whole log", func() bool { return followerHasAll(t, nodes, "snap", 200) })
+	for _, nd := range nodes {
+		nd.Stop()
+	}
+	sameMessageLogs(t, nodes, inc+"-snap")
 }
 
 // TestReplicationRollingRestartUnderLoad: the three nodes are restarted in turn with

@@ -40,6 +40,9 @@ type Options struct {
 	Defaults TopicDefaults
 	// SegmentBytes is the message log segment size (0: the storage default).
 	SegmentBytes int64
+	// SnapshotEntries is how many entries a replicated partition's Raft log takes
+	// between two snapshots (0: raftetcd's default).
+	SnapshotEntries int
 	// RetentionInterval is how often retention runs (default 10 s).
 	RetentionInterval time.Duration
 	// Metrics receives counters; nil means a private registry.

@@ -64,7 +64,13 @@ const (
 	dataStats    = "stats"
 	dataWait     = "wait"
 	dataLag      = "lag"
+	// dataReplicaRead reads committed records of any replica, leader or not: a
+	// replica restoring a snapshot fetches the messages it lacks with it.
+	dataReplicaRead = "replica_read"
 )
+
+// replicaReadLimit is the most records one replica_read answers (4 MiB at most).
+const replicaReadLimit = 2048
 
 // dataReq is one partition operation sent to the node that holds the partition. The
 // entry node has authenticated and authorized the client; Principal names who, for
@@ -696,6 +702,12 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 	}
 	p := t.parts[req.Partition]
 	var resp dataResp
+	if req.Kind == dataReplicaRead {
+		// Every replica's log holds only committed records, at the same offsets.
+		resp.Records, err = p.Read(req.Offset, min(max(req.Limit, 1), replicaReadLimit))
+		resp.Err = toWireErr(err)
+		return &resp
+	}
 	if !p.Leading() {
 		// A replica that does not lead serves nothing: the caller follows the hint.
 		resp.Err = b.notLeader(t, int(req.Partition), partition.ErrNotLeader)

@@ -16,6 +16,7 @@ import (
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/raftetcd"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 	"github.com/narad-mq/narad/broker/internal/transport"
 )
@@ -74,6 +75,7 @@ func (b *Broker) startReplication(node *transport.Node) error {
 		Node: node, ID: raftID(b.meta.ServerID()), Peers: map[uint64]string{raftID(b.meta.ServerID()): ""},
 		Dir: filepath.Join(b.opts.DataDir, "topics"), Sync: sg, Store: raftetcd.StoreRaftstore,
 		LazyHeartbeats: true, HeartbeatTick: 3, ParallelAppend: true,
+		SnapshotEvery: b.opts.SnapshotEntries, SnapshotKeep: snapshotKeep(b.opts.SnapshotEntries),
 		Logger: b.log,
 	})
 	if err != nil {
@@ -81,6 +83,15 @@ func (b *Broker) startReplication(node *transport.Node) error {
 	}
 	b.repl = &replication{host: host, sync: sg, born: born, nodes: map[uint64]string{}, leaders: map[string]string{}}
 	return nil
+}
+
+// snapshotKeep is how many entries a group's log keeps behind its snapshot: enough
+// for a follower a moment behind to catch up from the log instead of a snapshot.
+func snapshotKeep(every int) int {
+	if every <= 0 {
+		return 0 // raftetcd's default
+	}
+	return max(1, min(raftetcd.DefaultSnapshotKeep, every/4))
 }
 
 // replicated reports whether partition i of m is a replicated partition (a Raft group).
@@ -126,7 +137,11 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	join := errors.Is(statErr, os.ErrNotExist) && m.CreatedAtMs+1000 < b.repl.born
 	err = b.repl.host.OpenGroup(gid, raftetcd.GroupConfig{
 		Voters: voters, Dir: raftDir, Join: join, Campaign: m.Placement[i].Leader == b.opts.NodeID,
-		Apply: func(index uint64, data []byte) any { return p.Apply(index, data) },
+		Apply:    func(index uint64, data []byte) any { return p.Apply(index, data) },
+		Snapshot: p.SnapshotState,
+		Restore: func(ctx context.Context, index uint64, data []byte, sources []uint64) error {
+			return p.RestoreSnapshot(ctx, index, data, b.fetchFrom(t, i, sources))
+		},
 		OnRole: func(lead bool, term uint64) {
 			p.SetRole(lead, term)
 			if lead {
@@ -140,6 +155,40 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		return nil, err
 	}
 	return p, nil
+}
+
+// fetchFrom returns the Fetch a replica of partition i of t restoring a snapshot
+// reads the records it lacks with: from the first of sources (raft ids, the leader
+// first) that answers with some, over the node plane.
+func (b *Broker) fetchFrom(t *topic, i int, sources []uint64) partition.Fetch {
+	return func(ctx context.Context, from uint64) ([]segment.Record, error) {
+		var errs []error
+		for _, src := range sources {
+			b.repl.mu.Lock()
+			node := b.repl.nodes[src]
+			b.repl.mu.Unlock()
+			if node == "" || node == b.opts.NodeID {
+				continue
+			}
+			req := b.dataReq(t, dataReplicaRead, i)
+			req.Offset, req.Limit = from, replicaReadLimit
+			resp, err := b.call(ctx, node, req, remoteCallTimeout)
+			if err == nil && resp.Err != nil {
+				err = fromWireErr(resp.Err)
+			}
+			if err == nil && len(resp.Records) > 0 {
+				return resp.Records, nil
+			}
+			if err == nil {
+				err = fmt.Errorf("%w: node %q has no record from offset %d", partition.ErrSnapshotSource, node, from)
+			}
+			errs = append(errs, err)
+		}
+		if len(errs) == 0 {
+			return nil, fmt.Errorf("%w: no other replica of partition %d of topic %q is known yet", partition.ErrSnapshotSource, i, t.name)
+		}
+		return nil, errors.Join(errs...)
+	}
 }
 
 // closeReplica leaves the group of partition i of t (before its partition closes, so

@@ -14,3 +14,6 @@ var ErrBadMessage = errors.New("raftetcd: malformed message")
 
 // ErrClosed is returned once the host was closed.
 var ErrClosed = errors.New("raftetcd: closed")
+
+// errNoSnapshots is the spike's wal store's answer to a snapshot or compaction.
+var errNoSnapshots = errors.New("raftetcd: the wal store keeps the whole log; it takes no snapshots")

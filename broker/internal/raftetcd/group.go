@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -38,6 +39,19 @@ type group struct {
 	recampaign int
 	appliedC   *sync.Cond
 
+	// Snapshots (GroupConfig.Snapshot, Restore). cs is the configuration as of applied;
+	// snapIndex the index of the last snapshot stored; pending a snapshot whose state
+	// the application must take before anything is applied (set by OpenGroup).
+	cs                  raftpb.ConfState
+	snapIndex           uint64
+	snapshots, restores uint64
+	nextSnapTry         uint64 // after a failed snapshot, the applied index to try again at
+	// confChanged: the configuration changed since the last snapshot. A snapshot is
+	// taken at once, because raft sends the stored one to a replica behind the log's
+	// start, and a replica refuses a snapshot whose configuration does not name it.
+	confChanged bool
+	pending     *raftpb.Snapshot
+
 	wake       chan struct{}
 	quit, done chan struct{}
 }
@@ -62,6 +76,13 @@ func (g *group) run() {
 	defer g.h.wg.Done()
 	defer close(g.done)
 	defer g.stepDown()
+	if g.pending != nil {
+		snap := *g.pending
+		g.pending = nil
+		if !g.restore(snap) {
+			return
+		}
+	}
 	for {
 		select {
 		case <-g.h.quit:
@@ -112,10 +133,20 @@ func (g *group) run() {
 			if !raft.IsEmptySnap(rd.Snapshot) {
 				g.mu.Lock()
 				g.voters = append([]uint64(nil), rd.Snapshot.Metadata.ConfState.Voters...)
+				g.cs = rd.Snapshot.Metadata.ConfState
+				g.snapIndex = rd.Snapshot.Metadata.Index
+				g.mu.Unlock()
+				// The entries before it will never come: the application takes the
+				// snapshot's state before this node answers or applies anything after it.
+				if !g.restore(rd.Snapshot) {
+					return
+				}
+				g.mu.Lock()
 				g.applied = max(g.applied, rd.Snapshot.Metadata.Index)
 				g.mu.Unlock()
 			}
 			g.h.send(g.id, 0, later)
+			g.reportSnapshots(rd.Messages)
 			for _, e := range rd.CommittedEntries {
 				g.apply(e)
 			}
@@ -130,6 +161,118 @@ func (g *group) run() {
 			g.rn.Advance(rd)
 			g.mu.Unlock()
 			g.appliedC.Broadcast()
+			g.maybeSnapshot()
+		}
+	}
+}
+
+// reportSnapshots tells raft that the snapshots among msgs went out: the leader then
+// probes the follower again instead of waiting in the snapshot state for ever (a
+// snapshot lost on the way is sent again when the probe finds the follower still
+// behind the log's start).
+func (g *group) reportSnapshots(msgs []raftpb.Message) {
+	for _, m := range msgs {
+		if m.Type == raftpb.MsgSnap {
+			g.mu.Lock()
+			g.rn.ReportSnapshot(m.To, raft.SnapshotFinish)
+			g.mu.Unlock()
+			g.h.log.Info("raftetcd: sent a snapshot to a replica behind the log's start", "group", g.id, "to", m.To, "index", m.Snapshot.Metadata.Index)
+		}
+	}
+}
+
+// restore has the application take snap's state (GroupConfig.Restore), retrying with
+// a backoff until it succeeds; false when the group or host closed first.
+func (g *group) restore(snap raftpb.Snapshot) bool {
+	if g.cfg.Restore == nil {
+		return true
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-g.quit:
+		case <-g.h.quit:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := g.cfg.Restore(ctx, snap.Metadata.Index, snap.Data, g.sources())
+		if err == nil {
+			g.mu.Lock()
+			g.restores++
+			g.mu.Unlock()
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			g.h.log.Warn("raftetcd: taking a snapshot's state failed; retrying", "group", g.id, "index", snap.Metadata.Index, "attempt", attempt, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 3*time.Second)
+	}
+}
+
+// sources are the nodes to fetch a snapshot's data from: the leader first, then the
+// other voters.
+func (g *group) sources() []uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []uint64
+	lead := g.rn.BasicStatus().Lead
+	if lead != 0 && lead != g.h.opts.ID {
+		out = append(out, lead)
+	}
+	for _, v := range append(append([]uint64(nil), g.cs.Voters...), g.cs.VotersOutgoing...) {
+		if v != g.h.opts.ID && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// maybeSnapshot takes a snapshot of the application every Options.SnapshotEvery
+// applied entries and compacts the log behind it, keeping Options.SnapshotKeep
+// entries for followers a little behind (one further behind gets the snapshot).
+func (g *group) maybeSnapshot() {
+	every := g.h.opts.SnapshotEvery
+	if g.cfg.Snapshot == nil || every <= 0 || g.h.opts.Store != StoreRaftstore {
+		return
+	}
+	g.mu.Lock()
+	applied, cs, last, changed := g.applied, g.cs, g.snapIndex, g.confChanged
+	g.mu.Unlock()
+	due := applied >= last+uint64(every) || (changed && applied > last)
+	if !due || applied < g.nextSnapTry {
+		return
+	}
+	data, err := g.cfg.Snapshot()
+	if err == nil {
+		err = g.st.snapshot(applied, cs, data)
+	}
+	if err != nil {
+		g.nextSnapTry = applied + uint64(every)/4 + 1
+		g.h.log.Error("raftetcd: a snapshot failed; the group's log is not compacted", "group", g.id, "applied", applied, "err", err)
+		return
+	}
+	g.mu.Lock()
+	g.snapIndex = applied
+	g.snapshots++
+	g.confChanged = false
+	g.mu.Unlock()
+	if keep := uint64(g.h.opts.SnapshotKeep); applied > keep {
+		if first, err := g.st.FirstIndex(); err == nil && applied-keep >= first {
+			if err := g.st.compact(applied - keep); err != nil {
+				g.h.log.Error("raftetcd: compacting a group's log failed", "group", g.id, "index", applied-keep, "err", err)
+			}
 		}
 	}
 }
@@ -213,6 +356,8 @@ func (g *group) applyConfChange(e raftpb.Entry) {
 	}
 	g.mu.Lock()
 	cs := g.rn.ApplyConfChange(cc)
+	g.cs = *cs
+	g.confChanged = true
 	g.voters = append(append([]uint64(nil), cs.Voters...), cs.VotersOutgoing...)
 	sort.Slice(g.voters, func(i, j int) bool { return g.voters[i] < g.voters[j] })
 	g.voters = slices.Compact(g.voters)

@@ -46,6 +46,8 @@ const (
 	DefaultHeartbeatTick    = 1
 	DefaultLivenessInterval = 250 * time.Millisecond
 	DefaultLivenessTimeout  = time.Second
+	DefaultSnapshotEvery    = 10_000
+	DefaultSnapshotKeep     = 2_048
 	sendTimeout             = time.Second
 )
 
@@ -80,6 +82,11 @@ type Options struct {
 	// Apply is called with each committed proposal of a group, in log order, from
 	// that group's goroutine. It must not call back into the host.
 	Apply func(group string, index uint64, data []byte)
+	// SnapshotEvery is how many entries a group applies between two snapshots of its
+	// application (GroupConfig.Snapshot), each followed by the compaction of its log
+	// up to SnapshotKeep entries before it. Defaults 10,000 and 2,048; a negative
+	// SnapshotEvery turns snapshots off (the log then grows for ever). StoreRaftstore only.
+	SnapshotEvery, SnapshotKeep int
 	// Logger gets warnings. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -141,6 +148,8 @@ func New(opts Options) (*Host, error) {
 	setDefault(&opts.HeartbeatTick, DefaultHeartbeatTick)
 	setDefault(&opts.LivenessInterval, DefaultLivenessInterval)
 	setDefault(&opts.LivenessTimeout, DefaultLivenessTimeout)
+	setDefault(&opts.SnapshotEvery, DefaultSnapshotEvery)
+	setDefault(&opts.SnapshotKeep, DefaultSnapshotKeep)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -284,6 +293,19 @@ type GroupConfig struct {
 	// Campaign makes this node stand for election at once when it creates the group
 	// (the preferred leader), instead of after an election timeout.
 	Campaign bool
+	// Snapshot, when set, is called from the group's goroutine every
+	// Options.SnapshotEvery applied entries: it makes the application's state of every
+	// entry applied so far durable and describes it. The group then stores that as its
+	// snapshot and drops its log's entries up to Options.SnapshotKeep before it.
+	Snapshot func() ([]byte, error)
+	// Restore is called from the group's goroutine when this node must take a
+	// snapshot's state instead of entries it will never get: a leader sent one
+	// (this replica is new, or fell behind the leader's compacted log), or the group
+	// opens on a snapshot (its own, or one whose restore a crash cut short). It must
+	// make the application hold at least the state data describes, fetching what it
+	// lacks from sources (raft ids, the leader first), durably, and be idempotent.
+	// Nothing is applied before it succeeds; an error is retried with a backoff.
+	Restore func(ctx context.Context, index uint64, data []byte, sources []uint64) error
 }
 
 // OpenGroup opens (creating) the group id with cfg and starts it.
@@ -346,10 +368,16 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 	}
 	g := &group{h: h, id: id, rn: rn, st: st, wake: make(chan struct{}, 1), quit: make(chan struct{}),
 		done: make(chan struct{}), waiters: map[uint64]chan proposal{}, reads: map[uint64]chan uint64{},
-		voters: voters, cfg: cfg, applied: applied}
+		voters: voters, cfg: cfg, applied: applied, snapIndex: snap.Metadata.Index}
 	g.appliedC = sync.NewCond(&g.mu)
 	if _, cs, err := st.InitialState(); err == nil {
 		g.voters = cs.Voters
+		g.cs = cs
+	}
+	if snap.Metadata.Index > 0 && cfg.Restore != nil {
+		// The log starts after a snapshot: the application must hold its state before
+		// anything after it is applied (run restores it first).
+		g.pending = &snap
 	}
 	if created && !cfg.Join {
 		// The first voters are the group's first entries, the same on every member, so
@@ -425,6 +453,11 @@ type GroupInfo struct {
 	Commit   uint64
 	Applied  uint64
 	Voters   []uint64 // the group's voters as this node applied them
+	// FirstIndex is the first entry the log still holds; SnapshotIndex the index of
+	// the last snapshot stored (0: none). Snapshots counts those taken here since
+	// the group opened, Restores the snapshots this node installed.
+	FirstIndex, SnapshotIndex uint64
+	Snapshots, Restores       uint64
 	// Match is, on the leader, each voter's last index known to be in its log.
 	Match map[uint64]uint64
 }
@@ -439,7 +472,9 @@ func (h *Host) Info(id string) (GroupInfo, bool) {
 	defer g.mu.Unlock()
 	bs := g.rn.BasicStatus()
 	gi := GroupInfo{Lead: bs.Lead, Leader: bs.RaftState == raft.StateLeader, Quiesced: g.quiesced,
-		Term: bs.Term, Commit: bs.Commit, Applied: bs.Applied, Voters: append([]uint64(nil), g.voters...)}
+		Term: bs.Term, Commit: bs.Commit, Applied: bs.Applied, Voters: append([]uint64(nil), g.voters...),
+		SnapshotIndex: g.snapIndex, Snapshots: g.snapshots, Restores: g.restores}
+	gi.FirstIndex, _ = g.st.FirstIndex()
 	if gi.Leader {
 		gi.Match = map[uint64]uint64{}
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { gi.Match[id] = pr.Match })

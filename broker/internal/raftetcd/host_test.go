@@ -178,6 +178,20 @@ func propose(t *testing.T, n *testNode, g string) uint64 {
 	return idx
 }
 
+// settled waits until no raft frame crossed for five ticks: the followers' answers
+// to the quiesce heartbeats are lazy and leave with the tick after the groups
+// quiesced, which is not idle traffic.
+func settled(t *testing.T, ns []*testNode) {
+	t.Helper()
+	last, since := uint64(0), time.Now()
+	poll(t, 10*time.Second, "no raft frame for five ticks", func() bool {
+		if b, _ := frames(ns); b != last {
+			last, since = b, time.Now()
+		}
+		return time.Since(since) > 5*testTick
+	})
+}
+
 func frames(ns []*testNode) (batch, liveness uint64) {
 	for _, n := range ns {
 		st := n.host.Stats()
@@ -208,6 +222,7 @@ func TestElectReplicateQuiesce(t *testing.T) {
 		return true
 	})
 	poll(t, 10*time.Second, "every group quiesced on every node", func() bool { return allQuiesced(ns, groups) })
+	settled(t, ns)
 	b0, l0 := frames(ns)
 	window := 20 * 10 * testTick // 20 election timeouts
 	time.Sleep(window)           // the measured idle window, not a wait for a condition

@@ -26,6 +26,10 @@ type logStore interface {
 	// persist makes a Ready's hard state and entries durable as raft requires
 	// before its messages are sent.
 	persist(rd raft.Ready) error
+	// snapshot stores data as the application's snapshot at index i with
+	// configuration cs; compact drops the entries up to i.
+	snapshot(i uint64, cs raftpb.ConfState, data []byte) error
+	compact(i uint64) error
 	close() error
 }
 
@@ -86,6 +90,10 @@ func (s *walStore) persist(rd raft.Ready) error {
 
 func (s *walStore) close() error { return s.w.close() }
 
+// The spike's store never compacts (its wal file holds the whole log).
+func (s *walStore) snapshot(uint64, raftpb.ConfState, []byte) error { return errNoSnapshots }
+func (s *walStore) compact(uint64) error                            { return errNoSnapshots }
+
 // segStore is the build's store.
 type segStore struct{ *raftstore.Store }
 
@@ -118,3 +126,10 @@ func (s segStore) persist(rd raft.Ready) error {
 }
 
 func (s segStore) close() error { return s.Close() }
+
+func (s segStore) snapshot(i uint64, cs raftpb.ConfState, data []byte) error {
+	_, err := s.CreateSnapshot(i, &cs, data)
+	return err
+}
+
+func (s segStore) compact(i uint64) error { return s.Compact(i) }

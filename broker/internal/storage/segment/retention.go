@@ -140,3 +140,33 @@ func (l *Log) SetNext(n uint64) error {
 	}
 	return nil
 }
+
+// Flush makes every record appended so far durable, with the directory entries of
+// the segment files, even in a log opened with NoSync: a replica's log is written
+// without its own fsync (its group's log is replayed instead) until the group drops
+// entries from its own log, and then what they wrote must be on disk.
+func (l *Log) Flush() error {
+	l.fileMu.Lock()
+	defer l.fileMu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	l.mu.RLock()
+	segs := slices.Clone(l.segments)
+	l.mu.RUnlock()
+	for _, s := range segs {
+		f, err := s.file(l.fs, s.path)
+		if err != nil {
+			return fmt.Errorf("segment: flushing %s: %w", s.path, err)
+		}
+		if err := f.Sync(); err != nil {
+			l.failErr = fmt.Errorf("%w: flush: %w", ErrFailed, err)
+			return l.failErr
+		}
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		l.failErr = fmt.Errorf("%w: flush: %w", ErrFailed, err)
+		return l.failErr
+	}
+	return nil
+}

@@ -1,0 +1,219 @@
+package partition
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/narad-mq/narad/broker/internal/queue"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
+)
+
+// A replica's snapshot is referential: it does not carry the messages, only what a
+// replica must hold once it has applied the group's log up to the snapshot's index.
+// The messages themselves are fetched from another replica (Fetch), since every
+// replica's message log holds the same committed records at the same offsets.
+//
+//	'P' | version u8 | oldest u64 | end u64 | delivered-to u64 | frontier u64 | n u32 | n × acked-ahead offset u64
+//
+// all big-endian.
+const (
+	snapKind    byte = 'P'
+	snapVersion byte = 1
+)
+
+// snapState is a replica's state as a snapshot describes it.
+type snapState struct {
+	oldest, end uint64 // the message log holds [oldest, end)
+	deliveredTo uint64
+	frontier    uint64
+	ackedAhead  []uint64
+}
+
+func (s snapState) encode() []byte {
+	b := make([]byte, 0, 2+8*4+4+8*len(s.ackedAhead))
+	b = append(b, snapKind, snapVersion)
+	b = binary.BigEndian.AppendUint64(b, s.oldest)
+	b = binary.BigEndian.AppendUint64(b, s.end)
+	b = binary.BigEndian.AppendUint64(b, s.deliveredTo)
+	b = binary.BigEndian.AppendUint64(b, s.frontier)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.ackedAhead)))
+	for _, o := range s.ackedAhead {
+		b = binary.BigEndian.AppendUint64(b, o)
+	}
+	return b
+}
+
+var errBadSnapshot = fmt.Errorf("%w: malformed replica snapshot", ErrCorrupt)
+
+func decodeSnapState(b []byte) (snapState, error) {
+	if len(b) < 2+8*4+4 || b[0] != snapKind {
+		return snapState{}, errBadSnapshot
+	}
+	if b[1] != snapVersion {
+		return snapState{}, fmt.Errorf("%w: replica snapshot version %d (from a newer version?)", ErrCorrupt, b[1])
+	}
+	s := snapState{
+		oldest:      binary.BigEndian.Uint64(b[2:]),
+		end:         binary.BigEndian.Uint64(b[10:]),
+		deliveredTo: binary.BigEndian.Uint64(b[18:]),
+		frontier:    binary.BigEndian.Uint64(b[26:]),
+	}
+	n := binary.BigEndian.Uint32(b[34:])
+	rest := b[38:]
+	if uint64(len(rest)) != 8*uint64(n) || s.oldest > s.end || s.frontier > s.end {
+		return snapState{}, errBadSnapshot
+	}
+	for i := range n {
+		s.ackedAhead = append(s.ackedAhead, binary.BigEndian.Uint64(rest[8*i:]))
+	}
+	return s, nil
+}
+
+// SnapshotState makes everything this replica applied durable (its message log and
+// settle journal are written without their own fsync) and returns the snapshot of
+// it. The group calls it from its apply goroutine, so the state is exactly that of
+// the entries applied so far; it then drops those entries from its own log.
+func (p *Partition) SnapshotState() ([]byte, error) {
+	r := p.repl
+	if r == nil {
+		return nil, errors.New("partition: only a replica of a group takes snapshots")
+	}
+	if r.failed.Load() {
+		return nil, fmt.Errorf("%w: this replica stopped applying after a failed write; restart the node", ErrStorage)
+	}
+	if err := p.log.Flush(); err != nil {
+		return nil, storageErr(err)
+	}
+	if err := p.journal.Flush(); err != nil {
+		return nil, storageErr(err)
+	}
+	p.mu.Lock()
+	s := snapState{oldest: p.log.Oldest(), end: p.log.Next(), deliveredTo: r.deliveredTo.Load(),
+		frontier: p.q.Frontier(), ackedAhead: p.q.AckedAhead()}
+	p.mu.Unlock()
+	slices.Sort(s.ackedAhead)
+	return s.encode(), nil
+}
+
+// Fetch reads committed records of another replica's message log from offset from
+// on (a node-plane call to it). It returns them in offset order, starting at from or,
+// when that replica no longer holds from (retention), at the oldest it holds.
+type Fetch func(ctx context.Context, from uint64) ([]segment.Record, error)
+
+// ErrSnapshotSource means the replica asked for records could not give the ones
+// this replica lacks: another replica may.
+var ErrSnapshotSource = errors.New("partition: the replica fetched from does not hold the records needed")
+
+// RestoreSnapshot makes this replica hold at least the state snapshot data (taken
+// at group index) describes: the messages it lacks are fetched with fetch, the
+// settlements are merged in, and all of it is durable before it returns, because the
+// group has already dropped the entries that would have written it. It is
+// idempotent: a replica that already holds the state (its own snapshot, or a restore
+// that completed before a crash) fetches nothing and writes nothing.
+func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []byte, fetch Fetch) error {
+	r := p.repl
+	if r == nil {
+		return errors.New("partition: only a replica of a group restores snapshots")
+	}
+	s, err := decodeSnapState(data)
+	if err != nil {
+		return err
+	}
+	fetched := false
+	for p.log.Next() < s.end {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		next := p.log.Next()
+		if p.log.Oldest() == next && next < s.oldest {
+			// Empty, and the group's messages before s.oldest are gone everywhere.
+			if err := p.log.SetNext(s.oldest); err != nil {
+				return storageErr(err)
+			}
+			continue
+		}
+		recs, err := fetch(ctx, next)
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 {
+			return fmt.Errorf("%w: it has nothing from offset %d, and the snapshot ends at %d", ErrSnapshotSource, next, s.end)
+		}
+		if recs[0].Offset != next {
+			if recs[0].Offset < next || p.log.Oldest() != next {
+				// A gap inside this replica's log cannot be written: its records before
+				// the gap aged out on the other replica. Retention here removes them soon.
+				return fmt.Errorf("%w: it starts at offset %d, this replica's log ends at %d", ErrSnapshotSource, recs[0].Offset, next)
+			}
+			if err := p.log.SetNext(recs[0].Offset); err != nil {
+				return storageErr(err)
+			}
+			next = recs[0].Offset
+		}
+		n := 0
+		for n < len(recs) && recs[n].Offset == next+uint64(n) && recs[n].Offset < s.end {
+			n++
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: its records do not follow offset %d", ErrSnapshotSource, next)
+		}
+		if _, err := p.log.Append(recs[:n]); err != nil {
+			return storageErr(err)
+		}
+		fetched = true
+	}
+	if fetched {
+		if err := p.log.Flush(); err != nil {
+			return storageErr(err)
+		}
+	}
+	if s.deliveredTo > r.deliveredTo.Load() {
+		r.deliveredTo.Store(s.deliveredTo)
+	}
+	r.mark(index, p.log.Next())
+	// Settlements: whatever the snapshot settled and this replica has not.
+	p.mu.Lock()
+	frontier := max(p.q.Frontier(), s.frontier)
+	acked := map[uint64]struct{}{}
+	missing := p.q.Frontier() < s.frontier
+	for _, o := range p.q.AckedAhead() {
+		if o >= frontier {
+			acked[o] = struct{}{}
+		}
+	}
+	for _, o := range s.ackedAhead {
+		if o >= frontier {
+			if !p.q.IsSettled(o) {
+				missing = true
+			}
+			acked[o] = struct{}{}
+		}
+	}
+	if missing {
+		list := make([]uint64, 0, len(acked))
+		for o := range acked {
+			list = append(list, o)
+		}
+		q := queue.New(p.q.Config(), p.q.Epoch(), frontier, list)
+		q.Reset(0, max(p.q.Cursor(), frontier))
+		q.SetBounds(p.log.Oldest(), p.log.Next())
+		p.q = q
+	} else {
+		p.q.SetBounds(p.log.Oldest(), p.log.Next())
+	}
+	p.mu.Unlock()
+	if missing {
+		if err := p.Checkpoint(); err != nil {
+			return err
+		}
+	}
+	if fetched || missing {
+		p.opts.Logger.Info("replica restored from a snapshot", "partition", p.opts.Index, "index", index,
+			"log_end", p.log.Next(), "frontier", frontier)
+	}
+	p.notify()
+	return nil
+}
