@@ -164,9 +164,13 @@ func (l *Log) Flush() error {
 			return l.failErr
 		}
 	}
-	if err := l.fs.SyncDir(l.dir); err != nil {
-		l.failErr = fmt.Errorf("%w: flush: %w", ErrFailed, err)
-		return l.failErr
+	// The files' entries, and the directory's own entry (a NoSync log made it without
+	// a sync of its parent).
+	for _, d := range []string{l.dir, filepath.Dir(l.dir)} {
+		if err := l.fs.SyncDir(d); err != nil {
+			l.failErr = fmt.Errorf("%w: flush: %w", ErrFailed, err)
+			return l.failErr
+		}
 	}
 	return nil
 }
