@@ -638,6 +638,90 @@ func TestReplicationDoubleFailover(t *testing.T) {
 	sameMessageLogs(t, nodes, inc+"-dbl")
 }
 
+// leadOn hands partition 0 of topic around (a SIGTERM restart hands the leadership
+// over) until target leads it.
+func leadOn(t *testing.T, nodes []*clusterNode, topic string, target *clusterNode) {
+	t.Helper()
+	for try := 0; ; try++ {
+		l := leaderOf(t, nodes, topic, 0)
+		if l == target {
+			return
+		}
+		if try == 8 {
+			t.Fatalf("node %s did not come to lead %s in %d handovers", target.id, topic, try)
+		}
+		l.Restart()
+	}
+}
+
+// TestReplicationBitFlipRepaired: a byte of one message in a follower's message log is
+// flipped while it is stopped. At start the replica finds the damaged record, sets its
+// data aside and is rebuilt from its group (here through a snapshot, the log being
+// compacted every 16 entries); leading afterwards it delivers every message, the
+// damaged one included, and its segment files are byte-equal to the others'. (A lone
+// partition would skip and count the record: its only copy is damaged.)
+func TestReplicationBitFlipRepaired(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3, "--replica-snapshot-entries", "16")
+	nodes[0].api.createTopic("flip", map[string]any{"partitions": 1, "visibility_timeout_ms": 60000})
+	inc := nodes[0].api.topic("flip").Incarnation
+	lead := leaderOf(t, nodes, "flip", 0)
+	for i := range 100 {
+		if s := produceTry(lead, "flip", fmt.Sprint("f", i)); s != http.StatusAccepted {
+			t.Fatalf("produce %d: %d", i, s)
+		}
+	}
+	waitFor(t, 30*time.Second, "every replica to hold the 100 messages", func() bool { return followerHasAll(t, nodes, "flip", 100) })
+	victim := others(nodes, lead)[0]
+	victim.Stop()
+	dir := filepath.Join(victim.DataDir(), "topics", inc+"-flip", "0", "log")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := false
+	for _, e := range entries {
+		name := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(name)
+		if err != nil || filepath.Ext(name) != ".log" {
+			continue
+		}
+		if at := bytes.Index(b, []byte(`"f50"`)); at >= 0 {
+			b[at+2] ^= 0x04 // '5' becomes '1': the record's checksum no longer matches
+			if err := os.WriteFile(name, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			flipped = true
+		}
+	}
+	if !flipped {
+		t.Fatal("message f50 not found in the follower's segment files")
+	}
+	victim.Launch()
+	if err := victim.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(victim.Log(), "rebuilt from the partition's group") {
+		t.Fatal("the follower did not report its damaged record at start")
+	}
+	waitFor(t, 60*time.Second, "the rebuilt replica to hold the 100 messages", func() bool { return followerHasAll(t, nodes, "flip", 100) })
+	if v, _ := metricValue(victim.api, `narad_replica_rebuilds_total{topic="flip"}`); v != 1 {
+		t.Fatalf("narad_replica_rebuilds_total is %v on the repaired node, want 1", v)
+	}
+	leadOn(t, nodes, "flip", victim)
+	seen := map[string]int{}
+	drain(t, victim, "flip", seen, 5*time.Second)
+	for i := range 100 {
+		if seen[fmt.Sprint("f", i)] == 0 {
+			t.Errorf("message f%d not delivered by the repaired replica", i)
+		}
+	}
+	for _, nd := range nodes {
+		nd.Stop()
+	}
+	sameMessageLogs(t, nodes, inc+"-flip")
+}
+
 // sameMessageLogs fails the test unless partition 0 of the topic directory tdir holds
 // byte-equal segment files on every node (stopped).
 func sameMessageLogs(t *testing.T, nodes []*clusterNode, tdir string) {
@@ -728,17 +812,7 @@ func TestReplicationSnapshotRestoresWipedReplica(t *testing.T) {
 	if !strings.Contains(victim.Log(), "replica restored from a snapshot") {
 		t.Fatalf("the wiped replica caught up without restoring a snapshot; the group's log was not compacted")
 	}
-	// Hand the leadership around (SIGTERM hands it over) until the restored replica leads.
-	for try := 0; ; try++ {
-		l := leaderOf(t, nodes, "snap", 0)
-		if l == victim {
-			break
-		}
-		if try == 8 {
-			t.Fatalf("the restored replica did not come to lead in %d handovers", try)
-		}
-		l.Restart()
-	}
+	leadOn(t, nodes, "snap", victim)
 	seen := map[string]int{}
 	drain(t, victim, "snap", seen, 5*time.Second)
 	for i := range 200 {

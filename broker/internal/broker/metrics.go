@@ -31,6 +31,7 @@ type Metrics struct {
 	BodyBytesInFlight prometheus.Gauge
 	BodiesRefused     prometheus.Counter
 	Damaged           *prometheus.CounterVec // damaged records skipped, by topic and log
+	ReplicaRebuilds   *prometheus.CounterVec // replicas set aside as damaged and rebuilt, by topic
 	ProducedBytes     *prometheus.CounterVec // payload and key bytes stored, by topic
 	DeliveredBytes    *prometheus.CounterVec // payload and key bytes handed out under a lease, by topic
 	Nacks             *prometheus.CounterVec // leases handed back by a nack, by topic
@@ -121,6 +122,10 @@ func NewMetrics() *Metrics {
 		AuthThrottled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_throttled_total", Help: "Password checks refused with 503 before hashing: too many in flight from one address or in total.",
 		}),
+		ReplicaRebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_replica_rebuilds_total",
+			Help: "Replicas whose data was found damaged at start and rebuilt from their partition's group instead of skipping the damaged records.",
+		}, []string{"topic"}),
 		Damaged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_damaged_records_total",
 			Help: "Records that failed their checksum and were skipped: messages settled without being delivered (log=messages), settle records lost on open (log=journal), parent messages never copied into the child topic (log=fanout).",
@@ -176,7 +181,7 @@ func NewMetrics() *Metrics {
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
-		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged,
+		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged, m.ReplicaRebuilds,
 		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded,
 		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -126,6 +126,20 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	if err != nil {
 		return nil, err
 	}
+	if logDamage, journalDamage := p.Damage(); logDamage+journalDamage > 0 {
+		// Its peers hold intact copies: rebuild this replica from the group instead of
+		// skipping what the damage took (the single-node rule).
+		b.log.Error("a replica's data is damaged; it is set aside in damaged/ and rebuilt from the partition's group",
+			"topic", m.Name, "partition", i, "damaged_records", logDamage, "damaged_settle_records", journalDamage)
+		_ = p.Close() // its data is being set aside; the rebuilt partition is what counts
+		if err := partition.DiscardData(nil, popts.Dir); err != nil {
+			return nil, fmt.Errorf("setting aside the damaged data of partition %d of topic %q: %w", i, m.Name, err)
+		}
+		if p, err = partition.Open(popts); err != nil {
+			return nil, err
+		}
+		b.metrics.ReplicaRebuilds.WithLabelValues(m.Name).Inc()
+	}
 	voters, known := b.voters(m.Placement[i].Replicas)
 	if !known {
 		_ = p.Close() // the error below is the one to report

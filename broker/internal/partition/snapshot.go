@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"slices"
 
 	"github.com/narad-mq/narad/broker/internal/queue"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // A replica's snapshot is referential: it does not carry the messages, only what a
@@ -216,4 +219,63 @@ func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []by
 	}
 	p.notify()
 	return nil
+}
+
+// Damage reports what opening this partition found damaged: records of its message
+// log (whose offsets stay taken and are never served) and settle records of its
+// journal (whose settlements are lost). Zero for both on a healthy partition.
+func (p *Partition) Damage() (logRecords, journalRecords uint64) {
+	return p.log.Stats().DamagedRecords, p.journalDamaged
+}
+
+// DiscardData moves a closed replica's message log, settle journal and checkpoint
+// into dir/damaged (replacing what an earlier discard left there), so the replica
+// opens empty and its group rebuilds it: by applying its log again, or, when the log
+// was compacted, by restoring the group's snapshot from another replica. A replica
+// with damaged records must not lead with them (it would skip messages its peers
+// hold intact) and it can fetch intact copies; a lone partition cannot, and keeps the
+// single-node rule (skip, count, report).
+func DiscardData(fsys vfs.FS, dir string) error {
+	if fsys == nil {
+		fsys = vfs.OS{}
+	}
+	aside := filepath.Join(dir, "damaged")
+	if err := removeTree(fsys, aside); err != nil {
+		return err
+	}
+	if err := fsys.MkdirAll(aside, 0o700); err != nil {
+		return err
+	}
+	// Settlements first, the log last: a crash in between leaves a log that is still
+	// damaged, so the next open discards again.
+	for _, name := range []string{ckptName, "journal", "log"} {
+		err := fsys.Rename(filepath.Join(dir, name), filepath.Join(aside, name))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return fsys.SyncDir(dir)
+}
+
+// removeTree removes name and everything under it; a missing name is no error.
+func removeTree(fsys vfs.FS, name string) error {
+	fi, err := fsys.Stat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.IsDir {
+		entries, err := fsys.ReadDir(name)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := removeTree(fsys, filepath.Join(name, e.Name)); err != nil {
+				return err
+			}
+		}
+	}
+	return fsys.Remove(name)
 }
