@@ -16,7 +16,6 @@ import (
 
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/httpapi"
-	"github.com/narad-mq/narad/broker/internal/raftetcd"
 	"github.com/narad-mq/narad/broker/internal/reqid"
 )
 
@@ -100,7 +99,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Int64Var(&c.SegmentBytes, "segment-bytes", 64<<20, "size at which a partition's log rolls to a new segment file")
-	fs.IntVar(&c.SnapshotEntries, "replica-snapshot-entries", raftetcd.DefaultSnapshotEvery, "entries a replicated partition's Raft log takes between two snapshots; the log is then cut to its last 2,048 entries (a quarter of this when that is fewer), and a replica further behind is sent the snapshot and fetches the messages it lacks")
+	fs.IntVar(&c.SnapshotEntries, "replica-snapshot-entries", broker.DefaultSnapshotEntries, "entries a replicated partition's Raft log takes between two snapshots; the log is then cut to its last 2,048 entries (a quarter of this when that is fewer), and a replica further behind is sent the snapshot and fetches the messages it lacks")
 	fs.StringVar(&c.SyncMode, "sync-mode", "group", "group: partitions with writes waiting share one file-system sync (syncfs); file: one fdatasync per write")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
 	fs.DurationVar(&c.StatsInterval, "stats-interval", broker.DefaultStatsInterval, "how often the stats route (GET /v1/stats) samples each topic's rates and backlog; it keeps the last 90 samples in memory")

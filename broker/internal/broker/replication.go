@@ -85,6 +85,10 @@ func (b *Broker) startReplication(node *transport.Node) error {
 	return nil
 }
 
+// DefaultSnapshotEntries is Options.SnapshotEntries' default: entries a replicated
+// partition's Raft log takes between two snapshots.
+const DefaultSnapshotEntries = raftetcd.DefaultSnapshotEvery
+
 // snapshotKeep is how many entries a group's log keeps behind its snapshot: enough
 // for a follower a moment behind to catch up from the log instead of a snapshot.
 func snapshotKeep(every int) int {
