@@ -3,8 +3,8 @@ package broker
 import (
 	"encoding/base64"
 	"strconv"
-	"unicode/utf8"
 
+	"github.com/narad-mq/narad/broker/internal/jsonstr"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
 
@@ -21,7 +21,7 @@ func (c *remoteCopier) batch(b []byte, pp int, recs []segment.Record) ([]byte, i
 	n := int(c.rc.RemotePartitions)
 	cluster := c.b.ClusterID()
 	b = append(b, `{"incarnation":`...)
-	b = appendJSONString(b, c.rc.RemoteIncarnation)
+	b = jsonstr.Append(b, c.rc.RemoteIncarnation)
 	b = append(b, `,"messages":[`...)
 	sent := 0
 	for _, r := range recs {
@@ -35,9 +35,9 @@ func (c *remoteCopier) batch(b []byte, pp int, recs []segment.Record) ([]byte, i
 		b = append(b, `{"timestamp":`...)
 		b = strconv.AppendInt(b, r.Timestamp, 10)
 		b = append(b, `,"origin":{"cluster_id":`...)
-		b = appendJSONString(b, cluster)
+		b = jsonstr.Append(b, cluster)
 		b = append(b, `,"topic":`...)
-		b = appendJSONString(b, c.parent.name)
+		b = jsonstr.Append(b, c.parent.name)
 		b = append(b, `,"partition":`...)
 		b = strconv.AppendInt(b, int64(pp), 10)
 		b = append(b, `,"offset":`...)
@@ -45,7 +45,7 @@ func (c *remoteCopier) batch(b []byte, pp int, recs []segment.Record) ([]byte, i
 		b = append(b, '}')
 		if r.Key != nil {
 			b = append(b, `,"key":`...)
-			b = appendJSONString(b, string(r.Key))
+			b = jsonstr.Append(b, string(r.Key))
 		}
 		switch {
 		case n <= 0:
@@ -62,7 +62,7 @@ func (c *remoteCopier) batch(b []byte, pp int, recs []segment.Record) ([]byte, i
 			b = append(b, r.Value...)
 		case PayloadKindText:
 			b = append(b, `,"payload_encoding":"text","payload":`...)
-			b = appendJSONString(b, string(r.Value))
+			b = jsonstr.Append(b, string(r.Value))
 		default:
 			b = append(b, `,"payload_encoding":"base64","payload":"`...)
 			b = base64.StdEncoding.AppendEncode(b, r.Value)
@@ -71,49 +71,4 @@ func (c *remoteCopier) batch(b []byte, pp int, recs []segment.Record) ([]byte, i
 		b = append(b, '}')
 	}
 	return append(b, "]}"...), sent
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string. Bytes that are not UTF-8 become U+FFFD,
-// as encoding/json writes them.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

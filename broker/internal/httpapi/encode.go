@@ -4,9 +4,9 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/narad-mq/narad/broker/internal/broker"
+	"github.com/narad-mq/narad/broker/internal/jsonstr"
 )
 
 // Payload kinds, stored in a record's attrs so a consumer sees the payload as it was
@@ -18,62 +18,10 @@ const (
 	kindMask   = broker.PayloadKindMask
 )
 
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string. s must be valid UTF-8 (callers check);
-// invalid bytes are replaced with U+FFFD rather than producing invalid JSON.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
 // appendMessage appends one message object.
 func appendMessage(b []byte, topic string, d *broker.Delivered, forceBase64 bool) []byte {
 	b = append(b, `{"topic":`...)
-	b = appendString(b, topic)
+	b = jsonstr.Append(b, topic)
 	b = append(b, `,"partition":`...)
 	b = strconv.AppendInt(b, int64(d.Partition), 10)
 	b = append(b, `,"offset":`...)
@@ -82,7 +30,7 @@ func appendMessage(b []byte, topic string, d *broker.Delivered, forceBase64 bool
 	if d.Key == nil {
 		b = append(b, "null"...)
 	} else {
-		b = appendString(b, string(d.Key))
+		b = jsonstr.Append(b, string(d.Key))
 	}
 	b = append(b, `,"payload":`...)
 	kind := d.Attrs & kindMask
@@ -94,7 +42,7 @@ func appendMessage(b []byte, topic string, d *broker.Delivered, forceBase64 bool
 	case kind == kindJSON:
 		b = append(b, d.Value...)
 	default:
-		b = appendString(b, string(d.Value))
+		b = jsonstr.Append(b, string(d.Value))
 	}
 	b = append(b, `,"timestamp":`...)
 	b = strconv.AppendInt(b, d.Timestamp, 10)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/broker"
+	"github.com/narad-mq/narad/broker/internal/jsonstr"
 )
 
 // apiError is an error as the API shows it: a status, a stable code from the ErrorCode
@@ -269,9 +270,9 @@ func writeError(w http.ResponseWriter, err error) {
 	msg := elide(ae.msg, maxMessageBytes)
 	b := make([]byte, 0, 64+len(msg))
 	b = append(b, `{"error":{"code":`...)
-	b = appendString(b, string(ae.code))
+	b = jsonstr.Append(b, string(ae.code))
 	b = append(b, `,"message":`...)
-	b = appendString(b, msg)
+	b = jsonstr.Append(b, msg)
 	b = append(b, "}}\n"...)
 	_, _ = w.Write(b) // the status line is sent; a client gone away cannot be told more
 }

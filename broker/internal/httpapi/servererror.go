@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/jsonstr"
 )
 
 // net/http answers a few malformed requests itself, before any handler runs, with a
@@ -73,9 +74,9 @@ func serverErrorJSON(p []byte) ([]byte, bool) {
 func jsonErrorResponse(proto string, status int, code apigen.ErrorCode, msg string) []byte {
 	body := make([]byte, 0, 64+len(msg))
 	body = append(body, `{"error":{"code":`...)
-	body = appendString(body, string(code))
+	body = jsonstr.Append(body, string(code))
 	body = append(body, `,"message":`...)
-	body = appendString(body, msg)
+	body = jsonstr.Append(body, msg)
 	body = append(body, "}}\n"...)
 	out := make([]byte, 0, 128+len(body))
 	out = append(out, proto...)
