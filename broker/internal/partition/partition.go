@@ -563,29 +563,12 @@ func (p *Partition) Settle(reqs []SettleReq) []error {
 	if p.repl != nil {
 		return p.settleReplicated(reqs)
 	}
-	errs := make([]error, len(reqs))
 	p.gate.RLock()
 	defer p.gate.RUnlock()
-
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		for i := range errs {
-			errs[i] = ErrClosed
-		}
-		return errs
-	}
-	now := p.opts.Clock()
-	if p.expire(now) > 0 {
+	errs, begun, _, expired := p.beginSettles(reqs)
+	if expired {
 		defer p.notify()
 	}
-	begun := make([]uint64, 0, len(reqs))
-	for i, r := range reqs {
-		if errs[i] = p.q.BeginSettle(r.Offset, r.Nonce, now); errs[i] == nil {
-			begun = append(begun, r.Offset)
-		}
-	}
-	p.mu.Unlock()
 	if len(begun) == 0 {
 		return errs
 	}
@@ -629,6 +612,32 @@ func (p *Partition) Settle(reqs []SettleReq) []error {
 	}
 	p.notify()
 	return errs
+}
+
+// beginSettles pins the leases reqs name (queue.BeginSettle) after expiring overdue
+// ones, for a settle to make durable: the journal on a partition of its own, the
+// group on a replica. errs has one error per request (nil for each one pinned: the
+// caller commits or aborts it); begun lists the offsets pinned, and cursor is the
+// queue's delivery cursor then. On a closed partition every error is ErrClosed.
+func (p *Partition) beginSettles(reqs []SettleReq) (errs []error, begun []uint64, cursor uint64, expired bool) {
+	errs = make([]error, len(reqs))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return errs, nil, 0, false
+	}
+	now := p.opts.Clock()
+	expired = p.expire(now) > 0
+	begun = make([]uint64, 0, len(reqs))
+	for i, r := range reqs {
+		if errs[i] = p.q.BeginSettle(r.Offset, r.Nonce, now); errs[i] == nil {
+			begun = append(begun, r.Offset)
+		}
+	}
+	return errs, begun, p.q.Cursor(), expired
 }
 
 // Extend renews a lease to end d from now; d == 0 hands the message back at once.

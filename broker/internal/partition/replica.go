@@ -230,33 +230,17 @@ func (p *Partition) appendReplicated(recs []segment.Record) (uint64, error) {
 // leases are pinned (BeginSettle) while the command replicates.
 func (p *Partition) settleReplicated(reqs []SettleReq) []error {
 	r := p.repl
-	errs := make([]error, len(reqs))
 	if !r.leading.Load() {
+		errs := make([]error, len(reqs))
 		for i := range errs {
 			errs[i] = ErrNotLeader
 		}
 		return errs
 	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		for i := range errs {
-			errs[i] = ErrClosed
-		}
-		return errs
-	}
-	now := p.opts.Clock()
-	if p.expire(now) > 0 {
+	errs, begun, delivered, expired := p.beginSettles(reqs)
+	if expired {
 		defer p.notify()
 	}
-	begun := make([]uint64, 0, len(reqs))
-	for i, rq := range reqs {
-		if errs[i] = p.q.BeginSettle(rq.Offset, rq.Nonce, now); errs[i] == nil {
-			begun = append(begun, rq.Offset)
-		}
-	}
-	delivered := p.q.Cursor()
-	p.mu.Unlock()
 	if len(begun) == 0 {
 		return errs
 	}
