@@ -722,6 +722,65 @@ func TestReplicationBitFlipRepaired(t *testing.T) {
 	sameMessageLogs(t, nodes, inc+"-flip")
 }
 
+// TestReplicationFanoutCursorFollowsLeader: a fan-out child's copy cursor is
+// committed in the parent partition's group, so after the parent's leader is killed
+// the new leader resumes the copy where it stood instead of copying the parent's whole
+// history into the child again (which its own cursor file, never written while it
+// followed, would have it do).
+func TestReplicationFanoutCursorFollowsLeader(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	nodes[0].api.createTopic("fp", map[string]any{"partitions": 1})
+	nodes[0].api.createTopic("fc", map[string]any{"partitions": 1})
+	nodes[0].api.PostJSON("/v1/topics/fp/children", map[string]any{"child": "fc"}).Expect(t, http.StatusCreated)
+	childEnd := func(via *clusterNode) int64 {
+		r, err := via.api.Try(http.MethodGet, topicPath("fc"), nil)
+		if err != nil || r.Status != http.StatusOK {
+			return -1
+		}
+		var d struct {
+			PartitionStats []struct {
+				NextOffset int64 `json:"next_offset"`
+			} `json:"partition_stats"`
+		}
+		if json.Unmarshal(r.Body, &d) != nil || len(d.PartitionStats) == 0 {
+			return -1
+		}
+		return d.PartitionStats[0].NextOffset
+	}
+	lead := leaderOf(t, nodes, "fp", 0)
+	// Three bursts of 60, each copied before the next: the parent's history is 180
+	// messages in several copy batches.
+	for burst := range 3 {
+		for i := range 60 {
+			if s := produceTry(lead, "fp", fmt.Sprint("b", burst, "-", i)); s != http.StatusAccepted {
+				t.Fatalf("produce: %d", s)
+			}
+		}
+		waitFor(t, 30*time.Second, "the child to hold the burst's copies", func() bool { return childEnd(lead) >= int64(60*(burst+1)) })
+	}
+	lead.Kill()
+	next := newLeader(t, nodes, "fp", 0, lead)
+	for i := range 10 {
+		waitFor(t, 30*time.Second, "a produce accepted", func() bool { return produceTry(next, "fp", fmt.Sprint("after-", i)) == http.StatusAccepted })
+	}
+	waitFor(t, 30*time.Second, "the child to hold the copies made after the failover", func() bool { return childEnd(next) >= 190 })
+	// Let the new leader's copier finish what it will copy: the child's end stays put.
+	last, since := childEnd(next), time.Now()
+	waitFor(t, 30*time.Second, "the child's end to hold still for 2 s", func() bool {
+		if e := childEnd(next); e != last {
+			last, since = e, time.Now()
+		}
+		return time.Since(since) > 2*time.Second
+	})
+	// At most the last copy batch (60) may be copied twice; the whole history (180
+	// more) must not.
+	if last > 190+60 {
+		t.Fatalf("the child holds %d messages for 190 produced: the new leader copied the parent's history again", last)
+	}
+	t.Logf("the child holds %d messages for 190 produced", last)
+}
+
 // sameMessageLogs fails the test unless partition 0 of the topic directory tdir holds
 // byte-equal segment files on every node (stopped).
 func sameMessageLogs(t *testing.T, nodes []*clusterNode, tdir string) {

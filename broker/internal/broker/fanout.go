@@ -55,6 +55,13 @@ type copier struct {
 	rounds atomic.Uint64 // rounds run, for tests that must know a round happened
 	stop   chan struct{}
 	done   chan struct{}
+
+	// A replicated parent partition's cursor is also committed in its group (one
+	// proposal in flight per partition), so the next leader resumes the copy there.
+	committing []atomic.Bool
+	ctx        context.Context // ends with close: proposals in flight stop
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 type copierKey struct {
@@ -71,7 +78,9 @@ func (b *Broker) startCopier(parent, child *topic, m meta.Topic) (*copier, error
 		sent:    make([]map[int]uint64, len(parent.parts)),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}), done: make(chan struct{}),
+		committing: make([]atomic.Bool, len(parent.parts)),
 	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// Durable before the first cursor is written, and private like every data directory.
 	if err := vfs.MkdirAllSync(vfs.OS{}, c.dir, 0o700); err != nil {
 		return nil, err
@@ -95,6 +104,8 @@ func (b *Broker) startCopier(parent, child *topic, m meta.Topic) (*copier, error
 func (c *copier) close() {
 	close(c.stop)
 	<-c.done
+	c.cancel()
+	c.wg.Wait()
 	c.b.metrics.FanoutPaused.DeleteLabelValues(c.child.name)
 }
 
@@ -259,6 +270,12 @@ func (c *copier) round() (time.Duration, error) {
 			continue // the node serving this parent partition copies it
 		}
 		from := c.cursors[pp].Load()
+		if committed := p.FanoutCursor(c.attachID); committed > from {
+			// Another replica led and copied since this node's cursor was written.
+			from = committed
+			c.cursors[pp].Store(from)
+			clear(c.sent[pp])
+		}
 		recs, err := p.Read(from, copyBatch)
 		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 {
 			// The record at from is damaged and can never be copied; retrying would stop
@@ -270,6 +287,7 @@ func (c *copier) round() (time.Duration, error) {
 				return 0, fmt.Errorf("saving the fan-out cursor: %w", err)
 			}
 			c.cursors[pp].Store(from + 1)
+			c.commitCursor(pp, p)
 			wait = 0
 			continue
 		}
@@ -319,6 +337,7 @@ func (c *copier) round() (time.Duration, error) {
 		}
 		c.cursors[pp].Store(next)
 		clear(c.sent[pp])
+		c.commitCursor(pp, p)
 		if due == copyBatch {
 			wait = 0
 		}
@@ -327,6 +346,40 @@ func (c *copier) round() (time.Duration, error) {
 		return 0, errs
 	}
 	return wait, nil
+}
+
+// commitCursor commits parent partition pp's cursor in its group when it is
+// replicated, so a change of leader re-copies at most what was copied since the last
+// commit instead of everything since the attach. One proposal is in flight per
+// partition; it takes the newest cursor when it starts, and another follows while
+// the cursor moved on meanwhile.
+func (c *copier) commitCursor(pp int, p *partition.Partition) {
+	if !p.Replicated() || !c.committing[pp].CompareAndSwap(false, true) {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for {
+			var err error
+			if next := c.cursors[pp].Load(); next > p.FanoutCursor(c.attachID) {
+				ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+				err = p.CommitFanoutCursor(ctx, c.attachID, next)
+				cancel()
+			}
+			c.committing[pp].Store(false)
+			if err != nil {
+				if !errors.Is(err, partition.ErrNotLeader) && !errors.Is(err, partition.ErrClosed) && c.ctx.Err() == nil {
+					c.b.log.Warn("committing a fan-out cursor in the partition's group failed; the next batch tries again",
+						"parent", c.parent.name, "partition", pp, "child", c.child.name, "err", err)
+				}
+				return
+			}
+			if c.cursors[pp].Load() <= p.FanoutCursor(c.attachID) || !c.committing[pp].CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
 }
 
 // copy appends records to the child: the same partition index when the partition

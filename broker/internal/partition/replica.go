@@ -47,6 +47,7 @@ const (
 	cmdAppend byte = 'A' // u64 first offset | u32 n | n × (u16 attrs, i64 timestamp, key?, value)
 	cmdSettle byte = 'S' // u64 delivered-to | settle record value
 	cmdLeases byte = 'L' // u64 delivered-to | u32 n | n × (u64 offset, u32 epoch, u64 seq, u32 attempt, u32 ms left)
+	cmdFanout byte = 'F' // u64 attach id | u64 next offset: a fan-out child's copy cursor
 )
 
 // replica is the replication state of a partition opened with a Group.
@@ -67,6 +68,9 @@ type replica struct {
 	handingOver atomic.Bool // HandOver ran: this leader leases nothing more
 	handMu      sync.Mutex
 	handed      []queue.Grant // leases the last leader handed over, deadlines on this clock
+
+	fanMu  sync.Mutex
+	fanout map[uint64]uint64 // fan-out child attach id → next parent offset to copy, as committed
 }
 
 // indexMark is the message log's end once the group entry at index was applied.
@@ -320,6 +324,12 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		r.handed = handed
 		r.handMu.Unlock()
 		return appliedSettle{}
+	case cmdFanout:
+		if len(cmd) != 17 {
+			return p.applyFailed(fmt.Errorf("%w: fan-out cursor command of %d bytes", ErrCorrupt, len(cmd)))
+		}
+		r.setFanout(binary.BigEndian.Uint64(cmd[1:]), binary.BigEndian.Uint64(cmd[9:]))
+		return appliedSettle{}
 	case cmdSettle:
 		if len(cmd) < 9 {
 			return p.applyFailed(fmt.Errorf("%w: short settle command", ErrCorrupt))
@@ -547,4 +557,62 @@ func decodeLeasesCmd(b []byte, now int64) (uint64, []queue.Grant, error) {
 		}
 	}
 	return d, gs, nil
+}
+
+func (r *replica) setFanout(attachID, next uint64) {
+	r.fanMu.Lock()
+	defer r.fanMu.Unlock()
+	if r.fanout == nil {
+		r.fanout = map[uint64]uint64{}
+	}
+	if next > r.fanout[attachID] {
+		r.fanout[attachID] = next
+	}
+}
+
+// FanoutCursor returns the next parent offset a fan-out child (by attach id) must be
+// copied from, as committed in this replica's group (0: none committed, or not a
+// replica). A new leader resumes the copy there instead of from its own cursor file,
+// which it last wrote when it last led, if ever.
+func (p *Partition) FanoutCursor(attachID uint64) uint64 {
+	r := p.repl
+	if r == nil {
+		return 0
+	}
+	r.fanMu.Lock()
+	defer r.fanMu.Unlock()
+	return r.fanout[attachID]
+}
+
+// CommitFanoutCursor commits, through the group, that a fan-out child (by attach id)
+// holds every message of this partition below next. Only the leader commits.
+func (p *Partition) CommitFanoutCursor(ctx context.Context, attachID, next uint64) error {
+	r := p.repl
+	if r == nil {
+		return nil
+	}
+	if !r.leading.Load() {
+		return ErrNotLeader
+	}
+	cmd := make([]byte, 0, 17)
+	cmd = append(cmd, cmdFanout)
+	cmd = binary.BigEndian.AppendUint64(cmd, attachID)
+	cmd = binary.BigEndian.AppendUint64(cmd, next)
+	_, err := r.group.Propose(ctx, cmd, nil)
+	if err != nil {
+		return p.groupErr(err)
+	}
+	return nil
+}
+
+// fanoutCursors returns a copy of the committed fan-out cursors, sorted by attach id.
+func (r *replica) fanoutCursors() [][2]uint64 {
+	r.fanMu.Lock()
+	defer r.fanMu.Unlock()
+	out := make([][2]uint64, 0, len(r.fanout))
+	for id, next := range r.fanout {
+		out = append(out, [2]uint64{id, next})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	return out
 }

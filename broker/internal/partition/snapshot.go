@@ -20,6 +20,7 @@ import (
 // replica's message log holds the same committed records at the same offsets.
 //
 //	'P' | version u8 | oldest u64 | end u64 | delivered-to u64 | frontier u64 | n u32 | n × acked-ahead offset u64
+//	    | m u32 | m × (fan-out attach id u64, next offset u64)
 //
 // all big-endian.
 const (
@@ -27,12 +28,16 @@ const (
 	snapVersion byte = 1
 )
 
+// A replica's snapshot also carries the fan-out cursors committed in its group, so a
+// restored replica that comes to lead resumes each child's copy where it stood.
+
 // snapState is a replica's state as a snapshot describes it.
 type snapState struct {
 	oldest, end uint64 // the message log holds [oldest, end)
 	deliveredTo uint64
 	frontier    uint64
 	ackedAhead  []uint64
+	fanout      [][2]uint64 // fan-out child attach id, next parent offset to copy
 }
 
 func (s snapState) encode() []byte {
@@ -46,13 +51,18 @@ func (s snapState) encode() []byte {
 	for _, o := range s.ackedAhead {
 		b = binary.BigEndian.AppendUint64(b, o)
 	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.fanout)))
+	for _, f := range s.fanout {
+		b = binary.BigEndian.AppendUint64(b, f[0])
+		b = binary.BigEndian.AppendUint64(b, f[1])
+	}
 	return b
 }
 
 var errBadSnapshot = fmt.Errorf("%w: malformed replica snapshot", ErrCorrupt)
 
 func decodeSnapState(b []byte) (snapState, error) {
-	if len(b) < 2+8*4+4 || b[0] != snapKind {
+	if len(b) < 2+8*4+4+4 || b[0] != snapKind {
 		return snapState{}, errBadSnapshot
 	}
 	if b[1] != snapVersion {
@@ -66,11 +76,20 @@ func decodeSnapState(b []byte) (snapState, error) {
 	}
 	n := binary.BigEndian.Uint32(b[34:])
 	rest := b[38:]
-	if uint64(len(rest)) != 8*uint64(n) || s.oldest > s.end || s.frontier > s.end {
+	if uint64(len(rest)) < 8*uint64(n)+4 || s.oldest > s.end || s.frontier > s.end {
 		return snapState{}, errBadSnapshot
 	}
 	for i := range n {
 		s.ackedAhead = append(s.ackedAhead, binary.BigEndian.Uint64(rest[8*i:]))
+	}
+	rest = rest[8*n:]
+	m := binary.BigEndian.Uint32(rest)
+	rest = rest[4:]
+	if uint64(len(rest)) != 16*uint64(m) {
+		return snapState{}, errBadSnapshot
+	}
+	for i := range m {
+		s.fanout = append(s.fanout, [2]uint64{binary.BigEndian.Uint64(rest[16*i:]), binary.BigEndian.Uint64(rest[16*i+8:])})
 	}
 	return s, nil
 }
@@ -95,7 +114,7 @@ func (p *Partition) SnapshotState() ([]byte, error) {
 	}
 	p.mu.Lock()
 	s := snapState{oldest: p.log.Oldest(), end: p.log.Next(), deliveredTo: r.deliveredTo.Load(),
-		frontier: p.q.Frontier(), ackedAhead: p.q.AckedAhead()}
+		frontier: p.q.Frontier(), ackedAhead: p.q.AckedAhead(), fanout: r.fanoutCursors()}
 	p.mu.Unlock()
 	slices.Sort(s.ackedAhead)
 	return s.encode(), nil
@@ -175,6 +194,9 @@ func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []by
 	}
 	if s.deliveredTo > r.deliveredTo.Load() {
 		r.deliveredTo.Store(s.deliveredTo)
+	}
+	for _, f := range s.fanout {
+		r.setFanout(f[0], f[1])
 	}
 	r.mark(index, p.log.Next())
 	// Settlements: whatever the snapshot settled and this replica has not.

@@ -302,3 +302,43 @@ func TestReplicaPowerLossOnEveryReplica(t *testing.T) {
 		t.Fatal("the power loss took nothing from any replica: the test cannot tell the replay's work")
 	}
 }
+
+// TestFanoutCursorReplicated: a committed fan-out cursor reaches every replica, only
+// moves forward, rides in the snapshot, and a restored replica takes it.
+func TestFanoutCursorReplicated(t *testing.T) {
+	g, ps := openGroup(t, 2)
+	appendN(t, ps[0], 10)
+	ctx := context.Background()
+	if err := ps[1].CommitFanoutCursor(ctx, 7, 4); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a follower committed a fan-out cursor: %v", err)
+	}
+	for _, next := range []uint64{4, 9, 6} {
+		if err := ps[0].CommitFanoutCursor(ctx, 7, next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, p := range ps {
+		if got := p.FanoutCursor(7); got != 9 {
+			t.Fatalf("replica %d holds fan-out cursor %d for attach 7, want 9 (it never moves back)", i, got)
+		}
+		if got := p.FanoutCursor(8); got != 0 {
+			t.Fatalf("replica %d holds a cursor %d for an attach never committed", i, got)
+		}
+	}
+	data, err := ps[0].SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := decodeSnapState(data)
+	if err != nil || len(s.fanout) != 1 || s.fanout[0] != [2]uint64{7, 9} {
+		t.Fatalf("snapshot fan-out cursors %v: %v", s.fanout, err)
+	}
+	p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = member{g: g, i: 2} })
+	t.Cleanup(func() { _ = p.Close() })
+	if err := p.RestoreSnapshot(ctx, uint64(len(g.log)), data, fetchFrom(ps[0], 100)); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.FanoutCursor(7); got != 9 {
+		t.Fatalf("the restored replica holds fan-out cursor %d, want 9", got)
+	}
+}
