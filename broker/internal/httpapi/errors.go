@@ -110,6 +110,24 @@ func toAPIError(err error) *apiError {
 			// this node has its limit of requests to it); its share was not sent.
 			return partlyStoredAs(part, apigen.ErrorCodeUnavailable, 1,
 				"the node holding a partition could not be reached (or has --max-peer-inflight requests from this node)", "were not sent to it and not stored")
+		case errors.Is(err, broker.ErrUnavailable) && !errors.Is(err, broker.ErrStorage):
+			// In a cluster: a failed partition had no leader this node could reach (an
+			// election, or too few of its replicas up); its share was not stored.
+			return partlyStoredAs(part, apigen.ErrorCodeUnavailable, 1,
+				"a partition had no leader this node could reach (an election may be running, or too few of its replicas are up)", "were not stored")
+		default:
+			// Whatever else failed, the stored part must be said: "nothing was done"
+			// would make the client send the whole batch again. The status and code stay
+			// those of the failure.
+			status, code, why := http.StatusServiceUnavailable, apigen.ErrorCodeInternal, "a partition's share failed"
+			var again *broker.PartlyStoredError
+			if rest := withoutPart(err); rest != nil && !errors.As(rest, &again) {
+				a := toAPIError(rest)
+				status, code, why = a.status, a.code, "a partition's share failed ("+a.msg+")"
+			}
+			a := partlyStoredAs(part, code, 1, why, "may or may not be stored")
+			a.status = status
+			return a
 		}
 	}
 	var mbe *http.MaxBytesError
@@ -199,6 +217,23 @@ func partlyStored(err error, part *broker.PartlyStoredError) *apiError {
 	a := partlyStoredAs(part, code, retry, why, rest)
 	a.msg += " (the operator is alerted by the narad_storage_errors_total metric)"
 	return a
+}
+
+// withoutPart returns err without the PartlyStoredError a batch's failure joins to the
+// failed partitions' errors (nil when nothing else is left).
+func withoutPart(err error) error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil
+	}
+	var rest []error
+	for _, e := range j.Unwrap() {
+		var p *broker.PartlyStoredError
+		if !errors.As(e, &p) {
+			rest = append(rest, e)
+		}
+	}
+	return errors.Join(rest...)
 }
 
 // partlyStoredAs is the answer to a produce-batch of which part was stored: code and
