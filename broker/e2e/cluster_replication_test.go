@@ -781,6 +781,56 @@ func TestReplicationFanoutCursorFollowsLeader(t *testing.T) {
 	t.Logf("the child holds %d messages for 190 produced", last)
 }
 
+// TestReplicationFactorNeedsLiveNodes: a replication_factor above the cluster's
+// nodes is a 409; while a node is down, one above the live nodes is a 503 with
+// Retry-After, and so is the default of 3 — a topic created while a node is away is
+// not given fewer copies for good (it was given 2) — until the node is back.
+func TestReplicationFactorNeedsLiveNodes(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	a := nodes[0].api
+	r := a.PostJSON("/v1/topics", map[string]any{"name": "rf4", "replication_factor": 4})
+	if r.Status != http.StatusConflict {
+		t.Fatalf("replication_factor 4 on 3 nodes: %d %s, want 409", r.Status, r.Body)
+	}
+	nodes[2].Kill()
+	waitFor(t, 60*time.Second, "the killed node to show as not alive", func() bool {
+		c, err := nodes[0].cluster()
+		if err != nil {
+			return false
+		}
+		for _, m := range c.Members {
+			if m.ID == nodes[2].id {
+				return m.Status != "alive"
+			}
+		}
+		return false
+	})
+	r = a.PostJSON("/v1/topics", map[string]any{"name": "rf3", "replication_factor": 3})
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("replication_factor 3 while one of 3 nodes is down: %d %s; want 503 with Retry-After", r.Status, r.Body)
+	}
+	r = a.PostJSON("/v1/topics", map[string]any{"name": "dflt"})
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("a topic with the default replication_factor while one of 3 nodes is down: %d %s; want 503 with Retry-After, not fewer copies", r.Status, r.Body)
+	}
+	two := a.createTopic("rf2", map[string]any{"replication_factor": 2})
+	if two.ReplicationFactor != 2 {
+		t.Fatalf("replication_factor 2 with 2 live nodes: got %d", two.ReplicationFactor)
+	}
+	nodes[2].Launch()
+	if err := nodes[2].WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the default topic to be created once the node is back", func() bool {
+		r, err := a.Try(http.MethodPost, "/v1/topics", []byte(`{"name":"dflt"}`), "Content-Type", "application/json")
+		return err == nil && r.Status == http.StatusCreated
+	})
+	if got := a.topic("dflt").ReplicationFactor; got != 3 {
+		t.Fatalf("the default topic has replication_factor %d, want 3", got)
+	}
+}
+
 // sameMessageLogs fails the test unless partition 0 of the topic directory tdir holds
 // byte-equal segment files on every node (stopped).
 func sameMessageLogs(t *testing.T, nodes []*clusterNode, tdir string) {

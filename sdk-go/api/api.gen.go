@@ -828,7 +828,7 @@ type TopicSettings struct {
 	// Partitions Number of partitions (1 to 256, default 3). Fixed after create.
 	Partitions *int32 `json:"partitions,omitempty"`
 
-	// ReplicationFactor Copies of each partition, on distinct nodes (default 3, or the cluster's number of nodes when fewer; 1 on a lone node). More than the cluster's nodes answers 409. A message is acknowledged once a majority of them hold it.
+	// ReplicationFactor Copies of each partition, on distinct nodes (default 3, or the cluster's number of nodes when fewer; 1 on a lone node). More than the cluster's nodes answers 409; more than its live nodes (some not reported in yet, or down) answers 503 with Retry-After. A message is acknowledged once a majority of them hold it.
 	ReplicationFactor *int32 `json:"replication_factor,omitempty"`
 
 	// RetentionMs How long messages are kept, in ms (default 7 days). Whole segments older than this are deleted, acked or not.

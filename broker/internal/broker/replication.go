@@ -358,26 +358,41 @@ func (b *Broker) maxReplicationFactor() int32 {
 	return MaxReplicationFactor
 }
 
-// replicationFactor is the replica count of a new topic: asked, or min(3, live
-// members). More than the live members is a conflict: the replicas would not be on
-// distinct nodes.
+// replicationFactor is the replica count of a new topic: asked, or min(3, members).
+// More than the cluster's members is a conflict (the replicas would not be on
+// distinct nodes); more than its live members is a 503 to retry: a node that has not
+// reported in yet (a cluster just started) or is down for now. The default counts the
+// members, not the live ones, so a topic created while a node is away never gets
+// fewer replicas for good.
 func (b *Broker) replicationFactor(asked *int32) (int32, error) {
 	if b.repl == nil {
 		return 1, nil
 	}
-	live := int32(0)
+	var members, live int32
 	for _, m := range b.meta.Members() {
+		if m.Status == meta.StatusDead || m.Status == meta.StatusDecommissioning {
+			continue
+		}
+		members++
 		if m.Status == meta.StatusAlive || m.Status == meta.StatusJoining {
 			live++
 		}
 	}
-	if asked == nil {
-		return max(1, min(3, live)), nil
+	if members == 0 {
+		return 0, fmt.Errorf("%w: this node has not learned the cluster's members yet; retry in a moment", ErrUnavailable)
 	}
-	if *asked > live {
-		return 0, &ConflictError{Msg: fmt.Sprintf("replication_factor %d is more than the %d live nodes of the cluster: every replica needs its own node; ask for at most %d, or add nodes first", *asked, live, live)}
+	rf := min(3, members)
+	if asked != nil {
+		rf = *asked
 	}
-	return *asked, nil
+	if rf > members {
+		return 0, &ConflictError{Msg: fmt.Sprintf("replication_factor %d is more than the %d nodes of the cluster: every replica needs its own node; ask for at most %d, or add nodes first", rf, members, members)}
+	}
+	if rf > live {
+		return 0, fmt.Errorf("%w: replication_factor %d needs %d live nodes and %d of the cluster's %d are live now (the others have not reported in yet, or are down): retry when they are back, or ask for replication_factor %d or less",
+			ErrUnavailable, rf, rf, live, members, max(1, live))
+	}
+	return rf, nil
 }
 
 // ReplicaInfo is a replicated partition's state as its leader sees it.

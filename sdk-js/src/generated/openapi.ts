@@ -819,7 +819,7 @@ export interface components {
             max_acked_ahead_per_partition?: number;
             /**
              * Format: int32
-             * @description Copies of each partition, on distinct nodes (default 3, or the cluster's number of nodes when fewer; 1 on a lone node). More than the cluster's nodes answers 409. A message is acknowledged once a majority of them hold it.
+             * @description Copies of each partition, on distinct nodes (default 3, or the cluster's number of nodes when fewer; 1 on a lone node). More than the cluster's nodes answers 409; more than its live nodes (some not reported in yet, or down) answers 503 with Retry-After. A message is acknowledged once a majority of them hold it.
              */
             replication_factor?: number;
             /** @description A JSON Schema (draft 2020-12) every produced payload must match (400 schema_violation otherwise). `{}` means none. A child without one inherits its parent's. References resolve only inside the schema (400 bad_request otherwise); a schema over the broker's budgets is 400 schema_too_complex. */
