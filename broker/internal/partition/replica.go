@@ -46,7 +46,7 @@ const replicateTimeout = 5 * time.Second
 const (
 	cmdAppend byte = 'A' // u64 first offset | u32 n | n × (u16 attrs, i64 timestamp, key?, value)
 	cmdSettle byte = 'S' // u64 delivered-to | settle record value
-	cmdLeases byte = 'L' // u64 delivered-to | u32 n | n × (u64 offset, u32 epoch, u64 seq, u32 attempt, u32 ms left)
+	cmdLeases byte = 'L' // u64 delivered-to | u32 n | n × (u64 offset, u32 epoch, u64 seq, u32 attempt, u32 ms left) | u64 term
 	cmdFanout byte = 'F' // u64 attach id | u64 next offset: a fan-out child's copy cursor
 )
 
@@ -68,6 +68,7 @@ type replica struct {
 	handingOver atomic.Bool // HandOver ran: this leader leases nothing more
 	handMu      sync.Mutex
 	handed      []queue.Grant // leases the last leader handed over, deadlines on this clock
+	handedTerm  uint64        // the term of the leader that handed them over
 
 	fanMu  sync.Mutex
 	fanout map[uint64]uint64 // fan-out child attach id → next parent offset to copy, as committed
@@ -143,7 +144,13 @@ func (p *Partition) SetRole(lead bool, term uint64) {
 	}
 	r.handMu.Lock()
 	handed := r.handed
-	r.handed = nil
+	if r.handedTerm+1 != term {
+		// Handed over by a leader before the last one (an old L applied again at a
+		// restart, or a transfer whose election took more than one term): those leases
+		// may have been given out again since. Only the direct successor takes them.
+		handed = nil
+	}
+	r.handed, r.handedTerm = nil, 0
 	r.handMu.Unlock()
 	p.mu.Lock()
 	if lead {
@@ -313,7 +320,7 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		p.notify()
 		return appliedAppend{ok: true}
 	case cmdLeases:
-		d, handed, err := decodeLeasesCmd(cmd, p.opts.Clock())
+		d, term, handed, err := decodeLeasesCmd(cmd, p.opts.Clock())
 		if err != nil {
 			return p.applyFailed(err)
 		}
@@ -321,7 +328,7 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 			r.deliveredTo.Store(d)
 		}
 		r.handMu.Lock()
-		r.handed = handed
+		r.handed, r.handedTerm = handed, term
 		r.handMu.Unlock()
 		return appliedSettle{}
 	case cmdFanout:
@@ -507,7 +514,7 @@ func (p *Partition) HandOver(ctx context.Context) error {
 	leases := p.q.Live(now)
 	delivered := p.q.Cursor()
 	p.mu.Unlock()
-	_, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, leases, now), nil)
+	_, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, leases, now, r.term.Load()), nil)
 	if err != nil {
 		return p.groupErr(err)
 	}
@@ -517,8 +524,8 @@ func (p *Partition) HandOver(ctx context.Context) error {
 // handingOver reports whether this replica is handing its leadership over.
 func (p *Partition) handingOver() bool { return p.repl != nil && p.repl.handingOver.Load() }
 
-func encodeLeasesCmd(deliveredTo uint64, gs []queue.Grant, now int64) []byte {
-	b := make([]byte, 0, 13+len(gs)*28)
+func encodeLeasesCmd(deliveredTo uint64, gs []queue.Grant, now int64, term uint64) []byte {
+	b := make([]byte, 0, 13+len(gs)*28+8)
 	b = append(b, cmdLeases)
 	b = binary.BigEndian.AppendUint64(b, deliveredTo)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(gs)))
@@ -530,21 +537,28 @@ func encodeLeasesCmd(deliveredTo uint64, gs []queue.Grant, now int64) []byte {
 		b = binary.BigEndian.AppendUint32(b, g.Attempt)
 		b = binary.BigEndian.AppendUint32(b, uint32(min(left, 1<<32-1)))
 	}
-	return b
+	return binary.BigEndian.AppendUint64(b, term)
 }
 
-// decodeLeasesCmd returns the handed-over leases with deadlines on this replica's
+// decodeLeasesCmd returns the delivered-to mark, the handing leader's term (0 in a
+// command written before it was carried: never honoured) and the handed-over leases
+// with deadlines on this replica's
 // clock, counted from now (the command's apply here, a moment after the old leader
 // proposed it: the lease lasts that moment longer, never shorter).
-func decodeLeasesCmd(b []byte, now int64) (uint64, []queue.Grant, error) {
+func decodeLeasesCmd(b []byte, now int64) (uint64, uint64, []queue.Grant, error) {
 	if len(b) < 13 {
-		return 0, nil, errBadCommand
+		return 0, 0, nil, errBadCommand
 	}
 	d := binary.BigEndian.Uint64(b[1:9])
 	n := binary.BigEndian.Uint32(b[9:13])
 	b = b[13:]
-	if uint64(len(b)) != uint64(n)*28 {
-		return 0, nil, errBadCommand
+	var term uint64
+	switch uint64(len(b)) {
+	case uint64(n) * 28:
+	case uint64(n)*28 + 8:
+		term = binary.BigEndian.Uint64(b[n*28:])
+	default:
+		return 0, 0, nil, errBadCommand
 	}
 	gs := make([]queue.Grant, n)
 	for i := range gs {
@@ -556,7 +570,7 @@ func decodeLeasesCmd(b []byte, now int64) (uint64, []queue.Grant, error) {
 			Deadline: now + int64(binary.BigEndian.Uint32(e[24:]))*int64(time.Millisecond),
 		}
 	}
-	return d, gs, nil
+	return d, term, gs, nil
 }
 
 func (r *replica) setFanout(attachID, next uint64) {

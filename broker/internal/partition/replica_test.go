@@ -282,3 +282,31 @@ func TestReplicaMarksAfterReplay(t *testing.T) {
 		}
 	}
 }
+
+// A handover's leases are for the direct successor only: a replica that applies an old
+// L again (a restart replays the group's log) and comes to lead terms later must not
+// hold those messages for handles that a leader in between may have replaced.
+func TestReplicaStaleHandOverNotHonoured(t *testing.T) {
+	g, ps := openGroup(t, 2)
+	appendN(t, ps[0], 3)
+	held, err := ps[0].Lease(2, time.Minute, 1<<20)
+	if err != nil || len(held) != 2 {
+		t.Fatalf("leased %d: %v", len(held), err)
+	}
+	if err := ps[0].HandOver(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.lead = 1
+	g.mu.Unlock()
+	ps[0].SetRole(false, 0)
+	ps[1].SetRole(true, 4) // leaders at terms 2 and 3 came and went
+	if o := offsets(leaseAll(t, ps[1])); fmt.Sprint(o) != "[0 1 2]" {
+		t.Fatalf("a leader three terms after the handover leased %v, want every message [0 1 2] (the old leases are not its to keep)", o)
+	}
+	for _, d := range held {
+		if err := ps[1].Settle([]SettleReq{{Offset: d.Record.Offset, Nonce: d.Nonce}})[0]; !errors.Is(err, queue.ErrLeaseLost) {
+			t.Fatalf("a handle from the old handover settled on a later leader: %v", err)
+		}
+	}
+}
