@@ -46,7 +46,7 @@ func (b *Broker) AddMember(ctx context.Context, nodeID, addr string) error {
 		return err
 	}
 	err := b.meta.AddMember(ctx, nodeID, addr)
-	if errors.Is(err, meta.ErrNodeIDInUse) {
+	if errors.Is(err, meta.ErrNodeIDInUse) || errors.Is(err, meta.ErrVersionUnsupported) {
 		return &ConflictError{Msg: err.Error()}
 	}
 	if errors.Is(err, meta.ErrNoForwarder) {

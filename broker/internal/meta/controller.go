@@ -353,7 +353,8 @@ func (s *Store) addByAddress(ctx context.Context, a addRequest) error {
 		}
 		return &ConflictError{Msg: fmt.Sprintf("node %s at %s is in a cluster of its own already; start it with an empty data directory and the join option (or wait-for-add) to add it", a.NodeID, a.ClusterAddr)}
 	}
-	return s.admit(ctx, joinRequest{NodeID: info.NodeID, ServerID: info.ServerID, ClusterAddr: a.ClusterAddr, HTTPAddr: info.HTTPAddr})
+	return s.admit(ctx, joinRequest{NodeID: info.NodeID, ServerID: info.ServerID, ClusterAddr: a.ClusterAddr, HTTPAddr: info.HTTPAddr,
+		MinVersion: info.MinVersion, MaxVersion: info.MaxVersion})
 }
 
 // heard records a member's heartbeat; the controller runs it. A member that was

@@ -85,6 +85,10 @@ type identityInfo struct {
 	HTTPAddr string `json:"http_addr,omitempty"`
 	// Formed says the node holds a Raft configuration: it is in a cluster already.
 	Formed bool `json:"formed"`
+	// MinVersion and MaxVersion are the cluster versions it speaks (none from a
+	// binary before cluster versions: 1 only).
+	MinVersion int `json:"min_version,omitempty"`
+	MaxVersion int `json:"max_version,omitempty"`
 }
 
 type fwdResponse struct {

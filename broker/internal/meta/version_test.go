@@ -300,6 +300,26 @@ func TestRollingUpgradeCommitsOnceEveryMemberSpeaks(t *testing.T) {
 		t.Fatal("the refused node has a member record")
 	}
 
+	// Added by address (POST /v1/cluster/members): the controller reads the node's
+	// versions from its identity, refuses one that speaks only 1, admits one that speaks 2.
+	held, err := net.open(t.TempDir(), "n5", "addr5", Cluster{WaitForAdd: true, VersionMax: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ss[1].AddMember(context.Background(), "n5", "addr5"); !errors.Is(err, ErrVersionUnsupported) || !strings.Contains(err.Error(), "node n5 speaks cluster versions 1 and the cluster runs version 2") {
+		t.Fatalf("adding a node speaking only 1 to a version-2 cluster: %v", err)
+	}
+	net.close(held)
+	fresh, err := net.open(t.TempDir(), "n6", "addr6", Cluster{WaitForAdd: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ss[1].AddMember(context.Background(), "n6", "addr6"); err != nil {
+		t.Fatalf("adding a node speaking 2 to a version-2 cluster: %v", err)
+	}
+	waitReady(t, fresh)
+	net.close(fresh)
+
 	// A member restarted with a binary that speaks only 1 halts at the commit.
 	net.close(ss[2])
 	s, err := net.open(dirs[2], "n3", "addr3", Cluster{VersionMax: 1})

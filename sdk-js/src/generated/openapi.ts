@@ -684,7 +684,7 @@ export interface paths {
         put?: never;
         /**
          * Add a node to the cluster
-         * @description Admin only. The controller asks the node at `address` (its node-plane address) who it is, checks that it is `id`, and admits it: as a voter while fewer than five members vote, else as a non-voter. The node must have an empty data directory and be waiting to be added (or joining). 409 when another live member holds the id or the node is in a cluster of its own; 501 while this node has no node plane to reach it.
+         * @description Admin only. The controller asks the node at `address` (its node-plane address) who it is, checks that it is `id`, and admits it: as a voter while fewer than five members vote, else as a non-voter. The node must have an empty data directory and be waiting to be added (or joining). 409 when another live member holds the id, the node is in a cluster of its own, or its binary cannot speak the cluster's committed version (the message names both); 501 while this node has no node plane to reach it.
          */
         post: operations["joinMember"];
         delete?: never;
