@@ -395,6 +395,17 @@ func rollingUpgrade(t *testing.T, old, cur release, reports bool) {
 	// The version-2 operation is in use now: the counters' reader goes on through
 	// every node.
 	waitFor(t, 60*time.Second, "stats_batch requests once version 2 is committed", func() bool { return c.statsBatches() > 0 })
+	// A new node of release N is refused its join, naming both versions, and never
+	// becomes a member.
+	late := &clusterNode{id: "n4", addr: freeClusterAddr(t)}
+	late.Narad = testutil.LaunchNarad(t, testutil.Options{Bin: old.bin, Args: clusterArgs(late.id, late.addr, append([]string{"--join", c.nodes[0].addr}, old.args...)...), Env: clusterEnv(clusterSecret)})
+	waitFor(t, 60*time.Second, "the join of a node of release N refused", func() bool {
+		return strings.Contains(late.Log(), "node n4 speaks cluster versions 1 and the cluster runs version 2")
+	})
+	if cl, err := c.nodes[0].cluster(); err != nil || strings.Contains(membersString(cl.Members), "n4@") {
+		t.Fatalf("after the refused join: %v %v", membersString(cl.Members), err)
+	}
+	late.Stop()
 	c.progress(20)
 	c.finish()
 }
