@@ -20,6 +20,9 @@ type Member struct {
 	Voter bool
 	// PartitionsHeld and PartitionsLed count its replicas and the partitions it leads.
 	PartitionsHeld, PartitionsLed int
+	// MinVersion and MaxVersion are the cluster versions the member last reported it
+	// speaks (0 from brokers that do not send them).
+	MinVersion, MaxVersion int
 }
 
 // ClusterInfo is one node's view of its cluster.
@@ -28,7 +31,10 @@ type ClusterInfo struct {
 	ClusterID  string
 	NodeID     string
 	Controller string
-	Members    []Member
+	// Version is the cluster version the controller committed (0 from brokers that do
+	// not send one); see the broker's docs on rolling upgrades.
+	Version int
+	Members []Member
 }
 
 // Move is a partition replica move the broker has started.
@@ -54,6 +60,12 @@ func memberOf(m api.Member) Member {
 	if m.PartitionsLed != nil {
 		out.PartitionsLed = int(*m.PartitionsLed)
 	}
+	if m.MinVersion != nil {
+		out.MinVersion = int(*m.MinVersion)
+	}
+	if m.MaxVersion != nil {
+		out.MaxVersion = int(*m.MaxVersion)
+	}
 	return out
 }
 
@@ -67,6 +79,9 @@ func (c *Client) Cluster(ctx context.Context) (*ClusterInfo, error) {
 	info := &ClusterInfo{NodeID: out.NodeId, Controller: out.Controller, Members: make([]Member, len(out.Members))}
 	if out.ClusterId != nil {
 		info.ClusterID = *out.ClusterId
+	}
+	if out.Version != nil {
+		info.Version = int(*out.Version)
 	}
 	for i, m := range out.Members {
 		info.Members[i] = memberOf(m)

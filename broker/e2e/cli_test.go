@@ -500,10 +500,18 @@ func TestCLIClusterBenchCompletion(t *testing.T) {
 		ID         string `json:"id"`
 		Status     string `json:"status"`
 		Controller bool   `json:"controller"`
+		MinVersion int    `json:"min_version"`
+		MaxVersion int    `json:"max_version"`
 	}](t, c.ok("cluster", "members", "-o", "json"))
-	if len(members) != 1 || members[0].Status != "alive" || !members[0].Controller {
+	if len(members) != 1 || members[0].Status != "alive" || !members[0].Controller || members[0].MinVersion != 1 || members[0].MaxVersion != 2 {
 		t.Fatalf("members %+v", members)
 	}
+	// A node of its own commits the highest cluster version it speaks within moments.
+	var table string
+	waitFor(t, 30*time.Second, "the members table to show cluster version 2", func() bool {
+		table = c.ok("cluster", "members")
+		return strings.Contains(table, "cluster version 2\n") && strings.Contains(table, "VERSIONS") && strings.Contains(table, " 1-2\n")
+	})
 	if r := c.run("cluster", "decommission", "no-such-node"); r.code != 3 && r.code != 1 {
 		t.Fatalf("decommission: %+v", r)
 	}

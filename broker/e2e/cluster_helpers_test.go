@@ -94,6 +94,7 @@ type clusterJSON struct {
 	NodeID     string       `json:"node_id"`
 	ClusterID  string       `json:"cluster_id"`
 	Controller string       `json:"controller"`
+	Version    int          `json:"version"`
 	Members    []memberJSON `json:"members"`
 }
 
@@ -103,6 +104,8 @@ type memberJSON struct {
 	HTTPAddress string `json:"http_address"`
 	Status      string `json:"status"`
 	Voter       bool   `json:"voter"`
+	MinVersion  int    `json:"min_version"`
+	MaxVersion  int    `json:"max_version"`
 }
 
 // cluster reads GET /v1/cluster without failing the test (it may be polled while the

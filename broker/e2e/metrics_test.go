@@ -102,6 +102,7 @@ func TestMetricsMove(t *testing.T) {
 		`narad_disk_size_bytes`,
 		`narad_control_plane_term`,
 		`narad_control_plane_state{state="Leader"}`,
+		`narad_cluster_version`,
 	}
 	for _, s := range positive {
 		if after[s] <= 0 {

@@ -318,6 +318,9 @@ type Cluster struct {
 
 	// NodeId The node that answered.
 	NodeId string `json:"node_id"`
+
+	// Version The cluster version the controller committed, as the node that answered knows it: the features of later releases are used only once it includes them (see the members' min_version and max_version). 1 until every member runs a binary that speaks more.
+	Version *int32 `json:"version,omitempty"`
 }
 
 // CreateTopicRequest defines model for CreateTopicRequest.
@@ -462,6 +465,12 @@ type Member struct {
 	Address     string  `json:"address"`
 	HttpAddress *string `json:"http_address,omitempty"`
 	Id          string  `json:"id"`
+
+	// MaxVersion The highest cluster version the member offers, as it last reported it (1 for a binary from before cluster versions). The controller commits a version only once every member's range includes it.
+	MaxVersion *int32 `json:"max_version,omitempty"`
+
+	// MinVersion The lowest cluster version the member's binary can run in, as it last reported it (1 for a binary from before cluster versions, which reports none).
+	MinVersion *int32 `json:"min_version,omitempty"`
 
 	// PartitionsHeld How many partition replicas this member holds.
 	PartitionsHeld *int32 `json:"partitions_held,omitempty"`

@@ -119,6 +119,8 @@ func TestInvalidConfigNamesTheSetting(t *testing.T) {
 		{[]string{"--auth-failure-delay", "-1s"}, nil, "--auth-failure-delay"},
 		{[]string{"--segment-bytes", "10"}, nil, "--segment-bytes"},
 		{[]string{"--stats-interval", "1ms"}, nil, "--stats-interval"},
+		{[]string{"--cluster-version-max", "3"}, nil, "--cluster-version-max"},
+		{nil, map[string]string{"NARAD_CLUSTER_VERSION_MAX": "-1"}, "--cluster-version-max"},
 		{nil, map[string]string{"NARAD_STATS_INTERVAL": "2h"}, "--stats-interval"},
 		{nil, map[string]string{"NARAD_MAX_CONNECTIONS": "many"}, "NARAD_MAX_CONNECTIONS"},
 		{[]string{"--config", file}, nil, "config segment-bytes"},

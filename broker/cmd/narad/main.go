@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"github.com/narad-mq/narad/broker/internal/cli"
+	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
 // version, commit and date are set by a release build (-ldflags "-X main.version=...",
@@ -53,7 +54,7 @@ func main() {
 }
 
 // versionLine is what `narad version` prints: the version, and the commit and build
-// date of a release build.
+// date of a release build; on a second line the cluster versions it speaks.
 func versionLine() string {
 	s := "narad " + version
 	if commit != "" {
@@ -63,7 +64,9 @@ func versionLine() string {
 		}
 		s += ")"
 	}
-	return s
+	// The cluster versions it speaks: what a rolling upgrade waits for
+	// (docs/operating/upgrades.md).
+	return s + fmt.Sprintf("\ncluster versions %d to %d", meta.VersionMin, meta.VersionMax)
 }
 
 func usage(w io.Writer) {

@@ -62,6 +62,7 @@ func serve(args []string) (err error) {
 		// A lone node shows its HTTP URL in its member record too (validated).
 		bopts.Cluster.HTTPAddr, _ = c.httpAdvertise()
 	}
+	bopts.Cluster.VersionMax = c.ClusterVersionMax
 	b, err := broker.Open(bopts)
 	if err != nil {
 		return err

@@ -17,6 +17,9 @@ type MemberInfo struct {
 // ClusterID returns the cluster's id ("" until the controller has made it).
 func (b *Broker) ClusterID() string { return b.meta.ClusterID() }
 
+// ClusterVersion returns the cluster version committed, as this node knows it.
+func (b *Broker) ClusterVersion() int { return b.meta.ClusterVersion() }
+
 // Controller returns the node id of the control plane's leader as this node knows it.
 func (b *Broker) Controller() string { return b.meta.Controller() }
 
@@ -43,7 +46,7 @@ func (b *Broker) AddMember(ctx context.Context, nodeID, addr string) error {
 		return err
 	}
 	err := b.meta.AddMember(ctx, nodeID, addr)
-	if errors.Is(err, meta.ErrNodeIDInUse) {
+	if errors.Is(err, meta.ErrNodeIDInUse) || errors.Is(err, meta.ErrVersionUnsupported) {
 		return &ConflictError{Msg: err.Error()}
 	}
 	if errors.Is(err, meta.ErrNoForwarder) {

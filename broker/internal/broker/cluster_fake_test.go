@@ -83,6 +83,14 @@ func (p *fakePlane) setHook(h func(ctx context.Context, addr string, req dataReq
 // returns them once every one is ready.
 func startFakeCluster(t *testing.T, n int) (*fakePlane, []*Broker) {
 	t.Helper()
+	return startFakeClusterAt(t, make([]int, n))
+}
+
+// startFakeClusterAt is startFakeCluster with, per node, the highest cluster version it
+// offers (0: the highest this binary speaks; 1: as the release before cluster versions).
+func startFakeClusterAt(t *testing.T, versionMax []int) (*fakePlane, []*Broker) {
+	t.Helper()
+	n := len(versionMax)
 	p := &fakePlane{t: t, trans: map[raft.ServerAddress]*raft.InmemTransport{}, brokers: map[string]*Broker{}}
 	var peers []meta.Peer
 	for i := range n {
@@ -105,6 +113,7 @@ func startFakeCluster(t *testing.T, n int) (*fakePlane, []*Broker) {
 				Transport: tr, Forwarder: p, Peers: peers, HTTPAddr: "http-" + string(pe.Addr),
 				RaftTimeout: 400 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
 				SuspectAfter: 5 * time.Second, DeadAfter: 10 * time.Second,
+				VersionMax: versionMax[i],
 			},
 		})
 		if err != nil {

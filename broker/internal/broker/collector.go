@@ -44,11 +44,15 @@ var (
 		"Bytes free for the node on the data directory's file system.", nil, nil)
 	descDiskSize = prometheus.NewDesc("narad_disk_size_bytes",
 		"Size of the data directory's file system.", nil, nil)
+	descClusterVersion = prometheus.NewDesc("narad_cluster_version",
+		"The cluster version the controller committed, as this node knows it: features of later versions are used once it includes them.", nil, nil)
+	descMemberMaxVersion = prometheus.NewDesc("narad_cluster_member_max_version",
+		"The highest cluster version each member last reported it offers (1: a binary from before cluster versions); the cluster version follows the lowest.", []string{"member"}, nil)
 )
 
 // Describe sends the collector's descriptions.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset} {
+	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descClusterVersion, descMemberMaxVersion} {
 		ch <- d
 	}
 }
@@ -125,6 +129,11 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descClockOffset, prometheus.GaugeValue, off.Seconds(), m.ID)
 			}
 		}
+	}
+	ch <- prometheus.MustNewConstMetric(descClusterVersion, prometheus.GaugeValue, float64(b.meta.ClusterVersion()))
+	for _, m := range b.meta.Members() {
+		_, hi := m.Versions()
+		ch <- prometheus.MustNewConstMetric(descMemberMaxVersion, prometheus.GaugeValue, float64(hi), m.ID)
 	}
 	if free, size, err := diskUsage(b.opts.DataDir); err == nil {
 		ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(free))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,6 +68,10 @@ const (
 	// dataReplicaRead reads committed records of any replica, leader or not: a
 	// replica restoring a snapshot fetches the messages it lacks with it.
 	dataReplicaRead = "replica_read"
+	// dataStatsBatch asks for the counters of several partitions the node leads in one
+	// request (meta.FeatureStatsBatch): sent only once the cluster version allows it,
+	// since a node of version 1 does not know it.
+	dataStatsBatch = "stats_batch"
 )
 
 // replicaReadLimit is the most records one replica_read answers (4 MiB at most).
@@ -106,7 +111,17 @@ type dataResp struct {
 	Ready      bool                 `json:"ready,omitempty"`
 	Lag        *ChildLag            `json:"lag,omitempty"`
 	Repl       *ReplicaInfo         `json:"repl,omitempty"`
+	Batch      []partStats          `json:"batch,omitempty"`
 	Err        *wireErr             `json:"err,omitempty"`
+}
+
+// partStats is one partition's answer in a stats_batch: its counters and replication
+// state, or why this node cannot give them (it does not lead the partition).
+type partStats struct {
+	Part  int32        `json:"part"`
+	Stats *queue.Stats `json:"stats,omitempty"`
+	Repl  *ReplicaInfo `json:"repl,omitempty"`
+	Err   *wireErr     `json:"err,omitempty"`
 }
 
 // wireErr carries a partition's error to the entry node, which maps it as it maps a
@@ -563,17 +578,27 @@ func (b *Broker) allStats(ctx context.Context, t *topic) ([]queue.Stats, []error
 	return out, errs
 }
 
-// allStatsAndReplicas is allStats with each replicated partition's ReplicaInfo.
+// allStatsAndReplicas is allStats with each replicated partition's ReplicaInfo. Once the
+// cluster version allows it, it asks each other node for all its partitions in one
+// stats_batch request; a partition that request did not answer (the node does not lead
+// it any more, or could not be asked) is asked for on its own, as before.
 func (b *Broker) allStatsAndReplicas(ctx context.Context, t *topic) ([]queue.Stats, []*ReplicaInfo, []error) {
 	out := make([]queue.Stats, len(t.parts))
 	ris := make([]*ReplicaInfo, len(t.parts))
 	errs := make([]error, len(t.parts))
-	var wg sync.WaitGroup
+	var remote []int
 	for i := range t.parts {
 		if t.leads(i) {
 			out[i], ris[i] = t.parts[i].Stats(), b.localReplicaInfo(t, i)
 			continue
 		}
+		remote = append(remote, i)
+	}
+	if b.meta.Allows(meta.FeatureStatsBatch) {
+		remote = b.statsBatches(ctx, t, remote, out, ris)
+	}
+	var wg sync.WaitGroup
+	for _, i := range remote {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -582,6 +607,73 @@ func (b *Broker) allStatsAndReplicas(ctx context.Context, t *topic) ([]queue.Sta
 	}
 	wg.Wait()
 	return out, ris, errs
+}
+
+// statsBatches asks every node that leads some of parts for their counters in one
+// stats_batch request each, in parallel, fills out and ris with the answers, and
+// returns the partitions left unanswered.
+func (b *Broker) statsBatches(ctx context.Context, t *topic, parts []int, out []queue.Stats, ris []*ReplicaInfo) []int {
+	byNode := map[string][]int32{}
+	var left []int
+	for _, i := range parts {
+		if node := b.holderOf(t, i); node != "" {
+			byNode[node] = append(byNode[node], int32(i))
+		} else {
+			left = append(left, i) // no leader known now: routed on its own
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for node, ps := range byNode {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := b.dataReq(t, dataStatsBatch, int(ps[0]))
+			req.Parts = ps
+			answered := map[int32]bool{}
+			resp, err := b.call(ctx, node, req, remoteCallTimeout)
+			if err == nil && resp.Err != nil && resp.Err.Code != "not_leader" && resp.Err.Code != "unavailable" {
+				// Not a node that moved on: one that refused the operation itself (it
+				// should never meet it unless it speaks it). Each partition is asked
+				// for on its own below.
+				b.log.Warn("a stats_batch was refused by the node holding the partitions; asking for each partition instead", "node", node, "topic", t.name, "err", resp.Err.Msg)
+			}
+			if err == nil && resp.Err == nil {
+				for _, a := range resp.Batch {
+					if a.Err == nil && a.Stats != nil && a.Part >= 0 && int(a.Part) < len(out) && slices.Contains(ps, a.Part) {
+						out[a.Part], ris[a.Part] = *a.Stats, a.Repl
+						answered[a.Part] = true
+					}
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range ps {
+				if !answered[p] {
+					left = append(left, int(p))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return left
+}
+
+// serveStatsBatch answers a stats_batch: per partition its counters and replication
+// state, or not_leader with the leader this node knows.
+func (b *Broker) serveStatsBatch(t *topic, req *dataReq) *dataResp {
+	var resp dataResp
+	for _, i := range req.Parts {
+		a := partStats{Part: i}
+		if t.leads(int(i)) {
+			st := t.parts[i].Stats()
+			a.Stats, a.Repl = &st, b.localReplicaInfo(t, int(i))
+		} else {
+			a.Err = b.notLeader(t, int(i), partition.ErrNotLeader)
+		}
+		resp.Batch = append(resp.Batch, a)
+	}
+	return &resp
 }
 
 // watchRemote makes sure a watch runs on every other node holding partitions of t
@@ -699,6 +791,9 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 			return &dataResp{Err: b.notLeader(t, int(req.Partition), err)}
 		}
 		return &dataResp{Err: toWireErr(err)}
+	}
+	if req.Kind == dataStatsBatch && b.meta.Speaks(meta.FeatureStatsBatch) {
+		return b.serveStatsBatch(t, req)
 	}
 	p := t.parts[req.Partition]
 	var resp dataResp

@@ -19,6 +19,10 @@ type memberJSON struct {
 	PartitionsHeld int    `json:"partitions_held"`
 	PartitionsLed  int    `json:"partitions_led"`
 	Controller     bool   `json:"controller"`
+	// MinVersion and MaxVersion are the cluster versions the member speaks (0: its
+	// broker does not say).
+	MinVersion int `json:"min_version,omitempty"`
+	MaxVersion int `json:"max_version,omitempty"`
 }
 
 type moveJSON struct {
@@ -55,7 +59,8 @@ func clusterCommands() []*command {
 						out := make([]memberJSON, len(info.Members))
 						for i, m := range info.Members {
 							out[i] = memberJSON{ID: m.ID, Address: m.Address, HTTPAddress: m.HTTPAddress, Status: m.Status,
-								Voter: m.Voter, PartitionsHeld: m.PartitionsHeld, PartitionsLed: m.PartitionsLed, Controller: m.ID == info.Controller}
+								Voter: m.Voter, PartitionsHeld: m.PartitionsHeld, PartitionsLed: m.PartitionsLed, Controller: m.ID == info.Controller,
+								MinVersion: m.MinVersion, MaxVersion: m.MaxVersion}
 						}
 						switch f {
 						case "json":
@@ -67,7 +72,10 @@ func clusterCommands() []*command {
 							return nil
 						}
 						tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-						fmt.Fprintln(tw, "ID\tSTATUS\tROLE\tADDRESS\tHTTP\tHELD\tLED")
+						if info.Version > 0 {
+							fmt.Fprintf(e.Stdout, "cluster version %d\n", info.Version)
+						}
+						fmt.Fprintln(tw, "ID\tSTATUS\tROLE\tADDRESS\tHTTP\tHELD\tLED\tVERSIONS")
 						for _, m := range out {
 							role := "voter"
 							switch {
@@ -76,7 +84,11 @@ func clusterCommands() []*command {
 							case !m.Voter:
 								role = "non-voter"
 							}
-							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", m.ID, m.Status, role, m.Address, firstNonEmpty(m.HTTPAddress, "-"), m.PartitionsHeld, m.PartitionsLed)
+							versions := "-"
+							if m.MaxVersion > 0 {
+								versions = fmt.Sprintf("%d-%d", m.MinVersion, m.MaxVersion)
+							}
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", m.ID, m.Status, role, m.Address, firstNonEmpty(m.HTTPAddress, "-"), m.PartitionsHeld, m.PartitionsLed, versions)
 						}
 						return tw.Flush()
 					})

@@ -11,6 +11,7 @@ import (
 // Broker (handlers.go) until the two are merged; a Broker without it answers 501.
 type ClusterBroker interface {
 	ClusterID() string
+	ClusterVersion() int
 	Controller() string
 	Members() ([]broker.MemberInfo, error)
 	AddMember(ctx context.Context, nodeID, addr string) error
@@ -29,7 +30,10 @@ func (h *handlers) cluster() (ClusterBroker, error) {
 func apiMember(m broker.MemberInfo) apigen.Member {
 	voter := m.Voter
 	held, led := int32(m.PartitionsHeld), int32(m.PartitionsLed)
-	out := apigen.Member{Id: m.ID, Address: m.ClusterAddr, Status: apigen.MemberStatus(m.Status), Voter: &voter, PartitionsHeld: &held, PartitionsLed: &led}
+	lo, hi := m.Versions()
+	minV, maxV := int32(lo), int32(hi)
+	out := apigen.Member{Id: m.ID, Address: m.ClusterAddr, Status: apigen.MemberStatus(m.Status), Voter: &voter, PartitionsHeld: &held, PartitionsLed: &led,
+		MinVersion: &minV, MaxVersion: &maxV}
 	if m.HTTPAddr != "" {
 		addr := m.HTTPAddr
 		out.HttpAddress = &addr
@@ -60,7 +64,8 @@ func (h *handlers) GetCluster(ctx context.Context, _ apigen.GetClusterRequestObj
 		return nil, err
 	}
 	cb, _ := h.cluster()
-	resp := apigen.GetCluster200JSONResponse{NodeId: h.b.NodeID(), Controller: cb.Controller(), Members: ms}
+	v := int32(cb.ClusterVersion())
+	resp := apigen.GetCluster200JSONResponse{NodeId: h.b.NodeID(), Controller: cb.Controller(), Members: ms, Version: &v}
 	if id := cb.ClusterID(); id != "" {
 		resp.ClusterId = &id
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
+	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/testutil"
 )
 
@@ -64,6 +65,10 @@ var goBounds = map[string]map[string]float64{
 	"timestamp":   {"minimum": 1},
 	"incarnation": {"maxLength": maxIncarnationChars},
 	"cluster_id":  {"minLength": 1, "maxLength": broker.MaxClusterIDLen},
+	// Cluster versions (answers only): none is below the first.
+	"version":     {"minimum": meta.VersionMin},
+	"min_version": {"minimum": meta.VersionMin},
+	"max_version": {"minimum": meta.VersionMin},
 }
 
 // TestSpecBoundsEqualGoConstants holds every bound openapi.yaml states (minLength,

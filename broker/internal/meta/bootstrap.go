@@ -16,7 +16,8 @@ func (s *Store) identityInfo() identityInfo {
 	if conf, err := s.configuration(); err == nil {
 		formed = len(conf.Servers) > 0
 	}
-	return identityInfo{NodeID: s.opts.NodeID, ServerID: s.ServerID(), HTTPAddr: s.opts.Cluster.HTTPAddr, Formed: formed}
+	lo, hi := s.Versions()
+	return identityInfo{NodeID: s.opts.NodeID, ServerID: s.ServerID(), HTTPAddr: s.opts.Cluster.HTTPAddr, Formed: formed, MinVersion: lo, MaxVersion: hi}
 }
 
 // bootstrapLoop forms a new cluster from the static peer list. Raft server ids carry

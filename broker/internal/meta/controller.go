@@ -19,9 +19,23 @@ type controller struct {
 	leading  bool
 	since    time.Time            // when this node became controller
 	lastSeen map[string]time.Time // Raft server id → its last heartbeat
+	// versions are the cluster versions each member (by Raft server id) reported in a
+	// heartbeat during this term: what decideVersion trusts besides the records.
+	versions map[string]versionRange
+	// waiting is the last reason decideVersion gave for not committing (logged once
+	// per change).
+	waiting string
+	// versionMu orders admissions and version commits: a node is admitted (its range
+	// checked, its server added, its record written) wholly before or wholly after a
+	// version is decided and committed, so no node that cannot speak the version
+	// slips in between the decision and the commit.
+	versionMu sync.Mutex
 }
 
-func (c *controller) init() { c.lastSeen = make(map[string]time.Time) }
+func (c *controller) init() {
+	c.lastSeen = make(map[string]time.Time)
+	c.versions = make(map[string]versionRange)
+}
 
 // lead marks the start of this node's term as controller (once per term).
 func (c *controller) lead() {
@@ -29,7 +43,25 @@ func (c *controller) lead() {
 	defer c.mu.Unlock()
 	if !c.leading {
 		c.leading, c.since = true, time.Now()
+		c.versions = make(map[string]versionRange)
 	}
+}
+
+// heardVersions records the versions member sid reported in a heartbeat this term.
+func (c *controller) heardVersions(sid string, r versionRange) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.versions[sid] = r
+}
+
+func (c *controller) freshVersions() map[string]versionRange {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]versionRange, len(c.versions))
+	for k, v := range c.versions {
+		out[k] = v
+	}
+	return out
 }
 
 // seen returns when the controller last heard from server sid (its election when never).
@@ -91,8 +123,10 @@ func (s *Store) controlTick() error {
 		m, ok := s.fsm.member(want.ID)
 		if ok && m.ServerID == want.ServerID {
 			want.Status, want.HTTPAddr = m.Status, m.HTTPAddr
+			want.MinVersion, want.MaxVersion = m.MinVersion, m.MaxVersion
 			if string(srv.ID) == self {
 				want.Status, want.HTTPAddr = StatusAlive, s.opts.Cluster.HTTPAddr
+				want.MinVersion, want.MaxVersion = s.Versions()
 			}
 		}
 		if ok && m == want {
@@ -123,7 +157,54 @@ func (s *Store) controlTick() error {
 			}
 		}
 	}
+	if err := s.commitVersion(); err != nil {
+		return err
+	}
 	return s.promote(conf)
+}
+
+// commitVersion commits the highest cluster version every member speaks, when
+// decideVersion allows it, and logs why it waits when it does not (once per reason).
+func (s *Store) commitVersion() error {
+	s.ctl.versionMu.Lock()
+	defer s.ctl.versionMu.Unlock()
+	conf, err := s.configuration()
+	if err != nil {
+		return err
+	}
+	active := s.fsm.clusterVersion()
+	ms := s.fsm.memberList()
+	d := decideVersion(active, s.ServerID(), ms, s.ctl.freshVersions())
+	if d.Commit != 0 {
+		// A server in the Raft configuration gets the command whether or not it has a
+		// member record yet (one being admitted): it must have reported too.
+		recorded := map[string]bool{}
+		for _, m := range ms {
+			recorded[m.ServerID] = true
+		}
+		for _, srv := range conf.Servers {
+			if !recorded[string(srv.ID)] {
+				d = versionDecision{Waiting: fmt.Sprintf("version %d waits: Raft server %s has no member record yet", d.Commit, srv.ID)}
+				break
+			}
+		}
+	}
+	s.ctl.mu.Lock()
+	changed := d.Waiting != s.ctl.waiting
+	s.ctl.waiting = d.Waiting
+	s.ctl.mu.Unlock()
+	if d.Commit == 0 {
+		if changed && d.Waiting != "" {
+			s.opts.Logger.Info("meta: cluster version not raised yet", "version", active, "why", d.Waiting)
+		}
+		return nil
+	}
+	if _, err := s.applyLocal(command{Op: "set_cluster_version", Version: d.Commit}); err != nil {
+		return err
+	}
+	s.opts.Logger.Info("meta: committed cluster version; the features of this version are in use from now on, and a node with an older binary can no longer join",
+		"version", d.Commit, "was", active, "members", len(s.fsm.memberList()))
+	return nil
 }
 
 // memberOf is the member record the configuration implies for srv (status joining
@@ -132,6 +213,7 @@ func (s *Store) memberOf(srv raft.Server, self bool) Member {
 	m := Member{ID: nodeOfServer(string(srv.ID)), ServerID: string(srv.ID), ClusterAddr: string(srv.Address), Status: StatusJoining, Voter: srv.Suffrage == raft.Voter}
 	if self {
 		m.Status, m.HTTPAddr = StatusAlive, s.opts.Cluster.HTTPAddr
+		m.MinVersion, m.MaxVersion = s.Versions()
 	}
 	return m
 }
@@ -188,6 +270,19 @@ func (s *Store) admit(ctx context.Context, j joinRequest) error {
 	if j.NodeID == "" || j.ClusterAddr == "" || nodeOfServer(j.ServerID) != j.NodeID || j.ServerID == j.NodeID {
 		return fmt.Errorf("meta: a join needs a node id, a server id \"<node id>/<disk id>\" and a cluster address (got %+v)", j)
 	}
+	s.ctl.versionMu.Lock()
+	defer s.ctl.versionMu.Unlock()
+	// The version read must be the committed one, not one a new controller has not
+	// applied yet.
+	if err := s.raft.Barrier(s.opts.ApplyTimeout).Error(); err != nil {
+		return leaderErr(err)
+	}
+	if r, active := reported(j.MinVersion, j.MaxVersion), s.fsm.clusterVersion(); !r.has(active) {
+		// It would halt at the first command it cannot apply, or not know the
+		// operations the others use: refused before it is in the configuration.
+		return fmt.Errorf("%w: node %s speaks cluster versions %v and the cluster runs version %d; start it with a binary that speaks version %d",
+			ErrVersionUnsupported, j.NodeID, r, active, active)
+	}
 	conf, err := s.configuration()
 	if err != nil {
 		return leaderErr(err)
@@ -230,7 +325,7 @@ func (s *Store) admit(ctx context.Context, j joinRequest) error {
 			return leaderErr(err)
 		}
 	}
-	m := Member{ID: j.NodeID, ServerID: j.ServerID, ClusterAddr: j.ClusterAddr, HTTPAddr: j.HTTPAddr, Status: StatusJoining, Voter: voter}
+	m := Member{ID: j.NodeID, ServerID: j.ServerID, ClusterAddr: j.ClusterAddr, HTTPAddr: j.HTTPAddr, Status: StatusJoining, Voter: voter, MinVersion: j.MinVersion, MaxVersion: j.MaxVersion}
 	if old, ok := s.fsm.member(j.NodeID); ok && old.ServerID == j.ServerID && old.Status == StatusAlive {
 		m.Status = StatusAlive
 	}
@@ -258,7 +353,8 @@ func (s *Store) addByAddress(ctx context.Context, a addRequest) error {
 		}
 		return &ConflictError{Msg: fmt.Sprintf("node %s at %s is in a cluster of its own already; start it with an empty data directory and the join option (or wait-for-add) to add it", a.NodeID, a.ClusterAddr)}
 	}
-	return s.admit(ctx, joinRequest{NodeID: info.NodeID, ServerID: info.ServerID, ClusterAddr: a.ClusterAddr, HTTPAddr: info.HTTPAddr})
+	return s.admit(ctx, joinRequest{NodeID: info.NodeID, ServerID: info.ServerID, ClusterAddr: a.ClusterAddr, HTTPAddr: info.HTTPAddr,
+		MinVersion: info.MinVersion, MaxVersion: info.MaxVersion})
 }
 
 // heard records a member's heartbeat; the controller runs it. A member that was
@@ -272,16 +368,24 @@ func (s *Store) heard(b joinRequest) error {
 	if !ok || m.ServerID != b.ServerID {
 		return ErrMemberNotFound
 	}
-	if m.Status == StatusAlive && m.HTTPAddr == b.HTTPAddr || m.Status == StatusDecommissioning {
+	// The versions count for this term from now, whatever the record says: the record
+	// follows below (a heartbeat without versions is a binary that speaks 1 only).
+	s.ctl.heardVersions(b.ServerID, reported(b.MinVersion, b.MaxVersion))
+	sameVersions := m.MinVersion == b.MinVersion && m.MaxVersion == b.MaxVersion
+	if m.Status == StatusAlive && m.HTTPAddr == b.HTTPAddr && sameVersions || m.Status == StatusDecommissioning && sameVersions {
 		return nil
 	}
-	m.Status, m.HTTPAddr = StatusAlive, b.HTTPAddr
+	if m.Status != StatusDecommissioning {
+		m.Status = StatusAlive
+	}
+	m.HTTPAddr, m.MinVersion, m.MaxVersion = b.HTTPAddr, b.MinVersion, b.MaxVersion
 	_, err := s.applyLocal(command{Op: "set_member", Member: &m})
 	return err
 }
 
 func (s *Store) self() joinRequest {
-	return joinRequest{NodeID: s.opts.NodeID, ServerID: s.ServerID(), ClusterAddr: string(s.addr), HTTPAddr: s.opts.Cluster.HTTPAddr}
+	lo, hi := s.Versions()
+	return joinRequest{NodeID: s.opts.NodeID, ServerID: s.ServerID(), ClusterAddr: string(s.addr), HTTPAddr: s.opts.Cluster.HTTPAddr, MinVersion: lo, MaxVersion: hi}
 }
 
 // heartbeatLoop tells the controller, every HeartbeatInterval, that this node is alive.

@@ -66,6 +66,11 @@ type joinRequest struct {
 	ServerID    string `json:"server_id"`
 	ClusterAddr string `json:"cluster_addr"`
 	HTTPAddr    string `json:"http_addr,omitempty"`
+	// MinVersion and MaxVersion are the cluster versions the node speaks (version.go).
+	// A binary from before cluster versions sends neither; one that knows them ignores
+	// them, so a heartbeat of either kind reaches a controller of either kind.
+	MinVersion int `json:"min_version,omitempty"`
+	MaxVersion int `json:"max_version,omitempty"`
 }
 
 type addRequest struct {
@@ -80,6 +85,10 @@ type identityInfo struct {
 	HTTPAddr string `json:"http_addr,omitempty"`
 	// Formed says the node holds a Raft configuration: it is in a cluster already.
 	Formed bool `json:"formed"`
+	// MinVersion and MaxVersion are the cluster versions it speaks (none from a
+	// binary before cluster versions: 1 only).
+	MinVersion int `json:"min_version,omitempty"`
+	MaxVersion int `json:"max_version,omitempty"`
 }
 
 type fwdResponse struct {
@@ -110,6 +119,8 @@ var wireSentinels = []struct {
 	{"last_admin", ErrLastAdmin},
 	{"member_not_found", ErrMemberNotFound},
 	{"node_id_in_use", ErrNodeIDInUse},
+	{"version_unsupported", ErrVersionUnsupported},
+	{"version_gated", ErrVersionGated}, // before unavailable, of which it is a kind
 	{"not_leader", ErrNotLeader},
 	{"halted", ErrHalted},
 	{"no_forwarder", ErrNoForwarder},
@@ -220,6 +231,9 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 		c, err := decodeCommand(r.Cmd)
 		if err != nil {
 			return fwdResponse{Err: toWire(fmt.Errorf("meta: refusing a forwarded command: %w", err))}
+		}
+		if err := s.gateCmd(c); err != nil {
+			return fwdResponse{Err: toWire(err)}
 		}
 		res, err := s.applyLocal(c)
 		return resultResponse(res, err)

@@ -152,6 +152,9 @@ type command struct {
 	// Remote and RemoteOp are the arguments of the remote-child commands (remotechild.go).
 	Remote   *RemoteChild `json:"remote,omitempty"`
 	RemoteOp *RemoteOp    `json:"remote_op,omitempty"`
+	// Version, on set_cluster_version, is the cluster version the controller commits
+	// (version.go).
+	Version int `json:"version,omitempty"`
 }
 
 // cmdRules is the rule set of the commands this version writes:
@@ -185,6 +188,11 @@ type fsm struct {
 	clusterID string // "" until the controller's init_cluster applied
 	members   map[string]Member
 	remotes   map[uint64]RemoteChild // remote children by ID (remotechild.go)
+	// version is the committed cluster version (0: none committed, which is 1);
+	// maxVersion the highest this node speaks (version.go): a command or snapshot of a
+	// later version halts the state machine as an unknown command does.
+	version    int
+	maxVersion int
 	// halted is set by the first command this version does not know (see Apply): from
 	// then on nothing applies and no snapshot is taken, so the log stays for a newer
 	// binary to replay.
@@ -199,7 +207,7 @@ type fsm struct {
 }
 
 func newFSM() *fsm {
-	return &fsm{topics: make(map[string]Topic), users: make(map[string]auth.User), members: make(map[string]Member), nextUser: 1}
+	return &fsm{topics: make(map[string]Topic), users: make(map[string]auth.User), members: make(map[string]Member), nextUser: 1, maxVersion: VersionMax}
 }
 
 // newUserID hands out the next user ID. Called with f.mu held.
@@ -309,6 +317,10 @@ func (c command) check() error {
 		}
 	case "attach_remote", "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor":
 		return c.checkRemote()
+	case "set_cluster_version":
+		if c.Version < 2 {
+			return bad("without a version above 1")
+		}
 	default:
 		return fmt.Errorf("%w %q", errUnknownOp, c.Op)
 	}
@@ -332,13 +344,16 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return applyResult{err: err}
 	}
 	c, err := decodeCommand(l.Data)
-	if errors.Is(err, errUnknownOp) {
+	if err == nil {
+		err = f.speaks(c)
+	}
+	if errors.Is(err, errUnknownOp) || errors.Is(err, ErrVersionUnsupported) {
 		// A newer version wrote it (during a rolling upgrade). Skipping it would let
 		// this replica diverge and panicking would crash-loop the node, so the state
 		// machine halts: nothing after it applies, no snapshot is taken (the log is kept
 		// for a newer binary to replay), and the node reports not ready until upgraded.
 		f.mu.Lock()
-		f.halted = fmt.Errorf("%w: Raft log entry %d is %v; upgrade this node to the cluster's version", ErrHalted, l.Index, err)
+		f.halted = fmt.Errorf("%w: Raft log entry %d is %w; upgrade this node to the cluster's version", ErrHalted, l.Index, err)
 		f.mu.Unlock()
 		return applyResult{err: f.haltedErr()}
 	}
@@ -534,6 +549,10 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		return f.applyCluster(c)
 	case "attach_remote", "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor":
 		return f.applyRemote(index, c)
+	case "set_cluster_version":
+		// Never lowered: a second commit of an older decision changes nothing.
+		f.version = max(f.version, c.Version)
+		return applyResult{}
 	default:
 		panic(fmt.Sprintf("meta: unknown command %q at index %d", c.Op, index))
 	}
@@ -726,6 +745,10 @@ type snapshotState struct {
 	// Applied is the index of the last command the state holds (0 in snapshots from
 	// before it was kept).
 	Applied uint64 `json:"applied_index,omitempty"`
+	// ClusterVersion is the committed cluster version (absent: 1). A binary from
+	// before cluster versions never gets a snapshot holding one: the version is
+	// committed only once every member speaks it.
+	ClusterVersion int `json:"cluster_version,omitempty"`
 }
 
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
@@ -735,7 +758,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	st := snapshotState{Topics: f.list(), Users: f.userList(), Members: f.memberList(), RemoteChildren: f.remoteList()}
 	f.mu.RLock()
-	st.Seeded, st.NextUser, st.ClusterID = f.seeded, f.nextUser, f.clusterID
+	st.Seeded, st.NextUser, st.ClusterID, st.ClusterVersion = f.seeded, f.nextUser, f.clusterID, f.version
 	f.mu.RUnlock()
 	st.Applied = f.applied.Load()
 	return &fsmSnapshot{state: st}, nil
@@ -770,7 +793,13 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.topics, f.users, f.seeded, f.nextUser = m, us, st.Seeded, next
-	f.clusterID, f.members = st.ClusterID, ms
+	f.clusterID, f.members, f.version = st.ClusterID, ms, st.ClusterVersion
+	if st.ClusterVersion > f.maxVersion {
+		// The snapshot holds the state of a cluster version this node cannot speak: it
+		// is kept (a newer binary resumes from it), and nothing applies until then.
+		f.halted = fmt.Errorf("%w: %w: the snapshot at index %d holds cluster version %d, this node speaks %v; upgrade this node to the cluster's version",
+			ErrHalted, ErrVersionUnsupported, st.Applied, st.ClusterVersion, versionRange{VersionMin, f.maxVersion})
+	}
 	f.remotes = make(map[uint64]RemoteChild, len(st.RemoteChildren))
 	for _, r := range st.RemoteChildren {
 		f.remotes[r.ID] = r

@@ -42,6 +42,12 @@ type Member struct {
 	HTTPAddr string       `json:"http_addr,omitempty"`
 	Status   MemberStatus `json:"status"`
 	Voter    bool         `json:"voter"`
+	// MinVersion and MaxVersion are the cluster versions the member last reported it
+	// speaks (version.go); both 0 when it reported none (a binary from before cluster
+	// versions, which speaks 1 only). A binary of that time drops them when it rewrites
+	// the record, which only makes the member count as speaking 1 again.
+	MinVersion int `json:"min_version,omitempty"`
+	MaxVersion int `json:"max_version,omitempty"`
 }
 
 func (m Member) check() error {

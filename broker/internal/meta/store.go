@@ -75,6 +75,11 @@ type Cluster struct {
 	// RaftTimeout is Raft's heartbeat and election timeout: default 200 ms for a lone
 	// in-memory node (it elects itself quickly at start), 1 s otherwise.
 	RaftTimeout time.Duration
+	// VersionMax is the highest cluster version this node offers (default, and at most,
+	// VersionMax): lower, it speaks and reports only up to it, as a binary of that
+	// version would, so the cluster stays at a version an older binary can still join
+	// (see version.go and docs/operating/upgrades.md).
+	VersionMax int
 }
 
 // Peer is one node of a static bootstrap list.
@@ -137,6 +142,12 @@ func Open(opts Options) (*Store, error) {
 			c.RaftTimeout = 200 * time.Millisecond
 		}
 	}
+	if c.VersionMax == 0 {
+		c.VersionMax = VersionMax
+	}
+	if c.VersionMax < VersionMin || c.VersionMax > VersionMax {
+		return nil, fmt.Errorf("meta: the highest cluster version to offer must be between %d and %d, the versions this binary speaks (got %d)", VersionMin, VersionMax, c.VersionMax)
+	}
 	if (len(c.Peers) > 0 || c.Join != "") && (c.Transport == nil || c.Forwarder == nil) {
 		return nil, errors.New("meta: bootstrapping from peers or joining needs a Transport and a Forwarder")
 	}
@@ -146,6 +157,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	f := newFSM()
 	f.onChange = opts.OnChange
+	f.maxVersion = c.VersionMax
 
 	cfg := raft.DefaultConfig()
 	cfg.HeartbeatTimeout = c.RaftTimeout
@@ -293,6 +305,9 @@ func (s *Store) applyCmd(c command) (applyResult, error) {
 	// Never propose what Apply would refuse: a refused entry stops every replica.
 	if err := c.check(); err != nil {
 		return applyResult{}, fmt.Errorf("meta: %w", err)
+	}
+	if err := s.gateCmd(c); err != nil {
+		return applyResult{}, err
 	}
 	if err := s.fsm.haltedErr(); err != nil {
 		return applyResult{}, err

@@ -99,6 +99,9 @@ type Options struct {
 	// test's own environment are not passed on, so a developer's settings cannot
 	// change what a test sees.
 	Env []string
+	// Bin is the binary to run; empty means the one BuildNarad builds from this
+	// checkout (an upgrade test runs a binary of an older commit).
+	Bin string
 }
 
 // Narad is a running narad process started by StartNarad. Its methods are safe for
@@ -124,7 +127,10 @@ type Narad struct {
 // test failed, prints its output.
 func StartNarad(t testing.TB, opts Options) *Narad {
 	t.Helper()
-	bin := BuildNarad(t)
+	bin := opts.Bin
+	if bin == "" {
+		bin = BuildNarad(t)
+	}
 	n := &Narad{t: t, bin: bin, opts: opts, dataDir: opts.DataDir}
 	if n.dataDir == "" {
 		n.dataDir = t.TempDir()
@@ -161,7 +167,10 @@ var errBind = errors.New("the port was taken")
 // bootstrapping from one peer list are not ready until all of them run).
 func LaunchNarad(t testing.TB, opts Options) *Narad {
 	t.Helper()
-	bin := BuildNarad(t)
+	bin := opts.Bin
+	if bin == "" {
+		bin = BuildNarad(t)
+	}
 	n := &Narad{t: t, bin: bin, opts: opts, dataDir: opts.DataDir}
 	if n.dataDir == "" {
 		n.dataDir = t.TempDir()
@@ -231,6 +240,21 @@ func WaitAllReady(t testing.TB, ns ...*Narad) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("starting narads: %v", err)
 	}
+}
+
+// Relaunch starts a stopped narad again on its data directory and port with other
+// flags, environment and binary (as an upgrade or a rollback does), without waiting.
+// opts.DataDir is ignored: the data directory stays.
+func (n *Narad) Relaunch(opts Options) {
+	n.t.Helper()
+	n.mu.Lock()
+	if opts.Bin == "" {
+		opts.Bin = BuildNarad(n.t)
+	}
+	opts.DataDir = n.opts.DataDir
+	n.opts, n.bin = opts, opts.Bin
+	n.mu.Unlock()
+	n.Launch()
 }
 
 // Launch starts a stopped narad again on its data directory and port, without waiting

@@ -684,7 +684,7 @@ export interface paths {
         put?: never;
         /**
          * Add a node to the cluster
-         * @description Admin only. The controller asks the node at `address` (its node-plane address) who it is, checks that it is `id`, and admits it: as a voter while fewer than five members vote, else as a non-voter. The node must have an empty data directory and be waiting to be added (or joining). 409 when another live member holds the id or the node is in a cluster of its own; 501 while this node has no node plane to reach it.
+         * @description Admin only. The controller asks the node at `address` (its node-plane address) who it is, checks that it is `id`, and admits it: as a voter while fewer than five members vote, else as a non-voter. The node must have an empty data directory and be waiting to be added (or joining). 409 when another live member holds the id, the node is in a cluster of its own, or its binary cannot speak the cluster's committed version (the message names both); 501 while this node has no node plane to reach it.
          */
         post: operations["joinMember"];
         delete?: never;
@@ -1363,6 +1363,16 @@ export interface components {
              * @description How many partitions this member leads.
              */
             partitions_led?: number;
+            /**
+             * Format: int32
+             * @description The lowest cluster version the member's binary can run in, as it last reported it (1 for a binary from before cluster versions, which reports none).
+             */
+            min_version?: number;
+            /**
+             * Format: int32
+             * @description The highest cluster version the member offers, as it last reported it (1 for a binary from before cluster versions). The controller commits a version only once every member's range includes it.
+             */
+            max_version?: number;
         };
         MemberList: {
             members: components["schemas"]["Member"][];
@@ -1374,6 +1384,11 @@ export interface components {
             cluster_id?: string;
             /** @description The node that leads the control plane. */
             controller: string;
+            /**
+             * Format: int32
+             * @description The cluster version the controller committed, as the node that answered knows it: the features of later releases are used only once it includes them (see the members' min_version and max_version). 1 until every member runs a binary that speaks more.
+             */
+            version?: number;
             members: components["schemas"]["Member"][];
         };
         JoinRequest: {

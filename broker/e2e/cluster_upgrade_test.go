@@ -1,0 +1,420 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/testutil"
+)
+
+// release is how a node runs one release in an upgrade test: its binary (empty: the one
+// built from this checkout) and the flags that make it that release.
+type release struct {
+	name string
+	bin  string
+	args []string
+}
+
+// heldAtVersion1 is this checkout's binary speaking only cluster version 1, as the
+// releases before cluster versions do: it reports 1, halts at a command of version 2
+// and answers a version-2 node-plane operation as unknown. The fast upgrade test uses it
+// as release N; the slow one (cluster tag) builds the previous release from git.
+var heldAtVersion1 = release{name: "N (this binary held at cluster version 1)", args: []string{"--cluster-version-max", "1"}}
+
+// thisRelease is N+1: this checkout's binary, offering every version it speaks.
+var thisRelease = release{name: "N+1 (this binary)"}
+
+// upgradeCluster is a 3-node cluster under load whose nodes are replaced one at a time.
+type upgradeCluster struct {
+	t     *testing.T
+	nodes []*clusterNode
+	peers string
+	topic string
+
+	mu        sync.Mutex
+	accepted  map[string]bool // ids answered 202
+	acked     map[string]bool // ids whose ack answered 204
+	delivered map[string]int  // ids delivered to the load's consumers
+	answers   map[string]int  // "METHOD status" → count
+	bad       []string        // answers outside the contract
+	stopping  map[string]bool // node id → being replaced (its connection errors are expected)
+
+	seq  atomic.Int64
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// startUpgradeCluster starts three nodes of rel bootstrapped together and creates a
+// replicated topic of three partitions.
+func startUpgradeCluster(t *testing.T, rel release) *upgradeCluster {
+	t.Helper()
+	c := &upgradeCluster{t: t, topic: "upgrade", accepted: map[string]bool{}, acked: map[string]bool{}, delivered: map[string]int{},
+		answers: map[string]int{}, stopping: map[string]bool{}, stop: make(chan struct{})}
+	var peers []string
+	for i := range 3 {
+		nd := &clusterNode{id: fmt.Sprintf("n%d", i+1), addr: freeClusterAddr(t)}
+		c.nodes = append(c.nodes, nd)
+		peers = append(peers, nd.id+"@"+nd.addr)
+	}
+	c.peers = strings.Join(peers, ",")
+	var opts []testutil.Options
+	for _, nd := range c.nodes {
+		opts = append(opts, c.options(nd, rel))
+	}
+	for i, p := range testutil.StartNarads(t, opts...) {
+		c.nodes[i].Narad = p
+		c.nodes[i].api = &api{Client: p.Client(), t: t}
+	}
+	c.nodes[0].api.createTopic(c.topic, map[string]any{"partitions": 3})
+	for p := range 3 {
+		leaderOf(t, c.nodes, c.topic, p)
+	}
+	return c
+}
+
+func (c *upgradeCluster) options(nd *clusterNode, rel release) testutil.Options {
+	return testutil.Options{
+		Bin:  rel.bin,
+		Args: clusterArgs(nd.id, nd.addr, append([]string{"--peers", c.peers}, rel.args...)...),
+		Env:  clusterEnv(clusterSecret),
+	}
+}
+
+// note records one answer: 2xx is fine, 503 only with Retry-After, and no answer only
+// from a node being replaced.
+func (c *upgradeCluster) note(nd *clusterNode, what string, r *testutil.Response, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err != nil:
+		if !c.stopping[nd.id] && nd.Running() {
+			c.bad = append(c.bad, fmt.Sprintf("%s through %s (running, not being replaced): %v", what, nd.id, err))
+		}
+		c.answers[what+" no answer"]++
+	case r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") == "":
+		c.bad = append(c.bad, fmt.Sprintf("%s through %s: 503 without Retry-After: %s", what, nd.id, r.Body))
+	case r.Status >= 300 && r.Status != http.StatusServiceUnavailable:
+		c.bad = append(c.bad, fmt.Sprintf("%s through %s: %d %s", what, nd.id, r.Status, r.Body))
+	}
+	if r != nil {
+		c.answers[what+" "+strconv.Itoa(r.Status)]++
+	}
+}
+
+// usable reports whether nd takes requests now (running and not being replaced).
+func (c *upgradeCluster) usable(nd *clusterNode) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.stopping[nd.id] && nd.Running()
+}
+
+// load runs two producers, two consumers that ack, and a reader of the topic's
+// counters (GET /v1/topics/{t}, which asks every holder), each going round the nodes.
+func (c *upgradeCluster) load() {
+	worker := func(w int, step func(nd *clusterNode)) {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for i := w; ; i++ {
+				select {
+				case <-c.stop:
+					return
+				default:
+				}
+				nd := c.nodes[i%len(c.nodes)]
+				if !c.usable(nd) {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				step(nd)
+			}
+		}()
+	}
+	for w := range 2 {
+		worker(w, func(nd *clusterNode) {
+			id := fmt.Sprint("m", c.seq.Add(1))
+			r, err := nd.api.Try(http.MethodPost, topicPath(c.topic)+"/produce", []byte(`{"id":"`+id+`"}`), "Content-Type", "application/json")
+			c.note(nd, "produce", r, err)
+			if err == nil && r.Status == http.StatusAccepted {
+				c.mu.Lock()
+				c.accepted[id] = true
+				c.mu.Unlock()
+			} else {
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+		worker(w+1, func(nd *clusterNode) { c.consumeOnce(nd) })
+	}
+	worker(0, func(nd *clusterNode) {
+		r, err := nd.api.Try(http.MethodGet, topicPath(c.topic), nil)
+		c.note(nd, "get-topic", r, err)
+		time.Sleep(50 * time.Millisecond)
+	})
+}
+
+// consumeOnce leases up to ten messages through nd and acks each; a message whose ack
+// was answered 204 must never come again.
+func (c *upgradeCluster) consumeOnce(nd *clusterNode) {
+	r, err := nd.api.Try(http.MethodGet, topicPath(c.topic)+"/consume-batch?max=10&wait=1s", nil)
+	c.note(nd, "consume", r, err)
+	if err != nil || r.Status != http.StatusOK {
+		return
+	}
+	var l struct {
+		Messages []message `json:"messages"`
+	}
+	if err := json.Unmarshal(r.Body, &l); err != nil {
+		c.t.Errorf("consume-batch answer: %v", err)
+		return
+	}
+	for _, m := range l.Messages {
+		id := payloadID(c.t, &m)
+		c.mu.Lock()
+		if c.acked[id] {
+			c.bad = append(c.bad, fmt.Sprintf("%s (at %s) was delivered again through %s after its ack answered 204", id, m.where(), nd.id))
+		}
+		c.delivered[id]++
+		c.mu.Unlock()
+		ar, err := nd.api.Try(http.MethodPost, topicPath(c.topic)+"/ack?receipt_handle="+url.QueryEscape(m.ReceiptHandle), nil)
+		c.note(nd, "ack", ar, err)
+		if err == nil && ar.Status == http.StatusNoContent {
+			c.mu.Lock()
+			c.acked[id] = true
+			c.mu.Unlock()
+		}
+	}
+}
+
+// progress waits until the load has had n more produces accepted and n more acks
+// answered since it was called: the cluster serves through whatever it is now.
+func (c *upgradeCluster) progress(n int) {
+	c.t.Helper()
+	c.mu.Lock()
+	a0, k0 := len(c.accepted), len(c.acked)
+	c.mu.Unlock()
+	waitFor(c.t, 60*time.Second, fmt.Sprintf("%d more produces and acks", n), func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.accepted) >= a0+n && len(c.acked) >= k0+n
+	})
+}
+
+// replace stops node i with SIGTERM and starts it again as rel, on its data directory,
+// and waits until it is ready and the load has gone on.
+func (c *upgradeCluster) replace(i int, rel release) {
+	c.t.Helper()
+	nd := c.nodes[i]
+	c.mu.Lock()
+	c.stopping[nd.id] = true
+	c.mu.Unlock()
+	nd.Stop()
+	nd.Relaunch(c.options(nd, rel))
+	if err := nd.WaitReady(); err != nil {
+		c.t.Fatalf("%s as %s: %v", nd.id, rel.name, err)
+	}
+	c.mu.Lock()
+	delete(c.stopping, nd.id)
+	c.mu.Unlock()
+	c.t.Logf("%s now runs %s", nd.id, rel.name)
+	c.progress(20)
+}
+
+// versions reads the cluster version and each member's highest version from every
+// running node: "v=1 n1=2 n2=1 n3=1" when they all agree, or an error. A node of a
+// release before cluster versions shows neither (read as 1 and as nothing).
+func (c *upgradeCluster) versions() (string, error) {
+	var out string
+	for _, nd := range c.nodes {
+		if !c.usable(nd) {
+			continue
+		}
+		cl, err := nd.cluster()
+		if err != nil {
+			return "", err
+		}
+		v := max(cl.Version, 1)
+		s := fmt.Sprintf("v=%d", v)
+		for _, id := range []string{"n1", "n2", "n3"} {
+			for _, m := range cl.Members {
+				if m.ID == id {
+					s += fmt.Sprintf(" %s=%d", id, m.MaxVersion)
+				}
+			}
+		}
+		if out != "" && s != out {
+			return "", fmt.Errorf("nodes disagree: %q and %q (from %s)", out, s, nd.id)
+		}
+		out = s
+	}
+	return out, nil
+}
+
+// versionIs waits until every running node reports exactly want (see versions).
+func (c *upgradeCluster) versionIs(want string) {
+	c.t.Helper()
+	var last string
+	ok := testutil.Poll(60*time.Second, func() bool {
+		got, err := c.versions()
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		last = got
+		return got == want
+	})
+	if !ok {
+		c.t.Fatalf("the nodes never reported %q: last %s", want, last)
+	}
+}
+
+// clusterVersion reads the committed cluster version from every running node and fails
+// the test when one reports another than want.
+func (c *upgradeCluster) clusterVersionIs(want int) {
+	c.t.Helper()
+	for _, nd := range c.nodes {
+		if !c.usable(nd) {
+			continue
+		}
+		cl, err := nd.cluster()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if got := max(cl.Version, 1); got != want {
+			c.t.Fatalf("%s reports cluster version %d, want %d", nd.id, got, want)
+		}
+	}
+}
+
+// statsBatches sums, over the running nodes, the stats_batch requests (the version-2
+// node-plane operation) each has sent, by narad_forwarded_duration_seconds.
+func (c *upgradeCluster) statsBatches() float64 {
+	c.t.Helper()
+	var n float64
+	for _, nd := range c.nodes {
+		if !c.usable(nd) {
+			continue
+		}
+		r, err := nd.api.Try(http.MethodGet, "/metrics", nil)
+		if err != nil || r.Status != http.StatusOK {
+			c.t.Fatalf("GET /metrics on %s: %v %v", nd.id, r, err)
+		}
+		for _, line := range strings.Split(string(r.Body), "\n") {
+			if strings.HasPrefix(line, "narad_forwarded_duration_seconds_count{") && strings.Contains(line, `op="stats_batch"`) {
+				v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				if err != nil {
+					c.t.Fatalf("metric line %q: %v", line, err)
+				}
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// finish stops the load, drains the topic, and checks the delivery contract over the
+// whole run: every message answered 202 was delivered, none whose ack answered 204 came
+// again, and every answer was a success or a 503 with Retry-After.
+func (c *upgradeCluster) finish() {
+	c.t.Helper()
+	close(c.stop)
+	c.wg.Wait()
+	seen := map[string]int{}
+	drain(c.t, c.nodes[0], c.topic, seen, 3*time.Second)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range seen {
+		if c.acked[id] {
+			c.bad = append(c.bad, fmt.Sprintf("%s was delivered again in the final drain after its ack answered 204", id))
+		}
+	}
+	lost := 0
+	for id := range c.accepted {
+		if c.delivered[id] == 0 && seen[id] == 0 {
+			lost++
+		}
+	}
+	if lost > 0 {
+		c.t.Errorf("%d of %d messages answered 202 were never delivered", lost, len(c.accepted))
+	}
+	for i, b := range c.bad {
+		if i == 20 {
+			c.t.Errorf("... and %d more", len(c.bad)-20)
+			break
+		}
+		c.t.Errorf("outside the contract: %s", b)
+	}
+	c.t.Logf("%d produced (202), %d acked (204); answers: %v", len(c.accepted), len(c.acked), c.answers)
+}
+
+// rollingUpgrade upgrades a 3-node cluster of release old to release cur one node at a
+// time under load, rolls one node back to old before the cluster version is committed,
+// upgrades it again, and checks that version 2 is committed only once every node runs
+// cur, that no version-2 operation was used before, and the delivery contract.
+// reports says old reports its versions (this binary held at 1 does; a release before
+// cluster versions does not, and its controller records none).
+func rollingUpgrade(t *testing.T, old, cur release, reports bool) {
+	c := startUpgradeCluster(t, old)
+	c.load()
+	c.progress(20)
+	c.clusterVersionIs(1)
+
+	c.replace(0, cur)
+	c.replace(1, cur)
+	if reports {
+		// Every node's range is known, and n3 alone holds the cluster at 1.
+		c.versionIs("v=1 n1=2 n2=2 n3=1")
+	}
+	c.clusterVersionIs(1)
+
+	// A rollback before the commit: n2 runs the old release again, and serves.
+	c.replace(1, old)
+	if reports {
+		c.versionIs("v=1 n1=2 n2=1 n3=1")
+	}
+	c.clusterVersionIs(1)
+	if n := c.statsBatches(); n != 0 {
+		t.Fatalf("%v stats_batch requests (a version-2 operation) were sent before the cluster version was committed", n)
+	}
+
+	c.replace(1, cur)
+	c.replace(2, cur)
+	c.versionIs("v=2 n1=2 n2=2 n3=2")
+	for _, nd := range c.nodes {
+		if v, ok := metricValue(nd.api, "narad_cluster_version"); !ok || v != 2 {
+			t.Fatalf("narad_cluster_version on %s: %v %v", nd.id, v, ok)
+		}
+	}
+	// The version-2 operation is in use now: the counters' reader goes on through
+	// every node.
+	waitFor(t, 60*time.Second, "stats_batch requests once version 2 is committed", func() bool { return c.statsBatches() > 0 })
+	// A new node of release N is refused its join, naming both versions, and never
+	// becomes a member.
+	late := &clusterNode{id: "n4", addr: freeClusterAddr(t)}
+	late.Narad = testutil.LaunchNarad(t, testutil.Options{Bin: old.bin, Args: clusterArgs(late.id, late.addr, append([]string{"--join", c.nodes[0].addr}, old.args...)...), Env: clusterEnv(clusterSecret)})
+	waitFor(t, 60*time.Second, "the join of a node of release N refused", func() bool {
+		return strings.Contains(late.Log(), "node n4 speaks cluster versions 1 and the cluster runs version 2")
+	})
+	if cl, err := c.nodes[0].cluster(); err != nil || strings.Contains(membersString(cl.Members), "n4@") {
+		t.Fatalf("after the refused join: %v %v", membersString(cl.Members), err)
+	}
+	late.Stop()
+	c.progress(20)
+	c.finish()
+}
+
+// TestClusterRollingUpgradeUnderLoad: N → N+1 of a 3-node cluster under produce,
+// consume and ack load, with a rollback of one node before the commit. N is this
+// binary held at cluster version 1 (see heldAtVersion1); the cluster-tagged
+// TestClusterRollingUpgradeFromPreviousRelease runs the previous release itself.
+func TestClusterRollingUpgradeUnderLoad(t *testing.T) {
+	t.Parallel()
+	rollingUpgrade(t, heldAtVersion1, thisRelease, true)
+}
