@@ -354,7 +354,7 @@ func (c *copier) round() (time.Duration, error) {
 // partition; it takes the newest cursor when it starts, and another follows while
 // the cursor moved on meanwhile.
 func (c *copier) commitCursor(pp int, p *partition.Partition) {
-	if !p.Replicated() || !c.committing[pp].CompareAndSwap(false, true) {
+	if !p.Replicated() || !c.b.meta.Allows(meta.FeaturePartitionCommands) || !c.committing[pp].CompareAndSwap(false, true) {
 		return
 	}
 	c.wg.Add(1)

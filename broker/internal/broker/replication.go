@@ -76,6 +76,7 @@ func (b *Broker) startReplication(node *transport.Node) error {
 		Dir: filepath.Join(b.opts.DataDir, "topics"), Sync: sg, Store: raftetcd.StoreRaftstore,
 		LazyHeartbeats: true, HeartbeatTick: 3, ParallelAppend: true,
 		SnapshotEvery: b.opts.SnapshotEntries, SnapshotKeep: snapshotKeep(b.opts.SnapshotEntries),
+		SnapshotsAllowed: func() bool { return b.meta.Allows(meta.FeatureReplicaSnapshots) },
 		Logger: b.log,
 	})
 	if err != nil {
@@ -124,6 +125,7 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	gid := groupID(m.Incarnation, i)
 	g := &partGroup{host: b.repl.host, id: gid}
 	popts.Group = g
+	popts.NewCommands = func() bool { return b.meta.Allows(meta.FeaturePartitionCommands) }
 	raftDir := filepath.Join(popts.Dir, "raft")
 	_, statErr := os.Stat(raftDir)
 	p, err := partition.Open(popts)

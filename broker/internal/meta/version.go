@@ -39,6 +39,15 @@ var (
 	// it leads of a topic in one node-plane request ("stats_batch"), instead of one
 	// request per partition.
 	FeatureStatsBatch = Feature{Name: "stats_batch", Since: 2}
+	// FeatureReplicaSnapshots: a replicated partition's group takes snapshots and
+	// compacts its log, and a replica behind the cut restores the snapshot by fetching
+	// records from another ("replica_read"). A version-1 replica would install such a
+	// snapshot without the messages it stands for.
+	FeatureReplicaSnapshots = Feature{Name: "replica_snapshots", Since: 2}
+	// FeaturePartitionCommands: the partition-group commands of version 2, the fan-out
+	// cursor (F) and a handover that carries its leader's term (L with a term), which a
+	// version-1 replica would refuse, and stop applying at.
+	FeaturePartitionCommands = Feature{Name: "partition_commands", Since: 2}
 )
 
 // opSince names the control-plane commands of versions after 1 and the version each

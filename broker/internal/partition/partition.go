@@ -59,6 +59,10 @@ type Options struct {
 	// available to lease (an append, a lapsed or handed-back lease, a freed in-flight
 	// slot). It must not block.
 	OnAvailable func()
+	// NewCommands, for a replica, reports whether every replica of its group runs a
+	// version that knows this version's group commands (a handover carrying its term);
+	// until then the older forms are written. Nil: yes.
+	NewCommands func() bool
 	// OnDamaged is called, without locks held, when damaged records are skipped: log is
 	// "messages" for a message skipped at lease time (it is settled without being
 	// served), "journal" for a settle record skipped by the replay on open. It must not

@@ -144,10 +144,11 @@ func (p *Partition) SetRole(lead bool, term uint64) {
 	}
 	r.handMu.Lock()
 	handed := r.handed
-	if r.handedTerm+1 != term {
+	if r.handedTerm != 0 && r.handedTerm+1 != term {
 		// Handed over by a leader before the last one (an old L applied again at a
 		// restart, or a transfer whose election took more than one term): those leases
-		// may have been given out again since. Only the direct successor takes them.
+		// may have been given out again since. Only the direct successor takes them
+		// (an L of the version-1 form names no term and is taken as version 1 did).
 		handed = nil
 	}
 	r.handed, r.handedTerm = nil, 0
@@ -514,7 +515,11 @@ func (p *Partition) HandOver(ctx context.Context) error {
 	leases := p.q.Live(now)
 	delivered := p.q.Cursor()
 	p.mu.Unlock()
-	_, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, leases, now, r.term.Load()), nil)
+	var term uint64 // 0: the version-1 form, which a version-1 replica can read
+	if p.opts.NewCommands == nil || p.opts.NewCommands() {
+		term = r.term.Load()
+	}
+	_, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, leases, now, term), nil)
 	if err != nil {
 		return p.groupErr(err)
 	}
@@ -537,11 +542,15 @@ func encodeLeasesCmd(deliveredTo uint64, gs []queue.Grant, now int64, term uint6
 		b = binary.BigEndian.AppendUint32(b, g.Attempt)
 		b = binary.BigEndian.AppendUint32(b, uint32(min(left, 1<<32-1)))
 	}
+	if term == 0 {
+		return b
+	}
 	return binary.BigEndian.AppendUint64(b, term)
 }
 
-// decodeLeasesCmd returns the delivered-to mark, the handing leader's term (0 in a
-// command written before it was carried: never honoured) and the handed-over leases
+// decodeLeasesCmd returns the delivered-to mark, the handing leader's term (0 in the
+// version-1 form, which names none: its leases are taken by whoever leads next, as
+// version 1 did) and the handed-over leases
 // with deadlines on this replica's
 // clock, counted from now (the command's apply here, a moment after the old leader
 // proposed it: the lease lasts that moment longer, never shorter).

@@ -310,3 +310,36 @@ func TestReplicaStaleHandOverNotHonoured(t *testing.T) {
 		}
 	}
 }
+
+// Until every replica runs a version that reads it, a handover is written in the
+// version-1 form (no term), and whoever leads next takes its leases, as version 1 did.
+func TestReplicaHandOverOldForm(t *testing.T) {
+	g := &fakeGroup{}
+	for i := range 2 {
+		g.replicas = append(g.replicas, mustOpen(t, vfs.NewMem(), func(o *Options) {
+			o.Group = member{g: g, i: i}
+			o.NewCommands = func() bool { return false }
+		}))
+	}
+	ps := g.replicas
+	ps[0].SetRole(true, 1)
+	appendN(t, ps[0], 3)
+	held, err := ps[0].Lease(2, time.Minute, 1<<20)
+	if err != nil || len(held) != 2 {
+		t.Fatalf("leased %d: %v", len(held), err)
+	}
+	if err := ps[0].HandOver(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if last := g.log[len(g.log)-1]; len(last) != 13+2*28 {
+		t.Fatalf("the handover was written in %d bytes, want the version-1 form of %d", len(last), 13+2*28)
+	}
+	g.mu.Lock()
+	g.lead = 1
+	g.mu.Unlock()
+	ps[0].SetRole(false, 0)
+	ps[1].SetRole(true, 3)
+	if o := offsets(leaseAll(t, ps[1])); fmt.Sprint(o) != "[2]" {
+		t.Fatalf("the next leader leased %v, want only [2] (the handed-over leases kept)", o)
+	}
+}

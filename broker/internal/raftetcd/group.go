@@ -247,6 +247,9 @@ func (g *group) maybeSnapshot() {
 	if g.cfg.Snapshot == nil || every <= 0 || g.h.opts.Store != StoreRaftstore {
 		return
 	}
+	if allowed := g.h.opts.SnapshotsAllowed; allowed != nil && !allowed() {
+		return
+	}
 	g.mu.Lock()
 	applied, cs, last, changed := g.applied, g.cs, g.snapIndex, g.confChanged
 	g.mu.Unlock()

@@ -87,6 +87,9 @@ type Options struct {
 	// up to SnapshotKeep entries before it. Defaults 10,000 and 2,048; a negative
 	// SnapshotEvery turns snapshots off (the log then grows for ever). StoreRaftstore only.
 	SnapshotEvery, SnapshotKeep int
+	// SnapshotsAllowed, when set, must say yes before a group takes a snapshot (in a
+	// cluster: once every member runs a version that can restore one).
+	SnapshotsAllowed func() bool
 	// Logger gets warnings. Default slog.Default().
 	Logger *slog.Logger
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,8 +90,10 @@ func (a *snapApp) values() []string {
 // identity) gets the snapshot, takes its state from another node, then the entries
 // after it, and ends with the same values in the same order; a replica reopened on
 // its own snapshot replays only the entries after it.
-func TestSnapshotsCompactAndBringANewReplicaUp(t *testing.T) {
-	const g = "p0"
+// snapCluster starts four nodes hosting group g with a snapshot every 50 entries:
+// n1–n3 its voters (n1 campaigns), n4 opened to join it later.
+func snapCluster(t *testing.T, g string, allowed func() bool) (map[uint64]*Host, map[uint64]*snapApp, map[uint64]GroupConfig) {
+	t.Helper()
 	nodes := make([]*transport.Node, 4)
 	peers := map[uint64]string{}
 	for i := range nodes {
@@ -121,7 +124,7 @@ func TestSnapshotsCompactAndBringANewReplicaUp(t *testing.T) {
 		t.Cleanup(sg.Close)
 		h, err := New(Options{Node: nodes[id-1], ID: id, Peers: peers, Dir: dir, Sync: sg, Store: StoreRaftstore,
 			Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet(),
-			SnapshotEvery: 50, SnapshotKeep: 10})
+			SnapshotEvery: 50, SnapshotKeep: 10, SnapshotsAllowed: allowed})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,6 +138,12 @@ func TestSnapshotsCompactAndBringANewReplicaUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return hosts, apps, cfgOf
+}
+
+func TestSnapshotsCompactAndBringANewReplicaUp(t *testing.T) {
+	const g = "p0"
+	hosts, apps, cfgOf := snapCluster(t, g, nil)
 	leader := func() uint64 {
 		var l uint64
 		poll(t, 20*time.Second, "the group has a leader among n1–n3", func() bool {
@@ -214,5 +223,43 @@ func TestSnapshotsCompactAndBringANewReplicaUp(t *testing.T) {
 	}
 	if fetched != fetchedBefore {
 		t.Fatalf("the reopened replica fetched %d values from elsewhere; it held them all", fetched-fetchedBefore)
+	}
+}
+
+// TestSnapshotsWaitForTheirGate: while SnapshotsAllowed says no (a cluster whose
+// members do not all run a version that can restore a snapshot), no group takes one
+// and the log keeps every entry; once it says yes, the next entries bring one.
+func TestSnapshotsWaitForTheirGate(t *testing.T) {
+	const g = "p0"
+	var open atomic.Bool
+	hosts, _, _ := snapCluster(t, g, open.Load)
+	var l uint64
+	poll(t, 20*time.Second, "the group has a leader", func() bool {
+		for id := uint64(1); id <= 3; id++ {
+			if info, _ := hosts[id].Info(g); info.Leader {
+				l = id
+				return true
+			}
+		}
+		return false
+	})
+	write := func(n int) {
+		for i := range n {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := hosts[l].Propose(ctx, g, []byte(fmt.Sprint("v", i)))
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(200)
+	if info, _ := hosts[l].Info(g); info.Snapshots != 0 || info.FirstIndex != 1 {
+		t.Fatalf("with snapshots not allowed the leader took %d and its log starts at %d", info.Snapshots, info.FirstIndex)
+	}
+	open.Store(true)
+	write(60)
+	if info, _ := hosts[l].Info(g); info.Snapshots == 0 || info.FirstIndex <= 1 {
+		t.Fatalf("once allowed, the leader took %d snapshots and its log starts at %d", info.Snapshots, info.FirstIndex)
 	}
 }
