@@ -77,7 +77,7 @@ func (b *Broker) startReplication(node *transport.Node) error {
 		LazyHeartbeats: true, HeartbeatTick: 3, ParallelAppend: true,
 		SnapshotEvery: b.opts.SnapshotEntries, SnapshotKeep: snapshotKeep(b.opts.SnapshotEntries),
 		SnapshotsAllowed: func() bool { return b.meta.Allows(meta.FeatureReplicaSnapshots) },
-		Logger: b.log,
+		Logger:           b.log,
 	})
 	if err != nil {
 		return err
