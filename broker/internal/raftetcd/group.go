@@ -253,7 +253,11 @@ func (g *group) maybeSnapshot() {
 	g.mu.Lock()
 	applied, cs, last, changed := g.applied, g.cs, g.snapIndex, g.confChanged
 	g.mu.Unlock()
-	due := applied >= last+uint64(every) || (changed && applied > last)
+	// After a change of voters, a snapshot matters only once the log was compacted: a
+	// new member of a group whose log is whole catches up from it (so a new group's
+	// bootstrap entries take none).
+	first, _ := g.st.FirstIndex()
+	due := applied >= last+uint64(every) || (changed && applied > last && first > 1)
 	if !due || applied < g.nextSnapTry {
 		return
 	}
