@@ -195,6 +195,19 @@ type Node struct {
 	gen     int
 	paused  bool
 	outDone chan struct{}
+	// chaosnet: an incarnation said its node plane obeys a chaosnet rules file.
+	chaosnet bool
+}
+
+// ChaosNetPrefix starts the stderr lines of a narad built with -tags chaosnet (it
+// mirrors broker/internal/transport.ChaosNetPrefix).
+const ChaosNetPrefix = "narad chaosnet:"
+
+// ChaosNet reports whether the node said its node plane obeys a chaosnet rules file.
+func (n *Node) ChaosNet() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.chaosnet
 }
 
 // New prepares a node; nothing runs until Start.
@@ -293,6 +306,11 @@ func (n *Node) copyStderr(r io.ReadCloser, done chan struct{}) {
 		if s, ok := parseSkip(line); ok {
 			n.mu.Lock()
 			n.skips = append(n.skips, s)
+			n.mu.Unlock()
+		}
+		if strings.HasPrefix(line, ChaosNetPrefix+" on ") {
+			n.mu.Lock()
+			n.chaosnet = true
 			n.mu.Unlock()
 		}
 		if rest, ok := strings.CutPrefix(line, FiredPrefix); ok {

@@ -208,10 +208,10 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		case StepPause:
 			in.pause(id, role)
 		default:
-			in.net(ctx, step, id, role)
+			in.net(ctx, step, id, role, topic, p)
 		}
 	case StepNetLossy:
-		in.net(ctx, step, "", "every node")
+		in.net(ctx, step, "", "every node", "", 0)
 	case StepControllerKill:
 		id := in.controller(ctx)
 		if id == "" {
@@ -397,17 +397,21 @@ var netRules = map[string]string{
 	StepNetLossy: "drop in 0.05\ndrop out 0.05\n",
 }
 
-// net applies a network fault for NetFor: to node id, or to every node ("").
-func (in *clusterInjector) net(ctx context.Context, step, id, role string) {
-	if len(in.cfg.ChaosNet) == 0 {
-		in.note("%s: the nodes run without chaosnet; skipped", step)
-		return
-	}
+// net applies a network fault for NetFor: to node id, or to every node (""). When the
+// node leads topic/p, the fault's line says whether another node led it before the
+// fault was lifted (a cut leader must be replaced).
+func (in *clusterInjector) net(ctx context.Context, step, id, role, topic string, p int) {
 	ids := []string{id}
 	if id == "" {
 		ids = nil
 		for _, n := range in.w.nodes {
 			ids = append(ids, n.ID())
+		}
+	}
+	for _, x := range ids {
+		if in.cfg.ChaosNet[x] == "" || !in.byID[x].ChaosNet() {
+			in.note("%s: node %s runs without a chaosnet rules file (a build without -tags chaosnet?); skipped", step, x)
+			return
 		}
 	}
 	t0 := in.now()
@@ -419,7 +423,20 @@ func (in *clusterInjector) net(ctx context.Context, step, id, role string) {
 			in.note("%s on %s: %v", step, x, err)
 		}
 	}
-	in.sleep(context.Background(), in.cfg.NetFor) // always healed, even when cancelled
+	start := time.Now()
+	outcome := ""
+	if topic != "" {
+		// Another leader must take over while the fault lasts (within NetFor).
+		if next := in.leaderWithin(ctx, topic, p, id, in.cfg.NetFor); next != "" {
+			outcome = fmt.Sprintf("; %s led %s/%d after %v", next, topic, p, time.Since(start).Round(10*time.Millisecond))
+			in.w.mu.Lock()
+			in.w.stats.NetLeaderMoved++
+			in.w.mu.Unlock()
+		} else {
+			outcome = fmt.Sprintf("; no other node led %s/%d while it lasted", topic, p)
+		}
+	}
+	in.sleep(context.Background(), in.cfg.NetFor-time.Since(start)) // always healed, even when cancelled
 	for _, x := range ids {
 		if err := writeRules(in.cfg.ChaosNet[x], ""); err != nil {
 			in.note("healing %s: %v", x, err)
@@ -429,8 +446,26 @@ func (in *clusterInjector) net(ctx context.Context, step, id, role string) {
 		in.mu.Unlock()
 	}
 	target := strings.Join(ids, ",")
-	in.fault(history.FaultNet, t0, in.now()+int64(chaosNetPoll), target, fmt.Sprintf("%s: %s for %v (%s)", step, role, in.cfg.NetFor, strings.ReplaceAll(strings.TrimSpace(netRules[step]), "\n", "; ")))
-	_ = ctx
+	in.fault(history.FaultNet, t0, in.now()+int64(chaosNetPoll), target, fmt.Sprintf("%s: %s for %v (%s)%s", step, role, in.cfg.NetFor,
+		strings.ReplaceAll(strings.TrimSpace(netRules[step]), "\n", "; "), outcome))
+}
+
+// leaderWithin polls (through nodes other than not) until a node other than not leads
+// topic/p, for at most d; it returns that node's id or "".
+func (in *clusterInjector) leaderWithin(ctx context.Context, topic string, p int, not string, d time.Duration) string {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, n := range in.w.nodes {
+			if n.ID() == not || !n.Running() {
+				continue
+			}
+			if st, ok := ReadTopic(ctx, n.URL(), topic); ok && p < len(st) && st[p].Leader != "" && st[p].Leader != not && !st[p].unavailable() {
+				return st[p].Leader
+			}
+		}
+		in.sleep(ctx, 50*time.Millisecond)
+	}
+	return ""
 }
 
 // chaosNetPoll is how often a chaosnet node reads its rules file: a fault's window

@@ -144,6 +144,9 @@ type Stats struct {
 	Drain      time.Duration      // how long the final drain took
 	Drained    bool               // every topic empty at the end
 	Recreated  int                // times the Recycled topic was deleted and created again
+	// NetLeaderMoved counts network faults of a partition's leader during which another
+	// node took the partition over (a cluster run).
+	NetLeaderMoved int
 	Notes      []string           // harness problems (a node that would not start, ...)
 	Latency    map[string][]int64 // op → sorted latencies of answered attempts (ns)
 }
