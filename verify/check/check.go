@@ -88,7 +88,10 @@ type Report struct {
 	Availability map[string]string `json:"availability"`
 	// A cluster run: partitions whose replicas were compared after the stop, and the
 	// records they held (every node's, summed).
-	Nodes            int `json:"nodes,omitempty"`
+	Nodes int `json:"nodes,omitempty"`
+	// StaleSamples counts stats samples of a cluster run read through a node while it
+	// was paused or cut off, or within staleAfter of it: not held to the marker rules.
+	StaleSamples     int `json:"stale_samples,omitempty"`
 	ReplicasCompared int `json:"replicas_compared,omitempty"`
 	ReplicaRecords   int `json:"replica_records,omitempty"`
 }
@@ -149,6 +152,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "availability:      %s\n", kvs(r.Availability))
 	if r.Nodes > 1 {
 		fmt.Fprintf(w, "replicas:          %d nodes; %d partitions compared after the stop, byte for byte; %d records held in all\n", r.Nodes, r.ReplicasCompared, r.ReplicaRecords)
+		fmt.Fprintf(w, "stale samples:     %d stats samples read through a paused or cut-off node (not held to the marker rules)\n", r.StaleSamples)
 	}
 	fmt.Fprintf(w, "drained:           %v\n", r.Drained)
 	if r.OK() {
@@ -800,8 +804,15 @@ func Check(es []history.Entry) *Report {
 	// Markers: per partition, never backwards; high watermark past every 202'd offset;
 	// nothing deleted younger than the retention.
 	samples := map[pkey][]history.Entry{}
+	hurt := hurtWindows(es)
 	for _, e := range es {
 		if e.Kind == history.KindStats {
+			if cluster && hurt.during(e.Node, e.Call, e.Return) {
+				// Read through a node that was paused or cut off (or just back): it may
+				// still believe it leads, and answer from its stale replica.
+				r.StaleSamples++
+				continue
+			}
 			k := pkey{e.Topic, incOf(e), e.Partition}
 			samples[k] = append(samples[k], e)
 		}

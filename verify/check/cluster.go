@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/narad-mq/narad/verify/history"
 )
@@ -32,6 +33,37 @@ func epochChanges(es []history.Entry, incOf func(history.Entry) int64) map[pkey]
 		}
 	}
 	return out
+}
+
+// staleAfter is how long after a pause or network fault a node may still answer from
+// its stale replica (a resumed old leader learns of the new term within an election
+// timeout or two).
+const staleAfter = int64(3 * time.Second)
+
+// nodeWindows are, per node, the windows in which it was paused or cut off.
+type nodeWindows map[string][]window
+
+func hurtWindows(es []history.Entry) nodeWindows {
+	out := nodeWindows{}
+	for _, e := range es {
+		if e.Kind != history.KindFault || (e.Fault != history.FaultPause && e.Fault != history.FaultNet) {
+			continue
+		}
+		for _, id := range strings.Split(e.Target, ",") {
+			out[id] = append(out[id], window{e.Call, e.Return + staleAfter})
+		}
+	}
+	return out
+}
+
+// during reports whether node was hurt at some moment of [a, b].
+func (nw nodeWindows) during(node string, a, b int64) bool {
+	for _, w := range nw[node] {
+		if w.end >= a && w.start <= b {
+			return true
+		}
+	}
+	return false
 }
 
 // clusterProduceMayHaveStored reports whether a produce attempt of a cluster run may have
@@ -93,9 +125,23 @@ func checkReplicas(r *Report, es []history.Entry, place map[copyKey]string) {
 		}
 		return keys[i].p < keys[j].p
 	})
+	// The high watermark every node reported last, before the nodes were frozen.
+	final := map[part]int64{}
+	for _, e := range es {
+		if e.Kind == history.KindStats && e.Client == "quiesce" {
+			final[part{e.Topic, e.Partition}] = e.HighWatermark
+		}
+	}
 	held := map[copyKey]string{}
 	for _, k := range keys {
 		rs := reps[k]
+		if hw, ok := final[k]; ok {
+			for _, e := range rs {
+				if end := e.Offset + int64(len(e.IDs)); end != hw && !(len(e.IDs) == 0 && hw == 0) {
+					r.violate("replica-not-at-high-watermark", "%s/%d on %s holds records up to offset %d; the high watermark was %d when the nodes were frozen", k.topic, k.p, e.Node, end, hw)
+				}
+			}
+		}
 		if len(rs) != len(nodes) {
 			var on []string
 			for _, e := range rs {
@@ -105,7 +151,7 @@ func checkReplicas(r *Report, es []history.Entry, place map[copyKey]string) {
 		}
 		a := rs[0]
 		for _, b := range rs[1:] {
-			if a.Offset != b.Offset || len(a.IDs) != len(b.IDs) || a.Detail != b.Detail {
+			if a.Offset != b.Offset || len(a.IDs) != len(b.IDs) || a.Detail != b.Detail || firstDiff(a, b) != "" {
 				r.violate("replicas-differ", "%s/%d: %s holds %d records from offset %d (digest %s), %s holds %d from %d (digest %s)%s",
 					k.topic, k.p, a.Node, len(a.IDs), a.Offset, a.Detail, b.Node, len(b.IDs), b.Offset, b.Detail, firstDiff(a, b))
 			}

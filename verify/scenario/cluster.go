@@ -135,11 +135,13 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 	if res.Err == nil {
 		quiesce(ctx, nodes, cfg.Workload.Topics(), rec, clk)
 	}
+	// Freeze every node at once, then kill them: a graceful stop, one node after the
+	// other, would move leaderships, and a parent's new leader copies into its children
+	// again (fanout-recopy), so the replicas would differ by what was written after the
+	// first node stopped.
+	freezeKill(nodes)
 	for _, n := range nodes {
-		if err := n.Stop(30 * time.Second); err != nil && res.Err == nil {
-			res.Err = fmt.Errorf("stopping %s: %w", n.ID(), err)
-		}
-		_ = n.Close() // stopped just above (its error is in res.Err); this closes the log
+		_ = n.Close() // killed just above; this closes the log
 	}
 	if res.Err == nil {
 		for _, n := range nodes {
@@ -168,20 +170,48 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 	return res
 }
 
+// freezeKill stops every node with SIGSTOP (all at once), then kills them.
+func freezeKill(nodes []*node.Node) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = n.Pause() }() // one that exited already is killed below all the same
+	}
+	wg.Wait()
+	for _, n := range nodes {
+		_ = n.Kill() // a stopped process dies of SIGKILL too
+	}
+}
+
+// quiesceStable is how long the nodes' readings must stay the same before the nodes
+// are frozen: followers apply a commit they learn of a heartbeat later.
+const quiesceStable = time.Second
+
 // quiesce waits (up to 2 minutes) until every follower has caught up and every node
-// reports the same high watermark, frontier and next offset for every partition, and
-// writes a KindQuiesce line saying whether that happened (the checker flags one that
-// did not). The last reading of each node is written as stats lines, so the markers'
-// checks see them.
+// reports the same high watermark, frontier and next offset for every partition, the
+// same for at least quiesceStable, and writes a KindQuiesce line saying whether that
+// happened (the checker flags one that did not). The last reading of each node is
+// written as stats lines, so the markers' checks (and the replicas' lengths) use them.
 func quiesce(ctx context.Context, nodes []*node.Node, topics []history.TopicInfo, rec *history.Writer, clk *history.Clock) {
 	deadline := time.Now().Add(2 * time.Minute)
-	why := ""
+	why, prev := "", ""
+	var since time.Time
 	for {
 		why = ""
 		if err := workload.ClusterSettled(ctx, nodes, topics, 0); err != nil {
 			why = err.Error()
 		} else {
-			why = agree(ctx, nodes, topics, rec, clk)
+			fp, w := agree(ctx, nodes, topics, nil, clk)
+			switch {
+			case w != "":
+				why = w
+			case fp != prev:
+				prev, since, why = fp, time.Now(), "the readings changed"
+			case time.Since(since) < quiesceStable:
+				why = "the readings have not stayed the same for long enough"
+			default:
+				agree(ctx, nodes, topics, rec, clk) // recorded
+			}
 		}
 		if why == "" || time.Now().After(deadline) || ctx.Err() != nil {
 			break
@@ -197,8 +227,10 @@ func quiesce(ctx context.Context, nodes []*node.Node, topics []history.TopicInfo
 }
 
 // agree reads every topic through every node and returns "" when all agree (and the
-// followers' match offsets equal the high watermark); then it records the readings.
-func agree(ctx context.Context, nodes []*node.Node, topics []history.TopicInfo, rec *history.Writer, clk *history.Clock) string {
+// followers' match offsets equal the high watermark), with a fingerprint of what they
+// said; then it records the readings (when rec is not nil).
+func agree(ctx context.Context, nodes []*node.Node, topics []history.TopicInfo, rec *history.Writer, clk *history.Clock) (string, string) {
+	var fp strings.Builder
 	type reading struct {
 		node string
 		st   []workload.PartitionStats
@@ -213,16 +245,16 @@ func agree(ctx context.Context, nodes []*node.Node, topics []history.TopicInfo, 
 			st, ok := workload.ReadTopic(ctx, n.URL(), t.Name)
 			r := reading{n.ID(), st, call, clk.Now()}
 			if !ok {
-				return fmt.Sprintf("%s does not answer for %s", n.ID(), t.Name)
+				return "", fmt.Sprintf("%s does not answer for %s", n.ID(), t.Name)
 			}
 			for _, s := range st {
 				for _, f := range s.Followers {
 					if f.Match != s.HighWatermark {
-						return fmt.Sprintf("%s/%d: follower %s matches %d, high watermark %d", t.Name, s.Partition, f.Node, f.Match, s.HighWatermark)
+						return "", fmt.Sprintf("%s/%d: follower %s matches %d, high watermark %d", t.Name, s.Partition, f.Node, f.Match, s.HighWatermark)
 					}
 				}
 				if s.Next != s.HighWatermark {
-					return fmt.Sprintf("%s/%d: next offset %d, high watermark %d", t.Name, s.Partition, s.Next, s.HighWatermark)
+					return "", fmt.Sprintf("%s/%d: next offset %d, high watermark %d", t.Name, s.Partition, s.Next, s.HighWatermark)
 				}
 			}
 			if first == nil {
@@ -231,15 +263,20 @@ func agree(ctx context.Context, nodes []*node.Node, topics []history.TopicInfo, 
 				for p := range st {
 					a, b := first.st[p], st[p]
 					if a.HighWatermark != b.HighWatermark || a.Frontier != b.Frontier || a.Next != b.Next || a.Leader != b.Leader || a.Epoch != b.Epoch {
-						return fmt.Sprintf("%s/%d: %s reports hw %d frontier %d next %d leader %s epoch %d, %s reports hw %d frontier %d next %d leader %s epoch %d",
+						return "", fmt.Sprintf("%s/%d: %s reports hw %d frontier %d next %d leader %s epoch %d, %s reports hw %d frontier %d next %d leader %s epoch %d",
 							t.Name, p, first.node, a.HighWatermark, a.Frontier, a.Next, a.Leader, a.Epoch, r.node, b.HighWatermark, b.Frontier, b.Next, b.Leader, b.Epoch)
 					}
 				}
 			}
 			rs = append(rs, r)
 		}
-		_ = first
+		for _, s := range first.st {
+			fmt.Fprintf(&fp, "%s/%d %d %d %d %s %d;", t.Name, s.Partition, s.HighWatermark, s.Frontier, s.Next, s.Leader, s.Epoch)
+		}
 		for _, r := range rs[len(rs)-len(nodes):] {
+			if rec == nil {
+				break
+			}
 			for _, s := range r.st {
 				rec.Add(history.Entry{Kind: history.KindStats, Client: "quiesce", Topic: t.Name, Partition: s.Partition, Call: r.call, Return: r.ret, Status: 200,
 					HighWatermark: s.HighWatermark, Frontier: s.Frontier, Oldest: s.Oldest, Backlog: s.Backlog, InFlight: s.InFlight, Offset: s.Next,
@@ -247,7 +284,7 @@ func agree(ctx context.Context, nodes []*node.Node, topics []history.TopicInfo, 
 			}
 		}
 	}
-	return ""
+	return fp.String(), ""
 }
 
 // ReadReplicas reads a stopped node's data directory: one KindReplica line per

@@ -245,18 +245,14 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		} else {
 			in.note("%s: no successor of %s led %s/%d within the bound; one kill only", step, first, topic, p)
 		}
-		order := []string{first, second}
-		if in.rng.Intn(2) == 0 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, id := range order {
-			if id == "" {
-				continue
-			}
-			if err := in.restart(ctx, in.byID[id]); err != nil {
-				return err
+		// Both come back together, as after a power cut of two racks.
+		var down []*node.Node
+		for _, id := range []string{first, second} {
+			if id != "" {
+				down = append(down, in.byID[id])
 			}
 		}
+		return in.restartAll(ctx, down, in.rng.Perm(len(down)), jitter, "double failover")
 	case StepKillAll:
 		return in.killAll(ctx, jitter)
 	default:
@@ -320,48 +316,54 @@ func (in *clusterInjector) killAll(ctx context.Context, jitter time.Duration) er
 	in.mu.Unlock()
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
-	for _, n := range in.w.nodes {
+	sent := make([]int64, len(in.w.nodes))
+	for i, n := range in.w.nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-gate
-			t0 := in.now()
+			sent[i] = in.now()
 			_ = n.Kill() // a node that exited already is as good as killed
-			in.fault(history.FaultKill, t0, in.now(), n.ID(), "kill-all")
+			in.fault(history.FaultKill, sent[i], in.now(), n.ID(), "kill-all")
 		}()
 	}
-	t0 := in.now()
 	close(gate)
 	wg.Wait()
-	if spread := time.Duration(in.now() - t0); spread > 10*time.Millisecond {
-		in.note("kill-all: the kills spread over %v (more than 10 ms: a loaded machine)", spread)
+	if spread := time.Duration(slices.Max(sent) - slices.Min(sent)); spread > 10*time.Millisecond {
+		in.note("kill-all: the kill signals spread over %v (more than 10 ms: a loaded machine)", spread)
 	}
+	return in.restartAll(ctx, in.w.nodes, order, jitter, "kill-all")
+}
+
+// restartAll starts the stopped nodes in the given order, jitter apart, and waits until
+// each is ready (a node waits for a majority, so they are waited for together).
+func (in *clusterInjector) restartAll(ctx context.Context, nodes []*node.Node, order []int, jitter time.Duration, why string) error {
+	var wg sync.WaitGroup
 	starts := make([]int64, len(order))
 	for i, k := range order {
 		starts[i] = in.now()
-		if err := in.w.nodes[k].Start(); err != nil {
+		if err := nodes[k].Start(); err != nil {
 			return err
 		}
 		if i < len(order)-1 {
 			in.sleep(ctx, jitter)
 		}
 	}
-	// A restarted cluster is ready once a majority is back: wait for each together.
 	errs := make([]error, len(order))
 	for i, k := range order {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = in.w.nodes[k].WaitReady(120 * time.Second)
+			errs[i] = nodes[k].WaitReady(120 * time.Second)
 		}()
 	}
 	wg.Wait()
 	for i, k := range order {
-		n := in.w.nodes[k]
+		n := nodes[k]
 		if errs[i] != nil {
-			return fmt.Errorf("restarting %s after kill-all: %w", n.ID(), errs[i])
+			return fmt.Errorf("restarting %s after %s: %w", n.ID(), why, errs[i])
 		}
-		in.fault(history.FaultRestart, starts[i], in.now(), n.ID(), fmt.Sprintf("kill-all, started %d of %d", i+1, len(order)))
+		in.fault(history.FaultRestart, starts[i], in.now(), n.ID(), fmt.Sprintf("%s, started %d of %d", why, i+1, len(order)))
 		in.mu.Lock()
 		delete(in.taken, n.ID())
 		in.mu.Unlock()
@@ -595,6 +597,39 @@ func (in *clusterInjector) healthy(ctx context.Context, bound time.Duration) boo
 }
 
 var probe = &http.Client{Timeout: 3 * time.Second}
+
+// settleFor is how long every partition's leader and epoch must stay the same before a
+// cluster run's load starts: the first elections of a new topic's groups may take
+// turns, and a load that starts under them sees failovers no fault made.
+const settleFor = 3 * time.Second
+
+// settle waits (up to a minute) until the cluster is healthy and no partition changed
+// leader or epoch for settleFor.
+func (w *run) settle(ctx context.Context) {
+	deadline := time.Now().Add(time.Minute)
+	prev, since := "", time.Now()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		fp := ""
+		if ClusterSettled(ctx, w.nodes, w.cfg.Topics(), 0) == nil {
+			for _, t := range w.cfg.Topics() {
+				st, _ := ReadTopic(ctx, w.nodes[0].URL(), t.Name)
+				for _, s := range st {
+					fp += fmt.Sprintf("%s/%d %s %d;", t.Name, s.Partition, s.Leader, s.Epoch)
+				}
+			}
+		}
+		if fp == "" || fp != prev {
+			prev, since = fp, time.Now()
+		} else if time.Since(since) >= settleFor {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	w.note("the cluster's leaders did not stay put for %v within a minute of creating the topics", settleFor)
+}
 
 // ReadTopic reads GET /v1/topics/{topic} through base (no history line).
 func ReadTopic(ctx context.Context, base, topic string) ([]PartitionStats, bool) {
