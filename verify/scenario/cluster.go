@@ -129,6 +129,18 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 		rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultRestart, Call: t0, Return: clk.Now(), Target: n.ID(), Detail: "first start", Partition: -1, Offset: -1})
 	}
 	if res.Err == nil {
+		// Ready is not enough to create a topic with a replica on every node: the
+		// controller must have heard each member (see workload.MembersAlive).
+		deadline := time.Now().Add(time.Minute)
+		for err := workload.MembersAlive(ctx, nodes); err != nil; err = workload.MembersAlive(ctx, nodes) {
+			if time.Now().After(deadline) {
+				res.Err = fmt.Errorf("the cluster's members were not all alive within a minute: %w", err)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if res.Err == nil {
 		logf("cluster run %d: nodes %s, files in %s", cfg.Workload.Seed, strings.Join(peers, ","), dir)
 		res.Stats, res.Err = workload.Run(ctx, cfg.Workload, nodes, rec, clk)
 	}

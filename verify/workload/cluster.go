@@ -668,6 +668,41 @@ func Controller(ctx context.Context, base string) string {
 	return c.Controller
 }
 
+// MembersAlive returns nil when every node, asked through its own API, lists every
+// node of ids as a member with status alive; otherwise what is not so. A fresh cluster's
+// nodes are ready before the controller has heard every member's first heartbeat, and
+// a topic with a replica per node is refused until it has.
+func MembersAlive(ctx context.Context, nodes []*node.Node) error {
+	for _, n := range nodes {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/v1/cluster", nil)
+		resp, err := probe.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.ID(), err)
+		}
+		var c struct {
+			Members []struct {
+				ID     string `json:"id"`
+				Status string `json:"status"`
+			} `json:"members"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&c)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: GET /v1/cluster answered %d", n.ID(), resp.StatusCode)
+		}
+		alive := map[string]bool{}
+		for _, m := range c.Members {
+			alive[m.ID] = m.Status == "alive"
+		}
+		for _, o := range nodes {
+			if !alive[o.ID()] {
+				return fmt.Errorf("%s does not list %s as alive", n.ID(), o.ID())
+			}
+		}
+	}
+	return nil
+}
+
 // ClusterSettled returns nil when every node is running and ready and, read through
 // each, every partition of topics is available, has a leader and replication-1
 // followers each at most maxLag messages behind; otherwise what is not so.
