@@ -113,6 +113,19 @@ type clusterInjector struct {
 	c     *client
 	mu    sync.Mutex
 	taken map[string]bool // nodes down or hurt by a step (not crashes)
+	// perm is the step's order of restarts, drawn with its other choices.
+	perm []int
+}
+
+// restartOrder orders n nodes by the step's permutation.
+func (in *clusterInjector) restartOrder(n int) []int {
+	var out []int
+	for _, k := range in.perm {
+		if k < n {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func (in *clusterInjector) now() int64 { return in.w.clk.Now() }
@@ -177,6 +190,7 @@ func (in *clusterInjector) run(ctx context.Context) error {
 		// The random choices of a step are drawn before it acts, so a seed's schedule
 		// does not depend on what the cluster answered.
 		pick, d1, d2 := in.rng.Intn(1<<30), in.between(300*time.Millisecond, 2*time.Second), in.between(0, 300*time.Millisecond)
+		in.perm = in.rng.Perm(len(in.w.nodes))
 		if err := in.step(ctx, step, pick, d1, d2); err != nil {
 			return err
 		}
@@ -252,7 +266,7 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 				down = append(down, in.byID[id])
 			}
 		}
-		return in.restartAll(ctx, down, in.rng.Perm(len(down)), jitter, "double failover")
+		return in.restartAll(ctx, down, in.restartOrder(len(down)), jitter, "double failover")
 	case StepKillAll:
 		return in.killAll(ctx, jitter)
 	default:
@@ -308,7 +322,7 @@ func (in *clusterInjector) restart(ctx context.Context, n *node.Node) error {
 // killAll kills every node within a few milliseconds (one goroutine each, released at
 // once), then starts them in an order drawn from the seed, jitter apart.
 func (in *clusterInjector) killAll(ctx context.Context, jitter time.Duration) error {
-	order := in.rng.Perm(len(in.w.nodes))
+	order := in.restartOrder(len(in.w.nodes))
 	in.mu.Lock()
 	for _, n := range in.w.nodes {
 		in.taken[n.ID()] = true
