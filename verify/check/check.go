@@ -129,7 +129,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "lost:              %s (aged out by retention, legal: %d)\n", kv(r.Lost), r.AgedOut)
 	fmt.Fprintf(w, "unexpected:        %d\n", r.Unexpected)
 	fmt.Fprintf(w, "duplicates:        %s\n", kv(r.Duplicates))
-	fmt.Fprintf(w, "acked, redelivered inside a kill window (legal by the rule): %d\n", r.AckedRedelivered)
+	if r.Nodes <= 1 {
+		fmt.Fprintf(w, "acked, redelivered inside a kill window (legal by the rule): %d\n", r.AckedRedelivered)
+	}
 	if r.DamagedSkipped+r.SettleDamaged > 0 || r.Faults[history.FaultDamaged] > 0 {
 		fmt.Fprintf(w, "damaged on disk:   %d messages skipped and reported (legal), %d acked messages redelivered after a damaged settle record (legal)\n", r.DamagedSkipped, r.SettleDamaged)
 	}

@@ -131,6 +131,9 @@ func exactlyOnce(es []history.Entry, want int) string {
 		if e.Kind != history.KindOp {
 			continue
 		}
+		if e.Op == history.OpConsume && e.Status == 0 && strings.Contains(e.Err, "context canceled") {
+			continue // a long poll the harness ended when the drain was done: it leased nothing
+		}
 		if e.Status == 0 || e.Status >= 500 {
 			return "an attempt failed: " + e.Op + " " + e.Topic + " " + e.Err
 		}
