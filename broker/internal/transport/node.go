@@ -262,7 +262,7 @@ func (n *Node) Start() error {
 	n.tr = &quic.Transport{Conn: pconn}
 	ln, err := n.tr.Listen(n.tlsServer, n.qconf)
 	if err != nil {
-		_ = n.tr.Close() // the listen error is the one to report
+		_ = n.tr.Close()  // the listen error is the one to report
 		_ = pconn.Close() // closes uc too
 		return fmt.Errorf("transport: listening: %w", err)
 	}
