@@ -41,12 +41,13 @@ const (
 	StepNetCut         = "netcut"          // cut a leader's node plane both ways (chaosnet)
 	StepNetDeaf        = "netdeaf"         // a leader sends but hears nothing (chaosnet)
 	StepNetMute        = "netmute"         // a leader hears but its packets are lost (chaosnet)
-	StepNetLossy       = "netlossy"        // every node loses 10 % of its packets (chaosnet)
+	StepNetLossy       = "netlossy"        // every node loses 5 % of its packets (chaosnet)
+	StepNetSlow        = "netslow"         // every node's packets are held 20–180 ms (so reordered) and 5 % sent twice (chaosnet)
 )
 
 // ClusterSteps lists every step kind.
 var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
-	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy}
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow}
 
 // ParseSteps reads "kind=count,..." (an empty string: no steps).
 func ParseSteps(s string) (map[string]int, error) {
@@ -224,7 +225,7 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		default:
 			in.net(ctx, step, id, role, topic, p)
 		}
-	case StepNetLossy:
+	case StepNetLossy, StepNetSlow:
 		in.net(ctx, step, "", "every node", "", 0)
 	case StepControllerKill:
 		id := in.controller(ctx)
@@ -411,6 +412,7 @@ var netRules = map[string]string{
 	StepNetDeaf:  "drop in 1\n",
 	StepNetMute:  "drop out 1\n",
 	StepNetLossy: "drop in 0.05\ndrop out 0.05\n",
+	StepNetSlow:  "delay out 100ms 80ms\ndup out 0.05\n",
 }
 
 // net applies a network fault for NetFor: to node id, or to every node (""). When the
