@@ -198,7 +198,7 @@ examples: build ## Runnable examples against a node the harness starts (every st
 test-examples: build ## Examples: lint, then a quick run of each against the built binary
 	$(MAKE) -C examples test NARAD_BIN=$(abspath $(NARAD))
 
-test-verify: ## Kill loop (>= 20 kill -9, half at failpoints) checked by the history checker, disk-full and corruption scenarios, short schemathesis
+test-verify: ## Kill loop (>= 20 kill -9, half at failpoints) and a 3-node cluster chaos run (>= 8 kill -9, SIGSTOPs, a network cut) checked by the history checker, a quiet cluster run (exactly once), disk-full and corruption scenarios, short schemathesis
 	$(MAKE) -C verify test
 
 chaos: ## About 2 h 40 min: kill loops with disk faults over 10 seeds, every fuzz target for 10 minutes, full schemathesis

@@ -89,6 +89,14 @@ func (k kills) surelyBetween(a, b int64) bool {
 type model struct {
 	vis   int64
 	kills kills
+	// In a cluster run: strictAck — an ack answered 204 is committed on a quorum, so no
+	// crash excuses a delivery after it; changes — the windows in which this copy's
+	// partition surely changed leader (its epoch rose between two samples), after which
+	// a handle of the old leader must not settle. kills then holds every window in which
+	// the partition may have changed leader (any kill, pause or network fault, and the
+	// epoch changes), which excuses a lost lease.
+	strictAck bool
+	changes   kills
 	// agedAt is the earliest time retention may delete the copy (its first produce was
 	// sent then plus the retention); a lease may end by deletion from then on.
 	agedAt int64
@@ -98,6 +106,9 @@ type model struct {
 func (m *model) step(s copyState, in opIn) ([]copyState, string) {
 	switch in.kind {
 	case kDeliver:
+		if s.acked && m.strictAck {
+			return nil, "delivered again after a 204 ack (in a cluster, committed on a quorum: no crash excuses it)"
+		}
 		if s.acked && !s.ackRaced {
 			return nil, "delivered again after a 204 ack that raced no kill"
 		}
@@ -149,14 +160,16 @@ func (m *model) settled(s copyState, in opIn) (copyState, string) {
 		return s, "the lease was settled already"
 	case s.handedBack:
 		return s, "the lease was handed back already"
-	case m.kills.surelyBetween(s.leaseRet, in.call):
+	case !m.strictAck && m.kills.surelyBetween(s.leaseRet, in.call):
 		return s, "the handle was issued before a restart"
+	case m.strictAck && m.changes.surelyBetween(s.leaseRet, in.call):
+		return s, "the handle was issued before a change of the partition's leader"
 	case in.call > s.maxExp+tolerance:
 		return s, fmt.Sprintf("the lease had surely lapsed %s before", ms(in.call-s.maxExp))
 	}
 	switch in.kind {
 	case kAck:
-		s.acked, s.ackRaced = true, m.kills.between(in.call, in.ret)
+		s.acked, s.ackRaced = true, !m.strictAck && m.kills.between(in.call, in.ret)
 	case kNack:
 		s.handedBack = true
 	case kExtend:

@@ -64,6 +64,22 @@ const (
 	// ClockOffset is the offset every node start from Call on runs with, until the next
 	// clock entry; Detail names the step. Before the first one the offset is zero.
 	FaultClock = "clock"
+	// FaultWipe: a stopped cluster node's data directory was deleted (Target: the node).
+	FaultWipe = "wipe"
+	// FaultNet: a cluster node's node plane was cut or degraded (chaosnet rules; Target:
+	// the node or nodes, comma-separated; Detail: the rules). The window reaches to when
+	// the rules were lifted and the nodes read that.
+	FaultNet = "net"
+)
+
+// KindReplica is a line written after a cluster run stopped: one node's replica of one
+// partition as its segment files hold it (Node, Topic, Partition; Offset: the first
+// offset held; IDs: the message id at each offset from there; Detail: a digest of every
+// record's bytes, which must be the same on every replica). KindQuiesce says whether the
+// nodes came to agree before they were stopped (Detail "ok", or what still differed).
+const (
+	KindReplica = "replica"
+	KindQuiesce = "quiesce"
 )
 
 // Entry is one line. Unused fields are left out.
@@ -87,8 +103,12 @@ type Entry struct {
 	Timestamp int64  `json:"timestamp,omitempty"` // the message's server timestamp (Unix ms)
 	Key       string `json:"key,omitempty"`
 	Batch     bool   `json:"batch,omitempty"`
+	// Node is the cluster node the attempt was sent to, or that a stats sample was read
+	// through, or whose replica a replica line describes ("" for a single node).
+	Node string `json:"node,omitempty"`
 
-	// Fault fields: Call and Return are the fault's start and end.
+	// Fault fields: Call and Return are the fault's start and end. In a cluster,
+	// Target is the node hurt; a stats sample's Target is the partition's leader.
 	Fault  string `json:"fault,omitempty"`
 	Target string `json:"target,omitempty"`
 	Detail string `json:"detail,omitempty"`
@@ -103,6 +123,11 @@ type Entry struct {
 	// the broker reports it; on a delivery and a settle, the one its receipt handle names
 	// (0: unknown).
 	Incarnation int64 `json:"incarnation,omitempty"`
+	// Epoch: on a stats sample of a replicated partition, the leader's term.
+	Epoch int64 `json:"epoch,omitempty"`
+	// IDs: on a replica line, the message id of every record the replica holds, in
+	// offset order from Offset on ("" where a payload carries none).
+	IDs []string `json:"ids,omitempty"`
 
 	// ClockOffset (nanoseconds) is the wall-clock shift of a clock fault.
 	ClockOffset int64 `json:"clock_offset_ns,omitempty"`
@@ -117,6 +142,10 @@ type RunInfo struct {
 	WallStart int64          `json:"wall_start_unix_nano"`
 	Topics    []TopicInfo    `json:"topics"`
 	Settings  map[string]any `json:"settings,omitempty"`
+	// Nodes lists a cluster run's node ids; empty for a single node. With more than
+	// one, the checker holds the cluster's contract (an ack answered 204 is committed
+	// on a quorum: no crash excuses a delivery after it).
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // TopicInfo is one topic of the workload.
@@ -130,6 +159,8 @@ type TopicInfo struct {
 	// Recreated: the workload deletes and recreates this topic under load, so offsets
 	// start again in each incarnation and the checker keys everything by incarnation.
 	Recreated bool `json:"recreated,omitempty"`
+	// Replication is the topic's replication factor in a cluster run (0: a single node).
+	Replication int `json:"replication_factor,omitempty"`
 }
 
 // Clock is the run's monotonic clock.

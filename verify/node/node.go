@@ -43,6 +43,16 @@ func Build(ctx context.Context, brokerDir, out string, failpoints bool) error {
 	return nil
 }
 
+// BuildTags compiles narad from brokerDir into out with the given build tags.
+func BuildTags(ctx context.Context, brokerDir, out string, tags ...string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "-tags", strings.Join(tags, ","), "./cmd/narad")
+	cmd.Dir = brokerDir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building narad (tags %v): %v\n%s", tags, err, b)
+	}
+	return nil
+}
+
 // FindBrokerDir walks up from the working directory to the repository's broker module.
 func FindBrokerDir() (string, error) {
 	dir, err := os.Getwd()
@@ -59,6 +69,17 @@ func FindBrokerDir() (string, error) {
 		}
 		dir = up
 	}
+}
+
+// FreeUDPPort returns a loopback UDP port nothing is bound to right now (a cluster
+// node's --cluster-addr).
+func FreeUDPPort() (int, error) {
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = c.Close() }() // only held to pick a free port
+	return c.LocalAddr().(*net.UDPAddr).Port, nil
 }
 
 // FreePort returns a loopback port nothing listens on right now.
@@ -78,6 +99,11 @@ type Options struct {
 	LogPath string   // every incarnation appends here
 	Port    int      // 0: pick a free one (kept across restarts)
 	Args    []string // extra serve flags
+	// ID names the node in a cluster (its --node-id); empty for a single node.
+	ID string
+	// Env is added to the environment of every start (a cluster's secret, a chaosnet
+	// rules file), before the start's own variables.
+	Env []string
 }
 
 // Skip is a damaged record the node reported skipping (an ERROR line of its log).
@@ -169,6 +195,19 @@ type Node struct {
 	gen     int
 	paused  bool
 	outDone chan struct{}
+	// chaosnet: an incarnation said its node plane obeys a chaosnet rules file.
+	chaosnet bool
+}
+
+// ChaosNetPrefix starts the stderr lines of a narad built with -tags chaosnet (it
+// mirrors broker/internal/transport.ChaosNetPrefix).
+const ChaosNetPrefix = "narad chaosnet:"
+
+// ChaosNet reports whether the node said its node plane obeys a chaosnet rules file.
+func (n *Node) ChaosNet() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.chaosnet
 }
 
 // New prepares a node; nothing runs until Start.
@@ -195,6 +234,9 @@ func (n *Node) Addr() string { return n.addr }
 
 // URL is the base URL of the HTTP API.
 func (n *Node) URL() string { return "http://" + n.addr }
+
+// ID is the node's cluster id ("" for a single node).
+func (n *Node) ID() string { return n.opts.ID }
 
 // DataDir is the node's data directory.
 func (n *Node) DataDir() string { return n.opts.DataDir }
@@ -223,7 +265,7 @@ func (n *Node) Start(env ...string) error {
 	}
 	args := append([]string{"serve", "--http-addr", n.addr, "--data-dir", n.opts.DataDir}, n.opts.Args...)
 	cmd := exec.Command(n.opts.Bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), n.opts.Env...), env...)
 	cmd.Stdout = n.log
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -264,6 +306,11 @@ func (n *Node) copyStderr(r io.ReadCloser, done chan struct{}) {
 		if s, ok := parseSkip(line); ok {
 			n.mu.Lock()
 			n.skips = append(n.skips, s)
+			n.mu.Unlock()
+		}
+		if strings.HasPrefix(line, ChaosNetPrefix+" on ") {
+			n.mu.Lock()
+			n.chaosnet = true
 			n.mu.Unlock()
 		}
 		if rest, ok := strings.CutPrefix(line, FiredPrefix); ok {
@@ -426,6 +473,31 @@ func (n *Node) Close() error {
 	err := n.Stop(30 * time.Second)
 	_ = n.log.Close() // the node's log, read by people
 	return err
+}
+
+// Wipe deletes everything in the stopped node's data directory (a lost disk); the
+// directory itself stays, empty.
+func (n *Node) Wipe() error {
+	if n.Running() {
+		return errors.New("node: wipe of a running node")
+	}
+	ents, err := os.ReadDir(n.opts.DataDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(n.opts.DataDir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Paused reports whether the node was sent SIGSTOP and not resumed since.
+func (n *Node) Paused() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.paused
 }
 
 // Pid returns the current incarnation's process id (0 when none runs).

@@ -32,6 +32,11 @@ type Config struct {
 	Args []string
 	// Log receives progress lines; nil: discard.
 	Log func(format string, args ...any)
+	// Nodes > 1 runs a cluster of that many nodes (RunCluster); Workload.Cluster is set.
+	Nodes int
+	// ChaosNet gives every cluster node a node-plane rules file (the binary must be
+	// built with -tags chaosnet), so the net steps can cut and degrade it.
+	ChaosNet bool
 }
 
 // Result is what a run found.
@@ -54,7 +59,7 @@ var (
 	buildErr  error
 )
 
-// Binary returns a narad built with the failpoints tag: $NARAD_FAILPOINT_BIN if set,
+// Binary returns a narad built with the failpoints and chaosnet tags: $NARAD_FAILPOINT_BIN if set,
 // otherwise one built once per process into a temporary directory.
 func Binary(ctx context.Context) (string, error) {
 	if b := os.Getenv("NARAD_FAILPOINT_BIN"); b != "" {
@@ -72,7 +77,9 @@ func Binary(ctx context.Context) (string, error) {
 			return
 		}
 		builtBin = filepath.Join(tmp, "narad")
-		buildErr = node.Build(ctx, dir, builtBin, true)
+		// The cluster tier cuts the node plane too; the chaosnet tag does nothing unless
+		// a rules file is named (NARAD_CHAOSNET_FILE).
+		buildErr = node.BuildTags(ctx, dir, builtBin, "failpoints", "chaosnet")
 	})
 	return builtBin, buildErr
 }
@@ -83,6 +90,9 @@ var DefaultArgs = []string{"--segment-bytes", "65536", "--retention-interval", "
 
 // Run runs one verification.
 func Run(ctx context.Context, cfg Config) *Result {
+	if cfg.Nodes > 1 {
+		return RunCluster(ctx, cfg)
+	}
 	started := time.Now()
 	res := &Result{}
 	logf := cfg.Log
@@ -140,7 +150,7 @@ func Run(ctx context.Context, cfg Config) *Result {
 	rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultRestart, Call: t0, Return: clk.Now(), Target: "node", Detail: "first start", Partition: -1, Offset: -1})
 	if res.Err == nil {
 		logf("run %d: node at %s, files in %s", cfg.Workload.Seed, n.URL(), dir)
-		res.Stats, res.Err = workload.Run(ctx, cfg.Workload, n, rec, clk)
+		res.Stats, res.Err = workload.Run(ctx, cfg.Workload, []*node.Node{n}, rec, clk)
 	}
 	if err := n.Stop(30 * time.Second); err != nil && res.Err == nil {
 		res.Err = fmt.Errorf("stopping the node: %w", err)

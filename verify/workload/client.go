@@ -19,23 +19,47 @@ import (
 )
 
 // client is one simulated application: its own connection pool, every HTTP attempt
-// recorded as history lines.
+// recorded as history lines. In a cluster it knows every node: it starts on one (by
+// its name, so clients spread), moves to the next after an attempt with no answer or a
+// 5xx (the node may be down), and every spreadEvery attempts anyway, so every node
+// serves every kind of request.
 type client struct {
-	name string
-	base string
-	hc   *http.Client
-	rec  *history.Writer
-	clk  *history.Clock
+	name  string
+	bases []string // the nodes' base URLs
+	ids   []string // their ids, for the history ("" for a single node)
+	cur   int
+	n     int // attempts so far
+	hc    *http.Client
+	rec   *history.Writer
+	clk   *history.Clock
 }
 
-func newClient(name, base string, rec *history.Writer, clk *history.Clock) *client {
+// spreadEvery is how many attempts a cluster client sends to one node before it moves on.
+const spreadEvery = 16
+
+// endpoint is one node a client may send to.
+type endpoint struct{ id, url string }
+
+func newClient(name string, eps []endpoint, rec *history.Writer, clk *history.Clock) *client {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &client{name: name, base: base, hc: &http.Client{Transport: tr}, rec: rec, clk: clk}
+	c := &client{name: name, hc: &http.Client{Transport: tr}, rec: rec, clk: clk}
+	var h uint32
+	for _, b := range []byte(name) {
+		h = h*31 + uint32(b)
+	}
+	for _, ep := range eps {
+		c.bases, c.ids = append(c.bases, ep.url), append(c.ids, ep.id)
+	}
+	c.cur = int(h % uint32(len(eps)))
+	return c
 }
+
+// next moves the client to the next node.
+func (c *client) next() { c.cur = (c.cur + 1) % len(c.bases) }
 
 func (c *client) close() { c.hc.CloseIdleConnections() }
 
@@ -53,10 +77,21 @@ type result struct {
 	err       string
 	body      []byte
 	call, ret int64
+	node      string // the node it was sent to ("" for a single node)
 }
 
-func (c *client) do(ctx context.Context, method, path string, q url.Values, body []byte, ctype string, timeout time.Duration) result {
-	u := c.base + path
+func (c *client) do(ctx context.Context, method, path string, q url.Values, body []byte, ctype string, timeout time.Duration) (r result) {
+	c.n++
+	if c.n%spreadEvery == 0 {
+		c.next()
+	}
+	r.node = c.ids[c.cur]
+	defer func() {
+		if r.status == 0 || r.status >= 500 {
+			c.next() // that node may be down, paused or cut off: try another
+		}
+	}()
+	u := c.bases[c.cur] + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -73,7 +108,7 @@ func (c *client) do(ctx context.Context, method, path string, q url.Values, body
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	r := result{call: c.clk.Now()}
+	r.call = c.clk.Now()
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		r.ret = c.clk.Now()
@@ -112,7 +147,7 @@ func truncate(s string, n int) string {
 
 func (c *client) opEntry(op, topic string, r result) history.Entry {
 	return history.Entry{Kind: history.KindOp, Client: c.name, Op: op, Topic: topic, Partition: -1, Offset: -1,
-		Call: r.call, Return: r.ret, Status: r.status, Code: r.code, Err: r.err}
+		Call: r.call, Return: r.ret, Status: r.status, Code: r.code, Err: r.err, Node: r.node}
 }
 
 // payload is what the workload sends: the id is what the checker follows.
@@ -348,7 +383,21 @@ type PartitionStats struct {
 	AckedAhead    int64 `json:"acked_ahead"`
 	InFlight      int64 `json:"in_flight"`
 	Backlog       int64 `json:"backlog"`
+	// In a cluster: the partition's leader and its term, each follower's progress, and
+	// whether the node holding it could be reached (false: the counters are zeros).
+	Leader    string `json:"leader"`
+	Epoch     int64  `json:"epoch"`
+	Available *bool  `json:"available"`
+	Followers []struct {
+		Node  string `json:"node"`
+		Match int64  `json:"match_offset"`
+		Lag   int64  `json:"lag"`
+	} `json:"followers"`
 }
+
+// unavailable reports whether the answering node could not reach the partition's
+// holder: its counters are zeros, not markers.
+func (s PartitionStats) unavailable() bool { return s.Available != nil && !*s.Available }
 
 // stats reads a topic's partition markers and records them.
 func (c *client) stats(ctx context.Context, topic string) ([]PartitionStats, bool) {
@@ -372,9 +421,13 @@ func (c *client) topicInfo(ctx context.Context, topic string) ([]PartitionStats,
 	}
 	inc, _ := strconv.ParseInt(t.Incarnation, 10, 64)
 	for _, s := range t.Stats {
+		if s.unavailable() {
+			continue // zeros, not markers
+		}
 		c.rec.Add(history.Entry{Kind: history.KindStats, Client: c.name, Topic: topic, Partition: s.Partition,
 			Call: r.call, Return: r.ret, Status: r.status, HighWatermark: s.HighWatermark, Frontier: s.Frontier,
-			Oldest: s.Oldest, Backlog: s.Backlog, InFlight: s.InFlight, Incarnation: inc, Offset: s.Next})
+			Oldest: s.Oldest, Backlog: s.Backlog, InFlight: s.InFlight, Incarnation: inc, Offset: s.Next,
+			Node: r.node, Target: s.Leader, Epoch: s.Epoch})
 	}
 	return t.Stats, inc, r
 }

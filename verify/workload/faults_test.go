@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -97,5 +98,29 @@ func TestClockLinesCarryTheMachinesDrift(t *testing.T) {
 	}
 	if n := w.stats.Faults[history.FaultClock]; n != 2 {
 		t.Fatalf("%d clock faults counted, want our 2 steps only", n)
+	}
+}
+
+// TestClusterScheduleRepeats: a seed gives one schedule of cluster steps (kinds and
+// order), whatever the map order; another seed gives another.
+func TestClusterScheduleRepeats(t *testing.T) {
+	cfg := ClusterFaultConfig{Steps: map[string]int{StepLeaderKill: 4, StepPause: 2, StepNetCut: 1, StepKillAll: 1, StepDoubleFailover: 1, StepWipe: 1}}
+	a := cfg.Schedule(rand.New(rand.NewSource(7)))
+	for range 20 {
+		if b := cfg.Schedule(rand.New(rand.NewSource(7))); !slices.Equal(a, b) {
+			t.Fatalf("seed 7 gave %v, then %v", a, b)
+		}
+	}
+	if len(a) != 10 {
+		t.Fatalf("%d steps, want 10: %v", len(a), a)
+	}
+	if b := cfg.Schedule(rand.New(rand.NewSource(8))); slices.Equal(a, b) {
+		t.Fatalf("seeds 7 and 8 gave the same schedule %v", a)
+	}
+	if _, err := ParseSteps("leader-kill=2,bogus=1"); err == nil {
+		t.Fatal("an unknown step kind parsed")
+	}
+	if m, err := ParseSteps("leader-kill=2, pause=1"); err != nil || m[StepLeaderKill] != 2 || m[StepPause] != 1 {
+		t.Fatalf("ParseSteps: %v %v", m, err)
 	}
 }

@@ -29,6 +29,8 @@ const (
 	Delayed   = "orders.later"
 	Ephemeral = "ephemeral"
 	Recycled  = "recycled"
+	// Events is the cluster workload's second topic, produced to beside Parent.
+	Events = "events"
 )
 
 const opTimeout = 30 * time.Second
@@ -55,6 +57,16 @@ type Config struct {
 	// DrainTimeout bounds the final drain.
 	DrainTimeout time.Duration
 	Faults       FaultConfig
+	// Cluster runs the cluster workload on several nodes: Parent and Events with
+	// ClusterPartitions partitions each and Replication replicas, Parent's fan-out and
+	// delay children, no Ephemeral or Recycled topic; ClusterFaults replaces Faults.
+	Cluster           bool
+	ClusterPartitions int // 0: 6
+	Replication       int // 0: 3
+	ClusterFaults     ClusterFaultConfig
+	// Quiet makes every consumer ack everything it gets at once (no nack, renew,
+	// forgotten or late ack): with no faults, each message is delivered exactly once.
+	Quiet bool
 	// Progress, when set, is called every ProgressEvery with a one-line summary.
 	Progress      func(string)
 	ProgressEvery time.Duration
@@ -66,6 +78,12 @@ func (c *Config) defaults() {
 	}
 	if c.Consumers == 0 {
 		c.Consumers = 6
+	}
+	if c.Cluster && c.VisibilityMs == 0 {
+		c.VisibilityMs = 2000
+	}
+	if c.Cluster && c.DelayMs == 0 {
+		c.DelayMs = 2000
 	}
 	if c.VisibilityMs == 0 {
 		c.VisibilityMs = 1500
@@ -79,11 +97,30 @@ func (c *Config) defaults() {
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = 3 * time.Minute
 	}
+	if c.ClusterPartitions == 0 {
+		c.ClusterPartitions = 6
+	}
+	if c.Replication == 0 {
+		c.Replication = 3
+	}
+	if c.Cluster {
+		c.RetentionMs, c.RecreateEvery = 0, 0
+	}
 }
 
 // Topics returns the workload's topics as the history's run line describes them.
 func (c Config) Topics() []history.TopicInfo {
 	c.defaults()
+	if c.Cluster {
+		week := int64(7 * 24 * 3600 * 1000)
+		p, rf := c.ClusterPartitions, c.Replication
+		return []history.TopicInfo{
+			{Name: Parent, Partitions: p, VisibilityMs: c.VisibilityMs, RetentionMs: week, Replication: rf},
+			{Name: Copy, Partitions: p, VisibilityMs: c.VisibilityMs, RetentionMs: week, Parent: Parent, Replication: rf},
+			{Name: Delayed, Partitions: max(1, p/2), VisibilityMs: c.VisibilityMs, RetentionMs: week, Parent: Parent, DelayMs: c.DelayMs, Replication: rf},
+			{Name: Events, Partitions: p, VisibilityMs: c.VisibilityMs, RetentionMs: week, Replication: rf},
+		}
+	}
 	ts := []history.TopicInfo{
 		{Name: Parent, Partitions: 3, VisibilityMs: c.VisibilityMs, RetentionMs: 7 * 24 * 3600 * 1000},
 		{Name: Copy, Partitions: 3, VisibilityMs: c.VisibilityMs, RetentionMs: 7 * 24 * 3600 * 1000, Parent: Parent},
@@ -100,34 +137,47 @@ func (c Config) Topics() []history.TopicInfo {
 
 // Stats sums up what a run did, for its report.
 type Stats struct {
-	Produced   int64              // produce attempts answered 202 (messages)
-	Deliveries int64              // deliveries seen
-	Faults     map[string]int     // by kind
-	Failpoints map[string]int     // failpoint kills by point
-	Drain      time.Duration      // how long the final drain took
-	Drained    bool               // every topic empty at the end
-	Recreated  int                // times the Recycled topic was deleted and created again
-	Notes      []string           // harness problems (a node that would not start, ...)
-	Latency    map[string][]int64 // op → sorted latencies of answered attempts (ns)
+	Produced   int64          // produce attempts answered 202 (messages)
+	Deliveries int64          // deliveries seen
+	Faults     map[string]int // by kind
+	Failpoints map[string]int // failpoint kills by point
+	Drain      time.Duration  // how long the final drain took
+	Drained    bool           // every topic empty at the end
+	Recreated  int            // times the Recycled topic was deleted and created again
+	// NetLeaderMoved counts network faults of a partition's leader during which another
+	// node took the partition over (a cluster run).
+	NetLeaderMoved int
+	Notes          []string           // harness problems (a node that would not start, ...)
+	Latency        map[string][]int64 // op → sorted latencies of answered attempts (ns)
 }
 
 // Run creates the topics, runs producers, consumers and the fault injector until the
-// producers are done and the faults are spent, then drains with no faults.
-func Run(ctx context.Context, cfg Config, n *node.Node, rec *history.Writer, clk *history.Clock) (*Stats, error) {
+// producers are done and the faults are spent, then drains with no faults. With one
+// node it runs the single-node workload and faults; with cfg.Cluster, the cluster's
+// (every node a member of one cluster).
+func Run(ctx context.Context, cfg Config, nodes []*node.Node, rec *history.Writer, clk *history.Clock) (*Stats, error) {
 	cfg.defaults()
-	w := &run{cfg: cfg, n: n, rec: rec, clk: clk, rng: rand.New(rand.NewSource(cfg.Seed)),
+	w := &run{cfg: cfg, n: nodes[0], nodes: nodes, rec: rec, clk: clk, rng: rand.New(rand.NewSource(cfg.Seed)),
 		stats:    &Stats{Faults: map[string]int{}, Failpoints: map[string]int{}, Latency: map[string][]int64{}},
 		acked202: map[string]int64{}, delivered: map[string]bool{}}
+	for _, n := range nodes {
+		w.eps = append(w.eps, endpoint{id: n.ID(), url: n.URL()})
+	}
 	w.budget.Store(int64(cfg.Messages))
 	if err := w.setup(ctx); err != nil {
 		return w.stats, err
+	}
+	if cfg.Cluster {
+		w.settle(ctx)
 	}
 	return w.stats, w.loop(ctx)
 }
 
 type run struct {
 	cfg   Config
-	n     *node.Node
+	n     *node.Node   // the single node (the first node of a cluster)
+	nodes []*node.Node // every node
+	eps   []endpoint
 	rec   *history.Writer
 	clk   *history.Clock
 	rng   *rand.Rand // the injector's; each worker has its own, seeded from Seed
@@ -147,7 +197,7 @@ type run struct {
 }
 
 func (w *run) setup(ctx context.Context) error {
-	c := newClient("admin", w.n.URL(), w.rec, w.clk)
+	c := newClient("admin", w.eps, w.rec, w.clk)
 	defer c.close()
 	for _, t := range w.cfg.Topics() {
 		body := topicBody(t)
@@ -171,6 +221,9 @@ func (w *run) setup(ctx context.Context) error {
 
 func topicBody(t history.TopicInfo) map[string]any {
 	body := map[string]any{"name": t.Name, "partitions": t.Partitions, "visibility_timeout_ms": t.VisibilityMs, "retention_ms": t.RetentionMs}
+	if t.Replication > 0 {
+		body["replication_factor"] = t.Replication
+	}
 	if t.DelayMs > 0 {
 		body["parent"], body["fanout_delay_ms"] = t.Parent, t.DelayMs
 	}
@@ -219,11 +272,14 @@ func (w *run) loop(ctx context.Context) error {
 		go func() { defer samp.Done(); w.progress(sampCtx, start) }()
 	}
 
-	inj := &injector{w: w, cfg: w.cfg.Faults, rng: w.rng}
+	var inj faulter = &injector{w: w, cfg: w.cfg.Faults, rng: w.rng}
+	if w.cfg.Cluster {
+		inj = &clusterInjector{w: w, cfg: w.cfg.ClusterFaults, rng: w.rng}
+	}
 	injErr := inj.run(ctx)
 	prod.Wait()
 
-	// Drain: no faults, a node that is up and unarmed, every consumer acking.
+	// Drain: no faults, every node up (and unarmed), every consumer acking.
 	w.rec.Add(history.Entry{Kind: history.KindPhase, Detail: "drain", Call: w.clk.Now()})
 	w.draining.Store(true)
 	if injErr == nil {
@@ -325,12 +381,12 @@ func (w *run) take(n int) int {
 func (w *run) producer(ctx context.Context, i int, start time.Time) {
 	rng := w.seed(100 + i)
 	name := fmt.Sprintf("p%d", i)
-	c := newClient(name, w.n.URL(), w.rec, w.clk)
+	c := newClient(name, w.eps, w.rec, w.clk)
 	defer c.close()
 	seq := 0
 	for ctx.Err() == nil && w.producing(start) {
 		batch := 1
-		if rng.Intn(10) < 3 {
+		if rng.Intn(10) < 3 || w.cfg.Quiet && rng.Intn(10) < 8 {
 			batch = 2 + rng.Intn(9)
 		}
 		w.pace(ctx, start)
@@ -347,12 +403,19 @@ func (w *run) producer(ctx context.Context, i int, start time.Time) {
 			}
 		}
 		pad := strings.Repeat("x", rng.Intn(200))
+		// In a cluster, two thirds go to Events: a change of Parent's leader copies
+		// Parent's history into its children again (fanout-recopy), so a smaller
+		// Parent keeps the drain short.
+		topic := Parent
+		if w.cfg.Cluster && rng.Intn(3) != 0 {
+			topic = Events
+		}
 		for try := 1; ctx.Err() == nil; try++ {
 			var r result
 			if batch == 1 {
-				r = c.produce(ctx, Parent, ids[0], keys[0], pad, try)
+				r = c.produce(ctx, topic, ids[0], keys[0], pad, try)
 			} else {
-				r = c.produceBatch(ctx, Parent, ids, keys, pad, try)
+				r = c.produceBatch(ctx, topic, ids, keys, pad, try)
 			}
 			w.latency(history.OpProduce, r)
 			if r.status == http.StatusAccepted {
@@ -374,7 +437,7 @@ func (w *run) producer(ctx context.Context, i int, start time.Time) {
 // ephemeralProducer writes a slow stream to the short-retention topic, so retention
 // deletes segments (and may be killed while doing it) during the run.
 func (w *run) ephemeralProducer(ctx context.Context, start time.Time) {
-	c := newClient("pe", w.n.URL(), w.rec, w.clk)
+	c := newClient("pe", w.eps, w.rec, w.clk)
 	defer c.close()
 	pad := strings.Repeat("e", 900)
 	for seq := 0; ctx.Err() == nil && w.producing(start) && (w.cfg.Messages == 0 || w.budget.Load() > 0); seq++ {
@@ -406,7 +469,7 @@ func (w *run) ephemeralProducer(ctx context.Context, start time.Time) {
 // drops the message; no answer or a 5xx is retried with the same id.
 func (w *run) recycledProducer(ctx context.Context, start time.Time) {
 	rng := w.seed(300)
-	c := newClient("pr", w.n.URL(), w.rec, w.clk)
+	c := newClient("pr", w.eps, w.rec, w.clk)
 	defer c.close()
 	pad := strings.Repeat("r", 100)
 	seq := 0
@@ -456,7 +519,7 @@ func (w *run) recycledProducer(ctx context.Context, start time.Time) {
 // old handles, which must answer 404 or 410 and never settle a new message.
 func (w *run) recycler(ctx context.Context) {
 	rng := w.seed(301)
-	c := newClient("recycler", w.n.URL(), w.rec, w.clk)
+	c := newClient("recycler", w.eps, w.rec, w.clk)
 	defer c.close()
 	var body map[string]any
 	for _, t := range w.cfg.Topics() {
@@ -552,13 +615,16 @@ func (w *run) note(format string, args ...any) {
 // drain, everyone acks everything at once.
 func (w *run) consumer(ctx context.Context, i int) {
 	rng := w.seed(200 + i)
-	c := newClient(fmt.Sprintf("c%d", i), w.n.URL(), w.rec, w.clk)
+	c := newClient(fmt.Sprintf("c%d", i), w.eps, w.rec, w.clk)
 	defer c.close()
 	topics := []string{Parent, Parent, Copy, Delayed}
-	if w.cfg.RetentionMs > 0 {
+	if w.cfg.Cluster {
+		topics = append(topics, Events, Events)
+	}
+	if w.cfg.RetentionMs > 0 && !w.cfg.Cluster {
 		topics = append(topics, Ephemeral)
 	}
-	if w.cfg.RecreateEvery > 0 {
+	if w.cfg.RecreateEvery > 0 && !w.cfg.Cluster {
 		topics = append(topics, Recycled)
 	}
 	vis := time.Duration(w.cfg.VisibilityMs) * time.Millisecond
@@ -574,6 +640,11 @@ func (w *run) consumer(ctx context.Context, i int) {
 		max := 1
 		if x := rng.Intn(10); x < 4 || w.draining.Load() {
 			max = 2 + rng.Intn(19)
+		}
+		if w.cfg.Quiet || (w.cfg.Cluster && w.draining.Load()) {
+			// A quiet run and a cluster's drain take many at once: a cluster commits
+			// every ack on a quorum, so one at a time would make them the slow part.
+			max = 20 + rng.Intn(31)
 		}
 		ds, r := c.consume(ctx, topic, max, 300*time.Millisecond)
 		w.latency(history.OpConsume, r)
@@ -600,7 +671,7 @@ func (w *run) consumer(ctx context.Context, i int) {
 		w.mu.Unlock()
 		var toAck []delivery
 		for _, d := range ds {
-			if w.draining.Load() {
+			if w.draining.Load() || w.cfg.Quiet {
 				toAck = append(toAck, d)
 				continue
 			}
@@ -632,7 +703,7 @@ func (w *run) consumer(ctx context.Context, i int) {
 			}
 			toAck = append(toAck, d)
 		}
-		if len(toAck) > 1 && rng.Intn(2) == 0 {
+		if len(toAck) > 1 && (rng.Intn(2) == 0 || w.cfg.Quiet || w.cfg.Cluster && w.draining.Load()) {
 			r := c.ackBatch(ctx, topic, toAck)
 			w.latency(history.OpAck, r)
 			if r.status == http.StatusOK {
@@ -660,7 +731,7 @@ func (w *run) settleRetry(ctx context.Context, c *client, d delivery, op string)
 }
 
 func (w *run) sampler(ctx context.Context) {
-	c := newClient("stats", w.n.URL(), w.rec, w.clk)
+	c := newClient("stats", w.eps, w.rec, w.clk)
 	defer c.close()
 	for ctx.Err() == nil {
 		for _, t := range w.cfg.Topics() {
@@ -699,7 +770,12 @@ func (w *run) progress(ctx context.Context, start time.Time) {
 		dups := deliveries - int64(len(w.delivered))
 		faults := fmt.Sprint(w.stats.Faults)
 		w.mu.Unlock()
-		rss, files := w.n.Usage()
+		var rss int64
+		var files int
+		for _, n := range w.nodes {
+			r, f := n.Usage()
+			rss, files = rss+r, files+f
+		}
 		w.cfg.Progress(fmt.Sprintf("t=%v messages=%d deliveries=%d redeliveries=%d overdue(202'd >2m ago, undelivered)=%d produce_p99=%v rss=%dMiB open_files=%d faults=%s",
 			time.Since(start).Round(time.Second), produced, deliveries, dups, overdue, p99.Round(time.Millisecond), rss>>20, files, faults))
 	}
@@ -708,7 +784,7 @@ func (w *run) progress(ctx context.Context, start time.Time) {
 // waitDrained waits until every topic is empty and nothing is in flight, fan-out has
 // caught up, and the delay child's last copies are due — twice in a row.
 func (w *run) waitDrained(ctx context.Context) bool {
-	c := newClient("drain", w.n.URL(), w.rec, w.clk)
+	c := newClient("drain", w.eps, w.rec, w.clk)
 	defer c.close()
 	deadline := time.Now().Add(w.cfg.DrainTimeout)
 	lastProduce := time.Now()
@@ -722,7 +798,7 @@ func (w *run) waitDrained(ctx context.Context) bool {
 				break
 			}
 			for _, s := range st {
-				if s.Backlog != 0 || s.InFlight != 0 {
+				if s.Backlog != 0 || s.InFlight != 0 || s.unavailable() {
 					empty = false
 				}
 			}

@@ -252,16 +252,18 @@ func (n *Node) Start() error {
 	if err != nil {
 		return fmt.Errorf("transport: binding %s: %w", n.opts.ListenAddr, err)
 	}
-	var pconn net.PacketConn = uc
+	// A chaosnet build may put a fault-injecting socket under the transport (see
+	// chaosnet.go); every other build gets uc back.
+	pconn := chaosWrap(uc)
 	if n.opts.wrapPacketConn != nil {
-		pconn = n.opts.wrapPacketConn(uc)
+		pconn = n.opts.wrapPacketConn(pconn)
 	}
-	n.udp = uc
+	n.udp = pconn // closing it closes uc (and stops a chaosnet socket's polling)
 	n.tr = &quic.Transport{Conn: pconn}
 	ln, err := n.tr.Listen(n.tlsServer, n.qconf)
 	if err != nil {
-		_ = n.tr.Close() // the listen error is the one to report
-		_ = uc.Close()
+		_ = n.tr.Close()  // the listen error is the one to report
+		_ = pconn.Close() // closes uc too
 		return fmt.Errorf("transport: listening: %w", err)
 	}
 	n.ln = ln

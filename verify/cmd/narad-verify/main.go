@@ -73,8 +73,28 @@ func runCmd(args []string) int {
 	drain := fs.Duration("drain-timeout", 5*time.Minute, "the final drain must finish within this (a clock stepped back holds delayed copies until the drain's node runs with the highest clock)")
 	dir := fs.String("dir", "", "keep the run's files here (default: a temporary directory, removed when the run passes)")
 	keep := fs.Bool("keep", false, "keep the files of a passing run too")
-	bin := fs.String("bin", "", "a narad built with -tags failpoints (default: build one)")
+	bin := fs.String("bin", "", "a narad built with -tags failpoints,chaosnet (default: build one)")
+	nodes := fs.Int("nodes", 1, "nodes: above 1, a cluster run (RF 3 topics orders and events, the cluster's fault steps; -kills, -pauses, -corrupt, -disk, -clock-share, -recreate-every and -retention-ms do not apply)")
+	steps := fs.String("steps", "leader-kill=4,controller-kill=2,node-kill=1,double-failover=1,pause=2,netcut=1,netdeaf=1,netmute=1,netlossy=1,netslow=1,wipe=1,kill-all=1",
+		"a cluster run's fault steps, kind=count,... (kinds: "+strings.Join(workload.ClusterSteps, ", ")+")")
+	chaosnet := fs.Bool("chaosnet", true, "a cluster run's nodes poll a node-plane rules file (needs a -tags chaosnet build), so net steps can cut them")
+	quiet := fs.Bool("quiet", false, "consumers ack everything at once (with no faults: each message delivered once)")
+	visibility := fs.Int64("visibility-ms", 0, "every topic's lease (0: 1.5 s on one node, 2 s in a cluster)")
+	delay := fs.Int64("delay-ms", 0, "the delay child's delay (0: 1 s on one node, 2 s in a cluster)")
 	_ = fs.Parse(args) // ExitOnError: a bad flag exits with usage
+	stepCounts, err := workload.ParseSteps(*steps)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if *nodes > 1 {
+		if *visibility == 0 {
+			*visibility = 2000
+		}
+		if *delay == 0 {
+			*delay = 2000
+		}
+	}
 	if *rate > 0 && *duration > 0 {
 		*messages, *load = *rate*int(duration.Seconds()), *duration
 	}
@@ -92,11 +112,12 @@ func runCmd(args []string) int {
 		}
 		fmt.Printf("== narad-verify run: seed %d\n", s)
 		res := scenario.Run(ctx, scenario.Config{
-			Dir: d, Keep: *keep, Bin: *bin,
+			Dir: d, Keep: *keep, Bin: *bin, Nodes: *nodes, ChaosNet: *chaosnet,
 			Log: func(format string, a ...any) { fmt.Printf(format+"\n", a...) },
 			Workload: workload.Config{
 				Seed: s, Messages: *messages, Duration: *duration, LoadDuration: *load, Producers: *producers, Consumers: *consumers, RetentionMs: *retention,
-				RecreateEvery: *recreate, DrainTimeout: *drain,
+				RecreateEvery: *recreate, DrainTimeout: *drain, VisibilityMs: *visibility, DelayMs: *delay, Quiet: *quiet,
+				ClusterFaults: workload.ClusterFaultConfig{Steps: stepCounts, MinGap: *minGap, MaxGap: *maxGap},
 				Progress:      func(line string) { fmt.Println("progress:", line) },
 				ProgressEvery: *progress,
 				Faults: workload.FaultConfig{Kills: *kills, MinFailpointKills: *fpKills, FailpointShare: 0.5, Pauses: *pauses,

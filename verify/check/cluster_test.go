@@ -1,0 +1,84 @@
+package check
+
+import (
+	"testing"
+	"time"
+
+	"github.com/narad-mq/narad/verify/history"
+)
+
+// newCH is newH for a cluster run of three nodes.
+func newCH() *h {
+	x := newH()
+	x.es[0].Run.Nodes = []string{"n1", "n2", "n3"}
+	return x
+}
+
+// replicas adds every node's replica of orders/0 holding ids from offset 0, and the
+// quiesce's last stats reading (high watermark len(ids)).
+func (x *h) replicas(ids ...string) *h {
+	x.es = append(x.es, history.Entry{Kind: history.KindQuiesce, Detail: "ok", Call: 1e12 + 2, Return: 1e12 + 2})
+	x.es = append(x.es, history.Entry{Kind: history.KindStats, Client: "quiesce", Topic: "orders", Call: 1e12 + 2, Return: 1e12 + 3, HighWatermark: int64(len(ids)), Offset: int64(len(ids))})
+	for _, n := range []string{"n1", "n2", "n3"} {
+		x.es = append(x.es, history.Entry{Kind: history.KindReplica, Node: n, Topic: "orders", Offset: 0, IDs: ids, Detail: "same", Call: 1e12 + 4, Return: 1e12 + 4})
+	}
+	return x
+}
+
+func (x *h) producedWith(id string, status int, code string, at int64) *h {
+	x.es = append(x.es, history.Entry{Kind: history.KindOp, Op: history.OpProduce, Topic: "orders", Msg: id, Partition: -1, Offset: -1, Call: at, Return: at + msec, Status: status, Code: code})
+	return x
+}
+
+func (x *h) epoch(at, epoch int64) *h {
+	x.es = append(x.es, history.Entry{Kind: history.KindStats, Topic: "orders", Call: at, Return: at + msec, HighWatermark: 1, Offset: 1, Epoch: epoch, Node: "n1", Target: "n1"})
+	return x
+}
+
+// TestClusterRules: a history of a cluster run is held to the cluster's contract, which
+// is stricter than a single node's where a quorum makes it so.
+func TestClusterRules(t *testing.T) {
+	s := int64(time.Second)
+	acked := func(x *h) *h {
+		return x.produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204)
+	}
+	cases := []struct {
+		name string
+		h    *h
+		want string
+		dup  string
+	}{
+		{"clean", acked(newCH()).replicas("a"), "", ""},
+		// On one node a kill racing the ack excuses it; a quorum committed this one.
+		{"acked, redelivered after a kill that raced the ack", acked(newCH()).kill(20*msec, 100*msec).deliver("a", 0, "h2", 5*s).replicas("a"), "acked-redelivered", ""},
+		{"lease lost with a change of leader", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
+			deliver("a", 0, "h2", 400*msec).settle(history.OpAck, "a", 0, "h2", 500*msec, 204).replicas("a"), "", CauseLeaderChange},
+		{"a handle of the old leader settles", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
+			settle(history.OpAck, "a", 0, "h1", 400*msec, 204).replicas("a"), "204-on-old-leader-handle", ""},
+		{"second copy after a 503 timeout", newCH().producedWith("a", 503, "timeout", 0).produce("a", 1, 10*msec).
+			deliver("a", 0, "h1", 20*msec).settle(history.OpAck, "a", 0, "h1", 30*msec, 204).deliver("a", 1, "h2", 40*msec).settle(history.OpAck, "a", 1, "h2", 50*msec, 204).replicas("a", "a"), "", CauseAmbiguous},
+		{"second copy after a 503 unavailable", newCH().producedWith("a", 503, "unavailable", 0).produce("a", 1, 10*msec).
+			deliver("a", 0, "h1", 20*msec).settle(history.OpAck, "a", 0, "h1", 30*msec, 204).deliver("a", 1, "h2", 40*msec).settle(history.OpAck, "a", 1, "h2", 50*msec, 204).replicas("a", "a"), "duplicate-without-cause", ""},
+		{"a replica differs", func() *h {
+			x := acked(newCH()).replicas("a")
+			x.es[len(x.es)-1].IDs = []string{"b"}
+			return x
+		}(), "replicas-differ", ""},
+		{"a 202'd message on no replica", acked(newCH()).replicas(), "202-not-in-replica", ""},
+		{"replicas never read", acked(newCH()), "replicas-unread", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := Check(c.h.es)
+			switch {
+			case c.want == "" && !r.OK():
+				t.Fatalf("flagged a legal history: violations %v lost %v %v", r.Violations, r.Lost, r.Examples)
+			case c.want != "" && r.Violations[c.want] == 0:
+				t.Fatalf("violations %v, want %s (%v)", r.Violations, c.want, r.Examples)
+			}
+			if c.dup != "" && r.Duplicates[c.dup] != 1 {
+				t.Fatalf("duplicates %v, want one %s", r.Duplicates, c.dup)
+			}
+		})
+	}
+}

@@ -1,0 +1,782 @@
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/narad-mq/narad/verify/history"
+	"github.com/narad-mq/narad/verify/node"
+)
+
+// faulter is what hurts the node(s) during the load: the single node's injector or the
+// cluster's.
+type faulter interface {
+	run(ctx context.Context) error
+	ensureUp(ctx context.Context, mayArm bool) error
+	recordSkips()
+}
+
+// Cluster fault kinds (the history's fault lines use history.Fault* for the acts: kill,
+// pause, wipe, netcut, restart; these name the planned steps).
+const (
+	StepLeaderKill     = "leader-kill"     // kill -9 the leader of a partition, restart it
+	StepControllerKill = "controller-kill" // kill -9 the control plane's leader, restart it
+	StepNodeKill       = "node-kill"       // kill -9 any node, restart it
+	StepDoubleFailover = "double-failover" // kill a leader, then its successor as soon as it leads; restart both
+	StepPause          = "pause"           // SIGSTOP a partition leader past the election timeout, SIGCONT
+	StepWipe           = "wipe"            // kill -9 a node, delete its data directory, restart it empty
+	StepKillAll        = "kill-all"        // kill -9 every node within 10 ms, restart them in random order
+	StepNetCut         = "netcut"          // cut a leader's node plane both ways (chaosnet)
+	StepNetDeaf        = "netdeaf"         // a leader sends but hears nothing (chaosnet)
+	StepNetMute        = "netmute"         // a leader hears but its packets are lost (chaosnet)
+	StepNetLossy       = "netlossy"        // every node loses 5 % of its packets (chaosnet)
+	StepNetSlow        = "netslow"         // every node's packets are held 20–180 ms (so reordered) and 5 % sent twice (chaosnet)
+)
+
+// ClusterSteps lists every step kind.
+var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow}
+
+// ParseSteps reads "kind=count,..." (an empty string: no steps).
+func ParseSteps(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 || !slices.Contains(ClusterSteps, k) {
+			return nil, fmt.Errorf("fault steps: %q is not kind=count with a kind of %s", kv, strings.Join(ClusterSteps, ", "))
+		}
+		out[k] = n
+	}
+	return out, nil
+}
+
+// ClusterFaultConfig is the cluster's fault schedule: how many of each step. The steps
+// are put in an order drawn from the seed, so a seed repeats the schedule (the kinds,
+// their order, which partition's leader, the gaps and durations); which node that is
+// depends on who leads at the time.
+type ClusterFaultConfig struct {
+	Steps map[string]int
+	// MinGap and MaxGap bound the time between two steps (after the cluster is healthy
+	// again: every node ready, every partition led, every follower caught up).
+	MinGap, MaxGap time.Duration
+	// PauseFor is how long a SIGSTOP lasts (past the 1–2 s election timeout); NetFor how
+	// long a network fault lasts.
+	PauseFor, NetFor time.Duration
+	// ChaosNet is the node-plane rules file of each node (by id), polled by a narad built
+	// with -tags chaosnet (NARAD_CHAOSNET_FILE); required by the net steps.
+	ChaosNet map[string]string
+}
+
+// Kills counts the steps' kill -9s (a double failover kills two nodes, a kill-all all).
+func (c ClusterFaultConfig) Kills(nodes int) int {
+	s := c.Steps
+	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + nodes*s[StepKillAll]
+}
+
+// Schedule returns the steps in the order a seed gives them.
+func (c ClusterFaultConfig) Schedule(rng *rand.Rand) []string {
+	var kinds []string
+	for k := range c.Steps {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds) // map order is random; the seed must decide alone
+	var out []string
+	for _, k := range kinds {
+		for i := 0; i < c.Steps[k]; i++ {
+			out = append(out, k)
+		}
+	}
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+type clusterInjector struct {
+	w     *run
+	cfg   ClusterFaultConfig
+	rng   *rand.Rand
+	byID  map[string]*node.Node
+	c     *client
+	mu    sync.Mutex
+	taken map[string]bool // nodes down or hurt by a step (not crashes)
+	// perm is the step's order of restarts, drawn with its other choices.
+	perm []int
+}
+
+// restartOrder orders n nodes by the step's permutation.
+func (in *clusterInjector) restartOrder(n int) []int {
+	var out []int
+	for _, k := range in.perm {
+		if k < n {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (in *clusterInjector) now() int64 { return in.w.clk.Now() }
+
+func (in *clusterInjector) fault(kind string, start, end int64, target, detail string) {
+	in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: kind, Call: start, Return: end, Target: target, Detail: detail, Partition: -1, Offset: -1})
+	in.w.mu.Lock()
+	in.w.stats.Faults[kind]++
+	in.w.mu.Unlock()
+}
+
+func (in *clusterInjector) note(format string, args ...any) {
+	in.w.mu.Lock()
+	in.w.stats.Notes = append(in.w.stats.Notes, fmt.Sprintf(format, args...))
+	in.w.mu.Unlock()
+}
+
+func (in *clusterInjector) sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func (in *clusterInjector) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(in.rng.Int63n(int64(hi-lo)))
+}
+
+func (in *clusterInjector) init() {
+	in.byID = map[string]*node.Node{}
+	for _, n := range in.w.nodes {
+		in.byID[n.ID()] = n
+	}
+	in.taken = map[string]bool{}
+	in.c = newClient("injector", in.w.eps, in.w.rec, in.w.clk)
+	if in.cfg.PauseFor == 0 {
+		in.cfg.PauseFor = 3 * time.Second
+	}
+	if in.cfg.NetFor == 0 {
+		in.cfg.NetFor = 4 * time.Second
+	}
+}
+
+// run plays the schedule, one step after the other, each once the cluster is healthy,
+// and then waits for the producers.
+func (in *clusterInjector) run(ctx context.Context) error {
+	in.init()
+	steps := in.cfg.Schedule(in.rng)
+	for i, step := range steps {
+		if !in.sleep(ctx, in.between(in.cfg.MinGap, in.cfg.MaxGap)) {
+			return ctx.Err()
+		}
+		in.crashes()
+		if !in.healthy(ctx, 60*time.Second) {
+			in.note("before step %d (%s) the cluster was not healthy within 60 s; going on", i+1, step)
+		}
+		// The random choices of a step are drawn before it acts, so a seed's schedule
+		// does not depend on what the cluster answered.
+		pick, d1, d2 := in.rng.Intn(1<<30), in.between(300*time.Millisecond, 2*time.Second), in.between(0, 300*time.Millisecond)
+		in.perm = in.rng.Perm(len(in.w.nodes))
+		if err := in.step(ctx, step, pick, d1, d2); err != nil {
+			return err
+		}
+	}
+	for !in.w.prodDone.Load() {
+		in.crashes()
+		if !in.sleep(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return ctx.Err()
+}
+
+// step does one planned fault. pick chooses the partition (or node), down how long a
+// killed node stays down, jitter the gaps of a restart in random order.
+func (in *clusterInjector) step(ctx context.Context, step string, pick int, down, jitter time.Duration) error {
+	switch step {
+	case StepLeaderKill, StepPause, StepNetCut, StepNetDeaf, StepNetMute:
+		topic, p := in.partition(pick)
+		id := in.leaderOf(ctx, topic, p, "")
+		if id == "" {
+			in.note("%s: no leader of %s/%d found; skipped", step, topic, p)
+			return nil
+		}
+		role := fmt.Sprintf("leader of %s/%d", topic, p)
+		switch step {
+		case StepLeaderKill:
+			return in.killRestart(ctx, id, role, down)
+		case StepPause:
+			in.pause(id, role)
+		default:
+			in.net(ctx, step, id, role, topic, p)
+		}
+	case StepNetLossy, StepNetSlow:
+		in.net(ctx, step, "", "every node", "", 0)
+	case StepControllerKill:
+		id := in.controller(ctx)
+		if id == "" {
+			in.note("%s: no controller found; skipped", step)
+			return nil
+		}
+		return in.killRestart(ctx, id, "controller", down)
+	case StepNodeKill:
+		return in.killRestart(ctx, in.w.nodes[pick%len(in.w.nodes)].ID(), "any node", down)
+	case StepWipe:
+		n := in.w.nodes[pick%len(in.w.nodes)]
+		in.kill(n, "to wipe its data directory")
+		t0 := in.now()
+		if err := n.Wipe(); err != nil {
+			return fmt.Errorf("wiping %s: %w", n.ID(), err)
+		}
+		in.fault(history.FaultWipe, t0, in.now(), n.ID(), "data directory deleted")
+		in.sleep(ctx, down)
+		return in.restart(ctx, n)
+	case StepDoubleFailover:
+		topic, p := in.partition(pick)
+		first := in.leaderOf(ctx, topic, p, "")
+		if first == "" {
+			in.note("%s: no leader of %s/%d found; skipped", step, topic, p)
+			return nil
+		}
+		in.kill(in.byID[first], fmt.Sprintf("leader of %s/%d (double failover, first)", topic, p))
+		second := in.leaderOf(ctx, topic, p, first)
+		if second != "" {
+			in.kill(in.byID[second], fmt.Sprintf("leader of %s/%d (double failover, second: the first one's successor)", topic, p))
+		} else {
+			in.note("%s: no successor of %s led %s/%d within the bound; one kill only", step, first, topic, p)
+		}
+		// Both come back together, as after a power cut of two racks.
+		var down []*node.Node
+		for _, id := range []string{first, second} {
+			if id != "" {
+				down = append(down, in.byID[id])
+			}
+		}
+		return in.restartAll(ctx, down, in.restartOrder(len(down)), jitter, "double failover")
+	case StepKillAll:
+		return in.killAll(ctx, jitter)
+	default:
+		return fmt.Errorf("unknown cluster fault step %q", step)
+	}
+	return nil
+}
+
+// partition names the pick-th partition of the produced topics.
+func (in *clusterInjector) partition(pick int) (string, int) {
+	var ps [][2]any
+	for _, t := range in.w.cfg.Topics() {
+		for p := 0; p < t.Partitions; p++ {
+			ps = append(ps, [2]any{t.Name, p})
+		}
+	}
+	x := ps[pick%len(ps)]
+	return x[0].(string), x[1].(int)
+}
+
+func (in *clusterInjector) kill(n *node.Node, role string) {
+	in.mu.Lock()
+	in.taken[n.ID()] = true
+	in.mu.Unlock()
+	t0 := in.now()
+	_ = n.Kill() // a node that exited already is as good as killed
+	in.fault(history.FaultKill, t0, in.now(), n.ID(), role)
+}
+
+func (in *clusterInjector) killRestart(ctx context.Context, id, role string, down time.Duration) error {
+	n := in.byID[id]
+	in.kill(n, role)
+	in.sleep(ctx, down)
+	return in.restart(ctx, n)
+}
+
+// restart starts a stopped node and waits until it is ready.
+func (in *clusterInjector) restart(ctx context.Context, n *node.Node) error {
+	t0 := in.now()
+	if err := n.Start(); err != nil {
+		return err
+	}
+	if err := n.WaitReady(120 * time.Second); err != nil {
+		return fmt.Errorf("restarting %s: %w", n.ID(), err)
+	}
+	in.fault(history.FaultRestart, t0, in.now(), n.ID(), "")
+	in.mu.Lock()
+	delete(in.taken, n.ID())
+	in.mu.Unlock()
+	return ctx.Err()
+}
+
+// killAll kills every node within a few milliseconds (one goroutine each, released at
+// once), then starts them in an order drawn from the seed, jitter apart.
+func (in *clusterInjector) killAll(ctx context.Context, jitter time.Duration) error {
+	order := in.restartOrder(len(in.w.nodes))
+	in.mu.Lock()
+	for _, n := range in.w.nodes {
+		in.taken[n.ID()] = true
+	}
+	in.mu.Unlock()
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	sent := make([]int64, len(in.w.nodes))
+	for i, n := range in.w.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			sent[i] = in.now()
+			_ = n.Kill() // a node that exited already is as good as killed
+			in.fault(history.FaultKill, sent[i], in.now(), n.ID(), "kill-all")
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	if spread := time.Duration(slices.Max(sent) - slices.Min(sent)); spread > 10*time.Millisecond {
+		in.note("kill-all: the kill signals spread over %v (more than 10 ms: a loaded machine)", spread)
+	}
+	return in.restartAll(ctx, in.w.nodes, order, jitter, "kill-all")
+}
+
+// restartAll starts the stopped nodes in the given order, jitter apart, and waits until
+// each is ready (a node waits for a majority, so they are waited for together).
+func (in *clusterInjector) restartAll(ctx context.Context, nodes []*node.Node, order []int, jitter time.Duration, why string) error {
+	var wg sync.WaitGroup
+	starts := make([]int64, len(order))
+	for i, k := range order {
+		starts[i] = in.now()
+		if err := nodes[k].Start(); err != nil {
+			return err
+		}
+		if i < len(order)-1 {
+			in.sleep(ctx, jitter)
+		}
+	}
+	errs := make([]error, len(order))
+	for i, k := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = nodes[k].WaitReady(120 * time.Second)
+		}()
+	}
+	wg.Wait()
+	for i, k := range order {
+		n := nodes[k]
+		if errs[i] != nil {
+			return fmt.Errorf("restarting %s after %s: %w", n.ID(), why, errs[i])
+		}
+		in.fault(history.FaultRestart, starts[i], in.now(), n.ID(), fmt.Sprintf("%s, started %d of %d", why, i+1, len(order)))
+		in.mu.Lock()
+		delete(in.taken, n.ID())
+		in.mu.Unlock()
+	}
+	return ctx.Err()
+}
+
+func (in *clusterInjector) pause(id, role string) {
+	n := in.byID[id]
+	in.mu.Lock()
+	in.taken[id] = true
+	in.mu.Unlock()
+	t0 := in.now()
+	if err := n.Pause(); err != nil {
+		in.note("pause of %s: %v", id, err)
+		return
+	}
+	in.sleep(context.Background(), in.cfg.PauseFor) // always resumed, even when cancelled
+	_ = n.Resume()                                  // one that cannot be resumed is killed by the final stop
+	in.fault(history.FaultPause, t0, in.now(), id, fmt.Sprintf("%s, %v", role, in.cfg.PauseFor))
+	in.mu.Lock()
+	delete(in.taken, id)
+	in.mu.Unlock()
+}
+
+// Chaosnet rules (see broker/internal/transport/chaosnet.go): one per line,
+// "drop in|out PROB", "delay in|out D JITTER", "dup in|out PROB", each for every peer or,
+// with "from ADDR"/"to ADDR" at the end, for one.
+var netRules = map[string]string{
+	StepNetCut:   "drop in 1\ndrop out 1\n",
+	StepNetDeaf:  "drop in 1\n",
+	StepNetMute:  "drop out 1\n",
+	StepNetLossy: "drop in 0.05\ndrop out 0.05\n",
+	StepNetSlow:  "delay out 100ms 80ms\ndup out 0.05\n",
+}
+
+// net applies a network fault for NetFor: to node id, or to every node (""). When the
+// node leads topic/p, the fault's line says whether another node led it before the
+// fault was lifted (a cut leader must be replaced).
+func (in *clusterInjector) net(ctx context.Context, step, id, role, topic string, p int) {
+	ids := []string{id}
+	if id == "" {
+		ids = nil
+		for _, n := range in.w.nodes {
+			ids = append(ids, n.ID())
+		}
+	}
+	for _, x := range ids {
+		if in.cfg.ChaosNet[x] == "" || !in.byID[x].ChaosNet() {
+			in.note("%s: node %s runs without a chaosnet rules file (a build without -tags chaosnet?); skipped", step, x)
+			return
+		}
+	}
+	t0 := in.now()
+	for _, x := range ids {
+		in.mu.Lock()
+		in.taken[x] = true
+		in.mu.Unlock()
+		if err := writeRules(in.cfg.ChaosNet[x], netRules[step]); err != nil {
+			in.note("%s on %s: %v", step, x, err)
+		}
+	}
+	start := time.Now()
+	outcome := ""
+	if topic != "" {
+		// Another leader must take over while the fault lasts (within NetFor).
+		if next := in.leaderWithin(ctx, topic, p, id, in.cfg.NetFor); next != "" {
+			outcome = fmt.Sprintf("; %s led %s/%d after %v", next, topic, p, time.Since(start).Round(10*time.Millisecond))
+			in.w.mu.Lock()
+			in.w.stats.NetLeaderMoved++
+			in.w.mu.Unlock()
+		} else {
+			outcome = fmt.Sprintf("; no other node led %s/%d while it lasted", topic, p)
+		}
+	}
+	in.sleep(context.Background(), in.cfg.NetFor-time.Since(start)) // always healed, even when cancelled
+	for _, x := range ids {
+		if err := writeRules(in.cfg.ChaosNet[x], ""); err != nil {
+			in.note("healing %s: %v", x, err)
+		}
+		in.mu.Lock()
+		delete(in.taken, x)
+		in.mu.Unlock()
+	}
+	target := strings.Join(ids, ",")
+	in.fault(history.FaultNet, t0, in.now()+int64(chaosNetPoll), target, fmt.Sprintf("%s: %s for %v (%s)%s", step, role, in.cfg.NetFor,
+		strings.ReplaceAll(strings.TrimSpace(netRules[step]), "\n", "; "), outcome))
+}
+
+// leaderWithin polls (through nodes other than not) until a node other than not leads
+// topic/p, for at most d; it returns that node's id or "".
+func (in *clusterInjector) leaderWithin(ctx context.Context, topic string, p int, not string, d time.Duration) string {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, n := range in.w.nodes {
+			if n.ID() == not || !n.Running() {
+				continue
+			}
+			if st, ok := ReadTopic(ctx, n.URL(), topic); ok && p < len(st) && st[p].Leader != "" && st[p].Leader != not && !st[p].unavailable() {
+				return st[p].Leader
+			}
+		}
+		in.sleep(ctx, 50*time.Millisecond)
+	}
+	return ""
+}
+
+// chaosNetPoll is how often a chaosnet node reads its rules file: a fault's window
+// reaches that far past the moment the file was rewritten.
+const chaosNetPoll = 100 * time.Millisecond
+
+// writeRules replaces a rules file at once (write and rename), so a node never reads
+// half of it.
+func writeRules(path, rules string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(rules), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// crashes records every node that exited without being killed: a broker crash.
+func (in *clusterInjector) crashes() {
+	for _, n := range in.w.nodes {
+		in.mu.Lock()
+		taken := in.taken[n.ID()]
+		in.mu.Unlock()
+		if taken || n.Running() || n.Exited() == nil {
+			continue
+		}
+		t := in.now()
+		in.fault(history.FaultCrash, t, t, n.ID(), "exited by itself: "+n.ExitState())
+		in.note("node %s exited by itself (%s); see its log", n.ID(), n.ExitState())
+		in.mu.Lock()
+		in.taken[n.ID()] = true // reported once; ensureUp starts it again
+		in.mu.Unlock()
+	}
+}
+
+// ensureUp leaves every node running, resumed and with its network healed.
+func (in *clusterInjector) ensureUp(ctx context.Context, _ bool) error {
+	if in.byID == nil {
+		in.init()
+	}
+	in.crashes()
+	for _, n := range in.w.nodes {
+		if n.Paused() {
+			_ = n.Resume() // a node that cannot be resumed is killed by the final stop
+		}
+		if p := in.cfg.ChaosNet[n.ID()]; p != "" {
+			_ = writeRules(p, "") // healed; a missing directory shows in the next start
+		}
+		if !n.Running() {
+			if err := in.restart(ctx, n); err != nil {
+				return err
+			}
+		}
+	}
+	if !in.healthy(ctx, 90*time.Second) {
+		in.note("the cluster was not healthy within 90 s after the fault phase")
+	}
+	return ctx.Err()
+}
+
+func (in *clusterInjector) recordSkips() {
+	t := in.now()
+	for _, n := range in.w.nodes {
+		for _, s := range n.TakeSkips() {
+			in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultSkipped, Call: t, Return: t, Target: s.Log,
+				Topic: s.Topic, Partition: s.Partition, Offset: s.Offset, Detail: s.Child, Node: n.ID()})
+		}
+	}
+}
+
+// topicState reads a topic through the first running node that answers.
+func (in *clusterInjector) topicState(ctx context.Context, topic string) ([]PartitionStats, bool) {
+	for _, n := range in.w.nodes {
+		if !n.Running() || n.Paused() {
+			continue
+		}
+		st, ok := ReadTopic(ctx, n.URL(), topic)
+		if ok {
+			return st, true
+		}
+	}
+	return nil, false
+}
+
+// leaderOf waits (up to 20 s) until a running node names a running leader of topic/p
+// other than not, and returns its id ("" if none).
+func (in *clusterInjector) leaderOf(ctx context.Context, topic string, p int, not string) string {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if st, ok := in.topicState(ctx, topic); ok && p < len(st) {
+			if id := st[p].Leader; id != "" && id != not && in.byID[id] != nil && in.byID[id].Running() && !st[p].unavailable() {
+				return id
+			}
+		}
+		in.sleep(ctx, 20*time.Millisecond)
+	}
+	return ""
+}
+
+// controller returns the control plane's leader as the running nodes name it.
+func (in *clusterInjector) controller(ctx context.Context) string {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, n := range in.w.nodes {
+			if !n.Running() || n.Paused() {
+				continue
+			}
+			if id := Controller(ctx, n.URL()); id != "" && in.byID[id] != nil && in.byID[id].Running() {
+				return id
+			}
+		}
+		in.sleep(ctx, 50*time.Millisecond)
+	}
+	return ""
+}
+
+// healthy waits until every node is ready and, read through each, every partition of
+// every topic has a leader and its followers are caught up to within a few messages.
+func (in *clusterInjector) healthy(ctx context.Context, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if err := ClusterSettled(ctx, in.w.nodes, in.w.cfg.Topics(), 200); err == nil {
+			return true
+		}
+		in.sleep(ctx, 200*time.Millisecond)
+	}
+	return false
+}
+
+var probe = &http.Client{Timeout: 3 * time.Second}
+
+// settleFor is how long every partition's leader and epoch must stay the same before a
+// cluster run's load starts: the first elections of a new topic's groups may take
+// turns, and a load that starts under them sees failovers no fault made.
+const settleFor = 3 * time.Second
+
+// settle waits (up to a minute) until the cluster is healthy and no partition changed
+// leader or epoch for settleFor.
+func (w *run) settle(ctx context.Context) {
+	deadline := time.Now().Add(time.Minute)
+	prev, since := "", time.Now()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		fp := ""
+		if ClusterSettled(ctx, w.nodes, w.cfg.Topics(), 0) == nil {
+			for _, t := range w.cfg.Topics() {
+				st, _ := ReadTopic(ctx, w.nodes[0].URL(), t.Name)
+				for _, s := range st {
+					fp += fmt.Sprintf("%s/%d %s %d;", t.Name, s.Partition, s.Leader, s.Epoch)
+				}
+			}
+		}
+		if fp == "" || fp != prev {
+			prev, since = fp, time.Now()
+		} else if time.Since(since) >= settleFor {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	w.note("the cluster's leaders did not stay put for %v within a minute of creating the topics", settleFor)
+}
+
+// ReadTopic reads GET /v1/topics/{topic} through base (no history line).
+func ReadTopic(ctx context.Context, base, topic string) ([]PartitionStats, bool) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/topics/"+topic, nil)
+	resp, err := probe.Do(req)
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, false
+	}
+	var t struct {
+		Stats []PartitionStats `json:"partition_stats"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&t) != nil {
+		return nil, false
+	}
+	return t.Stats, true
+}
+
+// Controller returns the controller GET /v1/cluster through base names ("" if none).
+func Controller(ctx context.Context, base string) string {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/cluster", nil)
+	resp, err := probe.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var c struct {
+		Controller string `json:"controller"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&c) != nil {
+		return ""
+	}
+	return c.Controller
+}
+
+// MembersAlive returns nil when every node, asked through its own API, lists every
+// node of ids as a member with status alive; otherwise what is not so. A fresh cluster's
+// nodes are ready before the controller has heard every member's first heartbeat, and
+// a topic with a replica per node is refused until it has.
+func MembersAlive(ctx context.Context, nodes []*node.Node) error {
+	for _, n := range nodes {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/v1/cluster", nil)
+		resp, err := probe.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.ID(), err)
+		}
+		var c struct {
+			Members []struct {
+				ID     string `json:"id"`
+				Status string `json:"status"`
+			} `json:"members"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&c)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: GET /v1/cluster answered %d", n.ID(), resp.StatusCode)
+		}
+		alive := map[string]bool{}
+		for _, m := range c.Members {
+			alive[m.ID] = m.Status == "alive"
+		}
+		for _, o := range nodes {
+			if !alive[o.ID()] {
+				return fmt.Errorf("%s does not list %s as alive", n.ID(), o.ID())
+			}
+		}
+	}
+	return nil
+}
+
+// ClusterSettled returns nil when every node is running and ready and, read through
+// each, every partition of topics is available, has a leader and replication-1
+// followers each at most maxLag messages behind; otherwise what is not so.
+func ClusterSettled(ctx context.Context, nodes []*node.Node, topics []history.TopicInfo, maxLag int64) error {
+	for _, n := range nodes {
+		if !n.Running() || n.Paused() {
+			return fmt.Errorf("%s is down", n.ID())
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/readyz", nil)
+		resp, err := probe.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.ID(), err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s is not ready (%d)", n.ID(), resp.StatusCode)
+		}
+		for _, t := range topics {
+			st, ok := ReadTopic(ctx, n.URL(), t.Name)
+			if !ok || len(st) != t.Partitions {
+				return fmt.Errorf("%s does not show %s", n.ID(), t.Name)
+			}
+			for _, s := range st {
+				if s.unavailable() || s.Leader == "" || len(s.Followers) != t.Replication-1 {
+					return fmt.Errorf("%s/%d through %s: leader %q, %d followers", t.Name, s.Partition, n.ID(), s.Leader, len(s.Followers))
+				}
+				for _, f := range s.Followers {
+					if f.Lag > maxLag {
+						return fmt.Errorf("%s/%d: follower %s lags %d", t.Name, s.Partition, f.Node, f.Lag)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// ErrNotSettled: the cluster did not settle within the bound.
+var ErrNotSettled = errors.New("the cluster did not settle")
+
+// DataDirPartitions lists a data directory's partition log directories:
+// topic → partition → path of its log/ directory (the newest incarnation's).
+func DataDirPartitions(dataDir string) map[string]map[int32]string {
+	out := map[string]map[int32]string{}
+	incs := map[string]int64{}
+	_ = filepath.WalkDir(filepath.Join(dataDir, "topics"), func(p string, d os.DirEntry, err error) error { // always nil: the callback skips what it cannot read
+		if err != nil || !d.IsDir() || d.Name() != "log" {
+			return nil
+		}
+		topic, inc, part, ok := partitionOf(p)
+		if !ok || inc < incs[topic] {
+			return nil
+		}
+		if inc > incs[topic] {
+			incs[topic], out[topic] = inc, map[int32]string{}
+		}
+		out[topic][part] = p
+		return nil
+	})
+	return out
+}
