@@ -199,7 +199,13 @@ func TestReplicationFollowerWiped(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The wiped follower catches up; then the other two go away one after the other
-	// with the wiped one in the quorum, so the last leader's data came from it.
+	// with the wiped one in the quorum, so the last leader's data came from it. The
+	// leader's view counts the wiped replica's old member until it is replaced, so
+	// first the new replica must have applied the joint change that replaces it (all
+	// 50 messages come before it in the group's log).
+	waitFor(t, 60*time.Second, "the wiped follower to apply the change that makes it a member", func() bool {
+		return strings.Contains(follower.Log(), `outgoing="[`)
+	})
 	waitFor(t, 30*time.Second, "the wiped follower to hold the partition's 50 messages", func() bool {
 		r, err := follower.api.Try(http.MethodGet, "/metrics", nil)
 		return err == nil && r.Status == http.StatusOK && followerHasAll(t, nodes, "w", 50)

@@ -646,7 +646,7 @@ func (p *Partition) beginSettles(reqs []SettleReq) (errs []error, begun []uint64
 
 // Extend renews a lease to end d from now; d == 0 hands the message back at once.
 func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
-	if !p.Leading() || p.handingOver() {
+	if !p.Leading() || p.handingOver() || p.newerEpoch(n) {
 		return ErrNotLeader // during a handover: on the next leader, which has the lease
 	}
 	p.mu.Lock()
@@ -662,6 +662,11 @@ func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
 	if expired > 0 || (err == nil && d == 0) {
 		p.notify()
 	}
+	if err == nil && p.repl != nil {
+		// A leader deposed without knowing it must not say a lease was renewed: its
+		// successor may deliver the message again meanwhile.
+		return p.confirmLeader()
+	}
 	return err
 }
 
@@ -670,7 +675,7 @@ func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
 // count as a delivery attempt. It returns queue.ErrLeaseLost if (off, n) is no longer
 // the lease.
 func (p *Partition) HandBack(off uint64, n queue.Nonce) error {
-	if !p.Leading() || p.handingOver() {
+	if !p.Leading() || p.handingOver() || p.newerEpoch(n) {
 		return ErrNotLeader
 	}
 	p.mu.Lock()
@@ -684,6 +689,9 @@ func (p *Partition) HandBack(off uint64, n queue.Nonce) error {
 	p.armTimerLocked()
 	p.mu.Unlock()
 	p.notify()
+	if err == nil && p.repl != nil {
+		return p.confirmLeader()
+	}
 	return err
 }
 

@@ -249,6 +249,17 @@ func (p *Partition) settleReplicated(reqs []SettleReq) []error {
 		}
 		return errs
 	}
+	for _, rq := range reqs {
+		if p.newerEpoch(rq.Nonce) {
+			// A handle of a later leader: this one was deposed and has not heard yet.
+			// Its "lease lost" would be a lie; the request goes to the leader.
+			errs := make([]error, len(reqs))
+			for i := range errs {
+				errs[i] = ErrNotLeader
+			}
+			return errs
+		}
+	}
 	errs, begun, delivered, expired := p.beginSettles(reqs)
 	if expired {
 		defer p.notify()
@@ -403,6 +414,24 @@ func (p *Partition) applySettle(offs []uint64) error {
 		}()
 	}
 	p.notify()
+	return nil
+}
+
+// newerEpoch reports whether a receipt handle was issued by a leader of a later term
+// than the one this replica leads in: then this replica was deposed without knowing
+// it, and must send the request on instead of answering for a lease it never had.
+func (p *Partition) newerEpoch(n queue.Nonce) bool {
+	return p.repl != nil && uint64(n.Epoch) > p.repl.term.Load()
+}
+
+// confirmLeader returns nil once a quorum confirmed this replica still leads, or an
+// error wrapping ErrNotLeader (or ErrOutcomeUnknown past the timeout).
+func (p *Partition) confirmLeader() error {
+	ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
+	defer cancel()
+	if err := p.repl.group.Confirm(ctx); err != nil {
+		return p.groupErr(err)
+	}
 	return nil
 }
 

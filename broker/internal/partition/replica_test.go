@@ -343,3 +343,39 @@ func TestReplicaHandOverOldForm(t *testing.T) {
 		t.Fatalf("the next leader leased %v, want only [2] (the handed-over leases kept)", o)
 	}
 }
+
+// A leader deposed without knowing it (paused, or cut off) answers nothing for leases
+// it does not hold: a handle of a later term, or a renewal it cannot confirm, is sent on
+// (ErrNotLeader) instead of answered "lease lost" or "renewed".
+func TestReplicaDeposedLeaderSendsLeaseCallsOn(t *testing.T) {
+	g, ps := openGroup(t, 2)
+	appendN(t, ps[0], 4)
+	mine, err := ps[0].Lease(1, time.Minute, 1<<20)
+	if err != nil || len(mine) != 1 {
+		t.Fatalf("leased %d: %v", len(mine), err)
+	}
+	g.mu.Lock()
+	g.lead = 1 // ps[0] is not told
+	g.mu.Unlock()
+	ps[1].SetRole(true, 2)
+	theirs, err := ps[1].Lease(1, time.Minute, 1<<20)
+	if err != nil || len(theirs) != 1 {
+		t.Fatalf("the new leader leased %d: %v", len(theirs), err)
+	}
+	h := theirs[0]
+	if err := ps[0].Settle([]SettleReq{{Offset: h.Record.Offset, Nonce: h.Nonce}})[0]; !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("the deposed leader answered an ack of its successor's lease with %v, want ErrNotLeader", err)
+	}
+	if err := ps[0].Extend(h.Record.Offset, h.Nonce, time.Minute); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("the deposed leader answered an extend of its successor's lease with %v, want ErrNotLeader", err)
+	}
+	if err := ps[0].HandBack(h.Record.Offset, h.Nonce); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("the deposed leader answered a nack of its successor's lease with %v, want ErrNotLeader", err)
+	}
+	if err := ps[0].Extend(mine[0].Record.Offset, mine[0].Nonce, time.Minute); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("the deposed leader renewed its own old lease without confirming it leads: %v", err)
+	}
+	if err := ps[1].Settle([]SettleReq{{Offset: h.Record.Offset, Nonce: h.Nonce}})[0]; err != nil {
+		t.Fatalf("the leader refused the ack of its own lease: %v", err)
+	}
+}
