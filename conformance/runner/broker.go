@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -37,10 +38,14 @@ type Broker struct {
 
 	// mu guards the process, which Restart may replace from another goroutine (a
 	// restart in the background).
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	discarded bool
 }
+
+// errDiscarded means the node was discarded while it was starting.
+var errDiscarded = errors.New("the node was discarded")
 
 func (b *Broker) proc() (*exec.Cmd, chan struct{}) {
 	b.mu.Lock()
@@ -154,6 +159,12 @@ func (b *Broker) launch(ctx context.Context) error {
 		return err
 	}
 	b.mu.Lock()
+	if b.discarded {
+		b.mu.Unlock()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return errDiscarded
+	}
 	b.cmd, b.exited = cmd, exited
 	b.mu.Unlock()
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -205,6 +216,15 @@ func (b *Broker) Kill() {
 	cmd, exited := b.proc()
 	_ = cmd.Process.Kill()
 	<-exited
+}
+
+// Discard kills the node for good (SIGKILL): a cluster the runner throws away after
+// one scenario. A restart going on in the background ends with it.
+func (b *Broker) Discard() {
+	b.mu.Lock()
+	b.discarded = true
+	b.mu.Unlock()
+	b.Kill()
 }
 
 // Restart starts a killed (or stopped) node again with its address, data directory and
@@ -275,6 +295,12 @@ func (a *Admin) do(ctx context.Context, method, path string, q url.Values, ctype
 
 // CreateTopic creates a topic.
 func (a *Admin) CreateTopic(ctx context.Context, t TopicSpec) error {
+	_, err := a.do(ctx, http.MethodPost, "/v1/topics", nil, "application/json", topicBody(t), nil)
+	return err
+}
+
+// topicBody is the create request for t.
+func topicBody(t TopicSpec) []byte {
 	req := map[string]any{"name": t.Name, "partitions": max(t.Partitions, 1)}
 	if t.VisibilityTimeout > 0 {
 		req["visibility_timeout_ms"] = t.VisibilityTimeout
@@ -286,8 +312,7 @@ func (a *Admin) CreateTopic(ctx context.Context, t TopicSpec) error {
 		req["schema"] = t.Schema
 	}
 	body, _ := json.Marshal(req)
-	_, err := a.do(ctx, http.MethodPost, "/v1/topics", nil, "application/json", body, nil)
-	return err
+	return body
 }
 
 // DeleteTopic deletes a topic.

@@ -40,6 +40,29 @@ func (a *Admin) PartitionLeader(ctx context.Context, topic string, p int) (strin
 	return "", fmt.Errorf("topic %s has no partition %d", topic, p)
 }
 
+// createTopic creates a scenario's topic on a cluster. Just after a node came back the
+// control plane may answer 503 for a moment: the create is tried again for a while,
+// and a 409 after a 503 is the earlier try's topic (the name is this run's own).
+func (r *run) createTopic(ctx context.Context, spec TopicSpec) error {
+	deadline := time.Now().Add(30 * time.Second)
+	unsure := false
+	for {
+		status, err := r.admin().do(ctx, http.MethodPost, "/v1/topics", nil, "application/json", topicBody(spec), nil)
+		switch {
+		case err == nil, status == http.StatusConflict && unsure:
+			return nil
+		case status != http.StatusServiceUnavailable || time.Now().After(deadline):
+			return err
+		}
+		unsure = true
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // admin is the runner's own client: the behaviour tier's broker, or in a cluster the
 // first node that is running (a killed node answers nothing).
 func (r *run) admin() *Admin {
@@ -292,16 +315,22 @@ func (r *run) restoreCluster(ctx context.Context) error {
 	return WaitClusterAlive(ctx, r.env.Nodes, 60*time.Second)
 }
 
-// WaitClusterAlive waits until every node answers /v1/cluster with every node a member
-// whose status is alive.
+// WaitClusterAlive waits until every node is ready and answers /v1/cluster naming the
+// same controller, with every node a member whose status is alive.
 func WaitClusterAlive(ctx context.Context, nodes []*Broker, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	var last string
 	for {
 		ok := true
+		controller := ""
 		for _, n := range nodes {
+			if _, err := n.Admin.do(ctx, http.MethodGet, "/readyz", nil, "", nil, nil); err != nil {
+				ok, last = false, n.ID+" is not ready: "+err.Error()
+				break
+			}
 			var c struct {
-				Members []struct {
+				Controller string `json:"controller"`
+				Members    []struct {
 					ID     string `json:"id"`
 					Status string `json:"status"`
 				} `json:"members"`
@@ -320,6 +349,11 @@ func WaitClusterAlive(ctx context.Context, nodes []*Broker, within time.Duration
 				ok, last = false, fmt.Sprintf("%s sees %d of %d members alive", n.ID, alive, len(nodes))
 				break
 			}
+			if c.Controller == "" || (controller != "" && c.Controller != controller) {
+				ok, last = false, fmt.Sprintf("%s names controller %q, another %q", n.ID, c.Controller, controller)
+				break
+			}
+			controller = c.Controller
 		}
 		if ok {
 			return nil

@@ -48,6 +48,13 @@ type Env struct {
 	// requests go to each in turn, and the cluster tier gets one endpoint per node.
 	// Empty for a single node.
 	Nodes []*Broker
+	// Disposable: the cluster serves this one scenario and is thrown away after it, so
+	// killed nodes are not brought back (a node restarted after kill -9 may take
+	// seconds to be ready; a fresh cluster, started beside the previous scenario, is
+	// quicker).
+	Disposable bool
+	// Dir is the data directory of a disposable cluster, removed with it.
+	Dir string
 }
 
 // driverCommands are the commands of DRIVER.md; any other action is the runner's.
@@ -161,7 +168,7 @@ func RunScenario(ctx context.Context, sc *Scenario, spec DriverSpec, env Env) (r
 		vars: map[string]any{}, marks: map[string]time.Time{}, asyncs: map[string]<-chan Response{}}
 	defer func() {
 		drv.Stop()
-		if sc.Tier == "cluster" {
+		if sc.Tier == "cluster" && !env.Disposable {
 			// Killed nodes come back before the next scenario, which needs them all.
 			if err := r.restoreCluster(context.WithoutCancel(ctx)); err != nil {
 				r.logf("restoring the cluster: %v", err)
@@ -254,7 +261,11 @@ func (r *run) setup(ctx context.Context) error {
 			if t.Redeliver {
 				fake.SetRedeliver(full)
 			}
-		} else if err := r.admin().CreateTopic(ctx, spec); err != nil {
+		} else if sc.Tier == "cluster" {
+			if err := r.createTopic(ctx, spec); err != nil {
+				return err
+			}
+		} else if err := r.env.Broker.Admin.CreateTopic(ctx, spec); err != nil {
 			return err
 		}
 	}

@@ -104,44 +104,48 @@ func run() int {
 	start := time.Now()
 	var env runner.Env
 	// The cluster tier's nodes: the -cluster run's when it has three or more (its
-	// scenarios then wait for the others to finish), else a 3-node cluster of its own,
-	// started now beside the rest.
-	clusterEnv := make(chan runner.Env, 1)
+	// scenarios then wait for the others to finish, and killed nodes are restarted
+	// after each), else a fresh 3-node cluster for each scenario run, beside the rest:
+	// the next one starts while the current one runs, and each is thrown away after
+	// its scenario (a node restarted after kill -9 can take many seconds to be ready).
+	shared := make(chan runner.Env, 1)
 	ownCluster := needCluster && *narad != "" && *clusterN < 3
 	if needCluster && *narad == "" {
-		clusterEnv <- runner.Env{}
+		shared <- runner.Env{}
 	}
-	var ownNodes []*runner.Broker
 	var clusterStartFailed atomic.Bool
-	var ownMu sync.Mutex
-	defer func() {
-		ownMu.Lock()
-		defer ownMu.Unlock()
-		for _, n := range ownNodes {
-			n.Stop()
-		}
-	}()
-	if ownCluster {
-		dir, err := os.MkdirTemp("", "narad-conformance-cluster-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "conformance:", err)
-			return 2
-		}
-		defer func() { _ = os.RemoveAll(dir) }() // a temp dir; the OS cleans it if this fails
+	freshCluster := func() <-chan runner.Env {
+		ch := make(chan runner.Env, 1)
 		go func() {
-			nodes, err := runner.StartCluster(ctx, *narad, dir, 3)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "conformance: starting a narad cluster for the cluster tier:", err)
-				clusterStartFailed.Store(true)
-				clusterEnv <- runner.Env{}
-				return
+			dir, err := os.MkdirTemp("", "narad-conformance-cluster-")
+			if err == nil {
+				var nodes []*runner.Broker
+				nodes, err = runner.StartCluster(ctx, *narad, dir, 3)
+				if err == nil {
+					err = runner.WaitClusterAlive(ctx, nodes, time.Minute)
+					if err == nil {
+						ch <- runner.Env{Broker: nodes[0], Nodes: nodes, Disposable: true, Dir: dir}
+						return
+					}
+					for _, n := range nodes {
+						n.Discard()
+					}
+				}
+				_ = os.RemoveAll(dir) // a temp dir; the OS cleans it if this fails
 			}
-			ownMu.Lock()
-			ownNodes = nodes
-			ownMu.Unlock()
-			fmt.Printf("conformance: a 3-node narad cluster for the cluster tier (data in %s)\n", dir)
-			clusterEnv <- runner.Env{Broker: nodes[0], Nodes: nodes}
+			fmt.Fprintln(os.Stderr, "conformance: starting a narad cluster for the cluster tier:", err)
+			clusterStartFailed.Store(true)
+			ch <- runner.Env{}
 		}()
+		return ch
+	}
+	discard := func(e runner.Env) {
+		for _, n := range e.Nodes {
+			n.Discard()
+		}
+		if e.Dir != "" {
+			_ = os.RemoveAll(e.Dir) // a temp dir; the OS cleans it if this fails
+		}
 	}
 	if needBroker || (needCluster && !ownCluster) {
 		if *narad == "" {
@@ -164,7 +168,7 @@ func run() int {
 				}
 				env.Broker, env.Nodes = nodes[0], nodes
 				if needCluster && !ownCluster {
-					clusterEnv <- env
+					shared <- env
 				}
 				var urls []string
 				for _, n := range nodes {
@@ -236,10 +240,20 @@ func run() int {
 			defer cwg.Done()
 			if !ownCluster {
 				wg.Wait()
+				cenv := <-shared
+				for _, j := range clusterJobs {
+					record(j, runner.RunScenario(ctx, j.sc, j.drv, cenv))
+				}
+				return
 			}
-			cenv := <-clusterEnv
-			for _, j := range clusterJobs {
+			next := freshCluster()
+			for k, j := range clusterJobs {
+				cenv := <-next
+				if k+1 < len(clusterJobs) {
+					next = freshCluster()
+				}
 				record(j, runner.RunScenario(ctx, j.sc, j.drv, cenv))
+				discard(cenv)
 			}
 		}()
 	}
