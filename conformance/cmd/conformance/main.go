@@ -211,9 +211,10 @@ func run() int {
 		}()
 	}
 	// Behaviour scenarios take longer: start them first so the slow tail is short. The
-	// cluster tier kills nodes: its scenarios run one at a time, on their own cluster
-	// beside the rest, or after the rest when they share the -cluster run's nodes.
-	var clusterJobs []job
+	// cluster tier kills nodes: its scenarios run one at a time, on their own clusters
+	// from the start beside the rest, or after the rest when they share the -cluster
+	// run's nodes.
+	var mainJobs, clusterJobs []job
 	i := 0
 	for _, wantTier := range []string{"behaviour", "wire", "cluster"} {
 		for _, sc := range picked {
@@ -224,13 +225,10 @@ func run() int {
 				if wantTier == "cluster" {
 					clusterJobs = append(clusterJobs, job{sc: sc, drv: d, i: i})
 				} else {
-					jobs <- job{sc: sc, drv: d, i: i}
+					mainJobs = append(mainJobs, job{sc: sc, drv: d, i: i})
 				}
 				i++
 			}
-		}
-		if wantTier == "wire" {
-			close(jobs)
 		}
 	}
 	var cwg sync.WaitGroup
@@ -257,6 +255,10 @@ func run() int {
 			}
 		}()
 	}
+	for _, j := range mainJobs {
+		jobs <- j
+	}
+	close(jobs)
 	wg.Wait()
 	cwg.Wait()
 	runner.ApplyKnown(results, knownList)
