@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -23,10 +25,32 @@ import (
 type Broker struct {
 	URL   string
 	Admin *Admin
+	// ID is the node id of a cluster member ("c1"); empty for a single node.
+	ID string
 
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    *capBuffer
+	// bin, args and env are how the process was started, so Restart starts it again
+	// the same way: same address, data directory and cluster identity.
+	bin  string
+	args []string
+	env  []string
+
+	log *capBuffer
+
+	// mu guards the process, which Restart may replace from another goroutine (a
+	// restart in the background).
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	discarded bool
+}
+
+// errDiscarded means the node was discarded while it was starting.
+var errDiscarded = errors.New("the node was discarded")
+
+func (b *Broker) proc() (*exec.Cmd, chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cmd, b.exited
 }
 
 // AdminUser and AdminPassword are the behaviour tier broker's seeded admin.
@@ -39,7 +63,7 @@ const (
 func StartBroker(ctx context.Context, bin, dataDir string) (*Broker, error) {
 	var lastErr error
 	for try := 0; try < 3; try++ {
-		b, err := startBroker(ctx, bin, dataDir, nil, nil)
+		b, err := startBroker(ctx, bin, dataDir, "", nil, nil)
 		if err == nil {
 			return b, nil
 		}
@@ -76,7 +100,10 @@ func StartCluster(ctx context.Context, bin, dir string, n int) ([]*Broker, error
 		go func() {
 			// All must start at once: a node waits for the others to form the cluster.
 			args := []string{"--node-id", fmt.Sprintf("c%d", i+1), "--cluster-addr", addrs[i], "--peers", strings.Join(peers, ",")}
-			b, err := startBroker(ctx, bin, filepath.Join(dir, fmt.Sprintf("c%d", i+1)), args, []string{"NARAD_CLUSTER_SECRET=" + clusterSecret})
+			b, err := startBroker(ctx, bin, filepath.Join(dir, fmt.Sprintf("c%d", i+1)), "", args, []string{"NARAD_CLUSTER_SECRET=" + clusterSecret})
+			if b != nil {
+				b.ID = fmt.Sprintf("c%d", i+1)
+			}
 			out[i] <- started{b, err}
 		}()
 	}
@@ -100,61 +127,127 @@ func StartCluster(ctx context.Context, bin, dir string, n int) ([]*Broker, error
 	return bs, nil
 }
 
-func startBroker(ctx context.Context, bin, dataDir string, extra, env []string) (*Broker, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+// startBroker starts bin on addr (a free loopback port when empty) and waits until it
+// is ready.
+func startBroker(ctx context.Context, bin, dataDir, addr string, extra, env []string) (*Broker, error) {
+	if addr == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		addr = ln.Addr().String()
+		_ = ln.Close()
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	b := &Broker{URL: "http://" + addr, exited: make(chan struct{}), log: &capBuffer{max: 64 << 10}}
 	args := append([]string{"serve", "--http-addr", addr, "--data-dir", dataDir,
 		"--auth-failure-delay", "0s", "--log-level", "warn", "--shutdown-grace", "2s"}, extra...)
-	b.cmd = exec.Command(bin, args...)
-	b.cmd.Env = append(append(os.Environ(), "NARAD_ADMIN_PASSWORD="+AdminPassword), env...)
-	b.cmd.Stdout, b.cmd.Stderr = b.log, b.log
-	dieWithRunner(b.cmd)
-	if err := b.cmd.Start(); err != nil {
+	b := &Broker{URL: "http://" + addr, bin: bin, args: args, env: env, log: &capBuffer{max: 64 << 10}}
+	b.Admin = &Admin{Base: b.URL, Client: &http.Client{Timeout: 30 * time.Second}}
+	if err := b.launch(ctx); err != nil {
 		return nil, err
 	}
-	go func() { _ = b.cmd.Wait(); close(b.exited) }()
-	b.Admin = &Admin{Base: b.URL, Client: &http.Client{Timeout: 30 * time.Second}}
+	return b, nil
+}
+
+// launch starts the process as recorded in b and waits until /readyz answers 200.
+func (b *Broker) launch(ctx context.Context) error {
+	exited := make(chan struct{})
+	cmd := exec.Command(b.bin, b.args...)
+	cmd.Env = append(append(os.Environ(), "NARAD_ADMIN_PASSWORD="+AdminPassword), b.env...)
+	cmd.Stdout, cmd.Stderr = b.log, b.log
+	dieWithRunner(cmd)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if b.discarded {
+		b.mu.Unlock()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return errDiscarded
+	}
+	b.cmd, b.exited = cmd, exited
+	b.mu.Unlock()
+	go func() { _ = cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
-		case <-b.exited:
-			return nil, fmt.Errorf("narad exited before it was ready: %s", b.log.String())
+		case <-exited:
+			return fmt.Errorf("narad exited before it was ready: %s", b.log.String())
 		case <-ctx.Done():
 			b.Stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		default:
 		}
 		resp, err := http.Get(b.URL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return b, nil
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
 			b.Stop()
-			return nil, fmt.Errorf("narad was not ready within 60 s: %s", b.log.String())
+			return fmt.Errorf("narad was not ready within 60 s: %s", b.log.String())
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
 }
 
-// Stop ends the broker: SIGTERM, then SIGKILL after 10 s.
-func (b *Broker) Stop() {
-	if b.cmd.Process == nil {
+// Running reports whether the process is up (started and not exited).
+func (b *Broker) Running() bool {
+	cmd, exited := b.proc()
+	if cmd == nil || cmd.Process == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill ends the process with SIGKILL, as a crash or a power cut would, and waits until
+// it is gone.
+func (b *Broker) Kill() {
+	if !b.Running() {
 		return
 	}
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	cmd, exited := b.proc()
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// Discard kills the node for good (SIGKILL): a cluster the runner throws away after
+// one scenario. A restart going on in the background ends with it.
+func (b *Broker) Discard() {
+	b.mu.Lock()
+	b.discarded = true
+	b.mu.Unlock()
+	b.Kill()
+}
+
+// Restart starts a killed (or stopped) node again with its address, data directory and
+// cluster identity, and waits until it is ready. A running node is left alone.
+func (b *Broker) Restart(ctx context.Context) error {
+	if b.Running() {
+		return nil
+	}
+	return b.launch(ctx)
+}
+
+// Stop ends the broker: SIGTERM, then SIGKILL after 10 s.
+func (b *Broker) Stop() {
+	if !b.Running() {
+		return
+	}
+	cmd, exited := b.proc()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-b.exited:
+	case <-exited:
 	case <-time.After(10 * time.Second):
-		_ = b.cmd.Process.Kill()
-		<-b.exited
+		_ = cmd.Process.Kill()
+		<-exited
 	}
 }
 
@@ -202,6 +295,12 @@ func (a *Admin) do(ctx context.Context, method, path string, q url.Values, ctype
 
 // CreateTopic creates a topic.
 func (a *Admin) CreateTopic(ctx context.Context, t TopicSpec) error {
+	_, err := a.do(ctx, http.MethodPost, "/v1/topics", nil, "application/json", topicBody(t), nil)
+	return err
+}
+
+// topicBody is the create request for t.
+func topicBody(t TopicSpec) []byte {
 	req := map[string]any{"name": t.Name, "partitions": max(t.Partitions, 1)}
 	if t.VisibilityTimeout > 0 {
 		req["visibility_timeout_ms"] = t.VisibilityTimeout
@@ -213,8 +312,7 @@ func (a *Admin) CreateTopic(ctx context.Context, t TopicSpec) error {
 		req["schema"] = t.Schema
 	}
 	body, _ := json.Marshal(req)
-	_, err := a.do(ctx, http.MethodPost, "/v1/topics", nil, "application/json", body, nil)
-	return err
+	return body
 }
 
 // DeleteTopic deletes a topic.

@@ -254,30 +254,57 @@ type Front struct {
 	Rules    *Rules
 	Upstream http.Handler
 
+	// mu guards the listener: a node restarted in the background reopens its endpoint
+	// from another goroutine.
+	mu  sync.Mutex
 	ln  net.Listener
 	srv *http.Server
 }
 
 // Start listens on a free loopback port.
-func (f *Front) Start() error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func (f *Front) Start() error { return f.listen("127.0.0.1:0") }
+
+func (f *Front) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	f.ln = ln
-	f.srv = &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = f.srv.Serve(ln) }()
+	srv := &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
+	f.mu.Lock()
+	f.ln, f.srv = ln, srv
+	f.mu.Unlock()
+	go func() { _ = srv.Serve(ln) }()
 	return nil
 }
 
 // URL is the endpoint's base URL.
-func (f *Front) URL() string { return "http://" + f.ln.Addr().String() }
+func (f *Front) URL() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return "http://" + f.ln.Addr().String()
+}
 
-// Close stops the endpoint and every connection to it.
+// Close stops the endpoint and every connection to it: in a cluster run, the endpoint of
+// a killed node goes with it, so the client meets what a dead node gives, a closed
+// connection and then refused ones.
 func (f *Front) Close() {
-	if f.srv != nil {
-		_ = f.srv.Close()
+	f.mu.Lock()
+	srv := f.srv
+	f.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
 	}
+}
+
+// Reopen listens again on the endpoint's address after Close (its node came back).
+func (f *Front) Reopen() error {
+	f.mu.Lock()
+	ln := f.ln
+	f.mu.Unlock()
+	if ln == nil {
+		return f.Start()
+	}
+	return f.listen(ln.Addr().String())
 }
 
 func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +17,55 @@ var invariantChecks = map[string]func(r *run, args any) error{
 	"no_requests_after_mark":    noRequestsAfterMark,
 	"no_event":                  noEventEver,
 	"renewals_within":           renewalsWithin,
+	"no_delivery_after_ack":     noDeliveryAfterAck,
+}
+
+// no_delivery_after_ack: {} — a message the broker acked with 204 is never leased
+// again by a poll that started after that answer: 204 means settled for good, across a
+// change of partition leader too (the delivery contract; a broker finding, not an SDK
+// one, when it fails). Single acks only (the consume loops settle one by one). At least
+// one ack must have been answered 204.
+func noDeliveryAfterAck(r *run, args any) error {
+	exs := r.hist.Exchanges()
+	type key struct {
+		topic     string
+		partition int64
+		offset    int64
+	}
+	byHandle := map[string]key{}
+	for _, ex := range exs {
+		for _, g := range ex.Grants {
+			byHandle[g.Handle] = key{g.Topic, g.Partition, g.Offset}
+		}
+	}
+	acked := map[key]time.Time{} // the earliest 204 for each message
+	for _, ex := range exs {
+		if ex.Upstream != http.StatusNoContent || !strings.HasSuffix(ex.Path, "/ack") {
+			continue
+		}
+		for _, s := range ex.Settles() {
+			k, ok := byHandle[s.Handle]
+			if !ok || s.HasExtend {
+				continue
+			}
+			if at, seen := acked[k]; !seen || ex.End.Before(at) {
+				acked[k] = ex.End
+			}
+		}
+	}
+	if len(acked) == 0 {
+		return fmt.Errorf("no ack was answered 204, so there is nothing to check")
+	}
+	for _, ex := range exs {
+		for _, g := range ex.Grants {
+			k := key{g.Topic, g.Partition, g.Offset}
+			if at, ok := acked[k]; ok && ex.Start.After(at) {
+				return fmt.Errorf("%s partition %d offset %d was acked with 204 at %.3fs and leased again (attempt %d) by a poll started at %.3fs",
+					g.Topic, g.Partition, g.Offset, at.Sub(r.t0).Seconds(), g.Attempt, ex.Start.Sub(r.t0).Seconds())
+			}
+		}
+	}
+	return nil
 }
 
 // all_requests: {where: <subset>, match: <subset>} — every exchange selected by where
@@ -107,9 +157,10 @@ func fetchWithinFreeWorkers(r *run, args any) error {
 // no_ack_after_lease_lost: {} — a message whose lease the SDK reported lost (a
 // handler cancelled for that reason, or a lease_lost event that names the delivery
 // attempt) is never acked with the handle of that delivery: the SDK must not settle
-// work it no longer owns (SDK contract rule 1). The delivery is found by partition, offset
-// and delivery attempt, not by time: a driver's event may reach the runner after the
-// proxy recorded the redelivery.
+// work it no longer owns (SDK contract rule 1). The delivery is found by its receipt
+// handle when the driver reports it, else by partition, offset and delivery attempt
+// (the first such grant), never by time: a driver's event may reach the runner after
+// the proxy recorded the redelivery.
 func noAckAfterLeaseLost(r *run, args any) error {
 	evs, _ := r.drv.Events()
 	exs := r.hist.Exchanges()
@@ -125,18 +176,22 @@ func noAckAfterLeaseLost(r *run, args any) error {
 		}
 		p, _ := msg["partition"].(float64)
 		o, _ := msg["offset"].(float64)
+		handle, _ := msg["receipt_handle"].(string)
 		attempt, ok := msg["delivery_attempt"].(float64)
 		if !ok {
 			attempt, ok = ev.Data["delivery_attempt"].(float64)
 		}
-		if !ok {
+		if handle == "" && !ok {
 			continue
 		}
-		var handle string
-		for _, ex := range exs {
-			for _, g := range ex.Grants {
-				if float64(g.Partition) == p && float64(g.Offset) == o && float64(g.Attempt) == attempt {
-					handle = g.Handle
+		if handle == "" {
+			// Without the handle: the delivery with that attempt. After a change of
+			// leader an attempt number can come twice; the lost one is the first.
+			for _, ex := range exs {
+				for _, g := range ex.Grants {
+					if handle == "" && float64(g.Partition) == p && float64(g.Offset) == o && float64(g.Attempt) == attempt {
+						handle = g.Handle
+					}
 				}
 			}
 		}

@@ -45,8 +45,16 @@ type Env struct {
 	// Broker serves the behaviour tier; nil when only the wire tier runs.
 	Broker *Broker
 	// Nodes are the nodes of a cluster run (Broker is the first): the behaviour tier's
-	// requests go to each in turn. Empty for a single node.
+	// requests go to each in turn, and the cluster tier gets one endpoint per node.
+	// Empty for a single node.
 	Nodes []*Broker
+	// Disposable: the cluster serves this one scenario and is thrown away after it, so
+	// killed nodes are not brought back (a node restarted after kill -9 may take
+	// seconds to be ready; a fresh cluster, started beside the previous scenario, is
+	// quicker).
+	Disposable bool
+	// Dir is the data directory of a disposable cluster, removed with it.
+	Dir string
 }
 
 // driverCommands are the commands of DRIVER.md; any other action is the runner's.
@@ -62,7 +70,8 @@ var runnerActions = map[string]bool{
 	"fault": true, "clear_faults": true, "mark": true, "await": true, "wait_event": true, "no_event": true,
 	"events": true, "history": true, "quiet": true, "wait_request": true, "assert": true, "check_batch": true,
 	"admin.create_topic": true, "admin.delete_topic": true, "admin.produce": true, "admin.read": true,
-	"admin.topic": true, "admin.create_user": true,
+	"admin.topic": true, "admin.create_user": true, "admin.wait_topic": true,
+	"cluster.kill": true, "cluster.restart": true, "cluster.await_leader": true,
 }
 
 func knownAction(a string) bool { return driverCommands[a] || runnerActions[a] }
@@ -106,18 +115,22 @@ func (sc *Scenario) Required() []string {
 }
 
 type run struct {
-	sc      *Scenario
-	env     Env
-	drv     *Driver
-	t0      time.Time
-	hist    *History
-	rules   *Rules
-	fronts  []*Front
-	vars    map[string]any
-	marks   map[string]time.Time
-	asyncs  map[string]<-chan Response
-	log     []string
-	cleanup []func()
+	sc     *Scenario
+	env    Env
+	drv    *Driver
+	t0     time.Time
+	hist   *History
+	rules  *Rules
+	fronts []*Front
+	// nodeFront maps a cluster node's index to its endpoint (cluster tier); bg holds
+	// the restarts going on in the background, by node index.
+	nodeFront map[int]*Front
+	bg        map[int]chan error
+	vars      map[string]any
+	marks     map[string]time.Time
+	asyncs    map[string]<-chan Response
+	log       []string
+	cleanup   []func()
 }
 
 func (r *run) logf(format string, a ...any) {
@@ -133,6 +146,10 @@ func RunScenario(ctx context.Context, sc *Scenario, spec DriverSpec, env Env) (r
 	defer func() { res.DurationMs = time.Since(start).Milliseconds() }()
 	if sc.Tier == "behaviour" && env.Broker == nil {
 		res.Outcome, res.Reason = NA, "the behaviour tier needs a narad binary (-narad)"
+		return res
+	}
+	if sc.Tier == "cluster" && len(env.Nodes) < 3 {
+		res.Outcome, res.Reason = NA, "the cluster tier needs a cluster of 3 or more nodes (a narad binary; the runner starts one)"
 		return res
 	}
 	timeout := time.Duration(sc.TimeoutMs) * time.Millisecond
@@ -151,6 +168,15 @@ func RunScenario(ctx context.Context, sc *Scenario, spec DriverSpec, env Env) (r
 		vars: map[string]any{}, marks: map[string]time.Time{}, asyncs: map[string]<-chan Response{}}
 	defer func() {
 		drv.Stop()
+		if sc.Tier == "cluster" && !env.Disposable {
+			// Killed nodes come back before the next scenario, which needs them all.
+			if err := r.restoreCluster(context.WithoutCancel(ctx)); err != nil {
+				r.logf("restoring the cluster: %v", err)
+				if res.Outcome != Fail {
+					res.Outcome, res.Reason = Fail, "restoring the cluster after the scenario: "+err.Error()
+				}
+			}
+		}
 		for i := len(r.cleanup) - 1; i >= 0; i-- {
 			r.cleanup[i]()
 		}
@@ -212,12 +238,14 @@ func (r *run) setup(ctx context.Context) error {
 		fake = NewFake(wait)
 		upstream = fake
 		r.vars["auth"] = map[string]any{"username": "conformance", "password": "wire-secret"}
-	} else {
+	} else if sc.Tier == "behaviour" {
 		rp := &ReverseProxy{Base: r.env.Broker.URL, Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 		for _, n := range r.env.Nodes {
 			rp.Bases = append(rp.Bases, n.URL)
 		}
 		upstream = rp
+		r.vars["auth"] = map[string]any{"username": AdminUser, "password": AdminPassword}
+	} else {
 		r.vars["auth"] = map[string]any{"username": AdminUser, "password": AdminPassword}
 	}
 	for _, t := range sc.Topics {
@@ -233,11 +261,25 @@ func (r *run) setup(ctx context.Context) error {
 			if t.Redeliver {
 				fake.SetRedeliver(full)
 			}
+		} else if sc.Tier == "cluster" {
+			if err := r.createTopic(ctx, spec); err != nil {
+				return err
+			}
 		} else if err := r.env.Broker.Admin.CreateTopic(ctx, spec); err != nil {
 			return err
 		}
 	}
 	r.vars["prefix"] = prefix
+	if sc.Tier == "cluster" {
+		// Every partition has a leader before the client starts, so a kill finds one.
+		for _, t := range sc.Topics {
+			for p := 0; p < max(t.Partitions, 1); p++ {
+				if _, err := r.leaderOf(ctx, r.vars[t.Name].(string), p, -1, 30*time.Second); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	// An HTTP-date a few seconds ahead, for Retry-After in its date form (RFC 9110).
 	r.vars["http_date_in_3s"] = time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
 	var endpoints []any
@@ -249,7 +291,14 @@ func (r *run) setup(ctx context.Context) error {
 		endpoints = append(endpoints, "http://"+ln.Addr().String())
 		_ = ln.Close()
 	}
-	for i := 0; i < max(sc.Endpoints, 1); i++ {
+	if sc.Tier == "cluster" {
+		eps, err := r.clusterFronts(ctx)
+		if err != nil {
+			return err
+		}
+		endpoints = append(endpoints, eps...)
+	}
+	for i := 0; sc.Tier != "cluster" && i < max(sc.Endpoints, 1); i++ {
 		f := &Front{Node: i, History: r.hist, Rules: r.rules, Upstream: upstream}
 		if err := f.Start(); err != nil {
 			return err
@@ -549,7 +598,7 @@ func (r *run) runnerAction(ctx context.Context, action string, argsAny any) (any
 		if r.env.Broker == nil {
 			return nil, errors.New(action + " needs the behaviour tier")
 		}
-		return r.env.Broker.Admin, nil
+		return r.admin(), nil
 	}
 	switch action {
 	case "fault":
@@ -703,6 +752,38 @@ func (r *run) runnerAction(ctx context.Context, action string, argsAny any) (any
 			return nil, err
 		}
 		return map[string]any{"messages": msgs}, nil
+	case "admin.wait_topic":
+		// admin.wait_topic: {topic, match, timeout_ms} — until the topic's detail, as
+		// the broker reports it, matches (a backlog drained, nothing in flight).
+		a, err := admin()
+		if err != nil {
+			return nil, err
+		}
+		deadline := time.Now().Add(time.Duration(num("timeout_ms", 20000)) * time.Millisecond)
+		for {
+			t, err := a.Topic(ctx, str("topic"))
+			var mismatch error
+			if err == nil {
+				mismatch = Match(args["match"], normalize(t))
+				if mismatch == nil {
+					return normalize(t), nil
+				}
+			}
+			if time.Now().After(deadline) {
+				if err != nil {
+					return nil, err
+				}
+				return nil, fmt.Errorf("the topic never matched: %v (last: %s)", mismatch, show(normalize(t)))
+			}
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			a = r.admin()
+		}
+	case "cluster.kill", "cluster.restart", "cluster.await_leader":
+		return r.clusterAction(ctx, action, args)
 	case "admin.produce":
 		a, err := admin()
 		if err != nil {
@@ -779,7 +860,7 @@ func (r *run) checkBatch(ctx context.Context, args map[string]any) error {
 	}
 	topic, _ := args["topic"].(string)
 	results, _ := args["results"].([]any)
-	msgs, err := r.env.Broker.Admin.ReadAll(ctx, topic)
+	msgs, err := r.admin().ReadAll(ctx, topic)
 	if err != nil {
 		return err
 	}

@@ -21,8 +21,10 @@ type Scenario struct {
 	Title string `yaml:"title"`
 	// Rules names the SPEC.md rules the scenario covers.
 	Rules []string `yaml:"rules"`
-	// Tier is "wire" (against the runner's scripted mock) or "behaviour" (against the
-	// real narad binary behind the runner's fault proxy).
+	// Tier is "wire" (against the runner's scripted mock), "behaviour" (against the
+	// real narad binary behind the runner's fault proxy) or "cluster" (against a
+	// cluster of three or more nodes whose nodes the scenario may kill: one endpoint per
+	// node, run one at a time, never against a single node).
 	Tier string `yaml:"tier"`
 	// Requires lists the driver capabilities the scenario needs; a driver lacking one
 	// reports the scenario as n/a.
@@ -30,8 +32,14 @@ type Scenario struct {
 	// Endpoints is how many endpoints the driver's client gets (default 1): mock nodes
 	// in the wire tier, fault proxies in front of the one broker in the behaviour tier.
 	// DeadEndpoints adds that many endpoints nobody listens on, first in the list.
+	// In the cluster tier there is one endpoint per node, always.
 	Endpoints     int `yaml:"endpoints"`
 	DeadEndpoints int `yaml:"dead_endpoints"`
+	// FirstEndpoint (cluster tier) puts first in the client's endpoint list the node
+	// that leads a partition (leader_of) or one that does not (follower_of), so a
+	// scenario says whether the node its client sticks to is the one it kills.
+	// Without it the endpoints are in node order.
+	FirstEndpoint *NodePick `yaml:"first_endpoint"`
 	// Topics are created before the steps run (behaviour tier: on the broker; wire
 	// tier: in the mock). Each gets a unique name, bound to ${short name}.
 	Topics []TopicSpec `yaml:"topics"`
@@ -61,6 +69,18 @@ type TopicSpec struct {
 	// visibility timeout, or the delay of a nack or extend). Without it the fake
 	// delivers each message once.
 	Redeliver bool `yaml:"redeliver"`
+}
+
+// NodePick names a node of a cluster by its role for a partition.
+type NodePick struct {
+	LeaderOf   *PartitionRef `yaml:"leader_of" json:"leader_of,omitempty"`
+	FollowerOf *PartitionRef `yaml:"follower_of" json:"follower_of,omitempty"`
+}
+
+// PartitionRef is one partition of a topic (a scenario topic's short name or ${name}).
+type PartitionRef struct {
+	Topic     string `yaml:"topic" json:"topic"`
+	Partition int    `yaml:"partition" json:"partition"`
 }
 
 // MockSpec configures the wire tier's fake broker.
@@ -257,8 +277,11 @@ func (sc *Scenario) validate() error {
 	if sc.Title == "" || len(sc.Rules) == 0 {
 		return fmt.Errorf("a scenario needs a title and the rules it covers")
 	}
-	if sc.Tier != "wire" && sc.Tier != "behaviour" {
-		return fmt.Errorf("tier must be wire or behaviour, not %q", sc.Tier)
+	if sc.Tier != "wire" && sc.Tier != "behaviour" && sc.Tier != "cluster" {
+		return fmt.Errorf("tier must be wire, behaviour or cluster, not %q", sc.Tier)
+	}
+	if sc.FirstEndpoint != nil && sc.Tier != "cluster" {
+		return fmt.Errorf("first_endpoint is for the cluster tier only")
 	}
 	if _, err := os.Stat(filepath.Join(sc.Dir, "README.md")); err != nil {
 		return fmt.Errorf("every scenario directory has a README.md: %w", err)
@@ -266,6 +289,11 @@ func (sc *Scenario) validate() error {
 	for _, st := range sc.Steps {
 		if !knownAction(st.Action) {
 			return fmt.Errorf("line %d: unknown action %q", st.Line, st.Action)
+		}
+		if strings.HasPrefix(st.Action, "cluster.") && sc.Tier != "cluster" {
+			// A node kill on the shared single node or during other scenarios would
+			// break them: it is the cluster tier's, which runs alone.
+			return fmt.Errorf("line %d: %s is for the cluster tier only", st.Line, st.Action)
 		}
 	}
 	for _, iv := range sc.Invariants {

@@ -192,7 +192,10 @@ func (d *driver) client(name string) (*clientState, error) {
 
 func (d *driver) msgView(m *narad.Message, keep bool) map[string]any {
 	v := map[string]any{"topic": m.Topic, "partition": m.Partition, "offset": m.Offset, "body_b64": base64.StdEncoding.EncodeToString(m.Bytes()),
-		"key": nil, "delivery_attempt": nil, "has_lease": m.ReceiptHandle != ""}
+		"key": nil, "delivery_attempt": nil, "has_lease": m.ReceiptHandle != "", "receipt_handle": nil}
+	if m.ReceiptHandle != "" {
+		v["receipt_handle"] = m.ReceiptHandle
+	}
 	if m.Key != "" {
 		v["key"] = m.Key
 	}

@@ -64,6 +64,7 @@ function msgView(m, keep) {
   const v = {
     topic: m.topic, partition: m.partition, offset: m.offset, key: m.key ?? null, body_b64: b64(m.body),
     delivery_attempt: m.deliveryAttempt ?? null, has_lease: m.receiptHandle !== undefined,
+    receipt_handle: m.receiptHandle ?? null,
   };
   if (keep) {
     const id = `m${++nextMsg}`;

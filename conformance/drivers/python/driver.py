@@ -105,7 +105,8 @@ def msg_view(m: narad.Message, keep: bool) -> dict[str, Any]:
     v: dict[str, Any] = {"topic": m.topic, "partition": m.partition, "offset": m.offset,
                          "key": m.key, "body_b64": base64.b64encode(m.body).decode(),
                          "delivery_attempt": m.delivery_attempt,
-                         "has_lease": m.receipt_handle is not None}
+                         "has_lease": m.receipt_handle is not None,
+                         "receipt_handle": m.receipt_handle}
     if keep:
         with _state:
             counter[0] += 1
