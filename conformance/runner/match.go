@@ -16,7 +16,8 @@ import (
 //   - a list matches a list of the same length element by element;
 //   - a string starting with "~" is a regular expression over the actual value's text;
 //   - numbers compare by value, whatever their Go type;
-//   - a mapping with one "$" key is an operator: $len, $gte, $lte, $gt, $lt, $any,
+//   - a mapping with one "$" key is an operator: $len (a number, or an operator the
+//     length must match, e.g. {$len: {$lte: 3}}), $gte, $lte, $gt, $lt, $any,
 //     $absent (the key is missing or null), $present, $maxlen, $minlen, $contains (every listed item
 //     matches some element, in any order), $oneof, $not, $ms (the value is a duration —
 //     a number of milliseconds or text like "750", "1500ms", "2s" — and its milliseconds
@@ -146,7 +147,17 @@ func matchOp(path, op string, arg, act any) error {
 		case string:
 			n = len(a)
 		}
-		want, _ := arg.(float64)
+		if sub, isOp := arg.(map[string]any); isOp && op == "$len" && n >= 0 {
+			// {$len: {$lte: 3}}: the length matched against an operator.
+			if err := match(path, sub, float64(n)); err != nil {
+				return fmt.Errorf("%s: length %d: %w", where(path), n, err)
+			}
+			return nil
+		}
+		want, isNum := arg.(float64)
+		if !isNum {
+			return fmt.Errorf("%s: %s takes a number or an operator, not %s (a scenario error)", where(path), op, show(arg))
+		}
 		ok := map[string]bool{"$len": float64(n) == want, "$maxlen": float64(n) <= want, "$minlen": float64(n) >= want}[op]
 		if n < 0 || !ok {
 			return fmt.Errorf("%s: want %s %v, got %s", where(path), op, arg, show(act))

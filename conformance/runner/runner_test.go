@@ -28,6 +28,9 @@ func TestMatch(t *testing.T) {
 		{"~^ab+c$", "abbbc", true},
 		{"~^ab+c$", "ac", false},
 		{map[string]any{"$len": 2}, []any{"x", "y"}, true},
+		{map[string]any{"$len": map[string]any{"$lte": 3}}, []any{1, 2, 3}, true},
+		{map[string]any{"$len": map[string]any{"$lte": 3}}, []any{1, 2, 3, 4}, false}, // was never checked: any length failed
+		{map[string]any{"$len": "3"}, []any{1, 2, 3}, false},
 		{map[string]any{"$gte": 3}, 3, true},
 		{map[string]any{"$lt": 3}, 3, false},
 		{map[string]any{"$contains": []any{map[string]any{"k": "b"}}}, []any{map[string]any{"k": "a"}, map[string]any{"k": "b"}}, true},
