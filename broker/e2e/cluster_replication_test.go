@@ -644,6 +644,17 @@ func TestReplicationDoubleFailover(t *testing.T) {
 	sameMessageLogs(t, nodes, inc+"-dbl")
 }
 
+// atVersion waits until the cluster committed version v: snapshots of partition
+// groups (and the commands of version 2) start only then, about a second after a new
+// cluster is ready.
+func atVersion(t *testing.T, nd *clusterNode, v int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("the cluster to commit version %d", v), func() bool {
+		c, err := nd.cluster()
+		return err == nil && c.Version >= v
+	})
+}
+
 // leadOn moves the leadership of partition 0 of topic to target: with the third node
 // stopped, a SIGTERM restart of the leader hands it over to the only other voter
 // running, target; then the third node starts again.
@@ -681,6 +692,7 @@ func leadOn(t *testing.T, nodes []*clusterNode, topic string, target *clusterNod
 func TestReplicationBitFlipRepaired(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 3, "--replica-snapshot-entries", "16")
+	atVersion(t, nodes[0], 2)
 	nodes[0].api.createTopic("flip", map[string]any{"partitions": 1, "visibility_timeout_ms": 60000})
 	inc := nodes[0].api.topic("flip").Incarnation
 	lead := leaderOf(t, nodes, "flip", 0)
@@ -753,6 +765,7 @@ func TestReplicationBitFlipRepaired(t *testing.T) {
 func TestReplicationFanoutCursorFollowsLeader(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 3)
+	atVersion(t, nodes[0], 2) // the cursor command is of version 2
 	nodes[0].api.createTopic("fp", map[string]any{"partitions": 1})
 	nodes[0].api.createTopic("fc", map[string]any{"partitions": 1})
 	nodes[0].api.PostJSON("/v1/topics/fp/children", map[string]any{"child": "fc"}).Expect(t, http.StatusCreated)
@@ -909,6 +922,7 @@ func sameMessageLogs(t *testing.T, nodes []*clusterNode, tdir string) {
 func TestReplicationSnapshotRestoresWipedReplica(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 3, "--replica-snapshot-entries", "16")
+	atVersion(t, nodes[0], 2)
 	nodes[0].api.createTopic("snap", map[string]any{"partitions": 1, "visibility_timeout_ms": 60000})
 	inc := nodes[0].api.topic("snap").Incarnation
 	lead := leaderOf(t, nodes, "snap", 0)

@@ -118,6 +118,9 @@ func StartCluster(ctx context.Context, bin, dir string, n int) ([]*Broker, error
 			bs = append(bs, s.b)
 		}
 	}
+	if firstErr == nil {
+		firstErr = bs[0].Admin.waitClusterVersion(ctx)
+	}
 	if firstErr != nil {
 		for _, b := range bs {
 			b.Stop()
@@ -125,6 +128,38 @@ func StartCluster(ctx context.Context, bin, dir string, n int) ([]*Broker, error
 		return nil, firstErr
 	}
 	return bs, nil
+}
+
+// waitClusterVersion waits until the cluster committed the highest version every
+// member speaks: a fresh cluster runs version 1 until its controller has heard every
+// member (about a second), and features of later versions (the commit of each
+// delivery that keeps delivery_attempt counting across a change of leader) are off
+// until then.
+func (a *Admin) waitClusterVersion(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var c struct {
+		Version int `json:"version"`
+		Members []struct {
+			MaxVersion int `json:"max_version"`
+		} `json:"members"`
+	}
+	for {
+		if status, err := a.do(ctx, http.MethodGet, "/v1/cluster", nil, "", nil, &c); err == nil && status == http.StatusOK && len(c.Members) > 0 {
+			want := c.Members[0].MaxVersion
+			for _, m := range c.Members {
+				want = min(want, m.MaxVersion)
+			}
+			if c.Version >= want {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the cluster did not commit its version within 30 s (at %d)", c.Version)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // startBroker starts bin on addr (a free loopback port when empty) and waits until it

@@ -48,6 +48,10 @@ const (
 	cmdSettle byte = 'S' // u64 delivered-to | settle record value
 	cmdLeases byte = 'L' // u64 delivered-to | u32 n | n × (u64 offset, u32 epoch, u64 seq, u32 attempt, u32 ms left) | u64 term
 	cmdFanout byte = 'F' // u64 attach id | u64 next offset: a fan-out child's copy cursor
+	// cmdDelivered is a leader's deliveries, committed before the leases are served:
+	// u64 delivered-to | u32 n | n × (u64 offset, u32 deliveries) for the messages
+	// delivered more than once.
+	cmdDelivered byte = 'D'
 )
 
 // replica is the replication state of a partition opened with a Group.
@@ -72,6 +76,9 @@ type replica struct {
 
 	fanMu  sync.Mutex
 	fanout map[uint64]uint64 // fan-out child attach id → next parent offset to copy, as committed
+
+	attMu    sync.Mutex
+	attempts map[uint64]uint32 // committed deliveries of messages delivered more than once (D), unsettled
 }
 
 // indexMark is the message log's end once the group entry at index was applied.
@@ -163,6 +170,14 @@ func (p *Partition) SetRole(lead bool, term uint64) {
 			}
 		}
 		p.q.Reset(uint32(term), max(r.deliveredTo.Load(), p.q.Cursor()), live...)
+		r.attMu.Lock()
+		for o := range r.attempts {
+			if p.q.IsSettled(o) {
+				delete(r.attempts, o)
+			}
+		}
+		p.q.RaiseAttempts(r.attempts)
+		r.attMu.Unlock()
 		r.term.Store(term)
 		r.handingOver.Store(false)
 	} else {
@@ -343,6 +358,25 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		r.handed, r.handedTerm = handed, term
 		r.handMu.Unlock()
 		return appliedSettle{}
+	case cmdDelivered:
+		d, att, err := decodeDeliveredCmd(cmd)
+		if err != nil {
+			return p.applyFailed(err)
+		}
+		if d > r.deliveredTo.Load() {
+			r.deliveredTo.Store(d)
+		}
+		if len(att) > 0 {
+			r.attMu.Lock()
+			if r.attempts == nil {
+				r.attempts = map[uint64]uint32{}
+			}
+			for o, a := range att {
+				r.attempts[o] = max(r.attempts[o], a)
+			}
+			r.attMu.Unlock()
+		}
+		return appliedSettle{}
 	case cmdFanout:
 		if len(cmd) != 17 {
 			return p.applyFailed(fmt.Errorf("%w: fan-out cursor command of %d bytes", ErrCorrupt, len(cmd)))
@@ -395,6 +429,13 @@ func (p *Partition) applySettle(offs []uint64) error {
 		p.applyFailed(storageErr(err))
 		return storageErr(err)
 	}
+	if r := p.repl; r != nil {
+		r.attMu.Lock()
+		for _, o := range todo {
+			delete(r.attempts, o)
+		}
+		r.attMu.Unlock()
+	}
 	p.mu.Lock()
 	for _, o := range todo {
 		p.q.CommitSettle(o)
@@ -438,14 +479,68 @@ func (p *Partition) confirmLeader() error {
 // confirmLeases checks, after leases were granted, that this replica still leads: a
 // leader paused past its election timeout and resumed must not hand out messages its
 // successor hands out too.
+//
+// Where every replica reads it, the confirmation is the commit of a D command naming
+// the deliveries (delivered-to, and the count of each message delivered more than
+// once): a commit in this leader's term proves it led after the grant as a read index
+// does, and a later leader counts delivery_attempt on from it instead of from 1.
 func (p *Partition) confirmLeases(grants []queue.Grant) error {
 	ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
 	defer cancel()
-	if err := p.repl.group.Confirm(ctx); err != nil {
+	var err error
+	if p.opts.NewCommands == nil || p.opts.NewCommands() {
+		p.mu.Lock()
+		delivered := p.q.Cursor()
+		p.mu.Unlock()
+		_, err = p.repl.group.Propose(ctx, encodeDeliveredCmd(delivered, grants), nil)
+	} else {
+		err = p.repl.group.Confirm(ctx)
+	}
+	if err != nil {
 		p.unleaseGrants(grants)
 		return p.groupErr(err)
 	}
 	return nil
+}
+
+func encodeDeliveredCmd(deliveredTo uint64, grants []queue.Grant) []byte {
+	b := make([]byte, 0, 13+12*len(grants))
+	b = append(b, cmdDelivered)
+	b = binary.BigEndian.AppendUint64(b, deliveredTo)
+	n := 0
+	for _, g := range grants {
+		if g.Attempt > 1 {
+			n++
+		}
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	for _, g := range grants {
+		if g.Attempt > 1 {
+			b = binary.BigEndian.AppendUint64(b, g.Offset)
+			b = binary.BigEndian.AppendUint32(b, g.Attempt)
+		}
+	}
+	return b
+}
+
+func decodeDeliveredCmd(b []byte) (uint64, map[uint64]uint32, error) {
+	if len(b) < 13 {
+		return 0, nil, errBadCommand
+	}
+	d := binary.BigEndian.Uint64(b[1:9])
+	n := binary.BigEndian.Uint32(b[9:13])
+	b = b[13:]
+	if uint64(len(b)) != 12*uint64(n) {
+		return 0, nil, errBadCommand
+	}
+	var att map[uint64]uint32
+	if n > 0 {
+		att = make(map[uint64]uint32, n)
+	}
+	for i := range int(n) {
+		att[binary.BigEndian.Uint64(b[12*i:])] = binary.BigEndian.Uint32(b[12*i+8:])
+	}
+	return d, att, nil
 }
 
 func encodeAppendCmd(first uint64, recs []segment.Record) []byte {
@@ -664,6 +759,18 @@ func (r *replica) fanoutCursors() [][2]uint64 {
 	out := make([][2]uint64, 0, len(r.fanout))
 	for id, next := range r.fanout {
 		out = append(out, [2]uint64{id, next})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	return out
+}
+
+// committedAttempts returns the committed delivery counts, sorted by offset.
+func (r *replica) committedAttempts() [][2]uint64 {
+	r.attMu.Lock()
+	defer r.attMu.Unlock()
+	out := make([][2]uint64, 0, len(r.attempts))
+	for o, a := range r.attempts {
+		out = append(out, [2]uint64{o, uint64(a)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
 	return out

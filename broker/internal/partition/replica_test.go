@@ -379,3 +379,49 @@ func TestReplicaDeposedLeaderSendsLeaseCallsOn(t *testing.T) {
 		t.Fatalf("the leader refused the ack of its own lease: %v", err)
 	}
 }
+
+// delivery_attempt counts on across a change of leader for a message no settle ever
+// followed (a poison message alone, nacked again and again): the leader commits its
+// deliveries before it serves them, so the next leader knows the count.
+func TestReplicaAttemptsCountOnAcrossLeaders(t *testing.T) {
+	g, ps := openGroup(t, 2)
+	appendN(t, ps[0], 1)
+	for want := uint32(1); want <= 2; want++ {
+		ds := leaseAll(t, ps[0])
+		if len(ds) != 1 || ds[0].Attempt != want {
+			t.Fatalf("delivery %d: %+v", want, ds)
+		}
+		if err := ps[0].Extend(ds[0].Record.Offset, ds[0].Nonce, 0); err != nil { // a nack
+			t.Fatal(err)
+		}
+	}
+	g.mu.Lock()
+	g.lead = 1
+	g.mu.Unlock()
+	ps[0].SetRole(false, 0)
+	ps[1].SetRole(true, 2)
+	ds := leaseAll(t, ps[1])
+	if len(ds) != 1 || ds[0].Attempt != 3 {
+		t.Fatalf("after a change of leader the message delivered twice comes as %+v, want attempt 3", ds)
+	}
+	// The count rides in the snapshots too.
+	data, err := ps[0].SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := decodeSnapState(data); err != nil || len(st.attempts) != 1 || st.attempts[0] != [2]uint64{0, 3} {
+		t.Fatalf("snapshot delivery counts %v (%v), want [[0 3]]", st.attempts, err)
+	}
+	// Settled, the count is forgotten everywhere.
+	if err := ps[1].Settle([]SettleReq{{Offset: ds[0].Record.Offset, Nonce: ds[0].Nonce}})[0]; err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range ps {
+		p.repl.attMu.Lock()
+		n := len(p.repl.attempts)
+		p.repl.attMu.Unlock()
+		if n != 0 {
+			t.Fatalf("replica %d keeps %d delivery counts after the message was settled", i, n)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 //
 //	'P' | version u8 | oldest u64 | end u64 | delivered-to u64 | frontier u64 | n u32 | n × acked-ahead offset u64
 //	    | m u32 | m × (fan-out attach id u64, next offset u64)
+//	    | k u32 | k × (offset u64, deliveries u64): messages delivered more than once
 //
 // all big-endian.
 const (
@@ -38,6 +39,7 @@ type snapState struct {
 	frontier    uint64
 	ackedAhead  []uint64
 	fanout      [][2]uint64 // fan-out child attach id, next parent offset to copy
+	attempts    [][2]uint64 // offset, committed deliveries (D) of an unsettled message
 }
 
 func (s snapState) encode() []byte {
@@ -55,6 +57,11 @@ func (s snapState) encode() []byte {
 	for _, f := range s.fanout {
 		b = binary.BigEndian.AppendUint64(b, f[0])
 		b = binary.BigEndian.AppendUint64(b, f[1])
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.attempts)))
+	for _, a := range s.attempts {
+		b = binary.BigEndian.AppendUint64(b, a[0])
+		b = binary.BigEndian.AppendUint64(b, a[1])
 	}
 	return b
 }
@@ -83,13 +90,28 @@ func decodeSnapState(b []byte) (snapState, error) {
 		s.ackedAhead = append(s.ackedAhead, binary.BigEndian.Uint64(rest[8*i:]))
 	}
 	rest = rest[8*n:]
-	m := binary.BigEndian.Uint32(rest)
-	rest = rest[4:]
-	if uint64(len(rest)) != 16*uint64(m) {
+	pairs := func() ([][2]uint64, bool) {
+		if len(rest) < 4 {
+			return nil, false
+		}
+		m := binary.BigEndian.Uint32(rest)
+		rest = rest[4:]
+		if uint64(len(rest)) < 16*uint64(m) {
+			return nil, false
+		}
+		var out [][2]uint64
+		for i := range m {
+			out = append(out, [2]uint64{binary.BigEndian.Uint64(rest[16*i:]), binary.BigEndian.Uint64(rest[16*i+8:])})
+		}
+		rest = rest[16*m:]
+		return out, true
+	}
+	var ok bool
+	if s.fanout, ok = pairs(); !ok {
 		return snapState{}, errBadSnapshot
 	}
-	for i := range m {
-		s.fanout = append(s.fanout, [2]uint64{binary.BigEndian.Uint64(rest[16*i:]), binary.BigEndian.Uint64(rest[16*i+8:])})
+	if s.attempts, ok = pairs(); !ok || len(rest) != 0 {
+		return snapState{}, errBadSnapshot
 	}
 	return s, nil
 }
@@ -114,7 +136,7 @@ func (p *Partition) SnapshotState() ([]byte, error) {
 	}
 	p.mu.Lock()
 	s := snapState{oldest: p.log.Oldest(), end: p.log.Next(), deliveredTo: r.deliveredTo.Load(),
-		frontier: p.q.Frontier(), ackedAhead: p.q.AckedAhead(), fanout: r.fanoutCursors()}
+		frontier: p.q.Frontier(), ackedAhead: p.q.AckedAhead(), fanout: r.fanoutCursors(), attempts: r.committedAttempts()}
 	p.mu.Unlock()
 	slices.Sort(s.ackedAhead)
 	return s.encode(), nil
@@ -197,6 +219,16 @@ func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []by
 	}
 	for _, f := range s.fanout {
 		r.setFanout(f[0], f[1])
+	}
+	if len(s.attempts) > 0 {
+		r.attMu.Lock()
+		if r.attempts == nil {
+			r.attempts = map[uint64]uint32{}
+		}
+		for _, a := range s.attempts {
+			r.attempts[a[0]] = max(r.attempts[a[0]], uint32(min(a[1], 1<<32-1)))
+		}
+		r.attMu.Unlock()
 	}
 	r.mark(index, p.log.Next())
 	// Settlements: whatever the snapshot settled and this replica has not.

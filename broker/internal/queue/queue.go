@@ -344,6 +344,17 @@ func (s *State) Reset(epoch uint32, deliveredTo uint64, handed ...Grant) {
 	}
 }
 
+// RaiseAttempts makes the delivery counts of ready messages at least those in m
+// (offset → deliveries so far): a new leader of a replicated partition learns from its
+// group how often the old leaders delivered them, so delivery_attempt counts on.
+func (s *State) RaiseAttempts(m map[uint64]uint32) {
+	for o, a := range m {
+		if cur, ok := s.attempts[o]; ok && a > cur {
+			s.attempts[o] = a
+		}
+	}
+}
+
 // Live returns the leases held at now that are not being settled, to hand them over.
 func (s *State) Live(now int64) []Grant {
 	out := make([]Grant, 0, len(s.leases))
