@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -268,4 +271,251 @@ func tryCreateTopic(nd *clusterNode, name string) bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusCreated
+}
+
+// TestReplicationDoubleFailover: the leader is killed, comes back, and the next leader
+// is killed at once; once every replica has caught up and the nodes are stopped, the
+// three copies of the partition's message log are byte-equal.
+func TestReplicationDoubleFailover(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	nodes[0].api.createTopic("dbl", map[string]any{"partitions": 1})
+	inc := nodes[0].api.topic("dbl").Incarnation
+	produce := func(via *clusterNode, n int, tag string) {
+		for i := range n {
+			waitFor(t, 30*time.Second, "a produce accepted", func() bool {
+				return produceTry(via, "dbl", fmt.Sprint(tag, i)) == http.StatusAccepted
+			})
+		}
+	}
+	first := leaderOf(t, nodes, "dbl", 0)
+	produce(first, 50, "a")
+	first.Kill()
+	second := newLeader(t, nodes, "dbl", 0, first)
+	produce(second, 50, "b")
+	first.Launch()
+	if err := first.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	second.Kill()
+	third := newLeader(t, nodes, "dbl", 0, second)
+	produce(third, 50, "c")
+	second.Launch()
+	if err := second.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "every replica to hold the whole log", func() bool {
+		hw := third.api.topic("dbl").PartitionStats[0].NextOffset
+		return hw >= 150 && followerHasAll(t, nodes, "dbl", hw)
+	})
+	for _, nd := range nodes {
+		nd.Stop()
+	}
+	sameMessageLogs(t, nodes, inc+"-dbl")
+}
+
+// TestReplicationRollingRestartUnderLoad: the three nodes are restarted in turn with
+// SIGTERM while producers keep sending through the running nodes; every message
+// answered 202 is delivered afterwards.
+func TestReplicationRollingRestartUnderLoad(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	nodes[0].api.createTopic("busy", map[string]any{"partitions": 2})
+	leaderOf(t, nodes, "busy", 0)
+	leaderOf(t, nodes, "busy", 1)
+	var (
+		mu       sync.Mutex
+		accepted = map[string]bool{}
+		seq      atomic.Int64
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				nd := nodes[i%3]
+				if !nd.Running() {
+					continue
+				}
+				id := fmt.Sprint("u", seq.Add(1))
+				if produceTry(nd, "busy", id) == http.StatusAccepted {
+					mu.Lock()
+					accepted[id] = true
+					mu.Unlock()
+				} else {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	for _, nd := range nodes {
+		mu.Lock()
+		before := len(accepted)
+		mu.Unlock()
+		waitFor(t, 30*time.Second, "produces going on", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(accepted) > before+50
+		})
+		nd.Stop()
+		nd.Launch()
+		if err := nd.WaitReady(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	seen := map[string]int{}
+	drain(t, nodes[0], "busy", seen, 3*time.Second)
+	lost := 0
+	for id := range accepted {
+		if seen[id] == 0 {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d messages answered 202 during the rolling restart were never delivered", lost, len(accepted))
+	}
+	t.Logf("%d messages accepted during a rolling restart of 3 nodes, all delivered", len(accepted))
+}
+
+// TestRemoteChildBetweenClusters: a parent on a cluster of three copies into a topic
+// of another cluster of three, both replicated, under a steady load, while the leader
+// of a remote partition is killed -9 and restarted and then the source's leader of a
+// partition is; afterwards every message the source answered 202 is in the remote
+// topic, and the copy's lag is zero.
+func TestRemoteChildBetweenClusters(t *testing.T) {
+	t.Parallel()
+	src := startPeersCluster(t, 3)
+	dst := startPeersClusterEnv(t, 3, []string{"NARAD_ADMIN_PASSWORD=" + dstAdminPass})
+	da := &api{Client: dst[0].Client().WithBasicAuth("admin", dstAdminPass), t: t}
+	da.PostJSON("/v1/users", map[string]any{"username": "copier", "password": copierPass,
+		"grants": []map[string]any{{"action": "produce", "topics": []string{"copy.*"}}}}).Expect(t, http.StatusCreated)
+	da.createTopic("copy.orders", map[string]any{"partitions": 2})
+	src[0].api.createTopic("orders", map[string]any{"partitions": 2})
+	r := src[0].api.PostJSON(topicPath("orders")+"/children", map[string]any{"child": "copy.orders",
+		"remote": map[string]any{"url": dst[0].URL(), "username": "copier", "password": copierPass}})
+	var att remoteChildJSON
+	if !r.Expect(t, http.StatusCreated) || !r.JSON(t, &att) {
+		t.FailNow()
+	}
+	var (
+		mu       sync.Mutex
+		accepted = map[string]bool{}
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			nd := src[i%3]
+			if !nd.Running() {
+				continue
+			}
+			id := fmt.Sprintf(`{"id":%d}`, i)
+			rr, err := nd.api.Try(http.MethodPost, topicPath("orders")+"/produce", []byte(id), "Content-Type", "application/json")
+			if err == nil && rr.Status == http.StatusAccepted {
+				mu.Lock()
+				accepted[id] = true
+				mu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond) // a steady load, not a flood: six nodes share the machine
+		}
+	}()
+	grow := func(n int) {
+		mu.Lock()
+		want := len(accepted) + n
+		mu.Unlock()
+		waitFor(t, 30*time.Second, "produces going on", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(accepted) >= want
+		})
+	}
+	grow(100)
+	// A remote replica that leads a partition dies (not the node the URL names: one
+	// URL reaches the remote cluster here).
+	var victim *clusterNode
+	for p := range 2 {
+		var l *clusterNode
+		waitFor(t, 30*time.Second, "a leader of the remote partition", func() bool {
+			rr, err := da.Try(http.MethodGet, topicPath("copy.orders"), nil)
+			if err != nil || rr.Status != http.StatusOK {
+				return false
+			}
+			var d topicDetail
+			if json.Unmarshal(rr.Body, &d) != nil || p >= len(d.PartitionStats) {
+				return false
+			}
+			for _, nd := range dst {
+				if nd.id == d.PartitionStats[p].Leader {
+					l = nd
+				}
+			}
+			return l != nil
+		})
+		if l != dst[0] && victim == nil {
+			victim = l
+		}
+	}
+	if victim == nil {
+		victim = dst[1]
+	}
+	victim.Kill()
+	grow(100)
+	victim.Launch()
+	if err := victim.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	lead := leaderOf(t, src, "orders", 0)
+	lead.Kill()
+	grow(100)
+	lead.Launch()
+	if err := lead.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	grow(50)
+	close(stop)
+	wg.Wait()
+	waitFor(t, 60*time.Second, "the copy to catch up", func() bool {
+		c, _, ok := src[1].api.remoteChild("orders", att.ID)
+		if !ok || len(c.Lag) != 2 || c.totalLag() != 0 {
+			return false
+		}
+		for _, l := range c.Lag {
+			if l.ChildCursor == 0 || l.ChildCursor != l.ParentNextOffset {
+				return false
+			}
+		}
+		return true
+	})
+	got := map[string]bool{}
+	for p := range 2 {
+		for _, m := range da.readAll("copy.orders", p) {
+			got[string(m.Payload)] = true
+		}
+	}
+	missing := 0
+	for id := range accepted {
+		if !got[id] {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d messages accepted at the source are not in the remote topic", missing, len(accepted))
+	}
+	t.Logf("%d messages copied between two 3-node clusters through a remote and a source failover", len(accepted))
 }
