@@ -756,21 +756,22 @@ func (p *Partition) CommitFanoutCursor(ctx context.Context, attachID, next uint6
 func (r *replica) fanoutCursors() [][2]uint64 {
 	r.fanMu.Lock()
 	defer r.fanMu.Unlock()
-	out := make([][2]uint64, 0, len(r.fanout))
-	for id, next := range r.fanout {
-		out = append(out, [2]uint64{id, next})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
-	return out
+	return sortedPairs(r.fanout)
 }
 
 // committedAttempts returns the committed delivery counts, sorted by offset.
 func (r *replica) committedAttempts() [][2]uint64 {
 	r.attMu.Lock()
 	defer r.attMu.Unlock()
-	out := make([][2]uint64, 0, len(r.attempts))
-	for o, a := range r.attempts {
-		out = append(out, [2]uint64{o, uint64(a)})
+	return sortedPairs(r.attempts)
+}
+
+// sortedPairs returns m's entries as (key, value) pairs sorted by key, as snapshots
+// write them.
+func sortedPairs[V uint32 | uint64](m map[uint64]V) [][2]uint64 {
+	out := make([][2]uint64, 0, len(m))
+	for k, v := range m {
+		out = append(out, [2]uint64{k, uint64(v)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
 	return out
