@@ -40,33 +40,15 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 		logf = func(string, ...any) {}
 	}
 	cfg.Workload.Cluster = true
-	if cfg.Bin == "" {
-		bin, err := Binary(ctx)
-		if err != nil {
-			res.Err = err
-			return res
-		}
-		cfg.Bin = bin
+	bin, dir, histPath, rec, err := runFiles(ctx, cfg.Bin, cfg.Dir, "narad-verify-cluster-", cfg.Workload.Seed)
+	if dir != "" {
+		res.Dir = dir
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", fmt.Sprintf("narad-verify-cluster-%d-", cfg.Workload.Seed))
-		if err != nil {
-			res.Err = err
-			return res
-		}
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		res.Err = err
-		return res
-	}
-	res.Dir = dir
-	histPath := filepath.Join(dir, "history.jsonl")
-	rec, err := history.Create(histPath)
 	if err != nil {
 		res.Err = err
 		return res
 	}
+	cfg.Bin = bin
 	clk := history.NewClock()
 
 	ids := make([]string, cfg.Nodes)

@@ -99,33 +99,15 @@ func Run(ctx context.Context, cfg Config) *Result {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	if cfg.Bin == "" {
-		bin, err := Binary(ctx)
-		if err != nil {
-			res.Err = err
-			return res
-		}
-		cfg.Bin = bin
+	bin, dir, histPath, rec, err := runFiles(ctx, cfg.Bin, cfg.Dir, "narad-verify-", cfg.Workload.Seed)
+	if dir != "" {
+		res.Dir = dir
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", fmt.Sprintf("narad-verify-%d-", cfg.Workload.Seed))
-		if err != nil {
-			res.Err = err
-			return res
-		}
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		res.Err = err
-		return res
-	}
-	res.Dir = dir
-	histPath := filepath.Join(dir, "history.jsonl")
-	rec, err := history.Create(histPath)
 	if err != nil {
 		res.Err = err
 		return res
 	}
+	cfg.Bin = bin
 	clk := history.NewClock()
 	args := append(append([]string(nil), DefaultArgs...), cfg.Args...)
 	n, err := node.New(node.Options{Bin: cfg.Bin, DataDir: filepath.Join(dir, "data"), LogPath: filepath.Join(dir, "node.log"), Args: args})
@@ -194,4 +176,32 @@ func Summary(b *bytes.Buffer, res *Result) {
 	if res.Dir != "" {
 		fmt.Fprintf(b, "files:             %s (history.jsonl, node.log, data/)\n", res.Dir)
 	}
+}
+
+// runFiles finds the narad binary (bin, or the one Binary builds) and makes a run's
+// directory (dir, or a new temporary one named prefix<seed>-…) and its history file:
+// the single node's run and the cluster's alike.
+func runFiles(ctx context.Context, bin, dir, prefix string, seed int64) (string, string, string, *history.Writer, error) {
+	if bin == "" {
+		b, err := Binary(ctx)
+		if err != nil {
+			return "", "", "", nil, err
+		}
+		bin = b
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", prefix, seed))
+		if err != nil {
+			return "", "", "", nil, err
+		}
+		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", "", nil, err
+	}
+	histPath := filepath.Join(dir, "history.jsonl")
+	rec, err := history.Create(histPath)
+	if err != nil {
+		return bin, dir, "", nil, err
+	}
+	return bin, dir, histPath, rec, nil
 }
