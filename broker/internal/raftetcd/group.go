@@ -247,18 +247,22 @@ func (g *group) maybeSnapshot() {
 	if g.cfg.Snapshot == nil || every <= 0 || g.h.opts.Store != StoreRaftstore {
 		return
 	}
-	if allowed := g.h.opts.SnapshotsAllowed; allowed != nil && !allowed() {
-		return
-	}
 	g.mu.Lock()
 	applied, cs, last, changed := g.applied, g.cs, g.snapIndex, g.confChanged
 	g.mu.Unlock()
 	// After a change of voters, a snapshot matters only once the log was compacted: a
 	// new member of a group whose log is whole catches up from it (so a new group's
 	// bootstrap entries take none).
-	first, _ := g.st.FirstIndex()
-	due := applied >= last+uint64(every) || (changed && applied > last && first > 1)
+	due := applied >= last+uint64(every)
+	if !due && changed && applied > last {
+		first, _ := g.st.FirstIndex()
+		due = first > 1
+	}
 	if !due || applied < g.nextSnapTry {
+		return
+	}
+	// Asked only when one is due: it runs after every Ready of every group.
+	if allowed := g.h.opts.SnapshotsAllowed; allowed != nil && !allowed() {
 		return
 	}
 	data, err := g.cfg.Snapshot()
