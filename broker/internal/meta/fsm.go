@@ -113,6 +113,9 @@ type Alter struct {
 	// alter is refused (ErrTopicNotFound) if the name has another by then. Zero (and
 	// every command of an older version) alters whatever topic of the name exists.
 	Incarnation uint64 `json:"incarnation,omitempty"`
+	// ReplicationFactor, when set, is the replica count the topic's partitions should
+	// have: the controller adds or removes replicas through moves until they do.
+	ReplicationFactor *int32 `json:"replication_factor,omitempty"`
 }
 
 type command struct {
