@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/testutil"
 )
 
@@ -356,11 +357,12 @@ func (c *upgradeCluster) finish() {
 
 // rollingUpgrade upgrades a 3-node cluster of release old to release cur one node at a
 // time under load, rolls one node back to old before the cluster version is committed,
-// upgrades it again, and checks that version 2 is committed only once every node runs
-// cur, that no version-2 operation was used before, and the delivery contract.
+// upgrades it again, and checks that cur's highest version is committed only once
+// every node runs cur, that no version-2 operation was used before, and the delivery contract.
 // reports says old reports its versions (this binary held at 1 does; a release before
 // cluster versions does not, and its controller records none).
 func rollingUpgrade(t *testing.T, old, cur release, reports bool) {
+	top := meta.VersionMax // what cur speaks and, once every node runs it, the cluster
 	c := startUpgradeCluster(t, old)
 	c.load()
 	c.progress(20)
@@ -370,14 +372,14 @@ func rollingUpgrade(t *testing.T, old, cur release, reports bool) {
 	c.replace(1, cur)
 	if reports {
 		// Every node's range is known, and n3 alone holds the cluster at 1.
-		c.versionIs("v=1 n1=2 n2=2 n3=1")
+		c.versionIs(fmt.Sprintf("v=1 n1=%d n2=%d n3=1", top, top))
 	}
 	c.clusterVersionIs(1)
 
 	// A rollback before the commit: n2 runs the old release again, and serves.
 	c.replace(1, old)
 	if reports {
-		c.versionIs("v=1 n1=2 n2=1 n3=1")
+		c.versionIs(fmt.Sprintf("v=1 n1=%d n2=1 n3=1", top))
 	}
 	c.clusterVersionIs(1)
 	if n := c.statsBatches(); n != 0 {
@@ -386,9 +388,9 @@ func rollingUpgrade(t *testing.T, old, cur release, reports bool) {
 
 	c.replace(1, cur)
 	c.replace(2, cur)
-	c.versionIs("v=2 n1=2 n2=2 n3=2")
+	c.versionIs(fmt.Sprintf("v=%d n1=%d n2=%d n3=%d", top, top, top, top))
 	for _, nd := range c.nodes {
-		if v, ok := metricValue(nd.api, "narad_cluster_version"); !ok || v != 2 {
+		if v, ok := metricValue(nd.api, "narad_cluster_version"); !ok || v != float64(top) {
 			t.Fatalf("narad_cluster_version on %s: %v %v", nd.id, v, ok)
 		}
 	}
@@ -400,7 +402,7 @@ func rollingUpgrade(t *testing.T, old, cur release, reports bool) {
 	late := &clusterNode{id: "n4", addr: freeClusterAddr(t)}
 	late.Narad = testutil.LaunchNarad(t, testutil.Options{Bin: old.bin, Args: clusterArgs(late.id, late.addr, append([]string{"--join", c.nodes[0].addr}, old.args...)...), Env: clusterEnv(clusterSecret)})
 	waitFor(t, 60*time.Second, "the join of a node of release N refused", func() bool {
-		return strings.Contains(late.Log(), "node n4 speaks cluster versions 1 and the cluster runs version 2")
+		return strings.Contains(late.Log(), fmt.Sprintf("node n4 speaks cluster versions 1 and the cluster runs version %d", top))
 	})
 	if cl, err := c.nodes[0].cluster(); err != nil || strings.Contains(membersString(cl.Members), "n4@") {
 		t.Fatalf("after the refused join: %v %v", membersString(cl.Members), err)

@@ -65,6 +65,8 @@ type config struct {
 	ClusterSecretNextFile string
 	ClusterSecretNext     string
 	ClusterVersionMax     int
+	AutoRebalance         bool
+	MaxMoves              int
 	// secretFlags names the secret flags given on the command line (they show in ps).
 	secretFlags []string
 	// PrintConfig prints the effective configuration and exits (--print-config).
@@ -118,6 +120,8 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "the cluster secret itself (prefer --cluster-secret-file or NARAD_CLUSTER_SECRET: flags show in ps)")
 	fs.StringVar(&c.ClusterSecretNextFile, "cluster-secret-next-file", "", "file holding the next cluster secret during a rotation (accepted and offered besides the current one; empty: none); reread on SIGHUP")
 	fs.StringVar(&c.ClusterSecretNext, "cluster-secret-next", "", "the next cluster secret itself (prefer --cluster-secret-next-file or NARAD_CLUSTER_SECRET_NEXT: flags show in ps)")
+	fs.BoolVar(&c.AutoRebalance, "auto-rebalance", true, "the controller moves partition replicas onto nodes that hold fewer (a node that joined) on its own; false: only POST /v1/cluster/rebalance does")
+	fs.IntVar(&c.MaxMoves, "max-moves", meta.DefaultMaxMoves, "how many partition moves the cluster runs at once (decommissions, rebalancing and replication factor changes start theirs within it)")
 	fs.IntVar(&c.ClusterVersionMax, "cluster-version-max", 0, fmt.Sprintf("the highest cluster version this node offers (0: the highest it speaks, %d): lower it on every node during an upgrade to keep the cluster at the previous release's version, so a rollback stays possible (docs/operating/upgrades.md)", meta.VersionMax))
 	fs.IntVar(&c.Partitions, "default-partitions", 3, "partitions of a topic created without a count")
 	fs.DurationVar(&c.Retention, "default-retention", 7*24*time.Hour, "retention of a topic created without one")
@@ -243,6 +247,8 @@ func (c config) validate() error {
 	switch {
 	case c.Partitions < 1 || c.Partitions > broker.MaxPartitions:
 		return fmt.Errorf("--default-partitions must be 1 to %d", broker.MaxPartitions)
+	case c.MaxMoves < 1 || c.MaxMoves > 64:
+		return fmt.Errorf("--max-moves must be 1 to 64 (got %d)", c.MaxMoves)
 	case c.ClusterVersionMax != 0 && (c.ClusterVersionMax < meta.VersionMin || c.ClusterVersionMax > meta.VersionMax):
 		return fmt.Errorf("--cluster-version-max must be 0 (the highest this binary speaks) or %d to %d, the cluster versions this binary speaks", meta.VersionMin, meta.VersionMax)
 	case c.Visibility < broker.MinVisibility || c.Visibility > broker.MaxVisibility:

@@ -119,7 +119,7 @@ func TestInvalidConfigNamesTheSetting(t *testing.T) {
 		{[]string{"--auth-failure-delay", "-1s"}, nil, "--auth-failure-delay"},
 		{[]string{"--segment-bytes", "10"}, nil, "--segment-bytes"},
 		{[]string{"--stats-interval", "1ms"}, nil, "--stats-interval"},
-		{[]string{"--cluster-version-max", "3"}, nil, "--cluster-version-max"},
+		{[]string{"--cluster-version-max", "4"}, nil, "--cluster-version-max"},
 		{nil, map[string]string{"NARAD_CLUSTER_VERSION_MAX": "-1"}, "--cluster-version-max"},
 		{nil, map[string]string{"NARAD_STATS_INTERVAL": "2h"}, "--stats-interval"},
 		{nil, map[string]string{"NARAD_MAX_CONNECTIONS": "many"}, "NARAD_MAX_CONNECTIONS"},

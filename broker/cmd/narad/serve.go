@@ -63,6 +63,7 @@ func serve(args []string) (err error) {
 		bopts.Cluster.HTTPAddr, _ = c.httpAdvertise()
 	}
 	bopts.Cluster.VersionMax = c.ClusterVersionMax
+	bopts.Cluster.AutoRebalance, bopts.Cluster.MaxMoves = c.AutoRebalance, c.MaxMoves
 	b, err := broker.Open(bopts)
 	if err != nil {
 		return err

@@ -142,6 +142,15 @@ type Broker struct {
 	meta    *meta.Store
 	metrics *Metrics
 
+	// placeMu orders the changes of which partitions this node holds (opening a
+	// topic, a move adding or removing a replica here, closing a topic).
+	placeMu sync.Mutex
+	// moveReports is when this node last recorded each move's progress.
+	moveReports struct {
+		sync.Mutex
+		at map[uint64]time.Time
+	}
+
 	mu     sync.RWMutex
 	topics map[string]*topic
 
@@ -181,15 +190,27 @@ type topic struct {
 	cur         atomic.Pointer[meta.Topic] // settings; replaced whole on alter
 	schema      atomic.Pointer[compiledSchema]
 	dir         string
-	// parts are the partitions, nil where another node holds the partition (the
-	// topic's placement names which).
-	parts   []*partition.Partition
+	// partsP holds the partitions, nil where another node holds the partition (the
+	// topic's placement names which). It is replaced whole (copy on write) when a
+	// move adds or removes a replica here; parts() reads it.
+	partsP  atomic.Pointer[[]*partition.Partition]
 	waiting atomic.Int32  // consumes parked on this topic
 	produce atomic.Uint32 // round-robin for keyless produce
 	consume atomic.Uint32 // first partition tried by the next consume
 	sig     signal
 	done    chan struct{} // closed when the incarnation is closed
 	metrics *topicMetrics
+}
+
+// parts returns the topic's partitions as they are now (see partsP): index i is nil
+// where this node holds no replica of partition i.
+func (t *topic) parts() []*partition.Partition { return *t.partsP.Load() }
+
+// setPart replaces partition i (nil: none held here). The caller serializes changes.
+func (t *topic) setPart(i int, p *partition.Partition) {
+	next := slices.Clone(t.parts())
+	next[i] = p
+	t.partsP.Store(&next)
 }
 
 // Open opens (or creates) the node's data directory and starts serving once its
@@ -488,38 +509,42 @@ func queueConfig(m meta.Topic) queue.Config {
 	}
 }
 
+// openPart opens this node's partition i of t (m is t's metadata): a replica of its
+// group when it is replicated.
+func (b *Broker) openPart(t *topic, m meta.Topic, i int32) (*partition.Partition, error) {
+	popts := partition.Options{
+		Dir:          filepath.Join(t.dir, strconv.Itoa(int(i))),
+		Index:        uint32(i),
+		Queue:        queueConfig(m),
+		SegmentBytes: b.opts.SegmentBytes,
+		Syncer:       b.syncerOrNil(),
+		Logger:       b.log.With("topic", m.Name, "partition", i),
+		OnAvailable:  t.sig.broadcast,
+		OnDamaged: func(log string, n int) {
+			b.metrics.Damaged.WithLabelValues(m.Name, log).Add(float64(n))
+		},
+		OnExpired: func(n int) { t.metrics.expiries.Add(float64(n)) },
+	}
+	if b.replicated(&m, int(i)) {
+		return b.openReplica(t, m, int(i), popts)
+	}
+	return partition.Open(popts)
+}
+
 func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 	t := &topic{name: m.Name, incarnation: m.Incarnation, dir: filepath.Join(b.opts.DataDir, "topics", topicDirName(m)), done: make(chan struct{})}
 	t.metrics = b.metrics.forTopic(m.Name)
 	t.cur.Store(&m)
+	parts := make([]*partition.Partition, m.Partitions)
+	t.partsP.Store(&parts)
 	for i := int32(0); i < m.Partitions; i++ {
 		if !b.holds(m, i) {
-			t.parts = append(t.parts, nil)
 			b.warnOrphan(m, i, filepath.Join(t.dir, strconv.Itoa(int(i))))
 			continue
 		}
-		popts := partition.Options{
-			Dir:          filepath.Join(t.dir, strconv.Itoa(int(i))),
-			Index:        uint32(i),
-			Queue:        queueConfig(m),
-			SegmentBytes: b.opts.SegmentBytes,
-			Syncer:       b.syncerOrNil(),
-			Logger:       b.log.With("topic", m.Name, "partition", i),
-			OnAvailable:  t.sig.broadcast,
-			OnDamaged: func(log string, n int) {
-				b.metrics.Damaged.WithLabelValues(m.Name, log).Add(float64(n))
-			},
-			OnExpired: func(n int) { t.metrics.expiries.Add(float64(n)) },
-		}
-		var p *partition.Partition
-		var err error
-		if b.replicated(&m, int(i)) {
-			p, err = b.openReplica(t, m, int(i), popts)
-		} else {
-			p, err = partition.Open(popts)
-		}
+		p, err := b.openPart(t, m, i)
 		if err != nil {
-			for j, q := range t.parts {
+			for j, q := range parts {
 				if q != nil {
 					b.closeReplica(t, j)
 					_ = q.Close() // the open error is the one to report
@@ -527,7 +552,7 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 			}
 			return nil, err
 		}
-		t.parts = append(t.parts, p)
+		parts[i] = p
 	}
 	return t, nil
 }
@@ -540,7 +565,7 @@ func (b *Broker) holds(m meta.Topic, i int32) bool {
 		return true
 	}
 	if b.replicated(&m, int(i)) {
-		return slices.Contains(m.Placement[i].Replicas, b.opts.NodeID)
+		return slices.Contains(m.Placement[i].Replicas, b.opts.NodeID) || slices.Contains(m.Placement[i].Learners, b.opts.NodeID)
 	}
 	return m.Placement[i].Leader == b.opts.NodeID
 }
@@ -583,7 +608,7 @@ func (b *Broker) applySettings(t *topic, m meta.Topic) {
 	if sameTopic(*old, m) {
 		return // only the fan-out links changed
 	}
-	for _, p := range t.parts {
+	for _, p := range t.parts() {
 		if p != nil {
 			p.SetConfig(queueConfig(m))
 		}
@@ -627,9 +652,11 @@ func (b *Broker) refreshSchema(t *topic, m meta.Topic, all []meta.Topic) {
 // closeTopic closes a topic's partitions, wakes its waiting consumers, and with remove
 // deletes its data.
 func (b *Broker) closeTopic(t *topic, remove bool) {
+	b.placeMu.Lock()
+	defer b.placeMu.Unlock()
 	close(t.done)
 	t.sig.broadcast()
-	for i, p := range t.parts {
+	for i, p := range t.parts() {
 		if p == nil {
 			continue
 		}
@@ -669,7 +696,7 @@ func (b *Broker) retentionLoop() {
 
 func (b *Broker) enforceRetention(t *topic) {
 	cutoff := partition.WallMillis() - t.cur.Load().RetentionMs
-	for i, p := range t.parts {
+	for i, p := range t.parts() {
 		if p == nil {
 			continue // its holder enforces it
 		}

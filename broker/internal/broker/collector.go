@@ -74,7 +74,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range ts {
 		var backlog, inFlight, ackedAhead, segments, bytes float64
 		oldest := int64(-1)
-		for _, p := range t.parts {
+		for _, p := range t.parts() {
 			if p == nil || !p.Leading() {
 				continue // reported by the node that serves it
 			}
@@ -94,7 +94,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			age = time.Duration((now - oldest) * int64(time.Millisecond)).Seconds()
 		}
 		var led, replicas, lag, inSync float64
-		for i, p := range t.parts {
+		for i, p := range t.parts() {
 			if p == nil {
 				continue
 			}
@@ -157,7 +157,7 @@ func collectFanout(b *Broker, ch chan<- prometheus.Metric, ts []*topic) {
 		cp := b.copiers[copierKey{child: m.Name, childInc: m.Incarnation, attachID: m.AttachID}]
 		b.copiersMu.Unlock()
 		lag := 0.0
-		for i, p := range pt.parts {
+		for i, p := range pt.parts() {
 			if p == nil || !p.Leading() {
 				continue // reported by the node that serves it
 			}

@@ -130,7 +130,7 @@ func (b *Broker) handBack(t *topic, ds []Delivered) {
 // partitions that are up (and waits on them), and fails only when none is.
 func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) ([]Delivered, error) {
 	vis := time.Duration(t.cur.Load().VisibilityMs) * time.Millisecond
-	n := len(t.parts)
+	n := len(t.parts())
 	start := int(t.consume.Add(1) % uint32(n))
 	var out []Delivered
 	var firstErr, downErr error

@@ -74,11 +74,11 @@ func (b *Broker) startCopier(parent, child *topic, m meta.Topic) (*copier, error
 	c := &copier{
 		b: b, parent: parent, child: child, attachID: m.AttachID, delayMs: m.FanoutDelayMs,
 		dir:     filepath.Join(child.dir, "fanout"),
-		cursors: make([]atomic.Uint64, len(parent.parts)),
-		sent:    make([]map[int]uint64, len(parent.parts)),
+		cursors: make([]atomic.Uint64, len(parent.parts())),
+		sent:    make([]map[int]uint64, len(parent.parts())),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}), done: make(chan struct{}),
-		committing: make([]atomic.Bool, len(parent.parts)),
+		committing: make([]atomic.Bool, len(parent.parts())),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// Durable before the first cursor is written, and private like every data directory.
@@ -265,7 +265,7 @@ func (c *copier) round() (time.Duration, error) {
 	wait := time.Duration(-1)
 	now := partition.WallMillis()
 	var errs error
-	for pp, p := range c.parent.parts {
+	for pp, p := range c.parent.parts() {
 		if p == nil || !p.Leading() {
 			continue // the node serving this parent partition copies it
 		}
@@ -388,7 +388,7 @@ func (c *copier) commitCursor(pp int, p *partition.Partition) {
 // took (c.sent) are skipped; each append that succeeds is recorded there, so when
 // another child partition's append fails, the retry appends only where it failed.
 func (c *copier) copy(pp int, recs []segment.Record) error {
-	n := len(c.child.parts)
+	n := len(c.child.parts())
 	if c.sent[pp] == nil {
 		c.sent[pp] = make(map[int]uint64, 1)
 	}
@@ -396,7 +396,7 @@ func (c *copier) copy(pp int, recs []segment.Record) error {
 	groups := make(map[int][]segment.Record, 1)
 	for _, r := range recs {
 		cp := pp % n
-		if len(c.parent.parts) != n && r.Key != nil {
+		if len(c.parent.parts()) != n && r.Key != nil {
 			cp = PartitionForKey(r.Key, n)
 		}
 		if r.Offset < sent[cp] {
@@ -445,8 +445,8 @@ func (b *Broker) parentStart(parent string) ([]uint64, uint64, error) {
 		return nil, 0, err
 	}
 	stats, errs := b.allStats(context.Background(), t)
-	start := make([]uint64, len(t.parts))
-	for i := range t.parts {
+	start := make([]uint64, len(t.parts()))
+	for i := range t.parts() {
 		if errs[i] != nil {
 			return nil, 0, errs[i]
 		}
@@ -532,7 +532,7 @@ func (b *Broker) Children(parent string) ([]ChildInfo, error) {
 			continue
 		}
 		ci := ChildInfo{Name: m.Name, DelayMs: m.FanoutDelayMs, Paused: b.fanoutDenied(m, parent)}
-		for i := range pt.parts {
+		for i := range pt.parts() {
 			if !pt.leads(i) {
 				l, err := b.remoteLag(pt, i, m)
 				if err != nil {
@@ -554,7 +554,7 @@ func (b *Broker) localLag(pt *topic, i int, m meta.Topic) ChildLag {
 	b.copiersMu.Lock()
 	c := b.copiers[copierKey{child: m.Name, childInc: m.Incarnation, attachID: m.AttachID}]
 	b.copiersMu.Unlock()
-	l := ChildLag{Partition: int32(i), ParentNext: pt.parts[i].Stats().End}
+	l := ChildLag{Partition: int32(i), ParentNext: pt.parts()[i].Stats().End}
 	if c != nil {
 		l.Cursor = c.cursors[i].Load()
 	} else if i < len(m.FanoutStart) {

@@ -103,7 +103,7 @@ func TestFailpointFanoutRetryCopiesOnlyWhatFailed(t *testing.T) {
 	}
 	want := map[int]uint64{0: 2, 1: 1}
 	failed, healthy := 0, 0
-	for cp, p := range ct.parts {
+	for cp, p := range ct.parts() {
 		switch end := p.Stats().End; end {
 		case 0:
 			failed++
@@ -155,13 +155,13 @@ func TestFailpointFanoutFailedPartitionDoesNotStarveOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for ct.parts[1].Stats().End != 1 {
+	for ct.parts()[1].Stats().End != 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("child partition 1 holds %d messages after %d failed rounds, want 1: the failed partition 0 holds up the copy", ct.parts[1].Stats().End, retries.Load())
+			t.Fatalf("child partition 1 holds %d messages after %d failed rounds, want 1: the failed partition 0 holds up the copy", ct.parts()[1].Stats().End, retries.Load())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if end := ct.parts[0].Stats().End; end != 0 {
+	if end := ct.parts()[0].Stats().End; end != 0 {
 		t.Fatalf("child partition 0 holds %d messages; its append was failed", end)
 	}
 }

@@ -43,7 +43,7 @@ func childEnd(t *testing.T, b *Broker, name string) uint64 {
 		t.Fatal(err)
 	}
 	n := uint64(0)
-	for _, p := range ct.parts {
+	for _, p := range ct.parts() {
 		n += p.Stats().End
 	}
 	return n

@@ -3,6 +3,15 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/raftetcd"
 )
 
 // ErrMoveNotFound: no move of that id.
@@ -54,24 +63,90 @@ type ForceLeaderResult struct {
 	Replicas []string
 }
 
+func moveInfo(m meta.Move) MoveInfo {
+	return MoveInfo{ID: strconv.FormatUint(m.ID, 10), Topic: m.Topic, Partition: m.Partition, From: m.From, To: m.To,
+		Status: m.Status, Reason: m.Reason, Cause: m.Cause, Progress: m.Progress, Lag: m.Lag,
+		CreatedAtMs: m.CreatedAtMs, UpdatedAtMs: m.UpdatedAtMs}
+}
+
+// clusterOnly refuses the membership operations on a lone node (no node plane).
+func (b *Broker) clusterOnly(what string) error {
+	if err := b.ensureReady(); err != nil {
+		return err
+	}
+	if b.repl == nil {
+		return &ConflictError{Msg: what + " needs a cluster: this node runs alone (start it with --peers or --join)"}
+	}
+	return nil
+}
+
 // StartMove moves the replica of partition p of topic from node from to node to. An
 // identical move already under way is returned as it is (a retry). Errors:
 // ErrTopicNotFound, ErrPartitionNotFound, ErrMemberNotFound (from or to unknown),
 // *ConflictError (to dead or already a replica, from not a replica, another move of
 // the partition under way, the cluster version too old), ErrUnavailable.
 func (b *Broker) StartMove(ctx context.Context, topic string, p int32, from, to string) (MoveInfo, error) {
-	return MoveInfo{}, ErrNotImplemented
+	if err := b.clusterOnly("moving a partition"); err != nil {
+		return MoveInfo{}, err
+	}
+	if err := checkName(topic); err != nil {
+		return MoveInfo{}, err
+	}
+	if err := b.meta.Sync(ctx); err != nil {
+		return MoveInfo{}, mapMetaErr(err)
+	}
+	m, ok := b.meta.Topic(topic)
+	if !ok {
+		return MoveInfo{}, ErrTopicNotFound
+	}
+	if p < 0 || p >= m.Partitions {
+		return MoveInfo{}, ErrPartitionNotFound
+	}
+	for _, n := range []string{from, to} {
+		if _, ok := b.meta.Member(n); !ok {
+			return MoveInfo{}, fmt.Errorf("%w: no member %q; list them with GET /v1/cluster/members", ErrMemberNotFound, n)
+		}
+	}
+	if from == to {
+		return MoveInfo{}, &ConflictError{Msg: fmt.Sprintf("from and to are both %s; a move needs two different nodes", from)}
+	}
+	if int(p) < len(m.Placement) && len(m.Placement[p].Replicas) < 2 {
+		return MoveInfo{}, &ConflictError{Msg: fmt.Sprintf("partition %d of topic %s has a single replica, which is not a replicated group and cannot move while serving; raise the topic's replication_factor to 2 or more first", p, topic)}
+	}
+	mv, err := b.meta.StartMove(meta.Move{Topic: topic, Incarnation: m.Incarnation, Partition: p, From: from, To: to, Cause: meta.CauseRequest})
+	if err != nil {
+		return MoveInfo{}, mapMetaErr(err)
+	}
+	return moveInfo(mv), nil
 }
 
 // Moves lists every move the control plane holds, newest first.
 func (b *Broker) Moves(ctx context.Context) ([]MoveInfo, error) {
-	return nil, ErrNotImplemented
+	if err := b.ensureReady(); err != nil {
+		return nil, err
+	}
+	ms := b.meta.Moves()
+	out := make([]MoveInfo, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, moveInfo(m))
+	}
+	return out, nil
 }
 
 // CancelMove cancels move id while it is copying. Errors: ErrMoveNotFound;
 // *ConflictError once it switched (or ended).
 func (b *Broker) CancelMove(ctx context.Context, id string) error {
-	return ErrNotImplemented
+	if err := b.clusterOnly("cancelling a move"); err != nil {
+		return err
+	}
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil || n == 0 {
+		return fmt.Errorf("%w: move ids are the numbers GET /v1/cluster/moves lists", ErrMoveNotFound)
+	}
+	if _, err := b.meta.SetMoveStatus(n, meta.MoveCancelled, "cancelled on request"); err != nil {
+		return mapMetaErr(err)
+	}
+	return nil
 }
 
 // Decommission starts moving every replica off node and removes it once it holds
@@ -79,14 +154,36 @@ func (b *Broker) CancelMove(ctx context.Context, id string) error {
 // returns the member as it is. Errors: ErrMemberNotFound; *ConflictError (the last
 // node, or no live node to take a replica).
 func (b *Broker) Decommission(ctx context.Context, node string) (MemberInfo, error) {
-	return MemberInfo{}, ErrNotImplemented
+	if err := b.clusterOnly("decommissioning a node"); err != nil {
+		return MemberInfo{}, err
+	}
+	if err := b.meta.Sync(ctx); err != nil {
+		return MemberInfo{}, mapMetaErr(err)
+	}
+	m, err := b.meta.Decommission(node)
+	if err != nil {
+		return MemberInfo{}, mapMetaErr(err)
+	}
+	l := b.meta.MemberLoads()[m.ID]
+	return MemberInfo{Member: m, PartitionsHeld: l.Held, PartitionsLed: l.Led}, nil
 }
 
-// Rebalance starts the moves that even out replicas and leaders over the members
-// (a bounded number at once; the controller starts the rest as those finish) and
-// returns those it started.
+// Rebalance starts the moves that even out replicas over the members (a bounded
+// number at once; the controller starts the rest as those finish when auto-rebalance
+// is on) and returns those it started.
 func (b *Broker) Rebalance(ctx context.Context) ([]MoveInfo, error) {
-	return nil, ErrNotImplemented
+	if err := b.clusterOnly("rebalancing"); err != nil {
+		return nil, err
+	}
+	if err := b.meta.Sync(ctx); err != nil {
+		return nil, mapMetaErr(err)
+	}
+	ms, err := b.meta.Rebalance()
+	out := make([]MoveInfo, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, moveInfo(m))
+	}
+	return out, mapMetaErr(err)
 }
 
 // ForceLeader makes the replica on node the only member of partition p's new
@@ -95,4 +192,220 @@ func (b *Broker) Rebalance(ctx context.Context) ([]MoveInfo, error) {
 // ErrMemberNotFound, *ConflictError (node holds no replica of it, or is not live).
 func (b *Broker) ForceLeader(ctx context.Context, topic string, p int32, node string) (ForceLeaderResult, error) {
 	return ForceLeaderResult{}, ErrNotImplemented
+}
+
+// alterReplicationFactor records topic's new replica count; the controller's moves
+// follow (docs/operating/cluster.md).
+func (b *Broker) alterReplicationFactor(name string, inc uint64, rf int32) error {
+	if rf < 1 || rf > MaxReplicationFactor {
+		return invalid(apigen.ErrorCodeInvalidParameter, "replication_factor must be 1 to %d", MaxReplicationFactor)
+	}
+	if b.repl == nil {
+		if rf == 1 {
+			return nil
+		}
+		return &ConflictError{Msg: "replication_factor above 1 needs a cluster: this node runs alone (start it with --peers or --join)"}
+	}
+	m, ok := b.meta.Topic(name)
+	if !ok {
+		return ErrTopicNotFound
+	}
+	if rf == m.ReplicationFactor {
+		return nil
+	}
+	for i, p := range m.Placement {
+		if len(p.Replicas) == 1 && rf > 1 && !b.meta.Allows(meta.FeatureGroupOnData) {
+			return &ConflictError{Msg: fmt.Sprintf("partition %d of topic %s has a single replica; raising its replication factor needs cluster version %d", i, name, meta.FeatureGroupOnData.Since)}
+		}
+	}
+	_, err := b.meta.SetReplicationFactor(name, inc, rf)
+	return mapMetaErr(err)
+}
+
+// steerMoves is the partition leader's and the replicas' part in moves, run every
+// second: a leader adds the learners its placement names, reports their progress,
+// switches a move once its learner caught up, and marks it removing once the group
+// runs on the new replica set; the old replica then deletes its copy (followPlacement).
+func (b *Broker) steerMoves(t *topic, i int, info raftetcd.GroupInfo, mv meta.Move, hasMove bool) {
+	if !hasMove || !info.Leader {
+		return
+	}
+	m := t.cur.Load()
+	switch mv.Status {
+	case meta.MoveCopying:
+		to, ok := b.meta.Member(mv.To)
+		if !ok {
+			return
+		}
+		id := raftID(to.ServerID)
+		if !slices.Contains(info.Learners, id) {
+			return // reconcileVoters adds it first
+		}
+		match := info.Match[id]
+		lp := t.parts()[i]
+		if lp == nil {
+			return
+		}
+		hw := lp.Stats().End
+		off := min(lp.OffsetAtIndex(match), hw)
+		lag := hw - off
+		progress := 1.0
+		if hw > 0 {
+			progress = float64(off) / float64(hw)
+		}
+		if match+learnerSlack >= info.Last {
+			if _, err := b.meta.SwitchMove(mv.ID); err != nil {
+				b.log.Warn("switching a move's replica set failed; retrying", "move", mv.ID, "topic", t.name, "partition", i, "err", err)
+				return
+			}
+			b.log.Info("a move's new replica caught up; switched the partition's replica set", "move", mv.ID, "topic", t.name, "partition", i, "from", mv.From, "to", mv.To)
+			return
+		}
+		if mv.Progress != progress || mv.Lag != lag {
+			b.moveReports.Lock()
+			last := b.moveReports.at[mv.ID]
+			due := time.Since(last) >= moveReportEvery
+			if due {
+				b.moveReports.at[mv.ID] = time.Now()
+			}
+			b.moveReports.Unlock()
+			if due {
+				_ = b.meta.MoveProgress(mv.ID, progress, lag) // a report; the next one follows
+			}
+		}
+	case meta.MoveSwitching:
+		want, known := b.voters(m.Placement[i].Replicas)
+		if !known || info.Joint || len(info.Learners) > 0 || !slices.Equal(want, info.Voters) {
+			return
+		}
+		next := meta.MoveRemoving
+		if mv.From == "" {
+			next = meta.MoveDone
+		}
+		if _, err := b.meta.SetMoveStatus(mv.ID, next, ""); err != nil {
+			b.log.Warn("recording a move's progress failed; retrying", "move", mv.ID, "err", err)
+		}
+	}
+}
+
+// learnerSlack is how many entries behind the leader's log a learner may be when
+// its move switches: it is caught up in all but the last few proposals.
+const learnerSlack = 64
+
+// moveReportEvery bounds how often a leader records a move's progress.
+const moveReportEvery = 2 * time.Second
+
+// followPlacement makes this node hold what the placement gives it: it opens the
+// replicas a move added here, and deletes the ones a move took away, but only on
+// the control plane's word (a move from here that is removing, or a move here that
+// was cancelled), confirmed current by a read of the controller. A replica no longer
+// placed here for another reason (a forced takeover) is closed and its data kept.
+func (b *Broker) followPlacement() {
+	if b.repl == nil {
+		return
+	}
+	b.placeMu.Lock()
+	defer b.placeMu.Unlock()
+	b.mu.RLock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	b.mu.RUnlock()
+	moves := b.meta.Moves()
+	synced := false
+	for _, t := range ts {
+		select {
+		case <-t.done:
+			continue
+		default:
+		}
+		m := *t.cur.Load()
+		for i, lp := range t.parts() {
+			want := b.holds(m, int32(i))
+			switch {
+			case want && lp == nil:
+				p, err := b.openPart(t, m, int32(i))
+				if err != nil {
+					b.log.Warn("opening a replica a move placed here failed; retrying", "topic", t.name, "partition", i, "err", err)
+					continue
+				}
+				t.setPart(i, p)
+				b.log.Info("opened a replica a move placed here", "topic", t.name, "partition", i)
+				t.sig.broadcast()
+			case !want && lp != nil:
+				mv, act := leftBy(moves, b.opts.NodeID, t, i)
+				if act == leaveDelete && !synced {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					err := b.meta.Sync(ctx)
+					cancel()
+					if err != nil {
+						b.log.Warn("a replica moved off this node waits to be deleted until the metadata is confirmed current", "topic", t.name, "partition", i, "err", err)
+						continue
+					}
+					synced = true
+					moves = b.meta.Moves()
+					mv, act = leftBy(moves, b.opts.NodeID, t, i)
+				}
+				switch act {
+				case leaveOpen:
+					continue
+				case leaveClose:
+					b.closeReplica(t, i)
+					t.setPart(i, nil)
+					_ = lp.Close() // closed for good here; its data stays on disk
+					b.log.Warn("closed a replica no longer placed here; its data is kept", "topic", t.name, "partition", i)
+					continue
+				}
+				b.closeReplica(t, i)
+				t.setPart(i, nil)
+				_ = lp.Close() // its data is deleted next
+				dir := b.partDir(t, i)
+				if err := os.RemoveAll(dir); err != nil {
+					b.log.Error("deleting a moved replica's data failed; it stays on disk", "topic", t.name, "partition", i, "dir", dir, "err", err)
+				} else {
+					b.log.Info("deleted the data of a replica moved off this node", "topic", t.name, "partition", i, "move", mv.ID)
+				}
+				if mv.Status == meta.MoveRemoving && mv.From == b.opts.NodeID {
+					if _, err := b.meta.SetMoveStatus(mv.ID, meta.MoveDone, ""); err != nil {
+						b.log.Warn("recording a move done failed; the controller ends it", "move", mv.ID, "err", err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// What a node does with a replica no longer placed on it.
+const (
+	leaveOpen   = iota // a move from here is switching: the group still counts it
+	leaveClose         // no move's doing (a forced takeover): closed, data kept
+	leaveDelete        // the control plane's word: deleted
+)
+
+// leftBy finds the latest move of partition i of t that involves node self and says
+// what to do with its replica there: delete it when the move from here is removing
+// (or done: the controller ended it while the node was away), or when the move here
+// was cancelled or failed before it switched (a learner never voted); keep it open
+// while a move from here is switching; else close it and keep its data.
+func leftBy(moves []meta.Move, self string, t *topic, i int) (meta.Move, int) {
+	for _, mv := range moves { // newest first
+		if mv.Topic != t.name || mv.Incarnation != t.incarnation || int(mv.Partition) != i || (mv.From != self && mv.To != self) {
+			continue
+		}
+		switch {
+		case mv.From == self && (mv.Status == meta.MoveRemoving || mv.Status == meta.MoveDone):
+			return mv, leaveDelete
+		case mv.To == self && (mv.Status == meta.MoveCancelled || mv.Status == meta.MoveFailed):
+			return mv, leaveDelete
+		case mv.From == self && mv.Status == meta.MoveSwitching:
+			return mv, leaveOpen
+		}
+		return mv, leaveClose
+	}
+	return meta.Move{}, leaveClose
+}
+
+func (b *Broker) partDir(t *topic, i int) string {
+	return t.dir + string(os.PathSeparator) + strconv.Itoa(i)
 }

@@ -51,7 +51,7 @@ func PartitionForKey(key []byte, n int) int {
 // upPartition returns the first partition from p on (in turn) whose holder is worth
 // asking now, or p when none is.
 func (b *Broker) upPartition(t *topic, p int) int {
-	n := len(t.parts)
+	n := len(t.parts())
 	for k := range n {
 		i := (p + k) % n
 		if t.leads(i) {
@@ -88,7 +88,7 @@ func (b *Broker) ProduceChecked(ctx context.Context, name string, chk ProduceChe
 	if err := b.checkProduce(t, chk); err != nil || chk.ValidateOnly {
 		return nil, err
 	}
-	n := len(t.parts)
+	n := len(t.parts())
 	for i, m := range msgs {
 		if m.Partition >= int32(n) {
 			return nil, invalid(apigen.ErrorCodeInvalidParameter, "message %d: partition %d does not exist; topic %q has partitions 0 to %d", i, m.Partition, name, n-1)

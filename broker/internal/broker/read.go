@@ -11,7 +11,7 @@ func (b *Broker) Read(ctx context.Context, name string, part int32, from *uint64
 	if err != nil {
 		return nil, 0, err
 	}
-	if part < 0 || int(part) >= len(t.parts) {
+	if part < 0 || int(part) >= len(t.parts()) {
 		return nil, 0, ErrPartitionNotFound
 	}
 	start := uint64(0)

@@ -204,7 +204,7 @@ func newRemote() *remote {
 // leads reports whether this node serves partition p of t: it holds it and, for a
 // replicated partition, leads it.
 func (t *topic) leads(p int) bool {
-	return p < len(t.parts) && t.parts[p] != nil && t.parts[p].Leading()
+	return p < len(t.parts()) && t.parts()[p] != nil && t.parts()[p].Leading()
 }
 
 // holderOf returns the node that serves partition p of topic t ("" for this node, or
@@ -225,7 +225,7 @@ func (b *Broker) holderOf(t *topic, p int) string {
 
 // hasRemote reports whether some partition of t is served by another node.
 func (t *topic) hasRemote() bool {
-	for i := range t.parts {
+	for i := range t.parts() {
 		if !t.leads(i) {
 			return true
 		}
@@ -493,11 +493,11 @@ func (b *Broker) readOn(ctx context.Context, t *topic, p int, from uint64, fromT
 		recs, start, st, lerr = readLocal(lp, from, fromTimeMs, max)
 		return true
 	})
-	if err != nil && (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown)) && t.parts[p] != nil && ctx.Err() == nil {
+	if err != nil && (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown)) && t.parts()[p] != nil && ctx.Err() == nil {
 		// No leader can be reached (a majority of the replicas is down): a replica
 		// here serves what it has applied, which was all committed, so a replay still
 		// answers, up to where this replica knows the partition's messages.
-		return readLocal(t.parts[p], from, fromTimeMs, max)
+		return readLocal(t.parts()[p], from, fromTimeMs, max)
 	}
 	if err != nil {
 		return nil, 0, queue.Stats{}, err
@@ -583,13 +583,13 @@ func (b *Broker) allStats(ctx context.Context, t *topic) ([]queue.Stats, []error
 // stats_batch request; a partition that request did not answer (the node does not lead
 // it any more, or could not be asked) is asked for on its own, as before.
 func (b *Broker) allStatsAndReplicas(ctx context.Context, t *topic) ([]queue.Stats, []*ReplicaInfo, []error) {
-	out := make([]queue.Stats, len(t.parts))
-	ris := make([]*ReplicaInfo, len(t.parts))
-	errs := make([]error, len(t.parts))
+	out := make([]queue.Stats, len(t.parts()))
+	ris := make([]*ReplicaInfo, len(t.parts()))
+	errs := make([]error, len(t.parts()))
 	var remote []int
-	for i := range t.parts {
+	for i := range t.parts() {
 		if t.leads(i) {
-			out[i], ris[i] = t.parts[i].Stats(), b.localReplicaInfo(t, i)
+			out[i], ris[i] = t.parts()[i].Stats(), b.localReplicaInfo(t, i)
 			continue
 		}
 		remote = append(remote, i)
@@ -666,7 +666,7 @@ func (b *Broker) serveStatsBatch(t *topic, req *dataReq) *dataResp {
 	for _, i := range req.Parts {
 		a := partStats{Part: i}
 		if t.leads(int(i)) {
-			st := t.parts[i].Stats()
+			st := t.parts()[i].Stats()
 			a.Stats, a.Repl = &st, b.localReplicaInfo(t, int(i))
 		} else {
 			a.Err = b.notLeader(t, int(i), partition.ErrNotLeader)
@@ -685,7 +685,7 @@ func (b *Broker) serveStatsBatch(t *topic, req *dataReq) *dataResp {
 // remoteRecheck instead.
 func (b *Broker) watchRemote(t *topic) {
 	byNode := map[string][]int32{}
-	for i := range t.parts {
+	for i := range t.parts() {
 		if !t.leads(i) {
 			byNode[b.holderOf(t, i)] = append(byNode[b.holderOf(t, i)], int32(i))
 		}
@@ -795,7 +795,7 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 	if req.Kind == dataStatsBatch && b.meta.Speaks(meta.FeatureStatsBatch) {
 		return b.serveStatsBatch(t, req)
 	}
-	p := t.parts[req.Partition]
+	p := t.parts()[req.Partition]
 	var resp dataResp
 	if req.Kind == dataReplicaRead {
 		// Every replica's log holds only committed records, at the same offsets.
@@ -862,10 +862,10 @@ func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 		case err == nil && t.incarnation == req.Incarnation:
 			ps := append([]int32{req.Partition}, req.Parts...)
 			for _, p := range ps {
-				if p < 0 || int(p) >= len(t.parts) {
+				if p < 0 || int(p) >= len(t.parts()) {
 					return nil, fmt.Errorf("%w: partition %d of topic %q is not held by node %q", ErrUnavailable, p, req.Topic, b.opts.NodeID)
 				}
-				if t.parts[p] == nil {
+				if t.parts()[p] == nil {
 					if b.replicated(t.cur.Load(), int(p)) {
 						// Sent here on a stale hint: point the caller at the leader.
 						return t, fmt.Errorf("%w: node %q holds no replica of partition %d of topic %q", partition.ErrNotLeader, b.opts.NodeID, p, req.Topic)
@@ -933,7 +933,7 @@ func (b *Broker) waitReady(ctx context.Context, t *topic, parts []int32, d time.
 	for {
 		wake := t.sig.wait()
 		for _, p := range parts {
-			if t.parts[p].Available() {
+			if t.parts()[p].Available() {
 				return true, nil
 			}
 		}

@@ -49,7 +49,7 @@ func (c *remoteCopier) batch(b []byte, pp int, recs []segment.Record) ([]byte, i
 		}
 		switch {
 		case n <= 0:
-		case n == len(c.parent.parts):
+		case n == len(c.parent.parts()):
 			b = append(b, `,"partition":`...)
 			b = strconv.AppendInt(b, int64(pp), 10)
 		case r.Key == nil:

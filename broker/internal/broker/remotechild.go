@@ -228,8 +228,8 @@ func ref[T any](v T) *T { return &v }
 // parent's incarnation they were read from.
 func (b *Broker) remoteStart(t *topic) (tail []uint64, inc uint64, oldest []uint64, err error) {
 	stats, errs := b.allStats(context.Background(), t)
-	tail, oldest = make([]uint64, len(t.parts)), make([]uint64, len(t.parts))
-	for i := range t.parts {
+	tail, oldest = make([]uint64, len(t.parts())), make([]uint64, len(t.parts()))
+	for i := range t.parts() {
 		if errs[i] != nil {
 			return nil, 0, nil, errs[i]
 		}
@@ -319,7 +319,7 @@ func (b *Broker) RemoteChildren(parent string) ([]RemoteChildInfo, error) {
 			Incarnation: rc.RemoteIncarnation, ClusterID: rc.RemoteClusterID, Start: rc.Start, State: "running",
 		}
 		now := partition.WallMillis()
-		for i := range pt.parts {
+		for i := range pt.parts() {
 			l := RemoteLag{Partition: int32(i), Cursor: rc.Cursors[i], ParentNext: stats[i].next}
 			if i < len(rc.Expired) {
 				l.Expired = rc.Expired[i]
@@ -327,7 +327,7 @@ func (b *Broker) RemoteChildren(parent string) ([]RemoteChildInfo, error) {
 			if stats[i].oldest > l.Cursor {
 				l.Expired += stats[i].oldest - l.Cursor // deleted already, counted once the copy passes them
 			}
-			if p := pt.parts[i]; p != nil && l.Cursor < l.ParentNext {
+			if p := pt.parts()[i]; p != nil && l.Cursor < l.ParentNext {
 				if recs, err := p.Read(l.Cursor, 1); err == nil && len(recs) > 0 {
 					l.LagSeconds = max(0, float64(now-recs[0].Timestamp)/1000)
 				}
@@ -364,7 +364,7 @@ type partitionView struct{ oldest, next uint64 }
 
 func (b *Broker) partitionViews(t *topic) []partitionView {
 	stats, errs := b.allStats(context.Background(), t)
-	out := make([]partitionView, len(t.parts))
+	out := make([]partitionView, len(t.parts()))
 	for i := range out {
 		if errs[i] == nil {
 			out[i] = partitionView{oldest: stats[i].Oldest, next: stats[i].End}
@@ -471,9 +471,9 @@ func (b *Broker) startRemoteCopier(parent *topic, rc meta.RemoteChild) *remoteCo
 	c := &remoteCopier{
 		b: b, id: rc.ID, name: RemoteChildPrefix + strconv.FormatUint(rc.ID, 10), parent: parent, rc: rc,
 		tgt: remoteTarget{url: rc.URL, topic: rc.Topic, user: rc.Username}, ctx: ctx, cancel: cancel,
-		parts: make([]partState, len(parent.parts)),
+		parts: make([]partState, len(parent.parts())),
 	}
-	for i, p := range parent.parts {
+	for i, p := range parent.parts() {
 		if p == nil || i >= len(rc.Cursors) {
 			continue // the node holding it copies it
 		}

@@ -194,7 +194,9 @@ func TestProduceChecked(t *testing.T) {
 func TestRemoteBatchBody(t *testing.T) {
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
-	parent := &topic{name: "orders", parts: make([]*partition.Partition, 2)}
+	parent := &topic{name: "orders"}
+	parts := make([]*partition.Partition, 2)
+	parent.partsP.Store(&parts)
 	c := &remoteCopier{b: b, parent: parent, rc: meta.RemoteChild{RemoteIncarnation: "42", RemotePartitions: 3}}
 	recs := []segment.Record{
 		{Offset: 7, Timestamp: 1000, Key: []byte("k\"\\\n\x01é"), Value: []byte(`{"a": [1, "x"]}`), Attrs: PayloadKindJSON},

@@ -154,7 +154,11 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	// A replica made for a group that existed before this data directory did (the
 	// node lost its disk) joins it: the group's leader makes it a voter in place of
 	// its lost replica (reconcileVoters) and sends it the group's log.
-	join := errors.Is(statErr, os.ErrNotExist) && m.CreatedAtMs+1000 < b.repl.born
+	// So does a replica a move adds (a learner, or a voter of a replica set changed
+	// since the group was made): bootstrapping it with today's voters would start a
+	// second history.
+	pl := m.Placement[i]
+	join := errors.Is(statErr, os.ErrNotExist) && (m.CreatedAtMs+1000 < b.repl.born || pl.Epoch > 1 || slices.Contains(pl.Learners, b.opts.NodeID))
 	err = b.repl.host.OpenGroup(gid, raftetcd.GroupConfig{
 		Voters: voters, Dir: raftDir, Join: join, Campaign: m.Placement[i].Leader == b.opts.NodeID,
 		Apply:    func(index uint64, data []byte) any { return p.Apply(index, data) },
@@ -288,7 +292,7 @@ func (b *Broker) route(ctx context.Context, t *topic, p int, req *dataReq, timeo
 	}
 	m := t.cur.Load()
 	if !b.replicated(m, p) {
-		if lp := t.parts[p]; lp != nil && local(lp) {
+		if lp := t.parts()[p]; lp != nil && local(lp) {
 			return nil, nil
 		}
 		return b.call(ctx, b.holderOf(t, p), req, timeout)
@@ -298,7 +302,7 @@ func (b *Broker) route(ctx context.Context, t *topic, p int, req *dataReq, timeo
 	hint := ""
 	hops := 0 // hints followed in a row: two replicas with stale views may name each other
 	for try := 0; ; try++ {
-		if lp := t.parts[p]; lp != nil && lp.Leading() && local(lp) {
+		if lp := t.parts()[p]; lp != nil && lp.Leading() && local(lp) {
 			return nil, nil
 		}
 		node := hint
@@ -421,7 +425,7 @@ func (b *Broker) localReplicaInfo(t *topic, p int) *ReplicaInfo {
 	if !ok || !info.Leader {
 		return nil
 	}
-	lp := t.parts[p]
+	lp := t.parts()[p]
 	hw := lp.Stats().End
 	ri := &ReplicaInfo{Epoch: info.Term, Followers: []FollowerInfo{}}
 	self := raftID(b.meta.ServerID())
@@ -458,9 +462,13 @@ func (b *Broker) voters(nodes []string) ([]uint64, bool) {
 	return out, true
 }
 
-// reconcileVoters makes every group led here have the voters its placement names: a
-// replica whose node came back with a new data directory is replaced in one joint
-// change (old and new majorities both agree), and then caught up from this leader.
+// reconcileVoters makes every group led here have the members its placement names:
+// the learners a move adds, and the voters (a replica whose node came back with a new
+// data directory, or the replica set a move switched to) in one joint change (old and
+// new majorities both agree), after which the new members catch up from this leader.
+// A leader that its placement no longer names hands its leadership (and its live
+// leases) to a voter that stays first. It then takes this leader's steps of the
+// partition's move, if one is under way (steerMoves).
 func (b *Broker) reconcileVoters() {
 	if b.repl == nil {
 		return
@@ -471,9 +479,19 @@ func (b *Broker) reconcileVoters() {
 		ts = append(ts, t)
 	}
 	b.mu.RUnlock()
+	var active map[string]meta.Move
+	for _, mv := range b.meta.Moves() {
+		if mv.Active() {
+			if active == nil {
+				active = map[string]meta.Move{}
+			}
+			active[groupID(mv.Incarnation, int(mv.Partition))] = mv
+		}
+	}
+	self := raftID(b.meta.ServerID())
 	for _, t := range ts {
 		m := t.cur.Load()
-		for i := range t.parts {
+		for i := range t.parts() {
 			if !b.replicated(m, i) || !t.leads(i) {
 				continue
 			}
@@ -483,30 +501,72 @@ func (b *Broker) reconcileVoters() {
 				continue
 			}
 			want, known := b.voters(m.Placement[i].Replicas)
-			if !known {
-				continue // never change voters on a partial view
+			learners, lknown := b.voters(m.Placement[i].Learners)
+			if !known || !lknown {
+				continue // never change members on a partial view
 			}
-			var remove, add []uint64
+			mv, hasMove := active[gid]
+			if info.Joint {
+				continue // raft leaves a joint change on its own
+			}
+			var c raftetcd.ConfChange
 			for _, v := range info.Voters {
 				if !slices.Contains(want, v) {
-					remove = append(remove, v)
+					c.RemoveVoters = append(c.RemoveVoters, v)
 				}
 			}
 			for _, v := range want {
 				if !slices.Contains(info.Voters, v) {
-					add = append(add, v)
+					c.AddVoters = append(c.AddVoters, v)
 				}
 			}
-			if len(remove)+len(add) == 0 {
+			for _, v := range learners {
+				if !slices.Contains(info.Learners, v) && !slices.Contains(info.Voters, v) {
+					c.AddLearners = append(c.AddLearners, v)
+				}
+			}
+			for _, v := range info.Learners {
+				if !slices.Contains(learners, v) && !slices.Contains(want, v) {
+					c.RemoveLearners = append(c.RemoveLearners, v)
+				}
+			}
+			if slices.Contains(c.RemoveVoters, self) {
+				b.handOverTo(t, i, info, want)
 				continue
 			}
-			b.log.Info("replacing replicas of a partition whose nodes came back with new data directories",
-				"topic", t.name, "partition", i, "remove", remove, "add", add)
-			if err := b.repl.host.ChangeVoters(gid, remove, add); err != nil {
+			if len(c.RemoveVoters)+len(c.AddVoters)+len(c.AddLearners)+len(c.RemoveLearners) == 0 {
+				b.steerMoves(t, i, info, mv, hasMove)
+				continue
+			}
+			b.log.Info("changing the replicas of a partition to its placement", "topic", t.name, "partition", i,
+				"remove", c.RemoveVoters, "add", c.AddVoters, "add_learners", c.AddLearners, "remove_learners", c.RemoveLearners)
+			if err := b.repl.host.ChangeConf(gid, c); err != nil {
 				b.log.Warn("changing a partition's replicas failed; retrying", "topic", t.name, "partition", i, "err", err)
 			}
 		}
 	}
+}
+
+// handOverTo moves the leadership of partition i of t, led here by a replica its
+// placement no longer names, to the most caught-up voter in want (after committing
+// its live leases, so nothing in flight is delivered again).
+func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uint64) {
+	var to, best uint64
+	for _, id := range want {
+		if match, ok := info.Match[id]; ok && slices.Contains(info.Voters, id) && (to == 0 || match > best) {
+			to, best = id, match
+		}
+	}
+	if to == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handOverWait)
+	defer cancel()
+	if err := t.parts()[i].HandOver(ctx); err != nil {
+		b.log.Warn("handing over a partition's leases failed; they lapse as in a crash", "topic", t.name, "partition", i, "err", err)
+	}
+	b.log.Info("handing over the leadership of a partition this node leaves", "topic", t.name, "partition", i, "to", b.nodeOf(to))
+	b.repl.host.TransferLeader(groupID(t.incarnation, i), to)
 }
 
 // replicationLoop checks the groups led here every second (a change of leader or of
@@ -522,6 +582,7 @@ func (b *Broker) replicationLoop() {
 		case <-tick.C:
 			b.syncPeers()
 			b.reconcileVoters()
+			b.followPlacement()
 		}
 	}
 }
@@ -549,7 +610,7 @@ func (b *Broker) handOverLeadership(d time.Duration) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, t := range ts {
-		for i := range t.parts {
+		for i := range t.parts() {
 			if !b.replicated(t.cur.Load(), i) || !t.leads(i) {
 				continue
 			}
@@ -580,7 +641,7 @@ func (b *Broker) handOver(ctx context.Context, t *topic, i int) {
 	if to == 0 {
 		return
 	}
-	if err := t.parts[i].HandOver(ctx); err != nil {
+	if err := t.parts()[i].HandOver(ctx); err != nil {
 		b.log.Warn("handing over a partition's leases failed; they lapse as in a crash", "topic", t.name, "partition", i, "err", err)
 	}
 	b.repl.host.TransferLeader(gid, to)

@@ -97,7 +97,7 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 	handles := make([]queue.Handle, len(reqs))
 	for i, r := range reqs {
 		h, err := queue.DecodeHandle(r.Handle)
-		if err != nil || (h.Incarnation == t.incarnation && h.Partition >= uint32(len(t.parts))) {
+		if err != nil || (h.Incarnation == t.incarnation && h.Partition >= uint32(len(t.parts()))) {
 			errs[i] = ErrBadHandle
 			continue
 		}

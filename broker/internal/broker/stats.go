@@ -150,7 +150,7 @@ func (b *Broker) sampleStats(nowMs int64) {
 			s.AckHz = float64(s.Acked) / secs
 		}
 		oldest := int64(-1)
-		for _, p := range t.parts {
+		for _, p := range t.parts() {
 			if p == nil {
 				continue // another node holds it and samples it
 			}

@@ -132,6 +132,12 @@ func mapMetaErr(err error) error {
 		return ErrTopicExists
 	case errors.Is(err, meta.ErrTopicNotFound):
 		return ErrTopicNotFound
+	case errors.Is(err, meta.ErrPartitionNotFound):
+		return ErrPartitionNotFound
+	case errors.Is(err, meta.ErrMoveNotFound):
+		return ErrMoveNotFound
+	case errors.Is(err, meta.ErrMemberNotFound):
+		return ErrMemberNotFound
 	case errors.Is(err, meta.ErrUnavailable):
 		return errors.Join(ErrUnavailable, err)
 	}
@@ -179,9 +185,9 @@ func (b *Broker) Topic(name string) (meta.Topic, []PartitionInfo, error) {
 		return meta.Topic{}, nil, err
 	}
 	stats, ris, errs := b.allStatsAndReplicas(context.Background(), t)
-	infos := make([]PartitionInfo, len(t.parts))
+	infos := make([]PartitionInfo, len(t.parts()))
 	m := t.cur.Load()
-	for i := range t.parts {
+	for i := range t.parts() {
 		leader := b.opts.NodeID
 		if !t.leads(i) {
 			leader = b.holderOf(t, i)
@@ -222,6 +228,11 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 		}
 		if isEmptySchema(*a.Schema) {
 			a.Schema, a.ClearSchema = nil, true
+		}
+	}
+	if a.ReplicationFactor != nil {
+		if err := b.alterReplicationFactor(name, a.Incarnation, *a.ReplicationFactor); err != nil {
+			return meta.Topic{}, err
 		}
 	}
 	t, err := b.meta.AlterTopic(name, a)

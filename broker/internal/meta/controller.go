@@ -160,7 +160,10 @@ func (s *Store) controlTick() error {
 	if err := s.commitVersion(); err != nil {
 		return err
 	}
-	return s.promote(conf)
+	if err := s.promote(conf); err != nil {
+		return err
+	}
+	return s.steer()
 }
 
 // commitVersion commits the highest cluster version every member speaks, when
@@ -276,6 +279,9 @@ func (s *Store) admit(ctx context.Context, j joinRequest) error {
 	// applied yet.
 	if err := s.raft.Barrier(s.opts.ApplyTimeout).Error(); err != nil {
 		return leaderErr(err)
+	}
+	if s.fsm.wasRemoved(j.ServerID) {
+		return &ConflictError{Msg: fmt.Sprintf("node %s (Raft server %s) was removed from the cluster (decommissioned or replaced); its data is refused: wipe its data directory and start it again to join as a new member", j.NodeID, j.ServerID)}
 	}
 	if r, active := reported(j.MinVersion, j.MaxVersion), s.fsm.clusterVersion(); !r.has(active) {
 		// It would halt at the first command it cannot apply, or not know the

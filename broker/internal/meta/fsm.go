@@ -115,7 +115,9 @@ type Alter struct {
 	Incarnation uint64 `json:"incarnation,omitempty"`
 	// ReplicationFactor, when set, is the replica count the topic's partitions should
 	// have: the controller adds or removes replicas through moves until they do.
-	ReplicationFactor *int32 `json:"replication_factor,omitempty"`
+	// It never travels in alter_topic (a node of an older version would ignore it):
+	// the broker sends it as set_replication_factor.
+	ReplicationFactor *int32 `json:"-"`
 }
 
 type command struct {
@@ -158,6 +160,8 @@ type command struct {
 	// Version, on set_cluster_version, is the cluster version the controller commits
 	// (version.go).
 	Version int `json:"version,omitempty"`
+	// MoveOp is the argument of the move commands (moves.go).
+	MoveOp *MoveOp `json:"move_op,omitempty"`
 }
 
 // cmdRules is the rule set of the commands this version writes:
@@ -177,6 +181,7 @@ type applyResult struct {
 	user      auth.User
 	clusterID string
 	remote    RemoteChild
+	move      Move
 	index     uint64 // the Raft index it applied at (set by the Store)
 	err       error
 }
@@ -191,6 +196,10 @@ type fsm struct {
 	clusterID string // "" until the controller's init_cluster applied
 	members   map[string]Member
 	remotes   map[uint64]RemoteChild // remote children by ID (remotechild.go)
+	moves     map[uint64]Move        // moves by ID (moves.go)
+	// removed are the Raft server ids of members removed from the cluster: refused
+	// if they come back.
+	removed map[string]bool
 	// version is the committed cluster version (0: none committed, which is 1);
 	// maxVersion the highest this node speaks (version.go): a command or snapshot of a
 	// later version halts the state machine as an unknown command does.
@@ -210,7 +219,8 @@ type fsm struct {
 }
 
 func newFSM() *fsm {
-	return &fsm{topics: make(map[string]Topic), users: make(map[string]auth.User), members: make(map[string]Member), nextUser: 1, maxVersion: VersionMax}
+	return &fsm{topics: make(map[string]Topic), users: make(map[string]auth.User), members: make(map[string]Member), nextUser: 1, maxVersion: VersionMax,
+		moves: make(map[uint64]Move), removed: make(map[string]bool)}
 }
 
 // newUserID hands out the next user ID. Called with f.mu held.
@@ -324,6 +334,8 @@ func (c command) check() error {
 		if c.Version < 2 {
 			return bad("without a version above 1")
 		}
+	case "start_move", "switch_move", "move_status", "move_progress", "set_replication_factor", "force_leader", "remove_member":
+		return c.checkMove()
 	default:
 		return fmt.Errorf("%w %q", errUnknownOp, c.Op)
 	}
@@ -407,6 +419,7 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		}
 		delete(f.topics, c.Name)
 		f.dropRemoteChildren(c.Name)
+		f.failMovesOf(t.Name, t.Incarnation)
 		// Deleting a parent detaches its children.
 		for name, ch := range f.topics {
 			if ch.Parent == t.Name {
@@ -552,6 +565,8 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		return f.applyCluster(c)
 	case "attach_remote", "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor":
 		return f.applyRemote(index, c)
+	case "start_move", "switch_move", "move_status", "move_progress", "set_replication_factor", "force_leader", "remove_member":
+		return f.applyMove(index, c)
 	case "set_cluster_version":
 		// Never lowered: a second commit of an older decision changes nothing.
 		f.version = max(f.version, c.Version)
@@ -752,6 +767,10 @@ type snapshotState struct {
 	// before cluster versions never gets a snapshot holding one: the version is
 	// committed only once every member speaks it.
 	ClusterVersion int `json:"cluster_version,omitempty"`
+	// Moves and Removed are the moves (moves.go) and the Raft server ids of removed
+	// members (cluster version 3).
+	Moves   []Move   `json:"moves,omitempty"`
+	Removed []string `json:"removed,omitempty"`
 }
 
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
@@ -759,8 +778,12 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		// A snapshot would let Raft drop the entries a newer binary must replay.
 		return nil, err
 	}
-	st := snapshotState{Topics: f.list(), Users: f.userList(), Members: f.memberList(), RemoteChildren: f.remoteList()}
+	st := snapshotState{Topics: f.list(), Users: f.userList(), Members: f.memberList(), RemoteChildren: f.remoteList(), Moves: f.moveList()}
 	f.mu.RLock()
+	for sid := range f.removed {
+		st.Removed = append(st.Removed, sid)
+	}
+	sort.Strings(st.Removed)
 	st.Seeded, st.NextUser, st.ClusterID, st.ClusterVersion = f.seeded, f.nextUser, f.clusterID, f.version
 	f.mu.RUnlock()
 	st.Applied = f.applied.Load()
@@ -802,6 +825,14 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		// is kept (a newer binary resumes from it), and nothing applies until then.
 		f.halted = fmt.Errorf("%w: %w: the snapshot at index %d holds cluster version %d, this node speaks %v; upgrade this node to the cluster's version",
 			ErrHalted, ErrVersionUnsupported, st.Applied, st.ClusterVersion, versionRange{VersionMin, f.maxVersion})
+	}
+	f.moves = make(map[uint64]Move, len(st.Moves))
+	for _, mv := range st.Moves {
+		f.moves[mv.ID] = mv
+	}
+	f.removed = make(map[string]bool, len(st.Removed))
+	for _, sid := range st.Removed {
+		f.removed[sid] = true
 	}
 	f.remotes = make(map[uint64]RemoteChild, len(st.RemoteChildren))
 	for _, r := range st.RemoteChildren {

@@ -65,6 +65,13 @@ type Placement struct {
 	Replicas []string `json:"replicas"`
 	Leader   string   `json:"leader"`
 	Epoch    uint64   `json:"epoch"`
+	// Learners are the nodes a move is adding: they copy the partition's log but do
+	// not vote until the move switches them in (moves.go).
+	Learners []string `json:"learners,omitempty"`
+	// Forced is the Raft index of the forced takeover that made the current replica
+	// set (0: none). A takeover starts a new group, so replicas of the old one cannot
+	// take part in it.
+	Forced uint64 `json:"forced,omitempty"`
 }
 
 // applyCluster applies init_cluster, set_member and set_status. Each is idempotent: the

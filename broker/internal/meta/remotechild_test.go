@@ -101,7 +101,3 @@ func TestRemoteChildrenTravelInSnapshots(t *testing.T) {
 	}
 }
 
-func isConflict(err error) bool {
-	var ce *ConflictError
-	return errors.As(err, &ce)
-}

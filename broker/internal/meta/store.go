@@ -80,6 +80,12 @@ type Cluster struct {
 	// version would, so the cluster stays at a version an older binary can still join
 	// (see version.go and docs/operating/upgrades.md).
 	VersionMax int
+	// AutoRebalance: the controller moves replicas onto members that hold fewer (a
+	// node that joined) on its own, MaxMoves at a time; off, only POST
+	// /v1/cluster/rebalance does. MaxMoves (default DefaultMaxMoves) bounds the moves
+	// under way at once, whatever started them.
+	AutoRebalance bool
+	MaxMoves      int
 }
 
 // Peer is one node of a static bootstrap list.
@@ -144,6 +150,9 @@ func Open(opts Options) (*Store, error) {
 	}
 	if c.VersionMax == 0 {
 		c.VersionMax = VersionMax
+	}
+	if c.MaxMoves <= 0 {
+		c.MaxMoves = DefaultMaxMoves
 	}
 	if c.VersionMax < VersionMin || c.VersionMax > VersionMax {
 		return nil, fmt.Errorf("meta: the highest cluster version to offer must be between %d and %d, the versions this binary speaks (got %d)", VersionMin, VersionMax, c.VersionMax)

@@ -22,7 +22,7 @@ const (
 	// VersionMin is the lowest cluster version this binary can run in.
 	VersionMin = 1
 	// VersionMax is the highest cluster version this binary speaks.
-	VersionMax = 2
+	VersionMax = 3
 )
 
 // Feature is something a node may use only once the cluster runs version Since.
@@ -48,6 +48,14 @@ var (
 	// cursor (F) and a handover that carries its leader's term (L with a term), which a
 	// version-1 replica would refuse, and stop applying at.
 	FeaturePartitionCommands = Feature{Name: "partition_commands", Since: 2}
+	// FeatureMoves: partition moves, replication factor changes, decommissions and
+	// forced takeovers (moves.go, steer.go): a partition's group gains learners and
+	// changes voters on the control plane's word.
+	FeatureMoves = Feature{Name: "moves", Since: 3}
+	// FeatureGroupOnData: a partition of one replica becomes a Raft group over the
+	// data it holds (its replication factor raised, or a forced takeover), and the
+	// group's first snapshot stands for that data.
+	FeatureGroupOnData = Feature{Name: "group_on_data", Since: 3}
 )
 
 // opSince names the control-plane commands of versions after 1 and the version each
@@ -57,6 +65,14 @@ var (
 // (decideVersion), never through gateCmd.
 var opSince = map[string]int{
 	"set_cluster_version": 2,
+	// Moves, replication factor changes, decommission and forced takeover (moves.go).
+	"start_move":             3,
+	"switch_move":            3,
+	"move_status":            3,
+	"move_progress":          3,
+	"set_replication_factor": 3,
+	"force_leader":           3,
+	"remove_member":          3,
 }
 
 // ErrVersionGated means the feature needs a cluster version the cluster has not

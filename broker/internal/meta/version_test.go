@@ -225,6 +225,9 @@ func waitingFor(t *testing.T, ss []*Store, reasons ...string) {
 // runs on; version 2 is committed only once the last speaks it; a node that cannot
 // speak it is then refused a join, and a member restarted with such a binary halts,
 // both naming the versions.
+//
+// The upgraded binary is this one held at version 2 (the release that brought version
+// 2); n6, added at the end, offers every version this binary speaks.
 func TestRollingUpgradeCommitsOnceEveryMemberSpeaks(t *testing.T) {
 	net := newTestNet(t)
 	defer net.closeAll()
@@ -258,8 +261,8 @@ func TestRollingUpgradeCommitsOnceEveryMemberSpeaks(t *testing.T) {
 		waitReady(t, s)
 	}
 	// n1 and n2 upgraded: n3 holds the cluster at 1.
-	restart(0, 0)
-	restart(1, 0)
+	restart(0, 2)
+	restart(1, 2)
 	waitingFor(t, ss, "n3 (alive, speaks 1)")
 	// n2 rolled back before the commit: it runs, ready, with its metadata.
 	restart(1, 1)
@@ -268,8 +271,8 @@ func TestRollingUpgradeCommitsOnceEveryMemberSpeaks(t *testing.T) {
 		t.Fatalf("the rolled-back node is not serving: ready %v", ss[1].Ready())
 	}
 	// Upgraded again, with n3: version 2 on every node.
-	restart(1, 0)
-	restart(2, 0)
+	restart(1, 2)
+	restart(2, 2)
 	eventually(t, "version 2 committed on every node", func() error {
 		for _, s := range ss {
 			if v := s.ClusterVersion(); v != 2 || !s.Allows(FeatureStatsBatch) {

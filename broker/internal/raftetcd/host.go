@@ -456,6 +456,12 @@ type GroupInfo struct {
 	Commit   uint64
 	Applied  uint64
 	Voters   []uint64 // the group's voters as this node applied them
+	// Learners are its learners; Joint is true while a joint change is under way
+	// (the outgoing voters are among Voters).
+	Learners []uint64
+	Joint    bool
+	// Last is the last index of the leader's log (on the leader).
+	Last uint64
 	// FirstIndex is the first entry the log still holds; SnapshotIndex the index of
 	// the last snapshot stored (0: none). Snapshots counts those taken here since
 	// the group opened, Restores the snapshots this node installed.
@@ -476,9 +482,11 @@ func (h *Host) Info(id string) (GroupInfo, bool) {
 	bs := g.rn.BasicStatus()
 	gi := GroupInfo{Lead: bs.Lead, Leader: bs.RaftState == raft.StateLeader, Quiesced: g.quiesced,
 		Term: bs.Term, Commit: bs.Commit, Applied: bs.Applied, Voters: append([]uint64(nil), g.voters...),
-		SnapshotIndex: g.snapIndex, Snapshots: g.snapshots, Restores: g.restores}
+		SnapshotIndex: g.snapIndex, Snapshots: g.snapshots, Restores: g.restores,
+		Learners: append(append([]uint64(nil), g.cs.Learners...), g.cs.LearnersNext...), Joint: len(g.cs.VotersOutgoing) > 0}
 	gi.FirstIndex, _ = g.st.FirstIndex()
 	if gi.Leader {
+		gi.Last, _ = g.st.LastIndex()
 		gi.Match = map[uint64]uint64{}
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { gi.Match[id] = pr.Match })
 	}
@@ -527,16 +535,34 @@ func (h *Host) ConfirmLeader(ctx context.Context, id string) error {
 // change is proposed; Info shows when it is applied. A change while another is
 // pending is dropped by raft: call again later.
 func (h *Host) ChangeVoters(id string, remove, add []uint64) error {
+	return h.ChangeConf(id, ConfChange{RemoveVoters: remove, AddVoters: add})
+}
+
+// ConfChange is a change of a group's members. A learner receives the log but does
+// not vote; adding as a voter a node that is a learner promotes it.
+type ConfChange struct {
+	RemoveVoters, AddVoters, AddLearners, RemoveLearners []uint64
+}
+
+// ChangeConf proposes c in group id, led here, as one change (joint when it changes
+// more than one member). Like ChangeVoters, it returns once proposed.
+func (h *Host) ChangeConf(id string, c ConfChange) error {
 	g := h.group(id)
 	if g == nil {
 		return fmt.Errorf("%w %q", ErrUnknownGroup, id)
 	}
 	var cc raftpb.ConfChangeV2
-	for _, r := range remove {
+	for _, r := range append(append([]uint64(nil), c.RemoveVoters...), c.RemoveLearners...) {
 		cc.Changes = append(cc.Changes, raftpb.ConfChangeSingle{Type: raftpb.ConfChangeRemoveNode, NodeID: r})
 	}
-	for _, a := range add {
+	for _, a := range c.AddVoters {
 		cc.Changes = append(cc.Changes, raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: a})
+	}
+	for _, a := range c.AddLearners {
+		cc.Changes = append(cc.Changes, raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddLearnerNode, NodeID: a})
+	}
+	if len(cc.Changes) == 0 {
+		return nil
 	}
 	if len(cc.Changes) > 1 {
 		cc.Transition = raftpb.ConfChangeTransitionJointImplicit

@@ -1,0 +1,319 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/testutil"
+)
+
+// moveJSON is a move as GET /v1/cluster/moves lists it.
+type moveJSON struct {
+	ID        string  `json:"id"`
+	Topic     string  `json:"topic"`
+	Partition int     `json:"partition"`
+	From      string  `json:"from"`
+	To        string  `json:"to"`
+	Status    string  `json:"status"`
+	Reason    string  `json:"reason"`
+	Cause     string  `json:"cause"`
+	Progress  float64 `json:"progress"`
+}
+
+// startMovesCluster starts n nodes bootstrapped together, with the controller's own
+// rebalancing off (moves start only when a test asks), and a topic of three partitions
+// with three replicas under the upgrade tests' load (upgradeCluster: produce, consume,
+// ack, each message tracked).
+func startMovesCluster(t *testing.T, n int, extra ...string) *upgradeCluster {
+	t.Helper()
+	c := &upgradeCluster{t: t, topic: "moving", accepted: map[string]bool{}, acked: map[string]bool{}, delivered: map[string]int{},
+		answers: map[string]int{}, stopping: map[string]bool{}, stop: make(chan struct{})}
+	var peers []string
+	for i := range n {
+		nd := &clusterNode{id: fmt.Sprintf("n%d", i+1), addr: freeClusterAddr(t)}
+		c.nodes = append(c.nodes, nd)
+		peers = append(peers, nd.id+"@"+nd.addr)
+	}
+	c.peers = strings.Join(peers, ",")
+	rel := release{name: "this binary", args: append([]string{"--auto-rebalance=false"}, extra...)}
+	var opts []testutil.Options
+	for _, nd := range c.nodes {
+		opts = append(opts, c.options(nd, rel))
+	}
+	for i, p := range testutil.StartNarads(t, opts...) {
+		c.nodes[i].Narad = p
+		c.nodes[i].api = &api{Client: p.Client(), t: t}
+	}
+	atVersion(t, c.nodes[0], 3)
+	c.nodes[0].api.createTopic(c.topic, map[string]any{"partitions": 3, "replication_factor": 3})
+	for p := range 3 {
+		leaderOf(t, c.nodes, c.topic, p)
+	}
+	return c
+}
+
+// moves lists the moves through nd (nil when it does not answer).
+func moves(nd *clusterNode) []moveJSON {
+	r, err := nd.api.Try(http.MethodGet, "/v1/cluster/moves", nil)
+	if err != nil || r.Status != http.StatusOK {
+		return nil
+	}
+	var l struct {
+		Moves []moveJSON `json:"moves"`
+	}
+	if json.Unmarshal(r.Body, &l) != nil {
+		return nil
+	}
+	return l.Moves
+}
+
+// startMove asks nd for a move and returns it (202).
+func startMove(t *testing.T, nd *clusterNode, topic string, p int, from, to string) moveJSON {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"topic": topic, "partition": p, "from": from, "to": to})
+	r := nd.api.Do(http.MethodPost, "/v1/cluster/moves", body, "Content-Type", "application/json")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("POST /v1/cluster/moves %s: %d %s", body, r.Status, r.Body)
+	}
+	var mv moveJSON
+	if err := json.Unmarshal(r.Body, &mv); err != nil || mv.ID == "" {
+		t.Fatalf("move answer %s: %v", r.Body, err)
+	}
+	return mv
+}
+
+// moveEnds waits until move id is done through any running node of c, failing on
+// any other end.
+func (c *upgradeCluster) moveEnds(id string, bound time.Duration) moveJSON {
+	c.t.Helper()
+	var last moveJSON
+	waitFor(c.t, bound, "move "+id+" to be done", func() bool {
+		for _, nd := range c.nodes {
+			if !c.usable(nd) {
+				continue
+			}
+			for _, mv := range moves(nd) {
+				if mv.ID == id {
+					last = mv
+					if mv.Status == "failed" || mv.Status == "cancelled" {
+						c.t.Fatalf("move %s ended %s: %s", id, mv.Status, mv.Reason)
+					}
+					return mv.Status == "done"
+				}
+			}
+			return false
+		}
+		return false
+	})
+	return last
+}
+
+// replicasOf reads partition p's replica set through nd.
+func replicasOf(nd *clusterNode, topic string, p int) []string {
+	r, err := nd.api.Try(http.MethodGet, topicPath(topic), nil)
+	if err != nil || r.Status != http.StatusOK {
+		return nil
+	}
+	var d topicDetail
+	if json.Unmarshal(r.Body, &d) != nil || p >= len(d.PartitionStats) {
+		return nil
+	}
+	out := slices.Clone(d.PartitionStats[p].Replicas)
+	slices.Sort(out)
+	return out
+}
+
+// partitionDir is partition p's directory of topic on nd ("" when it holds none).
+func partitionDir(nd *clusterNode, topic string, p int) string {
+	dirs, _ := filepath.Glob(filepath.Join(nd.DataDir(), "topics", "*-"+topic, strconv.Itoa(p)))
+	if len(dirs) == 0 {
+		return ""
+	}
+	return dirs[0]
+}
+
+func nodeByID(nodes []*clusterNode, id string) *clusterNode {
+	for _, nd := range nodes {
+		if nd.id == id {
+			return nd
+		}
+	}
+	return nil
+}
+
+// TestClusterMovesUnderLoad: on four nodes under a steady load tracked message by
+// message, a replica moves off its partition's leader (the leadership and its leases
+// are handed over first), a node is decommissioned (its replicas move to the others
+// and it leaves the members), and the topic's replication factor goes down to 2 and
+// back up to 3. The moved-off replicas' data is deleted only after each move ended;
+// nothing 202'd is lost and nothing acked is delivered again.
+func TestClusterMovesUnderLoad(t *testing.T) {
+	t.Parallel()
+	c := startMovesCluster(t, 4)
+	c.load()
+	c.progress(20)
+
+	// 1. Move partition 0's replica off its leader.
+	lead := leaderOf(t, c.nodes, c.topic, 0)
+	reps := replicasOf(lead, c.topic, 0)
+	var to string
+	for _, nd := range c.nodes {
+		if !slices.Contains(reps, nd.id) {
+			to = nd.id
+		}
+	}
+	mv := startMove(t, c.nodes[1], c.topic, 0, lead.id, to)
+	if again := startMove(t, c.nodes[2], c.topic, 0, lead.id, to); again.ID != mv.ID {
+		t.Fatalf("an identical repeat started move %s, not %s", again.ID, mv.ID)
+	}
+	c.moveEnds(mv.ID, 90*time.Second)
+	want := slices.DeleteFunc(slices.Clone(reps), func(r string) bool { return r == lead.id })
+	want = append(want, to)
+	slices.Sort(want)
+	if got := replicasOf(c.nodes[0], c.topic, 0); !slices.Equal(got, want) {
+		t.Fatalf("partition 0's replicas after the move: %v, want %v", got, want)
+	}
+	waitFor(t, 30*time.Second, "the moved-off replica's data to be deleted", func() bool { return partitionDir(lead, c.topic, 0) == "" })
+	c.progress(20)
+
+	// 2. Decommission a node that is not the controller.
+	ctl := controllerOf(t, c.nodes...)
+	var gone *clusterNode
+	for _, nd := range c.nodes {
+		if nd != ctl {
+			gone = nd
+		}
+	}
+	r := c.nodes[0].api.Do(http.MethodDelete, "/v1/cluster/members/"+gone.id, nil)
+	if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), "decommissioning") {
+		t.Fatalf("DELETE /v1/cluster/members/%s: %d %s", gone.id, r.Status, r.Body)
+	}
+	waitFor(t, 120*time.Second, gone.id+" to leave the members", func() bool {
+		return !strings.Contains(membersOf(t, ctl), gone.id+"@")
+	})
+	c.mu.Lock()
+	c.stopping[gone.id] = true
+	c.mu.Unlock()
+	for p := range 3 {
+		if got := replicasOf(ctl, c.topic, p); len(got) != 3 || slices.Contains(got, gone.id) {
+			t.Fatalf("partition %d's replicas after %s left: %v", p, gone.id, got)
+		}
+	}
+	gone.Stop()
+	c.progress(20)
+
+	// 3. Replication factor 3 → 2 → 3.
+	for _, rf := range []int{2, 3} {
+		r := ctl.api.Do(http.MethodPatch, topicPath(c.topic), []byte(fmt.Sprintf(`{"replication_factor":%d}`, rf)), "Content-Type", "application/json")
+		if r.Status != http.StatusOK {
+			t.Fatalf("PATCH replication_factor %d: %d %s", rf, r.Status, r.Body)
+		}
+		waitFor(t, 120*time.Second, fmt.Sprintf("every partition at %d replicas", rf), func() bool {
+			for p := range 3 {
+				if len(replicasOf(ctl, c.topic, p)) != rf {
+					return false
+				}
+			}
+			for _, mv := range moves(ctl) {
+				if mv.Status == "copying" || mv.Status == "switching" || mv.Status == "removing" {
+					return false
+				}
+			}
+			return true
+		})
+		c.progress(20)
+	}
+	c.finish()
+}
+
+// TestClusterMoveSurvivesAKill: a move whose one party (chosen by the seed: the
+// controller, the partition's leader, the replica moving off, or the one it moves
+// to) is killed with SIGKILL while the move is under way, and started again, still
+// ends done, and under load nothing is lost or delivered again after its ack. The
+// seed (NARAD_MOVE_SEED to repeat one) picks the party and whether it dies while
+// copying or at the switch; make chaos-cluster runs every combination.
+func TestClusterMoveSurvivesAKill(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("NARAD_MOVE_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("NARAD_MOVE_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	rng := rand.New(rand.NewPCG(seed, seed))
+	parties := []string{"controller", "leader", "source", "target"}
+	party := parties[rng.IntN(len(parties))]
+	phase := []string{"copying", "switching"}[rng.IntN(2)]
+	if e := os.Getenv("NARAD_MOVE_PARTY"); e != "" {
+		party = e
+	}
+	if e := os.Getenv("NARAD_MOVE_PHASE"); e != "" {
+		phase = e
+	}
+	t.Logf("seed %d (NARAD_MOVE_SEED): kill the %s while the move is %s", seed, party, phase)
+	moveKill(t, party, phase)
+}
+
+// moveKill runs one move on four nodes under load and kills party when the move is
+// first seen at phase (or later).
+func moveKill(t *testing.T, party, phase string) {
+	c := startMovesCluster(t, 4)
+	c.load()
+	c.progress(50)
+	lead := leaderOf(t, c.nodes, c.topic, 1)
+	reps := replicasOf(lead, c.topic, 1)
+	var source, target *clusterNode
+	for _, nd := range c.nodes {
+		switch {
+		case !slices.Contains(reps, nd.id):
+			target = nd
+		case nd != lead && source == nil:
+			source = nd
+		}
+	}
+	victim := map[string]*clusterNode{"controller": controllerOf(t, c.nodes...), "leader": lead, "source": source, "target": target}[party]
+	mv := startMove(t, c.nodes[0], c.topic, 1, source.id, target.id)
+	if phase == "switching" {
+		waitFor(t, 60*time.Second, "the move to switch", func() bool {
+			for _, m := range moves(c.nodes[0]) {
+				if m.ID == mv.ID {
+					return m.Status != "copying"
+				}
+			}
+			return false
+		})
+	}
+	c.mu.Lock()
+	c.stopping[victim.id] = true
+	c.mu.Unlock()
+	victim.Kill()
+	t.Logf("killed %s (the %s)", victim.id, party)
+	victim.RestartAfterKill()
+	if err := victim.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	delete(c.stopping, victim.id)
+	c.mu.Unlock()
+	c.moveEnds(mv.ID, 120*time.Second)
+	waitFor(t, 60*time.Second, "the moved-off replica's data to be deleted", func() bool { return partitionDir(source, c.topic, 1) == "" })
+	want := slices.DeleteFunc(slices.Clone(reps), func(r string) bool { return r == source.id })
+	want = append(want, target.id)
+	slices.Sort(want)
+	if got := replicasOf(c.nodes[0], c.topic, 1); !slices.Equal(got, want) {
+		t.Fatalf("replicas after the move: %v, want %v", got, want)
+	}
+	c.progress(20)
+	c.finish()
+}

@@ -1,0 +1,336 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// DefaultMaxMoves is how many moves the controller runs at once.
+const DefaultMaxMoves = 2
+
+// planInput is the state a plan of moves is made from.
+type planInput struct {
+	topics  []Topic
+	members map[string]Member
+	moves   []Move
+	// rebalance asks for moves that even out the replicas over the alive members.
+	rebalance bool
+	limit     int
+}
+
+// planMoves returns the moves to start now, at most in.limit minus the moves under way:
+// first those that take replicas off decommissioning members, then those that bring
+// partitions to their topic's replication factor, then (with in.rebalance) those that
+// even out the replicas held per alive member until no two differ by more than one.
+// Each partition gets at most one move under way. It reads only in, so it is the same
+// on any node given the same state.
+func planMoves(in planInput) []Move {
+	busy := map[string]bool{}
+	active := 0
+	for _, m := range in.moves {
+		if m.Active() {
+			active++
+			busy[partKey(m.Topic, m.Incarnation, m.Partition)] = true
+		}
+	}
+	room := in.limit - active
+	if room <= 0 {
+		return nil
+	}
+	held := map[string]int{}
+	var alive []string
+	for id, m := range in.members {
+		if m.Status == StatusAlive {
+			alive = append(alive, id)
+			held[id] += 0
+		}
+	}
+	sort.Strings(alive)
+	for _, t := range in.topics {
+		for _, p := range t.Placement {
+			for _, r := range append(slices.Clone(p.Replicas), p.Learners...) {
+				held[r]++
+			}
+		}
+	}
+	// target picks the alive member holding the fewest replicas that is not one of pl.
+	target := func(pl Placement) string {
+		best := ""
+		for _, id := range alive {
+			if slices.Contains(pl.Replicas, id) || slices.Contains(pl.Learners, id) {
+				continue
+			}
+			if best == "" || held[id] < held[best] {
+				best = id
+			}
+		}
+		return best
+	}
+	var out []Move
+	add := func(t Topic, p int, from, to, cause string) bool {
+		k := partKey(t.Name, t.Incarnation, int32(p))
+		if busy[k] || len(out) >= room {
+			return false
+		}
+		busy[k] = true
+		if to != "" {
+			held[to]++
+		}
+		if from != "" {
+			held[from]--
+		}
+		out = append(out, Move{Topic: t.Name, Incarnation: t.Incarnation, Partition: int32(p), From: from, To: to, Cause: cause})
+		return true
+	}
+	leaving := func(id string) bool {
+		m, ok := in.members[id]
+		return ok && m.Status == StatusDecommissioning
+	}
+	for _, t := range in.topics {
+		for i, pl := range t.Placement {
+			for _, r := range pl.Replicas {
+				if !leaving(r) {
+					continue
+				}
+				if to := target(pl); to != "" {
+					add(t, i, r, to, CauseDecommision)
+				} else if len(pl.Replicas) > 1 && int32(len(pl.Replicas)) > t.ReplicationFactor {
+					add(t, i, r, "", CauseDecommision)
+				}
+				break
+			}
+		}
+	}
+	for _, t := range in.topics {
+		for i, pl := range t.Placement {
+			n := int32(len(pl.Replicas))
+			switch {
+			case n < t.ReplicationFactor:
+				if to := target(pl); to != "" {
+					add(t, i, "", to, CauseRF)
+				}
+			case n > t.ReplicationFactor && n > 1:
+				// The replica on the member holding the most goes; never the preferred
+				// leader while another can go.
+				from := ""
+				for _, r := range pl.Replicas {
+					if r != pl.Leader && (from == "" || held[r] > held[from]) {
+						from = r
+					}
+				}
+				add(t, i, from, "", CauseRF)
+			}
+		}
+	}
+	if !in.rebalance || len(alive) < 2 {
+		return out
+	}
+	for len(out) < room {
+		most, least := alive[0], alive[0]
+		for _, id := range alive {
+			if held[id] > held[most] {
+				most = id
+			}
+			if held[id] < held[least] {
+				least = id
+			}
+		}
+		if held[most]-held[least] <= 1 {
+			break
+		}
+		moved := false
+		for _, t := range in.topics {
+			for i, pl := range t.Placement {
+				if len(pl.Replicas) < 2 || !slices.Contains(pl.Replicas, most) || slices.Contains(pl.Replicas, least) || slices.Contains(pl.Learners, least) {
+					continue // a partition of one replica moves only on request
+				}
+				if add(t, i, most, least, CauseRebalance) {
+					moved = true
+					break
+				}
+			}
+			if moved {
+				break
+			}
+		}
+		if !moved {
+			break
+		}
+	}
+	return out
+}
+
+func partKey(topic string, inc uint64, p int32) string {
+	return fmt.Sprintf("%s/%d/%d", topic, inc, p)
+}
+
+// steer is the controller's part in moves, every tick: it ends the moves that can no
+// longer finish, starts the moves decommissions, replication factors and (when
+// AutoRebalance) an uneven spread need, and removes the decommissioned members that
+// hold nothing any more.
+func (s *Store) steer() error {
+	if s.fsm.clusterVersion() < opSince["start_move"] {
+		return nil
+	}
+	c := s.opts.Cluster
+	for _, mv := range s.fsm.moveList() {
+		if !mv.Active() {
+			continue
+		}
+		switch mv.Status {
+		case MoveCopying:
+			if m, ok := s.fsm.member(mv.To); !ok || m.Status == StatusDead || m.Status == StatusDecommissioning {
+				why := fmt.Sprintf("the target node %s is dead or leaving; another move is planned when one is needed", mv.To)
+				if _, err := s.SetMoveStatus(mv.ID, MoveFailed, why); err != nil && !isConflict(err) {
+					return err
+				}
+				s.opts.Logger.Warn("meta: a move failed", "move", mv.ID, "topic", mv.Topic, "partition", mv.Partition, "why", why)
+			}
+		case MoveRemoving:
+			// The old replica deletes its copy and says so; one whose node is gone or
+			// silent past DeadAfter cannot: its copy is not served, and the move ends.
+			m, ok := s.fsm.member(mv.From)
+			if !ok || m.Status == StatusDead || time.Since(s.ctl.seen(m.ServerID)) > c.DeadAfter {
+				if _, err := s.SetMoveStatus(mv.ID, MoveDone, fmt.Sprintf("node %s was down; it no longer serves its old copy", mv.From)); err != nil && !isConflict(err) {
+					return err
+				}
+			}
+		}
+	}
+	for _, mv := range s.plan(c.AutoRebalance) {
+		if _, err := s.StartMove(mv); err != nil {
+			if isConflict(err) || errors.Is(err, ErrMemberNotFound) {
+				continue // the state changed since the plan; the next tick plans again
+			}
+			return err
+		}
+		s.opts.Logger.Info("meta: started a move", "topic", mv.Topic, "partition", mv.Partition, "from", orNone(mv.From), "to", orNone(mv.To), "cause", mv.Cause)
+	}
+	return s.removeDecommissioned()
+}
+
+// plan is planMoves over this node's state.
+func (s *Store) plan(rebalance bool) []Move {
+	s.fsm.mu.RLock()
+	in := planInput{members: make(map[string]Member, len(s.fsm.members)), rebalance: rebalance, limit: max(1, s.opts.Cluster.MaxMoves)}
+	for id, m := range s.fsm.members {
+		in.members[id] = m
+	}
+	s.fsm.mu.RUnlock()
+	in.topics, in.moves = s.fsm.list(), s.fsm.moveList()
+	return planMoves(in)
+}
+
+// Rebalance starts, now, the moves that even out the replicas over the alive members
+// (at most Cluster.MaxMoves under way) and returns them; the controller starts the rest
+// as those end when AutoRebalance is on, else at the next call.
+func (s *Store) Rebalance() ([]Move, error) {
+	if err := s.gateCmd(command{Op: "start_move"}); err != nil {
+		return nil, err
+	}
+	var out []Move
+	for _, mv := range s.plan(true) {
+		m, err := s.StartMove(mv)
+		if err != nil {
+			if isConflict(err) {
+				continue
+			}
+			return out, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// removeDecommissioned removes from the Raft configuration, then from the members,
+// every decommissioning member that holds no replica and has no move under way.
+func (s *Store) removeDecommissioned() error {
+	busy := map[string]bool{}
+	for _, mv := range s.fsm.moveList() {
+		if mv.Active() {
+			busy[mv.From], busy[mv.To] = true, true
+		}
+	}
+	for _, m := range s.fsm.memberList() {
+		if m.Status != StatusDecommissioning || busy[m.ID] {
+			continue
+		}
+		s.fsm.mu.RLock()
+		holds := s.fsm.holdsAny(m.ID)
+		s.fsm.mu.RUnlock()
+		if holds {
+			continue
+		}
+		if m.ServerID == s.ServerID() {
+			// The controller leaves last: it hands the control plane over first.
+			s.opts.Logger.Info("meta: this node is decommissioned; handing the controller over before it leaves")
+			return leaderErr(s.raft.LeadershipTransfer().Error())
+		}
+		if err := s.raft.RemoveServer(raft.ServerID(m.ServerID), 0, s.opts.ApplyTimeout).Error(); err != nil {
+			return leaderErr(err)
+		}
+		if _, err := s.applyLocal(command{Op: "remove_member", Name: m.ID, ServerID: m.ServerID, MoveOp: &MoveOp{NowMs: nowMs()}}); err != nil && !isConflict(err) && !errors.Is(err, ErrMemberNotFound) {
+			return err
+		}
+		s.opts.Logger.Info("meta: removed a decommissioned member; its process can be stopped", "member", m.ID, "server", m.ServerID)
+	}
+	return nil
+}
+
+// Decommission marks node decommissioning: the controller moves every replica off it
+// (from the survivors, when it is dead) and then removes it. A repeat returns the
+// member as it is. ConflictError when it cannot go: the last member, or one whose
+// replicas no other alive member could take.
+func (s *Store) Decommission(node string) (Member, error) {
+	if err := s.gateCmd(command{Op: "start_move"}); err != nil {
+		return Member{}, err
+	}
+	m, ok := s.fsm.member(node)
+	if !ok {
+		return Member{}, ErrMemberNotFound
+	}
+	if m.Status == StatusDecommissioning {
+		return m, nil
+	}
+	others := 0
+	for _, o := range s.fsm.memberList() {
+		if o.ID != node && o.Status == StatusAlive {
+			others++
+		}
+	}
+	if others == 0 {
+		return Member{}, &ConflictError{Msg: fmt.Sprintf("node %s is the last live member; a cluster cannot decommission all its nodes", node)}
+	}
+	for _, t := range s.fsm.list() {
+		for i, pl := range t.Placement {
+			if !slices.Contains(pl.Replicas, node) {
+				continue
+			}
+			free := 0
+			for _, o := range s.fsm.memberList() {
+				if o.Status == StatusAlive && o.ID != node && !slices.Contains(pl.Replicas, o.ID) {
+					free++
+				}
+			}
+			if free == 0 && int32(len(pl.Replicas)) <= t.ReplicationFactor {
+				return Member{}, &ConflictError{Msg: fmt.Sprintf("partition %d of topic %s has replication factor %d and no other live node can take the replica on %s; add a node first, or lower the topic's replication_factor",
+					i, t.Name, t.ReplicationFactor, node)}
+			}
+		}
+	}
+	if _, err := s.applyCmd(command{Op: "set_status", Name: node, ServerID: m.ServerID, Status: StatusDecommissioning}); err != nil {
+		return Member{}, err
+	}
+	m, _ = s.fsm.member(node)
+	return m, nil
+}
+
+func isConflict(err error) bool {
+	var c *ConflictError
+	return errors.As(err, &c)
+}
