@@ -75,7 +75,7 @@ func (m Move) Active() bool {
 
 // MoveOp is the argument of the move commands.
 type MoveOp struct {
-	Move *Move `json:"move,omitempty"` // start_move
+	Move *Move  `json:"move,omitempty"` // start_move
 	ID   uint64 `json:"id,omitempty"`   // switch_move, move_status, move_progress
 	// Status and Reason, on move_status; Progress and Lag on move_progress.
 	Status   string  `json:"status,omitempty"`

@@ -175,7 +175,6 @@ func TestMovesSurviveSnapshot(t *testing.T) {
 	}
 }
 
-
 // TestPlanMoves: decommissions come first, then replication factors, then (asked)
 // rebalancing, bounded by the limit and one move per partition.
 func TestPlanMoves(t *testing.T) {

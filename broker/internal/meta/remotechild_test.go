@@ -100,4 +100,3 @@ func TestRemoteChildrenTravelInSnapshots(t *testing.T) {
 		t.Fatalf("restored: %+v", rs)
 	}
 }
-
