@@ -42,6 +42,9 @@ type TopicUpdate struct {
 	MaxAckedAheadPerPartition *int
 	// Schema replaces the topic's JSON Schema; `{}` removes it.
 	Schema json.RawMessage
+	// ReplicationFactor is the copies each partition should have (1 to 7); the broker
+	// adds or removes replicas through moves (see Moves) until each has that many.
+	ReplicationFactor *int
 }
 
 // TopicInfo describes a topic. Stats is filled by Topic, not by Topics.
@@ -194,6 +197,9 @@ func (c *Client) AlterTopic(ctx context.Context, name string, u TopicUpdate) (*T
 	if len(u.Schema) > 0 {
 		s := u.Schema
 		req.Schema = &s
+	}
+	if u.ReplicationFactor != nil {
+		req.ReplicationFactor = i32(*u.ReplicationFactor)
 	}
 	var out api.Topic
 	if err := c.doJSON(ctx, &call{op: "alter-topic", topic: name,

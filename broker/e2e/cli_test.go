@@ -516,10 +516,10 @@ func TestCLIClusterBenchCompletion(t *testing.T) {
 		t.Fatalf("decommission: %+v", r)
 	}
 	c.ok("topic", "create", "m")
-	if r := c.run("cluster", "moves", "--topic", "m", "--partition", "0", "--from", members[0].ID, "--to", "other"); r.code == 0 || r.code == 2 {
+	if r := c.run("cluster", "move", "--topic", "m", "--partition", "0", "--from", members[0].ID, "--to", "other"); r.code == 0 || r.code == 2 {
 		t.Fatalf("a move to a node that does not exist: %+v", r)
 	}
-	c.exits(2, "cluster", "moves", "--topic", "m")
+	c.exits(2, "cluster", "move", "--topic", "m")
 
 	res := decode[struct {
 		Messages int `json:"messages"`

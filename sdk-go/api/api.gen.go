@@ -53,6 +53,7 @@ const (
 	ErrorCodeInvalidReceiptHandle ErrorCode = "invalid_receipt_handle"
 	ErrorCodeLeaseLost            ErrorCode = "lease_lost"
 	ErrorCodeMethodNotAllowed     ErrorCode = "method_not_allowed"
+	ErrorCodeMoveNotFound         ErrorCode = "move_not_found"
 	ErrorCodeNodeNotFound         ErrorCode = "node_not_found"
 	ErrorCodeNotFound             ErrorCode = "not_found"
 	ErrorCodeNotImplemented       ErrorCode = "not_implemented"
@@ -94,12 +95,22 @@ const (
 	MessagePayloadEncodingBase64 MessagePayloadEncoding = "base64"
 )
 
+// Defines values for MoveCause.
+const (
+	Decommission      MoveCause = "decommission"
+	Rebalance         MoveCause = "rebalance"
+	Replace           MoveCause = "replace"
+	ReplicationFactor MoveCause = "replication_factor"
+	Request           MoveCause = "request"
+)
+
 // Defines values for MoveStatus.
 const (
+	Cancelled MoveStatus = "cancelled"
 	Copying   MoveStatus = "copying"
 	Done      MoveStatus = "done"
 	Failed    MoveStatus = "failed"
-	Started   MoveStatus = "started"
+	Removing  MoveStatus = "removing"
 	Switching MoveStatus = "switching"
 )
 
@@ -183,7 +194,8 @@ type AckResult struct {
 		// - `forbidden`: not allowed.
 		// - `not_found`: no such route.
 		// - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
-		//   `node_not_found`: that thing does not exist.
+		//   `node_not_found` (no member of that node id), `move_not_found` (no partition move
+		//   of that id): that thing does not exist.
 		// - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
 		// - `incarnation_mismatch`: the topic of that name is not the incarnation the request
 		//   named (it was deleted and created again); nothing was written.
@@ -215,11 +227,14 @@ type AckResultList struct {
 
 // AlterTopicRequest defines model for AlterTopicRequest.
 type AlterTopicRequest struct {
-	MaxAckedAheadPerPartition *int32           `json:"max_acked_ahead_per_partition,omitempty"`
-	MaxInFlightPerPartition   *int32           `json:"max_in_flight_per_partition,omitempty"`
-	RetentionMs               *int64           `json:"retention_ms,omitempty"`
-	Schema                    *json.RawMessage `json:"schema"`
-	VisibilityTimeoutMs       *int64           `json:"visibility_timeout_ms,omitempty"`
+	MaxAckedAheadPerPartition *int32 `json:"max_acked_ahead_per_partition,omitempty"`
+	MaxInFlightPerPartition   *int32 `json:"max_in_flight_per_partition,omitempty"`
+
+	// ReplicationFactor The copies each partition should have. The controller adds or removes replicas through moves (cause `replication_factor`, listed by `GET /v1/cluster/moves`) until every partition has that many. More than the cluster's nodes answers 409. Topics from a single-node data directory have 1; raise it once other nodes have joined.
+	ReplicationFactor   *int32           `json:"replication_factor,omitempty"`
+	RetentionMs         *int64           `json:"retention_ms,omitempty"`
+	Schema              *json.RawMessage `json:"schema"`
+	VisibilityTimeoutMs *int64           `json:"visibility_timeout_ms,omitempty"`
 }
 
 // AttachChildRequest defines model for AttachChildRequest.
@@ -366,7 +381,8 @@ type Error struct {
 		// - `forbidden`: not allowed.
 		// - `not_found`: no such route.
 		// - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
-		//   `node_not_found`: that thing does not exist.
+		//   `node_not_found` (no member of that node id), `move_not_found` (no partition move
+		//   of that id): that thing does not exist.
 		// - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
 		// - `incarnation_mismatch`: the topic of that name is not the incarnation the request
 		//   named (it was deleted and created again); nothing was written.
@@ -406,7 +422,8 @@ type Error struct {
 //   - `forbidden`: not allowed.
 //   - `not_found`: no such route.
 //   - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
-//     `node_not_found`: that thing does not exist.
+//     `node_not_found` (no member of that node id), `move_not_found` (no partition move
+//     of that id): that thing does not exist.
 //   - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
 //   - `incarnation_mismatch`: the topic of that name is not the incarnation the request
 //     named (it was deleted and created again); nothing was written.
@@ -434,6 +451,21 @@ type FollowerStats struct {
 
 	// Node The node holding this replica.
 	Node string `json:"node"`
+}
+
+// ForceLeaderRequest defines model for ForceLeaderRequest.
+type ForceLeaderRequest struct {
+	// Node The live node whose replica takes the partition over.
+	Node string `json:"node"`
+}
+
+// ForceLeaderResult defines model for ForceLeaderResult.
+type ForceLeaderResult struct {
+	// PossiblyLostAtLeast A lower bound of the messages lost: the highest high watermark any replica reported to the control plane minus the log end of the replica that took over. 0 does not prove that nothing was lost.
+	PossiblyLostAtLeast int64 `json:"possibly_lost_at_least"`
+
+	// Replicas The partition's replica set right after the takeover (the node alone); it grows back to the topic's replication_factor through moves.
+	Replicas []string `json:"replicas"`
 }
 
 // Grant defines model for Grant.
@@ -540,22 +572,69 @@ type MessageRange struct {
 
 // Move defines model for Move.
 type Move struct {
-	From      string     `json:"from"`
-	Partition int32      `json:"partition"`
-	Status    MoveStatus `json:"status"`
-	To        string     `json:"to"`
-	Topic     string     `json:"topic"`
+	// Cause What started it: `request` (POST /v1/cluster/moves), `decommission`, `replace` (a lost replica replaced, or a forced takeover growing the replica set back), `rebalance` or `replication_factor` (a changed replication_factor).
+	Cause MoveCause `json:"cause"`
+
+	// CreatedAtMs When the move started (Unix milliseconds).
+	CreatedAtMs int64 `json:"created_at_ms"`
+
+	// From The node whose replica goes; empty when a replica is only added (a raised replication_factor).
+	From string `json:"from"`
+
+	// Id Names the move, for `DELETE /v1/cluster/moves/{id}`.
+	Id string `json:"id"`
+
+	// Lag While copying, how many messages the new replica is behind; absent otherwise.
+	Lag       *int64 `json:"lag,omitempty"`
+	Partition int32  `json:"partition"`
+
+	// Progress The share of the partition's log the new replica holds (1 once it caught up).
+	Progress float64 `json:"progress"`
+
+	// Reason Why it failed or was cancelled; absent otherwise.
+	Reason *string `json:"reason,omitempty"`
+
+	// Status Where the move is, in this order:
+	// - `copying`: the new replica is being added and catches up (cancellable).
+	// - `switching`: the replica set is switched in the control plane; the
+	//   partition's Raft group follows. It finishes from here on.
+	// - `removing`: the group runs on the new set; the old replica deletes its copy.
+	// - `done`, `cancelled` or `failed` (see `reason`): it ended.
+	Status MoveStatus `json:"status"`
+
+	// To The node that gets a replica; empty when a replica is only removed (a lowered replication_factor).
+	To    string `json:"to"`
+	Topic string `json:"topic"`
+
+	// UpdatedAtMs When its status last changed (Unix milliseconds).
+	UpdatedAtMs int64 `json:"updated_at_ms"`
 }
 
-// MoveStatus defines model for Move.Status.
+// MoveCause What started it: `request` (POST /v1/cluster/moves), `decommission`, `replace` (a lost replica replaced, or a forced takeover growing the replica set back), `rebalance` or `replication_factor` (a changed replication_factor).
+type MoveCause string
+
+// MoveStatus Where the move is, in this order:
+//   - `copying`: the new replica is being added and catches up (cancellable).
+//   - `switching`: the replica set is switched in the control plane; the
+//     partition's Raft group follows. It finishes from here on.
+//   - `removing`: the group runs on the new set; the old replica deletes its copy.
+//   - `done`, `cancelled` or `failed` (see `reason`): it ended.
 type MoveStatus string
+
+// MoveList defines model for MoveList.
+type MoveList struct {
+	Moves []Move `json:"moves"`
+}
 
 // MoveRequest defines model for MoveRequest.
 type MoveRequest struct {
+	// From The node whose replica of the partition moves.
 	From      string `json:"from"`
 	Partition int32  `json:"partition"`
-	To        string `json:"to"`
-	Topic     string `json:"topic"`
+
+	// To The live node that gets the replica; it must hold none of the partition.
+	To    string `json:"to"`
+	Topic string `json:"topic"`
 }
 
 // NodeHealth The answering node's health and storage (admins only).
@@ -923,6 +1002,9 @@ type NotFound = Error
 // NotImplemented defines model for NotImplemented.
 type NotImplemented = Error
 
+// NotImplementedEarlier defines model for NotImplementedEarlier.
+type NotImplementedEarlier = Error
+
 // TooLarge defines model for TooLarge.
 type TooLarge = Error
 
@@ -1020,6 +1102,9 @@ type AckBatchJSONRequestBody = AckBatchRequest
 
 // AttachChildJSONRequestBody defines body for AttachChild for application/json ContentType.
 type AttachChildJSONRequestBody = AttachChildRequest
+
+// ForceLeaderJSONRequestBody defines body for ForceLeader for application/json ContentType.
+type ForceLeaderJSONRequestBody = ForceLeaderRequest
 
 // ProduceBatchJSONRequestBody defines body for ProduceBatch for application/json ContentType.
 type ProduceBatchJSONRequestBody = ProduceBatchRequest
@@ -1129,10 +1214,19 @@ type ClientInterface interface {
 	// DecommissionMember request
 	DecommissionMember(ctx context.Context, node string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListMoves request
+	ListMoves(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// MovePartitionWithBody request with any body
 	MovePartitionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	MovePartition(ctx context.Context, body MovePartitionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelMove request
+	CancelMove(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Rebalance request
+	Rebalance(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTopicStats request
 	ListTopicStats(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1186,6 +1280,11 @@ type ClientInterface interface {
 
 	// ConsumeBatch request
 	ConsumeBatch(ctx context.Context, topic TopicName, params *ConsumeBatchParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForceLeaderWithBody request with any body
+	ForceLeaderWithBody(ctx context.Context, topic TopicName, partition int32, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	ForceLeader(ctx context.Context, topic TopicName, partition int32, body ForceLeaderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReadMessages request
 	ReadMessages(ctx context.Context, topic TopicName, partition int32, params *ReadMessagesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1322,6 +1421,18 @@ func (c *Client) DecommissionMember(ctx context.Context, node string, reqEditors
 	return c.Client.Do(req)
 }
 
+func (c *Client) ListMoves(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListMovesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 func (c *Client) MovePartitionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewMovePartitionRequestWithBody(c.Server, contentType, body)
 	if err != nil {
@@ -1336,6 +1447,30 @@ func (c *Client) MovePartitionWithBody(ctx context.Context, contentType string, 
 
 func (c *Client) MovePartition(ctx context.Context, body MovePartitionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewMovePartitionRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) CancelMove(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelMoveRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) Rebalance(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRebalanceRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1564,6 +1699,30 @@ func (c *Client) Consume(ctx context.Context, topic TopicName, params *ConsumePa
 
 func (c *Client) ConsumeBatch(ctx context.Context, topic TopicName, params *ConsumeBatchParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewConsumeBatchRequest(c.Server, topic, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) ForceLeaderWithBody(ctx context.Context, topic TopicName, partition int32, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForceLeaderRequestWithBody(c.Server, topic, partition, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) ForceLeader(ctx context.Context, topic TopicName, partition int32, body ForceLeaderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForceLeaderRequest(c.Server, topic, partition, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1951,6 +2110,33 @@ func NewDecommissionMemberRequest(server string, node string) (*http.Request, er
 	return req, nil
 }
 
+// NewListMovesRequest generates requests for ListMoves
+func NewListMovesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/cluster/moves")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest("GET", queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewMovePartitionRequest calls the generic MovePartition builder with application/json body
 func NewMovePartitionRequest(server string, body MovePartitionJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -1987,6 +2173,67 @@ func NewMovePartitionRequestWithBody(server string, contentType string, body io.
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewCancelMoveRequest generates requests for CancelMove
+func NewCancelMoveRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithLocation("simple", false, "id", runtime.ParamLocationPath, id)
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/cluster/moves/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest("DELETE", queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRebalanceRequest generates requests for Rebalance
+func NewRebalanceRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/cluster/rebalance")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest("POST", queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -2711,6 +2958,60 @@ func NewConsumeBatchRequest(server string, topic TopicName, params *ConsumeBatch
 	return req, nil
 }
 
+// NewForceLeaderRequest calls the generic ForceLeader builder with application/json body
+func NewForceLeaderRequest(server string, topic TopicName, partition int32, body ForceLeaderJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewForceLeaderRequestWithBody(server, topic, partition, "application/json", bodyReader)
+}
+
+// NewForceLeaderRequestWithBody generates requests for ForceLeader with any type of body
+func NewForceLeaderRequestWithBody(server string, topic TopicName, partition int32, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithLocation("simple", false, "topic", runtime.ParamLocationPath, topic)
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithLocation("simple", false, "partition", runtime.ParamLocationPath, partition)
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/topics/%s/partitions/%s/force-leader", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest("POST", queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewReadMessagesRequest generates requests for ReadMessages
 func NewReadMessagesRequest(server string, topic TopicName, partition int32, params *ReadMessagesParams) (*http.Request, error) {
 	var err error
@@ -3272,10 +3573,19 @@ type ClientWithResponsesInterface interface {
 	// DecommissionMemberWithResponse request
 	DecommissionMemberWithResponse(ctx context.Context, node string, reqEditors ...RequestEditorFn) (*DecommissionMemberResponse, error)
 
+	// ListMovesWithResponse request
+	ListMovesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListMovesResponse, error)
+
 	// MovePartitionWithBodyWithResponse request with any body
 	MovePartitionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MovePartitionResponse, error)
 
 	MovePartitionWithResponse(ctx context.Context, body MovePartitionJSONRequestBody, reqEditors ...RequestEditorFn) (*MovePartitionResponse, error)
+
+	// CancelMoveWithResponse request
+	CancelMoveWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*CancelMoveResponse, error)
+
+	// RebalanceWithResponse request
+	RebalanceWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*RebalanceResponse, error)
 
 	// ListTopicStatsWithResponse request
 	ListTopicStatsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTopicStatsResponse, error)
@@ -3329,6 +3639,11 @@ type ClientWithResponsesInterface interface {
 
 	// ConsumeBatchWithResponse request
 	ConsumeBatchWithResponse(ctx context.Context, topic TopicName, params *ConsumeBatchParams, reqEditors ...RequestEditorFn) (*ConsumeBatchResponse, error)
+
+	// ForceLeaderWithBodyWithResponse request with any body
+	ForceLeaderWithBodyWithResponse(ctx context.Context, topic TopicName, partition int32, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ForceLeaderResponse, error)
+
+	ForceLeaderWithResponse(ctx context.Context, topic TopicName, partition int32, body ForceLeaderJSONRequestBody, reqEditors ...RequestEditorFn) (*ForceLeaderResponse, error)
 
 	// ReadMessagesWithResponse request
 	ReadMessagesWithResponse(ctx context.Context, topic TopicName, partition int32, params *ReadMessagesParams, reqEditors ...RequestEditorFn) (*ReadMessagesResponse, error)
@@ -3527,7 +3842,7 @@ type DecommissionMemberResponse struct {
 	JSON403      *Forbidden
 	JSON404      *NotFound
 	JSON409      *Conflict
-	JSON501      *NotImplemented
+	JSON501      *NotImplementedEarlier
 	JSON503      *Unavailable
 }
 
@@ -3547,6 +3862,32 @@ func (r DecommissionMemberResponse) StatusCode() int {
 	return 0
 }
 
+type ListMovesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	JSON200      *MoveList
+	JSON400      *BadRequest
+	JSON401      *Unauthenticated
+	JSON403      *Forbidden
+	JSON503      *Unavailable
+}
+
+// Status returns HTTPResponse.Status
+func (r ListMovesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListMovesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
 type MovePartitionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3556,7 +3897,7 @@ type MovePartitionResponse struct {
 	JSON403      *Forbidden
 	JSON404      *NotFound
 	JSON409      *Conflict
-	JSON501      *NotImplemented
+	JSON501      *NotImplementedEarlier
 	JSON503      *Unavailable
 }
 
@@ -3570,6 +3911,60 @@ func (r MovePartitionResponse) Status() string {
 
 // StatusCode returns HTTPResponse.StatusCode
 func (r MovePartitionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+type CancelMoveResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	JSON400      *BadRequest
+	JSON401      *Unauthenticated
+	JSON403      *Forbidden
+	JSON404      *NotFound
+	JSON409      *Conflict
+	JSON503      *Unavailable
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelMoveResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelMoveResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+type RebalanceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	JSON202      *MoveList
+	JSON400      *BadRequest
+	JSON401      *Unauthenticated
+	JSON403      *Forbidden
+	JSON409      *Conflict
+	JSON503      *Unavailable
+}
+
+// Status returns HTTPResponse.Status
+func (r RebalanceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RebalanceResponse) StatusCode() int {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.StatusCode
 	}
@@ -3989,6 +4384,34 @@ func (r ConsumeBatchResponse) StatusCode() int {
 	return 0
 }
 
+type ForceLeaderResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	JSON200      *ForceLeaderResult
+	JSON400      *BadRequest
+	JSON401      *Unauthenticated
+	JSON403      *Forbidden
+	JSON404      *NotFound
+	JSON409      *Conflict
+	JSON503      *Unavailable
+}
+
+// Status returns HTTPResponse.Status
+func (r ForceLeaderResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForceLeaderResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
 type ReadMessagesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4340,6 +4763,15 @@ func (c *ClientWithResponses) DecommissionMemberWithResponse(ctx context.Context
 	return ParseDecommissionMemberResponse(rsp)
 }
 
+// ListMovesWithResponse request returning *ListMovesResponse
+func (c *ClientWithResponses) ListMovesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListMovesResponse, error) {
+	rsp, err := c.ListMoves(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListMovesResponse(rsp)
+}
+
 // MovePartitionWithBodyWithResponse request with arbitrary body returning *MovePartitionResponse
 func (c *ClientWithResponses) MovePartitionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MovePartitionResponse, error) {
 	rsp, err := c.MovePartitionWithBody(ctx, contentType, body, reqEditors...)
@@ -4355,6 +4787,24 @@ func (c *ClientWithResponses) MovePartitionWithResponse(ctx context.Context, bod
 		return nil, err
 	}
 	return ParseMovePartitionResponse(rsp)
+}
+
+// CancelMoveWithResponse request returning *CancelMoveResponse
+func (c *ClientWithResponses) CancelMoveWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*CancelMoveResponse, error) {
+	rsp, err := c.CancelMove(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelMoveResponse(rsp)
+}
+
+// RebalanceWithResponse request returning *RebalanceResponse
+func (c *ClientWithResponses) RebalanceWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*RebalanceResponse, error) {
+	rsp, err := c.Rebalance(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRebalanceResponse(rsp)
 }
 
 // ListTopicStatsWithResponse request returning *ListTopicStatsResponse
@@ -4522,6 +4972,23 @@ func (c *ClientWithResponses) ConsumeBatchWithResponse(ctx context.Context, topi
 		return nil, err
 	}
 	return ParseConsumeBatchResponse(rsp)
+}
+
+// ForceLeaderWithBodyWithResponse request with arbitrary body returning *ForceLeaderResponse
+func (c *ClientWithResponses) ForceLeaderWithBodyWithResponse(ctx context.Context, topic TopicName, partition int32, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ForceLeaderResponse, error) {
+	rsp, err := c.ForceLeaderWithBody(ctx, topic, partition, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForceLeaderResponse(rsp)
+}
+
+func (c *ClientWithResponses) ForceLeaderWithResponse(ctx context.Context, topic TopicName, partition int32, body ForceLeaderJSONRequestBody, reqEditors ...RequestEditorFn) (*ForceLeaderResponse, error) {
+	rsp, err := c.ForceLeader(ctx, topic, partition, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForceLeaderResponse(rsp)
 }
 
 // ReadMessagesWithResponse request returning *ReadMessagesResponse
@@ -4978,11 +5445,65 @@ func ParseDecommissionMemberResponse(rsp *http.Response) (*DecommissionMemberRes
 		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest NotImplemented
+		var dest NotImplementedEarlier
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListMovesResponse parses an HTTP response from a ListMovesWithResponse call
+func ParseListMovesResponse(rsp *http.Response) (*ListMovesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListMovesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MoveList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
@@ -5053,11 +5574,133 @@ func ParseMovePartitionResponse(rsp *http.Response) (*MovePartitionResponse, err
 		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
-		var dest NotImplemented
+		var dest NotImplementedEarlier
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCancelMoveResponse parses an HTTP response from a CancelMoveWithResponse call
+func ParseCancelMoveResponse(rsp *http.Response) (*CancelMoveResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelMoveResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRebalanceResponse parses an HTTP response from a RebalanceWithResponse call
+func ParseRebalanceResponse(rsp *http.Response) (*RebalanceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RebalanceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest MoveList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
@@ -6029,6 +6672,74 @@ func ParseConsumeBatchResponse(rsp *http.Response) (*ConsumeBatchResponse, error
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseForceLeaderResponse parses an HTTP response from a ForceLeaderWithResponse call
+func ParseForceLeaderResponse(rsp *http.Response) (*ForceLeaderResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForceLeaderResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ForceLeaderResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

@@ -60,6 +60,7 @@ const (
 	ErrorCodeInvalidReceiptHandle ErrorCode = "invalid_receipt_handle"
 	ErrorCodeLeaseLost            ErrorCode = "lease_lost"
 	ErrorCodeMethodNotAllowed     ErrorCode = "method_not_allowed"
+	ErrorCodeMoveNotFound         ErrorCode = "move_not_found"
 	ErrorCodeNodeNotFound         ErrorCode = "node_not_found"
 	ErrorCodeNotFound             ErrorCode = "not_found"
 	ErrorCodeNotImplemented       ErrorCode = "not_implemented"
@@ -101,12 +102,22 @@ const (
 	MessagePayloadEncodingBase64 MessagePayloadEncoding = "base64"
 )
 
+// Defines values for MoveCause.
+const (
+	Decommission      MoveCause = "decommission"
+	Rebalance         MoveCause = "rebalance"
+	Replace           MoveCause = "replace"
+	ReplicationFactor MoveCause = "replication_factor"
+	Request           MoveCause = "request"
+)
+
 // Defines values for MoveStatus.
 const (
+	Cancelled MoveStatus = "cancelled"
 	Copying   MoveStatus = "copying"
 	Done      MoveStatus = "done"
 	Failed    MoveStatus = "failed"
-	Started   MoveStatus = "started"
+	Removing  MoveStatus = "removing"
 	Switching MoveStatus = "switching"
 )
 
@@ -190,7 +201,8 @@ type AckResult struct {
 		// - `forbidden`: not allowed.
 		// - `not_found`: no such route.
 		// - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
-		//   `node_not_found`: that thing does not exist.
+		//   `node_not_found` (no member of that node id), `move_not_found` (no partition move
+		//   of that id): that thing does not exist.
 		// - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
 		// - `incarnation_mismatch`: the topic of that name is not the incarnation the request
 		//   named (it was deleted and created again); nothing was written.
@@ -222,11 +234,14 @@ type AckResultList struct {
 
 // AlterTopicRequest defines model for AlterTopicRequest.
 type AlterTopicRequest struct {
-	MaxAckedAheadPerPartition *int32           `json:"max_acked_ahead_per_partition,omitempty"`
-	MaxInFlightPerPartition   *int32           `json:"max_in_flight_per_partition,omitempty"`
-	RetentionMs               *int64           `json:"retention_ms,omitempty"`
-	Schema                    *json.RawMessage `json:"schema"`
-	VisibilityTimeoutMs       *int64           `json:"visibility_timeout_ms,omitempty"`
+	MaxAckedAheadPerPartition *int32 `json:"max_acked_ahead_per_partition,omitempty"`
+	MaxInFlightPerPartition   *int32 `json:"max_in_flight_per_partition,omitempty"`
+
+	// ReplicationFactor The copies each partition should have. The controller adds or removes replicas through moves (cause `replication_factor`, listed by `GET /v1/cluster/moves`) until every partition has that many. More than the cluster's nodes answers 409. Topics from a single-node data directory have 1; raise it once other nodes have joined.
+	ReplicationFactor   *int32           `json:"replication_factor,omitempty"`
+	RetentionMs         *int64           `json:"retention_ms,omitempty"`
+	Schema              *json.RawMessage `json:"schema"`
+	VisibilityTimeoutMs *int64           `json:"visibility_timeout_ms,omitempty"`
 }
 
 // AttachChildRequest defines model for AttachChildRequest.
@@ -373,7 +388,8 @@ type Error struct {
 		// - `forbidden`: not allowed.
 		// - `not_found`: no such route.
 		// - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
-		//   `node_not_found`: that thing does not exist.
+		//   `node_not_found` (no member of that node id), `move_not_found` (no partition move
+		//   of that id): that thing does not exist.
 		// - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
 		// - `incarnation_mismatch`: the topic of that name is not the incarnation the request
 		//   named (it was deleted and created again); nothing was written.
@@ -413,7 +429,8 @@ type Error struct {
 //   - `forbidden`: not allowed.
 //   - `not_found`: no such route.
 //   - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
-//     `node_not_found`: that thing does not exist.
+//     `node_not_found` (no member of that node id), `move_not_found` (no partition move
+//     of that id): that thing does not exist.
 //   - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
 //   - `incarnation_mismatch`: the topic of that name is not the incarnation the request
 //     named (it was deleted and created again); nothing was written.
@@ -441,6 +458,21 @@ type FollowerStats struct {
 
 	// Node The node holding this replica.
 	Node string `json:"node"`
+}
+
+// ForceLeaderRequest defines model for ForceLeaderRequest.
+type ForceLeaderRequest struct {
+	// Node The live node whose replica takes the partition over.
+	Node string `json:"node"`
+}
+
+// ForceLeaderResult defines model for ForceLeaderResult.
+type ForceLeaderResult struct {
+	// PossiblyLostAtLeast A lower bound of the messages lost: the highest high watermark any replica reported to the control plane minus the log end of the replica that took over. 0 does not prove that nothing was lost.
+	PossiblyLostAtLeast int64 `json:"possibly_lost_at_least"`
+
+	// Replicas The partition's replica set right after the takeover (the node alone); it grows back to the topic's replication_factor through moves.
+	Replicas []string `json:"replicas"`
 }
 
 // Grant defines model for Grant.
@@ -547,22 +579,69 @@ type MessageRange struct {
 
 // Move defines model for Move.
 type Move struct {
-	From      string     `json:"from"`
-	Partition int32      `json:"partition"`
-	Status    MoveStatus `json:"status"`
-	To        string     `json:"to"`
-	Topic     string     `json:"topic"`
+	// Cause What started it: `request` (POST /v1/cluster/moves), `decommission`, `replace` (a lost replica replaced, or a forced takeover growing the replica set back), `rebalance` or `replication_factor` (a changed replication_factor).
+	Cause MoveCause `json:"cause"`
+
+	// CreatedAtMs When the move started (Unix milliseconds).
+	CreatedAtMs int64 `json:"created_at_ms"`
+
+	// From The node whose replica goes; empty when a replica is only added (a raised replication_factor).
+	From string `json:"from"`
+
+	// Id Names the move, for `DELETE /v1/cluster/moves/{id}`.
+	Id string `json:"id"`
+
+	// Lag While copying, how many messages the new replica is behind; absent otherwise.
+	Lag       *int64 `json:"lag,omitempty"`
+	Partition int32  `json:"partition"`
+
+	// Progress The share of the partition's log the new replica holds (1 once it caught up).
+	Progress float64 `json:"progress"`
+
+	// Reason Why it failed or was cancelled; absent otherwise.
+	Reason *string `json:"reason,omitempty"`
+
+	// Status Where the move is, in this order:
+	// - `copying`: the new replica is being added and catches up (cancellable).
+	// - `switching`: the replica set is switched in the control plane; the
+	//   partition's Raft group follows. It finishes from here on.
+	// - `removing`: the group runs on the new set; the old replica deletes its copy.
+	// - `done`, `cancelled` or `failed` (see `reason`): it ended.
+	Status MoveStatus `json:"status"`
+
+	// To The node that gets a replica; empty when a replica is only removed (a lowered replication_factor).
+	To    string `json:"to"`
+	Topic string `json:"topic"`
+
+	// UpdatedAtMs When its status last changed (Unix milliseconds).
+	UpdatedAtMs int64 `json:"updated_at_ms"`
 }
 
-// MoveStatus defines model for Move.Status.
+// MoveCause What started it: `request` (POST /v1/cluster/moves), `decommission`, `replace` (a lost replica replaced, or a forced takeover growing the replica set back), `rebalance` or `replication_factor` (a changed replication_factor).
+type MoveCause string
+
+// MoveStatus Where the move is, in this order:
+//   - `copying`: the new replica is being added and catches up (cancellable).
+//   - `switching`: the replica set is switched in the control plane; the
+//     partition's Raft group follows. It finishes from here on.
+//   - `removing`: the group runs on the new set; the old replica deletes its copy.
+//   - `done`, `cancelled` or `failed` (see `reason`): it ended.
 type MoveStatus string
+
+// MoveList defines model for MoveList.
+type MoveList struct {
+	Moves []Move `json:"moves"`
+}
 
 // MoveRequest defines model for MoveRequest.
 type MoveRequest struct {
+	// From The node whose replica of the partition moves.
 	From      string `json:"from"`
 	Partition int32  `json:"partition"`
-	To        string `json:"to"`
-	Topic     string `json:"topic"`
+
+	// To The live node that gets the replica; it must hold none of the partition.
+	To    string `json:"to"`
+	Topic string `json:"topic"`
 }
 
 // NodeHealth The answering node's health and storage (admins only).
@@ -930,6 +1009,9 @@ type NotFound = Error
 // NotImplemented defines model for NotImplemented.
 type NotImplemented = Error
 
+// NotImplementedEarlier defines model for NotImplementedEarlier.
+type NotImplementedEarlier = Error
+
 // TooLarge defines model for TooLarge.
 type TooLarge = Error
 
@@ -1028,6 +1110,9 @@ type AckBatchJSONRequestBody = AckBatchRequest
 // AttachChildJSONRequestBody defines body for AttachChild for application/json ContentType.
 type AttachChildJSONRequestBody = AttachChildRequest
 
+// ForceLeaderJSONRequestBody defines body for ForceLeader for application/json ContentType.
+type ForceLeaderJSONRequestBody = ForceLeaderRequest
+
 // ProduceBatchJSONRequestBody defines body for ProduceBatch for application/json ContentType.
 type ProduceBatchJSONRequestBody = ProduceBatchRequest
 
@@ -1063,9 +1148,18 @@ type ServerInterface interface {
 	// Decommission a node
 	// (DELETE /v1/cluster/members/{node})
 	DecommissionMember(w http.ResponseWriter, r *http.Request, node string)
+	// List partition moves
+	// (GET /v1/cluster/moves)
+	ListMoves(w http.ResponseWriter, r *http.Request)
 	// Move a partition replica
 	// (POST /v1/cluster/moves)
 	MovePartition(w http.ResponseWriter, r *http.Request)
+	// Cancel a partition move
+	// (DELETE /v1/cluster/moves/{id})
+	CancelMove(w http.ResponseWriter, r *http.Request, id string)
+	// Even out replicas and leaders over the members
+	// (POST /v1/cluster/rebalance)
+	Rebalance(w http.ResponseWriter, r *http.Request)
 	// Recent rates and backlog of every topic
 	// (GET /v1/stats)
 	ListTopicStats(w http.ResponseWriter, r *http.Request)
@@ -1111,6 +1205,9 @@ type ServerInterface interface {
 	// Take up to `max` messages under leases
 	// (GET /v1/topics/{topic}/consume-batch)
 	ConsumeBatch(w http.ResponseWriter, r *http.Request, topic TopicName, params ConsumeBatchParams)
+	// Force a surviving replica to take over a partition
+	// (POST /v1/topics/{topic}/partitions/{partition}/force-leader)
+	ForceLeader(w http.ResponseWriter, r *http.Request, topic TopicName, partition int32)
 	// Replay a range of a partition
 	// (GET /v1/topics/{topic}/partitions/{partition}/messages)
 	ReadMessages(w http.ResponseWriter, r *http.Request, topic TopicName, partition int32, params ReadMessagesParams)
@@ -1291,6 +1388,26 @@ func (siw *ServerInterfaceWrapper) DecommissionMember(w http.ResponseWriter, r *
 	handler.ServeHTTP(w, r)
 }
 
+// ListMoves operation middleware
+func (siw *ServerInterfaceWrapper) ListMoves(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListMoves(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // MovePartition operation middleware
 func (siw *ServerInterfaceWrapper) MovePartition(w http.ResponseWriter, r *http.Request) {
 
@@ -1302,6 +1419,57 @@ func (siw *ServerInterfaceWrapper) MovePartition(w http.ResponseWriter, r *http.
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.MovePartition(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CancelMove operation middleware
+func (siw *ServerInterfaceWrapper) CancelMove(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CancelMove(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Rebalance operation middleware
+func (siw *ServerInterfaceWrapper) Rebalance(w http.ResponseWriter, r *http.Request) {
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Rebalance(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1858,6 +2026,46 @@ func (siw *ServerInterfaceWrapper) ConsumeBatch(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// ForceLeader operation middleware
+func (siw *ServerInterfaceWrapper) ForceLeader(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "topic" -------------
+	var topic TopicName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "topic", r.PathValue("topic"), &topic, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "topic", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "partition" -------------
+	var partition int32
+
+	err = runtime.BindStyledParameterWithOptions("simple", "partition", r.PathValue("partition"), &partition, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "partition", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ForceLeader(w, r, topic, partition)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ReadMessages operation middleware
 func (siw *ServerInterfaceWrapper) ReadMessages(w http.ResponseWriter, r *http.Request) {
 
@@ -2336,7 +2544,10 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/v1/cluster/members", wrapper.ListMembers)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/cluster/members", wrapper.JoinMember)
 	m.HandleFunc("DELETE "+options.BaseURL+"/v1/cluster/members/{node}", wrapper.DecommissionMember)
+	m.HandleFunc("GET "+options.BaseURL+"/v1/cluster/moves", wrapper.ListMoves)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/cluster/moves", wrapper.MovePartition)
+	m.HandleFunc("DELETE "+options.BaseURL+"/v1/cluster/moves/{id}", wrapper.CancelMove)
+	m.HandleFunc("POST "+options.BaseURL+"/v1/cluster/rebalance", wrapper.Rebalance)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/stats", wrapper.ListTopicStats)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics", wrapper.ListTopics)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics", wrapper.CreateTopic)
@@ -2352,6 +2563,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/resume", wrapper.ResumeChild)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/consume", wrapper.Consume)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/consume-batch", wrapper.ConsumeBatch)
+	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/partitions/{partition}/force-leader", wrapper.ForceLeader)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/partitions/{partition}/messages", wrapper.ReadMessages)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/produce", wrapper.Produce)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/produce-batch", wrapper.ProduceBatch)
@@ -2377,6 +2589,8 @@ type GoneJSONResponse Error
 type NotFoundJSONResponse Error
 
 type NotImplementedJSONResponse Error
+
+type NotImplementedEarlierJSONResponse Error
 
 type TooLargeJSONResponse Error
 
@@ -2730,7 +2944,9 @@ func (response DecommissionMember409JSONResponse) VisitDecommissionMemberRespons
 	return json.NewEncoder(w).Encode(response)
 }
 
-type DecommissionMember501JSONResponse struct{ NotImplementedJSONResponse }
+type DecommissionMember501JSONResponse struct {
+	NotImplementedEarlierJSONResponse
+}
 
 func (response DecommissionMember501JSONResponse) VisitDecommissionMemberResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
@@ -2742,6 +2958,60 @@ func (response DecommissionMember501JSONResponse) VisitDecommissionMemberRespons
 type DecommissionMember503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response DecommissionMember503JSONResponse) VisitDecommissionMemberResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type ListMovesRequestObject struct {
+}
+
+type ListMovesResponseObject interface {
+	VisitListMovesResponse(w http.ResponseWriter) error
+}
+
+type ListMoves200JSONResponse MoveList
+
+func (response ListMoves200JSONResponse) VisitListMovesResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListMoves400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListMoves400JSONResponse) VisitListMovesResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListMoves401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response ListMoves401JSONResponse) VisitListMovesResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type ListMoves403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response ListMoves403JSONResponse) VisitListMovesResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ListMoves503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ListMoves503JSONResponse) VisitListMovesResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
@@ -2812,7 +3082,9 @@ func (response MovePartition409JSONResponse) VisitMovePartitionResponse(w http.R
 	return json.NewEncoder(w).Encode(response)
 }
 
-type MovePartition501JSONResponse struct{ NotImplementedJSONResponse }
+type MovePartition501JSONResponse struct {
+	NotImplementedEarlierJSONResponse
+}
 
 func (response MovePartition501JSONResponse) VisitMovePartitionResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
@@ -2824,6 +3096,141 @@ func (response MovePartition501JSONResponse) VisitMovePartitionResponse(w http.R
 type MovePartition503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response MovePartition503JSONResponse) VisitMovePartitionResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type CancelMoveRequestObject struct {
+	Id string `json:"id"`
+}
+
+type CancelMoveResponseObject interface {
+	VisitCancelMoveResponse(w http.ResponseWriter) error
+}
+
+type CancelMove204Response struct {
+}
+
+func (response CancelMove204Response) VisitCancelMoveResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type CancelMove400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response CancelMove400JSONResponse) VisitCancelMoveResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type CancelMove401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response CancelMove401JSONResponse) VisitCancelMoveResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type CancelMove403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response CancelMove403JSONResponse) VisitCancelMoveResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type CancelMove404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response CancelMove404JSONResponse) VisitCancelMoveResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type CancelMove409JSONResponse struct{ ConflictJSONResponse }
+
+func (response CancelMove409JSONResponse) VisitCancelMoveResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type CancelMove503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response CancelMove503JSONResponse) VisitCancelMoveResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type RebalanceRequestObject struct {
+}
+
+type RebalanceResponseObject interface {
+	VisitRebalanceResponse(w http.ResponseWriter) error
+}
+
+type Rebalance202JSONResponse MoveList
+
+func (response Rebalance202JSONResponse) VisitRebalanceResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type Rebalance400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response Rebalance400JSONResponse) VisitRebalanceResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type Rebalance401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response Rebalance401JSONResponse) VisitRebalanceResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type Rebalance403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response Rebalance403JSONResponse) VisitRebalanceResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type Rebalance409JSONResponse struct{ ConflictJSONResponse }
+
+func (response Rebalance409JSONResponse) VisitRebalanceResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type Rebalance503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response Rebalance503JSONResponse) VisitRebalanceResponse(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(503)
@@ -3926,6 +4333,81 @@ func (response ConsumeBatch503JSONResponse) VisitConsumeBatchResponse(w http.Res
 	return json.NewEncoder(w).Encode(response.Body)
 }
 
+type ForceLeaderRequestObject struct {
+	Topic     TopicName `json:"topic"`
+	Partition int32     `json:"partition"`
+	Body      *ForceLeaderJSONRequestBody
+}
+
+type ForceLeaderResponseObject interface {
+	VisitForceLeaderResponse(w http.ResponseWriter) error
+}
+
+type ForceLeader200JSONResponse ForceLeaderResult
+
+func (response ForceLeader200JSONResponse) VisitForceLeaderResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ForceLeader400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ForceLeader400JSONResponse) VisitForceLeaderResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ForceLeader401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response ForceLeader401JSONResponse) VisitForceLeaderResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type ForceLeader403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response ForceLeader403JSONResponse) VisitForceLeaderResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ForceLeader404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ForceLeader404JSONResponse) VisitForceLeaderResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ForceLeader409JSONResponse struct{ ConflictJSONResponse }
+
+func (response ForceLeader409JSONResponse) VisitForceLeaderResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type ForceLeader503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ForceLeader503JSONResponse) VisitForceLeaderResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
 type ReadMessagesRequestObject struct {
 	Topic     TopicName `json:"topic"`
 	Partition int32     `json:"partition"`
@@ -4702,9 +5184,18 @@ type StrictServerInterface interface {
 	// Decommission a node
 	// (DELETE /v1/cluster/members/{node})
 	DecommissionMember(ctx context.Context, request DecommissionMemberRequestObject) (DecommissionMemberResponseObject, error)
+	// List partition moves
+	// (GET /v1/cluster/moves)
+	ListMoves(ctx context.Context, request ListMovesRequestObject) (ListMovesResponseObject, error)
 	// Move a partition replica
 	// (POST /v1/cluster/moves)
 	MovePartition(ctx context.Context, request MovePartitionRequestObject) (MovePartitionResponseObject, error)
+	// Cancel a partition move
+	// (DELETE /v1/cluster/moves/{id})
+	CancelMove(ctx context.Context, request CancelMoveRequestObject) (CancelMoveResponseObject, error)
+	// Even out replicas and leaders over the members
+	// (POST /v1/cluster/rebalance)
+	Rebalance(ctx context.Context, request RebalanceRequestObject) (RebalanceResponseObject, error)
 	// Recent rates and backlog of every topic
 	// (GET /v1/stats)
 	ListTopicStats(ctx context.Context, request ListTopicStatsRequestObject) (ListTopicStatsResponseObject, error)
@@ -4750,6 +5241,9 @@ type StrictServerInterface interface {
 	// Take up to `max` messages under leases
 	// (GET /v1/topics/{topic}/consume-batch)
 	ConsumeBatch(ctx context.Context, request ConsumeBatchRequestObject) (ConsumeBatchResponseObject, error)
+	// Force a surviving replica to take over a partition
+	// (POST /v1/topics/{topic}/partitions/{partition}/force-leader)
+	ForceLeader(ctx context.Context, request ForceLeaderRequestObject) (ForceLeaderResponseObject, error)
 	// Replay a range of a partition
 	// (GET /v1/topics/{topic}/partitions/{partition}/messages)
 	ReadMessages(ctx context.Context, request ReadMessagesRequestObject) (ReadMessagesResponseObject, error)
@@ -4988,6 +5482,30 @@ func (sh *strictHandler) DecommissionMember(w http.ResponseWriter, r *http.Reque
 	}
 }
 
+// ListMoves operation middleware
+func (sh *strictHandler) ListMoves(w http.ResponseWriter, r *http.Request) {
+	var request ListMovesRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListMoves(ctx, request.(ListMovesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListMoves")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListMovesResponseObject); ok {
+		if err := validResponse.VisitListMovesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // MovePartition operation middleware
 func (sh *strictHandler) MovePartition(w http.ResponseWriter, r *http.Request) {
 	var request MovePartitionRequestObject
@@ -5012,6 +5530,56 @@ func (sh *strictHandler) MovePartition(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(MovePartitionResponseObject); ok {
 		if err := validResponse.VisitMovePartitionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CancelMove operation middleware
+func (sh *strictHandler) CancelMove(w http.ResponseWriter, r *http.Request, id string) {
+	var request CancelMoveRequestObject
+
+	request.Id = id
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CancelMove(ctx, request.(CancelMoveRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CancelMove")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CancelMoveResponseObject); ok {
+		if err := validResponse.VisitCancelMoveResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Rebalance operation middleware
+func (sh *strictHandler) Rebalance(w http.ResponseWriter, r *http.Request) {
+	var request RebalanceRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Rebalance(ctx, request.(RebalanceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Rebalance")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RebalanceResponseObject); ok {
+		if err := validResponse.VisitRebalanceResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -5437,6 +6005,40 @@ func (sh *strictHandler) ConsumeBatch(w http.ResponseWriter, r *http.Request, to
 	}
 }
 
+// ForceLeader operation middleware
+func (sh *strictHandler) ForceLeader(w http.ResponseWriter, r *http.Request, topic TopicName, partition int32) {
+	var request ForceLeaderRequestObject
+
+	request.Topic = topic
+	request.Partition = partition
+
+	var body ForceLeaderJSONRequestBody
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ForceLeader(ctx, request.(ForceLeaderRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ForceLeader")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ForceLeaderResponseObject); ok {
+		if err := validResponse.VisitForceLeaderResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ReadMessages operation middleware
 func (sh *strictHandler) ReadMessages(w http.ResponseWriter, r *http.Request, topic TopicName, partition int32, params ReadMessagesParams) {
 	var request ReadMessagesRequestObject
@@ -5730,265 +6332,304 @@ func (sh *strictHandler) ChangePassword(w http.ResponseWriter, r *http.Request, 
 // Base64 encoded, gzipped, json marshaled Swagger object
 var swaggerSpec = []string{
 
-	"H4sIAAAAAAAC/+y9a3PbxrY2+Fe6eE6VSQ9EUbLs2FRN1VGceO+cycXlOJWqE2aEJtEUsQV2c6Mborhd",
-	"/j6f5ye+v+StdelGAwQpyrbinbz+kFgkcenL6nVfz3rXm5nlymilne2N3/VWspRL5VSJn14u8iL77hv4",
-	"M1N2VuYrlxvdG/cuRKmWxikxgyseWZHmWSrmpVkKt+BvS6VFkVsn+ildPJ5Uo9GTmcZ/VDoY9pJeDk9b",
-	"SbfoJT0tl6o37uHNvaRXqn9Weamy3tiVlUp6drZQSwljWcrb75W+cove+PTsRdJb5tp/Pkl6brOCx1hX",
-	"5vqq9/590nstN4WR2bd6ZjL4bms66VRa9ewsFaVyVamtUDeq3IgV3Sfo1yMF96ssEdaI6cYpK0pT6ezI",
-	"lflKqFs5c8UmzOmflSo39aT4UZfKjyGej9LVsjf+rScrZ3pJj17X+71rKm/UTOUr93eps0JtT+TtQom0",
-	"pGsuF3hRKsxcSDEz2lZLlYmlslZeqURIK67yG6V3Dbn5mEM35OnJ6d0b8tas8tmP+JqtGcBPAoYwFifC",
-	"GXF69kLMFrKUM6BKmEwqj/4lLo7+R4yOXoihuBRHaSK0cSIdpsKUIh0O0x205eDpH0FbK+mcKuG5/+9v",
-	"8uhfF0f/Mzp6Mbw8+v3/+s9e10R/sarU3fNcKFFZVT6y8WRPTp/fOVnxX7tmV/m3HTjBk9PnB07wv3bO",
-	"8FeZu+3Z/d2sRWH0FcxpLXMn5qYU0tPeWEiRVaWEi0U/PRnZNBHp09FoadMB7OB6YQolrJoZndnhRI9E",
-	"H9hKpuayKtxASG3XsD7SCaNn6hyZjlXljSrFTK6syB38djoSVvTPRiMhp+ZGDYYTvYPWYYy9Hav05HR7",
-	"3u9hhe3KaKuQUX4tszfqn5WyuBYzo53S+KdcrYp8hjM9/oeFtXkXveU/SzXvjXv/cVwz4WP61R5/W5am",
-	"pFdtU05JLxO5FUtZzE25VNm5mOe3MPOpmpsSrnHlJtdXw977pPfS6HmRz/7g4c34rVasc7cg0VCVpdJO",
-	"WCedEv3cCXWbW2eFLEols00irNwMcMyvTDnNs0zphx/0ReUWSjt4KjD4aeWQociiMGuVARVnRrhFbnFg",
-	"fzNa/TELWShplZiqRa4zfL9griyIKwMBaINHTZVioYoMB/ijca9ANP0xg0SmmoiVLF0OXyfI2OAca5Mp",
-	"kRllcTVxo/34vluuCrVU2qk/ZJS5FTeqtMBwzBwJcVqaa1XWozPzuSppjc1KMXPaKBrwW2O+l+XVH7Tr",
-	"U5NtYGcN8LPcWVHky5wG8ouWMak+/Hh+NMiQS2Dms1Jl8GpZWJBACyUzVhR//fXXo/gMNV+8xT1pIjcy",
-	"L+S0+CMWVS1XppRlXmxEpeGdcKRRYJwTnxRy7lQp0jfw4egCPqRBADXnGl2yLfh+pluC3Nvixcn2uuTa",
-	"qSuFA4eh82zggovZ9dfSzRaRbJFZhodMFq9LoFOXgwSay8KqpLeKvnrXk7Nr/Dd3amnvWruL2fW32pUb",
-	"ILKlvP2O7jkZjUaoIvjPQRTKspSbHglCr2r8Rq+sFVcz/YeaOXhkePz9pqBunSI21uLXFs9wSr+nIpgt",
-	"qOzOrmGd94vwpK3ffoAaG8+89bQda/BG2arAfWzNEyl362uwNw4i+pdwIewcKVhdh645XHxyfX3XcLfX",
-	"Z2sJQYhXtlu5pd+IoSrYerE2VZGJhbxRYiEzIQuj1Vicjs4ScTYawf/gr5MRMJynoyewh6DZSEdn5Mlp",
-	"rYDWR2bvLoQR7t2O73PbsSUl/navA8S7+/6OQ+Kf3DmowqkSbaAPO/NLeXspZ9cqu5TAsi5XqrwMghku",
-	"2FrRpbzNl2B/wln3x52/2V5vvP4y15fzIr9auAd4fqlAEORGX9Kaxw98dhY/8MnJ0yfPRttPxY/bD675",
-	"bvd6kqGkq4KFEn1u7lDSuz26Mkf8JUin4Ru5/oFP0fukd5PbfJoXudtcunypTOXunMbZk9OOKXSS+ja5",
-	"OCdnC3TTfBi9kLOl8wDjT6TcnZP+zn6cNEHmi7+w+Spyjd95r1BRWafKFhe+21eT9OZSw5plqpCb+xBA",
-	"tHijbqqCgd11ht/gVY3l3GKcuGBdR/flQuor9Vpauzblh24HWUeXK35KSyp91SXHtFrvuz5a8Od3CbHG",
-	"o7rnyOSyg4o+aD+3dyvvIMlfF9KJ9Ni7Fo/f4V/vU1GayikrnLxW6GZAiYM/jrfpFP0QE020jUQLFxO5",
-	"JqLbUcnOi9jjSZ6ErdkW8upgeYFL+b282hYXSW8lK6uyy1JJ1n/bS7EhW9qs0E6gy0FszmVe5PoqEVJn",
-	"Yg0rhqbruZBTC1b3epEXSpSV1qyMdmhF9zwoXg/o8HGl/KJ0XA+3rLQV/e0VTYLPlYUJTAzuyPXVYDjR",
-	"KU0yFeuF0rWT+ZEVZq1VKZZyE1nC7O3E61YSHQ7oQboqpXYTvZZgSN+Ya1o1x744kalCoQMA2Z1Vs6rM",
-	"3UYYPUjE1ojFWtqJpmGNwYRc5PqKR52rTFTa5YUIbw2+5b4Bo06gLY8u2QHyUz3R9SLhDxbmWiq42Dqz",
-	"WqlsKFLe4XS8NZqFsXw7XGMnOtfCmqWKlrRvlRJKzhb1d4+sSHH7UiR/ILgUqSctpHWXqJimg/OJ9kN2",
-	"JUwOF2gqZ9dmPh+KtEGwqbByA4Pf0DHx7m2mhp6nb9DvaDbdvu5ttrvNT3Yyqe/pKHbwqctZVVpTdgs9",
-	"rW7RFWCVI0cBHi+/fmGDgNnYcyJZ2nc29GiViALaCuwOZqduVzTL9njeRNtbKj327lNWqj1fCwqTJ18/",
-	"FrdQG7EGCmKK7AeSycxa+7PiFtILb37Q4JzulSUsCDpV7zMh5oKHXXnJRvYB0194p7K8MjhgU2TKOr8s",
-	"6MXZKOdnC4d8XebOKS36I+Ib2miFhrkdNCaTmWqK9gKPUVfLqR+iPwUHjBAGBTcIvGGbgB4RSxP9a7Vy",
-	"7HLIgTPMzI0qaUxbHJn41yVQ5iVR5oGru18v79KRusVNa5oJS5HAijDmwux5DMe+LX46p7VDZnSuKTmL",
-	"dy3nMOIxLDE+iMfU69W56EmTfRCd7+Y/nUaln9b9tIQ7Lcrw2M7hkHbTMRj64TLfZQDQ74+syLNELGWm",
-	"6BDlDs/W1BhnXSlBMKFQwx+lsLm+KtQR+X6lkyLLSzVzptzgbfO8tE6YldLAqTZC+vcAF2UfbfdBmBnt",
-	"SlMUahfvhjc6oLpCycwyt8Z7xKqQWnU+dangqB9u5/+gPGtoa23w/p2LWQ+OglfETbdGwwuwd0OCJzua",
-	"YIFMerkEdpdhbNd1vlRca7O2Ind0sOZKuqpUGGksJDy7VBhzsMj8Sa3UxQbDbCjc9KyoMhRBakn6BDyH",
-	"F/GRWOb60g8PmMBS3l6GTRUnrBSRqkc3kUYoxTTXstzQaO1KyWsrlqZUnV6gfR6EtknDm9Ign3rXOw9M",
-	"qaRTH+GEeSgj9s/v3OmOhX9knP+eLgZi7XfH+nd4ghoPoqWx+9fm9Omzu51eIeZxOZfALPc/8qsvXrQP",
-	"96I12AMQ5G4m8ItV5YfxALT5Dpcqf4PLu10BH+bZSepskDuTPvarRVFWyV7f0LdeSb5PfOcD7vmYoEiH",
-	"S2kBCgzoIk2dNUGvz0qZVdGlN9w3nNK6nua9cxVf8hRbsUWHkculnC1yrY5KJTP8gowN2CI7FC+LHFZC",
-	"TEupZwtBWoJVCRtyRgcrcjjRRyKdSjDbkcLTcZ1MElI4IhGPtw3otlzfyCLPLuHwsnvHR62BQ+OP4r9/",
-	"/ulH1Azhq1/evjp6Tn6UhbSi0qCJaDHPVZHZOsYMC2Kb74CZob8DLV64FJ016M+blqgpoLIjl6BCllXR",
-	"fkCIDuJTMPUHnrKSbhFFDuNcGvjZVOgCKKW+Ugm7iSZaRNkB6AUQ2vAjG0FI1GNgiO2hYB4gDsSnF4YU",
-	"hKV0swUG/DM1KySoaxwXx2XBQeSWllUrC6b+kgx9qTF1rFA3qoC71ar52lZK4Jjt/e1UEifAQkYzixMk",
-	"cmsrldHj6Hhd3uSmwBXYN43Y9Yoj/hlvPg+essg+bzzdGXMJR7pQt/h8+jrkQ0gxrbIr754JeRx9m/9L",
-	"JcJWU+YBiSjVXJVKz5SFbcMNmUtN+1qKwphVIjjfzQ6CaZNbYZXDtZ4t1OwahirFqjRZNaszm+SVzLV1",
-	"9OB6ojxWZ8x1tDWwo9apFRJRDlSLM9izFGRyXoLgM/NLJEHeNPZNwRGSV0CoVViJoI/QM6pmqkg6Bkrt",
-	"zOXAy+c+2wovDLlP9KM27nJuKs1PsdVsQX53+hmnf1lflIg0DKb5NZnQja/gMMffwJqmqLbHb8Xto9Vq",
-	"JRRFI6BUsvDQ+qNPRAuUvzM/DV0N/vDMZKlJKVvmFsk6jWIKjWPujw/8Gt0Yvw4mBpdmmPYGe+4ddiB6",
-	"ZqhwZERZgz20gfbZZWGsn00rSUzdnSOGz/EpyXDeClleEY9FLm7K4FTbTkPCm5fKLQxtJBOKX1qgCp/T",
-	"5/PoeHWBw+J9fn29oTGvioLvr52tCwOCAd7LSh6sd6XRAKI5M+XGJpF/kjFiKfWmdpmupKXNkbNrMS+N",
-	"djkwk1LBaXeFynwiEJrB4QT5HCUv44jZzKSGaWECEc1Lm7XoWweD11cJ+evxL/Y+4SKy7IQ/YeXDmqGZ",
-	"Xk8XlxlFD5Pp1GS5siIH2b005aYmDj75/kKKa0gUX9aZUmXJ7vQmZrrOlPJKXcI4FcmlLLfXSHJK0LeU",
-	"X4u+HHgDTh2fTo+A6+MtpEV6ZOlBuRXwW5Og/eDwLT4QQizYriTyWQyW8OEmG8BzwCB/szzDwcxzndsF",
-	"UllO3HYKXOMc/zSVmxk6n6xz1Cwtr5MQ8eFRluBWXqBqpQUyCYP0kAUdnerqPFaVfBiEVMpSrUzpmhGR",
-	"SPnCxORap4o+su69pcw0vsOjHH2znQjTEt31V5G87SW9DsnTS3otWUI+GU7OTXqBT4Oe3BQFvchMbnzb",
-	"EgQ9slcaXzRlQHg28RZ/Q/jkeTkuwjbj7iW9mnHiqFrcD9X3NlPDh8Vcqpf02uyGlickMya9+nxjAlJ8",
-	"vnpJL5wWmBARNi9hRI34XiKtDr910ntlcHzlz05y3U7DROIITNN8+MGzQlJyInmxyK8WYg18bynL6wOj",
-	"PLiqUUCiKwscnRrM2bzPj47GVBVmzdm2+IgD36o7LaO3MRMFHsOp0vj+u603zdZbPKPd7n0y1e+biuld",
-	"aP7os0JJhAvcD/5CFQBILFvmunPj8Qh0BMu+vZUzUkTQllqVap7finVeZDNZZlb0wRQw+UzZ4WOuvPJu",
-	"idgL9vTkTvfZHfmfzFt4nF3r93clC3h4m2h3JROm5prcfVgfkN69nXty/v7b5PoDk2mzrFR2e8Ge3rlg",
-	"efaxHhh0X/sBdE2LYxJbSxoNup3VnakjZyhIw1d1xiMWzq0uo8fsmN12VKX2+3cfV+A5qIJ3xDQ4MICS",
-	"12IwI3cUVyUhqjL4on/CiTkcOcDqQw59t55qB0PxtitYYoWs6wJCnCMOTzyy5AGoIx+5u3dMAn/dvx7A",
-	"zvcuxyPrJzqTWpSVFrn+JGuD8Vyw5/B+izHywQdMsXaHX4KR0V0Uhkp5reMzi7beOMB9R3lxUPZv46WF",
-	"OuidzXdhpPDAd9UMKhRsFvkNKleVXZFjO1Oohv3D5JzqkimkNAtL3R2FTno3huOz/MvUmEJJvZ8P7M1t",
-	"JobQHYP+VAHP1uD2RdR+qD2wzbFkClaw3FxK59Ry5bpiQ3wKKG7sb0jEzFQajC1RrQRSEv8EllJfrlal",
-	"uc2X0ik2fSQYGWCfDYbigpLhmP7k5sD9v1ZYvnBnXOhBkzS8qt/JRLx2BRaW0m5MjrcbVU6ly5eJcOrW",
-	"wY+SfqAhJ8K4hSq5pLlvyomu85oSjurba5UN6FYqT+abOTG4Xd485qtSsnfuCPdsFUdHR2xnMXRXgUJz",
-	"RX5ayX9W6hxMf+SSzmBpSOf2b6s5+RLoZbnqChvUSRDsmUnELzq/FUt7oBpLdch3Vmn4cuU4MyXop7XR",
-	"V491z+HbxQzIKLgHNwjbdgc74AfvGdJPZX6V6zsVsa3VLxUWtK82lJSCSSSNXEgw+C0KvaG4qM1xzIAF",
-	"epVaGHy3yO1EkzNCgO2jMqJxeDhlMZXNfCQOo1ilMz8GozEXk9wxE92+oX8BhPc1/O9iQLlplnIw/bhA",
-	"5/DxGUQUoBfDX8OJvhBT9KdTfmcYdiNzmbJg2SuJls8cUzf6Z6MXgzpyQm6riZ4q8oysdUdS874coXsp",
-	"sXsZ4f5EhzuSDvbeG47WfVEiGvG8etrJvlO4h7jfoOvkAQ9c0mulBLa4HwUKnCH+J61I4UCk8A3owbmu",
-	"1EHcatfBbr6/cyXMTccKwCg6bYb7isJtfQwFvKJkH58HaNe5my1YGTNacUagynbY151D+wh+jdPFB+/X",
-	"2MyN+sBsI17Pex7OjztjH/DCT3Iw969w18KCqVu7HLZ1JsqMA+4NxvAjKxZ4MfJgdt6JPjpkLJqIaBq1",
-	"tFh06ZVKXaIOtf2er1G1giu4QoXdVYa81c0syUdWzPNCCbuxTi1Fv1Bzh2G+UPnAv/gohNwMDlQ7cKA2",
-	"/9fOgf6c/0v5oMIfNqp9KZOYfLqjUEVmm07lDLXZsMYYpLE+RAK2gRXpMd79r9QjicQJp8H6Snp2o2d3",
-	"8eefN3r2BmS19XdcLjudlOnREfx6BL+mY5FelaZapcIuZKmsgJ9I5lsxVW6tlI5s1nORwuqneBmrDxSh",
-	"YRICWY5RRLCKMN5Hz4pzo/GFsCV5o0B5n9OJFjmeVtcR+6lyVybXV5GZdw/+xWZVzE1Gp2dd6kRQFw+Q",
-	"l6xbfiSj22ltXegNG1eyqFTCAa1gap0faCehN/MDrKNu+KpxeEEKWmB7CD5hApmRMzTmoUjBKkzHWGIV",
-	"3xyZiKx8ovmY++gdJhmrW5d4o9wrz3AjaNV4Jx43dnanrH3TK48fp430lkE7NoaGX9KDa7tl9R0mWhyK",
-	"qzPP2xab6LMef63UigKw1lTlDFgPvAGG9XOYMCJmMUAMKuyUNY1pHtqs2WaQuSXUmEZE+5GdaK3QzReG",
-	"LvI5lrGUMIy4sCFcYflFmZqVSlocz5tQ8sPnHf17ufO27RjGQsu5W/O+O3faU3/XmX/tx7ojBCVnIBIp",
-	"zN4RrtgVDKLsG1dwSYFPcTlUlESxuT0BMOko/YszAupsAIIg8iM49J0xjknzja+A39USshWiipMdZoiN",
-	"AIJzqkQJ/B3TRHRdHjFo50d4EKynoyeoVQTyAxJGukCIrKm5UZTMzxl3cAmSMdDzaCjelpUiF9A6t6pb",
-	"EE7l7Low+4KKvvgq7F4zqCj+1//3/9cLDR8ojwO36tDdVSszW3SVDFHytMpiLy/oaiE/JkMbWRVqRkk5",
-	"qlwOxXdOXJVmzck/5PSfYRE3lkPgXeetZBpMTJeazyw8h/dBnJ2MDpzGnIO39n5TQaFPrjp2mz+yYlWa",
-	"q1KRfVfPVVhFgYrI+wE8fQYUUKgMTlX/dHQ6oHiHFEv5D0Olrj6hhP3yPiulETHcJ36bkekOoxXo4jLQ",
-	"xR6KirgCkG9WlZjtCuTLAgc+D8UrrszdXrlxXRIDelJzmnBKwjThoYg7RDVJmIXD+69NCGSz6wf1yQBm",
-	"R3wkPzSAHdIJ9sy80hl6rCmxC1j5gYWXOOTuaF+zMCquouvUrg9yLfh62SBk86IQVwfH8ql8c+dbXlGh",
-	"GL3LOng2Zx0d9vj7lz8SMXSvnw2M27v9WkmXor9dxMEXLc/js5nDgVbNGPz9ouwNR1RjEZsbt3XYkqZY",
-	"bsrLmDZrjh+oKlqgTn2AVLyPgKuKsna67UF2b0bJlX3Ue9K/fftWHN+cHFPSwfE7/Pd9OiB1l5KqrVgq",
-	"qRGIcjzRQSR3J3JKTXzWaCX6u5M0E0oJD2/wbleCr0SpcjZ6sSORFJ8XoQbUOZ6tkqZRZ9HiPb2IbRPt",
-	"fihfSQ+zyqRTlyCLtrfn5ULNrqkesc4rJpgYnzlNIAiSU45o3fsINBAtT5rw3qCCwsAIXsKejk5pUZEl",
-	"I4YSFW2gIcxLSYF+vz6PJppNDBIioKVgVrdHeUShSsxFK5XZOp99KFqlyKKyCmEQnKFn1FEHmo10QiIe",
-	"TwMdZFcwd2+AhE9TB9TKgwYXPz4stW8ynwZnKyzNx8BsxfglO3LXcGOVzgg+uREnES9rIo9AEuzCrPXw",
-	"jhDKzlc1q619NYJTReH1r+3cm7s4Zkye8OBWXjrKsSuD3oBdNfqlix3s2qzBRJdlkQOD/z053FWe9Kqy",
-	"6P4+KlS7oxStLKJ4TDx9P9Y7NvtQydRSzLDOJ2DO1JVI8yApfFJNv0kqg3ETqKeyC5VNNHoGpIv2/O9v",
-	"374WF6+/C4UItsFKOX2pRXakDk200rNys/IyKiJGklOdcT15uVLLbap5/e0PYgaXzVGZRj+RKyvLCM5a",
-	"LJxbWfHLm+9Frq3DXPN55P59ZFsVuc+ePn3yrDP8UNc17iRcBsj218Lq/ihLmdXf5FY8hzF+dUp+rUHr",
-	"9QfUSQYibznVtFmnTdzpMW0kZnQjyos3LlAN0WYtjB6K1B+PdCxkYU0r87XGbmG5E9Kd7nHI+CgdwEym",
-	"YEL88ub7RKSwdePjY0qmxH3ETwtj3W/jlSnd7wR8ZCrXIDUulWuXWo/O7o75fLIaVDz4h1aighUtZwoT",
-	"de3nLN9tzYIf2jVkNJd/lstVZyKLVgLTwW9kQeKIFQ5iSs0IlrByzQJj2yNXduN0oRmQihWatzOjw6H2",
-	"bz0QLAefs8ew9c6h6QZYiUSVsTTV1cIX0WRo53v3WOfb9zjifJV4y9e4PR3v/M2LIo9Afg94x/0dYdKJ",
-	"FEeWJlRJ1bAabTTzzrzHT+ZGeJhxsPnJZVmX8kp17sHFVQgrMmhTpf0ChaS1aIC5Rs88ozY1GWjtIj7U",
-	"b8gmyC7q558/xQFYRXr7rjNAsYRPR/jtFHw8BdFQ/LFsrUNSM4TY2o99AN2b28m+6iDovlAuxjqzRqyz",
-	"Dzb2PC/UEceP8UfUjpZB7eIyMTPn1MTI67KWOWaBzglVj72Eg5rEMTfaAnutl1V8z9FrBMmLQqtiiQnx",
-	"OsZQ84On8JFFHt2lUv0R7AdGartcZQWulLHKrytmxvFqHMxTaHid0yBRvT0TPKkHlwzddj/b6CvgCTj0",
-	"+PCzMkJTOhSxbamk7nzND0rquu8ImXWf5I3lDsr/OaJzpGilM5V5rNx7Sjd6DmLyEM104W3iNR/Nx3Zw",
-	"lJg+wqQ9TXYNsN6LsPddzOOttxhbJgr52i5l09uRSaeOXL5UveSTwc3us6O/Qz14nnvYxSKfB1kGyuh5",
-	"UMd2OgrFlcJKE63AQtgBQ3ZvbKePR2/ajc+0BzTpY2GRPhj86ANAjv7t4YsOQSdqOzqi9W0twa4376eM",
-	"u2ivc4OS+HjuPNTfKCdztFRlUfw0741/229GESd4n7RZQV1CbH22wWG+wmaSwsFxFX7N9rx+9zPr9mXW",
-	"1ZkHDc9Pd/+o9pRS4gN+Vg40oC75w794vWu6Yb5EaQIai5a2DcUOJtrKruFcJmAJKab/yI3PbJ9uuL6q",
-	"mi1EX/of0RnWKekeBAivJfhNjRJbG6GMnGJKsJI64SESFKRRhI8dQeJkdHq2o0Tu0wLudcyjiYDx8COs",
-	"OX8r5EOUFLmzqHICPaRmHuhD9KUzy3wmC86d/aSoe61AbcWFo7Fh2yd4wafPEu/IE08GQ/EqvwX5jMVh",
-	"dCr2L9cHo/i1lo2OiZm3cLgTgYAW1uV65tDksPVuPvH4U5FjT4e50sVoKc/VWpXn4oTSHQqwreDXwVD8",
-	"ENCIWo/Bm30u0dnoxXkLuKjIb5QfD8KJaxPXmiIYBg4vM2s9aGQloS87ghzZl47SnYiyRGfEzpLbD4ZD",
-	"3NGtMPAIWSpxrVYumAZ+J74SmdzYwVD8yi0Kr5YYXOR8IFpfn7Hi0eTpwBIO2sE88NOBMbZbt0ZoXKKf",
-	"lXLuxOnodHR0cjrwIPzsOwjYXsvKelwv7KfYRhOp88cGQ5G+e59itJ1qiWHXGaKerSuD/syFKoG+4D9i",
-	"FY/sULwJmF2iVNYUN4rqsnNt84zMccbYwnFEACrREM5r1LDgBgigNIS9hZmG0UwiEBTYoYdSANs2tbRK",
-	"FGRZz0251aTVBvo7GY3gX2wRKhYRJwNKuUOwfkyDGdIwulM89/oL3iLOGSeyu7Vhx4m9n8fgDrgPAgUz",
-	"5pojZvwOyivwkMfdYNJ8aYeznfyT6O05F9KJJUjdF6ODM+BiV35H/ts9Y+yMTdK0vf3gf9+7Y9066r/J",
-	"ru1FwUbkn0Uo2tm32lF5TwMe5XAF/DDboHMf9qjmv9guQI5PhQp7j5B5HTPbE36C0XaTC9x/+IBx1nct",
-	"JT2yEyPVt1xB6UQDmEpL56Uls9++fS2+ht9AaNDDQeshAUYodNPKifSY6OhfaRKV/VDi0fFSuTKf2XSi",
-	"K10oi+m0Ts2cygZ11jZjviFMebsvDDxIYHFYHZLGtjBWucFQnI1OaqFX0t1b8IuJOANdyb8OsU2pm40L",
-	"XWcnmoKZ47qWglANQVzAdAqLxe2JoI6IidD4iQrcB3AtqriYdTbRKQ45TTin2FcOezDMsZCaGpqjhytB",
-	"/MsGoJBI0Wyyw8fpRPdRMVA2fKkqD9RNX6QE+5o+TkEX8NkoOCJTCrPW1LAZ4eI3Ey0LBGygPF/llMiB",
-	"EWvBo+ZMMqPhgbhSmRExYgHSl8dr4apmJFBMx0JyCrS3cG5FHUNzPTcdFgWmG2A9DDvTE/HPSlXqiMIB",
-	"oYSBiMSuzLXSpHWsCplrTOwYTvREX4jHj3Hqjx/T87jFTFzk1TQJKBNRID5xdoRqUGGuhoIzoEo70fRb",
-	"UBfOvQZRcj8s0LSi+Jok+FEfGHz8GI3Ix49FX050rbQIVloGVASJ9jICHnDt/OPHcnb9+DFuasGJwBRk",
-	"LOQKxLChxMhI149KhDAlRWCMfoNohTDLDaPssGO1MFfh4DjJGKz4ClzL//gPzIfxYCCE6yNnDjH5Tken",
-	"KVCHTzwkTTQuBoLxcDZ5f243egbnPQr4wKnZNHMyjwSVrJyOTh9lonNi1NqAwNWCxo/WBMxiuqn760y0",
-	"AKsYJ0QdzAdD8U3FCeyWIalJ8fXoJdH6gkXB5xvIYznNrypTIchtDVPrCONYksidy7yoSsY1PR2d4QLJ",
-	"2XW0OLTNYM3gBOolQrOeHzxuryPiCYj29oLJUxprPeaKZZ+4tAsG7bxog5QSdJnrSvNttJbmfHBU8EKC",
-	"vJ6pAPGb+4KpUlVWZUNxQRi+pmTeGKrxpH83Vbc1Vxi5uMArVIadrhBU0wf12cpNz05GIgJk5bndFQ+g",
-	"A4irLpeqTjvGCAHeTCSCnxv5sREwLAMB1YVmYCnDgafyIQbF5pADnxpEF7cTTcRMwOEzWSJoDlf8IQBs",
-	"+m5CGOWT3li8myC+Ofw56Q2Hw0kvEROfvxp9+/49zD+Fa7mE0DYQy7kDX2mW1Lw3QJ2noshB2U75mXh3",
-	"Db8+0ciGYjDNzAxF+nT0JBWhDT/OY9Pq4Nzn8CpyskQU+bUScqKZvyWURSfnigA6XbkB0zE9u71NPZ7v",
-	"2pRuEfo3i0pThRCLlSKfKW1RDSN1rHexgsU/Oh2OqETRgRFJYqQXtXfpnQxHdIlZKS1XeW/cezIcDZ+g",
-	"g98tUPXxqgtqjl0lEhdMhqejETdl4ozrGSgzuRXVaih+5NOAOpJtN/EOoKbfZaBV8QtBYeN1hbeejkaf",
-	"rEm3V9a7W583x97QCXvj335PerZaLmW5Aes5v1GakLCcvLKgWbLJ8Dvc5pW7nYv3A/3uw7GvS7NUbqEq",
-	"qmoV6nZlLMlhMnlE34OyjYaj4dlgKH4CLu0MJyXA0WM1slNtTI+OWL088nqnz2+v0QWIrJqbwgO9e1Ow",
-	"qhbVjjv6ryed2FH4FuwyfzY62bWNYQjH7Vb0eN+Tu+97FZBj3ye9p4fcEfeKR4oINBBt2jKsUic1kOZ/",
-	"0ElCV2Rdr4mYytigTVFt5VI5ieAIvtgycjYjr5caDIDyJgAz23P0hwYVQzruNoGICosKwzToQG0f14lu",
-	"ArVvEccbmtdnObD47tBJf/jh+7njhMPz831H/ObkeFZ3N7vqBqLl/Kqk3S7Ll6IwcN02M/ybcr532gMu",
-	"r3/FjmMZWinj8Rrdvbhfy7p38Z/oJPMyoOl0k6t1tOV+i9t7fhwhGfLeNzfw+9y6H/iaB9zBCGxxJ29l",
-	"EvuLbyKsgZ9s5wYmvZWxXewXXSgoANtArdJeR83sMEmUFN9U9HNHZ/sI2/t5jXgACj0ZYglVanH6Fdlm",
-	"aZ6lVCgPctdRMzw0chCHk7kyRtIooDPPb8IW4jWJUIVlw0gbfYT30cBxkBgtWcgbhX6U5cpt2o0QKcMw",
-	"JC86A59kljHsAcOHogfpBSMwcqFJUQ+Gi7MxvStL6jXKUacJwAG+2NmsNXWQcTGSLGL1rJS8bsUF6+IG",
-	"r/X0Y9OPzLWpcYsByLaToH6GJGJsFEB/0+6gii2xwc02r/1vk2sGGiVnobLua0MAP5/kkMbIz++bHklX",
-	"Vur9Fn84+cT8oYs3wKBU9u/PFs5GL+6+46UH4Ec+csDQfjTuuwjy/uPZz0WWeYcHm8SzIL8PFSbH7+D+",
-	"9wxOq7oSxn8wN8rGmcGR/geMAbt2s2pfqiVejVgMQcc8DTrmRMcAwXhqGMRuKPo/cilBmG/oWM9ncgxH",
-	"bzjoUAu/iZ4anasGhZ/+ART+M0/mT0DiZwdR7CvsRfHnORMxIfDh2CWZfWMRi3l6d+CxgY2Jnoqezxr1",
-	"IbImY42TFO5XAfZ7+4DCQcIAVacKQaeS/F8E14EZ3rU3HR1PPiMGwYBJpO46mPC+T3cgYXivGzmVn17G",
-	"xRiSB8m400/66i/n/9/w/P+A8E/bkPv7RGJIsu20qHfAbdBdKfptKQhLXnAUwxJV+aXcCKtUIiwlj003",
-	"FF/EKhw4meRWH4rvIvU1Yadv0CzR2UBedVKAfYvKErHRJvoVVSpTWBYjva2w7Xw+iAonqUjXe8HTKPeA",
-	"Gk5N9BZEaOkdEwkDiCnFfatY196HnZmQPxuB5rbroZp1S6Hqs7/gRgaJ91vkJQZvKKBbcAWNr24ZILpV",
-	"bkWA6YRtIQsCw6PYOaIOgEfoJRPtFmrZ5WoC6y7KmPggi1rdhhrXRiLKCSUoUeZIT5/0tpJAtkBWz06e",
-	"f/X0xZOTkyfPOpBNT0ZPR89fnD47efrsOUGM0lMZNpRFE+N7cunWyVfPvjo9ffqMs6W42OrF81HSOVhf",
-	"zvTV8GlUdXQyfF5XBJ2dnHZW7pydDE+baKGMzhnlsPx29xKFJKbf4vLek1GoxMU8r+7ZhUrWs1GjnPT5",
-	"zqLOp6dwX7OYEuZXFz2enI7e/x5SnHoU/aes+cPESCt5aYc7xad5mfkdnOYv73B5o2ZKO1Fi2BidCrSr",
-	"raWJmL1PWfK8vs6Y2ulCe0uXPKAHrS6p6Njxb+t5tCXH/xkONefXf2sPd7nTKDff+so0Lwwqizor+nEM",
-	"RvqpiYAsCt9wUZyOThDfRjpKuoBlBpEgnW/qGeWKt/quDkWrMiQK59s6BA4Ci4CSQruFraIBVgisU6ux",
-	"yCkphO7Z6m9Q92amm1v9YeGis0FrLIgDRePxgyZaTJO9KdBTRUFyzHjK9RXiQbVyqElhUb5pagxxi2lM",
-	"3KIx6mssxdlo1CVxaR/f8hF+CJMhesNn8o5xEdT2uX/J+/PFdOidnRwwprfGfI+NLD+brcElQfJAoeMt",
-	"h32+tm/we9tosh1irz4QOxRvtkFaCbiHMnC4PgkZ10Sfjc7Qy352MvJlJyHvJqAZhbwc4m2DuszX8zFC",
-	"fsZUHtSZO3J5Evb+042cdLSV0zPs9N/ByOuT3zh8Z7vW6cth+RQOM8w53UPEya5Ic9QH3ldeApmCIEtb",
-	"taWpUNqBmInL9zpD0Dto4BMrX1ypu0PhJi3ir0dbH0kq31EF7X5aablVu95VX0Kb8aNcqh4YUivsXNyB",
-	"tik1VqlprJNL4+q2NBFpZ/lRmkx0uqfcFG7cW1dLiKVeT5roPtZ51QEOrKlURRY5Ha6VWrGvAvskxPHM",
-	"UPQV58WuGQbdd6tXtzPFWTfexUG6IpUVE47UwlRlQsmurFPRY7J8PgfejI7f6H2mpIc8skNxgex4O/WZ",
-	"0aCx4oorbZ28hnHPCe9fTTgTEIvNFmCWlPVMWPJQThfjwXbVCmI7/bdtJHjtfGSW4cj7Z6PRoEtMXBRO",
-	"lQ+pH9YvuJd6OHp49bBGBEa5iqkAah047xdJ+KdRGy+o3iMIzyK/UUeu0mis+v08WJs8lrNrxoz4cL7b",
-	"aVX/ygUJKeWRp2NOB28WF/RPR2fcbriZUu/z6SkLkFRGrDToSqrfKpiY6InmF//fcOaA82q1tlHxhW8t",
-	"5dexg6t5oMph/bBJNRo9mXnHMX5SqeinZ09RljwdjUionC7h/yeLFFktFbfECFYDmK4lzkjjcQbxcwl4",
-	"3uir8PbmhKeK2jXicAvFKfIYPad0WjSyQ1EF1d30qQKCzj4KgwGBrHNKv3VyYwUZ2lSYAQ+Mpo2oj5ym",
-	"TpPB3qD+51GKT2puLVYBSDfBggM/hMGY84pCB9o6Ix/R8X1JTkg45CHmVtiV0iABvuHVZ/f/ySnKNKoi",
-	"j3wdI4pvgN2SRkUHde3YVglDXL8QMASinjgT3ep5ct6mRdyHqN8Cb08fC/61GvjGlVPjFsOJfjp6ItJY",
-	"hZhXRZH67CBjqBlzqLPvhN2AaU90F0yHP3ExkGCuj0idCaMmCjElZe13is3Zde++mhmbmH+nZrPvk62w",
-	"GJ7KhAvFCI3jjkPUOD5UIjdKQ3D9n5UqN3V0nQiztyOe/uS0I4B+iOH4My1zQuyEipYiovkritGTA2bz",
-	"N6PVJxBttLq8uH5pmY/QaQ3FZJGAq6Hhd4u4o6m3DT69oPtlhUADo9EIrdRcWa4UxfoZDNTOrtFtPOSy",
-	"uAMlHYlFKq9bSJ+tYavCoSGMJjGWmgdMBzj1SQDFFtRA0/uj0YImXR+zLRcyi/vhgSROxNloBP+Dv05G",
-	"iXg6ejIIiftY4kQ9dk3GwEVsQsyRxrA7GGdbsmeI6nfhrCVCV0WR+MZKcIAn2lQOkSqohQwiO0wJTHBn",
-	"h4hRVGZpQx+DbraF/TUeStfnx38mTf9idv0GaWFXIOinDmr5S/Kne2vtD8WjUFg32ZS9D5/yrTN25pK8",
-	"VmyLY8eD0LgTYdaxcqqfwpHHaveVhKNzWSppjU4HlAjRhL/CIxrwqIIGxjWjIS2z8W14H3YvAiM/pFiw",
-	"B0HpmRp2ZkO89PN7yPoQeMe+aLhf5L+kf+5z2KMYdCU3E9FzkD95KQp5FadOeQL4aE9fpyB+VfcVSFoo",
-	"2HV+vjMx0WNfglWuMpbCWJ+V4jixuY73lVwrsDtNHeyIYAd0pm5ro6LlmrIU/EwI6U9N9LXaPAJDwy5q",
-	"CCbRv1YbLIX0PGLc6jqG7UjgPUuTVYWpu2s8shONLxoMxY8G+dA8L4pzUKwVBoCpLf8Rh4N9gTmaJT5R",
-	"zJvATubFcKIpwtvCNUxF/8RjKomNkuWAlBxkBt4oJeMNtRltBPVkwHAPAn15w9Y7BcMu1LuTO79SlLiG",
-	"tRWFmV2fc4gZo8iUKoY4V86IBmriVrybbEDvR426krAlt6CCffR2ciMZlSNrRcWE9KW5KZcYeJe5nuh+",
-	"6HHEfkdUp/yXg4TstGdn4auk9fJHNgpnIyZAYxv6iH2G1iLfF/1YO03Z9RGQEdi3y+ltZQ1fh8uDBlPr",
-	"cWjz7q67RzOU9FGmnlJq0ee/qamXL0Ciji0NlIYxrFgJhL4kwMtNnamH6vhEu3U+U94mLoxVofr+1xZ0",
-	"TNKSdOwp9kXcflnNWnM+E/sRcLYTzfkw3MzKl5YSj8CxjP3aSMeIKUhIN+aai4zQhoanTzSv2CCiJkQ6",
-	"trB0LHjTWgsnEVyLSZqEgtEhDmFJfbKsM6uVh/aD62gYnGlSL0pKTUsQ0Qb5FHllDu6xk2DQNRPTzUT3",
-	"06os6icNxjvZJgwzgBFoxPIJmase20AvVJGx3kA13MhtxiK0eBlQOwJMpYEHcptnSh4hGy1NgocamWUS",
-	"Ukquc01UGpr9ovEzZTgdMxcVWWIJmGINVSdBP1STNEMfOhyPR5pg35dfMlnnuiccnSyQjPVEY+IMni82",
-	"4GZVaU0pluZGDUXoYED1y4SVsrSquFHWo79SqIX2a6L9hvnOazguo+mE8aGL6/Ncq2VVnXFEXkQ6uXFr",
-	"GjgXHvPEGazkA3uKexVVmjOefnnzPTCLlxcJBqC0XCLXXbde6jHJgM+eICwTW46Vxso17izghVzMgDAc",
-	"xOfGM2Kf4zQU/4/akDMP+9JkXiDQa+MCIhKx50gnDfEprsxeaR1J0fBUfBalN030Hs5TMx3EnlovTBi6",
-	"yN1u3iMJpMOnbwH9DzukbGz2xse908LF91Jftgcycus3fKaEJ5pdhzJ/4enlS+jqc0WiWBGItf9ubX+/",
-	"vXv8Dv/am9n0szMr5JsbrgAOsncovjYgacn2sE5uhsCG6MdLbdzlHNY19Aj0alOdRlkrRENEWqqFJV7M",
-	"0hLtgDTPUtHnMzmmYJCPAg3OWeXGFqVYQ0DQqc42e9GBooWiYtiRyNQ80XcnMv1lD8HnKgA8lKY/woJN",
-	"3u1yTAQ1n5AEuVd3TZCP7iDBHbWGs0hE3Fls2AEzvqvY8I4DfYy68Ed53ZM7L8bD8t03e/wCW7yjuaai",
-	"v3XEE7FjfWPYuokmJZ6jgKz9YSg1EdbE3YrtdQ66fUMr7LLpvG1B7ZdJ06g7prKnou8WaoNfo8pCWeGp",
-	"ul3BzqaMgoCqRtCy2OgLJgG7BmAa1JayM13mNeze4bwILydjyet0ZAsNvojoj4dugpXcZgZA1B8jco+J",
-	"hD/7EQ1OBNAZc1154wjNY1FbxxFxi07aHnZAPsEMDydjur5Jx2WlCWHkCyF/fA0WmkaSecNHEzSZWjtD",
-	"Jm8U+hFtHcioq9FDBsTdmUBYheOLfgK2K0gJTHO4pCSVdCh+lSBDyBGRrmXuqMTXEKKLLMv8Rk10H/2g",
-	"K1MUg3NxOjoj5VTDVVmeDcXrCCKtDDW8QOpVqSNXUDvblII0acJAsegmiEFtPUgsR9Mnus+Qx2PqEh+X",
-	"BSRBgJW0hlk0VPSGUUQoD008J5oRYDGM7EdzCfatmV8iYm0a1HD0u15RxgrNiKRdZKtTvfLeLNxWf5eE",
-	"nqwzi6HlMAOt1hjfjhtkNoCD51VRdMrAl0xf99X2gA46FD3atrBNzYABQf5wf2TemQTTe2Fyg12pLnHv",
-	"qVqh227/sadH0K6BxunO0Zb7gR4+Ru53v2uA1IHhjgHeseKvyU34rZ6ZDLXU3x8UxIy7V3T4JfxpQ2HR",
-	"KWJ+NDXMNHIE8vXkmlnGl9qBttR424bnbnTr7Q6yf0yIca+wqZOJOkXO9/m18i7ABLk/i4OlvE1rF2Xf",
-	"N8s4GY1GA04ZCgFHs9aeR1MAL2bNNQaLtMIao7EuVDea/oaVbAmYie4mOfFTQJSoMY55hHIKzPS5+CH/",
-	"Wpi5uEb/LEhEds1bQjtrYrzLYi03VlwZZTnZtFTUW3ZDmPBZELyU+CmLYg8H9qk8e3F3mq3LCKW4KjU3",
-	"tcK+QKLu+bWTWy3lbYNV8S2EFbC/Rdj+1koHsLEgOP4N2d2+VCMMfJThgNov3O8Tc79OJkJskJSfP4oL",
-	"1vhtx+/C3++Pwzt3q+LAKTqngRpPCv/HZiOsZwwwxxe+xcKsNOIydbcEVjmBV4HBxqkF0qHqPkiCyktr",
-	"NBQpMJtL1sCwawFFYJ0JtqdPUedUbVWYdZxCXSoncw2aK2lD2kQNEVVoIowF9j78aI2f3lRtDAeCla6h",
-	"8f3n/twU8D4fai2D0j7R6EVCPH5G7vdzx9raAUgFP6Y9g0acAEoC4RAhXRI5p2ZmiVhdCI1RZqrcBaX8",
-	"Q53ltpcvv6Ic85b26DlxxzB3smZYl49TI1tE+eqlePLkyQtq9WHK7V7j57RcgoOfLSEXUR0Bde4a9CU3",
-	"Ye50uT472/axJh8n3D5Iuj28ePscYusNWJ67wYa9PrYy1ubTYkO5Nww5DgcwYg1fZNO2Pwc708i6I01k",
-	"wn9ykZRsO50bkf2EGOdoRxxk1YIU7I6F3M903iUlKc/iYUoOqC6Akv4xFz9vlF4lopRrvxQCIb5QrBK8",
-	"QmwkBDk6oMQ+0PD7ZydPQOW/UYiLZic6fUmn8ejtZqVSkalZnikrFmYddVCySmFGSdo+r2kAg8ECs4lG",
-	"TBiMgmLSIOZO36hyKl2+PBcp9mV4XN/1y9tXR8/b10vfgWWiiWOeN19sZk65I+tKJZdpfONUWvXs7EgB",
-	"A8J+N3rDSG+YdTfRMQINxm50Pp+rbMzlcfBORrSmgcFw+QtcabCkQj7WGrNJZKgDp14XuCG0ijX6jcfb",
-	"9+/GHCWqsyBpT7P1WDpxc0+s9puplUO3NdZLz4ocq6ctKBW04FbEizJIhHWmVNlESyu6toS/PgfLktxo",
-	"OEmPwOPnVLc1Tans8lptUjFbGGPZ7Vp7uKYbynzth8yca7XxlmKBFYTcX8QikFK4c5A0nJ0ragCizoN6",
-	"RzmbSQwujC296uS509FprDNhIlfItYvOBLe4GooL7EKBoYbCoG6yKjC//0ZZVpwqh6oSl7SM68Y3iKgG",
-	"y4udy0CPQM92I9UxaBOdsTdmH3cZvDxuWMbIoXB6RkQ2OMf1prRn2pLmjuzSEa7VZpeuAk8/QFtpMWYY",
-	"ACw9SFPPmc6xfrNEXkJUM6da2RnG8x/S3/n7vnSpx8ePmzpGeDYBwW/34NyrWiA3pv1IfFO4TQvoSpsG",
-	"H28w6mHvIaFoX3s4wo5JfEOJjZSBiOPjtlIclFvLuunbl8jYH16KxFsX+0XvU27USLt98NLIulm4zmpX",
-	"IhDVUHwrZwt/wSMLnB6NBMps1huWfIiJ4qVWpDBwEjHdc6nYshizpE99j0H+LOjMTjS1scsU6gEskzHY",
-	"Rs/vm6YUFzICvWveRcm2cG8D7Q67dNYP5A6dHqbAsiYhUeSFPqWUUI+jK1Sdo+yllq9Sidovno5OG0B5",
-	"4Z5m9SQWxOMgorwU/9i+JAacTHQsZk25va4p9tCvioIaZ+A7xyQVYcKmcoOhoMpELE0hT0KjQjXyNHjx",
-	"Teyf3leHNIuCE3nRbx1nc7MHBR3H/OxHtoEjUCsd/ZZOMNEUxsUek3jrYCvi6hcGO9WWsihUMa4jn16Q",
-	"0bjmMuesPtQjrbDVbKYU9xgBHaKfAg3IK3UJ16qMZkoQvVVRpAPiq6CS0DR99Szt5RpR1QMR1b0fo4kR",
-	"NYdDtlaURH7uy4ktHoIuUkTnVKks93rE+UXEh7dgzBuLNfboKg9ZbBu/4jNhtntBuR94dbtp6hfJ+Pkk",
-	"YxM+g1FSmT7vIyr3Q7zX2EpNOPJlritU+kCtzaRdTI0sMxsVAmnrC9sxK2Oiow59VP/mK3LSCNw6Ff2T",
-	"kUAGxr67RKRHRzjII39dOiAnNIHAMwS0ix1eAbMVmzthFoXNvUG0KtVNbmAYeKsf80QzZDKW3jCSCLI+",
-	"8t/6dAz2jaLpSuC5xLSvlVrZeoVejCbaj61/8tSvWDSzAbbSV0tTbhL/EjKaot7Y5JOlB5HMIbCEgAfv",
-	"HbTISn2Rmw8+4gJR44VzzLAjfy8lUHJPbfaYIwo9j1fOS2UXaFrGAPwUx6XuW+zbn1MbKVXMCcqH8KcJ",
-	"uawTrZ8x70kCdC43FWd5aosFXN1SitD+EaE/nWiSGog7d2Gvmap4mJmQGb5uKapViMqSFOC8+J/BWKeW",
-	"+ELaid7R1qCzTMXDMv4xQPj/jijvSWMoJ/VQTraHctIayklzKGc7h3LyfHsoz+ORPO+Em78/2PxefLlH",
-	"4YR88ZVvFcxEGd/dSPSfGhSTxRk2sdjdzbVuJ9iJ2/CLfeCWkPCCfZgNOHzR195PmmPA1a5NmdnBnwHV",
-	"/rPhMlS22VuSPh/WWRJ2BTQoeUVQRVqpzMY12VhgL0KjLC9Ea31GTzS1lfG7NRaSqia9DOYINxbZF2bG",
-	"cglkNz7A1fYcPpzLzf3jYpMGLfxZucEkKUuwB76zPdh7KPAnujBXVyobih8N+rOWcsN11kvuNYwW3gal",
-	"J8zvyWA30jws0IMCzcMLPlPZJc7tzw0z/6eooQwg8JVtNF70BzVm4Mfv4B9Q5PaWSja6w1JVZKhWNmtt",
-	"Y5zhTDp5TrEQbqs+k1rIglF7qdp/uANvPdD/F7j1f/u2hozSvoPKkj2KgSXLDc0apCG2D5Zg0HRisHfT",
-	"xejBeZNXFb4Uw34isqkR23fSzf1U01+Yf7U004ixHZONef9wRPTopLeq9uo250IfLv47Et8wRPk3GujD",
-	"yP/GOz4TwuBdx6xGuNFqzb6BLyz+c51Vphg+q48sb8jhKsWx16of5Oyx2s+tGEj5MOvaMuAo3qwqS6Xd",
-	"pf86Pa97U5bKKmcnWmowEB7VwaO8M4OC2j689pN6ID298ZJ7HdSzXZ0qvuhJn08bpwYSMpBl1/GBO9gI",
-	"xsMxlTaf9ca//f4+eQcHgBz3dHCqsuiNewvnVuPj45PTr4aj4Wh4Mv7qxdkpHhZ+eHdHukTkJIAT1sg5",
-	"bqc84pMd1lkx7C7qSMQh/19SlyRhchcWFWHqZl2xUacI+4DI9uNeSX3EFbEELKdCLHEj3KI01dWiAQc5",
-	"bMFQlEhCW5kC1GbVe5h1Vnt4ogfQHmzf/ZJ979yVfpGv+BE+BtxIKvKj4Ua+24/7Pr9R1K82tK71HbTK",
-	"5oy44er739//7wAAAP//M5HWshsSAQA=",
+	"H4sIAAAAAAAC/+y9a3PbRrY2+le6uN8qkz4QRcly4lD1Vm3HsWeyTy4ux6lU7TBHaBJNESOwm4NuiOK4",
+	"/P18Pj/x/JK31qUbDRC8yLbimdn+kFgkcenL6nVfz3rXm5nlymilne2N3/VWspRL5VSJn14s8iL7/jv4",
+	"M1N2VuYrlxvdG/eei1ItjVNiBlc8siLNs1TMS7MUbsHflkqLIrdO9FO6eDypRqMnM43/qHQw7CW9HJ62",
+	"km7RS3paLlVv3MObe0mvVH+v8lJlvbErK5X07GyhlhLGspR3Pyh97Ra98fnFN0lvmWv/+Szpuc0KHmNd",
+	"mevr3vv3Se+13BRGZi/1zGTw3dZ00qm06quLVJTKVaW2Qt2qciNWdJ+gX08U3K+yRFgjphunrChNpbMT",
+	"V+Yroe7kzBWbMKe/V6rc1JPiR10pP4Z4PkpXy974956snOklPXpd74+uqbxRM5Wv3F+lzgq1PZG3CyXS",
+	"kq65WuBFqTBzIcXMaFstVSaWylp5rRIhrbjOb5XeNeTmY47dkKdn54c35K1Z5bOf8DVbM4CfBAxhLM6E",
+	"M+L84hsxW8hSzoAqYTKpPPmHeH7y32J08o0YiitxkiZCGyfSYSpMKdLhMN1BWw6e/hG0tZLOqRKe+//8",
+	"Lk/+8fzkv0cn3wyvTv74v/5Xr2uiv1pV6u55LpSorCof2XiyZ+fPDk5W/Oeu2VX+bUdO8Oz82ZET/M+d",
+	"M/xN5m57dn81a1EYfQ1zWsvcibkphfS0NxZSZFUp4WLRT89GNk1E+nQ0Wtp0ADu4XphCCatmRmd2ONEj",
+	"0Qe2kqm5rAo3EFLbNayPdMLombpEpmNVeatKMZMrK3IHv52PhBX9i9FIyKm5VYPhRO+gdRhjb8cqPTnf",
+	"nvd7WGG7MtoqZJTfyuyN+nulLK7FzGinNP4pV6sin+FMT/9mYW3eRW/5X6Wa98a9/zitmfAp/WpPX5al",
+	"KelV25RT0stEbsVSFnNTLlV2Keb5Hcx8quamhGtcucn19bD3Pum9MHpe5LM/eXgzfqsV69wtSDRUZam0",
+	"E9ZJp0Q/d0Ld5dZZIYtSyWyTCCs3AxzzK1NO8yxT+uEH/bxyC6UdPBUY/LRyyFBkUZi1yoCKMyPcIrc4",
+	"sL8Yrf6chSyUtEpM1SLXGb5fMFcWxJWBALTBo6ZKsVBFhgP8ybhXIJr+nEEiU03ESpYuh68TZGxwjrXJ",
+	"lMiMsriauNF+fN8vV4VaKu3UnzLK3IpbVVpgOGaOhDgtzY0q69GZ+VyVtMZmpZg5bVTXgF/KsshV+ees",
+	"Lq6hW0jHXE9loqy0FVILRePwM0vEepHPFgem1M8qYGJCitIUBfxVra5LmanBJbEM4Ralqa4X8Ab+KcNR",
+	"4Eq8NeYHWV7/SfQ/NdkGaNwAZ8+dFUW+zGlLftUyPrQPP56fDIqmEsTarFQZvFoWFmTxQsmMVebffvvt",
+	"JOYmzRdvyRGayK3MCzkt/oxFVcuVKWWZFxtRaXgnMDcUnX775dypUqRv4MPJc/iQBlHcnGt0ybYK8Avd",
+	"EjSALamUbK9Lrp26VjhwGDrPBi54Prv5VrrZIpKyMsuQ3cjidQnk7XKQxXNZWJX0VtFX73pydoP/5k4t",
+	"7aG1ez67ealduQEiW8q77+mes9FohMqS/xyUAlmWctMjlcArXb/TK2sV3kz/pmYOHhkef78pqDuniKG3",
+	"JJdFbpbS76kIBhyq/bMbWOf9ykzS1vQ/QKGPZ9562o41eKNsVeA+tuaJlLv1NVheRxH9C7gQdo5Uza5D",
+	"1xwuPrm+vmu42+uztYSgzlS2W82n34gPK9h6sTZVkYmFvFViITMhC6PVWJyPLhJxMRrB/+CvsxEwnKej",
+	"J7CHoONJR2fkyXmtitdHZu8uhBHu3Y4fctuxJSX+dq8DxLv7/sAh8U/uHFThVInW4Ied+aW8u5KzG5Vd",
+	"SWBZVytVXgUVBS7YWtGlvMuXYInDWffHnb/ZXm+8/irXV/Miv164B3h+qQL7v5rLmTNlN33NzCpXVig5",
+	"W9RKmLCLQGRDQZdpByJflUJmmQXaKtXS3CpQKvFNNoh++ro/k5VFh0J7IGmCrh2VielGpH95+Vac3p6d",
+	"zorKOlWe4t3pQFTa5UXwpfiBLfA90oml1Juh+BGkgltITeYBPQKsYpMpGyy9i9E3Q4HUYMnNJIXN9XWh",
+	"TkjHlE6KLC8VDG5DJ+vsUpQytwpMIrAShXELVfJz8Yq/mVyrrPN0hb36+vAugbiGpaGTET/qq4v4UU/O",
+	"nj75arS99/hx+8G1dOymejLsdVWw6kCfm+co6d2dXJsT/hJ0iOEbuf6Red37pHeb23yaF7nbXLl8qUzl",
+	"Dk7j4sl5xxQ6GdL2oXZOzhboVvywU03Owe5jAD+RMXJJ9ib7HdMESQt/YXeLyIncvBeTqK4lKw/7FpPe",
+	"XGpYs0wVcnMfAogWb9RNVTCwQ5z2DV7VWM4t8YYL1sVgXyykvlavpbVrU37odpA1f7Xip7R0h6+7tA2t",
+	"1vuujxb82SFVo/Go7jkyueygog/az+3dyjtI8jdgcempd4WfvsO/3qeiNJVTVjh5o9AthnoB/jjeplP0",
+	"m0000TYSLVxM5JqIbsc6O9tiDz15vrZmW8jro6U6LuUP8npbqCe9FciJ7KpUkq2U9lJsiLmbFVpzdDkI",
+	"oLnMwQRNhNSZWMOKoavlUsipVdqBQVsosHc1mwwduus9D4rX1jp8sim/KB3Xw0Vbu7+9osmWXIONMSuw",
+	"bQbDiU5pkqlYL5SugyKPrDBrrUqxlJvIc8PeebxuJdFBhh7P61JqN9FrCTL61tzQqjn2HYtMFQodVsju",
+	"rJpVZe42wuhBIrZGLNbSTjQNayy0cQsw/mnUucpYWoe3hlhI34DpLdD3hCGEAfJTPdH1IuEPFuZaory1",
+	"zqxWKhuKlHc4HW+NZmEs3w7X2InOtbBmqaIl7VulWnrNIytS3L4UyR8ILkXqSQtp3RWaD+ngcqL9kF0J",
+	"k8MFmsrZjZnPhyJtEGwqrNzA4Dd0THw4hqmh5+kb9ASaTXdsZpvtbvOTnUzqBzqKHXzqalaVdpfup9Ud",
+	"+nmscuTYwuPl1y9sEDAbe0kkS/vO5jitElFAWxHawezU3Ypm2R7Pm2h7S6XH3t3Ppo/na0Fh8uTrx+IW",
+	"aiPWQEFMkf1AMplZa39Wgq4YHjS4pHtlCQuCQYD7TIi54HFXXrEr5IjpL3wQRF4bHLApMmWdXxZ00W2U",
+	"87OFQ74uc+eUFv0R8Q1ttEL3iR00JpOZaopWHY9RV8upH6I/BUeMEAYFNwi8YZuAHhFLE/0btXLsGMqB",
+	"M8zMrSppTFscmfjXFVDmFVHmkau733rq0pG6xU1rmglLkcCKMEbI7HkMx74tfjqntUNmdK4pBTd2Lecw",
+	"4jEsMT6Ix9Tr1bnoSZN9EJ3v5j+dpr+f1v20hIN2f3hs53BIu+kYDP1wle8yAILtmGeJWMpM0SHKHZ6t",
+	"qTHOulKCYEKhhj/utSPhtnleWifMSmmydqV/D3BR9rx3H4Ta4N7Bu4Nnv1Ays8yt8R6xKqRWnU9dKjjq",
+	"x3tjflSeNbS1Nnj/zsXcDjt0joYXYO+GhMiLa3ohZma5BHaXYS6C64513GiztiJ3dLDmSrqqVBgZLyQ8",
+	"u1QYI7PI/Emt1MWGDH4QbnpWVBmKILUkfQKew4v4SCxzfeWHB0xgKe+uwqaKs4YLg27i6IuY5lpisEQ6",
+	"YVdK3lixNKXq9ibs8SC0TRrelAb51LveeWBKJZ36CFfZQxmx//ouuO7cjY/MS7mni4FY++HclB2eoMaD",
+	"aGns/rU5f/rVh7kmv3jRHsSL1mAPQJC7mcCvVpUfxgPQ5jteqvwFLu92BXyYZyeps5cOJintV4uiLKi9",
+	"vqGXXkm+TxTuA+75mNBVh0tpAQoM6CJNnTVBr89KmVXRpTfcN+jVup7mvXMVX/AUWxFgh/HlpZwtcq1O",
+	"SiUz/IKMDdgiOxQvihxWQkxLqWcLQVqCVQkbckYHK3I40ScinUow25HC03Gd/BRSjiIRj7cN6LZc38oi",
+	"z67g8LJ7x+cWAIfGH8V//fLzT6gZwle/vn118oz8KAtpRaVBE9FinquCgieUCQALYpvvgJmhvwMtXrgU",
+	"nTXoz5uWqCmgsiOXoEKWVdF+QIjh4lMwVQ2espJuEcV349wv+NlU6AIopb5WCbuJJlpEqR/oBRDa8CMb",
+	"oWLUY2CI7aFg3ioOxKfDhvySpXSzBaZlZGpWSFDXOHsBlwUHkVtaVq0wXLQM0Z6z82eiULeqgLvVqvna",
+	"VgrrmO397dQnJ8BCRjOLE3pyayuV0ePoeF3d5qbAFdg3jdj1iiP+BW++DJ6yyD5vPN0ZcwVHulB3+Hz6",
+	"OmStSDGtsmvvngl5R32b/0MlwlZT5gGJKNVclUrPlIVtww2ZS037WorCmFUiOD/TDoJpk1thlcO1ni3U",
+	"7IZye1alyapZnYknr2WuraMH1xPlsTpjbqKtgR21Tq2QiHKgWpzBnqUgk/MKBJ+ZXyEJ8qaxbwqOkLwG",
+	"Qq3CSgR9hJ5RNRN60jFQamfGDV4+99mBeGHI1aMftXFXc1NpfoqtZgvyu9PPOP2r+qJEpGEwza/JhG58",
+	"BYc5/gbWNEW1vf5S9LXx9kI4XGDc5NkgEenS3G5dXXvt4Fc8uHxjng3G9BetfiuhLpoRpVKGQdYffSJm",
+	"OEk78zPRdeEP40yWmpS8ZW7xmKRRjKLBNvxxhF+jG+PXwZzg0gzTPoGGvAMQRNkMFZiMKHWwh9bQ3rsq",
+	"jPWzaSVJqsM5kvgcn5IP57eQ5TXxbJQKpgxOuu3kM7x5qdzCEGEw4fmlBSrzOa0+j5RXFzg23ufX1xsu",
+	"86oo+P4oTm5A0MB7WWmE9a40GlQ0Zz4JsYnln2QMhtdrF+xKWtocObsR89JolwNzKhVwD1eozKd/oVkd",
+	"TqTPTPMyk5jXTGqYFqaN0by0WYu+dTB4fZ2Q/x//Ym8WLiLLYvgTVj6sGZ6Merq4zCjKmEynJsuVFTno",
+	"AktTbmriYE7iL6Q4iURxaJ0pVZbsTmpjJu5MKa/VFYxTkZzLcnuDJKcEfUv55egbgjfg1PHp9Ai4Pt5C",
+	"WqRHlh6UWwG/NQnaDw7f4gMrxNLtSiLfxuALH26yKTxHDfI8yzMczDzXuV0gleXEvafAVy7xT1O5maHz",
+	"yTpMzSLzOqcVHx5lyW4lkapWWiyTMEgjWdDRqa4vY9XLh1VIRS3VypSuGWGJlDlMzK91tOgj6/JbylHj",
+	"OzzK0Tfb6U8tVaD+KpLfvaTXIcl6Sa8lm8jHw8npSS9wctC7m6KlF5ndjW9bgqVH9k/ji6ZMAXW9ITbC",
+	"y4jZ+CeET56546psc/Je0qs5KQ6zxQ7RPmhzOXxYzLZ6Sa/Nf2i9Qk5r0qsPPOahxQeul/TC8YEJEaXz",
+	"mkbkie8lWutwjCe9VwbHV/7iJBeyNWwwDvE07ZMfPW8kLSoSIIv8eiHWwAiXsrw5MoyEqxpFPLrKItBr",
+	"wqzOOxXprExVYdacq42POPKtutP0ehtzVWA6XDuA7z9sHmo2D+MZ7Y4fvDLlTP2AacEf5nvYPYciv+WJ",
+	"ULjYryBZMk15CVTWcq/d23eAIzk4x+7M1ZWxNp8WGzxQV9JdwfFyXbWTSKnEo70EC3Iabh4HIgSh1iRG",
+	"AVLdLwPxVCpQ2YoeiGWuK1qkwlwLVb8srCKxZnNDaydGNddfleZWeb21llswuiMJ0+cUdm9sHBPzwwE7",
+	"oQTGwtIaFU15o1D/6gdFAbNlByDcxHVp1hbD+n4F6iBz20HZzG3ECjrv6NriJnuDVzv2OZpxFwGRw+y+",
+	"aeveke0FJpt1xN1BZ4C/UHEGPpwtc93JHXFVOnbi5Z2ckfqOHo1Vqeb5nVjnRTaTZWZFHwxyk8+UHT7m",
+	"el2/ZrEv+unZQSf2gVx5lsg8zq71+6uSBTy8fep2JV6n5oac7lhVlh7meXvyo//L5PoDCw+yrFR2e8Ge",
+	"HlywPPtYPygGkfwAuqbFkcGtJY0G3a6AydSJMxQq5as6o4IL51ZX0WN2zG47tllH37rZhueJXZHFYG7P",
+	"VWkxpJg7ym4IbDJ3on/G6XEcv8NkYk5AaT3VDrYSpylkaYWsq8lCtDEOEgIHAtWxjj/m7t6RQfx1/3qA",
+	"JNm7HI+sn+hMalFWWuT6k6yNLzaj+y1mqgw+YIp1UOoKTPPuUmI0ZWtJH6Wro0mN+45K1VGVEo2XFuqo",
+	"dzbfhfH6I99VM6hQ5g9aDWjClV1ReClTaLz8zeSccJYppDQLS92dC5L0bg1nSfAvU2MKJfV+PrC3DoQY",
+	"QncmyKdKO2gNbl9c+8c6DtIcS6ZgBcvNlXROLVeuK0LLp4CyN/wNiZiZSjsqehRISfxTrqzoy9WqNHf5",
+	"UjrFKgioWOjVGAzFc0pJZfqTmyP3/0ZhqdfB6OyDpkp5A7mTiXgTRFoBMxyT+/tWlVPp8mUinLpz8KOk",
+	"H2jICZdTEBBG35QTXWcXJpxbY29UNqBbCdSCb+b0/DYoxpivSslLcCDougWpER2xnRAaXcVczRX5eSX/",
+	"XqlLsZIWuaQzWEbXuf3bak6+BHpZrrqCd3UqEvszE/Grzu/E0h6pUhN6xcGKNg9yEeeHBSOudpXUY91z",
+	"+HYxA7JW7sENwrYdYAf84D1D+rnMr3N9UBHbWv1SIQzKakOpYZjK1chInhnQg0HoDcXz2omFeehAr1IL",
+	"g+8WuZ1ocuEJsMlURjQOD6dcwrKZFcjBTAs2GI/BaMyIJifmRLdv6D8HwvsW/vd80Kjw8uMCncNHSRGH",
+	"hl4Mfw0n+rmYYlSLzOYw7Eb9AOWisy8f3QNzTKDqX4y+GdTxS3L2TvRUkT9xrTtKC/Zl6t1Lid3LCPen",
+	"Gx1I/dl7bzha98UWakTV62kn+07hHuJ+gw7HBzxwSa+VmNvifhSuc4b4n7QihQORwjegB+e6Ukdxq10H",
+	"u/n+zpUwtx0rgKWIO1IiUEKjCjsGe4+SA0T/9c+/dNQlDhKRxuoV1RGsCjlTqehLdHHEDhb4IeNyirkp",
+	"ZyqrnRLXpVmTd001vBhTObsZ4HOnspAankym6FYdJbxxhoVYWYfPYhCnCteO8nj47HeQM0L94ff1OlO0",
+	"usQhh92upE9Z6pBaaE6YWxUWuk9yKy+KnNPhB0eKMCCmPe7Kppfv2mDRwnLlNj5Z1/+UW7K8ZJZxoYDM",
+	"7e413GGAtsxb9IP4yVJCTfrdyx9evn25TUan7/LsfTrcU1XVXsi8UL5AKMHagGaADv1bah3PkDzSoRgK",
+	"Fa51btWRa31vJbE0192GP1axL2SptkL3jyw6F9uDJw93/yzk4c5kdb1wolrtqGOoEzM7OXVd37Cvxix3",
+	"HLDDtAFpQXTNVIERvK41PLqKn7SHcAxym4RaPFNmqhxjMIw31wc123uJiRlIrhjuBvGsLNghfR4mmAcc",
+	"IrXr3M0W9cNi5pJbQT+rzJexNvy+lz7xJ96kN3KO7tJqJeYYKrFD8b2PHLLWI3CWPh0Da8PrEdC9mPvM",
+	"phVM0Cp36UtbwiApqk+xXKx3oCip0VizFfaEeCLHXSlvyxd0Dcawl0pnKmsGDOtyibBCPaoBvGXD2Wj0",
+	"ifqXcD2Fynb4RQ8lv18r9Pbw1A4wIyqnz0iKMFTPkfxol2qf9KpVdpBBU8IOokygU8dLlA/l010ehC59",
+	"Brk5LmM4OwlL6oidtIVMe067lIAdtgdw3+P1IFAmDlod+Mhdw/jAnPr7CLo2V61jFPfUnT9OBT4Ug6tP",
+	"RMSTMBCzrKxDpk8Va1sJXvefySdRyPfTbNeG/2QyVYcatheD6lKAlcOKPLJigRcjS+fItuhjIIZ4Ap63",
+	"lvcK492lUlfoO9l+z7foUoEruD6cl9/QQW/WKD2yYg6ahd1Yp5aiX6i5wyS7UHfMv/icHbk5VlfDgdr8",
+	"HzsH+kv+j7DXf9qo9hUsYenXjjJxmW06uSd6scIaY0qT9QlFVvTBAjrFu/+RejSSmIUHr2vSsxs9O8SP",
+	"ftno2Ruw0a2/42rZGf1OT07g1xP4NR2LFOVvSlqYFfAT2fqgWbi1UjryVV+KFFY/xcvYbUD5TExCYMOj",
+	"EmIqjb57flZsbuALYUvyBojTvmATLXI8ra4j9nPlrk2uryP37j34KrtTY24yOr/ociMEN9ERdjL7lD6S",
+	"g+70sj7XG3aqyqJSCad/BRfr5ZH+UTQ3PsAr2g12PA4vSEGDaQ/BpysjM3KGxjwUqVN3Lh0jwEF8c+Qa",
+	"ZuGGbuPc57phiZ+6c4l3xnunGdw40XwnHjcOcqfsdaNXnj5OG8nlg3YmGTp8kx5c263rHXDNxolrdd1n",
+	"21OL9rpZbcSNUitSca2pyhmwHngDDOuXMGHEV2Y4UXTUUc0iJllrs2ZfIVmunMAQKe0TrRWG98LQRT7H",
+	"IvIShhGr9+EKyy/KFOhcFsfzJhTc83lHZT933qc9hrHQcu72uB2uXPTU33XmX/ux7sjPkjMQiZSU2pGm",
+	"sCtTinLfXcEFvT7B/FhREiWu7ckOk46KLzh/ts6dJcBaP4Jj3xljPTbf+Ar4XS0hW/lbsXo4Q2gvEJxT",
+	"0MMk2oL9XNfFyYN2NrEH0no6eoJaRSA/stIqjVWMiJNMpbRc7wKXIBkDPY+G4m1ZqU4rOhKEUzm7Kcy+",
+	"jDsPfRB2r5Xk9P//v/9fvdDwgbKecauO3V21MrNFV8E+WWQqi6O7oKuFbPIMfeOqUDNKYVflEq1lSjdC",
+	"rkTBfrKzsBgZ77pspZ5jWajUfGbhObwP4uJsdKzHjDMb7f2mgkKfQnSsqD+ywptkvt6aRi2sogSFKOoB",
+	"PH0GFFCoDC3J89H5gLw5Uizl3wwBzTTyyWzI4W5kCu0Tv820zQ5nNdDFVaCLPRQVcQUg36wqsdYMyJcF",
+	"DnweileMi7O9cuO6IB30pOY04ZSEacJDEZuVEAEwZ533X5tg1HHIB/XJAH1OfCQ/Noku5NrumXmlM4xU",
+	"UxkEsPIjYU9wyN1ZPk1YghjDolO7Piqk4NFqgpDNiwKsySOHS+ApO9/yimAa6F3WwbM5R/9hnKW70xt/",
+	"IoBBZtw+3Ne28PsdGYp00fIyPpvoW1KDj8lXjANQjUVsbtzWYUuaYrkpL2ParDl+oKoD2ZCvScX7CEjf",
+	"KKW92x7ksGZUitRHvSegVVKy4ek7/Pd9OiB1l0oarVgqqbFtwXiig0juLnuSmvis0Ur0d5c0JeSXDW/w",
+	"4VZqdoBS5WL0zY6yK3xehNlVV0S1AAVGnZAh94wetk20+yEhJz2swZBOXYEs2t6eFws1uyHHdV3VRyCN",
+	"vm6RIMgk5+PTuvcR5itanjThvUEFhWHJvIQ9H53ToiJLRpxZKplGQ5iXkhL8/Po8mmg2MUiIgJaCNZW+",
+	"JwAKVWIuWqnM1tWkQ9ECAhKVVQhC5gw9o842oNlIJySiYTaw+XYlce1NjODT1AF0+KBJRR+fjrJvMp8G",
+	"izgszcdAEcfogTsKO3BjOcW+Bb0oXtREHkGU2YVZ6+GB1Imdr2piHflaYKeKwutf2yHPQxwzJk94cKuK",
+	"E+XYtUFvwK7oWeniLCxt1mCiY5cC63ZnpnfHPcqi+/sIJuIAEERZRHGLePp+rAc2+1jJ1FLMQm0KpRXJ",
+	"Wmx4SeGTaftNUhmMmzCZlV2obKLRMyBdtOd/ffv2tXj++vtQtmsbrJTTlltkR+rQRCs9KzcrL6MiYiQ5",
+	"1ZnPI69WqiOc8frlj2IGl81RmUY/kSsry/1+tFg4t7Li1zc/iFxbh5WZ88j9+6gd4/jq6dMnX3XGNWpU",
+	"kZ2Ey+2U/LWwuj/JUmb1N7kVz2CMX5+TX2vQev0RKCWByFtONW3WabNL0Zg2EusfEWPRGxeohmizFkYP",
+	"ReqPRzoWsrCmVRZWIyey3Alpzvc4ZHyUjmAmUzAhfn3zQyJS2Lrx6SlFaXEf8dPCWPf7eGVK9wfBjprK",
+	"NUiNgSraQEeji8Mxn0+GAIMH/1gcmDeUPoMFOvZzgue0ZsEP7Roymsu/yOWqM4FVK4G1kreyIHHECgcx",
+	"pWYES1i5ZoGx7ZEru1Fy0QxIxQrN25mp68r8W4+EqsTn7DFsvXNougFWgkVeXMLFJecZ2vnePdb59j2O",
+	"uO54+svt6XjnbxRGP/Id93eESSdSHFmaEO5Aw2q00cw76x0+mRvhYcbB5ieDGFzJa9W5B8+vQ1iRIVMr",
+	"7RcoJKtHA8w1euYZM7XJQGsX8bF+QzZBdlE///wpDsAq0tt3nQGKJXw6wm+X3nFGRhiKP5atdUhqhhBb",
+	"+7EPoHtzO9lXHQTdF8rFWGfWiHX2wcae54U64fgx/sjdJLzaxaAKZs4lCZHXZS1zrP6YE6Y1ewkHNYlj",
+	"+owF9lovq/iBo9cIUR2FVsUSC+F0jGDsB0/hI4s8ukul+jPYD4zUdrnKClwpzEChdcWMeF6No3kKDa9z",
+	"GiSqt2eCJ/Xoevq77mcbfQ08AYceH35WRmhKx+IlL5XUna/5UUldd6kks+6TvLHcQfm/RHSOFI35bz7F",
+	"757SjZ6DiJhEM11o93jNR/OxHRwlpo8waU+TXQOs9yLsfRfzeOstxpaJElLMGt6LTDp14vKl6iWfrNnD",
+	"Pjv6e9SD57kHPS/yeZBloIxeBnVsp6PQ5xxqBRbCDhDgeyOrfjx26m501D2QpR8LSvrB0KMfADH6Tw8e",
+	"egw2aNvREa1vawl2vXk/ZRyivc4NijNAdx/q75STOVqqsih+nvfGv+83o4gTvE+2gDgC4I712QbH+Qqb",
+	"SQpHx1X4Ndvz+sPPrNuXWaMyHDU8P939o9oDoYAP+EU50IC65A//4vWu6Yb5EqUJaCxW3jYUO5hoK7uG",
+	"c5mAJaSY/iM3vqJtuuG66mq2EH3pf0RnWKekexAY6pbgN3WPhtoIZdxCTPfvBlNLUJBGET52BImz0fnF",
+	"YH+XsU8Dd90xjyZe3MOPsOb8rZAPUVLkzqKKSfSQmnmgD9GXzizzmSw4d/aTYl63ArWVx2eMDNs+gXs/",
+	"/SrxjjzxZDAUr/I7kM9YFE6nYv9yfTCGdmvZ6JiYeasLTiIQ/s26XM8ct7QLu/nEo7/G3fTCXOlitJTn",
+	"aq3KS3FG6Q4F2Fbw6+AeTfkuW7ChIVncij4289EmxphA6DgcXmbWetDISkJfdgTQty8dpTsRZUkp6Lug",
+	"Nj4YjHxHb/vAI2SpxI1auWAa+J34WmRyYwdD8Rs3tL9eYnCR84FofX3Giu/lRAeWUIiP5oGfDgq9DVYV",
+	"YeGKflbKuRPno/PRydn5wLfAYt9BQNbFagBC1cXu+23svTp/bDAU6bv3KUbbCUMEdp0bRLF1ZdCfuVAl",
+	"0Bf8R6zikR2KNwExV5TKmuJWUSFOrm2ekTnOCLc4jghuMBrCZY3ZG9wAAcKRkG8x0zCaSQQZCDv0UApg",
+	"26aWVomCLOu5CU3Dgk/MBvo7G43gX2fE2blYRJwMKOWAYP2Y9o6kYXSneO71F7xFlGFOZHdrw44Tez+P",
+	"wQEsvBrujCJm/A7KK/ANR7rLs/jSDmc7+SfR23MppBNLkLrfjI7OgItd+R35b/eMsTNwX9P29oP/Y++O",
+	"deuo/yS7trcHDeJkLkLRzr7Vjsp7GrBoxyvgx9kGnfuwRzX/1XYBcX2qngz3CJnXMbM94ScYbTe5wP3H",
+	"DxhnfWgp6ZGdHQp8w0OUTjSAqbR0Xloy++3b1+Jb+A2EBj0ctB4SYITZPK2cSE+Jjv6RJlHZDyUenS6V",
+	"K/OZTSe60oWymE7r1MypbFBnbTNCMhbKtrsywoMEFofVIWlsymiVGwzFxeisFnol3b0Ffp6IC9CV/Ouw",
+	"swD1knQiM6hODCeagpnjupaCMMBBXMB0CougNomgrvGJ0PiJgG0GcC2quJh1NtEpDjlNOKfYI4Z4KPqx",
+	"kFqogCSYIPp8A0hQpGg22eHjdKL7S6589l+qyrfJoS9SarqQPk5BF/DZKDgiUwqz1gjLQ82aNhMtCwRq",
+	"ojxf5ZTIgRFrwaPmTDKj4YG4UpkRMVIR0pfHaeNyYyRQTMdCcgq0t3Bu1Xv/Hp2Ac9OFIFDKjOph2Jme",
+	"iL9XqlInFA4IJQxEJHZlbhQBl4pVIXONiR3DiZ7o5+LxY5z648f0PG7wGBd5tRp+YyaiwO4g2QmqQYW5",
+	"HgrOgCrtRNNvQV249BpEyd1oQdOK4muSwP99YPDxYzQiHz8WfTnRtdIiWGkZUBEk2ssIdMSYOY8fy9nN",
+	"48e4qQUnAlOQsZArEMOGEiMjXT8qEcKUFIEx+g1ie1tCQPWJ9x7e1B8cJ7kDAr4C1/I//gPzYTwIGFXL",
+	"y5nDsvTz0XkK1OETD0kTjYuBYDycTd6f242ewXmPAj5wajbNnMwTQSUr56PzR5nonBg1FiPk4aDxozUB",
+	"s5hu6u6WEy3AKsYJUSfzwVB8V3ECu+WGMAyHwahl0fqCRcHnG8hjOc2vK1Nhi4m6SYSjDiOSRO5c5kVV",
+	"cheA89EFLpCc3USLQ9sM1gxOoF4iNOv5weP2OiKOkGhvL5g8pbHWY61Z9olLu2CI++dtSH8doDq20nyT",
+	"hpVM+eCo4IUEeT1TocFG7gumSlVZlQ3Fc+qgYUrmjaEaT/p3U3Vbc4WRiwu8QmUESGvKOqjPVm56cTYS",
+	"UfsCntuheAAdQFx1uVR12jFGCPBmIhH83MiPjdooMABgXWgGljIceCofqvFHwAbjU4O9fexEEzFT256Z",
+	"LBEsjyv+sF1C+m5CHYImvbF4N8HuQvDnpDccDie9REx8/mr07fv3MP8UruUSQtvoF8T9r0uzxKGlodFQ",
+	"KooclO2Un4l3182PJhrZUAw9n5mhSJ+OnqRAYSujrbI4j02zIYDoe5AE2IREFPmNEnKimb8llEUn54rg",
+	"7F25AdMxvbi7S333i7Up3YJ+Q5BBzUgMJFaKfKY0oRiROtZ7voLFPzkfjqhE0YERSWKkFzVX7J0NR3SJ",
+	"WSktV3lv3HsyHA2foIPfLVD18aoLao5dJRLPmQzPRyNuicoZ1zNQZnIrqtVQ/MSnAXUk28gq7OHrKSD6",
+	"fQZaFb8QFDZeV3jr+WhEfa8wlRr9Davg6jr9G8O31N6IfSqiV9ZB5nagSDfG3tAJe+Pf/0h6tlouZbkB",
+	"6zm/VZrQKJy8tqBZssnwB9zmlbudi/cj/e7Dsa9Ls1RuoSqqahXqbmUsyWEyeUTfg7GOhqPhxWAofgYu",
+	"7QwnJcDRYzWyU21MT05YvTzxeqfPb6/RBYismpvCAz28KVhVi2pHczvaFkLnyvOYhkCTF6OzXdsYhnD6",
+	"a6uDAt735PB9r0KfhfdJ7+kxd/wa9R5Aigg0EG3aMqxSJzWQ5n/USUJXZF2viR1IsD2yotrKpXISwRF8",
+	"sWXkbCYgIA0GQHkb2pjYS/SHBhVDOu71hogKiwrDNOhAbR/XiW62Sdoijjc0r89yYPHdWEkOkx1++H7u",
+	"OOHw/HzfEa8hvHZu7FufX5W0m9X6UhQGrN1mhn9RzncufsDl9a/YcSx5fnwsR4cX91sZstz/lU4yLwOa",
+	"Tre5Wkdb7re4veenEYIx731zA3/IrfuRr3nAHYxAlnfyViaxf/NNhDXwk+3cwKS3Mp0dNNCFggKwDdAu",
+	"7U3UShqTREnxTUU/d3S2T6g9Bv8wAIWeDLGEKrU4/YpsszTPUiqUB7nrqBU1GjmIv81cGSNpFNCZ57dh",
+	"C/GaRKjCsmGkjT7B+2jgOEjCTpK3Cv0oiC/WakNOGYYhedEZ+MTIh6YUDBuOHqRvGJuMC02KejBcnI3p",
+	"XVlSr1GOOk0ADvDFzmatqX+jixHkEatnpeRNKy5YFzd4racfm35krk2NWwxAtp0F9TMkEWNbLfqbdgdV",
+	"bIntJbd57X+ZXDPAeOJxMb81BPDzSQ5p3PHhfdMj6cpKvd/iD2efmD908QYYlMr++dnCxeibw3e88N2p",
+	"kI8cMbSfjPs+6gf18ezneZZ5h4dvnxPk97HC5PQd3P+eQelVV8J4zKx+IfcGoRWKdnJyjQY3r49nH6Hg",
+	"4FQirt5Et8FrwRimbJ1Q2dwAKk0HAZH6VkW80VvWEx1OPmN1EqMIFbK1snuOWChwVWgXSeuQsFOEMAAn",
+	"Gvhmq4VBijhxdmHWVlgDLGd7uLSmafCNEZrhRAdUUYlrpzK2hIhD170daSmG4rnIlMw835tJLaZqouMB",
+	"oRvEjLf08VJRZpJ3vfhFykthq/I2x33zle0TbbQzUcpDY1gMBom+SyVdDRNM8efcoithTL5sXOGJjtqY",
+	"SG5LBkz9Yru/KHL5usfoQnqhlV2CFEDHCrf8bLJidoxsGg1kQ+Y7qb6YexDh/qGJgh7iGAajy774Llrj",
+	"iEE3WOX5n8Aqv2sSH65PAC9mcFhyq63lxiP5DP4VWOvFUZzyFTYI/JN48UusPSw/AUuOt4158y7F0HeB",
+	"tJgmegAOMIdvV9Itej5p2Udom3I9zpG5XwHiH2354FFKu/0HkUxgcCtqt9Zu4YasOBGMA4ZBpDFXbgTy",
+	"nWjPjfMyIPwkbLAiEFtdTNDvgOFNAgjvoOtIo1mEs3lIo8jDve4yiQgP9X+CQdQCgf1gw+jHIO4jlFkZ",
+	"9xdWBaoNyOJrlH/66Axi/DmTxuUI/CTf+4mTeNtAYzG49UT3Ay724JLk430BreEZNSC2fwqPuA02Lfo1",
+	"cvWg9toQbDdoT0D/ZH01QqfolMqELApsMNjSe2p9x9yqWlHC2D2JlUvG1Q6Rzx3aWKwPSC3yjEiuqJtk",
+	"e9sIk4luuXFvEFU8qBANwkv6+CeYqoMEtCvJIT3sUyLnipWII9ueY/R9q6E5r7cpmSxI8yL9Y3BJ0DW1",
+	"zrFu9A0AG3PJfRNVUq8mwX2P6ydm3LyZVFC5GyCZRXbiycDrrFolE+2tX9qs9q3xerYzZYP5imnKBoNk",
+	"c5gyKc997rRMjb6LghpJXZcy405TnRwUTuLrRoHEpzdYY6DqowzW80/66i6+/Uukb5HXwZM67kvYgy9q",
+	"1+dWu35E0MdtS/QoQzg0wzjWCH6Bmgdi4oUeswgTmxfFgSYKWWlWK5VRiLd5qms81ki0XNYsSOnMxlrP",
+	"cMtMCoEcz7IioYO5K4jd2kf+XhTcOmGA3Epa0q8uJxoZbbNRd2StwZMjW62LW9Dy4KHaOrQXHRUCfkZf",
+	"TtHHRxVwLRsnYUn78EEmCNz7iDzIO4wQRs1+GBOkbgZEzandUb4pfwCs6HufU9zHaMDWxK3SmKgUVip4",
+	"aSiqSTCAdpGvbFRcH7nGqb1ODuoT1nJg4hJ6USb6b+ToFM+pR7bKfPkKhsfZB3XZjtDZegIlWEuSa9wn",
+	"mo7qHo0OfS3eP6DNWvSxjUFQYrx2APoUr0QWvOP0AFmqgAhcizbUxsqg8OXB7zMUBH2KPp/lfo2xM44b",
+	"N3p6QMF+0CgLy+ZL+byDq+/7ZPvWsP+GbuuP4jYv/RnqOjj1odkXIOMTH8pcO50NOwAv6a4UjyF5oikP",
+	"Deld4olayo2wSgER+y3GDF/EwYADQtbIUHwfBZASTrsKsR1vWenMt4WyCgVtiejkE/2KsMIoMRpzrVuJ",
+	"0/P5IIIuIpgsn4eWRtn/pDSAdtBq0lH61ICEIbyVEnYlZ8pHu/Z1r0hI3UCo921EkiZySMBd6vsGX94R",
+	"o/IS0ycppbpgDAuPLzFAfOncitAoA7aFrBhMUMaezXUKeoQfShxkl+cmqln4IPeNugsoU41SkDMqEaLa",
+	"jZ4+622VYWy1Obk4e/b102+enJ09+aqjt8jZ6Ono2TfnX509/eoZNfmgp3LjDhaN3GGDwVPOvv7q6/Pz",
+	"p19xvRLDnXzzbJR0DtYDinw9fBrhfpwNn9WYHBdn553YGRdnw/Nmvw7ujxFVkfx+eIlCGdHvMcDW2Shg",
+	"YWGlVffsApbUxagB6PRsJ6zS03O4rwlnBPOrYYfOzkfv/whFRj3Kv6e69eNERKt8aIeg8IVWZn6A0/zb",
+	"e/jeqJnSTpSYuI1hfdrV1tJEzN4XDXleX9cs7UxieUuXPKC7tgY16Njxl/U82pLjf4YH1/n139rDXX5b",
+	"qo63HhvGC4PKYkI0aamYa0/te2VRiFK5qtSgy54hwix7FHGZQSSAkn6XW9eo1vYuQPolHYoWNkOUUG/r",
+	"JHQQWARVHBodb5Xts0JgnVqNRU4uN7pnq7Ow97lNNN0sMsNAeDgsuOhi0BoLIjHTePygiRbTZG8R8lRR",
+	"mjrWHOX6GhGZW1XMpLBgHiU5kesmM1hIlGuEs/Y1wpiqfjEaddruOMS3fIQfws8XveEz5acwDMn2uX/B",
+	"+/PFD9G7ODtiTG+N+UGWVAL+eTJgGJRDHil0vOWwz9H3HYdjwul9xMo11utxKvRQvNluk0LQuVQDwwgh",
+	"yLjIpdY32DPFAz+EypeAJxwqY4i3DWqgLc/HyH+HtjllWmxX0yScf0c3ctnPVlVNd+IDjLw++YfcdnT9",
+	"l8PyKXIGsOpzDxEnu3K9axK1HvsIyBQEWdpCd0qF0g7ETAyg05kEvoMGPrHyxVhZOxRu0iL+/WjrI0nl",
+	"e8Kw2k8rLbdu17vqS2gzfpJL1QNDagVqRle/C6kRJ0YjUk0a48ukiUg7AUDSZKLTPYBPcONeZCu4gJWk",
+	"ie4jzIpPAsy5WLerI/1QvMpVkUWuiBulVuzBwP6FHDrhJsgejaUuWBVrbk/m8/LU3UxxNYx3fJAGSXBf",
+	"iO880QtTlUmNxUIPyfL5XJWUhxe9y5T0hEc2RHCjqQiaCuYhLvchGQ3Fc2Tv28XM3N8JMVQYO8vJG6Un",
+	"mjzVBO8P24rwMQswc8poCXxaAlblrnei/+RuONE0hq69IN1ZxpkRYDBeo4divFWikmUW4/N+m4Nj0cMH",
+	"s2N/V6LocKLftvvMaefzvrnZWf9iNOoMcz8vnCofUvetX3Av1Xf08Kpv3W8IdQYsNKDu6ChVvkj5fxmV",
+	"+DmhSQTFoMhv1YmrNBrifj+P1pRP5eyGESk/XKZ0egx+Y7iDlKrU0zEXmzehC/rno4sBJTs1C/Z9tT7V",
+	"GJI6jDgGXSX7W3AMEz3R/OL/DWcOBItWaxtBO/jG1X4dOzisb4MxrB82qUajJzPvFMdPKhX99OIpysmn",
+	"oxEJzPMl/P9skSL3J+iMRpd7mK4lJwONxxnszkNt7Yy+Dm9vTniqZmapeLiF4ixwzDejYl10IATIBkL1",
+	"6BO+Ap19FGmUo+YBA6yTGyvIiUCp7fDAaNrYU4KL4GkycnYz9Hv7v0cpPqm5tYgxIN0E4Qz8EAbjkHxe",
+	"7xkXN2DvPQ/4ERLjeIi5FXalNEij73j1ObRxdi5AMFOAM/LjjCh2AzZZGkEa1DHTLYCEGB0hSO2o4+5E",
+	"tzqqXrZpEfch6ubI29NHOEGtBgljOUyNWwwn+unoiUhj9WheFUXqa4+MwfhMjeLXCeoJ057oLhBQf+Li",
+	"NgW5PiFVLYyaKMSUlJDXKTZnN737ap1sPv8VNw8RcFshPzyVCcPQENbngUPUOD4EwDOq0xb+XqlyU+ct",
+	"EGH2duQqPDnvSE44xij+hZY5IXZCkCgR0fw7itGzI2bzF6PVJxBttLq8uH5pmY/QaQ1QNZGAqxvP7RZx",
+	"J1Nv93x6QffrCmEMR6MRWuC5soxDhegcGISe3aBL3KfSHynpSCwSeM9CWsZCsVXh0MhHcx+B7AJiJJz6",
+	"KHnVFztxer0rN2yzYC3nQmZxt32QxIm4GI3gf/DX2SgRT0dPBgEWAAFU0BpATBX09LMpNEcaw97jXO/D",
+	"Xi9CB4OzlghdFUXi2zYnaAeYyiEOJjWoRdzIKbUq2Nl/chSBONU1YN1sC7t3PpSuz4//TJr+89nNG6SF",
+	"XUGunzuo5d+SP91ba38oHoXCusmm7H34lG/MuTNP5rVipwL2U8TUi9CNDxPP+ikceUVp83B0rih/PR1Q",
+	"kkcTXBuPaEC7DhoYI1ItVMkYE/G34X2YYerkjQrpI+wJUXqmhp2ZHi/8/B4SfQLesS/S7xf539L3+Dns",
+	"UQwok7OM6FlExV6FvI7TwjwBfLQXs1MQv6q7FiatHlt19b8zMdFj10OspiUpjOgvKY4TW/d6X8mNArvT",
+	"1IGcqFhDZ+quNiparilLgd2Ekg/VRN+ozSMwNOyiBngW/Ru1QaAlzyPGrZ7m2OwU3rM0WVWYunfnIzvR",
+	"+KLBUPxkkA/N86K4BMVaYXCbSqtPONTt4evQLPFJcN4EdjIvhhNN0etW14RU9M88YrPYKFkOSMlBZuCN",
+	"UjLeUJvRRlDHRwxloXPTG7bePxl2od6d3PmVoqQ8RG4ozOzmksPnGCGnNDhE0XZGNHoybMXyyQb0qBNR",
+	"z1O25BYEB4huW25Tq3JkraiYkL40N+USkwpkrie6Hzoos98R1Sn/5SAhO+2ri/BV0nr5IxuF6hFxsLEN",
+	"faxuRmuR74t+rB247PoIuItSox3MqXtl7VLG5UGDqfU4tHl3o/qhGUr6KFNPKbXo89/UMtzDm1A/2AYG",
+	"5BhWrARCX1I7jU2dhYjq+ES7dT5T3iYujFUB2++3FjBt0pJ07LX2EHF+Wc1ac64W+xFwthPNuT7cKtsD",
+	"VxGPwLGM/dpIx3isSEi35iaqD8KnTzSv2CCiJuyjhCgHLHjTdglZLSZpEgpGh10OSurCbR1WjtRFHjQM",
+	"zqKpFyWllqhYIYt8irwyR3fwTTCgnInpZqL7aVUW9ZMG451sE4YZsAY0IgWHrFyPnKixXpP0BkoXR24z",
+	"FqGB7IDqGDFNCB5IV3FiDNloaRI81Mgsk5Auc5NrolKXL5V1crlC42fKlZxmLiqyxBIwxRqqToJ+qCZp",
+	"hi73OB6PY8m+L79kss7HTzjyWiAZ64nGpCA8X2zAzarSGqrpG4rQH5HQ0QiJdWlVcausL0ulmBHtVw1y",
+	"4fu647iMphPGhy5G/3Gthth1NhV5Eenkxo1v4Vx4RFVnECcI7CnuhFxpzub69c0PwCxePE8wI0vLJXLd",
+	"deulHvEc+OwZgj6z5VhpjAhx30Iv5GIGpCY6nBvPiH3+1lD832pDzjzsept5gUCvfWTbIvYS6aQhPsW1",
+	"2SutIykanorPotStid7DeWqmg8jW64UJQxe52817JEGA+tQ0oP9hh5SNzd74uHdauPhe6vr+QEZu/YbP",
+	"lMxFs+tQ5p97evkSuvpckShWBGLtv1vb32/vnr7Dv/Zmbf3izIrK5xlfLMjeofjWgKQl28M6uaFacvyx",
+	"LnGMwWRQbapTRGuFaIg4zrWwxItZWqIdkOZYaE7XjCkY5KNAg0tWubmOam5KaszibLPTPShaKCqGHUla",
+	"zRN9OEnr3/YQfB6a/k4dS9MfYcEm73Y5JoKaT30KUF7EBPnoAAnuqOKcRSLiYCFnRxOzXYWcBw70KerC",
+	"H+V1Tw5ejIfl++/2+AW2eEdzTUV/64gnYsf6xqD4E01KPEcBWfvDUCoWVXpcc1Axb3LQ7RtaYZdN520L",
+	"i4VYpGmgOogGEnsq+m6hNgwEVmlHGe+pulvBzqaMsYiqRtCy2OgLJgG7BmAa2jols850mdewe8fzIryc",
+	"jCWv05Et9AU+4RMAQ2OZ8xYzAKL+GJF7SiT82Y9ocCKAzpjryhtHaB6L2jqOiFt00vawoxAZZng8GdP1",
+	"TTouK034pV8I+ePry9A0kswbPpqgydTaGTJ5o9CPaOtARhhYnQFxOBMIK4x8QVPoHANSAtMcrihJJR2K",
+	"3yTIEHJEpGuZOypfNoQXK8syv1UT3Uc/6MoUxeBSnI8uPPyGViLLs6F43QR85PpkIPWq1JErqM6kpWRZ",
+	"CtKkCbehQTdB3DLHt6DhaPpE97mh0lho0+pgkgQBVtIaZtFQ0RtGESHWpzfKTTT3l8Ewsh/NFdi3Zn6F",
+	"/XDSoIaj3/WaMlZoRiTtYvgvrMXem2Hc6h6b0JN1ZjG0HGag1Rrj2+zfbaGa5lbMq6LolIEvmL7uq+0B",
+	"HXQoerRtYZuaAQMCFM6I8/HOJJikDJMb7Ep1iTtb1wrddnPRPR2Idw00ztSOttwP9Pgx0o07B0j9HQ8M",
+	"8MCKvyY34Us9MxlqqX88KEQ698bs8Ev404bColPE/GTqJlbIEcjXk2tmGV/qItpS4227+Zdv+YVk1x1k",
+	"/5gQ415hUycTdYqcH/Ib5V2AhCHD4mAp79LaRdn3rTjPRqPRgFOGQsDRrLXn0RTAi1lzjRMjrbDGaKx5",
+	"rTMF0a3qV7IlYCa6m+TEzwEto+6gxCOUU2Cmz8SP+bfCzMUN+mdBIrJr3hKAb7ODnCzWcmPFtVGWk00R",
+	"8wbsI+o4lwXBS4mfsij2cGCfyrMX06jZGJ16IFWl5pbZ2HVY1B3Fd3KrpbxrsCq+hXAQ9jcg39+4+Qg2",
+	"FgTHPyG725dqhIGPMhxQ+4X7fWLu18lEiA2S8vNnccEajfz0Xfj7/enclDN1QuBAH2tPth0LjehNQgrS",
+	"aIeva9XCsez2d91PPfrjMJztJQgjaR22+S4d26iRckfpD8BNG03hY7zyiYa7ro0hJ09eiiy3N2QDXFNC",
+	"gMVGIDOp2SekCioXpHX3zSjfLlSNSW80QRClIU0DVTldbFq5mnG2SQxryP0JMYCa1ebPmluQoJp+2YWZ",
+	"i6Hi6xJkGSbIsdue7ayJ7iwom258EViAdsM4YDoQLTB7NBsij5qi9Q01ZRiORruIpp/lGbn+S7pyONGp",
+	"hwDD2oAr6a4wSMwx9cKsMVe/0hgn8IBJVJCxyK8XINDgX7GWTpVLWd6AuN6EdSjVitBFfMAiBg1OxDLX",
+	"lQ39QRW9hQb7KFDFcKJ/RMYqN2LKU+zL+o2h/K4u+2M6hHd78wxzbgdMGabIQv+XbdzaqIpCRhV6SKt1",
+	"hByIUzopzNwXnKzzlcoY3DfeCCJ9orwppUJj1sy0pECJFVl+q8prDDIvcosNZVgRwi3+Dn2pDFLXaFEw",
+	"LXKdFZtxwDvG3ulqPodD0ZwW5flota4PhlUOh4tBdbEDhCwltWYXPjGQ0JEAxd0IxEybHh04OrbtjTGl",
+	"30w4Al2q0itgwT8QB36YeHD0hs+U99wYgQWtbEei5zb7K9gpouL6+C8OvY9UTnBDhNzuPoJMD+22W9WQ",
+	"hfuAAo/TNYJ+s9vtB1vdqTKh8sCY3H2p2aeBKLn4LRa4p5FFU/d9ZvcW4nuWgd8CT8qXmK3H7jXSx4Yi",
+	"BcPmir09yCIp28uZ4Of25XBcFqYKs47LtUrlZK5V5j0v2pR1FRgLDA9U5FOdrPHTm6qN4aQzpbMGMjt8",
+	"7jMevE/rKoODcKIxYoWdhRn82M8dMUoGYIH6Me0ZNOItUcIppyPRJVEgDOSCyDVKQKxf2dUU8sc6o36v",
+	"DfiK6tlanipv9XUMc6cZCOvycS6rFlG+eiGePHnyDTUtN6X4Ved3jbK2S1ouwWKuZVBHVEctx3YNGkl4",
+	"V+3bVxfb8dzk4wzpD7KkH96U/hwm8hupu92Cb+tCUdtGnuXmqXAAI9bwxQ7ejh1hj31Z99bvliqfxvz9",
+	"Z7RDd0hJyul8mPLGt7G+bbKN78bFi5yIUq79UgiESkWxSjBVsUMyyNEBFRH8mH8r+hdnT4ScmluF+LJg",
+	"E76g03jydrMCm03N8kxZtL18abgVVinMXk3b5zUNoHpYzD7RiK2HGVe1/XGryql0+fJSpNhh+nF9169v",
+	"X508a18vfS/5iSaOedl8sZk55U6sK5VcpvGNU2nVVxcnChgQooXrDSPmYob/RMdIfpgnovP5XGVjLsWH",
+	"d3JvThoYDJe/wJUeip91yP1eY+aqDJA6BMaCG0KrWKMIelvUvxvzoammk6Q9zdZjElIibQ0uOJupFfXN",
+	"QJyYWZEjaowFpYIW3Ip4UQaJAKsO2yJY0bUl/PWlkHpDITucpEcy9HO6us1NESDOJjq9UZtUzBbG2K0u",
+	"P9MNVdn0Qxbwjdp4r3SBaAUMWGMRkDLcOUgagdUVtTJXl0G9o/qQJG7Lh3punah/PjqPdSb0tdTNG+oz",
+	"MbcbPSMc+aejJ5TuFUxnrCW8Vdx0z1QOVSUunx3XLfwRmRaWF5Rw1CMwit4oqwjaRGeeD7OPQ851Hjcs",
+	"YxS8OL8gIhtc4nqTs4O2pG1rdesIN2qzS1eBpx+hrbQYMwwAlh6kqedMl2iFlMhLiGrmhMsxw9zBh4yt",
+	"/rHPFH98+ripY4RnU0vbXnJst/uaG9N+cB2F1JsWYKg2DT7eYNSoczwYXP9rD+vc1Q+Riiio2gHHx30g",
+	"OQFoLcN5+mK0//llz7x1cQz2PqXNjRKfB4dhCHo2SJkQtgSiGoqXcrbwFzyywOnRSCCPr96w5EMUOS+1",
+	"IoWBC5bonivFlsWYJX3Kxrzkz4LO7ERT79lMoR7AMhkTe+j5fdOU4kJG4MHNu6iwB+5toAZjj9b6gTDv",
+	"CBLJsiYhUeT5eqvUu4MJXiHUQ3mp5StiuVgOeMX56LwBOBzuaSI1IPgODiLKgfWP7UtiwA3XKTlM2+ua",
+	"wrbpqiioBTi+c0xSESZsKjcYCvICYhkseRIaaBiRp8GLb2L/9L46faoouGgIY+Rx5Rh7UDBIzc9+ZBuY",
+	"RbXS0W/pBBNNKWPTjb91sJXd5Rcm1/AgWRSqGNdZVl6Q0bjmMucKAtQjrbDVbKa43TDqEP0UaEBeqytu",
+	"mYkzpVYHVVGkA+KroJLQNL2jmfZyjW1oAxFRW/SGGLfcSTkcsrWigrVLD13CvYM7SJGbzYCi6NXKmPjw",
+	"FgwwYWHoHl3lIYE94ld8poZ1XlDuB7CPFEkuQfwiGT+fZGxCdTHaPNPnfUTl/lY5NY5js63LMtcVKn2g",
+	"1mbSLqZGlpmNio619SA6mAE60a9Ls1RuoSpuLVr66t80ahKSiv7ZSCADY99dItKTExzkib8Oe26piaZm",
+	"OtxKw8UOr4B9D+OhjE2be4NoVarb3MAw8FY/5onm1hNY5suoZcj6yH/rUz/ZN8rtSJdYxw+XUb+9sELf",
+	"jCbaj61/9tSvWDSzAbxnqZam3CT+JRz8ex6Sg8knSw8imUPATKGvjnfQIiv1BfU+0QkXyLdjlcgrkQVj",
+	"sQbVfniPOXbz4fHKeansAk3LuJER5YzhQ71vf04tv1Qxpyg19fEglNTOrkdJ3apwx3JTIbintljAhUdx",
+	"1ySKs000SY0cZN1ze8NUxcPMhMzwdUtRrUIGGEkBrsH7BYx1rH63QtqJ3hWZ7ZIPHt76z2ko9M/YLSdp",
+	"DOWsHsrZ9lDOWkM5aw7lYudQzp5tD+VZPJJnnW177t+0Zy+W7aNwQr74yreKc6Pqsu6OPp8aXJzFGTYD",
+	"O6avfCdG1K+WOsk9WJwGXrAPHwqHL/ra+0lzDLjatSkzO/hX6A702TCgKttsAkifj2sFD7sCGpS8JlhE",
+	"rVRmY/wXBPMRaCfHQrTWZ/REU3s+v1tjIQmhwctgjnAjoE9hZiyXQHbjA1xtz+HDB74FOz0uNmnQwp+V",
+	"G0zItgSxRARDYVIU+BNdmOtrlQ3FTwb9WUu5YUyXBuL7BqUnzO/JYHfHHligB23YAy/4TBAPOLd/7XY9",
+	"/xJ4DaGZTkXE1D6oMQM/fQf/gCJ3dNdsaupWI6OYtbZxZ4ZMOnlJsRA8qRbTWGXBWYuELDTc0bcm0P+X",
+	"tjX/5FQWut3soLJkj2JgyXJDswZpiO2DJRg0nb1suuli9OC8yasKX4A3PhHZ1J1vdtLN/VTTX5l/tTTT",
+	"iLGdko15/3BE9Oikt6oO1AXo48V/R+Ibhij/QgN9GPnfeMdnyuo9dMxqND2t1uwb+MLiP9dZZYrhs/rI",
+	"8oYcr1Kceq36Qc4eq/3c0oqUD7OuLQOO4s2qslTaXfmv08u6x3eprHIWizmMVo/q4FHemUFB7bNe+0k9",
+	"kJ7eeMm9DurFro5fX/Skz6eNU7MqGciy6/jAHWwE4+GYSpvPeuPf/3ifvIMDQI57OjhVWfTGvYVzq/Hp",
+	"6dn518PRcDQ8G3/9zcU5HhZ+eHdn30TkJIAT1sg5bqc8uqQd1lkx7C7qSMQh/19Slz9jchcWMGPqZl0d",
+	"WqcI+4DI9uNeSX3C6BsEYqtCLHETOobF0NPDFuRViSS0lSlA7eq9h1lntYcnegDtwfbdL9j3zgVUi3zF",
+	"j/Ax4EZSkR8N1zlsP+6H/FZR3/9SySyHP30n0rI5I25c//6P9/8nAAD//1kTGSoTOQEA",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -179,12 +180,13 @@ func topicCommands() []*command {
 		{name: "alter", usage: "NAME [flags]", args: 1, summary: "change a topic's live settings",
 			setup: func(fs *flag.FlagSet) runFunc {
 				var retention, visibility time.Duration
-				var inFlight, ackedAhead int
+				var inFlight, ackedAhead, rf int
 				var schema string
 				fs.DurationVar(&retention, "retention", 0, "new retention, e.g. 12h")
 				fs.DurationVar(&visibility, "visibility", 0, "new lease length, e.g. 30s")
 				fs.IntVar(&inFlight, "max-in-flight", 0, "new in-flight cap per partition")
 				fs.IntVar(&ackedAhead, "max-acked-ahead", 0, "new acked-ahead cap per partition")
+				fs.IntVar(&rf, "replication-factor", 0, "new copies per partition (1 to 7), reached by moves in the background (`narad cluster moves`)")
 				fs.StringVar(&schema, "schema", "", "new JSON Schema (inline or @file; {} removes it)")
 				return func(ctx context.Context, e *env, args []string) error {
 					var u narad.TopicUpdate
@@ -202,12 +204,15 @@ func topicCommands() []*command {
 					if set["max-acked-ahead"] {
 						u.MaxAckedAheadPerPartition = &ackedAhead
 					}
+					if set["replication-factor"] {
+						u.ReplicationFactor = &rf
+					}
 					var err error
 					if u.Schema, err = schemaFlag(schema); err != nil {
 						return err
 					}
-					if u.Retention == nil && u.VisibilityTimeout == nil && u.MaxInFlightPerPartition == nil && u.MaxAckedAheadPerPartition == nil && u.Schema == nil {
-						return usagef("nothing to change: give --retention, --visibility, --max-in-flight, --max-acked-ahead or --schema")
+					if u.Retention == nil && u.VisibilityTimeout == nil && u.MaxInFlightPerPartition == nil && u.MaxAckedAheadPerPartition == nil && u.Schema == nil && u.ReplicationFactor == nil {
+						return usagef("nothing to change: give --retention, --visibility, --max-in-flight, --max-acked-ahead, --replication-factor or --schema")
 					}
 					return e.withClient(ctx, func(c *narad.Client) error {
 						t, err := c.AlterTopic(ctx, args[0], u)
@@ -215,6 +220,42 @@ func topicCommands() []*command {
 							return err
 						}
 						return printTopics(e, []narad.TopicInfo{*t}, true)
+					})
+				}
+			}},
+		{name: "force-leader", usage: "NAME PARTITION --node NODE", args: 2,
+			summary: "make NODE's replica the only one of a partition that lost its majority for good (admin; may lose messages)",
+			help: "A last resort when a majority of the partition's replicas is gone for good. Messages only the lost replicas held are lost; " +
+				"the answer gives a lower bound of how many. The old members are refused as replicas until their data is wiped, and the " +
+				"replica set grows back to the topic's replication factor by moves. Do not repeat it blindly: check `narad topic get` first.",
+			setup: func(fs *flag.FlagSet) runFunc {
+				node := fs.String("node", "", "the live node whose replica takes over")
+				return func(ctx context.Context, e *env, args []string) error {
+					part, err := strconv.ParseInt(args[1], 10, 32)
+					if err != nil || part < 0 {
+						return usagef("partition %q: want a partition number, from 0", args[1])
+					}
+					if *node == "" {
+						return usagef("name the node whose replica takes over with --node")
+					}
+					f, err := e.format()
+					if err != nil {
+						return err
+					}
+					return e.withClient(ctx, func(c *narad.Client) error {
+						r, err := c.ForceLeader(ctx, args[0], int32(part), *node)
+						if err != nil {
+							return offered("forced takeovers", err)
+						}
+						if f == "json" {
+							return writeJSON(e.Stdout, struct {
+								PossiblyLostAtLeast int64    `json:"possibly_lost_at_least"`
+								Replicas            []string `json:"replicas"`
+							}{r.PossiblyLostAtLeast, r.Replicas})
+						}
+						fmt.Fprintf(e.Stdout, "%s/%d: led by %s; replicas %s; possibly lost: at least %d messages\n",
+							args[0], part, *node, strings.Join(r.Replicas, ","), r.PossiblyLostAtLeast)
+						return nil
 					})
 				}
 			}},

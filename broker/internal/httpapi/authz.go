@@ -233,7 +233,8 @@ func (h *handlers) allowed(u *auth.User, req any) error {
 		}
 		return nil
 	case apigen.ListUsersRequestObject, apigen.DeleteUserRequestObject,
-		apigen.JoinMemberRequestObject, apigen.DecommissionMemberRequestObject, apigen.MovePartitionRequestObject:
+		apigen.JoinMemberRequestObject, apigen.DecommissionMemberRequestObject, apigen.MovePartitionRequestObject,
+		apigen.ListMovesRequestObject, apigen.CancelMoveRequestObject, apigen.RebalanceRequestObject, apigen.ForceLeaderRequestObject:
 		return mustBeAdmin(u)
 	case apigen.GetUserRequestObject:
 		if r.Username == u.Name {

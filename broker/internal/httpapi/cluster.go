@@ -15,6 +15,13 @@ type ClusterBroker interface {
 	Controller() string
 	Members() ([]broker.MemberInfo, error)
 	AddMember(ctx context.Context, nodeID, addr string) error
+	Decommission(ctx context.Context, node string) (broker.MemberInfo, error)
+	// Partition moves and the operations made of them (moves.go).
+	StartMove(ctx context.Context, topic string, p int32, from, to string) (broker.MoveInfo, error)
+	Moves(ctx context.Context) ([]broker.MoveInfo, error)
+	CancelMove(ctx context.Context, id string) error
+	Rebalance(ctx context.Context) ([]broker.MoveInfo, error)
+	ForceLeader(ctx context.Context, topic string, p int32, node string) (broker.ForceLeaderResult, error)
 }
 
 var _ ClusterBroker = (*broker.Broker)(nil)
@@ -104,4 +111,18 @@ func (h *handlers) JoinMember(ctx context.Context, req apigen.JoinMemberRequestO
 	}
 	// Admitted, but this node's replica has not applied the record yet.
 	return apigen.JoinMember201JSONResponse(apigen.Member{Id: req.Body.Id, Address: req.Body.Address, Status: apigen.Joining}), nil
+}
+
+// DecommissionMember starts moving every replica off the node and removing it (admin
+// only). A repeat answers the member as it is, so a client may retry it freely.
+func (h *handlers) DecommissionMember(ctx context.Context, req apigen.DecommissionMemberRequestObject) (apigen.DecommissionMemberResponseObject, error) {
+	cb, err := h.cluster()
+	if err != nil {
+		return nil, err
+	}
+	m, err := cb.Decommission(ctx, req.Node)
+	if err != nil {
+		return nil, err
+	}
+	return apigen.DecommissionMember202JSONResponse(apiMember(m)), nil
 }

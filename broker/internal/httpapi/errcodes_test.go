@@ -20,7 +20,6 @@ import (
 // server starts to use it.
 var reservedCodes = map[string]string{
 	"in_flight_full": "named in v1 for a consume refused at the in-flight cap; this version answers 204 (nothing to lease) instead",
-	"node_not_found": "named in v1 for the cluster routes of a later version",
 }
 
 // TestErrorCodesMatchTheSpec holds the one list of error codes together: every code of

@@ -148,6 +148,10 @@ func toAPIError(err error) *apiError {
 		return newErr(http.StatusNotFound, apigen.ErrorCodeChildNotFound, "that topic is not a child of this one; list them with GET /v1/topics/{topic}/children")
 	case errors.Is(err, broker.ErrTopicExists):
 		return newErr(http.StatusConflict, apigen.ErrorCodeTopicExists, "a topic of this name exists; delete it first or choose another name")
+	case errors.Is(err, broker.ErrMemberNotFound):
+		return newErr(http.StatusNotFound, apigen.ErrorCodeNodeNotFound, "no member has that node id; list the members with GET /v1/cluster/members")
+	case errors.Is(err, broker.ErrMoveNotFound):
+		return newErr(http.StatusNotFound, apigen.ErrorCodeMoveNotFound, "no partition move has that id; list the moves with GET /v1/cluster/moves")
 	case errors.Is(err, broker.ErrPartitionNotFound):
 		return newErr(http.StatusNotFound, apigen.ErrorCodePartitionNotFound, "no such partition; partitions count from 0 to the topic's partitions - 1")
 	case errors.Is(err, broker.ErrLeaseLost):

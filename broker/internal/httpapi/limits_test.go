@@ -38,7 +38,7 @@ var goBounds = map[string]map[string]float64{
 	},
 	"max_in_flight_per_partition":   {"minimum": 1, "maximum": broker.MaxCapPerPartition},
 	"max_acked_ahead_per_partition": {"minimum": 1, "maximum": broker.MaxCapPerPartition},
-	"replication_factor":            {"minimum": 1, "maximum": specOnly(7, "the largest cluster v1 names; this node refuses all but 1")},
+	"replication_factor":            {"minimum": 1, "maximum": broker.MaxReplicationFactor},
 	"fanout_delay_ms":               {"minimum": 0, "maximum": broker.MaxFanoutDelayMs},
 	"max":                           {"minimum": 1, "maximum": broker.MaxBatch},
 	"messages":                      {"minItems": 1, "maxItems": broker.MaxBatch},
@@ -49,10 +49,10 @@ var goBounds = map[string]map[string]float64{
 	"from_time":                     {"maxLength": specOnly(64, "parseTime reads any length; the validator bounds the text")},
 	"from": {
 		"minimum":   0, // the read route's offset
-		"minLength": 1, "maxLength": specOnly(128, "a node id of the cluster routes, which answer 501 in this version"),
+		"minLength": 1, "maxLength": specOnly(128, "a node id of the cluster routes"),
 	},
 	"to":               {"minLength": 1, "maxLength": specOnly(128, "a node id of the cluster routes")},
-	"id":               {"minLength": 1, "maxLength": specOnly(128, "a node id of the cluster routes")},
+	"id":               {"minLength": 1, "maxLength": specOnly(128, "a node id of the cluster routes, or a move's id")},
 	"node":             {"minLength": 1, "maxLength": specOnly(128, "a node id of the cluster routes")},
 	"address":          {"minLength": 1, "maxLength": specOnly(255, "a node address of the cluster routes (a DNS name's limit)")},
 	"username":         {"minLength": 1, "maxLength": auth.MaxUsernameLen},
@@ -69,6 +69,8 @@ var goBounds = map[string]map[string]float64{
 	"version":     {"minimum": meta.VersionMin},
 	"min_version": {"minimum": meta.VersionMin},
 	"max_version": {"minimum": meta.VersionMin},
+	// A move's progress (answers only): the share of the log the new replica holds.
+	"progress": {"minimum": 0, "maximum": 1},
 }
 
 // TestSpecBoundsEqualGoConstants holds every bound openapi.yaml states (minLength,

@@ -1,14 +1,12 @@
 package httpapi
 
 import (
-	"context"
-
-	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/broker"
 )
 
-// Operations this version describes in openapi.yaml but does not offer yet answer 501
-// not_implemented, so clients can tell "not here yet" from "wrong request".
+// An operation this broker cannot offer (a Broker without the cluster methods, see
+// cluster.go) answers 501 not_implemented, so clients can tell "not here" from "wrong
+// request".
 
 func notYet(what string) error {
 	return &notYetError{what: what}
@@ -20,11 +18,3 @@ func (e *notYetError) Error() string {
 	return e.what + " is not available in this version of the broker"
 }
 func (e *notYetError) Unwrap() error { return broker.ErrNotImplemented }
-
-func (h *handlers) DecommissionMember(ctx context.Context, _ apigen.DecommissionMemberRequestObject) (apigen.DecommissionMemberResponseObject, error) {
-	return nil, notYet("clustering (decommission)")
-}
-
-func (h *handlers) MovePartition(ctx context.Context, _ apigen.MovePartitionRequestObject) (apigen.MovePartitionResponseObject, error) {
-	return nil, notYet("clustering (partition moves)")
-}

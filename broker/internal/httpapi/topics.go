@@ -123,6 +123,8 @@ func (h *handlers) AlterTopic(ctx context.Context, r apigen.AlterTopicRequestObj
 		MaxAckedAhead: r.Body.MaxAckedAheadPerPartition,
 		Schema:        r.Body.Schema,
 		Incarnation:   authorizedIncarnation(ctx),
+		// The broker checks it against the cluster's nodes and reaches it by moves.
+		ReplicationFactor: r.Body.ReplicationFactor,
 	}
 	t, err := h.b.AlterTopic(ctx, r.Topic, a)
 	if err != nil {

@@ -121,11 +121,14 @@ export interface paths {
         /**
          * Alter a topic's live-tunable settings
          * @description Changes any of `retention_ms`, `visibility_timeout_ms`,
-         *     `max_in_flight_per_partition`, `max_acked_ahead_per_partition` and `schema`
-         *     (`{}` removes it). Fields left out keep their value. 409 when a parent's retention
-         *     would no longer exceed its longest child delay by an hour, or a schema would differ
-         *     from a parent's or child's. A new visibility timeout applies to leases taken after the
-         *     change; a shorter retention deletes only whole segments older than it.
+         *     `max_in_flight_per_partition`, `max_acked_ahead_per_partition`, `schema`
+         *     (`{}` removes it) and `replication_factor`. Fields left out keep their value. 409
+         *     when a parent's retention would no longer exceed its longest child delay by an
+         *     hour, a schema would differ from a parent's or child's, or the replication factor
+         *     is more than the cluster's nodes. A new visibility timeout applies to leases taken
+         *     after the change; a shorter retention deletes only whole segments older than it.
+         *     A new `replication_factor` is reached in the background: the controller adds or
+         *     removes replicas through moves (`GET /v1/cluster/moves`).
          *     The partition count cannot change (400).
          */
         patch: operations["alterTopic"];
@@ -409,6 +412,48 @@ export interface paths {
         get: operations["readMessages"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/topics/{topic}/partitions/{partition}/force-leader": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+                /** @description Partition index, from 0. */
+                partition: number;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Force a surviving replica to take over a partition
+         * @description Admin only; a last resort for a partition that lost a majority of its replicas
+         *     for good (their disks are gone), so it can never elect a leader again. The
+         *     replica on `node` becomes the only member of the partition's new replica set and
+         *     leads it with what it holds; the replica set is then grown back to the topic's
+         *     `replication_factor` by moves (cause `replace`) onto live nodes.
+         *
+         *     Messages the lost replicas held and `node` did not are lost.
+         *     `possibly_lost_at_least` is a lower bound of how many: the highest high watermark
+         *     any replica reported to the control plane, minus the log end of `node`'s replica.
+         *     More may be lost (a watermark reached after the last report is not known). The
+         *     old members of the partition are refused as replicas of it until their data of
+         *     it is wiped, so a lost replica that comes back cannot bring its diverging
+         *     history with it.
+         *
+         *     Do not repeat the request blindly: once it took effect the partition has a new
+         *     replica set, so check `GET /v1/topics/{topic}` first. 404 `topic_not_found`,
+         *     `partition_not_found` or `node_not_found`; 409 `conflict` when `node` holds no
+         *     replica of the partition or is not live.
+         */
+        post: operations["forceLeader"];
         delete?: never;
         options?: never;
         head?: never;
@@ -708,8 +753,16 @@ export interface paths {
         post?: never;
         /**
          * Decommission a node
-         * @description Moves the node's partitions elsewhere, then removes it. Answers 202 once the
-         *     decommission has started. (Not yet available in this version: 501.)
+         * @description Admin only. Starts moving every partition replica off the node (moves of cause
+         *     `decommission`, listed by `GET /v1/cluster/moves`) and removes the node from the
+         *     cluster once it holds nothing. Answers 202 at once with the member, whose status
+         *     is `decommissioning`; it shows so in `GET /v1/cluster/members` until its last
+         *     replica has moved, then it is no longer listed. A dead member can be
+         *     decommissioned too: its partitions are copied again from their surviving replicas
+         *     onto live nodes, then it is removed. Repeating the request is safe: it answers
+         *     the member as it is. 404 `node_not_found` when no member has that id; 409
+         *     `conflict` (the message says why) when it is the last node, or no live node can
+         *     take its replicas.
          */
         delete: operations["decommissionMember"];
         options?: never;
@@ -724,14 +777,80 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List partition moves
+         * @description Admin only. Every move the control plane holds, newest first: those under way
+         *     with their progress, and those that ended (`done`, `cancelled`, `failed`).
+         */
+        get: operations["listMoves"];
         put?: never;
         /**
          * Move a partition replica
-         * @description Moves one replica of a partition from one node to another. Answers 202 once the
-         *     move has started. (Not yet available in this version: 501.)
+         * @description Admin only. Moves the replica of a partition held by node `from` to node `to`:
+         *     `to` gets a new replica, which copies the partition and catches up
+         *     (`copying`); then the replica set is switched in the control plane
+         *     (`switching`); then `from` deletes its copy (`removing`) and the move is
+         *     `done`. The partition is served all along. Answers 202 with the move once it has
+         *     started; follow it with `GET /v1/cluster/moves`. Repeating an identical request
+         *     while that move is under way answers the same move (same `id`), so a retry is
+         *     safe. 404 `topic_not_found`, `partition_not_found` or `node_not_found` (`from` or
+         *     `to` is no member); 409 `conflict` when the move is impossible, with the reason:
+         *     `to` is dead or holds a replica of the partition already, `from` holds none,
+         *     another move of the partition is under way, or the cluster version is too old for
+         *     moves (finish the rolling upgrade first).
          */
         post: operations["movePartition"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/cluster/moves/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The move's `id`. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Cancel a partition move
+         * @description Admin only. Cancels a move that is still `copying`: the new replica is dropped
+         *     and the partition keeps its replica set; the move ends `cancelled`. 409
+         *     `conflict` once the move is `switching` or later (it will finish) or has ended;
+         *     404 `move_not_found` when no move has that id.
+         */
+        delete: operations["cancelMove"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/cluster/rebalance": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Even out replicas and leaders over the members
+         * @description Admin only. Starts the moves (of cause `rebalance`) that even out partition
+         *     replicas and leaderships over the live members, for instance after nodes
+         *     joined. A bounded number runs at once; the controller starts the rest as those
+         *     finish. Answers 202 with the moves it started now (none when the cluster is
+         *     balanced, or its moves are already under way), so repeating it is safe. Follow
+         *     them with `GET /v1/cluster/moves`.
+         */
+        post: operations["rebalance"];
         delete?: never;
         options?: never;
         head?: never;
@@ -767,7 +886,8 @@ export interface components {
          *     - `forbidden`: not allowed.
          *     - `not_found`: no such route.
          *     - `topic_not_found`, `partition_not_found`, `child_not_found`, `user_not_found`,
-         *       `node_not_found`: that thing does not exist.
+         *       `node_not_found` (no member of that node id), `move_not_found` (no partition move
+         *       of that id): that thing does not exist.
          *     - `topic_exists`, `user_exists`, `conflict`: the request conflicts with the state.
          *     - `incarnation_mismatch`: the topic of that name is not the incarnation the request
          *       named (it was deleted and created again); nothing was written.
@@ -785,7 +905,7 @@ export interface components {
          *     - `internal`: a bug; the message says what to report.
          * @enum {string}
          */
-        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "schema_too_complex" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "topic_exists" | "user_exists" | "conflict" | "incarnation_mismatch" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "overloaded" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
+        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "schema_too_complex" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "move_not_found" | "topic_exists" | "user_exists" | "conflict" | "incarnation_mismatch" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "overloaded" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
         Health: {
             /** @description `ok` or `ready`. */
             status: string;
@@ -868,6 +988,11 @@ export interface components {
             schema?: {
                 [key: string]: unknown;
             } | null;
+            /**
+             * Format: int32
+             * @description The copies each partition should have. The controller adds or removes replicas through moves (cause `replication_factor`, listed by `GET /v1/cluster/moves`) until every partition has that many. More than the cluster's nodes answers 409. Topics from a single-node data directory have 1; raise it once other nodes have joined.
+             */
+            replication_factor?: number;
         };
         Topic: {
             name: string;
@@ -1399,17 +1524,74 @@ export interface components {
             topic: string;
             /** Format: int32 */
             partition: number;
+            /** @description The node whose replica of the partition moves. */
             from: string;
+            /** @description The live node that gets the replica; it must hold none of the partition. */
             to: string;
         };
         Move: {
+            /** @description Names the move, for `DELETE /v1/cluster/moves/{id}`. */
+            id: string;
             topic: string;
             /** Format: int32 */
             partition: number;
+            /** @description The node whose replica goes; empty when a replica is only added (a raised replication_factor). */
             from: string;
+            /** @description The node that gets a replica; empty when a replica is only removed (a lowered replication_factor). */
             to: string;
-            /** @enum {string} */
-            status: "started" | "copying" | "switching" | "done" | "failed";
+            /**
+             * @description Where the move is, in this order:
+             *     - `copying`: the new replica is being added and catches up (cancellable).
+             *     - `switching`: the replica set is switched in the control plane; the
+             *       partition's Raft group follows. It finishes from here on.
+             *     - `removing`: the group runs on the new set; the old replica deletes its copy.
+             *     - `done`, `cancelled` or `failed` (see `reason`): it ended.
+             * @enum {string}
+             */
+            status: "copying" | "switching" | "removing" | "done" | "cancelled" | "failed";
+            /** @description Why it failed or was cancelled; absent otherwise. */
+            reason?: string;
+            /**
+             * @description What started it: `request` (POST /v1/cluster/moves), `decommission`, `replace` (a lost replica replaced, or a forced takeover growing the replica set back), `rebalance` or `replication_factor` (a changed replication_factor).
+             * @enum {string}
+             */
+            cause: "request" | "decommission" | "replace" | "rebalance" | "replication_factor";
+            /**
+             * Format: double
+             * @description The share of the partition's log the new replica holds (1 once it caught up).
+             */
+            progress: number;
+            /**
+             * Format: int64
+             * @description While copying, how many messages the new replica is behind; absent otherwise.
+             */
+            lag?: number;
+            /**
+             * Format: int64
+             * @description When the move started (Unix milliseconds).
+             */
+            created_at_ms: number;
+            /**
+             * Format: int64
+             * @description When its status last changed (Unix milliseconds).
+             */
+            updated_at_ms: number;
+        };
+        MoveList: {
+            moves: components["schemas"]["Move"][];
+        };
+        ForceLeaderRequest: {
+            /** @description The live node whose replica takes the partition over. */
+            node: string;
+        };
+        ForceLeaderResult: {
+            /**
+             * Format: int64
+             * @description A lower bound of the messages lost: the highest high watermark any replica reported to the control plane minus the log end of the replica that took over. 0 does not prove that nothing was lost.
+             */
+            possibly_lost_at_least: number;
+            /** @description The partition's replica set right after the takeover (the node alone); it grows back to the topic's replication_factor through moves. */
+            replicas: string[];
         };
     };
     responses: {
@@ -1479,6 +1661,15 @@ export interface components {
         };
         /** @description This version of the broker does not offer this operation yet. */
         NotImplemented: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The node that answered runs an earlier version, which does not offer this operation (during a rolling upgrade); retry through an upgraded node. */
+        NotImplementedEarlier: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2123,6 +2314,41 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    forceLeader: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+                /** @description Partition index, from 0. */
+                partition: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForceLeaderRequest"];
+            };
+        };
+        responses: {
+            /** @description The replica on `node` leads the partition. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForceLeaderResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listChildren: {
         parameters: {
             query?: never;
@@ -2541,7 +2767,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Started. */
+            /** @description Decommissioning has started (or was under way already). */
             202: {
                 headers: {
                     [name: string]: unknown;
@@ -2555,7 +2781,31 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
-            501: components["responses"]["NotImplemented"];
+            501: components["responses"]["NotImplementedEarlier"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listMoves: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The moves. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MoveList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             503: components["responses"]["Unavailable"];
         };
     };
@@ -2572,7 +2822,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Started. */
+            /** @description Started (or the identical move under way). */
             202: {
                 headers: {
                     [name: string]: unknown;
@@ -2586,7 +2836,59 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
-            501: components["responses"]["NotImplemented"];
+            501: components["responses"]["NotImplementedEarlier"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    cancelMove: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The move's `id`. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Cancelled. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    rebalance: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The moves started by this request (possibly none). */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MoveList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
             503: components["responses"]["Unavailable"];
         };
     };
