@@ -31,12 +31,15 @@ type moveJSON struct {
 
 // startMovesCluster starts n nodes bootstrapped together, with the controller's own
 // rebalancing off (moves start only when a test asks), and a topic of three partitions
-// with three replicas under the upgrade tests' load (upgradeCluster: produce, consume,
-// ack, each message tracked).
+// with three replicas and a 5 s visibility timeout under the upgrade tests' load
+// (upgradeCluster: produce, consume, ack, each message tracked).
 func startMovesCluster(t *testing.T, n int, extra ...string) *upgradeCluster {
 	t.Helper()
 	c := &upgradeCluster{t: t, topic: "moving", accepted: map[string]bool{}, acked: map[string]bool{}, delivered: map[string]int{},
-		answers: map[string]int{}, stopping: map[string]bool{}, stop: make(chan struct{})}
+		answers: map[string]int{}, stopping: map[string]bool{}, stop: make(chan struct{}),
+		// A lease given by a node killed before its answer left lapses after the
+		// visibility timeout; the final drain outwaits it.
+		quiet: 7 * time.Second, crashes: true}
 	var peers []string
 	for i := range n {
 		nd := &clusterNode{id: fmt.Sprintf("n%d", i+1), addr: freeClusterAddr(t)}
@@ -54,7 +57,7 @@ func startMovesCluster(t *testing.T, n int, extra ...string) *upgradeCluster {
 		c.nodes[i].api = &api{Client: p.Client(), t: t}
 	}
 	atVersion(t, c.nodes[0], 3)
-	c.nodes[0].api.createTopic(c.topic, map[string]any{"partitions": 3, "replication_factor": 3})
+	c.nodes[0].api.createTopic(c.topic, map[string]any{"partitions": 3, "replication_factor": 3, "visibility_timeout_ms": 5000})
 	for p := range 3 {
 		leaderOf(t, c.nodes, c.topic, p)
 	}
@@ -315,5 +318,76 @@ func moveKill(t *testing.T, party, phase string) {
 		t.Fatalf("replicas after the move: %v, want %v", got, want)
 	}
 	c.progress(20)
+	c.finish()
+}
+
+// TestClusterReplicationFactorFromOne: a topic of one replica per partition (as a
+// single-node data directory brings) is raised to three under load. Each partition
+// becomes a group over the data it holds, its first snapshot standing for it; the new
+// replicas restore that snapshot by fetching the messages, then follow the log. Then
+// every node holds the same messages, a kill -9 of each partition's leader loses
+// nothing, and nothing acked is delivered again.
+func TestClusterReplicationFactorFromOne(t *testing.T) {
+	t.Parallel()
+	c := &upgradeCluster{t: t, topic: "single", accepted: map[string]bool{}, acked: map[string]bool{}, delivered: map[string]int{},
+		answers: map[string]int{}, stopping: map[string]bool{}, stop: make(chan struct{}), quiet: 7 * time.Second, crashes: true}
+	var peers []string
+	for i := range 3 {
+		nd := &clusterNode{id: fmt.Sprintf("n%d", i+1), addr: freeClusterAddr(t)}
+		c.nodes = append(c.nodes, nd)
+		peers = append(peers, nd.id+"@"+nd.addr)
+	}
+	c.peers = strings.Join(peers, ",")
+	rel := release{name: "this binary", args: []string{"--auto-rebalance=false"}}
+	var opts []testutil.Options
+	for _, nd := range c.nodes {
+		opts = append(opts, c.options(nd, rel))
+	}
+	for i, p := range testutil.StartNarads(t, opts...) {
+		c.nodes[i].Narad = p
+		c.nodes[i].api = &api{Client: p.Client(), t: t}
+	}
+	atVersion(t, c.nodes[0], 3)
+	c.nodes[0].api.createTopic(c.topic, map[string]any{"partitions": 3, "replication_factor": 1, "visibility_timeout_ms": 5000})
+	c.load()
+	c.progress(100)
+
+	r := c.nodes[1].api.Do(http.MethodPatch, topicPath(c.topic), []byte(`{"replication_factor":3}`), "Content-Type", "application/json")
+	if r.Status != http.StatusOK {
+		t.Fatalf("PATCH replication_factor 3: %d %s", r.Status, r.Body)
+	}
+	waitFor(t, 120*time.Second, "every partition at 3 replicas, no move under way", func() bool {
+		for p := range 3 {
+			if len(replicasOf(c.nodes[0], c.topic, p)) != 3 {
+				return false
+			}
+		}
+		for _, mv := range moves(c.nodes[0]) {
+			if mv.Status != "done" {
+				if mv.Status == "failed" || mv.Status == "cancelled" {
+					t.Fatalf("move %s ended %s: %s", mv.ID, mv.Status, mv.Reason)
+				}
+				return false
+			}
+		}
+		return true
+	})
+	c.progress(50)
+	// Each partition's leader dies: the partition now lives on in its replicas.
+	for p := range 3 {
+		lead := leaderOf(t, c.nodes, c.topic, p)
+		c.mu.Lock()
+		c.stopping[lead.id] = true
+		c.mu.Unlock()
+		lead.Kill()
+		lead.RestartAfterKill()
+		if err := lead.WaitReady(); err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		delete(c.stopping, lead.id)
+		c.mu.Unlock()
+		c.progress(20)
+	}
 	c.finish()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,10 +44,20 @@ type upgradeCluster struct {
 	mu        sync.Mutex
 	accepted  map[string]bool // ids answered 202
 	acked     map[string]bool // ids whose ack answered 204
+	// ackedAt is when each ack answered 204: a delivery counts against it only if its
+	// consume was sent after (a consume racing the ack may carry the message).
+	ackedAt map[string]time.Time
 	delivered map[string]int  // ids delivered to the load's consumers
 	answers   map[string]int  // "METHOD status" → count
 	bad       []string        // answers outside the contract
 	stopping  map[string]bool // node id → being replaced (its connection errors are expected)
+
+	// quiet is how long the final drain waits on an empty topic (default 3 s): longer
+	// than the visibility timeout when a test kills nodes, whose leases lapse.
+	quiet time.Duration
+	// crashes: the test kills nodes, so an ack may answer 410 lease_lost (a crash
+	// loses the leases its node gave; the message comes again).
+	crashes bool
 
 	seq  atomic.Int64
 	stop chan struct{}
@@ -102,6 +113,7 @@ func (c *upgradeCluster) note(nd *clusterNode, what string, r *testutil.Response
 		c.answers[what+" no answer"]++
 	case r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") == "":
 		c.bad = append(c.bad, fmt.Sprintf("%s through %s: 503 without Retry-After: %s", what, nd.id, r.Body))
+	case c.crashes && what == "ack" && r.Status == http.StatusGone:
 	case r.Status >= 300 && r.Status != http.StatusServiceUnavailable:
 		c.bad = append(c.bad, fmt.Sprintf("%s through %s: %d %s", what, nd.id, r.Status, r.Body))
 	}
@@ -164,6 +176,7 @@ func (c *upgradeCluster) load() {
 // consumeOnce leases up to ten messages through nd and acks each; a message whose ack
 // was answered 204 must never come again.
 func (c *upgradeCluster) consumeOnce(nd *clusterNode) {
+	sent := time.Now()
 	r, err := nd.api.Try(http.MethodGet, topicPath(c.topic)+"/consume-batch?max=10&wait=1s", nil)
 	c.note(nd, "consume", r, err)
 	if err != nil || r.Status != http.StatusOK {
@@ -179,8 +192,10 @@ func (c *upgradeCluster) consumeOnce(nd *clusterNode) {
 	for _, m := range l.Messages {
 		id := payloadID(c.t, &m)
 		c.mu.Lock()
-		if c.acked[id] {
-			c.bad = append(c.bad, fmt.Sprintf("%s (at %s) was delivered again through %s after its ack answered 204", id, m.where(), nd.id))
+		if at, ok := c.ackedAt[id]; ok && at.Before(sent) {
+			c.bad = append(c.bad, fmt.Sprintf("%s (at %s) was delivered again through %s after its ack answered 204 (%v before the consume was sent)", id, m.where(), nd.id, sent.Sub(at).Round(time.Millisecond)))
+		} else if ok {
+			c.answers["delivered while its ack was answered"]++
 		}
 		c.delivered[id]++
 		c.mu.Unlock()
@@ -189,6 +204,12 @@ func (c *upgradeCluster) consumeOnce(nd *clusterNode) {
 		if err == nil && ar.Status == http.StatusNoContent {
 			c.mu.Lock()
 			c.acked[id] = true
+			if c.ackedAt == nil {
+				c.ackedAt = map[string]time.Time{}
+			}
+			if _, ok := c.ackedAt[id]; !ok {
+				c.ackedAt[id] = time.Now()
+			}
 			c.mu.Unlock()
 		}
 	}
@@ -328,7 +349,11 @@ func (c *upgradeCluster) finish() {
 	close(c.stop)
 	c.wg.Wait()
 	seen := map[string]int{}
-	drain(c.t, c.nodes[0], c.topic, seen, 3*time.Second)
+	quiet := c.quiet
+	if quiet == 0 {
+		quiet = 3 * time.Second
+	}
+	drain(c.t, c.nodes[0], c.topic, seen, quiet)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for id := range seen {
@@ -343,7 +368,28 @@ func (c *upgradeCluster) finish() {
 		}
 	}
 	if lost > 0 {
-		c.t.Errorf("%d of %d messages answered 202 were never delivered", lost, len(c.accepted))
+		// Tell a loss from a delivery that did not come: which of them are in the
+		// partitions' logs (read through a node that runs)?
+		inLog := map[string]string{}
+		for _, nd := range c.nodes {
+			if !nd.Running() {
+				continue
+			}
+			for p := range 3 {
+				for _, m := range nd.api.readAll(c.topic, p) {
+					inLog[payloadID(c.t, &m)] = m.where()
+				}
+			}
+			break
+		}
+		var stuck []string
+		for id := range c.accepted {
+			if c.delivered[id] == 0 && seen[id] == 0 && inLog[id] != "" {
+				stuck = append(stuck, id+"@"+inLog[id])
+			}
+		}
+		sort.Strings(stuck)
+		c.t.Errorf("%d of %d messages answered 202 were never delivered (%d of them are in the logs: %.300v)", lost, len(c.accepted), len(stuck), stuck)
 	}
 	for i, b := range c.bad {
 		if i == 20 {

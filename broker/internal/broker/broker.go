@@ -194,6 +194,11 @@ type topic struct {
 	// topic's placement names which). It is replaced whole (copy on write) when a
 	// move adds or removes a replica here; parts() reads it.
 	partsP  atomic.Pointer[[]*partition.Partition]
+	// openedAs is, per partition held here, the group it was opened in ("" for a
+	// partition of one replica that is no group): a change (a replication factor
+	// raised from 1, a forced takeover) reopens it. Guarded by Broker.placeMu once
+	// the topic is published.
+	openedAs []string
 	waiting atomic.Int32  // consumes parked on this topic
 	produce atomic.Uint32 // round-robin for keyless produce
 	consume atomic.Uint32 // first partition tried by the next consume
@@ -537,6 +542,7 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 	t.cur.Store(&m)
 	parts := make([]*partition.Partition, m.Partitions)
 	t.partsP.Store(&parts)
+	t.openedAs = make([]string, m.Partitions)
 	for i := int32(0); i < m.Partitions; i++ {
 		if !b.holds(m, i) {
 			b.warnOrphan(m, i, filepath.Join(t.dir, strconv.Itoa(int(i))))
@@ -553,6 +559,7 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 			return nil, err
 		}
 		parts[i] = p
+		t.openedAs[i] = groupOf(&m, int(i))
 	}
 	return t, nil
 }

@@ -110,9 +110,6 @@ func (b *Broker) StartMove(ctx context.Context, topic string, p int32, from, to 
 	if from == to {
 		return MoveInfo{}, &ConflictError{Msg: fmt.Sprintf("from and to are both %s; a move needs two different nodes", from)}
 	}
-	if int(p) < len(m.Placement) && len(m.Placement[p].Replicas) < 2 {
-		return MoveInfo{}, &ConflictError{Msg: fmt.Sprintf("partition %d of topic %s has a single replica, which is not a replicated group and cannot move while serving; raise the topic's replication_factor to 2 or more first", p, topic)}
-	}
 	mv, err := b.meta.StartMove(meta.Move{Topic: topic, Incarnation: m.Incarnation, Partition: p, From: from, To: to, Cause: meta.CauseRequest})
 	if err != nil {
 		return MoveInfo{}, mapMetaErr(err)
@@ -263,6 +260,9 @@ func (b *Broker) steerMoves(t *topic, i int, info raftetcd.GroupInfo, mv meta.Mo
 		}
 		if mv.Progress != progress || mv.Lag != lag {
 			b.moveReports.Lock()
+			if b.moveReports.at == nil || len(b.moveReports.at) > 1024 {
+				b.moveReports.at = map[uint64]time.Time{} // bounded: a report is only paced
+			}
 			last := b.moveReports.at[mv.ID]
 			due := time.Since(last) >= moveReportEvery
 			if due {
@@ -323,6 +323,17 @@ func (b *Broker) followPlacement() {
 		m := *t.cur.Load()
 		for i, lp := range t.parts() {
 			want := b.holds(m, int32(i))
+			if want && lp != nil && t.openedAs[i] != groupOf(&m, i) {
+				// Its group changed (made over its data, or taken over by force):
+				// reopened in the new one, its data kept.
+				if old := t.openedAs[i]; old != "" {
+					b.repl.host.CloseGroup(old)
+				}
+				t.setPart(i, nil)
+				_ = lp.Close() // reopened at once below
+				b.log.Info("reopening a partition in its new group", "topic", t.name, "partition", i, "was", t.openedAs[i], "now", groupOf(&m, i))
+				lp = nil
+			}
 			switch {
 			case want && lp == nil:
 				p, err := b.openPart(t, m, int32(i))
@@ -331,6 +342,7 @@ func (b *Broker) followPlacement() {
 					continue
 				}
 				t.setPart(i, p)
+				t.openedAs[i] = groupOf(&m, i)
 				b.log.Info("opened a replica a move placed here", "topic", t.name, "partition", i)
 				t.sig.broadcast()
 			case !want && lp != nil:
@@ -371,6 +383,59 @@ func (b *Broker) followPlacement() {
 						b.log.Warn("recording a move done failed; the controller ends it", "move", mv.ID, "err", err)
 					}
 				}
+			}
+		}
+	}
+	b.removeUnopened(ts, moves)
+}
+
+// removeUnopened finishes the moves off this node whose replica is not open here: the
+// node restarted after the switch (a replica no longer placed here is not opened), or
+// was away when the controller ended the move. Its data is deleted on the same word
+// as an open one's (leftBy), after a read of the controller.
+func (b *Broker) removeUnopened(ts []*topic, moves []meta.Move) {
+	self := b.opts.NodeID
+	synced := false
+	for _, mv := range moves {
+		if mv.From != self || (mv.Status != meta.MoveRemoving && mv.Status != meta.MoveDone) {
+			continue
+		}
+		var t *topic
+		for _, x := range ts {
+			if x.name == mv.Topic && x.incarnation == mv.Incarnation {
+				t = x
+			}
+		}
+		if t == nil || int(mv.Partition) >= len(t.parts()) || t.parts()[mv.Partition] != nil || b.holds(*t.cur.Load(), mv.Partition) {
+			continue
+		}
+		dir := b.partDir(t, int(mv.Partition))
+		_, statErr := os.Stat(dir)
+		if mv.Status == meta.MoveDone && statErr != nil {
+			continue // nothing left to do
+		}
+		if !synced {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := b.meta.Sync(ctx)
+			cancel()
+			if err != nil {
+				return
+			}
+			synced = true
+		}
+		if _, act := leftBy(b.meta.Moves(), self, t, int(mv.Partition)); act != leaveDelete {
+			continue
+		}
+		if statErr == nil {
+			if err := os.RemoveAll(dir); err != nil {
+				b.log.Error("deleting a moved replica's data failed; it stays on disk", "topic", t.name, "partition", mv.Partition, "dir", dir, "err", err)
+				continue
+			}
+			b.log.Info("deleted the data of a replica moved off this node", "topic", t.name, "partition", mv.Partition, "move", mv.ID)
+		}
+		if mv.Status == meta.MoveRemoving {
+			if _, err := b.meta.SetMoveStatus(mv.ID, meta.MoveDone, ""); err != nil {
+				b.log.Warn("recording a move done failed; the controller ends it", "move", mv.ID, "err", err)
 			}
 		}
 	}

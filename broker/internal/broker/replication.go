@@ -58,6 +58,29 @@ func raftID(serverID string) uint64 {
 // name, so no frame of a deleted topic's group ever reaches a new topic's.
 func groupID(inc uint64, i int) string { return strconv.FormatUint(inc, 10) + "/" + strconv.Itoa(i) }
 
+// groupOf is the id of partition i's group as m places it: a forced takeover starts a
+// new group, so no replica of the old one takes part in it ("" when not replicated).
+func groupOf(m *meta.Topic, i int) string {
+	if i >= len(m.Placement) || !m.Placement[i].Replicated() {
+		return ""
+	}
+	if f := m.Placement[i].Forced; f > 0 {
+		return groupID(m.Incarnation, i) + "/f" + strconv.FormatUint(f, 10)
+	}
+	return groupID(m.Incarnation, i)
+}
+
+// gid is the id of the group of partition i of t as now placed.
+func (t *topic) gid(i int) string { return groupOf(t.cur.Load(), i) }
+
+// raftDirOf is the name, in the partition's directory, of its group's Raft log.
+func raftDirOf(m *meta.Topic, i int) string {
+	if f := m.Placement[i].Forced; f > 0 {
+		return "raft-f" + strconv.FormatUint(f, 10)
+	}
+	return "raft"
+}
+
 func (b *Broker) startReplication(node *transport.Node) error {
 	sg := b.syncer
 	if sg == nil {
@@ -101,7 +124,7 @@ func snapshotKeep(every int) int {
 
 // replicated reports whether partition i of m is a replicated partition (a Raft group).
 func (b *Broker) replicated(m *meta.Topic, i int) bool {
-	return b.repl != nil && i < len(m.Placement) && len(m.Placement[i].Replicas) > 1
+	return b.repl != nil && i < len(m.Placement) && m.Placement[i].Replicated()
 }
 
 // syncPeers tells the replication host where every member is.
@@ -122,11 +145,11 @@ func (b *Broker) syncPeers() {
 
 // openReplica opens this node's replica of partition i of m and joins its group.
 func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Options) (*partition.Partition, error) {
-	gid := groupID(m.Incarnation, i)
+	gid := groupOf(&m, i)
 	g := &partGroup{host: b.repl.host, id: gid}
 	popts.Group = g
 	popts.NewCommands = func() bool { return b.meta.Allows(meta.FeaturePartitionCommands) }
-	raftDir := filepath.Join(popts.Dir, "raft")
+	raftDir := filepath.Join(popts.Dir, raftDirOf(&m, i))
 	_, statErr := os.Stat(raftDir)
 	p, err := partition.Open(popts)
 	if err != nil {
@@ -158,9 +181,18 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	// since the group was made): bootstrapping it with today's voters would start a
 	// second history.
 	pl := m.Placement[i]
-	join := errors.Is(statErr, os.ErrNotExist) && (m.CreatedAtMs+1000 < b.repl.born || pl.Epoch > 1 || slices.Contains(pl.Learners, b.opts.NodeID))
+	fresh := errors.Is(statErr, os.ErrNotExist)
+	join := fresh && (m.CreatedAtMs+1000 < b.repl.born || pl.Epoch > 1 || slices.Contains(pl.Learners, b.opts.NodeID))
+	// The only replica of a group made over the data it holds (a replication factor
+	// raised from 1, a forced takeover) starts the group alone, and its first snapshot
+	// stands for that data: a replica added later restores it, fetching the messages,
+	// instead of replaying a log that never held them.
+	onData := fresh && pl.Group && len(pl.Replicas) == 1 && pl.Replicas[0] == b.opts.NodeID
+	if onData {
+		join = false
+	}
 	err = b.repl.host.OpenGroup(gid, raftetcd.GroupConfig{
-		Voters: voters, Dir: raftDir, Join: join, Campaign: m.Placement[i].Leader == b.opts.NodeID,
+		Voters: voters, Dir: raftDir, Join: join, Campaign: m.Placement[i].Leader == b.opts.NodeID, SnapshotFirst: onData,
 		Apply:    func(index uint64, data []byte) any { return p.Apply(index, data) },
 		Snapshot: p.SnapshotState,
 		Restore: func(ctx context.Context, index uint64, data []byte, sources []uint64) error {
@@ -219,7 +251,7 @@ func (b *Broker) fetchFrom(t *topic, i int, sources []uint64) partition.Fetch {
 // nothing is applied to a closed partition).
 func (b *Broker) closeReplica(t *topic, i int) {
 	if b.repl != nil {
-		b.repl.host.CloseGroup(groupID(t.incarnation, i))
+		b.repl.host.CloseGroup(t.gid(i))
 	}
 }
 
@@ -249,7 +281,7 @@ func (g *partGroup) Confirm(ctx context.Context) error {
 // group's view when it holds a replica, else what another node last told it, else
 // the placement's preferred leader. "" when none is known.
 func (b *Broker) leaderOf(t *topic, i int) string {
-	gid := groupID(t.incarnation, i)
+	gid := t.gid(i)
 	if info, ok := b.repl.host.Info(gid); ok {
 		if info.Lead == 0 {
 			return ""
@@ -272,7 +304,7 @@ func (b *Broker) leaderOf(t *topic, i int) string {
 
 func (b *Broker) learnLeader(t *topic, i int, node string) {
 	b.repl.mu.Lock()
-	b.repl.leaders[groupID(t.incarnation, i)] = node
+	b.repl.leaders[t.gid(i)] = node
 	b.repl.mu.Unlock()
 }
 
@@ -421,7 +453,7 @@ func (b *Broker) localReplicaInfo(t *topic, p int) *ReplicaInfo {
 	if b.repl == nil || !b.replicated(t.cur.Load(), p) || !t.leads(p) {
 		return nil
 	}
-	info, ok := b.repl.host.Info(groupID(t.incarnation, p))
+	info, ok := b.repl.host.Info(t.gid(p))
 	if !ok || !info.Leader {
 		return nil
 	}
@@ -485,7 +517,7 @@ func (b *Broker) reconcileVoters() {
 			if active == nil {
 				active = map[string]meta.Move{}
 			}
-			active[groupID(mv.Incarnation, int(mv.Partition))] = mv
+			active[groupID(mv.Incarnation, int(mv.Partition))] = mv // keyed by partition
 		}
 	}
 	self := raftID(b.meta.ServerID())
@@ -495,7 +527,7 @@ func (b *Broker) reconcileVoters() {
 			if !b.replicated(m, i) || !t.leads(i) {
 				continue
 			}
-			gid := groupID(t.incarnation, i)
+			gid := t.gid(i)
 			info, ok := b.repl.host.Info(gid)
 			if !ok || !info.Leader {
 				continue
@@ -505,7 +537,7 @@ func (b *Broker) reconcileVoters() {
 			if !known || !lknown {
 				continue // never change members on a partial view
 			}
-			mv, hasMove := active[gid]
+			mv, hasMove := active[groupID(t.incarnation, i)]
 			if info.Joint {
 				continue // raft leaves a joint change on its own
 			}
@@ -521,6 +553,9 @@ func (b *Broker) reconcileVoters() {
 				}
 			}
 			for _, v := range learners {
+				if info.SnapshotPending {
+					break // its first snapshot stands for data no entry holds: learners wait for it
+				}
 				if !slices.Contains(info.Learners, v) && !slices.Contains(info.Voters, v) {
 					c.AddLearners = append(c.AddLearners, v)
 				}
@@ -531,6 +566,18 @@ func (b *Broker) reconcileVoters() {
 				}
 			}
 			if slices.Contains(c.RemoveVoters, self) {
+				stays := false
+				for _, v := range want {
+					stays = stays || slices.Contains(info.Voters, v)
+				}
+				if !stays && len(c.AddVoters) > 0 {
+					// A group of one moving: its new replica becomes a voter first, so
+					// there is one to hand the leadership to.
+					if err := b.repl.host.ChangeConf(gid, raftetcd.ConfChange{AddVoters: c.AddVoters}); err != nil {
+						b.log.Warn("changing a partition's replicas failed; retrying", "topic", t.name, "partition", i, "err", err)
+					}
+					continue
+				}
 				b.handOverTo(t, i, info, want)
 				continue
 			}
@@ -566,7 +613,7 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 		b.log.Warn("handing over a partition's leases failed; they lapse as in a crash", "topic", t.name, "partition", i, "err", err)
 	}
 	b.log.Info("handing over the leadership of a partition this node leaves", "topic", t.name, "partition", i, "to", b.nodeOf(to))
-	b.repl.host.TransferLeader(groupID(t.incarnation, i), to)
+	b.repl.host.TransferLeader(t.gid(i), to)
 }
 
 // replicationLoop checks the groups led here every second (a change of leader or of
@@ -625,7 +672,7 @@ func (b *Broker) handOverLeadership(d time.Duration) {
 }
 
 func (b *Broker) handOver(ctx context.Context, t *topic, i int) {
-	gid := groupID(t.incarnation, i)
+	gid := t.gid(i)
 	info, ok := b.repl.host.Info(gid)
 	if !ok || !info.Leader {
 		return

@@ -97,6 +97,7 @@ type fwdResponse struct {
 	ClusterID string        `json:"cluster_id,omitempty"`
 	Index     uint64        `json:"index,omitempty"`
 	Info      *identityInfo `json:"info,omitempty"`
+	Move      *Move         `json:"move,omitempty"`
 	Err       *wireError    `json:"error,omitempty"`
 }
 
@@ -118,6 +119,8 @@ var wireSentinels = []struct {
 	{"child_not_found", ErrChildNotFound},
 	{"last_admin", ErrLastAdmin},
 	{"member_not_found", ErrMemberNotFound},
+	{"partition_not_found", ErrPartitionNotFound},
+	{"move_not_found", ErrMoveNotFound},
 	{"node_id_in_use", ErrNodeIDInUse},
 	{"version_unsupported", ErrVersionUnsupported},
 	{"version_gated", ErrVersionGated}, // before unavailable, of which it is a kind
@@ -278,6 +281,10 @@ func resultResponse(res applyResult, err error) fwdResponse {
 	if res.user.Name != "" {
 		u := res.user
 		resp.User = &u
+	}
+	if res.move.ID != 0 {
+		mv := res.move
+		resp.Move = &mv
 	}
 	return resp
 }

@@ -72,7 +72,14 @@ type Placement struct {
 	// set (0: none). A takeover starts a new group, so replicas of the old one cannot
 	// take part in it.
 	Forced uint64 `json:"forced,omitempty"`
+	// Group marks a partition that is a Raft group even with one replica: one whose
+	// replication factor was raised from 1 (it became a group over its data), or one
+	// taken over by force. A partition placed with more replicas always is one.
+	Group bool `json:"group,omitempty"`
 }
+
+// Replicated reports whether the partition is a Raft group (see Group).
+func (p Placement) Replicated() bool { return len(p.Replicas) > 1 || p.Group }
 
 // applyCluster applies init_cluster, set_member and set_status. Each is idempotent: the
 // same command applied again leaves the same state. Called with f.mu held.

@@ -187,6 +187,7 @@ func (f *fsm) applyMove(index uint64, c command) applyResult {
 			mv.Cause = CauseRequest
 		}
 		pl = clonePlacement(pl)
+		pl.Group = true
 		if want.To != "" {
 			mv.Status = MoveCopying
 			pl.Learners = []string{want.To}
@@ -333,7 +334,7 @@ func (f *fsm) applyForceLeader(index uint64, c command) applyResult {
 			f.moves[id] = mv
 		}
 	}
-	pl.Replicas, pl.Learners, pl.Leader = []string{op.Node}, nil, op.Node
+	pl.Replicas, pl.Learners, pl.Leader, pl.Group = []string{op.Node}, nil, op.Node, true
 	pl.Epoch++
 	// A forced group starts afresh: its id changes, so no old member can vote in it.
 	pl.Forced = index

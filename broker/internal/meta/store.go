@@ -378,6 +378,9 @@ func (s *Store) applyRemote(ctx context.Context, addr raft.ServerAddress, c comm
 	if resp.User != nil {
 		res.user = *resp.User
 	}
+	if resp.Move != nil {
+		res.move = *resp.Move
+	}
 	if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNotDelivered) || (err != nil && resp.Index == 0) {
 		return res, err
 	}

@@ -50,6 +50,9 @@ type group struct {
 	// taken at once, because raft sends the stored one to a replica behind the log's
 	// start, and a replica refuses a snapshot whose configuration does not name it.
 	confChanged bool
+	// snapFirst: the group was made over data the application held before it
+	// (GroupConfig.SnapshotFirst) and has not taken its first snapshot yet.
+	snapFirst bool
 	pending     *raftpb.Snapshot
 
 	wake       chan struct{}
@@ -244,12 +247,16 @@ func (g *group) sources() []uint64 {
 // entries for followers a little behind (one further behind gets the snapshot).
 func (g *group) maybeSnapshot() {
 	every := g.h.opts.SnapshotEvery
+	g.mu.Lock()
+	applied, cs, last, changed, first := g.applied, g.cs, g.snapIndex, g.confChanged, g.snapFirst
+	g.mu.Unlock()
+	if first && applied > 0 && g.cfg.Snapshot != nil && g.h.opts.Store == StoreRaftstore {
+		g.takeFirstSnapshot(applied, cs)
+		return
+	}
 	if g.cfg.Snapshot == nil || every <= 0 || g.h.opts.Store != StoreRaftstore {
 		return
 	}
-	g.mu.Lock()
-	applied, cs, last, changed := g.applied, g.cs, g.snapIndex, g.confChanged
-	g.mu.Unlock()
 	// After a change of voters, a snapshot matters only once the log was compacted: a
 	// new member of a group whose log is whole catches up from it (so a new group's
 	// bootstrap entries take none).
@@ -286,6 +293,29 @@ func (g *group) maybeSnapshot() {
 			}
 		}
 	}
+}
+
+// takeFirstSnapshot is the SnapshotFirst snapshot: at applied, with every entry
+// before it dropped. A failure is retried after the next Ready.
+func (g *group) takeFirstSnapshot(applied uint64, cs raftpb.ConfState) {
+	data, err := g.cfg.Snapshot()
+	if err == nil {
+		err = g.st.snapshot(applied, cs, data)
+	}
+	if err == nil {
+		if first, ferr := g.st.FirstIndex(); ferr == nil && applied >= first {
+			err = g.st.compact(applied)
+		}
+	}
+	if err != nil {
+		g.h.log.Error("raftetcd: the first snapshot of a group made over existing data failed; retrying (no member is added before it)", "group", g.id, "applied", applied, "err", err)
+		return
+	}
+	g.mu.Lock()
+	g.snapIndex, g.snapFirst = applied, false
+	g.snapshots++
+	g.mu.Unlock()
+	g.h.log.Info("raftetcd: a group made over existing data took its first snapshot", "group", g.id, "index", applied)
 }
 
 func (g *group) persist(rd raft.Ready) error { return g.st.persist(rd) }

@@ -296,6 +296,13 @@ type GroupConfig struct {
 	// Campaign makes this node stand for election at once when it creates the group
 	// (the preferred leader), instead of after an election timeout.
 	Campaign bool
+	// SnapshotFirst makes a group this node creates (not Join) take a snapshot as soon
+	// as its first entries are applied, and drop its whole log behind it: the
+	// application held data before the group existed (a partition that becomes a
+	// group over its messages), so a member added later must restore that snapshot,
+	// never replay a log that does not hold the data. Until it is taken, Info reports
+	// SnapshotPending.
+	SnapshotFirst bool
 	// Snapshot, when set, is called from the group's goroutine every
 	// Options.SnapshotEvery applied entries: it makes the application's state of every
 	// entry applied so far durable and describes it. The group then stores that as its
@@ -394,6 +401,7 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 			return err
 		}
 		g.voters = voters
+		g.snapFirst = cfg.SnapshotFirst
 		if cfg.Campaign {
 			_ = rn.Campaign() // an error only means it cannot stand now; the election timeout does the rest
 			g.recampaign = 30
@@ -462,6 +470,9 @@ type GroupInfo struct {
 	Joint    bool
 	// Last is the last index of the leader's log (on the leader).
 	Last uint64
+	// SnapshotPending: the group was made with SnapshotFirst and has not taken that
+	// snapshot yet; no member may be added before.
+	SnapshotPending bool
 	// FirstIndex is the first entry the log still holds; SnapshotIndex the index of
 	// the last snapshot stored (0: none). Snapshots counts those taken here since
 	// the group opened, Restores the snapshots this node installed.
@@ -483,7 +494,8 @@ func (h *Host) Info(id string) (GroupInfo, bool) {
 	gi := GroupInfo{Lead: bs.Lead, Leader: bs.RaftState == raft.StateLeader, Quiesced: g.quiesced,
 		Term: bs.Term, Commit: bs.Commit, Applied: bs.Applied, Voters: append([]uint64(nil), g.voters...),
 		SnapshotIndex: g.snapIndex, Snapshots: g.snapshots, Restores: g.restores,
-		Learners: append(append([]uint64(nil), g.cs.Learners...), g.cs.LearnersNext...), Joint: len(g.cs.VotersOutgoing) > 0}
+		Learners: append(append([]uint64(nil), g.cs.Learners...), g.cs.LearnersNext...), Joint: len(g.cs.VotersOutgoing) > 0,
+		SnapshotPending: g.snapFirst}
 	gi.FirstIndex, _ = g.st.FirstIndex()
 	if gi.Leader {
 		gi.Last, _ = g.st.LastIndex()
