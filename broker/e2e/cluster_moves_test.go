@@ -390,4 +390,13 @@ func TestClusterReplicationFactorFromOne(t *testing.T) {
 		c.progress(20)
 	}
 	c.finish()
+	// The new replicas hold the messages from before the raise too: the segment
+	// files are byte-equal on every node.
+	inc := c.nodes[0].api.topic(c.topic).Incarnation
+	for _, nd := range c.nodes {
+		nd.Stop()
+	}
+	for p := range 3 {
+		samePartitionLogs(t, c.nodes, inc+"-"+c.topic, p)
+	}
 }

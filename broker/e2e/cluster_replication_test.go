@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -844,9 +845,15 @@ func TestReplicationFactorNeedsLiveNodes(t *testing.T) {
 // byte-equal segment files on every node (stopped).
 func sameMessageLogs(t *testing.T, nodes []*clusterNode, tdir string) {
 	t.Helper()
+	samePartitionLogs(t, nodes, tdir, 0)
+}
+
+// samePartitionLogs is sameMessageLogs for partition p.
+func samePartitionLogs(t *testing.T, nodes []*clusterNode, tdir string, p int) {
+	t.Helper()
 	var want map[string][]byte
 	for _, nd := range nodes {
-		dir := filepath.Join(nd.DataDir(), "topics", tdir, "0", "log")
+		dir := filepath.Join(nd.DataDir(), "topics", tdir, strconv.Itoa(p), "log")
 		got := map[string][]byte{}
 		entries, err := os.ReadDir(dir)
 		if err != nil {
