@@ -400,3 +400,107 @@ func TestClusterReplicationFactorFromOne(t *testing.T) {
 		samePartitionLogs(t, c.nodes, inc+"-"+c.topic, p)
 	}
 }
+
+// TestClusterForcedTakeover: on five nodes (the control plane keeps its majority),
+// two of a partition's three replicas are killed and their disks lost, so the
+// partition can never elect a leader again. A forced takeover makes the survivor lead
+// what it holds and reports a lower bound of the loss; then every message produced
+// after it is delivered, nothing acked before it is delivered again, the replica set
+// grows back to three on live nodes, and a lost replica's node that comes back with
+// its old data is not let into the new group (its copy is not served).
+func TestClusterForcedTakeover(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 5, "--auto-rebalance=false")
+	atVersion(t, nodes[0], 3)
+	nodes[0].api.createTopic("ft", map[string]any{"partitions": 1, "replication_factor": 3, "visibility_timeout_ms": 5000})
+	lead := leaderOf(t, nodes, "ft", 0)
+	reps := replicasOf(lead, "ft", 0)
+	for i := range 100 {
+		if s := produceTry(lead, "ft", fmt.Sprint("old", i)); s != http.StatusAccepted {
+			t.Fatalf("produce %d: %d", i, s)
+		}
+	}
+	acked := map[string]bool{}
+	for len(acked) < 40 {
+		for _, m := range lead.api.consumeBatch("ft", 40-len(acked), "1s") {
+			lead.api.mustAck("ft", &m)
+			acked[payloadID(t, &m)] = true
+		}
+	}
+	var survivor *clusterNode
+	var lost []*clusterNode
+	for _, id := range reps {
+		nd := nodeByID(nodes, id)
+		if nd != lead && survivor == nil {
+			survivor = nd
+		} else {
+			lost = append(lost, nd)
+		}
+	}
+	waitFor(t, 30*time.Second, "the survivor to hold all 100 messages", func() bool {
+		d := survivor.api.topic("ft")
+		return len(d.PartitionStats) == 1 && d.PartitionStats[0].HighWatermark == 100
+	})
+	for _, nd := range lost {
+		nd.Kill()
+	}
+	wipe(t, lost[0].DataDir()) // its disk is gone; lost[1] keeps its data
+	var asker *clusterNode
+	for _, nd := range nodes {
+		if !slices.Contains(reps, nd.id) {
+			asker = nd
+		}
+	}
+	waitFor(t, 30*time.Second, "the partition to have no leader", func() bool { return produceTry(asker, "ft", "probe") == http.StatusServiceUnavailable })
+
+	r := asker.api.Do(http.MethodPost, topicPath("ft")+"/partitions/0/force-leader", []byte(`{"node":"`+survivor.id+`"}`), "Content-Type", "application/json")
+	if r.Status != http.StatusOK {
+		t.Fatalf("force-leader: %d %s", r.Status, r.Body)
+	}
+	var res struct {
+		Lost     *int64   `json:"possibly_lost_at_least"`
+		Replicas []string `json:"replicas"`
+	}
+	if err := json.Unmarshal(r.Body, &res); err != nil || res.Lost == nil || !slices.Equal(res.Replicas, []string{survivor.id}) {
+		t.Fatalf("force-leader answer %s: %v", r.Body, err)
+	}
+	if *res.Lost != 0 {
+		t.Fatalf("possibly_lost_at_least %d: the survivor held every message", *res.Lost)
+	}
+	// A node that holds no replica is refused.
+	if r := asker.api.Do(http.MethodPost, topicPath("ft")+"/partitions/0/force-leader", []byte(`{"node":"`+asker.id+`"}`), "Content-Type", "application/json"); r.Status != http.StatusConflict {
+		t.Fatalf("force-leader on a node without a replica: %d %s", r.Status, r.Body)
+	}
+	for i := range 50 {
+		waitFor(t, 30*time.Second, "a produce after the takeover", func() bool { return produceTry(asker, "ft", fmt.Sprint("new", i)) == http.StatusAccepted })
+	}
+	// The set grows back to the replication factor on the live nodes.
+	waitFor(t, 90*time.Second, "three replicas again", func() bool { return len(replicasOf(asker, "ft", 0)) == 3 })
+	if got := replicasOf(asker, "ft", 0); slices.Contains(got, lost[0].id) || slices.Contains(got, lost[1].id) {
+		t.Fatalf("replicas %v include a lost node", got)
+	}
+	// The node that kept its old data comes back: not a replica, its copy not served.
+	lost[1].RestartAfterKill()
+	if err := lost[1].WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the returning node to leave its old copy unserved", func() bool {
+		return strings.Contains(lost[1].Log(), "holds data of a partition placed on another node")
+	})
+	seen := map[string]int{}
+	drain(t, asker, "ft", seen, 7*time.Second)
+	for i := range 100 {
+		id := fmt.Sprint("old", i)
+		if acked[id] && seen[id] > 0 {
+			t.Errorf("%s, acked before the takeover, delivered again", id)
+		}
+		if !acked[id] && seen[id] == 0 {
+			t.Errorf("%s, unacked and held by the survivor, never delivered", id)
+		}
+	}
+	for i := range 50 {
+		if seen[fmt.Sprint("new", i)] == 0 {
+			t.Errorf("new%d, produced after the takeover, never delivered", i)
+		}
+	}
+}

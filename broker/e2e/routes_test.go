@@ -107,17 +107,25 @@ func TestHealthAndCluster(t *testing.T) {
 	}
 }
 
-// TestNotImplementedRoutes: what this version describes but does not offer (cluster
-// membership changes and partition moves) answers 501 not_implemented with the JSON
-// error body.
-func TestNotImplementedRoutes(t *testing.T) {
+// TestClusterRoutesOnALoneNode: on a node without a node plane, adding a member answers
+// 501 not_implemented (it has no way to reach one), and the membership operations
+// (decommission, moves, rebalance) answer 409 conflict saying they need a cluster;
+// listing moves answers an empty list. None of them changes the members.
+func TestClusterRoutesOnALoneNode(t *testing.T) {
 	t.Parallel()
 	_, a := startBroker(t)
 	a.createTopic("t", nil)
-	for _, c := range []struct{ method, path, body string }{
-		{"POST", "/v1/cluster/members", `{"id":"n2","address":"127.0.0.1:1"}`},
-		{"DELETE", "/v1/cluster/members/n2", ""},
-		{"POST", "/v1/cluster/moves", `{"topic":"t","partition":0,"from":"a","to":"b"}`},
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+		code               string
+	}{
+		{"POST", "/v1/cluster/members", `{"id":"n2","address":"127.0.0.1:1"}`, http.StatusNotImplemented, "not_implemented"},
+		{"DELETE", "/v1/cluster/members/n2", "", http.StatusConflict, "conflict"},
+		{"POST", "/v1/cluster/moves", `{"topic":"t","partition":0,"from":"a","to":"b"}`, http.StatusConflict, "conflict"},
+		{"DELETE", "/v1/cluster/moves/3", "", http.StatusConflict, "conflict"},
+		{"POST", "/v1/cluster/rebalance", "", http.StatusConflict, "conflict"},
+		{"POST", "/v1/topics/t/partitions/0/force-leader", `{"node":"n1"}`, http.StatusConflict, "conflict"},
 	} {
 		var body []byte
 		var hdr []string
@@ -125,9 +133,14 @@ func TestNotImplementedRoutes(t *testing.T) {
 			body, hdr = []byte(c.body), []string{"Content-Type", "application/json"}
 		}
 		r := a.Do(c.method, c.path, body, hdr...)
-		if !r.ExpectError(t, http.StatusNotImplemented, "not_implemented") {
+		if !r.ExpectError(t, c.status, c.code) {
 			t.Logf("  (%s %s)", c.method, c.path)
+		} else if c.status == http.StatusConflict && !strings.Contains(string(r.Body), "needs a cluster") {
+			t.Errorf("%s %s: %s, want it to say a cluster is needed", c.method, c.path, r.Body)
 		}
+	}
+	if r := a.Get("/v1/cluster/moves"); r.Expect(t, http.StatusOK) && string(r.Body) != `{"moves":[]}` && !strings.HasPrefix(string(r.Body), `{"moves":[]`) {
+		t.Errorf("moves of a lone node: %s", r.Body)
 	}
 	var ml struct {
 		Members []struct {

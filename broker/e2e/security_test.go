@@ -111,6 +111,10 @@ func TestAuthorizationTable(t *testing.T) {
 		{"POST", "/v1/cluster/members", `{"id":"n2","address":"127.0.0.1:1"}`, nil, []string{"nogrant", "creator"}, nil},
 		{"DELETE", "/v1/cluster/members/n2", "", nil, []string{"nogrant"}, nil},
 		{"POST", "/v1/cluster/moves", `{"topic":"t","partition":0,"from":"a","to":"b"}`, nil, []string{"nogrant"}, nil},
+		{"GET", "/v1/cluster/moves", "", nil, []string{"nogrant", "creator"}, nil},
+		{"DELETE", "/v1/cluster/moves/7", "", nil, []string{"nogrant", "creator"}, nil},
+		{"POST", "/v1/cluster/rebalance", "", nil, []string{"nogrant", "creator"}, nil},
+		{"POST", "/v1/topics/t/partitions/0/force-leader", `{"node":"n1"}`, nil, []string{"nogrant", "producer", "creator"}, nil},
 	}
 	call := func(id identity, method, path, body string) *testutil.Response {
 		c := n.Client()

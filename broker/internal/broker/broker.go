@@ -288,12 +288,16 @@ func Open(opts Options) (*Broker, error) {
 			b.stats.syncs.observe(files, d)
 		})
 	}
+	mc := opts.Cluster
+	if opts.Node != nil {
+		mc.Ends = b.replicaEnds
+	}
 	b.meta, err = meta.Open(meta.Options{
 		Dir:      filepath.Join(opts.DataDir, "meta"),
 		NodeID:   id,
 		Logger:   opts.Logger,
 		OnChange: b.metaChanged,
-		Cluster:  opts.Cluster,
+		Cluster:  mc,
 	})
 	if err != nil {
 		b.closeSyncer()

@@ -187,8 +187,75 @@ func (b *Broker) Rebalance(ctx context.Context) ([]MoveInfo, error) {
 // replica set (then grown back to the topic's replication factor), for a partition
 // that lost its quorum for good. Errors: ErrTopicNotFound, ErrPartitionNotFound,
 // ErrMemberNotFound, *ConflictError (node holds no replica of it, or is not live).
+//
+// PossiblyLostAtLeast is the highest log end any replica reported to the controller
+// (in heartbeats, this controller's term) minus the survivor's log end once it leads
+// the new group: a lower bound, logged with the takeover.
 func (b *Broker) ForceLeader(ctx context.Context, topic string, p int32, node string) (ForceLeaderResult, error) {
-	return ForceLeaderResult{}, ErrNotImplemented
+	if err := b.clusterOnly("a forced takeover"); err != nil {
+		return ForceLeaderResult{}, err
+	}
+	if err := checkName(topic); err != nil {
+		return ForceLeaderResult{}, err
+	}
+	if err := b.meta.Sync(ctx); err != nil {
+		return ForceLeaderResult{}, mapMetaErr(err)
+	}
+	m, ok := b.meta.Topic(topic)
+	if !ok {
+		return ForceLeaderResult{}, ErrTopicNotFound
+	}
+	if p < 0 || p >= m.Partitions || int(p) >= len(m.Placement) {
+		return ForceLeaderResult{}, ErrPartitionNotFound
+	}
+	mem, ok := b.meta.Member(node)
+	if !ok {
+		return ForceLeaderResult{}, fmt.Errorf("%w: no member %q; list them with GET /v1/cluster/members", ErrMemberNotFound, node)
+	}
+	pl := m.Placement[p]
+	if !slices.Contains(pl.Replicas, node) {
+		return ForceLeaderResult{}, &ConflictError{Msg: fmt.Sprintf("node %s holds no replica of partition %d of topic %s (its replicas: %v); name one that does", node, p, topic, pl.Replicas)}
+	}
+	if mem.Status != meta.StatusAlive {
+		return ForceLeaderResult{}, &ConflictError{Msg: fmt.Sprintf("node %s is %s; a forced takeover needs a live replica", node, mem.Status)}
+	}
+	before := groupOf(&m, int(p))
+	reported, err := b.meta.MaxReportedEnd(ctx, before)
+	if err != nil {
+		return ForceLeaderResult{}, mapMetaErr(err)
+	}
+	nt, err := b.meta.ForceLeader(topic, m.Incarnation, p, node)
+	if err != nil {
+		return ForceLeaderResult{}, mapMetaErr(err)
+	}
+	res := ForceLeaderResult{Replicas: slices.Clone(nt.Placement[p].Replicas)}
+	// The survivor's log end, read from it once it leads the new group.
+	t, err := b.lookup(topic)
+	if err != nil {
+		return res, err
+	}
+	var end uint64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if st, err := b.statsOf(ctx, t, int(p)); err == nil && t.gid(int(p)) == groupOf(&nt, int(p)) {
+			end = st.End
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("%w: the takeover is committed, but node %s did not lead the partition within 30 s; its log end (and so the loss) is unknown", ErrUnavailable, node)
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if reported > end {
+		res.PossiblyLostAtLeast = reported - end
+	}
+	b.log.Error("forced takeover of a partition that lost its quorum: messages only the lost replicas held are lost",
+		"topic", topic, "partition", p, "node", node, "possibly_lost_at_least", res.PossiblyLostAtLeast, "highest_reported_end", reported, "survivor_end", end)
+	return res, nil
 }
 
 // alterReplicationFactor records topic's new replica count; the controller's moves
@@ -473,4 +540,25 @@ func leftBy(moves []meta.Move, self string, t *topic, i int) (meta.Move, int) {
 
 func (b *Broker) partDir(t *topic, i int) string {
 	return t.dir + string(os.PathSeparator) + strconv.Itoa(i)
+}
+
+// replicaEnds is the log end of each replicated partition held here, by group id
+// (meta.Cluster.Ends: heartbeats carry it to the controller).
+func (b *Broker) replicaEnds() map[string]uint64 {
+	b.mu.RLock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	b.mu.RUnlock()
+	out := map[string]uint64{}
+	for _, t := range ts {
+		m := t.cur.Load()
+		for i, p := range t.parts() {
+			if p != nil && b.replicated(m, i) {
+				out[groupOf(m, i)] = p.Stats().End
+			}
+		}
+	}
+	return out
 }

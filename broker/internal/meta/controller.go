@@ -30,6 +30,30 @@ type controller struct {
 	// version is decided and committed, so no node that cannot speak the version
 	// slips in between the decision and the commit.
 	versionMu sync.Mutex
+	// ends is the highest log end any replica reported of each partition group, this
+	// term (see joinRequest.Ends).
+	ends map[string]uint64
+}
+
+// heardEnds records the log ends a member reported.
+func (c *controller) heardEnds(ends map[string]uint64) {
+	if len(ends) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ends == nil {
+		c.ends = map[string]uint64{}
+	}
+	for g, e := range ends {
+		c.ends[g] = max(c.ends[g], e)
+	}
+}
+
+func (c *controller) maxEnd(group string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ends[group]
 }
 
 func (c *controller) init() {
@@ -370,6 +394,7 @@ func (s *Store) heard(b joinRequest) error {
 	s.ctl.mu.Lock()
 	s.ctl.lastSeen[b.ServerID] = time.Now()
 	s.ctl.mu.Unlock()
+	s.ctl.heardEnds(b.Ends)
 	m, ok := s.fsm.member(b.NodeID)
 	if !ok || m.ServerID != b.ServerID {
 		return ErrMemberNotFound
@@ -391,7 +416,11 @@ func (s *Store) heard(b joinRequest) error {
 
 func (s *Store) self() joinRequest {
 	lo, hi := s.Versions()
-	return joinRequest{NodeID: s.opts.NodeID, ServerID: s.ServerID(), ClusterAddr: string(s.addr), HTTPAddr: s.opts.Cluster.HTTPAddr, MinVersion: lo, MaxVersion: hi}
+	j := joinRequest{NodeID: s.opts.NodeID, ServerID: s.ServerID(), ClusterAddr: string(s.addr), HTTPAddr: s.opts.Cluster.HTTPAddr, MinVersion: lo, MaxVersion: hi}
+	if f := s.opts.Cluster.Ends; f != nil {
+		j.Ends = f()
+	}
+	return j
 }
 
 // heartbeatLoop tells the controller, every HeartbeatInterval, that this node is alive.
@@ -456,4 +485,18 @@ func (s *Store) AddMember(ctx context.Context, nodeID, addr string) error {
 func sortedServers(ss []raft.Server) []raft.Server {
 	sort.Slice(ss, func(i, j int) bool { return ss[i].ID < ss[j].ID })
 	return ss
+}
+
+// MaxReportedEnd returns the highest log end any replica of partition group reported
+// to the controller during its term (0 when none did: a lower bound, nothing more).
+func (s *Store) MaxReportedEnd(ctx context.Context, group string) (uint64, error) {
+	if s.Leader() {
+		return s.ctl.maxEnd(group), nil
+	}
+	addr, _ := s.raft.LeaderWithID()
+	if addr == "" {
+		return 0, fmt.Errorf("%w: no controller known", ErrUnavailable)
+	}
+	resp, err := s.forward(ctx, addr, fwdRequest{Kind: kindMaxEnd, Group: group})
+	return resp.Index, err
 }

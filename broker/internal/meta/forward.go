@@ -45,6 +45,7 @@ const (
 	kindAdd       = "add"        // admit the node at an address (POST /v1/cluster/members)
 	kindHeartbeat = "heartbeat"  // a member is alive, for the controller
 	kindIdentity  = "identity"   // who are you, and are you in a cluster yet
+	kindMaxEnd    = "max_end"    // the highest log end reported of a partition group (version 3)
 )
 
 type fwdRequest struct {
@@ -57,6 +58,8 @@ type fwdRequest struct {
 	Beat *joinRequest  `json:"beat,omitempty"`
 	Add  *addRequest   `json:"add,omitempty"`
 	Info *identityInfo `json:"info,omitempty"`
+	// Group, on max_end, is the partition group asked about.
+	Group string `json:"group,omitempty"`
 }
 
 // joinRequest describes a node asking to be a member (and, as a heartbeat, a member
@@ -71,6 +74,10 @@ type joinRequest struct {
 	// them, so a heartbeat of either kind reaches a controller of either kind.
 	MinVersion int `json:"min_version,omitempty"`
 	MaxVersion int `json:"max_version,omitempty"`
+	// Ends, in a heartbeat, is the log end of each replicated partition held by the
+	// node (by group id): the controller keeps the highest it heard of each, the lower
+	// bound a forced takeover reports as possibly lost. An older controller ignores it.
+	Ends map[string]uint64 `json:"ends,omitempty"`
 }
 
 type addRequest struct {
@@ -268,6 +275,11 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 			return fwdResponse{Err: toWire(errors.New("meta: heartbeat without a node"))}
 		}
 		return fwdResponse{Err: toWire(s.heard(*r.Beat))}
+	case kindMaxEnd:
+		if !s.Leader() {
+			return fwdResponse{Err: toWire(ErrNotLeader)}
+		}
+		return fwdResponse{Index: s.ctl.maxEnd(r.Group)}
 	}
 	return fwdResponse{Err: toWire(fmt.Errorf("meta: unknown request kind %q; this node may run an older version", r.Kind))}
 }

@@ -86,6 +86,9 @@ type Cluster struct {
 	// under way at once, whatever started them.
 	AutoRebalance bool
 	MaxMoves      int
+	// Ends, when set, returns the log end of each replicated partition this node
+	// holds, by group id; heartbeats carry it to the controller (MaxReportedEnd).
+	Ends func() map[string]uint64
 }
 
 // Peer is one node of a static bootstrap list.

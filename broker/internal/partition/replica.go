@@ -169,7 +169,10 @@ func (p *Partition) SetRole(lead bool, term uint64) {
 				live = append(live, g)
 			}
 		}
-		p.q.Reset(uint32(term), max(r.deliveredTo.Load(), p.q.Cursor()), live...)
+		// Never past its own log end: a replica that leads what it holds (a forced
+		// takeover of a partition whose other replicas are gone) must deliver every
+		// message written from its end on, whatever mark an earlier history reached.
+		p.q.Reset(uint32(term), min(max(r.deliveredTo.Load(), p.q.Cursor()), p.log.Next()), live...)
 		r.attMu.Lock()
 		for o := range r.attempts {
 			if p.q.IsSettled(o) {
