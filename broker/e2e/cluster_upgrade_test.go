@@ -41,12 +41,12 @@ type upgradeCluster struct {
 	peers string
 	topic string
 
-	mu        sync.Mutex
-	accepted  map[string]bool // ids answered 202
-	acked     map[string]bool // ids whose ack answered 204
+	mu       sync.Mutex
+	accepted map[string]bool // ids answered 202
+	acked    map[string]bool // ids whose ack answered 204
 	// ackedAt is when each ack answered 204: a delivery counts against it only if its
 	// consume was sent after (a consume racing the ack may carry the message).
-	ackedAt map[string]time.Time
+	ackedAt   map[string]time.Time
 	delivered map[string]int  // ids delivered to the load's consumers
 	answers   map[string]int  // "METHOD status" → count
 	bad       []string        // answers outside the contract

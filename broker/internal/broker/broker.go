@@ -193,18 +193,18 @@ type topic struct {
 	// partsP holds the partitions, nil where another node holds the partition (the
 	// topic's placement names which). It is replaced whole (copy on write) when a
 	// move adds or removes a replica here; parts() reads it.
-	partsP  atomic.Pointer[[]*partition.Partition]
+	partsP atomic.Pointer[[]*partition.Partition]
 	// openedAs is, per partition held here, the group it was opened in ("" for a
 	// partition of one replica that is no group): a change (a replication factor
 	// raised from 1, a forced takeover) reopens it. Guarded by Broker.placeMu once
 	// the topic is published.
 	openedAs []string
-	waiting atomic.Int32  // consumes parked on this topic
-	produce atomic.Uint32 // round-robin for keyless produce
-	consume atomic.Uint32 // first partition tried by the next consume
-	sig     signal
-	done    chan struct{} // closed when the incarnation is closed
-	metrics *topicMetrics
+	waiting  atomic.Int32  // consumes parked on this topic
+	produce  atomic.Uint32 // round-robin for keyless produce
+	consume  atomic.Uint32 // first partition tried by the next consume
+	sig      signal
+	done     chan struct{} // closed when the incarnation is closed
+	metrics  *topicMetrics
 }
 
 // parts returns the topic's partitions as they are now (see partsP): index i is nil

@@ -53,7 +53,7 @@ type group struct {
 	// snapFirst: the group was made over data the application held before it
 	// (GroupConfig.SnapshotFirst) and has not taken its first snapshot yet.
 	snapFirst bool
-	pending     *raftpb.Snapshot
+	pending   *raftpb.Snapshot
 
 	wake       chan struct{}
 	quit, done chan struct{}
