@@ -317,7 +317,10 @@ func (b *Broker) steerMoves(t *topic, i int, info raftetcd.GroupInfo, mv meta.Mo
 		if hw > 0 {
 			progress = float64(off) / float64(hw)
 		}
-		if match+learnerSlack >= info.Last {
+		// Caught up: it acknowledged entries (a learner of a compacted log only after it
+		// restored the snapshot), and is within learnerSlack of the leader's log. A
+		// learner that acknowledged nothing never counts, however short the log.
+		if match > 0 && match+1 >= info.FirstIndex && match+learnerSlack >= info.Last {
 			if _, err := b.meta.SwitchMove(mv.ID); err != nil {
 				b.log.Warn("switching a move's replica set failed; retrying", "move", mv.ID, "topic", t.name, "partition", i, "err", err)
 				return

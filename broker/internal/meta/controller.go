@@ -88,6 +88,15 @@ func (c *controller) freshVersions() map[string]versionRange {
 	return out
 }
 
+// heardThisTerm reports whether the controller heard from server sid since it was
+// elected.
+func (c *controller) heardThisTerm(sid string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.lastSeen[sid]
+	return ok && t.After(c.since)
+}
+
 // seen returns when the controller last heard from server sid (its election when never).
 func (c *controller) seen(sid string) time.Time {
 	c.mu.Lock()
@@ -488,15 +497,34 @@ func sortedServers(ss []raft.Server) []raft.Server {
 }
 
 // MaxReportedEnd returns the highest log end any replica of partition group reported
-// to the controller during its term (0 when none did: a lower bound, nothing more).
+// to the controller during its term (0 when none did: a lower bound, nothing more). It
+// asks the controller, trying again for up to ApplyTimeout while one is being elected
+// or does not answer.
 func (s *Store) MaxReportedEnd(ctx context.Context, group string) (uint64, error) {
-	if s.Leader() {
-		return s.ctl.maxEnd(group), nil
+	deadline := time.Now().Add(s.opts.ApplyTimeout)
+	var last error
+	for {
+		if s.Leader() {
+			return s.ctl.maxEnd(group), nil
+		}
+		if addr, _ := s.raft.LeaderWithID(); addr != "" {
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			resp, err := s.forward(actx, addr, fwdRequest{Kind: kindMaxEnd, Group: group})
+			cancel()
+			if err == nil {
+				return resp.Index, nil
+			}
+			last = err
+		} else {
+			last = fmt.Errorf("%w: no controller known", ErrUnavailable)
+		}
+		if time.Now().After(deadline) {
+			return 0, last
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	addr, _ := s.raft.LeaderWithID()
-	if addr == "" {
-		return 0, fmt.Errorf("%w: no controller known", ErrUnavailable)
-	}
-	resp, err := s.forward(ctx, addr, fwdRequest{Kind: kindMaxEnd, Group: group})
-	return resp.Index, err
 }

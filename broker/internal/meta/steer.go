@@ -20,7 +20,14 @@ type planInput struct {
 	moves   []Move
 	// rebalance asks for moves that even out the replicas over the alive members.
 	rebalance bool
-	limit     int
+	// silent are the members the controller has not heard from for SuspectAfter: a
+	// decommissioning one among them is being replaced (its replicas are copied from
+	// the survivors).
+	silent map[string]bool
+	// unheard are the members the controller has not heard from since it was
+	// elected: not targets yet (one may have died just before).
+	unheard map[string]bool
+	limit   int
 }
 
 // planMoves returns the moves to start now, at most in.limit minus the moves under way:
@@ -45,7 +52,7 @@ func planMoves(in planInput) []Move {
 	held := map[string]int{}
 	var alive []string
 	for id, m := range in.members {
-		if m.Status == StatusAlive {
+		if m.Status == StatusAlive && !in.unheard[id] {
 			alive = append(alive, id)
 			held[id] += 0
 		}
@@ -97,10 +104,14 @@ func planMoves(in planInput) []Move {
 				if !leaving(r) {
 					continue
 				}
+				cause := CauseDecommision
+				if in.silent[r] {
+					cause = CauseReplace
+				}
 				if to := target(pl); to != "" {
-					add(t, i, r, to, CauseDecommision)
+					add(t, i, r, to, cause)
 				} else if len(pl.Replicas) > 1 && int32(len(pl.Replicas)) > t.ReplicationFactor {
-					add(t, i, r, "", CauseDecommision)
+					add(t, i, r, "", cause)
 				}
 				break
 			}
@@ -184,8 +195,8 @@ func (s *Store) steer() error {
 		}
 		switch mv.Status {
 		case MoveCopying:
-			if m, ok := s.fsm.member(mv.To); !ok || m.Status == StatusDead || m.Status == StatusDecommissioning {
-				why := fmt.Sprintf("the target node %s is dead or leaving; another move is planned when one is needed", mv.To)
+			if m, ok := s.fsm.member(mv.To); !ok || m.Status == StatusDead || m.Status == StatusSuspect || m.Status == StatusDecommissioning {
+				why := fmt.Sprintf("the target node %s is down or leaving; another move is planned when one is needed", mv.To)
 				if _, err := s.SetMoveStatus(mv.ID, MoveFailed, why); err != nil && !isConflict(err) {
 					return err
 				}
@@ -193,9 +204,10 @@ func (s *Store) steer() error {
 			}
 		case MoveRemoving:
 			// The old replica deletes its copy and says so; one whose node is gone or
-			// silent past DeadAfter cannot: its copy is not served, and the move ends.
+			// silent past SuspectAfter cannot now: its copy is not served, the move
+			// ends, and the node deletes the copy if it comes back (removeUnopened).
 			m, ok := s.fsm.member(mv.From)
-			if !ok || m.Status == StatusDead || time.Since(s.ctl.seen(m.ServerID)) > c.DeadAfter {
+			if !ok || m.Status == StatusDead || time.Since(s.ctl.seen(m.ServerID)) > c.SuspectAfter {
 				if _, err := s.SetMoveStatus(mv.ID, MoveDone, fmt.Sprintf("node %s was down; it no longer serves its old copy", mv.From)); err != nil && !isConflict(err) {
 					return err
 				}
@@ -217,11 +229,23 @@ func (s *Store) steer() error {
 // plan is planMoves over this node's state.
 func (s *Store) plan(rebalance bool) []Move {
 	s.fsm.mu.RLock()
-	in := planInput{members: make(map[string]Member, len(s.fsm.members)), rebalance: rebalance, limit: max(1, s.opts.Cluster.MaxMoves)}
+	in := planInput{members: make(map[string]Member, len(s.fsm.members)), rebalance: rebalance, limit: max(1, s.opts.Cluster.MaxMoves), silent: map[string]bool{}, unheard: map[string]bool{}}
 	for id, m := range s.fsm.members {
 		in.members[id] = m
 	}
 	s.fsm.mu.RUnlock()
+	for id, m := range in.members {
+		// Only the controller hears heartbeats; elsewhere every member is taken as heard.
+		if !s.Leader() || m.ServerID == s.ServerID() {
+			continue
+		}
+		if time.Since(s.ctl.seen(m.ServerID)) > s.opts.Cluster.SuspectAfter {
+			in.silent[id] = true
+		}
+		if !s.ctl.heardThisTerm(m.ServerID) {
+			in.unheard[id] = true
+		}
+	}
 	in.topics, in.moves = s.fsm.list(), s.fsm.moveList()
 	return planMoves(in)
 }
