@@ -195,7 +195,9 @@ func (s *Store) steer() error {
 		}
 		switch mv.Status {
 		case MoveCopying:
-			if m, ok := s.fsm.member(mv.To); !ok || m.Status == StatusDead || m.Status == StatusSuspect || m.Status == StatusDecommissioning {
+			// A suspect target may be restarting: the move waits for it until it is
+			// dead (DeadAfter).
+			if m, ok := s.fsm.member(mv.To); !ok || m.Status == StatusDead || m.Status == StatusDecommissioning {
 				why := fmt.Sprintf("the target node %s is down or leaving; another move is planned when one is needed", mv.To)
 				if _, err := s.SetMoveStatus(mv.ID, MoveFailed, why); err != nil && !isConflict(err) {
 					return err
