@@ -16,7 +16,7 @@ FUZZTIME    ?= 20s
 .DEFAULT_GOAL := help
 .PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples test-console console console-screenshots docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers bench-cluster bench-cluster-idle cluster \
         bench-raft bench-raft-idle bench-raft-failover bench-raft-throughput build-spike \
-        fuzz e2e conformance examples chaos soak clean audit test-audit release test-release
+        fuzz e2e conformance examples chaos chaos-cluster soak clean audit test-audit release test-release
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -208,6 +208,15 @@ test-examples: build ## Examples: lint, then a quick run of each against the bui
 
 test-verify: ## Kill loop (>= 20 kill -9, half at failpoints) and a 3-node cluster chaos run (>= 8 kill -9, SIGSTOPs, a network cut) checked by the history checker, a quiet cluster run (exactly once), disk-full and corruption scenarios, short schemathesis
 	$(MAKE) -C verify test
+
+MOVE_PARTIES ?= controller leader source target
+MOVE_PHASES ?= copying switching
+chaos-cluster: ## About 15 min: a partition move under load with each party (controller, leader, source, target) killed at each phase, then the slower membership tests (tag cluster)
+	@set -e; for party in $(MOVE_PARTIES); do for phase in $(MOVE_PHASES); do \
+		echo "== move: kill the $$party while $$phase"; \
+		(cd broker && NARAD_MOVE_PARTY=$$party NARAD_MOVE_PHASE=$$phase $(GO) test -count=1 -timeout 10m -run '^TestClusterMoveSurvivesAKill$$' ./e2e/); \
+	done; done
+	cd broker && $(GO) test -count=1 -tags cluster -timeout 20m -run 'TestClusterReplicationFactorFromOne|TestClusterJoinRebalanceAndReplace' ./e2e/
 
 chaos: ## About 2 h 40 min: kill loops with disk faults over 10 seeds, every fuzz target for 10 minutes, full schemathesis
 	$(MAKE) -C verify chaos

@@ -58,6 +58,8 @@ type upgradeCluster struct {
 	// crashes: the test kills nodes, so an ack may answer 410 lease_lost (a crash
 	// loses the leases its node gave; the message comes again).
 	crashes bool
+	// lat is every produce answered 202: when it was sent and how long it took.
+	lat []sample
 
 	seq  atomic.Int64
 	stop chan struct{}
@@ -154,11 +156,13 @@ func (c *upgradeCluster) load() {
 	for w := range 2 {
 		worker(w, func(nd *clusterNode) {
 			id := fmt.Sprint("m", c.seq.Add(1))
+			sent := time.Now()
 			r, err := nd.api.Try(http.MethodPost, topicPath(c.topic)+"/produce", []byte(`{"id":"`+id+`"}`), "Content-Type", "application/json")
 			c.note(nd, "produce", r, err)
 			if err == nil && r.Status == http.StatusAccepted {
 				c.mu.Lock()
 				c.accepted[id] = true
+				c.lat = append(c.lat, sample{at: sent, took: time.Since(sent)})
 				c.mu.Unlock()
 			} else {
 				time.Sleep(20 * time.Millisecond)
@@ -213,6 +217,29 @@ func (c *upgradeCluster) consumeOnce(nd *clusterNode) {
 			c.mu.Unlock()
 		}
 	}
+}
+
+type sample struct {
+	at   time.Time
+	took time.Duration
+}
+
+// p99 is the 99th percentile of the produces answered 202 that were sent between
+// from and to, and how many there were.
+func (c *upgradeCluster) p99(from, to time.Time) (time.Duration, int) {
+	c.mu.Lock()
+	var ds []time.Duration
+	for _, s := range c.lat {
+		if !s.at.Before(from) && s.at.Before(to) {
+			ds = append(ds, s.took)
+		}
+	}
+	c.mu.Unlock()
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds[min(len(ds)-1, len(ds)*99/100)], len(ds)
 }
 
 // progress waits until the load has had n more produces accepted and n more acks
