@@ -330,7 +330,6 @@ func moveKill(t *testing.T, party, phase string) {
 	c.finish()
 }
 
-
 // TestClusterForcedTakeover: on five nodes (the control plane keeps its majority),
 // two of a partition's three replicas are killed and their disks lost, so the
 // partition can never elect a leader again. A forced takeover makes the survivor lead
