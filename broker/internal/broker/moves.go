@@ -417,17 +417,20 @@ func (b *Broker) followPlacement() {
 				t.sig.broadcast()
 			case !want && lp != nil:
 				mv, act := leftBy(moves, b.opts.NodeID, t, i)
-				if act == leaveDelete && !synced {
+				if !synced {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					err := b.meta.Sync(ctx)
 					cancel()
 					if err != nil {
-						b.log.Warn("a replica moved off this node waits to be deleted until the metadata is confirmed current", "topic", t.name, "partition", i, "err", err)
+						b.log.Warn("a replica no longer placed here waits until the metadata is confirmed current", "topic", t.name, "partition", i, "err", err)
 						continue
 					}
 					synced = true
 					moves = b.meta.Moves()
 					mv, act = leftBy(moves, b.opts.NodeID, t, i)
+				}
+				if cur, ok := b.meta.Topic(t.name); ok && cur.Incarnation == t.incarnation && b.holds(cur, int32(i)) {
+					continue // placed here after all: this view was behind, the next pass has it
 				}
 				switch act {
 				case leaveOpen:

@@ -565,6 +565,10 @@ func (b *Broker) reconcileVoters() {
 					c.RemoveLearners = append(c.RemoveLearners, v)
 				}
 			}
+			changes := len(c.RemoveVoters)+len(c.AddVoters)+len(c.AddLearners)+len(c.RemoveLearners) > 0
+			if changes && !b.placementCurrent(t, i, m.Placement[i].Epoch) {
+				continue // the next tick acts on the current placement
+			}
 			if slices.Contains(c.RemoveVoters, self) {
 				stays := false
 				for _, v := range want {
@@ -581,7 +585,7 @@ func (b *Broker) reconcileVoters() {
 				b.handOverTo(t, i, info, want)
 				continue
 			}
-			if len(c.RemoveVoters)+len(c.AddVoters)+len(c.AddLearners)+len(c.RemoveLearners) == 0 {
+			if !changes {
 				b.steerMoves(t, i, info, mv, hasMove)
 				continue
 			}
@@ -607,13 +611,44 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 	if to == 0 {
 		return
 	}
+	lp := t.parts()[i]
+	if lp == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), handOverWait)
 	defer cancel()
-	if err := t.parts()[i].HandOver(ctx); err != nil {
+	if err := lp.HandOver(ctx); err != nil {
 		b.log.Warn("handing over a partition's leases failed; they lapse as in a crash", "topic", t.name, "partition", i, "err", err)
 	}
 	b.log.Info("handing over the leadership of a partition this node leaves", "topic", t.name, "partition", i, "to", b.nodeOf(to))
 	b.repl.host.TransferLeader(t.gid(i), to)
+	wait := time.Now().Add(moveHandOverWait)
+	for t.leads(i) && time.Now().Before(wait) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if t.leads(i) {
+		// The transfer did not happen: serve on, and try again at the next tick,
+		// rather than lease nothing until an election.
+		lp.ResumeAfterHandOver()
+		b.log.Warn("a partition's leadership did not move; it goes on serving here and tries again", "topic", t.name, "partition", i, "to", b.nodeOf(to))
+	}
+}
+
+// moveHandOverWait bounds how long a leader a move takes off waits for its leadership
+// to move before it serves again.
+const moveHandOverWait = 3 * time.Second
+
+// placementCurrent reports whether partition i of t still has placement epoch epoch
+// once this node's metadata is confirmed current (a read of the controller): a
+// leader never changes its group's members on a placement it may have read stale.
+func (b *Broker) placementCurrent(t *topic, i int, epoch uint64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := b.meta.Sync(ctx); err != nil {
+		return false
+	}
+	m, ok := b.meta.Topic(t.name)
+	return ok && m.Incarnation == t.incarnation && i < len(m.Placement) && m.Placement[i].Epoch == epoch
 }
 
 // replicationLoop checks the groups led here every second (a change of leader or of

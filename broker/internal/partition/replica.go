@@ -653,6 +653,18 @@ func (p *Partition) HandOver(ctx context.Context) error {
 	return nil
 }
 
+// ResumeAfterHandOver lets a leader whose handover did not happen (its leadership did
+// not move: the chosen replica could not take it) lease again, instead of serving
+// nothing until an election. The leases it committed for the handover stay its own.
+func (p *Partition) ResumeAfterHandOver() {
+	r := p.repl
+	if r == nil || !r.leading.Load() || !r.handingOver.Load() {
+		return
+	}
+	r.handingOver.Store(false)
+	p.notify()
+}
+
 // handingOver reports whether this replica is handing its leadership over.
 func (p *Partition) handingOver() bool { return p.repl != nil && p.repl.handingOver.Load() }
 

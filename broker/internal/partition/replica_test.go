@@ -230,6 +230,34 @@ func TestReplicaHandOverKeepsLeases(t *testing.T) {
 	}
 }
 
+// TestReplicaResumesAfterAFailedHandOver: a leader whose handover did not happen (its
+// leadership never moved) leases again after ResumeAfterHandOver, and the leases it
+// held stay valid; without it, the partition would deliver nothing until an election.
+func TestReplicaResumesAfterAFailedHandOver(t *testing.T) {
+	_, ps := openGroup(t, 3)
+	appendN(t, ps[0], 5)
+	held, err := ps[0].Lease(2, time.Minute, 1<<20)
+	if err != nil || len(held) != 2 {
+		t.Fatalf("leased %d: %v", len(held), err)
+	}
+	if err := ps[0].HandOver(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps[0].Lease(10, time.Minute, 1<<20); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a leader handing over leased: %v", err)
+	}
+	ps[0].ResumeAfterHandOver()
+	rest := leaseAll(t, ps[0])
+	if o := offsets(rest); fmt.Sprint(o) != "[2 3 4]" {
+		t.Fatalf("after resuming the leader leased %v, want [2 3 4]", o)
+	}
+	for _, d := range held {
+		if err := ps[0].Settle([]SettleReq{{Offset: d.Record.Offset, Nonce: d.Nonce}})[0]; err != nil {
+			t.Fatalf("a lease held through the failed handover was refused: %v", err)
+		}
+	}
+}
+
 // Concurrent appends reach the group's log in the order of the offsets they name, so
 // none is refused and proposed again (each refusal costs a round of consensus).
 func TestReplicaConcurrentAppendsAreNotRefused(t *testing.T) {
