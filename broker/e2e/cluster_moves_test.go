@@ -336,7 +336,8 @@ func moveKill(t *testing.T, party, phase string) {
 // what it holds and reports a lower bound of the loss; then every message produced
 // after it is delivered, nothing acked before it is delivered again, the replica set
 // grows back to three on live nodes, and a lost replica's node that comes back with
-// its old data is not let into the new group (its copy is not served).
+// its old data is not let into the new group (its copy is not served; moved onto that
+// node again, the partition is copied afresh and the old copy set aside).
 func TestClusterForcedTakeover(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 5, "--auto-rebalance=false")
@@ -423,6 +424,28 @@ func TestClusterForcedTakeover(t *testing.T) {
 	waitFor(t, 30*time.Second, "the returning node to leave its old copy unserved", func() bool {
 		return strings.Contains(lost[1].Log(), "holds data of a partition placed on another node")
 	})
+	// Moved onto that node again, its old copy is set aside (never served nor
+	// restored over: it may hold what the survivor never had) and copied afresh.
+	cur := replicasOf(asker, "ft", 0)
+	curLead := leaderOf(t, nodes, "ft", 0)
+	var from string
+	for _, r := range cur {
+		if r != curLead.id {
+			from = r
+		}
+	}
+	mv := startMove(t, asker, "ft", 0, from, lost[1].id)
+	waitFor(t, 90*time.Second, "the move onto the returning node to end", func() bool {
+		for _, m := range moves(asker) {
+			if m.ID == mv.ID {
+				return m.Status == "done"
+			}
+		}
+		return false
+	})
+	if _, err := os.Stat(filepath.Join(partitionDir(lost[1], "ft", 0), "damaged")); err != nil {
+		t.Fatalf("the returning node's old copy was not set aside: %v", err)
+	}
 	seen := map[string]int{}
 	drain(t, asker, "ft", seen, 7*time.Second)
 	for i := range 100 {

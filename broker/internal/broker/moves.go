@@ -219,6 +219,9 @@ func (b *Broker) ForceLeader(ctx context.Context, topic string, p int32, node st
 	if mem.Status != meta.StatusAlive {
 		return ForceLeaderResult{}, &ConflictError{Msg: fmt.Sprintf("node %s is %s; a forced takeover needs a live replica", node, mem.Status)}
 	}
+	if !b.meta.Allows(meta.FeatureMoves) {
+		return ForceLeaderResult{}, mapMetaErr(fmt.Errorf("%w: a forced takeover needs cluster version %d and the cluster runs %d", meta.ErrVersionGated, meta.FeatureMoves.Since, b.meta.ClusterVersion()))
+	}
 	before := groupOf(&m, int(p))
 	reported, err := b.meta.MaxReportedEnd(ctx, before)
 	if err != nil {

@@ -151,6 +151,33 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	popts.NewCommands = func() bool { return b.meta.Allows(meta.FeaturePartitionCommands) }
 	raftDir := filepath.Join(popts.Dir, raftDirOf(&m, i))
 	_, statErr := os.Stat(raftDir)
+	// A replica made for a group that existed before this data directory did (the
+	// node lost its disk) joins it: the group's leader makes it a voter in place of
+	// its lost replica (reconcileVoters) and sends it the group's log.
+	// So does a replica a move adds (a learner, or a voter of a replica set changed
+	// since the group was made): bootstrapping it with today's voters would start a
+	// second history.
+	pl := m.Placement[i]
+	fresh := errors.Is(statErr, os.ErrNotExist)
+	join := fresh && (m.CreatedAtMs+1000 < b.repl.born || pl.Epoch > 1 || slices.Contains(pl.Learners, b.opts.NodeID))
+	// The only replica of a group made over the data it holds (a replication factor
+	// raised from 1, a forced takeover) starts the group alone, and its first snapshot
+	// stands for that data: a replica added later restores it, fetching the messages,
+	// instead of replaying a log that never held them.
+	onData := fresh && pl.Group && len(pl.Replicas) == 1 && pl.Replicas[0] == b.opts.NodeID
+	if onData {
+		join = false
+	}
+	if join && hasData(popts.Dir) {
+		// Data from before this replica joined its group (a copy a move or a forced
+		// takeover left behind, an old version's orphan) is no part of the group's
+		// history and may diverge from it: set aside, never served or restored over.
+		if err := partition.DiscardData(nil, popts.Dir); err != nil {
+			return nil, fmt.Errorf("setting aside old data of partition %d of topic %q: %w", i, m.Name, err)
+		}
+		b.log.Warn("a replica joining its group found data from before it joined; set aside in damaged/ and copied afresh from the group",
+			"topic", m.Name, "partition", i, "dir", popts.Dir)
+	}
 	p, err := partition.Open(popts)
 	if err != nil {
 		return nil, err
@@ -173,23 +200,6 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	if !known {
 		_ = p.Close() // the error below is the one to report
 		return nil, fmt.Errorf("%w: a replica of partition %d of topic %q is on a node this node has no member record of yet", ErrUnavailable, i, m.Name)
-	}
-	// A replica made for a group that existed before this data directory did (the
-	// node lost its disk) joins it: the group's leader makes it a voter in place of
-	// its lost replica (reconcileVoters) and sends it the group's log.
-	// So does a replica a move adds (a learner, or a voter of a replica set changed
-	// since the group was made): bootstrapping it with today's voters would start a
-	// second history.
-	pl := m.Placement[i]
-	fresh := errors.Is(statErr, os.ErrNotExist)
-	join := fresh && (m.CreatedAtMs+1000 < b.repl.born || pl.Epoch > 1 || slices.Contains(pl.Learners, b.opts.NodeID))
-	// The only replica of a group made over the data it holds (a replication factor
-	// raised from 1, a forced takeover) starts the group alone, and its first snapshot
-	// stands for that data: a replica added later restores it, fetching the messages,
-	// instead of replaying a log that never held them.
-	onData := fresh && pl.Group && len(pl.Replicas) == 1 && pl.Replicas[0] == b.opts.NodeID
-	if onData {
-		join = false
 	}
 	err = b.repl.host.OpenGroup(gid, raftetcd.GroupConfig{
 		Voters: voters, Dir: raftDir, Join: join, Campaign: m.Placement[i].Leader == b.opts.NodeID, SnapshotFirst: onData,
