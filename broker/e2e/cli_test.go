@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/testutil"
 )
 
@@ -503,14 +504,15 @@ func TestCLIClusterBenchCompletion(t *testing.T) {
 		MinVersion int    `json:"min_version"`
 		MaxVersion int    `json:"max_version"`
 	}](t, c.ok("cluster", "members", "-o", "json"))
-	if len(members) != 1 || members[0].Status != "alive" || !members[0].Controller || members[0].MinVersion != 1 || members[0].MaxVersion != 2 {
+	top := meta.VersionMax
+	if len(members) != 1 || members[0].Status != "alive" || !members[0].Controller || members[0].MinVersion != 1 || members[0].MaxVersion != top {
 		t.Fatalf("members %+v", members)
 	}
 	// A node of its own commits the highest cluster version it speaks within moments.
 	var table string
-	waitFor(t, 30*time.Second, "the members table to show cluster version 2", func() bool {
+	waitFor(t, 30*time.Second, fmt.Sprintf("the members table to show cluster version %d", top), func() bool {
 		table = c.ok("cluster", "members")
-		return strings.Contains(table, "cluster version 2\n") && strings.Contains(table, "VERSIONS") && strings.Contains(table, " 1-2\n")
+		return strings.Contains(table, fmt.Sprintf("cluster version %d\n", top)) && strings.Contains(table, "VERSIONS") && strings.Contains(table, fmt.Sprintf(" 1-%d\n", top))
 	})
 	if r := c.run("cluster", "decommission", "no-such-node"); r.code != 3 && r.code != 1 {
 		t.Fatalf("decommission: %+v", r)

@@ -412,7 +412,14 @@ func TestClusterForcedTakeover(t *testing.T) {
 		waitFor(t, 30*time.Second, "a produce after the takeover", func() bool { return produceTry(asker, "ft", fmt.Sprint("new", i)) == http.StatusAccepted })
 	}
 	// The set grows back to the replication factor on the live nodes.
-	waitFor(t, 90*time.Second, "three replicas again", func() bool { return len(replicasOf(asker, "ft", 0)) == 3 })
+	waitFor(t, 90*time.Second, "three replicas again, no move under way", func() bool {
+		for _, m := range moves(asker) {
+			if m.Status == "copying" || m.Status == "switching" || m.Status == "removing" {
+				return false
+			}
+		}
+		return len(replicasOf(asker, "ft", 0)) == 3
+	})
 	if got := replicasOf(asker, "ft", 0); slices.Contains(got, lost[0].id) || slices.Contains(got, lost[1].id) {
 		t.Fatalf("replicas %v include a lost node", got)
 	}

@@ -108,20 +108,29 @@ func TestHealthAndCluster(t *testing.T) {
 }
 
 // TestClusterRoutesOnALoneNode: on a node without a node plane, adding a member answers
-// 501 not_implemented (it has no way to reach one), and the membership operations
-// (decommission, moves, rebalance) answer 409 conflict saying they need a cluster;
+// 501 not_implemented (it has no way to reach one), decommissioning an unknown node 404,
+// and the membership operations (decommissioning itself, moves, rebalance, a forced
+// takeover) answer 409 conflict saying they need a cluster;
 // listing moves answers an empty list. None of them changes the members.
 func TestClusterRoutesOnALoneNode(t *testing.T) {
 	t.Parallel()
 	_, a := startBroker(t)
 	a.createTopic("t", nil)
+	var cl struct {
+		NodeID string `json:"node_id"`
+	}
+	if r := a.Get("/v1/cluster"); !r.Expect(t, http.StatusOK) || !r.JSON(t, &cl) || cl.NodeID == "" {
+		t.Fatal("GET /v1/cluster")
+	}
+	self := cl.NodeID
 	for _, c := range []struct {
 		method, path, body string
 		status             int
 		code               string
 	}{
 		{"POST", "/v1/cluster/members", `{"id":"n2","address":"127.0.0.1:1"}`, http.StatusNotImplemented, "not_implemented"},
-		{"DELETE", "/v1/cluster/members/n2", "", http.StatusConflict, "conflict"},
+		{"DELETE", "/v1/cluster/members/n2", "", http.StatusNotFound, "node_not_found"},
+		{"DELETE", "/v1/cluster/members/" + self, "", http.StatusConflict, "conflict"},
 		{"POST", "/v1/cluster/moves", `{"topic":"t","partition":0,"from":"a","to":"b"}`, http.StatusConflict, "conflict"},
 		{"DELETE", "/v1/cluster/moves/3", "", http.StatusConflict, "conflict"},
 		{"POST", "/v1/cluster/rebalance", "", http.StatusConflict, "conflict"},

@@ -151,6 +151,12 @@ func (b *Broker) CancelMove(ctx context.Context, id string) error {
 // returns the member as it is. Errors: ErrMemberNotFound; *ConflictError (the last
 // node, or no live node to take a replica).
 func (b *Broker) Decommission(ctx context.Context, node string) (MemberInfo, error) {
+	if err := b.ensureReady(); err != nil {
+		return MemberInfo{}, err
+	}
+	if _, ok := b.meta.Member(node); !ok && b.repl == nil {
+		return MemberInfo{}, fmt.Errorf("%w: no member %q; list them with GET /v1/cluster/members", ErrMemberNotFound, node)
+	}
 	if err := b.clusterOnly("decommissioning a node"); err != nil {
 		return MemberInfo{}, err
 	}
