@@ -214,7 +214,7 @@ MOVE_PHASES ?= copying switching
 chaos-cluster: ## About 15 min: a partition move under load with each party (controller, leader, source, target) killed at each phase, then the slower membership tests (tag cluster)
 	@set -e; for party in $(MOVE_PARTIES); do for phase in $(MOVE_PHASES); do \
 		echo "== move: kill the $$party while $$phase"; \
-		(cd broker && NARAD_MOVE_PARTY=$$party NARAD_MOVE_PHASE=$$phase $(GO) test -count=1 -timeout 10m -run '^TestClusterMoveSurvivesAKill$$' ./e2e/); \
+		(cd broker && NARAD_MOVE_PARTY=$$party NARAD_MOVE_PHASE=$$phase $(GO) test -count=1 -tags cluster -timeout 10m -run '^TestClusterMoveSurvivesAKill$$' ./e2e/); \
 	done; done
 	cd broker && $(GO) test -count=1 -tags cluster -timeout 20m -run 'TestClusterReplicationFactorFromOne|TestClusterJoinRebalanceAndReplace' ./e2e/
 
