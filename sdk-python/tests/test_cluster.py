@@ -128,7 +128,8 @@ def test_replication_factor_is_sent_on_alter_topic(drv: Driver) -> None:
 def test_membership_refusals_map_to_the_sdk_errors(drv: Driver) -> None:
     c = drv.new_client(rule=scripted({
         "DELETE /v1/cluster/moves/gone": [
-            (404, {"error": {"code": "move_not_found", "message": "no partition move has that id"}})],
+            (404, {"error": {"code": "move_not_found",
+                             "message": "no partition move has that id"}})],
     }))
     with pytest.raises(narad.NotFound) as nf:
         c.cancel_move("gone")
