@@ -13,6 +13,7 @@ import { Replay, type ReplayOptions } from "./replay.js";
 import {
   childFromWire,
   memberFromWire,
+  moveFromWire,
   settingsToWire,
   topicDetailFromWire,
   topicFromWire,
@@ -20,8 +21,10 @@ import {
   type AckResult,
   type ChildInfo,
   type ClusterInfo,
+  type ForceLeaderResult,
   type Grant,
   type Member,
+  type Move,
   type Outgoing,
   type Produced,
   type TopicChanges,
@@ -611,7 +614,11 @@ export class Client implements AsyncDisposable, ClientCore {
     return r.topics.map(topicFromWire);
   }
 
-  /** alterTopic changes a topic's live-tunable settings and returns the topic. */
+  /**
+   * alterTopic changes a topic's live-tunable settings and returns the topic. A new
+   * `replicationFactor` is reached in the background through moves
+   * ({@link Client.listMoves}).
+   */
   async alterTopic(name: string, changes: TopicChanges, opts?: CallOptions): Promise<TopicInfo> {
     const body: S["AlterTopicRequest"] = settingsToWire(changes);
     return topicFromWire(
@@ -738,13 +745,109 @@ export class Client implements AsyncDisposable, ClientCore {
   /** getCluster describes the cluster as the answering node sees it. */
   async getCluster(opts?: CallOptions): Promise<ClusterInfo> {
     const r = await this.json<S["Cluster"]>({ operation: "getCluster", method: "GET", path: "/v1/cluster", expect: [200], ...this.callOpts(opts) });
-    return { nodeId: r.node_id, controller: r.controller, members: r.members.map(memberFromWire) };
+    return { clusterId: r.cluster_id, nodeId: r.node_id, controller: r.controller, version: r.version, members: r.members.map(memberFromWire) };
   }
 
   /** listMembers returns the cluster's members. */
   async listMembers(opts?: CallOptions): Promise<Member[]> {
     const r = await this.json<S["MemberList"]>({ operation: "listMembers", method: "GET", path: "/v1/cluster/members", expect: [200], ...this.callOpts(opts) });
     return r.members.map(memberFromWire);
+  }
+
+  /**
+   * decommission starts moving every replica off `node` and removes it once it holds
+   * nothing (admin only); a dead member's replicas are copied again from the survivors.
+   * It resolves with the member, `decommissioning`, once the broker has started; the
+   * member leaves {@link Client.listMembers} when it is done. A repeat answers the
+   * member as it is, so it is retried like a read. NotFound for an unknown node;
+   * Conflict for the last node, or one whose replicas no live node can take.
+   */
+  async decommission(node: string, opts?: CallOptions): Promise<Member> {
+    const r = await this.json<S["Member"]>({
+      operation: "decommissionMember",
+      method: "DELETE",
+      path: `/v1/cluster/members/${encodeURIComponent(node)}`,
+      expect: [202],
+      retryUncertain: true,
+      ...this.callOpts(opts),
+    });
+    return memberFromWire(r);
+  }
+
+  /** listMoves returns every partition move the cluster holds, newest first, with its status and progress (admin only). */
+  async listMoves(opts?: CallOptions): Promise<Move[]> {
+    const r = await this.json<S["MoveList"]>({ operation: "listMoves", method: "GET", path: "/v1/cluster/moves", expect: [200], ...this.callOpts(opts) });
+    return r.moves.map(moveFromWire);
+  }
+
+  /**
+   * movePartition starts moving the replica of a partition on node `from` to node `to`
+   * (admin only) and resolves with the move once the broker has started it; follow it
+   * with {@link Client.listMoves}. An identical move under way is answered as it is
+   * (the same id), so it is retried like a read. NotFound for an unknown topic,
+   * partition or node; Conflict, with the broker's reason, when the move is impossible
+   * (`to` is dead or holds a replica already, `from` holds none, another move of the
+   * partition is under way).
+   */
+  async movePartition(topic: string, partition: number, from: string, to: string, opts?: CallOptions): Promise<Move> {
+    const body: S["MoveRequest"] = { topic, partition, from, to };
+    const r = await this.json<S["Move"]>(
+      { operation: "movePartition", method: "POST", path: "/v1/cluster/moves", topic, expect: [202], retryUncertain: true, ...this.callOpts(opts) },
+      body,
+    );
+    return moveFromWire(r);
+  }
+
+  /**
+   * cancelMove cancels a move that is still copying (admin only). NotFound when no move
+   * has that id; Conflict once it is switching (it finishes) or has ended.
+   */
+  async cancelMove(id: string, opts?: CallOptions): Promise<void> {
+    await this.call({
+      operation: "cancelMove",
+      method: "DELETE",
+      path: `/v1/cluster/moves/${encodeURIComponent(id)}`,
+      expect: [204],
+      retryUncertain: true,
+      ...this.callOpts(opts),
+    });
+  }
+
+  /**
+   * rebalance starts the moves that even out replicas and leaders over the members
+   * (admin only) and resolves with those it started now (possibly none); the broker
+   * starts the rest as they finish. A repeat starts only what is still needed.
+   */
+  async rebalance(opts?: CallOptions): Promise<Move[]> {
+    const r = await this.json<S["MoveList"]>({ operation: "rebalance", method: "POST", path: "/v1/cluster/rebalance", expect: [202], retryUncertain: true, ...this.callOpts(opts) });
+    return r.moves.map(moveFromWire);
+  }
+
+  /**
+   * forceLeader makes the replica on `node` the only member of a partition that lost a
+   * majority of its replicas for good, and leader of what it holds (admin only); the
+   * broker then grows the replica set back to the topic's replication factor. Messages
+   * only the lost replicas held are lost: see
+   * {@link ForceLeaderResult.possiblyLostAtLeast}. An attempt whose outcome is unknown is
+   * never repeated (the error is `uncertain`): check the partition's replicas with
+   * {@link Client.getTopic} before asking again. Conflict when `node` holds no replica
+   * of the partition or is not live.
+   */
+  async forceLeader(topic: string, partition: number, node: string, opts?: CallOptions): Promise<ForceLeaderResult> {
+    const body: S["ForceLeaderRequest"] = { node };
+    const r = await this.json<S["ForceLeaderResult"]>(
+      {
+        operation: "forceLeader",
+        method: "POST",
+        path: topicPath(topic, `/partitions/${encodeURIComponent(String(partition))}/force-leader`),
+        topic,
+        expect: [200],
+        retryUncertain: false,
+        ...this.callOpts(opts),
+      },
+      body,
+    );
+    return { possiblyLostAtLeast: r.possibly_lost_at_least, replicas: [...r.replicas] };
   }
 
   /** ready reports whether a node answers GET /readyz with 200 (it has recovered and serves). */

@@ -83,4 +83,8 @@ export type {
   UserInfo,
   Member,
   ClusterInfo,
+  Move,
+  MoveStatus,
+  MoveCause,
+  ForceLeaderResult,
 } from "./types.js";

@@ -63,6 +63,12 @@ export interface TopicChanges {
   maxAckedAheadPerPartition?: number;
   /** New JSON Schema; null (sent as `{}`) removes it. */
   schema?: Record<string, unknown> | null;
+  /**
+   * New number of replicas per partition (1 to 7), reached in the background: the broker
+   * adds or removes replicas through moves ({@link Client.listMoves}). More than the
+   * cluster's nodes is a Conflict.
+   */
+  replicationFactor?: number;
 }
 
 /** TopicInfo is a topic's settings as the broker reports them. */
@@ -207,16 +213,83 @@ export interface Member {
   status: string;
   /** Whether it votes in the control plane. */
   voter: boolean | undefined;
+  /** How many partition replicas it holds (undefined from a broker that does not say). */
+  partitionsHeld: number | undefined;
+  /** How many partitions it leads (undefined from a broker that does not say). */
+  partitionsLed: number | undefined;
+  /** The lowest cluster version its binary can run in, as it last reported. */
+  minVersion: number | undefined;
+  /** The highest cluster version it offers, as it last reported. */
+  maxVersion: number | undefined;
 }
 
 /** ClusterInfo describes the cluster from the answering node's point of view. */
 export interface ClusterInfo {
+  /** The cluster's id (undefined from a broker that does not send one). */
+  clusterId: string | undefined;
   /** The node that answered. */
   nodeId: string;
   /** The node that leads the control plane. */
   controller: string;
+  /** The cluster version the controller committed (undefined from a broker that does not send one). */
+  version: number | undefined;
   /** Every member. */
   members: Member[];
+}
+
+/**
+ * MoveStatus is where a move is, in this order: `copying` (the new replica catches up;
+ * the only status {@link Client.cancelMove} can stop), `switching` (the replica set is
+ * switched; it finishes from here on), `removing` (the old replica deletes its copy),
+ * then `done`, `cancelled` or `failed`.
+ */
+export type MoveStatus = S["Move"]["status"];
+
+/**
+ * MoveCause is what started a move: `request` ({@link Client.movePartition}),
+ * `decommission`, `replace` (a lost replica replaced, or a forced takeover growing the
+ * replica set back), `rebalance` or `replication_factor`.
+ */
+export type MoveCause = S["Move"]["cause"];
+
+/** Move is a move of one partition replica from one node to another. */
+export interface Move {
+  /** Names the move, for {@link Client.cancelMove}. */
+  id: string;
+  /** The topic. */
+  topic: string;
+  /** The partition. */
+  partition: number;
+  /** The node whose replica goes; "" when a replica is only added (a raised replication factor). */
+  from: string;
+  /** The node that gets a replica; "" when one is only removed (a lowered replication factor). */
+  to: string;
+  /** Where the move is. */
+  status: MoveStatus;
+  /** Why it failed or was cancelled; undefined otherwise. */
+  reason: string | undefined;
+  /** What started it. */
+  cause: MoveCause;
+  /** The share (0 to 1) of the partition's log the new replica holds. */
+  progress: number;
+  /** While copying, how many messages the new replica is behind; undefined otherwise. */
+  lag: number | undefined;
+  /** When the move started, in Unix ms. */
+  createdAtMs: number;
+  /** When its status last changed, in Unix ms. */
+  updatedAtMs: number;
+}
+
+/** ForceLeaderResult is the outcome of {@link Client.forceLeader}. */
+export interface ForceLeaderResult {
+  /**
+   * A lower bound of the messages lost: the highest high watermark any replica reported
+   * to the control plane minus the log end of the replica that took over. More may be
+   * lost; 0 proves nothing.
+   */
+  possiblyLostAtLeast: number;
+  /** The partition's replica set right after the takeover; the broker grows it back through moves. */
+  replicas: string[];
 }
 
 /** @internal */
@@ -274,7 +347,35 @@ export function settingsToWire(s: TopicSettings & { parent?: string; fanoutDelay
 
 /** @internal */
 export function memberFromWire(m: S["Member"]): Member {
-  return { id: m.id, address: m.address, httpAddress: m.http_address, status: m.status, voter: m.voter };
+  return {
+    id: m.id,
+    address: m.address,
+    httpAddress: m.http_address,
+    status: m.status,
+    voter: m.voter,
+    partitionsHeld: m.partitions_held,
+    partitionsLed: m.partitions_led,
+    minVersion: m.min_version,
+    maxVersion: m.max_version,
+  };
+}
+
+/** @internal */
+export function moveFromWire(m: S["Move"]): Move {
+  return {
+    id: m.id,
+    topic: m.topic,
+    partition: m.partition,
+    from: m.from,
+    to: m.to,
+    status: m.status,
+    reason: m.reason,
+    cause: m.cause,
+    progress: m.progress,
+    lag: m.lag,
+    createdAtMs: m.created_at_ms,
+    updatedAtMs: m.updated_at_ms,
+  };
 }
 
 /** @internal */

@@ -26,9 +26,13 @@ from .errors import BufferFull, Closed, Conflict, LeaseLost, NaradError
 from .models import (
     AckResult,
     Child,
+    ClusterInfo,
     Event,
+    ForceLeaderResult,
     Grant,
+    Member,
     Message,
+    Move,
     Position,
     Produced,
     TopicInfo,
@@ -430,13 +434,20 @@ class AsyncClient:
                     visibility_timeout_ms: int | None = None,
                     max_in_flight_per_partition: int | None = None,
                     max_acked_ahead_per_partition: int | None = None,
+                    replication_factor: int | None = None,
                     schema: Mapping[str, Any] | None = None, timeout: float | None = None
                     ) -> TopicInfo:
-        """alter_topic changes the live-tunable settings given; others keep their value."""
+        """alter_topic changes the live-tunable settings given; others keep their value.
+
+        A new ``replication_factor`` (1 to 7) is reached in the background: the broker
+        adds or removes replicas through moves (:meth:`list_moves`). More than the
+        cluster's nodes is a Conflict.
+        """
         settings = core.topic_settings(
             retention_ms=retention_ms, visibility_timeout_ms=visibility_timeout_ms,
             max_in_flight_per_partition=max_in_flight_per_partition,
-            max_acked_ahead_per_partition=max_acked_ahead_per_partition, schema=schema)
+            max_acked_ahead_per_partition=max_acked_ahead_per_partition,
+            replication_factor=replication_factor, schema=schema)
         return await self._run(core.alter_topic(name, settings), timeout)
 
     async def delete_topic(self, name: str, *, timeout: float | None = None) -> None:
@@ -496,6 +507,77 @@ class AsyncClient:
                         ) -> None:
         """change_password changes a password (a user passes ``current_password``)."""
         await self._run(core.change_password(username, new_password, current_password), timeout)
+
+    # -- cluster membership (admin)
+
+    async def get_cluster(self, *, timeout: float | None = None) -> ClusterInfo:
+        """get_cluster returns the answering node's view: itself, the controller, the members.
+
+        A single node is a cluster of one.
+        """
+        return await self._run(core.get_cluster(), timeout)
+
+    async def list_members(self, *, timeout: float | None = None) -> list[Member]:
+        """list_members lists the cluster's members."""
+        return await self._run(core.list_members(), timeout)
+
+    async def decommission(self, node: str, *, timeout: float | None = None) -> Member:
+        """Decommission moves every replica off ``node``, then removes it (admin only).
+
+        Returns the member, ``"decommissioning"``, once the broker has started; it leaves
+        :meth:`list_members` when it holds nothing. A dead member's replicas are copied
+        again from the survivors. A repeat returns the member as it is, so it is retried
+        like a read. NotFound for an unknown node; Conflict for the last node, or one
+        whose replicas no live node can take.
+        """
+        return await self._run(core.decommission(node), timeout)
+
+    async def list_moves(self, *, timeout: float | None = None) -> list[Move]:
+        """list_moves lists every partition move the cluster holds, newest first (admin only)."""
+        return await self._run(core.list_moves(), timeout)
+
+    async def move_partition(self, topic: str, partition: int, from_: str, to: str, *,
+                             timeout: float | None = None) -> Move:
+        """move_partition moves the replica of a partition on ``from_`` to ``to`` (admin only).
+
+        Returns the move once the broker has started it; follow it with
+        :meth:`list_moves`. An identical move under way is returned as it is (the same
+        id), so it is retried like a read. NotFound for an unknown topic, partition or
+        node; Conflict, with the broker's reason, when the move is impossible (``to`` is
+        dead or holds a replica already, ``from_`` holds none, another move of the
+        partition is under way).
+        """
+        return await self._run(core.move_partition(topic, partition, from_, to), timeout)
+
+    async def cancel_move(self, move_id: str, *, timeout: float | None = None) -> None:
+        """cancel_move cancels a move that is still copying (admin only).
+
+        NotFound when no move has that id; Conflict once it is switching (it finishes)
+        or has ended.
+        """
+        await self._run(core.cancel_move(move_id), timeout)
+
+    async def rebalance(self, *, timeout: float | None = None) -> list[Move]:
+        """Rebalance starts the moves that even out replicas and leaders (admin only).
+
+        Returns the moves started now (possibly none); the broker starts the rest as
+        those finish. A repeat starts only what is still needed.
+        """
+        return await self._run(core.rebalance(), timeout)
+
+    async def force_leader(self, topic: str, partition: int, node: str, *,
+                           timeout: float | None = None) -> ForceLeaderResult:
+        """force_leader makes the replica on ``node`` the only member and leader of a partition.
+
+        A last resort (admin only) for a partition that lost a majority of its replicas
+        for good; the broker then grows the replica set back to the topic's replication
+        factor. Messages only the lost replicas held are lost: see
+        :attr:`ForceLeaderResult.possibly_lost_at_least`. An attempt whose outcome is
+        unknown is never repeated (the error is ``uncertain``): check the partition's
+        replicas with :meth:`get_topic` before asking again. Conflict when ``node``
+        holds no replica of the partition or is not live.
+        """
+        return await self._run(core.force_leader(topic, partition, node), timeout)
 
     # -- health
 

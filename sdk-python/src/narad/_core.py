@@ -33,9 +33,13 @@ from .models import (
     AckResult,
     Child,
     ChildLag,
+    ClusterInfo,
     Event,
+    ForceLeaderResult,
     Grant,
+    Member,
     Message,
+    Move,
     Outgoing,
     PartitionStats,
     Produced,
@@ -655,6 +659,69 @@ def parse_user(doc: Mapping[str, Any]) -> User:
     )
 
 
+def _opt_int(doc: Mapping[str, Any], name: str) -> int | None:
+    v = doc.get(name)
+    return None if v is None else int(v)
+
+
+def _opt_str(doc: Mapping[str, Any], name: str) -> str | None:
+    v = doc.get(name)
+    return None if v is None else str(v)
+
+
+def parse_member(doc: Mapping[str, Any]) -> Member:
+    """parse_member reads a wire Member; fields an older broker leaves out are None."""
+    voter = doc.get("voter")
+    return Member(
+        id=str(doc["id"]),
+        address=str(doc["address"]),
+        status=str(doc["status"]),
+        http_address=_opt_str(doc, "http_address"),
+        voter=None if voter is None else bool(voter),
+        partitions_held=_opt_int(doc, "partitions_held"),
+        partitions_led=_opt_int(doc, "partitions_led"),
+        min_version=_opt_int(doc, "min_version"),
+        max_version=_opt_int(doc, "max_version"),
+    )
+
+
+def parse_cluster(doc: Mapping[str, Any]) -> ClusterInfo:
+    """parse_cluster reads a wire Cluster."""
+    return ClusterInfo(
+        node_id=str(doc["node_id"]),
+        controller=str(doc["controller"]),
+        members=tuple(parse_member(m) for m in doc["members"]),
+        cluster_id=_opt_str(doc, "cluster_id"),
+        version=_opt_int(doc, "version"),
+    )
+
+
+def parse_move(doc: Mapping[str, Any]) -> Move:
+    """parse_move reads a wire Move (``from`` becomes ``from_``)."""
+    return Move(
+        id=str(doc["id"]),
+        topic=str(doc["topic"]),
+        partition=int(doc["partition"]),
+        from_=str(doc["from"]),
+        to=str(doc["to"]),
+        status=str(doc["status"]),
+        cause=str(doc["cause"]),
+        progress=float(doc["progress"]),
+        created_at_ms=int(doc["created_at_ms"]),
+        updated_at_ms=int(doc["updated_at_ms"]),
+        reason=_opt_str(doc, "reason"),
+        lag=_opt_int(doc, "lag"),
+    )
+
+
+def parse_force_leader(doc: Mapping[str, Any]) -> ForceLeaderResult:
+    """parse_force_leader reads a wire ForceLeaderResult."""
+    return ForceLeaderResult(
+        possibly_lost_at_least=int(doc["possibly_lost_at_least"]),
+        replicas=tuple(str(r) for r in doc["replicas"]),
+    )
+
+
 def grants_wire(grants: Iterable[Grant]) -> list[dict[str, Any]]:
     """grants_wire renders grants for a request body."""
     return [{"action": g.action, "topics": list(g.topics)} for g in grants]
@@ -959,6 +1026,78 @@ def change_password(username: str, new_password: str, current_password: str | No
     return Call("change_password",
                 _json_req("PUT", f"/v1/users/{_u(username)}/password", body), _none,
                 Kind.WRITE)
+
+
+def _n(node: str) -> str:
+    if not node:
+        raise BadRequest("a node id is needed", code="invalid_parameter")
+    return quote(node, safe="")
+
+
+def get_cluster() -> Call[ClusterInfo]:
+    """get_cluster builds GET /v1/cluster: the answering node's view of its cluster."""
+    return Call("get_cluster", cluster_request(), lambda r, m: parse_cluster(r.json()))
+
+
+def list_members() -> Call[list[Member]]:
+    """list_members builds GET /v1/cluster/members."""
+    return Call("list_members", Request("GET", "/v1/cluster/members"),
+                lambda r, m: [parse_member(x) for x in r.json()["members"]])
+
+
+def decommission(node: str) -> Call[Member]:
+    """Decommission builds DELETE /v1/cluster/members/{node} (202 with the member).
+
+    A repeat answers the member as it is, so a retry after a lost reply is safe.
+    """
+    return Call("decommission", Request("DELETE", f"/v1/cluster/members/{_n(node)}"),
+                lambda r, m: parse_member(r.json()))
+
+
+def list_moves() -> Call[list[Move]]:
+    """list_moves builds GET /v1/cluster/moves: every move, newest first."""
+    return Call("list_moves", Request("GET", "/v1/cluster/moves"),
+                lambda r, m: [parse_move(x) for x in r.json()["moves"]])
+
+
+def move_partition(topic: str, partition: int, from_: str, to: str) -> Call[Move]:
+    """move_partition builds POST /v1/cluster/moves (202 with the move).
+
+    The broker answers a repeat of an identical move under way with that move (the same
+    id), so a retry after a lost reply starts nothing twice.
+    """
+    body = {"topic": topic, "partition": int(partition), "from": from_, "to": to}
+    return Call("move_partition", _json_req("POST", "/v1/cluster/moves", body),
+                lambda r, m: parse_move(r.json()), Kind.READ, topic)
+
+
+def cancel_move(move_id: str) -> Call[None]:
+    """cancel_move builds DELETE /v1/cluster/moves/{id} (204)."""
+    if not move_id:
+        raise BadRequest("a move id is needed", code="invalid_parameter")
+    return Call("cancel_move", Request("DELETE", f"/v1/cluster/moves/{quote(move_id, safe='')}"),
+                _none)
+
+
+def rebalance() -> Call[list[Move]]:
+    """Rebalance builds POST /v1/cluster/rebalance (202 with the moves it started).
+
+    A repeat starts only what is still needed, so a retry is safe.
+    """
+    return Call("rebalance", Request("POST", "/v1/cluster/rebalance"),
+                lambda r, m: [parse_move(x) for x in r.json()["moves"]])
+
+
+def force_leader(topic: str, partition: int, node: str) -> Call[ForceLeaderResult]:
+    """force_leader builds POST /v1/topics/{t}/partitions/{p}/force-leader.
+
+    A non-idempotent write: once it took effect the partition has a new replica set, so
+    an attempt whose outcome is unknown is never repeated (the error is ``uncertain``).
+    """
+    req = _json_req("POST", f"/v1/topics/{_t(topic)}/partitions/{int(partition)}/force-leader",
+                    {"node": node})
+    return Call("force_leader", req, lambda r, m: parse_force_leader(r.json()), Kind.WRITE,
+                topic)
 
 
 CLUSTER_CHECK_TIMEOUT = 5.0

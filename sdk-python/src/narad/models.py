@@ -20,9 +20,13 @@ __all__ = [
     "AckResult",
     "Child",
     "ChildLag",
+    "ClusterInfo",
     "Event",
+    "ForceLeaderResult",
     "Grant",
+    "Member",
     "Message",
+    "Move",
     "Outgoing",
     "PartitionStats",
     "Position",
@@ -177,6 +181,102 @@ class User:
 
     username: str
     grants: tuple[Grant, ...] = ()
+
+
+@dataclass(frozen=True)
+class Member:
+    """Member is one node of the cluster as the controller sees it.
+
+    ``address`` is the node-to-node address, ``http_address`` the API address.
+    ``status`` is ``"alive"``, ``"suspect"``, ``"dead"``, ``"joining"`` or
+    ``"decommissioning"``. The optional fields are ``None`` from a broker that does not
+    send them.
+    """
+
+    id: str
+    address: str
+    status: str
+    http_address: str | None = None
+    voter: bool | None = None
+    partitions_held: int | None = None
+    """How many partition replicas the member holds."""
+    partitions_led: int | None = None
+    """How many partitions the member leads."""
+    min_version: int | None = None
+    """The lowest cluster version the member's binary can run in, as it last reported."""
+    max_version: int | None = None
+    """The highest cluster version the member offers, as it last reported."""
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """ClusterInfo is one node's view of its cluster: itself, the controller, the members.
+
+    ``cluster_id`` and ``version`` (the cluster version the controller committed) are
+    ``None`` from a broker that does not send them.
+    """
+
+    node_id: str
+    controller: str
+    members: tuple[Member, ...] = ()
+    cluster_id: str | None = None
+    version: int | None = None
+
+
+@dataclass(frozen=True)
+class Move:
+    """Move is a move of one partition replica from one node to another.
+
+    ``from_`` (``from`` on the wire, a Python keyword) is the node whose replica goes,
+    ``""`` when a replica is only added (a raised replication factor); ``to`` the node
+    that gets one, ``""`` when one is only removed. ``status`` goes ``"copying"`` (the
+    only one :meth:`Client.cancel_move` can stop), ``"switching"``, ``"removing"``, then
+    ends ``"done"``, ``"cancelled"`` or ``"failed"`` (``reason`` says why). ``cause`` is
+    what started it: ``"request"``, ``"decommission"``, ``"replace"``, ``"rebalance"``
+    or ``"replication_factor"``.
+    """
+
+    id: str
+    topic: str
+    partition: int
+    from_: str
+    to: str
+    status: str
+    cause: str
+    progress: float
+    """The share (0 to 1) of the partition's log the new replica holds."""
+    created_at_ms: int
+    """When the move started, in Unix milliseconds."""
+    updated_at_ms: int
+    """When its status last changed, in Unix milliseconds."""
+    reason: str | None = None
+    lag: int | None = None
+    """While copying, how many messages the new replica is behind; ``None`` otherwise."""
+
+    @property
+    def created_at(self) -> datetime:
+        """created_at is ``created_at_ms`` as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.created_at_ms / 1000, tz=timezone.utc)
+
+    @property
+    def updated_at(self) -> datetime:
+        """updated_at is ``updated_at_ms`` as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.updated_at_ms / 1000, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class ForceLeaderResult:
+    """ForceLeaderResult is the outcome of :meth:`Client.force_leader`.
+
+    ``possibly_lost_at_least`` is a lower bound of the messages lost: the highest high
+    watermark any replica reported to the control plane minus the log end of the
+    replica that took over. More may be lost; 0 proves nothing. ``replicas`` is the
+    partition's replica set right after the takeover; the broker grows it back to the
+    topic's replication factor through moves.
+    """
+
+    possibly_lost_at_least: int
+    replicas: tuple[str, ...]
 
 
 @dataclass(frozen=True)
