@@ -179,7 +179,6 @@ describe("cluster membership", () => {
       () => client.movePartition(topic, 0, "a", "b"),
       () => client.cancelMove("m1"),
       () => client.rebalance(),
-      () => client.decommission("n9"),
       () => client.forceLeader(topic, 0, "b"),
     ];
     for (const call of refusals) {
@@ -190,8 +189,12 @@ describe("cluster membership", () => {
       assert.equal(e.retryable, false);
       assert.equal(e.uncertain, false);
     }
+    // An unknown node is not found, even on a lone node.
+    const nn = await client.decommission("n9").catch((e: unknown) => e);
+    assert.ok(nn instanceof NotFoundError, String(nn));
+    assert.equal(nn.code, "node_not_found");
     const membership = sent.filter((s) => s.path.startsWith("/v1/cluster/") || s.path.endsWith("/force-leader"));
-    assert.equal(membership.length, 1 + refusals.length, "409s are terminal: each call was sent once");
+    assert.equal(membership.length, 2 + refusals.length, "409s and 404s are terminal: each call was sent once");
     await client.close();
   });
 

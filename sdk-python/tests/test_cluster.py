@@ -141,7 +141,6 @@ def test_membership_refusals_map_to_the_sdk_errors(drv: Driver) -> None:
         lambda: c.move_partition(t, 0, "a", "b"),
         lambda: c.cancel_move("m1"),
         lambda: c.rebalance(),
-        lambda: c.decommission("n9"),
         lambda: c.force_leader(t, 0, "b"),
     ]
     for call in refusals:
@@ -149,7 +148,11 @@ def test_membership_refusals_map_to_the_sdk_errors(drv: Driver) -> None:
             call()
         assert ce.value.status == 409 and "needs a cluster" in str(ce.value)
         assert not ce.value.retryable and not ce.value.uncertain
-    # 409s are terminal: each was sent once.
+    # An unknown node is not found, even on a lone node.
+    with pytest.raises(narad.NotFound) as nn:
+        c.decommission("n9")
+    assert nn.value.code == "node_not_found" and not nn.value.retryable
+    # 409s and 404s are terminal: each was sent once.
     assert len(sent(c, "/v1/cluster/")) == 1 + 4 and len(sent(c, "/force-leader")) == 1
 
 
