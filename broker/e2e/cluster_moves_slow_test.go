@@ -100,7 +100,8 @@ func TestClusterReplicationFactorFromOne(t *testing.T) {
 
 // TestClusterJoinRebalanceAndReplace: a fourth node joins a 3-node cluster whose
 // controller rebalances on its own: replicas move onto it until no two nodes hold more
-// than one apart, while leased messages stay leased (their receipt handles ack with
+// than one apart, then leaderships (n4 comes to lead partitions), while leased
+// messages stay leased (their receipt handles ack with
 // 204 afterwards: a quiet rebalance redelivers nothing). Then that node is killed for
 // good and decommissioned: its replicas are copied again from the survivors (cause
 // replace) and it leaves the members; every message is delivered once.
@@ -108,8 +109,8 @@ func TestClusterJoinRebalanceAndReplace(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 3)
 	atVersion(t, nodes[0], 3)
-	nodes[0].api.createTopic("rb", map[string]any{"partitions": 3, "replication_factor": 3, "visibility_timeout_ms": 120000})
-	for p := range 3 {
+	nodes[0].api.createTopic("rb", map[string]any{"partitions": 6, "replication_factor": 3, "visibility_timeout_ms": 120000})
+	for p := range 6 {
 		leaderOf(t, nodes, "rb", p)
 	}
 	for i := range 300 {
@@ -125,7 +126,7 @@ func TestClusterJoinRebalanceAndReplace(t *testing.T) {
 	all := append(slices.Clone(nodes), n4)
 	waitFor(t, 120*time.Second, "the controller to spread the replicas onto n4", func() bool {
 		held := map[string]int{}
-		for p := range 3 {
+		for p := range 6 {
 			for _, r := range replicasOf(nodes[0], "rb", p) {
 				held[r]++
 			}
@@ -135,7 +136,16 @@ func TestClusterJoinRebalanceAndReplace(t *testing.T) {
 				return false
 			}
 		}
-		return held["n4"] >= 2 && len(held) == 4
+		return held["n4"] >= 4 && len(held) == 4
+	})
+	// Leaderships follow: n4 comes to lead partitions too (handed over, leases and all).
+	waitFor(t, 60*time.Second, "n4 to lead a partition", func() bool {
+		for p := range 6 {
+			if l := newLeader(t, all, "rb", p, nil); l == n4 {
+				return true
+			}
+		}
+		return false
 	})
 	var rebalanced int
 	for _, mv := range moves(nodes[0]) {
@@ -180,7 +190,7 @@ func TestClusterJoinRebalanceAndReplace(t *testing.T) {
 	if replaced == 0 {
 		t.Fatalf("no replace move off n4: %+v", moves(nodes[0]))
 	}
-	for p := range 3 {
+	for p := range 6 {
 		if got := replicasOf(nodes[0], "rb", p); len(got) != 3 || slices.Contains(got, "n4") {
 			t.Fatalf("partition %d's replicas after n4 left: %v", p, got)
 		}

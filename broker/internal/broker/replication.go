@@ -595,6 +595,11 @@ func (b *Broker) reconcileVoters() {
 				b.handOverTo(t, i, info, want)
 				continue
 			}
+			if !changes && !hasMove && b.leaderPreferredElsewhere(m.Placement[i], info) {
+				pref, _ := b.voters([]string{m.Placement[i].Leader})
+				b.handOverTo(t, i, info, pref)
+				continue
+			}
 			if !changes {
 				b.steerMoves(t, i, info, mv, hasMove)
 				continue
@@ -642,6 +647,25 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 		lp.ResumeAfterHandOver()
 		b.log.Warn("a partition's leadership did not move; it goes on serving here and tries again", "topic", t.name, "partition", i, "to", b.nodeOf(to))
 	}
+}
+
+// leaderBalanceWindow is how long after a rebalance chose a partition's preferred
+// leader its leader hands the leadership to it. Outside it, leadership stays where
+// elections put it (a failover is not undone by a transfer of its own).
+const leaderBalanceWindow = time.Minute
+
+// leaderPreferredElsewhere reports whether this leader should hand its leadership to
+// the preferred leader a rebalance chose lately: that replica is a voter that holds
+// everything committed.
+func (b *Broker) leaderPreferredElsewhere(pl meta.Placement, info raftetcd.GroupInfo) bool {
+	if pl.LeaderSetAtMs == 0 || pl.Leader == b.opts.NodeID || time.Since(time.UnixMilli(pl.LeaderSetAtMs)) > leaderBalanceWindow {
+		return false
+	}
+	pref, ok := b.voters([]string{pl.Leader})
+	if !ok || !slices.Contains(info.Voters, pref[0]) {
+		return false
+	}
+	return info.Match[pref[0]] >= info.Commit
 }
 
 // moveHandOverWait bounds how long a leader a move takes off waits for its leadership

@@ -334,7 +334,7 @@ func (c command) check() error {
 		if c.Version < 2 {
 			return bad("without a version above 1")
 		}
-	case "start_move", "switch_move", "move_status", "move_progress", "set_replication_factor", "force_leader", "remove_member":
+	case "start_move", "switch_move", "move_status", "move_progress", "set_replication_factor", "force_leader", "remove_member", "set_leader":
 		return c.checkMove()
 	default:
 		return fmt.Errorf("%w %q", errUnknownOp, c.Op)
@@ -565,7 +565,7 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		return f.applyCluster(c)
 	case "attach_remote", "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor":
 		return f.applyRemote(index, c)
-	case "start_move", "switch_move", "move_status", "move_progress", "set_replication_factor", "force_leader", "remove_member":
+	case "start_move", "switch_move", "move_status", "move_progress", "set_replication_factor", "force_leader", "remove_member", "set_leader":
 		return f.applyMove(index, c)
 	case "set_cluster_version":
 		// Never lowered: a second commit of an older decision changes nothing.

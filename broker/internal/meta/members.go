@@ -76,6 +76,10 @@ type Placement struct {
 	// replication factor was raised from 1 (it became a group over its data), or one
 	// taken over by force. A partition placed with more replicas always is one.
 	Group bool `json:"group,omitempty"`
+	// LeaderSetAtMs is when a rebalance last chose Leader (set_leader): the
+	// partition's leader hands its leadership to Leader for a minute after that, and
+	// otherwise leaves it where elections put it.
+	LeaderSetAtMs int64 `json:"leader_set_at_ms,omitempty"`
 }
 
 // Replicated reports whether the partition is a Raft group (see Group).

@@ -127,6 +127,11 @@ func (c command) checkMove() error {
 		if c.Name == "" || c.ServerID == "" {
 			return bad("without a member")
 		}
+	case "set_leader":
+		m := c.MoveOp.Move
+		if m == nil || m.Topic == "" || m.Partition < 0 || c.MoveOp.Node == "" {
+			return bad("without a topic, a partition and a node")
+		}
 	}
 	return nil
 }
@@ -225,7 +230,9 @@ func (f *fsm) applyMove(index uint64, c command) applyResult {
 		if mv.From != "" {
 			pl.Replicas = slices.DeleteFunc(pl.Replicas, func(r string) bool { return r == mv.From })
 			if pl.Leader == mv.From {
-				pl.Leader = mv.To
+				// The new replica takes the preference, and the leadership once it
+				// votes (see Placement.LeaderSetAtMs).
+				pl.Leader, pl.LeaderSetAtMs = mv.To, op.NowMs
 			}
 		}
 		pl.Replicas = append(pl.Replicas, mv.To)
@@ -294,6 +301,24 @@ func (f *fsm) applyMove(index uint64, c command) applyResult {
 		return applyResult{topic: t}
 	case "force_leader":
 		return f.applyForceLeader(index, c)
+	case "set_leader":
+		want := op.Move
+		t, ok := f.topics[want.Topic]
+		if !ok || (want.Incarnation != 0 && want.Incarnation != t.Incarnation) {
+			return applyResult{err: ErrTopicNotFound}
+		}
+		if want.Partition >= int32(len(t.Placement)) {
+			return applyResult{err: ErrPartitionNotFound}
+		}
+		pl := clonePlacement(t.Placement[want.Partition])
+		if !slices.Contains(pl.Replicas, op.Node) {
+			return conflict("node %s holds no replica of partition %d of topic %s", op.Node, want.Partition, t.Name)
+		}
+		pl.Leader, pl.LeaderSetAtMs = op.Node, op.NowMs
+		t.Placement = slices.Clone(t.Placement)
+		t.Placement[want.Partition] = pl
+		f.topics[t.Name] = t
+		return applyResult{topic: t}
 	case "remove_member":
 		m, ok := f.members[c.Name]
 		if !ok || m.ServerID != c.ServerID {

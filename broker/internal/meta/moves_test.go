@@ -193,12 +193,17 @@ func TestPlanMoves(t *testing.T) {
 	}
 	in.rebalance = true
 	got := planMoves(in)
-	if len(got) != 2 || got[0].To != "n4" || got[1].To != "n4" || got[0].Cause != CauseRebalance || got[0].Topic == got[1].Topic {
+	if len(got) != 3 || got[0].To != "n4" || got[1].To != "n4" || got[0].Cause != CauseRebalance || got[0].Topic == got[1].Topic {
 		t.Fatalf("rebalance: %+v", got)
+	}
+	// n1 is preferred for all three partitions: one preference moves to a member
+	// preferred for none that holds a replica, outside the move limit.
+	if l := got[2]; l.Cause != causeLeader || l.From != "n1" || l.To == "n1" || l.To == "n4" {
+		t.Fatalf("leadership: %+v", l)
 	}
 	// A move under way counts against the limit and holds its partition.
 	in.moves = []Move{{Topic: "a", Incarnation: 1, Partition: 0, From: "n1", To: "n4", Status: MoveCopying}}
-	if got := planMoves(in); len(got) != 1 || got[0].Topic == "a" {
+	if got := planMoves(in); len(got) != 2 || got[0].Topic == "a" || got[0].Cause != CauseRebalance || got[1].Cause != causeLeader || got[1].Topic == "a" {
 		t.Fatalf("with a move under way: %+v", got)
 	}
 	in.moves = nil

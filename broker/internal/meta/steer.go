@@ -173,8 +173,52 @@ func planMoves(in planInput) []Move {
 			break
 		}
 	}
-	return out
+	// Leaderships follow once replicas are spread.
+	return append(out, planLeaders(in, alive, busy)...)
 }
+
+// planLeaders returns at most one change of a replicated partition's preferred leader
+// (a Move with Cause "leader" and To the new one), from the alive member preferred
+// for the most partitions to the one preferred for the fewest that holds a replica of
+// it, while they differ by more than one. Partitions under a move are left alone.
+func planLeaders(in planInput, alive []string, busy map[string]bool) []Move {
+	led := map[string]int{}
+	for _, id := range alive {
+		led[id] = 0
+	}
+	for _, t := range in.topics {
+		for _, p := range t.Placement {
+			if p.Replicated() {
+				if _, ok := led[p.Leader]; ok {
+					led[p.Leader]++
+				}
+			}
+		}
+	}
+	most, least := alive[0], alive[0]
+	for _, id := range alive {
+		if led[id] > led[most] {
+			most = id
+		}
+		if led[id] < led[least] {
+			least = id
+		}
+	}
+	if led[most]-led[least] <= 1 {
+		return nil
+	}
+	for _, t := range in.topics {
+		for i, p := range t.Placement {
+			if p.Replicated() && p.Leader == most && slices.Contains(p.Replicas, least) && !busy[partKey(t.Name, t.Incarnation, int32(i))] {
+				return []Move{{Topic: t.Name, Incarnation: t.Incarnation, Partition: int32(i), From: most, To: least, Cause: causeLeader}}
+			}
+		}
+	}
+	return nil
+}
+
+// causeLeader marks a planned change of preferred leader (not a move).
+const causeLeader = "leader"
 
 func partKey(topic string, inc uint64, p int32) string {
 	return fmt.Sprintf("%s/%d/%d", topic, inc, p)
@@ -217,6 +261,12 @@ func (s *Store) steer() error {
 		}
 	}
 	for _, mv := range s.plan(c.AutoRebalance) {
+		if mv.Cause == causeLeader {
+			if err := s.setLeader(mv); err != nil {
+				return err
+			}
+			continue
+		}
 		if _, err := s.StartMove(mv); err != nil {
 			if isConflict(err) || errors.Is(err, ErrMemberNotFound) {
 				continue // the state changed since the plan; the next tick plans again
@@ -261,6 +311,12 @@ func (s *Store) Rebalance() ([]Move, error) {
 	}
 	var out []Move
 	for _, mv := range s.plan(true) {
+		if mv.Cause == causeLeader {
+			if err := s.setLeader(mv); err != nil {
+				return out, err
+			}
+			continue
+		}
 		m, err := s.StartMove(mv)
 		if err != nil {
 			if isConflict(err) {
@@ -359,4 +415,17 @@ func (s *Store) Decommission(node string) (Member, error) {
 func isConflict(err error) bool {
 	var c *ConflictError
 	return errors.As(err, &c)
+}
+
+// setLeader records the preferred leader a rebalance chose; the partition's leader
+// hands its leadership over (its leases with it).
+func (s *Store) setLeader(mv Move) error {
+	_, err := s.applyCmd(command{Op: "set_leader", MoveOp: &MoveOp{Move: &Move{Topic: mv.Topic, Incarnation: mv.Incarnation, Partition: mv.Partition}, Node: mv.To, NowMs: nowMs()}})
+	if err != nil && !isConflict(err) && !errors.Is(err, ErrTopicNotFound) && !errors.Is(err, ErrPartitionNotFound) {
+		return err
+	}
+	if err == nil {
+		s.opts.Logger.Info("meta: chose another preferred leader to spread leaderships", "topic", mv.Topic, "partition", mv.Partition, "from", mv.From, "to", mv.To)
+	}
+	return nil
 }

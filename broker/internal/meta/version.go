@@ -73,6 +73,7 @@ var opSince = map[string]int{
 	"set_replication_factor": 3,
 	"force_leader":           3,
 	"remove_member":          3,
+	"set_leader":             3,
 }
 
 // ErrVersionGated means the feature needs a cluster version the cluster has not
