@@ -161,6 +161,7 @@ func nodeByID(nodes []*clusterNode, id string) *clusterNode {
 func TestClusterMovesUnderLoad(t *testing.T) {
 	t.Parallel()
 	c := startMovesCluster(t, 4)
+	c.quiet, c.crashes = 3*time.Second, false // nothing is killed here
 	c.load()
 	steady := time.Now()
 	c.progress(100)
@@ -370,7 +371,7 @@ func TestClusterForcedTakeover(t *testing.T) {
 		t.Fatalf("the returning node's old copy was not set aside: %v", err)
 	}
 	seen := map[string]int{}
-	drain(t, asker, "ft", seen, 7*time.Second)
+	drain(t, asker, "ft", seen, 3*time.Second)
 	for i := range 100 {
 		id := fmt.Sprint("old", i)
 		if acked[id] && seen[id] > 0 {
