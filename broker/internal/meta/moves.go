@@ -34,7 +34,6 @@ const (
 	CauseReplace     = "replace"
 	CauseRebalance   = "rebalance"
 	CauseRF          = "replication_factor"
-	CauseTakeover    = "force_leader"
 )
 
 // keptEndedMoves bounds the ended moves the state keeps (the oldest go first).
