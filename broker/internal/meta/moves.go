@@ -30,7 +30,7 @@ const (
 // Causes of a move.
 const (
 	CauseRequest     = "request"
-	CauseDecommision = "decommission"
+	CauseDecommission = "decommission"
 	CauseReplace     = "replace"
 	CauseRebalance   = "rebalance"
 	CauseRF          = "replication_factor"

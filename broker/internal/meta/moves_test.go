@@ -213,7 +213,7 @@ func TestPlanMoves(t *testing.T) {
 	dm.Status = StatusDecommissioning
 	members["n2"] = dm
 	got = planMoves(in)
-	if len(got) != 2 || got[0].From != "n2" || got[0].To != "n4" || got[0].Cause != CauseDecommision {
+	if len(got) != 2 || got[0].From != "n2" || got[0].To != "n4" || got[0].Cause != CauseDecommission {
 		t.Fatalf("decommission: %+v", got)
 	}
 	members["n2"] = Member{ID: "n2", Status: StatusAlive}

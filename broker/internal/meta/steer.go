@@ -104,7 +104,7 @@ func planMoves(in planInput) []Move {
 				if !leaving(r) {
 					continue
 				}
-				cause := CauseDecommision
+				cause := CauseDecommission
 				if in.silent[r] {
 					cause = CauseReplace
 				}
