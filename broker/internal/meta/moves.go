@@ -29,11 +29,11 @@ const (
 
 // Causes of a move.
 const (
-	CauseRequest     = "request"
+	CauseRequest      = "request"
 	CauseDecommission = "decommission"
-	CauseReplace     = "replace"
-	CauseRebalance   = "rebalance"
-	CauseRF          = "replication_factor"
+	CauseReplace      = "replace"
+	CauseRebalance    = "rebalance"
+	CauseRF           = "replication_factor"
 )
 
 // keptEndedMoves bounds the ended moves the state keeps (the oldest go first).
