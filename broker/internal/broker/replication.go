@@ -576,7 +576,10 @@ func (b *Broker) reconcileVoters() {
 				}
 			}
 			changes := len(c.RemoveVoters)+len(c.AddVoters)+len(c.AddLearners)+len(c.RemoveLearners) > 0
-			if changes && !b.placementCurrent(t, i, m.Placement[i].Epoch) {
+			// Adding a learner is harmless on any view (it never votes); every other
+			// change waits for a placement confirmed current.
+			onlyLearners := len(c.RemoveVoters)+len(c.AddVoters)+len(c.RemoveLearners) == 0
+			if changes && !onlyLearners && !b.placementCurrent(t, i, m.Placement[i].Epoch) {
 				continue // the next tick acts on the current placement
 			}
 			if slices.Contains(c.RemoveVoters, self) {
@@ -679,6 +682,7 @@ func (b *Broker) placementCurrent(t *topic, i int, epoch uint64) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := b.meta.Sync(ctx); err != nil {
+		b.log.Warn("a partition's replicas wait to change until this node's metadata is confirmed current", "topic", t.name, "partition", i, "err", err)
 		return false
 	}
 	m, ok := b.meta.Topic(t.name)
