@@ -453,17 +453,10 @@ func (b *Broker) followPlacement() {
 				}
 				b.closeReplica(t, i)
 				t.setPart(i, nil)
-				_ = lp.Close() // its data is deleted next
-				dir := b.partDir(t, i)
-				if err := os.RemoveAll(dir); err != nil {
-					b.log.Error("deleting a moved replica's data failed; it stays on disk", "topic", t.name, "partition", i, "dir", dir, "err", err)
-				} else {
-					b.log.Info("deleted the data of a replica moved off this node", "topic", t.name, "partition", i, "move", mv.ID)
-				}
+				_ = lp.Close()             // its data is deleted next
+				_ = b.removeCopy(t, i, mv) // on failure the copy stays on disk, logged; removeUnopened tries again
 				if mv.Status == meta.MoveRemoving && mv.From == b.opts.NodeID {
-					if _, err := b.meta.SetMoveStatus(mv.ID, meta.MoveDone, ""); err != nil {
-						b.log.Warn("recording a move done failed; the controller ends it", "move", mv.ID, "err", err)
-					}
+					b.moveDone(mv)
 				}
 			}
 		}
@@ -508,18 +501,30 @@ func (b *Broker) removeUnopened(ts []*topic, moves []meta.Move) {
 		if _, act := leftBy(b.meta.Moves(), self, t, int(mv.Partition)); act != leaveDelete {
 			continue
 		}
-		if statErr == nil {
-			if err := os.RemoveAll(dir); err != nil {
-				b.log.Error("deleting a moved replica's data failed; it stays on disk", "topic", t.name, "partition", mv.Partition, "dir", dir, "err", err)
-				continue
-			}
-			b.log.Info("deleted the data of a replica moved off this node", "topic", t.name, "partition", mv.Partition, "move", mv.ID)
+		if statErr == nil && b.removeCopy(t, int(mv.Partition), mv) != nil {
+			continue
 		}
 		if mv.Status == meta.MoveRemoving {
-			if _, err := b.meta.SetMoveStatus(mv.ID, meta.MoveDone, ""); err != nil {
-				b.log.Warn("recording a move done failed; the controller ends it", "move", mv.ID, "err", err)
-			}
+			b.moveDone(mv)
 		}
+	}
+}
+
+// removeCopy deletes this node's copy of partition i of t, which move mv took off it.
+func (b *Broker) removeCopy(t *topic, i int, mv meta.Move) error {
+	dir := b.partDir(t, i)
+	if err := os.RemoveAll(dir); err != nil {
+		b.log.Error("deleting a moved replica's data failed; it stays on disk", "topic", t.name, "partition", i, "dir", dir, "err", err)
+		return err
+	}
+	b.log.Info("deleted the data of a replica moved off this node", "topic", t.name, "partition", i, "move", mv.ID)
+	return nil
+}
+
+// moveDone records that this node, the source of mv, deleted its copy.
+func (b *Broker) moveDone(mv meta.Move) {
+	if _, err := b.meta.SetMoveStatus(mv.ID, meta.MoveDone, ""); err != nil {
+		b.log.Warn("recording a move done failed; the controller ends it", "move", mv.ID, "err", err)
 	}
 }
 

@@ -152,12 +152,9 @@ func (f *fsm) applyMove(index uint64, c command) applyResult {
 	switch c.Op {
 	case "start_move":
 		want := *op.Move
-		t, ok := f.topics[want.Topic]
-		if !ok || (want.Incarnation != 0 && want.Incarnation != t.Incarnation) {
-			return applyResult{err: ErrTopicNotFound}
-		}
-		if want.Partition >= int32(len(t.Placement)) {
-			return applyResult{err: ErrPartitionNotFound}
+		t, err := f.partitionOf(&want)
+		if err != nil {
+			return applyResult{err: err}
 		}
 		if cur, ok := f.activeMove(t.Name, t.Incarnation, want.Partition); ok {
 			if cur.From == want.From && cur.To == want.To {
@@ -302,12 +299,9 @@ func (f *fsm) applyMove(index uint64, c command) applyResult {
 		return f.applyForceLeader(index, c)
 	case "set_leader":
 		want := op.Move
-		t, ok := f.topics[want.Topic]
-		if !ok || (want.Incarnation != 0 && want.Incarnation != t.Incarnation) {
-			return applyResult{err: ErrTopicNotFound}
-		}
-		if want.Partition >= int32(len(t.Placement)) {
-			return applyResult{err: ErrPartitionNotFound}
+		t, err := f.partitionOf(want)
+		if err != nil {
+			return applyResult{err: err}
 		}
 		pl := clonePlacement(t.Placement[want.Partition])
 		if !slices.Contains(pl.Replicas, op.Node) {
@@ -337,12 +331,9 @@ func (f *fsm) applyMove(index uint64, c command) applyResult {
 func (f *fsm) applyForceLeader(index uint64, c command) applyResult {
 	op := c.MoveOp
 	want := op.Move
-	t, ok := f.topics[want.Topic]
-	if !ok || (want.Incarnation != 0 && want.Incarnation != t.Incarnation) {
-		return applyResult{err: ErrTopicNotFound}
-	}
-	if want.Partition >= int32(len(t.Placement)) {
-		return applyResult{err: ErrPartitionNotFound}
+	t, err := f.partitionOf(want)
+	if err != nil {
+		return applyResult{err: err}
 	}
 	pl := clonePlacement(t.Placement[want.Partition])
 	if len(pl.Replicas) == 1 && pl.Replicas[0] == op.Node {
@@ -366,6 +357,19 @@ func (f *fsm) applyForceLeader(index uint64, c command) applyResult {
 	t.Placement[want.Partition] = pl
 	f.topics[t.Name] = t
 	return applyResult{topic: t}
+}
+
+// partitionOf returns the topic a move command names, checking its incarnation (when
+// given) and that the partition exists. Called with f.mu held.
+func (f *fsm) partitionOf(want *Move) (Topic, error) {
+	t, ok := f.topics[want.Topic]
+	if !ok || (want.Incarnation != 0 && want.Incarnation != t.Incarnation) {
+		return Topic{}, ErrTopicNotFound
+	}
+	if want.Partition >= int32(len(t.Placement)) {
+		return Topic{}, ErrPartitionNotFound
+	}
+	return t, nil
 }
 
 // eligibleCount counts the members that may hold a new replica (not dead, not
