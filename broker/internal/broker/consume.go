@@ -21,8 +21,12 @@ type Delivered struct {
 }
 
 // Consume leases up to max messages, waiting up to wait for the first. It returns no
-// messages (and no error) when none arrived in time.
+// messages (and no error) when none arrived in time. The wait counts from the call,
+// not from the end of the first look, which can be slow (a partition on another node
+// still electing its leader): a client asking to wait 1 s gets its answer after about
+// 1 s, and is never handed a delayed copy whose time came after that.
 func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Duration) ([]Delivered, error) {
+	arrived := time.Now()
 	t, err := b.lookup(name)
 	if err != nil {
 		return nil, err
@@ -69,11 +73,15 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 			return nil, nil
 		}
 		if timer == nil {
+			left := wait - time.Since(arrived)
+			if left <= 0 {
+				return nil, nil
+			}
 			if b.longPolls.Add(1) > int64(b.opts.MaxLongPolls) {
 				b.longPolls.Add(-1)
 				return nil, errors.Join(ErrUnavailable, ErrTooManyLongPolls)
 			}
-			timer = time.NewTimer(wait)
+			timer = time.NewTimer(left)
 			waiting = true
 			b.metrics.ConsumeWaiting.Inc()
 			t.waiting.Add(1)

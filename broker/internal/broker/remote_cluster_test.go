@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -298,4 +299,41 @@ func TestForwardedToARecreatedTopicIsNotANotFound(t *testing.T) {
 		_, err := bs[f].Produce(ctx, "anew", []Outgoing{{Partition: -1, Value: []byte("m")}})
 		return err
 	})
+}
+
+// TestLongPollCountsItsWaitFromArrival: a consume asked to wait 1 s answers within
+// about 1 s of its arrival, even when the first look at the partitions is slow (a
+// partition on another node whose group is still electing its first leader, right
+// after the topic was created). Counting the wait from the end of the first look made
+// such a consume run to 2 s and more, so a consume of a 2 s delay child that asked to
+// wait 1 s right after a produce got the copy it must not see yet (the conformance
+// scenario behaviour-delay-child, on a cluster).
+func TestLongPollCountsItsWaitFromArrival(t *testing.T) {
+	plane, bs := startFakeCluster(t, 2)
+	ctx := context.Background()
+	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "slow", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	h := holderIndex(t, bs, "slow", 0)
+	entry := bs[1-h]
+	const firstLook = 2 * time.Second
+	var once sync.Once
+	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
+		if req.Kind == dataLease {
+			once.Do(func() { time.Sleep(firstLook) })
+		}
+		return deliver(ctx)
+	})
+	defer plane.setHook(nil)
+	start := time.Now()
+	ds, err := entry.Consume(ctx, "slow", 10, time.Second)
+	took := time.Since(start)
+	if err != nil || len(ds) != 0 {
+		t.Fatalf("consume of an empty topic: %d messages, %v", len(ds), err)
+	}
+	// The old count ends no sooner than firstLook + 1 s; the bound leaves the new one
+	// most of a second of a loaded machine's delays.
+	if took >= firstLook+900*time.Millisecond {
+		t.Fatalf("a consume asked to wait 1 s whose first look took %v answered after %v: the wait was counted from the end of the first look", firstLook, took)
+	}
 }

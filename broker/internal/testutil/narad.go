@@ -277,9 +277,49 @@ func FreeUDPPort() (int, error) {
 	return c.LocalAddr().(*net.UDPAddr).Port, nil
 }
 
-// Pause stops the process with SIGSTOP (it keeps its sockets and answers nothing);
-// Resume continues it. The cleanup resumes a paused process before stopping it.
-func (n *Narad) Pause() { n.signal(syscall.SIGSTOP) }
+// Pause stops the process with SIGSTOP (it keeps its sockets and answers nothing)
+// and returns once every thread of it has stopped: a signal is delivered to each
+// thread when it is next scheduled, so on a loaded machine a process just sent
+// SIGSTOP can still answer a request a few milliseconds later. Resume continues it.
+// The cleanup resumes a paused process before stopping it.
+func (n *Narad) Pause() {
+	n.t.Helper()
+	n.signal(syscall.SIGSTOP)
+	pid := n.PID()
+	deadline := time.Now().Add(killTimeout)
+	for !stopped(pid) {
+		if time.Now().After(deadline) {
+			n.t.Fatalf("narad (pid %d) did not stop within %v of SIGSTOP", pid, killTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stopped reports whether every thread of process pid is stopped (state T in
+// /proc/<pid>/task/<tid>/stat). Without /proc (not Linux) it reports true.
+func stopped(pid int) bool {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return true
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			continue // the thread ended
+		}
+		// The state follows the command name, which is in parentheses and may hold any
+		// character: read after the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false
+		}
+		if st := b[i+2]; st != 'T' && st != 't' {
+			return false
+		}
+	}
+	return true
+}
 
 // Reload sends SIGHUP (the node rereads its TLS certificate and cluster secrets).
 func (n *Narad) Reload() { n.signal(syscall.SIGHUP) }
@@ -581,7 +621,12 @@ func (n *Narad) cleanup() {
 		n.t.Errorf("narad exited during the test without being asked to: %v", exitErr)
 	}
 	n.Resume() // a paused process would ignore SIGTERM until continued
-	n.Stop()
+	keep := os.Getenv("NARAD_TEST_KEEP")
+	if keep != "" && n.t.Failed() {
+		n.dumpStacks()
+	} else {
+		n.Stop()
+	}
 	log := n.Log()
 	if strings.Contains(log, "WARNING: DATA RACE") {
 		n.t.Errorf("the broker reported a data race")
@@ -591,7 +636,42 @@ func (n *Narad) cleanup() {
 	}
 	if n.t.Failed() {
 		n.t.Logf("narad output (%s):\n%s", n.logPath, tail(log, 64<<10))
+		if keep != "" {
+			n.keepLog(keep, log)
+		}
 	}
+}
+
+// dumpStacks ends a broker that is still running with SIGQUIT, so its log ends with
+// every goroutine's stack: what a failed test left waiting, for NARAD_TEST_KEEP.
+func (n *Narad) dumpStacks() {
+	done := n.markExpected()
+	if done == nil {
+		return
+	}
+	n.signal(syscall.SIGQUIT)
+	select {
+	case <-done:
+	case <-time.After(killTimeout):
+		n.signal(syscall.SIGKILL)
+		<-done
+	}
+}
+
+// keepLog copies a failed test's broker log into dir (NARAD_TEST_KEEP), named by the
+// test and the process, since the test's own temporary directories are removed.
+func (n *Narad) keepLog(dir, log string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		n.t.Logf("NARAD_TEST_KEEP: %v", err)
+		return
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(n.t.Name())
+	path := filepath.Join(dir, fmt.Sprintf("%s-%d-%d.log", name, n.PID(), time.Now().UnixNano()))
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		n.t.Logf("NARAD_TEST_KEEP: %v", err)
+		return
+	}
+	n.t.Logf("kept the broker's log (with its goroutines' stacks) in %s", path)
 }
 
 func tail(s string, n int) string {
