@@ -170,9 +170,14 @@ func (p *Partition) SetRole(lead bool, term uint64) {
 			}
 		}
 		// Never past its own log end: a replica that leads what it holds (a forced
-		// takeover of a partition whose other replicas are gone) must deliver every
-		// message written from its end on, whatever mark an earlier history reached.
-		p.q.Reset(uint32(term), min(max(r.deliveredTo.Load(), p.q.Cursor()), p.log.Next()), live...)
+		// takeover of a partition whose other replicas are gone) must count every
+		// message written from its end on as never delivered, whatever mark an earlier
+		// history reached. The mark itself is cut back, not only this use of it, or the
+		// next change of leader would count those messages as delivered.
+		if end := p.log.Next(); r.deliveredTo.Load() > end {
+			r.deliveredTo.Store(end)
+		}
+		p.q.Reset(uint32(term), max(r.deliveredTo.Load(), p.q.Cursor()), live...)
 		r.attMu.Lock()
 		for o := range r.attempts {
 			if p.q.IsSettled(o) {

@@ -453,3 +453,32 @@ func TestReplicaAttemptsCountOnAcrossLeaders(t *testing.T) {
 		}
 	}
 }
+
+// A replica that takes over with a delivered-to mark past its own log end (a forced
+// takeover by a survivor that lost the tail the mark covered) must not count messages
+// written after the takeover as delivered: not at the takeover, and not at any later
+// change of leader. delivery_attempt would start at 2 for them, and a consumer's
+// max-deliveries would dead-letter them a delivery early.
+func TestReplicaDeliveredMarkNeverPastItsLogEnd(t *testing.T) {
+	g, ps := openGroup(t, 1)
+	appendN(t, ps[0], 3)
+	cmd := encodeDeliveredCmd(6, nil) // the mark of a longer history than it holds
+	g.mu.Lock()
+	g.log = append(g.log, cmd)
+	ps[0].Apply(uint64(len(g.log)), cmd)
+	g.mu.Unlock()
+	ps[0].SetRole(false, 0)
+	ps[0].SetRole(true, 2) // the takeover
+	appendN(t, ps[0], 3)   // offsets 3, 4 and 5, written after it
+	ps[0].SetRole(false, 0)
+	ps[0].SetRole(true, 3) // an election, before any of them was delivered
+	got := leaseAll(t, ps[0])
+	if o := offsets(got); fmt.Sprint(o) != "[0 1 2 3 4 5]" {
+		t.Fatalf("leased %v, want [0 1 2 3 4 5]", o)
+	}
+	for _, d := range got {
+		if d.Record.Offset >= 3 && d.Attempt != 1 {
+			t.Errorf("offset %d, written after the takeover and never delivered, shows attempt %d", d.Record.Offset, d.Attempt)
+		}
+	}
+}
