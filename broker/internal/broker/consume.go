@@ -24,7 +24,11 @@ type Delivered struct {
 // messages (and no error) when none arrived in time. The wait counts from the call,
 // not from the end of the first look, which can be slow (a partition on another node
 // still electing its leader): a client asking to wait 1 s gets its answer after about
-// 1 s, and is never handed a delayed copy whose time came after that.
+// 1 s, and is never handed a delayed copy whose time came after that. While no
+// partition of the topic can be asked (their leaders are electing, their holders
+// unreachable), a consume that may wait keeps trying until its wait ends and only
+// then answers the error: a short election is a slower answer, not a 503 the client
+// must retry.
 func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Duration) ([]Delivered, error) {
 	arrived := time.Now()
 	t, err := b.lookup(name)
@@ -60,23 +64,29 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 		// Take the wake-up channel before looking, so a message arriving between the
 		// look and the wait still wakes us.
 		wake := t.sig.wait()
-		got, err := b.leaseFrom(ctx, t, max)
+		got, down, err := b.leaseFrom(ctx, t, max)
 		if len(got) > 0 && ctx.Err() != nil {
 			// The client went while we leased: hand the messages back at once.
 			b.handBack(t, got)
 			return nil, ctx.Err()
 		}
-		if err != nil || len(got) > 0 {
-			return got, err
+		if len(got) > 0 {
+			return got, nil
 		}
-		if wait <= 0 {
+		left := wait - time.Since(arrived)
+		if err != nil && (!down || left <= 0) {
+			return nil, err
+		}
+		if left <= 0 {
 			return nil, nil
 		}
+		var retry <-chan time.Time
+		if down {
+			// Nothing could be asked: try again soon (each try of a partition that
+			// is electing waits a moment for its leader already).
+			retry = time.After(min(left, downRetry))
+		}
 		if timer == nil {
-			left := wait - time.Since(arrived)
-			if left <= 0 {
-				return nil, nil
-			}
 			if b.longPolls.Add(1) > int64(b.opts.MaxLongPolls) {
 				b.longPolls.Add(-1)
 				return nil, errors.Join(ErrUnavailable, ErrTooManyLongPolls)
@@ -96,7 +106,11 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 		select {
 		case <-wake:
 		case <-tickC(recheck):
+		case <-retry:
 		case <-timer.C:
+			if down {
+				return nil, err // still nothing could be asked
+			}
 			return nil, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -132,11 +146,15 @@ func (b *Broker) handBack(t *topic, ds []Delivered) {
 	}
 }
 
+// downRetry is how soon a consume that could ask no partition tries again.
+const downRetry = 100 * time.Millisecond
+
 // leaseFrom leases from the topic's partitions in turn, starting one further each call
 // so every partition is served, wherever it lives. A partition whose holder cannot be
 // reached is passed over while another answers: the consume is served from the
-// partitions that are up (and waits on them), and fails only when none is.
-func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) ([]Delivered, error) {
+// partitions that are up (and waits on them), and fails only when none is. down
+// reports that failure: no partition could be asked, so the error may pass.
+func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivered, down bool, _ error) {
 	vis := time.Duration(t.cur.Load().VisibilityMs) * time.Millisecond
 	n := len(t.parts())
 	start := int(t.consume.Add(1) % uint32(n))
@@ -188,10 +206,10 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) ([]Delivered,
 	if len(out) > 0 {
 		t.metrics.delivered.Add(float64(len(out)))
 		t.metrics.deliveredBytes.Add(float64(size))
-		return out, nil
+		return out, false, nil
 	}
 	if firstErr == nil && !answered {
-		return nil, downErr // no partition could be asked
+		return nil, downErr != nil, downErr // no partition could be asked
 	}
-	return nil, firstErr
+	return nil, false, firstErr
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
 // TestRemoteLeaseOfGoneClientIsHandedBack: a consume whose client hangs up while a
@@ -316,6 +318,7 @@ func TestLongPollCountsItsWaitFromArrival(t *testing.T) {
 	}
 	h := holderIndex(t, bs, "slow", 0)
 	entry := bs[1-h]
+	consumable(t, entry, "slow")
 	const firstLook = 2 * time.Second
 	var once sync.Once
 	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
@@ -335,5 +338,69 @@ func TestLongPollCountsItsWaitFromArrival(t *testing.T) {
 	// most of a second of a loaded machine's delays.
 	if took >= firstLook+900*time.Millisecond {
 		t.Fatalf("a consume asked to wait 1 s whose first look took %v answered after %v: the wait was counted from the end of the first look", firstLook, took)
+	}
+}
+
+// consumable waits until a consume of name through b is answered (the holder of its
+// partitions is alive to b).
+func consumable(t *testing.T, b *Broker, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := b.Consume(context.Background(), name, 1, 0)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a consume of %s is still refused after 30 s: %v", name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLongPollWaitsOutAShortOutage: a consume that may wait, of a topic none of whose
+// partitions can be asked for a moment (their leaders electing, their holder
+// unreachable), keeps trying within its wait and returns the message once the
+// partition answers, instead of a 503 at once that the client must retry.
+func TestLongPollWaitsOutAShortOutage(t *testing.T) {
+	plane, bs := startFakeCluster(t, 2)
+	ctx := context.Background()
+	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "blip", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	h := holderIndex(t, bs, "blip", 0)
+	entry := bs[1-h]
+	consumable(t, entry, "blip")
+	if _, err := entry.Produce(ctx, "blip", []Outgoing{{Partition: 0, Value: []byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	refused := 0
+	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if req.Kind == dataLease && refused < 3 {
+			refused++
+			return nil, fmt.Errorf("%w: the test cuts %s off", meta.ErrNotDelivered, addr)
+		}
+		return deliver(ctx)
+	})
+	defer plane.setHook(nil)
+	ds, err := entry.Consume(ctx, "blip", 10, 10*time.Second)
+	if err != nil {
+		t.Fatalf("a consume that may wait 10 s answered %v while its partition's holder was out of reach for three tries", err)
+	}
+	if len(ds) != 1 {
+		t.Fatalf("got %d messages, want 1", len(ds))
+	}
+	mu.Lock()
+	if refused != 3 {
+		t.Errorf("the holder was refused %d times, want 3", refused)
+	}
+	// A consume that may not wait answers the outage as it is.
+	refused = 0
+	mu.Unlock()
+	if _, err := entry.Consume(ctx, "blip", 10, 0); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a consume that may not wait, of a partition out of reach, answered %v; want unavailable", err)
 	}
 }
