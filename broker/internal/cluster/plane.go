@@ -85,10 +85,32 @@ func Start(opts Options) (*Plane, error) {
 	if err := n.Start(); err != nil {
 		return nil, err
 	}
-	// Raft's connection pool: three per peer is what raft's own NetworkTransport users
-	// take; each is one QUIC stream on the pair's one connection.
-	p.raft = raft.NewNetworkTransportWithLogger(n.StreamLayer(), 3, opts.RaftTimeout, raftLogger(opts.Logger))
+	p.raft = newRaftTransport(n.StreamLayer(), opts.RaftTimeout, raftLogger(opts.Logger))
 	return p, nil
+}
+
+// newRaftTransport is the control plane's Raft transport over the node's streams.
+//
+// Pipelined replication is off (MaxRPCsInFlight 1: each AppendEntries waits for its
+// answer). With it on, hashicorp/raft's leader can deadlock its replication to one
+// follower when that follower answers an append with Success=false (a node that
+// restarted behind the leader's guess of its log): the decoder of the pipeline stops
+// reading while the sender is parked handing it the next request, and since the
+// replication goroutine never returns, heartbeats to the follower go on. The follower
+// then never times out and never gets another entry until the leadership changes: its
+// metadata stops applying (hashicorp/raft issue 612; it stalled moves for minutes after
+// a node was killed and restarted). The metadata log carries few, small writes, and
+// hashicorp measured pipelining to gain next to nothing on a LAN.
+func newRaftTransport(stream raft.StreamLayer, timeout time.Duration, logger hclog.Logger) *raft.NetworkTransport {
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream,
+		// Three pooled connections per peer, as raft's own users take; each is one
+		// QUIC stream on the pair's one connection.
+		MaxPool:         3,
+		MaxRPCsInFlight: 1,
+		Timeout:         timeout,
+		Logger:          logger,
+	})
 }
 
 func (p *Plane) serveMeta(ctx context.Context, _ string, req []byte) ([]byte, error) {

@@ -224,3 +224,21 @@ func TestDataCallToAnOlderNodeIsNotDelivered(t *testing.T) {
 		t.Fatalf("a data call to a node without the operation: %v, want ErrNotDelivered naming an older version", err)
 	}
 }
+
+// TestRaftTransportDoesNotPipeline: the control plane's Raft replicates without
+// pipelining. hashicorp/raft's pipelined replication can deadlock a leader's
+// replication to a follower that answered an append with Success=false, while
+// heartbeats to it go on, so its metadata stops applying until the leadership changes
+// (hashicorp/raft issue 612; see newRaftTransport). With pipelining off the leader
+// falls back to one AppendEntries at a time, which has no such state.
+func TestRaftTransportDoesNotPipeline(t *testing.T) {
+	a, b := startPlane(t, "n1", secret), startPlane(t, "n2", secret)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	p, err := a.RaftTransport().AppendEntriesPipeline("n2", raft.ServerAddress(b.Addr()))
+	if err == nil {
+		_ = p.Close()
+	}
+	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
+		t.Fatalf("the control plane's Raft transport opened a replication pipeline (err %v): pipelined replication can stall a follower for good", err)
+	}
+}
