@@ -367,7 +367,9 @@ func TestCrashDuringRoll(t *testing.T) {
 
 // TestDamagedLastSealedSegment damages the segment just before an empty active
 // one: its newest timestamp is unknown, so retention keeps it, and new appends
-// are not clamped to the unknown bound.
+// are not clamped to the unknown bound. (With a recovery point, which carries the
+// newest timestamp stamped, they are clamped to that; here it is gone, as in a log
+// written before it carried one.)
 func TestDamagedLastSealedSegment(t *testing.T) {
 	m := vfs.NewMem()
 	l := mustOpen(t, testDir, memOptions(m))
@@ -378,6 +380,7 @@ func TestDamagedLastSealedSegment(t *testing.T) {
 	seg := l.segments[len(l.segments)-2]
 	mustClose(t, l)
 	m.Remove(seg.indexPath())
+	m.Remove(filepath.Join(testDir, recoveryName))
 	// The segment's last record: with nothing valid after it, its time is unknown. (Damage
 	// before a valid record leaves the segment's age known: timestamps never decrease.)
 	last := testRecord(29)

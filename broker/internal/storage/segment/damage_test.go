@@ -146,7 +146,7 @@ func TestRecoveryPointFromOldLog(t *testing.T) {
 	checkRecords(t, readAll(t, l), testRecords(0, 20))
 	mustClose(t, l)
 	rp, ok := decodeRecoveryPoint(mustReadFile(t, m, filepath.Join(testDir, recoveryName)))
-	if !ok || rp != (recoveryPoint{base: 0, next: 20, size: int64(len(b))}) {
+	if !ok || rp != (recoveryPoint{base: 0, next: 20, size: int64(len(b)), lastTS: testRecords(0, 20)[19].Timestamp, hasTS: true}) {
 		t.Fatalf("recovery point after Close: %+v %v", rp, ok)
 	}
 }

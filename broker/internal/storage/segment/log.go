@@ -177,6 +177,11 @@ func Open(dir string, opts Options) (*Log, error) {
 			l.lastTS = max(l.lastTS, s.lastTS)
 		}
 	}
+	if l.rpValid && l.rp.hasTS {
+		// Retention may have removed the records that held the newest timestamps
+		// (every record, in a log that aged out): the recovery point keeps the floor.
+		l.lastTS = max(l.lastTS, l.rp.lastTS)
+	}
 	go l.run()
 	return l, nil
 }

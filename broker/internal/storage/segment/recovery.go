@@ -25,7 +25,11 @@ const (
 	recoveryName  = "recovery-point"
 	recoveryMagic = "NRDRCP\x00\x01"
 	recoveryLen   = 36 // magic, base, next, size, CRC-32C
-	recoverySlot  = 64 // the second slot's position
+	// recoveryExtLen is a slot with its extension: the log's newest timestamp and a
+	// CRC-32C of the whole 44 bytes before it. Binaries that predate it read the first
+	// 36 bytes only; a slot without a valid extension carries no timestamp.
+	recoveryExtLen = 48
+	recoverySlot   = 64 // the second slot's position
 	// defaultRecoveryEvery bounds how much of the active segment recovery cannot tell
 	// from a torn write: what was appended since the last recovery point.
 	defaultRecoveryEvery = time.Second
@@ -34,15 +38,22 @@ const (
 type recoveryPoint struct {
 	base, next uint64 // the active segment's base offset and its next offset
 	size       int64  // its durable size in bytes
+	// lastTS is the newest timestamp the log had stamped when the point was written
+	// (hasTS: the slot carried it). It outlives the records: once retention removed
+	// every record, it is the only note of the floor new records must not go below.
+	lastTS int64
+	hasTS  bool
 }
 
 func encodeRecoveryPoint(rp recoveryPoint) []byte {
-	b := make([]byte, recoveryLen)
+	b := make([]byte, recoveryExtLen)
 	copy(b, recoveryMagic)
 	le.PutUint64(b[8:], rp.base)
 	le.PutUint64(b[16:], rp.next)
 	le.PutUint64(b[24:], uint64(rp.size))
 	le.PutUint32(b[32:], crc32.Checksum(b[:32], castagnoli))
+	le.PutUint64(b[36:], uint64(rp.lastTS))
+	le.PutUint32(b[44:], crc32.Checksum(b[:44], castagnoli))
 	return b
 }
 
@@ -53,6 +64,9 @@ func decodeRecoveryPoint(b []byte) (recoveryPoint, bool) {
 	rp := recoveryPoint{base: le.Uint64(b[8:]), next: le.Uint64(b[16:]), size: int64(le.Uint64(b[24:]))}
 	if rp.next < rp.base || rp.size < 0 || rp.size > maxSegmentBytes+maxRecordLimit {
 		return recoveryPoint{}, false
+	}
+	if len(b) >= recoveryExtLen && crc32.Checksum(b[:44], castagnoli) == le.Uint32(b[44:]) {
+		rp.lastTS, rp.hasTS = int64(le.Uint64(b[36:])), true
 	}
 	return rp, true
 }
@@ -74,7 +88,7 @@ func (l *Log) readRecoveryPoint() {
 		return
 	}
 	defer func() { _ = f.Close() }() // opened read-only
-	b := make([]byte, recoverySlot+recoveryLen)
+	b := make([]byte, recoverySlot+recoveryExtLen)
 	n, err := f.ReadAt(b, 0)
 	if err != nil && err != io.EOF {
 		return
@@ -101,7 +115,7 @@ func (l *Log) writeRecoveryPoint() {
 		return
 	}
 	active := l.segments[len(l.segments)-1]
-	rp := recoveryPoint{base: active.base, next: active.next, size: active.size}
+	rp := recoveryPoint{base: active.base, next: active.next, size: active.size, lastTS: l.lastTS, hasTS: true}
 	if l.rpValid && rp == l.rp {
 		return
 	}

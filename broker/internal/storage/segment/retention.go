@@ -44,9 +44,16 @@ func (l *Log) deleteWhile(drop func(*segment) bool) (uint64, error) {
 	}
 	victims := l.segments[:n:n]
 	l.segments = slices.Clone(l.segments[n:])
+	empty := len(l.segments) == 1 && l.segments[0].next == l.segments[0].base
 	l.mu.Unlock()
 	if n == 0 {
 		return 0, nil
+	}
+	if empty {
+		// No record will be left to say how far timestamps went: the recovery point
+		// keeps that before the last ones go, so a restart with its clock behind
+		// never stamps a record older than one already handed out.
+		l.writeRecoveryPoint()
 	}
 
 	var removed uint64
