@@ -396,7 +396,7 @@ func (s *Store) applyRemote(ctx context.Context, addr raft.ServerAddress, c comm
 // waitApplied waits until this replica's state machine has applied the command at index
 // (and so every command before it).
 func (s *Store) waitApplied(ctx context.Context, index uint64) error {
-	for s.fsm.applied.Load() < index {
+	for !s.appliedThrough(index) {
 		if err := s.fsm.haltedErr(); err != nil {
 			return err
 		}
@@ -410,6 +410,37 @@ func (s *Store) waitApplied(ctx context.Context, index uint64) error {
 	}
 	return nil
 }
+
+// appliedThrough reports whether this node's state machine holds every command up to
+// Raft index index. Its last applied command can stay below index for good: the
+// entries after it may carry no command (the no-op a new controller writes when it
+// takes over, a barrier, a configuration change), which Raft applies without the
+// state machine seeing them. Then the node is current once Raft has applied through
+// index and none of the entries after the last applied command is a command. (A node
+// that waited for the state machine alone waited for the next command, which in a
+// quiet cluster right after the controller was killed did not come for minutes.)
+func (s *Store) appliedThrough(index uint64) bool {
+	a := s.fsm.applied.Load()
+	if a >= index {
+		return true
+	}
+	// Raft's applied index counts entries handed to the state machine, not yet
+	// applied by it: it says only that no entry up to index is still to come.
+	if s.raft.AppliedIndex() < index || index-a > maxUncommandedTail {
+		return false
+	}
+	for i := a + 1; i <= index; i++ {
+		var l raft.Log
+		if err := s.bolt.GetLog(i, &l); err != nil || l.Type == raft.LogCommand {
+			return false // a command not applied yet (or an entry compacted away: wait)
+		}
+	}
+	return true
+}
+
+// maxUncommandedTail bounds the entries appliedThrough reads: entries without a command
+// come one or two at a time (a no-op per change of controller, a barrier per read).
+const maxUncommandedTail = 64
 
 func (s *Store) apply(c command) (Topic, error) {
 	res, err := s.applyCmd(c)

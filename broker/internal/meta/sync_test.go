@@ -59,3 +59,44 @@ func TestSyncSeesAWriteMadeThroughAnotherNode(t *testing.T) {
 		t.Fatalf("Sync on the controller: %v", err)
 	}
 }
+
+// TestSyncWhenTheLogEndsInAnEntryWithoutACommand: the controller's last log index can
+// be an entry the state machine never sees (the no-op a new controller writes when it
+// takes over, a barrier, a configuration change). Sync must still return once every
+// command up to that index is applied, not wait for the next command to come along
+// (in a quiet cluster, right after the controller was killed, none came for minutes
+// and moves stalled on it).
+func TestSyncWhenTheLogEndsInAnEntryWithoutACommand(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	leader := leaderOf(ss...)
+	if _, err := leader.CreateTopic(Topic{Name: "before", TopicConfig: TopicConfig{Partitions: 1, RetentionMs: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the cluster to go quiet (its first heartbeats and version commits are
+	// commands): then nothing but the test writes.
+	last, since := leader.raft.LastIndex(), time.Now()
+	for deadline := time.Now().Add(30 * time.Second); time.Since(since) < 2*time.Second; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the control plane never went quiet for 2 s")
+		}
+		if l := leader.raft.LastIndex(); l != last {
+			last, since = l, time.Now()
+		}
+	}
+	if err := leader.raft.Barrier(10 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range append([]*Store{leader}, ss...) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := s.Sync(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Sync on %s with the log ending in a barrier: %v", s.NodeID(), err)
+		}
+		if _, ok := s.Topic("before"); !ok {
+			t.Fatalf("Sync on %s returned before the create was applied", s.NodeID())
+		}
+	}
+}
