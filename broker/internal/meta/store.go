@@ -394,9 +394,11 @@ func (s *Store) applyRemote(ctx context.Context, addr raft.ServerAddress, c comm
 }
 
 // waitApplied waits until this replica's state machine has applied the command at index
-// (and so every command before it).
+// (and so every command before it), or every command up to index when the entry there
+// carries none (see appliedThrough).
 func (s *Store) waitApplied(ctx context.Context, index uint64) error {
-	for !s.appliedThrough(index) {
+	var scanned uint64 // entries up to it are known to carry no command
+	for !s.appliedThrough(index, &scanned) {
 		if err := s.fsm.haltedErr(); err != nil {
 			return err
 		}
@@ -419,28 +421,27 @@ func (s *Store) waitApplied(ctx context.Context, index uint64) error {
 // index and none of the entries after the last applied command is a command. (A node
 // that waited for the state machine alone waited for the next command, which in a
 // quiet cluster right after the controller was killed did not come for minutes.)
-func (s *Store) appliedThrough(index uint64) bool {
+// scanned carries, from one call to the next, how far the entries were found to carry
+// no command, so each entry is read once.
+func (s *Store) appliedThrough(index uint64, scanned *uint64) bool {
 	a := s.fsm.applied.Load()
 	if a >= index {
 		return true
 	}
 	// Raft's applied index counts entries handed to the state machine, not yet
 	// applied by it: it says only that no entry up to index is still to come.
-	if s.raft.AppliedIndex() < index || index-a > maxUncommandedTail {
+	if s.raft.AppliedIndex() < index {
 		return false
 	}
-	for i := a + 1; i <= index; i++ {
+	for i := max(a, *scanned) + 1; i <= index; i++ {
 		var l raft.Log
 		if err := s.bolt.GetLog(i, &l); err != nil || l.Type == raft.LogCommand {
 			return false // a command not applied yet (or an entry compacted away: wait)
 		}
+		*scanned = i
 	}
 	return true
 }
-
-// maxUncommandedTail bounds the entries appliedThrough reads: entries without a command
-// come one or two at a time (a no-op per change of controller, a barrier per read).
-const maxUncommandedTail = 64
 
 func (s *Store) apply(c command) (Topic, error) {
 	res, err := s.applyCmd(c)
