@@ -33,7 +33,12 @@ func (h *handlers) Consume(ctx context.Context, r apigen.ConsumeRequestObject) (
 		}
 		return messageResponse{topic: r.Topic, d: d, forceBase64: b64}, nil
 	}
-	ds, err := h.b.Consume(ctx, r.Topic, 1, wait)
+	lctx, ended, stop := h.whileMayConsume(ctx, r.Topic)
+	defer stop()
+	ds, err := h.b.Consume(lctx, r.Topic, 1, wait)
+	if eerr := ended(); eerr != nil {
+		return nil, eerr
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +64,12 @@ func (h *handlers) ConsumeBatch(ctx context.Context, r apigen.ConsumeBatchReques
 	if err != nil {
 		return nil, err
 	}
-	ds, err := h.b.Consume(ctx, r.Topic, max, wait)
+	lctx, ended, stop := h.whileMayConsume(ctx, r.Topic)
+	defer stop()
+	ds, err := h.b.Consume(lctx, r.Topic, max, wait)
+	if eerr := ended(); eerr != nil {
+		return nil, eerr
+	}
 	if err != nil {
 		return nil, err
 	}
