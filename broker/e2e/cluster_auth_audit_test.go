@@ -143,11 +143,13 @@ func TestClusterAuthChangesReachEveryNode(t *testing.T) {
 func TestClusterLongPollEndsWithTheGrant(t *testing.T) {
 	t.Parallel()
 	nodes := startSecuredCluster(t)
-	a, b := nodes[0], nodes[1]
 	// A long visibility timeout: a message leased to the parked consume and not given
-	// back would stay hidden past the test.
-	placed(t, nodes, "lp", map[string]any{"partitions": 1, "visibility_timeout_ms": 600000})
-	for i, how := range []string{"revoke", "delete"} {
+	// back would stay hidden past the test. The consume parks on b, the node holding
+	// the partition (a parked consume of a partition held elsewhere also looks again
+	// every so often); the changes are made through another node, a.
+	b := placed(t, nodes, "lp", map[string]any{"partitions": 1, "visibility_timeout_ms": 600000})[0]
+	a := others(nodes, b)[0]
+	for i, how := range []string{"revoke", "delete", "quiet"} {
 		user := "dan" + strconv.Itoa(i)
 		a.api.createUser(user, "dan-password", grant("consume", "lp"))
 		dan := as(t, b, user, "dan-password")
@@ -159,18 +161,34 @@ func TestClusterLongPollEndsWithTheGrant(t *testing.T) {
 			err error
 		}
 		got := make(chan answer, 1)
+		wait := "20s"
+		if how == "quiet" {
+			wait = "10s" // nothing arrives: the poll ends with its wait
+		}
 		go func() {
-			r, err := dan.Try(http.MethodGet, topicPath("lp")+"/consume?wait=20s", nil)
+			r, err := dan.Try(http.MethodGet, topicPath("lp")+"/consume?wait="+wait, nil)
 			got <- answer{r, err}
 		}()
 		waitParked(t, b.api, 1)
 		switch how {
-		case "revoke":
+		case "revoke", "quiet":
 			a.api.Do(http.MethodPut, "/v1/users/"+user+"/grants", []byte(`{"grants":[{"action":"produce","topics":["elsewhere"]}]}`), "Content-Type", "application/json").Expect(t, http.StatusOK)
 		case "delete":
 			a.api.Do(http.MethodDelete, "/v1/users/"+user, nil).Expect(t, http.StatusNoContent)
 		}
 		appliedOn(t, a, b, "mark.lp."+how)
+		if how == "quiet" {
+			var ans answer
+			select {
+			case ans = <-got:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("quiet: the parked consume did not answer within 60 s")
+			}
+			if ans.err != nil || ans.r.Status != http.StatusNotFound {
+				t.Fatalf("quiet: a poll parked when its grant was revoked, ending with its wait: %v %v, want 404 (not 204: the user may no longer consume)", ans.err, ans.r)
+			}
+			continue
+		}
 		a.api.produce("lp", []byte(`{"after":"`+how+`"}`), "application/json", "")
 		var ans answer
 		select {

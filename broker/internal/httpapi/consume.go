@@ -36,6 +36,9 @@ func (h *handlers) Consume(ctx context.Context, r apigen.ConsumeRequestObject) (
 	lctx, ended, stop := h.whileMayConsume(ctx, r.Topic)
 	defer stop()
 	ds, err := h.b.Consume(lctx, r.Topic, 1, wait)
+	if len(ds) == 0 {
+		_ = lctx.Err() // nothing leased: a poll whose rights ended meanwhile says so, not 204
+	}
 	if eerr := ended(); eerr != nil {
 		return nil, eerr
 	}
@@ -67,6 +70,9 @@ func (h *handlers) ConsumeBatch(ctx context.Context, r apigen.ConsumeBatchReques
 	lctx, ended, stop := h.whileMayConsume(ctx, r.Topic)
 	defer stop()
 	ds, err := h.b.Consume(lctx, r.Topic, max, wait)
+	if len(ds) == 0 {
+		_ = lctx.Err() // as in Consume
+	}
 	if eerr := ended(); eerr != nil {
 		return nil, eerr
 	}
