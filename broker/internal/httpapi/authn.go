@@ -227,7 +227,7 @@ func (a *authenticator) digest(name, pw string) [32]byte {
 	return d
 }
 
-// remember records a credential that passed (or that was just set): it then passes
+// remember records a credential that passed (or that was just set, see rememberSet): it then passes
 // without a bcrypt for a while, and goes first for longer.
 func (a *authenticator) remember(name string, storedHash []byte, digest [32]byte) {
 	now := a.now()
@@ -247,6 +247,30 @@ func (a *authenticator) remember(name string, storedHash []byte, digest [32]byte
 		}
 	}
 	a.cache[name] = cacheEntry{storedHash: storedHash, digest: digest, expires: now.Add(authCacheTTL), known: now.Add(knownGoodTTL)}
+}
+
+// rememberSet remembers pw, just set as user name's password, as a login that passed,
+// if it is still the password stored: another change may have landed between the
+// write and this call (two changes racing, through two nodes or two requests), and
+// the hash stored by then may be another password's. The broker does not say which
+// hash it stored, so one bcrypt against the stored hash tells; it goes ahead of
+// unproven checks, and when none can run soon the password is simply not remembered
+// (its first login then hashes as any other).
+func (a *authenticator) rememberSet(ctx context.Context, name, pw string) {
+	u, ok := a.users(name)
+	if !ok {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, bcryptWaitMax)
+	defer cancel()
+	if a.gate.acquire(wctx, true) != nil {
+		return
+	}
+	err := bcrypt.CompareHashAndPassword(u.Hash, []byte(pw))
+	a.gate.release()
+	if err == nil {
+		a.remember(name, u.Hash, a.digest(name, pw))
+	}
 }
 
 // verify runs one bcrypt of pw against hash, or waits for an identical one in flight.

@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/auth"
@@ -20,6 +22,12 @@ func (h *handlers) authorize(next apigen.StrictHandlerFunc, operationID string) 
 			return next(ctx, w, r, req) // security is off
 		}
 		var err error
+		if writesMeta(req) && h.b.Clustered() {
+			if u, err = h.current(ctx, u); err != nil {
+				return nil, err
+			}
+			ctx = context.WithValue(ctx, principalKey{}, u)
+		}
 		switch r := req.(type) {
 		case apigen.AlterTopicRequestObject:
 			ctx, err = h.ownerOrAdminOfOne(ctx, u, r.Topic)
@@ -41,6 +49,67 @@ func (h *handlers) authorize(next apigen.StrictHandlerFunc, operationID string) 
 		}
 		return next(ctx, w, r, req)
 	}
+}
+
+// metaCatchUpBound bounds how long a write to the metadata tries to catch up before
+// it is decided (the control plane's own wait for a controller is 5 s);
+// catchUpRetry is the pause between tries.
+const (
+	metaCatchUpBound = 5 * time.Second
+	catchUpRetry     = 50 * time.Millisecond
+)
+
+// writesMeta reports whether req changes the cluster's metadata: users, grants and
+// passwords, topics and their children, members and placement.
+func writesMeta(req any) bool {
+	switch req.(type) {
+	case apigen.CreateUserRequestObject, apigen.DeleteUserRequestObject, apigen.ReplaceGrantsRequestObject,
+		apigen.ChangePasswordRequestObject,
+		apigen.CreateTopicRequestObject, apigen.AlterTopicRequestObject, apigen.DeleteTopicRequestObject,
+		apigen.AttachChildRequestObject, apigen.DetachChildRequestObject, apigen.PauseChildRequestObject, apigen.ResumeChildRequestObject,
+		apigen.JoinMemberRequestObject, apigen.DecommissionMemberRequestObject, apigen.MovePartitionRequestObject,
+		apigen.CancelMoveRequestObject, apigen.RebalanceRequestObject, apigen.ForceLeaderRequestObject:
+		return true
+	}
+	return false
+}
+
+// current brings this node's metadata up to the controller's and returns u as it
+// stands there. A write to the metadata is decided on a current view, not on this
+// node's replica, which may not have applied yet a change made through another node:
+// an admin demoted or deleted a moment ago must not, through a node that is behind,
+// create another admin, reset someone's password or hand out grants, all of which
+// would outlive the demotion. The write costs a round trip to the controller anyway;
+// this adds one more (shared by the writes that arrive meanwhile). While no controller
+// is known (an election) it tries again, as the write itself would, for up to
+// metaCatchUpBound. Data requests stay decided on the node's view: they change
+// nothing that outlives a revoke.
+func (h *handlers) current(ctx context.Context, u *auth.User) (*auth.User, error) {
+	deadline := time.Now().Add(metaCatchUpBound)
+	var err error
+	for {
+		cctx, cancel := context.WithTimeout(ctx, catchUpBound)
+		err = h.b.CatchUp(cctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().Add(catchUpRetry).After(deadline) {
+			break
+		}
+		t := time.NewTimer(catchUpRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	if err != nil {
+		return nil, &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
+			msg: "this node could not catch up with the control plane to check your rights (no controller, or it is slow); retry after Retry-After seconds"}
+	}
+	now, ok := h.b.User(u.Name)
+	if !ok || now.ID != u.ID || !bytes.Equal(now.Hash, u.Hash) {
+		return nil, unauthenticated("wrong username or password")
+	}
+	return &now, nil
 }
 
 func forbidden(msg string) *apiError {

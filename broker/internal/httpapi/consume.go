@@ -33,7 +33,15 @@ func (h *handlers) Consume(ctx context.Context, r apigen.ConsumeRequestObject) (
 		}
 		return messageResponse{topic: r.Topic, d: d, forceBase64: b64}, nil
 	}
-	ds, err := h.b.Consume(ctx, r.Topic, 1, wait)
+	lctx, ended, stop := h.whileMayConsume(ctx, r.Topic)
+	defer stop()
+	ds, err := h.b.Consume(lctx, r.Topic, 1, wait)
+	if len(ds) == 0 {
+		_ = lctx.Err() // nothing leased: a poll whose rights ended meanwhile says so, not 204
+	}
+	if eerr := ended(); eerr != nil {
+		return nil, eerr
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +67,15 @@ func (h *handlers) ConsumeBatch(ctx context.Context, r apigen.ConsumeBatchReques
 	if err != nil {
 		return nil, err
 	}
-	ds, err := h.b.Consume(ctx, r.Topic, max, wait)
+	lctx, ended, stop := h.whileMayConsume(ctx, r.Topic)
+	defer stop()
+	ds, err := h.b.Consume(lctx, r.Topic, max, wait)
+	if len(ds) == 0 {
+		_ = lctx.Err() // as in Consume
+	}
+	if eerr := ended(); eerr != nil {
+		return nil, eerr
+	}
 	if err != nil {
 		return nil, err
 	}

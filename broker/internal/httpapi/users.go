@@ -119,8 +119,8 @@ func (h *handlers) ChangePassword(ctx context.Context, r apigen.ChangePasswordRe
 	}
 	// The new password is known good: its first logins need no bcrypt, and later ones
 	// go ahead of unproven attempts.
-	if u, ok := h.b.User(r.Username); ok && h.authn != nil {
-		h.authn.remember(u.Name, u.Hash, h.authn.digest(u.Name, r.Body.NewPassword))
+	if h.authn != nil {
+		h.authn.rememberSet(ctx, r.Username, r.Body.NewPassword)
 	}
 	return apigen.ChangePassword204Response{}, nil
 }
