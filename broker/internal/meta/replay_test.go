@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"errors"
 	"encoding/json"
 	"go/ast"
 	"go/parser"
@@ -10,7 +11,9 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -352,4 +355,136 @@ func errString(err error) string {
 		return "no error"
 	}
 	return err.Error()
+}
+
+// TestHaltKeepsTheStateBeforeTheEntry: an entry of an op this binary does not know, at
+// any point of the history, halts the state machine with the state the entry before it
+// left (nothing of it or after it applied), refuses snapshots, and a node that
+// restarts from a snapshot taken before it and replays the log halts at the same entry
+// with the same state. A node that speaks cluster version 2 halts the same way at the
+// commit of version 3.
+func TestHaltKeepsTheStateBeforeTheEntry(t *testing.T) {
+	cmds, _ := history(t)
+	future := frame([]byte(`{"op":"from_the_future","name":"p"}`))
+	entries := func(k int) []*raft.Log { // the history with the unknown entry at index k
+		var out []*raft.Log
+		for i, c := range cmds {
+			if i+1 == k {
+				out = append(out, &raft.Log{Index: uint64(k), Data: future})
+			}
+			b, err := encodeCommand(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, &raft.Log{Index: uint64(len(out) + 1), Data: b})
+		}
+		return out
+	}
+	for k := 1; k <= len(cmds); k++ {
+		before := newFSM()
+		for i, c := range cmds[:k-1] {
+			applyAt(t, before, uint64(i+1), c)
+		}
+		want := stateOf(before)
+		var snap *fsm // restored from a snapshot taken at index k/2, before the entry
+		f := newFSM()
+		for _, l := range entries(k) {
+			f.Apply(l)
+			if l.Index == uint64(k/2) {
+				snap = snapshotRestore(t, f)
+			}
+		}
+		halt := "Raft log entry " + strconv.Itoa(k) + " is"
+		if err := f.haltedErr(); !errors.Is(err, ErrHalted) || !strings.Contains(err.Error(), halt) {
+			t.Fatalf("unknown op at %d: halted with %v", k, err)
+		}
+		sameState(t, "halted at "+strconv.Itoa(k), want, stateOf(f))
+		if _, err := f.Snapshot(); !errors.Is(err, ErrHalted) {
+			t.Fatalf("halted at %d: snapshot %v", k, err)
+		}
+		if snap == nil {
+			snap = newFSM()
+		}
+		for _, l := range entries(k)[snap.applied.Load():] {
+			snap.Apply(l)
+		}
+		if err := snap.haltedErr(); !errors.Is(err, ErrHalted) || !strings.Contains(err.Error(), halt) {
+			t.Fatalf("restarted, unknown op at %d: halted with %v", k, err)
+		}
+		sameState(t, "restarted and halted at "+strconv.Itoa(k), want, stateOf(snap))
+	}
+
+	old := newFSM()
+	old.maxVersion = 2
+	at := 0
+	for i, c := range cmds {
+		r := applyAt(t, old, uint64(i+1), c)
+		if c.Op == "set_cluster_version" && c.Version == 3 {
+			at = i + 1
+			if !errors.Is(r.err, ErrVersionUnsupported) {
+				t.Fatalf("a node speaking 2 applied version 3: %v", r.err)
+			}
+		}
+	}
+	before := newFSM()
+	for i, c := range cmds[:at-1] {
+		applyAt(t, before, uint64(i+1), c)
+	}
+	sameState(t, "a node speaking 2 halted at version 3", stateOf(before), stateOf(old))
+}
+
+// TestHaltAfterASnapshotSurvivesRestart: a node that took a snapshot, then met a
+// command from a newer version, restarts from the snapshot and halts at the same entry
+// with what came before it, and nothing after it.
+func TestHaltAfterASnapshotSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	if _, err := s.CreateTopic(Topic{Name: "before", TopicConfig: TopicConfig{Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateTopic(Topic{Name: "between", TopicConfig: TopicConfig{Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	fut := s.raft.Apply(frame([]byte(`{"op":"from_the_future"}`)), 5*time.Second)
+	if err := fut.Error(); err != nil {
+		t.Fatal(err)
+	}
+	halt := fut.Index()
+	if err := s.raft.Apply(frame([]byte(`{"op":"create_topic","topic":{"name":"after","partitions":1}}`)), 5*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	applied := s.AppliedIndex()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Options{Dir: dir, NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := "Raft log entry " + strconv.FormatUint(halt, 10) + " is"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if err := s.fsm.haltedErr(); err != nil {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("halted at another entry: %v, want %q", err, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted node did not halt")
+		}
+		time.Sleep(10 * time.Millisecond) // polls the condition
+	}
+	for name, exists := range map[string]bool{"before": true, "between": true, "after": false} {
+		if _, ok := s.Topic(name); ok != exists {
+			t.Fatalf("topic %s exists %v after the restart, want %v", name, ok, exists)
+		}
+	}
+	if got := s.AppliedIndex(); got != applied || got != halt-1 {
+		t.Fatalf("applied index %d after the restart, want %d (the entry before the halt)", got, halt-1)
+	}
 }
