@@ -2,8 +2,8 @@ package meta
 
 import (
 	"bytes"
-	"errors"
 	"encoding/json"
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
