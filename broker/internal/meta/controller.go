@@ -185,7 +185,8 @@ func (s *Store) controlTick() error {
 		}
 		if next != m.Status {
 			s.opts.Logger.Warn("meta: member status changed", "member", m.ID, "from", m.Status, "to", next, "silent_for", age.Round(time.Millisecond))
-			if _, err := s.applyLocal(command{Op: "set_status", Name: m.ID, ServerID: m.ServerID, Status: next}); err != nil {
+			// A conflict: the member was decommissioned since the read; it stays so.
+			if _, err := s.applyLocal(command{Op: "set_status", Name: m.ID, ServerID: m.ServerID, Status: next}); err != nil && !isConflict(err) {
 				return err
 			}
 		}

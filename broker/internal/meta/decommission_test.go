@@ -1,0 +1,58 @@
+package meta
+
+import (
+	"testing"
+)
+
+// TestDecommissionIsNotUndoneByAStaleStatus: the controller judges a member's silence,
+// and a heartbeat rewrites its record, from a read of the state; a decommission that
+// commits between the read and the write must survive the write. Else the member is
+// suspect, dead or alive again, the controller never moves its replicas off nor
+// removes it, and the decommission the API acknowledged is silently lost.
+func TestDecommissionIsNotUndoneByAStaleStatus(t *testing.T) {
+	for _, stale := range []command{
+		// The controller's liveness judgement (controller.go: set_status on silence).
+		{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusSuspect},
+		{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusDead},
+		{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusAlive},
+		// A heartbeat with a new address or versions (heard), or the reconcile of the
+		// Raft configuration, rewriting the record read before.
+		{Op: "set_member", Member: fullMember("n2", StatusAlive)},
+		{Op: "set_member", Member: fullMember("n2", StatusJoining)},
+	} {
+		f := newFSM()
+		applyAt(t, f, 1, command{Op: "set_member", Member: fullMember("n2", StatusAlive)})
+		if r := applyAt(t, f, 2, command{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusDecommissioning}); r.err != nil {
+			t.Fatal(r.err)
+		}
+		applyAt(t, f, 3, stale)
+		if m, _ := f.member("n2"); m.Status != StatusDecommissioning {
+			t.Errorf("%s %s applied after the decommission: the member is %s, want decommissioning", stale.Op, statusOf(stale), m.Status)
+		}
+	}
+	// The rest of a rewritten record still applies (a decommissioning member's
+	// heartbeat reports its versions), and a node wiped and joined again under a new
+	// server id is a new member.
+	f := newFSM()
+	applyAt(t, f, 1, command{Op: "set_member", Member: fullMember("n2", StatusAlive)})
+	applyAt(t, f, 2, command{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusDecommissioning})
+	upd := fullMember("n2", StatusDecommissioning)
+	upd.MaxVersion, upd.HTTPAddr = 4, "elsewhere:2"
+	applyAt(t, f, 3, command{Op: "set_member", Member: upd})
+	if m, _ := f.member("n2"); m != *upd {
+		t.Fatalf("a decommissioning member's record: %+v, want %+v", m, *upd)
+	}
+	wiped := fullMember("n2", StatusJoining)
+	wiped.ServerID = "n2/e"
+	applyAt(t, f, 4, command{Op: "set_member", Member: wiped})
+	if m, _ := f.member("n2"); m != *wiped {
+		t.Fatalf("a new server of the node: %+v, want %+v", m, *wiped)
+	}
+}
+
+func statusOf(c command) MemberStatus {
+	if c.Member != nil {
+		return c.Member.Status
+	}
+	return c.Status
+}
