@@ -165,7 +165,8 @@ func (s *Store) controlTick() error {
 		if ok && m == want {
 			continue
 		}
-		if _, err := s.applyLocal(command{Op: "set_member", Member: &want}); err != nil {
+		// ErrMemberNotFound: a server removed from the members; it stays removed.
+		if _, err := s.applyLocal(command{Op: "set_member", Member: &want}); err != nil && !errors.Is(err, ErrMemberNotFound) {
 			return err
 		}
 	}

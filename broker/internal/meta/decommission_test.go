@@ -56,3 +56,29 @@ func statusOf(c command) MemberStatus {
 	}
 	return c.Status
 }
+
+// TestRemovedMemberStaysRemoved: a member record rewritten from a read made before the
+// member was removed (a heartbeat reporting new versions, the controller's reconcile)
+// must not bring the member back: it would count in placements, version decisions and
+// the members list while its Raft server is gone and its server id is refused.
+func TestRemovedMemberStaysRemoved(t *testing.T) {
+	f := newFSM()
+	applyAt(t, f, 1, command{Op: "set_member", Member: fullMember("n2", StatusAlive)})
+	applyAt(t, f, 2, command{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusDecommissioning})
+	if r := applyAt(t, f, 3, command{Op: "remove_member", Name: "n2", ServerID: "n2/d", MoveOp: &MoveOp{NowMs: 1}}); r.err != nil {
+		t.Fatal(r.err)
+	}
+	stale := fullMember("n2", StatusDecommissioning)
+	stale.MaxVersion = 4
+	applyAt(t, f, 4, command{Op: "set_member", Member: stale})
+	if m, ok := f.member("n2"); ok {
+		t.Fatalf("a removed member came back: %+v", m)
+	}
+	// The node wiped and added again (a new server id) is a new member.
+	fresh := fullMember("n2", StatusJoining)
+	fresh.ServerID = "n2/e"
+	applyAt(t, f, 5, command{Op: "set_member", Member: fresh})
+	if m, ok := f.member("n2"); !ok || m != *fresh {
+		t.Fatalf("the node under a new server id: %+v %v", m, ok)
+	}
+}

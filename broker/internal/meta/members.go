@@ -115,6 +115,11 @@ func (f *fsm) applyCluster(c command) applyResult {
 		return applyResult{clusterID: f.clusterID}
 	case "set_member":
 		m := *c.Member
+		if f.removed[m.ServerID] {
+			// Removed (decommissioned or replaced): a record read before the removal (a
+			// heartbeat, the reconcile of the Raft configuration) must not bring it back.
+			return applyResult{err: ErrMemberNotFound}
+		}
 		if old, ok := f.members[m.ID]; ok && old.ServerID == m.ServerID && old.Status == StatusDecommissioning {
 			// A record read before the decommission committed (a heartbeat, the
 			// reconcile of the Raft configuration) must not undo it.
