@@ -33,6 +33,9 @@ type controller struct {
 	// ends is the highest log end any replica reported of each partition group, this
 	// term (see joinRequest.Ends).
 	ends map[string]uint64
+	// handedOver is when this node, halted, last handed the controller over
+	// (controlTick); guarded by mu.
+	handedOver time.Time
 }
 
 // heardEnds records the log ends a member reported.
@@ -135,6 +138,9 @@ func (s *Store) configuration() (raft.Configuration, error) {
 // controlTick makes the cluster id (once), records the Raft configuration's servers as
 // members, judges liveness, and promotes non-voters while voters are missing.
 func (s *Store) controlTick() error {
+	if err := s.fsm.haltedErr(); err != nil {
+		return s.handOverHalted(err)
+	}
 	conf, err := s.configuration()
 	if err != nil {
 		return err
@@ -199,6 +205,30 @@ func (s *Store) controlTick() error {
 		return err
 	}
 	return s.steer()
+}
+
+// handOverHalted hands the controller to another voter: a node whose state machine
+// halted cannot apply what it would commit, and would judge members, versions and
+// moves from a state that stopped at the halt. Raft elects it like any other, so it
+// hands over whenever it wins; at most once per ten election timeouts, so a cluster
+// whose every node halted does not hand the controller round without end.
+func (s *Store) handOverHalted(halted error) error {
+	s.ctl.mu.Lock()
+	due := time.Since(s.ctl.handedOver) > 10*s.opts.Cluster.RaftTimeout
+	if due {
+		s.ctl.handedOver = time.Now()
+	}
+	s.ctl.mu.Unlock()
+	if !due {
+		return nil
+	}
+	if err := s.raft.LeadershipTransfer().Error(); err != nil {
+		// A lone node, or no voter caught up: it stays, refusing writes (ErrNotLeader).
+		s.opts.Logger.Warn("meta: this node's state machine is halted and could not hand the controller over; it refuses writes", "halted", halted, "err", err)
+		return nil
+	}
+	s.opts.Logger.Warn("meta: this node's state machine is halted; handed the controller over", "halted", halted)
+	return nil
 }
 
 // commitVersion commits the highest cluster version every member speaks, when

@@ -236,6 +236,12 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 		resp.Err = toWire(err)
 		return resp
 	}
+	if err := s.fsm.haltedErr(); err != nil && r.Kind != kindSyncIndex {
+		// A halted controller hands over (handOverHalted); until then the sender tries
+		// again. Its applied index would be stale, and it cannot apply a write. Its last
+		// log index (sync_index) is still right.
+		return fwdResponse{Err: toWire(errHaltedLeader(err))}
+	}
 	switch r.Kind {
 	case kindApply:
 		c, err := decodeCommand(r.Cmd)
