@@ -69,7 +69,47 @@ func stateOf(f *fsm) fsmState {
 		st.Topics[n] = tp
 	}
 	st.Users, st.Members, st.Remotes, st.Moves, st.Removed = cloneMap(f.users), cloneMap(f.members), cloneMap(f.remotes), cloneMap(f.moves), cloneMap(f.removed)
-	return st
+	// Deep: a later command that changed a slice of the state in place would change
+	// the copy too, and a comparison with it would see nothing.
+	return deepCopy(reflect.ValueOf(st)).Interface().(fsmState)
+}
+
+// deepCopy copies v with every slice, map and pointer in it, keeping nil as nil.
+func deepCopy(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Slice:
+		if v.IsNil() {
+			return reflect.Zero(v.Type())
+		}
+		out := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := range v.Len() {
+			out.Index(i).Set(deepCopy(v.Index(i)))
+		}
+		return out
+	case reflect.Map:
+		if v.IsNil() {
+			return reflect.Zero(v.Type())
+		}
+		out := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for _, k := range v.MapKeys() {
+			out.SetMapIndex(k, deepCopy(v.MapIndex(k)))
+		}
+		return out
+	case reflect.Pointer:
+		if v.IsNil() {
+			return reflect.Zero(v.Type())
+		}
+		out := reflect.New(v.Type().Elem())
+		out.Elem().Set(deepCopy(v.Elem()))
+		return out
+	case reflect.Struct:
+		out := reflect.New(v.Type()).Elem()
+		for i := range v.NumField() {
+			out.Field(i).Set(deepCopy(v.Field(i)))
+		}
+		return out
+	}
+	return v
 }
 
 func cloneMap[K comparable, V any](m map[K]V) map[K]V {
@@ -564,5 +604,43 @@ func TestCommandsOfAnOldIncarnationLeaveTheNewOneAlone(t *testing.T) {
 		// move_status of an old move (failed when its topic was deleted) may only fail it
 		// again; nothing else of the state changes.
 		sameState(t, string(js)+" ("+errString(r.err)+")", want, got)
+	}
+}
+
+// TestSnapshotIsNotChangedByLaterCommands: hashicorp/raft persists a snapshot on its
+// own goroutine while the state machine goes on applying, so the snapshot must share
+// nothing that a later command changes in place. At every step of the history, the
+// snapshot taken then and persisted after the rest applied holds exactly the state of
+// that step.
+func TestSnapshotIsNotChangedByLaterCommands(t *testing.T) {
+	cmds, _ := history(t)
+	for k := range cmds {
+		f := newFSM()
+		for i, c := range cmds[:k+1] {
+			applyAt(t, f, uint64(i+1), c)
+		}
+		// As bytes now: stateOf copies the maps, not the slices in their values.
+		want, err := json.Marshal(stateOf(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := f.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cmds[k+1:] {
+			applyAt(t, f, uint64(k+2+i), c)
+		}
+		sink := &memSink{}
+		if err := snap.Persist(sink); err != nil {
+			t.Fatal(err)
+		}
+		g := newFSM()
+		if err := g.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := json.Marshal(stateOf(g)); !bytes.Equal(want, got) {
+			t.Fatalf("the snapshot of step %d %s, persisted after the rest applied, differs:\nwant %s\ngot  %s", k+1, cmds[k].Op, want, got)
+		}
 	}
 }
