@@ -164,8 +164,13 @@ func (s *Store) controlTick() error {
 			want.Status, want.HTTPAddr = m.Status, m.HTTPAddr
 			want.MinVersion, want.MaxVersion = m.MinVersion, m.MaxVersion
 			if string(srv.ID) == self {
-				want.Status, want.HTTPAddr = StatusAlive, s.opts.Cluster.HTTPAddr
+				want.HTTPAddr = s.opts.Cluster.HTTPAddr
 				want.MinVersion, want.MaxVersion = s.Versions()
+				if m.Status != StatusDecommissioning {
+					// Decommissioning ends only with the removal: the controller
+					// decommissioning itself hands over first (removeDecommissioned).
+					want.Status = StatusAlive
+				}
 			}
 		}
 		if ok && m == want {

@@ -1,7 +1,11 @@
 package meta
 
 import (
+	"errors"
+	"fmt"
 	"testing"
+
+	"github.com/hashicorp/raft"
 )
 
 // TestDecommissionIsNotUndoneByAStaleStatus: the controller judges a member's silence,
@@ -80,5 +84,58 @@ func TestRemovedMemberStaysRemoved(t *testing.T) {
 	applyAt(t, f, 5, command{Op: "set_member", Member: fresh})
 	if m, ok := f.member("n2"); !ok || m != *fresh {
 		t.Fatalf("the node under a new server id: %+v %v", m, ok)
+	}
+}
+
+// TestControllerDecommissionsItself: decommissioning the node that is the controller
+// ends with the node removed. The controller rewrote its own member record as alive at
+// every tick (its reconcile of the Raft configuration), undoing the decommission
+// before it could hand over and be removed.
+func TestControllerDecommissionsItself(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	eventually(t, "version 3 committed on every node", func() error {
+		for _, s := range ss {
+			if v := s.ClusterVersion(); v < 3 {
+				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
+			}
+		}
+		if leaderOf(ss...) == nil {
+			return errors.New("no controller")
+		}
+		return nil
+	})
+	ctl := leaderOf(ss...)
+	var other *Store
+	for _, s := range ss {
+		if s != ctl {
+			other = s
+		}
+	}
+	from := other.raft.LastIndex()
+	m, err := other.Decommission(ctl.NodeID())
+	if err != nil || m.Status != StatusDecommissioning {
+		t.Fatalf("decommission of the controller %s: %+v %v", ctl.NodeID(), m, err)
+	}
+	eventually(t, "the controller node removed", func() error {
+		if m, ok := other.Member(ctl.NodeID()); ok {
+			return fmt.Errorf("still a member: %+v", m)
+		}
+		if !other.WasRemoved(ctl.ServerID()) {
+			return errors.New("its server id is not marked removed")
+		}
+		return nil
+	})
+	// Nor did the controller write its record back as alive meanwhile (once per tick).
+	for i := from + 1; i <= other.raft.LastIndex(); i++ {
+		var l raft.Log
+		if err := other.bolt.GetLog(i, &l); err != nil || l.Type != raft.LogCommand {
+			continue
+		}
+		c, err := decodeCommand(l.Data)
+		if err == nil && c.Op == "set_member" && c.Member.ID == ctl.NodeID() && c.Member.Status != StatusDecommissioning {
+			t.Fatalf("entry %d rewrote the decommissioning controller's record as %s", i, c.Member.Status)
+		}
 	}
 }
