@@ -308,9 +308,11 @@ func resultResponse(res applyResult, err error) fwdResponse {
 }
 
 // leaderErr turns Raft's errors into this package's: ErrNotLeader when the write
-// certainly did not happen here, ErrUnavailable (outcome unknown) otherwise.
+// certainly did not happen here, ErrUnavailable (outcome unknown) otherwise. Raft
+// refuses an entry during a leadership transfer before appending it, so that one is
+// certainly not written either: the write is sent again once the handover ends.
 func leaderErr(err error) error {
-	if errors.Is(err, raft.ErrNotLeader) {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
