@@ -227,6 +227,19 @@ func (s *Store) handOverHalted(halted error) error {
 	if !due {
 		return nil
 	}
+	conf, err := s.configuration()
+	if err != nil {
+		return leaderErr(err)
+	}
+	others := 0
+	for _, srv := range conf.Servers {
+		if srv.Suffrage == raft.Voter && string(srv.ID) != s.ServerID() {
+			others++
+		}
+	}
+	if others == 0 {
+		return nil // a lone node: nobody to hand over to; it refuses writes (ErrHalted)
+	}
 	if err := s.raft.LeadershipTransfer().Error(); err != nil {
 		// A lone node, or no voter caught up: it stays, refusing writes (ErrNotLeader).
 		s.opts.Logger.Warn("meta: this node's state machine is halted and could not hand the controller over; it refuses writes", "halted", halted, "err", err)
