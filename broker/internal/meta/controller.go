@@ -33,6 +33,9 @@ type controller struct {
 	// ends is the highest log end any replica reported of each partition group, this
 	// term (see joinRequest.Ends).
 	ends map[string]uint64
+	// handedOver is when this node, halted, last handed the controller over
+	// (controlTick); guarded by mu.
+	handedOver time.Time
 }
 
 // heardEnds records the log ends a member reported.
@@ -135,6 +138,9 @@ func (s *Store) configuration() (raft.Configuration, error) {
 // controlTick makes the cluster id (once), records the Raft configuration's servers as
 // members, judges liveness, and promotes non-voters while voters are missing.
 func (s *Store) controlTick() error {
+	if err := s.fsm.haltedErr(); err != nil {
+		return s.handOverHalted(err)
+	}
 	conf, err := s.configuration()
 	if err != nil {
 		return err
@@ -158,14 +164,20 @@ func (s *Store) controlTick() error {
 			want.Status, want.HTTPAddr = m.Status, m.HTTPAddr
 			want.MinVersion, want.MaxVersion = m.MinVersion, m.MaxVersion
 			if string(srv.ID) == self {
-				want.Status, want.HTTPAddr = StatusAlive, s.opts.Cluster.HTTPAddr
+				want.HTTPAddr = s.opts.Cluster.HTTPAddr
 				want.MinVersion, want.MaxVersion = s.Versions()
+				if m.Status != StatusDecommissioning {
+					// Decommissioning ends only with the removal: the controller
+					// decommissioning itself hands over first (removeDecommissioned).
+					want.Status = StatusAlive
+				}
 			}
 		}
 		if ok && m == want {
 			continue
 		}
-		if _, err := s.applyLocal(command{Op: "set_member", Member: &want}); err != nil {
+		// ErrMemberNotFound: a server removed from the members; it stays removed.
+		if _, err := s.applyLocal(command{Op: "set_member", Member: &want}); err != nil && !errors.Is(err, ErrMemberNotFound) {
 			return err
 		}
 	}
@@ -185,7 +197,8 @@ func (s *Store) controlTick() error {
 		}
 		if next != m.Status {
 			s.opts.Logger.Warn("meta: member status changed", "member", m.ID, "from", m.Status, "to", next, "silent_for", age.Round(time.Millisecond))
-			if _, err := s.applyLocal(command{Op: "set_status", Name: m.ID, ServerID: m.ServerID, Status: next}); err != nil {
+			// A conflict: the member was decommissioned since the read; it stays so.
+			if _, err := s.applyLocal(command{Op: "set_status", Name: m.ID, ServerID: m.ServerID, Status: next}); err != nil && !isConflict(err) {
 				return err
 			}
 		}
@@ -197,6 +210,43 @@ func (s *Store) controlTick() error {
 		return err
 	}
 	return s.steer()
+}
+
+// handOverHalted hands the controller to another voter: a node whose state machine
+// halted cannot apply what it would commit, and would judge members, versions and
+// moves from a state that stopped at the halt. Raft elects it like any other, so it
+// hands over whenever it wins; at most once per ten election timeouts, so a cluster
+// whose every node halted does not hand the controller round without end.
+func (s *Store) handOverHalted(halted error) error {
+	s.ctl.mu.Lock()
+	due := time.Since(s.ctl.handedOver) > 10*s.opts.Cluster.RaftTimeout
+	if due {
+		s.ctl.handedOver = time.Now()
+	}
+	s.ctl.mu.Unlock()
+	if !due {
+		return nil
+	}
+	conf, err := s.configuration()
+	if err != nil {
+		return leaderErr(err)
+	}
+	others := 0
+	for _, srv := range conf.Servers {
+		if srv.Suffrage == raft.Voter && string(srv.ID) != s.ServerID() {
+			others++
+		}
+	}
+	if others == 0 {
+		return nil // a lone node: nobody to hand over to; it refuses writes (ErrHalted)
+	}
+	if err := s.raft.LeadershipTransfer().Error(); err != nil {
+		// A lone node, or no voter caught up: it stays, refusing writes (ErrNotLeader).
+		s.opts.Logger.Warn("meta: this node's state machine is halted and could not hand the controller over; it refuses writes", "halted", halted, "err", err)
+		return nil
+	}
+	s.opts.Logger.Warn("meta: this node's state machine is halted; handed the controller over", "halted", halted)
+	return nil
 }
 
 // commitVersion commits the highest cluster version every member speaks, when

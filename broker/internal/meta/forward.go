@@ -236,6 +236,12 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 		resp.Err = toWire(err)
 		return resp
 	}
+	if err := s.fsm.haltedErr(); err != nil && r.Kind != kindSyncIndex {
+		// A halted controller hands over (handOverHalted); until then the sender tries
+		// again. Its applied index would be stale, and it cannot apply a write. Its last
+		// log index (sync_index) is still right.
+		return fwdResponse{Err: toWire(errHaltedLeader(err))}
+	}
 	switch r.Kind {
 	case kindApply:
 		c, err := decodeCommand(r.Cmd)
@@ -302,9 +308,11 @@ func resultResponse(res applyResult, err error) fwdResponse {
 }
 
 // leaderErr turns Raft's errors into this package's: ErrNotLeader when the write
-// certainly did not happen here, ErrUnavailable (outcome unknown) otherwise.
+// certainly did not happen here, ErrUnavailable (outcome unknown) otherwise. Raft
+// refuses an entry during a leadership transfer before appending it, so that one is
+// certainly not written either: the write is sent again once the handover ends.
 func leaderErr(err error) error {
-	if errors.Is(err, raft.ErrNotLeader) {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)

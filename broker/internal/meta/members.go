@@ -86,7 +86,9 @@ type Placement struct {
 func (p Placement) Replicated() bool { return len(p.Replicas) > 1 || p.Group }
 
 // applyCluster applies init_cluster, set_member and set_status. Each is idempotent: the
-// same command applied again leaves the same state. Called with f.mu held.
+// same command applied again leaves the same state. A decommissioning member stays so
+// until remove_member (cluster version 3, so every node applies this rule). Called with
+// f.mu held.
 func (f *fsm) applyCluster(c command) applyResult {
 	switch c.Op {
 	case "init_cluster":
@@ -112,12 +114,30 @@ func (f *fsm) applyCluster(c command) applyResult {
 		}
 		return applyResult{clusterID: f.clusterID}
 	case "set_member":
-		f.members[c.Member.ID] = *c.Member
+		m := *c.Member
+		if f.removed[m.ServerID] {
+			// Removed (decommissioned or replaced): a record read before the removal (a
+			// heartbeat, the reconcile of the Raft configuration) must not bring it back.
+			return applyResult{err: ErrMemberNotFound}
+		}
+		if old, ok := f.members[m.ID]; ok && old.ServerID == m.ServerID && old.Status == StatusDecommissioning {
+			// A record read before the decommission committed (a heartbeat, the
+			// reconcile of the Raft configuration) must not undo it.
+			m.Status = StatusDecommissioning
+		}
+		f.members[m.ID] = m
 		return applyResult{}
 	case "set_status":
 		m, ok := f.members[c.Name]
 		if !ok || (c.ServerID != "" && c.ServerID != m.ServerID) {
 			return applyResult{err: ErrMemberNotFound}
+		}
+		if m.Status == StatusDecommissioning && c.Status != StatusDecommissioning {
+			// Decommissioning ends only with the member's removal. The controller
+			// judges liveness on a read of the state: a suspect or dead judged before
+			// the decommission committed would undo it, and the member would keep its
+			// replicas and never be removed.
+			return conflict("member %s is decommissioning; its status stays until it is removed", c.Name)
 		}
 		m.Status = c.Status
 		f.members[c.Name] = m

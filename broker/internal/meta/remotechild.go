@@ -53,7 +53,8 @@ type RemoteOp struct {
 	ID uint64 `json:"id"`
 	// Partition, From, To and Expired, on move_remote_cursor: the parent partition's
 	// cursor moves from From to To (only if it is at From, so a command applied twice
-	// or racing another moves it once), and Expired more messages were lost to retention.
+	// or racing another moves it once), and Expired more messages were lost to retention
+	// (at most To-From: the messages it skips).
 	Partition int32  `json:"partition,omitempty"`
 	From      uint64 `json:"from,omitempty"`
 	To        uint64 `json:"to,omitempty"`
@@ -140,6 +141,11 @@ func (f *fsm) applyRemote(index uint64, c command) applyResult {
 			// A command applied twice, or a copier that lost the partition to another
 			// node meanwhile: the cursor moves once, never back.
 			return conflict("remote child %d partition %d cursor is at %d, not %d", op.ID, i, r.Cursors[i], op.From)
+		}
+		if op.Expired > op.To-op.From {
+			// Only messages the cursor skips can have expired; counting more would also
+			// count them again at every application of a move that skips none.
+			return conflict("remote child %d partition %d: %d messages expired is more than the %d the cursor skips", op.ID, i, op.Expired, op.To-op.From)
 		}
 		r.Cursors = append([]uint64(nil), r.Cursors...)
 		r.Cursors[i] = op.To

@@ -100,3 +100,25 @@ func TestRemoteChildrenTravelInSnapshots(t *testing.T) {
 		t.Fatalf("restored: %+v", rs)
 	}
 }
+
+// TestRemoteCursorCountsExpiredOnce: a cursor move counts at most the messages it
+// skips as expired, so one applied twice (a retry) counts them once; a move that skips
+// nothing but names expired messages would count them at every application.
+func TestRemoteCursorCountsExpiredOnce(t *testing.T) {
+	f := newFSM()
+	applyAt(t, f, 1, command{Op: "create_topic", Topic: &Topic{Name: "a", TopicConfig: TopicConfig{Partitions: 1}}})
+	if r := applyAt(t, f, 2, command{Op: "attach_remote", Remote: &RemoteChild{Parent: "a", URL: "https://x", Topic: "b", Cursors: []uint64{4}}}); r.err != nil {
+		t.Fatal(r.err)
+	}
+	for i, op := range []RemoteOp{{ID: 2, From: 4, To: 4, Expired: 3}, {ID: 2, From: 4, To: 6, Expired: 3}, {ID: 2, From: 4, To: 6, Expired: 2}} {
+		for n := range 2 {
+			applyAt(t, f, uint64(3+2*i+n), command{Op: "move_remote_cursor", RemoteOp: &op})
+			if r := f.remoteList()[0]; r.Expired[0] > r.Cursors[0]-4 {
+				t.Fatalf("%+v applied %d times: cursor %d, %d expired: more messages counted expired than the cursor skipped", op, n+1, r.Cursors[0], r.Expired[0])
+			}
+		}
+	}
+	if r := f.remoteList()[0]; r.Cursors[0] != 6 || r.Expired[0] != 2 {
+		t.Fatalf("cursor %d, %d expired; want 6 and 2 (only the move that skipped as many as it counted)", r.Cursors[0], r.Expired[0])
+	}
+}

@@ -351,8 +351,18 @@ func (s *Store) applyCmd(c command) (applyResult, error) {
 	}
 }
 
-// applyLocal proposes c on this node, which must lead.
+// errHaltedLeader refuses a proposal on a controller whose state machine halted: it
+// could not apply it, and it hands the controller over (handOverHalted), so the write is
+// sent again to the next one.
+func errHaltedLeader(halted error) error {
+	return fmt.Errorf("%w: its state machine is halted (%v)", ErrNotLeader, halted)
+}
+
+// applyLocal proposes c on this node, which must lead (and not be halted).
 func (s *Store) applyLocal(c command) (applyResult, error) {
+	if err := s.fsm.haltedErr(); err != nil {
+		return applyResult{}, errHaltedLeader(err)
+	}
 	b, err := encodeCommand(c)
 	if err != nil {
 		return applyResult{}, err

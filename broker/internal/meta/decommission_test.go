@@ -1,0 +1,141 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// TestDecommissionIsNotUndoneByAStaleStatus: the controller judges a member's silence,
+// and a heartbeat rewrites its record, from a read of the state; a decommission that
+// commits between the read and the write must survive the write. Else the member is
+// suspect, dead or alive again, the controller never moves its replicas off nor
+// removes it, and the decommission the API acknowledged is silently lost.
+func TestDecommissionIsNotUndoneByAStaleStatus(t *testing.T) {
+	for _, stale := range []command{
+		// The controller's liveness judgement (controller.go: set_status on silence).
+		{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusSuspect},
+		{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusDead},
+		{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusAlive},
+		// A heartbeat with a new address or versions (heard), or the reconcile of the
+		// Raft configuration, rewriting the record read before.
+		{Op: "set_member", Member: fullMember("n2", StatusAlive)},
+		{Op: "set_member", Member: fullMember("n2", StatusJoining)},
+	} {
+		f := newFSM()
+		applyAt(t, f, 1, command{Op: "set_member", Member: fullMember("n2", StatusAlive)})
+		if r := applyAt(t, f, 2, command{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusDecommissioning}); r.err != nil {
+			t.Fatal(r.err)
+		}
+		applyAt(t, f, 3, stale)
+		if m, _ := f.member("n2"); m.Status != StatusDecommissioning {
+			t.Errorf("%s %s applied after the decommission: the member is %s, want decommissioning", stale.Op, statusOf(stale), m.Status)
+		}
+	}
+	// The rest of a rewritten record still applies (a decommissioning member's
+	// heartbeat reports its versions), and a node wiped and joined again under a new
+	// server id is a new member.
+	f := newFSM()
+	applyAt(t, f, 1, command{Op: "set_member", Member: fullMember("n2", StatusAlive)})
+	applyAt(t, f, 2, command{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusDecommissioning})
+	upd := fullMember("n2", StatusDecommissioning)
+	upd.MaxVersion, upd.HTTPAddr = 4, "elsewhere:2"
+	applyAt(t, f, 3, command{Op: "set_member", Member: upd})
+	if m, _ := f.member("n2"); m != *upd {
+		t.Fatalf("a decommissioning member's record: %+v, want %+v", m, *upd)
+	}
+	wiped := fullMember("n2", StatusJoining)
+	wiped.ServerID = "n2/e"
+	applyAt(t, f, 4, command{Op: "set_member", Member: wiped})
+	if m, _ := f.member("n2"); m != *wiped {
+		t.Fatalf("a new server of the node: %+v, want %+v", m, *wiped)
+	}
+}
+
+func statusOf(c command) MemberStatus {
+	if c.Member != nil {
+		return c.Member.Status
+	}
+	return c.Status
+}
+
+// TestRemovedMemberStaysRemoved: a member record rewritten from a read made before the
+// member was removed (a heartbeat reporting new versions, the controller's reconcile)
+// must not bring the member back: it would count in placements, version decisions and
+// the members list while its Raft server is gone and its server id is refused.
+func TestRemovedMemberStaysRemoved(t *testing.T) {
+	f := newFSM()
+	applyAt(t, f, 1, command{Op: "set_member", Member: fullMember("n2", StatusAlive)})
+	applyAt(t, f, 2, command{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusDecommissioning})
+	if r := applyAt(t, f, 3, command{Op: "remove_member", Name: "n2", ServerID: "n2/d", MoveOp: &MoveOp{NowMs: 1}}); r.err != nil {
+		t.Fatal(r.err)
+	}
+	stale := fullMember("n2", StatusDecommissioning)
+	stale.MaxVersion = 4
+	applyAt(t, f, 4, command{Op: "set_member", Member: stale})
+	if m, ok := f.member("n2"); ok {
+		t.Fatalf("a removed member came back: %+v", m)
+	}
+	// The node wiped and added again (a new server id) is a new member.
+	fresh := fullMember("n2", StatusJoining)
+	fresh.ServerID = "n2/e"
+	applyAt(t, f, 5, command{Op: "set_member", Member: fresh})
+	if m, ok := f.member("n2"); !ok || m != *fresh {
+		t.Fatalf("the node under a new server id: %+v %v", m, ok)
+	}
+}
+
+// TestControllerDecommissionsItself: decommissioning the node that is the controller
+// ends with the node removed. The controller rewrote its own member record as alive at
+// every tick (its reconcile of the Raft configuration), undoing the decommission
+// before it could hand over and be removed.
+func TestControllerDecommissionsItself(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	eventually(t, "version 3 committed on every node", func() error {
+		for _, s := range ss {
+			if v := s.ClusterVersion(); v < 3 {
+				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
+			}
+		}
+		if leaderOf(ss...) == nil {
+			return errors.New("no controller")
+		}
+		return nil
+	})
+	ctl := leaderOf(ss...)
+	var other *Store
+	for _, s := range ss {
+		if s != ctl {
+			other = s
+		}
+	}
+	from := other.raft.LastIndex()
+	m, err := other.Decommission(ctl.NodeID())
+	if err != nil || m.Status != StatusDecommissioning {
+		t.Fatalf("decommission of the controller %s: %+v %v", ctl.NodeID(), m, err)
+	}
+	eventually(t, "the controller node removed", func() error {
+		if m, ok := other.Member(ctl.NodeID()); ok {
+			return fmt.Errorf("still a member: %+v", m)
+		}
+		if !other.WasRemoved(ctl.ServerID()) {
+			return errors.New("its server id is not marked removed")
+		}
+		return nil
+	})
+	// Nor did the controller write its record back as alive meanwhile (once per tick).
+	for i := from + 1; i <= other.raft.LastIndex(); i++ {
+		var l raft.Log
+		if err := other.bolt.GetLog(i, &l); err != nil || l.Type != raft.LogCommand {
+			continue
+		}
+		c, err := decodeCommand(l.Data)
+		if err == nil && c.Op == "set_member" && c.Member.ID == ctl.NodeID() && c.Member.Status != StatusDecommissioning {
+			t.Fatalf("entry %d rewrote the decommissioning controller's record as %s", i, c.Member.Status)
+		}
+	}
+}
