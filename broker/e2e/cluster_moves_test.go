@@ -348,6 +348,20 @@ func TestClusterForcedTakeover(t *testing.T) {
 	waitFor(t, 30*time.Second, "the returning node to leave its old copy unserved", func() bool {
 		return strings.Contains(lost[1].Log(), "holds data of a partition placed on another node")
 	})
+	// The controller marks it alive again from its heartbeats, a moment after it is
+	// ready (a move to a node it still counts dead is refused with 409).
+	waitFor(t, 30*time.Second, "the controller to see the returning node alive", func() bool {
+		c, err := asker.cluster()
+		if err != nil {
+			return false
+		}
+		for _, m := range c.Members {
+			if m.ID == lost[1].id {
+				return m.Status == "alive"
+			}
+		}
+		return false
+	})
 	// Moved onto that node again, its old copy is set aside (never served nor
 	// restored over: it may hold what the survivor never had) and copied afresh.
 	cur := replicasOf(asker, "ft", 0)
