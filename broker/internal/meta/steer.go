@@ -142,15 +142,7 @@ func planMoves(in planInput) []Move {
 		return out
 	}
 	for len(out) < room {
-		most, least := alive[0], alive[0]
-		for _, id := range alive {
-			if held[id] > held[most] {
-				most = id
-			}
-			if held[id] < held[least] {
-				least = id
-			}
-		}
+		most, least := extremes(alive, held)
 		if held[most]-held[least] <= 1 {
 			break
 		}
@@ -177,6 +169,21 @@ func planMoves(in planInput) []Move {
 	return append(out, planLeaders(in, alive, busy)...)
 }
 
+// extremes returns the first of ids with the highest count and the first with the
+// lowest (ids is not empty).
+func extremes(ids []string, count map[string]int) (most, least string) {
+	most, least = ids[0], ids[0]
+	for _, id := range ids {
+		if count[id] > count[most] {
+			most = id
+		}
+		if count[id] < count[least] {
+			least = id
+		}
+	}
+	return most, least
+}
+
 // planLeaders returns at most one change of a replicated partition's preferred leader
 // (a Move with Cause "leader" and To the new one), from the alive member preferred
 // for the most partitions to the one preferred for the fewest that holds a replica of
@@ -195,15 +202,7 @@ func planLeaders(in planInput, alive []string, busy map[string]bool) []Move {
 			}
 		}
 	}
-	most, least := alive[0], alive[0]
-	for _, id := range alive {
-		if led[id] > led[most] {
-			most = id
-		}
-		if led[id] < led[least] {
-			least = id
-		}
-	}
+	most, least := extremes(alive, led)
 	if led[most]-led[least] <= 1 {
 		return nil
 	}
