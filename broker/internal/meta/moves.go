@@ -201,9 +201,7 @@ func (f *fsm) applyMove(index uint64, c command) applyResult {
 			}
 		}
 		pl.Epoch++
-		t.Placement = slices.Clone(t.Placement)
-		t.Placement[want.Partition] = pl
-		f.topics[t.Name] = t
+		t = f.setPlacement(t, want.Partition, pl)
 		f.moves[mv.ID] = mv
 		f.pruneMoves()
 		return applyResult{move: mv}
@@ -234,9 +232,7 @@ func (f *fsm) applyMove(index uint64, c command) applyResult {
 		pl.Replicas = append(pl.Replicas, mv.To)
 		pl.Learners = nil
 		pl.Epoch++
-		t.Placement = slices.Clone(t.Placement)
-		t.Placement[mv.Partition] = pl
-		f.topics[t.Name] = t
+		t = f.setPlacement(t, mv.Partition, pl)
 		mv.Status, mv.Progress, mv.Lag, mv.UpdatedAtMs = MoveSwitching, 1, 0, op.NowMs
 		f.moves[mv.ID] = mv
 		return applyResult{move: mv}
@@ -257,9 +253,7 @@ func (f *fsm) applyMove(index uint64, c command) applyResult {
 				pl := clonePlacement(t.Placement[mv.Partition])
 				pl.Learners = nil
 				pl.Epoch++
-				t.Placement = slices.Clone(t.Placement)
-				t.Placement[mv.Partition] = pl
-				f.topics[t.Name] = t
+				t = f.setPlacement(t, mv.Partition, pl)
 			}
 		case MoveRemoving:
 			if mv.Status != MoveSwitching {
@@ -308,9 +302,7 @@ func (f *fsm) applyMove(index uint64, c command) applyResult {
 			return conflict("node %s holds no replica of partition %d of topic %s", op.Node, want.Partition, t.Name)
 		}
 		pl.Leader, pl.LeaderSetAtMs = op.Node, op.NowMs
-		t.Placement = slices.Clone(t.Placement)
-		t.Placement[want.Partition] = pl
-		f.topics[t.Name] = t
+		t = f.setPlacement(t, want.Partition, pl)
 		return applyResult{topic: t}
 	case "remove_member":
 		m, ok := f.members[c.Name]
@@ -353,10 +345,18 @@ func (f *fsm) applyForceLeader(index uint64, c command) applyResult {
 	pl.Epoch++
 	// A forced group starts afresh: its id changes, so no old member can vote in it.
 	pl.Forced = index
-	t.Placement = slices.Clone(t.Placement)
-	t.Placement[want.Partition] = pl
-	f.topics[t.Name] = t
+	t = f.setPlacement(t, want.Partition, pl)
 	return applyResult{topic: t}
+}
+
+// setPlacement stores pl as partition i of t's placement, copying the placement
+// slice (snapshots and readers share the old one), and returns t as stored. Called
+// with f.mu held.
+func (f *fsm) setPlacement(t Topic, i int32, pl Placement) Topic {
+	t.Placement = slices.Clone(t.Placement)
+	t.Placement[i] = pl
+	f.topics[t.Name] = t
+	return t
 }
 
 // partitionOf returns the topic a move command names, checking its incarnation (when
