@@ -42,7 +42,24 @@ func (n *testNet) Forward(ctx context.Context, addr raft.ServerAddress, req []by
 			return nil, err
 		}
 	}
-	return s.HandleForward(ctx, req)
+	// As over the node plane, the caller stops waiting when its context ends; the
+	// handler runs on in its own goroutine (a caller must never be held by a handler
+	// that waits on the receiving node's Raft, as a closing node's heartbeat was).
+	type answer struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		b, err := s.HandleForward(ctx, req)
+		ch <- answer{b, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.b, a.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %s did not answer: %w", ErrUnavailable, addr, ctx.Err())
+	}
 }
 
 // transport makes addr's transport and connects it both ways with every other one.
