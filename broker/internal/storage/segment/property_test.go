@@ -20,6 +20,9 @@ type model struct {
 	oldest  uint64
 	records []Record
 	lastTS  int64
+	// floor is the newest timestamp the log must still know with no record left
+	// to hold it: retention records it before it removes a log's last records.
+	floor int64
 }
 
 func (m *model) next() uint64 { return m.oldest + uint64(len(m.records)) }
@@ -44,7 +47,7 @@ func runProperty(t *testing.T, r *rand.Rand, steps int) {
 	opts := Options{FS: mem, SegmentBytes: int64(300 + r.Intn(2000)), IndexIntervalBytes: 1 + r.Intn(400)}
 	l := mustOpen(t, testDir, opts)
 	defer func() { l.Close() }()
-	md := &model{lastTS: math.MinInt64}
+	md := &model{lastTS: math.MinInt64, floor: math.MinInt64}
 	clock := int64(r.Intn(1000))
 
 	randomBatch := func() []Record {
@@ -79,7 +82,13 @@ func runProperty(t *testing.T, r *rand.Rand, steps int) {
 		l.Close()
 		l = mustOpen(t, testDir, opts)
 		if len(md.records) == 0 {
-			md.lastTS = math.MinInt64 // a log without records has no newest timestamp to keep
+			// With no record left, the floor comes from the recovery point: at least
+			// what retention saved, at most what was stamped (a later recovery point,
+			// written at a close or now and then by an append, may carry more).
+			if l.lastTS < md.floor || l.lastTS > md.lastTS {
+				t.Fatalf("empty log reopened with timestamp floor %d, want within [%d, %d]", l.lastTS, md.floor, md.lastTS)
+			}
+			md.lastTS = l.lastTS
 		}
 	}
 	tryAppend := func() {
@@ -183,6 +192,9 @@ func dropTo(t *testing.T, l *Log, md *model, removed, limit uint64) {
 	}
 	md.records = md.records[removed:]
 	md.oldest += removed
+	if removed > 0 && len(md.records) == 0 {
+		md.floor = md.lastTS
+	}
 }
 
 func checkRead(t *testing.T, l *Log, md *model, r *rand.Rand) {
