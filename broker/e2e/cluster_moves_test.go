@@ -267,6 +267,10 @@ func TestClusterForcedTakeover(t *testing.T) {
 			t.Fatalf("produce %d: %d", i, s)
 		}
 	}
+	// The first lease of the partition's group, left unsettled: the group a forced
+	// takeover starts must not give a handle equal to it (the same offset, term and
+	// sequence) to another consumer, or this stale one would settle that lease.
+	stale := lead.api.mustConsume("ft", "1s")
 	acked := map[string]bool{}
 	for len(acked) < 40 {
 		for _, m := range lead.api.consumeBatch("ft", 40-len(acked), "1s") {
@@ -328,6 +332,17 @@ func TestClusterForcedTakeover(t *testing.T) {
 	for i := range 50 {
 		waitFor(t, 30*time.Second, "a produce after the takeover", func() bool { return produceTry(asker, "ft", fmt.Sprint("new", i)) == http.StatusAccepted })
 	}
+	// The stale message is leased again by the new group (first, as the lowest
+	// unsettled offset); the old handle answers 410 and the new one settles it.
+	again := asker.api.mustConsume("ft", "5s")
+	if again.Offset != stale.Offset {
+		t.Fatalf("the new group leased offset %d first, want %d", again.Offset, stale.Offset)
+	}
+	if r := asker.api.ack("ft", stale.ReceiptHandle, ""); r.Status != http.StatusGone {
+		t.Fatalf("an ack of a handle the replaced group gave out answered %d, want 410: %s", r.Status, r.Body)
+	}
+	asker.api.mustAck("ft", again)
+	acked[payloadID(t, again)] = true
 	// The set grows back to the replication factor on the live nodes.
 	waitFor(t, 90*time.Second, "three replicas again, no move under way", func() bool {
 		for _, m := range moves(asker) {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -201,8 +202,15 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		_ = p.Close() // the error below is the one to report
 		return nil, fmt.Errorf("%w: a replica of partition %d of topic %q is on a node this node has no member record of yet", ErrUnavailable, i, m.Name)
 	}
+	var firstTerm uint64
+	if onData {
+		if firstTerm, err = b.termsAfterReplaced(popts.Dir, raftDir); err != nil {
+			_ = p.Close() // the error below is the one to report
+			return nil, fmt.Errorf("reading the terms of partition %d of topic %q's replaced group: %w", i, m.Name, err)
+		}
+	}
 	err = b.repl.host.OpenGroup(gid, raftetcd.GroupConfig{
-		Voters: voters, Dir: raftDir, Join: join, Campaign: m.Placement[i].Leader == b.opts.NodeID, SnapshotFirst: onData,
+		Voters: voters, Dir: raftDir, Join: join, Campaign: m.Placement[i].Leader == b.opts.NodeID, SnapshotFirst: onData, FirstTerm: firstTerm,
 		Apply:    func(index uint64, data []byte) any { return p.Apply(index, data) },
 		Snapshot: p.SnapshotState,
 		Restore: func(ctx context.Context, index uint64, data []byte, sources []uint64) error {
@@ -221,6 +229,40 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		return nil, err
 	}
 	return p, nil
+}
+
+// replacedTermMargin is how many terms a group made over a replaced group's data (a
+// forced takeover) starts above the highest term this node knew of the replaced one:
+// its other replicas, lost now, may have held elections this node never heard of.
+const replacedTermMargin = 1 << 10
+
+// termsAfterReplaced is the first term for a group made in raftDir over the data in
+// partDir: above every term of a group that held the data before (a forced takeover
+// replaces one), so that no receipt handle one of its leaders gave out (a term and a
+// sequence that starts again in each term) can equal a lease of the new group's. 0
+// when no group held it (a replication factor raised from 1: the lone copy's lease
+// epochs count seconds since 2024, far above any term).
+func (b *Broker) termsAfterReplaced(partDir, raftDir string) (uint64, error) {
+	ents, err := os.ReadDir(partDir)
+	if err != nil {
+		return 0, err
+	}
+	var highest uint64
+	for _, e := range ents {
+		name := e.Name()
+		if !e.IsDir() || (name != "raft" && !strings.HasPrefix(name, "raft-f")) || filepath.Join(partDir, name) == raftDir {
+			continue
+		}
+		t, err := b.repl.host.LastTerm(filepath.Join(partDir, name))
+		if err != nil {
+			return 0, err
+		}
+		highest = max(highest, t)
+	}
+	if highest == 0 {
+		return 0, nil
+	}
+	return highest + replacedTermMargin, nil
 }
 
 // fetchFrom returns the Fetch a replica of partition i of t restoring a snapshot

@@ -646,7 +646,7 @@ func (p *Partition) beginSettles(reqs []SettleReq) (errs []error, begun []uint64
 
 // Extend renews a lease to end d from now; d == 0 hands the message back at once.
 func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
-	if !p.Leading() || p.handingOver() || p.newerEpoch(n) {
+	if !p.Leading() || p.handingOver() || p.laterLeader(n) {
 		return ErrNotLeader // during a handover: on the next leader, which has the lease
 	}
 	p.mu.Lock()
@@ -675,7 +675,7 @@ func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
 // count as a delivery attempt. It returns queue.ErrLeaseLost if (off, n) is no longer
 // the lease.
 func (p *Partition) HandBack(off uint64, n queue.Nonce) error {
-	if !p.Leading() || p.handingOver() || p.newerEpoch(n) {
+	if !p.Leading() || p.handingOver() || p.laterLeader(n) {
 		return ErrNotLeader
 	}
 	p.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -272,16 +273,15 @@ func (p *Partition) settleReplicated(reqs []SettleReq) []error {
 		}
 		return errs
 	}
-	for _, rq := range reqs {
-		if p.newerEpoch(rq.Nonce) {
-			// A handle of a later leader: this one was deposed and has not heard yet.
-			// Its "lease lost" would be a lie; the request goes to the leader.
-			errs := make([]error, len(reqs))
-			for i := range errs {
-				errs[i] = ErrNotLeader
-			}
-			return errs
+	if slices.ContainsFunc(reqs, func(rq SettleReq) bool { return p.epochAbove(rq.Nonce) }) && p.confirmLeader() != nil {
+		// Maybe a handle of a later leader: this one was deposed and has not heard
+		// yet. Its "lease lost" would be a lie; the request goes to the leader. (One
+		// confirmation serves the whole batch; see laterLeader.)
+		errs := make([]error, len(reqs))
+		for i := range errs {
+			errs[i] = ErrNotLeader
 		}
+		return errs
 	}
 	errs, begun, delivered, expired := p.beginSettles(reqs)
 	if expired {
@@ -466,10 +466,20 @@ func (p *Partition) applySettle(offs []uint64) error {
 	return nil
 }
 
-// newerEpoch reports whether a receipt handle was issued by a leader of a later term
-// than the one this replica leads in: then this replica was deposed without knowing
-// it, and must send the request on instead of answering for a lease it never had.
-func (p *Partition) newerEpoch(n queue.Nonce) bool {
+// laterLeader reports whether a receipt handle may have been issued by a leader of a
+// later term than the one this replica leads in: then this replica was deposed without
+// knowing it, and must send the request on instead of answering for a lease it never
+// had. An epoch above this leader's term is not proof of that: a handle of the
+// partition's earlier life (its lone copy before its replication factor was raised, or
+// a group a forced takeover replaced, whose terms started again) carries one too. So a
+// quorum is asked: if this replica still leads, no later leader exists, the handle's
+// lease is gone with that earlier life, and the queue answers ErrLeaseLost (410).
+func (p *Partition) laterLeader(n queue.Nonce) bool {
+	return p.epochAbove(n) && p.confirmLeader() != nil
+}
+
+// epochAbove reports whether a handle's epoch is above the term this replica leads in.
+func (p *Partition) epochAbove(n queue.Nonce) bool {
 	return p.repl != nil && uint64(n.Epoch) > p.repl.term.Load()
 }
 

@@ -408,6 +408,34 @@ func TestReplicaDeposedLeaderSendsLeaseCallsOn(t *testing.T) {
 	}
 }
 
+// A handle whose epoch is above the leader's term but that no later leader gave out
+// (the partition's lone copy leased it before its replication factor was raised, or a
+// group a forced takeover replaced, whose terms started again) answers lease lost
+// once a quorum confirms this replica still leads, not ErrNotLeader, which the broker
+// would retry until the client's deadline.
+func TestReplicaHandleOfAnEarlierLifeIsLost(t *testing.T) {
+	_, ps := openGroup(t, 2) // ps[0] leads in term 1
+	appendN(t, ps[0], 3)
+	ds := leaseAll(t, ps[0])
+	if len(ds) != 3 {
+		t.Fatalf("leased %d, want 3", len(ds))
+	}
+	old := ds[0].Nonce
+	old.Epoch = 9000 // a lease epoch of the partition's earlier life
+	if err := ps[0].Settle([]SettleReq{{Offset: 0, Nonce: old}, {Offset: 1, Nonce: ds[1].Nonce}}); !errors.Is(err[0], queue.ErrLeaseLost) || err[1] != nil {
+		t.Fatalf("an ack batch of an earlier life's handle and a live one answered %v, want lease lost and nil", err)
+	}
+	if err := ps[0].Extend(2, old, time.Minute); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("an extend of an earlier life's handle answered %v, want lease lost", err)
+	}
+	if err := ps[0].HandBack(2, old); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("a nack of an earlier life's handle answered %v, want lease lost", err)
+	}
+	if err := ps[0].Settle([]SettleReq{{Offset: 2, Nonce: ds[2].Nonce}})[0]; err != nil {
+		t.Fatalf("the live lease of offset 2 was touched: %v", err)
+	}
+}
+
 // delivery_attempt counts on across a change of leader for a message no settle ever
 // followed (a poison message alone, nacked again and again): the leader commits its
 // deliveries before it serves them, so the next leader knows the count.

@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -293,6 +295,12 @@ type GroupConfig struct {
 	// it starts with an empty log and no configuration, and waits for a leader that
 	// added it to send it the group's log. Voters is ignored.
 	Join bool
+	// FirstTerm, when above 1, is the term a group this node creates (not Join) starts
+	// in; its first leader's term is above it. A group made over data another group
+	// held (a forced takeover) must never reuse a term that group's leaders gave out
+	// receipt handles in: a handle names the term and a sequence number that starts
+	// again in each term, so a term reused would let a stale handle match a new lease.
+	FirstTerm uint64
 	// Campaign makes this node stand for election at once when it creates the group
 	// (the preferred leader), instead of after an election timeout.
 	Campaign bool
@@ -360,6 +368,17 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		}
 		applied = max(applied, snap.Metadata.Index)
 	}
+	seeded := false
+	if created && !cfg.Join && cfg.FirstTerm > 1 {
+		// What RawNode.Bootstrap would write (the first voters as configuration
+		// entries of term 1, committed), but with the hard state in FirstTerm:
+		// Bootstrap always starts a group in term 1.
+		if err := st.persist(raft.Ready{HardState: raftpb.HardState{Term: cfg.FirstTerm, Commit: uint64(len(voters))}, Entries: bootstrapEntries(voters)}); err != nil {
+			_ = st.close() // the error being returned is the one to report
+			return err
+		}
+		seeded = true
+	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:              h.opts.ID,
 		ElectionTick:    h.opts.ElectionTick,
@@ -392,13 +411,15 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 	if created && !cfg.Join {
 		// The first voters are the group's first entries, the same on every member, so
 		// a replica added later learns them (and every change since) from the log.
-		peers := make([]raft.Peer, len(voters))
-		for i, v := range voters {
-			peers[i] = raft.Peer{ID: v}
-		}
-		if err := rn.Bootstrap(peers); err != nil {
-			_ = st.close() // the error being returned is the one to report
-			return err
+		if !seeded {
+			peers := make([]raft.Peer, len(voters))
+			for i, v := range voters {
+				peers[i] = raft.Peer{ID: v}
+			}
+			if err := rn.Bootstrap(peers); err != nil {
+				_ = st.close() // the error being returned is the one to report
+				return err
+			}
 		}
 		g.voters = voters
 		g.snapFirst = cfg.SnapshotFirst
@@ -418,6 +439,52 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 	h.wg.Add(1)
 	go g.run()
 	return nil
+}
+
+// bootstrapEntries are the entries RawNode.Bootstrap starts a group with: one
+// configuration change adding each voter, in term 1.
+func bootstrapEntries(voters []uint64) []raftpb.Entry {
+	ents := make([]raftpb.Entry, len(voters))
+	for i, v := range voters {
+		data, err := (&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: v}).Marshal()
+		if err != nil {
+			panic(err) // a ConfChange always marshals
+		}
+		ents[i] = raftpb.Entry{Type: raftpb.EntryConfChange, Term: 1, Index: uint64(i + 1), Data: data}
+	}
+	return ents
+}
+
+// LastTerm is the highest term the group log in dir (a GroupConfig.Dir) knew: the
+// term of its hard state. The group must not be open. 0 when dir holds no log.
+func (h *Host) LastTerm(dir string) (uint64, error) {
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	if h.opts.Store != StoreRaftstore {
+		return 0, nil // the spike's prototype store; no group is made over another's data there
+	}
+	st, err := openSegStore(filepath.Dir(dir), filepath.Base(dir), h.opts.Sync, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = st.close() }() // read only; nothing to lose
+	hs, _, err := st.InitialState()
+	if err != nil {
+		return 0, err
+	}
+	last, err := st.LastIndex()
+	if err != nil {
+		return 0, err
+	}
+	lt, err := st.Term(last)
+	if err != nil {
+		return 0, err
+	}
+	return max(hs.Term, lt), nil
 }
 
 // CloseGroup stops group id and closes its log; its files stay.
