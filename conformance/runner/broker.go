@@ -81,14 +81,23 @@ const clusterSecret = "conformance-cluster-secret-0123"
 func StartCluster(ctx context.Context, bin, dir string, n int) ([]*Broker, error) {
 	addrs := make([]string, n)
 	peers := make([]string, n)
+	// Every port is held until all are picked: a port closed at once can be the
+	// kernel's next answer, and --peers naming one address twice fails the start.
+	held := make([]net.PacketConn, 0, n)
 	for i := range n {
 		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 		if err != nil {
+			for _, c := range held {
+				_ = c.Close() // only held to pick distinct ports
+			}
 			return nil, err
 		}
+		held = append(held, pc)
 		addrs[i] = pc.LocalAddr().String()
-		_ = pc.Close()
 		peers[i] = fmt.Sprintf("c%d@%s", i+1, addrs[i])
+	}
+	for _, c := range held {
+		_ = c.Close() // only held to pick distinct ports
 	}
 	type started struct {
 		b   *Broker

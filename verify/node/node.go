@@ -74,22 +74,53 @@ func FindBrokerDir() (string, error) {
 // FreeUDPPort returns a loopback UDP port nothing is bound to right now (a cluster
 // node's --cluster-addr).
 func FreeUDPPort() (int, error) {
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = c.Close() }() // only held to pick a free port
-	return c.LocalAddr().(*net.UDPAddr).Port, nil
+	return unhanded("udp", func() (int, error) {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = c.Close() }() // only held to pick a free port
+		return c.LocalAddr().(*net.UDPAddr).Port, nil
+	})
 }
 
 // FreePort returns a loopback port nothing listens on right now.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	return unhanded("tcp", func() (int, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = l.Close() }() // only held to pick a free port
+		return l.Addr().(*net.TCPAddr).Port, nil
+	})
+}
+
+// handedPorts are the ports FreePort and FreeUDPPort gave out in this process: the
+// kernel can give a port just closed to the next ask again, and a cluster whose
+// --peers named one address twice would fail to start.
+var handedPorts = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
+
+// unhanded calls pick until it returns a port of network not given out before.
+func unhanded(network string, pick func() (int, error)) (int, error) {
+	for range 100 {
+		p, err := pick()
+		if err != nil {
+			return 0, err
+		}
+		key := fmt.Sprintf("%s:%d", network, p)
+		handedPorts.Lock()
+		taken := handedPorts.m[key]
+		handedPorts.m[key] = true
+		handedPorts.Unlock()
+		if !taken {
+			return p, nil
+		}
 	}
-	defer func() { _ = l.Close() }() // only held to pick a free port
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("node: no %s port that was not given out already in 100 tries", network)
 }
 
 // Options configures a Node.

@@ -269,12 +269,41 @@ func (n *Narad) Launch() {
 // FreeUDPPort returns a UDP port on 127.0.0.1 that was free a moment ago (for
 // --cluster-addr).
 func FreeUDPPort() (int, error) {
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	return unhanded("udp", func() (int, error) {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = c.Close() }() // only the port number was wanted
+		return c.LocalAddr().(*net.UDPAddr).Port, nil
+	})
+}
+
+// handedPorts are the ports FreePort and FreeUDPPort gave out in this process: the
+// kernel can give a port just closed to the next ask again, and a cluster whose
+// --peers named one address twice failed to start.
+var handedPorts = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
+
+// unhanded calls pick until it returns a port of network not given out before.
+func unhanded(network string, pick func() (int, error)) (int, error) {
+	for range 100 {
+		p, err := pick()
+		if err != nil {
+			return 0, err
+		}
+		key := network + ":" + strconv.Itoa(p)
+		handedPorts.Lock()
+		taken := handedPorts.m[key]
+		handedPorts.m[key] = true
+		handedPorts.Unlock()
+		if !taken {
+			return p, nil
+		}
 	}
-	defer func() { _ = c.Close() }() // only the port number was wanted
-	return c.LocalAddr().(*net.UDPAddr).Port, nil
+	return 0, fmt.Errorf("testutil: no %s port that was not given out already in 100 tries", network)
 }
 
 // Pause stops the process with SIGSTOP (it keeps its sockets and answers nothing)
@@ -349,12 +378,14 @@ func (n *Narad) Wait(timeout time.Duration) (err error, ok bool) {
 
 // FreePort returns a port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = ln.Close() }() // only held to pick a free port
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return unhanded("tcp", func() (int, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = ln.Close() }() // only held to pick a free port
+		return ln.Addr().(*net.TCPAddr).Port, nil
+	})
 }
 
 func (n *Narad) start() error {
