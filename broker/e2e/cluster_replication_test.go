@@ -718,10 +718,72 @@ func TestReplicationBitFlipRepaired(t *testing.T) {
 			t.Errorf("message f%d not delivered by the repaired replica", i)
 		}
 	}
+
+	// A damaged record met while leading: the leader skips it only in memory, sets
+	// its replica aside and is rebuilt; the message is served from an intact copy.
+	for i := range 50 {
+		if s := produceTry(victim, "flip", fmt.Sprint("g", i)); s != http.StatusAccepted {
+			t.Fatalf("produce g%d: %d", i, s)
+		}
+	}
+	waitFor(t, 30*time.Second, "every replica to hold the 150 messages", func() bool { return followerHasAll(t, nodes, "flip", 150) })
+	if l := leaderOf(t, nodes, "flip", 0); l != victim {
+		t.Fatalf("%s leads, want %s", l.id, victim.id)
+	}
+	flipInPlace(t, dir, `"g25"`)
+	clear(seen)
+	drain(t, victim, "flip", seen, 5*time.Second)
+	for i := range 50 {
+		if seen[fmt.Sprint("g", i)] == 0 {
+			t.Errorf("message g%d not delivered after the leader met its damaged copy", i)
+		}
+	}
+	if !strings.Contains(victim.Log(), "met a damaged record while serving") {
+		t.Fatal("the leader did not report the damaged record it met")
+	}
+	if v, _ := metricValue(victim.api, `narad_replica_rebuilds_total{topic="flip"}`); v != 2 {
+		t.Fatalf("narad_replica_rebuilds_total is %v on the repaired node, want 2", v)
+	}
+	waitFor(t, 60*time.Second, "the rebuilt replica to hold the 150 messages", func() bool { return followerHasAll(t, nodes, "flip", 150) })
 	for _, nd := range nodes {
 		nd.Stop()
 	}
 	sameMessageLogs(t, nodes, inc+"-flip")
+}
+
+// flipInPlace changes one bit of the first record holding marker in the segment
+// files of log directory dir, writing the byte in place (a running node reads the
+// same file), so that record's checksum no longer matches.
+func flipInPlace(t *testing.T, dir, marker string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := filepath.Join(dir, e.Name())
+		if filepath.Ext(name) != ".log" {
+			continue
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := bytes.Index(b, []byte(marker))
+		if at < 0 {
+			continue
+		}
+		f, err := os.OpenFile(name, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = f.Close() }() // a test's write; checked below
+		if _, err := f.WriteAt([]byte{b[at+2] ^ 0x04}, int64(at+2)); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("%s not found in the segment files of %s", marker, dir)
 }
 
 // TestReplicationFanoutCursorFollowsLeader: a fan-out child's copy cursor is

@@ -199,17 +199,43 @@ type topic struct {
 	// raised from 1, a forced takeover) reopens it. Guarded by Broker.placeMu once
 	// the topic is published.
 	openedAs []string
-	waiting  atomic.Int32  // consumes parked on this topic
-	produce  atomic.Uint32 // round-robin for keyless produce
-	consume  atomic.Uint32 // first partition tried by the next consume
-	sig      signal
-	done     chan struct{} // closed when the incarnation is closed
-	metrics  *topicMetrics
+	// rebuild holds the partitions whose replica here met a damaged record while it
+	// served: followPlacement sets its data aside and reopens it, and its group
+	// rebuilds it from the intact copies.
+	rebuildMu sync.Mutex
+	rebuild   map[int]bool
+	waiting   atomic.Int32  // consumes parked on this topic
+	produce   atomic.Uint32 // round-robin for keyless produce
+	consume   atomic.Uint32 // first partition tried by the next consume
+	sig       signal
+	done      chan struct{} // closed when the incarnation is closed
+	metrics   *topicMetrics
 }
 
 // parts returns the topic's partitions as they are now (see partsP): index i is nil
 // where this node holds no replica of partition i.
 func (t *topic) parts() []*partition.Partition { return *t.partsP.Load() }
+
+// markRebuild asks for this node's replica of partition i to be rebuilt.
+func (t *topic) markRebuild(i int) {
+	t.rebuildMu.Lock()
+	defer t.rebuildMu.Unlock()
+	if t.rebuild == nil {
+		t.rebuild = map[int]bool{}
+	}
+	t.rebuild[i] = true
+}
+
+// takeRebuild reports, once, whether partition i was marked for a rebuild.
+func (t *topic) takeRebuild(i int) bool {
+	t.rebuildMu.Lock()
+	defer t.rebuildMu.Unlock()
+	if !t.rebuild[i] {
+		return false
+	}
+	delete(t.rebuild, i)
+	return true
+}
 
 // setPart replaces partition i (nil: none held here). The caller serializes changes.
 func (t *topic) setPart(i int, p *partition.Partition) {

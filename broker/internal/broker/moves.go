@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/raftetcd"
 )
 
@@ -374,6 +376,51 @@ const learnerSlack = 64
 // moveReportEvery bounds how often a leader records a move's progress.
 const moveReportEvery = 2 * time.Second
 
+// leaveLeadership hands the leadership of partition i of t, if this node leads it,
+// to the most caught-up other voter, and reports whether this node no longer leads.
+// A leader must not simply close its group: its followers, quiet while the group is
+// idle, would go on counting it as their leader as long as its node is alive.
+func (b *Broker) leaveLeadership(t *topic, i int) bool {
+	if !t.leads(i) {
+		return true
+	}
+	info, ok := b.repl.host.Info(t.gid(i))
+	if !ok {
+		return false
+	}
+	var others []uint64
+	b.repl.mu.Lock()
+	for _, id := range info.Voters {
+		if b.repl.nodes[id] != b.opts.NodeID {
+			others = append(others, id)
+		}
+	}
+	b.repl.mu.Unlock()
+	b.handOverTo(t, i, info, others)
+	return !t.leads(i)
+}
+
+// rebuildReplica closes this node's replica of partition i of t, which met a
+// damaged record while it served (and no longer leads), and sets its data aside: the caller opens it again
+// empty, and its group rebuilds it from the intact copies (applying its log again, or
+// restoring a snapshot and fetching the messages). If the data cannot be set aside,
+// the replica opens again as it is, and the next damaged record it meets asks again.
+func (b *Broker) rebuildReplica(t *topic, i int, lp *partition.Partition) {
+	b.log.Error("a replica met a damaged record while serving; it is set aside in damaged/ and rebuilt from the partition's group",
+		"topic", t.name, "partition", i)
+	if old := t.openedAs[i]; old != "" {
+		b.repl.host.CloseGroup(old)
+	}
+	t.setPart(i, nil)
+	_ = lp.Close() // its data is being set aside; the rebuilt replica is what counts
+	t.sig.broadcast()
+	if err := partition.DiscardData(nil, filepath.Join(t.dir, strconv.Itoa(i))); err != nil {
+		b.log.Error("setting aside a damaged replica's data failed; it is opened again as it is", "topic", t.name, "partition", i, "err", err)
+	} else {
+		b.metrics.ReplicaRebuilds.WithLabelValues(t.name).Inc()
+	}
+}
+
 // followPlacement makes this node hold what the placement gives it: it opens the
 // replicas a move added here, and deletes the ones a move took away, but only on
 // the control plane's word (a move from here that is removing, or a move here that
@@ -402,6 +449,14 @@ func (b *Broker) followPlacement() {
 		m := *t.cur.Load()
 		for i, lp := range t.parts() {
 			want := b.holds(m, int32(i))
+			if want && lp != nil && t.takeRebuild(i) {
+				if b.leaveLeadership(t, i) {
+					b.rebuildReplica(t, i, lp)
+					lp = nil // opened again below
+				} else {
+					t.markRebuild(i) // still leading: tried again at the next pass
+				}
+			}
 			if want && lp != nil && t.openedAs[i] != groupOf(&m, i) {
 				// Its group changed (made over its data, or taken over by force):
 				// reopened in the new one, its data kept.

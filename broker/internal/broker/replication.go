@@ -158,6 +158,18 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	// So does a replica a move adds (a learner, or a voter of a replica set changed
 	// since the group was made): bootstrapping it with today's voters would start a
 	// second history.
+	onDamaged := popts.OnDamaged
+	popts.OnDamaged = func(log string, n int) {
+		if onDamaged != nil {
+			onDamaged(log, n)
+		}
+		if log == "messages" && t.parts()[i] != nil {
+			// Met while serving (a replica opened with damage is rebuilt at once,
+			// below): this replica skips the record in memory only, and must not lead
+			// or vote with its damaged copy; its peers hold intact ones.
+			t.markRebuild(i)
+		}
+	}
 	pl := m.Placement[i]
 	fresh := errors.Is(statErr, os.ErrNotExist)
 	join := fresh && (m.CreatedAtMs+1000 < b.repl.born || pl.Epoch > 1 || slices.Contains(pl.Learners, b.opts.NodeID))
