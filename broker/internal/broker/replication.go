@@ -163,10 +163,11 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		if onDamaged != nil {
 			onDamaged(log, n)
 		}
-		if log == "messages" && t.parts()[i] != nil {
+		if log == "messages" && t.parts()[i] != nil && len(t.cur.Load().Placement[i].Replicas) > 1 {
 			// Met while serving (a replica opened with damage is rebuilt at once,
 			// below): this replica skips the record in memory only, and must not lead
-			// or vote with its damaged copy; its peers hold intact ones.
+			// or vote with its damaged copy; its peers hold intact ones. (A group of
+			// one replica has no intact copy to be rebuilt from.)
 			t.markRebuild(i)
 		}
 	}
