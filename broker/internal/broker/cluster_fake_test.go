@@ -146,7 +146,32 @@ func startFakeClusterAt(t *testing.T, versionMax []int) (*fakePlane, []*Broker) 
 			t.Fatal(err)
 		}
 	}
+	// Ready is not yet alive in the controller's eyes: a request forwarded to a member
+	// still joining is refused ("not alive (joining)"), which a loaded machine met.
+	deadline := time.Now().Add(60 * time.Second)
+	for !allAlive(bs, n) {
+		if time.Now().After(deadline) {
+			t.Fatal("the fake cluster's members were not all alive on every node within 60 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	return p, bs
+}
+
+// allAlive reports whether every broker counts n members, all alive.
+func allAlive(bs []*Broker, n int) bool {
+	for _, b := range bs {
+		ms := b.meta.Members()
+		if len(ms) != n {
+			return false
+		}
+		for _, m := range ms {
+			if m.Status != meta.StatusAlive {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // cutReplication stops the Raft traffic from the controller to node i (both ways) and
