@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,9 @@ type Options struct {
 	// Cluster says how this node finds and talks to the others; the zero value is a
 	// lone node on an in-memory transport.
 	Cluster Cluster
+	// tuneRaft, when set (tests), changes Raft's configuration before the node starts
+	// (snapshot and log retention, to make a follower need a snapshot).
+	tuneRaft func(*raft.Config)
 }
 
 // Cluster configures the node's place in a cluster.
@@ -176,6 +180,9 @@ func Open(opts Options) (*Store, error) {
 	cfg.ElectionTimeout = c.RaftTimeout
 	cfg.LeaderLeaseTimeout = c.RaftTimeout / 2
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Error, Output: slogWriter{opts.Logger}})
+	if opts.tuneRaft != nil {
+		opts.tuneRaft(cfg)
+	}
 
 	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(opts.Dir, "raft.db")})
 	if err != nil {
@@ -500,12 +507,33 @@ func (s *Store) appliedThrough(index uint64, scanned *uint64) bool {
 	}
 	for i := max(a, *scanned) + 1; i <= index; i++ {
 		var l raft.Log
-		if err := s.bolt.GetLog(i, &l); err != nil || l.Type == raft.LogCommand {
-			return false // a command not applied yet (or an entry compacted away: wait)
+		err := s.bolt.GetLog(i, &l)
+		if errors.Is(err, raft.ErrLogNotFound) {
+			// Not in the log: folded into a snapshot. Every entry up to the last
+			// snapshot's index is in the state, which Raft restored from it (a follower
+			// that was away gets the controller's, whose last entries may carry no
+			// command: they are in no log it will ever hold) or took it of.
+			if snap := s.lastSnapshotIndex(); snap >= i {
+				*scanned = min(snap, index)
+				i = *scanned
+				continue
+			}
+		}
+		if err != nil || l.Type == raft.LogCommand {
+			return false // a command not applied yet (or an entry not readable: wait)
 		}
 		*scanned = i
 	}
 	return true
+}
+
+// lastSnapshotIndex is the index of the last snapshot Raft took or restored (0: none).
+func (s *Store) lastSnapshotIndex() uint64 {
+	n, err := strconv.ParseUint(s.raft.Stats()["last_snapshot_index"], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 func (s *Store) apply(c command) (Topic, error) {
