@@ -138,6 +138,10 @@ func mapMetaErr(err error) error {
 		return ErrMoveNotFound
 	case errors.Is(err, meta.ErrMemberNotFound):
 		return ErrMemberNotFound
+	case errors.Is(err, meta.ErrOutcomeUnknown):
+		// Proposed, and Raft gave no answer in time: the write may have happened. The
+		// HTTP API answers 503 timeout (outcome unknown), not unavailable (retry freely).
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 	case errors.Is(err, meta.ErrUnavailable):
 		return errors.Join(ErrUnavailable, err)
 	}

@@ -323,8 +323,8 @@ func (s *Store) promote(conf raft.Configuration) error {
 		if m, ok := s.fsm.member(nodeOfServer(string(srv.ID))); !ok || m.ServerID != string(srv.ID) || m.Status != StatusAlive {
 			continue
 		}
-		if err := s.raft.AddVoter(srv.ID, srv.Address, 0, s.opts.ApplyTimeout).Error(); err != nil {
-			return leaderErr(err)
+		if err := s.awaitWrite(s.raft.AddVoter(srv.ID, srv.Address, 0, s.opts.ApplyTimeout), "promote "+string(srv.ID)); err != nil {
+			return err
 		}
 		voters++
 	}
@@ -360,8 +360,8 @@ func (s *Store) admit(ctx context.Context, j joinRequest) error {
 	defer s.ctl.versionMu.Unlock()
 	// The version read must be the committed one, not one a new controller has not
 	// applied yet.
-	if err := s.raft.Barrier(s.opts.ApplyTimeout).Error(); err != nil {
-		return leaderErr(err)
+	if err := s.awaitRead(s.raft.Barrier(s.opts.ApplyTimeout), "barrier"); err != nil {
+		return err
 	}
 	if s.fsm.wasRemoved(j.ServerID) {
 		return &ConflictError{Msg: fmt.Sprintf("node %s (Raft server %s) was removed from the cluster (decommissioned or replaced); its data is refused: wipe its data directory and start it again to join as a new member", j.NodeID, j.ServerID)}
@@ -386,8 +386,8 @@ func (s *Store) admit(ctx context.Context, j joinRequest) error {
 				ErrNodeIDInUse, j.NodeID, srv.ID, age.Round(time.Millisecond), s.opts.Cluster.SuspectAfter)
 		}
 		s.opts.Logger.Warn("meta: node rejoined with a new data directory; removing its old Raft server", "node", j.NodeID, "old", srv.ID, "new", j.ServerID)
-		if err := s.raft.RemoveServer(srv.ID, 0, s.opts.ApplyTimeout).Error(); err != nil {
-			return leaderErr(err)
+		if err := s.awaitWrite(s.raft.RemoveServer(srv.ID, 0, s.opts.ApplyTimeout), "remove "+string(srv.ID)); err != nil {
+			return err
 		}
 		if conf, err = s.configuration(); err != nil {
 			return leaderErr(err)
@@ -410,8 +410,8 @@ func (s *Store) admit(ctx context.Context, j joinRequest) error {
 		} else {
 			fut = s.raft.AddNonvoter(raft.ServerID(j.ServerID), raft.ServerAddress(j.ClusterAddr), 0, s.opts.ApplyTimeout)
 		}
-		if err := fut.Error(); err != nil {
-			return leaderErr(err)
+		if err := s.awaitWrite(fut, "add "+j.ServerID); err != nil {
+			return err
 		}
 	}
 	m := Member{ID: j.NodeID, ServerID: j.ServerID, ClusterAddr: j.ClusterAddr, HTTPAddr: j.HTTPAddr, Status: StatusJoining, Voter: voter, MinVersion: j.MinVersion, MaxVersion: j.MaxVersion}

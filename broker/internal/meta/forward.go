@@ -113,6 +113,10 @@ type fwdResponse struct {
 type wireError struct {
 	Code string `json:"code"`
 	Msg  string `json:"msg"`
+	// OutcomeUnknown marks an "unavailable" that is ErrOutcomeUnknown. It is a field
+	// beside the code, not a code of its own: a node of an earlier version ignores it and
+	// reads the "unavailable" it knows (an unknown code would reach its client as a 500).
+	OutcomeUnknown bool `json:"outcome_unknown,omitempty"`
 }
 
 var wireSentinels = []struct {
@@ -147,7 +151,7 @@ func toWire(err error) *wireError {
 	}
 	for _, s := range wireSentinels {
 		if errors.Is(err, s.err) {
-			return &wireError{Code: s.code, Msg: err.Error()}
+			return &wireError{Code: s.code, Msg: err.Error(), OutcomeUnknown: errors.Is(err, ErrOutcomeUnknown)}
 		}
 	}
 	return &wireError{Code: "error", Msg: err.Error()}
@@ -159,6 +163,9 @@ func fromWire(w *wireError) error {
 	}
 	if w.Code == "conflict" {
 		return &ConflictError{Msg: w.Msg}
+	}
+	if w.OutcomeUnknown && w.Code == "unavailable" {
+		return &remoteError{err: ErrOutcomeUnknown, msg: w.Msg}
 	}
 	for _, s := range wireSentinels {
 		if w.Code == s.code {
@@ -193,12 +200,18 @@ func (s *Store) forward(ctx context.Context, addr raft.ServerAddress, req fwdReq
 	if errors.Is(err, ErrNotDelivered) {
 		return fwdResponse{}, fmt.Errorf("%w: reaching %s: %w", ErrUnavailable, addr, err)
 	}
+	// A write that may have reached the controller, with no answer read, may have
+	// happened.
+	unknown := ErrUnavailable
+	if req.Kind == kindApply {
+		unknown = ErrOutcomeUnknown
+	}
 	if err != nil {
-		return fwdResponse{}, fmt.Errorf("%w: reaching %s: %v", ErrUnavailable, addr, err)
+		return fwdResponse{}, fmt.Errorf("%w: reaching %s: %v", unknown, addr, err)
 	}
 	var resp fwdResponse
 	if err := json.Unmarshal(out, &resp); err != nil {
-		return fwdResponse{}, fmt.Errorf("%w: unreadable answer from %s: %v", ErrUnavailable, addr, err)
+		return fwdResponse{}, fmt.Errorf("%w: unreadable answer from %s: %v", unknown, addr, err)
 	}
 	return resp, fromWire(resp.Err)
 }
@@ -254,8 +267,8 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 		res, err := s.applyLocal(c)
 		return resultResponse(res, err)
 	case kindReadIndex:
-		if err := s.raft.Barrier(s.opts.ApplyTimeout).Error(); err != nil {
-			return fwdResponse{Err: toWire(leaderErr(err))}
+		if err := s.awaitRead(s.raft.Barrier(s.opts.ApplyTimeout), "barrier"); err != nil {
+			return fwdResponse{Err: toWire(err)}
 		}
 		// The barrier returned once the state machine applied everything before it, so
 		// its last command is what a follower must have applied to be current.
@@ -308,12 +321,18 @@ func resultResponse(res applyResult, err error) fwdResponse {
 }
 
 // leaderErr turns Raft's errors into this package's: ErrNotLeader when the write
-// certainly did not happen here, ErrUnavailable (outcome unknown) otherwise. Raft
-// refuses an entry during a leadership transfer before appending it, so that one is
-// certainly not written either: the write is sent again once the handover ends.
+// certainly did not happen here, ErrOutcomeUnknown when it may have, ErrUnavailable
+// otherwise. Raft refuses an entry during a leadership transfer before appending it, so
+// that one is certainly not written either: the write is sent again once the handover
+// ends. A controller that lost its leadership (cut off from its quorum, it stepped down)
+// or shut down while holding the entry may have had it committed, or committed by the
+// next controller, which holds it too.
 func leaderErr(err error) error {
-	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }

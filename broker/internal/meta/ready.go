@@ -67,7 +67,7 @@ func (s *Store) readyLoop() {
 // after a barrier.
 func (s *Store) catchUp(addr raft.ServerAddress) error {
 	if s.Leader() {
-		if err := s.raft.Barrier(s.opts.ApplyTimeout).Error(); err != nil {
+		if err := s.awaitRead(s.raft.Barrier(s.opts.ApplyTimeout), "barrier"); err != nil {
 			return err
 		}
 		// The controller is ready once the cluster has its id and this node its member

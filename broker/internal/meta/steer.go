@@ -352,8 +352,8 @@ func (s *Store) removeDecommissioned() error {
 			s.opts.Logger.Info("meta: this node is decommissioned; handing the controller over before it leaves")
 			return leaderErr(s.raft.LeadershipTransfer().Error())
 		}
-		if err := s.raft.RemoveServer(raft.ServerID(m.ServerID), 0, s.opts.ApplyTimeout).Error(); err != nil {
-			return leaderErr(err)
+		if err := s.awaitWrite(s.raft.RemoveServer(raft.ServerID(m.ServerID), 0, s.opts.ApplyTimeout), "remove "+m.ServerID); err != nil {
+			return err
 		}
 		if _, err := s.applyLocal(command{Op: "remove_member", Name: m.ID, ServerID: m.ServerID, MoveOp: &MoveOp{NowMs: nowMs()}}); err != nil && !isConflict(err) && !errors.Is(err, ErrMemberNotFound) {
 			return err

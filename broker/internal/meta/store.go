@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,9 @@ type Options struct {
 	// Cluster says how this node finds and talks to the others; the zero value is a
 	// lone node on an in-memory transport.
 	Cluster Cluster
+	// tuneRaft, when set (tests), changes Raft's configuration before the node starts
+	// (snapshot and log retention, to make a follower need a snapshot).
+	tuneRaft func(*raft.Config)
 }
 
 // Cluster configures the node's place in a cluster.
@@ -176,6 +180,9 @@ func Open(opts Options) (*Store, error) {
 	cfg.ElectionTimeout = c.RaftTimeout
 	cfg.LeaderLeaseTimeout = c.RaftTimeout / 2
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Error, Output: slogWriter{opts.Logger}})
+	if opts.tuneRaft != nil {
+		opts.tuneRaft(cfg)
+	}
 
 	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(opts.Dir, "raft.db")})
 	if err != nil {
@@ -358,6 +365,12 @@ func errHaltedLeader(halted error) error {
 	return fmt.Errorf("%w: its state machine is halted (%v)", ErrNotLeader, halted)
 }
 
+// ErrOutcomeUnknown means a metadata write was proposed but its outcome is unknown: the
+// controller lost its leadership or shut down holding it, or Raft gave no answer within
+// the apply timeout plus an election. It may have committed (and may still apply), or
+// not. It is a kind of ErrUnavailable; the HTTP API answers 503 timeout.
+var ErrOutcomeUnknown = fmt.Errorf("%w: the write's outcome is unknown", ErrUnavailable)
+
 // applyLocal proposes c on this node, which must lead (and not be halted).
 func (s *Store) applyLocal(c command) (applyResult, error) {
 	if err := s.fsm.haltedErr(); err != nil {
@@ -367,13 +380,62 @@ func (s *Store) applyLocal(c command) (applyResult, error) {
 	if err != nil {
 		return applyResult{}, err
 	}
+	deadline := time.Now().Add(s.raftBound())
 	fut := s.raft.Apply(b, s.opts.ApplyTimeout)
-	if err := fut.Error(); err != nil {
-		return applyResult{}, leaderErr(err)
+	if err := s.await(fut, deadline, c.Op, true); err != nil {
+		return applyResult{}, err
 	}
 	res := fut.Response().(applyResult)
 	res.index = fut.Index()
 	return res, res.err
+}
+
+// raftBound is how long a Raft request (a write, a barrier, a configuration change, a
+// check of leadership) may take before its outcome counts as unknown: the apply
+// timeout, within which Raft takes it into its log, plus an election timeout, within
+// which a controller that lost its quorum steps down and fails what it holds.
+func (s *Store) raftBound() time.Duration {
+	return s.opts.ApplyTimeout + s.opts.Cluster.RaftTimeout
+}
+
+// await waits for a Raft future until deadline, and answers its error through
+// leaderErr, or ErrOutcomeUnknown past the deadline. hashicorp/raft gives a future no
+// bound once it took the request: a command's future is answered by the state-machine
+// goroutine, which returns when Raft shuts down and drops the batches still queued for
+// it without answering them (a Store closing under a forwarded write or a heartbeat,
+// whose handlers it does not wait for, left them waiting for ever). The goroutine
+// waiting on such a future stays; it holds only the future. A request that changes
+// nothing (a barrier, a check of leadership) answers a plain ErrUnavailable where a
+// write's outcome would be unknown.
+func (s *Store) await(fut raft.Future, deadline time.Time, what string, write bool) error {
+	done := make(chan error, 1)
+	go func() { done <- fut.Error() }()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	var err error
+	select {
+	case err = <-done:
+		if err == nil {
+			return nil
+		}
+		err = leaderErr(err)
+	case <-t.C:
+		s.opts.Logger.Warn("meta: Raft gave no answer in time", "request", what, "bound", s.raftBound(), "state", s.raft.State().String())
+		err = fmt.Errorf("%w: %s (Raft gave no answer within %v)", ErrOutcomeUnknown, what, s.raftBound())
+	}
+	if !write && errors.Is(err, ErrOutcomeUnknown) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return err
+}
+
+// awaitWrite and awaitRead are await with the deadline starting now.
+func (s *Store) awaitWrite(fut raft.Future, what string) error {
+	return s.await(fut, time.Now().Add(s.raftBound()), what, true)
+}
+
+func (s *Store) awaitRead(fut raft.Future, what string) error {
+	return s.await(fut, time.Now().Add(s.raftBound()), what, false)
 }
 
 // applyRemote sends c to the controller at addr, then waits until this replica has
@@ -445,12 +507,33 @@ func (s *Store) appliedThrough(index uint64, scanned *uint64) bool {
 	}
 	for i := max(a, *scanned) + 1; i <= index; i++ {
 		var l raft.Log
-		if err := s.bolt.GetLog(i, &l); err != nil || l.Type == raft.LogCommand {
-			return false // a command not applied yet (or an entry compacted away: wait)
+		err := s.bolt.GetLog(i, &l)
+		if errors.Is(err, raft.ErrLogNotFound) {
+			// Not in the log: folded into a snapshot. Every entry up to the last
+			// snapshot's index is in the state, which Raft restored from it (a follower
+			// that was away gets the controller's, whose last entries may carry no
+			// command: they are in no log it will ever hold) or took it of.
+			if snap := s.lastSnapshotIndex(); snap >= i {
+				*scanned = min(snap, index)
+				i = *scanned
+				continue
+			}
+		}
+		if err != nil || l.Type == raft.LogCommand {
+			return false // a command not applied yet (or an entry not readable: wait)
 		}
 		*scanned = i
 	}
 	return true
+}
+
+// lastSnapshotIndex is the index of the last snapshot Raft took or restored (0: none).
+func (s *Store) lastSnapshotIndex() uint64 {
+	n, err := strconv.ParseUint(s.raft.Stats()["last_snapshot_index"], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 func (s *Store) apply(c command) (Topic, error) {

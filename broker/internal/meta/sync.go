@@ -86,8 +86,8 @@ func (s *Store) syncOnce(ctx context.Context) error {
 // leaderIndex confirms this node still leads and returns its last log index: every
 // write committed before the call is at or below it.
 func (s *Store) leaderIndex() (uint64, error) {
-	if err := s.raft.VerifyLeader().Error(); err != nil {
-		return 0, leaderErr(err)
+	if err := s.awaitRead(s.raft.VerifyLeader(), "verify leadership"); err != nil {
+		return 0, err
 	}
 	return s.raft.LastIndex(), nil
 }
