@@ -604,7 +604,8 @@ func (c *remoteCopier) wait(d time.Duration, chs ...<-chan struct{}) bool {
 }
 
 // expired logs and counts the messages [from, to) of partition i that retention
-// deleted before they were copied.
+// deleted before they were copied. Called once the cursor's move past them committed:
+// a batch the remote refused is retried, and its retries must not count them again.
 func (c *remoteCopier) expired(i int, from, to uint64) {
 	c.b.log.Warn("messages were deleted by retention before the remote child copied them; they are never copied",
 		"parent", c.parent.name, "child", c.name, "partition", i, "from", from, "to", to, "messages", to-from)
@@ -695,8 +696,10 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 			if o := p.Stats().Oldest; o > from {
 				// Retention deleted everything from the cursor on: nothing to send, but
 				// the loss is counted and the cursor moves past it.
-				c.expired(i, from, o)
-				if err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, o, o-from); err != nil && !isConflict(err) {
+				err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, o, o-from)
+				if err == nil {
+					c.expired(i, from, o)
+				} else if !isConflict(err) {
 					if !fail("control_plane", "the cursor could not be saved through the control plane; retrying", err) {
 						return
 					}
@@ -717,10 +720,11 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 			}
 			continue
 		}
+		// Messages retention deleted before they were copied are counted (and logged)
+		// once the cursor moved past them, not at every retry of the batch after them.
 		var expired uint64
 		if recs[0].Offset > from {
 			expired = recs[0].Offset - from
-			c.expired(i, from, recs[0].Offset)
 		}
 		body, sent := c.batch(buf[:0], i, recs)
 		buf = body
@@ -753,6 +757,9 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 				return
 			}
 			continue
+		}
+		if expired > 0 {
+			c.expired(i, from, recs[0].Offset)
 		}
 		m.Copied.WithLabelValues(c.parent.name, c.name).Add(float64(sent))
 		m.Lag.WithLabelValues(c.parent.name, c.name).Set(float64(p.Stats().End - next))

@@ -1,0 +1,140 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/partition"
+)
+
+// fakeRemote is another cluster's produce-batch route, as a remote child's copy meets
+// it: it answers each request with the status its script gives (202 once the script is
+// used up) and keeps the origins of the messages it accepted.
+type fakeRemote struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	script   []int // statuses of the next produce-batch requests
+	produces int
+	auths    []string // the password of each produce-batch request
+	stored   []apigen.MessageOrigin
+}
+
+func startFakeRemote(t *testing.T, script ...int) *fakeRemote {
+	t.Helper()
+	f := &fakeRemote{script: script}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
+	var req apigen.ProduceBatchRequest
+	if r.Method != http.MethodPost || json.NewDecoder(r.Body).Decode(&req) != nil {
+		http.Error(w, `{"error":{"code":"invalid_json","message":"not a produce-batch"}}`, http.StatusBadRequest)
+		return
+	}
+	_, pass, _ := r.BasicAuth()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.produces++
+	f.auths = append(f.auths, pass)
+	status := http.StatusAccepted
+	if len(f.script) > 0 {
+		status, f.script = f.script[0], f.script[1:]
+	}
+	if status == http.StatusAccepted {
+		for _, m := range req.Messages {
+			if m.Origin != nil {
+				f.stored = append(f.stored, *m.Origin)
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(`{"error":{"code":"unavailable","message":"scripted answer"}}`))
+}
+
+func (f *fakeRemote) counts() (produces, stored int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.produces, len(f.stored)
+}
+
+// attachFake stores a remote child of parent (one partition) towards f with the given
+// cursor, as an attach would once the remote's checks passed.
+func attachFake(t *testing.T, b *Broker, f *fakeRemote, parent string, inc, cursor uint64, password string) meta.RemoteChild {
+	t.Helper()
+	rc := meta.RemoteChild{Parent: parent, ParentIncarnation: inc, URL: f.srv.URL, Topic: "copy", Username: "copier",
+		RemoteIncarnation: "1", RemotePartitions: 1, Start: "earliest", Cursors: []uint64{cursor}}
+	var err error
+	if rc.Sealed, err = b.sealPassword(password, remoteAAD(rc)); err != nil {
+		t.Fatal(err)
+	}
+	if rc, err = b.meta.AttachRemoteChild(rc); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.reconcile(false); err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// TestRemoteChildCountsExpiredOnceThroughRetries: messages retention deleted before a
+// remote child copied them are counted (metric and log) once, when the cursor moves past
+// them, not again at every retry of the batch after them that the remote refused.
+func TestRemoteChildCountsExpiredOnceThroughRetries(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	m, err := b.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: ref(int32(1)), RetentionMs: ref(int64(3_600_000))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Five messages two hours old: retention deletes them (the retention loop runs
+	// every 50 ms here).
+	old := partition.WallMillis() - 2*3_600_000
+	var msgs []Outgoing
+	for range 5 {
+		msgs = append(msgs, Outgoing{Partition: 0, Value: []byte("old"), Timestamp: old})
+	}
+	if _, err := b.Produce(ctx, "orders", msgs); err != nil {
+		t.Fatal(err)
+	}
+	pt, err := b.lookup("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "retention to delete the old messages", func() bool { return pt.parts()[0].Stats().Oldest == 5 })
+	if _, err := b.Produce(ctx, "orders", []Outgoing{{Partition: 0, Value: []byte("new")}, {Partition: 0, Value: []byte("new")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The remote refuses the first three batches (503), then takes them.
+	f := startFakeRemote(t, http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusServiceUnavailable)
+	rc := attachFake(t, b, f, "orders", m.Incarnation, 0, "remote-password-42")
+	name := RemoteChildPrefix + strconv.FormatUint(rc.ID, 10)
+	waitUntil(t, "the copy to pass the new messages", func() bool {
+		r, ok := b.meta.RemoteChild(rc.ID)
+		return ok && r.Cursors[0] == 7
+	})
+	if produces, stored := f.counts(); produces != 4 || stored != 2 {
+		t.Fatalf("the remote got %d produce-batch requests and stored %d messages, want 4 and 2", produces, stored)
+	}
+	r, _ := b.meta.RemoteChild(rc.ID)
+	if r.Expired[0] != 5 {
+		t.Fatalf("the control plane counts %d expired messages, want 5", r.Expired[0])
+	}
+	if got := promtest.ToFloat64(b.metrics.RemoteChild.Expired.WithLabelValues("orders", name)); got != 5 {
+		t.Fatalf("narad_remote_child_expired_total is %v after the remote refused three batches, want 5 (each expired message counted once)", got)
+	}
+}
