@@ -639,6 +639,10 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
 	limit := copyBatch
 	var buf []byte // the request body, reused batch after batch
+	// behind is set while this partition's log ends before the cursor, gapFrom then
+	// being the lowest log end seen: see sourceBehind.
+	var behind bool
+	var gapFrom uint64
 	fail := func(class, reason string, err error) bool {
 		m.Failures.WithLabelValues(c.parent.name, c.name, class).Inc()
 		c.set(i, "failing", reason, err)
@@ -693,7 +697,20 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 			continue
 		}
 		if len(recs) == 0 {
-			if o := p.Stats().Oldest; o > from {
+			st := p.Stats()
+			if from > st.End {
+				// A partition that leads holds every committed message, so its log went
+				// back: see sourceBehind.
+				if !behind || st.End < gapFrom {
+					gapFrom = st.End
+				}
+				behind = true
+				if !fail("source_behind", sourceBehind, fmt.Errorf("this partition's log ends at offset %d and the copy's cursor is at %d", st.End, from)) {
+					return
+				}
+				continue
+			}
+			if o := st.Oldest; o > from {
 				// Retention deleted everything from the cursor on: nothing to send, but
 				// the loss is counted and the cursor moves past it.
 				err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, o, o-from)
@@ -712,6 +729,12 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 				return
 			}
 			continue
+		}
+		if behind {
+			behind = false
+			c.b.log.Error("messages stored after this partition's log went back are never copied by the remote child: the cursor was past them",
+				"parent", c.parent.name, "child", c.name, "partition", i, "from", gapFrom, "to", from, "messages", from-gapFrom)
+			c.set(i, "failing", sourceBehind, fmt.Errorf("messages at offsets %d to %d were stored after this partition's log went back, below the copy's cursor, and are never copied", gapFrom, from-1))
 		}
 		cl, err := c.getClient()
 		if err != nil {
@@ -777,6 +800,14 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 	}
 }
 
+// sourceBehind is the reason of a partition whose log ends before the copy's cursor:
+// the parent lost messages the copy had already sent (a forced takeover of a partition
+// that lost its quorum, or a restore of an older backup), and the offsets from its log
+// end up to the cursor will be given to new messages. The cursor never moves back, so
+// those new messages are never copied; the copy goes on from the cursor once the log
+// reaches it, and logs (and keeps in last_error) which offsets were not copied.
+const sourceBehind = "this topic's partition lost messages the copy had sent (a forced takeover, or a restore of an older backup): its log ends before the copy's cursor, and the messages stored below the cursor from now on are not copied; detach this child and attach it again (start earliest copies what the topic holds, some messages again)"
+
 // copyLinger is how long a remote child's copy of a partition that caught up waits
 // before it sends again: the copy's added lag, for fewer and larger batches.
 const copyLinger = 10 * time.Millisecond
@@ -802,7 +833,7 @@ func newRemoteChildMetrics(r *prometheus.Registry) *RemoteChildMetrics {
 			Name: "narad_remote_child_copied_total", Help: "Messages a remote child's copy delivered to the remote cluster (answered 202), by parent and child.",
 		}, []string{"parent", "child"}),
 		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "narad_remote_child_failures_total", Help: "Failed attempts of a remote child's copy, by kind (unreachable, unauthenticated, forbidden, remote_recreated, remote_topic_missing, remote_unavailable, refused, too_large, credentials, control_plane, source_read); each is retried with backoff.",
+			Name: "narad_remote_child_failures_total", Help: "Failed attempts of a remote child's copy, by kind (unreachable, unauthenticated, forbidden, remote_recreated, remote_topic_missing, remote_unavailable, refused, too_large, credentials, control_plane, source_read, source_behind); each is retried with backoff.",
 		}, []string{"parent", "child", "reason"}),
 		Expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_remote_child_expired_total", Help: "Messages retention deleted from the parent before a remote child copied them: they are never copied.",

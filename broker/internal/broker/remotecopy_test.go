@@ -138,3 +138,63 @@ func TestRemoteChildCountsExpiredOnceThroughRetries(t *testing.T) {
 		t.Fatalf("narad_remote_child_expired_total is %v after the remote refused three batches, want 5 (each expired message counted once)", got)
 	}
 }
+
+// TestRemoteChildReportsAParentLogThatWentBack: a copy whose cursor is past its
+// partition's log end (the parent lost messages the copy had sent: a forced takeover,
+// a restore of an older backup) reports it as failing, with a metric, instead of
+// showing a healthy copy while the messages stored below the cursor are never copied;
+// once the log reaches the cursor the copy goes on and last_error keeps which offsets
+// were not copied.
+func TestRemoteChildReportsAParentLogThatWentBack(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	m, err := b.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: ref(int32(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := []Outgoing{{Partition: 0, Value: []byte("m")}}
+	for range 2 {
+		if _, err := b.Produce(ctx, "orders", one); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The cursor stands at 5 (the copy had sent offsets 0 to 4), the log ends at 2.
+	f := startFakeRemote(t)
+	rc := attachFake(t, b, f, "orders", m.Incarnation, 5, "remote-password-42")
+	name := RemoteChildPrefix + strconv.FormatUint(rc.ID, 10)
+	lag := func() RemoteLag {
+		infos, err := b.RemoteChildren("orders")
+		if err != nil || len(infos) != 1 {
+			t.Fatalf("children: %v %v", infos, err)
+		}
+		return infos[0].Lag[0]
+	}
+	waitUntil(t, "the copy to report the log behind its cursor", func() bool {
+		l := lag()
+		return l.State == "failing" && l.Reason == sourceBehind
+	})
+	if got := promtest.ToFloat64(b.metrics.RemoteChild.Failures.WithLabelValues("orders", name, "source_behind")); got < 1 {
+		t.Fatalf("narad_remote_child_failures_total{reason=source_behind} is %v, want 1 or more", got)
+	}
+	// Four more messages: offsets 2 to 4 are below the cursor, 5 is copied.
+	for range 4 {
+		if _, err := b.Produce(ctx, "orders", one); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the copy to go on from its cursor", func() bool {
+		r, ok := b.meta.RemoteChild(rc.ID)
+		return ok && r.Cursors[0] == 6
+	})
+	f.mu.Lock()
+	stored := append([]apigen.MessageOrigin(nil), f.stored...)
+	f.mu.Unlock()
+	if len(stored) != 1 || stored[0].Offset != 5 {
+		t.Fatalf("the remote stored %+v, want only offset 5", stored)
+	}
+	waitUntil(t, "the copy to be copying again", func() bool { return lag().State == "copying" })
+	if l := lag(); l.LastError != "messages at offsets 2 to 4 were stored after this partition's log went back, below the copy's cursor, and are never copied" {
+		t.Fatalf("last_error %q, want it to name the offsets not copied", l.LastError)
+	}
+}
