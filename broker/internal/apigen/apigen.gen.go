@@ -297,6 +297,12 @@ type Child struct {
 // it is retried with backoff. `paused_reason` says why.
 type ChildState string
 
+// ChildCredentialsRequest defines model for ChildCredentialsRequest.
+type ChildCredentialsRequest struct {
+	// Password The remote user's new password. Stored encrypted and never shown again.
+	Password string `json:"password"`
+}
+
 // ChildLag defines model for ChildLag.
 type ChildLag struct {
 	// ChildCursor The next offset of this partition the copy takes; everything before it is copied.
@@ -1110,6 +1116,9 @@ type AckBatchJSONRequestBody = AckBatchRequest
 // AttachChildJSONRequestBody defines body for AttachChild for application/json ContentType.
 type AttachChildJSONRequestBody = AttachChildRequest
 
+// SetChildCredentialsJSONRequestBody defines body for SetChildCredentials for application/json ContentType.
+type SetChildCredentialsJSONRequestBody = ChildCredentialsRequest
+
 // ForceLeaderJSONRequestBody defines body for ForceLeader for application/json ContentType.
 type ForceLeaderJSONRequestBody = ForceLeaderRequest
 
@@ -1193,6 +1202,9 @@ type ServerInterface interface {
 	// Detach a child topic
 	// (DELETE /v1/topics/{topic}/children/{child})
 	DetachChild(w http.ResponseWriter, r *http.Request, topic TopicName, child string)
+	// Give a remote child the remote user's new password
+	// (PUT /v1/topics/{topic}/children/{child}/credentials)
+	SetChildCredentials(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID)
 	// Pause a remote child's copy
 	// (POST /v1/topics/{topic}/children/{child}/pause)
 	PauseChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID)
@@ -1813,6 +1825,46 @@ func (siw *ServerInterfaceWrapper) DetachChild(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.DetachChild(w, r, topic, child)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SetChildCredentials operation middleware
+func (siw *ServerInterfaceWrapper) SetChildCredentials(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "topic" -------------
+	var topic TopicName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "topic", r.PathValue("topic"), &topic, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "topic", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "child" -------------
+	var child ChildID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "child", r.PathValue("child"), &child, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "child", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SetChildCredentials(w, r, topic, child)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2559,6 +2611,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/children", wrapper.ListChildren)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children", wrapper.AttachChild)
 	m.HandleFunc("DELETE "+options.BaseURL+"/v1/topics/{topic}/children/{child}", wrapper.DetachChild)
+	m.HandleFunc("PUT "+options.BaseURL+"/v1/topics/{topic}/children/{child}/credentials", wrapper.SetChildCredentials)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/pause", wrapper.PauseChild)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/resume", wrapper.ResumeChild)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/consume", wrapper.Consume)
@@ -4041,6 +4094,80 @@ func (response DetachChild503JSONResponse) VisitDetachChildResponse(w http.Respo
 	return json.NewEncoder(w).Encode(response.Body)
 }
 
+type SetChildCredentialsRequestObject struct {
+	Topic TopicName `json:"topic"`
+	Child ChildID   `json:"child"`
+	Body  *SetChildCredentialsJSONRequestBody
+}
+
+type SetChildCredentialsResponseObject interface {
+	VisitSetChildCredentialsResponse(w http.ResponseWriter) error
+}
+
+type SetChildCredentials204Response struct {
+}
+
+func (response SetChildCredentials204Response) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type SetChildCredentials400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response SetChildCredentials400JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type SetChildCredentials401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response SetChildCredentials401JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type SetChildCredentials403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response SetChildCredentials403JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type SetChildCredentials404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response SetChildCredentials404JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type SetChildCredentials409JSONResponse struct{ ConflictJSONResponse }
+
+func (response SetChildCredentials409JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type SetChildCredentials503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response SetChildCredentials503JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
 type PauseChildRequestObject struct {
 	Topic TopicName `json:"topic"`
 	Child ChildID   `json:"child"`
@@ -5229,6 +5356,9 @@ type StrictServerInterface interface {
 	// Detach a child topic
 	// (DELETE /v1/topics/{topic}/children/{child})
 	DetachChild(ctx context.Context, request DetachChildRequestObject) (DetachChildResponseObject, error)
+	// Give a remote child the remote user's new password
+	// (PUT /v1/topics/{topic}/children/{child}/credentials)
+	SetChildCredentials(ctx context.Context, request SetChildCredentialsRequestObject) (SetChildCredentialsResponseObject, error)
 	// Pause a remote child's copy
 	// (POST /v1/topics/{topic}/children/{child}/pause)
 	PauseChild(ctx context.Context, request PauseChildRequestObject) (PauseChildResponseObject, error)
@@ -5897,6 +6027,40 @@ func (sh *strictHandler) DetachChild(w http.ResponseWriter, r *http.Request, top
 	}
 }
 
+// SetChildCredentials operation middleware
+func (sh *strictHandler) SetChildCredentials(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID) {
+	var request SetChildCredentialsRequestObject
+
+	request.Topic = topic
+	request.Child = child
+
+	var body SetChildCredentialsJSONRequestBody
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.SetChildCredentials(ctx, request.(SetChildCredentialsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SetChildCredentials")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(SetChildCredentialsResponseObject); ok {
+		if err := validResponse.VisitSetChildCredentialsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // PauseChild operation middleware
 func (sh *strictHandler) PauseChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID) {
 	var request PauseChildRequestObject
@@ -6332,304 +6496,309 @@ func (sh *strictHandler) ChangePassword(w http.ResponseWriter, r *http.Request, 
 // Base64 encoded, gzipped, json marshaled Swagger object
 var swaggerSpec = []string{
 
-	"H4sIAAAAAAAC/+y9a3PbRrY2+le6uN8qkz4QRcly4lD1Vm3HsWeyTy4ux6lU7TBHaBJNESOwm4NuiOK4",
-	"/P18Pj/x/JK31qUbDRC8yLbimdn+kFgkcenL6nVfz3rXm5nlymilne2N3/VWspRL5VSJn14s8iL7/jv4",
-	"M1N2VuYrlxvdG/eei1ItjVNiBlc8siLNs1TMS7MUbsHflkqLIrdO9FO6eDypRqMnM43/qHQw7CW9HJ62",
-	"km7RS3paLlVv3MObe0mvVH+v8lJlvbErK5X07GyhlhLGspR3Pyh97Ra98fnFN0lvmWv/+Szpuc0KHmNd",
-	"mevr3vv3Se+13BRGZi/1zGTw3dZ00qm06quLVJTKVaW2Qt2qciNWdJ+gX08U3K+yRFgjphunrChNpbMT",
-	"V+Yroe7kzBWbMKe/V6rc1JPiR10pP4Z4PkpXy974956snOklPXpd74+uqbxRM5Wv3F+lzgq1PZG3CyXS",
-	"kq65WuBFqTBzIcXMaFstVSaWylp5rRIhrbjOb5XeNeTmY47dkKdn54c35K1Z5bOf8DVbM4CfBAxhLM6E",
-	"M+L84hsxW8hSzoAqYTKpPPmHeH7y32J08o0YiitxkiZCGyfSYSpMKdLhMN1BWw6e/hG0tZLOqRKe+//8",
-	"Lk/+8fzkv0cn3wyvTv74v/5Xr2uiv1pV6u55LpSorCof2XiyZ+fPDk5W/Oeu2VX+bUdO8Oz82ZET/M+d",
-	"M/xN5m57dn81a1EYfQ1zWsvcibkphfS0NxZSZFUp4WLRT89GNk1E+nQ0Wtp0ADu4XphCCatmRmd2ONEj",
-	"0Qe2kqm5rAo3EFLbNayPdMLombpEpmNVeatKMZMrK3IHv52PhBX9i9FIyKm5VYPhRO+gdRhjb8cqPTnf",
-	"nvd7WGG7MtoqZJTfyuyN+nulLK7FzGinNP4pV6sin+FMT/9mYW3eRW/5X6Wa98a9/zitmfAp/WpPX5al",
-	"KelV25RT0stEbsVSFnNTLlV2Keb5Hcx8quamhGtcucn19bD3Pum9MHpe5LM/eXgzfqsV69wtSDRUZam0",
-	"E9ZJp0Q/d0Ld5dZZIYtSyWyTCCs3AxzzK1NO8yxT+uEH/bxyC6UdPBUY/LRyyFBkUZi1yoCKMyPcIrc4",
-	"sL8Yrf6chSyUtEpM1SLXGb5fMFcWxJWBALTBo6ZKsVBFhgP8ybhXIJr+nEEiU03ESpYuh68TZGxwjrXJ",
-	"lMiMsriauNF+fN8vV4VaKu3UnzLK3IpbVVpgOGaOhDgtzY0q69GZ+VyVtMZmpZg5bVTXgF/KsshV+ees",
-	"Lq6hW0jHXE9loqy0FVILRePwM0vEepHPFgem1M8qYGJCitIUBfxVra5LmanBJbEM4Ralqa4X8Ab+KcNR",
-	"4Eq8NeYHWV7/SfQ/NdkGaNwAZ8+dFUW+zGlLftUyPrQPP56fDIqmEsTarFQZvFoWFmTxQsmMVebffvvt",
-	"JOYmzRdvyRGayK3MCzkt/oxFVcuVKWWZFxtRaXgnMDcUnX775dypUqRv4MPJc/iQBlHcnGt0ybYK8Avd",
-	"EjSALamUbK9Lrp26VjhwGDrPBi54Prv5VrrZIpKyMsuQ3cjidQnk7XKQxXNZWJX0VtFX73pydoP/5k4t",
-	"7aG1ez67ealduQEiW8q77+mes9FohMqS/xyUAlmWctMjlcArXb/TK2sV3kz/pmYOHhkef78pqDuniKG3",
-	"JJdFbpbS76kIBhyq/bMbWOf9ykzS1vQ/QKGPZ9562o41eKNsVeA+tuaJlLv1NVheRxH9C7gQdo5Uza5D",
-	"1xwuPrm+vmu42+uztYSgzlS2W82n34gPK9h6sTZVkYmFvFViITMhC6PVWJyPLhJxMRrB/+CvsxEwnKej",
-	"J7CHoONJR2fkyXmtitdHZu8uhBHu3Y4fctuxJSX+dq8DxLv7/sAh8U/uHFThVInW4Ied+aW8u5KzG5Vd",
-	"SWBZVytVXgUVBS7YWtGlvMuXYInDWffHnb/ZXm+8/irXV/Miv164B3h+qQL7v5rLmTNlN33NzCpXVig5",
-	"W9RKmLCLQGRDQZdpByJflUJmmQXaKtXS3CpQKvFNNoh++ro/k5VFh0J7IGmCrh2VielGpH95+Vac3p6d",
-	"zorKOlWe4t3pQFTa5UXwpfiBLfA90oml1Juh+BGkgltITeYBPQKsYpMpGyy9i9E3Q4HUYMnNJIXN9XWh",
-	"TkjHlE6KLC8VDG5DJ+vsUpQytwpMIrAShXELVfJz8Yq/mVyrrPN0hb36+vAugbiGpaGTET/qq4v4UU/O",
-	"nj75arS99/hx+8G1dOymejLsdVWw6kCfm+co6d2dXJsT/hJ0iOEbuf6Red37pHeb23yaF7nbXLl8qUzl",
-	"Dk7j4sl5xxQ6GdL2oXZOzhboVvywU03Owe5jAD+RMXJJ9ib7HdMESQt/YXeLyIncvBeTqK4lKw/7FpPe",
-	"XGpYs0wVcnMfAogWb9RNVTCwQ5z2DV7VWM4t8YYL1sVgXyykvlavpbVrU37odpA1f7Xip7R0h6+7tA2t",
-	"1vuujxb82SFVo/Go7jkyueygog/az+3dyjtI8jdgcempd4WfvsO/3qeiNJVTVjh5o9AthnoB/jjeplP0",
-	"m0000TYSLVxM5JqIbsc6O9tiDz15vrZmW8jro6U6LuUP8npbqCe9FciJ7KpUkq2U9lJsiLmbFVpzdDkI",
-	"oLnMwQRNhNSZWMOKoavlUsipVdqBQVsosHc1mwwduus9D4rX1jp8sim/KB3Xw0Vbu7+9osmWXIONMSuw",
-	"bQbDiU5pkqlYL5SugyKPrDBrrUqxlJvIc8PeebxuJdFBhh7P61JqN9FrCTL61tzQqjn2HYtMFQodVsju",
-	"rJpVZe42wuhBIrZGLNbSTjQNayy0cQsw/mnUucpYWoe3hlhI34DpLdD3hCGEAfJTPdH1IuEPFuZaory1",
-	"zqxWKhuKlHc4HW+NZmEs3w7X2InOtbBmqaIl7VulWnrNIytS3L4UyR8ILkXqSQtp3RWaD+ngcqL9kF0J",
-	"k8MFmsrZjZnPhyJtEGwqrNzA4Dd0THw4hqmh5+kb9ASaTXdsZpvtbvOTnUzqBzqKHXzqalaVdpfup9Ud",
-	"+nmscuTYwuPl1y9sEDAbe0kkS/vO5jitElFAWxHawezU3Ypm2R7Pm2h7S6XH3t3Ppo/na0Fh8uTrx+IW",
-	"aiPWQEFMkf1AMplZa39Wgq4YHjS4pHtlCQuCQYD7TIi54HFXXrEr5IjpL3wQRF4bHLApMmWdXxZ00W2U",
-	"87OFQ74uc+eUFv0R8Q1ttEL3iR00JpOZaopWHY9RV8upH6I/BUeMEAYFNwi8YZuAHhFLE/0btXLsGMqB",
-	"M8zMrSppTFscmfjXFVDmFVHmkau733rq0pG6xU1rmglLkcCKMEbI7HkMx74tfjqntUNmdK4pBTd2Lecw",
-	"4jEsMT6Ix9Tr1bnoSZN9EJ3v5j+dpr+f1v20hIN2f3hs53BIu+kYDP1wle8yAILtmGeJWMpM0SHKHZ6t",
-	"qTHOulKCYEKhhj/utSPhtnleWifMSmmydqV/D3BR9rx3H4Ta4N7Bu4Nnv1Ays8yt8R6xKqRWnU9dKjjq",
-	"x3tjflSeNbS1Nnj/zsXcDjt0joYXYO+GhMiLa3ohZma5BHaXYS6C64513GiztiJ3dLDmSrqqVBgZLyQ8",
-	"u1QYI7PI/Emt1MWGDH4QbnpWVBmKILUkfQKew4v4SCxzfeWHB0xgKe+uwqaKs4YLg27i6IuY5lpisEQ6",
-	"YVdK3lixNKXq9ibs8SC0TRrelAb51LveeWBKJZ36CFfZQxmx//ouuO7cjY/MS7mni4FY++HclB2eoMaD",
-	"aGns/rU5f/rVh7kmv3jRHsSL1mAPQJC7mcCvVpUfxgPQ5jteqvwFLu92BXyYZyeps5cOJintV4uiLKi9",
-	"vqGXXkm+TxTuA+75mNBVh0tpAQoM6CJNnTVBr89KmVXRpTfcN+jVup7mvXMVX/AUWxFgh/HlpZwtcq1O",
-	"SiUz/IKMDdgiOxQvihxWQkxLqWcLQVqCVQkbckYHK3I40ScinUow25HC03Gd/BRSjiIRj7cN6LZc38oi",
-	"z67g8LJ7x+cWAIfGH8V//fLzT6gZwle/vn118oz8KAtpRaVBE9FinquCgieUCQALYpvvgJmhvwMtXrgU",
-	"nTXoz5uWqCmgsiOXoEKWVdF+QIjh4lMwVQ2espJuEcV349wv+NlU6AIopb5WCbuJJlpEqR/oBRDa8CMb",
-	"oWLUY2CI7aFg3ioOxKfDhvySpXSzBaZlZGpWSFDXOHsBlwUHkVtaVq0wXLQM0Z6z82eiULeqgLvVqvna",
-	"VgrrmO397dQnJ8BCRjOLE3pyayuV0ePoeF3d5qbAFdg3jdj1iiP+BW++DJ6yyD5vPN0ZcwVHulB3+Hz6",
-	"OmStSDGtsmvvngl5R32b/0MlwlZT5gGJKNVclUrPlIVtww2ZS037WorCmFUiOD/TDoJpk1thlcO1ni3U",
-	"7IZye1alyapZnYknr2WuraMH1xPlsTpjbqKtgR21Tq2QiHKgWpzBnqUgk/MKBJ+ZXyEJ8qaxbwqOkLwG",
-	"Qq3CSgR9hJ5RNRN60jFQamfGDV4+99mBeGHI1aMftXFXc1NpfoqtZgvyu9PPOP2r+qJEpGEwza/JhG58",
-	"BYc5/gbWNEW1vf5S9LXx9kI4XGDc5NkgEenS3G5dXXvt4Fc8uHxjng3G9BetfiuhLpoRpVKGQdYffSJm",
-	"OEk78zPRdeEP40yWmpS8ZW7xmKRRjKLBNvxxhF+jG+PXwZzg0gzTPoGGvAMQRNkMFZiMKHWwh9bQ3rsq",
-	"jPWzaSVJqsM5kvgcn5IP57eQ5TXxbJQKpgxOuu3kM7x5qdzCEGEw4fmlBSrzOa0+j5RXFzg23ufX1xsu",
-	"86oo+P4oTm5A0MB7WWmE9a40GlQ0Zz4JsYnln2QMhtdrF+xKWtocObsR89JolwNzKhVwD1eozKd/oVkd",
-	"TqTPTPMyk5jXTGqYFqaN0by0WYu+dTB4fZ2Q/x//Ym8WLiLLYvgTVj6sGZ6Merq4zCjKmEynJsuVFTno",
-	"AktTbmriYE7iL6Q4iURxaJ0pVZbsTmpjJu5MKa/VFYxTkZzLcnuDJKcEfUv55egbgjfg1PHp9Ai4Pt5C",
-	"WqRHlh6UWwG/NQnaDw7f4gMrxNLtSiLfxuALH26yKTxHDfI8yzMczDzXuV0gleXEvafAVy7xT1O5maHz",
-	"yTpMzSLzOqcVHx5lyW4lkapWWiyTMEgjWdDRqa4vY9XLh1VIRS3VypSuGWGJlDlMzK91tOgj6/JbylHj",
-	"OzzK0Tfb6U8tVaD+KpLfvaTXIcl6Sa8lm8jHw8npSS9wctC7m6KlF5ndjW9bgqVH9k/ji6ZMAXW9ITbC",
-	"y4jZ+CeET56546psc/Je0qs5KQ6zxQ7RPmhzOXxYzLZ6Sa/Nf2i9Qk5r0qsPPOahxQeul/TC8YEJEaXz",
-	"mkbkie8lWutwjCe9VwbHV/7iJBeyNWwwDvE07ZMfPW8kLSoSIIv8eiHWwAiXsrw5MoyEqxpFPLrKItBr",
-	"wqzOOxXprExVYdacq42POPKtutP0ehtzVWA6XDuA7z9sHmo2D+MZ7Y4fvDLlTP2AacEf5nvYPYciv+WJ",
-	"ULjYryBZMk15CVTWcq/d23eAIzk4x+7M1ZWxNp8WGzxQV9JdwfFyXbWTSKnEo70EC3Iabh4HIgSh1iRG",
-	"AVLdLwPxVCpQ2YoeiGWuK1qkwlwLVb8srCKxZnNDaydGNddfleZWeb21llswuiMJ0+cUdm9sHBPzwwE7",
-	"oQTGwtIaFU15o1D/6gdFAbNlByDcxHVp1hbD+n4F6iBz20HZzG3ECjrv6NriJnuDVzv2OZpxFwGRw+y+",
-	"aeveke0FJpt1xN1BZ4C/UHEGPpwtc93JHXFVOnbi5Z2ckfqOHo1Vqeb5nVjnRTaTZWZFHwxyk8+UHT7m",
-	"el2/ZrEv+unZQSf2gVx5lsg8zq71+6uSBTy8fep2JV6n5oac7lhVlh7meXvyo//L5PoDCw+yrFR2e8Ge",
-	"HlywPPtYPygGkfwAuqbFkcGtJY0G3a6AydSJMxQq5as6o4IL51ZX0WN2zG47tllH37rZhueJXZHFYG7P",
-	"VWkxpJg7ym4IbDJ3on/G6XEcv8NkYk5AaT3VDrYSpylkaYWsq8lCtDEOEgIHAtWxjj/m7t6RQfx1/3qA",
-	"JNm7HI+sn+hMalFWWuT6k6yNLzaj+y1mqgw+YIp1UOoKTPPuUmI0ZWtJH6Wro0mN+45K1VGVEo2XFuqo",
-	"dzbfhfH6I99VM6hQ5g9aDWjClV1ReClTaLz8zeSccJYppDQLS92dC5L0bg1nSfAvU2MKJfV+PrC3DoQY",
-	"QncmyKdKO2gNbl9c+8c6DtIcS6ZgBcvNlXROLVeuK0LLp4CyN/wNiZiZSjsqehRISfxTrqzoy9WqNHf5",
-	"UjrFKgioWOjVGAzFc0pJZfqTmyP3/0ZhqdfB6OyDpkp5A7mTiXgTRFoBMxyT+/tWlVPp8mUinLpz8KOk",
-	"H2jICZdTEBBG35QTXWcXJpxbY29UNqBbCdSCb+b0/DYoxpivSslLcCDougWpER2xnRAaXcVczRX5eSX/",
-	"XqlLsZIWuaQzWEbXuf3bak6+BHpZrrqCd3UqEvszE/Grzu/E0h6pUhN6xcGKNg9yEeeHBSOudpXUY91z",
-	"+HYxA7JW7sENwrYdYAf84D1D+rnMr3N9UBHbWv1SIQzKakOpYZjK1chInhnQg0HoDcXz2omFeehAr1IL",
-	"g+8WuZ1ocuEJsMlURjQOD6dcwrKZFcjBTAs2GI/BaMyIJifmRLdv6D8HwvsW/vd80Kjw8uMCncNHSRGH",
-	"hl4Mfw0n+rmYYlSLzOYw7Eb9AOWisy8f3QNzTKDqX4y+GdTxS3L2TvRUkT9xrTtKC/Zl6t1Lid3LCPen",
-	"Gx1I/dl7bzha98UWakTV62kn+07hHuJ+gw7HBzxwSa+VmNvifhSuc4b4n7QihQORwjegB+e6Ukdxq10H",
-	"u/n+zpUwtx0rgKWIO1IiUEKjCjsGe4+SA0T/9c+/dNQlDhKRxuoV1RGsCjlTqehLdHHEDhb4IeNyirkp",
-	"ZyqrnRLXpVmTd001vBhTObsZ4HOnspAankym6FYdJbxxhoVYWYfPYhCnCteO8nj47HeQM0L94ff1OlO0",
-	"usQhh92upE9Z6pBaaE6YWxUWuk9yKy+KnNPhB0eKMCCmPe7Kppfv2mDRwnLlNj5Z1/+UW7K8ZJZxoYDM",
-	"7e413GGAtsxb9IP4yVJCTfrdyx9evn25TUan7/LsfTrcU1XVXsi8UL5AKMHagGaADv1bah3PkDzSoRgK",
-	"Fa51btWRa31vJbE0192GP1axL2SptkL3jyw6F9uDJw93/yzk4c5kdb1wolrtqGOoEzM7OXVd37Cvxix3",
-	"HLDDtAFpQXTNVIERvK41PLqKn7SHcAxym4RaPFNmqhxjMIw31wc123uJiRlIrhjuBvGsLNghfR4mmAcc",
-	"IrXr3M0W9cNi5pJbQT+rzJexNvy+lz7xJ96kN3KO7tJqJeYYKrFD8b2PHLLWI3CWPh0Da8PrEdC9mPvM",
-	"phVM0Cp36UtbwiApqk+xXKx3oCip0VizFfaEeCLHXSlvyxd0Dcawl0pnKmsGDOtyibBCPaoBvGXD2Wj0",
-	"ifqXcD2Fynb4RQ8lv18r9Pbw1A4wIyqnz0iKMFTPkfxol2qf9KpVdpBBU8IOokygU8dLlA/l010ehC59",
-	"Brk5LmM4OwlL6oidtIVMe067lIAdtgdw3+P1IFAmDlod+Mhdw/jAnPr7CLo2V61jFPfUnT9OBT4Ug6tP",
-	"RMSTMBCzrKxDpk8Va1sJXvefySdRyPfTbNeG/2QyVYcatheD6lKAlcOKPLJigRcjS+fItuhjIIZ4Ap63",
-	"lvcK492lUlfoO9l+z7foUoEruD6cl9/QQW/WKD2yYg6ahd1Yp5aiX6i5wyS7UHfMv/icHbk5VlfDgdr8",
-	"HzsH+kv+j7DXf9qo9hUsYenXjjJxmW06uSd6scIaY0qT9QlFVvTBAjrFu/+RejSSmIUHr2vSsxs9O8SP",
-	"ftno2Ruw0a2/42rZGf1OT07g1xP4NR2LFOVvSlqYFfAT2fqgWbi1UjryVV+KFFY/xcvYbUD5TExCYMOj",
-	"EmIqjb57flZsbuALYUvyBojTvmATLXI8ra4j9nPlrk2uryP37j34KrtTY24yOr/ociMEN9ERdjL7lD6S",
-	"g+70sj7XG3aqyqJSCad/BRfr5ZH+UTQ3PsAr2g12PA4vSEGDaQ/BpysjM3KGxjwUqVN3Lh0jwEF8c+Qa",
-	"ZuGGbuPc57phiZ+6c4l3xnunGdw40XwnHjcOcqfsdaNXnj5OG8nlg3YmGTp8kx5c263rHXDNxolrdd1n",
-	"21OL9rpZbcSNUitSca2pyhmwHngDDOuXMGHEV2Y4UXTUUc0iJllrs2ZfIVmunMAQKe0TrRWG98LQRT7H",
-	"IvIShhGr9+EKyy/KFOhcFsfzJhTc83lHZT933qc9hrHQcu72uB2uXPTU33XmX/ux7sjPkjMQiZSU2pGm",
-	"sCtTinLfXcEFvT7B/FhREiWu7ckOk46KLzh/ts6dJcBaP4Jj3xljPTbf+Ar4XS0hW/lbsXo4Q2gvEJxT",
-	"0MMk2oL9XNfFyYN2NrEH0no6eoJaRSA/stIqjVWMiJNMpbRc7wKXIBkDPY+G4m1ZqU4rOhKEUzm7Kcy+",
-	"jDsPfRB2r5Xk9P//v/9fvdDwgbKecauO3V21MrNFV8E+WWQqi6O7oKuFbPIMfeOqUDNKYVflEq1lSjdC",
-	"rkTBfrKzsBgZ77pspZ5jWajUfGbhObwP4uJsdKzHjDMb7f2mgkKfQnSsqD+ywptkvt6aRi2sogSFKOoB",
-	"PH0GFFCoDC3J89H5gLw5Uizl3wwBzTTyyWzI4W5kCu0Tv820zQ5nNdDFVaCLPRQVcQUg36wqsdYMyJcF",
-	"DnweileMi7O9cuO6IB30pOY04ZSEacJDEZuVEAEwZ533X5tg1HHIB/XJAH1OfCQ/Noku5NrumXmlM4xU",
-	"UxkEsPIjYU9wyN1ZPk1YghjDolO7Piqk4NFqgpDNiwKsySOHS+ApO9/yimAa6F3WwbM5R/9hnKW70xt/",
-	"IoBBZtw+3Ne28PsdGYp00fIyPpvoW1KDj8lXjANQjUVsbtzWYUuaYrkpL2ParDl+oKoD2ZCvScX7CEjf",
-	"KKW92x7ksGZUitRHvSegVVKy4ek7/Pd9OiB1l0oarVgqqbFtwXiig0juLnuSmvis0Ur0d5c0JeSXDW/w",
-	"4VZqdoBS5WL0zY6yK3xehNlVV0S1AAVGnZAh94wetk20+yEhJz2swZBOXYEs2t6eFws1uyHHdV3VRyCN",
-	"vm6RIMgk5+PTuvcR5itanjThvUEFhWHJvIQ9H53ToiJLRpxZKplGQ5iXkhL8/Po8mmg2MUiIgJaCNZW+",
-	"JwAKVWIuWqnM1tWkQ9ECAhKVVQhC5gw9o842oNlIJySiYTaw+XYlce1NjODT1AF0+KBJRR+fjrJvMp8G",
-	"izgszcdAEcfogTsKO3BjOcW+Bb0oXtREHkGU2YVZ6+GB1Imdr2piHflaYKeKwutf2yHPQxwzJk94cKuK",
-	"E+XYtUFvwK7oWeniLCxt1mCiY5cC63ZnpnfHPcqi+/sIJuIAEERZRHGLePp+rAc2+1jJ1FLMQm0KpRXJ",
-	"Wmx4SeGTaftNUhmMmzCZlV2obKLRMyBdtOd/ffv2tXj++vtQtmsbrJTTlltkR+rQRCs9KzcrL6MiYiQ5",
-	"1ZnPI69WqiOc8frlj2IGl81RmUY/kSsry/1+tFg4t7Li1zc/iFxbh5WZ88j9+6gd4/jq6dMnX3XGNWpU",
-	"kZ2Ey+2U/LWwuj/JUmb1N7kVz2CMX5+TX2vQev0RKCWByFtONW3WabNL0Zg2EusfEWPRGxeohmizFkYP",
-	"ReqPRzoWsrCmVRZWIyey3Alpzvc4ZHyUjmAmUzAhfn3zQyJS2Lrx6SlFaXEf8dPCWPf7eGVK9wfBjprK",
-	"NUiNgSraQEeji8Mxn0+GAIMH/1gcmDeUPoMFOvZzgue0ZsEP7Roymsu/yOWqM4FVK4G1kreyIHHECgcx",
-	"pWYES1i5ZoGx7ZEru1Fy0QxIxQrN25mp68r8W4+EqsTn7DFsvXNougFWgkVeXMLFJecZ2vnePdb59j2O",
-	"uO54+svt6XjnbxRGP/Id93eESSdSHFmaEO5Aw2q00cw76x0+mRvhYcbB5ieDGFzJa9W5B8+vQ1iRIVMr",
-	"7RcoJKtHA8w1euYZM7XJQGsX8bF+QzZBdlE///wpDsAq0tt3nQGKJXw6wm+X3nFGRhiKP5atdUhqhhBb",
-	"+7EPoHtzO9lXHQTdF8rFWGfWiHX2wcae54U64fgx/sjdJLzaxaAKZs4lCZHXZS1zrP6YE6Y1ewkHNYlj",
-	"+owF9lovq/iBo9cIUR2FVsUSC+F0jGDsB0/hI4s8ukul+jPYD4zUdrnKClwpzEChdcWMeF6No3kKDa9z",
-	"GiSqt2eCJ/Xoevq77mcbfQ08AYceH35WRmhKx+IlL5XUna/5UUldd6kks+6TvLHcQfm/RHSOFI35bz7F",
-	"757SjZ6DiJhEM11o93jNR/OxHRwlpo8waU+TXQOs9yLsfRfzeOstxpaJElLMGt6LTDp14vKl6iWfrNnD",
-	"Pjv6e9SD57kHPS/yeZBloIxeBnVsp6PQ5xxqBRbCDhDgeyOrfjx26m501D2QpR8LSvrB0KMfADH6Tw8e",
-	"egw2aNvREa1vawl2vXk/ZRyivc4NijNAdx/q75STOVqqsih+nvfGv+83o4gTvE+2gDgC4I712QbH+Qqb",
-	"SQpHx1X4Ndvz+sPPrNuXWaMyHDU8P939o9oDoYAP+EU50IC65A//4vWu6Yb5EqUJaCxW3jYUO5hoK7uG",
-	"c5mAJaSY/iM3vqJtuuG66mq2EH3pf0RnWKekexAY6pbgN3WPhtoIZdxCTPfvBlNLUJBGET52BImz0fnF",
-	"YH+XsU8Dd90xjyZe3MOPsOb8rZAPUVLkzqKKSfSQmnmgD9GXzizzmSw4d/aTYl63ArWVx2eMDNs+gXs/",
-	"/SrxjjzxZDAUr/I7kM9YFE6nYv9yfTCGdmvZ6JiYeasLTiIQ/s26XM8ct7QLu/nEo7/G3fTCXOlitJTn",
-	"aq3KS3FG6Q4F2Fbw6+AeTfkuW7ChIVncij4289EmxphA6DgcXmbWetDISkJfdgTQty8dpTsRZUkp6Lug",
-	"Nj4YjHxHb/vAI2SpxI1auWAa+J34WmRyYwdD8Rs3tL9eYnCR84FofX3Giu/lRAeWUIiP5oGfDgq9DVYV",
-	"YeGKflbKuRPno/PRydn5wLfAYt9BQNbFagBC1cXu+23svTp/bDAU6bv3KUbbCUMEdp0bRLF1ZdCfuVAl",
-	"0Bf8R6zikR2KNwExV5TKmuJWUSFOrm2ekTnOCLc4jghuMBrCZY3ZG9wAAcKRkG8x0zCaSQQZCDv0UApg",
-	"26aWVomCLOu5CU3Dgk/MBvo7G43gX2fE2blYRJwMKOWAYP2Y9o6kYXSneO71F7xFlGFOZHdrw44Tez+P",
-	"wQEsvBrujCJm/A7KK/ANR7rLs/jSDmc7+SfR23MppBNLkLrfjI7OgItd+R35b/eMsTNwX9P29oP/Y++O",
-	"deuo/yS7trcHDeJkLkLRzr7Vjsp7GrBoxyvgx9kGnfuwRzX/1XYBcX2qngz3CJnXMbM94ScYbTe5wP3H",
-	"DxhnfWgp6ZGdHQp8w0OUTjSAqbR0Xloy++3b1+Jb+A2EBj0ctB4SYITZPK2cSE+Jjv6RJlHZDyUenS6V",
-	"K/OZTSe60oWymE7r1MypbFBnbTNCMhbKtrsywoMEFofVIWlsymiVGwzFxeisFnol3b0Ffp6IC9CV/Ouw",
-	"swD1knQiM6hODCeagpnjupaCMMBBXMB0CougNomgrvGJ0PiJgG0GcC2quJh1NtEpDjlNOKfYI4Z4KPqx",
-	"kFqogCSYIPp8A0hQpGg22eHjdKL7S6589l+qyrfJoS9SarqQPk5BF/DZKDgiUwqz1gjLQ82aNhMtCwRq",
-	"ojxf5ZTIgRFrwaPmTDKj4YG4UpkRMVIR0pfHaeNyYyRQTMdCcgq0t3Bu1Xv/Hp2Ac9OFIFDKjOph2Jme",
-	"iL9XqlInFA4IJQxEJHZlbhQBl4pVIXONiR3DiZ7o5+LxY5z648f0PG7wGBd5tRp+YyaiwO4g2QmqQYW5",
-	"HgrOgCrtRNNvQV249BpEyd1oQdOK4muSwP99YPDxYzQiHz8WfTnRtdIiWGkZUBEk2ssIdMSYOY8fy9nN",
-	"48e4qQUnAlOQsZArEMOGEiMjXT8qEcKUFIEx+g1ie1tCQPWJ9x7e1B8cJ7kDAr4C1/I//gPzYTwIGFXL",
-	"y5nDsvTz0XkK1OETD0kTjYuBYDycTd6f242ewXmPAj5wajbNnMwTQSUr56PzR5nonBg1FiPk4aDxozUB",
-	"s5hu6u6WEy3AKsYJUSfzwVB8V3ECu+WGMAyHwahl0fqCRcHnG8hjOc2vK1Nhi4m6SYSjDiOSRO5c5kVV",
-	"cheA89EFLpCc3USLQ9sM1gxOoF4iNOv5weP2OiKOkGhvL5g8pbHWY61Z9olLu2CI++dtSH8doDq20nyT",
-	"hpVM+eCo4IUEeT1TocFG7gumSlVZlQ3Fc+qgYUrmjaEaT/p3U3Vbc4WRiwu8QmUESGvKOqjPVm56cTYS",
-	"UfsCntuheAAdQFx1uVR12jFGCPBmIhH83MiPjdooMABgXWgGljIceCofqvFHwAbjU4O9fexEEzFT256Z",
-	"LBEsjyv+sF1C+m5CHYImvbF4N8HuQvDnpDccDie9REx8/mr07fv3MP8UruUSQtvoF8T9r0uzxKGlodFQ",
-	"KooclO2Un4l3182PJhrZUAw9n5mhSJ+OnqRAYSujrbI4j02zIYDoe5AE2IREFPmNEnKimb8llEUn54rg",
-	"7F25AdMxvbi7S333i7Up3YJ+Q5BBzUgMJFaKfKY0oRiROtZ7voLFPzkfjqhE0YERSWKkFzVX7J0NR3SJ",
-	"WSktV3lv3HsyHA2foIPfLVD18aoLao5dJRLPmQzPRyNuicoZ1zNQZnIrqtVQ/MSnAXUk28gq7OHrKSD6",
-	"fQZaFb8QFDZeV3jr+WhEfa8wlRr9Davg6jr9G8O31N6IfSqiV9ZB5nagSDfG3tAJe+Pf/0h6tlouZbkB",
-	"6zm/VZrQKJy8tqBZssnwB9zmlbudi/cj/e7Dsa9Ls1RuoSqqahXqbmUsyWEyeUTfg7GOhqPhxWAofgYu",
-	"7QwnJcDRYzWyU21MT05YvTzxeqfPb6/RBYismpvCAz28KVhVi2pHczvaFkLnyvOYhkCTF6OzXdsYhnD6",
-	"a6uDAt735PB9r0KfhfdJ7+kxd/wa9R5Aigg0EG3aMqxSJzWQ5n/USUJXZF2viR1IsD2yotrKpXISwRF8",
-	"sWXkbCYgIA0GQHkb2pjYS/SHBhVDOu71hogKiwrDNOhAbR/XiW62Sdoijjc0r89yYPHdWEkOkx1++H7u",
-	"OOHw/HzfEa8hvHZu7FufX5W0m9X6UhQGrN1mhn9RzncufsDl9a/YcSx5fnwsR4cX91sZstz/lU4yLwOa",
-	"Tre5Wkdb7re4veenEYIx731zA3/IrfuRr3nAHYxAlnfyViaxf/NNhDXwk+3cwKS3Mp0dNNCFggKwDdAu",
-	"7U3UShqTREnxTUU/d3S2T6g9Bv8wAIWeDLGEKrU4/YpsszTPUiqUB7nrqBU1GjmIv81cGSNpFNCZ57dh",
-	"C/GaRKjCsmGkjT7B+2jgOEjCTpK3Cv0oiC/WakNOGYYhedEZ+MTIh6YUDBuOHqRvGJuMC02KejBcnI3p",
-	"XVlSr1GOOk0ADvDFzmatqX+jixHkEatnpeRNKy5YFzd4racfm35krk2NWwxAtp0F9TMkEWNbLfqbdgdV",
-	"bIntJbd57X+ZXDPAeOJxMb81BPDzSQ5p3PHhfdMj6cpKvd/iD2efmD908QYYlMr++dnCxeibw3e88N2p",
-	"kI8cMbSfjPs+6gf18ezneZZ5h4dvnxPk97HC5PQd3P+eQelVV8J4zKx+IfcGoRWKdnJyjQY3r49nH6Hg",
-	"4FQirt5Et8FrwRimbJ1Q2dwAKk0HAZH6VkW80VvWEx1OPmN1EqMIFbK1snuOWChwVWgXSeuQsFOEMAAn",
-	"Gvhmq4VBijhxdmHWVlgDLGd7uLSmafCNEZrhRAdUUYlrpzK2hIhD170daSmG4rnIlMw835tJLaZqouMB",
-	"oRvEjLf08VJRZpJ3vfhFykthq/I2x33zle0TbbQzUcpDY1gMBom+SyVdDRNM8efcoithTL5sXOGJjtqY",
-	"SG5LBkz9Yru/KHL5usfoQnqhlV2CFEDHCrf8bLJidoxsGg1kQ+Y7qb6YexDh/qGJgh7iGAajy774Llrj",
-	"iEE3WOX5n8Aqv2sSH65PAC9mcFhyq63lxiP5DP4VWOvFUZzyFTYI/JN48UusPSw/AUuOt4158y7F0HeB",
-	"tJgmegAOMIdvV9Itej5p2Udom3I9zpG5XwHiH2354FFKu/0HkUxgcCtqt9Zu4YasOBGMA4ZBpDFXbgTy",
-	"nWjPjfMyIPwkbLAiEFtdTNDvgOFNAgjvoOtIo1mEs3lIo8jDve4yiQgP9X+CQdQCgf1gw+jHIO4jlFkZ",
-	"9xdWBaoNyOJrlH/66Axi/DmTxuUI/CTf+4mTeNtAYzG49UT3Ay724JLk430BreEZNSC2fwqPuA02Lfo1",
-	"cvWg9toQbDdoT0D/ZH01QqfolMqELApsMNjSe2p9x9yqWlHC2D2JlUvG1Q6Rzx3aWKwPSC3yjEiuqJtk",
-	"e9sIk4luuXFvEFU8qBANwkv6+CeYqoMEtCvJIT3sUyLnipWII9ueY/R9q6E5r7cpmSxI8yL9Y3BJ0DW1",
-	"zrFu9A0AG3PJfRNVUq8mwX2P6ydm3LyZVFC5GyCZRXbiycDrrFolE+2tX9qs9q3xerYzZYP5imnKBoNk",
-	"c5gyKc997rRMjb6LghpJXZcy405TnRwUTuLrRoHEpzdYY6DqowzW80/66i6+/Uukb5HXwZM67kvYgy9q",
-	"1+dWu35E0MdtS/QoQzg0wzjWCH6Bmgdi4oUeswgTmxfFgSYKWWlWK5VRiLd5qms81ki0XNYsSOnMxlrP",
-	"cMtMCoEcz7IioYO5K4jd2kf+XhTcOmGA3Epa0q8uJxoZbbNRd2StwZMjW62LW9Dy4KHaOrQXHRUCfkZf",
-	"TtHHRxVwLRsnYUn78EEmCNz7iDzIO4wQRs1+GBOkbgZEzandUb4pfwCs6HufU9zHaMDWxK3SmKgUVip4",
-	"aSiqSTCAdpGvbFRcH7nGqb1ODuoT1nJg4hJ6USb6b+ToFM+pR7bKfPkKhsfZB3XZjtDZegIlWEuSa9wn",
-	"mo7qHo0OfS3eP6DNWvSxjUFQYrx2APoUr0QWvOP0AFmqgAhcizbUxsqg8OXB7zMUBH2KPp/lfo2xM44b",
-	"N3p6QMF+0CgLy+ZL+byDq+/7ZPvWsP+GbuuP4jYv/RnqOjj1odkXIOMTH8pcO50NOwAv6a4UjyF5oikP",
-	"Deld4olayo2wSgER+y3GDF/EwYADQtbIUHwfBZASTrsKsR1vWenMt4WyCgVtiejkE/2KsMIoMRpzrVuJ",
-	"0/P5IIIuIpgsn4eWRtn/pDSAdtBq0lH61ICEIbyVEnYlZ8pHu/Z1r0hI3UCo921EkiZySMBd6vsGX94R",
-	"o/IS0ycppbpgDAuPLzFAfOncitAoA7aFrBhMUMaezXUKeoQfShxkl+cmqln4IPeNugsoU41SkDMqEaLa",
-	"jZ4+622VYWy1Obk4e/b102+enJ09+aqjt8jZ6Ono2TfnX509/eoZNfmgp3LjDhaN3GGDwVPOvv7q6/Pz",
-	"p19xvRLDnXzzbJR0DtYDinw9fBrhfpwNn9WYHBdn553YGRdnw/Nmvw7ujxFVkfx+eIlCGdHvMcDW2Shg",
-	"YWGlVffsApbUxagB6PRsJ6zS03O4rwlnBPOrYYfOzkfv/whFRj3Kv6e69eNERKt8aIeg8IVWZn6A0/zb",
-	"e/jeqJnSTpSYuI1hfdrV1tJEzN4XDXleX9cs7UxieUuXPKC7tgY16Njxl/U82pLjf4YH1/n139rDXX5b",
-	"qo63HhvGC4PKYkI0aamYa0/te2VRiFK5qtSgy54hwix7FHGZQSSAkn6XW9eo1vYuQPolHYoWNkOUUG/r",
-	"JHQQWARVHBodb5Xts0JgnVqNRU4uN7pnq7Ow97lNNN0sMsNAeDgsuOhi0BoLIjHTePygiRbTZG8R8lRR",
-	"mjrWHOX6GhGZW1XMpLBgHiU5kesmM1hIlGuEs/Y1wpiqfjEaddruOMS3fIQfws8XveEz5acwDMn2uX/B",
-	"+/PFD9G7ODtiTG+N+UGWVAL+eTJgGJRDHil0vOWwz9H3HYdjwul9xMo11utxKvRQvNluk0LQuVQDwwgh",
-	"yLjIpdY32DPFAz+EypeAJxwqY4i3DWqgLc/HyH+HtjllWmxX0yScf0c3ctnPVlVNd+IDjLw++YfcdnT9",
-	"l8PyKXIGsOpzDxEnu3K9axK1HvsIyBQEWdpCd0qF0g7ETAyg05kEvoMGPrHyxVhZOxRu0iL+/WjrI0nl",
-	"e8Kw2k8rLbdu17vqS2gzfpJL1QNDagVqRle/C6kRJ0YjUk0a48ukiUg7AUDSZKLTPYBPcONeZCu4gJWk",
-	"ie4jzIpPAsy5WLerI/1QvMpVkUWuiBulVuzBwP6FHDrhJsgejaUuWBVrbk/m8/LU3UxxNYx3fJAGSXBf",
-	"iO880QtTlUmNxUIPyfL5XJWUhxe9y5T0hEc2RHCjqQiaCuYhLvchGQ3Fc2Tv28XM3N8JMVQYO8vJG6Un",
-	"mjzVBO8P24rwMQswc8poCXxaAlblrnei/+RuONE0hq69IN1ZxpkRYDBeo4divFWikmUW4/N+m4Nj0cMH",
-	"s2N/V6LocKLftvvMaefzvrnZWf9iNOoMcz8vnCofUvetX3Av1Xf08Kpv3W8IdQYsNKDu6ChVvkj5fxmV",
-	"+DmhSQTFoMhv1YmrNBrifj+P1pRP5eyGESk/XKZ0egx+Y7iDlKrU0zEXmzehC/rno4sBJTs1C/Z9tT7V",
-	"GJI6jDgGXSX7W3AMEz3R/OL/DWcOBItWaxtBO/jG1X4dOzisb4MxrB82qUajJzPvFMdPKhX99OIpysmn",
-	"oxEJzPMl/P9skSL3J+iMRpd7mK4lJwONxxnszkNt7Yy+Dm9vTniqZmapeLiF4ixwzDejYl10IATIBkL1",
-	"6BO+Ap19FGmUo+YBA6yTGyvIiUCp7fDAaNrYU4KL4GkycnYz9Hv7v0cpPqm5tYgxIN0E4Qz8EAbjkHxe",
-	"7xkXN2DvPQ/4ERLjeIi5FXalNEij73j1ObRxdi5AMFOAM/LjjCh2AzZZGkEa1DHTLYCEGB0hSO2o4+5E",
-	"tzqqXrZpEfch6ubI29NHOEGtBgljOUyNWwwn+unoiUhj9WheFUXqa4+MwfhMjeLXCeoJ057oLhBQf+Li",
-	"NgW5PiFVLYyaKMSUlJDXKTZnN737ap1sPv8VNw8RcFshPzyVCcPQENbngUPUOD4EwDOq0xb+XqlyU+ct",
-	"EGH2duQqPDnvSE44xij+hZY5IXZCkCgR0fw7itGzI2bzF6PVJxBttLq8uH5pmY/QaQ1QNZGAqxvP7RZx",
-	"J1Nv93x6QffrCmEMR6MRWuC5soxDhegcGISe3aBL3KfSHynpSCwSeM9CWsZCsVXh0MhHcx+B7AJiJJz6",
-	"KHnVFztxer0rN2yzYC3nQmZxt32QxIm4GI3gf/DX2SgRT0dPBgEWAAFU0BpATBX09LMpNEcaw97jXO/D",
-	"Xi9CB4OzlghdFUXi2zYnaAeYyiEOJjWoRdzIKbUq2Nl/chSBONU1YN1sC7t3PpSuz4//TJr+89nNG6SF",
-	"XUGunzuo5d+SP91ba38oHoXCusmm7H34lG/MuTNP5rVipwL2U8TUi9CNDxPP+ikceUVp83B0rih/PR1Q",
-	"kkcTXBuPaEC7DhoYI1ItVMkYE/G34X2YYerkjQrpI+wJUXqmhp2ZHi/8/B4SfQLesS/S7xf539L3+Dns",
-	"UQwok7OM6FlExV6FvI7TwjwBfLQXs1MQv6q7FiatHlt19b8zMdFj10OspiUpjOgvKY4TW/d6X8mNArvT",
-	"1IGcqFhDZ+quNiparilLgd2Ekg/VRN+ozSMwNOyiBngW/Ru1QaAlzyPGrZ7m2OwU3rM0WVWYunfnIzvR",
-	"+KLBUPxkkA/N86K4BMVaYXCbSqtPONTt4evQLPFJcN4EdjIvhhNN0etW14RU9M88YrPYKFkOSMlBZuCN",
-	"UjLeUJvRRlDHRwxloXPTG7bePxl2od6d3PmVoqQ8RG4ozOzmksPnGCGnNDhE0XZGNHoybMXyyQb0qBNR",
-	"z1O25BYEB4huW25Tq3JkraiYkL40N+USkwpkrie6Hzoos98R1Sn/5SAhO+2ri/BV0nr5IxuF6hFxsLEN",
-	"faxuRmuR74t+rB247PoIuItSox3MqXtl7VLG5UGDqfU4tHl3o/qhGUr6KFNPKbXo89/UMtzDm1A/2AYG",
-	"5BhWrARCX1I7jU2dhYjq+ES7dT5T3iYujFUB2++3FjBt0pJ07LX2EHF+Wc1ac64W+xFwthPNuT7cKtsD",
-	"VxGPwLGM/dpIx3isSEi35iaqD8KnTzSv2CCiJuyjhCgHLHjTdglZLSZpEgpGh10OSurCbR1WjtRFHjQM",
-	"zqKpFyWllqhYIYt8irwyR3fwTTCgnInpZqL7aVUW9ZMG451sE4YZsAY0IgWHrFyPnKixXpP0BkoXR24z",
-	"FqGB7IDqGDFNCB5IV3FiDNloaRI81Mgsk5Auc5NrolKXL5V1crlC42fKlZxmLiqyxBIwxRqqToJ+qCZp",
-	"hi73OB6PY8m+L79kss7HTzjyWiAZ64nGpCA8X2zAzarSGqrpG4rQH5HQ0QiJdWlVcausL0ulmBHtVw1y",
-	"4fu647iMphPGhy5G/3Gthth1NhV5Eenkxo1v4Vx4RFVnECcI7CnuhFxpzub69c0PwCxePE8wI0vLJXLd",
-	"deulHvEc+OwZgj6z5VhpjAhx30Iv5GIGpCY6nBvPiH3+1lD832pDzjzsept5gUCvfWTbIvYS6aQhPsW1",
-	"2SutIykanorPotStid7DeWqmg8jW64UJQxe52817JEGA+tQ0oP9hh5SNzd74uHdauPhe6vr+QEZu/YbP",
-	"lMxFs+tQ5p97evkSuvpckShWBGLtv1vb32/vnr7Dv/Zmbf3izIrK5xlfLMjeofjWgKQl28M6uaFacvyx",
-	"LnGMwWRQbapTRGuFaIg4zrWwxItZWqIdkOZYaE7XjCkY5KNAg0tWubmOam5KaszibLPTPShaKCqGHUla",
-	"zRN9OEnr3/YQfB6a/k4dS9MfYcEm73Y5JoKaT30KUF7EBPnoAAnuqOKcRSLiYCFnRxOzXYWcBw70KerC",
-	"H+V1Tw5ejIfl++/2+AW2eEdzTUV/64gnYsf6xqD4E01KPEcBWfvDUCoWVXpcc1Axb3LQ7RtaYZdN520L",
-	"i4VYpGmgOogGEnsq+m6hNgwEVmlHGe+pulvBzqaMsYiqRtCy2OgLJgG7BmAa2jols850mdewe8fzIryc",
-	"jCWv05Et9AU+4RMAQ2OZ8xYzAKL+GJF7SiT82Y9ocCKAzpjryhtHaB6L2jqOiFt00vawoxAZZng8GdP1",
-	"TTouK034pV8I+ePry9A0kswbPpqgydTaGTJ5o9CPaOtARhhYnQFxOBMIK4x8QVPoHANSAtMcrihJJR2K",
-	"3yTIEHJEpGuZOypfNoQXK8syv1UT3Uc/6MoUxeBSnI8uPPyGViLLs6F43QR85PpkIPWq1JErqM6kpWRZ",
-	"CtKkCbehQTdB3DLHt6DhaPpE97mh0lho0+pgkgQBVtIaZtFQ0RtGESHWpzfKTTT3l8Ewsh/NFdi3Zn6F",
-	"/XDSoIaj3/WaMlZoRiTtYvgvrMXem2Hc6h6b0JN1ZjG0HGag1Rrj2+zfbaGa5lbMq6LolIEvmL7uq+0B",
-	"HXQoerRtYZuaAQMCFM6I8/HOJJikDJMb7Ep1iTtb1wrddnPRPR2Idw00ztSOttwP9Pgx0o07B0j9HQ8M",
-	"8MCKvyY34Us9MxlqqX88KEQ698bs8Ev404bColPE/GTqJlbIEcjXk2tmGV/qItpS4227+Zdv+YVk1x1k",
-	"/5gQ415hUycTdYqcH/Ib5V2AhCHD4mAp79LaRdn3rTjPRqPRgFOGQsDRrLXn0RTAi1lzjRMjrbDGaKx5",
-	"rTMF0a3qV7IlYCa6m+TEzwEto+6gxCOUU2Cmz8SP+bfCzMUN+mdBIrJr3hKAb7ODnCzWcmPFtVGWk00R",
-	"8wbsI+o4lwXBS4mfsij2cGCfyrMX06jZGJ16IFWl5pbZ2HVY1B3Fd3KrpbxrsCq+hXAQ9jcg39+4+Qg2",
-	"FgTHPyG725dqhIGPMhxQ+4X7fWLu18lEiA2S8vNnccEajfz0Xfj7/enclDN1QuBAH2tPth0LjehNQgrS",
-	"aIeva9XCsez2d91PPfrjMJztJQgjaR22+S4d26iRckfpD8BNG03hY7zyiYa7ro0hJ09eiiy3N2QDXFNC",
-	"gMVGIDOp2SekCioXpHX3zSjfLlSNSW80QRClIU0DVTldbFq5mnG2SQxryP0JMYCa1ebPmluQoJp+2YWZ",
-	"i6Hi6xJkGSbIsdue7ayJ7iwom258EViAdsM4YDoQLTB7NBsij5qi9Q01ZRiORruIpp/lGbn+S7pyONGp",
-	"hwDD2oAr6a4wSMwx9cKsMVe/0hgn8IBJVJCxyK8XINDgX7GWTpVLWd6AuN6EdSjVitBFfMAiBg1OxDLX",
-	"lQ39QRW9hQb7KFDFcKJ/RMYqN2LKU+zL+o2h/K4u+2M6hHd78wxzbgdMGabIQv+XbdzaqIpCRhV6SKt1",
-	"hByIUzopzNwXnKzzlcoY3DfeCCJ9orwppUJj1sy0pECJFVl+q8prDDIvcosNZVgRwi3+Dn2pDFLXaFEw",
-	"LXKdFZtxwDvG3ulqPodD0ZwW5flota4PhlUOh4tBdbEDhCwltWYXPjGQ0JEAxd0IxEybHh04OrbtjTGl",
-	"30w4Al2q0itgwT8QB36YeHD0hs+U99wYgQWtbEei5zb7K9gpouL6+C8OvY9UTnBDhNzuPoJMD+22W9WQ",
-	"hfuAAo/TNYJ+s9vtB1vdqTKh8sCY3H2p2aeBKLn4LRa4p5FFU/d9ZvcW4nuWgd8CT8qXmK3H7jXSx4Yi",
-	"BcPmir09yCIp28uZ4Of25XBcFqYKs47LtUrlZK5V5j0v2pR1FRgLDA9U5FOdrPHTm6qN4aQzpbMGMjt8",
-	"7jMevE/rKoODcKIxYoWdhRn82M8dMUoGYIH6Me0ZNOItUcIppyPRJVEgDOSCyDVKQKxf2dUU8sc6o36v",
-	"DfiK6tlanipv9XUMc6cZCOvycS6rFlG+eiGePHnyDTUtN6X4Ved3jbK2S1ouwWKuZVBHVEctx3YNGkl4",
-	"V+3bVxfb8dzk4wzpD7KkH96U/hwm8hupu92Cb+tCUdtGnuXmqXAAI9bwxQ7ejh1hj31Z99bvliqfxvz9",
-	"Z7RDd0hJyul8mPLGt7G+bbKN78bFi5yIUq79UgiESkWxSjBVsUMyyNEBFRH8mH8r+hdnT4ScmluF+LJg",
-	"E76g03jydrMCm03N8kxZtL18abgVVinMXk3b5zUNoHpYzD7RiK2HGVe1/XGryql0+fJSpNhh+nF9169v",
-	"X508a18vfS/5iSaOedl8sZk55U6sK5VcpvGNU2nVVxcnChgQooXrDSPmYob/RMdIfpgnovP5XGVjLsWH",
-	"d3JvThoYDJe/wJUeip91yP1eY+aqDJA6BMaCG0KrWKMIelvUvxvzoammk6Q9zdZjElIibQ0uOJupFfXN",
-	"QJyYWZEjaowFpYIW3Ip4UQaJAKsO2yJY0bUl/PWlkHpDITucpEcy9HO6us1NESDOJjq9UZtUzBbG2K0u",
-	"P9MNVdn0Qxbwjdp4r3SBaAUMWGMRkDLcOUgagdUVtTJXl0G9o/qQJG7Lh3punah/PjqPdSb0tdTNG+oz",
-	"MbcbPSMc+aejJ5TuFUxnrCW8Vdx0z1QOVSUunx3XLfwRmRaWF5Rw1CMwit4oqwjaRGeeD7OPQ851Hjcs",
-	"YxS8OL8gIhtc4nqTs4O2pG1rdesIN2qzS1eBpx+hrbQYMwwAlh6kqedMl2iFlMhLiGrmhMsxw9zBh4yt",
-	"/rHPFH98+ripY4RnU0vbXnJst/uaG9N+cB2F1JsWYKg2DT7eYNSoczwYXP9rD+vc1Q+Riiio2gHHx30g",
-	"OQFoLcN5+mK0//llz7x1cQz2PqXNjRKfB4dhCHo2SJkQtgSiGoqXcrbwFzyywOnRSCCPr96w5EMUOS+1",
-	"IoWBC5bonivFlsWYJX3Kxrzkz4LO7ERT79lMoR7AMhkTe+j5fdOU4kJG4MHNu6iwB+5toAZjj9b6gTDv",
-	"CBLJsiYhUeT5eqvUu4MJXiHUQ3mp5StiuVgOeMX56LwBOBzuaSI1IPgODiLKgfWP7UtiwA3XKTlM2+ua",
-	"wrbpqiioBTi+c0xSESZsKjcYCvICYhkseRIaaBiRp8GLb2L/9L46faoouGgIY+Rx5Rh7UDBIzc9+ZBuY",
-	"RbXS0W/pBBNNKWPTjb91sJXd5Rcm1/AgWRSqGNdZVl6Q0bjmMucKAtQjrbDVbKa43TDqEP0UaEBeqytu",
-	"mYkzpVYHVVGkA+KroJLQNL2jmfZyjW1oAxFRW/SGGLfcSTkcsrWigrVLD13CvYM7SJGbzYCi6NXKmPjw",
-	"FgwwYWHoHl3lIYE94ld8poZ1XlDuB7CPFEkuQfwiGT+fZGxCdTHaPNPnfUTl/lY5NY5js63LMtcVKn2g",
-	"1mbSLqZGlpmNio619SA6mAE60a9Ls1RuoSpuLVr66t80ahKSiv7ZSCADY99dItKTExzkib8Oe26piaZm",
-	"OtxKw8UOr4B9D+OhjE2be4NoVarb3MAw8FY/5onm1hNY5suoZcj6yH/rUz/ZN8rtSJdYxw+XUb+9sELf",
-	"jCbaj61/9tSvWDSzAbxnqZam3CT+JRz8ex6Sg8knSw8imUPATKGvjnfQIiv1BfU+0QkXyLdjlcgrkQVj",
-	"sQbVfniPOXbz4fHKeansAk3LuJER5YzhQ71vf04tv1Qxpyg19fEglNTOrkdJ3apwx3JTIbintljAhUdx",
-	"1ySKs000SY0cZN1ze8NUxcPMhMzwdUtRrUIGGEkBrsH7BYx1rH63QtqJ3hWZ7ZIPHt76z2ko9M/YLSdp",
-	"DOWsHsrZ9lDOWkM5aw7lYudQzp5tD+VZPJJnnW177t+0Zy+W7aNwQr74yreKc6Pqsu6OPp8aXJzFGTYD",
-	"O6avfCdG1K+WOsk9WJwGXrAPHwqHL/ra+0lzDLjatSkzO/hX6A702TCgKttsAkifj2sFD7sCGpS8JlhE",
-	"rVRmY/wXBPMRaCfHQrTWZ/REU3s+v1tjIQmhwctgjnAjoE9hZiyXQHbjA1xtz+HDB74FOz0uNmnQwp+V",
-	"G0zItgSxRARDYVIU+BNdmOtrlQ3FTwb9WUu5YUyXBuL7BqUnzO/JYHfHHligB23YAy/4TBAPOLd/7XY9",
-	"/xJ4DaGZTkXE1D6oMQM/fQf/gCJ3dNdsaupWI6OYtbZxZ4ZMOnlJsRA8qRbTWGXBWYuELDTc0bcm0P+X",
-	"tjX/5FQWut3soLJkj2JgyXJDswZpiO2DJRg0nb1suuli9OC8yasKX4A3PhHZ1J1vdtLN/VTTX5l/tTTT",
-	"iLGdko15/3BE9Oikt6oO1AXo48V/R+Ibhij/QgN9GPnfeMdnyuo9dMxqND2t1uwb+MLiP9dZZYrhs/rI",
-	"8oYcr1Kceq36Qc4eq/3c0oqUD7OuLQOO4s2qslTaXfmv08u6x3eprHIWizmMVo/q4FHemUFB7bNe+0k9",
-	"kJ7eeMm9DurFro5fX/Skz6eNU7MqGciy6/jAHWwE4+GYSpvPeuPf/3ifvIMDQI57OjhVWfTGvYVzq/Hp",
-	"6dn518PRcDQ8G3/9zcU5HhZ+eHdn30TkJIAT1sg5bqc8uqQd1lkx7C7qSMQh/19Slz9jchcWMGPqZl0d",
-	"WqcI+4DI9uNeSX3C6BsEYqtCLHETOobF0NPDFuRViSS0lSlA7eq9h1lntYcnegDtwfbdL9j3zgVUi3zF",
-	"j/Ax4EZSkR8N1zlsP+6H/FZR3/9SySyHP30n0rI5I25c//6P9/8nAAD//1kTGSoTOQEA",
+	"H4sIAAAAAAAC/+y9a3PbRrY2+le6uN8qkz4QTcly4lD1Vm3HsWeyTy4u26lU7TBHaBJNESOwm4NuiOKk",
+	"/P18Pj/x/JK31qUbDRC8yLLimdn+kFgkcenL6nVfz/qjNzPLldFKO9sb/9FbyVIulVMlfnq5yIvs++/g",
+	"z0zZWZmvXG50b9x7IUq1NE6JGVzxyIo0z1IxL81SuAV/Wyotitw60U/p4vGkGo2ezjT+o9LBsJf0cnja",
+	"SrpFL+lpuVS9cQ9v7iW9Uv29ykuV9caurFTSs7OFWkoYy1Le/qD0lVv0xmfn3yS9Za7959Ok5zYreIx1",
+	"Za6veh8+JL03clMYmb3SM5PBd1vTSafSqq/OU1EqV5XaCnWjyo1Y0X2Cfj1RcL/KEmGNmG6csqI0lc5O",
+	"XJmvhLqVM1dswpz+XqlyU0+KH3Wp/Bji+ShdLXvj33qycqaX9Oh1vd+7pvJWzVS+cn+VOivU9kTeL5RI",
+	"S7rmcoEXpcLMhRQzo221VJlYKmvllUqEtOIqv1F615Cbjzl2Q56dnh3ekPdmlc9+wtdszQB+EjCEsTgV",
+	"zoiz82/EbCFLOQOqhMmk8uQf4sXJf4vRyTdiKC7FSZoIbZxIh6kwpUiHw3QHbTl4+j1oayWdUyU89//5",
+	"TZ7848XJf49Ovhlenvz+f/2vXtdEf7Gq1N3zXChRWVU+svFkT8+eH5ys+M9ds6v8246c4OnZ8yMn+J87",
+	"Z/irzN327P5q1qIw+grmtJa5E3NTCulpbyykyKpSwsWin56ObJqI9NlotLTpAHZwvTCFElbNjM7scKJH",
+	"og9sJVNzWRVuIKS2a1gf6YTRM3WBTMeq8kaVYiZXVuQOfjsbCSv656ORkFNzowbDid5B6zDG3o5Venq2",
+	"Pe8PsMJ2ZbRVyCi/ldlb9fdKWVyLmdFOafxTrlZFPsOZPvmbhbX5I3rL/yrVvDfu/ceTmgk/oV/tk1dl",
+	"aUp61TbllPQykVuxlMXclEuVXYh5fgszn6q5KeEaV25yfTXsfUh6L42eF/nsTx7ejN9qxTp3CxINVVkq",
+	"7YR10inRz51Qt7l1VsiiVDLbJMLKzQDH/NqU0zzLlH74Qb+o3EJpB08FBj+tHDIUWRRmrTKg4swIt8gt",
+	"DuwvRqs/ZyELJa0SU7XIdYbvF8yVBXFlIABt8KipUixUkeEAfzLuNYimP2eQyFQTsZKly+HrBBkbnGNt",
+	"MiUyoyyuJm60H9/3y1Whlko79aeMMrfiRpUWGI6ZIyFOS3Otynp0Zj5XJa2xWSlmThvVNeBXsixyVf45",
+	"q4tr6BbSMddTmSgrbYXUQtE4/MwSsV7ks8WBKfWzCpiYkKI0RQF/VaurUmZqcEEsQ7hFaaqrBbyBf8pw",
+	"FLgS7435QZZXfxL9T022ARo3wNlzZ0WRL3Pakl+0jA/tw4/nJ4OiqQSxNitVBq+WhQVZvFAyY5X5119/",
+	"PYm5SfPFW3KEJnIj80JOiz9jUdVyZUpZ5sVGVBreCcwNRafffjl3qhTpW/hw8gI+pEEUN+caXbKtAryj",
+	"W4IGsCWVku11ybVTVwoHDkPn2cAFL2bX30o3W0RSVmYZshtZvCmBvF0OsnguC6uS3ir66o+enF3jv7lT",
+	"S3to7V7Mrl9pV26AyJby9nu653Q0GqGy5D8HpUCWpdz0SCXwStdv9MpahTfTv6mZg0eGx99tCurWKWLo",
+	"LcllkZul9HsqggGHav/sGtZ5vzKTtDX9j1Do45m3nrZjDd4qWxW4j615IuVufQ2W11FE/xIuhJ0jVbPr",
+	"0DWHi0+ur+8a7vb6bC0hqDOV7Vbz6Tfiwwq2XqxNVWRiIW+UWMhMyMJoNRZno/NEnI9G8D/463QEDOfZ",
+	"6CnsIeh40tEZeXpWq+L1kdm7C2GEe7fjh9x2bEmJv93pAPHufjhwSPyTOwdVOFWiNfhxZ34pby/l7Fpl",
+	"lxJY1uVKlZdBRYELtlZ0KW/zJVjicNb9cedvttcbr7/M9eW8yK8W7gGeX6rA/i/ncuZM2U1fM7PKlRVK",
+	"zha1EibsIhDZUNBl2oHIV6WQWWaBtkq1NDcKlEp8kw2in77uz2Rl0aHQHkiaoGtHZWK6EelfXr0XT25O",
+	"n8yKyjpVPsG704GotMuL4EvxA1vge6QTS6k3Q/EjSAW3kJrMA3oEWMUmUzZYeuejb4YCqcGSm0kKm+ur",
+	"Qp2QjimdFFleKhjchk7W6YUoZW4VmERgJQrjFqrk5+IVfzO5Vlnn6Qp79fXhXQJxDUtDJyN+1Ffn8aOe",
+	"nj57+tVoe+/x4/aDa+nYTfVk2OuqYNWBPjfPUdK7PbkyJ/wl6BDDt3L9I/O6D0nvJrf5NC9yt7l0+VKZ",
+	"yh2cxvnTs44pdDKk7UPtnJwt0K34caeanIPdxwB+ImPkguxN9jumCZIW/sLuFpETuXkvJlFdS1Ye9i0m",
+	"vbnUsGaZKuTmLgQQLd6om6pgYIc47Vu8qrGcW+INF6yLwb5cSH2l3khr16b82O0ga/5yxU9p6Q5fd2kb",
+	"Wq33XR8t+PNDqkbjUd1zZHLZQUUftZ/bu5V3kOSvwOLSJ94V/uQP/OtDKkpTOWWFk9cK3WKoF+CP4206",
+	"Rb/ZRBNtI9HCxUSuieh2rLOzLfbQk+dra7aFvDpaquNS/iCvtoV60luBnMguSyXZSmkvxYaYu1mhNUeX",
+	"gwCayxxM0ERInYk1rBi6Wi6EnFqlHRi0hQJ7V7PJ0KG73vGgeG2twyeb8ovScT1ctLX72yuabMk12Biz",
+	"AttmMJzolCaZivVC6Too8sgKs9aqFEu5iTw37J3H61YSHWTo8bwqpXYTvZYgo2/MNa2aY9+xyFSh0GGF",
+	"7M6qWVXmbiOMHiRia8RiLe1E07DGQhu3AOOfRp2rjKV1eGuIhfQNmN4CfU8YQhggP9UTXS8S/mBhriXK",
+	"W+vMaqWyoUh5h9Px1mgWxvLtcI2d6FwLa5YqWtK+Vaql1zyyIsXtS5H8geBSpJ60kNZdovmQDi4m2g/Z",
+	"lTA5XKCpnF2b+Xwo0gbBpsLKDQx+Q8fEh2OYGnqevkFPoNl0x2a22e42P9nJpF7WHoWPY8UxS+3yyOLS",
+	"+4iDWgt//VC8c6ZUmVB6Vm5WoNPBcmogb1Ai11rIK5nrlnC8K6s+zKZ/IGbUwakvZ1Vpd2m/Wt2ip8sq",
+	"R649ZDCeggKJAru1F3RoifLZIUF0QmegrQruYPfqdkXTao/nbUTgpdJjH/Bg489z9qAy+gPsx+IWaiPW",
+	"cIb4TPbDoclgI5hbBG05PGhwQffKUvHO3WlCLAeOu/KSnUFHTH/hw0DyyuCATZEp6/yyoJNyo5yfLbC5",
+	"dZk7p7Toj4hzaqMVOpDsoDGZzFRTtGt5jLpaTv0QPR84YoQwKLhB4A3bBPSImLroX6uVY9dYDrxxZm5U",
+	"SWPakknEwS+BMi+JMo9c3f32Y5eW2C1wW9NMWI4GZoxRUhZQY2B8bQHcOa0dUrNzTSm8s2s5hxGXZZn5",
+	"UVy2Xq/ORU+a7IPofDf/6XR++GndTU866PkIj+0cDul3HYOhHy7zXSZQsJ7zLBFLmSk6RLnDszU1xllX",
+	"ShDNKNbxx72WNNw2z0vrhFkpTfa+9O8BLsqxh+6DULscdvDuENsolMwsc2u8R6wKqVXnU5cKjvrx/qgf",
+	"lWcNbb0V3r9zMbcDL52j4QXYuyEh9uSafpiZWS6B3WWYjeG6oz3X2qytyB0drLmSrioV5gYUEp5dKowS",
+	"WmT+pFjrYkMuDxBuelZUGYogtSSNCp7Di/hILHN96YcHTGApby/DporThhOHbuL4k5jmWmK4SDphV0pe",
+	"W7E0per2p+zxobSNOt6UBvnUu955YEolnbqHs/ChzPh/fSdkd/bKPTNz7uhkIdZ+ODtnhy+s8SBaGrt/",
+	"bc6effVxztkvfsQH8SM22AMQ5G4m8ItV5cfxALR6j5cqf4HLu50hH+fbSur8rYNpWvvVoigPbK/Z9cor",
+	"yXeJQ37EPfcJ3nU41RagwGi2U2udNUG/10qZVdGlN9w17Ne6nua9cxVf8hRbMXCHEfalnC1yrU5KJTP8",
+	"gowN2CI7FC+LHFZCTEupZwtBWoJVCRtyRgcrcjjRJyKdyuySE6zScZ3+FZKuIhGPtw3otlzfyCLPLuHw",
+	"soPLZ1cAh8YfxX+9+/kn1Azhq1/evz55Tp6khbSi0qCJaDHPVUHhI8qFgAWxzXfAzNDjgxYvXIruKvRo",
+	"TkvUFFDZkUtQIcuqaD8gRLHxKZisB09ZSbeIItxx9hv8bCp0AZRSX6mEHWUTLaLkF/QCCG34kY1gOeox",
+	"MMT2UDBzFwfiE4JDhs1SutkCE1MyNSskqGucv4HLgoPILS2rVhgwW4Z41+nZc1GoG1XA3WrVfG0riXfM",
+	"9v528pcTYCGjmcUpTbm1lcrocXS8Lm9yU+AK7JtG7HzGEb/Dmy+CrzCyzxtPd8ZcwpEu1C0+n74OeTtS",
+	"TKvsyrtnQuZV3+b/UImw1ZR5QCJKNVel0jNlYdtwQ+ZS076WojBmlQjOULWDYNrkVljlcK1nCzW7puym",
+	"VWmyalbnIqITyzp6cD1RHqsz5jraGthR69QKiSgHqsUZ7FkKMjkvQfCZ+SWSIG8a+6bgCMkrINQqrETQ",
+	"R+gZVTOlKR0DpXbmHOHlc58fiReGbEX6URt3OTeV5qfYaragyAP9jNO/rC9KRBoG0/yaTOjGV3CY429g",
+	"TVNU2+svRV8bby+EwwXGTZ4NEpEuzc3W1bXXDn7Fg8s35tlgTH/R6rdSCqMZUTJpGGT90aeihpO0M0MV",
+	"XRf+MM5kqUnJW+YWj0kaRWkabMMfR/g1ujF+HcwJLs0w8RVoyDsAQZTNUIHJiFIHe2gN7b3Lwlg/m1aa",
+	"qDqcJYrP8UUJcH4LWV4Rz0apYMrgpNtOv8Obl8otDBEGE55fWqAyn9XrM2l5dYFj431+fb3hMq+Kgu+P",
+	"MgUMCBp4LyuNsN6VRoOK5swnITax/JOMwQSD2gW7kpY2R86uxbw02uXAnEoF3MMVKvMJcGhWhxPpc/O8",
+	"zCTmNZMapoWJczQvbdaibx0MXl8lFAHBv9ibhYvIshj+hJUPa4Yno54uLjOKMibTqclyZUUOusDSlJua",
+	"OJiT+AspUiRRHFr06ye70/qYiTtTyit1CeNUJOey3F4jySlB31KGPfqG4A04dXw6PQKuj7eQFumRpQfl",
+	"VsBvTYL2g8O3+NASsXS7ksi3MfzEh5tsCs9RgzzP8gwHM891bhdIZTlx7ynwlQv801RuZuh8sg5Ts8i8",
+	"zurFh0d5wltptKqVGMwkDNJIFnR0qquLWPXygSVSUUu1MqVrxpgiZQ5LE2odLfrIuvyWctT4Do9y9M12",
+	"AlhLFai/iuR3L+l1SLJe0mvJJvLxcHp+0gucHPTupmjpRWZ349uWYOmR/dP4oilTQF1viI3wMmI2/gnh",
+	"k2fuuCrbnLyX9GpOisNssUO0D9pcDh8Ws61e0mvzH1qvkNWb9OoDj5l48YHrJb1wfGBCROm8phF54nuJ",
+	"1joc40nvtcHxle+c5FK+hg3GIZ6mffKj542kRUUCZJFfLcQaGOFSltdHhpFwVaOIR1cYEr0mzOq8U5HO",
+	"ylQVZs3Z6viII9+qO02v9zFXBabD1RP4/sPmoWbzMJ7R7vjBa1PO1A+YGP1xvofdcyjyG54IBcz9CpIl",
+	"05SXQGUt99qdfQc4koNz7M7dXRlr82mxwQN1Kd0lHC/XVT2KlEo82kuwIKfh5nEgQhBqTWIUINX9MhBP",
+	"pRKdreiBWOa6okUqzJVQ9cvCKhJrNte0dmJUc/1VaW6U11truQWjO5IwfVZl98bGMTE/HLATSmAsLK1R",
+	"0ZTXCvWvflAUMF94AMJNXJVmbTGxwa9AHWRuOyib2Z1YQ+gdXVvcZG/wasc+RzPuIiBymN01cd87sr3A",
+	"ZLOOuDvoDPAXKs7Ah7Nlrju5I65Kx068upUzUt/Ro7Eq1Ty/Feu8yGayzKzog0Fu8pmyw8dcsezXLPZF",
+	"Pzs96MQ+UC3AEpnH2bV+f1WygIe3T92u1PPUXJPTHevq0sM8b0+G+H+ZXH9k6UWWlcpuL9izgwuWZ/f1",
+	"g2IQyQ+ga1ocGdxa0mjQ7RqgTJ04Q6FSvqozKrhwbnUZPWbH7LZjm3X0rZtteJ7YFVkM5vZclRZDirmj",
+	"7IbAJnMn+qecIMjxO0yn5gSU1lPtYCt1nEKWVsi6ni5EG+MgIXAgUB3r+GPu7hwZxF/3rwdIkr3L8cj6",
+	"ic6kFmWlRa4/ydr4cju632KmyuAjplgHpS7BNO8upkZTtpb0UcI+mtS476hUHVUr0nhpoY56Z/NdGK8/",
+	"8l01gwpAB6DVgCZc2RWFlzKFxsvfTM4pd5lCSrOw1N25IEnvxnCWBP8yNaZQUu/nA3srYYghdGeCfKq0",
+	"g9bg9sW1f6zjIM2xZApWsNxcSufUcuW6IrR8Cih7w9+QiJmptKOyT4GUxD/lyoq+XK1Kc5svpVOsgoCK",
+	"hV6NwVC8oKRcpj+5OXL/rxUWux2Mzj5oqpQ3kDuZiDdBpBUwwzG5v29UOZUuXybCqVsHP0r6gYaccEEJ",
+	"QYH0TTnRdXZhwrk19lplA7qVYD34Zi5QaMOCjPmqlLwEB4KuW6Ai0RHbCSLSVc7WXJGfV/LvlbrADFFg",
+	"is5gIWHn9m+rOfkS6GW56gre1alI7M9MxC86vxVLe6RKTfgdB2v6PMxHnB8WjLjaVVKPdc/h28UMyFq5",
+	"AzcI23aAHfCD9wzp5zK/yvVBRWxr9UuFQDCrDaWGYSpXIyd7ZkAPBqE3FC9qJxZm4gO9Si0MvlvkdqLJ",
+	"hSfAJlMZ0Tg8nHIJy2ZWoM8nBhuMx2A05oSTE3Oi2zf0XwDhfQv/ezFo1Lj5cYHO4aOkiMRDL4a/hhP9",
+	"QkwxqkVmcxh2o4KCsvHZl4/ugTkmUPXPR98M6vglOXsneqrIn7jWHcUV+zL17qTE7mWE+9ONDqT+7L03",
+	"HK27ois1our1tJN9p3APcb9Fh+MDHrik10rMbXE/Ctc5Q/xPWpHCgUjhG9CDc12po7jVroPdfH/nSpib",
+	"jhXAYswdKREooVGFHYO9R8kBov/m53cdlZmDRKSxekWVFKtCzlQq+hJdHLGDBX7IuKBkbsqZymqnxFVp",
+	"1uRdUw0vxlTOrgf43KkspIYnkym6VUkKb5xhKVrW4bMYxKnCtaM8Hj77HeSMcI/4fb3OFK0ucchht0vp",
+	"U5Y6pBaaE+ZGhYXuk9zKiyLndPjBkSIMiGmPu7Lp5bsyWLSwXLmNT9b1P+WWLC+ZZVwoIHO7ew13GKAt",
+	"8xb9IH6ylFCTfvfqh1fvX22T0ZM/8uxDOtxTV9ZeyLxQvkQqwdqAZoAO/VtqHc+QPNKhHAwVrnVu1ZFr",
+	"fWclsTRX3YY/1vEvZKm2QvePLDoX24MnD3f/NOThzmR1tXCiWu2oY6gTMzs5dV3fsK/KLnccsMO0AWlB",
+	"dM1UgRG8rjU8GseAtIdwDHKbhGpEU2aqHGMwjDfXBzXbe4mJGUiuGO4G8aws2CF9HiaYBxwitevczRb1",
+	"w2LmkltBP6vMF/I2/L4XPvEn3qS3co7u0mol5hgqsUPxvY8cstYjcJY+HQOr4+sR0L2Y+8ymFUzQKnfh",
+	"S1vCICmqT7FcrHegKKnRWLUW9oR4IsddKW/Ll7QNxrCXSmcqawYM63KJsEI9qoK8YcPZaPSJ+pdwPYXK",
+	"dvhFDyW/Xyn09vDUDjAjAhTISIowWNGR/GiXap/0qlV2kEFTwg7ibKBTx0uUj+XTXR6ELn0GuTkuYzg7",
+	"CUvqiJ20hUx7TruUgB22B3Df4/UgUCYOWh34yF3D+Mic+rsIujZXrWMUd9Sd76cCH4rB1Sci4kkYiFlW",
+	"1iHTp4q1rQSvu8/kkyjk+2m2a8N/MpmqQw3bi0F1KcDKYUUeWbHAi5Glc2Rb9DEQQzwBz1vLe4Xx7lKp",
+	"S/SdbL/nW3SpwBVcIc/Lb+igN2uUHlkxB83CbqxTS9Ev1Nxhkl2ovOZffM6O3Byrq+FAbf6PnQN9l/8j",
+	"7PWfNqp9BUtY+rWjUF5mm07uiV6ssMaY0mR9QpEVfbCAnuDd/0g9HkvMwoPXNenZjZ4d4kfvNnr2Fmx0",
+	"6++4XHZGv9OTE/j1BH5NxyJF+ZuSFmYF/ES2PmgWbq2UjnzVFyKF1U/xMnYbUD4TkxCWNYMSYiqNvnt+",
+	"Vmxu4AthS/IGjNW+YBMtcjytriP2c+WuTK6vIvfuHfgqu1NjbjI6O+9yIwQ30RF2MvuU7slBd3pZX+gN",
+	"O1VlUamE07+Ci/XiSP8omhsf4RXthnsehxekoMG0h+DTlZEZOUNjHorUqVuXjhHiIb45cg2zcEO3ce5z",
+	"3bDET926xDvjvdMMbpxovhOPGwe5U/a60SufPE4byeWDdiYZOnyTHlzbresdcM3GiWt13WfbU4v2ullt",
+	"xLVSK1JxranKGbAeeAMM612YMCJMM6AqOuqoZhGTrLVZs6+QLFdOYIiU9onWCsN7Yegin2MReQnDiNX7",
+	"cIXlF2UKdC6L43kbCu75vKOynzvv0x7DWGg5d3vcDlcueurvOvNv/Fh35GfJGYhESkrtSFPYlSlFue+u",
+	"4IJen2B+rCiJEtf2ZIdJR8UXnD9b584SZK8fwbHvjNEum298DfyulpCt/K1YPZwhuBkIzinoYRJtwX6u",
+	"6+LkQTub2EOJPRs9Ra0ikB9ZaZXGKkZEiqZSWq53gUuQjIGeR0PxvqxUpxUdCcKpnF0XZl/GnYc+CLvX",
+	"SnL6///f/69eaPhAWc+4VcfurlqZ2aKrYJ8sMpXF0V3Q1UI2eYa+cVWoGaWwq3KJ1jKlGyFXomA/2VlY",
+	"jIx3XbRSz7EsVGo+s/Ac3gdxfjo61mPGmY32blNBoU8hOlbUH1nhTTJfb02jFlZRgkIU9QCePgMKKFSG",
+	"luTZ6GxA3hwplvJvhqB2GvlkNuRwNzKF9onfZtpmh7Ma6OIy0MUeioq4ApBvVpVYawbkywIHPg/Fa0YG",
+	"2l65cV2QDnpSc5pwSsI04aGITkuIAJizzvuvTTDqOOSD+mQAfyc+kh+bRBdybffMvNIZRqqpDAJY+ZGw",
+	"Jzjk7iyfJixBjGHRqV0fFVLwaDVByOZFAdbkkcMl8JSdb3lNMA30Luvg2Zyj/zDO0t3pjT8RxCIzbh/u",
+	"a1v4/Y4MRbpoeRGfTfQtqcF98hXjAFRjEZsbt3XYkqZYbsrLmDZrjh+o6kA25BtS8e4BahyltHfbgxzW",
+	"jEqR+qj3BLxOSjZ88gf++yEdkLpLJY1WLJXU2LhhPNFBJHeXPUlNfNZoJfq7S5oS8suGN/hwK7V7QKly",
+	"PvpmR9kVoVLVqGV1RVQLUGDUCRlyx+hh20S7GxZ00sMaDOnUJcii7e15uVCza3Jc11V9BFPp6xYJhE1y",
+	"Pj6tex+BzqLlSRPeG1RQGJjNS9iz0RktKrJkRNqlkmk0hHkpKcHPr8+jiWYTg4QIaClYU+m7IqBQJeai",
+	"lcpsXU06FC0gIFFZhTBsztAz6mwDmo10QiIeaAOdcFcS197ECD5NHVCPD5pUdP90lH2T+TRozGFp7gPG",
+	"HOMn7sOX4xT7FvikiMDtIogyBJcbHkid2PmqJtaRrwV2qii8/rUd8jzEMWPyhAe3qjhRjl0Z9Absip6V",
+	"Ls7C0mYNJjr2abBud2Z6d9yjLLq/j2AiDgBBlEUUt4in78d6YLOPlUwtxSzUplBakazFhpcUPpm23ySV",
+	"wbgJFFrZhcomGj0D0kV7/tf379+IF2++D2W7tsFKOW25RXakDk30IaTDrnweeblSHeGMN69+FDO4bI7K",
+	"NPqJXFlZ7nikxcK5lRW/vP1B5No6rMycR+7fR+0Yx1fPnj39qjOucTy8o78WVvcnWcqs/ia34jmM8esz",
+	"8msN7grrGBF5y6mmzTpt9mka00Zi/SNiLHrjAtUQbdbC6KFI/fFIx0IW1rTKwmrkRJY7Ic35DoeMj9IR",
+	"zGQKJsQvb39IRApbN37yhKK0uI/4aWGs+228MqX7nYBXTeUapMZAFW2go9H54ZjPJ0OAwYN/LA7MW0qf",
+	"wQId+znBc1qz4Id2DRnN5XdyuepMYNVKYK3kjSxIHLHCQUypGcESVq5ZYGx75MpunGA0A1KxQvN2Zuq6",
+	"Mv/WI6Eq8Tl7DFvvHJpugJVgkReXcHHJeYZ2vnePdb59jyOuO57+ans63vkbhdGPfMfdHWHSiRRHliaE",
+	"O9CwGm008856h0/mRniYcbD5ySAGl/JKde7Bi6sQVmTI1Er7BQrJ6tEAc42eecZMbTLQ2kV8rN+QTZBd",
+	"1M8/f4oDsIr09l1ngGIJn47w26V3nJERhuKPZWsdkpohxNZ+7APo3txO9lUHQfeFcjHWmTVinX2wsed5",
+	"oU44fow/cj8Nr3YxqIKZc0lC5HVZyxyrP+aE6s1ewkFN4pg+Y4G91ssqfuDoNYJ0R6FVscRCOB0jGPvB",
+	"U/jIIo/uUqn+DPYDI7VdrrICVwozUGhdMSOeV+NonkLD65wGiertmeBJPbqe/rb72UZfAU/AoceHn5UR",
+	"mtKxeMlLJXXna35UUtd9Osms+yRvLHdQ/ruIzpGiMf/Np/jdUbrRcxARk2imC+8fr7k3H9vBUWL6CJP2",
+	"NNk1wHovwt53MY/33mJsmSghxazhvcikUycuX6pe8snaXeyzo79HPXiee9DzIp8HWQbK6EVQx3Y6Cn3O",
+	"oVZgIewAAb4zsur9sVN3o6PugSy9LyjpR0OPfgTE6D89eOgx2KBtR0e0vq0l2PXm/ZRxiPY6NyjOAN19",
+	"qL9TTuZoqcqi+HneG/+234wiTvAh2QLiCIA71mcbHOcrbCYpHB1X4ddsz+t3P7NuX2aNynDU8Px0949q",
+	"D4QCPuCdcqABdckf/sXrXdMN8yVKE9BYrLxtKHYw0VZ2DecyAUtIMf1HbnxF23TDddXVbCH60v+IzrBO",
+	"SfcgMNQtwW/qHg21Ecq4hZju3w2mlqAgjSJ87AgSp6Oz88H+PmufBu66Yx5NvLiHH2HN+VshH6KkyJ1F",
+	"FZPoITXzQB+iL51Z5jNZcO7sJ8W8bgVqK4/PGBm2fQL3fvZV4h154ulgKF7ntyCfsSicTsX+5fpoDO3W",
+	"stExMfNWH6BEIPybdbmeOW7qF3bzqUd/jfsJhrnSxWgpz9ValRfilNIdCrCt4NfBHdoSXrRgQ0OyuBV9",
+	"bGekTYwxgdBxOLzMrPWgkZWEvuwIoG9fOkp3IsqSUtB3QW18NBj5ju7+gUfIUolrtXLBNPA78bXI5MYO",
+	"huJXbul/tcTgIucD0fr6jBXfzYoOLKEQH80DPx0UehusKsLCFf2slHMnzkZno5PTs4FvAsa+g4Csi9UA",
+	"hKrbPx+NRBt7r84fGwxF+seHFKPthCECu84tsti6MujPXKgS6Av+I1bxyA7F24CYK0plTXGjqBAn1zbP",
+	"yBxnhFscRwQ3GA3hosbsDW6AAOFIyLeYaRjNJIIMhB16KAWwbVNLq0RBlvXchLZpwSdmA/2djkbwrzPi",
+	"9EwsIk4GlHJAsN6nwSVpGN0pnnv9Be8RZZgT2d3asOPE3s1jcAALr4Y7o4gZv4PyCnzDke7yLL60w9lO",
+	"/kn09lwI6cQSpO43o6Mz4GJXfkf+2x1j7Azc17S9/eB/37tj3TrqP8mu7e1BgziZi1C0s2+1o/KeBiza",
+	"8Qr4cbZB5z7sUc1/sV1AXJ+qJ8MdQuZ1zGxP+AlG200ucP/xA8ZZH1pKemRnhwLf8hGlEw1gKi2dl5bM",
+	"fv/+jfgWfgOhQQ8HrYcEGGE2Tysn0idER/9Ik6jshxKPniyVK/OZTSe60oWymE7r1MypbFBnbTNCMhbK",
+	"tvtSwoMEFofVIWlsS2mVGwzF+ei0Fnol3b0Ffp6Ic9CV/OuwswB103QiM6hODCeagpnjupaCMMBBXMB0",
+	"CougNomgvvmJ0PiJgG0GcC2quJh1NtEpDjlNOKfYI4Z4KPqxkFqogCSYIPp8A0hQpGg22eHjdKL7S658",
+	"9l+qyrfJoS9SarqQPk5BF/DZKDgiUwqz1gjLQ82aNhMtCwRqojxf5ZTIgRFrwaPmTDKj4YG4UpkRMVIR",
+	"0pfHaeNyYyRQTMdCcgq0t3Bu1fvwAZ2Ac9OFIFDKjOph2JmeiL9XqlInFA4IJQxEJHZlrhUBl4pVIXON",
+	"iR3DiZ7oF+LxY5z648f0PG7wGBd5tVqeYyaiwO4g2QmqQYW5GgrOgCrtRNNvQV248BpEyf14QdOK4muS",
+	"wP99YPDxYzQiHz8WfTnRtdIiWGkZUBEk2ssIdMSYOY8fy9n148e4qQUnAlOQsZArEMOGEiMjXT8qEcKU",
+	"FIEx+g1ie1tCQPWJ9x7e1B8cJ7kDAr4C1/I//gPzYTwIGFXLy5nDsvSz0VkK1OETD0kTjYuBYDycTd6f",
+	"242ewXmPAj5wajbNnMwTQSUrZ6OzR5nonBg1FiPk4aDxozUBs5hu6u6WEy3AKsYJUS/3wVB8V3ECu+WG",
+	"MAyHwahl0fqCRcHnG8hjOc2vKlNhi4m6SYSjDiOSRO5c5kVVcheAs9E5LpCcXUeLQ9sM1gxOoF4iNOv5",
+	"weP2OiKOkGhvL5g8pbHWY61Z9olLu2CI+xdtSH8doDq20nyThpVM+eCo4IUEeT1TocFG7gumSlVZlQ3F",
+	"C+qgYUrmjaEaT/p3U3Vbc4WRiwu8QmUESGvKOqjPVm56fjoSUfsCntuheAAdQFx1uVR12jFGCPBmIhH8",
+	"3MiPjdooMABgXWgGljIceCofqvFHwAbjU4O9fexEEzFT256ZLBEsjyv+sF1C+seEOgRNemPxxwS7C8Gf",
+	"k95wOJz0EjHx+avRtx8+wPxTuJZLCG2jXxB3AC/NEoeWhkZDqShyULZTfibeXTc/mmhkQzH0fGaGIn02",
+	"epoCha2MtsriPDbNhgCi70ESYBMSUeTXSsiJZv6WUBadnCuCs3flBkzH9Pz2NvXdL9amdAv6DUEGNSMx",
+	"kFgp8pnShGJE6ljvxQoW/+RsOKISRQdGJImRXtRcsXc6HNElZqW0XOW9ce/pcDR8ig5+t0DVx6suqDl2",
+	"lUi8YDI8G424JSpnXM9AmcmtqFZD8ROfBtSRbCOrsIevp4Do9xloVfxCUNh4XeGtZ6MR9b3CVGr0N6yC",
+	"q+vJ3xi+pfZG7FMRvbIOMrcDRbox9oZO2Bv/9nvSs9VyKcsNWM/5jdKERuHklQXNkk2G3+E2r9ztXLwf",
+	"6Xcfjn1TmqVyC1VRVatQtytjSQ6TySP6Hox1NBwNzwdD8TNwaWc4KQGOHquRnWpjenLC6uWJ1zt9fnuN",
+	"LkBk1dwUHujhTcGqWlQ7mtvRthA6V57HNASaPB+d7trGMIQnv7Q6KOB9Tw/f9zr0WfiQ9J4dc8cvUe8B",
+	"pIhAA9GmLcMqdVIDaf5HnSR0Rdb1mtiBBNsjK6qtXConERzBF1tGzmYCAtJgAJQ3oY2JvUB/aFAxpONe",
+	"b4iosKgwTIMO1PZxnehmm6Qt4nhL8/osBxbfjZXkMNnhx+/njhMOz8/3HfEawmvnxr73+VVJu1mtL0Vh",
+	"wNptZvgX5Xzn4gdcXv+KHceS58fHcnR4cb+VIcv9X+kk8zKg6XSTq3W05X6L23v+JEIw5r1vbuAPuXU/",
+	"8jUPuIMRyPJO3sok9m++ibAGfrKdG5j0Vqazgwa6UFAAtgHapb2OWkljkigpvqno547O9gm1x+AfBqDQ",
+	"kyGWUKUWp1+RbZbmWUqF8iB3HbWiRiMH8beZK2MkjQI68/wmbCFekwhVWDaMtNEneB8NHAdJ2EnyRqEf",
+	"BfHFWm3IKcMwJC86A58Y+dCUgmHD0YP0DWOTcaFJUQ+Gi7MxvStL6jXKUacJwAG+2NmsNfVvdDGCPGL1",
+	"rJS8bsUF6+IGr/X0Y9OPzLWpcYsByLbToH6GJGJsq0V/0+6gii2xveQ2r/0vk2sGGE88Lua3hgB+Pskh",
+	"jTs+fGh6JF1ZqQ9b/OH0E/OHLt4Ag1LZPz9bOB99c/iOl747FfKRI4b2k3HfR/2g7s9+XmSZd3j49jlB",
+	"fh8rTJ78Afd/YFB61ZUwHjOrd+TeILRC0U5OrtHg5vXx7CMUHJxKxNWb6DZ4LRjDlK0TKpsbQKXpICBS",
+	"36iIN3rLeqLDyWesTmIUoUK2VnbPEAsFrgrtImkdEnaKEAbgRAPfbLUwSBEnzi7M2gprgOVsD5fWNA2+",
+	"MUIznOiAKipx7VTGlhBx6Lq3Iy3FULwQmZKZ53szqcVUTXQ8IHSDmPGWPl4qykzyrhe/SHkpbFXe5Lhv",
+	"vrJ9oo12Jkp5aAyLwSDRd6mkq2GCKf6cW3QljMmXjSs80VEbE8ltyYCpn2/3F0UuX/cYXUgvtLILkALo",
+	"WOGWn01WzI6RTaOBbMh8J9UXcw8i3D80UdBDHMNgdNkX30VrHDHoBqs8+xNY5XdN4sP1CeDFDA5LbrW1",
+	"3Hgkn8G/Ams9P4pTvsYGgX8SL36FtYflJ2DJ8bYxb96lGPoukBbTRA/AAebw7Uq6Rc8nLfsIbVOuxzky",
+	"dytA/L0tHzxKabf/IJIJDG5F7dbaLdyQFSeCccAwiDTmyo1AvhPtuXFeBoSfhA1WBGKriwn6HTC8SQDh",
+	"HXQdaTSLcDYPaRR5uNddJhHhof5PMIhaILAfbRj9GMR9hDIr4/7CqkC1AVl8jfJPH51BjD9n0rgcgZ/k",
+	"ez9xEm8baCwGt57ofsDFHlyQfLwroDU8owbE9k/hEbfBpkW/Rq4e1F4bgu0G7Qnon6yvRugUnVKZkEWB",
+	"DQZbek+t75gbVStKGLsnsXLBuNoh8rlDG4v1AalFnhHJFXWTbG8bYTLRDTfuDaKKBxWiQXhJH/8EU3WQ",
+	"gHYlOaSHfUrkXLEScWTbc4y+bzU05/U2JZMFaV6kfwwuCLqm1jnWjb4BYGMuuW+iSurVJLjvcf3EjJs3",
+	"kwoqdwMks8hOPBl4nVWrZKK99Uub1b41Xs92pmwwXzFN2WCQbA5TJuW5z52WqdF3UVAjqatSZtxpqpOD",
+	"wkl80yiQ+PQGawxUfZTBevZJX93Ft99F+hZ5HTyp476EPfiidn1utetHBH3ctkSPMoRDM4xjjeCXqHkg",
+	"Jl7oMYswsXlRHGiikJVmtVIZhXibp7rGY41Ey0XNgpTObKz1DLfMpBDI8SwrEjqYu4LYrX3k70XBrRMG",
+	"yK2kJf3qYqKR0TYbdUfWGjw5stW6uAUtDx6qrUN73lEh4Gf05RTdP6qAa9k4CUvah48yQeDeR+RB3mGE",
+	"MGr2w5ggdTMgak7tjvJN+QNgRd/7nOI+RgO2Jm6UxkSlsFLBS0NRTYIBtIt8ZaPi+sg1Tu11clCfsJYD",
+	"E5fQizLRfyNHp3hBPbJV5stXMDzOPqiLdoTO1hMowVqSXOM+0XRU92h06Gvx/gFt1qKPbQyCEuO1A9Cn",
+	"eCWy4B2nB8hSBUTgWrShNlYGhS8Pfp+hIOhT9Pks92uMnXHcuNHTAwr2g0ZZWDZfyucdXH3fJ9u3hv03",
+	"dFvfi9u88meo6+DUh2ZfgIxPfChz7XQ27AC8pLtSPIbkiaY8NKR3iSdqKTfCKgVE7LcYM3wRBwMOCFkj",
+	"Q/F9FEBKOO0qxHa8ZaUz3xbKKhS0JaKTT/RrwgqjxGjMtW4lTs/ngwi6iGCyfB5aGmX/k9IA2kGrSUfp",
+	"UwMShvBWStiVnCkf7drXvSIhdQOh3rcRSZrIIQF3qe8bfHlHjMpLTJ+klOqCMSw8vsQA8aVzK0KjDNgW",
+	"smIwQRl7Ntcp6BF+KHGQXZ6bqGbho9w36jagTDVKQU6pRIhqN3r6tLdVhrHV5uT89PnXz755enr69KuO",
+	"3iKno2ej59+cfXX67Kvn1OSDnsqNO1g0cocNBk85/fqrr8/Onn3F9UoMd/LN81HSOVgPKPL18FmE+3E6",
+	"fF5jcpyfnnViZ5yfDs+a/Tq4P0ZURfLb4SUKZUS/xQBbp6OAhYWVVt2zC1hS56MGoNPznbBKz87gviac",
+	"Ecyvhh06PRt9+D0UGfUo/57q1o8TEa3yoR2CwhdamfkBTvNv7+F7q2ZKO1Fi4jaG9WlXW0sTMXtfNOR5",
+	"fV2ztDOJ5T1d8oDu2hrUoGPHX9XzaEuO/xkeXOfXf2sPd/ltqTreemwYLwwqiwnRpKVirj2175VFIUrl",
+	"qlKDLnuKCLPsUcRlBpEASvptbl2jWtu7AOmXdCha2AxRQr2tk9BBYBFUcWh0vFW2zwqBdWo1Fjm53Oie",
+	"rc7C3uc20XSzyAwD4eGw4KLzQWssiMRM4/GDJlpMk71FyFNFaepYc5TrK0RkblUxk8KCeZTkRK6bzGAh",
+	"Ua4RztrXCGOq+vlo1Gm74xDf8xF+CD9f9IbPlJ/CMCTb5/4l788XP0Tv/PSIMb035gdZUgn458mAYVAO",
+	"eaTQ8ZbDPkffdxyOCaf3ESvXWK/HqdBD8Xa7TQpB51INDCOEIOMil1rfYM8UD/wQKl8CnnCojCHeNqiB",
+	"tjwfI/8d2uaUabFdTZNw/h3dyGU/W1U13YkPMPL65B9y29H1Xw7Lp8gZwKrPPUSc7Mr1rknUeuwjIFMQ",
+	"ZGkL3SkVSjsQMzGATmcS+A4a+MTKF2Nl7VC4SYv496Ote5LK94RhtZ9WWm7drnfVl9Bm/CSXqgeG1ArU",
+	"jK5+F1IjToxGpJo0xpdJE5F2AoCkyUSnewCf4Ma9yFZwAStJE91HmBWfBJhzsW5XR/qheJ2rIotcEddK",
+	"rdiDgf0LOXTCTZA9GktdsCrW3J7M5+Wp25niahjv+CANkuC+EN95ohemKpMai4UekuXzuSopDy96lynp",
+	"CY9siOBGUxE0FcxDXO5DMhqKF8jet4uZub8TYqgwdpaT10pPNHmqCd4fthXhYxZg5pTREvi0BKzKXe9E",
+	"/8ndcKJpDF17QbqzjDMjwGC8Qg/FeKtEJcssxuf9NgfHoocPZsf+rkTR4US/b/eZ087nfXOzs/75aNQZ",
+	"5n5ROFU+pO5bv+BOqu/o4VXfut8Q6gxYaEDd0VGqfJHy/zIq8QtCkwiKQZHfqBNXaTTE/X4erSk/kbNr",
+	"RqT8eJnS6TH4leEOUqpST8dcbN6ELuifjc4HlOzULNj31fpUY0jqMOIYdJXsb8ExTPRE84v/N5w5ECxa",
+	"rW0E7eAbV/t17OCwvg3GsH7YpBqNns68Uxw/qVT00/NnKCefjUYkMM+W8P/TRYrcn6AzGl3uYbqWnAw0",
+	"HmewOw+1tTP6Kry9OeGpmpml4uEWirPAMd+MinXRgRAgGwjVo0/4CnT2UaRRjpoHDLBObqwgJwKltsMD",
+	"o2ljTwkugqfJyNn10O/t/x6l+KTm1iLGgHQThDPwQxiMQ/J5vWdc3IC99zzgR0iM4yHmVtiV0iCNvuPV",
+	"59DG6ZkAwUwBzsiPM6LYDdhkaQRpUMdMtwASYnSEILWjjrsT3eqoetGmRdyHqJsjb08f4QS1GiSM5TA1",
+	"bjGc6GejpyKN1aN5VRSprz0yBuMzNYpfJ6gnTHuiu0BA/YmL2xTk+oRUtTBqohBTUkJep9icXffuqnWy",
+	"+fxX3DxEwG2F/PBUJgxDQ1ifBw5R4/gQAM+oTlv4e6XKTZ23QITZ25Gr8PSsIznhGKP4HS1zQuyEIFEi",
+	"ovl3FKOnR8zmL0arTyDaaHV5cf3SMh+h0xqgaiIBVzee2y3iTqbe7vn0gu6XFcIYjkYjtMBzZRmHCtE5",
+	"MAg9u0aXuE+lP1LSkVgk8J6FtIyFYqvCoZGP5j4C2QXESDj1UfKqL3bi9HpXbthmwVrOhczibvsgiRNx",
+	"PhrB/+Cv01Eino2eDgIsAAKooDWAmCro6WdTaI40hr3Hud6HvV6EDgZnLRG6KorEt21O0A4wlUMcTGpQ",
+	"i7iRU2pVsLP/5CgCcaprwLrZFnbvfChdnx//mTT9F7Prt0gLu4JcP3dQy78lf7qz1v5QPAqFdZNN2bvw",
+	"Kd+Yc2eezBvFTgXsp4ipF6EbHyae9VM48orS5uHoXFL+ejqgJI8muDYe0YB2HTQwRqRaqJIxJuJvw/sw",
+	"w9TJaxXSR9gTovRMDTszPV76+T0k+gS8Y1+k3y/yv6Xv8XPYoxhQJmcZ0bOIir0KeRWnhXkCuLcXs1MQ",
+	"v667FiatHlt19b8zMdFj10OspiUpjOgvKY4TW/d6X8m1ArvT1IGcqFhDZ+q2NiparilLgd2Ekg/VRF+r",
+	"zSMwNOyiBngW/Wu1QaAlzyPGrZ7m2OwU3rM0WVWYunfnIzvR+KLBUPxkkA/N86K4AMVaYXCbSqtPONTt",
+	"4evQLPFJcN4EdjIvhhNN0etW14RU9E89YrPYKFkOSMlBZuCNUjLeUJvRRlDHRwxloXPTG7bePxl2od6d",
+	"3PmVoqQ8RG4ozOz6gsPnGCGnNDhE0XZGNHoybMXyyQb0qBNRz1O25BYEB4huW25Tq3JkraiYkL40N+US",
+	"kwpkrie6Hzoos98R1Sn/5SAhO+2r8/BV0nr5IxuF6hFxsLENfaxuRmuR74t+rB247PoIuItSox3MqXtl",
+	"7VLG5UGDqfU4tHl3o/qhGUr6KFNPKbXo89/UMtzDm1A/2AYG5BhWrARCX1I7jU2dhYjq+ES7dT5T3iYu",
+	"jFUB2+/XFjBt0pJ07LX2EHF+Wc1ac64W+xFwthPNuT7cKtsDVxGPwLGM/dpIx3isSEg35jqqD8KnTzSv",
+	"2CCiJuyjhCgHLHjTdglZLSZpEgpGh10OSurCbR1WjtRFHjQMzqKpFyWllqhYIYt8irwyR3fwTTCgnInp",
+	"ZqL7aVUW9ZMG451sE4YZsAY0IgWHrFyPnKixXpP0BkoXR24zFqGB7IDqGDFNCB5IV3FiDNloaRI81Mgs",
+	"k5Auc51rolKXL5V1crlC42fKlZxmLiqyxBIwxRqqToJ+qCZphi73OB6PY8m+L79kss7HTzjyWiAZ64nG",
+	"pCA8X2zAzarSGqrpG4rQH5HQ0QiJdWlVcaOsL0ulmBHtVw1y4fu647iMphPGhy5G/3Gthth1NhV5Eenk",
+	"xo1v4Vx4RFVnECcI7CnuhFxpzub65e0PwCxevkgwI0vLJXLddeulHvEc+Owpgj6z5VhpjAhx30Iv5GIG",
+	"pCY6nBvPiH3+1lD832pDzjzsept5gUCvfWTbIvYC6aQhPsWV2SutIykanorPotStid7DeWqmg8jW64UJ",
+	"Qxe52817JEGA+tQ0oP9hh5SNzd74uHdauPhe6vr+QEZu/YbPlMxFs+tQ5l94evkSuvpckShWBGLtv1vb",
+	"32/vPvkD/9qbtfXOmRWVzzO+WJC9Q/GtAUlLtod1ckO15PhjXeIYg8mg2lSniNYK0RBxnGthiReztEQ7",
+	"IM2x0JyuGVMwyEeBBhescnMd1dyU1JjF2Wane1C0UFQMO5K0mif6cJLWv+0h+Dw0/Z06lqbvYcEmf+xy",
+	"TAQ1n/oUoLyICfLRARLcUcU5i0TEwULOjiZmuwo5DxzoJxHZ38v3nhy8GI/M99+Rd6DqcA5wD32PBcK9",
+	"LZqrK/pbhz0RO1baK1KWvASJqLNu+JGgHqC2wu9ioG1Sfce1VnFlMAuHtEFUe4k7YGWmB0cHPfU6JwOh",
+	"jFRWHyPANyLOfYj6osoBaiCpJ7XPMMceBFtLgaV9XJ6Kqk2kKoZAOWN3+Zr0wFVJZ7GE5MUtwcOjc4vN",
+	"x9hY9B1cElQ0MXef9Ffg3ehl4TweUJiT2I0RW54EJRlrVLlmhctDzIqflMoYY73mzBq/7JOlCLdThfG8",
+	"nmNn7tA7Rf7LlxFJP1ACfes1d1K8zndSfnYBKwUEN5c54oIYHWD2460qlStzavRv0Jf7Rb+6p1D5S47o",
+	"FQ1Ws80otFqHfbiPGvUEPRB/Jr/t9MZuaWz34LVRK5KJJtcJ516wzY0JLDsYZsMW7/KkeY+OxfJXsu/Q",
+	"CEe3FPuHgbFtGH6x0o7qjFJ1u4LTmA4idhRsW3a1BUcMczKYhrZOyayT0byB3TteA8TLyUXlLWnyQH0B",
+	"rfkEcPwILrGlggFR3+uEEgl/9iMaXLcgt3JdeZcUOiVF7ZPcKWtrNPdt+AeY4fFkTNc36bisNKFGfyHk",
+	"+1f1okNKMm+4N0GTg2tnoPqtwuiNrcPHYWB13tnh/EvUDX0ZaejXBVICk8suKTUwHYpfJcgQcv+ma5k7",
+	"Ao0whNItyzK/URPdx+jTyhTF4EKcjc496JFWIsuzoXjThNllVAgg9arUkQO+rl+gEgUKjacJN/9C52zc",
+	"qMw3/uIcponucxu7sdCm1TcqCQKspDXMoqGitkZxePZibJSbaO7qhck7fjSXpnKXZn6JXcjSoKZjtOuK",
+	"8gRpRiTtYtBFRMDYW9fR6tmd0JN1ZjGhJ8wAFJp+GHwbSzq3Yl4VRacMfMn0dVcbG+igw7ymbQvb1AzT",
+	"Eox7RpyPdybB0hCY3GBXguEqgsur9frtls57+r7vGmhcHxNtuR/o8WOkG3cOkLrqHhjggRV/Q8GZV3pm",
+	"MvQN/P6gjSm4I3GHN9ifNhQWnSLmJ1O3DkSOQB72XDPL+FKN1pYa79stF32jRSS77tSm+yR27BU2dQpn",
+	"p8j5Ib9WPvBCyF0sDpbyNq0DQ33fAPl0NBoNOFEzpHmYtfY8mtImYtZco3NJK6wxGv0rdX42ul/8SrYE",
+	"zER3k5z4OWAU1X3reIRyCsz0ufgx/1aYubjGqBhIRA6IsrOl2bdTFmu5sehT4hR/RBoD+4j6fGZB8FK6",
+	"vSyKPRzYJ1DuRZL70dQDsNx5riq16J/6xNi6v/fpaCe3WsrbBqviWwh9Znev/NNWJ/CPYmNBcPwTsrt9",
+	"CZ4Ybi7DAbVfuN8n5n6dTITYICk/fxYXrHtAPPkj/P3hydyUM3VCkGz3tSfbjoVGzDwhBWm0I8KwaqEH",
+	"d0cZ7qYe/X4YRPwChJG0DricKR3bqJFyR0lnwE3FUv7NMFpbo0vERMNdV8aQkycvRZbba7IBrigNy2L7",
+	"pZnU7BNSBRVp07pHnvi6E4jRBPyWhuQ4VOV0sWllyMc5fjGYLHeFxbSVrDZ/1tz4CdX0iy6kckzQuSpB",
+	"lmFacuy+f2QnurOMd7rxpbcBUBO9xulAtFqIoNkQedQUrW+o5MUkILSLaPpZnlHAtaQrhxOdeuBFrMi6",
+	"lO4SU3M4k6kwa6yQqjRGZz1MHUVMFvnVAgQa/CvW0qlyKctrENebsA6lWhGmkw8Tx1DtiVjmurKhK7Oi",
+	"t9BgHwWqGE70j8hY5UZMeYp9Wb8xFD3XYR+mQ3i3N8+w0mHAlGGKLHTd2kYLj2rXZFQXjbRa5yUBcUon",
+	"hZn7Mr91vlIZQ6rHG0GkT5Q3pQIUzFWclhSetiLLb1R5hak9i9xiGy9WhHCLv0NfKkODNhrDTItcZ8Vm",
+	"HFDmnTHXQs3ncCia06LsSq3W9cGwyuFwMZVJ7IB+TEmt2YUKDyR0JCx8N+4706bHZI+ObXtjTOk3E45A",
+	"l6r0GljwD8SBHyYiFL3hM1WbNEZgQSvbkV6/zf4KdoqoGJXki0PvnsoJboiQ2z2fkOmh3XajGrJwHzzr",
+	"cbpG0G92u/1gqztVJlQeuBNCX2r2aSA2OX6LsCJpZNHU3fbZvYXxyDLwW+BJ+RJzpNm9RvrYUKRg2Fyy",
+	"twdZJOXYOhP83L4ImYtxVWHWcZFsqZzMtcq850Wbsq69ZYHh4eF8gqk1fnpTtTGc6qt01uiHAZ/73IXD",
+	"J9OWwUE40Rixwn7uDDnv547IUAOwQP2Y9gwaUe4ozZ+TQOmSKBAGckHkGiUgVg3uasX7Y13HtNcGfE1V",
+	"xC1Plbf6Ooa50wyEdbmfy6pFlK9fiqdPn36D5AIU9IvObxvFxBe0XILFXMugjqiOGj3uGjSS8K6K46/O",
+	"t7NokvsZ0h9lST+8Kf05TOS3Une7Bd/X5fm2jffNLavhAEas4YsdvB07WhVyI6TAWEKrR9MnN3//Ge3Q",
+	"HVKS0qMepqj8faxvm2zjeyDyIieilGu/FAIBqlGsEjhg7JAMcnRApVs/5t+K/vnpUyGn5kYhqjfYhC/p",
+	"NJ6836zAZlOzPFMWbS8PyGGFVQprBtL2eU0DlClCiEw0Ippinmttf9yocipdvrwQKfb1f1zf9cv71yfP",
+	"29ej5QAPmmjimBfNF5uZU+7EulLJZRrfOJVWfXV+ooABYY8GvWGccqyrwuS1gJ+KeSI6n89VNmYAFHgn",
+	"d0SmgcFw+Qtc6aH4WYeKmzXWC8gAZEYQWLghtIo1dqu3Rf27sQqFKulJ2tNsPRIslS/UkK6zmVpRtyJE",
+	"55oVOWJ1WVAqaMGtiBdlkHAi3kRLK7q2hL++EFJvKGSHk/T4sX5Olze5KQKw5ESn12qTitnCGLvVW226",
+	"odrGfqi9uFYb75UuECOGYcIswgCHOwdJI7C6yrHIS10E9Y6q8pK4GSrquXV51NnoLNaZ0NdSt8ypz8Tc",
+	"bvSMunc8Gz2lJNtgOmMF943iVqemcqgqMWjBmEBSYKUQDxyWF5Rw1CMwit4oZgvaRGeeD7OPQ851Hjcs",
+	"YxS8ODsnIhtc4HqTs4O2pG1rdesI12qzS1eBpx+hrbQYMwwAlh6kqedMF2iFlMhLiGrmhIY0w4zth4yt",
+	"/r7PFH/85HFTxwjPpkbive3p71MtkBvTfnD1mtSbFkyzNg0+3mDUqHM8WJOUNx5Mv6sLLZWuUWIujo+7",
+	"73IC0FqG8/TFaP/zwSZ46+IY7F0AJRqFlQ8OfhP0bJAyIWwJRDUUr+Rs4S94ZIHTo5FAHl+9YcmH2J1e",
+	"akUKA5eJ0j2Xii2LMUv6lI15yZ8FndmJpo7fmUI9gGUyJvbQ8/umKcWFjCDbm3dROSXc28Bqx87Y9QNh",
+	"3hEQnWVNQqLI81WuqXcHE6hNqEL1UsvjEHCJMvCKs9FZA+Y93NPEx0HIMxxElAPrH9uXxIAbrlNymLbX",
+	"NYVt01VRYFNMeueYpCJM2FRuMBTkBUTwAfIkNDCIIk+DF9/E/ul9dfpUUXCpJsbI43pd9qBgkJqf/cg2",
+	"kOJqpaPf0gkmmlLGpht/62Aru8svTK7hQbIoVDGus6y8IKNxzWXOdVuoR1phq9lMcZN31CH6KdCAvFKX",
+	"3KgYZ0oNZqqiSAfEV0EloWl6RzPt5RqbfwciAjHYUqws968Ph2ytqEz4wgNGccf2DlLkFl+gKHq1MiY+",
+	"vAUDTFiOv0dXeUg4pfgVn6lNqBeU+9uGRIokF35/kYyfTzI2ARK5xwfT511E5f4GZTV6brOZ1jLXFSp9",
+	"oNZm0i6mRpaZjaAetPXQZZgBOtFvSrNUbqEqbuhcesyFNGrNlIr+6UggA2PfXSLSkxMc5Im/Djsdqomm",
+	"FmbcwMjFDq/QcQSLpzBj0+beIFqV6iY3MAy81Y95ornhD4IrMFYksj7y3/rUT/aNchPoJaKnwGXU5TSs",
+	"0DejifZj658+8ysWzWwA71mqpSk3iX8JB/9ehORg8snSg0jmEBxe6GbmHbTISj2MiU90wgXyTbAl8kpk",
+	"wVisQbUf3mOOPdR4vHJeKrtA0zJuH0c5Y/hQ79ufU6NFVcwpSk3dkwiburPXXFI3iN2x3AS/4aktFnDh",
+	"UdyrjuJsE01SIwdZ98JeM1XxMDMhM3zdUlSrkAFGUoArn9+BsY6YI1ZIO9G7IrNd8sE3Ffhz2rj9M/Yo",
+	"SxpDOa2Hcro9lNPWUE6bQznfOZTT59tDeR6P5Hlns7S7t0rbiyD+KJyQL77yLUiEqLqsu4/ap27pwOIM",
+	"WzDulF9RF91OZL5fLPXvfLA4DbxgHyofDl/0tfeT5mUohbSDf4WebJ8Nea+yzdar9Hl3I7e4oTLsCmhQ",
+	"8orAaKk0OsK+QQg1gXZyLERrfUZPNNVP+90aC0nF414Gc4QbYdQKM2O5BLIbH+Bqew4fzjXicT2yN2nQ",
+	"wp+VG0zItlQRTgRDYVIU+BNdmKsrlQ3FTwb9WUu5YSStRp+NDUpPmN/Twe4+abBAD9omDV7wmYB1cG7/",
+	"2k3S/iVQckILs4qIqX1QYwb+5A8PjrAXDCc+w9RKswZtMGtt4344mXTygmIheFItprHKgrMWCc9tuKNb",
+	"WKD/L83C/smpLPQY20FlyR7FwJLlhmYN0hDbB0swaDo7iHXTxejBeZNXFb7AHX0isqn7je2km7uppr8w",
+	"/2ppphFje0I25t3DEdGjd2D8xHUB+njx35H4hiHKv9BAH0b+N97xmbJ6Dx2zGsNUqzX7Br6w+M91Vpli",
+	"+Kw+srwhx6sUTwK6zEOcPVb7uZEgKR9mXVsGHMWbVWWptLv0X6cY2iIjolRWOYvFHEarR3XwKO/MoKCm",
+	"hW9qyJyHQWOKX3JfLCZ62hc96fNp4wQtJruQlsLxgTvYCMbDMZU2n/XGv/3+IfkDDgA57ungVGXRG/cW",
+	"zq3GT56cnn09HA1Hw9Px19+cn+Fh4Yd391NPRE4COGGNnON2ymP62mGdFcPuoo5EHPL/JXX5MyZ3YQEz",
+	"pm7W1aF1irAPiGw/7rXUJ4y+QdDhKsQSN6FPYwz4P2wBDZZIQluZArC6SfAw6xp0LH4A7cH23S/Z984F",
+	"VIt8xY/wMeBGUpEfDdc5bD/uh/xGaWUtYXbk8Kfv/1w2Z7RQsnALUGf+TwAAAP//UDZrsYs/AQA=",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,9 +41,10 @@ const (
 // the one of that name now (it was deleted and created again); nothing was written.
 var ErrIncarnationMismatch = errors.New("topic incarnation mismatch")
 
-// ErrRemoteRefused means attaching a remote child failed on the remote's side (it is
-// unreachable, refuses the credentials, has no such topic); the message says which.
-var ErrRemoteRefused = errors.New("the remote cluster refused the attach")
+// ErrRemoteRefused means attaching a remote child, or giving it a new password, failed
+// on the remote's side (it is unreachable, refuses the credentials, has no such topic);
+// the message says which.
+var ErrRemoteRefused = errors.New("the remote cluster refused")
 
 // ProduceCheck holds the checks a produce-batch request may ask for besides the usual.
 type ProduceCheck struct {
@@ -296,6 +298,50 @@ func (b *Broker) PauseRemoteChild(ctx context.Context, parent, id string, paused
 	return b.reconcile(false)
 }
 
+// UpdateRemoteCredentials replaces the password remote child id produces with (the
+// remote user's password changed): the copy goes on from its cursor, nothing skipped or
+// sent again. The remote is asked first, as at attach, whether the password is taken and
+// may produce to the topic; a password it refuses is not stored (ErrRemoteRefused).
+func (b *Broker) UpdateRemoteCredentials(ctx context.Context, parent, id, password string) error {
+	if err := b.ensureReady(); err != nil {
+		return err
+	}
+	if !IsRemoteChildID(id) {
+		if err := checkName(id); err != nil {
+			return err
+		}
+		return &ConflictError{Msg: "only a remote child has credentials; " + id + " is a child topic of this cluster"}
+	}
+	if len(password) < auth.MinPasswordBytes || len(password) > auth.MaxPasswordBytes {
+		return invalid(apigen.ErrorCodeInvalidParameter, "password is required, %d to %d bytes: the remote user's new password", auth.MinPasswordBytes, auth.MaxPasswordBytes)
+	}
+	rc, err := b.remoteChildOf(parent, id)
+	if err != nil {
+		return err
+	}
+	cl, err := newRemoteClient(rc.URL, rc.Topic, rc.Username, password, rc.CAPEM)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	probe := &apigen.ProduceBatchRequest{Incarnation: &rc.RemoteIncarnation, ValidateOnly: ref(true), Messages: []apigen.OutgoingMessage{{
+		Payload: json.RawMessage(`{}`),
+		Origin:  &apigen.MessageOrigin{ClusterId: b.ClusterID(), Topic: parent},
+	}}}
+	if err := cl.produce(ctx, probe); err != nil {
+		return fmt.Errorf("%w: %s; the stored password was kept", ErrRemoteRefused, passwordRefusal(err, remoteTarget{url: rc.URL, topic: rc.Topic, user: rc.Username}))
+	}
+	sealed, err := b.sealPassword(password, remoteAAD(rc))
+	if err != nil {
+		return errors.Join(ErrStorage, err)
+	}
+	if err := b.meta.ResealRemoteChild(rc.ID, sealed); err != nil {
+		return mapMetaErr(err)
+	}
+	b.log.Info("remote child's password replaced", "parent", parent, "child", id, "url", rc.URL, "topic", rc.Topic, "username", rc.Username)
+	return b.reconcile(false)
+}
+
 // RemoteChildren lists parent's remote children with their copy's state per partition.
 func (b *Broker) RemoteChildren(parent string) ([]RemoteChildInfo, error) {
 	pt, err := b.lookup(parent)
@@ -459,6 +505,7 @@ type remoteCopier struct {
 
 	mu        sync.Mutex
 	client    *remoteClient
+	sealed    []byte // the sealed password client was made with
 	parts     []partState
 	logged    string // the child's state and reason last logged
 	metricsOn string // the state gauge's current label
@@ -470,7 +517,9 @@ func (b *Broker) startRemoteCopier(parent *topic, rc meta.RemoteChild) *remoteCo
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &remoteCopier{
 		b: b, id: rc.ID, name: RemoteChildPrefix + strconv.FormatUint(rc.ID, 10), parent: parent, rc: rc,
-		tgt: remoteTarget{url: rc.URL, topic: rc.Topic, user: rc.Username}, ctx: ctx, cancel: cancel,
+		tgt: remoteTarget{url: rc.URL, topic: rc.Topic, user: rc.Username,
+			credentials: "/v1/topics/" + rc.Parent + "/children/" + RemoteChildPrefix + strconv.FormatUint(rc.ID, 10) + "/credentials"},
+		ctx: ctx, cancel: cancel,
 		parts: make([]partState, len(parent.parts())),
 	}
 	for i, p := range parent.parts() {
@@ -552,16 +601,17 @@ func (c *remoteCopier) set(i int, state, reason string, err error) {
 	}
 }
 
-// getClient opens the credentials (once) and returns the client to the remote.
+// getClient returns the client to the remote, made again from the stored credentials
+// whenever they changed (a new password given, or the same sealed again).
 func (c *remoteCopier) getClient() (*remoteClient, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.client != nil {
-		return c.client, nil
-	}
 	rc, ok := c.b.meta.RemoteChild(c.id)
 	if !ok {
 		return nil, ErrChildNotFound
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client != nil && bytes.Equal(c.sealed, rc.Sealed) {
+		return c.client, nil
 	}
 	pass, _, err := c.b.openPassword(rc.Sealed, remoteAAD(rc)) // a stale seal is resealLoop's
 	if err != nil {
@@ -571,8 +621,19 @@ func (c *remoteCopier) getClient() (*remoteClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.client = cl
+	if c.client != nil {
+		c.client.close()
+	}
+	c.client, c.sealed = cl, rc.Sealed
 	return cl, nil
+}
+
+// credentialsChanged reports whether the stored password is another than the one the
+// client was made with: a failure the old one met is worth retrying at once.
+func (c *remoteCopier) credentialsChanged(rc meta.RemoteChild) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.client != nil && !bytes.Equal(c.sealed, rc.Sealed)
 }
 
 // wait blocks until one of chs fires, the timer (d > 0) does, or the copier stops;
@@ -612,8 +673,8 @@ func (c *remoteCopier) expired(i int, from, to uint64) {
 	c.b.metrics.RemoteChild.Expired.WithLabelValues(c.parent.name, c.name).Add(float64(to - from))
 }
 
-// backoff waits d before a retry, or less when the child is paused or detached
-// meanwhile; false when the copier stopped. Kicks come with every metadata change, the
+// backoff waits d before a retry, or less when the child is paused or detached, or
+// given new credentials, meanwhile; false when the copier stopped. Kicks come with every metadata change, the
 // other partitions' cursor moves included, so a kick alone does not end the wait: a
 // failing partition is not retried faster because its neighbours are busy.
 func (c *remoteCopier) backoff(d time.Duration) bool {
@@ -626,7 +687,7 @@ func (c *remoteCopier) backoff(d time.Duration) bool {
 		if !c.wait(left, c.kicks.wait()) {
 			return false
 		}
-		if rc, ok := c.b.meta.RemoteChild(c.id); !ok || c.b.remotePaused(rc) != "" {
+		if rc, ok := c.b.meta.RemoteChild(c.id); !ok || c.b.remotePaused(rc) != "" || c.credentialsChanged(rc) {
 			return true
 		}
 	}

@@ -188,7 +188,7 @@ func remoteFailure(err error, rc remoteTarget) (class, reason string) {
 	}
 	switch {
 	case ae.Status == http.StatusUnauthorized:
-		return "unauthenticated", "the remote refused the credentials of user " + rc.user + " (401); fix the user's password on the remote, or detach and attach again with the right one"
+		return "unauthenticated", "the remote refused the credentials of user " + rc.user + " (401); give this child the user's new password with PUT " + rc.credentials + " (the copy goes on from its cursor), or restore the old password on the remote"
 	case ae.Status == http.StatusForbidden:
 		return "forbidden", "user " + rc.user + " may not produce to " + rc.topic + " on the remote (403); grant it produce there"
 	case ae.Code == string(apigen.ErrorCodeIncarnationMismatch):
@@ -220,5 +220,23 @@ func attachRefusal(err error, rc remoteTarget) string {
 	return ae.Error()
 }
 
-// remoteTarget is what a failure's reason names.
-type remoteTarget struct{ url, topic, user string }
+// passwordRefusal says why the remote refused a remote child's new password, and what
+// to do.
+func passwordRefusal(err error, rc remoteTarget) string {
+	var ae *RemoteAnswerError
+	switch {
+	case !errors.As(err, &ae):
+		return fmt.Sprintf("the remote cluster at %s cannot be reached to check the new password (%v); try again once it answers", rc.url, err)
+	case ae.Status == http.StatusUnauthorized:
+		return "the remote refused user " + rc.user + "'s new password (401); give the password the remote now has"
+	case ae.Status == http.StatusForbidden:
+		return "the remote took the password, but user " + rc.user + " may not produce to " + rc.topic + " there (403); grant it produce there, then give the password again"
+	case ae.Code == string(apigen.ErrorCodeIncarnationMismatch), ae.Status == http.StatusNotFound:
+		return "the remote topic " + rc.topic + " is gone or was created again since the attach (" + ae.Error() + "); detach this child and attach it again"
+	}
+	return ae.Error()
+}
+
+// remoteTarget is what a failure's reason names; credentials is the route that gives a
+// running child a new password.
+type remoteTarget struct{ url, topic, user, credentials string }

@@ -1,8 +1,10 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -23,7 +25,8 @@ type fakeRemote struct {
 	srv *httptest.Server
 
 	mu       sync.Mutex
-	script   []int // statuses of the next produce-batch requests
+	password string // when set, the only password taken (401 otherwise)
+	script   []int  // statuses of the next produce-batch requests
 	produces int
 	auths    []string // the password of each produce-batch request
 	stored   []apigen.MessageOrigin
@@ -49,10 +52,12 @@ func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
 	f.produces++
 	f.auths = append(f.auths, pass)
 	status := http.StatusAccepted
-	if len(f.script) > 0 {
+	if f.password != "" && pass != f.password {
+		status = http.StatusUnauthorized
+	} else if len(f.script) > 0 {
 		status, f.script = f.script[0], f.script[1:]
 	}
-	if status == http.StatusAccepted {
+	if status == http.StatusAccepted && (req.ValidateOnly == nil || !*req.ValidateOnly) {
 		for _, m := range req.Messages {
 			if m.Origin != nil {
 				f.stored = append(f.stored, *m.Origin)
@@ -196,5 +201,83 @@ func TestRemoteChildReportsAParentLogThatWentBack(t *testing.T) {
 	waitUntil(t, "the copy to be copying again", func() bool { return lag().State == "copying" })
 	if l := lag(); l.LastError != "messages at offsets 2 to 4 were stored after this partition's log went back, below the copy's cursor, and are never copied" {
 		t.Fatalf("last_error %q, want it to name the offsets not copied", l.LastError)
+	}
+}
+
+// TestRemoteChildCredentialsUpdatedInPlace: when the remote user's password changes the
+// copy fails with 401 (unauthenticated, with the reason saying what to do); once the
+// new password is given for the child it goes on from its cursor, so every message
+// reaches the remote once: none lost, none sent again. A password the remote refuses
+// is not stored.
+func TestRemoteChildCredentialsUpdatedInPlace(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	m, err := b.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: ref(int32(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startFakeRemote(t)
+	f.password = "first-password-1"
+	rc := attachFake(t, b, f, "orders", m.Incarnation, 0, "first-password-1")
+	id := RemoteChildPrefix + strconv.FormatUint(rc.ID, 10)
+	produce := func(n int) {
+		for range n {
+			if _, err := b.Produce(ctx, "orders", []Outgoing{{Partition: 0, Value: []byte("m")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cursor := func() uint64 {
+		r, _ := b.meta.RemoteChild(rc.ID)
+		return r.Cursors[0]
+	}
+	produce(3)
+	waitUntil(t, "the first three messages to be copied", func() bool { return cursor() == 3 })
+
+	// The remote's password changes: the copy is refused.
+	f.mu.Lock()
+	f.password = "second-password-2"
+	f.mu.Unlock()
+	produce(3)
+	waitUntil(t, "the copy to fail on the old password", func() bool {
+		infos, err := b.RemoteChildren("orders")
+		return err == nil && len(infos) == 1 && infos[0].State == "failing" && infos[0].Lag[0].Reason != "" &&
+			promtest.ToFloat64(b.metrics.RemoteChild.Failures.WithLabelValues("orders", id, "unauthenticated")) >= 1
+	})
+
+	// A password the remote refuses is not stored.
+	before, _ := b.meta.RemoteChild(rc.ID)
+	if err := b.UpdateRemoteCredentials(ctx, "orders", id, "wrong-password-3"); !errors.Is(err, ErrRemoteRefused) {
+		t.Fatalf("a password the remote refuses: %v, want ErrRemoteRefused", err)
+	}
+	if after, _ := b.meta.RemoteChild(rc.ID); !bytes.Equal(after.Sealed, before.Sealed) {
+		t.Fatal("a password the remote refused was stored")
+	}
+	if err := b.UpdateRemoteCredentials(ctx, "orders", "remote:999", "second-password-2"); !errors.Is(err, ErrChildNotFound) {
+		t.Fatalf("an unknown remote child: %v, want ErrChildNotFound", err)
+	}
+
+	// The new password: the copy goes on from its cursor.
+	if err := b.UpdateRemoteCredentials(ctx, "orders", id, "second-password-2"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the copy to go on with the new password", func() bool { return cursor() == 6 })
+	waitUntil(t, "the child to be running again", func() bool {
+		infos, err := b.RemoteChildren("orders")
+		return err == nil && len(infos) == 1 && infos[0].State == "running"
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.stored) != 6 {
+		t.Fatalf("the remote stored %d messages, want 6 (each once)", len(f.stored))
+	}
+	for i, o := range f.stored {
+		if o.Offset != int64(i) {
+			t.Fatalf("the remote stored offsets %+v, want 0 to 5 once each", f.stored)
+		}
+	}
+	if r, _ := b.meta.RemoteChild(rc.ID); bytes.Contains(r.Sealed, []byte("second-password-2")) {
+		t.Fatal("the new password is stored in clear")
 	}
 }

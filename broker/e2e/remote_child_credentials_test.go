@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/testutil"
+)
+
+// TestRemoteChildNewPassword: the remote user's password changes; the copy fails with
+// a reason that says what to do; the new password given with PUT …/credentials (by the
+// parent's owner or an admin only, checked against the remote first) lets the copy go
+// on from its cursor: every message reaches the remote once, none lost, none again.
+func TestRemoteChildNewPassword(t *testing.T) {
+	t.Parallel()
+	p := startRemotePair(t)
+	p.sa.createTopic("orders", map[string]any{"partitions": 1})
+	p.da.createTopic("copy.orders", map[string]any{"partitions": 1})
+	r := p.attach("orders", "copy.orders", nil)
+	var att remoteChildJSON
+	if !r.Expect(t, http.StatusCreated) || !r.JSON(t, &att) {
+		t.FailNow()
+	}
+	p.sa.produceJSON("orders", map[string]any{"id": 1}, "")
+	waitFor(t, 30*time.Second, "the first copy", func() bool { return len(p.da.readAll("copy.orders", 0)) == 1 })
+
+	// The remote's admin changes the copier's password.
+	const newPass = "copier-pass-2"
+	body, _ := json.Marshal(map[string]any{"new_password": newPass})
+	p.da.Do(http.MethodPut, "/v1/users/copier/password", body, "Content-Type", "application/json").Expect(t, http.StatusNoContent)
+	p.sa.produceJSON("orders", map[string]any{"id": 2}, "")
+	p.sa.produceJSON("orders", map[string]any{"id": 3}, "")
+	waitFor(t, 30*time.Second, "the copy to fail on the old password", func() bool {
+		c, _, ok := p.sa.remoteChild("orders", att.ID)
+		return ok && c.State == "failing" && strings.Contains(c.PausedReason, "refused the credentials") &&
+			strings.Contains(c.PausedReason, "/credentials")
+	})
+
+	route := topicPath("orders") + "/children/" + att.ID + "/credentials"
+	put := func(a *api, pass string) *testutil.Response {
+		b, _ := json.Marshal(map[string]any{"password": pass})
+		return a.Do(http.MethodPut, route, b, "Content-Type", "application/json")
+	}
+	// A user who may consume the parent but does not own it may not.
+	p.sa.PostJSON("/v1/users", map[string]any{"username": "reader", "password": "reader-pass-1",
+		"grants": []map[string]any{{"action": "consume", "topics": []string{"orders"}}}}).Expect(t, http.StatusCreated)
+	reader := &api{Client: p.src.Client().WithBasicAuth("reader", "reader-pass-1"), t: t}
+	put(reader, newPass).ExpectError(t, http.StatusForbidden, "forbidden")
+	// A password the remote refuses is not stored, and not shown.
+	if r := put(p.sa, "still-wrong-9"); r.ExpectError(t, http.StatusConflict, "conflict") &&
+		(!strings.Contains(string(r.Body), "new password (401)") || strings.Contains(string(r.Body), "still-wrong-9")) {
+		t.Errorf("refusal %s does not say why (or shows the password)", r.Body)
+	}
+	put(p.sa, "short").ExpectError(t, http.StatusBadRequest, "invalid_json")
+	put(p.sa, newPass).Expect(t, http.StatusNoContent)
+
+	waitFor(t, 30*time.Second, "the copy to go on with the new password", func() bool {
+		c, _, ok := p.sa.remoteChild("orders", att.ID)
+		return ok && c.State == "running" && c.totalLag() == 0
+	})
+	got := p.da.readAll("copy.orders", 0)
+	if len(got) != 3 {
+		t.Fatalf("the remote holds %d messages, want 3 (each once)", len(got))
+	}
+	for i, m := range got {
+		if want := `{"id":` + string(rune('1'+i)) + `}`; string(m.Payload) != want {
+			t.Fatalf("message %d is %s, want %s", i, m.Payload, want)
+		}
+	}
+	if strings.Contains(p.src.Log(), newPass) || strings.Contains(p.src.Log(), "still-wrong-9") {
+		t.Fatal("the source's log shows a password")
+	}
+}
