@@ -91,9 +91,15 @@ func newRemoteClient(rawURL, topic, user, pass, caPEM string) (*remoteClient, er
 	}
 	return &remoteClient{
 		base: strings.TrimSuffix(u.String(), "/"), topic: topic, user: user, pass: pass,
-		hc: &http.Client{Transport: tr, Timeout: remoteRequestTimeout},
+		hc: &http.Client{Transport: tr, Timeout: remoteRequestTimeout, CheckRedirect: noRedirect},
 	}, nil
 }
+
+// noRedirect makes a redirect the remote's answer, not a request elsewhere: a copy (and
+// its credentials: Go's client sends them on to another port of the same host) goes
+// only where its URL says, the URL the attach checked. A 307 or 308 followed would also
+// count a batch as copied that the remote at that URL never stored.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 func (c *remoteClient) close() { c.hc.CloseIdleConnections() }
 
@@ -197,6 +203,8 @@ func remoteFailure(err error, rc remoteTarget) (class, reason string) {
 		return "remote_topic_missing", "the remote topic " + rc.topic + " does not exist (any more); create it again and detach and attach this child, or detach it"
 	case ae.Status == http.StatusRequestEntityTooLarge:
 		return "too_large", "the remote refuses a message as too large (413); raise its limits or detach this child"
+	case ae.Status >= 300 && ae.Status < 400:
+		return "refused", fmt.Sprintf("the remote answers with a redirect (%d), which a copy does not follow; detach this child and attach it again with the URL the remote redirects to", ae.Status)
 	case ae.Status >= 500 || ae.Status == http.StatusTooManyRequests:
 		return "remote_unavailable", "the remote cluster answers " + fmt.Sprint(ae.Status) + "; the copy is retried with backoff"
 	}
@@ -216,6 +224,8 @@ func attachRefusal(err error, rc remoteTarget) string {
 		return "user " + rc.user + " may not produce to " + rc.topic + " on the remote (403); grant it produce on " + rc.topic + " there, then attach again"
 	case ae.Status == http.StatusNotFound && ae.Code == string(apigen.ErrorCodeTopicNotFound):
 		return "topic " + rc.topic + " does not exist on the remote cluster; create it there first (with the partitions you want), then attach again"
+	case ae.Status >= 300 && ae.Status < 400:
+		return fmt.Sprintf("the remote answers with a redirect (%d), which a copy does not follow; attach with the URL it redirects to (https, perhaps)", ae.Status)
 	}
 	return ae.Error()
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -279,5 +280,44 @@ func TestRemoteChildCredentialsUpdatedInPlace(t *testing.T) {
 	}
 	if r, _ := b.meta.RemoteChild(rc.ID); bytes.Contains(r.Sealed, []byte("second-password-2")) {
 		t.Fatal("the new password is stored in clear")
+	}
+}
+
+// TestRemoteClientFollowsNoRedirect: a remote that answers a redirect does not send the
+// copy, or the credentials, elsewhere (here another port of the same host, to which Go's
+// client would forward the Authorization header): the answer is a refusal the child
+// reports.
+func TestRemoteClientFollowsNoRedirect(t *testing.T) {
+	var mu sync.Mutex
+	var elsewhere []string
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, pass, _ := r.BasicAuth()
+		mu.Lock()
+		elsewhere = append(elsewhere, r.Method+" "+r.URL.Path+" password="+pass)
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer other.Close()
+	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer redirecting.Close()
+	cl, err := newRemoteClient(redirecting.URL, "orders", "copier", "remote-password-42", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	err = cl.produceBody(context.Background(), []byte(`{"messages":[{"payload":1}]}`))
+	var ae *RemoteAnswerError
+	if !errors.As(err, &ae) || ae.Status != http.StatusTemporaryRedirect {
+		t.Errorf("produce through a redirect: %v, want the 307 as the remote's answer", err)
+	}
+	if class, reason := remoteFailure(err, remoteTarget{url: redirecting.URL, topic: "orders", user: "copier"}); class != "refused" || !strings.Contains(reason, "redirect") {
+		t.Errorf("a redirect is reported as %s: %s", class, reason)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(elsewhere) != 0 {
+		t.Fatalf("the redirect's target got %v", elsewhere)
 	}
 }
