@@ -11,8 +11,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
@@ -64,8 +66,41 @@ func checkRemoteURL(raw string) (*url.URL, error) {
 	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
 		return nil, invalid(apigen.ErrorCodeInvalidParameter, "remote.url is the remote cluster's base URL, scheme://host[:port], without a path or query")
 	}
+	if a, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && forbiddenRemote(a) {
+		return nil, invalid(apigen.ErrorCodeInvalidParameter, "remote.url names %s, a link-local address (where clouds serve instance metadata and credentials); a remote cluster is never there", a)
+	}
 	u.Path = ""
 	return u, nil
+}
+
+// errForbiddenRemote refuses a connection to a link-local address.
+var errForbiddenRemote = errors.New("a remote child never connects to a link-local address (where clouds serve instance metadata and credentials)")
+
+// awsIMDSv6 is the IPv6 address of AWS's instance metadata service (not link-local).
+var awsIMDSv6 = netip.MustParseAddr("fd00:ec2::254")
+
+// forbiddenRemote reports whether a is an address no remote cluster is at, and where a
+// request from a node could fetch the node's cloud credentials: link-local (IPv4
+// 169.254.0.0/16, IPv6 fe80::/10, mapped or not) and AWS's IPv6 metadata address.
+// Loopback and private addresses stay allowed: clusters live there (see
+// docs/operating/security.md for restricting a node's outgoing traffic further).
+func forbiddenRemote(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsLinkLocalUnicast() || a == awsIMDSv6
+}
+
+// checkDialAddr refuses, at each connection, an address forbiddenRemote refuses: checked
+// on the address actually dialled, so a name that resolves there later (DNS rebinding)
+// is refused too.
+func checkDialAddr(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: cannot read the address %q", errForbiddenRemote, address)
+	}
+	if forbiddenRemote(ap.Addr()) {
+		return fmt.Errorf("%w: %s", errForbiddenRemote, ap.Addr())
+	}
+	return nil
 }
 
 func newRemoteClient(rawURL, topic, user, pass, caPEM string) (*remoteClient, error) {
@@ -75,7 +110,7 @@ func newRemoteClient(rawURL, topic, user, pass, caPEM string) (*remoteClient, er
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // a copy goes where its URL says
-	tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: checkDialAddr}).DialContext
 	tr.MaxIdleConnsPerHost = 64
 	tr.ResponseHeaderTimeout = remoteRequestTimeout
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -319,5 +320,39 @@ func TestRemoteClientFollowsNoRedirect(t *testing.T) {
 	defer mu.Unlock()
 	if len(elsewhere) != 0 {
 		t.Fatalf("the redirect's target got %v", elsewhere)
+	}
+}
+
+// TestRemoteURLRefusesLinkLocal: a remote child cannot make a node send requests to a
+// link-local address, where clouds serve instance metadata and the node's credentials:
+// refused at attach for an address in the URL, and at each connection for a name that
+// resolves there (checked on the dialled address, so DNS rebinding does not pass).
+// Loopback and private addresses, where clusters live, stay allowed.
+func TestRemoteURLRefusesLinkLocal(t *testing.T) {
+	for _, u := range []string{"http://169.254.169.254", "http://169.254.169.254:80", "https://[fe80::1%25eth0]:7942",
+		"http://[::ffff:169.254.169.254]", "http://[fd00:ec2::254]"} {
+		if _, err := checkRemoteURL(u); err == nil || !strings.Contains(err.Error(), "link-local") {
+			t.Errorf("%s: %v, want a refusal naming link-local", u, err)
+		}
+	}
+	for _, u := range []string{"http://127.0.0.1:7942", "http://10.1.2.3:7942", "https://[::1]:7942", "https://dr.example:7942"} {
+		if _, err := checkRemoteURL(u); err != nil {
+			t.Errorf("%s: %v, want it allowed", u, err)
+		}
+	}
+	// A name that resolved to a link-local address: the connection is refused before
+	// it is made (the base is set past the URL check, as a rebinding name would pass it).
+	cl, err := newRemoteClient("http://127.0.0.1:1", "orders", "copier", "remote-password-42", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	cl.base = "http://169.254.169.254:80"
+	start := time.Now()
+	if err := cl.produceBody(context.Background(), []byte(`{}`)); !errors.Is(err, errForbiddenRemote) {
+		t.Fatalf("a connection to a link-local address: %v, want errForbiddenRemote", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the refusal took %v: the connection was tried", d)
 	}
 }
