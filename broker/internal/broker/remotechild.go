@@ -485,8 +485,9 @@ func (b *Broker) stopRemoteCopiers() {
 	}
 }
 
-// remoteCopier copies the parent partitions this node holds to one remote child: one
-// goroutine per partition, each reading a batch at its cursor, sending it with
+// remoteCopier copies the parent partitions this node leads to one remote child: one
+// goroutine per partition (held here now or not, as moves change that), each reading a
+// batch at its cursor, sending it with
 // produce-batch, and moving the cursor through the control plane only once the remote
 // answered 202. A crash between the two sends the batch again: duplicates are possible,
 // loss is not. A failure is retried with backoff while the partition is reported
@@ -522,13 +523,16 @@ func (b *Broker) startRemoteCopier(parent *topic, rc meta.RemoteChild) *remoteCo
 		ctx: ctx, cancel: cancel,
 		parts: make([]partState, len(parent.parts())),
 	}
-	for i, p := range parent.parts() {
-		if p == nil || i >= len(rc.Cursors) {
-			continue // the node holding it copies it
+	// One goroutine per parent partition, held here or not: a move can place one here
+	// later, and a held one can be replaced (its group made again); each goroutine
+	// copies whatever this node holds and leads of its partition at the time.
+	for i := range parent.parts() {
+		if i >= len(rc.Cursors) {
+			continue
 		}
 		c.parts[i].state = "copying"
 		c.wg.Add(1)
-		go c.run(i, p)
+		go c.run(i)
 	}
 	return c
 }
@@ -693,7 +697,7 @@ func (c *remoteCopier) backoff(d time.Duration) bool {
 	}
 }
 
-func (c *remoteCopier) run(i int, p *partition.Partition) {
+func (c *remoteCopier) run(i int) {
 	defer c.wg.Done()
 	m := c.b.metrics.RemoteChild
 	bo := backoff.NewExponentialBackOff()
@@ -714,9 +718,14 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 		if c.ctx.Err() != nil {
 			return
 		}
-		if !p.Leading() {
-			// A follower replica of a replicated parent: its leader copies it. The
-			// cursor is in the control plane, so a new leader goes on from it.
+		// The partition as this node holds it now: a move that places it here, or
+		// makes its group again, replaces it in the topic (and wakes the topic's
+		// waiters), so it is looked up at each round, not kept.
+		p := c.parent.parts()[i]
+		if p == nil || !p.Leading() {
+			// Not held here, or a follower replica of a replicated parent: the node
+			// leading it copies it. The cursor is in the control plane, so a new
+			// leader, here or elsewhere, goes on from it.
 			if !c.wait(time.Second, wake, kick) {
 				return
 			}
@@ -736,7 +745,12 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 		from := rc.Cursors[i]
 		recs, err := p.Read(from, limit)
 		if errors.Is(err, partition.ErrClosed) {
-			return // the parent was closed; reconcile starts a new copier if it reopens
+			// Replaced meanwhile (read again from the one held now), or the whole
+			// topic closed (the wait ends the copy).
+			if !c.wait(100*time.Millisecond, wake, kick) {
+				return
+			}
+			continue
 		}
 		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 {
 			// Damaged at from: it can never be copied, and retrying would stop this

@@ -356,3 +356,67 @@ func TestRemoteURLRefusesLinkLocal(t *testing.T) {
 		t.Fatalf("the refusal took %v: the connection was tried", d)
 	}
 }
+
+// reopenPart does to partition i of t what followPlacement does when a move places a
+// replica on this node or its group changes: the partition object is replaced in the
+// same topic (the old one closed first; none held while pause runs).
+func reopenPart(t *testing.T, b *Broker, pt *topic, i int, pause func()) {
+	t.Helper()
+	if lp := pt.parts()[i]; lp != nil {
+		pt.setPart(i, nil)
+		if err := lp.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pause != nil {
+		pause()
+	}
+	p, err := b.openPart(pt, *pt.cur.Load(), int32(i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt.setPart(i, p)
+	pt.sig.broadcast()
+}
+
+// TestRemoteChildFollowsAReopenedPartition: a parent partition replaced on this node (a
+// move placed a replica here, or its group was made again by a forced takeover) is
+// copied on: the copy follows the partition the topic holds now, not the one it started
+// with, and a partition not held here when the copy started is copied once it is.
+func TestRemoteChildFollowsAReopenedPartition(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	m, err := b.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: ref(int32(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, err := b.lookup("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce := func() {
+		t.Helper()
+		if _, err := b.Produce(ctx, "orders", []Outgoing{{Partition: 0, Value: []byte("m")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := startFakeRemote(t)
+	var rc meta.RemoteChild
+	// Not held here when the child is attached (and its copy starts): held a moment
+	// later.
+	reopenPart(t, b, pt, 0, func() { rc = attachFake(t, b, f, "orders", m.Incarnation, 0, "remote-password-42") })
+	cursor := func() uint64 {
+		r, _ := b.meta.RemoteChild(rc.ID)
+		return r.Cursors[0]
+	}
+	produce()
+	waitUntil(t, "the partition placed here after the attach to be copied", func() bool { return cursor() == 1 })
+	// Replaced while the copy runs.
+	reopenPart(t, b, pt, 0, nil)
+	produce()
+	waitUntil(t, "the reopened partition to be copied", func() bool { return cursor() == 2 })
+	if _, stored := f.counts(); stored != 2 {
+		t.Fatalf("the remote stored %d messages, want 2", stored)
+	}
+}
