@@ -464,6 +464,14 @@ func (b *Broker) reconcileRemoteChildren() {
 			c.close()
 			delete(b.rcopiers, id)
 		}
+		if _, ok := live[id]; !ok {
+			// Detached (or its parent deleted): its counters go with it, or every
+			// attach and detach would leave series behind for the life of the node.
+			m, l := b.metrics.RemoteChild, prometheus.Labels{"parent": c.parent.name, "child": c.name}
+			m.Copied.DeletePartialMatch(l)
+			m.Failures.DeletePartialMatch(l)
+			m.Expired.DeletePartialMatch(l)
+		}
 	}
 	for id, rc := range live {
 		if c, ok := b.rcopiers[id]; ok {

@@ -420,3 +420,38 @@ func TestRemoteChildFollowsAReopenedPartition(t *testing.T) {
 		t.Fatalf("the remote stored %d messages, want 2", stored)
 	}
 }
+
+// TestRemoteChildMetricsGoWithIt: a detached remote child leaves no metric series
+// behind (each attach is a new child id: the series would pile up).
+func TestRemoteChildMetricsGoWithIt(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	m, err := b.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: ref(int32(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startFakeRemote(t, http.StatusServiceUnavailable)
+	rc := attachFake(t, b, f, "orders", m.Incarnation, 0, "remote-password-42")
+	if _, err := b.Produce(ctx, "orders", []Outgoing{{Partition: 0, Value: []byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the copy", func() bool {
+		r, _ := b.meta.RemoteChild(rc.ID)
+		return r.Cursors[0] == 1
+	})
+	series := func() int {
+		rm := b.metrics.RemoteChild
+		return promtest.CollectAndCount(rm.Copied) + promtest.CollectAndCount(rm.Failures) + promtest.CollectAndCount(rm.Expired) +
+			promtest.CollectAndCount(rm.State) + promtest.CollectAndCount(rm.Lag)
+	}
+	if n := series(); n < 4 {
+		t.Fatalf("%d remote-child series while attached, want copied, failures, state and lag", n)
+	}
+	if err := b.DetachRemoteChild(ctx, "orders", RemoteChildPrefix+strconv.FormatUint(rc.ID, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if n := series(); n != 0 {
+		t.Fatalf("%d remote-child series left after the detach, want 0", n)
+	}
+}
