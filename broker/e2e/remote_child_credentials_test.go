@@ -74,3 +74,43 @@ func TestRemoteChildNewPassword(t *testing.T) {
 		t.Fatal("the source's log shows a password")
 	}
 }
+
+// TestRemoteChildLastErrorNeedsConsume: a remote child's last_error carries the remote's
+// words, which can quote a message (a schema refusal quotes the value that did not
+// match): the children list shows it only to a user who may read the parent's messages
+// (consume) or an admin; a user with another grant on the parent sees the child, its
+// state and reason, but not the remote's message.
+func TestRemoteChildLastErrorNeedsConsume(t *testing.T) {
+	t.Parallel()
+	p := startRemotePair(t)
+	p.sa.createTopic("orders", map[string]any{"partitions": 1})
+	p.da.createTopic("copy.orders", map[string]any{"partitions": 1,
+		"schema": map[string]any{"type": "object", "properties": map[string]any{"card": map[string]any{"type": "string", "pattern": "^x"}}}})
+	r := p.attach("orders", "copy.orders", nil)
+	var att remoteChildJSON
+	if !r.Expect(t, http.StatusCreated) || !r.JSON(t, &att) {
+		t.FailNow()
+	}
+	const secret = "4111-1111-secret"
+	p.sa.produceJSON("orders", map[string]any{"card": secret}, "")
+	waitFor(t, 30*time.Second, "the copy to fail on the remote's schema, quoting the value", func() bool {
+		c, _, ok := p.sa.remoteChild("orders", att.ID)
+		return ok && c.State == "failing" && strings.Contains(c.Lag[0].LastError, secret)
+	})
+	p.sa.PostJSON("/v1/users", map[string]any{"username": "writer", "password": "writer-pass-1",
+		"grants": []map[string]any{{"action": "produce", "topics": []string{"orders"}}}}).Expect(t, http.StatusCreated)
+	p.sa.PostJSON("/v1/users", map[string]any{"username": "reader", "password": "reader-pass-1",
+		"grants": []map[string]any{{"action": "consume", "topics": []string{"orders"}}}}).Expect(t, http.StatusCreated)
+	writer := &api{Client: p.src.Client().WithBasicAuth("writer", "writer-pass-1"), t: t}
+	reader := &api{Client: p.src.Client().WithBasicAuth("reader", "reader-pass-1"), t: t}
+	c, body, ok := writer.remoteChild("orders", att.ID)
+	if !ok || c.State != "failing" || c.Lag[0].Reason == "" {
+		t.Fatalf("a producer of the parent sees %s, want the child failing with its reason", body)
+	}
+	if strings.Contains(string(body), secret) || c.Lag[0].LastError != "" {
+		t.Fatalf("a user who may not consume the parent reads a message through last_error: %s", body)
+	}
+	if c, _, ok := reader.remoteChild("orders", att.ID); !ok || !strings.Contains(c.Lag[0].LastError, secret) {
+		t.Fatalf("a consumer of the parent does not see last_error: %+v", c)
+	}
+}

@@ -308,7 +308,7 @@ type ChildLag struct {
 	// LagSeconds Remote children: how long ago the oldest message not yet copied was written (0 when none waits).
 	LagSeconds *float64 `json:"lag_seconds,omitempty"`
 
-	// LastError Remote children: the last error of this partition's copy (kept after it recovers).
+	// LastError Remote children: the last error of this partition's copy (kept after it recovers). It can quote a message (the remote's refusal), so with security on it is shown only to users who may consume the topic, and to admins.
 	LastError        *string `json:"last_error,omitempty"`
 	ParentNextOffset int64   `json:"parent_next_offset"`
 	Partition        int32   `json:"partition"`

@@ -1469,7 +1469,7 @@ export interface components {
             state?: "copying" | "paused" | "failing";
             /** @description Remote children, while `failing` or `paused`: why, and what to do. */
             reason?: string;
-            /** @description Remote children: the last error of this partition's copy (kept after it recovers). */
+            /** @description Remote children: the last error of this partition's copy (kept after it recovers). It can quote a message (the remote's refusal), so with security on it is shown only to users who may consume the topic, and to admins. */
             last_error?: string;
             /**
              * Format: int64
