@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -112,5 +113,69 @@ func TestRemoteChildLastErrorNeedsConsume(t *testing.T) {
 	}
 	if c, _, ok := reader.remoteChild("orders", att.ID); !ok || !strings.Contains(c.Lag[0].LastError, secret) {
 		t.Fatalf("a consumer of the parent does not see last_error: %+v", c)
+	}
+}
+
+// TestRemoteChildCopiesAMovedPartition: a parent partition moved to another node is
+// copied by that node from the cursor the control plane holds: every message reaches
+// the remote, before and after the move.
+func TestRemoteChildCopiesAMovedPartition(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 2, "--auto-rebalance=false")
+	atVersion(t, nodes[0], 3)
+	dst := testutil.StartNarad(t, testutil.Options{Env: []string{"NARAD_ADMIN_PASSWORD=" + dstAdminPass}})
+	da := &api{Client: dst.Client().WithBasicAuth("admin", dstAdminPass), t: t}
+	da.PostJSON("/v1/users", map[string]any{"username": "copier", "password": copierPass,
+		"grants": []map[string]any{{"action": "produce", "topics": []string{"copy.*"}}}}).Expect(t, http.StatusCreated)
+	da.createTopic("copy.orders", map[string]any{"partitions": 1})
+	a := nodes[0].api
+	a.createTopic("orders", map[string]any{"partitions": 1, "replication_factor": 1})
+	r := a.PostJSON(topicPath("orders")+"/children", map[string]any{"child": "copy.orders",
+		"remote": map[string]any{"url": dst.URL(), "username": "copier", "password": copierPass}})
+	var att remoteChildJSON
+	if !r.Expect(t, http.StatusCreated) || !r.JSON(t, &att) {
+		t.FailNow()
+	}
+	produce := func(from, to int) {
+		for i := from; i < to; i++ {
+			body := []byte(fmt.Sprintf(`{"id":%d}`, i))
+			waitFor(t, 30*time.Second, fmt.Sprint("message ", i, " accepted"), func() bool {
+				r, err := a.Try(http.MethodPost, topicPath("orders")+"/produce", body, "Content-Type", "application/json")
+				return err == nil && r.Status == http.StatusAccepted
+			})
+		}
+	}
+	copied := func(n int) bool { return len(da.readAll("copy.orders", 0)) >= n }
+	produce(0, 5)
+	waitFor(t, 60*time.Second, "the first copies", func() bool { return copied(5) })
+
+	from := leaderOf(t, nodes, "orders", 0)
+	to := others(nodes, from)[0]
+	mv := startMove(t, nodes[0], "orders", 0, from.id, to.id)
+	waitFor(t, 120*time.Second, "the move to end", func() bool {
+		for _, m := range moves(nodes[0]) {
+			if m.ID == mv.ID {
+				if m.Status == "failed" || m.Status == "cancelled" {
+					t.Fatalf("move ended %s: %s", m.Status, m.Reason)
+				}
+				return m.Status == "done"
+			}
+		}
+		return false
+	})
+	if got := replicasOf(nodes[0], "orders", 0); len(got) != 1 || got[0] != to.id {
+		t.Fatalf("partition 0 is on %v after the move, want [%s]", got, to.id)
+	}
+	produce(5, 10)
+	waitFor(t, 60*time.Second, "the copy to go on from the node the partition moved to", func() bool {
+		c, _, ok := a.remoteChild("orders", att.ID)
+		return ok && c.totalLag() == 0 && c.Lag[0].ChildCursor >= 10 && copied(10)
+	})
+	ids := map[string]bool{}
+	for _, m := range da.readAll("copy.orders", 0) {
+		ids[string(m.Payload)] = true
+	}
+	if len(ids) != 10 {
+		t.Fatalf("the remote holds %d distinct messages, want all 10", len(ids))
 	}
 }
