@@ -304,8 +304,8 @@ func TestBasicAuthIsSent(t *testing.T) {
 }
 
 // TestRemoteChildren attaches a remote child (here the same broker, another topic),
-// sees copies arrive, pauses, resumes and detaches it by its ID; copying a topic into
-// itself is refused.
+// sees copies arrive, pauses, resumes, gives it a new password and detaches it by its
+// ID; copying a topic into itself is refused.
 func TestRemoteChildren(t *testing.T) {
 	c := newClient(t)
 	ctx := ctxT(t)
@@ -335,6 +335,12 @@ func TestRemoteChildren(t *testing.T) {
 	})
 	if err := c.ResumeChild(ctx, parent, ch.ID); err != nil {
 		t.Fatal(err)
+	}
+	if err := c.SetRemoteChildPassword(ctx, parent, child, spec.Password); !errors.Is(err, narad.ErrConflict) {
+		t.Fatalf("a password for a topic name, not a remote child's id: %v, want ErrConflict", err)
+	}
+	if err := c.SetRemoteChildPassword(ctx, parent, ch.ID, "sdk-remote-pw-2"); err != nil {
+		t.Fatalf("a new password: %v", err)
 	}
 	if err := c.DetachChild(ctx, parent, ch.ID); err != nil {
 		t.Fatal(err)

@@ -111,6 +111,16 @@ func (c *Client) ResumeChild(ctx context.Context, parent, id string) error {
 		build: func(s string) (*http.Request, error) { return api.NewResumeChildRequest(s, parent, id) }}, nil)
 }
 
+// SetRemoteChildPassword gives parent's remote child id ("remote:<n>") the remote
+// user's new password, after it changed on the remote: the copy goes on from its cursor.
+// The broker first checks the password with the remote (ErrConflict, saying why, when it
+// refuses; the stored one is kept). A child in this cluster is ErrConflict.
+func (c *Client) SetRemoteChildPassword(ctx context.Context, parent, id, password string) error {
+	req := api.ChildCredentialsRequest{Password: password}
+	return c.doJSON(ctx, &call{op: "set-child-credentials", topic: parent,
+		build: func(s string) (*http.Request, error) { return api.NewSetChildCredentialsRequest(s, parent, id, req) }}, nil)
+}
+
 // AttachChild makes child (an existing topic) receive a copy of every message committed
 // to parent from now on, with its key, delay after the commit (0 for at once: a delay
 // child otherwise). There is no backfill. The broker refuses (ErrConflict) a child that

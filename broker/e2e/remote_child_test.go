@@ -614,6 +614,15 @@ func TestRemoteChildCLI(t *testing.T) {
 		return len(l) == 1 && l[0].State == "paused"
 	})
 	cli.ok("topic", "resume", "orders", id)
+	cli.ok("topic", "remote-password", "orders", id) // the same password, from NARAD_REMOTE_PASSWORD
+	bad := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(bad, []byte("not-the-password\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := cli.exits(1, "topic", "remote-password", "orders", id, "--remote-password-file", bad); !strings.Contains(r.stderr, "new password (401)") ||
+		strings.Contains(r.stderr+r.stdout, "not-the-password") {
+		t.Fatalf("a wrong new password: %q", r.stderr)
+	}
 	cli.ok("topic", "detach", "orders", id)
 	if l := decode[[]child](t, cli.ok("topic", "children", "orders", "-o", "json")); len(l) != 0 {
 		t.Fatalf("children after detach: %+v", l)

@@ -290,6 +290,12 @@ type Child struct {
 // it is retried with backoff. `paused_reason` says why.
 type ChildState string
 
+// ChildCredentialsRequest defines model for ChildCredentialsRequest.
+type ChildCredentialsRequest struct {
+	// Password The remote user's new password. Stored encrypted and never shown again.
+	Password string `json:"password"`
+}
+
 // ChildLag defines model for ChildLag.
 type ChildLag struct {
 	// ChildCursor The next offset of this partition the copy takes; everything before it is copied.
@@ -302,7 +308,7 @@ type ChildLag struct {
 	// LagSeconds Remote children: how long ago the oldest message not yet copied was written (0 when none waits).
 	LagSeconds *float64 `json:"lag_seconds,omitempty"`
 
-	// LastError Remote children: the last error of this partition's copy (kept after it recovers).
+	// LastError Remote children: the last error of this partition's copy (kept after it recovers). It can quote a message (the remote's refusal), so with security on it is shown only to users who may consume the topic, and to admins.
 	LastError        *string `json:"last_error,omitempty"`
 	ParentNextOffset int64   `json:"parent_next_offset"`
 	Partition        int32   `json:"partition"`
@@ -1103,6 +1109,9 @@ type AckBatchJSONRequestBody = AckBatchRequest
 // AttachChildJSONRequestBody defines body for AttachChild for application/json ContentType.
 type AttachChildJSONRequestBody = AttachChildRequest
 
+// SetChildCredentialsJSONRequestBody defines body for SetChildCredentials for application/json ContentType.
+type SetChildCredentialsJSONRequestBody = ChildCredentialsRequest
+
 // ForceLeaderJSONRequestBody defines body for ForceLeader for application/json ContentType.
 type ForceLeaderJSONRequestBody = ForceLeaderRequest
 
@@ -1268,6 +1277,11 @@ type ClientInterface interface {
 
 	// DetachChild request
 	DetachChild(ctx context.Context, topic TopicName, child string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetChildCredentialsWithBody request with any body
+	SetChildCredentialsWithBody(ctx context.Context, topic TopicName, child ChildID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	SetChildCredentials(ctx context.Context, topic TopicName, child ChildID, body SetChildCredentialsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PauseChild request
 	PauseChild(ctx context.Context, topic TopicName, child ChildID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1651,6 +1665,30 @@ func (c *Client) AttachChild(ctx context.Context, topic TopicName, body AttachCh
 
 func (c *Client) DetachChild(ctx context.Context, topic TopicName, child string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDetachChildRequest(c.Server, topic, child)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) SetChildCredentialsWithBody(ctx context.Context, topic TopicName, child ChildID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetChildCredentialsRequestWithBody(c.Server, topic, child, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) SetChildCredentials(ctx context.Context, topic TopicName, child ChildID, body SetChildCredentialsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetChildCredentialsRequest(c.Server, topic, child, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2684,6 +2722,60 @@ func NewDetachChildRequest(server string, topic TopicName, child string) (*http.
 	return req, nil
 }
 
+// NewSetChildCredentialsRequest calls the generic SetChildCredentials builder with application/json body
+func NewSetChildCredentialsRequest(server string, topic TopicName, child ChildID, body SetChildCredentialsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetChildCredentialsRequestWithBody(server, topic, child, "application/json", bodyReader)
+}
+
+// NewSetChildCredentialsRequestWithBody generates requests for SetChildCredentials with any type of body
+func NewSetChildCredentialsRequestWithBody(server string, topic TopicName, child ChildID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithLocation("simple", false, "topic", runtime.ParamLocationPath, topic)
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithLocation("simple", false, "child", runtime.ParamLocationPath, child)
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/topics/%s/children/%s/credentials", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest("PUT", queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewPauseChildRequest generates requests for PauseChild
 func NewPauseChildRequest(server string, topic TopicName, child ChildID) (*http.Request, error) {
 	var err error
@@ -3628,6 +3720,11 @@ type ClientWithResponsesInterface interface {
 	// DetachChildWithResponse request
 	DetachChildWithResponse(ctx context.Context, topic TopicName, child string, reqEditors ...RequestEditorFn) (*DetachChildResponse, error)
 
+	// SetChildCredentialsWithBodyWithResponse request with any body
+	SetChildCredentialsWithBodyWithResponse(ctx context.Context, topic TopicName, child ChildID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetChildCredentialsResponse, error)
+
+	SetChildCredentialsWithResponse(ctx context.Context, topic TopicName, child ChildID, body SetChildCredentialsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetChildCredentialsResponse, error)
+
 	// PauseChildWithResponse request
 	PauseChildWithResponse(ctx context.Context, topic TopicName, child ChildID, reqEditors ...RequestEditorFn) (*PauseChildResponse, error)
 
@@ -4270,6 +4367,33 @@ func (r DetachChildResponse) Status() string {
 
 // StatusCode returns HTTPResponse.StatusCode
 func (r DetachChildResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+type SetChildCredentialsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	JSON400      *BadRequest
+	JSON401      *Unauthenticated
+	JSON403      *Forbidden
+	JSON404      *NotFound
+	JSON409      *Conflict
+	JSON503      *Unavailable
+}
+
+// Status returns HTTPResponse.Status
+func (r SetChildCredentialsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetChildCredentialsResponse) StatusCode() int {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.StatusCode
 	}
@@ -4936,6 +5060,23 @@ func (c *ClientWithResponses) DetachChildWithResponse(ctx context.Context, topic
 		return nil, err
 	}
 	return ParseDetachChildResponse(rsp)
+}
+
+// SetChildCredentialsWithBodyWithResponse request with arbitrary body returning *SetChildCredentialsResponse
+func (c *ClientWithResponses) SetChildCredentialsWithBodyWithResponse(ctx context.Context, topic TopicName, child ChildID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetChildCredentialsResponse, error) {
+	rsp, err := c.SetChildCredentialsWithBody(ctx, topic, child, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetChildCredentialsResponse(rsp)
+}
+
+func (c *ClientWithResponses) SetChildCredentialsWithResponse(ctx context.Context, topic TopicName, child ChildID, body SetChildCredentialsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetChildCredentialsResponse, error) {
+	rsp, err := c.SetChildCredentials(ctx, topic, child, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetChildCredentialsResponse(rsp)
 }
 
 // PauseChildWithResponse request returning *PauseChildResponse
@@ -6428,6 +6569,67 @@ func ParseDetachChildResponse(rsp *http.Response) (*DetachChildResponse, error) 
 			return nil, err
 		}
 		response.JSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetChildCredentialsResponse parses an HTTP response from a SetChildCredentialsWithResponse call
+func ParseSetChildCredentialsResponse(rsp *http.Response) (*SetChildCredentialsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetChildCredentialsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

@@ -297,6 +297,12 @@ type Child struct {
 // it is retried with backoff. `paused_reason` says why.
 type ChildState string
 
+// ChildCredentialsRequest defines model for ChildCredentialsRequest.
+type ChildCredentialsRequest struct {
+	// Password The remote user's new password. Stored encrypted and never shown again.
+	Password string `json:"password"`
+}
+
 // ChildLag defines model for ChildLag.
 type ChildLag struct {
 	// ChildCursor The next offset of this partition the copy takes; everything before it is copied.
@@ -309,7 +315,7 @@ type ChildLag struct {
 	// LagSeconds Remote children: how long ago the oldest message not yet copied was written (0 when none waits).
 	LagSeconds *float64 `json:"lag_seconds,omitempty"`
 
-	// LastError Remote children: the last error of this partition's copy (kept after it recovers).
+	// LastError Remote children: the last error of this partition's copy (kept after it recovers). It can quote a message (the remote's refusal), so with security on it is shown only to users who may consume the topic, and to admins.
 	LastError        *string `json:"last_error,omitempty"`
 	ParentNextOffset int64   `json:"parent_next_offset"`
 	Partition        int32   `json:"partition"`
@@ -1110,6 +1116,9 @@ type AckBatchJSONRequestBody = AckBatchRequest
 // AttachChildJSONRequestBody defines body for AttachChild for application/json ContentType.
 type AttachChildJSONRequestBody = AttachChildRequest
 
+// SetChildCredentialsJSONRequestBody defines body for SetChildCredentials for application/json ContentType.
+type SetChildCredentialsJSONRequestBody = ChildCredentialsRequest
+
 // ForceLeaderJSONRequestBody defines body for ForceLeader for application/json ContentType.
 type ForceLeaderJSONRequestBody = ForceLeaderRequest
 
@@ -1193,6 +1202,9 @@ type ServerInterface interface {
 	// Detach a child topic
 	// (DELETE /v1/topics/{topic}/children/{child})
 	DetachChild(w http.ResponseWriter, r *http.Request, topic TopicName, child string)
+	// Give a remote child the remote user's new password
+	// (PUT /v1/topics/{topic}/children/{child}/credentials)
+	SetChildCredentials(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID)
 	// Pause a remote child's copy
 	// (POST /v1/topics/{topic}/children/{child}/pause)
 	PauseChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID)
@@ -1813,6 +1825,46 @@ func (siw *ServerInterfaceWrapper) DetachChild(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.DetachChild(w, r, topic, child)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SetChildCredentials operation middleware
+func (siw *ServerInterfaceWrapper) SetChildCredentials(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "topic" -------------
+	var topic TopicName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "topic", r.PathValue("topic"), &topic, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "topic", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "child" -------------
+	var child ChildID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "child", r.PathValue("child"), &child, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "child", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SetChildCredentials(w, r, topic, child)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2559,6 +2611,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/children", wrapper.ListChildren)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children", wrapper.AttachChild)
 	m.HandleFunc("DELETE "+options.BaseURL+"/v1/topics/{topic}/children/{child}", wrapper.DetachChild)
+	m.HandleFunc("PUT "+options.BaseURL+"/v1/topics/{topic}/children/{child}/credentials", wrapper.SetChildCredentials)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/pause", wrapper.PauseChild)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/resume", wrapper.ResumeChild)
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/consume", wrapper.Consume)
@@ -4041,6 +4094,80 @@ func (response DetachChild503JSONResponse) VisitDetachChildResponse(w http.Respo
 	return json.NewEncoder(w).Encode(response.Body)
 }
 
+type SetChildCredentialsRequestObject struct {
+	Topic TopicName `json:"topic"`
+	Child ChildID   `json:"child"`
+	Body  *SetChildCredentialsJSONRequestBody
+}
+
+type SetChildCredentialsResponseObject interface {
+	VisitSetChildCredentialsResponse(w http.ResponseWriter) error
+}
+
+type SetChildCredentials204Response struct {
+}
+
+func (response SetChildCredentials204Response) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type SetChildCredentials400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response SetChildCredentials400JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type SetChildCredentials401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response SetChildCredentials401JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type SetChildCredentials403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response SetChildCredentials403JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type SetChildCredentials404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response SetChildCredentials404JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type SetChildCredentials409JSONResponse struct{ ConflictJSONResponse }
+
+func (response SetChildCredentials409JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type SetChildCredentials503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response SetChildCredentials503JSONResponse) VisitSetChildCredentialsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
 type PauseChildRequestObject struct {
 	Topic TopicName `json:"topic"`
 	Child ChildID   `json:"child"`
@@ -5229,6 +5356,9 @@ type StrictServerInterface interface {
 	// Detach a child topic
 	// (DELETE /v1/topics/{topic}/children/{child})
 	DetachChild(ctx context.Context, request DetachChildRequestObject) (DetachChildResponseObject, error)
+	// Give a remote child the remote user's new password
+	// (PUT /v1/topics/{topic}/children/{child}/credentials)
+	SetChildCredentials(ctx context.Context, request SetChildCredentialsRequestObject) (SetChildCredentialsResponseObject, error)
 	// Pause a remote child's copy
 	// (POST /v1/topics/{topic}/children/{child}/pause)
 	PauseChild(ctx context.Context, request PauseChildRequestObject) (PauseChildResponseObject, error)
@@ -5897,6 +6027,40 @@ func (sh *strictHandler) DetachChild(w http.ResponseWriter, r *http.Request, top
 	}
 }
 
+// SetChildCredentials operation middleware
+func (sh *strictHandler) SetChildCredentials(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID) {
+	var request SetChildCredentialsRequestObject
+
+	request.Topic = topic
+	request.Child = child
+
+	var body SetChildCredentialsJSONRequestBody
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.SetChildCredentials(ctx, request.(SetChildCredentialsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SetChildCredentials")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(SetChildCredentialsResponseObject); ok {
+		if err := validResponse.VisitSetChildCredentialsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // PauseChild operation middleware
 func (sh *strictHandler) PauseChild(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID) {
 	var request PauseChildRequestObject
@@ -6332,304 +6496,310 @@ func (sh *strictHandler) ChangePassword(w http.ResponseWriter, r *http.Request, 
 // Base64 encoded, gzipped, json marshaled Swagger object
 var swaggerSpec = []string{
 
-	"H4sIAAAAAAAC/+y9a3PbRrY2+le6uN8qkz4QRcly4lD1Vm3HsWeyTy4ux6lU7TBHaBJNESOwm4NuiOK4",
-	"/P18Pj/x/JK31qUbDRC8yLbimdn+kFgkcenL6nVfz3rXm5nlymilne2N3/VWspRL5VSJn14s8iL7/jv4",
-	"M1N2VuYrlxvdG/eei1ItjVNiBlc8siLNs1TMS7MUbsHflkqLIrdO9FO6eDypRqMnM43/qHQw7CW9HJ62",
-	"km7RS3paLlVv3MObe0mvVH+v8lJlvbErK5X07GyhlhLGspR3Pyh97Ra98fnFN0lvmWv/+Szpuc0KHmNd",
-	"mevr3vv3Se+13BRGZi/1zGTw3dZ00qm06quLVJTKVaW2Qt2qciNWdJ+gX08U3K+yRFgjphunrChNpbMT",
-	"V+Yroe7kzBWbMKe/V6rc1JPiR10pP4Z4PkpXy974956snOklPXpd74+uqbxRM5Wv3F+lzgq1PZG3CyXS",
-	"kq65WuBFqTBzIcXMaFstVSaWylp5rRIhrbjOb5XeNeTmY47dkKdn54c35K1Z5bOf8DVbM4CfBAxhLM6E",
-	"M+L84hsxW8hSzoAqYTKpPPmHeH7y32J08o0YiitxkiZCGyfSYSpMKdLhMN1BWw6e/hG0tZLOqRKe+//8",
-	"Lk/+8fzkv0cn3wyvTv74v/5Xr2uiv1pV6u55LpSorCof2XiyZ+fPDk5W/Oeu2VX+bUdO8Oz82ZET/M+d",
-	"M/xN5m57dn81a1EYfQ1zWsvcibkphfS0NxZSZFUp4WLRT89GNk1E+nQ0Wtp0ADu4XphCCatmRmd2ONEj",
-	"0Qe2kqm5rAo3EFLbNayPdMLombpEpmNVeatKMZMrK3IHv52PhBX9i9FIyKm5VYPhRO+gdRhjb8cqPTnf",
-	"nvd7WGG7MtoqZJTfyuyN+nulLK7FzGinNP4pV6sin+FMT/9mYW3eRW/5X6Wa98a9/zitmfAp/WpPX5al",
-	"KelV25RT0stEbsVSFnNTLlV2Keb5Hcx8quamhGtcucn19bD3Pum9MHpe5LM/eXgzfqsV69wtSDRUZam0",
-	"E9ZJp0Q/d0Ld5dZZIYtSyWyTCCs3AxzzK1NO8yxT+uEH/bxyC6UdPBUY/LRyyFBkUZi1yoCKMyPcIrc4",
-	"sL8Yrf6chSyUtEpM1SLXGb5fMFcWxJWBALTBo6ZKsVBFhgP8ybhXIJr+nEEiU03ESpYuh68TZGxwjrXJ",
-	"lMiMsriauNF+fN8vV4VaKu3UnzLK3IpbVVpgOGaOhDgtzY0q69GZ+VyVtMZmpZg5bVTXgF/KsshV+ees",
-	"Lq6hW0jHXE9loqy0FVILRePwM0vEepHPFgem1M8qYGJCitIUBfxVra5LmanBJbEM4Ralqa4X8Ab+KcNR",
-	"4Eq8NeYHWV7/SfQ/NdkGaNwAZ8+dFUW+zGlLftUyPrQPP56fDIqmEsTarFQZvFoWFmTxQsmMVebffvvt",
-	"JOYmzRdvyRGayK3MCzkt/oxFVcuVKWWZFxtRaXgnMDcUnX775dypUqRv4MPJc/iQBlHcnGt0ybYK8Avd",
-	"EjSALamUbK9Lrp26VjhwGDrPBi54Prv5VrrZIpKyMsuQ3cjidQnk7XKQxXNZWJX0VtFX73pydoP/5k4t",
-	"7aG1ez67ealduQEiW8q77+mes9FohMqS/xyUAlmWctMjlcArXb/TK2sV3kz/pmYOHhkef78pqDuniKG3",
-	"JJdFbpbS76kIBhyq/bMbWOf9ykzS1vQ/QKGPZ9562o41eKNsVeA+tuaJlLv1NVheRxH9C7gQdo5Uza5D",
-	"1xwuPrm+vmu42+uztYSgzlS2W82n34gPK9h6sTZVkYmFvFViITMhC6PVWJyPLhJxMRrB/+CvsxEwnKej",
-	"J7CHoONJR2fkyXmtitdHZu8uhBHu3Y4fctuxJSX+dq8DxLv7/sAh8U/uHFThVInW4Ied+aW8u5KzG5Vd",
-	"SWBZVytVXgUVBS7YWtGlvMuXYInDWffHnb/ZXm+8/irXV/Miv164B3h+qQL7v5rLmTNlN33NzCpXVig5",
-	"W9RKmLCLQGRDQZdpByJflUJmmQXaKtXS3CpQKvFNNoh++ro/k5VFh0J7IGmCrh2VielGpH95+Vac3p6d",
-	"zorKOlWe4t3pQFTa5UXwpfiBLfA90oml1Juh+BGkgltITeYBPQKsYpMpGyy9i9E3Q4HUYMnNJIXN9XWh",
-	"TkjHlE6KLC8VDG5DJ+vsUpQytwpMIrAShXELVfJz8Yq/mVyrrPN0hb36+vAugbiGpaGTET/qq4v4UU/O",
-	"nj75arS99/hx+8G1dOymejLsdVWw6kCfm+co6d2dXJsT/hJ0iOEbuf6Red37pHeb23yaF7nbXLl8qUzl",
-	"Dk7j4sl5xxQ6GdL2oXZOzhboVvywU03Owe5jAD+RMXJJ9ib7HdMESQt/YXeLyIncvBeTqK4lKw/7FpPe",
-	"XGpYs0wVcnMfAogWb9RNVTCwQ5z2DV7VWM4t8YYL1sVgXyykvlavpbVrU37odpA1f7Xip7R0h6+7tA2t",
-	"1vuujxb82SFVo/Go7jkyueygog/az+3dyjtI8jdgcempd4WfvsO/3qeiNJVTVjh5o9AthnoB/jjeplP0",
-	"m0000TYSLVxM5JqIbsc6O9tiDz15vrZmW8jro6U6LuUP8npbqCe9FciJ7KpUkq2U9lJsiLmbFVpzdDkI",
-	"oLnMwQRNhNSZWMOKoavlUsipVdqBQVsosHc1mwwduus9D4rX1jp8sim/KB3Xw0Vbu7+9osmWXIONMSuw",
-	"bQbDiU5pkqlYL5SugyKPrDBrrUqxlJvIc8PeebxuJdFBhh7P61JqN9FrCTL61tzQqjn2HYtMFQodVsju",
-	"rJpVZe42wuhBIrZGLNbSTjQNayy0cQsw/mnUucpYWoe3hlhI34DpLdD3hCGEAfJTPdH1IuEPFuZaory1",
-	"zqxWKhuKlHc4HW+NZmEs3w7X2InOtbBmqaIl7VulWnrNIytS3L4UyR8ILkXqSQtp3RWaD+ngcqL9kF0J",
-	"k8MFmsrZjZnPhyJtEGwqrNzA4Dd0THw4hqmh5+kb9ASaTXdsZpvtbvOTnUzqBzqKHXzqalaVdpfup9Ud",
-	"+nmscuTYwuPl1y9sEDAbe0kkS/vO5jitElFAWxHawezU3Ypm2R7Pm2h7S6XH3t3Ppo/na0Fh8uTrx+IW",
-	"aiPWQEFMkf1AMplZa39Wgq4YHjS4pHtlCQuCQYD7TIi54HFXXrEr5IjpL3wQRF4bHLApMmWdXxZ00W2U",
-	"87OFQ74uc+eUFv0R8Q1ttEL3iR00JpOZaopWHY9RV8upH6I/BUeMEAYFNwi8YZuAHhFLE/0btXLsGMqB",
-	"M8zMrSppTFscmfjXFVDmFVHmkau733rq0pG6xU1rmglLkcCKMEbI7HkMx74tfjqntUNmdK4pBTd2Lecw",
-	"4jEsMT6Ix9Tr1bnoSZN9EJ3v5j+dpr+f1v20hIN2f3hs53BIu+kYDP1wle8yAILtmGeJWMpM0SHKHZ6t",
-	"qTHOulKCYEKhhj/utSPhtnleWifMSmmydqV/D3BR9rx3H4Ta4N7Bu4Nnv1Ays8yt8R6xKqRWnU9dKjjq",
-	"x3tjflSeNbS1Nnj/zsXcDjt0joYXYO+GhMiLa3ohZma5BHaXYS6C64513GiztiJ3dLDmSrqqVBgZLyQ8",
-	"u1QYI7PI/Emt1MWGDH4QbnpWVBmKILUkfQKew4v4SCxzfeWHB0xgKe+uwqaKs4YLg27i6IuY5lpisEQ6",
-	"YVdK3lixNKXq9ibs8SC0TRrelAb51LveeWBKJZ36CFfZQxmx//ouuO7cjY/MS7mni4FY++HclB2eoMaD",
-	"aGns/rU5f/rVh7kmv3jRHsSL1mAPQJC7mcCvVpUfxgPQ5jteqvwFLu92BXyYZyeps5cOJintV4uiLKi9",
-	"vqGXXkm+TxTuA+75mNBVh0tpAQoM6CJNnTVBr89KmVXRpTfcN+jVup7mvXMVX/AUWxFgh/HlpZwtcq1O",
-	"SiUz/IKMDdgiOxQvihxWQkxLqWcLQVqCVQkbckYHK3I40ScinUow25HC03Gd/BRSjiIRj7cN6LZc38oi",
-	"z67g8LJ7x+cWAIfGH8V//fLzT6gZwle/vn118oz8KAtpRaVBE9FinquCgieUCQALYpvvgJmhvwMtXrgU",
-	"nTXoz5uWqCmgsiOXoEKWVdF+QIjh4lMwVQ2espJuEcV349wv+NlU6AIopb5WCbuJJlpEqR/oBRDa8CMb",
-	"oWLUY2CI7aFg3ioOxKfDhvySpXSzBaZlZGpWSFDXOHsBlwUHkVtaVq0wXLQM0Z6z82eiULeqgLvVqvna",
-	"VgrrmO397dQnJ8BCRjOLE3pyayuV0ePoeF3d5qbAFdg3jdj1iiP+BW++DJ6yyD5vPN0ZcwVHulB3+Hz6",
-	"OmStSDGtsmvvngl5R32b/0MlwlZT5gGJKNVclUrPlIVtww2ZS037WorCmFUiOD/TDoJpk1thlcO1ni3U",
-	"7IZye1alyapZnYknr2WuraMH1xPlsTpjbqKtgR21Tq2QiHKgWpzBnqUgk/MKBJ+ZXyEJ8qaxbwqOkLwG",
-	"Qq3CSgR9hJ5RNRN60jFQamfGDV4+99mBeGHI1aMftXFXc1NpfoqtZgvyu9PPOP2r+qJEpGEwza/JhG58",
-	"BYc5/gbWNEW1vf5S9LXx9kI4XGDc5NkgEenS3G5dXXvt4Fc8uHxjng3G9BetfiuhLpoRpVKGQdYffSJm",
-	"OEk78zPRdeEP40yWmpS8ZW7xmKRRjKLBNvxxhF+jG+PXwZzg0gzTPoGGvAMQRNkMFZiMKHWwh9bQ3rsq",
-	"jPWzaSVJqsM5kvgcn5IP57eQ5TXxbJQKpgxOuu3kM7x5qdzCEGEw4fmlBSrzOa0+j5RXFzg23ufX1xsu",
-	"86oo+P4oTm5A0MB7WWmE9a40GlQ0Zz4JsYnln2QMhtdrF+xKWtocObsR89JolwNzKhVwD1eozKd/oVkd",
-	"TqTPTPMyk5jXTGqYFqaN0by0WYu+dTB4fZ2Q/x//Ym8WLiLLYvgTVj6sGZ6Merq4zCjKmEynJsuVFTno",
-	"AktTbmriYE7iL6Q4iURxaJ0pVZbsTmpjJu5MKa/VFYxTkZzLcnuDJKcEfUv55egbgjfg1PHp9Ai4Pt5C",
-	"WqRHlh6UWwG/NQnaDw7f4gMrxNLtSiLfxuALH26yKTxHDfI8yzMczDzXuV0gleXEvafAVy7xT1O5maHz",
-	"yTpMzSLzOqcVHx5lyW4lkapWWiyTMEgjWdDRqa4vY9XLh1VIRS3VypSuGWGJlDlMzK91tOgj6/JbylHj",
-	"OzzK0Tfb6U8tVaD+KpLfvaTXIcl6Sa8lm8jHw8npSS9wctC7m6KlF5ndjW9bgqVH9k/ji6ZMAXW9ITbC",
-	"y4jZ+CeET56546psc/Je0qs5KQ6zxQ7RPmhzOXxYzLZ6Sa/Nf2i9Qk5r0qsPPOahxQeul/TC8YEJEaXz",
-	"mkbkie8lWutwjCe9VwbHV/7iJBeyNWwwDvE07ZMfPW8kLSoSIIv8eiHWwAiXsrw5MoyEqxpFPLrKItBr",
-	"wqzOOxXprExVYdacq42POPKtutP0ehtzVWA6XDuA7z9sHmo2D+MZ7Y4fvDLlTP2AacEf5nvYPYciv+WJ",
-	"ULjYryBZMk15CVTWcq/d23eAIzk4x+7M1ZWxNp8WGzxQV9JdwfFyXbWTSKnEo70EC3Iabh4HIgSh1iRG",
-	"AVLdLwPxVCpQ2YoeiGWuK1qkwlwLVb8srCKxZnNDaydGNddfleZWeb21llswuiMJ0+cUdm9sHBPzwwE7",
-	"oQTGwtIaFU15o1D/6gdFAbNlByDcxHVp1hbD+n4F6iBz20HZzG3ECjrv6NriJnuDVzv2OZpxFwGRw+y+",
-	"aeveke0FJpt1xN1BZ4C/UHEGPpwtc93JHXFVOnbi5Z2ckfqOHo1Vqeb5nVjnRTaTZWZFHwxyk8+UHT7m",
-	"el2/ZrEv+unZQSf2gVx5lsg8zq71+6uSBTy8fep2JV6n5oac7lhVlh7meXvyo//L5PoDCw+yrFR2e8Ge",
-	"HlywPPtYPygGkfwAuqbFkcGtJY0G3a6AydSJMxQq5as6o4IL51ZX0WN2zG47tllH37rZhueJXZHFYG7P",
-	"VWkxpJg7ym4IbDJ3on/G6XEcv8NkYk5AaT3VDrYSpylkaYWsq8lCtDEOEgIHAtWxjj/m7t6RQfx1/3qA",
-	"JNm7HI+sn+hMalFWWuT6k6yNLzaj+y1mqgw+YIp1UOoKTPPuUmI0ZWtJH6Wro0mN+45K1VGVEo2XFuqo",
-	"dzbfhfH6I99VM6hQ5g9aDWjClV1ReClTaLz8zeSccJYppDQLS92dC5L0bg1nSfAvU2MKJfV+PrC3DoQY",
-	"QncmyKdKO2gNbl9c+8c6DtIcS6ZgBcvNlXROLVeuK0LLp4CyN/wNiZiZSjsqehRISfxTrqzoy9WqNHf5",
-	"UjrFKgioWOjVGAzFc0pJZfqTmyP3/0ZhqdfB6OyDpkp5A7mTiXgTRFoBMxyT+/tWlVPp8mUinLpz8KOk",
-	"H2jICZdTEBBG35QTXWcXJpxbY29UNqBbCdSCb+b0/DYoxpivSslLcCDougWpER2xnRAaXcVczRX5eSX/",
-	"XqlLsZIWuaQzWEbXuf3bak6+BHpZrrqCd3UqEvszE/Grzu/E0h6pUhN6xcGKNg9yEeeHBSOudpXUY91z",
-	"+HYxA7JW7sENwrYdYAf84D1D+rnMr3N9UBHbWv1SIQzKakOpYZjK1chInhnQg0HoDcXz2omFeehAr1IL",
-	"g+8WuZ1ocuEJsMlURjQOD6dcwrKZFcjBTAs2GI/BaMyIJifmRLdv6D8HwvsW/vd80Kjw8uMCncNHSRGH",
-	"hl4Mfw0n+rmYYlSLzOYw7Eb9AOWisy8f3QNzTKDqX4y+GdTxS3L2TvRUkT9xrTtKC/Zl6t1Lid3LCPen",
-	"Gx1I/dl7bzha98UWakTV62kn+07hHuJ+gw7HBzxwSa+VmNvifhSuc4b4n7QihQORwjegB+e6Ukdxq10H",
-	"u/n+zpUwtx0rgKWIO1IiUEKjCjsGe4+SA0T/9c+/dNQlDhKRxuoV1RGsCjlTqehLdHHEDhb4IeNyirkp",
-	"ZyqrnRLXpVmTd001vBhTObsZ4HOnspAankym6FYdJbxxhoVYWYfPYhCnCteO8nj47HeQM0L94ff1OlO0",
-	"usQhh92upE9Z6pBaaE6YWxUWuk9yKy+KnNPhB0eKMCCmPe7Kppfv2mDRwnLlNj5Z1/+UW7K8ZJZxoYDM",
-	"7e413GGAtsxb9IP4yVJCTfrdyx9evn25TUan7/LsfTrcU1XVXsi8UL5AKMHagGaADv1bah3PkDzSoRgK",
-	"Fa51btWRa31vJbE0192GP1axL2SptkL3jyw6F9uDJw93/yzk4c5kdb1wolrtqGOoEzM7OXVd37Cvxix3",
-	"HLDDtAFpQXTNVIERvK41PLqKn7SHcAxym4RaPFNmqhxjMIw31wc123uJiRlIrhjuBvGsLNghfR4mmAcc",
-	"IrXr3M0W9cNi5pJbQT+rzJexNvy+lz7xJ96kN3KO7tJqJeYYKrFD8b2PHLLWI3CWPh0Da8PrEdC9mPvM",
-	"phVM0Cp36UtbwiApqk+xXKx3oCip0VizFfaEeCLHXSlvyxd0Dcawl0pnKmsGDOtyibBCPaoBvGXD2Wj0",
-	"ifqXcD2Fynb4RQ8lv18r9Pbw1A4wIyqnz0iKMFTPkfxol2qf9KpVdpBBU8IOokygU8dLlA/l010ehC59",
-	"Brk5LmM4OwlL6oidtIVMe067lIAdtgdw3+P1IFAmDlod+Mhdw/jAnPr7CLo2V61jFPfUnT9OBT4Ug6tP",
-	"RMSTMBCzrKxDpk8Va1sJXvefySdRyPfTbNeG/2QyVYcatheD6lKAlcOKPLJigRcjS+fItuhjIIZ4Ap63",
-	"lvcK492lUlfoO9l+z7foUoEruD6cl9/QQW/WKD2yYg6ahd1Yp5aiX6i5wyS7UHfMv/icHbk5VlfDgdr8",
-	"HzsH+kv+j7DXf9qo9hUsYenXjjJxmW06uSd6scIaY0qT9QlFVvTBAjrFu/+RejSSmIUHr2vSsxs9O8SP",
-	"ftno2Ruw0a2/42rZGf1OT07g1xP4NR2LFOVvSlqYFfAT2fqgWbi1UjryVV+KFFY/xcvYbUD5TExCYMOj",
-	"EmIqjb57flZsbuALYUvyBojTvmATLXI8ra4j9nPlrk2uryP37j34KrtTY24yOr/ociMEN9ERdjL7lD6S",
-	"g+70sj7XG3aqyqJSCad/BRfr5ZH+UTQ3PsAr2g12PA4vSEGDaQ/BpysjM3KGxjwUqVN3Lh0jwEF8c+Qa",
-	"ZuGGbuPc57phiZ+6c4l3xnunGdw40XwnHjcOcqfsdaNXnj5OG8nlg3YmGTp8kx5c263rHXDNxolrdd1n",
-	"21OL9rpZbcSNUitSca2pyhmwHngDDOuXMGHEV2Y4UXTUUc0iJllrs2ZfIVmunMAQKe0TrRWG98LQRT7H",
-	"IvIShhGr9+EKyy/KFOhcFsfzJhTc83lHZT933qc9hrHQcu72uB2uXPTU33XmX/ux7sjPkjMQiZSU2pGm",
-	"sCtTinLfXcEFvT7B/FhREiWu7ckOk46KLzh/ts6dJcBaP4Jj3xljPTbf+Ar4XS0hW/lbsXo4Q2gvEJxT",
-	"0MMk2oL9XNfFyYN2NrEH0no6eoJaRSA/stIqjVWMiJNMpbRc7wKXIBkDPY+G4m1ZqU4rOhKEUzm7Kcy+",
-	"jDsPfRB2r5Xk9P//v/9fvdDwgbKecauO3V21MrNFV8E+WWQqi6O7oKuFbPIMfeOqUDNKYVflEq1lSjdC",
-	"rkTBfrKzsBgZ77pspZ5jWajUfGbhObwP4uJsdKzHjDMb7f2mgkKfQnSsqD+ywptkvt6aRi2sogSFKOoB",
-	"PH0GFFCoDC3J89H5gLw5Uizl3wwBzTTyyWzI4W5kCu0Tv820zQ5nNdDFVaCLPRQVcQUg36wqsdYMyJcF",
-	"DnweileMi7O9cuO6IB30pOY04ZSEacJDEZuVEAEwZ533X5tg1HHIB/XJAH1OfCQ/Noku5NrumXmlM4xU",
-	"UxkEsPIjYU9wyN1ZPk1YghjDolO7Piqk4NFqgpDNiwKsySOHS+ApO9/yimAa6F3WwbM5R/9hnKW70xt/",
-	"IoBBZtw+3Ne28PsdGYp00fIyPpvoW1KDj8lXjANQjUVsbtzWYUuaYrkpL2ParDl+oKoD2ZCvScX7CEjf",
-	"KKW92x7ksGZUitRHvSegVVKy4ek7/Pd9OiB1l0oarVgqqbFtwXiig0juLnuSmvis0Ur0d5c0JeSXDW/w",
-	"4VZqdoBS5WL0zY6yK3xehNlVV0S1AAVGnZAh94wetk20+yEhJz2swZBOXYEs2t6eFws1uyHHdV3VRyCN",
-	"vm6RIMgk5+PTuvcR5itanjThvUEFhWHJvIQ9H53ToiJLRpxZKplGQ5iXkhL8/Po8mmg2MUiIgJaCNZW+",
-	"JwAKVWIuWqnM1tWkQ9ECAhKVVQhC5gw9o842oNlIJySiYTaw+XYlce1NjODT1AF0+KBJRR+fjrJvMp8G",
-	"izgszcdAEcfogTsKO3BjOcW+Bb0oXtREHkGU2YVZ6+GB1Imdr2piHflaYKeKwutf2yHPQxwzJk94cKuK",
-	"E+XYtUFvwK7oWeniLCxt1mCiY5cC63ZnpnfHPcqi+/sIJuIAEERZRHGLePp+rAc2+1jJ1FLMQm0KpRXJ",
-	"Wmx4SeGTaftNUhmMmzCZlV2obKLRMyBdtOd/ffv2tXj++vtQtmsbrJTTlltkR+rQRCs9KzcrL6MiYiQ5",
-	"1ZnPI69WqiOc8frlj2IGl81RmUY/kSsry/1+tFg4t7Li1zc/iFxbh5WZ88j9+6gd4/jq6dMnX3XGNWpU",
-	"kZ2Ey+2U/LWwuj/JUmb1N7kVz2CMX5+TX2vQev0RKCWByFtONW3WabNL0Zg2EusfEWPRGxeohmizFkYP",
-	"ReqPRzoWsrCmVRZWIyey3Alpzvc4ZHyUjmAmUzAhfn3zQyJS2Lrx6SlFaXEf8dPCWPf7eGVK9wfBjprK",
-	"NUiNgSraQEeji8Mxn0+GAIMH/1gcmDeUPoMFOvZzgue0ZsEP7Roymsu/yOWqM4FVK4G1kreyIHHECgcx",
-	"pWYES1i5ZoGx7ZEru1Fy0QxIxQrN25mp68r8W4+EqsTn7DFsvXNougFWgkVeXMLFJecZ2vnePdb59j2O",
-	"uO54+svt6XjnbxRGP/Id93eESSdSHFmaEO5Aw2q00cw76x0+mRvhYcbB5ieDGFzJa9W5B8+vQ1iRIVMr",
-	"7RcoJKtHA8w1euYZM7XJQGsX8bF+QzZBdlE///wpDsAq0tt3nQGKJXw6wm+X3nFGRhiKP5atdUhqhhBb",
-	"+7EPoHtzO9lXHQTdF8rFWGfWiHX2wcae54U64fgx/sjdJLzaxaAKZs4lCZHXZS1zrP6YE6Y1ewkHNYlj",
-	"+owF9lovq/iBo9cIUR2FVsUSC+F0jGDsB0/hI4s8ukul+jPYD4zUdrnKClwpzEChdcWMeF6No3kKDa9z",
-	"GiSqt2eCJ/Xoevq77mcbfQ08AYceH35WRmhKx+IlL5XUna/5UUldd6kks+6TvLHcQfm/RHSOFI35bz7F",
-	"757SjZ6DiJhEM11o93jNR/OxHRwlpo8waU+TXQOs9yLsfRfzeOstxpaJElLMGt6LTDp14vKl6iWfrNnD",
-	"Pjv6e9SD57kHPS/yeZBloIxeBnVsp6PQ5xxqBRbCDhDgeyOrfjx26m501D2QpR8LSvrB0KMfADH6Tw8e",
-	"egw2aNvREa1vawl2vXk/ZRyivc4NijNAdx/q75STOVqqsih+nvfGv+83o4gTvE+2gDgC4I712QbH+Qqb",
-	"SQpHx1X4Ndvz+sPPrNuXWaMyHDU8P939o9oDoYAP+EU50IC65A//4vWu6Yb5EqUJaCxW3jYUO5hoK7uG",
-	"c5mAJaSY/iM3vqJtuuG66mq2EH3pf0RnWKekexAY6pbgN3WPhtoIZdxCTPfvBlNLUJBGET52BImz0fnF",
-	"YH+XsU8Dd90xjyZe3MOPsOb8rZAPUVLkzqKKSfSQmnmgD9GXzizzmSw4d/aTYl63ArWVx2eMDNs+gXs/",
-	"/SrxjjzxZDAUr/I7kM9YFE6nYv9yfTCGdmvZ6JiYeasLTiIQ/s26XM8ct7QLu/nEo7/G3fTCXOlitJTn",
-	"aq3KS3FG6Q4F2Fbw6+AeTfkuW7ChIVncij4289EmxphA6DgcXmbWetDISkJfdgTQty8dpTsRZUkp6Lug",
-	"Nj4YjHxHb/vAI2SpxI1auWAa+J34WmRyYwdD8Rs3tL9eYnCR84FofX3Giu/lRAeWUIiP5oGfDgq9DVYV",
-	"YeGKflbKuRPno/PRydn5wLfAYt9BQNbFagBC1cXu+23svTp/bDAU6bv3KUbbCUMEdp0bRLF1ZdCfuVAl",
-	"0Bf8R6zikR2KNwExV5TKmuJWUSFOrm2ekTnOCLc4jghuMBrCZY3ZG9wAAcKRkG8x0zCaSQQZCDv0UApg",
-	"26aWVomCLOu5CU3Dgk/MBvo7G43gX2fE2blYRJwMKOWAYP2Y9o6kYXSneO71F7xFlGFOZHdrw44Tez+P",
-	"wQEsvBrujCJm/A7KK/ANR7rLs/jSDmc7+SfR23MppBNLkLrfjI7OgItd+R35b/eMsTNwX9P29oP/Y++O",
-	"deuo/yS7trcHDeJkLkLRzr7Vjsp7GrBoxyvgx9kGnfuwRzX/1XYBcX2qngz3CJnXMbM94ScYbTe5wP3H",
-	"DxhnfWgp6ZGdHQp8w0OUTjSAqbR0Xloy++3b1+Jb+A2EBj0ctB4SYITZPK2cSE+Jjv6RJlHZDyUenS6V",
-	"K/OZTSe60oWymE7r1MypbFBnbTNCMhbKtrsywoMEFofVIWlsymiVGwzFxeisFnol3b0Ffp6IC9CV/Ouw",
-	"swD1knQiM6hODCeagpnjupaCMMBBXMB0CougNomgrvGJ0PiJgG0GcC2quJh1NtEpDjlNOKfYI4Z4KPqx",
-	"kFqogCSYIPp8A0hQpGg22eHjdKL7S6589l+qyrfJoS9SarqQPk5BF/DZKDgiUwqz1gjLQ82aNhMtCwRq",
-	"ojxf5ZTIgRFrwaPmTDKj4YG4UpkRMVIR0pfHaeNyYyRQTMdCcgq0t3Bu1Xv/Hp2Ac9OFIFDKjOph2Jme",
-	"iL9XqlInFA4IJQxEJHZlbhQBl4pVIXONiR3DiZ7o5+LxY5z648f0PG7wGBd5tRp+YyaiwO4g2QmqQYW5",
-	"HgrOgCrtRNNvQV249BpEyd1oQdOK4muSwP99YPDxYzQiHz8WfTnRtdIiWGkZUBEk2ssIdMSYOY8fy9nN",
-	"48e4qQUnAlOQsZArEMOGEiMjXT8qEcKUFIEx+g1ie1tCQPWJ9x7e1B8cJ7kDAr4C1/I//gPzYTwIGFXL",
-	"y5nDsvTz0XkK1OETD0kTjYuBYDycTd6f242ewXmPAj5wajbNnMwTQSUr56PzR5nonBg1FiPk4aDxozUB",
-	"s5hu6u6WEy3AKsYJUSfzwVB8V3ECu+WGMAyHwahl0fqCRcHnG8hjOc2vK1Nhi4m6SYSjDiOSRO5c5kVV",
-	"cheA89EFLpCc3USLQ9sM1gxOoF4iNOv5weP2OiKOkGhvL5g8pbHWY61Z9olLu2CI++dtSH8doDq20nyT",
-	"hpVM+eCo4IUEeT1TocFG7gumSlVZlQ3Fc+qgYUrmjaEaT/p3U3Vbc4WRiwu8QmUESGvKOqjPVm56cTYS",
-	"UfsCntuheAAdQFx1uVR12jFGCPBmIhH83MiPjdooMABgXWgGljIceCofqvFHwAbjU4O9fexEEzFT256Z",
-	"LBEsjyv+sF1C+m5CHYImvbF4N8HuQvDnpDccDie9REx8/mr07fv3MP8UruUSQtvoF8T9r0uzxKGlodFQ",
-	"KooclO2Un4l3182PJhrZUAw9n5mhSJ+OnqRAYSujrbI4j02zIYDoe5AE2IREFPmNEnKimb8llEUn54rg",
-	"7F25AdMxvbi7S333i7Up3YJ+Q5BBzUgMJFaKfKY0oRiROtZ7voLFPzkfjqhE0YERSWKkFzVX7J0NR3SJ",
-	"WSktV3lv3HsyHA2foIPfLVD18aoLao5dJRLPmQzPRyNuicoZ1zNQZnIrqtVQ/MSnAXUk28gq7OHrKSD6",
-	"fQZaFb8QFDZeV3jr+WhEfa8wlRr9Davg6jr9G8O31N6IfSqiV9ZB5nagSDfG3tAJe+Pf/0h6tlouZbkB",
-	"6zm/VZrQKJy8tqBZssnwB9zmlbudi/cj/e7Dsa9Ls1RuoSqqahXqbmUsyWEyeUTfg7GOhqPhxWAofgYu",
-	"7QwnJcDRYzWyU21MT05YvTzxeqfPb6/RBYismpvCAz28KVhVi2pHczvaFkLnyvOYhkCTF6OzXdsYhnD6",
-	"a6uDAt735PB9r0KfhfdJ7+kxd/wa9R5Aigg0EG3aMqxSJzWQ5n/USUJXZF2viR1IsD2yotrKpXISwRF8",
-	"sWXkbCYgIA0GQHkb2pjYS/SHBhVDOu71hogKiwrDNOhAbR/XiW62Sdoijjc0r89yYPHdWEkOkx1++H7u",
-	"OOHw/HzfEa8hvHZu7FufX5W0m9X6UhQGrN1mhn9RzncufsDl9a/YcSx5fnwsR4cX91sZstz/lU4yLwOa",
-	"Tre5Wkdb7re4veenEYIx731zA3/IrfuRr3nAHYxAlnfyViaxf/NNhDXwk+3cwKS3Mp0dNNCFggKwDdAu",
-	"7U3UShqTREnxTUU/d3S2T6g9Bv8wAIWeDLGEKrU4/YpsszTPUiqUB7nrqBU1GjmIv81cGSNpFNCZ57dh",
-	"C/GaRKjCsmGkjT7B+2jgOEjCTpK3Cv0oiC/WakNOGYYhedEZ+MTIh6YUDBuOHqRvGJuMC02KejBcnI3p",
-	"XVlSr1GOOk0ADvDFzmatqX+jixHkEatnpeRNKy5YFzd4racfm35krk2NWwxAtp0F9TMkEWNbLfqbdgdV",
-	"bIntJbd57X+ZXDPAeOJxMb81BPDzSQ5p3PHhfdMj6cpKvd/iD2efmD908QYYlMr++dnCxeibw3e88N2p",
-	"kI8cMbSfjPs+6gf18ezneZZ5h4dvnxPk97HC5PQd3P+eQelVV8J4zKx+IfcGoRWKdnJyjQY3r49nH6Hg",
-	"4FQirt5Et8FrwRimbJ1Q2dwAKk0HAZH6VkW80VvWEx1OPmN1EqMIFbK1snuOWChwVWgXSeuQsFOEMAAn",
-	"Gvhmq4VBijhxdmHWVlgDLGd7uLSmafCNEZrhRAdUUYlrpzK2hIhD170daSmG4rnIlMw835tJLaZqouMB",
-	"oRvEjLf08VJRZpJ3vfhFykthq/I2x33zle0TbbQzUcpDY1gMBom+SyVdDRNM8efcoithTL5sXOGJjtqY",
-	"SG5LBkz9Yru/KHL5usfoQnqhlV2CFEDHCrf8bLJidoxsGg1kQ+Y7qb6YexDh/qGJgh7iGAajy774Llrj",
-	"iEE3WOX5n8Aqv2sSH65PAC9mcFhyq63lxiP5DP4VWOvFUZzyFTYI/JN48UusPSw/AUuOt4158y7F0HeB",
-	"tJgmegAOMIdvV9Itej5p2Udom3I9zpG5XwHiH2354FFKu/0HkUxgcCtqt9Zu4YasOBGMA4ZBpDFXbgTy",
-	"nWjPjfMyIPwkbLAiEFtdTNDvgOFNAgjvoOtIo1mEs3lIo8jDve4yiQgP9X+CQdQCgf1gw+jHIO4jlFkZ",
-	"9xdWBaoNyOJrlH/66Axi/DmTxuUI/CTf+4mTeNtAYzG49UT3Ay724JLk430BreEZNSC2fwqPuA02Lfo1",
-	"cvWg9toQbDdoT0D/ZH01QqfolMqELApsMNjSe2p9x9yqWlHC2D2JlUvG1Q6Rzx3aWKwPSC3yjEiuqJtk",
-	"e9sIk4luuXFvEFU8qBANwkv6+CeYqoMEtCvJIT3sUyLnipWII9ueY/R9q6E5r7cpmSxI8yL9Y3BJ0DW1",
-	"zrFu9A0AG3PJfRNVUq8mwX2P6ydm3LyZVFC5GyCZRXbiycDrrFolE+2tX9qs9q3xerYzZYP5imnKBoNk",
-	"c5gyKc997rRMjb6LghpJXZcy405TnRwUTuLrRoHEpzdYY6DqowzW80/66i6+/Uukb5HXwZM67kvYgy9q",
-	"1+dWu35E0MdtS/QoQzg0wzjWCH6Bmgdi4oUeswgTmxfFgSYKWWlWK5VRiLd5qms81ki0XNYsSOnMxlrP",
-	"cMtMCoEcz7IioYO5K4jd2kf+XhTcOmGA3Epa0q8uJxoZbbNRd2StwZMjW62LW9Dy4KHaOrQXHRUCfkZf",
-	"TtHHRxVwLRsnYUn78EEmCNz7iDzIO4wQRs1+GBOkbgZEzandUb4pfwCs6HufU9zHaMDWxK3SmKgUVip4",
-	"aSiqSTCAdpGvbFRcH7nGqb1ODuoT1nJg4hJ6USb6b+ToFM+pR7bKfPkKhsfZB3XZjtDZegIlWEuSa9wn",
-	"mo7qHo0OfS3eP6DNWvSxjUFQYrx2APoUr0QWvOP0AFmqgAhcizbUxsqg8OXB7zMUBH2KPp/lfo2xM44b",
-	"N3p6QMF+0CgLy+ZL+byDq+/7ZPvWsP+GbuuP4jYv/RnqOjj1odkXIOMTH8pcO50NOwAv6a4UjyF5oikP",
-	"Deld4olayo2wSgER+y3GDF/EwYADQtbIUHwfBZASTrsKsR1vWenMt4WyCgVtiejkE/2KsMIoMRpzrVuJ",
-	"0/P5IIIuIpgsn4eWRtn/pDSAdtBq0lH61ICEIbyVEnYlZ8pHu/Z1r0hI3UCo921EkiZySMBd6vsGX94R",
-	"o/IS0ycppbpgDAuPLzFAfOncitAoA7aFrBhMUMaezXUKeoQfShxkl+cmqln4IPeNugsoU41SkDMqEaLa",
-	"jZ4+622VYWy1Obk4e/b102+enJ09+aqjt8jZ6Ono2TfnX509/eoZNfmgp3LjDhaN3GGDwVPOvv7q6/Pz",
-	"p19xvRLDnXzzbJR0DtYDinw9fBrhfpwNn9WYHBdn553YGRdnw/Nmvw7ujxFVkfx+eIlCGdHvMcDW2Shg",
-	"YWGlVffsApbUxagB6PRsJ6zS03O4rwlnBPOrYYfOzkfv/whFRj3Kv6e69eNERKt8aIeg8IVWZn6A0/zb",
-	"e/jeqJnSTpSYuI1hfdrV1tJEzN4XDXleX9cs7UxieUuXPKC7tgY16Njxl/U82pLjf4YH1/n139rDXX5b",
-	"qo63HhvGC4PKYkI0aamYa0/te2VRiFK5qtSgy54hwix7FHGZQSSAkn6XW9eo1vYuQPolHYoWNkOUUG/r",
-	"JHQQWARVHBodb5Xts0JgnVqNRU4uN7pnq7Ow97lNNN0sMsNAeDgsuOhi0BoLIjHTePygiRbTZG8R8lRR",
-	"mjrWHOX6GhGZW1XMpLBgHiU5kesmM1hIlGuEs/Y1wpiqfjEaddruOMS3fIQfws8XveEz5acwDMn2uX/B",
-	"+/PFD9G7ODtiTG+N+UGWVAL+eTJgGJRDHil0vOWwz9H3HYdjwul9xMo11utxKvRQvNluk0LQuVQDwwgh",
-	"yLjIpdY32DPFAz+EypeAJxwqY4i3DWqgLc/HyH+HtjllWmxX0yScf0c3ctnPVlVNd+IDjLw++YfcdnT9",
-	"l8PyKXIGsOpzDxEnu3K9axK1HvsIyBQEWdpCd0qF0g7ETAyg05kEvoMGPrHyxVhZOxRu0iL+/WjrI0nl",
-	"e8Kw2k8rLbdu17vqS2gzfpJL1QNDagVqRle/C6kRJ0YjUk0a48ukiUg7AUDSZKLTPYBPcONeZCu4gJWk",
-	"ie4jzIpPAsy5WLerI/1QvMpVkUWuiBulVuzBwP6FHDrhJsgejaUuWBVrbk/m8/LU3UxxNYx3fJAGSXBf",
-	"iO880QtTlUmNxUIPyfL5XJWUhxe9y5T0hEc2RHCjqQiaCuYhLvchGQ3Fc2Tv28XM3N8JMVQYO8vJG6Un",
-	"mjzVBO8P24rwMQswc8poCXxaAlblrnei/+RuONE0hq69IN1ZxpkRYDBeo4divFWikmUW4/N+m4Nj0cMH",
-	"s2N/V6LocKLftvvMaefzvrnZWf9iNOoMcz8vnCofUvetX3Av1Xf08Kpv3W8IdQYsNKDu6ChVvkj5fxmV",
-	"+DmhSQTFoMhv1YmrNBrifj+P1pRP5eyGESk/XKZ0egx+Y7iDlKrU0zEXmzehC/rno4sBJTs1C/Z9tT7V",
-	"GJI6jDgGXSX7W3AMEz3R/OL/DWcOBItWaxtBO/jG1X4dOzisb4MxrB82qUajJzPvFMdPKhX99OIpysmn",
-	"oxEJzPMl/P9skSL3J+iMRpd7mK4lJwONxxnszkNt7Yy+Dm9vTniqZmapeLiF4ixwzDejYl10IATIBkL1",
-	"6BO+Ap19FGmUo+YBA6yTGyvIiUCp7fDAaNrYU4KL4GkycnYz9Hv7v0cpPqm5tYgxIN0E4Qz8EAbjkHxe",
-	"7xkXN2DvPQ/4ERLjeIi5FXalNEij73j1ObRxdi5AMFOAM/LjjCh2AzZZGkEa1DHTLYCEGB0hSO2o4+5E",
-	"tzqqXrZpEfch6ubI29NHOEGtBgljOUyNWwwn+unoiUhj9WheFUXqa4+MwfhMjeLXCeoJ057oLhBQf+Li",
-	"NgW5PiFVLYyaKMSUlJDXKTZnN737ap1sPv8VNw8RcFshPzyVCcPQENbngUPUOD4EwDOq0xb+XqlyU+ct",
-	"EGH2duQqPDnvSE44xij+hZY5IXZCkCgR0fw7itGzI2bzF6PVJxBttLq8uH5pmY/QaQ1QNZGAqxvP7RZx",
-	"J1Nv93x6QffrCmEMR6MRWuC5soxDhegcGISe3aBL3KfSHynpSCwSeM9CWsZCsVXh0MhHcx+B7AJiJJz6",
-	"KHnVFztxer0rN2yzYC3nQmZxt32QxIm4GI3gf/DX2SgRT0dPBgEWAAFU0BpATBX09LMpNEcaw97jXO/D",
-	"Xi9CB4OzlghdFUXi2zYnaAeYyiEOJjWoRdzIKbUq2Nl/chSBONU1YN1sC7t3PpSuz4//TJr+89nNG6SF",
-	"XUGunzuo5d+SP91ba38oHoXCusmm7H34lG/MuTNP5rVipwL2U8TUi9CNDxPP+ikceUVp83B0rih/PR1Q",
-	"kkcTXBuPaEC7DhoYI1ItVMkYE/G34X2YYerkjQrpI+wJUXqmhp2ZHi/8/B4SfQLesS/S7xf539L3+Dns",
-	"UQwok7OM6FlExV6FvI7TwjwBfLQXs1MQv6q7FiatHlt19b8zMdFj10OspiUpjOgvKY4TW/d6X8mNArvT",
-	"1IGcqFhDZ+quNiparilLgd2Ekg/VRN+ozSMwNOyiBngW/Ru1QaAlzyPGrZ7m2OwU3rM0WVWYunfnIzvR",
-	"+KLBUPxkkA/N86K4BMVaYXCbSqtPONTt4evQLPFJcN4EdjIvhhNN0etW14RU9M88YrPYKFkOSMlBZuCN",
-	"UjLeUJvRRlDHRwxloXPTG7bePxl2od6d3PmVoqQ8RG4ozOzmksPnGCGnNDhE0XZGNHoybMXyyQb0qBNR",
-	"z1O25BYEB4huW25Tq3JkraiYkL40N+USkwpkrie6Hzoos98R1Sn/5SAhO+2ri/BV0nr5IxuF6hFxsLEN",
-	"faxuRmuR74t+rB247PoIuItSox3MqXtl7VLG5UGDqfU4tHl3o/qhGUr6KFNPKbXo89/UMtzDm1A/2AYG",
-	"5BhWrARCX1I7jU2dhYjq+ES7dT5T3iYujFUB2++3FjBt0pJ07LX2EHF+Wc1ac64W+xFwthPNuT7cKtsD",
-	"VxGPwLGM/dpIx3isSEi35iaqD8KnTzSv2CCiJuyjhCgHLHjTdglZLSZpEgpGh10OSurCbR1WjtRFHjQM",
-	"zqKpFyWllqhYIYt8irwyR3fwTTCgnInpZqL7aVUW9ZMG451sE4YZsAY0IgWHrFyPnKixXpP0BkoXR24z",
-	"FqGB7IDqGDFNCB5IV3FiDNloaRI81Mgsk5Auc5NrolKXL5V1crlC42fKlZxmLiqyxBIwxRqqToJ+qCZp",
-	"hi73OB6PY8m+L79kss7HTzjyWiAZ64nGpCA8X2zAzarSGqrpG4rQH5HQ0QiJdWlVcausL0ulmBHtVw1y",
-	"4fu647iMphPGhy5G/3Gthth1NhV5Eenkxo1v4Vx4RFVnECcI7CnuhFxpzub69c0PwCxePE8wI0vLJXLd",
-	"deulHvEc+OwZgj6z5VhpjAhx30Iv5GIGpCY6nBvPiH3+1lD832pDzjzsept5gUCvfWTbIvYS6aQhPsW1",
-	"2SutIykanorPotStid7DeWqmg8jW64UJQxe52817JEGA+tQ0oP9hh5SNzd74uHdauPhe6vr+QEZu/YbP",
-	"lMxFs+tQ5p97evkSuvpckShWBGLtv1vb32/vnr7Dv/Zmbf3izIrK5xlfLMjeofjWgKQl28M6uaFacvyx",
-	"LnGMwWRQbapTRGuFaIg4zrWwxItZWqIdkOZYaE7XjCkY5KNAg0tWubmOam5KaszibLPTPShaKCqGHUla",
-	"zRN9OEnr3/YQfB6a/k4dS9MfYcEm73Y5JoKaT30KUF7EBPnoAAnuqOKcRSLiYCFnRxOzXYWcBw70KerC",
-	"H+V1Tw5ejIfl++/2+AW2eEdzTUV/64gnYsf6xqD4E01KPEcBWfvDUCoWVXpcc1Axb3LQ7RtaYZdN520L",
-	"i4VYpGmgOogGEnsq+m6hNgwEVmlHGe+pulvBzqaMsYiqRtCy2OgLJgG7BmAa2jols850mdewe8fzIryc",
-	"jCWv05Et9AU+4RMAQ2OZ8xYzAKL+GJF7SiT82Y9ocCKAzpjryhtHaB6L2jqOiFt00vawoxAZZng8GdP1",
-	"TTouK034pV8I+ePry9A0kswbPpqgydTaGTJ5o9CPaOtARhhYnQFxOBMIK4x8QVPoHANSAtMcrihJJR2K",
-	"3yTIEHJEpGuZOypfNoQXK8syv1UT3Uc/6MoUxeBSnI8uPPyGViLLs6F43QR85PpkIPWq1JErqM6kpWRZ",
-	"CtKkCbehQTdB3DLHt6DhaPpE97mh0lho0+pgkgQBVtIaZtFQ0RtGESHWpzfKTTT3l8Ewsh/NFdi3Zn6F",
-	"/XDSoIaj3/WaMlZoRiTtYvgvrMXem2Hc6h6b0JN1ZjG0HGag1Rrj2+zfbaGa5lbMq6LolIEvmL7uq+0B",
-	"HXQoerRtYZuaAQMCFM6I8/HOJJikDJMb7Ep1iTtb1wrddnPRPR2Idw00ztSOttwP9Pgx0o07B0j9HQ8M",
-	"8MCKvyY34Us9MxlqqX88KEQ698bs8Ev404bColPE/GTqJlbIEcjXk2tmGV/qItpS4227+Zdv+YVk1x1k",
-	"/5gQ415hUycTdYqcH/Ib5V2AhCHD4mAp79LaRdn3rTjPRqPRgFOGQsDRrLXn0RTAi1lzjRMjrbDGaKx5",
-	"rTMF0a3qV7IlYCa6m+TEzwEto+6gxCOUU2Cmz8SP+bfCzMUN+mdBIrJr3hKAb7ODnCzWcmPFtVGWk00R",
-	"8wbsI+o4lwXBS4mfsij2cGCfyrMX06jZGJ16IFWl5pbZ2HVY1B3Fd3KrpbxrsCq+hXAQ9jcg39+4+Qg2",
-	"FgTHPyG725dqhIGPMhxQ+4X7fWLu18lEiA2S8vNnccEajfz0Xfj7/enclDN1QuBAH2tPth0LjehNQgrS",
-	"aIeva9XCsez2d91PPfrjMJztJQgjaR22+S4d26iRckfpD8BNG03hY7zyiYa7ro0hJ09eiiy3N2QDXFNC",
-	"gMVGIDOp2SekCioXpHX3zSjfLlSNSW80QRClIU0DVTldbFq5mnG2SQxryP0JMYCa1ebPmluQoJp+2YWZ",
-	"i6Hi6xJkGSbIsdue7ayJ7iwom258EViAdsM4YDoQLTB7NBsij5qi9Q01ZRiORruIpp/lGbn+S7pyONGp",
-	"hwDD2oAr6a4wSMwx9cKsMVe/0hgn8IBJVJCxyK8XINDgX7GWTpVLWd6AuN6EdSjVitBFfMAiBg1OxDLX",
-	"lQ39QRW9hQb7KFDFcKJ/RMYqN2LKU+zL+o2h/K4u+2M6hHd78wxzbgdMGabIQv+XbdzaqIpCRhV6SKt1",
-	"hByIUzopzNwXnKzzlcoY3DfeCCJ9orwppUJj1sy0pECJFVl+q8prDDIvcosNZVgRwi3+Dn2pDFLXaFEw",
-	"LXKdFZtxwDvG3ulqPodD0ZwW5flota4PhlUOh4tBdbEDhCwltWYXPjGQ0JEAxd0IxEybHh04OrbtjTGl",
-	"30w4Al2q0itgwT8QB36YeHD0hs+U99wYgQWtbEei5zb7K9gpouL6+C8OvY9UTnBDhNzuPoJMD+22W9WQ",
-	"hfuAAo/TNYJ+s9vtB1vdqTKh8sCY3H2p2aeBKLn4LRa4p5FFU/d9ZvcW4nuWgd8CT8qXmK3H7jXSx4Yi",
-	"BcPmir09yCIp28uZ4Of25XBcFqYKs47LtUrlZK5V5j0v2pR1FRgLDA9U5FOdrPHTm6qN4aQzpbMGMjt8",
-	"7jMevE/rKoODcKIxYoWdhRn82M8dMUoGYIH6Me0ZNOItUcIppyPRJVEgDOSCyDVKQKxf2dUU8sc6o36v",
-	"DfiK6tlanipv9XUMc6cZCOvycS6rFlG+eiGePHnyDTUtN6X4Ved3jbK2S1ouwWKuZVBHVEctx3YNGkl4",
-	"V+3bVxfb8dzk4wzpD7KkH96U/hwm8hupu92Cb+tCUdtGnuXmqXAAI9bwxQ7ejh1hj31Z99bvliqfxvz9",
-	"Z7RDd0hJyul8mPLGt7G+bbKN78bFi5yIUq79UgiESkWxSjBVsUMyyNEBFRH8mH8r+hdnT4ScmluF+LJg",
-	"E76g03jydrMCm03N8kxZtL18abgVVinMXk3b5zUNoHpYzD7RiK2HGVe1/XGryql0+fJSpNhh+nF9169v",
-	"X508a18vfS/5iSaOedl8sZk55U6sK5VcpvGNU2nVVxcnChgQooXrDSPmYob/RMdIfpgnovP5XGVjLsWH",
-	"d3JvThoYDJe/wJUeip91yP1eY+aqDJA6BMaCG0KrWKMIelvUvxvzoammk6Q9zdZjElIibQ0uOJupFfXN",
-	"QJyYWZEjaowFpYIW3Ip4UQaJAKsO2yJY0bUl/PWlkHpDITucpEcy9HO6us1NESDOJjq9UZtUzBbG2K0u",
-	"P9MNVdn0Qxbwjdp4r3SBaAUMWGMRkDLcOUgagdUVtTJXl0G9o/qQJG7Lh3punah/PjqPdSb0tdTNG+oz",
-	"MbcbPSMc+aejJ5TuFUxnrCW8Vdx0z1QOVSUunx3XLfwRmRaWF5Rw1CMwit4oqwjaRGeeD7OPQ851Hjcs",
-	"YxS8OL8gIhtc4nqTs4O2pG1rdesIN2qzS1eBpx+hrbQYMwwAlh6kqedMl2iFlMhLiGrmhMsxw9zBh4yt",
-	"/rHPFH98+ripY4RnU0vbXnJst/uaG9N+cB2F1JsWYKg2DT7eYNSoczwYXP9rD+vc1Q+Riiio2gHHx30g",
-	"OQFoLcN5+mK0//llz7x1cQz2PqXNjRKfB4dhCHo2SJkQtgSiGoqXcrbwFzyywOnRSCCPr96w5EMUOS+1",
-	"IoWBC5bonivFlsWYJX3Kxrzkz4LO7ERT79lMoR7AMhkTe+j5fdOU4kJG4MHNu6iwB+5toAZjj9b6gTDv",
-	"CBLJsiYhUeT5eqvUu4MJXiHUQ3mp5StiuVgOeMX56LwBOBzuaSI1IPgODiLKgfWP7UtiwA3XKTlM2+ua",
-	"wrbpqiioBTi+c0xSESZsKjcYCvICYhkseRIaaBiRp8GLb2L/9L46faoouGgIY+Rx5Rh7UDBIzc9+ZBuY",
-	"RbXS0W/pBBNNKWPTjb91sJXd5Rcm1/AgWRSqGNdZVl6Q0bjmMucKAtQjrbDVbKa43TDqEP0UaEBeqytu",
-	"mYkzpVYHVVGkA+KroJLQNL2jmfZyjW1oAxFRW/SGGLfcSTkcsrWigrVLD13CvYM7SJGbzYCi6NXKmPjw",
-	"FgwwYWHoHl3lIYE94ld8poZ1XlDuB7CPFEkuQfwiGT+fZGxCdTHaPNPnfUTl/lY5NY5js63LMtcVKn2g",
-	"1mbSLqZGlpmNio619SA6mAE60a9Ls1RuoSpuLVr66t80ahKSiv7ZSCADY99dItKTExzkib8Oe26piaZm",
-	"OtxKw8UOr4B9D+OhjE2be4NoVarb3MAw8FY/5onm1hNY5suoZcj6yH/rUz/ZN8rtSJdYxw+XUb+9sELf",
-	"jCbaj61/9tSvWDSzAbxnqZam3CT+JRz8ex6Sg8knSw8imUPATKGvjnfQIiv1BfU+0QkXyLdjlcgrkQVj",
-	"sQbVfniPOXbz4fHKeansAk3LuJER5YzhQ71vf04tv1Qxpyg19fEglNTOrkdJ3apwx3JTIbintljAhUdx",
-	"1ySKs000SY0cZN1ze8NUxcPMhMzwdUtRrUIGGEkBrsH7BYx1rH63QtqJ3hWZ7ZIPHt76z2ko9M/YLSdp",
-	"DOWsHsrZ9lDOWkM5aw7lYudQzp5tD+VZPJJnnW177t+0Zy+W7aNwQr74yreKc6Pqsu6OPp8aXJzFGTYD",
-	"O6avfCdG1K+WOsk9WJwGXrAPHwqHL/ra+0lzDLjatSkzO/hX6A702TCgKttsAkifj2sFD7sCGpS8JlhE",
-	"rVRmY/wXBPMRaCfHQrTWZ/REU3s+v1tjIQmhwctgjnAjoE9hZiyXQHbjA1xtz+HDB74FOz0uNmnQwp+V",
-	"G0zItgSxRARDYVIU+BNdmOtrlQ3FTwb9WUu5YUyXBuL7BqUnzO/JYHfHHligB23YAy/4TBAPOLd/7XY9",
-	"/xJ4DaGZTkXE1D6oMQM/fQf/gCJ3dNdsaupWI6OYtbZxZ4ZMOnlJsRA8qRbTWGXBWYuELDTc0bcm0P+X",
-	"tjX/5FQWut3soLJkj2JgyXJDswZpiO2DJRg0nb1suuli9OC8yasKX4A3PhHZ1J1vdtLN/VTTX5l/tTTT",
-	"iLGdko15/3BE9Oikt6oO1AXo48V/R+Ibhij/QgN9GPnfeMdnyuo9dMxqND2t1uwb+MLiP9dZZYrhs/rI",
-	"8oYcr1Kceq36Qc4eq/3c0oqUD7OuLQOO4s2qslTaXfmv08u6x3eprHIWizmMVo/q4FHemUFB7bNe+0k9",
-	"kJ7eeMm9DurFro5fX/Skz6eNU7MqGciy6/jAHWwE4+GYSpvPeuPf/3ifvIMDQI57OjhVWfTGvYVzq/Hp",
-	"6dn518PRcDQ8G3/9zcU5HhZ+eHdn30TkJIAT1sg5bqc8uqQd1lkx7C7qSMQh/19Slz9jchcWMGPqZl0d",
-	"WqcI+4DI9uNeSX3C6BsEYqtCLHETOobF0NPDFuRViSS0lSlA7eq9h1lntYcnegDtwfbdL9j3zgVUi3zF",
-	"j/Ax4EZSkR8N1zlsP+6H/FZR3/9SySyHP30n0rI5I25c//6P9/8nAAD//1kTGSoTOQEA",
+	"H4sIAAAAAAAC/+y9a3PbRrY2+le6uN8qkz4QTcly4lD1Vm3HsWeyTy4u26lU7TBHaBJNESOwm4NuiOKk",
+	"/P18Pj/x/JK31qUbDRC8yLLimdn+kFgkcenL6nVfz/qjNzPLldFKO9sb/9FbyVIulVMlfnq5yIvs++/g",
+	"z0zZWZmvXG50b9x7IUq1NE6JGVzxyIo0z1IxL81SuAV/Wyotitw60U/p4vGkGo2ezjT+o9LBsJf0cnja",
+	"SrpFL+lpuVS9cQ9v7iW9Uv29ykuV9caurFTSs7OFWkoYy1Le/qD0lVv0xmfn3yS9Za7959Ok5zYreIx1",
+	"Za6veh8+JL03clMYmb3SM5PBd1vTSafSqq/OU1EqV5XaCnWjyo1Y0X2Cfj1RcL/KEmGNmG6csqI0lc5O",
+	"XJmvhLqVM1dswpz+XqlyU0+KH3Wp/Bji+ShdLXvj33qycqaX9Oh1vd+7pvJWzVS+cn+VOivU9kTeL5RI",
+	"S7rmcoEXpcLMhRQzo221VJlYKmvllUqEtOIqv1F615Cbjzl2Q56dnh3ekPdmlc9+wtdszQB+EjCEsTgV",
+	"zoiz82/EbCFLOQOqhMmk8uQf4sXJf4vRyTdiKC7FSZoIbZxIh6kwpUiHw3QHbTl4+j1oayWdUyU89//5",
+	"TZ7848XJf49Ovhlenvz+f/2vXtdEf7Gq1N3zXChRWVU+svFkT8+eH5ys+M9ds6v8246c4OnZ8yMn+J87",
+	"Z/irzN327P5q1qIw+grmtJa5E3NTCulpbyykyKpSwsWin56ObJqI9NlotLTpAHZwvTCFElbNjM7scKJH",
+	"og9sJVNzWRVuIKS2a1gf6YTRM3WBTMeq8kaVYiZXVuQOfjsbCSv656ORkFNzowbDid5B6zDG3o5Venq2",
+	"Pe8PsMJ2ZbRVyCi/ldlb9fdKWVyLmdFOafxTrlZFPsOZPvmbhbX5I3rL/yrVvDfu/ceTmgk/oV/tk1dl",
+	"aUp61TbllPQykVuxlMXclEuVXYh5fgszn6q5KeEaV25yfTXsfUh6L42eF/nsTx7ejN9qxTp3CxINVVkq",
+	"7YR10inRz51Qt7l1VsiiVDLbJMLKzQDH/NqU0zzLlH74Qb+o3EJpB08FBj+tHDIUWRRmrTKg4swIt8gt",
+	"DuwvRqs/ZyELJa0SU7XIdYbvF8yVBXFlIABt8KipUixUkeEAfzLuNYimP2eQyFQTsZKly+HrBBkbnGNt",
+	"MiUyoyyuJm60H9/3y1Whlko79aeMMrfiRpUWGI6ZIyFOS3Otynp0Zj5XJa2xWSlmThvVNeBXsixyVf45",
+	"q4tr6BbSMddTmSgrbYXUQtE4/MwSsV7ks8WBKfWzCpiYkKI0RQF/VaurUmZqcEEsQ7hFaaqrBbyBf8pw",
+	"FLgS7435QZZXfxL9T022ARo3wNlzZ0WRL3Pakl+0jA/tw4/nJ4OiqQSxNitVBq+WhQVZvFAyY5X5119/",
+	"PYm5SfPFW3KEJnIj80JOiz9jUdVyZUpZ5sVGVBreCcwNRafffjl3qhTpW/hw8gI+pEEUN+caXbKtAryj",
+	"W4IGsCWVku11ybVTVwoHDkPn2cAFL2bX30o3W0RSVmYZshtZvCmBvF0OsnguC6uS3ir66o+enF3jv7lT",
+	"S3to7V7Mrl9pV26AyJby9nu653Q0GqGy5D8HpUCWpdz0SCXwStdv9MpahTfTv6mZg0eGx99tCurWKWLo",
+	"LcllkZul9HsqggGHav/sGtZ5vzKTtDX9j1Do45m3nrZjDd4qWxW4j615IuVufQ2W11FE/xIuhJ0jVbPr",
+	"0DWHi0+ur+8a7vb6bC0hqDOV7Vbz6Tfiwwq2XqxNVWRiIW+UWMhMyMJoNRZno/NEnI9G8D/463QEDOfZ",
+	"6CnsIeh40tEZeXpWq+L1kdm7C2GEe7fjh9x2bEmJv93pAPHufjhwSPyTOwdVOFWiNfhxZ34pby/l7Fpl",
+	"lxJY1uVKlZdBRYELtlZ0KW/zJVjicNb9cedvttcbr7/M9eW8yK8W7gGeX6rA/i/ncuZM2U1fM7PKlRVK",
+	"zha1EibsIhDZUNBl2oHIV6WQWWaBtkq1NDcKlEp8kw2in77uz2Rl0aHQHkiaoGtHZWK6EelfXr0XT25O",
+	"n8yKyjpVPsG704GotMuL4EvxA1vge6QTS6k3Q/EjSAW3kJrMA3oEWMUmUzZYeuejb4YCqcGSm0kKm+ur",
+	"Qp2QjimdFFleKhjchk7W6YUoZW4VmERgJQrjFqrk5+IVfzO5Vlnn6Qp79fXhXQJxDUtDJyN+1Ffn8aOe",
+	"nj57+tVoe+/x4/aDa+nYTfVk2OuqYNWBPjfPUdK7PbkyJ/wl6BDDt3L9I/O6D0nvJrf5NC9yt7l0+VKZ",
+	"yh2cxvnTs44pdDKk7UPtnJwt0K34caeanIPdxwB+ImPkguxN9jumCZIW/sLuFpETuXkvJlFdS1Ye9i0m",
+	"vbnUsGaZKuTmLgQQLd6om6pgYIc47Vu8qrGcW+INF6yLwb5cSH2l3khr16b82O0ga/5yxU9p6Q5fd2kb",
+	"Wq33XR8t+PNDqkbjUd1zZHLZQUUftZ/bu5V3kOSvwOLSJ94V/uQP/OtDKkpTOWWFk9cK3WKoF+CP4206",
+	"Rb/ZRBNtI9HCxUSuieh2rLOzLfbQk+dra7aFvDpaquNS/iCvtoV60luBnMguSyXZSmkvxYaYu1mhNUeX",
+	"gwCayxxM0ERInYk1rBi6Wi6EnFqlHRi0hQJ7V7PJ0KG73vGgeG2twyeb8ovScT1ctLX72yuabMk12Biz",
+	"AttmMJzolCaZivVC6Too8sgKs9aqFEu5iTw37J3H61YSHWTo8bwqpXYTvZYgo2/MNa2aY9+xyFSh0GGF",
+	"7M6qWVXmbiOMHiRia8RiLe1E07DGQhu3AOOfRp2rjKV1eGuIhfQNmN4CfU8YQhggP9UTXS8S/mBhriXK",
+	"W+vMaqWyoUh5h9Px1mgWxvLtcI2d6FwLa5YqWtK+Vaql1zyyIsXtS5H8geBSpJ60kNZdovmQDi4m2g/Z",
+	"lTA5XKCpnF2b+Xwo0gbBpsLKDQx+Q8fEh2OYGnqevkFPoNl0x2a22e42P9nJpF7WHoWPY8UxS+3yyOLS",
+	"+4iDWgt//VC8c6ZUmVB6Vm5WoNPBcmogb1Ai11rIK5nrlnC8K6s+zKZ/IGbUwakvZ1Vpd2m/Wt2ip8sq",
+	"R649ZDCeggKJAru1F3RoifLZIUF0QmegrQruYPfqdkXTao/nbUTgpdJjH/Bg489z9qAy+gPsx+IWaiPW",
+	"cIb4TPbDoclgI5hbBG05PGhwQffKUvHO3WlCLAeOu/KSnUFHTH/hw0DyyuCATZEp6/yyoJNyo5yfLbC5",
+	"dZk7p7Toj4hzaqMVOpDsoDGZzFRTtGt5jLpaTv0QPR84YoQwKLhB4A3bBPSImLroX6uVY9dYDrxxZm5U",
+	"aQdD8b0TM6nF3yt4cAhxEfumvcMdn1dWFgOMHbeZNZMgnTWjiw0IQTipwJMMSopYPrC7HQ6pM0Jmy1zb",
+	"TtFIguQSDsglHZAjN3m/GdulrHbL/dZqJyzOg0zAYC3LyTHw37Ye0DmtHcK7c2spyrRrV4cRs2fR/VHM",
+	"vl6vzkVPmlyMjttuNtjpg/HTupu6dtABEx7bORxSMzsGQz9c5rsssWDE51kiljJTdJZzh0d8aoyzrpSg",
+	"IaB2gT/uNejhtnleWifMSmlyO0j/HmDmHAIZdFJM7fnYIUJCiKVQMrMsNPAesSqkVp1PXSrgOMe7xX5U",
+	"nkO11Wd4/87F3I7/dI6GF2DvhoQQmGu6g2ZmuQSum2FSiOsOOl1rs7Yid3Sw5kq6qlSYolBIeHapMFhp",
+	"UQaRfg+sDD0vwOD0rKgylIRqSYodPIcX8ZFY5vrSDw+YwFLeXoZNFacNXxLdxGEwMc21xKiVdMKulLy2",
+	"YmlK1e3W2ePKaduWvCkN8ql3vfPAlEo6dQ+f5UN5E/71faHdSTT3TBC6o6+HWPvhJKEdLrnGg2hp7P61",
+	"OXv21cf5iL+4Mx/EndlgD0CQu5nAL1aVH8cD0Pg+Xqr8BS7v9sl8nIstqdPIDmaL7VeLonS0vdbfK6+r",
+	"3yUc+hH33CeG2OHbW4ACo9lcrnXWBN1vK2VWRZfecNfoY+t6mvfOVXzJU2yF4h0G+pdytsi1OimVzPAL",
+	"snlgi+xQvCxyWAkxLaWeLQRpCVYlbE8aHYzZ4USfiHQqs0vO80rHdRZayP2KRDzeNqDbcn0jizy7hMPL",
+	"fjaf5AEcGn8U//Xu559QM4Svfnn/+uQ5ObQW0opKgyaixTxXBUWxKCUDFsQ23wEzQ8cTmkxwKXrN0LE6",
+	"LVFTQGVHLkGFLKui/YAQTMenYM4gPGUl3SIKtMdJePCzqdATUUp9pRL21020iHJw0BkhtOFHNmL2qMfA",
+	"ENtDwQRiHIjPSw6JPkvpZgvMj8nUrJCgrnEaCS4LDiK3tKxaYdxuGcJup2fPRaFuVAF3q1Xzta1c4jG7",
+	"HbZz0JwAQx3NLM6syq2tVEaPo+N1eZObAldg3zRiHziO+B3efBFclpGboPF0Z8wlHOlC3eLz6euQPiTF",
+	"tMquvJcoJID1bf4PlQhbTZkHJGCtq1LpmbKwbbghc6lpX0tRGLNKBCfK2kEwbcCEVw7XerZQs2tKslqV",
+	"JqtmdUok+tKsowfXE+WxOmOuo62BHbVOrZCIcqBanMGepSCT8xIEn5lfIgnyprGLDI6QvAJCrcJKBH2E",
+	"nlE1M6vSMVBqZ+oTXj73aZp4YUiapB+1cZdzU2l+iq1mCwqA0M84/cv6okSkYTDNr8mEbnwFhzn+BtY0",
+	"RbW9/lL0tfH2QjhcYNzk2SAR6dLcbF1dOw/hVzy4fGOeDcb0F61+K7MxmhHltIZB1h99Rmw4STsTZdF1",
+	"4Q/jTJaalLxlbvGYpFGwqME2/HGEX6Mb49fBnODSDPNvgYa8HxJE2QwVmIwodbCH1tDeuyyM9bNpZauq",
+	"w8mq+BxfGwHnt5DlFfFslAqmDA617SxAvHmp3MIQYTDh+aUFKvPJxT6hl1cXODbe59fXGy7zqij4/ihh",
+	"wYCggfey0gjrXWk0qGjOfBJiE8s/yRjMc6g9wStpaXPk7FrMS6NdDsypVMA9XKEyn4eHZnU4kT5F0MtM",
+	"Yl4zqWFamL9H89JmLfrWweD1VUKBGPyLvVm4iCyL4U9Y+bBmeDLq6eIyoyhjMp2aLFdW5KALLE25qYmD",
+	"OYm/kAJWEsWhxfBCsju7kJm4M6W8UpcwTkVyLsvtNZKcEvQtJfqjbwjegFPHp9Mj4Pp4C2mRHll6UG4F",
+	"/NYkaD84fIuPcBFLtyuJfBujYHy4yabwHDXI8yzPcDDzXOd2gVSWE/eeAl+5wD9N5WaGzifrMDWLzOvk",
+	"Ynx4lK68lc2rWvnJTMIgjWRBR6e6uohVLx/fIhW1VCtTumaoK1LmsEKi1tGij6zLbylHje/wKEffbOeh",
+	"tVSB+qtIfveSXock6yW9lmwiHw9XCSS9wMlB726Kll5kdje+bQmWHtk/jS+aMgXU9YbYCC8jZuOfED55",
+	"5o6rss3Je0mv5qQ4zBY7RPugzeXwYTHb6iW9Nv+h9QrJxUmvPvCYEBgfuF7SC8cHJkSUzmsakSe+l2it",
+	"wzGe9F4bHF/5zkmuKGzYYBxpatonP3reSFpUJEAW+dVCrIERLmV5fWQ0C1c1inh0RUPRa8KszjsV6axM",
+	"VWHWnDSPjzjyrbrT9Hofc1VgOlzEge8/bB5qNg/jGe2OH7w25Uz9gPnZH+d72D2HIr/hiVDc3q8gWTJN",
+	"eQlU1nKv3dl3gCM5OMfuFOKVsTafFhs8UJfSXcLxcl1FrEipxKO9BAtyGm4eByIEodYkRgFS3S8D8VSq",
+	"FNqKHohlritapMJcCVW/LKwisWZzTWsnRjXXX5XmRnm9tZZbMLojCdMnd3ZvbBwT88MBO6EExsLSGhVN",
+	"ea1Q/+oHRQHTlgcg3MRVadYW8yv8CtSx7raDsplkiqWM3tG1xU32Bq927HM04y4CIofZXesHvCPbC0w2",
+	"64i7g84Af6HiDHw4W+a6kzviqnTsxKtbOSP1HT0aq1LN81uxzotsJsvMij4Y5CafKTt8zIXTfs1iX/Sz",
+	"04NO7ANFCyyReZxd6/dXJQt4ePvU7cqAT801Od2xvC89zPP2JKr/l8n1R1aAZFmp7PaCPTu4YHl2Xz8o",
+	"BpH8ALqmxZHBrSWNBt0uRcrUiTMUKuWrOqOCC+dWl9FjdsxuO7ZZR9+62YbniV2RxWBuz1VpMaSYO0qy",
+	"CGwyd6J/ynmKHL/DrG7Og2k91Q62MtgpZGmFrMv6QrQxDhICBwLVsY4/5u7OkUH8df96gCTZuxyPrJ/o",
+	"TGpRVlrk+pOsja/6o/stJswMPmKKdVDqEkzz7ppuNGVrSR/VDaBJjfuOStVRJSuNlxbqqHc234Xx+iPf",
+	"VTOogLcAWg1owpVdUXgpU2i8/M3knPmXKaQ0C0vdnQuS9G4MZ0nwL1NjCiX1fj6wtyCHGEJ3JsinSjto",
+	"DW5fXPvHOg7SHEumYAXLzaV0Ti1XritCy6eAsjf8DYmYmUo7qj4VSEn8U66s6MvVqjS3+VI6xSoIqFjo",
+	"1RgMxQvKDWb6k5sj9/9aYc3dwejsg6ZKeQO5k4l4E0RaATMck/v7RpVT6fJlIpy6dfCjpB9oyAnXtRAi",
+	"Sd+UE10nOSacW2OvVTagWwldhG/mOok2OsmYr0rJS3Ag6LqFbRIdsZ1YJl1Vdc0V+Xkl/16pC0xUBabo",
+	"DNYzdm7/tpqTL4Felquu4F2disT+zET8ovNbsbRHqtQEI3KwtNCjjcT5YcGIq10l9Vj3HL5dzICslTtw",
+	"g7BtB9gBP3jPkH4u86tcH1TEtla/VIhHs9pQahimcjVSw2cG9GAQekPxonZiYUEA0KvUwuC7RW4nmlx4",
+	"AmwylRGNw8Mpl7BsZgX6tGawwXgMRmNqOjkxJ7p9Q/8FEN638L8Xg0apnR8X6Bw+SoqAQPRi+Gs40S/E",
+	"FKNaZDaHYTcKOagogH35OWeLqkz0z0ffDOr4JTl7J3qqyJ+41h01Hvsy9e6kxO5lhPvTjQ6k/uy9Nxyt",
+	"u4I8NaLq9bSTfadwD3G/RYfjAx64pNdKzG1xPwrXOUP8T1qRwoFI4RvQg3NdqaO41a6D3Xx/50qYm44V",
+	"wJrQHSkRKKFRhR2DvUfJAaL/5ud3HQWig0SksXpFBR2rQs5UKvoSXRyxgwV+yLiuZW7Kmcpqp8RVadbk",
+	"XVMNL8ZUzq4H+NypLKSGJ5MpulXQCm+cYUVc1uGzGMSpwrWjPB4++x3kjOCX+H29zhStLnHIYbdL6VOW",
+	"OqQWmhPmRoWF7pPcyosi56z8wZEiDIhpj7uy6eW7Mlg7sVy5jU/W9T/lliwvmWVcryBzu3sNdxigLfMW",
+	"/SB+spRQk3736odX719tk9GTP/LsQzrcU97WXsi8UL5SK8EShWaADv1bah3PkDzSoSoNFa51btWRa31n",
+	"JbE0V92GP8IJLGSptkL3jyw6F9uDJw93/zTk4c5kdbVwolrtKKeoEzM7OXVdZrGv2C93HLDDtAFpQXTN",
+	"VIERvK41PBpOgbSHcAxym4SiSFNmqhxjMIw31wc123uJiRlIrhjuBvGsLNghfR4mmAccIrXr3M0W9cNi",
+	"5pJbQT+rzNcTN/y+Fz7xJ96kt3KO7tJqJeYYKrFYQkKRQ9Z6BM7Sp2NgkX49AroXc5/ZtIIJWuUufIVN",
+	"GCRF9SmWi/UOFCU1Govnwp4QT+S4K+Vt+cq6wRj2UulMZc2AYV0uEVaoR8WYN2w4G40+Uf8SrqdQ2Q6/",
+	"6KHk9yuF3h6e2gFmRLgGGUkRxkw6kh/tUu2TXrXKDjJoSthBuA906niJ8rF8usuD0KXPIDfHZQxnJ2FJ",
+	"HbGTtpBpz2mXErDD9gDue7weBMrEQasDH7lrGB+ZU38XQdfmqnWM4o668/1U4EMxuPpERDwJAzHLyjpk",
+	"+lQ4t5XgdfeZfBKFfD/Ndm34TyZTdahhezGoLgVYOazIIysWeDGydI5siz4VxyFPwPPW8l5hvLtU6hJ9",
+	"J9vv+RZdKnAFF+rz8hs66M0apUdWzEGzsBvr1FL0CzV3mGQXCsD5F5+zIzfH6mo4UJv/Y+dA3+X/CHv9",
+	"p41qX8ESln7tqNeX2aaTe6IXK6wxpjRZn1BkRR8soCd49z9SDwsTs/DgdU16dqNnh/jRu42evQUb3fo7",
+	"Lped0e/05AR+PYFf07FIUf6mpIVZAT+RrQ+ahVsrpSNf9YVIYfVTvIzdBpTPxCSE1dWghJhKo++enxWb",
+	"G/hC2JK8gaa1L9hEixxPq+uI/Vy5K5Prq8i9ewe+yu7UmJuMzs673AjBTXSEncw+pXty0J1e1hd6w05V",
+	"WVQq4fSv4GK9ONI/iubGR3hFu1Gnx+EFKWgw7SH4dGVkRs7QmIciderWpWNEmohvjlzDLNzQbZz7XDcs",
+	"8VO3LvHOeO80gxsnmu/E48ZB7pS9bvTKJ4/TRnL5oJ1Jhg7fpAfXdut6B1yzceJaXffZ9tSivW5WG3Gt",
+	"1IpUXGuqcgasB94Aw3oXJoxA14zrio46qlnEJGtt1uwrJMuVExgipX2itcLwXhi6yOdYy17CMGL1Plxh",
+	"+UWZAp3L4njehrp/Pu+o7OfO+7THMBZazt0et8OVi576u878Gz/WHflZcgYikZJSO9IUdmVKUe67K7ig",
+	"1yeYHytKosS1Pdlh0lHxBefP1rmzhBzsR3DsO2PQzeYbXwO/qyVkK38rVg9niLEGgnMKephEW7Cf67o4",
+	"edDOJvaIZs9GT1GrCORHVlqlsYoRAauplJbrXeASJGOg59FQvC8r1WlFR4JwKmfXhdmXcecRGMLutZKc",
+	"/v//9/+rFxo+UNYzbtWxu6tWZrboKtgni0xlcXQXdLWQTZ6hb1wVakYp7KpcorVM6UbIlSjYT3YWFiPj",
+	"XRet1HMsC5Wazyw8h/dBnJ+OjvWYcWajvdtUUOhTiI4V9UdWeJPM11vTqIVVlKAQRT2Ap8+AAgqVoSV5",
+	"NjobkDdHiqX8myEQiUY+mQ053I1MoX3it5m22eGsBrq4DHSxh6IirgDkm1Ul1poB+bLAgc9D8ZoBirZX",
+	"blwXpIOe1JwmnJIwTXgoguQSIgDmrPP+axOMOg75oD5ZA3QgH8mPTaILubZ7Zl7pDCPVVAYBrPxI9BUc",
+	"cneWTxOWIMaw6NSujwopeNCcIGTzogBr8sjhEobLzre8JpgGepd18GzO0X8YZ+nu9MafCOmRGbcP97Ut",
+	"/H5HhiJdtLyIzyb6ltTgPvmKcQCqsYjNjds6bElTLDflZUybNccPVHUgG/INqXj3wFaOUtq77UEOa0al",
+	"SH3UewJsKCUbPvkD//2QDkjdpZJGK5ZKauwfMZ7oIJK7y56kJj5rtBL93SVNCfllwxt8uJW6TqBUOR99",
+	"s6PsisCxavC0uiKqBSgw6oQMuWP0sG2i3Q2SOulhDYZ06hJk0fb2vFyo2TU5ruuqPkLL9HWLhAUnOR+f",
+	"1r2PeGvR8qQJ7w0qKIwP5yXs2eiMFhVZMgL+Usk0GsK8lJTg59fn0USziUFCBLQUrKn0zRlQqBJz0Upl",
+	"tq4mHYoWEJCorEI0OGfoGXW2Ac1GOiERlrQBkrgriWtvYgSfpg7EyQdNKrp/Osq+yXwaUOiwNPfBhI5h",
+	"HPfB3HGKfQsDU0QYexFSGuJuDQ+kTux8VRPryNcCO1UUXv/aDnke4pgxecKDW1WcKMeuDHoDdkXPShdn",
+	"YWmzBhMd20VYtzszvTvuURbd30cwEQeAIMoiilvE0/djPbDZx0qmlmIWalMorUjWYsNLCp9M22+SymDc",
+	"xCut7EJlE42eAemiPf/r+/dvxIs334eyXdtgpZy23CI7Uocm+hDgYlc+j7xcqY5wxptXP4oZXDZHZRr9",
+	"RK6sLDde0mLh3MqKX97+IHJtHVZmziP376N2jOOrZ8+eftUZ1zgeZdJfC6v7kyxlVn+TW/Ecxvj1Gfm1",
+	"BndFl4yIvOVU02adNttFjWkjsf4RoR69cYFqiDZrYfRQpP54pGMhC2taZWE1gCPLnZDmfIdDxkfpCGYy",
+	"BRPil7c/JCKFrRs/eUJRWtxH/LQw1v02XpnS/U74r6ZyDVJjoIo20NHo/HDM55MhwODBPxYH5i2lz2CB",
+	"jv2c4DmtWfBDu4aM5vI7uVx1JrBqJbBW8kYWJI5Y4SCm1IxgCSvXLDC2PXJlN1wxmgGpWKF5OzN1XZl/",
+	"65GImficPYatdw5NN8BKsMiLS7i45DxDO9+7xzrfvscR1x1Pf7U9He/8jcLoR77j7o4w6USKI0sTwh1o",
+	"WI02mnlnvcMncyM8zDjY/GQQg0t5pTr34MVVCCsycmul/QKFZPVogLlGzzxDtzYZaO0iPtZvyCbILurn",
+	"nz/FAVhFevuuM0CxhE9H+O3SO87ICEPxx7K1DknNEGJrP/YBdG9uJ/uqg6D7QrkY68wasc4+2NjzvFAn",
+	"HD/GH7mth1e7GFTBzLkkIfK6rGWO1R9zAhdnL+GgJnFMn7HAXutlFT9w9BqxwqPQqlhiIZyOgZT94Cl8",
+	"ZJFHd6lUfwb7gZHaLldZgSuFGSi0rpgRz6txNE+h4XVOg0T19kzwpB5dT3/b/Wyjr4An4NDjw8/KCE3p",
+	"WNjmpZK68zU/KqnrdqFk1n2SN5Y7KP9dROdI0Zj/5lP87ijd6DmIiEk009V2AK+5Nx/bwVFi+giT9jTZ",
+	"NcB6L8LedzGP995ibJkoIcWs4b3IpFMnLl+qXvLJum7ss6O/Rz14nnvs9SKfB1kGyuhFUMd2Ogp9zqFW",
+	"YCHsAAG+M7Lq/bFTd6Oj7oEsvS8o6UdDj34ExOg/PXjoMdigbUdHtL6tJdj15v2UcYj2OjcozgDdfai/",
+	"U07maKnKovh53hv/tt+MIk7wIdkC4giAO9ZnGxznK2wmKRwdV+HXbM/rdz+zbl9mjcpw1PD8dPePag+E",
+	"Aj7gnXKgAXXJH/7F613TDfMlShPQWKy8bSh2MNFWdg3nMgFLSDH9BzsLYEXbdMN11dVsIfrS/4jOsE5J",
+	"9yAw1C3Bb+pWEbURyriFmO7fDaaWoCCNInzsCBKno7Pzwf52b58G7rpjHk28uIcfYc35WyEfoqTInUUV",
+	"k+ghNfNAH6IvnVnmM1lw7uwnxbxuBWorj88YGbZ9Avd+9lXiHXni6WAoXue3IJ+xKJxOxf7l+mgM7day",
+	"0TEx81Y7okQg/Jt1uZ457i0YdvOpR3+N2xqGudLFaCnP1VqVF+KU0h0KsK3g18EduiNetGBDQ7K4FX3s",
+	"qqRNjDGB0HE4vMys9aCRlYS+7Aigb186SnciypJS0HdBbXw0GPk2OAR2lwk8QpZKXKuVC6aB34mvRSY3",
+	"djAUv2KM16qrJQYXOR+I1tdnrPimWnRgCYX4aB746aDQ22BVERau6GelnDtxNjobnZyeDXwvMvYdBGRd",
+	"rAYgVN3++Wgk2th7df7YYCjSPz6kGG0nDBHYde7UxdaVQX/mQpVAX/AfsYpHdijeBsRcUSprihtFhTi5",
+	"tnlG5jgj3OI4IrjBaAgXNWZvcAMECEdCvsVMw2gmEWQg7NBDKYBtm1paJQqyrOcmdG8LPjEb6O90NIJ/",
+	"nRGnZ2IRcTKglAOC9T59NknD6E7x3OsveI8ow5zI7taGHSf2bh6DA1h4NdwZRcz4HZRX4BuOdJdn8aUd",
+	"znbyT6K350JIJ5Ygdb8ZHZ0BF7vyO/Lf7hhjZ+C+pu3tB//73h3r1lH/SXZtbw8axMlchKKdfasdlfc0",
+	"YNGOV8CPsw0692GPav6L7QLi+lQ9Ge4QMq9jZnvCTzDabnLB9mFHDxhnfWgp6ZGdHQp8MzOUTjSAqbR0",
+	"Xloy+/37N+Jb+A2EBj0ctB4SYITZPK2cSJ8QHf0jTaKyH0o8erJUrsxnNp3oShfKYjqtUzOnskGdtc0I",
+	"yVgou9VxrS81dU6rQ9LYHdMqNxiK89FpLfRKunsL/DwR56Ar+ddhZwFq6ulEZlCdGE40BTPHdS0FYYCD",
+	"uIDpFBZBbRJB7fsTofETAdsM4FpUcTHrbKJTHHKacE6xRwzxUPRjIbVQAUkwQfT5BpCgSNFsssPH6UT3",
+	"l1z57L9UlW+TQ1+k1HQhfZyCLuCzUXBEphRmrRGWh5o1bSZaFgjURHm+yimRAyPWgkfNmWRGwwNxpTIj",
+	"YqQi6njHOG1cbowEiulYSE6B9hbOrXofPqATcG66EARKmVE9DDvTE/H3SlXqhMIBoYSBiMSuzLUi4FKx",
+	"KmSuMbFjONET/UI8foxTf/yYnsd9JuMir1bndcxEFNgdJDtBNagwV0PBGVClnWj6LagLF16DKLktMGha",
+	"UXxNEvi/Dww+foxG5OPHoi8nulZaBCstAyqCRHsZgY4YM+fxYzm7fvwYN7XgRGAKMhZyBWLYUGJkpOtH",
+	"JUKYkiIwRr9BbG9LCKg+8d7Dm/qD4yR3QMBX4Fr+x39gPowHAaNqeTlzWJZ+NjpLgTp84iFponExEIyH",
+	"s8n7c7vRMzjvUcAHTs2mmZN5Iqhk5Wx09igTnROjxmKEPBw0frQmYBbTTd1kc6IFWMU4IWopPxiK7ypO",
+	"YLfcEIbhMBi1LFpfsCj4fAN5LKf5VWUqbDFRN4lw1GFEksidy7yoSu4CcDY6xwWSs+tocWibwZrBCdRL",
+	"hGY9P3jcXkfEERLt7QWTpzTWeqw1yz5xaRcMcf+iDemvA1THVppv0rCSKR8cFbyQIK9nKjTYyH3BVKkq",
+	"q7KheEEdNEzJvDFU40n/bqpua64wcnGBV6iMAGlNWQf12cpNz09HImpfwHM7FA+gA4irLpeqTjvGCAHe",
+	"TCSCnxv5sVEbBQYArAvNwFKGA0/lQzX+CNhgfGqwt4+daCJmatszkyWC5XHFH7ZLSP+YUIegSW8s/phg",
+	"dyH4c9IbDoeTXiImPn81+vbDB5h/CtdyCaFt9AviRuSlWeLQ0tBoKBVFDsp2ys/Eu+vmRxONbCiGns/M",
+	"UKTPRk9ToLCV0VZZnMem2RBA9D1IAmxCIor8Wgk50czfEsqik3NFcPau3IDpmJ7f3qa++8XalG5BvyHI",
+	"oGYkBhIrRT5TmlCMSB3rvVjB4p+cDUdUoujAiCQx0ouaK/ZOhyO6xKyUlqu8N+49HY6GT9HB7xao+njV",
+	"BTXHrhKJF0yGZ6MRt0TljOsZKDO5FdVqKH7i04A6km1kFfbw9RQQ/T4DrYpfCAobryu89Ww0or5XmEqN",
+	"/oZVcHU9+RvDt9TeiH0qolfWQeZ2oEg3xt7QCXvj335PerZaLmW5Aes5v1Ga0CicvLKgWbLJ8Dvc5pW7",
+	"nYv3I/3uw7FvSrNUbqEqqmoV6nZlLMlhMnlE34Oxjoaj4flgKH4GLu0MJyXA0WM1slNtTE9OWL088Xqn",
+	"z2+v0QWIrJqbwgM9vClYVYtqR3M72hZC58rzmIZAk+ej013bGIbw5JdWBwW87+nh+16HPgsfkt6zY+74",
+	"Jeo9gBQRaCDatGVYpU5qIM3/qJOErsi6XhM7kGCXZkW1lUvlJIIj+GLLyNlMQEAaDIDyJrQxsRfoDw0q",
+	"hnTc6w0RFRYVhmnQgdo+rhPdbJO0RRxvaV6f5cDiu7GSHCY7/Pj93HHC4fn5viNeQ3jt3Nj3Pr8qaTer",
+	"9aUoDFi7zQz/opzvXPyAy+tfseNY8vz4WI4OL+63MmS5/yudZF4GNJ1ucrWOttxvcXvPn0QIxrz3zQ38",
+	"IbfuR77mAXcwAlneyVuZxP7NNxHWwE+2cwOT3sp0dtBAFwoKwDZAu7TXUStpTBIlxTcV/dzR2T6h9hj8",
+	"wwC73aMhllClFqdfkW2W5llKhfIgdx21okYjB/G3mStjJI0COvP8JmwhXpMIVVg2jLTRJ3gfDRwHSdhJ",
+	"8kahHwXxxVptyCnDMCQvOgOfGPnQlIJhw9GD9A1jk3GhSVEPhouzMb0rS+o1ylGnCcABvtjZrDX1b3Qx",
+	"gjxi9ayUvG7FBeviBq/19GPTj8y1qXGLAci206B+hiRibKtFf9PuoIotsb3kNq/9L5NrBhhPPC7mt4YA",
+	"fj7JIY07PnxoeiRdWakPW/zh9BPzhy7eAINS2T8/WzgffXP4jpe+OxXykSOG9pNx30f9oO7Pfl5kmXd4",
+	"+PY5QX4fK0ye/AH3f2BQetWVMB4zq3fk3iC0QtFOTq7R4Ob18ewjFBycSsTVm+g2eC0Yw5StEyqbG0Cl",
+	"6SAgUt+oiDd6y3qiw8lnrE5iFKFCtlZ2zxALBa4K7SJpHRJ2ihAG4EQD32y1MEgRJ84uzNoKa4DlbA+X",
+	"1jQNvjFCM5zogCoqce1UxpYQcei6tyMtxVC8EJmSmed7M6nFVE10PCB0g5jxlj5eKspM8q4Xv0h5KWxV",
+	"3uS4b76yfaKNdiZKeWgMi8Eg0XeppKthgin+nFt0JYzJl40rPNFRGxPJbcmAqZ9v9xdFLl/3GF1IL7Sy",
+	"C5AC6Fjhlp9NVsyOkU2jgWzIfCfVF3MPItw/NFHQQxzDYHTZF99Faxwx6AarPPsTWOV3TeLD9QngxQwO",
+	"S261tdx4JJ/BvwJrPT+KU77GBoF/Ei9+hbWH5SdgyfG2MW/epRj6LpAW00QPwAHm8O1KukXPJy37CG1T",
+	"rsc5MncrQPy9LR88Smm3/yCSCQxuRe3W2i3ckBUngnHAMIg05sqNQL4T7blxXgaEn4QNVgRiq4sJ+h0w",
+	"vEkA4R10HWk0i3A2D2kUebjXXSYR4aH+TzCIWiCwH20Y/RjEfYQyK+P+wqpAtQFZfI3yTx+dQYw/Z9K4",
+	"HIGf5Hs/cRJvG2gsBree6H7AxR5ckHy8K6A1PKMGxPZP4RG3waZFv0auHtReG4LtBu0J6J+sr0boFJ1S",
+	"mZBFgQ0GW3pPre+YG1UrShi7J7FywbjaIfK5QxuL9QGpRZ4RyRV1k2xvG2Ey0Q037g2iigcVokF4SR//",
+	"BFN1kIB2JTmkh31K5FyxEnFk23OMvm81NOf1NiWTBWlepH8MLgi6ptY51o2+AWBjLrlvokrq1SS473H9",
+	"xIybN5MKKncDJLPITjwZeJ1Vq2SivfVLm9W+NV7PdqZsMF8xTdlgkGwOUybluc+dlqnRd1FQI6mrUmbc",
+	"aaqTg8JJfNMokPj0BmsMVH2UwXr2SV/dxbffRfoWeR08qeO+hD34onZ9brXrRwR93LZEjzKEQzOMY43g",
+	"l6h5ICZe6DGLMLF5URxoopCVZrVSGYV4m6e6xmONRMtFzYKUzmys9Qy3zKQQyPEsKxI6mLuC2K195O9F",
+	"wa0TBsitpCX96mKikdE2G3VH1ho8ObLVurgFLQ8eqq1De95RIeBn9OUU3T+qgGvZOAlL2oePMkHg3kfk",
+	"Qd5hhDBq9sOYIHUzIGpO7Y7yTfkDYEXf+5ziPkYDtiZulMZEpbBSwUtDUU2CAbSLfGWj4vrINU7tdXJQ",
+	"n7CWAxOX0Isy0X8jR6d4QT2yVebLVzA8zj6oi3aEztYTKMFaklzjPtF0VPdodOhr8f4Bbdaij20MghLj",
+	"tQPQp3glsuAdpwfIUgVE4Fq0oTZWBoUvD36foSDoU/T5LPdrjJ1x3LjR0wMK9oNGWVg2X8rnHVx93yfb",
+	"t4b9N3Rb34vbvPJnqOvg1IdmX4CMT3woc+10NuwAvKS7UjyG5ImmPDSkd4knaik3wioFROy3GDN8EQcD",
+	"DghZI0PxfRRASjjtKsR2vGWlM98WyioUtCWik0/0a8IKo8RozLVuJU7P54MIuohgsnweWhpl/5PSANpB",
+	"q0lH6VMDEobwVkrYlZwpH+3a170iIXUDod63EUmayCEBd6nvG3x5R4zKS0yfpJTqgjEsPL7EAPGlcytC",
+	"owzYFrJiMEEZezbXKegRfihxkF2em6hm4aPcN+o2oEw1SkFOqUSIajd6+rS3VYax1ebk/PT518++eXp6",
+	"+vSrjt4ip6Nno+ffnH11+uyr59Tkg57KjTtYNHKHDQZPOf36q6/Pzp59xfVKDHfyzfNR0jlYDyjy9fBZ",
+	"hPtxOnxeY3Kcn551Ymecnw7Pmv06uD9GVEXy2+ElCmVEv8UAW6ejgIWFlVbdswtYUuejBqDT852wSs/O",
+	"4L4mnBHMr4YdOj0bffg9FBn1KP+e6taPExGt8qEdgsIXWpn5AU7zb+/he6tmSjtRYuI2hvVpV1tLEzF7",
+	"XzTkeX1ds7QzieU9XfKA7toa1KBjx1/V82hLjv8ZHlzn139rD3f5bak63npsGC8MKosJ0aSlYq49te+V",
+	"RSFK5apSgy57igiz7FHEZQaRAEr6bW5do1rbuwDpl3QoWtgMUUK9rZPQQWARVHFodLxVts8KgXVqNRY5",
+	"udzonq3Owt7nNtF0s8gMA+HhsOCi80FrLIjETOPxgyZaTJO9RchTRWnqWHOU6ytEZG5VMZPCgnmU5ESu",
+	"m8xgIVGuEc7a1whjqvr5aNRpu+MQ3/MRfgg/X/SGz5SfwjAk2+f+Je/PFz9E7/z0iDG9N+YHWVIJ+OfJ",
+	"gGFQDnmk0PGWwz5H33ccjgmn9xEr11ivx6nQQ/F2u00KQedSDQwjhCDjIpda32DPFA/8ECpfAp5wqIwh",
+	"3jaogbY8HyP/HdrmlGmxXU2TcP4d3chlP1tVNd2JDzDy+uQfctvR9V8Oy6fIGcCqzz1EnOzK9a5J1Hrs",
+	"IyBTEGRpC90pFUo7EDMxgE5nEvgOGvjEyhdjZe1QuEmL+PejrXuSyveEYbWfVlpu3a531ZfQZvwkl6oH",
+	"htQK1IyufhdSI06MRqSaNMaXSRORdgKApMlEp3sAn+DGvchWcAErSRPdR5gVnwSYc7FuV0f6oXidqyKL",
+	"XBHXSq3Yg4H9Czl0wk2QPRpLXbAq1tyezOflqduZ4moY7/ggDZLgvhDfeaIXpiqTGouFHpLl87kqKQ8v",
+	"epcp6QmPbIjgRlMRNBXMQ1zuQzIaihfI3reLmbm/E2KoMHaWk9dKTzR5qgneH7YV4WMWYOaU0RL4tASs",
+	"yl3vRP/J3XCiaQxde0G6s4wzI8BgvEIPxXirRCXLLMbn/TYHx6KHD2bH/q5E0eFEv2/3mdPO531zs7P+",
+	"+WjUGeZ+UThVPqTuW7/gTqrv6OFV37rfEOoMWGhA3dFRqnyR8v8yKvELQpMIikGR36gTV2k0xP1+Hq0p",
+	"P5Gza0ak/HiZ0ukx+JXhDlKqUk/HXGzehC7on43OB5Ts1CzY99X6VGNI6jDiGHSV7G/BMUz0RPOL/zec",
+	"ORAsWq1tBO3gG1f7dezgsL4NxrB+2KQajZ7OvFMcP6lU9NPzZygnn41GJDDPlvD/00WK3J+gMxpd7mG6",
+	"lpwMNB5nsDsPtbUz+iq8vTnhqZqZpeLhFoqzwDHfjIp10YEQIBsI1aNP+Ap09lGkUY6aBwywTm6sICcC",
+	"pbbDA6NpY08JLoKnycjZ9dDv7f8epfik5tYixoB0E4Qz8EMYjEPyeb1nXNyAvfc84EdIjOMh5lbYldIg",
+	"jb7j1efQxumZAMFMAc7IjzOi2A3YZGkEaVDHTLcAEmJ0hCC1o467E93qqHrRpkXch6ibI29PH+EEtRok",
+	"jOUwNW4xnOhno6cijdWjeVUUqa89MgbjMzWKXyeoJ0x7ortAQP2Ji9sU5PqEVLUwaqIQU1JCXqfYnF33",
+	"7qp1svn8V9w8RMBthfzwVCYMQ0NYnwcOUeP4EADPqE5b+Hulyk2dt0CE2duRq/D0rCM54Rij+B0tc0Ls",
+	"hCBRIqL5dxSjp0fM5i9Gq08g2mh1eXH90jIfodMaoGoiAVc3ntst4k6m3u759ILulxXCGI5GI7TAc2UZ",
+	"hwrROTAIPbtGl7hPpT9S0pFYJPCehbSMhWKrwqGRj+Y+AtkFxEg49VHyqi924vR6V27YZsFazoXM4m77",
+	"IIkTcT4awf/gr9NRIp6Nng4CLAACqKA1gJgq6OlnU2iONIa9x7neh71ehA4GZy0RuiqKxLdtTtAOMJVD",
+	"HExqUIu4kVNqVbCz/+QoAnGqa8C62RZ273woXZ8f/5k0/Rez67dIC7uCXD93UMu/JX+6s9b+UDwKhXWT",
+	"Tdm78CnfmHNnnswbxU4F7KeIqRehGx8mnvVTOPKK0ubh6FxS/no6oCSPJrg2HtGAdh00MEakWqiSMSbi",
+	"b8P7MMPUyWsV0kfYE6L0TA07Mz1e+vk9JPoEvGNfpN8v8r+l7/Fz2KMYUCZnGdGziIq9CnkVp4V5Ari3",
+	"F7NTEL+uuxYmrR5bdfW/MzHRY9dDrKYlKYzoLymOE1v3el/JtQK709SBnKhYQ2fqtjYqWq4pS4HdhJIP",
+	"1URfq80jMDTsogZ4Fv1rtUGgJc8jxq2e5tjsFN6zNFlVmLp35yM70fiiwVD8ZJAPzfOiuADFWmFwm0qr",
+	"TzjU7eHr0CzxSXDeBHYyL4YTTdHrVteEVPRPPWKz2ChZDkjJQWbgjVIy3lCb0UZQx0cMZaFz0xu23j8Z",
+	"dqHendz5laKkPERuKMzs+oLD5xghpzQ4RNF2RjR6MmzF8skG9KgTUc9TtuQWBAeIbltuU6tyZK2omJC+",
+	"NDflEpMKZK4nuh86KLPfEdUp/+UgITvtq/PwVdJ6+SMbheoRcbCxDX2sbkZrke+LfqwduOz6CLiLUqMd",
+	"zKl7Ze1SxuVBg6n1OLR5d6P6oRlK+ihTTym16PPf1DLcw5tQP9gGBuQYVqwEQl9SO41NnYWI6vhEu3U+",
+	"U94mLoxVAdvv1xYwbdKSdOy19hBxflnNWnOuFvsRcLYTzbk+3CrbA1cRj8CxjP3aSMd4rEhIN+Y6qg/C",
+	"p080r9ggoibso4QoByx403YJWS0maRIKRoddDkrqwm0dVo7URR40DM6iqRclpZaoWCGLfIq8Mkd38E0w",
+	"oJyJ6Wai+2lVFvWTBuOdbBOGGbAGNCIFh6xcj5yosV6T9AZKF0duMxahgeyA6hgxTQgeSFdxYgzZaGkS",
+	"PNTILJOQLnOda6JSly+VdXK5QuNnypWcZi4qssQSMMUaqk6CfqgmaYYu9zgej2PJvi+/ZLLOx0848log",
+	"GeuJxqQgPF9swM2q0hqq6RuK0B+R0NEIiXVpVXGjrC9LpZgR7VcNcuH7uuO4jKYTxocuRv9xrYbYdTYV",
+	"eRHp5MaNb+FceERVZxAnCOwp7oRcac7m+uXtD8AsXr5IMCNLyyVy3XXrpR7xHPjsKYI+s+VYaYwIcd9C",
+	"L+RiBqQmOpwbz4h9/tZQ/N9qQ8487HqbeYFAr31k2yL2AumkIT7FldkrrSMpGp6Kz6LUrYnew3lqpoPI",
+	"1uuFCUMXudvNeyRBgPrUNKD/YYeUjc3e+Lh3Wrj4Xur6/kBGbv2Gz5TMRbPrUOZfeHr5Err6XJEoVgRi",
+	"7b9b299v7z75A//am7X1zpkVlc8zvliQvUPxrQFJS7aHdXJDteT4Y13iGIPJoNpUp4jWCtEQcZxrYYkX",
+	"s7REOyDNsdCcrhlTMMhHgQYXrHJzHdXclNSYxdlmp3tQtFBUDDuStJon+nCS1r/tIfg8NP2dOpam72HB",
+	"Jn/sckwENZ/6FKC8iAny0QES3FHFOYtExMFCzo4mZrsKOQ8c6CcR2d/L954cvBiPzPffkXeg6nAOcA99",
+	"jwXCvS2aqyv6W4c9ETtW2itSlrwEiaizbviRoB6gtsLvYqBtUn3HtVZxZTALh7RBVHuJO2BlpgdHBz31",
+	"OicDoYxUVh8jwDcizn2I+qLKAWogqSe1zzDHHgRbS4GlfVyeiqpNpCqGQDljd/ma9MBVSWexhOTFLcHD",
+	"o3OLzcfYWPQdXBJUNDF3n/RX4N3oZeE8HlCYk9iNEVueBCUZa1S5ZoXLQ8yKn5TKGGO95swav+yTpQi3",
+	"U4XxvJ5jZ+7QO0X+y5cRST9QAn3rNXdSvM53Un52ASsFBDeXOeKCGB1g9uOtKpUrc2r0b9CX+0W/uqdQ",
+	"+UuO6BUNVrPNKLRah324jxr1BD0Qfya/7fTGbmls9+C1USuSiSbXCedesM2NCSw7GGbDFu/ypHmPjsXy",
+	"V7Lv0AhHtxT7h4GxbRh+sdKO6oxSdbuC05gOInYUbFt2tQVHDHMymIa2Tsmsk9G8gd07XgPEy8lF5S1p",
+	"8kB9Aa35BHD8CC6xpYIBUd/rhBIJf/YjGly3ILdyXXmXFDolRe2T3ClrazT3bfgHmOHxZEzXN+m4rDSh",
+	"Rn8h5PtX9aJDSjJvuDdBk4NrZ6D6rcLoja3Dx2Fgdd7Z4fxL1A19GWno1wVSApPLLik1MB2KXyXIEHL/",
+	"pmuZOwKNMITSLcsyv1ET3cfo08oUxeBCnI3OPeiRViLLs6F404TZZVQIIPWq1JEDvq5foBIFCo2nCTf/",
+	"Quds3KjMN/7iHKaJ7nMbu7HQptU3KgkCrKQ1zKKhorZGcXj2YmyUm2ju6oXJO340l6Zyl2Z+iV3I0qCm",
+	"Y7TrivIEaUYk7WLQRUTA2FvX0erZndCTdWYxoSfMABSafhh8G0s6t2JeFUWnDHzJ9HVXGxvooMO8pm0L",
+	"29QM0xKMe0acj3cmwdIQmNxgV4LhKoLLq/X67ZbOe/q+7xpoXB8Tbbkf6PFjpBt3DpC66h4Y4IEVf0PB",
+	"mVd6ZjL0Dfz+oI0puCNxhzfYnzYUFp0i5idTtw5EjkAe9lwzy/hSjdaWGu/bLRd9o0Uku+7UpvskduwV",
+	"NnUKZ6fI+SG/Vj7wQshdLA6W8jatA0N93wD5dDQaDThRM6R5mLX2PJrSJmLWXKNzSSusMRr9K3V+Nrpf",
+	"/Eq2BMxEd5Oc+DlgFNV963iEcgrM9Ln4Mf9WmLm4xqgYSEQOiLKzpdm3UxZrubHoU+IUf0QaA/uI+nxm",
+	"QfBSur0sij0c2CdQ7kWS+9HUA7Dcea4qteif+sTYur/36Wgnt1rK2war4lsIfWZ3r/zTVifwj2JjQXD8",
+	"E7K7fQmeGG4uwwG1X7jfJ+Z+nUyE2CApP38WF6x7QDz5I/z94cnclDN1QpBs97Un246FRsw8IQVptCPC",
+	"sGqhB3dHGe6mHv1+GET8AoSRtA64nCkd26iRckdJZ8BNxVL+zTBaW6NLxETDXVfGkJMnL0WW22uyAa4o",
+	"Dcti+6WZ1OwTUgUVadO6R574uhOI0QT8lobkOFTldLFpZcjHOX4xmCx3hcW0law2f9bc+AnV9IsupHJM",
+	"0LkqQZZhWnLsvn9kJ7qzjHe68aW3AVATvcbpQLRaiKDZEHnUFK1vqOTFJCC0i2j6WZ5RwLWkK4cTnXrg",
+	"RazIupTuElNzOJOpMGuskKo0Rmc9TB1FTBb51QIEGvwr1tKpcinLaxDXm7AOpVoRppMPE8dQ7YlY5rqy",
+	"oSuzorfQYB8FqhhO9I/IWOVGTHmKfVm/MRQ912EfpkN4tzfPsNJhwJRhiix03dpGC49q12RUF420Wucl",
+	"AXFKJ4WZ+zK/db5SGUOqxxtBpE+UN6UCFMxVnJYUnrYiy29UeYWpPYvcYhsvVoRwi79DXypDgzYaw0yL",
+	"XGfFZhxQ5p0x10LN53AomtOi7Eqt1vXBsMrhcDGVSeyAfkxJrdmFCg8kdCQsfDfuO9Omx2SPjm17Y0zp",
+	"NxOOQJeq9BpY8A/EgR8mIhS94TNVmzRGYEEr25Fev83+CnaKqBiV5ItD757KCW6IkNs9n5Dpod12oxqy",
+	"cB8863G6RtBvdrv9YKs7VSZUHrgTQl9q9mkgNjl+i7AiaWTR1N322b2F8cgy8FvgSfkSc6TZvUb62FCk",
+	"YNhcsrcHWSTl2DoT/Ny+CJmLcVVh1nGRbKmczLXKvOdFm7KuvWWB4eHhfIKpNX56U7UxnOqrdNbohwGf",
+	"+9yFwyfTlsFBONEYscJ+7gw57+eOyFADsED9mPYMGlHuKM2fk0DpkigQBnJB5BolIFYN7mrF+2Ndx7TX",
+	"BnxNVcQtT5W3+jqGudMMhHW5n8uqRZSvX4qnT59+g+QCFPSLzm8bxcQXtFyCxVzLoI6ojho97ho0kvCu",
+	"iuOvzrezaJL7GdIfZUk/vCn9OUzkt1J3uwXf1+X5to33zS2r4QBGrOGLHbwdO1oVciOkwFhCq0fTJzd/",
+	"/xnt0B1SktKjHqao/H2sb5ts43sg8iInopRrvxQCAapRrBI4YOyQDHJ0QKVbP+bfiv756VMhp+ZGIao3",
+	"2IQv6TSevN+swGZTszxTFm0vD8hhhVUKawbS9nlNA5QpQohMNCKaYp5rbX/cqHIqXb68ECn29X9c3/XL",
+	"+9cnz9vXo+UAD5po4pgXzRebmVPuxLpSyWUa3ziVVn11fqKAAWGPBr1hnHKsq8LktYCfinkiOp/PVTZm",
+	"ABR4J3dEpoHBcPkLXOmh+FmHips11gvIAGRGEFi4IbSKNXart0X9u7EKhSrpSdrTbD0SLJUv1JCus5la",
+	"UbciROeaFTlidVlQKmjBrYgXZZBwIt5ESyu6toS/vhBSbyhkh5P0+LF+Tpc3uSkCsOREp9dqk4rZwhi7",
+	"1VttuqHaxn6ovbhWG++VLhAjhmHCLMIAhzsHSSOwusqxyEtdBPWOqvKSuBkq6rl1edTZ6CzWmdDXUrfM",
+	"qc/E3G70jLp3PBs9pSTbYDpjBfeN4lanpnKoKjFowZhAUmClEA8clheUcNQjMIreKGYL2kRnng+zj0PO",
+	"dR43LGMUvDg7JyIbXOB6k7ODtqRta3XrCNdqs0tXgacfoa20GDMMAJYepKnnTBdohZTIS4hq5oSGNMOM",
+	"7YeMrf6+zxR//ORxU8cIz6ZG4r3t6e9TLZAb035w9ZrUmxZMszYNPt5g1KhzPFiTlDceTL+rCy2VrlFi",
+	"Lo6Pu+9yAtBahvP0xWj/88EmeOviGOxdACUahZUPDn4T9GyQMiFsCUQ1FK/kbOEveGSB06ORQB5fvWHJ",
+	"h9idXmpFCgOXidI9l4otizFL+pSNecmfBZ3ZiaaO35lCPYBlMib20PP7pinFhYwg25t3UTkl3NvAasfO",
+	"2PUDYd4REJ1lTUKiyPNVrql3BxOoTahC9VLL4xBwiTLwirPRWQPmPdzTxMdByDMcRJQD6x/bl8SAG65T",
+	"cpi21zWFbdNVUWBTTHrnmKQiTNhUbjAU5AVE8AHyJDQwiCJPgxffxP7pfXX6VFFwqSbGyON6XfagYJCa",
+	"n/3INpDiaqWj39IJJppSxqYbf+tgK7vLL0yu4UGyKFQxrrOsvCCjcc1lznVbqEdaYavZTHGTd9Qh+inQ",
+	"gLxSl9yoGGdKDWaqokgHxFdBJaFpekcz7eUam38HIgIx2FKsLPevD4dsrahM+MIDRnHH9g5S5BZfoCh6",
+	"tTImPrwFA0xYjr9HV3lIOKX4FZ+pTagXlPvbhkSKJBd+f5GMn08yNgESuccH0+ddROX+BmU1em6zmdYy",
+	"1xUqfaDWZtIupkaWmY2gHrT10GWYATrRb0qzVG6hKm7oXHrMhTRqzZSK/ulIIANj310i0pMTHOSJvw47",
+	"HaqJphZm3MDIxQ6v0HEEi6cwY9Pm3iBaleomNzAMvNWPeaK54Q+CKzBWJLI+8t/61E/2jXIT6CWip8Bl",
+	"1OU0rNA3o4n2Y+ufPvMrFs1sAO9ZqqUpN4l/CQf/XoTkYPLJ0oNI5hAcXuhm5h20yEo9jIlPdMIF8k2w",
+	"JfJKZMFYrEG1H95jjj3UeLxyXiq7QNMybh9HOWP4UO/bn1OjRVXMKUpN3ZMIm7qz11xSN4jdsdwEv+Gp",
+	"LRZw4VHcq47ibBNNUiMHWffCXjNV8TAzITN83VJUq5ABRlKAK5/fgbGOmCNWSDvRuyKzXfLBNxX4c9q4",
+	"/TP2KEsaQzmth3K6PZTT1lBOm0M53zmU0+fbQ3kej+R5Z7O0u7dK24sg/iickC++8i1IhKi6rLuP2qdu",
+	"6cDiDFsw7pRfURfdTmS+Xyz173ywOA28YB8qHw5f9LX3k+ZlKIW0g3+FnmyfDXmvss3Wq/R5dyO3uKEy",
+	"7ApoUPKKwGipNDrCvkEINYF2cixEa31GTzTVT/vdGgtJxeNeBnOEG2HUCjNjuQSyGx/gansOH8414nE9",
+	"sjdp0MKflRtMyLZUEU4EQ2FSFPgTXZirK5UNxU8G/VlLuWEkrUafjQ1KT5jf08HuPmmwQA/aJg1e8JmA",
+	"dXBu/9pN0v4lUHJCC7OKiKl9UGMG/uQPD46wFwwnPsPUSrMGbTBrbeN+OJl08oJiIXhSLaaxyoKzFgnP",
+	"bbijW1ig/y/Nwv7JqSz0GNtBZckexcCS5YZmDdIQ2wdLMGg6O4h108XowXmTVxW+wB19IrKp+43tpJu7",
+	"qaa/MP9qaaYRY3tCNubdwxHRo3dg/MR1Afp48d+R+IYhyr/QQB9G/jfe8Zmyeg8dsxrDVKs1+wa+sPjP",
+	"dVaZYvisPrK8IcerFE8CusxDnD1W+7mRICkfZl1bBhzFm1VlqbS79F+nGNoiI6JUVjmLxRxGq0d18Cjv",
+	"zKCgpoVvasich0Fjil9yXywmetoXPenzaeMELSa7kJbC8YE72AjGwzGVNp/1xr/9/iH5Aw4AOe7p4FRl",
+	"0Rv3Fs6txk+enJ59PRwNR8PT8dffnJ/hYeGHd/dTT0ROAjhhjZzjdspj+tphnRXD7qKORBzy/yV1+TMm",
+	"d2EBM6Zu1tWhdYqwD4hsP+611CeMvkHQ4SrEEjehT2MM+D9sAQ2WSEJbmQKwuknwMOsadCx+AO3B9t0v",
+	"2ffOBVSLfMWP8DHgRlKRHw3XOWw/7of8RmllLWF25PCn7/9cNme0ULJwC1Bn/k8AAAD//wzQWXYSQAEA",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

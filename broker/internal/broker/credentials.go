@@ -226,6 +226,9 @@ func (b *Broker) resealLoop() {
 				continue
 			}
 			sealed, err := b.sealPassword(pass, remoteAAD(rc))
+			if now, ok := b.meta.RemoteChild(rc.ID); !ok || !bytes.Equal(now.Sealed, rc.Sealed) {
+				continue // detached, or given a new password meanwhile: not to be overwritten
+			}
 			if err == nil {
 				err = b.meta.ResealRemoteChild(rc.ID, sealed)
 			}

@@ -199,9 +199,13 @@ func (c *copier) run() {
 		next, err := c.round()
 		c.rounds.Add(1)
 		if err != nil {
-			if errors.Is(err, partition.ErrClosed) {
+			if errors.Is(err, partition.ErrClosed) && (closed(c.parent.done) || closed(c.child.done)) {
 				return // a topic was closed; reconcile replaces or ends this copier
 			}
+			// A closed partition of a topic still open was replaced on this node
+			// meanwhile (a move, a group made again): retried below like any failure.
+			// Ending here would end the copy for good: the copier stays registered, so
+			// reconcile starts no other.
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 			c.b.log.Error("fan-out copy failed; retrying", "parent", c.parent.name, "child", c.child.name, "err", err, "retry_in", backoff)
 			next = backoff

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,9 +41,10 @@ const (
 // the one of that name now (it was deleted and created again); nothing was written.
 var ErrIncarnationMismatch = errors.New("topic incarnation mismatch")
 
-// ErrRemoteRefused means attaching a remote child failed on the remote's side (it is
-// unreachable, refuses the credentials, has no such topic); the message says which.
-var ErrRemoteRefused = errors.New("the remote cluster refused the attach")
+// ErrRemoteRefused means attaching a remote child, or giving it a new password, failed
+// on the remote's side (it is unreachable, refuses the credentials, has no such topic);
+// the message says which.
+var ErrRemoteRefused = errors.New("the remote cluster refused")
 
 // ProduceCheck holds the checks a produce-batch request may ask for besides the usual.
 type ProduceCheck struct {
@@ -296,6 +298,50 @@ func (b *Broker) PauseRemoteChild(ctx context.Context, parent, id string, paused
 	return b.reconcile(false)
 }
 
+// UpdateRemoteCredentials replaces the password remote child id produces with (the
+// remote user's password changed): the copy goes on from its cursor, nothing skipped or
+// sent again. The remote is asked first, as at attach, whether the password is taken and
+// may produce to the topic; a password it refuses is not stored (ErrRemoteRefused).
+func (b *Broker) UpdateRemoteCredentials(ctx context.Context, parent, id, password string) error {
+	if err := b.ensureReady(); err != nil {
+		return err
+	}
+	if !IsRemoteChildID(id) {
+		if err := checkName(id); err != nil {
+			return err
+		}
+		return &ConflictError{Msg: "only a remote child has credentials; " + id + " is a child topic of this cluster"}
+	}
+	if len(password) < auth.MinPasswordBytes || len(password) > auth.MaxPasswordBytes {
+		return invalid(apigen.ErrorCodeInvalidParameter, "password is required, %d to %d bytes: the remote user's new password", auth.MinPasswordBytes, auth.MaxPasswordBytes)
+	}
+	rc, err := b.remoteChildOf(parent, id)
+	if err != nil {
+		return err
+	}
+	cl, err := newRemoteClient(rc.URL, rc.Topic, rc.Username, password, rc.CAPEM)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	probe := &apigen.ProduceBatchRequest{Incarnation: &rc.RemoteIncarnation, ValidateOnly: ref(true), Messages: []apigen.OutgoingMessage{{
+		Payload: json.RawMessage(`{}`),
+		Origin:  &apigen.MessageOrigin{ClusterId: b.ClusterID(), Topic: parent},
+	}}}
+	if err := cl.produce(ctx, probe); err != nil {
+		return fmt.Errorf("%w: %s; the stored password was kept", ErrRemoteRefused, passwordRefusal(err, remoteTarget{url: rc.URL, topic: rc.Topic, user: rc.Username}))
+	}
+	sealed, err := b.sealPassword(password, remoteAAD(rc))
+	if err != nil {
+		return errors.Join(ErrStorage, err)
+	}
+	if err := b.meta.ResealRemoteChild(rc.ID, sealed); err != nil {
+		return mapMetaErr(err)
+	}
+	b.log.Info("remote child's password replaced", "parent", parent, "child", id, "url", rc.URL, "topic", rc.Topic, "username", rc.Username)
+	return b.reconcile(false)
+}
+
 // RemoteChildren lists parent's remote children with their copy's state per partition.
 func (b *Broker) RemoteChildren(parent string) ([]RemoteChildInfo, error) {
 	pt, err := b.lookup(parent)
@@ -418,6 +464,14 @@ func (b *Broker) reconcileRemoteChildren() {
 			c.close()
 			delete(b.rcopiers, id)
 		}
+		if _, ok := live[id]; !ok {
+			// Detached (or its parent deleted): its counters go with it, or every
+			// attach and detach would leave series behind for the life of the node.
+			m, l := b.metrics.RemoteChild, prometheus.Labels{"parent": c.parent.name, "child": c.name}
+			m.Copied.DeletePartialMatch(l)
+			m.Failures.DeletePartialMatch(l)
+			m.Expired.DeletePartialMatch(l)
+		}
 	}
 	for id, rc := range live {
 		if c, ok := b.rcopiers[id]; ok {
@@ -439,8 +493,9 @@ func (b *Broker) stopRemoteCopiers() {
 	}
 }
 
-// remoteCopier copies the parent partitions this node holds to one remote child: one
-// goroutine per partition, each reading a batch at its cursor, sending it with
+// remoteCopier copies the parent partitions this node leads to one remote child: one
+// goroutine per partition (held here now or not, as moves change that), each reading a
+// batch at its cursor, sending it with
 // produce-batch, and moving the cursor through the control plane only once the remote
 // answered 202. A crash between the two sends the batch again: duplicates are possible,
 // loss is not. A failure is retried with backoff while the partition is reported
@@ -459,6 +514,7 @@ type remoteCopier struct {
 
 	mu        sync.Mutex
 	client    *remoteClient
+	sealed    []byte // the sealed password client was made with
 	parts     []partState
 	logged    string // the child's state and reason last logged
 	metricsOn string // the state gauge's current label
@@ -470,16 +526,21 @@ func (b *Broker) startRemoteCopier(parent *topic, rc meta.RemoteChild) *remoteCo
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &remoteCopier{
 		b: b, id: rc.ID, name: RemoteChildPrefix + strconv.FormatUint(rc.ID, 10), parent: parent, rc: rc,
-		tgt: remoteTarget{url: rc.URL, topic: rc.Topic, user: rc.Username}, ctx: ctx, cancel: cancel,
+		tgt: remoteTarget{url: rc.URL, topic: rc.Topic, user: rc.Username,
+			credentials: "/v1/topics/" + rc.Parent + "/children/" + RemoteChildPrefix + strconv.FormatUint(rc.ID, 10) + "/credentials"},
+		ctx: ctx, cancel: cancel,
 		parts: make([]partState, len(parent.parts())),
 	}
-	for i, p := range parent.parts() {
-		if p == nil || i >= len(rc.Cursors) {
-			continue // the node holding it copies it
+	// One goroutine per parent partition, held here or not: a move can place one here
+	// later, and a held one can be replaced (its group made again); each goroutine
+	// copies whatever this node holds and leads of its partition at the time.
+	for i := range parent.parts() {
+		if i >= len(rc.Cursors) {
+			continue
 		}
 		c.parts[i].state = "copying"
 		c.wg.Add(1)
-		go c.run(i, p)
+		go c.run(i)
 	}
 	return c
 }
@@ -552,16 +613,17 @@ func (c *remoteCopier) set(i int, state, reason string, err error) {
 	}
 }
 
-// getClient opens the credentials (once) and returns the client to the remote.
+// getClient returns the client to the remote, made again from the stored credentials
+// whenever they changed (a new password given, or the same sealed again).
 func (c *remoteCopier) getClient() (*remoteClient, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.client != nil {
-		return c.client, nil
-	}
 	rc, ok := c.b.meta.RemoteChild(c.id)
 	if !ok {
 		return nil, ErrChildNotFound
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client != nil && bytes.Equal(c.sealed, rc.Sealed) {
+		return c.client, nil
 	}
 	pass, _, err := c.b.openPassword(rc.Sealed, remoteAAD(rc)) // a stale seal is resealLoop's
 	if err != nil {
@@ -571,8 +633,19 @@ func (c *remoteCopier) getClient() (*remoteClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.client = cl
+	if c.client != nil {
+		c.client.close()
+	}
+	c.client, c.sealed = cl, rc.Sealed
 	return cl, nil
+}
+
+// credentialsChanged reports whether the stored password is another than the one the
+// client was made with: a failure the old one met is worth retrying at once.
+func (c *remoteCopier) credentialsChanged(rc meta.RemoteChild) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.client != nil && !bytes.Equal(c.sealed, rc.Sealed)
 }
 
 // wait blocks until one of chs fires, the timer (d > 0) does, or the copier stops;
@@ -604,15 +677,16 @@ func (c *remoteCopier) wait(d time.Duration, chs ...<-chan struct{}) bool {
 }
 
 // expired logs and counts the messages [from, to) of partition i that retention
-// deleted before they were copied.
+// deleted before they were copied. Called once the cursor's move past them committed:
+// a batch the remote refused is retried, and its retries must not count them again.
 func (c *remoteCopier) expired(i int, from, to uint64) {
 	c.b.log.Warn("messages were deleted by retention before the remote child copied them; they are never copied",
 		"parent", c.parent.name, "child", c.name, "partition", i, "from", from, "to", to, "messages", to-from)
 	c.b.metrics.RemoteChild.Expired.WithLabelValues(c.parent.name, c.name).Add(float64(to - from))
 }
 
-// backoff waits d before a retry, or less when the child is paused or detached
-// meanwhile; false when the copier stopped. Kicks come with every metadata change, the
+// backoff waits d before a retry, or less when the child is paused or detached, or
+// given new credentials, meanwhile; false when the copier stopped. Kicks come with every metadata change, the
 // other partitions' cursor moves included, so a kick alone does not end the wait: a
 // failing partition is not retried faster because its neighbours are busy.
 func (c *remoteCopier) backoff(d time.Duration) bool {
@@ -625,19 +699,23 @@ func (c *remoteCopier) backoff(d time.Duration) bool {
 		if !c.wait(left, c.kicks.wait()) {
 			return false
 		}
-		if rc, ok := c.b.meta.RemoteChild(c.id); !ok || c.b.remotePaused(rc) != "" {
+		if rc, ok := c.b.meta.RemoteChild(c.id); !ok || c.b.remotePaused(rc) != "" || c.credentialsChanged(rc) {
 			return true
 		}
 	}
 }
 
-func (c *remoteCopier) run(i int, p *partition.Partition) {
+func (c *remoteCopier) run(i int) {
 	defer c.wg.Done()
 	m := c.b.metrics.RemoteChild
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 10*time.Second, 0
 	limit := copyBatch
 	var buf []byte // the request body, reused batch after batch
+	// behind is set while this partition's log ends before the cursor, gapFrom then
+	// being the lowest log end seen: see sourceBehind.
+	var behind bool
+	var gapFrom uint64
 	fail := func(class, reason string, err error) bool {
 		m.Failures.WithLabelValues(c.parent.name, c.name, class).Inc()
 		c.set(i, "failing", reason, err)
@@ -648,9 +726,14 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 		if c.ctx.Err() != nil {
 			return
 		}
-		if !p.Leading() {
-			// A follower replica of a replicated parent: its leader copies it. The
-			// cursor is in the control plane, so a new leader goes on from it.
+		// The partition as this node holds it now: a move that places it here, or
+		// makes its group again, replaces it in the topic (and wakes the topic's
+		// waiters), so it is looked up at each round, not kept.
+		p := c.parent.parts()[i]
+		if p == nil || !p.Leading() {
+			// Not held here, or a follower replica of a replicated parent: the node
+			// leading it copies it. The cursor is in the control plane, so a new
+			// leader, here or elsewhere, goes on from it.
 			if !c.wait(time.Second, wake, kick) {
 				return
 			}
@@ -670,7 +753,12 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 		from := rc.Cursors[i]
 		recs, err := p.Read(from, limit)
 		if errors.Is(err, partition.ErrClosed) {
-			return // the parent was closed; reconcile starts a new copier if it reopens
+			// Replaced meanwhile (read again from the one held now), or the whole
+			// topic closed (the wait ends the copy).
+			if !c.wait(100*time.Millisecond, wake, kick) {
+				return
+			}
+			continue
 		}
 		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 {
 			// Damaged at from: it can never be copied, and retrying would stop this
@@ -692,11 +780,26 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 			continue
 		}
 		if len(recs) == 0 {
-			if o := p.Stats().Oldest; o > from {
+			st := p.Stats()
+			if from > st.End {
+				// A partition that leads holds every committed message, so its log went
+				// back: see sourceBehind.
+				if !behind || st.End < gapFrom {
+					gapFrom = st.End
+				}
+				behind = true
+				if !fail("source_behind", sourceBehind, fmt.Errorf("this partition's log ends at offset %d and the copy's cursor is at %d", st.End, from)) {
+					return
+				}
+				continue
+			}
+			if o := st.Oldest; o > from {
 				// Retention deleted everything from the cursor on: nothing to send, but
 				// the loss is counted and the cursor moves past it.
-				c.expired(i, from, o)
-				if err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, o, o-from); err != nil && !isConflict(err) {
+				err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, o, o-from)
+				if err == nil {
+					c.expired(i, from, o)
+				} else if !isConflict(err) {
 					if !fail("control_plane", "the cursor could not be saved through the control plane; retrying", err) {
 						return
 					}
@@ -710,6 +813,12 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 			}
 			continue
 		}
+		if behind {
+			behind = false
+			c.b.log.Error("messages stored after this partition's log went back are never copied by the remote child: the cursor was past them",
+				"parent", c.parent.name, "child", c.name, "partition", i, "from", gapFrom, "to", from, "messages", from-gapFrom)
+			c.set(i, "failing", sourceBehind, fmt.Errorf("messages at offsets %d to %d were stored after this partition's log went back, below the copy's cursor, and are never copied", gapFrom, from-1))
+		}
 		cl, err := c.getClient()
 		if err != nil {
 			if !fail("credentials", "the stored password cannot be opened with this node's keys (the cluster secret it was sealed under is gone); detach and attach again with the password", err) {
@@ -717,10 +826,11 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 			}
 			continue
 		}
+		// Messages retention deleted before they were copied are counted (and logged)
+		// once the cursor moved past them, not at every retry of the batch after them.
 		var expired uint64
 		if recs[0].Offset > from {
 			expired = recs[0].Offset - from
-			c.expired(i, from, recs[0].Offset)
 		}
 		body, sent := c.batch(buf[:0], i, recs)
 		buf = body
@@ -754,6 +864,9 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 			}
 			continue
 		}
+		if expired > 0 {
+			c.expired(i, from, recs[0].Offset)
+		}
 		m.Copied.WithLabelValues(c.parent.name, c.name).Add(float64(sent))
 		m.Lag.WithLabelValues(c.parent.name, c.name).Set(float64(p.Stats().End - next))
 		bo.Reset()
@@ -769,6 +882,14 @@ func (c *remoteCopier) run(i int, p *partition.Partition) {
 		limit = min(copyBatch, limit*2)
 	}
 }
+
+// sourceBehind is the reason of a partition whose log ends before the copy's cursor:
+// the parent lost messages the copy had already sent (a forced takeover of a partition
+// that lost its quorum, or a restore of an older backup), and the offsets from its log
+// end up to the cursor will be given to new messages. The cursor never moves back, so
+// those new messages are never copied; the copy goes on from the cursor once the log
+// reaches it, and logs (and keeps in last_error) which offsets were not copied.
+const sourceBehind = "this topic's partition lost messages the copy had sent (a forced takeover, or a restore of an older backup): its log ends before the copy's cursor, and the messages stored below the cursor from now on are not copied; detach this child and attach it again (start earliest copies what the topic holds, some messages again)"
 
 // copyLinger is how long a remote child's copy of a partition that caught up waits
 // before it sends again: the copy's added lag, for fewer and larger batches.
@@ -795,7 +916,7 @@ func newRemoteChildMetrics(r *prometheus.Registry) *RemoteChildMetrics {
 			Name: "narad_remote_child_copied_total", Help: "Messages a remote child's copy delivered to the remote cluster (answered 202), by parent and child.",
 		}, []string{"parent", "child"}),
 		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "narad_remote_child_failures_total", Help: "Failed attempts of a remote child's copy, by kind (unreachable, unauthenticated, forbidden, remote_recreated, remote_topic_missing, remote_unavailable, refused, too_large, credentials, control_plane, source_read); each is retried with backoff.",
+			Name: "narad_remote_child_failures_total", Help: "Failed attempts of a remote child's copy, by kind (unreachable, unauthenticated, forbidden, remote_recreated, remote_topic_missing, remote_unavailable, refused, too_large, credentials, control_plane, source_read, source_behind); each is retried with backoff.",
 		}, []string{"parent", "child", "reason"}),
 		Expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_remote_child_expired_total", Help: "Messages retention deleted from the parent before a remote child copied them: they are never copied.",

@@ -11,8 +11,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
@@ -64,8 +66,41 @@ func checkRemoteURL(raw string) (*url.URL, error) {
 	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
 		return nil, invalid(apigen.ErrorCodeInvalidParameter, "remote.url is the remote cluster's base URL, scheme://host[:port], without a path or query")
 	}
+	if a, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && forbiddenRemote(a) {
+		return nil, invalid(apigen.ErrorCodeInvalidParameter, "remote.url names %s, a link-local address (where clouds serve instance metadata and credentials); a remote cluster is never there", a)
+	}
 	u.Path = ""
 	return u, nil
+}
+
+// errForbiddenRemote refuses a connection to a link-local address.
+var errForbiddenRemote = errors.New("a remote child never connects to a link-local address (where clouds serve instance metadata and credentials)")
+
+// awsIMDSv6 is the IPv6 address of AWS's instance metadata service (not link-local).
+var awsIMDSv6 = netip.MustParseAddr("fd00:ec2::254")
+
+// forbiddenRemote reports whether a is an address no remote cluster is at, and where a
+// request from a node could fetch the node's cloud credentials: link-local (IPv4
+// 169.254.0.0/16, IPv6 fe80::/10, mapped or not) and AWS's IPv6 metadata address.
+// Loopback and private addresses stay allowed: clusters live there (see
+// docs/operating/security.md for restricting a node's outgoing traffic further).
+func forbiddenRemote(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsLinkLocalUnicast() || a == awsIMDSv6
+}
+
+// checkDialAddr refuses, at each connection, an address forbiddenRemote refuses: checked
+// on the address actually dialled, so a name that resolves there later (DNS rebinding)
+// is refused too.
+func checkDialAddr(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: cannot read the address %q", errForbiddenRemote, address)
+	}
+	if forbiddenRemote(ap.Addr()) {
+		return fmt.Errorf("%w: %s", errForbiddenRemote, ap.Addr())
+	}
+	return nil
 }
 
 func newRemoteClient(rawURL, topic, user, pass, caPEM string) (*remoteClient, error) {
@@ -75,7 +110,7 @@ func newRemoteClient(rawURL, topic, user, pass, caPEM string) (*remoteClient, er
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // a copy goes where its URL says
-	tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: checkDialAddr}).DialContext
 	tr.MaxIdleConnsPerHost = 64
 	tr.ResponseHeaderTimeout = remoteRequestTimeout
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -91,9 +126,15 @@ func newRemoteClient(rawURL, topic, user, pass, caPEM string) (*remoteClient, er
 	}
 	return &remoteClient{
 		base: strings.TrimSuffix(u.String(), "/"), topic: topic, user: user, pass: pass,
-		hc: &http.Client{Transport: tr, Timeout: remoteRequestTimeout},
+		hc: &http.Client{Transport: tr, Timeout: remoteRequestTimeout, CheckRedirect: noRedirect},
 	}, nil
 }
+
+// noRedirect makes a redirect the remote's answer, not a request elsewhere: a copy (and
+// its credentials: Go's client sends them on to another port of the same host) goes
+// only where its URL says, the URL the attach checked. A 307 or 308 followed would also
+// count a batch as copied that the remote at that URL never stored.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 func (c *remoteClient) close() { c.hc.CloseIdleConnections() }
 
@@ -188,7 +229,7 @@ func remoteFailure(err error, rc remoteTarget) (class, reason string) {
 	}
 	switch {
 	case ae.Status == http.StatusUnauthorized:
-		return "unauthenticated", "the remote refused the credentials of user " + rc.user + " (401); fix the user's password on the remote, or detach and attach again with the right one"
+		return "unauthenticated", "the remote refused the credentials of user " + rc.user + " (401); give this child the user's new password with PUT " + rc.credentials + " (the copy goes on from its cursor), or restore the old password on the remote"
 	case ae.Status == http.StatusForbidden:
 		return "forbidden", "user " + rc.user + " may not produce to " + rc.topic + " on the remote (403); grant it produce there"
 	case ae.Code == string(apigen.ErrorCodeIncarnationMismatch):
@@ -197,6 +238,8 @@ func remoteFailure(err error, rc remoteTarget) (class, reason string) {
 		return "remote_topic_missing", "the remote topic " + rc.topic + " does not exist (any more); create it again and detach and attach this child, or detach it"
 	case ae.Status == http.StatusRequestEntityTooLarge:
 		return "too_large", "the remote refuses a message as too large (413); raise its limits or detach this child"
+	case ae.Status >= 300 && ae.Status < 400:
+		return "refused", fmt.Sprintf("the remote answers with a redirect (%d), which a copy does not follow; detach this child and attach it again with the URL the remote redirects to", ae.Status)
 	case ae.Status >= 500 || ae.Status == http.StatusTooManyRequests:
 		return "remote_unavailable", "the remote cluster answers " + fmt.Sprint(ae.Status) + "; the copy is retried with backoff"
 	}
@@ -216,9 +259,29 @@ func attachRefusal(err error, rc remoteTarget) string {
 		return "user " + rc.user + " may not produce to " + rc.topic + " on the remote (403); grant it produce on " + rc.topic + " there, then attach again"
 	case ae.Status == http.StatusNotFound && ae.Code == string(apigen.ErrorCodeTopicNotFound):
 		return "topic " + rc.topic + " does not exist on the remote cluster; create it there first (with the partitions you want), then attach again"
+	case ae.Status >= 300 && ae.Status < 400:
+		return fmt.Sprintf("the remote answers with a redirect (%d), which a copy does not follow; attach with the URL it redirects to (https, perhaps)", ae.Status)
 	}
 	return ae.Error()
 }
 
-// remoteTarget is what a failure's reason names.
-type remoteTarget struct{ url, topic, user string }
+// passwordRefusal says why the remote refused a remote child's new password, and what
+// to do.
+func passwordRefusal(err error, rc remoteTarget) string {
+	var ae *RemoteAnswerError
+	switch {
+	case !errors.As(err, &ae):
+		return fmt.Sprintf("the remote cluster at %s cannot be reached to check the new password (%v); try again once it answers", rc.url, err)
+	case ae.Status == http.StatusUnauthorized:
+		return "the remote refused user " + rc.user + "'s new password (401); give the password the remote now has"
+	case ae.Status == http.StatusForbidden:
+		return "the remote took the password, but user " + rc.user + " may not produce to " + rc.topic + " there (403); grant it produce there, then give the password again"
+	case ae.Code == string(apigen.ErrorCodeIncarnationMismatch), ae.Status == http.StatusNotFound:
+		return "the remote topic " + rc.topic + " is gone or was created again since the attach (" + ae.Error() + "); detach this child and attach it again"
+	}
+	return ae.Error()
+}
+
+// remoteTarget is what a failure's reason names; credentials is the route that gives a
+// running child a new password.
+type remoteTarget struct{ url, topic, user, credentials string }

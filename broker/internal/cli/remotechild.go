@@ -28,22 +28,44 @@ func (r remoteFlags) given() bool {
 	return r.user != "" || r.passwordFile != "" || r.caFile != "" || r.start != ""
 }
 
+// remotePassword reads the remote user's password from file, else from
+// NARAD_REMOTE_PASSWORD: never from a flag, which shows in ps.
+func remotePassword(e *env, file string) (string, error) {
+	switch {
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", usagef("reading --remote-password-file: %v", err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	case e.Getenv("NARAD_REMOTE_PASSWORD") != "":
+		return e.Getenv("NARAD_REMOTE_PASSWORD"), nil
+	}
+	return "", usagef("give the remote user's password with --remote-password-file or NARAD_REMOTE_PASSWORD")
+}
+
+// setRemotePassword gives remote child id of parent the remote user's new password.
+func setRemotePassword(ctx context.Context, e *env, parent, id, file string) error {
+	pass, err := remotePassword(e, file)
+	if err != nil {
+		return err
+	}
+	return e.withClient(ctx, func(c *narad.Client) error {
+		if err := c.SetRemoteChildPassword(ctx, parent, id, pass); err != nil {
+			return err
+		}
+		return printDone(e, map[string]string{"password_replaced": id, "parent": parent})
+	})
+}
+
 func attachRemote(ctx context.Context, e *env, parent, child string, r remoteFlags) error {
 	if r.user == "" {
 		return usagef("--remote-url needs --remote-user")
 	}
 	spec := narad.RemoteChildSpec{URL: r.url, Username: r.user, Start: r.start}
-	switch {
-	case r.passwordFile != "":
-		b, err := os.ReadFile(r.passwordFile)
-		if err != nil {
-			return usagef("reading --remote-password-file: %v", err)
-		}
-		spec.Password = strings.TrimRight(string(b), "\r\n")
-	case e.Getenv("NARAD_REMOTE_PASSWORD") != "":
-		spec.Password = e.Getenv("NARAD_REMOTE_PASSWORD")
-	default:
-		return usagef("give the remote user's password with --remote-password-file or NARAD_REMOTE_PASSWORD")
+	var err error
+	if spec.Password, err = remotePassword(e, r.passwordFile); err != nil {
+		return err
 	}
 	if r.caFile != "" {
 		b, err := os.ReadFile(r.caFile)

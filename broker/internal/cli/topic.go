@@ -326,6 +326,14 @@ func topicCommands() []*command {
 					})
 				}
 			}},
+		{name: "remote-password", usage: "PARENT ID [--remote-password-file F]", args: 2,
+			summary: "give a remote child (ID remote:<n>) the remote user's new password (from the file, else NARAD_REMOTE_PASSWORD); the copy goes on from its cursor",
+			setup: func(fs *flag.FlagSet) runFunc {
+				file := fs.String("remote-password-file", "", "file holding the remote user's new password (else NARAD_REMOTE_PASSWORD)")
+				return func(ctx context.Context, e *env, args []string) error {
+					return setRemotePassword(ctx, e, args[0], args[1], *file)
+				}
+			}},
 		{name: "detach", usage: "PARENT CHILD", args: 2, summary: "stop copying PARENT's messages to CHILD (a topic, or a remote child's ID remote:<n>)",
 			setup: func(fs *flag.FlagSet) runFunc {
 				return func(ctx context.Context, e *env, args []string) error {

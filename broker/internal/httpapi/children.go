@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
 )
 
@@ -55,7 +56,17 @@ func (h *handlers) ListChildren(ctx context.Context, r apigen.ListChildrenReques
 	if err != nil {
 		return nil, err
 	}
+	// A remote child's last_error is the remote's words, which can quote a message (a
+	// schema refusal quotes the value that did not match): shown only to a user who may
+	// read the parent's messages. Others see the state and the reason, fixed texts.
+	u := principal(ctx)
+	quotes := u == nil || u.IsAdmin() || u.Can(auth.Consume, r.Topic)
 	for _, c := range rs {
+		if !quotes {
+			for i := range c.Lag {
+				c.Lag[i].LastError = ""
+			}
+		}
 		out.Children = append(out.Children, remoteChildJSON(c))
 	}
 	return out, nil

@@ -57,6 +57,7 @@ type Broker interface {
 	AttachRemoteChild(ctx context.Context, parent string, spec broker.RemoteSpec) (broker.RemoteChildInfo, error)
 	DetachRemoteChild(ctx context.Context, parent, id string) error
 	PauseRemoteChild(ctx context.Context, parent, id string, paused bool) error
+	UpdateRemoteCredentials(ctx context.Context, parent, id, password string) error
 	RemoteChildren(parent string) ([]broker.RemoteChildInfo, error)
 }
 

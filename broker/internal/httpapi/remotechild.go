@@ -127,3 +127,13 @@ func (h *handlers) ResumeChild(ctx context.Context, r apigen.ResumeChildRequestO
 	}
 	return apigen.ResumeChild204Response{}, nil
 }
+
+func (h *handlers) SetChildCredentials(ctx context.Context, r apigen.SetChildCredentialsRequestObject) (apigen.SetChildCredentialsResponseObject, error) {
+	if r.Body == nil {
+		return nil, badParam(`send a JSON body {"password": "..."} with the remote user's new password`)
+	}
+	if err := h.b.UpdateRemoteCredentials(ctx, r.Topic, r.Child, r.Body.Password); err != nil {
+		return nil, err
+	}
+	return apigen.SetChildCredentials204Response{}, nil
+}

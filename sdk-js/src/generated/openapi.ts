@@ -597,6 +597,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/topics/{topic}/children/{child}/credentials": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+                /** @description A remote child's `id` from the children list (`remote:<n>`). */
+                child: components["parameters"]["ChildID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Give a remote child the remote user's new password
+         * @description Replaces the password a remote child (named by its `id`, `remote:<n>`) produces
+         *     with, after the remote user's password changed there: the copy goes on from its
+         *     cursor, so nothing is skipped or sent again. The remote is asked first, as at
+         *     attach, whether it takes the password and lets the user produce to the topic; 409
+         *     conflict when it refuses (the stored password is kept). The username, URL and
+         *     topic stay: to change them, detach and attach again. 409 for a child in this
+         *     cluster. Needs what detaching needs (owner or admin of the topic).
+         */
+        put: operations["setChildCredentials"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/users": {
         parameters: {
             query?: never;
@@ -1373,6 +1404,10 @@ export interface components {
              */
             start?: "now" | "earliest";
         };
+        ChildCredentialsRequest: {
+            /** @description The remote user's new password. Stored encrypted and never shown again. */
+            password: string;
+        };
         /** @description The remote end of a remote child. Credentials are never shown. */
         RemoteChild: {
             url: string;
@@ -1434,7 +1469,7 @@ export interface components {
             state?: "copying" | "paused" | "failing";
             /** @description Remote children, while `failing` or `paused`: why, and what to do. */
             reason?: string;
-            /** @description Remote children: the last error of this partition's copy (kept after it recovers). */
+            /** @description Remote children: the last error of this partition's copy (kept after it recovers). It can quote a message (the remote's refusal), so with security on it is shown only to users who may consume the topic, and to admins. */
             last_error?: string;
             /**
              * Format: int64
@@ -2485,6 +2520,39 @@ export interface operations {
         requestBody?: never;
         responses: {
             /** @description Resumed (or already running). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    setChildCredentials: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+                /** @description A remote child's `id` from the children list (`remote:<n>`). */
+                child: components["parameters"]["ChildID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ChildCredentialsRequest"];
+            };
+        };
+        responses: {
+            /** @description Replaced; a copy failing on the old password is retried at once. */
             204: {
                 headers: {
                     [name: string]: unknown;
