@@ -62,7 +62,8 @@ type Options struct {
 	// MaxRaftStreams bounds the raft streams a peer may open on one connection.
 	MaxRaftStreams int
 	// MaxPendingHandshakes bounds connections that have not finished the secret
-	// handshake; past it new connections are closed at once.
+	// handshake; past it new connections are closed at once. One host (IP address)
+	// may hold a quarter of them (at least one).
 	MaxPendingHandshakes int
 	// HandshakeTimeout bounds the TLS plus secret handshake, and the wait for a
 	// request's header after its stream opened.
@@ -115,6 +116,8 @@ type Node struct {
 	wg     sync.WaitGroup
 
 	handshakes chan struct{}
+	pendingMu  sync.Mutex
+	pending    map[string]int // handshakes in progress, by the host they came from
 	raft       *StreamLayer
 
 	mu      sync.Mutex
@@ -156,6 +159,7 @@ func New(opts Options) (*Node, error) {
 		log:        opts.Logger.With("component", "transport", "node", opts.NodeID),
 		handlers:   map[uint16]Handler{},
 		handshakes: make(chan struct{}, opts.MaxPendingHandshakes),
+		pending:    map[string]int{},
 		conns:      map[string]*peerConn{},
 		live:       map[*peerConn]struct{}{},
 		dials:      map[string]*dialState{},
