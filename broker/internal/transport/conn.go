@@ -110,11 +110,15 @@ func (n *Node) releaseHandshakeSlot(host string) {
 	}
 }
 
-// remoteHost is the IP address a connection came from (its port left out: one host
-// has as many as it likes).
+// remoteHost is the host a connection came from: its IPv4 address, or the /64 of its
+// IPv6 address (a host is commonly given a whole /64). The port is left out: one host
+// has as many as it likes.
 func remoteHost(a net.Addr) string {
 	if ua, ok := a.(*net.UDPAddr); ok {
-		return ua.IP.String()
+		if v4 := ua.IP.To4(); v4 != nil {
+			return v4.String()
+		}
+		return ua.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
 	}
 	if h, _, err := net.SplitHostPort(a.String()); err == nil {
 		return h

@@ -58,3 +58,23 @@ func TestHandshakeFloodFromOneHostLeavesRoomForOthers(t *testing.T) {
 		t.Errorf("the flood's connections past its host's share were not refused")
 	}
 }
+
+// TestRemoteHostGroupsAnIPv6Slash64: the share per host counts an IPv6 /64 as one
+// host, or a host holding a /64 would get a share per address.
+func TestRemoteHostGroupsAnIPv6Slash64(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"127.0.0.2:7950", "127.0.0.2"},
+		{"[::ffff:10.0.0.1]:7950", "10.0.0.1"},
+		{"[2001:db8:1:2:aaaa::1]:7950", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:bbbb::9]:1", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:3::1]:7950", "2001:db8:1:3::/64"},
+	} {
+		ua, err := net.ResolveUDPAddr("udp", tc.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := remoteHost(ua); got != tc.want {
+			t.Errorf("remoteHost(%s) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
