@@ -37,7 +37,7 @@ func TestClusterRemovedMemberIsServedNothing(t *testing.T) {
 		t.Fatalf("DELETE /v1/cluster/members/%s: %d %s", gone.id, r.Status, r.Body)
 	}
 	waitFor(t, 120*time.Second, gone.id+" to leave the members", func() bool {
-		return !strings.Contains(membersOf(t, ctl), gone.id+"@")
+		return !strings.Contains(membersOf(t, ctl), gone.id+"@") && !strings.Contains(membersOf(t, holder), gone.id+"@")
 	})
 	// gone's process runs on; eve is deleted and a message produced after it left.
 	ctl.api.Do(http.MethodDelete, "/v1/users/eve", nil).Expect(t, http.StatusNoContent)
