@@ -136,6 +136,9 @@ func (p *Plane) serveData(ctx context.Context, peer string, req []byte) ([]byte,
 	if d == nil {
 		return nil, &transport.RemoteError{Code: codeNotServing, Message: "the data plane of this node is not open yet"}
 	}
+	if d.member == nil {
+		return nil, &transport.RemoteError{Code: codeNotMember, Message: "this node serves no partition operations: it has no way to tell members"}
+	}
 	if err := d.member(ctx, peer); err != nil {
 		return nil, &transport.RemoteError{Code: codeNotMember, Message: err.Error()}
 	}
@@ -145,8 +148,8 @@ func (p *Plane) serveData(ctx context.Context, peer string, req []byte) ([]byte,
 // ServeData routes OpData to h (the broker's HandleData) for the nodes member accepts
 // (the broker's CheckPeer). The handshake proves only that a peer holds the cluster
 // secret; a node removed from the cluster still does, and must be served nothing.
-// member gets the node id the peer gave in its handshake; a refusal reaches the peer
-// as an error that wraps meta.ErrNotDelivered, since h never ran.
+// member gets the node id the peer gave in its handshake; a refusal (or a nil member)
+// reaches the peer as an error that wraps meta.ErrNotDelivered, since h never ran.
 func (p *Plane) ServeData(h func(context.Context, []byte) ([]byte, error), member func(ctx context.Context, node string) error) {
 	p.data.Store(&dataServer{serve: h, member: member})
 }
