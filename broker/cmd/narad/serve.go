@@ -70,7 +70,7 @@ func serve(args []string) (err error) {
 	}
 	if plane != nil {
 		plane.Serve(b.HandleForward)
-		plane.ServeData(b.HandleData)
+		plane.ServeData(b.HandleData, b.CheckPeer)
 		if err := plane.Register(b.Metrics().Registry); err != nil {
 			_ = b.Close() // the registration failure is the error to report
 			return err

@@ -3,9 +3,14 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/narad-mq/narad/broker/internal/meta"
 )
+
+// ErrNotMember means a node that sent a partition operation over the node plane is
+// not a member of the cluster, even after this node caught up with the controller.
+var ErrNotMember = errors.New("the node is not a member of the cluster")
 
 // MemberInfo is a member of the cluster with the partitions it holds and leads.
 type MemberInfo struct {
@@ -59,6 +64,32 @@ func (b *Broker) AddMember(ctx context.Context, nodeID, addr string) error {
 // (meta.Store.HandleForward).
 func (b *Broker) HandleForward(ctx context.Context, req []byte) ([]byte, error) {
 	return b.meta.HandleForward(ctx, req)
+}
+
+// CheckPeer decides whether this node serves the partition operations (HandleData)
+// that node sends over the node plane: only while it is a member. The node plane
+// proves only that the sender holds the cluster secret, and a node that left the
+// cluster (decommissioned and removed) keeps the secret and, if its process is left
+// running, serves its clients from its copy of the metadata as of its removal: users
+// deleted and grants revoked since would still read through it what the holders
+// serve. A node unknown here may have been admitted a moment ago, so this node catches
+// up with the controller before it refuses; when it cannot, the answer is "retry".
+func (b *Broker) CheckPeer(ctx context.Context, node string) error {
+	if _, ok := b.meta.Member(node); ok {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, syncBound)
+	defer cancel()
+	if err := b.meta.Sync(sctx); err != nil {
+		return fmt.Errorf("%w: node %q is not a member as node %q knows the cluster, and the controller could not be asked: %w", ErrUnavailable, node, b.opts.NodeID, err)
+	}
+	if _, ok := b.meta.Member(node); ok {
+		return nil
+	}
+	// At most about one a second per such node: it holds this node down for a second
+	// (remoteDownFor) after each refusal.
+	b.log.Warn("refused a partition operation from a node that is not a member of the cluster; stop its process", "node", node)
+	return fmt.Errorf("%w: node %q is not one (decommissioned and removed, or never admitted), so node %q serves it no partition", ErrNotMember, node, b.opts.NodeID)
 }
 
 // RaftState returns the control plane's Raft state, for metrics.

@@ -665,8 +665,9 @@ func (b *Broker) serveStatsBatch(t *topic, req *dataReq) *dataResp {
 	var resp dataResp
 	for _, i := range req.Parts {
 		a := partStats{Part: i}
-		if t.leads(int(i)) {
-			st := t.parts()[i].Stats()
+		// One look at the replica: it may leave this node (a move) between two.
+		if lp := t.parts()[i]; lp != nil && lp.Leading() {
+			st := lp.Stats()
 			a.Stats, a.Repl = &st, b.localReplicaInfo(t, int(i))
 		} else {
 			a.Err = b.notLeader(t, int(i), partition.ErrNotLeader)
@@ -796,6 +797,13 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 		return b.serveStatsBatch(t, req)
 	}
 	p := t.parts()[req.Partition]
+	if p == nil {
+		// It left this node (a move's reconcile) since heldTopic looked.
+		if b.replicated(t.cur.Load(), int(req.Partition)) {
+			return &dataResp{Err: b.notLeader(t, int(req.Partition), partition.ErrNotLeader)}
+		}
+		return &dataResp{Err: toWireErr(fmt.Errorf("%w: partition %d of topic %q left node %q", ErrUnavailable, req.Partition, req.Topic, b.opts.NodeID))}
+	}
 	var resp dataResp
 	if req.Kind == dataReplicaRead {
 		// Every replica's log holds only committed records, at the same offsets.
@@ -925,15 +933,16 @@ func (b *Broker) childAsOf(ctx context.Context, req *dataReq) (meta.Topic, error
 	}
 }
 
-// waitReady answers a watch: true as soon as one of parts has a message to lease,
-// false when d passed first.
+// waitReady answers a watch: true as soon as one of parts has a message to lease, or
+// has left this node (moved off, or closed to be reopened in a new group: the waiting
+// consumers look again and find it where it is now), false when d passed first.
 func (b *Broker) waitReady(ctx context.Context, t *topic, parts []int32, d time.Duration) (bool, error) {
 	timer := time.NewTimer(min(d, remoteWaitFor))
 	defer timer.Stop()
 	for {
 		wake := t.sig.wait()
 		for _, p := range parts {
-			if t.parts()[p].Available() {
+			if lp := t.parts()[p]; lp == nil || lp.Available() {
 				return true, nil
 			}
 		}

@@ -38,6 +38,10 @@ const MaxFrameSize = 24 << 20
 // closed): the handler never ran, so the caller may send again.
 const codeNotServing = transport.CodeFirstApp
 
+// codeNotMember answers OpData from a node this node does not count among the members
+// (decommissioned and removed, or never admitted): the handler never ran.
+const codeNotMember = transport.CodeFirstApp + 1
+
 // Options configures a Plane.
 type Options struct {
 	// NodeID names this node on the node plane (the same id as the control plane's).
@@ -58,7 +62,7 @@ type Plane struct {
 	node    *transport.Node
 	raft    *raft.NetworkTransport
 	handler atomic.Pointer[func(context.Context, []byte) ([]byte, error)]
-	data    atomic.Pointer[func(context.Context, []byte) ([]byte, error)]
+	data    atomic.Pointer[dataServer]
 	metrics *planeMetrics
 }
 
@@ -121,16 +125,34 @@ func (p *Plane) serveMeta(ctx context.Context, _ string, req []byte) ([]byte, er
 	return (*h)(ctx, req)
 }
 
-func (p *Plane) serveData(ctx context.Context, _ string, req []byte) ([]byte, error) {
-	h := p.data.Load()
-	if h == nil {
-		return nil, &transport.RemoteError{Code: codeNotServing, Message: "the data plane of this node is not open yet"}
-	}
-	return (*h)(ctx, req)
+// dataServer is who serves OpData: the handler, and the check of the sending node.
+type dataServer struct {
+	serve  func(context.Context, []byte) ([]byte, error)
+	member func(ctx context.Context, node string) error
 }
 
-// ServeData routes OpData to h (the broker's HandleData).
-func (p *Plane) ServeData(h func(context.Context, []byte) ([]byte, error)) { p.data.Store(&h) }
+func (p *Plane) serveData(ctx context.Context, peer string, req []byte) ([]byte, error) {
+	d := p.data.Load()
+	if d == nil {
+		return nil, &transport.RemoteError{Code: codeNotServing, Message: "the data plane of this node is not open yet"}
+	}
+	if d.member == nil {
+		return nil, &transport.RemoteError{Code: codeNotMember, Message: "this node serves no partition operations: it has no way to tell members"}
+	}
+	if err := d.member(ctx, peer); err != nil {
+		return nil, &transport.RemoteError{Code: codeNotMember, Message: err.Error()}
+	}
+	return d.serve(ctx, req)
+}
+
+// ServeData routes OpData to h (the broker's HandleData) for the nodes member accepts
+// (the broker's CheckPeer). The handshake proves only that a peer holds the cluster
+// secret; a node removed from the cluster still does, and must be served nothing.
+// member gets the node id the peer gave in its handshake; a refusal (or a nil member)
+// reaches the peer as an error that wraps meta.ErrNotDelivered, since h never ran.
+func (p *Plane) ServeData(h func(context.Context, []byte) ([]byte, error), member func(ctx context.Context, node string) error) {
+	p.data.Store(&dataServer{serve: h, member: member})
+}
 
 // Call sends a partition operation to the node at addr (OpData): the broker's Peers.
 // An error wraps meta.ErrNotDelivered when the request certainly did not run there.
@@ -147,6 +169,9 @@ func (p *Plane) Call(ctx context.Context, addr string, req []byte) ([]byte, erro
 		return nil, fmt.Errorf("%w: the node at %s runs an older version without the data operation; upgrade it: %w", meta.ErrNotDelivered, addr, err)
 	}
 	var re *transport.RemoteError
+	if errors.As(err, &re) && re.Code == codeNotMember {
+		return nil, fmt.Errorf("%w: the node at %s does not count this node as a member of its cluster: %w", meta.ErrNotDelivered, addr, err)
+	}
 	if errors.Is(err, transport.ErrNotSent) || errors.Is(err, transport.ErrBusy) ||
 		(errors.As(err, &re) && re.Code == codeNotServing) {
 		return nil, fmt.Errorf("%w: %w", meta.ErrNotDelivered, err)

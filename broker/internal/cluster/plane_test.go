@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,6 +224,45 @@ func TestDataCallToAnOlderNodeIsNotDelivered(t *testing.T) {
 	_, err = a.Call(ctx, old.Addr(), []byte(`{"kind":"append"}`))
 	if !errors.Is(err, meta.ErrNotDelivered) || !strings.Contains(err.Error(), "older") {
 		t.Fatalf("a data call to a node without the operation: %v, want ErrNotDelivered naming an older version", err)
+	}
+}
+
+// TestDataCallFromANonMemberIsRefusedUnrun: OpData is served only to the nodes the
+// member check accepts, by the node id each proved in its handshake; a refused node's
+// request never reaches the handler, and its caller learns that nothing ran there.
+func TestDataCallFromANonMemberIsRefusedUnrun(t *testing.T) {
+	holder := startPlane(t, "holder", secret)
+	member := startPlane(t, "member", secret)
+	removed := startPlane(t, "removed", secret)
+	t.Cleanup(func() { holder.Close(); member.Close(); removed.Close() })
+	var ran atomic.Int64
+	var asked sync.Map
+	holder.ServeData(func(ctx context.Context, req []byte) ([]byte, error) {
+		ran.Add(1)
+		return append([]byte("served "), req...), nil
+	}, func(ctx context.Context, node string) error {
+		asked.Store(node, true)
+		if node != "member" {
+			return fmt.Errorf("node %q is not a member", node)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	out, err := member.Call(ctx, holder.Addr(), []byte(`x`))
+	if err != nil || string(out) != "served x" {
+		t.Fatalf("a member's data call: %q %v", out, err)
+	}
+	_, err = removed.Call(ctx, holder.Addr(), []byte(`x`))
+	if !errors.Is(err, meta.ErrNotDelivered) || !strings.Contains(err.Error(), "not a member") {
+		t.Fatalf("a data call from a node that is not a member: %v, want ErrNotDelivered saying why", err)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want once (for the member only)", n)
+	}
+	if _, ok := asked.Load("removed"); !ok {
+		t.Fatalf("the member check was not asked about the node id the caller proved")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -52,26 +53,28 @@ func (n *Node) newPeerConn(qc *quic.Conn, peerID, peerAddr string, dialed bool) 
 func (pc *peerConn) alive() bool { return pc.qc.Context().Err() == nil }
 
 // acceptLoop accepts connections and runs each one's secret handshake, with at most
-// MaxPendingHandshakes in progress.
+// MaxPendingHandshakes in progress, and at most a quarter of them from one host: a host
+// that opens connections and says nothing, as fast as they time out, must not hold
+// every slot while a member on another host (one that restarted, say) connects.
 func (n *Node) acceptLoop() {
 	defer n.wg.Done()
+	perHost := max(1, n.opts.MaxPendingHandshakes/4)
 	for {
 		qc, err := n.ln.Accept(n.ctx)
 		if err != nil {
 			return
 		}
-		select {
-		case n.handshakes <- struct{}{}:
-		default:
+		host := remoteHost(qc.RemoteAddr())
+		if !n.takeHandshakeSlot(host, perHost) {
 			n.stats.handshakesRefused.Add(1)
 			n.authLog.Warn("node-plane handshake refused: too many in progress",
-				"remote", qc.RemoteAddr().String(), "limit", n.opts.MaxPendingHandshakes)
+				"remote", qc.RemoteAddr().String(), "limit", n.opts.MaxPendingHandshakes, "per_host", perHost)
 			_ = qc.CloseWithError(connCodeRefused, "too many handshakes in progress")
 			continue
 		}
 		go func() {
 			pc, err := n.serverHandshake(qc)
-			<-n.handshakes
+			n.releaseHandshakeSlot(host)
 			if err != nil {
 				n.handshakeFailed(qc, err)
 				return
@@ -79,6 +82,48 @@ func (n *Node) acceptLoop() {
 			n.adopt(pc)
 		}()
 	}
+}
+
+// takeHandshakeSlot takes one of the MaxPendingHandshakes slots for a connection from
+// host, unless they are all taken or host holds perHost of them already.
+func (n *Node) takeHandshakeSlot(host string, perHost int) bool {
+	n.pendingMu.Lock()
+	defer n.pendingMu.Unlock()
+	if n.pending[host] >= perHost {
+		return false
+	}
+	select {
+	case n.handshakes <- struct{}{}:
+	default:
+		return false
+	}
+	n.pending[host]++
+	return true
+}
+
+func (n *Node) releaseHandshakeSlot(host string) {
+	n.pendingMu.Lock()
+	defer n.pendingMu.Unlock()
+	<-n.handshakes
+	if n.pending[host]--; n.pending[host] <= 0 {
+		delete(n.pending, host)
+	}
+}
+
+// remoteHost is the host a connection came from: its IPv4 address, or the /64 of its
+// IPv6 address (a host is commonly given a whole /64). The port is left out: one host
+// has as many as it likes.
+func remoteHost(a net.Addr) string {
+	if ua, ok := a.(*net.UDPAddr); ok {
+		if v4 := ua.IP.To4(); v4 != nil {
+			return v4.String()
+		}
+		return ua.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	}
+	if h, _, err := net.SplitHostPort(a.String()); err == nil {
+		return h
+	}
+	return a.String()
 }
 
 // handshakeFailed counts, logs and closes a connection whose handshake failed.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // frameVersion is the only frame layout this node speaks. A frame whose first byte is
@@ -87,9 +88,15 @@ func readHeader(r io.Reader) (header, error) {
 	return decodeHeader(b[:])
 }
 
+// payloadChunk is what a payload read allocates before any of its bytes arrived.
+const payloadChunk = 64 << 10
+
 // readPayload reads the payload announced by h, refusing before it allocates anything
 // when the announced length is above max: a frame's size is bounded by the receiver,
-// never by what the sender claims.
+// never by what the sender claims. Below max the length is still only a claim, so the
+// buffer grows (doubling, never past the claim) as the bytes arrive: a peer that
+// announces many large requests and sends nothing holds payloadChunk per request, not
+// the sum of its claims, and what it does send is bounded by QUIC's flow control.
 func readPayload(r io.Reader, h header, max uint32) ([]byte, error) {
 	if h.length > max {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d accepted", ErrFrameTooLarge, h.length, max)
@@ -97,9 +104,20 @@ func readPayload(r io.Reader, h header, max uint32) ([]byte, error) {
 	if h.length == 0 {
 		return nil, nil
 	}
-	p := make([]byte, h.length)
-	if _, err := io.ReadFull(r, p); err != nil {
-		return nil, err
+	n := int(h.length)
+	p := make([]byte, 0, min(n, payloadChunk))
+	for len(p) < n {
+		if len(p) == cap(p) {
+			p = slices.Grow(p, min(n-len(p), cap(p)))
+		}
+		got, err := io.ReadFull(r, p[len(p):min(cap(p), n)])
+		p = p[:len(p)+got]
+		if err == io.EOF && len(p) > 0 {
+			err = io.ErrUnexpectedEOF // some of the payload came, then the stream ended
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -200,19 +201,25 @@ func TestPeerWithTheSameNodeIDIsRefused(t *testing.T) {
 }
 
 func TestHandshakeFloodIsBounded(t *testing.T) {
-	const limit = 4
+	const limit = 4 // one per host
 	victim := mustStartNode(t, "victim", func(o *Options) {
 		o.MaxPendingHandshakes = limit
 		o.HandshakeTimeout = 3 * time.Second
 	})
-	// limit connections that finish TLS and then never say hello hold every slot...
-	var silent []*quic.Conn
-	for range limit {
-		silent = append(silent, rawDial(t, victim.Addr()))
+	// limit connections, from as many hosts, that finish TLS and then never say hello
+	// hold every slot...
+	silentFrom := func() []*quic.Conn {
+		var silent []*quic.Conn
+		for i := range limit {
+			silent = append(silent, rawDialFrom(t, fmt.Sprintf("127.0.0.%d", 2+i), victim.Addr()))
+		}
+		return silent
 	}
-	// ...so one more is closed at once, without waiting for its handshake timeout.
+	silent := silentFrom()
+	// ...so one more, from yet another host, is closed at once, without waiting for
+	// its handshake timeout.
 	for i := 0; ; i++ {
-		extra := rawDial(t, victim.Addr())
+		extra := rawDialFrom(t, "127.0.0.9", victim.Addr())
 		<-extra.Context().Done()
 		var ae *quic.ApplicationError
 		err := context.Cause(extra.Context())
@@ -224,9 +231,7 @@ func TestHandshakeFloodIsBounded(t *testing.T) {
 		if i > 5 {
 			t.Fatalf("extra connection closed with %v, want refused (code %d)", err, connCodeRefused)
 		}
-		for j := range silent {
-			silent[j] = rawDial(t, victim.Addr())
-		}
+		silent = silentFrom()
 	}
 	if victim.Stats().HandshakesRefused == 0 {
 		t.Errorf("the refused handshake was not counted")

@@ -5,6 +5,8 @@ package transport
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -62,7 +64,8 @@ type Options struct {
 	// MaxRaftStreams bounds the raft streams a peer may open on one connection.
 	MaxRaftStreams int
 	// MaxPendingHandshakes bounds connections that have not finished the secret
-	// handshake; past it new connections are closed at once.
+	// handshake; past it new connections are closed at once. One host (IP address)
+	// may hold a quarter of them (at least one).
 	MaxPendingHandshakes int
 	// HandshakeTimeout bounds the TLS plus secret handshake, and the wait for a
 	// request's header after its stream opened.
@@ -115,6 +118,8 @@ type Node struct {
 	wg     sync.WaitGroup
 
 	handshakes chan struct{}
+	pendingMu  sync.Mutex
+	pending    map[string]int // handshakes in progress, by the host they came from
 	raft       *StreamLayer
 
 	mu      sync.Mutex
@@ -156,6 +161,7 @@ func New(opts Options) (*Node, error) {
 		log:        opts.Logger.With("component", "transport", "node", opts.NodeID),
 		handlers:   map[uint16]Handler{},
 		handshakes: make(chan struct{}, opts.MaxPendingHandshakes),
+		pending:    map[string]int{},
 		conns:      map[string]*peerConn{},
 		live:       map[*peerConn]struct{}{},
 		dials:      map[string]*dialState{},
@@ -259,7 +265,7 @@ func (n *Node) Start() error {
 		pconn = n.opts.wrapPacketConn(pconn)
 	}
 	n.udp = pconn // closing it closes uc (and stops a chaosnet socket's polling)
-	n.tr = &quic.Transport{Conn: pconn}
+	n.tr = &quic.Transport{Conn: pconn, StatelessResetKey: n.statelessResetKey()}
 	ln, err := n.tr.Listen(n.tlsServer, n.qconf)
 	if err != nil {
 		_ = n.tr.Close()  // the listen error is the one to report
@@ -275,6 +281,26 @@ func (n *Node) Start() error {
 	n.wg.Add(1)
 	go n.acceptLoop()
 	return nil
+}
+
+// statelessResetKey derives the key of the stateless resets this node sends for
+// packets of connections it does not know: those of a process that ran before it at
+// this address and crashed without a word. A peer closes such a connection at once
+// instead of calling into it until its idle timeout; without this, the connection a
+// peer of smaller id had dialed kept winning over the one this node opens
+// (TestCrashedPeerRestartedAtItsAddressIsReachedAgain). The key must be the same after
+// a restart, and only members may be able to make the tokens (a reset closes the
+// connection), so it is derived from the current cluster secret and the node id. After
+// the current secret changed, a restart's resets are not believed, and the old
+// connection lasts until the idle timeout, as before.
+func (n *Node) statelessResetKey() *quic.StatelessResetKey {
+	m := hmac.New(sha256.New, n.currentSecrets()[0])
+	m.Write([]byte("narad-node-plane/1 stateless reset"))
+	m.Write([]byte{byte(len(n.opts.NodeID))})
+	m.Write([]byte(n.opts.NodeID))
+	var k quic.StatelessResetKey
+	copy(k[:], m.Sum(nil))
+	return &k
 }
 
 // Addr returns the address peers should dial (AdvertiseAddr, or the bound address).
