@@ -38,7 +38,7 @@ func startMovesCluster(t *testing.T, n int, extra ...string) *upgradeCluster {
 		answers: map[string]int{}, stopping: map[string]bool{}, stop: make(chan struct{}),
 		// A lease given by a node killed before its answer left lapses after the
 		// visibility timeout; the final drain outwaits it.
-		quiet: 7 * time.Second, crashes: true}
+		quiet: 7 * time.Second, crashes: true, visibility: 5 * time.Second}
 	var peers []string
 	for i := range n {
 		nd := &clusterNode{id: fmt.Sprintf("n%d", i+1), addr: freeClusterAddr(t)}
