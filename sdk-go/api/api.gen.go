@@ -750,9 +750,10 @@ type ProduceBatchRequest struct {
 	Messages    []OutgoingMessage `json:"messages"`
 
 	// ValidateOnly Check the credentials, the produce grant and the topic (and `incarnation`,
-	// when given), then answer 202 with no results and write nothing. The messages'
-	// contents are not checked, but each still needs a payload. Remote children use
-	// it to check a remote topic at attach.
+	// when given), then answer 202 with no results and write nothing. The payloads
+	// are not checked, but each message still needs one, and a key, partition,
+	// timestamp or origin given must be well formed (400 otherwise). Remote
+	// children use it to check a remote topic at attach.
 	ValidateOnly *bool `json:"validate_only,omitempty"`
 }
 

@@ -46,3 +46,25 @@ func TestValidateOnlyBatchNeedsPayloads(t *testing.T) {
 		t.Fatalf("a validate_only batch with a message without payload: %v, want 400", err)
 	}
 }
+
+// A validate_only batch is refused for what a batch that stores would be refused for
+// in its messages' form: an incomplete origin, a bad timestamp, key or partition
+// (schemathesis found an origin without cluster_id answered 202).
+func TestValidateOnlyBatchChecksTheMessagesForm(t *testing.T) {
+	yes := true
+	h := &handlers{} // no broker: the refusal comes first
+	bad := int32(-5)
+	ts := int64(0)
+	for name, m := range map[string]apigen.OutgoingMessage{
+		"origin without cluster_id": {Payload: []byte(`1`), Origin: &apigen.MessageOrigin{Topic: "G", Partition: 7, Offset: 5}},
+		"timestamp 0":               {Payload: []byte(`1`), Timestamp: &ts},
+		"partition -5":              {Payload: []byte(`1`), Partition: &bad},
+	} {
+		_, err := h.ProduceBatch(context.Background(), apigen.ProduceBatchRequestObject{Topic: "t",
+			Body: &apigen.ProduceBatchRequest{ValidateOnly: &yes, Messages: []apigen.OutgoingMessage{m}}})
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.status != http.StatusBadRequest {
+			t.Errorf("a validate_only batch with a message with %s: %v, want 400", name, err)
+		}
+	}
+}

@@ -111,11 +111,22 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 		return nil, err
 	}
 	if chk.ValidateOnly {
-		// The messages' contents are not checked, but the body must still be one the
-		// spec allows: every message has a payload.
+		// The payloads are not checked, but the body must still be one the spec
+		// allows: every message has a payload, and a key, timestamp or origin given is
+		// well formed, as a batch that stores them needs.
 		for i, m := range msgs {
+			at := "message " + strconv.Itoa(i) + ": "
 			if len(m.Payload) == 0 {
-				return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "message "+strconv.Itoa(i)+": payload is required")
+				return nil, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, at+"payload is required")
+			}
+			if _, err := checkKey(m.Key); err != nil {
+				return nil, badParam(at + err.(*apiError).msg)
+			}
+			if _, err := checkPartition(m.Partition); err != nil {
+				return nil, badParam(at + err.(*apiError).msg)
+			}
+			if err := copyFields(&broker.Outgoing{}, m, at); err != nil {
+				return nil, err
 			}
 		}
 		if _, err := h.b.ProduceChecked(ctx, r.Topic, chk, nil); err != nil {
