@@ -8,6 +8,7 @@ package raftetcd
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -105,8 +106,11 @@ type Stats struct {
 
 // Host runs the groups of one node.
 type Host struct {
-	opts  Options
-	log   *slog.Logger
+	opts Options
+	log  *slog.Logger
+	// start is a random id of this start of the host, sent with every liveness answer:
+	// a peer that sees it change knows the node restarted (see peer.start).
+	start uint64
 	pmu   sync.RWMutex
 	peers map[uint64]*peer // every other node groups may reach (AddPeer)
 
@@ -135,6 +139,13 @@ type peer struct {
 	clockOffset atomic.Int64
 	clockKnown  atomic.Bool
 	live        bool // the ticker's view, owned by the ticker goroutine
+	// start is the peer's start id from its last liveness answer (0: none yet, or an
+	// older node that sends none); restarted is set when it changed, until the ticker
+	// acts on it. A node back at its address within the liveness timeout was heard
+	// all along, yet it lost every leadership and lease it had: the ticker treats it
+	// as having died and come back.
+	start     atomic.Uint64
+	restarted atomic.Bool
 
 	mu    sync.Mutex
 	queue []outMsg
@@ -158,7 +169,7 @@ func New(opts Options) (*Host, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &Host{opts: opts, log: opts.Logger.With("component", "raftetcd"), peers: map[uint64]*peer{},
+	h := &Host{opts: opts, log: opts.Logger.With("component", "raftetcd"), peers: map[uint64]*peer{}, start: randomStart(),
 		groups: map[string]*group{}, quit: make(chan struct{})}
 	h.nextProposal.Store(opts.ID << 48)
 	opts.Node.Handle(OpBatch, h.serveBatch)
@@ -723,6 +734,19 @@ func (h *Host) tickLoop() {
 		var down, up []uint64
 		for _, p := range h.allPeers() {
 			live := now-p.lastHeard.Load() < int64(h.opts.LivenessTimeout)
+			// (A restart seen while the peer counted dead is its coming back below.)
+			if restarted := p.restarted.Swap(false); p.live && live && restarted {
+				// Back before it was missed: what it led must elect again, what it
+				// was waited on for will not come, and what this node leads must
+				// catch it up.
+				p.mu.Lock()
+				close(p.down)
+				p.down = make(chan struct{})
+				p.mu.Unlock()
+				down = append(down, p.id)
+				up = append(up, p.id)
+				continue
+			}
 			if live != p.live {
 				p.live = live
 				if live {
@@ -802,6 +826,12 @@ func (h *Host) livenessLoop(p *peer) {
 				p.clockOffset.Store(theirs - mid)
 				p.clockKnown.Store(true)
 			}
+			if len(resp) >= 24 {
+				if was := p.start.Swap(binary.BigEndian.Uint64(resp[16:24])); was != 0 && was != p.start.Load() {
+					h.log.Info("a peer restarted since its last liveness answer; the groups it led elect again", "peer", p.id)
+					p.restarted.Store(true)
+				}
+			}
 		}
 	}
 }
@@ -814,7 +844,22 @@ func (h *Host) serveLiveness(_ context.Context, _ string, req []byte) ([]byte, e
 	// Our wall clock goes with the answer, so the caller can tell how far apart the
 	// two clocks are (an 8-byte answer from an older node has none).
 	out := binary.BigEndian.AppendUint64(nil, h.opts.ID)
-	return binary.BigEndian.AppendUint64(out, uint64(time.Now().UnixNano())), nil
+	out = binary.BigEndian.AppendUint64(out, uint64(time.Now().UnixNano()))
+	// Then this start's id (an older caller reads the first 16 bytes only).
+	return binary.BigEndian.AppendUint64(out, h.start), nil
+}
+
+// randomStart draws a start id: random, never 0 (which means "none").
+func randomStart() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(err) // crypto/rand does not fail on Linux
+		}
+		if v := binary.BigEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
 }
 
 // send queues msgs of group for their peers.

@@ -28,6 +28,10 @@ type testNode struct {
 	host *Host
 	sg   *vfs.SyncGroup
 	down bool
+	// opts and groups are what the host was started with: restart starts it again
+	// (a new process at the same address, on the same directory).
+	opts   Options
+	groups int
 
 	mu      sync.Mutex
 	applied map[string]int
@@ -47,6 +51,36 @@ func (n *testNode) stop() {
 	n.host.Close()
 	_ = n.node.Close()
 	n.sg.Close()
+}
+
+// restart starts a stopped node again at its address, on its directory, as a new
+// process of the node would.
+func (n *testNode) restart(t *testing.T) {
+	t.Helper()
+	addr := n.opts.Peers[n.id]
+	node, err := transport.New(transport.Options{NodeID: fmt.Sprintf("n%d", n.id), ListenAddr: addr, Secret: testSecret, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fss, err := vfs.NewFSSyncer(n.opts.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.node, n.sg = node, vfs.NewSyncGroup(fss)
+	opts := n.opts
+	opts.Node, opts.Sync = node, n.sg
+	if n.host, err = New(opts); err != nil {
+		t.Fatal(err)
+	}
+	for g := range n.groups {
+		if err := n.host.AddGroup(groupName(g)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.down = false
 }
 
 // testTick is the clock of the tests: an election timeout of 10 ticks is 300 ms.
@@ -90,6 +124,7 @@ func startClusterWith(t *testing.T, groups int, tweak func(*Options)) []*testNod
 				tn.mu.Unlock()
 			}}
 		tweak(&opts)
+		tn.opts, tn.groups = opts, groups
 		tn.host, err = New(opts)
 		if err != nil {
 			t.Fatal(err)
@@ -315,6 +350,38 @@ func TestFailoverAfterNodeStops(t *testing.T) {
 	if took > 10*time.Second {
 		t.Errorf("failover took %v", took)
 	}
+}
+
+// TestFailoverAfterAQuickRestart: a node that leads quiet groups and is back at its
+// address within the liveness timeout (a crash and a fast restart) must not be taken
+// for alive and leading still. Its peers heard it all along, so no liveness timeout
+// fires, and the followers of its quiet groups, their election clocks stopped, would
+// count it their leader for good while it restarted as a follower. Its liveness answers
+// carry a start id: a new one makes the peers act as if it had died.
+func TestFailoverAfterAQuickRestart(t *testing.T) {
+	const groups = 20
+	ns := startCluster(t, groups)
+	ls := leaders(t, ns, groups)
+	poll(t, 10*time.Second, "every group quiesced on every node", func() bool { return allQuiesced(ns, groups) })
+	count := map[*testNode]int{}
+	for _, n := range ls {
+		count[n]++
+	}
+	victim := ns[0]
+	for _, n := range ns {
+		if count[n] > count[victim] {
+			victim = n
+		}
+	}
+	stopped := time.Now()
+	victim.stop()
+	victim.restart(t)
+	ls2 := leaders(t, ns, groups)
+	for g, n := range ls2 {
+		propose(t, n, g)
+	}
+	took := time.Since(stopped)
+	t.Logf("n%d led %d groups and restarted at once: all led and written after %v", victim.id, count[victim], took)
 }
 
 // TestWALReplay: what save wrote comes back in order, a rewritten suffix replaces the
