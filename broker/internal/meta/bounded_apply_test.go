@@ -210,3 +210,48 @@ func TestAForwardedWriteWithoutAnAnswerIsOfUnknownOutcome(t *testing.T) {
 		t.Fatalf("a forwarded write without an answer: %v, want ErrOutcomeUnknown", err)
 	}
 }
+
+// TestAForwardedWriteCommittedButNotAppliedHereIsOfUnknownOutcome: a follower forwards
+// a write, the controller commits and answers it, but the follower's own state machine
+// does not apply it within the apply timeout (held here). The write happened: the
+// answer must not be a plain ErrUnavailable, which the HTTP API answers "503
+// unavailable" (documented as "no controller took it": safe to send again), so a
+// client sending it again would make it twice (a second remote child) or be refused
+// as a conflict for its own write. It is ErrOutcomeUnknown (503 timeout).
+func TestAForwardedWriteCommittedButNotAppliedHereIsOfUnknownOutcome(t *testing.T) {
+	net := newTestNet(t)
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	var ctl, via *Store
+	eventually(t, "a controller", func() error {
+		if ctl = leaderOf(ss...); ctl == nil {
+			return errors.New("none")
+		}
+		return nil
+	})
+	for _, s := range ss {
+		if s != ctl {
+			via = s
+		}
+	}
+	release := make(chan struct{})
+	var armed atomic.Bool
+	hold := func() {
+		if armed.Load() {
+			<-release
+		}
+	}
+	via.fsm.beforeApply.Store(&hold)
+	defer func() {
+		armed.Store(false)
+		close(release)
+		net.closeAll()
+	}()
+	armed.Store(true)
+	_, err := via.CreateTopic(Topic{Name: "applied-elsewhere", TopicConfig: TopicConfig{Partitions: 1}})
+	if _, ok := ctl.Topic("applied-elsewhere"); !ok {
+		t.Fatalf("the controller does not hold the topic (the write answered %v)", err)
+	}
+	if !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a write the controller committed, not yet applied on the forwarding node, answered %v; want ErrOutcomeUnknown", err)
+	}
+}
