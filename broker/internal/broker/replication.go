@@ -254,7 +254,8 @@ const replacedTermMargin = 1 << 10
 // replaces one), so that no receipt handle one of its leaders gave out (a term and a
 // sequence that starts again in each term) can equal a lease of the new group's. 0
 // when no group held it (a replication factor raised from 1: the lone copy's lease
-// epochs count seconds since 2024, far above any term).
+// epochs count seconds since 2024, far above any term). A replaced log that cannot be
+// read (damaged) counts as having reached the seconds since 2024.
 func (b *Broker) termsAfterReplaced(partDir, raftDir string) (uint64, error) {
 	ents, err := os.ReadDir(partDir)
 	if err != nil {
@@ -268,7 +269,14 @@ func (b *Broker) termsAfterReplaced(partDir, raftDir string) (uint64, error) {
 		}
 		t, err := b.repl.host.LastTerm(filepath.Join(partDir, name))
 		if err != nil {
-			return 0, err
+			// A forced takeover follows a disaster, and this log may be damaged: it
+			// must not keep the new group from opening. Its terms are unknown, but a
+			// term passes only with an election timeout (a second at least), and no
+			// group is older than 2024: start above the seconds since then.
+			floor := uint64(max(0, partition.WallMillis()/1000-time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).Unix()))
+			b.log.Error("the Raft log of a partition's replaced group cannot be read; the new group starts its terms above the seconds since 2024 instead",
+				"dir", filepath.Join(partDir, name), "first_term", floor+replacedTermMargin, "err", err)
+			t = floor
 		}
 		highest = max(highest, t)
 	}
