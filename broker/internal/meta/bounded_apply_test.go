@@ -255,3 +255,51 @@ func TestAForwardedWriteCommittedButNotAppliedHereIsOfUnknownOutcome(t *testing.
 		t.Fatalf("a write the controller committed, not yet applied on the forwarding node, answered %v; want ErrOutcomeUnknown", err)
 	}
 }
+
+// TestAForwardedWriteRefusedButNotAppliedHereKeepsItsRefusal: a forwarded write the
+// controller's state machine refused (a conflict) has a known outcome even when the
+// forwarding node has not applied that entry in time: the caller gets the refusal (409),
+// not a 503 (the entry is past the topic's creation, which this node applied).
+func TestAForwardedWriteRefusedButNotAppliedHereKeepsItsRefusal(t *testing.T) {
+	net := newTestNet(t)
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	var ctl, via *Store
+	eventually(t, "a controller", func() error {
+		if ctl = leaderOf(ss...); ctl == nil {
+			return errors.New("none")
+		}
+		return nil
+	})
+	for _, s := range ss {
+		if s != ctl {
+			via = s
+		}
+	}
+	if _, err := ctl.CreateTopic(Topic{Name: "taken", TopicConfig: TopicConfig{Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the forwarding node to know the topic", func() error {
+		if _, ok := via.Topic("taken"); !ok {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	release := make(chan struct{})
+	var armed atomic.Bool
+	hold := func() {
+		if armed.Load() {
+			<-release
+		}
+	}
+	via.fsm.beforeApply.Store(&hold)
+	defer func() {
+		armed.Store(false)
+		close(release)
+		net.closeAll()
+	}()
+	armed.Store(true)
+	_, err := via.applyCmd(command{Op: "create_topic", Topic: &Topic{Name: "taken", TopicConfig: TopicConfig{Partitions: 1}}})
+	if !errors.Is(err, ErrTopicExists) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a forwarded create of an existing topic, not yet applied on the forwarding node, answered %v; want ErrTopicExists", err)
+	}
+}
