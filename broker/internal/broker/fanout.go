@@ -342,7 +342,10 @@ func (c *copier) round() (time.Duration, error) {
 		c.cursors[pp].Store(next)
 		clear(c.sent[pp])
 		c.commitCursor(pp, p)
-		if due == copyBatch {
+		if due == copyBatch || (due == len(recs) && next < p.Stats().End) {
+			// More to read now: a full batch, or one cut short by the byte budget or
+			// by a damaged record (which the next read reports). Waiting for the
+			// parent's next append would stop the copy there in a quiet topic.
 			wait = 0
 		}
 	}
