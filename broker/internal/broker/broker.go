@@ -226,6 +226,20 @@ func (t *topic) markRebuild(i int) {
 	t.rebuild[i] = true
 }
 
+// damagedOnReplica reports whether partition i is a replica with peers, and then marks
+// it for a rebuild: a record damaged here is intact on them, so a copy of the partition
+// (fan-out, a remote child) must not skip it for good as a lone copy does. This replica
+// hands its leadership over and is rebuilt; the next leader copies the record from its
+// own copy.
+func (t *topic) damagedOnReplica(i int) bool {
+	m := t.cur.Load()
+	if i >= len(m.Placement) || len(m.Placement[i].Replicas) < 2 {
+		return false
+	}
+	t.markRebuild(i)
+	return true
+}
+
 // takeRebuild reports, once, whether partition i was marked for a rebuild.
 func (t *topic) takeRebuild(i int) bool {
 	t.rebuildMu.Lock()

@@ -281,6 +281,12 @@ func (c *copier) round() (time.Duration, error) {
 			clear(c.sent[pp])
 		}
 		recs, err := p.Read(from, copyBatch)
+		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 && c.parent.damagedOnReplica(pp) {
+			// Damaged on this replica only: retried (the error below) until this
+			// replica handed its leadership over; the next leader copies it.
+			errs = errors.Join(errs, fmt.Errorf("partition %d: the message at offset %d is damaged on this replica; it is copied by the next leader, from an intact replica: %w", pp, from, err))
+			continue
+		}
 		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 {
 			// The record at from is damaged and can never be copied; retrying would stop
 			// this parent's fan-out for good. Skip it, as a lease does.
@@ -342,7 +348,10 @@ func (c *copier) round() (time.Duration, error) {
 		c.cursors[pp].Store(next)
 		clear(c.sent[pp])
 		c.commitCursor(pp, p)
-		if due == copyBatch {
+		if due == copyBatch || (due == len(recs) && next < p.Stats().End) {
+			// More to read now: a full batch, or one cut short by the byte budget or
+			// by a damaged record (which the next read reports). Waiting for the
+			// parent's next append would stop the copy there in a quiet topic.
 			wait = 0
 		}
 	}

@@ -760,6 +760,14 @@ func (c *remoteCopier) run(i int) {
 			}
 			continue
 		}
+		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 && c.parent.damagedOnReplica(i) {
+			// Damaged on this replica only: the others hold it intact. This one hands
+			// its leadership over and is rebuilt; the next leader copies it.
+			if !fail("source_read", "a message of this partition is damaged on the node leading it; that node hands its leadership to a replica with an intact copy, which copies it", err) {
+				return
+			}
+			continue
+		}
 		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 {
 			// Damaged at from: it can never be copied, and retrying would stop this
 			// partition's copy for good. Skip it, counted and logged, as fan-out does.

@@ -178,7 +178,8 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	// raised from 1, a forced takeover) starts the group alone, and its first snapshot
 	// stands for that data: a replica added later restores it, fetching the messages,
 	// instead of replaying a log that never held them.
-	onData := fresh && pl.Group && len(pl.Replicas) == 1 && pl.Replicas[0] == b.opts.NodeID
+	soleOverData := pl.Group && len(pl.Replicas) == 1 && pl.Replicas[0] == b.opts.NodeID
+	onData := fresh && soleOverData
 	if onData {
 		join = false
 	}
@@ -216,16 +217,23 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		return nil, fmt.Errorf("%w: a replica of partition %d of topic %q is on a node this node has no member record of yet", ErrUnavailable, i, m.Name)
 	}
 	var firstTerm uint64
-	if onData {
+	if soleOverData {
+		// Not only when the Raft directory is new: raftetcd uses FirstTerm only when
+		// it creates the group, and creates it again over a directory a crash left
+		// empty (made, but no entry written yet).
 		if firstTerm, err = b.termsAfterReplaced(popts.Dir, raftDir); err != nil {
 			_ = p.Close() // the error below is the one to report
 			return nil, fmt.Errorf("reading the terms of partition %d of topic %q's replaced group: %w", i, m.Name, err)
 		}
 	}
 	err = b.repl.host.OpenGroup(gid, raftetcd.GroupConfig{
-		Voters: voters, Dir: raftDir, Join: join, Campaign: m.Placement[i].Leader == b.opts.NodeID, SnapshotFirst: onData, FirstTerm: firstTerm,
-		Apply:    func(index uint64, data []byte) any { return p.Apply(index, data) },
-		Snapshot: p.SnapshotState,
+		Voters: voters, Dir: raftDir, Join: join, Campaign: m.Placement[i].Leader == b.opts.NodeID, FirstTerm: firstTerm,
+		// Also when opened again: a node that stopped between the group's first
+		// entries and its first snapshot still owes that snapshot (raftetcd ignores
+		// this once the group has one).
+		SnapshotFirst: soleOverData,
+		Apply:         func(index uint64, data []byte) any { return p.Apply(index, data) },
+		Snapshot:      p.SnapshotState,
 		Restore: func(ctx context.Context, index uint64, data []byte, sources []uint64) error {
 			return p.RestoreSnapshot(ctx, index, data, b.fetchFrom(t, i, sources))
 		},
@@ -254,7 +262,8 @@ const replacedTermMargin = 1 << 10
 // replaces one), so that no receipt handle one of its leaders gave out (a term and a
 // sequence that starts again in each term) can equal a lease of the new group's. 0
 // when no group held it (a replication factor raised from 1: the lone copy's lease
-// epochs count seconds since 2024, far above any term).
+// epochs count seconds since 2024, far above any term). A replaced log that cannot be
+// read (damaged) counts as having reached the seconds since 2024.
 func (b *Broker) termsAfterReplaced(partDir, raftDir string) (uint64, error) {
 	ents, err := os.ReadDir(partDir)
 	if err != nil {
@@ -268,7 +277,14 @@ func (b *Broker) termsAfterReplaced(partDir, raftDir string) (uint64, error) {
 		}
 		t, err := b.repl.host.LastTerm(filepath.Join(partDir, name))
 		if err != nil {
-			return 0, err
+			// A forced takeover follows a disaster, and this log may be damaged: it
+			// must not keep the new group from opening. Its terms are unknown, but a
+			// term passes only with an election timeout (a second at least), and no
+			// group is older than 2024: start above the seconds since then.
+			floor := uint64(max(0, partition.WallMillis()/1000-time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).Unix()))
+			b.log.Error("the Raft log of a partition's replaced group cannot be read; the new group starts its terms above the seconds since 2024 instead",
+				"dir", filepath.Join(partDir, name), "first_term", floor+replacedTermMargin, "err", err)
+			t = floor
 		}
 		highest = max(highest, t)
 	}

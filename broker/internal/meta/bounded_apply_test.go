@@ -210,3 +210,96 @@ func TestAForwardedWriteWithoutAnAnswerIsOfUnknownOutcome(t *testing.T) {
 		t.Fatalf("a forwarded write without an answer: %v, want ErrOutcomeUnknown", err)
 	}
 }
+
+// TestAForwardedWriteCommittedButNotAppliedHereIsOfUnknownOutcome: a follower forwards
+// a write, the controller commits and answers it, but the follower's own state machine
+// does not apply it within the apply timeout (held here). The write happened: the
+// answer must not be a plain ErrUnavailable, which the HTTP API answers "503
+// unavailable" (documented as "no controller took it": safe to send again), so a
+// client sending it again would make it twice (a second remote child) or be refused
+// as a conflict for its own write. It is ErrOutcomeUnknown (503 timeout).
+func TestAForwardedWriteCommittedButNotAppliedHereIsOfUnknownOutcome(t *testing.T) {
+	net := newTestNet(t)
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	var ctl, via *Store
+	eventually(t, "a controller", func() error {
+		if ctl = leaderOf(ss...); ctl == nil {
+			return errors.New("none")
+		}
+		return nil
+	})
+	for _, s := range ss {
+		if s != ctl {
+			via = s
+		}
+	}
+	release := make(chan struct{})
+	var armed atomic.Bool
+	hold := func() {
+		if armed.Load() {
+			<-release
+		}
+	}
+	via.fsm.beforeApply.Store(&hold)
+	defer func() {
+		armed.Store(false)
+		close(release)
+		net.closeAll()
+	}()
+	armed.Store(true)
+	_, err := via.CreateTopic(Topic{Name: "applied-elsewhere", TopicConfig: TopicConfig{Partitions: 1}})
+	if _, ok := ctl.Topic("applied-elsewhere"); !ok {
+		t.Fatalf("the controller does not hold the topic (the write answered %v)", err)
+	}
+	if !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a write the controller committed, not yet applied on the forwarding node, answered %v; want ErrOutcomeUnknown", err)
+	}
+}
+
+// TestAForwardedWriteRefusedButNotAppliedHereKeepsItsRefusal: a forwarded write the
+// controller's state machine refused (a conflict) has a known outcome even when the
+// forwarding node has not applied that entry in time: the caller gets the refusal (409),
+// not a 503 (the entry is past the topic's creation, which this node applied).
+func TestAForwardedWriteRefusedButNotAppliedHereKeepsItsRefusal(t *testing.T) {
+	net := newTestNet(t)
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	var ctl, via *Store
+	eventually(t, "a controller", func() error {
+		if ctl = leaderOf(ss...); ctl == nil {
+			return errors.New("none")
+		}
+		return nil
+	})
+	for _, s := range ss {
+		if s != ctl {
+			via = s
+		}
+	}
+	if _, err := ctl.CreateTopic(Topic{Name: "taken", TopicConfig: TopicConfig{Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the forwarding node to know the topic", func() error {
+		if _, ok := via.Topic("taken"); !ok {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	release := make(chan struct{})
+	var armed atomic.Bool
+	hold := func() {
+		if armed.Load() {
+			<-release
+		}
+	}
+	via.fsm.beforeApply.Store(&hold)
+	defer func() {
+		armed.Store(false)
+		close(release)
+		net.closeAll()
+	}()
+	armed.Store(true)
+	_, err := via.applyCmd(command{Op: "create_topic", Topic: &Topic{Name: "taken", TopicConfig: TopicConfig{Partitions: 1}}})
+	if !errors.Is(err, ErrTopicExists) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a forwarded create of an existing topic, not yet applied on the forwarding node, answered %v; want ErrTopicExists", err)
+	}
+}

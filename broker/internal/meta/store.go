@@ -460,7 +460,13 @@ func (s *Store) applyRemote(ctx context.Context, addr raft.ServerAddress, c comm
 		return res, err
 	}
 	if werr := s.waitApplied(ctx, resp.Index); werr != nil {
-		return res, werr
+		if err != nil {
+			return res, err // refused by the state machine: its outcome is known
+		}
+		// The controller committed the write (it answered with its index): not
+		// "unavailable", which says no controller took it and invites sending it
+		// again (a second remote child, or a conflict with the caller's own write).
+		return res, fmt.Errorf("%w: committed as entry %d, not yet applied on this node: %w", ErrOutcomeUnknown, resp.Index, werr)
 	}
 	return res, err
 }

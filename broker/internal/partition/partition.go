@@ -476,6 +476,7 @@ func (p *Partition) skipDamaged(off uint64, err error) {
 	if p.repl != nil {
 		// The other replicas may hold the record intact: this one skips it in memory
 		// only (a later leader serves it from its own copy; a restart finds it again).
+		p.repl.skipped.Store(true)
 		p.mu.Lock()
 		p.q.Skip(off)
 		p.mu.Unlock()

@@ -66,6 +66,10 @@ type replica struct {
 
 	deliveredTo atomic.Uint64 // the highest delivered-to mark applied (see Reset)
 	failed      atomic.Bool   // an apply failed: this replica stopped applying
+	// skipped is set once this replica skipped a damaged message in memory only
+	// (skipDamaged): its queue counts that message settled though no consumer acked
+	// it, so it takes no snapshot until it is rebuilt (see SnapshotState).
+	skipped atomic.Bool
 
 	marksMu sync.Mutex
 	marks   []indexMark // the log's end after recent group entries, oldest first

@@ -128,6 +128,12 @@ func (p *Partition) SnapshotState() ([]byte, error) {
 	if r.failed.Load() {
 		return nil, fmt.Errorf("%w: this replica stopped applying after a failed write; restart the node", ErrStorage)
 	}
+	if r.skipped.Load() {
+		// Its queue counts a damaged message it skipped in memory as settled: a
+		// snapshot of it, sent to a replica that needs one or restored by this one
+		// once rebuilt, would lose that message though its peers hold it intact.
+		return nil, fmt.Errorf("%w: this replica skipped a damaged message and waits to be rebuilt from its group; its state is not snapshotted until then", ErrStorage)
+	}
 	if err := p.log.Flush(); err != nil {
 		return nil, storageErr(err)
 	}

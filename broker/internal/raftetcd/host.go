@@ -316,7 +316,8 @@ type GroupConfig struct {
 	// (the preferred leader), instead of after an election timeout.
 	Campaign bool
 	// SnapshotFirst makes a group this node creates (not Join) take a snapshot as soon
-	// as its first entries are applied, and drop its whole log behind it: the
+	// as its first entries are applied, and drop its whole log behind it (a group
+	// opened again before that snapshot, with SnapshotFirst, still takes it): the
 	// application held data before the group existed (a partition that becomes a
 	// group over its messages), so a member added later must restore that snapshot,
 	// never replay a log that does not hold the data. Until it is taken, Info reports
@@ -438,6 +439,12 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 			_ = rn.Campaign() // an error only means it cannot stand now; the election timeout does the rest
 			g.recampaign = 30
 		}
+	}
+	if !created && !cfg.Join && cfg.SnapshotFirst && snap.Metadata.Index == 0 {
+		// Made over the application's data, and stopped (a crash) after its first
+		// entries were written but before that snapshot: it is still owed, or a
+		// member added later would replay a log that does not hold the data.
+		g.snapFirst = true
 	}
 	h.gmu.Lock()
 	if _, ok := h.groups[id]; ok {
