@@ -275,12 +275,14 @@ func TestForwardedToARecreatedTopicIsNotANotFound(t *testing.T) {
 	pollUntil(t, "the entry node to open the topic", func() (err error) { old, err = bs[f].lookupLocal("anew"); return err })
 	_, undo := plane.cutReplication(t, bs, f)
 	defer undo()
-	if err := bs[leader].DeleteTopic(ctx, "anew", 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "anew", Partitions: ptr[int32](1)}); err != nil {
-		t.Fatal(err)
-	}
+	// As a client would, a write answered "no controller" or "outcome unknown" (the
+	// controller lost its leadership on a loaded machine under -race) is sent again;
+	// its second answer may then be that it was done.
+	asAClient(t, "delete the topic", func() error { return bs[leader].DeleteTopic(ctx, "anew", 0) }, ErrTopicNotFound)
+	asAClient(t, "create the topic again", func() error {
+		_, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "anew", Partitions: ptr[int32](1)})
+		return err
+	}, ErrTopicExists)
 	// The entry node forwards by the old incarnation's placement, to h.
 	pollUntil(t, "the old holder to open the new incarnation", func() error {
 		nt, err := bs[h].lookupLocal("anew")
@@ -406,5 +408,27 @@ func TestLongPollWaitsOutAShortOutage(t *testing.T) {
 	mu.Unlock()
 	if _, err := entry.Consume(ctx, "blip", 10, 0); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a consume that may not wait, of a partition out of reach, answered %v; want unavailable", err)
+	}
+}
+
+// asAClient runs write until it succeeds, sending it again while it answers that no
+// controller took it or that its outcome is unknown (a 503, which a client retries); an
+// answer of done after such a retry (the first try was applied) counts as success.
+func asAClient(t *testing.T, what string, write func() error, done error) {
+	t.Helper()
+	retried := false
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := write()
+		switch {
+		case err == nil, retried && errors.Is(err, done):
+			return
+		case !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded):
+			t.Fatalf("%s: %v", what, err)
+		case time.Now().After(deadline):
+			t.Fatalf("%s: still %v after 60 s", what, err)
+		}
+		retried = true
+		time.Sleep(100 * time.Millisecond)
 	}
 }
