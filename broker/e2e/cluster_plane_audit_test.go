@@ -32,6 +32,7 @@ func TestClusterRemovedMemberIsServedNothing(t *testing.T) {
 		return err == nil && r.Status == http.StatusOK && strings.Contains(string(r.Body), "before the removal")
 	})
 
+	atVersion(t, ctl, 3) // decommissioning needs cluster version 3 (503 until it is committed)
 	r := ctl.api.Do(http.MethodDelete, "/v1/cluster/members/"+gone.id, nil)
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("DELETE /v1/cluster/members/%s: %d %s", gone.id, r.Status, r.Body)
