@@ -400,11 +400,12 @@ func (b *Broker) leaveLeadership(t *topic, i int) bool {
 	return !t.leads(i)
 }
 
-// rebuildReplica closes this node's replica of partition i of t, which met a
-// damaged record while it served (and no longer leads), and sets its data aside: the caller opens it again
-// empty, and its group rebuilds it from the intact copies (applying its log again, or
-// restoring a snapshot and fetching the messages). If the data cannot be set aside,
-// the replica opens again as it is, and the next damaged record it meets asks again.
+// rebuildReplica closes this node's replica of partition i of t, which met a damaged
+// record while it served (and no longer leads), and sets its data aside: the caller
+// opens it again empty, and its group rebuilds it from the intact copies (applying its
+// log again, or restoring a snapshot and fetching the messages). If the data cannot be
+// set aside, the replica opens again as it is, and the next damaged record it meets
+// asks again.
 func (b *Broker) rebuildReplica(t *topic, i int, lp *partition.Partition) {
 	b.log.Error("a replica met a damaged record while serving; it is set aside in damaged/ and rebuilt from the partition's group",
 		"topic", t.name, "partition", i)
