@@ -216,14 +216,17 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		_ = p.Close() // the error below is the one to report
 		return nil, fmt.Errorf("%w: a replica of partition %d of topic %q is on a node this node has no member record of yet", ErrUnavailable, i, m.Name)
 	}
-	var firstTerm uint64
+	var firstTerm func() (uint64, error)
 	if soleOverData {
-		// Not only when the Raft directory is new: raftetcd uses FirstTerm only when
-		// it creates the group, and creates it again over a directory a crash left
-		// empty (made, but no entry written yet).
-		if firstTerm, err = b.termsAfterReplaced(popts.Dir, raftDir); err != nil {
-			_ = p.Close() // the error below is the one to report
-			return nil, fmt.Errorf("reading the terms of partition %d of topic %q's replaced group: %w", i, m.Name, err)
+		// Not only when the Raft directory is new: raftetcd creates the group again
+		// over a directory a crash left empty (made, but no entry written yet), and
+		// asks for the first term only then.
+		firstTerm = func() (uint64, error) {
+			ft, err := b.termsAfterReplaced(popts.Dir, raftDir)
+			if err != nil {
+				return 0, fmt.Errorf("reading the terms of partition %d of topic %q's replaced group: %w", i, m.Name, err)
+			}
+			return ft, nil
 		}
 	}
 	err = b.repl.host.OpenGroup(gid, raftetcd.GroupConfig{

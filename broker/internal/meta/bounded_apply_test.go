@@ -24,13 +24,7 @@ import (
 func TestAWriteTheControllerNeverAppliesIsAnsweredInTime(t *testing.T) {
 	net := newTestNet(t)
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
-	var ctl *Store
-	eventually(t, "a controller", func() error {
-		if ctl = leaderOf(ss...); ctl == nil {
-			return errors.New("none")
-		}
-		return nil
-	})
+	ctl := controllerOf(t, ss...)
 	release := make(chan struct{})
 	held := make(chan struct{}, 1)
 	var armed atomic.Bool
@@ -122,13 +116,7 @@ func TestAControllerCutOffMidWriteAnswersOutcomeUnknown(t *testing.T) {
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
-	var ctl *Store
-	eventually(t, "a controller", func() error {
-		if ctl = leaderOf(ss...); ctl == nil {
-			return errors.New("none")
-		}
-		return nil
-	})
+	ctl := controllerOf(t, ss...)
 	net.mu.Lock()
 	for _, s := range ss {
 		if s != ctl {
@@ -185,18 +173,8 @@ func TestAForwardedWriteWithoutAnAnswerIsOfUnknownOutcome(t *testing.T) {
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
-	var ctl, via *Store
-	eventually(t, "a controller", func() error {
-		if ctl = leaderOf(ss...); ctl == nil {
-			return errors.New("none")
-		}
-		return nil
-	})
-	for _, s := range ss {
-		if s != ctl {
-			via = s
-		}
-	}
+	ctl := controllerOf(t, ss...)
+	via := followerOf(ctl, ss...)
 	net.mu.Lock()
 	net.refuse = func(kind string, addr raft.ServerAddress) error {
 		if kind == kindApply {
@@ -221,18 +199,8 @@ func TestAForwardedWriteWithoutAnAnswerIsOfUnknownOutcome(t *testing.T) {
 func TestAForwardedWriteCommittedButNotAppliedHereIsOfUnknownOutcome(t *testing.T) {
 	net := newTestNet(t)
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
-	var ctl, via *Store
-	eventually(t, "a controller", func() error {
-		if ctl = leaderOf(ss...); ctl == nil {
-			return errors.New("none")
-		}
-		return nil
-	})
-	for _, s := range ss {
-		if s != ctl {
-			via = s
-		}
-	}
+	ctl := controllerOf(t, ss...)
+	via := followerOf(ctl, ss...)
 	release := make(chan struct{})
 	var armed atomic.Bool
 	hold := func() {
@@ -263,18 +231,8 @@ func TestAForwardedWriteCommittedButNotAppliedHereIsOfUnknownOutcome(t *testing.
 func TestAForwardedWriteRefusedButNotAppliedHereKeepsItsRefusal(t *testing.T) {
 	net := newTestNet(t)
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
-	var ctl, via *Store
-	eventually(t, "a controller", func() error {
-		if ctl = leaderOf(ss...); ctl == nil {
-			return errors.New("none")
-		}
-		return nil
-	})
-	for _, s := range ss {
-		if s != ctl {
-			via = s
-		}
-	}
+	ctl := controllerOf(t, ss...)
+	via := followerOf(ctl, ss...)
 	if _, err := ctl.CreateTopic(Topic{Name: "taken", TopicConfig: TopicConfig{Partitions: 1}}); err != nil {
 		t.Fatal(err)
 	}

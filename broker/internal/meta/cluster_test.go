@@ -149,6 +149,30 @@ func waitReady(t *testing.T, ss ...*Store) {
 	}
 }
 
+// controllerOf waits until one of ss is the controller and returns it.
+func controllerOf(t *testing.T, ss ...*Store) *Store {
+	t.Helper()
+	var ctl *Store
+	eventually(t, "a controller", func() error {
+		if ctl = leaderOf(ss...); ctl == nil {
+			return errors.New("none")
+		}
+		return nil
+	})
+	return ctl
+}
+
+// followerOf returns a node of ss other than ctl (the last one).
+func followerOf(ctl *Store, ss ...*Store) *Store {
+	var via *Store
+	for _, s := range ss {
+		if s != ctl {
+			via = s
+		}
+	}
+	return via
+}
+
 func leaderOf(ss ...*Store) *Store {
 	for _, s := range ss {
 		if s.Leader() {

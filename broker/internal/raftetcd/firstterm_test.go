@@ -58,7 +58,7 @@ func TestFirstTerm(t *testing.T) {
 	if lt, err := hosts[0].LastTerm(raftDir); err != nil || lt != 0 {
 		t.Fatalf("LastTerm of a directory that does not exist: %d, %v; want 0", lt, err)
 	}
-	cfg := GroupConfig{Voters: []uint64{1}, Dir: raftDir, Campaign: true, FirstTerm: first, Apply: apps[1].apply}
+	cfg := GroupConfig{Voters: []uint64{1}, Dir: raftDir, Campaign: true, FirstTerm: func() (uint64, error) { return first, nil }, Apply: apps[1].apply}
 	if err := hosts[0].OpenGroup(g, cfg); err != nil {
 		t.Fatal(err)
 	}

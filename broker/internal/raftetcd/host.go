@@ -306,12 +306,14 @@ type GroupConfig struct {
 	// it starts with an empty log and no configuration, and waits for a leader that
 	// added it to send it the group's log. Voters is ignored.
 	Join bool
-	// FirstTerm, when above 1, is the term a group this node creates (not Join) starts
-	// in; its first leader's term is above it. A group made over data another group
-	// held (a forced takeover) must never reuse a term that group's leaders gave out
-	// receipt handles in: a handle names the term and a sequence number that starts
-	// again in each term, so a term reused would let a stale handle match a new lease.
-	FirstTerm uint64
+	// FirstTerm, when set and answering above 1, is the term a group this node
+	// creates (not Join) starts in; its first leader's term is above it. A group made
+	// over data another group held (a forced takeover) must never reuse a term that
+	// group's leaders gave out receipt handles in: a handle names the term and a
+	// sequence number that starts again in each term, so a term reused would let a
+	// stale handle match a new lease. It is called only when the group is created, so
+	// what it reads is read once, not at every opening.
+	FirstTerm func() (uint64, error)
 	// Campaign makes this node stand for election at once when it creates the group
 	// (the preferred leader), instead of after an election timeout.
 	Campaign bool
@@ -381,15 +383,22 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		applied = max(applied, snap.Metadata.Index)
 	}
 	seeded := false
-	if created && !cfg.Join && cfg.FirstTerm > 1 {
-		// What RawNode.Bootstrap would write (the first voters as configuration
-		// entries of term 1, committed), but with the hard state in FirstTerm:
-		// Bootstrap always starts a group in term 1.
-		if err := st.persist(raft.Ready{HardState: raftpb.HardState{Term: cfg.FirstTerm, Commit: uint64(len(voters))}, Entries: bootstrapEntries(voters)}); err != nil {
+	if created && !cfg.Join && cfg.FirstTerm != nil {
+		first, err := cfg.FirstTerm()
+		if err != nil {
 			_ = st.close() // the error being returned is the one to report
 			return err
 		}
-		seeded = true
+		if first > 1 {
+			// What RawNode.Bootstrap would write (the first voters as configuration
+			// entries of term 1, committed), but with the hard state in the first
+			// term: Bootstrap always starts a group in term 1.
+			if err := st.persist(raft.Ready{HardState: raftpb.HardState{Term: first, Commit: uint64(len(voters))}, Entries: bootstrapEntries(voters)}); err != nil {
+				_ = st.close() // the error being returned is the one to report
+				return err
+			}
+			seeded = true
+		}
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:              h.opts.ID,

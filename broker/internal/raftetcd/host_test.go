@@ -143,6 +143,21 @@ func startClusterWith(t *testing.T, groups int, tweak func(*Options)) []*testNod
 	return ns
 }
 
+// busiest is the node of ns that leads the most groups in ls, and how many.
+func busiest(ns []*testNode, ls map[string]*testNode) (*testNode, int) {
+	count := map[*testNode]int{}
+	for _, n := range ls {
+		count[n]++
+	}
+	victim := ns[0]
+	for _, n := range ns {
+		if count[n] > count[victim] {
+			victim = n
+		}
+	}
+	return victim, count[victim]
+}
+
 func groupName(g int) string { return fmt.Sprintf("g%03d", g) }
 
 // poll waits for cond, failing the test with what after bound.
@@ -316,16 +331,7 @@ func TestFailoverAfterNodeStops(t *testing.T) {
 	ns := startCluster(t, groups)
 	ls := leaders(t, ns, groups)
 	poll(t, 10*time.Second, "every group quiesced on every node", func() bool { return allQuiesced(ns, groups) })
-	count := map[*testNode]int{}
-	for _, n := range ls {
-		count[n]++
-	}
-	victim := ns[0]
-	for _, n := range ns {
-		if count[n] > count[victim] {
-			victim = n
-		}
-	}
+	victim, _ := busiest(ns, ls)
 	var led []string
 	for g, n := range ls {
 		if n == victim {
@@ -363,16 +369,7 @@ func TestFailoverAfterAQuickRestart(t *testing.T) {
 	ns := startCluster(t, groups)
 	ls := leaders(t, ns, groups)
 	poll(t, 10*time.Second, "every group quiesced on every node", func() bool { return allQuiesced(ns, groups) })
-	count := map[*testNode]int{}
-	for _, n := range ls {
-		count[n]++
-	}
-	victim := ns[0]
-	for _, n := range ns {
-		if count[n] > count[victim] {
-			victim = n
-		}
-	}
+	victim, led := busiest(ns, ls)
 	stopped := time.Now()
 	victim.stop()
 	victim.restart(t)
@@ -381,7 +378,7 @@ func TestFailoverAfterAQuickRestart(t *testing.T) {
 		propose(t, n, g)
 	}
 	took := time.Since(stopped)
-	t.Logf("n%d led %d groups and restarted at once: all led and written after %v", victim.id, count[victim], took)
+	t.Logf("n%d led %d groups and restarted at once: all led and written after %v", victim.id, led, took)
 }
 
 // TestWALReplay: what save wrote comes back in order, a rewritten suffix replaces the

@@ -55,7 +55,7 @@ func TestSnapshotFirstSurvivesAReopenBeforeIt(t *testing.T) {
 		raftDir := filepath.Join(dir, "part", "raft-"+string(rune('a'+firstTerm%26)))
 		g := "g" + raftDir
 		refuse.Store(true)
-		cfg := GroupConfig{Voters: []uint64{1}, Dir: raftDir, Campaign: true, SnapshotFirst: true, FirstTerm: firstTerm,
+		cfg := GroupConfig{Voters: []uint64{1}, Dir: raftDir, Campaign: true, SnapshotFirst: true, FirstTerm: func() (uint64, error) { return firstTerm, nil },
 			Apply: app.apply, Snapshot: snapshot, Restore: app.restore}
 		if err := h.OpenGroup(g, cfg); err != nil {
 			t.Fatal(err)
