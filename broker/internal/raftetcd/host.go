@@ -16,7 +16,6 @@ import (
 	"io/fs"
 	"log"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -65,6 +64,9 @@ type Options struct {
 	// Dir holds each group's log; Sync is the node's shared sync round.
 	Dir  string
 	Sync *vfs.SyncGroup
+	// FS is the file system of the groups' logs (StoreRaftstore only); nil means the
+	// operating system's. Tests put a cluster on vfs.Mem to cut its power.
+	FS vfs.FS
 	// Store picks the groups' log store: StoreWAL (the default) or StoreRaftstore.
 	Store string
 	// ParallelAppend lets a leader send its new entries to its followers while it
@@ -158,6 +160,12 @@ type peer struct {
 func New(opts Options) (*Host, error) {
 	if opts.Node == nil || opts.ID == 0 || opts.Sync == nil || opts.Dir == "" {
 		return nil, errors.New("raftetcd: Options.Node, ID, Dir and Sync are required")
+	}
+	if opts.FS != nil && opts.Store != StoreRaftstore {
+		return nil, errors.New("raftetcd: Options.FS needs StoreRaftstore (the prototype store writes the operating system's files)")
+	}
+	if opts.FS == nil {
+		opts.FS = vfs.OS{}
 	}
 	setDefault(&opts.Tick, DefaultTick)
 	setDefault(&opts.ElectionTick, DefaultElectionTick)
@@ -352,11 +360,13 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 	if cfg.Dir != "" {
 		dir, name = filepath.Dir(cfg.Dir), filepath.Base(cfg.Dir)
 	}
-	open := openWALStore
+	var st logStore
+	var err error
 	if h.opts.Store == StoreRaftstore {
-		open = openSegStore
+		st, err = openSegStore(h.opts.FS, dir, name, h.opts.Sync)
+	} else {
+		st, err = openWALStore(dir, name, h.opts.Sync, voters)
 	}
-	st, err := open(dir, name, h.opts.Sync, voters)
 	if err != nil {
 		return err
 	}
@@ -485,7 +495,7 @@ func bootstrapEntries(voters []uint64) []raftpb.Entry {
 // LastTerm is the highest term the group log in dir (a GroupConfig.Dir) knew: the
 // term of its hard state. The group must not be open. 0 when dir holds no log.
 func (h *Host) LastTerm(dir string) (uint64, error) {
-	if _, err := os.Stat(dir); err != nil {
+	if _, err := h.opts.FS.Stat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return 0, nil
 		}
@@ -494,7 +504,7 @@ func (h *Host) LastTerm(dir string) (uint64, error) {
 	if h.opts.Store != StoreRaftstore {
 		return 0, nil // the spike's prototype store; no group is made over another's data there
 	}
-	st, err := openSegStore(filepath.Dir(dir), filepath.Base(dir), h.opts.Sync, nil)
+	st, err := openSegStore(h.opts.FS, filepath.Dir(dir), filepath.Base(dir), h.opts.Sync)
 	if err != nil {
 		return 0, err
 	}

@@ -97,8 +97,8 @@ func (s *walStore) compact(uint64) error                            { return err
 // segStore is the build's store.
 type segStore struct{ *raftstore.Store }
 
-func openSegStore(dir, id string, sync *vfs.SyncGroup, voters []uint64) (logStore, error) {
-	st, err := raftstore.Open(filepath.Join(dir, id), raftstore.Options{Sync: sync})
+func openSegStore(fsys vfs.FS, dir, id string, sync *vfs.SyncGroup) (logStore, error) {
+	st, err := raftstore.Open(filepath.Join(dir, id), raftstore.Options{FS: fsys, Sync: sync})
 	if err != nil {
 		return nil, err
 	}
