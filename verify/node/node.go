@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -151,6 +152,12 @@ const (
 	skipMessageLine = `msg="a damaged message is skipped`
 	skipSettleLine  = `msg="a damaged settle record is skipped`
 	skipFanoutLine  = `msg="a damaged message is skipped by fan-out`
+	// rebuiltLine ends both lines of a cluster replica whose damaged data is set aside
+	// and copied afresh from its group (found on open, or met while serving): what it
+	// skipped before is gone with that data, and the group's intact state is what it
+	// serves from then on. So its skips are not reported: the checker then holds the
+	// cluster to losing nothing.
+	rebuiltLine = `set aside in damaged/ and rebuilt from the partition's group"`
 )
 
 var (
@@ -161,6 +168,29 @@ var (
 )
 
 // parseSkip reads a skip line of the broker's text log.
+// topicPartition reads a log line's topic and partition attributes.
+func topicPartition(line string) (string, int32, bool) {
+	m := attrTopic.FindStringSubmatch(line)
+	p := attrPartition.FindStringSubmatch(line)
+	if m == nil || p == nil {
+		return "", 0, false
+	}
+	topic := m[1]
+	if uq, err := strconv.Unquote(m[1]); err == nil {
+		topic = uq
+	}
+	n, _ := strconv.ParseInt(p[1], 10, 32)
+	return topic, int32(n), true
+}
+
+// parseRebuilt reads the partition of a replica's rebuild line (rebuiltLine).
+func parseRebuilt(line string) (string, int32, bool) {
+	if !strings.Contains(line, rebuiltLine) {
+		return "", 0, false
+	}
+	return topicPartition(line)
+}
+
 func parseSkip(line string) (Skip, bool) {
 	s := Skip{Offset: -1}
 	switch {
@@ -173,17 +203,10 @@ func parseSkip(line string) (Skip, bool) {
 	default:
 		return s, false
 	}
-	m := attrTopic.FindStringSubmatch(line)
-	p := attrPartition.FindStringSubmatch(line)
-	if m == nil || p == nil {
+	var ok bool
+	if s.Topic, s.Partition, ok = topicPartition(line); !ok {
 		return s, false
 	}
-	s.Topic = m[1]
-	if uq, err := strconv.Unquote(m[1]); err == nil {
-		s.Topic = uq
-	}
-	n, _ := strconv.ParseInt(p[1], 10, 32)
-	s.Partition = int32(n)
 	if s.Log == "fanout" {
 		c := attrChild.FindStringSubmatch(line)
 		if c == nil {
@@ -337,6 +360,11 @@ func (n *Node) copyStderr(r io.ReadCloser, done chan struct{}) {
 		if s, ok := parseSkip(line); ok {
 			n.mu.Lock()
 			n.skips = append(n.skips, s)
+			n.mu.Unlock()
+		}
+		if topic, part, ok := parseRebuilt(line); ok {
+			n.mu.Lock()
+			n.skips = slices.DeleteFunc(n.skips, func(s Skip) bool { return s.Topic == topic && s.Partition == part })
 			n.mu.Unlock()
 		}
 		if strings.HasPrefix(line, ChaosNetPrefix+" on ") {

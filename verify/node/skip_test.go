@@ -1,6 +1,11 @@
 package node
 
-import "testing"
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 func TestParseSkip(t *testing.T) {
 	for line, want := range map[string]Skip{
@@ -15,5 +20,38 @@ func TestParseSkip(t *testing.T) {
 	}
 	if _, ok := parseSkip(`level=ERROR msg="damaged records found on open" topic=t partition=0`); ok {
 		t.Error("a line that is no skip was taken for one")
+	}
+}
+
+// A cluster replica that skipped damaged records and then set its data aside to be
+// rebuilt from its group reports none of those skips: the checker must then find
+// every message intact. Skips of other partitions stay.
+func TestRebuildDropsTheReplicasSkips(t *testing.T) {
+	logf, err := os.Create(filepath.Join(t.TempDir(), "node.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	n := &Node{log: logf}
+	r, w := io.Pipe()
+	done := make(chan struct{})
+	go n.copyStderr(r, done)
+	for _, line := range []string{
+		`time=x level=ERROR msg="a damaged settle record is skipped; the messages it settled will be delivered again" topic=orders.later partition=0 partition=0 journal_offset=40 err=x`,
+		`time=x level=ERROR msg="a damaged message is skipped: it is never delivered and counts as settled" topic=orders partition=1 partition=1 offset=7 err=x`,
+		`time=x level=ERROR msg="a replica's data is damaged; it is set aside in damaged/ and rebuilt from the partition's group" topic=orders.later partition=0 damaged_records=0 damaged_settle_records=1`,
+		`time=x level=ERROR msg="a damaged message is skipped: it is never delivered and counts as settled" topic=orders partition=2 partition=2 offset=9 err=x`,
+		`time=x level=ERROR msg="a replica met a damaged record while serving; it is set aside in damaged/ and rebuilt from the partition's group" topic=orders partition=2`,
+	} {
+		if _, err := io.WriteString(w, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = w.Close()
+	<-done
+	got := n.TakeSkips()
+	want := []Skip{{Log: "log", Topic: "orders", Partition: 1, Offset: 7}}
+	if len(got) != 1 || got[0] != want[0] {
+		t.Errorf("skips after the rebuilds: %+v, want %+v", got, want)
 	}
 }

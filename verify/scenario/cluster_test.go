@@ -17,14 +17,15 @@ import (
 )
 
 // clusterChaosSteps is the make-test tier's fault schedule: 3 kills of a partition's
-// leader, 1 of the controller, a double failover and every node killed within 10 ms
-// (9 kill -9s in all), 2 SIGSTOPs past the election timeout, and a leader cut off the
-// node plane both ways (chaosnet). A node killed alone takes about 10 s to be ready
+// leader, 1 of the controller, a double failover, every node killed within 10 ms and a
+// node killed to have one of its replicas' files damaged (10 kill -9s in all), 2
+// SIGSTOPs past the election timeout, and a leader cut off the node plane both ways
+// (chaosnet). A node killed alone takes about 10 s to be ready
 // again on a loaded machine; the kill-all and the double failover restart their nodes
 // together.
 var clusterChaosSteps = map[string]int{
 	workload.StepLeaderKill: 3, workload.StepControllerKill: 1, workload.StepDoubleFailover: 1, workload.StepKillAll: 1,
-	workload.StepPause: 2, workload.StepNetCut: 1,
+	workload.StepPause: 2, workload.StepNetCut: 1, workload.StepCorrupt: 1,
 }
 
 // TestClusterChaos is the cluster's make-test tier: three nodes, topics orders and
@@ -59,8 +60,8 @@ func TestClusterChaos(t *testing.T) {
 	if n := st.Faults[history.FaultKill]; n < 8 {
 		t.Fatalf("only %d kills -9", n)
 	}
-	if st.Faults[history.FaultPause] < 2 || st.Faults[history.FaultNet] < 1 {
-		t.Fatalf("faults %v: want 2 pauses and a network cut", st.Faults)
+	if st.Faults[history.FaultPause] < 2 || st.Faults[history.FaultNet] < 1 || st.Faults[history.FaultCorrupt] < 1 {
+		t.Fatalf("faults %v: want 2 pauses, a network cut and a damaged file", st.Faults)
 	}
 	if st.NetLeaderMoved < 1 {
 		t.Fatalf("no cut-off leader was replaced while cut off: the cut did not take (is the binary built with -tags chaosnet?)")

@@ -43,11 +43,12 @@ const (
 	StepNetMute        = "netmute"         // a leader hears but its packets are lost (chaosnet)
 	StepNetLossy       = "netlossy"        // every node loses 5 % of its packets (chaosnet)
 	StepNetSlow        = "netslow"         // every node's packets are held 20–180 ms (so reordered) and 5 % sent twice (chaosnet)
+	StepCorrupt        = "corrupt"         // kill -9 a node, damage one of its replicas' files (a bit flip in an acknowledged record, a torn tail), restart it
 )
 
 // ClusterSteps lists every step kind.
 var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
-	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow}
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepCorrupt}
 
 // ParseSteps reads "kind=count,..." (an empty string: no steps).
 func ParseSteps(s string) (map[string]int, error) {
@@ -86,7 +87,7 @@ type ClusterFaultConfig struct {
 // Kills counts the steps' kill -9s (a double failover kills two nodes, a kill-all all).
 func (c ClusterFaultConfig) Kills(nodes int) int {
 	s := c.Steps
-	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + nodes*s[StepKillAll]
+	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + nodes*s[StepKillAll]
 }
 
 // Schedule returns the steps in the order a seed gives them.
@@ -244,6 +245,19 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 			return fmt.Errorf("wiping %s: %w", n.ID(), err)
 		}
 		in.fault(history.FaultWipe, t0, in.now(), n.ID(), "data directory deleted")
+		in.sleep(ctx, down)
+		return in.restart(ctx, n)
+	case StepCorrupt:
+		n := in.w.nodes[pick%len(in.w.nodes)]
+		in.kill(n, "to damage its files")
+		t0 := in.now()
+		if rel, detail := damageReplica(in.rng, n.DataDir()); rel != "" {
+			// No FaultDamaged line: the other replicas hold intact copies, so the damage
+			// excuses nothing (the single node's skip rule does not apply).
+			in.fault(history.FaultCorrupt, t0, in.now(), n.ID(), rel+": "+detail)
+		} else {
+			in.note("%s: %s holds no file to damage yet; restarted as is", step, n.ID())
+		}
 		in.sleep(ctx, down)
 		return in.restart(ctx, n)
 	case StepDoubleFailover:
@@ -779,4 +793,109 @@ func DataDirPartitions(dataDir string) map[string]map[int32]string {
 		return nil
 	})
 	return out
+}
+
+// damageReplica damages one file of a stopped cluster node's replicas, as a disk
+// would: a bit flipped in a record of a partition's message log or settle journal that
+// has a valid record after it (so it was acknowledged: the node must treat it as
+// damage, not as a torn write), or bytes that are no whole record appended to the
+// newest segment of a message log, settle journal or the group's Raft log (a torn
+// write). It returns the damaged file, relative to dataDir, and what was done; "" when
+// the node holds nothing to damage.
+func damageReplica(rng *rand.Rand, dataDir string) (rel, detail string) {
+	var logs, rafts []string
+	_ = filepath.WalkDir(filepath.Join(dataDir, "topics"), func(p string, d os.DirEntry, err error) error { // always nil: the callback skips what it cannot read
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if d.Name() == "damaged" {
+			return filepath.SkipDir // set aside by an earlier rebuild; never read again
+		}
+		switch {
+		case d.Name() == "log" || d.Name() == "journal":
+			logs = append(logs, p)
+		case d.Name() == "raft" || strings.HasPrefix(d.Name(), "raft-f"):
+			rafts = append(rafts, p)
+		}
+		return nil
+	})
+	sort.Strings(logs)
+	sort.Strings(rafts)
+	if len(logs) == 0 {
+		return "", ""
+	}
+	if rng.Intn(2) == 0 {
+		// A bit flip in a record of the active segment, never its last.
+		dir := logs[rng.Intn(len(logs))]
+		if path := activeSegment(dir); path != "" {
+			if b, err := os.ReadFile(path); err == nil {
+				if fs := Frames(b); len(fs) >= 2 {
+					f := fs[rng.Intn(len(fs)-1)]
+					at := f.Pos + 8 + rng.Intn(f.Size-8) // inside what the CRC covers
+					bit := byte(1) << rng.Intn(8)
+					if writeAt(path, []byte{b[at] ^ bit}, int64(at)) == nil {
+						rel, _ = filepath.Rel(dataDir, path)
+						return rel, fmt.Sprintf("bit flip in record %d (byte %d of the file)", f.Offset, at)
+					}
+				}
+			}
+		}
+	}
+	// A torn tail, on a Raft log half the time when there is one.
+	var path string
+	if len(rafts) > 0 && rng.Intn(2) == 0 {
+		path = newestFile(rafts[rng.Intn(len(rafts))], ".raft")
+	} else {
+		path = activeSegment(logs[rng.Intn(len(logs))])
+	}
+	if path == "" {
+		return "", ""
+	}
+	var tail []byte
+	var kind string
+	switch rng.Intn(3) {
+	case 0:
+		kind, tail = "zeros", make([]byte, 1+rng.Intn(4096))
+	case 1:
+		kind, tail = "garbage", make([]byte, 1+rng.Intn(100))
+		rng.Read(tail)
+	default:
+		kind, tail = "half-frame", []byte{200, 0, 0, 0, 1, 2, 3, 4, 1, 0, 0, 0} // a header promising more bytes than follow
+	}
+	fi, err := os.Stat(path)
+	if err != nil || writeAt(path, tail, fi.Size()) != nil {
+		return "", ""
+	}
+	rel, _ = filepath.Rel(dataDir, path)
+	return rel, fmt.Sprintf("torn tail: %d bytes of %s", len(tail), kind)
+}
+
+// newestFile returns the path of the last file of dir whose name ends in suffix.
+func newestFile(dir, suffix string) string {
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), suffix) {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	sort.Strings(names)
+	return filepath.Join(dir, names[len(names)-1])
+}
+
+// writeAt writes b at off of the file at path (unsynced: the node is stopped, and the
+// page cache is what it reads when it starts again).
+func writeAt(path string, b []byte, off int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(b, off)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
