@@ -107,6 +107,12 @@ func (x *h) clockStep(at, offset int64) *h {
 	return x
 }
 
+// nodeClock is a cluster's clock fault: node runs with offset from at on.
+func (x *h) nodeClock(at int64, node string, offset int64) *h {
+	x.es = append(x.es, history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: at, Return: at, Target: node, ClockOffset: offset})
+	return x
+}
+
 // delayH is a parent orders with a delay child orders.later (1 s): message a produced at
 // 0, stamped 1000 in the parent, delivered and acked there; its copy is delivered at
 // copyAt, stamped copyTS.
@@ -140,6 +146,12 @@ func TestClockSteps(t *testing.T) {
 		{"stamped before a step back and forward again", delayH(500*msec, 2100).kill(50*msec, 60*msec).clockStep(70*msec, -s).kill(150*msec, 160*msec).clockStep(170*msec, 0), "delay-early"},
 		{"forward step before the produce does not count", delayH(500*msec, 2100).clockStep(-s, 10*s), "delay-early"},
 		{"copy stamped before the parent's stamp plus the delay", delayH(1100*msec, 1500), "delay-early"},
+		// In a cluster each node has its own offset and the others run with none: a node
+		// ahead decides a copy early, or a node behind stamps the parent early.
+		{"cluster: a node ahead copies early, by its offset", delayH(500*msec, 1500).nodeClock(-s, "n2", s), ""},
+		{"cluster: a node behind stamped the parent", delayH(500*msec, 1500).nodeClock(-s, "n2", -s), ""},
+		{"cluster: early by more than the nodes' offsets differ", delayH(500*msec, 2100).nodeClock(-s, "n2", 200*msec), "delay-early"},
+		{"cluster: copy stamped early by more than the offsets differ", delayH(1100*msec, 1500).nodeClock(-s, "n2", 200*msec), "delay-early"},
 		{"timestamps back within a partition", newH().produce("a", 0, 0).produce("b", 1, msec).
 			op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "a", Offset: 0, Handle: "h1", Call: 10 * msec, Status: 200, Timestamp: 5000}).
 			op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "b", Offset: 1, Handle: "h2", Call: 10 * msec, Status: 200, Timestamp: 4000}), "timestamp-backwards"},

@@ -126,22 +126,41 @@ func (s *incSet) surely(a, b int64) bool {
 	return false
 }
 
-// clockLine is a clock fault: from at on, nodes start with the wall clock shifted by off.
-type clockLine struct{ at, off int64 }
+// clockLine is a clock fault: from at on, node (the single node's lines say "node")
+// starts with the wall clock shifted by off.
+type clockLine struct {
+	at, off int64
+	node    string
+}
 
-// clockTimeline is the history's clock faults in time order; before the first the
+// clockTimeline is the history's clock faults in time order; before a node's first the
 // offset is zero. A restart's clock line is written before that node starts, after the
-// previous node died, so every node process ran with the offset in effect at its start.
+// previous process died, so every process ran with its node's offset in effect at its
+// start. In a cluster each node has its own offset, and a node no line names runs
+// with none.
 type clockTimeline []clockLine
 
 // span returns the lowest and highest offset any node ran with during [a, b].
 func (c clockTimeline) span(a, b int64) (lo, hi int64) {
-	cur := int64(0)
+	cur := map[string]int64{}
+	cluster := false
+	for _, l := range c {
+		cluster = cluster || l.node != "node" && l.node != ""
+	}
 	i := 0
 	for ; i < len(c) && c[i].at <= a; i++ {
-		cur = c[i].off
+		cur[c[i].node] = c[i].off
 	}
-	lo, hi = cur, cur
+	if len(cur) == 0 || cluster {
+		cur["\x00unnamed"] = 0 // the nodes no line named yet (all of them, before the first)
+	}
+	first := true
+	for _, off := range cur {
+		if first {
+			lo, hi, first = off, off, false
+		}
+		lo, hi = min(lo, off), max(hi, off)
+	}
 	for ; i < len(c) && c[i].at <= b; i++ {
 		lo, hi = min(lo, c[i].off), max(hi, c[i].off)
 	}
@@ -153,9 +172,10 @@ func (c clockTimeline) span(a, b int64) (lo, hi int64) {
 // [stampFrom, stampTo] and the node acted on it by effectTo. The broker stamps a record
 // with its wall clock (never below the partition's last stamp) and compares the stamp
 // with its wall clock when it acts; a node whose clock is S ahead of the one that stamped
-// the record sees it S older. That happens only when the offset went up between the
-// two, by a forward step across a restart — indistinguishable from the node having been
-// down that long. With backward steps or none, early is 0.
+// the record sees it S older. On one node that happens only when the offset went up
+// between the two, by a forward step across a restart — indistinguishable from the node
+// having been down that long; in a cluster also when the node that acts runs ahead of
+// the one that stamped. With no offset higher than the stamper's, early is 0.
 func (c clockTimeline) early(stampFrom, stampTo, effectTo int64) int64 {
 	lo, _ := c.span(stampFrom, stampTo)
 	_, hi := c.span(stampFrom, effectTo)

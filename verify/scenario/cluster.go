@@ -93,7 +93,14 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 	}})
 	t0 := clk.Now()
 	for _, n := range nodes {
-		if err := n.Start(); err != nil && res.Err == nil {
+		var env []string
+		if off := cfg.Workload.ClusterFaults.ClockOffsets[n.ID()]; off != 0 {
+			// Written before the node starts: it runs with the offset from the line on.
+			rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t0, Return: t0, Target: n.ID(),
+				Detail: fmt.Sprintf("%s's wall clock %v against the run's from its first start", n.ID(), off), ClockOffset: int64(off), Partition: -1, Offset: -1})
+			env = append(env, workload.ClockEnvVar+"="+off.String())
+		}
+		if err := n.Start(env...); err != nil && res.Err == nil {
 			res.Err = err
 		}
 	}

@@ -87,6 +87,87 @@ func TestClusterChaos(t *testing.T) {
 	}
 }
 
+// TestClusterClockSkew: n2's wall clock runs 8 s ahead of the run's and n3's 6 s behind
+// from their first start (the failpoints build's clock seam), a clock step restarts a
+// node with another offset, and two partitions' leaders are killed. Records carry their leader's clock, and the delay child and retention judge
+// time by the stamps against the acting node's clock, so a skew may move a delayed
+// copy by the skew, and nothing else: the checker holds the cluster's contract, with
+// early delays excused only by the offsets the nodes ran with (TestClockSteps in
+// check/ shows it flags what they do not excuse). Not in TestClusterChaos: a skew of
+// seconds excuses the early copy that run's doctor adds.
+func TestClusterClockSkew(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the clock skew run takes about a minute")
+	}
+	t.Parallel()
+	s := seed(t)
+	t.Logf("seed %d (repeat with NARAD_VERIFY_SEED=%d)", s, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	res := Run(ctx, Config{
+		Keep: true, Log: t.Logf, Nodes: 3,
+		Workload: workload.Config{
+			Seed: s, Messages: 6000, LoadDuration: 30 * time.Second, VisibilityMs: 2000, DelayMs: 2000, DrainTimeout: 3 * time.Minute,
+			ClusterFaults: workload.ClusterFaultConfig{Steps: map[string]int{workload.StepClock: 1, workload.StepLeaderKill: 2},
+				MinGap: 500 * time.Millisecond, MaxGap: 1500 * time.Millisecond,
+				ClockOffsets: map[string]time.Duration{"n2": 8 * time.Second, "n3": -6 * time.Second}},
+		},
+	})
+	var b bytes.Buffer
+	Summary(&b, res)
+	t.Logf("\n%s", b.String())
+	if !res.OK() {
+		t.Fatalf("the clock skew run failed; everything is kept in %s (seed %d)", res.Dir, s)
+	}
+	if n := res.Stats.Faults[history.FaultClock]; n < 1 {
+		t.Fatalf("no clock step was taken: faults %v", res.Stats.Faults)
+	}
+	if n := res.Report.Messages; n < 6000 {
+		t.Fatalf("only %d messages", n)
+	}
+	// The skew reached the records: messages of the parent topics carry stamps seconds
+	// off the run's clock while they were produced (a skewed node led their partition),
+	// so the checker judged a skewed cluster, not a run whose offsets the binary ignored.
+	es, err := history.Read(filepath.Join(res.Dir, "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wallStart int64
+	type span struct{ first, last int64 }
+	produced := map[string]*span{}
+	for _, e := range es {
+		switch {
+		case e.Kind == history.KindRun && e.Run != nil:
+			wallStart = e.Run.WallStart
+		case e.Kind == history.KindOp && e.Op == history.OpProduce:
+			if p := produced[e.Msg]; p == nil {
+				produced[e.Msg] = &span{e.Call, e.Return}
+			} else {
+				p.last = max(p.last, e.Return)
+			}
+		}
+	}
+	var ahead, behind int
+	for _, e := range es {
+		p := produced[e.Msg]
+		if e.Kind != history.KindOp || e.Op != history.OpConsume || e.Status != 200 || e.Timestamp == 0 || p == nil || (e.Topic != "orders" && e.Topic != "events") {
+			continue
+		}
+		ms := func(at int64) int64 { return (wallStart + at) / int64(time.Millisecond) }
+		switch {
+		case e.Timestamp > ms(p.last)+2000:
+			ahead++
+		case e.Timestamp < ms(p.first)-2000:
+			behind++
+		}
+	}
+	t.Logf("deliveries stamped over 2 s after their produce's last attempt returned: %d; before its first was sent: %d", ahead, behind)
+	if ahead+behind == 0 {
+		t.Fatalf("the nodes' clock offsets did not show in the stamps (is the binary built with -tags failpoints?)")
+	}
+	os.RemoveAll(res.Dir)
+}
+
 // TestClusterQuiet: a quiet three-node cluster (no faults, 30 s leases, every consumer
 // acking at once) takes 20,000 messages, and each is sent once, delivered once in its
 // topic and in each child of orders, and acked once with 204.

@@ -44,11 +44,12 @@ const (
 	StepNetLossy       = "netlossy"        // every node loses 5 % of its packets (chaosnet)
 	StepNetSlow        = "netslow"         // every node's packets are held 20–180 ms (so reordered) and 5 % sent twice (chaosnet)
 	StepCorrupt        = "corrupt"         // kill -9 a node, damage one of its replicas' files (a bit flip in an acknowledged record, a torn tail), restart it
+	StepClock          = "clock"           // kill -9 a node, restart it with its wall clock 2–20 s ahead or behind the others' for the rest of the run
 )
 
 // ClusterSteps lists every step kind.
 var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
-	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepCorrupt}
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepCorrupt, StepClock}
 
 // ParseSteps reads "kind=count,..." (an empty string: no steps).
 func ParseSteps(s string) (map[string]int, error) {
@@ -82,12 +83,15 @@ type ClusterFaultConfig struct {
 	// ChaosNet is the node-plane rules file of each node (by id), polled by a narad built
 	// with -tags chaosnet (NARAD_CHAOSNET_FILE); required by the net steps.
 	ChaosNet map[string]string
+	// ClockOffsets shifts nodes' wall clocks (by id) from their first start on, through
+	// the failpoints build's clock seam; a clock step changes one later.
+	ClockOffsets map[string]time.Duration
 }
 
 // Kills counts the steps' kill -9s (a double failover kills two nodes, a kill-all all).
 func (c ClusterFaultConfig) Kills(nodes int) int {
 	s := c.Steps
-	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + nodes*s[StepKillAll]
+	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll]
 }
 
 // Schedule returns the steps in the order a seed gives them.
@@ -115,6 +119,8 @@ type clusterInjector struct {
 	c     *client
 	mu    sync.Mutex
 	taken map[string]bool // nodes down or hurt by a step (not crashes)
+	// clock is each node's wall-clock offset (StepClock), given to every start of it.
+	clock map[string]time.Duration
 	// perm is the step's order of restarts, drawn with its other choices.
 	perm []int
 }
@@ -167,6 +173,10 @@ func (in *clusterInjector) init() {
 		in.byID[n.ID()] = n
 	}
 	in.taken = map[string]bool{}
+	in.clock = map[string]time.Duration{}
+	for id, off := range in.cfg.ClockOffsets {
+		in.clock[id] = off
+	}
 	in.c = newClient("injector", in.w.eps, in.w.rec, in.w.clk)
 	if in.cfg.PauseFor == 0 {
 		in.cfg.PauseFor = 3 * time.Second
@@ -260,6 +270,25 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		}
 		in.sleep(ctx, down)
 		return in.restart(ctx, n)
+	case StepClock:
+		n := in.w.nodes[pick%len(in.w.nodes)]
+		off := time.Duration(2+in.rng.Intn(19)) * time.Second
+		if in.rng.Intn(2) == 0 {
+			off = -off
+		}
+		in.kill(n, "to restart it with a shifted wall clock")
+		in.mu.Lock()
+		in.clock[n.ID()] = off
+		in.mu.Unlock()
+		// Written before the node starts, so the node ran with it from the line on.
+		t := in.now()
+		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t, Return: t, Target: n.ID(),
+			Detail: fmt.Sprintf("%s's wall clock %s against the others'", n.ID(), fmtStep(off)), ClockOffset: int64(off), Partition: -1, Offset: -1})
+		in.w.mu.Lock()
+		in.w.stats.Faults[history.FaultClock]++
+		in.w.mu.Unlock()
+		in.sleep(ctx, down)
+		return in.restart(ctx, n)
 	case StepDoubleFailover:
 		topic, p := in.partition(pick)
 		first := in.leaderOf(ctx, topic, p, "")
@@ -318,10 +347,21 @@ func (in *clusterInjector) killRestart(ctx context.Context, id, role string, dow
 	return in.restart(ctx, n)
 }
 
+// start starts a stopped node with its clock offset, if a step gave it one.
+func (in *clusterInjector) start(n *node.Node) error {
+	in.mu.Lock()
+	off := in.clock[n.ID()]
+	in.mu.Unlock()
+	if off != 0 {
+		return n.Start(ClockEnvVar + "=" + off.String())
+	}
+	return n.Start()
+}
+
 // restart starts a stopped node and waits until it is ready.
 func (in *clusterInjector) restart(ctx context.Context, n *node.Node) error {
 	t0 := in.now()
-	if err := n.Start(); err != nil {
+	if err := in.start(n); err != nil {
 		return err
 	}
 	if err := n.WaitReady(120 * time.Second); err != nil {
@@ -371,7 +411,7 @@ func (in *clusterInjector) restartAll(ctx context.Context, nodes []*node.Node, o
 	starts := make([]int64, len(order))
 	for i, k := range order {
 		starts[i] = in.now()
-		if err := nodes[k].Start(); err != nil {
+		if err := in.start(nodes[k]); err != nil {
 			return err
 		}
 		if i < len(order)-1 {

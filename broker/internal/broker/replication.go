@@ -173,7 +173,15 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	}
 	pl := m.Placement[i]
 	fresh := errors.Is(statErr, os.ErrNotExist)
-	join := fresh && (m.CreatedAtMs+1000 < b.repl.born || pl.Epoch > 1 || slices.Contains(pl.Learners, b.opts.NodeID))
+	// Made before this disk was a member: decided on the metadata log's order (a topic's
+	// incarnation is the index that created it). Only when this node has not recorded
+	// that index yet does it fall back to wall clocks, its own against the creating
+	// node's, which a skew between them can fool.
+	older := m.CreatedAtMs+1000 < b.repl.born
+	if since := b.meta.MemberSince(); since > 0 {
+		older = m.Incarnation < since
+	}
+	join := fresh && (older || pl.Epoch > 1 || slices.Contains(pl.Learners, b.opts.NodeID))
 	// The only replica of a group made over the data it holds (a replication factor
 	// raised from 1, a forced takeover) starts the group alone, and its first snapshot
 	// stands for that data: a replica added later restores it, fetching the messages,

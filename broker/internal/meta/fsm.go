@@ -216,6 +216,12 @@ type fsm struct {
 	applied atomic.Uint64
 	// beforeApply, when set (tests), runs at the start of every Apply.
 	beforeApply atomic.Pointer[func()]
+	// self is this node's Raft server id; selfSince the index of the first state that
+	// showed it a member (membersince.go), kept by this node only; onSelf is told when
+	// it is first known.
+	self      string
+	selfSince atomic.Uint64
+	onSelf    func(index uint64)
 }
 
 func newFSM() *fsm {
@@ -380,6 +386,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	}
 	res := f.apply(l.Index, c)
 	f.applied.Store(l.Index)
+	f.noteSelf(l.Index)
 	if f.onChange != nil {
 		f.onChange()
 	}
@@ -844,6 +851,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Unlock()
 	f.applied.Store(st.Applied)
+	f.noteSelf(st.Applied) // a snapshot from before it kept its index: the next Apply notes it
 	if f.onChange != nil {
 		f.onChange()
 	}

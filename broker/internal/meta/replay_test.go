@@ -43,6 +43,7 @@ var fsmFields = map[string]bool{
 	"topics": true, "users": true, "seeded": true, "nextUser": true, "clusterID": true, "members": true,
 	"remotes": true, "moves": true, "removed": true, "version": true, "applied": true,
 	"mu": false, "maxVersion": false, "halted": false, "onChange": false, "beforeApply": false,
+	"self": false, "selfSince": false, "onSelf": false, // membersince.go: this disk's own
 }
 
 func TestStateOfKnowsEveryField(t *testing.T) {

@@ -217,6 +217,12 @@ func open(opts Options, cfg *raft.Config, f *fsm, bolt *raftboltdb.BoltStore) (*
 		return nil, err
 	}
 	cfg.LocalID = id.serverID()
+	since, err := loadMemberSince(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	f.self = string(cfg.LocalID)
+	f.selfSince.Store(since)
 
 	trans := c.Transport
 	if trans == nil {
@@ -254,11 +260,13 @@ func open(opts Options, cfg *raft.Config, f *fsm, bolt *raftboltdb.BoltStore) (*
 			return nil, fmt.Errorf("meta: bootstrap: %w", err)
 		}
 	}
+	s := &Store{opts: opts, id: id, addr: addr, fsm: f, bolt: bolt, trans: trans, stop: make(chan struct{})}
+	f.onSelf = s.saveMemberSince
 	r, err := raft.NewRaft(cfg, f, bolt, bolt, snaps, trans)
 	if err != nil {
 		return nil, fmt.Errorf("meta: starting raft: %w", err)
 	}
-	s := &Store{opts: opts, id: id, addr: addr, fsm: f, raft: r, bolt: bolt, trans: trans, stop: make(chan struct{})}
+	s.raft = r
 	// NewRaft restored the newest snapshot before returning; the entries after it go
 	// through Apply. A snapshot from before the state kept its index holds every command
 	// up to the snapshot's own index.
