@@ -75,7 +75,7 @@ func runCmd(args []string) int {
 	keep := fs.Bool("keep", false, "keep the files of a passing run too")
 	bin := fs.String("bin", "", "a narad built with -tags failpoints,chaosnet (default: build one)")
 	nodes := fs.Int("nodes", 1, "nodes: above 1, a cluster run (RF 3 topics orders and events, the cluster's fault steps; -kills, -pauses, -corrupt, -disk, -clock-share, -recreate-every and -retention-ms do not apply)")
-	steps := fs.String("steps", "leader-kill=4,controller-kill=2,node-kill=1,double-failover=1,pause=2,netcut=1,netdeaf=1,netmute=1,netlossy=1,netslow=1,wipe=1,kill-all=1,corrupt=1",
+	steps := fs.String("steps", "leader-kill=4,controller-kill=2,node-kill=1,double-failover=1,pause=2,netcut=1,netdeaf=1,netmute=1,netlossy=1,netslow=1,wipe=1,kill-all=1,corrupt=1,clock=1",
 		"a cluster run's fault steps, kind=count,... (kinds: "+strings.Join(workload.ClusterSteps, ", ")+")")
 	chaosnet := fs.Bool("chaosnet", true, "a cluster run's nodes poll a node-plane rules file (needs a -tags chaosnet build), so net steps can cut them")
 	quiet := fs.Bool("quiet", false, "consumers ack everything at once (with no faults: each message delivered once)")
