@@ -34,7 +34,7 @@ func loadMemberSince(dir string) (uint64, error) {
 	}
 	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil || v == 0 {
-		return 0, fmt.Errorf("meta: %s is damaged (%q); delete it and the node records it again (partitions created before it then go by creation time)", filepath.Join(dir, memberSinceFile), b)
+		return 0, fmt.Errorf("meta: %s is damaged (%q); delete it and the node records it again when it starts (at its newest metadata snapshot's index at the latest)", filepath.Join(dir, memberSinceFile), b)
 	}
 	return v, nil
 }
