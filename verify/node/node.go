@@ -167,7 +167,6 @@ var (
 	attrChild     = regexp.MustCompile(` child=("(?:[^"\\]|\\.)*"|\S+)`)
 )
 
-// parseSkip reads a skip line of the broker's text log.
 // topicPartition reads a log line's topic and partition attributes.
 func topicPartition(line string) (string, int32, bool) {
 	m := attrTopic.FindStringSubmatch(line)
@@ -191,6 +190,7 @@ func parseRebuilt(line string) (string, int32, bool) {
 	return topicPartition(line)
 }
 
+// parseSkip reads a skip line of the broker's text log.
 func parseSkip(line string) (Skip, bool) {
 	s := Skip{Offset: -1}
 	switch {
