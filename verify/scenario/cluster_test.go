@@ -20,9 +20,8 @@ import (
 // leader, 1 of the controller, a double failover, every node killed within 10 ms and a
 // node killed to have one of its replicas' files damaged (10 kill -9s in all), 2
 // SIGSTOPs past the election timeout, and a leader cut off the node plane both ways
-// (chaosnet). A node killed alone takes about 10 s to be ready
-// again on a loaded machine; the kill-all and the double failover restart their nodes
-// together.
+// (chaosnet). A node killed alone takes about 10 s to be ready again on a loaded
+// machine; the kill-all and the double failover restart their nodes together.
 var clusterChaosSteps = map[string]int{
 	workload.StepLeaderKill: 3, workload.StepControllerKill: 1, workload.StepDoubleFailover: 1, workload.StepKillAll: 1,
 	workload.StepPause: 2, workload.StepNetCut: 1, workload.StepCorrupt: 1,
@@ -89,9 +88,10 @@ func TestClusterChaos(t *testing.T) {
 
 // TestClusterClockSkew: n2's wall clock runs 8 s ahead of the run's and n3's 6 s behind
 // from their first start (the failpoints build's clock seam), a clock step restarts a
-// node with another offset, and two partitions' leaders are killed. Records carry their leader's clock, and the delay child and retention judge
-// time by the stamps against the acting node's clock, so a skew may move a delayed
-// copy by the skew, and nothing else: the checker holds the cluster's contract, with
+// node with another offset, and two partitions' leaders are killed. Records carry
+// their leader's clock, and the delay child and retention judge time by the stamps
+// against the acting node's clock, so a skew may move a delayed copy by the skew, and
+// nothing else: the checker holds the cluster's contract, with
 // early delays excused only by the offsets the nodes ran with (TestClockSteps in
 // check/ shows it flags what they do not excuse). Not in TestClusterChaos: a skew of
 // seconds excuses the early copy that run's doctor adds.
