@@ -1,14 +1,11 @@
 package meta
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/hashicorp/raft"
 )
 
 // A node notes the index of the first state that shows its own server id a member, and
@@ -16,28 +13,21 @@ import (
 // this disk, one created after it is the node's to start (see memberSinceFile). A
 // restored snapshot that already holds the node counts from the snapshot's index.
 func TestMemberSinceIsTheFirstStateHoldingThisServer(t *testing.T) {
-	entry := func(i uint64, c command) *raft.Log {
-		b, err := encodeCommand(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &raft.Log{Index: i, Type: raft.LogCommand, Data: b}
-	}
 	var told []uint64
 	f := newFSM()
 	f.self = "n3/new-disk"
 	f.onSelf = func(i uint64) { told = append(told, i) }
-	f.Apply(entry(2, command{Op: "init_cluster", ClusterID: "c", Members: []Member{
+	applyAt(t, f, 2, command{Op: "init_cluster", ClusterID: "c", Members: []Member{
 		{ID: "n1", ServerID: "n1/a", ClusterAddr: "a1", Status: StatusAlive, Voter: true},
 		{ID: "n3", ServerID: "n3/old-disk", ClusterAddr: "a3", Status: StatusAlive, Voter: true},
-	}}))
-	f.Apply(entry(5, command{Op: "create_topic", Topic: &Topic{Name: "before", TopicConfig: TopicConfig{Partitions: 1}}}))
+	}})
+	applyAt(t, f, 5, command{Op: "create_topic", Topic: &Topic{Name: "before", TopicConfig: TopicConfig{Partitions: 1}}})
 	if got := f.selfSince.Load(); got != 0 {
 		t.Fatalf("member since %d while only this node id's old disk is a member", got)
 	}
-	f.Apply(entry(7, command{Op: "set_member", Member: &Member{ID: "n3", ServerID: "n3/new-disk", ClusterAddr: "a3", Status: StatusAlive, Voter: true}}))
-	f.Apply(entry(9, command{Op: "create_topic", Topic: &Topic{Name: "after", TopicConfig: TopicConfig{Partitions: 1}}}))
-	f.Apply(entry(11, command{Op: "set_member", Member: &Member{ID: "n3", ServerID: "n3/new-disk", ClusterAddr: "a3b", Status: StatusAlive, Voter: true}}))
+	applyAt(t, f, 7, command{Op: "set_member", Member: &Member{ID: "n3", ServerID: "n3/new-disk", ClusterAddr: "a3", Status: StatusAlive, Voter: true}})
+	applyAt(t, f, 9, command{Op: "create_topic", Topic: &Topic{Name: "after", TopicConfig: TopicConfig{Partitions: 1}}})
+	applyAt(t, f, 11, command{Op: "set_member", Member: &Member{ID: "n3", ServerID: "n3/new-disk", ClusterAddr: "a3b", Status: StatusAlive, Voter: true}})
 	if got := f.selfSince.Load(); got != 7 || len(told) != 1 {
 		t.Fatalf("member since %d (told %v), want 7 once", got, told)
 	}
@@ -45,27 +35,11 @@ func TestMemberSinceIsTheFirstStateHoldingThisServer(t *testing.T) {
 		t.Fatalf("incarnations %d and %d do not fall on both sides of 7", b, a)
 	}
 
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	g := newFSM()
-	g.self = "n3/new-disk"
-	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
+	g := snapshotRestoreAs(t, f, "n3/new-disk")
 	if got := g.selfSince.Load(); got != 11 {
 		t.Fatalf("restored from a snapshot at 11 holding this node: member since %d, want 11", got)
 	}
-	h := newFSM()
-	h.self = "n9/disk"
-	if err := h.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
+	h := snapshotRestoreAs(t, f, "n9/disk")
 	if got := h.selfSince.Load(); got != 0 {
 		t.Fatalf("a snapshot without this node made it a member since %d", got)
 	}

@@ -135,6 +135,13 @@ func sameState(t *testing.T, what string, want, got fsmState) {
 
 func snapshotRestore(t *testing.T, f *fsm) *fsm {
 	t.Helper()
+	return snapshotRestoreAs(t, f, "")
+}
+
+// snapshotRestoreAs is snapshotRestore into the state machine of the node whose Raft
+// server id is self (what it keeps for itself, membersince.go, depends on it).
+func snapshotRestoreAs(t *testing.T, f *fsm, self string) *fsm {
+	t.Helper()
 	snap, err := f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +151,7 @@ func snapshotRestore(t *testing.T, f *fsm) *fsm {
 		t.Fatal(err)
 	}
 	g := newFSM()
+	g.self = self
 	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
