@@ -891,17 +891,7 @@ func damageReplica(rng *rand.Rand, dataDir string) (rel, detail string) {
 	if path == "" {
 		return "", ""
 	}
-	var tail []byte
-	var kind string
-	switch rng.Intn(3) {
-	case 0:
-		kind, tail = "zeros", make([]byte, 1+rng.Intn(4096))
-	case 1:
-		kind, tail = "garbage", make([]byte, 1+rng.Intn(100))
-		rng.Read(tail)
-	default:
-		kind, tail = "half-frame", []byte{200, 0, 0, 0, 1, 2, 3, 4, 1, 0, 0, 0} // a header promising more bytes than follow
-	}
+	kind, tail := tornBytes(rng)
 	fi, err := os.Stat(path)
 	if err != nil || writeAt(path, tail, fi.Size()) != nil {
 		return "", ""

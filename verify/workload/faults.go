@@ -492,31 +492,11 @@ func (in *injector) tornTail() {
 		return
 	}
 	sort.Strings(logs)
-	dir := logs[in.rng.Intn(len(logs))]
-	ents, _ := os.ReadDir(dir)
-	var segs []string
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".log") {
-			segs = append(segs, e.Name())
-		}
-	}
-	if len(segs) == 0 {
+	path := activeSegment(logs[in.rng.Intn(len(logs))])
+	if path == "" {
 		return
 	}
-	sort.Strings(segs)
-	path := filepath.Join(dir, segs[len(segs)-1])
-	var tail []byte
-	var kind string
-	switch in.rng.Intn(3) {
-	case 0:
-		kind, tail = "zeros", make([]byte, 1+in.rng.Intn(4096))
-	case 1:
-		kind, tail = "garbage", make([]byte, 1+in.rng.Intn(100))
-		in.rng.Read(tail)
-	default:
-		// A frame header promising more bytes than follow.
-		kind, tail = "half-frame", []byte{200, 0, 0, 0, 1, 2, 3, 4, 1, 0, 0, 0}
-	}
+	kind, tail := tornBytes(in.rng)
 	t0 := in.now()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
@@ -564,19 +544,21 @@ func (in *injector) partitionLogs(name string) []string {
 }
 
 // activeSegment returns the path of the last segment file of a log directory.
-func activeSegment(dir string) string {
-	ents, _ := os.ReadDir(dir)
-	var segs []string
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".log") {
-			segs = append(segs, e.Name())
-		}
+func activeSegment(dir string) string { return newestFile(dir, ".log") }
+
+// tornBytes draws what a torn write leaves after a file's last whole record: zeros,
+// garbage, or a frame header promising more bytes than follow.
+func tornBytes(rng *rand.Rand) (kind string, tail []byte) {
+	switch rng.Intn(3) {
+	case 0:
+		return "zeros", make([]byte, 1+rng.Intn(4096))
+	case 1:
+		tail = make([]byte, 1+rng.Intn(100))
+		rng.Read(tail)
+		return "garbage", tail
+	default:
+		return "half-frame", []byte{200, 0, 0, 0, 1, 2, 3, 4, 1, 0, 0, 0}
 	}
-	if len(segs) == 0 {
-		return ""
-	}
-	sort.Strings(segs)
-	return filepath.Join(dir, segs[len(segs)-1])
 }
 
 // Frame is one record of a segment file, read with the layout of the segment README.
