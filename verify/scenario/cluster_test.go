@@ -27,6 +27,27 @@ var clusterChaosSteps = map[string]int{
 	workload.StepPause: 2, workload.StepNetCut: 1, workload.StepCorrupt: 1,
 }
 
+// runCluster runs w on a cluster of three nodes (chaosNet: nodes that poll a chaosnet
+// rules file), seeded by NARAD_VERIFY_SEED or the clock, logs the run's summary, and
+// fails the test, keeping the run's files, when the run did not pass. what names the
+// run in that failure.
+func runCluster(t *testing.T, what string, chaosNet bool, w workload.Config) *Result {
+	t.Helper()
+	s := seed(t)
+	t.Logf("seed %d (repeat with NARAD_VERIFY_SEED=%d)", s, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	w.Seed = s
+	res := Run(ctx, Config{Keep: true, Log: t.Logf, Nodes: 3, ChaosNet: chaosNet, Workload: w})
+	var b bytes.Buffer
+	Summary(&b, res)
+	t.Logf("\n%s", b.String())
+	if !res.OK() {
+		t.Fatalf("the %s run failed; everything is kept in %s (seed %d)", what, res.Dir, s)
+	}
+	return res
+}
+
 // TestClusterChaos is the cluster's make-test tier: three nodes, topics orders and
 // events of 6 partitions and 3 replicas each, a fan-out child and a 2 s delay child of
 // orders, 2 s leases, at least 15,000 messages under the schedule above; the checker
@@ -38,23 +59,10 @@ func TestClusterChaos(t *testing.T) {
 		t.Skip("the cluster chaos run takes about two minutes")
 	}
 	t.Parallel()
-	s := seed(t)
-	t.Logf("seed %d (repeat with NARAD_VERIFY_SEED=%d)", s, s)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	res := Run(ctx, Config{
-		Keep: true, Log: t.Logf, Nodes: 3, ChaosNet: true,
-		Workload: workload.Config{
-			Seed: s, Messages: 15500, LoadDuration: 45 * time.Second, VisibilityMs: 2000, DelayMs: 2000, DrainTimeout: 3 * time.Minute,
-			ClusterFaults: workload.ClusterFaultConfig{Steps: clusterChaosSteps, MinGap: 500 * time.Millisecond, MaxGap: 1500 * time.Millisecond},
-		},
+	res := runCluster(t, "cluster chaos", true, workload.Config{
+		Messages: 15500, LoadDuration: 45 * time.Second, VisibilityMs: 2000, DelayMs: 2000, DrainTimeout: 3 * time.Minute,
+		ClusterFaults: workload.ClusterFaultConfig{Steps: clusterChaosSteps, MinGap: 500 * time.Millisecond, MaxGap: 1500 * time.Millisecond},
 	})
-	var b bytes.Buffer
-	Summary(&b, res)
-	t.Logf("\n%s", b.String())
-	if !res.OK() {
-		t.Fatalf("the cluster chaos run failed; everything is kept in %s (seed %d)", res.Dir, s)
-	}
 	st := res.Stats
 	if n := st.Faults[history.FaultKill]; n < 8 {
 		t.Fatalf("only %d kills -9", n)
@@ -91,34 +99,21 @@ func TestClusterChaos(t *testing.T) {
 // node with another offset, and two partitions' leaders are killed. Records carry
 // their leader's clock, and the delay child and retention judge time by the stamps
 // against the acting node's clock, so a skew may move a delayed copy by the skew, and
-// nothing else: the checker holds the cluster's contract, with
-// early delays excused only by the offsets the nodes ran with (TestClockSteps in
-// check/ shows it flags what they do not excuse). Not in TestClusterChaos: a skew of
-// seconds excuses the early copy that run's doctor adds.
+// nothing else: the checker holds the cluster's contract, with early delays excused
+// only by the offsets the nodes ran with (TestClockSteps in check/ shows it flags what
+// they do not excuse). Not in TestClusterChaos: a skew of seconds excuses the early
+// copy that run's doctor adds.
 func TestClusterClockSkew(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the clock skew run takes about a minute")
 	}
 	t.Parallel()
-	s := seed(t)
-	t.Logf("seed %d (repeat with NARAD_VERIFY_SEED=%d)", s, s)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	res := Run(ctx, Config{
-		Keep: true, Log: t.Logf, Nodes: 3,
-		Workload: workload.Config{
-			Seed: s, Messages: 6000, LoadDuration: 30 * time.Second, VisibilityMs: 2000, DelayMs: 2000, DrainTimeout: 3 * time.Minute,
-			ClusterFaults: workload.ClusterFaultConfig{Steps: map[string]int{workload.StepClock: 1, workload.StepLeaderKill: 2},
-				MinGap: 500 * time.Millisecond, MaxGap: 1500 * time.Millisecond,
-				ClockOffsets: map[string]time.Duration{"n2": 8 * time.Second, "n3": -6 * time.Second}},
-		},
+	res := runCluster(t, "clock skew", false, workload.Config{
+		Messages: 6000, LoadDuration: 30 * time.Second, VisibilityMs: 2000, DelayMs: 2000, DrainTimeout: 3 * time.Minute,
+		ClusterFaults: workload.ClusterFaultConfig{Steps: map[string]int{workload.StepClock: 1, workload.StepLeaderKill: 2},
+			MinGap: 500 * time.Millisecond, MaxGap: 1500 * time.Millisecond,
+			ClockOffsets: map[string]time.Duration{"n2": 8 * time.Second, "n3": -6 * time.Second}},
 	})
-	var b bytes.Buffer
-	Summary(&b, res)
-	t.Logf("\n%s", b.String())
-	if !res.OK() {
-		t.Fatalf("the clock skew run failed; everything is kept in %s (seed %d)", res.Dir, s)
-	}
 	if n := res.Stats.Faults[history.FaultClock]; n < 1 {
 		t.Fatalf("no clock step was taken: faults %v", res.Stats.Faults)
 	}
@@ -176,20 +171,7 @@ func TestClusterQuiet(t *testing.T) {
 		t.Skip("the quiet cluster run takes about a minute")
 	}
 	t.Parallel()
-	s := seed(t)
-	t.Logf("seed %d (repeat with NARAD_VERIFY_SEED=%d)", s, s)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	res := Run(ctx, Config{
-		Keep: true, Log: t.Logf, Nodes: 3,
-		Workload: workload.Config{Seed: s, Messages: 20000, VisibilityMs: 30000, DelayMs: 2000, Quiet: true, DrainTimeout: 3 * time.Minute},
-	})
-	var b bytes.Buffer
-	Summary(&b, res)
-	t.Logf("\n%s", b.String())
-	if !res.OK() {
-		t.Fatalf("the quiet cluster run failed; everything is kept in %s (seed %d)", res.Dir, s)
-	}
+	res := runCluster(t, "quiet cluster", false, workload.Config{Messages: 20000, VisibilityMs: 30000, DelayMs: 2000, Quiet: true, DrainTimeout: 3 * time.Minute})
 	es, err := history.Read(filepath.Join(res.Dir, "history.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +179,7 @@ func TestClusterQuiet(t *testing.T) {
 	if err := exactlyOnce(es, 20000); err != "" {
 		// Name a failover no fault made: a node the others found silent for the 1 s
 		// liveness timeout (a stall of the machine, or of the node).
-		t.Fatalf("%s (partitions changed leader %d times with no fault: %s); everything is kept in %s (seed %d)", err, len(epochRises(es)), strings.Join(firstN(epochRises(es), 5), "; "), res.Dir, s)
+		t.Fatalf("%s (partitions changed leader %d times with no fault: %s); everything is kept in %s (seed %d)", err, len(epochRises(es)), strings.Join(firstN(epochRises(es), 5), "; "), res.Dir, res.Report.Seed)
 	}
 	os.RemoveAll(res.Dir)
 }
