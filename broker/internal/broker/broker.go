@@ -175,7 +175,10 @@ type Broker struct {
 	// reconciled wakes whoever waits for the reconcile loop to open (or close) what
 	// the metadata now holds; it fires after every pass.
 	reconciled signal
-	stats      *statsRecorder
+	// reconciledThrough is the metadata index the last finished reconcile pass
+	// covered: everything the metadata held at that index is open, closed or changed.
+	reconciledThrough atomic.Uint64
+	stats             *statsRecorder
 	// Remote children (remotechild.go): their copiers by ID, and the lock of the
 	// node's credentials key file.
 	rcMu     sync.Mutex
@@ -447,7 +450,10 @@ func (b *Broker) reconcile(sweep bool) error {
 	b.syncPeers()
 	b.reconcileMu.Lock()
 	defer b.reconcileMu.Unlock()
+	// Read before the topics: the state read next holds at least this much.
+	through := b.meta.AppliedIndex()
 	defer b.reconciled.broadcast()
+	defer func() { b.reconciledThrough.Store(max(b.reconciledThrough.Load(), through)) }()
 	want := b.meta.Topics()
 	wantDirs := make(map[string]bool, len(want))
 

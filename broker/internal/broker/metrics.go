@@ -42,6 +42,9 @@ type Metrics struct {
 	// Forwarded times partition operations sent to the node holding the partition, by
 	// operation and outcome (ok, unreachable, saturated, unknown, error).
 	Forwarded *prometheus.HistogramVec
+	// DeletesUnconfirmed counts topic deletes answered before a majority of some
+	// partition's replicas confirmed they closed it (deletefence.go).
+	DeletesUnconfirmed prometheus.Counter
 	// RemoteChild are the remote children's metrics (remotechild.go).
 	RemoteChild *RemoteChildMetrics
 
@@ -150,6 +153,9 @@ func NewMetrics() *Metrics {
 			Help:    "Partition operations forwarded to the node holding the partition, by operation and outcome (ok, unreachable, saturated, unknown: the holder went silent, error); a watch is a long poll's wait.",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20},
 		}, []string{"op", "outcome"}),
+		DeletesUnconfirmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narad_topic_deletes_unconfirmed_total", Help: "Topic deletes answered before a majority of some partition's replicas confirmed they applied the delete (unreachable for longer than the wait): a produce those replicas took before applying it went to the deleted topic.",
+		}),
 		Nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_nacks_total", Help: "Leases handed back by a nack (extend 0), for redelivery at once.",
 		}, []string{"topic"}),
@@ -182,7 +188,7 @@ func NewMetrics() *Metrics {
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
 		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged, m.ReplicaRebuilds,
-		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded,
+		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed,
 		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.RemoteChild = newRemoteChildMetrics(r)

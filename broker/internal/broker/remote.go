@@ -72,6 +72,10 @@ const (
 	// request (meta.FeatureStatsBatch): sent only once the cluster version allows it,
 	// since a node of version 1 does not know it.
 	dataStatsBatch = "stats_batch"
+	// dataApplied asks whether the node has applied the metadata through Index and
+	// closed what that removed (meta.FeatureDeleteFence): a topic's delete waits for
+	// it (deletefence.go).
+	dataApplied = "applied"
 )
 
 // replicaReadLimit is the most records one replica_read answers (4 MiB at most).
@@ -99,6 +103,8 @@ type dataReq struct {
 	Child    string `json:"child,omitempty"`
 	ChildInc uint64 `json:"child_inc,omitempty"`
 	AttachID uint64 `json:"attach_id,omitempty"`
+	// Index is, for applied, the metadata index asked about.
+	Index uint64 `json:"index,omitempty"`
 }
 
 type dataResp struct {
@@ -786,6 +792,9 @@ func (b *Broker) HandleData(ctx context.Context, body []byte) ([]byte, error) {
 }
 
 func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
+	if req.Kind == dataApplied && b.meta.Speaks(meta.FeatureDeleteFence) {
+		return &dataResp{Err: toWireErr(b.awaitReconciled(ctx, req.Index))}
+	}
 	t, err := b.heldTopic(ctx, req)
 	if err != nil {
 		if t != nil {

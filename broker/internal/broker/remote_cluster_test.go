@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
@@ -430,5 +432,86 @@ func asAClient(t *testing.T, what string, write func() error, done error) {
 		}
 		retried = true
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestProduceAfterDeleteIsNotStoredInTheDeletedTopic: a topic's delete answers only
+// once the node holding a partition has applied it and closed its copy. The holder here
+// is cut off from the controller's log (it has not applied the delete) while still
+// current enough to serve: before the fence, the delete answered at once and a produce
+// sent through the holder after that answer was answered 202 by the deleted
+// incarnation, a message nobody could read. The holder is let catch up as soon as the
+// deleting node asks it whether it applied the delete.
+func TestProduceAfterDeleteIsNotStoredInTheDeletedTopic(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	leader := -1
+	for k, b := range bs {
+		if b.meta.Leader() {
+			leader = k
+		}
+	}
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "fenced", Partitions: ptr[int32](6)}); err != nil {
+		t.Fatal(err)
+	}
+	p, h := 0, holderIndex(t, bs, "fenced", 0)
+	for h == leader {
+		p++
+		h = holderIndex(t, bs, "fenced", p)
+	}
+	pollUntil(t, "the holder to open the topic", func() error { _, err := bs[h].lookupLocal("fenced"); return err })
+	_, undo := plane.cutReplication(t, bs, h)
+	defer undo()
+	var asked sync.Once
+	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
+		if req.Kind == dataApplied && addr == fmt.Sprintf("addr%d", h+1) {
+			asked.Do(undo)
+		}
+		return deliver(ctx)
+	})
+	asAClient(t, "delete the topic", func() error { return bs[leader].DeleteTopic(ctx, "fenced", 0) }, ErrTopicNotFound)
+	if _, err := bs[h].Produce(ctx, "fenced", []Outgoing{{Partition: int32(p), Value: []byte("after the delete")}}); err == nil {
+		t.Fatal("a produce sent through the holder after the delete answered was stored in the deleted topic")
+	} else if !errors.Is(err, ErrTopicNotFound) {
+		t.Fatalf("a produce to a deleted topic answered %v; want topic not found", err)
+	}
+}
+
+// TestDeleteWithAnUnreachableHolderAnswers: a delete whose partition holder cannot be
+// asked (it is cut off from the controller and from the node plane) does not hang: it
+// answers after the holder would have stopped counting as current, and counts the
+// unconfirmed delete.
+func TestDeleteWithAnUnreachableHolderAnswers(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	leader := -1
+	for k, b := range bs {
+		if b.meta.Leader() {
+			leader = k
+		}
+	}
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "cutoff", Partitions: ptr[int32](6)}); err != nil {
+		t.Fatal(err)
+	}
+	p, h := 0, holderIndex(t, bs, "cutoff", 0)
+	for h == leader {
+		p++
+		h = holderIndex(t, bs, "cutoff", p)
+	}
+	_, undo := plane.cutReplication(t, bs, h)
+	defer undo()
+	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
+		if addr == fmt.Sprintf("addr%d", h+1) {
+			return nil, fmt.Errorf("%w: cut by the test", meta.ErrNotDelivered)
+		}
+		return deliver(ctx)
+	})
+	start := time.Now()
+	asAClient(t, "delete the topic", func() error { return bs[leader].DeleteTopic(ctx, "cutoff", 0) }, ErrTopicNotFound)
+	if waited, least := time.Since(start), bs[leader].meta.SuspectAfter(); waited < least {
+		t.Errorf("the delete answered after %v without the holder's word; it should wait at least %v", waited, least)
+	}
+	if n := promtest.ToFloat64(bs[leader].metrics.DeletesUnconfirmed); n != 1 {
+		t.Errorf("narad_topic_deletes_unconfirmed_total is %v; want 1", n)
 	}
 }

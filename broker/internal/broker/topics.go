@@ -258,10 +258,13 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string, incarnation uint6
 	if err := checkName(name); err != nil {
 		return err
 	}
-	if _, err := b.meta.DeleteTopic(name, incarnation); err != nil {
+	m, index, err := b.meta.DeleteTopic(name, incarnation)
+	if err != nil {
 		return mapMetaErr(err)
 	}
-	return b.reconcile(false)
+	err = b.reconcile(false)
+	b.fenceDelete(ctx, m, index)
+	return err
 }
 
 // Exists returns nil when the topic exists, ErrTopicNotFound (or why it cannot tell)

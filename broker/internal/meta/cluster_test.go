@@ -270,7 +270,7 @@ func TestClusterBootstrapJoinFailoverRestart(t *testing.T) {
 	if _, err := follower.CreateTopic(Topic{Name: "orders", TopicConfig: TopicConfig{Partitions: 1}}); !errors.Is(err, ErrTopicExists) {
 		t.Fatalf("duplicate create through a follower: %v, want ErrTopicExists", err)
 	}
-	if _, err := follower.DeleteTopic("nope", 0); !errors.Is(err, ErrTopicNotFound) {
+	if _, _, err := follower.DeleteTopic("nope", 0); !errors.Is(err, ErrTopicNotFound) {
 		t.Fatalf("delete of a missing topic through a follower: %v, want ErrTopicNotFound", err)
 	}
 	var ce *ConflictError

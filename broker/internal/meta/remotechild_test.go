@@ -57,7 +57,7 @@ func TestRemoteChildCursorIsDurableAndMovesOnce(t *testing.T) {
 	if err := s.DetachRemoteChild("other", got.ID); !errors.Is(err, ErrChildNotFound) {
 		t.Fatalf("detach under another parent: %v", err)
 	}
-	if _, err := s.DeleteTopic("orders", 0); err != nil {
+	if _, _, err := s.DeleteTopic("orders", 0); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(s.RemoteChildren()); n != 0 {

@@ -641,10 +641,17 @@ func (s *Store) DetachChild(parent, child string) (Topic, error) {
 	return s.apply(command{Op: "detach_child", Name: parent, Child: child})
 }
 
-// DeleteTopic removes the topic name; with incarnation != 0 only that incarnation.
-func (s *Store) DeleteTopic(name string, incarnation uint64) (Topic, error) {
-	return s.apply(command{Op: "delete_topic", Name: name, Topic: &Topic{Incarnation: incarnation}})
+// DeleteTopic removes the topic name; with incarnation != 0 only that incarnation. It
+// returns the topic as it was and the Raft index of the delete (what a node has applied
+// once it applied the delete).
+func (s *Store) DeleteTopic(name string, incarnation uint64) (Topic, uint64, error) {
+	res, err := s.applyCmd(command{Op: "delete_topic", Name: name, Topic: &Topic{Incarnation: incarnation}})
+	return res.topic, res.index, err
 }
+
+// SuspectAfter is how long this node goes without knowing a controller before its
+// metadata stops counting as current (Ready turns false).
+func (s *Store) SuspectAfter() time.Duration { return s.opts.Cluster.SuspectAfter }
 
 // AlterTopic changes a topic's live-tunable settings.
 func (s *Store) AlterTopic(name string, a Alter) (Topic, error) {

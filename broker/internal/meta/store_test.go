@@ -40,10 +40,10 @@ func TestTopicsSurviveRestartAndIncarnationsDiffer(t *testing.T) {
 	if got, err := s.AlterTopic("orders", Alter{VisibilityMs: &v}); err != nil || got.VisibilityMs != 5000 || got.Partitions != 3 {
 		t.Fatalf("alter: %+v %v", got, err)
 	}
-	if _, err := s.DeleteTopic("orders", a.Incarnation+1); !errors.Is(err, ErrTopicNotFound) {
+	if _, _, err := s.DeleteTopic("orders", a.Incarnation+1); !errors.Is(err, ErrTopicNotFound) {
 		t.Fatalf("delete of another incarnation: %v", err)
 	}
-	if _, err := s.DeleteTopic("orders", 0); err != nil {
+	if _, _, err := s.DeleteTopic("orders", 0); err != nil {
 		t.Fatal(err)
 	}
 	b, err := s.CreateTopic(Topic{Name: "orders", TopicConfig: TopicConfig{Partitions: 1}})
@@ -76,7 +76,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if err := s.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DeleteTopic("b", 0); err != nil {
+	if _, _, err := s.DeleteTopic("b", 0); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -196,7 +196,7 @@ func TestAttachRules(t *testing.T) {
 		t.Fatal("a refused create-with-parent left the topic behind")
 	}
 	// Deleting the parent detaches its children.
-	if _, err := s.DeleteTopic("p", 0); err != nil {
+	if _, _, err := s.DeleteTopic("p", 0); err != nil {
 		t.Fatal(err)
 	}
 	if c2, _ := s.Topic("c2"); c2.Parent != "" || c2.AttachID != 0 {

@@ -56,6 +56,10 @@ var (
 	// data it holds (its replication factor raised, or a forced takeover), and the
 	// group's first snapshot stands for that data.
 	FeatureGroupOnData = Feature{Name: "group_on_data", Since: 3}
+	// FeatureDeleteFence: a topic's delete answers once a majority of every partition's
+	// replicas confirm they applied it and closed their copy ("applied"), so no produce
+	// sent after the answer is stored in the deleted incarnation.
+	FeatureDeleteFence = Feature{Name: "delete_fence", Since: 3}
 )
 
 // opSince names the control-plane commands of versions after 1 and the version each

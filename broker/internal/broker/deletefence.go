@@ -1,0 +1,151 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
+)
+
+// The delete fence. A topic's delete commits on the controller, and each node closes
+// its copies of the topic's partitions when it applies the delete, moments later. A
+// node that has not applied it yet still serves the deleted incarnation: a produce sent
+// right after the delete's 204 could reach it (through its own HTTP port, or through
+// another node as far behind) and be answered 202 by a topic nobody can read any more.
+// So the delete is answered only once, for every partition, a majority of its replicas
+// have confirmed that they applied the delete and closed their copy: from then on the
+// old incarnation's group cannot commit anything (its voters are gone), and a
+// partition of one replica is closed on the one node that held it.
+//
+// A replica that cannot be reached does not confirm. The wait then ends after the
+// time a node without a controller takes to stop serving as current (SuspectAfter) and
+// a margin: a node cut off from the others with the topic still open has by then
+// stopped taking clients' requests. The delete is answered, logged and counted
+// (narad_topic_deletes_unconfirmed_total); its 204 is not withheld, because the
+// delete has committed and will be applied everywhere.
+
+// fenceMargin is added to SuspectAfter for a replica that does not confirm: the time a
+// node takes to notice it lost its controller.
+const fenceMargin = 2 * time.Second
+
+// fenceRetry is how long a confirmation that failed waits before it is asked again.
+const fenceRetry = 100 * time.Millisecond
+
+// fenceDelete waits, within the bound above and ctx, until a majority of the replicas
+// of every partition of m (deleted at index) have applied the delete.
+func (b *Broker) fenceDelete(ctx context.Context, m meta.Topic, index uint64) {
+	if b.opts.Peers == nil || !b.meta.Allows(meta.FeatureDeleteFence) || len(m.Placement) == 0 {
+		return
+	}
+	parts := make([][]string, len(m.Placement))
+	var nodes []string
+	seen := map[string]bool{}
+	for i, p := range m.Placement {
+		parts[i] = p.Replicas
+		if len(parts[i]) == 0 && p.Leader != "" {
+			parts[i] = []string{p.Leader}
+		}
+		for _, n := range parts[i] {
+			if !seen[n] {
+				seen[n] = true
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	sort.Strings(nodes)
+
+	var mu sync.Mutex
+	confirmed := map[string]bool{}
+	fenced := func() bool {
+		for _, rs := range parts {
+			n := 0
+			for _, r := range rs {
+				if confirmed[r] {
+					n++
+				}
+			}
+			if n <= len(rs)/2 {
+				return false
+			}
+		}
+		return true
+	}
+	changed := make(chan struct{}, len(nodes))
+	wctx, cancel := context.WithTimeout(ctx, b.meta.SuspectAfter()+fenceMargin)
+	defer cancel()
+	for _, n := range nodes {
+		if n == b.opts.NodeID {
+			// DeleteTopic reconciled this node after the delete applied here.
+			mu.Lock()
+			confirmed[n] = b.reconciledThrough.Load() >= index
+			mu.Unlock()
+			continue
+		}
+		go func() {
+			for {
+				resp, err := b.call(wctx, n, &dataReq{Kind: dataApplied, Topic: m.Name, Index: index}, remoteCallTimeout)
+				if err == nil {
+					err = fromWireErr(resp.Err)
+				}
+				if err == nil {
+					mu.Lock()
+					confirmed[n] = true
+					mu.Unlock()
+					changed <- struct{}{}
+					return
+				}
+				select {
+				case <-wctx.Done():
+					return
+				case <-time.After(fenceRetry):
+				}
+			}
+		}()
+	}
+	for {
+		mu.Lock()
+		done := fenced()
+		mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-changed:
+		case <-wctx.Done():
+			mu.Lock()
+			var missing []string
+			for _, n := range nodes {
+				if !confirmed[n] {
+					missing = append(missing, n)
+				}
+			}
+			mu.Unlock()
+			b.metrics.DeletesUnconfirmed.Inc()
+			b.log.Warn("a topic's delete is answered before a majority of some partition's replicas confirmed they closed it; a produce those nodes take before they apply the delete goes to the deleted topic",
+				"topic", m.Name, "incarnation", m.Incarnation, "delete_index", index, "unconfirmed", missing, "err", wctx.Err())
+			return
+		}
+	}
+}
+
+// awaitReconciled returns once this node has applied the metadata through index and
+// finished a reconcile pass over it, or ErrUnavailable after holderCatchUp (the asking
+// node asks again).
+func (b *Broker) awaitReconciled(ctx context.Context, index uint64) error {
+	deadline := time.Now().Add(holderCatchUp)
+	for {
+		wake := b.reconciled.wait()
+		if b.reconciledThrough.Load() >= index {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: node %q has not applied metadata entry %d yet (it has %d)", ErrUnavailable, b.opts.NodeID, index, b.meta.AppliedIndex())
+		}
+		if err := b.awaitReconcile(ctx, wake); err != nil {
+			return err
+		}
+	}
+}
