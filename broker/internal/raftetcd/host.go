@@ -75,8 +75,10 @@ type Options struct {
 	// Tick is the raft clock; ElectionTick and HeartbeatTick count in it.
 	Tick                        time.Duration
 	ElectionTick, HeartbeatTick int
-	// A peer is live while it was heard from (a liveness call either way, or any
-	// raft message) within LivenessTimeout; liveness calls go every LivenessInterval.
+	// A peer is live while a call of this node's to it (a liveness call, or a frame of
+	// raft messages) was answered within LivenessTimeout: its own calls here prove only
+	// that it sends, and a deaf peer must count dead. Liveness calls go every
+	// LivenessInterval.
 	LivenessInterval, LivenessTimeout time.Duration
 	// NoQuiesce keeps every group ticking (for comparison).
 	NoQuiesce bool
@@ -866,7 +868,9 @@ func (h *Host) serveLiveness(_ context.Context, _ string, req []byte) ([]byte, e
 	if len(req) != 8 {
 		return nil, fmt.Errorf("%w: liveness of %d bytes", ErrBadMessage, len(req))
 	}
-	h.heard(binary.BigEndian.Uint64(req))
+	// Not heard(): a call that reaches this node proves the caller sends, not that it
+	// hears. A deaf node (it sends, receives nothing) must count dead to its peers, or
+	// the groups it leads, which can commit nothing, keep it as their leader.
 	// Our wall clock goes with the answer, so the caller can tell how far apart the
 	// two clocks are (an 8-byte answer from an older node has none).
 	out := binary.BigEndian.AppendUint64(nil, h.opts.ID)
@@ -948,6 +952,8 @@ func (h *Host) sendLoop(p *peer) {
 		cancel()
 		if err != nil {
 			h.unreachable(p.id, msgs)
+		} else {
+			h.heard(p.id) // answered: it hears this node, and this node hears it
 		}
 	}
 }
@@ -973,12 +979,9 @@ func (h *Host) serveBatch(_ context.Context, _ string, req []byte) ([]byte, erro
 	if h.closed() {
 		return nil, ErrClosed
 	}
-	var lastFrom uint64
+	// The sender is not marked heard (see serveLiveness): its own call's answer is
+	// what proves to it that this node hears.
 	err := decodeBatch(req, func(name string, flags byte, m raftpb.Message) {
-		if m.From != lastFrom {
-			h.heard(m.From)
-			lastFrom = m.From
-		}
 		if m.To != h.opts.ID {
 			// For a member this node was before its data directory was wiped (the
 			// sender has not applied the replacement yet): raft does not check the

@@ -96,9 +96,17 @@ func startCluster(t *testing.T, groups int) []*testNode {
 // startClusterWith is startCluster with changes to every node's options.
 func startClusterWith(t *testing.T, groups int, tweak func(*Options)) []*testNode {
 	t.Helper()
+	return startClusterOn(t, groups, tweak, func(int) {})
+}
+
+// startClusterOn is startClusterWith calling before(i) before node i's transport
+// starts (to set the environment it reads).
+func startClusterOn(t *testing.T, groups int, tweak func(*Options), before func(i int)) []*testNode {
+	t.Helper()
 	ns := make([]*testNode, 3)
 	peers := map[uint64]string{}
 	for i := range ns {
+		before(i)
 		n, err := transport.New(transport.Options{NodeID: fmt.Sprintf("n%d", i+1), ListenAddr: "127.0.0.1:0", Secret: testSecret, Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
