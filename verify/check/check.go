@@ -986,7 +986,7 @@ func Check(es []history.Entry) *Report {
 	}
 
 	if cluster {
-		checkReplicas(r, es, place)
+		checkReplicas(r, es, place, recreated)
 	}
 	r.Availability = availability(es)
 	checkTimestamps(r, es, incOf)

@@ -85,26 +85,63 @@ func clusterProduceMayHaveStored(e history.Entry) bool {
 // (KindReplica lines): each partition's replicas hold the same records, byte for byte
 // (the same first offset, count and digest); no record holds an id other than the one
 // the run saw at that offset (one payload per offset across everything observed); and
-// every message answered 202 is held, at its offset, with its id.
-func checkReplicas(r *Report, es []history.Entry, place map[copyKey]string) {
+// every message answered 202 is held, at its offset, with its id. A recreated topic's
+// replicas are its last incarnation's (the others' data is deleted with them): they are
+// keyed by incarnation, and a 202 is looked for in them when the attempt can only have
+// been written in that incarnation.
+func checkReplicas(r *Report, es []history.Entry, place map[copyKey]string, recreated map[string]*incSet) {
 	type part struct {
 		topic string
+		inc   int64
 		p     int32
+	}
+	// incOf keys a replica line: by its directory's incarnation for a recreated topic.
+	incOf := func(e history.Entry) int64 {
+		if recreated[e.Topic] != nil {
+			return e.Incarnation
+		}
+		return 0
+	}
+	// last is each recreated topic's newest incarnation any node holds.
+	last := map[string]int64{}
+	for _, e := range es {
+		if e.Kind == history.KindReplica && recreated[e.Topic] != nil {
+			last[e.Topic] = max(last[e.Topic], e.Incarnation)
+		}
 	}
 	reps := map[part][]history.Entry{}
 	nodes := map[string]bool{}
+	rf := map[string]int{}
+	for _, e := range es {
+		if e.Kind == history.KindRun && e.Run != nil {
+			for _, t := range e.Run.Topics {
+				rf[t.Name] = t.Replication
+			}
+		}
+	}
+	// replicasOf is how many nodes hold each partition of topic: its replication factor
+	// (every node when the run line does not say, or says more than there are).
+	replicasOf := func(topic string, nodes int) int {
+		if n := rf[topic]; n > 0 && n < nodes {
+			return n
+		}
+		return nodes
+	}
 	for _, e := range es {
 		if e.Kind != history.KindReplica {
 			continue
 		}
 		nodes[e.Node] = true
+		if recreated[e.Topic] != nil && e.Incarnation != last[e.Topic] {
+			continue // a deleted incarnation's directory not removed yet
+		}
 		if e.Err != "" {
 			r.violate("replica-unreadable", "%s/%d on %s: %s", e.Topic, e.Partition, e.Node, e.Err)
 		}
-		k := part{e.Topic, e.Partition}
+		k := part{e.Topic, incOf(e), e.Partition}
 		reps[k] = append(reps[k], e)
 		for i, id := range e.IDs {
-			ck := copyKey{e.Topic, 0, e.Partition, e.Offset + int64(i)}
+			ck := copyKey{e.Topic, k.inc, e.Partition, e.Offset + int64(i)}
 			if prev, ok := place[ck]; ok && prev != id {
 				r.violate("two-payloads-at-one-offset", "%s holds %q on %s's replica, but the run saw %q there", ck, id, e.Node, prev)
 			}
@@ -129,7 +166,7 @@ func checkReplicas(r *Report, es []history.Entry, place map[copyKey]string) {
 	final := map[part]int64{}
 	for _, e := range es {
 		if e.Kind == history.KindStats && e.Client == "quiesce" {
-			final[part{e.Topic, e.Partition}] = e.HighWatermark
+			final[part{e.Topic, incOf(e), e.Partition}] = e.HighWatermark
 		}
 	}
 	held := map[copyKey]string{}
@@ -142,12 +179,12 @@ func checkReplicas(r *Report, es []history.Entry, place map[copyKey]string) {
 				}
 			}
 		}
-		if len(rs) != len(nodes) {
+		if want := replicasOf(k.topic, len(nodes)); len(rs) != want {
 			var on []string
 			for _, e := range rs {
 				on = append(on, e.Node)
 			}
-			r.violate("replica-missing", "%s/%d is held by %s only, of %d nodes", k.topic, k.p, strings.Join(on, ","), len(nodes))
+			r.violate("replica-missing", "%s/%d is held by %s only; its replication factor is %d (%d nodes)", k.topic, k.p, strings.Join(on, ","), want, len(nodes))
 		}
 		a := rs[0]
 		for _, b := range rs[1:] {
@@ -157,7 +194,7 @@ func checkReplicas(r *Report, es []history.Entry, place map[copyKey]string) {
 			}
 		}
 		for i, id := range a.IDs {
-			held[copyKey{k.topic, 0, k.p, a.Offset + int64(i)}] = id
+			held[copyKey{k.topic, k.inc, k.p, a.Offset + int64(i)}] = id
 		}
 	}
 	r.ReplicasCompared = len(keys)
@@ -165,7 +202,17 @@ func checkReplicas(r *Report, es []history.Entry, place map[copyKey]string) {
 		if e.Kind != history.KindOp || e.Op != history.OpProduce || e.Status != 202 {
 			continue
 		}
-		ck := copyKey{e.Topic, 0, e.Partition, e.Offset}
+		var inc int64
+		if rec := recreated[e.Topic]; rec != nil {
+			// Only an attempt that can have been written in the last incarnation alone
+			// must be held: an earlier one was deleted with its incarnation.
+			cands := rec.during(e.Call, e.Return)
+			if len(cands) != 1 || cands[0] != last[e.Topic] {
+				continue
+			}
+			inc = cands[0]
+		}
+		ck := copyKey{e.Topic, inc, e.Partition, e.Offset}
 		if got, ok := held[ck]; !ok || got != e.Msg {
 			r.violate("202-not-in-replica", "%s answered 202 at %s; the replicas hold %q there (present: %v)", e.Msg, ck, got, ok)
 		}

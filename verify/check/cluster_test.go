@@ -25,6 +25,19 @@ func (x *h) replicas(ids ...string) *h {
 	return x
 }
 
+// onFive makes the run five nodes with orders at replication factor 3, and adds an
+// empty replica of events (replication factor 2) on n4 and n5, so the replica lines
+// name five nodes.
+func (x *h) onFive() *h {
+	x.es[0].Run.Nodes = []string{"n1", "n2", "n3", "n4", "n5"}
+	x.es[0].Run.Topics[0].Replication = 3
+	x.es[0].Run.Topics = append(x.es[0].Run.Topics, history.TopicInfo{Name: "events", Partitions: 1, VisibilityMs: 1000, RetentionMs: 1 << 40, Replication: 2})
+	for _, n := range []string{"n4", "n5"} {
+		x.es = append(x.es, history.Entry{Kind: history.KindReplica, Node: n, Topic: "events", Offset: 0, Detail: "same", Call: 1e12 + 4, Return: 1e12 + 4})
+	}
+	return x
+}
+
 func (x *h) producedWith(id string, status int, code string, at int64) *h {
 	x.es = append(x.es, history.Entry{Kind: history.KindOp, Op: history.OpProduce, Topic: "orders", Msg: id, Partition: -1, Offset: -1, Call: at, Return: at + msec, Status: status, Code: code})
 	return x
@@ -66,6 +79,17 @@ func TestClusterRules(t *testing.T) {
 		}(), "replicas-differ", ""},
 		{"a 202'd message on no replica", acked(newCH()).replicas(), "202-not-in-replica", ""},
 		{"replicas never read", acked(newCH()), "replicas-unread", ""},
+		{"replication factor 3 on five nodes", acked(newCH()).replicas("a").onFive(), "", ""},
+		{"replication factor 3 on five nodes, one replica short", func() *h {
+			x := acked(newCH()).replicas("a").onFive()
+			for i, e := range x.es {
+				if e.Kind == history.KindReplica && e.Node == "n3" {
+					x.es = append(x.es[:i], x.es[i+1:]...)
+					break
+				}
+			}
+			return x
+		}(), "replica-missing", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -80,5 +104,29 @@ func TestClusterRules(t *testing.T) {
 				t.Fatalf("duplicates %v, want one %s", r.Duplicates, c.dup)
 			}
 		})
+	}
+}
+
+// TestClusterReplicasOfARecreatedTopic: a recreated topic's replicas are its last
+// incarnation's. A message written to a deleted incarnation is not looked for in them;
+// one that can only be in the last one must be there, at its offset.
+func TestClusterReplicasOfARecreatedTopic(t *testing.T) {
+	onThree := func(x *h, ids ...string) *h {
+		x.es[0].Run.Nodes = []string{"n1", "n2", "n3"}
+		x.es[0].Run.Topics[0].Replication = 3
+		for _, n := range []string{"n1", "n2", "n3"} {
+			x.es = append(x.es, history.Entry{Kind: history.KindReplica, Node: n, Topic: "recycled", Incarnation: 20, Offset: 0, IDs: ids, Detail: "same", Call: 1e12 + 4, Return: 1e12 + 4})
+		}
+		return x
+	}
+	delivered := func() *h { return recH().rdeliver("a", 10, "h1", 200*msec).rdeliver("b", 20, "h2", 1300*msec) }
+	if r := Check(onThree(delivered(), "b").es); !r.OK() {
+		t.Errorf("flagged a legal history: violations %v lost %v %v", r.Violations, r.Lost, r.Examples)
+	}
+	if r := Check(onThree(delivered()).es); r.Violations["202-not-in-replica"] != 1 {
+		t.Errorf("b, answered 202 in the last incarnation, is on no replica: violations %v; want one 202-not-in-replica", r.Violations)
+	}
+	if r := Check(onThree(delivered(), "a").es); r.Violations["two-payloads-at-one-offset"] == 0 {
+		t.Errorf("the last incarnation's replicas hold a at b's offset: violations %v; want two-payloads-at-one-offset", r.Violations)
 	}
 }

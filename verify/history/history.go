@@ -121,7 +121,7 @@ type Entry struct {
 	InFlight      int64 `json:"in_flight,omitempty"`
 	// Incarnation: on a stats sample and a create-topic 201, the topic's incarnation as
 	// the broker reports it; on a delivery and a settle, the one its receipt handle names
-	// (0: unknown).
+	// (0: unknown); on a replica line, the one of the directory read.
 	Incarnation int64 `json:"incarnation,omitempty"`
 	// Epoch: on a stats sample of a replicated partition, the leader's term.
 	Epoch int64 `json:"epoch,omitempty"`

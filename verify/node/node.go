@@ -136,6 +136,12 @@ type Options struct {
 	// Env is added to the environment of every start (a cluster's secret, a chaosnet
 	// rules file), before the start's own variables.
 	Env []string
+	// Host is the address the HTTP API listens on (default 127.0.0.1); with Netns, the
+	// namespace's address.
+	Host string
+	// Netns runs every start inside that network namespace (`ip netns exec`, which
+	// becomes the node: signals go to the node's own PID).
+	Netns string
 }
 
 // Skip is a damaged record the node reported skipping (an ERROR line of its log).
@@ -280,7 +286,10 @@ func New(opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Node{opts: opts, addr: "127.0.0.1:" + strconv.Itoa(opts.Port), log: lf}, nil
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	return &Node{opts: opts, addr: net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), log: lf}, nil
 }
 
 // Addr is host:port of the HTTP API.
@@ -319,6 +328,9 @@ func (n *Node) Start(env ...string) error {
 	}
 	args := append([]string{"serve", "--http-addr", n.addr, "--data-dir", n.opts.DataDir}, n.opts.Args...)
 	cmd := exec.Command(n.opts.Bin, args...)
+	if n.opts.Netns != "" {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", n.opts.Netns, n.opts.Bin}, args...)...)
+	}
 	cmd.Env = append(append(os.Environ(), n.opts.Env...), env...)
 	cmd.Stdout = n.log
 	pr, pw, err := os.Pipe()

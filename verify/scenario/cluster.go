@@ -10,18 +10,27 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/narad-mq/narad/verify/check"
 	"github.com/narad-mq/narad/verify/history"
+	"github.com/narad-mq/narad/verify/netns"
 	"github.com/narad-mq/narad/verify/node"
 	"github.com/narad-mq/narad/verify/workload"
 )
 
 // clusterSecret is the verification clusters' secret (NARAD_CLUSTER_SECRET).
 const clusterSecret = "narad-verify-cluster-secret-0123"
+
+// The ports of a node in its own network namespace (the namespace is the run's, so
+// they are free; not narad's default 7942).
+const (
+	nsHTTPPort    = 7100
+	nsClusterPort = 7200
+)
 
 // ChaosNetEnv names the rules file a narad built with -tags chaosnet polls (it mirrors
 // broker/internal/transport.ChaosNetEnvVar).
@@ -54,13 +63,25 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 	ids := make([]string, cfg.Nodes)
 	addrs := make([]string, cfg.Nodes)
 	var peers []string
+	hosts := make([]netns.Host, cfg.Nodes)
 	for i := range ids {
-		p, err := node.FreeUDPPort()
-		if err != nil {
-			res.Err = err
-			return res
+		ids[i] = fmt.Sprintf("n%d", i+1)
+		if cfg.Netns != nil {
+			// A namespace of its own: its address, and ports nothing else uses there.
+			h, ok := cfg.Netns.Host(ids[i])
+			if !ok {
+				res.Err = fmt.Errorf("the network has no host %s for node %s", ids[i], ids[i])
+				return res
+			}
+			hosts[i], addrs[i] = h, h.IP+":"+strconv.Itoa(nsClusterPort)
+		} else {
+			p, err := node.FreeUDPPort()
+			if err != nil {
+				res.Err = err
+				return res
+			}
+			addrs[i] = fmt.Sprintf("127.0.0.1:%d", p)
 		}
-		ids[i], addrs[i] = fmt.Sprintf("n%d", i+1), fmt.Sprintf("127.0.0.1:%d", p)
 		peers = append(peers, ids[i]+"@"+addrs[i])
 	}
 	rules := map[string]string{}
@@ -68,6 +89,10 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 	var args []string
 	for i, id := range ids {
 		args = append(append([]string(nil), DefaultArgs...), "--node-id", id, "--cluster-addr", addrs[i], "--peers", strings.Join(peers, ","))
+		if cfg.Netns != nil {
+			// Not loopback, but a network of the run's own that nothing else reaches.
+			args = append(args, "--insecure")
+		}
 		args = append(args, cfg.Args...)
 		env := []string{"NARAD_CLUSTER_SECRET=" + clusterSecret}
 		if cfg.ChaosNet {
@@ -78,7 +103,11 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 			}
 			env = append(env, ChaosNetEnv+"="+rules[id])
 		}
-		n, err := node.New(node.Options{Bin: cfg.Bin, ID: id, DataDir: filepath.Join(dir, "data-"+id), LogPath: filepath.Join(dir, "node-"+id+".log"), Args: args, Env: env})
+		opts := node.Options{Bin: cfg.Bin, ID: id, DataDir: filepath.Join(dir, "data-"+id), LogPath: filepath.Join(dir, "node-"+id+".log"), Args: args, Env: env}
+		if cfg.Netns != nil {
+			opts.Netns, opts.Host, opts.Port = hosts[i].NS, hosts[i].IP, nsHTTPPort
+		}
+		n, err := node.New(opts)
 		if err != nil {
 			res.Err = err
 			return res
@@ -86,10 +115,15 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 		nodes[i] = n
 	}
 	cfg.Workload.ClusterFaults.ChaosNet = rules
+	cfg.Workload.ClusterFaults.Netns = cfg.Netns
+	cfg.Workload.ClusterFaults.PlaneAddrs = map[string]string{}
+	for i, id := range ids {
+		cfg.Workload.ClusterFaults.PlaneAddrs[id] = addrs[i]
+	}
 	rec.Add(history.Entry{Kind: history.KindRun, Run: &history.RunInfo{
 		Seed: cfg.Workload.Seed, WallStart: clk.Start().UnixNano(), Topics: cfg.Workload.Topics(), Nodes: ids,
 		Settings: map[string]any{"messages": cfg.Workload.Messages, "steps": cfg.Workload.ClusterFaults.Steps, "args": args,
-			"visibility_ms": cfg.Workload.VisibilityMs, "quiet": cfg.Workload.Quiet, "chaosnet": cfg.ChaosNet},
+			"visibility_ms": cfg.Workload.VisibilityMs, "quiet": cfg.Workload.Quiet, "chaosnet": cfg.ChaosNet, "netns": cfg.Netns != nil},
 	}})
 	t0 := clk.Now()
 	for _, n := range nodes {
@@ -289,10 +323,11 @@ func agree(ctx context.Context, nodes []*node.Node, topics []history.TopicInfo, 
 }
 
 // ReadReplicas reads a stopped node's data directory: one KindReplica line per
-// partition, with the message id of each record and a digest of every record's bytes.
+// partition of each topic's newest incarnation there, with the message id of each
+// record and a digest of every record's bytes.
 func ReadReplicas(id, dataDir string, at int64) []history.Entry {
 	var out []history.Entry
-	parts := workload.DataDirPartitions(dataDir)
+	parts, incs := workload.DataDirIncarnations(dataDir)
 	var topics []string
 	for t := range parts {
 		topics = append(topics, t)
@@ -305,7 +340,7 @@ func ReadReplicas(id, dataDir string, at int64) []history.Entry {
 		}
 		sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
 		for _, p := range ps {
-			e := history.Entry{Kind: history.KindReplica, Node: id, Topic: t, Partition: p, Call: at, Return: at, Offset: -1}
+			e := history.Entry{Kind: history.KindReplica, Node: id, Topic: t, Partition: p, Call: at, Return: at, Offset: -1, Incarnation: incs[t]}
 			first, frames, err := readLog(parts[t][p])
 			h := sha256.New()
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/narad-mq/narad/verify/check"
 	"github.com/narad-mq/narad/verify/history"
+	"github.com/narad-mq/narad/verify/netns"
 	"github.com/narad-mq/narad/verify/node"
 	"github.com/narad-mq/narad/verify/workload"
 )
@@ -37,6 +38,10 @@ type Config struct {
 	// ChaosNet gives every cluster node a node-plane rules file (the binary must be
 	// built with -tags chaosnet), so the net steps can cut and degrade it.
 	ChaosNet bool
+	// Netns runs each cluster node in its own network namespace of this network (a
+	// host named by the node's id) and has the net steps cut with iptables there; this
+	// process runs inside the network's "verify" host (narad-verify run -netns).
+	Netns *netns.Net
 }
 
 // Result is what a run found.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/verify/history"
+	"github.com/narad-mq/narad/verify/netns"
 	"github.com/narad-mq/narad/verify/node"
 )
 
@@ -38,18 +39,19 @@ const (
 	StepPause          = "pause"           // SIGSTOP a partition leader past the election timeout, SIGCONT
 	StepWipe           = "wipe"            // kill -9 a node, delete its data directory, restart it empty
 	StepKillAll        = "kill-all"        // kill -9 every node within 10 ms, restart them in random order
-	StepNetCut         = "netcut"          // cut a leader's node plane both ways (chaosnet)
-	StepNetDeaf        = "netdeaf"         // a leader sends but hears nothing (chaosnet)
-	StepNetMute        = "netmute"         // a leader hears but its packets are lost (chaosnet)
-	StepNetLossy       = "netlossy"        // every node loses 5 % of its packets (chaosnet)
-	StepNetSlow        = "netslow"         // every node's packets are held 20–180 ms (so reordered) and 5 % sent twice (chaosnet)
+	StepNetCut         = "netcut"          // cut a leader's node plane both ways (chaosnet, or iptables in a namespace)
+	StepNetDeaf        = "netdeaf"         // a leader sends but hears nothing (chaosnet, or iptables in a namespace)
+	StepNetMute        = "netmute"         // a leader hears but its packets are lost (chaosnet, or iptables in a namespace)
+	StepNetLossy       = "netlossy"        // every node loses 5 % of its packets (chaosnet, or iptables in a namespace)
+	StepNetSlow        = "netslow"         // every node's packets are held 20–180 ms (so reordered) and 5 % sent twice (chaosnet only: the kernel here has no netem)
+	StepNetSplit       = "netsplit"        // a leader and fewer than half of the others cut from the rest, both ways; each side talks within itself
 	StepCorrupt        = "corrupt"         // kill -9 a node, damage one of its replicas' files (a bit flip in an acknowledged record, a torn tail), restart it
 	StepClock          = "clock"           // kill -9 a node, restart it with its wall clock 2–20 s ahead or behind the others' for the rest of the run
 )
 
 // ClusterSteps lists every step kind.
 var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
-	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepCorrupt, StepClock}
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock}
 
 // ParseSteps reads "kind=count,..." (an empty string: no steps).
 func ParseSteps(s string) (map[string]int, error) {
@@ -83,6 +85,12 @@ type ClusterFaultConfig struct {
 	// ChaosNet is the node-plane rules file of each node (by id), polled by a narad built
 	// with -tags chaosnet (NARAD_CHAOSNET_FILE); required by the net steps.
 	ChaosNet map[string]string
+	// PlaneAddrs is each node's cluster (node-plane) address, by id: what a netsplit's
+	// chaosnet rules name.
+	PlaneAddrs map[string]string
+	// Netns, when the nodes run in network namespaces of their own, makes the net
+	// steps' drops with iptables there (netslow stays chaosnet's).
+	Netns *netns.Net
 	// ClockOffsets shifts nodes' wall clocks (by id) from their first start on, through
 	// the failpoints build's clock seam; a clock step changes one later.
 	ClockOffsets map[string]time.Duration
@@ -220,7 +228,7 @@ func (in *clusterInjector) run(ctx context.Context) error {
 // killed node stays down, jitter the gaps of a restart in random order.
 func (in *clusterInjector) step(ctx context.Context, step string, pick int, down, jitter time.Duration) error {
 	switch step {
-	case StepLeaderKill, StepPause, StepNetCut, StepNetDeaf, StepNetMute:
+	case StepLeaderKill, StepPause, StepNetCut, StepNetDeaf, StepNetMute, StepNetSplit:
 		topic, p := in.partition(pick)
 		id := in.leaderOf(ctx, topic, p, "")
 		if id == "" {
@@ -469,29 +477,151 @@ var netRules = map[string]string{
 	StepNetSlow:  "delay out 100ms 80ms\ndup out 0.05\n",
 }
 
-// net applies a network fault for NetFor: to node id, or to every node (""). When the
-// node leads topic/p, the fault's line says whether another node led it before the
-// fault was lifted (a cut leader must be replaced).
-func (in *clusterInjector) net(ctx context.Context, step, id, role, topic string, p int) {
-	ids := []string{id}
-	if id == "" {
-		ids = nil
-		for _, n := range in.w.nodes {
-			ids = append(ids, n.ID())
+// netSide is what one node's network does during a fault: its chaosnet rules, and its
+// namespace's iptables drops (kernel: whether the step has a kernel form; netslow has
+// none here, no netem).
+type netSide struct {
+	rules  string
+	ns     netns.Fault
+	kernel bool
+}
+
+// split is the minority side of a netsplit of n nodes holding leader: the leader and
+// the first others of the step's permutation, fewer than half of the nodes in all.
+func (in *clusterInjector) split(leader string) (minority, majority []string) {
+	minority = []string{leader}
+	for _, k := range in.perm {
+		id := in.w.nodes[k].ID()
+		if id == leader {
+			continue
+		}
+		if len(minority) < (len(in.w.nodes)-1)/2 {
+			minority = append(minority, id)
+		} else {
+			majority = append(majority, id)
 		}
 	}
+	return minority, majority
+}
+
+// netFaults are the sides of step on node id ("" for every node). Chaosnet makes a
+// fault in the node's own socket; in namespaces the kernel drops what a node receives
+// (a mute node is one whose packets its peers drop), so no node's send fails as under a
+// local firewall.
+func (in *clusterInjector) netFaults(step, id string) map[string]netSide {
+	out := map[string]netSide{}
+	ip := func(x string) string {
+		if in.cfg.Netns == nil {
+			return ""
+		}
+		h, _ := in.cfg.Netns.Host(x)
+		return h.IP
+	}
+	side := func(x string) netSide { s := out[x]; s.kernel = step != StepNetSlow; return s }
+	deafTo := func(x, peer string, p float64) {
+		s := side(x)
+		s.ns = append(s.ns, netns.Drop{Peer: ip(peer), P: p})
+		out[x] = s
+	}
+	switch step {
+	case StepNetSplit:
+		minority, majority := in.split(id)
+		for _, pair := range [][2][]string{{minority, majority}, {majority, minority}} {
+			for _, x := range pair[0] {
+				var rules strings.Builder
+				for _, y := range pair[1] {
+					fmt.Fprintf(&rules, "drop in 1 from %s\ndrop out 1 to %s\n", in.cfg.PlaneAddrs[y], in.cfg.PlaneAddrs[y])
+					deafTo(x, y, 1)
+				}
+				s := out[x]
+				s.rules = rules.String()
+				out[x] = s
+			}
+		}
+		return out
+	case StepNetLossy, StepNetSlow:
+		for _, n := range in.w.nodes {
+			x := n.ID()
+			if step == StepNetLossy {
+				deafTo(x, "", 0.05)
+			}
+			s := side(x)
+			s.rules = netRules[step]
+			out[x] = s
+		}
+		return out
+	}
+	// A leader's cut (both ways), deafness or muteness.
+	s := side(id)
+	s.rules = netRules[step]
+	out[id] = s
+	if step == StepNetCut || step == StepNetDeaf {
+		deafTo(id, "", 1)
+	}
+	if step == StepNetCut || step == StepNetMute {
+		for _, n := range in.w.nodes {
+			if x := n.ID(); x != id {
+				deafTo(x, id, 1)
+			}
+		}
+	}
+	return out
+}
+
+// net applies a network fault for NetFor: to node id, or to every node (""); a netsplit
+// cuts id's side from the rest. In a run on network namespaces (Netns) the kernel
+// drops the packets (iptables in each node's namespace); otherwise, and for the steps
+// the kernel cannot make here, the node's chaosnet rules do. When the node leads
+// topic/p, the fault's line says whether another node led it before the fault was
+// lifted (a cut leader must be replaced).
+func (in *clusterInjector) net(ctx context.Context, step, id, role, topic string, p int) {
+	sides := in.netFaults(step, id)
+	kernel := in.cfg.Netns != nil
+	ids := make([]string, 0, len(sides))
+	for x, side := range sides {
+		if kernel && side.kernel || side.rules != "" {
+			ids = append(ids, x)
+		}
+	}
+	sort.Strings(ids)
+	// The nodes the fault is of (the others only drop what a mute or cut node sends):
+	// their stats samples are not held to the marker rules while it lasts.
+	target := ids
+	if id != "" && step != StepNetSplit {
+		target = []string{id}
+	}
 	for _, x := range ids {
+		if kernel && sides[x].kernel {
+			continue
+		}
 		if in.cfg.ChaosNet[x] == "" || !in.byID[x].ChaosNet() {
 			in.note("%s: node %s runs without a chaosnet rules file (a build without -tags chaosnet?); skipped", step, x)
 			return
 		}
 	}
+	apply := func(x string, heal bool) error {
+		side := sides[x]
+		if kernel && side.kernel {
+			h, _ := in.cfg.Netns.Host(x)
+			f := side.ns
+			if heal {
+				f = nil
+			}
+			return in.cfg.Netns.Apply(context.Background(), h, f)
+		}
+		if heal {
+			return writeRules(in.cfg.ChaosNet[x], "")
+		}
+		return writeRules(in.cfg.ChaosNet[x], side.rules)
+	}
 	t0 := in.now()
-	for _, x := range ids {
+	for _, x := range target {
 		in.mu.Lock()
 		in.taken[x] = true
 		in.mu.Unlock()
-		if err := writeRules(in.cfg.ChaosNet[x], netRules[step]); err != nil {
+	}
+	for _, x := range ids {
+		if err := apply(x, false); err != nil {
 			in.note("%s on %s: %v", step, x, err)
 		}
 	}
@@ -510,16 +640,24 @@ func (in *clusterInjector) net(ctx context.Context, step, id, role, topic string
 	}
 	in.sleep(context.Background(), in.cfg.NetFor-time.Since(start)) // always healed, even when cancelled
 	for _, x := range ids {
-		if err := writeRules(in.cfg.ChaosNet[x], ""); err != nil {
+		if err := apply(x, true); err != nil {
 			in.note("healing %s: %v", x, err)
 		}
+	}
+	for _, x := range target {
 		in.mu.Lock()
 		delete(in.taken, x)
 		in.mu.Unlock()
 	}
-	target := strings.Join(ids, ",")
-	in.fault(history.FaultNet, t0, in.now()+int64(chaosNetPoll), target, fmt.Sprintf("%s: %s for %v (%s)%s", step, role, in.cfg.NetFor,
-		strings.ReplaceAll(strings.TrimSpace(netRules[step]), "\n", "; "), outcome))
+	how := strings.ReplaceAll(strings.TrimSpace(netRules[step]), "\n", "; ")
+	if step == StepNetSplit {
+		minority, majority := in.split(id)
+		how = fmt.Sprintf("%s cut from %s", strings.Join(minority, ","), strings.Join(majority, ","))
+	}
+	if kernel && sides[ids[0]].kernel {
+		how += ", made by iptables in the nodes' namespaces"
+	}
+	in.fault(history.FaultNet, t0, in.now()+int64(chaosNetPoll), strings.Join(target, ","), fmt.Sprintf("%s: %s for %v (%s)%s", step, role, in.cfg.NetFor, how, outcome))
 }
 
 // leaderWithin polls (through nodes other than not) until a node other than not leads
@@ -527,13 +665,28 @@ func (in *clusterInjector) net(ctx context.Context, step, id, role, topic string
 func (in *clusterInjector) leaderWithin(ctx context.Context, topic string, p int, not string, d time.Duration) string {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
+		// Every node at once, each bounded: a node asked for a topic's counters waits
+		// on a cut leader for the partitions it leads.
+		found := make(chan string, len(in.w.nodes))
+		var wg sync.WaitGroup
 		for _, n := range in.w.nodes {
 			if n.ID() == not || !n.Running() {
 				continue
 			}
-			if st, ok := ReadTopic(ctx, n.URL(), topic); ok && p < len(st) && st[p].Leader != "" && st[p].Leader != not && !st[p].unavailable() {
-				return st[p].Leader
-			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				if st, ok := ReadTopic(rctx, n.URL(), topic); ok && p < len(st) && st[p].Leader != "" && st[p].Leader != not && !st[p].unavailable() {
+					found <- st[p].Leader
+				}
+			}()
+		}
+		wg.Wait()
+		close(found)
+		if l, ok := <-found; ok {
+			return l
 		}
 		in.sleep(ctx, 50*time.Millisecond)
 	}
@@ -584,6 +737,13 @@ func (in *clusterInjector) ensureUp(ctx context.Context, _ bool) error {
 		}
 		if p := in.cfg.ChaosNet[n.ID()]; p != "" {
 			_ = writeRules(p, "") // healed; a missing directory shows in the next start
+		}
+		if in.cfg.Netns != nil {
+			if h, ok := in.cfg.Netns.Host(n.ID()); ok {
+				if err := in.cfg.Netns.Apply(ctx, h, nil); err != nil {
+					in.note("healing %s's namespace: %v", n.ID(), err)
+				}
+			}
 		}
 		if !n.Running() {
 			if err := in.restart(ctx, n); err != nil {
@@ -816,6 +976,13 @@ var ErrNotSettled = errors.New("the cluster did not settle")
 // DataDirPartitions lists a data directory's partition log directories:
 // topic → partition → path of its log/ directory (the newest incarnation's).
 func DataDirPartitions(dataDir string) map[string]map[int32]string {
+	out, _ := DataDirIncarnations(dataDir)
+	return out
+}
+
+// DataDirIncarnations is DataDirPartitions with the incarnation of each topic's
+// directories.
+func DataDirIncarnations(dataDir string) (map[string]map[int32]string, map[string]int64) {
 	out := map[string]map[int32]string{}
 	incs := map[string]int64{}
 	_ = filepath.WalkDir(filepath.Join(dataDir, "topics"), func(p string, d os.DirEntry, err error) error { // always nil: the callback skips what it cannot read
@@ -832,7 +999,7 @@ func DataDirPartitions(dataDir string) map[string]map[int32]string {
 		out[topic][part] = p
 		return nil
 	})
-	return out
+	return out, incs
 }
 
 // damageReplica damages one file of a stopped cluster node's replicas, as a disk

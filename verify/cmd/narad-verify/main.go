@@ -24,6 +24,7 @@ import (
 
 	"github.com/narad-mq/narad/verify/check"
 	"github.com/narad-mq/narad/verify/history"
+	"github.com/narad-mq/narad/verify/netns"
 	"github.com/narad-mq/narad/verify/scenario"
 	"github.com/narad-mq/narad/verify/workload"
 )
@@ -74,14 +75,29 @@ func runCmd(args []string) int {
 	dir := fs.String("dir", "", "keep the run's files here (default: a temporary directory, removed when the run passes)")
 	keep := fs.Bool("keep", false, "keep the files of a passing run too")
 	bin := fs.String("bin", "", "a narad built with -tags failpoints,chaosnet (default: build one)")
-	nodes := fs.Int("nodes", 1, "nodes: above 1, a cluster run (RF 3 topics orders and events, the cluster's fault steps; -kills, -pauses, -corrupt, -disk, -clock-share, -recreate-every and -retention-ms do not apply)")
+	nodes := fs.Int("nodes", 1, "nodes: above 1, a cluster run (RF 3 topics orders and events, the cluster's fault steps; -kills, -pauses, -corrupt, -disk, -clock-share and -retention-ms do not apply)")
 	steps := fs.String("steps", "leader-kill=4,controller-kill=2,node-kill=1,double-failover=1,pause=2,netcut=1,netdeaf=1,netmute=1,netlossy=1,netslow=1,wipe=1,kill-all=1,corrupt=1,clock=1",
 		"a cluster run's fault steps, kind=count,... (kinds: "+strings.Join(workload.ClusterSteps, ", ")+")")
 	chaosnet := fs.Bool("chaosnet", true, "a cluster run's nodes poll a node-plane rules file (needs a -tags chaosnet build), so net steps can cut them")
+	netFor := fs.Duration("net-for", 4*time.Second, "how long a cluster run's network fault lasts")
+	pauseFor := fs.Duration("pause-for", 3*time.Second, "how long a cluster run's SIGSTOP lasts")
 	quiet := fs.Bool("quiet", false, "consumers ack everything at once (with no faults: each message delivered once)")
 	visibility := fs.Int64("visibility-ms", 0, "every topic's lease (0: 1.5 s on one node, 2 s in a cluster)")
 	delay := fs.Int64("delay-ms", 0, "the delay child's delay (0: 1 s on one node, 2 s in a cluster)")
+	inNetns := fs.Bool("netns", false, "a cluster run on network namespaces (root, iproute2, iptables): each node in its own, this command in another; the net steps (but netslow) cut with iptables")
+	inside := fs.String("netns-inside", "", "(set by -netns) the namespaces' prefix: this process runs inside them")
 	_ = fs.Parse(args) // ExitOnError: a bad flag exits with usage
+	var net *netns.Net
+	if *inNetns && *nodes > 1 {
+		names := []string{netnsVerifier}
+		for i := range *nodes {
+			names = append(names, fmt.Sprintf("n%d", i+1))
+		}
+		if *inside == "" {
+			return inNamespaces(args, names)
+		}
+		net = netns.Layout(*inside, netnsSubnet, names)
+	}
 	stepCounts, err := workload.ParseSteps(*steps)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -112,12 +128,12 @@ func runCmd(args []string) int {
 		}
 		fmt.Printf("== narad-verify run: seed %d\n", s)
 		res := scenario.Run(ctx, scenario.Config{
-			Dir: d, Keep: *keep, Bin: *bin, Nodes: *nodes, ChaosNet: *chaosnet,
+			Dir: d, Keep: *keep, Bin: *bin, Nodes: *nodes, ChaosNet: *chaosnet, Netns: net,
 			Log: func(format string, a ...any) { fmt.Printf(format+"\n", a...) },
 			Workload: workload.Config{
 				Seed: s, Messages: *messages, Duration: *duration, LoadDuration: *load, Producers: *producers, Consumers: *consumers, RetentionMs: *retention,
 				RecreateEvery: *recreate, DrainTimeout: *drain, VisibilityMs: *visibility, DelayMs: *delay, Quiet: *quiet,
-				ClusterFaults: workload.ClusterFaultConfig{Steps: stepCounts, MinGap: *minGap, MaxGap: *maxGap},
+				ClusterFaults: workload.ClusterFaultConfig{Steps: stepCounts, MinGap: *minGap, MaxGap: *maxGap, NetFor: *netFor, PauseFor: *pauseFor},
 				Progress:      func(line string) { fmt.Println("progress:", line) },
 				ProgressEvery: *progress,
 				Faults: workload.FaultConfig{Kills: *kills, MinFailpointKills: *fpKills, FailpointShare: 0.5, Pauses: *pauses,
@@ -138,6 +154,57 @@ func runCmd(args []string) int {
 	if failed > 0 {
 		fmt.Printf("narad-verify: %d of %d runs FAILED\n", failed, *seeds)
 		return 1
+	}
+	return 0
+}
+
+// The network of a -netns run: the verifier's host, and a /24 inside namespaces of
+// the run's own (runs side by side each have theirs).
+const (
+	netnsVerifier = "verify"
+	netnsSubnet   = 77
+)
+
+// inNamespaces makes the network namespaces of a -netns run, runs this command again
+// inside the verifier's (where the nodes' addresses are reachable), and removes every
+// namespace when it ends, whatever its outcome; it returns the run's exit status.
+func inNamespaces(args, names []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	prefix := fmt.Sprintf("nv%d", os.Getpid()%100000)
+	net, err := netns.Setup(ctx, prefix, netnsSubnet, names)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer func() {
+		if err := net.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "removing the run's network namespaces:", err)
+		}
+	}()
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	h, _ := net.Host(netnsVerifier)
+	fmt.Printf("== narad-verify: network namespaces %s-* (10.%d.0.0/24), this run inside %s\n", prefix, netnsSubnet, h.NS)
+	cmd := net.Command(h, self, append(append([]string{"run"}, args...), "-netns-inside", prefix)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	go func() {
+		<-ctx.Done()
+		_ = cmd.Process.Signal(syscall.SIGTERM) // the run stops its nodes and reports
+	}()
+	if err := cmd.Wait(); err != nil {
+		if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() > 0 {
+			return cmd.ProcessState.ExitCode()
+		}
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
 	return 0
 }
