@@ -59,7 +59,8 @@ type Config struct {
 	Faults       FaultConfig
 	// Cluster runs the cluster workload on several nodes: Parent and Events with
 	// ClusterPartitions partitions each and Replication replicas, Parent's fan-out and
-	// delay children, no Ephemeral or Recycled topic; ClusterFaults replaces Faults.
+	// delay children, Recycled with RecreateEvery, no Ephemeral topic; ClusterFaults
+	// replaces Faults.
 	Cluster           bool
 	ClusterPartitions int // 0: 6
 	Replication       int // 0: 3
@@ -104,7 +105,7 @@ func (c *Config) defaults() {
 		c.Replication = 3
 	}
 	if c.Cluster {
-		c.RetentionMs, c.RecreateEvery = 0, 0
+		c.RetentionMs = 0
 	}
 }
 
@@ -114,12 +115,16 @@ func (c Config) Topics() []history.TopicInfo {
 	if c.Cluster {
 		week := int64(7 * 24 * 3600 * 1000)
 		p, rf := c.ClusterPartitions, c.Replication
-		return []history.TopicInfo{
+		ts := []history.TopicInfo{
 			{Name: Parent, Partitions: p, VisibilityMs: c.VisibilityMs, RetentionMs: week, Replication: rf},
 			{Name: Copy, Partitions: p, VisibilityMs: c.VisibilityMs, RetentionMs: week, Parent: Parent, Replication: rf},
 			{Name: Delayed, Partitions: max(1, p/2), VisibilityMs: c.VisibilityMs, RetentionMs: week, Parent: Parent, DelayMs: c.DelayMs, Replication: rf},
 			{Name: Events, Partitions: p, VisibilityMs: c.VisibilityMs, RetentionMs: week, Replication: rf},
 		}
+		if c.RecreateEvery > 0 {
+			ts = append(ts, history.TopicInfo{Name: Recycled, Partitions: 2, VisibilityMs: c.VisibilityMs, RetentionMs: week, Recreated: true, Replication: rf})
+		}
+		return ts
 	}
 	ts := []history.TopicInfo{
 		{Name: Parent, Partitions: 3, VisibilityMs: c.VisibilityMs, RetentionMs: 7 * 24 * 3600 * 1000},
@@ -624,7 +629,7 @@ func (w *run) consumer(ctx context.Context, i int) {
 	if w.cfg.RetentionMs > 0 && !w.cfg.Cluster {
 		topics = append(topics, Ephemeral)
 	}
-	if w.cfg.RecreateEvery > 0 && !w.cfg.Cluster {
+	if w.cfg.RecreateEvery > 0 {
 		topics = append(topics, Recycled)
 	}
 	vis := time.Duration(w.cfg.VisibilityMs) * time.Millisecond
