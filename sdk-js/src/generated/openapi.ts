@@ -114,6 +114,13 @@ export interface paths {
          * @description Deletes the topic's data and metadata. Receipt handles of the deleted topic answer
          *     404 (or 410 once a new topic of the same name exists); a topic created later under
          *     the same name is a new, empty topic with a new `incarnation`.
+         *
+         *     In a cluster the answer waits until a majority of every partition's replicas
+         *     have applied the delete and closed their copy, so a produce sent after the 204
+         *     is never stored in the deleted topic. A replica that cannot be reached is waited
+         *     for until it would have stopped serving (the suspect threshold plus 2 s); the
+         *     delete then answers 204 all the same and the node counts it in
+         *     `narad_topic_deletes_unconfirmed_total`.
          */
         delete: operations["deleteTopic"];
         options?: never;
