@@ -312,7 +312,7 @@ func Check(es []history.Entry) *Report {
 				}
 				faultWins = append(faultWins, window{e.Call, e.Return})
 			case history.FaultClock:
-				clock = append(clock, clockLine{e.Call, e.ClockOffset, e.Target})
+				clock = append(clock, clockLine{e.Call, e.ClockOffset, e.Target, e.ClockDrift})
 				faultWins = append(faultWins, window{e.Call, e.Return})
 			case history.FaultPause, history.FaultNet:
 				if cluster {
@@ -385,7 +385,11 @@ func Check(es []history.Entry) *Report {
 	}
 	sort.SliceStable(clock, func(i, j int) bool { return clock[i].at < clock[j].at })
 	for _, c := range clock {
-		r.ClockOffsets = append(r.ClockOffsets, fmtOffset(c.off))
+		o := fmtOffset(c.off)
+		if c.drift != 0 {
+			o += fmt.Sprintf(" %+.1f%%/s", 100*c.drift)
+		}
+		r.ClockOffsets = append(r.ClockOffsets, o)
 	}
 	recreated := map[string]*incSet{}
 	for _, t := range run.Topics {

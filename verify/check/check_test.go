@@ -113,6 +113,12 @@ func (x *h) nodeClock(at int64, node string, offset int64) *h {
 	return x
 }
 
+// nodeDrift is nodeClock with a clock that gains drift seconds a second from at on.
+func (x *h) nodeDrift(at int64, node string, offset int64, drift float64) *h {
+	x.es = append(x.es, history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: at, Return: at, Target: node, ClockOffset: offset, ClockDrift: drift})
+	return x
+}
+
 // delayH is a parent orders with a delay child orders.later (1 s): message a produced at
 // 0, stamped 1000 in the parent, delivered and acked there; its copy is delivered at
 // copyAt, stamped copyTS.
@@ -152,6 +158,10 @@ func TestClockSteps(t *testing.T) {
 		{"cluster: a node behind stamped the parent", delayH(500*msec, 1500).nodeClock(-s, "n2", -s), ""},
 		{"cluster: early by more than the nodes' offsets differ", delayH(500*msec, 2100).nodeClock(-s, "n2", 200*msec), "delay-early"},
 		{"cluster: copy stamped early by more than the offsets differ", delayH(1100*msec, 1500).nodeClock(-s, "n2", 200*msec), "delay-early"},
+		// A drifting node's offset grows: 0 at -1 s, gaining 1 s a second, it is 1.5 s
+		// ahead at 0.5 s; gaining 0.1 s a second, 0.15 s.
+		{"cluster: a drifting node ahead copies early, by what it gained", delayH(500*msec, 1500).nodeDrift(-s, "n2", 0, 1), ""},
+		{"cluster: early by more than a drift gained", delayH(500*msec, 1500).nodeDrift(-s, "n2", 0, 0.1), "delay-early"},
 		{"timestamps back within a partition", newH().produce("a", 0, 0).produce("b", 1, msec).
 			op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "a", Offset: 0, Handle: "h1", Call: 10 * msec, Status: 200, Timestamp: 5000}).
 			op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "b", Offset: 1, Handle: "h2", Call: 10 * msec, Status: 200, Timestamp: 4000}), "timestamp-backwards"},

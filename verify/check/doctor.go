@@ -141,7 +141,7 @@ func clockOf(es []history.Entry) clockTimeline {
 	var c clockTimeline
 	for _, e := range es {
 		if e.Kind == history.KindFault && e.Fault == history.FaultClock {
-			c = append(c, clockLine{e.Call, e.ClockOffset, e.Target})
+			c = append(c, clockLine{e.Call, e.ClockOffset, e.Target, e.ClockDrift})
 		}
 	}
 	sort.SliceStable(c, func(i, j int) bool { return c[i].at < c[j].at })

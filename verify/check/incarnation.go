@@ -131,6 +131,14 @@ func (s *incSet) surely(a, b int64) bool {
 type clockLine struct {
 	at, off int64
 	node    string
+	// drift is how many seconds a second the node's clock gains from at on.
+	drift float64
+}
+
+// offAt is the line's offset at t (not before its own time): what it set, plus what
+// its drift gained since.
+func (l clockLine) offAt(t int64) int64 {
+	return l.off + int64(l.drift*float64(max(t, l.at)-l.at))
 }
 
 // clockTimeline is the history's clock faults in time order; before a node's first the
@@ -140,33 +148,41 @@ type clockLine struct {
 // with none.
 type clockTimeline []clockLine
 
-// span returns the lowest and highest offset any node ran with during [a, b].
+// span returns the lowest and highest offset any node ran with during [a, b]. A
+// drifting line counts at both ends of the time it may cover in [a, b] (its offset
+// moves one way), even where a later line of its node replaced it: wider, never
+// narrower.
 func (c clockTimeline) span(a, b int64) (lo, hi int64) {
-	cur := map[string]int64{}
+	cur := map[string]clockLine{}
 	cluster := false
 	for _, l := range c {
 		cluster = cluster || l.node != "node" && l.node != ""
 	}
 	i := 0
 	for ; i < len(c) && c[i].at <= a; i++ {
-		cur[c[i].node] = c[i].off
+		cur[c[i].node] = c[i]
 	}
 	if len(cur) == 0 || cluster {
 		// The nodes no line named yet (all of them, before the first). In a cluster 0
 		// stays in even when every node was shifted (the timeline does not know how
 		// many nodes there are): the allowance is then wider than it could be, never
 		// narrower, so it never flags a legal history.
-		cur["\x00unnamed"] = 0
+		cur["\x00unnamed"] = clockLine{}
 	}
 	first := true
-	for _, off := range cur {
+	see := func(off int64) {
 		if first {
 			lo, hi, first = off, off, false
 		}
 		lo, hi = min(lo, off), max(hi, off)
 	}
+	for _, l := range cur {
+		see(l.offAt(a))
+		see(l.offAt(b))
+	}
 	for ; i < len(c) && c[i].at <= b; i++ {
-		lo, hi = min(lo, c[i].off), max(hi, c[i].off)
+		see(c[i].offAt(c[i].at))
+		see(c[i].offAt(b))
 	}
 	return lo, hi
 }

@@ -131,6 +131,9 @@ type Entry struct {
 
 	// ClockOffset (nanoseconds) is the wall-clock shift of a clock fault.
 	ClockOffset int64 `json:"clock_offset_ns,omitempty"`
+	// ClockDrift is, on a clock fault, how many seconds a second the node's wall clock
+	// gains from the line on (negative: loses), on top of ClockOffset.
+	ClockDrift float64 `json:"clock_drift,omitempty"`
 
 	// Run fields (first line only).
 	Run *RunInfo `json:"run,omitempty"`

@@ -128,11 +128,17 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 	t0 := clk.Now()
 	for _, n := range nodes {
 		var env []string
-		if off := cfg.Workload.ClusterFaults.ClockOffsets[n.ID()]; off != 0 {
-			// Written before the node starts: it runs with the offset from the line on.
-			rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t0, Return: t0, Target: n.ID(),
-				Detail: fmt.Sprintf("%s's wall clock %v against the run's from its first start", n.ID(), off), ClockOffset: int64(off), Partition: -1, Offset: -1})
+		off, drift := cfg.Workload.ClusterFaults.ClockOffsets[n.ID()], cfg.Workload.ClusterFaults.ClockDrifts[n.ID()]
+		if off != 0 || drift != 0 {
+			// Written before the node starts: it runs with the offset from the line on
+			// (a drift counts from the run's start, which the injector assumes too).
+			rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: 0, Return: t0, Target: n.ID(),
+				Detail:      fmt.Sprintf("%s's wall clock %v against the run's from its first start, gaining %+.0f ms a second", n.ID(), off, 1000*drift),
+				ClockOffset: int64(off), ClockDrift: drift, Partition: -1, Offset: -1})
 			env = append(env, workload.ClockEnvVar+"="+off.String())
+			if drift != 0 {
+				env = append(env, workload.ClockDriftEnvVar+"="+strconv.FormatFloat(drift, 'f', -1, 64))
+			}
 		}
 		if err := n.Start(env...); err != nil && res.Err == nil {
 			res.Err = err

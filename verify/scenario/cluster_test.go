@@ -95,8 +95,9 @@ func TestClusterChaos(t *testing.T) {
 }
 
 // TestClusterClockSkew: n2's wall clock runs 8 s ahead of the run's and n3's 6 s behind
-// from their first start (the failpoints build's clock seam), a clock step restarts a
-// node with another offset, and two partitions' leaders are killed. Records carry
+// from their first start, and n1's gains 30 ms a second across its restarts (the
+// failpoints build's clock seam), a clock step restarts a node with another offset
+// (every other seed, a drift too), and two partitions' leaders are killed. Records carry
 // their leader's clock, and the delay child and retention judge time by the stamps
 // against the acting node's clock, so a skew may move a delayed copy by the skew, and
 // nothing else: the checker holds the cluster's contract, with early delays excused
@@ -112,7 +113,8 @@ func TestClusterClockSkew(t *testing.T) {
 		Messages: 6000, LoadDuration: 30 * time.Second, VisibilityMs: 2000, DelayMs: 2000, DrainTimeout: 3 * time.Minute,
 		ClusterFaults: workload.ClusterFaultConfig{Steps: map[string]int{workload.StepClock: 1, workload.StepLeaderKill: 2},
 			MinGap: 500 * time.Millisecond, MaxGap: 1500 * time.Millisecond,
-			ClockOffsets: map[string]time.Duration{"n2": 8 * time.Second, "n3": -6 * time.Second}},
+			ClockOffsets: map[string]time.Duration{"n2": 8 * time.Second, "n3": -6 * time.Second},
+			ClockDrifts:  map[string]float64{"n1": 0.03}},
 	})
 	if n := res.Stats.Faults[history.FaultClock]; n < 1 {
 		t.Fatalf("no clock step was taken: faults %v", res.Stats.Faults)

@@ -94,6 +94,9 @@ type ClusterFaultConfig struct {
 	// ClockOffsets shifts nodes' wall clocks (by id) from their first start on, through
 	// the failpoints build's clock seam; a clock step changes one later.
 	ClockOffsets map[string]time.Duration
+	// ClockDrifts makes nodes' wall clocks (by id) gain that many seconds a second from
+	// their first start on, across restarts (a clock step may set another).
+	ClockDrifts map[string]float64
 }
 
 // Kills counts the steps' kill -9s (a double failover kills two nodes, a kill-all all).
@@ -127,8 +130,8 @@ type clusterInjector struct {
 	c     *client
 	mu    sync.Mutex
 	taken map[string]bool // nodes down or hurt by a step (not crashes)
-	// clock is each node's wall-clock offset (StepClock), given to every start of it.
-	clock map[string]time.Duration
+	// clock is each node's wall clock (StepClock), given to every start of it.
+	clock map[string]nodeClock
 	// perm is the step's order of restarts, drawn with its other choices.
 	perm []int
 }
@@ -181,9 +184,14 @@ func (in *clusterInjector) init() {
 		in.byID[n.ID()] = n
 	}
 	in.taken = map[string]bool{}
-	in.clock = map[string]time.Duration{}
+	in.clock = map[string]nodeClock{}
 	for id, off := range in.cfg.ClockOffsets {
-		in.clock[id] = off
+		in.clock[id] = nodeClock{off: off}
+	}
+	for id, d := range in.cfg.ClockDrifts {
+		c := in.clock[id]
+		c.drift = d // since 0: the nodes' first starts, at the run's start
+		in.clock[id] = c
 	}
 	in.c = newClient("injector", in.w.eps, in.w.rec, in.w.clk)
 	if in.cfg.PauseFor == 0 {
@@ -284,14 +292,25 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		if in.rng.Intn(2) == 0 {
 			off = -off
 		}
+		// Every other step also makes the clock run 1–4 % fast or slow from then on.
+		var drift float64
+		if in.rng.Intn(2) == 0 {
+			drift = float64(1+in.rng.Intn(4)) / 100
+			if in.rng.Intn(2) == 0 {
+				drift = -drift
+			}
+		}
 		in.kill(n, "to restart it with a shifted wall clock")
-		in.mu.Lock()
-		in.clock[n.ID()] = off
-		in.mu.Unlock()
-		// Written before the node starts, so the node ran with it from the line on.
 		t := in.now()
-		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t, Return: t, Target: n.ID(),
-			Detail: fmt.Sprintf("%s's wall clock %s against the others'", n.ID(), fmtStep(off)), ClockOffset: int64(off), Partition: -1, Offset: -1})
+		in.mu.Lock()
+		in.clock[n.ID()] = nodeClock{off: off, drift: drift, since: t}
+		in.mu.Unlock()
+		if drift == 0 {
+			// Written before the node starts, so the node ran with it from the line on
+			// (a drifting clock's line is written by each start: start).
+			in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t, Return: t, Target: n.ID(),
+				Detail: fmt.Sprintf("%s's wall clock %s against the others'", n.ID(), fmtStep(off)), ClockOffset: int64(off), Partition: -1, Offset: -1})
+		}
 		in.w.mu.Lock()
 		in.w.stats.Faults[history.FaultClock]++
 		in.w.mu.Unlock()
@@ -355,13 +374,36 @@ func (in *clusterInjector) killRestart(ctx context.Context, id, role string, dow
 	return in.restart(ctx, n)
 }
 
-// start starts a stopped node with its clock offset, if a step gave it one.
+// nodeClock is a node's wall clock against the run's: off at since (the run's clock),
+// gaining drift seconds a second from then on, across restarts.
+type nodeClock struct {
+	off   time.Duration
+	drift float64
+	since int64
+}
+
+// at is the clock's offset at t.
+func (c nodeClock) at(t int64) time.Duration {
+	return c.off + time.Duration(c.drift*float64(t-c.since))
+}
+
+// start starts a stopped node with its clock offset, if a step gave it one. A drifting
+// clock starts where it had drifted to, and its line is written now (the offset is
+// the drift's so far), before the node starts.
 func (in *clusterInjector) start(n *node.Node) error {
 	in.mu.Lock()
-	off := in.clock[n.ID()]
+	c := in.clock[n.ID()]
 	in.mu.Unlock()
-	if off != 0 {
-		return n.Start(ClockEnvVar + "=" + off.String())
+	if c.drift != 0 {
+		t := in.now()
+		off := c.at(t)
+		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t, Return: t, Target: n.ID(),
+			Detail:      fmt.Sprintf("%s's wall clock %s against the others', gaining %+.0f ms a second", n.ID(), fmtStep(off), 1000*c.drift),
+			ClockOffset: int64(off), ClockDrift: c.drift, Partition: -1, Offset: -1})
+		return n.Start(ClockEnvVar+"="+off.String(), ClockDriftEnvVar+"="+strconv.FormatFloat(c.drift, 'f', -1, 64))
+	}
+	if c.off != 0 {
+		return n.Start(ClockEnvVar + "=" + c.off.String())
 	}
 	return n.Start()
 }

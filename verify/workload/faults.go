@@ -57,6 +57,10 @@ type FaultConfig struct {
 // mirrors broker/internal/failpoint.ClockEnvVar).
 const ClockEnvVar = "NARAD_CLOCK_OFFSET"
 
+// ClockDriftEnvVar makes the wall clock of a failpoints build drift: it gains that many
+// seconds a second (it mirrors broker/internal/failpoint.ClockDriftEnvVar).
+const ClockDriftEnvVar = "NARAD_CLOCK_DRIFT"
+
 type injector struct {
 	w     *run
 	cfg   FaultConfig

@@ -72,5 +72,11 @@ const EnvVar = "NARAD_FAILPOINTS"
 // it either.
 const ClockEnvVar = "NARAD_CLOCK_OFFSET"
 
+// ClockDriftEnvVar, read at start when built with the tag, makes the wall clock the
+// process reads drift: it gains that many seconds a second ("0.02": 20 ms a second
+// fast, "-0.01" slow) from the start on, a test's stand-in for a machine whose clock
+// runs fast or slow. Monotonic time is not drifted.
+const ClockDriftEnvVar = "NARAD_CLOCK_DRIFT"
+
 // FiredPrefix starts the stderr line a point writes before it acts.
 const FiredPrefix = "narad failpoint fired:"

@@ -16,3 +16,7 @@ func Err(string) error { return nil }
 
 // ClockOffset is the shift of the wall clock set by ClockEnvVar; without the tag, zero.
 func ClockOffset() time.Duration { return 0 }
+
+// ClockDrift is how fast the wall clock set by ClockDriftEnvVar gains; without the tag,
+// zero.
+func ClockDrift() float64 { return 0 }

@@ -31,7 +31,10 @@ var (
 	points = map[string]*point{}
 )
 
-var clockOffset time.Duration
+var (
+	clockOffset time.Duration
+	clockDrift  float64
+)
 
 func init() {
 	if err := Set(os.Getenv(EnvVar)); err != nil {
@@ -46,10 +49,22 @@ func init() {
 		}
 		clockOffset = d
 	}
+	if v := os.Getenv(ClockDriftEnvVar); v != "" {
+		d, err := strconv.ParseFloat(v, 64)
+		if err != nil || d <= -0.5 || d >= 0.5 {
+			fmt.Fprintf(os.Stderr, "narad: %s: %q is not a drift between -0.5 and 0.5 (seconds gained per second)\n", ClockDriftEnvVar, v)
+			os.Exit(2)
+		}
+		clockDrift = d
+	}
 }
 
 // ClockOffset is the shift of the wall clock set by ClockEnvVar at start.
 func ClockOffset() time.Duration { return clockOffset }
+
+// ClockDrift is how many seconds a second the wall clock gains (negative: loses), set
+// by ClockDriftEnvVar at start.
+func ClockDrift() float64 { return clockDrift }
 
 // Set replaces every armed point with those of spec (the NARAD_FAILPOINTS syntax); an
 // empty spec disarms them all. Tests in the storage packages use it directly.

@@ -101,7 +101,11 @@ func monotonic() int64 { return int64(time.Since(processStart)) }
 func WallMillis() int64 {
 	// One truncation, not two: adding two rounded-down parts could stamp a record up to
 	// 1 ms before the wall clock of the client that sent it.
-	return wallStart.Add(time.Since(processStart)).UnixMilli()
+	since := time.Since(processStart)
+	if d := failpoint.ClockDrift(); d != 0 {
+		since += time.Duration(float64(since) * d) // a failpoints build's drifting clock
+	}
+	return wallStart.Add(since).UnixMilli()
 }
 
 func wallMillis() int64 { return WallMillis() }
