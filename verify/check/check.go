@@ -1018,10 +1018,11 @@ func (k pkey) name() string {
 }
 
 func fmtOffset(ns int64) string {
-	if ns > 0 {
-		return "+" + time.Duration(ns).String()
+	d := time.Duration(ns).Round(time.Millisecond) // a drifted offset has nanoseconds
+	if d > 0 {
+		return "+" + d.String()
 	}
-	return time.Duration(ns).String()
+	return d.String()
 }
 
 // droppedWith reports whether a 202'd message may be in an incarnation that was deleted:
