@@ -50,17 +50,20 @@ type Violation struct {
 
 // Report is the checker's answer.
 type Report struct {
-	Seed             int64          `json:"seed"`
-	Messages         int            `json:"messages"` // distinct message ids answered 202
-	MessagesByTopic  map[string]int `json:"messages_by_topic"`
-	Produced         int            `json:"produce_attempts"`
-	Deliveries       int            `json:"deliveries"`
-	Faults           map[string]int `json:"faults"`
-	FailpointKills   map[string]int `json:"failpoint_kills"`
-	Lost             map[string]int `json:"lost"` // by topic
-	LostIDs          []string       `json:"lost_ids,omitempty"`
-	AgedOut          int            `json:"aged_out"`
-	Unexpected       int            `json:"unexpected"`
+	Seed            int64          `json:"seed"`
+	Messages        int            `json:"messages"` // distinct message ids answered 202
+	MessagesByTopic map[string]int `json:"messages_by_topic"`
+	Produced        int            `json:"produce_attempts"`
+	Deliveries      int            `json:"deliveries"`
+	Faults          map[string]int `json:"faults"`
+	FailpointKills  map[string]int `json:"failpoint_kills"`
+	Lost            map[string]int `json:"lost"` // by topic
+	LostIDs         []string       `json:"lost_ids,omitempty"`
+	AgedOut         int            `json:"aged_out"`
+	Unexpected      int            `json:"unexpected"`
+	// Replayed counts messages read back by replays (no lease), each held to the
+	// payload seen at its offset.
+	Replayed         int            `json:"replayed"`
 	Duplicates       map[string]int `json:"duplicates"`
 	AckedRedelivered int            `json:"acked_redelivered_in_kill_window"`
 	// DamagedSkipped counts messages never delivered because the harness damaged their
@@ -128,6 +131,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "failpoint kills:   %s\n", kv(r.FailpointKills))
 	fmt.Fprintf(w, "lost:              %s (aged out by retention, legal: %d)\n", kv(r.Lost), r.AgedOut)
 	fmt.Fprintf(w, "unexpected:        %d\n", r.Unexpected)
+	fmt.Fprintf(w, "replayed:          %d messages read back without a lease, each the one seen at its offset\n", r.Replayed)
 	fmt.Fprintf(w, "duplicates:        %s\n", kv(r.Duplicates))
 	if r.Nodes <= 1 {
 		fmt.Fprintf(w, "acked, redelivered inside a kill window (legal by the rule): %d\n", r.AckedRedelivered)
@@ -547,6 +551,7 @@ func Check(es []history.Entry) *Report {
 		line int
 	}
 	delivs := map[string]map[string][]deliv{} // topic → id → deliveries
+	reads := map[string]map[string][]deliv{}  // topic → id → replays (no lease)
 	copyOps := map[copyKey][]opIn{}
 	parentTS := map[string]int64{} // id → smallest parent timestamp seen
 	for i, e := range es {
@@ -574,6 +579,19 @@ func Check(es []history.Entry) *Report {
 					parentTS[e.Msg] = e.Timestamp
 				}
 			}
+		case history.OpRead:
+			if e.Msg == "" || e.Status != 200 {
+				continue
+			}
+			r.Replayed++
+			if prev, ok := place[k]; ok && prev != e.Msg {
+				r.violate("two-payloads-at-one-offset", "line %d: %s replayed %s, but it holds %s", i+1, k, e.Msg, prev)
+			}
+			place[k] = e.Msg
+			if reads[e.Topic] == nil {
+				reads[e.Topic] = map[string][]deliv{}
+			}
+			reads[e.Topic][e.Msg] = append(reads[e.Topic][e.Msg], deliv{e, i + 1})
 		case history.OpAck, history.OpNack, history.OpExtend:
 			in := opIn{handle: e.Handle, call: e.Call, ret: e.Return, line: i + 1, client: e.Client}
 			in.kind = map[string]opKind{history.OpAck: kAck, history.OpNack: kNack, history.OpExtend: kExtend}[e.Op]
@@ -775,6 +793,30 @@ func Check(es []history.Entry) *Report {
 					why = fmt.Sprintf("none of its %d produce attempts to %s may have stored it", p.attempts, src)
 				}
 				r.Examples = append(r.Examples, Violation{"unexpected", fmt.Sprintf("line %d: %s delivered %q, %s", ds[0].line, topic, id, why)})
+			}
+		}
+	}
+
+	// Replays: what a read returned was written by an attempt that may have stored it,
+	// sent before the read answered.
+	for topic, byID := range reads {
+		src := topic
+		if t := topics[topic]; t.Parent != "" {
+			src = t.Parent
+		}
+		for id, rs := range byID {
+			p := prods[src][id]
+			if p == nil || !p.mayStore {
+				r.Unexpected++
+				if r.Unexpected <= 5 {
+					r.Examples = append(r.Examples, Violation{"unexpected", fmt.Sprintf("line %d: %s replayed %q, which no produce attempt to %s may have stored", rs[0].line, topic, id, src)})
+				}
+				continue
+			}
+			for _, x := range rs {
+				if x.e.Return < p.firstCall {
+					r.violate("replayed-before-produced", "line %d: %s replayed %s at %s, before its first produce was sent (%s)", x.line, topic, id, ms(x.e.Return), ms(p.firstCall))
+				}
 			}
 		}
 	}

@@ -383,3 +383,40 @@ func TestCheckerDamage(t *testing.T) {
 		})
 	}
 }
+
+// TestReplays: a replay shows the message stored at an offset, written by an attempt
+// sent before the read answered; anything else is flagged.
+func TestReplays(t *testing.T) {
+	read := func(x *h, id string, off, at int64) *h {
+		return x.op(history.Entry{Op: history.OpRead, Topic: "orders", Msg: id, Offset: off, Call: at, Status: 200, Timestamp: 1000})
+	}
+	acked := func() *h {
+		return newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204)
+	}
+	cases := []struct {
+		name string
+		h    *h
+		want string
+	}{
+		{"replayed after its ack", read(acked(), "a", 0, 30*msec), ""},
+		{"another payload at its offset", read(acked(), "b", 0, 30*msec), "two-payloads-at-one-offset"},
+		{"never produced", read(acked(), "z", 1, 30*msec), "unexpected"},
+		{"before its produce was sent", read(newH().produce("a", 0, 100*msec).deliver("a", 0, "h1", 110*msec).settle(history.OpAck, "a", 0, "h1", 120*msec, 204), "a", 0, 10*msec), "replayed-before-produced"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := Check(c.h.es)
+			switch {
+			case c.want == "" && !r.OK():
+				t.Fatalf("flagged a legal history: violations %v lost %v %v", r.Violations, r.Lost, r.Examples)
+			case c.want == "unexpected" && r.Unexpected != 1:
+				t.Fatalf("unexpected %d, want 1 (%v)", r.Unexpected, r.Examples)
+			case c.want != "" && c.want != "unexpected" && r.Violations[c.want] == 0:
+				t.Fatalf("violations %v, want %s (%v)", r.Violations, c.want, r.Examples)
+			}
+			if c.want == "" && r.Replayed != 1 {
+				t.Fatalf("replayed %d, want 1", r.Replayed)
+			}
+		})
+	}
+}

@@ -33,6 +33,7 @@ const (
 	OpNack    = "nack"    // extend=0: hand back now
 	OpExtend  = "extend"  // extend=true: renew the lease
 	OpAdmin   = "admin"   // create topic, attach child, ...
+	OpRead    = "read"    // replay (GET .../partitions/{p}/messages): one line per message returned; Status 200 with no message for none
 	// OpCreateTopic and OpDeleteTopic are the creates and deletes of a topic the workload
 	// deletes and recreates under load (TopicInfo.Recreated); a 201 records the
 	// incarnation the broker reports.

@@ -317,6 +317,43 @@ func (c *client) consume(ctx context.Context, topic string, max int, wait time.D
 	return out, r
 }
 
+// read replays up to max messages of topic's partition p from offset from, without
+// leases; one history line per message (their ids, offsets and stamps), or one with
+// none.
+func (c *client) read(ctx context.Context, topic string, p int32, from int64, max int) result {
+	q := url.Values{"from": {strconv.FormatInt(from, 10)}, "max": {strconv.Itoa(max)}}
+	r := c.do(ctx, http.MethodGet, "/v1/topics/"+topic+"/partitions/"+strconv.Itoa(int(p))+"/messages", q, nil, "", opTimeout)
+	var rng struct {
+		Messages []message `json:"messages"`
+	}
+	if r.status == http.StatusOK {
+		if err := json.Unmarshal(r.body, &rng); err != nil {
+			r.err = "undecodable 200 body: " + err.Error()
+		}
+	}
+	if len(rng.Messages) == 0 {
+		e := c.opEntry(history.OpRead, topic, r)
+		e.Partition, e.Offset = p, from
+		c.rec.Add(e)
+		return r
+	}
+	for _, m := range rng.Messages {
+		e := c.opEntry(history.OpRead, topic, r)
+		e.Partition, e.Offset, e.Timestamp = m.Partition, m.Offset, m.Timestamp
+		var pl payload
+		if err := json.Unmarshal(m.Payload, &pl); err != nil || pl.ID == "" {
+			e.Msg = "?" + truncate(string(m.Payload), 60)
+		} else {
+			e.Msg = pl.ID
+		}
+		if m.Partition != p {
+			e.Err = fmt.Sprintf("read from partition %d, returned as partition %d", p, m.Partition)
+		}
+		c.rec.Add(e)
+	}
+	return r
+}
+
 // settle acks, nacks (extend "0") or renews (extend "true") one delivery.
 func (c *client) settle(ctx context.Context, d delivery, op string) result {
 	q := url.Values{"receipt_handle": {d.handle}}

@@ -270,8 +270,9 @@ func (w *run) loop(ctx context.Context) error {
 	}
 	sampCtx, stopSamp := context.WithCancel(ctx)
 	var samp sync.WaitGroup
-	samp.Add(1)
+	samp.Add(2)
 	go func() { defer samp.Done(); w.sampler(sampCtx) }()
+	go func() { defer samp.Done(); w.replayer(sampCtx) }()
 	if w.cfg.Progress != nil {
 		samp.Add(1)
 		go func() { defer samp.Done(); w.progress(sampCtx, start) }()
@@ -514,6 +515,46 @@ func (w *run) recycledProducer(ctx context.Context, start time.Time) {
 		case <-ctx.Done():
 		case <-time.After(15 * time.Millisecond):
 		}
+	}
+}
+
+// replayer reads old messages back (a replay, without leases) from a random offset of
+// a random partition of the parent, its fan-out copy or, in a cluster, events, every
+// 100–400 ms: each message must be the one the run saw at that offset, written by an
+// attempt that started before the read answered.
+func (w *run) replayer(ctx context.Context) {
+	rng := w.seed(401)
+	c := newClient("replay", w.eps, w.rec, w.clk)
+	defer c.close()
+	topics := []string{Parent, Copy}
+	if w.cfg.Cluster {
+		topics = append(topics, Events)
+	}
+	next := map[string][]int64{} // the partitions' next offsets, as last read
+	for i := 0; ctx.Err() == nil; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100*time.Millisecond + time.Duration(rng.Int63n(int64(300*time.Millisecond)))):
+		}
+		t := topics[rng.Intn(len(topics))]
+		if i%10 == 0 || next[t] == nil {
+			if st, ok := c.stats(ctx, t); ok && len(st) > 0 {
+				next[t] = next[t][:0]
+				for _, s := range st {
+					next[t] = append(next[t], s.Next)
+				}
+			}
+		}
+		if len(next[t]) == 0 {
+			continue
+		}
+		p := rng.Intn(len(next[t]))
+		from := int64(0)
+		if n := next[t][p]; n > 0 {
+			from = rng.Int63n(n)
+		}
+		c.read(ctx, t, int32(p), from, 1+rng.Intn(20))
 	}
 }
 
