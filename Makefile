@@ -229,7 +229,7 @@ chaos-cluster: ## About 1 h 15 min, as root: 10 seeds of 5 nodes in network name
 chaos: ## About 2 h 40 min: kill loops with disk faults over 10 seeds, every fuzz target for 10 minutes, full schemathesis
 	$(MAKE) -C verify chaos
 
-soak: ## Steady load with faults for DURATION (make soak DURATION=2h), progress every 3 minutes
+soak: ## DURATION (make soak DURATION=2h) on a 3-node cluster: plain, batch, delayed, fan-out and replayed messages, a rolling restart every few minutes, a report every hour and at the end
 	$(MAKE) -C verify soak DURATION=$(DURATION)
 
 clean: ## Remove build output and the local data dir of `make run`

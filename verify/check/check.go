@@ -318,7 +318,7 @@ func Check(es []history.Entry) *Report {
 			case history.FaultClock:
 				clock = append(clock, clockLine{e.Call, e.ClockOffset, e.Target, e.ClockDrift})
 				faultWins = append(faultWins, window{e.Call, e.Return})
-			case history.FaultPause, history.FaultNet:
+			case history.FaultPause, history.FaultNet, history.FaultStop:
 				if cluster {
 					ks = append(ks, [2]int64{e.Call, e.Return})
 				}

@@ -49,6 +49,7 @@ const (
 	FaultCorrupt       = "corrupt"        // bytes edited in a stopped node's files
 	FaultDisk          = "disk"           // an injected EIO/ENOSPC or a slow fsync
 	FaultRestart       = "restart"        // a node start; End is when it was ready
+	FaultStop          = "stop"           // a graceful stop (SIGTERM) of a rolling restart; End is when it exited
 	FaultCrash         = "crash"          // the node exited with nothing armed: a broker bug
 	// FaultDamaged: the harness damaged one stored record of a stopped node (a FaultCorrupt
 	// says how). Target "log": the message at Topic/Partition/Offset (Incarnation: its

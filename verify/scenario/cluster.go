@@ -171,6 +171,7 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 	}
 	if res.Err == nil {
 		logf("cluster run %d: nodes %s, files in %s", cfg.Workload.Seed, strings.Join(peers, ","), dir)
+		cfg.Workload.Checkpoint = checkpoint(rec, histPath)
 		res.Stats, res.Err = workload.Run(ctx, cfg.Workload, nodes, rec, clk)
 	}
 	if res.Err == nil {

@@ -137,6 +137,7 @@ func Run(ctx context.Context, cfg Config) *Result {
 	rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultRestart, Call: t0, Return: clk.Now(), Target: "node", Detail: "first start", Partition: -1, Offset: -1})
 	if res.Err == nil {
 		logf("run %d: node at %s, files in %s", cfg.Workload.Seed, n.URL(), dir)
+		cfg.Workload.Checkpoint = checkpoint(rec, histPath)
 		res.Stats, res.Err = workload.Run(ctx, cfg.Workload, []*node.Node{n}, rec, clk)
 	}
 	if err := n.Stop(30 * time.Second); err != nil && res.Err == nil {
@@ -209,4 +210,32 @@ func runFiles(ctx context.Context, bin, dir, prefix string, seed int64) (string,
 		return bin, dir, "", nil, err
 	}
 	return bin, dir, histPath, rec, nil
+}
+
+// checkpoint returns what a progress line adds while a run goes on: the checker's
+// duplicates by cause and violations on the history written so far (the rules that
+// need the run's end, a drain or the replicas, are left out).
+func checkpoint(rec *history.Writer, path string) func() string {
+	return func() string {
+		if err := rec.Flush(); err != nil {
+			return "checker: " + err.Error()
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "checker: " + err.Error()
+		}
+		// Lines added since the flush may be cut where the buffer filled: whole ones only.
+		es, err := history.Decode(bytes.NewReader(b[:bytes.LastIndexByte(b, '\n')+1]))
+		if err != nil {
+			return "checker: " + err.Error()
+		}
+		r := check.Check(es)
+		v := map[string]int{}
+		for k, n := range r.Violations {
+			if k != "incomplete-history" && k != "replicas-unread" {
+				v[k] = n
+			}
+		}
+		return fmt.Sprintf("duplicates=%v violations=%v unexpected=%d replayed=%d", r.Duplicates, v, r.Unexpected, r.Replayed)
+	}
 }

@@ -47,11 +47,12 @@ const (
 	StepNetSplit       = "netsplit"        // a leader and fewer than half of the others cut from the rest, both ways; each side talks within itself
 	StepCorrupt        = "corrupt"         // kill -9 a node, damage one of its replicas' files (a bit flip in an acknowledged record, a torn tail), restart it
 	StepClock          = "clock"           // kill -9 a node, restart it with its wall clock 2–20 s ahead or behind the others' for the rest of the run
+	StepRolling        = "rolling-restart" // stop every node with SIGTERM and start it again, one at a time, each back and the cluster healthy before the next
 )
 
 // ClusterSteps lists every step kind.
 var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
-	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock}
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling}
 
 // ParseSteps reads "kind=count,..." (an empty string: no steps).
 func ParseSteps(s string) (map[string]int, error) {
@@ -97,6 +98,9 @@ type ClusterFaultConfig struct {
 	// ClockDrifts makes nodes' wall clocks (by id) gain that many seconds a second from
 	// their first start on, across restarts (a clock step may set another).
 	ClockDrifts map[string]float64
+	// Repeat runs the schedule again (in a new order) until the producers are done: a
+	// soak's faults for as long as it lasts.
+	Repeat bool
 }
 
 // Kills counts the steps' kill -9s (a double failover kills two nodes, a kill-all all).
@@ -207,7 +211,8 @@ func (in *clusterInjector) init() {
 func (in *clusterInjector) run(ctx context.Context) error {
 	in.init()
 	steps := in.cfg.Schedule(in.rng)
-	for i, step := range steps {
+	for i := 0; i < len(steps); i++ {
+		step := steps[i]
 		if !in.sleep(ctx, in.between(in.cfg.MinGap, in.cfg.MaxGap)) {
 			return ctx.Err()
 		}
@@ -221,6 +226,9 @@ func (in *clusterInjector) run(ctx context.Context) error {
 		in.perm = in.rng.Perm(len(in.w.nodes))
 		if err := in.step(ctx, step, pick, d1, d2); err != nil {
 			return err
+		}
+		if i == len(steps)-1 && in.cfg.Repeat && !in.w.prodDone.Load() {
+			steps = append(steps, in.cfg.Schedule(in.rng)...)
 		}
 	}
 	for !in.w.prodDone.Load() {
@@ -340,6 +348,8 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		return in.restartAll(ctx, down, in.restartOrder(len(down)), jitter, "double failover")
 	case StepKillAll:
 		return in.killAll(ctx, jitter)
+	case StepRolling:
+		return in.rolling(ctx)
 	default:
 		return fmt.Errorf("unknown cluster fault step %q", step)
 	}
@@ -385,6 +395,34 @@ type nodeClock struct {
 // at is the clock's offset at t.
 func (c nodeClock) at(t int64) time.Duration {
 	return c.off + time.Duration(c.drift*float64(t-c.since))
+}
+
+// rolling restarts every node in the step's order as an operator would: SIGTERM (the
+// node hands over what it leads), start it again, and wait until it is ready and the
+// cluster healthy before the next.
+func (in *clusterInjector) rolling(ctx context.Context) error {
+	for _, k := range in.perm {
+		n := in.w.nodes[k]
+		in.mu.Lock()
+		in.taken[n.ID()] = true
+		in.mu.Unlock()
+		t0 := in.now()
+		err := n.Stop(30 * time.Second)
+		in.fault(history.FaultStop, t0, in.now(), n.ID(), "rolling restart: SIGTERM")
+		if err != nil {
+			in.note("rolling restart: stopping %s: %v", n.ID(), err)
+		}
+		if err := in.restart(ctx, n); err != nil {
+			return err
+		}
+		in.mu.Lock()
+		delete(in.taken, n.ID())
+		in.mu.Unlock()
+		if !in.healthy(ctx, 60*time.Second) {
+			in.note("rolling restart: the cluster was not healthy within 60 s after %s came back; going on", n.ID())
+		}
+	}
+	return nil
 }
 
 // start starts a stopped node with its clock offset, if a step gave it one. A drifting

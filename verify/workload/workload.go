@@ -71,6 +71,9 @@ type Config struct {
 	// Progress, when set, is called every ProgressEvery with a one-line summary.
 	Progress      func(string)
 	ProgressEvery time.Duration
+	// Checkpoint, when set, is called with each progress line and its answer added to
+	// it: the checker's findings on the history so far.
+	Checkpoint func() string
 }
 
 func (c *Config) defaults() {
@@ -822,8 +825,12 @@ func (w *run) progress(ctx context.Context, start time.Time) {
 			r, f := n.Usage()
 			rss, files = rss+r, files+f
 		}
-		w.cfg.Progress(fmt.Sprintf("t=%v messages=%d deliveries=%d redeliveries=%d overdue(202'd >2m ago, undelivered)=%d produce_p99=%v rss=%dMiB open_files=%d faults=%s",
-			time.Since(start).Round(time.Second), produced, deliveries, dups, overdue, p99.Round(time.Millisecond), rss>>20, files, faults))
+		line := fmt.Sprintf("t=%v messages=%d deliveries=%d redeliveries=%d overdue(202'd >2m ago, undelivered)=%d produce_p99=%v rss=%dMiB open_files=%d faults=%s",
+			time.Since(start).Round(time.Second), produced, deliveries, dups, overdue, p99.Round(time.Millisecond), rss>>20, files, faults)
+		if w.cfg.Checkpoint != nil {
+			line += " " + w.cfg.Checkpoint()
+		}
+		w.cfg.Progress(line)
 	}
 }
 

@@ -55,7 +55,7 @@ func runCmd(args []string) int {
 	seed := fs.Int64("seed", time.Now().UnixNano()%1_000_000_007, "random seed (printed; reuse it to repeat a run's choices)")
 	seeds := fs.Int("seeds", 1, "run this many seeds one after the other (seed, seed+1, ...)")
 	messages := fs.Int("messages", 6000, "parent messages to produce (0: bounded by -duration only)")
-	duration := fs.Duration("duration", 0, "produce for this long (soak); faults go on as long")
+	duration := fs.Duration("duration", 0, "produce for this long (soak); faults go on as long (a cluster's steps are repeated until then)")
 	load := fs.Duration("load", 60*time.Second, "spread -messages over about this long")
 	rate := fs.Int("rate", 0, "with -duration: produce this many parent messages a second (sets -messages and -load)")
 	retention := fs.Int64("retention-ms", 1000, "retention of the short-retention topic (0: no such topic)")
@@ -133,7 +133,7 @@ func runCmd(args []string) int {
 			Workload: workload.Config{
 				Seed: s, Messages: *messages, Duration: *duration, LoadDuration: *load, Producers: *producers, Consumers: *consumers, RetentionMs: *retention,
 				RecreateEvery: *recreate, DrainTimeout: *drain, VisibilityMs: *visibility, DelayMs: *delay, Quiet: *quiet,
-				ClusterFaults: workload.ClusterFaultConfig{Steps: stepCounts, MinGap: *minGap, MaxGap: *maxGap, NetFor: *netFor, PauseFor: *pauseFor},
+				ClusterFaults: workload.ClusterFaultConfig{Steps: stepCounts, MinGap: *minGap, MaxGap: *maxGap, NetFor: *netFor, PauseFor: *pauseFor, Repeat: *duration > 0},
 				Progress:      func(line string) { fmt.Println("progress:", line) },
 				ProgressEvery: *progress,
 				Faults: workload.FaultConfig{Kills: *kills, MinFailpointKills: *fpKills, FailpointShare: 0.5, Pauses: *pauses,
