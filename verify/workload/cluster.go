@@ -756,7 +756,9 @@ func (in *clusterInjector) leaderWithin(ctx context.Context, topic string, p int
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rctx, cancel := context.WithTimeout(ctx, time.Second)
+				// 3 s: a loaded node answers a topic's counters slowly while a holder is
+				// cut off (it waits up to the liveness timeout for it).
+				rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 				defer cancel()
 				if st, ok := ReadTopic(rctx, n.URL(), topic); ok && p < len(st) && st[p].Leader != "" && st[p].Leader != not && !st[p].unavailable() {
 					found <- st[p].Leader
