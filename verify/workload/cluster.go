@@ -48,11 +48,12 @@ const (
 	StepCorrupt        = "corrupt"         // kill -9 a node, damage one of its replicas' files (a bit flip in an acknowledged record, a torn tail), restart it
 	StepClock          = "clock"           // kill -9 a node, restart it with its wall clock 2–20 s ahead or behind the others' for the rest of the run
 	StepRolling        = "rolling-restart" // stop every node with SIGTERM and start it again, one at a time, each back and the cluster healthy before the next
+	StepFailpoint      = "failpoint-kill"  // kill -9 a node, start it armed to kill itself at a named point of its storage (after an append, a settle, a segment write, before a rename), then again unarmed
 )
 
 // ClusterSteps lists every step kind.
 var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
-	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling}
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling, StepFailpoint}
 
 // ParseSteps reads "kind=count,..." (an empty string: no steps).
 func ParseSteps(s string) (map[string]int, error) {
@@ -106,7 +107,7 @@ type ClusterFaultConfig struct {
 // Kills counts the steps' kill -9s (a double failover kills two nodes, a kill-all all).
 func (c ClusterFaultConfig) Kills(nodes int) int {
 	s := c.Steps
-	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll]
+	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll] + 2*s[StepFailpoint]
 }
 
 // Schedule returns the steps in the order a seed gives them.
@@ -350,6 +351,13 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		return in.killAll(ctx, jitter)
 	case StepRolling:
 		return in.rolling(ctx)
+	case StepFailpoint:
+		n := in.w.nodes[pick%len(in.w.nodes)]
+		point := clusterPoints[(pick/len(in.w.nodes))%len(clusterPoints)]
+		at := 1 + (pick>>10)%200
+		in.kill(n, "to start it armed at a failpoint")
+		in.sleep(ctx, down)
+		return in.failpointKill(ctx, n, point, at)
 	default:
 		return fmt.Errorf("unknown cluster fault step %q", step)
 	}
@@ -425,10 +433,41 @@ func (in *clusterInjector) rolling(ctx context.Context) error {
 	return nil
 }
 
+// clusterPoints are the failpoints a failpoint-kill step arms: where a replica's
+// storage may be cut short (the partition group's Raft log is synced before any of
+// them, so the replica rebuilds what they cut from it).
+var clusterPoints = []string{"partition-after-append", "partition-after-settle", "segment-after-write",
+	"segment-roll-created", "partition-before-rename-queue.ckpt"}
+
+// failpointKill starts the stopped node n armed to kill itself at the at-th pass of
+// point, waits until it did (20 s at most, then kills it), records the kill where the
+// node said it acted, and starts it again unarmed.
+func (in *clusterInjector) failpointKill(ctx context.Context, n *node.Node, point string, at int) error {
+	t0 := in.now()
+	if err := in.start(n, fmt.Sprintf("NARAD_FAILPOINTS=%s:kill@%d", point, at)); err != nil {
+		return err
+	}
+	select {
+	case <-n.Exited():
+	case <-time.After(20 * time.Second):
+		in.kill(n, fmt.Sprintf("armed %s:kill@%d was not reached", point, at))
+	case <-ctx.Done():
+		in.kill(n, "")
+	}
+	end := in.now()
+	in.fault(history.FaultRestart, t0, end, n.ID(), "armed "+point)
+	for _, f := range n.TakeFired() {
+		if f.Action == "kill" {
+			in.fault(history.FaultFailpointKill, firedAt(in.w.clk, f, end), end, n.ID(), f.Name)
+		}
+	}
+	return in.restart(ctx, n)
+}
+
 // start starts a stopped node with its clock offset, if a step gave it one. A drifting
 // clock starts where it had drifted to, and its line is written now (the offset is
 // the drift's so far), before the node starts.
-func (in *clusterInjector) start(n *node.Node) error {
+func (in *clusterInjector) start(n *node.Node, env ...string) error {
 	in.mu.Lock()
 	c := in.clock[n.ID()]
 	in.mu.Unlock()
@@ -438,12 +477,12 @@ func (in *clusterInjector) start(n *node.Node) error {
 		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t, Return: t, Target: n.ID(),
 			Detail:      fmt.Sprintf("%s's wall clock %s against the others', gaining %+.0f ms a second", n.ID(), fmtStep(off), 1000*c.drift),
 			ClockOffset: int64(off), ClockDrift: c.drift, Partition: -1, Offset: -1})
-		return n.Start(ClockEnvVar+"="+off.String(), ClockDriftEnvVar+"="+strconv.FormatFloat(c.drift, 'f', -1, 64))
+		return n.Start(append(env, ClockEnvVar+"="+off.String(), ClockDriftEnvVar+"="+strconv.FormatFloat(c.drift, 'f', -1, 64))...)
 	}
 	if c.off != 0 {
-		return n.Start(ClockEnvVar + "=" + c.off.String())
+		env = append(env, ClockEnvVar+"="+c.off.String())
 	}
-	return n.Start()
+	return n.Start(env...)
 }
 
 // restart starts a stopped node and waits until it is ready.
