@@ -587,7 +587,7 @@ func (in *clusterInjector) pause(id, role string) {
 
 // Chaosnet rules (see broker/internal/transport/chaosnet.go): one per line,
 // "drop in|out PROB", "delay in|out D JITTER", "dup in|out PROB", each for every peer or,
-// with "from ADDR"/"to ADDR" at the end, for one.
+// with a peer's cluster address ADDR at the end, for that peer only.
 var netRules = map[string]string{
 	StepNetCut:   "drop in 1\ndrop out 1\n",
 	StepNetDeaf:  "drop in 1\n",
@@ -649,7 +649,7 @@ func (in *clusterInjector) netFaults(step, id string) map[string]netSide {
 			for _, x := range pair[0] {
 				var rules strings.Builder
 				for _, y := range pair[1] {
-					fmt.Fprintf(&rules, "drop in 1 from %s\ndrop out 1 to %s\n", in.cfg.PlaneAddrs[y], in.cfg.PlaneAddrs[y])
+					fmt.Fprintf(&rules, "drop in 1 %s\ndrop out 1 %s\n", in.cfg.PlaneAddrs[y], in.cfg.PlaneAddrs[y])
 					deafTo(x, y, 1)
 				}
 				s := out[x]
