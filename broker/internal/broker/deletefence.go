@@ -115,6 +115,9 @@ func (b *Broker) fenceDelete(ctx context.Context, m meta.Topic, index uint64) {
 		select {
 		case <-changed:
 		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return // the caller went away; the delete stands, as committed
+			}
 			mu.Lock()
 			var missing []string
 			for _, n := range nodes {
