@@ -1241,6 +1241,9 @@ func produceMayHaveStored(e history.Entry) bool {
 		return true
 	case e.Status == 503 && e.Code == "storage_failed":
 		return notUndone(e) || e.Batch && partlyStored(e)
+	case e.Status == 404:
+		// A batch whose topic was deleted while it was written, part of it stored.
+		return e.Batch && partlyStored(e)
 	}
 	return e.Status >= 500
 }

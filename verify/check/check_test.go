@@ -420,3 +420,21 @@ func TestReplays(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchPartlyStoredBeforeItsTopicWasDeleted: a batch answered 404 because its topic
+// was deleted while it was written, saying part of it was stored, may have stored any
+// of its messages (and they may be delivered before the delete); a plain 404 stored
+// nothing.
+func TestBatchPartlyStoredBeforeItsTopicWasDeleted(t *testing.T) {
+	const partly = `404 {"error":{"code":"topic_not_found","message":"the topic was deleted while the batch was written and only part of the batch was stored: 2 messages went to partitions whose writes succeeded and will be delivered; the messages for partition(s) 1 were not stored (the stored ones may have been delivered before the delete, and are deleted with the topic)."}}`
+	for _, c := range []struct {
+		errText string
+		want    int // unexpected deliveries
+	}{{partly, 0}, {`404 {"error":{"code":"topic_not_found","message":"no such topic; create it with POST /v1/topics"}}`, 1}} {
+		x := newH().op(history.Entry{Op: history.OpProduce, Topic: "orders", Msg: "a", Offset: -1, Call: 0, Return: 50 * msec, Status: 404, Code: "topic_not_found", Err: c.errText, Batch: true}).
+			deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204)
+		if r := Check(x.es); r.Unexpected != c.want {
+			t.Errorf("%.60s…: unexpected %d, want %d (%v)", c.errText, r.Unexpected, c.want, r.Examples)
+		}
+	}
+}

@@ -77,6 +77,9 @@ func clusterProduceMayHaveStored(e history.Entry) bool {
 		return true
 	case e.Status == 503:
 		return e.Code == "timeout" || partlyStored(e) || e.Code == "storage_failed" && notUndone(e)
+	case e.Status == 404:
+		// A batch whose topic was deleted while it was written, part of it stored.
+		return e.Batch && partlyStored(e)
 	}
 	return e.Status >= 500
 }

@@ -96,7 +96,16 @@ func toAPIError(err error) *apiError {
 		return newErr(http.StatusConflict, apigen.ErrorCodeConflict, conflict.Msg)
 	}
 	var part *broker.PartlyStoredError
-	if errors.As(err, &part) && !errors.Is(err, broker.ErrTopicNotFound) {
+	if errors.As(err, &part) && errors.Is(err, broker.ErrTopicNotFound) {
+		// The topic was deleted while the batch was written: the stored part went with
+		// it, but a consumer may have been given it before the delete, so the answer
+		// says it was stored. Retrying cannot help: 404.
+		a := partlyStoredAs(part, apigen.ErrorCodeTopicNotFound, 0, "the topic was deleted while the batch was written",
+			"were not stored (the stored ones may have been delivered before the delete, and are deleted with the topic)")
+		a.status = http.StatusNotFound
+		return a
+	}
+	if errors.As(err, &part) {
 		switch {
 		case (errors.Is(err, broker.ErrStorage) || errors.Is(err, broker.ErrDiskFull)) && !errors.Is(err, broker.ErrUnavailable):
 			return partlyStored(err, part)

@@ -204,6 +204,9 @@ export interface paths {
          *     fails and others succeed, the 503 (`storage_failed` or `disk_full`) says only
          *     part of the batch was stored and names the partitions whose messages were not;
          *     the rest is stored and delivered, so resending the whole batch stores it twice.
+         *     When the topic is deleted while the batch is written, the answer is 404
+         *     `topic_not_found`, and says so too if part was stored (that part may have been
+         *     delivered before the delete).
          */
         post: operations["produceBatch"];
         delete?: never;
