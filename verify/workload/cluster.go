@@ -48,7 +48,7 @@ const (
 	StepCorrupt        = "corrupt"         // kill -9 a node, damage one of its replicas' files (a bit flip in an acknowledged record, a torn tail), restart it
 	StepClock          = "clock"           // kill -9 a node, restart it with its wall clock 2–20 s ahead or behind the others' for the rest of the run
 	StepRolling        = "rolling-restart" // stop every node with SIGTERM and start it again, one at a time, each back and the cluster healthy before the next
-	StepFailpoint      = "failpoint-kill"  // kill -9 a node, start it armed to kill itself at a named point of its storage (after an append, a settle, a segment write, before a rename), then again unarmed
+	StepFailpoint      = "failpoint-kill"  // kill -9 a node, start it armed to kill itself at a named point of its storage (a replica's append or settle applied, a segment write), then again unarmed
 )
 
 // ClusterSteps lists every step kind.
@@ -354,7 +354,7 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 	case StepFailpoint:
 		n := in.w.nodes[pick%len(in.w.nodes)]
 		point := clusterPoints[(pick/len(in.w.nodes))%len(clusterPoints)]
-		at := 1 + (pick>>10)%200
+		at := 1 + (pick>>10)%40
 		in.kill(n, "to start it armed at a failpoint")
 		in.sleep(ctx, down)
 		return in.failpointKill(ctx, n, point, at)
@@ -434,10 +434,9 @@ func (in *clusterInjector) rolling(ctx context.Context) error {
 }
 
 // clusterPoints are the failpoints a failpoint-kill step arms: where a replica's
-// storage may be cut short (the partition group's Raft log is synced before any of
-// them, so the replica rebuilds what they cut from it).
-var clusterPoints = []string{"partition-after-append", "partition-after-settle", "segment-after-write",
-	"segment-roll-created", "partition-before-rename-queue.ckpt"}
+// applying of committed entries may be cut short (the partition group's Raft log is
+// synced before any of them, so the replica applies again what they cut).
+var clusterPoints = []string{"partition-after-append", "partition-after-settle", "segment-after-write"}
 
 // failpointKill starts the stopped node n armed to kill itself at the at-th pass of
 // point, waits until it did (20 s at most, then kills it), records the kill where the

@@ -40,10 +40,11 @@ const (
 	// SegmentRetentionUnlink: a segment's .log was unlinked, its .index not yet.
 	SegmentRetentionUnlink = "segment-retention-unlink"
 	// PartitionAfterAppend: a message batch is durable in the partition log, the produce
-	// (or fan-out copy) has not been answered yet.
+	// (or fan-out copy) has not been answered yet; on a replica, a committed batch is
+	// written to its message log, not yet marked applied.
 	PartitionAfterAppend = "partition-after-append"
 	// PartitionAfterSettle: a settle batch is durable in the journal, not yet applied to
-	// the queue state, the ack not yet answered.
+	// the queue state, the ack not yet answered (on a replica: written, not yet applied).
 	PartitionAfterSettle = "partition-after-settle"
 	// PartitionBeforeRename is a prefix: the full name adds the file, e.g.
 	// "partition-before-rename-queue.ckpt" or "partition-before-rename-epoch". The new

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/failpoint"
 	"github.com/narad-mq/narad/broker/internal/queue"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
@@ -352,6 +353,7 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		if _, err := p.log.Append(recs); err != nil {
 			return p.applyFailed(storageErr(err))
 		}
+		failpoint.Inject(failpoint.PartitionAfterAppend)
 		r.mark(index, p.log.Next())
 		p.mu.Lock()
 		p.q.SetBounds(p.log.Oldest(), p.log.Next())
@@ -441,6 +443,7 @@ func (p *Partition) applySettle(offs []uint64) error {
 		p.applyFailed(storageErr(err))
 		return storageErr(err)
 	}
+	failpoint.Inject(failpoint.PartitionAfterSettle)
 	if r := p.repl; r != nil {
 		r.attMu.Lock()
 		for _, o := range todo {
