@@ -382,6 +382,12 @@ func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Deliv
 	if !p.Leading() || p.handingOver() {
 		return nil, 0, ErrNotLeader
 	}
+	if r := p.repl; r != nil && r.failed.Load() {
+		// Its state stopped at the failed write: settles committed since are not in
+		// it, so it must lease nothing (the partition fails closed here until the node
+		// restarts and applies the group's log again).
+		return nil, 0, errReplicaFailed
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

@@ -255,7 +255,9 @@ func (p *Partition) appendReplicated(recs []segment.Record) (uint64, error) {
 		}
 		a, _ := res.(appliedAppend)
 		if a.err != nil {
-			return 0, a.err
+			// Committed, so the partition's other replicas apply it: only this one's
+			// write failed, and it cannot tell whether the batch landed at first.
+			return 0, committedUnapplied(a.err)
 		}
 		if a.ok {
 			return first, nil
@@ -299,8 +301,8 @@ func (p *Partition) settleReplicated(reqs []SettleReq) []error {
 	defer cancel()
 	res, err := r.group.Propose(ctx, encodeSettleCmd(delivered, begun), nil)
 	if err == nil {
-		if s, ok := res.(appliedSettle); ok {
-			err = s.err
+		if s, ok := res.(appliedSettle); ok && s.err != nil {
+			err = committedUnapplied(s.err)
 		}
 	} else {
 		err = p.groupErr(err)
@@ -334,7 +336,10 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		return nil
 	}
 	if r.failed.Load() {
-		return appliedAppend{err: fmt.Errorf("%w: this replica stopped applying after a failed write; restart the node", ErrStorage)}
+		if cmd[0] == cmdAppend {
+			return appliedAppend{err: errReplicaFailed}
+		}
+		return appliedSettle{err: errReplicaFailed}
 	}
 	switch cmd[0] {
 	case cmdAppend:
@@ -415,6 +420,16 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 
 // applyFailed stops this replica from applying: the entries after a failed one must
 // not be applied over a gap. A restart replays the group's log from the start.
+// errReplicaFailed answers what reaches a replica that stopped applying.
+var errReplicaFailed = fmt.Errorf("%w: this replica stopped applying after a failed write; restart the node", ErrStorage)
+
+// committedUnapplied is the answer to a command the group committed but this replica
+// could not apply (its write failed, or it stopped applying before): the other
+// replicas apply it, so it is not "not done"; this one cannot say what it did.
+func committedUnapplied(err error) error {
+	return fmt.Errorf("%w: it was committed by the partition's replicas but this node could not apply it (%v); the other replicas do", ErrOutcomeUnknown, err)
+}
+
 func (p *Partition) applyFailed(err error) any {
 	p.repl.failed.Store(true)
 	p.opts.Logger.Error("a replicated command could not be applied; this replica stops applying until the node restarts", "partition", p.opts.Index, "err", err)

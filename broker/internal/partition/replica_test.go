@@ -510,3 +510,45 @@ func TestReplicaDeliveredMarkNeverPastItsLogEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaApplyFailureAfterCommitIsAnUnknownOutcome: the leader's own write of a
+// committed command fails (its disk is full) while the other replicas apply it. The
+// produce and the ack are committed, so their answers must not say "not stored" or
+// "not settled" (a storage or disk-full error, which a client reads as nothing done):
+// the leader cannot tell what the partition made of them, so the outcome is unknown.
+func TestReplicaApplyFailureAfterCommitIsAnUnknownOutcome(t *testing.T) {
+	g := &fakeGroup{}
+	var fss []*vfs.Mem
+	for i := range 3 {
+		fs := vfs.NewMem()
+		fss = append(fss, fs)
+		p := mustOpen(t, fs, func(o *Options) { o.Group = member{g: g, i: i} })
+		t.Cleanup(func() { _ = p.Close() })
+		g.replicas = append(g.replicas, p)
+	}
+	ps := g.replicas
+	ps[0].SetRole(true, 1)
+	if _, err := ps[0].Append([]segment.Record{{Value: []byte("first")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds := leaseAll(t, ps[0])
+	fss[0].SetFreeSpace(0)
+	_, err := ps[0].Append([]segment.Record{{Value: []byte("second")}})
+	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrDiskFull) || errors.Is(err, ErrStorage) {
+		t.Errorf("a produce committed by the group, whose write failed on the leader, answered %v; want an unknown outcome", err)
+	}
+	for i, f := range ps[1:] {
+		if got, _ := f.Read(0, 10); len(got) != 2 {
+			t.Fatalf("follower %d holds %d records, want 2: the produce was committed", i+1, len(got))
+		}
+	}
+	errs := ps[0].Settle([]SettleReq{{Offset: ds[0].Record.Offset, Nonce: ds[0].Nonce}})
+	if err := errs[0]; !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrDiskFull) || errors.Is(err, ErrStorage) {
+		t.Errorf("an ack committed by the group on a leader that could not apply it answered %v; want an unknown outcome", err)
+	}
+	// Its state stopped at the failed write (the ack above is settled on the others):
+	// it leases nothing until it restarts and applies the group's log again.
+	if got, err := ps[0].Lease(10, time.Millisecond, 1<<20); err == nil || len(got) > 0 {
+		t.Errorf("a replica that stopped applying leased %d messages (err %v)", len(got), err)
+	}
+}
