@@ -48,12 +48,13 @@ const (
 	StepCorrupt        = "corrupt"         // kill -9 a node, damage one of its replicas' files (a bit flip in an acknowledged record, a torn tail), restart it
 	StepClock          = "clock"           // kill -9 a node, restart it with its wall clock 2–20 s ahead or behind the others' for the rest of the run
 	StepRolling        = "rolling-restart" // stop every node with SIGTERM and start it again, one at a time, each back and the cluster healthy before the next
+	StepDisk           = "disk"            // kill -9 a node, start it with one segment write failing (EIO or ENOSPC) or slow (1.5 s), keep it running 10 s, then kill and restart it
 	StepFailpoint      = "failpoint-kill"  // kill -9 a node, start it armed to kill itself at a named point of its storage (a replica's append or settle applied, a segment write), then again unarmed
 )
 
 // ClusterSteps lists every step kind.
 var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
-	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling, StepFailpoint}
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling, StepFailpoint, StepDisk}
 
 // ParseSteps reads "kind=count,..." (an empty string: no steps).
 func ParseSteps(s string) (map[string]int, error) {
@@ -107,7 +108,7 @@ type ClusterFaultConfig struct {
 // Kills counts the steps' kill -9s (a double failover kills two nodes, a kill-all all).
 func (c ClusterFaultConfig) Kills(nodes int) int {
 	s := c.Steps
-	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll] + 2*s[StepFailpoint]
+	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll] + 2*s[StepFailpoint] + 2*s[StepDisk]
 }
 
 // Schedule returns the steps in the order a seed gives them.
@@ -351,6 +352,13 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		return in.killAll(ctx, jitter)
 	case StepRolling:
 		return in.rolling(ctx)
+	case StepDisk:
+		n := in.w.nodes[pick%len(in.w.nodes)]
+		action := []string{"eio", "enospc", "sleep(1500ms)"}[(pick/len(in.w.nodes))%3]
+		at := 5 + (pick>>10)%100
+		in.kill(n, "to start it with a failing disk")
+		in.sleep(ctx, down)
+		return in.diskFault(ctx, n, action, at)
 	case StepFailpoint:
 		n := in.w.nodes[pick%len(in.w.nodes)]
 		point := clusterPoints[(pick/len(in.w.nodes))%len(clusterPoints)]
@@ -461,6 +469,35 @@ func (in *clusterInjector) failpointKill(ctx context.Context, n *node.Node, poin
 		}
 	}
 	return in.restart(ctx, n)
+}
+
+// diskFault starts the stopped node n with its at-th segment write failing as action
+// says (eio, enospc, or a 1.5 s sleep), lets it run 10 s, then kills and restarts it
+// (a replica whose write failed serves nothing of that partition until it restarts).
+// The disk fault's line runs from where the node said it acted to the restart.
+func (in *clusterInjector) diskFault(ctx context.Context, n *node.Node, action string, at int) error {
+	t0 := in.now()
+	if err := in.start(n, fmt.Sprintf("NARAD_FAILPOINTS=segment-after-write:%s@%d", action, at)); err != nil {
+		return err
+	}
+	if err := n.WaitReady(120 * time.Second); err != nil && n.Running() {
+		return fmt.Errorf("starting %s with a failing disk: %w", n.ID(), err)
+	}
+	in.fault(history.FaultRestart, t0, in.now(), n.ID(), "armed segment-after-write:"+action)
+	in.sleep(ctx, 10*time.Second)
+	in.kill(n, "after its disk fault")
+	fired := n.TakeFired()
+	end := in.now()
+	if err := in.restart(ctx, n); err != nil {
+		return err
+	}
+	for _, f := range fired {
+		in.fault(history.FaultDisk, firedAt(in.w.clk, f, end), in.now(), n.ID(), f.Name+": "+f.Action)
+	}
+	if len(fired) == 0 {
+		in.note("disk: %s's write %d was not reached in 10 s", n.ID(), at)
+	}
+	return nil
 }
 
 // start starts a stopped node with its clock offset, if a step gave it one. A drifting
