@@ -17,14 +17,15 @@ import (
 )
 
 // clusterChaosSteps is the make-test tier's fault schedule: 3 kills of a partition's
-// leader, 1 of the controller, a double failover, every node killed within 10 ms and a
-// node killed to have one of its replicas' files damaged (10 kill -9s in all), 2
+// leader, 1 of the controller, a double failover, every node killed within 10 ms, a
+// node killed to have one of its replicas' files damaged, and one killed to start with
+// a segment write failing (EIO or ENOSPC) or slow, then again (12 kill -9s in all), 2
 // SIGSTOPs past the election timeout, and a leader cut off the node plane both ways
 // (chaosnet). A node killed alone takes about 10 s to be ready again on a loaded
 // machine; the kill-all and the double failover restart their nodes together.
 var clusterChaosSteps = map[string]int{
 	workload.StepLeaderKill: 3, workload.StepControllerKill: 1, workload.StepDoubleFailover: 1, workload.StepKillAll: 1,
-	workload.StepPause: 2, workload.StepNetCut: 1, workload.StepCorrupt: 1,
+	workload.StepPause: 2, workload.StepNetCut: 1, workload.StepCorrupt: 1, workload.StepDisk: 1,
 }
 
 // runCluster runs w on a cluster of three nodes (chaosNet: nodes that poll a chaosnet
@@ -79,6 +80,25 @@ func TestClusterChaos(t *testing.T) {
 	es, err := history.Read(filepath.Join(res.Dir, "history.jsonl"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A failed segment write on a node (not a slow one) stops a replica's applying: it
+	// must hand its leadership over and be rebuilt from its group while the node runs.
+	failedWrites := 0
+	for _, e := range es {
+		if e.Kind == history.KindFault && e.Fault == history.FaultDisk && (strings.HasSuffix(e.Detail, ": eio") || strings.HasSuffix(e.Detail, ": enospc")) {
+			failedWrites++
+		}
+	}
+	if failedWrites > 0 {
+		logs, _ := filepath.Glob(filepath.Join(res.Dir, "node-*.log"))
+		rebuilt := 0
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			rebuilt += strings.Count(string(b), "failed a write while serving; it is set aside in damaged/ and rebuilt")
+		}
+		if rebuilt == 0 {
+			t.Errorf("%d segment writes failed on a node, and no replica was rebuilt", failedWrites)
+		}
 	}
 	for kind, want := range check.ClusterDoctorKinds {
 		doctored, what, err := check.DoctorCluster(es, kind)

@@ -473,7 +473,8 @@ func (in *clusterInjector) failpointKill(ctx context.Context, n *node.Node, poin
 
 // diskFault starts the stopped node n with its at-th segment write failing as action
 // says (eio, enospc, or a 1.5 s sleep), lets it run 10 s, then kills and restarts it
-// (a replica whose write failed serves nothing of that partition until it restarts).
+// (a replica whose write failed hands its leadership over and is rebuilt from its
+// group meanwhile).
 // The disk fault's line runs from where the node said it acted to the restart.
 func (in *clusterInjector) diskFault(ctx context.Context, n *node.Node, action string, at int) error {
 	t0 := in.now()

@@ -401,13 +401,14 @@ func (b *Broker) leaveLeadership(t *topic, i int) bool {
 }
 
 // rebuildReplica closes this node's replica of partition i of t, which met a damaged
-// record while it served (and no longer leads), and sets its data aside: the caller
+// record while it served or could not write a committed command (and no longer
+// leads), and sets its data aside: the caller
 // opens it again empty, and its group rebuilds it from the intact copies (applying its
 // log again, or restoring a snapshot and fetching the messages). If the data cannot be
 // set aside, the replica opens again as it is, and the next damaged record it meets
 // asks again.
 func (b *Broker) rebuildReplica(t *topic, i int, lp *partition.Partition) {
-	b.log.Error("a replica met a damaged record while serving; it is set aside in damaged/ and rebuilt from the partition's group",
+	b.log.Error("a replica met a damaged record or failed a write while serving; it is set aside in damaged/ and rebuilt from the partition's group",
 		"topic", t.name, "partition", i)
 	if old := t.openedAs[i]; old != "" {
 		b.repl.host.CloseGroup(old)

@@ -158,6 +158,14 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	// So does a replica a move adds (a learner, or a voter of a replica set changed
 	// since the group was made): bootstrapping it with today's voters would start a
 	// second history.
+	popts.OnFailed = func() {
+		if len(t.cur.Load().Placement[i].Replicas) > 1 {
+			// Its write of a committed command failed: its state stopped there, so it
+			// must not lead, and is rebuilt from the others (a disk still failing
+			// fails the reopening, and the group runs on without this replica).
+			t.markRebuild(i)
+		}
+	}
 	onDamaged := popts.OnDamaged
 	popts.OnDamaged = func(log string, n int) {
 		if onDamaged != nil {

@@ -68,6 +68,10 @@ type Options struct {
 	// served), "journal" for a settle record skipped by the replay on open. It must not
 	// block. Nil: not reported beyond the error log line.
 	OnDamaged func(log string, records int)
+	// OnFailed, for a replica, is called once when it stops applying the group's
+	// commands after a failed write (its state stops there until it is opened again);
+	// from the group's apply goroutine: it must not block.
+	OnFailed func()
 	// OnExpired is called with the number of leases that lapsed (their visibility
 	// timeout ended unacked), with the partition's lock held: it must only count.
 	OnExpired func(leases int)

@@ -431,8 +431,12 @@ func committedUnapplied(err error) error {
 }
 
 func (p *Partition) applyFailed(err error) any {
-	p.repl.failed.Store(true)
-	p.opts.Logger.Error("a replicated command could not be applied; this replica stops applying until the node restarts", "partition", p.opts.Index, "err", err)
+	if !p.repl.failed.Swap(true) {
+		p.opts.Logger.Error("a replicated command could not be applied; this replica stops applying until it is opened again", "partition", p.opts.Index, "err", err)
+		if p.opts.OnFailed != nil {
+			p.opts.OnFailed()
+		}
+	}
 	return appliedAppend{err: err}
 }
 

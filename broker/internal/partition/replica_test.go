@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -519,10 +520,11 @@ func TestReplicaDeliveredMarkNeverPastItsLogEnd(t *testing.T) {
 func TestReplicaApplyFailureAfterCommitIsAnUnknownOutcome(t *testing.T) {
 	g := &fakeGroup{}
 	var fss []*vfs.Mem
+	var failed atomic.Int32
 	for i := range 3 {
 		fs := vfs.NewMem()
 		fss = append(fss, fs)
-		p := mustOpen(t, fs, func(o *Options) { o.Group = member{g: g, i: i} })
+		p := mustOpen(t, fs, func(o *Options) { o.Group = member{g: g, i: i}; o.OnFailed = func() { failed.Add(1) } })
 		t.Cleanup(func() { _ = p.Close() })
 		g.replicas = append(g.replicas, p)
 	}
@@ -545,6 +547,9 @@ func TestReplicaApplyFailureAfterCommitIsAnUnknownOutcome(t *testing.T) {
 	errs := ps[0].Settle([]SettleReq{{Offset: ds[0].Record.Offset, Nonce: ds[0].Nonce}})
 	if err := errs[0]; !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrDiskFull) || errors.Is(err, ErrStorage) {
 		t.Errorf("an ack committed by the group on a leader that could not apply it answered %v; want an unknown outcome", err)
+	}
+	if n := failed.Load(); n != 1 {
+		t.Errorf("OnFailed was called %d times; want once, for the leader's failed write", n)
 	}
 	// Its state stopped at the failed write (the ack above is settled on the others):
 	// it leases nothing until it restarts and applies the group's log again.
