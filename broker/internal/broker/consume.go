@@ -29,12 +29,13 @@ type Delivered struct {
 // unreachable), a consume that may wait keeps trying until its wait ends and only
 // then answers the error: a short election is a slower answer, not a 503 the client
 // must retry.
-func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Duration) ([]Delivered, error) {
+func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Duration) (_ []Delivered, err error) {
 	arrived := time.Now()
 	t, err := b.lookup(name)
 	if err != nil {
 		return nil, err
 	}
+	defer func() { err = b.notGoneIfRecreated(t, err) }()
 	if wait > MaxWait {
 		wait = MaxWait
 	}

@@ -80,10 +80,14 @@ func (b *Broker) Produce(ctx context.Context, name string, msgs []Outgoing) ([]P
 // ProduceChecked is Produce with the checks of a produce-batch request that names the
 // topic's incarnation, carries copies from another cluster, or only validates (see
 // ProduceCheck).
-func (b *Broker) ProduceChecked(ctx context.Context, name string, chk ProduceCheck, msgs []Outgoing) ([]Produced, error) {
+func (b *Broker) ProduceChecked(ctx context.Context, name string, chk ProduceCheck, msgs []Outgoing) (_ []Produced, err error) {
 	t, err := b.lookup(name)
 	if err != nil {
 		return nil, err
+	}
+	if chk.Incarnation == "" {
+		// (A batch naming its incarnation is answered for that incarnation.)
+		defer func() { err = b.notGoneIfRecreated(t, err) }()
 	}
 	if err := b.checkProduce(t, chk); err != nil || chk.ValidateOnly {
 		return nil, err

@@ -6,11 +6,12 @@ import (
 
 // Read replays up to max messages of one partition from an offset (or, with fromTime,
 // from the first message at or after that Unix ms time) and returns where to continue.
-func (b *Broker) Read(ctx context.Context, name string, part int32, from *uint64, fromTimeMs *int64, max int) ([]Delivered, uint64, error) {
+func (b *Broker) Read(ctx context.Context, name string, part int32, from *uint64, fromTimeMs *int64, max int) (_ []Delivered, _ uint64, err error) {
 	t, err := b.lookupForRead(name)
 	if err != nil {
 		return nil, 0, err
 	}
+	defer func() { err = b.notGoneIfRecreated(t, err) }()
 	if part < 0 || int(part) >= len(t.parts()) {
 		return nil, 0, ErrPartitionNotFound
 	}

@@ -919,6 +919,27 @@ func errRecreated(topic string) error {
 	return fmt.Errorf("%w: topic %q was deleted and created again and the node this request came through has not caught up yet", ErrUnavailable, topic)
 }
 
+// notGoneIfRecreated answers for err, met while serving topic t: a "topic not found"
+// that this node took from its own view of t's incarnation (the holder of that
+// incarnation deleted it, or its partition here closed) while the name exists again as
+// a newer incarnation is a 503 to retry, not a 404 that tells the client a topic it may
+// use is gone. This node may be behind (it was paused, or cut off), so it catches up
+// with the controller first; if it cannot, the answer is 503 too.
+func (b *Broker) notGoneIfRecreated(t *topic, err error) error {
+	if err == nil || b.opts.Peers == nil || !errors.Is(err, ErrTopicNotFound) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), syncBound)
+	defer cancel()
+	if serr := b.meta.Sync(ctx); serr != nil {
+		return fmt.Errorf("%w: topic %q was not found where this node looked, and the controller could not be asked whether it exists again: %w", ErrUnavailable, t.name, serr)
+	}
+	if m, ok := b.meta.Topic(t.name); ok && m.Incarnation != t.incarnation {
+		return errRecreated(t.name)
+	}
+	return err
+}
+
 // childAsOf returns the child a lag request names, waiting a little for this node's
 // metadata to reach the attach the entry node saw.
 func (b *Broker) childAsOf(ctx context.Context, req *dataReq) (meta.Topic, error) {

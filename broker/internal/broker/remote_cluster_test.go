@@ -515,3 +515,62 @@ func TestDeleteWithAnUnreachableHolderAnswers(t *testing.T) {
 		t.Errorf("narad_topic_deletes_unconfirmed_total is %v; want 1", n)
 	}
 }
+
+// TestConsumeOnANodeBehindARecreateIsNotANotFound: a node cut off from the controller's
+// log while a topic was deleted and created again still serves the old incarnation; a
+// consume waiting there ends when the node catches up and closes it. The topic exists
+// (anew), so the answer is "retry" (503), not a 404 that ends the client's consumer
+// (the cluster tier saw it after a pause).
+func TestConsumeOnANodeBehindARecreateIsNotANotFound(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	leader := -1
+	for k, b := range bs {
+		if b.meta.Leader() {
+			leader = k
+		}
+	}
+	// One partition, held by a node that is not the controller: the consume waits on
+	// it alone.
+	name, h := "", leader
+	for i := 0; h == leader; i++ {
+		name = fmt.Sprintf("behind%d", i)
+		if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: name, Partitions: ptr[int32](1)}); err != nil {
+			t.Fatal(err)
+		}
+		h = holderIndex(t, bs, name, 0)
+	}
+	pollUntil(t, "the node to open the topic", func() error { _, err := bs[h].lookupLocal(name); return err })
+	done := make(chan error, 1)
+	go func() {
+		_, err := bs[h].Consume(ctx, name, 1, 40*time.Second)
+		done <- err
+	}()
+	pollUntil(t, "the consume to wait on the topic", func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("the consume ended at once: %v", err)
+		default:
+		}
+		if bs[h].longPolls.Load() == 0 {
+			return errors.New("not waiting yet")
+		}
+		return nil
+	})
+	_, undo := plane.cutReplication(t, bs, h)
+	defer undo()
+	asAClient(t, "delete the topic", func() error { return bs[leader].DeleteTopic(ctx, name, 0) }, ErrTopicNotFound)
+	asAClient(t, "create the topic again", func() error {
+		_, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: name, Partitions: ptr[int32](1)})
+		return err
+	}, ErrTopicExists)
+	undo()
+	select {
+	case err := <-done:
+		if errors.Is(err, ErrTopicNotFound) || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("a consume on a node that caught up with a delete and a create answered %v; want unavailable (retry)", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the consume did not end when its node closed the deleted incarnation")
+	}
+}
