@@ -738,7 +738,7 @@ func TestReplicationBitFlipRepaired(t *testing.T) {
 			t.Errorf("message g%d not delivered after the leader met its damaged copy", i)
 		}
 	}
-	if !strings.Contains(victim.Log(), "met a damaged record while serving") {
+	if !strings.Contains(victim.Log(), "met a damaged record or failed a write while serving") {
 		t.Fatal("the leader did not report the damaged record it met")
 	}
 	if v, _ := metricValue(victim.api, `narad_replica_rebuilds_total{topic="flip"}`); v != 2 {

@@ -41,7 +41,7 @@ func TestRebuildDropsTheReplicasSkips(t *testing.T) {
 		`time=x level=ERROR msg="a damaged message is skipped: it is never delivered and counts as settled" topic=orders partition=1 partition=1 offset=7 err=x`,
 		`time=x level=ERROR msg="a replica's data is damaged; it is set aside in damaged/ and rebuilt from the partition's group" topic=orders.later partition=0 damaged_records=0 damaged_settle_records=1`,
 		`time=x level=ERROR msg="a damaged message is skipped: it is never delivered and counts as settled" topic=orders partition=2 partition=2 offset=9 err=x`,
-		`time=x level=ERROR msg="a replica met a damaged record while serving; it is set aside in damaged/ and rebuilt from the partition's group" topic=orders partition=2`,
+		`time=x level=ERROR msg="a replica met a damaged record or failed a write while serving; it is set aside in damaged/ and rebuilt from the partition's group" topic=orders partition=2`,
 	} {
 		if _, err := io.WriteString(w, line+"\n"); err != nil {
 			t.Fatal(err)
