@@ -249,6 +249,7 @@ type window struct{ start, end int64 }
 
 // Check checks a history.
 func Check(es []history.Entry) *Report {
+	es = withUnansweredIntents(es)
 	r := &Report{MessagesByTopic: map[string]int{}, Faults: map[string]int{}, FailpointKills: map[string]int{}, Lost: map[string]int{},
 		Duplicates: map[string]int{}, Violations: map[string]int{}, Latency: map[string][2]string{}, Incarnations: map[string]int{}}
 	var run history.RunInfo
@@ -1246,4 +1247,49 @@ func produceMayHaveStored(e history.Entry) bool {
 		return e.Batch && partlyStored(e)
 	}
 	return e.Status >= 500
+}
+
+// withUnansweredIntents returns es with a produce line for every message an intent line
+// announced and no produce line of the same client, topic, message and attempt
+// answered: the run died (or was stopped) while it was on its way, so it was sent
+// without an answer, which may have stored it. Its end is the history's last moment.
+func withUnansweredIntents(es []history.Entry) []history.Entry {
+	type key struct {
+		client, topic, msg string
+		attempt            int
+	}
+	answered := map[key]bool{}
+	var last int64
+	intents := 0
+	for _, e := range es {
+		last = max(last, e.Call, e.Return)
+		switch {
+		case e.Kind == history.KindIntent:
+			intents++
+		case e.Kind == history.KindOp && e.Op == history.OpProduce:
+			answered[key{e.Client, e.Topic, e.Msg, e.Attempt}] = true
+		}
+	}
+	if intents == 0 {
+		return es
+	}
+	out := make([]history.Entry, 0, len(es))
+	for _, e := range es {
+		if e.Kind != history.KindIntent {
+			out = append(out, e)
+			continue
+		}
+		ids := e.IDs
+		if e.Msg != "" {
+			ids = []string{e.Msg}
+		}
+		for _, id := range ids {
+			if !answered[key{e.Client, e.Topic, id, e.Attempt}] {
+				out = append(out, history.Entry{Kind: history.KindOp, Client: e.Client, Op: history.OpProduce, Topic: e.Topic, Msg: id,
+					Attempt: e.Attempt, Batch: e.Batch, Call: e.Call, Return: last, Partition: -1, Offset: -1,
+					Err: "sent; the run ended before its answer was recorded"})
+			}
+		}
+	}
+	return out
 }

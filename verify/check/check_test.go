@@ -438,3 +438,26 @@ func TestBatchPartlyStoredBeforeItsTopicWasDeleted(t *testing.T) {
 		}
 	}
 }
+
+// TestIntentWithoutAnAnswer: a produce whose intent line is in the history but whose
+// answer is not (the run died with it on its way) was sent without an answer: its
+// message may be delivered, and is not lost if it never is.
+func TestIntentWithoutAnAnswer(t *testing.T) {
+	intent := history.Entry{Kind: history.KindIntent, Client: "p0", Op: history.OpProduce, Topic: "orders", Msg: "a", Attempt: 1, Call: 0}
+	delivered := newH()
+	delivered.es = append(delivered.es, intent)
+	delivered.deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204)
+	if r := Check(delivered.es); r.Unexpected != 0 {
+		t.Errorf("a message sent without a recorded answer and delivered counted unexpected (%v)", r.Examples)
+	}
+	silent := newH()
+	silent.es = append(silent.es, intent)
+	if r := Check(silent.es); len(r.Lost) != 0 || r.Produced != 1 {
+		t.Errorf("a message sent without a recorded answer, never delivered: lost %v, attempts %d; want none lost, one attempt", r.Lost, r.Produced)
+	}
+	answered := newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204)
+	answered.es = append(answered.es, history.Entry{Kind: history.KindIntent, Client: answered.es[len(answered.es)-3].Client, Op: history.OpProduce, Topic: "orders", Msg: "a", Call: 0})
+	if r := Check(answered.es); r.Produced != 1 || !r.OK() {
+		t.Errorf("an answered intent added an attempt (%d) or a finding (%v)", r.Produced, r.Violations)
+	}
+}

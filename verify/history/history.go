@@ -23,6 +23,10 @@ const (
 	KindFault = "fault" // one injected fault
 	KindStats = "stats" // one partition's markers, read from GET /v1/topics/{t}
 	KindPhase = "phase" // a phase of the run began (faults, drain, done)
+	// KindIntent is written before a produce is sent (Msg, or IDs for a batch; Client,
+	// Topic, Attempt): a run that dies before the answer's line still shows the attempt,
+	// which the checker then counts as sent without an answer.
+	KindIntent = "intent"
 )
 
 // Operations.

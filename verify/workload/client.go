@@ -169,6 +169,7 @@ func (c *client) produce(ctx context.Context, topic, id, key string, pad string,
 		q.Set("key", key)
 	}
 	body, _ := json.Marshal(payload{ID: id, Pad: pad})
+	c.rec.Add(history.Entry{Kind: history.KindIntent, Client: c.name, Op: history.OpProduce, Topic: topic, Msg: id, Attempt: try, Call: c.clk.Now(), Partition: -1, Offset: -1})
 	r := c.do(ctx, http.MethodPost, "/v1/topics/"+topic+"/produce", q, body, "application/json", opTimeout)
 	e := c.opEntry(history.OpProduce, topic, r)
 	e.Msg, e.Key, e.Attempt = id, key, try
@@ -196,6 +197,7 @@ func (c *client) produceBatch(ctx context.Context, topic string, ids, keys []str
 		msgs[i] = outMsg{Payload: payload{ID: ids[i], Pad: pad}, Key: keys[i]}
 	}
 	body, _ := json.Marshal(map[string]any{"messages": msgs})
+	c.rec.Add(history.Entry{Kind: history.KindIntent, Client: c.name, Op: history.OpProduce, Topic: topic, IDs: ids, Attempt: try, Batch: true, Call: c.clk.Now(), Partition: -1, Offset: -1})
 	r := c.do(ctx, http.MethodPost, "/v1/topics/"+topic+"/produce-batch", nil, body, "application/json", opTimeout)
 	var res struct {
 		Results []produced `json:"results"`
