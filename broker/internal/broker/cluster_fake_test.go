@@ -28,6 +28,8 @@ type fakePlane struct {
 	// refuseMeta, when it returns true for a control-plane request's kind, that request
 	// is not delivered.
 	refuseMeta func(kind string) bool
+	// seeMeta, when set, sees every control-plane request's body first.
+	seeMeta func(body []byte)
 }
 
 func (p *fakePlane) broker(addr string) *Broker {
@@ -42,8 +44,11 @@ func (p *fakePlane) Forward(ctx context.Context, addr raft.ServerAddress, req []
 		return nil, fmt.Errorf("%w: %s is not open", meta.ErrNotDelivered, addr)
 	}
 	p.mu.Lock()
-	refuse := p.refuseMeta
+	refuse, see := p.refuseMeta, p.seeMeta
 	p.mu.Unlock()
+	if see != nil {
+		see(req)
+	}
 	if refuse != nil {
 		var r struct{ Kind string }
 		_ = json.Unmarshal(req, &r)

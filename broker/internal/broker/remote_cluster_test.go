@@ -2,8 +2,10 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -572,5 +574,52 @@ func TestConsumeOnANodeBehindARecreateIsNotANotFound(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the consume did not end when its node closed the deleted incarnation")
+	}
+}
+
+// TestDeleteIsPinnedToTheCurrentIncarnation: a delete that names no incarnation is sent
+// to the controller for the incarnation the name has when it is asked, so a delete that
+// reaches the controller late (the chaos tier saw one delete a topic created after its
+// caller had been answered "outcome unknown") cannot delete a newer topic.
+func TestDeleteIsPinnedToTheCurrentIncarnation(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	f := -1
+	for k, b := range bs {
+		if !b.meta.Leader() {
+			f = k
+		}
+	}
+	created, err := bs[f].CreateTopic(ctx, TopicSpec{Name: "pinned", Partitions: ptr[int32](1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var cmds []string
+	plane.mu.Lock()
+	plane.seeMeta = func(body []byte) {
+		var r struct{ Cmd []byte }
+		if json.Unmarshal(body, &r) == nil && len(r.Cmd) > 0 {
+			mu.Lock()
+			cmds = append(cmds, string(r.Cmd))
+			mu.Unlock()
+		}
+	}
+	plane.mu.Unlock()
+	asAClient(t, "delete the topic", func() error { return bs[f].DeleteTopic(ctx, "pinned", 0) }, ErrTopicNotFound)
+	mu.Lock()
+	defer mu.Unlock()
+	want := fmt.Sprintf(`"incarnation":%d`, created.Incarnation)
+	found := false
+	for _, c := range cmds {
+		if strings.Contains(c, `"delete_topic"`) {
+			found = true
+			if !strings.Contains(c, want) {
+				t.Errorf("the delete went to the controller as %s; want it pinned to incarnation %d", c, created.Incarnation)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no delete_topic command was forwarded (saw %d commands)", len(cmds))
 	}
 }

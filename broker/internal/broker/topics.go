@@ -258,6 +258,22 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string, incarnation uint6
 	if err := checkName(name); err != nil {
 		return err
 	}
+	if incarnation == 0 && b.opts.Peers != nil {
+		// Pinned to the incarnation the name has now, as the controller knows it: a
+		// delete that reaches the controller late (its caller was told "outcome
+		// unknown" and moved on) must not delete a topic created under the name since.
+		sctx, cancel := context.WithTimeout(ctx, syncBound)
+		serr := b.meta.Sync(sctx)
+		cancel()
+		if serr != nil {
+			return fmt.Errorf("%w: the controller could not be asked which topic %q is: %w", ErrUnavailable, name, serr)
+		}
+		cur, ok := b.meta.Topic(name)
+		if !ok {
+			return ErrTopicNotFound
+		}
+		incarnation = cur.Incarnation
+	}
 	m, index, err := b.meta.DeleteTopic(name, incarnation)
 	if err != nil {
 		return mapMetaErr(err)

@@ -115,6 +115,10 @@ export interface paths {
          *     404 (or 410 once a new topic of the same name exists); a topic created later under
          *     the same name is a new, empty topic with a new `incarnation`.
          *
+         *     It deletes the incarnation the name has when the request is taken, as the
+         *     controller knows it: a delete answered `503 timeout` that completes later never
+         *     deletes a topic created under the name since.
+         *
          *     In a cluster the answer waits until a majority of every partition's replicas
          *     have applied the delete and closed their copy, so a produce sent after the 204
          *     is never stored in the deleted topic. A replica that cannot be reached is waited
