@@ -162,6 +162,12 @@ func TestClockSteps(t *testing.T) {
 		// ahead at 0.5 s; gaining 0.1 s a second, 0.15 s.
 		{"cluster: a drifting node ahead copies early, by what it gained", delayH(500*msec, 1500).nodeDrift(-s, "n2", 0, 1), ""},
 		{"cluster: early by more than a drift gained", delayH(500*msec, 1500).nodeDrift(-s, "n2", 0, 0.1), "delay-early"},
+		// The drifting process started after its line: 4 % of up to 2 s is 80 ms either
+		// way. 440 ms ahead at -1 s and gaining 40 ms a second, n2 is at most 500 ms
+		// ahead by 0.5 s, 580 ms with the slack: a copy stamped 568 ms early is legal
+		// only with it; one stamped 698 ms early is not.
+		{"cluster: a drifting node's start slack", delayH(500*msec, 1430).nodeDrift(-s, "n2", 440*msec, 0.04), ""},
+		{"cluster: early by more than a drift's start slack", delayH(500*msec, 1300).nodeDrift(-s, "n2", 440*msec, 0.04), "delay-early"},
 		{"timestamps back within a partition", newH().produce("a", 0, 0).produce("b", 1, msec).
 			op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "a", Offset: 0, Handle: "h1", Call: 10 * msec, Status: 200, Timestamp: 5000}).
 			op(history.Entry{Op: history.OpConsume, Topic: "orders", Msg: "b", Offset: 1, Handle: "h2", Call: 10 * msec, Status: 200, Timestamp: 4000}), "timestamp-backwards"},

@@ -1,7 +1,9 @@
 package check
 
 import (
+	"math"
 	"sort"
+	"time"
 
 	"github.com/narad-mq/narad/verify/history"
 )
@@ -176,16 +178,32 @@ func (c clockTimeline) span(a, b int64) (lo, hi int64) {
 		}
 		lo, hi = min(lo, off), max(hi, off)
 	}
+	// A drifting line is written before its process starts, and the process's clock
+	// drifts from its own start, up to startSlack later: its offset is within
+	// |drift| × startSlack of the line's at any moment.
+	seeLine := func(l clockLine, t int64) {
+		o := l.offAt(t)
+		if l.drift != 0 {
+			slack := int64(math.Abs(l.drift) * float64(startSlack))
+			see(o - slack)
+			see(o + slack)
+			return
+		}
+		see(o)
+	}
 	for _, l := range cur {
-		see(l.offAt(a))
-		see(l.offAt(b))
+		seeLine(l, a)
+		seeLine(l, b)
 	}
 	for ; i < len(c) && c[i].at <= b; i++ {
-		see(c[i].offAt(c[i].at))
-		see(c[i].offAt(b))
+		seeLine(c[i], c[i].at)
+		seeLine(c[i], b)
 	}
 	return lo, hi
 }
+
+// startSlack bounds how long after its clock line a node's process starts.
+const startSlack = int64(2 * time.Second)
 
 // early is how much earlier than by the run's own clock a node may see a message reach
 // an age (its delay, its retention), when the message was stamped during
