@@ -3,6 +3,7 @@ package raftetcd
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -160,11 +161,19 @@ func TestSnapshotsCompactAndBringANewReplicaUp(t *testing.T) {
 	write := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := hosts[leader()].Propose(ctx, g, []byte(fmt.Sprintf("v%04d", i)))
-			cancel()
-			if err != nil {
-				t.Fatalf("write %d: %v", i, err)
+			// As a client would: a leader that lost its leadership before taking the
+			// write (an election on a loaded machine) did not take it; send it to the
+			// next leader, a few times at most.
+			for changes := 0; ; changes++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := hosts[leader()].Propose(ctx, g, []byte(fmt.Sprintf("v%04d", i)))
+				cancel()
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, ErrNotLeader) || changes == 5 {
+					t.Fatalf("write %d: %v", i, err)
+				}
 			}
 		}
 	}
