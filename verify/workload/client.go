@@ -256,6 +256,16 @@ func handleIncarnation(h string) int64 {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// payloadID is the message id a payload carries, or "?" and the start of a payload
+// that carries none (the checker then finds it unexpected).
+func payloadID(raw json.RawMessage) string {
+	var p payload
+	if err := json.Unmarshal(raw, &p); err != nil || p.ID == "" {
+		return "?" + truncate(string(raw), 60)
+	}
+	return p.ID
+}
+
 func (c *client) deliveryEntry(topic string, r result, m message, batch bool) (history.Entry, delivery) {
 	e := c.opEntry(history.OpConsume, topic, r)
 	e.Partition, e.Offset, e.Handle, e.Attempt, e.Timestamp, e.Batch = m.Partition, m.Offset, m.Handle, m.Attempt, m.Timestamp, batch
@@ -263,12 +273,7 @@ func (c *client) deliveryEntry(topic string, r result, m message, batch bool) (h
 	if m.Key != nil {
 		e.Key = *m.Key
 	}
-	var p payload
-	if err := json.Unmarshal(m.Payload, &p); err != nil || p.ID == "" {
-		e.Msg = "?" + truncate(string(m.Payload), 60)
-	} else {
-		e.Msg = p.ID
-	}
+	e.Msg = payloadID(m.Payload)
 	if m.Topic != topic {
 		e.Err = "delivered with topic " + m.Topic
 	}
@@ -342,12 +347,7 @@ func (c *client) read(ctx context.Context, topic string, p int32, from int64, ma
 	for _, m := range rng.Messages {
 		e := c.opEntry(history.OpRead, topic, r)
 		e.Partition, e.Offset, e.Timestamp = m.Partition, m.Offset, m.Timestamp
-		var pl payload
-		if err := json.Unmarshal(m.Payload, &pl); err != nil || pl.ID == "" {
-			e.Msg = "?" + truncate(string(m.Payload), 60)
-		} else {
-			e.Msg = pl.ID
-		}
+		e.Msg = payloadID(m.Payload)
 		if m.Partition != p {
 			e.Err = fmt.Sprintf("read from partition %d, returned as partition %d", p, m.Partition)
 		}

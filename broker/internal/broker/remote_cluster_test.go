@@ -447,12 +447,7 @@ func asAClient(t *testing.T, what string, write func() error, done error) {
 func TestProduceAfterDeleteIsNotStoredInTheDeletedTopic(t *testing.T) {
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
-	leader := -1
-	for k, b := range bs {
-		if b.meta.Leader() {
-			leader = k
-		}
-	}
+	leader := controllerIndex(bs)
 	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "fenced", Partitions: ptr[int32](6)}); err != nil {
 		t.Fatal(err)
 	}
@@ -486,12 +481,7 @@ func TestProduceAfterDeleteIsNotStoredInTheDeletedTopic(t *testing.T) {
 func TestDeleteWithAnUnreachableHolderAnswers(t *testing.T) {
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
-	leader := -1
-	for k, b := range bs {
-		if b.meta.Leader() {
-			leader = k
-		}
-	}
+	leader := controllerIndex(bs)
 	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "cutoff", Partitions: ptr[int32](6)}); err != nil {
 		t.Fatal(err)
 	}
@@ -526,12 +516,7 @@ func TestDeleteWithAnUnreachableHolderAnswers(t *testing.T) {
 func TestConsumeOnANodeBehindARecreateIsNotANotFound(t *testing.T) {
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
-	leader := -1
-	for k, b := range bs {
-		if b.meta.Leader() {
-			leader = k
-		}
-	}
+	leader := controllerIndex(bs)
 	// One partition, held by a node that is not the controller: the consume waits on
 	// it alone.
 	name, h := "", leader
@@ -622,4 +607,14 @@ func TestDeleteIsPinnedToTheCurrentIncarnation(t *testing.T) {
 	if !found {
 		t.Fatalf("no delete_topic command was forwarded (saw %d commands)", len(cmds))
 	}
+}
+
+// controllerIndex is which broker of bs leads the control plane (-1: none).
+func controllerIndex(bs []*Broker) int {
+	for k, b := range bs {
+		if b.meta.Leader() {
+			return k
+		}
+	}
+	return -1
 }
