@@ -218,7 +218,7 @@ test-verify: ## Kill loop (>= 20 kill -9, half at failpoints) and a 3-node clust
 
 MOVE_PARTIES ?= controller leader source target
 MOVE_PHASES ?= copying switching
-chaos-cluster: ## About 1 h 15 min, as root: 10 seeds of 5 nodes in network namespaces under every cluster fault (iptables cuts, deaf and mute leaders, splits, loss; kills, pauses, wipes, kill-all, damaged files, clock skew), then a partition move under load with each party killed at each phase, then the slower membership tests (tag cluster)
+chaos-cluster: ## About 1 h 15 min, as root: 10 seeds of 5 nodes in network namespaces under every cluster fault (iptables cuts, deaf and mute leaders, splits, loss; kills, pauses, wipes, kill-all, damaged files, clock skew, moves with a party killed, under the checker), then a partition move under load with each party killed at each phase, then the slower membership tests (tag cluster)
 	$(MAKE) -C verify chaos-cluster-netns
 	@set -e; for party in $(MOVE_PARTIES); do for phase in $(MOVE_PHASES); do \
 		echo "== move: kill the $$party while $$phase"; \

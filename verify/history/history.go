@@ -76,6 +76,11 @@ const (
 	// the node or nodes, comma-separated; Detail: the rules). The window reaches to when
 	// the rules were lifted and the nodes read that.
 	FaultNet = "net"
+	// FaultMove: a partition replica moved from one node to another under load (POST
+	// /v1/cluster/moves; Target: the node that got it, Detail: the move and how it
+	// ended). It excuses nothing: a move is planned, and the leader changes it makes
+	// show in the epochs as any other does.
+	FaultMove = "move"
 )
 
 // KindReplica is a line written after a cluster run stopped: one node's replica of one

@@ -424,9 +424,10 @@ type PartitionStats struct {
 	Backlog       int64 `json:"backlog"`
 	// In a cluster: the partition's leader and its term, each follower's progress, and
 	// whether the node holding it could be reached (false: the counters are zeros).
-	Leader    string `json:"leader"`
-	Epoch     int64  `json:"epoch"`
-	Available *bool  `json:"available"`
+	Leader    string   `json:"leader"`
+	Epoch     int64    `json:"epoch"`
+	Available *bool    `json:"available"`
+	Replicas  []string `json:"replicas"`
 	Followers []struct {
 		Node  string `json:"node"`
 		Match int64  `json:"match_offset"`

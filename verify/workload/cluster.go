@@ -50,11 +50,12 @@ const (
 	StepRolling        = "rolling-restart" // stop every node with SIGTERM and start it again, one at a time, each back and the cluster healthy before the next
 	StepDisk           = "disk"            // kill -9 a node, start it with one segment write failing (EIO or ENOSPC) or slow (1.5 s), keep it running 10 s, then kill and restart it
 	StepFailpoint      = "failpoint-kill"  // kill -9 a node, start it armed to kill itself at a named point of its storage (a replica's append or settle applied, a segment write), then again unarmed
+	StepMove           = "move"            // move a partition's replica (its leader's too) to a node that holds none, under load; two times in three kill -9 a party of it (controller, leader, source or target) while it copies or switches; wait until it ends
 )
 
 // ClusterSteps lists every step kind.
 var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
-	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling, StepFailpoint, StepDisk}
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling, StepFailpoint, StepDisk, StepMove}
 
 // ParseSteps reads "kind=count,..." (an empty string: no steps).
 func ParseSteps(s string) (map[string]int, error) {
@@ -108,7 +109,8 @@ type ClusterFaultConfig struct {
 // Kills counts the steps' kill -9s (a double failover kills two nodes, a kill-all all).
 func (c ClusterFaultConfig) Kills(nodes int) int {
 	s := c.Steps
-	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll] + 2*s[StepFailpoint] + 2*s[StepDisk]
+	// Two moves in three kill a party of theirs (an estimate: the party is drawn).
+	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll] + 2*s[StepFailpoint] + 2*s[StepDisk] + 2*s[StepMove]/3
 }
 
 // Schedule returns the steps in the order a seed gives them.
@@ -350,6 +352,8 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		return in.restartAll(ctx, down, in.restartOrder(len(down)), jitter, "double failover")
 	case StepKillAll:
 		return in.killAll(ctx, jitter)
+	case StepMove:
+		return in.move(ctx, pick, down)
 	case StepRolling:
 		return in.rolling(ctx)
 	case StepDisk:
@@ -1253,4 +1257,154 @@ func writeAt(path string, b []byte, off int64) error {
 		err = cerr
 	}
 	return err
+}
+
+// moveParties are whom a move step kills while the move is under way ("": nobody), as
+// the move-kill matrix of make chaos-cluster does, but under the checker.
+var moveParties = []string{"", "controller", "leader", "source", "target", "leader"}
+
+// move moves the replica of the pick-th partition (of a topic that is not recreated)
+// held by one of its nodes to a node that holds none, under load, through POST
+// /v1/cluster/moves; the party the pick draws is killed -9 while the move copies or
+// switches, and restarted after down. It waits until the move ended (3 minutes at
+// most): a move left under way at the end of a run would leave one replica too many.
+func (in *clusterInjector) move(ctx context.Context, pick int, down time.Duration) error {
+	var ps [][2]any
+	for _, t := range in.w.cfg.Topics() {
+		for p := 0; p < t.Partitions && !t.Recreated; p++ {
+			ps = append(ps, [2]any{t.Name, p})
+		}
+	}
+	x := ps[pick%len(ps)]
+	topic, p := x[0].(string), x[1].(int)
+	st, ok := in.topicState(ctx, topic)
+	if !ok || p >= len(st) || len(st[p].Replicas) == 0 {
+		in.note("move: %s/%d's replicas could not be read; skipped", topic, p)
+		return nil
+	}
+	reps := slices.Sorted(slices.Values(st[p].Replicas))
+	var spare []string
+	for _, n := range in.w.nodes {
+		if !slices.Contains(reps, n.ID()) && n.Running() {
+			spare = append(spare, n.ID())
+		}
+	}
+	if len(spare) == 0 {
+		in.note("move: every running node holds %s/%d already; skipped", topic, p)
+		return nil
+	}
+	from, to := reps[(pick>>4)%len(reps)], spare[(pick>>8)%len(spare)]
+	party := moveParties[(pick>>12)%len(moveParties)]
+	phase := []string{"copying", "switching"}[(pick>>16)%2]
+	what := fmt.Sprintf("%s/%d from %s to %s", topic, p, from, to)
+	if from == st[p].Leader {
+		what += " (its leader's replica)"
+	}
+	t0 := in.now()
+	id, err := in.startMove(ctx, topic, p, from, to)
+	if err != nil {
+		in.note("move of %s: %v; skipped", what, err)
+		return nil
+	}
+	if party != "" {
+		status := in.waitMove(ctx, id, 60*time.Second, func(s string) bool { return s != "copying" || phase == "copying" })
+		var victim string
+		switch party {
+		case "controller":
+			victim = in.controller(ctx)
+		case "leader":
+			victim = in.leaderOf(ctx, topic, p, "")
+		case "source":
+			victim = from
+		case "target":
+			victim = to
+		}
+		if victim != "" && in.byID[victim] != nil && in.byID[victim].Running() {
+			role := fmt.Sprintf("the %s of the move of %s, while %s", party, what, status)
+			what += fmt.Sprintf("; the %s (%s) killed while the move was %s", party, victim, status)
+			if err := in.killRestart(ctx, victim, role, down); err != nil {
+				return err
+			}
+		}
+	}
+	status := in.waitMove(ctx, id, 3*time.Minute, func(s string) bool { return s == "done" || s == "cancelled" || s == "failed" })
+	in.fault(history.FaultMove, t0, in.now(), to, what+": "+status)
+	if status != "done" {
+		in.note("move of %s ended %s", what, status)
+	}
+	return ctx.Err()
+}
+
+type moveView struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Reason string `json:"reason"`
+}
+
+// startMove asks for the move until a node answers 202 (a retry of the same move
+// answers the same move), 30 s at most; a 4xx is final.
+func (in *clusterInjector) startMove(ctx context.Context, topic string, p int, from, to string) (string, error) {
+	body := map[string]any{"topic": topic, "partition": p, "from": from, "to": to}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := in.c.admin(ctx, http.MethodPost, "/v1/cluster/moves", body)
+		var m moveView
+		switch {
+		case r.status == http.StatusAccepted && json.Unmarshal(r.body, &m) == nil && m.ID != "":
+			return m.ID, nil
+		case r.status >= 400 && r.status < 500:
+			return "", errors.New(r.err)
+		case time.Now().After(deadline) || ctx.Err() != nil:
+			return "", fmt.Errorf("no node started it within 30 s (last: %d %s)", r.status, r.err)
+		}
+		in.sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// waitMove polls the move through any running node until its status satisfies done
+// (or bound passes) and returns the last status seen ("unknown" if none).
+func (in *clusterInjector) waitMove(ctx context.Context, id string, bound time.Duration, done func(string) bool) string {
+	status := "unknown"
+	deadline := time.Now().Add(bound)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, n := range in.w.nodes {
+			if !n.Running() || n.Paused() {
+				continue
+			}
+			if m, ok := readMove(ctx, n.URL(), id); ok {
+				status = m.Status
+				if m.Reason != "" {
+					status += " (" + m.Reason + ")"
+				}
+				if done(m.Status) {
+					return status
+				}
+				break
+			}
+		}
+		in.sleep(ctx, 100*time.Millisecond)
+	}
+	return status
+}
+
+// readMove reads one move from GET /v1/cluster/moves through base.
+func readMove(ctx context.Context, base, id string) (moveView, bool) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/cluster/moves", nil)
+	resp, err := probe.Do(req)
+	if err != nil {
+		return moveView{}, false
+	}
+	defer resp.Body.Close()
+	var l struct {
+		Moves []moveView `json:"moves"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&l) != nil {
+		return moveView{}, false
+	}
+	for _, m := range l.Moves {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return moveView{}, false
 }
