@@ -709,7 +709,7 @@ type PartitionStats struct {
 	// AckedAhead Messages at or past the frontier already settled.
 	AckedAhead int64 `json:"acked_ahead"`
 
-	// Available False when the node holding the partition could not be reached (in a cluster): the partition answers 503 for now, and its counters above are unknown and given as 0. True otherwise.
+	// Available False when the node holding the partition could not be reached (in a cluster), or its replica failed a write and is handing its leadership over: the partition answers 503 for now, and its counters above are unknown and given as 0. True otherwise.
 	Available *bool `json:"available,omitempty"`
 
 	// Backlog Messages not yet settled (high watermark − frontier − acked ahead).

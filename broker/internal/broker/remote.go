@@ -518,6 +518,9 @@ func (b *Broker) readOn(ctx context.Context, t *topic, p int, from uint64, fromT
 }
 
 func readLocal(p *partition.Partition, from uint64, fromTimeMs *int64, limit int) ([]segment.Record, uint64, queue.Stats, error) {
+	if p.Failed() {
+		return nil, from, queue.Stats{}, errFailedReplica
+	}
 	if fromTimeMs != nil {
 		o, err := p.OffsetForTime(*fromTimeMs)
 		if err != nil {
@@ -535,15 +538,28 @@ func (b *Broker) statsOf(ctx context.Context, t *topic, p int) (queue.Stats, err
 	return st, err
 }
 
+// errFailedReplica answers for the counters of a leader whose replica failed a write:
+// its state stopped there, so they would be stale markers (a high watermark below what
+// its group committed). It hands its leadership over within moments.
+var errFailedReplica = fmt.Errorf("%w: the replica leading this partition failed a write and hands its leadership over", ErrUnavailable)
+
 // statsAndReplicas is statsOf with, for a replicated partition, its replication state
 // as its leader sees it.
 func (b *Broker) statsAndReplicas(ctx context.Context, t *topic, p int) (queue.Stats, *ReplicaInfo, error) {
 	var st queue.Stats
 	var ri *ReplicaInfo
+	var lerr error
 	resp, err := b.route(ctx, t, p, b.dataReq(t, dataStats, p), remoteCallTimeout, func(lp *partition.Partition) bool {
+		if lp.Failed() {
+			lerr = errFailedReplica
+			return true
+		}
 		st, ri = lp.Stats(), b.localReplicaInfo(t, p)
 		return true
 	})
+	if err == nil {
+		err = lerr
+	}
 	if err != nil {
 		return queue.Stats{}, nil, err
 	}
@@ -595,7 +611,11 @@ func (b *Broker) allStatsAndReplicas(ctx context.Context, t *topic) ([]queue.Sta
 	var remote []int
 	for i := range t.parts() {
 		if t.leads(i) {
-			out[i], ris[i] = t.parts()[i].Stats(), b.localReplicaInfo(t, i)
+			if lp := t.parts()[i]; lp.Failed() {
+				errs[i] = errFailedReplica
+			} else {
+				out[i], ris[i] = lp.Stats(), b.localReplicaInfo(t, i)
+			}
 			continue
 		}
 		remote = append(remote, i)
@@ -673,8 +693,12 @@ func (b *Broker) serveStatsBatch(t *topic, req *dataReq) *dataResp {
 		a := partStats{Part: i}
 		// One look at the replica: it may leave this node (a move) between two.
 		if lp := t.parts()[i]; lp != nil && lp.Leading() {
-			st := lp.Stats()
-			a.Stats, a.Repl = &st, b.localReplicaInfo(t, int(i))
+			if lp.Failed() {
+				a.Err = toWireErr(errFailedReplica)
+			} else {
+				st := lp.Stats()
+				a.Stats, a.Repl = &st, b.localReplicaInfo(t, int(i))
+			}
 		} else {
 			a.Err = b.notLeader(t, int(i), partition.ErrNotLeader)
 		}
@@ -846,6 +870,10 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 		resp.Records, resp.Start, st, err = readLocal(p, req.Offset, req.FromTimeMs, req.Limit)
 		resp.Stats = &st
 	case dataStats:
+		if p.Failed() {
+			err = errFailedReplica
+			break
+		}
 		st := p.Stats()
 		resp.Stats = &st
 		resp.Repl = b.localReplicaInfo(t, int(req.Partition))

@@ -40,6 +40,22 @@ type replication struct {
 	mu      sync.Mutex
 	nodes   map[uint64]string // raft id → node id, of every member seen
 	leaders map[string]string // group id → the leader last learned from another node
+
+	// kick runs the placement pass at once (not at the next second): a replica that
+	// failed a write must leave the leadership without waiting.
+	kick chan struct{}
+}
+
+// kickPlacement has the replication loop follow the placement (and rebuild what is
+// marked) now.
+func (b *Broker) kickPlacement() {
+	if b.repl == nil {
+		return
+	}
+	select {
+	case b.repl.kick <- struct{}{}:
+	default: // one is pending already
+	}
 }
 
 // raftID is a node's id in every partition group: a hash of its Raft server id
@@ -106,7 +122,7 @@ func (b *Broker) startReplication(node *transport.Node) error {
 	if err != nil {
 		return err
 	}
-	b.repl = &replication{host: host, sync: sg, born: born, nodes: map[uint64]string{}, leaders: map[string]string{}}
+	b.repl = &replication{host: host, sync: sg, born: born, nodes: map[uint64]string{}, leaders: map[string]string{}, kick: make(chan struct{}, 1)}
 	return nil
 }
 
@@ -161,9 +177,11 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	popts.OnFailed = func() {
 		if len(t.cur.Load().Placement[i].Replicas) > 1 {
 			// Its write of a committed command failed: its state stopped there, so it
-			// must not lead, and is rebuilt from the others (a disk still failing
-			// fails the reopening, and the group runs on without this replica).
+			// must not lead (MayLead below), and is rebuilt from the others (a disk
+			// still failing fails the reopening, and the group runs on without this
+			// replica). A leader hands its leadership over now.
 			t.markRebuild(i)
+			b.kickPlacement()
 		}
 	}
 	onDamaged := popts.OnDamaged
@@ -260,9 +278,15 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 			p.SetRole(lead, term)
 			if lead {
 				b.log.Info("leading partition", "topic", m.Name, "partition", i, "term", term)
+				if p.Failed() {
+					b.kickPlacement() // it won before it failed: it hands the leadership over
+				}
 			}
 			t.sig.broadcast()
 		},
+		// A replica that failed a write stands for no election until it is rebuilt: its
+		// state stopped at the failed write, so as leader it could answer nothing.
+		MayLead: func() bool { return !p.Failed() },
 	})
 	if err != nil {
 		_ = p.Close() // the group's error is the one to report
@@ -785,6 +809,10 @@ func (b *Broker) replicationLoop() {
 	defer b.wg.Done()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var kick chan struct{} // nil (never ready) on a node without replicated partitions
+	if b.repl != nil {
+		kick = b.repl.kick
+	}
 	for {
 		select {
 		case <-b.stop:
@@ -792,6 +820,8 @@ func (b *Broker) replicationLoop() {
 		case <-tick.C:
 			b.syncPeers()
 			b.reconcileVoters()
+			b.followPlacement()
+		case <-kick:
 			b.followPlacement()
 		}
 	}

@@ -138,6 +138,10 @@ func (p *Partition) Replicated() bool { return p.repl != nil }
 // of its own, and for a replica only while it leads its group.
 func (p *Partition) Leading() bool { return p.repl == nil || p.repl.leading.Load() }
 
+// Failed reports whether this replica stopped applying after a failed write: its
+// state stopped there, so it must not lead, and its counters are no markers.
+func (p *Partition) Failed() bool { return p.repl != nil && p.repl.failed.Load() }
+
 // Term returns the group term this replica leads in (0 when it does not lead).
 func (p *Partition) Term() uint64 {
 	if p.repl == nil || !p.repl.leading.Load() {

@@ -551,6 +551,11 @@ func TestReplicaApplyFailureAfterCommitIsAnUnknownOutcome(t *testing.T) {
 	if n := failed.Load(); n != 1 {
 		t.Errorf("OnFailed was called %d times; want once, for the leader's failed write", n)
 	}
+	// Failed is what keeps it from leading again (raftetcd's MayLead) and from
+	// answering its stopped counters as markers.
+	if !ps[0].Failed() || ps[1].Failed() || ps[2].Failed() {
+		t.Errorf("Failed: leader %v, followers %v %v; want true, false, false", ps[0].Failed(), ps[1].Failed(), ps[2].Failed())
+	}
 	// Its state stopped at the failed write (the ack above is settled on the others):
 	// it leases nothing until it restarts and applies the group's log again.
 	if got, err := ps[0].Lease(10, time.Millisecond, 1<<20); err == nil || len(got) > 0 {

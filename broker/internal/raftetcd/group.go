@@ -148,6 +148,9 @@ func (g *group) run() {
 				g.applied = max(g.applied, rd.Snapshot.Metadata.Index)
 				g.mu.Unlock()
 			}
+			if !g.mayLead() {
+				later = withoutPreVotes(later)
+			}
 			g.h.send(g.id, 0, later)
 			g.reportSnapshots(rd.Messages)
 			for _, e := range rd.CommittedEntries {
@@ -167,6 +170,23 @@ func (g *group) run() {
 			g.maybeSnapshot()
 		}
 	}
+}
+
+// mayLead reports whether the application lets this replica lead now
+// (GroupConfig.MayLead).
+func (g *group) mayLead() bool { return g.cfg.MayLead == nil || g.cfg.MayLead() }
+
+// withoutPreVotes drops this node's pre-vote requests from msgs: a replica that may
+// not lead stands for no election. (A pre-vote changes no term, so nothing else needs
+// undoing; the vote requests of an election it won the pre-vote of before go out.)
+func withoutPreVotes(msgs []raftpb.Message) []raftpb.Message {
+	out := msgs[:0:0]
+	for _, m := range msgs {
+		if m.Type != raftpb.MsgPreVote {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // reportSnapshots tells raft that the snapshots among msgs went out: the leader then
@@ -520,7 +540,7 @@ func (g *group) tick() {
 		g.recampaign--
 		if bs := g.rn.BasicStatus(); bs.Lead != 0 {
 			g.recampaign = 0
-		} else if g.recampaign%3 == 0 && bs.RaftState != raft.StateCandidate {
+		} else if g.recampaign%3 == 0 && bs.RaftState != raft.StateCandidate && g.mayLead() {
 			_ = g.rn.Campaign() // an error only means it cannot stand now
 		}
 	}
@@ -565,6 +585,12 @@ func (g *group) quiesceLocked() []raftpb.Message {
 // so the pre-vote would be refused anyway; the leader, which gets one too, wakes and
 // tells the candidate).
 func (g *group) step(flags byte, m raftpb.Message) {
+	if m.Type == raftpb.MsgTimeoutNow && !g.mayLead() {
+		// The leader hands its leadership over after an election timeout of no
+		// answer, and leads on.
+		g.h.log.Warn("raftetcd: a replica that may not lead now refused the leadership handed to it", "group", g.id, "from", m.From)
+		return
+	}
 	g.mu.Lock()
 	if err := g.rn.Step(m); err != nil {
 		g.mu.Unlock()
@@ -601,7 +627,7 @@ func (g *group) leaderDown(dead uint64) {
 		}
 	}
 	g.quiesced = false
-	if designated {
+	if designated && g.mayLead() {
 		_ = g.rn.Step(raftpb.Message{Type: raftpb.MsgTimeoutNow, From: dead, To: g.h.opts.ID, Term: bs.Term})
 	}
 	g.mu.Unlock()

@@ -348,6 +348,11 @@ type GroupConfig struct {
 	// lacks from sources (raft ids, the leader first), durably, and be idempotent.
 	// Nothing is applied before it succeeds; an error is retried with a backoff.
 	Restore func(ctx context.Context, index uint64, data []byte, sources []uint64) error
+	// MayLead, when set, reports whether this replica may lead now. While it says no,
+	// the replica stands for no election (no pre-vote leaves it, it makes no forced
+	// campaign when its leader dies, and a leadership handed to it is refused); it
+	// still votes. One that won before it said no is handed over by the application.
+	MayLead func() bool
 }
 
 // OpenGroup opens (creating) the group id with cfg and starts it.

@@ -1116,7 +1116,7 @@ export interface components {
             epoch?: number;
             /** @description Replicated partitions only: each other replica's progress as the leader sees it. A message is acknowledged (202) once a majority of the replicas holds it. */
             followers?: components["schemas"]["FollowerStats"][];
-            /** @description False when the node holding the partition could not be reached (in a cluster): the partition answers 503 for now, and its counters above are unknown and given as 0. True otherwise. */
+            /** @description False when the node holding the partition could not be reached (in a cluster), or its replica failed a write and is handing its leadership over: the partition answers 503 for now, and its counters above are unknown and given as 0. True otherwise. */
             available?: boolean;
         };
         FollowerStats: {
