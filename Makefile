@@ -218,8 +218,10 @@ test-verify: ## Kill loop (>= 20 kill -9, half at failpoints) and a 3-node clust
 
 MOVE_PARTIES ?= controller leader source target
 MOVE_PHASES ?= copying switching
-chaos-cluster: ## About 1 h 15 min, as root: 10 seeds of 5 nodes in network namespaces under every cluster fault (iptables cuts, deaf and mute leaders, splits, loss; kills, pauses, wipes, kill-all, damaged files, clock skew, moves with a party killed, under the checker), then a partition move under load with each party killed at each phase, then the slower membership tests (tag cluster)
+POWERLOSS_RUNS ?= 20
+chaos-cluster: ## About 1 h 20 min, as root: 10 seeds of 5 nodes in network namespaces under every cluster fault (iptables cuts, deaf and mute leaders, splits, loss; kills, pauses, wipes, kill-all, damaged files, clock skew, moves with a party killed, under the checker), then POWERLOSS_RUNS in-process power losses of a whole 3-node cluster (3 cuts each), then a partition move under load with each party killed at each phase, then the slower membership tests (tag cluster)
 	$(MAKE) -C verify chaos-cluster-netns
+	cd broker && $(GO) test -count=$(POWERLOSS_RUNS) -timeout 20m -run '^TestReplicatedPowerLoss$$' ./internal/partition/
 	@set -e; for party in $(MOVE_PARTIES); do for phase in $(MOVE_PHASES); do \
 		echo "== move: kill the $$party while $$phase"; \
 		(cd broker && NARAD_MOVE_PARTY=$$party NARAD_MOVE_PHASE=$$phase $(GO) test -count=1 -tags cluster -timeout 10m -run '^TestClusterMoveSurvivesAKill$$' ./e2e/); \
