@@ -251,13 +251,15 @@ func TestInFlightCap(t *testing.T) {
 	}
 }
 
-// TestAckedAheadCap: with max_acked_ahead_per_partition=1, settling a second offset
-// past the frontier answers 503 acked_ahead_full with Retry-After and changes nothing;
-// settling the frontier makes room.
+// TestAckedAheadCap: a consume leases no message further past the ack frontier than
+// max_acked_ahead_per_partition, so every ack of what it leased fits. With the cap
+// lowered to 1 under leases granted before, settling a second offset past the frontier
+// answers 503 acked_ahead_full with Retry-After and changes nothing; settling the
+// frontier makes room.
 func TestAckedAheadCap(t *testing.T) {
 	t.Parallel()
 	_, a := startBroker(t)
-	a.createTopic("ahead", map[string]any{"partitions": 1, "max_acked_ahead_per_partition": 1})
+	a.createTopic("ahead", map[string]any{"partitions": 1, "max_acked_ahead_per_partition": 3})
 	for i := 0; i < 4; i++ {
 		a.produceJSON("ahead", map[string]any{"id": strconv.Itoa(i)}, "")
 	}
@@ -265,6 +267,7 @@ func TestAckedAheadCap(t *testing.T) {
 	if len(ms) != 4 {
 		t.Fatalf("got %d messages", len(ms))
 	}
+	a.PatchJSON("/v1/topics/ahead", map[string]any{"max_acked_ahead_per_partition": 1}).Expect(t, http.StatusOK)
 	a.mustAck("ahead", &ms[2]) // acked ahead: {2}
 	full := func(m *message) {
 		t.Helper()
@@ -298,6 +301,13 @@ func TestAckedAheadCap(t *testing.T) {
 	a.mustAck("ahead", &ms[3]) // the refused ack kept its lease and settles now
 	if ps := a.topic("ahead").PartitionStats[0]; ps.AckFrontier != 4 || ps.Backlog != 0 || ps.InFlight != 0 {
 		t.Errorf("after settling everything: %+v", ps)
+	}
+	// Under the cap of 1, a consume leases the frontier and one past it, no more.
+	for i := 4; i < 7; i++ {
+		a.produceJSON("ahead", map[string]any{"id": strconv.Itoa(i)}, "")
+	}
+	if got := a.consumeBatch("ahead", 3, "1s"); len(got) != 2 || got[0].Offset != 4 || got[1].Offset != 5 {
+		t.Errorf("a consume with the frontier at 4 and 1 ack ahead allowed got %d messages; want offsets 4 and 5", len(got))
 	}
 }
 

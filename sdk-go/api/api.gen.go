@@ -911,7 +911,7 @@ type TopicSettings struct {
 	// FanoutDelayMs With `parent`, delay copies by this much (a delay child).
 	FanoutDelayMs *int64 `json:"fanout_delay_ms,omitempty"`
 
-	// MaxAckedAheadPerPartition Most messages settled out of order past the ack frontier, per partition (default 1024).
+	// MaxAckedAheadPerPartition Most messages settled out of order past the ack frontier, per partition (default 1024). A consume leases no message further past the frontier than this, so an ack of a message it leased is never refused for the cap; while the oldest unacked message is out, a partition hands out at most this many after it.
 	MaxAckedAheadPerPartition *int32 `json:"max_acked_ahead_per_partition,omitempty"`
 
 	// MaxInFlightPerPartition Most unacked leases per partition (default 1024).

@@ -31,7 +31,9 @@ type Config struct {
 	Visibility time.Duration
 	// MaxInFlight caps the leases held at once; at the cap nothing new is handed out.
 	MaxInFlight int
-	// MaxAckedAhead caps the offsets settled past the frontier.
+	// MaxAckedAhead caps the offsets settled past the frontier. It is also how far past
+	// the frontier a new message is leased: every ack of a message leased under the cap
+	// fits in the set, so none is refused for it (see Lease).
 	MaxAckedAhead int
 }
 
@@ -179,7 +181,7 @@ func (s *State) nextAvailable() (off uint64, attempt uint32, ok bool) {
 		delete(s.attempts, off)
 		return off, attempt, true
 	}
-	for s.cursor < s.end {
+	for s.cursor < s.end && s.cursor < s.windowEnd() {
 		off = s.cursor
 		s.cursor++
 		if _, done := s.ackedAhead[off]; done || off < s.frontier {
@@ -190,6 +192,15 @@ func (s *State) nextAvailable() (off uint64, attempt uint32, ok bool) {
 	return 0, 0, false
 }
 
+// windowEnd is the first offset a new lease may not reach: at most MaxAckedAhead past
+// the frontier. The acked-ahead set then holds only offsets in (frontier, windowEnd),
+// at most MaxAckedAhead, so an ack of a lease granted under the cap is never refused
+// for it. Without the window, one slow message at the frontier let later acks fill the
+// set; every ack after that was refused, each refused message waited out its lease,
+// and a backlog moved on by one message a lease (the cluster chaos tier saw a drain of
+// thousands stall so). ErrAckedAheadFull is left for leases granted under a higher cap.
+func (s *State) windowEnd() uint64 { return s.frontier + uint64(s.cfg.MaxAckedAhead) + 1 }
+
 // Available reports whether Lease would grant something now.
 func (s *State) Available() bool {
 	if len(s.leases) >= s.cfg.MaxInFlight {
@@ -198,7 +209,7 @@ func (s *State) Available() bool {
 	if len(s.ready) > 0 {
 		return true
 	}
-	for c := s.cursor; c < s.end; c++ {
+	for c := s.cursor; c < s.end && c < s.windowEnd(); c++ {
 		if _, done := s.ackedAhead[c]; !done && c >= s.frontier {
 			return true
 		}

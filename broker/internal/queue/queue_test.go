@@ -116,18 +116,52 @@ func TestInFlightAndAckedAheadCaps(t *testing.T) {
 	if err := settle(t, s, g[1], 1); err != nil {
 		t.Fatal(err)
 	}
-	g3 := mustLease(t, s, 1, 10)
-	if len(g3) != 1 || g3[0].Offset != 2 {
-		t.Fatalf("%+v", g3)
+	// Offset 2 would be the second past the frontier: not leased while 0 is out.
+	if g3 := mustLease(t, s, 1, 10); len(g3) != 0 || s.Available() {
+		t.Fatalf("leased %+v past the acked-ahead window", g3)
 	}
-	if err := s.BeginSettle(g3[0].Offset, g3[0].Nonce, 2); !errors.Is(err, ErrAckedAheadFull) {
-		t.Fatalf("settle past full acked-ahead: %v", err)
+	// The frontier offset settles, and the window moves on.
+	if err := settle(t, s, g[0], 2); err != nil || s.Frontier() != 2 {
+		t.Fatalf("err %v frontier %d", err, s.Frontier())
 	}
-	// The frontier offset itself may always settle, and that drains the set.
-	if err := settle(t, s, g[0], 2); err != nil {
+	if g3 := mustLease(t, s, 2, 10); len(g3) != 2 || g3[0].Offset != 2 || g3[1].Offset != 3 {
+		t.Fatalf("after the frontier moved: %+v", g3)
+	}
+}
+
+// TestAckedAheadCapRefusesNoAckOfALeaseGrantedUnderIt: with one slow message at the
+// frontier, every later message leased can be acked: a lease goes no further past the
+// frontier than the acked-ahead set can hold. Before, leases went up to the in-flight
+// cap, the acks past the set's cap were refused, and those messages waited out their
+// leases to be delivered again (a drain moved on by one message a lease).
+func TestAckedAheadCapRefusesNoAckOfALeaseGrantedUnderIt(t *testing.T) {
+	s := New(Config{Visibility: time.Second, MaxInFlight: 8, MaxAckedAhead: 4}, 1, 0, nil)
+	s.SetBounds(0, 100)
+	g := mustLease(t, s, 0, 100)
+	if len(g) != 5 {
+		t.Fatalf("leased %d with the frontier at 0 and 4 acks ahead allowed; want 5 (offsets 0 to 4)", len(g))
+	}
+	for _, x := range g[1:] {
+		if err := settle(t, s, x, 1); err != nil {
+			t.Fatalf("ack of offset %d, leased under the cap: %v", x.Offset, err)
+		}
+	}
+	if err := settle(t, s, g[0], 1); err != nil || s.Frontier() != 5 {
+		t.Fatalf("ack of the frontier: %v, frontier %d; want 5", err, s.Frontier())
+	}
+	// A cap lowered under leases already granted still refuses what the set cannot hold.
+	g = mustLease(t, s, 2, 100)
+	s.SetConfig(Config{Visibility: time.Second, MaxInFlight: 8, MaxAckedAhead: 1})
+	if err := settle(t, s, g[1], 3); err != nil {
 		t.Fatal(err)
 	}
-	if err := settle(t, s, g3[0], 2); err != nil || s.Frontier() != 3 {
+	if err := s.BeginSettle(g[2].Offset, g[2].Nonce, 3); !errors.Is(err, ErrAckedAheadFull) {
+		t.Fatalf("settle past a full acked-ahead set (cap lowered): %v", err)
+	}
+	if err := settle(t, s, g[0], 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := settle(t, s, g[2], 3); err != nil || s.Frontier() != g[2].Offset+1 {
 		t.Fatalf("err %v frontier %d", err, s.Frontier())
 	}
 }

@@ -305,7 +305,10 @@ export interface paths {
          *     410 `lease_lost` when the lease lapsed, was handed back, or the message was
          *     already settled; the message is then deliverable again (or done), never both.
          *     503 `acked_ahead_full` while too many messages past the ack frontier are
-         *     settled out of order: settle the oldest in-flight message first or retry.
+         *     settled out of order: settle the oldest in-flight message first or retry. A
+         *     consume leases no message further past the frontier than
+         *     `max_acked_ahead_per_partition`, so this answers only after that cap was lowered
+         *     under leases granted before.
          */
         post: operations["ack"];
         delete?: never;
@@ -979,7 +982,7 @@ export interface components {
             max_in_flight_per_partition?: number;
             /**
              * Format: int32
-             * @description Most messages settled out of order past the ack frontier, per partition (default 1024).
+             * @description Most messages settled out of order past the ack frontier, per partition (default 1024). A consume leases no message further past the frontier than this, so an ack of a message it leased is never refused for the cap; while the oldest unacked message is out, a partition hands out at most this many after it.
              */
             max_acked_ahead_per_partition?: number;
             /**
