@@ -243,9 +243,10 @@ func TestAckLostReplyThen410CountsAsAcked(t *testing.T) {
 	assertEmpty(t, c, topic)
 }
 
-// TestAckRetriesWhileAckedAheadIsFull uses a topic with an acked-ahead cap of 1: acking
-// out of order answers 503 acked_ahead_full until the oldest message is acked, and the
-// confirmed ack gets through then.
+// TestAckRetriesWhileAckedAheadIsFull receives three messages under an acked-ahead cap
+// of 2 (a receive leases no further past the frontier than the cap), then lowers the cap
+// to 1: acking out of order answers 503 acked_ahead_full until the oldest message is
+// acked, and the confirmed ack gets through then.
 func TestAckRetriesWhileAckedAheadIsFull(t *testing.T) {
 	saw503 := make(chan struct{}, 1)
 	c := newClient(t, narad.WithObserver(func(e narad.Event) {
@@ -258,7 +259,7 @@ func TestAckRetriesWhileAckedAheadIsFull(t *testing.T) {
 		}
 	}))
 	ctx := ctxT(t)
-	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1, MaxAckedAheadPerPartition: 1})
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1, MaxAckedAheadPerPartition: 2})
 	for i := 0; i < 3; i++ {
 		if _, err := c.Produce(ctx, topic, []byte{byte(i)}); err != nil {
 			t.Fatal(err)
@@ -267,6 +268,10 @@ func TestAckRetriesWhileAckedAheadIsFull(t *testing.T) {
 	msgs, err := c.Receive(ctx, topic, narad.WithMaxMessages(3), narad.WithWait(5*time.Second))
 	if err != nil || len(msgs) != 3 {
 		t.Fatalf("receive: %v %d", err, len(msgs))
+	}
+	one := 1
+	if _, err := c.AlterTopic(ctx, topic, narad.TopicUpdate{MaxAckedAheadPerPartition: &one}); err != nil {
+		t.Fatal(err)
 	}
 	if err := msgs[1].Ack(ctx); err != nil {
 		t.Fatal(err)
