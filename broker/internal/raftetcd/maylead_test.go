@@ -10,10 +10,10 @@ import (
 
 // TestAReplicaThatMayNotLeadStandsForNothing: a replica whose application says it may
 // not lead (the broker's replica that failed a write: its state stopped there) is not
-// elected, refuses a leadership handed to it (the chaos tier saw a leader balance hand
-// it one, and the replica then answered stale counters as its leader), and still
-// votes, so the others elect among themselves when their leader dies. Once it may lead
-// again, a handed leadership is taken.
+// elected, refuses a leadership handed to it (the chaos tier saw such a replica lead
+// within half a second of its failure, and answer stale counters as its leader), and
+// still votes, so the others elect among themselves when their leader dies. Once it may
+// lead again, a handed leadership is taken.
 func TestAReplicaThatMayNotLeadStandsForNothing(t *testing.T) {
 	const g = "ml"
 	ns := startCluster(t, 0)
