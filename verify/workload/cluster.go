@@ -50,7 +50,7 @@ const (
 	StepRolling        = "rolling-restart" // stop every node with SIGTERM and start it again, one at a time, each back and the cluster healthy before the next
 	StepDisk           = "disk"            // kill -9 a node, start it with one segment write failing (EIO or ENOSPC) or slow (1.5 s), keep it running 10 s, then kill and restart it
 	StepFailpoint      = "failpoint-kill"  // kill -9 a node, start it armed to kill itself at a named point of its storage (a replica's append or settle applied, a segment write), then again unarmed
-	StepMove           = "move"            // move a partition's replica (its leader's too) to a node that holds none, under load; two times in three kill -9 a party of it (controller, leader, source or target) while it copies or switches; wait until it ends
+	StepMove           = "move"            // move a partition's replica (its leader's too) to a node that holds none, under load; five times in six kill -9 a party of it (controller, source or target, or the leader twice as often) while it copies or switches; wait until it ends
 )
 
 // ClusterSteps lists every step kind.
@@ -109,8 +109,8 @@ type ClusterFaultConfig struct {
 // Kills counts the steps' kill -9s (a double failover kills two nodes, a kill-all all).
 func (c ClusterFaultConfig) Kills(nodes int) int {
 	s := c.Steps
-	// Two moves in three kill a party of theirs (an estimate: the party is drawn).
-	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll] + 2*s[StepFailpoint] + 2*s[StepDisk] + 2*s[StepMove]/3
+	// Five moves in six kill a party of theirs (an estimate: the party is drawn).
+	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll] + 2*s[StepFailpoint] + 2*s[StepDisk] + 5*s[StepMove]/6
 }
 
 // Schedule returns the steps in the order a seed gives them.
@@ -1259,8 +1259,9 @@ func writeAt(path string, b []byte, off int64) error {
 	return err
 }
 
-// moveParties are whom a move step kills while the move is under way ("": nobody), as
-// the move-kill matrix of make chaos-cluster does, but under the checker.
+// moveParties are whom a move step kills while the move is under way ("": nobody; the
+// leader twice, so five moves in six kill someone), as the move-kill matrix of make
+// chaos-cluster does, but under the checker.
 var moveParties = []string{"", "controller", "leader", "source", "target", "leader"}
 
 // move moves the replica of the pick-th partition (of a topic that is not recreated)
