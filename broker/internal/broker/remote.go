@@ -543,6 +543,15 @@ func (b *Broker) statsOf(ctx context.Context, t *topic, p int) (queue.Stats, err
 // its group committed). It hands its leadership over within moments.
 var errFailedReplica = fmt.Errorf("%w: the replica leading this partition failed a write and hands its leadership over", ErrUnavailable)
 
+// localStats is the counters and replication state of partition i of t, led here by
+// lp; errFailedReplica when lp failed a write.
+func (b *Broker) localStats(t *topic, i int, lp *partition.Partition) (queue.Stats, *ReplicaInfo, error) {
+	if lp.Failed() {
+		return queue.Stats{}, nil, errFailedReplica
+	}
+	return lp.Stats(), b.localReplicaInfo(t, i), nil
+}
+
 // statsAndReplicas is statsOf with, for a replicated partition, its replication state
 // as its leader sees it.
 func (b *Broker) statsAndReplicas(ctx context.Context, t *topic, p int) (queue.Stats, *ReplicaInfo, error) {
@@ -550,11 +559,7 @@ func (b *Broker) statsAndReplicas(ctx context.Context, t *topic, p int) (queue.S
 	var ri *ReplicaInfo
 	var lerr error
 	resp, err := b.route(ctx, t, p, b.dataReq(t, dataStats, p), remoteCallTimeout, func(lp *partition.Partition) bool {
-		if lp.Failed() {
-			lerr = errFailedReplica
-			return true
-		}
-		st, ri = lp.Stats(), b.localReplicaInfo(t, p)
+		st, ri, lerr = b.localStats(t, p, lp)
 		return true
 	})
 	if err == nil {
@@ -611,11 +616,7 @@ func (b *Broker) allStatsAndReplicas(ctx context.Context, t *topic) ([]queue.Sta
 	var remote []int
 	for i := range t.parts() {
 		if t.leads(i) {
-			if lp := t.parts()[i]; lp.Failed() {
-				errs[i] = errFailedReplica
-			} else {
-				out[i], ris[i] = lp.Stats(), b.localReplicaInfo(t, i)
-			}
+			out[i], ris[i], errs[i] = b.localStats(t, i, t.parts()[i])
 			continue
 		}
 		remote = append(remote, i)
@@ -693,11 +694,10 @@ func (b *Broker) serveStatsBatch(t *topic, req *dataReq) *dataResp {
 		a := partStats{Part: i}
 		// One look at the replica: it may leave this node (a move) between two.
 		if lp := t.parts()[i]; lp != nil && lp.Leading() {
-			if lp.Failed() {
-				a.Err = toWireErr(errFailedReplica)
+			if st, ri, err := b.localStats(t, int(i), lp); err != nil {
+				a.Err = toWireErr(err)
 			} else {
-				st := lp.Stats()
-				a.Stats, a.Repl = &st, b.localReplicaInfo(t, int(i))
+				a.Stats, a.Repl = &st, ri
 			}
 		} else {
 			a.Err = b.notLeader(t, int(i), partition.ErrNotLeader)
@@ -870,13 +870,10 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 		resp.Records, resp.Start, st, err = readLocal(p, req.Offset, req.FromTimeMs, req.Limit)
 		resp.Stats = &st
 	case dataStats:
-		if p.Failed() {
-			err = errFailedReplica
-			break
+		var st queue.Stats
+		if st, resp.Repl, err = b.localStats(t, int(req.Partition), p); err == nil {
+			resp.Stats = &st
 		}
-		st := p.Stats()
-		resp.Stats = &st
-		resp.Repl = b.localReplicaInfo(t, int(req.Partition))
 	case dataLag:
 		var m meta.Topic
 		if m, err = b.childAsOf(ctx, req); err == nil {
