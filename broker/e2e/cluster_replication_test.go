@@ -382,6 +382,114 @@ func TestReplicationPausedLeader(t *testing.T) {
 	}
 }
 
+// TestPausedReplicasServeNothingOfADeletedTopic: two of a partition's three replicas,
+// its leader among them, are stopped (SIGSTOP) while the topic is deleted through the
+// other nodes. They cannot confirm that they closed their copy, so the delete answers
+// after the metadata lease (5 s) and 1 s; when they are continued, they still form a
+// majority of the old incarnation's group, and their leader could lease its messages.
+// A node continued after more than the lease serves nothing until it has caught up
+// with the controller (503), and then answers 404. (Before the lease they counted as
+// current at once, since they still knew a controller; in two runs on that code they
+// heard of the delete before the test's consume arrived, so this test shows the
+// behaviour end to end; the tests that fail on that code every time are meta's
+// TestAFollowerThatCannotApplyLosesItsLease and broker's
+// TestANodeBehindADeleteServesNothingAfterItsAnswer.)
+func TestPausedReplicasServeNothingOfADeletedTopic(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 5)
+	// The delete fence needs cluster version 3; a new cluster raises it in its first seconds.
+	waitFor(t, 60*time.Second, "cluster version 3 on every node", func() bool {
+		for _, nd := range nodes {
+			if v, ok := metricValue(nd.api, "narad_cluster_version"); !ok || v < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	nodes[0].api.createTopic("gone", map[string]any{"partitions": 1, "replication_factor": 3, "visibility_timeout_ms": 60000})
+	lead := leaderOf(t, nodes, "gone", 0)
+	for i := range 5 {
+		if s := produceTry(lead, "gone", fmt.Sprint("m", i)); s != http.StatusAccepted {
+			t.Fatalf("produce %d: %d", i, s)
+		}
+	}
+	waitFor(t, 30*time.Second, "the followers to hold the messages", func() bool { return followerHasAll(t, nodes, "gone", 5) })
+	d := lead.api.topic("gone")
+	replicas := map[string]bool{}
+	for _, id := range d.PartitionStats[0].Replicas {
+		replicas[id] = true
+	}
+	var follower, via *clusterNode
+	for _, nd := range others(nodes, lead) {
+		switch {
+		case replicas[nd.id] && follower == nil:
+			follower = nd
+		case !replicas[nd.id] && via == nil:
+			via = nd
+		}
+	}
+	if follower == nil || via == nil {
+		t.Fatalf("replicas %v: want a follower and a node without a replica", d.PartitionStats[0].Replicas)
+	}
+	stopped := []*clusterNode{lead, follower}
+	for _, nd := range stopped {
+		nd.Pause()
+	}
+	paused := true
+	resume := func() {
+		if paused {
+			paused = false
+			for _, nd := range stopped {
+				nd.Resume()
+			}
+		}
+	}
+	defer resume()
+	start := time.Now()
+	for {
+		r, err := via.api.Try(http.MethodDelete, topicPath("gone"), nil)
+		if err == nil && r.Status == http.StatusNoContent {
+			break
+		}
+		if err == nil && r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("the delete answered %d: %s", r.Status, r.Body)
+		}
+		if time.Since(start) > 90*time.Second {
+			t.Fatalf("the delete did not answer within 90 s: %v %v", r, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if d := time.Since(start); d < 5*time.Second {
+		t.Errorf("the delete answered after %v although a majority of the partition's replicas was stopped", d)
+	}
+	resume()
+	// At once, before the continued nodes have heard of the delete.
+	for _, nd := range stopped {
+		r, err := nd.api.Try(http.MethodGet, topicPath("gone")+"/consume-batch?max=10&wait=0s", nil)
+		if err != nil {
+			continue
+		}
+		if r.Status == http.StatusOK && strings.Contains(string(r.Body), `"receipt_handle"`) {
+			t.Fatalf("%s, continued, handed out messages of the deleted topic after the delete answered: %s", nd.id, r.Body)
+		}
+		if r.Status != http.StatusServiceUnavailable && r.Status != http.StatusNotFound {
+			t.Errorf("a consume through %s, continued, answered %d; want 503 (not current yet) or 404: %s", nd.id, r.Status, r.Body)
+		}
+	}
+	if v, ok := metricValue(via.api, "narad_topic_deletes_unconfirmed_total"); !ok || v < 1 {
+		t.Errorf("narad_topic_deletes_unconfirmed_total on the deleting node is %v (found %v); want at least 1", v, ok)
+	}
+	waitFor(t, 30*time.Second, "the continued nodes to catch up and answer 404", func() bool {
+		for _, nd := range stopped {
+			r, err := nd.api.Try(http.MethodGet, topicPath("gone")+"/consume-batch?max=10&wait=0s", nil)
+			if err != nil || r.Status != http.StatusNotFound {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // TestReplicationMajorityLost: with two of three replicas down, produce and ack answer
 // 503 within the request bound, a replay through the survivor still answers from
 // what it holds, and everything resumes when one replica comes back.

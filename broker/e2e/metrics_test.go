@@ -109,7 +109,7 @@ func TestMetricsMove(t *testing.T) {
 			t.Errorf("%s is %v, want > 0 (present: %v)", s, after[s], has(after, s))
 		}
 	}
-	for _, s := range []string{`narad_topic_acked_ahead{topic="work"}`, `narad_control_plane_commit_lag`, `narad_control_plane_leader_changes_total`} {
+	for _, s := range []string{`narad_topic_acked_ahead{topic="work"}`, `narad_control_plane_commit_lag`, `narad_control_plane_leader_changes_total`, `narad_control_plane_lease_lapses_total`} {
 		if !has(after, s) {
 			t.Errorf("%s is missing", s)
 		}

@@ -394,8 +394,13 @@ func (b *Broker) Start(ctx context.Context) error {
 }
 
 // Ready reports whether the node serves requests: it started, is not closing, and its
-// metadata is current (caught up with the controller; see meta.Store.Ready).
-func (b *Broker) Ready() bool { return b.ready.Load() && !b.closing.Load() && b.meta.Ready() }
+// metadata is current (caught up with the controller; see meta.Store.Ready) as far as
+// its open topics go: the reconcile pass that opened and closed them has processed a
+// catch-up with the controller that started less than the metadata lease ago. A topic
+// deleted on the controller before that catch-up is closed here.
+func (b *Broker) Ready() bool {
+	return b.ready.Load() && !b.closing.Load() && b.meta.Ready() && b.meta.CurrentThrough(b.reconciledThrough.Load())
+}
 
 // Drain starts a graceful stop: the node reports not ready, new requests get 503, and
 // parked long polls return at once, so an HTTP server shutdown finishes quickly.

@@ -20,16 +20,27 @@ import (
 // old incarnation's group cannot commit anything (its voters are gone), and a
 // partition of one replica is closed on the one node that held it.
 //
+// Every lease operation of a replicated partition's leader (consume, extend, nack)
+// confirms with a majority of its group that it still leads, so a majority closed
+// stops those as well as commits.
+//
 // A replica that cannot be reached does not confirm. The wait then ends after the
-// time a node without a controller takes to stop serving as current (SuspectAfter) and
-// a margin: a node cut off from the others with the topic still open has by then
-// stopped taking clients' requests. The delete is answered, logged and counted
-// (narad_topic_deletes_unconfirmed_total); its 204 is not withheld, because the
-// delete has committed and will be applied everywhere.
+// metadata lease (meta/lease.go) and a margin: a node serves only while a catch-up
+// with the controller that started less than the lease ago is applied and reconciled,
+// so from then on every node that serves has closed the topic, and one that could not
+// be asked (cut off, paused, its answers dropped) serves nothing until it has caught
+// up, and applied the delete. The delete is answered, logged and counted
+// (narad_topic_deletes_unconfirmed_total); its 204 is not withheld, because the delete
+// has committed and will be applied everywhere.
+//
+// (Before the lease this wait was the suspect threshold plus 2 s, on the view that a
+// node cut off from the controller stops serving by then. It stopped only 5 s after
+// its Raft noticed the controller gone, up to 2 s after the cut, and a node whose
+// answers were dropped, or one paused and continued, never noticed.)
 
-// fenceMargin is added to SuspectAfter for a replica that does not confirm: the time a
-// node takes to notice it lost its controller.
-const fenceMargin = 2 * time.Second
+// fenceMargin is added to the lease for a replica that does not confirm: the lease is
+// measured on the node that holds it, this wait on the node that took the delete.
+const fenceMargin = time.Second
 
 // fenceRetry is how long a confirmation that failed waits before it is asked again.
 const fenceRetry = 100 * time.Millisecond
@@ -74,7 +85,7 @@ func (b *Broker) fenceDelete(ctx context.Context, m meta.Topic, index uint64) {
 		return true
 	}
 	changed := make(chan struct{}, len(nodes))
-	wctx, cancel := context.WithTimeout(ctx, b.meta.SuspectAfter()+fenceMargin)
+	wctx, cancel := context.WithTimeout(ctx, b.meta.Lease()+fenceMargin)
 	defer cancel()
 	for _, n := range nodes {
 		if n == b.opts.NodeID {
@@ -127,7 +138,7 @@ func (b *Broker) fenceDelete(ctx context.Context, m meta.Topic, index uint64) {
 			}
 			mu.Unlock()
 			b.metrics.DeletesUnconfirmed.Inc()
-			b.log.Warn("a topic's delete is answered before a majority of some partition's replicas confirmed they closed it; a produce those nodes take before they apply the delete goes to the deleted topic",
+			b.log.Warn("a topic's delete is answered before a majority of some partition's replicas confirmed they closed it; those nodes serve nothing until they have caught up with the controller, and applied the delete",
 				"topic", m.Name, "incarnation", m.Incarnation, "delete_index", index, "unconfirmed", missing, "err", wctx.Err())
 			return
 		}

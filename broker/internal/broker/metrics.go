@@ -154,7 +154,7 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20},
 		}, []string{"op", "outcome"}),
 		DeletesUnconfirmed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "narad_topic_deletes_unconfirmed_total", Help: "Topic deletes answered before a majority of some partition's replicas confirmed they applied the delete (unreachable for longer than the wait): a produce those replicas took before applying it went to the deleted topic.",
+			Name: "narad_topic_deletes_unconfirmed_total", Help: "Topic deletes answered before a majority of some partition's replicas confirmed they applied the delete (unreachable for the metadata lease plus 1 s); such nodes serve nothing until they have caught up with the controller.",
 		}),
 		Nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_nacks_total", Help: "Leases handed back by a nack (extend 0), for redelivery at once.",

@@ -500,12 +500,68 @@ func TestDeleteWithAnUnreachableHolderAnswers(t *testing.T) {
 	})
 	start := time.Now()
 	asAClient(t, "delete the topic", func() error { return bs[leader].DeleteTopic(ctx, "cutoff", 0) }, ErrTopicNotFound)
-	if waited, least := time.Since(start), bs[leader].meta.SuspectAfter(); waited < least {
+	if waited, least := time.Since(start), bs[leader].meta.Lease(); waited < least {
 		t.Errorf("the delete answered after %v without the holder's word; it should wait at least %v", waited, least)
 	}
 	if n := promtest.ToFloat64(bs[leader].metrics.DeletesUnconfirmed); n != 1 {
 		t.Errorf("narad_topic_deletes_unconfirmed_total is %v; want 1", n)
 	}
+}
+
+// TestANodeBehindADeleteServesNothingAfterItsAnswer: a holder that has applied the
+// delete in its control plane but not closed its copy (its reconcile pass is held
+// here; a node whose answers are lost, or one stopped with SIGSTOP and continued, is
+// behind the same way while it still knows a controller) cannot confirm the delete, so
+// the delete answers after the metadata lease. From then on the holder must not serve
+// the deleted incarnation: before the lease, it counted as current because it knew a
+// controller, and took a produce (202) and handed out a message of the deleted topic.
+func TestANodeBehindADeleteServesNothingAfterItsAnswer(t *testing.T) {
+	_, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	leader := controllerIndex(bs)
+	if _, err := bs[leader].CreateTopic(ctx, TopicSpec{Name: "behind", Partitions: ptr[int32](6)}); err != nil {
+		t.Fatal(err)
+	}
+	p, h := 0, holderIndex(t, bs, "behind", 0)
+	for h == leader {
+		p++
+		h = holderIndex(t, bs, "behind", p)
+	}
+	pollUntil(t, "the holder to open the topic", func() error { _, err := bs[h].lookupLocal("behind"); return err })
+	if _, err := bs[h].Produce(ctx, "behind", []Outgoing{{Partition: int32(p), Value: []byte("before the delete")}}); err != nil {
+		t.Fatal(err)
+	}
+	bs[h].reconcileMu.Lock()
+	held := true
+	defer func() {
+		if held {
+			bs[h].reconcileMu.Unlock()
+		}
+	}()
+	start := time.Now()
+	asAClient(t, "delete the topic", func() error { return bs[leader].DeleteTopic(ctx, "behind", 0) }, ErrTopicNotFound)
+	if waited := time.Since(start); waited < bs[leader].meta.Lease() {
+		t.Errorf("the delete answered after %v without the holder's word; it must wait the lease (%v)", waited, bs[leader].meta.Lease())
+	}
+	if _, err := bs[h].lookupLocal("behind"); err != nil && !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("the holder's reconcile is held, yet it answers %v for the deleted topic", err)
+	}
+	if _, err := bs[h].Produce(ctx, "behind", []Outgoing{{Partition: int32(p), Value: []byte("after the delete")}}); err == nil {
+		t.Error("a produce sent through the holder after the delete answered was stored in the deleted topic")
+	} else if !errors.Is(err, ErrUnavailable) {
+		t.Errorf("a produce through a node behind the delete answered %v; want unavailable (retry)", err)
+	}
+	if ds, err := bs[h].Consume(ctx, "behind", 10, 0); len(ds) > 0 {
+		t.Errorf("a consume sent through the holder after the delete answered got %d messages of the deleted topic (%v)", len(ds), err)
+	}
+	held = false
+	bs[h].reconcileMu.Unlock()
+	pollUntil(t, "the holder to catch up and close the topic", func() error {
+		if _, err := bs[h].Produce(ctx, "behind", []Outgoing{{Partition: int32(p), Value: []byte("x")}}); !errors.Is(err, ErrTopicNotFound) {
+			return fmt.Errorf("produce answered %v", err)
+		}
+		return nil
+	})
 }
 
 // TestConsumeOnANodeBehindARecreateIsNotANotFound: a node cut off from the controller's

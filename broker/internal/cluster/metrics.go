@@ -99,6 +99,9 @@ func RegisterControlPlane(reg prometheus.Registerer, state func() meta.RaftState
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_control_plane_leader_changes_total", Help: "Changes of control-plane leader (controller) this node observed, losing one included.",
 		}, func() float64 { return float64(state().LeaderChanges) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "narad_control_plane_lease_lapses_total", Help: "Times this node went a metadata lease (SuspectAfter, 5 s) without a catch-up with the controller and stopped serving until one succeeded.",
+		}, func() float64 { return float64(state().LeaseLapses) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "narad_control_plane_term", Help: "This node's current Raft term of the control plane.",
 		}, func() float64 { return float64(state().Term) }),

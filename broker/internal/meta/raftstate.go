@@ -15,6 +15,8 @@ type RaftState struct {
 	// LeaderChanges counts the changes of leader this node observed since it started,
 	// losing one included (the leader became unknown).
 	LeaderChanges uint64
+	// LeaseLapses counts the times this node's metadata lease ran out (lease.go).
+	LeaseLapses uint64
 	// AppliedIndex is the index of the last entry applied to the state machine.
 	AppliedIndex uint64
 	// CommitIndex is the index of the last entry known committed; the difference to
@@ -28,6 +30,7 @@ func (s *Store) RaftState() RaftState {
 		State:         s.raft.State().String(),
 		Term:          s.raft.CurrentTerm(),
 		LeaderChanges: s.leaderChanges.Load(),
+		LeaseLapses:   s.leaseLapse.Load(),
 		AppliedIndex:  s.raft.AppliedIndex(),
 		CommitIndex:   s.raft.CommitIndex(),
 	}

@@ -17,7 +17,10 @@ import (
 // caught up again.
 
 // Ready reports whether this node's metadata is current (see above).
-func (s *Store) Ready() bool { return s.ready.Load() && s.fsm.haltedErr() == nil }
+// A member of a cluster is ready only while it holds the metadata lease (lease.go).
+func (s *Store) Ready() bool {
+	return s.ready.Load() && s.fsm.haltedErr() == nil && s.CurrentThrough(s.fsm.applied.Load())
+}
 
 // WaitReady blocks until Ready or ctx ends; the error then says why (no controller, a
 // join refused, a halted state machine).
@@ -66,6 +69,15 @@ func (s *Store) readyLoop() {
 // catchUp returns once this node has applied what the controller at addr had applied
 // after a barrier.
 func (s *Store) catchUp(addr raft.ServerAddress) error {
+	started := time.Now()
+	if err := s.catchUpOnce(addr); err != nil {
+		return err
+	}
+	s.markFresh(started)
+	return nil
+}
+
+func (s *Store) catchUpOnce(addr raft.ServerAddress) error {
 	if s.Leader() {
 		if err := s.awaitRead(s.raft.Barrier(s.opts.ApplyTimeout), "barrier"); err != nil {
 			return err

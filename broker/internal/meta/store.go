@@ -119,6 +119,7 @@ type Store struct {
 	wg            sync.WaitGroup
 	closeMu       sync.Once
 	syncState
+	leaseState
 }
 
 // Open starts the Raft node. On first start it writes the node's identity and, by the
@@ -286,6 +287,7 @@ func open(opts Options, cfg *raft.Config, f *fsm, bolt *raftboltdb.BoltStore) (*
 	s.goLoop(s.readyLoop)
 	s.goLoop(s.controlLoop)
 	s.goLoop(s.heartbeatLoop)
+	s.goLoop(s.leaseLoop)
 	return s, nil
 }
 
@@ -648,10 +650,6 @@ func (s *Store) DeleteTopic(name string, incarnation uint64) (Topic, uint64, err
 	res, err := s.applyCmd(command{Op: "delete_topic", Name: name, Topic: &Topic{Incarnation: incarnation}})
 	return res.topic, res.index, err
 }
-
-// SuspectAfter is how long this node goes without knowing a controller before its
-// metadata stops counting as current (Ready turns false).
-func (s *Store) SuspectAfter() time.Duration { return s.opts.Cluster.SuspectAfter }
 
 // AlterTopic changes a topic's live-tunable settings.
 func (s *Store) AlterTopic(name string, a Alter) (Topic, error) {

@@ -26,6 +26,9 @@ func (s *Store) Sync(ctx context.Context) error {
 			s.syncing = c
 			s.syncMu.Unlock()
 			c.err = s.syncOnce(ctx)
+			if c.err == nil {
+				s.markFresh(c.started)
+			}
 			s.syncMu.Lock()
 			s.syncing = nil
 			s.syncMu.Unlock()

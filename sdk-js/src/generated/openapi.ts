@@ -122,8 +122,8 @@ export interface paths {
          *     In a cluster the answer waits until a majority of every partition's replicas
          *     have applied the delete and closed their copy, so a produce sent after the 204
          *     is never stored in the deleted topic. A replica that cannot be reached is waited
-         *     for until it would have stopped serving (the suspect threshold plus 2 s); the
-         *     delete then answers 204 all the same and the node counts it in
+         *     for until it has stopped serving for want of a metadata lease (5 s, plus 1 s);
+         *     the delete then answers 204 all the same and the node counts it in
          *     `narad_topic_deletes_unconfirmed_total`.
          */
         delete: operations["deleteTopic"];

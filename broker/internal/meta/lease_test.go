@@ -1,0 +1,103 @@
+package meta
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestAFollowerThatCannotApplyLosesItsLease: a follower that still hears the
+// controller but does not apply what it commits (a stuck state machine here; a node
+// whose answers are lost, or one stopped and continued, is the same to it) must stop
+// counting its metadata as current within the lease, and count again once it has
+// caught up. Before the lease, knowing a controller was enough: such a node served a
+// topic the cluster had deleted for as long as it stayed behind.
+func TestAFollowerThatCannotApplyLosesItsLease(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	leader := leaderOf(ss...)
+	var follower *Store
+	for _, s := range ss {
+		if s != leader {
+			follower = s
+		}
+	}
+	if !follower.Ready() {
+		t.Fatal("the follower is not ready after the cluster formed")
+	}
+	hold := make(chan struct{})
+	var release sync.Once
+	unhold := func() { release.Do(func() { close(hold) }) }
+	defer unhold() // Raft's shutdown waits for the state machine
+	wait := func() { <-hold }
+	follower.fsm.beforeApply.Store(&wait)
+
+	if _, err := leader.CreateTopic(Topic{Name: "unseen", TopicConfig: TopicConfig{Partitions: 1, RetentionMs: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := follower.Topic("unseen"); ok {
+		t.Fatal("the held follower applied the create; the test cannot tell anything")
+	}
+	if follower.raft.Leader() == "" {
+		t.Fatal("the follower lost its controller; the test is about one that still knows it")
+	}
+	lapsed := time.Now()
+	bound := follower.Lease() + 5*time.Second // the lease, a renewal period and room for a loaded machine
+	for follower.Ready() {
+		if time.Since(lapsed) > bound {
+			t.Fatalf("the follower has not applied the controller's writes for %v and still counts as current", bound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("not ready %v after the hold", time.Since(lapsed).Round(time.Millisecond))
+	if follower.raft.Leader() == "" {
+		t.Fatal("the follower lost its controller on the way; the lease was not what made it not ready")
+	}
+	if follower.LeaseLapses() == 0 {
+		// The loop that counts runs once a period after Ready turned false.
+		deadline := time.Now().Add(5 * time.Second)
+		for follower.LeaseLapses() == 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if follower.LeaseLapses() == 0 {
+			t.Error("the lapsed lease was not counted")
+		}
+	}
+	if leader.Ready() == false {
+		t.Error("the controller lost its lease although a majority answers it")
+	}
+
+	unhold()
+	deadline := time.Now().Add(bound)
+	for !follower.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower did not count as current again within %v of catching up", bound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, ok := follower.Topic("unseen"); !ok {
+		t.Fatal("the follower counts as current again without the write it missed")
+	}
+}
+
+// TestALoneNodeHoldsItsLease: a node alone in its control plane needs no catch-up to
+// be current: nothing can commit without it.
+func TestALoneNodeHoldsItsLease(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	ss := startPeers(t, net, []string{t.TempDir()})
+	s := ss[0]
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.alone.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("a node alone in its configuration is not known to be alone")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Its catch-ups stop; long after the last one, it is still current.
+	s.marks.Store(nil)
+	if !s.Ready() {
+		t.Fatal("a lone node without a recent catch-up is not ready")
+	}
+}
