@@ -48,6 +48,11 @@ var ErrStorage = errors.New("storage failed")
 // request was not acknowledged nor served, but may be found stored after a restart.
 var ErrMaybeStored = errors.New("a failed write could not be undone")
 
+// ErrTopicRecreated goes with the ErrUnavailable of a request for an incarnation of a
+// topic that was deleted and created again while it ran, or before the node it came
+// through caught up: the name exists, so the answer is "retry", not "not found".
+var ErrTopicRecreated = errors.New("the topic was deleted and created again")
+
 // ErrPartlyStored goes with the error of a produce whose messages spanned partitions
 // when some partitions' writes failed and others' succeeded: the messages of the
 // partitions that succeeded are stored and will be delivered, so a retry of the whole

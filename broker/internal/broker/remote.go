@@ -941,7 +941,7 @@ func (b *Broker) heldTopic(ctx context.Context, req *dataReq) (*topic, error) {
 // is "retry" (the entry node catches up within moments), not a 404 for a topic the
 // client may have just created.
 func errRecreated(topic string) error {
-	return fmt.Errorf("%w: topic %q was deleted and created again and the node this request came through has not caught up yet", ErrUnavailable, topic)
+	return fmt.Errorf("%w: %w: topic %q was deleted and created again and the node this request came through has not caught up yet", ErrUnavailable, ErrTopicRecreated, topic)
 }
 
 // notGoneIfRecreated answers for err, met while serving topic t: a "topic not found"
@@ -960,6 +960,13 @@ func (b *Broker) notGoneIfRecreated(t *topic, err error) error {
 		return fmt.Errorf("%w: topic %q was not found where this node looked, and the controller could not be asked whether it exists again: %w", ErrUnavailable, t.name, serr)
 	}
 	if m, ok := b.meta.Topic(t.name); ok && m.Incarnation != t.incarnation {
+		// A batch part of which was stored (in the deleted incarnation, where a
+		// consumer may have been given it before the delete) must still say so: read
+		// as a plain "retry", it would be sent again as if nothing had been stored.
+		var part *PartlyStoredError
+		if errors.As(err, &part) {
+			return errors.Join(part, errRecreated(t.name))
+		}
 		return errRecreated(t.name)
 	}
 	return err

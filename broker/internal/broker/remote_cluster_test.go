@@ -564,6 +564,74 @@ func TestANodeBehindADeleteServesNothingAfterItsAnswer(t *testing.T) {
 	})
 }
 
+// TestPartlyStoredBatchStaysPartlyStoredWhenRecreated: a batch over two partitions
+// through a third node; one partition's share is stored, and the other's meets the
+// topic's delete, and the name is created again before the answer. The answer turns
+// "not found" into "retry" (the name exists), but it must still say that part of the
+// batch was stored: the stored messages went to the deleted incarnation, where a
+// consumer may have been given them. Before, the answer was a plain 503 unavailable,
+// which a client (and the cluster tier's checker, seed 1796259490) reads as "nothing
+// stored".
+func TestPartlyStoredBatchStaysPartlyStoredWhenRecreated(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	ctl := controllerIndex(bs)
+	if _, err := bs[ctl].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](2)}); err != nil {
+		t.Fatal(err)
+	}
+	ha, hb := holderIndex(t, bs, "again", 0), holderIndex(t, bs, "again", 1)
+	if ha == hb {
+		t.Fatalf("both partitions are on node %d; the test needs them apart", ha)
+	}
+	via := 3 - ha - hb
+	pollUntil(t, "every node to open the topic", func() error {
+		for _, b := range bs {
+			if _, err := b.lookupLocal("again"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	aDone := make(chan struct{})
+	var once sync.Once
+	var hookErr error
+	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
+		if req.Kind != dataAppend || req.Topic != "again" {
+			return deliver(ctx)
+		}
+		if addr == fmt.Sprintf("addr%d", ha+1) {
+			defer close(aDone)
+			return deliver(ctx)
+		}
+		var resp []byte
+		var err error
+		once.Do(func() {
+			<-aDone
+			if hookErr = bs[ctl].DeleteTopic(ctx, "again", 0); hookErr != nil {
+				return
+			}
+			resp, err = deliver(ctx) // the holder has closed the deleted incarnation
+			if _, cerr := bs[ctl].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](2)}); cerr != nil {
+				hookErr = cerr
+			}
+		})
+		return resp, err
+	})
+	_, err := bs[via].Produce(ctx, "again", []Outgoing{{Partition: 0, Value: []byte("a")}, {Partition: 1, Value: []byte("b")}})
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	if err == nil {
+		t.Fatal("the batch was answered as stored in full")
+	}
+	if !errors.Is(err, ErrPartlyStored) {
+		t.Fatalf("the batch, one partition's share stored before the delete, answered %v; it must say part was stored", err)
+	}
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTopicNotFound) {
+		t.Errorf("the batch answered %v; want unavailable (retry: the name exists again), not topic not found", err)
+	}
+}
+
 // TestConsumeOnANodeBehindARecreateIsNotANotFound: a node cut off from the controller's
 // log while a topic was deleted and created again still serves the old incarnation; a
 // consume waiting there ends when the node catches up and closes it. The topic exists

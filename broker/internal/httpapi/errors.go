@@ -107,6 +107,12 @@ func toAPIError(err error) *apiError {
 	}
 	if errors.As(err, &part) {
 		switch {
+		case errors.Is(err, broker.ErrTopicRecreated):
+			// The topic was deleted while the batch was written, and created again
+			// before the answer: the name exists, so retry (503), but the stored part
+			// went to the deleted incarnation, where a consumer may have been given it.
+			return partlyStoredAs(part, apigen.ErrorCodeUnavailable, 1, "the topic was deleted and created again while the batch was written",
+				"were not stored (the stored ones went to the deleted topic: they may have been delivered before the delete, and are deleted with it)")
 		case (errors.Is(err, broker.ErrStorage) || errors.Is(err, broker.ErrDiskFull)) && !errors.Is(err, broker.ErrUnavailable):
 			return partlyStored(err, part)
 		case errors.Is(err, broker.ErrOutcomeUnknown):

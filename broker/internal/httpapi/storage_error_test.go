@@ -44,6 +44,13 @@ func TestPartlyStoredKeepsTheCode(t *testing.T) {
 	if gone.status != 404 || gone.code != "topic_not_found" || !strings.Contains(gone.msg, "part of the batch was stored") {
 		t.Errorf("a batch whose topic was deleted meanwhile: got %d %s %q, want 404 topic_not_found saying part of the batch was stored", gone.status, gone.code, gone.msg)
 	}
+	// Deleted meanwhile and created again before the answer (a cluster): retry (503),
+	// and still say the part stored went to the deleted topic.
+	again := toAPIError(errors.Join(part, fmt.Errorf("%w: %w: topic %q", broker.ErrUnavailable, broker.ErrTopicRecreated, "t")))
+	if again.status != 503 || again.code != "unavailable" || again.retryAfter == 0 || !strings.Contains(again.msg, "part of the batch was stored") ||
+		!strings.Contains(again.msg, "deleted and created again") {
+		t.Errorf("a batch whose topic was deleted and created again meanwhile: got %d %s %q, want 503 unavailable saying part of the batch was stored", again.status, again.code, again.msg)
+	}
 }
 
 // TestPartlyStoredAcrossNodes: in a cluster a batch spanning partitions can fail in a
