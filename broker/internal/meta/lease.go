@@ -104,9 +104,8 @@ func (s *Store) leaseLoop() {
 	every := min(s.opts.Cluster.HeartbeatInterval, s.Lease()/4)
 	held := true
 	for s.sleep(every) {
-		if f := s.raft.GetConfiguration(); f.Error() == nil {
-			srv := f.Configuration().Servers
-			s.alone.Store(len(srv) == 1 && string(srv[0].ID) == s.ServerID())
+		if c, err := s.configuration(); err == nil {
+			s.alone.Store(len(c.Servers) == 1 && string(c.Servers[0].ID) == s.ServerID())
 		}
 		if s.alone.Load() || !s.ready.Load() {
 			// Alone: nothing to renew. Not ready: the ready loop's catch-up renews it.
