@@ -185,9 +185,12 @@ type Clock struct {
 
 // NewClock starts a clock now.
 func NewClock() *Clock {
-	c := &Clock{start: time.Now()}
-	c.monoStart = monoNanos()
-	return c
+	// The monotonic reading is taken first, so a reading translated by FromMono is
+	// never placed before the moment it was taken (at most the gap between the two
+	// reads after it): read after, it placed an event microseconds before the
+	// harness's own earlier reading on a loaded machine.
+	mono := monoNanos()
+	return &Clock{start: time.Now(), monoStart: mono}
 }
 
 // Now returns nanoseconds since the clock started.
