@@ -117,6 +117,10 @@ func runCmd(args []string) int {
 	if *fpKills < 0 {
 		*fpKills = *kills / 2
 	}
+	if *nodes > 1 && len(stepCounts) > 0 {
+		k := workload.ClusterFaultConfig{Steps: stepCounts}.Kills(*nodes)
+		fmt.Printf("fault steps: about %d kills a schedule (%d over %d seeds)\n", k, k*(*seeds), *seeds)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	failed := 0
