@@ -57,6 +57,7 @@ func Run(ctx context.Context, t Target, shapes []string, o Options) ([]Result, e
 type runner struct {
 	t           Target
 	o           Options
+	cur         string  // the shape running
 	produceRate float64 // of the last produce shape, for the latency shape's default rate
 	flowRate    float64 // acked/s of the last flow shape, preferred for that default
 }
@@ -66,6 +67,7 @@ func (r *runner) shape(ctx context.Context, s string) (Result, error) {
 		res Result
 		err error
 	)
+	r.cur = s
 	switch s {
 	case ShapeProduce:
 		res, err = r.produce(ctx)
@@ -146,7 +148,17 @@ func (r *runner) begin(ctx context.Context) (*phase, Queue, serverSampler, error
 		return nil, nil, nil, err
 	}
 	p := &phase{o: r.o}
-	return p, q, p.startClock(r.t), nil
+	return p, q, r.startClock(p), nil
+}
+
+// startClock starts p's window and, when the target profiles its servers, their
+// profiles over it.
+func (r *runner) startClock(p *phase) serverSampler {
+	s := p.startClock(r.t)
+	if pr, ok := r.t.(Profiler); ok {
+		pr.Profile(r.cur, r.o.Duration)
+	}
+	return s
 }
 
 // startClock starts the window, the server's samplers and the benchmark's own.
@@ -477,7 +489,7 @@ func (r *runner) openLoop(ctx context.Context, shape string, rate float64, produ
 			return Result{}, err
 		}
 	}
-	s := p.startClock(r.t)
+	s := r.startClock(p)
 	res := Result{OfferedRate: rate}
 	plat, clat, alat := recorders(producers), recorders(r.o.Consumers), recorders(r.o.Consumers)
 	got := make([][]consumed, r.o.Consumers)
@@ -559,7 +571,7 @@ func (r *runner) fanout(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	p := &phase{o: r.o}
-	s := p.startClock(r.t)
+	s := r.startClock(p)
 	res := Result{Fanout: &Fanout{Children: r.o.Children}}
 	plat := recorders(r.o.Producers)
 	wg := p.closedLoop(ctx, q, r.o.Producers, 1, plat)

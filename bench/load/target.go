@@ -29,6 +29,13 @@ type Target interface {
 	Close() error
 }
 
+// Profiler is a Target that can profile its servers: Profile is called when a shape's
+// measured window starts and profiles them over it in the background (the target's
+// Close waits for the profiles).
+type Profiler interface {
+	Profile(shape string, window time.Duration)
+}
+
 // Queue is one topic (or its equivalent) created by Target.Open.
 type Queue interface {
 	// Producer returns the producer that goroutine i uses. The engine never shares a

@@ -34,8 +34,9 @@ const placedTimeout = 30 * time.Second
 // cluster secret made for this run. Every node is given the whole --peers list, as
 // `make cluster` does. It returns once every node is ready and lists the n members
 // alive; the target's goroutines are spread over the nodes round robin and Close
-// stops every node.
-func LaunchCluster(bin, dir string, n, conns int, log io.Writer) (*Target, error) {
+// stops every node. With profileDir, each node also serves Go's profiles on a
+// loopback --debug-addr, and each shape's window is profiled on every node (Profile).
+func LaunchCluster(bin, dir string, n, conns int, log io.Writer, profileDir string) (*Target, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("a cluster needs at least 1 node, not %d", n)
 	}
@@ -48,6 +49,7 @@ func LaunchCluster(bin, dir string, n, conns int, log io.Writer) (*Target, error
 	t.name = fmt.Sprintf("narad-%dnodes", n)
 	t.bases = nil
 	var clusterAddrs, peers []string
+	var debugArgs [][]string // --debug-addr when profiling
 	for i := range n {
 		h, err := proc.FreeAddr()
 		if err != nil {
@@ -62,6 +64,11 @@ func LaunchCluster(bin, dir string, n, conns int, log io.Writer) (*Target, error
 		t.ids = append(t.ids, id)
 		clusterAddrs = append(clusterAddrs, c)
 		peers = append(peers, id+"@"+c)
+		dbg, err := t.withProfiles(nil, profileDir)
+		if err != nil {
+			return nil, err
+		}
+		debugArgs = append(debugArgs, dbg)
 	}
 	t.base = t.bases[0]
 	// Every node waits for the others to elect a controller, so they start at once.
@@ -73,6 +80,7 @@ func LaunchCluster(bin, dir string, n, conns int, log io.Writer) (*Target, error
 			"--http-addr", strings.TrimPrefix(t.bases[i], "http://"),
 			"--cluster-addr", clusterAddrs[i], "--peers", strings.Join(peers, ","),
 			"--data-dir", filepath.Join(dir, t.ids[i]), "--log-level", "warn")
+		cmd.Args = append(cmd.Args, debugArgs[i]...)
 		cmd.Env = append(os.Environ(), "NARAD_CLUSTER_SECRET="+secret)
 		wg.Add(1)
 		go func() {

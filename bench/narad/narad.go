@@ -16,7 +16,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -42,12 +44,20 @@ type Target struct {
 	nodes  []*proc.Process // empty when the nodes were not started by Launch or LaunchCluster
 	prefix string          // topic names of this run: bench-<prefix>-<n>
 	seq    atomic.Int64
+	// profileDir, when set, receives a CPU profile of every node over each shape's
+	// window, from the node's loopback --debug-addr (debug, as bases).
+	profileDir string
+	debug      []string
+	profiles   sync.WaitGroup
+	profMu     sync.Mutex
+	profErr    error
 }
 
 var (
 	_ load.Target    = (*Target)(nil)
 	_ load.Fanouter  = (*Target)(nil)
 	_ load.Processes = (*Target)(nil)
+	_ load.Profiler  = (*Target)(nil)
 )
 
 // New returns a target for the node at base (e.g. http://127.0.0.1:7942) with a pool
@@ -75,19 +85,89 @@ func New(base string, conns int) *Target {
 
 // Launch starts `bin serve` on a free loopback port with dataDir, its output to log,
 // waits until it is ready and returns a target whose Close stops it.
-func Launch(bin, dataDir string, conns int, log io.Writer) (*Target, error) {
+func Launch(bin, dataDir string, conns int, log io.Writer, profileDir string) (*Target, error) {
 	addr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	t := New("http://"+addr, conns)
-	cmd := exec.Command(bin, "serve", "--http-addr", addr, "--data-dir", dataDir, "--log-level", "warn")
-	node, err := proc.Start(cmd, log, readyTimeout, t.ready(t.base))
+	args := []string{"serve", "--http-addr", addr, "--data-dir", dataDir, "--log-level", "warn"}
+	if args, err = t.withProfiles(args, profileDir); err != nil {
+		return nil, err
+	}
+	node, err := proc.Start(exec.Command(bin, args...), log, readyTimeout, t.ready(t.base))
 	if err != nil {
 		return nil, fmt.Errorf("starting narad: %w", err)
 	}
 	t.nodes = []*proc.Process{node}
 	return t, nil
+}
+
+// withProfiles adds a free loopback --debug-addr to a node's arguments when profileDir
+// is set, and remembers it (in the order the nodes are launched).
+func (t *Target) withProfiles(args []string, profileDir string) ([]string, error) {
+	if profileDir == "" {
+		return args, nil
+	}
+	if err := os.MkdirAll(profileDir, 0o755); err != nil {
+		return nil, err
+	}
+	addr, err := proc.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	t.profileDir = profileDir
+	t.debug = append(t.debug, addr)
+	return append(args, "--debug-addr", addr), nil
+}
+
+// Profile fetches a CPU profile of every node over the window (load.Profiler), in the
+// background, into profileDir as <target>-<shape>-<node>.pprof; nothing without
+// profileDir. Close waits for them and reports a profile that failed.
+func (t *Target) Profile(shape string, window time.Duration) {
+	if t.profileDir == "" {
+		return
+	}
+	secs := max(1, int(window.Round(time.Second)/time.Second))
+	for i, addr := range t.debug {
+		node := "node"
+		if i < len(t.ids) {
+			node = t.ids[i]
+		}
+		path := filepath.Join(t.profileDir, fmt.Sprintf("%s-%s-%s.pprof", t.name, shape, node))
+		t.profiles.Add(1)
+		go func() {
+			defer t.profiles.Done()
+			if err := fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), path, window+30*time.Second); err != nil {
+				t.profMu.Lock()
+				t.profErr = errors.Join(t.profErr, fmt.Errorf("profile of %s over %s: %w", node, shape, err))
+				t.profMu.Unlock()
+			}
+		}()
+	}
+}
+
+// fetchProfile writes what u answers to path.
+func fetchProfile(u, path string, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }() // read to the end below
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %d: %s", u, resp.StatusCode, body)
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // ready probes the /readyz of the node at base.
@@ -127,6 +207,7 @@ func (t *Target) PIDs() []int {
 
 // Close stops the nodes Launch or LaunchCluster started, all at once.
 func (t *Target) Close() error {
+	t.profiles.Wait() // the nodes serve their profiles until the window ends
 	t.http.CloseIdleConnections()
 	var wg sync.WaitGroup
 	for _, n := range t.nodes {
@@ -134,7 +215,9 @@ func (t *Target) Close() error {
 		go func() { defer wg.Done(); n.Stop() }()
 	}
 	wg.Wait()
-	return nil
+	t.profMu.Lock()
+	defer t.profMu.Unlock()
+	return t.profErr
 }
 
 // do sends one request and reads the whole answer into buf (a fresh buffer when nil);

@@ -43,7 +43,7 @@ func TestSmokeEveryShape(t *testing.T) {
 	o.Duration, o.Drain = time.Second, 10*time.Second
 	o.WakeRate = 20
 	o.Log = &log
-	tg, err := Launch(bin, filepath.Join(t.TempDir(), "data"), 16, os.Stderr)
+	tg, err := Launch(bin, filepath.Join(t.TempDir(), "data"), 16, os.Stderr, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ type clusterRun struct {
 }
 
 // runCluster is `narad-bench --cluster N`: it measures, prints and writes the JSON.
-func runCluster(ctx context.Context, o load.Options, bin, target, mode, jsonOut string, nodes int, ro narad.RouteOptions) error {
+func runCluster(ctx context.Context, o load.Options, bin, target, mode, jsonOut, profileDir string, nodes int, ro narad.RouteOptions) error {
 	shapes, err := load.ParseShapes(mode)
 	if err != nil {
 		return err
@@ -47,7 +47,7 @@ func runCluster(ctx context.Context, o load.Options, bin, target, mode, jsonOut 
 	}
 	defer func() { _ = os.RemoveAll(dir) }() // a temp dir; the OS cleans it if this fails
 	o.Log = os.Stderr
-	run, err := measureCluster(ctx, o, bin, shapes, nodes, ro, dir, os.Stdout, os.Stderr)
+	run, err := measureCluster(ctx, o, bin, shapes, nodes, ro, dir, profileDir, os.Stdout, os.Stderr)
 	run.Machine.LoadEnd = load.LoadAvg()
 	printCluster(os.Stdout, run)
 	if jsonOut != "" {
@@ -62,33 +62,34 @@ func runCluster(ctx context.Context, o load.Options, bin, target, mode, jsonOut 
 
 // measureCluster runs the shapes against a single node, then starts a cluster of
 // nodes, measures the routes on it and runs the shapes against it, the clients spread
-// over its nodes. Each server runs alone, with a fresh data directory under dir. out
+// over its nodes. Each server runs alone, with a fresh data directory under dir (and,
+// with profileDir, CPU profiles of every node over each shape written there). out
 // gets the machine line and a line per step; the nodes' output goes to log. What was
 // measured before an error is returned with it.
-func measureCluster(ctx context.Context, o load.Options, bin string, shapes []string, nodes int, ro narad.RouteOptions, dir string, out, log io.Writer) (clusterRun, error) {
-	run := clusterRun{Report: load.Report{Started: time.Now().UTC(), Options: o, Machine: load.NewMachine(dir, 2*time.Second)}, Nodes: nodes}
+func measureCluster(ctx context.Context, o load.Options, bin string, shapes []string, nodes int, ro narad.RouteOptions, dir, profileDir string, out, log io.Writer) (run clusterRun, err error) {
+	run = clusterRun{Report: load.Report{Started: time.Now().UTC(), Options: o, Machine: load.NewMachine(dir, 2*time.Second)}, Nodes: nodes}
 	fmt.Fprintln(out, run.Machine)
 	fmt.Fprintf(out, "setup: %d producers, %d consumers, %d-byte messages, %d partitions, %s per shape, batches of %d; every 202 and 204 durable\n",
 		o.Producers, o.Consumers, o.Size, o.Partitions, o.Duration, o.Batch)
 	conns := o.Producers + o.Consumers + 8
 
 	fmt.Fprintln(out, "\n== a single node")
-	single, err := narad.Launch(bin, filepath.Join(dir, "single"), conns, log)
+	single, err := narad.Launch(bin, filepath.Join(dir, "single"), conns, log, profileDir)
 	if err != nil {
 		return run, err
 	}
 	run.Results, err = load.Run(ctx, single, shapes, o)
-	_ = single.Close() // stopped before the cluster starts, so the two never share the machine
+	err = errors.Join(err, single.Close()) // stopped before the cluster starts, so the two never share the machine
 	if err != nil {
 		return run, err
 	}
 
 	fmt.Fprintf(out, "\n== a cluster of %d nodes\n", nodes)
-	c, err := narad.LaunchCluster(bin, filepath.Join(dir, "cluster"), nodes, conns, log)
+	c, err := narad.LaunchCluster(bin, filepath.Join(dir, "cluster"), nodes, conns, log, profileDir)
 	if err != nil {
 		return run, err
 	}
-	defer func() { _ = c.Close() }() // the figures are taken by then
+	defer func() { err = errors.Join(err, c.Close()) }() // the figures are taken by then; Close reports a failed profile
 	fmt.Fprintf(out, "cluster formed: nodes %s\n", strings.Join(c.Nodes(), ", "))
 	if ro.Requests > 0 {
 		fmt.Fprintf(out, "routes: %d requests per route after %d of warm-up, one at a time\n", ro.Requests, ro.Warmup)

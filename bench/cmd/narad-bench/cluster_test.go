@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -63,7 +64,8 @@ func TestClusterRoutingBrief(t *testing.T) {
 	ro := narad.RouteOptions{Requests: 50, Warmup: 5, Size: o.Size}
 	shapes := []string{load.ShapeProduce, load.ShapeFlow, load.ShapeBatch}
 	var out bytes.Buffer
-	run, err := measureCluster(context.Background(), o, bin, shapes, 3, ro, t.TempDir(), &out, &log)
+	profiles := t.TempDir()
+	run, err := measureCluster(context.Background(), o, bin, shapes, 3, ro, t.TempDir(), profiles, &out, &log)
 	defer func() {
 		if t.Failed() {
 			t.Logf("output:\n%s\nlog:\n%s", out.String(), log.String())
@@ -115,6 +117,16 @@ func TestClusterRoutingBrief(t *testing.T) {
 	}
 	if got := run.Cluster[0].Target; got != "narad-3nodes" {
 		t.Errorf("cluster target named %q", got)
+	}
+	// --profile-dir: a CPU profile of every node over every shape, as go tool pprof
+	// reads them (gzipped protocol buffers).
+	for _, shape := range shapes {
+		for _, name := range []string{"narad-" + shape + "-node", "narad-3nodes-" + shape + "-n1", "narad-3nodes-" + shape + "-n2", "narad-3nodes-" + shape + "-n3"} {
+			b, err := os.ReadFile(filepath.Join(profiles, name+".pprof"))
+			if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+				t.Errorf("profile %s: %d bytes, err %v; want a gzipped pprof profile", name, len(b), err)
+			}
+		}
 	}
 	printCluster(&out, run)
 	t.Log("\n" + out.String())

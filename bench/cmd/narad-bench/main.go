@@ -33,6 +33,7 @@ func main() {
 	mode := flag.String("mode", "all", "shapes to run: all, or a comma-separated list of "+fmt.Sprint(load.Shapes))
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
 	nodes := flag.Int("cluster", 0, "N > 1: measure cluster routing on N nodes started from --narad (forwarded vs local latency, then the shapes on 1 node and on N nodes)")
+	profileDir := flag.String("profile-dir", "", "write a CPU profile of each narad node over each shape's measured window to this directory (<target>-<shape>-<node>.pprof; read with go tool pprof)")
 	var ro narad.RouteOptions
 	flag.IntVar(&ro.Requests, "route-requests", 2000, "with --cluster: measured requests per route (local, forwarded) and operation; 0 skips the routes")
 	flag.IntVar(&ro.Warmup, "route-warmup", 200, "with --cluster: requests per route before the measured ones")
@@ -42,9 +43,9 @@ func main() {
 	defer stop()
 	var err error
 	if *nodes != 0 {
-		err = runCluster(ctx, o, *bin, *target, *mode, *jsonOut, *nodes, ro)
+		err = runCluster(ctx, o, *bin, *target, *mode, *jsonOut, *profileDir, *nodes, ro)
 	} else {
-		err = run(ctx, o, *bin, *target, *mode, *jsonOut)
+		err = run(ctx, o, *bin, *target, *mode, *jsonOut, *profileDir)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "narad-bench:", err)
@@ -52,7 +53,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, o load.Options, bin, target, mode, jsonOut string) error {
+func run(ctx context.Context, o load.Options, bin, target, mode, jsonOut, profileDir string) (err error) {
 	shapes, err := load.ParseShapes(mode)
 	if err != nil {
 		return err
@@ -62,6 +63,9 @@ func run(ctx context.Context, o load.Options, bin, target, mode, jsonOut string)
 	}
 	if target == "" && bin == "" {
 		return errors.New("give --narad (a binary to start) or --target (a running node)")
+	}
+	if target != "" && profileDir != "" {
+		return errors.New("--profile-dir profiles the nodes narad-bench starts: give --narad, not --target (a running node is profiled on its own --debug-addr)")
 	}
 	dir, err := os.MkdirTemp("", "narad-bench-")
 	if err != nil {
@@ -75,10 +79,10 @@ func run(ctx context.Context, o load.Options, bin, target, mode, jsonOut string)
 	var t *narad.Target
 	if target != "" {
 		t = narad.New(target, conns)
-	} else if t, err = narad.Launch(bin, filepath.Join(dir, "data"), conns, os.Stderr); err != nil {
+	} else if t, err = narad.Launch(bin, filepath.Join(dir, "data"), conns, os.Stderr, profileDir); err != nil {
 		return err
 	}
-	defer func() { _ = t.Close() }() // the results are printed already
+	defer func() { err = errors.Join(err, t.Close()) }() // the results are printed already; Close reports a failed profile
 	fmt.Printf("setup: %d producers, %d consumers, %d-byte messages, %d partitions, %s per shape, batches of %d; every 202 and 204 durable\n\n",
 		o.Producers, o.Consumers, o.Size, o.Partitions, o.Duration, o.Batch)
 	o.Log = os.Stderr

@@ -128,7 +128,7 @@ func run(ctx context.Context, c config) error {
 		var t load.Target
 		switch n {
 		case tNarad:
-			t, err = narad.Launch(c.narad, data, conns, os.Stderr)
+			t, err = narad.Launch(c.narad, data, conns, os.Stderr, "")
 		case tJS, tJSSync:
 			t, err = natsjs.Launch(natsjs.Options{Server: c.natsServer, DataDir: data, Sync: n == tJSSync, Conns: 4, Log: os.Stderr})
 		case tJSR3Sync:
