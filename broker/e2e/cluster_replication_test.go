@@ -234,6 +234,9 @@ func TestReplicationFollowerWiped(t *testing.T) {
 			return ok && v < 1 && v > -1
 		})
 	}
+	if v, ok := metricValue(follower.api, `narad_peer_alive{peer="`+lead.id+`"}`); !ok || v != 1 {
+		t.Fatalf("narad_peer_alive of the live leader on %s: %v (reported %v), want 1", follower.id, v, ok)
+	}
 	lead.Kill()
 	seen := map[string]int{}
 	drain(t, follower, "w", seen, 10*time.Second)
@@ -241,6 +244,21 @@ func TestReplicationFollowerWiped(t *testing.T) {
 		if seen[fmt.Sprint("w", i)] == 0 {
 			t.Errorf("message w%d lost after a follower's disk was wiped and its leader killed", i)
 		}
+	}
+	// The survivors saw the kill: the killed leader counts dead after a lapse, and one
+	// of them won the partition's leadership.
+	waitFor(t, 10*time.Second, "the killed leader dead in "+follower.id+"'s metrics", func() bool {
+		alive, ok1 := metricValue(follower.api, `narad_peer_alive{peer="`+lead.id+`"}`)
+		lapses, ok2 := metricValue(follower.api, `narad_peer_liveness_lapses_total{peer="`+lead.id+`"}`)
+		return ok1 && ok2 && alive == 0 && lapses >= 1
+	})
+	won := 0.0
+	for _, o := range others(nodes, lead) {
+		v, _ := metricValue(o.api, `narad_replication_leaderships_won_total`)
+		won += v
+	}
+	if won < 1 {
+		t.Errorf("the survivors count %v leaderships won after the partition's leader was killed and a new one served", won)
 	}
 }
 

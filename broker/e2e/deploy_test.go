@@ -22,6 +22,8 @@ var eventOnly = map[string]string{
 	"narad_damaged_records_total":            "a record failing its checksum",
 	"narad_fanout_lag":                       "a child topic",
 	"narad_cluster_forward_duration_seconds": "a write forwarded to another node",
+	"narad_peer_alive":                       "another node in the cluster",
+	"narad_peer_liveness_lapses_total":       "another node in the cluster",
 }
 
 var metricName = regexp.MustCompile(`\bnarad_[a-z0-9_]+`)

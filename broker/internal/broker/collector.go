@@ -40,6 +40,14 @@ var (
 		"Followers of partitions led here whose log holds every message up to the high watermark, summed over the topic's partitions.", []string{"topic"}, nil)
 	descClockOffset = prometheus.NewDesc("narad_peer_clock_offset_seconds",
 		"Another node's wall clock minus this node's, measured by the replication liveness calls (accurate to half a round trip).", []string{"peer"}, nil)
+	descPeerAlive = prometheus.NewDesc("narad_peer_alive",
+		"1 while this node's replication liveness calls to another node are answered within the liveness timeout (1 s), else 0.", []string{"peer"}, nil)
+	descPeerLapses = prometheus.NewDesc("narad_peer_liveness_lapses_total",
+		"Times another node was found dead (its answers stopped for the liveness timeout) or restarted, after counting alive: each makes the partitions it led elect a new leader.", []string{"peer"}, nil)
+	descForcedCampaigns = prometheus.NewDesc("narad_replication_forced_campaigns_total",
+		"Elections this node started at once for partitions whose leader was found dead or restarted (it was the live replica with the smallest id).", nil, nil)
+	descLeadershipsWon = prometheus.NewDesc("narad_replication_leaderships_won_total",
+		"Times a replicated partition's group on this node became leader and began serving, by an election or a handed leadership.", nil, nil)
 	descDiskFree = prometheus.NewDesc("narad_disk_free_bytes",
 		"Bytes free for the node on the data directory's file system.", nil, nil)
 	descDiskSize = prometheus.NewDesc("narad_disk_size_bytes",
@@ -52,7 +60,7 @@ var (
 
 // Describe sends the collector's descriptions.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descClusterVersion, descMemberMaxVersion} {
+	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descPeerAlive, descPeerLapses, descForcedCampaigns, descLeadershipsWon, descClusterVersion, descMemberMaxVersion} {
 		ch <- d
 	}
 }
@@ -122,13 +130,28 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	collectFanout(b, ch, ts)
 	if b.repl != nil {
-		offs := b.repl.host.ClockOffsets()
+		offs, peers := b.repl.host.ClockOffsets(), b.repl.host.Peers()
 		for _, m := range b.meta.Members() {
+			if m.ID == b.opts.NodeID {
+				continue
+			}
 			// The member's current server id only: a wiped node's old one is gone.
-			if off, ok := offs[raftID(m.ServerID)]; ok && m.ID != b.opts.NodeID {
+			id := raftID(m.ServerID)
+			if off, ok := offs[id]; ok {
 				ch <- prometheus.MustNewConstMetric(descClockOffset, prometheus.GaugeValue, off.Seconds(), m.ID)
 			}
+			if pl, ok := peers[id]; ok {
+				alive := 0.0
+				if pl.Live {
+					alive = 1
+				}
+				ch <- prometheus.MustNewConstMetric(descPeerAlive, prometheus.GaugeValue, alive, m.ID)
+				ch <- prometheus.MustNewConstMetric(descPeerLapses, prometheus.CounterValue, float64(pl.Lapses), m.ID)
+			}
 		}
+		st := b.repl.host.Stats()
+		ch <- prometheus.MustNewConstMetric(descForcedCampaigns, prometheus.CounterValue, float64(st.ForcedCampaigns))
+		ch <- prometheus.MustNewConstMetric(descLeadershipsWon, prometheus.CounterValue, float64(st.LeadershipsWon))
 	}
 	ch <- prometheus.MustNewConstMetric(descClusterVersion, prometheus.GaugeValue, float64(b.meta.ClusterVersion()))
 	for _, m := range b.meta.Members() {

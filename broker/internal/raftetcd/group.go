@@ -372,6 +372,9 @@ func (g *group) apply(e raftpb.Entry) {
 			g.leading = true
 		}
 		g.mu.Unlock()
+		if lead {
+			g.h.won.Add(1)
+		}
 		if lead && g.cfg.OnRole != nil {
 			g.cfg.OnRole(true, e.Term)
 		}
@@ -628,7 +631,9 @@ func (g *group) leaderDown(dead uint64) {
 	}
 	g.quiesced = false
 	if designated && g.mayLead() {
-		_ = g.rn.Step(raftpb.Message{Type: raftpb.MsgTimeoutNow, From: dead, To: g.h.opts.ID, Term: bs.Term})
+		if g.rn.Step(raftpb.Message{Type: raftpb.MsgTimeoutNow, From: dead, To: g.h.opts.ID, Term: bs.Term}) == nil {
+			g.h.forced.Add(1)
+		}
 	}
 	g.mu.Unlock()
 	g.signal()

@@ -106,6 +106,20 @@ type Stats struct {
 	RPCCalls   uint64 // liveness calls sent
 	BatchCalls uint64 // message frames sent
 	BatchItems uint64 // raft messages carried by those frames
+	// ForcedCampaigns counts the elections this node started at once because a group's
+	// leader was found dead (or restarted); LeadershipsWon the times a group here became
+	// leader and began serving, by election or by a handed leadership.
+	ForcedCampaigns uint64
+	LeadershipsWon  uint64
+}
+
+// PeerLiveness is what this node knows of another's liveness (Host.Peers).
+type PeerLiveness struct {
+	// Live: a call of this node's to the peer was answered within LivenessTimeout.
+	Live bool
+	// Lapses counts the times it was found dead, or found to have restarted, after
+	// counting live: each makes the groups it led elect a new leader.
+	Lapses uint64
 }
 
 // Host runs the groups of one node.
@@ -125,6 +139,8 @@ type Host struct {
 	rpcCalls     atomic.Uint64
 	batchCalls   atomic.Uint64
 	batchItems   atomic.Uint64
+	forced       atomic.Uint64 // Stats.ForcedCampaigns
+	won          atomic.Uint64 // Stats.LeadershipsWon
 
 	quit     chan struct{}
 	wg       sync.WaitGroup
@@ -143,6 +159,10 @@ type peer struct {
 	clockOffset atomic.Int64
 	clockKnown  atomic.Bool
 	live        bool // the ticker's view, owned by the ticker goroutine
+	// alive mirrors live for readers outside the ticker; lapses counts its falls
+	// (PeerLiveness).
+	alive  atomic.Bool
+	lapses atomic.Uint64
 	// start is the peer's start id from its last liveness answer (0: none yet, or an
 	// older node that sends none); restarted is set when it changed, until the ticker
 	// acts on it. A node back at its address within the liveness timeout was heard
@@ -563,7 +583,17 @@ func (h *Host) allGroups() []*group {
 
 // Stats returns the counters so far.
 func (h *Host) Stats() Stats {
-	return Stats{RPCCalls: h.rpcCalls.Load(), BatchCalls: h.batchCalls.Load(), BatchItems: h.batchItems.Load()}
+	return Stats{RPCCalls: h.rpcCalls.Load(), BatchCalls: h.batchCalls.Load(), BatchItems: h.batchItems.Load(),
+		ForcedCampaigns: h.forced.Load(), LeadershipsWon: h.won.Load()}
+}
+
+// Peers returns the liveness of every other node, by raft id.
+func (h *Host) Peers() map[uint64]PeerLiveness {
+	out := map[uint64]PeerLiveness{}
+	for _, p := range h.allPeers() {
+		out[p.id] = PeerLiveness{Live: p.alive.Load(), Lapses: p.lapses.Load()}
+	}
+	return out
 }
 
 // GroupInfo is one group's view on this node.
@@ -776,19 +806,25 @@ func (h *Host) tickLoop() {
 				close(p.down)
 				p.down = make(chan struct{})
 				p.mu.Unlock()
+				p.lapses.Add(1)
 				down = append(down, p.id)
 				up = append(up, p.id)
 				continue
 			}
 			if live != p.live {
 				p.live = live
+				p.alive.Store(live)
 				if live {
+					h.log.Info("raftetcd: a peer answers the liveness calls", "peer", p.id)
 					up = append(up, p.id)
 				} else {
 					p.mu.Lock()
 					close(p.down)
 					p.down = make(chan struct{})
 					p.mu.Unlock()
+					p.lapses.Add(1)
+					h.log.Warn("raftetcd: a peer did not answer within the liveness timeout; the groups it led elect a new leader",
+						"peer", p.id, "timeout", h.opts.LivenessTimeout, "silent_for", time.Duration(now-p.lastHeard.Load()).Round(time.Millisecond))
 					down = append(down, p.id)
 				}
 			}

@@ -346,19 +346,41 @@ func TestFailoverAfterNodeStops(t *testing.T) {
 			led = append(led, g)
 		}
 	}
-	stopped := time.Now()
-	victim.stop()
 	var survivors []*testNode
+	wonBefore := uint64(0)
 	for _, n := range ns {
 		if n != victim {
 			survivors = append(survivors, n)
+			wonBefore += n.host.Stats().LeadershipsWon
+			if pl := n.host.Peers()[victim.id]; !pl.Live || pl.Lapses != 0 {
+				t.Fatalf("before the stop, n%d sees n%d as %+v; want live, no lapse", n.id, victim.id, pl)
+			}
 		}
 	}
+	stopped := time.Now()
+	victim.stop()
 	ls2 := leaders(t, survivors, groups)
 	for _, g := range led {
 		propose(t, ls2[g], g)
 	}
 	took := time.Since(stopped)
+	// What an operator reads (narad_peer_alive, narad_peer_liveness_lapses_total,
+	// narad_replication_forced_campaigns_total, narad_replication_leaderships_won_total):
+	// the quiesced groups' election clocks were stopped, so their new leaders came from
+	// forced campaigns, and each new leader counts the leadership it won.
+	var forced, won uint64
+	for _, n := range survivors {
+		st := n.host.Stats()
+		forced, won = forced+st.ForcedCampaigns, won+st.LeadershipsWon
+		if pl := n.host.Peers()[victim.id]; pl.Live || pl.Lapses != 1 {
+			t.Errorf("after the stop, n%d sees n%d as %+v; want dead after one lapse", n.id, victim.id, pl)
+		}
+	}
+	// (At least one forced campaign: a survivor whose election timeout ran out before
+	// the designated one found the leader dead may win a group by an election.)
+	if forced == 0 || won-wonBefore < uint64(len(led)) {
+		t.Errorf("%d groups lost their leader: the survivors counted %d forced campaigns and %d leaderships won; want at least 1 and %d", len(led), forced, won-wonBefore, len(led))
+	}
 	t.Logf("%d groups led by n%d: all re-elected and written after %v", len(led), victim.id, took)
 	// liveness timeout 1 s + an election round; 10 s leaves room for a loaded machine
 	if took > 10*time.Second {
@@ -387,6 +409,17 @@ func TestFailoverAfterAQuickRestart(t *testing.T) {
 	}
 	took := time.Since(stopped)
 	t.Logf("n%d led %d groups and restarted at once: all led and written after %v", victim.id, led, took)
+	for _, n := range ns {
+		if n == victim {
+			continue
+		}
+		// Once its first liveness answer after the restart is seen; propose above
+		// may have been served before.
+		poll(t, 10*time.Second, fmt.Sprintf("n%d counts n%d's restart as a lapse", n.id, victim.id), func() bool {
+			pl := n.host.Peers()[victim.id]
+			return pl.Live && pl.Lapses >= 1
+		})
+	}
 }
 
 // TestWALReplay: what save wrote comes back in order, a rewritten suffix replaces the
