@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -234,4 +235,52 @@ func poll(bound time.Duration, cond func() bool) bool {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Elections counts what moved partition leaderships on a cluster's nodes, summed over
+// them (their /metrics, since each node started): a healthy run under load has no
+// liveness lapse and no forced campaign, and wins one leadership per partition it
+// creates.
+type Elections struct {
+	LivenessLapses  float64 `json:"liveness_lapses"`
+	ForcedCampaigns float64 `json:"forced_campaigns"`
+	LeadershipsWon  float64 `json:"leaderships_won"`
+}
+
+// Sub is e minus an earlier reading.
+func (e Elections) Sub(before Elections) Elections {
+	return Elections{e.LivenessLapses - before.LivenessLapses, e.ForcedCampaigns - before.ForcedCampaigns, e.LeadershipsWon - before.LeadershipsWon}
+}
+
+// Elections reads the counters of every node.
+func (t *Target) Elections(ctx context.Context) (Elections, error) {
+	var e Elections
+	for _, base := range t.bases {
+		st, body, err := t.do(ctx, http.MethodGet, base+"/metrics", "", nil, nil)
+		if err != nil {
+			return e, err
+		}
+		if st != http.StatusOK {
+			return e, statusError("GET "+base+"/metrics", st, body)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			name, rest, ok := strings.Cut(line, " ")
+			if !ok || strings.HasPrefix(name, "#") {
+				continue
+			}
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				continue
+			}
+			switch name, _, _ = strings.Cut(name, "{"); name {
+			case "narad_peer_liveness_lapses_total":
+				e.LivenessLapses += v
+			case "narad_replication_forced_campaigns_total":
+				e.ForcedCampaigns += v
+			case "narad_replication_leaderships_won_total":
+				e.LeadershipsWon += v
+			}
+		}
+	}
+	return e, nil
 }

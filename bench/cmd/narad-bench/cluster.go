@@ -22,6 +22,8 @@ type clusterRun struct {
 	Nodes       int           `json:"cluster_nodes"`
 	Routes      []narad.Route `json:"routes,omitempty"`
 	Cluster     []load.Result `json:"cluster_results"`
+	// Elections is what moved leaderships on the cluster's nodes while its shapes ran.
+	Elections *narad.Elections `json:"cluster_elections,omitempty"`
 }
 
 // runCluster is `narad-bench --cluster N`: it measures, prints and writes the JSON.
@@ -97,7 +99,18 @@ func measureCluster(ctx context.Context, o load.Options, bin string, shapes []st
 			return run, err
 		}
 	}
+	before, eerr := c.Elections(ctx)
 	run.Cluster, err = load.Run(ctx, c, shapes, o)
+	if eerr == nil {
+		var after narad.Elections
+		if after, eerr = c.Elections(ctx); eerr == nil {
+			e := after.Sub(before)
+			run.Elections = &e
+		}
+	}
+	if eerr != nil {
+		fmt.Fprintf(log, "reading the nodes' election counters: %v\n", eerr)
+	}
 	return run, err
 }
 
@@ -125,6 +138,10 @@ func printCluster(w io.Writer, run clusterRun) {
 	if len(run.Results) > 0 && len(run.Cluster) > 0 {
 		fmt.Fprintf(w, "\n%d nodes (topics of the default replication_factor: min(3, nodes); clients spread over the nodes round robin) against 1 node, the same binary, one after the other:\n", run.Nodes)
 		load.PrintComparison(w, []string{run.Cluster[0].Target, run.Results[0].Target}, [][]load.Result{run.Cluster, run.Results})
+	}
+	if e := run.Elections; e != nil {
+		fmt.Fprintf(w, "\nwhile the %d nodes ran the shapes: %.0f partition leaderships won (each shape's new topic elects one leader per partition), %.0f liveness lapses and %.0f forced campaigns (a node found another dead: under load, a sign that failovers are in the figures)\n",
+			run.Nodes, e.LeadershipsWon, e.LivenessLapses, e.ForcedCampaigns)
 	}
 	fmt.Fprintln(w)
 	load.PrintLegend(w)

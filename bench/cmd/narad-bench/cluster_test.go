@@ -118,6 +118,10 @@ func TestClusterRoutingBrief(t *testing.T) {
 	if got := run.Cluster[0].Target; got != "narad-3nodes" {
 		t.Errorf("cluster target named %q", got)
 	}
+	// Each shape's new topic elects a leader for each of its partitions (RF 3 groups).
+	if e := run.Elections; e == nil || e.LeadershipsWon < float64(len(shapes)*o.Partitions) {
+		t.Errorf("elections while the shapes ran: %+v; want at least %d leaderships won", e, len(shapes)*o.Partitions)
+	}
 	// --profile-dir: a CPU profile of every node over every shape, as go tool pprof
 	// reads them (gzipped protocol buffers).
 	for _, shape := range shapes {
