@@ -100,6 +100,9 @@ func (r *runner) shape(ctx context.Context, s string) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("unknown shape %q", s)
 	}
+	if ob, ok := r.t.(Observer); ok {
+		ob.ShapeEnded(s)
+	}
 	if err != nil {
 		return res, fmt.Errorf("%s %s: %w", r.t.Name(), s, err)
 	}
@@ -151,12 +154,11 @@ func (r *runner) begin(ctx context.Context) (*phase, Queue, serverSampler, error
 	return p, q, r.startClock(p), nil
 }
 
-// startClock starts p's window and, when the target profiles its servers, their
-// profiles over it.
+// startClock starts p's window and tells a target that observes its shapes.
 func (r *runner) startClock(p *phase) serverSampler {
 	s := p.startClock(r.t)
-	if pr, ok := r.t.(Profiler); ok {
-		pr.Profile(r.cur, r.o.Duration)
+	if ob, ok := r.t.(Observer); ok {
+		ob.ShapeStarted(r.cur, r.o.Duration)
 	}
 	return s
 }

@@ -29,11 +29,13 @@ type Target interface {
 	Close() error
 }
 
-// Profiler is a Target that can profile its servers: Profile is called when a shape's
-// measured window starts and profiles them over it in the background (the target's
-// Close waits for the profiles).
-type Profiler interface {
-	Profile(shape string, window time.Duration)
+// Observer is a Target that watches its servers shape by shape: ShapeStarted is called
+// when a shape's measured window starts (a profile over it, say, in the background) and
+// ShapeEnded when the shape is over, drain included. The target's Close waits for what
+// it started.
+type Observer interface {
+	ShapeStarted(shape string, window time.Duration)
+	ShapeEnded(shape string)
 }
 
 // Queue is one topic (or its equivalent) created by Target.Open.

@@ -36,7 +36,7 @@ const placedTimeout = 30 * time.Second
 // `make cluster` does. It returns once every node is ready and lists the n members
 // alive; the target's goroutines are spread over the nodes round robin and Close
 // stops every node. With profileDir, each node also serves Go's profiles on a
-// loopback --debug-addr, and each shape's window is profiled on every node (Profile).
+// loopback --debug-addr, and each shape's window is profiled on every node (ShapeStarted).
 func LaunchCluster(bin, dir string, n, conns int, log io.Writer, profileDir string) (*Target, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("a cluster needs at least 1 node, not %d", n)
@@ -237,31 +237,36 @@ func poll(bound time.Duration, cond func() bool) bool {
 	}
 }
 
-// Elections counts what moved partition leaderships on a cluster's nodes, summed over
-// them (their /metrics, since each node started): a healthy run under load has no
-// liveness lapse and no forced campaign, and wins one leadership per partition it
-// creates.
-type Elections struct {
-	LivenessLapses  float64 `json:"liveness_lapses"`
-	ForcedCampaigns float64 `json:"forced_campaigns"`
-	LeadershipsWon  float64 `json:"leaderships_won"`
+// Counters are the cluster's own counters, summed over its nodes' /metrics (each
+// since its node started): what moved partition leaderships (a healthy run under load
+// has no liveness lapse and no forced campaign, and wins one leadership per partition
+// it creates) and the requests the nodes served each other on the node plane
+// (forwarded requests, replication frames, liveness calls).
+type Counters struct {
+	LivenessLapses    float64 `json:"liveness_lapses"`
+	ForcedCampaigns   float64 `json:"forced_campaigns"`
+	LeadershipsWon    float64 `json:"leaderships_won"`
+	NodePlaneRequests float64 `json:"node_plane_requests"`
 }
 
-// Sub is e minus an earlier reading.
-func (e Elections) Sub(before Elections) Elections {
-	return Elections{e.LivenessLapses - before.LivenessLapses, e.ForcedCampaigns - before.ForcedCampaigns, e.LeadershipsWon - before.LeadershipsWon}
+// Sub is c minus an earlier reading.
+func (c Counters) Sub(before Counters) Counters {
+	return Counters{c.LivenessLapses - before.LivenessLapses, c.ForcedCampaigns - before.ForcedCampaigns,
+		c.LeadershipsWon - before.LeadershipsWon, c.NodePlaneRequests - before.NodePlaneRequests}
 }
 
-// Elections reads the counters of every node.
-func (t *Target) Elections(ctx context.Context) (Elections, error) {
-	var e Elections
+// Counters reads the counters of every node.
+func (t *Target) Counters(ctx context.Context) (Counters, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var c Counters
 	for _, base := range t.bases {
 		st, body, err := t.do(ctx, http.MethodGet, base+"/metrics", "", nil, nil)
 		if err != nil {
-			return e, err
+			return c, err
 		}
 		if st != http.StatusOK {
-			return e, statusError("GET "+base+"/metrics", st, body)
+			return c, statusError("GET "+base+"/metrics", st, body)
 		}
 		for _, line := range strings.Split(string(body), "\n") {
 			name, rest, ok := strings.Cut(line, " ")
@@ -274,13 +279,15 @@ func (t *Target) Elections(ctx context.Context) (Elections, error) {
 			}
 			switch name, _, _ = strings.Cut(name, "{"); name {
 			case "narad_peer_liveness_lapses_total":
-				e.LivenessLapses += v
+				c.LivenessLapses += v
 			case "narad_replication_forced_campaigns_total":
-				e.ForcedCampaigns += v
+				c.ForcedCampaigns += v
 			case "narad_replication_leaderships_won_total":
-				e.LeadershipsWon += v
+				c.LeadershipsWon += v
+			case "narad_cluster_requests_served_total":
+				c.NodePlaneRequests += v
 			}
 		}
 	}
-	return e, nil
+	return c, nil
 }

@@ -51,13 +51,18 @@ type Target struct {
 	profiles   sync.WaitGroup
 	profMu     sync.Mutex
 	profErr    error
+	// Counters of a cluster's nodes at the start of the shape running, and what each
+	// shape moved (ShapeStarted, ShapeEnded).
+	atStart  Counters
+	startErr error
+	perShape map[string]Counters
 }
 
 var (
 	_ load.Target    = (*Target)(nil)
 	_ load.Fanouter  = (*Target)(nil)
 	_ load.Processes = (*Target)(nil)
-	_ load.Profiler  = (*Target)(nil)
+	_ load.Observer  = (*Target)(nil)
 )
 
 // New returns a target for the node at base (e.g. http://127.0.0.1:7942) with a pool
@@ -121,10 +126,14 @@ func (t *Target) withProfiles(args []string, profileDir string) ([]string, error
 	return append(args, "--debug-addr", addr), nil
 }
 
-// Profile fetches a CPU profile of every node over the window (load.Profiler), in the
-// background, into profileDir as <target>-<shape>-<node>.pprof; nothing without
-// profileDir. Close waits for them and reports a profile that failed.
-func (t *Target) Profile(shape string, window time.Duration) {
+// ShapeStarted (load.Observer) reads a cluster's counters, and fetches a CPU profile
+// of every node over the window when profileDir is set: in the background, into
+// profileDir as <target>-<shape>-<node>.pprof. Close waits for the profiles and
+// reports one that failed.
+func (t *Target) ShapeStarted(shape string, window time.Duration) {
+	if len(t.ids) > 0 {
+		t.atStart, t.startErr = t.Counters(context.Background())
+	}
 	if t.profileDir == "" {
 		return
 	}
@@ -146,6 +155,25 @@ func (t *Target) Profile(shape string, window time.Duration) {
 		}()
 	}
 }
+
+// ShapeEnded (load.Observer) records what the shape moved on a cluster's counters.
+func (t *Target) ShapeEnded(shape string) {
+	if len(t.ids) == 0 || t.startErr != nil {
+		return
+	}
+	end, err := t.Counters(context.Background())
+	if err != nil {
+		return
+	}
+	if t.perShape == nil {
+		t.perShape = map[string]Counters{}
+	}
+	t.perShape[shape] = end.Sub(t.atStart)
+}
+
+// ShapeCounters returns what each shape run on a cluster moved on its nodes' counters
+// (a shape whose counters could not be read is missing).
+func (t *Target) ShapeCounters() map[string]Counters { return t.perShape }
 
 // fetchProfile writes what u answers to path.
 func fetchProfile(u, path string, bound time.Duration) error {

@@ -22,8 +22,8 @@ type clusterRun struct {
 	Nodes       int           `json:"cluster_nodes"`
 	Routes      []narad.Route `json:"routes,omitempty"`
 	Cluster     []load.Result `json:"cluster_results"`
-	// Elections is what moved leaderships on the cluster's nodes while its shapes ran.
-	Elections *narad.Elections `json:"cluster_elections,omitempty"`
+	// Counters is what each shape moved on the cluster's own counters, by shape.
+	Counters map[string]narad.Counters `json:"cluster_counters,omitempty"`
 }
 
 // runCluster is `narad-bench --cluster N`: it measures, prints and writes the JSON.
@@ -99,18 +99,8 @@ func measureCluster(ctx context.Context, o load.Options, bin string, shapes []st
 			return run, err
 		}
 	}
-	before, eerr := c.Elections(ctx)
 	run.Cluster, err = load.Run(ctx, c, shapes, o)
-	if eerr == nil {
-		var after narad.Elections
-		if after, eerr = c.Elections(ctx); eerr == nil {
-			e := after.Sub(before)
-			run.Elections = &e
-		}
-	}
-	if eerr != nil {
-		fmt.Fprintf(log, "reading the nodes' election counters: %v\n", eerr)
-	}
+	run.Counters = c.ShapeCounters()
 	return run, err
 }
 
@@ -139,9 +129,23 @@ func printCluster(w io.Writer, run clusterRun) {
 		fmt.Fprintf(w, "\n%d nodes (topics of the default replication_factor: min(3, nodes); clients spread over the nodes round robin) against 1 node, the same binary, one after the other:\n", run.Nodes)
 		load.PrintComparison(w, []string{run.Cluster[0].Target, run.Results[0].Target}, [][]load.Result{run.Cluster, run.Results})
 	}
-	if e := run.Elections; e != nil {
-		fmt.Fprintf(w, "\nwhile the %d nodes ran the shapes: %.0f partition leaderships won (each shape's new topic elects one leader per partition), %.0f liveness lapses and %.0f forced campaigns (a node found another dead: under load, a sign that failovers are in the figures)\n",
-			run.Nodes, e.LeadershipsWon, e.LivenessLapses, e.ForcedCampaigns)
+	if len(run.Counters) > 0 {
+		fmt.Fprintf(w, "\nthe cluster's own counters, moved while each shape ran (drain included), summed over the %d nodes:\n", run.Nodes)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "shape\tleaderships won\tliveness lapses\tforced campaigns\tnode-plane requests\tper message produced\t")
+		for _, r := range run.Cluster {
+			c, ok := run.Counters[r.Shape]
+			if !ok {
+				continue
+			}
+			per := "-"
+			if r.Produced > 0 {
+				per = fmt.Sprintf("%.2f", c.NodePlaneRequests/float64(r.Produced))
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", r.Shape, c.LeadershipsWon, c.LivenessLapses, c.ForcedCampaigns, c.NodePlaneRequests, per)
+		}
+		_ = tw.Flush() // w is stdout or a test's buffer
+		fmt.Fprintln(w, "(a shape's topic has elected its leaders before its window starts: a leadership won, a liveness lapse or a forced campaign here means partitions failed over during the figures)")
 	}
 	fmt.Fprintln(w)
 	load.PrintLegend(w)
