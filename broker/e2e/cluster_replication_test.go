@@ -234,9 +234,10 @@ func TestReplicationFollowerWiped(t *testing.T) {
 			return ok && v < 1 && v > -1
 		})
 	}
-	if v, ok := metricValue(follower.api, `narad_peer_alive{peer="`+lead.id+`"}`); !ok || v != 1 {
-		t.Fatalf("narad_peer_alive of the live leader on %s: %v (reported %v), want 1", follower.id, v, ok)
-	}
+	waitFor(t, 10*time.Second, "the live leader alive in "+follower.id+"'s metrics", func() bool {
+		v, ok := metricValue(follower.api, `narad_peer_alive{peer="`+lead.id+`"}`)
+		return ok && v == 1
+	})
 	lead.Kill()
 	seen := map[string]int{}
 	drain(t, follower, "w", seen, 10*time.Second)
