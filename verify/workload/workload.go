@@ -286,6 +286,12 @@ func (w *run) loop(ctx context.Context) error {
 		inj = &clusterInjector{w: w, cfg: w.cfg.ClusterFaults, rng: w.rng}
 	}
 	injErr := inj.run(ctx)
+	if injErr != nil {
+		// The faults could not go on (a node did not come back): the run has failed, and
+		// its workers, which retry until the cluster answers, end now rather than wait
+		// for a node nobody restarts.
+		cancel()
+	}
 	prod.Wait()
 
 	// Drain: no faults, every node up (and unarmed), every consumer acking.
@@ -628,17 +634,15 @@ func (w *run) recreate(ctx context.Context, c *client, body map[string]any) bool
 			break
 		}
 		if r.status == http.StatusConflict {
-			for try := 1; ; try++ {
-				if _, _, r := c.topicInfo(ctx, Recycled); r.status == http.StatusOK {
-					break
-				}
-				if !backoff(ctx, try) {
-					return false
-				}
+			// Either an attempt without an answer created it, or the topic cannot be
+			// created now (its replication factor is more than the live nodes): the
+			// topic's own answer tells which.
+			if exists, ok := w.recycledExists(ctx, c); !ok {
+				return false
+			} else if exists {
+				break
 			}
-			break
-		}
-		if !retryable(r) {
+		} else if !retryable(r) {
 			w.note("creating %s: %s", Recycled, r.err)
 			return false
 		}
@@ -651,6 +655,23 @@ func (w *run) recreate(ctx context.Context, c *client, body map[string]any) bool
 	w.stats.Recreated++
 	w.mu.Unlock()
 	return true
+}
+
+// recycledExists reads the Recycled topic until it answers 200 (true) or 404 (false);
+// ok is false when ctx ended first.
+func (w *run) recycledExists(ctx context.Context, c *client) (exists, ok bool) {
+	for try := 1; ; try++ {
+		_, _, r := c.topicInfo(ctx, Recycled)
+		switch r.status {
+		case http.StatusOK:
+			return true, true
+		case http.StatusNotFound:
+			return false, true
+		}
+		if !backoff(ctx, try) {
+			return false, false
+		}
+	}
 }
 
 func (w *run) note(format string, args ...any) {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/cluster"
 	"github.com/narad-mq/narad/broker/internal/console"
@@ -176,7 +178,12 @@ func serve(args []string) (err error) {
 	if err != nil {
 		return fmt.Errorf("recovering: %w", err)
 	}
-	authOn, err := securityOn(c, b, log)
+	authOn, err := securityOn(ctx, c, b, log)
+	if err != nil && ctx.Err() != nil {
+		log.Info("narad stopped before it was ready", "reason", err)
+		stopped = true
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -206,10 +213,37 @@ func serve(args []string) (err error) {
 	return nil
 }
 
+// userStore is what securityOn needs of the broker.
+type userStore interface {
+	SeedAdmin(password string) (created bool, err error)
+	Users() ([]auth.User, error)
+}
+
 // securityOn seeds the admin user from --admin-password and reports whether security
 // is on: it is once any user exists. A node without it refuses to serve a non-loopback
-// address unless --insecure.
-func securityOn(c config, b *broker.Broker, log *slog.Logger) (bool, error) {
+// address unless --insecure. While the control plane cannot answer (a cluster node
+// whose metadata lease lapsed between its start and this read, as when the leader of
+// the control plane moves during a rolling restart) it tries again until ctx ends,
+// rather than exit a node its operator just restarted.
+func securityOn(ctx context.Context, c config, b userStore, log *slog.Logger) (bool, error) {
+	retry := backoff.NewExponentialBackOff()
+	retry.InitialInterval, retry.MaxInterval, retry.MaxElapsedTime = 50*time.Millisecond, 2*time.Second, 0
+	for {
+		authOn, err := readSecurity(c, b, log)
+		if err == nil || !(errors.Is(err, broker.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
+			return authOn, err
+		}
+		wait := retry.NextBackOff()
+		log.Warn("the control plane could not answer the users yet; trying again", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("%w (stopped while waiting for the control plane)", err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+func readSecurity(c config, b userStore, log *slog.Logger) (bool, error) {
 	if c.AdminPassword != "" {
 		created, err := b.SeedAdmin(c.AdminPassword)
 		if err != nil {
