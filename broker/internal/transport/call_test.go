@@ -50,7 +50,7 @@ func TestUnknownFrameVersionAndKindAreAnsweredCleanly(t *testing.T) {
 	}{
 		{"version 2", header{version: 2, kind: kindRequest, code: opEcho}, CodeUnsupportedVersion},
 		{"version 255", header{version: 255, kind: 77, code: opEcho}, CodeUnsupportedVersion},
-		{"future group stream", header{version: frameVersion, kind: kindGroupStream}, CodeUnknownKind},
+		{"message stream of an operation without a handler", header{version: frameVersion, kind: kindGroupStream, code: 999}, CodeUnknownOp},
 		{"kind 200", header{version: frameVersion, kind: 200}, CodeUnknownKind},
 		{"kind 0", header{version: frameVersion, kind: 0}, CodeBadFrame},
 		{"a response as a request", header{version: frameVersion, kind: kindResponse}, CodeUnknownKind},

@@ -40,6 +40,8 @@ type peerConn struct {
 	reqs chan struct{}
 	// raftStreams counts the raft streams the peer opened on this connection.
 	raftStreams atomic.Int32
+	// msgStreams counts the message streams the peer opened on this connection.
+	msgStreams atomic.Int32
 	// calls counts this node's calls in flight on the connection, so a duplicate
 	// connection is closed only once it is idle.
 	calls atomic.Int64
@@ -378,6 +380,8 @@ func (n *Node) serveStream(pc *peerConn, st *quic.Stream) {
 		n.serveRequest(pc, st, h)
 	case kindRaftStream:
 		handedOff = n.raft.deliver(pc, st)
+	case kindGroupStream:
+		n.serveMessages(pc, st, h)
 	default:
 		n.stats.requestsRefused.Add(1)
 		n.respond(st, CodeUnknownKind, fmt.Appendf(nil, "stream kind %d is not served by this node", h.kind))

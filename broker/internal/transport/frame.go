@@ -24,8 +24,9 @@ const (
 	// kindRaftStream turns the stream into a raw byte pipe for raft's NetworkTransport
 	// (the control plane); after the header the stream carries raft's own encoding.
 	kindRaftStream byte = 3
-	// kindGroupStream is reserved for the future per-partition raft transport (frames
-	// tagged with a group id, coalesced heartbeats). Nodes today answer it with
+	// kindGroupStream opens a message stream (msgstream.go): one-way messages of one
+	// operation, each a frame of this kind, kept open for as long as the sender likes.
+	// It carries the partition groups' raft frames. Nodes before it answer
 	// CodeUnknownKind.
 	kindGroupStream byte = 4
 )
@@ -34,8 +35,9 @@ const (
 //
 //	offset size field
 //	0      1    version     (frameVersion)
-//	1      1    kind        (kindRequest, kindResponse, kindRaftStream)
-//	2      2    code        request: operation; response: status; raft stream: 0
+//	1      1    kind        (kindRequest, kindResponse, kindRaftStream, kindGroupStream)
+//	2      2    code        request, message stream's first frame: operation;
+//	                        response: status; raft stream, message: 0
 //	4      4    timeout_ms  request: milliseconds the caller still waits; else 0
 //	8      4    length      payload bytes that follow
 //

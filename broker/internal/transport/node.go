@@ -98,11 +98,13 @@ type Node struct {
 	opts    Options
 	log     *slog.Logger
 	authLog *logLimiter
+	msgLog  *logLimiter // refused messages of message streams
 	secrets atomic.Pointer[[][]byte]
 	stats   counters
 
-	hmu      sync.RWMutex
-	handlers map[uint16]Handler
+	hmu         sync.RWMutex
+	handlers    map[uint16]Handler
+	msgHandlers map[uint16]MessageHandler
 
 	tlsServer *tls.Config
 	tlsClient *tls.Config
@@ -157,16 +159,18 @@ func New(opts Options) (*Node, error) {
 	opts.MaxRedialBackoff = max(opts.MaxRedialBackoff, opts.MinRedialBackoff)
 
 	n := &Node{
-		opts:       opts,
-		log:        opts.Logger.With("component", "transport", "node", opts.NodeID),
-		handlers:   map[uint16]Handler{},
-		handshakes: make(chan struct{}, opts.MaxPendingHandshakes),
-		pending:    map[string]int{},
-		conns:      map[string]*peerConn{},
-		live:       map[*peerConn]struct{}{},
-		dials:      map[string]*dialState{},
+		opts:        opts,
+		log:         opts.Logger.With("component", "transport", "node", opts.NodeID),
+		handlers:    map[uint16]Handler{},
+		msgHandlers: map[uint16]MessageHandler{},
+		handshakes:  make(chan struct{}, opts.MaxPendingHandshakes),
+		pending:     map[string]int{},
+		conns:       map[string]*peerConn{},
+		live:        map[*peerConn]struct{}{},
+		dials:       map[string]*dialState{},
 	}
 	n.authLog = newLogLimiter(n.log, time.Second, 10)
+	n.msgLog = newLogLimiter(n.log, time.Second, 10)
 	if err := n.SetSecrets(opts.Secret, opts.NextSecret); err != nil {
 		return nil, err
 	}
@@ -330,6 +334,8 @@ func (n *Node) Stats() Stats {
 	return Stats{
 		Conns:             conns,
 		RaftStreams:       int(c.raftStreams.Load()),
+		MessageStreams:    int(c.msgStreams.Load()),
+		MessagesServed:    c.messagesServed.Load(),
 		Dials:             c.dials.Load(),
 		DialFailures:      c.dialFailures.Load(),
 		AuthFailures:      c.authFailures.Load(),

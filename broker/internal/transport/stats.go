@@ -9,6 +9,10 @@ type Stats struct {
 	Conns int
 	// RaftStreams is the number of raft streams open now, both directions.
 	RaftStreams int
+	// MessageStreams is the number of message streams open now, both directions;
+	// MessagesServed counts the messages they brought to a handler.
+	MessageStreams int
+	MessagesServed uint64
 	// Dials counts outgoing connection attempts; DialFailures those that failed.
 	Dials        uint64
 	DialFailures uint64
@@ -32,5 +36,6 @@ type counters struct {
 	authFailures, handshakeErrors   atomic.Uint64
 	handshakesRefused               atomic.Uint64
 	requestsServed, requestsRefused atomic.Uint64
-	raftStreams                     atomic.Int64
+	raftStreams, msgStreams         atomic.Int64
+	messagesServed                  atomic.Uint64
 }
