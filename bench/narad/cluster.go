@@ -241,18 +241,21 @@ func poll(bound time.Duration, cond func() bool) bool {
 // since its node started): what moved partition leaderships (a healthy run under load
 // has no liveness lapse and no forced campaign, and wins one leadership per partition
 // it creates) and the requests the nodes served each other on the node plane
-// (forwarded requests, replication frames, liveness calls).
+// (forwarded requests, liveness calls) and the replication frames they sent each other
+// as messages on kept streams.
 type Counters struct {
 	LivenessLapses    float64 `json:"liveness_lapses"`
 	ForcedCampaigns   float64 `json:"forced_campaigns"`
 	LeadershipsWon    float64 `json:"leaderships_won"`
 	NodePlaneRequests float64 `json:"node_plane_requests"`
+	StreamMessages    float64 `json:"stream_messages"`
 }
 
 // Sub is c minus an earlier reading.
 func (c Counters) Sub(before Counters) Counters {
 	return Counters{c.LivenessLapses - before.LivenessLapses, c.ForcedCampaigns - before.ForcedCampaigns,
-		c.LeadershipsWon - before.LeadershipsWon, c.NodePlaneRequests - before.NodePlaneRequests}
+		c.LeadershipsWon - before.LeadershipsWon, c.NodePlaneRequests - before.NodePlaneRequests,
+		c.StreamMessages - before.StreamMessages}
 }
 
 // Counters reads the counters of every node.
@@ -286,6 +289,8 @@ func (t *Target) Counters(ctx context.Context) (Counters, error) {
 				c.LeadershipsWon += v
 			case "narad_cluster_requests_served_total":
 				c.NodePlaneRequests += v
+			case "narad_cluster_stream_messages_total":
+				c.StreamMessages += v
 			}
 		}
 	}

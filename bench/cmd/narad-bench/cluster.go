@@ -132,7 +132,7 @@ func printCluster(w io.Writer, run clusterRun) {
 	if len(run.Counters) > 0 {
 		fmt.Fprintf(w, "\nthe cluster's own counters, moved while each shape ran (drain included), summed over the %d nodes:\n", run.Nodes)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "shape\tleaderships won\tliveness lapses\tforced campaigns\tnode-plane requests\tper message produced\t")
+		fmt.Fprintln(tw, "shape\tleaderships won\tliveness lapses\tforced campaigns\tnode-plane requests\tstream messages\tper message produced\t")
 		for _, r := range run.Cluster {
 			c, ok := run.Counters[r.Shape]
 			if !ok {
@@ -140,9 +140,9 @@ func printCluster(w io.Writer, run clusterRun) {
 			}
 			per := "-"
 			if r.Produced > 0 {
-				per = fmt.Sprintf("%.2f", c.NodePlaneRequests/float64(r.Produced))
+				per = fmt.Sprintf("%.2f + %.2f", c.NodePlaneRequests/float64(r.Produced), c.StreamMessages/float64(r.Produced))
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", r.Shape, c.LeadershipsWon, c.LivenessLapses, c.ForcedCampaigns, c.NodePlaneRequests, per)
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", r.Shape, c.LeadershipsWon, c.LivenessLapses, c.ForcedCampaigns, c.NodePlaneRequests, c.StreamMessages, per)
 		}
 		_ = tw.Flush() // w is stdout or a test's buffer
 		fmt.Fprintln(w, "(a shape's topic has elected its leaders before its window starts: a leadership won, a liveness lapse or a forced campaign here means partitions failed over during the figures)")

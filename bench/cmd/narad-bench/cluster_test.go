@@ -122,8 +122,8 @@ func TestClusterRoutingBrief(t *testing.T) {
 	// (Leaderships are not asserted: a node of a loaded machine may miss a liveness
 	// call, and the figure is there to show it.)
 	for _, s := range shapes {
-		if c, ok := run.Counters[s]; !ok || c.NodePlaneRequests <= 0 {
-			t.Errorf("the cluster's counters over %s: %+v (read: %v); want node-plane requests", s, c, ok)
+		if c, ok := run.Counters[s]; !ok || c.NodePlaneRequests <= 0 || c.StreamMessages <= 0 {
+			t.Errorf("the cluster's counters over %s: %+v (read: %v); want node-plane requests and stream messages", s, c, ok)
 		}
 	}
 	// --profile-dir: a CPU profile of every node over every shape, as go tool pprof

@@ -46,6 +46,8 @@ var (
 		"Times another node was found dead (its answers stopped for the liveness timeout) or restarted, after counting alive: each makes the partitions it led elect a new leader.", []string{"peer"}, nil)
 	descForcedCampaigns = prometheus.NewDesc("narad_replication_forced_campaigns_total",
 		"Elections this node started at once for partitions whose leader was found dead or restarted (it was the live replica with the smallest id).", nil, nil)
+	descStreamsOpened = prometheus.NewDesc("narad_replication_streams_opened_total",
+		"Message streams this node opened to its peers for replication frames: one per peer, and one more each time one broke (a peer restarted or its connection died).", nil, nil)
 	descLeadershipsWon = prometheus.NewDesc("narad_replication_leaderships_won_total",
 		"Times a replicated partition's group on this node became leader and began serving, by an election or a handed leadership.", nil, nil)
 	descDiskFree = prometheus.NewDesc("narad_disk_free_bytes",
@@ -60,7 +62,7 @@ var (
 
 // Describe sends the collector's descriptions.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descPeerAlive, descPeerLapses, descForcedCampaigns, descLeadershipsWon, descClusterVersion, descMemberMaxVersion} {
+	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descPeerAlive, descPeerLapses, descForcedCampaigns, descLeadershipsWon, descStreamsOpened, descClusterVersion, descMemberMaxVersion} {
 		ch <- d
 	}
 }
@@ -152,6 +154,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		st := b.repl.host.Stats()
 		ch <- prometheus.MustNewConstMetric(descForcedCampaigns, prometheus.CounterValue, float64(st.ForcedCampaigns))
 		ch <- prometheus.MustNewConstMetric(descLeadershipsWon, prometheus.CounterValue, float64(st.LeadershipsWon))
+		ch <- prometheus.MustNewConstMetric(descStreamsOpened, prometheus.CounterValue, float64(st.StreamsOpened))
 	}
 	ch <- prometheus.MustNewConstMetric(descClusterVersion, prometheus.GaugeValue, float64(b.meta.ClusterVersion()))
 	for _, m := range b.meta.Members() {

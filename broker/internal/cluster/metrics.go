@@ -59,6 +59,12 @@ func (p *Plane) Register(reg prometheus.Registerer) error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "narad_cluster_raft_streams", Help: "Raft streams open now on the node plane, both directions.",
 		}, stat(func(s transport.Stats) float64 { return float64(s.RaftStreams) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "narad_cluster_message_streams", Help: "Message streams open now on the node plane (kept open for replication frames), both directions.",
+		}, stat(func(s transport.Stats) float64 { return float64(s.MessageStreams) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "narad_cluster_stream_messages_total", Help: "Messages that came on message streams (replication frames) and were handed to a handler.",
+		}, stat(func(s transport.Stats) float64 { return float64(s.MessagesServed) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_cluster_dials_total", Help: "Node-plane connection attempts to peers.",
 		}, stat(func(s transport.Stats) float64 { return float64(s.Dials) })),

@@ -75,10 +75,11 @@ type Options struct {
 	// Tick is the raft clock; ElectionTick and HeartbeatTick count in it.
 	Tick                        time.Duration
 	ElectionTick, HeartbeatTick int
-	// A peer is live while a call of this node's to it (a liveness call, or a frame of
-	// raft messages) was answered within LivenessTimeout: its own calls here prove only
-	// that it sends, and a deaf peer must count dead. Liveness calls go every
-	// LivenessInterval.
+	// A peer is live while it showed within LivenessTimeout that it hears this node: it
+	// answered a call of this node's (a liveness call, or a frame of raft messages sent
+	// as a call), or its frames carried answers to this node's raft messages. Its own
+	// calls and requests here prove only that it sends, and a deaf peer must count
+	// dead. Liveness calls go every LivenessInterval.
 	LivenessInterval, LivenessTimeout time.Duration
 	// NoQuiesce keeps every group ticking (for comparison).
 	NoQuiesce bool
@@ -99,13 +100,21 @@ type Options struct {
 	SnapshotsAllowed func() bool
 	// Logger gets warnings. Default slog.Default().
 	Logger *slog.Logger
+
+	// Tests: refuseStreams makes the host act as a node before message streams (it
+	// takes frames as calls only); streamRetry replaces streamRetry.
+	refuseStreams bool
+	streamRetry   time.Duration
 }
 
 // Stats counts what went over the node plane.
 type Stats struct {
 	RPCCalls   uint64 // liveness calls sent
-	BatchCalls uint64 // message frames sent
+	BatchCalls uint64 // message frames sent (on message streams, or as calls)
 	BatchItems uint64 // raft messages carried by those frames
+	// StreamsOpened counts the message streams opened to peers: one per peer, and
+	// another each time one broke.
+	StreamsOpened uint64
 	// ForcedCampaigns counts the elections this node started at once because a group's
 	// leader was found dead (or restarted); LeadershipsWon the times a group here became
 	// leader and began serving, by election or by a handed leadership.
@@ -139,8 +148,10 @@ type Host struct {
 	rpcCalls     atomic.Uint64
 	batchCalls   atomic.Uint64
 	batchItems   atomic.Uint64
-	forced       atomic.Uint64 // Stats.ForcedCampaigns
-	won          atomic.Uint64 // Stats.LeadershipsWon
+	// streamsOpened counts message streams opened to peers (Stats.StreamsOpened).
+	streamsOpened atomic.Uint64
+	forced        atomic.Uint64 // Stats.ForcedCampaigns
+	won           atomic.Uint64 // Stats.LeadershipsWon
 
 	quit     chan struct{}
 	wg       sync.WaitGroup
@@ -196,6 +207,7 @@ func New(opts Options) (*Host, error) {
 	setDefault(&opts.LivenessTimeout, DefaultLivenessTimeout)
 	setDefault(&opts.SnapshotEvery, DefaultSnapshotEvery)
 	setDefault(&opts.SnapshotKeep, DefaultSnapshotKeep)
+	setDefault(&opts.streamRetry, streamRetry)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -203,6 +215,9 @@ func New(opts Options) (*Host, error) {
 		groups: map[string]*group{}, quit: make(chan struct{})}
 	h.nextProposal.Store(opts.ID << 48)
 	opts.Node.Handle(OpBatch, h.serveBatch)
+	if !opts.refuseStreams {
+		opts.Node.HandleMessages(OpBatch, h.serveStreamBatch)
+	}
 	opts.Node.Handle(OpLiveness, h.serveLiveness)
 	for id, addr := range opts.Peers {
 		h.AddPeer(id, addr)
@@ -584,7 +599,7 @@ func (h *Host) allGroups() []*group {
 // Stats returns the counters so far.
 func (h *Host) Stats() Stats {
 	return Stats{RPCCalls: h.rpcCalls.Load(), BatchCalls: h.batchCalls.Load(), BatchItems: h.batchItems.Load(),
-		ForcedCampaigns: h.forced.Load(), LeadershipsWon: h.won.Load()}
+		StreamsOpened: h.streamsOpened.Load(), ForcedCampaigns: h.forced.Load(), LeadershipsWon: h.won.Load()}
 }
 
 // Peers returns the liveness of every other node, by raft id.
@@ -967,11 +982,15 @@ func (p *peer) flush() {
 	}
 }
 
-// sendLoop sends whatever is queued for p in one frame, one frame in flight at a time:
-// messages queued while a frame is out share the next one.
+// sendLoop sends whatever is queued for p in one frame, as a message on a stream kept
+// open to p (see transport.MessageStream), or, to a peer that does not take message
+// streams (a node of an older version), as a call with one frame in flight at a time.
+// Messages queued while a frame is being written share the next one.
 func (h *Host) sendLoop(p *peer) {
 	defer h.wg.Done()
 	var buf []byte
+	var out outStream
+	defer out.close()
 	for {
 		select {
 		case <-h.quit:
@@ -986,9 +1005,23 @@ func (h *Host) sendLoop(p *peer) {
 			continue
 		}
 		buf = encodeBatch(buf[:0], msgs)
-		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 		h.batchCalls.Add(1)
 		h.batchItems.Add(uint64(len(msgs)))
+		switch s, err := h.stream(p, &out); {
+		case err != nil:
+			h.unreachable(p.id, msgs)
+			continue
+		case s != nil:
+			if err := s.Send(buf, sendTimeout); err != nil {
+				// Broken (the peer restarted, its connection died, or it stopped
+				// reading): what the stream still held is lost, as raft allows; the
+				// next frame opens another.
+				out.close()
+				h.unreachable(p.id, msgs)
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 		_, err := h.opts.Node.Call(ctx, p.address(), OpBatch, buf)
 		cancel()
 		if err != nil {
@@ -997,6 +1030,55 @@ func (h *Host) sendLoop(p *peer) {
 			h.heard(p.id) // answered: it hears this node, and this node hears it
 		}
 	}
+}
+
+// outStream is a sender's message stream to its peer, and when to try opening one
+// again after the peer refused.
+type outStream struct {
+	s        *transport.MessageStream
+	addr     string
+	noneTill time.Time
+}
+
+func (o *outStream) close() {
+	if o.s != nil {
+		o.s.Close()
+		o.s = nil
+	}
+}
+
+// streamRetry is how long a sender whose peer refused message streams sends calls
+// before it asks again (the peer may have been upgraded meanwhile).
+const streamRetry = 30 * time.Second
+
+// stream returns the open message stream to p, opening one when there is none; nil
+// with no error means "send a call": the peer refused message streams lately. An error
+// means p could not be reached.
+func (h *Host) stream(p *peer, o *outStream) (*transport.MessageStream, error) {
+	addr := p.address()
+	if o.s != nil && (o.addr != addr || !o.s.Alive()) {
+		o.close()
+	}
+	if o.s != nil {
+		return o.s, nil
+	}
+	if time.Now().Before(o.noneTill) {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	defer cancel()
+	s, err := h.opts.Node.OpenMessages(ctx, addr, OpBatch)
+	if errors.Is(err, transport.ErrUnknownKind) || errors.Is(err, transport.ErrUnknownOp) {
+		h.log.Info("raftetcd: a peer does not take message streams (an older version); its raft frames go as calls", "peer", p.id, "err", err)
+		o.noneTill = time.Now().Add(h.opts.streamRetry)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	o.s, o.addr = s, addr
+	h.streamsOpened.Add(1)
+	return s, nil
 }
 
 // unreachable tells each group whose message to id was lost, so raft probes again
@@ -1022,16 +1104,33 @@ func (h *Host) serveBatch(_ context.Context, _ string, req []byte) ([]byte, erro
 	}
 	// The sender is not marked heard (see serveLiveness): its own call's answer is
 	// what proves to it that this node hears.
-	err := decodeBatch(req, func(name string, flags byte, m raftpb.Message) {
+	return nil, h.receive(req, false)
+}
+
+// serveStreamBatch takes a frame that came on a message stream. No answer goes back,
+// so the sender learns nothing from it; here, an answer of the sender's to a raft
+// message of this node's (an append's, a heartbeat's, a vote's) proves that the
+// sender hears this node, as a liveness answer would.
+func (h *Host) serveStreamBatch(_ string, msg []byte) error {
+	if h.closed() {
+		return ErrClosed
+	}
+	return h.receive(msg, true)
+}
+
+func (h *Host) receive(frame []byte, answersProveHearing bool) error {
+	return decodeBatch(frame, func(name string, flags byte, m raftpb.Message) {
 		if m.To != h.opts.ID {
 			// For a member this node was before its data directory was wiped (the
 			// sender has not applied the replacement yet): raft does not check the
 			// addressee, and that member's log is gone.
 			return
 		}
+		if answersProveHearing && raft.IsResponseMsg(m.Type) {
+			h.heard(m.From)
+		}
 		if g := h.group(name); g != nil {
 			g.step(flags, m)
 		}
 	})
-	return nil, err
 }
