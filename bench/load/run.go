@@ -154,13 +154,13 @@ func (r *runner) begin(ctx context.Context) (*phase, Queue, serverSampler, error
 	return p, q, r.startClock(p), nil
 }
 
-// startClock starts p's window and tells a target that observes its shapes.
+// startClock tells a target that observes its shapes, then starts p's window: what
+// the observer does (a cluster scrapes every node's /metrics) is not in the window.
 func (r *runner) startClock(p *phase) serverSampler {
-	s := p.startClock(r.t)
 	if ob, ok := r.t.(Observer); ok {
 		ob.ShapeStarted(r.cur, r.o.Duration)
 	}
-	return s
+	return p.startClock(r.t)
 }
 
 // startClock starts the window, the server's samplers and the benchmark's own.

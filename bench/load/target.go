@@ -30,7 +30,8 @@ type Target interface {
 }
 
 // Observer is a Target that watches its servers shape by shape: ShapeStarted is called
-// when a shape's measured window starts (a profile over it, say, in the background) and
+// just before a shape's measured window starts (a profile over it, say, in the
+// background; what it does itself is not measured) and
 // ShapeEnded when the shape is over, drain included. The target's Close waits for what
 // it started.
 type Observer interface {
