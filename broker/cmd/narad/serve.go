@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/cluster"
 	"github.com/narad-mq/narad/broker/internal/console"
@@ -178,7 +177,7 @@ func serve(args []string) (err error) {
 	if err != nil {
 		return fmt.Errorf("recovering: %w", err)
 	}
-	authOn, err := securityOn(ctx, c, b, log)
+	authOn, err := securityOn(ctx, c, brokerUsers{b}, log)
 	if err != nil && ctx.Err() != nil {
 		log.Info("narad stopped before it was ready", "reason", err)
 		stopped = true
@@ -216,7 +215,14 @@ func serve(args []string) (err error) {
 // userStore is what securityOn needs of the broker.
 type userStore interface {
 	SeedAdmin(password string) (created bool, err error)
-	Users() ([]auth.User, error)
+	HasUsers() (bool, error)
+}
+
+type brokerUsers struct{ *broker.Broker }
+
+func (b brokerUsers) HasUsers() (bool, error) {
+	users, err := b.Users()
+	return len(users) > 0, err
 }
 
 // securityOn seeds the admin user from --admin-password and reports whether security
@@ -255,11 +261,11 @@ func readSecurity(c config, b userStore, log *slog.Logger) (bool, error) {
 	}
 	// Security is on once any user exists: a failure to read them must stop the node,
 	// not be taken for "no users", which would serve every topic without credentials.
-	users, err := b.Users()
+	exist, err := b.HasUsers()
 	if err != nil {
 		return false, fmt.Errorf("reading the users: %w", err)
 	}
-	authOn := c.AdminPassword != "" || len(users) > 0
+	authOn := c.AdminPassword != "" || exist
 	if !authOn && !c.Insecure && !isLoopback(c.HTTPAddr) {
 		return false, fmt.Errorf("refusing to serve %s without authentication: set NARAD_ADMIN_PASSWORD (or --admin-password), bind a loopback address, or pass --insecure", c.HTTPAddr)
 	}

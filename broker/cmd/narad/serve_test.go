@@ -8,14 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
 )
 
 // fakeUsers answers from scripted errors, one per call, then from its users.
 type fakeUsers struct {
 	seedErrs, readErrs []error
-	users              []auth.User
+	users              int
 	seeds, reads       int
 }
 
@@ -29,14 +28,14 @@ func (f *fakeUsers) SeedAdmin(string) (bool, error) {
 	return true, nil
 }
 
-func (f *fakeUsers) Users() ([]auth.User, error) {
+func (f *fakeUsers) HasUsers() (bool, error) {
 	f.reads++
 	if len(f.readErrs) > 0 {
 		err := f.readErrs[0]
 		f.readErrs = f.readErrs[1:]
-		return nil, err
+		return false, err
 	}
-	return f.users, nil
+	return f.users > 0, nil
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -46,7 +45,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // plane instead of exiting: a soak run's restarted node once exited with "reading the
 // users: unavailable", and the operator's rolling restart left the cluster a node short.
 func TestSecurityOnWaitsOutAnUnavailableControlPlane(t *testing.T) {
-	f := &fakeUsers{readErrs: []error{broker.ErrUnavailable, broker.ErrUnavailable}, users: []auth.User{{Name: "ops"}}}
+	f := &fakeUsers{readErrs: []error{broker.ErrUnavailable, broker.ErrUnavailable}, users: 1}
 	on, err := securityOn(context.Background(), config{HTTPAddr: "127.0.0.1:0"}, f, quiet)
 	if err != nil {
 		t.Fatalf("securityOn: %v", err)
