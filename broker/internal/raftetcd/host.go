@@ -1113,7 +1113,7 @@ func (h *Host) serveBatch(_ context.Context, _ string, req []byte) ([]byte, erro
 // sender hears this node, as a liveness answer would.
 func (h *Host) serveStreamBatch(_ string, msg []byte) error {
 	if h.closed() {
-		return ErrClosed
+		return nil // shutting down: the frames of the streams still open are dropped
 	}
 	return h.receive(msg, true)
 }
