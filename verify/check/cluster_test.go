@@ -1,6 +1,9 @@
 package check
 
 import (
+	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
 	"testing"
 	"time"
 
@@ -43,6 +46,25 @@ func (x *h) producedWith(id string, status int, code string, at int64) *h {
 	return x
 }
 
+// deliverSpan is deliver with a consume that took from call to ret.
+func (x *h) deliverSpan(id string, off int64, handle string, call, ret int64) *h {
+	x.es = append(x.es, history.Entry{Kind: history.KindOp, Op: history.OpConsume, Topic: "orders", Msg: id, Offset: off, Handle: handle, Call: call, Return: ret, Status: 200})
+	return x
+}
+
+// realHandle is a receipt handle as a broker encodes it, of orders/0 (incarnation 0),
+// with lease epoch epoch and sequence seq.
+func realHandle(epoch uint32, seq uint64) string {
+	b := []byte{1}
+	b = binary.BigEndian.AppendUint64(b, 0)
+	b = binary.BigEndian.AppendUint32(b, 0)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	b = binary.BigEndian.AppendUint32(b, epoch)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
 func (x *h) epoch(at, epoch int64) *h {
 	x.es = append(x.es, history.Entry{Kind: history.KindStats, Topic: "orders", Call: at, Return: at + msec, HighWatermark: 1, Offset: 1, Epoch: epoch, Node: "n1", Target: "n1"})
 	return x
@@ -66,6 +88,17 @@ func TestClusterRules(t *testing.T) {
 		{"acked, redelivered after a kill that raced the ack", acked(newCH()).kill(20*msec, 100*msec).deliver("a", 0, "h2", 5*s).replicas("a"), "acked-redelivered", ""},
 		{"lease lost with a change of leader", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
 			deliver("a", 0, "h2", 400*msec).settle(history.OpAck, "a", 0, "h2", 500*msec, 204).replicas("a"), "", CauseLeaderChange},
+		// The soak's case: the lease of term 2 came back slowly, and the leader of term 4
+		// (seen only in handles, no sample between) delivered it again.
+		{"lease lost with a change of leader seen only in the handles", newCH().produce("a", 0, 0).produce("b", 1, 0).
+			deliverSpan("a", 0, realHandle(2, 7), 10*msec, 400*msec).deliver("b", 1, realHandle(4, 1), 300*msec).
+			settle(history.OpAck, "b", 1, realHandle(4, 1), 310*msec, 204).
+			deliver("a", 0, realHandle(4, 2), 450*msec).settle(history.OpAck, "a", 0, realHandle(4, 2), 500*msec, 204).
+			replicas("a", "b"), "", CauseLeaderChange},
+		{"redelivered under a live lease by the same leader", newCH().produce("a", 0, 0).
+			deliverSpan("a", 0, realHandle(2, 7), 10*msec, 400*msec).
+			deliver("a", 0, realHandle(2, 8), 450*msec).settle(history.OpAck, "a", 0, realHandle(2, 8), 500*msec, 204).
+			replicas("a"), "delivered-under-live-lease", ""},
 		{"a handle of the old leader settles", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
 			settle(history.OpAck, "a", 0, "h1", 400*msec, 204).replicas("a"), "204-on-old-leader-handle", ""},
 		{"second copy after a 503 timeout", newCH().producedWith("a", 503, "timeout", 0).produce("a", 1, 10*msec).

@@ -392,10 +392,18 @@ func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Deliv
 		// restarts and applies the group's log again).
 		return nil, 0, errReplicaFailed
 	}
+	raceHook("lease")
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, 0, ErrClosed
+	}
+	if p.handingOver() {
+		// Again under p.mu, where HandOver reads the live leases: a handover that began
+		// after the check above would not hand this lease over, and the next leader
+		// would deliver the message again under it.
+		p.mu.Unlock()
+		return nil, 0, ErrNotLeader
 	}
 	now := p.opts.Clock()
 	if p.expire(now) > 0 {
@@ -664,10 +672,17 @@ func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
 	if !p.Leading() || p.handingOver() || p.laterLeader(n) {
 		return ErrNotLeader // during a handover: on the next leader, which has the lease
 	}
+	raceHook("extend")
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return ErrClosed
+	}
+	if p.handingOver() {
+		// Checked again where HandOver reads the leases: a renewal after that read
+		// would not reach the next leader, which would let the lease lapse early.
+		p.mu.Unlock()
+		return ErrNotLeader
 	}
 	now := p.opts.Clock()
 	expired := p.expire(now)
@@ -697,6 +712,10 @@ func (p *Partition) HandBack(off uint64, n queue.Nonce) error {
 	if p.closed {
 		p.mu.Unlock()
 		return ErrClosed
+	}
+	if p.handingOver() {
+		p.mu.Unlock()
+		return ErrNotLeader // as in Extend: the next leader has the lease as handed over
 	}
 	now := p.opts.Clock()
 	p.expire(now)

@@ -681,8 +681,10 @@ func (p *Partition) HandOver(ctx context.Context) error {
 	if r == nil || !r.leading.Load() {
 		return nil
 	}
-	r.handingOver.Store(true)
+	// Set under p.mu, where leases are given and renewed and checked for it again: no
+	// lease is given or renewed after the read below.
 	p.mu.Lock()
+	r.handingOver.Store(true)
 	now := p.opts.Clock()
 	leases := p.q.Live(now)
 	delivered := p.q.Cursor()
@@ -835,4 +837,17 @@ func sortedPairs[V uint32 | uint64](m map[uint64]V) [][2]uint64 {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
 	return out
+}
+
+// raceHook, when testHooks.race is set, runs between a lease's (or renewal's) first
+// check for a handover and its taking of p.mu: tests start a handover there.
+func raceHook(op string) {
+	if h := testHooks.race; h != nil {
+		h(op)
+	}
+}
+
+// testHooks are set by tests only.
+var testHooks struct {
+	race func(op string)
 }

@@ -562,3 +562,62 @@ func TestReplicaApplyFailureAfterCommitIsAnUnknownOutcome(t *testing.T) {
 		t.Errorf("a replica that stopped applying leased %d messages (err %v)", len(got), err)
 	}
 }
+
+// A handover that begins while a lease is being given (after its first check for a
+// handover, before it takes the partition's lock) must not leave that lease out: the
+// lease is refused, or it is in what the old leader hands over. Before the check under
+// the lock, the racing lease was given after the handover read the live leases, and the
+// next leader delivered its messages again while it was alive (a soak run's
+// delivered-under-live-lease on a recreated topic whose new leader was being moved to
+// its preferred node).
+func TestReplicaHandOverRacingALease(t *testing.T) {
+	g, ps := openGroup(t, 3)
+	appendN(t, ps[0], 5)
+	testHooks.race = func(op string) {
+		testHooks.race = nil
+		if err := ps[0].HandOver(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { testHooks.race = nil })
+	held, err := ps[0].Lease(2, time.Minute, 1<<20)
+	if err == nil && len(held) > 0 {
+		t.Logf("the racing lease was given: %v", offsets(held))
+	}
+	g.mu.Lock()
+	g.lead = 1
+	g.mu.Unlock()
+	ps[0].SetRole(false, 0)
+	ps[1].SetRole(true, 2)
+	again := map[uint64]bool{}
+	for _, d := range leaseAll(t, ps[1]) {
+		again[d.Record.Offset] = true
+	}
+	for _, d := range held {
+		if again[d.Record.Offset] {
+			t.Fatalf("offset %d, leased by the old leader as its handover began, was delivered again by the next leader under that live lease", d.Record.Offset)
+		}
+	}
+}
+
+// The same for a renewal: one that races the handover's read of the leases is refused
+// (the client renews on the next leader, which has the lease as handed over), never
+// answered while the next leader holds the older deadline.
+func TestReplicaHandOverRacingARenewal(t *testing.T) {
+	_, ps := openGroup(t, 3)
+	appendN(t, ps[0], 1)
+	held, err := ps[0].Lease(1, time.Second, 1<<20)
+	if err != nil || len(held) != 1 {
+		t.Fatalf("leased %d: %v", len(held), err)
+	}
+	testHooks.race = func(op string) {
+		testHooks.race = nil
+		if err := ps[0].HandOver(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { testHooks.race = nil })
+	if err := ps[0].Extend(0, held[0].Nonce, time.Hour); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a renewal racing the handover answered %v, want ErrNotLeader (the handed lease keeps its old deadline)", err)
+	}
+}
