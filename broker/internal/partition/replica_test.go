@@ -567,9 +567,9 @@ func TestReplicaApplyFailureAfterCommitIsAnUnknownOutcome(t *testing.T) {
 // handover, before it takes the partition's lock) must not leave that lease out: the
 // lease is refused, or it is in what the old leader hands over. Before the check under
 // the lock, the racing lease was given after the handover read the live leases, and the
-// next leader delivered its messages again while it was alive (a soak run's
-// delivered-under-live-lease on a recreated topic whose new leader was being moved to
-// its preferred node).
+// next leader delivered its messages again while it was alive (the likely cause of a
+// soak run's delivered-under-live-lease on a recreated topic, whose new leaders are
+// moved to their preferred nodes in their first minute).
 func TestReplicaHandOverRacingALease(t *testing.T) {
 	g, ps := openGroup(t, 3)
 	appendN(t, ps[0], 5)
