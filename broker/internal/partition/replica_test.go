@@ -568,8 +568,7 @@ func TestReplicaApplyFailureAfterCommitIsAnUnknownOutcome(t *testing.T) {
 // lease is refused, or it is in what the old leader hands over. Before the check under
 // the lock, the racing lease was given after the handover read the live leases, and the
 // next leader delivered its messages again while it was alive (the likely cause of a
-// soak run's delivered-under-live-lease on a recreated topic, whose new leaders are
-// moved to their preferred nodes in their first minute).
+// soak run's delivered-under-live-lease on a recreated topic).
 func TestReplicaHandOverRacingALease(t *testing.T) {
 	g, ps := openGroup(t, 3)
 	appendN(t, ps[0], 5)
