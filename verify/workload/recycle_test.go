@@ -65,3 +65,18 @@ func TestRecreateTriesAgainAfterAConflictForATopicThatDoesNotExist(t *testing.T)
 		t.Fatalf("incarnations made %d, want 1", w.gen.Load())
 	}
 }
+
+// The wait for the recycler's last round is bounded: a cluster that keeps refusing the
+// create (a seed once held a run for ever when a live node stayed counted dead) fails
+// the run when the bound passes.
+func TestWaitGroupForIsBounded(t *testing.T) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	if waitGroupFor(&wg, 50*time.Millisecond) {
+		t.Fatal("a wait group that never finished was reported finished")
+	}
+	wg.Done()
+	if !waitGroupFor(&wg, 10*time.Second) {
+		t.Fatal("a finished wait group was not reported finished")
+	}
+}

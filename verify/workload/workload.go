@@ -256,11 +256,13 @@ func (w *run) loop(ctx context.Context) error {
 		go func() { defer prod.Done(); w.ephemeralProducer(ctx, start) }()
 	}
 	var recycler sync.WaitGroup
+	recCtx, stopRecycler := context.WithCancel(ctx)
+	defer stopRecycler()
 	if w.cfg.RecreateEvery > 0 {
 		prod.Add(1)
 		go func() { defer prod.Done(); w.recycledProducer(ctx, start) }()
 		recycler.Add(1)
-		go func() { defer recycler.Done(); w.recycler(ctx) }()
+		go func() { defer recycler.Done(); w.recycler(recCtx) }()
 	}
 	go func() { prod.Wait(); w.prodDone.Store(true) }()
 
@@ -300,8 +302,16 @@ func (w *run) loop(ctx context.Context) error {
 	if injErr == nil {
 		injErr = inj.ensureUp(ctx, false)
 	}
-	// The recycler finishes its round (the topic exists again) before the drain counts.
-	recycler.Wait()
+	// The recycler finishes its round (the topic exists again) before the drain counts,
+	// within the drain's bound: a cluster that refuses to create the topic again (a
+	// node it counts dead) fails the run instead of holding it for ever.
+	if !waitGroupFor(&recycler, w.cfg.DrainTimeout) {
+		stopRecycler()
+		recycler.Wait()
+		if injErr == nil {
+			injErr = fmt.Errorf("the recycler could not create %s again within %v (see its create-topic answers in the history)", Recycled, w.cfg.DrainTimeout)
+		}
+	}
 	drainStart := time.Now()
 	if injErr == nil {
 		w.stats.Drained = w.waitDrained(ctx)
@@ -894,4 +904,16 @@ func (w *run) waitDrained(ctx context.Context) bool {
 		}
 	}
 	return false
+}
+
+// waitGroupFor waits for wg at most d; it reports whether wg finished.
+func waitGroupFor(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
