@@ -17,7 +17,8 @@ import (
 // in delivered receipt handles; in call order) of which the second shows a higher epoch
 // than the first, the change happened after the first was sent and before the second
 // returned.
-func epochChanges(es []history.Entry, incOf func(history.Entry) int64) map[pkey]kills {
+// With handles, the epochs in delivered receipt handles count too.
+func epochChanges(es []history.Entry, incOf func(history.Entry) int64, handles bool) map[pkey]kills {
 	byPart := map[pkey][]history.Entry{}
 	for _, e := range es {
 		if e.Kind == history.KindStats && e.Epoch > 0 {
@@ -28,7 +29,7 @@ func epochChanges(es []history.Entry, incOf func(history.Entry) int64) map[pkey]
 		// leader led at some moment of the consume. The samples alone can miss a change
 		// of leader that the handles show (a soak run once redelivered a message leased
 		// in term 2 under term 4 with no sample in between).
-		if e.Kind == history.KindOp && e.Op == history.OpConsume && e.Status == 200 {
+		if handles && e.Kind == history.KindOp && e.Op == history.OpConsume && e.Status == 200 {
 			if ep, ok := handleEpoch(e.Handle); ok {
 				o := e
 				o.Epoch = ep
