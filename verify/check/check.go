@@ -614,14 +614,10 @@ func Check(es []history.Entry) *Report {
 		}
 	}
 
-	// In a cluster, the windows in which each partition surely changed leader: epochs
-	// from the stats samples (which hold old handles to the strict rule), and seen also
-	// in delivered handles (which excuse a lost lease: a handover keeps its leases, an
-	// unplanned change does not, and the handles cannot tell which one it was).
-	epochs, seenChanges := map[pkey]kills{}, map[pkey]kills{}
+	// In a cluster, the windows in which each partition surely changed leader.
+	epochs := map[pkey]kills{}
 	if cluster {
-		epochs = epochChanges(es, incOf, false)
-		seenChanges = epochChanges(es, incOf, true)
+		epochs = epochChanges(es, incOf)
 	}
 
 	// The porcupine model, copy by copy.
@@ -644,7 +640,7 @@ func Check(es []history.Entry) *Report {
 		m := &model{vis: t.VisibilityMs * int64(time.Millisecond), kills: ks, agedAt: 1 << 62}
 		if cluster {
 			m.strictAck, m.changes = true, epochs[pkey{k.topic, k.inc, k.partition}]
-			m.kills = append(append(kills(nil), ks...), seenChanges[pkey{k.topic, k.inc, k.partition}]...)
+			m.kills = append(append(kills(nil), ks...), m.changes...)
 		}
 		src := k.topic
 		if t.Parent != "" {
@@ -733,7 +729,7 @@ func Check(es []history.Entry) *Report {
 				cause := CauseNone
 				pks := ks
 				if cluster {
-					pks = append(append(kills(nil), ks...), seenChanges[pkey{topic, incOf(cur), cur.Partition}]...)
+					pks = append(append(kills(nil), ks...), epochs[pkey{topic, incOf(cur), cur.Partition}]...)
 				}
 				switch {
 				case prev == nil:

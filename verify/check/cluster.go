@@ -1,10 +1,7 @@
 package check
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"sort"
 	"strings"
 	"time"
@@ -13,29 +10,15 @@ import (
 )
 
 // epochChanges returns, per partition of a cluster run, the windows in which its leader
-// surely changed: between two observations of its epoch (stats samples, and the epochs
-// in delivered receipt handles; in call order) of which the second shows a higher epoch
-// than the first, the change happened after the first was sent and before the second
-// returned.
-// With handles, the epochs in delivered receipt handles count too.
-func epochChanges(es []history.Entry, incOf func(history.Entry) int64, handles bool) map[pkey]kills {
+// surely changed: between two stats samples (in call order) of which the second shows a
+// higher epoch than the first, the change happened after the first was sent and before
+// the second returned.
+func epochChanges(es []history.Entry, incOf func(history.Entry) int64) map[pkey]kills {
 	byPart := map[pkey][]history.Entry{}
 	for _, e := range es {
 		if e.Kind == history.KindStats && e.Epoch > 0 {
 			k := pkey{e.Topic, incOf(e), e.Partition}
 			byPart[k] = append(byPart[k], e)
-		}
-		// A delivery's receipt handle names the term of the leader that leased it: that
-		// leader led at some moment of the consume. The samples alone can miss a change
-		// of leader that the handles show (a soak run once redelivered a message leased
-		// in term 2 under term 4 with no sample in between).
-		if handles && e.Kind == history.KindOp && e.Op == history.OpConsume && e.Status == 200 {
-			if ep, ok := handleEpoch(e.Handle); ok {
-				o := e
-				o.Epoch = ep
-				k := pkey{e.Topic, incOf(e), e.Partition}
-				byPart[k] = append(byPart[k], o)
-			}
 		}
 	}
 	out := map[pkey]kills{}
@@ -269,20 +252,3 @@ func availability(es []history.Entry) map[string]string {
 	}
 	return out
 }
-
-// handleEpoch reads the lease epoch (in a replicated partition, the term of the leader
-// that leased it) out of a receipt handle: version 1, then u64 incarnation, u32
-// partition, u64 offset, u32 epoch, u64 sequence, u32 CRC-32C, in unpadded URL-safe
-// base64. ok is false for anything else (the checker's own tests use made-up handles).
-func handleEpoch(h string) (int64, bool) {
-	b, err := base64.RawURLEncoding.DecodeString(h)
-	if err != nil || len(b) != 37 || b[0] != 1 {
-		return 0, false
-	}
-	if crc32.Checksum(b[:33], castagnoli) != binary.BigEndian.Uint32(b[33:]) {
-		return 0, false
-	}
-	return int64(binary.BigEndian.Uint32(b[21:25])), true
-}
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -52,6 +52,8 @@ func (x *h) deliverSpan(id string, off int64, handle string, call, ret int64) *h
 	return x
 }
 
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 // realHandle is a receipt handle as a broker encodes it, of orders/0 (incarnation 0),
 // with lease epoch epoch and sequence seq.
 func realHandle(epoch uint32, seq uint64) string {
@@ -88,13 +90,6 @@ func TestClusterRules(t *testing.T) {
 		{"acked, redelivered after a kill that raced the ack", acked(newCH()).kill(20*msec, 100*msec).deliver("a", 0, "h2", 5*s).replicas("a"), "acked-redelivered", ""},
 		{"lease lost with a change of leader", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
 			deliver("a", 0, "h2", 400*msec).settle(history.OpAck, "a", 0, "h2", 500*msec, 204).replicas("a"), "", CauseLeaderChange},
-		// The soak's case: the lease of term 2 came back slowly, and the leader of term 4
-		// (seen only in handles, no sample between) delivered it again.
-		{"lease lost with a change of leader seen only in the handles", newCH().produce("a", 0, 0).produce("b", 1, 0).
-			deliverSpan("a", 0, realHandle(2, 7), 10*msec, 400*msec).deliver("b", 1, realHandle(4, 1), 300*msec).
-			settle(history.OpAck, "b", 1, realHandle(4, 1), 310*msec, 204).
-			deliver("a", 0, realHandle(4, 2), 450*msec).settle(history.OpAck, "a", 0, realHandle(4, 2), 500*msec, 204).
-			replicas("a", "b"), "", CauseLeaderChange},
 		{"redelivered under a live lease by the same leader", newCH().produce("a", 0, 0).
 			deliverSpan("a", 0, realHandle(2, 7), 10*msec, 400*msec).
 			deliver("a", 0, realHandle(2, 8), 450*msec).settle(history.OpAck, "a", 0, realHandle(2, 8), 500*msec, 204).
