@@ -1119,7 +1119,8 @@ func (h *Host) serveStreamBatch(_ string, msg []byte) error {
 }
 
 func (h *Host) receive(frame []byte, answersProveHearing bool) error {
-	return decodeBatch(frame, func(name string, flags byte, m raftpb.Message) {
+	var answeredBy uint64 // a frame comes from one peer: mark it heard once, after
+	err := decodeBatch(frame, func(name string, flags byte, m raftpb.Message) {
 		if m.To != h.opts.ID {
 			// For a member this node was before its data directory was wiped (the
 			// sender has not applied the replacement yet): raft does not check the
@@ -1127,10 +1128,14 @@ func (h *Host) receive(frame []byte, answersProveHearing bool) error {
 			return
 		}
 		if answersProveHearing && raft.IsResponseMsg(m.Type) {
-			h.heard(m.From)
+			answeredBy = m.From
 		}
 		if g := h.group(name); g != nil {
 			g.step(flags, m)
 		}
 	})
+	if answeredBy != 0 {
+		h.heard(answeredBy)
+	}
+	return err
 }

@@ -61,19 +61,32 @@ type MessageStream struct {
 func (n *Node) OpenMessages(ctx context.Context, peerAddr string, op uint16) (*MessageStream, error) {
 	ctx, cancel := n.callContext(ctx)
 	defer cancel()
-	pc, err := n.conn(ctx, peerAddr)
+	pc, st, err := n.openAccepted(ctx, peerAddr, header{version: frameVersion, kind: kindGroupStream, code: op})
 	if err != nil {
 		return nil, err
+	}
+	n.stats.msgStreams.Add(1)
+	return &MessageStream{n: n, pc: pc, st: st, addr: peerAddr}, nil
+}
+
+// openAccepted opens a stream to peerAddr whose first frame is open (no payload) and
+// waits for the peer to accept it: a raft stream or a message stream. On success the
+// stream has no deadline and belongs to the caller; on failure it is reset.
+func (n *Node) openAccepted(ctx context.Context, peerAddr string, open header) (*peerConn, *quic.Stream, error) {
+	pc, err := n.conn(ctx, peerAddr)
+	if err != nil {
+		return nil, nil, err
 	}
 	st, err := pc.qc.OpenStreamSync(ctx)
 	if err != nil {
-		return nil, streamError(ctx, peerAddr, err)
+		return nil, nil, streamError(ctx, peerAddr, err)
 	}
-	fail := func(err error) (*MessageStream, error) {
+	fail := func(err error) (*peerConn, *quic.Stream, error) {
 		st.CancelRead(streamCodeRefused)
 		st.CancelWrite(streamCodeRefused)
-		return nil, err
+		return nil, nil, err
 	}
+	// An explicit cancel (not a deadline) must also unblock the reads below.
 	stop := context.AfterFunc(ctx, func() {
 		st.CancelRead(streamCodeDone)
 		st.CancelWrite(streamCodeDone)
@@ -81,7 +94,7 @@ func (n *Node) OpenMessages(ctx context.Context, peerAddr string, op uint16) (*M
 	defer stop()
 	deadline, _ := ctx.Deadline()
 	_ = st.SetDeadline(deadline)
-	if _, err := st.Write(appendFrame(nil, header{version: frameVersion, kind: kindGroupStream, code: op}, nil)); err != nil {
+	if _, err := st.Write(appendFrame(nil, open, nil)); err != nil {
 		return fail(streamError(ctx, peerAddr, err))
 	}
 	h, err := readHeader(st)
@@ -105,8 +118,7 @@ func (n *Node) OpenMessages(ctx context.Context, peerAddr string, op uint16) (*M
 		return fail(ctxError(ctx, peerAddr)) // the context ended as the answer came
 	}
 	_ = st.SetDeadline(time.Time{})
-	n.stats.msgStreams.Add(1)
-	return &MessageStream{n: n, pc: pc, st: st, addr: peerAddr}, nil
+	return pc, st, nil
 }
 
 // Send writes msg as the stream's next message, waiting at most timeout for the

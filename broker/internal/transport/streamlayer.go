@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -72,43 +71,10 @@ func (l *StreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		case <-ctx.Done():
 		}
 	}()
-	addr := string(address)
-	pc, err := n.conn(ctx, addr)
+	pc, st, err := n.openAccepted(ctx, string(address), header{version: frameVersion, kind: kindRaftStream})
 	if err != nil {
 		return nil, err
 	}
-	st, err := pc.qc.OpenStreamSync(ctx)
-	if err != nil {
-		return nil, streamError(ctx, addr, err)
-	}
-	fail := func(err error) (net.Conn, error) {
-		st.CancelRead(streamCodeRefused)
-		st.CancelWrite(streamCodeRefused)
-		return nil, err
-	}
-	deadline, _ := ctx.Deadline()
-	_ = st.SetDeadline(deadline)
-	if _, err := st.Write(appendFrame(nil, header{version: frameVersion, kind: kindRaftStream}, nil)); err != nil {
-		return fail(streamError(ctx, addr, err))
-	}
-	h, err := readHeader(st)
-	if err != nil {
-		if errors.Is(err, ErrUnsupportedVersion) || errors.Is(err, ErrBadFrame) {
-			return fail(err)
-		}
-		return fail(streamError(ctx, addr, err))
-	}
-	msg, err := readPayload(st, h, maxErrorMessage)
-	if err != nil {
-		return fail(streamError(ctx, addr, err))
-	}
-	if h.kind != kindResponse {
-		return fail(fmt.Errorf("%w: answer of kind %d", ErrBadFrame, h.kind))
-	}
-	if h.code != CodeOK {
-		return fail(&RemoteError{Code: h.code, Message: string(msg)})
-	}
-	_ = st.SetDeadline(time.Time{})
 	return n.newStreamConn(pc, st, nil), nil
 }
 
