@@ -78,23 +78,55 @@ func (s *Store) hasConfiguration() bool {
 // joinLoop asks the member at addr to admit this node, until it is admitted or the
 // store closes. A refusal is kept for WaitReady to report.
 func (s *Store) joinLoop(addr raft.ServerAddress) {
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.ApplyTimeout)
-		j := s.self()
-		_, err := s.forward(ctx, addr, fwdRequest{Kind: kindJoin, Join: &j})
-		cancel()
-		if err == nil {
-			s.joinErr.Store(nil)
-			s.opts.Logger.Info("meta: joined the cluster", "through", addr)
-			return
-		}
-		err = fmt.Errorf("joining through %s: %w", addr, err)
-		if p := s.joinErr.Load(); p == nil || toWire(*p).Code != toWire(err).Code {
-			s.opts.Logger.Warn("meta: join refused or failed; retrying", "err", err)
-		}
-		s.joinErr.Store(&err)
+	for s.joinOnce(addr) != nil {
 		if !s.sleep(200 * time.Millisecond) {
 			return
 		}
 	}
+}
+
+// joinOnce asks the member at addr (which passes it on to the controller) to admit
+// this node. A refusal is kept for WaitReady to report, and logged when it differs from
+// the one before.
+func (s *Store) joinOnce(addr raft.ServerAddress) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ApplyTimeout)
+	j := s.self()
+	_, err := s.forward(ctx, addr, fwdRequest{Kind: kindJoin, Join: &j})
+	cancel()
+	if err == nil {
+		s.joinErr.Store(nil)
+		s.opts.Logger.Info("meta: joined the cluster", "through", addr)
+		return nil
+	}
+	err = fmt.Errorf("joining through %s: %w", addr, err)
+	if p := s.joinErr.Load(); p == nil || toWire(*p).Code != toWire(err).Code {
+		s.opts.Logger.Warn("meta: join refused or failed; retrying", "err", err)
+	}
+	s.joinErr.Store(&err)
+	return err
+}
+
+// standingInFor returns the Raft server id this node is taken for, when the
+// configuration it follows names another server of its node id and not its own: its
+// data directory was wiped (a new disk id) and the leader's replication to the old
+// server, at the same address, reached it before it joined, or it restarted since.
+// Until the controller replaces the old server, the leader counts this node's answers
+// as the old one's, and the controller refuses its heartbeats (another server id), so
+// it would stay dead to the cluster for good. "" when the node is itself, or the
+// configuration does not name its node id at all (not admitted yet, or removed).
+func (s *Store) standingInFor() string {
+	conf, err := s.configuration()
+	if err != nil {
+		return ""
+	}
+	old := ""
+	for _, srv := range conf.Servers {
+		switch {
+		case srv.ID == s.id.serverID():
+			return ""
+		case nodeOfServer(string(srv.ID)) == s.opts.NodeID:
+			old = string(srv.ID)
+		}
+	}
+	return old
 }

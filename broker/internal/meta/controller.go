@@ -484,6 +484,7 @@ func (s *Store) self() joinRequest {
 
 // heartbeatLoop tells the controller, every HeartbeatInterval, that this node is alive.
 func (s *Store) heartbeatLoop() {
+	standIn := false
 	for s.sleep(s.opts.Cluster.HeartbeatInterval) {
 		if s.Leader() {
 			_ = s.heard(s.self())
@@ -493,6 +494,17 @@ func (s *Store) heartbeatLoop() {
 		if addr == "" || s.opts.Cluster.Forwarder == nil {
 			continue
 		}
+		if old := s.standingInFor(); old != "" {
+			// The controller admits the new server once the old one has been silent
+			// for SuspectAfter (its heartbeats stopped with the old process).
+			if !standIn {
+				s.opts.Logger.Warn("meta: the leader replicates to this node's old Raft server (its data directory is new); asking to be admitted as the new one", "old", old, "new", s.ServerID())
+			}
+			standIn = true
+			_ = s.joinOnce(addr)
+			continue
+		}
+		standIn = false
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Cluster.HeartbeatInterval)
 		b := s.self()
 		_, err := s.forward(ctx, addr, fwdRequest{Kind: kindHeartbeat, Beat: &b})

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,5 +189,88 @@ func TestLegacyDataDirOpensAsAClusterOfOne(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestWipedNodeReachedByTheLeaderFirstStillRejoins: a wiped node started from the peer
+// list can hear from the controller before it asks its peers who they are: the leader
+// goes on replicating to the node's old Raft server at the same address, and the node
+// takes the configuration it receives for its own. Before, its bootstrap then ended
+// without a join: the node followed the log as the server it no longer was, its
+// heartbeats (under its new server id) were refused, and it stayed dead to the
+// controller for good, its replicas never rebuilt (chaos seed 4041). It must ask to be
+// admitted as its new self, also after a restart in that state.
+func TestWipedNodeReachedByTheLeaderFirstStillRejoins(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restarted=%v", restart), func(t *testing.T) {
+			net := newTestNet(t)
+			defer net.closeAll()
+			dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+			ss := startPeers(t, net, dirs)
+			if _, err := ss[0].CreateTopic(Topic{Name: "kept", TopicConfig: TopicConfig{Partitions: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			victim := ss[2]
+			if victim.Leader() {
+				victim = ss[1]
+			}
+			oldSID, dir, id, addr := victim.ServerID(), victim.opts.Dir, victim.NodeID(), victim.addr
+			peers := victim.opts.Cluster.Peers
+			net.close(victim)
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			// The wiped node's "who are you" round fails until the leader reached it.
+			var reached atomic.Bool
+			net.mu.Lock()
+			net.refuse = func(kind string, _ raft.ServerAddress) error {
+				if kind == kindIdentity && !reached.Load() {
+					return fmt.Errorf("%w: identity held back by the test", ErrNotDelivered)
+				}
+				return nil
+			}
+			net.mu.Unlock()
+			s, err := net.open(dir, id, addr, Cluster{Peers: peers})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the wiped node holds the configuration the leader sent its old server", func() error {
+				conf, err := s.configuration()
+				if err != nil {
+					return err
+				}
+				for _, srv := range conf.Servers {
+					if string(srv.ID) == oldSID {
+						return nil
+					}
+				}
+				return fmt.Errorf("configuration %v", conf.Servers)
+			})
+			if restart {
+				net.close(s)
+				if s, err = net.open(dir, id, addr, Cluster{Peers: peers}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reached.Store(true)
+			eventually(t, "the old server removed, the new one a voter and an alive member", func() error {
+				l := leaderOf(ss[0], ss[1], ss[2], s)
+				if l == nil {
+					return errors.New("no controller")
+				}
+				conf := serverIDs(t, l)
+				if _, ok := conf[oldSID]; ok || conf[s.ServerID()] != raft.Voter || len(conf) != 3 {
+					return fmt.Errorf("configuration %v", conf)
+				}
+				m, _ := l.fsm.member(s.NodeID())
+				if m.ServerID != s.ServerID() || m.Status != StatusAlive {
+					return fmt.Errorf("member %+v", m)
+				}
+				return nil
+			})
+			if _, ok := s.Topic("kept"); !ok {
+				t.Fatal("the rejoined node does not hold the metadata")
+			}
+		})
 	}
 }
