@@ -165,22 +165,26 @@ func serve(args []string) (err error) {
 		startCtx, cancel = context.WithCancel(ctx)
 		log.Info("waiting for the cluster's control plane", "node_id", b.NodeID(), "cluster_addr", plane.Addr())
 	}
-	err = b.Start(startCtx)
-	cancel()
-	if err != nil && ctx.Err() != nil {
-		// SIGTERM before the node was ready (a cluster node still waiting for its
-		// peers): a requested stop, not a failure.
+	// SIGTERM before the node was ready (a cluster node still waiting for its peers
+	// or for the control plane): a requested stop, not a failure.
+	stoppedEarly := func(err error) bool {
+		if err == nil || ctx.Err() == nil {
+			return false
+		}
 		log.Info("narad stopped before it was ready", "reason", err)
 		stopped = true
+		return true
+	}
+	err = b.Start(startCtx)
+	cancel()
+	if stoppedEarly(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("recovering: %w", err)
 	}
 	authOn, err := securityOn(ctx, c, brokerUsers{b}, log)
-	if err != nil && ctx.Err() != nil {
-		log.Info("narad stopped before it was ready", "reason", err)
-		stopped = true
+	if stoppedEarly(err) {
 		return nil
 	}
 	if err != nil {
