@@ -498,7 +498,7 @@ func (s *Store) heartbeatLoop() {
 			// The controller admits the new server once the old one has been silent
 			// for SuspectAfter (its heartbeats stopped with the old process).
 			if !standIn {
-				s.opts.Logger.Warn("meta: the leader replicates to this node's old Raft server (its data directory is new); asking to be admitted as the new one", "old", old, "new", s.ServerID())
+				s.opts.Logger.Warn("meta: the Raft configuration names another server of this node id and not this one (a wiped data directory the leader reached before it joined, or a node replaced since); asking the controller to admit this one", "named", old, "this", s.ServerID())
 			}
 			standIn = true
 			_ = s.joinOnce(addr)
