@@ -583,7 +583,8 @@ func (b *Broker) openPart(t *topic, m meta.Topic, i int32) (*partition.Partition
 		OnDamaged: func(log string, n int) {
 			b.metrics.Damaged.WithLabelValues(m.Name, log).Add(float64(n))
 		},
-		OnExpired: func(n int) { t.metrics.expiries.Add(float64(n)) },
+		OnExpired:    func(n int) { t.metrics.expiries.Add(float64(n)) },
+		OnLateLeases: func(n int) { t.metrics.late.Add(float64(n)) },
 	}
 	if b.replicated(&m, int(i)) {
 		return b.openReplica(t, m, int(i), popts)

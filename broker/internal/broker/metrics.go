@@ -36,6 +36,7 @@ type Metrics struct {
 	DeliveredBytes    *prometheus.CounterVec // payload and key bytes handed out under a lease, by topic
 	Nacks             *prometheus.CounterVec // leases handed back by a nack, by topic
 	LeaseExpiries     *prometheus.CounterVec // leases whose visibility timeout ended unacked, by topic
+	LeasesLate        *prometheus.CounterVec // leases that ended before their replicas confirmed them, by topic
 	RetentionDeleted  *prometheus.CounterVec // messages deleted by retention, by topic
 	SyncDuration      prometheus.Histogram   // one shared sync round's duration
 	SyncGroupFiles    prometheus.Histogram   // files made durable by one shared sync round
@@ -68,7 +69,7 @@ func (m *Metrics) syncStat(pick func(vfs.SyncStats) float64) func() float64 {
 // the topic opens so that the request paths do no label lookup.
 type topicMetrics struct {
 	produced, producedBytes, delivered, deliveredBytes, redelivered prometheus.Counter
-	settled, nacks, expiries, retained                              prometheus.Counter
+	settled, nacks, expiries, retained, late                        prometheus.Counter
 }
 
 func (m *Metrics) forTopic(name string) *topicMetrics {
@@ -77,7 +78,7 @@ func (m *Metrics) forTopic(name string) *topicMetrics {
 		delivered: m.Delivered.WithLabelValues(name), deliveredBytes: m.DeliveredBytes.WithLabelValues(name),
 		redelivered: m.Redelivered.WithLabelValues(name), settled: m.Settled.WithLabelValues(name),
 		nacks: m.Nacks.WithLabelValues(name), expiries: m.LeaseExpiries.WithLabelValues(name),
-		retained: m.RetentionDeleted.WithLabelValues(name),
+		retained: m.RetentionDeleted.WithLabelValues(name), late: m.LeasesLate.WithLabelValues(name),
 	}
 }
 
@@ -162,6 +163,9 @@ func NewMetrics() *Metrics {
 		LeaseExpiries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_lease_expiries_total", Help: "Leases whose visibility timeout ended before an ack; the message is delivered again.",
 		}, []string{"topic"}),
+		LeasesLate: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_leases_confirmed_late_total", Help: "Leases of a replicated partition that ended before its replicas confirmed them (the group stalled longer than the visibility timeout); their messages were not handed out and come back.",
+		}, []string{"topic"}),
 		RetentionDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_retention_deleted_messages_total", Help: "Messages deleted by retention, acked or not.",
 		}, []string{"topic"}),
@@ -188,7 +192,7 @@ func NewMetrics() *Metrics {
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
 		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged, m.ReplicaRebuilds,
-		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed,
+		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.LeasesLate, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed,
 		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.RemoteChild = newRemoteChildMetrics(r)

@@ -72,6 +72,9 @@ type Options struct {
 	// commands after a failed write (its state stops there until it is opened again);
 	// from the group's apply goroutine: it must not block.
 	OnFailed func()
+	// OnLateLeases is called with the number of leases a replicated partition granted
+	// but did not hand out, because they ended before its replicas confirmed them.
+	OnLateLeases func(leases int)
 	// OnExpired is called with the number of leases that lapsed (their visibility
 	// timeout ended unacked), with the partition's lock held: it must only count.
 	OnExpired func(leases int)
@@ -418,6 +421,9 @@ func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Deliv
 	if p.repl != nil {
 		if err := p.confirmLeases(grants); err != nil {
 			return nil, 0, err
+		}
+		if grants = p.liveGrants(grants); len(grants) == 0 {
+			return nil, 0, nil
 		}
 	}
 	skipped := 0
@@ -834,6 +840,33 @@ func (p *Partition) onTimer() {
 	if n > 0 {
 		p.notify()
 	}
+}
+
+// liveGrants returns the grants whose leases are still held once the replicas
+// confirmed them. The confirmation is a replicated write: when the group stalls (a
+// follower paused, a quorum just short) it can outlast the visibility timeout, and by
+// then the lease lapsed and the message may be leased to another consumer. Handing it
+// out anyway would give a consumer a message someone else holds, with a receipt handle
+// dead on arrival; it is left out instead (its lapse returned it to the queue, and its
+// delivery_attempt counts the grant), logged, and counted (OnLateLeases).
+func (p *Partition) liveGrants(grants []queue.Grant) []queue.Grant {
+	p.mu.Lock()
+	now := p.opts.Clock()
+	live := grants[:0:0]
+	for _, g := range grants {
+		if p.q.Holds(g.Offset, g.Nonce, now) {
+			live = append(live, g)
+		}
+	}
+	p.mu.Unlock()
+	if dead := len(grants) - len(live); dead > 0 {
+		p.opts.Logger.Warn("leases ended before their replicas confirmed them; those messages were not handed out and come back",
+			"leases", dead, "confirm_late_by", time.Duration(now-grants[0].Deadline).Round(time.Millisecond))
+		if p.opts.OnLateLeases != nil {
+			p.opts.OnLateLeases(dead)
+		}
+	}
+	return live
 }
 
 // expire returns lapsed leases to the queue and reports how many (OnExpired). The

@@ -620,3 +620,68 @@ func TestReplicaHandOverRacingARenewal(t *testing.T) {
 		t.Fatalf("a renewal racing the handover answered %v, want ErrNotLeader (the handed lease keeps its old deadline)", err)
 	}
 }
+
+// A lease whose confirmation (the replicated D command) outlasts the visibility
+// timeout is not handed out: by then it lapsed and the message may be leased to
+// another consumer. Before, the consumer got the message with a receipt handle dead on
+// arrival while another consumer held it (an hour-long soak: a follower stalled for
+// 3.5 s during a rolling restart; a consume answered 3.5 s after its call, after the
+// same offsets were leased again to another consumer).
+func TestReplicaLeaseConfirmedAfterItEndedIsNotHandedOut(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(int64(time.Hour))
+	g := &fakeGroup{}
+	var late atomic.Int64
+	for i := range 3 {
+		p := mustOpen(t, vfs.NewMem(), func(o *Options) {
+			o.Group = slowMember{member{g: g, i: i}, &clock}
+			o.Clock = clock.Load
+			o.OnLateLeases = func(n int) { late.Add(int64(n)) }
+		})
+		t.Cleanup(func() { _ = p.Close() })
+		g.replicas = append(g.replicas, p)
+	}
+	ps := g.replicas
+	ps[0].SetRole(true, 1)
+	appendN(t, ps[0], 3)
+	slow.Store(true)
+	t.Cleanup(func() { slow.Store(false) })
+	got, err := ps[0].Lease(3, 2*time.Second, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("handed out %d messages whose leases ended before their replicas confirmed them (offsets %v)", len(got), offsets(got))
+	}
+	if n := late.Load(); n != 3 {
+		t.Errorf("OnLateLeases counted %d, want 3", n)
+	}
+	// They come back at once (their leases lapsed), with their attempts counted.
+	slow.Store(false)
+	again, err := ps[0].Lease(3, 2*time.Second, 1<<20)
+	if err != nil || len(again) != 3 {
+		t.Fatalf("leased %d again (%v), want the 3 messages", len(again), err)
+	}
+	for _, d := range again {
+		if d.Attempt != 2 {
+			t.Errorf("offset %d delivered as attempt %d, want 2 (the late grant counts)", d.Record.Offset, d.Attempt)
+		}
+	}
+}
+
+// slow makes slowMember's replicated writes of deliveries take 3 s of the test's clock.
+var slow atomic.Bool
+
+// slowMember is a member whose commit of a D command (the confirmation of leases)
+// advances the clock by 3 s while slow is set: a group stalled past the leases.
+type slowMember struct {
+	member
+	clock *atomic.Int64
+}
+
+func (m slowMember) Propose(ctx context.Context, cmd []byte, submitted func()) (any, error) {
+	if len(cmd) > 0 && cmd[0] == cmdDelivered && slow.Load() {
+		m.clock.Add(int64(3 * time.Second))
+	}
+	return m.member.Propose(ctx, cmd, submitted)
+}

@@ -229,6 +229,13 @@ func (s *State) check(off uint64, n Nonce, now int64) (*lease, error) {
 	return l, nil
 }
 
+// Holds reports whether the lease (off, n) is held at now: granted, not lapsed, not
+// handed back or being settled.
+func (s *State) Holds(off uint64, n Nonce, now int64) bool {
+	_, err := s.check(off, n, now)
+	return err == nil
+}
+
 // BeginSettle checks that the lease (off, n) is held at now and marks it settling: it can
 // no longer lapse or be extended, and a second settle of it gets ErrLeaseLost. The caller
 // then makes the settlement durable and calls CommitSettle, or AbortSettle if that
