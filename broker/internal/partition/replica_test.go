@@ -632,9 +632,10 @@ func TestReplicaLeaseConfirmedAfterItEndedIsNotHandedOut(t *testing.T) {
 	clock.Store(int64(time.Hour))
 	g := &fakeGroup{}
 	var late atomic.Int64
+	var slow atomic.Bool
 	for i := range 3 {
 		p := mustOpen(t, vfs.NewMem(), func(o *Options) {
-			o.Group = slowMember{member{g: g, i: i}, &clock}
+			o.Group = slowMember{member{g: g, i: i}, &clock, &slow}
 			o.Clock = clock.Load
 			o.OnLateLeases = func(n int) { late.Add(int64(n)) }
 		})
@@ -645,7 +646,6 @@ func TestReplicaLeaseConfirmedAfterItEndedIsNotHandedOut(t *testing.T) {
 	ps[0].SetRole(true, 1)
 	appendN(t, ps[0], 3)
 	slow.Store(true)
-	t.Cleanup(func() { slow.Store(false) })
 	got, err := ps[0].Lease(3, 2*time.Second, 1<<20)
 	if err != nil {
 		t.Fatal(err)
@@ -669,18 +669,16 @@ func TestReplicaLeaseConfirmedAfterItEndedIsNotHandedOut(t *testing.T) {
 	}
 }
 
-// slow makes slowMember's replicated writes of deliveries take 3 s of the test's clock.
-var slow atomic.Bool
-
 // slowMember is a member whose commit of a D command (the confirmation of leases)
 // advances the clock by 3 s while slow is set: a group stalled past the leases.
 type slowMember struct {
 	member
 	clock *atomic.Int64
+	slow  *atomic.Bool
 }
 
 func (m slowMember) Propose(ctx context.Context, cmd []byte, submitted func()) (any, error) {
-	if len(cmd) > 0 && cmd[0] == cmdDelivered && slow.Load() {
+	if len(cmd) > 0 && cmd[0] == cmdDelivered && m.slow.Load() {
 		m.clock.Add(int64(3 * time.Second))
 	}
 	return m.member.Propose(ctx, cmd, submitted)
