@@ -701,9 +701,24 @@ func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
 	if err == nil && p.repl != nil {
 		// A leader deposed without knowing it must not say a lease was renewed: its
 		// successor may deliver the message again meanwhile.
-		return p.confirmLeader()
+		if err := p.confirmLeader(); err != nil {
+			return err
+		}
+		if d > 0 && !p.holds(off, n) {
+			// The confirmation outlasted the renewed lease (a stalled group, as for
+			// liveGrants): the message may be leased again already, so the renewal is
+			// not reported as one.
+			return queue.ErrLeaseLost
+		}
 	}
 	return err
+}
+
+// holds reports whether the lease (off, n) is held now.
+func (p *Partition) holds(off uint64, n queue.Nonce) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.q.Holds(off, n, p.opts.Clock())
 }
 
 // HandBack ends a lease whose message never reached its client (the client went while

@@ -669,12 +669,20 @@ func TestReplicaLeaseConfirmedAfterItEndedIsNotHandedOut(t *testing.T) {
 	}
 }
 
-// slowMember is a member whose commit of a D command (the confirmation of leases)
-// advances the clock by 3 s while slow is set: a group stalled past the leases.
+// slowMember is a member whose commit of a D command (the confirmation of leases) and
+// whose read-index confirmation each advance the clock by 3 s while slow is set: a
+// group stalled past the leases.
 type slowMember struct {
 	member
 	clock *atomic.Int64
 	slow  *atomic.Bool
+}
+
+func (m slowMember) Confirm(ctx context.Context) error {
+	if m.slow.Load() {
+		m.clock.Add(int64(3 * time.Second))
+	}
+	return m.member.Confirm(ctx)
 }
 
 func (m slowMember) Propose(ctx context.Context, cmd []byte, submitted func()) (any, error) {
@@ -682,4 +690,43 @@ func (m slowMember) Propose(ctx context.Context, cmd []byte, submitted func()) (
 		m.clock.Add(int64(3 * time.Second))
 	}
 	return m.member.Propose(ctx, cmd, submitted)
+}
+
+// The same for a renewal: one whose confirmation outlasts the renewed lease answers
+// that the lease is lost (410), not that it was renewed; the message may be leased to
+// another consumer by then.
+func TestReplicaRenewalConfirmedAfterItEndedIsLost(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(int64(time.Hour))
+	g := &fakeGroup{}
+	var slow atomic.Bool
+	for i := range 3 {
+		p := mustOpen(t, vfs.NewMem(), func(o *Options) {
+			o.Group = slowMember{member{g: g, i: i}, &clock, &slow}
+			o.Clock = clock.Load
+		})
+		t.Cleanup(func() { _ = p.Close() })
+		g.replicas = append(g.replicas, p)
+	}
+	ps := g.replicas
+	ps[0].SetRole(true, 1)
+	appendN(t, ps[0], 1)
+	held, err := ps[0].Lease(1, 2*time.Second, 1<<20)
+	if err != nil || len(held) != 1 {
+		t.Fatalf("leased %d: %v", len(held), err)
+	}
+	slow.Store(true)
+	if err := ps[0].Extend(0, held[0].Nonce, 2*time.Second); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("a renewal confirmed 3 s later, after the 2 s it renewed, answered %v; want ErrLeaseLost", err)
+	}
+	// A renewal that outlasts its confirmation is one.
+	slow.Store(false)
+	again, err := ps[0].Lease(1, 2*time.Second, 1<<20)
+	if err != nil || len(again) != 1 {
+		t.Fatalf("leased %d again: %v", len(again), err)
+	}
+	slow.Store(true)
+	if err := ps[0].Extend(0, again[0].Nonce, time.Minute); err != nil {
+		t.Fatalf("a renewal for a minute, confirmed 3 s later: %v", err)
+	}
 }
