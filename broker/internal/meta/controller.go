@@ -484,7 +484,10 @@ func (s *Store) self() joinRequest {
 
 // heartbeatLoop tells the controller, every HeartbeatInterval, that this node is alive.
 func (s *Store) heartbeatLoop() {
-	standIn := false
+	// refused: the controller answered the last heartbeat that it knows no member of
+	// this server id; only then is the configuration read (standingInFor), not on
+	// every tick of a healthy node.
+	standIn, refused := false, false
 	for s.sleep(s.opts.Cluster.HeartbeatInterval) {
 		if s.Leader() {
 			_ = s.heard(s.self())
@@ -494,7 +497,11 @@ func (s *Store) heartbeatLoop() {
 		if addr == "" || s.opts.Cluster.Forwarder == nil {
 			continue
 		}
-		if old := s.standingInFor(); old != "" {
+		old := ""
+		if refused || standIn {
+			old = s.standingInFor()
+		}
+		if old != "" {
 			// The controller admits the new server once the old one has been silent
 			// for SuspectAfter (its heartbeats stopped with the old process).
 			if !standIn {
@@ -509,7 +516,8 @@ func (s *Store) heartbeatLoop() {
 		b := s.self()
 		_, err := s.forward(ctx, addr, fwdRequest{Kind: kindHeartbeat, Beat: &b})
 		cancel()
-		if err != nil && !errors.Is(err, ErrMemberNotFound) {
+		refused = errors.Is(err, ErrMemberNotFound)
+		if err != nil && !refused {
 			s.opts.Logger.Debug("meta: heartbeat to the controller failed", "controller", addr, "err", err)
 		}
 	}

@@ -49,8 +49,15 @@ func TestWipedNodeRejoinsAsANewServer(t *testing.T) {
 	if _, ok := s.Topic("kept"); !ok {
 		t.Fatal("the rejoined node did not receive the metadata")
 	}
+	waitReplaced(t, oldSID, s, ss...)
+}
+
+// waitReplaced waits until the controller among ss and s replaced the Raft server
+// oldSID by s's: the old one gone, s a voter and an alive member, three servers.
+func waitReplaced(t *testing.T, oldSID string, s *Store, ss ...*Store) {
+	t.Helper()
 	eventually(t, "the old server removed, the new one a voter and an alive member", func() error {
-		l := leaderOf(ss[0], ss[1], ss[2], s)
+		l := leaderOf(append([]*Store{s}, ss...)...)
 		if l == nil {
 			return errors.New("no controller")
 		}
@@ -253,21 +260,7 @@ func TestWipedNodeReachedByTheLeaderFirstStillRejoins(t *testing.T) {
 				}
 			}
 			reached.Store(true)
-			eventually(t, "the old server removed, the new one a voter and an alive member", func() error {
-				l := leaderOf(ss[0], ss[1], ss[2], s)
-				if l == nil {
-					return errors.New("no controller")
-				}
-				conf := serverIDs(t, l)
-				if _, ok := conf[oldSID]; ok || conf[s.ServerID()] != raft.Voter || len(conf) != 3 {
-					return fmt.Errorf("configuration %v", conf)
-				}
-				m, _ := l.fsm.member(s.NodeID())
-				if m.ServerID != s.ServerID() || m.Status != StatusAlive {
-					return fmt.Errorf("member %+v", m)
-				}
-				return nil
-			})
+			waitReplaced(t, oldSID, s, ss...)
 			if _, ok := s.Topic("kept"); !ok {
 				t.Fatal("the rejoined node does not hold the metadata")
 			}

@@ -628,22 +628,8 @@ func TestReplicaHandOverRacingARenewal(t *testing.T) {
 // 3.5 s during a rolling restart; a consume answered 3.5 s after its call, after the
 // same offsets were leased again to another consumer).
 func TestReplicaLeaseConfirmedAfterItEndedIsNotHandedOut(t *testing.T) {
-	var clock atomic.Int64
-	clock.Store(int64(time.Hour))
-	g := &fakeGroup{}
 	var late atomic.Int64
-	var slow atomic.Bool
-	for i := range 3 {
-		p := mustOpen(t, vfs.NewMem(), func(o *Options) {
-			o.Group = slowMember{member{g: g, i: i}, &clock, &slow}
-			o.Clock = clock.Load
-			o.OnLateLeases = func(n int) { late.Add(int64(n)) }
-		})
-		t.Cleanup(func() { _ = p.Close() })
-		g.replicas = append(g.replicas, p)
-	}
-	ps := g.replicas
-	ps[0].SetRole(true, 1)
+	ps, slow := openSlowGroup(t, func(n int) { late.Add(int64(n)) })
 	appendN(t, ps[0], 3)
 	slow.Store(true)
 	got, err := ps[0].Lease(3, 2*time.Second, 1<<20)
@@ -667,6 +653,27 @@ func TestReplicaLeaseConfirmedAfterItEndedIsNotHandedOut(t *testing.T) {
 			t.Errorf("offset %d delivered as attempt %d, want 2 (the late grant counts)", d.Record.Offset, d.Attempt)
 		}
 	}
+}
+
+// openSlowGroup opens three replicas on a test clock whose group stalls 3 s at each
+// confirmation of leases while the returned switch is on; replica 0 leads.
+func openSlowGroup(t *testing.T, onLate func(int)) ([]*Partition, *atomic.Bool) {
+	t.Helper()
+	var clock atomic.Int64
+	clock.Store(int64(time.Hour))
+	g := &fakeGroup{}
+	slow := new(atomic.Bool)
+	for i := range 3 {
+		p := mustOpen(t, vfs.NewMem(), func(o *Options) {
+			o.Group = slowMember{member{g: g, i: i}, &clock, slow}
+			o.Clock = clock.Load
+			o.OnLateLeases = onLate
+		})
+		t.Cleanup(func() { _ = p.Close() })
+		g.replicas = append(g.replicas, p)
+	}
+	g.replicas[0].SetRole(true, 1)
+	return g.replicas, slow
 }
 
 // slowMember is a member whose commit of a D command (the confirmation of leases) and
@@ -696,20 +703,7 @@ func (m slowMember) Propose(ctx context.Context, cmd []byte, submitted func()) (
 // that the lease is lost (410), not that it was renewed; the message may be leased to
 // another consumer by then.
 func TestReplicaRenewalConfirmedAfterItEndedIsLost(t *testing.T) {
-	var clock atomic.Int64
-	clock.Store(int64(time.Hour))
-	g := &fakeGroup{}
-	var slow atomic.Bool
-	for i := range 3 {
-		p := mustOpen(t, vfs.NewMem(), func(o *Options) {
-			o.Group = slowMember{member{g: g, i: i}, &clock, &slow}
-			o.Clock = clock.Load
-		})
-		t.Cleanup(func() { _ = p.Close() })
-		g.replicas = append(g.replicas, p)
-	}
-	ps := g.replicas
-	ps[0].SetRole(true, 1)
+	ps, slow := openSlowGroup(t, nil)
 	appendN(t, ps[0], 1)
 	held, err := ps[0].Lease(1, 2*time.Second, 1<<20)
 	if err != nil || len(held) != 1 {
