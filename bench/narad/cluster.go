@@ -242,20 +242,25 @@ func poll(bound time.Duration, cond func() bool) bool {
 // has no liveness lapse and no forced campaign, and wins one leadership per partition
 // it creates) and the requests the nodes served each other on the node plane
 // (forwarded requests, liveness calls) and the replication frames they sent each other
-// as messages on kept streams.
+// as messages on kept streams, and the nodes' shared sync rounds (how many, the files
+// they synced, the seconds they took).
 type Counters struct {
 	LivenessLapses    float64 `json:"liveness_lapses"`
 	ForcedCampaigns   float64 `json:"forced_campaigns"`
 	LeadershipsWon    float64 `json:"leaderships_won"`
 	NodePlaneRequests float64 `json:"node_plane_requests"`
 	StreamMessages    float64 `json:"stream_messages"`
+	SyncRounds        float64 `json:"sync_rounds"`
+	SyncFiles         float64 `json:"sync_files"`
+	SyncSeconds       float64 `json:"sync_seconds"`
 }
 
 // Sub is c minus an earlier reading.
 func (c Counters) Sub(before Counters) Counters {
 	return Counters{c.LivenessLapses - before.LivenessLapses, c.ForcedCampaigns - before.ForcedCampaigns,
 		c.LeadershipsWon - before.LeadershipsWon, c.NodePlaneRequests - before.NodePlaneRequests,
-		c.StreamMessages - before.StreamMessages}
+		c.StreamMessages - before.StreamMessages, c.SyncRounds - before.SyncRounds,
+		c.SyncFiles - before.SyncFiles, c.SyncSeconds - before.SyncSeconds}
 }
 
 // Counters reads the counters of every node.
@@ -291,6 +296,12 @@ func (t *Target) Counters(ctx context.Context) (Counters, error) {
 				c.NodePlaneRequests += v
 			case "narad_cluster_stream_messages_total":
 				c.StreamMessages += v
+			case "narad_storage_sync_rounds_total":
+				c.SyncRounds += v
+			case "narad_storage_sync_files_total":
+				c.SyncFiles += v
+			case "narad_storage_sync_seconds_total":
+				c.SyncSeconds += v
 			}
 		}
 	}

@@ -132,17 +132,22 @@ func printCluster(w io.Writer, run clusterRun) {
 	if len(run.Counters) > 0 {
 		fmt.Fprintf(w, "\nthe cluster's own counters, moved while each shape ran (drain included), summed over the %d nodes:\n", run.Nodes)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "shape\tleaderships won\tliveness lapses\tforced campaigns\tnode-plane requests\tstream messages\tper message produced\t")
+		fmt.Fprintln(tw, "shape\tleaderships won\tliveness lapses\tforced campaigns\tnode-plane requests\tstream messages\tper message produced\tsync rounds\tfiles a round\tms a round\tper message produced\t")
 		for _, r := range run.Cluster {
 			c, ok := run.Counters[r.Shape]
 			if !ok {
 				continue
 			}
-			per := "-"
+			per, syncs, files, ms := "-", "-", "-", "-"
 			if r.Produced > 0 {
 				per = fmt.Sprintf("%.2f + %.2f", c.NodePlaneRequests/float64(r.Produced), c.StreamMessages/float64(r.Produced))
+				syncs = fmt.Sprintf("%.2f", c.SyncRounds/float64(r.Produced))
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", r.Shape, c.LeadershipsWon, c.LivenessLapses, c.ForcedCampaigns, c.NodePlaneRequests, c.StreamMessages, per)
+			if c.SyncRounds > 0 {
+				files = fmt.Sprintf("%.2f", c.SyncFiles/c.SyncRounds)
+				ms = fmt.Sprintf("%.3f", 1000*c.SyncSeconds/c.SyncRounds)
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t\n", r.Shape, c.LeadershipsWon, c.LivenessLapses, c.ForcedCampaigns, c.NodePlaneRequests, c.StreamMessages, per, c.SyncRounds, files, ms, syncs)
 		}
 		_ = tw.Flush() // w is stdout or a test's buffer
 		fmt.Fprintln(w, "(a shape's topic has elected its leaders before its window starts: a leadership won, a liveness lapse or a forced campaign here means partitions failed over during the figures)")

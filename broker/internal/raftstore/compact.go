@@ -63,11 +63,16 @@ func (s *Store) ApplySnapshot(snap raftpb.Snapshot) error {
 	}
 	idx, term := snap.Metadata.Index, snap.Metadata.Term
 	st := s.state.cur
+	// A snapshot holds committed entries only, and the commit index that follows it
+	// in the same Ready is written but not synced: a power loss in between must not
+	// leave a durable commit index below the log's new start.
+	st.commit = max(s.hs.Commit, idx)
 	st.compactIndex, st.compactTerm = idx, term
 	if err := s.writeStateSync(st); err != nil {
 		return s.fail(err)
 	}
 	s.mu.Lock()
+	s.hs.Commit = st.commit
 	gone := s.files
 	s.files = nil
 	s.snap = snap

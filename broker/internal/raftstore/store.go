@@ -255,6 +255,12 @@ func (s *Store) recover() error {
 	if err := s.dropCompacted(); err != nil {
 		return err
 	}
+	// Entries at or below the compaction point are committed, but the commit index
+	// stored may be below it: a commit-only change is not synced (see Save), and a
+	// state file written before this version could install a snapshot with the
+	// commit index of before it. Raise it: raft refuses to start a node whose commit
+	// index is below its log's start.
+	s.hs.Commit = max(s.hs.Commit, c)
 	if s.hs.Commit > s.last {
 		return fmt.Errorf("%w: %s: commit index %d is past the last stored entry %d", ErrCorrupt, stName, s.hs.Commit, s.last)
 	}
