@@ -86,6 +86,10 @@ func (g *group) run() {
 			return
 		}
 	}
+	if g.h.opts.AsyncStorageWrites {
+		g.runAsync()
+		return
+	}
 	for {
 		select {
 		case <-g.h.quit:

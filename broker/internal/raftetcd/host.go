@@ -72,6 +72,10 @@ type Options struct {
 	// ParallelAppend lets a leader send its new entries to its followers while it
 	// writes them itself, instead of after (the serial Ready loop).
 	ParallelAppend bool
+	// AsyncStorageWrites runs each group's log writes on a worker of its own, off
+	// the Ready loop (etcd-io/raft's Config.AsyncStorageWrites; see async.go). It
+	// implies ParallelAppend.
+	AsyncStorageWrites bool
 	// Tick is the raft clock; ElectionTick and HeartbeatTick count in it.
 	Tick                        time.Duration
 	ElectionTick, HeartbeatTick int
@@ -453,16 +457,17 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		}
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
-		ID:              h.opts.ID,
-		ElectionTick:    h.opts.ElectionTick,
-		HeartbeatTick:   h.opts.HeartbeatTick,
-		Storage:         st,
-		Applied:         applied,
-		MaxSizePerMsg:   1 << 20,
-		MaxInflightMsgs: 256,
-		CheckQuorum:     true,
-		PreVote:         true,
-		Logger:          discardLogger,
+		ID:                 h.opts.ID,
+		ElectionTick:       h.opts.ElectionTick,
+		HeartbeatTick:      h.opts.HeartbeatTick,
+		Storage:            st,
+		Applied:            applied,
+		MaxSizePerMsg:      1 << 20,
+		MaxInflightMsgs:    256,
+		AsyncStorageWrites: h.opts.AsyncStorageWrites,
+		CheckQuorum:        true,
+		PreVote:            true,
+		Logger:             discardLogger,
 	})
 	if err != nil {
 		_ = st.close() // the error being returned is the one to report

@@ -13,20 +13,23 @@ import (
 // TestRaftstoreGroupsFailOver: the engine on the build's log store (raftstore) elects,
 // replicates to every node, and after the node leading most groups stops, the
 // survivors elect new leaders and commit, as on the spike's wal store; the same with
-// leaders sending their appends while they write them.
+// leaders sending their appends while they write them, and with each group's writes
+// off its Ready loop (the product's setting).
 func TestRaftstoreGroupsFailOver(t *testing.T) {
-	for _, parallel := range []bool{false, true} {
-		t.Run(map[bool]string{false: "serial", true: "parallel append"}[parallel], func(t *testing.T) {
-			raftstoreFailOver(t, parallel)
+	for _, mode := range []string{"serial", "parallel append", "async storage writes"} {
+		t.Run(mode, func(t *testing.T) {
+			raftstoreFailOver(t, mode)
 		})
 	}
 }
 
-// raftstoreFailOver is TestRaftstoreGroupsFailOver with or without the leader's
-// parallel append.
-func raftstoreFailOver(t *testing.T, parallel bool) {
+// raftstoreFailOver is TestRaftstoreGroupsFailOver with the serial Ready loop, with
+// the leader's parallel append, or with asynchronous storage writes.
+func raftstoreFailOver(t *testing.T, mode string) {
 	const groups = 10
-	ns := startClusterWith(t, groups, func(o *Options) { o.Store, o.ParallelAppend = StoreRaftstore, parallel })
+	ns := startClusterWith(t, groups, func(o *Options) {
+		o.Store, o.ParallelAppend, o.AsyncStorageWrites = StoreRaftstore, mode == "parallel append", mode == "async storage writes"
+	})
 	ls := leaders(t, ns, groups)
 	for g, n := range ls {
 		propose(t, n, g)
@@ -94,7 +97,7 @@ func TestRaftstoreGroupRecoversItsLog(t *testing.T) {
 		}
 		sg := vfs.NewSyncGroup(fss)
 		applied := &sync.Map{}
-		h, err := New(Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg, Store: StoreRaftstore,
+		h, err := New(Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg, Store: StoreRaftstore, AsyncStorageWrites: true,
 			Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet(),
 			Apply: func(_ string, index uint64, data []byte) { applied.Store(index, string(data)) }})
 		if err != nil {

@@ -105,6 +105,32 @@ func TestCommitIndexSurvivesWhatWritesTheState(t *testing.T) {
 	})
 }
 
+// TestCommitIndexCoversTheSnapshot: a group may snapshot entries it applied before
+// the write carrying their commit index was made (the asynchronous Ready loop applies
+// while its worker writes), so the durable commit index can be below the snapshot's.
+// Open raises it: the node starts raft with the snapshot's index as applied, which
+// raft refuses above the commit index.
+func TestCommitIndexCoversTheSnapshot(t *testing.T) {
+	s, mem := newWith(t, append(idx(0).terms(0), withData(1, 20, 1)...), Options{})
+	if err := s.SetHardState(raftpb.HardState{Term: 1, Vote: 1, Commit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSnapshot(14, &raftpb.ConfState{Voters: []uint64{1}}, []byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Compact(8); err != nil {
+		t.Fatal(err)
+	}
+	mem.Crash()
+	s = openOn(t, mem, Options{})
+	hs, _, _ := s.InitialState()
+	snap, _ := s.Snapshot()
+	if hs.Commit < snap.Metadata.Index {
+		t.Fatalf("after a power loss: commit index %d below the snapshot's %d", hs.Commit, snap.Metadata.Index)
+	}
+	startRaftAt(t, s, snap.Metadata.Index)
+}
+
 // mustOpenState opens the state file of the store at testDir for writing.
 func mustOpenState(t *testing.T, mem *vfs.Mem) vfs.File {
 	t.Helper()
@@ -117,14 +143,17 @@ func mustOpenState(t *testing.T, mem *vfs.Mem) vfs.File {
 
 // startRaft starts a raft node on s, as a restarted node does: it fails if raft
 // refuses the stored state.
-func startRaft(t *testing.T, s *Store) {
+func startRaft(t *testing.T, s *Store) { t.Helper(); startRaftAt(t, s, 0) }
+
+// startRaftAt is startRaft with the applied index the node starts from.
+func startRaftAt(t *testing.T, s *Store, applied uint64) {
 	t.Helper()
 	defer func() {
 		if r := recover(); r != nil {
 			t.Fatalf("raft refused the reopened store: %v", r)
 		}
 	}()
-	if _, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: s, MaxInflightMsgs: 16, Logger: quietLogger}); err != nil {
+	if _, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: s, Applied: applied, MaxInflightMsgs: 16, Logger: quietLogger}); err != nil {
 		t.Fatal(err)
 	}
 }

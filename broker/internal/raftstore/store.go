@@ -255,12 +255,17 @@ func (s *Store) recover() error {
 	if err := s.dropCompacted(); err != nil {
 		return err
 	}
-	// Entries at or below the compaction point are committed, but the commit index
-	// stored may be below it: a commit-only change is not synced (see Save), and a
-	// state file written before this version could install a snapshot with the
-	// commit index of before it. Raise it: raft refuses to start a node whose commit
-	// index is below its log's start.
+	// Entries at or below the compaction point, and those the stored snapshot covers,
+	// are committed (a snapshot is taken of applied entries only), but the commit
+	// index stored may be below them: a commit-only change is not synced (see Save),
+	// a caller may snapshot and compact entries it applied before the write carrying
+	// their commit index was made, and a state file written before this version could
+	// install a snapshot with the commit index of before it. Raise it: raft refuses to
+	// start a node whose commit index is below its log's start or its applied index.
 	s.hs.Commit = max(s.hs.Commit, c)
+	if sn <= s.last {
+		s.hs.Commit = max(s.hs.Commit, sn)
+	}
 	if s.hs.Commit > s.last {
 		return fmt.Errorf("%w: %s: commit index %d is past the last stored entry %d", ErrCorrupt, stName, s.hs.Commit, s.last)
 	}
