@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/queue"
@@ -150,6 +151,11 @@ func (b *Broker) handBack(t *topic, ds []Delivered) {
 // downRetry is how soon a consume that could ask no partition tries again.
 const downRetry = 100 * time.Millisecond
 
+// leaseBudget is how long one look over a topic's partitions may spend asking them
+// before it stops starting new asks: a consume answers within about leaseBudget plus
+// one forwarded call (remoteCallTimeout), however many partitions are slow.
+var leaseBudget = 3 * time.Second
+
 // leaseFrom leases from the topic's partitions in turn, starting one further each call
 // so every partition is served, wherever it lives. A partition whose holder cannot be
 // reached is passed over while another answers: the consume is served from the
@@ -163,9 +169,23 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 	var firstErr, downErr error
 	answered := false
 	size := 0
+	begin := time.Now()
 	for k := 0; k < n && len(out) < max && size < MaxConsumeBytes; k++ {
 		if ctx.Err() != nil {
 			break // the client went: lease nothing more (the caller hands back what was)
+		}
+		if k > 0 && time.Since(begin) > leaseBudget {
+			// The partitions asked so far took the consume's budget (holders slow or
+			// stalled, each forwarded lease waiting up to remoteCallTimeout): answer
+			// with what they gave rather than ask the rest one after another. The next
+			// consume starts at another partition.
+			if len(out) == 0 && firstErr == nil {
+				if downErr == nil {
+					downErr = fmt.Errorf("%w: the topic's partitions answered too slowly to look at them all; retry", ErrUnavailable)
+				}
+				return nil, true, downErr
+			}
+			break
 		}
 		i := (start + k) % n
 		budget := MaxConsumeBytes - size
