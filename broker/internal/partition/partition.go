@@ -108,14 +108,23 @@ func monotonic() int64 { return int64(time.Since(processStart)) }
 func WallMillis() int64 {
 	// One truncation, not two: adding two rounded-down parts could stamp a record up to
 	// 1 ms before the wall clock of the client that sent it.
+	return wallNow().UnixMilli()
+}
+
+// wallNow is the wall clock read at start plus the monotonic time since.
+func wallNow() time.Time {
 	since := time.Since(processStart)
 	if d := failpoint.ClockDrift(); d != 0 {
 		since += time.Duration(float64(since) * d) // a failpoints build's drifting clock
 	}
-	return wallStart.Add(since).UnixMilli()
+	return wallStart.Add(since)
 }
 
 func wallMillis() int64 { return WallMillis() }
+
+// WallNanos is WallMillis in nanoseconds: the clock the node stamps records with, for
+// measuring how far apart two nodes' stamps run.
+func WallNanos() int64 { return wallNow().UnixNano() }
 
 // Partition is safe for concurrent use.
 type Partition struct {

@@ -76,6 +76,13 @@ type Options struct {
 	// the Ready loop (etcd-io/raft's Config.AsyncStorageWrites; see async.go). It
 	// implies ParallelAppend.
 	AsyncStorageWrites bool
+	// WallClock is the wall clock, in Unix nanoseconds, this node stamps records
+	// with: the liveness calls measure each peer's clock offset on it (nil:
+	// time.Now). A node whose stamping clock is the wall clock read at its start plus
+	// the monotonic time since parts from the machine's clock when the machine's
+	// clock is stepped (a virtual machine paused and resumed, an NTP step): the
+	// offset must show what the records carry.
+	WallClock func() int64
 	// Tick is the raft clock; ElectionTick and HeartbeatTick count in it.
 	Tick                        time.Duration
 	ElectionTick, HeartbeatTick int
@@ -214,6 +221,9 @@ func New(opts Options) (*Host, error) {
 	setDefault(&opts.streamRetry, streamRetry)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.WallClock == nil {
+		opts.WallClock = func() int64 { return time.Now().UnixNano() }
 	}
 	h := &Host{opts: opts, log: opts.Logger.With("component", "raftetcd"), peers: map[uint64]*peer{}, start: randomStart(),
 		groups: map[string]*group{}, quit: make(chan struct{})}
@@ -903,7 +913,7 @@ func (h *Host) livenessLoop(p *peer) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), h.opts.LivenessTimeout/2)
 		h.rpcCalls.Add(1)
-		sent := time.Now()
+		sent, sentWall := time.Now(), h.opts.WallClock()
 		resp, err := h.opts.Node.Call(ctx, p.address(), OpLiveness, req)
 		got := time.Now()
 		cancel()
@@ -911,8 +921,12 @@ func (h *Host) livenessLoop(p *peer) {
 			h.heard(p.id)
 			if len(resp) >= 16 {
 				theirs := int64(binary.BigEndian.Uint64(resp[8:16]))
-				mid := sent.UnixNano() + got.Sub(sent).Nanoseconds()/2
-				p.clockOffset.Store(theirs - mid)
+				mid := sentWall + got.Sub(sent).Nanoseconds()/2
+				off := theirs - mid
+				if was := time.Duration(p.clockOffset.Swap(off)); abs(time.Duration(off)) > ClockOffsetWarn && (abs(was) <= ClockOffsetWarn || !p.clockKnown.Load()) {
+					h.log.Warn("a peer's wall clock is over a second from this node's: delayed copies and retention move by the difference after a change of leader; sync the clocks (NTP) and restart a node that kept an old clock after its machine's was stepped",
+						"peer", p.id, "offset", time.Duration(off))
+				}
 				p.clockKnown.Store(true)
 			}
 			if len(resp) >= 24 {
@@ -935,9 +949,20 @@ func (h *Host) serveLiveness(_ context.Context, _ string, req []byte) ([]byte, e
 	// Our wall clock goes with the answer, so the caller can tell how far apart the
 	// two clocks are (an 8-byte answer from an older node has none).
 	out := binary.BigEndian.AppendUint64(nil, h.opts.ID)
-	out = binary.BigEndian.AppendUint64(out, uint64(time.Now().UnixNano()))
+	out = binary.BigEndian.AppendUint64(out, uint64(h.opts.WallClock()))
 	// Then this start's id (an older caller reads the first 16 bytes only).
 	return binary.BigEndian.AppendUint64(out, h.start), nil
+}
+
+// ClockOffsetWarn is the peer clock offset past which a node logs a warning (once each
+// time the offset crosses it).
+const ClockOffsetWarn = time.Second
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // randomStart draws a start id: random, never 0 (which means "none").
