@@ -80,9 +80,13 @@ func TestRequestTimeoutBoundsEachAttempt(t *testing.T) {
 		}
 		return nil, nil
 	}, nil)
-	c := newClient(t, narad.WithRequestTimeout(200*time.Millisecond), narad.WithHTTPClient(&http.Client{Transport: ft}))
+	c := newClient(t, narad.WithRequestTimeout(500*time.Millisecond), narad.WithHTTPClient(&http.Client{Transport: ft}))
 	ctx := ctxT(t)
-	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	// The topics are made by a client with the default timeout: a create slower than
+	// the short one (a loaded machine) would time out, be retried, and meet its own
+	// first attempt's topic (409).
+	admin := newClient(t)
+	topic := mustTopic(t, admin, narad.TopicConfig{Partitions: 1})
 	if _, err := c.Produce(ctx, topic, "x"); err != nil {
 		t.Fatalf("retried produce: %v", err)
 	}
@@ -93,7 +97,7 @@ func TestRequestTimeoutBoundsEachAttempt(t *testing.T) {
 	}
 	// A long poll is not cut by the request timeout: its deadline is its wait plus a margin.
 	start := time.Now()
-	msgs, err := c.Receive(ctx, mustTopic(t, c, narad.TopicConfig{Partitions: 1}), narad.WithWait(time.Second))
+	msgs, err := c.Receive(ctx, mustTopic(t, admin, narad.TopicConfig{Partitions: 1}), narad.WithWait(time.Second))
 	if err != nil || len(msgs) != 0 || time.Since(start) < 900*time.Millisecond {
 		t.Fatalf("long poll under a short request timeout: %v after %s", err, time.Since(start))
 	}

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/queue"
@@ -152,8 +151,9 @@ func (b *Broker) handBack(t *topic, ds []Delivered) {
 const downRetry = 100 * time.Millisecond
 
 // leaseBudget is how long one look over a topic's partitions may spend asking them
-// before it stops starting new asks: a consume answers within about leaseBudget plus
-// one forwarded call (remoteCallTimeout), however many partitions are slow.
+// before, holding messages already, it stops starting new asks: such a consume
+// answers within about leaseBudget plus one forwarded call (remoteCallTimeout),
+// however many partitions are slow.
 var leaseBudget = 3 * time.Second
 
 // leaseFrom leases from the topic's partitions in turn, starting one further each call
@@ -174,17 +174,13 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 		if ctx.Err() != nil {
 			break // the client went: lease nothing more (the caller hands back what was)
 		}
-		if k > 0 && time.Since(begin) > leaseBudget {
+		if len(out) > 0 && time.Since(begin) > leaseBudget {
 			// The partitions asked so far took the consume's budget (holders slow or
-			// stalled, each forwarded lease waiting up to remoteCallTimeout): answer
-			// with what they gave rather than ask the rest one after another. The next
+			// stalled, each forwarded lease waiting up to remoteCallTimeout) and gave
+			// messages: answer with them rather than ask the rest one after another.
+			// With nothing yet, the others are still asked (a slow holder must not
+			// turn a consume that healthy partitions can serve into a 503). The next
 			// consume starts at another partition.
-			if len(out) == 0 && firstErr == nil {
-				if downErr == nil {
-					downErr = fmt.Errorf("%w: the topic's partitions answered too slowly to look at them all; retry", ErrUnavailable)
-				}
-				return nil, true, downErr
-			}
 			break
 		}
 		i := (start + k) % n
