@@ -43,7 +43,7 @@ func TestFirstTerm(t *testing.T) {
 		}
 		sg := vfs.NewSyncGroup(fss)
 		t.Cleanup(sg.Close)
-		h, err := New(Options{Node: nodes[i], ID: uint64(i + 1), Peers: peers, Dir: dirs[i], Sync: sg, Store: StoreRaftstore, AsyncStorageWrites: true,
+		h, err := New(Options{Node: nodes[i], ID: uint64(i + 1), Peers: peers, Dir: dirs[i], Sync: sg, Store: StoreRaftstore,
 			Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)

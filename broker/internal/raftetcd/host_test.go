@@ -124,7 +124,7 @@ func startClusterOn(t *testing.T, groups int, tweak func(*Options), before func(
 			t.Fatal(err)
 		}
 		tn.sg = vfs.NewSyncGroup(fss)
-		opts := Options{Node: tn.node, ID: tn.id, Peers: peers, Dir: dir, Sync: tn.sg, AsyncStorageWrites: true,
+		opts := Options{Node: tn.node, ID: tn.id, Peers: peers, Dir: dir, Sync: tn.sg,
 			Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet(),
 			Apply: func(g string, _ uint64, _ []byte) {
 				tn.mu.Lock()

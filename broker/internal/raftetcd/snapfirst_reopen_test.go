@@ -35,7 +35,7 @@ func TestSnapshotFirstSurvivesAReopenBeforeIt(t *testing.T) {
 	}
 	sg := vfs.NewSyncGroup(fss)
 	t.Cleanup(sg.Close)
-	h, err := New(Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg, Store: StoreRaftstore, AsyncStorageWrites: true,
+	h, err := New(Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg, Store: StoreRaftstore,
 		Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)

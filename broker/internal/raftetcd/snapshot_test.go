@@ -123,7 +123,7 @@ func snapCluster(t *testing.T, g string, allowed func() bool) (map[uint64]*Host,
 		}
 		sg := vfs.NewSyncGroup(fss)
 		t.Cleanup(sg.Close)
-		h, err := New(Options{Node: nodes[id-1], ID: id, Peers: peers, Dir: dir, Sync: sg, Store: StoreRaftstore, AsyncStorageWrites: true,
+		h, err := New(Options{Node: nodes[id-1], ID: id, Peers: peers, Dir: dir, Sync: sg, Store: StoreRaftstore,
 			Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet(),
 			SnapshotEvery: 50, SnapshotKeep: 10, SnapshotsAllowed: allowed})
 		if err != nil {

@@ -14,7 +14,7 @@ import (
 // replicates to every node, and after the node leading most groups stops, the
 // survivors elect new leaders and commit, as on the spike's wal store; the same with
 // leaders sending their appends while they write them, and with each group's writes
-// off its Ready loop (the product's setting).
+// off its Ready loop (built, not enabled in the product).
 func TestRaftstoreGroupsFailOver(t *testing.T) {
 	for _, mode := range []string{"serial", "parallel append", "async storage writes"} {
 		t.Run(mode, func(t *testing.T) {
@@ -97,7 +97,7 @@ func TestRaftstoreGroupRecoversItsLog(t *testing.T) {
 		}
 		sg := vfs.NewSyncGroup(fss)
 		applied := &sync.Map{}
-		h, err := New(Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg, Store: StoreRaftstore, AsyncStorageWrites: true,
+		h, err := New(Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg, Store: StoreRaftstore,
 			Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet(),
 			Apply: func(_ string, index uint64, data []byte) { applied.Store(index, string(data)) }})
 		if err != nil {
