@@ -26,6 +26,7 @@ func (s *Store) Sync(ctx context.Context) error {
 			s.syncing = c
 			s.syncMu.Unlock()
 			c.err = s.syncOnce(ctx)
+			c.cut = c.err != nil && ctx.Err() != nil
 			if c.err == nil {
 				s.markFresh(c.started)
 			}
@@ -39,6 +40,12 @@ func (s *Store) Sync(ctx context.Context) error {
 			s.syncMu.Unlock()
 			select {
 			case <-c.done:
+				if c.cut && ctx.Err() == nil {
+					// It failed because its caller's context ended (a catch-up with a
+					// short bound), not for want of a controller: this call has time
+					// left, so it runs or joins another.
+					continue
+				}
 				return c.err
 			case <-ctx.Done():
 				return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
@@ -60,6 +67,7 @@ type syncCall struct {
 	started time.Time
 	done    chan struct{}
 	err     error
+	cut     bool // err came from its caller's context ending
 }
 
 type syncState struct {
