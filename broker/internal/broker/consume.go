@@ -154,7 +154,7 @@ const downRetry = 100 * time.Millisecond
 // before, holding messages already, it stops starting new asks: such a consume
 // answers within about leaseBudget plus one forwarded call (remoteCallTimeout),
 // however many partitions are slow.
-var leaseBudget = 3 * time.Second
+const leaseBudget = 3 * time.Second
 
 // leaseFrom leases from the topic's partitions in turn, starting one further each call
 // so every partition is served, wherever it lives. A partition whose holder cannot be
