@@ -36,6 +36,11 @@ func TestPublisherBatchesByCount(t *testing.T) {
 			t.Fatalf("message %d: %v", i, err)
 		}
 	}
+	// The observer hears of a batch just after its messages' results are given: wait
+	// for the third one rather than read the count at once.
+	for deadline := time.Now().Add(10 * time.Second); batches.Load() < 3 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if n := batches.Load(); n != 3 {
 		t.Fatalf("%d batches, want 3", n)
 	}
