@@ -264,17 +264,9 @@ func (g *group) installSnapshot(m raftpb.Message) bool {
 		g.h.log.Error("raftetcd: persisting failed; group stopped", "group", g.id, "err", err)
 		return false
 	}
-	g.mu.Lock()
-	g.voters = append([]uint64(nil), rd.Snapshot.Metadata.ConfState.Voters...)
-	g.cs = rd.Snapshot.Metadata.ConfState
-	g.snapIndex = rd.Snapshot.Metadata.Index
-	g.mu.Unlock()
-	if !g.restore(rd.Snapshot) {
+	if !g.takeSnapshot(rd.Snapshot) {
 		return false
 	}
-	g.mu.Lock()
-	g.applied = max(g.applied, rd.Snapshot.Metadata.Index)
-	g.mu.Unlock()
 	g.deliver(m.Responses)
 	return true
 }

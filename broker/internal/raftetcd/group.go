@@ -137,20 +137,8 @@ func (g *group) run() {
 			if !raft.IsEmptyHardState(rd.HardState) {
 				g.hs = rd.HardState
 			}
-			if !raft.IsEmptySnap(rd.Snapshot) {
-				g.mu.Lock()
-				g.voters = append([]uint64(nil), rd.Snapshot.Metadata.ConfState.Voters...)
-				g.cs = rd.Snapshot.Metadata.ConfState
-				g.snapIndex = rd.Snapshot.Metadata.Index
-				g.mu.Unlock()
-				// The entries before it will never come: the application takes the
-				// snapshot's state before this node answers or applies anything after it.
-				if !g.restore(rd.Snapshot) {
-					return
-				}
-				g.mu.Lock()
-				g.applied = max(g.applied, rd.Snapshot.Metadata.Index)
-				g.mu.Unlock()
+			if !raft.IsEmptySnap(rd.Snapshot) && !g.takeSnapshot(rd.Snapshot) {
+				return
 			}
 			if !g.mayLead() {
 				later = withoutPreVotes(later)
@@ -206,6 +194,25 @@ func (g *group) reportSnapshots(msgs []raftpb.Message) {
 			g.h.log.Info("raftetcd: sent a snapshot to a replica behind the log's start", "group", g.id, "to", m.To, "index", m.Snapshot.Metadata.Index)
 		}
 	}
+}
+
+// takeSnapshot follows a snapshot from the leader that was just written: the group's
+// configuration and snapshot index become the snapshot's, and the application takes
+// its state (the entries before it will never come) before this node answers or
+// applies anything after it. False when the group must stop.
+func (g *group) takeSnapshot(snap raftpb.Snapshot) bool {
+	g.mu.Lock()
+	g.voters = append([]uint64(nil), snap.Metadata.ConfState.Voters...)
+	g.cs = snap.Metadata.ConfState
+	g.snapIndex = snap.Metadata.Index
+	g.mu.Unlock()
+	if !g.restore(snap) {
+		return false
+	}
+	g.mu.Lock()
+	g.applied = max(g.applied, snap.Metadata.Index)
+	g.mu.Unlock()
+	return true
 }
 
 // restore has the application take snap's state (GroupConfig.Restore), retrying with
