@@ -161,7 +161,9 @@ func (g *group) runAsync() {
 					q.put(m)
 				case raft.LocalApplyThread:
 					for _, e := range m.Entries {
-						g.apply(e)
+						if !g.apply(e) {
+							return
+						}
 					}
 					g.deliver(m.Responses)
 				default:

@@ -146,7 +146,9 @@ func (g *group) run() {
 			g.h.send(g.id, 0, later)
 			g.reportSnapshots(rd.Messages)
 			for _, e := range rd.CommittedEntries {
-				g.apply(e)
+				if !g.apply(e) {
+					return
+				}
 			}
 			g.mu.Lock()
 			for _, rs := range rd.ReadStates {
@@ -360,7 +362,20 @@ func (g *group) termOrVoteChanged(hs raftpb.HardState) bool {
 
 // apply hands a committed proposal to the application and wakes its proposer when it
 // was proposed here. Entries without data are a new leader's empty entry.
-func (g *group) apply(e raftpb.Entry) {
+//
+// It returns false, and applies nothing, for an entry that does not follow the last one
+// applied: the log store handed out a log that is not raft's, and a group applying it
+// would diverge from its replicas (or, handed the same index again, loop on it for
+// ever). The group then stops, as after a failed write.
+func (g *group) apply(e raftpb.Entry) bool {
+	g.mu.Lock()
+	prev := g.applied
+	g.mu.Unlock()
+	if e.Index != prev+1 {
+		g.h.log.Error("raftetcd: the log store handed a committed entry that does not follow the last applied; group stopped",
+			"group", g.id, "index", e.Index, "applied", prev)
+		return false
+	}
 	defer func() {
 		g.mu.Lock()
 		g.applied = e.Index
@@ -368,10 +383,10 @@ func (g *group) apply(e raftpb.Entry) {
 	}()
 	if e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2 {
 		g.applyConfChange(e)
-		return
+		return true
 	}
 	if e.Type != raftpb.EntryNormal {
-		return
+		return true
 	}
 	if len(e.Data) == 0 {
 		// A leader's first entry of its term: once it is applied here, so is everything
@@ -389,10 +404,10 @@ func (g *group) apply(e raftpb.Entry) {
 		if lead && g.cfg.OnRole != nil {
 			g.cfg.OnRole(true, e.Term)
 		}
-		return
+		return true
 	}
 	if len(e.Data) < 8 {
-		return
+		return true
 	}
 	pid := binary.BigEndian.Uint64(e.Data)
 	var res any
@@ -409,6 +424,7 @@ func (g *group) apply(e raftpb.Entry) {
 	if ch != nil {
 		ch <- proposal{index: e.Index, result: res}
 	}
+	return true
 }
 
 // applyConfChange applies a committed membership change of the group.

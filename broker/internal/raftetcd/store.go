@@ -1,6 +1,7 @@
 package raftetcd
 
 import (
+	"fmt"
 	"path/filepath"
 
 	"go.etcd.io/raft/v3"
@@ -51,6 +52,11 @@ func openWALStore(dir, id string, sync *vfs.SyncGroup, voters []uint64) (logStor
 	if err != nil {
 		return nil, err
 	}
+	ents, err = replayed(ents)
+	if err != nil {
+		_ = w.close() // the error being returned is the one to report
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadMessage, id, err)
+	}
 	ms := raft.NewMemoryStorage()
 	err = ms.ApplySnapshot(bootstrap(voters))
 	if err == nil && len(ents) > 0 {
@@ -64,6 +70,22 @@ func openWALStore(dir, id string, sync *vfs.SyncGroup, voters []uint64) (logStor
 		return nil, err
 	}
 	return &walStore{MemoryStorage: ms, w: w}, nil
+}
+
+// replayed is the log that the wal's entries leave when written in turn: an entry at
+// an index already written replaces it and everything after it (a new leader's entries
+// over a divergent tail). MemoryStorage.Append would not do that within one call: it
+// places entries by the first one's index, so a replay holding a rewritten suffix
+// would put entry i at position i+1 and raft would hand the same index out for ever.
+func replayed(ents []raftpb.Entry) ([]raftpb.Entry, error) {
+	var out []raftpb.Entry
+	for _, e := range ents {
+		if n := len(out); n > 0 && e.Index > out[n-1].Index+1 {
+			return nil, fmt.Errorf("entry %d follows entry %d", e.Index, out[n-1].Index)
+		}
+		out = mergeEntries(out, []raftpb.Entry{e})
+	}
+	return out, nil
 }
 
 func (s *walStore) persist(rd raft.Ready) error {
