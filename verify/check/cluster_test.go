@@ -46,6 +46,12 @@ func (x *h) producedWith(id string, status int, code string, at int64) *h {
 	return x
 }
 
+// attempt sets the delivery attempt of the last entry.
+func (x *h) attempt(n int) *h {
+	x.es[len(x.es)-1].Attempt = n
+	return x
+}
+
 // deliverSpan is deliver with a consume that took from call to ret.
 func (x *h) deliverSpan(id string, off int64, handle string, call, ret int64) *h {
 	x.es = append(x.es, history.Entry{Kind: history.KindOp, Op: history.OpConsume, Topic: "orders", Msg: id, Offset: off, Handle: handle, Call: call, Return: ret, Status: 200})
@@ -94,6 +100,13 @@ func TestClusterRules(t *testing.T) {
 			deliverSpan("a", 0, realHandle(2, 7), 10*msec, 400*msec).
 			deliver("a", 0, realHandle(2, 8), 450*msec).settle(history.OpAck, "a", 0, realHandle(2, 8), 500*msec, 204).
 			replicas("a"), "delivered-under-live-lease", ""},
+		// A lease handed out after it lapsed (attempt 1 answered after attempt 2 was
+		// leased to another consumer and acked) is a broker defect, not a lapse the
+		// consumer could see coming: the consume that held it answered too late.
+		{"an earlier attempt answered after a later one", newCH().produce("a", 0, 0).
+			deliverSpan("a", 0, realHandle(2, 7), 10*msec, 1600*msec).attempt(1).
+			deliver("a", 0, realHandle(2, 8), 1200*msec).attempt(2).settle(history.OpAck, "a", 0, realHandle(2, 8), 1300*msec, 204).
+			settle(history.OpAck, "a", 0, realHandle(2, 7), 1610*msec, 410).replicas("a"), "duplicate-without-cause", ""},
 		{"a handle of the old leader settles", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
 			settle(history.OpAck, "a", 0, "h1", 400*msec, 204).replicas("a"), "204-on-old-leader-handle", ""},
 		{"second copy after a 503 timeout", newCH().producedWith("a", 503, "timeout", 0).produce("a", 1, 10*msec).

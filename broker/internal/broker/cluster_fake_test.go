@@ -204,6 +204,33 @@ func (p *fakePlane) cutReplication(t *testing.T, bs []*Broker, i int) (leader in
 	}
 }
 
+// isolateMeta cuts node i's metadata replication from every other node, so a change of
+// controller does not reach it either; undo reconnects.
+func (p *fakePlane) isolateMeta(t *testing.T, bs []*Broker, i int) (undo func()) {
+	t.Helper()
+	me := raft.ServerAddress(fmt.Sprintf("addr%d", i+1))
+	p.mu.Lock()
+	mt := p.trans[me]
+	others := map[raft.ServerAddress]*raft.InmemTransport{}
+	for k := range bs {
+		if k != i {
+			a := raft.ServerAddress(fmt.Sprintf("addr%d", k+1))
+			others[a] = p.trans[a]
+		}
+	}
+	p.mu.Unlock()
+	for a, ot := range others {
+		ot.Disconnect(me)
+		mt.Disconnect(a)
+	}
+	return func() {
+		for a, ot := range others {
+			ot.Connect(me, mt)
+			mt.Connect(a, ot)
+		}
+	}
+}
+
 // holderIndex returns which broker holds partition i of topic name, as the controller
 // sees it.
 func holderIndex(t *testing.T, bs []*Broker, name string, i int) int {

@@ -150,10 +150,12 @@ func (b *Broker) handBack(t *topic, ds []Delivered) {
 // downRetry is how soon a consume that could ask no partition tries again.
 const downRetry = 100 * time.Millisecond
 
-// leaseBudget is how long one look over a topic's partitions may spend asking them
-// before, holding messages already, it stops starting new asks: such a consume
-// answers within about leaseBudget plus one forwarded call (remoteCallTimeout),
-// however many partitions are slow.
+// leaseBudget is how long one look over a topic's partitions may go on asking them once
+// it holds messages: the leases it holds age from their grant, not from the answer.
+// Past it (or a quarter of the topic's visibility timeout, when that is shorter) the
+// look answers with what it holds, and a forwarded ask still under way is cut at that
+// point, so a consume answers within about leaseBudget of its first lease however many
+// holders are slow, and a 2 s lease is not handed out after it lapsed.
 const leaseBudget = 3 * time.Second
 
 // leaseFrom leases from the topic's partitions in turn, starting one further each call
@@ -169,18 +171,19 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 	var firstErr, downErr error
 	answered := false
 	size := 0
-	begin := time.Now()
+	spend := min(leaseBudget, vis/4)
+	var held time.Time // when the first lease held was asked for
 	for k := 0; k < n && len(out) < max && size < MaxConsumeBytes; k++ {
 		if ctx.Err() != nil {
 			break // the client went: lease nothing more (the caller hands back what was)
 		}
-		if len(out) > 0 && time.Since(begin) > leaseBudget {
-			// The partitions asked so far took the consume's budget (holders slow or
-			// stalled, each forwarded lease waiting up to remoteCallTimeout) and gave
-			// messages: answer with them rather than ask the rest one after another.
-			// With nothing yet, the others are still asked (a slow holder must not
-			// turn a consume that healthy partitions can serve into a 503). The next
-			// consume starts at another partition.
+		if len(out) > 0 && time.Since(held) > spend {
+			// The leases held have aged by the consume's budget (holders slow or
+			// stalled, each forwarded lease waiting up to remoteCallTimeout): answer
+			// with them rather than ask the rest one after another. With nothing
+			// yet, the others are still asked (a slow holder must not turn a consume
+			// that healthy partitions can serve into a 503). The next consume starts
+			// at another partition.
 			break
 		}
 		i := (start + k) % n
@@ -188,7 +191,15 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 		if len(out) == 0 {
 			budget = MaxConsumeBytes
 		}
-		ds, err := b.leaseOn(ctx, t, i, max-len(out), vis, budget)
+		bound := remoteCallTimeout
+		if len(out) > 0 { // (still within the budget: checked above)
+			// A forwarded ask waits no longer than the budget of the leases held; one
+			// cut short may have taken a lease on its holder, which comes back after
+			// the visibility timeout (the next pass below ends the look).
+			bound = min(bound, time.Until(held.Add(spend)))
+		}
+		asked := time.Now()
+		ds, err := b.leaseOn(ctx, t, i, max-len(out), vis, budget, bound)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -208,6 +219,9 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 			continue
 		}
 		answered = true
+		if len(out) == 0 && len(ds) > 0 {
+			held = asked
+		}
 		for _, d := range ds {
 			size += len(d.Record.Key) + len(d.Record.Value)
 			h := queue.Handle{Incarnation: t.incarnation, Partition: uint32(i), Offset: d.Record.Offset, Nonce: d.Nonce}

@@ -56,3 +56,71 @@ func TestConsumeOfSlowHoldersAnswersWithinItsBudget(t *testing.T) {
 	}
 	t.Logf("%d messages in %s; %d of %d partitions held by a slow node", len(ds), took, remote, parts)
 }
+
+// TestConsumeHandsOutNoLapsedLease: the leases a consume holds age while it asks the
+// other partitions. With a 3 s visibility timeout and holders that take 2.5 s to
+// lease, a look that went on asking for its fixed 3 s (and let each forwarded ask run
+// its course) answered after its first leases had lapsed: their acks met 410 and the
+// messages were already due again (the cluster chaos tier saw a lease answered 2.3 s
+// after its grant with a 2 s timeout). Every message handed out must still be leased
+// to the caller: each is acked with 204.
+func TestConsumeHandsOutNoLapsedLease(t *testing.T) {
+	plane, bs := startFakeCluster(t, 2)
+	ctx := context.Background()
+	const parts = 12
+	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "short", Partitions: ptr[int32](parts), VisibilityMs: ptr[int64](3000)}); err != nil {
+		t.Fatal(err)
+	}
+	entry := bs[0]
+	consumable(t, entry, "short")
+	remote, far := 0, int32(-1)
+	for p := range parts {
+		if holderIndex(t, bs, "short", p) != 0 {
+			remote, far = remote+1, int32(p)
+		}
+		if _, err := entry.Produce(ctx, "short", []Outgoing{{Partition: int32(p), Value: []byte("m")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if remote < 4 || remote == parts {
+		t.Fatalf("%d of %d partitions are held by the other node; the test needs at least 4 there and one here", remote, parts)
+	}
+	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
+		if req.Kind == dataLease {
+			select { // a holder that answers slowly, every time
+			case <-time.After(2500 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return deliver(ctx)
+	})
+	defer plane.setHook(nil)
+	for round := range 2 { // the second look starts at another partition
+		start := time.Now()
+		ds, err := entry.Consume(ctx, "short", parts, 0)
+		took := time.Since(start)
+		if err != nil || len(ds) == 0 {
+			t.Fatalf("round %d: the consume answered %d messages, %v, after %s", round, len(ds), err, took)
+		}
+		reqs := make([]AckReq, len(ds))
+		for i, d := range ds {
+			reqs[i] = AckReq{Handle: d.Handle}
+		}
+		for i, err := range entry.Ack("short", reqs) {
+			if err != nil {
+				t.Errorf("round %d: the ack of partition %d's message, handed out %s after the consume began: %v", round, ds[i].Partition, took, err)
+			}
+		}
+		var ps []int32
+		for _, d := range ds {
+			ps = append(ps, d.Partition)
+		}
+		t.Logf("round %d: %d messages (partitions %v) in %s", round, len(ds), ps, took)
+		// An ask cut at the budget finds a slow holder, not a dead one: the node
+		// still takes the requests forwarded to it.
+		if _, err := entry.Produce(ctx, "short", []Outgoing{{Partition: far, Value: []byte("after")}}); err != nil {
+			t.Fatalf("round %d: a produce to partition %d on the slow node: %v", round, far, err)
+		}
+	}
+}

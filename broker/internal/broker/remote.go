@@ -332,6 +332,11 @@ func (b *Broker) callOnce(ctx context.Context, node string, req *dataReq, timeou
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // the client went; not the holder's fault
 		}
+		if timeout < remoteCallTimeout && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			// The caller's own shorter bound (a consume's lease budget) ended: the
+			// holder is slow, not found silent, and stays up for everyone else.
+			return nil, fmt.Errorf("%w: node %q holding partition %d of topic %q did not answer within %s: %w", ErrOutcomeUnknown, node, req.Partition, req.Topic, timeout, err)
+		}
 		b.markDown(node)
 		if errors.Is(err, meta.ErrNotDelivered) {
 			return nil, fmt.Errorf("%w: %w: node %q holding partition %d of topic %q: %w", ErrUnavailable, ErrPartitionDown, node, req.Partition, req.Topic, err)
@@ -407,7 +412,9 @@ func (b *Broker) appendTo(ctx context.Context, t *topic, p int, recs []segment.R
 }
 
 // leaseOn leases from partition p of t, wherever it lives.
-func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.Duration, maxBytes int) ([]partition.Delivery, error) {
+//
+// A forwarded ask waits up to bound for the holder's answer (remoteCallTimeout at most).
+func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.Duration, maxBytes int, bound time.Duration) ([]partition.Delivery, error) {
 	var ds []partition.Delivery
 	var lerr error
 	req := b.dataReq(t, dataLease, p)
@@ -415,7 +422,7 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 	// Once sent, the lease is taken on the holder whether or not the client stays: wait
 	// for the answer (within remoteCallTimeout), so the caller can hand back what a gone
 	// client was leased instead of leaving it hidden for a visibility timeout.
-	resp, err := b.route(context.WithoutCancel(ctx), t, p, req, remoteCallTimeout, func(lp *partition.Partition) bool {
+	resp, err := b.route(context.WithoutCancel(ctx), t, p, req, min(bound, remoteCallTimeout), func(lp *partition.Partition) bool {
 		ds, lerr = lp.Lease(limit, vis, maxBytes)
 		return !errors.Is(lerr, partition.ErrNotLeader)
 	})
