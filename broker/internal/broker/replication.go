@@ -396,6 +396,12 @@ func (g *partGroup) Propose(ctx context.Context, cmd []byte, submitted func()) (
 	return res, err
 }
 
+// AppendedAgo is partition's appendAger: how long ago the entry at index reached this
+// node's copy of the group's log.
+func (g *partGroup) AppendedAgo(index uint64) (time.Duration, bool) {
+	return g.host.AppendedAgo(g.id, index)
+}
+
 func (g *partGroup) Confirm(ctx context.Context) error {
 	err := g.host.ConfirmLeader(ctx, g.id)
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {

@@ -158,6 +158,7 @@ func (g *group) runAsync() {
 						}
 						continue
 					}
+					g.noteAppend(m.Entries)
 					q.put(m)
 				case raft.LocalApplyThread:
 					for _, e := range m.Entries {

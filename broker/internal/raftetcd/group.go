@@ -57,6 +57,51 @@ type group struct {
 
 	wake       chan struct{}
 	quit, done chan struct{}
+
+	// recv remembers when this node's log took its recent entries, a span per write,
+	// oldest first (see appendedAt).
+	recvMu sync.Mutex
+	recv   []recvSpan
+}
+
+// recvSpan: entries first to last reached this node's log at at.
+type recvSpan struct {
+	first, last uint64
+	at          time.Time
+}
+
+// keptSpans bounds the spans a group remembers: an entry applied so long after it
+// arrived that its span is gone counts from its apply.
+const keptSpans = 1024
+
+// noteAppend records that ents reached this node's log now (a leader's proposals, or a
+// follower's appends from its leader), before they are written.
+func (g *group) noteAppend(ents []raftpb.Entry) {
+	if len(ents) == 0 {
+		return
+	}
+	now := time.Now()
+	g.recvMu.Lock()
+	if len(g.recv) == keptSpans {
+		g.recv = append(g.recv[:0], g.recv[keptSpans/2:]...)
+	}
+	g.recv = append(g.recv, recvSpan{first: ents[0].Index, last: ents[len(ents)-1].Index, at: now})
+	g.recvMu.Unlock()
+}
+
+// appendedAt returns when the entry at index reached this node's log in this run of
+// the group: the newest span holding it (a later append at that index replaced the
+// earlier entry). false for an entry read back from disk at a restart, installed by a
+// snapshot, or too old to be remembered.
+func (g *group) appendedAt(index uint64) (time.Time, bool) {
+	g.recvMu.Lock()
+	defer g.recvMu.Unlock()
+	for i := len(g.recv) - 1; i >= 0; i-- {
+		if s := g.recv[i]; index >= s.first && index <= s.last {
+			return s.at, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // proposal is the outcome of one proposal: its index and what Apply returned.
@@ -127,6 +172,7 @@ func (g *group) run() {
 				}
 				g.h.send(g.id, 0, early)
 			}
+			g.noteAppend(rd.Entries)
 			if err := g.persist(rd); err != nil {
 				// A write that failed may or may not be on disk; the group must not
 				// answer from a log it cannot trust. The build fences the partition;

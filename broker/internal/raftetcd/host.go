@@ -701,6 +701,23 @@ func (h *Host) ProposeResult(ctx context.Context, id string, data []byte, submit
 	return g.propose(ctx, data, s)
 }
 
+// AppendedAgo returns how long ago the entry at index of group id reached this node's
+// log (false when the group does not remember: see group.appendedAt). A command whose
+// meaning depends on the time it was proposed at (a leader's handed-over leases, which
+// carry their time left) counts from there: its apply may come much later on a replica
+// catching up, and the time between its proposal and its arrival here is one trip.
+func (h *Host) AppendedAgo(id string, index uint64) (time.Duration, bool) {
+	g := h.group(id)
+	if g == nil {
+		return 0, false
+	}
+	at, ok := g.appendedAt(index)
+	if !ok {
+		return 0, false
+	}
+	return time.Since(at), true
+}
+
 // ConfirmLeader returns nil once a quorum of group id confirmed, after the call, that
 // this node still leads it, and everything committed then is applied here (etcd-io/raft's
 // ReadIndex). A deposed leader that has not noticed yet gets an error, never a yes.

@@ -595,3 +595,49 @@ func TestApplyRefusesAnEntryThatDoesNotFollow(t *testing.T) {
 		t.Errorf("the application was handed %v, want [6]", applied)
 	}
 }
+
+// TestAppendedAgoIsTheArrival: every replica knows when an entry reached its log, in
+// the serial and the asynchronous loop alike; the time goes on growing while the entry
+// waits (a command that carries a duration counts from there); an entry read back from
+// disk at a restart is not known.
+func TestAppendedAgoIsTheArrival(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			ns := startClusterWith(t, 1, func(o *Options) { o.Store, o.AsyncStorageWrites = StoreRaftstore, async })
+			g := groupName(0)
+			lead := leaders(t, ns, 1)[g]
+			before := time.Now()
+			idx := propose(t, lead, g)
+			var follower *testNode
+			for _, n := range ns {
+				if n != lead {
+					follower = n
+				}
+			}
+			poll(t, 10*time.Second, "every replica has the entry", func() bool {
+				for _, n := range ns {
+					if _, ok := n.host.AppendedAgo(g, idx); !ok {
+						return false
+					}
+				}
+				return true
+			})
+			for _, n := range ns {
+				ago, ok := n.host.AppendedAgo(g, idx)
+				if !ok || ago < 0 || ago > time.Since(before) {
+					t.Fatalf("n%d: the entry proposed %s ago arrived %s ago (known %v)", n.id, time.Since(before), ago, ok)
+				}
+			}
+			first, _ := follower.host.AppendedAgo(g, idx)
+			time.Sleep(20 * time.Millisecond) // the time to be counted, not a wait for a condition
+			if later, _ := follower.host.AppendedAgo(g, idx); later < first+20*time.Millisecond {
+				t.Fatalf("20 ms on, the entry arrived %s ago (was %s)", later, first)
+			}
+			follower.stop()
+			follower.restart(t)
+			if ago, ok := follower.host.AppendedAgo(g, idx); ok {
+				t.Fatalf("an entry read back from disk counts as arrived %s ago", ago)
+			}
+		})
+	}
+}
