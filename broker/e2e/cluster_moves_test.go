@@ -220,6 +220,7 @@ func TestClusterMovesUnderLoad(t *testing.T) {
 			t.Fatalf("partition %d's replicas after %s left: %v", p, gone.id, got)
 		}
 	}
+	c.electionsGone += electionsOf(gone)
 	gone.Stop()
 	c.progress(20)
 

@@ -594,7 +594,11 @@ func TestReplicationRollingRestart(t *testing.T) {
 		held = append(held, ms...)
 		lead := leaderOf(t, nodes, "roll", 0)
 		lead.Stop()
-		newLeader(t, nodes, "roll", 0, lead)
+		next := newLeader(t, nodes, "roll", 0, lead)
+		// The metric tells an operator the change was planned: counted as a handover.
+		if v, _ := metricValue(next.api, `narad_partition_leaderships_taken_total{how="handover"}`); v < 1 {
+			t.Errorf("round %d: %s took the leadership %s stopped with; its handovers counted: %v", round, next.id, lead.id, v)
+		}
 		lead.Launch()
 		if err := lead.WaitReady(); err != nil {
 			t.Fatal(err)

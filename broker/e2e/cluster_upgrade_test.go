@@ -58,6 +58,13 @@ type upgradeCluster struct {
 	// crashes: the test kills nodes, so an ack may answer 410 lease_lost (a crash
 	// loses the leases its node gave; the message comes again).
 	crashes bool
+	// unplanned are acks answered 410 though the test kills nothing: legal only when a
+	// partition elected a leader meanwhile (a leader starved past the election timeout
+	// on a loaded machine loses its leases as in a crash), which finish checks against
+	// the nodes' narad_partition_leaderships_taken_total{how="election"} since load
+	// began (electionsBase; electionsGone holds those of nodes the test stopped).
+	unplanned                    []string
+	electionsBase, electionsGone float64
 	// visibility is the topic's visibility timeout (0: unknown): an ack answered after
 	// it passed since its consume was sent may find its lease lapsed (410) on a slow
 	// machine without anything having failed.
@@ -120,12 +127,31 @@ func (c *upgradeCluster) note(nd *clusterNode, what string, r *testutil.Response
 	case r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") == "":
 		c.bad = append(c.bad, fmt.Sprintf("%s through %s: 503 without Retry-After: %s", what, nd.id, r.Body))
 	case c.crashes && what == "ack" && r.Status == http.StatusGone:
+	case what == "ack" && r.Status == http.StatusGone:
+		c.unplanned = append(c.unplanned, fmt.Sprintf("%s through %s: %d %s", what, nd.id, r.Status, r.Body))
 	case r.Status >= 300 && r.Status != http.StatusServiceUnavailable:
 		c.bad = append(c.bad, fmt.Sprintf("%s through %s: %d %s", what, nd.id, r.Status, r.Body))
 	}
 	if r != nil {
 		c.answers[what+" "+strconv.Itoa(r.Status)]++
 	}
+}
+
+// electionsOf is how many partitions nd started leading by an election, not a handover.
+func electionsOf(nd *clusterNode) float64 {
+	v, _ := metricValue(nd.api, `narad_partition_leaderships_taken_total{how="election"}`)
+	return v
+}
+
+// elections sums electionsOf over the running nodes.
+func (c *upgradeCluster) elections() float64 {
+	var n float64
+	for _, nd := range c.nodes {
+		if nd.Running() {
+			n += electionsOf(nd)
+		}
+	}
+	return n
 }
 
 // usable reports whether nd takes requests now (running and not being replaced).
@@ -138,6 +164,7 @@ func (c *upgradeCluster) usable(nd *clusterNode) bool {
 // load runs two producers, two consumers that ack, and a reader of the topic's
 // counters (GET /v1/topics/{t}, which asks every holder), each going round the nodes.
 func (c *upgradeCluster) load() {
+	c.electionsBase = c.elections()
 	worker := func(w int, step func(nd *clusterNode)) {
 		c.wg.Add(1)
 		go func() {
@@ -428,6 +455,13 @@ func (c *upgradeCluster) finish() {
 		}
 		sort.Strings(stuck)
 		c.t.Errorf("%d of %d messages answered 202 were never delivered (%d of them are in the logs: %.300v)", lost, len(c.accepted), len(stuck), stuck)
+	}
+	if len(c.unplanned) > 0 {
+		if n := c.elections() + c.electionsGone - c.electionsBase; n > 0 {
+			c.t.Logf("%d acks answered 410 with nothing killed; %v partition leaderships were taken by election meanwhile (a leader starved past the election timeout), so their leases were lost as in a crash", len(c.unplanned), n)
+		} else {
+			c.bad = append(c.bad, c.unplanned...)
+		}
 	}
 	for i, b := range c.bad {
 		if i == 20 {

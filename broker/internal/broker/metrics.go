@@ -37,9 +37,14 @@ type Metrics struct {
 	Nacks             *prometheus.CounterVec // leases handed back by a nack, by topic
 	LeaseExpiries     *prometheus.CounterVec // leases whose visibility timeout ended unacked, by topic
 	LeasesLate        *prometheus.CounterVec // leases that ended before their replicas confirmed them, by topic
-	RetentionDeleted  *prometheus.CounterVec // messages deleted by retention, by topic
-	SyncDuration      prometheus.Histogram   // one shared sync round's duration
-	SyncGroupFiles    prometheus.Histogram   // files made durable by one shared sync round
+	// LeadershipsTaken counts the replicated partitions this node started leading, by
+	// how: "handover" (a planned change; the leases live then are honoured) or
+	// "election" (a new group, or after a failure or a handover that did not finish:
+	// the leases are lost and their messages come back at once).
+	LeadershipsTaken *prometheus.CounterVec
+	RetentionDeleted *prometheus.CounterVec // messages deleted by retention, by topic
+	SyncDuration     prometheus.Histogram   // one shared sync round's duration
+	SyncGroupFiles   prometheus.Histogram   // files made durable by one shared sync round
 	// Forwarded times partition operations sent to the node holding the partition, by
 	// operation and outcome (ok, unreachable, saturated, unknown, error).
 	Forwarded *prometheus.HistogramVec
@@ -166,6 +171,9 @@ func NewMetrics() *Metrics {
 		LeasesLate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_leases_confirmed_late_total", Help: "Leases of a replicated partition that ended before its replicas confirmed them (the group stalled longer than the visibility timeout); their messages were not handed out and come back.",
 		}, []string{"topic"}),
+		LeadershipsTaken: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_partition_leaderships_taken_total", Help: "Replicated partitions this node started leading, by how: handover (a planned change that keeps the live leases) or election (a new group, or after a failure: the leases are lost).",
+		}, []string{"how"}),
 		RetentionDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_retention_deleted_messages_total", Help: "Messages deleted by retention, acked or not.",
 		}, []string{"topic"}),
@@ -192,7 +200,7 @@ func NewMetrics() *Metrics {
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
 		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged, m.ReplicaRebuilds,
-		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.LeasesLate, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed,
+		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.LeasesLate, m.LeadershipsTaken, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed,
 		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.RemoteChild = newRemoteChildMetrics(r)

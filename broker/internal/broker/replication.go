@@ -278,9 +278,14 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 			return p.RestoreSnapshot(ctx, index, data, b.fetchFrom(t, i, sources))
 		},
 		OnRole: func(lead bool, term uint64) {
-			p.SetRole(lead, term)
+			handedOver := p.SetRole(lead, term)
 			if lead {
-				b.log.Info("leading partition", "topic", m.Name, "partition", i, "term", term)
+				how := "election"
+				if handedOver {
+					how = "handover"
+				}
+				b.metrics.LeadershipsTaken.WithLabelValues(how).Inc()
+				b.log.Info("leading partition", "topic", m.Name, "partition", i, "term", term, "by", how)
 				if p.Failed() {
 					b.kickPlacement() // it won before it failed: it hands the leadership over
 				}

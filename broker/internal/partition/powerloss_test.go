@@ -226,7 +226,7 @@ func (c *plCluster) start(nd *plNode, node *transport.Node) {
 			Restore: func(ctx context.Context, index uint64, data []byte, sources []uint64) error {
 				return p.RestoreSnapshot(ctx, index, data, c.fetch(nd.id, k, sources))
 			},
-			OnRole: p.SetRole,
+			OnRole: func(lead bool, term uint64) { p.SetRole(lead, term) },
 		})
 		if err != nil {
 			t.Fatalf("node %d, group of partition %d: %v", nd.id, k, err)

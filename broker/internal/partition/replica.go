@@ -161,10 +161,14 @@ func (p *Partition) Term() uint64 {
 // everything committed before is applied) or stops. A new leader starts a lease epoch
 // of its own: leases were the old leader's memory, so every unsettled message is ready
 // again at once, and messages the old leaders had delivered count as delivered.
-func (p *Partition) SetRole(lead bool, term uint64) {
+//
+// handedOver reports that this replica starts leading by its predecessor's handover
+// (a planned change: the leases it committed are honoured), not by an election after a
+// failure, which loses the leases.
+func (p *Partition) SetRole(lead bool, term uint64) (handedOver bool) {
 	r := p.repl
 	if r == nil {
-		return
+		return false
 	}
 	r.handMu.Lock()
 	handed := r.handed
@@ -177,6 +181,7 @@ func (p *Partition) SetRole(lead bool, term uint64) {
 	}
 	r.handed, r.handedTerm = nil, 0
 	r.handMu.Unlock()
+	handedOver = lead && handed != nil
 	p.mu.Lock()
 	if lead {
 		now := p.opts.Clock()
@@ -215,6 +220,7 @@ func (p *Partition) SetRole(lead bool, term uint64) {
 	r.mu.Unlock()
 	r.leading.Store(lead)
 	p.notify()
+	return handedOver
 }
 
 func (p *Partition) groupErr(err error) error {

@@ -129,7 +129,9 @@ func TestReplicaLeaderChange(t *testing.T) {
 	g.lead = 1
 	g.mu.Unlock()
 	ps[0].SetRole(false, 0)
-	ps[1].SetRole(true, 2)
+	if ps[1].SetRole(true, 2) {
+		t.Fatal("a leadership won without a handover counts as handed over")
+	}
 
 	if err := ps[0].Settle([]SettleReq{{Offset: 0, Nonce: ds[0].Nonce}})[0]; !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("the deposed leader settled: %v", err)
@@ -214,7 +216,9 @@ func TestReplicaHandOverKeepsLeases(t *testing.T) {
 	g.lead = 1
 	g.mu.Unlock()
 	ps[0].SetRole(false, 0)
-	ps[1].SetRole(true, 2)
+	if !ps[1].SetRole(true, 2) {
+		t.Fatal("the leadership taken after a handover does not count as handed over")
+	}
 	rest := leaseAll(t, ps[1])
 	if o := offsets(rest); fmt.Sprint(o) != "[2 3 4]" {
 		t.Fatalf("the new leader leased %v, want only [2 3 4]", o)
@@ -329,7 +333,9 @@ func TestReplicaStaleHandOverNotHonoured(t *testing.T) {
 	g.lead = 1
 	g.mu.Unlock()
 	ps[0].SetRole(false, 0)
-	ps[1].SetRole(true, 4) // leaders at terms 2 and 3 came and went
+	if ps[1].SetRole(true, 4) { // leaders at terms 2 and 3 came and went
+		t.Fatal("a leadership taken terms after a handover counts as handed over")
+	}
 	if o := offsets(leaseAll(t, ps[1])); fmt.Sprint(o) != "[0 1 2]" {
 		t.Fatalf("a leader three terms after the handover leased %v, want every message [0 1 2] (the old leases are not its to keep)", o)
 	}
