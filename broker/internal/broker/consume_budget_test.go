@@ -16,20 +16,8 @@ func TestConsumeOfSlowHoldersAnswersWithinItsBudget(t *testing.T) {
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	const parts = 12
-	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "slow", Partitions: ptr[int32](parts), VisibilityMs: ptr[int64](60_000)}); err != nil {
-		t.Fatal(err)
-	}
 	entry := bs[0]
-	consumable(t, entry, "slow")
-	remote := 0
-	for p := range parts {
-		if holderIndex(t, bs, "slow", p) != 0 {
-			remote++
-		}
-		if _, err := entry.Produce(ctx, "slow", []Outgoing{{Partition: int32(p), Value: []byte("m")}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	remote, _ := oneMessageEach(t, bs, "slow", parts, 60_000)
 	const delay = 2 * time.Second
 	if remote < 4 {
 		t.Fatalf("%d of %d partitions are held by the other node; the test needs at least 4 to tell a budget from none", remote, parts)
@@ -68,20 +56,8 @@ func TestConsumeHandsOutNoLapsedLease(t *testing.T) {
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	const parts = 12
-	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "short", Partitions: ptr[int32](parts), VisibilityMs: ptr[int64](3000)}); err != nil {
-		t.Fatal(err)
-	}
 	entry := bs[0]
-	consumable(t, entry, "short")
-	remote, far := 0, int32(-1)
-	for p := range parts {
-		if holderIndex(t, bs, "short", p) != 0 {
-			remote, far = remote+1, int32(p)
-		}
-		if _, err := entry.Produce(ctx, "short", []Outgoing{{Partition: int32(p), Value: []byte("m")}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	remote, far := oneMessageEach(t, bs, "short", parts, 3000)
 	if remote < 4 || remote == parts {
 		t.Fatalf("%d of %d partitions are held by the other node; the test needs at least 4 there and one here", remote, parts)
 	}
@@ -123,4 +99,26 @@ func TestConsumeHandsOutNoLapsedLease(t *testing.T) {
 			t.Fatalf("round %d: a produce to partition %d on the slow node: %v", round, far, err)
 		}
 	}
+}
+
+// oneMessageEach creates topic name with parts partitions and the visibility timeout
+// vis (ms) through bs[0], and produces one message to every partition. It returns how
+// many partitions the other nodes hold, and one of those.
+func oneMessageEach(t *testing.T, bs []*Broker, name string, parts int, vis int64) (remote int, far int32) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: name, Partitions: ptr(int32(parts)), VisibilityMs: ptr(vis)}); err != nil {
+		t.Fatal(err)
+	}
+	consumable(t, bs[0], name)
+	far = -1
+	for p := range parts {
+		if holderIndex(t, bs, name, p) != 0 {
+			remote, far = remote+1, int32(p)
+		}
+		if _, err := bs[0].Produce(ctx, name, []Outgoing{{Partition: int32(p), Value: []byte("m")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return remote, far
 }
