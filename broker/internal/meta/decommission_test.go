@@ -139,3 +139,15 @@ func TestControllerDecommissionsItself(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaderErrOfNothingIsNothing: a call that succeeded (a leadership transfer that
+// went through) is not turned into "control plane unavailable" wrapping nothing, which
+// a controller handing itself over logged as a failed step ("%!w(<nil>)").
+func TestLeaderErrOfNothingIsNothing(t *testing.T) {
+	if err := leaderErr(nil); err != nil {
+		t.Fatalf("leaderErr(nil) = %v", err)
+	}
+	if err := leaderErr(raft.ErrNotLeader); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("leaderErr(raft.ErrNotLeader) = %v", err)
+	}
+}

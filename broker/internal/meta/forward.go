@@ -329,6 +329,8 @@ func resultResponse(res applyResult, err error) fwdResponse {
 // next controller, which holds it too.
 func leaderErr(err error) error {
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	case errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown):

@@ -350,7 +350,11 @@ func (s *Store) removeDecommissioned() error {
 		if m.ServerID == s.ServerID() {
 			// The controller leaves last: it hands the control plane over first.
 			s.opts.Logger.Info("meta: this node is decommissioned; handing the controller over before it leaves")
-			return leaderErr(s.raft.LeadershipTransfer().Error())
+			if err := s.raft.LeadershipTransfer().Error(); err != nil {
+				return leaderErr(err)
+			}
+			// Handed over: the next controller removes this node.
+			return fmt.Errorf("%w: handed the controller over (this node is decommissioned)", ErrNotLeader)
 		}
 		if err := s.awaitWrite(s.raft.RemoveServer(raft.ServerID(m.ServerID), 0, s.opts.ApplyTimeout), "remove "+m.ServerID); err != nil {
 			return err
