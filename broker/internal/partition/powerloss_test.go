@@ -198,7 +198,7 @@ func (c *plCluster) start(nd *plNode, node *transport.Node) {
 	nd.sg = vfs.NewSyncGroup(vfs.EachFile{})
 	host, err := raftetcd.New(raftetcd.Options{
 		Node: node, ID: nd.id, Peers: c.peers, Dir: "/data/groups", Sync: nd.sg, FS: nd.fs,
-		Store: raftetcd.StoreRaftstore, ParallelAppend: true, LazyHeartbeats: true, HeartbeatTick: 3,
+		Store: raftetcd.StoreRaftstore, ParallelAppend: true, AsyncStorageWrites: true, LazyHeartbeats: true, HeartbeatTick: 3,
 		Tick: 30 * time.Millisecond, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second,
 		// Small, so that snapshots, compactions and restores happen between the cuts.
 		SnapshotEvery: 48, SnapshotKeep: 8,
