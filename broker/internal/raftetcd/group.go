@@ -414,9 +414,7 @@ func (g *group) termOrVoteChanged(hs raftpb.HardState) bool {
 // would diverge from its replicas (or, handed the same index again, loop on it for
 // ever). The group then stops, as after a failed write.
 func (g *group) apply(e raftpb.Entry) bool {
-	g.mu.Lock()
-	prev := g.applied
-	g.mu.Unlock()
+	prev := g.applied // written by this loop only (under mu, for the readers elsewhere)
 	if e.Index != prev+1 {
 		g.h.log.Error("raftetcd: the log store handed a committed entry that does not follow the last applied; group stopped",
 			"group", g.id, "index", e.Index, "applied", prev)
