@@ -29,6 +29,7 @@ var formatFixtures = []struct {
 }{
 	{"format-1.tar.gz", 1}, // commit 7cfc66e, the last binary without a FORMAT file
 	{"format-2.tar.gz", 2},
+	{"format-3.tar.gz", 3}, // the first binary with the write-ahead file
 }
 
 // fixturePassword is mkfixture's AdminPassword.

@@ -178,8 +178,8 @@ func TestStatsNodeHealth(t *testing.T) {
 	if h == nil {
 		t.Fatal("no node_health for the admin")
 	}
-	if h.ID == "" || !h.Ready || h.SyncMode != "group" {
-		t.Errorf("node_health %+v, want an id, ready and group sync (the default)", h)
+	if h.ID == "" || !h.Ready || h.SyncMode != "wal" {
+		t.Errorf("node_health %+v, want an id, ready and wal sync (the default)", h)
 	}
 	if h.DiskSizeBytes == nil || h.DiskFreeBytes == nil || *h.DiskSizeBytes <= 0 || *h.DiskFreeBytes < 0 || *h.DiskFreeBytes > *h.DiskSizeBytes {
 		t.Errorf("disk free %v of %v bytes, want a size > 0 and free within it", h.DiskFreeBytes, h.DiskSizeBytes)

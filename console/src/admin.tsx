@@ -87,6 +87,12 @@ export function ClusterPage() {
 }
 
 /** The answering node's readiness, disk and sync rounds (from GET /v1/stats). */
+const syncModeText: Record<NodeHealth["sync_mode"], string> = {
+  wal: "wal (every partition's appends share one write-ahead file)",
+  group: "group (partitions share sync rounds)",
+  file: "file (each write syncs its own file)",
+};
+
 function NodeHealthView({ health }: { health: NodeHealth | null | undefined }) {
   if (health === undefined) return null;
   if (health === null) {
@@ -122,7 +128,7 @@ function NodeHealthView({ health }: { health: NodeHealth | null | undefined }) {
           )}
         </dd>
         <dt>Sync mode</dt>
-        <dd>{health.sync_mode === "group" ? "group (partitions share sync rounds)" : "file (each write syncs its own file)"}</dd>
+        <dd>{syncModeText[health.sync_mode]}</dd>
         {s ? (
           <>
             <dt>Sync rounds, last {duration(s.interval_ms)}</dt>
@@ -130,7 +136,7 @@ function NodeHealthView({ health }: { health: NodeHealth | null | undefined }) {
               {s.rounds} rounds ({s.rounds_per_second.toFixed(1)}/s, {s.files} files): mean {millis(s.mean_ms)}, longest {millis(s.max_ms)}
             </dd>
           </>
-        ) : health.sync_mode === "group" ? (
+        ) : health.sync_mode !== "file" ? (
           <>
             <dt>Sync rounds</dt>
             <dd>none sampled yet</dd>

@@ -118,6 +118,7 @@ const (
 const (
 	File  NodeHealthSyncMode = "file"
 	Group NodeHealthSyncMode = "group"
+	Wal   NodeHealthSyncMode = "wal"
 )
 
 // Defines values for OutgoingMessagePayloadEncoding.
@@ -662,11 +663,11 @@ type NodeHealth struct {
 	// in `file` sync mode and before the node's first sample.
 	Sync *SyncRounds `json:"sync,omitempty"`
 
-	// SyncMode `--sync-mode`: `group` shares sync rounds between partitions; `file` syncs each write on its own and counts no rounds.
+	// SyncMode `--sync-mode`: `wal` makes the appends of every partition durable through one write-ahead file, one sync per round; `group` shares sync rounds between partitions; `file` syncs each write on its own and counts no rounds.
 	SyncMode NodeHealthSyncMode `json:"sync_mode"`
 }
 
-// NodeHealthSyncMode `--sync-mode`: `group` shares sync rounds between partitions; `file` syncs each write on its own and counts no rounds.
+// NodeHealthSyncMode `--sync-mode`: `wal` makes the appends of every partition durable through one write-ahead file, one sync per round; `group` shares sync rounds between partitions; `file` syncs each write on its own and counts no rounds.
 type NodeHealthSyncMode string
 
 // OutgoingMessage defines model for OutgoingMessage.

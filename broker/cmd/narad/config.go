@@ -104,7 +104,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Int64Var(&c.SegmentBytes, "segment-bytes", 64<<20, "size at which a partition's log rolls to a new segment file")
 	fs.IntVar(&c.SnapshotEntries, "replica-snapshot-entries", broker.DefaultSnapshotEntries, "entries a replicated partition's Raft log takes between two snapshots; the log is then cut to its last 2,048 entries (a quarter of this when that is fewer), and a replica further behind is sent the snapshot and fetches the messages it lacks")
-	fs.StringVar(&c.SyncMode, "sync-mode", "group", "group: partitions with writes waiting share one file-system sync (syncfs); file: one fdatasync per write")
+	fs.StringVar(&c.SyncMode, "sync-mode", "wal", "wal: every partition's appends go through one write-ahead file, one fdatasync per round; group: partitions with writes waiting share one file-system sync (syncfs); file: one fdatasync per write")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
 	fs.DurationVar(&c.StatsInterval, "stats-interval", broker.DefaultStatsInterval, "how often the stats route (GET /v1/stats) samples each topic's rates and backlog; it keeps the last 90 samples in memory")
 	fs.BoolVar(&c.Console, "console", true, "serve the web console at /console (static files; it calls the API with the credentials its user logs in with)")
@@ -275,8 +275,8 @@ func (c config) validate() error {
 		return fmt.Errorf("refusing to serve Go's profiles on --debug-addr %s: they have no authentication and reveal memory contents; bind a loopback address (127.0.0.1:6061) or pass --insecure", c.DebugAddr)
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return fmt.Errorf("--tls-cert and --tls-key go together")
-	case c.SyncMode != broker.SyncGroup && c.SyncMode != broker.SyncFile:
-		return fmt.Errorf("--sync-mode %q: want %s or %s", c.SyncMode, broker.SyncGroup, broker.SyncFile)
+	case c.SyncMode != broker.SyncWAL && c.SyncMode != broker.SyncGroup && c.SyncMode != broker.SyncFile:
+		return fmt.Errorf("--sync-mode %q: want %s, %s or %s", c.SyncMode, broker.SyncWAL, broker.SyncGroup, broker.SyncFile)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
 	case c.RetentionInterval < 0:
@@ -334,6 +334,7 @@ func (c config) brokerOptions(log *slog.Logger) broker.Options {
 		SegmentBytes:      c.SegmentBytes,
 		SnapshotEntries:   c.SnapshotEntries,
 		Syncer:            c.syncer(),
+		WAL:               c.SyncMode == broker.SyncWAL,
 		RetentionInterval: c.RetentionInterval,
 		StatsInterval:     c.StatsInterval,
 		MaxLongPolls:      c.MaxLongPolls,

@@ -56,7 +56,7 @@ func TestPrintConfig(t *testing.T) {
 		"admin-password":      "(redacted)",
 		"cluster-secret":      "(redacted)",
 		"cluster-secret-next": "",
-		"sync-mode":           "group",
+		"sync-mode":           "wal",
 		"default-retention":   "168h0m0s",
 	} {
 		if got[k] != want {

@@ -25,6 +25,7 @@ import (
 	"github.com/narad-mq/narad/broker/internal/storage/format"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
 	"github.com/narad-mq/narad/broker/internal/transport"
 )
 
@@ -53,6 +54,12 @@ type Options struct {
 	// Syncer makes the sync that partition writes share; the binary chooses it
 	// (--sync-mode). nil means GroupSync.
 	Syncer Syncer
+	// WAL makes the appends of every partition that is not replicated (message logs
+	// and settle journals) durable through the node's one write-ahead file
+	// (DataDir/wal, package storage/wal; --sync-mode wal) instead of a sync of each
+	// file they went to. The Syncer still serves every other file, and the
+	// write-ahead file's checkpoints.
+	WAL bool
 	// Version names this binary in the data directory's FORMAT file and in format
 	// errors (e.g. "1.4.0"; empty: "unknown").
 	Version string
@@ -85,6 +92,7 @@ type Options struct {
 const (
 	SyncGroup = "group"
 	SyncFile  = "file"
+	SyncWAL   = "wal"
 )
 
 // A Syncer makes the sync shared by the partitions under topicsDir, and what must be
@@ -109,7 +117,7 @@ func FileSync(string) (*vfs.SyncGroup, io.Closer, error) { return nil, nil, nil 
 // SyncerFor returns the Syncer of a sync mode's name (false for an unknown name).
 func SyncerFor(mode string) (Syncer, bool) {
 	switch mode {
-	case SyncGroup, "":
+	case SyncGroup, SyncWAL, "":
 		return GroupSync, true
 	case SyncFile:
 		return FileSync, true
@@ -156,6 +164,8 @@ type Broker struct {
 
 	syncer      *vfs.SyncGroup // nil in file sync mode
 	syncCloser  io.Closer      // what the Syncer opened for the group (nil: nothing)
+	wal         *wal.WAL       // nil unless Options.WAL
+	walSyncer   io.Closer      // the syncfs descriptor of the WAL's checkpoints
 	repl        *replication   // nil without Options.Node
 	longPolls   atomic.Int64
 	copiersMu   sync.Mutex
@@ -322,14 +332,21 @@ func Open(opts Options) (*Broker, error) {
 	if b.syncer, b.syncCloser, err = opts.Syncer(filepath.Join(opts.DataDir, "topics")); err != nil {
 		return nil, err
 	}
+	observe := func(files int, d time.Duration) {
+		b.metrics.SyncDuration.Observe(d.Seconds())
+		b.metrics.SyncGroupFiles.Observe(float64(files))
+		b.stats.syncs.observe(files, d)
+	}
 	if b.syncer != nil {
 		stats := b.syncer.Stats
 		b.metrics.syncStats.Store(&stats)
-		b.syncer.Observe(func(files int, d time.Duration) {
-			b.metrics.SyncDuration.Observe(d.Seconds())
-			b.metrics.SyncGroupFiles.Observe(float64(files))
-			b.stats.syncs.observe(files, d)
-		})
+		b.syncer.Observe(observe)
+	}
+	if opts.WAL {
+		if err := b.openWAL(observe); err != nil {
+			b.closeSyncer()
+			return nil, err
+		}
 	}
 	mc := opts.Cluster
 	if opts.Node != nil {
@@ -358,6 +375,12 @@ func Open(opts Options) (*Broker, error) {
 }
 
 func (b *Broker) closeSyncer() {
+	if b.wal != nil {
+		if err := b.wal.Close(); err != nil {
+			b.log.Error("closing the write-ahead file: its last checkpoint failed; the next start replays it", "err", err)
+		}
+		_ = b.walSyncer.Close() // the directory held for syncfs
+	}
 	if b.syncer != nil {
 		b.syncer.Close()
 	}
@@ -578,6 +601,7 @@ func (b *Broker) openPart(t *topic, m meta.Topic, i int32) (*partition.Partition
 		Queue:        queueConfig(m),
 		SegmentBytes: b.opts.SegmentBytes,
 		Syncer:       b.syncerOrNil(),
+		WAL:          b.walOrNil(),
 		Logger:       b.log.With("topic", m.Name, "partition", i),
 		OnAvailable:  t.sig.broadcast,
 		OnDamaged: func(log string, n int) {
@@ -729,6 +753,9 @@ func (b *Broker) closeTopic(t *topic, remove bool) {
 		}
 	}
 	if remove {
+		if err := b.checkpointWAL("deleting a topic's data"); err != nil {
+			return
+		}
 		if err := os.RemoveAll(t.dir); err != nil {
 			b.log.Error("removing topic data failed; it is retried at the next start", "dir", t.dir, "err", err)
 		}

@@ -570,6 +570,9 @@ func (b *Broker) removeUnopened(ts []*topic, moves []meta.Move) {
 // removeCopy deletes this node's copy of partition i of t, which move mv took off it.
 func (b *Broker) removeCopy(t *topic, i int, mv meta.Move) error {
 	dir := b.partDir(t, i)
+	if err := b.checkpointWAL("deleting a moved replica's data"); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		b.log.Error("deleting a moved replica's data failed; it stays on disk", "topic", t.name, "partition", i, "dir", dir, "err", err)
 		return err

@@ -21,7 +21,8 @@ type NodeStats struct {
 	// node, as df shows it); DiskKnown is false when the system could not say.
 	DiskFreeBytes, DiskSizeBytes uint64
 	DiskKnown                    bool
-	// SyncMode is "group" (partitions share sync rounds) or "file" (each write syncs
+	// SyncMode is "wal" (appends share rounds of one write-ahead file), "group"
+	// (partitions share sync rounds) or "file" (each write syncs
 	// its own file, and no rounds are counted).
 	SyncMode string
 	// Sync is the shared sync rounds of the last stats interval; nil in file sync mode
@@ -107,6 +108,9 @@ func (b *Broker) NodeStats() NodeStats {
 	}
 	if b.syncer != nil {
 		out.SyncMode = "group"
+		if b.wal != nil {
+			out.SyncMode = "wal"
+		}
 		out.Sync = b.stats.syncs.lastSample()
 	}
 	return out

@@ -165,6 +165,11 @@ func (b *Broker) syncPeers() {
 
 // openReplica opens this node's replica of partition i of m and joins its group.
 func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Options) (*partition.Partition, error) {
+	// A replica's log replaces files by snapshots; no record of the partition's
+	// files from before it was replicated may be replayed into those.
+	if err := b.checkpointWAL("opening a replica"); err != nil {
+		return nil, err
+	}
 	gid := groupOf(&m, i)
 	g := &partGroup{host: b.repl.host, id: gid}
 	popts.Group = g

@@ -50,6 +50,9 @@ type Options struct {
 	// vfs.SyncGroup shared by every partition of a node lets one file-system sync
 	// serve all of them. Nil: each file is synced by itself.
 	Syncer segment.Syncer
+	// WAL, when set and the partition is not replicated, makes the log's and the
+	// journal's appends durable through the node's write-ahead file instead.
+	WAL segment.Committer
 	// CheckpointEvery is how many settle records the journal may gain between
 	// checkpoints of the queue state (default 4096).
 	CheckpointEvery int
@@ -190,11 +193,15 @@ func Open(opts Options) (*Partition, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.log, err = segment.Open(filepath.Join(opts.Dir, "log"), segment.Options{FS: p.fs, SegmentBytes: opts.SegmentBytes, Syncer: opts.Syncer, NoSync: opts.Group != nil})
+	var wal segment.Committer
+	if opts.Group == nil {
+		wal = opts.WAL
+	}
+	p.log, err = segment.Open(filepath.Join(opts.Dir, "log"), segment.Options{FS: p.fs, SegmentBytes: opts.SegmentBytes, Syncer: opts.Syncer, WAL: wal, NoSync: opts.Group != nil})
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: opening log: %w", opts.Index, err)
 	}
-	p.journal, err = segment.Open(filepath.Join(opts.Dir, "journal"), segment.Options{FS: p.fs, SegmentBytes: 4 << 20, Syncer: opts.Syncer, NoSync: opts.Group != nil})
+	p.journal, err = segment.Open(filepath.Join(opts.Dir, "journal"), segment.Options{FS: p.fs, SegmentBytes: 4 << 20, Syncer: opts.Syncer, WAL: wal, NoSync: opts.Group != nil})
 	if err != nil {
 		_ = p.log.Close() // the journal's open error is the one to report
 		return nil, fmt.Errorf("partition %d: opening journal: %w", opts.Index, err)

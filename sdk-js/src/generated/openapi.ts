@@ -1222,10 +1222,10 @@ export interface components {
              */
             disk_size_bytes?: number;
             /**
-             * @description `--sync-mode`: `group` shares sync rounds between partitions; `file` syncs each write on its own and counts no rounds.
+             * @description `--sync-mode`: `wal` makes the appends of every partition durable through one write-ahead file, one sync per round; `group` shares sync rounds between partitions; `file` syncs each write on its own and counts no rounds.
              * @enum {string}
              */
-            sync_mode: "group" | "file";
+            sync_mode: "wal" | "group" | "file";
             sync?: components["schemas"]["SyncRounds"];
         };
         /**

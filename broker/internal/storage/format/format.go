@@ -32,7 +32,7 @@ const FileName = "FORMAT"
 // Current is the format this binary writes. Every change to what a data directory holds
 // that an older binary would misread bumps it, with a step in steps and a test (see
 // docs/internals/storage-format.md, "Changing the format").
-const Current = 2
+const Current = 3
 
 // Errors Prepare wraps; the wrapping message says what to do.
 var (
@@ -91,6 +91,12 @@ var steps = []step{
 			"control-plane commands gain owner IDs and the last-admin rule (old commands are converted as they are applied, nothing to rewrite); " +
 			"files become 0600 and directories 0700 (tightened now)",
 		run: tightenModes,
+	},
+	{
+		to: 3,
+		what: "format 3: the node-wide write-ahead file wal/ (created at start, nothing to convert); " +
+			"a binary of format 2 would not replay it after a crash and would cut acknowledged appends from the logs",
+		run: func(string, *slog.Logger) error { return nil },
 	},
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/failpoint"
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
 )
 
 // request is one Append call waiting for the writer.
@@ -163,9 +164,15 @@ func (l *Log) commit(group []*request, size int) ([]*segment, error) {
 	c.end, c.eEnd = len(l.wbuf), len(l.pending)
 	l.chunks = append(l.chunks, c)
 
-	for i := range l.chunks {
-		if err := l.writeChunk(&l.chunks[i]); err != nil {
-			return nil, l.fail(l.chunks[:i+1], err)
+	if l.opts.WAL != nil && !l.opts.NoSync {
+		if err := l.writeChunksWAL(); err != nil {
+			return nil, err
+		}
+	} else {
+		for i := range l.chunks {
+			if err := l.writeChunk(&l.chunks[i]); err != nil {
+				return nil, l.fail(l.chunks[:i+1], err)
+			}
 		}
 	}
 	failpoint.Inject(failpoint.SegmentAfterFsync)
@@ -220,6 +227,18 @@ func (l *Log) writeChunk(c *chunk) error {
 	if c.start == c.end {
 		return nil
 	}
+	if err := l.writeChunkData(c); err != nil {
+		return err
+	}
+	if !l.opts.NoSync {
+		l.stats.syncs.Add(1)
+	}
+	return l.sync(c.seg.f)
+}
+
+// writeChunkData creates the chunk's segment file if the chunk starts it (its
+// directory entry durable) and writes the chunk's bytes, without a sync.
+func (l *Log) writeChunkData(c *chunk) error {
 	if c.created {
 		f, err := l.fs.OpenFile(c.seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
@@ -234,13 +253,56 @@ func (l *Log) writeChunk(c *chunk) error {
 	if _, err := c.seg.f.WriteAt(l.wbuf[c.start:c.end], c.pos); err != nil {
 		return &writeError{err}
 	}
-	if err := failpoint.Err(failpoint.SegmentAfterWrite); err != nil {
-		return err
-	}
-	if !l.opts.NoSync {
+	return failpoint.Err(failpoint.SegmentAfterWrite)
+}
+
+// writeChunksWAL writes the group's chunks and makes them durable with one commit
+// to the node's write-ahead file instead of a sync of each segment file. A chunk
+// that starts a new segment is preceded by a commit of the chunks before it, so that,
+// as with syncs, a later segment never exists behind a torn one.
+func (l *Log) writeChunksWAL() error {
+	l.spans = l.spans[:0]
+	committed := false
+	commit := func(upTo int) error {
+		if len(l.spans) == 0 {
+			return nil
+		}
+		err := l.opts.WAL.Commit(l.spans)
+		l.spans = l.spans[:0]
+		if err != nil {
+			if !committed && errors.Is(err, wal.ErrNotWritten) {
+				// Nothing of the group is in the write-ahead file: undo as after a
+				// failed write (the log stays open if that was for want of space).
+				return l.fail(l.chunks[:upTo], &writeError{err})
+			}
+			// The records may be replayed: they cannot be taken back.
+			l.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
+			return fmt.Errorf("%w: %w", ErrNotUndone, l.failErr)
+		}
 		l.stats.syncs.Add(1)
+		committed = true
+		return nil
 	}
-	return l.sync(c.seg.f)
+	for i := range l.chunks {
+		c := &l.chunks[i]
+		if c.start == c.end {
+			continue
+		}
+		if c.created {
+			if err := commit(i); err != nil {
+				return err
+			}
+		}
+		if err := l.writeChunkData(c); err != nil {
+			if committed {
+				l.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
+				return fmt.Errorf("%w: %w", ErrNotUndone, l.failErr)
+			}
+			return l.fail(l.chunks[:i+1], err)
+		}
+		l.spans = append(l.spans, wal.Span{Path: c.seg.path, Off: c.pos, Data: l.wbuf[c.start:c.end]})
+	}
+	return commit(len(l.chunks))
 }
 
 // fail fails the log closed after a write or fsync error and tries to take the

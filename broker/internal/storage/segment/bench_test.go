@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
 )
 
 // BenchmarkAppendDurable has 16 goroutines append 256-byte records one at a
@@ -199,11 +200,26 @@ func BenchmarkOpen(b *testing.B) {
 // spread over six logs (a topic's six partitions), with fsync on: each log syncing its
 // own file, and the six sharing a vfs.SyncGroup (one syncfs per round on Linux).
 func BenchmarkAppendSixLogs(b *testing.B) {
-	for _, mode := range []string{"file", "group"} {
+	for _, mode := range []string{"file", "group", "wal"} {
 		b.Run(mode, func(b *testing.B) {
 			const writers, logs, size = 16, 6, 256
 			var g *vfs.SyncGroup
+			var w *wal.WAL
 			opts := Options{}
+			root := b.TempDir()
+			if mode == "wal" {
+				fss, err := vfs.NewFSSyncer(root)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer fss.Close()
+				w, _, err = wal.Open(filepath.Join(root, "wal"), wal.Options{FS: vfs.OS{}, Root: root, Syncer: fss})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer w.Close()
+				opts.WAL = w
+			}
 			if mode == "group" {
 				fss, err := vfs.NewFSSyncer(b.TempDir())
 				if err != nil {
@@ -215,7 +231,6 @@ func BenchmarkAppendSixLogs(b *testing.B) {
 				opts.Syncer = g
 			}
 			ls := make([]*Log, logs)
-			root := b.TempDir()
 			for i := range ls {
 				ls[i] = mustOpen(b, filepath.Join(root, strconv.Itoa(i)), opts)
 				defer ls[i].Close()
@@ -248,6 +263,9 @@ func BenchmarkAppendSixLogs(b *testing.B) {
 			}
 			if g != nil {
 				syncs = g.Stats().Rounds
+			}
+			if w != nil {
+				syncs = w.Stats().Rounds
 			}
 			b.ReportMetric(float64(syncs)/secs, "syncs/s")
 		})

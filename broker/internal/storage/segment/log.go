@@ -27,6 +27,7 @@ import (
 
 	"github.com/narad-mq/narad/broker/internal/failpoint"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
 )
 
 // Options configures a Log. The zero value is usable.
@@ -44,6 +45,16 @@ type Options struct {
 	// Syncer, when set, makes segment data durable instead of a Sync of the file:
 	// a vfs.SyncGroup shared by many logs lets one file-system sync serve them all.
 	Syncer Syncer
+	// WAL, when set, makes appended records durable by a commit to the node's
+	// write-ahead file instead of a sync of the segment file (Syncer still serves
+	// the index and recovery-point files). The WAL must have replayed its records
+	// before the log is opened.
+	WAL Committer
+}
+
+// Committer makes spans written into data files durable; *wal.WAL is one.
+type Committer interface {
+	Commit(spans []wal.Span) error
 }
 
 // Syncer makes a file's written data and size durable; *vfs.SyncGroup is one.
@@ -114,6 +125,7 @@ type Log struct {
 	lastTS  int64  // newest timestamp appended, for clamping
 	wbuf    []byte // encoded frames of the group being committed
 	chunks  []chunk
+	spans   []wal.Span // the group's chunks, for a commit to Options.WAL
 	pending []indexEntry
 
 	// The recovery point (recovery.go), guarded by fileMu.

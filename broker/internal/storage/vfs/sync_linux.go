@@ -144,3 +144,8 @@ func kernelAtLeast(release string, major, minor int) bool {
 	}
 	return ma > major || (ma == major && mi >= minor)
 }
+
+// Allocate reserves size bytes for the file with fallocate(2).
+func (o osFile) Allocate(size int64) error {
+	return onFD(o.f, "fallocate", func(fd int) error { return unix.Fallocate(fd, 0, 0, size) })
+}

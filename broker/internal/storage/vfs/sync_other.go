@@ -15,3 +15,13 @@ func NewFSSyncer(dir string) (*FSSyncer, error) { return &FSSyncer{}, nil }
 
 // Close does nothing.
 func (s *FSSyncer) Close() error { return nil }
+
+// Allocate extends the file to size where fallocate(2) is not available; the
+// space is not reserved.
+func (o osFile) Allocate(size int64) error {
+	st, err := o.f.Stat()
+	if err != nil || st.Size() >= size {
+		return err
+	}
+	return o.f.Truncate(size)
+}

@@ -52,6 +52,15 @@ type File interface {
 	Close() error
 }
 
+// Allocator is a File that can reserve space ahead of writes. Writes into allocated
+// space cannot run out of space, and once written they change no metadata, so an
+// fdatasync of such a file need not commit the file system's journal.
+type Allocator interface {
+	// Allocate makes the file at least size bytes long with its blocks allocated;
+	// the new bytes read as zeros. It fails (ENOSPC) rather than allocate part.
+	Allocate(size int64) error
+}
+
 // FileInfo describes a directory entry.
 type FileInfo struct {
 	Name  string // base name

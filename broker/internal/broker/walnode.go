@@ -1,0 +1,72 @@
+package broker
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
+)
+
+// openWAL opens the node's write-ahead file and replays what it holds into the
+// partitions' files, before any partition opens them.
+func (b *Broker) openWAL(observe func(int, time.Duration)) error {
+	fss, err := vfs.NewFSSyncer(filepath.Join(b.opts.DataDir, "topics"))
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	w, rep, err := wal.Open(filepath.Join(b.opts.DataDir, "wal"), wal.Options{
+		FS:      vfs.OS{},
+		Root:    b.opts.DataDir,
+		Syncer:  fss,
+		Observe: observe,
+	})
+	if err != nil {
+		_ = fss.Close() // the open error is the one to report
+		return fmt.Errorf("opening the write-ahead file: %w", err)
+	}
+	if rep.Records > 0 || rep.Skipped > 0 {
+		b.log.Info("replayed the write-ahead file", "files", rep.Files, "records", rep.Records, "skipped", rep.Skipped, "took", time.Since(start))
+	}
+	b.wal, b.walSyncer = w, fss
+	group := b.metrics.syncStats.Load()
+	stats := func() vfs.SyncStats {
+		ws := w.Stats()
+		out := vfs.SyncStats{Rounds: ws.Rounds, Files: ws.Records, Time: ws.Time}
+		if group != nil {
+			gs := (*group)()
+			out.Rounds, out.Files, out.Time = out.Rounds+gs.Rounds, out.Files+gs.Files, out.Time+gs.Time
+		}
+		return out
+	}
+	b.metrics.syncStats.Store(&stats)
+	return nil
+}
+
+// walOrNil keeps a nil *wal.WAL from becoming a non-nil interface.
+func (b *Broker) walOrNil() segment.Committer {
+	if b.wal == nil {
+		return nil
+	}
+	return b.wal
+}
+
+// checkpointWAL makes every record of the write-ahead file durable in its data file
+// and frees it, before data is removed whose paths may be written again (a
+// partition moved back, a replica's snapshot): no record of the removed files is
+// ever replayed into new ones. A failure fails the WAL closed (every later append
+// reports it) and is logged; the caller must then not remove the data, which the
+// next start does after its replay.
+func (b *Broker) checkpointWAL(why string) error {
+	if b.wal == nil {
+		return nil
+	}
+	if err := b.wal.Checkpoint(); err != nil {
+		b.log.Error("checkpointing the write-ahead file failed; the data stays until a restart", "before", why, "err", err)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,842 @@
+// Package wal is the node-wide write-ahead file: the appends of every partition's
+// message log and settle journal on a node are made durable by one write and one
+// fdatasync of one file per round, instead of a sync of each file they went to.
+//
+// A writer first writes its bytes into its own file (the segment file, as before),
+// then commits a Span naming that file, the position and the bytes. Commit returns once
+// the span's record is durable in the write-ahead file. The data files themselves are
+// made durable later, in the background, a whole write-ahead file at a time (a
+// checkpoint); only then is that write-ahead file reused. Open replays every record not
+// yet checkpointed into its data file (a redo of the same bytes at the same position,
+// which is idempotent) and makes them durable, before anything opens the data files.
+//
+// The write-ahead files are recycled rather than created anew, so that most rounds
+// write into space the file system has already allocated: an fdatasync of such a
+// file flushes its data and the disk's cache without a commit of the file system's
+// journal, which is what makes one round cheaper than a sync over many files.
+// Every use of a file carries a new sequence number in its header and in each record,
+// so the records of an earlier use are never taken for current ones. README.md has the
+// byte layout and the crash contract.
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+)
+
+// Span is one write a caller made into a data file, to be made durable by the
+// write-ahead file.
+type Span struct {
+	// Path is the data file's path as the caller opened it; it must lie under the
+	// WAL's Root. Replay opens it again by this path.
+	Path string
+	// Off is where Data was written in the file.
+	Off int64
+	// Data is the bytes written; Commit does not keep it after it returns.
+	Data []byte
+}
+
+// Options configure a WAL. FS and Root are required.
+type Options struct {
+	// FS is the file system of the write-ahead files and of the data files.
+	FS vfs.FS
+	// Root is the directory every Span.Path lies under; records name data files
+	// relative to it, so a data directory can be moved as a whole.
+	Root string
+	// FileBytes is the size at which a write-ahead file is full and the next one is
+	// used (default 8 MiB). A commit larger than that still goes in one file.
+	FileBytes int64
+	// Spares is how many checkpointed files are kept for reuse (default 2); more are
+	// removed.
+	Spares int
+	// Syncer makes a checkpoint's data files durable (one syncfs on Linux); nil syncs
+	// each file by itself.
+	Syncer vfs.FilesSyncer
+	// Observe, when set, is called after every round with the records it made
+	// durable and how long its write and sync took. It runs on the writer goroutine.
+	Observe func(records int, d time.Duration)
+}
+
+// ErrFailed means a write or sync of the write-ahead file, or a checkpoint, failed:
+// the WAL refuses every later commit. Whether the failed commit's records are
+// durable is unknown; they may be replayed on the next Open.
+var ErrFailed = errors.New("wal: failed closed after a write or sync error")
+
+// ErrNotWritten wraps an error of a commit that wrote nothing into the write-ahead
+// file (no space for a new file): the commit's spans are not durable and will not be
+// replayed, and the WAL stays usable.
+var ErrNotWritten = errors.New("wal: nothing of the commit was written")
+
+const (
+	fileExt       = ".wal"
+	headerLen     = 32
+	recHeaderLen  = 16 // length u32, crc u32, seq u64
+	magic         = "NARADWAL"
+	version       = 1
+	defaultFile   = 8 << 20
+	defaultSpares = 2
+	maxPath       = 4096
+)
+
+var (
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	le         = binary.LittleEndian
+)
+
+// WAL is the write-ahead file of one node. It is safe for concurrent use.
+type WAL struct {
+	opts Options
+	dir  string
+
+	mu      sync.Mutex
+	pending []*waiter
+	closed  bool
+	kick    chan struct{}
+	quit    chan struct{}
+	done    chan struct{}
+
+	// Owned by the writer goroutine.
+	cur     *file
+	nextSeq uint64
+	nextNum atomic.Int64 // name of the next new file
+	buf     []byte
+
+	// The checkpointer's queue and the spare files, under ckMu.
+	ckMu     sync.Mutex
+	ckCond   *sync.Cond
+	full     []*file // written files waiting for their checkpoint, oldest first
+	spares   []*file
+	ckDone   chan struct{}
+	ckStop   bool
+	retiring int // files handed to the checkpointer and not yet retired
+	// wantSpare asks the checkpointer for a new file ahead of the rotation that
+	// needs it (set when the current file is half full and there is no spare).
+	wantSpare bool
+
+	failed atomic.Pointer[error]
+	stats  struct {
+		rounds, records, bytes, checkpoints, nanos atomic.Uint64
+	}
+}
+
+type file struct {
+	f       vfs.File
+	num     int
+	seq     uint64
+	pos     int64
+	size    int64 // allocated size
+	asked   bool  // a spare was asked for during this use
+	touched map[string]struct{}
+}
+
+type waiter struct {
+	spans []Span
+	err   chan error
+}
+
+var waiterPool = sync.Pool{New: func() any { return &waiter{err: make(chan error, 1)} }}
+
+// Replayed tells what Open found and redid.
+type Replayed struct {
+	Files   int // write-ahead files holding records
+	Records int // records redone into their data files
+	Skipped int // records whose data file no longer exists
+}
+
+// Open opens (creating it if needed) the write-ahead directory dir, redoes every
+// record not yet checkpointed into its data file, makes those files durable and
+// starts the WAL with every file free.
+func Open(dir string, opts Options) (*WAL, Replayed, error) {
+	if opts.FS == nil || opts.Root == "" {
+		return nil, Replayed{}, errors.New("wal: FS and Root are required")
+	}
+	if opts.FileBytes <= 0 {
+		opts.FileBytes = defaultFile
+	}
+	if opts.Spares <= 0 {
+		opts.Spares = defaultSpares
+	}
+	if opts.Syncer == nil {
+		opts.Syncer = vfs.EachFile{}
+	}
+	opts.Root = filepath.Clean(opts.Root)
+	if err := vfs.MkdirAllSync(opts.FS, dir, 0o700); err != nil {
+		return nil, Replayed{}, err
+	}
+	w := &WAL{opts: opts, dir: dir, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), ckDone: make(chan struct{})}
+	w.ckCond = sync.NewCond(&w.ckMu)
+	files, rep, err := w.replay()
+	if err != nil {
+		return nil, rep, err
+	}
+	// Every file is free now: the first becomes the current one, the rest spares.
+	for i, f := range files {
+		if i == 0 {
+			w.cur = f
+		} else if len(w.spares) < opts.Spares {
+			w.spares = append(w.spares, f)
+		} else {
+			_ = f.f.Close() // removed below; its close error changes nothing
+			if err := opts.FS.Remove(w.name(f.num)); err != nil {
+				return nil, rep, err
+			}
+		}
+	}
+	if w.cur == nil {
+		if w.cur, err = w.create(); err != nil {
+			return nil, rep, err
+		}
+	}
+	if err := opts.FS.SyncDir(dir); err != nil {
+		return nil, rep, err
+	}
+	if err := w.begin(w.cur); err != nil {
+		return nil, rep, err
+	}
+	go w.run()
+	go w.checkpointer()
+	return w, rep, nil
+}
+
+func (w *WAL) name(num int) string {
+	return filepath.Join(w.dir, fmt.Sprintf("%08d%s", num, fileExt))
+}
+
+// replay reads every write-ahead file, redoes the records of those in use in the
+// order of their sequence numbers, syncs the data files they touched and marks every
+// file free. It returns the files, free, in name order.
+func (w *WAL) replay() ([]*file, Replayed, error) {
+	var rep Replayed
+	ents, err := w.opts.FS.ReadDir(w.dir)
+	if err != nil {
+		return nil, rep, err
+	}
+	var files []*file
+	for _, e := range ents {
+		num, ok := strings.CutSuffix(e.Name, fileExt)
+		if e.IsDir || !ok {
+			continue
+		}
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 0 {
+			continue
+		}
+		f, err := w.opts.FS.OpenFile(filepath.Join(w.dir, e.Name), os.O_RDWR, 0)
+		if err != nil {
+			return nil, rep, err
+		}
+		files = append(files, &file{f: f, num: n, size: e.Size})
+		w.nextNum.Store(max(w.nextNum.Load(), int64(n)+1))
+	}
+	closeAll := func() {
+		for _, f := range files {
+			_ = f.f.Close() // Open failed; its error is the one reported
+		}
+	}
+	type used struct {
+		f    *file
+		data []byte
+	}
+	var inUse []used
+	for _, f := range files {
+		data, err := readAll(f.f, f.size)
+		if err != nil {
+			closeAll()
+			return nil, rep, err
+		}
+		seq, inuse, ok := decodeHeader(data)
+		if ok {
+			w.nextSeq = max(w.nextSeq, seq+1)
+		}
+		f.seq = seq
+		if ok && inuse {
+			f.seq = seq
+			inUse = append(inUse, used{f, data})
+		}
+	}
+	sort.Slice(inUse, func(i, j int) bool { return inUse[i].f.seq < inUse[j].f.seq })
+	touched := map[string]vfs.File{}
+	defer func() {
+		for _, t := range touched {
+			_ = t.Close() // read-write handles for the redo; their sync result is what counts
+		}
+	}()
+	for _, u := range inUse {
+		rep.Files++
+		for pos := int64(headerLen); ; {
+			rel, off, data, n, ok := decodeRecord(u.data[pos:], u.f.seq)
+			if !ok {
+				break
+			}
+			pos += n
+			path := filepath.Join(w.opts.Root, rel)
+			t, ok := touched[path]
+			if !ok {
+				var err error
+				t, err = w.opts.FS.OpenFile(path, os.O_RDWR, 0)
+				if errors.Is(err, fs.ErrNotExist) {
+					rep.Skipped++
+					continue // removed since: a deleted topic or a segment retention dropped
+				}
+				if err != nil {
+					closeAll()
+					return nil, rep, fmt.Errorf("wal: redo into %s: %w", path, err)
+				}
+				touched[path] = t
+			}
+			if _, err := t.WriteAt(data, off); err != nil {
+				closeAll()
+				return nil, rep, fmt.Errorf("wal: redo into %s: %w", path, err)
+			}
+			rep.Records++
+		}
+	}
+	if len(touched) > 0 {
+		hs := make([]vfs.File, 0, len(touched))
+		for _, t := range touched {
+			hs = append(hs, t)
+		}
+		if err := w.opts.Syncer.SyncFiles(hs); err != nil {
+			closeAll()
+			return nil, rep, fmt.Errorf("wal: syncing the redone files: %w", err)
+		}
+	}
+	for _, u := range inUse {
+		if err := freeFile(u.f); err != nil {
+			closeAll()
+			return nil, rep, err
+		}
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].num < files[j].num })
+	return files, rep, nil
+}
+
+func readAll(f vfs.File, size int64) ([]byte, error) {
+	b := make([]byte, size)
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
+// freeFile marks f free durably: its records are never replayed again. The header
+// keeps the sequence of its last use, so that Open never starts a use under a
+// sequence whose records may still lie in a file.
+func freeFile(f *file) error {
+	if _, err := f.f.WriteAt(encodeHeader(f.seq, false), 0); err != nil {
+		return err
+	}
+	f.pos, f.touched = headerLen, nil
+	return f.f.Sync()
+}
+
+// create makes a new free write-ahead file of FileBytes, allocated and written with
+// zeros once: later writes into it change no metadata of the file, so their
+// fdatasync needs no commit of the file system's journal. Errors wrap
+// ErrNotWritten.
+func (w *WAL) create() (*file, error) {
+	num := int(w.nextNum.Add(1) - 1)
+	name := w.name(num)
+	f, err := w.opts.FS.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotWritten, err)
+	}
+	if err := fill(f, w.opts.FileBytes); err != nil {
+		_ = f.Close()              // the allocation error is the one reported
+		_ = w.opts.FS.Remove(name) // a free file; Open ignores or reuses it if this fails
+		return nil, fmt.Errorf("%w: %w", ErrNotWritten, err)
+	}
+	nf := &file{f: f, num: num, size: w.opts.FileBytes}
+	if err := freeFile(nf); err != nil {
+		_ = f.Close()
+		_ = w.opts.FS.Remove(name)
+		return nil, fmt.Errorf("%w: %w", ErrNotWritten, err)
+	}
+	if err := w.opts.FS.SyncDir(w.dir); err != nil {
+		_ = f.Close()
+		_ = w.opts.FS.Remove(name)
+		return nil, fmt.Errorf("%w: %w", ErrNotWritten, err)
+	}
+	return nf, nil
+}
+
+// fill allocates size bytes of f (so that running out of space shows here, whole)
+// and writes them with zeros: a write into allocated but unwritten space still
+// changes the file's extent map.
+func fill(f vfs.File, size int64) error {
+	if a, ok := f.(vfs.Allocator); ok {
+		if err := a.Allocate(size); err != nil {
+			return err
+		}
+	}
+	zero := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; off += int64(len(zero)) {
+		if _, err := f.WriteAt(zero[:min(int64(len(zero)), size-off)], off); err != nil {
+			return err
+		}
+	}
+	return nil // freeFile syncs
+}
+
+// begin starts a use of the free file f under the next sequence number. The header
+// becomes durable with the first round's sync; until then the file reads as free
+// or as its previous, checkpointed use, whose records are all in their data files.
+func (w *WAL) begin(f *file) error {
+	f.seq = w.nextSeq
+	w.nextSeq++
+	f.pos = headerLen
+	f.asked = false
+	f.touched = map[string]struct{}{}
+	if _, err := f.f.WriteAt(encodeHeader(f.seq, true), 0); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Commit makes spans durable: it returns nil once their records are synced in the
+// write-ahead file. The data must already be written in the data files. An error
+// wrapping ErrNotWritten means nothing was recorded; any other error means the
+// records may or may not be durable.
+func (w *WAL) Commit(spans []Span) error {
+	if errp := w.failed.Load(); errp != nil {
+		return *errp
+	}
+	wt := waiterPool.Get().(*waiter)
+	wt.spans = spans
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		waiterPool.Put(wt)
+		return fmt.Errorf("%w: %w", ErrNotWritten, errors.New("wal: closed"))
+	}
+	w.pending = append(w.pending, wt)
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	err := <-wt.err
+	wt.spans = nil
+	waiterPool.Put(wt)
+	return err
+}
+
+func (w *WAL) run() {
+	defer close(w.done)
+	var batch []*waiter
+	for stop := false; !stop; {
+		select {
+		case <-w.kick:
+		case <-w.quit:
+			stop = true // after serving whoever queued before Close
+		}
+		for {
+			w.mu.Lock()
+			batch, w.pending = w.pending, batch[:0]
+			w.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			rotate, err := w.round(batch)
+			var rerr error
+			if err == nil && rotate {
+				rerr = w.rotateIf()
+			}
+			for _, wt := range batch {
+				if rerr != nil && len(wt.spans) == 1 && wt.spans[0].Path == rotateMarker {
+					wt.err <- rerr // only the Checkpoint's: the records of the round are durable
+				} else {
+					wt.err <- err
+				}
+			}
+			clear(batch)
+		}
+	}
+}
+
+// round writes the records of batch and syncs them. It also reports whether a
+// Checkpoint asked for a rotation.
+func (w *WAL) round(batch []*waiter) (bool, error) {
+	rotate := false
+	for _, wt := range batch {
+		for _, s := range wt.spans {
+			rotate = rotate || s.Path == rotateMarker
+		}
+	}
+	if errp := w.failed.Load(); errp != nil {
+		return false, *errp
+	}
+	start := time.Now()
+	w.buf = w.buf[:0]
+	records := 0
+	for _, wt := range batch {
+		for _, s := range wt.spans {
+			if s.Path == rotateMarker {
+				continue
+			}
+			rel, err := filepath.Rel(w.opts.Root, filepath.Clean(s.Path))
+			if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || len(rel) > maxPath {
+				return false, fmt.Errorf("%w: %w", ErrNotWritten, fmt.Errorf("wal: %s is not a file under %s", s.Path, w.opts.Root))
+			}
+			w.buf = appendRecord(w.buf, 0, rel, s.Off, s.Data)
+			records++
+		}
+	}
+	if records == 0 {
+		return rotate, nil
+	}
+	if w.cur.pos > headerLen && w.cur.pos+int64(len(w.buf)) > w.opts.FileBytes {
+		if err := w.rotate(); err != nil {
+			if errors.Is(err, ErrNotWritten) {
+				return false, err
+			}
+			return false, w.fail(err)
+		}
+	}
+	// The sequence number goes in now that the file is known.
+	for p := 0; p < len(w.buf); {
+		n := int(le.Uint32(w.buf[p:]))
+		le.PutUint64(w.buf[p+8:], w.cur.seq)
+		le.PutUint32(w.buf[p+4:], crc32.Checksum(w.buf[p+8:p+recHeaderLen+n], castagnoli))
+		p += recHeaderLen + n
+	}
+	if _, err := w.cur.f.WriteAt(w.buf, w.cur.pos); err != nil {
+		return false, w.fail(err)
+	}
+	if err := w.cur.f.Sync(); err != nil {
+		return false, w.fail(err)
+	}
+	w.cur.pos += int64(len(w.buf))
+	w.cur.size = max(w.cur.size, w.cur.pos)
+	if !w.cur.asked && w.cur.pos > w.opts.FileBytes/2 {
+		w.cur.asked = true
+		w.ckMu.Lock()
+		if len(w.spares) == 0 {
+			w.wantSpare = true
+			w.ckCond.Broadcast()
+		}
+		w.ckMu.Unlock()
+	}
+	for _, wt := range batch {
+		for _, s := range wt.spans {
+			if s.Path != rotateMarker {
+				w.cur.touched[s.Path] = struct{}{}
+			}
+		}
+	}
+	took := time.Since(start)
+	w.stats.rounds.Add(1)
+	w.stats.records.Add(uint64(records))
+	w.stats.bytes.Add(uint64(len(w.buf)))
+	w.stats.nanos.Add(uint64(took))
+	if w.opts.Observe != nil {
+		w.opts.Observe(records, took)
+	}
+	if cap(w.buf) > 4<<20 {
+		w.buf = nil
+	}
+	return rotate, nil
+}
+
+// rotateIf rotates for a Checkpoint when the current file holds records.
+func (w *WAL) rotateIf() error {
+	if w.cur.pos == headerLen {
+		return nil
+	}
+	if err := w.rotate(); err != nil {
+		if errors.Is(err, ErrNotWritten) {
+			return err
+		}
+		return w.fail(err)
+	}
+	return nil
+}
+
+func (w *WAL) fail(err error) error {
+	e := fmt.Errorf("%w: %w", ErrFailed, err)
+	w.failed.CompareAndSwap(nil, &e)
+	w.ckMu.Lock()
+	w.ckCond.Broadcast()
+	w.ckMu.Unlock()
+	return *w.failed.Load()
+}
+
+// rotate hands the current file to the checkpointer and begins the next one: a
+// spare if there is one, else a new file.
+func (w *WAL) rotate() error {
+	w.ckMu.Lock()
+	var next *file
+	if n := len(w.spares); n > 0 {
+		next = w.spares[n-1]
+		w.spares = w.spares[:n-1]
+	}
+	w.ckMu.Unlock()
+	if next == nil {
+		var err error
+		if next, err = w.create(); err != nil {
+			return err
+		}
+	}
+	if err := w.begin(next); err != nil {
+		return err
+	}
+	w.ckMu.Lock()
+	w.full = append(w.full, w.cur)
+	w.retiring++
+	w.ckCond.Broadcast()
+	w.ckMu.Unlock()
+	w.cur = next
+	return nil
+}
+
+// checkpointer makes the data files of every full write-ahead file durable, then
+// frees that file for reuse.
+func (w *WAL) checkpointer() {
+	defer close(w.ckDone)
+	for {
+		w.ckMu.Lock()
+		for len(w.full) == 0 && !w.wantSpare && !w.ckStop {
+			w.ckCond.Wait()
+		}
+		if len(w.full) == 0 && w.wantSpare && !w.ckStop {
+			w.wantSpare = false
+			w.ckMu.Unlock()
+			// A failure here is not the WAL's: the rotation creates one itself and
+			// reports what it meets.
+			if nf, err := w.create(); err == nil {
+				w.ckMu.Lock()
+				w.spares = append(w.spares, nf)
+				w.ckMu.Unlock()
+			}
+			continue
+		}
+		if len(w.full) == 0 {
+			w.ckMu.Unlock()
+			return
+		}
+		f := w.full[0]
+		w.ckMu.Unlock()
+		err := w.checkpoint(f)
+		w.ckMu.Lock()
+		w.full = w.full[1:]
+		w.retiring--
+		if err == nil {
+			if len(w.spares) < w.opts.Spares {
+				w.spares = append(w.spares, f)
+				f = nil
+			}
+		}
+		w.ckCond.Broadcast()
+		w.ckMu.Unlock()
+		if err != nil {
+			w.fail(fmt.Errorf("wal: checkpoint of %s: %w", w.name(f.num), err))
+			continue
+		}
+		if f != nil {
+			_ = f.f.Close() // a surplus free file; removing it is tidiness
+			if w.opts.FS.Remove(w.name(f.num)) == nil {
+				_ = w.opts.FS.SyncDir(w.dir) // a free file that comes back is reused or removed by Open
+			}
+		}
+	}
+}
+
+// checkpoint syncs every data file f's records went to and marks f free.
+func (w *WAL) checkpoint(f *file) error {
+	if errp := w.failed.Load(); errp != nil {
+		return *errp
+	}
+	if err := w.syncPaths(f.touched); err != nil {
+		return err
+	}
+	if err := freeFile(f); err != nil {
+		return err
+	}
+	w.stats.checkpoints.Add(1)
+	return nil
+}
+
+func (w *WAL) syncPaths(paths map[string]struct{}) error {
+	hs := make([]vfs.File, 0, len(paths))
+	defer func() {
+		for _, h := range hs {
+			_ = h.Close() // opened only to sync; the sync result is what counts
+		}
+	}()
+	names := slices.Sorted(func(yield func(string) bool) {
+		for p := range paths {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+	for _, p := range names {
+		h, err := w.opts.FS.OpenFile(p, os.O_RDWR, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed: nothing of it to keep
+		}
+		if err != nil {
+			return err
+		}
+		hs = append(hs, h)
+	}
+	if len(hs) == 0 {
+		return nil
+	}
+	return w.opts.Syncer.SyncFiles(hs)
+}
+
+// Checkpoint makes every span committed so far durable in its data file and frees
+// the write-ahead files that held them, so that no record of a file removed after it
+// returns can be replayed into a new file at the same path. Callers removing a data
+// directory whose path may be used again call it first.
+func (w *WAL) Checkpoint() error {
+	// A commit of nothing runs a round, which rotates nothing; instead ask the writer
+	// for a rotation through an empty marker waiter.
+	done := make(chan error, 1)
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.pending = append(w.pending, &waiter{spans: []Span{{Path: rotateMarker}}, err: done})
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	w.ckMu.Lock()
+	defer w.ckMu.Unlock()
+	for w.retiring > 0 && w.failed.Load() == nil {
+		w.ckCond.Wait()
+	}
+	if errp := w.failed.Load(); errp != nil {
+		return *errp
+	}
+	return nil
+}
+
+// rotateMarker is the Path of the span Checkpoint queues: the round that meets it
+// rotates the current file if it holds records, and writes nothing for it.
+const rotateMarker = "\x00rotate"
+
+// Stats counts a WAL's work since it opened.
+type Stats struct {
+	Rounds      uint64        // write-and-sync rounds
+	Records     uint64        // spans made durable
+	Bytes       uint64        // bytes written to write-ahead files
+	Checkpoints uint64        // write-ahead files checkpointed and freed
+	Time        time.Duration // spent in rounds
+}
+
+// Stats returns the counts so far.
+func (w *WAL) Stats() Stats {
+	return Stats{Rounds: w.stats.rounds.Load(), Records: w.stats.records.Load(), Bytes: w.stats.bytes.Load(), Checkpoints: w.stats.checkpoints.Load(), Time: time.Duration(w.stats.nanos.Load())}
+}
+
+// Close serves the commits already queued, makes every record durable in its data
+// file and frees the write-ahead files, so that a clean stop leaves nothing to
+// replay. Later commits fail with ErrNotWritten.
+func (w *WAL) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	w.mu.Unlock()
+	close(w.quit)
+	<-w.done
+	w.ckMu.Lock()
+	w.ckStop = true
+	w.ckCond.Broadcast()
+	w.ckMu.Unlock()
+	<-w.ckDone // every full file checkpointed (or the WAL failed)
+	err := w.checkpoint(w.cur)
+	for _, f := range append(w.spares, w.cur) {
+		if cerr := f.f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+func encodeHeader(seq uint64, inUse bool) []byte {
+	b := make([]byte, headerLen)
+	copy(b, magic)
+	le.PutUint32(b[8:], version)
+	le.PutUint64(b[12:], seq)
+	if inUse {
+		le.PutUint32(b[20:], 1)
+	}
+	le.PutUint32(b[28:], crc32.Checksum(b[:28], castagnoli))
+	return b
+}
+
+// decodeHeader returns the header's sequence, whether the file is in use, and
+// whether the header is valid (a file without one is free).
+func decodeHeader(b []byte) (seq uint64, inUse, ok bool) {
+	if len(b) < headerLen || string(b[:8]) != magic || le.Uint32(b[8:]) != version || crc32.Checksum(b[:28], castagnoli) != le.Uint32(b[28:]) {
+		return 0, false, false
+	}
+	return le.Uint64(b[12:]), le.Uint32(b[20:]) == 1, true
+}
+
+// appendRecord appends one record: length of the body (u32), CRC-32C of the sequence
+// and the body (u32), sequence (u64), then the body: path length (u16), path, offset
+// (i64), data. The sequence and CRC are filled in by the round.
+func appendRecord(b []byte, seq uint64, rel string, off int64, data []byte) []byte {
+	n := 2 + len(rel) + 8 + len(data)
+	b = le.AppendUint32(b, uint32(n))
+	b = le.AppendUint32(b, 0)
+	b = le.AppendUint64(b, seq)
+	b = le.AppendUint16(b, uint16(len(rel)))
+	b = append(b, rel...)
+	b = le.AppendUint64(b, uint64(off))
+	return append(b, data...)
+}
+
+// decodeRecord reads the record at the start of b if it is whole, belongs to the use
+// seq and passes its CRC.
+func decodeRecord(b []byte, seq uint64) (rel string, off int64, data []byte, n int64, ok bool) {
+	if len(b) < recHeaderLen {
+		return "", 0, nil, 0, false
+	}
+	body := int64(le.Uint32(b))
+	if body < 10 || body > int64(len(b)-recHeaderLen) || le.Uint64(b[8:]) != seq {
+		return "", 0, nil, 0, false
+	}
+	if crc32.Checksum(b[8:recHeaderLen+body], castagnoli) != le.Uint32(b[4:]) {
+		return "", 0, nil, 0, false
+	}
+	p := b[recHeaderLen : recHeaderLen+body]
+	pl := int64(le.Uint16(p))
+	if 2+pl+8 > body {
+		return "", 0, nil, 0, false
+	}
+	rel = string(p[2 : 2+pl])
+	off = int64(le.Uint64(p[2+pl:]))
+	if off < 0 || filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", 0, nil, 0, false
+	}
+	return rel, off, p[2+pl+8:], recHeaderLen + body, true
+}
