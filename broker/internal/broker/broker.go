@@ -343,10 +343,13 @@ func Open(opts Options) (*Broker, error) {
 		b.syncer.Observe(observe)
 	}
 	if opts.WAL {
-		if err := b.openWAL(observe); err != nil {
-			b.closeSyncer()
-			return nil, err
-		}
+		err = b.openWAL(observe)
+	} else {
+		err = b.replayWAL()
+	}
+	if err != nil {
+		b.closeSyncer()
+		return nil, err
 	}
 	mc := opts.Cluster
 	if opts.Node != nil {

@@ -324,13 +324,13 @@ func TestSyncModes(t *testing.T) {
 	if _, ok := SyncerFor("fast"); ok {
 		t.Fatal("SyncerFor(fast): a syncer for an unknown mode")
 	}
-	for _, mode := range []string{"", SyncFile} {
+	for _, mode := range []string{"", SyncFile, SyncWAL} {
 		t.Run("mode="+mode, func(t *testing.T) {
 			dir := t.TempDir()
 			m := NewMetrics()
 			open := func() *Broker {
 				syncer, _ := SyncerFor(mode)
-				b, err := Open(Options{DataDir: dir, NodeID: "n1", Logger: quiet, Metrics: m, Syncer: syncer})
+				b, err := Open(Options{DataDir: dir, NodeID: "n1", Logger: quiet, Metrics: m, Syncer: syncer, WAL: mode == SyncWAL})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -353,8 +353,8 @@ func TestSyncModes(t *testing.T) {
 			if mode == SyncFile && rounds != 0 {
 				t.Fatalf("file mode: %v shared sync rounds", rounds)
 			}
-			if mode == "" && rounds == 0 {
-				t.Fatal("group mode: no shared sync rounds after 120 produces")
+			if mode != SyncFile && rounds == 0 {
+				t.Fatalf("%s mode: no shared sync rounds after 120 produces", mode)
 			}
 			b.Close()
 			b = open()

@@ -1,7 +1,10 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -44,6 +47,25 @@ func (b *Broker) openWAL(observe func(int, time.Duration)) error {
 	}
 	b.metrics.syncStats.Store(&stats)
 	return nil
+}
+
+// replayWAL replays a write-ahead file left by an earlier start in wal mode, when
+// this one runs without it (--sync-mode group or file): its records are appends that
+// were answered, which the partitions' files may lack after a crash, and a log opened
+// without them would cut them as a torn tail. It leaves the file freed.
+func (b *Broker) replayWAL() error {
+	dir := filepath.Join(b.opts.DataDir, "wal")
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	w, rep, err := wal.Open(dir, wal.Options{FS: vfs.OS{}, Root: b.opts.DataDir})
+	if err != nil {
+		return fmt.Errorf("replaying the write-ahead file: %w", err)
+	}
+	if rep.Records > 0 || rep.Skipped > 0 {
+		b.log.Info("replayed the write-ahead file of an earlier start in wal mode", "files", rep.Files, "records", rep.Records, "skipped", rep.Skipped)
+	}
+	return w.Close()
 }
 
 // walOrNil keeps a nil *wal.WAL from becoming a non-nil interface.

@@ -645,7 +645,7 @@ func (w *WAL) checkpointer() {
 		w.ckCond.Broadcast()
 		w.ckMu.Unlock()
 		if err != nil {
-			w.fail(fmt.Errorf("wal: checkpoint of %s: %w", w.name(f.num), err))
+			_ = w.fail(fmt.Errorf("wal: checkpoint of %s: %w", w.name(f.num), err))
 			continue
 		}
 		if f != nil {

@@ -152,7 +152,8 @@ func TestConcurrentCommitsAcrossRotations(t *testing.T) {
 func TestAnEarlierUseIsNeverReplayed(t *testing.T) {
 	m := vfs.NewMem()
 	w, _ := open(t, m, 0)
-	q, r := dataFile(t, m, "q.log"), dataFile(t, m, "r.log")
+	q := dataFile(t, m, "q.log")
+	dataFile(t, m, "r.log")
 	write(t, w, q, "q.log", 0, []byte("old-1"))
 	write(t, w, q, "q.log", 0, []byte("old-2"))
 	m.Crash()
@@ -170,7 +171,7 @@ func TestAnEarlierUseIsNeverReplayed(t *testing.T) {
 	if err := q.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	r, _ = m.OpenFile(filepath.Join(root, "r.log"), os.O_RDWR, 0)
+	r, _ := m.OpenFile(filepath.Join(root, "r.log"), os.O_RDWR, 0)
 	write(t, w, r, "r.log", 0, []byte("rrrrr"))
 	m.Crash()
 	open(t, m, 0)
