@@ -158,12 +158,14 @@ func TestDiskFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a node")
 	}
-	mnt := mountTmpfs(t, "6m")
+	// 8 MiB of it go to the write-ahead file, 8 MiB more to its spare once the first is
+	// half full: the messages fill the rest.
+	mnt := mountTmpfs(t, "22m")
 	data := filepath.Join(mnt, "data")
 	n := startNode(t, data, "--segment-bytes", "1048576")
 	sent := fillDisk(t, n)
 	checkAll(t, n, sent)
-	if out, err := exec.Command("mount", "-o", "remount,size=32m", mnt).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-o", "remount,size=64m", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("remount: %v %s", err, out)
 	}
 	resumed := false
