@@ -158,7 +158,7 @@ func TestDiskFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a node")
 	}
-	// 8 MiB of it go to the write-ahead file, 8 MiB more to its spare once the first is
+	// 8 MiB of it go to the write-ahead file, 8 MiB more to a spare once the first is
 	// half full: the messages fill the rest.
 	mnt := mountTmpfs(t, "22m")
 	data := filepath.Join(mnt, "data")

@@ -61,7 +61,7 @@ type Options struct {
 	// FileBytes is the size at which a write-ahead file is full and the next one is
 	// used (default 8 MiB). A commit larger than that still goes in one file.
 	FileBytes int64
-	// Spares is how many checkpointed files are kept for reuse (default 2); more are
+	// Spares is how many checkpointed files are kept for reuse (default 4); more are
 	// removed.
 	Spares int
 	// Syncer makes a checkpoint's data files durable (one syncfs on Linux); nil syncs
@@ -89,7 +89,7 @@ const (
 	magic         = "NARADWAL"
 	version       = 1
 	defaultFile   = 8 << 20
-	defaultSpares = 2
+	defaultSpares = 4
 	maxPath       = 4096
 )
 
