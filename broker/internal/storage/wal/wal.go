@@ -184,8 +184,19 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 	if err != nil {
 		return nil, rep, err
 	}
-	// Every file is free now: the first becomes the current one, the rest spares.
+	// Every file is free now: the first becomes the current one, the rest spares. A
+	// file shorter than FileBytes (a crash while it was made) is filled first, so that
+	// no round ever grows a file, which could run out of space half-way.
 	for i, f := range files {
+		if f.size < opts.FileBytes && (i == 0 || len(w.spares) < opts.Spares) {
+			if err := fill(f.f, opts.FileBytes); err != nil {
+				return nil, rep, fmt.Errorf("wal: filling %s: %w", w.name(f.num), err)
+			}
+			if err := f.f.Sync(); err != nil {
+				return nil, rep, err
+			}
+			f.size = opts.FileBytes
+		}
 		if i == 0 {
 			w.cur = f
 		} else if len(w.spares) < opts.Spares {

@@ -296,3 +296,22 @@ func TestCloseLeavesNothingToReplay(t *testing.T) {
 		t.Fatalf("%d write-ahead files after one clean life, want 1", len(ents))
 	}
 }
+
+// TestShortFileIsFilled: a write-ahead file cut short (a crash while it was being
+// made) is filled to its size at Open, so that no round ever has to grow it.
+func TestShortFileIsFilled(t *testing.T) {
+	m := vfs.NewMem()
+	w, _ := open(t, m, 0)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(walDir, "00000000.wal")
+	if err := m.TruncateFile(name, 100); err != nil {
+		t.Fatal(err)
+	}
+	w, _ = open(t, m, 0)
+	defer w.Close()
+	if b, err := m.ReadFile(name); err != nil || len(b) != 64<<10 {
+		t.Fatalf("%s holds %d bytes after Open (%v), want %d", name, len(b), err, 64<<10)
+	}
+}
