@@ -449,6 +449,29 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// Allocate extends the file with zeros to size, all or nothing: ENOSPC when the free
+// space set by SetFreeSpace cannot hold it. Like the rest of a write, the new size is
+// durable only after Sync.
+func (f *memFile) Allocate(size int64) error {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if err := f.check("fallocate", true); err != nil {
+		return err
+	}
+	grow := size - int64(len(f.ino.data))
+	if grow <= 0 {
+		return nil
+	}
+	if f.m.free >= 0 {
+		if grow > f.m.free {
+			return pathErr("fallocate", f.name, syscall.ENOSPC)
+		}
+		f.m.free -= grow
+	}
+	f.ino.data = append(f.ino.data, make([]byte, grow)...)
+	return nil
+}
+
 func (f *memFile) Sync() error {
 	f.m.mu.Lock()
 	if err := f.check("sync", false); err != nil {

@@ -91,6 +91,15 @@ const (
 	defaultFile   = 8 << 20
 	defaultSpares = 4
 	maxPath       = 4096
+	// maxFull is how many full files may wait for their checkpoint: past it, a
+	// rotation waits, and with it the commits, so that the write-ahead files never
+	// outgrow what the checkpoints can make durable.
+	maxFull = 3
+	// seqName holds a floor for the sequence numbers of the uses to come, raised by
+	// seqLease at every Open: no use ever repeats a sequence of an earlier life, even
+	// when the header that held it was lost.
+	seqName  = "seq"
+	seqLease = 1 << 40
 )
 
 var (
@@ -123,7 +132,9 @@ type WAL struct {
 	spares   []*file
 	ckDone   chan struct{}
 	ckStop   bool
-	retiring int // files handed to the checkpointer and not yet retired
+	retiring int    // files handed to the checkpointer and not yet retired
+	rotated  uint64 // files handed to the checkpointer so far
+	retired  uint64 // of those, files checkpointed (in order) or given up on a failure
 	// wantSpare asks the checkpointer for a new file ahead of the rotation that
 	// needs it (set when the current file is half full and there is no spare).
 	wantSpare bool
@@ -184,6 +195,9 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 	if err != nil {
 		return nil, rep, err
 	}
+	if err := w.leaseSeqs(); err != nil {
+		return nil, rep, err
+	}
 	// Every file is free now: the first becomes the current one, the rest spares. A
 	// file shorter than FileBytes (a crash while it was made) is filled first, so that
 	// no round ever grows a file, which could run out of space half-way.
@@ -222,6 +236,45 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 	go w.run()
 	go w.checkpointer()
 	return w, rep, nil
+}
+
+// leaseSeqs raises nextSeq to the floor an earlier Open left and durably moves the
+// floor seqLease further, before this life begins any use.
+func (w *WAL) leaseSeqs() error {
+	path := filepath.Join(w.dir, seqName)
+	if f, err := w.opts.FS.OpenFile(path, os.O_RDONLY, 0); err == nil {
+		b := make([]byte, 12)
+		n, _ := f.ReadAt(b, 0)
+		_ = f.Close() // read-only
+		if n == 12 && crc32.Checksum(b[:8], castagnoli) == le.Uint32(b[8:]) {
+			w.nextSeq = max(w.nextSeq, le.Uint64(b))
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	b := le.AppendUint64(nil, w.nextSeq+seqLease)
+	b = le.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	tmp := path + ".tmp"
+	f, err := w.opts.FS.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err = f.WriteAt(b, 0); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = w.opts.FS.Rename(tmp, path)
+	}
+	if err == nil {
+		err = w.opts.FS.SyncDir(w.dir)
+	}
+	if err != nil {
+		return fmt.Errorf("wal: writing the sequence floor: %w", err)
+	}
+	return nil
 }
 
 func (w *WAL) name(num int) string {
@@ -520,6 +573,18 @@ func (w *WAL) round(batch []*waiter) (bool, error) {
 			return false, w.fail(err)
 		}
 	}
+	if end := w.cur.pos + int64(len(w.buf)); end > w.cur.size {
+		// A round larger than the file: reserve the space first, so that a full disk
+		// fails it before a byte is written, and the WAL stays usable.
+		a, ok := w.cur.f.(vfs.Allocator)
+		if !ok {
+			return false, w.fail(errors.New("wal: a round larger than the file on a file system that cannot reserve space"))
+		}
+		if err := a.Allocate(end); err != nil {
+			return false, fmt.Errorf("%w: %w", ErrNotWritten, err)
+		}
+		w.cur.size = end
+	}
 	// The sequence number goes in now that the file is known.
 	for p := 0; p < len(w.buf); {
 		n := int(le.Uint32(w.buf[p:]))
@@ -592,6 +657,13 @@ func (w *WAL) fail(err error) error {
 // spare if there is one, else a new file.
 func (w *WAL) rotate() error {
 	w.ckMu.Lock()
+	for len(w.full) >= maxFull && w.failed.Load() == nil {
+		w.ckCond.Wait() // the checkpoints are behind: wait for one
+	}
+	if errp := w.failed.Load(); errp != nil {
+		w.ckMu.Unlock()
+		return *errp
+	}
 	var next *file
 	if n := len(w.spares); n > 0 {
 		next = w.spares[n-1]
@@ -610,6 +682,7 @@ func (w *WAL) rotate() error {
 	w.ckMu.Lock()
 	w.full = append(w.full, w.cur)
 	w.retiring++
+	w.rotated++
 	w.ckCond.Broadcast()
 	w.ckMu.Unlock()
 	w.cur = next
@@ -647,6 +720,7 @@ func (w *WAL) checkpointer() {
 		w.ckMu.Lock()
 		w.full = w.full[1:]
 		w.retiring--
+		w.retired++
 		if err == nil {
 			if len(w.spares) < w.opts.Spares {
 				w.spares = append(w.spares, f)
@@ -724,7 +798,7 @@ func (w *WAL) Checkpoint() error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		return nil
+		return errors.New("wal: closed; the next Open replays what it holds")
 	}
 	w.pending = append(w.pending, &waiter{spans: []Span{{Path: rotateMarker}}, err: done})
 	w.mu.Unlock()
@@ -737,7 +811,10 @@ func (w *WAL) Checkpoint() error {
 	}
 	w.ckMu.Lock()
 	defer w.ckMu.Unlock()
-	for w.retiring > 0 && w.failed.Load() == nil {
+	// Only the files full by now, the current one's records among them: files that
+	// fill later under a steady load do not hold this Checkpoint back.
+	target := w.rotated
+	for w.retired < target && w.failed.Load() == nil {
 		w.ckCond.Wait()
 	}
 	if errp := w.failed.Load(); errp != nil {
