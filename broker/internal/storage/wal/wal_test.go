@@ -149,39 +149,47 @@ func TestConcurrentCommitsAcrossRotations(t *testing.T) {
 
 // TestAnEarlierUseIsNeverReplayed: a file reused after a restart carries records of
 // its earlier use behind the new ones. Open must start the new use under a sequence
-// the old records do not have (it keeps the last one in the freed header), or the
-// old record after the new one would be redone over newer data.
+// the old records do not have, or the old record after the new one would be redone
+// over newer data: the freed header keeps the last sequence, and wal/seq keeps a
+// floor for when a power cut tore that header as it was rewritten (torn).
 func TestAnEarlierUseIsNeverReplayed(t *testing.T) {
-	m := vfs.NewMem()
-	w, _ := open(t, m, 0)
-	q := dataFile(t, m, "q.log")
-	dataFile(t, m, "r.log")
-	write(t, w, q, "q.log", 0, []byte("old-1"))
-	write(t, w, q, "q.log", 0, []byte("old-2"))
-	m.Crash()
-	// A life that replays them, frees every file and stops before its first commit:
-	// no file is in use now, and the only sequence number on disk is the freed one.
-	open(t, m, 0)
-	m.Crash()
-	// The next life reuses the first file. It overwrites q durably by itself, then
-	// commits one record of the same length as the first one above, to r.
-	w, _ = open(t, m, 0)
-	q, _ = m.OpenFile(filepath.Join(root, "q.log"), os.O_RDWR, 0)
-	if _, err := q.WriteAt([]byte("new-0"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	r, _ := m.OpenFile(filepath.Join(root, "r.log"), os.O_RDWR, 0)
-	write(t, w, r, "r.log", 0, []byte("rrrrr"))
-	m.Crash()
-	open(t, m, 0)
-	if got := content(t, m, "q.log"); string(got) != "new-0" {
-		t.Fatalf("q.log = %q: a record of an earlier use was replayed", got)
-	}
-	if got := content(t, m, "r.log"); string(got) != "rrrrr" {
-		t.Fatalf("r.log = %q", got)
+	for _, torn := range []bool{false, true} {
+		m := vfs.NewMem()
+		w, _ := open(t, m, 0)
+		q := dataFile(t, m, "q.log")
+		dataFile(t, m, "r.log")
+		write(t, w, q, "q.log", 0, []byte("old-1"))
+		write(t, w, q, "q.log", 0, []byte("old-2"))
+		m.Crash()
+		// A life that replays them, frees every file and stops before its first
+		// commit: no file is in use now.
+		open(t, m, 0)
+		if torn {
+			if err := m.FlipByte(filepath.Join(walDir, "00000000.wal"), 13, 0xff); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.Crash()
+		// The next life reuses the first file. It overwrites q durably by itself,
+		// then commits one record of the same length as the first one above, to r.
+		w, _ = open(t, m, 0)
+		q, _ = m.OpenFile(filepath.Join(root, "q.log"), os.O_RDWR, 0)
+		if _, err := q.WriteAt([]byte("new-0"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := m.OpenFile(filepath.Join(root, "r.log"), os.O_RDWR, 0)
+		write(t, w, r, "r.log", 0, []byte("rrrrr"))
+		m.Crash()
+		open(t, m, 0)
+		if got := content(t, m, "q.log"); string(got) != "new-0" {
+			t.Fatalf("torn header %v: q.log = %q: a record of an earlier use was replayed", torn, got)
+		}
+		if got := content(t, m, "r.log"); string(got) != "rrrrr" {
+			t.Fatalf("torn header %v: r.log = %q", torn, got)
+		}
 	}
 }
 
@@ -408,40 +416,6 @@ func TestCheckpointUnderLoad(t *testing.T) {
 	}
 	if limit := 1 + defaultSpares + maxFull + 1; n > limit {
 		t.Fatalf("%d write-ahead files under load, want at most %d", n, limit)
-	}
-}
-
-// TestTornHeaderNeverRepeatsASequence: a free file's header keeps its last sequence,
-// but a power cut can tear a header as it is rewritten. The sequence floor kept in
-// wal/seq still keeps every later use above every sequence ever used, so a stale
-// record behind the new ones is never redone.
-func TestTornHeaderNeverRepeatsASequence(t *testing.T) {
-	m := vfs.NewMem()
-	w, _ := open(t, m, 0)
-	q := dataFile(t, m, "q.log")
-	dataFile(t, m, "r.log")
-	write(t, w, q, "q.log", 0, []byte("old-1"))
-	write(t, w, q, "q.log", 0, []byte("old-2"))
-	m.Crash()
-	open(t, m, 0)
-	if err := m.FlipByte(filepath.Join(walDir, "00000000.wal"), 13, 0xff); err != nil {
-		t.Fatal(err)
-	}
-	m.Crash()
-	w, _ = open(t, m, 0)
-	q, _ = m.OpenFile(filepath.Join(root, "q.log"), os.O_RDWR, 0)
-	if _, err := q.WriteAt([]byte("new-0"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	r, _ := m.OpenFile(filepath.Join(root, "r.log"), os.O_RDWR, 0)
-	write(t, w, r, "r.log", 0, []byte("rrrrr"))
-	m.Crash()
-	open(t, m, 0)
-	if got := content(t, m, "q.log"); string(got) != "new-0" {
-		t.Fatalf("q.log = %q: a record of an earlier use was replayed", got)
 	}
 }
 
