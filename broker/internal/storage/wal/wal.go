@@ -26,6 +26,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -318,7 +319,8 @@ func (w *WAL) replay() ([]*file, Replayed, error) {
 	}
 	var inUse []used
 	for _, f := range files {
-		data, err := readAll(f.f, f.size)
+		// The header first: a free file (every file, after a clean stop) is not read.
+		data, err := readAll(f.f, min(f.size, headerLen))
 		if err != nil {
 			closeAll()
 			return nil, rep, err
@@ -329,7 +331,10 @@ func (w *WAL) replay() ([]*file, Replayed, error) {
 		}
 		f.seq = seq
 		if ok && inuse {
-			f.seq = seq
+			if data, err = readAll(f.f, f.size); err != nil {
+				closeAll()
+				return nil, rep, err
+			}
 			inUse = append(inUse, used{f, data})
 		}
 	}
@@ -764,14 +769,7 @@ func (w *WAL) syncPaths(paths map[string]struct{}) error {
 			_ = h.Close() // opened only to sync; the sync result is what counts
 		}
 	}()
-	names := slices.Sorted(func(yield func(string) bool) {
-		for p := range paths {
-			if !yield(p) {
-				return
-			}
-		}
-	})
-	for _, p := range names {
+	for _, p := range slices.Sorted(maps.Keys(paths)) {
 		h, err := w.opts.FS.OpenFile(p, os.O_RDWR, 0)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // removed: nothing of it to keep
