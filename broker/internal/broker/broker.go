@@ -162,11 +162,14 @@ type Broker struct {
 	mu     sync.RWMutex
 	topics map[string]*topic
 
-	syncer      *vfs.SyncGroup // nil in file sync mode
-	syncCloser  io.Closer      // what the Syncer opened for the group (nil: nothing)
-	wal         *wal.WAL       // nil unless Options.WAL
-	walSyncer   io.Closer      // the syncfs descriptor of the WAL's checkpoints
-	repl        *replication   // nil without Options.Node
+	syncer     *vfs.SyncGroup // nil in file sync mode
+	syncCloser io.Closer      // what the Syncer opened for the group (nil: nothing)
+	wal        *wal.WAL       // nil unless Options.WAL
+	// walDirs holds the directories of the partitions opened unreplicated, whose
+	// appends went through the WAL, since this process started (openReplica).
+	walDirs     sync.Map
+	walSyncer   io.Closer    // the syncfs descriptor of the WAL's checkpoints
+	repl        *replication // nil without Options.Node
 	longPolls   atomic.Int64
 	copiersMu   sync.Mutex
 	copiers     map[copierKey]*copier
@@ -615,6 +618,9 @@ func (b *Broker) openPart(t *topic, m meta.Topic, i int32) (*partition.Partition
 	}
 	if b.replicated(&m, int(i)) {
 		return b.openReplica(t, m, int(i), popts)
+	}
+	if b.wal != nil {
+		b.walDirs.Store(popts.Dir, true)
 	}
 	return partition.Open(popts)
 }

@@ -114,6 +114,9 @@ func (b *Broker) startReplication(node *transport.Node) error {
 	host, err := raftetcd.New(raftetcd.Options{
 		Node: node, ID: raftID(b.meta.ServerID()), Peers: map[uint64]string{raftID(b.meta.ServerID()): ""},
 		Dir: filepath.Join(b.opts.DataDir, "topics"), Sync: sg, Store: raftetcd.StoreRaftstore,
+		// With --sync-mode wal the Raft logs' appends go into the node's write-ahead
+		// file too: one fdatasync a round for every log of the node.
+		WAL:            b.raftWAL(),
 		LazyHeartbeats: true, HeartbeatTick: 3, ParallelAppend: true, WallClock: partition.WallNanos,
 		// Raft log writes off the Ready loop (docs/internals/replication.md): RF 3
 		// produce +11 to +20 % against the serial loop (docs/performance.md).
@@ -166,9 +169,16 @@ func (b *Broker) syncPeers() {
 // openReplica opens this node's replica of partition i of m and joins its group.
 func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Options) (*partition.Partition, error) {
 	// A replica's log replaces files by snapshots; no record of the partition's
-	// files from before it was replicated may be replayed into those.
-	if err := b.checkpointWAL("opening a replica"); err != nil {
-		return nil, err
+	// files from before it was replicated may be replayed into those. Only a
+	// partition this process opened unreplicated can have such records: a start
+	// replays and frees the write-ahead file first, and a directory is checkpointed
+	// before it is removed. (The replicas' own Raft logs, which go through the WAL
+	// too, take care of their files themselves: raftstore.Options.WAL.)
+	if _, ok := b.walDirs.Load(popts.Dir); ok {
+		if err := b.checkpointWAL("opening a replica"); err != nil {
+			return nil, err
+		}
+		b.walDirs.Delete(popts.Dir)
 	}
 	gid := groupOf(&m, i)
 	g := &partGroup{host: b.repl.host, id: gid}

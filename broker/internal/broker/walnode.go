@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/raftetcd"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 	"github.com/narad-mq/narad/broker/internal/storage/wal"
@@ -70,6 +71,14 @@ func (b *Broker) replayWAL() error {
 
 // walOrNil keeps a nil *wal.WAL from becoming a non-nil interface.
 func (b *Broker) walOrNil() segment.Committer {
+	if b.wal == nil {
+		return nil
+	}
+	return b.wal
+}
+
+// raftWAL is the write-ahead file for the replicated partitions' Raft logs, or nil.
+func (b *Broker) raftWAL() raftetcd.WAL {
 	if b.wal == nil {
 		return nil
 	}

@@ -64,6 +64,10 @@ type Options struct {
 	// Dir holds each group's log; Sync is the node's shared sync round.
 	Dir  string
 	Sync *vfs.SyncGroup
+	// WAL, when set, is the node's write-ahead file (StoreRaftstore only): the groups'
+	// logs commit their appends and durable state writes to it instead of syncing
+	// their files (raftstore.Options.WAL). Its root must hold Dir.
+	WAL WAL
 	// FS is the file system of the groups' logs (StoreRaftstore only); nil means the
 	// operating system's. Tests put a cluster on vfs.Mem to cut its power.
 	FS vfs.FS
@@ -207,6 +211,9 @@ func New(opts Options) (*Host, error) {
 	}
 	if opts.FS != nil && opts.Store != StoreRaftstore {
 		return nil, errors.New("raftetcd: Options.FS needs StoreRaftstore (the prototype store writes the operating system's files)")
+	}
+	if opts.WAL != nil && opts.Store != StoreRaftstore {
+		return nil, errors.New("raftetcd: Options.WAL needs StoreRaftstore")
 	}
 	if opts.FS == nil {
 		opts.FS = vfs.OS{}
@@ -419,7 +426,7 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 	var st logStore
 	var err error
 	if h.opts.Store == StoreRaftstore {
-		st, err = openSegStore(h.opts.FS, dir, name, h.opts.Sync)
+		st, err = openSegStore(h.opts.FS, dir, name, h.opts.Sync, h.opts.WAL)
 	} else {
 		st, err = openWALStore(dir, name, h.opts.Sync, voters)
 	}
@@ -561,7 +568,7 @@ func (h *Host) LastTerm(dir string) (uint64, error) {
 	if h.opts.Store != StoreRaftstore {
 		return 0, nil // the spike's prototype store; no group is made over another's data there
 	}
-	st, err := openSegStore(h.opts.FS, filepath.Dir(dir), filepath.Base(dir), h.opts.Sync)
+	st, err := openSegStore(h.opts.FS, filepath.Dir(dir), filepath.Base(dir), h.opts.Sync, h.opts.WAL)
 	if err != nil {
 		return 0, err
 	}

@@ -21,6 +21,9 @@ const (
 	StoreRaftstore = "raftstore"
 )
 
+// WAL is the node's write-ahead file as the groups' logs use it (Options.WAL).
+type WAL = raftstore.WAL
+
 // logStore is a group's raft.Storage and the write side of its Ready loop.
 type logStore interface {
 	raft.Storage
@@ -119,8 +122,8 @@ func (s *walStore) compact(uint64) error                            { return err
 // segStore is the build's store.
 type segStore struct{ *raftstore.Store }
 
-func openSegStore(fsys vfs.FS, dir, id string, sync *vfs.SyncGroup) (logStore, error) {
-	st, err := raftstore.Open(filepath.Join(dir, id), raftstore.Options{FS: fsys, Sync: sync})
+func openSegStore(fsys vfs.FS, dir, id string, sync *vfs.SyncGroup, w raftstore.WAL) (logStore, error) {
+	st, err := raftstore.Open(filepath.Join(dir, id), raftstore.Options{FS: fsys, Sync: sync, WAL: w})
 	if err != nil {
 		return nil, err
 	}

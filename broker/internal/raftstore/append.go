@@ -6,8 +6,6 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // Append stores ents durably: Save without a hard state.
@@ -32,9 +30,10 @@ func (s *Store) SetHardState(hs raftpb.HardState) error { return s.Save(hs, nil)
 // new entries followed by old ones. Entries at or below the compaction point are
 // ignored, as are leading entries identical (same index and term) to stored ones.
 //
-// Every sync goes through the node's SyncGroup when there is one. The entries are
-// synced before the hard state is written, so an election's Ready (a new term or
-// vote and entries) costs two rounds; the commit-only hard states of the steady
+// Every sync goes through the node's SyncGroup when there is one; with a WAL, the
+// entries and a durable hard state are each one commit to it instead. The entries
+// are durable before the hard state is written, so an election's Ready (a new term
+// or vote and entries) costs two rounds; the commit-only hard states of the steady
 // state cost none.
 func (s *Store) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 	s.wmu.Lock()
@@ -52,11 +51,7 @@ func (s *Store) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 		}
 	}
 	if len(ents) > 0 {
-		f, err := s.write(ents)
-		if err == nil {
-			err = s.sync(f)
-		}
-		if err != nil {
+		if err := s.write(ents); err != nil {
 			return s.fail(err)
 		}
 	}
@@ -72,7 +67,7 @@ func (s *Store) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 		if hs.Term != s.hs.Term || hs.Vote != s.hs.Vote {
 			err = s.writeStateSync(st)
 		} else {
-			err = s.state.write(st)
+			_, _, err = s.state.write(st)
 		}
 		if err != nil {
 			return s.fail(err)
@@ -144,6 +139,9 @@ func (s *Store) plan(ents []raftpb.Entry) ([]raftpb.Entry, uint64, error) {
 
 // cut removes the stored entries from index i on, durably.
 func (s *Store) cut(i uint64) error {
+	if err := s.forgetWAL(); err != nil {
+		return err
+	}
 	k := len(s.files) - 1
 	for k > 0 && s.files[k].base > i {
 		k--
@@ -180,19 +178,27 @@ func (s *Store) cut(i uint64) error {
 	return s.sync(seg.f)
 }
 
-// write appends ents' frames to the active segment, rolling to a new segment when
-// one would pass SegmentBytes. A segment is created only after the one before it
-// is durable, so only the last segment can ever hold a torn write. It returns the
-// file that still needs a sync; nothing becomes visible to readers here.
-func (s *Store) write(ents []raftpb.Entry) (vfs.File, error) {
+// write appends ents' frames to the active segment and makes them durable, rolling
+// to a new segment when one would pass SegmentBytes. A segment is created only after
+// the one before it is durable, so only the last segment can ever hold a torn write.
+// Nothing becomes visible to readers here.
+func (s *Store) write(ents []raftpb.Entry) error {
 	seg := s.files[len(s.files)-1]
 	s.buf = s.buf[:0]
 	var pos []uint32
+	// flush writes the frames gathered for seg and makes them durable.
 	flush := func() error {
 		if len(s.buf) == 0 {
 			return nil
 		}
-		if _, err := seg.f.WriteAt(s.buf, seg.size); err != nil {
+		off := seg.size
+		if _, err := seg.f.WriteAt(s.buf, off); err != nil {
+			return err
+		}
+		if s.opts.WAL != nil {
+			s.walSegs = true // before the commit: its outcome may be unknown
+		}
+		if err := s.durable(seg.f, seg.path, off, s.buf); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -206,14 +212,11 @@ func (s *Store) write(ents []raftpb.Entry) (vfs.File, error) {
 		frame := int64(headerBytes + ents[i].Size())
 		if (len(seg.pos) > 0 || len(pos) > 0) && seg.size+int64(len(s.buf))+frame > s.opts.SegmentBytes {
 			if err := flush(); err != nil {
-				return nil, err
-			}
-			if err := s.sync(seg.f); err != nil {
-				return nil, err
+				return err
 			}
 			next, err := s.createSegment(ents[i].Index)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			s.mu.Lock()
 			s.files = append(s.files, next)
@@ -222,15 +225,12 @@ func (s *Store) write(ents []raftpb.Entry) (vfs.File, error) {
 		}
 		at := seg.size + int64(len(s.buf))
 		if at > math.MaxUint32 {
-			return nil, fmt.Errorf("raftstore: %s would pass 4 GiB", seg.path)
+			return fmt.Errorf("raftstore: %s would pass 4 GiB", seg.path)
 		}
 		pos = append(pos, uint32(at))
 		s.buf = appendFrame(s.buf, &ents[i])
 	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	return seg.f, nil
+	return flush()
 }
 
 func (s *Store) usable() error {

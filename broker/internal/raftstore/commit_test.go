@@ -94,7 +94,7 @@ func TestCommitIndexSurvivesWhatWritesTheState(t *testing.T) {
 		}
 		cur := st.cur
 		cur.compactIndex, cur.compactTerm = 12, 1
-		if err := st.write(cur); err != nil {
+		if _, _, err := st.write(cur); err != nil {
 			t.Fatal(err)
 		}
 		s = openOn(t, mem, Options{})

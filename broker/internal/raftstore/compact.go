@@ -80,6 +80,9 @@ func (s *Store) ApplySnapshot(snap raftpb.Snapshot) error {
 	s.runs = []termRun{{index: idx, term: term}}
 	s.cache, s.cacheSize = nil, 0
 	s.mu.Unlock()
+	if err := s.forgetWAL(); err != nil {
+		return s.fail(err)
+	}
 	if err := s.removeSegments(gone, true); err != nil {
 		return s.fail(err)
 	}

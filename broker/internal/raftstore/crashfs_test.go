@@ -111,6 +111,13 @@ func (c *crashFS) step(op, name string) error {
 	return errPowerLoss
 }
 
+// disarm lets every later operation through: the operation under test is done.
+func (c *crashFS) disarm() {
+	c.mu.Lock()
+	c.armed = false
+	c.mu.Unlock()
+}
+
 func (c *crashFS) crashedNow() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -95,19 +95,21 @@ func readState(f vfs.File, name string) (*stateFile, error) {
 	return sf, nil
 }
 
-// write puts st in the slot that does not hold the newest durable state. The caller
-// syncs the file when st must be durable and then calls synced.
-func (sf *stateFile) write(st persistentState) error {
+// write puts st in the slot that does not hold the newest durable state and returns
+// where it wrote and what. The caller makes that durable when st must be, and then
+// calls synced.
+func (sf *stateFile) write(st persistentState) (int64, []byte, error) {
 	st.seq = sf.cur.seq + 1
 	slot := 0
 	if sf.durable == 0 {
 		slot = 1
 	}
-	if _, err := sf.f.WriteAt(encodeState(st), int64(slot*slotStride)); err != nil {
-		return err
+	b, off := encodeState(st), int64(slot*slotStride)
+	if _, err := sf.f.WriteAt(b, off); err != nil {
+		return 0, nil, err
 	}
 	sf.cur, sf.dirty, sf.written = st, true, slot
-	return nil
+	return off, b, nil
 }
 
 // synced records that the last write is durable.

@@ -25,7 +25,19 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
 )
+
+// WAL is the node's write-ahead file (*wal.WAL): the store writes its frames and
+// state slots into their files as before and commits them there instead of syncing
+// the files.
+type WAL interface {
+	// Commit returns once spans already written into their files are durable.
+	Commit(spans []wal.Span) error
+	// Checkpoint makes every span committed so far durable in its file and frees
+	// the write-ahead files that held them, so that none is replayed later.
+	Checkpoint() error
+}
 
 // Options tune a Store. The zero value is usable.
 type Options struct {
@@ -34,6 +46,12 @@ type Options struct {
 	// Sync, when set, is the node's shared sync round: every fsync of a log or state
 	// file goes through it, so partitions appending at once share one round.
 	Sync *vfs.SyncGroup
+	// WAL, when set, makes appends and state writes durable: each is committed to the
+	// node's write-ahead file (one fdatasync of a preallocated file, shared with every
+	// other log of the node) instead of syncing the segment or state file. Its Root
+	// must hold the store's directory. Cuts, snapshot installs and directory changes
+	// still sync directly. README.md says how a cut stays crash safe.
+	WAL WAL
 	// SegmentBytes is the size at which a new segment file is started (default 64
 	// MiB, at most 2 GiB). A segment is the unit of compaction.
 	SegmentBytes int64
@@ -99,6 +117,11 @@ type Store struct {
 	stats     Stats
 	diskReads atomic.Uint64
 	buf       []byte
+	span      [1]wal.Span
+	// walSegs: spans of segment files may be in the WAL, waiting for its
+	// checkpoint. A replay writes them back into the file at their path, so no
+	// segment may be truncated or removed before they are checkpointed (forgetWAL).
+	walSegs bool
 }
 
 // Stats counts what the store did since Open.
@@ -120,7 +143,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, opts: opts, fs: opts.FS}
+	// Until recovery has read the segments, any of them may have records in the
+	// write-ahead file (a store closed and opened again by the same process).
+	s := &Store{dir: dir, opts: opts, fs: opts.FS, walSegs: opts.WAL != nil}
 	if err := vfs.MkdirAllSync(s.fs, dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -137,6 +162,37 @@ func (s *Store) sync(f vfs.File) error {
 		return s.opts.Sync.Sync(f)
 	}
 	return f.Sync()
+}
+
+// durable makes data, just written at off in f (the file at path), durable: a record
+// in the write-ahead file when there is one, else a sync of f.
+func (s *Store) durable(f vfs.File, path string, off int64, data []byte) error {
+	if s.opts.WAL == nil {
+		return s.sync(f)
+	}
+	s.span[0] = wal.Span{Path: path, Off: off, Data: data}
+	err := s.opts.WAL.Commit(s.span[:])
+	s.span[0] = wal.Span{}
+	return err
+}
+
+// forgetWAL is called before a segment file is truncated or removed. A record of an
+// earlier write to it, replayed after a crash, would put back the bytes the cut
+// removed (or write them into a new segment of the same name): past new entries of a
+// lower term they pass every frame check. So every record is checkpointed first:
+// its bytes made durable in their file and the write-ahead files holding them freed.
+// Cuts and snapshot installs are rare (they follow a leader change); a compaction
+// needs none, since a compacted segment's name never comes back (every later segment
+// starts past the compaction point).
+func (s *Store) forgetWAL() error {
+	if s.opts.WAL == nil || !s.walSegs {
+		return nil
+	}
+	if err := s.opts.WAL.Checkpoint(); err != nil {
+		return err
+	}
+	s.walSegs = false
+	return nil
 }
 
 func (s *Store) recover() error {
@@ -234,6 +290,9 @@ func (s *Store) recover() error {
 	if !keep {
 		// The files hold no entry after the compaction point that belongs to this
 		// log (an interrupted snapshot install): start an empty log after it.
+		if err := s.forgetWAL(); err != nil {
+			return err
+		}
 		if err := s.removeSegments(s.files, true); err != nil {
 			return err
 		}
@@ -247,6 +306,14 @@ func (s *Store) recover() error {
 	}
 	s.first, s.firstTerm = c+1, ct
 	s.last = s.files[len(s.files)-1].next() - 1
+	// A segment with bytes may have records in the write-ahead file (a store closed
+	// and opened again by the same process; a restart replays and frees them all
+	// first). Empty ones have none: data directories are checkpointed before they
+	// are removed, so a new directory starts with nothing in the WAL.
+	s.walSegs = false
+	for _, f := range s.files {
+		s.walSegs = s.walSegs || (s.opts.WAL != nil && f.size > 0)
+	}
 	if s.last < c {
 		s.last = c
 	}
@@ -311,6 +378,10 @@ func (s *Store) openSegment(base, prevTerm uint64, isLast bool) (*segFile, scanR
 				where = "in a sealed segment"
 			}
 			return nil, r, fmt.Errorf("%w: %s at offset %d (index %d): %s; %s", ErrCorrupt, path, r.end, base+uint64(len(r.pos)), r.bad, where)
+		}
+		if err := s.forgetWAL(); err != nil {
+			_ = f.Close() // the error being returned is the one to report
+			return nil, r, err
 		}
 		if err := f.Truncate(r.end); err != nil {
 			_ = f.Close() // the error being returned is the one to report
@@ -381,10 +452,11 @@ func (s *Store) dropCompacted() error {
 
 // writeStateSync writes st to the state file and waits until it is durable.
 func (s *Store) writeStateSync(st persistentState) error {
-	if err := s.state.write(st); err != nil {
+	off, b, err := s.state.write(st)
+	if err != nil {
 		return err
 	}
-	if err := s.sync(s.state.f); err != nil {
+	if err := s.durable(s.state.f, s.state.name, off, b); err != nil {
 		return err
 	}
 	s.state.synced()

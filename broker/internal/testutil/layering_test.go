@@ -37,7 +37,7 @@ var mayImport = map[string][]string{
 	"internal/raftnet":         {"internal/transport"},
 	"internal/raftlog":         {"internal/storage/vfs"},
 	"internal/raftetcd":        {"internal/transport", "internal/raftstore", "internal/storage/vfs"},
-	"internal/raftstore":       {"internal/storage/vfs"},
+	"internal/raftstore":       {"internal/storage/vfs", "internal/storage/wal"},
 	"cmd/narad-spike":          {"internal/raftnet", "internal/raftlog", "internal/raftetcd", "internal/transport", "internal/storage/vfs"},
 	"internal/testutil":        {},
 	"e2e":                      {"internal/testutil", "internal/storage/format"},
