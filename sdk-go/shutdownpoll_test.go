@@ -13,14 +13,18 @@ import (
 )
 
 // heldBody holds a response body until released, then fails the read as the transport
-// would if the request's context is done by then.
+// would if the request's context is done by then. It closes reading when the client
+// first reads it: the client has the answer's headers by then.
 type heldBody struct {
 	req     *http.Request
 	body    io.ReadCloser
 	release <-chan struct{}
+	reading chan struct{}
+	once    sync.Once
 }
 
 func (h *heldBody) Read(p []byte) (int, error) {
+	h.once.Do(func() { close(h.reading) })
 	<-h.release
 	if err := h.req.Context().Err(); err != nil {
 		return 0, err
@@ -41,14 +45,16 @@ func TestConsumerHandsBackAPollCutByShutdown(t *testing.T) {
 	if _, err := c.Produce(ctx, topic, "cut"); err != nil {
 		t.Fatal(err)
 	}
+	// The shutdown begins once the client reads the answer's body, not when the
+	// transport has its headers: until the client's Do returns, a shutdown cancels
+	// the request as one whose answer has not come (that window is not this test's).
 	arrived := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
 	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
 		if err == nil && strings.HasSuffix(r.URL.Path, "/consume") && resp.StatusCode == 200 {
 			once.Do(func() {
-				resp.Body = &heldBody{req: r, body: resp.Body, release: release}
-				close(arrived)
+				resp.Body = &heldBody{req: r, body: resp.Body, release: release, reading: arrived}
 			})
 		}
 		return resp, err
