@@ -486,6 +486,13 @@ func (w *WAL) Commit(spans []Span) error {
 	if errp := w.failed.Load(); errp != nil {
 		return *errp
 	}
+	// A bad path is refused here, to its caller alone: in a round it would fail
+	// every commit that shares it.
+	for _, s := range spans {
+		if _, err := w.rel(s.Path); err != nil {
+			return err
+		}
+	}
 	wt := waiterPool.Get().(*waiter)
 	wt.spans = spans
 	w.mu.Lock()
@@ -559,9 +566,9 @@ func (w *WAL) round(batch []*waiter) (bool, error) {
 			if s.Path == rotateMarker {
 				continue
 			}
-			rel, err := filepath.Rel(w.opts.Root, filepath.Clean(s.Path))
-			if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || len(rel) > maxPath {
-				return false, fmt.Errorf("%w: %w", ErrNotWritten, fmt.Errorf("wal: %s is not a file under %s", s.Path, w.opts.Root))
+			rel, err := w.rel(s.Path)
+			if err != nil {
+				return false, err // Commit refused it already
 			}
 			w.buf = appendRecord(w.buf, 0, rel, s.Off, s.Data)
 			records++
@@ -633,6 +640,15 @@ func (w *WAL) round(batch []*waiter) (bool, error) {
 		w.buf = nil
 	}
 	return rotate, nil
+}
+
+// rel is path relative to the root, as a record names it.
+func (w *WAL) rel(path string) (string, error) {
+	rel, err := filepath.Rel(w.opts.Root, filepath.Clean(path))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || len(rel) > maxPath {
+		return "", fmt.Errorf("%w: %w", ErrNotWritten, fmt.Errorf("wal: %s is not a file under %s", path, w.opts.Root))
+	}
+	return rel, nil
 }
 
 // rotateIf rotates for a Checkpoint when the current file holds records.
@@ -722,6 +738,12 @@ func (w *WAL) checkpointer() {
 		f := w.full[0]
 		w.ckMu.Unlock()
 		err := w.checkpoint(f)
+		if err != nil {
+			// Failed closed before the file counts as retired: a Checkpoint woken by
+			// the count must see the failure, or it would report records durable
+			// whose file a start still replays.
+			_ = w.fail(fmt.Errorf("wal: checkpoint of %s: %w", w.name(f.num), err))
+		}
 		w.ckMu.Lock()
 		w.full = w.full[1:]
 		w.retiring--
@@ -735,7 +757,6 @@ func (w *WAL) checkpointer() {
 		w.ckCond.Broadcast()
 		w.ckMu.Unlock()
 		if err != nil {
-			_ = w.fail(fmt.Errorf("wal: checkpoint of %s: %w", w.name(f.num), err))
 			continue
 		}
 		if f != nil {

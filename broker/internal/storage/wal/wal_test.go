@@ -267,6 +267,32 @@ func TestFailedSyncFailsClosed(t *testing.T) {
 	}
 }
 
+// TestFailedCheckpointFailsCheckpoint: a Checkpoint whose file's checkpoint fails
+// (the sync of a data file) reports the failure; it never returns nil while the file
+// holding the records stays in use, which a start would replay into files the caller
+// has since cut. Run many times: the failure and the waiter's wake-up race.
+func TestFailedCheckpointFailsCheckpoint(t *testing.T) {
+	for i := range 200 {
+		m := vfs.NewMem()
+		w, _ := open(t, m, 0)
+		f := dataFile(t, m, "a.log")
+		write(t, w, f, "a.log", 0, []byte("old"))
+		m.FailSync(2) // the new file's header (the rotation's round), then a.log
+		err := w.Checkpoint()
+		if err == nil {
+			m.Crash()
+			if _, rep := open(t, m, 0); rep.Records > 0 {
+				t.Fatalf("run %d: Checkpoint returned nil, and a start replays %d records", i, rep.Records)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrFailed) {
+			t.Fatalf("run %d: Checkpoint over a failed sync: %v", i, err)
+		}
+		_ = w.Close()
+	}
+}
+
 // TestPathOutsideRoot is refused and writes nothing.
 func TestPathOutsideRoot(t *testing.T) {
 	m := vfs.NewMem()
@@ -278,6 +304,26 @@ func TestPathOutsideRoot(t *testing.T) {
 	if s := w.Stats(); s.Records != 0 {
 		t.Fatalf("stats %+v", s)
 	}
+	// Refused alone: commits made at the same time are written.
+	f := dataFile(t, m, "a.log")
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_ = w.Commit([]Span{{Path: "/elsewhere/x", Off: 0, Data: []byte("x")}})
+		}()
+		go func() {
+			defer wg.Done()
+			if _, err := f.WriteAt([]byte{byte(i)}, int64(i)); err != nil {
+				t.Error(err)
+			}
+			if err := w.Commit([]Span{{Path: filepath.Join(root, "a.log"), Off: int64(i), Data: []byte{byte(i)}}}); err != nil {
+				t.Errorf("a commit beside one outside the root: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // TestCloseLeavesNothingToReplay: a clean stop makes the data files durable and frees
