@@ -1,11 +1,14 @@
 package raftstore
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
 )
 
 // Append stores ents durably: Save without a hard state.
@@ -199,6 +202,13 @@ func (s *Store) write(ents []raftpb.Entry) error {
 			s.walSegs = true // before the commit: its outcome may be unknown
 		}
 		if err := s.durable(seg.f, seg.path, off, s.buf); err != nil {
+			if errors.Is(err, wal.ErrNotWritten) {
+				// Nothing of it was recorded: take the frames back out of the file,
+				// so that a store opened again by this process does not take them
+				// for its log and append durable entries behind bytes a power loss
+				// would drop. (Best effort: the store fails closed either way.)
+				_ = seg.f.Truncate(off)
+			}
 			return err
 		}
 		s.mu.Lock()

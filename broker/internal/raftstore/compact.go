@@ -58,6 +58,10 @@ func (s *Store) ApplySnapshot(snap raftpb.Snapshot) error {
 		return raft.ErrSnapOutOfDate
 	}
 	snap.Data = bytes.Clone(snap.Data)
+	// Every segment goes below, and the new one may take a removed one's name.
+	if err := s.forgetWAL(); err != nil {
+		return s.fail(err)
+	}
 	if err := writeSnapshot(s.fs, s.dir, &snap, s.sync); err != nil {
 		return s.fail(err)
 	}
@@ -80,9 +84,6 @@ func (s *Store) ApplySnapshot(snap raftpb.Snapshot) error {
 	s.runs = []termRun{{index: idx, term: term}}
 	s.cache, s.cacheSize = nil, 0
 	s.mu.Unlock()
-	if err := s.forgetWAL(); err != nil {
-		return s.fail(err)
-	}
 	if err := s.removeSegments(gone, true); err != nil {
 		return s.fail(err)
 	}

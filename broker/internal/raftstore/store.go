@@ -290,8 +290,10 @@ func (s *Store) recover() error {
 	if !keep {
 		// The files hold no entry after the compaction point that belongs to this
 		// log (an interrupted snapshot install): start an empty log after it.
-		if err := s.forgetWAL(); err != nil {
-			return err
+		if len(s.files) > 0 {
+			if err := s.forgetWAL(); err != nil {
+				return err
+			}
 		}
 		if err := s.removeSegments(s.files, true); err != nil {
 			return err
@@ -457,6 +459,12 @@ func (s *Store) writeStateSync(st persistentState) error {
 		return err
 	}
 	if err := s.durable(s.state.f, s.state.name, off, b); err != nil {
+		if errors.Is(err, wal.ErrNotWritten) {
+			// Nothing recorded: spoil the slot, so that a store opened again by
+			// this process reads the other one, the newest durable state, rather
+			// than a term or vote never made durable. (Best effort.)
+			_, _ = s.state.f.WriteAt(make([]byte, len(b)), off)
+		}
 		return err
 	}
 	s.state.synced()

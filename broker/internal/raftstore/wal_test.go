@@ -1,7 +1,10 @@
 package raftstore
 
 import (
+	"errors"
+	"fmt"
 	"math/rand"
+	"sync/atomic"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -73,5 +76,118 @@ func TestWALSavesSurviveAPowerLoss(t *testing.T) {
 			t.Fatalf("%d saves: %d torn bytes cut: the replay left a segment incomplete", n, st.TornBytes)
 		}
 		_ = s.Close()
+	}
+}
+
+// stubbornWAL passes commits and checkpoints to a real write-ahead file, counts
+// them, and answers the commit numbered failAt with ErrNotWritten, recording nothing
+// (as when the write-ahead file has no space for its next file).
+type stubbornWAL struct {
+	w           *wal.WAL
+	commits     atomic.Int64
+	checkpoints atomic.Int64
+	failAt      atomic.Int64
+}
+
+func (c *stubbornWAL) Commit(spans []wal.Span) error {
+	if c.commits.Add(1) == c.failAt.Load() {
+		return fmt.Errorf("%w: %w", wal.ErrNotWritten, errors.New("no space for a new write-ahead file"))
+	}
+	return c.w.Commit(spans)
+}
+
+func (c *stubbornWAL) Checkpoint() error {
+	c.checkpoints.Add(1)
+	return c.w.Checkpoint()
+}
+
+// TestWALNotWrittenIsTakenBack: a save whose commit recorded nothing fails the store,
+// and takes its bytes back out of the files. A store opened again by the same process
+// (a group closed and reopened) must not take the unrecorded frames for its log, nor
+// an unrecorded term and vote for its state: its next durable appends would follow
+// bytes a power loss drops, and the log would not open after it.
+func TestWALNotWrittenIsTakenBack(t *testing.T) {
+	for _, what := range []string{"entries", "term"} {
+		t.Run(what, func(t *testing.T) {
+			m := vfs.NewMem()
+			w, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cw := &stubbornWAL{w: w}
+			opts := Options{WAL: cw, CacheEntries: -1}
+			s := openOn(t, m, opts)
+			if err := s.Save(raftpb.HardState{Term: 1, Vote: 1}, withData(1, 3, 1)); err != nil {
+				t.Fatal(err)
+			}
+			want := append(idx(0).terms(0), withData(1, 3, 1)...)
+			cw.failAt.Store(cw.commits.Load() + 1)
+			if what == "entries" {
+				err = s.Append(withData(4, 5, 1))
+			} else {
+				err = s.SetHardState(raftpb.HardState{Term: 2, Vote: 2})
+			}
+			if !errors.Is(err, wal.ErrNotWritten) {
+				t.Fatalf("save over an unwritten commit: %v", err)
+			}
+			_ = s.Close()
+			s = openOn(t, m, opts)
+			if got := logOf(t, s); !sameLog(got, want) {
+				t.Fatalf("reopened in the same process: log%s, want%s", describe(got), describe(want))
+			}
+			if hs := s.HardState(); hs.Term != 1 || hs.Vote != 1 {
+				t.Fatalf("reopened in the same process: hard state %+v, want term 1 vote 1", hs)
+			}
+			if err := s.Save(raftpb.HardState{Term: 3, Vote: 3}, withData(4, 5, 3)); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, withData(4, 5, 3)...)
+			_ = s.Close()
+			m.Crash()
+			_ = w.Close() // the power is gone; this stops its goroutines
+			w2, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = w2.Close()
+			s = openOn(t, m, Options{CacheEntries: -1})
+			defer s.Close()
+			if got := logOf(t, s); !sameLog(got, want) {
+				t.Fatalf("after the power loss: log%s, want%s", describe(got), describe(want))
+			}
+			if hs := s.HardState(); hs.Term != 3 || hs.Vote != 3 {
+				t.Fatalf("after the power loss: hard state %+v, want term 3 vote 3", hs)
+			}
+		})
+	}
+}
+
+// TestWALNewStoreDoesNotCheckpoint: opening a store in a new directory (a new replica)
+// checkpoints nothing: it has nothing in the write-ahead file, and a checkpoint rotates
+// the node's current file.
+func TestWALNewStoreDoesNotCheckpoint(t *testing.T) {
+	m := vfs.NewMem()
+	w, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cw := &stubbornWAL{w: w}
+	s := openOn(t, m, Options{WAL: cw})
+	defer s.Close()
+	if err := s.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: 5, Term: 1, ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := cw.checkpoints.Load(); n != 0 {
+		t.Fatalf("a new store opened and given its first snapshot checkpointed the write-ahead file %d times", n)
+	}
+	if err := s.Append(withData(6, 7, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: 9, Term: 1, ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := cw.checkpoints.Load(); n != 1 {
+		t.Fatalf("a snapshot over appended entries checkpointed %d times, want 1", n)
 	}
 }
