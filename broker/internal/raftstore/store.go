@@ -462,8 +462,13 @@ func (s *Store) writeStateSync(st persistentState) error {
 		if errors.Is(err, wal.ErrNotWritten) {
 			// Nothing recorded: spoil the slot, so that a store opened again by
 			// this process reads the other one, the newest durable state, rather
-			// than a term or vote never made durable. (Best effort.)
-			_, _ = s.state.f.WriteAt(make([]byte, len(b)), off)
+			// than a term or vote never made durable; with no durable state yet,
+			// empty the file, which reads as a store never written. (Best effort.)
+			if s.state.durable < 0 {
+				_ = s.state.f.Truncate(0)
+			} else {
+				_, _ = s.state.f.WriteAt(make([]byte, len(b)), off)
+			}
 		}
 		return err
 	}

@@ -107,7 +107,7 @@ func (c *stubbornWAL) Checkpoint() error {
 // an unrecorded term and vote for its state: its next durable appends would follow
 // bytes a power loss drops, and the log would not open after it.
 func TestWALNotWrittenIsTakenBack(t *testing.T) {
-	for _, what := range []string{"entries", "term"} {
+	for _, what := range []string{"entries", "term", "first term"} {
 		t.Run(what, func(t *testing.T) {
 			m := vfs.NewMem()
 			w, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
@@ -117,10 +117,13 @@ func TestWALNotWrittenIsTakenBack(t *testing.T) {
 			cw := &stubbornWAL{w: w}
 			opts := Options{WAL: cw, CacheEntries: -1}
 			s := openOn(t, m, opts)
-			if err := s.Save(raftpb.HardState{Term: 1, Vote: 1}, withData(1, 3, 1)); err != nil {
-				t.Fatal(err)
+			want, wantHS := idx(0).terms(0), raftpb.HardState{}
+			if what != "first term" {
+				if err := s.Save(raftpb.HardState{Term: 1, Vote: 1}, withData(1, 3, 1)); err != nil {
+					t.Fatal(err)
+				}
+				want, wantHS = append(want, withData(1, 3, 1)...), raftpb.HardState{Term: 1, Vote: 1}
 			}
-			want := append(idx(0).terms(0), withData(1, 3, 1)...)
 			cw.failAt.Store(cw.commits.Load() + 1)
 			if what == "entries" {
 				err = s.Append(withData(4, 5, 1))
@@ -135,13 +138,14 @@ func TestWALNotWrittenIsTakenBack(t *testing.T) {
 			if got := logOf(t, s); !sameLog(got, want) {
 				t.Fatalf("reopened in the same process: log%s, want%s", describe(got), describe(want))
 			}
-			if hs := s.HardState(); hs.Term != 1 || hs.Vote != 1 {
-				t.Fatalf("reopened in the same process: hard state %+v, want term 1 vote 1", hs)
+			if hs := s.HardState(); hs.Term != wantHS.Term || hs.Vote != wantHS.Vote {
+				t.Fatalf("reopened in the same process: hard state %+v, want term %d vote %d", hs, wantHS.Term, wantHS.Vote)
 			}
-			if err := s.Save(raftpb.HardState{Term: 3, Vote: 3}, withData(4, 5, 3)); err != nil {
+			next := want[len(want)-1].Index + 1
+			if err := s.Save(raftpb.HardState{Term: 3, Vote: 3}, withData(next, next+1, 3)); err != nil {
 				t.Fatal(err)
 			}
-			want = append(want, withData(4, 5, 3)...)
+			want = append(want, withData(next, next+1, 3)...)
 			_ = s.Close()
 			m.Crash()
 			_ = w.Close() // the power is gone; this stops its goroutines
