@@ -168,6 +168,9 @@ type Host struct {
 	forced        atomic.Uint64 // Stats.ForcedCampaigns
 	won           atomic.Uint64 // Stats.LeadershipsWon
 
+	// lastTick is when tickOnce last ran (UnixNano; the ticker goroutine only).
+	lastTick int64
+
 	quit     chan struct{}
 	wg       sync.WaitGroup
 	closeMu  sync.Mutex
@@ -842,57 +845,78 @@ func (h *Host) tickLoop() {
 			return
 		case <-t.C:
 		}
-		if h.opts.LazyHeartbeats {
-			for _, p := range h.allPeers() {
-				p.flush() // what the last tick's heartbeats left queued
+		h.tickOnce(time.Now())
+	}
+}
+
+// tickOnce is one turn of the node's clock at now (tickLoop's goroutine only).
+func (h *Host) tickOnce(at time.Time) {
+	if h.opts.LazyHeartbeats {
+		for _, p := range h.allPeers() {
+			p.flush() // what the last tick's heartbeats left queued
+		}
+	}
+	now := at.UnixNano()
+	if last := h.lastTick; last != 0 && now-last > int64(h.opts.LivenessTimeout/2) {
+		// This node did not run for a while (stopped, paused by its machine, starved):
+		// neither did its liveness calls, so its peers' silence over that time proves
+		// nothing. Without this, a node continued after a SIGSTOP counted every peer
+		// dead and forced an election in the groups they led, deposing healthy leaders
+		// (their leases lost) as soon as it had caught up. A peer really gone is still
+		// found dead one timeout later.
+		h.log.Warn("raftetcd: this node's clock did not tick for a while (paused or starved); its peers' silence over that time is not held against them",
+			"stalled_for", time.Duration(now-last).Round(time.Millisecond))
+		for _, p := range h.allPeers() {
+			if p.live {
+				p.lastHeard.Store(max(p.lastHeard.Load(), now))
 			}
 		}
-		now := time.Now().UnixNano()
-		var down, up []uint64
-		for _, p := range h.allPeers() {
-			live := now-p.lastHeard.Load() < int64(h.opts.LivenessTimeout)
-			// (A restart seen while the peer counted dead is its coming back below.)
-			if restarted := p.restarted.Swap(false); p.live && live && restarted {
-				// Back before it was missed: what it led must elect again, what it
-				// was waited on for will not come, and what this node leads must
-				// catch it up.
+	}
+	h.lastTick = now
+	var down, up []uint64
+	for _, p := range h.allPeers() {
+		live := now-p.lastHeard.Load() < int64(h.opts.LivenessTimeout)
+		// (A restart seen while the peer counted dead is its coming back below.)
+		if restarted := p.restarted.Swap(false); p.live && live && restarted {
+			// Back before it was missed: what it led must elect again, what it
+			// was waited on for will not come, and what this node leads must
+			// catch it up.
+			p.mu.Lock()
+			close(p.down)
+			p.down = make(chan struct{})
+			p.mu.Unlock()
+			p.lapses.Add(1)
+			down = append(down, p.id)
+			up = append(up, p.id)
+			continue
+		}
+		if live != p.live {
+			p.live = live
+			p.alive.Store(live)
+			if live {
+				h.log.Info("raftetcd: a peer answers the liveness calls", "peer", p.id)
+				up = append(up, p.id)
+			} else {
 				p.mu.Lock()
 				close(p.down)
 				p.down = make(chan struct{})
 				p.mu.Unlock()
 				p.lapses.Add(1)
+				h.log.Warn("raftetcd: a peer did not answer within the liveness timeout; the groups it led elect a new leader",
+					"peer", p.id, "timeout", h.opts.LivenessTimeout, "silent_for", time.Duration(now-p.lastHeard.Load()).Round(time.Millisecond))
 				down = append(down, p.id)
-				up = append(up, p.id)
-				continue
-			}
-			if live != p.live {
-				p.live = live
-				p.alive.Store(live)
-				if live {
-					h.log.Info("raftetcd: a peer answers the liveness calls", "peer", p.id)
-					up = append(up, p.id)
-				} else {
-					p.mu.Lock()
-					close(p.down)
-					p.down = make(chan struct{})
-					p.mu.Unlock()
-					p.lapses.Add(1)
-					h.log.Warn("raftetcd: a peer did not answer within the liveness timeout; the groups it led elect a new leader",
-						"peer", p.id, "timeout", h.opts.LivenessTimeout, "silent_for", time.Duration(now-p.lastHeard.Load()).Round(time.Millisecond))
-					down = append(down, p.id)
-				}
 			}
 		}
-		groups := h.allGroups()
-		for _, id := range down {
-			h.peerDown(groups, id)
-		}
-		for range up {
-			h.peerUp(groups)
-		}
-		for _, g := range groups {
-			g.tick()
-		}
+	}
+	groups := h.allGroups()
+	for _, id := range down {
+		h.peerDown(groups, id)
+	}
+	for range up {
+		h.peerUp(groups)
+	}
+	for _, g := range groups {
+		g.tick()
 	}
 }
 
