@@ -312,10 +312,7 @@ func (s *Store) recover() error {
 	// and opened again by the same process; a restart replays and frees them all
 	// first). Empty ones have none: data directories are checkpointed before they
 	// are removed, so a new directory starts with nothing in the WAL.
-	s.walSegs = false
-	for _, f := range s.files {
-		s.walSegs = s.walSegs || (s.opts.WAL != nil && f.size > 0)
-	}
+	s.walSegs = s.opts.WAL != nil && slices.ContainsFunc(s.files, func(f *segFile) bool { return f.size > 0 })
 	if s.last < c {
 		s.last = c
 	}

@@ -127,15 +127,14 @@ type WAL struct {
 	buf     []byte
 
 	// The checkpointer's queue and the spare files, under ckMu.
-	ckMu     sync.Mutex
-	ckCond   *sync.Cond
-	full     []*file // written files waiting for their checkpoint, oldest first
-	spares   []*file
-	ckDone   chan struct{}
-	ckStop   bool
-	retiring int    // files handed to the checkpointer and not yet retired
-	rotated  uint64 // files handed to the checkpointer so far
-	retired  uint64 // of those, files checkpointed (in order) or given up on a failure
+	ckMu    sync.Mutex
+	ckCond  *sync.Cond
+	full    []*file // written files waiting for their checkpoint, oldest first
+	spares  []*file
+	ckDone  chan struct{}
+	ckStop  bool
+	rotated uint64 // files handed to the checkpointer so far
+	retired uint64 // of those, files checkpointed (in order) or given up on a failure
 	// wantSpare asks the checkpointer for a new file ahead of the rotation that
 	// needs it (set when the current file is half full and there is no spare).
 	wantSpare bool
@@ -158,6 +157,7 @@ type file struct {
 
 type waiter struct {
 	spans []Span
+	rels  []string // each span's path relative to the root, as its record names it
 	err   chan error
 }
 
@@ -488,12 +488,16 @@ func (w *WAL) Commit(spans []Span) error {
 	}
 	// A bad path is refused here, to its caller alone: in a round it would fail
 	// every commit that shares it.
+	wt := waiterPool.Get().(*waiter)
+	wt.rels = wt.rels[:0]
 	for _, s := range spans {
-		if _, err := w.rel(s.Path); err != nil {
+		rel, err := w.rel(s.Path)
+		if err != nil {
+			waiterPool.Put(wt)
 			return err
 		}
+		wt.rels = append(wt.rels, rel)
 	}
-	wt := waiterPool.Get().(*waiter)
 	wt.spans = spans
 	w.mu.Lock()
 	if w.closed {
@@ -562,15 +566,11 @@ func (w *WAL) round(batch []*waiter) (bool, error) {
 	w.buf = w.buf[:0]
 	records := 0
 	for _, wt := range batch {
-		for _, s := range wt.spans {
+		for i, s := range wt.spans {
 			if s.Path == rotateMarker {
 				continue
 			}
-			rel, err := w.rel(s.Path)
-			if err != nil {
-				return false, err // Commit refused it already
-			}
-			w.buf = appendRecord(w.buf, 0, rel, s.Off, s.Data)
+			w.buf = appendRecord(w.buf, 0, wt.rels[i], s.Off, s.Data)
 			records++
 		}
 	}
@@ -702,7 +702,6 @@ func (w *WAL) rotate() error {
 	}
 	w.ckMu.Lock()
 	w.full = append(w.full, w.cur)
-	w.retiring++
 	w.rotated++
 	w.ckCond.Broadcast()
 	w.ckMu.Unlock()
@@ -746,7 +745,6 @@ func (w *WAL) checkpointer() {
 		}
 		w.ckMu.Lock()
 		w.full = w.full[1:]
-		w.retiring--
 		w.retired++
 		if err == nil {
 			if len(w.spares) < w.opts.Spares {
