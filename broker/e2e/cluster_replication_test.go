@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"net/url"
 	"os"
@@ -975,6 +976,85 @@ func TestReplicationFanoutCursorFollowsLeader(t *testing.T) {
 		t.Fatalf("the child holds %d messages for 190 produced: the new leader copied the parent's history again", last)
 	}
 	t.Logf("the child holds %d messages for 190 produced", last)
+}
+
+// leadsOf returns the partitions of topic each node leads, as the node asked says
+// (false when it answered nothing usable, or some partition has no leader).
+func leadsOf(nd *clusterNode, topic string) (map[string]map[int32]bool, bool) {
+	r, err := nd.api.Try(http.MethodGet, topicPath(topic), nil)
+	if err != nil || r.Status != http.StatusOK {
+		return nil, false
+	}
+	var d topicDetail
+	if json.Unmarshal(r.Body, &d) != nil || len(d.PartitionStats) == 0 {
+		return nil, false
+	}
+	leads := map[string]map[int32]bool{}
+	for _, ps := range d.PartitionStats {
+		if ps.Leader == "" {
+			return nil, false
+		}
+		if leads[ps.Leader] == nil {
+			leads[ps.Leader] = map[int32]bool{}
+		}
+		leads[ps.Leader][ps.Partition] = true
+	}
+	return leads, true
+}
+
+// TestKeylessProduceStaysOnTheNodesLeaders: a message with neither a key nor a
+// partition goes to a partition that the node it was sent to leads, each request to
+// the next of those in turn, so it is not forwarded; a keyed one still goes where its
+// key hashes, whoever leads it.
+func TestKeylessProduceStaysOnTheNodesLeaders(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3)
+	nodes[0].api.createTopic("near", map[string]any{"partitions": 6})
+	var via *clusterNode
+	var before map[int32]bool
+	waitFor(t, 30*time.Second, "every partition of near led, and a node leading some but not all", func() bool {
+		leads, ok := leadsOf(nodes[0], "near")
+		if !ok {
+			return false
+		}
+		for _, nd := range nodes {
+			if n := len(leads[nd.id]); n > 0 && n < 6 {
+				via, before = nd, leads[nd.id]
+				return true
+			}
+		}
+		return false
+	})
+	got := map[int32]int{}
+	for i := range 24 {
+		p := via.api.produce("near", []byte(fmt.Sprintf(`{"i":%d}`, i)), "application/json", "")
+		got[p.Partition]++
+	}
+	leads, _ := leadsOf(nodes[0], "near")
+	after := leads[via.id]
+	for p, n := range got {
+		if !before[p] && !after[p] {
+			t.Errorf("%d of 24 keyless messages sent through %s went to partition %d, which it does not lead (before: %v, after: %v)", n, via.id, p, before, after)
+		}
+	}
+	for p := range before {
+		if after[p] && got[p] == 0 {
+			t.Errorf("partition %d, led by %s throughout, got none of the 24 keyless messages sent through it: %v", p, via.id, got)
+		}
+	}
+	// A key decides its partition wherever the request lands (FNV-1a modulo 6).
+	for _, key := range []string{"a", "b", "c", "d", "e", "f", "g"} {
+		want := int32(fnv32a(key) % 6)
+		if p := via.api.produce("near", []byte(`{}`), "application/json", "key="+key); p.Partition != want {
+			t.Errorf("key %q through %s went to partition %d, want %d", key, via.id, p.Partition, want)
+		}
+	}
+}
+
+func fnv32a(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
 }
 
 // TestReplicationFactorNeedsLiveNodes: a replication_factor above the cluster's

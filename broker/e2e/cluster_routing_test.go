@@ -405,6 +405,15 @@ func TestClusterRemoteLongPollAndFaults(t *testing.T) {
 			t.Fatalf("a keyless produce went to partition %d of the dead node", remote)
 		}
 	}
+	// Keyless messages sent to a went to the partition a holds (they are not
+	// forwarded); the third partition, held by the node still up, gets some by name.
+	for p, h := range holders {
+		if h != a && h != b {
+			for i := range 3 {
+				a.api.produce("faults", []byte(`{"third":`+strconv.Itoa(i)+`}`), "application/json", "partition="+strconv.Itoa(p))
+			}
+		}
+	}
 	// Consumes on a serve the partitions that are up.
 	seen := map[int32]bool{}
 	for range 20 {

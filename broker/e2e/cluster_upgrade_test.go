@@ -82,7 +82,13 @@ type upgradeCluster struct {
 func startUpgradeCluster(t *testing.T, rel release) *upgradeCluster {
 	t.Helper()
 	c := &upgradeCluster{t: t, topic: "upgrade", accepted: map[string]bool{}, acked: map[string]bool{}, delivered: map[string]int{},
-		answers: map[string]int{}, stopping: map[string]bool{}, stop: make(chan struct{})}
+		answers: map[string]int{}, stopping: map[string]bool{}, stop: make(chan struct{}),
+		// A handover that fails on a loaded machine loses its leases as a crash does.
+		// Such a lease holds its partition's ack frontier: past max_acked_ahead (1024)
+		// messages after it the partition hands out nothing until the lease lapses
+		// (keyless produces through one node all go to the partitions it leads, so
+		// one partition may take most of the load). The final drain outwaits it.
+		quiet: 7 * time.Second, visibility: 5 * time.Second}
 	var peers []string
 	for i := range 3 {
 		nd := &clusterNode{id: fmt.Sprintf("n%d", i+1), addr: freeClusterAddr(t)}
@@ -98,7 +104,7 @@ func startUpgradeCluster(t *testing.T, rel release) *upgradeCluster {
 		c.nodes[i].Narad = p
 		c.nodes[i].api = &api{Client: p.Client(), t: t}
 	}
-	c.nodes[0].api.createTopic(c.topic, map[string]any{"partitions": 3})
+	c.nodes[0].api.createTopic(c.topic, map[string]any{"partitions": 3, "visibility_timeout_ms": 5000})
 	for p := range 3 {
 		leaderOf(t, c.nodes, c.topic, p)
 	}

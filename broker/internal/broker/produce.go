@@ -48,6 +48,38 @@ func PartitionForKey(key []byte, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
+// keylessPartition picks the partition of a request's keyless messages (no key, no
+// partition named): they may go to any partition, so they go to one this node leads
+// when it leads some, each request to the next of those in turn. One written here
+// skips the forward to the node that leads it: a node-plane round trip, the larger part
+// of a replicated produce's time when the nodes are busy (docs/performance.md). A node
+// that leads none (a node that holds no replica, or while its groups elect) sends them
+// round every partition whose holder is up; a single node leads all of its own.
+func (b *Broker) keylessPartition(t *topic) int {
+	n := len(t.parts())
+	c := t.produce.Add(1)
+	turn := int(c % uint32(n))
+	led := 0
+	for i := range n {
+		if t.leads(i) {
+			led++
+		}
+	}
+	if led == 0 || led == n {
+		return b.upPartition(t, turn)
+	}
+	k := int(c % uint32(led))
+	for i := range n {
+		if t.leads(i) {
+			if k == 0 {
+				return i
+			}
+			k--
+		}
+	}
+	return b.upPartition(t, turn) // leadership moved while we counted
+}
+
 // upPartition returns the first partition from p on (in turn) whose holder is worth
 // asking now, or p when none is.
 func (b *Broker) upPartition(t *topic, p int) int {
@@ -131,8 +163,9 @@ func (b *Broker) ProduceChecked(ctx context.Context, name string, chk ProduceChe
 	out := make([]Produced, len(msgs))
 	byPart := make(map[int][]int, 1)
 	// Keyless messages of one request all go to one partition, the next request's to
-	// the next: one append (one commit group, one file to sync) per request instead of
-	// one per partition touched, and the partitions still take turns.
+	// the next (of those this node leads, when it leads some: keylessPartition): one
+	// append (one commit group, one file to sync) per request instead of one per
+	// partition touched, and the partitions still take turns.
 	sticky := -1
 	for i, m := range msgs {
 		p := int(m.Partition)
@@ -142,7 +175,7 @@ func (b *Broker) ProduceChecked(ctx context.Context, name string, chk ProduceChe
 			p = PartitionForKey(m.Key, n)
 		default:
 			if sticky < 0 {
-				sticky = b.upPartition(t, int(t.produce.Add(1)%uint32(n)))
+				sticky = b.keylessPartition(t)
 			}
 			p = sticky
 		}

@@ -170,7 +170,9 @@ export interface paths {
          *     as JSON and comes back as JSON; anything else is a 400 `schema_violation`.
          *
          *     `key` chooses the partition by hash (the same key always lands in the same
-         *     partition), `partition` pins one; without either, partitions take turns.
+         *     partition), `partition` pins one; without either, partitions take turns (in a
+         *     cluster, those led by the node the request reached, when it leads some: the
+         *     message is then not forwarded).
          *
          *     202 is written only once the message is fsynced. A 503 or a lost reply leaves
          *     the outcome unknown: retrying may store a second copy, never lose the first.
@@ -204,7 +206,8 @@ export interface paths {
          *     `partition` or `payload_encoding` of null is invalid: leave it out). Results
          *     come in request order. Messages without `key` or `partition` all go to one
          *     partition, and the next request's to the next partition (partitions take
-         *     turns by request). Partitions are written in parallel: when the write to one
+         *     turns by request; in a cluster, those led by the node the request reached, when
+         *     it leads some). Partitions are written in parallel: when the write to one
          *     fails and others succeed, the 503 (`storage_failed` or `disk_full`) says only
          *     part of the batch was stored and names the partitions whose messages were not;
          *     the rest is stored and delivered, so resending the whole batch stores it twice.
