@@ -14,7 +14,7 @@ BENCH_FLAGS ?=
 FUZZTIME    ?= 20s
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples test-console console console-screenshots docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers test-bench-peers bench-cluster bench-cluster-idle cluster \
+.PHONY: help run build test test-go test-python test-js test-conformance test-verify test-docs test-examples test-console console console-screenshots docs check-gen gen lint fmt bench bench-go bench-storage bench-flow bench-scale bench-peers redis-server test-bench-peers bench-cluster bench-cluster-idle cluster \
         bench-raft bench-raft-idle bench-raft-failover bench-raft-throughput build-spike \
         fuzz e2e conformance examples chaos chaos-cluster soak clean audit test-audit release test-release
 
@@ -150,8 +150,18 @@ bench-scale: build ## Minutes and ~13 GB of disk: RSS with 10M messages of backl
 bench-flow: build ## Every workload shape over HTTP against a fresh node: a table of throughput, latency, loss, CPU, RSS
 	cd bench && $(GO) run ./cmd/narad-bench --narad ../$(NARAD) $(BENCH_FLAGS)
 
-bench-peers: build ## The same shapes against narad, NATS JetStream (default sync, sync always, R3 sync always) and Redis Streams (if found), with ratios
+bench-peers: build redis-server ## The same shapes against narad, NATS JetStream (default sync, sync always, R3 sync always) and Redis Streams, with ratios
 	cd bench/peers && GOWORK=off $(GO) run ./cmd/narad-bench-peers --narad ../../$(NARAD) $(BENCH_FLAGS)
+
+# Redis Streams is bench-peers' single-node peer (appendfsync always). Debian's
+# redis-server is installed when none is on PATH and REDIS_SERVER is unset; where it
+# cannot be (not root, no package source) the peers run without it and say so.
+redis-server: ## Install Debian's redis-server for bench-peers when none is found
+	@if [ -z "$$REDIS_SERVER" ] && ! command -v redis-server >/dev/null; then \
+		echo "installing Debian's redis-server for bench-peers"; \
+		apt-get install -y redis-server >/dev/null 2>&1 || { apt-get update >/dev/null 2>&1 && apt-get install -y redis-server >/dev/null 2>&1; } || \
+		echo "redis-server could not be installed: bench-peers runs without Redis"; \
+	fi
 
 bench-cluster: build ## Cluster: forwarded vs local latency on 3 nodes, then produce, flow, batch on 1 node and on 3 (replication_factor 3)
 	cd bench && $(GO) run ./cmd/narad-bench --narad ../$(NARAD) --cluster 3 --mode produce,flow,batch $(BENCH_FLAGS)
@@ -173,7 +183,7 @@ bench-raft-failover: build-spike ## Replication spike: kill -9 a partition's lea
 bench-raft-throughput: build-spike ## Replication spike: RF 3 produce, flow and batch rates with p50/p99
 	cd bench && $(GO) run ./cmd/narad-raft-bench --spike ../$(BIN)/narad-spike --mode throughput $(RAFT_FLAGS)
 
-test-bench-peers: ## Tests of bench/peers (outside the workspace): builds nats-server and runs each shape briefly
+test-bench-peers: redis-server ## Tests of bench/peers (outside the workspace): builds nats-server and runs each shape briefly
 	cd bench/peers && GOWORK=off $(GO) test -race -count=1 ./...
 
 fuzz: ## Run every fuzz target for FUZZTIME each
