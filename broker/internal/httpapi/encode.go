@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/narad-mq/narad/broker/internal/apigen"
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/jsonstr"
 )
@@ -116,4 +117,78 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) error {
 	w.WriteHeader(status)
 	_, err := w.Write(body)
 	return err
+}
+
+// producedResponse writes produce's 202, and producedListResponse produce-batch's: the
+// generated types' members in their order, built without reflection (encoding/json
+// was 3 to 4 % of a batched flow's CPU on these two answers and ack-batch's).
+type producedResponse struct {
+	topic string
+	p     broker.Produced
+}
+
+func (r producedResponse) VisitProduceResponse(w http.ResponseWriter) error {
+	b := appendProduced(make([]byte, 0, 64+len(r.topic)), r.topic, r.p)
+	return writeJSON(w, http.StatusAccepted, append(b, '\n'))
+}
+
+type producedListResponse struct {
+	topic string
+	res   []broker.Produced
+}
+
+func (r producedListResponse) VisitProduceBatchResponse(w http.ResponseWriter) error {
+	b := make([]byte, 0, 16+len(r.res)*(56+len(r.topic)))
+	b = append(b, `{"results":[`...)
+	for i := range r.res {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendProduced(b, r.topic, r.res[i])
+	}
+	return writeJSON(w, http.StatusAccepted, append(b, "]}\n"...))
+}
+
+func appendProduced(b []byte, topic string, p broker.Produced) []byte {
+	b = append(b, `{"offset":`...)
+	b = strconv.AppendUint(b, p.Offset, 10)
+	b = append(b, `,"partition":`...)
+	b = strconv.AppendInt(b, int64(p.Partition), 10)
+	b = append(b, `,"topic":`...)
+	b = jsonstr.Append(b, topic)
+	return append(b, '}')
+}
+
+// ackResultsResponse writes ack-batch's 200.
+type ackResultsResponse []apigen.AckResult
+
+func (r ackResultsResponse) VisitAckBatchResponse(w http.ResponseWriter) error {
+	n := 16
+	for i := range r {
+		n += 40 + len(r[i].ReceiptHandle)
+		if r[i].Error != nil {
+			n += 32 + len(r[i].Error.Code) + len(r[i].Error.Message)
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"results":[`...)
+	for i := range r {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		if e := r[i].Error; e != nil {
+			b = append(b, `"error":{"code":`...)
+			b = jsonstr.Append(b, string(e.Code))
+			b = append(b, `,"message":`...)
+			b = jsonstr.Append(b, e.Message)
+			b = append(b, `},`...)
+		}
+		b = append(b, `"receipt_handle":`...)
+		b = jsonstr.Append(b, r[i].ReceiptHandle)
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(r[i].Status), 10)
+		b = append(b, '}')
+	}
+	return writeJSON(w, http.StatusOK, append(b, "]}\n"...))
 }

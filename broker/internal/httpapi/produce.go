@@ -38,7 +38,7 @@ func (h *handlers) Produce(ctx context.Context, r apigen.ProduceRequestObject) (
 	if err != nil {
 		return nil, err
 	}
-	return apigen.Produce202JSONResponse{Topic: r.Topic, Partition: res[0].Partition, Offset: int64(res[0].Offset)}, nil
+	return producedResponse{topic: r.Topic, p: res[0]}, nil
 }
 
 // base64Room is the bytes the base64 payloads of msgs decode to, at most.
@@ -195,9 +195,5 @@ func (h *handlers) ProduceBatch(ctx context.Context, r apigen.ProduceBatchReques
 	if err != nil {
 		return nil, err
 	}
-	resp := apigen.ProduceBatch202JSONResponse{Results: make([]apigen.Produced, len(res))}
-	for i, p := range res {
-		resp.Results[i] = apigen.Produced{Topic: r.Topic, Partition: p.Partition, Offset: int64(p.Offset)}
-	}
-	return resp, nil
+	return producedListResponse{topic: r.Topic, res: res}, nil
 }

@@ -472,17 +472,30 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 		return newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "reading the body failed: "+err.Error())
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
+	// The batch bodies: the common shape by the fast path, anything else (and every
+	// refusal) by the strict decoder (fastdecode.go).
 	var decoded any
 	switch oi.id {
 	case "produceBatch":
-		decoded = &apigen.ProduceBatchRequest{}
+		if req, ok := fastProduceBatch(data); ok {
+			decoded = req
+		} else {
+			decoded = &apigen.ProduceBatchRequest{}
+			if err := strictDecode(data, decoded); err != nil {
+				return err
+			}
+		}
 	case "ackBatch":
-		decoded = &apigen.AckBatchRequest{}
+		if req, ok := fastAckBatch(data); ok {
+			decoded = req
+		} else {
+			decoded = &apigen.AckBatchRequest{}
+			if err := strictDecode(data, decoded); err != nil {
+				return err
+			}
+		}
 	}
 	if decoded != nil {
-		if err := strictDecode(data, decoded); err != nil {
-			return err
-		}
 		if ab, ok := decoded.(*apigen.AckBatchRequest); ok {
 			if err := checkAckBatchLengths(ab); err != nil {
 				return err

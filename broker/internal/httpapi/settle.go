@@ -55,7 +55,7 @@ func (h *handlers) AckBatch(ctx context.Context, r apigen.AckBatchRequestObject)
 			setAckResult(&res[idx[j]], err)
 		}
 	}
-	return apigen.AckBatch200JSONResponse{Results: res}, nil
+	return ackResultsResponse(res), nil
 }
 
 func setAckResult(r *apigen.AckResult, err error) {
