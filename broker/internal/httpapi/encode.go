@@ -56,10 +56,22 @@ func appendMessage(b []byte, topic string, d *broker.Delivered, forceBase64 bool
 	return append(b, '}')
 }
 
-func messagesSize(ds []broker.Delivered) int {
+// messagesSize is the room appendMessage needs for ds: exact for the payload as
+// stored or in base64, and enough for the members around it unless the key or a text
+// payload needs escapes (the buffer then grows). A short guess made the buffer of a
+// consume-batch of base64 payloads grow and copy once per answer.
+func messagesSize(topic string, ds []broker.Delivered, forceBase64 bool) int {
 	n := 32
 	for i := range ds {
-		n += 160 + len(ds[i].Key) + len(ds[i].Value)*4/3 + len(ds[i].Handle)
+		n += 192 + len(topic) + len(ds[i].Key) + len(ds[i].Handle)
+		switch kind := ds[i].Attrs & kindMask; {
+		case forceBase64 || kind == kindBinary:
+			n += base64.StdEncoding.EncodedLen(len(ds[i].Value))
+		case kind == kindJSON:
+			n += len(ds[i].Value)
+		default:
+			n += len(ds[i].Value) + len(ds[i].Value)/8
+		}
 	}
 	return n
 }
@@ -72,7 +84,7 @@ type messageResponse struct {
 }
 
 func (m messageResponse) VisitConsumeResponse(w http.ResponseWriter) error {
-	b := make([]byte, 0, messagesSize([]broker.Delivered{*m.d}))
+	b := make([]byte, 0, messagesSize(m.topic, []broker.Delivered{*m.d}, m.forceBase64))
 	b = appendMessage(b, m.topic, m.d, m.forceBase64)
 	return writeJSON(w, http.StatusOK, append(b, '\n'))
 }
@@ -86,7 +98,7 @@ type messageListResponse struct {
 }
 
 func (m messageListResponse) bytes() []byte {
-	b := make([]byte, 0, messagesSize(m.ds))
+	b := make([]byte, 0, messagesSize(m.topic, m.ds, m.forceBase64))
 	b = append(b, `{"messages":[`...)
 	for i := range m.ds {
 		if i > 0 {

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
@@ -62,4 +64,33 @@ func TestHandWrittenAnswersMatchTheGenerated(t *testing.T) {
 		acks = append(acks, r)
 	}
 	same("ack-batch", ackResultsResponse(acks).VisitAckBatchResponse, apigen.AckBatch200JSONResponse{Results: acks}.VisitAckBatchResponse)
+}
+
+// messagesSize must leave appendMessage room for a whole answer of the usual shapes,
+// so that a consume-batch's buffer is allocated once and never grows.
+func TestMessagesSizeHoldsTheAnswer(t *testing.T) {
+	handle := "3.1.2.1000000.77777777.123456789"
+	for _, c := range []struct {
+		name  string
+		value []byte
+		attrs uint16
+		force bool
+	}{
+		{"base64", bytes.Repeat([]byte{0xab}, 256), kindBinary, false},
+		{"forced base64 of JSON", []byte(`{"a":[1,2,3],"b":"xyz"}`), kindJSON, true},
+		{"JSON", []byte(`{"a":[1,2,3],"b":"` + strings.Repeat("x", 300) + `"}`), kindJSON, false},
+		{"text", []byte(strings.Repeat("plain text ", 30)), broker.PayloadKindText, false},
+		{"empty", nil, kindBinary, false},
+	} {
+		ds := make([]broker.Delivered, 100)
+		for i := range ds {
+			ds[i] = broker.Delivered{Partition: 255, Offset: 1<<62 + uint64(i), Key: []byte("customer-000042"),
+				Value: c.value, Attrs: c.attrs, Timestamp: 1<<62 + 1, Handle: handle, Attempt: 1 << 20}
+		}
+		m := messageListResponse{topic: "a-topic-name-of-some-length", ds: ds, forceBase64: c.force}
+		room := messagesSize(m.topic, m.ds, m.forceBase64)
+		if got := len(m.bytes()); got > room {
+			t.Errorf("%s: an answer of %d bytes, %d made room for", c.name, got, room)
+		}
+	}
 }
