@@ -74,6 +74,7 @@ type config struct {
 	// flags is the parsed flag set, whose values are this config's (for printConfig).
 	flags *flag.FlagSet
 
+	GCPercent     int
 	Partitions    int
 	Retention     time.Duration
 	Visibility    time.Duration
@@ -123,6 +124,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.BoolVar(&c.AutoRebalance, "auto-rebalance", true, "the controller moves partition replicas onto nodes that hold fewer (a node that joined) on its own; false: only POST /v1/cluster/rebalance does")
 	fs.IntVar(&c.MaxMoves, "max-moves", meta.DefaultMaxMoves, "how many partition moves the cluster runs at once (decommissions, rebalancing and replication factor changes start theirs within it)")
 	fs.IntVar(&c.ClusterVersionMax, "cluster-version-max", 0, fmt.Sprintf("the highest cluster version this node offers (0: the highest it speaks, %d): lower it on every node during an upgrade to keep the cluster at the previous release's version, so a rollback stays possible (docs/operating/upgrades.md)", meta.VersionMax))
+	fs.IntVar(&c.GCPercent, "gc-percent", 0, fmt.Sprintf("Go's garbage collector runs when the heap has grown this many percent over what the last collection kept (25 to 10000; 0: %d, or Go's GOGC variable when it is set): higher spends memory to save CPU", defaultGCPercent))
 	fs.IntVar(&c.Partitions, "default-partitions", 3, "partitions of a topic created without a count")
 	fs.DurationVar(&c.Retention, "default-retention", 7*24*time.Hour, "retention of a topic created without one")
 	fs.DurationVar(&c.Visibility, "default-visibility-timeout", 30*time.Second, "lease length of a topic created without one")
@@ -257,6 +259,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--default-retention must be at least 1s")
 	case c.MaxInFlight < 1 || c.MaxAckedAhead < 1:
 		return fmt.Errorf("--default-max-in-flight and --default-max-acked-ahead must be at least 1")
+	case c.GCPercent != 0 && (c.GCPercent < 25 || c.GCPercent > 10000):
+		return fmt.Errorf("--gc-percent must be 0 (the default) or 25 to 10000 (got %d)", c.GCPercent)
 	case c.MaxInflightBytes < 0:
 		return fmt.Errorf("--max-inflight-bytes must be 0 (no bound) or more")
 	case c.StatsInterval < broker.MinStatsInterval || c.StatsInterval > broker.MaxStatsInterval:
@@ -382,4 +386,22 @@ func (c config) listenerOptions(log *slog.Logger, m *broker.Metrics) httpapi.Lis
 func (c config) syncer() broker.Syncer {
 	s, _ := broker.SyncerFor(c.SyncMode)
 	return s
+}
+
+// defaultGCPercent is the garbage collector's target without --gc-percent or GOGC.
+// Go's own default, 100, made collection 11 % of a node's CPU in the batched flow;
+// at 400 the node used 15 % less CPU per message there for about 40 MB more resident
+// memory (docs/performance.md, issue 18).
+const defaultGCPercent = 400
+
+// gcPercent is the target serve gives the collector: --gc-percent when given, else
+// Go's GOGC when set (0 here: leave the runtime's), else defaultGCPercent.
+func gcPercent(flagValue int, gogc string) int {
+	switch {
+	case flagValue != 0:
+		return flagValue
+	case gogc != "":
+		return 0
+	}
+	return defaultGCPercent
 }

@@ -120,6 +120,8 @@ func TestInvalidConfigNamesTheSetting(t *testing.T) {
 		{[]string{"--segment-bytes", "10"}, nil, "--segment-bytes"},
 		{[]string{"--stats-interval", "1ms"}, nil, "--stats-interval"},
 		{[]string{"--cluster-version-max", "4"}, nil, "--cluster-version-max"},
+		{[]string{"--gc-percent", "10"}, nil, "--gc-percent"},
+		{nil, map[string]string{"NARAD_GC_PERCENT": "-1"}, "--gc-percent"},
 		{nil, map[string]string{"NARAD_CLUSTER_VERSION_MAX": "-1"}, "--cluster-version-max"},
 		{nil, map[string]string{"NARAD_STATS_INTERVAL": "2h"}, "--stats-interval"},
 		{nil, map[string]string{"NARAD_MAX_CONNECTIONS": "many"}, "NARAD_MAX_CONNECTIONS"},
@@ -146,5 +148,29 @@ func TestPrintConfigOnlyFromTheCommandLine(t *testing.T) {
 	}
 	if _, err := loadConfig([]string{"--config", file}, envOf(nil)); err == nil || !strings.Contains(err.Error(), `unknown setting "print-config"`) {
 		t.Errorf("print-config in the file: got %v, want it refused as an unknown setting", err)
+	}
+}
+
+// The collector's target: --gc-percent (or NARAD_GC_PERCENT) wins, then Go's own GOGC,
+// then the broker's default.
+func TestGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		gogc string
+		want int
+	}{
+		{nil, "", defaultGCPercent},
+		{nil, "100", 0}, // the runtime already applied GOGC
+		{nil, "off", 0},
+		{map[string]string{"NARAD_GC_PERCENT": "150"}, "", 150},
+		{map[string]string{"NARAD_GC_PERCENT": "150"}, "100", 150},
+	} {
+		c, err := loadConfig(nil, envOf(tc.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := gcPercent(c.GCPercent, tc.gogc); got != tc.want {
+			t.Errorf("%v, GOGC=%q: %d, want %d", tc.env, tc.gogc, got, tc.want)
+		}
 	}
 }

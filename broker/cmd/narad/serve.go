@@ -12,6 +12,7 @@ import (
 	_ "net/http/pprof" // served only on --debug-addr
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -42,6 +43,9 @@ func serve(args []string) (err error) {
 		return err
 	}
 	slog.SetDefault(log)
+	if p := gcPercent(c.GCPercent, os.Getenv("GOGC")); p != 0 {
+		debug.SetGCPercent(p)
+	}
 
 	bopts := c.brokerOptions(log)
 	var plane *cluster.Plane
