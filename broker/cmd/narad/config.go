@@ -124,7 +124,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.BoolVar(&c.AutoRebalance, "auto-rebalance", true, "the controller moves partition replicas onto nodes that hold fewer (a node that joined) on its own; false: only POST /v1/cluster/rebalance does")
 	fs.IntVar(&c.MaxMoves, "max-moves", meta.DefaultMaxMoves, "how many partition moves the cluster runs at once (decommissions, rebalancing and replication factor changes start theirs within it)")
 	fs.IntVar(&c.ClusterVersionMax, "cluster-version-max", 0, fmt.Sprintf("the highest cluster version this node offers (0: the highest it speaks, %d): lower it on every node during an upgrade to keep the cluster at the previous release's version, so a rollback stays possible (docs/operating/upgrades.md)", meta.VersionMax))
-	fs.IntVar(&c.GCPercent, "gc-percent", 0, fmt.Sprintf("Go's garbage collector runs when the heap has grown this many percent over what the last collection kept (25 to 10000; 0: %d, or Go's GOGC variable when it is set): higher spends memory to save CPU", defaultGCPercent))
+	fs.IntVar(&c.GCPercent, "gc-percent", 0, fmt.Sprintf("the highest target of Go's garbage collector, which runs when the heap has grown this many percent over what the last collection kept; the node lowers it, never below 100, so that the heap grows at most 128 MiB (25 to 10000; 0: %d, or Go's GOGC variable when it is set, which turns the tuning off): higher spends memory to save CPU", defaultGCPercent))
 	fs.IntVar(&c.Partitions, "default-partitions", 3, "partitions of a topic created without a count")
 	fs.DurationVar(&c.Retention, "default-retention", 7*24*time.Hour, "retention of a topic created without one")
 	fs.DurationVar(&c.Visibility, "default-visibility-timeout", 30*time.Second, "lease length of a topic created without one")
@@ -388,7 +388,8 @@ func (c config) syncer() broker.Syncer {
 	return s
 }
 
-// defaultGCPercent is the garbage collector's target without --gc-percent or GOGC.
+// defaultGCPercent is the garbage collector's highest target without --gc-percent or
+// GOGC (gctune.go lowers it as the live heap grows).
 // Go's own default, 100, made collection 11 % of a node's CPU in the batched flow;
 // at 400 the node used 15 % less CPU per message there for about 40 MB more resident
 // memory (docs/performance.md, issue 18).

@@ -12,7 +12,6 @@ import (
 	_ "net/http/pprof" // served only on --debug-addr
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -44,7 +43,11 @@ func serve(args []string) (err error) {
 	}
 	slog.SetDefault(log)
 	if p := gcPercent(c.GCPercent, os.Getenv("GOGC")); p != 0 {
-		debug.SetGCPercent(p)
+		tuner := newGCTuner(p)
+		tuner.apply()
+		stopTune := make(chan struct{})
+		defer close(stopTune)
+		go tuner.run(stopTune)
 	}
 
 	bopts := c.brokerOptions(log)
