@@ -105,6 +105,9 @@ type dataReq struct {
 	AttachID uint64 `json:"attach_id,omitempty"`
 	// Index is, for applied, the metadata index asked about.
 	Index uint64 `json:"index,omitempty"`
+	// Bin asks for a lease's answer in the binary form (wirebin.go); a holder of an
+	// earlier version ignores it and answers in JSON.
+	Bin bool `json:"bin,omitempty"`
 }
 
 type dataResp struct {
@@ -346,11 +349,11 @@ func (b *Broker) callOnce(ctx context.Context, node string, req *dataReq, timeou
 		return nil, fmt.Errorf("%w: node %q holding partition %d of topic %q did not answer: %w", ErrOutcomeUnknown, node, req.Partition, req.Topic, err)
 	}
 	b.markUp(node)
-	var resp dataResp
-	if err := json.Unmarshal(out, &resp); err != nil {
+	resp, err := decodeAnswer(out)
+	if err != nil {
 		return nil, fmt.Errorf("%w: an answer of node %q could not be read: %w", ErrOutcomeUnknown, node, err)
 	}
-	return &resp, nil
+	return resp, nil
 }
 
 func (b *Broker) peerState(node string, m meta.Member) string {
@@ -419,6 +422,7 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 	var lerr error
 	req := b.dataReq(t, dataLease, p)
 	req.Limit, req.DurationMs, req.MaxBytes, req.Principal = limit, vis.Milliseconds(), maxBytes, principalOf(ctx)
+	req.Bin = true
 	// Once sent, the lease is taken on the holder whether or not the client stays: wait
 	// for the answer (within remoteCallTimeout), so the caller can hand back what a gone
 	// client was leased instead of leaving it hidden for a visibility timeout.
@@ -819,7 +823,7 @@ func (b *Broker) HandleData(ctx context.Context, body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("a data request could not be read: %w", err)
 	}
 	resp := b.serveData(ctx, &req)
-	return json.Marshal(resp)
+	return encodeAnswer(&req, resp)
 }
 
 func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
