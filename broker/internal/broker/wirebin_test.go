@@ -134,4 +134,3 @@ func FuzzDecodeBinLease(f *testing.F) {
 		}
 	})
 }
-
