@@ -94,12 +94,13 @@ func TestBinAnswerOnlyForLeases(t *testing.T) {
 }
 
 // The binary form writes every field of a delivery: a field added to it, to its record
-// or to its nonce must be added to the form too (and this count).
+// or to its nonce must be added to the form too (and this count). A field added to
+// dataResp must be checked by isLeaseAnswer, or a lease answer holding it would lose it.
 func TestBinLeaseCoversEveryField(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want int
-	}{{partition.Delivery{}, 3}, {segment.Record{}, 5}, {queue.Nonce{}, 2}} {
+	}{{partition.Delivery{}, 3}, {segment.Record{}, 5}, {queue.Nonce{}, 2}, {dataResp{}, 11}} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields; the binary lease answer (wirebin.go) carries %d", c.v, n, c.want)
 		}
