@@ -3,8 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -83,15 +81,7 @@ func BenchmarkHTTPProduce(b *testing.B) {
 
 // BenchmarkHTTPProduceBatch is a produce-batch of 100 base64 payloads of 256 bytes.
 func BenchmarkHTTPProduceBatch(b *testing.B) {
-	type msg struct {
-		Payload string `json:"payload"`
-		Enc     string `json:"payload_encoding"`
-	}
-	msgs := make([]msg, 100)
-	for i := range msgs {
-		msgs[i] = msg{Payload: base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{byte(i)}, 256)), Enc: "base64"}
-	}
-	body, _ := json.Marshal(map[string]any{"messages": msgs})
+	body, _ := benchBatchBodies()
 	serveBench(b, benchHandler(b), "POST", "/v1/topics/bench/produce-batch", "application/json", body, 202)
 }
 
@@ -102,11 +92,7 @@ func BenchmarkHTTPConsumeBatch(b *testing.B) {
 
 // BenchmarkHTTPAckBatch settles 100 receipt handles in one request.
 func BenchmarkHTTPAckBatch(b *testing.B) {
-	acks := make([]map[string]string, 100)
-	for i := range acks {
-		acks[i] = map[string]string{"receipt_handle": "3.1.2.1000000.77777777." + strconv.Itoa(i)}
-	}
-	body, _ := json.Marshal(map[string]any{"acks": acks})
+	_, body := benchBatchBodies()
 	serveBench(b, benchHandler(b), "POST", "/v1/topics/bench/ack-batch", "application/json", body, 200)
 }
 

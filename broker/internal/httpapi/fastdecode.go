@@ -41,9 +41,21 @@ func getBatchDecoder(data []byte) *batchDecoder {
 }
 
 func (bd *batchDecoder) release() {
-	bd.dec.Reset(bytes.NewBuffer(nil)) // drop the reference to the body
 	bd.buf = bytes.Buffer{}
+	bd.dec.Reset(&bd.buf) // drop the reference to the body
 	batchDecoders.Put(bd)
+}
+
+// decodeBatch decodes a batch body by fast, or by strictDecode when fast gives up.
+func decodeBatch[T any](data []byte, fast func([]byte) (*T, bool)) (*T, error) {
+	if req, ok := fast(data); ok {
+		return req, nil
+	}
+	req := new(T)
+	if err := strictDecode(data, req); err != nil {
+		return nil, err
+	}
+	return req, nil
 }
 
 // name reads an object member's name and returns it unquoted, false when the name

@@ -231,8 +231,9 @@ func postBody(t *testing.T, path, body string) (int, string) {
 	return rec.Code, rec.Body.String()
 }
 
-// A produce-batch of 100 base64 payloads of 256 bytes, and an ack-batch of 100
-// handles, as the load generator sends them: the fast path against the strict decoder.
+// benchBatchBodies are a produce-batch of 100 base64 payloads of 256 bytes and an
+// ack-batch of 100 handles, as the load generator sends them: the bodies of the
+// decode benchmarks below and of BenchmarkHTTPProduceBatch and BenchmarkHTTPAckBatch.
 func benchBatchBodies() (produce, ack []byte) {
 	type msg struct {
 		Payload string `json:"payload"`

@@ -477,23 +477,12 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 	var decoded any
 	switch oi.id {
 	case "produceBatch":
-		if req, ok := fastProduceBatch(data); ok {
-			decoded = req
-		} else {
-			decoded = &apigen.ProduceBatchRequest{}
-			if err := strictDecode(data, decoded); err != nil {
-				return err
-			}
-		}
+		decoded, err = decodeBatch(data, fastProduceBatch)
 	case "ackBatch":
-		if req, ok := fastAckBatch(data); ok {
-			decoded = req
-		} else {
-			decoded = &apigen.AckBatchRequest{}
-			if err := strictDecode(data, decoded); err != nil {
-				return err
-			}
-		}
+		decoded, err = decodeBatch(data, fastAckBatch)
+	}
+	if err != nil {
+		return err
 	}
 	if decoded != nil {
 		if ab, ok := decoded.(*apigen.AckBatchRequest); ok {
