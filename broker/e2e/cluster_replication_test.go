@@ -774,6 +774,12 @@ func leadOn(t *testing.T, nodes []*clusterNode, topic string, target *clusterNod
 			}
 		}
 		third.Stop()
+		// The leader's stop hands its leadership to a live voter: once it finds the
+		// stopped node silent, target is the only one.
+		waitFor(t, 30*time.Second, l.id+" to find the stopped "+third.id+" silent", func() bool {
+			v, ok := metricValue(l.api, `narad_peer_alive{peer="`+third.id+`"}`)
+			return ok && v == 0
+		})
 		l.Restart()
 		third.Launch()
 		if err := third.WaitReady(); err != nil {

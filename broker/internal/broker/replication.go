@@ -763,12 +763,7 @@ func (b *Broker) reconcileVoters() {
 // placement no longer names, to the most caught-up voter in want (after committing
 // its live leases, so nothing in flight is delivered again).
 func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uint64) {
-	var to, best uint64
-	for _, id := range want {
-		if match, ok := info.Match[id]; ok && slices.Contains(info.Voters, id) && (to == 0 || match > best) {
-			to, best = id, match
-		}
-	}
+	to := handOverTarget(info, want, b.repl.host.PeerSilent)
 	if to == 0 {
 		return
 	}
@@ -793,6 +788,32 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 		lp.ResumeAfterHandOver()
 		b.log.Warn("a partition's leadership did not move; it goes on serving here and tries again", "topic", t.name, "partition", i, "to", b.nodeOf(to))
 	}
+}
+
+// handOverTarget picks who takes a partition's leadership over from this node: of the
+// candidates that are voters with a known match, the most caught-up one (it needs no
+// catching up first) among those the node-pair liveness does not find silent. A
+// transfer to a stopped node cannot happen, and the leases handed over would lapse as
+// in a crash; only when every candidate is silent is the most caught-up one tried
+// anyway. Ties go to the first candidate in order, not to map order.
+func handOverTarget(info raftetcd.GroupInfo, candidates []uint64, silent func(uint64) bool) uint64 {
+	var to, best, anyTo, anyBest uint64
+	for _, id := range candidates {
+		match, ok := info.Match[id]
+		if !ok || !slices.Contains(info.Voters, id) {
+			continue
+		}
+		if anyTo == 0 || match > anyBest {
+			anyTo, anyBest = id, match
+		}
+		if !silent(id) && (to == 0 || match > best) {
+			to, best = id, match
+		}
+	}
+	if to == 0 {
+		return anyTo
+	}
+	return to
 }
 
 // leaderBalanceWindow is how long after a rebalance chose a partition's preferred
@@ -899,14 +920,14 @@ func (b *Broker) handOver(ctx context.Context, t *topic, i int) {
 	if !ok || !info.Leader {
 		return
 	}
-	// The most caught-up other voter takes over (it needs no catching up first).
 	self := raftID(b.meta.ServerID())
-	var to, best uint64
-	for id, match := range info.Match {
-		if id != self && slices.Contains(info.Voters, id) && (to == 0 || match > best) {
-			to, best = id, match
+	var others []uint64
+	for _, id := range info.Voters {
+		if id != self {
+			others = append(others, id)
 		}
 	}
+	to := handOverTarget(info, others, b.repl.host.PeerSilent)
 	if to == 0 {
 		return
 	}
