@@ -223,6 +223,7 @@ type topic struct {
 	waiting   atomic.Int32  // consumes parked on this topic
 	produce   atomic.Uint32 // round-robin for keyless produce
 	consume   atomic.Uint32 // first partition tried by the next consume
+	att       *attendance   // who consumes the partitions (attend.go)
 	sig       signal
 	done      chan struct{} // closed when the incarnation is closed
 	metrics   *topicMetrics
@@ -631,6 +632,7 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 	t.cur.Store(&m)
 	parts := make([]*partition.Partition, m.Partitions)
 	t.partsP.Store(&parts)
+	t.att = newAttendance(int(m.Partitions))
 	t.openedAs = make([]string, m.Partitions)
 	for i := int32(0); i < m.Partitions; i++ {
 		if !b.holds(m, i) {

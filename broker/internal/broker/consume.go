@@ -36,6 +36,7 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 		return nil, err
 	}
 	defer func() { err = b.notGoneIfRecreated(t, err) }()
+	defer t.att.consuming()()
 	if wait > MaxWait {
 		wait = MaxWait
 	}
@@ -173,6 +174,8 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 	size := 0
 	spend := min(leaseBudget, vis/4)
 	var held time.Time // when the first lease held was asked for
+	var buf [64]int
+	order := t.att.order(buf[:0], n, start, t.leads, mono())
 	for k := 0; k < n && len(out) < max && size < MaxConsumeBytes; k++ {
 		if ctx.Err() != nil {
 			break // the client went: lease nothing more (the caller hands back what was)
@@ -186,7 +189,7 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 			// at another partition.
 			break
 		}
-		i := (start + k) % n
+		i := order[k]
 		budget := MaxConsumeBytes - size
 		if len(out) == 0 {
 			budget = MaxConsumeBytes

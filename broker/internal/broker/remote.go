@@ -108,6 +108,10 @@ type dataReq struct {
 	// Bin asks for a lease's answer in the binary form (wirebin.go); a holder of an
 	// earlier version ignores it and answers in JSON.
 	Bin bool `json:"bin,omitempty"`
+	// Attend asks a lease's holder whether consumers of the topic ask it directly
+	// (attend.go), and says the entry node reads the binary form's version 2, which
+	// carries that answer. A holder of an earlier version ignores it.
+	Attend bool `json:"attend,omitempty"`
 }
 
 type dataResp struct {
@@ -122,6 +126,9 @@ type dataResp struct {
 	Repl       *ReplicaInfo         `json:"repl,omitempty"`
 	Batch      []partStats          `json:"batch,omitempty"`
 	Err        *wireErr             `json:"err,omitempty"`
+	// Attended answers a lease that asked (dataReq.Attend): consumers of the topic
+	// ask this node directly.
+	Attended bool `json:"attended,omitempty"`
 }
 
 // partStats is one partition's answer in a stats_batch: its counters and replication
@@ -422,7 +429,7 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 	var lerr error
 	req := b.dataReq(t, dataLease, p)
 	req.Limit, req.DurationMs, req.MaxBytes, req.Principal = limit, vis.Milliseconds(), maxBytes, principalOf(ctx)
-	req.Bin = true
+	req.Bin, req.Attend = true, true
 	// Once sent, the lease is taken on the holder whether or not the client stays: wait
 	// for the answer (within remoteCallTimeout), so the caller can hand back what a gone
 	// client was leased instead of leaving it hidden for a visibility timeout.
@@ -435,6 +442,9 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 	}
 	if resp == nil {
 		return ds, lerr
+	}
+	if resp.Err == nil {
+		t.att.heard(p, resp.Attended, mono())
 	}
 	return resp.Deliveries, fromWireErr(resp.Err)
 }
@@ -868,6 +878,7 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 		}
 	case dataLease:
 		resp.Deliveries, err = p.Lease(req.Limit, time.Duration(req.DurationMs)*time.Millisecond, req.MaxBytes)
+		resp.Attended = req.Attend && t.att.attended(mono())
 	case dataSettle:
 		for _, e := range p.Settle(req.Settles) {
 			resp.Errs = append(resp.Errs, toWireErr(e))

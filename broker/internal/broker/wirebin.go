@@ -21,18 +21,34 @@ import (
 //	the value | uvarint attrs | uvarint nonce epoch | uvarint nonce seq |
 //	uvarint attempt )
 //
+// Version 2 (asked for with attend: true as well) has one more uvarint after the
+// version byte, its flags: bit 0 is dataResp.Attended. A holder answers version 2 only
+// to an entry node that asked for it, since one of an earlier version reads version 1
+// alone.
+//
 // A JSON answer starts with '{', so the entry node tells the two apart by the first
 // byte: a holder of an earlier version ignores the unknown member and answers in JSON,
 // and an entry node of an earlier version never asks for the binary form.
 const (
-	binAnswerMagic   = 0x00
-	binAnswerVersion = 1
+	binAnswerMagic = 0x00
+	binAnswerV1    = 1
+	binAnswerV2    = 2
+	binAttended    = 1 // flag of version 2
 )
 
-// appendBinLease appends resp, the answer to a lease (deliveries and an error only),
-// in the binary form.
-func appendBinLease(b []byte, resp *dataResp) ([]byte, error) {
-	b = append(b, binAnswerMagic, binAnswerVersion)
+// appendBinLease appends resp, the answer to a lease (deliveries, an error and whether
+// it is attended only), in the binary form of the version given.
+func appendBinLease(b []byte, resp *dataResp, version byte) ([]byte, error) {
+	b = append(b, binAnswerMagic, version)
+	if version >= binAnswerV2 {
+		var flags uint64
+		if resp.Attended {
+			flags |= binAttended
+		}
+		b = binary.AppendUvarint(b, flags)
+	} else if resp.Attended {
+		return nil, errors.New("version 1 of the binary answer cannot say a partition is attended")
+	}
 	if resp.Err != nil {
 		e, err := json.Marshal(resp.Err)
 		if err != nil {
@@ -81,11 +97,18 @@ func decodeBinLease(data []byte) (*dataResp, error) {
 	if len(data) < 2 || data[0] != binAnswerMagic {
 		return nil, errBinAnswer
 	}
-	if data[1] != binAnswerVersion {
+	if data[1] != binAnswerV1 && data[1] != binAnswerV2 {
 		return nil, fmt.Errorf("%w: version %d", errBinAnswer, data[1])
 	}
 	r := binReader{b: data, at: 2}
 	var resp dataResp
+	if data[1] >= binAnswerV2 {
+		flags := r.uvarint()
+		if flags&^binAttended != 0 {
+			return nil, fmt.Errorf("%w: unknown flags %#x", errBinAnswer, flags)
+		}
+		resp.Attended = flags&binAttended != 0
+	}
 	if n := r.uvarint(); n > 0 {
 		e := r.bytes(n)
 		if r.bad {
@@ -183,7 +206,11 @@ func (r *binReader) bytes(n uint64) []byte {
 // it and resp is a lease's answer, in JSON otherwise.
 func encodeAnswer(req *dataReq, resp *dataResp) ([]byte, error) {
 	if req.Bin && req.Kind == dataLease && isLeaseAnswer(resp) {
-		return appendBinLease(make([]byte, 0, binLeaseSize(resp)), resp)
+		version := byte(binAnswerV1)
+		if req.Attend {
+			version = binAnswerV2
+		}
+		return appendBinLease(make([]byte, 0, binLeaseSize(resp)), resp, version)
 	}
 	return json.Marshal(resp)
 }

@@ -236,7 +236,9 @@ export interface paths {
          * Take one message under a lease
          * @description Reserves the next available message for the topic's visibility timeout and
          *     returns it with a `receipt_handle`. Waits up to `wait` for one to arrive
-         *     (long poll); 204 when none did. Partitions are served in turn.
+         *     (long poll); 204 when none did. Partitions are served in turn (in a cluster,
+         *     a node serves first the partitions it leads while every other partition's
+         *     leader has consumers of its own).
          *
          *     With `partition` and `offset`, reads that one message without a lease
          *     (replay): no receipt handle, nothing reserved; 204 when the offset is not yet
