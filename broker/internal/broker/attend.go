@@ -54,15 +54,16 @@ func newAttendance(parts int) *attendance {
 		ttl: int64(attendTTL), refresh: int64(attendRefresh)}
 }
 
-// consuming notes a consume of the topic made to this node, until the returned func
-// is called.
-func (a *attendance) consuming() func() {
+// consuming notes the start of a consume of the topic made to this node; consumed
+// its end.
+func (a *attendance) consuming() {
 	a.local.Add(1)
 	a.localLast.Store(mono())
-	return func() {
-		a.localLast.Store(mono())
-		a.local.Add(-1)
-	}
+}
+
+func (a *attendance) consumed() {
+	a.localLast.Store(mono())
+	a.local.Add(-1)
 }
 
 // attended reports whether consumers of the topic ask this node directly.

@@ -70,11 +70,11 @@ func TestAttendedByLocalConsumes(t *testing.T) {
 	if a.attended(mono() + int64(attendWindow)) {
 		t.Fatal("attended with no consume ever made")
 	}
-	done := a.consuming()
+	a.consuming()
 	if !a.attended(mono() + 10*int64(attendWindow)) {
 		t.Fatal("not attended while a consume (a long poll) is in progress")
 	}
-	done()
+	a.consumed()
 	if !a.attended(mono()) {
 		t.Fatal("not attended just after a consume")
 	}
@@ -177,7 +177,8 @@ func TestConsumesOnEveryNodeStayOnTheirNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(tp.att.consuming())
+		tp.att.consuming()
+		t.Cleanup(tp.att.consumed)
 	}
 	// Each node hears from every other partition's holder: one consume starting at
 	// each partition.

@@ -36,7 +36,8 @@ func (b *Broker) Consume(ctx context.Context, name string, max int, wait time.Du
 		return nil, err
 	}
 	defer func() { err = b.notGoneIfRecreated(t, err) }()
-	defer t.att.consuming()()
+	t.att.consuming()
+	defer t.att.consumed()
 	if wait > MaxWait {
 		wait = MaxWait
 	}
@@ -160,7 +161,8 @@ const downRetry = 100 * time.Millisecond
 const leaseBudget = 3 * time.Second
 
 // leaseFrom leases from the topic's partitions in turn, starting one further each call
-// so every partition is served, wherever it lives. A partition whose holder cannot be
+// so every partition is served, wherever it lives; those whose holders' own consumers
+// attend to them are asked last (attend.go). A partition whose holder cannot be
 // reached is passed over while another answers: the consume is served from the
 // partitions that are up (and waits on them), and fails only when none is. down
 // reports that failure: no partition could be asked, so the error may pass.
