@@ -317,6 +317,17 @@ func (h *Host) PeerDown(id uint64) <-chan struct{} {
 	return p.down
 }
 
+// LivenessTimeout is how long a peer may be silent before it is found dead.
+func (h *Host) LivenessTimeout() time.Duration { return h.opts.LivenessTimeout }
+
+// PeerHeard reports whether node id was heard from since this node learned of it (a
+// liveness answer or a raft message). Until it was, PeerDown's channel cannot close:
+// it closes when a peer found live stops answering.
+func (h *Host) PeerHeard(id uint64) bool {
+	p := h.peer(id)
+	return p != nil && p.lastHeard.Load() != 0
+}
+
 // PeerSilent reports whether node id was heard from before and not for LivenessTimeout
 // since: it is down or cut off. A peer never heard from yet is not silent.
 func (h *Host) PeerSilent(id uint64) bool {
