@@ -68,7 +68,11 @@ func (a *attendance) consumed() {
 
 // attended reports whether consumers of the topic ask this node directly.
 func (a *attendance) attended(now int64) bool {
-	return a.local.Load() > 0 || now-a.localLast.Load() < int64(attendWindow)
+	if a.local.Load() > 0 {
+		return true
+	}
+	last := a.localLast.Load()
+	return last != 0 && now-last < int64(attendWindow) // 0: no consume since the topic opened
 }
 
 // heard records a holder's answer about partition i.

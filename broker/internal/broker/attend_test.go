@@ -67,8 +67,10 @@ func TestConsumeOrder(t *testing.T) {
 // for attendWindow after the last one ended.
 func TestAttendedByLocalConsumes(t *testing.T) {
 	a := newAttendance(1)
-	if a.attended(mono() + int64(attendWindow)) {
-		t.Fatal("attended with no consume ever made")
+	for _, at := range []int64{1, mono(), mono() + int64(attendWindow)} {
+		if a.attended(at) {
+			t.Fatalf("attended at %d with no consume ever made (a node just started must not claim consumers)", at)
+		}
 	}
 	a.consuming()
 	if !a.attended(mono() + 10*int64(attendWindow)) {
@@ -195,6 +197,15 @@ func TestConsumesOnEveryNodeStayOnTheirNode(t *testing.T) {
 		tp, _ := b.lookup("spread")
 		tp.att.refresh, tp.att.ttl = int64(time.Hour), int64(time.Hour)
 	}
+	// Every other node's holder said its consumers attend its partitions.
+	for k, b := range bs {
+		tp, _ := b.lookup("spread")
+		for i := range parts {
+			if !tp.leads(i) && tp.att.seen[i].Load() == 0 {
+				t.Fatalf("node %d has not heard that partition %d is attended, with consumers on every node", k, i)
+			}
+		}
+	}
 	leases := countLeases(plane)
 	const rounds = 30
 	for k, b := range bs {
@@ -237,12 +248,21 @@ func TestConsumesOnOneNodeServeEveryPartition(t *testing.T) {
 		}
 		got[ds[0].Partition]++
 	}
+	// Nobody attends the others' partitions: the order is the rotation, and each of the
+	// 18 consumes starts one partition further, so each partition serves 3.
 	for i := range parts {
-		if got[int32(i)] == 0 {
-			t.Errorf("partition %d delivered nothing in %d consumes on node 0 (leading %v): %v", i, 3*parts, led[0], got)
+		if got[int32(i)] != 3 {
+			t.Errorf("partition %d delivered %d of %d consumes on node 0 (leading %v); want 3 each, in turn: %v", i, got[int32(i)], 3*parts, led[0], got)
 		}
 	}
 	if len(leases()) == 0 {
 		t.Error("no lease was forwarded; the consumes never reached the other nodes' partitions")
+	}
+	// The holders said so: no consumer asks them directly.
+	tp, _ := bs[0].lookup("lopsided")
+	for i := range parts {
+		if !tp.leads(i) && tp.att.seen[i].Load() != 0 {
+			t.Errorf("partition %d counts attended on node 0, though no consume was made to its holder", i)
+		}
 	}
 }

@@ -40,9 +40,13 @@ func TestCutWhenSilent(t *testing.T) {
 			return false
 		}
 	}
-	// Never heard, never answering: cut after about the liveness timeout.
+	// Never heard, never answering: cut after the liveness timeout, not before.
+	began := time.Now()
 	if r := start(false); !cut(r, 10*time.Second) {
 		t.Fatal("a call to a peer never heard from was not cut")
+	}
+	if took := time.Since(began); took < liveness/2 {
+		t.Fatalf("a call to a peer never heard from was cut after %s, before the liveness timeout of %s", took, liveness)
 	}
 	// Heard (found live): only its death cuts the call.
 	r := start(true)
@@ -54,10 +58,20 @@ func TestCutWhenSilent(t *testing.T) {
 		t.Fatal("a call to a peer found dead was not cut")
 	}
 	// Unheard at the start, heard before the timeout: not cut then; cut when it dies.
-	r = start(false)
-	r.heard.Store(true)
+	// (The watch asks at its start and again at the timeout: the second answers yes.)
+	r = &run{cancelled: make(chan struct{}), down: make(chan struct{}), done: make(chan struct{})}
+	r.ctx, r.end = context.WithCancel(context.Background())
+	t.Cleanup(r.end)
+	var asks atomic.Int32
+	go func() {
+		defer close(r.done)
+		cutWhenSilent(r.ctx, func() { close(r.cancelled) }, r.down, func() bool { return asks.Add(1) > 1 }, liveness)
+	}()
 	if cut(r, 4*liveness) {
 		t.Fatal("a call to a peer heard from during the call was cut at the unheard timeout")
+	}
+	if n := asks.Load(); n != 2 {
+		t.Fatalf("the watch asked whether the peer was heard %d times; want at its start and at the timeout", n)
 	}
 	close(r.down)
 	if !cut(r, 10*time.Second) {

@@ -24,7 +24,8 @@ import (
 // Version 2 (asked for with attend: true as well) has one more uvarint after the
 // version byte, its flags: bit 0 is dataResp.Attended. A holder answers version 2 only
 // to an entry node that asked for it, since one of an earlier version reads version 1
-// alone.
+// alone. A reader refuses flags it does not know, so a new flag needs a new version,
+// sent only to entry nodes that ask for it.
 //
 // A JSON answer starts with '{', so the entry node tells the two apart by the first
 // byte: a holder of an earlier version ignores the unknown member and answers in JSON,
