@@ -327,10 +327,7 @@ func (b *Broker) callOnce(ctx context.Context, node string, req *dataReq, timeou
 	if b.repl != nil {
 		// Stop waiting as soon as the node is found dead (about a second of silence),
 		// not at the end of the timeout: a failover should not wait out a dead peer.
-		h, id := b.repl.host, raftID(m.ServerID)
-		if down := h.PeerDown(id); down != nil {
-			go cutWhenSilent(cctx, cancel, down, func() bool { return h.PeerHeard(id) }, h.LivenessTimeout())
-		}
+		b.repl.host.CutWhenSilent(cctx, raftID(m.ServerID), cancel)
 	}
 	out, err := b.opts.Peers.Call(cctx, m.ClusterAddr, body)
 	if err != nil {
@@ -356,37 +353,6 @@ func (b *Broker) callOnce(ctx context.Context, node string, req *dataReq, timeou
 		return nil, fmt.Errorf("%w: an answer of node %q could not be read: %w", ErrOutcomeUnknown, node, err)
 	}
 	return resp, nil
-}
-
-// cutWhenSilent cancels a call to a peer when the node-pair liveness finds it dead
-// (down closes), or, for a peer this node has not heard from since it started (down
-// only closes for a peer that was found live first), when it is still unheard a
-// liveness timeout after the call began. Without the second, a node restarted just before
-// the leader it forwarded to was killed waited out the whole call timeout (5 s: the
-// failover rounds of TestReplicationFailoverTimes that took 5–6 s). It returns when
-// ctx ends.
-func cutWhenSilent(ctx context.Context, cancel func(), down <-chan struct{}, heard func() bool, liveness time.Duration) {
-	var unheard <-chan time.Time
-	if !heard() {
-		t := time.NewTimer(liveness)
-		defer t.Stop()
-		unheard = t.C
-	}
-	for {
-		select {
-		case <-down:
-			cancel()
-			return
-		case <-unheard:
-			if !heard() {
-				cancel()
-				return
-			}
-			unheard = nil // heard meanwhile: found live, so down closes if it dies
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 func (b *Broker) peerState(node string, m meta.Member) string {

@@ -169,16 +169,14 @@ func (r *binReader) uvarint() uint64 {
 	return v
 }
 
+// varint reads a zig-zag varint (binary.AppendVarint's form): a uvarint whose low bit
+// is the sign.
 func (r *binReader) varint() int64 {
-	if r.bad {
-		return 0
+	u := r.uvarint()
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
 	}
-	v, n := binary.Varint(r.b[r.at:])
-	if n <= 0 {
-		r.bad = true
-		return 0
-	}
-	r.at += n
 	return v
 }
 

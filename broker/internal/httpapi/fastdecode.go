@@ -13,15 +13,15 @@ import (
 
 // strictDecode reads any batch body, but by reflection: it walks the generated types
 // member by member, looking each type's decoder up on every value, and copies every
-// payload (15 % of a node's CPU in the batched flow). For the shapes clients send (every member a known
-// one, strings, integers, a payload of any JSON value) fastProduceBatch and
-// fastAckBatch read the tokens straight into the generated types. Each is a fast path
-// only: on anything it does not handle (a null, an unknown or repeated member, an
-// origin, a number that is not a plain integer, invalid UTF-8, a syntax error) it
-// gives up and the caller decodes with strictDecode, whose answer, error message
-// included, is the reference. So the fast path never accepts what strictDecode refuses,
-// never refuses anything, and where it accepts it must read exactly what strictDecode
-// reads: FuzzFastBatchDecode holds it to that.
+// payload (15 % of a node's CPU in the batched flow). For the shapes clients send
+// (every member a known one, strings, integers, a payload of any JSON value)
+// fastProduceBatch and fastAckBatch read the tokens straight into the generated types.
+// Each is a fast path only: on anything it does not handle (a null, an unknown or
+// repeated member, an origin, a number that is not a plain integer, invalid UTF-8, a
+// syntax error) it gives up and the caller decodes with strictDecode, whose answer,
+// error message included, is the reference. So the fast path never accepts what
+// strictDecode refuses, never refuses anything, and where it accepts it must read
+// exactly what strictDecode reads: FuzzFastBatchDecode holds it to that.
 
 // batchDecoder is a pooled token reader over one body.
 type batchDecoder struct {

@@ -304,28 +304,48 @@ func (p *peer) address() string {
 	return p.addr
 }
 
-// PeerDown returns a channel closed when node id is next found dead (nothing heard
-// from it for LivenessTimeout): a caller waiting on an answer from it can stop
-// waiting. Nil (never closed) for an unknown peer.
-func (h *Host) PeerDown(id uint64) <-chan struct{} {
+// CutWhenSilent calls cancel, from a goroutine of its own, when the node-pair liveness
+// finds node id dead (nothing heard from it for LivenessTimeout), or, for a peer this
+// node has not heard from since it learned of it (one never found live is never found
+// dead), when it is still unheard a LivenessTimeout after this call: a caller waiting
+// on an answer from it can stop waiting. The watch ends with ctx. An unknown peer is
+// not watched.
+func (h *Host) CutWhenSilent(ctx context.Context, id uint64, cancel func()) {
 	p := h.peer(id)
 	if p == nil {
-		return nil
+		return
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.down
+	down := p.down
+	p.mu.Unlock()
+	go cutWhenSilent(ctx, cancel, down, func() bool { return p.lastHeard.Load() != 0 }, h.opts.LivenessTimeout)
 }
 
-// LivenessTimeout is how long a peer may be silent before it is found dead.
-func (h *Host) LivenessTimeout() time.Duration { return h.opts.LivenessTimeout }
-
-// PeerHeard reports whether node id was heard from since this node learned of it (a
-// liveness answer or a raft message). Until it was, PeerDown's channel cannot close:
-// it closes when a peer found live stops answering.
-func (h *Host) PeerHeard(id uint64) bool {
-	p := h.peer(id)
-	return p != nil && p.lastHeard.Load() != 0
+// cutWhenSilent is CutWhenSilent's watch. Without its unheard case, a node restarted
+// just before the leader it forwarded to was killed waited out the whole call timeout
+// (5 s: the failover rounds of TestReplicationFailoverTimes that took 5–6 s).
+func cutWhenSilent(ctx context.Context, cancel func(), down <-chan struct{}, heard func() bool, liveness time.Duration) {
+	var unheard <-chan time.Time
+	if !heard() {
+		t := time.NewTimer(liveness)
+		defer t.Stop()
+		unheard = t.C
+	}
+	for {
+		select {
+		case <-down:
+			cancel()
+			return
+		case <-unheard:
+			if !heard() {
+				cancel()
+				return
+			}
+			unheard = nil // heard meanwhile: found live, so down closes if it dies
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // PeerSilent reports whether node id was heard from before and not for LivenessTimeout
