@@ -615,6 +615,15 @@ func TestPartlyStoredBatchStaysPartlyStoredWhenRecreated(t *testing.T) {
 			if hookErr = bs[ctl].DeleteTopic(ctx, "again", 0); hookErr != nil {
 				return
 			}
+			// The delete is answered when the controller commits it; the holder applies
+			// it a moment later. Until then an append to the old incarnation is stored
+			// (it raced the delete), which is not the case under test.
+			if hookErr = waitFor(30*time.Second, func() bool {
+				_, lerr := bs[hb].lookupLocal("again")
+				return errors.Is(lerr, ErrTopicNotFound)
+			}); hookErr != nil {
+				return
+			}
 			resp, err = deliver(ctx) // the holder has closed the deleted incarnation
 			if _, cerr := bs[ctl].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](2)}); cerr != nil {
 				hookErr = cerr
@@ -746,4 +755,17 @@ func controllerIndex(bs []*Broker) int {
 		}
 	}
 	return -1
+}
+
+// waitFor polls cond every 10 ms until it holds or limit passes; for goroutines other
+// than the test's own, where pollUntil's t.Fatalf may not be called.
+func waitFor(limit time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("condition still false after %v", limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
 }
