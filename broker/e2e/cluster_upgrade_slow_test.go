@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,6 +20,29 @@ import (
 // operations). Move it to the newest release's tag when there is one;
 // NARAD_UPGRADE_FROM overrides it for a run.
 const previousRelease = "f30a74d"
+
+// releaseFormat reads the newest data-directory format commit rev knows (its
+// format.Current), which a node's directory is taken back to before rev runs on it.
+func releaseFormat(t *testing.T, rev string) int {
+	t.Helper()
+	mod, err := testutil.BrokerModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := exec.Command("git", "-C", filepath.Dir(mod), "show", rev+":broker/internal/storage/format/format.go").Output()
+	if err != nil {
+		t.Fatalf("reading the format package of %s: %v", rev, err)
+	}
+	m := regexp.MustCompile(`(?m)^const Current = (\d+)$`).FindSubmatch(src)
+	if m == nil {
+		t.Fatalf("no \"const Current = N\" in the format package of %s", rev)
+	}
+	n, err := strconv.Atoi(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
 
 // buildRelease builds narad from commit rev of this repository into a temporary
 // directory: the broker and Go SDK modules of that commit, by git archive (nothing of
@@ -57,13 +82,14 @@ func buildRelease(t *testing.T, rev string) string {
 // TestClusterRollingUpgradeFromPreviousRelease: N → N+1 under load with N the previous
 // release itself, built from git: its nodes know nothing of cluster versions (they
 // report no range and would halt at set_cluster_version), and a rollback to it before
-// the commit is the real one.
+// the commit is the real one: N knows data-directory format 2 only, so the node's
+// directory goes back through `narad downgrade-format` first.
 func TestClusterRollingUpgradeFromPreviousRelease(t *testing.T) {
 	t.Parallel()
 	rev := previousRelease
 	if v := strings.TrimSpace(os.Getenv("NARAD_UPGRADE_FROM")); v != "" {
 		rev = v
 	}
-	prev := release{name: "N (commit " + rev + ")", bin: buildRelease(t, rev)}
+	prev := release{name: "N (commit " + rev + ")", bin: buildRelease(t, rev), format: releaseFormat(t, rev)}
 	rollingUpgrade(t, prev, thisRelease, false)
 }

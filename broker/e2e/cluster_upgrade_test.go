@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/meta"
+	"github.com/narad-mq/narad/broker/internal/storage/format"
 	"github.com/narad-mq/narad/broker/internal/testutil"
 )
 
@@ -23,6 +25,10 @@ type release struct {
 	name string
 	bin  string
 	args []string
+	// format is the newest data-directory format the release knows; 0 for this
+	// binary's own (format.Current). A node goes back to an older one through
+	// `narad downgrade-format`, as an operator's rollback does.
+	format int
 }
 
 // heldAtVersion1 is this checkout's binary speaking only cluster version 1, as the
@@ -309,6 +315,15 @@ func (c *upgradeCluster) replace(i int, rel release) {
 	c.stopping[nd.id] = true
 	c.mu.Unlock()
 	nd.Stop()
+	if rel.format != 0 && rel.format < format.Current {
+		// The rollback of docs/operating/upgrades.md: this binary folds the node's
+		// write-ahead file into its files and takes the directory back to the format
+		// the old release knows.
+		out, err := exec.Command(testutil.BuildNarad(c.t), "downgrade-format", "--to", strconv.Itoa(rel.format), "--data-dir", nd.DataDir()).CombinedOutput()
+		if err != nil {
+			c.t.Fatalf("narad downgrade-format --to %d on %s: %v\n%s", rel.format, nd.id, err, out)
+		}
+	}
 	nd.Relaunch(c.options(nd, rel))
 	if err := nd.WaitReady(); err != nil {
 		c.t.Fatalf("%s as %s: %v", nd.id, rel.name, err)

@@ -308,3 +308,68 @@ func TestFormatTooNewRefused(t *testing.T) {
 		t.Errorf("the refused directory's metadata changed (%v)", err)
 	}
 }
+
+// TestFormatDowngradeForARollback: `narad downgrade-format --to 2` refuses a node that
+// runs; on the directory of a node killed with -9 it takes the format back to 2 with
+// wal/ folded in and removed, and a start on it loses nothing and redelivers no ack.
+// (The cluster-tagged TestClusterRollingUpgradeFromPreviousRelease starts a binary of
+// format 2 itself on such a directory.)
+func TestFormatDowngradeForARollback(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNarad(t, testutil.Options{})
+	a := &api{Client: n.Client(), t: t}
+	a.createTopic("d", map[string]any{"partitions": 2})
+	for i := 0; i < 20; i++ {
+		a.produceJSON("d", map[string]any{"id": "m" + strconv.Itoa(i)}, "")
+	}
+	acked := map[string]bool{}
+	for len(acked) < 5 {
+		m := a.mustConsume("d", "2s")
+		a.mustAck("d", m)
+		acked[payloadID(t, m)] = true
+	}
+	dir := n.DataDir()
+	downgrade := func() (string, int) {
+		t.Helper()
+		cmd := exec.Command(testutil.BuildNarad(t), "downgrade-format", "--to", "2", "--data-dir", dir)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return string(out), exit.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	if out, code := downgrade(); code != 1 || !strings.Contains(out, "stop the node") {
+		t.Fatalf("a downgrade of a running node's directory: exit %d, output %q; want exit 1 saying to stop the node", code, out)
+	}
+	if got := readFormat(t, dir); got != format.Current {
+		t.Fatalf("FORMAT reads %d after a refused downgrade", got)
+	}
+	n.Kill()
+	if out, code := downgrade(); code != 0 || !strings.Contains(out, "at format 2 now") {
+		t.Fatalf("a downgrade of a killed node's directory: exit %d, output %q", code, out)
+	}
+	if got := readFormat(t, dir); got != 2 {
+		t.Fatalf("FORMAT reads %d after the downgrade, want 2", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "wal")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("wal/ after the downgrade: %v; want it gone", err)
+	}
+	n.RestartAfterKill()
+	if !strings.Contains(n.Log(), "upgrading the data directory") || readFormat(t, dir) != format.Current {
+		t.Errorf("the start after the downgrade did not upgrade the directory again (FORMAT %d)", readFormat(t, dir))
+	}
+	got := map[string]int{}
+	for _, m := range a.drain("d") {
+		got[payloadID(t, &m)]++
+	}
+	for i := 0; i < 20; i++ {
+		id := "m" + strconv.Itoa(i)
+		if want := map[bool]int{true: 0, false: 1}[acked[id]]; got[id] != want {
+			t.Errorf("%s delivered %d times after the downgrade and restart, want %d (acked: %v)", id, got[id], want, acked[id])
+		}
+	}
+}

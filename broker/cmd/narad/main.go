@@ -39,6 +39,8 @@ func main() {
 			fmt.Fprintln(os.Stderr, "narad:", err)
 			os.Exit(1)
 		}
+	case "downgrade-format":
+		runDowngrade()
 	case "version", "--version":
 		fmt.Println(versionLine())
 	case "help", "-h", "--help":
@@ -75,6 +77,7 @@ func usage(w io.Writer) {
 commands:
   serve       run a broker node (narad serve --help lists its flags; --dev: a playground)
   version     print the version
+  downgrade-format --to N   take a stopped node's data directory back to format N (a rollback)
 `)
 	cli.Usage(w)
 	fmt.Fprint(w, "\nnarad <command> --help shows a command's flags; docs/guides/cli.md has the exit codes.\n")

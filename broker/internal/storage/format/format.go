@@ -40,6 +40,8 @@ var (
 	ErrUnreadable    = errors.New("the data directory's FORMAT file is unreadable")
 	ErrNeedsUpgrade  = errors.New("the data directory needs an upgrade that must be asked for")
 	ErrUpgradeFailed = errors.New("upgrading the data directory failed")
+	ErrNoDowngrade   = errors.New("the data directory cannot be taken back to that format")
+	ErrInUse         = errors.New("the data directory is in use by a running node")
 )
 
 // Stamp is the body of the FORMAT file.
@@ -81,6 +83,10 @@ type step struct {
 	// A step that only adds, or changes nothing an older binary needs, runs on its own.
 	confirm bool
 	run     func(dir string, log *slog.Logger) error
+	// down undoes the step on a stopped node's directory: afterwards a binary of
+	// format to-1 reads it as its own, with nothing lost. Nil: the step cannot be
+	// undone in place, only by restoring a backup.
+	down func(dir string, log *slog.Logger) error
 }
 
 // steps lists every upgrade, in order; steps[i].to is i+2 (format 1 is the first).
@@ -96,7 +102,8 @@ var steps = []step{
 		to: 3,
 		what: "format 3: the node-wide write-ahead file wal/ (created at start, nothing to convert); " +
 			"a binary of format 2 would not replay it after a crash and would cut acknowledged appends from the logs",
-		run: func(string, *slog.Logger) error { return nil },
+		run:  func(string, *slog.Logger) error { return nil },
+		down: foldWAL,
 	},
 }
 
@@ -145,8 +152,9 @@ func prepare(dir string, opts Options, current int, steps []step) (Result, error
 			by = " (written by " + st.WrittenBy + ")"
 		}
 		return res, fmt.Errorf("%w: %s is at format %d%s, but %s knows formats up to %d. "+
-			"Start it with a binary that knows format %d, or restore a backup taken before it was upgraded to format %d "+
-			"(docs/operating/upgrades.md)", ErrTooNew, dir, st.Format, by, me, current, st.Format, st.Format)
+			"Start it with a binary that knows format %d; to run this one, take the directory back with that binary "+
+			"(narad downgrade-format --to %d, the node stopped) or restore a backup taken before it was upgraded to format %d "+
+			"(docs/operating/upgrades.md)", ErrTooNew, dir, st.Format, by, me, current, st.Format, current, st.Format)
 	case st.Format == current:
 		return res, nil
 	}

@@ -152,7 +152,7 @@ func TestNewerFormatRefused(t *testing.T) {
 	if !errors.Is(err, ErrTooNew) {
 		t.Fatalf("Prepare on format %d = %v, want ErrTooNew", Current+1, err)
 	}
-	for _, want := range []string{fmt.Sprintf("at format %d", Current+1), "narad 9.9.9", "narad test-1", fmt.Sprintf("knows formats up to %d", Current), "restore a backup"} {
+	for _, want := range []string{fmt.Sprintf("at format %d", Current+1), "narad 9.9.9", "narad test-1", fmt.Sprintf("knows formats up to %d", Current), "restore a backup", fmt.Sprintf("narad downgrade-format --to %d", Current)} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal %q does not say %q", err, want)
 		}

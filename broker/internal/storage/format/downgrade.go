@@ -1,0 +1,138 @@
+package format
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
+)
+
+// Downgrade takes the data directory dir of a stopped node back to format to, so that
+// a binary that knows only that format starts on it: the rollback of an upgrade in
+// place, without a backup (a backup restored on a cluster node would bring back a Raft
+// vote and log it has since moved past; see docs/operating/upgrades.md). It runs each
+// step's undo from the directory's format down, then writes FORMAT.
+//
+// It refuses a directory a running node holds (its control-plane store is locked), a
+// directory newer than this binary knows, and a step that cannot be undone (format 1
+// is reached only by a backup). A crash part-way leaves the directory at its format
+// (FORMAT is written last and every undo is safe to run twice), readable by this
+// binary; run it again. A directory already at to or older is left as it is.
+func Downgrade(dir string, to int, opts Options) (Result, error) {
+	return downgrade(dir, to, opts, Current, steps)
+}
+
+func downgrade(dir string, to int, opts Options, current int, steps []step) (Result, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	me := opts.WrittenBy
+	if me == "" {
+		me = "this binary"
+	}
+	st, found, err := Read(dir)
+	if err != nil {
+		return Result{}, err
+	}
+	if !found {
+		used, err := holdsData(dir)
+		if err != nil {
+			return Result{}, err
+		}
+		if !used {
+			return Result{}, fmt.Errorf("%s holds no narad data directory (no FORMAT, node-id, meta/ or topics/): check --data-dir", dir)
+		}
+		st = Stamp{Format: 1}
+	}
+	res := Result{Found: st.Format}
+	switch {
+	case st.Format > current:
+		return res, fmt.Errorf("%w: %s is at format %d, but %s knows formats up to %d; run the downgrade with a binary that knows format %d",
+			ErrTooNew, dir, st.Format, me, current, st.Format)
+	case to >= st.Format:
+		return res, nil
+	case to < 1:
+		return res, fmt.Errorf("%w: there is no format %d (formats start at 1)", ErrNoDowngrade, to)
+	}
+	todo := steps[to-1 : st.Format-1] // the steps to formats to+1 … st.Format
+	for i := len(todo) - 1; i >= 0; i-- {
+		if todo[i].down == nil {
+			return res, fmt.Errorf("%w: the step to format %d cannot be undone in place, so %s goes back to format %d only by restoring a backup taken before it was upgraded (docs/operating/upgrades.md); nothing was changed",
+				ErrNoDowngrade, todo[i].to, dir, todo[i].to-1)
+		}
+	}
+	unlock, err := lockStore(dir)
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
+	log.Info("downgrading the data directory", "dir", dir, "from_format", st.Format, "to_format", to)
+	for i := len(todo) - 1; i >= 0; i-- {
+		s := todo[i]
+		log.Info("data directory downgrade step", "from_format", s.to, "to_format", s.to-1)
+		if err := s.down(dir, log); err != nil {
+			return res, fmt.Errorf("undoing the step to format %d: %w. The directory stays at format %d, which %s reads; fix the cause and run the downgrade again",
+				s.to, err, st.Format, me)
+		}
+	}
+	if err := Write(dir, Stamp{Format: to, WrittenBy: me + " (downgrade)"}); err != nil {
+		return res, fmt.Errorf("writing %s: %w", FileName, err)
+	}
+	log.Info("data directory downgraded", "dir", dir, "format", to)
+	return res, nil
+}
+
+// lockStore takes the lock a running node holds on its control-plane store
+// (meta/raft.db, locked by bbolt while open), so no node runs on dir while a
+// downgrade rewrites it; the returned func releases it. A directory without the store
+// (a node that never started its control plane) is not locked.
+func lockStore(dir string) (func(), error) {
+	path := filepath.Join(dir, "meta", "raft.db")
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close() // the lock error is the one to report
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is locked; stop the node (SIGTERM, then wait for \"narad stopped\") and run the downgrade again", ErrInUse, path)
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() { _ = f.Close() }, nil // closing releases the lock; nothing was written through it
+}
+
+// foldWAL undoes the step to format 3: it redoes every record of the write-ahead file
+// wal/ not yet in its data file (a node stopped by a crash leaves some), makes those
+// files durable, and removes wal/. A binary of format 2 knows no write-ahead file; the
+// logs it opens then hold every answered append.
+func foldWAL(dir string, log *slog.Logger) error {
+	wdir := filepath.Join(dir, "wal")
+	if _, err := os.Stat(wdir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	w, rep, err := wal.Open(wdir, wal.Options{FS: vfs.OS{}, Root: dir})
+	if err != nil {
+		return fmt.Errorf("replaying the write-ahead file: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("closing the write-ahead file: %w", err)
+	}
+	log.Info("replayed the write-ahead file into the partitions' files", "files", rep.Files, "records", rep.Records, "skipped", rep.Skipped)
+	if err := os.RemoveAll(wdir); err != nil {
+		return err
+	}
+	return vfs.OS{}.SyncDir(dir)
+}

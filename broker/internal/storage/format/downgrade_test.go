@@ -1,0 +1,150 @@
+package format
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
+)
+
+// formatThreeDir makes a data directory of format 3 whose write-ahead file holds a
+// record not in its data file, as a node killed after the commit and before the
+// checkpoint leaves it: the record says "hello", the file holds "xxxxx".
+func formatThreeDir(t *testing.T) (dir, data string) {
+	t.Helper()
+	dir = t.TempDir()
+	if _, err := Prepare(dir, Options{WrittenBy: "narad test", Logger: quiet()}); err != nil {
+		t.Fatal(err)
+	}
+	data = filepath.Join(dir, "topics", "1-t", "0", "log", "00000000000000000000.log")
+	if err := os.MkdirAll(filepath.Dir(data), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data, []byte("xxxxx"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, _, err := wal.Open(filepath.Join(dir, "wal"), wal.Options{FS: vfs.OS{}, Root: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit([]wal.Span{{Path: data, Off: 0, Data: []byte("hello")}}); err != nil {
+		t.Fatal(err)
+	}
+	// The WAL is left open, never closed: a crash. (Its goroutines idle until the
+	// test binary ends.)
+	return dir, data
+}
+
+// TestDowngradeFoldsTheWriteAheadFile: format 3 to 2 redoes the write-ahead file's
+// records into their data files, removes wal/ and writes format 2; this binary then
+// upgrades the directory again at its next start.
+func TestDowngradeFoldsTheWriteAheadFile(t *testing.T) {
+	dir, data := formatThreeDir(t)
+	res, err := Downgrade(dir, 2, Options{WrittenBy: "narad test", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Found != 3 {
+		t.Errorf("Downgrade found format %d, want 3", res.Found)
+	}
+	if b, err := os.ReadFile(data); err != nil || string(b) != "hello" {
+		t.Fatalf("the data file holds %q (%v) after the downgrade; want the write-ahead record's \"hello\"", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "wal")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("wal/ after the downgrade: %v; want it removed (a binary of format 2 does not know it)", err)
+	}
+	if st := mustRead(t, dir); st != (Stamp{Format: 2, WrittenBy: "narad test (downgrade)"}) {
+		t.Fatalf("FORMAT = %+v, want format 2 written by the downgrade", st)
+	}
+	// Twice is harmless.
+	if res, err := Downgrade(dir, 2, Options{Logger: quiet()}); err != nil || res.Found != 2 {
+		t.Fatalf("a second downgrade to 2 = %+v, %v; want nothing done", res, err)
+	}
+	if res, err := Prepare(dir, Options{WrittenBy: "narad test", Logger: quiet()}); err != nil || !res.Upgraded || mustRead(t, dir).Format != Current {
+		t.Fatalf("the next start = %+v, %v; want the directory upgraded to %d again", res, err, Current)
+	}
+}
+
+// TestDowngradeRefusesARunningNode: a node that runs holds its control-plane store
+// locked; the downgrade changes nothing and says to stop the node.
+func TestDowngradeRefusesARunningNode(t *testing.T) {
+	dir, data := formatThreeDir(t)
+	store := filepath.Join(dir, "meta", "raft.db")
+	if err := os.MkdirAll(filepath.Dir(store), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(store, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Downgrade(dir, 2, Options{Logger: quiet()})
+	if !errors.Is(err, ErrInUse) {
+		t.Fatalf("a downgrade of a directory in use answered %v; want ErrInUse", err)
+	}
+	if st := mustRead(t, dir); st.Format != 3 {
+		t.Fatalf("FORMAT = %+v after a refused downgrade", st)
+	}
+	if b, _ := os.ReadFile(data); string(b) != "xxxxx" {
+		t.Fatalf("a refused downgrade replayed the write-ahead file: %q", b)
+	}
+	// Once the node is gone, it runs.
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Downgrade(dir, 2, Options{Logger: quiet()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDowngradeRefusals: what cannot be undone in place, or is newer than the binary
+// knows, is refused with nothing changed; a directory already at the format (or
+// older) is left as it is.
+func TestDowngradeRefusals(t *testing.T) {
+	dir, data := formatThreeDir(t)
+	if _, err := Downgrade(dir, 1, Options{Logger: quiet()}); !errors.Is(err, ErrNoDowngrade) {
+		t.Errorf("a downgrade to format 1 answered %v; want ErrNoDowngrade (only a backup goes back past format 2)", err)
+	}
+	if _, err := Downgrade(dir, 0, Options{Logger: quiet()}); !errors.Is(err, ErrNoDowngrade) {
+		t.Errorf("a downgrade to format 0 answered %v; want ErrNoDowngrade", err)
+	}
+	if st := mustRead(t, dir); st.Format != 3 {
+		t.Fatalf("FORMAT = %+v after refused downgrades", st)
+	}
+	if b, _ := os.ReadFile(data); string(b) != "xxxxx" {
+		t.Fatalf("a refused downgrade replayed the write-ahead file: %q", b)
+	}
+	for _, to := range []int{3, 4} {
+		if res, err := Downgrade(dir, to, Options{Logger: quiet()}); err != nil || res.Found != 3 || mustRead(t, dir).Format != 3 {
+			t.Errorf("a downgrade to %d of a format-3 directory = %+v, %v; want nothing done", to, res, err)
+		}
+	}
+	newer := t.TempDir()
+	if err := Write(newer, Stamp{Format: Current + 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Downgrade(newer, 2, Options{Logger: quiet()}); !errors.Is(err, ErrTooNew) {
+		t.Errorf("a downgrade of format %d answered %v; want ErrTooNew", Current+1, err)
+	}
+	if _, err := Downgrade(t.TempDir(), 2, Options{Logger: quiet()}); err == nil {
+		t.Error("a downgrade of an empty directory succeeded; want an error naming --data-dir")
+	}
+}
+
+// TestEveryStepAboveTwoCanBeUndone: a format step added later without an undo would
+// make a rollback across it need a backup; the docs promise otherwise from format 2 on.
+func TestEveryStepAboveTwoCanBeUndone(t *testing.T) {
+	for _, s := range steps {
+		if s.to > 2 && s.down == nil {
+			t.Errorf("the step to format %d has no undo (down); write one, or change docs/operating/upgrades.md", s.to)
+		}
+	}
+}
