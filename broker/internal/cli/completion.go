@@ -69,7 +69,7 @@ func walk() []node {
 			visit(append(slices.Clone(path), s.name), s, s.sub)
 		}
 	}
-	visit(nil, nil, append(commands(), &command{name: "serve"}, &command{name: "version"}))
+	visit(nil, nil, append(commands(), &command{name: "serve"}, &command{name: "downgrade-format"}, &command{name: "version"}))
 	return out
 }
 
