@@ -314,15 +314,17 @@ func (c *upgradeCluster) replace(i int, rel release) {
 	c.mu.Lock()
 	c.stopping[nd.id] = true
 	c.mu.Unlock()
-	nd.Stop()
 	if rel.format != 0 && rel.format < format.Current {
-		// The rollback of docs/operating/upgrades.md: this binary folds the node's
-		// write-ahead file into its files and takes the directory back to the format
-		// the old release knows.
+		// The rollback of docs/operating/upgrades.md, after a crash (kill -9 leaves
+		// records in the write-ahead file): this binary folds them into the node's
+		// files and takes the directory back to the format the old release knows.
+		nd.Kill()
 		out, err := exec.Command(testutil.BuildNarad(c.t), "downgrade-format", "--to", strconv.Itoa(rel.format), "--data-dir", nd.DataDir()).CombinedOutput()
 		if err != nil {
 			c.t.Fatalf("narad downgrade-format --to %d on %s: %v\n%s", rel.format, nd.id, err, out)
 		}
+	} else {
+		nd.Stop()
 	}
 	nd.Relaunch(c.options(nd, rel))
 	if err := nd.WaitReady(); err != nil {

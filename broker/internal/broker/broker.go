@@ -149,6 +149,7 @@ type Broker struct {
 	log     *slog.Logger
 	meta    *meta.Store
 	metrics *Metrics
+	unlock  func() // releases the data directory's lock (format.Lock)
 
 	// placeMu orders the changes of which partitions this node holds (opening a
 	// topic, a move adding or removing a replica here, closing a topic).
@@ -299,6 +300,22 @@ func Open(opts Options) (*Broker, error) {
 	if opts.MaxPeerInflight <= 0 {
 		opts.MaxPeerInflight = DefaultMaxPeerInflight
 	}
+	// The directory's lock first: a second process on a directory in use (a node
+	// started twice, a downgrade-format) would replay the write-ahead file under the
+	// first one's feet. It is held until Close has closed everything.
+	if err := vfs.MkdirAllSync(vfs.OS{}, opts.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	unlock, err := format.Lock(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			unlock()
+		}
+	}()
 	// The format is checked before anything in the directory is read or written, so a
 	// newer directory is never misread and an older one is upgraded first.
 	version := opts.Version
@@ -378,6 +395,7 @@ func Open(opts Options) (*Broker, error) {
 		}
 	}
 	b.metrics.broker.Store(b) // the state gauges of /metrics read this broker now
+	b.unlock, opened = unlock, true
 	return b, nil
 }
 
@@ -837,7 +855,9 @@ func (b *Broker) Close() error {
 		}
 	}
 	b.closeSyncer()
-	return b.meta.Close()
+	err := b.meta.Close()
+	b.unlock()
+	return err
 }
 
 // nodeID returns the node id stored in dataDir, storing want (or a new random id) on

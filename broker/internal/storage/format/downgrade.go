@@ -37,6 +37,23 @@ func downgrade(dir string, to int, opts Options, current int, steps []step) (Res
 	if me == "" {
 		me = "this binary"
 	}
+	if to < 1 {
+		return Result{}, fmt.Errorf("%w: there is no format %d (formats start at 1)", ErrNoDowngrade, to)
+	}
+	unlock, err := Lock(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Result{}, fmt.Errorf("%s does not exist: check --data-dir", dir)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	defer unlock()
+	// A binary from before the directory lock holds only its control-plane store's.
+	unlockStore, err := lockStore(dir)
+	if err != nil {
+		return Result{}, err
+	}
+	defer unlockStore()
 	st, found, err := Read(dir)
 	if err != nil {
 		return Result{}, err
@@ -57,9 +74,12 @@ func downgrade(dir string, to int, opts Options, current int, steps []step) (Res
 		return res, fmt.Errorf("%w: %s is at format %d, but %s knows formats up to %d; run the downgrade with a binary that knows format %d",
 			ErrTooNew, dir, st.Format, me, current, st.Format)
 	case to >= st.Format:
+		if to < 3 {
+			// No binary leaves wal/ beside a FORMAT below 3, but a directory put
+			// together by hand might: what it holds belongs in the files.
+			return res, foldWAL(dir, log)
+		}
 		return res, nil
-	case to < 1:
-		return res, fmt.Errorf("%w: there is no format %d (formats start at 1)", ErrNoDowngrade, to)
 	}
 	todo := steps[to-1 : st.Format-1] // the steps to formats to+1 … st.Format
 	for i := len(todo) - 1; i >= 0; i-- {
@@ -68,11 +88,6 @@ func downgrade(dir string, to int, opts Options, current int, steps []step) (Res
 				ErrNoDowngrade, todo[i].to, dir, todo[i].to-1)
 		}
 	}
-	unlock, err := lockStore(dir)
-	if err != nil {
-		return res, err
-	}
-	defer unlock()
 	log.Info("downgrading the data directory", "dir", dir, "from_format", st.Format, "to_format", to)
 	for i := len(todo) - 1; i >= 0; i-- {
 		s := todo[i]
@@ -82,11 +97,50 @@ func downgrade(dir string, to int, opts Options, current int, steps []step) (Res
 				s.to, err, st.Format, me)
 		}
 	}
-	if err := Write(dir, Stamp{Format: to, WrittenBy: me + " (downgrade)"}); err != nil {
+	// Run as root on a directory the broker's user owns, FORMAT must stay readable by
+	// that user: it gets the directory's owner.
+	if err := write(dir, Stamp{Format: to, WrittenBy: me + " (downgrade)"}, ownerOf(dir)); err != nil {
 		return res, fmt.Errorf("writing %s: %w", FileName, err)
 	}
 	log.Info("data directory downgraded", "dir", dir, "format", to)
 	return res, nil
+}
+
+// Lock takes the data directory's lock (flock(2) on the directory itself, so nothing is
+// created that another user might not open): a node holds it from before it reads
+// the directory until it has closed everything in it, and a downgrade while it works,
+// so that neither a second node nor a downgrade runs on a directory in use. It fails
+// at once when the lock is held. The returned func releases it.
+func Lock(dir string) (func(), error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close() // the lock error is the one to report
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is locked by another process (a node running on it, or a downgrade-format); stop the node (SIGTERM, then wait for \"narad stopped\") or let the other finish", ErrInUse, dir)
+		}
+		return nil, fmt.Errorf("locking %s: %w", dir, err)
+	}
+	return func() { _ = f.Close() }, nil // closing releases the lock; nothing was written through it
+}
+
+// ownerOf returns dir's owner when this process runs as root and someone else owns
+// dir (files written for that owner must be given to it), or nil.
+func ownerOf(dir string) *owner {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 {
+		return nil
+	}
+	return &owner{uid: int(st.Uid), gid: int(st.Gid)}
 }
 
 // lockStore takes the lock a running node holds on its control-plane store
@@ -123,12 +177,9 @@ func foldWAL(dir string, log *slog.Logger) error {
 	} else if err != nil {
 		return err
 	}
-	w, rep, err := wal.Open(wdir, wal.Options{FS: vfs.OS{}, Root: dir})
+	rep, err := wal.Replay(wdir, wal.Options{FS: vfs.OS{}, Root: dir})
 	if err != nil {
 		return fmt.Errorf("replaying the write-ahead file: %w", err)
-	}
-	if err := w.Close(); err != nil {
-		return fmt.Errorf("closing the write-ahead file: %w", err)
 	}
 	log.Info("replayed the write-ahead file into the partitions' files", "files", rep.Files, "records", rep.Records, "skipped", rep.Skipped)
 	if err := os.RemoveAll(wdir); err != nil {

@@ -70,10 +70,22 @@ func TestDowngradeFoldsTheWriteAheadFile(t *testing.T) {
 	}
 }
 
-// TestDowngradeRefusesARunningNode: a node that runs holds its control-plane store
-// locked; the downgrade changes nothing and says to stop the node.
+// TestDowngradeRefusesARunningNode: a node that runs holds the data directory's lock
+// (and, a binary from before that lock, its control-plane store's); the downgrade
+// changes nothing and says to stop the node.
 func TestDowngradeRefusesARunningNode(t *testing.T) {
 	dir, data := formatThreeDir(t)
+	unlock, err := Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Lock(dir); !errors.Is(err, ErrInUse) {
+		t.Fatalf("a second Lock of a locked directory answered %v; want ErrInUse", err)
+	}
+	if _, err := Downgrade(dir, 2, Options{Logger: quiet()}); !errors.Is(err, ErrInUse) {
+		t.Fatalf("a downgrade of a locked directory answered %v; want ErrInUse", err)
+	}
+	unlock()
 	store := filepath.Join(dir, "meta", "raft.db")
 	if err := os.MkdirAll(filepath.Dir(store), 0o700); err != nil {
 		t.Fatal(err)
@@ -83,12 +95,12 @@ func TestDowngradeRefusesARunningNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Downgrade(dir, 2, Options{Logger: quiet()})
 	if !errors.Is(err, ErrInUse) {
-		t.Fatalf("a downgrade of a directory in use answered %v; want ErrInUse", err)
+		t.Fatalf("a downgrade of a directory whose store is locked answered %v; want ErrInUse", err)
 	}
 	if st := mustRead(t, dir); st.Format != 3 {
 		t.Fatalf("FORMAT = %+v after a refused downgrade", st)
@@ -146,5 +158,32 @@ func TestEveryStepAboveTwoCanBeUndone(t *testing.T) {
 		if s.to > 2 && s.down == nil {
 			t.Errorf("the step to format %d has no undo (down); write one, or change docs/operating/upgrades.md", s.to)
 		}
+	}
+}
+
+// TestDowngradeKeepsTheDirectoryOwner: run as root on a directory the broker's user
+// owns, the downgrade gives FORMAT to that user (a root-owned 0600 FORMAT would stop the
+// node from starting). Not as root, it changes no owner.
+func TestDowngradeKeepsTheDirectoryOwner(t *testing.T) {
+	dir, _ := formatThreeDir(t)
+	if os.Geteuid() != 0 {
+		if own := ownerOf(dir); own != nil {
+			t.Fatalf("ownerOf as uid %d = %+v; want nil (only root gives files away)", os.Geteuid(), own)
+		}
+		return
+	}
+	const nobody = 65534
+	if err := os.Chown(dir, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Downgrade(dir, 2, Options{Logger: quiet()}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != nobody || st.Gid != nobody {
+		t.Fatalf("FORMAT is owned by %d:%d after a downgrade as root; want the directory's owner %d:%d", st.Uid, st.Gid, nobody, nobody)
 	}
 }

@@ -208,7 +208,13 @@ func Read(dir string) (st Stamp, found bool, err error) {
 // Write replaces dir's FORMAT file atomically and durably: a temporary file is written
 // and fsynced, renamed over the old one, and dir is fsynced, so a crash leaves the old
 // file or the new one, whole.
-func Write(dir string, st Stamp) error {
+func Write(dir string, st Stamp) error { return write(dir, st, nil) }
+
+// owner is a file's owner to set, by numeric ids.
+type owner struct{ uid, gid int }
+
+// write is Write, giving the file to own first when it is not nil.
+func write(dir string, st Stamp, own *owner) error {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
@@ -223,6 +229,12 @@ func Write(dir string, st Stamp) error {
 	if _, err := f.Write(b); err != nil {
 		_ = f.Close() // the write error is the one to report
 		return err
+	}
+	if own != nil {
+		if err := f.Chown(own.uid, own.gid); err != nil {
+			_ = f.Close() // the chown error is the one to report
+			return err
+		}
 	}
 	if err := f.Sync(); err != nil {
 		_ = f.Close() // the sync error is the one to report

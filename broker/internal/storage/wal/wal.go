@@ -239,6 +239,35 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 	return w, rep, nil
 }
 
+// Replay redoes every record of the write-ahead directory dir not yet checkpointed
+// into its data file, makes those files durable and frees the write-ahead files, as
+// Open does, but opens nothing for use: it creates, grows and leases nothing, so it
+// needs no free space (the fold of a rollback, on a disk that may be full). A missing
+// dir replays nothing.
+func Replay(dir string, opts Options) (Replayed, error) {
+	if opts.FS == nil || opts.Root == "" {
+		return Replayed{}, errors.New("wal: FS and Root are required")
+	}
+	if opts.Syncer == nil {
+		opts.Syncer = vfs.EachFile{}
+	}
+	opts.Root = filepath.Clean(opts.Root)
+	if _, err := opts.FS.ReadDir(dir); errors.Is(err, fs.ErrNotExist) {
+		return Replayed{}, nil
+	}
+	w := &WAL{opts: opts, dir: dir}
+	files, rep, err := w.replay()
+	if err != nil {
+		return rep, err
+	}
+	for _, f := range files {
+		if cerr := f.f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return rep, err
+}
+
 // leaseSeqs raises nextSeq to the floor an earlier Open left and durably moves the
 // floor seqLease further, before this life begins any use.
 func (w *WAL) leaseSeqs() error {

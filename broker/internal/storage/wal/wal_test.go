@@ -511,3 +511,39 @@ func TestCloseRacesCommitsAndCheckpoints(t *testing.T) {
 		m.FailSync(0)
 	}
 }
+
+// TestReplayAlone: Replay redoes what a crash left, like Open, and leaves the files
+// free; it creates no file (a fold on a full disk), and a missing directory replays
+// nothing.
+func TestReplayAlone(t *testing.T) {
+	m := vfs.NewMem()
+	w, _ := open(t, m, 0)
+	a := dataFile(t, m, "t/a.log")
+	write(t, w, a, "t/a.log", 0, []byte("hello"))
+	m.Crash()
+	before, err := m.ReadDir(walDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Replay(walDir, Options{FS: m, Root: root})
+	if err != nil || rep.Records != 1 {
+		t.Fatalf("Replay = %+v, %v; want 1 record", rep, err)
+	}
+	if got := content(t, m, "t/a.log"); string(got) != "hello" {
+		t.Fatalf("a.log = %q after Replay", got)
+	}
+	after, err := m.ReadDir(walDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("Replay changed the directory's files: %v before, %v after", before, after)
+	}
+	m.Crash()
+	if rep, err := Replay(walDir, Options{FS: m, Root: root}); err != nil || rep.Records != 0 || string(content(t, m, "t/a.log")) != "hello" {
+		t.Fatalf("a second Replay after a crash = %+v, %v, a.log %q; want nothing to redo, the data kept", rep, err, content(t, m, "t/a.log"))
+	}
+	if rep, err := Replay(filepath.Join(root, "none"), Options{FS: m, Root: root}); err != nil || rep != (Replayed{}) {
+		t.Fatalf("Replay of a missing directory = %+v, %v", rep, err)
+	}
+}

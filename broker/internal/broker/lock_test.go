@@ -1,0 +1,69 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/storage/format"
+)
+
+// TestSecondOpenOfADirectoryInUseIsRefused: a second broker on a data directory in
+// use is refused at once, before it reads anything (the write-ahead file stays the
+// first one's), and opens once the first has closed. Before the directory lock the
+// second opened and replayed wal/, then waited for ever on the control-plane store.
+func TestSecondOpenOfADirectoryInUseIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	open := func() (*Broker, error) {
+		return Open(Options{DataDir: dir, NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WAL: true})
+	}
+	b, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	walBefore, err := os.ReadDir(filepath.Join(dir, "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := open()
+	if err == nil {
+		_ = second.Close()
+		t.Fatal("a second broker opened a data directory in use")
+	}
+	if !errors.Is(err, format.ErrInUse) {
+		t.Fatalf("a second Open answered %v; want format.ErrInUse", err)
+	}
+	walAfter, err := os.ReadDir(filepath.Join(dir, "wal"))
+	if err != nil || len(walAfter) != len(walBefore) {
+		t.Fatalf("the refused Open touched wal/: %d entries before, %d after (%v)", len(walBefore), len(walAfter), err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again.lookupLocal("t"); err != nil {
+		t.Fatalf("after the first closed, the directory opened without its topic: %v", err)
+	}
+	if err := again.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
