@@ -19,8 +19,9 @@ import (
 // vote and log it has since moved past; see docs/operating/upgrades.md). It runs each
 // step's undo from the directory's format down, then writes FORMAT.
 //
-// It refuses a directory a running node holds (its control-plane store is locked), a
-// directory newer than this binary knows, and a step that cannot be undone (format 1
+// It refuses a directory in use (the data directory's lock, see Lock, or, for a node
+// of a binary from before that lock, its control-plane store's), a directory newer
+// than this binary knows, and a step that cannot be undone (format 1
 // is reached only by a backup). A crash part-way leaves the directory at its format
 // (FORMAT is written last and every undo is safe to run twice), readable by this
 // binary; run it again. A directory already at to or older is left as it is.
