@@ -96,6 +96,8 @@ func (c *stubbornWAL) Commit(spans []wal.Span) error {
 	return c.w.Commit(spans)
 }
 
+func (c *stubbornWAL) Fail(err error) { c.w.Fail(err) }
+
 func (c *stubbornWAL) Checkpoint() error {
 	c.checkpoints.Add(1)
 	return c.w.Checkpoint()
@@ -193,5 +195,44 @@ func TestWALNewStoreDoesNotCheckpoint(t *testing.T) {
 	}
 	if n := cw.checkpoints.Load(); n != 1 {
 		t.Fatalf("a snapshot over appended entries checkpointed %d times, want 1", n)
+	}
+}
+
+// TestOwnSyncFailureFailsTheWAL: a store closed with a commit-only hard state pending
+// syncs its state file itself; when that sync fails it may be the only report of a
+// lost write-back of a term and vote the write-ahead file holds, so the write-ahead
+// file fails closed and keeps them (a checkpoint through a new handle would free
+// them, and a restart could vote twice in a term).
+func TestOwnSyncFailureFailsTheWAL(t *testing.T) {
+	m := vfs.NewMem()
+	w, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openOn(t, m, Options{WAL: &stubbornWAL{w: w}, CacheEntries: -1})
+	if err := s.Save(raftpb.HardState{Term: 1, Vote: 1}, withData(1, 3, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetHardState(raftpb.HardState{Term: 1, Vote: 1, Commit: 3}); err != nil {
+		t.Fatal(err)
+	}
+	m.FailSync(1) // Close's sync of the state file
+	if err := s.Close(); err == nil {
+		t.Fatal("Close answered nil though its sync of the state file failed")
+	}
+	if err := w.Checkpoint(); !errors.Is(err, wal.ErrFailed) {
+		t.Fatalf("a checkpoint after the store's own sync failed answered %v; want wal.ErrFailed (nothing freed)", err)
+	}
+	m.Crash()
+	if _, rep, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"}); err != nil || rep.Records == 0 {
+		t.Fatalf("after a crash the write-ahead file replayed %+v, %v; want the term, vote and entries it held", rep, err)
+	}
+	s = openOn(t, m, Options{CacheEntries: -1})
+	defer s.Close()
+	if hs, _, err := s.InitialState(); err != nil || hs.Term != 1 || hs.Vote != 1 {
+		t.Fatalf("after the replay the hard state is %+v, %v; want term 1, vote 1", hs, err)
+	}
+	if got := logOf(t, s); !sameLog(got, append(idx(0).terms(0), withData(1, 3, 1)...)) {
+		t.Fatalf("after the replay the log is %v", got)
 	}
 }

@@ -55,6 +55,10 @@ type Options struct {
 // Committer makes spans written into data files durable; *wal.WAL is one.
 type Committer interface {
 	Commit(spans []wal.Span) error
+	// Fail is told of a failed sync of one of the log's files made outside it (a
+	// truncate's, a new segment's): the failure may be the one report of a lost
+	// write-back of bytes the committer holds records of, which it must then keep.
+	Fail(err error)
 }
 
 // Syncer makes a file's written data and size durable; *vfs.SyncGroup is one.
@@ -434,10 +438,16 @@ func (l *Log) sync(f vfs.File) error {
 	if l.opts.NoSync {
 		return nil
 	}
+	var err error
 	if l.opts.Syncer != nil {
-		return l.opts.Syncer.Sync(f)
+		err = l.opts.Syncer.Sync(f)
+	} else {
+		err = f.Sync()
 	}
-	return f.Sync()
+	if err != nil && l.opts.WAL != nil {
+		l.opts.WAL.Fail(fmt.Errorf("sync of a file of log %s: %w", l.dir, err))
+	}
+	return err
 }
 
 func (l *Log) syncDir() error {

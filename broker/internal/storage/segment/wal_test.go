@@ -57,6 +57,8 @@ type failingWAL struct{ err error }
 
 func (f failingWAL) Commit([]wal.Span) error { return f.err }
 
+func (f failingWAL) Fail(error) {}
+
 // TestWALCommitErrors: a commit that wrote nothing into the write-ahead file is undone
 // like a failed write (for want of space the log stays open); any other commit
 // error may have left the records durable, so the append reports ErrNotUndone and
@@ -100,6 +102,8 @@ type crashAtRollWAL struct {
 	seen    map[string]bool
 	crashed bool
 }
+
+func (c *crashAtRollWAL) Fail(err error) { c.w.Fail(err) }
 
 func (c *crashAtRollWAL) Commit(spans []wal.Span) error {
 	if c.crashed {
@@ -157,4 +161,54 @@ func TestWALRollNeverLeavesATornSegment(t *testing.T) {
 			mustClose(t, l)
 		}
 	}
+}
+
+// notWrittenOnce passes commits to a real write-ahead file, but answers the next one
+// after arm with ErrNotWritten (no space for a new write-ahead file), recording nothing.
+type notWrittenOnce struct {
+	w   *wal.WAL
+	arm bool
+}
+
+func (c *notWrittenOnce) Commit(spans []wal.Span) error {
+	if c.arm {
+		c.arm = false
+		return errors.Join(wal.ErrNotWritten, syscall.ENOSPC)
+	}
+	return c.w.Commit(spans)
+}
+
+func (c *notWrittenOnce) Fail(err error) { c.w.Fail(err) }
+
+// TestOwnSyncFailureFailsTheWAL: a sync of a segment made outside the write-ahead file
+// (the undo of an append the write-ahead file refused) that fails may be the only
+// report of a lost write-back of records the write-ahead file holds: the write-ahead
+// file fails closed and keeps them (a checkpoint through a new handle would have
+// freed them), and a start after a crash replays them.
+func TestOwnSyncFailureFailsTheWAL(t *testing.T) {
+	m := vfs.NewMem()
+	w, _ := openTestWAL(t, m)
+	c := &notWrittenOnce{w: w}
+	opts := memOptions(m)
+	opts.WAL = c
+	l := mustOpen(t, testDir, opts)
+	appendTestRecords(t, l, 0, 5)
+	c.arm = true
+	m.FailSync(1) // the undo's sync of the truncated segment
+	_, err := l.Append(testRecords(5, 6))
+	wantErr(t, err, ErrNotUndone)
+	if err := w.Commit([]wal.Span{{Path: filepath.Join("/", testDir, "x"), Data: []byte("x")}}); !errors.Is(err, wal.ErrFailed) {
+		t.Fatalf("a commit after a segment's own sync failed answered %v; want wal.ErrFailed", err)
+	}
+	if err := w.Checkpoint(); !errors.Is(err, wal.ErrFailed) {
+		t.Fatalf("a checkpoint after a segment's own sync failed answered %v; want wal.ErrFailed (nothing freed)", err)
+	}
+	_ = l.Close()
+	m.Crash()
+	if _, rep := openTestWAL(t, m); rep.Records == 0 {
+		t.Fatal("nothing replayed: the records of the acknowledged appends were freed")
+	}
+	l = mustOpen(t, testDir, memOptions(m))
+	checkRecords(t, readAll(t, l), testRecords(0, 5))
+	mustClose(t, l)
 }

@@ -703,6 +703,15 @@ func (w *WAL) fail(err error) error {
 	return *w.failed.Load()
 }
 
+// Fail fails the WAL closed on behalf of a data file whose own sync failed. Linux
+// reports a lost write-back once per open file, so such a sync may be the only report
+// that bytes a record here covers never reached the disk: a checkpoint, syncing the
+// file through a new handle, would succeed and free the record. Failed, the WAL frees
+// nothing, refuses every later commit, and the next start replays what it holds.
+func (w *WAL) Fail(err error) {
+	_ = w.fail(fmt.Errorf("wal: a data file's own sync failed: %w", err))
+}
+
 // rotate hands the current file to the checkpointer and begins the next one: a
 // spare if there is one, else a new file.
 func (w *WAL) rotate() error {
@@ -802,6 +811,9 @@ func (w *WAL) checkpoint(f *file) error {
 	}
 	if err := w.syncPaths(f.touched); err != nil {
 		return err
+	}
+	if errp := w.failed.Load(); errp != nil {
+		return *errp // a data file's own sync failed meanwhile (Fail): keep the records
 	}
 	if err := freeFile(f); err != nil {
 		return err
