@@ -373,3 +373,50 @@ func TestFormatDowngradeForARollback(t *testing.T) {
 		}
 	}
 }
+
+// TestSecondServeOnADirectoryInUse: a second `narad serve` on a running node's data
+// directory exits at once with status 1, saying the directory is locked, and the
+// running node serves on, its write-ahead file untouched (before the directory lock
+// the second replayed it, then hung on the control-plane store).
+func TestSecondServeOnADirectoryInUse(t *testing.T) {
+	t.Parallel()
+	n := testutil.StartNarad(t, testutil.Options{})
+	a := &api{Client: n.Client(), t: t}
+	a.createTopic("busy", nil)
+	a.produceJSON("busy", map[string]any{"id": "before"}, "")
+	port, err := testutil.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testutil.BuildNarad(t), "serve", "--http-addr", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", n.DataDir())
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NARAD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if ctx.Err() != nil || !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("a second narad serve on a directory in use: %v (context %v), want exit status 1 at once; output:\n%s", err, ctx.Err(), out.String())
+	}
+	if !strings.Contains(out.String(), "is locked by another process") {
+		t.Errorf("the refusal does not say the directory is locked:\n%s", out.String())
+	}
+	a.produceJSON("busy", map[string]any{"id": "after"}, "")
+	got := map[string]int{}
+	for _, m := range a.drain("busy") {
+		got[payloadID(t, &m)]++
+	}
+	if fmt.Sprint(got) != "map[after:1 before:1]" {
+		t.Errorf("the running node delivers %v after the refused second start, want before and after once", got)
+	}
+	n.Kill()
+	n.RestartAfterKill() // the write-ahead file the second start left alone replays cleanly
+	if m := a.consume("busy", "wait=200ms"); m != nil {
+		t.Errorf("after a kill and restart the node delivered %s again, though it was acked", payloadID(t, m))
+	}
+}
