@@ -420,3 +420,39 @@ func TestSecondServeOnADirectoryInUse(t *testing.T) {
 		t.Errorf("after a kill and restart the node delivered %s again, though it was acked", payloadID(t, m))
 	}
 }
+
+// TestSecondClusterServeOnADirectoryInUse: a cluster node started twice with the same
+// flags is told its data directory is locked, before it starts a node plane (which
+// used to fail first, on "address already in use", naming the wrong cause).
+func TestSecondClusterServeOnADirectoryInUse(t *testing.T) {
+	t.Parallel()
+	nd := startPeersCluster(t, 1)[0]
+	port, err := testutil.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := append([]string{"serve", "--http-addr", "127.0.0.1:" + strconv.Itoa(port), "--data-dir", nd.DataDir()},
+		clusterArgs(nd.id, nd.addr, "--peers", nd.id+"@"+nd.addr)...)
+	cmd := exec.CommandContext(ctx, testutil.BuildNarad(t), args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NARAD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, clusterEnv(clusterSecret)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if ctx.Err() != nil || !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("a second cluster node on a directory in use: %v (context %v), want exit status 1 at once; output:\n%s", err, ctx.Err(), out.String())
+	}
+	if !strings.Contains(out.String(), "is locked by another process") {
+		t.Errorf("the refusal does not say the directory is locked:\n%s", out.String())
+	}
+	if _, err := nd.cluster(); err != nil {
+		t.Errorf("the running node after the refused second start: %v", err)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/narad-mq/narad/broker/internal/cluster"
 	"github.com/narad-mq/narad/broker/internal/console"
 	"github.com/narad-mq/narad/broker/internal/httpapi"
+	"github.com/narad-mq/narad/broker/internal/storage/format"
 )
 
 // serve runs a node until SIGTERM or SIGINT, then drains it. It is the one wiring
@@ -50,7 +51,24 @@ func serve(args []string) (err error) {
 		go tuner.run(stopTune)
 	}
 
+	// The data directory's lock before anything else: a node started twice on one
+	// directory is told so, and starts no node plane on the way (broker.Open owns the
+	// lock from the moment it is called).
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return err
+	}
+	unlock, err := format.Lock(c.DataDir)
+	if err != nil {
+		return err
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			unlock()
+		}
+	}()
 	bopts := c.brokerOptions(log)
+	bopts.Unlock = unlock
 	var plane *cluster.Plane
 	if c.ClusterAddr != "" {
 		if plane, bopts.NodeID, err = startPlane(c, log); err != nil {
@@ -72,6 +90,7 @@ func serve(args []string) (err error) {
 	}
 	bopts.Cluster.VersionMax = c.ClusterVersionMax
 	bopts.Cluster.AutoRebalance, bopts.Cluster.MaxMoves = c.AutoRebalance, c.MaxMoves
+	handed = true
 	b, err := broker.Open(bopts)
 	if err != nil {
 		return err

@@ -80,6 +80,11 @@ type Options struct {
 	// MaxPeerInflight bounds the forwarded requests in flight to one node (default
 	// DefaultMaxPeerInflight); past it a forwarded request answers 503.
 	MaxPeerInflight int
+	// Unlock, when set, says the caller already holds the data directory's lock
+	// (format.Lock; the binary takes it before it starts the node plane) and releases
+	// it: Open owns it from then on, releasing it when it fails and in Close. Without
+	// it Open takes the lock itself.
+	Unlock func()
 	// StatsInterval is how often the stats route's samples are taken (default
 	// DefaultStatsInterval; see stats.go).
 	StatsInterval time.Duration
@@ -303,19 +308,22 @@ func Open(opts Options) (*Broker, error) {
 	// The directory's lock first: a second process on a directory in use (a node
 	// started twice, a downgrade-format) would replay the write-ahead file under the
 	// first one's feet. It is held until Close has closed everything.
-	if err := vfs.MkdirAllSync(vfs.OS{}, opts.DataDir, 0o700); err != nil {
-		return nil, err
-	}
-	unlock, err := format.Lock(opts.DataDir)
-	if err != nil {
-		return nil, err
-	}
+	unlock := opts.Unlock
 	opened := false
 	defer func() {
-		if !opened {
+		if !opened && unlock != nil {
 			unlock()
 		}
 	}()
+	if err := vfs.MkdirAllSync(vfs.OS{}, opts.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	if unlock == nil {
+		var err error
+		if unlock, err = format.Lock(opts.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	// The format is checked before anything in the directory is read or written, so a
 	// newer directory is never misread and an older one is upgraded first.
 	version := opts.Version
