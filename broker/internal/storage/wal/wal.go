@@ -241,9 +241,9 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 
 // Replay redoes every record of the write-ahead directory dir not yet checkpointed
 // into its data file, makes those files durable and frees the write-ahead files, as
-// Open does, but opens nothing for use: it creates, grows and leases nothing, so it
-// needs no free space (the fold of a rollback, on a disk that may be full). A missing
-// dir replays nothing.
+// Open does, but opens nothing for use: it creates, grows and leases no write-ahead
+// file (the fold of a rollback, on a disk that may be nearly full). A missing dir
+// replays nothing.
 func Replay(dir string, opts Options) (Replayed, error) {
 	if opts.FS == nil || opts.Root == "" {
 		return Replayed{}, errors.New("wal: FS and Root are required")
