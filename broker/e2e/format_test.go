@@ -388,24 +388,7 @@ func TestSecondServeOnADirectoryInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, testutil.BuildNarad(t), "serve", "--http-addr", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", n.DataDir())
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NARAD_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if ctx.Err() != nil || !errors.As(err, &exit) || exit.ExitCode() != 1 {
-		t.Fatalf("a second narad serve on a directory in use: %v (context %v), want exit status 1 at once; output:\n%s", err, ctx.Err(), out.String())
-	}
-	if !strings.Contains(out.String(), "is locked by another process") {
-		t.Errorf("the refusal does not say the directory is locked:\n%s", out.String())
-	}
+	refusedAsLocked(t, nil, "serve", "--http-addr", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", n.DataDir())
 	a.produceJSON("busy", map[string]any{"id": "after"}, "")
 	got := map[string]int{}
 	for _, m := range a.drain("busy") {
@@ -431,28 +414,36 @@ func TestSecondClusterServeOnADirectoryInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	args := append([]string{"serve", "--http-addr", "127.0.0.1:" + strconv.Itoa(port), "--data-dir", nd.DataDir()},
 		clusterArgs(nd.id, nd.addr, "--peers", nd.id+"@"+nd.addr)...)
+	refusedAsLocked(t, clusterEnv(clusterSecret), args...)
+	if _, err := nd.cluster(); err != nil {
+		t.Errorf("the running node after the refused second start: %v", err)
+	}
+}
+
+// refusedAsLocked runs narad with args (no NARAD_ variable of this environment, env
+// added) and fails the test unless it exits with status 1 within 30 s, saying the data
+// directory is locked by another process.
+func refusedAsLocked(t *testing.T, env []string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, testutil.BuildNarad(t), args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NARAD_") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, clusterEnv(clusterSecret)...)
+	cmd.Env = append(cmd.Env, env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
+	err := cmd.Run()
 	var exit *exec.ExitError
 	if ctx.Err() != nil || !errors.As(err, &exit) || exit.ExitCode() != 1 {
-		t.Fatalf("a second cluster node on a directory in use: %v (context %v), want exit status 1 at once; output:\n%s", err, ctx.Err(), out.String())
+		t.Fatalf("narad %v on a directory in use: %v (context %v), want exit status 1 at once; output:\n%s", args, err, ctx.Err(), out.String())
 	}
 	if !strings.Contains(out.String(), "is locked by another process") {
 		t.Errorf("the refusal does not say the directory is locked:\n%s", out.String())
-	}
-	if _, err := nd.cluster(); err != nil {
-		t.Errorf("the running node after the refused second start: %v", err)
 	}
 }

@@ -22,15 +22,20 @@ func TestSecondOpenOfADirectoryInUseIsRefused(t *testing.T) {
 	open := func() (*Broker, error) {
 		return Open(Options{DataDir: dir, NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WAL: true})
 	}
-	b, err := open()
-	if err != nil {
-		t.Fatal(err)
+	start := func() *Broker {
+		t.Helper()
+		b, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	b := start()
 	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "t"}); err != nil {
 		t.Fatal(err)
 	}
@@ -53,13 +58,7 @@ func TestSecondOpenOfADirectoryInUseIsRefused(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	again, err := open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := again.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	again := start()
 	if _, err := again.lookupLocal("t"); err != nil {
 		t.Fatalf("after the first closed, the directory opened without its topic: %v", err)
 	}

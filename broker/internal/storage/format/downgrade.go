@@ -30,14 +30,7 @@ func Downgrade(dir string, to int, opts Options) (Result, error) {
 }
 
 func downgrade(dir string, to int, opts Options, current int, steps []step) (Result, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	me := opts.WrittenBy
-	if me == "" {
-		me = "this binary"
-	}
+	log, me := opts.logger(), opts.name()
 	if to < 1 {
 		return Result{}, fmt.Errorf("%w: there is no format %d (formats start at 1)", ErrNoDowngrade, to)
 	}
@@ -55,19 +48,12 @@ func downgrade(dir string, to int, opts Options, current int, steps []step) (Res
 		return Result{}, err
 	}
 	defer unlockStore()
-	st, found, err := Read(dir)
+	st, isNew, err := stamped(dir)
 	if err != nil {
 		return Result{}, err
 	}
-	if !found {
-		used, err := holdsData(dir)
-		if err != nil {
-			return Result{}, err
-		}
-		if !used {
-			return Result{}, fmt.Errorf("%s holds no narad data directory (no FORMAT, node-id, meta/ or topics/): check --data-dir", dir)
-		}
-		st = Stamp{Format: 1}
+	if isNew {
+		return Result{}, fmt.Errorf("%s holds no narad data directory (no FORMAT, node-id, meta/ or topics/): check --data-dir", dir)
 	}
 	res := Result{Found: st.Format}
 	switch {
@@ -113,16 +99,26 @@ func downgrade(dir string, to int, opts Options, current int, steps []step) (Res
 // so that neither a second node nor a downgrade runs on a directory in use. It fails
 // at once when the lock is held. The returned func releases it.
 func Lock(dir string) (func(), error) {
-	f, err := os.Open(dir)
+	unlock, err := flock(dir)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return nil, fmt.Errorf("%w: %s is locked by another process (a node running on it, or a downgrade-format); stop the node (SIGTERM, then wait for \"narad stopped\") or let the other finish", ErrInUse, dir)
+	}
+	return unlock, err
+}
+
+// flock opens path read-only and takes flock(2) on it, failing at once when it is held
+// (syscall.EWOULDBLOCK). Closing the returned func's file releases it.
+func flock(path string) (func(), error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close() // the lock error is the one to report
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s is locked by another process (a node running on it, or a downgrade-format); stop the node (SIGTERM, then wait for \"narad stopped\") or let the other finish", ErrInUse, dir)
+			return nil, err
 		}
-		return nil, fmt.Errorf("locking %s: %w", dir, err)
+		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
 	return func() { _ = f.Close() }, nil // closing releases the lock; nothing was written through it
 }
@@ -150,21 +146,14 @@ func ownerOf(dir string) *owner {
 // (a node that never started its control plane) is not locked.
 func lockStore(dir string) (func(), error) {
 	path := filepath.Join(dir, "meta", "raft.db")
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if errors.Is(err, fs.ErrNotExist) {
+	unlock, err := flock(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return func() {}, nil
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return nil, fmt.Errorf("%w: %s is locked; stop the node (SIGTERM, then wait for \"narad stopped\") and run the downgrade again", ErrInUse, path)
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		_ = f.Close() // the lock error is the one to report
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s is locked; stop the node (SIGTERM, then wait for \"narad stopped\") and run the downgrade again", ErrInUse, path)
-		}
-		return nil, fmt.Errorf("locking %s: %w", path, err)
-	}
-	return func() { _ = f.Close() }, nil // closing releases the lock; nothing was written through it
+	return unlock, err
 }
 
 // foldWAL undoes the step to format 3: it redoes every record of the write-ahead file

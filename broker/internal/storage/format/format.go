@@ -118,31 +118,47 @@ func Prepare(dir string, opts Options) (Result, error) {
 	return prepare(dir, opts, Current, steps)
 }
 
-func prepare(dir string, opts Options, current int, steps []step) (Result, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
+// logger is the logger to use: Logger, or slog's default.
+func (o Options) logger() *slog.Logger {
+	if o.Logger == nil {
+		return slog.Default()
 	}
-	me := opts.WrittenBy
-	if me == "" {
-		me = "this binary"
+	return o.Logger
+}
+
+// name is how messages name this binary: WrittenBy, or "this binary".
+func (o Options) name() string {
+	if o.WrittenBy == "" {
+		return "this binary"
 	}
+	return o.WrittenBy
+}
+
+// stamped reads dir's format: its FORMAT file, or format 1 for a directory that holds
+// data without one; isNew when it holds neither.
+func stamped(dir string) (st Stamp, isNew bool, err error) {
 	st, found, err := Read(dir)
+	if err != nil || found {
+		return st, false, err
+	}
+	used, err := holdsData(dir)
+	if err != nil || !used {
+		return Stamp{}, err == nil, err
+	}
+	return Stamp{Format: 1}, false, nil
+}
+
+func prepare(dir string, opts Options, current int, steps []step) (Result, error) {
+	log, me := opts.logger(), opts.name()
+	st, isNew, err := stamped(dir)
 	if err != nil {
 		return Result{}, err
 	}
-	if !found {
-		used, err := holdsData(dir)
-		if err != nil {
+	if isNew {
+		if err := vfs.MkdirAllSync(vfs.OS{}, dir, 0o700); err != nil {
 			return Result{}, err
 		}
-		if !used {
-			if err := vfs.MkdirAllSync(vfs.OS{}, dir, 0o700); err != nil {
-				return Result{}, err
-			}
-			return Result{}, Write(dir, Stamp{Format: current, WrittenBy: opts.WrittenBy})
-		}
-		st = Stamp{Format: 1}
+		return Result{}, Write(dir, Stamp{Format: current, WrittenBy: opts.WrittenBy})
 	}
 	res := Result{Found: st.Format}
 	switch {
