@@ -95,6 +95,9 @@ func serve(args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	served := make(chan struct{})
+	defer close(served)
+	go failStop(b.StorageFailed(), served, log, os.Exit)
 	if plane != nil {
 		plane.Serve(b.HandleForward)
 		plane.ServeData(b.HandleData, b.CheckPeer)
@@ -240,6 +243,27 @@ func serve(args []string) (err error) {
 	}
 	stopped = true
 	return nil
+}
+
+// exitStorageFailed is the exit status of a node that stopped because its write-ahead
+// file failed (EX_IOERR of sysexits.h).
+const exitStorageFailed = 74
+
+// failStop ends the process at once when the node's write-ahead file fails: no
+// partition of the node can store a write any more, and the kernel may have dropped
+// pages a failed sync was asked to write, so the only state to trust is what is on
+// disk. Exiting as after a crash (no graceful close, which would write and sync more)
+// lets the cluster move this node's leaderships at once, and the restart a service
+// manager makes replays the write-ahead file from the disk.
+func failStop(failed <-chan error, served <-chan struct{}, log *slog.Logger, exit func(int)) {
+	var err error
+	select {
+	case err = <-failed:
+	case <-served:
+		return
+	}
+	log.Error("stopping at once: the write-ahead file failed, so this node can store nothing more; a restart replays what is on disk (exit status 74)", "err", err)
+	exit(exitStorageFailed)
 }
 
 // userStore is what securityOn needs of the broker.

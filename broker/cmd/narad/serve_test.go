@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +99,42 @@ func TestSecurityOnRefusesAnOpenNonLoopbackAddress(t *testing.T) {
 	}
 	if on, err := securityOn(context.Background(), config{HTTPAddr: "0.0.0.0:7000", Insecure: true}, &fakeUsers{}, quiet); err != nil || on {
 		t.Fatalf("securityOn with --insecure = %v, %v; want off, nil", on, err)
+	}
+}
+
+// TestFailStop: a failure of the write-ahead file ends the process with status 74 and
+// an ERROR line naming the cause; the end of serve ends the watch without an exit.
+func TestFailStop(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	failed := make(chan error, 1)
+	exited := make(chan int, 1)
+	done := make(chan struct{})
+	go func() { failStop(failed, make(chan struct{}), log, func(code int) { exited <- code }); close(done) }()
+	failed <- errors.New("wal: failed closed: fdatasync: input/output error")
+	select {
+	case code := <-exited:
+		if code != 74 {
+			t.Fatalf("exit status %d, want 74", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit after the write-ahead file failed")
+	}
+	<-done
+	if s := logs.String(); !strings.Contains(s, "level=ERROR") || !strings.Contains(s, "input/output error") {
+		t.Fatalf("log %q", s)
+	}
+
+	served := make(chan struct{})
+	done = make(chan struct{})
+	go func() { failStop(make(chan error), served, log, func(code int) { exited <- code }); close(done) }()
+	close(served)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch outlived serve")
+	}
+	if len(exited) != 0 {
+		t.Fatalf("exited with %d at the end of serve", <-exited)
 	}
 }

@@ -175,6 +175,7 @@ type Broker struct {
 	// appends went through the WAL, since this process started (openReplica).
 	walDirs     sync.Map
 	walSyncer   io.Closer    // the syncfs descriptor of the WAL's checkpoints
+	walFailed   chan error   // receives the WAL's failure, once (StorageFailed)
 	repl        *replication // nil without Options.Node
 	longPolls   atomic.Int64
 	copiersMu   sync.Mutex
@@ -346,16 +347,17 @@ func Open(opts Options) (*Broker, error) {
 	}
 	opts.NodeID = id
 	b := &Broker{
-		opts:     opts,
-		log:      opts.Logger,
-		metrics:  opts.Metrics,
-		topics:   make(map[string]*topic),
-		copiers:  make(map[copierKey]*copier),
-		stop:     make(chan struct{}),
-		draining: make(chan struct{}),
-		changed:  make(chan struct{}, 1),
-		remote:   newRemote(),
-		stats:    newStatsRecorder(opts.StatsInterval),
+		opts:      opts,
+		log:       opts.Logger,
+		metrics:   opts.Metrics,
+		topics:    make(map[string]*topic),
+		copiers:   make(map[copierKey]*copier),
+		stop:      make(chan struct{}),
+		draining:  make(chan struct{}),
+		changed:   make(chan struct{}, 1),
+		remote:    newRemote(),
+		walFailed: make(chan error, 1),
+		stats:     newStatsRecorder(opts.StatsInterval),
 	}
 	// Partition data lives under topics/, which exists now.
 	if b.syncer, b.syncCloser, err = opts.Syncer(filepath.Join(opts.DataDir, "topics")); err != nil {
@@ -466,6 +468,13 @@ func (b *Broker) Drain() {
 		close(b.draining)
 	})
 }
+
+// StorageFailed receives, once, the error that failed the node's write-ahead file
+// closed (--sync-mode wal): from then on no partition of the node can store a write
+// until the process starts again and replays the file. `narad serve` exits at once
+// when it receives it (fail-stop), as after a crash. Without a write-ahead file it
+// never receives.
+func (b *Broker) StorageFailed() <-chan error { return b.walFailed }
 
 // NodeID returns this node's id.
 func (b *Broker) NodeID() string { return b.opts.NodeID }

@@ -27,6 +27,11 @@ func (b *Broker) openWAL(observe func(int, time.Duration)) error {
 		Root:    b.opts.DataDir,
 		Syncer:  fss,
 		Observe: observe,
+		OnFail: func(err error) {
+			b.metrics.StorageErrors.WithLabelValues("wal").Inc()
+			b.log.Error("the write-ahead file failed: no partition of this node can store a write until it restarts and replays the file", "err", err)
+			b.walFailed <- err // buffered for the one call
+		},
 	})
 	if err != nil {
 		_ = fss.Close() // the open error is the one to report

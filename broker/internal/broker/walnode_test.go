@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -9,6 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
 )
 
 // copyDir copies the files of src into dst, keeping the tree.
@@ -95,5 +101,52 @@ func TestWALReplayedAtStart(t *testing.T) {
 		if n != 50 {
 			t.Fatalf("wal mode %v: %d messages after the start, want the 50 answered", walMode, n)
 		}
+	}
+}
+
+// TestWALFailureIsReported: when the node's write-ahead file fails closed (here, as a
+// data file's own failed sync does), StorageFailed receives the error once, so that
+// `narad serve` can stop the process, the failure is counted, and the next produce is
+// refused as not stored, not answered 202.
+func TestWALFailureIsReported(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b, err := Open(Options{DataDir: t.TempDir(), NodeID: "n1", Logger: quiet, WAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "t", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, b, "t", 3)
+	select {
+	case err := <-b.StorageFailed():
+		t.Fatalf("failure reported before any: %v", err)
+	default:
+	}
+	b.wal.Fail(errors.New("injected: a lost write-back"))
+	b.wal.Fail(errors.New("injected: a second one"))
+	select {
+	case err := <-b.StorageFailed():
+		if !errors.Is(err, wal.ErrFailed) || !strings.Contains(err.Error(), "a lost write-back") {
+			t.Fatalf("reported %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write-ahead file's failure was not reported")
+	}
+	select {
+	case err := <-b.StorageFailed():
+		t.Fatalf("reported twice: %v", err)
+	default:
+	}
+	if n := promtest.ToFloat64(b.Metrics().StorageErrors.WithLabelValues("wal")); n != 1 {
+		t.Fatalf("narad_storage_errors_total{op=\"wal\"} = %v, want 1", n)
+	}
+	_, err = b.Produce(context.Background(), "t", []Outgoing{{Partition: -1, Value: []byte("after")}})
+	if !errors.Is(err, ErrStorage) {
+		t.Fatalf("produce after the failure: %v, want ErrStorage", err)
 	}
 }

@@ -39,6 +39,10 @@ const (
 	SegmentRetentionDelete = "segment-retention-delete"
 	// SegmentRetentionUnlink: a segment's .log was unlinked, its .index not yet.
 	SegmentRetentionUnlink = "segment-retention-unlink"
+	// WALAfterWrite: a round of the node's write-ahead file is written, its fdatasync
+	// done, the callers not yet answered (an error here stands for a failed fdatasync,
+	// which fails the write-ahead file closed).
+	WALAfterWrite = "wal-after-write"
 	// PartitionAfterAppend: a message batch is durable in the partition log, the produce
 	// (or fan-out copy) has not been answered yet; on a replica, a committed batch is
 	// written to its message log, not yet marked applied.
@@ -59,7 +63,7 @@ const (
 // Points lists every named point, for harnesses that pick one at random.
 var Points = []string{
 	SegmentAfterWrite, SegmentAfterFsync, SegmentUndo, SegmentRollCreated, SegmentRetentionDelete,
-	SegmentRetentionUnlink, PartitionAfterAppend, PartitionAfterSettle,
+	SegmentRetentionUnlink, WALAfterWrite, PartitionAfterAppend, PartitionAfterSettle,
 	PartitionCkptBeforeRename, PartitionEpochBeforeRename,
 }
 

@@ -26,7 +26,7 @@ var mayImport = map[string][]string{
 	"internal/queue":           {},
 	"internal/auth":            {},
 	"internal/storage/segment": {"internal/storage/vfs", "internal/storage/wal", "internal/failpoint"},
-	"internal/storage/wal":     {"internal/storage/vfs"},
+	"internal/storage/wal":     {"internal/storage/vfs", "internal/failpoint"},
 	"internal/storage/vfs":     {},
 	"internal/storage/format":  {"internal/storage/vfs", "internal/storage/wal"},
 	"internal/failpoint":       {},

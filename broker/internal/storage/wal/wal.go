@@ -37,6 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/failpoint"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
@@ -71,6 +72,10 @@ type Options struct {
 	// Observe, when set, is called after every round with the records it made
 	// durable and how long its write and sync took. It runs on the writer goroutine.
 	Observe func(records int, d time.Duration)
+	// OnFail, when set, is called once, with the error, when the WAL fails closed
+	// (ErrFailed): a write, sync or checkpoint failed, or Fail was called. It must not
+	// block; it may run on the writer or the checkpointer goroutine or in Fail's caller.
+	OnFail func(error)
 }
 
 // ErrFailed means a write or sync of the write-ahead file, or a checkpoint, failed:
@@ -636,7 +641,11 @@ func (w *WAL) round(batch []*waiter) (bool, error) {
 	if _, err := w.cur.f.WriteAt(w.buf, w.cur.pos); err != nil {
 		return false, w.fail(err)
 	}
-	if err := w.cur.f.Sync(); err != nil {
+	err := w.cur.f.Sync()
+	if err == nil {
+		err = failpoint.Err(failpoint.WALAfterWrite) // stands for a failed fdatasync
+	}
+	if err != nil {
 		return false, w.fail(err)
 	}
 	w.cur.pos += int64(len(w.buf))
@@ -696,10 +705,13 @@ func (w *WAL) rotateIf() error {
 
 func (w *WAL) fail(err error) error {
 	e := fmt.Errorf("%w: %w", ErrFailed, err)
-	w.failed.CompareAndSwap(nil, &e)
+	first := w.failed.CompareAndSwap(nil, &e)
 	w.ckMu.Lock()
 	w.ckCond.Broadcast()
 	w.ckMu.Unlock()
+	if first && w.opts.OnFail != nil {
+		w.opts.OnFail(e)
+	}
 	return *w.failed.Load()
 }
 

@@ -250,20 +250,28 @@ func TestRemovedFileIsSkipped(t *testing.T) {
 
 // TestFailedSyncFailsClosed: a failed fdatasync of the write-ahead file fails that
 // commit with an error that does not say "not written" (the record may be durable)
-// and every later one.
+// and every later one; OnFail hears of it once.
 func TestFailedSyncFailsClosed(t *testing.T) {
 	m := vfs.NewMem()
-	w, _ := open(t, m, 0)
+	var heard []error
+	w, _, err := Open(walDir, Options{FS: m, Root: root, FileBytes: 64 << 10, OnFail: func(err error) { heard = append(heard, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := dataFile(t, m, "a.log")
 	m.FailSync(1)
 	_, _ = f.WriteAt([]byte("x"), 0)
-	err := w.Commit([]Span{{Path: filepath.Join(root, "a.log"), Off: 0, Data: []byte("x")}})
+	err = w.Commit([]Span{{Path: filepath.Join(root, "a.log"), Off: 0, Data: []byte("x")}})
 	if !errors.Is(err, ErrFailed) || errors.Is(err, ErrNotWritten) {
 		t.Fatalf("commit over a failed sync: %v", err)
 	}
 	err = w.Commit([]Span{{Path: filepath.Join(root, "a.log"), Off: 1, Data: []byte("y")}})
 	if !errors.Is(err, ErrFailed) {
 		t.Fatalf("commit after the failure: %v", err)
+	}
+	w.Fail(errors.New("a data file's sync too"))
+	if len(heard) != 1 || !errors.Is(heard[0], ErrFailed) {
+		t.Fatalf("OnFail heard %v, want the one failure", heard)
 	}
 }
 
