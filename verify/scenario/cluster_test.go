@@ -85,7 +85,7 @@ func TestClusterChaos(t *testing.T) {
 	// must hand its leadership over and be rebuilt from its group while the node runs.
 	failedWrites := 0
 	for _, e := range es {
-		if e.Kind == history.KindFault && e.Fault == history.FaultDisk && (strings.HasSuffix(e.Detail, ": eio") || strings.HasSuffix(e.Detail, ": enospc")) {
+		if e.Kind == history.KindFault && e.Fault == history.FaultDisk && strings.HasPrefix(e.Detail, "segment-after-write") && (strings.HasSuffix(e.Detail, ": eio") || strings.HasSuffix(e.Detail, ": enospc")) {
 			failedWrites++
 		}
 	}

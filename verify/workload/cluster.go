@@ -50,12 +50,13 @@ const (
 	StepRolling        = "rolling-restart" // stop every node with SIGTERM and start it again, one at a time, each back and the cluster healthy before the next
 	StepDisk           = "disk"            // kill -9 a node, start it with one segment write failing (EIO or ENOSPC) or slow (1.5 s), keep it running 10 s, then kill and restart it
 	StepFailpoint      = "failpoint-kill"  // kill -9 a node, start it armed to kill itself at a named point of its storage (a replica's append or settle applied, a segment write), then again unarmed
+	StepWALFail        = "walfail"         // kill -9 a node, start it with its write-ahead file's N-th round failing (EIO): it must stop at once with exit status 74 (fail-stop); restart it
 	StepMove           = "move"            // move a partition's replica (its leader's too) to a node that holds none, under load; five times in six kill -9 a party of it (controller, source or target, or the leader twice as often) while it copies or switches; wait until it ends
 )
 
 // ClusterSteps lists every step kind.
 var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
-	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling, StepFailpoint, StepDisk, StepMove}
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling, StepFailpoint, StepDisk, StepWALFail, StepMove}
 
 // ParseSteps reads "kind=count,..." (an empty string: no steps).
 func ParseSteps(s string) (map[string]int, error) {
@@ -110,7 +111,7 @@ type ClusterFaultConfig struct {
 func (c ClusterFaultConfig) Kills(nodes int) int {
 	s := c.Steps
 	// Five moves in six kill a party of theirs (an estimate: the party is drawn).
-	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll] + 2*s[StepFailpoint] + 2*s[StepDisk] + 5*s[StepMove]/6
+	return s[StepLeaderKill] + s[StepControllerKill] + s[StepNodeKill] + 2*s[StepDoubleFailover] + s[StepWipe] + s[StepCorrupt] + s[StepClock] + nodes*s[StepKillAll] + 2*s[StepFailpoint] + 2*s[StepDisk] + s[StepWALFail] + 5*s[StepMove]/6
 }
 
 // Schedule returns the steps in the order a seed gives them.
@@ -363,6 +364,12 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		in.kill(n, "to start it with a failing disk")
 		in.sleep(ctx, down)
 		return in.diskFault(ctx, n, action, at)
+	case StepWALFail:
+		n := in.w.nodes[pick%len(in.w.nodes)]
+		at := 20 + (pick>>10)%100
+		in.kill(n, "to start it with a failing write-ahead file")
+		in.sleep(ctx, down)
+		return in.walFail(ctx, n, at)
 	case StepFailpoint:
 		n := in.w.nodes[pick%len(in.w.nodes)]
 		point := clusterPoints[(pick/len(in.w.nodes))%len(clusterPoints)]
@@ -471,6 +478,36 @@ func (in *clusterInjector) failpointKill(ctx context.Context, n *node.Node, poin
 		if f.Action == "kill" {
 			in.fault(history.FaultFailpointKill, firedAt(in.w.clk, f, end), end, n.ID(), f.Name)
 		}
+	}
+	return in.restart(ctx, n)
+}
+
+// walFail starts the stopped node n with the at-th round of its write-ahead file
+// failing its sync (EIO), waits for it to stop itself, which it must do with exit
+// status 74, and restarts it. A node that never reached the round in 30 s is killed.
+func (in *clusterInjector) walFail(ctx context.Context, n *node.Node, at int) error {
+	t0 := in.now()
+	if err := in.start(n, fmt.Sprintf("NARAD_FAILPOINTS=wal-after-write:eio@%d", at)); err != nil {
+		return err
+	}
+	select {
+	case <-n.Exited():
+	case <-time.After(30 * time.Second):
+		in.kill(n, fmt.Sprintf("its write-ahead round %d was not reached in 30 s", at))
+	case <-ctx.Done():
+		in.kill(n, "")
+	}
+	end := in.now()
+	in.fault(history.FaultRestart, t0, end, n.ID(), "armed wal-after-write:eio")
+	fired := n.TakeFired()
+	for _, f := range fired {
+		in.fault(history.FaultDisk, firedAt(in.w.clk, f, end), end, n.ID(), f.Name+": "+f.Action)
+	}
+	if len(fired) > 0 && !strings.Contains(n.ExitState(), "exit status 74") {
+		return fmt.Errorf("%s's write-ahead file failed and it ended with %q, not exit status 74 (fail-stop)", n.ID(), n.ExitState())
+	}
+	if len(fired) == 0 {
+		in.note("walfail: %s's write-ahead round %d was not reached", n.ID(), at)
 	}
 	return in.restart(ctx, n)
 }
