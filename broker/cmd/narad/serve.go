@@ -95,9 +95,6 @@ func serve(args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	served := make(chan struct{})
-	defer close(served)
-	go failStop(b.StorageFailed(), served, log, os.Exit)
 	if plane != nil {
 		plane.Serve(b.HandleForward)
 		plane.ServeData(b.HandleData, b.CheckPeer)
@@ -114,8 +111,20 @@ func serve(args []string) (err error) {
 	defer stop()
 	var hup chan os.Signal // SIGHUP reloads the TLS certificate and the cluster secrets
 	stopped := false
+	// Until the broker starts to close: a failure while it closes ends serve with an
+	// error (below) instead of cutting the close short.
+	served := make(chan struct{})
+	go failStop(b.StorageFailed(), served, log, os.Exit)
 	defer func() {
+		close(served)
 		cerr := b.Close()
+		select {
+		case ferr := <-b.StorageFailed():
+			if cerr == nil {
+				cerr = fmt.Errorf("the write-ahead file failed; the next start replays it: %w", ferr)
+			}
+		default:
+		}
 		if hup != nil {
 			// Only now: a SIGHUP while the broker closes must not kill the process.
 			signal.Stop(hup)

@@ -32,6 +32,10 @@ func (b *Broker) openWAL(observe func(int, time.Duration)) error {
 			b.log.Error("the write-ahead file failed: no partition of this node can store a write until it restarts and replays the file", "err", err)
 			b.walFailed <- err // buffered for the one call
 		},
+		OnCheckpointRetry: func(err error) {
+			b.metrics.StorageErrors.WithLabelValues("wal_checkpoint_open").Inc()
+			b.log.Warn("a checkpoint of the write-ahead file could not open a data file to sync it; trying again in a second (nothing is lost meanwhile)", "err", err)
+		},
 	})
 	if err != nil {
 		_ = fss.Close() // the open error is the one to report

@@ -76,6 +76,11 @@ type Options struct {
 	// (ErrFailed): a write, sync or checkpoint failed, or Fail was called. It must not
 	// block; it may run on the writer or the checkpointer goroutine or in Fail's caller.
 	OnFail func(error)
+	// OnCheckpointRetry, when set, is called on the checkpointer goroutine each time a
+	// checkpoint could not open a data file to sync (EMFILE, say) and waits a second
+	// before it tries again; nothing is lost meanwhile, and a WAL closing gives up and
+	// fails closed instead.
+	OnCheckpointRetry func(error)
 }
 
 // ErrFailed means a write or sync of the write-ahead file, or a checkpoint, failed:
@@ -787,6 +792,10 @@ func (w *WAL) checkpointer() {
 		f := w.full[0]
 		w.ckMu.Unlock()
 		err := w.checkpoint(f)
+		var oe *openError
+		if errors.As(err, &oe) && w.retryOpen(err) {
+			continue // f is still first in line
+		}
 		if err != nil {
 			// Failed closed before the file counts as retired: a Checkpoint woken by
 			// the count must see the failure, or it would report records durable
@@ -847,7 +856,7 @@ func (w *WAL) syncPaths(paths map[string]struct{}) error {
 			continue // removed: nothing of it to keep
 		}
 		if err != nil {
-			return err
+			return &openError{err}
 		}
 		hs = append(hs, h)
 	}
@@ -855,6 +864,40 @@ func (w *WAL) syncPaths(paths map[string]struct{}) error {
 		return nil
 	}
 	return w.opts.Syncer.SyncFiles(hs)
+}
+
+// openError is a checkpoint's failure to open a data file it was to sync (out of file
+// descriptors, say): unlike a failed sync it loses nothing, so the checkpoint is tried
+// again rather than failing the WAL.
+type openError struct{ err error }
+
+func (e *openError) Error() string { return "opening a data file to sync it: " + e.err.Error() }
+func (e *openError) Unwrap() error { return e.err }
+
+// retryWait is how long the checkpointer waits before it tries again a checkpoint
+// whose data file could not be opened.
+var retryWait = time.Second
+
+// retryOpen reports the failure to open (OnCheckpointRetry) and waits retryWait before
+// the checkpoint is tried again. It returns false when the WAL is closing: the
+// checkpoint then fails the WAL closed, and the next start replays its records.
+func (w *WAL) retryOpen(err error) bool {
+	if w.opts.OnCheckpointRetry != nil {
+		w.opts.OnCheckpointRetry(err)
+	}
+	deadline := time.Now().Add(retryWait)
+	for {
+		w.ckMu.Lock()
+		stop := w.ckStop
+		w.ckMu.Unlock()
+		if stop {
+			return false
+		}
+		if !time.Now().Before(deadline) {
+			return true
+		}
+		time.Sleep(min(10*time.Millisecond, time.Until(deadline)))
+	}
 }
 
 // Checkpoint makes every span committed so far durable in its data file and frees

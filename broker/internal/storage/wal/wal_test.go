@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -553,5 +556,59 @@ func TestReplayAlone(t *testing.T) {
 	}
 	if rep, err := Replay(filepath.Join(root, "none"), Options{FS: m, Root: root}); err != nil || rep != (Replayed{}) {
 		t.Fatalf("Replay of a missing directory = %+v, %v", rep, err)
+	}
+}
+
+// openFailing fails the next n opens of data files (not of the WAL's own) with EMFILE.
+type openFailing struct {
+	*vfs.Mem
+	mu sync.Mutex
+	n  int
+}
+
+func (o *openFailing) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	o.mu.Lock()
+	fail := o.n > 0 && !strings.HasPrefix(name, walDir)
+	if fail {
+		o.n--
+	}
+	o.mu.Unlock()
+	if fail {
+		return nil, syscall.EMFILE
+	}
+	return o.Mem.OpenFile(name, flag, perm)
+}
+
+// TestCheckpointRetriesAFailedOpen: a checkpoint that cannot open a data file to sync
+// it (out of file descriptors) loses nothing, so it is tried again, reported each time,
+// and succeeds once the open does: the WAL does not fail (which would stop the node).
+func TestCheckpointRetriesAFailedOpen(t *testing.T) {
+	defer func(d time.Duration) { retryWait = d }(retryWait)
+	retryWait = 5 * time.Millisecond
+	m := &openFailing{Mem: vfs.NewMem()}
+	var retries, fails atomic.Int32
+	w, _, err := Open(walDir, Options{FS: m, Root: root, FileBytes: 64 << 10,
+		OnCheckpointRetry: func(error) { retries.Add(1) }, OnFail: func(error) { fails.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := dataFile(t, m.Mem, "a.log")
+	write(t, w, f, "a.log", 0, []byte("kept"))
+	m.mu.Lock()
+	m.n = 3
+	m.mu.Unlock()
+	if err := w.Checkpoint(); err != nil {
+		t.Fatalf("Checkpoint over three failed opens: %v", err)
+	}
+	if retries.Load() != 3 || fails.Load() != 0 {
+		t.Fatalf("%d retries and %d failures, want 3 and 0", retries.Load(), fails.Load())
+	}
+	write(t, w, f, "a.log", 4, []byte("more"))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.Crash()
+	if got, _ := m.Durable(filepath.Join(root, "a.log")); string(got) != "keptmore" {
+		t.Fatalf("a.log after a crash holds %q", got)
 	}
 }
