@@ -60,6 +60,10 @@ flags:
 		return 1
 	}
 	if res.Found <= *to {
+		if res.Folded {
+			fmt.Fprintf(stdout, "%s is at format %d already; folded the write-ahead directory found beside it into the partitions' files\n", dataDir, res.Found)
+			return 0
+		}
 		fmt.Fprintf(stdout, "%s is at format %d already: nothing to do\n", dataDir, res.Found)
 		return 0
 	}

@@ -64,6 +64,9 @@ func downgrade(dir string, to int, opts Options, current int, steps []step) (Res
 		if to < 3 {
 			// No binary leaves wal/ beside a FORMAT below 3, but a directory put
 			// together by hand might: what it holds belongs in the files.
+			if _, err := os.Stat(filepath.Join(dir, "wal")); err == nil {
+				res.Folded = true
+			}
 			return res, foldWAL(dir, log)
 		}
 		return res, nil
@@ -172,7 +175,12 @@ func foldWAL(dir string, log *slog.Logger) error {
 		return fmt.Errorf("replaying the write-ahead file: %w", err)
 	}
 	log.Info("replayed the write-ahead file into the partitions' files", "files", rep.Files, "records", rep.Records, "skipped", rep.Skipped)
-	if err := os.RemoveAll(wdir); err != nil {
+	// The files first, the sequence floor last (RemoveFiles), then the empty
+	// directory: a crash part-way leaves a directory this binary still opens safely.
+	if err := wal.RemoveFiles(vfs.OS{}, wdir); err != nil {
+		return err
+	}
+	if err := os.Remove(wdir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return vfs.OS{}.SyncDir(dir)

@@ -62,11 +62,31 @@ func TestDowngradeFoldsTheWriteAheadFile(t *testing.T) {
 		t.Fatalf("FORMAT = %+v, want format 2 written by the downgrade", st)
 	}
 	// Twice is harmless.
-	if res, err := Downgrade(dir, 2, Options{Logger: quiet()}); err != nil || res.Found != 2 {
+	if res, err := Downgrade(dir, 2, Options{Logger: quiet()}); err != nil || res.Found != 2 || res.Folded {
 		t.Fatalf("a second downgrade to 2 = %+v, %v; want nothing done", res, err)
 	}
 	if res, err := Prepare(dir, Options{WrittenBy: "narad test", Logger: quiet()}); err != nil || !res.Upgraded || mustRead(t, dir).Format != Current {
 		t.Fatalf("the next start = %+v, %v; want the directory upgraded to %d again", res, err, Current)
+	}
+}
+
+// TestDowngradeFoldsALeftoverWriteAheadFile: a directory at the format asked for
+// already, with a wal/ beside it (none of our binaries leaves one, a directory put
+// together by hand may), has the records folded into the files and says so.
+func TestDowngradeFoldsALeftoverWriteAheadFile(t *testing.T) {
+	dir, data := formatThreeDir(t)
+	if err := write(dir, Stamp{Format: 2, WrittenBy: "by hand"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Downgrade(dir, 2, Options{Logger: quiet()})
+	if err != nil || res.Found != 2 || !res.Folded {
+		t.Fatalf("Downgrade = %+v, %v; want format 2 found and the write-ahead file folded", res, err)
+	}
+	if b, _ := os.ReadFile(data); string(b) != "hello" {
+		t.Fatalf("the data file holds %q; want the record's \"hello\"", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "wal")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("wal/ after the fold: %v", err)
 	}
 }
 

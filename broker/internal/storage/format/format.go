@@ -71,6 +71,9 @@ type Result struct {
 	Found int
 	// Upgraded is true when Prepare upgraded the directory to Current.
 	Upgraded bool
+	// Folded is true when Downgrade, finding the directory at the format asked for
+	// already, folded a write-ahead directory it found beside it into the files.
+	Folded bool
 }
 
 // step upgrades a directory from format to-1 to format to.

@@ -278,6 +278,42 @@ func Replay(dir string, opts Options) (Replayed, error) {
 	return rep, err
 }
 
+// RemoveFiles deletes what the write-ahead directory dir holds (after a Replay, the
+// fold of a rollback), leaving dir itself, in an order safe at every crash: the
+// write-ahead files first, durably, and the sequence floor (seq) last. A file whose
+// header is unreadable (torn) may still hold records of an earlier use; only the floor
+// keeps a later Open from giving its sequence to a new use, whose replay would then
+// take those records for its own. So the floor must outlive every such file.
+func RemoveFiles(fsys vfs.FS, dir string) error {
+	entries, err := fsys.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	floor := false
+	for _, e := range entries {
+		if e.Name == seqName {
+			floor = true
+			continue
+		}
+		if err := fsys.Remove(filepath.Join(dir, e.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if err := fsys.SyncDir(dir); err != nil {
+		return err
+	}
+	if !floor {
+		return nil
+	}
+	if err := fsys.Remove(filepath.Join(dir, seqName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return fsys.SyncDir(dir)
+}
+
 // leaseSeqs raises nextSeq to the floor an earlier Open left and durably moves the
 // floor seqLease further, before this life begins any use.
 func (w *WAL) leaseSeqs() error {
