@@ -3,6 +3,7 @@ package format
 import (
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -205,5 +206,43 @@ func TestDowngradeKeepsTheDirectoryOwner(t *testing.T) {
 	}
 	if st := fi.Sys().(*syscall.Stat_t); st.Uid != nobody || st.Gid != nobody {
 		t.Fatalf("FORMAT is owned by %d:%d after a downgrade as root; want the directory's owner %d:%d", st.Uid, st.Gid, nobody, nobody)
+	}
+}
+
+// TestDowngradeWritesFormatLast: FORMAT changes only after every undo succeeded, so an
+// undo that fails (or a crash during one) leaves the directory at its format, which
+// the newer binary reads; each undo sees the directory still at that format.
+func TestDowngradeWritesFormatLast(t *testing.T) {
+	dir := t.TempDir()
+	if err := write(dir, Stamp{Format: 4, WrittenBy: "narad test"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var seen []int
+	undo := func(fail bool) func(string, *slog.Logger) error {
+		return func(d string, _ *slog.Logger) error {
+			seen = append(seen, mustRead(t, d).Format)
+			if fail {
+				return errors.New("injected")
+			}
+			return nil
+		}
+	}
+	fake := []step{{to: 2, down: undo(false)}, {to: 3, down: undo(true)}, {to: 4, down: undo(false)}}
+	if _, err := downgrade(dir, 1, Options{Logger: quiet()}, 4, fake); err == nil {
+		t.Fatal("a failed undo was not reported")
+	}
+	if len(seen) != 2 || seen[0] != 4 || seen[1] != 4 {
+		t.Fatalf("the undos saw formats %v; want 4 and 4 (the undo of 4, then the failing one of 3)", seen)
+	}
+	if st := mustRead(t, dir); st.Format != 4 {
+		t.Fatalf("FORMAT = %+v after a failed undo; want 4", st)
+	}
+	seen = nil
+	fake[1].down = undo(false)
+	if _, err := downgrade(dir, 1, Options{Logger: quiet()}, 4, fake); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 3 || mustRead(t, dir).Format != 1 {
+		t.Fatalf("undos saw %v, FORMAT %+v; want three undos at 4, then format 1", seen, mustRead(t, dir))
 	}
 }
