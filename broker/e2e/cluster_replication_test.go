@@ -1055,6 +1055,15 @@ func TestKeylessProduceStaysOnTheNodesLeaders(t *testing.T) {
 			t.Errorf("key %q through %s went to partition %d, want %d", key, via.id, p.Partition, want)
 		}
 	}
+	// Idle now, the six groups quiesce on every node, which says so
+	// (narad_replication_groups; the topic's replication factor is 3).
+	for _, nd := range nodes {
+		waitFor(t, 60*time.Second, nd.id+" reporting its 6 groups quiesced", func() bool {
+			q, ok1 := metricValue(nd.api, `narad_replication_groups{state="quiesced"}`)
+			a, ok2 := metricValue(nd.api, `narad_replication_groups{state="active"}`)
+			return ok1 && ok2 && q == 6 && a == 0
+		})
+	}
 }
 
 func fnv32a(s string) uint32 {

@@ -50,6 +50,8 @@ var (
 		"Message streams this node opened to its peers for replication frames: one per peer, and one more each time one broke (a peer restarted or its connection died).", nil, nil)
 	descLeadershipsWon = prometheus.NewDesc("narad_replication_leaderships_won_total",
 		"Times a replicated partition's group on this node became leader and began serving, by an election or a handed leadership.", nil, nil)
+	descGroups = prometheus.NewDesc("narad_replication_groups",
+		"Replicated partitions' Raft groups on this node, by state: quiesced (idle: no ticks or heartbeats until a write or a peer wakes it) or active.", []string{"state"}, nil)
 	descDiskFree = prometheus.NewDesc("narad_disk_free_bytes",
 		"Bytes free for the node on the data directory's file system.", nil, nil)
 	descDiskSize = prometheus.NewDesc("narad_disk_size_bytes",
@@ -62,7 +64,7 @@ var (
 
 // Describe sends the collector's descriptions.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descPeerAlive, descPeerLapses, descForcedCampaigns, descLeadershipsWon, descStreamsOpened, descClusterVersion, descMemberMaxVersion} {
+	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descPeerAlive, descPeerLapses, descForcedCampaigns, descLeadershipsWon, descStreamsOpened, descGroups, descClusterVersion, descMemberMaxVersion} {
 		ch <- d
 	}
 }
@@ -155,6 +157,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descForcedCampaigns, prometheus.CounterValue, float64(st.ForcedCampaigns))
 		ch <- prometheus.MustNewConstMetric(descLeadershipsWon, prometheus.CounterValue, float64(st.LeadershipsWon))
 		ch <- prometheus.MustNewConstMetric(descStreamsOpened, prometheus.CounterValue, float64(st.StreamsOpened))
+		all, quiesced := b.repl.host.GroupCounts()
+		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(quiesced), "quiesced")
+		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(all-quiesced), "active")
 	}
 	ch <- prometheus.MustNewConstMetric(descClusterVersion, prometheus.GaugeValue, float64(b.meta.ClusterVersion()))
 	for _, m := range b.meta.Members() {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -185,6 +187,9 @@ func Open(opts Options) (*Store, error) {
 		opts.tuneRaft(cfg)
 	}
 
+	if err := syncIfExists(filepath.Join(opts.Dir, "raft.db")); err != nil {
+		return nil, fmt.Errorf("meta: making the raft store durable before reading it: %w", err)
+	}
 	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(opts.Dir, "raft.db")})
 	if err != nil {
 		return nil, fmt.Errorf("meta: opening raft store: %w", err)
@@ -195,6 +200,26 @@ func Open(opts Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// syncIfExists makes the file at path durable, if there is one. A process killed
+// after a write and before its sync leaves the bytes in the page cache, where the next
+// start reads them as durable: bbolt would take a commit whose meta page never reached
+// the disk, and Raft a term or vote a power loss could still take back (a second vote
+// in a term). Synced first, what is read is what the disk holds.
+func syncIfExists(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	serr := f.Sync()
+	if cerr := f.Close(); serr == nil {
+		serr = cerr
+	}
+	return serr
 }
 
 func open(opts Options, cfg *raft.Config, f *fsm, bolt *raftboltdb.BoltStore) (*Store, error) {

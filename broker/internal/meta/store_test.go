@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -385,5 +387,27 @@ func TestUsernamesUniqueRegardlessOfCase(t *testing.T) {
 	}
 	if _, ok := f.user("Dave"); !ok {
 		t.Error("the older version's Dave is missing")
+	}
+}
+
+// TestSyncIfExists: a missing control-plane store is no error (a new node); an
+// existing one is synced (a directory instead of a file makes the sync, or the open
+// for writing, fail: the error is reported, not taken for "missing").
+func TestSyncIfExists(t *testing.T) {
+	dir := t.TempDir()
+	if err := syncIfExists(filepath.Join(dir, "raft.db")); err != nil {
+		t.Fatalf("a missing store: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "raft.db"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syncIfExists(filepath.Join(dir, "raft.db")); err != nil {
+		t.Fatalf("an existing store: %v", err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "dir.db"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syncIfExists(filepath.Join(dir, "dir.db")); err == nil {
+		t.Fatal("a store that cannot be opened for writing was not reported")
 	}
 }

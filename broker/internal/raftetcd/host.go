@@ -652,6 +652,20 @@ func (h *Host) allGroups() []*group {
 	return out
 }
 
+// GroupCounts returns how many groups this host runs and how many of them are
+// quiesced (idle: no ticks, no heartbeats until a write or a peer wakes them).
+func (h *Host) GroupCounts() (groups, quiesced int) {
+	for _, g := range h.allGroups() {
+		groups++
+		g.mu.Lock()
+		if g.quiesced {
+			quiesced++
+		}
+		g.mu.Unlock()
+	}
+	return groups, quiesced
+}
+
 // Stats returns the counters so far.
 func (h *Host) Stats() Stats {
 	return Stats{RPCCalls: h.rpcCalls.Load(), BatchCalls: h.batchCalls.Load(), BatchItems: h.batchItems.Load(),

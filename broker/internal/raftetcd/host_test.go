@@ -299,6 +299,11 @@ func TestElectReplicateQuiesce(t *testing.T) {
 	if !allQuiesced(ns, groups) {
 		t.Error("a group woke up during the idle window")
 	}
+	for _, n := range ns {
+		if all, q := n.host.GroupCounts(); all != groups || q != groups {
+			t.Errorf("n%d counts %d groups, %d quiesced; want %d and %d", n.id, all, q, groups, groups)
+		}
+	}
 	for g, n := range ls {
 		if info, _ := n.host.Info(g); !info.Leader {
 			t.Errorf("%s changed leader while quiesced", g)

@@ -221,6 +221,12 @@ func (s *Store) recover() error {
 		if err := s.fs.SyncDir(s.dir); err != nil {
 			return err
 		}
+	} else if err := s.sync(sf); err != nil {
+		// A process killed after writing a term or vote and before its commit leaves
+		// it in the page cache, where this start would read it as durable and hand it
+		// to raft; a power loss later would take it back (a second vote in a term).
+		// So what is read is made durable first.
+		return err
 	}
 	st, err := readState(sf, stName)
 	if err != nil {
@@ -369,6 +375,17 @@ func (s *Store) openSegment(base, prevTerm uint64, isLast bool) (*segFile, scanR
 		return nil, scanResult{}, err
 	}
 	seg := &segFile{base: base, path: path, f: f}
+	if isLast {
+		// Frames a killed process wrote and never committed stay in the page cache,
+		// where the scan would take them for entries (raft could then report them to
+		// its leader as stored) while a power loss would still drop them. Only the
+		// last segment can hold such frames (a segment is created only after the one
+		// before it is durable), so it is made durable before it is read.
+		if err := s.sync(f); err != nil {
+			_ = f.Close() // the error being returned is the one to report
+			return nil, scanResult{}, err
+		}
+	}
 	size, err := f.Size()
 	if err != nil {
 		_ = f.Close() // the error being returned is the one to report

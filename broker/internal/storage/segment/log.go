@@ -350,6 +350,16 @@ func (l *Log) recoverActive(base uint64) (*segment, error) {
 		return nil, err
 	}
 	s.f = f
+	// Records a killed process wrote and never made durable stay in the page cache,
+	// where the scan would take them for durable ones; appends after them through the
+	// write-ahead file would not make them durable either, and a power loss would then
+	// cut them and everything after. Only the active segment can hold such records (a
+	// segment begins only after the one before it is durable), so it is made durable
+	// before it is read (a log without syncs of its own skips this, as every sync).
+	if err := l.sync(f); err != nil {
+		_ = f.Close() // the sync error is the one to report
+		return nil, err
+	}
 	size, err := f.Size()
 	if err != nil {
 		_ = f.Close() // the stat error is the one to report

@@ -212,3 +212,63 @@ func TestOwnSyncFailureFailsTheWAL(t *testing.T) {
 	checkRecords(t, readAll(t, l), testRecords(0, 5))
 	mustClose(t, l)
 }
+
+// dyingWAL passes commits to the write-ahead file until die is set; then a commit
+// records nothing and fails with an outcome unknown, as the round whose sync failed
+// before the node exits (or a process killed before its round was durable).
+type dyingWAL struct {
+	w   *wal.WAL
+	die bool
+}
+
+func (d *dyingWAL) Commit(spans []wal.Span) error {
+	if d.die {
+		return wal.ErrFailed
+	}
+	return d.w.Commit(spans)
+}
+
+func (d *dyingWAL) Fail(err error) { d.w.Fail(err) }
+
+// TestKilledAppendIsDurableOnceRead: records a process wrote into its active segment
+// and never committed stay in the page cache when it dies. The log opened again read
+// them as records, and appends after them went through the write-ahead file without
+// making them durable: a power loss then cut the unsynced records and every
+// acknowledged one after them (the replay wrote the later ones behind a hole, which
+// the next open cut as a torn tail). Open now makes the active segment durable before
+// it reads it. (Found in review; fails on the code before.)
+func TestKilledAppendIsDurableOnceRead(t *testing.T) {
+	m := vfs.NewMem()
+	w, _ := openTestWAL(t, m)
+	dw := &dyingWAL{w: w}
+	opts := memOptions(m)
+	opts.WAL = dw
+	l := mustOpen(t, testDir, opts)
+	appendTestRecords(t, l, 0, 5)
+	if err := w.Checkpoint(); err != nil { // records 0–4 durable in their segment
+		t.Fatal(err)
+	}
+	dw.die = true
+	if _, err := l.Append(testRecords(5, 6)); err == nil {
+		t.Fatal("an append over a dying write-ahead file succeeded")
+	}
+	// The process dies (the page cache stays): the log and the WAL are abandoned.
+	w2, _ := openTestWAL(t, m)
+	opts.WAL = w2
+	l2 := mustOpen(t, testDir, opts)
+	if l2.Next() != 6 {
+		t.Fatalf("the log opened again holds %d records; want 6 (the unanswered one may be there)", l2.Next())
+	}
+	appendTestRecords(t, l2, 6, 10) // answered: durable through the write-ahead file
+	m.Crash()                       // a power loss before any checkpoint
+	_ = w2.Close()
+	if _, rep := openTestWAL(t, m); rep.Records == 0 {
+		t.Fatal("nothing replayed")
+	}
+	l3 := mustOpen(t, testDir, memOptions(m))
+	if l3.Next() != 10 || len(l3.Damaged()) != 0 {
+		t.Fatalf("after the power loss the log holds %d records (damage %+v); want all 10, as the reopened log read and extended them", l3.Next(), l3.Damaged())
+	}
+	checkRecords(t, readAll(t, l3), testRecords(0, 10))
+	mustClose(t, l3)
+}
