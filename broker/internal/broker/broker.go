@@ -804,6 +804,8 @@ func (b *Broker) closeTopic(t *topic, remove bool) {
 		}
 		if err := os.RemoveAll(t.dir); err != nil {
 			b.log.Error("removing topic data failed; it is retried at the next start", "dir", t.dir, "err", err)
+		} else if err := (vfs.OS{}).SyncDir(filepath.Dir(t.dir)); err != nil {
+			b.log.Warn("syncing the directory of a removed topic failed; a power loss may bring its data back until the next start removes it", "dir", t.dir, "err", err)
 		}
 	}
 }

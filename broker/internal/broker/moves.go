@@ -14,6 +14,7 @@ import (
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/raftetcd"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // ErrMoveNotFound: no move of that id.
@@ -575,6 +576,13 @@ func (b *Broker) removeCopy(t *topic, i int, mv meta.Move) error {
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		b.log.Error("deleting a moved replica's data failed; it stays on disk", "topic", t.name, "partition", i, "dir", dir, "err", err)
+		return err
+	}
+	// Durably gone before the move records it: a power loss must not bring back an
+	// old copy (its Raft log and vote) that a later move of the partition back here
+	// would open instead of starting afresh.
+	if err := (vfs.OS{}).SyncDir(filepath.Dir(dir)); err != nil {
+		b.log.Error("syncing the directory of a deleted replica failed", "topic", t.name, "partition", i, "dir", dir, "err", err)
 		return err
 	}
 	b.log.Info("deleted the data of a replica moved off this node", "topic", t.name, "partition", i, "move", mv.ID)
