@@ -28,6 +28,33 @@ func (d *dyingWAL) Commit(spans []wal.Span) error {
 func (d *dyingWAL) Checkpoint() error { return d.w.Checkpoint() }
 func (d *dyingWAL) Fail(err error)    { d.w.Fail(err) }
 
+// openWALOn opens the write-ahead file of m (replaying what it holds).
+func openWALOn(t *testing.T, m *vfs.Mem) *wal.WAL {
+	t.Helper()
+	w, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// durableThenDying opens a store on m whose entries 1..last (term 1, vote 1) are
+// durable in their segment (checkpointed), and whose write-ahead file then dies.
+func durableThenDying(t *testing.T, m *vfs.Mem, last uint64) *Store {
+	t.Helper()
+	w := openWALOn(t, m)
+	dw := &dyingWAL{w: w}
+	s := openOn(t, m, Options{WAL: dw, CacheEntries: -1})
+	if err := s.Save(raftpb.HardState{Term: 1, Vote: 1}, withData(1, last, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	dw.die = true
+	return s
+}
+
 // TestKilledWritesAreDurableOnceRead: frames written into a segment whose commit never
 // reached the write-ahead file stay in the page cache when the process dies (kill -9,
 // or the exit after a failed sync). A store opened again reads them as entries (raft
@@ -40,28 +67,13 @@ func TestKilledWritesAreDurableOnceRead(t *testing.T) {
 	for _, appendAfter := range []bool{false, true} {
 		t.Run(fmt.Sprintf("appendAfter=%v", appendAfter), func(t *testing.T) {
 			m := vfs.NewMem()
-			w, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dw := &dyingWAL{w: w}
-			s := openOn(t, m, Options{WAL: dw, CacheEntries: -1})
-			if err := s.Save(raftpb.HardState{Term: 1, Vote: 1}, withData(1, 10, 1)); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Checkpoint(); err != nil { // 1..10 durable in the segment
-				t.Fatal(err)
-			}
-			dw.die = true
+			s := durableThenDying(t, m, 10)
 			if err := s.Append(withData(11, 11, 1)); err == nil {
 				t.Fatal("append over a dying WAL succeeded")
 			}
-			// kill -9 / exit 74: the process is gone, the page cache stays. (w is
-			// abandoned, not closed: Close would checkpoint.)
-			w2, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			// kill -9 / exit 74: the process is gone, the page cache stays. (The
+			// first WAL is abandoned, not closed: Close would checkpoint.)
+			w2 := openWALOn(t, m)
 			s2 := openOn(t, m, Options{WAL: w2, CacheEntries: -1})
 			last, _ := s2.LastIndex()
 			t.Logf("after the restart LastIndex = %d (entry 11 is in the page cache only)", last)
@@ -74,12 +86,8 @@ func TestKilledWritesAreDurableOnceRead(t *testing.T) {
 			}
 			// Power loss before any checkpoint or kernel write-back.
 			m.Crash()
-			_ = w2.Close() // stops its goroutines; its handles are dead
-			w3, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w3.Close()
+			_ = w2.Close()                // stops its goroutines; its handles are dead
+			defer openWALOn(t, m).Close() // the replay after the power loss
 			s3, err := Open(testDir, Options{FS: m, CacheEntries: -1})
 			if err != nil {
 				t.Fatalf("after the power loss the store does not open (entries up to %d were reported durable): %v", want, err)
@@ -98,35 +106,16 @@ func TestKilledWritesAreDurableOnceRead(t *testing.T) {
 // could vote twice in a term). Open now makes the state file durable before reading it.
 func TestKilledStateWriteIsDurableOnceRead(t *testing.T) {
 	m := vfs.NewMem()
-	w, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dw := &dyingWAL{w: w}
-	s := openOn(t, m, Options{WAL: dw, CacheEntries: -1})
-	if err := s.Save(raftpb.HardState{Term: 1, Vote: 1}, withData(1, 3, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
-	dw.die = true
+	s := durableThenDying(t, m, 3)
 	if err := s.SetHardState(raftpb.HardState{Term: 2, Vote: 2}); err == nil {
 		t.Fatal("state write over a dying WAL succeeded")
 	}
-	w2, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w2 := openWALOn(t, m)
 	s2 := openOn(t, m, Options{WAL: w2, CacheEntries: -1})
 	hs2 := s2.HardState()
 	m.Crash()
 	_ = w2.Close()
-	w3, _, err := wal.Open("/wal", wal.Options{FS: m, Root: "/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w3.Close()
+	defer openWALOn(t, m).Close() // the replay after the power loss
 	s3 := openOn(t, m, Options{CacheEntries: -1})
 	defer s3.Close()
 	if hs3 := s3.HardState(); hs3.Term < hs2.Term || hs3.Vote != hs2.Vote {

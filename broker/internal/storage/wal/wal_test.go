@@ -158,42 +158,55 @@ func TestConcurrentCommitsAcrossRotations(t *testing.T) {
 func TestAnEarlierUseIsNeverReplayed(t *testing.T) {
 	for _, torn := range []bool{false, true} {
 		m := vfs.NewMem()
-		w, _ := open(t, m, 0)
-		q := dataFile(t, m, "q.log")
-		dataFile(t, m, "r.log")
-		write(t, w, q, "q.log", 0, []byte("old-1"))
-		write(t, w, q, "q.log", 0, []byte("old-2"))
-		m.Crash()
-		// A life that replays them, frees every file and stops before its first
-		// commit: no file is in use now.
-		open(t, m, 0)
+		earlierUse(t, m)
 		if torn {
 			if err := m.FlipByte(filepath.Join(walDir, "00000000.wal"), 13, 0xff); err != nil {
 				t.Fatal(err)
 			}
 		}
 		m.Crash()
-		// The next life reuses the first file. It overwrites q durably by itself,
-		// then commits one record of the same length as the first one above, to r.
-		w, _ = open(t, m, 0)
-		q, _ = m.OpenFile(filepath.Join(root, "q.log"), os.O_RDWR, 0)
-		if _, err := q.WriteAt([]byte("new-0"), 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		r, _ := m.OpenFile(filepath.Join(root, "r.log"), os.O_RDWR, 0)
-		write(t, w, r, "r.log", 0, []byte("rrrrr"))
-		m.Crash()
-		open(t, m, 0)
-		if got := content(t, m, "q.log"); string(got) != "new-0" {
+		if got := nextUse(t, m); got != "new-0" {
 			t.Fatalf("torn header %v: q.log = %q: a record of an earlier use was replayed", torn, got)
 		}
 		if got := content(t, m, "r.log"); string(got) != "rrrrr" {
 			t.Fatalf("torn header %v: r.log = %q", torn, got)
 		}
 	}
+}
+
+// earlierUse commits two records to q.log through the first write-ahead file, cuts the
+// power, and runs a life that replays them, frees every file and stops before its
+// first commit: no file is in use after it, the first holds the old records.
+func earlierUse(t *testing.T, m *vfs.Mem) {
+	t.Helper()
+	w, _ := open(t, m, 0)
+	q := dataFile(t, m, "q.log")
+	dataFile(t, m, "r.log")
+	write(t, w, q, "q.log", 0, []byte("old-1"))
+	write(t, w, q, "q.log", 0, []byte("old-2"))
+	m.Crash()
+	open(t, m, 0)
+}
+
+// nextUse runs the life after earlierUse's: it reuses the first file, overwrites
+// q.log durably by itself, then commits one record of the same length as the old
+// ones, to r.log; then the power fails and a start replays. It returns what q.log
+// holds then ("new-0" unless an old record was replayed over it).
+func nextUse(t *testing.T, m *vfs.Mem) string {
+	t.Helper()
+	w, _ := open(t, m, 0)
+	q, _ := m.OpenFile(filepath.Join(root, "q.log"), os.O_RDWR, 0)
+	if _, err := q.WriteAt([]byte("new-0"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := m.OpenFile(filepath.Join(root, "r.log"), os.O_RDWR, 0)
+	write(t, w, r, "r.log", 0, []byte("rrrrr"))
+	m.Crash()
+	open(t, m, 0)
+	return string(content(t, m, "q.log"))
 }
 
 // TestCheckpointBeforeRemoval: after Checkpoint no record of a removed file is
@@ -638,13 +651,7 @@ func (r *removeStops) Remove(name string) error {
 func TestRemoveFilesIsSafeAtEveryStep(t *testing.T) {
 	for k := 0; ; k++ {
 		m := vfs.NewMem()
-		w, _ := open(t, m, 0)
-		q := dataFile(t, m, "q.log")
-		dataFile(t, m, "r.log")
-		write(t, w, q, "q.log", 0, []byte("old-1"))
-		write(t, w, q, "q.log", 0, []byte("old-2"))
-		m.Crash()
-		open(t, m, 0) // replays and frees every file
+		earlierUse(t, m)
 		if err := m.FlipByte(filepath.Join(walDir, "00000000.wal"), 13, 0xff); err != nil {
 			t.Fatal(err)
 		}
@@ -654,19 +661,7 @@ func TestRemoveFilesIsSafeAtEveryStep(t *testing.T) {
 		}
 		err := RemoveFiles(&removeStops{Mem: m, n: k}, walDir)
 		m.Crash()
-		w, _ = open(t, m, 0)
-		q, _ = m.OpenFile(filepath.Join(root, "q.log"), os.O_RDWR, 0)
-		if _, err := q.WriteAt([]byte("new-0"), 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		r, _ := m.OpenFile(filepath.Join(root, "r.log"), os.O_RDWR, 0)
-		write(t, w, r, "r.log", 0, []byte("rrrrr"))
-		m.Crash()
-		open(t, m, 0)
-		if got := content(t, m, "q.log"); string(got) != "new-0" {
+		if got := nextUse(t, m); got != "new-0" {
 			t.Fatalf("killed after %d removals: q.log = %q: a record of an earlier use was replayed", k, got)
 		}
 		if err == nil {
