@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -323,6 +324,16 @@ func Open(opts Options) (*Broker, error) {
 		var err error
 		if unlock, err = format.Lock(opts.DataDir); err != nil {
 			return nil, err
+		}
+	}
+	// Files installed by a rename (node-id, FORMAT, the credentials key,
+	// meta/identity.json, meta/member-since) whose directory entry a killed process
+	// did not sync yet read as present from the page cache; a node acting on them (a
+	// node that joins under an identity) would be contradicted by a power loss (it
+	// comes back as another). Their directories are synced before they are read.
+	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "meta")} {
+		if err := (vfs.OS{}).SyncDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("syncing %s before reading it: %w", d, err)
 		}
 	}
 	// The format is checked before anything in the directory is read or written, so a

@@ -411,6 +411,17 @@ func (w *WAL) replay() ([]*file, Replayed, error) {
 				return nil, rep, err
 			}
 			inUse = append(inUse, used{f, data})
+		} else if ok {
+			// Free as read, maybe only in the page cache: a process killed between a
+			// checkpoint's write of the header and its sync (or whose sync failed,
+			// leaving the page clean but the disk stale) leaves the disk saying "in
+			// use" with the old records, which a start after a later power loss would
+			// replay over whatever this life writes. Written again and synced, free
+			// is what the disk says. (A sync alone would not do after a failed one.)
+			if err := freeFile(f); err != nil {
+				closeAll()
+				return nil, rep, err
+			}
 		}
 	}
 	sort.Slice(inUse, func(i, j int) bool { return inUse[i].f.seq < inUse[j].f.seq })
