@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -202,24 +201,17 @@ func Open(opts Options) (*Store, error) {
 	return s, nil
 }
 
-// syncIfExists makes the file at path durable, if there is one. A process killed
-// after a write and before its sync leaves the bytes in the page cache, where the next
-// start reads them as durable: bbolt would take a commit whose meta page never reached
-// the disk, and Raft a term or vote a power loss could still take back (a second vote
-// in a term). Synced first, what is read is what the disk holds.
+// syncIfExists makes the file at path durable, if there is one, and has its reads come
+// from the disk (vfs.SyncForReading). A process killed after a write and before its
+// sync leaves the bytes in the page cache, and one whose sync failed leaves them in
+// clean pages the disk never got; either way the next start would read them as
+// durable: bbolt would take a commit whose meta page is not on the disk, and Raft a
+// term or vote a power loss could still take back (a second vote in a term).
 func syncIfExists(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	if err := vfs.SyncForReading(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	serr := f.Sync()
-	if cerr := f.Close(); serr == nil {
-		serr = cerr
-	}
-	return serr
+	return nil
 }
 
 func open(opts Options, cfg *raft.Config, f *fsm, bolt *raftboltdb.BoltStore) (*Store, error) {

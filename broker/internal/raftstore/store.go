@@ -225,7 +225,11 @@ func (s *Store) recover() error {
 		// A process killed after writing a term or vote and before its commit leaves
 		// it in the page cache, where this start would read it as durable and hand it
 		// to raft; a power loss later would take it back (a second vote in a term).
-		// So what is read is made durable first.
+		// So what is read is made durable first, and read from the disk: after a
+		// failed sync the kernel keeps the new bytes in clean pages the disk never
+		// got, which no sync writes. (The file is two small slots.)
+		return err
+	} else if err := vfs.DropCache(sf); err != nil {
 		return err
 	}
 	st, err := readState(sf, stName)

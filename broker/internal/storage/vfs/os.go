@@ -89,6 +89,19 @@ func (o osFile) Truncate(size int64) error                { return o.f.Truncate(
 func (o osFile) Close() error                             { return o.f.Close() }
 func (o osFile) Sync() error                              { return datasync(o.f) }
 
+// DropCache drops the file's clean pages from the page cache (see SyncForReading).
+func (o osFile) DropCache() error { return dropCache(o.f) }
+
+// DropCache asks f, if it can, to drop its clean pages from the page cache, so that
+// the next reads come from the disk; a file that cannot (in memory) is left as it is.
+// Call it after a sync, on small files read whole at start.
+func DropCache(f File) error {
+	if d, ok := f.(interface{ DropCache() error }); ok {
+		return d.DropCache()
+	}
+	return nil
+}
+
 func (o osFile) Size() (int64, error) {
 	st, err := o.f.Stat()
 	if err != nil {
@@ -126,4 +139,27 @@ func WriteFileSync(path string, data []byte) error {
 	}
 	defer func() { _ = d.Close() }() // opened read-only for Sync; its result is returned
 	return d.Sync()
+}
+
+// SyncForReading makes the file at path durable before a start reads and trusts it,
+// and drops its pages from the page cache so that the reads come from the disk. A
+// process killed between a write and its sync leaves the bytes in the page cache,
+// where they read as stored (the sync makes them so); after a failed write-back the
+// kernel keeps the new bytes in clean pages the disk never got, which no sync writes
+// (reading the disk again shows what it holds). Use it on files read whole at start,
+// not on large logs, whose pages would all be read again. It fails with an error
+// matching fs.ErrNotExist when there is no such file.
+func SyncForReading(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = datasync(f)
+	if err == nil {
+		err = dropCache(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

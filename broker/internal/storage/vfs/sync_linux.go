@@ -149,3 +149,11 @@ func kernelAtLeast(release string, major, minor int) bool {
 func (o osFile) Allocate(size int64) error {
 	return onFD(o.f, "fallocate", func(fd int) error { return unix.Fallocate(fd, 0, 0, size) })
 }
+
+// dropCache asks the kernel to drop f's clean pages from the page cache, so the next
+// reads come from the disk. After a failed write-back Linux keeps the new bytes in
+// clean pages though the disk holds the old ones; a sync then writes nothing, and only
+// reading the disk again shows what it holds.
+func dropCache(f *os.File) error {
+	return onFD(f, "fadvise", func(fd int) error { return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) })
+}

@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"io/fs"
@@ -315,5 +316,62 @@ func TestWriteFileSyncReplacesWhole(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Fatalf("directory holds %d entries, want only the file", len(entries))
+	}
+}
+
+// TestSyncForReading: a missing file is fs.ErrNotExist; an existing one is synced and
+// its cached pages dropped, and reads back the same; a directory (not openable for
+// writing) is an error.
+func TestSyncForReading(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := SyncForReading(p); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a missing file: %v", err)
+	}
+	want := bytes.Repeat([]byte("narad"), 3000)
+	if err := os.WriteFile(p, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := SyncForReading(p); err != nil {
+		t.Fatalf("an existing file: %v", err)
+	}
+	if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read back %d bytes (%v), want %d", len(got), err, len(want))
+	}
+	if err := SyncForReading(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a directory: %v", err)
+	}
+}
+
+// TestDropCache: an OS file drops its pages and reads back the same bytes (from the
+// disk); an in-memory file, which has no page cache, is left as it is.
+func TestDropCache(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	f, err := OS{}.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := bytes.Repeat([]byte("slot"), 1024)
+	if _, err := f.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := DropCache(f); err != nil {
+		t.Fatalf("DropCache of an OS file: %v", err)
+	}
+	got := make([]byte, len(want))
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read back after DropCache: %v", err)
+	}
+	m := NewMem()
+	mf, err := m.OpenFile("/x", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := DropCache(mf); err != nil {
+		t.Fatalf("DropCache of an in-memory file: %v", err)
 	}
 }
