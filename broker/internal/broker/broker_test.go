@@ -19,7 +19,13 @@ import (
 
 func mustStartBroker(t *testing.T, dir string) *Broker {
 	t.Helper()
-	b, err := Open(Options{DataDir: dir, NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RetentionInterval: 50 * time.Millisecond})
+	return mustStart(t, Options{DataDir: dir, NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RetentionInterval: 50 * time.Millisecond})
+}
+
+// mustStart opens a broker with opts and starts it (within 30 s).
+func mustStart(t *testing.T, opts Options) *Broker {
+	t.Helper()
+	b, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/narad-mq/narad/broker/internal/storage/format"
 )
@@ -19,23 +18,9 @@ import (
 // second opened and replayed wal/, then waited for ever on the control-plane store.
 func TestSecondOpenOfADirectoryInUseIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	open := func() (*Broker, error) {
-		return Open(Options{DataDir: dir, NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WAL: true})
-	}
-	start := func() *Broker {
-		t.Helper()
-		b, err := open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := b.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	b := start()
+	opts := Options{DataDir: dir, NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WAL: true}
+	open := func() (*Broker, error) { return Open(opts) }
+	b := mustStart(t, opts)
 	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "t"}); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +43,7 @@ func TestSecondOpenOfADirectoryInUseIsRefused(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	again := start()
+	again := mustStart(t, opts)
 	if _, err := again.lookupLocal("t"); err != nil {
 		t.Fatalf("after the first closed, the directory opened without its topic: %v", err)
 	}

@@ -109,15 +109,8 @@ func TestWALReplayedAtStart(t *testing.T) {
 // `narad serve` can stop the process, the failure is counted, and the next produce is
 // refused as not stored, not answered 202.
 func TestWALFailureIsReported(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b, err := Open(Options{DataDir: t.TempDir(), NodeID: "n1", Logger: quiet, WAL: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustStart(t, Options{DataDir: t.TempDir(), NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WAL: true})
 	defer b.Close()
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "t", Partitions: ptr[int32](1)}); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +138,7 @@ func TestWALFailureIsReported(t *testing.T) {
 	if n := promtest.ToFloat64(b.Metrics().StorageErrors.WithLabelValues("wal")); n != 1 {
 		t.Fatalf("narad_storage_errors_total{op=\"wal\"} = %v, want 1", n)
 	}
-	_, err = b.Produce(context.Background(), "t", []Outgoing{{Partition: -1, Value: []byte("after")}})
+	_, err := b.Produce(context.Background(), "t", []Outgoing{{Partition: -1, Value: []byte("after")}})
 	if !errors.Is(err, ErrStorage) {
 		t.Fatalf("produce after the failure: %v, want ErrStorage", err)
 	}
