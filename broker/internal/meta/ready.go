@@ -44,27 +44,64 @@ func (s *Store) WaitReady(ctx context.Context) error {
 }
 
 func (s *Store) readyLoop() {
-	lastLeader := time.Now()
-	for s.sleep(10 * time.Millisecond) {
+	// The loop wakes when Raft's leader changes (an observer), every readyRetry while it
+	// catches up, when a lost controller has been unknown for SuspectAfter, and at least
+	// every readyRecheck. It used to poll every 10 ms, which was most of an idle node's
+	// CPU (docs/performance.md, "Idle").
+	changed := make(chan raft.Observation, 1) // one pending wake-up is enough: each re-reads the state
+	obs := raft.NewObserver(changed, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	s.raft.RegisterObserver(obs)
+	defer s.raft.DeregisterObserver(obs)
+	wake := time.NewTimer(0) // the first look is at once: a leader may be known already
+	defer wake.Stop()
+	// lostAt is when this loop last saw the controller become unknown (or its start).
+	lostAt, known := time.Now(), false
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-changed:
+		case <-wake.C:
+		}
+		wake.Stop()
+		s.readyWakes.Add(1)
+		next := readyRecheck
 		addr, _ := s.raft.LeaderWithID()
-		if addr == "" {
-			if s.ready.Load() && time.Since(lastLeader) > s.opts.Cluster.SuspectAfter {
-				s.opts.Logger.Warn("meta: no controller known; metadata reads are not current until one is", "for", time.Since(lastLeader).Round(time.Millisecond))
-				s.ready.Store(false)
+		if addr == "" && known {
+			lostAt = time.Now()
+		}
+		known = addr != ""
+		switch {
+		case !known:
+			if s.ready.Load() {
+				if gone := time.Since(lostAt); gone > s.opts.Cluster.SuspectAfter {
+					s.opts.Logger.Warn("meta: no controller known; metadata reads are not current until one is", "for", gone.Round(time.Millisecond))
+					s.ready.Store(false)
+				} else {
+					next = min(next, s.opts.Cluster.SuspectAfter-gone+time.Millisecond)
+				}
 			}
-			continue
+		case s.ready.Load():
+		default:
+			if err := s.catchUp(addr); err != nil {
+				s.opts.Logger.Debug("meta: not caught up yet", "err", err)
+				next = readyRetry
+			} else {
+				s.ready.Store(true)
+			}
 		}
-		lastLeader = time.Now()
-		if s.ready.Load() {
-			continue
-		}
-		if err := s.catchUp(addr); err != nil {
-			s.opts.Logger.Debug("meta: not caught up yet", "err", err)
-			continue
-		}
-		s.ready.Store(true)
+		wake.Reset(next)
 	}
 }
+
+// The ready loop's periods (see readyLoop).
+const (
+	readyRetry   = 10 * time.Millisecond
+	readyRecheck = time.Second
+)
 
 // catchUp returns once this node has applied what the controller at addr had applied
 // after a barrier.

@@ -187,3 +187,50 @@ func TestJoinsAsVoterUpToMaxVoters(t *testing.T) {
 		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(fmt.Sprint(i)), Suffrage: sf})
 	}
 }
+
+// TestTheReadyLoopWaitsForChanges: a ready node's ready loop sleeps until Raft's leader
+// changes (or its once-a-second recheck); it polled every 10 ms before, most of an idle
+// node's CPU.
+func TestTheReadyLoopWaitsForChanges(t *testing.T) {
+	s := mustOpen(t, t.TempDir())
+	defer s.Close()
+	before := s.readyWakes.Load()
+	time.Sleep(500 * time.Millisecond)
+	if n := s.readyWakes.Load() - before; n > 2 {
+		t.Fatalf("the ready loop of an idle ready node woke %d times in 500 ms; it should wake only on a change of controller or its 1 s recheck", n)
+	}
+}
+
+// TestANodeWithoutAControllerForSuspectAfterIsNotReady: a node that has known no
+// controller for SuspectAfter (1 s here) stops being ready (a timer, not a poll, now
+// says when), and is ready again once a controller is back and it caught up.
+func TestANodeWithoutAControllerForSuspectAfterIsNotReady(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	ss := startPeers(t, net, dirs)
+	left := ss[2]
+	closed := time.Now()
+	net.close(ss[0])
+	net.close(ss[1])
+	eventually(t, "the left node to stop being ready", func() error {
+		if left.ready.Load() {
+			return errors.New("still ready")
+		}
+		return nil
+	})
+	if d := time.Since(closed); d < time.Second {
+		t.Fatalf("not ready %v after the others closed; it may not be before SuspectAfter (1 s) without a controller", d)
+	}
+	for i := range 2 {
+		s, err := net.open(dirs[i], ss[i].NodeID(), ss[i].addr, Cluster{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss[i] = s
+	}
+	waitReady(t, ss...)
+	if !left.ready.Load() {
+		t.Fatal("ready (lease and all) but the ready loop's flag is down")
+	}
+}

@@ -113,6 +113,7 @@ type Store struct {
 	trans raft.Transport
 
 	ready         atomic.Bool
+	readyWakes    atomic.Uint64 // the ready loop's rounds, for its test
 	leaderChanges atomic.Uint64
 	joinErr       atomic.Pointer[error]
 	ctl           controller
