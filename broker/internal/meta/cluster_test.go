@@ -22,6 +22,8 @@ type testNet struct {
 	stores map[raft.ServerAddress]*Store
 	// refuse, when it returns an error for a request kind and target, fails that request.
 	refuse func(kind string, addr raft.ServerAddress) error
+	// tune, when set, changes each node's Raft configuration (Options.tuneRaft).
+	tune func(*raft.Config)
 }
 
 func newTestNet(t *testing.T) *testNet {
@@ -90,7 +92,7 @@ func testCluster(c Cluster) Cluster {
 func (n *testNet) open(dir, id string, addr raft.ServerAddress, c Cluster) (*Store, error) {
 	c = testCluster(c)
 	c.Transport, c.Forwarder, c.HTTPAddr = n.transport(addr), n, "http-"+string(addr)
-	s, err := Open(Options{Dir: dir, NodeID: id, Cluster: c, ApplyTimeout: 10 * time.Second})
+	s, err := Open(Options{Dir: dir, NodeID: id, Cluster: c, ApplyTimeout: 10 * time.Second, tuneRaft: n.tune})
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,9 @@ type fwdRequest struct {
 	Info *identityInfo `json:"info,omitempty"`
 	// Group, on max_end, is the partition group asked about.
 	Group string `json:"group,omitempty"`
+	// Commit, on sync_index, is the commit index the asking node knows: below the
+	// answer, the controller nudges (store.go). A node from before it sends none.
+	Commit uint64 `json:"commit,omitempty"`
 }
 
 // joinRequest describes a node asking to be a member (and, as a heartbeat, a member
@@ -277,6 +280,10 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 		idx, err := s.leaderIndex()
 		if err != nil {
 			return fwdResponse{Err: toWire(err)}
+		}
+		if r.Commit > 0 && r.Commit < idx {
+			// It would otherwise wait up to twice CommitTimeout to learn idx committed.
+			s.nudge()
 		}
 		return fwdResponse{Index: idx}
 	case kindJoin:

@@ -87,7 +87,7 @@ func (s *Store) syncOnce(ctx context.Context) error {
 	if addr == "" {
 		return fmt.Errorf("%w: no controller known", ErrUnavailable)
 	}
-	resp, err := s.forward(ctx, addr, fwdRequest{Kind: kindSyncIndex})
+	resp, err := s.forward(ctx, addr, fwdRequest{Kind: kindSyncIndex, Commit: s.raft.CommitIndex()})
 	if err != nil {
 		return err
 	}
