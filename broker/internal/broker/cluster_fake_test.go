@@ -160,6 +160,24 @@ func startFakeClusterAt(t *testing.T, versionMax []int) (*fakePlane, []*Broker) 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Nor is the cluster version yet the one its members agree on (the controller
+	// commits it once all of them reported): before it, a feature of a later version
+	// is not in use (a delete without its fence answered at once, which a test that
+	// started sooner after the nodes were alive met).
+	want := meta.VersionMax
+	for _, v := range versionMax {
+		if v != 0 {
+			want = min(want, v)
+		}
+	}
+	for _, b := range bs {
+		for b.meta.ClusterVersion() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s runs cluster version %d, not the %d its members speak, 60 s after the start", b.opts.NodeID, b.meta.ClusterVersion(), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	return p, bs
 }
 

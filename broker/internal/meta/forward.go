@@ -281,6 +281,7 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 		if err != nil {
 			return fwdResponse{Err: toWire(err)}
 		}
+		idx = s.writesThrough(idx)
 		if r.Commit > 0 && r.Commit < idx {
 			// It would otherwise wait up to twice CommitTimeout to learn idx committed.
 			s.nudge()

@@ -52,3 +52,35 @@ func TestFollowersLearnACommitAtOnce(t *testing.T) {
 	}
 	waitReady(t, ss...) // the metadata lease held
 }
+
+// TestSyncsDoNotNudgeEachOther: the barrier a nudge appends is the controller's last
+// entry, which followers learn committed only at the next CommitTimeout; a Sync
+// answered with it saw a commit index below it and nudged again, each nudge making the
+// next, so a follower asking often (here its lease every 100 ms, and a loop of Syncs)
+// had the controller append a barrier, an fsync on every node, per Sync for good.
+func TestSyncsDoNotNudgeEachOther(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	ctl := controllerOf(t, ss...)
+	via := followerOf(ctl, ss...)
+	waitQuiet(t, ctl)
+	if _, err := ctl.CreateTopic(Topic{Name: "one-write", TopicConfig: TopicConfig{Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := via.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before, last := ctl.nudged.Load(), ctl.raft.LastIndex()
+	for range 100 {
+		if err := via.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ctl.nudged.Load() - before; n > 3 {
+		t.Fatalf("100 Syncs after one write appended %d barriers (log %d → %d); a Sync should nudge only while the last write's commit is news", n, last, ctl.raft.LastIndex())
+	}
+}

@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // Sync returns once this node has applied every metadata write the controller had
 // committed when Sync was called: a read of this node's replica after it sees what a
 // client wrote through any node (a topic created on another node a moment ago). It
-// costs a round trip to the controller and no log write: the controller confirms it
-// still leads (a heartbeat round) and answers its last log index.
+// costs a round trip to the controller: the controller confirms it still leads (a
+// heartbeat round) and answers the index of its last entry that may carry a write
+// (writesThrough). It appends a barrier (a nudge) only when this node has not learned
+// yet that that entry is committed, which happens only a moment after a write.
 //
 // Calls that arrive while one is in flight share the next one, so a burst of callers
 // costs one round trip after the one already running.
@@ -93,6 +97,26 @@ func (s *Store) syncOnce(ctx context.Context) error {
 	}
 	return s.waitApplied(ctx, resp.Index)
 }
+
+// writesThrough returns the index of the last entry at or below last that may carry a
+// write: it steps back over barriers and no-ops (at most maxQuietScan of them), which
+// carry none. A node current through it holds every write committed up to last. A
+// follower told last itself would wait to learn that those barriers are committed,
+// which a quiet controller tells only at its next CommitTimeout; and the barrier a
+// nudge appends is one of them, so a Sync answered with it nudged again, without end.
+func (s *Store) writesThrough(last uint64) uint64 {
+	i := last
+	for ; i > 0 && last-i < maxQuietScan; i-- {
+		var l raft.Log
+		if err := s.bolt.GetLog(i, &l); err != nil || (l.Type != raft.LogBarrier && l.Type != raft.LogNoop) {
+			break
+		}
+	}
+	return i
+}
+
+// maxQuietScan bounds writesThrough's walk back; past it, it answers where it stopped.
+const maxQuietScan = 64
 
 // leaderIndex confirms this node still leads and returns its last log index: every
 // write committed before the call is at or below it.

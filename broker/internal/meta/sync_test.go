@@ -74,17 +74,7 @@ func TestSyncWhenTheLogEndsInAnEntryWithoutACommand(t *testing.T) {
 	if _, err := leader.CreateTopic(Topic{Name: "before", TopicConfig: TopicConfig{Partitions: 1, RetentionMs: 1000}}); err != nil {
 		t.Fatal(err)
 	}
-	// Wait for the cluster to go quiet (its first heartbeats and version commits are
-	// commands): then nothing but the test writes.
-	last, since := leader.raft.LastIndex(), time.Now()
-	for deadline := time.Now().Add(30 * time.Second); time.Since(since) < 2*time.Second; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the control plane never went quiet for 2 s")
-		}
-		if l := leader.raft.LastIndex(); l != last {
-			last, since = l, time.Now()
-		}
-	}
+	waitQuiet(t, leader)
 	if err := leader.raft.Barrier(10 * time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +87,22 @@ func TestSyncWhenTheLogEndsInAnEntryWithoutACommand(t *testing.T) {
 		}
 		if _, ok := s.Topic("before"); !ok {
 			t.Fatalf("Sync on %s returned before the create was applied", s.NodeID())
+		}
+	}
+}
+
+// waitQuiet waits for the cluster to go quiet (its first heartbeats and version
+// commits are commands): the controller's log stays as it is for 2 s. Then nothing but
+// the test writes.
+func waitQuiet(t *testing.T, ctl *Store) {
+	t.Helper()
+	last, since := ctl.raft.LastIndex(), time.Now()
+	for deadline := time.Now().Add(30 * time.Second); time.Since(since) < 2*time.Second; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the control plane never went quiet for 2 s")
+		}
+		if l := ctl.raft.LastIndex(); l != last {
+			last, since = l, time.Now()
 		}
 	}
 }
