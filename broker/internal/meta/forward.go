@@ -40,7 +40,7 @@ var ErrNoForwarder = errors.New("meta: no forwarder configured to reach other no
 const (
 	kindApply     = "apply"      // a metadata write, for the controller
 	kindReadIndex = "read_index" // the controller's applied index after a barrier
-	kindSyncIndex = "sync_index" // the controller's last index once it verified it leads (Sync)
+	kindSyncIndex = "sync_index" // the controller's last entry that may carry a write, once it verified it leads (Sync)
 	kindJoin      = "join"       // admit a node, for the controller
 	kindAdd       = "add"        // admit the node at an address (POST /v1/cluster/members)
 	kindHeartbeat = "heartbeat"  // a member is alive, for the controller
@@ -254,8 +254,8 @@ func (s *Store) handle(ctx context.Context, r fwdRequest) fwdResponse {
 	}
 	if err := s.fsm.haltedErr(); err != nil && r.Kind != kindSyncIndex {
 		// A halted controller hands over (handOverHalted); until then the sender tries
-		// again. Its applied index would be stale, and it cannot apply a write. Its last
-		// log index (sync_index) is still right.
+		// again. Its applied index would be stale, and it cannot apply a write. Its log
+		// (sync_index reads it) is still right.
 		return fwdResponse{Err: toWire(errHaltedLeader(err))}
 	}
 	switch r.Kind {
