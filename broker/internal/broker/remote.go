@@ -155,8 +155,10 @@ var dataSentinels = []struct {
 	err  error
 }{
 	{"lease_lost", queue.ErrLeaseLost},
-	{"not_leader", partition.ErrNotLeader},
+	// Before not_leader: a write that may be stored must never read as one to send to
+	// the leader again.
 	{"outcome_unknown", partition.ErrOutcomeUnknown},
+	{"not_leader", partition.ErrNotLeader},
 	{"acked_ahead_full", queue.ErrAckedAheadFull},
 	{"not_undone", segment.ErrNotUndone}, // before storage: both match such an error
 	{"corrupt", partition.ErrCorrupt},

@@ -404,12 +404,33 @@ func (b *Broker) closeReplica(t *topic, i int) {
 
 // partGroup is partition.Group over one raftetcd group.
 type partGroup struct {
-	host *raftetcd.Host
+	host groupHost
 	id   string
 }
 
+// groupHost is what partGroup uses of a raftetcd.Host (a test's stand-in too).
+type groupHost interface {
+	ProposeResult(ctx context.Context, id string, data []byte, submitted ...func()) (uint64, any, error)
+	AppendedAgo(id string, index uint64) (time.Duration, bool)
+	ConfirmLeader(ctx context.Context, id string) error
+}
+
 func (g *partGroup) Propose(ctx context.Context, cmd []byte, submitted func()) (any, error) {
-	_, res, err := g.host.ProposeResult(ctx, g.id, cmd, submitted)
+	proposed := false // set on this goroutine, before ProposeResult waits
+	_, res, err := g.host.ProposeResult(ctx, g.id, cmd, func() {
+		proposed = true
+		if submitted != nil {
+			submitted()
+		}
+	})
+	if proposed && errors.Is(err, raftetcd.ErrClosed) {
+		// The group closed (its topic deleted here, or the node stopping) after the
+		// command went into its log: the other replicas may still commit it. Said "not
+		// the leader", a produce was answered 503 unavailable (nothing stored) and sent
+		// again by its client, and the first copy was delivered too (the cluster chaos
+		// run's checker found it).
+		return nil, fmt.Errorf("%w: the partition's group closed after the write was proposed: %w", partition.ErrOutcomeUnknown, err)
+	}
 	if errors.Is(err, raftetcd.ErrNotLeader) || errors.Is(err, raftetcd.ErrClosed) || errors.Is(err, raftetcd.ErrUnknownGroup) {
 		return nil, fmt.Errorf("%w: %w", partition.ErrNotLeader, err)
 	}

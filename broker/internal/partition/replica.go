@@ -225,6 +225,8 @@ func (p *Partition) SetRole(lead bool, term uint64) (handedOver bool) {
 
 func (p *Partition) groupErr(err error) error {
 	switch {
+	case errors.Is(err, ErrOutcomeUnknown):
+		return err // not "not the leader": a caller would send the write again
 	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrClosed):
 		return err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
