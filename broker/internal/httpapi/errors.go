@@ -113,13 +113,14 @@ func toAPIError(err error) *apiError {
 			// went to the deleted incarnation, where a consumer may have been given it.
 			return partlyStoredAs(part, apigen.ErrorCodeUnavailable, 1, "the topic was deleted and created again while the batch was written",
 				"were not stored (the stored ones went to the deleted topic: they may have been delivered before the delete, and are deleted with it)")
-		case (errors.Is(err, broker.ErrStorage) || errors.Is(err, broker.ErrDiskFull)) && !errors.Is(err, broker.ErrUnavailable):
-			return partlyStored(err, part)
 		case errors.Is(err, broker.ErrOutcomeUnknown):
 			// In a cluster: the holder of a failed partition went silent after it was sent
-			// its share, which may be stored (once, there).
+			// its share, which may be stored (once, there). First: with another partition's
+			// disk full, "were not stored" would name this one too.
 			return partlyStoredAs(part, apigen.ErrorCodeTimeout, 1,
 				"the node holding a partition did not answer in time", "may or may not be stored (the outcome is unknown)")
+		case (errors.Is(err, broker.ErrStorage) || errors.Is(err, broker.ErrDiskFull)) && !errors.Is(err, broker.ErrUnavailable):
+			return partlyStored(err, part)
 		case errors.Is(err, broker.ErrPartitionDown) || errors.Is(err, broker.ErrPeerSaturated):
 			// In a cluster: the holder of a failed partition could not be reached (or
 			// this node has its limit of requests to it); its share was not sent.
@@ -183,6 +184,11 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, broker.ErrCorrupt):
 		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeStorageFailed, retryAfter: 5,
 			msg: "a stored message failed its checksum and is never served; read past it, or ask the operator to restore the partition from a backup (narad_storage_errors_total{op=\"corrupt_record\"})"}
+	case errors.Is(err, broker.ErrOutcomeUnknown):
+		// Before the disk and storage failures: a produce over several partitions joins
+		// their errors, and "nothing was stored" must not cover one that may be.
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeTimeout, retryAfter: 1,
+			msg: "the node holding the partition did not answer in time: the outcome is unknown (a write may be stored), retry if duplicates are acceptable"}
 	case errors.Is(err, broker.ErrDiskFull):
 		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeDiskFull, retryAfter: 5,
 			msg: "the broker's disk is full and nothing was stored; retry after Retry-After seconds (the operator must free space)"}
@@ -195,9 +201,6 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, broker.ErrTooManyLongPolls):
 		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
 			msg: "the node holds its maximum of waiting consumes; retry after Retry-After seconds, or consume with a shorter wait"}
-	case errors.Is(err, broker.ErrOutcomeUnknown):
-		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeTimeout, retryAfter: 1,
-			msg: "the node holding the partition did not answer in time: the outcome is unknown (a write may be stored), retry if duplicates are acceptable"}
 	case errors.Is(err, broker.ErrPeerSaturated):
 		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeUnavailable, retryAfter: 1,
 			msg: "this node has its limit of requests in flight to the node holding the partition (--max-peer-inflight) and did not send this one; retry after Retry-After seconds"}

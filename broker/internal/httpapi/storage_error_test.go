@@ -83,3 +83,23 @@ func TestPartlyStoredAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestAnUnknownOutcomeOutranksAFullDisk: a produce over several partitions joins their
+// errors; when one partition's disk is full (or its write failed) and another's holder
+// went silent after it was sent its share, the answer must not say that share was not
+// stored. It said "nothing was stored" (or named it among the partitions "not
+// stored"), and a client that trusted it stored a second copy.
+func TestAnUnknownOutcomeOutranksAFullDisk(t *testing.T) {
+	unknown := fmt.Errorf("%w: node n2 did not answer", broker.ErrOutcomeUnknown)
+	for _, other := range []error{broker.ErrDiskFull, broker.ErrStorage} {
+		all := toAPIError(errors.Join(other, unknown))
+		if all.code != "timeout" || strings.Contains(all.msg, "not stored") {
+			t.Errorf("%v and an unknown outcome, nothing stored for sure: got %d %s %q, want 503 timeout", other, all.status, all.code, all.msg)
+		}
+		part := &broker.PartlyStoredError{Failed: []int32{0, 1}, Stored: 2}
+		some := toAPIError(errors.Join(part, other, unknown))
+		if some.code != "timeout" || strings.Contains(some.msg, "were not stored") || !strings.Contains(some.msg, "may or may not be stored") {
+			t.Errorf("%v and an unknown outcome in part of a batch: got %d %s %q, want 503 timeout saying partitions 0, 1 may or may not be stored", other, some.status, some.code, some.msg)
+		}
+	}
+}
