@@ -424,16 +424,19 @@ func (s *Store) applyLocal(c command) (applyResult, error) {
 	}
 	res := fut.Response().(applyResult)
 	res.index = fut.Index()
-	if !s.alone.Load() {
-		// The node that forwarded it waits to apply it, and the others act on it.
-		s.nudge()
-	}
+	// The node that forwarded it waits to apply it, and the others act on it.
+	s.nudge()
 	return res, res.err
 }
 
 // nudge has the controller tell its followers its commit index now rather than at the
 // next CommitTimeout: it asks nudgeLoop for a barrier, whose AppendEntries carry it.
 func (s *Store) nudge() {
+	if s.opts.Cluster.Transport == nil || s.alone.Load() {
+		// No follower to tell. (A lone node's log gets no barrier between its
+		// commands: alone is known only from the lease loop's first round on.)
+		return
+	}
 	select {
 	case s.nudges <- struct{}{}:
 	default: // one is pending: it is appended after the commits so far
