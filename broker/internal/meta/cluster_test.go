@@ -24,6 +24,12 @@ type testNet struct {
 	refuse func(kind string, addr raft.ServerAddress) error
 	// tune, when set, changes each node's Raft configuration (Options.tuneRaft).
 	tune func(*raft.Config)
+	// cluster, when set, changes each node's Cluster settings after the test defaults.
+	cluster func(*Cluster)
+	// hang, when it returns a channel for a target, holds a forwarded request to it
+	// until the caller's context ends (as a killed node's is held until its calls time
+	// out) or the channel closes, and fails it.
+	hang func(addr raft.ServerAddress) <-chan struct{}
 }
 
 func newTestNet(t *testing.T) *testNet {
@@ -32,10 +38,19 @@ func newTestNet(t *testing.T) *testNet {
 
 func (n *testNet) Forward(ctx context.Context, addr raft.ServerAddress, req []byte) ([]byte, error) {
 	n.mu.Lock()
-	s, refuse := n.stores[addr], n.refuse
+	s, refuse, hang := n.stores[addr], n.refuse, n.hang
 	n.mu.Unlock()
 	if s == nil {
 		return nil, fmt.Errorf("%w: %s unreachable", ErrNotDelivered, addr)
+	}
+	if hang != nil {
+		if release := hang(addr); release != nil {
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+			return nil, fmt.Errorf("%w: %s did not answer", ErrUnavailable, addr)
+		}
 	}
 	if refuse != nil {
 		var r fwdRequest
@@ -91,6 +106,9 @@ func testCluster(c Cluster) Cluster {
 // open starts node id at addr on dir; register it for forwarded requests.
 func (n *testNet) open(dir, id string, addr raft.ServerAddress, c Cluster) (*Store, error) {
 	c = testCluster(c)
+	if n.cluster != nil {
+		n.cluster(&c)
+	}
 	c.Transport, c.Forwarder, c.HTTPAddr = n.transport(addr), n, "http-"+string(addr)
 	s, err := Open(Options{Dir: dir, NodeID: id, Cluster: c, ApplyTimeout: 10 * time.Second, tuneRaft: n.tune})
 	if err != nil {

@@ -2,9 +2,12 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // The metadata lease. Knowing a controller is not knowing its latest state: a node
@@ -99,11 +102,25 @@ func (s *Store) CurrentThrough(index uint64) bool {
 // LeaseLapses counts the times this node's metadata lease ran out (see above).
 func (s *Store) LeaseLapses() uint64 { return s.leaseLapse.Load() }
 
-// leaseLoop renews the lease every HeartbeatInterval (at most a quarter of Lease).
+// leaseLoop renews the lease every HeartbeatInterval (at most a quarter of Lease), and
+// at once when the controller changes: a renewal waiting on a controller that died
+// (its request hangs until its timeout, half the lease) is abandoned and made again
+// with the new one. It used to be waited out, so a node whose controller was killed
+// lost its lease after the new controller was elected and served nothing for most of
+// a second more. A renewal that fails is tried again after leaseRetry.
 func (s *Store) leaseLoop() {
 	every := min(s.opts.Cluster.HeartbeatInterval, s.Lease()/4)
+	changed := make(chan raft.Observation, 1) // one pending wake-up is enough
+	obs := raft.NewObserver(changed, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	s.raft.RegisterObserver(obs)
+	defer s.raft.DeregisterObserver(obs)
 	held := true
-	for s.sleep(every) {
+	next := every
+	for s.sleepOr(next, changed) {
+		next = every
 		if c, err := s.configuration(); err == nil {
 			s.alone.Store(len(c.Servers) == 1 && string(c.Servers[0].ID) == s.ServerID())
 		}
@@ -113,11 +130,12 @@ func (s *Store) leaseLoop() {
 			continue
 		}
 		if time.Since(s.freshAsOf(s.fsm.applied.Load())) >= every {
-			ctx, cancel := context.WithTimeout(context.Background(), s.Lease()/2)
-			err := s.Sync(ctx)
-			cancel()
-			if err != nil {
+			switch err := s.renewLease(changed); {
+			case errors.Is(err, errControllerChanged):
+				next = 0 // renew with the new controller at once
+			case err != nil:
 				s.opts.Logger.Debug("meta: renewing the metadata lease failed", "err", err)
+				next = min(every, leaseRetry)
 			}
 		}
 		now := s.CurrentThrough(s.fsm.applied.Load())
@@ -130,5 +148,43 @@ func (s *Store) leaseLoop() {
 			s.opts.Logger.Info("meta: caught up with the controller again; serving")
 		}
 		held = now
+	}
+}
+
+// leaseRetry is how soon a failed lease renewal is tried again.
+const leaseRetry = 50 * time.Millisecond
+
+// errControllerChanged ends a lease renewal that the controller changed under.
+var errControllerChanged = errors.New("meta: the controller changed during the lease renewal")
+
+// renewLease catches up with the controller (Sync), bounded by half the lease; it
+// gives up with errControllerChanged when Raft's leader changes meanwhile.
+func (s *Store) renewLease(changed <-chan raft.Observation) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.Lease()/2)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Sync(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-changed:
+	case <-s.stop:
+	}
+	cancel()
+	<-done // Sync returns once its context ends
+	return errControllerChanged
+}
+
+// sleepOr waits d, or until Raft's leader changes; false once the store stops.
+func (s *Store) sleepOr(d time.Duration, changed <-chan raft.Observation) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.stop:
+		return false
+	case <-changed:
+		return true
+	case <-t.C:
+		return true
 	}
 }
