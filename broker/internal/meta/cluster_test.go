@@ -26,10 +26,10 @@ type testNet struct {
 	tune func(*raft.Config)
 	// cluster, when set, changes each node's Cluster settings after the test defaults.
 	cluster func(*Cluster)
-	// hang, when it returns a channel for a target, holds a forwarded request to it
-	// until the caller's context ends (as a killed node's is held until its calls time
-	// out) or the channel closes, and fails it.
-	hang func(addr raft.ServerAddress) <-chan struct{}
+	// hang, when it returns a channel for a request kind and target, holds the
+	// forwarded request until the caller's context ends (as a killed node's is held
+	// until its calls time out) or the channel closes, and fails it.
+	hang func(kind string, addr raft.ServerAddress) <-chan struct{}
 }
 
 func newTestNet(t *testing.T) *testNet {
@@ -44,7 +44,9 @@ func (n *testNet) Forward(ctx context.Context, addr raft.ServerAddress, req []by
 		return nil, fmt.Errorf("%w: %s unreachable", ErrNotDelivered, addr)
 	}
 	if hang != nil {
-		if release := hang(addr); release != nil {
+		var r fwdRequest
+		_ = json.Unmarshal(req, &r)
+		if release := hang(r.Kind, addr); release != nil {
 			select {
 			case <-ctx.Done():
 			case <-release:

@@ -160,10 +160,21 @@ var errControllerChanged = errors.New("meta: the controller changed during the l
 // renewLease catches up with the controller (Sync), bounded by half the lease; it
 // gives up with errControllerChanged when Raft's leader changes meanwhile.
 func (s *Store) renewLease(changed <-chan raft.Observation) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.Lease()/2)
+	return s.untilLeaderChanges(changed, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, s.Lease()/2)
+		defer cancel()
+		return s.Sync(ctx)
+	})
+}
+
+// untilLeaderChanges runs f, and cancels its context when Raft's leader changes (an
+// observation on changed) or the store stops: then it waits for f to return and
+// answers errControllerChanged. f must return soon once its context ends.
+func (s *Store) untilLeaderChanges(changed <-chan raft.Observation, f func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- s.Sync(ctx) }()
+	go func() { done <- f(ctx) }()
 	select {
 	case err := <-done:
 		return err
@@ -171,7 +182,7 @@ func (s *Store) renewLease(changed <-chan raft.Observation) error {
 	case <-s.stop:
 	}
 	cancel()
-	<-done // Sync returns once its context ends
+	<-done
 	return errControllerChanged
 }
 

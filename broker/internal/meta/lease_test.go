@@ -126,7 +126,7 @@ func TestALeaseRenewsWithANewControllerAtOnce(t *testing.T) {
 	dead := make(chan struct{})
 	defer close(dead)
 	net.mu.Lock()
-	net.hang = func(addr raft.ServerAddress) <-chan struct{} {
+	net.hang = func(_ string, addr raft.ServerAddress) <-chan struct{} {
 		if addr == old.addr {
 			return dead
 		}

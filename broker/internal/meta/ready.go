@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -86,10 +87,16 @@ func (s *Store) readyLoop() {
 			}
 		case s.ready.Load():
 		default:
-			if err := s.catchUp(addr); err != nil {
+			// A catch-up that waits on a controller that died (its request hangs for
+			// ApplyTimeout) is abandoned when Raft's leader changes, and made again
+			// with the new one at once.
+			switch err := s.untilLeaderChanges(changed, func(ctx context.Context) error { return s.catchUp(ctx, addr) }); {
+			case errors.Is(err, errControllerChanged):
+				next = 0
+			case err != nil:
 				s.opts.Logger.Debug("meta: not caught up yet", "err", err)
 				next = readyRetry
-			} else {
+			default:
 				s.ready.Store(true)
 			}
 		}
@@ -105,16 +112,16 @@ const (
 
 // catchUp returns once this node has applied what the controller at addr had applied
 // after a barrier.
-func (s *Store) catchUp(addr raft.ServerAddress) error {
+func (s *Store) catchUp(ctx context.Context, addr raft.ServerAddress) error {
 	started := time.Now()
-	if err := s.catchUpOnce(addr); err != nil {
+	if err := s.catchUpOnce(ctx, addr); err != nil {
 		return err
 	}
 	s.markFresh(started)
 	return nil
 }
 
-func (s *Store) catchUpOnce(addr raft.ServerAddress) error {
+func (s *Store) catchUpOnce(ctx context.Context, addr raft.ServerAddress) error {
 	if s.Leader() {
 		if err := s.awaitRead(s.raft.Barrier(s.opts.ApplyTimeout), "barrier"); err != nil {
 			return err
@@ -127,7 +134,7 @@ func (s *Store) catchUpOnce(addr raft.ServerAddress) error {
 		}
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ApplyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ApplyTimeout)
 	defer cancel()
 	resp, err := s.forward(ctx, addr, fwdRequest{Kind: kindReadIndex})
 	if err != nil {

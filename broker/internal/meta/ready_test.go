@@ -234,3 +234,70 @@ func TestANodeWithoutAControllerForSuspectAfterIsNotReady(t *testing.T) {
 		t.Fatal("ready (lease and all) but the ready loop's flag is down")
 	}
 }
+
+// TestACatchUpMovesToANewControllerAtOnce: a node that is catching up (not ready)
+// while its controller dies, its read-index request to it hanging, catches up with the
+// new controller as soon as it learns of it. It used to wait the hung request out
+// (ApplyTimeout, 5 s by default) and serve nothing meanwhile.
+func TestACatchUpMovesToANewControllerAtOnce(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	old := controllerOf(t, ss...)
+	follower := followerOf(old, ss...)
+
+	// What is forwarded to the controller hangs from now on (until the test ends, so
+	// that closing the nodes does not wait it out); the follower's catch-up says when
+	// it is hanging.
+	dead := make(chan struct{})
+	defer close(dead)
+	caughtHanging := make(chan struct{}, 1)
+	net.mu.Lock()
+	net.hang = func(kind string, addr raft.ServerAddress) <-chan struct{} {
+		if addr != old.addr {
+			return nil
+		}
+		if kind == kindReadIndex {
+			select {
+			case caughtHanging <- struct{}{}:
+			default:
+			}
+		}
+		return dead
+	}
+	net.mu.Unlock()
+	// The follower must catch up again (as after losing its controller for
+	// SuspectAfter); its ready loop looks at least once a second.
+	follower.ready.Store(false)
+	select {
+	case <-caughtHanging:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the follower did not try to catch up with its controller")
+	}
+
+	// Now the controller dies for Raft too: the others elect a new one.
+	net.mu.Lock()
+	for _, s := range ss {
+		if s != old {
+			net.trans[old.addr].Disconnect(s.addr)
+			net.trans[s.addr].Disconnect(old.addr)
+		}
+	}
+	net.mu.Unlock()
+	var known time.Time
+	eventually(t, "a new controller known to the follower", func() error {
+		if addr, _ := follower.raft.LeaderWithID(); addr == "" || addr == old.addr {
+			return fmt.Errorf("the follower knows %q", addr)
+		}
+		known = time.Now()
+		return nil
+	})
+	const bound = 3 * time.Second // the hung request waits ApplyTimeout, 10 s here
+	for !follower.Ready() {
+		if time.Since(known) > bound {
+			t.Fatalf("the follower knew the new controller %v ago and has not caught up with it", bound)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("ready %v after the new controller was known", time.Since(known).Round(time.Millisecond))
+}
