@@ -2,12 +2,9 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // The metadata lease. Knowing a controller is not knowing its latest state: a node
@@ -102,40 +99,34 @@ func (s *Store) CurrentThrough(index uint64) bool {
 // LeaseLapses counts the times this node's metadata lease ran out (see above).
 func (s *Store) LeaseLapses() uint64 { return s.leaseLapse.Load() }
 
-// leaseLoop renews the lease every HeartbeatInterval (at most a quarter of Lease), and
-// at once when the controller changes: a renewal waiting on a controller that died
-// (its request hangs until its timeout, half the lease) is abandoned and made again
-// with the new one. It used to be waited out, so a node whose controller was killed
-// lost its lease after the new controller was elected and served nothing for most of
-// a second more. A renewal that fails is tried again after leaseRetry.
+// leaseLoop renews the lease every HeartbeatInterval (at most a quarter of Lease). A
+// renewal in flight to a controller that died moves to the new one as soon as this
+// node learns of it (Sync does that for every caller); a renewal that fails is tried
+// again after leaseRetry, doubling up to the period.
 func (s *Store) leaseLoop() {
 	every := min(s.opts.Cluster.HeartbeatInterval, s.Lease()/4)
-	changed := make(chan raft.Observation, 1) // one pending wake-up is enough
-	obs := raft.NewObserver(changed, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	s.raft.RegisterObserver(obs)
-	defer s.raft.DeregisterObserver(obs)
 	held := true
-	next := every
-	for s.sleepOr(next, changed) {
+	next, retry := every, min(every, leaseRetry)
+	for s.sleep(next) {
 		next = every
 		if c, err := s.configuration(); err == nil {
 			s.alone.Store(len(c.Servers) == 1 && string(c.Servers[0].ID) == s.ServerID())
 		}
-		if s.alone.Load() || !s.ready.Load() {
+		if s.alone.Load() || !s.ready.Load() || s.fsm.haltedErr() != nil {
 			// Alone: nothing to renew. Not ready: the ready loop's catch-up renews it.
+			// Halted: it cannot apply what a renewal would wait for.
 			held = true
 			continue
 		}
 		if time.Since(s.freshAsOf(s.fsm.applied.Load())) >= every {
-			switch err := s.renewLease(changed); {
-			case errors.Is(err, errControllerChanged):
-				next = 0 // renew with the new controller at once
-			case err != nil:
+			ctx, cancel := context.WithTimeout(context.Background(), s.Lease()/2)
+			err := s.Sync(ctx)
+			cancel()
+			if err != nil {
 				s.opts.Logger.Debug("meta: renewing the metadata lease failed", "err", err)
-				next = min(every, leaseRetry)
+				next, retry = retry, min(2*retry, every)
+			} else {
+				retry = min(every, leaseRetry)
 			}
 		}
 		now := s.CurrentThrough(s.fsm.applied.Load())
@@ -151,51 +142,5 @@ func (s *Store) leaseLoop() {
 	}
 }
 
-// leaseRetry is how soon a failed lease renewal is tried again.
+// leaseRetry is how soon a failed lease renewal is first tried again.
 const leaseRetry = 50 * time.Millisecond
-
-// errControllerChanged ends a lease renewal that the controller changed under.
-var errControllerChanged = errors.New("meta: the controller changed during the lease renewal")
-
-// renewLease catches up with the controller (Sync), bounded by half the lease; it
-// gives up with errControllerChanged when Raft's leader changes meanwhile.
-func (s *Store) renewLease(changed <-chan raft.Observation) error {
-	return s.untilLeaderChanges(changed, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, s.Lease()/2)
-		defer cancel()
-		return s.Sync(ctx)
-	})
-}
-
-// untilLeaderChanges runs f, and cancels its context when Raft's leader changes (an
-// observation on changed) or the store stops: then it waits for f to return and
-// answers errControllerChanged. f must return soon once its context ends.
-func (s *Store) untilLeaderChanges(changed <-chan raft.Observation, f func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- f(ctx) }()
-	select {
-	case err := <-done:
-		return err
-	case <-changed:
-	case <-s.stop:
-	}
-	cancel()
-	<-done
-	return errControllerChanged
-}
-
-// sleepOr waits d, or until Raft's leader changes; false once the store stops.
-func (s *Store) sleepOr(d time.Duration, changed <-chan raft.Observation) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-s.stop:
-		return false
-	case <-changed:
-		return true
-	case <-t.C:
-		return true
-	}
-}

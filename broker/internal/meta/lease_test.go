@@ -1,7 +1,8 @@
 package meta
 
 import (
-	"fmt"
+	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -112,6 +113,19 @@ func TestALoneNodeHoldsItsLease(t *testing.T) {
 // lease 0.7 s after the new controller was elected, and every request through it
 // answered 503 for 0.7 s more.
 func TestALeaseRenewsWithANewControllerAtOnce(t *testing.T) {
+	testLeaseMovesToTheNewController(t, false)
+}
+
+// TestALeaseRenewalSharingAHungSyncMovesOn: the same when the renewal shares a Sync
+// that another caller started (the broker's lookups and reconcile passes call Sync
+// with bounds of 2 to 5 s): the shared call itself moves to the new controller. Found
+// in review: cancelling only the renewal's own wait left it waiting on the shared call
+// until that call's bound.
+func TestALeaseRenewalSharingAHungSyncMovesOn(t *testing.T) {
+	testLeaseMovesToTheNewController(t, true)
+}
+
+func testLeaseMovesToTheNewController(t *testing.T, shared bool) {
 	net := newTestNet(t)
 	// A long lease, so that a renewal that waits out its hung request (Lease/2 = 5 s)
 	// stands apart from one that moves on (milliseconds) on any machine.
@@ -120,18 +134,43 @@ func TestALeaseRenewsWithANewControllerAtOnce(t *testing.T) {
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
 	old := controllerOf(t, ss...)
 	follower := followerOf(old, ss...)
+	knownAt := newControllerAt(follower, old.addr)
 
-	// The controller dies: its Raft is cut from the others and what is forwarded to it
-	// hangs (until the test ends, so that closing the nodes does not wait it out).
+	// The controller dies: what is forwarded to it hangs (until the test ends, so that
+	// closing the nodes does not wait it out), and then its Raft is cut from the
+	// others.
 	dead := make(chan struct{})
 	defer close(dead)
+	hanging := make(chan struct{}, 1)
 	net.mu.Lock()
-	net.hang = func(_ string, addr raft.ServerAddress) <-chan struct{} {
-		if addr == old.addr {
-			return dead
+	net.hang = func(kind string, addr raft.ServerAddress) <-chan struct{} {
+		if addr != old.addr {
+			return nil
 		}
-		return nil
+		if kind == kindSyncIndex {
+			select {
+			case hanging <- struct{}{}:
+			default:
+			}
+		}
+		return dead
 	}
+	net.mu.Unlock()
+	if shared {
+		// Another caller's Sync, bounded by 10 s, is the one in flight; the renewal
+		// (every 100 ms here) joins it.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = follower.Sync(ctx)
+		}()
+	}
+	select {
+	case <-hanging:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Sync went to the controller")
+	}
+	net.mu.Lock()
 	for _, s := range ss {
 		if s != old {
 			net.trans[old.addr].Disconnect(s.addr)
@@ -140,25 +179,48 @@ func TestALeaseRenewsWithANewControllerAtOnce(t *testing.T) {
 	}
 	net.mu.Unlock()
 
-	// A renewal is on its way to the dead controller (the loop renews every
-	// HeartbeatInterval) by the time the others elect a new one.
-	var known time.Time
 	eventually(t, "a new controller known to the follower", func() error {
-		if addr, _ := follower.raft.LeaderWithID(); addr == "" || addr == old.addr {
-			return fmt.Errorf("the follower knows %q", addr)
+		if knownAt().IsZero() {
+			return errors.New("none yet")
 		}
-		known = time.Now()
 		return nil
 	})
+	known := knownAt()
 	const bound = 2500 * time.Millisecond // half the hung renewal's wait: room for a loaded machine
 	for !follower.freshAsOf(follower.fsm.applied.Load()).After(known) {
 		if time.Since(known) > bound {
 			t.Fatalf("the follower knew the new controller %v ago and has not renewed its lease with it", bound)
+		}
+		if !follower.Ready() {
+			t.Fatal("the follower lost its lease while a new controller was known")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("renewed %v after the new controller was known", time.Since(known).Round(time.Millisecond))
 	if !follower.Ready() {
 		t.Fatal("the follower renewed its lease and is not ready")
+	}
+}
+
+// newControllerAt reports when s's Raft first named a leader other than old (zero
+// until then), as Raft observed it.
+func newControllerAt(s *Store, old raft.ServerAddress) func() time.Time {
+	var mu sync.Mutex
+	var at time.Time
+	ch := make(chan raft.Observation, 1)
+	s.raft.RegisterObserver(raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		if l, ok := o.Data.(raft.LeaderObservation); ok && l.LeaderAddr != "" && l.LeaderAddr != old {
+			mu.Lock()
+			if at.IsZero() {
+				at = time.Now()
+			}
+			mu.Unlock()
+		}
+		return false
+	}))
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return at
 	}
 }

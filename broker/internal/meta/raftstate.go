@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"context"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -36,14 +37,45 @@ func (s *Store) RaftState() RaftState {
 	}
 }
 
-// countLeaderChanges registers an observer that counts leader observations. The filter
-// runs on Raft's goroutine and only counts; nothing is ever sent to the channel.
-func countLeaderChanges(r *raft.Raft, n *atomic.Uint64) {
+// countLeaderChanges registers an observer that counts leader observations and, at
+// each, closes the channel gen holds and puts a new one in its place (see
+// untilLeaderMoves). The filter runs on Raft's goroutine and neither blocks nor sends:
+// nothing is ever sent to the channel.
+func countLeaderChanges(r *raft.Raft, n *atomic.Uint64, gen *atomic.Pointer[chan struct{}]) {
+	first := make(chan struct{})
+	gen.Store(&first)
 	ch := make(chan raft.Observation, 1)
 	r.RegisterObserver(raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		if _, ok := o.Data.(raft.LeaderObservation); ok {
 			n.Add(1)
+			next := make(chan struct{})
+			close(*gen.Swap(&next))
 		}
 		return false
 	}))
+}
+
+// untilLeaderMoves returns a context that ends with ctx or at the next change of
+// Raft's leader, and a function that releases it and reports whether the leader
+// changed since. A request that waits on a controller that died (a forward hangs
+// until its bound) is so cut short as soon as this node learns of another one.
+func (s *Store) untilLeaderMoves(ctx context.Context) (context.Context, func() bool) {
+	gen := *s.leaderGen.Load()
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-gen:
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	return cctx, func() bool {
+		cancel()
+		select {
+		case <-gen:
+			return true
+		default:
+			return false
+		}
+	}
 }

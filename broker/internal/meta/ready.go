@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -86,12 +85,18 @@ func (s *Store) readyLoop() {
 				}
 			}
 		case s.ready.Load():
+		case s.fsm.haltedErr() != nil:
+			// It cannot apply what a catch-up would wait for, and each try would
+			// append a barrier on the controller: stay not ready until a restart.
 		default:
 			// A catch-up that waits on a controller that died (its request hangs for
-			// ApplyTimeout) is abandoned when Raft's leader changes, and made again
+			// ApplyTimeout) is cut short when Raft's leader changes, and made again
 			// with the new one at once.
-			switch err := s.untilLeaderChanges(changed, func(ctx context.Context) error { return s.catchUp(ctx, addr) }); {
-			case errors.Is(err, errControllerChanged):
+			ctx, release := s.untilLeaderMoves(context.Background())
+			err := s.catchUp(ctx, addr)
+			moved := release()
+			switch {
+			case err != nil && moved:
 				next = 0
 			case err != nil:
 				s.opts.Logger.Debug("meta: not caught up yet", "err", err)

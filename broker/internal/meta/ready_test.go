@@ -246,6 +246,8 @@ func TestACatchUpMovesToANewControllerAtOnce(t *testing.T) {
 	old := controllerOf(t, ss...)
 	follower := followerOf(old, ss...)
 
+	knownAt := newControllerAt(follower, old.addr)
+
 	// What is forwarded to the controller hangs from now on (until the test ends, so
 	// that closing the nodes does not wait it out); the follower's catch-up says when
 	// it is hanging.
@@ -284,14 +286,13 @@ func TestACatchUpMovesToANewControllerAtOnce(t *testing.T) {
 		}
 	}
 	net.mu.Unlock()
-	var known time.Time
 	eventually(t, "a new controller known to the follower", func() error {
-		if addr, _ := follower.raft.LeaderWithID(); addr == "" || addr == old.addr {
-			return fmt.Errorf("the follower knows %q", addr)
+		if knownAt().IsZero() {
+			return errors.New("none yet")
 		}
-		known = time.Now()
 		return nil
 	})
+	known := knownAt()
 	const bound = 3 * time.Second // the hung request waits ApplyTimeout, 10 s here
 	for !follower.Ready() {
 		if time.Since(known) > bound {
@@ -300,4 +301,51 @@ func TestACatchUpMovesToANewControllerAtOnce(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("ready %v after the new controller was known", time.Since(known).Round(time.Millisecond))
+}
+
+// TestAHaltedNodeDoesNotAskToCatchUp: a node whose state machine halted (here a binary
+// that speaks only cluster version 1 restarted into a cluster at version 2) cannot
+// apply what a catch-up waits for, so it does not try: each try appends a barrier on
+// the controller, and its ready loop tried every 10 ms, about 75 barriers a second
+// replicated through the cluster for as long as the node stayed up (found in review).
+func TestAHaltedNodeDoesNotAskToCatchUp(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	ss := startPeers(t, net, dirs)
+	eventually(t, "version 2 committed on every node", func() error {
+		for _, s := range ss {
+			if v := s.ClusterVersion(); v < 2 {
+				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
+			}
+		}
+		return nil
+	})
+	net.close(ss[2])
+	h, err := net.open(dirs[2], "n3", "addr3", Cluster{VersionMax: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "n3 halted", func() error {
+		if h.fsm.haltedErr() == nil {
+			return errors.New("not halted")
+		}
+		return nil
+	})
+	var asks atomic.Int64
+	net.mu.Lock()
+	net.hang = func(kind string, addr raft.ServerAddress) <-chan struct{} {
+		if kind == kindReadIndex {
+			asks.Add(1) // a catch-up: the others are ready and renew with Sync instead
+		}
+		return nil
+	}
+	net.mu.Unlock()
+	time.Sleep(2 * time.Second)
+	if n := asks.Load(); n > 2 {
+		t.Fatalf("%d catch-up requests in 2 s from a halted node; want none", n)
+	}
+	if h.Ready() {
+		t.Fatal("a halted node is ready")
+	}
 }

@@ -300,7 +300,7 @@ func open(opts Options, cfg *raft.Config, f *fsm, bolt *raftboltdb.BoltStore) (*
 	if f.applied.Load() == 0 {
 		f.applied.Store(r.AppliedIndex())
 	}
-	countLeaderChanges(r, &s.leaderChanges)
+	countLeaderChanges(r, &s.leaderChanges, &s.leaderGen)
 	s.ctl.init()
 	if !has {
 		switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -29,8 +30,13 @@ func (s *Store) Sync(ctx context.Context) error {
 			c = &syncCall{started: time.Now(), done: make(chan struct{})}
 			s.syncing = c
 			s.syncMu.Unlock()
-			c.err = s.syncOnce(ctx)
-			c.cut = c.err != nil && ctx.Err() != nil
+			// A controller that dies under the call leaves its forward hanging until
+			// ctx ends; a change of leader cuts it short, and the call (with the
+			// callers sharing it, through cut) asks the new controller.
+			octx, release := s.untilLeaderMoves(ctx)
+			c.err = s.syncOnce(octx)
+			moved := release()
+			c.cut = c.err != nil && (ctx.Err() != nil || moved)
 			if c.err == nil {
 				s.markFresh(c.started)
 			}
@@ -38,6 +44,9 @@ func (s *Store) Sync(ctx context.Context) error {
 			s.syncing = nil
 			s.syncMu.Unlock()
 			close(c.done)
+			if c.err != nil && moved && ctx.Err() == nil {
+				continue
+			}
 			return c.err
 		case !c.started.Before(arrived):
 			// It started after this call arrived: its answer covers this call.
@@ -46,8 +55,8 @@ func (s *Store) Sync(ctx context.Context) error {
 			case <-c.done:
 				if c.cut && ctx.Err() == nil {
 					// It failed because its caller's context ended (a catch-up with a
-					// short bound), not for want of a controller: this call has time
-					// left, so it runs or joins another.
+					// short bound) or the controller changed under it, not for want of
+					// a controller: this call has time left, so it runs or joins another.
 					continue
 				}
 				return c.err
@@ -71,12 +80,15 @@ type syncCall struct {
 	started time.Time
 	done    chan struct{}
 	err     error
-	cut     bool // err came from its caller's context ending
+	cut     bool // err came from its caller's context ending, or a change of leader
 }
 
 type syncState struct {
 	syncMu  sync.Mutex
 	syncing *syncCall
+	// leaderGen is closed and replaced at every change of Raft's leader
+	// (countLeaderChanges).
+	leaderGen atomic.Pointer[chan struct{}]
 }
 
 func (s *Store) syncOnce(ctx context.Context) error {
