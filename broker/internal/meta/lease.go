@@ -102,12 +102,25 @@ func (s *Store) LeaseLapses() uint64 { return s.leaseLapse.Load() }
 // leaseLoop renews the lease every HeartbeatInterval (at most a quarter of Lease). A
 // renewal in flight to a controller that died moves to the new one as soon as this
 // node learns of it (Sync does that for every caller); a renewal that fails is tried
-// again after leaseRetry, doubling up to the period.
+// again after leaseRetry, doubling up to the period, and at once when Raft's leader
+// changes (after a spell without a controller the next try could be a period away).
 func (s *Store) leaseLoop() {
 	every := min(s.opts.Cluster.HeartbeatInterval, s.Lease()/4)
+	first := min(every, leaseRetry)
 	held := true
-	next, retry := every, min(every, leaseRetry)
-	for s.sleep(next) {
+	next, retry := every, first
+	for {
+		gen := *s.leaderGen.Load()
+		t := time.NewTimer(next)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-gen:
+			retry = first
+		case <-t.C:
+		}
+		t.Stop()
 		next = every
 		if c, err := s.configuration(); err == nil {
 			s.alone.Store(len(c.Servers) == 1 && string(c.Servers[0].ID) == s.ServerID())
@@ -115,7 +128,7 @@ func (s *Store) leaseLoop() {
 		if s.alone.Load() || !s.ready.Load() || s.fsm.haltedErr() != nil {
 			// Alone: nothing to renew. Not ready: the ready loop's catch-up renews it.
 			// Halted: it cannot apply what a renewal would wait for.
-			held = true
+			held, retry = true, first
 			continue
 		}
 		if time.Since(s.freshAsOf(s.fsm.applied.Load())) >= every {
@@ -126,7 +139,7 @@ func (s *Store) leaseLoop() {
 				s.opts.Logger.Debug("meta: renewing the metadata lease failed", "err", err)
 				next, retry = retry, min(2*retry, every)
 			} else {
-				retry = min(every, leaseRetry)
+				retry = first
 			}
 		}
 		now := s.CurrentThrough(s.fsm.applied.Load())

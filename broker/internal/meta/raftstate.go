@@ -55,9 +55,9 @@ func countLeaderChanges(r *raft.Raft, n *atomic.Uint64, gen *atomic.Pointer[chan
 	}))
 }
 
-// untilLeaderMoves returns a context that ends with ctx or at the next change of
-// Raft's leader, and a function that releases it and reports whether the leader
-// changed since. A request that waits on a controller that died (a forward hangs
+// untilLeaderMoves returns a context that ends with ctx, at the next change of Raft's
+// leader or when the store closes, and a function that releases it and reports
+// whether the leader changed since. A request that waits on a controller that died (a forward hangs
 // until its bound) is so cut short as soon as this node learns of another one.
 func (s *Store) untilLeaderMoves(ctx context.Context) (context.Context, func() bool) {
 	gen := *s.leaderGen.Load()
@@ -66,6 +66,8 @@ func (s *Store) untilLeaderMoves(ctx context.Context) (context.Context, func() b
 		select {
 		case <-gen:
 			cancel()
+		case <-s.stop:
+			cancel() // Close waits for the loops before it stops Raft
 		case <-cctx.Done():
 		}
 	}()

@@ -93,6 +93,12 @@ func (s *Store) readyLoop() {
 			// ApplyTimeout) is cut short when Raft's leader changes, and made again
 			// with the new one at once.
 			ctx, release := s.untilLeaderMoves(context.Background())
+			// The leader again, now that a change from here on cuts the catch-up.
+			if addr, _ = s.raft.LeaderWithID(); addr == "" {
+				release()
+				next = readyRetry
+				break
+			}
 			err := s.catchUp(ctx, addr)
 			moved := release()
 			switch {

@@ -31,12 +31,12 @@ func (s *Store) Sync(ctx context.Context) error {
 			s.syncing = c
 			s.syncMu.Unlock()
 			// A controller that dies under the call leaves its forward hanging until
-			// ctx ends; a change of leader cuts it short, and the call (with the
-			// callers sharing it, through cut) asks the new controller.
-			octx, release := s.untilLeaderMoves(ctx)
-			c.err = s.syncOnce(octx)
-			moved := release()
-			c.cut = c.err != nil && (ctx.Err() != nil || moved)
+			// ctx ends: a change of Raft's leader cuts the forward short, and the call
+			// (with the callers sharing it) waits for the next controller and asks it.
+			cut, release := s.untilLeaderMoves(ctx)
+			c.err = s.syncOnce(ctx, cut)
+			c.moved = release()
+			c.cut = c.err != nil && (ctx.Err() != nil || c.moved)
 			if c.err == nil {
 				s.markFresh(c.started)
 			}
@@ -44,7 +44,7 @@ func (s *Store) Sync(ctx context.Context) error {
 			s.syncing = nil
 			s.syncMu.Unlock()
 			close(c.done)
-			if c.err != nil && moved && ctx.Err() == nil {
+			if c.err != nil && c.moved && ctx.Err() == nil && s.awaitController(ctx) == nil {
 				continue
 			}
 			return c.err
@@ -56,8 +56,11 @@ func (s *Store) Sync(ctx context.Context) error {
 				if c.cut && ctx.Err() == nil {
 					// It failed because its caller's context ended (a catch-up with a
 					// short bound) or the controller changed under it, not for want of
-					// a controller: this call has time left, so it runs or joins another.
-					continue
+					// a controller: this call has time left, so it runs or joins another
+					// (once there is a controller again, after a change).
+					if !c.moved || s.awaitController(ctx) == nil {
+						continue
+					}
 				}
 				return c.err
 			case <-ctx.Done():
@@ -81,6 +84,7 @@ type syncCall struct {
 	done    chan struct{}
 	err     error
 	cut     bool // err came from its caller's context ending, or a change of leader
+	moved   bool // Raft's leader changed while it ran
 }
 
 type syncState struct {
@@ -91,7 +95,10 @@ type syncState struct {
 	leaderGen atomic.Pointer[chan struct{}]
 }
 
-func (s *Store) syncOnce(ctx context.Context) error {
+// syncOnce asks the controller for its last index and waits until this node has
+// applied that far. The request to a controller on another node goes under cut (see
+// Sync); the wait to apply, under ctx.
+func (s *Store) syncOnce(ctx, cut context.Context) error {
 	if s.Leader() {
 		idx, err := s.leaderIndex()
 		if err != nil {
@@ -103,11 +110,29 @@ func (s *Store) syncOnce(ctx context.Context) error {
 	if addr == "" {
 		return fmt.Errorf("%w: no controller known", ErrUnavailable)
 	}
-	resp, err := s.forward(ctx, addr, fwdRequest{Kind: kindSyncIndex, Commit: s.raft.CommitIndex()})
+	resp, err := s.forward(cut, addr, fwdRequest{Kind: kindSyncIndex, Commit: s.raft.CommitIndex()})
 	if err != nil {
 		return err
 	}
 	return s.waitApplied(ctx, resp.Index)
+}
+
+// awaitController waits until Raft names a leader (Raft reports a lost leader before
+// it knows the next one), ctx ends or the store closes.
+func (s *Store) awaitController(ctx context.Context) error {
+	for {
+		gen := *s.leaderGen.Load()
+		if addr, _ := s.raft.LeaderWithID(); addr != "" {
+			return nil
+		}
+		select {
+		case <-gen:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.stop:
+			return fmt.Errorf("%w: closing", ErrUnavailable)
+		}
+	}
 }
 
 // writesThrough returns the index of the last entry at or below last that may carry a
