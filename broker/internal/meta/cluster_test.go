@@ -30,6 +30,9 @@ type testNet struct {
 	// forwarded request until the caller's context ends (as a killed node's is held
 	// until its calls time out) or the channel closes, and fails it.
 	hang func(kind string, addr raft.ServerAddress) <-chan struct{}
+	// rewrite, when set, changes the answer of a forwarded request of that kind to
+	// that target before the caller sees it.
+	rewrite func(kind string, addr raft.ServerAddress, answer []byte) []byte
 }
 
 func newTestNet(t *testing.T) *testNet {
@@ -75,6 +78,14 @@ func (n *testNet) Forward(ctx context.Context, addr raft.ServerAddress, req []by
 	}()
 	select {
 	case a := <-ch:
+		n.mu.Lock()
+		rewrite := n.rewrite
+		n.mu.Unlock()
+		if rewrite != nil && a.err == nil {
+			var r fwdRequest
+			_ = json.Unmarshal(req, &r)
+			a.b = rewrite(r.Kind, addr, a.b)
+		}
 		return a.b, a.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: %s did not answer: %w", ErrUnavailable, addr, ctx.Err())

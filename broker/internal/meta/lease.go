@@ -131,7 +131,9 @@ func (s *Store) leaseLoop() {
 			held, retry = true, first
 			continue
 		}
-		if time.Since(s.freshAsOf(s.fsm.applied.Load())) >= every {
+		if age := time.Since(s.freshAsOf(s.fsm.applied.Load())); age < every {
+			next = every - age // woken early (a change of leader): keep the period
+		} else {
 			ctx, cancel := context.WithTimeout(context.Background(), s.Lease()/2)
 			err := s.Sync(ctx)
 			cancel()

@@ -331,3 +331,36 @@ func newControllerAt(s *Store, old raft.ServerAddress) func() time.Time {
 		return at
 	}
 }
+
+// TestALeaderChangeKeepsTheRenewalPeriod: a change of leader seen just before a
+// renewal is due does not push the renewal a whole period later (found in review: a
+// gap of 1.9 periods, leaving less of the lease for a retry).
+func TestALeaderChangeKeepsTheRenewalPeriod(t *testing.T) {
+	net := newTestNet(t)
+	const period = 3 * time.Second
+	net.cluster = func(c *Cluster) { c.HeartbeatInterval, c.SuspectAfter, c.DeadAfter = period, 4*period, 8*period }
+	defer net.closeAll()
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	follower := followerOf(controllerOf(t, ss...), ss...)
+	last := func() time.Time { return follower.freshAsOf(follower.fsm.applied.Load()) }
+	start := last()
+	eventually(t, "a renewal", func() error {
+		if !last().After(start) {
+			return errors.New("none yet")
+		}
+		return nil
+	})
+	renewed := last()
+	// A change of leader, as Raft's observer reports it, most of a period later.
+	time.Sleep(time.Until(renewed.Add(period * 8 / 10)))
+	next := make(chan struct{})
+	close(*follower.leaderGen.Swap(&next))
+	bound := renewed.Add(period * 14 / 10) // the period plus room for a loaded machine
+	for !last().After(renewed) {
+		if time.Now().After(bound) {
+			t.Fatalf("no renewal %v after the last one (period %v): the change of leader postponed it", time.Since(renewed).Round(time.Millisecond), period)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("renewed %v after the last renewal (period %v)", last().Sub(renewed).Round(time.Millisecond), period)
+}

@@ -71,6 +71,13 @@ func (s *Store) Sync(ctx context.Context) error {
 			s.syncMu.Unlock()
 			select {
 			case <-c.done:
+				// Cut by a change of leader: Raft reports the lost leader first, so
+				// wait for the next one before running a newer call.
+				if c.moved && ctx.Err() == nil {
+					if err := s.awaitController(ctx); err != nil {
+						return c.err
+					}
+				}
 			case <-ctx.Done():
 				return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 			}
@@ -114,12 +121,30 @@ func (s *Store) syncOnce(ctx, cut context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.waitApplied(ctx, resp.Index)
+	// An index this node has not learned is committed may be the tail of a
+	// controller that was deposed (never committed, cut by the next term): a change of
+	// leader ends that wait too, and the call asks the next controller. A committed
+	// index is never cut, so waiting for one stays safe.
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-cut.Done():
+			if s.raft.CommitIndex() < resp.Index {
+				stop()
+			}
+		case <-wctx.Done():
+		}
+	}()
+	return s.waitApplied(wctx, resp.Index)
 }
 
 // awaitController waits until Raft names a leader (Raft reports a lost leader before
-// it knows the next one), ctx ends or the store closes.
+// it knows the next one), ctx ends, the store closes, or a lease has gone by (callers
+// without a deadline, such as an admin request's, must not wait out a lost quorum).
 func (s *Store) awaitController(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.Lease())
+	defer cancel()
 	for {
 		gen := *s.leaderGen.Load()
 		if addr, _ := s.raft.LeaderWithID(); addr != "" {
