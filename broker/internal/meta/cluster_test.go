@@ -407,3 +407,80 @@ func TestClusterBootstrapJoinFailoverRestart(t *testing.T) {
 		return membersAre(l, want)
 	})
 }
+
+// deadController starts three nodes with the given lease (0: the test default) and
+// makes what is forwarded to the controller hang until the test ends; hung signals
+// when a request of kind reaches it. cut then cuts the controller's Raft from the
+// others, who elect a new one.
+func deadController(t *testing.T, lease time.Duration, kind string) (net *testNet, old, follower *Store, hung <-chan struct{}, cut func()) {
+	net = newTestNet(t)
+	if lease > 0 {
+		net.cluster = func(c *Cluster) { c.SuspectAfter, c.DeadAfter = lease, 2*lease }
+	}
+	t.Cleanup(net.closeAll)
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	old = controllerOf(t, ss...)
+	follower = followerOf(old, ss...)
+	dead := make(chan struct{})
+	t.Cleanup(func() { close(dead) }) // before closeAll (cleanups run last first)
+	hanging := make(chan struct{}, 1)
+	net.mu.Lock()
+	net.hang = func(k string, addr raft.ServerAddress) <-chan struct{} {
+		if addr != old.addr {
+			return nil
+		}
+		if k == kind {
+			select {
+			case hanging <- struct{}{}:
+			default:
+			}
+		}
+		return dead
+	}
+	net.mu.Unlock()
+	return net, old, follower, hanging, func() {
+		net.mu.Lock()
+		defer net.mu.Unlock()
+		for _, s := range ss {
+			if s != old {
+				net.trans[old.addr].Disconnect(s.addr)
+				net.trans[s.addr].Disconnect(old.addr)
+			}
+		}
+	}
+}
+
+// newControllerAt reports when s's Raft first named a leader other than old (zero
+// until then), as Raft observed it.
+func newControllerAt(s *Store, old raft.ServerAddress) func() time.Time {
+	var mu sync.Mutex
+	var at time.Time
+	ch := make(chan raft.Observation, 1)
+	s.raft.RegisterObserver(raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		if l, ok := o.Data.(raft.LeaderObservation); ok && l.LeaderAddr != "" && l.LeaderAddr != old {
+			mu.Lock()
+			if at.IsZero() {
+				at = time.Now()
+			}
+			mu.Unlock()
+		}
+		return false
+	}))
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return at
+	}
+}
+
+// waitKnown waits until knownAt (newControllerAt) reports a time, and returns it.
+func waitKnown(t *testing.T, knownAt func() time.Time) time.Time {
+	t.Helper()
+	eventually(t, "a new controller known to the follower", func() error {
+		if knownAt().IsZero() {
+			return errors.New("none yet")
+		}
+		return nil
+	})
+	return knownAt()
+}

@@ -19,29 +19,7 @@ import (
 func TestHaltedNodeHandsTheControllerOver(t *testing.T) {
 	net := newTestNet(t)
 	defer net.closeAll()
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	ss := startPeers(t, net, dirs)
-	eventually(t, "version 2 committed on every node", func() error {
-		for _, s := range ss {
-			if v := s.ClusterVersion(); v < 2 {
-				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
-			}
-		}
-		return nil
-	})
-	// n3 restarted with a binary that speaks only 1: it halts at the commit of 2.
-	net.close(ss[2])
-	h, err := net.open(dirs[2], "n3", "addr3", Cluster{VersionMax: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss[2] = h
-	eventually(t, "n3 halted", func() error {
-		if h.fsm.haltedErr() == nil {
-			return errors.New("not halted")
-		}
-		return nil
-	})
+	ss, h := withAHaltedNode(t, net)
 	// n3 wins the controller (as it may at any election).
 	eventually(t, "n3 won the controller", func() error {
 		if h.Leader() {
@@ -71,4 +49,34 @@ func TestHaltedNodeHandsTheControllerOver(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// withAHaltedNode starts three nodes, waits for cluster version 2, then restarts n3
+// with a binary that speaks only version 1: it halts at the commit of 2. It returns
+// the nodes (n3 the restarted one) and n3.
+func withAHaltedNode(t *testing.T, net *testNet) ([]*Store, *Store) {
+	t.Helper()
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	ss := startPeers(t, net, dirs)
+	eventually(t, "version 2 committed on every node", func() error {
+		for _, s := range ss {
+			if v := s.ClusterVersion(); v < 2 {
+				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
+			}
+		}
+		return nil
+	})
+	net.close(ss[2])
+	h, err := net.open(dirs[2], "n3", "addr3", Cluster{VersionMax: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss[2] = h
+	eventually(t, "n3 halted", func() error {
+		if h.fsm.haltedErr() == nil {
+			return errors.New("not halted")
+		}
+		return nil
+	})
+	return ss, h
 }

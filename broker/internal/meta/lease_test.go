@@ -128,36 +128,10 @@ func TestALeaseRenewalSharingAHungSyncMovesOn(t *testing.T) {
 }
 
 func testLeaseMovesToTheNewController(t *testing.T, shared bool) {
-	net := newTestNet(t)
 	// A long lease, so that a renewal that waits out its hung request (Lease/2 = 5 s)
 	// stands apart from one that moves on (milliseconds) on any machine.
-	net.cluster = func(c *Cluster) { c.SuspectAfter, c.DeadAfter = 10*time.Second, 20*time.Second }
-	defer net.closeAll()
-	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
-	old := controllerOf(t, ss...)
-	follower := followerOf(old, ss...)
+	_, old, follower, hung, cut := deadController(t, 10*time.Second, kindSyncIndex)
 	knownAt := newControllerAt(follower, old.addr)
-
-	// The controller dies: what is forwarded to it hangs (until the test ends, so that
-	// closing the nodes does not wait it out), and then its Raft is cut from the
-	// others.
-	dead := make(chan struct{})
-	defer close(dead)
-	hanging := make(chan struct{}, 1)
-	net.mu.Lock()
-	net.hang = func(kind string, addr raft.ServerAddress) <-chan struct{} {
-		if addr != old.addr {
-			return nil
-		}
-		if kind == kindSyncIndex {
-			select {
-			case hanging <- struct{}{}:
-			default:
-			}
-		}
-		return dead
-	}
-	net.mu.Unlock()
 	other := make(chan error, 1)
 	if shared {
 		// Another caller's Sync, bounded by 10 s, is the one in flight; the renewal
@@ -169,26 +143,12 @@ func testLeaseMovesToTheNewController(t *testing.T, shared bool) {
 		}()
 	}
 	select {
-	case <-hanging:
+	case <-hung:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no Sync went to the controller")
 	}
-	net.mu.Lock()
-	for _, s := range ss {
-		if s != old {
-			net.trans[old.addr].Disconnect(s.addr)
-			net.trans[s.addr].Disconnect(old.addr)
-		}
-	}
-	net.mu.Unlock()
-
-	eventually(t, "a new controller known to the follower", func() error {
-		if knownAt().IsZero() {
-			return errors.New("none yet")
-		}
-		return nil
-	})
-	known := knownAt()
+	cut()
+	known := waitKnown(t, knownAt)
 	const bound = 2500 * time.Millisecond // half the hung renewal's wait: room for a loaded machine
 	for !follower.freshAsOf(follower.fsm.applied.Load()).After(known) {
 		if time.Since(known) > bound {
@@ -252,13 +212,7 @@ func TestALeaseNotCurrentRenewsWhenAControllerIsElected(t *testing.T) {
 		}
 	}
 	net.mu.Unlock()
-	eventually(t, "a new controller known to the follower", func() error {
-		if knownAt().IsZero() {
-			return errors.New("none yet")
-		}
-		return nil
-	})
-	known := knownAt()
+	known := waitKnown(t, knownAt)
 	const bound = 2 * time.Second
 	for follower.freshAsOf(follower.fsm.applied.Load()).IsZero() {
 		if time.Since(known) > bound {
@@ -306,29 +260,6 @@ func TestCloseDoesNotWaitForAHungRenewal(t *testing.T) {
 		t.Fatalf("closing a node with a hung lease renewal took %v", took)
 	} else {
 		t.Logf("closed in %v", took.Round(time.Millisecond))
-	}
-}
-
-// newControllerAt reports when s's Raft first named a leader other than old (zero
-// until then), as Raft observed it.
-func newControllerAt(s *Store, old raft.ServerAddress) func() time.Time {
-	var mu sync.Mutex
-	var at time.Time
-	ch := make(chan raft.Observation, 1)
-	s.raft.RegisterObserver(raft.NewObserver(ch, false, func(o *raft.Observation) bool {
-		if l, ok := o.Data.(raft.LeaderObservation); ok && l.LeaderAddr != "" && l.LeaderAddr != old {
-			mu.Lock()
-			if at.IsZero() {
-				at = time.Now()
-			}
-			mu.Unlock()
-		}
-		return false
-	}))
-	return func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return at
 	}
 }
 

@@ -240,59 +240,20 @@ func TestANodeWithoutAControllerForSuspectAfterIsNotReady(t *testing.T) {
 // new controller as soon as it learns of it. It used to wait the hung request out
 // (ApplyTimeout, 5 s by default) and serve nothing meanwhile.
 func TestACatchUpMovesToANewControllerAtOnce(t *testing.T) {
-	net := newTestNet(t)
-	defer net.closeAll()
-	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
-	old := controllerOf(t, ss...)
-	follower := followerOf(old, ss...)
-
+	// Its catch-up says when it is hanging.
+	_, old, follower, hung, cut := deadController(t, 0, kindReadIndex)
 	knownAt := newControllerAt(follower, old.addr)
-
-	// What is forwarded to the controller hangs from now on (until the test ends, so
-	// that closing the nodes does not wait it out); the follower's catch-up says when
-	// it is hanging.
-	dead := make(chan struct{})
-	defer close(dead)
-	caughtHanging := make(chan struct{}, 1)
-	net.mu.Lock()
-	net.hang = func(kind string, addr raft.ServerAddress) <-chan struct{} {
-		if addr != old.addr {
-			return nil
-		}
-		if kind == kindReadIndex {
-			select {
-			case caughtHanging <- struct{}{}:
-			default:
-			}
-		}
-		return dead
-	}
-	net.mu.Unlock()
 	// The follower must catch up again (as after losing its controller for
 	// SuspectAfter); its ready loop looks at least once a second.
 	follower.ready.Store(false)
 	select {
-	case <-caughtHanging:
+	case <-hung:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the follower did not try to catch up with its controller")
 	}
-
 	// Now the controller dies for Raft too: the others elect a new one.
-	net.mu.Lock()
-	for _, s := range ss {
-		if s != old {
-			net.trans[old.addr].Disconnect(s.addr)
-			net.trans[s.addr].Disconnect(old.addr)
-		}
-	}
-	net.mu.Unlock()
-	eventually(t, "a new controller known to the follower", func() error {
-		if knownAt().IsZero() {
-			return errors.New("none yet")
-		}
-		return nil
-	})
-	known := knownAt()
+	cut()
+	known := waitKnown(t, knownAt)
 	const bound = 3 * time.Second // the hung request waits ApplyTimeout, 10 s here
 	for !follower.Ready() {
 		if time.Since(known) > bound {
@@ -311,27 +272,7 @@ func TestACatchUpMovesToANewControllerAtOnce(t *testing.T) {
 func TestAHaltedNodeDoesNotAskToCatchUp(t *testing.T) {
 	net := newTestNet(t)
 	defer net.closeAll()
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	ss := startPeers(t, net, dirs)
-	eventually(t, "version 2 committed on every node", func() error {
-		for _, s := range ss {
-			if v := s.ClusterVersion(); v < 2 {
-				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
-			}
-		}
-		return nil
-	})
-	net.close(ss[2])
-	h, err := net.open(dirs[2], "n3", "addr3", Cluster{VersionMax: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "n3 halted", func() error {
-		if h.fsm.haltedErr() == nil {
-			return errors.New("not halted")
-		}
-		return nil
-	})
+	_, h := withAHaltedNode(t, net)
 	var asks atomic.Int64
 	net.mu.Lock()
 	net.hang = func(kind string, addr raft.ServerAddress) <-chan struct{} {

@@ -111,51 +111,12 @@ func waitQuiet(t *testing.T, ctl *Store) {
 	}
 }
 
-// deadController starts three nodes with the given lease and makes what is forwarded to
-// the controller hang (until the test ends); cut then cuts the controller's Raft from
-// the others, who elect a new one.
-func deadController(t *testing.T, lease time.Duration) (net *testNet, old, follower *Store, hung <-chan struct{}, cut func()) {
-	net = newTestNet(t)
-	net.cluster = func(c *Cluster) { c.SuspectAfter, c.DeadAfter = lease, 2*lease }
-	t.Cleanup(net.closeAll)
-	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
-	old = controllerOf(t, ss...)
-	follower = followerOf(old, ss...)
-	dead := make(chan struct{})
-	t.Cleanup(func() { close(dead) }) // before closeAll (cleanups run last first)
-	hanging := make(chan struct{}, 1)
-	net.mu.Lock()
-	net.hang = func(kind string, addr raft.ServerAddress) <-chan struct{} {
-		if addr != old.addr {
-			return nil
-		}
-		if kind == kindSyncIndex {
-			select {
-			case hanging <- struct{}{}:
-			default:
-			}
-		}
-		return dead
-	}
-	net.mu.Unlock()
-	return net, old, follower, hanging, func() {
-		net.mu.Lock()
-		defer net.mu.Unlock()
-		for _, s := range ss {
-			if s != old {
-				net.trans[old.addr].Disconnect(s.addr)
-				net.trans[s.addr].Disconnect(old.addr)
-			}
-		}
-	}
-}
-
 // TestASyncWaitingBehindAHungOneMovesOn: a Sync that arrives while another (here the
 // lease renewal) hangs on a controller that died waits behind it, then for the next
 // controller, and is answered by it. Found in review: it ran a newer call at once,
 // found no controller yet (Raft reports the lost leader first) and failed.
 func TestASyncWaitingBehindAHungOneMovesOn(t *testing.T) {
-	net, old, follower, hung, cut := deadController(t, 10*time.Second)
+	net, old, follower, hung, cut := deadController(t, 10*time.Second, kindSyncIndex)
 	<-hung // the renewal (every 100 ms here) owns the hung call
 	other := make(chan error, 1)
 	go func() {
@@ -203,7 +164,7 @@ func TestASyncWaitingBehindAHungOneMovesOn(t *testing.T) {
 // can be elected, instead of waiting for one for as long as the quorum is lost.
 func TestASyncWithoutADeadlineEndsWhenNoControllerComes(t *testing.T) {
 	// A 2 s lease: the wait for a controller ends within it.
-	net, _, follower, hung, _ := deadController(t, 2*time.Second)
+	net, _, follower, hung, _ := deadController(t, 2*time.Second, kindSyncIndex)
 	done := make(chan error, 1)
 	go func() { done <- follower.Sync(context.Background()) }()
 	<-hung
@@ -233,7 +194,7 @@ func TestASyncWithoutADeadlineEndsWhenNoControllerComes(t *testing.T) {
 // cuts that entry, and a follower waiting to apply it would wait until its caller's
 // bound. A change of leader ends that wait, and the Sync asks the next controller.
 func TestASyncDoesNotWaitForADeposedControllersTail(t *testing.T) {
-	net, old, follower, _, cut := deadController(t, 10*time.Second)
+	net, old, follower, _, cut := deadController(t, 10*time.Second, kindSyncIndex)
 	net.mu.Lock()
 	hang := net.hang
 	net.hang = nil
