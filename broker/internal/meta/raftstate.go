@@ -57,8 +57,9 @@ func countLeaderChanges(r *raft.Raft, n *atomic.Uint64, gen *atomic.Pointer[chan
 
 // untilLeaderMoves returns a context that ends with ctx, at the next change of Raft's
 // leader or when the store closes, and a function that releases it and reports
-// whether the leader changed since. A request that waits on a controller that died (a forward hangs
-// until its bound) is so cut short as soon as this node learns of another one.
+// whether the leader changed since. A request that waits on a controller that died (a
+// forward hangs until its bound) is so cut short as soon as this node learns of
+// another one.
 func (s *Store) untilLeaderMoves(ctx context.Context) (context.Context, func() bool) {
 	gen := *s.leaderGen.Load()
 	cctx, cancel := context.WithCancel(ctx)
