@@ -408,14 +408,19 @@ func TestClusterBootstrapJoinFailoverRestart(t *testing.T) {
 	})
 }
 
-// deadController starts three nodes with the given lease (0: the test default) and
-// makes what is forwarded to the controller hang until the test ends; hung signals
-// when a request of kind reaches it. cut then cuts the controller's Raft from the
-// others, who elect a new one.
-func deadController(t *testing.T, lease time.Duration, kind string) (net *testNet, old, follower *Store, hung <-chan struct{}, cut func()) {
+// deadController starts three nodes with the given lease (0: the test default), and
+// tune's settings when set, and makes what is forwarded to the controller hang until
+// the test ends; hung signals when a request of kind reaches it. cut then cuts the
+// controller's Raft from the others, who elect a new one.
+func deadController(t *testing.T, lease time.Duration, kind string, tune ...func(*Cluster)) (net *testNet, old, follower *Store, hung <-chan struct{}, cut func()) {
 	net = newTestNet(t)
-	if lease > 0 {
-		net.cluster = func(c *Cluster) { c.SuspectAfter, c.DeadAfter = lease, 2*lease }
+	net.cluster = func(c *Cluster) {
+		if lease > 0 {
+			c.SuspectAfter, c.DeadAfter = lease, 2*lease
+		}
+		for _, f := range tune {
+			f(c)
+		}
 	}
 	t.Cleanup(net.closeAll)
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})

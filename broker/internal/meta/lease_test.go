@@ -182,36 +182,13 @@ func testLeaseMovesToTheNewController(t *testing.T, shared bool) {
 // grew to the renewal period) renews as soon as a controller is elected, not at its
 // next period (found in review: up to a second late with the default period).
 func TestALeaseNotCurrentRenewsWhenAControllerIsElected(t *testing.T) {
-	net := newTestNet(t)
 	// A 10 s renewal period: a loop that waits for its period renews long after this
 	// test ends (it is about 3 s from the nodes' start to its last check).
-	net.cluster = func(c *Cluster) {
-		c.HeartbeatInterval, c.SuspectAfter, c.DeadAfter = 10*time.Second, 40*time.Second, 80*time.Second
-	}
-	defer net.closeAll()
 	opened := time.Now()
-	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
-	old := controllerOf(t, ss...)
-	follower := followerOf(old, ss...)
+	_, old, follower, _, cut := deadController(t, 40*time.Second, "", func(c *Cluster) { c.HeartbeatInterval = 10 * time.Second })
 	knownAt := newControllerAt(follower, old.addr)
-
-	dead := make(chan struct{})
-	defer close(dead)
-	net.mu.Lock()
-	net.hang = func(_ string, addr raft.ServerAddress) <-chan struct{} {
-		if addr == old.addr {
-			return dead
-		}
-		return nil
-	}
 	follower.marks.Store(nil) // no current lease
-	for _, s := range ss {
-		if s != old {
-			net.trans[old.addr].Disconnect(s.addr)
-			net.trans[s.addr].Disconnect(old.addr)
-		}
-	}
-	net.mu.Unlock()
+	cut()
 	known := waitKnown(t, knownAt)
 	const bound = 2 * time.Second
 	for follower.freshAsOf(follower.fsm.applied.Load()).IsZero() {

@@ -44,29 +44,26 @@ func (s *Store) WaitReady(ctx context.Context) error {
 }
 
 func (s *Store) readyLoop() {
-	// The loop wakes when Raft's leader changes (an observer), every readyRetry while it
-	// catches up, when a lost controller has been unknown for SuspectAfter, and at least
-	// every readyRecheck. It used to poll every 10 ms, which was most of an idle node's
-	// CPU (docs/performance.md, "Idle").
-	changed := make(chan raft.Observation, 1) // one pending wake-up is enough: each re-reads the state
-	obs := raft.NewObserver(changed, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	s.raft.RegisterObserver(obs)
-	defer s.raft.DeregisterObserver(obs)
+	// The loop wakes when Raft's leader changes (the leader generation, closed by
+	// countLeaderChanges's observer), every readyRetry while it catches up, when a lost
+	// controller has been unknown for SuspectAfter, and at least every readyRecheck. It
+	// used to poll every 10 ms, which was most of an idle node's CPU
+	// (docs/performance.md, "Idle").
 	wake := time.NewTimer(0) // the first look is at once: a leader may be known already
 	defer wake.Stop()
 	// lostAt is when this loop last saw the controller become unknown (or its start).
 	lostAt, known := time.Now(), false
+	gen := *s.leaderGen.Load()
 	for {
 		select {
 		case <-s.stop:
 			return
-		case <-changed:
+		case <-gen:
 		case <-wake.C:
 		}
 		wake.Stop()
+		// Taken before the state is read: a change from here on wakes the next wait.
+		gen = *s.leaderGen.Load()
 		s.readyWakes.Add(1)
 		next := readyRecheck
 		addr, _ := s.raft.LeaderWithID()

@@ -127,15 +127,11 @@ func (s *Store) syncOnce(ctx, cut context.Context) error {
 	// index is never cut, so waiting for one stays safe.
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() {
-		select {
-		case <-cut.Done():
-			if s.raft.CommitIndex() < resp.Index {
-				stop()
-			}
-		case <-wctx.Done():
+	defer context.AfterFunc(cut, func() {
+		if s.raft.CommitIndex() < resp.Index {
+			stop()
 		}
-	}()
+	})()
 	return s.waitApplied(wctx, resp.Index)
 }
 

@@ -225,9 +225,9 @@ func (p *Partition) SetRole(lead bool, term uint64) (handedOver bool) {
 
 func (p *Partition) groupErr(err error) error {
 	switch {
-	case errors.Is(err, ErrOutcomeUnknown):
-		return err // not "not the leader": a caller would send the write again
-	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrOutcomeUnknown), errors.Is(err, ErrNotLeader), errors.Is(err, ErrClosed):
+		// As they are: an unknown outcome must not become "not the leader", on which a
+		// caller would send the write again.
 		return err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
