@@ -184,6 +184,7 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	g := &partGroup{host: b.repl.host, id: gid}
 	popts.Group = g
 	popts.NewCommands = func() bool { return b.meta.Allows(meta.FeaturePartitionCommands) }
+	popts.LeaderLeases = func() bool { return b.meta.Allows(meta.FeatureLeaderLease) }
 	raftDir := filepath.Join(popts.Dir, raftDirOf(&m, i))
 	_, statErr := os.Stat(raftDir)
 	// A replica made for a group that existed before this data directory did (the
@@ -441,6 +442,13 @@ func (g *partGroup) Propose(ctx context.Context, cmd []byte, submitted func()) (
 // node's copy of the group's log.
 func (g *partGroup) AppendedAgo(index uint64) (time.Duration, bool) {
 	return g.host.AppendedAgo(g.id, index)
+}
+
+// LeaseHeld is partition's leaseHolder: whether this node leads the group under a
+// leader lease now.
+func (g *partGroup) LeaseHeld() bool {
+	lh, ok := g.host.(interface{ LeaseHeld(id string) bool })
+	return ok && lh.LeaseHeld(g.id)
 }
 
 func (g *partGroup) Confirm(ctx context.Context) error {

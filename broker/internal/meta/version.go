@@ -60,6 +60,10 @@ var (
 	// replicas confirm they applied it and closed their copy ("applied"), so no produce
 	// sent after the answer is stored in the deleted incarnation.
 	FeatureDeleteFence = Feature{Name: "delete_fence", Since: 3}
+	// FeatureLeaderLease: every replica holds its vote for its leader's lease, so a
+	// leader may serve consumes under its lease instead of committing the deliveries
+	// first (raftetcd lease.go).
+	FeatureLeaderLease = Feature{Name: "leader_lease", Since: 3}
 )
 
 // opSince names the control-plane commands of versions after 1 and the version each

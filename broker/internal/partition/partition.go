@@ -66,6 +66,11 @@ type Options struct {
 	// version that knows this version's group commands (a handover carrying its term);
 	// until then the older forms are written. Nil: yes.
 	NewCommands func() bool
+	// LeaderLeases, for a replica, reports whether every replica of its group runs a
+	// version that holds its vote for its leader's lease: only then may the leader
+	// serve a consume under its lease instead of committing the deliveries first
+	// (docs/internals/replication.md). Nil: yes.
+	LeaderLeases func() bool
 	// OnDamaged is called, without locks held, when damaged records are skipped: log is
 	// "messages" for a message skipped at lease time (it is settled without being
 	// served), "journal" for a settle record skipped by the replay on open. It must not

@@ -92,7 +92,20 @@ type replica struct {
 
 	attMu    sync.Mutex
 	attempts map[uint64]uint32 // committed deliveries of messages delivered more than once (D), unsettled
+
+	reserving atomic.Bool // a D command reserving marks ahead is being committed (reserveAhead)
 }
+
+// leaseHolder is a Group that can tell whether this replica leads under a leader lease
+// now (raftetcd.Host.LeaseHeld): no other replica can be elected before it ends.
+type leaseHolder interface {
+	LeaseHeld() bool
+}
+
+// reserveMessages is how far past its cursor a leader under a lease commits its
+// delivered-to mark, so that its consumes need no commit of their own: after a change
+// of leader, a message below the mark that was never delivered counts one delivery.
+const reserveMessages = 1024
 
 // indexMark is the message log's end once the group entry at index was applied.
 type indexMark struct{ index, end uint64 }
@@ -559,14 +572,28 @@ func (p *Partition) confirmLeader() error {
 // the deliveries (delivered-to, and the count of each message delivered more than
 // once): a commit in this leader's term proves it led after the grant as a read index
 // does, and a later leader counts delivery_attempt on from it instead of from 1.
+//
+// Under a leader lease (raftetcd's: no other replica can be elected before it ends),
+// first deliveries below the committed mark need neither: the lease proves this
+// replica leads, and the mark, committed ahead of the cursor (reserveAhead), already
+// counts them as delivered for a later leader. A redelivery still commits its count.
 func (p *Partition) confirmLeases(grants []queue.Grant) error {
+	newCmds := p.opts.NewCommands == nil || p.opts.NewCommands()
+	leases := newCmds && p.leasesAllowed()
+	if leases && p.leaseServes(grants) {
+		p.reserveAhead()
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
 	defer cancel()
 	var err error
-	if p.opts.NewCommands == nil || p.opts.NewCommands() {
+	if newCmds {
 		p.mu.Lock()
 		delivered := p.q.Cursor()
 		p.mu.Unlock()
+		if leases {
+			delivered += reserveMessages
+		}
 		_, err = p.repl.group.Propose(ctx, encodeDeliveredCmd(delivered, grants), nil)
 	} else {
 		err = p.repl.group.Confirm(ctx)
@@ -576,6 +603,47 @@ func (p *Partition) confirmLeases(grants []queue.Grant) error {
 		return p.groupErr(err)
 	}
 	return nil
+}
+
+func (p *Partition) leasesAllowed() bool {
+	return p.opts.LeaderLeases == nil || p.opts.LeaderLeases()
+}
+
+// leaseServes reports whether grants may be served under this replica's leader lease
+// without a commit: every one a first delivery below the committed delivered-to mark,
+// and the lease held now, after the grant.
+func (p *Partition) leaseServes(grants []queue.Grant) bool {
+	lh, ok := p.repl.group.(leaseHolder)
+	if !ok {
+		return false
+	}
+	mark := p.repl.deliveredTo.Load()
+	for _, g := range grants {
+		if g.Attempt > 1 || g.Offset >= mark {
+			return false
+		}
+	}
+	return lh.LeaseHeld()
+}
+
+// reserveAhead commits the delivered-to mark reserveMessages past the cursor, in the
+// background, once the cursor has used half of the last reservation, so that the
+// consumes under the lease rarely meet its end.
+func (p *Partition) reserveAhead() {
+	r := p.repl
+	p.mu.Lock()
+	cur := p.q.Cursor()
+	p.mu.Unlock()
+	if cur+reserveMessages/2 < r.deliveredTo.Load() || !r.reserving.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer r.reserving.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
+		defer cancel()
+		// A failure leaves the mark where it was: the consumes past it commit their own.
+		_, _ = r.group.Propose(ctx, encodeDeliveredCmd(cur+reserveMessages, nil), nil)
+	}()
 }
 
 func encodeDeliveredCmd(deliveredTo uint64, grants []queue.Grant) []byte {

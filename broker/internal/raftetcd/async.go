@@ -1,7 +1,6 @@
 package raftetcd
 
 import (
-	"encoding/binary"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -159,6 +158,9 @@ func (g *group) runAsync() {
 						continue
 					}
 					g.noteAppend(m.Entries)
+					g.mu.Lock()
+					g.confSeenLocked(m.Entries, true)
+					g.mu.Unlock()
 					q.put(m)
 				case raft.LocalApplyThread:
 					for _, e := range m.Entries {
@@ -172,13 +174,7 @@ func (g *group) runAsync() {
 				}
 			}
 			g.mu.Lock()
-			for _, rs := range rd.ReadStates {
-				id := binary.BigEndian.Uint64(rs.RequestCtx)
-				if ch := g.reads[id]; ch != nil {
-					delete(g.reads, id)
-					ch <- rs.Index
-				}
-			}
+			g.readStatesLocked(rd.ReadStates)
 			g.mu.Unlock()
 			g.appliedC.Broadcast()
 			g.maybeSnapshot()

@@ -38,6 +38,7 @@ type group struct {
 	// opened the group yet, and the election timeout would cost another 1–2 s.
 	recampaign int
 	appliedC   *sync.Cond
+	lease      leaseState // the lease protocol's state (lease.go)
 
 	// Snapshots (GroupConfig.Snapshot, Restore). cs is the configuration as of applied;
 	// snapIndex the index of the last snapshot stored; pending a snapshot whose state
@@ -173,6 +174,9 @@ func (g *group) run() {
 				g.h.send(g.id, 0, early)
 			}
 			g.noteAppend(rd.Entries)
+			g.mu.Lock()
+			g.confSeenLocked(rd.Entries, true)
+			g.mu.Unlock()
 			if err := g.persist(rd); err != nil {
 				// A write that failed may or may not be on disk; the group must not
 				// answer from a log it cannot trust. The build fences the partition;
@@ -197,13 +201,7 @@ func (g *group) run() {
 				}
 			}
 			g.mu.Lock()
-			for _, rs := range rd.ReadStates {
-				id := binary.BigEndian.Uint64(rs.RequestCtx)
-				if ch := g.reads[id]; ch != nil {
-					delete(g.reads, id)
-					ch <- rs.Index
-				}
-			}
+			g.readStatesLocked(rd.ReadStates)
 			g.rn.Advance(rd)
 			g.mu.Unlock()
 			g.appliedC.Broadcast()
@@ -490,6 +488,7 @@ func (g *group) applyConfChange(e raftpb.Entry) {
 		cc = c
 	}
 	g.mu.Lock()
+	g.confSeenLocked([]raftpb.Entry{e}, false)
 	cs := g.rn.ApplyConfChange(cc)
 	g.cs = *cs
 	g.confChanged = true
@@ -520,11 +519,8 @@ func (g *group) confirm(ctx context.Context) error {
 		g.mu.Unlock()
 		return ErrNotLeader
 	}
-	g.readSeq++
-	id := g.readSeq
+	id := g.askReadLocked()
 	g.reads[id] = ch
-	g.quiesced = false
-	g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, id))
 	g.mu.Unlock()
 	g.signal()
 	var idx uint64
@@ -666,10 +662,21 @@ func (g *group) step(flags byte, m raftpb.Message) {
 		return
 	}
 	g.mu.Lock()
+	if g.holdingLocked(m, bootNanos()) {
+		// Its leader spoke within the hold: the vote waits for the hold's end, and is
+		// stepped then if the leader stayed silent. A leader under a lease drops it:
+		// a candidate still standing asks again (lease.go).
+		if g.rn.BasicStatus().RaftState != raft.StateLeader {
+			g.holdLocked(m)
+		}
+		g.mu.Unlock()
+		return
+	}
 	if err := g.rn.Step(m); err != nil {
 		g.mu.Unlock()
 		return
 	}
+	g.steppedLocked(flags, m)
 	switch {
 	case flags&flagQuiesce != 0:
 		bs := g.rn.BasicStatus()
@@ -687,7 +694,7 @@ func (g *group) step(flags byte, m raftpb.Message) {
 
 // leaderDown wakes the group when dead led it; when designated, this node campaigns at
 // once, as a leadership transfer from the dead leader would have it do.
-func (g *group) leaderDown(dead uint64) {
+func (g *group) leaderDown(dead uint64, restarted bool) {
 	g.mu.Lock()
 	bs := g.rn.BasicStatus()
 	if bs.RaftState != raft.StateFollower || bs.Lead != dead {
@@ -701,13 +708,35 @@ func (g *group) leaderDown(dead uint64) {
 		}
 	}
 	g.quiesced = false
+	if restarted {
+		// The leader's process is gone, and its lease with it.
+		g.lease.released = bs.Term
+	}
 	if designated && g.mayLead() {
-		if g.rn.Step(raftpb.Message{Type: raftpb.MsgTimeoutNow, From: dead, To: g.h.opts.ID, Term: bs.Term}) == nil {
-			g.h.forced.Add(1)
+		if g.heardRecentlyLocked(bootNanos()) {
+			// It spoke to this replica within the hold: it may still hold a lease
+			// (this node's liveness calls may be what fails), so the campaign waits
+			// for the hold to end with the leader still silent (lease.go).
+			g.lease.forceFrom = dead
+			g.armHoldLocked()
+		} else {
+			g.forceCampaignLocked(dead)
 		}
 	}
 	g.mu.Unlock()
 	g.signal()
+}
+
+// forceCampaignLocked makes this replica stand at once, as a leadership transfer from
+// its dead leader would have it do, if it still follows that leader.
+func (g *group) forceCampaignLocked(dead uint64) {
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateFollower || bs.Lead != dead || !g.mayLead() {
+		return
+	}
+	if g.rn.Step(raftpb.Message{Type: raftpb.MsgTimeoutNow, From: dead, To: g.h.opts.ID, Term: bs.Term}) == nil {
+		g.h.forced.Add(1)
+	}
 }
 
 func (g *group) wakeIfLeader() {

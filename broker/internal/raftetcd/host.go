@@ -528,6 +528,11 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		done: make(chan struct{}), waiters: map[uint64]chan proposal{}, reads: map[uint64]chan uint64{},
 		voters: voters, cfg: cfg, applied: applied, snapIndex: snap.Metadata.Index}
 	g.appliedC = sync.NewCond(&g.mu)
+	if !created && !cfg.Join {
+		// It may have heard a leader just before it stopped, and a leader's lease may
+		// count on its vote: it holds its vote as if it had heard one now (lease.go).
+		g.lease.heard = bootNanos()
+	}
 	if _, cs, err := st.InitialState(); err == nil {
 		g.voters = cs.Voters
 		g.cs = cs
@@ -835,15 +840,30 @@ func (h *Host) ChangeConf(id string, c ConfChange) error {
 	return nil
 }
 
-// TransferLeader asks group id, led here, to hand its leadership to voter to.
+// TransferLeader asks group id, led here, to hand its leadership to voter to. The
+// leader first gives up its lease for the rest of its term and tells its followers,
+// which then vote for the candidate without waiting for their hold to end.
 func (h *Host) TransferLeader(id string, to uint64) {
 	if g := h.group(id); g != nil {
 		g.mu.Lock()
 		g.quiesced = false
+		hbs := g.endLeaseForHandoverLocked()
+		g.mu.Unlock()
+		h.send(g.id, flagHandover, hbs)
+		g.mu.Lock()
 		g.rn.TransferLeader(to)
 		g.mu.Unlock()
 		g.signal()
 	}
+}
+
+// LeaseHeld reports whether this node leads group id under a lease now: no other
+// replica can be elected before the lease ends, so what the leader decides from its
+// own state (which messages to lease) needs no round to a quorum. False also when it
+// may lead but holds no lease (then confirm with ConfirmLeader, which renews it).
+func (h *Host) LeaseHeld(id string) bool {
+	g := h.group(id)
+	return g != nil && g.leaseHeld()
 }
 
 // Close stops the groups, the clock and the senders. The node stays the caller's.
@@ -919,6 +939,7 @@ func (h *Host) tickOnce(at time.Time) {
 	}
 	h.lastTick = now
 	var down, up []uint64
+	cameBack := map[uint64]bool{} // restarted: its leases died with its process
 	for _, p := range h.allPeers() {
 		live := now-p.lastHeard.Load() < int64(h.opts.LivenessTimeout)
 		// (A restart seen while the peer counted dead is its coming back below.)
@@ -933,6 +954,7 @@ func (h *Host) tickOnce(at time.Time) {
 			p.lapses.Add(1)
 			down = append(down, p.id)
 			up = append(up, p.id)
+			cameBack[p.id] = true
 			continue
 		}
 		if live != p.live {
@@ -955,7 +977,7 @@ func (h *Host) tickOnce(at time.Time) {
 	}
 	groups := h.allGroups()
 	for _, id := range down {
-		h.peerDown(groups, id)
+		h.peerDown(groups, id, cameBack[id])
 	}
 	for range up {
 		h.peerUp(groups)
@@ -978,9 +1000,9 @@ func (h *Host) isLive(id uint64) bool {
 // smallest id campaigns at once, bypassing the check-quorum lease of the others (a
 // quiesced follower's election clock is stopped, so it would otherwise refuse to vote
 // for up to an election timeout); the rest only resume ticking, as a fallback.
-func (h *Host) peerDown(groups []*group, dead uint64) {
+func (h *Host) peerDown(groups []*group, dead uint64, restarted bool) {
 	for _, g := range groups {
-		g.leaderDown(dead)
+		g.leaderDown(dead, restarted)
 	}
 }
 

@@ -1,0 +1,180 @@
+package raftetcd
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// leaseGroup opens group g on every node of a fresh cluster (no quiescing, so the
+// leader keeps speaking) and returns the nodes, the leader and its followers.
+func leaseGroup(t *testing.T, g string) (ns []*testNode, lead *testNode, followers []*testNode) {
+	t.Helper()
+	ns = startClusterWith(t, 0, func(o *Options) { o.NoQuiesce = true })
+	for _, n := range ns {
+		if err := n.host.OpenGroup(g, GroupConfig{Voters: []uint64{1, 2, 3}, Dir: filepath.Join(n.opts.Dir, g)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(t, 20*time.Second, "a leader every node names", func() bool {
+		lead = nil
+		for _, n := range ns {
+			info, _ := n.host.Info(g)
+			if info.Leader {
+				lead = n
+			}
+		}
+		if lead == nil {
+			return false
+		}
+		for _, n := range ns {
+			if info, _ := n.host.Info(g); info.Lead != lead.id {
+				return false
+			}
+		}
+		return true
+	})
+	propose(t, lead, g)
+	for _, n := range ns {
+		if n != lead {
+			followers = append(followers, n)
+		}
+	}
+	return ns, lead, followers
+}
+
+// forcedVote is the vote request of a forced campaign (a liveness-driven takeover or
+// a handed leadership) by from at term, with a log as long as to's.
+func forcedVote(t *testing.T, from, to *testNode, g string, term uint64) raftpb.Message {
+	t.Helper()
+	gr := to.host.group(g)
+	gr.mu.Lock()
+	last, _ := gr.st.LastIndex()
+	lt, _ := gr.st.Term(last)
+	gr.mu.Unlock()
+	return raftpb.Message{Type: raftpb.MsgVote, From: from.id, To: to.id, Term: term, Index: last, LogTerm: lt,
+		Context: []byte("CampaignTransfer")}
+}
+
+// TestAFollowerThatHearsItsLeaderHoldsItsVote: a forced campaign by a replica that
+// cannot hear the leader (its liveness found the leader dead) is not granted by one
+// that still hears it, so the leader's lease stays true; the leader refuses such a vote
+// too while its lease runs. Before, every voter granted a forced vote at once.
+func TestAFollowerThatHearsItsLeaderHoldsItsVote(t *testing.T) {
+	const g = "hold"
+	_, lead, fs := leaseGroup(t, g)
+	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	if !lead.host.LeaseHeld(g) {
+		t.Fatal("no lease after a read index confirmed the leader")
+	}
+	voter, cand := fs[0], fs[1]
+	info, _ := voter.host.Info(g)
+	voter.host.group(g).step(0, forcedVote(t, cand, voter, g, info.Term+1))
+	lead.host.group(g).step(0, forcedVote(t, cand, lead, g, info.Term+1))
+	for _, n := range []*testNode{voter, lead} {
+		if got, _ := n.host.Info(g); got.Term != info.Term || got.Lead != lead.id {
+			t.Fatalf("node %d took a forced vote while holding: term %d → %d, lead %d", n.id, info.Term, got.Term, got.Lead)
+		}
+	}
+	gr := voter.host.group(g)
+	gr.mu.Lock()
+	held := gr.lease.held != nil
+	gr.mu.Unlock()
+	if !held {
+		t.Fatal("the refused vote request was not kept for the hold's end")
+	}
+	// The leader speaks on, so the hold does not end: a hold longer than a lease.
+	time.Sleep(time.Duration(voter.host.holdFor()) + 200*time.Millisecond) // the span under test, not a wait for a condition
+	if got, _ := voter.host.Info(g); got.Lead != lead.id {
+		t.Fatalf("the voter left its speaking leader %d for %d", lead.id, got.Lead)
+	}
+}
+
+// TestAHeldVoteIsGrantedWhenTheLeaderFallsSilent: once the leader is gone, the vote
+// held is stepped when the hold ends: a failover is delayed by the hold at most.
+func TestAHeldVoteIsGrantedWhenTheLeaderFallsSilent(t *testing.T) {
+	const g = "silent"
+	_, lead, fs := leaseGroup(t, g)
+	voter, cand := fs[0], fs[1]
+	info, _ := voter.host.Info(g)
+	m := forcedVote(t, cand, voter, g, info.Term+1)
+	voter.host.group(g).step(0, m)
+	if got, _ := voter.host.Info(g); got.Term != info.Term {
+		t.Fatalf("granted a forced vote while its leader spoke: term %d → %d", info.Term, got.Term)
+	}
+	lead.stop()
+	start := time.Now()
+	poll(t, 10*time.Second, "a leader among the survivors", func() bool {
+		a, _ := voter.host.Info(g)
+		b, _ := cand.host.Info(g)
+		return a.Lead != 0 && a.Lead != lead.id && a.Lead == b.Lead
+	})
+	t.Logf("elected %v after the leader stopped", time.Since(start).Round(10*time.Millisecond))
+}
+
+// TestALeaseLapsesWithoutRenewal: a lease ends E after the read that proved it; asking
+// whether it is held renews it in the background.
+func TestALeaseLapsesWithoutRenewal(t *testing.T) {
+	const g = "lapse"
+	_, lead, _ := leaseGroup(t, g)
+	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	gr := lead.host.group(g)
+	gr.mu.Lock()
+	until, e := gr.lease.until, lead.host.leaseFor()
+	gr.mu.Unlock()
+	if left := until - bootNanos(); left <= 0 || left > e {
+		t.Fatalf("lease left %v after a confirmation, want in (0, %v]", time.Duration(left), time.Duration(e))
+	}
+	// Past its end with nobody asking, it is not held; asking renews it.
+	time.Sleep(time.Duration(until-bootNanos()) + 10*time.Millisecond) // the span under test
+	gr.mu.Lock()
+	renewed := gr.lease.until != until
+	gr.mu.Unlock()
+	if renewed {
+		t.Fatal("the lease was renewed although nobody asked for it")
+	}
+	if lead.host.LeaseHeld(g) {
+		t.Fatal("a lease past its end counted as held")
+	}
+	poll(t, 5*time.Second, "the background renewal", func() bool { return lead.host.LeaseHeld(g) })
+}
+
+// TestAHandoverEndsTheLeaseAndTheHold: TransferLeader gives up the lease for the rest
+// of the term and tells the followers, so the transferee is elected at once though
+// every follower heard the leader a moment before.
+func TestAHandoverEndsTheLeaseAndTheHold(t *testing.T) {
+	const g = "handover"
+	_, lead, fs := leaseGroup(t, g)
+	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	to := fs[0]
+	lead.host.TransferLeader(g, to.id)
+	if lead.host.LeaseHeld(g) {
+		t.Fatal("a lease held after the handover began")
+	}
+	// The flagged heartbeat tells every follower, the one not needed for the
+	// election too (with five replicas it would be), that it may vote.
+	other := fs[1]
+	poll(t, 5*time.Second, "the other follower released from its hold", func() bool {
+		gr := other.host.group(g)
+		gr.mu.Lock()
+		defer gr.mu.Unlock()
+		return gr.lease.released != 0
+	})
+	start := time.Now()
+	poll(t, 5*time.Second, "the transferee leads", func() bool {
+		info, _ := to.host.Info(g)
+		return info.Leader
+	})
+	if d := time.Since(start); d > time.Duration(lead.host.holdFor()) {
+		t.Fatalf("the handover took %v, more than a hold: the followers held their votes", d)
+	}
+}
