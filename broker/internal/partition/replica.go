@@ -414,9 +414,10 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		if err != nil {
 			return p.applyFailed(err)
 		}
-		if d > r.deliveredTo.Load() {
-			r.deliveredTo.Store(d)
-		}
+		// A handover's mark is exact (its leader leases nothing more): it replaces a
+		// mark reserved ahead under a leader lease, so the successor counts as
+		// delivered only what was.
+		r.deliveredTo.Store(d)
 		r.handMu.Lock()
 		r.handed, r.handedTerm = handed, term
 		r.handMu.Unlock()
@@ -605,7 +606,12 @@ func (p *Partition) confirmLeases(grants []queue.Grant) error {
 	return nil
 }
 
+// leasesAllowed: the group can hold leader leases and every replica holds its vote
+// for one.
 func (p *Partition) leasesAllowed() bool {
+	if _, ok := p.repl.group.(leaseHolder); !ok {
+		return false
+	}
 	return p.opts.LeaderLeases == nil || p.opts.LeaderLeases()
 }
 

@@ -144,6 +144,7 @@ func (g *group) runAsync() {
 			if !g.mayLead() {
 				out = withoutPreVotes(out)
 			}
+			out = g.withoutHeldCampaign(out)
 			g.h.send(g.id, 0, out)
 			g.reportSnapshots(out)
 			// Then the local ones, in order: the appends to the worker (a snapshot

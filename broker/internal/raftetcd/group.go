@@ -193,6 +193,7 @@ func (g *group) run() {
 			if !g.mayLead() {
 				later = withoutPreVotes(later)
 			}
+			later = g.withoutHeldCampaign(later)
 			g.h.send(g.id, 0, later)
 			g.reportSnapshots(rd.Messages)
 			for _, e := range rd.CommittedEntries {

@@ -174,6 +174,32 @@ func (g *group) heardRecentlyLocked(now int64) bool {
 	return g.lease.heard != 0 && now-g.lease.heard < g.h.holdFor()
 }
 
+// withoutHeldCampaign drops this node's own (pre-)vote requests from msgs while its
+// hold runs: a replica holding its vote for its leader's lease must not elect itself
+// either (its election clock can run out before the hold, and some campaigns skip it).
+func (g *group) withoutHeldCampaign(msgs []raftpb.Message) []raftpb.Message {
+	has := false
+	for _, m := range msgs {
+		has = has || m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote
+	}
+	if !has {
+		return msgs
+	}
+	g.mu.Lock()
+	held := g.heardRecentlyLocked(bootNanos())
+	g.mu.Unlock()
+	if !held {
+		return msgs
+	}
+	out := msgs[:0:0]
+	for _, m := range msgs {
+		if m.Type != raftpb.MsgVote && m.Type != raftpb.MsgPreVote {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // steppedLocked notes a message raft took: one from the leader of the current term
 // renews the hold; one flagged as a handover releases it.
 func (g *group) steppedLocked(flags byte, m raftpb.Message) {
@@ -238,7 +264,8 @@ func (g *group) readStatesLocked(rss []raft.ReadState) {
 		}
 		delete(g.lease.reads, id)
 		if bs.RaftState != raft.StateLeader || r.term != bs.Term || g.lease.none == bs.Term ||
-			bs.LeadTransferee != 0 || r.conf != g.lease.confEpoch || g.applied < g.lease.confIndex {
+			bs.LeadTransferee != 0 || r.conf != g.lease.confEpoch || g.applied < g.lease.confIndex ||
+			!g.isVoterLocked() {
 			continue
 		}
 		if until := r.at + g.h.leaseFor(); g.lease.term != bs.Term || until > g.lease.until {
@@ -314,4 +341,15 @@ func (g *group) leaseHeld() bool {
 		defer g.signal()
 	}
 	return held
+}
+
+// isVoterLocked: a leader removed from the configuration may still lead a moment, and
+// raft answers its read index at once when one voter is left: no lease then.
+func (g *group) isVoterLocked() bool {
+	for _, v := range g.voters {
+		if v == g.h.opts.ID {
+			return true
+		}
+	}
+	return false
 }

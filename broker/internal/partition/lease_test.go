@@ -1,0 +1,138 @@
+package partition
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+)
+
+// leasingMember is a member whose group says whether its leader holds a leader lease.
+type leasingMember struct {
+	member
+	held *atomic.Bool
+}
+
+func (m leasingMember) LeaseHeld() bool { return m.held.Load() && m.g.lead == m.i }
+
+func openLeasingGroup(t *testing.T, n int) (*fakeGroup, []*Partition, *atomic.Bool) {
+	t.Helper()
+	g := &fakeGroup{}
+	held := &atomic.Bool{}
+	for i := range n {
+		p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = leasingMember{member{g: g, i: i}, held} })
+		t.Cleanup(func() { _ = p.Close() })
+		g.replicas = append(g.replicas, p)
+	}
+	g.replicas[0].SetRole(true, 1)
+	return g, g.replicas, held
+}
+
+func (g *fakeGroup) commands() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.log)
+}
+
+// TestALeaseServesConsumesWithoutACommit: under a leader lease, first deliveries below
+// the committed mark are served without a commit of their own (the first consume
+// commits the mark ahead of the cursor); a redelivery still commits its count; without
+// the lease every consume commits as before; and after a failover the next leader
+// counts every message below the mark as delivered once.
+func TestALeaseServesConsumesWithoutACommit(t *testing.T) {
+	g, ps, held := openLeasingGroup(t, 3)
+	appendN(t, ps[0], 10)
+	held.Store(true)
+	before := g.commands()
+	first, err := ps[0].Lease(2, time.Minute, 1<<20)
+	if err != nil || len(first) != 2 {
+		t.Fatalf("leased %d: %v", len(first), err)
+	}
+	if got := g.commands() - before; got != 1 {
+		t.Fatalf("the first consume committed %d commands, want 1 (the mark, reserved ahead)", got)
+	}
+	poll := func() {
+		// reserveAhead runs in the background: wait until it is idle.
+		for ps[0].repl.reserving.Load() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	poll()
+	before = g.commands()
+	for range 3 {
+		if ds, err := ps[0].Lease(2, time.Minute, 1<<20); err != nil || len(ds) != 2 {
+			t.Fatalf("leased %d: %v", len(ds), err)
+		}
+	}
+	poll()
+	if got := g.commands() - before; got != 0 {
+		t.Fatalf("consumes under the lease committed %d commands, want 0", got)
+	}
+	// A message handed back comes again with attempt 2: that count is committed.
+	if err := ps[0].Extend(first[0].Record.Offset, first[0].Nonce, 0); err != nil {
+		t.Fatal(err)
+	}
+	before = g.commands()
+	again, err := ps[0].Lease(1, time.Minute, 1<<20)
+	if err != nil || len(again) != 1 || again[0].Attempt != 2 {
+		t.Fatalf("redelivered %+v: %v", again, err)
+	}
+	if got := g.commands() - before; got != 1 {
+		t.Fatalf("a redelivery committed %d commands, want 1", got)
+	}
+	// Without the lease, every consume commits.
+	held.Store(false)
+	before = g.commands()
+	if ds, err := ps[0].Lease(1, time.Minute, 1<<20); err != nil || len(ds) != 1 {
+		t.Fatalf("leased %d: %v", len(ds), err)
+	}
+	if got := g.commands() - before; got != 1 {
+		t.Fatalf("a consume without the lease committed %d commands, want 1", got)
+	}
+	// A failover: the next leader counts on for every message delivered (and, the
+	// price of the reservation, for the one never delivered below the mark).
+	g.mu.Lock()
+	g.lead = 1
+	g.mu.Unlock()
+	ps[0].SetRole(false, 0)
+	ps[1].SetRole(true, 2)
+	rest := leaseAll(t, ps[1])
+	if len(rest) != 10 {
+		t.Fatalf("the new leader leased %d, want all 10 (leases died with the old one)", len(rest))
+	}
+	for _, d := range rest {
+		if d.Attempt < 2 {
+			t.Fatalf("offset %d delivered before the failover comes with attempt %d", d.Record.Offset, d.Attempt)
+		}
+	}
+}
+
+// TestAHandoverCountsExactlyAfterAReservation: a planned change of leader after
+// consumes under a lease counts only what was delivered: the handover's mark replaces
+// the one reserved ahead.
+func TestAHandoverCountsExactlyAfterAReservation(t *testing.T) {
+	g, ps, held := openLeasingGroup(t, 3)
+	appendN(t, ps[0], 5)
+	held.Store(true)
+	if ds, err := ps[0].Lease(2, time.Minute, 1<<20); err != nil || len(ds) != 2 {
+		t.Fatalf("leased %d: %v", len(ds), err)
+	}
+	for ps[0].repl.reserving.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if err := ps[0].HandOver(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.lead = 1
+	g.mu.Unlock()
+	ps[0].SetRole(false, 0)
+	ps[1].SetRole(true, 2)
+	for _, d := range leaseAll(t, ps[1]) {
+		if d.Attempt != 1 {
+			t.Fatalf("offset %d never delivered shows attempt %d after a handover", d.Record.Offset, d.Attempt)
+		}
+	}
+}
