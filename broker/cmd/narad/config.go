@@ -67,6 +67,7 @@ type config struct {
 	ClusterVersionMax     int
 	AutoRebalance         bool
 	MaxMoves              int
+	LeaderLeases          bool
 	// secretFlags names the secret flags given on the command line (they show in ps).
 	secretFlags []string
 	// PrintConfig prints the effective configuration and exits (--print-config).
@@ -122,6 +123,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.StringVar(&c.ClusterSecretNextFile, "cluster-secret-next-file", "", "file holding the next cluster secret during a rotation (accepted and offered besides the current one; empty: none); reread on SIGHUP")
 	fs.StringVar(&c.ClusterSecretNext, "cluster-secret-next", "", "the next cluster secret itself (prefer --cluster-secret-next-file or NARAD_CLUSTER_SECRET_NEXT: flags show in ps)")
 	fs.BoolVar(&c.AutoRebalance, "auto-rebalance", true, "the controller moves partition replicas onto nodes that hold fewer (a node that joined) on its own; false: only POST /v1/cluster/rebalance does")
+	fs.BoolVar(&c.LeaderLeases, "leader-leases", true, "a partition leader serves consumes under its leader lease instead of committing each consume's deliveries through a quorum first; false on a machine that may be frozen for over 0.4 s (a hypervisor that stops guests, live migration): a frozen leader's clock stops too")
 	fs.IntVar(&c.MaxMoves, "max-moves", meta.DefaultMaxMoves, "how many partition moves the cluster runs at once (decommissions, rebalancing and replication factor changes start theirs within it)")
 	fs.IntVar(&c.ClusterVersionMax, "cluster-version-max", 0, fmt.Sprintf("the highest cluster version this node offers (0: the highest it speaks, %d): lower it on every node during an upgrade to keep the cluster at the previous release's version, so a rollback stays possible (docs/operating/upgrades.md)", meta.VersionMax))
 	fs.IntVar(&c.GCPercent, "gc-percent", 0, fmt.Sprintf("the highest target of Go's garbage collector, which runs when the heap has grown this many percent over what the last collection kept; the node lowers it, never below 100, so that the heap grows at most 128 MiB (25 to 10000; 0: %d, or Go's GOGC variable when it is set, which turns the tuning off): higher spends memory to save CPU", defaultGCPercent))

@@ -90,6 +90,7 @@ func serve(args []string) (err error) {
 	}
 	bopts.Cluster.VersionMax = c.ClusterVersionMax
 	bopts.Cluster.AutoRebalance, bopts.Cluster.MaxMoves = c.AutoRebalance, c.MaxMoves
+	bopts.NoLeaderLease = !c.LeaderLeases
 	handed = true
 	b, err := broker.Open(bopts)
 	if err != nil {

@@ -42,6 +42,11 @@ type Options struct {
 	Defaults TopicDefaults
 	// SegmentBytes is the message log segment size (0: the storage default).
 	SegmentBytes int64
+	// NoLeaderLease keeps the partitions this node leads from serving consumes under
+	// their leader lease (docs/internals/replication.md): each consume then commits its
+	// deliveries through a quorum first. For a node whose machine may be frozen longer
+	// than the lease's margin (a hypervisor that stops guests, live migration).
+	NoLeaderLease bool
 	// SnapshotEntries is how many entries a replicated partition's Raft log takes
 	// between two snapshots (0: raftetcd's default).
 	SnapshotEntries int

@@ -50,6 +50,12 @@ var (
 		"Message streams this node opened to its peers for replication frames: one per peer, and one more each time one broke (a peer restarted or its connection died).", nil, nil)
 	descLeadershipsWon = prometheus.NewDesc("narad_replication_leaderships_won_total",
 		"Times a replicated partition's group on this node became leader and began serving, by an election or a handed leadership.", nil, nil)
+	descLeaseConsumes = prometheus.NewDesc("narad_replication_lease_consumes_total",
+		"Consumes of replicated partitions led here served under the leader's lease, without committing their deliveries through a quorum first (--leader-leases).", nil, nil)
+	descLeaseRenewals = prometheus.NewDesc("narad_replication_lease_renewals_total",
+		"Read-index rounds this node asked to renew the leader leases of the partitions it leads.", nil, nil)
+	descVotesHeld = prometheus.NewDesc("narad_replication_votes_held_total",
+		"Vote requests this node refused because it heard its partition's leader within the last second (the leader's lease counts on that): a candidate that cannot hear a live leader.", nil, nil)
 	descGroups = prometheus.NewDesc("narad_replication_groups",
 		"Replicated partitions' Raft groups on this node, by state: quiesced (idle: no ticks or heartbeats until a write or a peer wakes it) or active.", []string{"state"}, nil)
 	descDiskFree = prometheus.NewDesc("narad_disk_free_bytes",
@@ -64,7 +70,7 @@ var (
 
 // Describe sends the collector's descriptions.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descPeerAlive, descPeerLapses, descForcedCampaigns, descLeadershipsWon, descStreamsOpened, descGroups, descClusterVersion, descMemberMaxVersion} {
+	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descPeerAlive, descPeerLapses, descForcedCampaigns, descLeadershipsWon, descStreamsOpened, descLeaseConsumes, descLeaseRenewals, descVotesHeld, descGroups, descClusterVersion, descMemberMaxVersion} {
 		ch <- d
 	}
 }
@@ -157,6 +163,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descForcedCampaigns, prometheus.CounterValue, float64(st.ForcedCampaigns))
 		ch <- prometheus.MustNewConstMetric(descLeadershipsWon, prometheus.CounterValue, float64(st.LeadershipsWon))
 		ch <- prometheus.MustNewConstMetric(descStreamsOpened, prometheus.CounterValue, float64(st.StreamsOpened))
+		ch <- prometheus.MustNewConstMetric(descLeaseConsumes, prometheus.CounterValue, float64(st.LeaseServed))
+		ch <- prometheus.MustNewConstMetric(descLeaseRenewals, prometheus.CounterValue, float64(st.LeaseRenewals))
+		ch <- prometheus.MustNewConstMetric(descVotesHeld, prometheus.CounterValue, float64(st.VotesHeld))
 		all, quiesced := b.repl.host.GroupCounts()
 		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(quiesced), "quiesced")
 		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(all-quiesced), "active")

@@ -185,6 +185,7 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	popts.Group = g
 	popts.NewCommands = func() bool { return b.meta.Allows(meta.FeaturePartitionCommands) }
 	popts.LeaderLeases = func() bool { return b.meta.Allows(meta.FeatureLeaderLease) }
+	popts.NoLeaderLease = b.opts.NoLeaderLease
 	raftDir := filepath.Join(popts.Dir, raftDirOf(&m, i))
 	_, statErr := os.Stat(raftDir)
 	// A replica made for a group that existed before this data directory did (the

@@ -136,3 +136,42 @@ func TestAHandoverCountsExactlyAfterAReservation(t *testing.T) {
 		}
 	}
 }
+
+// TestAReservedMarkCoversNoLaterLeadersAppends: a mark reserved past the log's end by
+// one leader does not count the messages a later leader appended as delivered: the
+// second leader cuts the mark back before anything of its own, so a third delivers
+// them with attempt 1 (the review's two-failover case: they came with attempt 2, and
+// an SDK with max_deliveries 1 would have dead-lettered them unseen).
+func TestAReservedMarkCoversNoLaterLeadersAppends(t *testing.T) {
+	g, ps, held := openLeasingGroup(t, 3)
+	appendN(t, ps[0], 4)
+	held.Store(true)
+	if ds, err := ps[0].Lease(4, time.Minute, 1<<20); err != nil || len(ds) != 4 {
+		t.Fatalf("leased %d: %v", len(ds), err)
+	}
+	for ps[0].repl.reserving.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if m := ps[2].repl.deliveredTo.Load(); m <= 4 {
+		t.Fatalf("the mark %d was not reserved past the log's end", m)
+	}
+	failover := func(to int, term uint64) {
+		g.mu.Lock()
+		old := g.lead
+		g.lead = to
+		g.mu.Unlock()
+		ps[old].SetRole(false, 0)
+		ps[to].SetRole(true, term)
+	}
+	failover(1, 2)
+	appendN(t, ps[1], 3) // offsets 4, 5, 6: never delivered
+	failover(2, 3)
+	for _, d := range leaseAll(t, ps[2]) {
+		if d.Record.Offset >= 4 && d.Attempt != 1 {
+			t.Fatalf("offset %d, appended by the second leader and never delivered, comes with attempt %d", d.Record.Offset, d.Attempt)
+		}
+		if d.Record.Offset < 4 && d.Attempt < 2 {
+			t.Fatalf("offset %d, delivered by the first leader, comes with attempt %d", d.Record.Offset, d.Attempt)
+		}
+	}
+}

@@ -67,10 +67,14 @@ type Options struct {
 	// until then the older forms are written. Nil: yes.
 	NewCommands func() bool
 	// LeaderLeases, for a replica, reports whether every replica of its group runs a
-	// version that holds its vote for its leader's lease: only then may the leader
-	// serve a consume under its lease instead of committing the deliveries first
-	// (docs/internals/replication.md). Nil: yes.
+	// version that holds its vote for its leader's lease and knows the commands that
+	// go with it: only then may the leader serve a consume under its lease instead of
+	// committing the deliveries first (docs/internals/replication.md). Nil: yes.
 	LeaderLeases func() bool
+	// NoLeaderLease keeps this replica from serving consumes under its leader lease
+	// (a node whose machine may be frozen longer than the lease's margin); it still
+	// holds its vote for the others' leases.
+	NoLeaderLease bool
 	// OnDamaged is called, without locks held, when damaged records are skipped: log is
 	// "messages" for a message skipped at lease time (it is settled without being
 	// served), "journal" for a settle record skipped by the replay on open. It must not

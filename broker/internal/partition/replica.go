@@ -61,6 +61,10 @@ const (
 	// u64 delivered-to | u32 n | n × (u64 offset, u32 deliveries) for the messages
 	// delivered more than once.
 	cmdDelivered byte = 'D'
+	// cmdMark replaces the delivered-to mark: u64 delivered-to. Under leader leases a
+	// new leader commits it before anything of its own, cut back to its log's end, so
+	// that a mark an earlier leader reserved ahead covers none of its appends.
+	cmdMark byte = 'M'
 )
 
 // replica is the replication state of a partition opened with a Group.
@@ -227,10 +231,16 @@ func (p *Partition) SetRole(lead bool, term uint64) (handedOver bool) {
 		// The leases die with the leadership; a later leader starts its own epoch.
 		p.q.Reset(0, p.q.Cursor())
 	}
+	mark := r.deliveredTo.Load()
 	p.mu.Unlock()
 	r.mu.Lock()
 	r.next = 0
 	r.mu.Unlock()
+	if lead && p.marksReserved() && !p.commitMarkFirst(mark) {
+		// Not in the log: this replica no longer leads (its step-down follows).
+		p.opts.Logger.Warn("a new leader could not propose its delivered-to mark; it does not serve", "partition", p.opts.Index)
+		return false
+	}
 	r.leading.Store(lead)
 	p.notify()
 	return handedOver
@@ -441,6 +451,12 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 			r.attMu.Unlock()
 		}
 		return appliedSettle{}
+	case cmdMark:
+		if len(cmd) != 9 {
+			return p.applyFailed(fmt.Errorf("%w: mark command of %d bytes", ErrCorrupt, len(cmd)))
+		}
+		r.deliveredTo.Store(binary.BigEndian.Uint64(cmd[1:]))
+		return appliedSettle{}
 	case cmdFanout:
 		if len(cmd) != 17 {
 			return p.applyFailed(fmt.Errorf("%w: fan-out cursor command of %d bytes", ErrCorrupt, len(cmd)))
@@ -609,10 +625,37 @@ func (p *Partition) confirmLeases(grants []queue.Grant) error {
 // leasesAllowed: the group can hold leader leases and every replica holds its vote
 // for one.
 func (p *Partition) leasesAllowed() bool {
+	return !p.opts.NoLeaderLease && p.marksReserved()
+}
+
+// marksReserved: the group's leaders may reserve delivered-to marks ahead (some
+// replica may serve under a lease), so a new leader cuts the mark back (cmdMark).
+func (p *Partition) marksReserved() bool {
 	if _, ok := p.repl.group.(leaseHolder); !ok {
 		return false
 	}
-	return p.opts.LeaderLeases == nil || p.opts.LeaderLeases()
+	return (p.opts.NewCommands == nil || p.opts.NewCommands()) && (p.opts.LeaderLeases == nil || p.opts.LeaderLeases())
+}
+
+// commitMarkFirst puts a command replacing the delivered-to mark with d into the
+// group's log before anything else this new leader proposes (it returns once the
+// command is in the log; its commit is not awaited), and reports whether it did.
+func (p *Partition) commitMarkFirst(d uint64) bool {
+	cmd := make([]byte, 0, 9)
+	cmd = append(cmd, cmdMark)
+	cmd = binary.BigEndian.AppendUint64(cmd, d)
+	in := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
+		defer cancel()
+		_, _ = p.repl.group.Propose(ctx, cmd, func() { close(in) })
+	}()
+	select {
+	case <-in:
+		return true
+	case <-time.After(replicateTimeout):
+		return false
+	}
 }
 
 // leaseServes reports whether grants may be served under this replica's leader lease

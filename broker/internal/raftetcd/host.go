@@ -135,6 +135,11 @@ type Stats struct {
 	// leader and began serving, by election or by a handed leadership.
 	ForcedCampaigns uint64
 	LeadershipsWon  uint64
+	// LeaseServed counts the times a leader found its lease held when asked
+	// (LeaseHeld: a consume served without a round to a quorum); LeaseRenewals the
+	// read indexes asked to renew leases; VotesHeld the vote requests a replica
+	// refused while it held its vote for its leader's lease.
+	LeaseServed, LeaseRenewals, VotesHeld uint64
 }
 
 // PeerLiveness is what this node knows of another's liveness (Host.Peers).
@@ -167,6 +172,9 @@ type Host struct {
 	streamsOpened atomic.Uint64
 	forced        atomic.Uint64 // Stats.ForcedCampaigns
 	won           atomic.Uint64 // Stats.LeadershipsWon
+	leaseServed   atomic.Uint64 // Stats.LeaseServed
+	leaseRenewals atomic.Uint64 // Stats.LeaseRenewals
+	votesHeld     atomic.Uint64 // Stats.VotesHeld
 
 	// lastTick is when tickOnce last ran (UnixNano; the ticker goroutine only).
 	lastTick int64
@@ -674,7 +682,8 @@ func (h *Host) GroupCounts() (groups, quiesced int) {
 // Stats returns the counters so far.
 func (h *Host) Stats() Stats {
 	return Stats{RPCCalls: h.rpcCalls.Load(), BatchCalls: h.batchCalls.Load(), BatchItems: h.batchItems.Load(),
-		StreamsOpened: h.streamsOpened.Load(), ForcedCampaigns: h.forced.Load(), LeadershipsWon: h.won.Load()}
+		StreamsOpened: h.streamsOpened.Load(), ForcedCampaigns: h.forced.Load(), LeadershipsWon: h.won.Load(),
+		LeaseServed: h.leaseServed.Load(), LeaseRenewals: h.leaseRenewals.Load(), VotesHeld: h.votesHeld.Load()}
 }
 
 // Peers returns the liveness of every other node, by raft id.

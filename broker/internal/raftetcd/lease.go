@@ -74,8 +74,6 @@ type leaseState struct {
 	// confIndex is the index of the last one appended. A lease is taken only from a
 	// read asked after the last change was applied, in the same epoch.
 	confEpoch, confIndex uint64
-
-	granted, renewals uint64 // Stats
 }
 
 type leaseRead struct {
@@ -107,6 +105,7 @@ func (g *group) holdingLocked(m raftpb.Message, now int64) bool {
 // holdLocked keeps m, refused while holding, and arms the timer that steps it when
 // the hold ends.
 func (g *group) holdLocked(m raftpb.Message) {
+	g.h.votesHeld.Add(1)
 	c := m
 	g.lease.held = &c
 	g.armHoldLocked()
@@ -331,12 +330,12 @@ func (g *group) leaseHeld() bool {
 	held := g.lease.term == bs.Term && now < g.lease.until && bs.LeadTransferee == 0 &&
 		g.lease.none != bs.Term
 	if held {
-		g.lease.granted++
+		g.h.leaseServed.Add(1)
 	}
 	if g.lease.none != bs.Term && bs.LeadTransferee == 0 && g.lease.until-now < g.h.leaseFor()/2 &&
 		(g.lease.renewing == 0 || now-g.lease.renewing > g.h.leaseFor()) {
 		g.lease.renewing = now
-		g.lease.renewals++
+		g.h.leaseRenewals.Add(1)
 		g.askReadLocked()
 		defer g.signal()
 	}
