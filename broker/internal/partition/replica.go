@@ -688,6 +688,9 @@ func (p *Partition) reserveAhead() {
 	}
 	go func() {
 		defer r.reserving.Store(false)
+		if p.handingOver() {
+			return // the handover's exact mark must come last
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
 		defer cancel()
 		// A failure leaves the mark where it was: the consumes past it commit their own.
@@ -836,6 +839,11 @@ func (p *Partition) HandOver(ctx context.Context) error {
 	var term uint64 // 0: the version-1 form, which a version-1 replica can read
 	if p.opts.NewCommands == nil || p.opts.NewCommands() {
 		term = r.term.Load()
+	}
+	// A reservation being proposed goes into the log before this command, whose exact
+	// mark replaces it (reserveAhead proposes nothing once handingOver is set).
+	for r.reserving.Load() && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
 	}
 	_, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, leases, now, term), nil)
 	if err != nil {

@@ -663,7 +663,7 @@ func (g *group) step(flags byte, m raftpb.Message) {
 		return
 	}
 	g.mu.Lock()
-	if g.holdingLocked(m, bootNanos()) {
+	if m.Type == raftpb.MsgVote && g.holdingLocked(m, monoNanos()) {
 		// Its leader spoke within the hold: the vote waits for the hold's end, and is
 		// stepped then if the leader stayed silent. A leader under a lease drops it:
 		// a candidate still standing asks again (lease.go).
@@ -695,7 +695,7 @@ func (g *group) step(flags byte, m raftpb.Message) {
 
 // leaderDown wakes the group when dead led it; when designated, this node campaigns at
 // once, as a leadership transfer from the dead leader would have it do.
-func (g *group) leaderDown(dead uint64, restarted bool) {
+func (g *group) leaderDown(dead uint64) {
 	g.mu.Lock()
 	bs := g.rn.BasicStatus()
 	if bs.RaftState != raft.StateFollower || bs.Lead != dead {
@@ -709,17 +709,13 @@ func (g *group) leaderDown(dead uint64, restarted bool) {
 		}
 	}
 	g.quiesced = false
-	if restarted {
-		// The leader's process is gone, and its lease with it.
-		g.lease.released = bs.Term
-	}
 	if designated && g.mayLead() {
-		if g.heardRecentlyLocked(bootNanos()) {
+		if g.heardRecentlyLocked(monoNanos()) {
 			// It spoke to this replica within the hold: it may still hold a lease
-			// (this node's liveness calls may be what fails), so the campaign waits
-			// for the hold to end with the leader still silent (lease.go).
-			g.lease.forceFrom = dead
-			g.armHoldLocked()
+			// (this node's liveness calls may be what fails, or it restarted and
+			// leads again), so the campaign waits for the hold to end with the leader
+			// still silent (lease.go).
+			g.deferForceLocked(dead)
 		} else {
 			g.forceCampaignLocked(dead)
 		}

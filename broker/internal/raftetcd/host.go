@@ -539,7 +539,7 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 	if !created && !cfg.Join {
 		// It may have heard a leader just before it stopped, and a leader's lease may
 		// count on its vote: it holds its vote as if it had heard one now (lease.go).
-		g.lease.heard = bootNanos()
+		g.lease.heard = monoNanos()
 	}
 	if _, cs, err := st.InitialState(); err == nil {
 		g.voters = cs.Voters
@@ -856,10 +856,9 @@ func (h *Host) TransferLeader(id string, to uint64) {
 	if g := h.group(id); g != nil {
 		g.mu.Lock()
 		g.quiesced = false
-		hbs := g.endLeaseForHandoverLocked()
-		g.mu.Unlock()
-		h.send(g.id, flagHandover, hbs)
-		g.mu.Lock()
+		// The flagged heartbeats are queued before raft can emit the MsgTimeoutNow
+		// (send takes only the peers' locks).
+		h.send(g.id, flagHandover, g.endLeaseForHandoverLocked())
 		g.rn.TransferLeader(to)
 		g.mu.Unlock()
 		g.signal()
@@ -948,7 +947,6 @@ func (h *Host) tickOnce(at time.Time) {
 	}
 	h.lastTick = now
 	var down, up []uint64
-	cameBack := map[uint64]bool{} // restarted: its leases died with its process
 	for _, p := range h.allPeers() {
 		live := now-p.lastHeard.Load() < int64(h.opts.LivenessTimeout)
 		// (A restart seen while the peer counted dead is its coming back below.)
@@ -963,7 +961,6 @@ func (h *Host) tickOnce(at time.Time) {
 			p.lapses.Add(1)
 			down = append(down, p.id)
 			up = append(up, p.id)
-			cameBack[p.id] = true
 			continue
 		}
 		if live != p.live {
@@ -986,7 +983,7 @@ func (h *Host) tickOnce(at time.Time) {
 	}
 	groups := h.allGroups()
 	for _, id := range down {
-		h.peerDown(groups, id, cameBack[id])
+		h.peerDown(groups, id)
 	}
 	for range up {
 		h.peerUp(groups)
@@ -1009,10 +1006,16 @@ func (h *Host) isLive(id uint64) bool {
 // smallest id campaigns at once, bypassing the check-quorum lease of the others (a
 // quiesced follower's election clock is stopped, so it would otherwise refuse to vote
 // for up to an election timeout); the rest only resume ticking, as a fallback.
-func (h *Host) peerDown(groups []*group, dead uint64, restarted bool) {
+func (h *Host) peerDown(groups []*group, dead uint64) {
 	for _, g := range groups {
-		g.leaderDown(dead, restarted)
+		g.leaderDown(dead)
 	}
+}
+
+// peerLive reports whether peer id counts live (from any goroutine).
+func (h *Host) peerLive(id uint64) bool {
+	p := h.peer(id)
+	return p != nil && p.alive.Load()
 }
 
 // peerUp wakes every group this node leads, so a restarted or reconnected node hears

@@ -30,6 +30,15 @@ import (
 // leadership over: the follower may vote for another candidate at once.
 const flagHandover byte = 2
 
+// monoBase anchors monoNanos.
+var monoBase = time.Now()
+
+// monoNanos is Go's monotonic clock in nanoseconds (read through the vDSO): the
+// follower's side of the protocol reads it. A clock that stops while the machine is
+// frozen only makes a hold last longer, which is safe; the lease itself, where a stopped
+// clock would not be, reads bootNanos.
+func monoNanos() int64 { return int64(time.Since(monoBase)) }
+
 // bootNanos reads CLOCK_BOOTTIME in nanoseconds.
 func bootNanos() int64 {
 	var ts unix.Timespec
@@ -62,6 +71,9 @@ type leaseState struct {
 	held      *raftpb.Message
 	forceFrom uint64
 	holdTimer *time.Timer
+	// heldAt and forcedAt are when the request was held and the campaign deferred: a
+	// leader heard since is alive, and they are dropped.
+	heldAt, forcedAt int64
 
 	// Leader side. until is when the lease ends, in term; none is a term in which no
 	// lease may be taken any more (a handover began). reads are the read indexes
@@ -81,7 +93,8 @@ type leaseRead struct {
 	term, conf uint64
 }
 
-// holdingLocked reports whether this replica must refuse a vote to m now.
+// holdingLocked reports whether this replica must refuse a vote to m now (now on
+// monoNanos).
 func (g *group) holdingLocked(m raftpb.Message, now int64) bool {
 	if m.Type != raftpb.MsgVote {
 		return false
@@ -94,12 +107,9 @@ func (g *group) holdingLocked(m raftpb.Message, now int64) bool {
 		if bs.LeadTransferee != 0 && m.From == bs.LeadTransferee {
 			return false
 		}
-		return g.lease.term == bs.Term && now < g.lease.until
+		return g.lease.term == bs.Term && bootNanos() < g.lease.until
 	}
-	if g.lease.released != 0 && g.lease.released == bs.Term {
-		return false
-	}
-	return g.lease.heard != 0 && now-g.lease.heard < g.h.holdFor()
+	return g.heardRecentlyLocked(now)
 }
 
 // holdLocked keeps m, refused while holding, and arms the timer that steps it when
@@ -107,7 +117,13 @@ func (g *group) holdingLocked(m raftpb.Message, now int64) bool {
 func (g *group) holdLocked(m raftpb.Message) {
 	g.h.votesHeld.Add(1)
 	c := m
-	g.lease.held = &c
+	g.lease.held, g.lease.heldAt = &c, monoNanos()
+	g.armHoldLocked()
+}
+
+// deferForceLocked defers the forced campaign against dead until the hold ends.
+func (g *group) deferForceLocked(dead uint64) {
+	g.lease.forceFrom, g.lease.forcedAt = dead, monoNanos()
 	g.armHoldLocked()
 }
 
@@ -121,8 +137,7 @@ func (g *group) armHoldLocked() {
 // holdLeft is how long the current hold has to run (a little more, so the timer finds
 // it over), at least a millisecond.
 func (g *group) holdLeft() time.Duration {
-	end := max(g.lease.heard+g.h.holdFor(), g.lease.until)
-	return max(time.Duration(end-bootNanos())+time.Millisecond, time.Millisecond)
+	return max(time.Duration(g.lease.heard+g.h.holdFor()-monoNanos())+time.Millisecond, time.Millisecond)
 }
 
 // holdEnded steps the vote request held, and makes the forced campaign deferred, once
@@ -139,23 +154,24 @@ func (g *group) holdEnded() {
 		return
 	default:
 	}
-	now := bootNanos()
+	now := monoNanos()
+	if g.lease.held != nil && g.lease.heard > g.lease.heldAt {
+		g.lease.held = nil // its leader spoke since: alive, and the request stale
+	}
+	if g.lease.forceFrom != 0 && (g.lease.heard > g.lease.forcedAt || g.h.peerLive(g.lease.forceFrom)) {
+		g.lease.forceFrom = 0 // its leader spoke since, or answers again
+	}
+	if g.heardRecentlyLocked(now) && (g.lease.held != nil || g.lease.forceFrom != 0) {
+		g.armHoldLocked()
+		g.mu.Unlock()
+		return
+	}
 	if m := g.lease.held; m != nil {
-		if g.holdingLocked(*m, now) {
-			g.armHoldLocked()
-			g.mu.Unlock()
-			return
-		}
 		g.lease.held = nil
 		_ = g.rn.Step(*m) // refused now, as raft decides
 		g.quiesced = false
 	}
 	if dead := g.lease.forceFrom; dead != 0 {
-		if g.heardRecentlyLocked(now) {
-			g.armHoldLocked()
-			g.mu.Unlock()
-			return
-		}
 		g.lease.forceFrom = 0
 		g.forceCampaignLocked(dead)
 	}
@@ -179,25 +195,36 @@ func (g *group) heardRecentlyLocked(now int64) bool {
 func (g *group) withoutHeldCampaign(msgs []raftpb.Message) []raftpb.Message {
 	has := false
 	for _, m := range msgs {
-		has = has || m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote
+		has = has || own(m)
 	}
 	if !has {
 		return msgs
 	}
 	g.mu.Lock()
-	held := g.heardRecentlyLocked(bootNanos())
+	held := g.heardRecentlyLocked(monoNanos())
 	g.mu.Unlock()
 	if !held {
 		return msgs
 	}
 	out := msgs[:0:0]
 	for _, m := range msgs {
-		if m.Type != raftpb.MsgVote && m.Type != raftpb.MsgPreVote {
+		if !own(m) {
 			out = append(out, m)
 		}
 	}
 	return out
 }
+
+// own reports whether m is a request of this replica's own campaign that its hold
+// stops: a pre-vote, or a vote not forced. A forced one (a leadership handed to it, or
+// a takeover of a dead leader's group) was let start only after its hold was over or
+// released, and raft's term has moved past the one released by then.
+func own(m raftpb.Message) bool {
+	return m.Type == raftpb.MsgPreVote || (m.Type == raftpb.MsgVote && string(m.Context) != campaignTransfer)
+}
+
+// campaignTransfer is etcd-io/raft's context of a forced campaign's vote requests.
+const campaignTransfer = "CampaignTransfer"
 
 // steppedLocked notes a message raft took: one from the leader of the current term
 // renews the hold; one flagged as a handover releases it.
@@ -218,7 +245,7 @@ func (g *group) steppedLocked(flags byte, m raftpb.Message) {
 		}
 		return
 	}
-	g.lease.heard = bootNanos()
+	g.lease.heard = monoNanos()
 }
 
 // releaseNowLocked ends the hold at once (its timer fires now).
@@ -332,7 +359,11 @@ func (g *group) leaseHeld() bool {
 	if held {
 		g.h.leaseServed.Add(1)
 	}
-	if g.lease.none != bs.Term && bs.LeadTransferee == 0 && g.lease.until-now < g.h.leaseFor()/2 &&
+	left := int64(0)
+	if g.lease.term == bs.Term {
+		left = g.lease.until - now
+	}
+	if g.lease.none != bs.Term && bs.LeadTransferee == 0 && left < g.h.leaseFor()/2 &&
 		(g.lease.renewing == 0 || now-g.lease.renewing > g.h.leaseFor()) {
 		g.lease.renewing = now
 		g.h.leaseRenewals.Add(1)

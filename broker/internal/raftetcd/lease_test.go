@@ -178,3 +178,53 @@ func TestAHandoverEndsTheLeaseAndTheHold(t *testing.T) {
 		t.Fatalf("the handover took %v, more than a hold: the followers held their votes", d)
 	}
 }
+
+// TestADeferredTakeoverOfALiveLeaderIsDropped: a forced campaign deferred by the hold
+// is dropped once the leader is heard again, even after the group quiesced (the hold's
+// timer fired then and forced an election against the healthy leader).
+func TestADeferredTakeoverOfALiveLeaderIsDropped(t *testing.T) {
+	const g = "deferred"
+	ns := startCluster(t, 0) // groups quiesce
+	for _, n := range ns {
+		if err := n.host.OpenGroup(g, GroupConfig{Voters: []uint64{1, 2, 3}, Dir: filepath.Join(n.opts.Dir, g)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lead *testNode
+	poll(t, 20*time.Second, "a leader", func() bool {
+		for _, n := range ns {
+			if info, _ := n.host.Info(g); info.Leader {
+				lead = n
+				return true
+			}
+		}
+		return false
+	})
+	propose(t, lead, g)
+	var designated *testNode
+	for _, n := range ns {
+		if n != lead && (designated == nil || n.id < designated.id) {
+			designated = n
+		}
+	}
+	info, _ := designated.host.Info(g)
+	gr := designated.host.group(g)
+	gr.leaderDown(lead.id) // as if its liveness had found the leader dead
+	gr.mu.Lock()
+	deferred := gr.lease.forceFrom == lead.id
+	gr.mu.Unlock()
+	if !deferred {
+		t.Fatal("the takeover of a leader heard a moment ago was not deferred")
+	}
+	propose(t, lead, g) // the leader speaks again, then the group quiesces
+	poll(t, 10*time.Second, "the group quiesced", func() bool {
+		return allQuiesced(ns, 0) && func() bool {
+			i, _ := designated.host.Info(g)
+			return i.Quiesced
+		}()
+	})
+	time.Sleep(2*time.Duration(designated.host.holdFor()) + 200*time.Millisecond) // past the hold's end: the span under test
+	if got, _ := designated.host.Info(g); got.Term != info.Term || got.Lead != lead.id {
+		t.Fatalf("a deferred takeover of a live leader ran: term %d → %d, lead %d → %d", info.Term, got.Term, lead.id, got.Lead)
+	}
+}
