@@ -103,7 +103,13 @@ func startClusterWith(t *testing.T, groups int, tweak func(*Options)) []*testNod
 // starts (to set the environment it reads).
 func startClusterOn(t *testing.T, groups int, tweak func(*Options), before func(i int)) []*testNode {
 	t.Helper()
-	ns := make([]*testNode, 3)
+	return startNodes(t, 3, groups, tweak, before)
+}
+
+// startNodes is startClusterOn with n nodes.
+func startNodes(t *testing.T, n, groups int, tweak func(*Options), before func(i int)) []*testNode {
+	t.Helper()
+	ns := make([]*testNode, n)
 	peers := map[uint64]string{}
 	for i := range ns {
 		before(i)

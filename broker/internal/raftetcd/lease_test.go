@@ -228,3 +228,56 @@ func TestADeferredTakeoverOfALiveLeaderIsDropped(t *testing.T) {
 		t.Fatalf("a deferred takeover of a live leader ran: term %d → %d, lead %d → %d", info.Term, got.Term, lead.id, got.Lead)
 	}
 }
+
+// TestAHandoverWithFiveReplicasIsQuick: with five replicas a handed leadership needs
+// a third vote besides the transferee's and the old leader's; the handover flag frees
+// the followers that heard the leader a moment before, so the transfer does not wait
+// for their hold (or fail and leave the old leader in place).
+func TestAHandoverWithFiveReplicasIsQuick(t *testing.T) {
+	const g = "five"
+	ns := startNodes(t, 5, 0, func(o *Options) { o.NoQuiesce = true }, func(int) {})
+	voters := []uint64{1, 2, 3, 4, 5}
+	for _, n := range ns {
+		if err := n.host.OpenGroup(g, GroupConfig{Voters: voters, Dir: filepath.Join(n.opts.Dir, g)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lead *testNode
+	poll(t, 20*time.Second, "a leader every node names", func() bool {
+		lead = nil
+		for _, n := range ns {
+			if info, _ := n.host.Info(g); info.Leader {
+				lead = n
+			}
+		}
+		if lead == nil {
+			return false
+		}
+		for _, n := range ns {
+			if info, _ := n.host.Info(g); info.Lead != lead.id {
+				return false
+			}
+		}
+		return true
+	})
+	propose(t, lead, g)
+	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	var to *testNode
+	for _, n := range ns {
+		if n != lead {
+			to = n
+			break
+		}
+	}
+	start := time.Now()
+	lead.host.TransferLeader(g, to.id)
+	poll(t, 10*time.Second, "the transferee leads", func() bool {
+		info, _ := to.host.Info(g)
+		return info.Leader
+	})
+	if d := time.Since(start); d > time.Duration(lead.host.holdFor())/2 {
+		t.Fatalf("the handover took %v: the followers held their votes", d)
+	}
+}
