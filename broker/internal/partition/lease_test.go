@@ -175,3 +175,99 @@ func TestAReservedMarkCoversNoLaterLeadersAppends(t *testing.T) {
 		}
 	}
 }
+
+// gatedMember holds back its D commands until gate is closed.
+type gatedMember struct {
+	leasingMember
+	gate chan struct{}
+}
+
+func (m gatedMember) Propose(ctx context.Context, cmd []byte, submitted func()) (any, error) {
+	if len(cmd) > 0 && cmd[0] == cmdDelivered {
+		<-m.gate
+	}
+	return m.leasingMember.Propose(ctx, cmd, submitted)
+}
+
+// TestAHandoverWaitsForAConsumesMark: a consume granted before a handover began, whose
+// D command (its mark reserved ahead) is still on its way, goes into the log before the
+// handover's exact mark; after it, the successor counted never-delivered messages as
+// delivered once.
+func TestAHandoverWaitsForAConsumesMark(t *testing.T) {
+	g := &fakeGroup{}
+	held := &atomic.Bool{}
+	gate := make(chan struct{})
+	var ps []*Partition
+	for i := range 3 {
+		p := mustOpen(t, vfs.NewMem(), func(o *Options) {
+			o.Group = gatedMember{leasingMember{member{g: g, i: i}, held}, gate}
+		})
+		t.Cleanup(func() { _ = p.Close() })
+		ps = append(ps, p)
+	}
+	g.replicas = ps
+	ps[0].SetRole(true, 1)
+	appendN(t, ps[0], 6)
+	consumed := make(chan error, 1)
+	go func() {
+		_, err := ps[0].Lease(2, time.Minute, 1<<20) // its D waits at the gate
+		consumed <- err
+	}()
+	for ps[0].repl.confirming.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	handed := make(chan error, 1)
+	go func() { handed <- ps[0].HandOver(context.Background()) }()
+	time.Sleep(20 * time.Millisecond) // let HandOver reach its wait: the order under test
+	close(gate)
+	if err := <-consumed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.lead = 1
+	g.mu.Unlock()
+	ps[0].SetRole(false, 0)
+	ps[1].SetRole(true, 2)
+	for _, d := range leaseAll(t, ps[1]) {
+		if d.Record.Offset >= 2 && d.Attempt != 1 {
+			t.Fatalf("offset %d, never delivered, comes with attempt %d after a handover", d.Record.Offset, d.Attempt)
+		}
+	}
+}
+
+// refusingMember refuses mark commands, as raft does during a leadership transfer.
+type refusingMember struct{ leasingMember }
+
+func (m refusingMember) Propose(ctx context.Context, cmd []byte, submitted func()) (any, error) {
+	if len(cmd) > 0 && cmd[0] == cmdMark {
+		return nil, ErrNotLeader
+	}
+	return m.leasingMember.Propose(ctx, cmd, submitted)
+}
+
+// TestANewLeaderWhoseMarkIsRefusedServesAtOnce: a new leader whose mark command raft
+// refused does not wait out the replicate timeout on its group's apply goroutine (the
+// group's loop stood still for 5 s) and serves, without its lease for the term.
+func TestANewLeaderWhoseMarkIsRefusedServesAtOnce(t *testing.T) {
+	g := &fakeGroup{}
+	held := &atomic.Bool{}
+	held.Store(true)
+	p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = refusingMember{leasingMember{member{g: g, i: 0}, held}} })
+	t.Cleanup(func() { _ = p.Close() })
+	g.replicas = []*Partition{p}
+	start := time.Now()
+	p.SetRole(true, 1)
+	if d := time.Since(start); d > replicateTimeout/2 {
+		t.Fatalf("SetRole took %v after its mark was refused", d)
+	}
+	if !p.Leading() || p.leasesAllowed() {
+		t.Fatalf("leading %v, lease allowed %v: want it leading without its lease", p.Leading(), p.leasesAllowed())
+	}
+	appendN(t, p, 2)
+	if ds, err := p.Lease(2, time.Minute, 1<<20); err != nil || len(ds) != 2 {
+		t.Fatalf("leased %d: %v", len(ds), err)
+	}
+}

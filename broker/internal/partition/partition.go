@@ -439,6 +439,12 @@ func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Deliv
 	}
 	grants := p.q.LeaseFor(now, limit, d)
 	p.armTimerLocked()
+	if p.repl != nil && len(grants) > 0 {
+		// Counted under p.mu, where HandOver sets handingOver: it waits for this
+		// consume's D command, so that the handover's exact mark comes after it.
+		p.repl.confirming.Add(1)
+		defer p.repl.confirming.Add(-1)
+	}
 	p.mu.Unlock()
 	if len(grants) == 0 {
 		return nil, 0, nil

@@ -98,6 +98,12 @@ type replica struct {
 	attempts map[uint64]uint32 // committed deliveries of messages delivered more than once (D), unsettled
 
 	reserving atomic.Bool // a D command reserving marks ahead is being committed (reserveAhead)
+	// confirming counts the consumes between their grant and the end of their
+	// confirmation (a D command may be on its way): HandOver waits for them.
+	confirming atomic.Int32
+	// noLeaseTerm is a term in which this leader could not put its mark command first
+	// (commitMarkFirst): it serves no consume under its lease in that term.
+	noLeaseTerm atomic.Uint64
 }
 
 // leaseHolder is a Group that can tell whether this replica leads under a leader lease
@@ -237,9 +243,12 @@ func (p *Partition) SetRole(lead bool, term uint64) (handedOver bool) {
 	r.next = 0
 	r.mu.Unlock()
 	if lead && p.marksReserved() && !p.commitMarkFirst(mark) {
-		// Not in the log: this replica no longer leads (its step-down follows).
-		p.opts.Logger.Warn("a new leader could not propose its delivered-to mark; it does not serve", "partition", p.opts.Index)
-		return false
+		// Not in the log (raft refused it: a transfer under way, or the leadership
+		// lost again). It serves, but not under its lease in this term: a mark an
+		// earlier leader reserved may count some of its appends as delivered once
+		// more after a later failure, never fewer.
+		r.noLeaseTerm.Store(term)
+		p.opts.Logger.Warn("a new leader could not put its delivered-to mark first; it serves no consume under its lease this term", "partition", p.opts.Index, "term", term)
 	}
 	r.leading.Store(lead)
 	p.notify()
@@ -625,7 +634,7 @@ func (p *Partition) confirmLeases(grants []queue.Grant) error {
 // leasesAllowed: the group can hold leader leases and every replica holds its vote
 // for one.
 func (p *Partition) leasesAllowed() bool {
-	return !p.opts.NoLeaderLease && p.marksReserved()
+	return !p.opts.NoLeaderLease && p.repl.noLeaseTerm.Load() != p.repl.term.Load() && p.marksReserved()
 }
 
 // marksReserved: the group's leaders may reserve delivered-to marks ahead (some
@@ -645,14 +654,24 @@ func (p *Partition) commitMarkFirst(d uint64) bool {
 	cmd = append(cmd, cmdMark)
 	cmd = binary.BigEndian.AppendUint64(cmd, d)
 	in := make(chan struct{})
+	failed := make(chan struct{})
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout)
 		defer cancel()
-		_, _ = p.repl.group.Propose(ctx, cmd, func() { close(in) })
+		if _, err := p.repl.group.Propose(ctx, cmd, func() { close(in) }); err != nil {
+			close(failed)
+		}
 	}()
 	select {
 	case <-in:
 		return true
+	case <-failed:
+		select {
+		case <-in: // in the log, then the wait for its commit failed
+			return true
+		default:
+			return false
+		}
 	case <-time.After(replicateTimeout):
 		return false
 	}
@@ -840,9 +859,13 @@ func (p *Partition) HandOver(ctx context.Context) error {
 	if p.opts.NewCommands == nil || p.opts.NewCommands() {
 		term = r.term.Load()
 	}
-	// A reservation being proposed goes into the log before this command, whose exact
-	// mark replaces it (reserveAhead proposes nothing once handingOver is set).
-	for r.reserving.Load() && ctx.Err() == nil {
+	// A reservation or a consume's D command being proposed goes into the log before
+	// this command, whose exact mark replaces it (neither starts once handingOver is
+	// set).
+	for r.reserving.Load() || r.confirming.Load() > 0 {
+		if ctx.Err() != nil {
+			return p.groupErr(ctx.Err())
+		}
 		time.Sleep(time.Millisecond)
 	}
 	_, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, leases, now, term), nil)

@@ -656,6 +656,11 @@ func (g *group) quiesceLocked() []raftpb.Message {
 // so the pre-vote would be refused anyway; the leader, which gets one too, wakes and
 // tells the candidate).
 func (g *group) step(flags byte, m raftpb.Message) {
+	if m.Type == raftpb.MsgTransferLeader {
+		// A transfer is asked of the leader's own host (TransferLeader), which first
+		// gives up its lease; one forwarded by a follower would skip that.
+		return
+	}
 	if m.Type == raftpb.MsgTimeoutNow && !g.mayLead() {
 		// The leader hands its leadership over after an election timeout of no
 		// answer, and leads on.
@@ -681,7 +686,11 @@ func (g *group) step(flags byte, m raftpb.Message) {
 	switch {
 	case flags&flagQuiesce != 0:
 		bs := g.rn.BasicStatus()
-		if bs.RaftState == raft.StateFollower && bs.Lead == m.From && bs.Term == m.Term && bs.Commit == m.Commit {
+		// Not while this node counts the leader dead: a takeover its hold deferred
+		// was dropped because the leader still spoke, and a quiesced follower neither
+		// ticks nor answers pre-votes, so a real death then would elect nobody.
+		if bs.RaftState == raft.StateFollower && bs.Lead == m.From && bs.Term == m.Term && bs.Commit == m.Commit &&
+			g.h.peerLive(m.From) {
 			g.quiesced = true
 		}
 	case m.Type == raftpb.MsgHeartbeatResp:

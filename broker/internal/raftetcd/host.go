@@ -849,12 +849,19 @@ func (h *Host) ChangeConf(id string, c ConfChange) error {
 	return nil
 }
 
-// TransferLeader asks group id, led here, to hand its leadership to voter to. The
+// TransferLeader asks group id, led here, to hand its leadership to voter to (on a
+// node that does not lead it, it does nothing). The
 // leader first gives up its lease for the rest of its term and tells its followers,
 // which then vote for the candidate without waiting for their hold to end.
 func (h *Host) TransferLeader(id string, to uint64) {
 	if g := h.group(id); g != nil {
 		g.mu.Lock()
+		if g.rn.BasicStatus().RaftState != raft.StateLeader {
+			// A follower's raft would forward it to the leader, which would hand its
+			// leadership over without giving up its lease or handing its leases over.
+			g.mu.Unlock()
+			return
+		}
 		g.quiesced = false
 		// The flagged heartbeats are queued before raft can emit the MsgTimeoutNow
 		// (send takes only the peers' locks).

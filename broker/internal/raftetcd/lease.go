@@ -22,9 +22,11 @@ import (
 // votes too, and a planned handover ends it first and tells the followers (flagHandover)
 // that they may vote.
 //
-// Both clocks are CLOCK_BOOTTIME, which, unlike Go's monotonic clock, counts the time a
-// machine spent suspended: a leader frozen with its virtual machine must not wake up
-// believing in a lease that ended meanwhile.
+// The lease reads CLOCK_BOOTTIME, which, unlike Go's monotonic clock, counts the time a
+// machine spent suspended: a leader suspended must not wake up believing in a lease
+// that ended meanwhile (a hypervisor that freezes a guest stops that clock too: the
+// broker's --leader-leases=false is for such machines). The holds read Go's monotonic
+// clock: one that stops only makes a hold last longer.
 
 // flagHandover marks a leader's message sent after it gave up its lease to hand its
 // leadership over: the follower may vote for another candidate at once.
