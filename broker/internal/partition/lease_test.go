@@ -30,6 +30,29 @@ func openLeasingGroup(t *testing.T, n int) (*fakeGroup, []*Partition, *atomic.Bo
 	return g, g.replicas, held
 }
 
+// moveLead makes replica to the leader in term (the old one steps down first).
+func (g *fakeGroup) moveLead(to int, term uint64) {
+	g.mu.Lock()
+	old := g.lead
+	g.lead = to
+	g.mu.Unlock()
+	g.replicas[old].SetRole(false, 0)
+	g.replicas[to].SetRole(true, term)
+}
+
+// leaseSettled leases n from p and waits for its reservation in the background.
+func leaseSettled(t *testing.T, p *Partition, n int) []Delivery {
+	t.Helper()
+	ds, err := p.Lease(n, time.Minute, 1<<20)
+	if err != nil || len(ds) != n {
+		t.Fatalf("leased %d: %v", len(ds), err)
+	}
+	for p.repl.reserving.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	return ds
+}
+
 func (g *fakeGroup) commands() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -93,11 +116,7 @@ func TestALeaseServesConsumesWithoutACommit(t *testing.T) {
 	}
 	// A failover: the next leader counts on for every message delivered (and, the
 	// price of the reservation, for the one never delivered below the mark).
-	g.mu.Lock()
-	g.lead = 1
-	g.mu.Unlock()
-	ps[0].SetRole(false, 0)
-	ps[1].SetRole(true, 2)
+	g.moveLead(1, 2)
 	rest := leaseAll(t, ps[1])
 	if len(rest) != 10 {
 		t.Fatalf("the new leader leased %d, want all 10 (leases died with the old one)", len(rest))
@@ -116,20 +135,11 @@ func TestAHandoverCountsExactlyAfterAReservation(t *testing.T) {
 	g, ps, held := openLeasingGroup(t, 3)
 	appendN(t, ps[0], 5)
 	held.Store(true)
-	if ds, err := ps[0].Lease(2, time.Minute, 1<<20); err != nil || len(ds) != 2 {
-		t.Fatalf("leased %d: %v", len(ds), err)
-	}
-	for ps[0].repl.reserving.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	leaseSettled(t, ps[0], 2)
 	if err := ps[0].HandOver(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	g.mu.Lock()
-	g.lead = 1
-	g.mu.Unlock()
-	ps[0].SetRole(false, 0)
-	ps[1].SetRole(true, 2)
+	g.moveLead(1, 2)
 	for _, d := range leaseAll(t, ps[1]) {
 		if d.Attempt != 1 {
 			t.Fatalf("offset %d never delivered shows attempt %d after a handover", d.Record.Offset, d.Attempt)
@@ -146,26 +156,13 @@ func TestAReservedMarkCoversNoLaterLeadersAppends(t *testing.T) {
 	g, ps, held := openLeasingGroup(t, 3)
 	appendN(t, ps[0], 4)
 	held.Store(true)
-	if ds, err := ps[0].Lease(4, time.Minute, 1<<20); err != nil || len(ds) != 4 {
-		t.Fatalf("leased %d: %v", len(ds), err)
-	}
-	for ps[0].repl.reserving.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	leaseSettled(t, ps[0], 4)
 	if m := ps[2].repl.deliveredTo.Load(); m <= 4 {
 		t.Fatalf("the mark %d was not reserved past the log's end", m)
 	}
-	failover := func(to int, term uint64) {
-		g.mu.Lock()
-		old := g.lead
-		g.lead = to
-		g.mu.Unlock()
-		ps[old].SetRole(false, 0)
-		ps[to].SetRole(true, term)
-	}
-	failover(1, 2)
+	g.moveLead(1, 2)
 	appendN(t, ps[1], 3) // offsets 4, 5, 6: never delivered
-	failover(2, 3)
+	g.moveLead(2, 3)
 	for _, d := range leaseAll(t, ps[2]) {
 		if d.Record.Offset >= 4 && d.Attempt != 1 {
 			t.Fatalf("offset %d, appended by the second leader and never delivered, comes with attempt %d", d.Record.Offset, d.Attempt)
@@ -226,11 +223,7 @@ func TestAHandoverWaitsForAConsumesMark(t *testing.T) {
 	if err := <-handed; err != nil {
 		t.Fatal(err)
 	}
-	g.mu.Lock()
-	g.lead = 1
-	g.mu.Unlock()
-	ps[0].SetRole(false, 0)
-	ps[1].SetRole(true, 2)
+	g.moveLead(1, 2)
 	for _, d := range leaseAll(t, ps[1]) {
 		if d.Record.Offset >= 2 && d.Attempt != 1 {
 			t.Fatalf("offset %d, never delivered, comes with attempt %d after a handover", d.Record.Offset, d.Attempt)

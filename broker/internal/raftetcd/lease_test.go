@@ -19,11 +19,24 @@ func leaseGroup(t *testing.T, g string) (ns []*testNode, lead *testNode, followe
 			t.Fatal(err)
 		}
 	}
+	lead = namedLeader(t, ns, g)
+	propose(t, lead, g)
+	for _, n := range ns {
+		if n != lead {
+			followers = append(followers, n)
+		}
+	}
+	return ns, lead, followers
+}
+
+// namedLeader waits for a leader of g that every node of ns names, and returns it.
+func namedLeader(t *testing.T, ns []*testNode, g string) *testNode {
+	t.Helper()
+	var lead *testNode
 	poll(t, 20*time.Second, "a leader every node names", func() bool {
 		lead = nil
 		for _, n := range ns {
-			info, _ := n.host.Info(g)
-			if info.Leader {
+			if info, _ := n.host.Info(g); info.Leader {
 				lead = n
 			}
 		}
@@ -37,13 +50,7 @@ func leaseGroup(t *testing.T, g string) (ns []*testNode, lead *testNode, followe
 		}
 		return true
 	})
-	propose(t, lead, g)
-	for _, n := range ns {
-		if n != lead {
-			followers = append(followers, n)
-		}
-	}
-	return ns, lead, followers
+	return lead
 }
 
 // forcedVote is the vote request of a forced campaign (a liveness-driven takeover or
@@ -242,24 +249,7 @@ func TestAHandoverWithFiveReplicasIsQuick(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var lead *testNode
-	poll(t, 20*time.Second, "a leader every node names", func() bool {
-		lead = nil
-		for _, n := range ns {
-			if info, _ := n.host.Info(g); info.Leader {
-				lead = n
-			}
-		}
-		if lead == nil {
-			return false
-		}
-		for _, n := range ns {
-			if info, _ := n.host.Info(g); info.Lead != lead.id {
-				return false
-			}
-		}
-		return true
-	})
+	lead := namedLeader(t, ns, g)
 	propose(t, lead, g)
 	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
 		t.Fatal(err)
