@@ -850,9 +850,9 @@ func (h *Host) ChangeConf(id string, c ConfChange) error {
 }
 
 // TransferLeader asks group id, led here, to hand its leadership to voter to (on a
-// node that does not lead it, it does nothing). The
-// leader first gives up its lease for the rest of its term and tells its followers,
-// which then vote for the candidate without waiting for their hold to end.
+// node that does not lead it, it does nothing). The leader first gives up its lease
+// for the rest of its term and tells its followers, which then vote for the candidate
+// without waiting for their hold to end.
 func (h *Host) TransferLeader(id string, to uint64) {
 	if g := h.group(id); g != nil {
 		g.mu.Lock()
