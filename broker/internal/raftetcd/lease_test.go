@@ -271,3 +271,42 @@ func TestAHandoverWithFiveReplicasIsQuick(t *testing.T) {
 		t.Fatalf("the handover took %v: the followers held their votes", d)
 	}
 }
+
+// TestAFollowerThatCountsItsLeaderDeadDoesNotQuiesce: a follower whose liveness counts
+// its leader dead (its takeover deferred by the hold, then dropped because the leader
+// still spoke) stays awake when the leader quiesces the group: a quiesced follower
+// neither ticks nor answers pre-votes, so the leader's real death would elect nobody.
+func TestAFollowerThatCountsItsLeaderDeadDoesNotQuiesce(t *testing.T) {
+	const g = "awake"
+	ns := startCluster(t, 0) // groups quiesce
+	for _, n := range ns {
+		if err := n.host.OpenGroup(g, GroupConfig{Voters: []uint64{1, 2, 3}, Dir: filepath.Join(n.opts.Dir, g)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lead := namedLeader(t, ns, g)
+	var doubting, trusting *testNode
+	for _, n := range ns {
+		switch {
+		case n == lead:
+		case doubting == nil:
+			doubting = n
+		default:
+			trusting = n
+		}
+	}
+	// The ticker rewrites alive only when its own view changes, and that view stays
+	// "live": the doubting node counts the leader dead from here on.
+	p := doubting.host.peer(lead.id)
+	p.alive.Store(false)
+	defer p.alive.Store(true)
+	propose(t, lead, g) // wakes the group; it quiesces again once idle
+	poll(t, 10*time.Second, "the leader and the trusting follower quiesced", func() bool {
+		l, _ := lead.host.Info(g)
+		f, _ := trusting.host.Info(g)
+		return l.Quiesced && f.Quiesced
+	})
+	if info, _ := doubting.host.Info(g); info.Quiesced {
+		t.Fatal("a follower that counts its leader dead quiesced")
+	}
+}
