@@ -373,6 +373,17 @@ func TestCheckerDamage(t *testing.T) {
 		{"settle skip reported, never damaged", acked().kill(s, s+msec).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s), "skipped-undamaged"},
 		{"frontier back to a damaged settle's message", acked().stats(30*msec, 1, 1).kill(s, s+msec).damaged("journal", "a", 0, 2*s).skipped("journal", -1, 3*s).stats(4*s, 1, 0).deliver("a", 0, "h2", 5*s).settle(history.OpAck, "a", 0, "h2", 5*s+10*msec, 204), ""},
 		{"frontier back, settle damaged elsewhere", newH().produce("a", 0, 0).produce("b", 1, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).deliver("b", 1, "g1", 10*msec).settle(history.OpAck, "b", 1, "g1", 20*msec, 204).stats(30*msec, 2, 2).kill(s, s+msec).damaged("journal", "b", 1, 2*s).skipped("journal", -1, 3*s).stats(4*s, 2, 0).deliver("b", 1, "g2", 5*s).settle(history.OpAck, "b", 1, "g2", 5*s+10*msec, 204), "frontier-backwards"},
+		// The seed 15225761 shape (5 December): a redelivery that overlapped the nack
+		// of the lease before it, then the ack of that redelivery undone by a damaged
+		// settle record. The damage excuses the last delivery; the explanation of the
+		// illegal history blamed the overlapping (legal) one, and the run failed.
+		{"settle damaged after a redelivery that overlapped a nack", newH().produce("a", 0, 0).
+			deliver("a", 0, "h1", 10*msec).
+			op(history.Entry{Kind: history.KindOp, Op: history.OpConsume, Topic: "orders", Msg: "a", Offset: 0, Handle: "h2", Call: 5 * msec, Return: 22 * msec, Status: 200}).
+			op(history.Entry{Kind: history.KindOp, Op: history.OpNack, Topic: "orders", Msg: "a", Offset: 0, Handle: "h1", Call: 20 * msec, Return: 23 * msec, Status: 204}).
+			settle(history.OpAck, "a", 0, "h2", 25*msec, 204).
+			kill(s, s+msec).damaged("journal", "a", 0, 2*s).skipped("journal", -1, 3*s).
+			deliver("a", 0, "h3", 4*s).settle(history.OpAck, "a", 0, "h3", 4*s+10*msec, 204), ""},
 		{"settle damaged before the ack", newH().produce("a", 0, 0).damaged("journal", "a", 0, 5*msec).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s), "acked-redelivered"},
 	}
 	for _, c := range cases {

@@ -100,12 +100,19 @@ type model struct {
 	// agedAt is the earliest time retention may delete the copy (its first produce was
 	// sent then plus the retention); a lease may end by deletion from then on.
 	agedAt int64
+	// ackUndoneAt, when not 0, is when the harness damaged the settle record of this
+	// copy's ack (and the node reported skipping it): a delivery sent after it may
+	// follow a 204 ack.
+	ackUndoneAt int64
 }
 
 // step returns the states the copy may be in after op, or none and why not.
 func (m *model) step(s copyState, in opIn) ([]copyState, string) {
 	switch in.kind {
 	case kDeliver:
+		if s.acked && m.ackUndoneAt != 0 && in.call >= m.ackUndoneAt {
+			return []copyState{{has: true, handle: in.handle, leaseCall: in.call, leaseRet: in.ret, minExp: in.call + m.vis, maxExp: in.ret + m.vis}}, ""
+		}
 		if s.acked && m.strictAck {
 			return nil, "delivered again after a 204 ack (in a cluster, committed on a quorum: no crash excuses it)"
 		}
