@@ -159,9 +159,7 @@ func (g *group) runAsync() {
 						continue
 					}
 					g.noteAppend(m.Entries)
-					g.mu.Lock()
-					g.confSeenLocked(m.Entries, true)
-					g.mu.Unlock()
+					g.confAppended(m.Entries)
 					q.put(m)
 				case raft.LocalApplyThread:
 					for _, e := range m.Entries {

@@ -174,9 +174,7 @@ func (g *group) run() {
 				g.h.send(g.id, 0, early)
 			}
 			g.noteAppend(rd.Entries)
-			g.mu.Lock()
-			g.confSeenLocked(rd.Entries, true)
-			g.mu.Unlock()
+			g.confAppended(rd.Entries)
 			if err := g.persist(rd); err != nil {
 				// A write that failed may or may not be on disk; the group must not
 				// answer from a log it cannot trust. The build fences the partition;

@@ -300,9 +300,7 @@ func (g *group) readStatesLocked(rss []raft.ReadState) {
 			g.lease.term, g.lease.until = bs.Term, until
 		}
 	}
-	if g.lease.renewing != 0 {
-		g.lease.renewing = 0
-	}
+	g.lease.renewing = 0
 	// Reads raft will never answer (asked before a step-down, or lost) are forgotten.
 	if len(g.lease.reads) > 64 {
 		now := bootNanos()
@@ -310,6 +308,19 @@ func (g *group) readStatesLocked(rss []raft.ReadState) {
 			if now-r.at > 2*g.h.holdFor() {
 				delete(g.lease.reads, id)
 			}
+		}
+	}
+}
+
+// confAppended is confSeenLocked for the entries this replica appends, from a Ready
+// loop: it takes the group's lock only when one of them changes the configuration.
+func (g *group) confAppended(ents []raftpb.Entry) {
+	for _, e := range ents {
+		if e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2 {
+			g.mu.Lock()
+			g.confSeenLocked(ents, true)
+			g.mu.Unlock()
+			return
 		}
 	}
 }

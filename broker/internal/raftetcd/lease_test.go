@@ -9,16 +9,22 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
+// openEverywhere opens group g with voters on every node of ns.
+func openEverywhere(t *testing.T, ns []*testNode, g string, voters []uint64) {
+	t.Helper()
+	for _, n := range ns {
+		if err := n.host.OpenGroup(g, GroupConfig{Voters: voters, Dir: filepath.Join(n.opts.Dir, g)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // leaseGroup opens group g on every node of a fresh cluster (no quiescing, so the
 // leader keeps speaking) and returns the nodes, the leader and its followers.
 func leaseGroup(t *testing.T, g string) (ns []*testNode, lead *testNode, followers []*testNode) {
 	t.Helper()
 	ns = startClusterWith(t, 0, func(o *Options) { o.NoQuiesce = true })
-	for _, n := range ns {
-		if err := n.host.OpenGroup(g, GroupConfig{Voters: []uint64{1, 2, 3}, Dir: filepath.Join(n.opts.Dir, g)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	openEverywhere(t, ns, g, []uint64{1, 2, 3})
 	lead = namedLeader(t, ns, g)
 	propose(t, lead, g)
 	for _, n := range ns {
@@ -192,11 +198,7 @@ func TestAHandoverEndsTheLeaseAndTheHold(t *testing.T) {
 func TestADeferredTakeoverOfALiveLeaderIsDropped(t *testing.T) {
 	const g = "deferred"
 	ns := startCluster(t, 0) // groups quiesce
-	for _, n := range ns {
-		if err := n.host.OpenGroup(g, GroupConfig{Voters: []uint64{1, 2, 3}, Dir: filepath.Join(n.opts.Dir, g)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	openEverywhere(t, ns, g, []uint64{1, 2, 3})
 	var lead *testNode
 	poll(t, 20*time.Second, "a leader", func() bool {
 		for _, n := range ns {
@@ -243,12 +245,7 @@ func TestADeferredTakeoverOfALiveLeaderIsDropped(t *testing.T) {
 func TestAHandoverWithFiveReplicasIsQuick(t *testing.T) {
 	const g = "five"
 	ns := startNodes(t, 5, 0, func(o *Options) { o.NoQuiesce = true }, func(int) {})
-	voters := []uint64{1, 2, 3, 4, 5}
-	for _, n := range ns {
-		if err := n.host.OpenGroup(g, GroupConfig{Voters: voters, Dir: filepath.Join(n.opts.Dir, g)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	openEverywhere(t, ns, g, []uint64{1, 2, 3, 4, 5})
 	lead := namedLeader(t, ns, g)
 	propose(t, lead, g)
 	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
@@ -279,11 +276,7 @@ func TestAHandoverWithFiveReplicasIsQuick(t *testing.T) {
 func TestAFollowerThatCountsItsLeaderDeadDoesNotQuiesce(t *testing.T) {
 	const g = "awake"
 	ns := startCluster(t, 0) // groups quiesce
-	for _, n := range ns {
-		if err := n.host.OpenGroup(g, GroupConfig{Voters: []uint64{1, 2, 3}, Dir: filepath.Join(n.opts.Dir, g)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	openEverywhere(t, ns, g, []uint64{1, 2, 3})
 	lead := namedLeader(t, ns, g)
 	var doubting, trusting *testNode
 	for _, n := range ns {
