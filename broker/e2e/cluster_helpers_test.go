@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/testutil"
+	"github.com/narad-mq/narad/broker/internal/transport"
 )
 
 // clusterSecret is the cluster secret of the test clusters (NARAD_CLUSTER_SECRET).
@@ -56,6 +59,46 @@ func startPeersCluster(t *testing.T, n int, extra ...string) []*clusterNode {
 // startPeersClusterEnv is startPeersCluster with env added to every node's environment.
 func startPeersClusterEnv(t *testing.T, n int, env []string, extra ...string) []*clusterNode {
 	t.Helper()
+	return startPeersClusterWith(t, n, func(_ int, o *testutil.Options) { o.Env = append(o.Env, env...) }, extra...)
+}
+
+// startChaosCluster is startPeersCluster on binaries built with the chaosnet tag, each
+// node's node plane obeying its own rules file (empty at first: no faults); it returns
+// the nodes and their files. Write a file with cutNode.
+func startChaosCluster(t *testing.T, n int, extra ...string) ([]*clusterNode, []string) {
+	t.Helper()
+	bin := testutil.BuildNaradTags(t, "chaosnet")
+	dir := t.TempDir()
+	files := make([]string, n)
+	nodes := startPeersClusterWith(t, n, func(i int, o *testutil.Options) {
+		files[i] = filepath.Join(dir, fmt.Sprintf("chaosnet-%d", i))
+		if err := os.WriteFile(files[i], nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		o.Bin = bin
+		o.Env = append(o.Env, transport.ChaosNetEnvVar+"="+files[i])
+	}, extra...)
+	return nodes, files
+}
+
+// cutNode sets nd's chaosnet rules (file from startChaosCluster) to cut its node plane
+// off both ways (cut) or to none, and waits until nd has read them.
+func cutNode(t *testing.T, nd *clusterNode, file string, cut bool) {
+	t.Helper()
+	rules, want := "", transport.ChaosNetPrefix+` rules now ""`
+	if cut {
+		rules, want = "drop in 1\ndrop out 1\n", transport.ChaosNetPrefix+` rules now "drop in 1; drop out 1"`
+	}
+	before := strings.Count(nd.Log(), want)
+	if err := os.WriteFile(file, []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, nd.id+" to read its chaosnet rules", func() bool { return strings.Count(nd.Log(), want) > before })
+}
+
+// startPeersClusterWith is startPeersCluster with set applied to each node's options.
+func startPeersClusterWith(t *testing.T, n int, set func(i int, o *testutil.Options), extra ...string) []*clusterNode {
+	t.Helper()
 	nodes := make([]*clusterNode, n)
 	var peers []string
 	for i := range nodes {
@@ -64,10 +107,12 @@ func startPeersClusterEnv(t *testing.T, n int, env []string, extra ...string) []
 	}
 	var opts []testutil.Options
 	for _, nd := range nodes {
-		opts = append(opts, testutil.Options{
+		o := testutil.Options{
 			Args: clusterArgs(nd.id, nd.addr, append([]string{"--peers", strings.Join(peers, ",")}, extra...)...),
-			Env:  append(clusterEnv(clusterSecret), env...),
-		})
+			Env:  clusterEnv(clusterSecret),
+		}
+		set(len(opts), &o)
+		opts = append(opts, o)
 	}
 	for i, p := range testutil.StartNarads(t, opts...) {
 		nodes[i].Narad = p
@@ -260,4 +305,28 @@ func others(nodes []*clusterNode, not *clusterNode) []*clusterNode {
 		}
 	}
 	return out
+}
+
+// indexOf is nd's place in nodes (-1 when it is not there).
+func indexOf(nodes []*clusterNode, nd *clusterNode) int {
+	for i, o := range nodes {
+		if o == nd {
+			return i
+		}
+	}
+	return -1
+}
+
+// waitClusterVersion waits until every node reports cluster version v or later (a new
+// cluster raises its version in its first seconds).
+func waitClusterVersion(t *testing.T, nodes []*clusterNode, v int) {
+	t.Helper()
+	waitFor(t, 60*time.Second, fmt.Sprint("cluster version ", v, " on every node"), func() bool {
+		for _, nd := range nodes {
+			if got, ok := metricValue(nd.api, "narad_cluster_version"); !ok || got < float64(v) {
+				return false
+			}
+		}
+		return true
+	})
 }

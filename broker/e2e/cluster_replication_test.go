@@ -359,11 +359,19 @@ func newLeader(t *testing.T, nodes []*clusterNode, name string, p int, old *clus
 }
 
 // TestReplicationPausedLeader: a leader paused (SIGSTOP) past the election timeout
-// and resumed leases nothing its successor leased, and a receipt handle of its term
-// answers 410 once another leader serves the partition.
+// and continued leases nothing its successor leased and answers no 202, and a receipt
+// handle of its term answers 410 once another leader serves the partition. Its node
+// plane is cut (chaosnet) before it is paused and healed only after the checks, so
+// that nothing tells it of the new term when it continues, not even the frames its
+// peers sent while it was stopped: only its leader lease, lapsed on the monotonic
+// clock while it was stopped, keeps it from serving a consume from its own memory.
+// (Continued on an open network, it reads the new term from those queued frames
+// before the test's request arrives, and the test passed with the lease's clock
+// check taken out.)
 func TestReplicationPausedLeader(t *testing.T) {
 	t.Parallel()
-	nodes := startPeersCluster(t, 3)
+	nodes, files := startChaosCluster(t, 3)
+	waitClusterVersion(t, nodes, 3) // leader leases need it
 	nodes[0].api.createTopic("p", map[string]any{"partitions": 1, "visibility_timeout_ms": 60000})
 	old := leaderOf(t, nodes, "p", 0)
 	for i := range 10 {
@@ -371,7 +379,23 @@ func TestReplicationPausedLeader(t *testing.T) {
 			t.Fatalf("produce %d: %d", i, s)
 		}
 	}
-	first := old.api.mustConsume("p", "1s") // leased in the old leader's term
+	// Leased in the old leader's term. The first consume commits a reservation of
+	// offsets; the ones after it are served under the lease, as the continued old
+	// leader's would be if it trusted a lapsed lease.
+	first := old.api.mustConsume("p", "1s")
+	leasedOld := 1
+	for {
+		if v, ok := metricValue(old.api, "narad_replication_lease_consumes_total"); ok && v >= 1 {
+			break
+		}
+		if leasedOld == 5 {
+			t.Fatalf("none of %d consumes on the leader was served under its lease", leasedOld)
+		}
+		old.api.mustConsume("p", "1s")
+		leasedOld++
+	}
+	oldFile := files[indexOf(nodes, old)]
+	cutNode(t, old, oldFile, true)
 	old.Pause()
 	paused := true
 	defer func() {
@@ -382,20 +406,29 @@ func TestReplicationPausedLeader(t *testing.T) {
 	lead := newLeader(t, nodes, "p", 0, old)
 	got := lead.api.consumeBatch("p", 100, "2s")
 	if len(got) != 10 {
-		t.Fatalf("the new leader leased %d messages, want all 10 (leases were the old leader's memory)", len(got))
+		t.Fatalf("the new leader leased %d messages, want all 10 (leases were the old leader's memory; it leased %d)", len(got), leasedOld)
 	}
 	old.Resume()
 	paused = false
-	// At once, before the old leader has heard of the new term from anyone.
+	// Cut off: no quorum, and no frame of the new term reaches it.
 	r, err := old.api.Try(http.MethodGet, topicPath("p")+"/consume-batch?max=100&wait=0s", nil)
-	if err == nil && r.Status == http.StatusOK {
-		t.Fatalf("the resumed old leader handed out messages the new leader has leased: %s", r.Body)
+	if err == nil && r.Status == http.StatusOK && strings.Contains(string(r.Body), `"receipt_handle"`) {
+		t.Fatalf("the continued old leader handed out messages the new leader has leased: %s", r.Body)
 	}
+	if s := produceTry(old, "p", "late"); s == http.StatusAccepted {
+		t.Fatalf("the continued old leader answered 202 to a produce without a quorum")
+	}
+	cutNode(t, old, oldFile, false)
+	// Once the old leader has heard of the new term, every node answers 410 for a
+	// handle of the old term (503 before, while it cannot tell; never 204).
 	for _, nd := range nodes {
-		ar := nd.api.ack("p", first.ReceiptHandle, "")
-		if ar.Status != http.StatusGone {
-			t.Fatalf("an ack through %s of a handle of the old leader's term answered %d, want 410: %s", nd.id, ar.Status, ar.Body)
-		}
+		waitFor(t, 30*time.Second, "410 for an old term's handle through "+nd.id, func() bool {
+			ar := nd.api.ack("p", first.ReceiptHandle, "")
+			if ar.Status != http.StatusGone && ar.Status != http.StatusServiceUnavailable {
+				t.Fatalf("an ack through %s of a handle of the old leader's term answered %d, want 410: %s", nd.id, ar.Status, ar.Body)
+			}
+			return ar.Status == http.StatusGone
+		})
 	}
 	for _, m := range got {
 		old.api.mustAck("p", &m)
@@ -417,15 +450,7 @@ func TestReplicationPausedLeader(t *testing.T) {
 func TestPausedReplicasServeNothingOfADeletedTopic(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 5)
-	// The delete fence needs cluster version 3; a new cluster raises it in its first seconds.
-	waitFor(t, 60*time.Second, "cluster version 3 on every node", func() bool {
-		for _, nd := range nodes {
-			if v, ok := metricValue(nd.api, "narad_cluster_version"); !ok || v < 3 {
-				return false
-			}
-		}
-		return true
-	})
+	waitClusterVersion(t, nodes, 3) // the delete fence needs it
 	nodes[0].api.createTopic("gone", map[string]any{"partitions": 1, "replication_factor": 3, "visibility_timeout_ms": 60000})
 	lead := leaderOf(t, nodes, "gone", 0)
 	for i := range 5 {

@@ -27,30 +27,63 @@ const (
 	startTries   = 5
 )
 
+// builds are the binaries built in this test process, by build tags.
 var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
+	buildMu  sync.Mutex
+	buildDir string
+	builds   = map[string]*build{}
 )
+
+type build struct {
+	once sync.Once
+	bin  string
+	err  error
+}
 
 // BuildNarad builds the narad binary once per test process and returns its path
 // (with -race when NARAD_TEST_BROKER_RACE=1).
 func BuildNarad(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	return BuildNaradTags(t, "")
+}
+
+// BuildNaradTags is BuildNarad with the build tags tags (comma-separated; "" for the
+// shipped binary): e.g. "chaosnet" for a binary whose node plane obeys a rules file
+// (transport.ChaosNetEnvVar). Each set of tags is built once per test process.
+func BuildNaradTags(t testing.TB, tags string) string {
+	t.Helper()
+	buildMu.Lock()
+	b := builds[tags]
+	if b == nil {
+		b = &build{}
+		builds[tags] = b
+	}
+	buildMu.Unlock()
+	b.once.Do(func() {
 		mod, err := BrokerModuleDir()
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		buildDir, err = os.MkdirTemp("", "narad-e2e-bin-")
+		buildMu.Lock()
+		if buildDir == "" {
+			buildDir, err = os.MkdirTemp("", "narad-e2e-bin-")
+		}
+		dir := buildDir
+		buildMu.Unlock()
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		buildBin = filepath.Join(buildDir, "narad")
-		args := []string{"build", "-o", buildBin}
+		name := "narad"
+		if tags != "" {
+			name += "-" + strings.ReplaceAll(tags, ",", "-")
+		}
+		b.bin = filepath.Join(dir, name)
+		args := []string{"build", "-o", b.bin}
+		if tags != "" {
+			args = append(args, "-tags", tags)
+		}
 		if brokerRace() {
 			args = append(args, "-race")
 		}
@@ -59,13 +92,13 @@ func BuildNarad(t testing.TB) string {
 		cmd.Dir = mod
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+			b.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatalf("building narad: %v", buildErr)
+	if b.err != nil {
+		t.Fatalf("building narad: %v", b.err)
 	}
-	return buildBin
+	return b.bin
 }
 
 // brokerRace reports whether to build the broker with the race detector:
@@ -74,8 +107,11 @@ func BuildNarad(t testing.TB) string {
 // slower (bcrypt above all), which would put the e2e suite far past its time budget.
 func brokerRace() bool { return os.Getenv("NARAD_TEST_BROKER_RACE") == "1" }
 
-// RemoveBuild deletes the binary BuildNarad made; call it from TestMain after m.Run.
+// RemoveBuild deletes the binaries BuildNarad and BuildNaradTags made; call it from
+// TestMain after m.Run.
 func RemoveBuild() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir) // a temp dir; the OS cleans it if this fails
 	}
