@@ -374,7 +374,8 @@ func TestReplicationPausedLeader(t *testing.T) {
 	waitClusterVersion(t, nodes, 3) // leader leases need it
 	nodes[0].api.createTopic("p", map[string]any{"partitions": 1, "visibility_timeout_ms": 60000})
 	old := leaderOf(t, nodes, "p", 0)
-	for i := range 10 {
+	const produced = 20
+	for i := range produced {
 		if s := produceTry(old, "p", fmt.Sprint("p", i)); s != http.StatusAccepted {
 			t.Fatalf("produce %d: %d", i, s)
 		}
@@ -388,7 +389,7 @@ func TestReplicationPausedLeader(t *testing.T) {
 		if v, ok := metricValue(old.api, "narad_replication_lease_consumes_total"); ok && v >= 1 {
 			break
 		}
-		if leasedOld == 5 {
+		if leasedOld == produced-5 {
 			t.Fatalf("none of %d consumes on the leader was served under its lease", leasedOld)
 		}
 		old.api.mustConsume("p", "1s")
@@ -405,8 +406,8 @@ func TestReplicationPausedLeader(t *testing.T) {
 	}()
 	lead := newLeader(t, nodes, "p", 0, old)
 	got := lead.api.consumeBatch("p", 100, "2s")
-	if len(got) != 10 {
-		t.Fatalf("the new leader leased %d messages, want all 10 (leases were the old leader's memory; it leased %d)", len(got), leasedOld)
+	if len(got) != produced {
+		t.Fatalf("the new leader leased %d messages, want all %d (leases were the old leader's memory; it leased %d)", len(got), produced, leasedOld)
 	}
 	old.Resume()
 	paused = false
