@@ -242,6 +242,23 @@ func propose(t *testing.T, n *testNode, g string) uint64 {
 	return idx
 }
 
+// caughtUp waits until every node has applied the last entry of each group's leader
+// in ls.
+func caughtUp(t *testing.T, ns []*testNode, ls map[string]*testNode) {
+	t.Helper()
+	poll(t, 20*time.Second, "every replica applied its leader's last entry", func() bool {
+		for g, lead := range ls {
+			li, _ := lead.host.Info(g)
+			for _, n := range ns {
+				if info, _ := n.host.Info(g); info.Applied < li.Last {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
 // settled waits until no raft frame crossed for five ticks: the followers' answers
 // to the quiesce heartbeats are lazy and leave with the tick after the groups
 // quiesced, which is not idle traffic.
@@ -557,6 +574,9 @@ func TestLazyHeartbeatsShareOneFramePerTick(t *testing.T) {
 	const groups = 20
 	ns := startClusterWith(t, groups, func(o *Options) { o.NoQuiesce, o.LazyHeartbeats = true, true })
 	ls := leaders(t, ns, groups)
+	// The elections' appends and commit updates go at once, not with the tick: the
+	// window starts when every replica has applied its leader's last entry.
+	caughtUp(t, ns, ls)
 	var msgs0 uint64
 	for _, n := range ns {
 		msgs0 += n.host.Stats().BatchItems
