@@ -316,17 +316,3 @@ func indexOf(nodes []*clusterNode, nd *clusterNode) int {
 	}
 	return -1
 }
-
-// waitClusterVersion waits until every node reports cluster version v or later (a new
-// cluster raises its version in its first seconds).
-func waitClusterVersion(t *testing.T, nodes []*clusterNode, v int) {
-	t.Helper()
-	waitFor(t, 60*time.Second, fmt.Sprint("cluster version ", v, " on every node"), func() bool {
-		for _, nd := range nodes {
-			if got, ok := metricValue(nd.api, "narad_cluster_version"); !ok || got < float64(v) {
-				return false
-			}
-		}
-		return true
-	})
-}

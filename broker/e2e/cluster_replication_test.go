@@ -371,7 +371,9 @@ func newLeader(t *testing.T, nodes []*clusterNode, name string, p int, old *clus
 func TestReplicationPausedLeader(t *testing.T) {
 	t.Parallel()
 	nodes, files := startChaosCluster(t, 3)
-	waitClusterVersion(t, nodes, 3) // leader leases need it
+	for _, nd := range nodes {
+		atVersion(t, nd, 3) // leader leases need it
+	}
 	nodes[0].api.createTopic("p", map[string]any{"partitions": 1, "visibility_timeout_ms": 60000})
 	old := leaderOf(t, nodes, "p", 0)
 	const produced = 20
@@ -451,7 +453,9 @@ func TestReplicationPausedLeader(t *testing.T) {
 func TestPausedReplicasServeNothingOfADeletedTopic(t *testing.T) {
 	t.Parallel()
 	nodes := startPeersCluster(t, 5)
-	waitClusterVersion(t, nodes, 3) // the delete fence needs it
+	for _, nd := range nodes {
+		atVersion(t, nd, 3) // the delete fence needs it
+	}
 	nodes[0].api.createTopic("gone", map[string]any{"partitions": 1, "replication_factor": 3, "visibility_timeout_ms": 60000})
 	lead := leaderOf(t, nodes, "gone", 0)
 	for i := range 5 {
@@ -769,9 +773,10 @@ func TestReplicationRacingAcks(t *testing.T) {
 	t.Logf("%d of 200 acks answered 204 around the kill, %d with an unknown outcome; the rest delivered again", len(acked), len(unknown))
 }
 
-// atVersion waits until the cluster committed version v: snapshots of partition
-// groups (and the commands of version 2) start only then, about a second after a new
-// cluster is ready.
+// atVersion waits until nd's replica of the metadata holds cluster version v: what a
+// version brings (snapshots of partition groups and the commands of version 2, the
+// delete fence and leader leases of version 3) starts on nd only then, about a
+// second after a new cluster is ready.
 func atVersion(t *testing.T, nd *clusterNode, v int) {
 	t.Helper()
 	waitFor(t, 30*time.Second, fmt.Sprintf("the cluster to commit version %d", v), func() bool {
