@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -416,4 +417,108 @@ func TestClusterForcedTakeover(t *testing.T) {
 			t.Errorf("new%d, produced after the takeover, never delivered", i)
 		}
 	}
+}
+
+// TestClusterForcedTakeoverKeepsTheSurvivorsLog: a leader whose two followers are
+// killed (disks lost) holds the produces that were in flight then: in its Raft log,
+// never committed, each answered 503 (its outcome unknown). A forced takeover onto it
+// applies its whole log first, so those messages are delivered afterwards, like every
+// 202'd one. (Before, the new group started from what the survivor had applied, and
+// they were dropped.)
+func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 5, "--auto-rebalance=false")
+	atVersion(t, nodes[0], 3)
+	nodes[0].api.createTopic("fl", map[string]any{"partitions": 1, "replication_factor": 3, "visibility_timeout_ms": 5000})
+	lead := leaderOf(t, nodes, "fl", 0)
+	reps := replicasOf(lead, "fl", 0)
+	// Producers through the leader, without pause, while its followers are killed.
+	var (
+		mu       sync.Mutex
+		accepted = map[string]bool{}
+		unknown  = map[string]bool{}
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprint("w", w, "-", i)
+				r, err := lead.api.Try(http.MethodPost, topicPath("fl")+"/produce", []byte(`{"id":"`+id+`"}`), "Content-Type", "application/json")
+				mu.Lock()
+				switch {
+				case err == nil && r.Status == http.StatusAccepted:
+					accepted[id] = true
+				case err == nil && r.Status == http.StatusServiceUnavailable && strings.Contains(string(r.Body), `"timeout"`):
+					unknown[id] = true
+				}
+				mu.Unlock()
+				if err == nil && r.Status != http.StatusAccepted {
+					return // the partition stopped accepting: this producer is done
+				}
+			}
+		}()
+	}
+	waitFor(t, 30*time.Second, "some produces accepted", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(accepted) >= 50
+	})
+	var lost []*clusterNode
+	for _, id := range reps {
+		if nd := nodeByID(nodes, id); nd != lead {
+			lost = append(lost, nd)
+		}
+	}
+	for _, nd := range lost {
+		nd.Kill()
+		wipe(t, nd.DataDir())
+	}
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	if len(unknown) == 0 {
+		mu.Unlock()
+		t.Fatalf("no produce was in flight when the followers were killed (%d accepted)", len(accepted))
+	}
+	mu.Unlock()
+	var asker *clusterNode
+	for _, nd := range nodes {
+		if !slices.Contains(reps, nd.id) {
+			asker = nd
+		}
+	}
+	var r *testutil.Response
+	waitFor(t, 60*time.Second, "the forced takeover to answer", func() bool {
+		var err error
+		r, err = asker.api.Try(http.MethodPost, topicPath("fl")+"/partitions/0/force-leader", []byte(`{"node":"`+lead.id+`"}`), "Content-Type", "application/json")
+		return err == nil && r.Status != http.StatusServiceUnavailable
+	})
+	if r.Status != http.StatusOK {
+		t.Fatalf("force-leader: %d %s", r.Status, r.Body)
+	}
+	seen := map[string]int{}
+	drain(t, asker, "fl", seen, 3*time.Second)
+	for id := range accepted {
+		if seen[id] == 0 {
+			t.Errorf("%s, answered 202 before the takeover, never delivered", id)
+		}
+	}
+	kept := 0
+	for id := range unknown {
+		if seen[id] > 0 {
+			kept++
+		}
+	}
+	if kept == 0 {
+		t.Errorf("none of the %d produces in flight at the kill (in the survivor's log, never committed) was delivered after the takeover", len(unknown))
+	}
+	t.Logf("%d accepted, %d with an unknown outcome, %d of those delivered after the takeover", len(accepted), len(unknown), kept)
 }

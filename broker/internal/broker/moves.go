@@ -462,9 +462,20 @@ func (b *Broker) followPlacement() {
 			}
 			if want && lp != nil && t.openedAs[i] != groupOf(&m, i) {
 				// Its group changed (made over its data, or taken over by force):
-				// reopened in the new one, its data kept.
+				// reopened in the new one, its data kept. A group replaced by force
+				// lost its majority for good: what its log holds past what this
+				// replica applied is applied first, committed or not, so that the
+				// new group starts from everything the survivor held (entries a
+				// majority had recorded among them).
 				if old := t.openedAs[i]; old != "" {
-					b.repl.host.CloseGroup(old)
+					n, err := b.repl.host.CloseGroupApplyingLog(old)
+					if err != nil {
+						b.log.Error("applying the log of a partition's replaced group failed; the new group starts without the rest of it",
+							"topic", t.name, "partition", i, "applied", n, "err", err)
+					} else if n > 0 {
+						b.log.Warn("applied the rest of a replaced group's log, committed or not, before the new group starts",
+							"topic", t.name, "partition", i, "entries", n)
+					}
 				}
 				t.setPart(i, nil)
 				_ = lp.Close() // reopened at once below

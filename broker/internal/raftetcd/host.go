@@ -649,6 +649,67 @@ func (h *Host) CloseGroup(id string) {
 	_ = g.st.close() // the group is gone; a close error changes nothing for anyone
 }
 
+// CloseGroupApplyingLog is CloseGroup for a group that will never run again and
+// whose log this node takes as it stands: a forced takeover, after a majority of the
+// group was lost for good. Once the group's loop has stopped, every entry with data
+// that its log holds past the applied index is applied, committed or not, in order,
+// as etcd's --force-new-cluster commits every entry it holds. Among them are entries
+// a majority recorded that this node had not yet heard were committed (an ack
+// answered 204 just before the others were lost); the rest were never answered as
+// stored (a produce's 503 says it may have been). Configuration entries are skipped:
+// the group is gone. It returns how many entries it applied; on an error the ones
+// before were applied.
+func (h *Host) CloseGroupApplyingLog(id string) (int, error) {
+	h.gmu.Lock()
+	g := h.groups[id]
+	delete(h.groups, id)
+	h.gmu.Unlock()
+	if g == nil {
+		return 0, nil
+	}
+	close(g.quit)
+	<-g.done
+	defer func() { _ = g.st.close() }() // the group is gone; a close error changes nothing
+	return g.applyTail()
+}
+
+// applyTail applies what the stopped group's log holds past its applied index (see
+// CloseGroupApplyingLog).
+func (g *group) applyTail() (int, error) {
+	last, err := g.st.LastIndex()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for g.applied < last {
+		ents, err := g.st.Entries(g.applied+1, last+1, 4<<20)
+		if err != nil {
+			return n, fmt.Errorf("raftetcd: reading group %s's log past %d: %w", g.id, g.applied, err)
+		}
+		if len(ents) == 0 {
+			break
+		}
+		for _, e := range ents {
+			if e.Index != g.applied+1 {
+				return n, fmt.Errorf("raftetcd: group %s's log holds %d after %d", g.id, e.Index, g.applied)
+			}
+			if e.Type == raftpb.EntryNormal && len(e.Data) >= 8 {
+				switch {
+				case g.cfg.Apply != nil:
+					g.cfg.Apply(e.Index, e.Data[8:])
+				case g.h.opts.Apply != nil:
+					g.h.opts.Apply(g.id, e.Index, e.Data[8:])
+				}
+				n++
+			}
+			g.mu.Lock()
+			g.applied = e.Index
+			g.mu.Unlock()
+		}
+	}
+	return n, nil
+}
+
 func (h *Host) group(id string) *group {
 	h.gmu.RLock()
 	defer h.gmu.RUnlock()

@@ -672,3 +672,47 @@ func TestAppendedAgoIsTheArrival(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseGroupApplyingLogAppliesTheTail: a leader whose followers are gone holds a
+// write it can never commit. CloseGroup drops it with the group; closed with
+// CloseGroupApplyingLog (a forced takeover), the group applies it first, and only it.
+func TestCloseGroupApplyingLogAppliesTheTail(t *testing.T) {
+	for _, applyLog := range []bool{false, true} {
+		t.Run(fmt.Sprintf("applyLog=%v", applyLog), func(t *testing.T) {
+			ns := startCluster(t, 1)
+			g := groupName(0)
+			lead := leaders(t, ns, 1)[g]
+			propose(t, lead, g) // committed and applied everywhere
+			caughtUp(t, ns, map[string]*testNode{g: lead})
+			before := lead.appliedIn(g)
+			for _, n := range ns {
+				if n != lead {
+					n.stop()
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			_, err := lead.host.Propose(ctx, g, []byte("tail"))
+			cancel()
+			if err == nil {
+				t.Fatal("a write committed with two of three replicas stopped")
+			}
+			if !applyLog {
+				lead.host.CloseGroup(g)
+				if got := lead.appliedIn(g); got != before {
+					t.Fatalf("CloseGroup applied %d entries more", got-before)
+				}
+				return
+			}
+			n, err := lead.host.CloseGroupApplyingLog(g)
+			if err != nil || n != 1 {
+				t.Fatalf("CloseGroupApplyingLog applied %d entries (%v), want the 1 uncommitted write", n, err)
+			}
+			if got := lead.appliedIn(g); got != before+1 {
+				t.Fatalf("the application saw %d entries more, want 1", got-before)
+			}
+			if n, err := lead.host.CloseGroupApplyingLog(g); n != 0 || err != nil {
+				t.Fatalf("a second close applied %d (%v)", n, err)
+			}
+		})
+	}
+}

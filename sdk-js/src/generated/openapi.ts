@@ -462,11 +462,11 @@ export interface paths {
          *     leads it with what it holds; the replica set is then grown back to the topic's
          *     `replication_factor` by moves (cause `replace`) onto live nodes.
          *
-         *     Messages the lost replicas held and `node` did not are lost. So is what `node`
-         *     held in its Raft log without yet knowing it committed: the new replica set
-         *     starts from what `node` had applied, which trails the leader by about a round
-         *     trip. An ack answered 204 in the moment before the other replicas were lost
-         *     can therefore be undone and its message delivered again.
+         *     Before the new replica set starts, `node` applies everything its replica's Raft
+         *     log holds, committed or not (as etcd's `--force-new-cluster` does): what a
+         *     majority had recorded is kept even if `node` had not yet heard it was
+         *     committed, and a produce that was answered 503 (its outcome unknown) may be
+         *     delivered. Messages the lost replicas held and `node` did not are lost.
          *     `possibly_lost_at_least` is a lower bound of how many messages: the highest high watermark
          *     any replica reported to the control plane, minus the log end of `node`'s replica.
          *     More may be lost (a watermark reached after the last report is not known). The
