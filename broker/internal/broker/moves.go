@@ -476,6 +476,11 @@ func (b *Broker) followPlacement() {
 						b.log.Warn("applied the rest of a replaced group's log, committed or not, before the new group starts",
 							"topic", t.name, "partition", i, "entries", n)
 					}
+					// Nothing replays the old log again: what it applied must be on disk.
+					if err := lp.Flush(); err != nil {
+						b.log.Error("flushing a partition that leaves its replaced group failed; a crash before the new group's first snapshot may lose its last writes",
+							"topic", t.name, "partition", i, "err", err)
+					}
 				}
 				t.setPart(i, nil)
 				_ = lp.Close() // reopened at once below

@@ -116,6 +116,20 @@ func decodeSnapState(b []byte) (snapState, error) {
 	return s, nil
 }
 
+// Flush makes everything applied to this replica's message log and settle journal
+// durable: they are written without their own fsync while the group's log can replay
+// them, and a replica about to leave a group whose log will never be replayed (a
+// forced takeover) must have them on disk first.
+func (p *Partition) Flush() error {
+	if err := p.log.Flush(); err != nil {
+		return storageErr(err)
+	}
+	if err := p.journal.Flush(); err != nil {
+		return storageErr(err)
+	}
+	return nil
+}
+
 // SnapshotState makes everything this replica applied durable (its message log and
 // settle journal are written without their own fsync) and returns the snapshot of
 // it. The group calls it from its apply goroutine, so the state is exactly that of
@@ -134,11 +148,8 @@ func (p *Partition) SnapshotState() ([]byte, error) {
 		// once rebuilt, would lose that message though its peers hold it intact.
 		return nil, fmt.Errorf("%w: this replica skipped a damaged message and waits to be rebuilt from its group; its state is not snapshotted until then", ErrStorage)
 	}
-	if err := p.log.Flush(); err != nil {
-		return nil, storageErr(err)
-	}
-	if err := p.journal.Flush(); err != nil {
-		return nil, storageErr(err)
+	if err := p.Flush(); err != nil {
+		return nil, err
 	}
 	p.mu.Lock()
 	s := snapState{oldest: p.log.Oldest(), end: p.log.Next(), deliveredTo: r.deliveredTo.Load(),

@@ -679,7 +679,11 @@ func TestAppendedAgoIsTheArrival(t *testing.T) {
 func TestCloseGroupApplyingLogAppliesTheTail(t *testing.T) {
 	for _, applyLog := range []bool{false, true} {
 		t.Run(fmt.Sprintf("applyLog=%v", applyLog), func(t *testing.T) {
-			ns := startCluster(t, 1)
+			// The store and writes of the broker's groups; an election timeout of 3 s,
+			// so that the leader still leads (check-quorum) when the write is proposed.
+			ns := startClusterWith(t, 1, func(o *Options) {
+				o.Store, o.AsyncStorageWrites, o.ElectionTick = StoreRaftstore, true, 100
+			})
 			g := groupName(0)
 			lead := leaders(t, ns, 1)[g]
 			propose(t, lead, g) // committed and applied everywhere

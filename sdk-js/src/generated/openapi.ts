@@ -463,10 +463,12 @@ export interface paths {
          *     `replication_factor` by moves (cause `replace`) onto live nodes.
          *
          *     Before the new replica set starts, `node` applies everything its replica's Raft
-         *     log holds, committed or not (as etcd's `--force-new-cluster` does): what a
-         *     majority had recorded is kept even if `node` had not yet heard it was
-         *     committed, and a produce that was answered 503 (its outcome unknown) may be
-         *     delivered. Messages the lost replicas held and `node` did not are lost.
+         *     log holds, committed or not (as etcd's `--force-new-cluster` does): what `node`
+         *     had recorded is kept even if it had not yet heard it was committed, and a
+         *     produce or ack that was answered 503 (its outcome unknown) may take effect.
+         *     Messages and acks the lost replicas held and `node` did not are lost: an ack
+         *     answered 204 by a majority that did not include `node` is undone, and its
+         *     message delivered again.
          *     `possibly_lost_at_least` is a lower bound of how many messages: the highest high watermark
          *     any replica reported to the control plane, minus the log end of `node`'s replica.
          *     More may be lost (a watermark reached after the last report is not known). The
