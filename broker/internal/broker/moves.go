@@ -465,8 +465,8 @@ func (b *Broker) followPlacement() {
 				// reopened in the new one, its data kept. A group replaced by force
 				// lost its majority for good: what its log holds past what this
 				// replica applied is applied first, committed or not, so that the
-				// new group starts from everything the survivor held (entries a
-				// majority had recorded among them).
+				// new group starts from everything the survivor held (entries it
+				// had recorded with a majority among them).
 				if old := t.openedAs[i]; old != "" {
 					n, err := b.repl.host.CloseGroupApplyingLog(old)
 					if err != nil {

@@ -654,9 +654,9 @@ func (h *Host) CloseGroup(id string) {
 // group was lost for good. Once the group's loop has stopped, every entry with data
 // that its log holds past the applied index is applied, committed or not, in order,
 // as etcd's --force-new-cluster commits every entry it holds. Among them are entries
-// a majority recorded that this node had not yet heard were committed (an ack
-// answered 204 just before the others were lost); the rest were never answered as
-// stored (a produce's 503 says it may have been). Configuration entries are skipped:
+// a majority with this node in it recorded that this node had not yet heard were
+// committed (an ack answered 204 just before the others were lost); the rest were
+// never answered as done (a 503 says they may have been). Configuration entries are skipped:
 // the group is gone. It returns how many entries it applied; on an error the ones
 // before were applied.
 func (h *Host) CloseGroupApplyingLog(id string) (int, error) {
