@@ -656,9 +656,9 @@ func (h *Host) CloseGroup(id string) {
 // as etcd's --force-new-cluster commits every entry it holds. Among them are entries
 // a majority with this node in it recorded that this node had not yet heard were
 // committed (an ack answered 204 just before the others were lost); the rest were
-// never answered as done (a 503 says they may have been). Configuration entries are skipped:
-// the group is gone. It returns how many entries it applied; on an error the ones
-// before were applied.
+// never answered as done (a 503 says they may have been). Configuration entries are
+// skipped: the group is gone. It returns how many entries it applied; on an error the
+// ones before were applied.
 func (h *Host) CloseGroupApplyingLog(id string) (int, error) {
 	h.gmu.Lock()
 	g := h.groups[id]
