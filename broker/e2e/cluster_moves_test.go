@@ -306,17 +306,7 @@ func TestClusterForcedTakeover(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "the partition to have no leader", func() bool { return produceTry(asker, "ft", "probe") == http.StatusServiceUnavailable })
 
-	// The control plane lost two of its five voters too: a 503 while it elects a new
-	// controller is retried, as a client would (the takeover is idempotent).
-	var r *testutil.Response
-	waitFor(t, 60*time.Second, "the forced takeover to answer", func() bool {
-		var err error
-		r, err = asker.api.Try(http.MethodPost, topicPath("ft")+"/partitions/0/force-leader", []byte(`{"node":"`+survivor.id+`"}`), "Content-Type", "application/json")
-		return err == nil && r.Status != http.StatusServiceUnavailable
-	})
-	if r.Status != http.StatusOK {
-		t.Fatalf("force-leader: %d %s", r.Status, r.Body)
-	}
+	r := forceLeader(t, asker, "ft", survivor)
 	var res struct {
 		Lost     *int64   `json:"possibly_lost_at_least"`
 		Replicas []string `json:"replicas"`
@@ -495,15 +485,7 @@ func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
 			asker = nd
 		}
 	}
-	var r *testutil.Response
-	waitFor(t, 60*time.Second, "the forced takeover to answer", func() bool {
-		var err error
-		r, err = asker.api.Try(http.MethodPost, topicPath("fl")+"/partitions/0/force-leader", []byte(`{"node":"`+lead.id+`"}`), "Content-Type", "application/json")
-		return err == nil && r.Status != http.StatusServiceUnavailable
-	})
-	if r.Status != http.StatusOK {
-		t.Fatalf("force-leader: %d %s", r.Status, r.Body)
-	}
+	forceLeader(t, asker, "fl", lead)
 	seen := map[string]int{}
 	drain(t, asker, "fl", seen, 3*time.Second)
 	for id := range accepted {
@@ -521,4 +503,22 @@ func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
 		t.Errorf("none of the %d produces in flight at the kill (in the survivor's log, never committed) was delivered after the takeover", len(unknown))
 	}
 	t.Logf("%d accepted, %d with an unknown outcome, %d of those delivered after the takeover", len(accepted), len(unknown), kept)
+}
+
+// forceLeader asks through asker for a forced takeover of partition 0 of topic by
+// survivor, and returns the 200 answer. The control plane may have lost voters too: a
+// 503 while it elects a new controller is retried, as a client would (the takeover is
+// idempotent).
+func forceLeader(t *testing.T, asker *clusterNode, topic string, survivor *clusterNode) *testutil.Response {
+	t.Helper()
+	var r *testutil.Response
+	waitFor(t, 60*time.Second, "the forced takeover to answer", func() bool {
+		var err error
+		r, err = asker.api.Try(http.MethodPost, topicPath(topic)+"/partitions/0/force-leader", []byte(`{"node":"`+survivor.id+`"}`), "Content-Type", "application/json")
+		return err == nil && r.Status != http.StatusServiceUnavailable
+	})
+	if r.Status != http.StatusOK {
+		t.Fatalf("force-leader: %d %s", r.Status, r.Body)
+	}
+	return r
 }

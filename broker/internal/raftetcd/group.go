@@ -451,13 +451,7 @@ func (g *group) apply(e raftpb.Entry) bool {
 		return true
 	}
 	pid := binary.BigEndian.Uint64(e.Data)
-	var res any
-	switch {
-	case g.cfg.Apply != nil:
-		res = g.cfg.Apply(e.Index, e.Data[8:])
-	case g.h.opts.Apply != nil:
-		g.h.opts.Apply(g.id, e.Index, e.Data[8:])
-	}
+	res := g.applyData(e)
 	g.mu.Lock()
 	ch := g.waiters[pid]
 	delete(g.waiters, pid)
@@ -466,6 +460,18 @@ func (g *group) apply(e raftpb.Entry) bool {
 		ch <- proposal{index: e.Index, result: res}
 	}
 	return true
+}
+
+// applyData hands a normal entry's command (its data past the proposal id) to the
+// application, and returns the application's result.
+func (g *group) applyData(e raftpb.Entry) any {
+	switch {
+	case g.cfg.Apply != nil:
+		return g.cfg.Apply(e.Index, e.Data[8:])
+	case g.h.opts.Apply != nil:
+		g.h.opts.Apply(g.id, e.Index, e.Data[8:])
+	}
+	return nil
 }
 
 // applyConfChange applies a committed membership change of the group.

@@ -694,12 +694,7 @@ func (g *group) applyTail() (int, error) {
 				return n, fmt.Errorf("raftetcd: group %s's log holds %d after %d", g.id, e.Index, g.applied)
 			}
 			if e.Type == raftpb.EntryNormal && len(e.Data) >= 8 {
-				switch {
-				case g.cfg.Apply != nil:
-					g.cfg.Apply(e.Index, e.Data[8:])
-				case g.h.opts.Apply != nil:
-					g.h.opts.Apply(g.id, e.Index, e.Data[8:])
-				}
+				g.applyData(e)
 				n++
 			}
 			g.mu.Lock()
