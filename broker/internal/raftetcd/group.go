@@ -541,6 +541,17 @@ func (g *group) confirm(ctx context.Context) error {
 	case <-g.h.quit:
 		return ErrClosed
 	}
+	// Then the wait for the apply, which ends with ctx and with the group too: the
+	// condition wakes on each apply, on a step down and when the loop ends (its
+	// stepDown), and, from here, when ctx ends. Without that the wait outlived its
+	// caller's deadline while nothing was applied (a stalled disk), and for ever once
+	// the group closed under it, its raft still a leader.
+	stop := context.AfterFunc(ctx, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.appliedC.Broadcast()
+	})
+	defer stop()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for g.applied < idx {
@@ -549,6 +560,13 @@ func (g *group) confirm(ctx context.Context) error {
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		select {
+		case <-g.quit:
+			return ErrClosed
+		case <-g.h.quit:
+			return ErrClosed
+		default:
 		}
 		g.appliedC.Wait()
 	}
