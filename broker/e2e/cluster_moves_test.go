@@ -410,19 +410,21 @@ func TestClusterForcedTakeover(t *testing.T) {
 }
 
 // TestClusterForcedTakeoverKeepsTheSurvivorsLog: a leader whose two followers are
-// killed (disks lost) holds the produces that were in flight then: in its Raft log,
-// never committed, each answered 503 (its outcome unknown). A forced takeover onto it
-// applies its whole log first, so those messages are delivered afterwards, like every
-// 202'd one. (Before, the new group started from what the survivor had applied, and
-// they were dropped.)
+// lost (one cut off, then the other killed, its disk lost) holds the produces that
+// were in flight then: in its Raft log, never committed, each answered 503 (its
+// outcome unknown). A forced takeover onto it applies its whole log first, so those
+// messages are delivered afterwards, like every 202'd one. (Before, the new group
+// started from what the survivor had applied, and they were dropped.) The follower
+// that was only cut off, once back, closes its replica and leaves the replaced group
+// (before, it closed the new group, which it never joined, and its old one ran on).
 func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
 	t.Parallel()
-	nodes := startPeersCluster(t, 5, "--auto-rebalance=false")
+	nodes, files := startChaosCluster(t, 5, "--auto-rebalance=false")
 	atVersion(t, nodes[0], 3)
 	nodes[0].api.createTopic("fl", map[string]any{"partitions": 1, "replication_factor": 3, "visibility_timeout_ms": 5000})
 	lead := leaderOf(t, nodes, "fl", 0)
 	reps := replicasOf(lead, "fl", 0)
-	// Producers through the leader, without pause, while its followers are killed.
+	// Producers through the leader, without pause, while its followers are lost.
 	var (
 		mu       sync.Mutex
 		accepted = map[string]bool{}
@@ -467,16 +469,16 @@ func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
 			lost = append(lost, nd)
 		}
 	}
-	for _, nd := range lost {
-		nd.Kill()
-		wipe(t, nd.DataDir())
-	}
+	cut, killed := lost[0], lost[1]
+	cutNode(t, cut, files[indexOf(nodes, cut)], true)
+	killed.Kill()
+	wipe(t, killed.DataDir())
 	close(stop)
 	wg.Wait()
 	mu.Lock()
 	if len(unknown) == 0 {
 		mu.Unlock()
-		t.Fatalf("no produce was in flight when the followers were killed (%d accepted)", len(accepted))
+		t.Fatalf("no produce was in flight when the followers were lost (%d accepted)", len(accepted))
 	}
 	mu.Unlock()
 	var asker *clusterNode
@@ -503,6 +505,17 @@ func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
 		t.Errorf("none of the %d produces in flight at the kill (in the survivor's log, never committed) was delivered after the takeover", len(unknown))
 	}
 	t.Logf("%d accepted, %d with an unknown outcome, %d of those delivered after the takeover", len(accepted), len(unknown), kept)
+	// The cut-off follower comes back: no longer placed there, its replica closes
+	// (its data kept) and it leaves the replaced group, the only one it held.
+	cutNode(t, cut, files[indexOf(nodes, cut)], false)
+	waitFor(t, 60*time.Second, "the returning follower to close its replica", func() bool {
+		return strings.Contains(cut.Log(), "closed a replica no longer placed here")
+	})
+	waitFor(t, 10*time.Second, "the returning follower to hold no Raft group", func() bool {
+		q, ok1 := metricValue(cut.api, `narad_replication_groups{state="quiesced"}`)
+		a, ok2 := metricValue(cut.api, `narad_replication_groups{state="active"}`)
+		return ok1 && ok2 && q+a == 0
+	})
 }
 
 // forceLeader asks through asker for a forced takeover of partition 0 of topic by

@@ -396,11 +396,20 @@ func (b *Broker) fetchFrom(t *topic, i int, sources []uint64) partition.Fetch {
 	}
 }
 
-// closeReplica leaves the group of partition i of t (before its partition closes, so
-// nothing is applied to a closed partition).
+// closeReplica leaves the group partition i of t was opened in (before its partition
+// closes, so nothing is applied to a closed partition). That is not always the group
+// its placement names now: a replica a forced takeover left out (cut off, then back)
+// sees a placement whose group is the new one, which it never joined; closing that
+// one left its old group running for good, ticking and campaigning, over a closed
+// partition whose data a move may delete. The caller holds placeMu, or the topic is
+// not published yet.
 func (b *Broker) closeReplica(t *topic, i int) {
-	if b.repl != nil {
-		b.repl.host.CloseGroup(t.gid(i))
+	if b.repl == nil || i >= len(t.openedAs) {
+		return
+	}
+	if g := t.openedAs[i]; g != "" {
+		b.repl.host.CloseGroup(g)
+		t.openedAs[i] = ""
 	}
 }
 
