@@ -604,6 +604,56 @@ func TestLazyHeartbeatsShareOneFramePerTick(t *testing.T) {
 	}
 }
 
+// TestCommitIndexRidesWithTheNextFrame: with lazy heartbeats, the append a leader
+// sends only to tell a follower of a new commit index waits for the next frame to that
+// peer instead of taking one of its own, and the last write's commit still reaches
+// every follower, with the tick, when no write follows. In the serial loop one write
+// after another cost eight frames before (the entries to each follower, its answer,
+// the commit index, its answer) and four now. The broker's loop (asynchronous writes,
+// parallel appends) already sent such writes' commit index with the next write's
+// entries; there the saving shows only under concurrent writes (docs/performance.md),
+// and this checks that the commit index still arrives.
+func TestCommitIndexRidesWithTheNextFrame(t *testing.T) {
+	for _, broker := range []bool{false, true} {
+		t.Run(fmt.Sprintf("broker=%v", broker), func(t *testing.T) {
+			// A slow clock, so that the writes rather than the ticks make the frames:
+			// each tick may add one frame in each of the four directions between the
+			// leader and its followers.
+			const tick = 200 * time.Millisecond
+			ns := startClusterWith(t, 1, func(o *Options) {
+				o.LazyHeartbeats, o.Tick, o.ElectionTick, o.HeartbeatTick = true, tick, 10, 1
+				o.LivenessTimeout = 5 * time.Second
+				if broker {
+					o.Store, o.AsyncStorageWrites, o.ParallelAppend = StoreRaftstore, true, true
+				}
+			})
+			ls := leaders(t, ns, 1)
+			g := groupName(0)
+			lead := ls[g]
+			caughtUp(t, ns, ls)
+			const writes = 60
+			b0, _ := frames(ns)
+			start := time.Now()
+			for range writes {
+				propose(t, lead, g)
+			}
+			b1, _ := frames(ns)
+			ticks := uint64(time.Since(start)/tick) + 2
+			// Measured: 3.9-4 a write (the serial loop sent 7.2-7.9 before).
+			if max := 5*writes + 4*ticks; b1-b0 > max {
+				t.Errorf("%d frames for %d writes in %d ticks, want at most %d (five a write, four a tick)", b1-b0, writes, ticks, max)
+			}
+			// Nothing follows the last write: its commit index leaves with a tick.
+			caughtUp(t, ns, ls)
+			for _, n := range ns {
+				if got := n.appliedIn(g); got != writes {
+					t.Errorf("n%d applied %d writes, want %d", n.id, got, writes)
+				}
+			}
+		})
+	}
+}
+
 // TestApplyRefusesAnEntryThatDoesNotFollow: a committed entry handed out of order (a
 // log store that is not raft's log) is not applied and stops the group's loop, instead
 // of the group applying one index again and again.
