@@ -67,7 +67,14 @@ func startPeersClusterEnv(t *testing.T, n int, env []string, extra ...string) []
 // the nodes and their files. Write a file with cutNode.
 func startChaosCluster(t *testing.T, n int, extra ...string) ([]*clusterNode, []string) {
 	t.Helper()
-	bin := testutil.BuildNaradTags(t, "chaosnet")
+	return startChaosClusterWith(t, n, "chaosnet", nil, extra...)
+}
+
+// startChaosClusterWith is startChaosCluster on a binary built with tags (which must
+// include chaosnet), each node with env added to its environment.
+func startChaosClusterWith(t *testing.T, n int, tags string, env []string, extra ...string) ([]*clusterNode, []string) {
+	t.Helper()
+	bin := testutil.BuildNaradTags(t, tags)
 	dir := t.TempDir()
 	files := make([]string, n)
 	nodes := startPeersClusterWith(t, n, func(i int, o *testutil.Options) {
@@ -76,7 +83,7 @@ func startChaosCluster(t *testing.T, n int, extra ...string) ([]*clusterNode, []
 			t.Fatal(err)
 		}
 		o.Bin = bin
-		o.Env = append(o.Env, transport.ChaosNetEnvVar+"="+files[i])
+		o.Env = append(append(o.Env, env...), transport.ChaosNetEnvVar+"="+files[i])
 	}, extra...)
 	return nodes, files
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/failpoint"
 	"github.com/narad-mq/narad/broker/internal/testutil"
 )
 
@@ -336,14 +337,7 @@ func TestClusterForcedTakeover(t *testing.T) {
 	asker.api.mustAck("ft", again)
 	acked[payloadID(t, again)] = true
 	// The set grows back to the replication factor on the live nodes.
-	waitFor(t, 90*time.Second, "three replicas again, no move under way", func() bool {
-		for _, m := range moves(asker) {
-			if m.Status == "copying" || m.Status == "switching" || m.Status == "removing" {
-				return false
-			}
-		}
-		return len(replicasOf(asker, "ft", 0)) == 3
-	})
+	waitGrownBack(t, asker, "ft")
 	if got := replicasOf(asker, "ft", 0); slices.Contains(got, lost[0].id) || slices.Contains(got, lost[1].id) {
 		t.Fatalf("replicas %v include a lost node", got)
 	}
@@ -414,12 +408,29 @@ func TestClusterForcedTakeover(t *testing.T) {
 // were in flight then: in its Raft log, never committed, each answered 503 (its
 // outcome unknown). A forced takeover onto it applies its whole log first, so those
 // messages are delivered afterwards, like every 202'd one. (Before, the new group
-// started from what the survivor had applied, and they were dropped.) The follower
-// that was only cut off, once back, closes its replica and leaves the replaced group
-// (before, it closed the new group, which it never joined, and its old one ran on).
+// started from what the survivor had applied, and they were dropped.) So it does when
+// the survivor is killed between the takeover and its reopening of the partition, and
+// opens straight into the new group when it starts again (restart=true; before, that
+// dropped them). The follower that was only cut off, once back, closes its replica and
+// leaves the replaced group (before, it closed the new group, which it never joined,
+// and its old one ran on).
 func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
 	t.Parallel()
-	nodes, files := startChaosCluster(t, 5, "--auto-rebalance=false")
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			t.Parallel()
+			forcedTakeoverKeepsTheSurvivorsLog(t, restart)
+		})
+	}
+}
+
+func forcedTakeoverKeepsTheSurvivorsLog(t *testing.T, restart bool) {
+	tags, env := "chaosnet", []string(nil)
+	if restart {
+		// Every node could be the survivor; only the survivor reaches the point.
+		tags, env = "chaosnet,failpoints", []string{failpoint.EnvVar + "=" + failpoint.ReplicaTakeover + ":kill@1"}
+	}
+	nodes, files := startChaosClusterWith(t, 5, tags, env, "--auto-rebalance=false")
 	atVersion(t, nodes[0], 3)
 	nodes[0].api.createTopic("fl", map[string]any{"partitions": 1, "replication_factor": 3, "visibility_timeout_ms": 5000})
 	lead := leaderOf(t, nodes, "fl", 0)
@@ -487,6 +498,30 @@ func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
 			asker = nd
 		}
 	}
+	if restart {
+		// The survivor dies at its takeover, before it applies anything of it; the
+		// request waits for it to lead, and is asked again (it is idempotent) once it
+		// runs again.
+		first := make(chan struct{})
+		go func() {
+			defer close(first)
+			_, _ = asker.api.Try(http.MethodPost, topicPath("fl")+"/partitions/0/force-leader", []byte(`{"node":"`+lead.id+`"}`), "Content-Type", "application/json")
+		}()
+		defer func() {
+			select {
+			case <-first:
+			case <-time.After(60 * time.Second):
+				t.Error("the first force-leader request did not return")
+			}
+		}()
+		if _, ok := lead.Wait(60 * time.Second); !ok || !strings.Contains(lead.Log(), failpoint.FiredPrefix+" name="+failpoint.ReplicaTakeover) {
+			t.Fatalf("the survivor did not die at its takeover's failpoint (exited: %v)", ok)
+		}
+		lead.Launch()
+		if err := lead.WaitReady(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	forceLeader(t, asker, "fl", lead)
 	seen := map[string]int{}
 	drain(t, asker, "fl", seen, 3*time.Second)
@@ -505,8 +540,13 @@ func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
 		t.Errorf("none of the %d produces in flight at the kill (in the survivor's log, never committed) was delivered after the takeover", len(unknown))
 	}
 	t.Logf("%d accepted, %d with an unknown outcome, %d of those delivered after the takeover", len(accepted), len(unknown), kept)
-	// The cut-off follower comes back: no longer placed there, its replica closes
-	// (its data kept) and it leaves the replaced group, the only one it held.
+	// The cut-off follower comes back once the set grew back on the other nodes: no
+	// longer placed there, its replica closes (its data kept) and it leaves the
+	// replaced group, the only one it held.
+	waitGrownBack(t, asker, "fl")
+	if got := replicasOf(asker, "fl", 0); slices.Contains(got, cut.id) {
+		t.Fatalf("replicas %v include the cut-off node", got)
+	}
 	cutNode(t, cut, files[indexOf(nodes, cut)], false)
 	waitFor(t, 60*time.Second, "the returning follower to close its replica", func() bool {
 		return strings.Contains(cut.Log(), "closed a replica no longer placed here")
@@ -515,6 +555,20 @@ func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
 		q, ok1 := metricValue(cut.api, `narad_replication_groups{state="quiesced"}`)
 		a, ok2 := metricValue(cut.api, `narad_replication_groups{state="active"}`)
 		return ok1 && ok2 && q+a == 0
+	})
+}
+
+// waitGrownBack waits until partition 0 of topic has three replicas again, as asker
+// sees it, and no move is under way.
+func waitGrownBack(t *testing.T, asker *clusterNode, topic string) {
+	t.Helper()
+	waitFor(t, 90*time.Second, "three replicas again, no move under way", func() bool {
+		for _, m := range moves(asker) {
+			if m.Status == "copying" || m.Status == "switching" || m.Status == "removing" {
+				return false
+			}
+		}
+		return len(replicasOf(asker, topic, 0)) == 3
 	})
 }
 

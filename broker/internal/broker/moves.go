@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/failpoint"
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/raftetcd"
@@ -463,11 +464,17 @@ func (b *Broker) followPlacement() {
 			if want && lp != nil && t.openedAs[i] != groupOf(&m, i) {
 				// Its group changed (made over its data, or taken over by force):
 				// reopened in the new one, its data kept. A group replaced by force
-				// lost its majority for good: what its log holds past what this
-				// replica applied is applied first, committed or not, so that the
-				// new group starts from everything the survivor held (entries it
-				// had recorded with a majority among them).
-				if old := t.openedAs[i]; old != "" {
+				// lost its majority for good: on the survivor, what its log holds
+				// past what this replica applied is applied first, committed or not,
+				// so that the new group starts from everything the survivor held
+				// (entries it had recorded with a majority among them). A replica
+				// the takeover left out that a move placed here again joins the new
+				// group afresh (openReplica sets its copy aside): the old log is
+				// nothing to it.
+				if old := t.openedAs[i]; old != "" && !b.soleOverData(m.Placement[i]) {
+					b.repl.host.CloseGroup(old)
+				} else if old != "" {
+					failpoint.Inject(failpoint.ReplicaTakeover)
 					n, err := b.repl.host.CloseGroupApplyingLog(old)
 					if err != nil {
 						b.log.Error("applying the log of a partition's replaced group failed; the new group starts without the rest of it",

@@ -232,7 +232,7 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	// raised from 1, a forced takeover) starts the group alone, and its first snapshot
 	// stands for that data: a replica added later restores it, fetching the messages,
 	// instead of replaying a log that never held them.
-	soleOverData := pl.Group && len(pl.Replicas) == 1 && pl.Replicas[0] == b.opts.NodeID
+	soleOverData := b.soleOverData(pl)
 	onData := fresh && soleOverData
 	if onData {
 		join = false
@@ -264,6 +264,14 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 			return nil, err
 		}
 		b.metrics.ReplicaRebuilds.WithLabelValues(m.Name).Inc()
+	}
+	if soleOverData && pl.Forced > 0 && (i >= len(t.openedAs) || t.openedAs[i] == "") {
+		// First opened in this process (a reopening by followPlacement applied the
+		// replaced group's log as it left it).
+		if err := b.applyReplacedLog(p, popts.Dir, raftDir, pl.Forced, m.Name, i); err != nil {
+			_ = p.Close() // the error below is the one to report
+			return nil, err
+		}
 	}
 	voters, known := b.voters(m.Placement[i].Replicas)
 	if !known {
@@ -318,6 +326,84 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		return nil, err
 	}
 	return p, nil
+}
+
+// soleOverData reports whether this node is the only replica of a group made over
+// the data it holds (a replication factor raised from 1, a forced takeover's
+// survivor).
+func (b *Broker) soleOverData(pl meta.Placement) bool {
+	return pl.Group && len(pl.Replicas) == 1 && pl.Replicas[0] == b.opts.NodeID
+}
+
+// applyReplacedLog applies to p, the survivor of a forced takeover about to start the
+// new group in raftDir, everything the replaced group's Raft log holds, committed or
+// not, as followPlacement does when it leaves the replaced group
+// (CloseGroupApplyingLog). A node that stopped between the takeover and its
+// placement pass, or was stopped when it was made, opens straight into the new group
+// here: nothing else would apply that log's tail (entries it recorded with a majority
+// that it had not yet heard were committed, produces in flight on it as leader). Only
+// while the new group's log is empty: its first entries are written over this state.
+// The log is read from its last snapshot, as a start replays it; what p already holds
+// it takes again as then.
+func (b *Broker) applyReplacedLog(p *partition.Partition, partDir, raftDir string, forced uint64, topic string, i int) error {
+	if t, err := b.repl.host.LastTerm(raftDir); err != nil || t > 0 {
+		return nil // the new group has begun (or its log is unreadable: opening it says so)
+	}
+	replaced, err := replacedRaftDir(partDir, forced)
+	if err != nil || replaced == "" {
+		return err
+	}
+	n, err := b.repl.host.ApplyLogIn(replaced, func(index uint64, data []byte) { p.Apply(index, data) })
+	if err != nil {
+		// A takeover follows a disaster; this log may be damaged. What it held past
+		// the error is lost, as when the survivor's disk lost it.
+		b.log.Error("reading the Raft log of a partition's replaced group failed; the new group starts without the rest of it",
+			"topic", topic, "partition", i, "dir", replaced, "applied", n, "err", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	b.log.Warn("applied a replaced group's log, committed or not, before the new group starts",
+		"topic", topic, "partition", i, "entries", n)
+	// The new group's first snapshot stands for this state: it must be on disk first.
+	if err := p.Flush(); err != nil {
+		return fmt.Errorf("flushing partition %d of topic %q after applying its replaced group's log: %w", i, topic, err)
+	}
+	return nil
+}
+
+// replacedRaftDir is the Raft log in partDir of the group a forced takeover at index
+// forced replaced: of the logs of this partition's groups here, the latest before it
+// (the original group's, "raft", counts as forced at 0). "" when there is none.
+func replacedRaftDir(partDir string, forced uint64) (string, error) {
+	ents, err := os.ReadDir(partDir)
+	if err != nil {
+		return "", err
+	}
+	best, found := uint64(0), ""
+	for _, e := range ents {
+		name := e.Name()
+		if !e.IsDir() {
+			continue
+		}
+		var f uint64
+		switch n, ok := strings.CutPrefix(name, "raft-f"); {
+		case name == "raft":
+		case ok:
+			if f, err = strconv.ParseUint(n, 10, 64); err != nil {
+				continue
+			}
+		default:
+			continue
+		}
+		if f < forced && (found == "" || f > best) {
+			best, found = f, name
+		}
+	}
+	if found == "" {
+		return "", nil
+	}
+	return filepath.Join(partDir, found), nil
 }
 
 // replacedTermMargin is how many terms a group made over a replaced group's data (a

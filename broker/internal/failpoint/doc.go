@@ -58,13 +58,17 @@ const (
 	PartitionCkptBeforeRename = PartitionBeforeRename + "queue.ckpt"
 	// PartitionEpochBeforeRename is the lease epoch file's instance.
 	PartitionEpochBeforeRename = PartitionBeforeRename + "epoch"
+	// ReplicaTakeover: a replica's group was replaced by a forced takeover that made
+	// this node the survivor; the node has neither applied the replaced group's log nor
+	// opened the new group yet.
+	ReplicaTakeover = "replica-takeover"
 )
 
 // Points lists every named point, for harnesses that pick one at random.
 var Points = []string{
 	SegmentAfterWrite, SegmentAfterFsync, SegmentUndo, SegmentRollCreated, SegmentRetentionDelete,
 	SegmentRetentionUnlink, WALAfterWrite, PartitionAfterAppend, PartitionAfterSettle,
-	PartitionCkptBeforeRename, PartitionEpochBeforeRename,
+	PartitionCkptBeforeRename, PartitionEpochBeforeRename, ReplicaTakeover,
 }
 
 // EnvVar is the environment variable read at start when built with the tag.

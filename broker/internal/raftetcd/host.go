@@ -637,6 +637,46 @@ func (h *Host) LastTerm(dir string) (uint64, error) {
 	return max(hs.Term, lt), nil
 }
 
+// ApplyLogIn is CloseGroupApplyingLog for a group that is not open: the Raft log in
+// dir, of a group replaced by force while this node was stopped (or before it opened
+// the new one), is read and every entry with data past its snapshot is handed to apply
+// in order, committed or not. The application must take again entries it already
+// holds, as at every start (a group replays its log from its last snapshot). It
+// returns how many entries it handed over; 0 when dir does not exist. StoreRaftstore
+// only.
+func (h *Host) ApplyLogIn(dir string, apply func(index uint64, data []byte)) (int, error) {
+	if _, err := h.opts.FS.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	if h.opts.Store != StoreRaftstore {
+		return 0, nil // the spike's prototype store; no group is made over another's data there
+	}
+	st, err := openSegStore(h.opts.FS, filepath.Dir(dir), filepath.Base(dir), h.opts.Sync, h.opts.WAL)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = st.close() }() // read only; nothing to lose
+	snap, err := st.Snapshot()
+	if err != nil {
+		return 0, err
+	}
+	last, err := st.LastIndex()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = eachEntry(st, "the Raft log in "+dir, snap.Metadata.Index+1, last, func(e raftpb.Entry) {
+		if withData(e) {
+			apply(e.Index, e.Data[8:])
+			n++
+		}
+	})
+	return n, err
+}
+
 // CloseGroup stops group id and closes its log; its files stay.
 func (h *Host) CloseGroup(id string) {
 	h.gmu.Lock()
@@ -683,29 +723,42 @@ func (g *group) applyTail() (int, error) {
 		return 0, err
 	}
 	n := 0
-	for g.applied < last {
-		ents, err := g.st.Entries(g.applied+1, last+1, 4<<20)
+	err = eachEntry(g.st, "group "+g.id+"'s log", g.applied+1, last, func(e raftpb.Entry) {
+		if withData(e) {
+			g.applyData(e)
+			n++
+		}
+		g.mu.Lock()
+		g.applied = e.Index
+		g.mu.Unlock()
+	})
+	return n, err
+}
+
+// eachEntry hands fn the entries of st from index from to last, in order.
+func eachEntry(st logStore, what string, from, last uint64, fn func(raftpb.Entry)) error {
+	for next := from; next <= last; {
+		ents, err := st.Entries(next, last+1, 4<<20)
 		if err != nil {
-			return n, fmt.Errorf("raftetcd: reading group %s's log past %d: %w", g.id, g.applied, err)
+			return fmt.Errorf("raftetcd: reading %s from %d: %w", what, next, err)
 		}
 		if len(ents) == 0 {
-			break
+			return nil
 		}
 		for _, e := range ents {
-			if e.Index != g.applied+1 {
-				return n, fmt.Errorf("raftetcd: group %s's log holds %d after %d", g.id, e.Index, g.applied)
+			if e.Index != next {
+				return fmt.Errorf("raftetcd: %s holds %d where %d was due", what, e.Index, next)
 			}
-			if e.Type == raftpb.EntryNormal && len(e.Data) >= 8 {
-				g.applyData(e)
-				n++
-			}
-			g.mu.Lock()
-			g.applied = e.Index
-			g.mu.Unlock()
+			fn(e)
+			next++
 		}
 	}
-	return n, nil
+	return nil
 }
+
+// withData reports whether e is a proposal of the application's (not a configuration
+// change, nor a leader's empty entry).
+func withData(e raftpb.Entry) bool { return e.Type == raftpb.EntryNormal && len(e.Data) >= 8 }
 
 func (h *Host) group(id string) *group {
 	h.gmu.RLock()

@@ -727,8 +727,8 @@ func TestAppendedAgoIsTheArrival(t *testing.T) {
 // write it can never commit. CloseGroup drops it with the group; closed with
 // CloseGroupApplyingLog (a forced takeover), the group applies it first, and only it.
 func TestCloseGroupApplyingLogAppliesTheTail(t *testing.T) {
-	for _, applyLog := range []bool{false, true} {
-		t.Run(fmt.Sprintf("applyLog=%v", applyLog), func(t *testing.T) {
+	for _, mode := range []string{"close", "applyLog", "closedThenRead"} {
+		t.Run(mode, func(t *testing.T) {
 			// The store and writes of the broker's groups; an election timeout of 3 s,
 			// so that the leader still leads (check-quorum) when the write is proposed.
 			ns := startClusterWith(t, 1, func(o *Options) {
@@ -750,11 +750,26 @@ func TestCloseGroupApplyingLogAppliesTheTail(t *testing.T) {
 			if err == nil {
 				t.Fatal("a write committed with two of three replicas stopped")
 			}
-			if !applyLog {
+			if mode != "applyLog" {
 				lead.host.CloseGroup(g)
 				if got := lead.appliedIn(g); got != before {
 					t.Fatalf("CloseGroup applied %d entries more", got-before)
 				}
+			}
+			if mode == "closedThenRead" {
+				// The node stopped before it replaced the group: the log, read from its
+				// files, hands over everything past its snapshot (none here), the
+				// uncommitted write last.
+				var got []string
+				n, err := lead.host.ApplyLogIn(filepath.Join(lead.opts.Dir, g), func(_ uint64, data []byte) { got = append(got, string(data)) })
+				if err != nil || n != len(got) || len(got) != 2 || got[0] != "m" || got[1] != "tail" {
+					t.Fatalf("ApplyLogIn handed over %q (n %d, %v), want [m tail]", got, n, err)
+				}
+				if n, err := lead.host.ApplyLogIn(filepath.Join(t.TempDir(), "none"), nil); n != 0 || err != nil {
+					t.Fatalf("ApplyLogIn of no log: %d, %v", n, err)
+				}
+			}
+			if mode != "applyLog" {
 				return
 			}
 			n, err := lead.host.CloseGroupApplyingLog(g)
