@@ -483,6 +483,10 @@ func (b *Broker) followPlacement() {
 						b.log.Warn("applied the rest of a replaced group's log, committed or not, before the new group starts",
 							"topic", t.name, "partition", i, "entries", n)
 					}
+					if lp.Failed() {
+						b.log.Error("a write failed while applying the rest of a replaced group's log; the new group starts without what failed",
+							"topic", t.name, "partition", i)
+					}
 					// Nothing replays the old log again: what it applied must be on disk.
 					if err := lp.Flush(); err != nil {
 						b.log.Error("flushing a partition that leaves its replaced group failed; a crash before the new group's first snapshot may lose its last writes",

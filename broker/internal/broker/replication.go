@@ -363,6 +363,14 @@ func (b *Broker) applyReplacedLog(p *partition.Partition, partDir, raftDir strin
 	if n == 0 {
 		return nil
 	}
+	// Applied at the replaced group's indexes; the new group counts from 1.
+	p.ForgetIndexes()
+	if p.Failed() {
+		// A write of it failed: the new group must not start over this state (its
+		// first entries would end the log's reading here for good). The topic's open
+		// fails and is tried again, the log read again.
+		return fmt.Errorf("%w: partition %d of topic %q failed a write while applying its replaced group's log", ErrUnavailable, i, topic)
+	}
 	b.log.Warn("applied a replaced group's log, committed or not, before the new group starts",
 		"topic", topic, "partition", i, "entries", n)
 	// The new group's first snapshot stands for this state: it must be on disk first.

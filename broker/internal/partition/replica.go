@@ -136,6 +136,19 @@ func (r *replica) mark(index, end uint64) {
 	r.marks = append(r.marks, indexMark{index: index, end: end})
 }
 
+// ForgetIndexes drops what the replica knows of where the group's entries put its
+// message log (OffsetAtIndex). A forced takeover's survivor applies the replaced
+// group's log, at that group's indexes, before the new group starts counting from 1:
+// left in place, those marks would read as the new group's (a follower's lag and
+// caught-up check from them, wrong until they aged out).
+func (p *Partition) ForgetIndexes() {
+	if r := p.repl; r != nil {
+		r.marksMu.Lock()
+		r.marks = nil
+		r.marksMu.Unlock()
+	}
+}
+
 // OffsetAtIndex returns the message log's end once the group's entries up to index
 // were applied: how far a follower whose log matches up to index holds the messages.
 func (p *Partition) OffsetAtIndex(index uint64) uint64 {

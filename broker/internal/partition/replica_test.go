@@ -316,6 +316,36 @@ func TestReplicaMarksAfterReplay(t *testing.T) {
 	}
 }
 
+// A forced takeover's survivor applies the replaced group's log, at that group's
+// indexes, before the new group starts counting from 1: once it forgets those marks,
+// the new group's entries tell their own offsets (before, the old marks, higher, hid
+// them from the search, and a follower of the new group showed no progress).
+func TestReplicaForgetsTheReplacedGroupsIndexes(t *testing.T) {
+	g, ps := openGroup(t, 2)
+	for range 20 {
+		if _, err := ps[0].Append([]segment.Record{{Value: []byte("a")}, {Value: []byte("b")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := ps[1]
+	p.repl.marksMu.Lock()
+	p.repl.marks = nil // as after a restart
+	p.repl.marksMu.Unlock()
+	for i, cmd := range g.log {
+		p.Apply(uint64(5000+i), cmd) // the replaced group's log, read from its files
+	}
+	p.ForgetIndexes()
+	// The new group: its first entries are its voters and its leader's empty entry.
+	for i := range 3 {
+		p.Apply(uint64(3+i), encodeAppendCmd(p.log.Next(), []segment.Record{{Value: []byte("n")}}))
+	}
+	for i, want := range []uint64{41, 42, 43} {
+		if got := p.OffsetAtIndex(uint64(3 + i)); got != want {
+			t.Errorf("the new group's entry %d marks offset %d, want %d", 3+i, got, want)
+		}
+	}
+}
+
 // A handover's leases are for the direct successor only: a replica that applies an old
 // L again (a restart replays the group's log) and comes to lead terms later must not
 // hold those messages for handles that a leader in between may have replaced.

@@ -624,6 +624,7 @@ func (g *group) tick() {
 	}
 	if hbs := g.quiesceLocked(); hbs != nil {
 		g.quiesced = true
+		g.h.quiesces.Add(1)
 		g.mu.Unlock()
 		g.h.send(g.id, flagQuiesce, hbs)
 		return
@@ -673,8 +674,9 @@ func (g *group) quiesceLocked() []raftpb.Message {
 
 // step hands a message from a peer to raft. A quiesce heartbeat from the current
 // leader, with the follower's log caught up to it, quiesces the follower. Any other
-// message wakes a quiesced group, except the answers to quiesce heartbeats (the
-// leader stays asleep) and pre-votes to a follower (its leader is alive, by liveness,
+// message wakes a quiesced group, except the answers to quiesce heartbeats and the
+// answers to appends that leave the leader nothing to do (the leader stays asleep),
+// and pre-votes to a follower (its leader is alive, by liveness,
 // so the pre-vote would be refused anyway; the leader, which gets one too, wakes and
 // tells the candidate).
 func (g *group) step(flags byte, m raftpb.Message) {
@@ -717,6 +719,11 @@ func (g *group) step(flags byte, m raftpb.Message) {
 		}
 	case m.Type == raftpb.MsgHeartbeatResp:
 	case m.Type == raftpb.MsgPreVote && g.rn.BasicStatus().RaftState == raft.StateFollower:
+	case m.Type == raftpb.MsgAppResp && !m.Reject && g.quiesced && !g.rn.HasReady():
+		// A quiesced leader's answer to an append that changed nothing: the commit
+		// index sent lazily (host.lazy) just before the quiesce heartbeats, which
+		// carry it too. Waking for it cost an idle leader another tick and another
+		// round of quiesce heartbeats after every lone write.
 	default:
 		g.quiesced = false
 	}

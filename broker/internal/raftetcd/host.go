@@ -142,6 +142,9 @@ type Stats struct {
 	// read indexes asked to renew leases; VotesHeld the vote requests a replica
 	// refused while it held its vote for its leader's lease.
 	LeaseServed, LeaseRenewals, VotesHeld uint64
+	// Quiesces counts the times a group led here fell asleep (its quiesce heartbeats
+	// sent).
+	Quiesces uint64
 }
 
 // PeerLiveness is what this node knows of another's liveness (Host.Peers).
@@ -177,6 +180,7 @@ type Host struct {
 	leaseServed   atomic.Uint64 // Stats.LeaseServed
 	leaseRenewals atomic.Uint64 // Stats.LeaseRenewals
 	votesHeld     atomic.Uint64 // Stats.VotesHeld
+	quiesces      atomic.Uint64 // Stats.Quiesces
 
 	// lastTick is when tickOnce last ran (UnixNano; the ticker goroutine only).
 	lastTick int64
@@ -658,7 +662,7 @@ func (h *Host) ApplyLogIn(dir string, apply func(index uint64, data []byte)) (in
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = st.close() }() // read only; nothing to lose
+	defer func() { _ = st.close() }() // only read (opening may cut a torn tail, as any open does); nothing to lose
 	snap, err := st.Snapshot()
 	if err != nil {
 		return 0, err
@@ -794,7 +798,8 @@ func (h *Host) GroupCounts() (groups, quiesced int) {
 func (h *Host) Stats() Stats {
 	return Stats{RPCCalls: h.rpcCalls.Load(), BatchCalls: h.batchCalls.Load(), BatchItems: h.batchItems.Load(),
 		StreamsOpened: h.streamsOpened.Load(), ForcedCampaigns: h.forced.Load(), LeadershipsWon: h.won.Load(),
-		LeaseServed: h.leaseServed.Load(), LeaseRenewals: h.leaseRenewals.Load(), VotesHeld: h.votesHeld.Load()}
+		LeaseServed: h.leaseServed.Load(), LeaseRenewals: h.leaseRenewals.Load(), VotesHeld: h.votesHeld.Load(),
+		Quiesces: h.quiesces.Load()}
 }
 
 // Peers returns the liveness of every other node, by raft id.

@@ -654,6 +654,35 @@ func TestCommitIndexRidesWithTheNextFrame(t *testing.T) {
 	}
 }
 
+// TestALoneWriteQuiescesItsLeaderOnce: after a write followed by nothing, the leader
+// quiesces once. Its commit index goes to the followers with the tick, just before the
+// quiesce heartbeats; their answer to it changes nothing and must not wake the leader
+// (it did: every lone write cost a second round of quiesce heartbeats).
+func TestALoneWriteQuiescesItsLeaderOnce(t *testing.T) {
+	ns := startClusterWith(t, 1, func(o *Options) {
+		o.LazyHeartbeats, o.Store, o.AsyncStorageWrites, o.ParallelAppend = true, StoreRaftstore, true, true
+		o.LivenessTimeout = 5 * time.Second
+	})
+	ls := leaders(t, ns, 1)
+	g := groupName(0)
+	lead := ls[g]
+	asleep := func() {
+		poll(t, 20*time.Second, "every replica quiesced", func() bool { return allQuiesced(ns, 1) })
+		settled(t, ns)
+	}
+	asleep()
+	q0 := lead.host.Stats().Quiesces
+	const writes = 10
+	for range writes {
+		propose(t, lead, g)
+		asleep()
+	}
+	// Measured: 10 on this change, 20 before it (each lone write woke the leader again).
+	if got := lead.host.Stats().Quiesces - q0; got > writes*3/2 {
+		t.Errorf("the leader quiesced %d times after %d lone writes, want about one a write", got, writes)
+	}
+}
+
 // TestApplyRefusesAnEntryThatDoesNotFollow: a committed entry handed out of order (a
 // log store that is not raft's log) is not applied and stops the group's loop, instead
 // of the group applying one index again and again.
