@@ -676,9 +676,8 @@ func (g *group) quiesceLocked() []raftpb.Message {
 // leader, with the follower's log caught up to it, quiesces the follower. Any other
 // message wakes a quiesced group, except the answers to quiesce heartbeats and the
 // answers to appends that leave the leader nothing to do (the leader stays asleep),
-// and pre-votes to a follower (its leader is alive, by liveness,
-// so the pre-vote would be refused anyway; the leader, which gets one too, wakes and
-// tells the candidate).
+// and pre-votes to a follower (its leader is alive, by liveness, so the pre-vote would
+// be refused anyway; the leader, which gets one too, wakes and tells the candidate).
 func (g *group) step(flags byte, m raftpb.Message) {
 	if m.Type == raftpb.MsgTransferLeader {
 		// A transfer is asked of the leader's own host (TransferLeader), which first
