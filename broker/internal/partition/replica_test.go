@@ -292,20 +292,29 @@ func TestReplicaConcurrentAppendsAreNotRefused(t *testing.T) {
 	}
 }
 
-// A restart applies the group's log again: the marks that tell a follower's lag must
-// come out as they were, each entry at the end its own messages reached, not at the
-// log's end now (a follower would be shown caught up when it is not).
-func TestReplicaMarksAfterReplay(t *testing.T) {
+// followerAfterRestart opens a group of two replicas, appends batches of two messages
+// through the first, and returns the group and the second with its marks dropped, as
+// after a restart (its log holds the messages; the group's log is applied again).
+func followerAfterRestart(t *testing.T, batches int) (*fakeGroup, *Partition) {
+	t.Helper()
 	g, ps := openGroup(t, 2)
-	for range 3 {
+	for range batches {
 		if _, err := ps[0].Append([]segment.Record{{Value: []byte("a")}, {Value: []byte("b")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	p := ps[1]
 	p.repl.marksMu.Lock()
-	p.repl.marks = nil // as after a restart
+	p.repl.marks = nil
 	p.repl.marksMu.Unlock()
+	return g, p
+}
+
+// A restart applies the group's log again: the marks that tell a follower's lag must
+// come out as they were, each entry at the end its own messages reached, not at the
+// log's end now (a follower would be shown caught up when it is not).
+func TestReplicaMarksAfterReplay(t *testing.T) {
+	g, p := followerAfterRestart(t, 3)
 	for i, cmd := range g.log {
 		p.Apply(uint64(i+1), cmd)
 	}
@@ -321,16 +330,7 @@ func TestReplicaMarksAfterReplay(t *testing.T) {
 // the new group's entries tell their own offsets (before, the old marks, higher, hid
 // them from the search, and a follower of the new group showed no progress).
 func TestReplicaForgetsTheReplacedGroupsIndexes(t *testing.T) {
-	g, ps := openGroup(t, 2)
-	for range 20 {
-		if _, err := ps[0].Append([]segment.Record{{Value: []byte("a")}, {Value: []byte("b")}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p := ps[1]
-	p.repl.marksMu.Lock()
-	p.repl.marks = nil // as after a restart
-	p.repl.marksMu.Unlock()
+	g, p := followerAfterRestart(t, 20)
 	for i, cmd := range g.log {
 		p.Apply(uint64(5000+i), cmd) // the replaced group's log, read from its files
 	}

@@ -609,23 +609,34 @@ func bootstrapEntries(voters []uint64) []raftpb.Entry {
 	return ents
 }
 
-// LastTerm is the highest term the group log in dir (a GroupConfig.Dir) knew: the
-// term of its hard state. The group must not be open. 0 when dir holds no log.
-func (h *Host) LastTerm(dir string) (uint64, error) {
+// openClosedLog opens, to read it, the log in dir of a group that is not open here; nil
+// (and no error) when dir holds none, or with the spike's prototype store (no group is
+// made over another's data there).
+func (h *Host) openClosedLog(dir string) (logStore, error) {
 	if _, err := h.opts.FS.Stat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return 0, nil
+			return nil, nil
 		}
-		return 0, err
+		return nil, err
 	}
 	if h.opts.Store != StoreRaftstore {
-		return 0, nil // the spike's prototype store; no group is made over another's data there
+		return nil, nil
 	}
 	st, err := openSegStore(h.opts.FS, filepath.Dir(dir), filepath.Base(dir), h.opts.Sync, h.opts.WAL)
 	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// LastTerm is the highest term the group log in dir (a GroupConfig.Dir) knew: the
+// term of its hard state. The group must not be open. 0 when dir holds no log.
+func (h *Host) LastTerm(dir string) (uint64, error) {
+	st, err := h.openClosedLog(dir)
+	if st == nil {
 		return 0, err
 	}
-	defer func() { _ = st.close() }() // read only; nothing to lose
+	defer func() { _ = st.close() }() // only read (opening may cut a torn tail, as any open does); nothing to lose
 	hs, _, err := st.InitialState()
 	if err != nil {
 		return 0, err
@@ -649,17 +660,8 @@ func (h *Host) LastTerm(dir string) (uint64, error) {
 // returns how many entries it handed over; 0 when dir does not exist. StoreRaftstore
 // only.
 func (h *Host) ApplyLogIn(dir string, apply func(index uint64, data []byte)) (int, error) {
-	if _, err := h.opts.FS.Stat(dir); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return 0, nil
-		}
-		return 0, err
-	}
-	if h.opts.Store != StoreRaftstore {
-		return 0, nil // the spike's prototype store; no group is made over another's data there
-	}
-	st, err := openSegStore(h.opts.FS, filepath.Dir(dir), filepath.Base(dir), h.opts.Sync, h.opts.WAL)
-	if err != nil {
+	st, err := h.openClosedLog(dir)
+	if st == nil {
 		return 0, err
 	}
 	defer func() { _ = st.close() }() // only read (opening may cut a torn tail, as any open does); nothing to lose
