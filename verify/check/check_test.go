@@ -158,6 +158,11 @@ func TestClockSteps(t *testing.T) {
 		{"cluster: a node behind stamped the parent", delayH(500*msec, 1500).nodeClock(-s, "n2", -s), ""},
 		{"cluster: early by more than the nodes' offsets differ", delayH(500*msec, 2100).nodeClock(-s, "n2", 200*msec), "delay-early"},
 		{"cluster: copy stamped early by more than the offsets differ", delayH(1100*msec, 1500).nodeClock(-s, "n2", 200*msec), "delay-early"},
+		// The copy's stamper went further behind after the parent was stamped (here a
+		// step back; a clock drifting back does it too): it stamps the copy by its
+		// offset then, not by its offset during the parent's stamping.
+		{"cluster: the copy's stamper stepped back after the parent's stamp", delayH(2500*msec, 1200).nodeClock(1500*msec, "n2", -s), ""},
+		{"cluster: copy stamped early by more than that step back", delayH(2500*msec, 800).nodeClock(1500*msec, "n2", -s), "delay-early"},
 		// A drifting node's offset grows: 0 at -1 s, gaining 1 s a second, it is 1.5 s
 		// ahead at 0.5 s; gaining 0.1 s a second, 0.15 s.
 		{"cluster: a drifting node ahead copies early, by what it gained", delayH(500*msec, 1500).nodeDrift(-s, "n2", 0, 1), ""},
