@@ -667,16 +667,17 @@ func Check(es []history.Entry) *Report {
 				// again so, since the explanation below may blame another step.
 				again := *m
 				again.ackUndoneAt = at
-				if ok, _, _ := again.checkCopy(copyOps[k]); ok {
+				ok, abad, awhy := again.checkCopy(copyOps[k])
+				if ok {
 					r.SettleDamaged++
 					continue
 				}
+				// The damage explains the ack's loss but not this history: what is wrong
+				// with it even so is the violation.
+				bad, why = abad, awhy
 			}
 			kind := "lease-model"
 			switch {
-			case strings.Contains(why, "after a 204 ack") && !cluster && settleLost(k.topic, k.partition, k.offset, "", firstAck(copyOps[k])):
-				r.SettleDamaged++
-				continue
 			case strings.Contains(why, "after a 204 ack"):
 				kind = "acked-redelivered"
 			case strings.Contains(why, "surely alive") && bad.kind == kDeliver:
