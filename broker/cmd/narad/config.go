@@ -68,6 +68,7 @@ type config struct {
 	AutoRebalance         bool
 	MaxMoves              int
 	LeaderLeases          bool
+	WALHoldProcessor      bool
 	// secretFlags names the secret flags given on the command line (they show in ps).
 	secretFlags []string
 	// PrintConfig prints the effective configuration and exits (--print-config).
@@ -107,6 +108,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.Int64Var(&c.SegmentBytes, "segment-bytes", 64<<20, "size at which a partition's log rolls to a new segment file")
 	fs.IntVar(&c.SnapshotEntries, "replica-snapshot-entries", broker.DefaultSnapshotEntries, "entries a replicated partition's Raft log takes between two snapshots; the log is then cut to its last 2,048 entries (a quarter of this when that is fewer), and a replica further behind is sent the snapshot and fetches the messages it lacks")
 	fs.StringVar(&c.SyncMode, "sync-mode", "wal", "wal: every partition's appends go through one write-ahead file, one fdatasync per round; group: partitions with writes waiting share one file-system sync (syncfs); file: one fdatasync per write")
+	fs.BoolVar(&c.WALHoldProcessor, "wal-hold-processor", true, "with --sync-mode wal, each round's fdatasync keeps the writer's Go processor instead of handing it to the scheduler (RF 3 produce +26 % on 2 cores); a garbage collection waits for a sync under way, so rounds sync the plain way for 10 s after any sync of 20 ms or more, and always with GOMAXPROCS 1; false: always the plain way")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
 	fs.DurationVar(&c.StatsInterval, "stats-interval", broker.DefaultStatsInterval, "how often the stats route (GET /v1/stats) samples each topic's rates and backlog; it keeps the last 90 samples in memory")
 	fs.BoolVar(&c.Console, "console", true, "serve the web console at /console (static files; it calls the API with the credentials its user logs in with)")

@@ -91,6 +91,7 @@ func serve(args []string) (err error) {
 	bopts.Cluster.VersionMax = c.ClusterVersionMax
 	bopts.Cluster.AutoRebalance, bopts.Cluster.MaxMoves = c.AutoRebalance, c.MaxMoves
 	bopts.NoLeaderLease = !c.LeaderLeases
+	bopts.WALNoHold = !c.WALHoldProcessor
 	handed = true
 	b, err := broker.Open(bopts)
 	if err != nil {

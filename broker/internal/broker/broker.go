@@ -66,6 +66,10 @@ type Options struct {
 	// file they went to. The Syncer still serves every other file, and the
 	// write-ahead file's checkpoints.
 	WAL bool
+	// WALNoHold makes the write-ahead file's rounds sync the plain way
+	// (--wal-hold-processor=false) instead of holding the writer's processor through
+	// each sync (wal.Options.HoldProcessor).
+	WALNoHold bool
 	// Version names this binary in the data directory's FORMAT file and in format
 	// errors (e.g. "1.4.0"; empty: "unknown").
 	Version string

@@ -23,10 +23,11 @@ func (b *Broker) openWAL(observe func(int, time.Duration)) error {
 	}
 	start := time.Now()
 	w, rep, err := wal.Open(filepath.Join(b.opts.DataDir, "wal"), wal.Options{
-		FS:      vfs.OS{},
-		Root:    b.opts.DataDir,
-		Syncer:  fss,
-		Observe: observe,
+		FS:            vfs.OS{},
+		Root:          b.opts.DataDir,
+		Syncer:        fss,
+		Observe:       observe,
+		HoldProcessor: !b.opts.WALNoHold,
 		OnFail: func(err error) {
 			b.metrics.StorageErrors.WithLabelValues("wal").Inc()
 			b.log.Error("the write-ahead file failed: no partition of this node can store a write until it restarts and replays the file", "err", err)

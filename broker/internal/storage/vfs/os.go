@@ -83,6 +83,24 @@ func infoOf(st fs.FileInfo) FileInfo {
 
 type osFile struct{ f *os.File }
 
+// SyncHolding syncs f as its Sync does, but on Linux as a raw system call, which Go's
+// scheduler does not see: the calling goroutine keeps its processor (P) for the whole
+// sync instead of losing it to the scheduler after 20 µs and queueing for one when the
+// sync returns. For a goroutine that syncs back to back while the other processors
+// are busy (a write-ahead file's writer), that queueing delayed every round, and the
+// scheduler's monitor thread, finding a processor to take at each look, polled every
+// 20 µs. The price: nothing else runs on that processor meanwhile, and a garbage
+// collection that must stop the world waits for the sync to return. So the caller
+// uses it only with two processors or more, and never while its syncs are slow.
+// It reports false, and does nothing, for a file OS did not open.
+func SyncHolding(f File) (bool, error) {
+	o, ok := f.(osFile)
+	if !ok {
+		return false, nil
+	}
+	return true, datasyncHolding(o.f)
+}
+
 func (o osFile) ReadAt(p []byte, off int64) (int, error)  { return o.f.ReadAt(p, off) }
 func (o osFile) WriteAt(p []byte, off int64) (int, error) { return o.f.WriteAt(p, off) }
 func (o osFile) Truncate(size int64) error                { return o.f.Truncate(size) }

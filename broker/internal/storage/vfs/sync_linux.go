@@ -15,6 +15,17 @@ func datasync(f *os.File) error {
 	return onFD(f, "fdatasync", func(fd int) error { return syscall.Fdatasync(fd) })
 }
 
+// datasyncHolding is fdatasync as a raw system call, which Go's scheduler does not
+// see (see SyncHolding).
+func datasyncHolding(f *os.File) error {
+	return onFD(f, "fdatasync", func(fd int) error {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_FDATASYNC, uintptr(fd), 0, 0); e != 0 {
+			return e
+		}
+		return nil
+	})
+}
+
 // onFD runs call on f's descriptor, again while it fails with EINTR, and names a
 // failure with op and f's path.
 func onFD(f *os.File, op string, call func(fd int) error) error {

@@ -29,6 +29,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -76,6 +77,13 @@ type Options struct {
 	// (ErrFailed): a write, sync or checkpoint failed, or Fail was called. It must not
 	// block; it may run on the writer or the checkpointer goroutine or in Fail's caller.
 	OnFail func(error)
+	// HoldProcessor syncs each round with vfs.SyncHolding: the writer goroutine keeps
+	// its processor through the sync, and the next round starts as soon as the sync
+	// returns. It applies only while Go runs two processors or more, and never while
+	// the disk is slow: after a sync of SlowSync or more, rounds use the plain sync
+	// for SlowHoldOff, so that a stalling disk never holds a processor, or a garbage
+	// collection, for long.
+	HoldProcessor bool
 	// OnCheckpointRetry, when set, is called on the checkpointer goroutine each time a
 	// checkpoint could not open a data file to sync (EMFILE, say) and waits a second
 	// before it tries again; nothing is lost meanwhile, and a WAL closing gives up and
@@ -153,6 +161,13 @@ type WAL struct {
 	stats  struct {
 		rounds, records, bytes, checkpoints, nanos atomic.Uint64
 	}
+
+	// holdOff is when the rounds may sync holding their processor again after a sync
+	// of slowSync or more (HoldProcessor); owned by the writer goroutine.
+	holdOff  time.Time
+	slowSync time.Duration // SlowSync; tests change it before the first commit
+	// held counts the rounds synced holding the processor.
+	held atomic.Uint64
 }
 
 type file struct {
@@ -200,7 +215,7 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 	if err := vfs.MkdirAllSync(opts.FS, dir, 0o700); err != nil {
 		return nil, Replayed{}, err
 	}
-	w := &WAL{opts: opts, dir: dir, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), ckDone: make(chan struct{})}
+	w := &WAL{opts: opts, dir: dir, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), ckDone: make(chan struct{}), slowSync: SlowSync}
 	w.ckCond = sync.NewCond(&w.ckMu)
 	files, rep, err := w.replay()
 	if err != nil {
@@ -247,6 +262,39 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 	go w.run()
 	go w.checkpointer()
 	return w, rep, nil
+}
+
+// SlowSync is the sync time from which a HoldProcessor WAL syncs the plain way for
+// SlowHoldOff.
+const (
+	SlowSync    = 20 * time.Millisecond
+	SlowHoldOff = 10 * time.Second
+)
+
+// sync makes a round's write in f durable.
+func (w *WAL) sync(f vfs.File) error {
+	if !w.opts.HoldProcessor || runtime.GOMAXPROCS(0) < 2 || time.Now().Before(w.holdOff) {
+		start := time.Now()
+		err := f.Sync()
+		w.noteSync(time.Since(start))
+		return err
+	}
+	start := time.Now()
+	held, err := vfs.SyncHolding(f)
+	if !held {
+		err = f.Sync()
+	} else {
+		w.held.Add(1)
+	}
+	w.noteSync(time.Since(start))
+	return err
+}
+
+// noteSync starts (or extends) the hold-off after a slow sync.
+func (w *WAL) noteSync(d time.Duration) {
+	if w.opts.HoldProcessor && d >= w.slowSync {
+		w.holdOff = time.Now().Add(SlowHoldOff)
+	}
 }
 
 // Replay redoes every record of the write-ahead directory dir not yet checkpointed
@@ -693,7 +741,7 @@ func (w *WAL) round(batch []*waiter) (bool, error) {
 	if _, err := w.cur.f.WriteAt(w.buf, w.cur.pos); err != nil {
 		return false, w.fail(err)
 	}
-	err := w.cur.f.Sync()
+	err := w.sync(w.cur.f)
 	if err == nil {
 		err = failpoint.Err(failpoint.WALAfterWrite) // stands for a failed fdatasync
 	}
@@ -994,11 +1042,12 @@ type Stats struct {
 	Bytes       uint64        // bytes written to write-ahead files
 	Checkpoints uint64        // write-ahead files checkpointed and freed
 	Time        time.Duration // spent in rounds
+	Held        uint64        // rounds synced holding the writer's processor (HoldProcessor)
 }
 
 // Stats returns the counts so far.
 func (w *WAL) Stats() Stats {
-	return Stats{Rounds: w.stats.rounds.Load(), Records: w.stats.records.Load(), Bytes: w.stats.bytes.Load(), Checkpoints: w.stats.checkpoints.Load(), Time: time.Duration(w.stats.nanos.Load())}
+	return Stats{Rounds: w.stats.rounds.Load(), Records: w.stats.records.Load(), Bytes: w.stats.bytes.Load(), Checkpoints: w.stats.checkpoints.Load(), Time: time.Duration(w.stats.nanos.Load()), Held: w.held.Load()}
 }
 
 // Close serves the commits already queued, makes every record durable in its data

@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -670,5 +671,78 @@ func TestRemoveFilesIsSafeAtEveryStep(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// TestHoldProcessor: with HoldProcessor on the operating system's files, rounds sync
+// holding the writer's processor when Go runs two or more; with one, or for
+// SlowHoldOff after a slow sync, they sync the plain way. Either way every commit
+// returns once its round is synced.
+func TestHoldProcessor(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	dir := t.TempDir()
+	w, _, err := Open(filepath.Join(dir, "wal"), Options{FS: vfs.OS{}, Root: dir, HoldProcessor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// No sync of this disk counts as slow but the one the test says is: a loaded
+	// machine's slow sync must not turn the holding off under it.
+	w.slowSync = time.Hour
+	data := filepath.Join(dir, "a.log")
+	f, err := os.Create(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	off := int64(0)
+	commit := func() {
+		t.Helper()
+		rec := []byte("record")
+		if _, err := f.WriteAt(rec, off); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit([]Span{{Path: data, Off: off, Data: rec}}); err != nil {
+			t.Fatal(err)
+		}
+		off += int64(len(rec))
+	}
+	runtime.GOMAXPROCS(2)
+	commit()
+	commit()
+	if st := w.Stats(); st.Rounds != 2 || st.Held != 2 {
+		t.Fatalf("two processors: %d rounds, %d held; want 2 and 2", st.Rounds, st.Held)
+	}
+	runtime.GOMAXPROCS(1)
+	commit()
+	if st := w.Stats(); st.Rounds != 3 || st.Held != 2 {
+		t.Fatalf("one processor: %d rounds, %d held; want 3 and 2", st.Rounds, st.Held)
+	}
+	runtime.GOMAXPROCS(2)
+	// Every sync counts as slow from here: the next round still holds (the sync is
+	// only known to be slow once it returns), the one after it does not. (The test
+	// changes these between commits, which the commit's channels order with the
+	// writer.)
+	w.slowSync = 0
+	commit()
+	commit()
+	if st := w.Stats(); st.Rounds != 5 || st.Held != 3 {
+		t.Fatalf("after a slow sync: %d rounds, %d held; want 5 and 3", st.Rounds, st.Held)
+	}
+	w.slowSync, w.holdOff = time.Hour, time.Now() // the hold-off over
+	commit()
+	if st := w.Stats(); st.Rounds != 6 || st.Held != 4 {
+		t.Fatalf("after the hold-off: %d rounds, %d held; want 6 and 4", st.Rounds, st.Held)
+	}
+	// A Mem FS's files are synced by their own Sync, never counted as held.
+	m := vfs.NewMem()
+	mw, _, err := Open(walDir, Options{FS: m, Root: root, HoldProcessor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mw.Close()
+	write(t, mw, dataFile(t, m, "t/a.log"), "t/a.log", 0, []byte("x"))
+	if st := mw.Stats(); st.Rounds != 1 || st.Held != 0 {
+		t.Fatalf("Mem: %d rounds, %d held; want 1 and 0", st.Rounds, st.Held)
 	}
 }
