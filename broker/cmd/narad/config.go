@@ -108,7 +108,7 @@ func defineFlags(fs *flag.FlagSet, c *config) *string {
 	fs.Int64Var(&c.SegmentBytes, "segment-bytes", 64<<20, "size at which a partition's log rolls to a new segment file")
 	fs.IntVar(&c.SnapshotEntries, "replica-snapshot-entries", broker.DefaultSnapshotEntries, "entries a replicated partition's Raft log takes between two snapshots; the log is then cut to its last 2,048 entries (a quarter of this when that is fewer), and a replica further behind is sent the snapshot and fetches the messages it lacks")
 	fs.StringVar(&c.SyncMode, "sync-mode", "wal", "wal: every partition's appends go through one write-ahead file, one fdatasync per round; group: partitions with writes waiting share one file-system sync (syncfs); file: one fdatasync per write")
-	fs.BoolVar(&c.WALHoldProcessor, "wal-hold-processor", true, "with --sync-mode wal, each round's fdatasync keeps the writer's Go processor instead of handing it to the scheduler (RF 3 produce +26 % on 2 cores); a garbage collection waits for a sync under way, so rounds sync the plain way for 10 s after any sync of 20 ms or more, and always with GOMAXPROCS 1; false: always the plain way")
+	fs.BoolVar(&c.WALHoldProcessor, "wal-hold-processor", true, "with --sync-mode wal, each round's fdatasync keeps the writer's Go processor instead of handing it to the scheduler (faster rounds); the garbage collector waits for a sync under way, so a disk that hangs in one stops the whole node until it returns. Rounds sync the plain way for a second after any held sync of 20 ms or more, and with GOMAXPROCS 1. With it on, Go runs one processor more than the CPUs (unless GOMAXPROCS is set); false: always the plain way")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Second, "how often retention deletes old segments")
 	fs.DurationVar(&c.StatsInterval, "stats-interval", broker.DefaultStatsInterval, "how often the stats route (GET /v1/stats) samples each topic's rates and backlog; it keeps the last 90 samples in memory")
 	fs.BoolVar(&c.Console, "console", true, "serve the web console at /console (static files; it calls the API with the credentials its user logs in with)")
@@ -398,6 +398,21 @@ func (c config) syncer() broker.Syncer {
 // at 400 the node used 15 % less CPU per message there for about 40 MB more resident
 // memory (docs/performance.md, issue 18).
 const defaultGCPercent = 400
+
+// walProcessors is the GOMAXPROCS serve sets, or 0 to leave Go's: with the write-ahead
+// writer holding its processor through each sync (--wal-hold-processor), one
+// processor more than Go's default (cur, the CPUs the node may use), since the held
+// one mostly waits for the disk. Without it the request handlers had one processor
+// fewer during every sync: the single node's batched flow, bound by their CPU, lost
+// 5–10 % (docs/performance.md). Go's GOMAXPROCS, when set, is left alone. (Setting it
+// stops Go from following a container's CPU limit as it changes; the limit at start
+// counts.)
+func walProcessors(c config, gomaxprocs string, cur int) int {
+	if c.SyncMode != broker.SyncWAL || !c.WALHoldProcessor || gomaxprocs != "" {
+		return 0
+	}
+	return cur + 1
+}
 
 // gcPercent is the target serve gives the collector: --gc-percent when given, else
 // Go's GOGC when set (0 here: leave the runtime's), else defaultGCPercent.

@@ -174,3 +174,27 @@ func TestGCPercent(t *testing.T) {
 		}
 	}
 }
+
+// TestWALProcessors: with the write-ahead writer holding its processor (the default),
+// serve runs Go with one processor more than its default; not when the holding is off,
+// in another sync mode, or when GOMAXPROCS is set.
+func TestWALProcessors(t *testing.T) {
+	for _, tc := range []struct {
+		env        map[string]string
+		gomaxprocs string
+		want       int
+	}{
+		{nil, "", 3},
+		{nil, "2", 0},
+		{map[string]string{"NARAD_WAL_HOLD_PROCESSOR": "false"}, "", 0},
+		{map[string]string{"NARAD_SYNC_MODE": "group"}, "", 0},
+	} {
+		c, err := loadConfig(nil, envOf(tc.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := walProcessors(c, tc.gomaxprocs, 2); got != tc.want {
+			t.Errorf("%v, GOMAXPROCS=%q, 2 processors: %d, want %d", tc.env, tc.gomaxprocs, got, tc.want)
+		}
+	}
+}

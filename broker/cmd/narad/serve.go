@@ -12,6 +12,7 @@ import (
 	_ "net/http/pprof" // served only on --debug-addr
 	"os"
 	"os/signal"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -49,6 +50,10 @@ func serve(args []string) (err error) {
 		stopTune := make(chan struct{})
 		defer close(stopTune)
 		go tuner.run(stopTune)
+	}
+	if n := walProcessors(c, os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0)); n > 0 {
+		runtime.GOMAXPROCS(n)
+		log.Debug("one Go processor more than the CPUs: the write-ahead writer keeps one through its syncs", "gomaxprocs", n)
 	}
 
 	// The data directory's lock before anything else: a node started twice on one

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+	"github.com/narad-mq/narad/broker/internal/storage/wal"
 )
 
 // Metrics holds the broker's Prometheus metrics.
@@ -56,9 +57,20 @@ type Metrics struct {
 
 	// syncStats reads the node's shared sync group (set by Open in group sync mode).
 	syncStats atomic.Pointer[func() vfs.SyncStats]
+	// walStats reads the node's write-ahead file (set by Open in wal sync mode).
+	walStats atomic.Pointer[func() wal.Stats]
 	// broker is what the state gauges read at scrape time (stateCollector), set by
 	// Open: a test may reopen a broker over the same Metrics.
 	broker atomic.Pointer[Broker]
+}
+
+func (m *Metrics) walStat(pick func(wal.Stats) uint64) func() float64 {
+	return func() float64 {
+		if f := m.walStats.Load(); f != nil {
+			return float64(pick((*f)()))
+		}
+		return 0
+	}
 }
 
 func (m *Metrics) syncStat(pick func(vfs.SyncStats) float64) func() float64 {
@@ -196,6 +208,12 @@ func NewMetrics() *Metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_storage_sync_seconds_total", Help: "Time spent in those rounds.",
 		}, m.syncStat(func(s vfs.SyncStats) float64 { return s.Time.Seconds() })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "narad_storage_wal_held_syncs_total", Help: "Write-ahead rounds whose fdatasync kept the writer's Go processor (--wal-hold-processor).",
+		}, m.walStat(func(s wal.Stats) uint64 { return s.Held })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "narad_storage_wal_hold_offs_total", Help: "Held write-ahead syncs that took 20 ms or more, after each of which the rounds synced the plain way for a second: a slow or stalling disk.",
+		}, m.walStat(func(s wal.Stats) uint64 { return s.HoldOffs })),
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,

@@ -21,6 +21,8 @@ func (b *Broker) openWAL(observe func(int, time.Duration)) error {
 	if err != nil {
 		return err
 	}
+	var holdOffLogged time.Time // OnHoldOff's, on the writer goroutine
+	holdOffs := 0
 	start := time.Now()
 	w, rep, err := wal.Open(filepath.Join(b.opts.DataDir, "wal"), wal.Options{
 		FS:            vfs.OS{},
@@ -28,6 +30,15 @@ func (b *Broker) openWAL(observe func(int, time.Duration)) error {
 		Syncer:        fss,
 		Observe:       observe,
 		HoldProcessor: !b.opts.WALNoHold,
+		OnHoldOff: func(d time.Duration) {
+			// At most a line a minute: a slow disk starts a hold-off every second.
+			holdOffs++
+			if now := time.Now(); now.Sub(holdOffLogged) >= time.Minute {
+				b.log.Warn("write-ahead syncs took long: the writer does not keep its processor through them for a second after each (a slow or stalling disk)",
+					"took", d.Round(time.Microsecond), "slow_syncs", holdOffs)
+				holdOffLogged, holdOffs = now, 0
+			}
+		},
 		OnFail: func(err error) {
 			b.metrics.StorageErrors.WithLabelValues("wal").Inc()
 			b.log.Error("the write-ahead file failed: no partition of this node can store a write until it restarts and replays the file", "err", err)
@@ -46,6 +57,8 @@ func (b *Broker) openWAL(observe func(int, time.Duration)) error {
 		b.log.Info("replayed the write-ahead file", "files", rep.Files, "records", rep.Records, "skipped", rep.Skipped, "took", time.Since(start))
 	}
 	b.wal, b.walSyncer = w, fss
+	walStats := w.Stats
+	b.metrics.walStats.Store(&walStats)
 	group := b.metrics.syncStats.Load()
 	stats := func() vfs.SyncStats {
 		ws := w.Stats()

@@ -90,12 +90,13 @@ type osFile struct{ f *os.File }
 // are busy (a write-ahead file's writer), that queueing delayed every round, and the
 // scheduler's monitor thread, finding a processor to take at each look, polled every
 // 20 µs. The price: nothing else runs on that processor meanwhile, and a garbage
-// collection that must stop the world waits for the sync to return. So the caller
-// uses it only with two processors or more, and never while its syncs are slow.
-// It reports false, and does nothing, for a file OS did not open.
+// collection's stop-the-world phase waits for the sync to return, so a sync that
+// hangs stops the whole process at the next collection (see wal.Options.HoldProcessor
+// for how the write-ahead file bounds that). It reports false, and does nothing, for
+// a file OS did not open and where there is no raw fdatasync (not Linux).
 func SyncHolding(f File) (bool, error) {
 	o, ok := f.(osFile)
-	if !ok {
+	if !ok || !rawSync {
 		return false, nil
 	}
 	return true, datasyncHolding(o.f)

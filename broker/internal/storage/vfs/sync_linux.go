@@ -15,6 +15,9 @@ func datasync(f *os.File) error {
 	return onFD(f, "fdatasync", func(fd int) error { return syscall.Fdatasync(fd) })
 }
 
+// rawSync says whether datasyncHolding exists here.
+const rawSync = true
+
 // datasyncHolding is fdatasync as a raw system call, which Go's scheduler does not
 // see (see SyncHolding).
 func datasyncHolding(f *os.File) error {

@@ -7,7 +7,9 @@ import "os"
 // datasync falls back to a full fsync where fdatasync is not available.
 func datasync(f *os.File) error { return f.Sync() }
 
-// datasyncHolding is datasync where there is no raw fdatasync.
+// rawSync says whether datasyncHolding exists here: no, SyncHolding declines.
+const rawSync = false
+
 func datasyncHolding(f *os.File) error { return datasync(f) }
 
 // FSSyncer syncs each file by itself where syncfs(2) is not available.

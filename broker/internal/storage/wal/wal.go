@@ -79,11 +79,16 @@ type Options struct {
 	OnFail func(error)
 	// HoldProcessor syncs each round with vfs.SyncHolding: the writer goroutine keeps
 	// its processor through the sync, and the next round starts as soon as the sync
-	// returns. It applies only while Go runs two processors or more, and never while
-	// the disk is slow: after a sync of SlowSync or more, rounds use the plain sync
-	// for SlowHoldOff, so that a stalling disk never holds a processor, or a garbage
-	// collection, for long.
+	// returns. Meanwhile nothing else runs on that processor, and a stop-the-world
+	// phase of the garbage collector waits for the sync to return: if the disk hangs
+	// in a held sync, the whole process stops at the next collection until it returns.
+	// So rounds sync the plain way while Go runs one processor, and for SlowHoldOff
+	// after a held sync that took SlowSync or more (OnHoldOff is told): a disk whose
+	// syncs are slow is held through one such sync every SlowHoldOff at most.
 	HoldProcessor bool
+	// OnHoldOff, when set, is called on the writer goroutine with the duration of a
+	// held sync that started a hold-off (HoldProcessor). It must not block.
+	OnHoldOff func(time.Duration)
 	// OnCheckpointRetry, when set, is called on the checkpointer goroutine each time a
 	// checkpoint could not open a data file to sync (EMFILE, say) and waits a second
 	// before it tries again; nothing is lost meanwhile, and a WAL closing gives up and
@@ -162,12 +167,13 @@ type WAL struct {
 		rounds, records, bytes, checkpoints, nanos atomic.Uint64
 	}
 
-	// holdOff is when the rounds may sync holding their processor again after a sync
-	// of slowSync or more (HoldProcessor); owned by the writer goroutine.
+	// holdOff is when the rounds may sync holding their processor again after a held
+	// sync of slowSync or more (HoldProcessor). Both are the writer goroutine's (a
+	// test may change them between commits).
 	holdOff  time.Time
-	slowSync time.Duration // SlowSync; tests change it before the first commit
-	// held counts the rounds synced holding the processor.
-	held atomic.Uint64
+	slowSync time.Duration // SlowSync
+	// held counts the rounds synced holding the processor; holdOffs the hold-offs.
+	held, holdOffs atomic.Uint64
 }
 
 type file struct {
@@ -264,37 +270,36 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 	return w, rep, nil
 }
 
-// SlowSync is the sync time from which a HoldProcessor WAL syncs the plain way for
-// SlowHoldOff.
+// A held sync of SlowSync or more makes a HoldProcessor WAL sync the plain way for
+// SlowHoldOff. SlowSync is above a solid-state disk's rounds under load (0.1–1 ms; one
+// in ten thousand 4–16 ms on the development machine's virtual disk; a round beside
+// a checkpoint's syncfs, 20–30 ms); SlowHoldOff is short, so that such a blip costs
+// the holding little, and a disk whose syncs are all slow is held through one of
+// them a second.
 const (
 	SlowSync    = 20 * time.Millisecond
-	SlowHoldOff = 10 * time.Second
+	SlowHoldOff = time.Second
 )
 
 // sync makes a round's write in f durable.
 func (w *WAL) sync(f vfs.File) error {
-	if !w.opts.HoldProcessor || runtime.GOMAXPROCS(0) < 2 || time.Now().Before(w.holdOff) {
+	if w.opts.HoldProcessor && runtime.GOMAXPROCS(0) >= 2 && !time.Now().Before(w.holdOff) {
 		start := time.Now()
-		err := f.Sync()
-		w.noteSync(time.Since(start))
-		return err
+		if held, err := vfs.SyncHolding(f); held {
+			w.held.Add(1)
+			// Only a held sync starts a hold-off: a plain one's time includes the wait
+			// for a processor after it returns, the very wait holding saves.
+			if d := time.Since(start); d >= w.slowSync {
+				w.holdOff = time.Now().Add(SlowHoldOff)
+				w.holdOffs.Add(1)
+				if w.opts.OnHoldOff != nil {
+					w.opts.OnHoldOff(d)
+				}
+			}
+			return err
+		}
 	}
-	start := time.Now()
-	held, err := vfs.SyncHolding(f)
-	if !held {
-		err = f.Sync()
-	} else {
-		w.held.Add(1)
-	}
-	w.noteSync(time.Since(start))
-	return err
-}
-
-// noteSync starts (or extends) the hold-off after a slow sync.
-func (w *WAL) noteSync(d time.Duration) {
-	if w.opts.HoldProcessor && d >= w.slowSync {
-		w.holdOff = time.Now().Add(SlowHoldOff)
-	}
+	return f.Sync()
 }
 
 // Replay redoes every record of the write-ahead directory dir not yet checkpointed
@@ -1043,11 +1048,12 @@ type Stats struct {
 	Checkpoints uint64        // write-ahead files checkpointed and freed
 	Time        time.Duration // spent in rounds
 	Held        uint64        // rounds synced holding the writer's processor (HoldProcessor)
+	HoldOffs    uint64        // times a slow held sync turned the holding off for SlowHoldOff
 }
 
 // Stats returns the counts so far.
 func (w *WAL) Stats() Stats {
-	return Stats{Rounds: w.stats.rounds.Load(), Records: w.stats.records.Load(), Bytes: w.stats.bytes.Load(), Checkpoints: w.stats.checkpoints.Load(), Time: time.Duration(w.stats.nanos.Load()), Held: w.held.Load()}
+	return Stats{Rounds: w.stats.rounds.Load(), Records: w.stats.records.Load(), Bytes: w.stats.bytes.Load(), Checkpoints: w.stats.checkpoints.Load(), Time: time.Duration(w.stats.nanos.Load()), Held: w.held.Load(), HoldOffs: w.holdOffs.Load()}
 }
 
 // Close serves the commits already queued, makes every record durable in its data

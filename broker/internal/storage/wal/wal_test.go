@@ -681,7 +681,9 @@ func TestRemoveFilesIsSafeAtEveryStep(t *testing.T) {
 func TestHoldProcessor(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	dir := t.TempDir()
-	w, _, err := Open(filepath.Join(dir, "wal"), Options{FS: vfs.OS{}, Root: dir, HoldProcessor: true})
+	var told atomic.Int64 // OnHoldOff's calls
+	w, _, err := Open(filepath.Join(dir, "wal"), Options{FS: vfs.OS{}, Root: dir, HoldProcessor: true,
+		OnHoldOff: func(time.Duration) { told.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -726,8 +728,8 @@ func TestHoldProcessor(t *testing.T) {
 	w.slowSync = 0
 	commit()
 	commit()
-	if st := w.Stats(); st.Rounds != 5 || st.Held != 3 {
-		t.Fatalf("after a slow sync: %d rounds, %d held; want 5 and 3", st.Rounds, st.Held)
+	if st := w.Stats(); st.Rounds != 5 || st.Held != 3 || st.HoldOffs != 1 || told.Load() != 1 {
+		t.Fatalf("after a slow sync: %d rounds, %d held, %d hold-offs (%d told); want 5, 3 and 1 (1): a plain sync, slow or not, starts none", st.Rounds, st.Held, st.HoldOffs, told.Load())
 	}
 	w.slowSync, w.holdOff = time.Hour, time.Now() // the hold-off over
 	commit()
