@@ -404,7 +404,7 @@ const defaultGCPercent = 400
 // processor more than Go's default (cur, the CPUs the node may use), since the held
 // one mostly waits for the disk. Without it the request handlers had one processor
 // fewer during every sync: the single node's batched flow, bound by their CPU, lost
-// 5–10 % (docs/performance.md). Go's GOMAXPROCS, when set, is left alone. (Setting it
+// up to 10 % (docs/performance.md). Go's GOMAXPROCS, when set, is left alone. (Setting it
 // stops Go from following a container's CPU limit as it changes; the limit at start
 // counts.)
 func walProcessors(c config, gomaxprocs string, cur int) int {

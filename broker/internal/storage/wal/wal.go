@@ -271,11 +271,11 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 }
 
 // A held sync of SlowSync or more makes a HoldProcessor WAL sync the plain way for
-// SlowHoldOff. SlowSync is above a solid-state disk's rounds under load (0.1–1 ms; one
-// in ten thousand 4–16 ms on the development machine's virtual disk; a round beside
-// a checkpoint's syncfs, 20–30 ms); SlowHoldOff is short, so that such a blip costs
-// the holding little, and a disk whose syncs are all slow is held through one of
-// them a second.
+// SlowHoldOff. SlowSync is above a solid-state disk's rounds under load (mostly under
+// 1 ms, under one in a hundred 4–16 ms on the development machine's virtual disk; a
+// round beside a checkpoint's syncfs, 20–30 ms); SlowHoldOff is short, so that such a
+// blip costs the holding little, and a disk whose syncs are all slow is held through
+// one of them a second.
 const (
 	SlowSync    = 20 * time.Millisecond
 	SlowHoldOff = time.Second
