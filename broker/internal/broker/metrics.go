@@ -64,18 +64,11 @@ type Metrics struct {
 	broker atomic.Pointer[Broker]
 }
 
-func (m *Metrics) walStat(pick func(wal.Stats) uint64) func() float64 {
+// readStat reads, at scrape time, the figure pick takes from the stats src gives (0
+// until src is set).
+func readStat[S any](src *atomic.Pointer[func() S], pick func(S) float64) func() float64 {
 	return func() float64 {
-		if f := m.walStats.Load(); f != nil {
-			return float64(pick((*f)()))
-		}
-		return 0
-	}
-}
-
-func (m *Metrics) syncStat(pick func(vfs.SyncStats) float64) func() float64 {
-	return func() float64 {
-		if f := m.syncStats.Load(); f != nil {
+		if f := src.Load(); f != nil {
 			return pick((*f)())
 		}
 		return 0
@@ -201,19 +194,19 @@ func NewMetrics() *Metrics {
 	r.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_storage_sync_rounds_total", Help: "File-system syncs shared by the partitions with writes waiting (group sync mode).",
-		}, m.syncStat(func(s vfs.SyncStats) float64 { return float64(s.Rounds) })),
+		}, readStat(&m.syncStats, func(s vfs.SyncStats) float64 { return float64(s.Rounds) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_storage_sync_files_total", Help: "Partition files made durable by those rounds; divided by the rounds, how many shared each.",
-		}, m.syncStat(func(s vfs.SyncStats) float64 { return float64(s.Files) })),
+		}, readStat(&m.syncStats, func(s vfs.SyncStats) float64 { return float64(s.Files) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_storage_sync_seconds_total", Help: "Time spent in those rounds.",
-		}, m.syncStat(func(s vfs.SyncStats) float64 { return s.Time.Seconds() })),
+		}, readStat(&m.syncStats, func(s vfs.SyncStats) float64 { return s.Time.Seconds() })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_storage_wal_held_syncs_total", Help: "Write-ahead rounds whose fdatasync kept the writer's Go processor (--wal-hold-processor).",
-		}, m.walStat(func(s wal.Stats) uint64 { return s.Held })),
+		}, readStat(&m.walStats, func(s wal.Stats) float64 { return float64(s.Held) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_storage_wal_hold_offs_total", Help: "Held write-ahead syncs that took 20 ms or more, after each of which the rounds synced the plain way for a second: a slow or stalling disk.",
-		}, m.walStat(func(s wal.Stats) uint64 { return s.HoldOffs })),
+		}, readStat(&m.walStats, func(s wal.Stats) float64 { return float64(s.HoldOffs) })),
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,

@@ -304,9 +304,7 @@ func followerAfterRestart(t *testing.T, batches int) (*fakeGroup, *Partition) {
 		}
 	}
 	p := ps[1]
-	p.repl.marksMu.Lock()
-	p.repl.marks = nil
-	p.repl.marksMu.Unlock()
+	p.ForgetIndexes()
 	return g, p
 }
 

@@ -283,8 +283,7 @@ const (
 
 // sync makes a round's write in f durable.
 func (w *WAL) sync(f vfs.File) error {
-	if w.opts.HoldProcessor && runtime.GOMAXPROCS(0) >= 2 && !time.Now().Before(w.holdOff) {
-		start := time.Now()
+	if start := time.Now(); w.opts.HoldProcessor && runtime.GOMAXPROCS(0) >= 2 && !start.Before(w.holdOff) {
 		if held, err := vfs.SyncHolding(f); held {
 			w.held.Add(1)
 			// Only a held sync starts a hold-off: a plain one's time includes the wait
