@@ -205,7 +205,7 @@ func NewMetrics() *Metrics {
 			Name: "narad_storage_wal_held_syncs_total", Help: "Write-ahead rounds whose fdatasync kept the writer's Go processor (--wal-hold-processor).",
 		}, readStat(&m.walStats, func(s wal.Stats) float64 { return float64(s.Held) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "narad_storage_wal_hold_offs_total", Help: "Held write-ahead syncs that took 20 ms or more, after each of which the rounds synced the plain way for a second: a slow or stalling disk.",
+			Name: "narad_storage_wal_hold_offs_total", Help: "Held write-ahead syncs that took 20 ms or more, each of which paused the holding (a second at first; longer while the disk stalls for 100 ms or more): a slow or stalling disk.",
 		}, readStat(&m.walStats, func(s wal.Stats) float64 { return float64(s.HoldOffs) })),
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,

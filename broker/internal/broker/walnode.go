@@ -31,10 +31,11 @@ func (b *Broker) openWAL(observe func(int, time.Duration)) error {
 		Observe:       observe,
 		HoldProcessor: !b.opts.WALNoHold,
 		OnHoldOff: func(d time.Duration) {
-			// At most a line a minute: a slow disk starts a hold-off every second.
+			// At most a line a minute: a disk slow now and then starts a hold-off
+			// every second.
 			holdOffs++
 			if now := time.Now(); now.Sub(holdOffLogged) >= time.Minute {
-				b.log.Warn("write-ahead syncs took long: the writer does not keep its processor through them for a second after each (a slow or stalling disk)",
+				b.log.Warn("write-ahead syncs took long: the writer does not keep its processor through them for a second or more after each, longer while the disk stalls (a slow or stalling disk)",
 					"took", d.Round(time.Microsecond), "slow_syncs", holdOffs)
 				holdOffLogged, holdOffs = now, 0
 			}

@@ -43,6 +43,10 @@ const (
 	// done, the callers not yet answered (an error here stands for a failed fdatasync,
 	// which fails the write-ahead file closed).
 	WALAfterWrite = "wal-after-write"
+	// WALSync: a round of the node's write-ahead file is written, its fdatasync about to
+	// start. A sleep here is a slow disk as the round meets it (Stall): when the round
+	// syncs holding the writer's processor, so does the sleep.
+	WALSync = "wal-sync"
 	// PartitionAfterAppend: a message batch is durable in the partition log, the produce
 	// (or fan-out copy) has not been answered yet; on a replica, a committed batch is
 	// written to its message log, not yet marked applied.
@@ -67,7 +71,7 @@ const (
 // Points lists every named point, for harnesses that pick one at random.
 var Points = []string{
 	SegmentAfterWrite, SegmentAfterFsync, SegmentUndo, SegmentRollCreated, SegmentRetentionDelete,
-	SegmentRetentionUnlink, WALAfterWrite, PartitionAfterAppend, PartitionAfterSettle,
+	SegmentRetentionUnlink, WALSync, WALAfterWrite, PartitionAfterAppend, PartitionAfterSettle,
 	PartitionCkptBeforeRename, PartitionEpochBeforeRename, ReplicaTakeover,
 }
 

@@ -14,6 +14,10 @@ func Inject(string) {}
 // enospc action; without the tag it returns nil.
 func Err(string) error { return nil }
 
+// Stall acts at the named point like Inject, but a sleep action sleeps by calling
+// sleep; without the tag it does nothing.
+func Stall(string, func(time.Duration)) {}
+
 // ClockOffset is the shift of the wall clock set by ClockEnvVar; without the tag, zero.
 func ClockOffset() time.Duration { return 0 }
 

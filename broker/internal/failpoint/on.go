@@ -123,13 +123,18 @@ func Hits(name string) int64 {
 var ErrInjected = errors.New("failpoint: injected")
 
 // Inject acts at the named point when it is armed.
-func Inject(name string) { _ = act(name, false) }
+func Inject(name string) { _ = act(name, false, time.Sleep) }
 
 // Err acts at the named point like Inject and returns the injected error of an eio or
 // enospc action (wrapping ErrInjected and the errno), or nil.
-func Err(name string) error { return act(name, true) }
+func Err(name string) error { return act(name, true, time.Sleep) }
 
-func act(name string, wantErr bool) error {
+// Stall acts at the named point like Inject, but a sleep action sleeps by calling
+// sleep: the caller's stand-in for the wait it stands for (a sync that keeps its
+// processor sleeps keeping it).
+func Stall(name string, sleep func(time.Duration)) { _ = act(name, false, sleep) }
+
+func act(name string, wantErr bool, sleep func(time.Duration)) error {
 	mu.RLock()
 	p := points[name]
 	mu.RUnlock()
@@ -152,7 +157,7 @@ func act(name string, wantErr bool) error {
 	case "panic":
 		panic("failpoint " + name)
 	case "sleep":
-		time.Sleep(p.sleep)
+		sleep(p.sleep)
 	case "eio":
 		return fmt.Errorf("%w at %s: %w", ErrInjected, name, syscall.EIO)
 	case "enospc":

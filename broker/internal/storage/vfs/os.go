@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // OS is the FS of the operating system. Its Sync uses fdatasync where the platform
@@ -95,12 +96,23 @@ type osFile struct{ f *os.File }
 // for how the write-ahead file bounds that). It reports false, and does nothing, for
 // a file OS did not open and where there is no raw fdatasync (not Linux).
 func SyncHolding(f File) (bool, error) {
-	o, ok := f.(osFile)
-	if !ok || !rawSync {
+	if !CanSyncHolding(f) {
 		return false, nil
 	}
-	return true, datasyncHolding(o.f)
+	return true, datasyncHolding(f.(osFile).f)
 }
+
+// CanSyncHolding reports whether SyncHolding syncs f (rather than declining).
+func CanSyncHolding(f File) bool {
+	_, ok := f.(osFile)
+	return ok && rawSync
+}
+
+// SleepHolding sleeps for d as a held sync waits for the disk: on Linux in a raw
+// system call, keeping the processor, so that a collection meanwhile waits for it as
+// it would for a stalled SyncHolding; elsewhere as time.Sleep. It is a test's and a
+// failpoint's stand-in for a slow disk (failpoint.Stall), never the product's.
+func SleepHolding(d time.Duration) { sleepHolding(d) }
 
 func (o osFile) ReadAt(p []byte, off int64) (int, error)  { return o.f.ReadAt(p, off) }
 func (o osFile) WriteAt(p []byte, off int64) (int, error) { return o.f.WriteAt(p, off) }

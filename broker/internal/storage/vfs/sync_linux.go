@@ -5,6 +5,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,6 +29,18 @@ func datasyncHolding(f *os.File) error {
 		}
 		return nil
 	})
+}
+
+// sleepHolding is nanosleep as a raw system call (see SleepHolding).
+func sleepHolding(d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	for {
+		var rem syscall.Timespec
+		if _, _, e := syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), uintptr(unsafe.Pointer(&rem)), 0); e != syscall.EINTR {
+			return
+		}
+		ts = rem
+	}
 }
 
 // onFD runs call on f's descriptor, again while it fails with EINTR, and names a

@@ -2,7 +2,10 @@
 
 package vfs
 
-import "os"
+import (
+	"os"
+	"time"
+)
 
 // datasync falls back to a full fsync where fdatasync is not available.
 func datasync(f *os.File) error { return f.Sync() }
@@ -11,6 +14,8 @@ func datasync(f *os.File) error { return f.Sync() }
 const rawSync = false
 
 func datasyncHolding(f *os.File) error { return datasync(f) }
+
+func sleepHolding(d time.Duration) { time.Sleep(d) }
 
 // FSSyncer syncs each file by itself where syncfs(2) is not available.
 type FSSyncer struct{ EachFile }

@@ -80,11 +80,15 @@ type Options struct {
 	// HoldProcessor syncs each round with vfs.SyncHolding: the writer goroutine keeps
 	// its processor through the sync, and the next round starts as soon as the sync
 	// returns. Meanwhile nothing else runs on that processor, and a stop-the-world
-	// phase of the garbage collector waits for the sync to return: if the disk hangs
+	// phase of the garbage collector waits for the sync to return: if the disk stalls
 	// in a held sync, the whole process stops at the next collection until it returns.
-	// So rounds sync the plain way while Go runs one processor, and for SlowHoldOff
-	// after a held sync that took SlowSync or more (OnHoldOff is told): a disk whose
-	// syncs are slow is held through one such sync every SlowHoldOff at most.
+	// So rounds sync the plain way while Go runs one processor, and after a held sync
+	// of SlowSync or more (OnHoldOff is told) for a pause of SlowHoldOff. A stall
+	// (a sync, held or plain, of StallSync or more) keeps them plain until SlowHoldOff
+	// has passed without one, so a disk that stays slow is held through its first slow
+	// sync only; and each held stall doubles the next pause, up to MaxHoldOff, until
+	// MaxHoldOff passes without a stall, so a disk that stalls now and then is held
+	// through a stall once a pause at most.
 	HoldProcessor bool
 	// OnHoldOff, when set, is called on the writer goroutine with the duration of a
 	// held sync that started a hold-off (HoldProcessor). It must not block.
@@ -167,11 +171,13 @@ type WAL struct {
 		rounds, records, bytes, checkpoints, nanos atomic.Uint64
 	}
 
-	// holdOff is when the rounds may sync holding their processor again after a held
-	// sync of slowSync or more (HoldProcessor). Both are the writer goroutine's (a
-	// test may change them between commits).
-	holdOff  time.Time
-	slowSync time.Duration // SlowSync
+	// holdOff is when the rounds may sync holding their processor again after a slow
+	// held sync or a stall (HoldProcessor); pause is the next hold-off's length, and
+	// lastStall when a sync last took stallSync or more. All are the writer
+	// goroutine's (a test may change them between commits).
+	holdOff, lastStall  time.Time
+	pause               time.Duration
+	slowSync, stallSync time.Duration // SlowSync, StallSync
 	// held counts the rounds synced holding the processor; holdOffs the hold-offs.
 	held, holdOffs atomic.Uint64
 }
@@ -221,7 +227,7 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 	if err := vfs.MkdirAllSync(opts.FS, dir, 0o700); err != nil {
 		return nil, Replayed{}, err
 	}
-	w := &WAL{opts: opts, dir: dir, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), ckDone: make(chan struct{}), slowSync: SlowSync}
+	w := &WAL{opts: opts, dir: dir, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), ckDone: make(chan struct{}), slowSync: SlowSync, stallSync: StallSync, pause: SlowHoldOff}
 	w.ckCond = sync.NewCond(&w.ckMu)
 	files, rep, err := w.replay()
 	if err != nil {
@@ -270,35 +276,70 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 	return w, rep, nil
 }
 
-// A held sync of SlowSync or more makes a HoldProcessor WAL sync the plain way for
-// SlowHoldOff. SlowSync is above a solid-state disk's rounds under load (mostly under
-// 1 ms, under one in a hundred 4–16 ms on the development machine's virtual disk; a
-// round beside a checkpoint's syncfs, 20–30 ms); SlowHoldOff is short, so that such a
-// blip costs the holding little, and a disk whose syncs are all slow is held through
-// one of them a second.
+// A held sync of SlowSync or more makes a HoldProcessor WAL sync the plain way for a
+// pause, SlowHoldOff at first. SlowSync is above a solid-state disk's rounds under load
+// (mostly under 1 ms, under one in a hundred 4–16 ms on the development machine's
+// virtual disk; a round beside a checkpoint's syncfs, 20–30 ms); SlowHoldOff is short,
+// so that such a blip costs the holding little. A sync of StallSync or more is a stall:
+// long enough that a collection waiting for it shows (the node's peers count it dead
+// after a second without an answer). Plain syncs of StallSync or more keep the rounds
+// plain until SlowHoldOff passes without one; a processor's wait after a plain sync
+// (which holding saves) is far below it, so a busy machine does not keep the holding
+// off by itself. Each held stall doubles the pause, up to MaxHoldOff; MaxHoldOff
+// without a stall sets it back to SlowHoldOff.
 const (
 	SlowSync    = 20 * time.Millisecond
+	StallSync   = 100 * time.Millisecond
 	SlowHoldOff = time.Second
+	MaxHoldOff  = time.Minute
 )
 
-// sync makes a round's write in f durable.
+// sync makes a round's write in f durable, holding the writer's processor unless
+// HoldProcessor is off, Go runs one processor, f cannot be synced holding, or a slow
+// sync paused the holding.
 func (w *WAL) sync(f vfs.File) error {
-	if start := time.Now(); w.opts.HoldProcessor && runtime.GOMAXPROCS(0) >= 2 && !start.Before(w.holdOff) {
-		if held, err := vfs.SyncHolding(f); held {
-			w.held.Add(1)
-			// Only a held sync starts a hold-off: a plain one's time includes the wait
-			// for a processor after it returns, the very wait holding saves.
-			if d := time.Since(start); d >= w.slowSync {
-				w.holdOff = time.Now().Add(SlowHoldOff)
-				w.holdOffs.Add(1)
-				if w.opts.OnHoldOff != nil {
-					w.opts.OnHoldOff(d)
-				}
-			}
-			return err
+	start := time.Now()
+	if !w.opts.HoldProcessor || runtime.GOMAXPROCS(0) < 2 || start.Before(w.holdOff) || !vfs.CanSyncHolding(f) {
+		failpoint.Stall(failpoint.WALSync, time.Sleep)
+		err := f.Sync()
+		if w.opts.HoldProcessor {
+			w.synced(false, time.Since(start))
+		}
+		return err
+	}
+	failpoint.Stall(failpoint.WALSync, vfs.SleepHolding)
+	_, err := vfs.SyncHolding(f)
+	w.held.Add(1)
+	w.synced(true, time.Since(start))
+	return err
+}
+
+// synced decides from a sync that took d, held or not, when the rounds may hold their
+// processor again (see SlowSync).
+func (w *WAL) synced(held bool, d time.Duration) {
+	now := time.Now()
+	stall := d >= w.stallSync
+	if held && d < w.slowSync && now.Sub(w.lastStall) >= MaxHoldOff {
+		w.pause = SlowHoldOff
+	}
+	if stall {
+		w.lastStall = now
+		if until := now.Add(SlowHoldOff); !held && until.After(w.holdOff) {
+			// A disk still stalling: it is not held through again until it is quick.
+			w.holdOff = until
 		}
 	}
-	return f.Sync()
+	if !held || d < w.slowSync {
+		return
+	}
+	w.holdOff = now.Add(w.pause)
+	if stall {
+		w.pause = min(2*w.pause, MaxHoldOff)
+	}
+	w.holdOffs.Add(1)
+	if w.opts.OnHoldOff != nil {
+		w.opts.OnHoldOff(d)
+	}
 }
 
 // Replay redoes every record of the write-ahead directory dir not yet checkpointed
@@ -1047,7 +1088,7 @@ type Stats struct {
 	Checkpoints uint64        // write-ahead files checkpointed and freed
 	Time        time.Duration // spent in rounds
 	Held        uint64        // rounds synced holding the writer's processor (HoldProcessor)
-	HoldOffs    uint64        // times a slow held sync turned the holding off for SlowHoldOff
+	HoldOffs    uint64        // times a slow held sync paused the holding (SlowSync)
 }
 
 // Stats returns the counts so far.

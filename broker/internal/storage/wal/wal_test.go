@@ -690,7 +690,7 @@ func TestHoldProcessor(t *testing.T) {
 	defer w.Close()
 	// No sync of this disk counts as slow but the one the test says is: a loaded
 	// machine's slow sync must not turn the holding off under it.
-	w.slowSync = time.Hour
+	w.slowSync, w.stallSync = time.Hour, time.Hour
 	data := filepath.Join(dir, "a.log")
 	f, err := os.Create(data)
 	if err != nil {
@@ -736,6 +736,9 @@ func TestHoldProcessor(t *testing.T) {
 	if st := w.Stats(); st.Rounds != 6 || st.Held != 4 {
 		t.Fatalf("after the hold-off: %d rounds, %d held; want 6 and 4", st.Rounds, st.Held)
 	}
+	if w.pause != SlowHoldOff {
+		t.Fatalf("a slow sync that is no stall changed the pause to %v", w.pause)
+	}
 	// A Mem FS's files are synced by their own Sync, never counted as held.
 	m := vfs.NewMem()
 	mw, _, err := Open(walDir, Options{FS: m, Root: root, HoldProcessor: true})
@@ -746,5 +749,100 @@ func TestHoldProcessor(t *testing.T) {
 	write(t, mw, dataFile(t, m, "t/a.log"), "t/a.log", 0, []byte("x"))
 	if st := mw.Stats(); st.Rounds != 1 || st.Held != 0 {
 		t.Fatalf("Mem: %d rounds, %d held; want 1 and 0", st.Rounds, st.Held)
+	}
+}
+
+// holdingWAL opens a HoldProcessor WAL on the operating system's files with two or
+// more processors, and returns it with a commit of one record (t's failure on an
+// error).
+func holdingWAL(t *testing.T) (*WAL, func()) {
+	t.Helper()
+	procs := runtime.GOMAXPROCS(0)
+	runtime.GOMAXPROCS(max(2, procs))
+	t.Cleanup(func() { runtime.GOMAXPROCS(procs) })
+	dir := t.TempDir()
+	w, _, err := Open(filepath.Join(dir, "wal"), Options{FS: vfs.OS{}, Root: dir, HoldProcessor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	data := filepath.Join(dir, "a.log")
+	f, err := os.Create(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	off := int64(0)
+	return w, func() {
+		t.Helper()
+		rec := []byte("record")
+		if _, err := f.WriteAt(rec, off); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit([]Span{{Path: data, Off: off, Data: rec}}); err != nil {
+			t.Fatal(err)
+		}
+		off += int64(len(rec))
+	}
+}
+
+// TestHoldProcessorStalls: a held stall pauses the holding and doubles the next pause
+// (up to MaxHoldOff); a plain stall keeps the rounds plain until SlowHoldOff passes
+// without one; MaxHoldOff without a stall sets the pause back. The test says which
+// syncs are slow or stalls through the thresholds, which the commits' channels order
+// with the writer.
+func TestHoldProcessorStalls(t *testing.T) {
+	w, commit := holdingWAL(t)
+	w.slowSync, w.stallSync = 0, 0 // every sync stalls
+	start := time.Now()
+	commit()
+	if st := w.Stats(); st.Held != 1 || st.HoldOffs != 1 {
+		t.Fatalf("the first stall: %d held, %d hold-offs; want 1 and 1", st.Held, st.HoldOffs)
+	}
+	if w.pause != 2*SlowHoldOff || w.holdOff.Before(start.Add(SlowHoldOff)) {
+		t.Fatalf("after a held stall: pause %v, hold-off until %v after the commit began; want %v and at least %v",
+			w.pause, w.holdOff.Sub(start), 2*SlowHoldOff, SlowHoldOff)
+	}
+	// The disk stalls on: every plain stall keeps the rounds plain a second more.
+	var last time.Time
+	for range 3 {
+		last = time.Now()
+		commit()
+	}
+	if st := w.Stats(); st.Rounds != 4 || st.Held != 1 || st.HoldOffs != 1 {
+		t.Fatalf("plain stalls: %d rounds, %d held, %d hold-offs; want 4, 1 and 1", st.Rounds, st.Held, st.HoldOffs)
+	}
+	if w.holdOff.Before(last.Add(SlowHoldOff)) {
+		t.Fatalf("a plain stall left the hold-off %v after it began; want at least %v", w.holdOff.Sub(last), SlowHoldOff)
+	}
+	// The pause over, the next round holds again; a stall there doubles the pause.
+	w.holdOff = time.Now()
+	start = time.Now()
+	commit()
+	if st := w.Stats(); st.Held != 2 || st.HoldOffs != 2 {
+		t.Fatalf("the second held stall: %d held, %d hold-offs; want 2 and 2", st.Held, st.HoldOffs)
+	}
+	if w.pause != 4*SlowHoldOff || w.holdOff.Before(start.Add(2*SlowHoldOff)) {
+		t.Fatalf("after a second held stall: pause %v, hold-off %v after the commit began; want %v and at least %v",
+			w.pause, w.holdOff.Sub(start), 4*SlowHoldOff, 2*SlowHoldOff)
+	}
+	w.pause = MaxHoldOff
+	w.holdOff = time.Now()
+	commit()
+	if w.pause != MaxHoldOff {
+		t.Fatalf("the pause grew past MaxHoldOff to %v", w.pause)
+	}
+	// A quick disk: held rounds, and the pause stays long while the last stall is
+	// recent, then goes back to SlowHoldOff.
+	w.slowSync, w.stallSync = time.Hour, time.Hour
+	w.holdOff = time.Now()
+	commit()
+	if st := w.Stats(); st.Held != 4 || w.pause != MaxHoldOff {
+		t.Fatalf("a quick sync after a recent stall: %d held, pause %v; want 4 and %v", st.Held, w.pause, MaxHoldOff)
+	}
+	w.lastStall = time.Now().Add(-MaxHoldOff)
+	commit()
+	if st := w.Stats(); st.Held != 5 || w.pause != SlowHoldOff {
+		t.Fatalf("a quick sync a minute after the last stall: %d held, pause %v; want 5 and %v", st.Held, w.pause, SlowHoldOff)
 	}
 }

@@ -1,0 +1,71 @@
+//go:build failpoints
+
+package wal
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/narad-mq/narad/broker/internal/failpoint"
+)
+
+// TestFailpointWALSyncStalls: a disk whose syncs stall (the wal-sync failpoint, which
+// sleeps as the round syncs) is held through its first stall only. That stall is a
+// held one: a collection waits for it, as it would for a real sync that keeps its
+// processor. While the stalls go on, the rounds stay plain (before, the holding came
+// back a second after the first stall, and every other stall stopped the process at
+// its next collection); once the disk is quick for a second, they hold again.
+func TestFailpointWALSyncStalls(t *testing.T) {
+	w, commit := holdingWAL(t)
+	t.Cleanup(func() { failpoint.Set("") })
+	const first = 400 * time.Millisecond
+	if err := failpoint.Set(failpoint.WALSync + ":sleep(400ms)"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		commit()
+	}()
+	for failpoint.Hits(failpoint.WALSync) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	gcStart := time.Now()
+	runtime.GC()
+	gc := time.Since(gcStart)
+	<-done
+	// Generous: the collection began at most a few milliseconds into the stall on any
+	// machine this runs on; a sleep that gave its processor up lets it finish at once.
+	if gc < first/4 {
+		t.Fatalf("a collection during the held stall took %v; want it to wait for the stall (%v)", gc, first)
+	}
+	if st := w.Stats(); st.Held != 1 || st.HoldOffs != 1 {
+		t.Fatalf("the first stall: %d held, %d hold-offs; want 1 and 1", st.Held, st.HoldOffs)
+	}
+	// The disk stalls on for well past the first pause (SlowHoldOff): no round holds.
+	if err := failpoint.Set(failpoint.WALSync + ":sleep(150ms)"); err != nil {
+		t.Fatal(err)
+	}
+	for until := time.Now().Add(SlowHoldOff + SlowHoldOff/2); time.Now().Before(until); {
+		commit()
+	}
+	if st := w.Stats(); st.Held != 1 {
+		t.Fatalf("stalls after the first: %d rounds held (of %d); want the first only", st.Held, st.Rounds)
+	}
+	// Quick again: the rounds hold once a second has passed without a stall.
+	if err := failpoint.Set(""); err != nil {
+		t.Fatal(err)
+	}
+	quick := time.Now()
+	for w.Stats().Held == 1 {
+		if time.Since(quick) > 30*time.Second {
+			t.Fatalf("no round held %v after the stalls ended", time.Since(quick))
+		}
+		commit()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := time.Since(quick); d < SlowHoldOff-SlowHoldOff/10 {
+		t.Fatalf("a round held %v after the last stall; want a pause of %v first", d, SlowHoldOff)
+	}
+}
