@@ -519,13 +519,14 @@ func (in *clusterInjector) walFail(ctx context.Context, n *node.Node, at int) er
 // The disk fault's line runs from where the node said it acted to the restart.
 func (in *clusterInjector) diskFault(ctx context.Context, n *node.Node, action string, at int) error {
 	t0 := in.now()
-	if err := in.start(n, fmt.Sprintf("NARAD_FAILPOINTS=segment-after-write:%s@%d", action, at)); err != nil {
+	point := diskPoint(action)
+	if err := in.start(n, fmt.Sprintf("NARAD_FAILPOINTS=%s:%s@%d", point, action, at)); err != nil {
 		return err
 	}
 	if err := n.WaitReady(120 * time.Second); err != nil && n.Running() {
 		return fmt.Errorf("starting %s with a failing disk: %w", n.ID(), err)
 	}
-	in.fault(history.FaultRestart, t0, in.now(), n.ID(), "armed segment-after-write:"+action)
+	in.fault(history.FaultRestart, t0, in.now(), n.ID(), "armed "+point+":"+action)
 	in.sleep(ctx, 10*time.Second)
 	in.kill(n, "after its disk fault")
 	fired := n.TakeFired()

@@ -36,7 +36,8 @@ type FaultConfig struct {
 	// messages again, and report it), and cuts a settle journal back below the position
 	// its checkpoint covers (a checkpoint ahead of its journal: nothing may change).
 	Corrupt bool
-	// Disk arms injected EIO, ENOSPC and slow fsyncs at segment-after-write.
+	// Disk arms injected EIO and ENOSPC at segment-after-write and slow syncs at
+	// wal-sync (see diskPoint).
 	Disk bool
 	// MinGap and MaxGap bound the time between two faults.
 	MinGap, MaxGap time.Duration
@@ -295,6 +296,18 @@ func (in *injector) gracefulStop() {
 	}
 }
 
+// diskPoint is where a disk fault of the action is armed: an error at a segment's
+// write (segment-after-write, which stands for its failed fsync); a slow sync in the
+// write-ahead file's sync (wal-sync), where the node's syncs are, and which stalls as
+// the sync would, keeping the writer's processor when it holds it (a collection
+// meanwhile stops the node for the stall, and its peers may count it dead).
+func diskPoint(action string) string {
+	if strings.HasPrefix(action, "sleep(") {
+		return "wal-sync"
+	}
+	return "segment-after-write"
+}
+
 func (in *injector) awaitDisk(ctx context.Context, limit time.Duration) {
 	deadline := time.After(limit)
 	for {
@@ -440,8 +453,9 @@ func (in *injector) restart(ctx context.Context, mayArm bool) error {
 				}
 				env = append(env, fmt.Sprintf("NARAD_FAILPOINTS=%s:kill@%d", p.point, at))
 			case in.cfg.Disk && x < in.cfg.FailpointShare+0.2:
-				in.mode, in.point = "disk", "segment-after-write"
+				in.mode = "disk"
 				in.action = []string{"eio", "enospc", "sleep(1500ms)"}[in.rng.Intn(3)]
+				in.point = diskPoint(in.action)
 				env = append(env, fmt.Sprintf("NARAD_FAILPOINTS=%s:%s@%d", in.point, in.action, 5+in.rng.Intn(300)))
 			}
 		}

@@ -63,7 +63,7 @@ func runCmd(args []string) int {
 	fpKills := fs.Int("failpoint-kills", -1, "least number of kills at failpoints (-1: half of -kills)")
 	pauses := fs.Bool("pauses", true, "mix in SIGSTOP/SIGCONT")
 	corrupt := fs.Bool("corrupt", true, "damage a stopped node's files: torn tails, bit flips in active segments and settle journals, a checkpoint ahead of its journal")
-	disk := fs.Bool("disk", false, "inject EIO, ENOSPC and slow fsyncs at segment-after-write")
+	disk := fs.Bool("disk", false, "inject EIO and ENOSPC at segment-after-write and 1.5 s stalls at wal-sync")
 	clockShare := fs.Float64("clock-share", 0.25, "share of restarts that step the node's wall clock (back and forward in turn by 1s, 10s or 1h; 0: never)")
 	recreate := fs.Duration("recreate-every", 4*time.Second, "delete and recreate the topic "+workload.Recycled+" about this often under load (0: no such topic)")
 	minGap := fs.Duration("min-gap", 500*time.Millisecond, "least time between faults")
