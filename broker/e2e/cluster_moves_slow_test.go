@@ -15,6 +15,19 @@ import (
 
 // The slower membership tests: make chaos-cluster and make e2e run them.
 
+// TestClusterForcedTakeoverWriteFails: a forced takeover's survivor, killed at the
+// takeover, starts again with its first segment write failing, which is the first
+// write of the replaced group's log it applies. It must not start the new group
+// without that log: it stops, and once started again it applies the log, so every
+// 202'd message and the produces in flight at the loss are delivered (see
+// TestClusterForcedTakeoverKeepsTheSurvivorsLog; the placement pass that takes a
+// running survivor into the new group opens the partition through the same code, and
+// tries the opening again at its next pass instead of stopping).
+func TestClusterForcedTakeoverWriteFails(t *testing.T) {
+	t.Parallel()
+	forcedTakeoverKeepsTheSurvivorsLog(t, "writeFails")
+}
+
 // TestClusterReplicationFactorFromOne: a topic of one replica per partition (as a
 // single-node data directory brings) is raised to three under load. Each partition
 // becomes a group over the data it holds, its first snapshot standing for it; the new

@@ -416,17 +416,22 @@ func TestClusterForcedTakeover(t *testing.T) {
 // and its old one ran on).
 func TestClusterForcedTakeoverKeepsTheSurvivorsLog(t *testing.T) {
 	t.Parallel()
-	for _, restart := range []bool{false, true} {
-		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+	for _, restart := range []string{"none", "clean"} { // "writeFails": make e2e (TestClusterForcedTakeoverWriteFails)
+		t.Run("restart="+restart, func(t *testing.T) {
 			t.Parallel()
 			forcedTakeoverKeepsTheSurvivorsLog(t, restart)
 		})
 	}
 }
 
-func forcedTakeoverKeepsTheSurvivorsLog(t *testing.T, restart bool) {
+// forcedTakeoverKeepsTheSurvivorsLog: restart is "none" (the survivor's placement pass
+// takes the partition into the new group), "clean" (the survivor is killed at the
+// takeover and started again) or "writeFails" (so, but started first with its first
+// segment write failing: the opening that applies the replaced group's log fails, and
+// the node stops rather than start the new group without it).
+func forcedTakeoverKeepsTheSurvivorsLog(t *testing.T, restart string) {
 	tags, env := "chaosnet", []string(nil)
-	if restart {
+	if restart != "none" {
 		// Every node could be the survivor; only the survivor reaches the point.
 		tags, env = "chaosnet,failpoints", []string{failpoint.EnvVar + "=" + failpoint.ReplicaTakeover + ":kill@1"}
 	}
@@ -498,7 +503,7 @@ func forcedTakeoverKeepsTheSurvivorsLog(t *testing.T, restart bool) {
 			asker = nd
 		}
 	}
-	if restart {
+	if restart != "none" {
 		// The survivor dies at its takeover, before it applies anything of it; the
 		// request waits for it to lead, and is asked again (it is idempotent) once it
 		// runs again.
@@ -517,7 +522,26 @@ func forcedTakeoverKeepsTheSurvivorsLog(t *testing.T, restart bool) {
 		if _, ok := lead.Wait(60 * time.Second); !ok || !strings.Contains(lead.Log(), failpoint.FiredPrefix+" name="+failpoint.ReplicaTakeover) {
 			t.Fatalf("the survivor did not die at its takeover's failpoint (exited: %v)", ok)
 		}
-		lead.Launch()
+		if restart == "writeFails" {
+			// The write fails: the node must not start the new group without the
+			// log's tail. It stops; started again (by its supervisor), it reads the
+			// log again.
+			o := lead.Options()
+			o.Env = slices.DeleteFunc(o.Env, func(e string) bool { return strings.HasPrefix(e, failpoint.EnvVar+"=") })
+			failing := o
+			failing.Env = append(slices.Clone(o.Env), failpoint.EnvVar+"="+failpoint.SegmentAfterWrite+":eio@1")
+			lead.Relaunch(failing)
+			if _, ok := lead.Wait(60 * time.Second); !ok {
+				t.Fatal("the survivor whose write failed while it applied the replaced group's log kept running")
+			}
+			if log := lead.Log(); !strings.Contains(log, failpoint.FiredPrefix+" name="+failpoint.SegmentAfterWrite) ||
+				!strings.Contains(log, "failed a write while applying its replaced group's log") {
+				t.Fatal("the survivor stopped, but not for a failed write applying the replaced group's log")
+			}
+			lead.Relaunch(o)
+		} else {
+			lead.Launch()
+		}
 		if err := lead.WaitReady(); err != nil {
 			t.Fatal(err)
 		}

@@ -464,38 +464,25 @@ func (b *Broker) followPlacement() {
 			if want && lp != nil && t.openedAs[i] != groupOf(&m, i) {
 				// Its group changed (made over its data, or taken over by force):
 				// reopened in the new one, its data kept. A group replaced by force
-				// lost its majority for good: on the survivor, what its log holds
-				// past what this replica applied is applied first, committed or not,
-				// so that the new group starts from everything the survivor held
-				// (entries it had recorded with a majority among them). A replica
-				// the takeover left out that a move placed here again joins the new
-				// group afresh (openReplica sets its copy aside): the old log is
-				// nothing to it.
-				if old := t.openedAs[i]; old != "" && !b.soleOverData(m.Placement[i]) {
+				// lost its majority for good: on the survivor, the reopening applies
+				// what the replaced group's log holds, committed or not, before the new
+				// group starts (openReplica's applyReplacedLog, as at a start), so that
+				// the new group starts from everything the survivor held (entries it had
+				// recorded with a majority among them); a write failing there fails the
+				// opening, tried again at the next pass, and the new group never starts
+				// without them. A replica the takeover left out that a move placed here
+				// again joins the new group afresh (openReplica sets its copy aside):
+				// the old log is nothing to it.
+				if old := t.openedAs[i]; old != "" {
+					if b.soleOverData(m.Placement[i]) {
+						failpoint.Inject(failpoint.ReplicaTakeover)
+						t.openedAs[i] = "" // opened afresh: openReplica applies the old log
+					}
 					b.repl.host.CloseGroup(old)
-				} else if old != "" {
-					failpoint.Inject(failpoint.ReplicaTakeover)
-					n, err := b.repl.host.CloseGroupApplyingLog(old)
-					if err != nil {
-						b.log.Error("applying the log of a partition's replaced group failed; the new group starts without the rest of it",
-							"topic", t.name, "partition", i, "applied", n, "err", err)
-					} else if n > 0 {
-						b.log.Warn("applied the rest of a replaced group's log, committed or not, before the new group starts",
-							"topic", t.name, "partition", i, "entries", n)
-					}
-					if lp.Failed() {
-						b.log.Error("a write failed while applying the rest of a replaced group's log; the new group starts without what failed",
-							"topic", t.name, "partition", i)
-					}
-					// Nothing replays the old log again: what it applied must be on disk.
-					if err := lp.Flush(); err != nil {
-						b.log.Error("flushing a partition that leaves its replaced group failed; a crash before the new group's first snapshot may lose its last writes",
-							"topic", t.name, "partition", i, "err", err)
-					}
 				}
 				t.setPart(i, nil)
 				_ = lp.Close() // reopened at once below
-				b.log.Info("reopening a partition in its new group", "topic", t.name, "partition", i, "was", t.openedAs[i], "now", groupOf(&m, i))
+				b.log.Info("reopening a partition in its new group", "topic", t.name, "partition", i, "now", groupOf(&m, i))
 				lp = nil
 			}
 			switch {

@@ -266,8 +266,8 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		b.metrics.ReplicaRebuilds.WithLabelValues(m.Name).Inc()
 	}
 	if soleOverData && pl.Forced > 0 && (i >= len(t.openedAs) || t.openedAs[i] == "") {
-		// First opened in this process (a reopening by followPlacement applied the
-		// replaced group's log as it left it).
+		// Not yet open in the new group in this process: opened at a start, or
+		// again by followPlacement as it left the replaced group.
 		if err := b.applyReplacedLog(p, popts.Dir, raftDir, pl.Forced, m.Name, i); err != nil {
 			_ = p.Close() // the error below is the one to report
 			return nil, err
@@ -337,14 +337,15 @@ func (b *Broker) soleOverData(pl meta.Placement) bool {
 
 // applyReplacedLog applies to p, the survivor of a forced takeover about to start the
 // new group in raftDir, everything the replaced group's Raft log holds, committed or
-// not, as followPlacement does when it leaves the replaced group
-// (CloseGroupApplyingLog). A node that stopped between the takeover and its
-// placement pass, or was stopped when it was made, opens straight into the new group
-// here: nothing else would apply that log's tail (entries it recorded with a majority
-// that it had not yet heard were committed, produces in flight on it as leader). Only
-// while the new group's log is empty: its first entries are written over this state.
-// The log is read from its last snapshot, as a start replays it; what p already holds
-// it takes again as then.
+// not (raftetcd's ApplyLogIn): entries it recorded with a majority that it had not yet
+// heard were committed, produces in flight on it as leader. Both ways a survivor
+// comes to the new group go through here: its placement pass, which closes the
+// replaced group and opens the partition again, and a start of a node that stopped
+// between the takeover and that pass (or was stopped when it was made). (The pass
+// once applied the log itself as it closed the group, and went on into the new group
+// when a write of it failed.) Only while the new group's log is empty: its first
+// entries are written over this state. The log is read from its last snapshot, as a
+// start replays it; what p already holds it takes again as then.
 func (b *Broker) applyReplacedLog(p *partition.Partition, partDir, raftDir string, forced uint64, topic string, i int) error {
 	if t, err := b.repl.host.LastTerm(raftDir); err != nil || t > 0 {
 		return nil // the new group has begun (or its log is unreadable: opening it says so)
@@ -367,8 +368,9 @@ func (b *Broker) applyReplacedLog(p *partition.Partition, partDir, raftDir strin
 	p.ForgetIndexes()
 	if p.Failed() {
 		// A write of it failed: the new group must not start over this state (its
-		// first entries would end the log's reading here for good). The topic's open
-		// fails and is tried again, the log read again.
+		// first entries would end the log's reading here for good). The opening fails:
+		// at a start the node stops, and its next start reads the log again; in a
+		// placement pass the next pass tries again.
 		return fmt.Errorf("%w: partition %d of topic %q failed a write while applying its replaced group's log", ErrUnavailable, i, topic)
 	}
 	b.log.Warn("applied a replaced group's log, committed or not, before the new group starts",

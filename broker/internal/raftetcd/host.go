@@ -652,10 +652,15 @@ func (h *Host) LastTerm(dir string) (uint64, error) {
 	return max(hs.Term, lt), nil
 }
 
-// ApplyLogIn is CloseGroupApplyingLog for a group that is not open: the Raft log in
-// dir, of a group replaced by force while this node was stopped (or before it opened
-// the new one), is read and every entry with data past its snapshot is handed to apply
-// in order, committed or not. The application must take again entries it already
+// ApplyLogIn hands over the Raft log in dir of a group that will never run again and
+// whose log this node takes as it stands: a forced takeover, after a majority of the
+// group was lost for good (the caller closed the group, or this node was stopped
+// then). The log is read and every entry with data past its snapshot is handed to
+// apply in order, committed or not, as etcd's --force-new-cluster commits every entry
+// it holds: among them are entries a majority with this node in it recorded that this
+// node had not yet heard were committed (an ack answered 204 just before the others
+// were lost); the rest were never answered as done (a 503 says they may have been).
+// Configuration entries are skipped: the group is gone. The application must take again entries it already
 // holds, as at every start (a group replays its log from its last snapshot). It
 // returns how many entries it handed over; 0 when dir does not exist. StoreRaftstore
 // only.
@@ -695,50 +700,6 @@ func (h *Host) CloseGroup(id string) {
 	close(g.quit)
 	<-g.done
 	_ = g.st.close() // the group is gone; a close error changes nothing for anyone
-}
-
-// CloseGroupApplyingLog is CloseGroup for a group that will never run again and
-// whose log this node takes as it stands: a forced takeover, after a majority of the
-// group was lost for good. Once the group's loop has stopped, every entry with data
-// that its log holds past the applied index is applied, committed or not, in order,
-// as etcd's --force-new-cluster commits every entry it holds. Among them are entries
-// a majority with this node in it recorded that this node had not yet heard were
-// committed (an ack answered 204 just before the others were lost); the rest were
-// never answered as done (a 503 says they may have been). Configuration entries are
-// skipped: the group is gone. It returns how many entries it applied; on an error the
-// ones before were applied.
-func (h *Host) CloseGroupApplyingLog(id string) (int, error) {
-	h.gmu.Lock()
-	g := h.groups[id]
-	delete(h.groups, id)
-	h.gmu.Unlock()
-	if g == nil {
-		return 0, nil
-	}
-	close(g.quit)
-	<-g.done
-	defer func() { _ = g.st.close() }() // the group is gone; a close error changes nothing
-	return g.applyTail()
-}
-
-// applyTail applies what the stopped group's log holds past its applied index (see
-// CloseGroupApplyingLog).
-func (g *group) applyTail() (int, error) {
-	last, err := g.st.LastIndex()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	err = eachEntry(g.st, "group "+g.id+"'s log", g.applied+1, last, func(e raftpb.Entry) {
-		if withData(e) {
-			g.applyData(e)
-			n++
-		}
-		g.mu.Lock()
-		g.applied = e.Index
-		g.mu.Unlock()
-	})
-	return n, err
 }
 
 // eachEntry hands fn the entries of st from index from to last, in order.
@@ -1255,8 +1216,7 @@ func (h *Host) send(group string, flags byte, msgs []raftpb.Message) {
 // awaited by a reader and goes at once), or an append without entries, which a leader
 // sends only to move a follower's commit index or to probe it. No client waits on a
 // follower learning of a commit: the leader answered when it committed, and a forced
-// takeover applies the survivor's whole log, committed or not
-// (CloseGroupApplyingLog). Under load the next frame is a fraction of a millisecond
+// takeover applies the survivor's whole log, committed or not (ApplyLogIn). Under load the next frame is a fraction of a millisecond
 // away; sent in a frame of its own, this append was a quarter of the frames of a
 // replicated produce (docs/internals/replication.md).
 func (h *Host) lazy(flags byte, m raftpb.Message) bool {

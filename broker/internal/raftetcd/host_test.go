@@ -752,65 +752,42 @@ func TestAppendedAgoIsTheArrival(t *testing.T) {
 	}
 }
 
-// TestCloseGroupApplyingLogAppliesTheTail: a leader whose followers are gone holds a
-// write it can never commit. CloseGroup drops it with the group; closed with
-// CloseGroupApplyingLog (a forced takeover), the group applies it first, and only it.
-func TestCloseGroupApplyingLogAppliesTheTail(t *testing.T) {
-	for _, mode := range []string{"close", "applyLog", "closedThenRead"} {
-		t.Run(mode, func(t *testing.T) {
-			// The store and writes of the broker's groups; an election timeout of 3 s,
-			// so that the leader still leads (check-quorum) when the write is proposed.
-			ns := startClusterWith(t, 1, func(o *Options) {
-				o.Store, o.AsyncStorageWrites, o.ElectionTick = StoreRaftstore, true, 100
-			})
-			g := groupName(0)
-			lead := leaders(t, ns, 1)[g]
-			propose(t, lead, g) // committed and applied everywhere
-			caughtUp(t, ns, map[string]*testNode{g: lead})
-			before := lead.appliedIn(g)
-			for _, n := range ns {
-				if n != lead {
-					n.stop()
-				}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			_, err := lead.host.Propose(ctx, g, []byte("tail"))
-			cancel()
-			if err == nil {
-				t.Fatal("a write committed with two of three replicas stopped")
-			}
-			if mode != "applyLog" {
-				lead.host.CloseGroup(g)
-				if got := lead.appliedIn(g); got != before {
-					t.Fatalf("CloseGroup applied %d entries more", got-before)
-				}
-			}
-			if mode == "closedThenRead" {
-				// The node stopped before it replaced the group: the log, read from its
-				// files, hands over everything past its snapshot (none here), the
-				// uncommitted write last.
-				var got []string
-				n, err := lead.host.ApplyLogIn(filepath.Join(lead.opts.Dir, g), func(_ uint64, data []byte) { got = append(got, string(data)) })
-				if err != nil || n != len(got) || len(got) != 2 || got[0] != "m" || got[1] != "tail" {
-					t.Fatalf("ApplyLogIn handed over %q (n %d, %v), want [m tail]", got, n, err)
-				}
-				if n, err := lead.host.ApplyLogIn(filepath.Join(t.TempDir(), "none"), nil); n != 0 || err != nil {
-					t.Fatalf("ApplyLogIn of no log: %d, %v", n, err)
-				}
-			}
-			if mode != "applyLog" {
-				return
-			}
-			n, err := lead.host.CloseGroupApplyingLog(g)
-			if err != nil || n != 1 {
-				t.Fatalf("CloseGroupApplyingLog applied %d entries (%v), want the 1 uncommitted write", n, err)
-			}
-			if got := lead.appliedIn(g); got != before+1 {
-				t.Fatalf("the application saw %d entries more, want 1", got-before)
-			}
-			if n, err := lead.host.CloseGroupApplyingLog(g); n != 0 || err != nil {
-				t.Fatalf("a second close applied %d (%v)", n, err)
-			}
-		})
+// TestApplyLogInHandsOverTheTail: a leader whose followers are gone holds a write it
+// can never commit. CloseGroup drops it with the group; ApplyLogIn (a forced takeover)
+// reads the closed group's log from its files and hands over everything past its
+// snapshot, the uncommitted write last.
+func TestApplyLogInHandsOverTheTail(t *testing.T) {
+	// The store and writes of the broker's groups; an election timeout of 3 s, so that
+	// the leader still leads (check-quorum) when the write is proposed.
+	ns := startClusterWith(t, 1, func(o *Options) {
+		o.Store, o.AsyncStorageWrites, o.ElectionTick = StoreRaftstore, true, 100
+	})
+	g := groupName(0)
+	lead := leaders(t, ns, 1)[g]
+	propose(t, lead, g) // committed and applied everywhere
+	caughtUp(t, ns, map[string]*testNode{g: lead})
+	before := lead.appliedIn(g)
+	for _, n := range ns {
+		if n != lead {
+			n.stop()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, err := lead.host.Propose(ctx, g, []byte("tail"))
+	cancel()
+	if err == nil {
+		t.Fatal("a write committed with two of three replicas stopped")
+	}
+	lead.host.CloseGroup(g)
+	if got := lead.appliedIn(g); got != before {
+		t.Fatalf("CloseGroup applied %d entries more", got-before)
+	}
+	var got []string
+	n, err := lead.host.ApplyLogIn(filepath.Join(lead.opts.Dir, g), func(_ uint64, data []byte) { got = append(got, string(data)) })
+	if err != nil || n != len(got) || len(got) != 2 || got[0] != "m" || got[1] != "tail" {
+		t.Fatalf("ApplyLogIn handed over %q (n %d, %v), want [m tail]", got, n, err)
+	}
+	if n, err := lead.host.ApplyLogIn(filepath.Join(t.TempDir(), "none"), nil); n != 0 || err != nil {
+		t.Fatalf("ApplyLogIn of no log: %d, %v", n, err)
 	}
 }

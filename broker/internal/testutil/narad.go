@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,6 +292,15 @@ func (n *Narad) Relaunch(opts Options) {
 	n.opts, n.bin = opts, opts.Bin
 	n.mu.Unlock()
 	n.Launch()
+}
+
+// Options returns the options the narad was last started with (for Relaunch).
+func (n *Narad) Options() Options {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	o := n.opts
+	o.Env = slices.Clone(o.Env)
+	return o
 }
 
 // Launch starts a stopped narad again on its data directory and port, without waiting
