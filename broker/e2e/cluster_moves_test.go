@@ -410,7 +410,7 @@ func TestClusterForcedTakeover(t *testing.T) {
 // messages are delivered afterwards, like every 202'd one. (Before, the new group
 // started from what the survivor had applied, and they were dropped.) So it does when
 // the survivor is killed between the takeover and its reopening of the partition, and
-// opens straight into the new group when it starts again (restart=true; before, that
+// opens straight into the new group when it starts again (restart=clean; before, that
 // dropped them). The follower that was only cut off, once back, closes its replica and
 // leaves the replaced group (before, it closed the new group, which it never joined,
 // and its old one ran on).

@@ -308,6 +308,16 @@ func diskPoint(action string) string {
 	return "segment-after-write"
 }
 
+// sleepOf is the duration of a sleep(D) action.
+func sleepOf(action string) (time.Duration, bool) {
+	s, ok := strings.CutPrefix(action, "sleep(")
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(strings.TrimSuffix(s, ")"))
+	return d, err == nil
+}
+
 func (in *injector) awaitDisk(ctx context.Context, limit time.Duration) {
 	deadline := time.After(limit)
 	for {
@@ -327,8 +337,13 @@ func (in *injector) awaitDisk(ctx context.Context, limit time.Duration) {
 		}
 		if in.w.n.FiredCount() > 0 {
 			// Let the failed partition answer for a while, then restart it: a failed log
-			// stays closed until it is reopened.
-			in.sleep(ctx, 300*time.Millisecond+time.Duration(in.rng.Int63n(int64(time.Second))))
+			// stays closed until it is reopened. A stall is let end first, so that the
+			// node answers after it (killed in it, it was a kill in a sync).
+			wait := 300*time.Millisecond + time.Duration(in.rng.Int63n(int64(time.Second)))
+			if d, ok := sleepOf(in.action); ok {
+				wait += d
+			}
+			in.sleep(ctx, wait)
 			in.kill("after " + in.action)
 			in.recordFired(in.now())
 			return

@@ -144,3 +144,15 @@ func TestKillsCountsEveryStepThatKills(t *testing.T) {
 		t.Errorf("two kill-alls of 3 nodes: %d kills, want 6", got)
 	}
 }
+
+func TestSleepOf(t *testing.T) {
+	for _, c := range []struct {
+		action string
+		want   time.Duration
+		ok     bool
+	}{{"sleep(1500ms)", 1500 * time.Millisecond, true}, {"sleep(2s)", 2 * time.Second, true}, {"eio", 0, false}, {"sleep(x)", 0, false}} {
+		if d, ok := sleepOf(c.action); d != c.want || ok != c.ok {
+			t.Errorf("sleepOf(%q) = %v, %v; want %v, %v", c.action, d, ok, c.want, c.ok)
+		}
+	}
+}

@@ -207,6 +207,9 @@ func NewMetrics() *Metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_storage_wal_hold_offs_total", Help: "Held write-ahead syncs that took 20 ms or more, each of which paused the holding (a second at first; longer while the disk stalls for 100 ms or more): a slow or stalling disk.",
 		}, readStat(&m.walStats, func(s wal.Stats) float64 { return float64(s.HoldOffs) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "narad_storage_wal_stalled_syncs_total", Help: "Write-ahead syncs, held or not, that took 100 ms or more (--wal-hold-processor): a stalling disk; the rounds sync the plain way until one takes less.",
+		}, readStat(&m.walStats, func(s wal.Stats) float64 { return float64(s.Stalls) })),
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,

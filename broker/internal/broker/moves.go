@@ -489,7 +489,7 @@ func (b *Broker) followPlacement() {
 			case want && lp == nil:
 				p, err := b.openPart(t, m, int32(i))
 				if err != nil {
-					b.log.Warn("opening a replica a move placed here failed; retrying", "topic", t.name, "partition", i, "err", err)
+					b.log.Warn("opening a replica placed here (by a move, or again in a new group) failed; retrying at the next placement pass", "topic", t.name, "partition", i, "err", err)
 					continue
 				}
 				t.setPart(i, p)

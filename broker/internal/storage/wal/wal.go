@@ -84,11 +84,12 @@ type Options struct {
 	// in a held sync, the whole process stops at the next collection until it returns.
 	// So rounds sync the plain way while Go runs one processor, and after a held sync
 	// of SlowSync or more (OnHoldOff is told) for a pause of SlowHoldOff. A stall
-	// (a sync, held or plain, of StallSync or more) keeps them plain until SlowHoldOff
-	// has passed without one, so a disk that stays slow is held through its first slow
-	// sync only; and each held stall doubles the next pause, up to MaxHoldOff, until
-	// MaxHoldOff passes without a stall, so a disk that stalls now and then is held
-	// through a stall once a pause at most.
+	// (a sync, held or plain, of StallSync or more) keeps them plain until a sync
+	// under StallSync and then SlowHoldOff after the stall, so a disk that stays slow
+	// is held through its first slow sync only, however seldom it is written; and each
+	// held stall doubles the next pause, up to MaxHoldOff, until MaxHoldOff passes
+	// without a stall, so a disk that stalls now and then is held through a stall once
+	// a pause at most.
 	HoldProcessor bool
 	// OnHoldOff, when set, is called on the writer goroutine with the duration of a
 	// held sync that started a hold-off (HoldProcessor). It must not block.
@@ -177,9 +178,11 @@ type WAL struct {
 	// goroutine's (a test may change them between commits).
 	holdOff, lastStall  time.Time
 	pause               time.Duration
+	stalling            bool          // the last sync was a stall
 	slowSync, stallSync time.Duration // SlowSync, StallSync
-	// held counts the rounds synced holding the processor; holdOffs the hold-offs.
-	held, holdOffs atomic.Uint64
+	// held counts the rounds synced holding the processor; holdOffs the hold-offs;
+	// stalls the syncs, held or plain, of stallSync or more.
+	held, holdOffs, stalls atomic.Uint64
 }
 
 type file struct {
@@ -282,11 +285,13 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 // virtual disk; a round beside a checkpoint's syncfs, 20–30 ms); SlowHoldOff is short,
 // so that such a blip costs the holding little. A sync of StallSync or more is a stall:
 // long enough that a collection waiting for it shows (the node's peers count it dead
-// after a second without an answer). Plain syncs of StallSync or more keep the rounds
-// plain until SlowHoldOff passes without one; a processor's wait after a plain sync
-// (which holding saves) is far below it, so a busy machine does not keep the holding
-// off by itself. Each held stall doubles the pause, up to MaxHoldOff; MaxHoldOff
-// without a stall sets it back to SlowHoldOff.
+// after a second without an answer). After a stall the rounds sync the plain way until
+// one of them takes less than StallSync (a disk written seldom is not held again for
+// the time between its writes) and SlowHoldOff has passed since the last stall; a
+// processor's wait after a plain sync (which holding saves) is far below StallSync, so
+// a busy machine does not keep the holding off by itself. Each held stall doubles the
+// pause, up to MaxHoldOff; a sync MaxHoldOff after the last stall sets it back to
+// SlowHoldOff.
 const (
 	SlowSync    = 20 * time.Millisecond
 	StallSync   = 100 * time.Millisecond
@@ -299,7 +304,7 @@ const (
 // sync paused the holding.
 func (w *WAL) sync(f vfs.File) error {
 	start := time.Now()
-	if !w.opts.HoldProcessor || runtime.GOMAXPROCS(0) < 2 || start.Before(w.holdOff) || !vfs.CanSyncHolding(f) {
+	if !w.opts.HoldProcessor || runtime.GOMAXPROCS(0) < 2 || w.stalling || start.Before(w.holdOff) || !vfs.CanSyncHolding(f) {
 		failpoint.Stall(failpoint.WALSync, time.Sleep)
 		err := f.Sync()
 		if w.opts.HoldProcessor {
@@ -318,14 +323,16 @@ func (w *WAL) sync(f vfs.File) error {
 // processor again (see SlowSync).
 func (w *WAL) synced(held bool, d time.Duration) {
 	now := time.Now()
-	stall := d >= w.stallSync
-	if held && d < w.slowSync && now.Sub(w.lastStall) >= MaxHoldOff {
+	if now.Sub(w.lastStall) >= MaxHoldOff {
 		w.pause = SlowHoldOff
 	}
+	stall := d >= w.stallSync
+	// A disk still stalling is not held through again until it is quick.
+	w.stalling = stall
 	if stall {
+		w.stalls.Add(1)
 		w.lastStall = now
 		if until := now.Add(SlowHoldOff); !held && until.After(w.holdOff) {
-			// A disk still stalling: it is not held through again until it is quick.
 			w.holdOff = until
 		}
 	}
@@ -1089,11 +1096,12 @@ type Stats struct {
 	Time        time.Duration // spent in rounds
 	Held        uint64        // rounds synced holding the writer's processor (HoldProcessor)
 	HoldOffs    uint64        // times a slow held sync paused the holding (SlowSync)
+	Stalls      uint64        // syncs, held or plain, that took StallSync or more (HoldProcessor)
 }
 
 // Stats returns the counts so far.
 func (w *WAL) Stats() Stats {
-	return Stats{Rounds: w.stats.rounds.Load(), Records: w.stats.records.Load(), Bytes: w.stats.bytes.Load(), Checkpoints: w.stats.checkpoints.Load(), Time: time.Duration(w.stats.nanos.Load()), Held: w.held.Load(), HoldOffs: w.holdOffs.Load()}
+	return Stats{Rounds: w.stats.rounds.Load(), Records: w.stats.records.Load(), Bytes: w.stats.bytes.Load(), Checkpoints: w.stats.checkpoints.Load(), Time: time.Duration(w.stats.nanos.Load()), Held: w.held.Load(), HoldOffs: w.holdOffs.Load(), Stalls: w.stalls.Load()}
 }
 
 // Close serves the commits already queued, makes every record durable in its data

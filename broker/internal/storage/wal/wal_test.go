@@ -787,10 +787,10 @@ func holdingWAL(t *testing.T) (*WAL, func()) {
 }
 
 // TestHoldProcessorStalls: a held stall pauses the holding and doubles the next pause
-// (up to MaxHoldOff); a plain stall keeps the rounds plain until SlowHoldOff passes
-// without one; MaxHoldOff without a stall sets the pause back. The test says which
-// syncs are slow or stalls through the thresholds, which the commits' channels order
-// with the writer.
+// (up to MaxHoldOff); after a stall, held or plain, the rounds stay plain until one is
+// quick and SlowHoldOff has passed since the stall; MaxHoldOff without a stall sets
+// the pause back. The test says which syncs are slow or stalls through the
+// thresholds, which the commits' channels order with the writer.
 func TestHoldProcessorStalls(t *testing.T) {
 	w, commit := holdingWAL(t)
 	w.slowSync, w.stallSync = 0, 0 // every sync stalls
@@ -815,7 +815,21 @@ func TestHoldProcessorStalls(t *testing.T) {
 	if w.holdOff.Before(last.Add(SlowHoldOff)) {
 		t.Fatalf("a plain stall left the hold-off %v after it began; want at least %v", w.holdOff.Sub(last), SlowHoldOff)
 	}
-	// The pause over, the next round holds again; a stall there doubles the pause.
+	// A disk written seldom: the hold-off passes with no round, and the next one still
+	// stalls. It is not held: the last sync stalled.
+	w.holdOff = time.Now()
+	commit()
+	if st := w.Stats(); st.Rounds != 5 || st.Held != 1 || st.Stalls != 5 {
+		t.Fatalf("a stall after a quiet hold-off: %d rounds, %d held, %d stalls; want 5, 1 and 5", st.Rounds, st.Held, st.Stalls)
+	}
+	// One quick sync; the pause over, the next round holds again, and a stall there
+	// doubles the pause.
+	w.stallSync = time.Hour
+	commit()
+	if st := w.Stats(); st.Held != 1 {
+		t.Fatalf("the first quick sync after stalls: %d held; want it plain", st.Held)
+	}
+	w.stallSync = 0
 	w.holdOff = time.Now()
 	start = time.Now()
 	commit()
@@ -827,15 +841,15 @@ func TestHoldProcessorStalls(t *testing.T) {
 			w.pause, w.holdOff.Sub(start), 4*SlowHoldOff, 2*SlowHoldOff)
 	}
 	w.pause = MaxHoldOff
-	w.holdOff = time.Now()
+	w.holdOff, w.stalling = time.Now(), false
 	commit()
-	if w.pause != MaxHoldOff {
-		t.Fatalf("the pause grew past MaxHoldOff to %v", w.pause)
+	if st := w.Stats(); st.Held != 3 || w.pause != MaxHoldOff {
+		t.Fatalf("a held stall at the longest pause: %d held, pause %v; want 3 and %v", st.Held, w.pause, MaxHoldOff)
 	}
 	// A quick disk: held rounds, and the pause stays long while the last stall is
 	// recent, then goes back to SlowHoldOff.
 	w.slowSync, w.stallSync = time.Hour, time.Hour
-	w.holdOff = time.Now()
+	w.holdOff, w.stalling = time.Now(), false
 	commit()
 	if st := w.Stats(); st.Held != 4 || w.pause != MaxHoldOff {
 		t.Fatalf("a quick sync after a recent stall: %d held, pause %v; want 4 and %v", st.Held, w.pause, MaxHoldOff)
