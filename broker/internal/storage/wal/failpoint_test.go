@@ -18,7 +18,7 @@ import (
 // its next collection); once a sync is quick and a second has passed since the last
 // stall, they hold again.
 func TestFailpointWALSyncStalls(t *testing.T) {
-	w, commit := holdingWAL(t)
+	w, commit := holdingWAL(t, nil)
 	t.Cleanup(func() { failpoint.Set("") })
 	const first = 400 * time.Millisecond
 	if err := failpoint.Set(failpoint.WALSync + ":sleep(400ms)"); err != nil {

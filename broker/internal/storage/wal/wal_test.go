@@ -679,36 +679,11 @@ func TestRemoveFilesIsSafeAtEveryStep(t *testing.T) {
 // SlowHoldOff after a slow sync, they sync the plain way. Either way every commit
 // returns once its round is synced.
 func TestHoldProcessor(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	dir := t.TempDir()
 	var told atomic.Int64 // OnHoldOff's calls
-	w, _, err := Open(filepath.Join(dir, "wal"), Options{FS: vfs.OS{}, Root: dir, HoldProcessor: true,
-		OnHoldOff: func(time.Duration) { told.Add(1) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w, commit := holdingWAL(t, func(time.Duration) { told.Add(1) })
 	// No sync of this disk counts as slow but the one the test says is: a loaded
 	// machine's slow sync must not turn the holding off under it.
 	w.slowSync, w.stallSync = time.Hour, time.Hour
-	data := filepath.Join(dir, "a.log")
-	f, err := os.Create(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	off := int64(0)
-	commit := func() {
-		t.Helper()
-		rec := []byte("record")
-		if _, err := f.WriteAt(rec, off); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Commit([]Span{{Path: data, Off: off, Data: rec}}); err != nil {
-			t.Fatal(err)
-		}
-		off += int64(len(rec))
-	}
 	runtime.GOMAXPROCS(2)
 	commit()
 	commit()
@@ -752,16 +727,16 @@ func TestHoldProcessor(t *testing.T) {
 	}
 }
 
-// holdingWAL opens a HoldProcessor WAL on the operating system's files with two or
-// more processors, and returns it with a commit of one record (t's failure on an
-// error).
-func holdingWAL(t *testing.T) (*WAL, func()) {
+// holdingWAL opens a HoldProcessor WAL on the operating system's files (OnHoldOff
+// onHoldOff) with two or more processors until t ends, and returns it with a commit
+// of one record (t's failure on an error).
+func holdingWAL(t *testing.T, onHoldOff func(time.Duration)) (*WAL, func()) {
 	t.Helper()
 	procs := runtime.GOMAXPROCS(0)
 	runtime.GOMAXPROCS(max(2, procs))
 	t.Cleanup(func() { runtime.GOMAXPROCS(procs) })
 	dir := t.TempDir()
-	w, _, err := Open(filepath.Join(dir, "wal"), Options{FS: vfs.OS{}, Root: dir, HoldProcessor: true})
+	w, _, err := Open(filepath.Join(dir, "wal"), Options{FS: vfs.OS{}, Root: dir, HoldProcessor: true, OnHoldOff: onHoldOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -792,7 +767,7 @@ func holdingWAL(t *testing.T) (*WAL, func()) {
 // the pause back. The test says which syncs are slow or stalls through the
 // thresholds, which the commits' channels order with the writer.
 func TestHoldProcessorStalls(t *testing.T) {
-	w, commit := holdingWAL(t)
+	w, commit := holdingWAL(t, nil)
 	w.slowSync, w.stallSync = 0, 0 // every sync stalls
 	start := time.Now()
 	commit()
