@@ -660,10 +660,10 @@ func (h *Host) LastTerm(dir string) (uint64, error) {
 // it holds: among them are entries a majority with this node in it recorded that this
 // node had not yet heard were committed (an ack answered 204 just before the others
 // were lost); the rest were never answered as done (a 503 says they may have been).
-// Configuration entries are skipped: the group is gone. The application must take again entries it already
-// holds, as at every start (a group replays its log from its last snapshot). It
-// returns how many entries it handed over; 0 when dir does not exist. StoreRaftstore
-// only.
+// Configuration entries are skipped: the group is gone. The application must take
+// again entries it already holds, as at every start (a group replays its log from its
+// last snapshot). It returns how many entries it handed over; 0 when dir does not
+// exist. StoreRaftstore only.
 func (h *Host) ApplyLogIn(dir string, apply func(index uint64, data []byte)) (int, error) {
 	st, err := h.openClosedLog(dir)
 	if st == nil {
@@ -1216,9 +1216,10 @@ func (h *Host) send(group string, flags byte, msgs []raftpb.Message) {
 // awaited by a reader and goes at once), or an append without entries, which a leader
 // sends only to move a follower's commit index or to probe it. No client waits on a
 // follower learning of a commit: the leader answered when it committed, and a forced
-// takeover applies the survivor's whole log, committed or not (ApplyLogIn). Under load the next frame is a fraction of a millisecond
-// away; sent in a frame of its own, this append was a quarter of the frames of a
-// replicated produce (docs/internals/replication.md).
+// takeover applies the survivor's whole log, committed or not (ApplyLogIn). Under load
+// the next frame is a fraction of a millisecond away; sent in a frame of its own, this
+// append was a quarter of the frames of a replicated produce
+// (docs/internals/replication.md).
 func (h *Host) lazy(flags byte, m raftpb.Message) bool {
 	if !h.opts.LazyHeartbeats || flags != 0 || len(m.Context) != 0 {
 		return false

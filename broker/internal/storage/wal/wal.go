@@ -308,21 +308,22 @@ func (w *WAL) sync(f vfs.File) error {
 		failpoint.Stall(failpoint.WALSync, time.Sleep)
 		err := f.Sync()
 		if w.opts.HoldProcessor {
-			w.synced(false, time.Since(start))
+			w.synced(false, start)
 		}
 		return err
 	}
 	failpoint.Stall(failpoint.WALSync, vfs.SleepHolding)
 	_, err := vfs.SyncHolding(f)
 	w.held.Add(1)
-	w.synced(true, time.Since(start))
+	w.synced(true, start)
 	return err
 }
 
-// synced decides from a sync that took d, held or not, when the rounds may hold their
-// processor again (see SlowSync).
-func (w *WAL) synced(held bool, d time.Duration) {
+// synced decides from a sync that began at start, held or not, when the rounds may
+// hold their processor again (see SlowSync). It reads the clock once.
+func (w *WAL) synced(held bool, start time.Time) {
 	now := time.Now()
+	d := now.Sub(start)
 	if now.Sub(w.lastStall) >= MaxHoldOff {
 		w.pause = SlowHoldOff
 	}
