@@ -463,6 +463,10 @@ func (b *Broker) Start(ctx context.Context) error {
 		return err
 	}
 	b.wg.Add(4)
+	if b.wal != nil {
+		b.wg.Add(1)
+		go b.diskStallLoop()
+	}
 	go b.replicationLoop()
 	go b.retentionLoop()
 	go b.reconcileLoop()
@@ -839,12 +843,7 @@ func (b *Broker) retentionLoop() {
 		case <-b.stop:
 			return
 		case <-tick.C:
-			b.mu.RLock()
-			ts := make([]*topic, 0, len(b.topics))
-			for _, t := range b.topics {
-				ts = append(ts, t)
-			}
-			b.mu.RUnlock()
+			ts := b.topicList()
 			for _, t := range ts {
 				b.enforceRetention(t)
 			}

@@ -82,12 +82,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if b == nil || b.meta == nil {
 		return
 	}
-	b.mu.RLock()
-	ts := make([]*topic, 0, len(b.topics))
-	for _, t := range b.topics {
-		ts = append(ts, t)
-	}
-	b.mu.RUnlock()
+	ts := b.topicList()
 	now := partition.WallMillis()
 	for _, t := range ts {
 		var backlog, inFlight, ackedAhead, segments, bytes float64

@@ -43,6 +43,10 @@ type Metrics struct {
 	// "election" (a new group, or after a failure or a handover that did not finish:
 	// the leases are lost and their messages come back at once).
 	LeadershipsTaken *prometheus.CounterVec
+	// DiskStalled is 1 while the node's disk stalls (a write-ahead sync took a second
+	// or more); StallHandOvers counts the leaderships it handed over meanwhile.
+	DiskStalled      prometheus.Gauge
+	StallHandOvers   prometheus.Counter
 	RetentionDeleted *prometheus.CounterVec // messages deleted by retention, by topic
 	SyncDuration     prometheus.Histogram   // one shared sync round's duration
 	SyncGroupFiles   prometheus.Histogram   // files made durable by one shared sync round
@@ -136,6 +140,14 @@ func NewMetrics() *Metrics {
 		AuthThrottled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_auth_throttled_total", Help: "Password checks refused with 503 before hashing: too many in flight from one address or in total.",
 		}),
+		DiskStalled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "narad_storage_disk_stalled",
+			Help: "1 while this node's disk stalls: a write-ahead sync has taken a second or more, or the last one did. The node hands over the leadership of its replicated partitions and takes none meanwhile.",
+		}),
+		StallHandOvers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narad_partition_stall_handovers_total",
+			Help: "Leaderships of replicated partitions this node handed over because its disk stalled.",
+		}),
 		ReplicaRebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_replica_rebuilds_total",
 			Help: "Replicas whose data was found damaged at start and rebuilt from their partition's group instead of skipping the damaged records.",
@@ -213,7 +225,7 @@ func NewMetrics() *Metrics {
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
-		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged, m.ReplicaRebuilds,
+		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged, m.ReplicaRebuilds, m.DiskStalled, m.StallHandOvers,
 		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.LeasesLate, m.LeadershipsTaken, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed,
 		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

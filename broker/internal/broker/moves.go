@@ -398,7 +398,7 @@ func (b *Broker) leaveLeadership(t *topic, i int) bool {
 		}
 	}
 	b.repl.mu.Unlock()
-	b.handOverTo(t, i, info, others)
+	b.handOverTo(t, i, info, others, "its replica here is rebuilt")
 	return !t.leads(i)
 }
 
@@ -436,12 +436,7 @@ func (b *Broker) followPlacement() {
 	}
 	b.placeMu.Lock()
 	defer b.placeMu.Unlock()
-	b.mu.RLock()
-	ts := make([]*topic, 0, len(b.topics))
-	for _, t := range b.topics {
-		ts = append(ts, t)
-	}
-	b.mu.RUnlock()
+	ts := b.topicList()
 	moves := b.meta.Moves()
 	synced := false
 	for _, t := range ts {
@@ -647,12 +642,7 @@ func (b *Broker) partDir(t *topic, i int) string {
 // replicaEnds is the log end of each replicated partition held here, by group id
 // (meta.Cluster.Ends: heartbeats carry it to the controller).
 func (b *Broker) replicaEnds() map[string]uint64 {
-	b.mu.RLock()
-	ts := make([]*topic, 0, len(b.topics))
-	for _, t := range b.topics {
-		ts = append(ts, t)
-	}
-	b.mu.RUnlock()
+	ts := b.topicList()
 	out := map[string]uint64{}
 	for _, t := range ts {
 		m := t.cur.Load()

@@ -124,6 +124,7 @@ func (b *Broker) startReplication(node *transport.Node) error {
 		SnapshotEvery:      b.opts.SnapshotEntries, SnapshotKeep: snapshotKeep(b.opts.SnapshotEntries),
 		SnapshotsAllowed: func() bool { return b.meta.Allows(meta.FeatureReplicaSnapshots) },
 		Logger:           b.log,
+		DiskStalled:      b.diskStalled,
 	})
 	if err != nil {
 		return err
@@ -793,12 +794,7 @@ func (b *Broker) reconcileVoters() {
 	if b.repl == nil {
 		return
 	}
-	b.mu.RLock()
-	ts := make([]*topic, 0, len(b.topics))
-	for _, t := range b.topics {
-		ts = append(ts, t)
-	}
-	b.mu.RUnlock()
+	ts := b.topicList()
 	var active map[string]meta.Move
 	for _, mv := range b.meta.Moves() {
 		if mv.Active() {
@@ -873,12 +869,12 @@ func (b *Broker) reconcileVoters() {
 					}
 					continue
 				}
-				b.handOverTo(t, i, info, want)
+				b.handOverTo(t, i, info, want, "its placement no longer names this node")
 				continue
 			}
 			if !changes && !hasMove && b.leaderPreferredElsewhere(m.Placement[i], info) {
 				pref, _ := b.voters([]string{m.Placement[i].Leader})
-				b.handOverTo(t, i, info, pref)
+				b.handOverTo(t, i, info, pref, "a rebalance chose another leader")
 				continue
 			}
 			if !changes {
@@ -894,10 +890,10 @@ func (b *Broker) reconcileVoters() {
 	}
 }
 
-// handOverTo moves the leadership of partition i of t, led here by a replica its
-// placement no longer names, to the most caught-up voter in want (after committing
-// its live leases, so nothing in flight is delivered again).
-func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uint64) {
+// handOverTo moves the leadership of partition i of t, led here, to the most caught-up
+// voter in want (after committing its live leases, so nothing in flight is delivered
+// again); why says in the log why it leaves this node.
+func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uint64, why string) {
 	to := handOverTarget(info, want, b.repl.host.PeerSilent)
 	if to == 0 {
 		return
@@ -911,7 +907,7 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 	if err := lp.HandOver(ctx); err != nil {
 		b.log.Warn("handing over a partition's leases failed; they lapse as in a crash", "topic", t.name, "partition", i, "err", err)
 	}
-	b.log.Info("handing over the leadership of a partition this node leaves", "topic", t.name, "partition", i, "to", b.nodeOf(to))
+	b.log.Info("handing over the leadership of a partition", "topic", t.name, "partition", i, "to", b.nodeOf(to), "why", why)
 	b.repl.host.TransferLeader(t.gid(i), to)
 	wait := time.Now().Add(moveHandOverWait)
 	for t.leads(i) && time.Now().Before(wait) {
@@ -1025,12 +1021,7 @@ func (b *Broker) handOverLeadership(d time.Duration) {
 	if b.repl == nil {
 		return
 	}
-	b.mu.RLock()
-	ts := make([]*topic, 0, len(b.topics))
-	for _, t := range b.topics {
-		ts = append(ts, t)
-	}
-	b.mu.RUnlock()
+	ts := b.topicList()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var wg sync.WaitGroup

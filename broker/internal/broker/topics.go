@@ -370,3 +370,14 @@ func (b *Broker) lookupLocal(name string) (*topic, error) {
 	}
 	return t, nil
 }
+
+// topicList returns the topics this node has now, in no order.
+func (b *Broker) topicList() []*topic {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	return ts
+}

@@ -9,7 +9,8 @@
 //	NARAD_FAILPOINTS="segment-after-write:kill@40;partition-before-rename-queue.ckpt:sleep(2s)"
 //
 // Each entry is name:action, optionally followed by @N (act only on the N-th hit of that
-// point in this process; without it, on every hit). Actions: kill (SIGKILL the process
+// point in this process) or @N+ (on the N-th hit and every one after it: a disk that
+// turns slow and stays slow); without either, on every hit. Actions: kill (SIGKILL the process
 // itself), sleep(DURATION), panic, eio and enospc (Err returns the error; Inject ignores
 // them). Before acting, a point writes one line to stderr,
 //

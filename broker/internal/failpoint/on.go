@@ -22,7 +22,8 @@ const Enabled = true
 type point struct {
 	action string
 	sleep  time.Duration
-	at     int64 // act on this hit only; 0: every hit
+	at     int64 // act on this hit only (or from it on, with on); 0: every hit
+	on     bool  // @N+: act on the N-th hit and every one after it
 	hits   atomic.Int64
 }
 
@@ -81,9 +82,10 @@ func Set(spec string) error {
 		}
 		p := &point{}
 		if a, n, ok := strings.Cut(act, "@"); ok {
+			n, p.on = strings.CutSuffix(n, "+")
 			at, err := strconv.ParseInt(n, 10, 64)
 			if err != nil || at < 1 {
-				return fmt.Errorf("%q: @N needs a positive count", ent)
+				return fmt.Errorf("%q: @N and @N+ need a positive count", ent)
 			}
 			act, p.at = a, at
 		}
@@ -142,7 +144,7 @@ func act(name string, wantErr bool, sleep func(time.Duration)) error {
 		return nil
 	}
 	hit := p.hits.Add(1)
-	if p.at != 0 && hit != p.at {
+	if p.at != 0 && (hit < p.at || hit > p.at && !p.on) {
 		return nil
 	}
 	if (p.action == "eio" || p.action == "enospc") && !wantErr {

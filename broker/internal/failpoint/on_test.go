@@ -11,7 +11,7 @@ import (
 
 func TestSetAndHits(t *testing.T) {
 	t.Cleanup(func() { Set("") })
-	if err := Set("a:eio@2; b:sleep(1ms);c:enospc"); err != nil {
+	if err := Set("a:eio@2; b:sleep(1ms);c:enospc;d:eio@2+"); err != nil {
 		t.Fatal(err)
 	}
 	if err := Err("a"); err != nil {
@@ -27,11 +27,16 @@ func TestSetAndHits(t *testing.T) {
 	if err := Err("c"); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("c: %v", err)
 	}
+	for i, want := range []bool{false, true, true, true} {
+		if err := Err("d"); errors.Is(err, syscall.EIO) != want {
+			t.Fatalf("hit %d of d@2+: %v", i+1, err)
+		}
+	}
 	Inject("b")
 	if Hits("a") != 3 || Hits("b") != 1 || Hits("nope") != 0 {
 		t.Fatalf("hits a=%d b=%d", Hits("a"), Hits("b"))
 	}
-	for _, bad := range []string{"x", "x:boom", "x:kill@0", "x:sleep(zz)", ":kill"} {
+	for _, bad := range []string{"x", "x:boom", "x:kill@0", "x:kill@0+", "x:kill@+", "x:kill@2++", "x:sleep(zz)", ":kill"} {
 		if Set(bad) == nil {
 			t.Errorf("Set(%q) accepted", bad)
 		}

@@ -117,6 +117,10 @@ type Options struct {
 	SnapshotsAllowed func() bool
 	// Logger gets warnings. Default slog.Default().
 	Logger *slog.Logger
+	// DiskStalled, when set, reports whether this node's disk stalls now. While it
+	// says yes, a leadership handed to a replica here is refused (its leader leads on
+	// and may pick another); elections are unchanged: a slow leader is better than none.
+	DiskStalled func() bool
 
 	// Tests: refuseStreams makes the host act as a node before message streams (it
 	// takes frames as calls only); streamRetry replaces streamRetry.

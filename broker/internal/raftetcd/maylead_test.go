@@ -102,3 +102,63 @@ func TestAReplicaThatMayNotLeadStandsForNothing(t *testing.T) {
 	})
 	write(barred)
 }
+
+// TestAReplicaOnAStallingDiskRefusesAHandedLeadership: while its host's disk stalls
+// (Options.DiskStalled), a replica refuses a leadership handed to it: its node is
+// handing its own leaderships over, and would answer each write only after its own
+// sync. Once the disk is quick again, it takes one.
+func TestAReplicaOnAStallingDiskRefusesAHandedLeadership(t *testing.T) {
+	const g = "st"
+	var stalled atomic.Bool
+	stalled.Store(true)
+	ns := startClusterWith(t, 0, func(o *Options) {
+		if o.ID == 3 {
+			o.DiskStalled = stalled.Load
+		}
+	})
+	slow := ns[2]
+	for _, n := range ns {
+		if err := n.host.OpenGroup(g, GroupConfig{Voters: []uint64{1, 2, 3}, Dir: filepath.Join(n.opts.Dir, g)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var l *testNode
+	poll(t, 20*time.Second, "a leader other than the stalling replica", func() bool {
+		for _, n := range ns {
+			if info, _ := n.host.Info(g); info.Leader {
+				if n == slow {
+					// Elected before the test could bar it: hand it on (it may give
+					// a leadership away; it only refuses to take one).
+					n.host.TransferLeader(g, 1)
+					return false
+				}
+				l = n
+				return true
+			}
+		}
+		return false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := l.host.Propose(ctx, g, []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the stalling replica to hold the write", func() bool {
+		info, _ := l.host.Info(g)
+		return info.Match[slow.id] >= info.Commit
+	})
+	l.host.TransferLeader(g, slow.id)
+	// A transfer times out after an election timeout (300 ms here); a second of
+	// watching covers three.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if info, _ := slow.host.Info(g); info.Leader {
+			t.Fatal("a replica on a stalling disk took the leadership handed to it")
+		}
+	}
+	stalled.Store(false)
+	l.host.TransferLeader(g, slow.id)
+	poll(t, 20*time.Second, "the replica on a quick disk again to take the leadership handed to it", func() bool {
+		info, _ := slow.host.Info(g)
+		return info.Leader
+	})
+}

@@ -71,3 +71,34 @@ func TestFailpointWALSyncStalls(t *testing.T) {
 		t.Fatalf("a round held %v after the last stall; want a pause of %v first", d, SlowHoldOff)
 	}
 }
+
+// TestFailpointStalledWhileSyncing: a sync still in flight after ShedSync makes the
+// disk Stalled before it returns (a disk that hangs is found hanging, not only once
+// its sync comes back), and a quick sync ends it.
+func TestFailpointStalledWhileSyncing(t *testing.T) {
+	w, commit := holdingWAL(t, nil)
+	t.Cleanup(func() { failpoint.Set("") })
+	w.shedSync = 100 * time.Millisecond
+	if err := failpoint.Set(failpoint.WALSync + ":sleep(2s)@1"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		commit()
+	}()
+	for !w.Stalled() {
+		select {
+		case <-done:
+			t.Fatal("the stalled sync returned before Stalled reported it")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	<-done
+	if !w.Stalled() {
+		t.Fatal("not Stalled after the slow sync returned")
+	}
+	if commit(); w.Stalled() {
+		t.Fatal("Stalled after a quick sync")
+	}
+}

@@ -183,6 +183,14 @@ type WAL struct {
 	// held counts the rounds synced holding the processor; holdOffs the hold-offs;
 	// stalls the syncs, held or plain, of stallSync or more.
 	held, holdOffs, stalls atomic.Uint64
+
+	// The disk's health as Stalled reads it, from any goroutine, in nanoseconds of
+	// the monotonic clock since born: when the sync in flight began (plus one; 0 when
+	// none is), and when the last sync ended, with whether it took shedSync or more.
+	born              time.Time
+	syncSince, syncAt atomic.Int64
+	syncSlow          atomic.Bool
+	shedSync          time.Duration // ShedSync
 }
 
 type file struct {
@@ -230,7 +238,7 @@ func Open(dir string, opts Options) (*WAL, Replayed, error) {
 	if err := vfs.MkdirAllSync(opts.FS, dir, 0o700); err != nil {
 		return nil, Replayed{}, err
 	}
-	w := &WAL{opts: opts, dir: dir, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), ckDone: make(chan struct{}), slowSync: SlowSync, stallSync: StallSync, pause: SlowHoldOff}
+	w := &WAL{opts: opts, dir: dir, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), ckDone: make(chan struct{}), slowSync: SlowSync, stallSync: StallSync, pause: SlowHoldOff, born: time.Now(), shedSync: ShedSync}
 	w.ckCond = sync.NewCond(&w.ckMu)
 	files, rep, err := w.replay()
 	if err != nil {
@@ -299,11 +307,42 @@ const (
 	MaxHoldOff  = time.Minute
 )
 
+// ShedSync is how long a sync takes (or has been taking) for Stalled to report the disk
+// stalling: past the node's peers' one-second liveness timeout, far past any round of a
+// healthy disk (docs/internals/replication.md, "A leader whose disk stalls"). The
+// verdict of a slow sync that ended holds until the next sync ends, for at most
+// StalledFor.
+const (
+	ShedSync   = time.Second
+	StalledFor = 10 * time.Second
+)
+
+// Stalled reports whether the disk is stalling now: a sync has been in flight for
+// ShedSync or more, or the last one took that long, ended less than StalledFor ago and
+// none has ended since. A replicated partition's leader on such a disk answers each
+// write only after its own sync, so the node hands its leaderships over while it lasts.
+// It is safe to call from any goroutine.
+func (w *WAL) Stalled() bool {
+	now := int64(time.Since(w.born))
+	if s := w.syncSince.Load(); s != 0 && now-(s-1) >= int64(w.shedSync) {
+		return true
+	}
+	return w.syncSlow.Load() && now-w.syncAt.Load() < int64(StalledFor)
+}
+
 // sync makes a round's write in f durable, holding the writer's processor unless
 // HoldProcessor is off, Go runs one processor, f cannot be synced holding, or a slow
 // sync paused the holding.
 func (w *WAL) sync(f vfs.File) error {
 	start := time.Now()
+	since := int64(start.Sub(w.born))
+	w.syncSince.Store(since + 1)
+	defer func() {
+		end := int64(time.Since(w.born))
+		w.syncSlow.Store(end-since >= int64(w.shedSync))
+		w.syncAt.Store(end)
+		w.syncSince.Store(0)
+	}()
 	if !w.opts.HoldProcessor || runtime.GOMAXPROCS(0) < 2 || w.stalling || start.Before(w.holdOff) || !vfs.CanSyncHolding(f) {
 		failpoint.Stall(failpoint.WALSync, time.Sleep)
 		err := f.Sync()

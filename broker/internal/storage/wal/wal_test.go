@@ -835,3 +835,35 @@ func TestHoldProcessorStalls(t *testing.T) {
 		t.Fatalf("a quick sync a minute after the last stall: %d held, pause %v; want 5 and %v", st.Held, w.pause, SlowHoldOff)
 	}
 }
+
+// TestStalledAfterASlowSync: Stalled reports a disk whose last sync took ShedSync or
+// more until a sync is quick again, or until StalledFor passed with no sync (a disk
+// written seldom is not held for stalling by one old sync), whether the rounds hold
+// their processor or not.
+func TestStalledAfterASlowSync(t *testing.T) {
+	for _, hold := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) {
+			w, commit := holdingWAL(t, nil)
+			w.opts.HoldProcessor = hold
+			if commit(); w.Stalled() {
+				t.Fatal("Stalled after a quick sync")
+			}
+			w.shedSync = 0 // every sync is slow
+			if commit(); !w.Stalled() {
+				t.Fatal("not Stalled after a slow sync")
+			}
+			// No sync since for StalledFor: the old verdict no longer holds.
+			w.syncAt.Store(int64(time.Since(w.born) - StalledFor))
+			if w.Stalled() {
+				t.Fatalf("Stalled %v after the last (slow) sync ended", StalledFor)
+			}
+			if commit(); !w.Stalled() {
+				t.Fatal("not Stalled after another slow sync")
+			}
+			w.shedSync = time.Hour
+			if commit(); w.Stalled() {
+				t.Fatal("Stalled after a quick sync that followed slow ones")
+			}
+		})
+	}
+}
