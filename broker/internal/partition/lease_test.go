@@ -2,10 +2,12 @@ package partition
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/queue"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
@@ -262,5 +264,84 @@ func TestANewLeaderWhoseMarkIsRefusedServesAtOnce(t *testing.T) {
 	appendN(t, p, 2)
 	if ds, err := p.Lease(2, time.Minute, 1<<20); err != nil || len(ds) != 2 {
 		t.Fatalf("leased %d: %v", len(ds), err)
+	}
+}
+
+// clockedGateMember is a leasingMember whose D command, while armed, waits at gate and
+// then moves the test clock by step: a consume's confirmation that takes that long (a
+// leader's disk stalling).
+type clockedGateMember struct {
+	leasingMember
+	armed *atomic.Bool
+	gate  chan struct{}
+	clock *atomic.Int64
+	step  time.Duration
+}
+
+func (m clockedGateMember) Propose(ctx context.Context, cmd []byte, submitted func()) (any, error) {
+	if len(cmd) > 0 && cmd[0] == cmdDelivered && m.armed.Load() {
+		<-m.gate
+		m.clock.Add(int64(m.step))
+	}
+	return m.leasingMember.Propose(ctx, cmd, submitted)
+}
+
+// TestAHandoverCountsTimeLeftWhenItProposes: a handover that waits for a consume's
+// confirmation (4 s here, as on a stalling disk) hands over each lease's time left as
+// of its proposal, not as of the moment it read the leases: the successor counts the
+// time left from the command's arrival, and counted from the read, a lease 5 s long
+// lived 4 s longer there than its holder was told, and an ack 1 s past its end was
+// answered 204 (the cluster chaos run's slowdisk steps found 18).
+func TestAHandoverCountsTimeLeftWhenItProposes(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(int64(time.Hour))
+	g := &fakeGroup{}
+	held, armed := &atomic.Bool{}, &atomic.Bool{}
+	gate := make(chan struct{})
+	var ps []*Partition
+	for i := range 3 {
+		p := mustOpen(t, vfs.NewMem(), func(o *Options) {
+			o.Group = clockedGateMember{leasingMember{member{g: g, i: i}, held}, armed, gate, &clock, 4 * time.Second}
+			o.Clock = clock.Load
+		})
+		t.Cleanup(func() { _ = p.Close() })
+		ps = append(ps, p)
+	}
+	g.replicas = ps
+	ps[0].SetRole(true, 1)
+	appendN(t, ps[0], 2)
+	first, err := ps[0].Lease(1, 5*time.Second, 1<<20)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("leased %d: %v", len(first), err)
+	}
+	for ps[0].repl.reserving.Load() || ps[0].repl.confirming.Load() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	start := clock.Load()
+	armed.Store(true) // the next consume's confirmation waits at the gate
+	consumed := make(chan error, 1)
+	go func() {
+		_, err := ps[0].Lease(1, time.Minute, 1<<20)
+		consumed <- err
+	}()
+	for ps[0].repl.confirming.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	handed := make(chan error, 1)
+	go func() { handed <- ps[0].HandOver(context.Background()) }()
+	time.Sleep(20 * time.Millisecond) // let HandOver read the leases and wait
+	close(gate)                       // the confirmation takes 4 s of the test clock
+	if err := <-consumed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
+	g.moveLead(1, 2)
+	// 6 s after the lease began: its holder was told 5.
+	clock.Store(start + int64(6*time.Second))
+	errs := ps[1].Settle([]SettleReq{{Offset: first[0].Record.Offset, Nonce: first[0].Nonce}})
+	if !errors.Is(errs[0], queue.ErrLeaseLost) {
+		t.Fatalf("an ack 1 s after a handed-over lease ended answered %v on the successor; want ErrLeaseLost", errs[0])
 	}
 }
