@@ -19,9 +19,10 @@ import (
 // TestClusterSlowDiskLeaderHandsOver: one node of three turns slow for good (every
 // write-ahead sync from its 200th on takes 1.5 s, fault 20 of the reliability list)
 // while it leads a partition under load. It hands that leadership to a healthy replica
-// and takes none back while it stalls, so the partition serves at the healthy nodes'
-// speed again; the others never count it dead (it still follows and forwards); and
-// every message answered 202 is delivered. Before, the slow node kept its leadership:
+// and is handed none back while it stalls (its peers hear of the stall in its liveness
+// answers), so the partition serves at the healthy nodes' speed again; the others
+// never count it dead (it still follows and forwards); its metrics show the stall and
+// the handover; and every message answered 202 is delivered. Before, the slow node kept its leadership:
 // each produce and ack of its partition waited for its own sync, most answered 503
 // after 5 s, and producers round-robining over the partitions all crawled.
 func TestClusterSlowDiskLeaderHandsOver(t *testing.T) {
@@ -116,7 +117,8 @@ func TestClusterSlowDiskLeaderHandsOver(t *testing.T) {
 	})
 	turned := time.Now()
 	waitFor(t, 30*time.Second, slow.id+" to hand over the partition it led", func() bool {
-		return leadersOf(nodes[0], "slow")[led] != slow.id
+		ls := leadersOf(nodes[0], "slow")
+		return len(ls) > led && ls[led] != "" && ls[led] != slow.id
 	})
 	t.Logf("%s handed partition %d over %v after its first slow sync", slow.id, led, time.Since(turned).Round(time.Millisecond))
 	// The partition serves at the healthy nodes' pace again: before the handover, 6
@@ -127,10 +129,20 @@ func TestClusterSlowDiskLeaderHandsOver(t *testing.T) {
 	if n := count() - before; n < 250 {
 		t.Errorf("%d produces answered 202 in the 5 s after the handover; want at least 250", n)
 	}
-	for p, l := range leadersOf(nodes[0], "slow") {
+	ls := leadersOf(nodes[0], "slow")
+	if len(ls) != 3 {
+		t.Errorf("the partitions' leaders could not be read through %s: %v", nodes[0].id, ls)
+	}
+	for p, l := range ls {
 		if l == slow.id {
 			t.Errorf("%s, its disk still stalling, leads partition %d again", slow.id, p)
 		}
+	}
+	if v, ok := metricValue(slow.api, "narad_storage_disk_stalled"); !ok || v != 1 {
+		t.Errorf("narad_storage_disk_stalled on %s = %v (read: %v); want 1 while its disk stalls", slow.id, v, ok)
+	}
+	if v, _ := metricValue(slow.api, "narad_partition_stall_handovers_total"); v < 1 {
+		t.Errorf("narad_partition_stall_handovers_total on %s = %v; want at least 1", slow.id, v)
 	}
 	close(stop)
 	wg.Wait()

@@ -257,11 +257,25 @@ type Node struct {
 	outDone chan struct{}
 	// chaosnet: an incarnation said its node plane obeys a chaosnet rules file.
 	chaosnet bool
+	// fpFile: an incarnation said it reads a failpoints file.
+	fpFile bool
 }
 
 // ChaosNetPrefix starts the stderr lines of a narad built with -tags chaosnet (it
 // mirrors broker/internal/transport.ChaosNetPrefix).
 const ChaosNetPrefix = "narad chaosnet:"
+
+// FailpointsPrefix starts the stderr lines of a failpoints build about its failpoints
+// file (it mirrors broker/internal/failpoint.FilePrefix).
+const FailpointsPrefix = "narad failpoints:"
+
+// FailpointsFile reports whether the node said it reads a failpoints file
+// (NARAD_FAILPOINTS_FILE), whose content arms its failpoints while it runs.
+func (n *Node) FailpointsFile() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.fpFile
+}
 
 // ChaosNet reports whether the node said its node plane obeys a chaosnet rules file.
 func (n *Node) ChaosNet() bool {
@@ -382,6 +396,11 @@ func (n *Node) copyStderr(r io.ReadCloser, done chan struct{}) {
 		if strings.HasPrefix(line, ChaosNetPrefix+" on ") {
 			n.mu.Lock()
 			n.chaosnet = true
+			n.mu.Unlock()
+		}
+		if strings.HasPrefix(line, FailpointsPrefix+" file=") {
+			n.mu.Lock()
+			n.fpFile = true
 			n.mu.Unlock()
 		}
 		if rest, ok := strings.CutPrefix(line, FiredPrefix); ok {

@@ -36,6 +36,10 @@ const (
 // broker/internal/transport.ChaosNetEnvVar).
 const ChaosNetEnv = "NARAD_CHAOSNET_FILE"
 
+// FailpointsFileEnv names the failpoints file a narad built with -tags failpoints polls
+// (it mirrors broker/internal/failpoint.FileEnvVar).
+const FailpointsFileEnv = "NARAD_FAILPOINTS_FILE"
+
 // RunCluster runs one verification on a cluster of cfg.Nodes real narad processes on
 // loopback: the cluster workload under its fault schedule, the drain, then a quiesce
 // (every follower caught up, every node reporting the same markers), a graceful stop of
@@ -84,7 +88,7 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 		}
 		peers = append(peers, ids[i]+"@"+addrs[i])
 	}
-	rules := map[string]string{}
+	rules, fps := map[string]string{}, map[string]string{}
 	nodes := make([]*node.Node, cfg.Nodes)
 	var args []string
 	for i, id := range ids {
@@ -102,6 +106,14 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 				return res
 			}
 			env = append(env, ChaosNetEnv+"="+rules[id])
+			// The same build has the failpoints tag: a file of each node's arms its
+			// failpoints while it runs (the slowdisk step).
+			fps[id] = filepath.Join(dir, "failpoints-"+id)
+			if err := os.WriteFile(fps[id], nil, 0o644); err != nil {
+				res.Err = err
+				return res
+			}
+			env = append(env, FailpointsFileEnv+"="+fps[id])
 		}
 		opts := node.Options{Bin: cfg.Bin, ID: id, DataDir: filepath.Join(dir, "data-"+id), LogPath: filepath.Join(dir, "node-"+id+".log"), Args: args, Env: env}
 		if cfg.Netns != nil {
@@ -115,6 +127,7 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 		nodes[i] = n
 	}
 	cfg.Workload.ClusterFaults.ChaosNet = rules
+	cfg.Workload.ClusterFaults.Failpoints = fps
 	cfg.Workload.ClusterFaults.Netns = cfg.Netns
 	cfg.Workload.ClusterFaults.PlaneAddrs = map[string]string{}
 	for i, id := range ids {

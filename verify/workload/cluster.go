@@ -51,12 +51,13 @@ const (
 	StepDisk           = "disk"            // kill -9 a node, start it with one segment write failing (EIO or ENOSPC) or slow (1.5 s), keep it running 10 s, then kill and restart it
 	StepFailpoint      = "failpoint-kill"  // kill -9 a node, start it armed to kill itself at a named point of its storage (a replica's append or settle applied, a segment write), then again unarmed
 	StepWALFail        = "walfail"         // kill -9 a node, start it with its write-ahead file's N-th round failing (EIO): it must stop at once with exit status 74 (fail-stop); restart it
+	StepSlowDisk       = "slowdisk"        // a partition leader's disk turns slow (every write-ahead sync 1.5 s, through its failpoints file) for 15 s, then quick again: it must hand its partitions over; nothing is lost
 	StepMove           = "move"            // move a partition's replica (its leader's too) to a node that holds none, under load; five times in six kill -9 a party of it (controller, source or target, or the leader twice as often) while it copies or switches; wait until it ends
 )
 
 // ClusterSteps lists every step kind.
 var ClusterSteps = []string{StepLeaderKill, StepControllerKill, StepNodeKill, StepDoubleFailover, StepPause, StepWipe, StepKillAll,
-	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling, StepFailpoint, StepDisk, StepWALFail, StepMove}
+	StepNetCut, StepNetDeaf, StepNetMute, StepNetLossy, StepNetSlow, StepNetSplit, StepCorrupt, StepClock, StepRolling, StepFailpoint, StepDisk, StepWALFail, StepSlowDisk, StepMove}
 
 // ParseSteps reads "kind=count,..." (an empty string: no steps).
 func ParseSteps(s string) (map[string]int, error) {
@@ -90,6 +91,9 @@ type ClusterFaultConfig struct {
 	// ChaosNet is the node-plane rules file of each node (by id), polled by a narad built
 	// with -tags chaosnet (NARAD_CHAOSNET_FILE); required by the net steps.
 	ChaosNet map[string]string
+	// Failpoints is the failpoints file of each node (by id), polled by a narad built
+	// with -tags failpoints (NARAD_FAILPOINTS_FILE); required by the slowdisk step.
+	Failpoints map[string]string
 	// PlaneAddrs is each node's cluster (node-plane) address, by id: what a netsplit's
 	// chaosnet rules name.
 	PlaneAddrs map[string]string
@@ -249,7 +253,7 @@ func (in *clusterInjector) run(ctx context.Context) error {
 // killed node stays down, jitter the gaps of a restart in random order.
 func (in *clusterInjector) step(ctx context.Context, step string, pick int, down, jitter time.Duration) error {
 	switch step {
-	case StepLeaderKill, StepPause, StepNetCut, StepNetDeaf, StepNetMute, StepNetSplit:
+	case StepLeaderKill, StepPause, StepNetCut, StepNetDeaf, StepNetMute, StepNetSplit, StepSlowDisk:
 		topic, p := in.partition(pick)
 		id := in.leaderOf(ctx, topic, p, "")
 		if id == "" {
@@ -258,6 +262,8 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		}
 		role := fmt.Sprintf("leader of %s/%d", topic, p)
 		switch step {
+		case StepSlowDisk:
+			in.slowDisk(ctx, id, role, topic, p)
 		case StepLeaderKill:
 			return in.killRestart(ctx, id, role, down)
 		case StepPause:
@@ -893,6 +899,59 @@ func (in *clusterInjector) leaderWithin(ctx context.Context, topic string, p int
 	return ""
 }
 
+// slowDiskFor is how long a slowdisk step's disk stays slow, and slowDiskSync how long
+// each of its write-ahead syncs takes meanwhile.
+const (
+	slowDiskFor  = 15 * time.Second
+	slowDiskSync = 1500 * time.Millisecond
+)
+
+// slowDisk makes every write-ahead sync of node id, which leads topic/p, take
+// slowDiskSync for slowDiskFor, through its failpoints file (the node runs on: it is
+// not restarted), then makes its disk quick again. The node must hand the partitions
+// it leads over to healthy replicas meanwhile (its fault line says whether another
+// node led topic/p before the disk was quick again); the checker holds the contract
+// through it all.
+func (in *clusterInjector) slowDisk(ctx context.Context, id, role, topic string, p int) {
+	n := in.byID[id]
+	path := in.cfg.Failpoints[id]
+	if path == "" || !n.FailpointsFile() {
+		in.note("%s: node %s runs without a failpoints file (a build without -tags failpoints?); skipped", StepSlowDisk, id)
+		return
+	}
+	in.mu.Lock()
+	in.taken[id] = true
+	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		delete(in.taken, id)
+		in.mu.Unlock()
+	}()
+	t0 := in.now()
+	if err := writeRules(path, fmt.Sprintf("wal-sync:sleep(%s)", slowDiskSync)); err != nil {
+		in.note("%s on %s: %v", StepSlowDisk, id, err)
+		return
+	}
+	start := time.Now()
+	outcome := "still led by the slow node when its disk was quick again"
+	if next := in.leaderWithin(ctx, topic, p, id, slowDiskFor); next != "" {
+		outcome = fmt.Sprintf("%s led it %v after the disk turned slow", next, time.Since(start).Round(100*time.Millisecond))
+	}
+	in.sleep(ctx, slowDiskFor-time.Since(start))
+	err := writeRules(path, "")
+	// A sync that began before the file was read again runs on for up to its length.
+	end := in.now() + int64(failpointPoll+slowDiskSync)
+	n.TakeFired() // the step's own fault line covers every slow sync
+	in.fault(history.FaultDisk, t0, end, id, fmt.Sprintf("slow disk (every write-ahead sync %v) for %v, %s: %s", slowDiskSync, slowDiskFor, role, outcome))
+	if err != nil {
+		in.note("%s on %s: making the disk quick again: %v", StepSlowDisk, id, err)
+	}
+}
+
+// failpointPoll is how often a failpoints build reads its failpoints file (it mirrors
+// broker/internal/failpoint.FilePoll).
+const failpointPoll = 100 * time.Millisecond
+
 // chaosNetPoll is how often a chaosnet node reads its rules file: a fault's window
 // reaches that far past the moment the file was rewritten.
 const chaosNetPoll = 100 * time.Millisecond
@@ -937,6 +996,9 @@ func (in *clusterInjector) ensureUp(ctx context.Context, _ bool) error {
 		}
 		if p := in.cfg.ChaosNet[n.ID()]; p != "" {
 			_ = writeRules(p, "") // healed; a missing directory shows in the next start
+		}
+		if p := in.cfg.Failpoints[n.ID()]; p != "" {
+			_ = writeRules(p, "") // a quick disk again
 		}
 		if in.cfg.Netns != nil {
 			if h, ok := in.cfg.Netns.Host(n.ID()); ok {

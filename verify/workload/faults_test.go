@@ -129,14 +129,14 @@ func TestClusterScheduleRepeats(t *testing.T) {
 // (verify/Makefile's NETNS_STEPS) gives the 28 kills a seed its comment promises, and
 // steps that kill nothing add none.
 func TestKillsCountsEveryStepThatKills(t *testing.T) {
-	steps, err := ParseSteps("leader-kill=4,controller-kill=2,node-kill=1,double-failover=2,pause=3,netcut=2,netdeaf=2,netmute=2,netlossy=1,netslow=1,netsplit=3,wipe=1,kill-all=1,corrupt=2,clock=1,failpoint-kill=2,rolling-restart=1,disk=1,move=3")
+	steps, err := ParseSteps("leader-kill=4,controller-kill=2,node-kill=1,double-failover=2,pause=3,netcut=2,netdeaf=2,netmute=2,netlossy=1,netslow=1,netsplit=3,wipe=1,kill-all=1,corrupt=2,clock=1,failpoint-kill=2,rolling-restart=1,disk=1,slowdisk=1,move=3")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := (ClusterFaultConfig{Steps: steps}).Kills(5); got != 28 {
 		t.Errorf("the namespace tier's steps on 5 nodes: %d kills, want 28", got)
 	}
-	quiet, _ := ParseSteps("pause=3,netcut=2,netsplit=1,rolling-restart=2")
+	quiet, _ := ParseSteps("pause=3,netcut=2,netsplit=1,rolling-restart=2,slowdisk=2")
 	if got := (ClusterFaultConfig{Steps: quiet}).Kills(3); got != 0 {
 		t.Errorf("steps that kill nothing: %d kills, want 0", got)
 	}

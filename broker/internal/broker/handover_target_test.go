@@ -35,3 +35,28 @@ func TestHandOverTargetSkipsSilentVoters(t *testing.T) {
 		}
 	}
 }
+
+// One handover of a partition at a time: a second one (the disk-stall shed beside a
+// placement's or the stop's) is refused until the first releases it, and the first's
+// giving up (ResumeAfterHandOver) cannot cut into the second's.
+func TestClaimHandOverIsExclusive(t *testing.T) {
+	b := &Broker{repl: &replication{}}
+	release, ok := b.claimHandOver("g1")
+	if !ok {
+		t.Fatal("the first claim was refused")
+	}
+	if _, ok := b.claimHandOver("g1"); ok {
+		t.Fatal("a second handover of the same partition was let start")
+	}
+	r2, ok := b.claimHandOver("g2")
+	if !ok {
+		t.Fatal("another partition's handover was refused")
+	}
+	release()
+	r3, ok := b.claimHandOver("g1")
+	if !ok {
+		t.Fatal("a claim after the release was refused")
+	}
+	r2()
+	r3()
+}

@@ -40,6 +40,7 @@ type replication struct {
 	mu      sync.Mutex
 	nodes   map[uint64]string // raft id → node id, of every member seen
 	leaders map[string]string // group id → the leader last learned from another node
+	handing map[string]bool   // group ids being handed over from here (claimHandOver)
 
 	// kick runs the placement pass at once (not at the next second): a replica that
 	// failed a write must leave the leadership without waiting.
@@ -894,7 +895,7 @@ func (b *Broker) reconcileVoters() {
 // voter in want (after committing its live leases, so nothing in flight is delivered
 // again); why says in the log why it leaves this node.
 func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uint64, why string) {
-	to := handOverTarget(info, want, b.repl.host.PeerSilent)
+	to := handOverTarget(info, want, b.unfitLeader)
 	if to == 0 {
 		return
 	}
@@ -902,6 +903,11 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 	if lp == nil {
 		return
 	}
+	release, ok := b.claimHandOver(t.gid(i))
+	if !ok {
+		return // another handover of it is under way
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), handOverWait)
 	defer cancel()
 	if err := lp.HandOver(ctx); err != nil {
@@ -923,11 +929,13 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 
 // handOverTarget picks who takes a partition's leadership over from this node: of the
 // candidates that are voters with a known match, the most caught-up one (it needs no
-// catching up first) among those the node-pair liveness does not find silent. A
-// transfer to a stopped node cannot happen, and the leases handed over would lapse as
-// in a crash; only when every candidate is silent is the most caught-up one tried
-// anyway. Ties go to the first candidate in order, not to map order.
-func handOverTarget(info raftetcd.GroupInfo, candidates []uint64, silent func(uint64) bool) uint64 {
+// catching up first) among those unfit does not rule out (b.unfitLeader: a node the
+// node-pair liveness finds silent, or one whose disk stalls). A transfer to a stopped
+// node cannot happen, and the leases handed over would lapse as in a crash; only when
+// every candidate is unfit is the most caught-up one tried anyway (a stalling disk
+// leads slowly, which beats leases lost). Ties go to the first candidate in order, not
+// to map order.
+func handOverTarget(info raftetcd.GroupInfo, candidates []uint64, unfit func(uint64) bool) uint64 {
 	var to, best, anyTo, anyBest uint64
 	for _, id := range candidates {
 		match, ok := info.Match[id]
@@ -937,7 +945,7 @@ func handOverTarget(info raftetcd.GroupInfo, candidates []uint64, silent func(ui
 		if anyTo == 0 || match > anyBest {
 			anyTo, anyBest = id, match
 		}
-		if !silent(id) && (to == 0 || match > best) {
+		if !unfit(id) && (to == 0 || match > best) {
 			to, best = id, match
 		}
 	}
@@ -960,10 +968,38 @@ func (b *Broker) leaderPreferredElsewhere(pl meta.Placement, info raftetcd.Group
 		return false
 	}
 	pref, ok := b.voters([]string{pl.Leader})
-	if !ok || !slices.Contains(info.Voters, pref[0]) {
+	if !ok || !slices.Contains(info.Voters, pref[0]) || b.unfitLeader(pref[0]) {
 		return false
 	}
 	return info.Match[pref[0]] >= info.Commit
+}
+
+// unfitLeader reports whether the node of raft id should not be handed a leadership
+// now: the node-pair liveness finds it silent, or it said its disk stalls.
+func (b *Broker) unfitLeader(id uint64) bool {
+	return b.repl.host.PeerSilent(id) || b.repl.host.PeerStalled(id)
+}
+
+// claimHandOver makes the caller the one handing the partition of group gid over, until
+// it calls release; false when another handover of it is under way. Two at once would
+// mix up: the first to give up lets the leader lease again (ResumeAfterHandOver) while
+// the other's transfer may still happen, and the leases granted in between would not
+// be handed over.
+func (b *Broker) claimHandOver(gid string) (release func(), ok bool) {
+	b.repl.mu.Lock()
+	defer b.repl.mu.Unlock()
+	if b.repl.handing[gid] {
+		return nil, false
+	}
+	if b.repl.handing == nil {
+		b.repl.handing = map[string]bool{}
+	}
+	b.repl.handing[gid] = true
+	return func() {
+		b.repl.mu.Lock()
+		delete(b.repl.handing, gid)
+		b.repl.mu.Unlock()
+	}, true
 }
 
 // moveHandOverWait bounds how long a leader a move takes off waits for its leadership
@@ -1053,10 +1089,15 @@ func (b *Broker) handOver(ctx context.Context, t *topic, i int) {
 			others = append(others, id)
 		}
 	}
-	to := handOverTarget(info, others, b.repl.host.PeerSilent)
+	to := handOverTarget(info, others, b.unfitLeader)
 	if to == 0 {
 		return
 	}
+	release, ok := b.claimHandOver(gid)
+	if !ok {
+		return // another handover of it is under way; the stop waits for none
+	}
+	defer release()
 	if err := t.parts()[i].HandOver(ctx); err != nil {
 		b.log.Warn("handing over a partition's leases failed; they lapse as in a crash", "topic", t.name, "partition", i, "err", err)
 	}

@@ -21,6 +21,8 @@
 // own timeline even when the wall clock (T) was stepped. Names are listed in Points.
 package failpoint
 
+import "time"
+
 // The named points. Each is one call in the storage code; see the comment at the call.
 const (
 	// SegmentAfterWrite: a commit group's bytes are written to a segment file, not yet
@@ -91,6 +93,20 @@ const ClockEnvVar = "NARAD_CLOCK_OFFSET"
 // fast, "-0.01" slow) from the start on, a test's stand-in for a machine whose clock
 // runs fast or slow. Monotonic time is not drifted.
 const ClockDriftEnvVar = "NARAD_CLOCK_DRIFT"
+
+// FileEnvVar, read at start when built with the tag, names a file read again every
+// FilePoll while the process runs: when its content changes, it replaces every armed
+// point (the NARAD_FAILPOINTS syntax; empty disarms them all), and the process writes
+// "narad failpoints: now \"SPEC\"" to stderr. At start it writes "narad failpoints:
+// file=PATH", and a file that is not empty then is applied at once. A harness arms a
+// point in a running process this way (a disk that turns slow and quick again).
+const FileEnvVar = "NARAD_FAILPOINTS_FILE"
+
+// FilePoll is how often the file named by FileEnvVar is read.
+const FilePoll = 100 * time.Millisecond
+
+// FilePrefix starts the stderr lines about that file.
+const FilePrefix = "narad failpoints:"
 
 // FiredPrefix starts the stderr line a point writes before it acts.
 const FiredPrefix = "narad failpoint fired:"

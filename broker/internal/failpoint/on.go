@@ -42,6 +42,10 @@ func init() {
 		fmt.Fprintf(os.Stderr, "narad: %s: %v\n", EnvVar, err)
 		os.Exit(2)
 	}
+	if path := os.Getenv(FileEnvVar); path != "" {
+		fmt.Fprintf(os.Stderr, "%s file=%s\n", FilePrefix, path)
+		go pollFile(path, FilePoll)
+	}
 	if v := os.Getenv(ClockEnvVar); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -107,6 +111,29 @@ func Set(spec string) error {
 	points = next
 	mu.Unlock()
 	return nil
+}
+
+// pollFile applies the file at path whenever its content changes (an empty or
+// missing file at first changes nothing). A spec that does not parse is reported and
+// leaves the points as they were.
+func pollFile(path string, every time.Duration) {
+	last := ""
+	for ; ; time.Sleep(every) {
+		b, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		spec := strings.TrimSpace(string(b))
+		if spec == last {
+			continue
+		}
+		last = spec
+		if err := Set(spec); err != nil {
+			fmt.Fprintf(os.Stderr, "%s %s: %v\n", FilePrefix, path, err)
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "%s now %q\n", FilePrefix, spec)
+	}
 }
 
 // Hits returns how often the named point was reached since it was armed (0 when it is

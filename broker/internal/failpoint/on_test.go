@@ -4,6 +4,8 @@ package failpoint
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -54,4 +56,49 @@ func TestMonoNanosFollowsTheMonotonicClock(t *testing.T) {
 	if d := got - want; d < -5*time.Millisecond || d > 5*time.Millisecond {
 		t.Fatalf("monoNanos advanced %v while time.Since says %v", got, want)
 	}
+}
+
+// TestFileArmsAndDisarms: the file named by FileEnvVar replaces the armed points when
+// its content changes, and an empty file disarms them; a spec that does not parse
+// leaves them as they were.
+func TestFileArmsAndDisarms(t *testing.T) {
+	t.Cleanup(func() { Set("") })
+	if err := Set("a:eio"); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "fp")
+	go pollFile(path, time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // no file yet: what Set armed stays
+	if err := Err("a"); err == nil {
+		t.Fatal("a missing file disarmed the points")
+	}
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path+".tmp", []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%s: not within 10 s", what)
+			}
+		}
+	}
+	write("b:enospc\n")
+	wait("the file's point armed", func() bool { return errors.Is(Err("b"), syscall.ENOSPC) })
+	if err := Err("a"); err != nil {
+		t.Fatalf("the file's content did not replace the points armed before: %v", err)
+	}
+	write("b:boom")
+	time.Sleep(20 * time.Millisecond)
+	if !errors.Is(Err("b"), syscall.ENOSPC) {
+		t.Fatal("a spec that does not parse changed the points")
+	}
+	write("")
+	wait("an empty file to disarm every point", func() bool { return Err("b") == nil })
 }

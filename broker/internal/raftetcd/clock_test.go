@@ -1,6 +1,7 @@
 package raftetcd
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -28,4 +29,32 @@ func TestClockOffsetIsOfTheStampingClock(t *testing.T) {
 	poll(t, 10*time.Second, "node 2 to measure node 1 5 s behind", func() bool {
 		return near(ns[1].host.ClockOffsets()[1], -ahead)
 	})
+}
+
+// TestPeerStalledFollowsItsLivenessAnswers: a node's liveness answers say whether its
+// disk stalls (Options.DiskStalled), and its peers' PeerStalled follows them both ways;
+// a node that sets no DiskStalled never counts as stalled.
+func TestPeerStalledFollowsItsLivenessAnswers(t *testing.T) {
+	var stalled atomic.Bool
+	ns := startClusterWith(t, 0, func(o *Options) {
+		if o.ID == 3 {
+			o.DiskStalled = stalled.Load
+		}
+	})
+	seen := func(want bool) func() bool {
+		return func() bool { return ns[0].host.PeerStalled(3) == want && ns[1].host.PeerStalled(3) == want }
+	}
+	poll(t, 10*time.Second, "nodes 1 and 2 to hear node 3 at all", func() bool {
+		return !ns[0].host.PeerSilent(3) && ns[0].host.Peers()[3].Live && ns[1].host.Peers()[3].Live
+	})
+	if ns[0].host.PeerStalled(3) || ns[2].host.PeerStalled(1) {
+		t.Fatal("a peer on a quick disk counted stalled")
+	}
+	stalled.Store(true)
+	poll(t, 10*time.Second, "nodes 1 and 2 to count node 3 stalled", seen(true))
+	if ns[2].host.PeerStalled(1) || ns[0].host.PeerStalled(2) {
+		t.Fatal("a node with no DiskStalled counted stalled")
+	}
+	stalled.Store(false)
+	poll(t, 10*time.Second, "nodes 1 and 2 to count node 3 quick again", seen(false))
 }

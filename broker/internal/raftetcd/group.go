@@ -690,10 +690,6 @@ func (g *group) step(flags byte, m raftpb.Message) {
 		g.h.log.Warn("raftetcd: a replica that may not lead now refused the leadership handed to it", "group", g.id, "from", m.From)
 		return
 	}
-	if m.Type == raftpb.MsgTimeoutNow && g.h.opts.DiskStalled != nil && g.h.opts.DiskStalled() {
-		g.h.log.Warn("raftetcd: a replica on a stalling disk refused the leadership handed to it", "group", g.id, "from", m.From)
-		return
-	}
 	g.mu.Lock()
 	if m.Type == raftpb.MsgVote && g.holdingLocked(m, monoNanos()) {
 		// Its leader spoke within the hold: the vote waits for the hold's end, and is

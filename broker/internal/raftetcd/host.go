@@ -36,8 +36,9 @@ const (
 	// (codec.go). The answer is empty.
 	OpBatch uint16 = 0x0203
 	// OpLiveness is the node-pair heartbeat: the caller's raft id (u64) in, the
-	// callee's and its wall clock (u64 Unix nanoseconds) out. A success proves both
-	// ends alive.
+	// callee's, its wall clock (u64 Unix nanoseconds), its start id (u64) and a byte of
+	// flags (livenessDiskStalled) out; older nodes answer a prefix of that. A success
+	// proves both ends alive.
 	OpLiveness uint16 = 0x0204
 )
 
@@ -117,9 +118,10 @@ type Options struct {
 	SnapshotsAllowed func() bool
 	// Logger gets warnings. Default slog.Default().
 	Logger *slog.Logger
-	// DiskStalled, when set, reports whether this node's disk stalls now. While it
-	// says yes, a leadership handed to a replica here is refused (its leader leads on
-	// and may pick another); elections are unchanged: a slow leader is better than none.
+	// DiskStalled, when set, reports whether this node's disk stalls now. Each
+	// liveness answer tells the caller (PeerStalled), so that its leaders hand
+	// leaderships to replicas on healthy disks rather than to this node's. Nothing in
+	// raft changes: elections and handed leaderships are taken as always.
 	DiskStalled func() bool
 
 	// Tests: refuseStreams makes the host act as a node before message streams (it
@@ -205,7 +207,9 @@ type peer struct {
 	// whether one was measured.
 	clockOffset atomic.Int64
 	clockKnown  atomic.Bool
-	live        bool // the ticker's view, owned by the ticker goroutine
+	// stalled is what the peer's last liveness answer said of its disk (PeerStalled).
+	stalled atomic.Bool
+	live    bool // the ticker's view, owned by the ticker goroutine
 	// alive mirrors live for readers outside the ticker; lapses counts its falls
 	// (PeerLiveness).
 	alive  atomic.Bool
@@ -375,6 +379,13 @@ func (h *Host) PeerSilent(id uint64) bool {
 	}
 	last := p.lastHeard.Load()
 	return last != 0 && time.Now().UnixNano()-last > int64(h.opts.LivenessTimeout)
+}
+
+// PeerStalled reports whether node id said in its last liveness answer that its disk
+// stalls (Options.DiskStalled). A peer of an older version never says so.
+func (h *Host) PeerStalled(id uint64) bool {
+	p := h.peer(id)
+	return p != nil && p.stalled.Load()
 }
 
 // ClockOffsets returns, per peer measured, its wall clock minus this node's, as the
@@ -1152,6 +1163,7 @@ func (h *Host) livenessLoop(p *peer) {
 					p.restarted.Store(true)
 				}
 			}
+			p.stalled.Store(len(resp) >= 25 && resp[24]&livenessDiskStalled != 0)
 		}
 	}
 }
@@ -1167,9 +1179,18 @@ func (h *Host) serveLiveness(_ context.Context, _ string, req []byte) ([]byte, e
 	// two clocks are (an 8-byte answer from an older node has none).
 	out := binary.BigEndian.AppendUint64(nil, h.opts.ID)
 	out = binary.BigEndian.AppendUint64(out, uint64(h.opts.WallClock()))
-	// Then this start's id (an older caller reads the first 16 bytes only).
-	return binary.BigEndian.AppendUint64(out, h.start), nil
+	// Then this start's id (an older caller reads the first 16 bytes only), then a
+	// byte of flags (an older caller reads the first 24).
+	out = binary.BigEndian.AppendUint64(out, h.start)
+	var flags byte
+	if h.opts.DiskStalled != nil && h.opts.DiskStalled() {
+		flags |= livenessDiskStalled
+	}
+	return append(out, flags), nil
 }
+
+// livenessDiskStalled is the flag of a liveness answer saying the node's disk stalls.
+const livenessDiskStalled byte = 1
 
 // ClockOffsetWarn is the peer clock offset past which a node logs a warning (once each
 // time the offset crosses it).

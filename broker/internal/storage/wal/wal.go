@@ -185,12 +185,13 @@ type WAL struct {
 	held, holdOffs, stalls atomic.Uint64
 
 	// The disk's health as Stalled reads it, from any goroutine, in nanoseconds of
-	// the monotonic clock since born: when the sync in flight began (plus one; 0 when
-	// none is), and when the last sync ended, with whether it took shedSync or more.
-	born              time.Time
-	syncSince, syncAt atomic.Int64
-	syncSlow          atomic.Bool
-	shedSync          time.Duration // ShedSync
+	// the monotonic clock since born: when the round in flight began (plus one; 0 when
+	// none is), and when the last round ended, shifted left by one, its low bit set
+	// when it took shedSync or more (one word, so that a reader never pairs one
+	// round's end with another's verdict).
+	born                 time.Time
+	roundSince, roundEnd atomic.Int64
+	shedSync             time.Duration // ShedSync
 }
 
 type file struct {
@@ -307,27 +308,42 @@ const (
 	MaxHoldOff  = time.Minute
 )
 
-// ShedSync is how long a sync takes (or has been taking) for Stalled to report the disk
-// stalling: past the node's peers' one-second liveness timeout, far past any round of a
-// healthy disk (docs/internals/replication.md, "A leader whose disk stalls"). The
-// verdict of a slow sync that ended holds until the next sync ends, for at most
-// StalledFor.
+// ShedSync is how long a round (its write and its sync) takes, or has been taking, for
+// Stalled to report the disk stalling: past the node's peers' one-second liveness
+// timeout, far past any round of a healthy disk (docs/internals/replication.md, "A
+// leader whose disk stalls"). The verdict of a slow round that ended holds until the
+// next round ends, for at most StalledFor.
 const (
 	ShedSync   = time.Second
 	StalledFor = 10 * time.Second
 )
 
-// Stalled reports whether the disk is stalling now: a sync has been in flight for
-// ShedSync or more, or the last one took that long, ended less than StalledFor ago and
-// none has ended since. A replicated partition's leader on such a disk answers each
-// write only after its own sync, so the node hands its leaderships over while it lasts.
-// It is safe to call from any goroutine.
+// Stalled reports whether the disk is stalling now: a round has been in flight for
+// ShedSync or more (in its sync, its write, or waiting for a checkpoint to free a file),
+// or the last one took that long, ended less than StalledFor ago and none has ended
+// since. A replicated partition's leader on such a disk answers each write only after
+// its own round, so the node hands its leaderships over while it lasts. It is safe to
+// call from any goroutine.
 func (w *WAL) Stalled() bool {
 	now := int64(time.Since(w.born))
-	if s := w.syncSince.Load(); s != 0 && now-(s-1) >= int64(w.shedSync) {
+	if s := w.roundSince.Load(); s != 0 && now-(s-1) >= int64(w.shedSync) {
 		return true
 	}
-	return w.syncSlow.Load() && now-w.syncAt.Load() < int64(StalledFor)
+	e := w.roundEnd.Load()
+	return e&1 == 1 && now-e>>1 < int64(StalledFor)
+}
+
+// roundBegan and roundEnded keep what Stalled reads, for a round that began at start.
+func (w *WAL) roundBegan(start time.Time) { w.roundSince.Store(int64(start.Sub(w.born)) + 1) }
+
+func (w *WAL) roundEnded(start time.Time) {
+	end := time.Since(w.born)
+	slow := int64(0)
+	if end-start.Sub(w.born) >= w.shedSync {
+		slow = 1
+	}
+	w.roundEnd.Store(int64(end)<<1 | slow)
+	w.roundSince.Store(0)
 }
 
 // sync makes a round's write in f durable, holding the writer's processor unless
@@ -335,14 +351,6 @@ func (w *WAL) Stalled() bool {
 // sync paused the holding.
 func (w *WAL) sync(f vfs.File) error {
 	start := time.Now()
-	since := int64(start.Sub(w.born))
-	w.syncSince.Store(since + 1)
-	defer func() {
-		end := int64(time.Since(w.born))
-		w.syncSlow.Store(end-since >= int64(w.shedSync))
-		w.syncAt.Store(end)
-		w.syncSince.Store(0)
-	}()
 	if !w.opts.HoldProcessor || runtime.GOMAXPROCS(0) < 2 || w.stalling || start.Before(w.holdOff) || !vfs.CanSyncHolding(f) {
 		failpoint.Stall(failpoint.WALSync, time.Sleep)
 		err := f.Sync()
@@ -803,6 +811,8 @@ func (w *WAL) round(batch []*waiter) (bool, error) {
 	if records == 0 {
 		return rotate, nil
 	}
+	w.roundBegan(start)
+	defer w.roundEnded(start)
 	if w.cur.pos > headerLen && w.cur.pos+int64(len(w.buf)) > w.opts.FileBytes {
 		if err := w.rotate(); err != nil {
 			if errors.Is(err, ErrNotWritten) {

@@ -836,8 +836,8 @@ func TestHoldProcessorStalls(t *testing.T) {
 	}
 }
 
-// TestStalledAfterASlowSync: Stalled reports a disk whose last sync took ShedSync or
-// more until a sync is quick again, or until StalledFor passed with no sync (a disk
+// TestStalledAfterASlowSync: Stalled reports a disk whose last round took ShedSync or
+// more until a round is quick again, or until StalledFor passed with no sync (a disk
 // written seldom is not held for stalling by one old sync), whether the rounds hold
 // their processor or not.
 func TestStalledAfterASlowSync(t *testing.T) {
@@ -853,7 +853,7 @@ func TestStalledAfterASlowSync(t *testing.T) {
 				t.Fatal("not Stalled after a slow sync")
 			}
 			// No sync since for StalledFor: the old verdict no longer holds.
-			w.syncAt.Store(int64(time.Since(w.born) - StalledFor))
+			w.roundEnd.Store(int64(time.Since(w.born)-StalledFor)<<1 | 1)
 			if w.Stalled() {
 				t.Fatalf("Stalled %v after the last (slow) sync ended", StalledFor)
 			}
