@@ -323,67 +323,91 @@ func TestReplicationRollingRestartUnderLoad(t *testing.T) {
 	nodes[0].api.createTopic("busy", map[string]any{"partitions": 2})
 	leaderOf(t, nodes, "busy", 0)
 	leaderOf(t, nodes, "busy", 1)
-	var (
-		mu       sync.Mutex
-		accepted = map[string]bool{}
-		seq      atomic.Int64
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
-	)
-	for w := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				nd := nodes[i%3]
-				if !nd.Running() {
-					continue
-				}
-				id := fmt.Sprint("u", seq.Add(1))
-				if produceTry(nd, "busy", id) == http.StatusAccepted {
-					mu.Lock()
-					accepted[id] = true
-					mu.Unlock()
-				} else {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		}()
-	}
+	load := startProducers(nodes, "busy", "u", 3)
 	for _, nd := range nodes {
-		mu.Lock()
-		before := len(accepted)
-		mu.Unlock()
-		waitFor(t, 30*time.Second, "produces going on", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(accepted) > before+50
-		})
+		before := load.count()
+		waitFor(t, 30*time.Second, "produces going on", func() bool { return load.count() > before+50 })
 		nd.Stop()
 		nd.Launch()
 		if err := nd.WaitReady(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	close(stop)
-	wg.Wait()
+	load.halt()
+	if lost, n := load.lostAfterDrain(t, nodes[0]); lost > 0 {
+		t.Fatalf("%d of %d messages answered 202 during the rolling restart were never delivered", lost, n)
+	}
+	t.Logf("%d messages accepted during a rolling restart of 3 nodes, all delivered", load.count())
+}
+
+// producers produce single JSON messages of fresh ids to a topic, each worker going
+// round the nodes (skipping stopped ones) until halted, and keep the ids answered 202.
+type producers struct {
+	topic    string
+	mu       sync.Mutex
+	accepted map[string]bool
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// startProducers starts workers producers to topic through nodes; ids are prefix and
+// a sequence number.
+func startProducers(nodes []*clusterNode, topic, prefix string, workers int) *producers {
+	p := &producers{topic: topic, accepted: map[string]bool{}, stop: make(chan struct{})}
+	var seq atomic.Int64
+	for w := range workers {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for i := w; ; i++ {
+				select {
+				case <-p.stop:
+					return
+				default:
+				}
+				nd := nodes[i%len(nodes)]
+				if !nd.Running() {
+					continue
+				}
+				id := fmt.Sprint(prefix, seq.Add(1))
+				if produceTry(nd, topic, id) == http.StatusAccepted {
+					p.mu.Lock()
+					p.accepted[id] = true
+					p.mu.Unlock()
+				} else {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	return p
+}
+
+// count is how many ids were answered 202 so far.
+func (p *producers) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.accepted)
+}
+
+// halt stops the producers and waits for them.
+func (p *producers) halt() {
+	close(p.stop)
+	p.wg.Wait()
+}
+
+// lostAfterDrain drains the topic through nd (after halt) and returns how many of the
+// ids answered 202 were never delivered, and how many were answered 202.
+func (p *producers) lostAfterDrain(t *testing.T, nd *clusterNode) (lost, accepted int) {
+	t.Helper()
 	seen := map[string]int{}
-	drain(t, nodes[0], "busy", seen, 3*time.Second)
-	lost := 0
-	for id := range accepted {
+	drain(t, nd, p.topic, seen, 3*time.Second)
+	for id := range p.accepted {
 		if seen[id] == 0 {
 			lost++
 		}
 	}
-	if lost > 0 {
-		t.Fatalf("%d of %d messages answered 202 during the rolling restart were never delivered", lost, len(accepted))
-	}
-	t.Logf("%d messages accepted during a rolling restart of 3 nodes, all delivered", len(accepted))
+	return lost, len(p.accepted)
 }
 
 // TestRemoteChildBetweenClusters: a parent on a cluster of three copies into a topic

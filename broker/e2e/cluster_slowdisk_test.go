@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,48 +52,16 @@ func TestClusterSlowDiskLeaderHandsOver(t *testing.T) {
 		t.Fatalf("%s's disk turned slow before it led a partition; raise the failpoint's count", slow.id)
 	}
 
-	var (
-		mu       sync.Mutex
-		accepted = map[string]bool{}
-		seq      atomic.Int64
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
-	)
-	for w := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := fmt.Sprint("s", seq.Add(1))
-				// Every node takes requests, the slow one too: it forwards them.
-				if produceTry(nodes[i%3], "slow", id) == http.StatusAccepted {
-					mu.Lock()
-					accepted[id] = true
-					mu.Unlock()
-				} else {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		}()
-	}
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(accepted)
-	}
+	// Every node takes requests, the slow one too: it forwards them.
+	load := startProducers(nodes, "slow", "s", 6)
 	// The others must never count the slow node anything but alive.
 	var dead atomic.Value
-	watching := make(chan struct{})
+	stopWatching, watching := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watching)
 		for {
 			select {
-			case <-stop:
+			case <-stopWatching:
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
@@ -124,9 +91,9 @@ func TestClusterSlowDiskLeaderHandsOver(t *testing.T) {
 	// The partition serves at the healthy nodes' pace again: before the handover, 6
 	// producers made about 10 produces a second in all (see above); a healthy cluster
 	// makes hundreds on a loaded 2-core machine.
-	before := count()
+	before := load.count()
 	time.Sleep(5 * time.Second)
-	if n := count() - before; n < 250 {
+	if n := load.count() - before; n < 250 {
 		t.Errorf("%d produces answered 202 in the 5 s after the handover; want at least 250", n)
 	}
 	ls := leadersOf(nodes[0], "slow")
@@ -144,8 +111,8 @@ func TestClusterSlowDiskLeaderHandsOver(t *testing.T) {
 	if v, _ := metricValue(slow.api, "narad_partition_stall_handovers_total"); v < 1 {
 		t.Errorf("narad_partition_stall_handovers_total on %s = %v; want at least 1", slow.id, v)
 	}
-	close(stop)
-	wg.Wait()
+	load.halt()
+	close(stopWatching)
 	<-watching
 	if d := dead.Load(); d != nil {
 		t.Errorf("a slow node was counted dead: %s", d)
@@ -153,21 +120,11 @@ func TestClusterSlowDiskLeaderHandsOver(t *testing.T) {
 	if !strings.Contains(slow.Log(), "the disk is stalling") {
 		t.Errorf("%s never said its disk was stalling", slow.id)
 	}
-
-	seen := map[string]int{}
-	drain(t, nodes[0], "slow", seen, 3*time.Second)
-	lost := 0
-	mu.Lock()
-	defer mu.Unlock()
-	for id := range accepted {
-		if seen[id] == 0 {
-			lost++
-		}
-	}
+	lost, n := load.lostAfterDrain(t, nodes[0])
 	if lost > 0 {
-		t.Fatalf("%d of %d messages answered 202 were never delivered", lost, len(accepted))
+		t.Fatalf("%d of %d messages answered 202 were never delivered", lost, n)
 	}
-	t.Logf("%d messages accepted, all delivered", len(accepted))
+	t.Logf("%d messages accepted, all delivered", n)
 }
 
 // leadersOf reads the leader of each partition of topic through nd (nil when it cannot).
