@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -142,4 +144,70 @@ func leadersOf(nd *clusterNode, topic string) []string {
 		out[i] = ps.Leader
 	}
 	return out
+}
+
+// TestClusterSlowDiskControllerHandsItOver: the controller's disk turns slow (each
+// write of its control-plane Raft store takes 1.5 s). Raft's heartbeats go on, so
+// nothing moved the controller off it before, and every metadata write (a topic's
+// create or delete, a member's status, a move's step) waited seconds for its log. The
+// node hands the controller to a healthy voter now, is never counted dead, and
+// metadata writes through it go to the new controller.
+func TestClusterSlowDiskControllerHandsItOver(t *testing.T) {
+	t.Parallel()
+	bin := testutil.BuildNaradTags(t, "failpoints")
+	dir := t.TempDir()
+	fpFile := func(i int) string { return filepath.Join(dir, fmt.Sprintf("failpoints-%d", i)) }
+	nodes := startPeersClusterWith(t, 3, func(i int, o *testutil.Options) {
+		o.Bin = bin
+		o.Env = append(o.Env, failpoint.FileEnvVar+"="+fpFile(i))
+	})
+	agreed(t, wantMembers(nodes...), nodes...)
+	ctl := controllerOf(t, nodes...)
+	var other *clusterNode
+	for i, nd := range nodes {
+		if nd == ctl {
+			if err := os.WriteFile(fpFile(i), []byte(failpoint.MetaStoreWrite+":sleep(1500ms)"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			other = nd
+		}
+	}
+	waitFor(t, 30*time.Second, ctl.id+" to arm its slow disk", func() bool {
+		return strings.Contains(ctl.Log(), failpoint.FilePrefix+" now")
+	})
+	// The control plane writes when asked to: a create through a healthy node meets
+	// the slow disk at the controller (it may answer 503 timeout, its outcome unknown).
+	if r, err := other.api.Try(http.MethodPost, "/v1/topics", []byte(`{"name":"while-slow","partitions":1}`), "Content-Type", "application/json"); err != nil {
+		t.Logf("a create while the controller's disk is slow: %v", err)
+	} else {
+		t.Logf("a create while the controller's disk is slow: %d", r.Status)
+	}
+	waitFor(t, 60*time.Second, ctl.id+" to hand the controller over", func() bool {
+		c, err := other.cluster()
+		return err == nil && c.Controller != "" && c.Controller != ctl.id
+	})
+	// It says so once its transfer returns, which waits for its slow write in flight.
+	waitFor(t, 30*time.Second, ctl.id+" to say it handed the controller over", func() bool {
+		return strings.Contains(ctl.Log(), "handed the controller over")
+	})
+	if v, ok := metricValue(ctl.api, "narad_storage_disk_stalled"); !ok || v != 1 {
+		t.Errorf("narad_storage_disk_stalled on %s = %v (read: %v); want 1 while its disk stalls", ctl.id, v, ok)
+	}
+	// Metadata writes go to the new controller. (One through the slow node itself
+	// still waits for it to apply the write, a read of its own write: that node is
+	// slow.)
+	other.api.createTopic("after-the-handover", map[string]any{"partitions": 1})
+	c, err := other.cluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Controller == ctl.id {
+		t.Errorf("%s, its disk still slow, is controller again", ctl.id)
+	}
+	for _, m := range c.Members {
+		if m.Status != "alive" {
+			t.Errorf("%s counts %s %s; a slow node is not dead", other.id, m.ID, m.Status)
+		}
+	}
 }

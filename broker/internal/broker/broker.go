@@ -23,6 +23,7 @@ import (
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/queue"
+	"github.com/narad-mq/narad/broker/internal/raftetcd"
 	"github.com/narad-mq/narad/broker/internal/storage/format"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
@@ -183,10 +184,13 @@ type Broker struct {
 	wal        *wal.WAL       // nil unless Options.WAL
 	// walDirs holds the directories of the partitions opened unreplicated, whose
 	// appends went through the WAL, since this process started (openReplica).
-	walDirs     sync.Map
-	walSyncer   io.Closer    // the syncfs descriptor of the WAL's checkpoints
-	walFailed   chan error   // receives the WAL's failure, once (StorageFailed)
-	repl        *replication // nil without Options.Node
+	walDirs   sync.Map
+	walSyncer io.Closer    // the syncfs descriptor of the WAL's checkpoints
+	walFailed chan error   // receives the WAL's failure, once (StorageFailed)
+	repl      *replication // nil without Options.Node
+	// replHost is repl.host for the control plane's goroutines, which start before
+	// repl is set (Cluster.PeerUnfit).
+	replHost    atomic.Pointer[raftetcd.Host]
 	longPolls   atomic.Int64
 	copiersMu   sync.Mutex
 	copiers     map[copierKey]*copier
@@ -406,6 +410,11 @@ func Open(opts Options) (*Broker, error) {
 	if opts.Node != nil {
 		mc.Ends = b.replicaEnds
 	}
+	mc.DiskStalled = b.walStalled
+	mc.PeerUnfit = func(serverID string) bool {
+		h := b.replHost.Load() // set once replication starts, after the control plane
+		return h != nil && (h.PeerSilent(raftID(serverID)) || h.PeerStalled(raftID(serverID)))
+	}
 	b.meta, err = meta.Open(meta.Options{
 		Dir:      filepath.Join(opts.DataDir, "meta"),
 		NodeID:   id,
@@ -462,11 +471,8 @@ func (b *Broker) Start(ctx context.Context) error {
 	if err := b.reconcile(true); err != nil {
 		return err
 	}
-	b.wg.Add(4)
-	if b.wal != nil {
-		b.wg.Add(1)
-		go b.diskStallLoop()
-	}
+	b.wg.Add(5)
+	go b.diskStallLoop()
 	go b.replicationLoop()
 	go b.retentionLoop()
 	go b.reconcileLoop()

@@ -5,13 +5,19 @@ import (
 	"time"
 )
 
-// diskStallCheck is how often the node looks at its disk's health (wal.Stalled).
+// diskStallCheck is how often the node looks at its disk's health (wal.Stalled,
+// meta.Store.Stalled).
 const diskStallCheck = 250 * time.Millisecond
 
-// diskStalled reports whether this node's disk stalls now: a write-ahead round has been
-// taking a second or more, or the last one did (wal.Stalled). Always false without the
-// write-ahead file (--sync-mode group or file).
-func (b *Broker) diskStalled() bool { return b.wal != nil && b.wal.Stalled() }
+// diskStalled reports whether this node's disk stalls now: a write-ahead round, or a
+// write of the control plane's Raft store, has been taking a second or more, or the
+// last one did (wal.Stalled, meta.Store.Stalled). Without the write-ahead file
+// (--sync-mode group or file) only the control plane's writes are timed.
+func (b *Broker) diskStalled() bool { return b.walStalled() || b.meta.Stalled() }
+
+// walStalled is the write-ahead file's part of diskStalled (the control plane's
+// Cluster.DiskStalled: it times its own writes itself).
+func (b *Broker) walStalled() bool { return b.wal != nil && b.wal.Stalled() }
 
 // diskStallLoop watches the disk while the node runs. While it stalls, the node hands
 // the leadership of every replicated partition it leads to a caught-up replica on a
@@ -23,8 +29,9 @@ func (b *Broker) diskStalled() bool { return b.wal != nil && b.wal.Stalled() }
 // while its followers could serve them at once. The node itself is not counted dead:
 // it still follows, votes and forwards, and it may still win an election or be handed
 // a leadership no other replica can take (a slow leader is better than none); it hands
-// such a one on as soon as a replica that can take it appears. The node says when the
-// stall begins and ends, and narad_storage_disk_stalled is 1 meanwhile.
+// such a one on as soon as a replica that can take it appears. A controller on such a
+// disk hands the controller over too (meta, Cluster.DiskStalled). The node says when
+// the stall begins and ends, and narad_storage_disk_stalled is 1 meanwhile.
 func (b *Broker) diskStallLoop() {
 	defer b.wg.Done()
 	tick := time.NewTicker(diskStallCheck)
@@ -41,7 +48,7 @@ func (b *Broker) diskStallLoop() {
 		case now && !stalled:
 			since = time.Now()
 			b.metrics.DiskStalled.Set(1)
-			b.log.Warn("the disk is stalling: a write-ahead sync took a second or more; this node hands over the leadership of its replicated partitions to replicas on healthy nodes until its syncs are quick again (check the disk)",
+			b.log.Warn("the disk is stalling: a write-ahead sync or a control-plane write took a second or more; this node hands over the leadership of its replicated partitions, and the controller, to healthy nodes until its writes are quick again (check the disk)",
 				"replicated", b.repl != nil)
 		case !now && stalled:
 			b.metrics.DiskStalled.Set(0)

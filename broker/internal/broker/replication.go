@@ -131,6 +131,7 @@ func (b *Broker) startReplication(node *transport.Node) error {
 		return err
 	}
 	b.repl = &replication{host: host, sync: sg, born: born, nodes: map[uint64]string{}, leaders: map[string]string{}, kick: make(chan struct{}, 1)}
+	b.replHost.Store(host)
 	return nil
 }
 

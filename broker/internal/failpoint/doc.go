@@ -69,13 +69,17 @@ const (
 	// this node the survivor; the node has neither applied the replaced group's log nor
 	// opened the new group yet.
 	ReplicaTakeover = "replica-takeover"
+	// MetaStoreWrite: the control plane's Raft is about to write its log or its term
+	// and vote to its store (a bbolt commit and fsync). A sleep here is a slow disk as
+	// the control plane meets it.
+	MetaStoreWrite = "meta-store-write"
 )
 
 // Points lists every named point, for harnesses that pick one at random.
 var Points = []string{
 	SegmentAfterWrite, SegmentAfterFsync, SegmentUndo, SegmentRollCreated, SegmentRetentionDelete,
 	SegmentRetentionUnlink, WALSync, WALAfterWrite, PartitionAfterAppend, PartitionAfterSettle,
-	PartitionCkptBeforeRename, PartitionEpochBeforeRename, ReplicaTakeover,
+	PartitionCkptBeforeRename, PartitionEpochBeforeRename, ReplicaTakeover, MetaStoreWrite,
 }
 
 // EnvVar is the environment variable read at start when built with the tag.

@@ -141,6 +141,9 @@ func (s *Store) controlTick() error {
 	if err := s.fsm.haltedErr(); err != nil {
 		return s.handOverHalted(err)
 	}
+	if s.diskStalled() && s.handOverStalled() {
+		return nil
+	}
 	conf, err := s.configuration()
 	if err != nil {
 		return err
@@ -247,6 +250,65 @@ func (s *Store) handOverHalted(halted error) error {
 	}
 	s.opts.Logger.Warn("meta: this node's state machine is halted; handed the controller over", "halted", halted)
 	return nil
+}
+
+// diskStalled reports whether this node's disk stalls: its control-plane writes
+// (Stalled) or, when the node says, its other writes (Cluster.DiskStalled).
+func (s *Store) diskStalled() bool {
+	return s.Stalled() || (s.opts.Cluster.DiskStalled != nil && s.opts.Cluster.DiskStalled())
+}
+
+// handOverStalled hands the controller to a voter on a healthy node while this node's
+// disk stalls, and reports whether it did. Raft knows nothing of the disk: its
+// heartbeats go on while each of the controller's log writes takes seconds, and every
+// metadata write (a topic's create or delete, a member's status, a move's step) waits
+// for them. The voter must be alive in the members' records and fit as the node plane
+// hears it (Cluster.PeerUnfit); with none, this node stays controller (a slow one is
+// better than none). At most once per ten Raft timeouts, as handOverHalted, so that
+// nodes whose disks all stall do not hand it round without end; the node may be
+// elected again later like any other, and hands over again then.
+func (s *Store) handOverStalled() bool {
+	s.ctl.mu.Lock()
+	due := time.Since(s.ctl.handedOver) > 10*s.opts.Cluster.RaftTimeout
+	s.ctl.mu.Unlock()
+	if !due {
+		return false
+	}
+	conf, err := s.configuration()
+	if err != nil {
+		return false
+	}
+	alive := map[string]bool{}
+	for _, m := range s.fsm.memberList() {
+		alive[m.ServerID] = m.Status == StatusAlive
+	}
+	var to *raft.Server
+	for _, srv := range sortedServers(conf.Servers) {
+		id := string(srv.ID)
+		if srv.Suffrage != raft.Voter || id == s.ServerID() || !alive[id] {
+			continue
+		}
+		if s.opts.Cluster.PeerUnfit != nil && s.opts.Cluster.PeerUnfit(id) {
+			continue
+		}
+		to = &srv
+		break
+	}
+	if to == nil {
+		return false
+	}
+	s.ctl.mu.Lock()
+	s.ctl.handedOver = time.Now()
+	s.ctl.mu.Unlock()
+	// The transfer's own bound is one election timeout, which a leader blocked in a
+	// slow write of its log can pass although its target did take over: what counts is
+	// whether this node still leads.
+	if err := s.raft.LeadershipTransferToServer(to.ID, to.Address).Error(); err != nil && s.Leader() {
+		s.opts.Logger.Warn("meta: this node's disk is stalling and the controller could not be handed over; it stays controller and tries again later", "to", to.ID, "err", err)
+		return false
+	}
+	s.opts.Logger.Warn("meta: this node's disk is stalling: handed the controller over, so metadata writes do not wait for this disk", "to", to.ID)
+	return true
 }
 
 // commitVersion commits the highest cluster version every member speaks, when

@@ -94,6 +94,16 @@ type Cluster struct {
 	// Ends, when set, returns the log end of each replicated partition this node
 	// holds, by group id; heartbeats carry it to the controller (MaxReportedEnd).
 	Ends func() map[string]uint64
+	// DiskStalled, when set, reports whether the node's other writes find its disk
+	// stalling (the write-ahead file's rounds); the control plane times its own writes
+	// besides (Store.Stalled). While either says so, a controller hands the controller
+	// to a voter that is alive and fit (PeerUnfit false), when there is one: on such a
+	// disk every metadata write waits seconds for the controller's own log.
+	DiskStalled func() bool
+	// PeerUnfit, when set, reports whether the member with this Raft server id is
+	// silent or says its disk stalls, as this node hears it; such a voter is not handed
+	// the controller.
+	PeerUnfit func(serverID string) bool
 }
 
 // Peer is one node of a static bootstrap list.
@@ -111,6 +121,7 @@ type Store struct {
 	raft  *raft.Raft
 	bolt  *raftboltdb.BoltStore
 	trans raft.Transport
+	watch diskWatch // times Raft's writes to bolt (Stalled)
 
 	ready         atomic.Bool
 	readyWakes    atomic.Uint64 // the ready loop's rounds, for its test
@@ -289,7 +300,8 @@ func open(opts Options, cfg *raft.Config, f *fsm, bolt *raftboltdb.BoltStore) (*
 	}
 	s := &Store{opts: opts, id: id, addr: addr, fsm: f, bolt: bolt, trans: trans, stop: make(chan struct{}), nudges: make(chan struct{}, 1)}
 	f.onSelf = s.saveMemberSince
-	r, err := raft.NewRaft(cfg, f, bolt, bolt, snaps, trans)
+	ws := watchedStore{LogStore: bolt, StableStore: bolt, w: &s.watch}
+	r, err := raft.NewRaft(cfg, f, ws, ws, snaps, trans)
 	if err != nil {
 		return nil, fmt.Errorf("meta: starting raft: %w", err)
 	}
