@@ -166,6 +166,49 @@ func TestAckedAheadCapRefusesNoAckOfALeaseGrantedUnderIt(t *testing.T) {
 	}
 }
 
+// TestRedeliveriesKeepToTheAckedAheadWindow: a new leader makes every unsettled
+// message below the delivered-to mark ready (Reset), and a mark reserved ahead may run
+// far past the acked-ahead window. Those redeliveries must keep to the window as new
+// messages do, or their acks fill the set while an offset nearer the frontier is out,
+// and every later ack is refused (the chaos tier's drain of events/5 stalled so, seed
+// 5901). On the old code all 20 were leased and the 6th ack past the frontier refused.
+func TestRedeliveriesKeepToTheAckedAheadWindow(t *testing.T) {
+	s := New(Config{Visibility: time.Second, MaxInFlight: 100, MaxAckedAhead: 4}, 1, 0, nil)
+	s.SetBounds(0, 100)
+	s.Reset(2, 20) // offsets 0 to 19 count as delivered once: all ready
+	if !s.Available() {
+		t.Fatal("nothing available with 20 messages ready")
+	}
+	g := mustLease(t, s, 0, 100)
+	if len(g) != 5 || g[0].Offset != 0 || g[4].Offset != 4 || g[0].Attempt != 2 {
+		t.Fatalf("leased %v; want offsets 0 to 4 (the frontier and 4 acks ahead), attempt 2", g)
+	}
+	if s.Available() {
+		t.Fatal("a redelivery past the window is available")
+	}
+	for _, x := range g[1:] {
+		if err := settle(t, s, x, 1); err != nil {
+			t.Fatalf("ack of offset %d, leased under the cap: %v", x.Offset, err)
+		}
+	}
+	if err := settle(t, s, g[0], 1); err != nil || s.Frontier() != 5 {
+		t.Fatalf("ack of the frontier: %v, frontier %d; want 5", err, s.Frontier())
+	}
+	// The window moved with the frontier: the next five are leased, still attempt 2.
+	g = mustLease(t, s, 2, 100)
+	if len(g) != 5 || g[0].Offset != 5 || g[4].Offset != 9 || g[4].Attempt != 2 {
+		t.Fatalf("leased %v after the frontier moved to 5; want offsets 5 to 9, attempt 2", g)
+	}
+	for _, x := range g {
+		if err := settle(t, s, x, 3); err != nil {
+			t.Fatalf("ack of offset %d: %v", x.Offset, err)
+		}
+	}
+	if s.Frontier() != 10 {
+		t.Fatalf("frontier %d; want 10", s.Frontier())
+	}
+}
+
 func TestAbortSettleRedelivers(t *testing.T) {
 	s := New(cfg, 1, 0, nil)
 	s.SetBounds(0, 1)
