@@ -908,7 +908,6 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 	if !ok {
 		return // another handover of it is under way
 	}
-	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), handOverWait)
 	defer cancel()
 	if err := lp.HandOver(ctx); err != nil {
@@ -920,12 +919,48 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 	for t.leads(i) && time.Now().Before(wait) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if t.leads(i) {
-		// The transfer did not happen: serve on, and try again at the next tick,
-		// rather than lease nothing until an election.
-		lp.ResumeAfterHandOver()
-		b.log.Warn("a partition's leadership did not move; it goes on serving here and tries again", "topic", t.name, "partition", i, "to", b.nodeOf(to))
+	if !t.leads(i) {
+		release()
+		return
 	}
+	// The transfer did not happen: serve on, and try again at the next tick, rather
+	// than lease nothing until an election. Calling the handover off is a write; while
+	// it fails the partition leases nothing, and it is tried again in the background
+	// (holding the claim, so no other handover of the partition starts meanwhile).
+	if b.callOffHandOver(t, i, lp, to) {
+		release()
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer release()
+		for t.leads(i) && !b.closing.Load() {
+			select {
+			case <-b.stop:
+				return
+			case <-time.After(time.Second):
+			}
+			if b.callOffHandOver(t, i, lp, to) {
+				return
+			}
+		}
+	}()
+}
+
+// callOffHandOver lets the leader of partition i of t lease again after its handover
+// to node to did not happen (partition.ResumeAfterHandOver: it first commits that
+// nothing is handed over), and reports whether it did.
+func (b *Broker) callOffHandOver(t *topic, i int, lp *partition.Partition, to uint64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), handOverWait)
+	defer cancel()
+	if err := lp.ResumeAfterHandOver(ctx); err != nil {
+		b.log.Warn("a partition's leadership did not move, and calling its handover off failed: it leases nothing until that succeeds (tried again every second) or its leadership changes",
+			"topic", t.name, "partition", i, "to", b.nodeOf(to), "err", err)
+		return false
+	}
+	b.log.Warn("a partition's leadership did not move; it goes on serving here and tries again", "topic", t.name, "partition", i, "to", b.nodeOf(to))
+	return true
 }
 
 // handOverTarget picks who takes a partition's leadership over from this node: of the

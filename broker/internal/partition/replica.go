@@ -451,7 +451,13 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		// delivered only what was.
 		r.deliveredTo.Store(d)
 		r.handMu.Lock()
-		r.handed, r.handedTerm = handed, term
+		if len(handed) == 0 && term != 0 && term == r.handedTerm {
+			// The same leader calling its handover off (ResumeAfterHandOver): nothing
+			// is handed, and a successor counts as elected.
+			r.handed, r.handedTerm = nil, 0
+		} else {
+			r.handed, r.handedTerm = handed, term
+		}
 		r.handMu.Unlock()
 		return appliedSettle{}
 	case cmdDelivered:
@@ -898,13 +904,34 @@ func (p *Partition) HandOver(ctx context.Context) error {
 // ResumeAfterHandOver lets a leader whose handover did not happen (its leadership did
 // not move: the chosen replica could not take it) lease again, instead of serving
 // nothing until an election. The leases it committed for the handover stay its own.
-func (p *Partition) ResumeAfterHandOver() {
+//
+// It first commits an L command that hands over nothing, in its term: every replica
+// then forgets the leases of the handover called off. Without it, a replica elected
+// in the next term after a crash of this leader (or by a late MsgTimeoutNow of the
+// abandoned transfer) took those leases as handed to it, although this leader had
+// served on meanwhile: a message nacked here was held under the nacked handle there,
+// a renewal answered 204 here was cut short there and the message leased to another
+// consumer, and delivery_attempt went back to the count of the handover. Until the
+// command commits it leases nothing; on an error it stays so (the caller tries
+// again while it leads).
+func (p *Partition) ResumeAfterHandOver(ctx context.Context) error {
 	r := p.repl
 	if r == nil || !r.leading.Load() || !r.handingOver.Load() {
-		return
+		return nil
+	}
+	var term uint64 // the version-1 form: the empty list replaces the handed leases all the same
+	if p.opts.NewCommands == nil || p.opts.NewCommands() {
+		term = r.term.Load()
+	}
+	p.mu.Lock()
+	delivered := max(r.deliveredTo.Load(), p.q.Cursor())
+	p.mu.Unlock()
+	if _, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, nil, p.opts.Clock(), term), nil); err != nil {
+		return p.groupErr(err)
 	}
 	r.handingOver.Store(false)
 	p.notify()
+	return nil
 }
 
 // handingOver reports whether this replica is handing its leadership over.

@@ -251,7 +251,9 @@ func TestReplicaResumesAfterAFailedHandOver(t *testing.T) {
 	if _, err := ps[0].Lease(10, time.Minute, 1<<20); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("a leader handing over leased: %v", err)
 	}
-	ps[0].ResumeAfterHandOver()
+	if err := ps[0].ResumeAfterHandOver(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	rest := leaseAll(t, ps[0])
 	if o := offsets(rest); fmt.Sprint(o) != "[2 3 4]" {
 		t.Fatalf("after resuming the leader leased %v, want [2 3 4]", o)

@@ -385,11 +385,14 @@ func (s *State) RaiseAttempts(m map[uint64]uint32) {
 	}
 }
 
-// Live returns the leases held at now that are not being settled, to hand them over.
+// Live returns the leases held at now, to hand them over: those being settled too, as
+// their settle may still fail (the handover's transfer drops it), and the holder's ack
+// sent again to the next leader must then find its lease there. A settle that commits
+// is applied after or before the handed leases, and settles the offset either way.
 func (s *State) Live(now int64) []Grant {
 	out := make([]Grant, 0, len(s.leases))
 	for _, l := range s.leases {
-		if !l.settling && l.deadline > now {
+		if l.deadline > now {
 			out = append(out, Grant{Offset: l.offset, Nonce: l.nonce, Attempt: l.attempt, Deadline: l.deadline})
 		}
 	}
