@@ -508,7 +508,20 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		_ = st.close() // the error being returned is the one to report
 		return err
 	}
-	created := last == 0 && snap.Metadata.Index == 0
+	// A group with neither entries nor a snapshot is new, unless it holds a hard
+	// state: a replica that joined (an empty log) and answered its leader, or voted,
+	// writes its term and vote before any entry. Opened again after a restart (the
+	// broker asks to join only when the directory is new), it took itself for new and
+	// bootstrapped, which set it back to term 1 with no vote: it could vote twice in
+	// one term, and a leader's lease counting its answers could be deposed at once
+	// with its vote. It waits for its leader now, holding its vote as any reopened
+	// replica does.
+	hs, _, err := st.InitialState()
+	if err != nil {
+		_ = st.close() // the error being returned is the one to report
+		return err
+	}
+	created := last == 0 && snap.Metadata.Index == 0 && raft.IsEmptyHardState(hs)
 	if cfg.Applied > applied {
 		if last, err := st.LastIndex(); err == nil {
 			applied = min(cfg.Applied, last)
