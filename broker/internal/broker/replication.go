@@ -547,6 +547,23 @@ func (g *partGroup) Propose(ctx context.Context, cmd []byte, submitted func()) (
 	return res, err
 }
 
+// ProposeCommitted is partition's committer: cmd replicated, answered once committed
+// (before this node applies it).
+func (g *partGroup) ProposeCommitted(ctx context.Context, cmd []byte) error {
+	pc, ok := g.host.(interface {
+		ProposeCommitted(ctx context.Context, id string, data []byte) (uint64, error)
+	})
+	if !ok {
+		_, err := g.Propose(ctx, cmd, nil)
+		return err
+	}
+	_, err := pc.ProposeCommitted(ctx, g.id, cmd)
+	if errors.Is(err, raftetcd.ErrNotLeader) || errors.Is(err, raftetcd.ErrClosed) || errors.Is(err, raftetcd.ErrUnknownGroup) {
+		return fmt.Errorf("%w: %w", partition.ErrNotLeader, err)
+	}
+	return err
+}
+
 // AppendedAgo is partition's appendAger: how long ago the entry at index reached this
 // node's copy of the group's log.
 func (g *partGroup) AppendedAgo(index uint64) (time.Duration, bool) {

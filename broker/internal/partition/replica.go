@@ -47,6 +47,14 @@ type appendAger interface {
 	AppendedAgo(index uint64) (time.Duration, bool)
 }
 
+// committer is a Group that can answer a proposal once it commits, before this
+// replica applies it (raftetcd: a leader applies only what its own log holds durably).
+type committer interface {
+	// ProposeCommitted replicates cmd and returns once it is committed; an error
+	// wrapping ErrNotLeader when this replica does not lead or stops leading first.
+	ProposeCommitted(ctx context.Context, cmd []byte) error
+}
+
 // replicateTimeout bounds one replicated write: past it the caller gets
 // ErrOutcomeUnknown (the write may still commit).
 const replicateTimeout = 5 * time.Second
@@ -894,11 +902,27 @@ func (p *Partition) HandOver(ctx context.Context) error {
 	// (slowdisk steps, seed 5801) answered 18 acks 204 up to 3.8 s after their lease
 	// had lapsed. No lease was given or renewed since (handingOver), so only the time
 	// left moves; a lease that lapsed meanwhile goes with none and is not honoured.
-	_, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, leases, p.opts.Clock(), term), nil)
-	if err != nil {
+	//
+	// It returns once the command is committed, not applied here: the successor must
+	// hold it (a transfer goes only to a replica whose log holds everything the
+	// leader's does), and applies it before it leads, as everything committed in
+	// earlier terms. A leader whose disk stalls, which hands over for that reason,
+	// would apply it only after its own slow syncs (seconds), while its followers
+	// commit it at once.
+	if err := p.proposeCommitted(ctx, encodeLeasesCmd(delivered, leases, p.opts.Clock(), term)); err != nil {
 		return p.groupErr(err)
 	}
 	return nil
+}
+
+// proposeCommitted replicates cmd and returns once it is committed, applied here or
+// not yet (committer), or applied where the group cannot tell.
+func (p *Partition) proposeCommitted(ctx context.Context, cmd []byte) error {
+	if c, ok := p.repl.group.(committer); ok {
+		return c.ProposeCommitted(ctx, cmd)
+	}
+	_, err := p.repl.group.Propose(ctx, cmd, nil)
+	return err
 }
 
 // ResumeAfterHandOver lets a leader whose handover did not happen (its leadership did
@@ -926,7 +950,8 @@ func (p *Partition) ResumeAfterHandOver(ctx context.Context) error {
 	p.mu.Lock()
 	delivered := max(r.deliveredTo.Load(), p.q.Cursor())
 	p.mu.Unlock()
-	if _, err := r.group.Propose(ctx, encodeLeasesCmd(delivered, nil, p.opts.Clock(), term), nil); err != nil {
+	// Committed is enough: a successor holds it and applies it before it leads.
+	if err := p.proposeCommitted(ctx, encodeLeasesCmd(delivered, nil, p.opts.Clock(), term)); err != nil {
 		return p.groupErr(err)
 	}
 	r.handingOver.Store(false)

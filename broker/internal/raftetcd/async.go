@@ -159,6 +159,7 @@ func (g *group) runAsync() {
 						continue
 					}
 					g.noteAppend(m.Entries)
+					g.noteProposed(m.Entries)
 					g.confAppended(m.Entries)
 					q.put(m)
 				case raft.LocalApplyThread:
@@ -174,6 +175,7 @@ func (g *group) runAsync() {
 			}
 			g.mu.Lock()
 			g.readStatesLocked(rd.ReadStates)
+			g.resolveCommittedLocked()
 			g.mu.Unlock()
 			g.appliedC.Broadcast()
 			g.maybeSnapshot()

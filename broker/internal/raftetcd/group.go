@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -39,6 +40,12 @@ type group struct {
 	recampaign int
 	appliedC   *sync.Cond
 	lease      leaseState // the lease protocol's state (lease.go)
+
+	// atCommit: proposals whose callers wait for the commit, not this node's apply
+	// (proposeCommitted), by proposal id; atCommitN is its size, read without mu by
+	// the Ready loop.
+	atCommit  map[uint64]*commitWait
+	atCommitN atomic.Int32
 
 	// Snapshots (GroupConfig.Snapshot, Restore). cs is the configuration as of applied;
 	// snapIndex the index of the last snapshot stored; pending a snapshot whose state
@@ -613,6 +620,115 @@ func (g *group) propose(ctx context.Context, data []byte, submitted func()) (uin
 	}
 }
 
+// commitWait is a proposal waiting for its commit: its index once the Ready loop saw
+// it appended, the term it was proposed in, and where its outcome goes.
+type commitWait struct {
+	index, term uint64
+	done        chan error
+}
+
+// proposeCommitted replicates data and returns once it is committed, without waiting
+// for this node to apply it. A leader applies only what its own log holds durably
+// (etcd-io/raft with asynchronous storage writes), so on a leader whose disk stalls a
+// command its followers committed at once waits for its slow syncs before it is
+// applied: a handover's leases (the L command) waited seconds, and the partition
+// with them. ErrNotLeader when this node does not lead, or stops leading before it
+// sees the commit (the command may then commit or not). Without asynchronous storage
+// writes it is propose.
+func (g *group) proposeCommitted(ctx context.Context, data []byte) (uint64, error) {
+	if !g.h.opts.AsyncStorageWrites {
+		idx, _, err := g.propose(ctx, data, nil)
+		return idx, err
+	}
+	pid := g.h.nextProposal.Add(1)
+	buf := make([]byte, 8+len(data))
+	binary.BigEndian.PutUint64(buf, pid)
+	copy(buf[8:], data)
+	w := &commitWait{done: make(chan error, 1)}
+	g.mu.Lock()
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader {
+		g.mu.Unlock()
+		return 0, ErrNotLeader
+	}
+	w.term = bs.Term
+	g.quiesced = false
+	if err := g.rn.Propose(buf); err != nil {
+		g.mu.Unlock()
+		return 0, ErrNotLeader // dropped: leadership is changing
+	}
+	if g.atCommit == nil {
+		g.atCommit = map[uint64]*commitWait{}
+	}
+	g.atCommit[pid] = w
+	g.atCommitN.Add(1)
+	g.mu.Unlock()
+	g.signal()
+	forget := func() {
+		g.mu.Lock()
+		if _, ok := g.atCommit[pid]; ok {
+			delete(g.atCommit, pid)
+			g.atCommitN.Add(-1)
+		}
+		g.mu.Unlock()
+	}
+	select {
+	case err := <-w.done:
+		return w.index, err
+	case <-ctx.Done():
+		forget()
+		return 0, ctx.Err()
+	case <-g.quit:
+		forget()
+		return 0, ErrClosed
+	case <-g.h.quit:
+		forget()
+		return 0, ErrClosed
+	}
+}
+
+// noteProposed records the index of each entry a proposeCommitted caller waits for,
+// as this leader's append of it goes to the append worker.
+func (g *group) noteProposed(ents []raftpb.Entry) {
+	if g.atCommitN.Load() == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, e := range ents {
+		if e.Type != raftpb.EntryNormal || len(e.Data) < 8 {
+			continue
+		}
+		if w, ok := g.atCommit[binary.BigEndian.Uint64(e.Data)]; ok && e.Term == w.term {
+			w.index = e.Index
+		}
+	}
+}
+
+// resolveCommittedLocked answers the proposeCommitted callers whose entry committed,
+// and those whose leader term ended (the outcome unknown). A leader never replaces an
+// entry of its own term, so an entry it appended in term t is the one at its index
+// while it still leads in t.
+func (g *group) resolveCommittedLocked() {
+	if len(g.atCommit) == 0 {
+		return
+	}
+	bs := g.rn.BasicStatus()
+	for pid, w := range g.atCommit {
+		var err error
+		switch {
+		case bs.RaftState != raft.StateLeader || bs.Term != w.term:
+			err = ErrNotLeader
+		case w.index != 0 && bs.Commit >= w.index:
+		default:
+			continue
+		}
+		w.done <- err
+		delete(g.atCommit, pid)
+		g.atCommitN.Add(-1)
+	}
+}
+
 // tick advances the group's clock unless it is quiesced. A leader whose followers are
 // all live and caught up quiesces instead of ticking: it sends each a last heartbeat
 // marked quiesce and stops; the followers stop their election clocks on it.
@@ -646,7 +762,7 @@ func (g *group) tick() {
 // leads, nothing is in flight (no Ready pending, everything committed is applied, no
 // leadership transfer), every follower has the whole log and is live.
 func (g *group) quiesceLocked() []raftpb.Message {
-	if g.h.opts.NoQuiesce || g.rn.HasReady() || len(g.waiters) > 0 {
+	if g.h.opts.NoQuiesce || g.rn.HasReady() || len(g.waiters) > 0 || len(g.atCommit) > 0 {
 		return nil
 	}
 	bs := g.rn.BasicStatus()

@@ -877,6 +877,17 @@ func (h *Host) ProposeResult(ctx context.Context, id string, data []byte, submit
 	return g.propose(ctx, data, s)
 }
 
+// ProposeCommitted replicates data in group id and returns its index once it is
+// committed, before this node applies it (see group.proposeCommitted): a leader whose
+// own disk is slow learns of the commit from its followers at once, and applies later.
+func (h *Host) ProposeCommitted(ctx context.Context, id string, data []byte) (uint64, error) {
+	g := h.group(id)
+	if g == nil {
+		return 0, fmt.Errorf("%w %q", ErrUnknownGroup, id)
+	}
+	return g.proposeCommitted(ctx, data)
+}
+
 // AppendedAgo returns how long ago the entry at index of group id reached this node's
 // log (false when the group does not remember: see group.appendedAt). A command whose
 // meaning depends on the time it was proposed at (a leader's handed-over leases, which
