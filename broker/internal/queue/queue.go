@@ -308,8 +308,28 @@ func (s *State) Settled(off uint64) {
 	if l, ok := s.leases[off]; ok {
 		s.dropLease(l)
 	}
+	if _, ready := s.attempts[off]; ready {
+		// Waiting for redelivery, and settled all the same: a settle whose outcome
+		// was unknown handed the message back (AbortSettle), then committed. Left in
+		// the heap it was leased again although settled, below the frontier once that
+		// moved past it, and the ack of that lease found the offset settled and never
+		// ended the lease, which then held an in-flight slot until the next leader.
+		s.removeReady(off)
+	}
 	s.ackedAhead[off] = struct{}{}
 	s.advance()
+}
+
+// removeReady takes off out of the messages waiting for redelivery (a linear search:
+// only a settle that commits after it was given up on gets here).
+func (s *State) removeReady(off uint64) {
+	for i, o := range s.ready {
+		if o == off {
+			heap.Remove(&s.ready, i)
+			break
+		}
+	}
+	delete(s.attempts, off)
 }
 
 func (s *State) advance() {

@@ -209,6 +209,38 @@ func TestRedeliveriesKeepToTheAckedAheadWindow(t *testing.T) {
 	}
 }
 
+// TestASettleGivenUpThenCommittedIsNotLeasedAgain: a settle whose proposal timed out
+// (its outcome unknown) hands the message back for redelivery, and may then commit.
+// The message must then leave the redeliveries: before, it was leased again although
+// settled (attempt 2), and the ack of that lease, finding the offset settled, never
+// ended the lease, which held an in-flight slot until the next leader. Found by an
+// adversarial review (5 December); fails on the old code.
+func TestASettleGivenUpThenCommittedIsNotLeasedAgain(t *testing.T) {
+	s := New(Config{Visibility: time.Second, MaxInFlight: 10, MaxAckedAhead: 10}, 1, 0, nil)
+	s.SetBounds(0, 3)
+	g := mustLease(t, s, 0, 3)
+	if err := s.BeginSettle(g[1].Offset, g[1].Nonce, 1); err != nil {
+		t.Fatal(err)
+	}
+	s.AbortSettle(g[1].Offset)  // the proposal timed out: handed back
+	s.CommitSettle(g[1].Offset) // ... and committed after all: the apply settles it
+	if err := s.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if again := mustLease(t, s, 2, 10); len(again) != 0 {
+		t.Fatalf("leased %v; offset %d is settled and nothing else is free", again, g[1].Offset)
+	}
+	// The frontier passes it once the others are acked.
+	for _, x := range []Grant{g[0], g[2]} {
+		if err := settle(t, s, x, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Frontier() != 3 {
+		t.Fatalf("frontier %d; want 3", s.Frontier())
+	}
+}
+
 func TestAbortSettleRedelivers(t *testing.T) {
 	s := New(cfg, 1, 0, nil)
 	s.SetBounds(0, 1)
