@@ -267,9 +267,15 @@ func (s *Store) diskStalled() bool {
 // better than none). At most once per ten Raft timeouts, as handOverHalted, so that
 // nodes whose disks all stall do not hand it round without end; the node may be
 // elected again later like any other, and hands over again then.
+//
+// Nor before it has been controller for DeadAfter: a new controller counts every
+// member's silence from its own election, so controllers handed round faster than
+// that (two nodes whose disks stall in turn) would never find a dead member dead, and
+// nothing would be moved off it.
 func (s *Store) handOverStalled() bool {
 	s.ctl.mu.Lock()
-	due := time.Since(s.ctl.handedOver) > 10*s.opts.Cluster.RaftTimeout
+	due := time.Since(s.ctl.handedOver) > 10*s.opts.Cluster.RaftTimeout &&
+		time.Since(s.ctl.since) > s.opts.Cluster.DeadAfter+s.opts.Cluster.HeartbeatInterval
 	s.ctl.mu.Unlock()
 	if !due {
 		return false

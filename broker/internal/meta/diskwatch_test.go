@@ -138,3 +138,52 @@ func TestStallingControllerStaysWithoutAFitVoter(t *testing.T) {
 		t.Fatal("the controller moved although no voter was fit to take it")
 	}
 }
+
+// TestControllersOnStallingDisksStillFindADeadMemberDead: a new controller counts every
+// member's silence from its own election, and the limit on stall handovers was per
+// node, so two nodes whose disks stall in turn handed the controller to each other
+// faster than DeadAfter, and a third node that died was never found dead (nothing
+// would be moved off it). A controller hands over for a stall only once it has led
+// for DeadAfter now. Raft timeout 400 ms (a node's limit 4 s), DeadAfter 12 s: three
+// limits, as production's 30 s against 10 s. Found by an adversarial review (5
+// December); fails on the code before (the controller changed about ten times).
+func TestControllersOnStallingDisksStillFindADeadMemberDead(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	net.cluster = func(c *Cluster) { c.SuspectAfter = time.Second; c.DeadAfter = 12 * time.Second }
+	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	ctl := controllerOf(t, ss...)
+	var dead *Store
+	var live []*Store
+	for _, s := range ss {
+		if s != ctl && dead == nil {
+			dead = s
+		} else {
+			live = append(live, s)
+		}
+	}
+	deadID := dead.NodeID()
+	net.close(dead)
+	changes := 0
+	var last *Store
+	deadline := time.Now().Add(40 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, m := range live[0].Members() {
+			if m.ID == deadID && m.Status == StatusDead {
+				t.Logf("found dead after %d changes of controller", changes)
+				return
+			}
+		}
+		l := leaderOf(live...)
+		if l != nil && l != last {
+			changes++
+			last = l
+		}
+		if l != nil && !l.Stalled() {
+			end := stallDisk(l) // a write in flight for 2 s, for 1.5 s more
+			time.AfterFunc(1500*time.Millisecond, end)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s stopped 40 s ago (DeadAfter 12 s) and is not found dead: the controller changed %d times meanwhile", deadID, changes)
+}
