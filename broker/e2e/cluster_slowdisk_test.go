@@ -176,17 +176,23 @@ func TestClusterSlowDiskControllerHandsItOver(t *testing.T) {
 	waitFor(t, 30*time.Second, ctl.id+" to arm its slow disk", func() bool {
 		return strings.Contains(ctl.Log(), failpoint.FilePrefix+" now")
 	})
-	// The control plane writes when asked to: a create through a healthy node meets
-	// the slow disk at the controller (it may answer 503 timeout, its outcome unknown).
-	if r, err := other.api.Try(http.MethodPost, "/v1/topics", []byte(`{"name":"while-slow","partitions":1}`), "Content-Type", "application/json"); err != nil {
-		t.Logf("a create while the controller's disk is slow: %v", err)
-	} else {
-		t.Logf("a create while the controller's disk is slow: %d", r.Status)
-	}
-	waitFor(t, 60*time.Second, ctl.id+" to hand the controller over", func() bool {
-		c, err := other.cluster()
-		return err == nil && c.Controller != "" && c.Controller != ctl.id
+	// The control plane writes when asked to: creates through a healthy node meet the
+	// slow disk at the controller (they may answer 503 timeout, their outcome
+	// unknown). A controller hands over only once it has led for DeadAfter (30 s), so
+	// the writes go on until it does.
+	armed, n := time.Now(), 0
+	waitFor(t, 90*time.Second, ctl.id+" to hand the controller over", func() bool {
+		if c, err := other.cluster(); err == nil && c.Controller != "" && c.Controller != ctl.id {
+			return true
+		}
+		n++
+		r, err := other.api.Try(http.MethodPost, "/v1/topics", []byte(fmt.Sprintf(`{"name":"while-slow-%d","partitions":1}`, n)), "Content-Type", "application/json")
+		if err == nil && n == 1 {
+			t.Logf("a create while the controller's disk is slow: %d", r.Status)
+		}
+		return false
 	})
+	t.Logf("%s handed the controller over %v after its disk turned slow (%d creates meanwhile)", ctl.id, time.Since(armed).Round(time.Millisecond), n)
 	// It says so once its transfer returns, which waits for its slow write in flight.
 	waitFor(t, 30*time.Second, ctl.id+" to say it handed the controller over", func() bool {
 		return strings.Contains(ctl.Log(), "handed the controller over")
