@@ -246,8 +246,12 @@ type topic struct {
 	consume   atomic.Uint32 // first partition tried by the next consume
 	att       *attendance   // who consumes the partitions (attend.go)
 	sig       signal
-	done      chan struct{} // closed when the incarnation is closed
-	metrics   *topicMetrics
+	// roles is broadcast when what this node leads or holds of the topic changes (a
+	// leadership won or lost, a replica opened or set aside): copiers that sleep
+	// through appends (a delay child's, until its next message is due) wake on it.
+	roles   signal
+	done    chan struct{} // closed when the incarnation is closed
+	metrics *topicMetrics
 }
 
 // parts returns the topic's partitions as they are now (see partsP): index i is nil

@@ -195,7 +195,7 @@ func (c *copier) run() {
 	defer close(c.done)
 	backoff := time.Duration(0)
 	for {
-		wake := c.parent.sig.wait()
+		wake, roles := c.parent.sig.wait(), c.parent.roles.wait()
 		next, err := c.round()
 		c.rounds.Add(1)
 		if err != nil {
@@ -227,9 +227,14 @@ func (c *copier) run() {
 			fire = timer.C
 			if c.delayMs > 0 && err == nil {
 				// New parent messages are due after the ones already waiting, so the
-				// timer is the only wake-up needed; waking on every append would re-read
-				// the waiting batch for nothing.
-				wake = nil
+				// timer is the only wake-up needed for them; waking on every append
+				// would re-read the waiting batch for nothing. A partition this node
+				// starts leading may hold messages due already, or due before the
+				// timer: a change of what it leads wakes the copier. Deaf to it, the
+				// copier left such a partition's due messages for as long as the
+				// delay (an adversarial review, 5 December), long enough for them to
+				// age out with a delay past an hour.
+				wake = roles
 			}
 		}
 		select {
