@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"log"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -522,6 +523,25 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		return err
 	}
 	created := last == 0 && snap.Metadata.Index == 0 && raft.IsEmptyHardState(hs)
+	if created && h.opts.Store == StoreRaftstore {
+		// A replica that joined and stopped before its leader reached it holds no hard
+		// state either; opened again without Join, it bootstrapped a history of its own
+		// (the voters it was given, committed at indices 1 to n), which conflicts with
+		// the group's, and its leader could never catch it up. A joining replica marks
+		// its directory first, durably; one so marked joins again.
+		marker := filepath.Join(dir, name, joinedMarker)
+		if cfg.Join {
+			err = writeMarker(h.opts.FS, marker)
+		} else if _, serr := h.opts.FS.Stat(marker); serr == nil {
+			cfg.Join = true
+		} else if !errors.Is(serr, fs.ErrNotExist) {
+			err = serr
+		}
+		if err != nil {
+			_ = st.close() // the error being returned is the one to report
+			return err
+		}
+	}
 	if cfg.Applied > applied {
 		if last, err := st.LastIndex(); err == nil {
 			applied = min(cfg.Applied, last)
@@ -635,6 +655,28 @@ func bootstrapEntries(voters []uint64) []raftpb.Entry {
 		ents[i] = raftpb.Entry{Type: raftpb.EntryConfChange, Term: 1, Index: uint64(i + 1), Data: data}
 	}
 	return ents
+}
+
+// joinedMarker names the file a replica that joins a group (GroupConfig.Join) writes in
+// its log's directory before anything else: opened again before its leader reached it
+// (no entry, no hard state), it joins again instead of bootstrapping.
+const joinedMarker = "joined"
+
+// writeMarker creates an empty file at path, durably (the file and its directory
+// entry).
+func writeMarker(fsys vfs.FS, path string) error {
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsys.SyncDir(filepath.Dir(path))
+	}
+	return err
 }
 
 // openClosedLog opens, to read it, the log in dir of a group that is not open here; nil
