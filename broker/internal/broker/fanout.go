@@ -59,9 +59,13 @@ type copier struct {
 	// A replicated parent partition's cursor is also committed in its group (one
 	// proposal in flight per partition), so the next leader resumes the copy there.
 	committing []atomic.Bool
-	ctx        context.Context // ends with close: proposals in flight stop
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
+	// led holds, per parent partition, the replica this node led at the last round
+	// (nil: none; only run touches it): one it starts leading, or a replica that
+	// replaced it (a group made anew), takes the group's cursor (round).
+	led    []*partition.Partition
+	ctx    context.Context // ends with close: proposals in flight stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 type copierKey struct {
@@ -79,6 +83,7 @@ func (b *Broker) startCopier(parent, child *topic, m meta.Topic) (*copier, error
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}), done: make(chan struct{}),
 		committing: make([]atomic.Bool, len(parent.parts())),
+		led:        make([]*partition.Partition, len(parent.parts())),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// Durable before the first cursor is written, and private like every data directory.
@@ -276,14 +281,62 @@ func (c *copier) round() (time.Duration, error) {
 	var errs error
 	for pp, p := range c.parent.parts() {
 		if p == nil || !p.Leading() {
+			if pp < len(c.led) {
+				c.led[pp] = nil
+			}
 			continue // the node serving this parent partition copies it
 		}
+		gained := pp < len(c.led) && c.led[pp] != p
+		if pp < len(c.led) {
+			c.led[pp] = p
+		}
 		from := c.cursors[pp].Load()
-		if committed := p.FanoutCursor(c.attachID); committed > from {
+		var end uint64
+		if gained {
+			end = p.Stats().End
+		}
+		if gained && from > end {
+			// A partition that leads holds every committed message, so its log went
+			// back (a forced takeover onto a replica that lacked some, a restore of
+			// an older copy): what is stored from its end on is new and must be
+			// copied; those offsets' old messages were copied already.
+			c.b.log.Warn("the parent partition's log ends before the fan-out cursor (it went back: a forced takeover, or a restore); copying from its end",
+				"parent", c.parent.name, "partition", pp, "child", c.child.name, "end", end, "cursor", from)
+			if err := c.saveCursor(pp, end); err != nil {
+				return 0, fmt.Errorf("saving the fan-out cursor: %w", err)
+			}
+			from = end
+			c.cursors[pp].Store(from)
+			clear(c.sent[pp])
+		}
+		committed := p.FanoutCursor(c.attachID)
+		switch {
+		case gained && p.Replicated() && committed > 0 && committed < from:
+			// This node starts leading (or starts): the group's cursor is where the
+			// copy stands in the partition's history as the group holds it now. This
+			// node's own cursor may be past it for the batch whose cursor was still
+			// being committed (copied again: allowed), or past a history that went
+			// back (a forced takeover onto a replica that lacked messages this node
+			// had copied): new messages were stored at those offsets since, and a
+			// cursor kept past them never copied them (an adversarial review, 5
+			// December).
+			c.b.log.Info("fan-out resumes from the cursor committed in the partition's group, behind this node's own",
+				"parent", c.parent.name, "partition", pp, "child", c.child.name, "from", committed, "own", from)
+			from = committed
+			c.cursors[pp].Store(from)
+			clear(c.sent[pp])
+		case committed > from:
 			// Another replica led and copied since this node's cursor was written.
 			from = committed
 			c.cursors[pp].Store(from)
 			clear(c.sent[pp])
+		}
+		if gained && committed == 0 && from > 0 {
+			// No cursor committed in this group yet: a group made over a partition of
+			// one replica (its replication factor raised, or a move) knew only this
+			// node's file, and the next leader, elsewhere, would copy the whole
+			// partition again. The group learns it now, not only after the next batch.
+			c.commitCursor(pp, p)
 		}
 		recs, err := p.Read(from, copyBatch)
 		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 && c.parent.damagedOnReplica(pp) {
