@@ -30,6 +30,26 @@ func clockedGroupOf(t *testing.T, n int, wrap func(member) Group) (*fakeGroup, [
 	return g, g.replicas, &clock
 }
 
+// handOverCalledOff opens a group of three replicas, the first leading; it leases the
+// one message there, hands over (the L command committed), and calls the handover off
+// (ResumeAfterHandOver), as a leader whose transfer did not happen does.
+func handOverCalledOff(t *testing.T) (*fakeGroup, []*Partition, []Delivery) {
+	t.Helper()
+	g, ps := openGroup(t, 3)
+	appendN(t, ps[0], 1)
+	leased, err := ps[0].Lease(1, time.Minute, 1<<20)
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("leased %d: %v", len(leased), err)
+	}
+	if err := ps[0].HandOver(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps[0].ResumeAfterHandOver(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return g, ps, leased
+}
+
 // TestReplicaCalledOffHandOverIsNotTakenAfterAFailover: a handover whose transfer did
 // not happen left its L command (handing term 1) on every replica. The leader served
 // on (ResumeAfterHandOver): here the holder nacks and the message goes to another
@@ -40,18 +60,7 @@ func clockedGroupOf(t *testing.T, n int, wrap func(member) Group) (*fakeGroup, [
 // counts as elected: the message is ready at once and counts on. Found by an
 // adversarial review (5 December); fails on the old code.
 func TestReplicaCalledOffHandOverIsNotTakenAfterAFailover(t *testing.T) {
-	g, ps := openGroup(t, 3)
-	appendN(t, ps[0], 1)
-	first, err := ps[0].Lease(1, time.Minute, 1<<20)
-	if err != nil || len(first) != 1 {
-		t.Fatalf("leased %d: %v", len(first), err)
-	}
-	if err := ps[0].HandOver(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := ps[0].ResumeAfterHandOver(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	g, ps, first := handOverCalledOff(t)
 	if err := ps[0].Extend(first[0].Record.Offset, first[0].Nonce, 0); err != nil { // a nack
 		t.Fatal(err)
 	}
@@ -82,17 +91,7 @@ func TestReplicaCalledOffHandOverIsNotTakenAfterAFailover(t *testing.T) {
 // old leader's memory), not a handover, in what SetRole reports (the metric
 // narad_partition_leaderships_taken_total{how}).
 func TestReplicaAFailoverAfterACalledOffHandOverCountsAsElected(t *testing.T) {
-	g, ps := openGroup(t, 3)
-	appendN(t, ps[0], 1)
-	if _, err := ps[0].Lease(1, time.Minute, 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	if err := ps[0].HandOver(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := ps[0].ResumeAfterHandOver(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	g, ps, _ := handOverCalledOff(t)
 	g.mu.Lock()
 	g.lead = 1
 	g.mu.Unlock()
@@ -107,17 +106,7 @@ func TestReplicaAFailoverAfterACalledOffHandOverCountsAsElected(t *testing.T) {
 // counted from then (an entry read back has no arrival time); it must apply the L
 // that called it off too, so that nothing revives the handed leases.
 func TestReplicaCalledOffHandOverIsForgottenAtARestart(t *testing.T) {
-	g, ps := openGroup(t, 3)
-	appendN(t, ps[0], 1)
-	if _, err := ps[0].Lease(1, time.Minute, 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	if err := ps[0].HandOver(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := ps[0].ResumeAfterHandOver(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	g, ps, _ := handOverCalledOff(t)
 	g.mu.Lock()
 	log := append([][]byte(nil), g.log...)
 	g.mu.Unlock()
