@@ -48,8 +48,11 @@ func (b *Broker) diskStallLoop() {
 		case now && !stalled:
 			since = time.Now()
 			b.metrics.DiskStalled.Set(1)
-			b.log.Warn("the disk is stalling: a write-ahead sync or a control-plane write took a second or more; this node hands over the leadership of its replicated partitions, and the controller, to healthy nodes until its writes are quick again (check the disk)",
-				"replicated", b.repl != nil)
+			if b.repl != nil {
+				b.log.Warn("the disk is stalling: a write-ahead sync or a control-plane write took a second or more; this node hands over the leadership of its replicated partitions, and the controller, to healthy nodes until its writes are quick again (check the disk)")
+			} else {
+				b.log.Warn("the disk is stalling: a write-ahead sync or a control-plane write took a second or more; every write waits for it (check the disk)")
+			}
 		case !now && stalled:
 			b.metrics.DiskStalled.Set(0)
 			b.log.Info("the disk is quick again: this node may lead partitions again", "stalled_for", time.Since(since).Round(time.Millisecond))
