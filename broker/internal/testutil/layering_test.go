@@ -21,7 +21,7 @@ var mayImport = map[string][]string{
 	"internal/httpapi":         {"internal/apigen", "internal/broker", "internal/auth", "internal/meta", "internal/jsondepth", "internal/jsonstr", "internal/reqid"},
 	"internal/apigen":          {},
 	"internal/broker":          {"internal/meta", "internal/partition", "internal/queue", "internal/auth", "internal/storage/segment", "internal/storage/vfs", "internal/storage/wal", "internal/storage/format", "internal/jsondepth", "internal/jsonstr", "internal/apigen", "internal/raftetcd", "internal/transport", "internal/failpoint"},
-	"internal/meta":            {"internal/auth", "internal/storage/vfs"},
+	"internal/meta":            {"internal/auth", "internal/storage/vfs", "internal/failpoint"},
 	"internal/partition":       {"internal/queue", "internal/storage/segment", "internal/storage/vfs", "internal/failpoint"},
 	"internal/queue":           {},
 	"internal/auth":            {},
