@@ -56,17 +56,10 @@ func TestDelayCopierWakesForALeadershipGainedWhileItWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Partition 1 of the parent is a replica this node leads only for m1's append.
-	g := &soloGroup{}
-	rp, err := partition.Open(partition.Options{Dir: t.TempDir(), Index: 1, Group: g, OnAvailable: pt.sig.broadcast})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.p = rp
-	defer rp.Close()
+	rp := replicaOf(t, pt, 1, t.TempDir())
 	pt.setPart(1, rp)
 	const delay = 4000 // ms
 	var m1At int64
-	rp.SetRole(true, 1)
 	attachHook = func() { // after the attach read the start offsets: the copy owes m1
 		if _, err := rp.Append([]segment.Record{{Value: []byte("m1")}}); err != nil {
 			t.Error(err)

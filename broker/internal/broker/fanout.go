@@ -291,23 +291,21 @@ func (c *copier) round() (time.Duration, error) {
 			c.led[pp] = p
 		}
 		from := c.cursors[pp].Load()
-		var end uint64
 		if gained {
-			end = p.Stats().End
-		}
-		if gained && from > end {
-			// A partition that leads holds every committed message, so its log went
-			// back (a forced takeover onto a replica that lacked some, a restore of
-			// an older copy): what is stored from its end on is new and must be
-			// copied; those offsets' old messages were copied already.
-			c.b.log.Warn("the parent partition's log ends before the fan-out cursor (it went back: a forced takeover, or a restore); copying from its end",
-				"parent", c.parent.name, "partition", pp, "child", c.child.name, "end", end, "cursor", from)
-			if err := c.saveCursor(pp, end); err != nil {
-				return 0, fmt.Errorf("saving the fan-out cursor: %w", err)
+			if end := p.Stats().End; from > end {
+				// A partition that leads holds every committed message, so its log went
+				// back (a forced takeover onto a replica that lacked some, a restore of
+				// an older copy): what is stored from its end on is new and must be
+				// copied; those offsets' old messages were copied already.
+				c.b.log.Warn("the parent partition's log ends before the fan-out cursor (it went back: a forced takeover, or a restore); copying from its end",
+					"parent", c.parent.name, "partition", pp, "child", c.child.name, "end", end, "cursor", from)
+				if err := c.saveCursor(pp, end); err != nil {
+					return 0, fmt.Errorf("saving the fan-out cursor: %w", err)
+				}
+				from = end
+				c.cursors[pp].Store(from)
+				clear(c.sent[pp])
 			}
-			from = end
-			c.cursors[pp].Store(from)
-			clear(c.sent[pp])
 		}
 		committed := p.FanoutCursor(c.attachID)
 		switch {

@@ -24,6 +24,20 @@ func replicaOf(t *testing.T, tp *topic, i int, dir string) *partition.Partition 
 	return p
 }
 
+// wentBack is partition 0 of pt as a history that went back (a forced takeover onto a
+// replica holding only the first 6 of the 10 messages): a new replica, led here,
+// holding 6 messages; the caller puts it in place.
+func wentBack(t *testing.T, pt *topic) *partition.Partition {
+	t.Helper()
+	rp := replicaOf(t, pt, 0, t.TempDir())
+	for range 6 {
+		if _, err := rp.Append([]segment.Record{{Value: []byte("old")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rp
+}
+
 // fannedOut starts a broker with topics p and c of one partition each, c a fan-out
 // child of p, and n messages produced to p and copied.
 func fannedOut(t *testing.T, n int) (*Broker, *topic) {
@@ -62,12 +76,7 @@ func fannedOut(t *testing.T, n int) (*Broker, *topic) {
 func TestFanoutResumesFromTheGroupsCursorWhenItLeads(t *testing.T) {
 	b, pt := fannedOut(t, 10)
 	cp := b.copierOf(t, "c")
-	rp := replicaOf(t, pt, 0, t.TempDir())
-	for range 6 {
-		if _, err := rp.Append([]segment.Record{{Value: []byte("old")}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rp := wentBack(t, pt)
 	if err := rp.CommitFanoutCursor(context.Background(), cp.attachID, 6); err != nil {
 		t.Fatal(err)
 	}
@@ -87,12 +96,7 @@ func TestFanoutResumesFromTheGroupsCursorWhenItLeads(t *testing.T) {
 func TestFanoutCopiesFromTheEndOfAParentLogThatWentBack(t *testing.T) {
 	b, pt := fannedOut(t, 10)
 	cp := b.copierOf(t, "c")
-	rp := replicaOf(t, pt, 0, t.TempDir())
-	for range 6 {
-		if _, err := rp.Append([]segment.Record{{Value: []byte("old")}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rp := wentBack(t, pt)
 	pt.setPart(0, rp)
 	pt.sig.broadcast()
 	waitUntil(t, "the cursor back at the log's end (6)", func() bool {

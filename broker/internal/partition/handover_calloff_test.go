@@ -8,27 +8,7 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/queue"
-	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
-
-// clockedGroupOf opens n replicas on one test clock, each member wrapped by wrap,
-// replica 0 leading term 1.
-func clockedGroupOf(t *testing.T, n int, wrap func(member) Group) (*fakeGroup, []*Partition, *atomic.Int64) {
-	t.Helper()
-	var clock atomic.Int64
-	clock.Store(int64(time.Hour))
-	g := &fakeGroup{}
-	for i := range n {
-		p := mustOpen(t, vfs.NewMem(), func(o *Options) {
-			o.Group = wrap(member{g: g, i: i})
-			o.Clock = clock.Load
-		})
-		t.Cleanup(func() { _ = p.Close() })
-		g.replicas = append(g.replicas, p)
-	}
-	g.replicas[0].SetRole(true, 1)
-	return g, g.replicas, &clock
-}
 
 // handOverCalledOff opens a group of three replicas, the first leading; it leases the
 // one message there, hands over (the L command committed), and calls the handover off
@@ -147,7 +127,7 @@ func (m settleGate) Propose(ctx context.Context, cmd []byte, submitted func()) (
 func TestReplicaHandOverKeepsALeaseWhoseAckIsInFlight(t *testing.T) {
 	gate := make(chan struct{})
 	waiting := &atomic.Bool{}
-	g, ps, _ := clockedGroupOf(t, 3, func(m member) Group { return settleGate{m, gate, waiting} })
+	g, ps := openGroupWith(t, 3, func(m member) Group { return settleGate{m, gate, waiting} })
 	appendN(t, ps[0], 1)
 	ds, err := ps[0].Lease(1, time.Minute, 1<<20)
 	if err != nil || len(ds) != 1 {

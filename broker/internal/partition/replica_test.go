@@ -61,10 +61,15 @@ func (m member) Confirm(context.Context) error {
 
 func openGroup(t *testing.T, n int) (*fakeGroup, []*Partition) {
 	t.Helper()
+	return openGroupWith(t, n, func(m member) Group { return m })
+}
+
+// openGroupWith is openGroup with each replica's member wrapped by wrap.
+func openGroupWith(t *testing.T, n int, wrap func(member) Group) (*fakeGroup, []*Partition) {
+	t.Helper()
 	g := &fakeGroup{}
 	for i := range n {
-		fs := vfs.NewMem()
-		p := mustOpen(t, fs, func(o *Options) { o.Group = member{g: g, i: i} })
+		p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = wrap(member{g: g, i: i}) })
 		t.Cleanup(func() { _ = p.Close() })
 		g.replicas = append(g.replicas, p)
 	}
