@@ -51,6 +51,49 @@ func (b *Broker) fenceDelete(ctx context.Context, m meta.Topic, index uint64) {
 	if b.opts.Peers == nil || !b.meta.Allows(meta.FeatureDeleteFence) || len(m.Placement) == 0 {
 		return
 	}
+	missing, err := b.awaitApplied(ctx, m, index, false)
+	if missing == nil {
+		return
+	}
+	b.metrics.DeletesUnconfirmed.Inc()
+	b.log.Warn("a topic's delete is answered before a majority of some partition's replicas confirmed they closed it; those nodes serve nothing until they have caught up with the controller, and applied the delete",
+		"topic", m.Name, "incarnation", m.Incarnation, "delete_index", index, "unconfirmed", missing, "err", err)
+}
+
+// The detach fence. A fan-out child is copied into by whichever node leads each
+// partition of its parent, and each stops when it applies the detach and closes its
+// copier. Answered at once, a detach could be followed by copies from a node that has
+// not applied it yet (cut off from the controller, or only behind): if the child was
+// attached again meanwhile as a delay child, those copies arrived before they were due
+// (an adversarial review, 5 December). So a detach is answered once every replica of
+// every parent partition has confirmed that it applied the detach, which closed its
+// copier and the copy it was making; one that cannot be reached is waited for up to the
+// metadata lease and the margin, after which it copies nothing (a copier copies only
+// while its node's metadata is current: copier.round). The node holding a child
+// partition also refuses a copy made for an attachment that is not the child's any more.
+
+// fenceDetach waits, within the bound above and ctx, until every replica of every
+// partition of the parent (as this node knows it) has applied the detach at index.
+func (b *Broker) fenceDetach(ctx context.Context, parent, child string, index uint64) {
+	m, ok := b.meta.Topic(parent)
+	if b.opts.Peers == nil || !ok || !b.meta.Allows(meta.FeatureDeleteFence) || len(m.Placement) == 0 {
+		return
+	}
+	missing, err := b.awaitApplied(ctx, m, index, true)
+	if missing == nil {
+		return
+	}
+	b.metrics.DetachesUnconfirmed.Inc()
+	b.log.Warn("a fan-out detach is answered before every replica of the parent confirmed it stopped copying; those nodes copy nothing until they have caught up with the controller, and applied the detach",
+		"parent", parent, "child", child, "detach_index", index, "unconfirmed", missing, "err", err)
+}
+
+// awaitApplied asks the replicas of m's partitions to confirm that they applied the
+// metadata through index (and reconciled it), until a majority of every partition's
+// replicas did (all of them with every), ctx ends, or the metadata lease and
+// fenceMargin passed. It returns the nodes that did not confirm when it gave up (nil
+// when fenced, or when ctx ended) and why it gave up.
+func (b *Broker) awaitApplied(ctx context.Context, m meta.Topic, index uint64, every bool) ([]string, error) {
 	parts := make([][]string, len(m.Placement))
 	var nodes []string
 	seen := map[string]bool{}
@@ -78,7 +121,7 @@ func (b *Broker) fenceDelete(ctx context.Context, m meta.Topic, index uint64) {
 					n++
 				}
 			}
-			if n <= len(rs)/2 {
+			if (every && n < len(rs)) || n <= len(rs)/2 {
 				return false
 			}
 		}
@@ -89,7 +132,7 @@ func (b *Broker) fenceDelete(ctx context.Context, m meta.Topic, index uint64) {
 	defer cancel()
 	for _, n := range nodes {
 		if n == b.opts.NodeID {
-			// DeleteTopic reconciled this node after the delete applied here.
+			// The caller reconciled this node after the command applied here.
 			mu.Lock()
 			confirmed[n] = b.reconciledThrough.Load() >= index
 			mu.Unlock()
@@ -121,13 +164,13 @@ func (b *Broker) fenceDelete(ctx context.Context, m meta.Topic, index uint64) {
 		done := fenced()
 		mu.Unlock()
 		if done {
-			return
+			return nil, nil
 		}
 		select {
 		case <-changed:
 		case <-wctx.Done():
 			if ctx.Err() != nil {
-				return // the caller went away; the delete stands, as committed
+				return nil, nil // the caller went away; the command stands, as committed
 			}
 			mu.Lock()
 			var missing []string
@@ -137,10 +180,7 @@ func (b *Broker) fenceDelete(ctx context.Context, m meta.Topic, index uint64) {
 				}
 			}
 			mu.Unlock()
-			b.metrics.DeletesUnconfirmed.Inc()
-			b.log.Warn("a topic's delete is answered before a majority of some partition's replicas confirmed they closed it; those nodes serve nothing until they have caught up with the controller, and applied the delete",
-				"topic", m.Name, "incarnation", m.Incarnation, "delete_index", index, "unconfirmed", missing, "err", wctx.Err())
-			return
+			return missing, wctx.Err()
 		}
 	}
 }

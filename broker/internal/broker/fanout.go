@@ -27,6 +27,9 @@ var ErrChildNotFound = errors.New("child not found")
 // copyBatch is the most parent messages one copy round moves per parent partition.
 const copyBatch = 1000
 
+// notReadyRetry is how often a copier looks again whether its node is ready.
+const notReadyRetry = 250 * time.Millisecond
+
 // copier copies every message committed to a parent, from the attach point on, into
 // one child: in batches (one durable append per child partition per batch), advancing
 // its durable per-partition cursor only after the copy is durable in the child. A crash
@@ -276,6 +279,13 @@ func (c *copier) round() (time.Duration, error) {
 	if c.paused != "" {
 		return -1, nil
 	}
+	if !c.b.Ready() {
+		// This node's metadata is not current (cut off from the controller, or
+		// behind): the child may have been detached, and attached again as a delay
+		// child whose copies must not come early. A detach answered while this node
+		// could not confirm it relies on this (the detach fence, deletefence.go).
+		return notReadyRetry, nil
+	}
 	wait := time.Duration(-1)
 	now := partition.WallMillis()
 	var errs error
@@ -477,7 +487,7 @@ func (c *copier) copy(pp int, recs []segment.Record) error {
 	var mu sync.Mutex
 	var firstErr error
 	forEachPartition(groups, func(cp int, g []segment.Record) {
-		_, err := c.b.appendTo(context.Background(), c.child, cp, g)
+		_, err := c.b.appendFor(context.Background(), c.child, cp, g, c.attachID)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -575,7 +585,8 @@ func checkDelay(delayMs int64) error {
 	return nil
 }
 
-// DetachChild stops copying parent's messages to child; both topics stay.
+// DetachChild stops copying parent's messages to child; both topics stay. It returns
+// once no node copies for the attachment any more (fenceDetach).
 func (b *Broker) DetachChild(ctx context.Context, parent, child string) error {
 	if err := b.ensureReady(); err != nil {
 		return err
@@ -583,10 +594,13 @@ func (b *Broker) DetachChild(ctx context.Context, parent, child string) error {
 	if err := errors.Join(checkName(parent), checkName(child)); err != nil {
 		return firstInvalid(err)
 	}
-	if _, err := b.meta.DetachChild(parent, child); err != nil {
+	_, index, err := b.meta.DetachChild(parent, child)
+	if err != nil {
 		return mapMetaErr(err)
 	}
-	return b.reconcile(false)
+	err = b.reconcile(false)
+	b.fenceDetach(ctx, parent, child, index)
+	return err
 }
 
 // Children lists parent's children with how far each is behind, per partition.

@@ -56,6 +56,9 @@ type Metrics struct {
 	// DeletesUnconfirmed counts topic deletes answered before a majority of some
 	// partition's replicas confirmed they closed it (deletefence.go).
 	DeletesUnconfirmed prometheus.Counter
+	// DetachesUnconfirmed counts fan-out detaches answered before every replica of the
+	// parent confirmed it stopped copying (deletefence.go).
+	DetachesUnconfirmed prometheus.Counter
 	// RemoteChild are the remote children's metrics (remotechild.go).
 	RemoteChild *RemoteChildMetrics
 
@@ -179,6 +182,9 @@ func NewMetrics() *Metrics {
 		DeletesUnconfirmed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "narad_topic_deletes_unconfirmed_total", Help: "Topic deletes answered before a majority of some partition's replicas confirmed they applied the delete (unreachable for the metadata lease plus 1 s); such nodes serve nothing until they have caught up with the controller.",
 		}),
+		DetachesUnconfirmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "narad_fanout_detaches_unconfirmed_total", Help: "Fan-out detaches answered before every replica of the parent confirmed it stopped copying (unreachable for the metadata lease plus 1 s); such nodes copy nothing until they have caught up with the controller.",
+		}),
 		Nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_nacks_total", Help: "Leases handed back by a nack (extend 0), for redelivery at once.",
 		}, []string{"topic"}),
@@ -226,7 +232,7 @@ func NewMetrics() *Metrics {
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
 		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged, m.ReplicaRebuilds, m.DiskStalled, m.StallHandOvers,
-		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.LeasesLate, m.LeadershipsTaken, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed,
+		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.LeasesLate, m.LeadershipsTaken, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed, m.DetachesUnconfirmed,
 		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.RemoteChild = newRemoteChildMetrics(r)

@@ -396,13 +396,29 @@ func (b *Broker) dataReq(t *topic, kind string, p int) *dataReq {
 
 // appendTo appends records to partition p of t, wherever it lives.
 func (b *Broker) appendTo(ctx context.Context, t *topic, p int, recs []segment.Record) (uint64, error) {
+	return b.appendFor(ctx, t, p, recs, 0)
+}
+
+// appendFor is appendTo for a fan-out copy into child t made for its attachment
+// attachID (0: not a copy). Where the child partition is held, a copy is refused once
+// the child's attachment is another (detached, or attached again): a copier whose node
+// has not applied the detach yet copies nothing more into it (the detach fence,
+// deletefence.go).
+func (b *Broker) appendFor(ctx context.Context, t *topic, p int, recs []segment.Record, attachID uint64) (uint64, error) {
 	var first uint64
 	var lerr error
 	req := b.dataReq(t, dataAppend, p)
 	req.Records, req.Principal = recs, principalOf(ctx)
+	if attachID != 0 {
+		req.Child, req.ChildInc, req.AttachID = t.name, t.incarnation, attachID
+	}
 	// The write is not tied to the client: once sent it runs to its end on the holder,
 	// as a local append runs to its fsync.
 	resp, err := b.route(context.WithoutCancel(ctx), t, p, req, remoteCallTimeout, func(lp *partition.Partition) bool {
+		if attachID != 0 && t.cur.Load().AttachID != attachID {
+			lerr = errAttachChanged(t.name)
+			return true
+		}
 		first, lerr = lp.Append(recs)
 		return !errors.Is(lerr, partition.ErrNotLeader)
 	})
@@ -866,6 +882,13 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 	}
 	switch req.Kind {
 	case dataAppend:
+		if req.AttachID != 0 {
+			// A fan-out copy: only for the child's attachment as it stands.
+			if _, err = b.childAsOf(ctx, req); err != nil {
+				b.log.Warn("a fan-out copy for an attachment the child no longer has was refused", "child", t.name, "attach_id", req.AttachID, "err", err)
+				break
+			}
+		}
 		resp.First, err = p.Append(req.Records)
 		if err != nil {
 			b.log.Warn("a forwarded append failed", "topic", t.name, "partition", req.Partition, "principal", req.Principal, "err", err)
@@ -988,7 +1011,13 @@ func (b *Broker) notGoneIfRecreated(t *topic, err error) error {
 	return err
 }
 
-// childAsOf returns the child a lag request names, waiting a little for this node's
+// errAttachChanged answers a request made for an attachment of child that is not the
+// child's any more: it was detached, or attached again, or deleted.
+func errAttachChanged(child string) error {
+	return fmt.Errorf("%w: child %q was detached or attached again since the request was made", ErrUnavailable, child)
+}
+
+// childAsOf returns the child a lag request or a fan-out copy names, waiting a little for this node's
 // metadata to reach the attach the entry node saw.
 func (b *Broker) childAsOf(ctx context.Context, req *dataReq) (meta.Topic, error) {
 	deadline := time.Now().Add(holderCatchUp)
@@ -1000,7 +1029,7 @@ func (b *Broker) childAsOf(ctx context.Context, req *dataReq) (meta.Topic, error
 		}
 		// Incarnations and attach ids are the indexes of the commands that made them.
 		if b.meta.AppliedIndex() >= max(req.ChildInc, req.AttachID) {
-			return meta.Topic{}, fmt.Errorf("%w: child %q changed while its lag was read", ErrUnavailable, req.Child)
+			return meta.Topic{}, errAttachChanged(req.Child)
 		}
 		if time.Now().After(deadline) {
 			return meta.Topic{}, fmt.Errorf("%w: node %q has not caught up with child %q yet", ErrUnavailable, b.opts.NodeID, req.Child)

@@ -720,9 +720,11 @@ func (s *Store) AttachChild(parent string, parentInc uint64, child string, delay
 	return s.apply(command{Op: "attach_child", Name: parent, ParentInc: parentInc, Child: child, Delay: delayMs, Start: start})
 }
 
-// DetachChild unlinks child from parent.
-func (s *Store) DetachChild(parent, child string) (Topic, error) {
-	return s.apply(command{Op: "detach_child", Name: parent, Child: child})
+// DetachChild unlinks child from parent. It returns the Raft index of the detach (what
+// a node has applied once it applied the detach).
+func (s *Store) DetachChild(parent, child string) (Topic, uint64, error) {
+	res, err := s.applyCmd(command{Op: "detach_child", Name: parent, Child: child})
+	return res.topic, res.index, err
 }
 
 // DeleteTopic removes the topic name; with incarnation != 0 only that incarnation. It

@@ -183,10 +183,10 @@ func TestAttachRules(t *testing.T) {
 	if _, err := s.AlterTopic("p", Alter{RetentionMs: &r}); !isConflict(err) {
 		t.Fatalf("retention below delay + 1h: %v", err)
 	}
-	if _, err := s.DetachChild("p", "short"); !errors.Is(err, ErrChildNotFound) {
+	if _, _, err := s.DetachChild("p", "short"); !errors.Is(err, ErrChildNotFound) {
 		t.Fatalf("detach of a non-child: %v", err)
 	}
-	if _, err := s.DetachChild("p", "c1"); err != nil {
+	if _, _, err := s.DetachChild("p", "c1"); err != nil {
 		t.Fatal(err)
 	}
 	// Create-with-parent is all or nothing.

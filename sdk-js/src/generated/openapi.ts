@@ -564,7 +564,7 @@ export interface paths {
         post?: never;
         /**
          * Detach a child topic
-         * @description Stops copying to the child. Both topics stay. 404 child_not_found when it is not a child of this topic. A remote child is named by its `id` (`remote:<n>`); detaching it forgets its credentials and cursor.
+         * @description Stops copying to the child. Both topics stay. In a cluster it answers once every node that could be copying (the replicas of the parent's partitions) has stopped, or after the metadata lease plus 1 s for one that cannot be reached, which copies nothing from then on. 404 child_not_found when it is not a child of this topic. A remote child is named by its `id` (`remote:<n>`); detaching it forgets its credentials and cursor.
          */
         delete: operations["detachChild"];
         options?: never;
