@@ -419,7 +419,19 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		if err != nil {
 			return p.applyFailed(err)
 		}
-		if end := p.log.Next(); first != end {
+		end := p.log.Next()
+		if first < end && end < first+uint64(len(recs)) {
+			// Applied before this start, and only part of it is in the log now: the
+			// log is written without sync, and a power loss (or a kill in the middle
+			// of a write of several pages) kept the first records of the command's
+			// write and not the rest. A committed command holds the same records on
+			// every replica, so the rest is written now. Skipped, this replica held
+			// none of the group's later messages again, and leading, it stored new
+			// ones at offsets where the others hold other messages (a review, 5
+			// December).
+			recs, first = recs[end-first:], end
+		}
+		if first != end {
 			if first < end {
 				// Applied before this start: its messages end where it put them, not
 				// at the log's end now (a follower matching this entry holds that far).

@@ -231,9 +231,11 @@ func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []by
 			return storageErr(err)
 		}
 	}
-	if s.deliveredTo > r.deliveredTo.Load() {
-		r.deliveredTo.Store(s.deliveredTo)
-	}
+	// The snapshot is the group's state at index: its mark replaces this replica's,
+	// which an M or a handover's L committed since may have lowered (raised only, a
+	// mark this replica applied before it fell behind counted messages below it as
+	// delivered once more when it led: a review, 5 December).
+	r.deliveredTo.Store(s.deliveredTo)
 	for _, f := range s.fanout {
 		r.setFanout(f[0], f[1])
 	}
