@@ -3,6 +3,7 @@ package raftetcd
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"sort"
 	"sync"
@@ -29,6 +30,10 @@ type group struct {
 	mu       sync.Mutex
 	rn       *raft.RawNode
 	quiesced bool
+	// resetting is set while a learner that lost its log is removed and added again
+	// (resetLearner); refusedAt is when a message raft refused was last logged.
+	resetting atomic.Bool
+	refusedAt time.Time
 	waiters  map[uint64]chan proposal // proposal id → its outcome once applied
 	reads    map[uint64]chan uint64   // read-index request id → the index to wait for
 	readSeq  uint64
@@ -788,6 +793,40 @@ func (g *group) quiesceLocked() []raftpb.Message {
 	return hbs
 }
 
+// stepLocked steps m into raft. etcd-io/raft panics on a message its log cannot take
+// (a heartbeat whose commit index is past the log's end: the leader counts on entries
+// this replica no longer holds, as when a learner's copy was deleted and it joined
+// again under the same id). The panic is the message's refusal here: this replica
+// goes on with what it holds, where a panic left the group's lock held and stopped
+// every group on the node (a review, 5 December).
+func (g *group) stepLocked(m raftpb.Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("raftetcd: raft refused a message: %v", r)
+			if now := time.Now(); now.Sub(g.refusedAt) >= time.Second {
+				g.refusedAt = now
+				g.h.log.Error("raftetcd: raft refused a message its log cannot take (its leader counts on entries this replica lacks); dropped",
+					"group", g.id, "type", m.Type.String(), "from", m.From, "term", m.Term, "commit", m.Commit, "err", err)
+			}
+		}
+	}()
+	return g.rn.Step(m)
+}
+
+// lostLearnerLocked reports whether m, an append refused by a learner, says the
+// learner's log ends before entries it acknowledged: its copy was lost (deleted when a
+// move to it was cancelled, and it joined again under the same id). etcd-io/raft never
+// lowers what it knows a member holds, so it would send that learner appends it
+// cannot take, and heartbeats past its log's end, for ever. A learner never votes, so
+// losing its log loses nothing: it is removed and added again (resetLearner).
+func (g *group) lostLearnerLocked(m raftpb.Message) bool {
+	if g.rn.BasicStatus().RaftState != raft.StateLeader {
+		return false
+	}
+	pr, ok := g.rn.Status().Progress[m.From]
+	return ok && pr.IsLearner && m.RejectHint < pr.Match
+}
+
 // step hands a message from a peer to raft. A quiesce heartbeat from the current
 // leader, with the follower's log caught up to it, quiesces the follower. Any other
 // message wakes a quiesced group, except the answers to quiesce heartbeats and the
@@ -817,7 +856,10 @@ func (g *group) step(flags byte, m raftpb.Message) {
 		g.mu.Unlock()
 		return
 	}
-	if err := g.rn.Step(m); err != nil {
+	if m.Type == raftpb.MsgAppResp && m.Reject && g.lostLearnerLocked(m) {
+		go g.h.resetLearner(g.id, m.From)
+	}
+	if err := g.stepLocked(m); err != nil {
 		g.mu.Unlock()
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -1008,6 +1009,43 @@ func (h *Host) ChangeConf(id string, c ConfChange) error {
 	}
 	return nil
 }
+
+// resetLearner removes learner from group id, led here, and adds it again once the
+// removal applied: its progress then starts from nothing, and it catches up from the
+// log or a snapshot (lostLearnerLocked). One reset runs at a time per group; one whose
+// removal does not apply within resetWait gives up, and the learner's next refusal
+// starts another.
+func (h *Host) resetLearner(id string, learner uint64) {
+	g := h.group(id)
+	if g == nil || !g.resetting.CompareAndSwap(false, true) {
+		return
+	}
+	defer g.resetting.Store(false)
+	h.log.Warn("raftetcd: a learner lost entries it had acknowledged (its copy was deleted and it joined again); removing it and adding it again",
+		"group", id, "learner", learner)
+	if err := h.ChangeConf(id, ConfChange{RemoveLearners: []uint64{learner}}); err != nil {
+		return
+	}
+	deadline := time.Now().Add(resetWait)
+	for time.Now().Before(deadline) {
+		info, ok := h.Info(id)
+		if !ok || !info.Leader {
+			return
+		}
+		if !info.Joint && !slices.Contains(info.Learners, learner) && !slices.Contains(info.Voters, learner) {
+			_ = h.ChangeConf(id, ConfChange{AddLearners: []uint64{learner}}) // refused: the next refusal resets again
+			return
+		}
+		select {
+		case <-h.quit:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// resetWait bounds how long resetLearner waits for its removal to apply.
+const resetWait = 10 * time.Second
 
 // TransferLeader asks group id, led here, to hand its leadership to voter to (on a
 // node that does not lead it, it does nothing). The leader first gives up its lease
