@@ -254,19 +254,8 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	if err != nil {
 		return nil, err
 	}
-	if logDamage, journalDamage := p.Damage(); logDamage+journalDamage > 0 {
-		// Its peers hold intact copies: rebuild this replica from the group instead of
-		// skipping what the damage took (the single-node rule).
-		b.log.Error("a replica's data is damaged; it is set aside in damaged/ and rebuilt from the partition's group",
-			"topic", m.Name, "partition", i, "damaged_records", logDamage, "damaged_settle_records", journalDamage)
-		_ = p.Close() // its data is being set aside; the rebuilt partition is what counts
-		if err := partition.DiscardData(nil, popts.Dir); err != nil {
-			return nil, fmt.Errorf("setting aside the damaged data of partition %d of topic %q: %w", i, m.Name, err)
-		}
-		if p, err = partition.Open(popts); err != nil {
-			return nil, err
-		}
-		b.metrics.ReplicaRebuilds.WithLabelValues(m.Name).Inc()
+	if p, err = b.rebuildIfDamaged(p, popts, pl, m.Name, i); err != nil {
+		return nil, err
 	}
 	if soleOverData && pl.Forced > 0 && (i >= len(t.openedAs) || t.openedAs[i] == "") {
 		// Not yet open in the new group in this process: opened at a start, or
@@ -335,6 +324,44 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 // soleOverData reports whether this node is the only replica of a group made over
 // the data it holds (a replication factor raised from 1, a forced takeover's
 // survivor).
+// rebuildIfDamaged looks at what opening p found damaged. When another replica holds
+// the partition, p's data is set aside in damaged/ and p opened again empty: the group
+// rebuilds it (from its log, or a snapshot whose messages are fetched from a peer),
+// instead of skipping what the damage took. A replica with no other one to rebuild
+// from keeps its data and skips the damaged records, as a single node does (the
+// partition counts and reports them): set aside, its messages were lost with it, and
+// its group fetched its snapshot's messages from nobody, for ever (a review, 5
+// December).
+func (b *Broker) rebuildIfDamaged(p *partition.Partition, popts partition.Options, pl meta.Placement, topic string, i int) (*partition.Partition, error) {
+	logDamage, journalDamage := p.Damage()
+	if logDamage+journalDamage == 0 {
+		return p, nil
+	}
+	others := 0
+	for _, r := range pl.Replicas {
+		if r != b.opts.NodeID {
+			others++
+		}
+	}
+	if others == 0 {
+		b.log.Error("a replica's data is damaged and no other replica holds the partition; the damaged records are skipped, as on a single node",
+			"topic", topic, "partition", i, "damaged_records", logDamage, "damaged_settle_records", journalDamage)
+		return p, nil
+	}
+	b.log.Error("a replica's data is damaged; it is set aside in damaged/ and rebuilt from the partition's group",
+		"topic", topic, "partition", i, "damaged_records", logDamage, "damaged_settle_records", journalDamage)
+	_ = p.Close() // its data is being set aside; the rebuilt partition is what counts
+	if err := partition.DiscardData(nil, popts.Dir); err != nil {
+		return nil, fmt.Errorf("setting aside the damaged data of partition %d of topic %q: %w", i, topic, err)
+	}
+	p, err := partition.Open(popts)
+	if err != nil {
+		return nil, err
+	}
+	b.metrics.ReplicaRebuilds.WithLabelValues(topic).Inc()
+	return p, nil
+}
+
 func (b *Broker) soleOverData(pl meta.Placement) bool {
 	return pl.Group && len(pl.Replicas) == 1 && pl.Replicas[0] == b.opts.NodeID
 }

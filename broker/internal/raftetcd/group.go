@@ -34,11 +34,11 @@ type group struct {
 	// (resetLearner); refusedAt is when a message raft refused was last logged.
 	resetting atomic.Bool
 	refusedAt time.Time
-	waiters  map[uint64]chan proposal // proposal id → its outcome once applied
-	reads    map[uint64]chan uint64   // read-index request id → the index to wait for
-	readSeq  uint64
-	applied  uint64 // last index applied (written by the Ready loop)
-	leading  bool   // OnRole(true) was said and not taken back
+	waiters   map[uint64]chan proposal // proposal id → its outcome once applied
+	reads     map[uint64]chan uint64   // read-index request id → the index to wait for
+	readSeq   uint64
+	applied   uint64 // last index applied (written by the Ready loop)
+	leading   bool   // OnRole(true) was said and not taken back
 	// recampaign counts the ticks a new group's preferred leader stands again while no
 	// leader is known: its first votes are lost when the other replicas have not
 	// opened the group yet, and the election timeout would cost another 1–2 s.
