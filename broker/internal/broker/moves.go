@@ -382,7 +382,7 @@ const moveReportEvery = 2 * time.Second
 // to the most caught-up other voter, and reports whether this node no longer leads.
 // A leader must not simply close its group: its followers, quiet while the group is
 // idle, would go on counting it as their leader as long as its node is alive.
-func (b *Broker) leaveLeadership(t *topic, i int) bool {
+func (b *Broker) leaveLeadership(t *topic, i int, why string) bool {
 	if !t.leads(i) {
 		return true
 	}
@@ -398,7 +398,7 @@ func (b *Broker) leaveLeadership(t *topic, i int) bool {
 		}
 	}
 	b.repl.mu.Unlock()
-	b.handOverTo(t, i, info, others, "its replica here is rebuilt")
+	b.handOverTo(t, i, info, others, why)
 	return !t.leads(i)
 }
 
@@ -450,7 +450,7 @@ func (b *Broker) followPlacement() {
 		for i, lp := range t.parts() {
 			want := b.holds(m, int32(i))
 			if want && lp != nil && t.takeRebuild(i) {
-				if b.leaveLeadership(t, i) {
+				if b.leaveLeadership(t, i, "its replica here is rebuilt") {
 					b.rebuildReplica(t, i, lp)
 					lp = nil // opened again below
 				} else {
@@ -509,6 +509,17 @@ func (b *Broker) followPlacement() {
 				}
 				if cur, ok := b.meta.Topic(t.name); ok && cur.Incarnation == t.incarnation && b.holds(cur, int32(i)) {
 					continue // placed here after all: this view was behind, the next pass has it
+				}
+				if act != leaveOpen && !b.leaveLeadership(t, i, "its replica here leaves the partition") && act == leaveDelete {
+					// It may lead still, although the group's configuration no longer
+					// counts it (its removal committed under its own leadership, when it
+					// was elected before that entry committed: raft keeps such a leader
+					// leading). Closed so, it left its followers quiesced under a leader
+					// gone silent, and the partition had no leader for good (a review, 5
+					// December). Deleted only once another voter leads; tried again at
+					// the next pass.
+					b.log.Warn("a replica leaving its partition still leads it; it hands the leadership over before its copy is deleted", "topic", t.name, "partition", i)
+					continue
 				}
 				switch act {
 				case leaveOpen:

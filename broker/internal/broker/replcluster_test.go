@@ -1,0 +1,134 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/narad-mq/narad/broker/internal/cluster"
+	"github.com/narad-mq/narad/broker/internal/meta"
+)
+
+// startReplCluster starts n real cluster nodes in this process: node planes (QUIC on
+// 127.0.0.1, free ports), the control plane and replicated partitions, each on its own
+// temp data directory (NARAD_TEST_LOG=1 shows their logs). Everything is closed when
+// the test ends.
+func startReplCluster(t *testing.T, n int, autoRebalance bool) []*Broker {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("NARAD_TEST_LOG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	secret := []byte("replicated-cluster-test-secret-0")
+	planes := make([]*cluster.Plane, n)
+	var peers []meta.Peer
+	for i := range n {
+		p, err := cluster.Start(cluster.Options{NodeID: fmt.Sprintf("n%d", i+1), ListenAddr: "127.0.0.1:0", Secret: secret, Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		planes[i] = p
+		peers = append(peers, meta.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: raft.ServerAddress(p.Addr())})
+	}
+	bs := make([]*Broker, n)
+	for i := range n {
+		b, err := Open(Options{
+			DataDir: t.TempDir(), NodeID: fmt.Sprintf("n%d", i+1), Logger: logger.With("node", fmt.Sprintf("n%d", i+1)),
+			Peers: planes[i], Node: planes[i].Node(),
+			Cluster: meta.Cluster{
+				Transport: planes[i].RaftTransport(), LocalAddr: raft.ServerAddress(planes[i].Addr()), Forwarder: planes[i],
+				Peers: peers, HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 1+i),
+				AutoRebalance: autoRebalance, MaxMoves: 2,
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		planes[i].Serve(b.HandleForward)
+		planes[i].ServeData(b.HandleData, b.CheckPeer)
+		bs[i] = b
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, b := range bs {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = b.Close() }()
+		}
+		wg.Wait()
+		for _, p := range planes {
+			_ = p.Close()
+		}
+	})
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, b := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			errs[i] = b.Start(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !allAlive(bs, n) || !sameVersion(bs) {
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster's members were not all alive within 60 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return bs
+}
+
+// sameVersion reports whether every broker runs the highest cluster version.
+func sameVersion(bs []*Broker) bool {
+	for _, b := range bs {
+		if b.meta.ClusterVersion() != meta.VersionMax {
+			return false
+		}
+	}
+	return true
+}
+
+// leaderIndex returns which broker leads partition p of topic name (-1: none).
+func leaderIndex(bs []*Broker, name string, p int) int {
+	for k, b := range bs {
+		t, err := b.lookup(name)
+		if err != nil {
+			continue
+		}
+		if p < len(t.parts()) && t.leads(p) {
+			return k
+		}
+	}
+	return -1
+}
+
+// waitOrFail polls cond until it holds, failing the test after bound.
+func waitOrFail(t *testing.T, bound time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not so after %v: %v", what, bound, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
