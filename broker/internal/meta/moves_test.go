@@ -226,3 +226,68 @@ func TestPlanMoves(t *testing.T) {
 	js, _ := json.Marshal(got)
 	t.Logf("plan: %s", js)
 }
+
+// TestLoweredReplicationFactorKeepsALiveQuorum: when a topic's replication factor is
+// lowered, the replica that goes is one on a dead member, else on a suspect one, and
+// only among replicas equally sure to be gone is it the one that is not the preferred
+// leader on the member holding the most; the group left must keep a live majority
+// whenever one removal can. The plan ignored the members' status: with n3 dead and the
+// factor lowered from 3 to 2 it dropped live n2 and kept n3, and the group {n1, n3}
+// never reached a quorum again (every produce and ack of the partition answered 503
+// until n3 came back, or a forced takeover).
+func TestLoweredReplicationFactorKeepsALiveQuorum(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		status map[string]MemberStatus // the others are alive
+		leader string
+		want   string
+	}{
+		{"a dead replica", map[string]MemberStatus{"n3": StatusDead}, "n1", "n3"},
+		{"a suspect replica", map[string]MemberStatus{"n3": StatusSuspect}, "n1", "n3"},
+		{"the dead before the suspect", map[string]MemberStatus{"n2": StatusSuspect, "n3": StatusDead}, "n1", "n3"},
+		{"a dead preferred leader", map[string]MemberStatus{"n1": StatusDead}, "n1", "n1"},
+		{"a dead replica that is not the preferred leader first", map[string]MemberStatus{"n1": StatusDead, "n3": StatusDead}, "n1", "n3"},
+		{"a replica on a member no longer in the members", map[string]MemberStatus{"n3": ""}, "n1", "n3"},
+		{"everyone alive: not the preferred leader", nil, "n2", "n1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			members := map[string]Member{}
+			for _, id := range []string{"n1", "n2", "n3"} {
+				st, ok := c.status[id]
+				if !ok {
+					st = StatusAlive
+				}
+				if st != "" {
+					members[id] = Member{ID: id, Status: st}
+				}
+			}
+			tp := Topic{Name: "down", Incarnation: 1, TopicConfig: TopicConfig{Partitions: 1, ReplicationFactor: 2},
+				Placement: []Placement{{Replicas: []string{"n1", "n2", "n3"}, Leader: c.leader, Epoch: 1}}}
+			got := planMoves(planInput{topics: []Topic{tp}, members: members, limit: 2})
+			if len(got) != 1 || got[0].To != "" || got[0].Cause != CauseRF {
+				t.Fatalf("plan: %+v, want one removal", got)
+			}
+			var left []string
+			live, liveBefore := 0, 0
+			for _, r := range tp.Placement[0].Replicas {
+				if members[r].Status == StatusAlive {
+					liveBefore++
+				}
+				if r != got[0].From {
+					left = append(left, r)
+					if members[r].Status == StatusAlive {
+						live++
+					}
+				}
+			}
+			// Some removal keeps a live majority when the live replicas (at most the new
+			// group's size) are a majority of the new group.
+			if majority := len(left)/2 + 1; live < majority && min(liveBefore, len(left)) >= majority {
+				t.Fatalf("the plan removes the replica on %s: the group is left with voters %v, %d of them live: no quorum without a member that may never return", got[0].From, left, live)
+			}
+			if got[0].From != c.want {
+				t.Fatalf("the plan removes the replica on %s, not on %s (the group is left with voters %v)", got[0].From, c.want, left)
+			}
+		})
+	}
+}

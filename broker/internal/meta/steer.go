@@ -126,15 +126,7 @@ func planMoves(in planInput) []Move {
 					add(t, i, "", to, CauseRF)
 				}
 			case n > t.ReplicationFactor && n > 1:
-				// The replica on the member holding the most goes; never the preferred
-				// leader while another can go.
-				from := ""
-				for _, r := range pl.Replicas {
-					if r != pl.Leader && (from == "" || held[r] > held[from]) {
-						from = r
-					}
-				}
-				add(t, i, from, "", CauseRF)
+				add(t, i, dropOne(pl, in.members, held), "", CauseRF)
 			}
 		}
 	}
@@ -167,6 +159,50 @@ func planMoves(in planInput) []Move {
 	}
 	// Leaderships follow once replicas are spread.
 	return append(out, planLeaders(in, alive, busy)...)
+}
+
+// dropOne returns the replica of pl that goes when its topic's replication factor is
+// lowered: one on a dead member (or one no longer a member) first, then one on a
+// suspect member, then, among the rest, the one on the member holding the most; among
+// replicas equally sure to be gone, never the preferred leader while another can go.
+// Dropping the replica most surely gone keeps as many live replicas as any choice
+// would, so the smaller group keeps a live majority whenever one removal can leave it
+// one: dropping a live replica while a dead one stays can leave a group that never
+// reaches a quorum again (two voters, one dead).
+func dropOne(pl Placement, members map[string]Member, held map[string]int) string {
+	gone := func(id string) int {
+		m, ok := members[id]
+		switch {
+		case !ok || m.Status == StatusDead:
+			return 2
+		case m.Status == StatusSuspect:
+			return 1
+		}
+		return 0
+	}
+	from := ""
+	for _, r := range pl.Replicas {
+		if from == "" {
+			from = r
+			continue
+		}
+		if g, gf := gone(r), gone(from); g != gf {
+			if g > gf {
+				from = r
+			}
+			continue
+		}
+		if (r == pl.Leader) != (from == pl.Leader) {
+			if from == pl.Leader {
+				from = r
+			}
+			continue
+		}
+		if held[r] > held[from] {
+			from = r
+		}
+	}
+	return from
 }
 
 // extremes returns the first of ids with the highest count and the first with the
