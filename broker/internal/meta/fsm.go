@@ -457,44 +457,9 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		f.topics[child.Name] = child
 		return applyResult{topic: child}
 	case "alter_topic":
-		t, ok := f.topics[c.Name]
-		if !ok || (c.Alter.Incarnation != 0 && c.Alter.Incarnation != t.Incarnation) {
-			return applyResult{err: ErrTopicNotFound}
-		}
-		a := c.Alter
-		if a.RetentionMs != nil {
-			if need := f.longestDelay(t.Name) + DelayRetentionMargin; f.longestDelay(t.Name) > 0 && *a.RetentionMs < need {
-				return conflict("retention_ms %d is shorter than this topic's longest child delay plus an hour (%d): its messages would age out before their delayed copies", *a.RetentionMs, need)
-			}
-			t.RetentionMs = *a.RetentionMs
-		}
-		if a.VisibilityMs != nil {
-			t.VisibilityMs = *a.VisibilityMs
-		}
-		if a.MaxInFlight != nil {
-			t.MaxInFlight = *a.MaxInFlight
-		}
-		if a.MaxAckedAhead != nil {
-			t.MaxAckedAhead = *a.MaxAckedAhead
-		}
-		if a.ClearSchema {
-			empty := json.RawMessage(nil)
-			a.Schema = &empty
-		}
-		if a.Schema != nil {
-			ns := *a.Schema
-			if string(ns) == "null" {
-				ns = nil
-			}
-			if p, ok := f.topics[t.Parent]; ok && len(ns) > 0 && !sameJSON(ns, p.Schema) {
-				return conflict("child %s must have its parent's schema or none", t.Name)
-			}
-			for _, ch := range f.topics {
-				if ch.Parent == t.Name && len(ch.Schema) > 0 && !sameJSON(ch.Schema, ns) {
-					return conflict("child %s has its own schema; a parent's schema must stay equal to its children's", ch.Name)
-				}
-			}
-			t.Schema = ns
+		t, err := f.altered(c.Name, *c.Alter)
+		if err != nil {
+			return applyResult{err: err}
 		}
 		f.topics[c.Name] = t
 		return applyResult{topic: t}
@@ -663,6 +628,51 @@ func sameJSON(a, b json.RawMessage) bool {
 	xb, _ := json.Marshal(x)
 	yb, _ := json.Marshal(y)
 	return string(xb) == string(yb)
+}
+
+// altered returns topic name with the changes of a, or why the changes are refused;
+// it changes nothing (alter_topic stores what it returns, CheckAlter only asks). The
+// caller holds f.mu.
+func (f *fsm) altered(name string, a Alter) (Topic, error) {
+	t, ok := f.topics[name]
+	if !ok || (a.Incarnation != 0 && a.Incarnation != t.Incarnation) {
+		return Topic{}, ErrTopicNotFound
+	}
+	if a.RetentionMs != nil {
+		if need := f.longestDelay(t.Name) + DelayRetentionMargin; f.longestDelay(t.Name) > 0 && *a.RetentionMs < need {
+			return Topic{}, &ConflictError{Msg: fmt.Sprintf("retention_ms %d is shorter than this topic's longest child delay plus an hour (%d): its messages would age out before their delayed copies", *a.RetentionMs, need)}
+		}
+		t.RetentionMs = *a.RetentionMs
+	}
+	if a.VisibilityMs != nil {
+		t.VisibilityMs = *a.VisibilityMs
+	}
+	if a.MaxInFlight != nil {
+		t.MaxInFlight = *a.MaxInFlight
+	}
+	if a.MaxAckedAhead != nil {
+		t.MaxAckedAhead = *a.MaxAckedAhead
+	}
+	if a.ClearSchema {
+		empty := json.RawMessage(nil)
+		a.Schema = &empty
+	}
+	if a.Schema != nil {
+		ns := *a.Schema
+		if string(ns) == "null" {
+			ns = nil
+		}
+		if p, ok := f.topics[t.Parent]; ok && len(ns) > 0 && !sameJSON(ns, p.Schema) {
+			return Topic{}, &ConflictError{Msg: fmt.Sprintf("child %s must have its parent's schema or none", t.Name)}
+		}
+		for _, ch := range f.topics {
+			if ch.Parent == t.Name && len(ch.Schema) > 0 && !sameJSON(ch.Schema, ns) {
+				return Topic{}, &ConflictError{Msg: fmt.Sprintf("child %s has its own schema; a parent's schema must stay equal to its children's", ch.Name)}
+			}
+		}
+		t.Schema = ns
+	}
+	return t, nil
 }
 
 func (f *fsm) topic(name string) (Topic, bool) {

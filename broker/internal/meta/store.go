@@ -735,6 +735,24 @@ func (s *Store) DeleteTopic(name string, incarnation uint64) (Topic, uint64, err
 	return res.topic, res.index, err
 }
 
+// CheckAlter returns what AlterTopic(name, a) would be refused for on this node's
+// state now, without changing anything: a caller that commits another change with it
+// (a replication factor) asks first, so that a refused alter leaves nothing changed.
+// The controller's state may be newer: Sync first.
+func (s *Store) CheckAlter(name string, a Alter) error {
+	c := command{Op: "alter_topic", Name: name, Alter: &a}
+	if err := c.check(); err != nil {
+		return fmt.Errorf("meta: %w", err)
+	}
+	if err := s.gateCmd(c); err != nil {
+		return err
+	}
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	_, err := s.fsm.altered(name, a)
+	return err
+}
+
 // AlterTopic changes a topic's live-tunable settings.
 func (s *Store) AlterTopic(name string, a Alter) (Topic, error) {
 	return s.apply(command{Op: "alter_topic", Name: name, Alter: &a})

@@ -136,7 +136,8 @@ export interface paths {
          *     (`{}` removes it) and `replication_factor`. Fields left out keep their value. 409
          *     when a parent's retention would no longer exceed its longest child delay by an
          *     hour, a schema would differ from a parent's or child's, or the replication factor
-         *     is more than the cluster's nodes. A new visibility timeout applies to leases taken
+         *     is more than the cluster's nodes; a request refused so changes nothing. A new
+         *     visibility timeout applies to leases taken
          *     after the change; a shorter retention deletes only whole segments older than it.
          *     A new `replication_factor` is reached in the background: the controller adds or
          *     removes replicas through moves (`GET /v1/cluster/moves`).
