@@ -693,7 +693,8 @@ type OutgoingMessage struct {
 	// Timestamp When the message was first written, Unix ms (a copy keeps its source's time).
 	// Stored as given, but never later than now, and raised to the partition's
 	// newest timestamp if older (a partition's timestamps never decrease).
-	// Retention counts from it. Absent: now.
+	// Retention counts from it, and so does a delay child's delay (a message
+	// given an earlier time is copied that much sooner). Absent: now.
 	Timestamp *int64 `json:"timestamp,omitempty"`
 }
 
