@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"sync"
 	"unicode/utf8"
 
@@ -116,6 +117,17 @@ func (b *Broker) ProduceChecked(ctx context.Context, name string, chk ProduceChe
 	t, err := b.lookup(name)
 	if err != nil {
 		return nil, err
+	}
+	if inc, perr := strconv.ParseUint(chk.Incarnation, 10, 64); perr == nil && inc > t.incarnation && b.opts.Peers != nil {
+		// The batch names an incarnation newer than the one this node has open: it
+		// is behind (the topic was deleted and created again and it has not applied
+		// that yet). It catches up before it answers, as an ack does; answered at
+		// once, a batch for the topic as it is now was refused as one for a deleted
+		// topic (409, "nothing was written": a remote child's copier then stops and
+		// asks to be attached again; a review, 5 December).
+		if t, err = b.catchUpToIncarnation(ctx, t, inc); err != nil {
+			return nil, err
+		}
 	}
 	if chk.Incarnation == "" {
 		// (A batch naming its incarnation is answered for that incarnation.)

@@ -40,15 +40,22 @@ func (b *Broker) catchUpTo(t *topic, name string, reqs []AckReq) (*topic, error)
 	if newest == t.incarnation {
 		return t, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), syncBound)
+	return b.catchUpToIncarnation(context.Background(), t, newest)
+}
+
+// catchUpToIncarnation returns topic t as this node has it open once it has applied
+// the metadata through incarnation inc of it, which a request named (the node is
+// behind: the topic was deleted and created again), asking the controller first.
+func (b *Broker) catchUpToIncarnation(ctx context.Context, t *topic, inc uint64) (*topic, error) {
+	ctx, cancel := context.WithTimeout(ctx, syncBound)
 	defer cancel()
-	if b.meta.AppliedIndex() < newest {
+	if b.meta.AppliedIndex() < inc {
 		if err := b.meta.Sync(ctx); err != nil {
-			b.log.Warn("an ack names a newer incarnation of a topic than this node knows and the controller could not be asked", "topic", name, "err", err)
-			return nil, fmt.Errorf("%w: a receipt handle names an incarnation of topic %q this node has not caught up with: %w", ErrUnavailable, name, err)
+			b.log.Warn("a request names a newer incarnation of a topic than this node knows and the controller could not be asked", "topic", t.name, "err", err)
+			return nil, fmt.Errorf("%w: the request names an incarnation of topic %q this node has not caught up with: %w", ErrUnavailable, t.name, err)
 		}
 	}
-	return b.openAsMeta(ctx, name)
+	return b.openAsMeta(ctx, t.name)
 }
 
 // AckMode says what an ack does.
