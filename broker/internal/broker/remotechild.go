@@ -498,8 +498,10 @@ func (b *Broker) stopRemoteCopiers() {
 // batch at its cursor, sending it with
 // produce-batch, and moving the cursor through the control plane only once the remote
 // answered 202. A crash between the two sends the batch again: duplicates are possible,
-// loss is not. A failure is retried with backoff while the partition is reported
-// failing; the source's own traffic never waits on the copy.
+// loss is not. A cursor move that fails after the 202 is retried alone: the batch is
+// not sent again meanwhile (see unsaved). A failure is retried with backoff while the
+// partition is reported failing; the source's own traffic never waits on the copy. It
+// copies only while its node's metadata is current, as fan-out does.
 type remoteCopier struct {
 	b      *Broker
 	id     uint64
@@ -721,6 +723,20 @@ func (c *remoteCopier) run(i int) {
 		c.set(i, "failing", reason, err)
 		return c.backoff(bo.NextBackOff())
 	}
+	// unsaved is the batch the remote answered 202 for whose cursor move failed: while
+	// the cursor stands at its from, only the move is retried. It lives in memory: a
+	// restart reads at the cursor and sends the batch once more, as a crash does.
+	var unsaved *unsavedBatch
+	// saved does what follows a cursor move past a batch the remote took.
+	saved := func(p *partition.Partition, u unsavedBatch) {
+		if u.expired > 0 {
+			c.expired(i, u.from, u.first)
+		}
+		m.Copied.WithLabelValues(c.parent.name, c.name).Add(float64(u.sent))
+		m.Lag.WithLabelValues(c.parent.name, c.name).Set(float64(p.Stats().End - u.next))
+		bo.Reset()
+		c.set(i, "copying", "", nil)
+	}
 	for {
 		wake, kick := c.parent.sig.wait(), c.kicks.wait()
 		if c.ctx.Err() != nil {
@@ -730,11 +746,26 @@ func (c *remoteCopier) run(i int) {
 		// makes its group again, replaces it in the topic (and wakes the topic's
 		// waiters), so it is looked up at each round, not kept.
 		p := c.parent.parts()[i]
+		if unsaved != nil && (unsaved.p != p || !p.Leading()) {
+			// No longer led here, or replaced: the batch is read again at the cursor
+			// (by whichever node leads), for the log may hold other messages there
+			// now (a forced takeover), which a move past them would never copy.
+			unsaved = nil
+		}
 		if p == nil || !p.Leading() {
 			// Not held here, or a follower replica of a replicated parent: the node
 			// leading it copies it. The cursor is in the control plane, so a new
 			// leader, here or elsewhere, goes on from it.
 			if !c.wait(time.Second, wake, kick) {
+				return
+			}
+			continue
+		}
+		if !c.b.Ready() {
+			// This node's metadata is not current (cut off from the controller, or
+			// behind): the child may have been detached, or paused, or its parent
+			// deleted, meanwhile. Nothing is copied until it is, as for fan-out.
+			if !c.wait(notReadyRetry, kick) {
 				return
 			}
 			continue
@@ -751,6 +782,32 @@ func (c *remoteCopier) run(i int) {
 			continue
 		}
 		from := rc.Cursors[i]
+		if unsaved != nil && unsaved.from != from {
+			unsaved = nil // the cursor moved (the failed move committed after all, or another node's)
+		}
+		if unsaved != nil {
+			// The remote holds this batch: save the cursor past it, and send nothing
+			// (the next batch waits for the move).
+			u := *unsaved
+			err := c.b.meta.MoveRemoteCursor(c.id, int32(i), u.from, u.next, u.expired)
+			switch {
+			case err == nil:
+				unsaved = nil
+				saved(p, u)
+			case isConflict(err):
+				// The cursor is not at from on the controller: it moved (the move
+				// that seemed to fail committed, or another node's) and this node
+				// has not applied it yet. Read at it once it did.
+				if !c.wait(notReadyRetry, kick) {
+					return
+				}
+			default:
+				if !fail("control_plane", cursorNotSaved, err) {
+					return
+				}
+			}
+			continue
+		}
 		recs, err := p.Read(from, limit)
 		if errors.Is(err, partition.ErrClosed) {
 			// Replaced meanwhile (read again from the one held now), or the whole
@@ -860,25 +917,22 @@ func (c *remoteCopier) run(i int) {
 				continue
 			}
 		}
-		next := recs[len(recs)-1].Offset + 1
-		if err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, next, expired); err != nil {
+		u := unsavedBatch{p: p, from: from, next: recs[len(recs)-1].Offset + 1, first: recs[0].Offset, expired: expired, sent: sent}
+		if err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, u.next, expired); err != nil {
 			if isConflict(err) {
 				continue // moved meanwhile (a detach and re-attach, another node): read it again
 			}
-			// The batch is at the remote but the cursor did not move: the retry sends it
-			// again (duplicates, never loss).
-			if !fail("control_plane", "the cursor could not be saved through the control plane; the last batch will be sent again", err) {
+			// The batch is at the remote but the cursor did not move: the retries save
+			// it, and send nothing, until it moves. Sending the batch again at every
+			// retry stored it once per retry for as long as the control plane could not
+			// be reached (every 5 s, up to 1,000 messages each time).
+			unsaved = &u
+			if !fail("control_plane", cursorNotSaved, err) {
 				return
 			}
 			continue
 		}
-		if expired > 0 {
-			c.expired(i, from, recs[0].Offset)
-		}
-		m.Copied.WithLabelValues(c.parent.name, c.name).Add(float64(sent))
-		m.Lag.WithLabelValues(c.parent.name, c.name).Set(float64(p.Stats().End - next))
-		bo.Reset()
-		c.set(i, "copying", "", nil)
+		saved(p, u)
 		if len(recs) < limit {
 			// Caught up: let the next batch gather for a moment. Every batch costs a
 			// request, a sync on the remote and a control-plane commit here, so a
@@ -898,6 +952,19 @@ func (c *remoteCopier) run(i int) {
 // those new messages are never copied; the copy goes on from the cursor once the log
 // reaches it, and logs (and keeps in last_error) which offsets were not copied.
 const sourceBehind = "this topic's partition lost messages the copy had sent (a forced takeover, or a restore of an older backup): its log ends before the copy's cursor, and the messages stored below the cursor from now on are not copied; detach this child and attach it again (start earliest copies what the topic holds, some messages again)"
+
+// unsavedBatch is a batch of partition p, offsets from up to next, that the remote
+// answered 202 for; first is its first record's offset (the ones below it, from on,
+// expired), sent how many messages it sent.
+type unsavedBatch struct {
+	p                          *partition.Partition
+	from, next, first, expired uint64
+	sent                       int
+}
+
+// cursorNotSaved is the reason of a partition whose batch the remote took but whose
+// cursor could not be moved past it.
+const cursorNotSaved = "the cursor could not be saved through the control plane; the save is retried, and the batch the remote took is not sent again meanwhile"
 
 // copyLinger is how long a remote child's copy of a partition that caught up waits
 // before it sends again: the copy's added lag, for fewer and larger batches.
