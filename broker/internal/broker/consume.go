@@ -219,7 +219,7 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 			}
 			answered = true
 			if firstErr == nil {
-				firstErr = b.partitionErr(err, "read")
+				firstErr = b.partitionErr(t, err, "read")
 			}
 			continue
 		}

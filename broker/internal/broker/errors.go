@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -97,17 +98,16 @@ func invalid(code apigen.ErrorCode, format string, args ...any) error {
 // control plane finds reaches the caller as it is, chain and all.
 type ConflictError = meta.ConflictError
 
-func (b *Broker) partitionErr(err error, op string) error {
+// partitionErr answers for err, met by a request of topic t in one of its partitions
+// (on this node or forwarded to its holder).
+func (b *Broker) partitionErr(t *topic, err error, op string) error {
 	switch {
 	case errors.Is(err, partition.ErrOutcomeUnknown):
 		return errors.Join(ErrOutcomeUnknown, err)
 	case errors.Is(err, partition.ErrNotLeader):
 		return errors.Join(ErrUnavailable, err)
 	case errors.Is(err, partition.ErrClosed):
-		if b.closing.Load() {
-			return ErrUnavailable
-		}
-		return ErrTopicNotFound // deleted while the request ran
+		return b.closedErr(t)
 	case errors.Is(err, partition.ErrCorrupt):
 		b.metrics.StorageErrors.WithLabelValues("corrupt_record").Inc()
 		return errors.Join(ErrCorrupt, err)
@@ -124,4 +124,33 @@ func (b *Broker) partitionErr(err error, op string) error {
 		return errors.Join(ErrStorage, err)
 	}
 	return err
+}
+
+// closedErr answers for a partition of t that was closed under a request which had
+// picked it up (here, or on the node holding it, which answers "closed"). Nothing was
+// done in it. Either t was deleted while the request ran (404), or the partition was
+// closed while the topic stays: reopened in a new group (the replication factor raised
+// from 1, a forced takeover), moved off the node, or rebuilt after damage. That is a
+// 503 to retry, which finds the partition where it is now: a 404 would tell the client
+// that a topic it may use is gone, and its producer drops the message, its consumer
+// stops. Which of the two this node learns after catching up with the controller (the
+// holder may have closed the partition for a delete this node has not applied yet); if
+// it cannot, the answer is 503 too. A delete takes a topic out of this node's metadata
+// before it closes any of its partitions, so a deleted incarnation is never taken for
+// one that stays.
+func (b *Broker) closedErr(t *topic) error {
+	if b.closing.Load() {
+		return ErrUnavailable
+	}
+	if b.opts.Peers != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), syncBound)
+		defer cancel()
+		if serr := b.meta.Sync(ctx); serr != nil {
+			return fmt.Errorf("%w: a partition of topic %q was closed while the request ran, and the controller could not be asked whether the topic was deleted: %w", ErrUnavailable, t.name, serr)
+		}
+	}
+	if m, ok := b.meta.Topic(t.name); ok && m.Incarnation == t.incarnation {
+		return fmt.Errorf("%w: a partition of topic %q was closed while the request ran (moved, reopened in a new group, or rebuilt) and nothing was done in it; retry", ErrUnavailable, t.name)
+	}
+	return ErrTopicNotFound // deleted while the request ran
 }

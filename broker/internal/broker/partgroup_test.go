@@ -37,7 +37,7 @@ func TestAGroupClosedAfterAProposalLeavesItsOutcomeUnknown(t *testing.T) {
 	if !errors.Is(err, partition.ErrOutcomeUnknown) || errors.Is(err, partition.ErrNotLeader) {
 		t.Fatalf("closed after the proposal: %v; want the outcome unknown, not 'not the leader'", err)
 	}
-	if got := b.partitionErr(err, "produce"); !errors.Is(got, ErrOutcomeUnknown) {
+	if got := b.partitionErr(nil, err, "produce"); !errors.Is(got, ErrOutcomeUnknown) {
 		t.Fatalf("the broker maps it to %v; want ErrOutcomeUnknown (503 timeout)", got)
 	}
 	g = &partGroup{host: closingHost{takes: false}, id: "t/0"}

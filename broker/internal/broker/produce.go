@@ -213,7 +213,7 @@ func (b *Broker) ProduceChecked(ctx context.Context, name string, chk ProduceChe
 			first, err = b.appendTo(ctx, t, p, recs)
 		}
 		if err != nil {
-			return b.partitionErr(err, "produce")
+			return b.partitionErr(t, err, "produce")
 		}
 		for j, i := range idx {
 			out[i] = Produced{Partition: int32(p), Offset: first + uint64(j)}

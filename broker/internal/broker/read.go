@@ -21,7 +21,7 @@ func (b *Broker) Read(ctx context.Context, name string, part int32, from *uint64
 	}
 	recs, start, st, err := b.readOn(ctx, t, int(part), start, fromTimeMs, max)
 	if err != nil {
-		return nil, 0, b.partitionErr(err, "read")
+		return nil, 0, b.partitionErr(t, err, "read")
 	}
 	out := make([]Delivered, len(recs))
 	next := start

@@ -985,10 +985,10 @@ func errRecreated(topic string) error {
 
 // notGoneIfRecreated answers for err, met while serving topic t: a "topic not found"
 // that this node took from its own view of t's incarnation (the holder of that
-// incarnation deleted it, or its partition here closed) while the name exists again as
-// a newer incarnation is a 503 to retry, not a 404 that tells the client a topic it may
-// use is gone. This node may be behind (it was paused, or cut off), so it catches up
-// with the controller first; if it cannot, the answer is 503 too.
+// incarnation deleted it, or its partition closed for the delete: closedErr) while the
+// name exists again as a newer incarnation is a 503 to retry, not a 404 that tells the
+// client a topic it may use is gone. This node may be behind (it was paused, or cut
+// off), so it catches up with the controller first; if it cannot, the answer is 503 too.
 func (b *Broker) notGoneIfRecreated(t *topic, err error) error {
 	if err == nil || b.opts.Peers == nil || !errors.Is(err, ErrTopicNotFound) {
 		return err

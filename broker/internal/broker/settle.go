@@ -132,7 +132,7 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 				t.metrics.nacks.Inc()
 			}
 		}
-		errs[i] = b.ackErr(errs[i], "extend")
+		errs[i] = b.ackErr(t, errs[i], "extend")
 	}
 	settle := func(pi uint32, idx []int) {
 		sr := make([]partition.SettleReq, len(idx))
@@ -142,7 +142,7 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 		res := b.settleOn(t, int(pi), sr)
 		settled := 0
 		for j, i := range idx {
-			errs[i] = b.ackErr(res[j], "settle")
+			errs[i] = b.ackErr(t, res[j], "settle")
 			if res[j] == nil {
 				settled++
 			}
@@ -153,7 +153,7 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 	return errs
 }
 
-func (b *Broker) ackErr(err error, op string) error {
+func (b *Broker) ackErr(t *topic, err error, op string) error {
 	outcome := op + "_ok"
 	switch {
 	case err == nil:
@@ -162,7 +162,7 @@ func (b *Broker) ackErr(err error, op string) error {
 	case errors.Is(err, queue.ErrAckedAheadFull):
 		err, outcome = ErrAckedAheadFull, "acked_ahead_full"
 	default:
-		err, outcome = b.partitionErr(err, op), "error"
+		err, outcome = b.partitionErr(t, err, op), "error"
 	}
 	b.metrics.AckOutcomes.WithLabelValues(outcome).Inc()
 	return err
