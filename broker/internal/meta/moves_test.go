@@ -291,3 +291,30 @@ func TestLoweredReplicationFactorKeepsALiveQuorum(t *testing.T) {
 		})
 	}
 }
+
+// TestADecommissionWithNowhereToGoKeepsALiveQuorum: a partition on n1 (alive), n2
+// (dead) and n3 (decommissioning, alive), its replication factor lowered to 2, and no
+// free member to move n3's replica to. The plan must drop the dead replica, not the
+// live one that is leaving: the group {n1, n2} has one live voter of two, no quorum.
+// On the old code the decommission step came first and removed n3's replica.
+func TestADecommissionWithNowhereToGoKeepsALiveQuorum(t *testing.T) {
+	members := map[string]Member{
+		"n1": {ID: "n1", Status: StatusAlive},
+		"n2": {ID: "n2", Status: StatusDead},
+		"n3": {ID: "n3", Status: StatusDecommissioning},
+	}
+	tp := Topic{Name: "down", Incarnation: 1, TopicConfig: TopicConfig{Partitions: 1, ReplicationFactor: 2},
+		Placement: []Placement{{Replicas: []string{"n1", "n2", "n3"}, Leader: "n1", Epoch: 1}}}
+	got := planMoves(planInput{topics: []Topic{tp}, members: members, limit: 2})
+	if len(got) != 1 || got[0].To != "" {
+		t.Fatalf("plan: %+v, want one removal", got)
+	}
+	if got[0].From != "n2" {
+		t.Errorf("the plan removes the replica on %s (cause %s), leaving n2's, which is dead: want n2's removed", got[0].From, got[0].Cause)
+	}
+	// With the dead replica gone and nowhere to go, the leaving one stays for now.
+	tp.Placement[0].Replicas = []string{"n1", "n3"}
+	if got := planMoves(planInput{topics: []Topic{tp}, members: members, limit: 2}); len(got) != 0 {
+		t.Errorf("plan for {n1, n3 leaving} at factor 2 with no free member: %+v, want none", got)
+	}
+}

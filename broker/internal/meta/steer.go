@@ -111,6 +111,13 @@ func planMoves(in planInput) []Move {
 				if to := target(pl); to != "" {
 					add(t, i, r, to, cause)
 				} else if len(pl.Replicas) > 1 && int32(len(pl.Replicas)) > t.ReplicationFactor {
+					if d := dropOne(pl, in.members, held); !in.silent[r] && goneRank(in.members, d) > 0 {
+						// Another replica is on a member that is dead or suspect: the
+						// lowered factor's step below drops that one, and this live one
+						// stays until a target is free. Dropped instead, it left a
+						// group whose majority was not alive (a review, 5 December).
+						break
+					}
 					add(t, i, r, "", cause)
 				}
 				break
@@ -170,16 +177,7 @@ func planMoves(in planInput) []Move {
 // one: dropping a live replica while a dead one stays can leave a group that never
 // reaches a quorum again (two voters, one dead).
 func dropOne(pl Placement, members map[string]Member, held map[string]int) string {
-	gone := func(id string) int {
-		m, ok := members[id]
-		switch {
-		case !ok || m.Status == StatusDead:
-			return 2
-		case m.Status == StatusSuspect:
-			return 1
-		}
-		return 0
-	}
+	gone := func(id string) int { return goneRank(members, id) }
 	from := ""
 	for _, r := range pl.Replicas {
 		if from == "" {
@@ -203,6 +201,19 @@ func dropOne(pl Placement, members map[string]Member, held map[string]int) strin
 		}
 	}
 	return from
+}
+
+// goneRank says how surely member id is gone: 2 dead (or no longer a member), 1
+// suspect, 0 otherwise.
+func goneRank(members map[string]Member, id string) int {
+	m, ok := members[id]
+	switch {
+	case !ok || m.Status == StatusDead:
+		return 2
+	case m.Status == StatusSuspect:
+		return 1
+	}
+	return 0
 }
 
 // extremes returns the first of ids with the highest count and the first with the
