@@ -134,23 +134,7 @@ func startFakeClusterAt(t *testing.T, versionMax []int) (*fakePlane, []*Broker) 
 			_ = b.Close()
 		}
 	})
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i, b := range bs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			errs[i] = b.Start(ctx)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	startAll(t, bs, 60*time.Second)
 	// Ready is not yet alive in the controller's eyes: a request forwarded to a member
 	// still joining is refused ("not alive (joining)"), which a loaded machine met.
 	deadline := time.Now().Add(60 * time.Second)
@@ -179,6 +163,29 @@ func startFakeClusterAt(t *testing.T, versionMax []int) (*fakePlane, []*Broker) 
 		}
 	}
 	return p, bs
+}
+
+// startAll starts every broker at once (each waits for the others to form the
+// control plane), each within bound, and fails the test if one does not start.
+func startAll(t *testing.T, bs []*Broker, bound time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(bs))
+	for i, b := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			errs[i] = b.Start(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // allAlive reports whether every broker counts n members, all alive.

@@ -16,8 +16,6 @@ import (
 	"github.com/narad-mq/narad/broker/internal/queue"
 	"github.com/narad-mq/narad/broker/internal/raftetcd"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
-	"github.com/narad-mq/narad/broker/internal/storage/vfs"
-	"github.com/narad-mq/narad/broker/internal/transport"
 )
 
 // TestASoleReplicaDamagedAtOpenKeepsItsData: a replica found damaged at open is set
@@ -39,27 +37,8 @@ func TestASoleReplicaDamagedAtOpenKeepsItsData(t *testing.T) {
 
 func soleReplicaDamaged(t *testing.T, torn bool) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := transport.New(transport.Options{NodeID: "n1", ListenAddr: "127.0.0.1:0", Secret: []byte("sole-replica-damage-secret-01234"), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
 	dir := t.TempDir()
-	fss, err := vfs.NewFSSyncer(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sg := vfs.NewSyncGroup(fss)
-	t.Cleanup(sg.Close)
-	h, err := raftetcd.New(raftetcd.Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg,
-		Store: raftetcd.StoreRaftstore, Tick: 30 * time.Millisecond, Logger: quiet, SnapshotEvery: 16, SnapshotKeep: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
+	h := soloRaftHost(t, dir, func(o *raftetcd.Options) { o.SnapshotEvery, o.SnapshotKeep = 16, 4 })
 	b := &Broker{log: quiet, metrics: NewMetrics(), repl: &replication{host: h, nodes: map[uint64]string{1: "n1"}}}
 	b.opts.NodeID = "n1"
 	tp := &topic{name: "sole"}

@@ -18,38 +18,12 @@ import (
 func TestABatchNamingANewerIncarnationOnANodeBehindCatchesUp(t *testing.T) {
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
-	l := controllerIndex(bs)
-	if _, err := bs[l].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](1)}); err != nil {
-		t.Fatal(err)
-	}
-	h := holderIndex(t, bs, "again", 0)
-	f := -1
-	for k := range bs {
-		if k != l && k != h {
-			f = k
-		}
-	}
-	pollUntil(t, "every node to open the topic", func() error {
-		for _, b := range bs {
-			if _, err := b.lookupLocal("again"); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	undo := plane.isolateMeta(t, bs, f)
+	_, f, m, undo := recreatedBehind(t, plane, bs, TopicSpec{Name: "again", Partitions: ptr[int32](1)})
 	defer undo()
-	if err := bs[l].DeleteTopic(ctx, "again", 0); err != nil {
-		t.Fatal(err)
-	}
-	m, err := bs[l].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](1)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if !bs[f].Ready() {
 		t.Fatal("the cut node is not ready: the test proves nothing")
 	}
-	_, err = bs[f].ProduceChecked(ctx, "again", ProduceCheck{Incarnation: strconv.FormatUint(m.Incarnation, 10)},
+	_, err := bs[f].ProduceChecked(ctx, "again", ProduceCheck{Incarnation: strconv.FormatUint(m.Incarnation, 10)},
 		[]Outgoing{{Partition: -1, Value: []byte("m")}})
 	if errors.Is(err, ErrIncarnationMismatch) {
 		t.Fatalf("a batch naming the topic's current incarnation %d was refused as naming a deleted one: %v", m.Incarnation, err)

@@ -21,9 +21,13 @@ import (
 // disaster, when that old log may be damaged: it must not keep the new group from
 // opening (the partition would never lead again, the takeover done for nothing). The
 // new group starts above any term the old one can have reached instead.
-func TestTermsAfterAReplacedGroupWithADamagedLog(t *testing.T) {
+// soloRaftHost starts a Raft host of one member (id 1) in dir, on a node plane on
+// 127.0.0.1 (a free port), both stopped when the test ends; tweak may change its
+// options first.
+func soloRaftHost(t *testing.T, dir string, tweak func(*raftetcd.Options)) *raftetcd.Host {
+	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := transport.New(transport.Options{NodeID: "n1", ListenAddr: "127.0.0.1:0", Secret: []byte("replaced-terms-test-secret-01234"), Logger: quiet})
+	n, err := transport.New(transport.Options{NodeID: "n1", ListenAddr: "127.0.0.1:0", Secret: []byte("solo-raft-host-test-secret-01234"), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,19 +35,26 @@ func TestTermsAfterAReplacedGroupWithADamagedLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Close() })
-	dir := t.TempDir()
 	fss, err := vfs.NewFSSyncer(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sg := vfs.NewSyncGroup(fss)
 	t.Cleanup(sg.Close)
-	h, err := raftetcd.New(raftetcd.Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg,
-		Store: raftetcd.StoreRaftstore, Tick: 30 * time.Millisecond, Logger: quiet})
+	o := raftetcd.Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg,
+		Store: raftetcd.StoreRaftstore, Tick: 30 * time.Millisecond, Logger: quiet}
+	tweak(&o)
+	h, err := raftetcd.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
+	return h
+}
+
+func TestTermsAfterAReplacedGroupWithADamagedLog(t *testing.T) {
+	dir := t.TempDir()
+	h := soloRaftHost(t, dir, func(*raftetcd.Options) {})
 	partDir := filepath.Join(dir, "part")
 	old := filepath.Join(partDir, "raft")
 	if err := h.OpenGroup("old", raftetcd.GroupConfig{Voters: []uint64{1}, Dir: old, Campaign: true,
@@ -60,7 +71,7 @@ func TestTermsAfterAReplacedGroupWithADamagedLog(t *testing.T) {
 	}
 	info, _ := h.Info("old")
 	h.CloseGroup("old")
-	b := &Broker{log: quiet, repl: &replication{host: h}}
+	b := &Broker{log: slog.New(slog.NewTextHandler(io.Discard, nil)), repl: &replication{host: h}}
 	healthy, err := b.termsAfterReplaced(partDir, filepath.Join(partDir, "raft-f1"))
 	if err != nil || healthy <= info.Term {
 		t.Fatalf("the first term over an intact replaced log: %d, %v; want above %d", healthy, err, info.Term)

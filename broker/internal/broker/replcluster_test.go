@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -66,23 +65,7 @@ func startReplCluster(t *testing.T, n int, autoRebalance bool) []*Broker {
 			_ = p.Close()
 		}
 	})
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i, b := range bs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			errs[i] = b.Start(ctx)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	startAll(t, bs, 90*time.Second)
 	deadline := time.Now().Add(60 * time.Second)
 	for !allAlive(bs, n) || !sameVersion(bs) {
 		if time.Now().After(deadline) {
