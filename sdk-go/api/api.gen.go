@@ -409,6 +409,13 @@ type Error struct {
 
 		// Message What happened and what to do, for people.
 		Message string `json:"message"`
+
+		// PartlyStored Present only on an error answer to a `produce-batch` of which part was stored:
+		// the writes to some partitions succeeded and those messages will be delivered.
+		// Resending the whole batch stores them twice; resend only the messages of
+		// `failed_partitions` if duplicates matter. With code `timeout`, the messages of
+		// those partitions may or may not be stored.
+		PartlyStored *PartlyStored `json:"partly_stored,omitempty"`
 	} `json:"error"`
 }
 
@@ -741,6 +748,19 @@ type PartitionStats struct {
 
 	// Replicas Nodes holding a copy of the partition (replication_factor of them; the leader is one).
 	Replicas []string `json:"replicas"`
+}
+
+// PartlyStored Present only on an error answer to a `produce-batch` of which part was stored:
+// the writes to some partitions succeeded and those messages will be delivered.
+// Resending the whole batch stores them twice; resend only the messages of
+// `failed_partitions` if duplicates matter. With code `timeout`, the messages of
+// those partitions may or may not be stored.
+type PartlyStored struct {
+	// FailedPartitions The partitions whose messages were not stored (or, with code `timeout`, may not be).
+	FailedPartitions []int32 `json:"failed_partitions"`
+
+	// Stored How many messages of the batch were stored.
+	Stored int `json:"stored"`
 }
 
 // ProduceBatchRequest defines model for ProduceBatchRequest.

@@ -21,6 +21,9 @@ type apiError struct {
 	code       apigen.ErrorCode
 	msg        string
 	retryAfter int // seconds, for 503
+	// part, when set, is the part of a produce-batch that was stored: the body says
+	// so in partly_stored, which clients read instead of the message.
+	part *broker.PartlyStoredError
 }
 
 func (e *apiError) Error() string { return string(e.code) + ": " + e.msg }
@@ -266,7 +269,7 @@ func partlyStoredAs(part *broker.PartlyStoredError, code apigen.ErrorCode, retry
 	for i, p := range part.Failed {
 		failed[i] = strconv.Itoa(int(p))
 	}
-	return &apiError{status: http.StatusServiceUnavailable, code: code, retryAfter: retry,
+	return &apiError{status: http.StatusServiceUnavailable, code: code, retryAfter: retry, part: part,
 		msg: why + " and only part of the batch was stored: " + strconv.Itoa(part.Stored) +
 			" messages went to partitions whose writes succeeded and will be delivered; the messages for partition(s) " +
 			strings.Join(failed, ", ") + " " + rest + ". Retrying the whole batch stores the delivered part twice; " +
@@ -330,6 +333,18 @@ func writeError(w http.ResponseWriter, err error) {
 	b = jsonstr.Append(b, string(ae.code))
 	b = append(b, `,"message":`...)
 	b = jsonstr.Append(b, msg)
+	if p := ae.part; p != nil && p.Stored > 0 {
+		b = append(b, `,"partly_stored":{"stored":`...)
+		b = strconv.AppendInt(b, int64(p.Stored), 10)
+		b = append(b, `,"failed_partitions":[`...)
+		for i, fp := range p.Failed {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(fp), 10)
+		}
+		b = append(b, "]}"...)
+	}
 	b = append(b, "}}\n"...)
 	_, _ = w.Write(b) // the status line is sent; a client gone away cannot be told more
 }

@@ -1,12 +1,15 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/narad-mq/narad/broker/internal/broker"
+	"github.com/narad-mq/narad/broker/internal/testutil"
 )
 
 // TestStorageErrorSaysWhetherAnythingMayBeStored: a 503 storage_failed claims nothing
@@ -100,6 +103,52 @@ func TestAnUnknownOutcomeOutranksAFullDisk(t *testing.T) {
 		some := toAPIError(errors.Join(part, other, unknown))
 		if some.code != "timeout" || strings.Contains(some.msg, "were not stored") || !strings.Contains(some.msg, "may or may not be stored") {
 			t.Errorf("%v and an unknown outcome in part of a batch: got %d %s %q, want 503 timeout saying partitions 0, 1 may or may not be stored", other, some.status, some.code, some.msg)
+		}
+	}
+}
+
+// TestPartlyStoredIsInTheBody: the part of a batch that was stored is in the error body
+// (partly_stored: how many messages, which partitions failed), which the SDKs read,
+// never the message; an answer without a stored part has none. The body matches
+// openapi.yaml. On the old code only the message said so, and the SDKs, which branch on
+// codes, resent the whole batch: its stored part was stored twice.
+func TestPartlyStoredIsInTheBody(t *testing.T) {
+	v, err := testutil.LoadOpenAPIValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := &broker.PartlyStoredError{Failed: []int32{0, 2}, Stored: 3}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{errors.Join(part, broker.ErrStorage, errors.New("eio")), `"partly_stored":{"stored":3,"failed_partitions":[0,2]}`},
+		{errors.Join(part, broker.ErrTopicNotFound), `"partly_stored":{"stored":3,"failed_partitions":[0,2]}`},
+		{errors.Join(broker.ErrStorage, errors.New("eio")), ""},
+	} {
+		rec := httptest.NewRecorder()
+		writeError(rec, c.err)
+		body := rec.Body.String()
+		var got struct {
+			Error struct {
+				PartlyStored *struct {
+					Stored           int     `json:"stored"`
+					FailedPartitions []int32 `json:"failed_partitions"`
+				} `json:"partly_stored"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &got); err != nil {
+			t.Fatalf("%v: the body %q is not JSON: %v", c.err, body, err)
+		}
+		switch {
+		case c.want == "" && got.Error.PartlyStored != nil:
+			t.Errorf("%v: nothing was stored, yet the body says %q", c.err, body)
+		case c.want != "" && !strings.Contains(body, c.want):
+			t.Errorf("%v: the body %q does not say %s", c.err, body, c.want)
+		}
+		req := httptest.NewRequest("POST", "/v1/topics/t/produce-batch", nil)
+		if err := v.ValidateResponse(req, rec.Code, rec.Header(), rec.Body.Bytes()); err != nil {
+			t.Errorf("%v: the answer breaks openapi.yaml: %v (%d %s)", c.err, err, rec.Code, body)
 		}
 	}
 }

@@ -926,7 +926,21 @@ export interface components {
                 code: components["schemas"]["ErrorCode"];
                 /** @description What happened and what to do, for people. */
                 message: string;
+                partly_stored?: components["schemas"]["PartlyStored"];
             };
+        };
+        /**
+         * @description Present only on an error answer to a `produce-batch` of which part was stored:
+         *     the writes to some partitions succeeded and those messages will be delivered.
+         *     Resending the whole batch stores them twice; resend only the messages of
+         *     `failed_partitions` if duplicates matter. With code `timeout`, the messages of
+         *     those partitions may or may not be stored.
+         */
+        PartlyStored: {
+            /** @description How many messages of the batch were stored. */
+            stored: number;
+            /** @description The partitions whose messages were not stored (or, with code `timeout`, may not be). */
+            failed_partitions: number[];
         };
         /**
          * @description Stable machine-readable error names. Clients branch on these, never on messages.
