@@ -192,6 +192,7 @@ func Open(opts Options) (*Partition, error) {
 	p := &Partition{opts: opts, fs: opts.FS}
 	if opts.Group != nil {
 		p.repl = &replica{group: opts.Group}
+		p.repl.vend.Store(vendUnknown)
 	}
 	// The topic's and the partition's directory entries must be durable before the
 	// first append is acknowledged, or a power loss drops them with every file inside.

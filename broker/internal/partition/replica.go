@@ -1,10 +1,12 @@
 package partition
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -83,6 +85,14 @@ type replica struct {
 
 	mu   sync.Mutex
 	next uint64 // the offset the next proposed append starts at (0: the log's end)
+
+	// vend is where the group's history puts the log's end after the last applied
+	// entry (vendUnknown until a snapshot's state was taken, at open or from the
+	// leader): an append command is the group's next one only when it starts there.
+	// Apply tells by it a command applied before this start, whose records the log
+	// may hold in part (written without sync), from a stale one (proposed at an
+	// offset another command took), which it cannot tell by the log's end alone.
+	vend atomic.Uint64
 
 	deliveredTo atomic.Uint64 // the highest delivered-to mark applied (see Reset)
 	failed      atomic.Bool   // an apply failed: this replica stopped applying
@@ -419,16 +429,41 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		if err != nil {
 			return p.applyFailed(err)
 		}
-		end := p.log.Next()
-		if first < end && end < first+uint64(len(recs)) {
-			// Applied before this start, and only part of it is in the log now: the
-			// log is written without sync, and a power loss (or a kill in the middle
-			// of a write of several pages) kept the first records of the command's
-			// write and not the rest. A committed command holds the same records on
-			// every replica, so the rest is written now. Skipped, this replica held
-			// none of the group's later messages again, and leading, it stored new
-			// ones at offsets where the others hold other messages (a review, 5
-			// December).
+		end, n := p.log.Next(), uint64(len(recs))
+		if v := r.vend.Load(); v != vendUnknown {
+			if first != v {
+				// Stale: proposed at an offset another command took. It changes
+				// nothing, and its proposer proposes it again at the right one.
+				return appliedAppend{}
+			}
+			r.vend.Store(v + n)
+			switch {
+			case end >= first+n:
+				// Applied before this start: its messages end where it put them.
+				r.mark(index, first+n)
+				return appliedAppend{}
+			case end > first:
+				// Applied before this start, and only part of it is in the log now: the
+				// log is written without sync, and a power loss (or a kill in the middle
+				// of a write of several pages) kept the first records of the command's
+				// write and not the rest. The command is the group's, so the rest is
+				// written now. Skipped, this replica held none of the group's later
+				// messages again, and leading, it stored new ones at offsets where the
+				// others held other messages (a review, 5 December). Told by the log's
+				// end alone, a stale command was taken for a torn one, and its tail
+				// written over the offsets of the next (a review of that fix).
+				recs, first = recs[end-first:], end
+			case end < first:
+				// The log lost records before this command's (below the snapshot's
+				// end, which was made durable): it cannot be written in place.
+				return p.applyFailed(fmt.Errorf("%w: the group's next append starts at offset %d and this replica's log ends at %d", ErrCorrupt, first, end))
+			}
+		}
+		if v := r.vend.Load(); v == vendUnknown && first < end && end < first+n && p.holdsPrefix(first, end, recs) {
+			// The group's history is not known here yet (no snapshot was taken or
+			// restored since this start): a command the log holds only the first
+			// records of, those records this command's own, is taken as applied before
+			// this start and torn (above); a stale one holds other messages there.
 			recs, first = recs[end-first:], end
 		}
 		if first != end {
@@ -822,6 +857,26 @@ func encodeAppendCmd(first uint64, recs []segment.Record) []byte {
 }
 
 var errBadCommand = fmt.Errorf("%w: malformed replicated command", ErrCorrupt)
+
+// holdsPrefix reports whether the log holds, from offset first to end, the first
+// records of recs (key, value and attributes; the stored timestamp never older).
+func (p *Partition) holdsPrefix(first, end uint64, recs []segment.Record) bool {
+	got, err := p.log.Read(first, int(end-first), 64<<20)
+	if err != nil || uint64(len(got)) != end-first {
+		return false
+	}
+	for i, g := range got {
+		w := recs[i]
+		if g.Offset != first+uint64(i) || g.Attrs != w.Attrs || g.Timestamp < w.Timestamp || !bytes.Equal(g.Value, w.Value) ||
+			(g.Key == nil) != (w.Key == nil) || !bytes.Equal(g.Key, w.Key) {
+			return false
+		}
+	}
+	return true
+}
+
+// vendUnknown marks a replica's vend before it is known.
+const vendUnknown = math.MaxUint64
 
 func decodeAppendCmd(b []byte) (uint64, []segment.Record, error) {
 	if len(b) < 13 {

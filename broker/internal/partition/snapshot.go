@@ -155,6 +155,10 @@ func (p *Partition) SnapshotState() ([]byte, error) {
 	s := snapState{oldest: p.log.Oldest(), end: p.log.Next(), deliveredTo: r.deliveredTo.Load(),
 		frontier: p.q.Frontier(), ackedAhead: p.q.AckedAhead(), fanout: r.fanoutCursors(), attempts: r.committedAttempts()}
 	p.mu.Unlock()
+	// Taken in the apply goroutine at an applied entry: the log ends where the
+	// group's history puts it (a command torn at this start was completed, or it
+	// would not have got here: Apply), so the history is known from here on.
+	r.vend.CompareAndSwap(vendUnknown, s.end)
 	slices.Sort(s.ackedAhead)
 	return s.encode(), nil
 }
@@ -231,6 +235,7 @@ func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []by
 			return storageErr(err)
 		}
 	}
+	r.vend.Store(s.end)
 	// The snapshot is the group's state at index: its mark replaces this replica's,
 	// which an M or a handover's L committed since may have lowered (raised only, a
 	// mark this replica applied before it fell behind counted messages below it as

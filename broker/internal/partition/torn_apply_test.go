@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -98,5 +99,112 @@ func TestAReplicaTornInsideAnAppendCommandCatchesUp(t *testing.T) {
 			got = fmt.Sprintf("%q", recs[0].Value)
 		}
 		t.Errorf("a message answered 202 at offset %d is not on the other replica (it holds %s there): lost at the next change of leader", off, got)
+	}
+}
+
+// TestAReplicaTellsATornCommandFromAStaleOne: once the replica knows the group's
+// history (it restored a snapshot at its start), an append command that starts where
+// that history puts the log's end is the group's next one, and one that starts
+// elsewhere is stale (proposed at an offset another command took). After a power loss
+// that kept part of a command's records, the torn command's rest is written, and a
+// stale command whose first offset falls inside it changes nothing, even when its
+// first messages equal those stored there: its proposer was told its outcome is
+// unknown, and proposes it again. (Told by the log's end alone, as the first version of the
+// repair did, the stale command's tail was written over the next one's offsets and
+// answered 202 for messages stored nowhere.)
+func TestAReplicaTellsATornCommandFromAStaleOne(t *testing.T) {
+	memL, memF := vfs.NewMem(), vfs.NewMem()
+	g := &fakeGroup{}
+	leader := mustOpen(t, memL, func(o *Options) { o.Group = member{g: g, i: 0} })
+	t.Cleanup(func() { _ = leader.Close() })
+	follower := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
+	g.replicas = []*Partition{leader, follower}
+	leader.SetRole(true, 1)
+
+	appendN(t, leader, 2) // offsets 0, 1
+	// Both take a snapshot there (every 10,000 entries in the broker).
+	if _, err := leader.SnapshotState(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := follower.SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapIndex := uint64(len(g.log))
+	batch := make([]segment.Record, 4)
+	for i := range batch {
+		batch[i] = segment.Record{Value: []byte(fmt.Sprintf("batch-%d", i))}
+	}
+	if _, err := leader.Append(batch); err != nil { // offsets 2..5
+		t.Fatal(err)
+	}
+	// A stale command: proposed at offset 4 (inside the batch), committed after it,
+	// its first messages equal to the batch's last ones and one more. It changes
+	// nothing on either replica.
+	stale := []segment.Record{{Value: []byte("batch-2")}, {Value: []byte("batch-3")}, {Value: []byte("stale")}}
+	g.mu.Lock()
+	g.log = append(g.log, encodeAppendCmd(4, stale))
+	for _, p := range g.replicas {
+		p.Apply(uint64(len(g.log)), g.log[len(g.log)-1])
+	}
+	g.replicas = []*Partition{leader} // the follower goes down
+	g.mu.Unlock()
+
+	// The follower's power is cut; its disk kept two of the batch's four records.
+	seg := "/p/log/00000000000000000000.log"
+	data, err := memF.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable, err := memF.Durable(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = follower.closeFiles()
+	memF.Crash()
+	if err := memF.WriteFile(seg, data[:len(durable)+(len(data)-len(durable))/2]); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restart: open, restore the snapshot (as the group does at its open), apply what
+	// follows it, rejoin.
+	f2 := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
+	t.Cleanup(func() { _ = f2.Close() })
+	if end := f2.Stats().End; end <= 2 || end >= 6 {
+		t.Fatalf("after the restart the follower's log ends at %d; the test needs it inside the batch (2..6)", end)
+	}
+	noFetch := func(context.Context, uint64) ([]segment.Record, error) {
+		t.Error("the restore fetched: the snapshot's messages were durable")
+		return nil, nil
+	}
+	if err := f2.RestoreSnapshot(context.Background(), snapIndex, snap, noFetch); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	for i := snapIndex; i < uint64(len(g.log)); i++ {
+		f2.Apply(i+1, g.log[i])
+	}
+	g.replicas = []*Partition{leader, f2}
+	g.mu.Unlock()
+	appendN(t, leader, 3) // offsets 6..8
+
+	want, err := leader.Read(0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f2.Read(0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) || len(want) != 9 {
+		t.Fatalf("the follower holds %d messages, the leader %d; want 9 each", len(got), len(want))
+	}
+	for i := range want {
+		if string(got[i].Value) != string(want[i].Value) {
+			t.Errorf("offset %d: the follower holds %q, the leader %q", i, got[i].Value, want[i].Value)
+		}
+		if string(want[i].Value) == "stale" {
+			t.Errorf("offset %d holds the stale command's message: it was taken for the group's next", i)
+		}
 	}
 }
