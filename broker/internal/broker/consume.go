@@ -219,7 +219,7 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 			}
 			answered = true
 			if firstErr == nil {
-				firstErr = b.partitionErr(t, err, "read")
+				firstErr = err // mapped only if it is the answer: mapping may ask the controller (closedErr), while leases taken age
 			}
 			continue
 		}
@@ -246,6 +246,9 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 	}
 	if firstErr == nil && !answered {
 		return nil, downErr != nil, downErr // no partition could be asked
+	}
+	if firstErr != nil {
+		firstErr = b.partitionErr(t, firstErr, "read")
 	}
 	return nil, false, firstErr
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/partition"
@@ -102,6 +103,7 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 
 	settles := make(map[uint32][]int)
 	handles := make([]queue.Handle, len(reqs))
+	var closed closedOnce
 	for i, r := range reqs {
 		h, err := queue.DecodeHandle(r.Handle)
 		if err != nil || (h.Incarnation == t.incarnation && h.Partition >= uint32(len(t.parts()))) {
@@ -132,7 +134,7 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 				t.metrics.nacks.Inc()
 			}
 		}
-		errs[i] = b.ackErr(t, errs[i], "extend")
+		errs[i] = b.ackErr(t, errs[i], "extend", &closed)
 	}
 	settle := func(pi uint32, idx []int) {
 		sr := make([]partition.SettleReq, len(idx))
@@ -142,7 +144,7 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 		res := b.settleOn(t, int(pi), sr)
 		settled := 0
 		for j, i := range idx {
-			errs[i] = b.ackErr(t, res[j], "settle")
+			errs[i] = b.ackErr(t, res[j], "settle", &closed)
 			if res[j] == nil {
 				settled++
 			}
@@ -153,7 +155,7 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 	return errs
 }
 
-func (b *Broker) ackErr(t *topic, err error, op string) error {
+func (b *Broker) ackErr(t *topic, err error, op string, closed *closedOnce) error {
 	outcome := op + "_ok"
 	switch {
 	case err == nil:
@@ -161,9 +163,25 @@ func (b *Broker) ackErr(t *topic, err error, op string) error {
 		err, outcome = ErrLeaseLost, "lease_lost"
 	case errors.Is(err, queue.ErrAckedAheadFull):
 		err, outcome = ErrAckedAheadFull, "acked_ahead_full"
+	case errors.Is(err, partition.ErrClosed) && !errors.Is(err, partition.ErrOutcomeUnknown) && !errors.Is(err, partition.ErrNotLeader):
+		err, outcome = closed.answer(b, t), "error"
 	default:
 		err, outcome = b.partitionErr(t, err, op), "error"
 	}
 	b.metrics.AckOutcomes.WithLabelValues(outcome).Inc()
 	return err
+}
+
+// closedOnce is the answer for a closed partition, worked out once per request:
+// finding it may ask the controller (closedErr), and an ack-batch of a thousand
+// handles on a closed partition asked it once per handle, one after another (a
+// review, 5 December).
+type closedOnce struct {
+	once sync.Once
+	err  error
+}
+
+func (c *closedOnce) answer(b *Broker, t *topic) error {
+	c.once.Do(func() { c.err = b.closedErr(t) })
+	return c.err
 }
