@@ -113,6 +113,8 @@ func (g *group) runAsync() {
 			return
 		case <-g.quit:
 			return
+		case <-g.broken:
+			return
 		case <-failed:
 			return
 		case <-g.wake:

@@ -34,6 +34,10 @@ type group struct {
 	// (resetLearner); refusedAt is when a message raft refused was last logged.
 	resetting atomic.Bool
 	refusedAt time.Time
+	// broken is closed when raft panicked on a message other than a heartbeat past
+	// this replica's log (stepLocked): the group stops, as after a failed write.
+	broken    chan struct{}
+	breakOnce sync.Once
 	waiters   map[uint64]chan proposal // proposal id → its outcome once applied
 	reads     map[uint64]chan uint64   // read-index request id → the index to wait for
 	readSeq   uint64
@@ -153,6 +157,8 @@ func (g *group) run() {
 		case <-g.h.quit:
 			return
 		case <-g.quit:
+			return
+		case <-g.broken:
 			return
 		case <-g.wake:
 		}
@@ -799,16 +805,36 @@ func (g *group) quiesceLocked() []raftpb.Message {
 // again under the same id). The panic is the message's refusal here: this replica
 // goes on with what it holds, where a panic left the group's lock held and stopped
 // every group on the node (a review, 5 December).
+//
+// The heartbeat is answered with a refused append that says where this replica's log
+// ends, which the leader reads as a learner that lost its log (lostLearnerLocked): an
+// idle group sends nothing else, and its learner stayed empty while the leader
+// counted it caught up (a review of that fix). A panic on any other message (a
+// storage read that failed, in raft's own code) stops the group, as a failed write
+// does: it had ended the process before.
 func (g *group) stepLocked(m raftpb.Message) (err error) {
 	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("raftetcd: raft refused a message: %v", r)
-			if now := time.Now(); now.Sub(g.refusedAt) >= time.Second {
-				g.refusedAt = now
-				g.h.log.Error("raftetcd: raft refused a message its log cannot take (its leader counts on entries this replica lacks); dropped",
-					"group", g.id, "type", m.Type.String(), "from", m.From, "term", m.Term, "commit", m.Commit, "err", err)
-			}
+		r := recover()
+		if r == nil {
+			return
 		}
+		err = fmt.Errorf("raftetcd: raft refused a message: %v", r)
+		if m.Type != raftpb.MsgHeartbeat {
+			g.h.log.Error("raftetcd: raft failed on a message; group stopped", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
+			g.breakOnce.Do(func() { close(g.broken) })
+			return
+		}
+		if now := time.Now(); now.Sub(g.refusedAt) >= time.Second {
+			g.refusedAt = now
+			g.h.log.Error("raftetcd: a heartbeat's commit index is past this replica's log (its leader counts on entries it lacks); dropped, and the leader told where the log ends",
+				"group", g.id, "from", m.From, "term", m.Term, "commit", m.Commit, "err", err)
+		}
+		last, lerr := g.st.LastIndex()
+		if lerr != nil {
+			return
+		}
+		g.h.send(g.id, 0, []raftpb.Message{{Type: raftpb.MsgAppResp, To: m.From, From: g.h.opts.ID, Term: m.Term,
+			Index: m.Commit, Reject: true, RejectHint: last}})
 	}()
 	return g.rn.Step(m)
 }

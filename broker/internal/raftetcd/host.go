@@ -587,7 +587,7 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		_ = st.close() // the error being returned is the one to report
 		return err
 	}
-	g := &group{h: h, id: id, rn: rn, st: st, wake: make(chan struct{}, 1), quit: make(chan struct{}),
+	g := &group{h: h, id: id, rn: rn, st: st, wake: make(chan struct{}, 1), quit: make(chan struct{}), broken: make(chan struct{}),
 		done: make(chan struct{}), waiters: map[uint64]chan proposal{}, reads: map[uint64]chan uint64{},
 		voters: voters, cfg: cfg, applied: applied, snapIndex: snap.Metadata.Index}
 	g.appliedC = sync.NewCond(&g.mu)
@@ -1021,11 +1021,11 @@ func (h *Host) resetLearner(id string, learner uint64) {
 		return
 	}
 	defer g.resetting.Store(false)
-	h.log.Warn("raftetcd: a learner lost entries it had acknowledged (its copy was deleted and it joined again); removing it and adding it again",
-		"group", id, "learner", learner)
-	if err := h.ChangeConf(id, ConfChange{RemoveLearners: []uint64{learner}}); err != nil {
+	if !g.removeLearner(learner) {
 		return
 	}
+	h.log.Warn("raftetcd: a learner lost entries it had acknowledged (its copy was deleted and it joined again); removed, and added again once that applied",
+		"group", id, "learner", learner)
 	deadline := time.Now().Add(resetWait)
 	for time.Now().Before(deadline) {
 		info, ok := h.Info(id)
@@ -1042,6 +1042,24 @@ func (h *Host) resetLearner(id string, learner uint64) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// removeLearner proposes the removal of learner, led here, if it is a learner now:
+// checked under the group's lock, so that a voter (a learner a move's switch promoted
+// meanwhile) is never removed by a reset.
+func (g *group) removeLearner(learner uint64) bool {
+	g.mu.Lock()
+	defer g.signal()
+	defer g.mu.Unlock()
+	if g.rn.BasicStatus().RaftState != raft.StateLeader {
+		return false
+	}
+	if pr, ok := g.rn.Status().Progress[learner]; !ok || !pr.IsLearner {
+		return false
+	}
+	g.quiesced = false
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: learner}}}
+	return g.rn.ProposeConfChange(cc) == nil
 }
 
 // resetWait bounds how long resetLearner waits for its removal to apply.

@@ -1,0 +1,81 @@
+package raftetcd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestALearnerAddedAgainToAnIdleGroupCatchesUp is
+// TestALearnerAddedAgainWithAnEmptyLogCatchesUp without writes after the rejoin: a
+// quiet partition. The leader sends the learner nothing but heartbeats, whose commit
+// index is past its fresh log's end; the learner must still catch up. On the first
+// version of the reset (started only by a refused append), the learner dropped every
+// heartbeat without an answer and the leader, counting it caught up, never sent it
+// anything: a move would have switched in an empty voter.
+func TestALearnerAddedAgainToAnIdleGroupCatchesUp(t *testing.T) {
+	const g = "moved"
+	ns := startNodes(t, 3, 0, func(o *Options) { o.Store = StoreRaftstore; o.NoQuiesce = true }, func(int) {})
+	var applied [3]atomic.Int64
+	open := func(i int, cfg GroupConfig) {
+		t.Helper()
+		k := i
+		cfg.Apply = func(uint64, []byte) any { applied[k].Add(1); return nil }
+		if err := ns[i].host.OpenGroup(g, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir3 := filepath.Join(ns[2].opts.Dir, "part", "raft")
+	open(0, GroupConfig{Voters: []uint64{1, 2}, Dir: filepath.Join(ns[0].opts.Dir, "part", "raft"), Campaign: true})
+	open(1, GroupConfig{Voters: []uint64{1, 2}, Dir: filepath.Join(ns[1].opts.Dir, "part", "raft")})
+	open(2, GroupConfig{Dir: dir3, Join: true})
+	poll(t, 30*time.Second, "node 1 leads", func() bool { i, ok := ns[0].host.Info(g); return ok && i.Leader })
+	if err := ns[0].host.ChangeConf(g, ConfChange{AddLearners: []uint64{3}}); err != nil {
+		t.Fatal(err)
+	}
+	write := func(n int, tag string) {
+		for k := range n {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := ns[0].host.Propose(ctx, g, []byte(fmt.Sprintf("%s entry %03d", tag, k)))
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(50, "first")
+	poll(t, 30*time.Second, "the learner copied the log", func() bool {
+		i, _ := ns[0].host.Info(g)
+		return i.Match[3] >= i.Commit && applied[2].Load() >= 50
+	})
+	// Cancelled: node 3 deletes its copy. Placed there again before the leader removed
+	// the learner: it joins afresh, an empty log under the same raft id.
+	ns[2].host.CloseGroup(g)
+	if err := os.RemoveAll(filepath.Join(ns[2].opts.Dir, "part")); err != nil {
+		t.Fatal(err)
+	}
+	applied[2].Store(0)
+	open(2, GroupConfig{Dir: dir3, Join: true})
+	// The group stays idle: no write after the rejoin (a quiet topic).
+	deadline := time.Now().Add(20 * time.Second)
+	for applied[2].Load() < 50 {
+		if time.Now().After(deadline) {
+			locked := make(chan struct{})
+			go func() { _, _ = ns[2].host.Info(g); close(locked) }()
+			wedged := false
+			select {
+			case <-locked:
+			case <-time.After(2 * time.Second):
+				wedged = true
+			}
+			li, _ := ns[0].host.Info(g)
+			t.Fatalf("the re-added learner of an idle group applied %d of 50 entries in 20 s (leader's Match for it %d, commit %d); its group's lock held for good: %v",
+				applied[2].Load(), li.Match[3], li.Commit, wedged)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
