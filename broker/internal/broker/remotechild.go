@@ -783,7 +783,13 @@ func (c *remoteCopier) run(i int) {
 		}
 		from := rc.Cursors[i]
 		if unsaved != nil && unsaved.from != from {
-			unsaved = nil // the cursor moved (the failed move committed after all, or another node's)
+			// The cursor moved: the failed move committed after all (to the batch's
+			// end: what follows a saved batch is done now, the partition reported
+			// copying again), or another node's.
+			if from == unsaved.next {
+				saved(p, *unsaved)
+			}
+			unsaved = nil
 		}
 		if unsaved != nil {
 			// The remote holds this batch: save the cursor past it, and send nothing
