@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -79,6 +80,20 @@ func (b *Broker) fenceDetach(ctx context.Context, parent, child string, index ui
 	if b.opts.Peers == nil || !ok || !b.meta.Allows(meta.FeatureDeleteFence) || len(m.Placement) == 0 {
 		return
 	}
+	// A move's source may still lead a parent partition its placement no longer
+	// names (it hands the leadership over before its copy goes): asked too.
+	pl := make([]meta.Placement, len(m.Placement))
+	for i, p := range m.Placement {
+		pl[i] = p
+		pl[i].Replicas = slices.Clone(p.Replicas)
+	}
+	for _, mv := range b.meta.Moves() {
+		if mv.Active() && mv.Topic == m.Name && mv.Incarnation == m.Incarnation && mv.From != "" &&
+			int(mv.Partition) < len(pl) && !slices.Contains(pl[mv.Partition].Replicas, mv.From) {
+			pl[mv.Partition].Replicas = append(pl[mv.Partition].Replicas, mv.From)
+		}
+	}
+	m.Placement = pl
 	missing, err := b.awaitApplied(ctx, m, index, true)
 	if missing == nil {
 		return
