@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import inspect
 import json
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
 import narad
@@ -43,6 +47,31 @@ def error_body(code: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": "m"}}
 
 
+def partly_stored_body(code: str, stored: int, failed: list[int]) -> dict[str, Any]:
+    """What the broker answers a produce-batch of which part was stored (openapi.yaml)."""
+    return {"error": {"code": code, "message": "only part of the batch was stored",
+                      "partly_stored": {"stored": stored, "failed_partitions": failed}}}
+
+
+def over_mock(mode: str, handler: Callable[[httpx.Request], httpx.Response],
+              method: str, *args: Any, client: dict[str, Any] | None = None,
+              **kwargs: Any) -> Any:
+    """over_mock makes one call of the sync or the async client against ``handler``."""
+    kw = client or {}
+    if mode == "sync":
+        with narad.Client("http://a", transport=httpx.MockTransport(handler), **kw) as c:
+            return getattr(c, method)(*args, **kwargs)
+
+    async def run() -> Any:
+        async with narad.AsyncClient("http://a", transport=httpx.MockTransport(handler),
+                                     **kw) as ac:
+            return await getattr(ac, method)(*args, **kwargs)
+    return asyncio.run(run())
+
+
+MODES = pytest.mark.parametrize("mode", ["sync", "async"])
+
+
 # -- errors
 
 
@@ -52,7 +81,7 @@ def error_body(code: str) -> dict[str, Any]:
     (410, narad.LeaseLost, False), (413, narad.TooLarge, False), (429, narad.Throttled, True),
     (503, narad.Unavailable, True), (502, narad.Unavailable, True),
     (504, narad.Timeout, True), (500, narad.Internal, False), (501, narad.NotImplemented, False),
-    (418, narad.NaradError, False),
+    (408, narad.Timeout, True), (418, narad.NaradError, False),
 ])
 def test_error_mapping(status: int, cls: type[narad.NaradError], retryable: bool) -> None:
     e = error_from_response(status, {"retry-after": "2"}, json.dumps(error_body("x")).encode())
@@ -171,6 +200,232 @@ def test_ack_batch_counts_410_after_lost_reply_only_for_settling_entries() -> No
     assert isinstance(step, core.Done)
     assert [r.ok for r in step.value] == [True, False]
     assert isinstance(step.value[1].error, narad.LeaseLost)
+
+
+def test_408_is_a_retryable_timeout_of_unknown_outcome() -> None:
+    """A 408 (a proxy's request timeout) is a Timeout, as in the Go SDK: retryable, and
+    uncertain, since the request may have reached the broker. A produce without
+    duplicates is then raised ``uncertain``, and an ack's retry answered 410 counts as
+    done. The old code mapped 408 to a plain NaradError: not retried at all."""
+    st, _ = state(core.list_topics())
+    step = st.on_response(st.endpoint(), resp(408, None))
+    assert isinstance(step, core.Retry)
+    strict, _ = state(core.produce("t", b"x"), allow_duplicates=False)
+    step = strict.on_response(strict.endpoint(), resp(408, None))
+    assert isinstance(step, core.Fail) and isinstance(step.error, narad.Timeout)
+    assert step.error.uncertain and step.error.retryable
+    ack, _ = state(core.ack("t", "h"))
+    assert isinstance(ack.on_response(ack.endpoint(), resp(408, None)), core.Retry)
+    assert isinstance(ack.on_response(ack.endpoint(), resp(410, error_body("lease_lost"))),
+                      core.Done)
+
+
+@pytest.mark.parametrize("allow_duplicates", [True, False])
+@pytest.mark.parametrize("status,code", [(503, "storage_failed"), (503, "unavailable"),
+                                         (503, "timeout"), (404, "topic_not_found")])
+def test_partly_stored_batch_is_reported_and_never_resent(allow_duplicates: bool, status: int,
+                                                          code: str) -> None:
+    """A produce-batch answered with ``partly_stored`` stored part of its messages:
+    resending it, here or on another node, stores that part twice. It must end the call
+    at once, whatever allow_duplicates says, with the error saying so: partly_stored,
+    stored, failed_partitions, uncertain, not retryable. The old code failed over and
+    resent the batch on ``storage_failed``/``unavailable`` (codes that say nothing was
+    stored) and retried on ``timeout`` when duplicates were allowed."""
+    st, _ = state(core.produce_batch("t", [b"a", b"b", b"c"]),
+                  allow_duplicates=allow_duplicates)
+    step = st.on_response(st.endpoint(), resp(status, partly_stored_body(code, 2, [1]),
+                                              {"retry-after": "1"}))
+    assert isinstance(step, core.Fail), f"got {step!r}"
+    err = step.error
+    assert err.partly_stored and err.stored == 2 and err.failed_partitions == (1,)
+    assert err.uncertain and not err.retryable and err.code == code
+    assert "partly stored" in str(err)
+    plain = error_from_response(503, {}, json.dumps(error_body("storage_failed")).encode())
+    assert not plain.partly_stored and plain.stored is None and plain.failed_partitions is None
+
+
+@MODES
+def test_produce_batch_partly_stored_is_sent_once(mode: str) -> None:
+    """The whole call: a produce-batch answered ``partly_stored`` goes out once and
+    raises the broker's account, with one result per message. The old code resent it to
+    the same node (one endpoint) after its Retry-After, storing the stored part twice."""
+    sent: list[int] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        sent.append(len(json.loads(req.content)["messages"]))
+        return httpx.Response(503, json=partly_stored_body("storage_failed", 1, [1]),
+                              headers={"retry-after": "0"})
+
+    with pytest.raises(narad.Unavailable) as exc:
+        over_mock(mode, handler, "produce_batch", "t", [b"a", b"b"], allow_duplicates=True,
+                  client={"backoff_min": 0.001, "backoff_max": 0.01})
+    assert sent == [2]
+    err = exc.value
+    assert err.partly_stored and err.stored == 1 and err.failed_partitions == (1,)
+    assert err.results == [err, err]
+
+
+@MODES
+def test_produce_batch_over_1000_is_split_and_reported_per_message(mode: str) -> None:
+    """The broker refuses a produce-batch of more than 1000 messages whole (400). Like
+    the Go and TypeScript SDKs, produce_batch splits it into requests of at most 1000
+    messages and returns where each went, in order; when one request fails, the error
+    raised says per message what was stored. The old code sent the 2001 messages in one
+    request, refused with 400."""
+    sizes: list[int] = []
+    base = [0]
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        msgs = json.loads(req.content)["messages"]
+        sizes.append(len(msgs))
+        if len(msgs) > 1000:
+            return httpx.Response(400, json=error_body("invalid_body"))
+        first, base[0] = base[0], base[0] + len(msgs)
+        return httpx.Response(202, json={"results": [
+            {"topic": "t", "partition": 0, "offset": first + i} for i in range(len(msgs))]})
+
+    out = over_mock(mode, handler, "produce_batch", "t", [b"x"] * 2001)
+    assert sizes == [1000, 1000, 1] and [p.offset for p in out] == list(range(2001))
+
+    def second_fails(req: httpx.Request) -> httpx.Response:
+        if len(sizes) == 1:
+            sizes.append(len(json.loads(req.content)["messages"]))
+            return httpx.Response(403, json=error_body("forbidden"))
+        return handler(req)
+
+    sizes.clear()
+    with pytest.raises(narad.Forbidden) as exc:
+        over_mock(mode, second_fails, "produce_batch", "t", [b"x"] * 1500)
+    res = exc.value.results
+    assert sizes == [1000, 500] and res is not None and len(res) == 1500
+    assert all(isinstance(r, narad.Produced) for r in res[:1000])
+    assert all(r is exc.value for r in res[1000:])
+
+
+def test_batch_chunks_stay_within_the_broker_limits() -> None:
+    """A produce-batch request carries at most 1000 messages and 7 MiB of entries (the
+    broker's body limit is 8 MiB); an entry over that goes alone. The old code had no
+    split: every batch was one request."""
+    small = [core.batch_entry(b"x")] * 2500
+    assert [len(c) for c in core.batch_chunks(small)] == [1000, 1000, 500]
+    big = [core.batch_entry(b"x" * (1 << 20))] * 12  # about 1.33 MiB each in base64
+    chunks = core.batch_chunks(big)
+    assert sum(len(c) for c in chunks) == 12 and len(chunks) == 3
+    assert all(sum(core.batch_entry_size(big[i]) for i in c) <= core.MAX_BATCH_BYTES
+               for c in chunks)
+    assert [c for c in core.batch_chunks([{"payload": "y" * 100}], max_bytes=10)] == [[0]]
+
+
+@MODES
+def test_ack_batch_over_1000_is_split(mode: str) -> None:
+    """The broker refuses an ack-batch of more than 1000 entries whole (400), settling
+    none. Like Go and TypeScript, ack_batch sends requests of at most 1000 entries and
+    reports each message. The old code sent the 1001 entries in one request."""
+    sizes: list[int] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        acks = json.loads(req.content)["acks"]
+        sizes.append(len(acks))
+        if len(acks) > 1000:
+            return httpx.Response(400, json=error_body("invalid_body"))
+        return httpx.Response(200, json={"results": [
+            {"receipt_handle": a["receipt_handle"], "status": 204} for a in acks]})
+
+    results = over_mock(mode, handler, "ack_batch", [f"h{i}" for i in range(1001)], topic="t")
+    assert sizes == [1000, 1]
+    assert [r.receipt_handle for r in results] == [f"h{i}" for i in range(1001)]
+    assert all(r.ok for r in results)
+
+
+@MODES
+def test_ack_batch_retries_entries_answered_503(mode: str) -> None:
+    """SDK rule 2: a settle is retried on 503. The entries of an ack-batch answered 503
+    (a partition electing its leader) are sent again, alone, with backoff, as Go does;
+    one answered ``503 timeout`` may have been settled, so a 410 on its retry counts as
+    settled. The old code reported them failed after one request."""
+    calls: list[list[str]] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        acks = [a["receipt_handle"] for a in json.loads(req.content)["acks"]]
+        calls.append(acks)
+        if len(calls) == 1:
+            return httpx.Response(200, json={"results": [
+                {"receipt_handle": "h1", "status": 204},
+                {"receipt_handle": "h2", "status": 503, **error_body("unavailable")},
+                {"receipt_handle": "h3", "status": 503, **error_body("timeout")},
+                {"receipt_handle": "h4", "status": 410, **error_body("lease_lost")},
+            ]})
+        return httpx.Response(200, json={"results": [
+            {"receipt_handle": h, "status": 410 if h == "h3" else 204} for h in acks]})
+
+    results = over_mock(mode, handler, "ack_batch", ["h1", "h2", "h3", "h4"], topic="t",
+                        client={"backoff_min": 0.001, "backoff_max": 0.01})
+    assert calls == [["h1", "h2", "h3", "h4"], ["h2", "h3"]]
+    assert [r.ok for r in results] == [True, True, True, False]
+    assert isinstance(results[3].error, narad.LeaseLost)
+
+
+def test_ack_batch_plan_gives_up_after_its_rounds_and_reports_whole_failures() -> None:
+    """An entry answered 503 again and again is reported failed after
+    max(attempts, 6) requests, at least 1 s apart; a request that fails whole gives its
+    error to its entries, and is raised only when no request was answered."""
+    policy = core.RetryPolicy()
+    plan = core.AckBatchPlan("t", ["h"], policy, rng=lambda: 0.5)
+    waits: list[float] = []
+    while (step := plan.next()) is not None:
+        waits.append(step[0])
+        err = narad.Unavailable("electing", status=503, code="unavailable")
+        plan.on_results([narad.AckResult("h", False, err)])
+    assert len(waits) == 6 and waits[0] == 0.0 and all(w >= 1.0 for w in waits[1:])
+    assert not plan.results()[0].ok
+    gone = core.AckBatchPlan("t", ["h"], policy)
+    assert gone.next() is not None
+    gone.on_error(narad.NotFound("no topic", status=404))
+    assert gone.next() is None
+    with pytest.raises(narad.NotFound):
+        gone.results()
+
+
+def test_retry_after_of_a_node_is_honoured_after_failover() -> None:
+    """A node that answered with Retry-After is not sent the same call again before the
+    time it named. A answers 503 ``unavailable`` with Retry-After: 3 (nothing stored, so
+    the call fails over to B at once); B answers 503 ``in_flight_full``: the third
+    attempt stays on B after a plain backoff, and with B asking for 1 s too, the call
+    waits for the one free soonest. The old code went back to A after a plain backoff,
+    long before the 3 s it asked for."""
+    clk = Clock()
+    st, _ = state(core.produce("t", b"x"), clock=clk)
+    a = st.endpoint()
+    step = st.on_response(a, resp(503, error_body("unavailable"), {"retry-after": "3"}))
+    assert isinstance(step, core.Retry) and step.delay == 0.0
+    clk.now += step.delay
+    b = st.endpoint()
+    assert b != a
+    step = st.on_response(b, resp(503, error_body("in_flight_full")))
+    assert isinstance(step, core.Retry) and step.delay < 1.0
+    clk.now += step.delay
+    assert st.endpoint() == b
+    step = st.on_response(b, resp(503, error_body("in_flight_full"), {"retry-after": "1"}))
+    assert isinstance(step, core.Retry)
+    assert clk.now + step.delay == pytest.approx(clk.now + 1.0)  # B is free before A
+    clk.now += step.delay
+    assert st.endpoint() == b
+    one, _ = state(core.list_topics(), endpoints=("http://a",), clock=clk)
+    step = one.on_response(one.endpoint(), resp(429, None, {"retry-after": "2"}))
+    assert isinstance(step, core.Retry) and step.delay == 2.0  # one node: wait for it
+
+
+def test_nack_with_delay_410_after_lost_reply_counts_as_done() -> None:
+    """A nack with a delay whose reply was lost and whose retry answers 410 counts as
+    done, as in Go (any settle but extend) and TypeScript: the earlier attempt's outcome
+    is unknown and the message comes back either way. The old code raised LeaseLost."""
+    st, _ = state(core.nack("t", "h", 30.0))
+    st.on_transport_error(st.endpoint(), core.Transport.LOST, "reset")
+    step = st.on_response(st.endpoint(), resp(410, error_body("lease_lost")))
+    assert isinstance(step, core.Done), f"got {step!r}"
+    plain, _ = state(core.nack("t", "h", 30.0))
+    step = plain.on_response(plain.endpoint(), resp(410, error_body("lease_lost")))
+    assert isinstance(step, core.Fail) and isinstance(step.error, narad.LeaseLost)
 
 
 def test_long_poll_attempt_gets_its_wait_plus_the_request_timeout() -> None:
@@ -413,6 +668,59 @@ def test_handler_outcomes() -> None:
     assert plans.is_terminal(narad.NotFound("x")) and not plans.is_terminal(
         narad.Unavailable("x"))
     assert narad.current_delivery() is None
+
+
+def test_only_401_403_and_a_gone_topic_stop_a_consumer() -> None:
+    """SDK rule 7: the loop stops only on 401, 403 or the topic gone (and, as in the
+    TypeScript SDK, a 400 the broker will never accept). A 500 (one request hitting a
+    broker bug, or a proxy) or a 501 is reported and retried. The old code stopped on
+    every error that was not retryable, a 500 included."""
+    for err in (narad.Unauthenticated("x", status=401), narad.Forbidden("x", status=403),
+                narad.NotFound("x", status=404), narad.BadRequest("x", status=400)):
+        assert plans.is_terminal(err), err
+    for err in (narad.Internal("bug", status=500, code="internal"),
+                narad.NotImplemented("x", status=501), narad.NaradError("x", status=418),
+                narad.Timeout("x"), narad.Throttled("x", status=429)):
+        assert not plans.is_terminal(err), err
+
+
+def test_a_500_on_a_poll_is_retried_by_the_consumer() -> None:
+    """The whole loop: a consumer whose first poll is answered 500 reports it (a
+    ``poll_error`` event with outcome ``retry``), polls again after a backoff, and
+    handles the message that comes. The old consumer stopped with the 500 in
+    ``consumer.error``."""
+    polls = [0]
+    acked = threading.Event()
+    topic = {"name": "t", "incarnation": "i", "partitions": 1, "retention_ms": 1000,
+             "visibility_timeout_ms": 30_000, "max_in_flight_per_partition": 10,
+             "max_acked_ahead_per_partition": 10, "replication_factor": 1,
+             "created_at": "2026-01-01T00:00:00Z"}
+    msg = {"topic": "t", "partition": 0, "offset": 0, "timestamp": 1, "payload": "",
+           "payload_encoding": "base64", "receipt_handle": "h", "delivery_attempt": 1}
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/v1/topics/t":
+            return httpx.Response(200, json=topic)
+        if req.url.path == "/v1/topics/t/ack":
+            acked.set()
+            return httpx.Response(204)
+        polls[0] += 1
+        if polls[0] == 1:
+            return httpx.Response(500, json=error_body("internal"))
+        if polls[0] == 2:
+            return httpx.Response(200, json=msg)
+        time.sleep(0.01)
+        return httpx.Response(204)
+
+    events: list[narad.Event] = []
+    with narad.Client("http://a", transport=httpx.MockTransport(handler),
+                      on_event=events.append) as c:
+        consumer = c.consume("t", lambda m: None, wait=0.01)
+        assert acked.wait(5), f"nothing acked; consumer error: {consumer.error!r}"
+        assert consumer.running and consumer.error is None
+        consumer.close()
+    assert consumer.stats.poll_errors == 1 and consumer.stats.acked == 1
+    assert [e.outcome for e in events if e.kind == "poll_error"] == ["retry"]
 
 
 def test_batch_buffer() -> None:

@@ -194,7 +194,8 @@ class EndpointPool:
     ``threshold`` consecutive failures. Once its cooldown passes it is probed
     (``probes_due``) outside the choice and rejoins when a probe succeeds; each failed
     probe doubles the cooldown up to ``max_cooldown``. When every node is open, the one
-    due back soonest is used anyway: a call is never refused locally.
+    due back soonest is used anyway: a call is never refused locally. A call also passes
+    the nodes that asked it to wait (Retry-After, see :meth:`pick`).
     """
 
     def __init__(
@@ -226,23 +227,31 @@ class EndpointPool:
         with self._lock:
             return self._node(url).open_until is not None
 
-    def pick(self, exclude: Iterable[str] = (), prefer: str | None = None) -> str:
+    def pick(self, exclude: Iterable[str] = (), prefer: str | None = None,
+             waiting: Mapping[str, float] | None = None) -> str:
         """Pick returns where the next attempt goes.
 
-        ``prefer`` when it is healthy and not in ``exclude``; else the first healthy
-        endpoint in order outside ``exclude``; else the first healthy one; else (all
-        open) the one due back soonest.
+        ``waiting`` maps the endpoints that asked the call not to come back yet
+        (Retry-After) to when they may be called again; they are left out of the choice
+        below while another healthy endpoint remains. Among the others: ``prefer`` when it
+        is healthy and not in ``exclude``; else the first healthy endpoint in order
+        outside ``exclude``; else the first healthy one; else, when every healthy one is
+        waiting, the one free soonest; else (all open) the one due back soonest.
         """
         skip = set(exclude)
+        wait = dict(waiting or {})
         with self._lock:
             closed = [x for x in self._nodes if x.open_until is None]
+            ready = [x for x in closed if x.url not in wait]
             if prefer is not None:
-                for x in closed:
+                for x in ready:
                     if x.url == prefer and x.url not in skip:
                         return x.url
-            fresh = [x for x in closed if x.url not in skip]
-            if fresh or closed:
-                return (fresh or closed)[0].url
+            fresh = [x for x in ready if x.url not in skip]
+            if fresh or ready:
+                return (fresh or ready)[0].url
+            if closed:
+                return min(closed, key=lambda x: wait[x.url]).url
             return min(self._nodes, key=lambda x: x.open_until or 0.0).url
 
     def untried(self, exclude: Iterable[str]) -> bool:
@@ -370,6 +379,8 @@ class CallState(Generic[T]):
     attempt: int = 0
     maybe_applied: bool = False
     tried: list[str] = field(default_factory=list)
+    not_before: dict[str, float] = field(default_factory=dict)
+    """Per endpoint, when this call may send to it again (its Retry-After)."""
     deadline: float = 0.0
     _sent_at: float = 0.0
     _wall: float = 0.0
@@ -382,7 +393,7 @@ class CallState(Generic[T]):
 
     def endpoint(self) -> str:
         """Endpoint chooses where the next attempt goes and starts its clock."""
-        url = self.pool.pick(self.tried, self.call.endpoint)
+        url = self._choose(self.clock())
         self.tried.append(url)
         self.attempt += 1
         self._sent_at = self.clock()
@@ -417,12 +428,25 @@ class CallState(Generic[T]):
             self._closed(url)
             return Done(self.call.parse(Response(204, {}, b""), True))
         err = error_from_response(resp.status, resp.headers, resp.content)
+        if err.retry_after is not None:
+            # The node said when to come back: this call sends it nothing before then
+            # (it goes to another endpoint meanwhile, or waits).
+            self.not_before[url] = self.clock() + min(err.retry_after, MAX_RETRY_AFTER)
+        node_down = resp.status in (502, 503) and err.code not in ("in_flight_full",
+                                                                   "acked_ahead_full")
+        if err.partly_stored:
+            # Part of a produce-batch is stored: resending it, here or on another node,
+            # stores that part twice, whatever allow_duplicates says. It is reported
+            # (stored, failed_partitions), never resent.
+            if node_down:
+                self._opened(url, self.pool.failure(url))
+            else:
+                self._closed(url)
+            return Fail(err)
         if not err.retryable:
             self._closed(url)
             err.uncertain = err.uncertain or self._uncertain()
             return Fail(err)
-        node_down = resp.status in (502, 503) and err.code not in ("in_flight_full",
-                                                                   "acked_ahead_full")
         if node_down:
             self._opened(url, self.pool.failure(url))
         if err.uncertain:
@@ -432,7 +456,7 @@ class CallState(Generic[T]):
                 err.uncertain = True
                 return Fail(err)
         failover = err.code in NOT_STORED_CODES or resp.status == 502
-        return self._retry(err, failover=failover, retry_after=err.retry_after)
+        return self._retry(err, failover=failover)
 
     def on_transport_error(self, url: str, how: Transport, detail: str) -> Step[T]:
         """on_transport_error decides after a failure to get an answer."""
@@ -455,7 +479,7 @@ class CallState(Generic[T]):
             return Fail(err)
         # A timeout moves on to the next node at once too: waiting longer on a node that
         # did not answer within a whole attempt helps nobody.
-        return self._retry(err, failover=how is not Transport.LOST, retry_after=None)
+        return self._retry(err, failover=how is not Transport.LOST)
 
     # -- helpers
 
@@ -470,7 +494,13 @@ class CallState(Generic[T]):
         return self.maybe_applied and (self.call.kind is not Kind.READ
                                        or bool(self.call.ok_after_lost_reply))
 
-    def _retry(self, err: NaradError, *, failover: bool, retry_after: float | None) -> Step[T]:
+    def _waiting(self, at: float) -> dict[str, float]:
+        return {u: t for u, t in self.not_before.items() if t > at}
+
+    def _choose(self, at: float) -> str:
+        return self.pool.pick(self.tried, self.call.endpoint, self._waiting(at))
+
+    def _retry(self, err: NaradError, *, failover: bool) -> Step[T]:
         if self.attempt >= self.policy.attempts:
             err.uncertain = err.uncertain or self._uncertain()
             return Fail(err)
@@ -478,11 +508,14 @@ class CallState(Generic[T]):
             delay = 0.0
         else:
             delay = self.policy.backoff(self.attempt, self.rng)
-            if retry_after is not None:
-                # The node said how long to wait: honour it (bounded, in case of a bogus
-                # header), even past the backoff maximum, as the Go and JS SDKs do.
-                delay = max(delay, min(retry_after, MAX_RETRY_AFTER))
-        if self.clock() + delay >= self.deadline:
+        # A node that answered with Retry-After is not sent this call again before the
+        # time it named (bounded, in case of a bogus header), even past the backoff
+        # maximum, as the Go and JS SDKs do: the call goes to another endpoint
+        # meanwhile, or, when the next one it would use is such a node, waits for it.
+        now = self.clock()
+        free_at = self.not_before.get(self._choose(now + delay), 0.0)
+        delay = max(delay, free_at - now)
+        if now + delay >= self.deadline:
             err.uncertain = err.uncertain or self._uncertain()
             return Fail(err)
         self.emit(Event(kind="retry", op=self.call.op, topic=self.call.topic, error=err,
@@ -761,12 +794,66 @@ def produce(topic: str, body: Any, *, key: str | None = None, partition: int | N
     return Call("produce", req, lambda r, m: parse_produced(r.json()), Kind.PRODUCE, topic)
 
 
+MAX_BATCH = 1000
+"""The most messages of a produce-batch, or entries of an ack-batch, in one request; the
+broker refuses a larger batch whole (400)."""
+MAX_BATCH_BYTES = 7 << 20
+"""The most bytes of entries a produce-batch request carries (the broker's limit on the
+body is 8 MiB; the Go SDK keeps the same margin)."""
+
+
 def produce_batch(topic: str, items: Iterable[Any]) -> Call[list[Produced]]:
-    """produce_batch builds POST /v1/topics/{t}/produce-batch."""
+    """produce_batch builds POST /v1/topics/{t}/produce-batch, for one request's items."""
+    entries = batch_entries(items)
+    return produce_entries(topic, entries)
+
+
+def batch_entries(items: Iterable[Any]) -> list[dict[str, Any]]:
+    """batch_entries renders a produce_batch's items; at least one is needed."""
     entries = [batch_entry(i) for i in items]
     if not entries:
         raise BadRequest("produce_batch needs at least one message", code="bad_request")
-    return produce_entries(topic, entries)
+    return entries
+
+
+def batch_chunks(entries: Sequence[Mapping[str, Any]], max_items: int = MAX_BATCH,
+                 max_bytes: int = MAX_BATCH_BYTES) -> list[list[int]]:
+    """batch_chunks splits a produce_batch into requests the broker accepts, in order.
+
+    Each holds at most ``max_items`` entries and ``max_bytes`` of them (an entry larger
+    than that alone goes in its own request, which the broker answers with 413).
+    """
+    out: list[list[int]] = []
+    chunk: list[int] = []
+    size = 0
+    for i, entry in enumerate(entries):
+        n = batch_entry_size(entry)
+        if chunk and (len(chunk) >= max_items or size + n > max_bytes):
+            out.append(chunk)
+            chunk, size = [], 0
+        chunk.append(i)
+        size += n
+    if chunk:
+        out.append(chunk)
+    return out
+
+
+def batch_produced(results: Sequence[Produced | NaradError | None]) -> list[Produced]:
+    """batch_produced ends a produce_batch sent as one or more requests.
+
+    All stored: where each message went, in order. Otherwise it raises the first
+    failure with ``results`` set: per message, its Produced or the error of its request,
+    so a batch that failed in part never hides which part was stored.
+    """
+    out: list[Produced | NaradError] = [
+        NaradError("produce_batch: the broker answered fewer results than messages",
+                   code="bad_response") if r is None else r for r in results]
+    failed = [r for r in out if isinstance(r, NaradError)]
+    if not failed:
+        return [r for r in out if isinstance(r, Produced)]
+    first = failed[0]
+    first.results = out
+    raise first
 
 
 def produce_entries(topic: str, entries: list[dict[str, Any]]) -> Call[list[Produced]]:
@@ -840,16 +927,18 @@ def ack(topic: str, handle: str, endpoint: str | None = None) -> Call[None]:
 
 def nack(topic: str, handle: str, delay: Duration = 0.0, endpoint: str | None = None
          ) -> Call[None]:
-    """Nack hands a message back, at once (extend=0) or after ``delay`` (extend=<ms>)."""
+    """Nack hands a message back, at once (extend=0) or after ``delay`` (extend=<ms>).
+
+    Either way, a 410 on a retry whose earlier attempt's reply was lost counts as done,
+    as the Go and TypeScript SDKs count it: that earlier attempt's outcome is unknown,
+    and the message comes back in any case.
+    """
     d = seconds(delay)
-    if d <= 0:
-        req = Request("POST", f"/v1/topics/{_t(topic)}/ack",
-                      (("receipt_handle", handle), ("extend", "0")))
-        return Call("nack", req, _none, Kind.READ, topic, ok_after_lost_reply=frozenset({410}),
-                    endpoint=endpoint)
+    value = "0" if d <= 0 else ms_param(min(d, MAX_EXTEND))
     req = Request("POST", f"/v1/topics/{_t(topic)}/ack",
-                  (("receipt_handle", handle), ("extend", ms_param(min(d, MAX_EXTEND)))))
-    return Call("nack", req, _none, Kind.READ, topic, endpoint=endpoint)
+                  (("receipt_handle", handle), ("extend", value)))
+    return Call("nack", req, _none, Kind.READ, topic, ok_after_lost_reply=frozenset({410}),
+                endpoint=endpoint)
 
 
 def extend(topic: str, handle: str, duration: Duration | None = None,
@@ -878,11 +967,17 @@ def by_endpoint(items: Sequence[T], endpoint: Callable[[T], str | None]
 
 
 def ack_batch(topic: str, entries: Sequence[tuple[str, str | None]],
-              endpoint: str | None = None) -> Call[list[AckResult]]:
+              endpoint: str | None = None, maybe_settled: Iterable[str] = ()
+              ) -> Call[list[AckResult]]:
     """ack_batch settles or renews many handles; entries are (handle, extend or None).
 
-    Every handle must come from ``endpoint`` (see :func:`by_endpoint`).
+    Every handle must come from ``endpoint`` (see :func:`by_endpoint`). A 410 answering
+    a settling entry counts as settled when an earlier attempt of this request lost its
+    reply, or when the handle is in ``maybe_settled`` (an earlier request answered it
+    ``503 timeout``). An entry that failed retryably after a lost reply is marked
+    ``uncertain``: that lost attempt may have settled it.
     """
+    settled_before = frozenset(maybe_settled)
     if not entries:
         raise BadRequest("ack_batch needs at least one entry", code="bad_request")
     body = {"acks": [{"receipt_handle": h, **({"extend": e} if e is not None else {})}
@@ -894,16 +989,119 @@ def ack_batch(topic: str, entries: Sequence[tuple[str, str | None]],
         for x in resp.json()["results"]:
             h = str(x["receipt_handle"])
             status = int(x["status"])
-            if status == 204 or (status == 410 and maybe and h in settling):
+            if status == 204 or (status == 410 and h in settling
+                                 and (maybe or h in settled_before)):
                 out.append(AckResult(h, True))
                 continue
             e = x.get("error") or {}
             body = json.dumps({"error": e}).encode()
-            out.append(AckResult(h, False, error_from_response(status, {}, body)))
+            err = error_from_response(status, {}, body)
+            if maybe and err.retryable:
+                err.uncertain = True
+            out.append(AckResult(h, False, err))
         return out
 
     return Call("ack_batch", _json_req("POST", f"/v1/topics/{_t(topic)}/ack-batch", body),
                 parse, Kind.READ, topic, endpoint=endpoint)
+
+
+ACK_ENTRY_RETRY_AFTER = 1.0
+"""The least wait before resending ack-batch entries answered 503: an entry's result has
+no Retry-After of its own, and the broker's 503s ask for 1 s (as the Go SDK waits)."""
+ACK_ENTRY_ROUNDS = 6
+"""The least number of requests an ack-batch entry answered 503 gets (Go's too)."""
+
+
+@dataclass
+class _AckRound:
+    endpoint: str | None
+    idx: list[int]
+    round: int = 1
+    delay: float = 0.0
+    maybe_settled: frozenset[str] = frozenset()
+
+
+class AckBatchPlan:
+    """AckBatchPlan drives a public ack_batch: its requests, retries and per-item results.
+
+    The messages are grouped by the node that leased them, and each group is sent in
+    requests of at most :data:`MAX_BATCH` entries. Entries answered 503 (or another
+    retryable answer) are sent again, alone, after a backoff of at least
+    :data:`ACK_ENTRY_RETRY_AFTER`, up to ``max(attempts, ACK_ENTRY_ROUNDS)`` requests
+    (SDK rule 2: a settle is retried on 503); one answered ``503 timeout`` may have been
+    settled, so a 410 on its retry counts as done. A request that fails whole gives its
+    error to each of its entries; :meth:`results` raises it only when no request was
+    answered at all.
+
+    The loop is: ``while (step := plan.next())``: sleep ``step[0]``, run ``step[1]``,
+    then feed :meth:`on_results` or :meth:`on_error`.
+    """
+
+    def __init__(self, topic: str, items: Sequence[Message | str], policy: RetryPolicy,
+                 rng: Callable[[], float] = random.random) -> None:
+        self.topic = topic
+        self._handles = [handle_of(m) for m in items]
+        self._policy = policy
+        self._rng = rng
+        self._rounds = max(policy.attempts, ACK_ENTRY_ROUNDS)
+        self._out: list[AckResult | None] = [None] * len(items)
+        self._todo = [_AckRound(ep, idx[i:i + MAX_BATCH])
+                      for ep, idx in by_endpoint(items, endpoint_of)
+                      for i in range(0, len(idx), MAX_BATCH)]
+        self._current: _AckRound | None = None
+        self._answered = False
+        self._error: NaradError | None = None
+
+    def next(self) -> tuple[float, Call[list[AckResult]]] | None:
+        """Next is (seconds to wait first, the request) of the next request; None when done."""
+        if not self._todo:
+            return None
+        r = self._current = self._todo.pop(0)
+        call = ack_batch(self.topic, [(self._handles[i], None) for i in r.idx], r.endpoint,
+                         r.maybe_settled)
+        return r.delay, call
+
+    def on_results(self, results: Sequence[AckResult]) -> None:
+        """on_results takes in the answer of the last request."""
+        r = self._current
+        if r is None:
+            return
+        self._answered = True
+        again: list[int] = []
+        maybe = set(r.maybe_settled)
+        for i, res in zip(r.idx, results, strict=False):
+            self._out[i] = res
+            if not res.ok and res.error is not None and res.error.retryable:
+                again.append(i)
+                if res.error.uncertain:
+                    maybe.add(res.receipt_handle)
+        if again and r.round < self._rounds:
+            delay = max(ACK_ENTRY_RETRY_AFTER, self._policy.backoff(r.round, self._rng))
+            self._todo.insert(0, _AckRound(r.endpoint, again, r.round + 1, delay,
+                                           frozenset(maybe)))
+
+    def on_error(self, err: NaradError) -> None:
+        """on_error takes in a request that failed whole (after its own retries)."""
+        r = self._current
+        if r is None:
+            return
+        for i in r.idx:
+            self._out[i] = AckResult(self._handles[i], False, err)
+        if self._error is None:
+            self._error = err
+
+    def results(self) -> list[AckResult]:
+        """Results is one AckResult per message, in order.
+
+        Raises the first request's error when no request was answered: then nothing of
+        the batch is known to be settled, as when a single request fails.
+        """
+        if not self._answered and self._error is not None:
+            raise self._error
+        return [AckResult(h, False, NaradError(
+                    "ack_batch: the broker answered no result for this entry",
+                    code="bad_response")) if r is None else r
+                for h, r in zip(self._handles, self._out, strict=True)]
 
 
 def read_messages(topic: str, partition: int, *, from_offset: int | None = None,

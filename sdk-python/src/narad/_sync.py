@@ -316,13 +316,30 @@ class Client:
     def produce_batch(self, topic: str, items: Iterable[Any], *,
                       allow_duplicates: bool | None = None, timeout: float | None = None
                       ) -> list[Produced]:
-        """produce_batch writes up to 1000 messages in one request, all or none.
+        """produce_batch writes many messages, in as few requests as the broker allows.
 
         Items are bodies as for :meth:`produce` or :class:`~narad.Outgoing` values; the
-        result lists where each went, in order. A refused batch raises and stores nothing.
+        result lists where each went, in order. A request holds at most 1000 messages
+        and about 7 MiB, each stored all or none; a longer batch goes in several
+        requests. When any fails, the first error is raised with ``results``: per
+        message, its :class:`~narad.Produced` or the error of its request. An error with
+        ``partly_stored`` says part of a request was stored (``stored``,
+        ``failed_partitions``): it is never resent, whatever ``allow_duplicates`` says.
         """
-        return self._run(core.produce_batch(topic, items), timeout,
-                         self._policy_for(allow_duplicates))
+        entries = core.batch_entries(items)
+        policy = self._policy_for(allow_duplicates)
+        results: list[Produced | NaradError | None] = [None] * len(entries)
+        for idx in core.batch_chunks(entries):
+            try:
+                got = self._run(core.produce_entries(topic, [entries[i] for i in idx]),
+                                timeout, policy)
+            except NaradError as err:
+                for i in idx:
+                    results[i] = err
+                continue
+            for i, r in zip(idx, got, strict=False):
+                results[i] = r
+        return core.batch_produced(results)
 
     def publisher(self, topic: str, *, max_batch: int = 100, max_batch_bytes: int = 1 << 20,
                   linger: Duration = 0.005, max_buffered: int = 10_000, block: bool = True,
@@ -371,19 +388,27 @@ class Client:
                   timeout: float | None = None) -> list[AckResult]:
         """ack_batch settles many leased messages of one topic; one result per message.
 
-        Messages leased by different nodes are settled with one request per node.
+        Messages leased by different nodes are settled with one request per node, each
+        of at most 1000 entries. Entries answered 503 are sent again with backoff (a
+        410 on the retry of one answered ``503 timeout`` counts as settled). A request
+        that fails whole gives its error to its entries' results; it is raised only when
+        no request was answered.
         """
         items = list(messages)
         if not items:
             return []
-        t = core.topic_of(items[0], topic)
-        out: list[AckResult | None] = [None] * len(items)
-        for ep, idx in core.by_endpoint(items, core.endpoint_of):
-            got = self._run(core.ack_batch(t, [(core.handle_of(items[i]), None) for i in idx],
-                                           ep), timeout)
-            for i, r in zip(idx, got, strict=True):
-                out[i] = r
-        return [r for r in out if r is not None]
+        plan = core.AckBatchPlan(core.topic_of(items[0], topic), items, self._policy)
+        while (step := plan.next()) is not None:
+            delay, call = step
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                got = self._run(call, timeout)
+            except NaradError as err:
+                plan.on_error(err)
+                continue
+            plan.on_results(got)
+        return plan.results()
 
     def consume(self, topic: str, handler: Handler, *, concurrency: int = 1,
                 wait: Duration = 10.0, renew: bool = True, max_lease: Duration = 3600.0,
@@ -665,7 +690,8 @@ class Publisher:
         self._client = client
         self.topic = topic
         self._buf: plans.BatchBuffer[concurrent.futures.Future[Produced]] = plans.BatchBuffer(
-            max_batch=min(1000, max(1, max_batch)), max_batch_bytes=max_batch_bytes,
+            max_batch=min(core.MAX_BATCH, max(1, max_batch)),
+            max_batch_bytes=min(core.MAX_BATCH_BYTES, max(1, max_batch_bytes)),
             linger=linger, max_buffered=max(1, max_buffered))
         self._block = block
         self._policy = client._policy_for(allow_duplicates)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import datetime
 import email.utils
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "BadRequest",
@@ -49,6 +50,18 @@ class NaradError(Exception):
         retryable: Whether retrying the same call is safe and may succeed.
         uncertain: Whether the call may have taken effect although it failed.
         retry_after: Seconds the broker asked to wait before retrying, if it said.
+        partly_stored: Whether part of a ``produce_batch`` was stored although it failed
+            (the broker's ``partly_stored``): the messages of the partitions that are not
+            in ``failed_partitions`` are stored and will be delivered, so resending the
+            whole batch stores them twice. Such an error is never resent by the SDK; it
+            is ``uncertain`` and not ``retryable``.
+        stored: With ``partly_stored``, how many messages of the batch were stored.
+        failed_partitions: With ``partly_stored``, the partitions whose messages were not
+            stored (with code ``timeout``: may or may not be stored).
+        results: On a failed ``produce_batch``, one entry per message in order: its
+            :class:`~narad.Produced` when its request stored it, else the error of its
+            request (a batch over 1000 messages or about 7 MiB goes in several
+            requests, which can fail separately).
     """
 
     default_retryable: bool = False
@@ -62,6 +75,8 @@ class NaradError(Exception):
         retryable: bool | None = None,
         uncertain: bool = False,
         retry_after: float | None = None,
+        stored: int | None = None,
+        failed_partitions: Sequence[int] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -70,6 +85,15 @@ class NaradError(Exception):
         self.retryable = self.default_retryable if retryable is None else retryable
         self.uncertain = uncertain
         self.retry_after = retry_after
+        self.partly_stored = stored is not None
+        self.stored = stored
+        self.failed_partitions: tuple[int, ...] | None = (
+            None if failed_partitions is None else tuple(failed_partitions))
+        self.results: list[Any] | None = None
+        if self.partly_stored:
+            # Part of it is stored: resending the whole batch would store that part twice.
+            self.retryable = False
+            self.uncertain = True
 
     def __str__(self) -> str:
         parts = [self.message]
@@ -79,12 +103,17 @@ class NaradError(Exception):
             parts.append(f"status={self.status}")
         if self.uncertain:
             parts.append("uncertain")
+        if self.partly_stored:
+            parts.append(f"partly stored: {self.stored} stored, failed partitions "
+                         f"{list(self.failed_partitions or ())}")
         return " ".join([parts[0], f"({', '.join(parts[1:])})"]) if len(parts) > 1 else parts[0]
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.message!r}, status={self.status!r}, "
-            f"code={self.code!r}, retryable={self.retryable}, uncertain={self.uncertain})"
+            f"code={self.code!r}, retryable={self.retryable}, uncertain={self.uncertain}"
+            + (f", stored={self.stored!r}, failed_partitions={self.failed_partitions!r}"
+               if self.partly_stored else "") + ")"
         )
 
 
@@ -136,7 +165,11 @@ class Unavailable(NaradError):
 
 
 class Timeout(NaradError):
-    """Timeout: no answer within the call's deadline; retryable, and its outcome unknown."""
+    """Timeout: no answer in time; retryable, and its outcome unknown.
+
+    Raised when an attempt got no answer within its bound, and for the answers that say
+    the same: 503 with code ``timeout``, 504, and 408 (as the Go SDK does).
+    """
 
     default_retryable = True
 
@@ -224,17 +257,23 @@ def error_from_response(
 
     The body is expected to be ``{"error": {"code", "message"}}``; anything else (a
     proxy's HTML page, say) still yields the class for the status, with the raw text as
-    message. A 503 whose code is ``timeout`` is marked ``uncertain``: the broker could
-    not tell whether the operation took effect.
+    message. A 503 whose code is ``timeout``, a 504 and a 408 are a :class:`Timeout`
+    marked ``uncertain``: nobody can tell whether the operation took effect. An error
+    with ``partly_stored`` (a produce-batch of which part was stored) carries its
+    ``stored`` and ``failed_partitions`` and is uncertain and not retryable, whatever
+    its status.
     """
     code = ""
     message = ""
+    stored: int | None = None
+    failed: list[int] | None = None
     try:
         doc = json.loads(body) if body else None
         if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
             err = doc["error"]
             code = str(err.get("code", ""))
             message = str(err.get("message", ""))
+            stored, failed = _partly_stored(err.get("partly_stored"))
     except (ValueError, UnicodeDecodeError):
         pass
     if not message:
@@ -244,6 +283,24 @@ def error_from_response(
     cls = _BY_STATUS.get(status)
     if cls is None:
         cls = Unavailable if status == 502 else NaradError
-    if code == "timeout" or status == 504:
-        return Timeout(message, status=status, code=code, uncertain=True, retry_after=retry_after)
-    return cls(message, status=status, code=code, retry_after=retry_after)
+    if code == "timeout" or status in (408, 504):
+        return Timeout(message, status=status, code=code, uncertain=True, retry_after=retry_after,
+                       stored=stored, failed_partitions=failed)
+    return cls(message, status=status, code=code, retry_after=retry_after, stored=stored,
+               failed_partitions=failed)
+
+
+def _partly_stored(doc: Any) -> tuple[int | None, list[int] | None]:
+    """_partly_stored reads an error's ``partly_stored`` object: (stored, failed_partitions).
+
+    (None, None) when it is absent or malformed: the error then says nothing was stored
+    beyond what its code says.
+    """
+    if not isinstance(doc, dict):
+        return None, None
+    stored = doc.get("stored")
+    failed = doc.get("failed_partitions")
+    if not isinstance(stored, int) or isinstance(stored, bool):
+        return None, None
+    parts = [p for p in failed if isinstance(p, int)] if isinstance(failed, list) else []
+    return stored, parts
