@@ -285,3 +285,12 @@ func unavailable(retryAfter string) *http.Response {
 	}
 	return &http.Response{StatusCode: 503, Header: h, Body: io.NopCloser(strings.NewReader(`{"error":{"code":"unavailable","message":"injected"}}`))}
 }
+
+// answer is a scripted broker answer: status, Retry-After ("" for none) and a JSON body.
+func answer(status int, retryAfter, body string) *http.Response {
+	h := http.Header{"Content-Type": {"application/json"}}
+	if retryAfter != "" {
+		h.Set("Retry-After", retryAfter)
+	}
+	return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(body))}
+}

@@ -156,14 +156,17 @@ func (n *node) available() bool {
 // the node that issued it: prefer (the leasing node) when its breaker is closed and this
 // call has not tried it, else the first closed, untried endpoint in the configured order,
 // else the first closed one, else (every breaker open: never refuse to try) the one
-// whose cooldown ends first.
-func (c *Client) pick(tried map[*node]bool, prefer *node) *node {
-	if prefer != nil && !tried[prefer] && prefer.available() {
+// whose cooldown ends first. An endpoint whose Retry-After (notBefore) ends after at is
+// passed over while another can be tried; when none can, the one whose Retry-After ends
+// first is chosen (and the caller waits for it).
+func (c *Client) pick(tried map[*node]bool, prefer *node, notBefore map[*node]time.Time, at time.Time) *node {
+	ready := func(n *node) bool { return !notBefore[n].After(at) }
+	if prefer != nil && !tried[prefer] && prefer.available() && ready(prefer) {
 		return prefer
 	}
 	var fallback *node
 	for _, n := range c.nodes {
-		if !n.available() {
+		if !n.available() || !ready(n) {
 			continue
 		}
 		if !tried[n] {
@@ -176,11 +179,23 @@ func (c *Client) pick(tried map[*node]bool, prefer *node) *node {
 	if fallback != nil {
 		return fallback
 	}
-	best := c.nodes[0]
-	bestUntil := best.until()
-	for _, n := range c.nodes[1:] {
-		if u := n.until(); u.Before(bestUntil) {
+	var best *node
+	var bestUntil time.Time
+	for _, n := range c.nodes {
+		if !ready(n) {
+			continue
+		}
+		if u := n.until(); best == nil || u.Before(bestUntil) {
 			best, bestUntil = n, u
+		}
+	}
+	if best != nil {
+		return best
+	}
+	best = c.nodes[0]
+	for _, n := range c.nodes[1:] {
+		if notBefore[n].Before(notBefore[best]) {
+			best = n
 		}
 	}
 	return best
@@ -298,6 +313,28 @@ type reply struct {
 	uncertainBefore bool
 }
 
+// maxRetryAfter bounds how long one Retry-After can hold a call back, whatever the
+// header says (the Python SDK's bound too).
+const maxRetryAfter = 300 * time.Second
+
+// retryAfterWait is the wait a Retry-After asks for, bounded by maxRetryAfter.
+func retryAfterWait(d time.Duration) time.Duration { return min(max(d, 0), maxRetryAfter) }
+
+// budget is what one call may take in all (docs/sdk/contract.md, "Timeouts"): attempts
+// × the per-attempt bound + the longest backoff between them. A Retry-After that would
+// hold the call past it (or past the caller's deadline) fails the call instead.
+func (c *Client) budget(cl *call, attempts int, bo Backoff) time.Duration {
+	per := c.cfg.timeout
+	if cl.poll > 0 {
+		per = cl.poll + c.cfg.timeout
+	}
+	gap := DefaultMaxBackoff
+	if f, ok := bo.(*FullJitter); ok && f.Max > gap {
+		gap = f.Max
+	}
+	return time.Duration(attempts)*per + time.Duration(attempts-1)*gap
+}
+
 func (c *Client) do(ctx context.Context, cl *call) (*reply, error) {
 	if c.closed.Load() {
 		return nil, &Error{Op: cl.op, Topic: cl.topic, kind: ErrClosed}
@@ -310,10 +347,14 @@ func (c *Client) do(ctx context.Context, cl *call) (*reply, error) {
 		c.clusterCheck.Do(c.startClusterCheck)
 	}
 	bo := c.cfg.retry.Backoff()
+	deadline := time.Now().Add(c.budget(cl, attempts, bo))
 	tried := make(map[*node]bool, len(c.nodes))
+	// notBefore holds, per endpoint, the time its Retry-After named: this call sends it
+	// nothing before then, and goes to another endpoint or waits.
+	notBefore := make(map[*node]time.Time, len(c.nodes))
 	uncertain := false
 	for attempt := 1; ; attempt++ {
-		n := c.pick(tried, cl.prefer)
+		n := c.pick(tried, cl.prefer, notBefore, time.Now())
 		tried[n] = true
 		rep, err := c.attempt(ctx, cl, n, attempt)
 		if err == nil {
@@ -330,11 +371,20 @@ func (c *Client) do(ctx context.Context, cl *call) (*reply, error) {
 		if uncertain {
 			e.uncertain = true
 		}
+		// A produce-batch of which part was stored is never sent again, whatever the
+		// duplicates setting: its error says what was stored (contract rules 4 and 5).
+		if e.PartlyStored != nil {
+			return nil, e
+		}
 		if !e.Retryable() || attempt >= attempts || ctx.Err() != nil || c.closed.Load() {
 			return nil, e
 		}
 		if e.uncertain && cl.unsafe && !cl.allowDup {
 			return nil, e
+		}
+		now := time.Now()
+		if e.RetryAfter > 0 {
+			notBefore[n] = now.Add(retryAfterWait(e.RetryAfter))
 		}
 		// A request refused before it was stored (never sent, or a 503 that stored
 		// nothing) fails over to an untried node at once.
@@ -344,9 +394,20 @@ func (c *Client) do(ctx context.Context, cl *call) (*reply, error) {
 			if wait == StopBackoff {
 				return nil, e
 			}
-			if e.RetryAfter > wait {
-				wait = e.RetryAfter
+		}
+		// The next attempt goes to an endpoint that may be sent to by then, else to the
+		// one whose Retry-After ends first, after waiting for it.
+		next := c.pick(tried, cl.prefer, notBefore, now.Add(wait))
+		if nb := notBefore[next]; nb.After(now.Add(wait)) {
+			wait = nb.Sub(now)
+			if now.Add(wait).After(deadline) {
+				c.log.Debug("narad: not retrying: the Retry-After is past the call's budget", "op", cl.op, "topic", cl.topic, "retry_after", e.RetryAfter, "err", e)
+				return nil, e
 			}
+		}
+		if d, ok := ctx.Deadline(); ok && now.Add(wait).After(d) {
+			// The caller's deadline comes before the next attempt could start.
+			return nil, e
 		}
 		c.log.Debug("narad: retrying", "op", cl.op, "topic", cl.topic, "attempt", attempt, "wait", wait, "err", e)
 		c.observe(Event{Kind: EventRetry, Context: ctx, Op: cl.op, Topic: cl.topic, Node: n.base, Attempt: attempt, Err: e, Start: time.Now(), Duration: wait})
@@ -465,6 +526,9 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 	var wire api.Error
 	if json.Unmarshal(data, &wire) == nil && wire.Error.Code != "" {
 		e.Code, e.Message = string(wire.Error.Code), wire.Error.Message
+		if p := wire.Error.PartlyStored; p != nil {
+			e.PartlyStored = &PartlyStored{Stored: p.Stored, FailedPartitions: p.FailedPartitions}
+		}
 	} else {
 		e.Message = strings.TrimSpace(string(data))
 		if len(e.Message) > 200 {
@@ -483,7 +547,11 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 		}
 	}
 	switch {
-	case e.Code == CodeTimeout, resp.StatusCode == http.StatusGatewayTimeout:
+	case e.PartlyStored != nil:
+		// Part of the batch was stored: the call took effect, and must not be resent.
+		e.uncertain = true
+		c.nodeOK(n)
+	case e.Code == CodeTimeout, resp.StatusCode == http.StatusGatewayTimeout, resp.StatusCode == http.StatusRequestTimeout:
 		e.uncertain = true
 	case resp.StatusCode == http.StatusServiceUnavailable && (e.Code == CodeUnavailable || e.Code == ""),
 		resp.StatusCode == http.StatusBadGateway:

@@ -107,11 +107,14 @@ func (cs *Consumer) Stats() ConsumerStats {
 
 // Run polls and handles messages until ctx is cancelled, then drains: it stops polling,
 // lets running handlers finish within the shutdown grace, settles their outcomes, and
-// returns nil. Transient failures (503, timeouts, lost connections) are retried with
+// returns nil. Other failures (503, 500, timeouts, lost connections) are retried with
 // backoff and reported through the logger, the observer and WithErrorHandler; Run stops
 // early only on a terminal error (401, 403, the topic not found, a request the broker
-// refuses), which it returns. It returns an error too when handlers were still running
-// after the grace period and a short wait beyond it. A Consumer runs once at a time.
+// refuses as malformed), which it returns. Handlers still running after the grace period
+// and a short wait beyond it are given up: their leases are no longer renewed, their
+// messages are handed back before Run returns, and Run returns an error saying so;
+// what such a handler does later is ignored (it never acks). A Consumer runs once at a
+// time.
 func (cs *Consumer) Run(ctx context.Context) error {
 	if !cs.running.CompareAndSwap(false, true) {
 		return errors.New("narad: Consumer.Run called while it is running")
@@ -172,8 +175,8 @@ loop:
 			cs.report(err, false)
 			wait := bo.NextBackOff()
 			var e *Error
-			if errors.As(err, &e) && e.RetryAfter > wait {
-				wait = e.RetryAfter
+			if errors.As(err, &e) && retryAfterWait(e.RetryAfter) > wait {
+				wait = retryAfterWait(e.RetryAfter)
 			}
 			if !sleepCtx(ctx, wait) {
 				break loop
@@ -212,13 +215,34 @@ loop:
 		return stopErr
 	case <-time.After(min(max(cs.cfg.grace/2, time.Second), 10*time.Second)):
 	}
-	n := 0
+	// Give up on the handlers still running: stop renewing their leases and hand their
+	// messages back now, so they are delivered again at once rather than held (up to the
+	// max lease) by a renewal that outlives Run. Whatever such a handler does later is
+	// ignored, and its message is never acked by it.
+	var stragglers []*Message
 	active.Range(func(k, _ any) bool {
-		k.(*Message).markLost() // never ack what outlived the drain
-		n++
+		if m := k.(*Message); m.giveUp() {
+			stragglers = append(stragglers, m)
+		}
 		return true
 	})
-	err := fmt.Errorf("narad: %d handler(s) of topic %s still running after the shutdown grace of %s and a cancel; their messages will be delivered again", n, cs.topic, cs.cfg.grace)
+	var nacks sync.WaitGroup
+	for _, m := range stragglers {
+		nacks.Add(1)
+		go func() {
+			defer nacks.Done()
+			cs.c.log.Warn("narad: handler outlived the shutdown grace; handing the message back", "topic", cs.topic, "partition", m.Partition, "offset", m.Offset)
+			if ok, _, _ := m.state(); !ok {
+				cs.settle(ctx, m, "nack", 0)
+			}
+			m.markLost() // never ack what outlived the drain
+		}()
+	}
+	nacks.Wait()
+	if len(stragglers) == 0 {
+		return stopErr // the last ones returned just now, and settle their messages
+	}
+	err := fmt.Errorf("narad: %d handler(s) of topic %s still running after the shutdown grace of %s and a cancel; their messages were handed back and will be delivered again", len(stragglers), cs.topic, cs.cfg.grace)
 	cs.report(err, true)
 	return errors.Join(stopErr, err)
 }
@@ -305,6 +329,11 @@ func (cs *Consumer) work(ctx, hard context.Context, m *Message) {
 	start := time.Now()
 	err := cs.invoke(hctx, m)
 	l.stop()
+	if !m.finish() {
+		// Run gave up on this handler at shutdown and handed its message back.
+		cs.c.log.Debug("narad: a handler given up at shutdown returned; its outcome is ignored", "topic", cs.topic, "partition", m.Partition, "offset", m.Offset, "err", err)
+		return
+	}
 	cs.c.observe(Event{Kind: EventProcess, Context: hctx, Topic: cs.topic, Message: m, Start: start, Duration: time.Since(start), Err: err})
 	if err != nil {
 		cs.failed.Add(1)

@@ -423,3 +423,113 @@ func TestConsumerRunsOnceAtATime(t *testing.T) {
 		t.Fatalf("Run after stop: %v", err)
 	}
 }
+
+// TestConsumeHandsBackAStragglerWhenRunReturns: a handler that ignores its cancelled
+// context and outlives the grace is given up: Run stops renewing its lease and hands the
+// message back before it returns, so the message is delivered again at once, and what
+// the handler does later is ignored (it never acks). The old code only marked it lost:
+// the lease kept being renewed after Run returned (up to the 1 h max lease), so the
+// message was held rather than delivered again.
+func TestConsumeHandsBackAStragglerWhenRunReturns(t *testing.T) {
+	var mu sync.Mutex
+	var extends []time.Time
+	c := newClient(t, narad.WithObserver(func(e narad.Event) {
+		if e.Kind == narad.EventRequest && e.Op == "extend" {
+			mu.Lock()
+			extends = append(extends, e.Start)
+			mu.Unlock()
+		}
+	}))
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1, VisibilityTimeout: 600 * time.Millisecond})
+	produceN(t, c, topic, 1)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	returned := make(chan struct{})
+	cs := c.Consumer(topic, func(ctx context.Context, m *narad.Message) error {
+		close(started)
+		<-release // ignores ctx: a stuck handler
+		defer close(returned)
+		return m.Ack(context.Background()) // too late: must not ack
+	}, narad.WithWait(200*time.Millisecond), narad.WithShutdownGrace(100*time.Millisecond))
+	stop := runConsumer(t, cs)
+	<-started
+	if err := stop(); err == nil || !strings.Contains(err.Error(), "still running") {
+		t.Fatalf("Run: %v", err)
+	}
+	stopped := time.Now()
+	if st := cs.Stats(); st.Nacked != 1 {
+		t.Fatalf("the straggler's message was not handed back: %+v", st)
+	}
+	// Handed back: delivered again at once, while the old handler still runs. (Another
+	// client takes it, so that its calls are not counted as the consumer's renewals.)
+	other := newClient(t)
+	msgs, err := other.Receive(ctxT(t), topic, narad.WithWait(time.Second))
+	if err != nil || len(msgs) != 1 || msgs[0].DeliveryAttempt != 2 {
+		t.Fatalf("the straggler's message is not delivered again: %v (%d messages)", err, len(msgs))
+	}
+	if err := msgs[0].Extend(ctxT(t), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // more than one renewal period of the old lease
+	close(release)
+	<-returned
+	mu.Lock()
+	for _, at := range extends {
+		if at.After(stopped) {
+			t.Errorf("the given-up lease was renewed %s after Run returned", at.Sub(stopped).Round(time.Millisecond))
+		}
+	}
+	mu.Unlock()
+	if st := cs.Stats(); st.Acked != 0 || st.Nacked != 1 {
+		t.Fatalf("the handler's late outcome was counted: %+v", st)
+	}
+	if err := msgs[0].Ack(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	assertEmpty(t, c, topic)
+}
+
+// TestConsumeSurvivesA500OnPoll: a 500 on a poll (a broker bug on one request, or a
+// proxy) is reported and retried with backoff, and the loop goes on to handle the
+// message: only 401, 403 and the topic gone stop it (contract rule 7). The old code
+// stopped Run on the first 500 and returned it.
+func TestConsumeSurvivesA500OnPoll(t *testing.T) {
+	c, ft := newFaultClient(t, narad.WithRetry(narad.RetryPolicy{Attempts: 1}))
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	produceN(t, c, topic, 1)
+	var polls atomic.Int32
+	ft.set(func(r *http.Request) (*http.Response, error) {
+		if strings.HasSuffix(r.URL.Path, "/consume") && polls.Add(1) <= 2 {
+			return answer(500, "", `{"error":{"code":"internal","message":"an unexpected error happened"}}`), nil
+		}
+		return nil, nil
+	}, nil)
+	var reported atomic.Int32
+	cs := c.Consumer(topic, func(ctx context.Context, m *narad.Message) error { return nil },
+		narad.WithErrorHandler(func(err error) {
+			if errors.Is(err, narad.ErrInternal) {
+				reported.Add(1)
+			}
+		}), narad.WithWait(300*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cs.Run(ctx) }()
+	timeout := time.After(30 * time.Second)
+	for cs.Stats().Acked != 1 {
+		select {
+		case err := <-done:
+			t.Fatalf("the consumer stopped on a 500 from a poll: %v", err)
+		case <-timeout:
+			t.Fatalf("no ack within 30 s: %+v", cs.Stats())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if reported.Load() != 2 || cs.Stats().Errors != 2 {
+		t.Fatalf("reported %d, stats %+v", reported.Load(), cs.Stats())
+	}
+}

@@ -86,9 +86,27 @@ type Error struct {
 	RetryAfter time.Duration
 	// Err is the underlying transport or context error, if any.
 	Err error
+	// PartlyStored is set only on a failed ProduceBatch (or Publisher batch) request of
+	// which part was stored: the broker wrote the messages of some partitions and not
+	// those of others. Such a request is never resent by the SDK, whatever NoDuplicates
+	// says, since resending it stores the stored part twice; the error is Uncertain and
+	// not Retryable. Resend only the messages bound for PartlyStored.FailedPartitions if
+	// duplicates matter.
+	PartlyStored *PartlyStored
 
 	kind      error
 	uncertain bool
+}
+
+// PartlyStored says which part of a produce-batch request was stored when the request
+// failed in part (the broker's error.partly_stored).
+type PartlyStored struct {
+	// Stored is how many messages of the request were stored; they will be delivered.
+	Stored int
+	// FailedPartitions are the partitions whose messages were not stored. When the
+	// error's Code is "timeout" their messages may or may not be stored: that part of
+	// the outcome is unknown.
+	FailedPartitions []int32
 }
 
 // Error formats the failure for logs.
@@ -111,6 +129,13 @@ func (e *Error) Error() string {
 	if e.Code != "" {
 		b.WriteString(e.Code)
 		b.WriteString(": ")
+	}
+	if p := e.PartlyStored; p != nil {
+		fmt.Fprintf(&b, "partly stored (%d message(s) stored; not stored in partition(s) %v", p.Stored, p.FailedPartitions)
+		if e.Code == CodeTimeout {
+			b.WriteString(", which may be stored")
+		}
+		b.WriteString("; not resent): ")
 	}
 	switch {
 	case e.Message != "":
@@ -139,8 +164,13 @@ func (e *Error) Unwrap() []error {
 	return out
 }
 
-// Retryable reports whether retrying the same call is safe and useful.
+// Retryable reports whether retrying the same call is safe and useful. A produce-batch
+// request that was partly stored (PartlyStored) is not: resending it whole stores the
+// stored part twice.
 func (e *Error) Retryable() bool {
+	if e.PartlyStored != nil {
+		return false
+	}
 	switch e.kind {
 	case ErrUnavailable, ErrThrottled, ErrTimeout:
 		return !errors.Is(e.Err, context.Canceled)
@@ -149,7 +179,8 @@ func (e *Error) Retryable() bool {
 }
 
 // Uncertain reports whether the call may have taken effect although it failed: a
-// produce whose reply was lost may have stored the message.
+// produce whose reply was lost may have stored the message, and a produce-batch request
+// that was partly stored (PartlyStored) did store some of its messages.
 func (e *Error) Uncertain() bool { return e.uncertain }
 
 // Retryable reports whether err is worth retrying unchanged: a 503, a 429, a timeout or a
@@ -206,6 +237,8 @@ func kindOf(status int, code string) error {
 	case status == http.StatusServiceUnavailable, status == http.StatusBadGateway:
 		return ErrUnavailable
 	case status == http.StatusGatewayTimeout, status == http.StatusRequestTimeout:
+		// 408 (a proxy or server gave up waiting) is a timeout like 504: retryable, and
+		// the request may have taken effect.
 		return ErrTimeout
 	case status >= 500:
 		return ErrInternal
@@ -213,11 +246,19 @@ func kindOf(status int, code string) error {
 	return ErrBadRequest
 }
 
-// terminal reports whether err should stop a consume loop: credentials, a missing topic,
-// or a request the broker will never accept.
+// terminal reports whether err should stop a consume loop (contract rules 7 and 8):
+// credentials refused (401, 403), the topic not found (deleted), a request the broker
+// will never accept as sent (400), or the client closed. Everything else, a 500 or a
+// 501 included, is reported and retried with backoff: the loop never stops on a
+// failure that may pass.
 func terminal(err error) bool {
-	if err == nil || Retryable(err) {
+	if err == nil || Retryable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	for _, k := range []error{ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrBadRequest, ErrClosed} {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
 }

@@ -9,26 +9,29 @@ import (
 )
 
 func TestKindOfMapsEveryStatus(t *testing.T) {
+	// stops: the consume loop stops on it (contract rule 7: 401, 403, the topic gone,
+	// and a request the broker refuses as malformed); every other failure is retried.
 	cases := []struct {
-		status            int
-		code              string
-		kind              error
-		retryable, unsure bool
+		status                   int
+		code                     string
+		kind                     error
+		retryable, unsure, stops bool
 	}{
-		{400, "invalid_parameter", ErrBadRequest, false, false},
-		{401, "unauthenticated", ErrUnauthenticated, false, false},
-		{403, "forbidden", ErrForbidden, false, false},
-		{404, "topic_not_found", ErrNotFound, false, false},
-		{409, "topic_exists", ErrConflict, false, false},
-		{410, "lease_lost", ErrLeaseLost, false, false},
-		{413, "payload_too_large", ErrTooLarge, false, false},
-		{429, "", ErrThrottled, true, false},
-		{501, "not_implemented", ErrNotImplemented, false, false},
-		{503, "unavailable", ErrUnavailable, true, false},
-		{503, "acked_ahead_full", ErrUnavailable, true, false},
-		{503, "timeout", ErrTimeout, true, true},
-		{504, "", ErrTimeout, true, true},
-		{500, "internal", ErrInternal, false, false},
+		{400, "invalid_parameter", ErrBadRequest, false, false, true},
+		{401, "unauthenticated", ErrUnauthenticated, false, false, true},
+		{403, "forbidden", ErrForbidden, false, false, true},
+		{404, "topic_not_found", ErrNotFound, false, false, true},
+		{408, "", ErrTimeout, true, true, false},
+		{409, "topic_exists", ErrConflict, false, false, false},
+		{410, "lease_lost", ErrLeaseLost, false, false, false},
+		{413, "payload_too_large", ErrTooLarge, false, false, false},
+		{429, "", ErrThrottled, true, false, false},
+		{501, "not_implemented", ErrNotImplemented, false, false, false},
+		{503, "unavailable", ErrUnavailable, true, false, false},
+		{503, "acked_ahead_full", ErrUnavailable, true, false, false},
+		{503, "timeout", ErrTimeout, true, true, false},
+		{504, "", ErrTimeout, true, true, false},
+		{500, "internal", ErrInternal, false, false, false},
 	}
 	for _, c := range cases {
 		e := &Error{Op: "x", Status: c.status, Code: c.code, kind: kindOf(c.status, c.code), uncertain: c.unsure}
@@ -36,9 +39,15 @@ func TestKindOfMapsEveryStatus(t *testing.T) {
 		if !errors.Is(wrapped, c.kind) || Retryable(wrapped) != c.retryable || Uncertain(wrapped) != c.unsure {
 			t.Errorf("%d %s: kind %v retryable %v uncertain %v", c.status, c.code, e.kind, Retryable(wrapped), Uncertain(wrapped))
 		}
-		if terminal(e) == c.retryable {
+		if terminal(e) != c.stops {
 			t.Errorf("%d %s: terminal %v", c.status, c.code, terminal(e))
 		}
+	}
+	// A produce-batch request that was partly stored is not to be resent.
+	part := &Error{Op: "produce-batch", Status: 503, Code: CodeStorageFailed, kind: ErrUnavailable, uncertain: true,
+		PartlyStored: &PartlyStored{Stored: 3, FailedPartitions: []int32{0, 2}}}
+	if Retryable(part) || !Uncertain(part) || terminal(part) {
+		t.Errorf("partly stored: retryable %v uncertain %v terminal %v", Retryable(part), Uncertain(part), terminal(part))
 	}
 	if Retryable(nil) || Uncertain(nil) || Retryable(errors.New("x")) {
 		t.Fatal("foreign errors")

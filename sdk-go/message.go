@@ -45,6 +45,9 @@ type Message struct {
 	outcome string // "ack" or "nack" once a settlement succeeded
 	lost    bool   // the lease is gone: never ack
 	lease   *lease
+	// The consume loop's handler is done (finished) or was given up at shutdown
+	// (abandoned); whichever comes first settles the message.
+	finished, abandoned bool
 }
 
 // MessageForHandle returns a Message that settles the lease named by receiptHandle, a
@@ -153,6 +156,36 @@ func (m *Message) settle(ctx context.Context, op, extend string) error {
 	}
 	m.mu.Unlock()
 	return err
+}
+
+// finish records that the consume loop's handler returned; false when the consumer
+// gave up on it first (its message is handed back by Run).
+func (m *Message) finish() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.abandoned {
+		return false
+	}
+	m.finished = true
+	return true
+}
+
+// giveUp records that the consumer gives up on the handler at shutdown and stops
+// renewing its lease; false when the handler has returned already (its own settlement
+// goes on).
+func (m *Message) giveUp() bool {
+	m.mu.Lock()
+	if m.finished {
+		m.mu.Unlock()
+		return false
+	}
+	m.abandoned = true
+	l := m.lease
+	m.mu.Unlock()
+	if l != nil {
+		l.stop()
+	}
+	return true
 }
 
 func (m *Message) markLost() {
@@ -308,11 +341,18 @@ func (c *Client) ackChunk(ctx context.Context, topic string, msgs []*Message, id
 			}
 			e.kind = kindOf(e.Status, e.Code)
 			if e.Status == http.StatusGone && uncertain[i] {
+				// An earlier attempt of this entry may have settled it (contract rule 2).
 				res[i].Err = nil
 				continue
 			}
+			if e.Code == CodeTimeout || e.Status == http.StatusGatewayTimeout || e.Status == http.StatusRequestTimeout {
+				// The broker could not tell whether this entry was applied (503 timeout):
+				// a 410 on its retry counts as settled, as for Message.Ack.
+				e.uncertain = true
+				uncertain[i] = true
+			}
 			res[i].Err = e
-			if e.Status == http.StatusServiceUnavailable {
+			if e.Retryable() {
 				again = append(again, i)
 				retryAfter = time.Second
 			}

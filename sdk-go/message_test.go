@@ -322,3 +322,37 @@ func TestReplayedMessagesHaveNoLease(t *testing.T) {
 		}
 	}
 }
+
+// TestAckBatchEntryTimeoutThen410CountsAsAcked: an ack-batch entry answered 503
+// `timeout` may have been applied (here it was), so the 410 its retry gets counts as
+// acked, as it does for Message.Ack (contract rule 2). The old code retried the entry
+// but reported the 410 as ErrLeaseLost for a message that was settled.
+func TestAckBatchEntryTimeoutThen410CountsAsAcked(t *testing.T) {
+	c, ft := newFaultClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	if _, err := c.Produce(ctx, topic, "x"); err != nil {
+		t.Fatal(err)
+	}
+	m := receiveOne(t, c, topic)
+	var batches atomic.Int32
+	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
+		if err == nil && strings.HasSuffix(r.URL.Path, "/ack-batch") && batches.Add(1) == 1 {
+			// The broker acked it; the entry's answer says the outcome is unknown.
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return answer(200, "", `{"results":[{"receipt_handle":"`+m.ReceiptHandle+`","status":503,`+
+				`"error":{"code":"timeout","message":"the node holding the partition did not answer in time: the outcome is unknown"}}]}`), nil
+		}
+		return resp, err
+	})
+	res, err := c.AckBatch(ctx, topic, []*narad.Message{m})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("an entry answered 503 timeout, then 410: %v (batch err %v)", res[0].Err, err)
+	}
+	if n := batches.Load(); n != 2 {
+		t.Fatalf("%d ack-batch requests, want 2", n)
+	}
+	ft.set(nil, nil)
+	assertEmpty(t, c, topic)
+}

@@ -46,8 +46,12 @@ type config struct {
 
 // RetryPolicy says how often and how patiently a call is retried. Attempts counts the
 // first try (1 means no retry). Backoff makes a fresh Backoff per call; its NextBackOff
-// gives the wait before each retry (a Retry-After from the broker wins when it is
-// longer). A nil Backoff means full jitter between 50 ms and 5 s.
+// gives the wait before each retry. A Retry-After from an endpoint keeps the call from
+// that endpoint until the time it named (at most 300 s): the call goes to another one
+// meanwhile, or waits when there is none; a wait that would end past the call's budget
+// (Attempts × the per-attempt bound + the backoff's longest wait) or the caller's
+// deadline fails the call at once with the retryable error. A nil Backoff means full
+// jitter between 50 ms and 5 s.
 type RetryPolicy struct {
 	Attempts int
 	Backoff  func() Backoff

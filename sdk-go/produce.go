@@ -158,9 +158,12 @@ type ProduceResult struct {
 
 // ProduceBatch writes many messages to one topic in as few requests as the broker's
 // limits allow (1000 messages or about 7 MiB each) and returns one result per message,
-// in order. The broker writes each request whole or not at all, but a batch that needs
-// several requests can fail in part: the error is non-nil when any message failed, and
-// joins the distinct failures; check every result's Err.
+// in order. A message over the broker's 1 MiB limit fails alone with ErrTooLarge and is
+// not sent; the others are. A batch that needs several requests can fail in part, and
+// so can one request whose partitions' writes partly failed: its messages then all get
+// an *Error whose PartlyStored says how many were stored and which partitions were not
+// (such a request is never resent, whatever NoDuplicates says). The error is non-nil
+// when any message failed, and joins the distinct failures; check every result's Err.
 func (c *Client) ProduceBatch(ctx context.Context, topic string, msgs []Outgoing, opts ...ProduceOption) ([]ProduceResult, error) {
 	var pc produceConfig
 	for _, o := range opts {
@@ -170,16 +173,19 @@ func (c *Client) ProduceBatch(ctx context.Context, topic string, msgs []Outgoing
 	wire := make([]api.OutgoingMessage, len(msgs))
 	sizes := make([]int, len(msgs))
 	for i, m := range msgs {
-		w, err := outgoingWire(m)
+		w, n, err := outgoingWireAs(m, "")
 		if err != nil {
 			res[i].Err = &Error{Op: "produce-batch", Topic: topic, Err: err, Message: err.Error(), kind: ErrBadRequest}
 			continue
 		}
+		if n > MaxMessageBytes {
+			// Refused here, alone: sent, it would make the broker refuse the whole
+			// request (413) and fail every other message of it.
+			res[i].Err = &Error{Op: "produce-batch", Topic: topic, Message: fmt.Sprintf("message %d: the body is %d bytes; a message is at most %d", i, n, MaxMessageBytes), kind: ErrTooLarge}
+			continue
+		}
 		wire[i] = w
 		sizes[i] = len(w.Payload) + len(m.Key) + 64
-		if sizes[i] > maxBatchBody {
-			res[i].Err = &Error{Op: "produce-batch", Topic: topic, Message: "the message is over the broker's 1 MiB limit", kind: ErrTooLarge}
-		}
 	}
 	var chunk []int
 	size := 0
@@ -211,16 +217,12 @@ func (c *Client) ProduceBatch(ctx context.Context, topic string, msgs []Outgoing
 	return res, errors.Join(errs...)
 }
 
-func outgoingWire(m Outgoing) (api.OutgoingMessage, error) {
-	return outgoingWireAs(m, "")
-}
-
 // outgoingWireAs encodes m for a batch; contentType, when not "", overrides the type
 // the body's Go type implies. A batch entry has no content type of its own: a JSON type
 // sends the body as a JSON payload (which must be valid JSON, and which the broker
-// checks as JSON), any other sends its exact bytes.
-func outgoingWireAs(m Outgoing, contentType string) (api.OutgoingMessage, error) {
-	var w api.OutgoingMessage
+// checks as JSON), any other sends its exact bytes. n is the size of the message's body
+// as the broker stores it, which its 1 MiB limit applies to.
+func outgoingWireAs(m Outgoing, contentType string) (w api.OutgoingMessage, n int, err error) {
 	if m.Key != "" {
 		k := m.Key
 		w.Key = &k
@@ -228,26 +230,26 @@ func outgoingWireAs(m Outgoing, contentType string) (api.OutgoingMessage, error)
 	w.Partition = m.Partition
 	data, ct, err := encodeBody(m.Body)
 	if err != nil {
-		return w, err
+		return w, 0, err
 	}
 	if contentType != "" {
 		ct = contentType
 		if isJSONType(ct) {
 			if !json.Valid(data) {
-				return w, fmt.Errorf("narad: the body is not valid JSON, but its content type is %s", ct)
+				return w, 0, fmt.Errorf("narad: the body is not valid JSON, but its content type is %s", ct)
 			}
 			ct = "application/json"
 		}
 	}
 	if ct == "application/json" {
 		w.Payload = data
-		return w, nil
+		return w, len(data), nil
 	}
 	// Bytes and text travel as base64 so the stored bytes are exactly the body's.
 	s, _ := json.Marshal(base64.StdEncoding.EncodeToString(data))
 	enc := api.OutgoingMessagePayloadEncoding("base64")
 	w.Payload, w.PayloadEncoding = s, &enc
-	return w, nil
+	return w, len(data), nil
 }
 
 // isJSONType reports whether a Content-Type names JSON (application/json or a +json type).

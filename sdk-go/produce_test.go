@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,5 +212,137 @@ func TestProduceBatchSplitsOverLimits(t *testing.T) {
 	res, err = c.ProduceBatch(ctx, "no-such-topic-y", bad)
 	if err == nil || res[0].Err == nil || res[1].Err == nil || !errors.Is(err, narad.ErrNotFound) {
 		t.Fatalf("missing topic: %v %+v", err, res)
+	}
+}
+
+// TestProduceBatchPartlyStoredIsNotResent: a produce-batch answered with partly_stored
+// (some partitions' writes succeeded) is never sent again, with or without
+// NoDuplicates, by ProduceBatch or a Publisher: resending it stores the stored part
+// twice. Every message of the request fails with an error that says so (PartlyStored:
+// how many were stored, which partitions were not), Uncertain and not Retryable. The old
+// code read only code and message, resent the batch like any 503 and reported success.
+func TestProduceBatchPartlyStoredIsNotResent(t *testing.T) {
+	c, ft := newFaultClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
+	const partly = `{"error":{"code":"%s","message":"a disk write failed and only part of the batch was stored",` +
+		`"partly_stored":{"stored":1,"failed_partitions":[1]}}}`
+	var sent atomic.Int32
+	ft.set(func(r *http.Request) (*http.Response, error) {
+		if strings.HasSuffix(r.URL.Path, "/produce-batch") {
+			io.Copy(io.Discard, r.Body)
+			// Only the first request is answered so: a resend would reach the broker.
+			if sent.Add(1) == 1 {
+				return answer(503, "0", fmt.Sprintf(partly, "storage_failed")), nil
+			}
+		}
+		return nil, nil
+	}, nil)
+	batch := []narad.Outgoing{{Body: "a", Partition: narad.Pin(0)}, {Body: "b", Partition: narad.Pin(1)}}
+	check := func(what string, errs ...error) {
+		t.Helper()
+		for _, err := range errs {
+			var e *narad.Error
+			if !errors.As(err, &e) || e.PartlyStored == nil || e.PartlyStored.Stored != 1 ||
+				len(e.PartlyStored.FailedPartitions) != 1 || e.PartlyStored.FailedPartitions[0] != 1 {
+				t.Fatalf("%s: the error does not say what was stored: %v", what, err)
+			}
+			if !narad.Uncertain(err) || narad.Retryable(err) || !strings.Contains(err.Error(), "partly stored") {
+				t.Fatalf("%s: %v (uncertain %v, retryable %v)", what, err, narad.Uncertain(err), narad.Retryable(err))
+			}
+		}
+		if n := sent.Load(); n != 1 {
+			t.Fatalf("%s: the partly stored batch was sent %d times", what, n)
+		}
+		sent.Store(0)
+	}
+	for _, opts := range [][]narad.ProduceOption{nil, {narad.NoDuplicates()}} {
+		res, err := c.ProduceBatch(ctx, topic, batch, opts...)
+		check(fmt.Sprintf("ProduceBatch (%d options)", len(opts)), err, res[0].Err, res[1].Err)
+		if !errors.Is(err, narad.ErrUnavailable) {
+			t.Fatalf("503 storage_failed: %v", err)
+		}
+	}
+	p := c.Publisher(topic, narad.WithLinger(time.Minute)) // one batch, sent by Close
+	r1, _ := p.Publish(ctx, "a", narad.WithPartition(0))
+	r2, _ := p.Publish(ctx, "b", narad.WithPartition(1))
+	if err := p.Close(ctx); err == nil {
+		t.Fatal("Publisher: the partly stored batch was reported stored")
+	}
+	_, err1 := r1.Wait(ctx)
+	_, err2 := r2.Wait(ctx)
+	check("Publisher", err1, err2)
+	// With code timeout the failed partitions' messages may be stored too; the error
+	// says so.
+	ft.set(func(r *http.Request) (*http.Response, error) {
+		if strings.HasSuffix(r.URL.Path, "/produce-batch") {
+			io.Copy(io.Discard, r.Body)
+			if sent.Add(1) == 1 {
+				return answer(503, "0", fmt.Sprintf(partly, "timeout")), nil
+			}
+		}
+		return nil, nil
+	}, nil)
+	_, err := c.ProduceBatch(ctx, topic, batch)
+	check("ProduceBatch, code timeout", err)
+	if !errors.Is(err, narad.ErrTimeout) || !strings.Contains(err.Error(), "may be stored") {
+		t.Fatalf("code timeout: %v", err)
+	}
+	// Nothing reached the broker: none of the answers above was followed by a resend.
+	ft.set(nil, nil)
+	for m, err := range c.Replay(ctx, topic, narad.FromStart()) {
+		t.Fatalf("stored by a resend: %v %v", m, err)
+	}
+}
+
+// TestProduceBatchRefusesOnlyTheOversizedMessage: a message over the broker's 1 MiB
+// limit fails alone with ErrTooLarge before anything is sent, and the other messages of
+// the batch are stored (a message of exactly 1 MiB is within the limit). The old code
+// held each message to the 7 MiB batch budget, sent the 2 MiB one, and the broker's 413
+// for the whole request failed every message with it.
+func TestProduceBatchRefusesOnlyTheOversizedMessage(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	res, err := c.ProduceBatch(ctx, topic, []narad.Outgoing{
+		{Body: "small-1"}, {Body: make([]byte, 2<<20)}, {Body: make([]byte, narad.MaxMessageBytes)}, {Body: "small-2"}})
+	if !errors.Is(err, narad.ErrTooLarge) || !errors.Is(res[1].Err, narad.ErrTooLarge) {
+		t.Fatalf("the 2 MiB message: %v (batch err %v)", res[1].Err, err)
+	}
+	for _, i := range []int{0, 2, 3} {
+		if res[i].Err != nil {
+			t.Fatalf("message %d failed with the 2 MiB one: %v", i, res[i].Err)
+		}
+	}
+	if res[0].Offset != 0 || res[2].Offset != 1 || res[3].Offset != 2 {
+		t.Fatalf("results %+v", res)
+	}
+}
+
+// TestProduce408IsUncertain: a 408 (a proxy or server that gave up waiting for the
+// request) is a timeout: retryable, and the produce may have been stored, so with
+// NoDuplicates it is not sent again and fails as uncertain. The old code took a 408 for
+// an answer that stored nothing and sent the message again, storing it twice.
+func TestProduce408IsUncertain(t *testing.T) {
+	c, ft := newFaultClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	var sent atomic.Int32
+	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
+		if err == nil && strings.HasSuffix(r.URL.Path, "/produce") && sent.Add(1) == 1 {
+			// Stored, but the answer that comes back is a proxy's 408.
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return &http.Response{StatusCode: http.StatusRequestTimeout, Header: http.Header{"Content-Type": {"text/html"}},
+				Body: io.NopCloser(strings.NewReader("<html><body>408 Request Time-out</body></html>"))}, nil
+		}
+		return resp, err
+	})
+	_, err := c.Produce(ctx, topic, "once", narad.NoDuplicates())
+	if !errors.Is(err, narad.ErrTimeout) || !narad.Uncertain(err) || !narad.Retryable(err) {
+		t.Fatalf("408: %v (uncertain %v, retryable %v)", err, narad.Uncertain(err), narad.Retryable(err))
+	}
+	if n := sent.Load(); n != 1 {
+		t.Fatalf("NoDuplicates: a produce answered 408 was sent %d times", n)
 	}
 }

@@ -156,12 +156,12 @@ func (p *Publisher) Publish(ctx context.Context, body any, opts ...ProduceOption
 	if pc.pinned {
 		out.Partition = Pin(pc.partition)
 	}
-	w, err := outgoingWireAs(out, pc.contentType)
+	w, n, err := outgoingWireAs(out, pc.contentType)
 	if err != nil {
 		return nil, &Error{Op: "publish", Topic: p.topic, Err: err, Message: err.Error(), kind: ErrBadRequest}
 	}
 	size := len(w.Payload) + len(pc.key) + 64
-	if size > maxBatchBody || len(w.Payload) > MaxMessageBytes*4/3+8 {
+	if size > maxBatchBody || n > MaxMessageBytes {
 		return nil, &Error{Op: "publish", Topic: p.topic, Message: "the message is over the broker's 1 MiB limit", kind: ErrTooLarge}
 	}
 	if p.cfg.nonBlocking {

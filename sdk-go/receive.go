@@ -66,7 +66,8 @@ func WithMaxLease(d time.Duration) ConsumeOption {
 }
 
 // WithShutdownGrace sets how long a Consumer lets running handlers finish after its
-// context is cancelled (default 30 s); then their contexts are cancelled too.
+// context is cancelled (default 30 s); then their contexts are cancelled too, and a
+// handler that has not returned shortly after is given up and its message handed back.
 func WithShutdownGrace(d time.Duration) ConsumeOption {
 	return func(c *consumeConfig) { c.grace = max(d, 0) }
 }
