@@ -61,7 +61,7 @@ export type ProduceResult = { ok: true; produced: Produced } | { ok: false; erro
 /**
  * ProduceBatchError is thrown by {@link Client.produceBatch} when any message failed.
  * `results` has one entry per message, in order: a partial failure is never hidden.
- * Its own kind, code and flags are those of the first failure.
+ * Its own kind, code, flags and `partlyStored` are those of the first failure.
  */
 export class ProduceBatchError extends NaradError {
   /** One result per message, in the order given. */
@@ -79,6 +79,7 @@ export class ProduceBatchError extends NaradError {
       retryAfterMs: first.retryAfterMs,
       endpoint: first.endpoint,
       cause: first,
+      partlyStored: first.partlyStored,
     });
     this.name = "ProduceBatchError";
     this.results = results;
@@ -129,6 +130,11 @@ export interface CreateUserOptions extends CallOptions {
   /** What the user may do (default nothing). */
   grants?: Grant[];
 }
+
+/** The wait before resending ack-batch entries answered 503: the broker's Retry-After for them. */
+const ENTRY_RETRY_AFTER_MS = 1000;
+/** The fewest ack-batch requests sent for entries answered 503 (as in Go and Python). */
+const ACK_BATCH_ROUNDS = 6;
 
 function topicPath(topic: string, rest = ""): string {
   return `/v1/topics/${encodeURIComponent(topic)}${rest}`;
@@ -236,6 +242,11 @@ export class Client implements AsyncDisposable, ClientCore {
    * (1000 messages and 8 MiB a request), and resolves with one {@link Produced} per
    * message in order. When any message fails it rejects with a
    * {@link ProduceBatchError} whose `results` say, per message, what happened.
+   *
+   * A request the broker answers with only part of it stored (its error's
+   * `partlyStored`: how many were stored, which partitions failed) is never resent,
+   * whatever `allowDuplicates` says, since a resend stores the stored part twice: each
+   * of its messages fails with that error (uncertain, not retryable).
    */
   async produceBatch(topic: string, messages: readonly Outgoing[], opts: ProduceBatchOptions = {}): Promise<Produced[]> {
     if (messages.length === 0) return [];
@@ -262,7 +273,7 @@ export class Client implements AsyncDisposable, ClientCore {
           const p = out[i];
           results[c.idx] = p
             ? { ok: true, produced: p }
-            : { ok: false, error: errorFromStatus(500, "internal", "the broker returned fewer results than messages") };
+            : { ok: false, error: errorFromStatus(500, "internal", "the broker returned fewer results than messages", { uncertain: true }) };
         });
       } catch (e) {
         if (!(e instanceof NaradError)) throw e;
@@ -407,6 +418,10 @@ export class Client implements AsyncDisposable, ClientCore {
    * ackBatch settles, renews or hands back many leased messages of one topic, with one
    * {@link AckResult} per entry, in order. Entries that name an `endpoint` go to the
    * node that leased them (one request per endpoint); the rest to the preferred one.
+   * Confirmed like {@link Client.ack}: entries answered 503 are sent again with backoff
+   * (at least 1 s; up to 6 requests, or the client's attempts if more), and an ack or hand-back (`extend` absent or 0)
+   * answered 410 after an attempt whose reply was lost (or a 503 `timeout`) counts as
+   * done, since that attempt settled it.
    */
   async ackBatch(topic: string, entries: readonly AckEntry[], opts?: CallOptions): Promise<AckResult[]> {
     if (entries.length === 0) return [];
@@ -418,41 +433,77 @@ export class Client implements AsyncDisposable, ClientCore {
       else groups.set(e.endpoint, [i]);
     });
     for (const [endpoint, idxs] of groups) {
-      for (let i = 0; i < idxs.length; i += 1000) {
-        const part = idxs.slice(i, i + 1000);
-        const wire: S["AckBatchRequest"] = {
-          acks: part.map((j) => {
-            const e = entries[j] as AckEntry;
-            const a: S["AckEntry"] = { receipt_handle: e.receiptHandle };
-            if (e.extend !== undefined) a.extend = e.extend === true ? "true" : msParam(e.extend);
-            return a;
-          }),
-        };
-        const res = await this.json<S["AckResultList"]>(
-          { operation: "ackBatch", method: "POST", path: topicPath(topic, "/ack-batch"), topic, expect: [200], retryUncertain: true, endpoint, ...this.callOpts(opts) },
-          wire,
-        );
-        res.results.forEach((r, k) => {
-          const j = part[k];
-          if (j === undefined) return;
-          out[j] = {
-            receiptHandle: r.receipt_handle,
-            ok: r.status === 204,
-            status: r.status,
-            error: r.status === 204 ? undefined : errorFromStatus(r.status, r.error?.code, r.error?.message),
-          };
-        });
-      }
+      for (let i = 0; i < idxs.length; i += 1000) await this.ackChunk(topic, entries, idxs.slice(i, i + 1000), endpoint, out, opts);
     }
     entries.forEach((e, j) => {
       out[j] ??= {
         receiptHandle: e.receiptHandle,
         ok: false,
         status: 500,
-        error: errorFromStatus(500, "internal", "the broker returned fewer results than entries"),
+        error: errorFromStatus(500, "internal", "the broker returned fewer results than entries", { uncertain: true }),
       };
     });
     return out;
+  }
+
+  /** One ack-batch request per round, resending the entries answered 503 until the rounds run out. */
+  private async ackChunk(
+    topic: string,
+    entries: readonly AckEntry[],
+    part: number[],
+    endpoint: string | undefined,
+    out: AckResult[],
+    opts: CallOptions | undefined,
+  ): Promise<void> {
+    // Entries an earlier round may have settled (its reply was lost, or it was a 503
+    // `timeout`): a 410 for them is that round's doing.
+    const maybeDone = new Set<number>();
+    for (let round = 1; part.length > 0; round++) {
+      const wire: S["AckBatchRequest"] = {
+        acks: part.map((j) => {
+          const e = entries[j] as AckEntry;
+          const a: S["AckEntry"] = { receipt_handle: e.receiptHandle };
+          if (e.extend !== undefined) a.extend = e.extend === true ? "true" : msParam(e.extend);
+          return a;
+        }),
+      };
+      const raw = await this.call({
+        operation: "ackBatch",
+        method: "POST",
+        path: topicPath(topic, "/ack-batch"),
+        body: new TextEncoder().encode(JSON.stringify(wire)),
+        contentType: "application/json",
+        topic,
+        expect: [200],
+        retryUncertain: true,
+        endpoint,
+        ...this.callOpts(opts),
+      });
+      if (raw.earlierUncertain) for (const j of part) maybeDone.add(j);
+      const again: number[] = [];
+      parseJSON<S["AckResultList"]>(raw).results.forEach((r, k) => {
+        const j = part[k];
+        if (j === undefined) return;
+        const e = entries[j] as AckEntry;
+        const settles = e.extend === undefined || e.extend === 0;
+        if (r.status === 204 || (r.status === 410 && settles && maybeDone.has(j))) {
+          out[j] = { receiptHandle: r.receipt_handle, ok: true, status: 204, error: undefined };
+          return;
+        }
+        const error = errorFromStatus(r.status, r.error?.code, r.error?.message, { endpoint: raw.endpoint });
+        out[j] = { receiptHandle: r.receipt_handle, ok: false, status: r.status, error };
+        if (r.status === 503) {
+          if (error.uncertain) maybeDone.add(j);
+          again.push(j);
+        }
+      });
+      if (again.length === 0 || round >= Math.max(this.transport.attempts, ACK_BATCH_ROUNDS)) return;
+      // A 503 entry carries no Retry-After of its own; the broker's is 1 s for these.
+      const delay = this.transport.backoff(round, ENTRY_RETRY_AFTER_MS);
+      this.logger.debug?.("narad: retrying ack-batch entries answered 503", { topic, entries: again.length, round, delayMs: Math.round(delay) });
+      await sleep(delay, opts?.signal);
+      part = again;
+    }
   }
 
   /**

@@ -35,7 +35,12 @@ export interface ConsumeOptions {
   leaseMs?: number;
   /** Stop renewing a message's lease after this long, in ms (default 1 h); its handler is then aborted. */
   maxLeaseMs?: number;
-  /** How long {@link Consumer.stop} lets running handlers finish, in ms (default 30000). */
+  /**
+   * How long {@link Consumer.stop} lets running handlers finish, in ms (default 30000);
+   * then their `signal` aborts, and a handler still running after a little longer (this
+   * again, at most 5 s) is given up on: its message is handed back, its lease no longer
+   * renewed.
+   */
   shutdownGraceMs?: number;
   /**
    * Delay before a failed message is redelivered, in ms, or a function of the message
@@ -86,6 +91,14 @@ interface Running {
   lost: boolean;
   /** The handler returned: renewals stop and a late 410 is no longer a lost lease. */
   finished: boolean;
+  /**
+   * The shutdown gave up on the handler (it ignored its signal past the grace): its
+   * lease is no longer renewed, the message was handed back, and whatever the handler
+   * does later is not settled by the consumer.
+   */
+  abandoned: boolean;
+  /** The message is being dead-lettered rather than handled. */
+  deadLettering: boolean;
   done: Promise<void>;
 }
 
@@ -100,7 +113,10 @@ export function poisonBackoffMs(deliveryAttempt: number, random: () => number = 
   return Math.round(d / 2 + random() * (d / 2));
 }
 
-const terminalKinds = new Set(["Unauthenticated", "Forbidden", "NotFound", "BadRequest", "Closed"]);
+// Rule 8 of the SDK contract: 400, 401, 403, 404, 409 and 413 are terminal, and so is a
+// closed client: a poll answered so ends the loop, a renewal answered so has lost its
+// lease. Every other failure (a 500 or 501 included) is reported and retried (rule 7).
+const terminalKinds = new Set(["Unauthenticated", "Forbidden", "NotFound", "BadRequest", "Conflict", "TooLarge", "Closed"]);
 
 /**
  * Consumer is a running worker loop made by {@link Client.consume}. `done` settles when
@@ -255,7 +271,17 @@ export class Consumer implements AsyncDisposable {
   }
 
   private run(msg: Message): void {
-    const r: Running = { msg, ctl: new AbortController(), timer: undefined, leaseEnd: msg.receivedAt + this.leaseMs, lost: false, finished: false, done: Promise.resolve() };
+    const r: Running = {
+      msg,
+      ctl: new AbortController(),
+      timer: undefined,
+      leaseEnd: msg.receivedAt + this.leaseMs,
+      lost: false,
+      finished: false,
+      abandoned: false,
+      deadLettering: false,
+      done: Promise.resolve(),
+    };
     this.running.add(r);
     this.scheduleLease(r);
     r.done = this.execute(r).finally(() => {
@@ -281,8 +307,8 @@ export class Consumer implements AsyncDisposable {
 
   private async renewLease(r: Running): Promise<void> {
     r.timer = undefined;
-    if (r.lost || r.finished || r.msg.settled) return;
     for (let attempt = 1; ; attempt++) {
+      if (r.lost || r.finished || r.msg.settled) return;
       const sent = Date.now();
       const left = r.leaseEnd - sent;
       if (left <= 0) {
@@ -337,10 +363,10 @@ export class Consumer implements AsyncDisposable {
     let failure: unknown;
     let failed = false;
     if (this.maxDeliveries > 0 && (msg.deliveryAttempt ?? 1) > this.maxDeliveries) {
-      r.finished = true;
-      if (r.timer !== undefined) clearTimeout(r.timer);
-      r.timer = undefined;
-      await this.track(this.deadLetter(msg));
+      // The lease stays renewed while the dead-letter produce runs, however slow: a
+      // lapsed lease would let the message be delivered, and dead-lettered, again.
+      r.deadLettering = true;
+      await this.track(this.deadLetter(r));
       return;
     }
     const onGrace = () => r.ctl.abort(new ClosedError("the consumer's shutdown grace period ended"));
@@ -352,10 +378,9 @@ export class Consumer implements AsyncDisposable {
       failure = e;
     } finally {
       this.graceCtl.signal.removeEventListener("abort", onGrace);
-      r.finished = true;
-      if (r.timer !== undefined) clearTimeout(r.timer);
-      r.timer = undefined;
+      this.stopRenewing(r);
     }
+    if (r.abandoned) return; // handed back at shutdown: whatever it did comes too late
     if (r.lost || msg.state === "lost") return; // never ack a message whose lease is gone
     if (msg.settled) {
       // The handler settled it itself: count it, settle nothing more.
@@ -390,12 +415,21 @@ export class Consumer implements AsyncDisposable {
     return poisonBackoffMs(msg.deliveryAttempt ?? 1);
   }
 
+  /** stopRenewing ends a message's lease renewals: its handler returned, or it is settled now. */
+  private stopRenewing(r: Running): void {
+    r.finished = true;
+    if (r.timer !== undefined) clearTimeout(r.timer);
+    r.timer = undefined;
+  }
+
   /**
    * deadLetter moves a message past maxDeliveries to the dead-letter topic and acks it;
    * when the produce fails it nacks with the backoff, so nothing is acked that was not
-   * dead-lettered.
+   * dead-lettered. The lease is renewed until the produce has finished and the ack (or
+   * nack) is sent.
    */
-  private async deadLetter(msg: Message): Promise<void> {
+  private async deadLetter(r: Running): Promise<void> {
+    const msg = r.msg;
     const dlt = this.opts.deadLetterTopic as string;
     const fields = { topic: this.topic, partition: msg.partition, offset: msg.offset, deliveryAttempt: msg.deliveryAttempt, deadLetterTopic: dlt };
     try {
@@ -409,9 +443,17 @@ export class Consumer implements AsyncDisposable {
       const body = env ? env.with({ headers: { ...env.headers, ...note } }) : msg.body;
       await this.client.produce(dlt, body, { ...(msg.key === undefined ? {} : { key: msg.key }), ...(env ? {} : { contentType: guessType(msg.body) }) });
     } catch (e) {
+      this.stopRenewing(r);
       this.client.logger.warn?.("narad: dead-lettering failed; handing the message back", { ...fields, error: String(e) });
       this.report(e, msg);
-      await this.nackQuietly(msg, poisonBackoffMs(msg.deliveryAttempt ?? 1));
+      if (!r.lost) await this.nackQuietly(msg, poisonBackoffMs(msg.deliveryAttempt ?? 1));
+      return;
+    }
+    this.stopRenewing(r);
+    if (r.lost) {
+      // The lease was lost during the produce: the message comes again (and is
+      // dead-lettered again); an ack now would only be refused.
+      this.client.logger.warn?.("narad: message dead-lettered, but its lease was lost meanwhile; it will be delivered again", fields);
       return;
     }
     this.client.logger.warn?.("narad: message dead-lettered after too many deliveries", fields);
@@ -476,15 +518,30 @@ export class Consumer implements AsyncDisposable {
         this.graceCtl.abort();
         // Handlers that ignore their signal still get a short while before we move on.
         await Promise.race([Promise.allSettled([...this.running].map((r) => r.done)), sleep(Math.min(5000, this.graceMs))]);
+        // Given up on: stop renewing their leases and hand their messages back, so none
+        // stays held (renewed up to maxLeaseMs) after stop() returned.
+        for (const r of this.running) if (!r.deadLettering && !r.finished) this.abandon(r);
       }
     }
     while (this.settles.size > 0) await Promise.allSettled([...this.settles]);
   }
 
+  /** abandon gives up on a handler that outlived the shutdown grace: no more renewals, and its message is handed back. */
+  private abandon(r: Running): void {
+    r.abandoned = true;
+    this.stopRenewing(r);
+    const msg = r.msg;
+    this.client.logger.warn?.("narad: a handler ignored the end of the shutdown grace; its message is handed back", { topic: this.topic, partition: msg.partition, offset: msg.offset });
+    if (r.lost || msg.settled) return;
+    void this.track(this.nackQuietly(msg, 0));
+  }
+
   /**
    * stop drains the consumer in order: stop polling, let running handlers finish within
-   * the grace period (then abort them and hand their messages back), flush pending
-   * acks, hand back messages that were fetched but never started, and resolve.
+   * the grace period (then abort them and hand their messages back; a handler that
+   * ignores the abort is given up on a little later: its lease is no longer renewed and
+   * its message is handed back), flush pending acks, hand back messages that were
+   * fetched but never started, and resolve.
    * Stopping twice is harmless; a consumer ended by a terminal error resolves too
    * (read `done` for that error).
    */

@@ -47,6 +47,23 @@ export interface NaradErrorOptions {
   endpoint?: string | undefined;
   /** The underlying error. */
   cause?: unknown;
+  /** What part of a produce-batch was stored, when the broker said only part was. */
+  partlyStored?: PartlyStored | undefined;
+}
+
+/**
+ * PartlyStored is what the broker says about a produce-batch of which only part was
+ * stored (its error's `partly_stored`): the writes to some partitions succeeded, and
+ * those messages will be delivered. Resending the whole batch stores them twice, so
+ * the SDK never resends such a batch; resend only the messages of `failedPartitions`
+ * if duplicates matter. With code `timeout` the messages of those partitions may or
+ * may not be stored.
+ */
+export interface PartlyStored {
+  /** How many messages of the batch were stored. */
+  readonly stored: number;
+  /** The partitions whose messages were not stored (with code `timeout`: may not be). */
+  readonly failedPartitions: readonly number[];
 }
 
 const retryableKinds: ReadonlySet<ErrorKind> = new Set<ErrorKind>(["Unavailable", "Throttled", "Timeout"]);
@@ -58,7 +75,9 @@ const retryableKinds: ReadonlySet<ErrorKind> = new Set<ErrorKind>(["Unavailable"
  *
  * `retryable` says a retry is safe and useful (503, 429, timeouts, connection errors);
  * `uncertain` says the operation may have taken effect although it failed — a produce
- * whose reply was lost may have stored the message.
+ * whose reply was lost may have stored the message. `partlyStored` is set on the error
+ * of a produce-batch of which only part was stored: such an error is neither retryable
+ * (a resend stores the stored part twice) nor certain.
  */
 export class NaradError extends Error {
   /** The taxonomy name shared by every SDK. */
@@ -75,6 +94,11 @@ export class NaradError extends Error {
   readonly retryAfterMs: number | undefined;
   /** The endpoint that answered or failed, when known. */
   readonly endpoint: string | undefined;
+  /**
+   * Set when the broker stored only part of a produce-batch: how many messages were
+   * stored and which partitions failed. The SDK never resends such a batch.
+   */
+  readonly partlyStored: PartlyStored | undefined;
 
   /** Creates an error of the given kind; prefer {@link errorFromResponse} for broker answers. */
   constructor(kind: ErrorKind, message: string, opts: NaradErrorOptions) {
@@ -87,6 +111,7 @@ export class NaradError extends Error {
     this.uncertain = opts.uncertain ?? false;
     this.retryAfterMs = opts.retryAfterMs;
     this.endpoint = opts.endpoint;
+    this.partlyStored = opts.partlyStored;
   }
 
   /** Returns a copy of this error with `uncertain` set as given (the same error when it already is). */
@@ -165,7 +190,10 @@ export class ThrottledError extends NaradError {
     super("Throttled", message, opts);
   }
 }
-/** TimeoutError: the call's deadline passed; a write's outcome is then unknown (`uncertain`). */
+/**
+ * TimeoutError: the call's deadline passed, the broker answered 503 `timeout`, or a
+ * proxy answered 504 (or 408); a write's outcome is then unknown (`uncertain`).
+ */
 export class TimeoutError extends NaradError {
   /** Creates a Timeout error. */
   constructor(message: string, opts: NaradErrorOptions) {
@@ -254,9 +282,13 @@ export function errorFromStatus(
       return new ThrottledError(msg, opts("throttled"));
     case 501:
       return new NotImplementedError(msg, opts("not_implemented"));
+    case 408:
+    case 504:
+      // A proxy gave up waiting (504), or a request timed out (408): the request may
+      // have reached the broker and taken effect, as after a lost reply. Retryable.
+      return new TimeoutError(msg, { ...opts("timeout"), uncertain: extra.uncertain ?? true, retryable: true });
     case 502:
-    case 503:
-    case 504: {
+    case 503: {
       // A broker 503 "timeout" means the operation may have happened.
       const uncertain = extra.uncertain ?? code === "timeout";
       if (code === "timeout") return new TimeoutError(msg, { ...opts("timeout"), uncertain, retryable: true });
@@ -264,7 +296,9 @@ export function errorFromStatus(
     }
   }
   if (status >= 400 && status < 500) return new BadRequestError(msg, opts("http_error"));
-  return new InternalError(msg, { ...opts("internal"), uncertain: extra.uncertain ?? true });
+  // A 500 is a broker bug: terminal, and not marked uncertain (as in the Go and Python
+  // SDKs); the broker's log says what happened.
+  return new InternalError(msg, opts("internal"));
 }
 
 /** isNaradError reports whether err is a {@link NaradError}. */

@@ -50,7 +50,7 @@ export {
   isRetryable,
   isUncertain,
 } from "./errors.js";
-export type { ErrorCode, ErrorKind, SdkErrorCode, NaradErrorOptions } from "./errors.js";
+export type { ErrorCode, ErrorKind, SdkErrorCode, NaradErrorOptions, PartlyStored } from "./errors.js";
 export type {
   ClientOptions,
   CallOptions,

@@ -146,9 +146,15 @@ export interface AckEntry {
 export interface AckResult {
   /** The receipt handle of the entry. */
   receiptHandle: string;
-  /** Whether the entry succeeded (HTTP 204 alone). */
+  /**
+   * Whether the entry succeeded: 204, or a 410 for an ack or hand-back whose earlier
+   * attempt's reply was lost (that attempt settled it; reported as 204).
+   */
   ok: boolean;
-  /** The status the entry would have had alone: 204, 400, 404, 410 or 503. */
+  /**
+   * The status the entry would have had alone: 204, 400, 404, 410 or 503 (a 503 only
+   * once the resends of that entry ran out).
+   */
   status: number;
   /** The error, when it failed. */
   error: import("./errors.js").NaradError | undefined;

@@ -1,6 +1,7 @@
 // The Client's request/response methods against a real broker: produce in every body
 // form, batches with per-message results, receive, ack/nack/extend, ack-batch, replay
-// reads, admin, cluster and health, the 501 surfaces, errors and cancellation.
+// reads, admin, cluster and health, the 501 surfaces, errors and cancellation; ack-batch
+// confirmed through injected 503 entries and lost replies.
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -22,7 +23,7 @@ import {
   MAX_MESSAGE_BYTES,
   type Message,
 } from "@narad/client";
-import { bytesEqual, hungServer, startBroker, topicName, waitFor, type TestBroker } from "./helpers.js";
+import { bytesEqual, faultyFetch, hungServer, lostReply, startBroker, topicName, waitFor, type TestBroker } from "./helpers.js";
 
 let broker: TestBroker;
 let client: Client;
@@ -200,6 +201,71 @@ describe("settling", () => {
     const back = await receiveOne(topic);
     assert.equal(back.text(), "2");
     await back.ack();
+  });
+
+  it("ackBatch counts a 410 on a retry whose first reply was lost as acked", async () => {
+    const topic = await newTopic();
+    await client.produceBatch(topic, [{ body: "1" }, { body: "2" }]);
+    const got = await client.receive(topic, { max: 2, waitMs: 2000 });
+    assert.equal(got.length, 2);
+    const f = faultyFetch();
+    let dropped = 0;
+    f.rules.push(async (url, _init, real) => {
+      if (url.pathname.endsWith("/ack-batch") && dropped === 0) {
+        dropped++;
+        await (await real()).arrayBuffer(); // the broker settles both...
+        throw lostReply(); // ...but the reply never arrives
+      }
+      return undefined;
+    });
+    const c2 = new Client({ endpoints: [broker.url], fetch: f.fetch, retry: { minBackoffMs: 1, maxBackoffMs: 5 } });
+    const res = await c2.ackBatch(topic, got.map((m) => ({ receiptHandle: m.receiptHandle as string })));
+    await c2.close();
+    assert.equal(f.calls.filter((u) => u.pathname.endsWith("/ack-batch")).length, 2, "resent once");
+    assert.deepEqual(
+      res.map((r) => [r.ok, r.status]),
+      [
+        [true, 204],
+        [true, 204],
+      ],
+      "the retry's 410s mean the first attempt settled them",
+    );
+    assert.deepEqual(await client.receive(topic, { waitMs: 0 }), [], "settled");
+  });
+
+  it("ackBatch resends the entries answered 503 until they are confirmed", async () => {
+    const topic = await newTopic();
+    await client.produceBatch(topic, [{ body: "1" }, { body: "2" }]);
+    const got = await client.receive(topic, { max: 2, waitMs: 2000 });
+    assert.equal(got.length, 2);
+    const [x, y] = got as [Message, Message];
+    const f = faultyFetch();
+    const sent: string[][] = [];
+    f.rules.push(async (url, init) => {
+      if (!url.pathname.endsWith("/ack-batch")) return undefined;
+      const acks = (JSON.parse(new TextDecoder().decode(init?.body as Uint8Array)) as { acks: { receipt_handle: string }[] }).acks;
+      sent.push(acks.map((a) => a.receipt_handle));
+      if (sent.length > 1) return undefined;
+      // The first round: y's partition is electing a leader (nothing done); x goes through.
+      const results = [
+        { receipt_handle: x.receiptHandle, status: 204 },
+        { receipt_handle: y.receiptHandle, status: 503, error: { code: "unavailable", message: "electing" } },
+      ];
+      await client.ack(topic, x.receiptHandle as string);
+      return new Response(JSON.stringify({ results }), { status: 200, headers: { "content-type": "application/json" } });
+    });
+    const c2 = new Client({ endpoints: [broker.url], fetch: f.fetch });
+    const res = await c2.ackBatch(topic, [{ receiptHandle: x.receiptHandle as string }, { receiptHandle: y.receiptHandle as string }]);
+    await c2.close();
+    assert.deepEqual(sent, [[x.receiptHandle, y.receiptHandle], [y.receiptHandle]], "only the 503 entry was resent");
+    assert.deepEqual(
+      res.map((r) => [r.ok, r.status]),
+      [
+        [true, 204],
+        [true, 204],
+      ],
+    );
+    assert.deepEqual(await client.receive(topic, { waitMs: 0 }), [], "both settled");
   });
 
   it("messages() yields leased messages and hands back unreached ones on break", async () => {

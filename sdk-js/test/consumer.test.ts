@@ -1,11 +1,12 @@
 // The consumer loop against a real broker: acks, concurrency bound, lease renewal past
 // the visibility timeout, cancellation on lease loss, nack with delay, confirmed acks
-// through injected 503s and lost replies, draining on stop, and terminal errors.
+// through injected 503s, 504s and lost replies, draining on stop (and giving up on a
+// handler that ignores it), and terminal errors.
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
-import { Client, LeaseLostError, NotFoundError, ClosedError, type Message, type NaradEvent } from "@narad/client";
+import { Client, ConflictError, LeaseLostError, NotFoundError, ClosedError, TooLargeError, type Message, type NaradEvent } from "@narad/client";
 import { faultyFetch, lostReply, startBroker, topicName, waitFor, type TestBroker } from "./helpers.js";
 
 let broker: TestBroker;
@@ -251,6 +252,28 @@ describe("consume", () => {
     await c2.close();
   });
 
+  it("counts an ack answered 504 and then 410 as a successful ack", async () => {
+    const topic = await newTopic();
+    await client.produce(topic, "behind a proxy");
+    const f = faultyFetch();
+    let timedOut = 0;
+    f.rules.push(async (url, _init, real) => {
+      if (url.pathname.endsWith("/ack") && !url.searchParams.has("extend") && timedOut === 0) {
+        timedOut++;
+        await (await real()).arrayBuffer(); // the broker settles it...
+        return new Response("<html>504 Gateway Time-out</html>", { status: 504 }); // ...and the proxy gives up
+      }
+      return undefined;
+    });
+    const c2 = new Client({ endpoints: [broker.url], fetch: f.fetch, retry: { minBackoffMs: 1, maxBackoffMs: 5 } });
+    const [m] = await c2.receive(topic, { waitMs: 2000 });
+    await m?.ack(); // resolves: the 504 may have settled it, and the retry's 410 says it did
+    assert.equal(m?.state, "acked");
+    assert.equal(timedOut, 1);
+    assert.equal(await backlog(topic), 0);
+    await c2.close();
+  });
+
   it("drains on stop: polling stops, running handlers finish, acks are flushed", async () => {
     const topic = await newTopic();
     await client.produceBatch(topic, [{ body: "a" }, { body: "b" }]);
@@ -301,6 +324,43 @@ describe("consume", () => {
     await again?.ack();
   });
 
+  it("gives up on a handler that ignores the end of the grace: stops renewing and hands its message back", async () => {
+    const topic = await newTopic(300);
+    await client.produce(topic, "stuck");
+    const f = faultyFetch();
+    const c2 = new Client({ endpoints: [broker.url], fetch: f.fetch });
+    let release!: () => void;
+    const stuck = new Promise<void>((r) => (release = r));
+    let started = false;
+    const consumer = c2.consume(
+      topic,
+      async () => {
+        started = true;
+        await stuck; // ignores its signal
+      },
+      { waitMs: 200, shutdownGraceMs: 100 },
+    );
+    try {
+      await waitFor(() => started, "the handler");
+      await consumer.stop();
+      const renewals = () => f.calls.filter((u) => u.pathname.endsWith("/ack") && u.searchParams.has("extend") && u.searchParams.get("extend") !== "0").length;
+      const before = renewals();
+      const [again] = await client.receive(topic, { waitMs: 200 });
+      assert.equal(again?.text(), "stuck", "handed back at once, not held");
+      await again?.ack();
+      await new Promise((r) => setTimeout(r, 1000)); // three lease windows
+      assert.equal(renewals(), before, "no renewal after stop() resolved");
+      assert.equal(consumer.stats.acked, 0);
+      assert.equal(consumer.stats.nacked, 1);
+      release();
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(consumer.stats.acked, 0, "a handler that returns after it was given up on is not acked");
+    } finally {
+      release();
+      await c2.close();
+    }
+  });
+
   it("stops on a signal, and with await using", async () => {
     const topic = await newTopic();
     const ctl = new AbortController();
@@ -321,6 +381,30 @@ describe("consume", () => {
     const consumer = client.consume(topicName("missing"), () => {}, { waitMs: 200, leaseMs: 1000, onError: (e) => errors.push(e) });
     await assert.rejects(consumer.done, (e: unknown) => e instanceof NotFoundError);
     await consumer.stop(); // harmless afterwards
+  });
+
+  it("stops and says so when a poll is answered 409 or 413 (terminal, rule 8)", async () => {
+    for (const [status, code, kind] of [
+      [409, "conflict", ConflictError],
+      [413, "payload_too_large", TooLargeError],
+    ] as const) {
+      const topic = await newTopic();
+      const f = faultyFetch();
+      f.rules.push((url) =>
+        url.pathname.endsWith("/consume")
+          ? Promise.resolve(new Response(JSON.stringify({ error: { code, message: "injected" } }), { status, headers: { "content-type": "application/json" } }))
+          : undefined,
+      );
+      const c2 = new Client({ endpoints: [broker.url], fetch: f.fetch });
+      try {
+        const consumer = c2.consume(topic, () => {}, { waitMs: 200 });
+        const stillPolling = new Promise<never>((_, rej) => setTimeout(() => rej(new Error(`still polling 5 s after a ${status}`)), 5000).unref());
+        await assert.rejects(Promise.race([consumer.done, stillPolling]), (e: unknown) => e instanceof kind);
+        assert.equal(f.calls.filter((u) => u.pathname.endsWith("/consume")).length, 1, `a ${status} is not retried`);
+      } finally {
+        await c2.close();
+      }
+    }
   });
 
   it("retries transient poll errors and keeps going", async () => {

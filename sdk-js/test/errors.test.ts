@@ -26,6 +26,8 @@ const cases: [number, string | undefined, ErrorKind, string, boolean][] = [
   [503, "timeout", "Timeout", "timeout", true],
   [500, "internal", "Internal", "internal", false],
   [502, undefined, "Unavailable", "unavailable", true],
+  [504, undefined, "Timeout", "timeout", true],
+  [408, undefined, "Timeout", "timeout", true],
 ];
 
 describe("error mapping", () => {
@@ -41,8 +43,9 @@ describe("error mapping", () => {
       assert.equal(err.retryable, retryable);
       if (code) assert.equal(err.message, `msg ${code}`);
       if (status === 503 || status === 429) assert.equal(err.retryAfterMs, 2000);
-      // Only a write whose outcome is unknown is uncertain.
-      assert.equal(err.uncertain, code === "timeout" || status === 500);
+      // Only a write whose outcome is unknown is uncertain: the broker's 503 timeout, a
+      // proxy's 504 or a 408. A 500 is a broker bug, reported certain as in Go and Python.
+      assert.equal(err.uncertain, code === "timeout" || status === 504 || status === 408);
       const read = await c.listTopics().catch((e: unknown) => e);
       assert.ok(read instanceof NaradError && read.uncertain === false, "a failed read changed nothing");
       await c.close();

@@ -1,11 +1,12 @@
 // Several endpoints: failover past a dead node, the per-node circuit breaker taking a
-// node out of rotation and probing it back in, and how produce treats refused versus
-// unknown outcomes (docs/sdk/contract.md).
+// node out of rotation and probing it back in, Retry-After honoured per node across
+// failover, and how produce treats refused, unknown and partly stored outcomes
+// (docs/sdk/contract.md).
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
-import { Client, NaradError, UnavailableError, type NaradEvent } from "@narad/client";
+import { Client, NaradError, ProduceBatchError, UnavailableError, type NaradEvent } from "@narad/client";
 import { faultyFetch, freePort, lostReply, startBroker, TcpProxy, topicName, waitFor, type TestBroker } from "./helpers.js";
 
 let broker: TestBroker;
@@ -68,6 +69,29 @@ describe("failover", () => {
     await proxy.stop();
   });
 
+  it("does not go back to a node before the Retry-After it named, failing over meanwhile", async () => {
+    const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
+      new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json", ...headers } });
+    const aTimes: number[] = [];
+    const f = (async (input: string | URL | Request) => {
+      const url = new URL(typeof input === "string" ? input : input instanceof URL ? input.href : input.url);
+      if (url.pathname === "/v1/cluster") return json(404, { error: { code: "not_found", message: "x" } });
+      if (url.port === "1") {
+        aTimes.push(Date.now());
+        if (aTimes.length === 1) return json(503, { error: { code: "unavailable", message: "starting" } }, { "retry-after": "1" });
+        return json(202, { topic: "t", partition: 0, offset: 1 });
+      }
+      return json(503, { error: { code: "in_flight_full", message: "full" } });
+    }) as typeof fetch;
+    const client = new Client({ endpoints: ["http://127.0.0.1:1", "http://127.0.0.1:2"], fetch: f, retry: { attempts: 6, minBackoffMs: 1, maxBackoffMs: 10 } });
+    const p = await client.produce("t", "x");
+    await client.close();
+    assert.equal(p.offset, 1, "stored by node A once its Retry-After had passed");
+    assert.equal(aTimes.length, 2);
+    const gap = (aTimes[1] as number) - (aTimes[0] as number);
+    assert.ok(gap >= 990, `node A asked for Retry-After: 1 and got the retry ${gap} ms later`);
+  });
+
   it("fails with a retryable Unavailable error when no node answers", async () => {
     const client = new Client({ endpoints: [`http://127.0.0.1:${await freePort()}`], retry: { attempts: 2, minBackoffMs: 1, maxBackoffMs: 5 } });
     const err = await client.listTopics().catch((e: unknown) => e);
@@ -117,6 +141,62 @@ describe("produce outcomes", () => {
     const ok = await client.produce(topic, "allowed", { allowDuplicates: true }).catch((e: unknown) => e);
     assert.ok(ok instanceof NaradError && ok.uncertain, "every attempt lost its reply: still uncertain");
     await client.close();
+  });
+
+  it("reports a 504 from a proxy as an uncertain Timeout, not resent when duplicates are not allowed", async () => {
+    const f = faultyFetch();
+    f.rules.push(async (url, _init, real) => {
+      if (url.pathname.endsWith("/produce")) {
+        await (await real()).arrayBuffer(); // the broker stored it; the proxy gave up waiting
+        return new Response("<html>504 Gateway Time-out</html>", { status: 504 });
+      }
+      return undefined;
+    });
+    const client = new Client({ endpoints: [broker.url], fetch: f.fetch, allowDuplicates: false });
+    const topic = topicName("gw");
+    await client.createTopic({ name: topic, partitions: 1 });
+    const err = await client.produce(topic, "once").catch((e: unknown) => e);
+    assert.ok(err instanceof NaradError && err.kind === "Timeout", String(err));
+    assert.equal(err.uncertain, true, "the proxy timed out waiting: the produce may be stored");
+    assert.equal(err.retryable, true);
+    assert.equal(f.calls.filter((u) => u.pathname.endsWith("/produce")).length, 1, "not resent");
+    assert.equal((await client.getTopic(topic)).partitionStats[0]?.nextOffset, 1, "stored once");
+    await client.close();
+  });
+
+  it("never resends a partly stored produce-batch, and reports what was stored", async () => {
+    const cases: [boolean, string][] = [
+      [true, "storage_failed"],
+      [false, "storage_failed"],
+      [true, "timeout"], // the failed partitions' messages may or may not be stored
+    ];
+    for (const [allowDuplicates, code] of cases) {
+      const f = faultyFetch();
+      f.rules.push((url) => {
+        if (!url.pathname.endsWith("/produce-batch")) return undefined;
+        const error = {
+          code,
+          message: "a disk write failed and only part of the batch was stored",
+          partly_stored: { stored: 1, failed_partitions: [1] },
+        };
+        return Promise.resolve(new Response(JSON.stringify({ error }), { status: 503, headers: { "content-type": "application/json", "retry-after": "0" } }));
+      });
+      const client = new Client({ endpoints: [broker.url], fetch: f.fetch, retry: { minBackoffMs: 1, maxBackoffMs: 5 } });
+      const res = await client.produceBatchResults("t", [{ body: "a", partition: 0 }, { body: "b", partition: 1 }], { allowDuplicates });
+      assert.equal(f.calls.filter((u) => u.pathname.endsWith("/produce-batch")).length, 1, `${code}, allowDuplicates ${allowDuplicates}: sent once, not resent`);
+      for (const r of res) {
+        assert.ok(!r.ok);
+        assert.deepEqual(r.error.partlyStored, { stored: 1, failedPartitions: [1] });
+        assert.equal(r.error.retryable, false, "a resend would store the stored part twice");
+        assert.equal(r.error.uncertain, true, "part of it took effect");
+        assert.equal(r.error.code, code);
+        assert.match(r.error.message, /only part of the batch was stored: 1 message\(s\) were stored/);
+        assert.match(r.error.message, code === "timeout" ? /partition\(s\) 1 may or may not be stored/ : /partition\(s\) 1 were not stored/);
+      }
+      const err = await client.produceBatch("t", [{ body: "a" }], { allowDuplicates }).catch((e: unknown) => e);
+      assert.ok(err instanceof ProduceBatchError && err.partlyStored?.stored === 1, String(err));
+      await client.close();
+    }
   });
 
   it("fails over at once on a 503 and honours Retry-After when no node is left", async () => {

@@ -1,6 +1,7 @@
 // Poison messages: a handler that always fails must not hot-loop. The default nack
 // delay grows with delivery_attempt (full jitter, 1 s to 5 min), and maxDeliveries
-// with a deadLetterTopic moves a message that keeps failing out of the way.
+// with a deadLetterTopic moves a message that keeps failing out of the way, its lease
+// renewed until the dead-letter produce is done.
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -84,6 +85,39 @@ describe("poison messages", () => {
     assert.equal(env.headers["narad-dead-letter-topic"], topic);
     assert.ok(attempts.every((a) => a <= 2), `the handler never saw an attempt past maxDeliveries: ${attempts}`);
     assert.deepEqual(await plain.receive(topic, { waitMs: 0 }), [], "the originals were acked");
+  });
+
+  it("keeps renewing the lease while a slow dead-letter produce runs, so it is dead-lettered once", async () => {
+    const topic = topicName("p");
+    const dlt = `${topic}.dlq`;
+    await plain.createTopic({ name: topic, partitions: 1, visibilityTimeoutMs: 300 });
+    await plain.createTopic({ name: dlt, partitions: 1 });
+    await plain.produce(topic, "poison");
+    const [first] = await plain.receive(topic, { waitMs: 2000 });
+    await first?.nack(); // delivery 1 failed; the consumer gets delivery 2
+    const ff = faultyFetch();
+    ff.rules.push(async (url, _init, real) => {
+      if (url.pathname === `/v1/topics/${encodeURIComponent(dlt)}/produce`) {
+        await new Promise((r) => setTimeout(r, 1200)); // four lease windows
+        return real();
+      }
+      return undefined;
+    });
+    const client = new Client({ endpoints: [broker.url], fetch: ff.fetch });
+    const consumer = client.consume(topic, () => undefined, { maxDeliveries: 1, deadLetterTopic: dlt, waitMs: 200 });
+    try {
+      await waitFor(() => consumer.stats.acked + consumer.stats.ackFailed > 0, "the dead-lettered message's ack", 10_000);
+      assert.equal(consumer.stats.ackFailed, 0, "the lease did not lapse during the produce");
+      assert.equal(consumer.stats.acked, 1);
+      assert.ok(ff.calls.some((u) => u.pathname.endsWith("/ack") && u.searchParams.has("extend") && u.searchParams.get("extend") !== "0"), "renewed meanwhile");
+    } finally {
+      await consumer.stop();
+      await client.close();
+    }
+    const dead: Message[] = [];
+    for await (const m of plain.replay(dlt)) dead.push(m);
+    assert.equal(dead.length, 1, "dead-lettered once");
+    assert.deepEqual(await plain.receive(topic, { waitMs: 0 }), [], "the original was acked");
   });
 
   it("refuses maxDeliveries without a deadLetterTopic", () => {

@@ -50,14 +50,15 @@ export class Pool {
    * pick returns the node for the next attempt: `preferred` when it is in rotation and
    * not yet tried in this call, else the first node in the configured order that is in
    * rotation and not yet tried; when every node in rotation was tried, the same order
-   * again (tried ones allowed).
+   * again (tried ones allowed). Nodes in `held` (asked the call to wait, Retry-After)
+   * come only when no other node in rotation is left.
    */
-  pick(tried: ReadonlySet<Node>, preferred?: Node): Node {
-    for (const allowTried of [false, true]) {
-      if (preferred && !preferred.open && (allowTried || !tried.has(preferred))) return preferred;
-      for (const node of this.nodes) {
-        if (node.open || (!allowTried && tried.has(node))) continue;
-        return node;
+  pick(tried: ReadonlySet<Node>, preferred?: Node, held?: ReadonlySet<Node>): Node {
+    for (const allowHeld of held && held.size > 0 ? [false, true] : [true]) {
+      for (const allowTried of [false, true]) {
+        const ok = (n: Node) => !n.open && (allowTried || !tried.has(n)) && (allowHeld || !held?.has(n));
+        if (preferred && ok(preferred)) return preferred;
+        for (const node of this.nodes) if (ok(node)) return node;
       }
     }
     // Every node is out of rotation: try the one that has been out the longest.

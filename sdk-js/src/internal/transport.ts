@@ -2,10 +2,14 @@
 // and turned into a NaradError. Retry rules (docs/sdk/contract.md):
 //   - refused and not stored (connection refused, 503 unavailable): another node at
 //     once when one is left untried, else backoff that honours Retry-After;
-//   - outcome unknown (reply lost, broker 503 "timeout"): retried only when the
-//     request allows it (reads, acks, produces that allow duplicates), and the final
-//     error then says `uncertain`;
-//   - 4xx and 500: never retried.
+//   - outcome unknown (reply lost, broker 503 "timeout", a proxy's 504, a 408): retried
+//     only when the request allows it (reads, acks, produces that allow duplicates),
+//     and the final error then says `uncertain`;
+//   - a produce-batch answered with `partly_stored` (part of it was stored): never
+//     resent, whatever the request allows; the error carries `partlyStored`;
+//   - a node that answered with Retry-After is not tried again by the same call before
+//     that time: the call fails over meanwhile, or waits for the node free the soonest;
+//   - other 4xx and 500: never retried.
 
 import {
   ClosedError,
@@ -15,10 +19,18 @@ import {
   InternalError,
   errorFromStatus,
   parseRetryAfter,
+  type NaradErrorOptions,
+  type PartlyStored,
 } from "../errors.js";
+import type { components } from "../generated/openapi.js";
 import type { ClientOptions, Logger, NaradEvent } from "../options.js";
 import { Pool, type Node } from "./pool.js";
 import { abortReason, linkSignals, sleep, toBase64, unrefTimer, utf8Decode, utf8Encode } from "./util.js";
+
+type S = components["schemas"];
+
+/** The longest a Retry-After holds a call or a consumer back, whatever it says (as in Go and Python). */
+const MAX_RETRY_AFTER_MS = 300_000;
 
 export type Query = Record<string, string | number | boolean | undefined>;
 
@@ -103,7 +115,8 @@ export class Transport {
   readonly pool: Pool;
   private readonly fetchFn: typeof fetch;
   private readonly headers: Record<string, string>;
-  private readonly attempts: number;
+  /** Attempts per call, the first included. */
+  readonly attempts: number;
   private readonly minBackoff: number;
   private readonly maxBackoff: number;
   readonly timeoutMs: number;
@@ -164,11 +177,11 @@ export class Transport {
     this.pool.shutdown();
   }
 
-  /** backoff returns the full-jitter wait before attempt `attempt + 1`. */
+  /** backoff returns the full-jitter wait before attempt `attempt + 1`, at least the Retry-After (bounded). */
   backoff(attempt: number, retryAfterMs?: number): number {
     const cap = Math.min(this.maxBackoff, this.minBackoff * 2 ** (attempt - 1));
     const jittered = Math.random() * cap;
-    return retryAfterMs === undefined ? jittered : Math.max(jittered, retryAfterMs);
+    return retryAfterMs === undefined ? jittered : Math.max(jittered, Math.min(retryAfterMs, MAX_RETRY_AFTER_MS));
   }
 
   private async probe(url: string): Promise<boolean> {
@@ -279,6 +292,21 @@ export class Transport {
     }
   }
 
+  /**
+   * pickAfter chooses the node of a call's next attempt: the pool's choice among the
+   * nodes whose Retry-After (in `notBefore`) has passed, else, when every node in
+   * rotation is held back, the one free the soonest (the caller waits until then).
+   */
+  private pickAfter(tried: ReadonlySet<Node>, preferred: Node | undefined, notBefore: ReadonlyMap<Node, number>): Node {
+    const now = Date.now();
+    const held = new Set([...notBefore].filter(([, t]) => t > now).map(([n]) => n));
+    const free = this.pool.pick(tried, preferred, held);
+    if (!held.has(free)) return free;
+    let best = free;
+    for (const n of held) if (!n.open && (notBefore.get(n) ?? 0) < (notBefore.get(best) ?? 0)) best = n;
+    return best;
+  }
+
   private async attemptLoop(
     spec: RequestSpec,
     id: number,
@@ -292,8 +320,13 @@ export class Transport {
     const preferred = this.pool.find(spec.endpoint);
     const writes = spec.method !== "GET";
     let uncertainSeen = false;
+    // Per endpoint, the time before which this call does not go back to it: the
+    // Retry-After it answered with (a 503 or 429), honoured across failover.
+    const notBefore = new Map<Node, number>();
+    let next: Node | undefined;
     for (let attempt = 1; ; attempt++) {
-      const node = this.pool.pick(tried, preferred);
+      const node = next ?? this.pool.pick(tried, preferred);
+      next = undefined;
       tried.add(node);
       const t0 = Date.now();
       let err: NaradError;
@@ -326,8 +359,9 @@ export class Transport {
           return { status: res.status, body, headers: res.headers, endpoint: node.url, attempts: attempt, earlierUncertain: uncertainSeen };
         }
         err = errorFromBody(res.status, body, res.headers, node.url, writes);
-        // 503 (unavailable, or the broker's own timeout), 502 and 504: the node failed.
-        if (res.status === 503 || res.status === 502 || res.status === 504) this.pool.failure(node);
+        // 503 (unavailable, or the broker's own timeout), 502 and 504: the node failed
+        // (not when it stored part of a batch: it answered, and worked in part).
+        if ((res.status === 503 || res.status === 502 || res.status === 504) && err.partlyStored === undefined) this.pool.failure(node);
         else this.pool.success(node);
       } catch (e) {
         progress(attempt, undefined);
@@ -366,10 +400,14 @@ export class Transport {
       }
       this.emit({ type: "attempt", id, operation: spec.operation, endpoint: node.url, attempt, status: err.status, durationMs: Date.now() - t0, error: err });
       if (err.uncertain) uncertainSeen = true;
+      if (err.retryAfterMs !== undefined && err.retryAfterMs > 0) notBefore.set(node, Date.now() + Math.min(err.retryAfterMs, MAX_RETRY_AFTER_MS));
       const final = () => (uncertainSeen && !err.uncertain ? err.withUncertain(true) : err);
       if (!err.retryable || (err.uncertain && !spec.retryUncertain) || attempt >= this.attempts) throw final();
       // Refused and not stored: another node at once, while one is left untried.
-      const delay = !err.uncertain && this.pool.hasUntried(tried) ? 0 : this.backoff(attempt, err.retryAfterMs);
+      const base = !err.uncertain && this.pool.hasUntried(tried) ? 0 : this.backoff(attempt, err.retryAfterMs);
+      // The next node: one whose Retry-After has passed, else the one free the soonest.
+      next = this.pickAfter(tried, preferred, notBefore);
+      const delay = Math.max(base, (notBefore.get(next) ?? 0) - Date.now());
       if (Date.now() + delay >= deadline) throw final();
       this.emit({ type: "retry", id, operation: spec.operation, attempt, delayMs: delay, error: err });
       this.logger.debug?.("narad: retrying", { operation: spec.operation, attempt, delayMs: Math.round(delay), error: err.message });
@@ -386,14 +424,20 @@ export class Transport {
   }
 }
 
-/** errorFromBody reads the broker's `{"error":{"code","message"}}` into a NaradError. */
+/**
+ * errorFromBody reads the broker's `{"error":{"code","message","partly_stored"}}` into a
+ * NaradError. An error with `partly_stored` (a produce-batch of which part was stored)
+ * is uncertain and not retryable: the stored part would be stored twice by a resend.
+ */
 export function errorFromBody(status: number, body: Uint8Array, headers: Headers, endpoint: string, write: boolean): NaradError {
   let code: string | undefined;
   let message: string | undefined;
+  let partlyStored: PartlyStored | undefined;
   try {
-    const parsed = JSON.parse(utf8Decode(body)) as { error?: { code?: unknown; message?: unknown } };
+    const parsed = JSON.parse(utf8Decode(body)) as { error?: { code?: unknown; message?: unknown; partly_stored?: unknown } };
     if (typeof parsed.error?.code === "string") code = parsed.error.code;
     if (typeof parsed.error?.message === "string") message = parsed.error.message;
+    partlyStored = readPartlyStored(parsed.error?.partly_stored);
   } catch {
     // Not the broker's JSON (a proxy's page, say): the status decides.
   }
@@ -401,8 +445,24 @@ export function errorFromBody(status: number, body: Uint8Array, headers: Headers
     retryAfterMs: parseRetryAfter(headers.get("retry-after")),
     endpoint,
   });
+  if (partlyStored !== undefined) {
+    const failed = partlyStored.failedPartitions.join(", ");
+    const fate = code === "timeout" ? "may or may not be stored" : "were not stored";
+    const ctor = err.constructor as new (message: string, opts: NaradErrorOptions) => NaradError;
+    return new ctor(
+      `only part of the batch was stored: ${partlyStored.stored} message(s) were stored and will be delivered; those of partition(s) ${failed} ${fate}; not resent, since that would store the stored part twice (${err.message})`,
+      { code: err.code, status, retryable: false, uncertain: true, retryAfterMs: err.retryAfterMs, endpoint, partlyStored },
+    );
+  }
   // Only a write can have taken effect; a read that failed changed nothing.
   return write ? err : err.withUncertain(false);
+}
+
+function readPartlyStored(v: unknown): PartlyStored | undefined {
+  if (typeof v !== "object" || v === null) return undefined;
+  const p = v as S["PartlyStored"];
+  if (typeof p.stored !== "number" || !Array.isArray(p.failed_partitions)) return undefined;
+  return { stored: p.stored, failedPartitions: p.failed_partitions.filter((x): x is number => typeof x === "number") };
 }
 
 /** parseJSON reads a response body as JSON, failing with a typed error on garbage. */
