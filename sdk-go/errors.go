@@ -248,14 +248,14 @@ func kindOf(status int, code string) error {
 
 // terminal reports whether err should stop a consume loop (contract rules 7 and 8):
 // credentials refused (401, 403), the topic not found (deleted), a request the broker
-// will never accept as sent (400), or the client closed. Everything else, a 500 or a
-// 501 included, is reported and retried with backoff: the loop never stops on a
-// failure that may pass.
+// will never accept as sent (400, 409, 413), or the client closed. Everything else, a
+// 500 or a 501 included, is reported and retried with backoff: the loop never stops
+// on a failure that may pass.
 func terminal(err error) bool {
 	if err == nil || Retryable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	for _, k := range []error{ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrBadRequest, ErrClosed} {
+	for _, k := range []error{ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrBadRequest, ErrConflict, ErrTooLarge, ErrClosed} {
 		if errors.Is(err, k) {
 			return true
 		}

@@ -9,8 +9,9 @@ import (
 )
 
 func TestKindOfMapsEveryStatus(t *testing.T) {
-	// stops: the consume loop stops on it (contract rule 7: 401, 403, the topic gone,
-	// and a request the broker refuses as malformed); every other failure is retried.
+	// stops: the consume loop stops on it (contract rules 7 and 8: 401, 403, the topic
+	// gone, and a request the broker refuses as sent: 400, 409, 413); every other
+	// failure is retried.
 	cases := []struct {
 		status                   int
 		code                     string
@@ -22,9 +23,9 @@ func TestKindOfMapsEveryStatus(t *testing.T) {
 		{403, "forbidden", ErrForbidden, false, false, true},
 		{404, "topic_not_found", ErrNotFound, false, false, true},
 		{408, "", ErrTimeout, true, true, false},
-		{409, "topic_exists", ErrConflict, false, false, false},
+		{409, "topic_exists", ErrConflict, false, false, true},
 		{410, "lease_lost", ErrLeaseLost, false, false, false},
-		{413, "payload_too_large", ErrTooLarge, false, false, false},
+		{413, "payload_too_large", ErrTooLarge, false, false, true},
 		{429, "", ErrThrottled, true, false, false},
 		{501, "not_implemented", ErrNotImplemented, false, false, false},
 		{503, "unavailable", ErrUnavailable, true, false, false},

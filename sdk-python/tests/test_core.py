@@ -671,12 +671,13 @@ def test_handler_outcomes() -> None:
 
 
 def test_only_401_403_and_a_gone_topic_stop_a_consumer() -> None:
-    """SDK rule 7: the loop stops only on 401, 403 or the topic gone (and, as in the
-    TypeScript SDK, a 400 the broker will never accept). A 500 (one request hitting a
+    """SDK rules 7 and 8: the loop stops only on 401, 403, the topic gone, or a poll the
+    broker will never accept as sent (400, 409, 413). A 500 (one request hitting a
     broker bug, or a proxy) or a 501 is reported and retried. The old code stopped on
     every error that was not retryable, a 500 included."""
     for err in (narad.Unauthenticated("x", status=401), narad.Forbidden("x", status=403),
-                narad.NotFound("x", status=404), narad.BadRequest("x", status=400)):
+                narad.NotFound("x", status=404), narad.BadRequest("x", status=400),
+                narad.Conflict("x", status=409), narad.TooLarge("x", status=413)):
         assert plans.is_terminal(err), err
     for err in (narad.Internal("bug", status=500, code="internal"),
                 narad.NotImplemented("x", status=501), narad.NaradError("x", status=418),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from . import _core as core
-from .errors import BadRequest, Forbidden, NaradError, NotFound, Unauthenticated
+from .errors import BadRequest, Conflict, Forbidden, NaradError, NotFound, TooLarge, Unauthenticated
 from .models import Message, Position
 
 T = TypeVar("T")
@@ -165,12 +165,13 @@ class Counters:
 def is_terminal(err: NaradError) -> bool:
     """is_terminal tells whether a poll error must stop a consumer (SDK rule 7).
 
-    Only 401, 403, 404 (the topic is gone) and 400 (a poll the broker will never
-    accept) do, as in the TypeScript SDK. Anything else, a 500 included (one request
-    hitting a broker bug, or a proxy), is reported and the poll retried with backoff.
+    Only 401, 403, 404 (the topic is gone) and a poll the broker will never accept as
+    sent (400, 409, 413: terminal by rule 8) do, as in the Go and TypeScript SDKs.
+    Anything else, a 500 included (one request hitting a broker bug, or a proxy), is
+    reported and the poll retried with backoff.
     """
     return not err.retryable and isinstance(err, (Unauthenticated, Forbidden, NotFound,
-                                                  BadRequest))
+                                                  BadRequest, Conflict, TooLarge))
 
 
 class LeaseBook:
