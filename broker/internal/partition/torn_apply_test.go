@@ -20,13 +20,7 @@ import (
 // never caught up, and once it led it answered 202 for messages stored at offsets
 // where the other replica held others, lost at the next change of leader.
 func TestAReplicaTornInsideAnAppendCommandCatchesUp(t *testing.T) {
-	memL, memF := vfs.NewMem(), vfs.NewMem()
-	g := &fakeGroup{}
-	leader := mustOpen(t, memL, func(o *Options) { o.Group = member{g: g, i: 0} })
-	t.Cleanup(func() { _ = leader.Close() })
-	follower := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
-	g.replicas = []*Partition{leader, follower}
-	leader.SetRole(true, 1)
+	g, leader, follower, memF := replicaPair(t)
 
 	appendN(t, leader, 2) // offsets 0, 1
 	// A snapshot (or anything else) made what was applied so far durable.
@@ -43,24 +37,10 @@ func TestAReplicaTornInsideAnAppendCommandCatchesUp(t *testing.T) {
 	}
 
 	// The follower's node loses power; its disk kept the first part of that pwrite.
-	seg := "/p/log/00000000000000000000.log"
-	data, err := memF.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	durable, err := memF.Durable(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	g.mu.Lock()
 	g.replicas = []*Partition{leader} // the follower is down
 	g.mu.Unlock()
-	_ = follower.closeFiles() // as the power cut leaves it
-	memF.Crash()
-	cut := len(durable) + (len(data)-len(durable))/2 // two of the four frames, as CrashTorn may keep
-	if err := memF.WriteFile(seg, data[:cut]); err != nil {
-		t.Fatal(err)
-	}
+	powerCutHalfway(t, memF, follower)
 
 	// Restart: open, apply the group's log again (no snapshot was taken), rejoin.
 	f2 := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
@@ -113,13 +93,7 @@ func TestAReplicaTornInsideAnAppendCommandCatchesUp(t *testing.T) {
 // repair did, the stale command's tail was written over the next one's offsets and
 // answered 202 for messages stored nowhere.)
 func TestAReplicaTellsATornCommandFromAStaleOne(t *testing.T) {
-	memL, memF := vfs.NewMem(), vfs.NewMem()
-	g := &fakeGroup{}
-	leader := mustOpen(t, memL, func(o *Options) { o.Group = member{g: g, i: 0} })
-	t.Cleanup(func() { _ = leader.Close() })
-	follower := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
-	g.replicas = []*Partition{leader, follower}
-	leader.SetRole(true, 1)
+	g, leader, follower, memF := replicaPair(t)
 
 	appendN(t, leader, 2) // offsets 0, 1
 	// Both take a snapshot there (every 10,000 entries in the broker).
@@ -151,20 +125,7 @@ func TestAReplicaTellsATornCommandFromAStaleOne(t *testing.T) {
 	g.mu.Unlock()
 
 	// The follower's power is cut; its disk kept two of the batch's four records.
-	seg := "/p/log/00000000000000000000.log"
-	data, err := memF.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	durable, err := memF.Durable(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = follower.closeFiles()
-	memF.Crash()
-	if err := memF.WriteFile(seg, data[:len(durable)+(len(data)-len(durable))/2]); err != nil {
-		t.Fatal(err)
-	}
+	powerCutHalfway(t, memF, follower)
 
 	// Restart: open, restore the snapshot (as the group does at its open), apply what
 	// follows it, rejoin.
@@ -206,5 +167,41 @@ func TestAReplicaTellsATornCommandFromAStaleOne(t *testing.T) {
 		if string(want[i].Value) == "stale" {
 			t.Errorf("offset %d holds the stale command's message: it was taken for the group's next", i)
 		}
+	}
+}
+
+// replicaPair opens two replicas of one fake group on memory file systems, the first
+// leading; the follower's file system is returned for a power cut.
+func replicaPair(t *testing.T) (g *fakeGroup, leader, follower *Partition, memF *vfs.Mem) {
+	t.Helper()
+	memL := vfs.NewMem()
+	memF = vfs.NewMem()
+	g = &fakeGroup{}
+	leader = mustOpen(t, memL, func(o *Options) { o.Group = member{g: g, i: 0} })
+	t.Cleanup(func() { _ = leader.Close() })
+	follower = mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
+	g.replicas = []*Partition{leader, follower}
+	leader.SetRole(true, 1)
+	return g, leader, follower, memF
+}
+
+// powerCutHalfway cuts the follower's power: its files are left as they are, and its
+// first segment keeps what was synced and half of what was not (as vfs.Mem's torn
+// crash may keep a prefix of an unsynced write).
+func powerCutHalfway(t *testing.T, memF *vfs.Mem, follower *Partition) {
+	t.Helper()
+	seg := "/p/log/00000000000000000000.log"
+	data, err := memF.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable, err := memF.Durable(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = follower.closeFiles() // as the power cut leaves it
+	memF.Crash()
+	if err := memF.WriteFile(seg, data[:len(durable)+(len(data)-len(durable))/2]); err != nil {
+		t.Fatal(err)
 	}
 }

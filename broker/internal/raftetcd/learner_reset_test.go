@@ -21,6 +21,23 @@ import (
 // node's ticker and receive path hung behind it; had it not, the learner would never
 // have caught up.
 func TestALearnerAddedAgainWithAnEmptyLogCatchesUp(t *testing.T) {
+	learnerAddedAgain(t, 10)
+}
+
+// TestALearnerAddedAgainToAnIdleGroupCatchesUp is the test above without writes after
+// the rejoin: a quiet partition. The leader sends the learner nothing but heartbeats,
+// whose commit index is past its fresh log's end; the learner must still catch up. On
+// the first version of the reset (started only by a refused append), the learner
+// dropped every heartbeat without an answer and the leader, counting it caught up,
+// never sent it anything: a move would have switched in an empty voter.
+func TestALearnerAddedAgainToAnIdleGroupCatchesUp(t *testing.T) {
+	learnerAddedAgain(t, 0)
+}
+
+// learnerAddedAgain copies 50 entries to a learner, deletes its copy and adds it again
+// under the same raft id, writes more entries (none: an idle group), and waits for the
+// learner to hold everything.
+func learnerAddedAgain(t *testing.T, more int) {
 	const g = "moved"
 	ns := startNodes(t, 3, 0, func(o *Options) { o.Store = StoreRaftstore; o.NoQuiesce = true }, func(int) {})
 	var applied [3]atomic.Int64
@@ -63,9 +80,10 @@ func TestALearnerAddedAgainWithAnEmptyLogCatchesUp(t *testing.T) {
 	}
 	applied[2].Store(0)
 	open(2, GroupConfig{Dir: dir3, Join: true})
-	write(10, "second")
+	write(more, "second")
+	want := int64(50 + more)
 	deadline := time.Now().Add(20 * time.Second)
-	for applied[2].Load() < 60 {
+	for applied[2].Load() < want {
 		if time.Now().After(deadline) {
 			locked := make(chan struct{})
 			go func() { _, _ = ns[2].host.Info(g); close(locked) }()
@@ -76,8 +94,8 @@ func TestALearnerAddedAgainWithAnEmptyLogCatchesUp(t *testing.T) {
 				wedged = true
 			}
 			li, _ := ns[0].host.Info(g)
-			t.Fatalf("the re-added learner applied %d of 60 entries in 20 s (leader's Match for it %d, commit %d); its group's lock held for good: %v",
-				applied[2].Load(), li.Match[3], li.Commit, wedged)
+			t.Fatalf("the re-added learner applied %d of %d entries in 20 s (%d written after it rejoined; leader's Match for it %d, commit %d); its group's lock held for good: %v",
+				applied[2].Load(), want, more, li.Match[3], li.Commit, wedged)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
