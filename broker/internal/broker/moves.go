@@ -510,7 +510,7 @@ func (b *Broker) followPlacement() {
 				if cur, ok := b.meta.Topic(t.name); ok && cur.Incarnation == t.incarnation && b.holds(cur, int32(i)) {
 					continue // placed here after all: this view was behind, the next pass has it
 				}
-				if act != leaveOpen && !b.leaveLeadership(t, i, "its replica here leaves the partition") && act == leaveDelete {
+				if act == leaveDelete && !b.leaveLeadership(t, i, "its replica here leaves the partition") {
 					// It may lead still, although the group's configuration no longer
 					// counts it (its removal committed under its own leadership, when it
 					// was elected before that entry committed: raft keeps such a leader
