@@ -759,7 +759,7 @@ type PartlyStored struct {
 	// FailedPartitions The partitions whose messages were not stored (or, with code `timeout`, may not be).
 	FailedPartitions []int32 `json:"failed_partitions"`
 
-	// Stored How many messages of the batch were stored.
+	// Stored How many messages of the batch were stored (at least one).
 	Stored int `json:"stored"`
 }
 

@@ -937,7 +937,7 @@ export interface components {
          *     those partitions may or may not be stored.
          */
         PartlyStored: {
-            /** @description How many messages of the batch were stored. */
+            /** @description How many messages of the batch were stored (at least one). */
             stored: number;
             /** @description The partitions whose messages were not stored (or, with code `timeout`, may not be). */
             failed_partitions: number[];
