@@ -30,6 +30,9 @@ type fakePlane struct {
 	refuseMeta func(kind string) bool
 	// seeMeta, when set, sees every control-plane request's body first.
 	seeMeta func(body []byte)
+	// dropMetaReply, when it returns true for a control-plane request's kind, that
+	// request is delivered and its answer lost: the caller gets an error.
+	dropMetaReply func(kind string) bool
 }
 
 func (p *fakePlane) broker(addr string) *Broker {
@@ -44,19 +47,21 @@ func (p *fakePlane) Forward(ctx context.Context, addr raft.ServerAddress, req []
 		return nil, fmt.Errorf("%w: %s is not open", meta.ErrNotDelivered, addr)
 	}
 	p.mu.Lock()
-	refuse, see := p.refuseMeta, p.seeMeta
+	refuse, see, drop := p.refuseMeta, p.seeMeta, p.dropMetaReply
 	p.mu.Unlock()
 	if see != nil {
 		see(req)
 	}
-	if refuse != nil {
-		var r struct{ Kind string }
-		_ = json.Unmarshal(req, &r)
-		if refuse(r.Kind) {
-			return nil, fmt.Errorf("%w: %s refused by the test", meta.ErrNotDelivered, r.Kind)
-		}
+	var r struct{ Kind string }
+	_ = json.Unmarshal(req, &r)
+	if refuse != nil && refuse(r.Kind) {
+		return nil, fmt.Errorf("%w: %s refused by the test", meta.ErrNotDelivered, r.Kind)
 	}
-	return b.HandleForward(ctx, req)
+	resp, err := b.HandleForward(ctx, req)
+	if err == nil && drop != nil && drop(r.Kind) {
+		return nil, fmt.Errorf("%s: the answer was lost (the test)", r.Kind)
+	}
+	return resp, err
 }
 
 func (p *fakePlane) Call(ctx context.Context, addr string, body []byte) ([]byte, error) {

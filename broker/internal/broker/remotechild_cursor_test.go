@@ -33,7 +33,7 @@ func remoteCopySetup(t *testing.T, bs []*Broker, f *fakeRemote) (x, pp int, rc m
 		}
 	}
 	if pp < 0 {
-		t.Skip("every partition is on the controller")
+		t.Fatal("every partition of three was placed on the controller: the test needs one elsewhere")
 	}
 	b := bs[x]
 	pollUntil(t, "the partition's holder to have the topic", func() error { return b.Exists("orders") })
@@ -136,6 +136,47 @@ func TestRemoteChildRetriesOnlyTheCursorSaveAfterA202(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRemoteChildCountsABatchWhoseCursorMoveCommittedAfterAll: the remote answered
+// 202 and the cursor's move committed on the controller, but its answer was lost: the
+// copier saw a failure. At the next round the cursor stands past the batch, which must
+// then count as copied (narad_remote_child_copied_total) and the partition be
+// reported copying again, without another message. On the first version of the retry
+// the batch was dropped from memory uncounted, and the partition stayed reported
+// failing until the next batch.
+func TestRemoteChildCountsABatchWhoseCursorMoveCommittedAfterAll(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	f := startFakeRemote(t)
+	x, pp, rc := remoteCopySetup(t, bs, f)
+	b := bs[x]
+	name := RemoteChildPrefix + strconv.FormatUint(rc.ID, 10)
+	var dropped atomic.Int32
+	plane.mu.Lock()
+	plane.dropMetaReply = func(kind string) bool { return kind == "apply" && dropped.Add(1) == 1 }
+	plane.mu.Unlock()
+	if _, err := b.Produce(ctx, "orders", []Outgoing{{Partition: int32(pp), Value: []byte("m0")}}); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "the cursor to pass m0", func() error {
+		if r, ok := b.meta.RemoteChild(rc.ID); !ok || r.Cursors[pp] != 1 {
+			return fmt.Errorf("cursor %v", r.Cursors)
+		}
+		return nil
+	})
+	if dropped.Load() == 0 {
+		t.Fatal("no cursor move's answer was lost: the test proves nothing")
+	}
+	pollUntil(t, "m0 counted as copied", func() error {
+		if got := promtest.ToFloat64(b.metrics.RemoteChild.Copied.WithLabelValues("orders", name)); got != 1 {
+			return fmt.Errorf("narad_remote_child_copied_total is %v, want 1", got)
+		}
+		return nil
+	})
+	if n := f.copiesOf(pp, 0); n != 1 {
+		t.Errorf("the remote stored m0 %d times, want once", n)
+	}
 }
 
 // TestRemoteChildCopiesNothingWhileItsNodeIsNotCurrent: a node cut off from the
