@@ -64,6 +64,22 @@ func (f *fakeRemote) copiesOf(pp int, off int64) int {
 	return n
 }
 
+// remoteCopyCluster starts a fake cluster of three and a fake remote, and attaches a
+// remote child of "orders" (remoteCopySetup): it returns the plane, the remote, the
+// parent partition's holder, that partition, the child and its name.
+func remoteCopyCluster(t *testing.T) (*fakePlane, *fakeRemote, *Broker, int, meta.RemoteChild, string) {
+	t.Helper()
+	plane, bs := startFakeCluster(t, 3)
+	f := startFakeRemote(t)
+	x, pp, rc := remoteCopySetup(t, bs, f)
+	return plane, f, bs[x], pp, rc, RemoteChildPrefix + strconv.FormatUint(rc.ID, 10)
+}
+
+// copiedCount reads narad_remote_child_copied_total of remote child name on b.
+func copiedCount(b *Broker, name string) float64 {
+	return promtest.ToFloat64(b.metrics.RemoteChild.Copied.WithLabelValues("orders", name))
+}
+
 // TestRemoteChildRetriesOnlyTheCursorSaveAfterA202: a batch the remote answered 202
 // for, whose cursor cannot be saved through the control plane (the controller cannot
 // be reached for writes), is not sent again while only the save fails: the save is
@@ -73,12 +89,8 @@ func (f *fakeRemote) copiesOf(pp int, off int64) int {
 // control plane stayed out of reach, against "at most one batch per failure", and the
 // messages produced meanwhile went with it.
 func TestRemoteChildRetriesOnlyTheCursorSaveAfterA202(t *testing.T) {
-	plane, bs := startFakeCluster(t, 3)
+	plane, f, b, pp, rc, name := remoteCopyCluster(t)
 	ctx := context.Background()
-	f := startFakeRemote(t)
-	x, pp, rc := remoteCopySetup(t, bs, f)
-	b := bs[x]
-	name := RemoteChildPrefix + strconv.FormatUint(rc.ID, 10)
 	saveFailures := func() float64 {
 		return promtest.ToFloat64(b.metrics.RemoteChild.Failures.WithLabelValues("orders", name, "control_plane"))
 	}
@@ -131,7 +143,7 @@ func TestRemoteChildRetriesOnlyTheCursorSaveAfterA202(t *testing.T) {
 	}
 	// Counted once the move returned, a moment after it applied.
 	pollUntil(t, "narad_remote_child_copied_total to count m0 and m1", func() error {
-		if got := promtest.ToFloat64(b.metrics.RemoteChild.Copied.WithLabelValues("orders", name)); got != 2 {
+		if got := copiedCount(b, name); got != 2 {
 			return fmt.Errorf("it is %v, want 2", got)
 		}
 		return nil
@@ -146,12 +158,8 @@ func TestRemoteChildRetriesOnlyTheCursorSaveAfterA202(t *testing.T) {
 // the batch was dropped from memory uncounted, and the partition stayed reported
 // failing until the next batch.
 func TestRemoteChildCountsABatchWhoseCursorMoveCommittedAfterAll(t *testing.T) {
-	plane, bs := startFakeCluster(t, 3)
+	plane, f, b, pp, rc, name := remoteCopyCluster(t)
 	ctx := context.Background()
-	f := startFakeRemote(t)
-	x, pp, rc := remoteCopySetup(t, bs, f)
-	b := bs[x]
-	name := RemoteChildPrefix + strconv.FormatUint(rc.ID, 10)
 	var dropped atomic.Int32
 	plane.mu.Lock()
 	plane.dropMetaReply = func(kind string) bool { return kind == "apply" && dropped.Add(1) == 1 }
@@ -169,7 +177,7 @@ func TestRemoteChildCountsABatchWhoseCursorMoveCommittedAfterAll(t *testing.T) {
 		t.Fatal("no cursor move's answer was lost: the test proves nothing")
 	}
 	pollUntil(t, "m0 counted as copied", func() error {
-		if got := promtest.ToFloat64(b.metrics.RemoteChild.Copied.WithLabelValues("orders", name)); got != 1 {
+		if got := copiedCount(b, name); got != 1 {
 			return fmt.Errorf("narad_remote_child_copied_total is %v, want 1", got)
 		}
 		return nil

@@ -458,8 +458,7 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 				// end, which was made durable): it cannot be written in place.
 				return p.applyFailed(fmt.Errorf("%w: the group's next append starts at offset %d and this replica's log ends at %d", ErrCorrupt, first, end))
 			}
-		}
-		if v := r.vend.Load(); v == vendUnknown && first < end && end < first+n && p.holdsPrefix(first, end, recs) {
+		} else if first < end && end < first+n && p.holdsPrefix(first, end, recs) {
 			// The group's history is not known here yet (no snapshot was taken or
 			// restored since this start): a command the log holds only the first
 			// records of, those records this command's own, is taken as applied before
