@@ -620,9 +620,9 @@ func Check(es []history.Entry) *Report {
 	}
 
 	// In a cluster, the windows in which each partition surely changed leader.
-	epochs := map[pkey]kills{}
+	epochs, voiding := map[pkey]kills{}, map[pkey]kills{}
 	if cluster {
-		epochs = epochChanges(es, incOf)
+		epochs, voiding = epochChanges(es, incOf)
 	}
 
 	// The porcupine model, copy by copy.
@@ -644,8 +644,8 @@ func Check(es []history.Entry) *Report {
 		t := topics[k.topic]
 		m := &model{vis: t.VisibilityMs * int64(time.Millisecond), kills: ks, agedAt: 1 << 62}
 		if cluster {
-			m.strictAck, m.changes = true, epochs[pkey{k.topic, k.inc, k.partition}]
-			m.kills = append(append(kills(nil), ks...), m.changes...)
+			m.strictAck, m.changes = true, voiding[pkey{k.topic, k.inc, k.partition}]
+			m.kills = append(append(kills(nil), ks...), epochs[pkey{k.topic, k.inc, k.partition}]...)
 		}
 		src := k.topic
 		if t.Parent != "" {

@@ -12,27 +12,52 @@ import (
 // epochChanges returns, per partition of a cluster run, the windows in which its leader
 // surely changed: between two stats samples (in call order) of which the second shows a
 // higher epoch than the first, the change happened after the first was sent and before
-// the second returned.
-func epochChanges(es []history.Entry, incOf func(history.Entry) int64) map[pkey]kills {
+// the second returned. voiding holds the windows after which the old leader's receipt
+// handles must not settle: all but those whose every term between the two samples was
+// taken by a handover (its new leader honours the leases live at the handover, as the
+// nodes' leader lines say; a term with no line, or won by an election, voids them).
+func epochChanges(es []history.Entry, incOf func(history.Entry) int64) (all, voiding map[pkey]kills) {
 	byPart := map[pkey][]history.Entry{}
+	how := map[pkey]map[int64]string{}
 	for _, e := range es {
-		if e.Kind == history.KindStats && e.Epoch > 0 {
+		switch {
+		case e.Kind == history.KindStats && e.Epoch > 0:
 			k := pkey{e.Topic, incOf(e), e.Partition}
 			byPart[k] = append(byPart[k], e)
+		case e.Kind == history.KindLeader:
+			k := pkey{e.Topic, incOf(e), e.Partition}
+			if how[k] == nil {
+				how[k] = map[int64]string{}
+			}
+			if how[k][e.Epoch] != "election" { // two lines for one term: the stricter
+				how[k][e.Epoch] = e.Detail
+			}
 		}
 	}
-	out := map[pkey]kills{}
+	handedOver := func(k pkey, lo, hi int64) bool {
+		for t := lo + 1; t <= hi; t++ {
+			if how[k][t] != "handover" {
+				return false
+			}
+		}
+		return true
+	}
+	all, voiding = map[pkey]kills{}, map[pkey]kills{}
 	for k, ss := range byPart {
 		sort.SliceStable(ss, func(i, j int) bool { return ss[i].Call < ss[j].Call })
 		high := ss[0]
 		for _, s := range ss[1:] {
 			if s.Epoch > high.Epoch {
-				out[k] = append(out[k], [2]int64{high.Call, s.Return})
+				w := [2]int64{high.Call, s.Return}
+				all[k] = append(all[k], w)
+				if !handedOver(k, high.Epoch, s.Epoch) {
+					voiding[k] = append(voiding[k], w)
+				}
 				high = s
 			}
 		}
 	}
-	return out
+	return all, voiding
 }
 
 // staleAfter is how long after a pause or network fault a node may still answer from

@@ -78,6 +78,16 @@ func (x *h) epoch(at, epoch int64) *h {
 	return x
 }
 
+// took adds a node's leader line for orders/0: how ("handover" or "election") it took
+// the leadership at term.
+func (x *h) took(term int64, how string) *h { return x.tookOn(0, term, how) }
+
+// tookOn is took for partition p of orders.
+func (x *h) tookOn(p int32, term int64, how string) *h {
+	x.es = append(x.es, history.Entry{Kind: history.KindLeader, Node: "n2", Topic: "orders", Partition: p, Epoch: term, Detail: how, Call: 1e12 + 1, Return: 1e12 + 1, Offset: -1})
+	return x
+}
+
 // TestClusterRules: a history of a cluster run is held to the cluster's contract, which
 // is stricter than a single node's where a quorum makes it so.
 func TestClusterRules(t *testing.T) {
@@ -109,6 +119,15 @@ func TestClusterRules(t *testing.T) {
 			settle(history.OpAck, "a", 0, realHandle(2, 7), 1610*msec, 410).replicas("a"), "duplicate-without-cause", ""},
 		{"a handle of the old leader settles", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
 			settle(history.OpAck, "a", 0, "h1", 400*msec, 204).replicas("a"), "204-on-old-leader-handle", ""},
+		// A handover hands the live leases to the new leader, which honours their handles.
+		{"a handle settles after a handover", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
+			settle(history.OpAck, "a", 0, "h1", 400*msec, 204).took(3, "handover").replicas("a"), "", ""},
+		{"a handle settles after a handover and an election", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 4).
+			settle(history.OpAck, "a", 0, "h1", 400*msec, 204).took(3, "handover").took(4, "election").replicas("a"), "204-on-old-leader-handle", ""},
+		{"a handle settles after a handover and a term with no leader", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 4).
+			settle(history.OpAck, "a", 0, "h1", 400*msec, 204).took(4, "handover").replicas("a"), "204-on-old-leader-handle", ""},
+		{"a handle settles after a handover of another partition", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
+			settle(history.OpAck, "a", 0, "h1", 400*msec, 204).tookOn(1, 3, "handover").replicas("a"), "204-on-old-leader-handle", ""},
 		{"second copy after a 503 timeout", newCH().producedWith("a", 503, "timeout", 0).produce("a", 1, 10*msec).
 			deliver("a", 0, "h1", 20*msec).settle(history.OpAck, "a", 0, "h1", 30*msec, 204).deliver("a", 1, "h2", 40*msec).settle(history.OpAck, "a", 1, "h2", 50*msec, 204).replicas("a", "a"), "", CauseAmbiguous},
 		{"second copy after a 503 unavailable", newCH().producedWith("a", 503, "unavailable", 0).produce("a", 1, 10*msec).

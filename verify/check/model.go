@@ -91,8 +91,8 @@ type model struct {
 	kills kills
 	// In a cluster run: strictAck — an ack answered 204 is committed on a quorum, so no
 	// crash excuses a delivery after it; changes — the windows in which this copy's
-	// partition surely changed leader (its epoch rose between two samples), after which
-	// a handle of the old leader must not settle. kills then holds every window in which
+	// partition surely changed leader (its epoch rose between two samples) other than by
+	// handovers alone, after which a handle of the old leader must not settle. kills then holds every window in which
 	// the partition may have changed leader (any kill, pause or network fault, and the
 	// epoch changes), which excuses a lost lease.
 	strictAck bool

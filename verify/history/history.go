@@ -93,6 +93,13 @@ const (
 	KindQuiesce = "quiesce"
 )
 
+// KindLeader is a line written after a cluster run stopped: a partition leadership a
+// node logged taking (Node, Topic, Incarnation, Partition; Epoch: the term; Detail:
+// "handover", a planned change whose new leader honours the live leases, or
+// "election", after which the old leader's handles are void). Call and Return are when
+// the harness wrote it, not when the node took over: the checker goes by terms.
+const KindLeader = "leader"
+
 // Entry is one line. Unused fields are left out.
 type Entry struct {
 	Kind string `json:"kind"`

@@ -233,6 +233,44 @@ func parseSkip(line string) (Skip, bool) {
 	return s, true
 }
 
+// Lead is a partition leadership the node took (its INFO line "leading partition",
+// logged when the node runs with --log-level info or debug).
+type Lead struct {
+	Topic       string
+	Partition   int32
+	Incarnation int64
+	Term        int64
+	How         string // "handover" (the live leases were handed over) or "election"
+}
+
+const leadingLine = `msg="leading partition"`
+
+var (
+	attrTerm        = regexp.MustCompile(` term=(\d+)`)
+	attrIncarnation = regexp.MustCompile(` incarnation=(\d+)`)
+	attrBy          = regexp.MustCompile(` by=(\S+)`)
+)
+
+// parseLead reads a leading line of the broker's text log.
+func parseLead(line string) (Lead, bool) {
+	if !strings.Contains(line, leadingLine) {
+		return Lead{}, false
+	}
+	var l Lead
+	var ok bool
+	if l.Topic, l.Partition, ok = topicPartition(line); !ok {
+		return l, false
+	}
+	t, inc, by := attrTerm.FindStringSubmatch(line), attrIncarnation.FindStringSubmatch(line), attrBy.FindStringSubmatch(line)
+	if t == nil || inc == nil || by == nil {
+		return l, false
+	}
+	l.Term, _ = strconv.ParseInt(t[1], 10, 64)
+	l.Incarnation, _ = strconv.ParseInt(inc[1], 10, 64)
+	l.How = by[1]
+	return l, true
+}
+
 // Fired is a failpoint that acted.
 type Fired struct {
 	Name, Action string
@@ -252,6 +290,7 @@ type Node struct {
 	state   *os.ProcessState
 	fired   []Fired
 	skips   []Skip
+	leads   []Lead
 	gen     int
 	paused  bool
 	outDone chan struct{}
@@ -388,6 +427,11 @@ func (n *Node) copyStderr(r io.ReadCloser, done chan struct{}) {
 			n.skips = append(n.skips, s)
 			n.mu.Unlock()
 		}
+		if l, ok := parseLead(line); ok {
+			n.mu.Lock()
+			n.leads = append(n.leads, l)
+			n.mu.Unlock()
+		}
 		if topic, part, ok := parseRebuilt(line); ok {
 			n.mu.Lock()
 			n.skips = slices.DeleteFunc(n.skips, func(s Skip) bool { return s.Topic == topic && s.Partition == part })
@@ -432,6 +476,16 @@ func (n *Node) TakeSkips() []Skip {
 	s := n.skips
 	n.skips = nil
 	return s
+}
+
+// TakeLeads returns the partition leaderships the node logged taking since the last
+// call.
+func (n *Node) TakeLeads() []Lead {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l := n.leads
+	n.leads = nil
+	return l
 }
 
 // TakeFired returns the failpoints that acted since the last call.

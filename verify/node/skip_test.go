@@ -23,6 +23,26 @@ func TestParseSkip(t *testing.T) {
 	}
 }
 
+func TestParseLead(t *testing.T) {
+	for line, want := range map[string]Lead{
+		`time=2026-12-06T01:00:00.000Z level=INFO msg="leading partition" topic=events incarnation=3 partition=0 term=16 by=handover`:     {Topic: "events", Incarnation: 3, Partition: 0, Term: 16, How: "handover"},
+		`time=2026-12-06T01:00:00.000Z level=INFO msg="leading partition" topic="a b" incarnation=1 partition=4 term=2 by=election`: {Topic: "a b", Incarnation: 1, Partition: 4, Term: 2, How: "election"},
+	} {
+		got, ok := parseLead(line)
+		if !ok || got != want {
+			t.Errorf("parseLead(%q) = %+v, %v; want %+v", line, got, ok, want)
+		}
+	}
+	for _, line := range []string{
+		`level=INFO msg="leading partition" topic=t partition=0 term=2 by=election`, // no incarnation: an older build
+		`level=INFO msg="leaving partition" topic=t incarnation=1 partition=0 term=2 by=election`,
+	} {
+		if _, ok := parseLead(line); ok {
+			t.Errorf("parseLead(%q) took it for a leading line", line)
+		}
+	}
+}
+
 // A cluster replica that skipped damaged records and then set its data aside to be
 // rebuilt from its group reports none of those skips: the checker must then find
 // every message intact. Skips of other partitions stay.

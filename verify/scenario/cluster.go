@@ -92,7 +92,9 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 	nodes := make([]*node.Node, cfg.Nodes)
 	var args []string
 	for i, id := range ids {
-		args = append(append([]string(nil), DefaultArgs...), "--node-id", id, "--cluster-addr", addrs[i], "--peers", strings.Join(peers, ","))
+		// At INFO, each node logs the partition leaderships it takes and how (the
+		// KindLeader lines the checker reads).
+		args = append(append([]string(nil), DefaultArgs...), "--log-level", "info", "--node-id", id, "--cluster-addr", addrs[i], "--peers", strings.Join(peers, ","))
 		if cfg.Netns != nil {
 			// Not loopback, but a network of the run's own that nothing else reaches.
 			args = append(args, "--insecure")
@@ -197,6 +199,13 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 	freezeKill(nodes)
 	for _, n := range nodes {
 		_ = n.Close() // killed just above; this closes the log
+	}
+	for _, n := range nodes {
+		t := clk.Now()
+		for _, l := range n.TakeLeads() {
+			rec.Add(history.Entry{Kind: history.KindLeader, Node: n.ID(), Topic: l.Topic, Incarnation: l.Incarnation, Partition: l.Partition,
+				Epoch: l.Term, Detail: l.How, Call: t, Return: t, Offset: -1})
+		}
 	}
 	if res.Err == nil {
 		for _, n := range nodes {

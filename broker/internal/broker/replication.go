@@ -302,7 +302,7 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 					how = "handover"
 				}
 				b.metrics.LeadershipsTaken.WithLabelValues(how).Inc()
-				b.log.Info("leading partition", "topic", m.Name, "partition", i, "term", term, "by", how)
+				b.log.Info("leading partition", "topic", m.Name, "incarnation", m.Incarnation, "partition", i, "term", term, "by", how)
 				if p.Failed() {
 					b.kickPlacement() // it won before it failed: it hands the leadership over
 				}
