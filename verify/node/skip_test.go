@@ -25,8 +25,8 @@ func TestParseSkip(t *testing.T) {
 
 func TestParseLead(t *testing.T) {
 	for line, want := range map[string]Lead{
-		`time=2026-12-06T01:00:00.000Z level=INFO msg="leading partition" topic=events incarnation=3 partition=0 term=16 by=handover`:     {Topic: "events", Incarnation: 3, Partition: 0, Term: 16, How: "handover"},
-		`time=2026-12-06T01:00:00.000Z level=INFO msg="leading partition" topic="a b" incarnation=1 partition=4 term=2 by=election`: {Topic: "a b", Incarnation: 1, Partition: 4, Term: 2, How: "election"},
+		`time=2026-12-06T01:00:00.000Z level=INFO msg="leading partition" topic=events incarnation=3 partition=0 term=16 by=handover`: {Topic: "events", Incarnation: 3, Partition: 0, Term: 16, How: "handover"},
+		`time=2026-12-06T01:00:00.000Z level=INFO msg="leading partition" topic="a b" incarnation=1 partition=4 term=2 by=election`:   {Topic: "a b", Incarnation: 1, Partition: 4, Term: 2, How: "election"},
 	} {
 		got, ok := parseLead(line)
 		if !ok || got != want {
