@@ -294,21 +294,39 @@ func (c *plCluster) stop(nd *plNode) {
 }
 
 // cutPower cuts the power of every node at once: first no node's process can touch
-// its disk any more, then every disk drops what was not synced. With torn, a file
-// written past its last sync keeps a random part of those writes, as a disk that
-// lost power in the middle of writing them would.
-func (c *plCluster) cutPower(torn *rand.Rand) {
+// its disk any more, then every disk drops what was not synced (cutDrop). With
+// cutTorn, a file written past its last sync keeps a random part of those writes, as
+// a disk that lost power in the middle of writing them would; with cutHoled, each
+// replica's message log and settle journal keep all of them but one lost sector
+// (later pages reached the disk, an earlier one did not).
+func (c *plCluster) cutPower(r *rand.Rand, how cutKind) {
 	for _, nd := range c.nodes {
 		nd.fs.cut.Store(true)
 	}
+	replicaFile := func(name string) bool {
+		d := filepath.Base(filepath.Dir(name))
+		return (d == "log" || d == "journal") && filepath.Ext(name) == ".log"
+	}
 	for _, nd := range c.nodes {
-		if torn != nil {
-			nd.mem.CrashTorn(torn)
-		} else {
+		switch how {
+		case cutTorn:
+			nd.mem.CrashTorn(r)
+		case cutHoled:
+			nd.mem.CrashHoled(r, replicaFile)
+		default:
 			nd.mem.Crash()
 		}
 	}
 }
+
+// cutKind is what a power cut leaves of the writes not synced.
+type cutKind int
+
+const (
+	cutDrop cutKind = iota
+	cutTorn
+	cutHoled
+)
 
 // plHistory is what the clients were told, per partition.
 type plHistory struct {
@@ -589,7 +607,8 @@ func (c *plCluster) drain(h *plHistory) {
 }
 
 // TestReplicatedPowerLoss cuts the power of a whole three-node cluster under load,
-// several times (every other cut tears the unsynced writes instead of dropping them):
+// several times (the first drops what was not synced, the second tears it, the third
+// keeps it with one sector lost in each replica file):
 // every message answered 202 is on every replica at its offset after
 // the restart, no message answered 204 is delivered again, and every other answered
 // message is still delivered. NARAD_POWERLOSS_SEED replays a run's timing.
@@ -618,11 +637,7 @@ func TestReplicatedPowerLoss(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		time.Sleep(time.Duration(rng.Intn(400)) * time.Millisecond)
-		var torn *rand.Rand
-		if round%2 == 1 {
-			torn = rng
-		}
-		c.cutPower(torn)
+		c.cutPower(rng, cutKind(round%3))
 		close(stop)
 		for _, nd := range c.nodes {
 			c.stop(nd)

@@ -168,8 +168,8 @@ func TestTornRecoveryPointSlot(t *testing.T) {
 	}
 	l = mustOpen(t, testDir, opts)
 	defer mustClose(t, l)
-	if !l.rpValid || l.rp.next != 10 || l.rpSlot != 1 {
-		t.Fatalf("recovery point %+v valid %v, next slot %d; want the 10-record one, and slot 1 next", l.rp, l.rpValid, l.rpSlot)
+	if !l.rp.valid || l.rp.rp.next != 10 || l.rp.slot != 1 {
+		t.Fatalf("recovery point %+v valid %v, next slot %d; want the 10-record one, and slot 1 next", l.rp.rp, l.rp.valid, l.rp.slot)
 	}
 }
 

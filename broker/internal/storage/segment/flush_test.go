@@ -47,3 +47,138 @@ func TestFlushMakesNoSyncLogDurable(t *testing.T) {
 		}
 	}
 }
+
+// noSyncPowerCut writes 60 records to a NoSync log of many segments, flushing after
+// the first 20 when flush is set, then models a power loss that kept every file as it
+// was except for the bytes of record hole, zeroed (the page holding it never reached
+// the disk, while later ones did), and opens the log again.
+func noSyncPowerCut(t *testing.T, flush bool, hole int) (*Log, int) {
+	t.Helper()
+	m := vfs.NewMem()
+	if err := vfs.MkdirAllSync(m, filepath.Dir(testDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := memOptions(m)
+	opts.NoSync = true
+	l := mustOpen(t, testDir, opts)
+	appendTestRecords(t, l, 0, 20)
+	if flush {
+		if err := l.Flush(); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+	}
+	appendTestRecords(t, l, 20, 60)
+	var holder *segment
+	later := 0
+	for _, s := range l.segments {
+		switch {
+		case s.base <= uint64(hole) && uint64(hole) < s.next:
+			holder = s
+		case s.base > uint64(hole):
+			later++
+		}
+	}
+	if holder == nil || later == 0 {
+		t.Fatalf("record %d is not followed by another segment (segments %d)", hole, len(l.segments))
+	}
+	files := map[string][]byte{}
+	ents, err := m.ReadDir(testDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if files[e.Name], err = m.ReadFile(filepath.Join(testDir, e.Name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pos := 0
+	for _, r := range testRecords(int(holder.base), hole) {
+		pos += frameSize(&r)
+	}
+	r := testRecord(hole)
+	b := files[filepath.Base(holder.path)]
+	clear(b[pos : pos+frameSize(&r)])
+	m.Crash()
+	_ = l.Close()                                               // the power is gone; its handles fail
+	if err := vfs.MkdirAllSync(m, testDir, 0o700); err != nil { // a log never flushed lost its directory too
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if err := m.WriteFile(filepath.Join(testDir, name), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mustOpen(t, testDir, opts), later
+}
+
+// TestNoSyncLogCutsAHolePastTheFlushPoint: a replica's log is written without syncs of
+// its own, and a power loss may keep any part of what was written since its last Flush:
+// a record missing with later ones kept is a torn write there, not damage. The log is
+// cut at it, the segments after it go, and appends continue at its offset (the group
+// writes those records again). Before the flush point, the same hole is damage; and a
+// log that never flushed knows no flush point and keeps its damage as before.
+func TestNoSyncLogCutsAHolePastTheFlushPoint(t *testing.T) {
+	l, later := noSyncPowerCut(t, true, 30)
+	if d := l.Damaged(); len(d) != 0 {
+		t.Fatalf("a hole past the flush point was reported as damage %v: the replica would be set aside", d)
+	}
+	if l.Next() != 30 || l.Stats().CutSegments != later {
+		t.Fatalf("log ends at %d with %d segments cut; want it cut at 30 and the %d segments after it removed", l.Next(), l.Stats().CutSegments, later)
+	}
+	checkRecords(t, readAll(t, l), testRecords(0, 30))
+	appendTestRecords(t, l, 30, 45)
+	mustClose(t, l)
+	l = mustOpen(t, testDir, l.opts)
+	checkRecords(t, readAll(t, l), testRecords(0, 45))
+	mustClose(t, l)
+
+	// Sealed segments before the flush point are trusted through their index files, so
+	// the damage shows when the record is read.
+	for _, c := range []struct {
+		flush bool
+		hole  int
+	}{{true, 10}, {false, 30}} {
+		l, _ = noSyncPowerCut(t, c.flush, c.hole)
+		if l.Next() != 60 || l.Stats().CutSegments != 0 {
+			t.Fatalf("flushed %v, hole at %d: log ends at %d with %d segments cut; want every record kept", c.flush, c.hole, l.Next(), l.Stats().CutSegments)
+		}
+		_, err := l.Read(uint64(c.hole), 1, 1<<20)
+		wantErr(t, err, ErrCorrupt)
+		mustClose(t, l)
+	}
+}
+
+// TestSyncedOpenDropsTheFlushPoint: a flush point describes a log written without
+// syncs of its own. Once the log is opened with syncs (a partition no longer
+// replicated), its records past that point are durable and acknowledged: the point
+// goes, so that opened without syncs again the log never cuts them as torn.
+func TestSyncedOpenDropsTheFlushPoint(t *testing.T) {
+	m := vfs.NewMem()
+	if err := vfs.MkdirAllSync(m, filepath.Dir(testDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := memOptions(m)
+	opts.NoSync = true
+	l := mustOpen(t, testDir, opts)
+	appendTestRecords(t, l, 0, 10)
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	fp := filepath.Join(testDir, flushName)
+	if _, err := m.Stat(fp); err != nil {
+		t.Fatalf("Flush of a NoSync log wrote no flush point: %v", err)
+	}
+	synced := opts
+	synced.NoSync = false
+	l = mustOpen(t, testDir, synced)
+	mustClose(t, l)
+	if _, err := m.Stat(fp); err == nil {
+		t.Fatal("a log opened with syncs kept its flush point")
+	}
+	l = mustOpen(t, testDir, opts)
+	defer mustClose(t, l)
+	if l.fp.valid {
+		t.Fatal("the flush point came back")
+	}
+}

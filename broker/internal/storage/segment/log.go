@@ -132,16 +132,15 @@ type Log struct {
 	spans   []wal.Span // the group's chunks, for a commit to Options.WAL
 	pending []indexEntry
 
-	// The recovery point (recovery.go), guarded by fileMu.
-	rp      recoveryPoint
-	rpValid bool
-	rpSlot  int       // slot the next write goes to
-	rpFile  vfs.File  // open once written
-	rpAt    time.Time // last write
+	// The recovery point and the flush point (recovery.go), guarded by fileMu.
+	rp   pointFile
+	fp   pointFile
+	rpAt time.Time // last write of the recovery point
 
 	// What Open found; set before the log is shared, read-only after.
-	damage    []Damage
-	tornBytes int64
+	damage      []Damage
+	tornBytes   int64
+	cutSegments int // segment files removed past the flush point
 
 	// sendMu orders Append's enqueue against Close closing the queue.
 	sendMu     sync.RWMutex
@@ -174,6 +173,8 @@ func Open(dir string, opts Options) (*Log, error) {
 		queue:  make(chan *request, queueDepth),
 		done:   make(chan struct{}),
 		rpAt:   time.Now(), // what Open found is on disk; the first point is due a period on
+		rp:     pointFile{name: recoveryName},
+		fp:     pointFile{name: flushName},
 	}
 	mkdir := vfs.MkdirAllSync // the directory's entry must be durable before any append is
 	if opts.NoSync {
@@ -193,10 +194,12 @@ func Open(dir string, opts Options) (*Log, error) {
 			l.lastTS = max(l.lastTS, s.lastTS)
 		}
 	}
-	if l.rpValid && l.rp.hasTS {
-		// Retention may have removed the records that held the newest timestamps
-		// (every record, in a log that aged out): the recovery point keeps the floor.
-		l.lastTS = max(l.lastTS, l.rp.lastTS)
+	for _, pf := range []*pointFile{&l.rp, &l.fp} {
+		if pf.valid && pf.rp.hasTS {
+			// Retention may have removed the records that held the newest timestamps
+			// (every record, in a log that aged out): the points keep the floor.
+			l.lastTS = max(l.lastTS, pf.rp.lastTS)
+		}
 	}
 	go l.run()
 	return l, nil
@@ -222,7 +225,10 @@ func (l *Log) load() error {
 			sizes[base] = e.Size
 		} else if base, ok := parseSegmentName(e.Name, indexExt); ok {
 			indexes[base] = true
-		} else if strings.HasSuffix(e.Name, tmpExt) {
+		} else if strings.HasSuffix(e.Name, tmpExt) || e.Name == flushName && !l.opts.NoSync {
+			// A flush point describes the log as written without syncs of its own; a
+			// log synced since is durable past it, and must never be cut there if it
+			// is opened without syncs again.
 			stale = append(stale, e.Name)
 		}
 	}
@@ -236,8 +242,18 @@ func (l *Log) load() error {
 		l.segments = []*segment{s}
 		return nil
 	}
-	for i, base := range bases[:len(bases)-1] {
+	for i := 0; i < len(bases)-1; i++ {
+		base := bases[i]
 		s, err := l.loadSealed(base, bases[i+1], sizes[base], indexes[base])
+		if errors.Is(err, errCutHere) {
+			// Torn past the flush point: this segment becomes the last one, and the
+			// ones after it go (recoverActive cuts it).
+			if err := l.removeAfter(bases[i+1:]); err != nil {
+				return err
+			}
+			bases = bases[:i+1]
+			break
+		}
 		if err != nil {
 			return err
 		}
@@ -282,10 +298,16 @@ func (l *Log) load() error {
 // next segment begins. Its index file is used if it matches; otherwise the
 // segment is scanned and the index rewritten. A segment whose records do not all
 // check out is kept, marked damaged: reads of its bad part fail with ErrCorrupt.
+//
+// Past the flush point of a log written without syncs of its own, the index is not
+// trusted (it may have outlived the records it describes), and a segment whose
+// records stop short of the next one at a bad frame there is torn: loadSealed
+// returns errCutHere.
 func (l *Log) loadSealed(base, next uint64, size int64, hasIndex bool) (*segment, error) {
 	s := newSegment(l.dir, base)
 	s.next, s.size = next, size
-	if hasIndex {
+	cutAt := l.cutAt(base)
+	if hasIndex && cutAt == math.MaxInt64 {
 		if ix, err := l.readIndex(s); err == nil && ix.base == base && ix.next == next && ix.size == size {
 			s.entries, s.lastTS, s.indexedAt = ix.entries, ix.lastTS, int64(ix.entries[len(ix.entries)-1].pos)
 			return s, nil
@@ -295,10 +317,13 @@ func (l *Log) loadSealed(base, next uint64, size int64, hasIndex bool) (*segment
 	if err != nil {
 		return nil, err
 	}
-	res, err := scanSegment(f, base, size, next, &l.opts)
+	res, err := scanSegment(f, base, size, next, cutAt, &l.opts)
 	_ = f.Close() // opened read-only to scan
 	if err != nil {
 		return nil, err
+	}
+	if (res.stop != nil || res.next != next) && res.size >= cutAt {
+		return nil, errCutHere
 	}
 	s.entries, s.lastTS, s.indexedAt = res.entries, res.lastTS, res.indexedAt
 	l.damage = append(l.damage, res.holes...)
@@ -365,7 +390,7 @@ func (l *Log) recoverActive(base uint64) (*segment, error) {
 		_ = f.Close() // the stat error is the one to report
 		return nil, err
 	}
-	res, err := scanSegment(f, base, size, math.MaxUint64, &l.opts)
+	res, err := scanSegment(f, base, size, math.MaxUint64, l.cutAt(base), &l.opts)
 	if err != nil {
 		_ = f.Close() // the scan error is the one to report
 		return nil, err
@@ -373,7 +398,11 @@ func (l *Log) recoverActive(base uint64) (*segment, error) {
 	l.damage = append(l.damage, res.holes...)
 	keep, next := res.size, res.next
 	s.holes = res.resynced
-	if rp := l.rp; l.rpValid && rp.base == base && rp.size > res.size && rp.next > res.next &&
+	pt := &l.rp
+	if l.fp.valid {
+		pt = &l.fp // a log written without syncs of its own: durable as far as its last Flush
+	}
+	if rp := pt.rp; pt.valid && rp.base == base && rp.size > res.size && rp.next > res.next &&
 		rp.next-res.next <= uint64(rp.size-res.size)/frameOverhead {
 		// Synced and acknowledged: a damaged tail, not a torn one. A file cut below the
 		// recovery point is extended with zeros, which read as damage too.
@@ -387,6 +416,11 @@ func (l *Log) recoverActive(base uint64) (*segment, error) {
 	if keep != size {
 		if err = f.Truncate(keep); err == nil {
 			err = l.sync(f)
+			if l.opts.NoSync {
+				// Synced even in a log without syncs of its own: a cut at its flush
+				// point must not come undone, leaving old records past the new ones.
+				err = f.Sync()
+			}
 		}
 		if err != nil {
 			_ = f.Close() // the create or sync error is the one to report
@@ -395,6 +429,23 @@ func (l *Log) recoverActive(base uint64) (*segment, error) {
 	}
 	s.next, s.size, s.lastTS, s.entries, s.indexedAt = next, keep, res.lastTS, res.entries, res.indexedAt
 	return s, nil
+}
+
+// errCutHere is loadSealed's answer for a segment torn past the flush point.
+var errCutHere = errors.New("segment: torn past the flush point")
+
+// removeAfter removes the segment files at bases, and their index files, durably:
+// they lie past a cut at the flush point, so nothing in them was ever durable.
+func (l *Log) removeAfter(bases []uint64) error {
+	for _, b := range bases {
+		for _, name := range []string{segmentName(b, logExt), segmentName(b, indexExt)} {
+			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		l.cutSegments++
+	}
+	return l.fs.SyncDir(l.dir)
 }
 
 // createSegment creates the empty file of a new active segment, durably.
@@ -699,6 +750,9 @@ type Stats struct {
 	SizeBytes           int64  // bytes of durable records in those files
 	DamagedRecords      uint64 // records Open found damaged (see Damaged)
 	TornBytes           int64  // bytes of a torn write Open cut off the active segment
+	// CutSegments counts the segment files Open removed because they lay past a cut at
+	// the flush point (a log written without syncs of its own; see recovery.go).
+	CutSegments int
 }
 
 // Stats returns the log's counters.
@@ -722,6 +776,7 @@ func (l *Log) Stats() Stats {
 		Segments:            n,
 		DamagedRecords:      damagedCount(l.damage),
 		TornBytes:           l.tornBytes,
+		CutSegments:         l.cutSegments,
 	}
 }
 
@@ -759,10 +814,8 @@ func (l *Log) Close() error {
 	// Everything is durable now: a later Open can tell damage anywhere in the active
 	// segment from a torn write.
 	l.writeRecoveryPoint()
-	if l.rpFile != nil {
-		_ = l.rpFile.Close() // the recovery point was synced just above; only a hint for the next open
-		l.rpFile = nil
-	}
+	l.rp.close()
+	l.fp.close()
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()

@@ -5,9 +5,12 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // The recovery point is the log's note of how far its active segment was durable at a
@@ -80,10 +83,20 @@ func (a recoveryPoint) newer(b recoveryPoint) bool {
 	return a.next > b.next || (a.next == b.next && a.size > b.size)
 }
 
-// readRecoveryPoint loads the newest valid slot of the recovery-point file, and picks
-// the other slot for the next write so that a torn write never costs the newest one.
-func (l *Log) readRecoveryPoint() {
-	f, err := l.fs.OpenFile(filepath.Join(l.dir, recoveryName), os.O_RDONLY, 0)
+// pointFile is a two-slot file of points (recovery.go's layout): the recovery point,
+// or the flush point of a log written without syncs of its own.
+type pointFile struct {
+	name  string
+	rp    recoveryPoint
+	valid bool
+	slot  int      // slot the next write goes to
+	f     vfs.File // open once written
+}
+
+// read loads the newest valid slot of the file, and picks the other slot for the
+// next write so that a torn write never costs the newest one.
+func (pf *pointFile) read(fsys vfs.FS, dir string) {
+	f, err := fsys.OpenFile(filepath.Join(dir, pf.name), os.O_RDONLY, 0)
 	if err != nil {
 		return
 	}
@@ -99,9 +112,56 @@ func (l *Log) readRecoveryPoint() {
 		if at >= len(b) {
 			break
 		}
-		if rp, ok := decodeRecoveryPoint(b[at:]); ok && (!l.rpValid || rp.newer(l.rp)) {
-			l.rp, l.rpValid, l.rpSlot = rp, true, 1-slot
+		if rp, ok := decodeRecoveryPoint(b[at:]); ok && (!pf.valid || rp.newer(pf.rp)) {
+			pf.rp, pf.valid, pf.slot = rp, true, 1-slot
 		}
+	}
+}
+
+// write writes rp to the file's next slot and makes it durable with sync (and, when
+// it creates the file, the directory's entry with syncDir).
+func (pf *pointFile) write(fsys vfs.FS, dir string, rp recoveryPoint, sync func(vfs.File) error, syncDir func() error) error {
+	if pf.f == nil {
+		path := filepath.Join(dir, pf.name)
+		f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		created := err == nil
+		if errors.Is(err, fs.ErrExist) {
+			f, err = fsys.OpenFile(path, os.O_RDWR, 0)
+		}
+		if err != nil {
+			return err
+		}
+		pf.f = f
+		if created {
+			if err := syncDir(); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := pf.f.WriteAt(encodeRecoveryPoint(rp), int64(pf.slot*recoverySlot)); err != nil {
+		return err
+	}
+	if err := sync(pf.f); err != nil {
+		return err
+	}
+	pf.rp, pf.valid, pf.slot = rp, true, 1-pf.slot
+	return nil
+}
+
+// close closes the file if it is open (what it holds was synced when written).
+func (pf *pointFile) close() {
+	if pf.f != nil {
+		_ = pf.f.Close() // synced at each write; only a hint for the next open
+		pf.f = nil
+	}
+}
+
+// readRecoveryPoint loads the recovery point, and the flush point of a log written
+// without syncs of its own.
+func (l *Log) readRecoveryPoint() {
+	l.rp.read(l.fs, l.dir)
+	if l.opts.NoSync {
+		l.fp.read(l.fs, l.dir)
 	}
 }
 
@@ -114,42 +174,66 @@ func (l *Log) writeRecoveryPoint() {
 	if l.opts.NoSync || l.failErr != nil {
 		return
 	}
+	rp := l.activePoint()
+	if l.rp.valid && rp == l.rp.rp {
+		return
+	}
+	if err := l.rp.write(l.fs, l.dir, rp, l.sync, l.syncDir); err != nil {
+		l.pointFailed(&l.rp)
+		return
+	}
+	l.stats.recoveryPoints.Add(1)
+}
+
+// activePoint is the active segment's end, and the newest timestamp appended.
+func (l *Log) activePoint() recoveryPoint {
 	active := l.segments[len(l.segments)-1]
-	rp := recoveryPoint{base: active.base, next: active.next, size: active.size, lastTS: l.lastTS, hasTS: true}
-	if l.rpValid && rp == l.rp {
+	return recoveryPoint{base: active.base, next: active.next, size: active.size, lastTS: l.lastTS, hasTS: true}
+}
+
+// pointFailed counts a failed write of a point file and closes it: the next write
+// opens it again, and the next Open reads whichever slot is whole.
+func (l *Log) pointFailed(pf *pointFile) {
+	l.stats.recoveryErrors.Add(1)
+	pf.close()
+}
+
+// The flush point: a log written without syncs of its own (Options.NoSync: a
+// replica's, whose group replays its own log to write again whatever a power loss
+// took) is durable only as far as its last Flush. Flush records how far in the
+// flush-point file (the recovery point's layout), synced for real. Past that point
+// nothing was ever durable, so a power loss may have torn any of it, in the middle
+// as well as at the end, and later segment files with it: Open cuts the log at the
+// first bad record past the flush point and removes the segments after it, instead
+// of reporting damage that would set the whole replica aside. Before the flush point,
+// bad bytes are damage as in any log. A log with no flush point yet (one written
+// before Flush wrote it, or never flushed) is read as before.
+const flushName = "flush-point"
+
+// writeFlushPoint records, after a Flush made everything appended durable, how far
+// that is. l.fileMu must be held.
+func (l *Log) writeFlushPoint() {
+	rp := l.activePoint()
+	if l.fp.valid && rp == l.fp.rp {
 		return
 	}
-	err := func() error {
-		if l.rpFile == nil {
-			path := filepath.Join(l.dir, recoveryName)
-			f, err := l.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-			created := err == nil
-			if errors.Is(err, fs.ErrExist) {
-				f, err = l.fs.OpenFile(path, os.O_RDWR, 0)
-			}
-			if err != nil {
-				return err
-			}
-			l.rpFile = f
-			if created {
-				if err := l.syncDir(); err != nil {
-					return err
-				}
-			}
-		}
-		if _, err := l.rpFile.WriteAt(encodeRecoveryPoint(rp), int64(l.rpSlot*recoverySlot)); err != nil {
-			return err
-		}
-		l.stats.recoveryPoints.Add(1)
-		return l.sync(l.rpFile)
-	}()
-	if err != nil {
-		l.stats.recoveryErrors.Add(1)
-		if l.rpFile != nil {
-			_ = l.rpFile.Close() // writing it failed already (counted); the next open rescans
-			l.rpFile = nil
-		}
-		return
+	realSync := func(f vfs.File) error { return f.Sync() }
+	if err := l.fp.write(l.fs, l.dir, rp, realSync, func() error { return l.fs.SyncDir(l.dir) }); err != nil {
+		l.pointFailed(&l.fp)
 	}
-	l.rp, l.rpValid, l.rpSlot = rp, true, 1-l.rpSlot
+}
+
+// cutAt is the byte position in the segment at base from which a bad frame is torn,
+// cut off with everything after it, rather than damage: past the flush point, in a
+// log written without syncs of its own; math.MaxInt64 (never) elsewhere.
+func (l *Log) cutAt(base uint64) int64 {
+	fp := l.fp.rp
+	switch {
+	case !l.opts.NoSync || !l.fp.valid || base < fp.base:
+		return math.MaxInt64
+	case base == fp.base:
+		return fp.size
+	default:
+		return 0
+	}
 }

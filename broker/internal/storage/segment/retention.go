@@ -151,7 +151,8 @@ func (l *Log) SetNext(n uint64) error {
 // Flush makes every record appended so far durable, with the directory entries of
 // the segment files, even in a log opened with NoSync: a replica's log is written
 // without its own fsync (its group's log is replayed instead) until the group drops
-// entries from its own log, and then what they wrote must be on disk.
+// entries from its own log, and then what they wrote must be on disk. A NoSync log
+// then records how far that is (the flush point, recovery.go).
 func (l *Log) Flush() error {
 	l.fileMu.Lock()
 	defer l.fileMu.Unlock()
@@ -178,6 +179,9 @@ func (l *Log) Flush() error {
 			l.failErr = fmt.Errorf("%w: flush: %w", ErrFailed, err)
 			return l.failErr
 		}
+	}
+	if l.opts.NoSync {
+		l.writeFlushPoint() // how far it is durable now: Open cuts a torn write only past it
 	}
 	return nil
 }

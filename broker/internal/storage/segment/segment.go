@@ -254,8 +254,9 @@ const forceIndexEntry = math.MinInt64 / 2
 // its checks is skipped if a valid frame with a later, consistent offset follows
 // it: the offsets in between are reported in holes, and the record after them gets
 // an index entry. Only I/O errors are returned as errors; invalid bytes with no
-// valid frame after them end the scan and are reported in stop.
-func scanSegment(f vfs.File, base uint64, end int64, limit uint64, opts *Options) (scanResult, error) {
+// valid frame after them end the scan and are reported in stop, and so does any
+// frame that fails its checks at byte cutAt or later (math.MaxInt64: none).
+func scanSegment(f vfs.File, base uint64, end int64, limit uint64, cutAt int64, opts *Options) (scanResult, error) {
 	res := scanResult{next: base, lastTS: math.MinInt64}
 	r := frameReader{f: f, end: end, off: base, max: opts.MaxRecordBytes, chunk: 1 << 20}
 	for r.off < limit {
@@ -269,6 +270,10 @@ func scanSegment(f vfs.File, base uint64, end int64, limit uint64, opts *Options
 			break
 		}
 		var ferr *frameError
+		if errors.As(err, &ferr) && pos >= cutAt {
+			res.stop = ferr
+			break
+		}
 		if errors.As(err, &ferr) {
 			from := r.off
 			found, err := r.resync(limit - 1)

@@ -208,13 +208,21 @@ func (m *Mem) SyncDir(dir string) error {
 // contents, every directory to its last synced entries (a directory whose own
 // entry was never synced is gone, with everything in it), and handles opened
 // before the crash fail with ErrCrashed.
-func (m *Mem) Crash() { m.crash(nil) }
+func (m *Mem) Crash() { m.crash(nil, nil) }
 
 // CrashTorn is Crash, except that a file written past its last Sync keeps a
 // random prefix of the unsynced bytes, as a torn write would.
-func (m *Mem) CrashTorn(r *rand.Rand) { m.crash(r) }
+func (m *Mem) CrashTorn(r *rand.Rand) { m.crash(r, nil) }
 
-func (m *Mem) crash(r *rand.Rand) {
+// CrashHoled is Crash, except that a file holed picks, written past its last Sync,
+// keeps every unsynced byte but one random sector of them, which reads as zeros: the
+// disk wrote the later pages of those writes and lost an earlier one.
+func (m *Mem) CrashHoled(r *rand.Rand, holed func(name string) bool) { m.crash(r, holed) }
+
+// holeSector is the size of the span CrashHoled zeroes.
+const holeSector = 512
+
+func (m *Mem) crash(r *rand.Rand, holed func(string) bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.gen++
@@ -244,8 +252,14 @@ func (m *Mem) crash(r *rand.Rand) {
 			continue
 		}
 		kept := ino.synced
-		if r != nil && len(ino.data) > len(ino.synced) && bytes.HasPrefix(ino.data, ino.synced) {
+		switch {
+		case r == nil || len(ino.data) <= len(ino.synced) || !bytes.HasPrefix(ino.data, ino.synced):
+		case holed == nil:
 			kept = ino.data[:len(ino.synced)+r.Intn(len(ino.data)-len(ino.synced)+1)]
+		case holed(name):
+			kept = bytes.Clone(ino.data)
+			at := len(ino.synced) + r.Intn(len(ino.data)-len(ino.synced))
+			clear(kept[at:min(at+holeSector, len(kept))])
 		}
 		ino.data = bytes.Clone(kept)
 		ino.synced = bytes.Clone(kept)

@@ -198,6 +198,37 @@ func TestMemCrashTornKeepsPrefix(t *testing.T) {
 	}
 }
 
+// CrashHoled keeps the synced bytes and every unsynced one but a run of at most one
+// sector, zeroed, of the files it picks; the others lose what was not synced.
+func TestMemCrashHoledKeepsAllButASector(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	synced := bytes.Repeat([]byte{'s'}, 700)
+	unsynced := bytes.Repeat([]byte{'u'}, 2000)
+	for i := 0; i < 50; i++ {
+		m := NewMem()
+		MkdirAllSync(m, "/d", 0o755)
+		for _, name := range []string{"/d/holed", "/d/other"} {
+			f, _ := m.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+			f.WriteAt(synced, 0)
+			f.Sync()
+			f.WriteAt(unsynced, int64(len(synced)))
+		}
+		m.SyncDir("/d")
+		m.CrashHoled(r, func(name string) bool { return name == "/d/holed" })
+		got, _ := m.ReadFile("/d/holed")
+		if len(got) != len(synced)+len(unsynced) || !bytes.Equal(got[:len(synced)], synced) {
+			t.Fatalf("holed crash kept %d bytes, want %d with the synced ones intact", len(got), len(synced)+len(unsynced))
+		}
+		zero := bytes.Count(got, []byte{0})
+		if zero == 0 || zero > holeSector || bytes.Count(got, []byte{'u'}) != len(unsynced)-zero {
+			t.Fatalf("holed crash zeroed %d bytes, want 1 to %d of the unsynced ones", zero, holeSector)
+		}
+		if other, _ := m.ReadFile("/d/other"); !bytes.Equal(other, synced) {
+			t.Fatalf("a file the crash did not pick kept %d bytes, want only the %d synced", len(other), len(synced))
+		}
+	}
+}
+
 func TestMemFaults(t *testing.T) {
 	m := NewMem()
 	MkdirAllSync(m, "/d", 0o755)
