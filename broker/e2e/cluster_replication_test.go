@@ -920,6 +920,63 @@ func TestReplicationBitFlipRepaired(t *testing.T) {
 	sameMessageLogs(t, nodes, inc+"-flip")
 }
 
+// TestReplicationDamagedQueueStateRebuilt: a follower's queue checkpoint is damaged
+// while its node is down. A lone partition refuses to open over it rather than guess
+// what was settled; a replica sets its data aside and is rebuilt from its group, the
+// settled state included: nothing acked is delivered again once it leads, and every
+// unacked message is.
+func TestReplicationDamagedQueueStateRebuilt(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 3, "--replica-snapshot-entries", "16")
+	atVersion(t, nodes[0], 2)
+	nodes[0].api.createTopic("ckpt", map[string]any{"partitions": 1, "visibility_timeout_ms": 60000})
+	inc := nodes[0].api.topic("ckpt").Incarnation
+	lead := leaderOf(t, nodes, "ckpt", 0)
+	for i := range 60 {
+		if s := produceTry(lead, "ckpt", fmt.Sprint("a", i)); s != http.StatusAccepted {
+			t.Fatalf("produce %d: %d", i, s)
+		}
+	}
+	acked := map[string]int{}
+	drain(t, lead, "ckpt", acked, 2*time.Second)
+	for i := range 40 {
+		if s := produceTry(lead, "ckpt", fmt.Sprint("b", i)); s != http.StatusAccepted {
+			t.Fatalf("produce b%d: %d", i, s)
+		}
+	}
+	waitFor(t, 30*time.Second, "every replica to hold the 100 messages", func() bool { return followerHasAll(t, nodes, "ckpt", 100) })
+	victim := others(nodes, lead)[0]
+	victim.Stop()
+	ckpt := filepath.Join(victim.DataDir(), "topics", inc+"-ckpt", "0", "queue.ckpt")
+	if err := os.WriteFile(ckpt, []byte("a checkpoint a disk mangled"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	victim.Launch()
+	if err := victim.WaitReady(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the damaged replica to report and set aside its state", func() bool {
+		return strings.Contains(victim.Log(), "stored state is damaged and does not open")
+	})
+	waitFor(t, 60*time.Second, "the rebuilt replica to hold the 100 messages", func() bool { return followerHasAll(t, nodes, "ckpt", 100) })
+	if v, _ := metricValue(victim.api, `narad_replica_rebuilds_total{topic="ckpt"}`); v != 1 {
+		t.Fatalf("narad_replica_rebuilds_total is %v on the repaired node, want 1", v)
+	}
+	leadOn(t, nodes, "ckpt", victim)
+	seen := map[string]int{}
+	drain(t, victim, "ckpt", seen, 3*time.Second)
+	for id := range seen {
+		if acked[id] > 0 {
+			t.Errorf("message %s, acked before the damage, was delivered again by the rebuilt replica", id)
+		}
+	}
+	for i := range 40 {
+		if seen[fmt.Sprint("b", i)] == 0 {
+			t.Errorf("message b%d, never acked, was not delivered by the rebuilt replica", i)
+		}
+	}
+}
+
 // flipInPlace changes one bit of the first record holding marker in the segment
 // files of log directory dir, writing the byte in place (a running node reads the
 // same file), so that record's checksum no longer matches.

@@ -250,11 +250,8 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		b.log.Warn("a replica joining its group found data from before it joined; set aside in damaged/ and copied afresh from the group",
 			"topic", m.Name, "partition", i, "dir", popts.Dir)
 	}
-	p, err := partition.Open(popts)
+	p, err := b.openReplicaData(popts, pl, m.Name, i)
 	if err != nil {
-		return nil, err
-	}
-	if p, err = b.rebuildIfDamaged(p, popts, pl, m.Name, i); err != nil {
 		return nil, err
 	}
 	if soleOverData && pl.Forced > 0 && (i >= len(t.openedAs) || t.openedAs[i] == "") {
@@ -337,13 +334,7 @@ func (b *Broker) rebuildIfDamaged(p *partition.Partition, popts partition.Option
 	if logDamage+journalDamage == 0 {
 		return p, nil
 	}
-	others := 0
-	for _, r := range pl.Replicas {
-		if r != b.opts.NodeID {
-			others++
-		}
-	}
-	if others == 0 {
+	if b.otherReplicas(pl) == 0 {
 		b.log.Error("a replica's data is damaged and no other replica holds the partition; the damaged records are skipped, as on a single node",
 			"topic", topic, "partition", i, "damaged_records", logDamage, "damaged_settle_records", journalDamage)
 		return p, nil
@@ -360,6 +351,43 @@ func (b *Broker) rebuildIfDamaged(p *partition.Partition, popts partition.Option
 	}
 	b.metrics.ReplicaRebuilds.WithLabelValues(topic).Inc()
 	return p, nil
+}
+
+// openReplicaData opens a replica's partition data and deals with what the opening
+// found damaged (rebuildIfDamaged). A replica whose stored state is too damaged to
+// open at all (a queue checkpoint or an epoch file that fails its checks, a settle
+// journal missing records its checkpoint relies on: partition.Open refuses them with
+// segment.ErrCorrupt, where a lone partition must not guess) is set aside the same
+// way when another replica holds the partition, and opened empty: that state is its
+// group's, which rebuilds it, and its group's own log (raft/) is intact, so its votes
+// stay sound. (It refused to open before, and with it every partition of the topic
+// on this node, at every start.)
+func (b *Broker) openReplicaData(popts partition.Options, pl meta.Placement, topic string, i int) (*partition.Partition, error) {
+	p, err := partition.Open(popts)
+	if err != nil && errors.Is(err, segment.ErrCorrupt) && b.otherReplicas(pl) > 0 {
+		b.log.Error("a replica's stored state is damaged and does not open; it is set aside in damaged/ and rebuilt from the partition's group",
+			"topic", topic, "partition", i, "err", err)
+		if derr := partition.DiscardData(nil, popts.Dir); derr != nil {
+			return nil, fmt.Errorf("setting aside the damaged data of partition %d of topic %q (%w): %w", i, topic, err, derr)
+		}
+		b.metrics.ReplicaRebuilds.WithLabelValues(topic).Inc()
+		p, err = partition.Open(popts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b.rebuildIfDamaged(p, popts, pl, topic, i)
+}
+
+// otherReplicas counts the replicas of a placement on other nodes than this one.
+func (b *Broker) otherReplicas(pl meta.Placement) int {
+	n := 0
+	for _, r := range pl.Replicas {
+		if r != b.opts.NodeID {
+			n++
+		}
+	}
+	return n
 }
 
 func (b *Broker) soleOverData(pl meta.Placement) bool {

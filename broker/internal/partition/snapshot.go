@@ -306,8 +306,8 @@ func (p *Partition) Damage() (logRecords, journalRecords uint64) {
 	return p.log.Stats().DamagedRecords, p.journalDamaged
 }
 
-// DiscardData moves a closed replica's message log, settle journal and checkpoint
-// into dir/damaged (replacing what an earlier discard left there), so the replica
+// DiscardData moves a closed replica's message log, settle journal, checkpoint and
+// epoch file into dir/damaged (replacing what an earlier discard left there), so the replica
 // opens empty and its group rebuilds it: by applying its log again, or, when the log
 // was compacted, by restoring the group's snapshot from another replica. A replica
 // with damaged records must not lead with them (it would skip messages its peers
@@ -325,8 +325,9 @@ func DiscardData(fsys vfs.FS, dir string) error {
 		return err
 	}
 	// Settlements first, the log last: a crash in between leaves a log that is still
-	// damaged, so the next open discards again.
-	for _, name := range []string{ckptName, "journal", "log"} {
+	// damaged, so the next open discards again. The lease epoch goes too: a replica
+	// leases only as its group's leader, in the epoch of its term.
+	for _, name := range []string{ckptName, "journal", epochName, "log"} {
 		err := fsys.Rename(filepath.Join(dir, name), filepath.Join(aside, name))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
