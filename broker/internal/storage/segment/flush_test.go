@@ -182,3 +182,52 @@ func TestSyncedOpenDropsTheFlushPoint(t *testing.T) {
 		t.Fatal("the flush point came back")
 	}
 }
+
+// TestFlushFailsWhenItCannotWriteTheFlushPoint: the flush point is a promise now, not
+// a hint: Open cuts the log at the first bad frame past it, with the segments after it.
+// A Flush whose flush point could not be written must not report success, or its
+// caller (a snapshot) drops the group's entries that wrote the records past the old
+// point, and a record damaged there later (the disk's fault, not a torn write: Flush
+// synced it) costs every record after it for good, instead of being reported.
+func TestFlushFailsWhenItCannotWriteTheFlushPoint(t *testing.T) {
+	m := vfs.NewMem()
+	if err := vfs.MkdirAllSync(m, filepath.Dir(testDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := memOptions(m)
+	opts.NoSync = true
+	l := mustOpen(t, testDir, opts)
+	appendTestRecords(t, l, 0, 10)
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	appendTestRecords(t, l, 10, 40)
+	// Flush syncs every segment file, then the flush point: its sync fails.
+	m.FailSync(len(l.segments) + 1)
+	err := l.Flush()
+	m.FailSync(0)
+	if err != nil {
+		mustClose(t, l)
+		return // the caller keeps the entries that can write the records again
+	}
+	// Flush said every record is durable. A bit of record 30 goes bad on the disk.
+	var holder *segment
+	for _, s := range l.segments {
+		if s.base <= 30 && 30 < s.next {
+			holder = s
+		}
+	}
+	pos := 0
+	for _, r := range testRecords(int(holder.base), 30) {
+		pos += frameSize(&r)
+	}
+	mustClose(t, l)
+	if err := m.FlipByte(holder.path, int64(pos+frameOverhead-1), 0x40); err != nil {
+		t.Fatal(err)
+	}
+	m.Crash()
+	l = mustOpen(t, testDir, opts)
+	defer mustClose(t, l)
+	t.Fatalf("Flush returned nil though it could not write its flush point; after a record it made durable went bad, the log ends at %d (want 40, with the damage reported; damage %v, %d segments cut)",
+		l.Next(), l.Damaged(), l.Stats().CutSegments)
+}

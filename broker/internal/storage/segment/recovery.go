@@ -211,16 +211,20 @@ func (l *Log) pointFailed(pf *pointFile) {
 const flushName = "flush-point"
 
 // writeFlushPoint records, after a Flush made everything appended durable, how far
-// that is. l.fileMu must be held.
-func (l *Log) writeFlushPoint() {
+// that is. l.fileMu must be held. Unlike the recovery point it is a promise, not an
+// aid: Open cuts the log past it. So a failure is returned, and Flush fails with it:
+// its caller must not drop what could write the records past the old point again.
+func (l *Log) writeFlushPoint() error {
 	rp := l.activePoint()
 	if l.fp.valid && rp == l.fp.rp {
-		return
+		return nil
 	}
 	realSync := func(f vfs.File) error { return f.Sync() }
 	if err := l.fp.write(l.fs, l.dir, rp, realSync, func() error { return l.fs.SyncDir(l.dir) }); err != nil {
 		l.pointFailed(&l.fp)
+		return err
 	}
+	return nil
 }
 
 // cutAt is the byte position in the segment at base from which a bad frame is torn,

@@ -181,7 +181,10 @@ func (l *Log) Flush() error {
 		}
 	}
 	if l.opts.NoSync {
-		l.writeFlushPoint() // how far it is durable now: Open cuts a torn write only past it
+		// How far it is durable now: Open cuts a torn write only past it.
+		if err := l.writeFlushPoint(); err != nil {
+			return fmt.Errorf("segment: writing the flush point of %s: %w", l.dir, err)
+		}
 	}
 	return nil
 }
