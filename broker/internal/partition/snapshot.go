@@ -175,9 +175,10 @@ var ErrSnapshotSource = errors.New("partition: the replica fetched from does not
 // RestoreSnapshot makes this replica hold at least the state snapshot data (taken
 // at group index) describes: the messages it lacks are fetched with fetch, the
 // settlements are merged in, and all of it is durable before it returns, because the
-// group has already dropped the entries that would have written it. It is
+// group has already dropped the entries that would have written it (also when the
+// replica held every message already: they were applied without sync). It is
 // idempotent: a replica that already holds the state (its own snapshot, or a restore
-// that completed before a crash) fetches nothing and writes nothing.
+// that completed before a crash) fetches nothing, and writes nothing but the flush.
 func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []byte, fetch Fetch) error {
 	r := p.repl
 	if r == nil {
@@ -230,10 +231,13 @@ func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []by
 		}
 		fetched = true
 	}
-	if fetched {
-		if err := p.log.Flush(); err != nil {
-			return storageErr(err)
-		}
+	// Durable before the group drops its entries, fetched or not: messages and settles
+	// this replica applied from entries up to index, written without sync, are written
+	// again by no entry of its log once the snapshot is installed, and past the flush
+	// point a power loss cuts them as a torn write (a forced takeover's survivor then
+	// applies its replaced group's log over a log ending before the snapshot's end).
+	if err := p.Flush(); err != nil {
+		return err
 	}
 	r.vend.Store(s.end)
 	// The snapshot is the group's state at index: its mark replaces this replica's,

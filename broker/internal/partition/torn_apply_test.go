@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"testing"
 
@@ -303,5 +304,83 @@ func TestReplicasHoledByOnePowerCutComeBack(t *testing.T) {
 				t.Errorf("replica %d, offset %d: %q, want %q", i, j, r.Value, want)
 			}
 		}
+	}
+}
+
+// TestARestoredSnapshotIsDurableBeforeItReturns: a follower behind in the group's log
+// installs the leader's snapshot. Its message log already holds every message the
+// snapshot names (the entries it missed wrote none), so nothing is fetched; but those
+// messages were applied from entries of its own log, written without sync, and the
+// group drops those entries once the snapshot is installed. RestoreSnapshot promises
+// its state is durable when it returns. If it is not, a power cut that loses an earlier
+// page of those writes and keeps later ones leaves a hole past the log's flush point:
+// opening cuts the log there as a torn write the group writes again, and the group
+// will not (on the old code the hole was damage: reported, and the records after it
+// kept). A forced takeover's survivor then applies its replaced group's log over a log
+// that ends before the snapshot's end: every append command there is taken for a stale
+// one and skipped, and the new group starts without those messages.
+func TestARestoredSnapshotIsDurableBeforeItReturns(t *testing.T) {
+	g, leader, follower, memF := replicaPair(t)
+	put := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := leader.Append([]segment.Record{{Value: []byte(fmt.Sprintf("m%d", i))}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put(0, 4)
+	if _, err := follower.SnapshotState(); err != nil { // its own snapshot: flushed up to 4
+		t.Fatal(err)
+	}
+	put(4, 12) // applied on both; the follower's copy unsynced
+
+	// The follower falls behind; the leader commits a command that writes no message
+	// and snapshots, and the follower installs that snapshot.
+	g.mu.Lock()
+	g.replicas = []*Partition{leader}
+	g.log = append(g.log, binary.BigEndian.AppendUint64([]byte{cmdMark}, 12))
+	leader.Apply(uint64(len(g.log)), g.log[len(g.log)-1])
+	g.mu.Unlock()
+	snap, err := leader.SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapIndex := uint64(len(g.log))
+	noFetch := func(context.Context, uint64) ([]segment.Record, error) {
+		t.Error("the restore fetched: the follower's log held every message of the snapshot")
+		return nil, nil
+	}
+	if err := follower.RestoreSnapshot(context.Background(), snapIndex, snap, noFetch); err != nil {
+		t.Fatal(err)
+	}
+	if end := follower.Stats().End; end != 12 {
+		t.Fatalf("the follower's log ends at %d after the restore, want 12", end)
+	}
+
+	// Its power is cut: of what was not synced, the disk kept the later pages and lost
+	// one earlier (nothing, if everything was synced).
+	seg := "/p/log/00000000000000000000.log"
+	data, err := memF.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable, err := memF.Durable(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > len(durable) {
+		mid := len(durable) + (len(data)-len(durable))/2
+		clear(data[mid:min(mid+8, len(data))])
+	}
+	_ = follower.closeFiles()
+	memF.Crash()
+	if err := memF.WriteFile(seg, data); err != nil {
+		t.Fatal(err)
+	}
+
+	f2 := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
+	t.Cleanup(func() { _ = f2.Close() })
+	if end := f2.Stats().End; end < 12 {
+		t.Fatalf("after the power cut the follower's log ends at %d: it lost messages of a snapshot it had installed (up to 12), which no entry of its group's log writes again", end)
 	}
 }
