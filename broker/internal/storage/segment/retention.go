@@ -163,6 +163,12 @@ func (l *Log) Flush() error {
 	segs := slices.Clone(l.segments)
 	l.mu.RUnlock()
 	for _, s := range segs {
+		if l.fp.valid && s.base < l.fp.rp.base {
+			// Sealed before the last flush, which synced it, and never written since:
+			// a replica's partitions flush at each snapshot and at each start, and
+			// syncing every old segment again would cost a sync per file each time.
+			continue
+		}
 		f, err := s.file(l.fs, s.path)
 		if err != nil {
 			return fmt.Errorf("segment: flushing %s: %w", s.path, err)
