@@ -536,13 +536,18 @@ func (b *Broker) startRemoteCopier(parent *topic, rc meta.RemoteChild) *remoteCo
 	// One goroutine per parent partition, held here or not: a move can place one here
 	// later, and a held one can be replaced (its group made again); each goroutine
 	// copies whatever this node holds and leads of its partition at the time.
-	for i := range parent.parts() {
-		if i >= len(rc.Cursors) {
-			continue
+	// Every state is set before the first goroutine starts: each reads all of them
+	// (set) under c.mu, which this loop does not take.
+	for i := range c.parts {
+		if i < len(rc.Cursors) {
+			c.parts[i].state = "copying"
 		}
-		c.parts[i].state = "copying"
-		c.wg.Add(1)
-		go c.run(i)
+	}
+	for i := range c.parts {
+		if i < len(rc.Cursors) {
+			c.wg.Add(1)
+			go c.run(i)
+		}
 	}
 	return c
 }
