@@ -186,6 +186,31 @@ func replicaPair(t *testing.T) (g *fakeGroup, leader, follower *Partition, memF 
 	return g, leader, follower, memF
 }
 
+// powerCutWithAHole cuts p's power: its first segment keeps everything written, but
+// the middle of what was not synced reads as zeros (the disk wrote the later pages and
+// lost an earlier one); nothing changes if everything was synced.
+func powerCutWithAHole(t *testing.T, m *vfs.Mem, p *Partition) {
+	t.Helper()
+	seg := "/p/log/00000000000000000000.log"
+	data, err := m.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable, err := m.Durable(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > len(durable) {
+		mid := len(durable) + (len(data)-len(durable))/2
+		clear(data[mid:min(mid+8, len(data))])
+	}
+	_ = p.closeFiles() // as the power cut leaves it
+	m.Crash()
+	if err := m.WriteFile(seg, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // powerCutHalfway cuts the follower's power: its files are left as they are, and its
 // first segment keeps what was synced and half of what was not (as vfs.Mem's torn
 // crash may keep a prefix of an unsynced write).
@@ -240,29 +265,8 @@ func TestReplicasHoledByOnePowerCutComeBack(t *testing.T) {
 	g.mu.Lock()
 	g.replicas = nil // every node is down
 	g.mu.Unlock()
-	seg := "/p/log/00000000000000000000.log"
-	for _, c := range []struct {
-		m *vfs.Mem
-		p *Partition
-	}{{memL, leader}, {memF, follower}} {
-		data, err := c.m.ReadFile(seg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		durable, err := c.m.Durable(seg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The page holding the middle of what followed the snapshot was lost; the
-		// pages after it were kept.
-		mid := len(durable) + (len(data)-len(durable))/2
-		clear(data[mid : mid+8])
-		_ = c.p.closeFiles()
-		c.m.Crash()
-		if err := c.m.WriteFile(seg, data); err != nil {
-			t.Fatal(err)
-		}
-	}
+	powerCutWithAHole(t, memL, leader)
+	powerCutWithAHole(t, memF, follower)
 
 	noFetch := func(context.Context, uint64) ([]segment.Record, error) {
 		t.Error("a restore fetched: the snapshot's messages were durable")
@@ -359,24 +363,7 @@ func TestARestoredSnapshotIsDurableBeforeItReturns(t *testing.T) {
 
 	// Its power is cut: of what was not synced, the disk kept the later pages and lost
 	// one earlier (nothing, if everything was synced).
-	seg := "/p/log/00000000000000000000.log"
-	data, err := memF.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	durable, err := memF.Durable(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(data) > len(durable) {
-		mid := len(durable) + (len(data)-len(durable))/2
-		clear(data[mid:min(mid+8, len(data))])
-	}
-	_ = follower.closeFiles()
-	memF.Crash()
-	if err := memF.WriteFile(seg, data); err != nil {
-		t.Fatal(err)
-	}
+	powerCutWithAHole(t, memF, follower)
 
 	f2 := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
 	t.Cleanup(func() { _ = f2.Close() })

@@ -54,13 +54,7 @@ func TestFlushMakesNoSyncLogDurable(t *testing.T) {
 // the disk, while later ones did), and opens the log again.
 func noSyncPowerCut(t *testing.T, flush bool, hole int) (*Log, int) {
 	t.Helper()
-	m := vfs.NewMem()
-	if err := vfs.MkdirAllSync(m, filepath.Dir(testDir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	opts := memOptions(m)
-	opts.NoSync = true
-	l := mustOpen(t, testDir, opts)
+	m, opts, l := openNoSync(t)
 	appendTestRecords(t, l, 0, 20)
 	if flush {
 		if err := l.Flush(); err != nil {
@@ -153,13 +147,7 @@ func TestNoSyncLogCutsAHolePastTheFlushPoint(t *testing.T) {
 // replicated), its records past that point are durable and acknowledged: the point
 // goes, so that opened without syncs again the log never cuts them as torn.
 func TestSyncedOpenDropsTheFlushPoint(t *testing.T) {
-	m := vfs.NewMem()
-	if err := vfs.MkdirAllSync(m, filepath.Dir(testDir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	opts := memOptions(m)
-	opts.NoSync = true
-	l := mustOpen(t, testDir, opts)
+	m, opts, l := openNoSync(t)
 	appendTestRecords(t, l, 0, 10)
 	if err := l.Flush(); err != nil {
 		t.Fatal(err)
@@ -190,13 +178,7 @@ func TestSyncedOpenDropsTheFlushPoint(t *testing.T) {
 // point, and a record damaged there later (the disk's fault, not a torn write: Flush
 // synced it) costs every record after it for good, instead of being reported.
 func TestFlushFailsWhenItCannotWriteTheFlushPoint(t *testing.T) {
-	m := vfs.NewMem()
-	if err := vfs.MkdirAllSync(m, filepath.Dir(testDir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	opts := memOptions(m)
-	opts.NoSync = true
-	l := mustOpen(t, testDir, opts)
+	m, opts, l := openNoSync(t)
 	appendTestRecords(t, l, 0, 10)
 	if err := l.Flush(); err != nil {
 		t.Fatal(err)
@@ -245,13 +227,7 @@ func TestFlushFailsWhenItCannotWriteTheFlushPoint(t *testing.T) {
 // next flush syncs the segments from the last flush point's on, and everything stays
 // durable through a power loss.
 func TestFlushSyncsOnlyWhatChangedSinceTheLastOne(t *testing.T) {
-	m := vfs.NewMem()
-	if err := vfs.MkdirAllSync(m, filepath.Dir(testDir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	opts := memOptions(m)
-	opts.NoSync = true
-	l := mustOpen(t, testDir, opts)
+	m, opts, l := openNoSync(t)
 	appendTestRecords(t, l, 0, 60)
 	if err := l.Flush(); err != nil {
 		t.Fatal(err)
@@ -274,4 +250,17 @@ func TestFlushSyncsOnlyWhatChangedSinceTheLastOne(t *testing.T) {
 	l = mustOpen(t, testDir, opts)
 	defer mustClose(t, l)
 	checkRecords(t, readAll(t, l), testRecords(0, 62))
+}
+
+// openNoSync opens a log without syncs of its own on a fresh vfs.Mem whose parent
+// directory is durable (the log makes its own directory without a sync).
+func openNoSync(t *testing.T) (*vfs.Mem, Options, *Log) {
+	t.Helper()
+	m := vfs.NewMem()
+	if err := vfs.MkdirAllSync(m, filepath.Dir(testDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := memOptions(m)
+	opts.NoSync = true
+	return m, opts, mustOpen(t, testDir, opts)
 }
