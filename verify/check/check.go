@@ -644,8 +644,10 @@ func Check(es []history.Entry) *Report {
 		t := topics[k.topic]
 		m := &model{vis: t.VisibilityMs * int64(time.Millisecond), kills: ks, agedAt: 1 << 62}
 		if cluster {
+			// A handover keeps the live leases: only the other changes of leader may
+			// lose one (or void its handle).
 			m.strictAck, m.changes = true, voiding[pkey{k.topic, k.inc, k.partition}]
-			m.kills = append(append(kills(nil), ks...), epochs[pkey{k.topic, k.inc, k.partition}]...)
+			m.kills = append(append(kills(nil), ks...), m.changes...)
 		}
 		src := k.topic
 		if t.Parent != "" {

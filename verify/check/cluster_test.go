@@ -128,6 +128,11 @@ func TestClusterRules(t *testing.T) {
 			settle(history.OpAck, "a", 0, "h1", 400*msec, 204).took(4, "handover").replicas("a"), "204-on-old-leader-handle", ""},
 		{"a handle settles after a handover of another partition", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
 			settle(history.OpAck, "a", 0, "h1", 400*msec, 204).tookOn(1, 3, "handover").replicas("a"), "204-on-old-leader-handle", ""},
+		// Nor does it lose one: delivered again while the lease lives is a defect.
+		{"redelivered under a live lease across a handover", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
+			deliver("a", 0, "h2", 400*msec).settle(history.OpAck, "a", 0, "h2", 500*msec, 204).took(3, "handover").replicas("a"), "delivered-under-live-lease", ""},
+		{"redelivered under a live lease across an election", newCH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).epoch(20*msec, 2).epoch(300*msec, 3).
+			deliver("a", 0, "h2", 400*msec).settle(history.OpAck, "a", 0, "h2", 500*msec, 204).took(3, "election").replicas("a"), "", CauseLeaderChange},
 		{"second copy after a 503 timeout", newCH().producedWith("a", 503, "timeout", 0).produce("a", 1, 10*msec).
 			deliver("a", 0, "h1", 20*msec).settle(history.OpAck, "a", 0, "h1", 30*msec, 204).deliver("a", 1, "h2", 40*msec).settle(history.OpAck, "a", 1, "h2", 50*msec, 204).replicas("a", "a"), "", CauseAmbiguous},
 		{"second copy after a 503 unavailable", newCH().producedWith("a", 503, "unavailable", 0).produce("a", 1, 10*msec).
