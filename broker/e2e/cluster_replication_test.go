@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -974,6 +975,92 @@ func TestReplicationDamagedQueueStateRebuilt(t *testing.T) {
 		if seen[fmt.Sprint("b", i)] == 0 {
 			t.Errorf("message b%d, never acked, was not delivered by the rebuilt replica", i)
 		}
+	}
+}
+
+// TestReplicationDamagedRaftLogLeftClosed: a follower's group log (raft/) is damaged
+// while its node is down. The replica must neither vote nor serve with it, and an
+// emptied log must not rejoin under the same Raft identity; but one damaged replica
+// must not keep its node from starting either (it did: the topic failed to open, and
+// the node exited before it was ready). The node starts, leaves that replica closed
+// (logged, counted), serves its other topics, and the partition is served by the
+// other two replicas, through this node too. The repair the docs give, a move of the
+// replica to a fourth node, then brings the partition back to three copies.
+func TestReplicationDamagedRaftLogLeftClosed(t *testing.T) {
+	t.Parallel()
+	nodes := startPeersCluster(t, 4, "--auto-rebalance=false")
+	atVersion(t, nodes[0], 3)
+	for _, name := range []string{"hurt", "whole"} {
+		nodes[0].api.createTopic(name, map[string]any{"partitions": 1, "replication_factor": 3, "visibility_timeout_ms": 60000})
+	}
+	inc := nodes[0].api.topic("hurt").Incarnation
+	lead := leaderOf(t, nodes, "hurt", 0)
+	for i := range 20 {
+		for _, name := range []string{"hurt", "whole"} {
+			if s := produceTry(lead, name, fmt.Sprint(name, i)); s != http.StatusAccepted {
+				t.Fatalf("produce %s %d: %d", name, i, s)
+			}
+		}
+	}
+	waitFor(t, 30*time.Second, "every replica to hold the 20 messages", func() bool { return followerHasAll(t, nodes, "hurt", 20) })
+	victim := others(nodes, lead)[0]
+	victim.Stop()
+	states, err := filepath.Glob(filepath.Join(victim.DataDir(), "topics", inc+"-hurt", "0", "raft", "state"))
+	if err != nil || len(states) != 1 {
+		t.Fatalf("the replica's Raft state file: %v (%v)", states, err)
+	}
+	if err := os.WriteFile(states[0], bytes.Repeat([]byte{0xA5}, 200), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	victim.Launch()
+	if err := victim.WaitReady(); err != nil {
+		t.Fatalf("a node with one damaged replica log did not start: %v", err)
+	}
+	if !strings.Contains(victim.Log(), "a replica's Raft log is damaged; the replica is left closed") {
+		t.Fatal("the node did not report the replica it left closed")
+	}
+	if v, _ := metricValue(victim.api, `narad_replicas_closed_damaged{topic="hurt"}`); v != 1 {
+		t.Fatalf("narad_replicas_closed_damaged is %v, want 1", v)
+	}
+	for i := 20; i < 30; i++ {
+		for _, name := range []string{"hurt", "whole"} {
+			if s := produceTry(victim, name, fmt.Sprint(name, i)); s != http.StatusAccepted {
+				t.Fatalf("produce %s %d through the node: %d", name, i, s)
+			}
+		}
+	}
+	for _, name := range []string{"hurt", "whole"} {
+		seen := map[string]int{}
+		drain(t, victim, name, seen, 2*time.Second)
+		for i := range 30 {
+			if seen[fmt.Sprint(name, i)] == 0 {
+				t.Errorf("%s: message %d not delivered through the node", name, i)
+			}
+		}
+	}
+
+	// The repair: the replica moves to the node that holds none.
+	var to *clusterNode
+	for _, nd := range nodes {
+		if !slices.Contains(replicasOf(victim, "hurt", 0), nd.id) {
+			to = nd
+		}
+	}
+	mv := startMove(t, victim, "hurt", 0, victim.id, to.id)
+	waitFor(t, 90*time.Second, "the move off the closed replica to be done", func() bool {
+		for _, m := range moves(victim) {
+			if m.ID == mv.ID {
+				if m.Status == "failed" || m.Status == "cancelled" {
+					t.Fatalf("move %s ended %s: %s", m.ID, m.Status, m.Reason)
+				}
+				return m.Status == "done"
+			}
+		}
+		return false
+	})
+	waitFor(t, 60*time.Second, "three replicas to hold the 30 messages again", func() bool { return followerHasAll(t, nodes, "hurt", 30) })
+	if got := replicasOf(to, "hurt", 0); slices.Contains(got, victim.id) || !slices.Contains(got, to.id) {
+		t.Fatalf("replicas after the move: %v", got)
 	}
 }
 

@@ -241,6 +241,9 @@ type topic struct {
 	// rebuilds it from the intact copies.
 	rebuildMu sync.Mutex
 	rebuild   map[int]bool
+	// closed holds the partitions whose replica here is left closed: its group's own
+	// log (raft/) is damaged (leaveClosed). Guarded by rebuildMu.
+	closed map[int]bool
 	waiting   atomic.Int32  // consumes parked on this topic
 	produce   atomic.Uint32 // round-robin for keyless produce
 	consume   atomic.Uint32 // first partition tried by the next consume
@@ -709,6 +712,9 @@ func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 			continue
 		}
 		p, err := b.openPart(t, m, i)
+		if err != nil && b.leaveClosed(t, m, int(i), err) {
+			continue
+		}
 		if err != nil {
 			for j, q := range parts {
 				if q != nil {
@@ -823,6 +829,11 @@ func (b *Broker) closeTopic(t *topic, remove bool) {
 	defer b.placeMu.Unlock()
 	close(t.done)
 	t.sig.broadcast()
+	t.rebuildMu.Lock()
+	if len(t.closed) > 0 {
+		b.metrics.ReplicasClosed.WithLabelValues(t.name).Sub(float64(len(t.closed)))
+	}
+	t.rebuildMu.Unlock()
 	for i, p := range t.parts() {
 		if p == nil {
 			continue

@@ -33,6 +33,7 @@ type Metrics struct {
 	BodiesRefused     prometheus.Counter
 	Damaged           *prometheus.CounterVec // damaged records skipped, by topic and log
 	ReplicaRebuilds   *prometheus.CounterVec // replicas set aside as damaged and rebuilt, by topic
+	ReplicasClosed    *prometheus.GaugeVec   // replicas left closed: their group's own log is damaged, by topic
 	ProducedBytes     *prometheus.CounterVec // payload and key bytes stored, by topic
 	DeliveredBytes    *prometheus.CounterVec // payload and key bytes handed out under a lease, by topic
 	Nacks             *prometheus.CounterVec // leases handed back by a nack, by topic
@@ -155,6 +156,10 @@ func NewMetrics() *Metrics {
 			Name: "narad_replica_rebuilds_total",
 			Help: "Replicas whose data was found damaged at start and rebuilt from their partition's group instead of skipping the damaged records.",
 		}, []string{"topic"}),
+		ReplicasClosed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "narad_replicas_closed_damaged",
+			Help: "Replicas placed on this node and left closed because their group's own Raft log is damaged: the partition is served by its other replicas until the replica is repaired (docs/operating/recovery.md).",
+		}, []string{"topic"}),
 		Damaged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_damaged_records_total",
 			Help: "Records that failed their checksum and were skipped: messages settled without being delivered (log=messages), settle records lost on open (log=journal), parent messages never copied into the child topic (log=fanout).",
@@ -231,7 +236,7 @@ func NewMetrics() *Metrics {
 	)
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
-		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged, m.ReplicaRebuilds, m.DiskStalled, m.StallHandOvers,
+		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged, m.ReplicaRebuilds, m.ReplicasClosed, m.DiskStalled, m.StallHandOvers,
 		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.LeasesLate, m.LeadershipsTaken, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed, m.DetachesUnconfirmed,
 		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -482,8 +482,13 @@ func (b *Broker) followPlacement() {
 				lp = nil
 			}
 			switch {
+			case want && lp == nil && t.leftClosed(i):
+				// Its group's own log is damaged: it stays closed (leaveClosed).
 			case want && lp == nil:
 				p, err := b.openPart(t, m, int32(i))
+				if err != nil && b.leaveClosed(t, m, i, err) {
+					continue
+				}
 				if err != nil {
 					b.log.Warn("opening a replica placed here (by a move, or again in a new group) failed; retrying at the next placement pass", "topic", t.name, "partition", i, "err", err)
 					continue

@@ -17,6 +17,7 @@ import (
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/raftetcd"
+	"github.com/narad-mq/narad/broker/internal/raftstore"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 	"github.com/narad-mq/narad/broker/internal/transport"
@@ -318,9 +319,6 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 	return p, nil
 }
 
-// soleOverData reports whether this node is the only replica of a group made over
-// the data it holds (a replication factor raised from 1, a forced takeover's
-// survivor).
 // rebuildIfDamaged looks at what opening p found damaged. When another replica holds
 // the partition, p's data is set aside in damaged/ and p opened again empty: the group
 // rebuilds it (from its log, or a snapshot whose messages are fetched from a peer),
@@ -379,6 +377,43 @@ func (b *Broker) openReplicaData(popts partition.Options, pl meta.Placement, top
 	return b.rebuildIfDamaged(p, popts, pl, topic, i)
 }
 
+// leaveClosed decides, when this node's replica of partition i of t did not open
+// with err, whether the replica is left closed and the rest goes on (true), rather
+// than failing the topic here, and with it the node's start: its group's own log is
+// damaged (raftstore.ErrCorrupt) and another replica holds the partition. The
+// replica then neither votes nor serves, which is what a replica with a damaged log
+// must not do, and the partition is served by the others. It is not rebuilt: under
+// the same Raft identity an emptied log could vote a committed entry away; an
+// operator moves the replica to another node, or replaces the node
+// (docs/operating/recovery.md). Later placement passes leave it closed until the
+// node starts again.
+func (b *Broker) leaveClosed(t *topic, m meta.Topic, i int, err error) bool {
+	if !b.replicated(&m, i) || !errors.Is(err, raftstore.ErrCorrupt) || b.otherReplicas(m.Placement[i]) == 0 {
+		return false
+	}
+	t.rebuildMu.Lock()
+	if t.closed == nil {
+		t.closed = map[int]bool{}
+	}
+	already := t.closed[i]
+	t.closed[i] = true
+	t.rebuildMu.Unlock()
+	if !already {
+		b.log.Error("a replica's Raft log is damaged; the replica is left closed (it neither votes nor serves) and its partition is served by the other replicas: move it to another node or replace this node (see docs/operating/recovery.md)",
+			"topic", m.Name, "partition", i, "err", err)
+		b.metrics.ReplicasClosed.WithLabelValues(m.Name).Inc()
+	}
+	return true
+}
+
+// leftClosed reports whether this node's replica of partition i of t is left closed
+// (leaveClosed).
+func (t *topic) leftClosed(i int) bool {
+	t.rebuildMu.Lock()
+	defer t.rebuildMu.Unlock()
+	return t.closed[i]
+}
+
 // otherReplicas counts the replicas of a placement on other nodes than this one.
 func (b *Broker) otherReplicas(pl meta.Placement) int {
 	n := 0
@@ -390,6 +425,9 @@ func (b *Broker) otherReplicas(pl meta.Placement) int {
 	return n
 }
 
+// soleOverData reports whether this node is the only replica of a group made over
+// the data it holds (a replication factor raised from 1, a forced takeover's
+// survivor).
 func (b *Broker) soleOverData(pl meta.Placement) bool {
 	return pl.Group && len(pl.Replicas) == 1 && pl.Replicas[0] == b.opts.NodeID
 }
