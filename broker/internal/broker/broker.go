@@ -243,12 +243,12 @@ type topic struct {
 	rebuild   map[int]bool
 	// closed holds the partitions whose replica here is left closed: its group's own
 	// log (raft/) is damaged (leaveClosed). Guarded by rebuildMu.
-	closed map[int]bool
-	waiting   atomic.Int32  // consumes parked on this topic
-	produce   atomic.Uint32 // round-robin for keyless produce
-	consume   atomic.Uint32 // first partition tried by the next consume
-	att       *attendance   // who consumes the partitions (attend.go)
-	sig       signal
+	closed  map[int]bool
+	waiting atomic.Int32  // consumes parked on this topic
+	produce atomic.Uint32 // round-robin for keyless produce
+	consume atomic.Uint32 // first partition tried by the next consume
+	att     *attendance   // who consumes the partitions (attend.go)
+	sig     signal
 	// roles is broadcast when what this node leads or holds of the topic changes (a
 	// leadership won or lost, a replica opened or set aside): copiers that sleep
 	// through appends (a delay child's, until its next message is due) wake on it.
