@@ -17,7 +17,6 @@ import (
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/raftetcd"
-	"github.com/narad-mq/narad/broker/internal/raftstore"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 	"github.com/narad-mq/narad/broker/internal/transport"
@@ -380,7 +379,7 @@ func (b *Broker) openReplicaData(popts partition.Options, pl meta.Placement, top
 // leaveClosed decides, when this node's replica of partition i of t did not open
 // with err, whether the replica is left closed and the rest goes on (true), rather
 // than failing the topic here, and with it the node's start: its group's own log is
-// damaged (raftstore.ErrCorrupt) and another replica holds the partition. The
+// damaged (raftetcd.ErrCorrupt) and another replica holds the partition. The
 // replica then neither votes nor serves, which is what a replica with a damaged log
 // must not do, and the partition is served by the others. It is not rebuilt: under
 // the same Raft identity an emptied log could vote a committed entry away; an
@@ -388,7 +387,7 @@ func (b *Broker) openReplicaData(popts partition.Options, pl meta.Placement, top
 // (docs/operating/recovery.md). Later placement passes leave it closed until the
 // node starts again.
 func (b *Broker) leaveClosed(t *topic, m meta.Topic, i int, err error) bool {
-	if !b.replicated(&m, i) || !errors.Is(err, raftstore.ErrCorrupt) || b.otherReplicas(m.Placement[i]) == 0 {
+	if !b.replicated(&m, i) || !errors.Is(err, raftetcd.ErrCorrupt) || b.otherReplicas(m.Placement[i]) == 0 {
 		return false
 	}
 	t.rebuildMu.Lock()

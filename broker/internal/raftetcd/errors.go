@@ -1,6 +1,10 @@
 package raftetcd
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/narad-mq/narad/broker/internal/raftstore"
+)
 
 // ErrNotLeader is returned by Propose on a node that does not lead the group; the
 // caller should send the proposal to the leader.
@@ -17,3 +21,8 @@ var ErrClosed = errors.New("raftetcd: closed")
 
 // errNoSnapshots is the spike's wal store's answer to a snapshot or compaction.
 var errNoSnapshots = errors.New("raftetcd: the wal store keeps the whole log; it takes no snapshots")
+
+// ErrCorrupt is returned by OpenGroup (wrapped) when the group's own log or state on
+// this node fails its checks: the store's raftstore.ErrCorrupt, so that callers above
+// need not know the store.
+var ErrCorrupt = raftstore.ErrCorrupt
