@@ -484,8 +484,6 @@ func (b *Broker) followPlacement() {
 			switch {
 			case want && lp == nil && t.leftClosed(i):
 				// Its group's own log is damaged: it stays closed (leaveClosed).
-			case !want && lp == nil && t.leftClosed(i):
-				b.forgetClosed(t, i) // moved off this node: nothing is left closed here
 			case want && lp == nil:
 				p, err := b.openPart(t, m, int32(i))
 				if err != nil && b.leaveClosed(t, m, i, err) {

@@ -405,18 +405,6 @@ func (b *Broker) leaveClosed(t *topic, m meta.Topic, i int, err error) bool {
 	return true
 }
 
-// forgetClosed drops the mark of leaveClosed once partition i is no longer placed
-// here (its replica moved to another node).
-func (b *Broker) forgetClosed(t *topic, i int) {
-	t.rebuildMu.Lock()
-	defer t.rebuildMu.Unlock()
-	if t.closed[i] {
-		delete(t.closed, i)
-		b.metrics.ReplicasClosed.WithLabelValues(t.name).Dec()
-		b.log.Info("a replica left closed with a damaged Raft log is no longer placed here", "topic", t.name, "partition", i)
-	}
-}
-
 // leftClosed reports whether this node's replica of partition i of t is left closed
 // (leaveClosed).
 func (t *topic) leftClosed(i int) bool {
