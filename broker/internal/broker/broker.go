@@ -241,9 +241,9 @@ type topic struct {
 	// rebuilds it from the intact copies.
 	rebuildMu sync.Mutex
 	rebuild   map[int]bool
-	// closed holds the partitions whose replica here is left closed: its group's own
-	// log (raft/) is damaged (leaveClosed). Guarded by rebuildMu.
-	closed  map[int]bool
+	// closed holds the partitions whose replica here is left closed, with the group
+	// whose own log (raft/) is damaged (leaveClosed). Guarded by rebuildMu.
+	closed  map[int]string
 	waiting atomic.Int32  // consumes parked on this topic
 	produce atomic.Uint32 // round-robin for keyless produce
 	consume atomic.Uint32 // first partition tried by the next consume

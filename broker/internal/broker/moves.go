@@ -482,8 +482,10 @@ func (b *Broker) followPlacement() {
 				lp = nil
 			}
 			switch {
-			case want && lp == nil && t.leftClosed(i):
+			case want && lp == nil && b.leftClosed(t, i, groupOf(&m, i)):
 				// Its group's own log is damaged: it stays closed (leaveClosed).
+			case !want && lp == nil:
+				b.forgetClosed(t, i)
 			case want && lp == nil:
 				p, err := b.openPart(t, m, int32(i))
 				if err != nil && b.leaveClosed(t, m, i, err) {

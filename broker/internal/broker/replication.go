@@ -384,33 +384,61 @@ func (b *Broker) openReplicaData(popts partition.Options, pl meta.Placement, top
 // must not do, and the partition is served by the others. It is not rebuilt: under
 // the same Raft identity an emptied log could vote a committed entry away; an
 // operator moves the replica to another node, or replaces the node
-// (docs/operating/recovery.md). Later placement passes leave it closed until the
-// node starts again.
+// (docs/operating/recovery.md). Later placement passes leave it closed while it is
+// placed here in that group (leftClosed), until the node starts again.
 func (b *Broker) leaveClosed(t *topic, m meta.Topic, i int, err error) bool {
 	if !b.replicated(&m, i) || !errors.Is(err, raftetcd.ErrCorrupt) || b.otherReplicas(m.Placement[i]) == 0 {
 		return false
 	}
+	gid := groupOf(&m, i)
 	t.rebuildMu.Lock()
 	if t.closed == nil {
-		t.closed = map[int]bool{}
+		t.closed = map[int]string{}
 	}
-	already := t.closed[i]
-	t.closed[i] = true
+	was, counted := t.closed[i]
+	t.closed[i] = gid
 	t.rebuildMu.Unlock()
-	if !already {
+	if was != gid {
 		b.log.Error("a replica's Raft log is damaged; the replica is left closed (it neither votes nor serves) and its partition is served by the other replicas: move it to another node or replace this node (see docs/operating/recovery.md)",
 			"topic", m.Name, "partition", i, "err", err)
+	}
+	if !counted {
 		b.metrics.ReplicasClosed.WithLabelValues(m.Name).Inc()
 	}
 	return true
 }
 
 // leftClosed reports whether this node's replica of partition i of t is left closed
-// (leaveClosed).
-func (t *topic) leftClosed(i int) bool {
+// (leaveClosed) in group gid, the partition's group as now placed. A mark of another
+// group (a forced takeover made a new one, with a Raft log of its own) is dropped:
+// the replica is opened again, and left closed again only if that fails the same way.
+func (b *Broker) leftClosed(t *topic, i int, gid string) bool {
 	t.rebuildMu.Lock()
-	defer t.rebuildMu.Unlock()
-	return t.closed[i]
+	was, ok := t.closed[i]
+	if ok && was != gid {
+		delete(t.closed, i)
+	}
+	t.rebuildMu.Unlock()
+	if ok && was != gid {
+		b.metrics.ReplicasClosed.WithLabelValues(t.name).Dec()
+	}
+	return ok && was == gid
+}
+
+// forgetClosed drops the mark of a replica left closed that is no longer placed here
+// (moved off, as the repair does, or left out of a forced takeover): the node no
+// longer holds it, nor counts it, and a move that places the partition here again
+// opens a new replica (the move off deleted the damaged copy; one still on disk is
+// found damaged again and left closed again).
+func (b *Broker) forgetClosed(t *topic, i int) {
+	t.rebuildMu.Lock()
+	_, ok := t.closed[i]
+	delete(t.closed, i)
+	t.rebuildMu.Unlock()
+	if ok {
+		b.metrics.ReplicasClosed.WithLabelValues(t.name).Dec()
+		b.log.Info("a replica left closed is no longer placed here; it is no longer counted closed", "topic", t.name, "partition", i)
+	}
 }
 
 // otherReplicas counts the replicas of a placement on other nodes than this one.
