@@ -1,9 +1,12 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -181,5 +184,75 @@ func TestALeftClosedReplicaTakenOverByForceOpens(t *testing.T) {
 	}
 	if g := testutil.ToFloat64(victim.metrics.ReplicasClosed.WithLabelValues("hurt")); g != 0 {
 		t.Fatalf("narad_replicas_closed_damaged is %v after the replica opened in the new group, want 0", g)
+	}
+}
+
+// TestAReplicaDamagedInBothItsStateAndItsGroupLogKeepsItsData: a replica whose queue
+// state does not open is set aside and rebuilt from its group, which relies on the
+// group's own log (raft/) here being intact. When that log is damaged too, the
+// replica is left closed, and its data must stay as it is: it cannot be rebuilt here,
+// and it may be the last copy of some messages (the group lost later, the partition
+// taken over by force on this node). On the old code the data was set aside in
+// damaged/ first, and only then was the group's log found damaged: a forced takeover
+// here then started from an empty partition.
+func TestAReplicaDamagedInBothItsStateAndItsGroupLogKeepsItsData(t *testing.T) {
+	bs := startReplCluster(t, 3, false)
+	ctx := context.Background()
+	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "hurt", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](3)}); err != nil {
+		t.Fatal(err)
+	}
+	waitOrFail(t, 30*time.Second, "a first produce", func() error {
+		_, err := bs[0].Produce(ctx, "hurt", []Outgoing{{Partition: 0, Value: []byte("before")}})
+		return err
+	})
+	li := -1
+	waitOrFail(t, 30*time.Second, "a leader", func() error {
+		if li = leaderIndex(bs, "hurt", 0); li < 0 {
+			return errors.New("none")
+		}
+		return nil
+	})
+	victim := bs[(li+1)%len(bs)]
+	vt, err := victim.lookup("hurt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOrFail(t, 30*time.Second, "the follower holds the message", func() error {
+		if vt.parts()[0].Stats().End < 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	dir := victim.partDir(vt, 0)
+	// Closed, and both its epoch file and its group's state damaged, before the next
+	// placement pass opens it again.
+	victim.placeMu.Lock()
+	lp := vt.parts()[0]
+	victim.closeReplica(vt, 0)
+	vt.setPart(0, nil)
+	_ = lp.Close()
+	for name, b := range map[string][]byte{"epoch": []byte("not an epoch"), filepath.Join("raft", "state"): bytes.Repeat([]byte{0xA5}, 200)} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			victim.placeMu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	victim.placeMu.Unlock()
+	waitOrFail(t, 30*time.Second, "the placement pass to leave the replica closed", func() error {
+		if !victim.leftClosed(vt, 0, vt.gid(0)) {
+			return errors.New("not left closed")
+		}
+		return nil
+	})
+	if _, err := os.Stat(filepath.Join(dir, "damaged")); err == nil {
+		t.Fatalf("the data of a replica left closed was set aside in damaged/ (%s)", dir)
+	}
+	for _, name := range []string{"epoch", "log"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatalf("the %s of a replica left closed is gone from its place: %v", name, err)
+		}
+	}
+	if n := testutil.ToFloat64(victim.metrics.ReplicaRebuilds.WithLabelValues("hurt")); n != 0 {
+		t.Fatalf("narad_replica_rebuilds_total is %v for a replica that was left closed, not rebuilt", n)
 	}
 }

@@ -336,6 +336,10 @@ func (b *Broker) rebuildIfDamaged(p *partition.Partition, popts partition.Option
 			"topic", topic, "partition", i, "damaged_records", logDamage, "damaged_settle_records", journalDamage)
 		return p, nil
 	}
+	if err := b.groupLogOpens(popts.Dir, pl); err != nil {
+		_ = p.Close() // the group's log is what keeps the replica closed; its data stays as it is
+		return nil, err
+	}
 	b.log.Error("a replica's data is damaged; it is set aside in damaged/ and rebuilt from the partition's group",
 		"topic", topic, "partition", i, "damaged_records", logDamage, "damaged_settle_records", journalDamage)
 	_ = p.Close() // its data is being set aside; the rebuilt partition is what counts
@@ -362,6 +366,9 @@ func (b *Broker) rebuildIfDamaged(p *partition.Partition, popts partition.Option
 func (b *Broker) openReplicaData(popts partition.Options, pl meta.Placement, topic string, i int) (*partition.Partition, error) {
 	p, err := partition.Open(popts)
 	if err != nil && errors.Is(err, segment.ErrCorrupt) && b.otherReplicas(pl) > 0 {
+		if gerr := b.groupLogOpens(popts.Dir, pl); gerr != nil {
+			return nil, fmt.Errorf("%w (its queue state does not open either: %w)", gerr, err)
+		}
 		b.log.Error("a replica's stored state is damaged and does not open; it is set aside in damaged/ and rebuilt from the partition's group",
 			"topic", topic, "partition", i, "err", err)
 		if derr := partition.DiscardData(nil, popts.Dir); derr != nil {
@@ -439,6 +446,24 @@ func (b *Broker) forgetClosed(t *topic, i int) {
 		b.metrics.ReplicasClosed.WithLabelValues(t.name).Dec()
 		b.log.Info("a replica left closed is no longer placed here; it is no longer counted closed", "topic", t.name, "partition", i)
 	}
+}
+
+// groupLogOpens checks, before a replica's data is set aside to be rebuilt from its
+// group, that the group's own log (raft/) opens here: the rebuild relies on it (its
+// entries are applied again, its snapshot restored), and a replica whose log is
+// damaged too is left closed (leaveClosed) with its data as it is, which may be the
+// last copy of some messages if its group is later lost and taken over by force on
+// this node. An error of raftstore.ErrCorrupt says so; nil when there is no log yet.
+func (b *Broker) groupLogOpens(partDir string, pl meta.Placement) error {
+	if b.repl == nil {
+		return nil
+	}
+	dir := "raft"
+	if pl.Forced > 0 {
+		dir = "raft-f" + strconv.FormatUint(pl.Forced, 10)
+	}
+	_, err := b.repl.host.LastTerm(filepath.Join(partDir, dir))
+	return err
 }
 
 // otherReplicas counts the replicas of a placement on other nodes than this one.
