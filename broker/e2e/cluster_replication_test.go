@@ -1062,6 +1062,11 @@ func TestReplicationDamagedRaftLogLeftClosed(t *testing.T) {
 	if got := replicasOf(to, "hurt", 0); slices.Contains(got, victim.id) || !slices.Contains(got, to.id) {
 		t.Fatalf("replicas after the move: %v", got)
 	}
+	// Repaired: the node holds no closed replica any more, and counts none.
+	waitFor(t, 10*time.Second, "narad_replicas_closed_damaged to fall to 0 once the replica moved off", func() bool {
+		v, _ := metricValue(victim.api, `narad_replicas_closed_damaged{topic="hurt"}`)
+		return v == 0
+	})
 }
 
 // flipInPlace changes one bit of the first record holding marker in the segment
