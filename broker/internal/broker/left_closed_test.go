@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/narad-mq/narad/broker/internal/meta"
-	"github.com/narad-mq/narad/broker/internal/raftstore"
+	"github.com/narad-mq/narad/broker/internal/raftetcd"
 )
 
 // TestALeftClosedReplicaMovedOffCanComeBack: a node left its replica of a partition
@@ -68,7 +68,7 @@ func TestALeftClosedReplicaMovedOffCanComeBack(t *testing.T) {
 	victim.closeReplica(vt, 0)
 	vt.setPart(0, nil)
 	_ = lp.Close()
-	if !victim.leaveClosed(vt, *vt.cur.Load(), 0, fmt.Errorf("opening: %w: state: neither state slot is valid", raftstore.ErrCorrupt)) {
+	if !victim.leaveClosed(vt, *vt.cur.Load(), 0, fmt.Errorf("opening: %w: state: neither state slot is valid", raftetcd.ErrCorrupt)) {
 		victim.placeMu.Unlock()
 		t.Fatal("the replica was not left closed")
 	}
@@ -168,7 +168,7 @@ func TestALeftClosedReplicaTakenOverByForceOpens(t *testing.T) {
 	victim.closeReplica(vt, 0)
 	vt.setPart(0, nil)
 	_ = lp.Close()
-	if !victim.leaveClosed(vt, *vt.cur.Load(), 0, fmt.Errorf("opening: %w: state: neither state slot is valid", raftstore.ErrCorrupt)) {
+	if !victim.leaveClosed(vt, *vt.cur.Load(), 0, fmt.Errorf("opening: %w: state: neither state slot is valid", raftetcd.ErrCorrupt)) {
 		victim.placeMu.Unlock()
 		t.Fatal("the replica was not left closed")
 	}

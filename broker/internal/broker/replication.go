@@ -92,8 +92,11 @@ func groupOf(m *meta.Topic, i int) string {
 func (t *topic) gid(i int) string { return groupOf(t.cur.Load(), i) }
 
 // raftDirOf is the name, in the partition's directory, of its group's Raft log.
-func raftDirOf(m *meta.Topic, i int) string {
-	if f := m.Placement[i].Forced; f > 0 {
+func raftDirOf(m *meta.Topic, i int) string { return raftDirFor(m.Placement[i]) }
+
+// raftDirFor is the directory, inside the partition's, of the group pl names.
+func raftDirFor(pl meta.Placement) string {
+	if f := pl.Forced; f > 0 {
 		return "raft-f" + strconv.FormatUint(f, 10)
 	}
 	return "raft"
@@ -453,16 +456,12 @@ func (b *Broker) forgetClosed(t *topic, i int) {
 // entries are applied again, its snapshot restored), and a replica whose log is
 // damaged too is left closed (leaveClosed) with its data as it is, which may be the
 // last copy of some messages if its group is later lost and taken over by force on
-// this node. An error of raftstore.ErrCorrupt says so; nil when there is no log yet.
+// this node. An error of raftetcd.ErrCorrupt says so; nil when there is no log yet.
 func (b *Broker) groupLogOpens(partDir string, pl meta.Placement) error {
 	if b.repl == nil {
 		return nil
 	}
-	dir := "raft"
-	if pl.Forced > 0 {
-		dir = "raft-f" + strconv.FormatUint(pl.Forced, 10)
-	}
-	_, err := b.repl.host.LastTerm(filepath.Join(partDir, dir))
+	_, err := b.repl.host.LastTerm(filepath.Join(partDir, raftDirFor(pl)))
 	return err
 }
 
