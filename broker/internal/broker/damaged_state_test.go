@@ -20,9 +20,10 @@ import (
 
 // TestAReplicaWhoseStateDoesNotOpenIsRebuilt: a partition whose queue checkpoint or
 // epoch file fails its checks refuses to open, as a lone partition must rather than
-// guess what was settled. A replica's state is its group's, and another replica holds
-// it: the replica is set aside in damaged/ and opens empty, to be rebuilt from its
-// group, as one with damaged records is. On the old code it refused to open, and with
+// guess what was settled. A replica's settled state is its group's, and another
+// replica holds the partition: the replica sets its queue state aside in damaged/,
+// keeps its intact messages, and opens, to have the settled state put back by its
+// group. On the old code it refused to open, and with
 // it every partition of its topic on this node, at every start. The only replica of a
 // partition still refuses, its files left as they are.
 func TestAReplicaWhoseStateDoesNotOpenIsRebuilt(t *testing.T) {
@@ -79,14 +80,14 @@ func TestAReplicaWhoseStateDoesNotOpenIsRebuilt(t *testing.T) {
 				t.Fatalf("a replica with a damaged %s did not open: %v", c.file, err)
 			}
 			defer func() { _ = p.Close() }()
-			if end := p.Stats().End; end != 0 || rebuilds != 1 {
-				t.Fatalf("the replica opened holding offsets up to %d, counted %v rebuilds; want it empty, to be rebuilt by its group, counted once", end, rebuilds)
+			if end, backlog := p.Stats().End, p.Stats().Backlog; end != 5 || backlog != 5 || rebuilds != 1 {
+				t.Fatalf("the replica opened holding offsets up to %d (backlog %d), counted %v rebuilds; want its 5 messages kept, nothing settled until its group says, counted once", end, backlog, rebuilds)
 			}
 			if _, err := os.Stat(filepath.Join(dir, "damaged", c.file)); err != nil {
 				t.Fatalf("the damaged %s was not set aside in damaged/: %v", c.file, err)
 			}
-			if _, err := os.Stat(filepath.Join(dir, "damaged", "log")); err != nil {
-				t.Fatalf("the message log was not set aside with it: %v", err)
+			if _, err := os.Stat(filepath.Join(dir, "damaged", "log")); err == nil {
+				t.Fatal("the intact message log was set aside with the queue state: its group would fetch it from a peer, which may be gone")
 			}
 		})
 	}

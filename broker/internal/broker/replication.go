@@ -358,23 +358,24 @@ func (b *Broker) rebuildIfDamaged(p *partition.Partition, popts partition.Option
 }
 
 // openReplicaData opens a replica's partition data and deals with what the opening
-// found damaged (rebuildIfDamaged). A replica whose stored state is too damaged to
+// found damaged (rebuildIfDamaged). A replica whose queue state is too damaged to
 // open at all (a queue checkpoint or an epoch file that fails its checks, a settle
 // journal missing records its checkpoint relies on: partition.Open refuses them with
-// segment.ErrCorrupt, where a lone partition must not guess) is set aside the same
-// way when another replica holds the partition, and opened empty: that state is its
-// group's, which rebuilds it, and its group's own log (raft/) is intact, so its votes
-// stay sound. (It refused to open before, and with it every partition of the topic
-// on this node, at every start.)
+// segment.ErrCorrupt, where a lone partition must not guess) sets that state aside
+// when another replica holds the partition, keeps its messages, and opens: the
+// settled state is its group's, whose snapshot and log put it back, and its group's
+// own log (raft/, checked first: groupLogOpens) is intact, so its votes stay sound.
+// (It refused to open before, and with it every partition of the topic on this node,
+// at every start.)
 func (b *Broker) openReplicaData(popts partition.Options, pl meta.Placement, topic string, i int) (*partition.Partition, error) {
 	p, err := partition.Open(popts)
 	if err != nil && errors.Is(err, segment.ErrCorrupt) && b.otherReplicas(pl) > 0 {
 		if gerr := b.groupLogOpens(popts.Dir, pl); gerr != nil {
 			return nil, fmt.Errorf("%w (its queue state does not open either: %w)", gerr, err)
 		}
-		b.log.Error("a replica's stored state is damaged and does not open; it is set aside in damaged/ and rebuilt from the partition's group",
+		b.log.Error("a replica's stored state is damaged and does not open; its queue state is set aside in damaged/ and rebuilt from the partition's group, its messages kept",
 			"topic", topic, "partition", i, "err", err)
-		if derr := partition.DiscardData(nil, popts.Dir); derr != nil {
+		if derr := partition.DiscardQueueState(nil, popts.Dir); derr != nil {
 			return nil, fmt.Errorf("setting aside the damaged data of partition %d of topic %q (%w): %w", i, topic, err, derr)
 		}
 		b.metrics.ReplicaRebuilds.WithLabelValues(topic).Inc()

@@ -318,6 +318,22 @@ func (p *Partition) Damage() (logRecords, journalRecords uint64) {
 // hold intact) and it can fetch intact copies; a lone partition cannot, and keeps the
 // single-node rule (skip, count, report).
 func DiscardData(fsys vfs.FS, dir string) error {
+	return discard(fsys, dir, ckptName, "journal", epochName, "log")
+}
+
+// DiscardQueueState is DiscardData for a replica whose message log is intact but
+// whose queue state does not open (a checkpoint or epoch file that fails its checks,
+// a settle journal missing what its checkpoint relies on): it keeps the log, the
+// messages its group would otherwise fetch from a peer (which may be gone), and sets
+// the rest aside. The group's snapshot and log put the settled state back, as they do
+// after a crash that kept only the log.
+func DiscardQueueState(fsys vfs.FS, dir string) error {
+	return discard(fsys, dir, ckptName, "journal", epochName)
+}
+
+// discard moves names (those that exist) from dir into dir/damaged, replacing what an
+// earlier discard left there.
+func discard(fsys vfs.FS, dir string, names ...string) error {
 	if fsys == nil {
 		fsys = vfs.OS{}
 	}
@@ -331,7 +347,7 @@ func DiscardData(fsys vfs.FS, dir string) error {
 	// Settlements first, the log last: a crash in between leaves a log that is still
 	// damaged, so the next open discards again. The lease epoch goes too: a replica
 	// leases only as its group's leader, in the epoch of its term.
-	for _, name := range []string{ckptName, "journal", epochName, "log"} {
+	for _, name := range names {
 		err := fsys.Rename(filepath.Join(dir, name), filepath.Join(aside, name))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
