@@ -33,20 +33,7 @@ import (
 func TestALeftClosedReplicaMovedOffCanComeBack(t *testing.T) {
 	bs := startReplCluster(t, 4, false)
 	ctx := context.Background()
-	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "hurt", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](3)}); err != nil {
-		t.Fatal(err)
-	}
-	waitOrFail(t, 30*time.Second, "a first produce", func() error {
-		_, err := bs[0].Produce(ctx, "hurt", []Outgoing{{Partition: 0, Value: []byte("before")}})
-		return err
-	})
-	li := -1
-	waitOrFail(t, 30*time.Second, "a leader", func() error {
-		if li = leaderIndex(bs, "hurt", 0); li < 0 {
-			return errors.New("none")
-		}
-		return nil
-	})
+	li := hurtTopic(t, bs)
 	m, _ := bs[0].meta.Topic("hurt")
 	var victim, spare *Broker
 	for k, b := range bs {
@@ -63,16 +50,7 @@ func TestALeftClosedReplicaMovedOffCanComeBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	victim.placeMu.Lock()
-	lp := vt.parts()[0]
-	victim.closeReplica(vt, 0)
-	vt.setPart(0, nil)
-	_ = lp.Close()
-	if !victim.leaveClosed(vt, *vt.cur.Load(), 0, fmt.Errorf("opening: %w: state: neither state slot is valid", raftetcd.ErrCorrupt)) {
-		victim.placeMu.Unlock()
-		t.Fatal("the replica was not left closed")
-	}
-	victim.placeMu.Unlock()
+	leaveClosedInPlace(t, victim, vt)
 	gauge := func() float64 { return testutil.ToFloat64(victim.metrics.ReplicasClosed.WithLabelValues("hurt")) }
 	if g := gauge(); g != 1 {
 		t.Fatalf("narad_replicas_closed_damaged is %v, want 1", g)
@@ -138,41 +116,10 @@ func parseMoveID(t *testing.T, id string) uint64 {
 func TestALeftClosedReplicaTakenOverByForceOpens(t *testing.T) {
 	bs := startReplCluster(t, 3, false)
 	ctx := context.Background()
-	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "hurt", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](3)}); err != nil {
-		t.Fatal(err)
-	}
-	waitOrFail(t, 30*time.Second, "a first produce", func() error {
-		_, err := bs[0].Produce(ctx, "hurt", []Outgoing{{Partition: 0, Value: []byte("before")}})
-		return err
-	})
-	li := -1
-	waitOrFail(t, 30*time.Second, "a leader", func() error {
-		if li = leaderIndex(bs, "hurt", 0); li < 0 {
-			return errors.New("none")
-		}
-		return nil
-	})
+	li := hurtTopic(t, bs)
 	victim := bs[(li+1)%len(bs)]
-	vt, err := victim.lookup("hurt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitOrFail(t, 30*time.Second, "the follower holds the message", func() error {
-		if vt.parts()[0].Stats().End < 1 {
-			return errors.New("not yet")
-		}
-		return nil
-	})
-	victim.placeMu.Lock()
-	lp := vt.parts()[0]
-	victim.closeReplica(vt, 0)
-	vt.setPart(0, nil)
-	_ = lp.Close()
-	if !victim.leaveClosed(vt, *vt.cur.Load(), 0, fmt.Errorf("opening: %w: state: neither state slot is valid", raftetcd.ErrCorrupt)) {
-		victim.placeMu.Unlock()
-		t.Fatal("the replica was not left closed")
-	}
-	victim.placeMu.Unlock()
+	vt := heldBy(t, victim)
+	leaveClosedInPlace(t, victim, vt)
 
 	fctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 	defer cancel()
@@ -197,47 +144,22 @@ func TestALeftClosedReplicaTakenOverByForceOpens(t *testing.T) {
 // here then started from an empty partition.
 func TestAReplicaDamagedInBothItsStateAndItsGroupLogKeepsItsData(t *testing.T) {
 	bs := startReplCluster(t, 3, false)
-	ctx := context.Background()
-	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "hurt", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](3)}); err != nil {
-		t.Fatal(err)
-	}
-	waitOrFail(t, 30*time.Second, "a first produce", func() error {
-		_, err := bs[0].Produce(ctx, "hurt", []Outgoing{{Partition: 0, Value: []byte("before")}})
-		return err
-	})
-	li := -1
-	waitOrFail(t, 30*time.Second, "a leader", func() error {
-		if li = leaderIndex(bs, "hurt", 0); li < 0 {
-			return errors.New("none")
-		}
-		return nil
-	})
+	li := hurtTopic(t, bs)
 	victim := bs[(li+1)%len(bs)]
-	vt, err := victim.lookup("hurt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitOrFail(t, 30*time.Second, "the follower holds the message", func() error {
-		if vt.parts()[0].Stats().End < 1 {
-			return errors.New("not yet")
-		}
-		return nil
-	})
+	vt := heldBy(t, victim)
 	dir := victim.partDir(vt, 0)
 	// Closed, and both its epoch file and its group's state damaged, before the next
 	// placement pass opens it again.
-	victim.placeMu.Lock()
-	lp := vt.parts()[0]
-	victim.closeReplica(vt, 0)
-	vt.setPart(0, nil)
-	_ = lp.Close()
-	for name, b := range map[string][]byte{"epoch": []byte("not an epoch"), filepath.Join("raft", "state"): bytes.Repeat([]byte{0xA5}, 200)} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			victim.placeMu.Unlock()
-			t.Fatal(err)
+	closeReplicaInPlace(victim, vt, func() {
+		for name, b := range map[string][]byte{"epoch": []byte("not an epoch"), filepath.Join("raft", "state"): bytes.Repeat([]byte{0xA5}, 200)} {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+				t.Error(err)
+			}
 		}
+	})
+	if t.Failed() {
+		t.FailNow()
 	}
-	victim.placeMu.Unlock()
 	waitOrFail(t, 30*time.Second, "the placement pass to leave the replica closed", func() error {
 		if !victim.leftClosed(vt, 0, vt.gid(0)) {
 			return errors.New("not left closed")
@@ -254,5 +176,71 @@ func TestAReplicaDamagedInBothItsStateAndItsGroupLogKeepsItsData(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(victim.metrics.ReplicaRebuilds.WithLabelValues("hurt")); n != 0 {
 		t.Fatalf("narad_replica_rebuilds_total is %v for a replica that was left closed, not rebuilt", n)
+	}
+}
+
+// hurtTopic creates topic hurt (one partition, three replicas) on bs, produces one
+// message to it, and returns the index of its leader.
+func hurtTopic(t *testing.T, bs []*Broker) int {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "hurt", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](3)}); err != nil {
+		t.Fatal(err)
+	}
+	waitOrFail(t, 30*time.Second, "a first produce", func() error {
+		_, err := bs[0].Produce(ctx, "hurt", []Outgoing{{Partition: 0, Value: []byte("before")}})
+		return err
+	})
+	li := -1
+	waitOrFail(t, 30*time.Second, "a leader", func() error {
+		if li = leaderIndex(bs, "hurt", 0); li < 0 {
+			return errors.New("none")
+		}
+		return nil
+	})
+	return li
+}
+
+// heldBy returns b's topic hurt once its replica of partition 0 holds the message.
+func heldBy(t *testing.T, b *Broker) *topic {
+	t.Helper()
+	vt, err := b.lookup("hurt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOrFail(t, 30*time.Second, "the follower holds the message", func() error {
+		if vt.parts()[0].Stats().End < 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	return vt
+}
+
+// closeReplicaInPlace closes b's replica of hurt/0 as a placement pass does before it opens
+// the replica again; b.placeMu is held while do runs, if given.
+func closeReplicaInPlace(b *Broker, vt *topic, do func()) {
+	b.placeMu.Lock()
+	defer b.placeMu.Unlock()
+	lp := vt.parts()[0]
+	b.closeReplica(vt, 0)
+	vt.setPart(0, nil)
+	_ = lp.Close()
+	if do != nil {
+		do()
+	}
+}
+
+// leaveClosedInPlace closes b's replica of hurt/0 and marks it left closed, as
+// openTopic leaves a replica whose raft/ fails its checks at a start.
+func leaveClosedInPlace(t *testing.T, b *Broker, vt *topic) {
+	t.Helper()
+	closeReplicaInPlace(b, vt, func() {
+		if !b.leaveClosed(vt, *vt.cur.Load(), 0, fmt.Errorf("opening: %w: state: neither state slot is valid", raftetcd.ErrCorrupt)) {
+			t.Error("the replica was not left closed")
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
 	}
 }
