@@ -99,17 +99,24 @@ func startMove(t *testing.T, nd *clusterNode, topic string, p int, from, to stri
 // any other end.
 func (c *upgradeCluster) moveEnds(id string, bound time.Duration) moveJSON {
 	c.t.Helper()
+	return moveDone(c.t, c.nodes, c.usable, id, bound)
+}
+
+// moveDone waits until move id is done, read through the first of nodes that usable
+// allows, failing on any other end.
+func moveDone(t *testing.T, nodes []*clusterNode, usable func(*clusterNode) bool, id string, bound time.Duration) moveJSON {
+	t.Helper()
 	var last moveJSON
-	waitFor(c.t, bound, "move "+id+" to be done", func() bool {
-		for _, nd := range c.nodes {
-			if !c.usable(nd) {
+	waitFor(t, bound, "move "+id+" to be done", func() bool {
+		for _, nd := range nodes {
+			if !usable(nd) {
 				continue
 			}
 			for _, mv := range moves(nd) {
 				if mv.ID == id {
 					last = mv
 					if mv.Status == "failed" || mv.Status == "cancelled" {
-						c.t.Fatalf("move %s ended %s: %s", id, mv.Status, mv.Reason)
+						t.Fatalf("move %s ended %s: %s", id, mv.Status, mv.Reason)
 					}
 					return mv.Status == "done"
 				}

@@ -1047,17 +1047,7 @@ func TestReplicationDamagedRaftLogLeftClosed(t *testing.T) {
 		}
 	}
 	mv := startMove(t, victim, "hurt", 0, victim.id, to.id)
-	waitFor(t, 90*time.Second, "the move off the closed replica to be done", func() bool {
-		for _, m := range moves(victim) {
-			if m.ID == mv.ID {
-				if m.Status == "failed" || m.Status == "cancelled" {
-					t.Fatalf("move %s ended %s: %s", m.ID, m.Status, m.Reason)
-				}
-				return m.Status == "done"
-			}
-		}
-		return false
-	})
+	moveDone(t, []*clusterNode{victim}, func(*clusterNode) bool { return true }, mv.ID, 90*time.Second)
 	waitFor(t, 60*time.Second, "three replicas to hold the 30 messages again", func() bool { return followerHasAll(t, nodes, "hurt", 30) })
 	if got := replicasOf(to, "hurt", 0); slices.Contains(got, victim.id) || !slices.Contains(got, to.id) {
 		t.Fatalf("replicas after the move: %v", got)
