@@ -247,21 +247,9 @@ func (b *Broker) ForceLeader(ctx context.Context, topic string, p int32, node st
 	if err != nil {
 		return res, err
 	}
-	var end uint64
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if st, err := b.statsOf(ctx, t, int(p)); err == nil && t.gid(int(p)) == groupOf(&nt, int(p)) {
-			end = st.End
-			break
-		}
-		if time.Now().After(deadline) {
-			return res, fmt.Errorf("%w: the takeover is committed, but node %s did not lead the partition within 30 s; its log end (and so the loss) is unknown", ErrUnavailable, node)
-		}
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	end, err := b.survivorEnd(ctx, t, int(p), node, groupOf(&nt, int(p)))
+	if err != nil {
+		return res, err
 	}
 	if reported > end {
 		res.PossiblyLostAtLeast = reported - end
@@ -269,6 +257,40 @@ func (b *Broker) ForceLeader(ctx context.Context, topic string, p int32, node st
 	b.log.Error("forced takeover of a partition that lost its quorum: messages only the lost replicas held are lost",
 		"topic", topic, "partition", p, "node", node, "possibly_lost_at_least", res.PossiblyLostAtLeast, "highest_reported_end", reported, "survivor_end", end)
 	return res, nil
+}
+
+// survivorEnd is the log end of partition p of t on node, read from it once it leads
+// group, the group a forced takeover started there. Only that node's answer counts:
+// until the replicas of the replaced group apply the takeover, its leader still serves
+// the partition (the takeover is for a group that lost its majority, but an operator
+// may take over one that did not), and its log end is not the survivor's. Reading it
+// instead reported no loss where the survivor lacked messages, and returned before the
+// survivor led.
+func (b *Broker) survivorEnd(ctx context.Context, t *topic, p int, node, group string) (uint64, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if node == b.opts.NodeID {
+			if lp, err := b.inGroup(t, p, group); err == nil {
+				if st, _, err := b.localStats(t, p, lp); err == nil {
+					return st.End, nil
+				}
+			}
+		} else {
+			req := b.dataReq(t, dataStats, p)
+			req.Group = group
+			if resp, err := b.call(ctx, node, req, remoteCallTimeout); err == nil && resp.Err == nil && resp.Stats != nil {
+				return resp.Stats.End, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%w: the takeover is committed, but node %s did not lead the partition within 30 s; its log end (and so the loss) is unknown", ErrUnavailable, node)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // alterReplicationFactor records topic's new replica count; the controller's moves

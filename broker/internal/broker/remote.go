@@ -105,6 +105,11 @@ type dataReq struct {
 	AttachID uint64 `json:"attach_id,omitempty"`
 	// Index is, for applied, the metadata index asked about.
 	Index uint64 `json:"index,omitempty"`
+	// Group asks, for stats, for the answer of the partition's replica in that group
+	// only, while it leads it (a forced takeover reads its survivor's log end): a
+	// replica of another group answers not_leader. A node of an earlier version
+	// ignores it.
+	Group string `json:"group,omitempty"`
 	// Bin asks for a lease's answer in the binary form (wirebin.go); a holder of an
 	// earlier version ignores it and answers in JSON.
 	Bin bool `json:"bin,omitempty"`
@@ -909,6 +914,11 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 		resp.Records, resp.Start, st, err = readLocal(p, req.Offset, req.FromTimeMs, req.Limit)
 		resp.Stats = &st
 	case dataStats:
+		if req.Group != "" {
+			if p, err = b.inGroup(t, int(req.Partition), req.Group); err != nil {
+				break
+			}
+		}
 		var st queue.Stats
 		if st, resp.Repl, err = b.localStats(t, int(req.Partition), p); err == nil {
 			resp.Stats = &st
@@ -929,6 +939,23 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 	}
 	resp.Err = b.notLeader(t, int(req.Partition), err)
 	return &resp
+}
+
+// inGroup returns the replica of partition i of t held here while it leads group, or
+// ErrNotLeader: the replica held here is of another group (the placement changed and
+// this node has not followed it yet), or does not lead.
+func (b *Broker) inGroup(t *topic, i int, group string) (*partition.Partition, error) {
+	if b.repl == nil {
+		return nil, partition.ErrNotLeader
+	}
+	// The group first: once it leads here, the replica of an earlier group is closed.
+	if info, ok := b.repl.host.Info(group); !ok || !info.Leader {
+		return nil, partition.ErrNotLeader
+	}
+	if lp := t.parts()[i]; lp != nil && lp.Leading() && t.gid(i) == group {
+		return lp, nil
+	}
+	return nil, partition.ErrNotLeader
 }
 
 // heldTopic finds the topic incarnation a forwarded request names, waiting a little

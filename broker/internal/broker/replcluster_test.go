@@ -1,11 +1,14 @@
 package broker
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +23,31 @@ import (
 // temp data directory (NARAD_TEST_LOG=1 shows their logs). Everything is closed when
 // the test ends.
 func startReplCluster(t *testing.T, n int, autoRebalance bool) []*Broker {
+	t.Helper()
+	bs, _ := startHookedReplCluster(t, n, autoRebalance)
+	return bs
+}
+
+// hookedPeers is a node's node plane with a hook a test can set on the calls it makes.
+type hookedPeers struct {
+	Peers
+	hook atomic.Pointer[func(ctx context.Context, addr string, req dataReq, deliver func() ([]byte, error)) ([]byte, error)]
+}
+
+func (h *hookedPeers) Call(ctx context.Context, addr string, body []byte) ([]byte, error) {
+	deliver := func() ([]byte, error) { return h.Peers.Call(ctx, addr, body) }
+	if f := h.hook.Load(); f != nil {
+		var req dataReq
+		if err := json.Unmarshal(body, &req); err == nil {
+			return (*f)(ctx, addr, req, deliver)
+		}
+	}
+	return deliver()
+}
+
+// startHookedReplCluster is startReplCluster with each node's calls to the others
+// going through a hookedPeers.
+func startHookedReplCluster(t *testing.T, n int, autoRebalance bool) ([]*Broker, []*hookedPeers) {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("NARAD_TEST_LOG") != "" {
@@ -37,10 +65,12 @@ func startReplCluster(t *testing.T, n int, autoRebalance bool) []*Broker {
 		peers = append(peers, meta.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: raft.ServerAddress(p.Addr())})
 	}
 	bs := make([]*Broker, n)
+	hooked := make([]*hookedPeers, n)
 	for i := range n {
+		hooked[i] = &hookedPeers{Peers: planes[i]}
 		b, err := Open(Options{
 			DataDir: t.TempDir(), NodeID: fmt.Sprintf("n%d", i+1), Logger: logger.With("node", fmt.Sprintf("n%d", i+1)),
-			Peers: planes[i], Node: planes[i].Node(),
+			Peers: hooked[i], Node: planes[i].Node(),
 			Cluster: meta.Cluster{
 				Transport: planes[i].RaftTransport(), LocalAddr: raft.ServerAddress(planes[i].Addr()), Forwarder: planes[i],
 				Peers: peers, HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 1+i),
@@ -73,7 +103,7 @@ func startReplCluster(t *testing.T, n int, autoRebalance bool) []*Broker {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return bs
+	return bs, hooked
 }
 
 // sameVersion reports whether every broker runs the highest cluster version.

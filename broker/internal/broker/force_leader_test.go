@@ -1,0 +1,138 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestAForcedTakeoverReadsTheSurvivorsEnd: a forced takeover answers how many
+// messages may be lost, from the log end of the survivor it made leader. Until the
+// replicas of the replaced group apply the takeover, that group's leader still serves
+// the partition; the old code read "the partition's" log end through the usual routing,
+// which reached that leader, and took its answer as the survivor's once this node had
+// applied the takeover. Here the survivor lacks five messages the old group committed
+// after its replica stopped following: the old code answered possibly_lost_at_least 0,
+// and returned before the survivor led (the flaky failure of
+// TestALeftClosedReplicaTakenOverByForceOpens in CI).
+//
+// The race is made certain: the old group's two other nodes do not apply the takeover
+// (their reconcile is held) until the call returns, and the survivor applies it while
+// its first read of the partition's counters is on its way to another node.
+func TestAForcedTakeoverReadsTheSurvivorsEnd(t *testing.T) {
+	bs, hooked := startHookedReplCluster(t, 3, false)
+	li, vi, vt, oldGroup := behindSurvivor(t, bs)
+	victim, third := bs[vi], bs[(li+2)%len(bs)]
+	ctx := context.Background()
+
+	// The old group's other members do not follow the takeover until it returns.
+	for _, b := range []*Broker{bs[li], third} {
+		b.reconcileMu.Lock()
+		var once sync.Once
+		release := func() { once.Do(b.reconcileMu.Unlock) }
+		defer release()
+	}
+	// The survivor follows it while its first read of the counters after the takeover
+	// is under way to another node (or after a few seconds, if it reads none there).
+	victim.reconcileMu.Lock()
+	var releaseVictim sync.Once
+	letVictimFollow := func() { releaseVictim.Do(victim.reconcileMu.Unlock) }
+	defer letVictimFollow()
+	forced := func() bool { m, _ := victim.meta.Topic("hurt"); return m.Placement[0].Forced != 0 }
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for !forced() {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		select {
+		case <-stop:
+		case <-time.After(3 * time.Second):
+			letVictimFollow()
+		}
+	}()
+	hook := func(ctx context.Context, addr string, req dataReq, deliver func() ([]byte, error)) ([]byte, error) {
+		if req.Kind == dataStats && req.Topic == "hurt" && forced() {
+			letVictimFollow()
+			if err := waitFor(30*time.Second, func() bool { return vt.gid(0) != oldGroup }); err != nil {
+				return nil, errors.New("the survivor did not apply the takeover within 30 s")
+			}
+		}
+		return deliver()
+	}
+	hooked[vi].hook.Store(&hook)
+
+	fctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	defer cancel()
+	res, err := victim.ForceLeader(fctx, "hurt", 0, victim.NodeID())
+	if err != nil {
+		t.Fatalf("the forced takeover: %v", err)
+	}
+	if !vt.leads(0) {
+		t.Error("the forced takeover returned before the survivor led the new group")
+	}
+	if res.PossiblyLostAtLeast < behind {
+		t.Errorf("possibly_lost_at_least is %d; the survivor lacks the %d messages the old group committed after it stopped following", res.PossiblyLostAtLeast, behind)
+	}
+}
+
+// TestAForcedTakeoverAskedOfAnotherNodeReadsTheSurvivorsEnd: the takeover is asked of
+// a node that is not the survivor: it reads the survivor's log end from the survivor
+// (a read of the counters that only the survivor's replica in the new group answers).
+func TestAForcedTakeoverAskedOfAnotherNodeReadsTheSurvivorsEnd(t *testing.T) {
+	bs := startReplCluster(t, 3, false)
+	li, vi, vt, _ := behindSurvivor(t, bs)
+	asker := bs[(li+2)%len(bs)]
+	fctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	res, err := asker.ForceLeader(fctx, "hurt", 0, bs[vi].NodeID())
+	if err != nil {
+		t.Fatalf("the forced takeover: %v", err)
+	}
+	if res.PossiblyLostAtLeast < behind {
+		t.Errorf("possibly_lost_at_least is %d; the survivor lacks the %d messages the old group committed after it stopped following", res.PossiblyLostAtLeast, behind)
+	}
+	if !vt.leads(0) {
+		t.Error("the forced takeover returned before the survivor led the new group")
+	}
+}
+
+// behind is how many messages behindSurvivor's survivor lacks.
+const behind = 5
+
+// behindSurvivor sets up topic hurt on bs (three nodes) with a follower whose replica
+// stopped following (left closed, as when its raft/ is damaged) before the group
+// committed behind more messages, and the controller heard of them. It returns the
+// leader's and that follower's index, the follower's topic, and the group.
+func behindSurvivor(t *testing.T, bs []*Broker) (li, vi int, vt *topic, group string) {
+	t.Helper()
+	ctx := context.Background()
+	li = hurtTopic(t, bs)
+	vi = (li + 1) % len(bs)
+	victim := bs[vi]
+	vt = heldBy(t, victim)
+	leaveClosedInPlace(t, victim, vt)
+	group = vt.gid(0)
+	var batch []Outgoing
+	for k := range behind {
+		batch = append(batch, Outgoing{Partition: 0, Value: fmt.Appendf(nil, "after %d", k)})
+	}
+	if _, err := bs[li].Produce(ctx, "hurt", batch); err != nil {
+		t.Fatal(err)
+	}
+	waitOrFail(t, 30*time.Second, "the controller to hear of the group's log end", func() error {
+		e, err := victim.meta.MaxReportedEnd(ctx, group)
+		if err != nil || e < 1+behind {
+			return fmt.Errorf("reported end %d (%v), want %d", e, err, 1+behind)
+		}
+		return nil
+	})
+	return li, vi, vt, group
+}
