@@ -997,10 +997,16 @@ func (h *Host) ChangeConf(id string, c ConfChange) error {
 	if len(cc.Changes) > 1 {
 		cc.Transition = raftpb.ConfChangeTransitionJointImplicit
 	}
+	return g.proposeConf(cc, nil)
+}
+
+// proposeConf proposes cc in g, which must be led here and, when given, pass check
+// (under the group's lock); ErrNotLeader otherwise.
+func (g *group) proposeConf(cc raftpb.ConfChangeV2, check func() bool) error {
 	g.mu.Lock()
 	defer g.signal()
 	defer g.mu.Unlock()
-	if g.rn.BasicStatus().RaftState != raft.StateLeader {
+	if g.rn.BasicStatus().RaftState != raft.StateLeader || check != nil && !check() {
 		return ErrNotLeader
 	}
 	g.quiesced = false
@@ -1048,18 +1054,11 @@ func (h *Host) resetLearner(id string, learner uint64) {
 // checked under the group's lock, so that a voter (a learner a move's switch promoted
 // meanwhile) is never removed by a reset.
 func (g *group) removeLearner(learner uint64) bool {
-	g.mu.Lock()
-	defer g.signal()
-	defer g.mu.Unlock()
-	if g.rn.BasicStatus().RaftState != raft.StateLeader {
-		return false
-	}
-	if pr, ok := g.rn.Status().Progress[learner]; !ok || !pr.IsLearner {
-		return false
-	}
-	g.quiesced = false
 	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: learner}}}
-	return g.rn.ProposeConfChange(cc) == nil
+	return g.proposeConf(cc, func() bool {
+		pr, ok := g.rn.Status().Progress[learner]
+		return ok && pr.IsLearner
+	}) == nil
 }
 
 // resetWait bounds how long resetLearner waits for its removal to apply.
