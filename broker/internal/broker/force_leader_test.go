@@ -136,3 +136,68 @@ func behindSurvivor(t *testing.T, bs []*Broker) (li, vi int, vt *topic, group st
 	})
 	return li, vi, vt, group
 }
+
+// TestAForcedTakeoverOfAnUnreplicatedPartitionAnswersAtOnce: naming the only node of a
+// partition of one replica that is no group (a retry to the meta: nothing changes) is
+// answered at once, also when asked of that node, as it was before survivorEnd: its
+// group id is "", which no group on the host leads.
+func TestAForcedTakeoverOfAnUnreplicatedPartitionAnswersAtOnce(t *testing.T) {
+	bs := startReplCluster(t, 3, false)
+	ctx := context.Background()
+	m, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "solo", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := m.Placement[0].Replicas[0]
+	var hb *Broker
+	for _, b := range bs {
+		if b.NodeID() == holder {
+			hb = b
+		}
+	}
+	waitOrFail(t, 30*time.Second, "a first produce", func() error {
+		_, err := hb.Produce(ctx, "solo", []Outgoing{{Partition: 0, Value: []byte("x")}})
+		return err
+	})
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = hb.ForceLeader(fctx, "solo", 0, holder)
+	if err != nil {
+		t.Fatalf("a forced takeover naming the only replica of an unreplicated partition, asked of it: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// TestAForcedTakeoverOfTheOldLeaderWaitsForItsNewGroup: the survivor named is the
+// replaced group's leader, and the takeover is asked of another node. Until the
+// survivor follows the takeover, its replica of the old group leads and would answer
+// a read of the counters; only its replica in the new group may (serveData's check of
+// the request's group). Its first read reaches the survivor before it follows.
+func TestAForcedTakeoverOfTheOldLeaderWaitsForItsNewGroup(t *testing.T) {
+	bs, hooked := startHookedReplCluster(t, 3, false)
+	li := hurtTopic(t, bs)
+	survivor, ai := bs[li], (li+1)%len(bs)
+	st := heldBy(t, survivor)
+	survivor.reconcileMu.Lock()
+	var once sync.Once
+	release := func() { once.Do(survivor.reconcileMu.Unlock) }
+	defer release()
+	bound := time.AfterFunc(20*time.Second, release) // should the hook not run
+	defer bound.Stop()
+	forced := func() bool { m, _ := bs[ai].meta.Topic("hurt"); return m.Placement[0].Forced != 0 }
+	hook := func(ctx context.Context, addr string, req dataReq, deliver func() ([]byte, error)) ([]byte, error) {
+		if req.Kind == dataStats && req.Topic == "hurt" && forced() {
+			defer release() // the survivor follows once this read was answered
+		}
+		return deliver()
+	}
+	hooked[ai].hook.Store(&hook)
+	fctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	if _, err := bs[ai].ForceLeader(fctx, "hurt", 0, survivor.NodeID()); err != nil {
+		t.Fatalf("the forced takeover: %v", err)
+	}
+	if !st.leads(0) || st.gid(0) == groupID(st.incarnation, 0) {
+		t.Error("the forced takeover returned before the survivor led the new group")
+	}
+}

@@ -269,7 +269,13 @@ func (b *Broker) ForceLeader(ctx context.Context, topic string, p int32, node st
 func (b *Broker) survivorEnd(ctx context.Context, t *topic, p int, node, group string) (uint64, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if node == b.opts.NodeID {
+		if group == "" {
+			// Not a group (one replica, never replicated: the takeover changed
+			// nothing): read where it is held.
+			if st, err := b.statsOf(ctx, t, p); err == nil {
+				return st.End, nil
+			}
+		} else if node == b.opts.NodeID {
 			if lp, err := b.inGroup(t, p, group); err == nil {
 				if st, _, err := b.localStats(t, p, lp); err == nil {
 					return st.End, nil
