@@ -16,14 +16,7 @@ import (
 // continued old leader forced an election and won it back). A peer that stays silent
 // afterwards is still found dead one timeout later.
 func TestAStalledNodeDoesNotBlameItsPeers(t *testing.T) {
-	h := &Host{
-		opts:   Options{ID: 1, LivenessTimeout: time.Second, Tick: 10 * time.Millisecond},
-		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		peers:  map[uint64]*peer{},
-		groups: map[string]*group{},
-	}
-	p := &peer{id: 2, kick: make(chan struct{}, 1), down: make(chan struct{})}
-	h.peers[2] = p
+	h, p := tickedHost(false)
 	t0 := time.Now()
 	p.lastHeard.Store(t0.UnixNano())
 	h.tickOnce(t0.Add(10 * time.Millisecond))
@@ -50,14 +43,7 @@ func TestAStalledNodeDoesNotBlameItsPeers(t *testing.T) {
 // peer's sender: on the old code every tick did, for every peer, 20 wake-ups a second
 // on each node of an idle 3-node cluster (a profile of the idle cost found them).
 func TestAnIdleTickWakesNoSender(t *testing.T) {
-	h := &Host{
-		opts:   Options{ID: 1, LivenessTimeout: time.Second, Tick: 10 * time.Millisecond, LazyHeartbeats: true},
-		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		peers:  map[uint64]*peer{},
-		groups: map[string]*group{},
-	}
-	p := &peer{id: 2, kick: make(chan struct{}, 1), down: make(chan struct{})}
-	h.peers[2] = p
+	h, p := tickedHost(true)
 	now := time.Now()
 	p.lastHeard.Store(now.UnixNano())
 	h.tickOnce(now)
@@ -72,4 +58,18 @@ func TestAnIdleTickWakesNoSender(t *testing.T) {
 	if len(p.kick) != 1 {
 		t.Fatal("a tick did not wake the sender of a peer with a heartbeat queued")
 	}
+}
+
+// tickedHost is a Host of no group, not started, with one peer (id 2), for tests that
+// call tickOnce themselves.
+func tickedHost(lazy bool) (*Host, *peer) {
+	h := &Host{
+		opts:   Options{ID: 1, LivenessTimeout: time.Second, Tick: 10 * time.Millisecond, LazyHeartbeats: lazy},
+		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		peers:  map[uint64]*peer{},
+		groups: map[string]*group{},
+	}
+	p := &peer{id: 2, kick: make(chan struct{}, 1), down: make(chan struct{})}
+	h.peers[2] = p
+	return h, p
 }
