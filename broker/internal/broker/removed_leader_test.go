@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,46 +28,9 @@ import (
 // commit it.
 func TestARemovedSourceThatLeadsHandsOverBeforeItCloses(t *testing.T) {
 	bs := startReplCluster(t, 3, false)
-	ctx := context.Background()
-	tm, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "mv", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](3)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitOrFail(t, 30*time.Second, "a first produce", func() error {
-		_, err := bs[0].Produce(ctx, "mv", []Outgoing{{Partition: 0, Value: []byte("before")}})
-		return err
-	})
-	li := -1
-	waitOrFail(t, 30*time.Second, "a leader", func() error {
-		if li = leaderIndex(bs, "mv", 0); li < 0 {
-			return errors.New("none")
-		}
-		return nil
-	})
+	li, gid, mv := leadWhileRemoved(t, bs, nil)
 	L := bs[li]
-	lt, err := L.lookup("mv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gid := lt.gid(0)
-	self := raftID(L.meta.ServerID())
-	mv, err := L.meta.StartMove(meta.Move{Topic: "mv", Incarnation: tm.Incarnation, Partition: 0, From: L.NodeID(), Cause: meta.CauseRF})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := L.repl.host.ChangeConf(gid, raftetcd.ConfChange{RemoveVoters: []uint64{self}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := L.meta.SetReplicationFactor("mv", tm.Incarnation, 2); err != nil {
-		t.Fatal(err)
-	}
-	waitOrFail(t, 5*time.Second, "L applied its own removal and leads on", func() error {
-		info, ok := L.repl.host.Info(gid)
-		if !ok || !info.Leader || slices.Contains(info.Voters, self) {
-			return fmt.Errorf("precondition not reached (a handover won the race): %+v %v", info, ok)
-		}
-		return nil
-	})
+	ctx := context.Background()
 	t.Logf("%s leads partition 0 without being a voter of its group", L.NodeID())
 	waitOrFail(t, 30*time.Second, "the move ends", func() error {
 		m, _ := L.meta.Move(mv.ID)
@@ -99,4 +63,117 @@ func TestARemovedSourceThatLeadsHandsOverBeforeItCloses(t *testing.T) {
 		}
 	}
 	t.Fatalf("25 s after the move ended the partition still takes no produce (%v); groups: %v", last, leads)
+}
+
+// leadWhileRemoved makes the leader of partition 0 of a new topic of replication
+// factor 3, once it is the leader its placement prefers, propose its own removal from
+// the partition's group right after a move off it starts (and the replication factor
+// is lowered to 2), and waits until it leads on without being a voter. Before the
+// removal, armed (when not nil) is called with the leader's node id. It returns the
+// leader's index in bs, the group and the move.
+func leadWhileRemoved(t *testing.T, bs []*Broker, armed func(leader string)) (int, string, meta.Move) {
+	t.Helper()
+	ctx := context.Background()
+	tm, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "mv", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOrFail(t, 30*time.Second, "a first produce", func() error {
+		_, err := bs[0].Produce(ctx, "mv", []Outgoing{{Partition: 0, Value: []byte("before")}})
+		return err
+	})
+	li := -1
+	// The first leader may be any replica, and hands over to the preferred one: the
+	// removal must be proposed by the leader that stays.
+	waitOrFail(t, 30*time.Second, "the preferred leader leads", func() error {
+		m, _ := bs[0].meta.Topic("mv")
+		if li = leaderIndex(bs, "mv", 0); li < 0 || bs[li].NodeID() != m.Placement[0].Leader {
+			return fmt.Errorf("leader index %d, preferred %s", li, m.Placement[0].Leader)
+		}
+		return nil
+	})
+	L := bs[li]
+	lt, err := L.lookup("mv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid := lt.gid(0)
+	self := raftID(L.meta.ServerID())
+	if armed != nil {
+		armed(L.NodeID())
+	}
+	mv, err := L.meta.StartMove(meta.Move{Topic: "mv", Incarnation: tm.Incarnation, Partition: 0, From: L.NodeID(), Cause: meta.CauseRF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := L.repl.host.ChangeConf(gid, raftetcd.ConfChange{RemoveVoters: []uint64{self}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := L.meta.SetReplicationFactor("mv", tm.Incarnation, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitOrFail(t, 5*time.Second, "L applied its own removal and leads on", func() error {
+		info, ok := L.repl.host.Info(gid)
+		if !ok || !info.Leader || slices.Contains(info.Voters, self) {
+			return fmt.Errorf("precondition not reached (a handover won the race): %+v %v", info, ok)
+		}
+		return nil
+	})
+	return li, gid, mv
+}
+
+// TestARemovedLeaderWhoseHandoverWasRefusedHandsOverAgain: as above, and the first
+// leadership transfer of the removed leader is refused by its target (raft refuses to
+// campaign while a committed configuration change is not applied there yet, and the
+// transfer can reach the target just before it applies the removal: CI, 6 December).
+// A leader its group no longer counts can commit nothing, so calling the failed
+// handover off cannot succeed: on the old code it tried that every second for good,
+// holding the partition's handover claim, and no handover was tried again; the move
+// stayed "removing" and the partition took no produce. Here the targets refuse (a
+// test hook standing for that raft rule) until the first attempt has ended.
+func TestARemovedLeaderWhoseHandoverWasRefusedHandsOverAgain(t *testing.T) {
+	bs := startReplCluster(t, 3, false)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	leader := ""
+	hook := func(node, group string) bool { return !refuse.Load() || node == leader }
+	t.Cleanup(func() { mayLeadHook.Store(nil) })
+	li, gid, mv := leadWhileRemoved(t, bs, func(l string) {
+		leader = l
+		mayLeadHook.Store(&hook)
+	})
+	L := bs[li]
+	claimed := func() bool {
+		L.repl.mu.Lock()
+		defer L.repl.mu.Unlock()
+		return L.repl.handing[gid]
+	}
+	waitOrFail(t, 30*time.Second, "L tries to hand its leadership over", func() error {
+		if !claimed() {
+			return errors.New("no handover under way")
+		}
+		return nil
+	})
+	// The targets refuse for the whole first attempt (its transfer goes out at once,
+	// and it gives up after moveHandOverWait): a fault lasting that long, not a wait for
+	// a condition. On the old code the claim is then held for good.
+	time.Sleep(moveHandOverWait + time.Second)
+	if lt, err := L.lookup("mv"); err != nil || !lt.leads(0) {
+		t.Fatal("L handed its leadership over although every target refused it")
+	}
+	refuse.Store(false)
+	waitOrFail(t, 30*time.Second, "the move ends", func() error {
+		m, _ := L.meta.Move(mv.ID)
+		if m.Status != meta.MoveDone {
+			return fmt.Errorf("move %d is %s", mv.ID, m.Status)
+		}
+		return nil
+	})
+	other := bs[(li+1)%len(bs)]
+	waitOrFail(t, 30*time.Second, "a produce through another node", func() error {
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := other.Produce(pctx, "mv", []Outgoing{{Partition: 0, Value: []byte("after")}})
+		return err
+	})
 }

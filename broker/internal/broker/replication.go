@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/meta"
@@ -312,7 +313,12 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		},
 		// A replica that failed a write stands for no election until it is rebuilt: its
 		// state stopped at the failed write, so as leader it could answer nothing.
-		MayLead: func() bool { return !p.Failed() },
+		MayLead: func() bool {
+			if f := mayLeadHook.Load(); f != nil && !(*f)(b.opts.NodeID, gid) {
+				return false
+			}
+			return !p.Failed()
+		},
 	})
 	if err != nil {
 		_ = p.Close() // the group's error is the one to report
@@ -1086,6 +1092,20 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 		release()
 		return
 	}
+	if b.removedFromGroup(t.gid(i)) {
+		// Its group's configuration no longer counts this leader (its own removal
+		// committed under its leadership): etcd-io/raft drops its every proposal, so
+		// calling the handover off could never succeed, and holding the claim while
+		// trying would keep every later handover from being tried: the partition
+		// would take no write for good. The transfer may simply have been refused:
+		// raft does not campaign while a committed configuration change is not yet
+		// applied, and the target can get the MsgTimeoutNow just before it applies its
+		// removal of this node. The next pass transfers again.
+		b.log.Warn("a leader its group no longer counts did not hand its leadership over; tried again at the next pass",
+			"topic", t.name, "partition", i, "to", b.nodeOf(to))
+		release()
+		return
+	}
 	// The transfer did not happen: serve on, and try again at the next tick, rather
 	// than lease nothing until an election. Calling the handover off is a write; while
 	// it fails the partition leases nothing, and it is tried again in the background
@@ -1104,11 +1124,18 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 				return
 			case <-time.After(time.Second):
 			}
-			if b.callOffHandOver(t, i, lp, to) {
-				return
+			if b.removedFromGroup(t.gid(i)) || b.callOffHandOver(t, i, lp, to) {
+				return // removed meanwhile: see above; the next pass transfers again
 			}
 		}
 	}()
+}
+
+// removedFromGroup reports whether this node's replica of group gid is open and its
+// group's configuration, as applied here, does not count it as a voter.
+func (b *Broker) removedFromGroup(gid string) bool {
+	info, ok := b.repl.host.Info(gid)
+	return ok && !slices.Contains(info.Voters, raftID(b.meta.ServerID()))
 }
 
 // callOffHandOver lets the leader of partition i of t lease again after its handover
@@ -1200,6 +1227,11 @@ func (b *Broker) claimHandOver(gid string) (release func(), ok bool) {
 		b.repl.mu.Unlock()
 	}, true
 }
+
+// mayLeadHook, set only by tests, can keep the replica of node in group from taking a
+// leadership handed to it (or from standing for election), as raft itself does while a
+// committed configuration change is not yet applied there.
+var mayLeadHook atomic.Pointer[func(node, group string) bool]
 
 // moveHandOverWait bounds how long a leader a move takes off waits for its leadership
 // to move before it serves again.
