@@ -42,6 +42,9 @@ type replication struct {
 	nodes   map[uint64]string // raft id → node id, of every member seen
 	leaders map[string]string // group id → the leader last learned from another node
 	handing map[string]bool   // group ids being handed over from here (claimHandOver)
+	// refused is, by group id, the voter the last handover from here went to that did
+	// not happen: the next one tries the others first (handOverTo).
+	refused map[string]uint64
 
 	// kick runs the placement pass at once (not at the next second): a replica that
 	// failed a write must leave the leadership without waiting.
@@ -1065,7 +1068,16 @@ func (b *Broker) reconcileVoters() {
 // voter in want (after committing its live leases, so nothing in flight is delivered
 // again); why says in the log why it leaves this node.
 func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uint64, why string) {
-	to := handOverTarget(info, want, b.unfitLeader)
+	// A voter that did not take the last handover (it may refuse for good: a replica
+	// that failed a write and is not rebuilt) is tried only when no other fits: a
+	// leader its group no longer counts commits nothing until another leads.
+	b.repl.mu.Lock()
+	last := b.repl.refused[t.gid(i)]
+	b.repl.mu.Unlock()
+	to := handOverTarget(info, want, func(id uint64) bool { return id == last || b.unfitLeader(id) })
+	if to == last || b.unfitLeader(to) {
+		to = handOverTarget(info, want, b.unfitLeader) // no other fits: chosen as before
+	}
 	if to == 0 {
 		return
 	}
@@ -1088,6 +1100,16 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 	for t.leads(i) && time.Now().Before(wait) {
 		time.Sleep(20 * time.Millisecond)
 	}
+	b.repl.mu.Lock()
+	if t.leads(i) {
+		if b.repl.refused == nil || len(b.repl.refused) > 1024 {
+			b.repl.refused = map[string]uint64{} // bounded: only an order of preference
+		}
+		b.repl.refused[t.gid(i)] = to
+	} else {
+		delete(b.repl.refused, t.gid(i))
+	}
+	b.repl.mu.Unlock()
 	if !t.leads(i) {
 		release()
 		return
