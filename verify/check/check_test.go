@@ -35,6 +35,12 @@ func (x *h) settle(op, id string, off int64, handle string, at int64, status int
 	return x
 }
 
+// spans makes the last entry's call and return these.
+func (x *h) spans(call, ret int64) *h {
+	x.es[len(x.es)-1].Call, x.es[len(x.es)-1].Return = call, ret
+	return x
+}
+
 func (x *h) kill(start, end int64) *h {
 	x.es = append(x.es, history.Entry{Kind: history.KindFault, Fault: history.FaultKill, Call: start, Return: end})
 	return x
@@ -55,6 +61,11 @@ func TestCheckerCases(t *testing.T) {
 	}{
 		{"clean", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204), "", ""},
 		{"lost", newH().produce("a", 0, 0), "lost", ""},
+		// The second delivery is called before the nack that freed the message and
+		// returns after it: legal. A redelivery after the ack must be blamed, not that
+		// delivery (the first one in call order no state takes).
+		{"delivered again as a nack of it ran", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).deliver("a", 0, "h2", 0).spans(12*msec, 30*msec).settle(history.OpNack, "a", 0, "h1", 20*msec, 204).settle(history.OpAck, "a", 0, "h2", 40*msec, 204), "", "nack"},
+		{"acked redelivered, a delivery before it overlapping a nack", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).deliver("a", 0, "h2", 0).spans(12*msec, 30*msec).settle(history.OpNack, "a", 0, "h1", 20*msec, 204).settle(history.OpAck, "a", 0, "h2", 40*msec, 204).deliver("a", 0, "h3", 5*s), "acked-redelivered", ""},
 		{"acked redelivered", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).deliver("a", 0, "h2", 5*s), "acked-redelivered", ""},
 		{"acked redelivered, ack raced a kill", newH().produce("a", 0, 0).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).kill(20*msec, 100*msec).deliver("a", 0, "h2", 5*s), "", CauseKill},
 		{"acked, kill long before", newH().kill(0, msec).produce("a", 0, 2*msec).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).deliver("a", 0, "h2", 5*s), "acked-redelivered", ""},

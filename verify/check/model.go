@@ -207,7 +207,9 @@ func (m *model) porcupine() porcupine.Model {
 }
 
 // checkCopy checks one copy's operations with porcupine; when they are illegal it
-// replays them in call order to say which operation no state could take, and why.
+// says which operation no state could take, and why: the first one (by return) that
+// cannot follow the longest legal order porcupine found, or, failing that, the first
+// that cannot follow the operations before it in call order.
 func (m *model) checkCopy(ops []opIn) (ok bool, bad opIn, why string) {
 	hist := make([]porcupine.Operation, len(ops))
 	for i, o := range ops {
@@ -216,6 +218,9 @@ func (m *model) checkCopy(ops []opIn) (ok bool, bad opIn, why string) {
 	res := porcupine.CheckOperationsTimeout(m.porcupine(), hist, 10*time.Second)
 	if res != porcupine.Illegal {
 		return true, opIn{}, ""
+	}
+	if bad, why, found := m.blame(ops, hist); found {
+		return false, bad, why
 	}
 	sorted := append([]opIn(nil), ops...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].call < sorted[j].call })
@@ -236,6 +241,64 @@ func (m *model) checkCopy(ops []opIn) (ok bool, bad opIn, why string) {
 		states = dedupe(next)
 	}
 	return false, sorted[len(sorted)-1], "no order of these operations is legal (overlapping operations)"
+}
+
+// blame finds the operation of an illegal copy's history that no state reached by
+// the longest legal order of its other operations can take. A walk in call order
+// would blame an operation that overlaps a later one it may follow (a delivery whose
+// call came before the nack that freed its message), however legal, whenever
+// anything later in the history is wrong.
+func (m *model) blame(ops []opIn, hist []porcupine.Operation) (opIn, string, bool) {
+	_, info := porcupine.CheckOperationsVerbose(m.porcupine(), hist, 10*time.Second)
+	parts := info.PartialLinearizations()
+	if len(parts) != 1 {
+		return opIn{}, "", false
+	}
+	var longest []int
+	for _, l := range parts[0] {
+		if len(l) > len(longest) {
+			longest = l
+		}
+	}
+	states := []copyState{{}}
+	in := make([]bool, len(ops))
+	for _, i := range longest {
+		var next []copyState
+		for _, s := range states {
+			n, _ := m.step(s, ops[i])
+			next = append(next, n...)
+		}
+		if len(next) == 0 {
+			return opIn{}, "", false // not the order porcupine found: the walk in call order says
+		}
+		states, in[i] = dedupe(next), true
+	}
+	var rest []opIn
+	for i, o := range ops {
+		if !in[i] {
+			rest = append(rest, o)
+		}
+	}
+	sort.SliceStable(rest, func(i, j int) bool {
+		if rest[i].ret != rest[j].ret {
+			return rest[i].ret < rest[j].ret
+		}
+		return rest[i].call < rest[j].call
+	})
+	for _, o := range rest {
+		reason, taken := "", false
+		for _, s := range states {
+			n, r := m.step(s, o)
+			taken = taken || len(n) > 0
+			if reason == "" {
+				reason = r
+			}
+		}
+		if !taken {
+			return o, reason, true
+		}
+	}
+	return opIn{}, "", false
 }
 
 func dedupe(ss []copyState) []copyState {
