@@ -37,8 +37,9 @@ func leaderGroup(t *testing.T) *group {
 		}
 		rn.Advance(rd)
 	}
-	g := &group{h: &Host{log: quiet(), quit: make(chan struct{})}, id: "g", rn: rn, wake: make(chan struct{}, 1),
-		quit: make(chan struct{}), done: make(chan struct{}), reads: map[uint64]chan uint64{}, applied: 1, leading: true}
+	g := &group{h: &Host{opts: Options{ID: 1}, log: quiet(), quit: make(chan struct{})}, id: "g", rn: rn, wake: make(chan struct{}, 1),
+		quit: make(chan struct{}), done: make(chan struct{}), reads: map[uint64]chan uint64{}, applied: 1, leading: true,
+		voters: []uint64{1}}
 	g.appliedC = sync.NewCond(&g.mu)
 	return g
 }

@@ -265,7 +265,7 @@ func (g *group) reportSnapshots(msgs []raftpb.Message) {
 // applies anything after it. False when the group must stop.
 func (g *group) takeSnapshot(snap raftpb.Snapshot) bool {
 	g.mu.Lock()
-	g.voters = append([]uint64(nil), snap.Metadata.ConfState.Voters...)
+	g.voters = votersOf(snap.Metadata.ConfState)
 	g.cs = snap.Metadata.ConfState
 	g.snapIndex = snap.Metadata.Index
 	g.mu.Unlock()
@@ -515,9 +515,7 @@ func (g *group) applyConfChange(e raftpb.Entry) {
 	cs := g.rn.ApplyConfChange(cc)
 	g.cs = *cs
 	g.confChanged = true
-	g.voters = append(append([]uint64(nil), cs.Voters...), cs.VotersOutgoing...)
-	sort.Slice(g.voters, func(i, j int) bool { return g.voters[i] < g.voters[j] })
-	g.voters = slices.Compact(g.voters)
+	g.voters = votersOf(*cs)
 	g.mu.Unlock()
 	g.h.log.Info("raftetcd: group membership changed", "group", g.id, "index", e.Index, "voters", cs.Voters, "outgoing", cs.VotersOutgoing)
 }
@@ -538,7 +536,11 @@ func (g *group) stepDown() {
 func (g *group) confirm(ctx context.Context) error {
 	ch := make(chan uint64, 1)
 	g.mu.Lock()
-	if g.rn.BasicStatus().RaftState != raft.StateLeader {
+	if g.rn.BasicStatus().RaftState != raft.StateLeader || !g.isVoterLocked() {
+		// A leader whose own removal committed under its leadership leads on in
+		// etcd-io/raft, but commits nothing; and its read index is answered without a
+		// round when the configuration left has one voter (another node, which may
+		// lead by now).
 		g.mu.Unlock()
 		return ErrNotLeader
 	}
@@ -963,4 +965,12 @@ func (g *group) wakeIfLeader() {
 		g.quiesced = false
 	}
 	g.mu.Unlock()
+}
+
+// votersOf is every voter of cs, the outgoing ones of a joint configuration too, in
+// order and once each.
+func votersOf(cs raftpb.ConfState) []uint64 {
+	vs := append(append([]uint64(nil), cs.Voters...), cs.VotersOutgoing...)
+	sort.Slice(vs, func(i, j int) bool { return vs[i] < vs[j] })
+	return slices.Compact(vs)
 }

@@ -597,7 +597,7 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		g.lease.heard = monoNanos()
 	}
 	if _, cs, err := st.InitialState(); err == nil {
-		g.voters = cs.Voters
+		g.voters = votersOf(cs)
 		g.cs = cs
 	}
 	if snap.Metadata.Index > 0 && cfg.Restore != nil {
