@@ -201,3 +201,42 @@ func TestAForcedTakeoverOfTheOldLeaderWaitsForItsNewGroup(t *testing.T) {
 		t.Error("the forced takeover returned before the survivor led the new group")
 	}
 }
+
+// TestAForcedTakeoverOfATopicDeletedMeanwhileAnswersNotFound: the topic is deleted
+// while the takeover waits for the survivor to lead it (the survivor here does not
+// follow the takeover until the call returns). The old code waited out its 30 s and
+// answered 503 "did not lead the partition within 30 s": the survivor never would.
+func TestAForcedTakeoverOfATopicDeletedMeanwhileAnswersNotFound(t *testing.T) {
+	bs := startReplCluster(t, 3, false)
+	li, vi, _, _ := behindSurvivor(t, bs)
+	victim, asker := bs[vi], bs[(li+2)%len(bs)]
+	victim.reconcileMu.Lock()
+	var once sync.Once
+	release := func() { once.Do(victim.reconcileMu.Unlock) }
+	defer release()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		defer cancel()
+		_, err := asker.ForceLeader(fctx, "hurt", 0, victim.NodeID())
+		done <- err
+	}()
+	waitOrFail(t, 30*time.Second, "the takeover committed", func() error {
+		if m, _ := asker.meta.Topic("hurt"); m.Placement[0].Forced == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err := bs[li].DeleteTopic(context.Background(), "hurt", 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrTopicNotFound) {
+			t.Fatalf("the takeover answered %v after %v, want ErrTopicNotFound", err, time.Since(start).Round(time.Millisecond))
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("the takeover did not answer within 40 s")
+	}
+}

@@ -288,6 +288,11 @@ func (b *Broker) survivorEnd(ctx context.Context, t *topic, p int, node, group s
 				return resp.Stats.End, nil
 			}
 		}
+		if cur, ok := b.meta.Topic(t.name); !ok || cur.Incarnation != t.incarnation {
+			// Deleted meanwhile: the survivor will never lead it, and waiting on would
+			// end in a 503 that says to look at a node.
+			return 0, fmt.Errorf("%w: topic %q was deleted while the takeover waited for node %s to lead it", ErrTopicNotFound, t.name, node)
+		}
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("%w: the takeover is committed, but node %s did not lead the partition within 30 s; its log end (and so the loss) is unknown", ErrUnavailable, node)
 		}

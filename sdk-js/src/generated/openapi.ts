@@ -479,8 +479,9 @@ export interface paths {
          *
          *     Do not repeat the request blindly: once it took effect the partition has a new
          *     replica set, so check `GET /v1/topics/{topic}` first. 404 `topic_not_found`,
-         *     `partition_not_found` or `node_not_found`; 409 `conflict` when `node` holds no
-         *     replica of the partition or is not live.
+         *     `partition_not_found` or `node_not_found` (`topic_not_found` also when the topic
+         *     is deleted while the call waits for `node` to lead); 409 `conflict` when `node`
+         *     holds no replica of the partition or is not live.
          */
         post: operations["forceLeader"];
         delete?: never;
