@@ -404,6 +404,10 @@ func TestCheckerDamage(t *testing.T) {
 		// redelivery's ack answered 204 once its lease had surely lapsed (visibility
 		// 1 s) is still a violation.
 		{"settle damaged, then the redelivery acked after its lease", acked().kill(s, s+msec).damaged("journal", "a", 0, 2*s).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s).settle(history.OpAck, "a", 0, "h2", 7*s, 204), "204-on-dead-lease"},
+		// The damage undoes the ack it hit, not the ack of the redelivery after it,
+		// which wrote a record of its own: a delivery after that one is a violation
+		// (the checker passed it: the kill loop's self-test, seed 285561323).
+		{"settle damaged, the redelivery acked, then delivered again", acked().kill(s, s+msec).damaged("journal", "a", 0, 2*s).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s).settle(history.OpAck, "a", 0, "h2", 4*s+10*msec, 204).deliver("a", 0, "h3", 6*s), "acked-redelivered"},
 		{"settle damaged before the ack", newH().produce("a", 0, 0).damaged("journal", "a", 0, 5*msec).deliver("a", 0, "h1", 10*msec).settle(history.OpAck, "a", 0, "h1", 20*msec, 204).skipped("journal", -1, 3*s).deliver("a", 0, "h2", 4*s), "acked-redelivered"},
 	}
 	for _, c := range cases {

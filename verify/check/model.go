@@ -61,6 +61,7 @@ type copyState struct {
 	handedBack bool  // nacked (or handed back by a failed settle)
 	acked      bool  // settled
 	ackRaced   bool  // the settling ack overlapped a kill
+	ackCall    int64 // call time of the settling ack
 }
 
 // kills are the windows in which the node may have died: [start, end].
@@ -102,7 +103,7 @@ type model struct {
 	agedAt int64
 	// ackUndoneAt, when not 0, is when the harness damaged the settle record of this
 	// copy's ack (and the node reported skipping it): a delivery sent after it may
-	// follow a 204 ack.
+	// follow a 204 ack sent before it.
 	ackUndoneAt int64
 }
 
@@ -110,7 +111,9 @@ type model struct {
 func (m *model) step(s copyState, in opIn) ([]copyState, string) {
 	switch in.kind {
 	case kDeliver:
-		if s.acked && m.ackUndoneAt != 0 && in.call >= m.ackUndoneAt {
+		// Only an ack sent before the damage may be the one it undid: a later ack
+		// wrote a record of its own.
+		if s.acked && m.ackUndoneAt != 0 && in.call >= m.ackUndoneAt && s.ackCall < m.ackUndoneAt {
 			return []copyState{{has: true, handle: in.handle, leaseCall: in.call, leaseRet: in.ret, minExp: in.call + m.vis, maxExp: in.ret + m.vis}}, ""
 		}
 		if s.acked && m.strictAck {
@@ -176,7 +179,7 @@ func (m *model) settled(s copyState, in opIn) (copyState, string) {
 	}
 	switch in.kind {
 	case kAck:
-		s.acked, s.ackRaced = true, !m.strictAck && m.kills.between(in.call, in.ret)
+		s.acked, s.ackRaced, s.ackCall = true, !m.strictAck && m.kills.between(in.call, in.ret), in.call
 	case kNack:
 		s.handedBack = true
 	case kExtend:
