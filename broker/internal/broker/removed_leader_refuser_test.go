@@ -1,12 +1,7 @@
 package broker
 
 import (
-	"context"
-	"fmt"
 	"testing"
-	"time"
-
-	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
 // TestARemovedLeaderWhoseFirstChoiceKeepsRefusingHandsOverToTheOther: as in
@@ -32,18 +27,5 @@ func TestARemovedLeaderWhoseFirstChoiceKeepsRefusingHandsOverToTheOther(t *testi
 	})
 	L := bs[li]
 	t.Logf("%s leads removed; %s refuses any leadership", L.NodeID(), refused)
-	waitOrFail(t, 30*time.Second, "the move ends", func() error {
-		m, _ := L.meta.Move(mv.ID)
-		if m.Status != meta.MoveDone {
-			return fmt.Errorf("move %d is %s", mv.ID, m.Status)
-		}
-		return nil
-	})
-	other := bs[(li+1)%len(bs)]
-	waitOrFail(t, 30*time.Second, "a produce through another node", func() error {
-		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err := other.Produce(pctx, "mv", []Outgoing{{Partition: 0, Value: []byte("after")}})
-		return err
-	})
+	moveEndsAndServes(t, bs, li, mv)
 }

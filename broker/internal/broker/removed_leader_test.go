@@ -162,8 +162,15 @@ func TestARemovedLeaderWhoseHandoverWasRefusedHandsOverAgain(t *testing.T) {
 		t.Fatal("L handed its leadership over although every target refused it")
 	}
 	refuse.Store(false)
+	moveEndsAndServes(t, bs, li, mv)
+}
+
+// moveEndsAndServes waits for move mv, off bs[li], to end, and for partition 0 of
+// "mv" to take a produce through another node.
+func moveEndsAndServes(t *testing.T, bs []*Broker, li int, mv meta.Move) {
+	t.Helper()
 	waitOrFail(t, 30*time.Second, "the move ends", func() error {
-		m, _ := L.meta.Move(mv.ID)
+		m, _ := bs[li].meta.Move(mv.ID)
 		if m.Status != meta.MoveDone {
 			return fmt.Errorf("move %d is %s", mv.ID, m.Status)
 		}
