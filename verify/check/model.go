@@ -229,15 +229,7 @@ func (m *model) checkCopy(ops []opIn) (ok bool, bad opIn, why string) {
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].call < sorted[j].call })
 	states := []copyState{{}}
 	for _, o := range sorted {
-		var next []copyState
-		var reason string
-		for _, s := range states {
-			n, r := m.step(s, o)
-			next = append(next, n...)
-			if reason == "" {
-				reason = r
-			}
-		}
+		next, reason := m.stepAll(states, o)
 		if len(next) == 0 {
 			return false, o, reason
 		}
@@ -266,11 +258,7 @@ func (m *model) blame(ops []opIn, hist []porcupine.Operation) (opIn, string, boo
 	states := []copyState{{}}
 	in := make([]bool, len(ops))
 	for _, i := range longest {
-		var next []copyState
-		for _, s := range states {
-			n, _ := m.step(s, ops[i])
-			next = append(next, n...)
-		}
+		next, _ := m.stepAll(states, ops[i])
 		if len(next) == 0 {
 			return opIn{}, "", false // not the order porcupine found: the walk in call order says
 		}
@@ -289,19 +277,26 @@ func (m *model) blame(ops []opIn, hist []porcupine.Operation) (opIn, string, boo
 		return rest[i].call < rest[j].call
 	})
 	for _, o := range rest {
-		reason, taken := "", false
-		for _, s := range states {
-			n, r := m.step(s, o)
-			taken = taken || len(n) > 0
-			if reason == "" {
-				reason = r
-			}
-		}
-		if !taken {
+		if next, reason := m.stepAll(states, o); len(next) == 0 {
 			return o, reason, true
 		}
 	}
 	return opIn{}, "", false
+}
+
+// stepAll steps every state in states with o: the states it may lead to, and the
+// first reason a state could not take it.
+func (m *model) stepAll(states []copyState, o opIn) ([]copyState, string) {
+	var next []copyState
+	var reason string
+	for _, s := range states {
+		n, r := m.step(s, o)
+		next = append(next, n...)
+		if reason == "" {
+			reason = r
+		}
+	}
+	return next, reason
 }
 
 func dedupe(ss []copyState) []copyState {

@@ -1100,17 +1100,18 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 	for t.leads(i) && time.Now().Before(wait) {
 		time.Sleep(20 * time.Millisecond)
 	}
+	moved := !t.leads(i) // read once: what is recorded and what is done must agree
 	b.repl.mu.Lock()
-	if t.leads(i) {
+	if moved {
+		delete(b.repl.refused, t.gid(i))
+	} else {
 		if b.repl.refused == nil || len(b.repl.refused) > 1024 {
 			b.repl.refused = map[string]uint64{} // bounded: only an order of preference
 		}
 		b.repl.refused[t.gid(i)] = to
-	} else {
-		delete(b.repl.refused, t.gid(i))
 	}
 	b.repl.mu.Unlock()
-	if !t.leads(i) {
+	if moved {
 		release()
 		return
 	}
