@@ -211,11 +211,17 @@ func TestReplicationFollowerWiped(t *testing.T) {
 	// The wiped follower catches up; then the other two go away one after the other
 	// with the wiped one in the quorum, so the last leader's data came from it. The
 	// leader's view counts the wiped replica's old member until it is replaced, so
-	// first the new replica must have applied the joint change that replaces it (all
-	// 50 messages come before it in the group's log).
-	waitFor(t, 60*time.Second, "the wiped follower to apply the change that makes it a member", func() bool {
-		return strings.Contains(follower.Log(), `outgoing="[`)
-	})
+	// first both survivors must have applied the change that replaces it (all 50
+	// messages come before it in the group's log). Both steps: the joint change and
+	// the one that leaves it. In the joint configuration an election needs a majority
+	// of the old voters too, and of those only the third node is left once the leader
+	// dies (the old replica is gone with the wiped disk): a survivor that has not
+	// applied the second step can never lead, as Raft requires.
+	for _, nd := range others(nodes, lead) {
+		waitFor(t, 60*time.Second, nd.id+" to apply the change that makes the wiped follower a member", func() bool {
+			return leftJointConfig(nd.Log())
+		})
+	}
 	waitFor(t, 30*time.Second, "the wiped follower to hold the partition's 50 messages", func() bool {
 		r, err := follower.api.Try(http.MethodGet, "/metrics", nil)
 		return err == nil && r.Status == http.StatusOK && followerHasAll(t, nodes, "w", 50)
@@ -1415,4 +1421,12 @@ func TestReplicationSnapshotRestoresWipedReplica(t *testing.T) {
 		nd.Stop()
 	}
 	sameMessageLogs(t, nodes, inc+"-snap")
+}
+
+// leftJointConfig reports whether a node's log shows a replica group's membership
+// change into a joint configuration followed by one out of it (etcd raft logs the
+// outgoing voters of a joint configuration, and none once it is left).
+func leftJointConfig(log string) bool {
+	i := strings.LastIndex(log, `outgoing="[`)
+	return i >= 0 && strings.Contains(log[i:], "outgoing=[]")
 }
