@@ -176,6 +176,12 @@ func (s *Store) controlTick() error {
 				}
 			}
 		}
+		if ok && m.ServerID != want.ServerID && m.Status == StatusDecommissioning {
+			// The node's new server (its disk was wiped) added while the node was
+			// being decommissioned, its member record not written yet: it stays
+			// decommissioning (admit).
+			want.Status = StatusDecommissioning
+		}
 		if ok && m == want {
 			continue
 		}
@@ -444,6 +450,12 @@ func (s *Store) admit(ctx context.Context, j joinRequest) error {
 	if err != nil {
 		return leaderErr(err)
 	}
+	// A node being decommissioned whose disk was wiped (and that came back) stays
+	// decommissioned under its new server: the operator asked for the node to go, and
+	// its moves go on. It joins as a non-voter, which is never promoted, and is removed
+	// like any decommissioned member once it holds nothing.
+	old, known := s.fsm.member(j.NodeID)
+	decommissioning := known && old.Status == StatusDecommissioning && old.ServerID != j.ServerID
 	for _, srv := range conf.Servers {
 		if nodeOfServer(string(srv.ID)) != j.NodeID || string(srv.ID) == j.ServerID {
 			continue
@@ -467,7 +479,7 @@ func (s *Store) admit(ctx context.Context, j joinRequest) error {
 			present = &conf.Servers[i]
 		}
 	}
-	voter := joinsAsVoter(conf, s.opts.Cluster.MaxVoters)
+	voter := joinsAsVoter(conf, s.opts.Cluster.MaxVoters) && !decommissioning
 	if present != nil {
 		voter = present.Suffrage == raft.Voter
 	}
@@ -483,8 +495,12 @@ func (s *Store) admit(ctx context.Context, j joinRequest) error {
 		}
 	}
 	m := Member{ID: j.NodeID, ServerID: j.ServerID, ClusterAddr: j.ClusterAddr, HTTPAddr: j.HTTPAddr, Status: StatusJoining, Voter: voter, MinVersion: j.MinVersion, MaxVersion: j.MaxVersion}
-	if old, ok := s.fsm.member(j.NodeID); ok && old.ServerID == j.ServerID && old.Status == StatusAlive {
+	switch {
+	case known && old.ServerID == j.ServerID && old.Status == StatusAlive:
 		m.Status = StatusAlive
+	case decommissioning:
+		m.Status = StatusDecommissioning
+		s.opts.Logger.Warn("meta: a decommissioning node rejoined with a new data directory; it stays decommissioning and is removed once it holds nothing", "node", j.NodeID, "old", old.ServerID, "new", j.ServerID)
 	}
 	_, err = s.applyLocal(command{Op: "set_member", Member: &m})
 	return err

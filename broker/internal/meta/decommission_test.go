@@ -3,6 +3,8 @@ package meta
 import (
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -149,5 +151,81 @@ func TestLeaderErrOfNothingIsNothing(t *testing.T) {
 	}
 	if err := leaderErr(raft.ErrNotLeader); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("leaderErr(raft.ErrNotLeader) = %v", err)
+	}
+}
+
+// TestAWipedDecommissioningNodeStaysDecommissioning: a node being decommissioned whose
+// data directory is wiped and that joins again (a new server id) stays decommissioning
+// under its new server, as a non-voter: the operator asked for the node to go. Its
+// admission wrote a new member record as joining, which dropped the decommission: the
+// node then came back alive, a voter, and a target for placements.
+func TestAWipedDecommissioningNodeStaysDecommissioning(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	ss := startPeers(t, net, dirs)
+	eventually(t, "version 3 committed on every node, three alive members", func() error {
+		for _, s := range ss {
+			if v := s.ClusterVersion(); v < 3 {
+				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
+			}
+		}
+		l := leaderOf(ss...)
+		if l == nil {
+			return errors.New("no controller")
+		}
+		for _, m := range l.Members() {
+			if m.Status != StatusAlive {
+				return fmt.Errorf("member %+v", m)
+			}
+		}
+		return nil
+	})
+	live := leaderOf(ss...)
+	// One partition on each node: the victim holds one, so its decommission does not
+	// end (nothing here copies a replica) before it comes back.
+	if _, err := live.CreateTopic(Topic{Name: "held", TopicConfig: TopicConfig{Partitions: 3, ReplicationFactor: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	victim := ss[0]
+	if victim == live {
+		victim = ss[1]
+	}
+	if tp, _ := live.Topic("held"); !slices.ContainsFunc(tp.Placement, func(p Placement) bool { return slices.Contains(p.Replicas, victim.NodeID()) }) {
+		t.Fatalf("no partition on %s: %+v", victim.NodeID(), tp.Placement)
+	}
+	oldSID, dir := victim.ServerID(), victim.opts.Dir
+	net.close(victim)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := live.Decommission(victim.NodeID()); err != nil || m.Status != StatusDecommissioning {
+		t.Fatalf("decommission of %s: %+v %v", victim.NodeID(), m, err)
+	}
+	s, err := net.open(dir, victim.NodeID(), victim.addr, Cluster{Join: live.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ServerID() == oldSID {
+		t.Fatalf("a wiped directory kept its server id %s", oldSID)
+	}
+	var m Member
+	eventually(t, "the new server's member record, past joining", func() error {
+		l := leaderOf(ss[0], ss[1], ss[2], s)
+		if l == nil {
+			return errors.New("no controller")
+		}
+		m, _ = l.fsm.member(s.NodeID())
+		if m.ServerID != s.ServerID() || m.Status == StatusJoining {
+			return fmt.Errorf("member %+v", m)
+		}
+		return nil
+	})
+	if m.Status != StatusDecommissioning || m.Voter {
+		t.Fatalf("the decommissioning node rejoined wiped as %s (voter %v), want decommissioning, not a voter", m.Status, m.Voter)
+	}
+	conf := serverIDs(t, leaderOf(ss[0], ss[1], ss[2], s))
+	if _, ok := conf[oldSID]; ok || conf[s.ServerID()] != raft.Nonvoter {
+		t.Fatalf("configuration %v: want the old server %s gone and the new one a non-voter", conf, oldSID)
 	}
 }
