@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -25,7 +26,8 @@ type controller struct {
 	// waiting is the last reason decideVersion gave for not committing (logged once
 	// per change).
 	waiting string
-	// versionMu orders admissions and version commits: a node is admitted (its range
+	// versionMu orders admissions, version commits, the records of the configuration's
+	// servers (recordServers) and decommissions (applyLocal): a node is admitted (its range
 	// checked, its server added, its record written) wholly before or wholly after a
 	// version is decided and committed, so no node that cannot speak the version
 	// slips in between the decision and the commit.
@@ -36,6 +38,9 @@ type controller struct {
 	// handedOver is when this node, halted, last handed the controller over
 	// (controlTick); guarded by mu.
 	handedOver time.Time
+	// beforeRecord, when set (tests), runs in admit after the new server is in the
+	// configuration and before its member record is written.
+	beforeRecord atomic.Pointer[func(joinRequest)]
 }
 
 // heardEnds records the log ends a member reported.
@@ -160,35 +165,8 @@ func (s *Store) controlTick() error {
 			return err
 		}
 	}
-	for _, srv := range conf.Servers {
-		want := s.memberOf(srv, string(srv.ID) == self)
-		m, ok := s.fsm.member(want.ID)
-		if ok && m.ServerID == want.ServerID {
-			want.Status, want.HTTPAddr = m.Status, m.HTTPAddr
-			want.MinVersion, want.MaxVersion = m.MinVersion, m.MaxVersion
-			if string(srv.ID) == self {
-				want.HTTPAddr = s.opts.Cluster.HTTPAddr
-				want.MinVersion, want.MaxVersion = s.Versions()
-				if m.Status != StatusDecommissioning {
-					// Decommissioning ends only with the removal: the controller
-					// decommissioning itself hands over first (removeDecommissioned).
-					want.Status = StatusAlive
-				}
-			}
-		}
-		if ok && m.ServerID != want.ServerID && m.Status == StatusDecommissioning {
-			// The node's new server (its disk was wiped) added while the node was
-			// being decommissioned, its member record not written yet: it stays
-			// decommissioning (admit).
-			want.Status = StatusDecommissioning
-		}
-		if ok && m == want {
-			continue
-		}
-		// ErrMemberNotFound: a server removed from the members; it stays removed.
-		if _, err := s.applyLocal(command{Op: "set_member", Member: &want}); err != nil && !errors.Is(err, ErrMemberNotFound) {
-			return err
-		}
+	if err := s.recordServers(); err != nil {
+		return err
 	}
 	now := time.Now()
 	c := s.opts.Cluster
@@ -219,6 +197,53 @@ func (s *Store) controlTick() error {
 		return err
 	}
 	return s.steer()
+}
+
+// recordServers writes the member record the Raft configuration implies for each of
+// its servers that has none, or whose record differs. It holds versionMu, as admit
+// does and as a decommission's commit waits for (applyLocal): the configuration and
+// the records it reads are then not those of an admission half done, and no
+// decommission commits between its read of a record and its write of it (the
+// write would drop it when it names a new server: a wiped node's).
+func (s *Store) recordServers() error {
+	s.ctl.versionMu.Lock()
+	defer s.ctl.versionMu.Unlock()
+	conf, err := s.configuration()
+	if err != nil {
+		return err
+	}
+	self := s.ServerID()
+	for _, srv := range conf.Servers {
+		want := s.memberOf(srv, string(srv.ID) == self)
+		m, ok := s.fsm.member(want.ID)
+		if ok && m.ServerID == want.ServerID {
+			want.Status, want.HTTPAddr = m.Status, m.HTTPAddr
+			want.MinVersion, want.MaxVersion = m.MinVersion, m.MaxVersion
+			if string(srv.ID) == self {
+				want.HTTPAddr = s.opts.Cluster.HTTPAddr
+				want.MinVersion, want.MaxVersion = s.Versions()
+				if m.Status != StatusDecommissioning {
+					// Decommissioning ends only with the removal: the controller
+					// decommissioning itself hands over first (removeDecommissioned).
+					want.Status = StatusAlive
+				}
+			}
+		}
+		if ok && m.ServerID != want.ServerID && m.Status == StatusDecommissioning {
+			// The node's new server (its disk was wiped) added while the node was
+			// being decommissioned, its member record not written yet: it stays
+			// decommissioning (admit).
+			want.Status = StatusDecommissioning
+		}
+		if ok && m == want {
+			continue
+		}
+		// ErrMemberNotFound: a server removed from the members; it stays removed.
+		if _, err := s.applyLocal(command{Op: "set_member", Member: &want}); err != nil && !errors.Is(err, ErrMemberNotFound) {
+			return err
+		}
+	}
+	return nil
 }
 
 // handOverHalted hands the controller to another voter: a node whose state machine
@@ -493,6 +518,9 @@ func (s *Store) admit(ctx context.Context, j joinRequest) error {
 		if err := s.awaitWrite(fut, "add "+j.ServerID); err != nil {
 			return err
 		}
+	}
+	if hook := s.ctl.beforeRecord.Load(); hook != nil {
+		(*hook)(j)
 	}
 	m := Member{ID: j.NodeID, ServerID: j.ServerID, ClusterAddr: j.ClusterAddr, HTTPAddr: j.HTTPAddr, Status: StatusJoining, Voter: voter, MinVersion: j.MinVersion, MaxVersion: j.MaxVersion}
 	switch {

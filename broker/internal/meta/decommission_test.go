@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -227,5 +229,107 @@ func TestAWipedDecommissioningNodeStaysDecommissioning(t *testing.T) {
 	conf := serverIDs(t, leaderOf(ss[0], ss[1], ss[2], s))
 	if _, ok := conf[oldSID]; ok || conf[s.ServerID()] != raft.Nonvoter {
 		t.Fatalf("configuration %v: want the old server %s gone and the new one a non-voter", conf, oldSID)
+	}
+}
+
+// TestADecommissionDuringAWipedNodesAdmissionHolds: a decommission that commits while
+// the controller admits the node's new server (its disk was wiped: the admission read
+// the member record, removed the old server and added the new one, and has not yet
+// written the new record) must not be dropped. The admission read the record before
+// the decommission and wrote the new server's record joining: Decommission answered
+// decommissioning, and the node then came back alive, a voter, and was never removed.
+func TestADecommissionDuringAWipedNodesAdmissionHolds(t *testing.T) {
+	net := newTestNet(t)
+	defer net.closeAll()
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	ss := startPeers(t, net, dirs)
+	eventually(t, "version 3 committed on every node", func() error {
+		for _, s := range ss {
+			if v := s.ClusterVersion(); v < 3 {
+				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
+			}
+		}
+		if leaderOf(ss...) == nil {
+			return errors.New("no controller")
+		}
+		return nil
+	})
+	live := leaderOf(ss...)
+	// One partition on each node: the victim's decommission does not end (nothing here
+	// copies a replica) while the test looks.
+	if _, err := live.CreateTopic(Topic{Name: "held", TopicConfig: TopicConfig{Partitions: 3, ReplicationFactor: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	victim := ss[0]
+	if victim == live {
+		victim = ss[1]
+	}
+	oldSID, dir, node := victim.ServerID(), victim.opts.Dir, victim.NodeID()
+	net.close(victim)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		m   Member
+		err error
+	}
+	decided := make(chan result, 1)
+	var once sync.Once
+	hook := func(j joinRequest) {
+		if j.NodeID != node || j.ServerID == oldSID {
+			return
+		}
+		once.Do(func() {
+			// The operator decommissions the node now: the new server is in the
+			// configuration, its record not written. The admission goes on once the
+			// decommission answered (or after a while, should it wait for the
+			// admission, which is right too).
+			answered := make(chan struct{})
+			go func() {
+				m, err := live.Decommission(node)
+				decided <- result{m, err}
+				close(answered)
+			}()
+			select {
+			case <-answered:
+			case <-time.After(time.Second):
+			}
+		})
+	}
+	live.ctl.beforeRecord.Store(&hook)
+	s, err := net.open(dir, node, victim.addr, Cluster{Join: live.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-decided:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the decommission did not return")
+	}
+	if r.err != nil {
+		// Refused is fine: the operator was told. Not dropped silently.
+		t.Logf("decommission refused: %v", r.err)
+		return
+	}
+	if r.m.Status != StatusDecommissioning {
+		t.Fatalf("decommission answered %+v", r.m)
+	}
+
+	eventually(t, "the new server's member record, past joining", func() error {
+		l := leaderOf(ss[1], ss[2], ss[0], s)
+		if l == nil {
+			return errors.New("no controller")
+		}
+		m, _ := l.fsm.member(node)
+		if m.ServerID != s.ServerID() || m.Status == StatusJoining {
+			return fmt.Errorf("member %+v", m)
+		}
+		return nil
+	})
+	m, _ := leaderOf(ss[1], ss[2], ss[0], s).fsm.member(node)
+	if m.Status != StatusDecommissioning {
+		t.Fatalf("Decommission(%s) answered decommissioning, and the node's new server %s (old %s) is now %s (voter %v): the decommission was dropped",
+			node, s.ServerID(), oldSID, m.Status, m.Voter)
 	}
 }

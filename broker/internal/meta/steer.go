@@ -422,6 +422,21 @@ func (s *Store) Decommission(node string) (Member, error) {
 	if err := s.gateCmd(command{Op: "start_move"}); err != nil {
 		return Member{}, err
 	}
+	m, err := s.decommission(node)
+	if n, ok := s.fsm.member(node); errors.Is(err, ErrMemberNotFound) && ok && n.ServerID != m.ServerID {
+		// The node was admitted meanwhile under a new server (its disk was wiped):
+		// decommission that one.
+		m, err = s.decommission(node)
+	}
+	if err != nil {
+		return Member{}, err
+	}
+	return m, nil
+}
+
+// decommission is one try of Decommission. On ErrMemberNotFound, it returns the
+// member it read (so the caller sees whether its server changed).
+func (s *Store) decommission(node string) (Member, error) {
 	m, ok := s.fsm.member(node)
 	if !ok {
 		return Member{}, ErrMemberNotFound
@@ -456,7 +471,7 @@ func (s *Store) Decommission(node string) (Member, error) {
 		}
 	}
 	if _, err := s.applyCmd(command{Op: "set_status", Name: node, ServerID: m.ServerID, Status: StatusDecommissioning}); err != nil {
-		return Member{}, err
+		return m, err
 	}
 	m, _ = s.fsm.member(node)
 	return m, nil

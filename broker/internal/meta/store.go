@@ -425,6 +425,14 @@ func (s *Store) applyLocal(c command) (applyResult, error) {
 	if err := s.fsm.haltedErr(); err != nil {
 		return applyResult{}, errHaltedLeader(err)
 	}
+	if c.Op == "set_status" && c.Status == StatusDecommissioning {
+		// A decommission commits wholly before or wholly after an admission (admit)
+		// and a write of the configuration's records (recordServers): either read the
+		// member record, and a record they write for a node's new server (its disk was
+		// wiped) would drop a decommission of its old one that committed in between.
+		s.ctl.versionMu.Lock()
+		defer s.ctl.versionMu.Unlock()
+	}
 	b, err := encodeCommand(c)
 	if err != nil {
 		return applyResult{}, err
