@@ -164,47 +164,11 @@ func TestLeaderErrOfNothingIsNothing(t *testing.T) {
 func TestAWipedDecommissioningNodeStaysDecommissioning(t *testing.T) {
 	net := newTestNet(t)
 	defer net.closeAll()
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	ss := startPeers(t, net, dirs)
-	eventually(t, "version 3 committed on every node, three alive members", func() error {
-		for _, s := range ss {
-			if v := s.ClusterVersion(); v < 3 {
-				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
-			}
-		}
-		l := leaderOf(ss...)
-		if l == nil {
-			return errors.New("no controller")
-		}
-		for _, m := range l.Members() {
-			if m.Status != StatusAlive {
-				return fmt.Errorf("member %+v", m)
-			}
-		}
-		return nil
-	})
-	live := leaderOf(ss...)
-	// One partition on each node: the victim holds one, so its decommission does not
-	// end (nothing here copies a replica) before it comes back.
-	if _, err := live.CreateTopic(Topic{Name: "held", TopicConfig: TopicConfig{Partitions: 3, ReplicationFactor: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	victim := ss[0]
-	if victim == live {
-		victim = ss[1]
-	}
-	if tp, _ := live.Topic("held"); !slices.ContainsFunc(tp.Placement, func(p Placement) bool { return slices.Contains(p.Replicas, victim.NodeID()) }) {
-		t.Fatalf("no partition on %s: %+v", victim.NodeID(), tp.Placement)
-	}
-	oldSID, dir := victim.ServerID(), victim.opts.Dir
-	net.close(victim)
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
+	ss, live, victim, oldSID := wipedWhileHolding(t, net)
 	if m, err := live.Decommission(victim.NodeID()); err != nil || m.Status != StatusDecommissioning {
 		t.Fatalf("decommission of %s: %+v %v", victim.NodeID(), m, err)
 	}
-	s, err := net.open(dir, victim.NodeID(), victim.addr, Cluster{Join: live.addr})
+	s, err := net.open(victim.opts.Dir, victim.NodeID(), victim.addr, Cluster{Join: live.addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,34 +205,8 @@ func TestAWipedDecommissioningNodeStaysDecommissioning(t *testing.T) {
 func TestADecommissionDuringAWipedNodesAdmissionHolds(t *testing.T) {
 	net := newTestNet(t)
 	defer net.closeAll()
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	ss := startPeers(t, net, dirs)
-	eventually(t, "version 3 committed on every node", func() error {
-		for _, s := range ss {
-			if v := s.ClusterVersion(); v < 3 {
-				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
-			}
-		}
-		if leaderOf(ss...) == nil {
-			return errors.New("no controller")
-		}
-		return nil
-	})
-	live := leaderOf(ss...)
-	// One partition on each node: the victim's decommission does not end (nothing here
-	// copies a replica) while the test looks.
-	if _, err := live.CreateTopic(Topic{Name: "held", TopicConfig: TopicConfig{Partitions: 3, ReplicationFactor: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	victim := ss[0]
-	if victim == live {
-		victim = ss[1]
-	}
-	oldSID, dir, node := victim.ServerID(), victim.opts.Dir, victim.NodeID()
-	net.close(victim)
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
+	ss, live, victim, oldSID := wipedWhileHolding(t, net)
+	dir, node := victim.opts.Dir, victim.NodeID()
 	type result struct {
 		m   Member
 		err error
@@ -332,4 +270,48 @@ func TestADecommissionDuringAWipedNodesAdmissionHolds(t *testing.T) {
 		t.Fatalf("Decommission(%s) answered decommissioning, and the node's new server %s (old %s) is now %s (voter %v): the decommission was dropped",
 			node, s.ServerID(), oldSID, m.Status, m.Voter)
 	}
+}
+
+// wipedWhileHolding starts three nodes with version 3 committed and all alive, puts one
+// partition on each (so a decommission of a node does not end while a test looks:
+// nothing here copies a replica), then stops a node other than the controller and
+// wipes its data directory. It returns the nodes, the controller, the wiped node's
+// Store (closed) and its old server id.
+func wipedWhileHolding(t *testing.T, net *testNet) (ss []*Store, live, victim *Store, oldSID string) {
+	t.Helper()
+	ss = startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	eventually(t, "version 3 committed on every node, three alive members", func() error {
+		for _, s := range ss {
+			if v := s.ClusterVersion(); v < 3 {
+				return fmt.Errorf("%s holds version %d", s.NodeID(), v)
+			}
+		}
+		l := leaderOf(ss...)
+		if l == nil {
+			return errors.New("no controller")
+		}
+		for _, m := range l.Members() {
+			if m.Status != StatusAlive {
+				return fmt.Errorf("member %+v", m)
+			}
+		}
+		return nil
+	})
+	live = leaderOf(ss...)
+	if _, err := live.CreateTopic(Topic{Name: "held", TopicConfig: TopicConfig{Partitions: 3, ReplicationFactor: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	victim = ss[0]
+	if victim == live {
+		victim = ss[1]
+	}
+	if tp, _ := live.Topic("held"); !slices.ContainsFunc(tp.Placement, func(p Placement) bool { return slices.Contains(p.Replicas, victim.NodeID()) }) {
+		t.Fatalf("no partition on %s: %+v", victim.NodeID(), tp.Placement)
+	}
+	oldSID = victim.ServerID()
+	net.close(victim)
+	if err := os.RemoveAll(victim.opts.Dir); err != nil {
+		t.Fatal(err)
+	}
+	return ss, live, victim, oldSID
 }
