@@ -518,6 +518,14 @@ func (g *group) applyConfChange(e raftpb.Entry) {
 	g.voters = votersOf(*cs)
 	g.mu.Unlock()
 	g.h.log.Info("raftetcd: group membership changed", "group", g.id, "index", e.Index, "voters", cs.Voters, "outgoing", cs.VotersOutgoing)
+	// The appends that tell the followers this change committed were queued before it
+	// was applied (the loop sends before it applies), and may wait for the next tick
+	// (lazy). They go now: a follower that has not learned that the entry leaving a
+	// joint configuration committed still needs a majority of the old voters to
+	// elect a leader, and with an old voter gone for good (a wiped replica being
+	// replaced), the leader's death in that window would leave the group without one
+	// until it came back. Membership changes are rare; the frames cost nothing.
+	g.h.flushAll()
 }
 
 // stepDown tells the application this node no longer leads (once per leadership).

@@ -192,6 +192,9 @@ type Host struct {
 
 	// lastTick is when tickOnce last ran (UnixNano; the ticker goroutine only).
 	lastTick int64
+	// clockStopped (tests) makes tickLoop skip its turns: nothing waits for a tick
+	// then, and what waits for one (a lazy message) waits for good.
+	clockStopped atomic.Bool
 
 	quit     chan struct{}
 	wg       sync.WaitGroup
@@ -1140,6 +1143,9 @@ func (h *Host) tickLoop() {
 			return
 		case <-t.C:
 		}
+		if h.clockStopped.Load() {
+			continue
+		}
 		h.tickOnce(time.Now())
 	}
 }
@@ -1147,9 +1153,7 @@ func (h *Host) tickLoop() {
 // tickOnce is one turn of the node's clock at now (tickLoop's goroutine only).
 func (h *Host) tickOnce(at time.Time) {
 	if h.opts.LazyHeartbeats {
-		for _, p := range h.allPeers() {
-			p.flushQueued() // what the last tick's heartbeats left queued
-		}
+		h.flushAll() // what the last tick's heartbeats left queued
 	}
 	now := at.UnixNano()
 	if last := h.lastTick; last != 0 && now-last > int64(h.opts.LivenessTimeout/2) {
@@ -1377,6 +1381,13 @@ func (h *Host) lazy(flags byte, m raftpb.Message) bool {
 		return len(m.Entries) == 0
 	}
 	return false
+}
+
+// flushAll kicks the sender of every peer something is queued for.
+func (h *Host) flushAll() {
+	for _, p := range h.allPeers() {
+		p.flushQueued()
+	}
 }
 
 // flushQueued kicks p's sender when something is queued for it: an idle node's tick
