@@ -141,15 +141,25 @@ func RunCluster(ctx context.Context, cfg Config) *Result {
 			"visibility_ms": cfg.Workload.VisibilityMs, "quiet": cfg.Workload.Quiet, "chaosnet": cfg.ChaosNet, "netns": cfg.Netns != nil},
 	}})
 	t0 := clk.Now()
+	// The nodes read the machine's wall clock as they start: whatever it moved against
+	// the monotonic clock since the run's clock started is part of their offsets too
+	// (the injector records it at every later start).
+	machine := clk.WallDrift()
+	if machine < time.Millisecond && machine > -time.Millisecond {
+		machine = 0
+	}
+	cfg.Workload.ClusterFaults.FirstStartDrift = machine
 	for _, n := range nodes {
 		var env []string
 		off, drift := cfg.Workload.ClusterFaults.ClockOffsets[n.ID()], cfg.Workload.ClusterFaults.ClockDrifts[n.ID()]
-		if off != 0 || drift != 0 {
+		if off != 0 || drift != 0 || machine != 0 {
 			// Written before the node starts: it runs with the offset from the line on
 			// (a drift counts from the run's start, which the injector assumes too).
 			rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: 0, Return: t0, Target: n.ID(),
-				Detail:      fmt.Sprintf("%s's wall clock %v against the run's from its first start, gaining %+.0f ms a second", n.ID(), off, 1000*drift),
-				ClockOffset: int64(off), ClockDrift: drift, Partition: -1, Offset: -1})
+				Detail:      fmt.Sprintf("%s's wall clock %v against the run's from its first start (the machine's %v of it), gaining %+.0f ms a second", n.ID(), off+machine, machine, 1000*drift),
+				ClockOffset: int64(off + machine), ClockDrift: drift, Partition: -1, Offset: -1})
+		}
+		if off != 0 || drift != 0 {
 			env = append(env, workload.ClockEnvVar+"="+off.String())
 			if drift != 0 {
 				env = append(env, workload.ClockDriftEnvVar+"="+strconv.FormatFloat(drift, 'f', -1, 64))

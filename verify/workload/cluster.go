@@ -106,6 +106,11 @@ type ClusterFaultConfig struct {
 	// ClockDrifts makes nodes' wall clocks (by id) gain that many seconds a second from
 	// their first start on, across restarts (a clock step may set another).
 	ClockDrifts map[string]float64
+	// FirstStartDrift is how far the machine's wall clock had moved against the
+	// monotonic clock since the run's clock started when the nodes first started (the
+	// runner sets it and writes it into their first clock lines): part of every node's
+	// offset until it restarts.
+	FirstStartDrift time.Duration
 	// Repeat runs the schedule again (in a new order) until the producers are done: a
 	// soak's faults for as long as it lasts.
 	Repeat bool
@@ -145,6 +150,12 @@ type clusterInjector struct {
 	taken map[string]bool // nodes down or hurt by a step (not crashes)
 	// clock is each node's wall clock (StepClock), given to every start of it.
 	clock map[string]nodeClock
+	// recorded is the offset against the run's clock each node's last clock line
+	// gave it (with the machine's own drift at its start: start).
+	recorded map[string]time.Duration
+	// wallDrift measures how far the machine's wall clock has moved against the
+	// monotonic clock since the run began (Clock.WallDrift; tests replace it).
+	wallDrift func() time.Duration
 	// perm is the step's order of restarts, drawn with its other choices.
 	perm []int
 }
@@ -198,8 +209,16 @@ func (in *clusterInjector) init() {
 	}
 	in.taken = map[string]bool{}
 	in.clock = map[string]nodeClock{}
+	in.recorded = map[string]time.Duration{}
+	for _, n := range in.w.nodes {
+		// The runner's line for the first start, or none when this is 0.
+		in.recorded[n.ID()] = in.cfg.ClockOffsets[n.ID()] + in.cfg.FirstStartDrift
+	}
 	for id, off := range in.cfg.ClockOffsets {
 		in.clock[id] = nodeClock{off: off}
+	}
+	if in.wallDrift == nil {
+		in.wallDrift = in.w.clk.WallDrift
 	}
 	for id, d := range in.cfg.ClockDrifts {
 		c := in.clock[id]
@@ -323,6 +342,9 @@ func (in *clusterInjector) step(ctx context.Context, step string, pick int, down
 		t := in.now()
 		in.mu.Lock()
 		in.clock[n.ID()] = nodeClock{off: off, drift: drift, since: t}
+		if drift == 0 {
+			in.recorded[n.ID()] = off // the line below (start adds the machine's drift)
+		}
 		in.mu.Unlock()
 		if drift == 0 {
 			// Written before the node starts, so the node ran with it from the line on
@@ -549,25 +571,60 @@ func (in *clusterInjector) diskFault(ctx context.Context, n *node.Node, action s
 	return nil
 }
 
+// clockRecordStep is how far a node's offset against the run's clock must differ from
+// its last clock line for a start to write another: the checker allows a delay child's
+// copy, stamped on one node after another decided it, only 2 ms beyond the offsets.
+const clockRecordStep = time.Millisecond
+
 // start starts a stopped node with its clock offset, if a step gave it one. A drifting
 // clock starts where it had drifted to, and its line is written now (the offset is
 // the drift's so far), before the node starts.
+//
+// The node reads the machine's wall clock as it starts and counts on from it with the
+// monotonic clock, so it runs off the run's clock also by however far the machine's
+// wall clock has moved against the monotonic one since the run began (a virtual
+// machine's host, NTP): the line says so whenever that changed the node's offset.
+// Without it, nodes started before and after such a move (a rolling restart) stamped
+// up to 25 ms apart, and the checker took the delay child's copies stamped that much
+// early for violations (a netns chaos run, seed 2974028834, the machine's clock 0.5 s
+// ahead of its monotonic one after two minutes).
 func (in *clusterInjector) start(n *node.Node, env ...string) error {
+	return n.Start(append(env, in.clockEnv(n.ID())...)...)
+}
+
+// clockEnv returns the environment that gives node id its clock at a start now, and
+// writes its clock line first when start says one is due.
+func (in *clusterInjector) clockEnv(id string) []string {
+	t := in.now()
+	machine := in.wallDrift()
 	in.mu.Lock()
-	c := in.clock[n.ID()]
+	c := in.clock[id]
+	off := c.at(t)
+	total := off + machine
+	last := in.recorded[id]
+	write := c.drift != 0 || total-last >= clockRecordStep || last-total >= clockRecordStep
+	if write {
+		in.recorded[id] = total
+	}
 	in.mu.Unlock()
-	if c.drift != 0 {
-		t := in.now()
-		off := c.at(t)
-		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t, Return: t, Target: n.ID(),
-			Detail:      fmt.Sprintf("%s's wall clock %s against the others', gaining %+.0f ms a second", n.ID(), fmtStep(off), 1000*c.drift),
-			ClockOffset: int64(off), ClockDrift: c.drift, Partition: -1, Offset: -1})
-		return n.Start(append(env, ClockEnvVar+"="+off.String(), ClockDriftEnvVar+"="+strconv.FormatFloat(c.drift, 'f', -1, 64))...)
+	if write {
+		detail := fmt.Sprintf("%s's wall clock %s against the others'", id, fmtStep(off))
+		if c.drift != 0 {
+			detail += fmt.Sprintf(", gaining %+.0f ms a second", 1000*c.drift)
+		}
+		if machine != 0 {
+			detail += fmt.Sprintf("; the machine's wall clock %s against the monotonic clock since the run began (%s in all)", fmtStep(machine), fmtStep(total))
+		}
+		in.w.rec.Add(history.Entry{Kind: history.KindFault, Fault: history.FaultClock, Call: t, Return: t, Target: id,
+			Detail: detail, ClockOffset: int64(total), ClockDrift: c.drift, Partition: -1, Offset: -1})
 	}
-	if c.off != 0 {
-		env = append(env, ClockEnvVar+"="+c.off.String())
+	switch {
+	case c.drift != 0:
+		return []string{ClockEnvVar + "=" + off.String(), ClockDriftEnvVar + "=" + strconv.FormatFloat(c.drift, 'f', -1, 64)}
+	case c.off != 0:
+		return []string{ClockEnvVar + "=" + c.off.String()}
 	}
-	return n.Start(env...)
+	return nil
 }
 
 // restart starts a stopped node and waits until it is ready.

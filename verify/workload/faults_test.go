@@ -156,3 +156,60 @@ func TestSleepOf(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterStartsRecordTheMachinesDrift: a cluster node reads the machine's wall
+// clock as it starts, so a start after that clock moved against the monotonic one
+// records the node's offset with the move in it (a line per node, written only when
+// its offset changed by a millisecond or more); the environment still carries only the
+// offset a step gave it. Without these lines a netns chaos run took copies of the
+// delay child stamped up to 25 ms early, between nodes started before and after the
+// machine's clock moved, for violations.
+func TestClusterStartsRecordTheMachinesDrift(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.jsonl")
+	rec, err := history.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &run{rec: rec, clk: history.NewClock(), stats: &Stats{Faults: map[string]int{}}}
+	drift := time.Duration(0)
+	in := &clusterInjector{w: w, clock: map[string]nodeClock{}, recorded: map[string]time.Duration{},
+		wallDrift: func() time.Duration { return drift }}
+
+	env := func(id string) string { return fmt.Sprint(in.clockEnv(id)) }
+	if e := env("n1"); e != "[]" { // no step, no move: no line, no offset
+		t.Fatalf("n1's environment %s, want none", e)
+	}
+	drift = 500 * time.Microsecond // under a millisecond: no line
+	env("n1")
+	drift = 470 * time.Millisecond // the machine's clock moved forward
+	if e := env("n1"); e != "[]" {
+		t.Fatalf("n1's environment %s after the machine's clock moved, want none (the node reads it itself)", e)
+	}
+	env("n1") // unchanged: no line
+	env("n2") // n2's first start since: its line
+	in.clock["n3"] = nodeClock{off: -11 * time.Second}
+	in.recorded["n3"] = -11 * time.Second // the step's own line (StepClock)
+	if e := env("n3"); e != "["+ClockEnvVar+"=-11s]" {
+		t.Fatalf("n3's environment %s, want its step's offset only", e)
+	}
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	es, err := history.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range es {
+		if e.Kind == history.KindFault && e.Fault == history.FaultClock {
+			got = append(got, fmt.Sprintf("%s %v", e.Target, time.Duration(e.ClockOffset)))
+		}
+	}
+	want := []string{"n1 470ms", "n2 470ms", "n3 -10.53s"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("clock lines %v, want %v", got, want)
+	}
+	if n := w.stats.Faults[history.FaultClock]; n != 0 {
+		t.Fatalf("%d clock faults counted, want none (the machine's moves are not ours)", n)
+	}
+}
