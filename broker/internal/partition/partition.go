@@ -688,9 +688,18 @@ func (p *Partition) beginSettles(reqs []SettleReq) (errs []error, begun []uint64
 	errs = make([]error, len(reqs))
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.handingOver() {
+		// Handing over (checked where HandOver reads the live leases): the successor
+		// holds the leases, and the ack goes to it. Pinned here, a settle raft drops
+		// for the transfer would take the lease out of this queue, and the ack sent
+		// again to this node, which leads until the transfer completes, would answer
+		// 410 while the lease runs on at the successor.
+		err := ErrClosed
+		if !p.closed {
+			err = ErrNotLeader
+		}
 		for i := range errs {
-			errs[i] = ErrClosed
+			errs[i] = err
 		}
 		return errs, nil, 0, false
 	}

@@ -355,7 +355,7 @@ func (p *Partition) appendReplicated(recs []segment.Record) (uint64, error) {
 // leases are pinned (BeginSettle) while the command replicates.
 func (p *Partition) settleReplicated(reqs []SettleReq) []error {
 	r := p.repl
-	if !r.leading.Load() {
+	if !r.leading.Load() || p.handingOver() { // handing over: see beginSettles
 		errs := make([]error, len(reqs))
 		for i := range errs {
 			errs[i] = ErrNotLeader
