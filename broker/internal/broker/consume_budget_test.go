@@ -122,3 +122,48 @@ func oneMessageEach(t *testing.T, bs []*Broker, name string, parts int, vis int6
 	}
 	return remote, far
 }
+
+// TestConsumeHandsOutNoLeaseLapsedWhileALocalPartitionWaited: a consume's leases age
+// while it asks the other partitions, and an ask of a partition held on the node the
+// consume came to waited without a bound (a forwarded one waits no longer than the
+// budget of the leases held): a local lease whose confirmation waited on a slow disk
+// held the whole answer past the visibility timeout of a lease taken before it, so the
+// consumer got a handle dead on arrival, its message already leased to another one (a
+// chaos run in namespaces, seed 253381824, every write-ahead sync of the leader taking
+// 1.5 s). Here every lease of a partition held on the entry node takes 3.5 s, past the
+// 3 s visibility timeout: every message handed out must still be leased to the caller.
+func TestConsumeHandsOutNoLeaseLapsedWhileALocalPartitionWaited(t *testing.T) {
+	_, bs := startFakeCluster(t, 2)
+	ctx := context.Background()
+	const parts = 12
+	entry := bs[0]
+	remote, _ := oneMessageEach(t, bs, "local", parts, 3000)
+	if remote < 2 || remote > parts-2 {
+		t.Fatalf("%d of %d partitions are held by the other node; the test needs at least 2 on each", remote, parts)
+	}
+	slow := func(topic string, p int) {
+		if topic == "local" {
+			time.Sleep(3500 * time.Millisecond)
+		}
+	}
+	localLeaseHook.Store(&slow)
+	defer localLeaseHook.Store(nil)
+	for round := range 2 { // the second look starts at another partition
+		start := time.Now()
+		ds, err := entry.Consume(ctx, "local", parts, 0)
+		took := time.Since(start)
+		if err != nil || len(ds) == 0 {
+			t.Fatalf("round %d: the consume answered %d messages, %v, after %s", round, len(ds), err, took)
+		}
+		reqs := make([]AckReq, len(ds))
+		for i, d := range ds {
+			reqs[i] = AckReq{Handle: d.Handle}
+		}
+		for i, err := range entry.Ack("local", reqs) {
+			if err != nil {
+				t.Errorf("round %d: the ack of partition %d's message, handed out %s after the consume began: %v", round, ds[i].Partition, took, err)
+			}
+		}
+		t.Logf("round %d: %d messages in %s", round, len(ds), took)
+	}
+}

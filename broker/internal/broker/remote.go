@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/meta"
@@ -449,8 +450,36 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 	// for the answer (within remoteCallTimeout), so the caller can hand back what a gone
 	// client was leased instead of leaving it hidden for a visibility timeout.
 	resp, err := b.route(context.WithoutCancel(ctx), t, p, req, min(bound, remoteCallTimeout), func(lp *partition.Partition) bool {
-		ds, lerr = lp.Lease(limit, vis, maxBytes)
-		return !errors.Is(lerr, partition.ErrNotLeader)
+		if bound >= remoteCallTimeout {
+			ds, lerr = leaseLocal(t.name, p, lp, limit, vis, maxBytes)
+			return !errors.Is(lerr, partition.ErrNotLeader)
+		}
+		// Leases of other partitions are held: a partition served here waits no
+		// longer than their budget either, as a forwarded ask does. Its lease may wait
+		// for a confirmation from its group (on a slow disk, seconds), and the answer
+		// waited with it: a lease taken before it lapsed meanwhile and was handed out
+		// dead, its message already leased to another consumer. One taken here after
+		// the wait ends comes back after the visibility timeout, as one on a forwarded
+		// holder cut short does.
+		type leased struct {
+			ds  []partition.Delivery
+			err error
+		}
+		done := make(chan leased, 1)
+		go func() {
+			ds, err := leaseLocal(t.name, p, lp, limit, vis, maxBytes)
+			done <- leased{ds, err}
+		}()
+		timer := time.NewTimer(bound)
+		defer timer.Stop()
+		select {
+		case l := <-done:
+			ds, lerr = l.ds, l.err
+			return !errors.Is(lerr, partition.ErrNotLeader)
+		case <-timer.C:
+			lerr = fmt.Errorf("%w: partition %d did not lease within the consume's budget (%v)", ErrOutcomeUnknown, p, bound)
+			return true
+		}
 	})
 	if err != nil {
 		return nil, err
@@ -463,6 +492,18 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 	}
 	return resp.Deliveries, fromWireErr(resp.Err)
 }
+
+// leaseLocal leases from partition p of topic, held here.
+func leaseLocal(topic string, p int, lp *partition.Partition, limit int, vis time.Duration, maxBytes int) ([]partition.Delivery, error) {
+	if h := localLeaseHook.Load(); h != nil {
+		(*h)(topic, p)
+	}
+	return lp.Lease(limit, vis, maxBytes)
+}
+
+// localLeaseHook, set only by tests, runs before a lease of a partition held here (a
+// slow one: its group's confirmation waiting on a slow disk).
+var localLeaseHook atomic.Pointer[func(topic string, p int)]
 
 // settleOn settles leases of partition p of t, wherever it lives.
 func (b *Broker) settleOn(t *topic, p int, reqs []partition.SettleReq) []error {
