@@ -61,12 +61,7 @@ func TestFiredAtFallsBackToWallAndClampsToEnd(t *testing.T) {
 // delays and retention; moves under driftStep, and an unchanged clock, add no line, and
 // only our own steps count as faults.
 func TestClockLinesCarryTheMachinesDrift(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "history.jsonl")
-	rec, err := history.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &run{rec: rec, clk: history.NewClock(), stats: &Stats{Faults: map[string]int{}}}
+	w, path := recordingRun(t)
 	drift := time.Duration(0)
 	in := &injector{w: w, cfg: FaultConfig{ClockShare: 1}, rng: rand.New(rand.NewSource(1)),
 		wallDrift: func() time.Duration { return drift }}
@@ -79,18 +74,9 @@ func TestClockLinesCarryTheMachinesDrift(t *testing.T) {
 	off := in.clock(true)              // our step (ClockShare 1) on top of the drift
 	drift = 10800*time.Millisecond - 2 // unchanged within driftStep: the step's line only
 	off2 := in.clock(true)
-	if err := rec.Close(); err != nil {
-		t.Fatal(err)
-	}
-	es, err := history.Read(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []int64
-	for _, e := range es {
-		if e.Kind == history.KindFault && e.Fault == history.FaultClock {
-			got = append(got, e.ClockOffset)
-		}
+	for _, e := range clockLines(t, w.rec, path) {
+		got = append(got, e.ClockOffset)
 	}
 	want := []int64{int64(10800 * time.Millisecond), int64(off + 10800*time.Millisecond), int64(off2 + 10800*time.Millisecond)}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -165,12 +151,7 @@ func TestSleepOf(t *testing.T) {
 // delay child stamped up to 25 ms early, between nodes started before and after the
 // machine's clock moved, for violations.
 func TestClusterStartsRecordTheMachinesDrift(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "history.jsonl")
-	rec, err := history.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &run{rec: rec, clk: history.NewClock(), stats: &Stats{Faults: map[string]int{}}}
+	w, path := recordingRun(t)
 	drift := time.Duration(0)
 	in := &clusterInjector{w: w, clock: map[string]nodeClock{}, recorded: map[string]time.Duration{},
 		wallDrift: func() time.Duration { return drift }}
@@ -192,18 +173,9 @@ func TestClusterStartsRecordTheMachinesDrift(t *testing.T) {
 	if e := env("n3"); e != "["+ClockEnvVar+"=-11s]" {
 		t.Fatalf("n3's environment %s, want its step's offset only", e)
 	}
-	if err := rec.Close(); err != nil {
-		t.Fatal(err)
-	}
-	es, err := history.Read(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	for _, e := range es {
-		if e.Kind == history.KindFault && e.Fault == history.FaultClock {
-			got = append(got, fmt.Sprintf("%s %v", e.Target, time.Duration(e.ClockOffset)))
-		}
+	for _, e := range clockLines(t, w.rec, path) {
+		got = append(got, fmt.Sprintf("%s %v", e.Target, time.Duration(e.ClockOffset)))
 	}
 	want := []string{"n1 470ms", "n2 470ms", "n3 -10.53s"}
 	if !slices.Equal(got, want) {
@@ -212,4 +184,36 @@ func TestClusterStartsRecordTheMachinesDrift(t *testing.T) {
 	if n := w.stats.Faults[history.FaultClock]; n != 0 {
 		t.Fatalf("%d clock faults counted, want none (the machine's moves are not ours)", n)
 	}
+}
+
+// clockLines closes rec, reads the history it wrote to path back, and returns its clock
+// lines in order.
+func clockLines(t *testing.T, rec *history.Writer, path string) []history.Entry {
+	t.Helper()
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	es, err := history.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []history.Entry
+	for _, e := range es {
+		if e.Kind == history.KindFault && e.Fault == history.FaultClock {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// recordingRun is a run writing its history to a file of a temporary directory, whose
+// path it returns.
+func recordingRun(t *testing.T) (*run, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "history.jsonl")
+	rec, err := history.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &run{rec: rec, clk: history.NewClock(), stats: &Stats{Faults: map[string]int{}}}, path
 }

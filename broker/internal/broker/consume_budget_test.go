@@ -73,21 +73,7 @@ func TestConsumeHandsOutNoLapsedLease(t *testing.T) {
 	})
 	defer plane.setHook(nil)
 	for round := range 2 { // the second look starts at another partition
-		start := time.Now()
-		ds, err := entry.Consume(ctx, "short", parts, 0)
-		took := time.Since(start)
-		if err != nil || len(ds) == 0 {
-			t.Fatalf("round %d: the consume answered %d messages, %v, after %s", round, len(ds), err, took)
-		}
-		reqs := make([]AckReq, len(ds))
-		for i, d := range ds {
-			reqs[i] = AckReq{Handle: d.Handle}
-		}
-		for i, err := range entry.Ack("short", reqs) {
-			if err != nil {
-				t.Errorf("round %d: the ack of partition %d's message, handed out %s after the consume began: %v", round, ds[i].Partition, took, err)
-			}
-		}
+		ds, took := consumeAndAckAll(t, entry, "short", parts, round)
 		var ps []int32
 		for _, d := range ds {
 			ps = append(ps, d.Partition)
@@ -134,7 +120,6 @@ func oneMessageEach(t *testing.T, bs []*Broker, name string, parts int, vis int6
 // 3 s visibility timeout: every message handed out must still be leased to the caller.
 func TestConsumeHandsOutNoLeaseLapsedWhileALocalPartitionWaited(t *testing.T) {
 	_, bs := startFakeCluster(t, 2)
-	ctx := context.Background()
 	const parts = 12
 	entry := bs[0]
 	remote, _ := oneMessageEach(t, bs, "local", parts, 3000)
@@ -149,21 +134,31 @@ func TestConsumeHandsOutNoLeaseLapsedWhileALocalPartitionWaited(t *testing.T) {
 	localLeaseHook.Store(&slow)
 	defer localLeaseHook.Store(nil)
 	for round := range 2 { // the second look starts at another partition
-		start := time.Now()
-		ds, err := entry.Consume(ctx, "local", parts, 0)
-		took := time.Since(start)
-		if err != nil || len(ds) == 0 {
-			t.Fatalf("round %d: the consume answered %d messages, %v, after %s", round, len(ds), err, took)
-		}
-		reqs := make([]AckReq, len(ds))
-		for i, d := range ds {
-			reqs[i] = AckReq{Handle: d.Handle}
-		}
-		for i, err := range entry.Ack("local", reqs) {
-			if err != nil {
-				t.Errorf("round %d: the ack of partition %d's message, handed out %s after the consume began: %v", round, ds[i].Partition, took, err)
-			}
-		}
+		ds, took := consumeAndAckAll(t, entry, "local", parts, round)
 		t.Logf("round %d: %d messages in %s", round, len(ds), took)
 	}
+}
+
+// consumeAndAckAll consumes up to max messages of topic through entry (round names the
+// try in failures) and acks each: every message handed out must still be leased to the
+// caller, so each ack must answer 204. It returns what came and how long the consume
+// took.
+func consumeAndAckAll(t *testing.T, entry *Broker, topic string, max, round int) ([]Delivered, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	ds, err := entry.Consume(context.Background(), topic, max, 0)
+	took := time.Since(start)
+	if err != nil || len(ds) == 0 {
+		t.Fatalf("round %d: the consume answered %d messages, %v, after %s", round, len(ds), err, took)
+	}
+	reqs := make([]AckReq, len(ds))
+	for i, d := range ds {
+		reqs[i] = AckReq{Handle: d.Handle}
+	}
+	for i, err := range entry.Ack(topic, reqs) {
+		if err != nil {
+			t.Errorf("round %d: the ack of partition %d's message, handed out %s after the consume began: %v", round, ds[i].Partition, took, err)
+		}
+	}
+	return ds, took
 }
