@@ -735,9 +735,13 @@ func (p *Partition) Extend(off uint64, n queue.Nonce, d time.Duration) error {
 	expired := p.expire(now)
 	err := p.q.Extend(off, n, now, d)
 	p.armTimerLocked()
+	reads := p.handoverReads()
 	p.mu.Unlock()
 	if expired > 0 || (err == nil && d == 0) {
 		p.notify()
+	}
+	if err == nil && p.repl != nil && d == 0 {
+		return p.confirmHandBack(reads)
 	}
 	if err == nil && p.repl != nil {
 		// A leader deposed without knowing it must not say a lease was renewed: its
@@ -783,12 +787,22 @@ func (p *Partition) HandBack(off uint64, n queue.Nonce) error {
 	p.expire(now)
 	err := p.q.HandBack(off, n, now)
 	p.armTimerLocked()
+	reads := p.handoverReads()
 	p.mu.Unlock()
 	p.notify()
 	if err == nil && p.repl != nil {
-		return p.confirmLeader()
+		return p.confirmHandBack(reads)
 	}
 	return err
+}
+
+// handoverReads is the number of handover reads of the live leases so far (0 for a
+// partition that is not replicated). Read under p.mu.
+func (p *Partition) handoverReads() uint64 {
+	if p.repl == nil {
+		return 0
+	}
+	return p.repl.handoverReads.Load()
 }
 
 // Read returns up to max records from offset from, without leases. from below the oldest

@@ -105,9 +105,15 @@ type replica struct {
 	marks   []indexMark // the log's end after recent group entries, oldest first
 
 	handingOver atomic.Bool // HandOver ran: this leader leases nothing more
-	handMu      sync.Mutex
-	handed      []queue.Grant // leases the last leader handed over, deadlines on this clock
-	handedTerm  uint64        // the term of the leader that handed them over
+	// handoverReads counts HandOver's reads of the live leases (under p.mu), and
+	// handoverCommitted is the number of the last read whose L command committed: a
+	// hand-back that saw fewer reads came before a handover the successor holds.
+	handoverReads     atomic.Uint64
+	handoverCommitted atomic.Uint64
+
+	handMu     sync.Mutex
+	handed     []queue.Grant // leases the last leader handed over, deadlines on this clock
+	handedTerm uint64        // the term of the leader that handed them over
 
 	fanMu  sync.Mutex
 	fanout map[uint64]uint64 // fan-out child attach id → next parent offset to copy, as committed
@@ -663,6 +669,29 @@ func (p *Partition) confirmLeader() error {
 	return nil
 }
 
+// confirmHandBack answers a hand-back (a nack, or HandBack) that took effect here,
+// while this replica led and was not handing over, after handover reads of the live
+// leases: it confirms the leadership as every answer of a replicated partition does.
+//
+// When that fails as not-leader, the hand-back is not to be sent on: the successor
+// does not hold the lease (the handover read the leases after the hand-back, or an
+// election lost them), and answered 410 to a nack that took effect (a chaos run in
+// namespaces, seed 2974028836: a stall's handover began while a nack waited for its
+// confirmation). If a handover's L command read after the hand-back committed, that
+// commit in this leader's term proves it led after the hand-back, and the successor
+// holds the leases without this one: the hand-back stands. Otherwise its outcome is
+// unknown: a leader deposed before it, unaware, handed back a lease of its own only.
+func (p *Partition) confirmHandBack(reads uint64) error {
+	err := p.confirmLeader()
+	if err == nil || !errors.Is(err, ErrNotLeader) {
+		return err
+	}
+	if p.repl.handoverCommitted.Load() > reads {
+		return nil
+	}
+	return fmt.Errorf("%w: the lease was handed back on a leader that could not confirm it still led (%v)", ErrOutcomeUnknown, err)
+}
+
 // confirmLeases checks, after leases were granted, that this replica still leads: a
 // leader paused past its election timeout and resumed must not hand out messages its
 // successor hands out too.
@@ -944,6 +973,7 @@ func (p *Partition) HandOver(ctx context.Context) error {
 	// lease is given or renewed after the read below.
 	p.mu.Lock()
 	r.handingOver.Store(true)
+	read := r.handoverReads.Add(1)
 	now := p.opts.Clock()
 	leases := p.q.Live(now)
 	delivered := p.q.Cursor()
@@ -978,7 +1008,12 @@ func (p *Partition) HandOver(ctx context.Context) error {
 	if err := p.proposeCommitted(ctx, encodeLeasesCmd(delivered, leases, p.opts.Clock(), term)); err != nil {
 		return p.groupErr(err)
 	}
-	return nil
+	for {
+		c := r.handoverCommitted.Load()
+		if c >= read || r.handoverCommitted.CompareAndSwap(c, read) {
+			return nil
+		}
+	}
 }
 
 // proposeCommitted replicates cmd and returns once it is committed, applied here or
