@@ -668,8 +668,11 @@ const (
 // leftBy finds the latest move of partition i of t that involves node self and says
 // what to do with its replica there: delete it when the move from here is removing
 // (or done: the controller ended it while the node was away), or when the move here
-// was cancelled or failed before it switched (a learner never voted); keep it open
-// while a move from here is switching; else close it and keep its data.
+// was cancelled or failed while copying (a learner never voted); keep it open while a
+// move from here is switching; else close it and keep its data. A forced takeover
+// fails a move at any status: the target of one that had switched was a voter, and
+// its copy may hold messages the survivor lacks, so it is kept as the copy of every
+// replica a takeover leaves out (before 6 December it was deleted).
 func leftBy(moves []meta.Move, self string, t *topic, i int) (meta.Move, int) {
 	for _, mv := range moves { // newest first
 		if mv.Topic != t.name || mv.Incarnation != t.incarnation || int(mv.Partition) != i || (mv.From != self && mv.To != self) {
@@ -678,8 +681,10 @@ func leftBy(moves []meta.Move, self string, t *topic, i int) (meta.Move, int) {
 		switch {
 		case mv.From == self && (mv.Status == meta.MoveRemoving || mv.Status == meta.MoveDone):
 			return mv, leaveDelete
-		case mv.To == self && (mv.Status == meta.MoveCancelled || mv.Status == meta.MoveFailed):
-			return mv, leaveDelete
+		case mv.To == self && mv.Status == meta.MoveCancelled:
+			return mv, leaveDelete // only a copying move can be cancelled
+		case mv.To == self && mv.Status == meta.MoveFailed && mv.Reason != meta.ReasonTakenOverByForce:
+			return mv, leaveDelete // the controller fails only copying moves
 		case mv.From == self && mv.Status == meta.MoveSwitching:
 			return mv, leaveOpen
 		}

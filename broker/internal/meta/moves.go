@@ -36,6 +36,11 @@ const (
 	CauseRF           = "replication_factor"
 )
 
+// ReasonTakenOverByForce is the reason of the moves a forced takeover ends (force_leader
+// fails every active move of the partition, copying, switching or removing: the
+// target of one that switched may have voted, and its copy is kept).
+const ReasonTakenOverByForce = "the partition was taken over by force"
+
 // keptEndedMoves bounds the ended moves the state keeps (the oldest go first).
 const keptEndedMoves = 256
 
@@ -337,7 +342,7 @@ func (f *fsm) applyForceLeader(index uint64, c command) applyResult {
 	// A move under way of this partition ends: its replica set is replaced whole.
 	for id, mv := range f.moves {
 		if mv.Active() && mv.Topic == t.Name && mv.Incarnation == t.Incarnation && mv.Partition == want.Partition {
-			mv.Status, mv.Reason, mv.UpdatedAtMs = MoveFailed, "the partition was taken over by force", op.NowMs
+			mv.Status, mv.Reason, mv.UpdatedAtMs = MoveFailed, ReasonTakenOverByForce, op.NowMs
 			f.moves[id] = mv
 		}
 	}
