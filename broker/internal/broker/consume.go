@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/narad-mq/narad/broker/internal/partition"
 	"github.com/narad-mq/narad/broker/internal/queue"
 )
 
@@ -142,7 +143,13 @@ func (b *Broker) handBack(t *topic, ds []Delivered) {
 		if err != nil {
 			continue
 		}
-		if err := b.extendOn(t, int(d.Partition), h.Offset, h.Nonce, 0, dataHandBack); err != nil && !errors.Is(err, queue.ErrLeaseLost) {
+		err = b.extendOn(t, int(d.Partition), h.Offset, h.Nonce, 0, dataHandBack)
+		switch {
+		case err == nil, errors.Is(err, queue.ErrLeaseLost):
+		case errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, partition.ErrOutcomeUnknown):
+			b.log.Warn("handing back a lease of a gone client: its outcome is unknown (the partition's leader changed, or its node did not answer); the message is delivered again at once if the hand-back took effect, else after its visibility timeout",
+				"topic", t.name, "partition", d.Partition, "offset", d.Offset, "err", err)
+		default:
 			b.log.Warn("handing back a lease of a gone client failed; the message is delivered again after its visibility timeout",
 				"topic", t.name, "partition", d.Partition, "offset", d.Offset, "err", err)
 		}

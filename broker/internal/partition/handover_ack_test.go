@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // dropWhile is a member whose proposals are dropped while transferring is set, as raft
@@ -133,5 +134,72 @@ func TestReplicaANackOnADeposedLeaderIsOfUnknownOutcome(t *testing.T) {
 				t.Fatalf("the nack answered %v, want outcome unknown (and not not-leader, on which it is sent on)", err)
 			}
 		})
+	}
+}
+
+// TestReplicaANackAfterACalledOffHandoverCountsOnlyLaterHandovers: a handover called
+// off (ResumeAfterHandOver) before the nack committed leases read before it, which
+// prove nothing of the hand-back. A later handover that read the leases after it and
+// committed makes the nack stand (204); an election after the called-off handover alone
+// leaves its outcome unknown (503), never 204 (a review, 6 December).
+func TestReplicaANackAfterACalledOffHandoverCountsOnlyLaterHandovers(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		handOver bool // a second handover moves the leadership, else an election
+	}{{"then a handover", true}, {"then an election", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			hook := &atomic.Pointer[func()]{}
+			g, ps := openGroupWith(t, 3, func(m member) Group { return confirmHook{m, hook} })
+			appendN(t, ps[0], 1)
+			ds := leaseSettled(t, ps[0], 1)
+			if err := ps[0].HandOver(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := ps[0].ResumeAfterHandOver(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			move := func() {
+				if tc.handOver {
+					if err := ps[0].HandOver(context.Background()); err != nil {
+						t.Errorf("the second handover: %v", err)
+					}
+				}
+				g.moveLead(1, 2)
+			}
+			hook.Store(&move)
+			err := ps[0].Extend(ds[0].Record.Offset, ds[0].Nonce, 0)
+			switch {
+			case tc.handOver && err != nil:
+				t.Fatalf("the nack answered %v; the second handover committed after the hand-back, which stands", err)
+			case !tc.handOver && (!errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrNotLeader)):
+				t.Fatalf("the nack answered %v, want outcome unknown: the only committed handover read the leases before it", err)
+			}
+			if again := leaseAll(t, ps[1]); len(again) != 1 {
+				t.Fatalf("the successor leased %d messages, want the nacked one at once", len(again))
+			}
+		})
+	}
+}
+
+// TestReplicaARenewalMetByAHandoverIsSentOn: a renewal, unlike a nack, is still
+// answered not-leader when its confirmation fails after a handover: the handover read
+// the renewed lease and the successor holds it, where the renewal is sent on.
+func TestReplicaARenewalMetByAHandoverIsSentOn(t *testing.T) {
+	hook := &atomic.Pointer[func()]{}
+	g, ps := openGroupWith(t, 3, func(m member) Group { return confirmHook{m, hook} })
+	appendN(t, ps[0], 1)
+	ds := leaseSettled(t, ps[0], 1)
+	handover := func() {
+		if err := ps[0].HandOver(context.Background()); err != nil {
+			t.Errorf("handover: %v", err)
+		}
+		g.moveLead(1, 2)
+	}
+	hook.Store(&handover)
+	if err := ps[0].Extend(ds[0].Record.Offset, ds[0].Nonce, 5*time.Second); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("the renewal answered %v, want not-leader (sent on to the successor)", err)
+	}
+	if err := ps[1].Extend(ds[0].Record.Offset, ds[0].Nonce, 5*time.Second); err != nil {
+		t.Fatalf("the renewal at the successor: %v", err)
 	}
 }
