@@ -156,6 +156,18 @@ func (b *Broker) handBack(t *topic, ds []Delivered) {
 	}
 }
 
+// handBackLate hands back, in the background, leases of partition i that came too late
+// to hand out.
+func (b *Broker) handBackLate(t *topic, i int, ds []partition.Delivery, took time.Duration) {
+	late := make([]Delivered, 0, len(ds))
+	for _, d := range ds {
+		h := queue.Handle{Incarnation: t.incarnation, Partition: uint32(i), Offset: d.Record.Offset, Nonce: d.Nonce}
+		late = append(late, Delivered{Partition: int32(i), Offset: d.Record.Offset, Handle: h.Encode()})
+	}
+	b.log.Warn("leases answered too late to hand out are handed back", "topic", t.name, "partition", i, "leases", len(ds), "took", took)
+	go b.handBack(t, late)
+}
+
 // downRetry is how soon a consume that could ask no partition tries again.
 const downRetry = 100 * time.Millisecond
 
@@ -231,6 +243,15 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 			continue
 		}
 		answered = true
+		if len(ds) > 0 && time.Since(asked) > vis-vis/8 {
+			// The answer came so late (a slow holder, or its way back; only the first
+			// ask, which no budget bounds, can be this late) that these leases, granted
+			// after asked, may have lapsed or be about to: hand them back (uncounted; a
+			// lapsed one stays with whoever holds it now) rather than hand out a handle
+			// dead, or nearly, on arrival.
+			b.handBackLate(t, i, ds, time.Since(asked))
+			continue
+		}
 		if len(out) == 0 && len(ds) > 0 {
 			held = asked
 		}

@@ -449,8 +449,19 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 	// Once sent, the lease is taken on the holder whether or not the client stays: wait
 	// for the answer (within remoteCallTimeout), so the caller can hand back what a gone
 	// client was leased instead of leaving it hidden for a visibility timeout.
-	resp, err := b.route(context.WithoutCancel(ctx), t, p, req, min(bound, remoteCallTimeout), func(lp *partition.Partition) bool {
-		if bound >= remoteCallTimeout {
+	rctx := context.WithoutCancel(ctx)
+	var until time.Time
+	if bound < remoteCallTimeout {
+		// The bound is the budget of the leases held: it ends every try route makes
+		// (a replicated partition's leader is looked for up to leaseLeaderWait, and a
+		// local ask that met not-leader goes on to the leader), not each one.
+		until = time.Now().Add(bound)
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadline(rctx, until)
+		defer cancel()
+	}
+	resp, err := b.route(rctx, t, p, req, min(bound, remoteCallTimeout), func(lp *partition.Partition) bool {
+		if until.IsZero() {
 			ds, lerr = leaseLocal(t.name, p, lp, limit, vis, maxBytes)
 			return !errors.Is(lerr, partition.ErrNotLeader)
 		}
@@ -459,29 +470,55 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 		// for a confirmation from its group (on a slow disk, seconds), and the answer
 		// waited with it: a lease taken before it lapsed meanwhile and was handed out
 		// dead, its message already leased to another consumer. One taken here after
-		// the wait ends comes back after the visibility timeout, as one on a forwarded
-		// holder cut short does.
+		// the wait ends is handed back at once (uncounted): nobody got it.
 		type leased struct {
 			ds  []partition.Delivery
 			err error
 		}
+		var mu sync.Mutex
+		abandoned := false
 		done := make(chan leased, 1)
 		go func() {
 			ds, err := leaseLocal(t.name, p, lp, limit, vis, maxBytes)
-			done <- leased{ds, err}
+			mu.Lock()
+			if !abandoned {
+				done <- leased{ds, err}
+				mu.Unlock()
+				return
+			}
+			mu.Unlock()
+			for _, d := range ds {
+				if herr := lp.HandBack(d.Record.Offset, d.Nonce); herr != nil && !errors.Is(herr, queue.ErrLeaseLost) {
+					b.log.Warn("handing back a lease taken after its consume stopped waiting failed; the message is delivered again after its visibility timeout",
+						"topic", t.name, "partition", p, "offset", d.Record.Offset, "err", herr)
+				}
+			}
 		}()
-		timer := time.NewTimer(bound)
+		timer := time.NewTimer(time.Until(until))
 		defer timer.Stop()
 		select {
 		case l := <-done:
 			ds, lerr = l.ds, l.err
 			return !errors.Is(lerr, partition.ErrNotLeader)
 		case <-timer.C:
+			mu.Lock()
+			select {
+			case l := <-done: // it came as the wait ended
+				mu.Unlock()
+				ds, lerr = l.ds, l.err
+				return !errors.Is(lerr, partition.ErrNotLeader)
+			default:
+			}
+			abandoned = true
+			mu.Unlock()
 			lerr = fmt.Errorf("%w: partition %d did not lease within the consume's budget (%v)", ErrOutcomeUnknown, p, bound)
 			return true
 		}
 	})
 	if err != nil {
+		if !until.IsZero() && rctx.Err() != nil {
+			return nil, fmt.Errorf("%w: partition %d was not leased within the consume's budget (%v): %w", ErrOutcomeUnknown, p, bound, err)
+		}
 		return nil, err
 	}
 	if resp == nil {
@@ -498,12 +535,17 @@ func leaseLocal(topic string, p int, lp *partition.Partition, limit int, vis tim
 	if h := localLeaseHook.Load(); h != nil {
 		(*h)(topic, p)
 	}
-	return lp.Lease(limit, vis, maxBytes)
+	ds, err := lp.Lease(limit, vis, maxBytes)
+	if h := localLeasedHook.Load(); h != nil {
+		(*h)(topic, p)
+	}
+	return ds, err
 }
 
-// localLeaseHook, set only by tests, runs before a lease of a partition held here (a
-// slow one: its group's confirmation waiting on a slow disk).
-var localLeaseHook atomic.Pointer[func(topic string, p int)]
+// localLeaseHook and localLeasedHook, set only by tests, run before and after a lease
+// of a partition held here (a slow one: its group's confirmation waiting on a slow
+// disk, before or after the grant).
+var localLeaseHook, localLeasedHook atomic.Pointer[func(topic string, p int)]
 
 // settleOn settles leases of partition p of t, wherever it lives.
 func (b *Broker) settleOn(t *topic, p int, reqs []partition.SettleReq) []error {

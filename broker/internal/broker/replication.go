@@ -31,6 +31,9 @@ const leaderWait = 4 * time.Second
 // a leader for now (and rechecks while it waits) instead of blocking on it.
 const leaseLeaderWait = 250 * time.Millisecond
 
+// leaseLeaderWaitHook, when set (tests), replaces leaseLeaderWait.
+var leaseLeaderWaitHook atomic.Pointer[time.Duration]
+
 // replication runs this node's replicas of replicated partitions: one etcd-io/raft
 // group per partition (raftetcd), on the node plane (docs/internals/replication.md).
 type replication struct {
@@ -784,6 +787,9 @@ func (b *Broker) route(ctx context.Context, t *topic, p int, req *dataReq, timeo
 		// A consume serves the partitions that have a leader and waits (its long poll)
 		// on all: it does not stall on one that is electing.
 		wait = leaseLeaderWait
+		if w := leaseLeaderWaitHook.Load(); w != nil {
+			wait = *w
+		}
 	}
 	m := t.cur.Load()
 	if !b.replicated(m, p) {
