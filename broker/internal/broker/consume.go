@@ -164,6 +164,7 @@ func (b *Broker) handBackLate(t *topic, i int, ds []partition.Delivery, took tim
 		h := queue.Handle{Incarnation: t.incarnation, Partition: uint32(i), Offset: d.Record.Offset, Nonce: d.Nonce}
 		late = append(late, Delivered{Partition: int32(i), Offset: d.Record.Offset, Handle: h.Encode()})
 	}
+	t.metrics.tooLate.Add(float64(len(ds)))
 	b.log.Warn("leases answered too late to hand out are handed back", "topic", t.name, "partition", i, "leases", len(ds), "took", took)
 	go b.handBack(t, late)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/meta"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // The tests of this file come from an adversarial review of the consume path (6
@@ -111,6 +112,9 @@ func TestConsumeHandsOutNoFirstLeaseAnsweredAfterItLapsed(t *testing.T) {
 		t.Fatal("the message whose lease was not handed out was not delivered again within 5 s")
 	}
 	ackAll(t, bs[0], "slowback", []Delivered{d})
+	if n := promtest.ToFloat64(bs[0].metrics.LeasesTooLate.WithLabelValues("slowback")); n != 1 {
+		t.Errorf("narad_leases_handed_back_late_total is %v, want 1", n)
+	}
 }
 
 // startAt makes the next consume of topic through b ask partition p first (of two).
@@ -175,6 +179,9 @@ func TestConsumeHandsBackALocalLeaseTakenPastTheBudget(t *testing.T) {
 		t.Errorf("the local message comes with delivery_attempt %d; it was never handed out", d.Attempt)
 	}
 	ackAll(t, bs[0], "late", []Delivered{d})
+	if n := promtest.ToFloat64(bs[0].metrics.LeasesTooLate.WithLabelValues("late")); n != 1 {
+		t.Errorf("narad_leases_handed_back_late_total is %v, want 1", n)
+	}
 }
 
 // TestConsumeOfAGoneClientHandsBackALocalLeaseTakenPastTheBudget: a consume whose

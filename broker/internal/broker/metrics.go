@@ -39,6 +39,7 @@ type Metrics struct {
 	Nacks             *prometheus.CounterVec // leases handed back by a nack, by topic
 	LeaseExpiries     *prometheus.CounterVec // leases whose visibility timeout ended unacked, by topic
 	LeasesLate        *prometheus.CounterVec // leases that ended before their replicas confirmed them, by topic
+	LeasesTooLate     *prometheus.CounterVec // leases a consume took too late to hand out, handed back, by topic
 	// LeadershipsTaken counts the replicated partitions this node started leading, by
 	// how: "handover" (a planned change; the leases live then are honoured) or
 	// "election" (a new group, or after a failure or a handover that did not finish:
@@ -87,7 +88,7 @@ func readStat[S any](src *atomic.Pointer[func() S], pick func(S) float64) func()
 // the topic opens so that the request paths do no label lookup.
 type topicMetrics struct {
 	produced, producedBytes, delivered, deliveredBytes, redelivered prometheus.Counter
-	settled, nacks, expiries, retained, late                        prometheus.Counter
+	settled, nacks, expiries, retained, late, tooLate               prometheus.Counter
 }
 
 func (m *Metrics) forTopic(name string) *topicMetrics {
@@ -97,6 +98,7 @@ func (m *Metrics) forTopic(name string) *topicMetrics {
 		redelivered: m.Redelivered.WithLabelValues(name), settled: m.Settled.WithLabelValues(name),
 		nacks: m.Nacks.WithLabelValues(name), expiries: m.LeaseExpiries.WithLabelValues(name),
 		retained: m.RetentionDeleted.WithLabelValues(name), late: m.LeasesLate.WithLabelValues(name),
+		tooLate: m.LeasesTooLate.WithLabelValues(name),
 	}
 }
 
@@ -199,6 +201,9 @@ func NewMetrics() *Metrics {
 		LeasesLate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_leases_confirmed_late_total", Help: "Leases of a replicated partition that ended before its replicas confirmed them (the group stalled longer than the visibility timeout); their messages were not handed out and come back.",
 		}, []string{"topic"}),
+		LeasesTooLate: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "narad_leases_handed_back_late_total", Help: "Leases a consume got too late to hand out, handed back instead (uncounted): answered after 7/8 of the visibility timeout by a slow node, or taken by a partition of this node after the consume stopped waiting for it (the budget of the leases it held).",
+		}, []string{"topic"}),
 		LeadershipsTaken: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "narad_partition_leaderships_taken_total", Help: "Replicated partitions this node started leading, by how: handover (a planned change that keeps the live leases) or election (a new group, or after a failure: the leases are lost).",
 		}, []string{"how"}),
@@ -237,7 +242,7 @@ func NewMetrics() *Metrics {
 	r.MustRegister(m.Produced, m.Delivered, m.Redelivered, m.Settled, m.AckOutcomes, m.StorageErrors,
 		m.HTTPRequests, m.HTTPDuration, m.ConsumeWaiting, m.AuthFailures, m.AuthThrottled, m.FanoutCopied, m.FanoutPaused,
 		m.BodyBytesInFlight, m.BodiesRefused, m.Damaged, m.ReplicaRebuilds, m.ReplicasClosed, m.DiskStalled, m.StallHandOvers,
-		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.LeasesLate, m.LeadershipsTaken, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed, m.DetachesUnconfirmed,
+		m.ProducedBytes, m.DeliveredBytes, m.Nacks, m.LeaseExpiries, m.LeasesLate, m.LeasesTooLate, m.LeadershipsTaken, m.RetentionDeleted, m.SyncDuration, m.SyncGroupFiles, m.Forwarded, m.DeletesUnconfirmed, m.DetachesUnconfirmed,
 		stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.RemoteChild = newRemoteChildMetrics(r)

@@ -487,6 +487,10 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 				return
 			}
 			mu.Unlock()
+			if len(ds) > 0 {
+				t.metrics.tooLate.Add(float64(len(ds)))
+				b.log.Info("leases taken after their consume stopped waiting are handed back", "topic", t.name, "partition", p, "leases", len(ds))
+			}
 			for _, d := range ds {
 				if herr := lp.HandBack(d.Record.Offset, d.Nonce); herr != nil && !errors.Is(herr, queue.ErrLeaseLost) {
 					b.log.Warn("handing back a lease taken after its consume stopped waiting failed; the message is delivered again after its visibility timeout",
