@@ -559,12 +559,7 @@ func (b *Broker) settleOn(t *topic, p int, reqs []partition.SettleReq) []error {
 	errs := make([]error, len(reqs))
 	resp, err := b.route(context.Background(), t, p, req, remoteCallTimeout, func(lp *partition.Partition) bool {
 		lerrs = lp.Settle(reqs)
-		for _, e := range lerrs {
-			if errors.Is(e, partition.ErrNotLeader) {
-				return false
-			}
-		}
-		return true
+		return !slices.ContainsFunc(lerrs, notLeaderOnly)
 	})
 	if err == nil && resp == nil {
 		return lerrs
@@ -584,6 +579,13 @@ func (b *Broker) settleOn(t *topic, p int, reqs []partition.SettleReq) []error {
 		}
 	}
 	return errs
+}
+
+// notLeaderOnly reports whether a settle's result is "not the leader, nothing done":
+// an unknown outcome that also says not-leader may have been applied, and must not
+// be sent to the leader again (where it would meet 410).
+func notLeaderOnly(e error) bool {
+	return errors.Is(e, partition.ErrNotLeader) && !errors.Is(e, partition.ErrOutcomeUnknown)
 }
 
 // extendOn extends (or, with d 0, hands back) a lease of partition p of t.
@@ -989,7 +991,18 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 		resp.Deliveries, err = p.Lease(req.Limit, time.Duration(req.DurationMs)*time.Millisecond, req.MaxBytes)
 		resp.Attended = req.Attend && t.att.attended(mono())
 	case dataSettle:
-		for _, e := range p.Settle(req.Settles) {
+		errs := p.Settle(req.Settles)
+		if slices.ContainsFunc(errs, notLeaderOnly) {
+			// Nothing of it was done (a replica that does not lead, or hands over, or
+			// whose proposal raft dropped, settles none of the batch): answered as the
+			// request's not-leader, which the entry node's routing follows to the
+			// leader, as it does for a settle of its own replica (settleOn). As one
+			// entry's result it read as 503 unavailable, and an ack reaching a leader
+			// during its handover through another node was never sent on.
+			err = partition.ErrNotLeader
+			break
+		}
+		for _, e := range errs {
 			resp.Errs = append(resp.Errs, toWireErr(e))
 		}
 	case dataExtend:

@@ -397,10 +397,24 @@ func (p *Partition) settleReplicated(reqs []SettleReq) []error {
 	}
 	if err != nil {
 		// Not known to be settled: the leases go back (a settle the group commits later
-		// still settles them then).
+		// still settles them then). Only the leases this settle pinned: the queue may
+		// have started a new epoch meanwhile (the leadership lost and won back), whose
+		// leases of the same offsets are others'. A settle refused as not-leader was
+		// never proposed (raft dropped it: a leadership transfer began, or the leader
+		// stepped down): nothing was done, and the lease is held again as it was, so
+		// the ack sent again (to the successor, which holds it from a handover, or here
+		// when the transfer was called off) settles it instead of meeting 410.
+		refused := errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrOutcomeUnknown)
 		p.mu.Lock()
-		for _, o := range begun {
-			p.q.AbortSettle(o)
+		for i, r := range reqs {
+			if errs[i] != nil {
+				continue
+			}
+			if refused {
+				p.q.UnpinSettle(r.Offset, r.Nonce)
+			} else {
+				p.q.AbortSettleOf(r.Offset, r.Nonce)
+			}
 		}
 		p.armTimerLocked()
 		p.mu.Unlock()

@@ -284,6 +284,29 @@ func (s *State) AbortSettle(off uint64) {
 	s.makeReady(off, l.attempt)
 }
 
+// AbortSettleOf is AbortSettle for the lease (off, n) only: a settle that gave up
+// after the queue started a new epoch (its replica lost the leadership and won it
+// back) must not hand back a newer lease of the offset that another ack pinned.
+func (s *State) AbortSettleOf(off uint64, n Nonce) {
+	if l, ok := s.leases[off]; ok && l.nonce == n {
+		s.AbortSettle(off)
+	}
+}
+
+// UnpinSettle undoes BeginSettle of the lease (off, n) when the settlement certainly
+// was not made anywhere (a replicated settle refused before it entered the group's
+// log): the lease is held again as it was, with its deadline, and the holder may ack it
+// again. Handing it back (AbortSettle) would redeliver a message whose lease nothing
+// ended, and answer the ack sent again 410.
+func (s *State) UnpinSettle(off uint64, n Nonce) {
+	l, ok := s.leases[off]
+	if !ok || !l.settling || l.nonce != n {
+		return
+	}
+	l.settling = false
+	heap.Push(&s.expiry, l)
+}
+
 // Skip settles off without a consumer because its record is damaged and can never be
 // served: it is counted, and it stops pinning the frontier. A damaged record is the one
 // way an offset becomes done without an ack (see docs/delivery-contract.md).
