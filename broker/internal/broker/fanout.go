@@ -302,6 +302,12 @@ func (c *copier) round() (time.Duration, error) {
 		}
 		from := c.cursors[pp].Load()
 		if gained {
+			// What sent remembers was judged against the history this node led before:
+			// a replica that replaced it, or a history that went back, may hold other
+			// messages at those offsets, which the child partitions it lists would
+			// never get (an adversarial review, 6 December). Forgotten: at most the
+			// batch is copied again, as after any leader change.
+			clear(c.sent[pp])
 			if end := p.Stats().End; from > end {
 				// A partition that leads holds every committed message, so its log went
 				// back (a forced takeover onto a replica that lacked some, a restore of
