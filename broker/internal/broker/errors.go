@@ -54,6 +54,11 @@ var ErrMaybeStored = errors.New("a failed write could not be undone")
 // through caught up: the name exists, so the answer is "retry", not "not found".
 var ErrTopicRecreated = errors.New("the topic was deleted and created again")
 
+// ErrTopicGoneUnconfirmed goes with the ErrUnavailable of a request whose topic was not
+// found where the node looked (deleted, or recreated as a newer incarnation) when the
+// node could not ask the controller which: neither "not found" nor "retry" is known.
+var ErrTopicGoneUnconfirmed = errors.New("the topic was not found where this node looked, and the controller could not be asked whether it exists again")
+
 // ErrPartlyStored goes with the error of a produce whose messages spanned partitions
 // when some partitions' writes failed and others' succeeded: the messages of the
 // partitions that succeeded are stored and will be delivered, so a retry of the whole

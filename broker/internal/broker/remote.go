@@ -1123,7 +1123,15 @@ func (b *Broker) notGoneIfRecreated(t *topic, err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), syncBound)
 	defer cancel()
 	if serr := b.meta.Sync(ctx); serr != nil {
-		return fmt.Errorf("%w: topic %q was not found where this node looked, and the controller could not be asked whether it exists again: %w", ErrUnavailable, t.name, serr)
+		uerr := fmt.Errorf("%w: %w (topic %q): %w", ErrUnavailable, ErrTopicGoneUnconfirmed, t.name, serr)
+		// A batch part of which was stored must say so here too (as below): a plain
+		// "retry" was read as nothing stored (a chaos run in namespaces, seed
+		// 2451626300, while no controller was known).
+		var part *PartlyStoredError
+		if errors.As(err, &part) {
+			return errors.Join(part, uerr)
+		}
+		return uerr
 	}
 	if m, ok := b.meta.Topic(t.name); ok && m.Incarnation != t.incarnation {
 		// A batch part of which was stored (in the deleted incarnation, where a

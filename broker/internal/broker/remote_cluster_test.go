@@ -783,3 +783,84 @@ func waitFor(limit time.Duration, cond func() bool) error {
 	}
 	return nil
 }
+
+// TestPartlyStoredBatchStaysPartlyStoredWhenTheControllerCannotBeAsked: as above, but
+// the topic is not created again, and the node the batch came through cannot reach the
+// controller when it answers, so it cannot tell "deleted" from "created again". It
+// answered a plain 503 unavailable, which dropped the part that was stored: a client
+// (and the checker of a chaos run in namespaces, seed 2451626300) read it as nothing
+// stored. The answer keeps the partly-stored error, and is a 503 (not a 404: the name
+// may exist again).
+func TestPartlyStoredBatchStaysPartlyStoredWhenTheControllerCannotBeAsked(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	ctl := controllerIndex(bs)
+	name, ha, hb, via := "", 0, 0, ctl
+	for i := 0; via == ctl || ha == hb; i++ {
+		if i == 20 {
+			t.Fatal("no topic of 20 had its two partitions on the two nodes other than the controller")
+		}
+		name = fmt.Sprintf("unasked%d", i)
+		if _, err := bs[ctl].CreateTopic(ctx, TopicSpec{Name: name, Partitions: ptr[int32](2)}); err != nil {
+			t.Fatal(err)
+		}
+		ha, hb = holderIndex(t, bs, name, 0), holderIndex(t, bs, name, 1)
+		via = 3 - ha - hb
+	}
+	pollUntil(t, "every node to open the topic", func() error {
+		for _, b := range bs {
+			if _, err := b.lookupLocal(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	aDone := make(chan struct{})
+	var once sync.Once
+	var hookErr error
+	var undo func()
+	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
+		if req.Kind != dataAppend || req.Topic != name {
+			return deliver(ctx)
+		}
+		if addr == fmt.Sprintf("addr%d", ha+1) {
+			defer close(aDone)
+			return deliver(ctx)
+		}
+		var resp []byte
+		var err error
+		once.Do(func() {
+			<-aDone
+			if hookErr = bs[ctl].DeleteTopic(ctx, name, 0); hookErr != nil {
+				return
+			}
+			if hookErr = waitFor(30*time.Second, func() bool {
+				_, lerr := bs[hb].lookupLocal(name)
+				return errors.Is(lerr, ErrTopicNotFound)
+			}); hookErr != nil {
+				return
+			}
+			resp, err = deliver(ctx) // the holder has closed the deleted incarnation
+			// The node the batch came through loses the controller before it answers.
+			undo = plane.isolateMeta(t, bs, via)
+			hookErr = waitFor(30*time.Second, func() bool { return bs[via].meta.Controller() == "" })
+		})
+		return resp, err
+	})
+	_, err := bs[via].Produce(ctx, name, []Outgoing{{Partition: 0, Value: []byte("a")}, {Partition: 1, Value: []byte("b")}})
+	if undo != nil {
+		undo()
+	}
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	if err == nil {
+		t.Fatal("the batch was answered as stored in full")
+	}
+	if !errors.Is(err, ErrPartlyStored) {
+		t.Fatalf("the batch, one partition's share stored before the delete, answered %v; it must say part was stored", err)
+	}
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTopicNotFound) {
+		t.Errorf("the batch answered %v; want unavailable (the name may exist again), not topic not found", err)
+	}
+}

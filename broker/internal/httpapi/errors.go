@@ -116,6 +116,12 @@ func toAPIError(err error) *apiError {
 			// went to the deleted incarnation, where a consumer may have been given it.
 			return partlyStoredAs(part, apigen.ErrorCodeUnavailable, 1, "the topic was deleted and created again while the batch was written",
 				"were not stored (the stored ones went to the deleted topic: they may have been delivered before the delete, and are deleted with it)")
+		case errors.Is(err, broker.ErrTopicGoneUnconfirmed):
+			// The topic was not found where the node looked while the batch was written,
+			// and whether it exists again is unknown (no controller to ask): retry, and
+			// the stored part must still be said.
+			return partlyStoredAs(part, apigen.ErrorCodeUnavailable, 1,
+				"the topic was not found while the batch was written, and the controller could not be asked whether it exists again", "may or may not be stored")
 		case errors.Is(err, broker.ErrOutcomeUnknown):
 			// In a cluster: the holder of a failed partition went silent after it was sent
 			// its share, which may be stored (once, there). First: with another partition's

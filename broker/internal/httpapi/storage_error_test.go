@@ -54,6 +54,13 @@ func TestPartlyStoredKeepsTheCode(t *testing.T) {
 		!strings.Contains(again.msg, "deleted and created again") {
 		t.Errorf("a batch whose topic was deleted and created again meanwhile: got %d %s %q, want 503 unavailable saying part of the batch was stored", again.status, again.code, again.msg)
 	}
+	// Not found where the node looked, and no controller to ask whether it exists
+	// again: retry (503), still saying part of the batch was stored.
+	unasked := toAPIError(errors.Join(part, fmt.Errorf("%w: %w (topic %q)", broker.ErrUnavailable, broker.ErrTopicGoneUnconfirmed, "t")))
+	if unasked.status != 503 || unasked.code != "unavailable" || unasked.retryAfter == 0 || !strings.Contains(unasked.msg, "part of the batch was stored") ||
+		!strings.Contains(unasked.msg, "controller could not be asked") {
+		t.Errorf("a batch whose topic was not found while it was written, the controller out of reach: got %d %s %q, want 503 unavailable saying part of the batch was stored", unasked.status, unasked.code, unasked.msg)
+	}
 }
 
 // TestPartlyStoredAcrossNodes: in a cluster a batch spanning partitions can fail in a
