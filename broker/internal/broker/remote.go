@@ -1122,28 +1122,23 @@ func (b *Broker) notGoneIfRecreated(t *topic, err error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), syncBound)
 	defer cancel()
+	var answer error
 	if serr := b.meta.Sync(ctx); serr != nil {
-		uerr := fmt.Errorf("%w: %w (topic %q): %w", ErrUnavailable, ErrTopicGoneUnconfirmed, t.name, serr)
-		// A batch part of which was stored must say so here too (as below): a plain
-		// "retry" was read as nothing stored (a chaos run in namespaces, seed
-		// 2451626300, while no controller was known).
-		var part *PartlyStoredError
-		if errors.As(err, &part) {
-			return errors.Join(part, uerr)
-		}
-		return uerr
+		answer = fmt.Errorf("%w: %w (topic %q): %w", ErrUnavailable, ErrTopicGoneUnconfirmed, t.name, serr)
+	} else if m, ok := b.meta.Topic(t.name); ok && m.Incarnation != t.incarnation {
+		answer = errRecreated(t.name)
+	} else {
+		return err
 	}
-	if m, ok := b.meta.Topic(t.name); ok && m.Incarnation != t.incarnation {
-		// A batch part of which was stored (in the deleted incarnation, where a
-		// consumer may have been given it before the delete) must still say so: read
-		// as a plain "retry", it would be sent again as if nothing had been stored.
-		var part *PartlyStoredError
-		if errors.As(err, &part) {
-			return errors.Join(part, errRecreated(t.name))
-		}
-		return errRecreated(t.name)
+	// A batch part of which was stored (in the deleted incarnation, where a consumer
+	// may have been given it before the delete) must still say so: read as a plain
+	// "retry", it would be sent again as if nothing had been stored (a chaos run in
+	// namespaces, seed 2451626300, while no controller was known).
+	var part *PartlyStoredError
+	if errors.As(err, &part) {
+		return errors.Join(part, answer)
 	}
-	return err
+	return answer
 }
 
 // errAttachChanged answers a request made for an attachment of child that is not the

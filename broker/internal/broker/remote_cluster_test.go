@@ -611,44 +611,10 @@ func TestPartlyStoredBatchStaysPartlyStoredWhenRecreated(t *testing.T) {
 		}
 		return nil
 	})
-	aDone := make(chan struct{})
-	var once sync.Once
-	var hookErr error
-	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
-		if req.Kind != dataAppend || req.Topic != "again" {
-			return deliver(ctx)
-		}
-		if addr == fmt.Sprintf("addr%d", ha+1) {
-			defer close(aDone)
-			return deliver(ctx)
-		}
-		var resp []byte
-		var err error
-		once.Do(func() {
-			<-aDone
-			if hookErr = bs[ctl].DeleteTopic(ctx, "again", 0); hookErr != nil {
-				return
-			}
-			// The delete is answered when the controller commits it; the holder applies
-			// it a moment later. Until then an append to the old incarnation is stored
-			// (it raced the delete), which is not the case under test.
-			if hookErr = waitFor(30*time.Second, func() bool {
-				_, lerr := bs[hb].lookupLocal("again")
-				return errors.Is(lerr, ErrTopicNotFound)
-			}); hookErr != nil {
-				return
-			}
-			resp, err = deliver(ctx) // the holder has closed the deleted incarnation
-			if _, cerr := bs[ctl].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](2)}); cerr != nil {
-				hookErr = cerr
-			}
-		})
-		return resp, err
+	err := produceAcrossADelete(t, plane, bs, ctl, "again", ha, hb, via, func() error {
+		_, cerr := bs[ctl].CreateTopic(ctx, TopicSpec{Name: "again", Partitions: ptr[int32](2)})
+		return cerr
 	})
-	_, err := bs[via].Produce(ctx, "again", []Outgoing{{Partition: 0, Value: []byte("a")}, {Partition: 1, Value: []byte("b")}})
-	if hookErr != nil {
-		t.Fatal(hookErr)
-	}
 	if err == nil {
 		t.Fatal("the batch was answered as stored in full")
 	}
@@ -815,10 +781,37 @@ func TestPartlyStoredBatchStaysPartlyStoredWhenTheControllerCannotBeAsked(t *tes
 		}
 		return nil
 	})
+	var undo func()
+	err := produceAcrossADelete(t, plane, bs, ctl, name, ha, hb, via, func() error {
+		// The node the batch came through loses the controller before it answers.
+		undo = plane.isolateMeta(t, bs, via)
+		return waitFor(30*time.Second, func() bool { return bs[via].meta.Controller() == "" })
+	})
+	if undo != nil {
+		undo()
+	}
+	if err == nil {
+		t.Fatal("the batch was answered as stored in full")
+	}
+	if !errors.Is(err, ErrPartlyStored) {
+		t.Fatalf("the batch, one partition's share stored before the delete, answered %v; it must say part was stored", err)
+	}
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTopicNotFound) {
+		t.Errorf("the batch answered %v; want unavailable (the name may exist again), not topic not found", err)
+	}
+}
+
+// produceAcrossADelete produces one message to each of the two partitions of topic
+// name (held by ha and hb) through node via: partition 0's share is stored first, then
+// the topic is deleted through the controller (ctl), and once hb has closed it,
+// partition 1's share reaches hb, after which then runs (before the answer). It
+// returns the produce's error.
+func produceAcrossADelete(t *testing.T, plane *fakePlane, bs []*Broker, ctl int, name string, ha, hb, via int, then func() error) error {
+	t.Helper()
+	ctx := context.Background()
 	aDone := make(chan struct{})
 	var once sync.Once
 	var hookErr error
-	var undo func()
 	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
 		if req.Kind != dataAppend || req.Topic != name {
 			return deliver(ctx)
@@ -834,6 +827,9 @@ func TestPartlyStoredBatchStaysPartlyStoredWhenTheControllerCannotBeAsked(t *tes
 			if hookErr = bs[ctl].DeleteTopic(ctx, name, 0); hookErr != nil {
 				return
 			}
+			// The delete is answered when the controller commits it; the holder applies
+			// it a moment later. Until then an append to the old incarnation is stored
+			// (it raced the delete), which is not the case under test.
 			if hookErr = waitFor(30*time.Second, func() bool {
 				_, lerr := bs[hb].lookupLocal(name)
 				return errors.Is(lerr, ErrTopicNotFound)
@@ -841,26 +837,14 @@ func TestPartlyStoredBatchStaysPartlyStoredWhenTheControllerCannotBeAsked(t *tes
 				return
 			}
 			resp, err = deliver(ctx) // the holder has closed the deleted incarnation
-			// The node the batch came through loses the controller before it answers.
-			undo = plane.isolateMeta(t, bs, via)
-			hookErr = waitFor(30*time.Second, func() bool { return bs[via].meta.Controller() == "" })
+			hookErr = then()
 		})
 		return resp, err
 	})
+	defer plane.setHook(nil)
 	_, err := bs[via].Produce(ctx, name, []Outgoing{{Partition: 0, Value: []byte("a")}, {Partition: 1, Value: []byte("b")}})
-	if undo != nil {
-		undo()
-	}
 	if hookErr != nil {
 		t.Fatal(hookErr)
 	}
-	if err == nil {
-		t.Fatal("the batch was answered as stored in full")
-	}
-	if !errors.Is(err, ErrPartlyStored) {
-		t.Fatalf("the batch, one partition's share stored before the delete, answered %v; it must say part was stored", err)
-	}
-	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTopicNotFound) {
-		t.Errorf("the batch answered %v; want unavailable (the name may exist again), not topic not found", err)
-	}
+	return err
 }

@@ -73,6 +73,27 @@ func (m confirmHook) Confirm(ctx context.Context) error {
 	return m.member.Confirm(ctx)
 }
 
+// oneLeasedUnderConfirmHook opens a group of three whose members run hook, once set,
+// when they confirm their leadership (confirmHook), with one message leased on ps[0].
+func oneLeasedUnderConfirmHook(t *testing.T) (*fakeGroup, []*Partition, []Delivery, *atomic.Pointer[func()]) {
+	t.Helper()
+	hook := &atomic.Pointer[func()]{}
+	g, ps := openGroupWith(t, 3, func(m member) Group { return confirmHook{m, hook} })
+	appendN(t, ps[0], 1)
+	return g, ps, leaseSettled(t, ps[0], 1), hook
+}
+
+// handOverThenMove is a hook that hands ps[0]'s leadership over (its live leases
+// committed) and moves it to ps[1].
+func handOverThenMove(t *testing.T, g *fakeGroup, ps []*Partition) func() {
+	return func() {
+		if err := ps[0].HandOver(context.Background()); err != nil {
+			t.Errorf("handover: %v", err)
+		}
+		g.moveLead(1, 2)
+	}
+}
+
 // TestReplicaANackMetByAHandoverStands: a nack hands the message back on the leader,
 // then confirms the leadership; a handover (a disk stall's) read the live leases after
 // the hand-back, committed them for the successor and moved the leadership meanwhile,
@@ -82,16 +103,8 @@ func (m confirmHook) Confirm(ctx context.Context) error {
 // the message's next delivery as a duplicate without cause. The committed handover
 // proves the hand-back stands: the nack answers 204.
 func TestReplicaANackMetByAHandoverStands(t *testing.T) {
-	hook := &atomic.Pointer[func()]{}
-	g, ps := openGroupWith(t, 3, func(m member) Group { return confirmHook{m, hook} })
-	appendN(t, ps[0], 1)
-	ds := leaseSettled(t, ps[0], 1)
-	handover := func() {
-		if err := ps[0].HandOver(context.Background()); err != nil {
-			t.Errorf("handover: %v", err)
-		}
-		g.moveLead(1, 2)
-	}
+	g, ps, ds, hook := oneLeasedUnderConfirmHook(t)
+	handover := handOverThenMove(t, g, ps)
 	hook.Store(&handover)
 	if err := ps[0].Extend(ds[0].Record.Offset, ds[0].Nonce, 0); err != nil {
 		t.Fatalf("the nack answered %v; the handover committed after the hand-back, which stands", err)
@@ -112,10 +125,7 @@ func TestReplicaANackOnADeposedLeaderIsOfUnknownOutcome(t *testing.T) {
 		handOver bool
 	}{{"an election", false}, {"a handover that did not commit, then an election", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			hook := &atomic.Pointer[func()]{}
-			g, ps := openGroupWith(t, 3, func(m member) Group { return confirmHook{m, hook} })
-			appendN(t, ps[0], 1)
-			ds := leaseSettled(t, ps[0], 1)
+			g, ps, ds, hook := oneLeasedUnderConfirmHook(t)
 			elect := func() {
 				g.mu.Lock()
 				g.lead = 1 // ps[0]'s proposals fail from now on
@@ -148,10 +158,7 @@ func TestReplicaANackAfterACalledOffHandoverCountsOnlyLaterHandovers(t *testing.
 		handOver bool // a second handover moves the leadership, else an election
 	}{{"then a handover", true}, {"then an election", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			hook := &atomic.Pointer[func()]{}
-			g, ps := openGroupWith(t, 3, func(m member) Group { return confirmHook{m, hook} })
-			appendN(t, ps[0], 1)
-			ds := leaseSettled(t, ps[0], 1)
+			g, ps, ds, hook := oneLeasedUnderConfirmHook(t)
 			if err := ps[0].HandOver(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -185,16 +192,8 @@ func TestReplicaANackAfterACalledOffHandoverCountsOnlyLaterHandovers(t *testing.
 // answered not-leader when its confirmation fails after a handover: the handover read
 // the renewed lease and the successor holds it, where the renewal is sent on.
 func TestReplicaARenewalMetByAHandoverIsSentOn(t *testing.T) {
-	hook := &atomic.Pointer[func()]{}
-	g, ps := openGroupWith(t, 3, func(m member) Group { return confirmHook{m, hook} })
-	appendN(t, ps[0], 1)
-	ds := leaseSettled(t, ps[0], 1)
-	handover := func() {
-		if err := ps[0].HandOver(context.Background()); err != nil {
-			t.Errorf("handover: %v", err)
-		}
-		g.moveLead(1, 2)
-	}
+	g, ps, ds, hook := oneLeasedUnderConfirmHook(t)
+	handover := handOverThenMove(t, g, ps)
 	hook.Store(&handover)
 	if err := ps[0].Extend(ds[0].Record.Offset, ds[0].Nonce, 5*time.Second); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("the renewal answered %v, want not-leader (sent on to the successor)", err)
