@@ -248,11 +248,10 @@ type topic struct {
 	produce atomic.Uint32 // round-robin for keyless produce
 	consume atomic.Uint32 // first partition tried by the next consume
 	att     *attendance   // who consumes the partitions (attend.go)
+	// sig is broadcast when a message may have become available, and when what this
+	// node leads or holds of the topic changes (a leadership won or lost, a replica
+	// opened or set aside): parked consumes and the copiers wake on it.
 	sig     signal
-	// roles is broadcast when what this node leads or holds of the topic changes (a
-	// leadership won or lost, a replica opened or set aside): copiers that sleep
-	// through appends (a delay child's, until its next message is due) wake on it.
-	roles   signal
 	done    chan struct{} // closed when the incarnation is closed
 	metrics *topicMetrics
 }

@@ -35,13 +35,13 @@ func (g *soloGroup) Propose(_ context.Context, cmd []byte, submitted func()) (an
 func (g *soloGroup) Confirm(context.Context) error { return nil }
 
 // TestDelayCopierWakesForALeadershipGainedWhileItWaits: a delay child's copier waiting
-// for a parent message not yet due sleeps through the parent's appends (they are due
-// later still). A parent partition this node starts leading meanwhile may hold
-// messages due already; the copier slept through that too, until its timer, up to
-// the whole delay (with a delay past an hour, enough for them to age out at the
-// minimum retention). It wakes on a change of what the node leads now. Found by an
-// adversarial review (5 December); on the old code m1 is copied only with m0, at
-// m0's due time.
+// for a parent message not yet due once slept through everything but a change of what
+// the node leads. A parent partition this node starts leading meanwhile may hold
+// messages due already; the copier slept through that too, until its timer, up to the
+// whole delay (with a delay past an hour, enough for them to age out at the minimum
+// retention). The topic's signal is broadcast on that change, and the copier wakes on
+// it. Found by an adversarial review (5 December); on the code before that m1 is copied
+// only with m0, at m0's due time.
 func TestDelayCopierWakesForALeadershipGainedWhileItWaits(t *testing.T) {
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
@@ -86,7 +86,6 @@ func TestDelayCopierWakesForALeadershipGainedWhileItWaits(t *testing.T) {
 	// m1 is due: this node wins partition 1's leadership (what OnRole does).
 	rp.SetRole(true, 2)
 	pt.sig.broadcast()
-	pt.roles.broadcast()
 	deadline := time.Now().Add(30 * time.Second)
 	for childEnd(t, b, "c") == 0 {
 		if time.Now().After(deadline) {

@@ -65,10 +65,24 @@ type copier struct {
 	// led holds, per parent partition, the replica this node led at the last round
 	// (nil: none; only run touches it): one it starts leading, or a replica that
 	// replaced it (a group made anew), takes the group's cursor (round).
-	led    []*partition.Partition
-	ctx    context.Context // ends with close: proposals in flight stop
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	led []*partition.Partition
+	// waits holds, per parent partition of a delay child, the first message not yet
+	// due: where its read started and when it is due (only run touches it). A round
+	// wakes on every append of the parent, and the first waiting message of a
+	// partition holds back every message after it (copies keep the parent's order), so
+	// the partition is not read again until that message is due or the read start moves.
+	waits       []delayWait
+	reads       atomic.Uint64   // parent reads, for tests of what a round costs
+	sleepsUntil atomic.Int64    // wall ms its timer is set for while it sleeps on one, else 0 (tests)
+	ctx         context.Context // ends with close: proposals in flight stop
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+}
+
+// delayWait is a parent partition's first message not yet due, read from offset from.
+type delayWait struct {
+	from uint64
+	due  int64 // wall ms; 0: none known
 }
 
 type copierKey struct {
@@ -87,6 +101,7 @@ func (b *Broker) startCopier(parent, child *topic, m meta.Topic) (*copier, error
 		stop:    make(chan struct{}), done: make(chan struct{}),
 		committing: make([]atomic.Bool, len(parent.parts())),
 		led:        make([]*partition.Partition, len(parent.parts())),
+		waits:      make([]delayWait, len(parent.parts())),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// Durable before the first cursor is written, and private like every data directory.
@@ -203,7 +218,7 @@ func (c *copier) run() {
 	defer close(c.done)
 	backoff := time.Duration(0)
 	for {
-		wake, roles := c.parent.sig.wait(), c.parent.roles.wait()
+		wake := c.parent.sig.wait()
 		next, err := c.round()
 		c.rounds.Add(1)
 		if err != nil {
@@ -233,18 +248,14 @@ func (c *copier) run() {
 		if next > 0 {
 			timer = time.NewTimer(next)
 			fire = timer.C
-			if c.delayMs > 0 && err == nil {
-				// New parent messages are due after the ones already waiting, so the
-				// timer is the only wake-up needed for them; waking on every append
-				// would re-read the waiting batch for nothing. A partition this node
-				// starts leading may hold messages due already, or due before the
-				// timer: a change of what it leads wakes the copier. Deaf to it, the
-				// copier left such a partition's due messages for as long as the
-				// delay (an adversarial review, 5 December), long enough for them to
-				// age out with a delay past an hour.
-				wake = roles
-			}
+			c.sleepsUntil.Store(partition.WallMillis() + next.Milliseconds())
 		}
+		// A delay child's copier waiting for its timer wakes on the parent's appends
+		// too: a message given an earlier timestamp (a batch's, a copy's from another
+		// cluster) in a partition with nothing waiting may be due before the timer.
+		// Asleep until the timer, such a message waited up to the whole delay (an
+		// adversarial review, 6 December). The round reads only the partitions with
+		// nothing waiting (waits), so the appends behind a waiting message cost no read.
 		select {
 		case <-c.stop:
 		case <-c.parent.done:
@@ -255,6 +266,7 @@ func (c *copier) run() {
 		}
 		if timer != nil {
 			timer.Stop()
+			c.sleepsUntil.Store(0)
 		}
 		select {
 		case <-c.stop:
@@ -301,6 +313,9 @@ func (c *copier) round() (time.Duration, error) {
 			c.led[pp] = p
 		}
 		from := c.cursors[pp].Load()
+		if gained && pp < len(c.waits) {
+			c.waits[pp] = delayWait{} // another history: what waits in it is read again
+		}
 		if gained {
 			// What sent remembers was judged against the history this node led before:
 			// a replica that replaced it, or a history that went back, may hold other
@@ -352,6 +367,18 @@ func (c *copier) round() (time.Duration, error) {
 			// partition again. The group learns it now, not only after the next batch.
 			c.commitCursor(pp, p)
 		}
+		if c.delayMs > 0 && pp < len(c.waits) {
+			if w := c.waits[pp]; w.due > now && w.from == from {
+				// Its first message not yet due holds back the rest: nothing to read.
+				d := time.Duration(w.due-now) * time.Millisecond
+				if wait < 0 || d < wait {
+					wait = d
+				}
+				continue
+			}
+			c.waits[pp] = delayWait{}
+		}
+		c.reads.Add(1)
 		recs, err := p.Read(from, copyBatch)
 		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 && c.parent.damagedOnReplica(pp) {
 			// Damaged on this replica only: retried (the error below) until this
@@ -396,6 +423,14 @@ func (c *copier) round() (time.Duration, error) {
 					d := time.Duration(r.Timestamp+c.delayMs-now) * time.Millisecond
 					if wait < 0 || d < wait {
 						wait = d
+					}
+					if pp < len(c.waits) {
+						// The next read starts at from, or at r once the due ones before
+						// it are copied (the cursor moves there only then).
+						c.waits[pp] = delayWait{from: from, due: r.Timestamp + c.delayMs}
+						if i > 0 {
+							c.waits[pp].from = recs[i-1].Offset + 1
+						}
 					}
 					break
 				}

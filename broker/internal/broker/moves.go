@@ -451,7 +451,6 @@ func (b *Broker) rebuildReplica(t *topic, i int, lp *partition.Partition) {
 	t.setPart(i, nil)
 	_ = lp.Close() // its data is being set aside; the rebuilt replica is what counts
 	t.sig.broadcast()
-	t.roles.broadcast()
 	if err := partition.DiscardData(nil, filepath.Join(t.dir, strconv.Itoa(i))); err != nil {
 		b.log.Error("setting aside a damaged replica's data failed; it is opened again as it is", "topic", t.name, "partition", i, "err", err)
 	} else {
@@ -532,7 +531,6 @@ func (b *Broker) followPlacement() {
 				t.openedAs[i] = groupOf(&m, i)
 				b.log.Info("opened a replica a move placed here", "topic", t.name, "partition", i)
 				t.sig.broadcast()
-				t.roles.broadcast()
 			case !want && lp != nil:
 				mv, act := leftBy(moves, b.opts.NodeID, t, i)
 				if !synced {

@@ -315,7 +315,6 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 				}
 			}
 			t.sig.broadcast()
-			t.roles.broadcast()
 		},
 		// A replica that failed a write stands for no election until it is rebuilt: its
 		// state stopped at the failed write, so as leader it could answer nothing.
