@@ -218,9 +218,9 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 		}
 		bound := remoteCallTimeout
 		if len(out) > 0 { // (still within the budget: checked above)
-			// A forwarded ask waits no longer than the budget of the leases held; one
-			// cut short may have taken a lease on its holder, which comes back after
-			// the visibility timeout (the next pass below ends the look).
+			// A forwarded ask waits no longer than the budget of the leases held; a
+			// lease its holder takes once it was cut is handed back there (serveData;
+			// the next pass below ends the look).
 			bound = min(bound, time.Until(held.Add(spend)))
 		}
 		asked := time.Now()
@@ -230,8 +230,9 @@ func (b *Broker) leaseFrom(ctx context.Context, t *topic, max int) (_ []Delivere
 				break
 			}
 			if !t.leads(i) && (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown)) {
-				// The holder is down or busy: serve the others. A lease it may have
-				// taken comes back after the visibility timeout.
+				// The holder is down or busy: serve the others. A lease it takes
+				// after the ask gave up is handed back there (serveData); one whose
+				// answer was lost on its way comes back after the visibility timeout.
 				if downErr == nil {
 					downErr = err
 				}

@@ -283,3 +283,47 @@ func TestConsumeBudgetBoundsTheWaitForAnElectingPartition(t *testing.T) {
 		t.Error("every consume took 1.4 s or more: none asked the other partition within the budget of a lease held")
 	}
 }
+
+// TestConsumeCutAtTheBudgetHandsBackTheLeaseItsHolderTook: once a consume holds a
+// lease, a forwarded ask is cut at the budget; the holder, still leasing, took a lease
+// for nobody, which hid its message for the visibility timeout (here an hour) and then
+// counted a delivery attempt that never was. The holder's handler sees its caller
+// stop waiting now and hands the lease back, uncounted.
+func TestConsumeCutAtTheBudgetHandsBackTheLeaseItsHolderTook(t *testing.T) {
+	plane, bs := startFakeCluster(t, 2)
+	here, far := twoPartsOneEach(t, bs, "cut", 3_600_000) // the budget: 3 s
+	for _, p := range []int{here, far} {
+		if _, err := bs[0].Produce(context.Background(), "cut", []Outgoing{{Partition: int32(p), Value: []byte("m")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startAt(t, bs[0], "cut", here) // the local lease first: the far ask is bounded
+	plane.setHook(func(ctx context.Context, addr string, req dataReq, deliver func(context.Context) ([]byte, error)) ([]byte, error) {
+		if req.Kind == dataLease && req.Topic == "cut" {
+			<-ctx.Done()        // a holder slow to lease: the caller cuts the ask first
+			_, _ = deliver(ctx) // then it leases, for a caller that stopped waiting
+			return nil, ctx.Err()
+		}
+		return deliver(ctx)
+	})
+	ds, err := bs[0].Consume(context.Background(), "cut", 10, 0)
+	plane.setHook(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || int(ds[0].Partition) != here {
+		t.Fatalf("the consume answered %d messages, want the local partition's alone (the far ask cut at the budget)", len(ds))
+	}
+	ackAll(t, bs[0], "cut", ds)
+	d, ok := consumeUntil(t, bs[0], "cut", 5*time.Second, far)[far]
+	if !ok {
+		t.Fatal("the far message whose lease the holder took after the ask was cut is not deliverable 5 s on (its visibility timeout is an hour)")
+	}
+	if d.Attempt != 1 {
+		t.Errorf("the far message comes with delivery_attempt %d; it was never handed out", d.Attempt)
+	}
+	ackAll(t, bs[0], "cut", []Delivered{d})
+	if n := promtest.ToFloat64(bs[1].metrics.LeasesTooLate.WithLabelValues("cut")); n != 1 {
+		t.Errorf("the holder's narad_leases_handed_back_late_total is %v, want 1", n)
+	}
+}

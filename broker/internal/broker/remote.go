@@ -487,16 +487,7 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 				return
 			}
 			mu.Unlock()
-			if len(ds) > 0 {
-				t.metrics.tooLate.Add(float64(len(ds)))
-				b.log.Info("leases taken after their consume stopped waiting are handed back", "topic", t.name, "partition", p, "leases", len(ds))
-			}
-			for _, d := range ds {
-				if herr := lp.HandBack(d.Record.Offset, d.Nonce); herr != nil && !errors.Is(herr, queue.ErrLeaseLost) {
-					b.log.Warn("handing back a lease taken after its consume stopped waiting failed; the message is delivered again after its visibility timeout",
-						"topic", t.name, "partition", p, "offset", d.Record.Offset, "err", herr)
-				}
-			}
+			b.handBackUnsent(t, p, lp, ds)
 		}()
 		timer := time.NewTimer(time.Until(until))
 		defer timer.Stop()
@@ -532,6 +523,24 @@ func (b *Broker) leaseOn(ctx context.Context, t *topic, p, limit int, vis time.D
 		t.att.heard(p, resp.Attended, mono())
 	}
 	return resp.Deliveries, fromWireErr(resp.Err)
+}
+
+// handBackUnsent hands back leases of partition p, held here as lp, taken for a
+// consume that had stopped waiting for them (its budget cut the ask, or its client
+// went): nobody got them, so they are deliverable again at once and count as no
+// delivery attempt.
+func (b *Broker) handBackUnsent(t *topic, p int, lp *partition.Partition, ds []partition.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	t.metrics.tooLate.Add(float64(len(ds)))
+	b.log.Info("leases taken after their consume stopped waiting are handed back", "topic", t.name, "partition", p, "leases", len(ds))
+	for _, d := range ds {
+		if herr := lp.HandBack(d.Record.Offset, d.Nonce); herr != nil && !errors.Is(herr, queue.ErrLeaseLost) {
+			b.log.Warn("handing back a lease taken after its consume stopped waiting failed; the message is delivered again after its visibility timeout",
+				"topic", t.name, "partition", p, "offset", d.Record.Offset, "err", herr)
+		}
+	}
 }
 
 // leaseLocal leases from partition p of topic, held here.
@@ -989,6 +998,16 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 		}
 	case dataLease:
 		resp.Deliveries, err = p.Lease(req.Limit, time.Duration(req.DurationMs)*time.Millisecond, req.MaxBytes)
+		if len(resp.Deliveries) > 0 && ctx.Err() != nil {
+			// The caller stopped waiting while they were taken (the consume's budget
+			// cut the ask, or its client went): nobody gets them. Until 6 December
+			// they stayed hidden for the visibility timeout and then counted a
+			// delivery attempt nobody had. (One the caller gives up on after this
+			// check is still hidden so: the window is the answer's way back.)
+			go b.handBackUnsent(t, int(req.Partition), p, resp.Deliveries)
+			resp.Deliveries, err = nil, fmt.Errorf("%w: the caller stopped waiting for the lease", ErrOutcomeUnknown)
+			break
+		}
 		resp.Attended = req.Attend && t.att.attended(mono())
 	case dataSettle:
 		errs := p.Settle(req.Settles)

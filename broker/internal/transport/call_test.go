@@ -354,3 +354,32 @@ func TestNotSentMarksOnlyRequestsThatNeverLeft(t *testing.T) {
 	mustErrIs(t, err, ErrClosed)
 	mustErrIs(t, err, ErrNotSent)
 }
+
+// TestHandlerContextEndsWhenTheCallerStopsWaiting: a caller that cancels stops reading
+// the stream, and the handler's context ends then, not at the deadline the caller
+// sent: work done for nobody can be undone (the broker hands back a lease taken for a
+// consume that was cut).
+func TestHandlerContextEndsWhenTheCallerStopsWaiting(t *testing.T) {
+	a := mustStartNode(t, "a", nil)
+	b := mustStartNode(t, "b", nil)
+	entered, ended := make(chan struct{}), make(chan error, 1)
+	b.Handle(41, func(ctx context.Context, _ string, _ []byte) ([]byte, error) {
+		close(entered)
+		select {
+		case <-ctx.Done():
+			ended <- ctx.Err()
+		case <-time.After(30 * time.Second):
+			ended <- errors.New("still running 30 s after its caller cancelled")
+		}
+		return nil, ctx.Err()
+	})
+	mustEcho(t, a, b, "warm up")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // the deadline sent is a minute off
+	go func() { <-entered; cancel() }()
+	_, err := a.Call(ctx, b.Addr(), 41, nil)
+	mustErrIs(t, err, context.Canceled)
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the handler's context: %v; want cancelled once its caller stopped waiting", err)
+	}
+	mustEcho(t, a, b, "still fine")
+}

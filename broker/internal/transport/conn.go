@@ -420,6 +420,12 @@ func (n *Node) serveRequest(pc *peerConn, st *quic.Stream, h header) {
 	n.stats.requestsServed.Add(1)
 	ctx, cancel := context.WithTimeout(pc.qc.Context(), timeout)
 	defer cancel()
+	// A caller that stops waiting (its deadline, a cancel) stops reading the stream,
+	// which ends our writing half: the handler's context ends with it, as an HTTP
+	// request's does when its client goes, so work done for nobody can be undone (a
+	// lease taken for a consume that was cut is handed back).
+	stop := context.AfterFunc(st.Context(), cancel)
+	defer stop()
 	resp, err := n.runHandler(ctx, hd, pc.peerID, h.code, req)
 	_ = st.SetWriteDeadline(time.Now().Add(timeout))
 	if err != nil {

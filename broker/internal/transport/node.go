@@ -88,7 +88,9 @@ type Options struct {
 }
 
 // Handler serves one operation. ctx carries the caller's deadline and is cancelled
-// when the connection closes; a handler must return when it is done. A nil error
+// when the connection closes or the caller stops waiting (cancels, or its deadline
+// passes, which our clock may see a little later); a handler must return when it is
+// done. A nil error
 // answers resp; an error answers a *RemoteError on the caller's side (use
 // *RemoteError with a code ≥ CodeFirstApp to pick the code).
 type Handler func(ctx context.Context, peerNodeID string, req []byte) ([]byte, error)
