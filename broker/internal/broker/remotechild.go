@@ -723,6 +723,11 @@ func (c *remoteCopier) run(i int) {
 	// being the lowest log end seen: see sourceBehind.
 	var behind bool
 	var gapFrom uint64
+	// The partition (and its leadership term) this copy first saw, and the last one
+	// whose log end at its start was held against the cursor (see LeadEnd below).
+	var firstP, ledP *partition.Partition
+	var firstTerm, ledTerm uint64
+	looked := false
 	fail := func(class, reason string, err error) bool {
 		m.Failures.WithLabelValues(c.parent.name, c.name, class).Inc()
 		c.set(i, "failing", reason, err)
@@ -751,6 +756,12 @@ func (c *remoteCopier) run(i int) {
 		// makes its group again, replaces it in the topic (and wakes the topic's
 		// waiters), so it is looked up at each round, not kept.
 		p := c.parent.parts()[i]
+		if !looked {
+			looked, firstP = true, p
+			if p != nil {
+				firstTerm = p.Term()
+			}
+		}
 		if unsaved != nil && (unsaved.p != p || !p.Leading()) {
 			// No longer led here, or replaced: the batch is read again at the cursor
 			// (by whichever node leads), for the log may hold other messages there
@@ -787,6 +798,27 @@ func (c *remoteCopier) run(i int) {
 			continue
 		}
 		from := rc.Cursors[i]
+		if term := p.Term(); (term != 0 || !p.Replicated()) && (p != ledP || term != ledTerm) {
+			// This partition started leading (or was opened) since the copy last
+			// looked. If that happened after the copy first looked (so after the
+			// attach set the cursor), everything committed before the start is below
+			// the log's end then: a cursor past it means the log went back under the
+			// cursor (a forced takeover onto a replica that lacked messages the copy
+			// had sent, a restore of an older backup). The log's end now does not
+			// tell it once new messages passed the cursor before this look (the child
+			// was paused, or producers reached the new leader first): the messages
+			// stored below the cursor would go uncopied without a word. (A replica
+			// that lost its leadership since the check above is not judged: a later
+			// leader may have moved the cursor since.)
+			if (p != firstP || term != firstTerm) && p.LeadEnd() < from {
+				if !behind || p.LeadEnd() < gapFrom {
+					gapFrom = p.LeadEnd()
+				}
+				behind = true
+				m.Failures.WithLabelValues(c.parent.name, c.name, "source_behind").Inc()
+			}
+			ledP, ledTerm = p, term
+		}
 		if unsaved != nil && unsaved.from != from {
 			// The cursor moved: the failed move committed after all (to the batch's
 			// end: what follows a saved batch is done now, the partition reported

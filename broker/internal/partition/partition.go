@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/failpoint"
@@ -161,8 +162,21 @@ type Partition struct {
 
 	journalDamaged uint64 // damaged settle records skipped by the replay on Open
 
+	// leadEnd is where the message log ended when this partition started serving: at
+	// Open for a partition of its own, when it started leading for a replica (all
+	// that was committed before applied). See LeadEnd.
+	leadEnd atomic.Uint64
+
 	repl *replica // nil for a partition of its own
 }
+
+// LeadEnd returns where the message log ended when this partition started serving as
+// it does now: at Open for a partition of its own, at the start of its current (or
+// last) leadership for a replica. Every message committed before then is below it, so
+// a copy cursor (kept outside the partition) found past it at that start means the
+// log went back under the cursor: a restore of an older backup, or a forced takeover
+// onto a replica that lacked messages the copy had sent.
+func (p *Partition) LeadEnd() uint64 { return p.leadEnd.Load() }
 
 // Delivery is one leased message.
 type Delivery struct {
@@ -269,6 +283,7 @@ func Open(opts Options) (*Partition, error) {
 	// starts neither report nor count it again.
 	lost = lost || p.journalDamaged > 0
 	p.q.SetBounds(p.log.Oldest(), p.log.Next())
+	p.leadEnd.Store(p.log.Next())
 	if lost {
 		// Record the cut-back state before anything new is written: a checkpoint at the
 		// journal's real end, so no old settle is replayed against a reused offset and

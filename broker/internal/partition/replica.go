@@ -270,6 +270,7 @@ func (p *Partition) SetRole(lead bool, term uint64) (handedOver bool) {
 		r.attMu.Unlock()
 		r.term.Store(term)
 		r.handingOver.Store(false)
+		p.leadEnd.Store(p.log.Next()) // everything committed before is applied
 	} else {
 		// The leases die with the leadership; a later leader starts its own epoch.
 		p.q.Reset(0, p.q.Cursor())
