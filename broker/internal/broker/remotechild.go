@@ -860,6 +860,23 @@ func (c *remoteCopier) run(i int) {
 			}
 			continue
 		}
+		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 && p.Stats().Oldest > from {
+			o := p.Stats().Oldest
+			// The read started at the oldest message held, which is damaged: retention
+			// deleted the ones from the cursor on. They expired (counted once, as below
+			// when nothing is left); the damaged one is dealt with at the next round.
+			// Skipped one offset at a time from the cursor, each was a control-plane
+			// commit and an error line for a damaged message it was not.
+			err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, o, o-from)
+			if err == nil {
+				c.expired(i, from, o)
+			} else if !isConflict(err) {
+				if !fail("control_plane", "the cursor could not be saved through the control plane; retrying", err) {
+					return
+				}
+			}
+			continue
+		}
 		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 && c.parent.damagedOnReplica(i) {
 			// Damaged on this replica only: the others hold it intact. This one hands
 			// its leadership over and is rebuilt; the next leader copies it.
