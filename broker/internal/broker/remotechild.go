@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -970,6 +971,15 @@ func (c *remoteCopier) run(i int) {
 				if c.ctx.Err() != nil {
 					return
 				}
+				if ae == nil && len(recs) > 1 && !dialFailed(err) {
+					// Sent, and no answer (timed out, or the connection was cut): the
+					// link or the remote may not carry a batch this large within the
+					// request's bound. The same batch again would fail the same way
+					// for good (and each try the remote stored after all is one more
+					// copy of it); smaller ones may pass. They grow back after each
+					// batch the remote takes.
+					limit = max(1, len(recs)/2)
+				}
 				class, reason := remoteFailure(err, c.tgt)
 				if !fail(class, reason, err) {
 					return
@@ -1003,6 +1013,13 @@ func (c *remoteCopier) run(i int) {
 		}
 		limit = min(copyBatch, limit*2)
 	}
+}
+
+// dialFailed reports whether err is a failure to connect to the remote: nothing of the
+// batch was sent, so its size was not the cause.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // sourceBehind is the reason of a partition whose log ends before the copy's cursor:
