@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/base64"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/narad-mq/narad/broker/internal/jsonstr"
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
@@ -71,4 +72,22 @@ func (c *remoteCopier) batch(b []byte, pp int, recs []segment.Record) ([]byte, i
 		b = append(b, '}')
 	}
 	return append(b, "]}"...), sent
+}
+
+// remotePartition is the remote partition the remote stores r of parent partition pp
+// in, as batch places it; -1 when the remote chooses (a keyless message when its
+// partition count is not known) or the key is not sent as it is (not UTF-8).
+func (c *remoteCopier) remotePartition(pp int, r segment.Record) int {
+	n := int(c.rc.RemotePartitions)
+	switch {
+	case n <= 0:
+		return -1
+	case n == len(c.parent.parts()):
+		return pp
+	case r.Key == nil:
+		return pp % n
+	case !utf8.Valid(r.Key):
+		return -1
+	}
+	return PartitionForKey(r.Key, n)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/meta"
 	"github.com/narad-mq/narad/broker/internal/partition"
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
 
 // AttrRemoteCopy marks a record stored from a produce-batch message that carried an
@@ -738,6 +739,9 @@ func (c *remoteCopier) run(i int) {
 	// the cursor stands at its from, only the move is retried. It lives in memory: a
 	// restart reads at the cursor and sends the batch once more, as a crash does.
 	var unsaved *unsavedBatch
+	// stored is what the remote stored of the batch at the cursor, read from partition
+	// p, when it answered that only part of it was stored.
+	var stored storedPart
 	// saved does what follows a cursor move past a batch the remote took.
 	saved := func(p *partition.Partition, u unsavedBatch) {
 		if u.expired > 0 {
@@ -958,7 +962,21 @@ func (c *remoteCopier) run(i int) {
 		if recs[0].Offset > from {
 			expired = recs[0].Offset - from
 		}
-		body, sent := c.batch(buf[:0], i, recs)
+		// What an earlier try of this batch stored at the remote (a partly stored
+		// answer) is not sent again.
+		if stored.p != p || stored.from != from {
+			stored = storedPart{p: p, from: from}
+		}
+		send := recs
+		if len(stored.offsets) > 0 {
+			send = make([]segment.Record, 0, len(recs))
+			for _, r := range recs {
+				if !stored.offsets[r.Offset] {
+					send = append(send, r)
+				}
+			}
+		}
+		body, sent := c.batch(buf[:0], i, send)
 		buf = body
 		if sent > 0 {
 			err := cl.produceBody(c.ctx, body)
@@ -970,6 +988,25 @@ func (c *remoteCopier) run(i int) {
 			if err != nil {
 				if c.ctx.Err() != nil {
 					return
+				}
+				if ae != nil && ae.PartlyStored {
+					// The remote stored the messages of its partitions that are not
+					// in Failed: sending the whole batch again stored them once more
+					// at every retry, for as long as a remote partition failed. Only
+					// the others are sent again (those whose remote partition is not
+					// known here are sent again too).
+					failed := make(map[int]bool, len(ae.Failed))
+					for _, f := range ae.Failed {
+						failed[int(f)] = true
+					}
+					for _, r := range send {
+						if rp := c.remotePartition(i, r); r.Attrs&AttrRemoteCopy == 0 && rp >= 0 && !failed[rp] {
+							if stored.offsets == nil {
+								stored.offsets = make(map[uint64]bool)
+							}
+							stored.offsets[r.Offset] = true
+						}
+					}
 				}
 				if ae == nil && len(recs) > 1 && !dialFailed(err) {
 					// Sent, and no answer (timed out, or the connection was cut): the
@@ -987,6 +1024,12 @@ func (c *remoteCopier) run(i int) {
 				continue
 			}
 		}
+		for _, r := range recs {
+			if stored.offsets[r.Offset] {
+				sent++ // taken by an earlier, partly stored try
+			}
+		}
+		stored = storedPart{}
 		u := unsavedBatch{p: p, from: from, next: recs[len(recs)-1].Offset + 1, first: recs[0].Offset, expired: expired, sent: sent}
 		if err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, u.next, expired); err != nil {
 			if isConflict(err) {
@@ -1037,6 +1080,14 @@ type unsavedBatch struct {
 	p                          *partition.Partition
 	from, next, first, expired uint64
 	sent                       int
+}
+
+// storedPart is what the remote stored of the batch at cursor from of partition p by
+// partly stored answers: the offsets of the messages it took.
+type storedPart struct {
+	p       *partition.Partition
+	from    uint64
+	offsets map[uint64]bool
 }
 
 // cursorNotSaved is the reason of a partition whose batch the remote took but whose

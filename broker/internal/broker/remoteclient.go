@@ -38,6 +38,11 @@ type RemoteAnswerError struct {
 	Status int
 	Code   string
 	Msg    string
+	// PartlyStored is set on a produce-batch answer saying part of the batch was
+	// stored: Failed are the remote partitions whose messages were not (or, with code
+	// timeout, may not be); the others' were.
+	PartlyStored bool
+	Failed       []int32
 }
 
 func (e *RemoteAnswerError) Error() string {
@@ -169,6 +174,9 @@ func (c *remoteClient) do(ctx context.Context, method, path string, body []byte,
 		var eb apigen.Error
 		if json.Unmarshal(b, &eb) == nil {
 			ae.Code, ae.Msg = string(eb.Error.Code), truncate(eb.Error.Message, 300)
+			if ps := eb.Error.PartlyStored; ps != nil && len(ps.FailedPartitions) > 0 {
+				ae.PartlyStored, ae.Failed = true, ps.FailedPartitions
+			}
 		}
 		return ae
 	}

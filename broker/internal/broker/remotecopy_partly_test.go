@@ -1,0 +1,96 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/meta"
+)
+
+// TestRemoteChildSendsAgainOnlyWhatAPartlyStoredBatchDidNotStore: a remote topic with
+// another partition count than the parent's, one of whose partitions cannot take
+// writes for a while (its leader electing, its node down): the remote answers 503 with
+// partly_stored, naming the failed partition, and stores the rest. The copy sent the
+// whole batch again at every retry, so the messages of the remote's healthy partitions
+// were stored once more at each (200 ms growing to 10 s, for as long as the partition
+// failed), although the answer says which were stored and "resend only the messages
+// of the failed partition(s)", what the SDKs do. The copy now sends again only the
+// messages the remote did not store.
+func TestRemoteChildSendsAgainOnlyWhatAPartlyStoredBatchDidNotStore(t *testing.T) {
+	const remoteParts = 2
+	var mu sync.Mutex
+	failing := 3 // answers that fail remote partition 1
+	stored := map[int64]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req apigen.ProduceBatchRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, `{"error":{"code":"invalid_json","message":"not a produce-batch"}}`, http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		n := 0
+		for _, m := range req.Messages {
+			if failing > 0 && m.Key != nil && PartitionForKey([]byte(*m.Key), remoteParts) == 1 {
+				continue
+			}
+			stored[m.Origin.Offset]++
+			n++
+		}
+		if failing > 0 && n < len(req.Messages) {
+			failing--
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":{"code":"unavailable","message":"only part of the batch was stored",` +
+				`"partly_stored":{"stored":` + strconv.Itoa(n) + `,"failed_partitions":[1]}}}`))
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte(`{"results":[]}`))
+	}))
+	t.Cleanup(srv.Close)
+
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	m, err := b.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: ref(int32(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ten keyed messages, spread over both remote partitions.
+	var msgs []Outgoing
+	for k := range 10 {
+		msgs = append(msgs, Outgoing{Partition: 0, Key: []byte("key-" + strconv.Itoa(k)), Value: []byte(`{}`), Attrs: PayloadKindJSON})
+	}
+	if _, err := b.Produce(ctx, "orders", msgs); err != nil {
+		t.Fatal(err)
+	}
+	rc := meta.RemoteChild{Parent: "orders", ParentIncarnation: m.Incarnation, URL: srv.URL, Topic: "copy", Username: "copier",
+		RemoteIncarnation: "1", RemotePartitions: remoteParts, Start: "earliest", Cursors: []uint64{0}}
+	if rc.Sealed, err = b.sealPassword("remote-password-42", remoteAAD(rc)); err != nil {
+		t.Fatal(err)
+	}
+	if rc, err = b.meta.AttachRemoteChild(rc); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.reconcile(false); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the ten messages to be copied", func() bool {
+		r, ok := b.meta.RemoteChild(rc.ID)
+		return ok && r.Cursors[0] == 10
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for o := range int64(10) {
+		if stored[o] != 1 {
+			t.Fatalf("the remote stored offsets %v times each, want each once: the messages of its healthy partition were sent again with every retry", stored)
+		}
+	}
+}
