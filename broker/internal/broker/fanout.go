@@ -386,6 +386,25 @@ func (c *copier) round() (time.Duration, error) {
 			errs = errors.Join(errs, fmt.Errorf("partition %d: the message at offset %d is damaged on this replica; it is copied by the next leader, from an intact replica: %w", pp, from, err))
 			continue
 		}
+		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 && p.Stats().Oldest > from {
+			// The read started at the oldest message held, past the cursor (retention
+			// deleted the ones from the cursor on), and that one is damaged. The
+			// cursor moves past what is gone; the next read, from the oldest, skips
+			// the damaged one below. Skipped one offset at a time from the cursor,
+			// each gone message cost a cursor sync, an error line and a count of a
+			// damaged message (a review of the remote children, 6 December, found the
+			// same in their copy).
+			o := p.Stats().Oldest
+			c.b.log.Warn("fan-out fell behind retention; messages aged out of the parent before they were copied",
+				"parent", c.parent.name, "child", c.child.name, "partition", pp, "from", from, "to", o)
+			if err := c.saveCursor(pp, o); err != nil {
+				return 0, fmt.Errorf("saving the fan-out cursor: %w", err)
+			}
+			c.cursors[pp].Store(o)
+			c.commitCursor(pp, p)
+			wait = 0
+			continue
+		}
 		if errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 {
 			// The record at from is damaged and can never be copied; retrying would stop
 			// this parent's fan-out for good. Skip it, as a lease does.
