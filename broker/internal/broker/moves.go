@@ -516,6 +516,23 @@ func (b *Broker) followPlacement() {
 			switch {
 			case want && lp == nil && b.leftClosed(t, i, groupOf(&m, i)):
 				// Its group's own log is damaged: it stays closed (leaveClosed).
+			case !want && lp == nil && b.switchingFrom(moves, t, m, i):
+				// A move from here is switching: the group's joint change needs the old
+				// replica set's majority too, so this replica must take part although
+				// its placement no longer names it. A node that started again in that
+				// window (a crash, a rolling restart) did not open it at its start; with
+				// two replicas the group then had no majority for good, and the move
+				// never ended (a review, 6 December). Opened as it was; deleted once
+				// the move is removing.
+				p, err := b.openPart(t, m, int32(i))
+				if err != nil {
+					b.log.Warn("opening the replica a switching move takes off this node failed; retrying at the next placement pass", "topic", t.name, "partition", i, "err", err)
+					continue
+				}
+				t.setPart(i, p)
+				t.openedAs[i] = groupOf(&m, i)
+				b.log.Info("opened the replica a switching move takes off this node: its group may still count it", "topic", t.name, "partition", i)
+				t.sig.broadcast()
 			case !want && lp == nil:
 				b.forgetClosed(t, i)
 			case want && lp == nil:
@@ -580,6 +597,19 @@ func (b *Broker) followPlacement() {
 		}
 	}
 	b.removeUnopened(ts, moves)
+}
+
+// switchingFrom reports whether partition i of t (placed as m), not open here, is the
+// source of a move that is switching, with its copy still on this node's disk.
+func (b *Broker) switchingFrom(moves []meta.Move, t *topic, m meta.Topic, i int) bool {
+	if !b.replicated(&m, i) {
+		return false
+	}
+	if _, act := leftBy(moves, b.opts.NodeID, t, i); act != leaveOpen {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(b.partDir(t, i), raftDirOf(&m, i)))
+	return err == nil
 }
 
 // removeUnopened finishes the moves off this node whose replica is not open here: the
