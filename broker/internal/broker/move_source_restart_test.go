@@ -208,3 +208,83 @@ func TestASourceRestartedWhileItsMoveSwitchesOpensItsReplica(t *testing.T) {
 		return err
 	})
 }
+
+// TestAFailedMovesTargetThatWasDownDeletesItsCopy: the controller fails a copying move
+// whose target died (and a cancel ends one as well); the target's copy never voted and
+// is deleted (moves.md). A target that was down when the move ended, and so does not
+// open the replica its placement no longer names when it starts again, kept its copy
+// for good on the old code: only a move's source was looked for among the replicas not
+// opened (removeUnopened), and each start logged the copy as an orphan.
+func TestAFailedMovesTargetThatWasDownDeletesItsCopy(t *testing.T) {
+	c := startRestartableCluster(t, 5)
+	ctx := context.Background()
+	bs := c.bs
+	tm, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "fl", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOrFail(t, 30*time.Second, "a first produce", func() error {
+		_, err := bs[0].Produce(ctx, "fl", []Outgoing{{Partition: 0, Value: []byte("before")}})
+		return err
+	})
+	reps := tm.Placement[0].Replicas
+	idx := func(id string) int {
+		for k, b := range bs {
+			if b != nil && b.NodeID() == id {
+				return k
+			}
+		}
+		return -1
+	}
+	ti := -1
+	for k, b := range bs {
+		if !slices.Contains(reps, b.NodeID()) {
+			ti = k
+		}
+	}
+	oi := -1 // a node that stays up
+	for k, b := range bs {
+		if k != ti && !slices.Contains(reps, b.NodeID()) {
+			oi = k
+		}
+	}
+	// One replica down: the group of two changes nothing (its learner is never added,
+	// so the move cannot switch), which holds the move copying for the test.
+	bi := idx(reps[1])
+	c.stop(bi)
+	var mv meta.Move
+	waitOrFail(t, 30*time.Second, "the move starts", func() error {
+		var err error
+		mv, err = bs[oi].meta.StartMove(meta.Move{Topic: "fl", Incarnation: tm.Incarnation, Partition: 0, From: reps[0], To: bs[ti].NodeID(), Cause: meta.CauseRequest})
+		return err // the stopped node may have been the controller
+	})
+	var dir string
+	waitOrFail(t, 30*time.Second, "the target opens its copy", func() error {
+		lt, err := bs[ti].lookup("fl")
+		if err != nil {
+			return err
+		}
+		if lt.parts()[0] == nil {
+			return fmt.Errorf("not open")
+		}
+		dir = bs[ti].partDir(lt, 0)
+		return nil
+	})
+	c.stop(ti)
+	// As the controller fails a copying move whose target is dead.
+	waitOrFail(t, 30*time.Second, "the move failed", func() error {
+		_, err := bs[oi].meta.SetMoveStatus(mv.ID, meta.MoveFailed, "the target node is down or leaving")
+		return err // the stopped node may have been the controller
+	})
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the target's copy is not on disk while it is down: %v", err)
+	}
+	c.start(bi)
+	c.start(ti)
+	waitOrFail(t, 30*time.Second, "the target deletes the copy of the failed move", func() error {
+		if _, err := os.Stat(dir); err == nil {
+			return fmt.Errorf("%s is still there", dir)
+		}
+		return nil
+	})
+}

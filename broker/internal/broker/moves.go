@@ -614,13 +614,19 @@ func (b *Broker) switchingFrom(moves []meta.Move, t *topic, m meta.Topic, i int)
 
 // removeUnopened finishes the moves off this node whose replica is not open here: the
 // node restarted after the switch (a replica no longer placed here is not opened), or
-// was away when the controller ended the move. Its data is deleted on the same word
-// as an open one's (leftBy), after a read of the controller.
+// was away when the controller ended the move. It also deletes the copy a move to this
+// node left when it was cancelled or failed while the node was down (the controller
+// fails a copying move whose target died): that learner never voted. Its data is
+// deleted on the same word as an open one's (leftBy), after a read of the controller.
 func (b *Broker) removeUnopened(ts []*topic, moves []meta.Move) {
 	self := b.opts.NodeID
 	synced := false
 	for _, mv := range moves {
-		if mv.From != self || (mv.Status != meta.MoveRemoving && mv.Status != meta.MoveDone) {
+		fromHere := mv.From == self && (mv.Status == meta.MoveRemoving || mv.Status == meta.MoveDone)
+		// As leftBy: a move a forced takeover failed leaves its target's copy kept.
+		learnerHere := mv.To == self && (mv.Status == meta.MoveCancelled ||
+			(mv.Status == meta.MoveFailed && mv.Reason != meta.ReasonTakenOverByForce))
+		if !fromHere && !learnerHere {
 			continue
 		}
 		var t *topic
@@ -634,7 +640,7 @@ func (b *Broker) removeUnopened(ts []*topic, moves []meta.Move) {
 		}
 		dir := b.partDir(t, int(mv.Partition))
 		_, statErr := os.Stat(dir)
-		if mv.Status == meta.MoveDone && statErr != nil {
+		if (mv.Status == meta.MoveDone || learnerHere) && statErr != nil {
 			continue // nothing left to do
 		}
 		if !synced {
