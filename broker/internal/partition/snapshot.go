@@ -245,6 +245,17 @@ func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []by
 	// mark this replica applied before it fell behind counted messages below it as
 	// delivered once more when it led: a review, 5 December).
 	r.deliveredTo.Store(s.deliveredTo)
+	// Leases an L command handed over are memory only (no snapshot carries them), and
+	// the entries this snapshot stands for may hold the L that called that handover off
+	// (ResumeAfterHandOver), after which its leader served on: nacks, renewals, new
+	// leases. Kept, they were taken as handed to this replica when it won the next
+	// term after that leader died: a nacked message held under the nacked handle, an
+	// attempt count gone back (a review, 6 December). A handover's successor holds its
+	// L in its log, and after it only the handover's last few entries: it never needs a
+	// snapshot, so none is lost here.
+	r.handMu.Lock()
+	r.handed, r.handedTerm = nil, 0
+	r.handMu.Unlock()
 	for _, f := range s.fanout {
 		r.setFanout(f[0], f[1])
 	}
