@@ -60,3 +60,46 @@ func TestClaimHandOverIsExclusive(t *testing.T) {
 	r2()
 	r3()
 }
+
+// TestHandOverAvoidsAReplicaOnItsWayOut: a move's source stays a voter of its group
+// until the switch's removal of it applies, and may be the most caught-up one. Handed
+// the leadership then (a disk stall, a stop), it led a group that no longer counted it,
+// and its own handover after the removal could not commit the leases: they lapsed in a
+// planned change (a review, 6 December). A voter the placement still names is chosen
+// first.
+func TestHandOverAvoidsAReplicaOnItsWayOut(t *testing.T) {
+	bs := startReplCluster(t, 3, false)
+	replLeasedOne(t, bs, "out")
+	lead := leaderIndex(bs, "out", 0)
+	b := bs[lead]
+	tp, err := b.lookup("out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, ok := b.repl.host.Info(tp.gid(0))
+	if !ok || !info.Leader {
+		t.Fatal("the leader's group is not led here")
+	}
+	var followers []uint64
+	var names []string
+	for _, id := range info.Voters {
+		if id != raftID(b.meta.ServerID()) {
+			followers = append(followers, id)
+			names = append(names, b.nodeOf(id))
+		}
+	}
+	if len(followers) != 2 || names[0] == "" || names[1] == "" {
+		t.Fatalf("followers %v (%v), want two known nodes", followers, names)
+	}
+	// The first follower is the most caught-up, and the placement no longer names it.
+	match := map[uint64]uint64{followers[0]: info.Commit + 10, followers[1]: info.Commit}
+	info.Match = match
+	all := append([]string{b.opts.NodeID}, names...)
+	if got := b.handOverChoice(tp.gid(0), all, info, followers); got != followers[0] {
+		t.Fatalf("with every voter placed the most caught-up (%d) takes over; got %d", followers[0], got)
+	}
+	placed := []string{b.opts.NodeID, names[1]}
+	if got := b.handOverChoice(tp.gid(0), placed, info, followers); got != followers[1] {
+		t.Fatalf("the handover went to %d (%s), a voter the placement no longer names; want %d (%s)", got, b.nodeOf(got), followers[1], names[1])
+	}
+}

@@ -1076,13 +1076,7 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 	// A voter that did not take the last handover (it may refuse for good: a replica
 	// that failed a write and is not rebuilt) is tried only when no other fits: a
 	// leader its group no longer counts commits nothing until another leads.
-	b.repl.mu.Lock()
-	last := b.repl.refused[t.gid(i)]
-	b.repl.mu.Unlock()
-	to := handOverTarget(info, want, func(id uint64) bool { return id == last || b.unfitLeader(id) })
-	if to == last || b.unfitLeader(to) {
-		to = handOverTarget(info, want, b.unfitLeader) // no other fits: chosen as before
-	}
+	to := b.handOverChoice(t.gid(i), placedOf(t, i), info, want)
 	if to == 0 {
 		return
 	}
@@ -1157,6 +1151,43 @@ func (b *Broker) handOverTo(t *topic, i int, info raftetcd.GroupInfo, want []uin
 			}
 		}
 	}()
+}
+
+// handOverChoice picks the voter of want that takes the leadership of group gid over
+// from this node: one that did not refuse the last handover, is fit to lead and is one
+// of the nodes placed (the partition's replicas), the most caught-up of those
+// (handOverTarget); failing that, one that did not refuse and is fit; failing that, the
+// most caught-up fit one.
+//
+// A replica the placement no longer names is a move's source on its way out: handed
+// the leadership while its removal is proposed or under way, it leads a group that no
+// longer counts it, and its own handover after the removal cannot commit the leases,
+// so they lapse in a planned change (a review, 6 December).
+func (b *Broker) handOverChoice(gid string, placed []string, info raftetcd.GroupInfo, want []uint64) uint64 {
+	b.repl.mu.Lock()
+	last := b.repl.refused[gid]
+	b.repl.mu.Unlock()
+	leaving := func(uint64) bool { return false }
+	if ids, ok := b.voters(placed); ok && len(ids) > 0 {
+		leaving = func(id uint64) bool { return !slices.Contains(ids, id) }
+	}
+	refusedOrUnfit := func(id uint64) bool { return id == last || b.unfitLeader(id) }
+	to := handOverTarget(info, want, func(id uint64) bool { return refusedOrUnfit(id) || leaving(id) })
+	if refusedOrUnfit(to) || leaving(to) {
+		to = handOverTarget(info, want, refusedOrUnfit)
+	}
+	if refusedOrUnfit(to) {
+		to = handOverTarget(info, want, b.unfitLeader) // no other fits: chosen as before
+	}
+	return to
+}
+
+// placedOf returns the nodes partition i of t is placed on, as this node knows them.
+func placedOf(t *topic, i int) []string {
+	if m := t.cur.Load(); i < len(m.Placement) {
+		return m.Placement[i].Replicas
+	}
+	return nil
 }
 
 // removedFromGroup reports whether this node's replica of group gid is open and its
@@ -1348,7 +1379,7 @@ func (b *Broker) handOver(ctx context.Context, t *topic, i int) {
 			others = append(others, id)
 		}
 	}
-	to := handOverTarget(info, others, b.unfitLeader)
+	to := b.handOverChoice(gid, placedOf(t, i), info, others)
 	if to == 0 {
 		return
 	}
