@@ -974,7 +974,12 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 	var resp dataResp
 	if req.Kind == dataReplicaRead {
 		// Every replica's log holds only committed records, at the same offsets.
-		resp.Records, err = p.Read(req.Offset, min(max(req.Limit, 1), replicaReadLimit))
+		resp.Records, err = p.ReplicaRead(req.Offset, min(max(req.Limit, 1), replicaReadLimit))
+		if gone := (*partition.AgedOutError)(nil); errors.As(err, &gone) {
+			// Nothing held from there on, all of it aged out: Start says from where
+			// (a node of an earlier version answers no records and no Start).
+			resp.Start, err = gone.Oldest, nil
+		}
 		resp.Err = toWireErr(err)
 		return &resp
 	}

@@ -624,6 +624,7 @@ func (b *Broker) termsAfterReplaced(partDir, raftDir string) (uint64, error) {
 func (b *Broker) fetchFrom(t *topic, i int, sources []uint64) partition.Fetch {
 	return func(ctx context.Context, from uint64) ([]segment.Record, error) {
 		var errs []error
+		var gone *partition.AgedOutError // a source that holds nothing from there, all of it aged out
 		for _, src := range sources {
 			b.repl.mu.Lock()
 			node := b.repl.nodes[src]
@@ -640,10 +641,21 @@ func (b *Broker) fetchFrom(t *topic, i int, sources []uint64) partition.Fetch {
 			if err == nil && len(resp.Records) > 0 {
 				return resp.Records, nil
 			}
+			if err == nil && resp.Start > from {
+				// Another source may still hold them: asked on, and this said only if
+				// none does.
+				if gone == nil || resp.Start > gone.Oldest {
+					gone = &partition.AgedOutError{Oldest: resp.Start}
+				}
+				continue
+			}
 			if err == nil {
 				err = fmt.Errorf("%w: node %q has no record from offset %d", partition.ErrSnapshotSource, node, from)
 			}
 			errs = append(errs, err)
+		}
+		if gone != nil {
+			return nil, gone
 		}
 		if len(errs) == 0 {
 			return nil, fmt.Errorf("%w: no other replica of partition %d of topic %q is known yet", partition.ErrSnapshotSource, i, t.name)

@@ -172,6 +172,36 @@ type Fetch func(ctx context.Context, from uint64) ([]segment.Record, error)
 // this replica lacks: another replica may.
 var ErrSnapshotSource = errors.New("partition: the replica fetched from does not hold the records needed")
 
+// AgedOutError is a Fetch's answer when the replica fetched from holds no record from
+// the offset asked on because retention removed every record it held before Oldest,
+// and it held none after (its log was empty, ending there): the records from the
+// offset asked up to Oldest are gone from it for good, not merely not reached yet. It
+// is an ErrSnapshotSource.
+type AgedOutError struct{ Oldest uint64 }
+
+func (e *AgedOutError) Error() string {
+	return fmt.Sprintf("%v: every record before offset %d aged out there, and it held none after", ErrSnapshotSource, e.Oldest)
+}
+
+// Is makes an AgedOutError an ErrSnapshotSource.
+func (e *AgedOutError) Is(target error) bool { return target == ErrSnapshotSource }
+
+// ReplicaRead reads up to max committed records from offset from on for another
+// replica restoring a snapshot (Fetch): from the oldest this replica holds when from
+// aged out. When it holds nothing from there because every record from from on aged
+// out, it says so with an AgedOutError, so the restoring replica starts its log past
+// them instead of asking for them for ever.
+func (p *Partition) ReplicaRead(from uint64, max int) ([]segment.Record, error) {
+	recs, err := p.Read(from, max)
+	if err != nil || len(recs) > 0 {
+		return recs, err
+	}
+	if o := p.log.Oldest(); o > from {
+		return nil, &AgedOutError{Oldest: o}
+	}
+	return nil, nil
+}
+
 // RestoreSnapshot makes this replica hold at least the state snapshot data (taken
 // at group index) describes: the messages it lacks are fetched with fetch, the
 // settlements are merged in, and all of it is durable before it returns, because the
@@ -202,6 +232,19 @@ func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []by
 			continue
 		}
 		recs, err := fetch(ctx, next)
+		var gone *AgedOutError
+		if errors.As(err, &gone) && gone.Oldest > next && p.log.Oldest() == next {
+			// Empty, and every message from next up to the source's oldest aged out
+			// there, which holds none after it (an idle partition whose every message
+			// aged out since the snapshot): nobody can send them, so the log starts
+			// past them, at the snapshot's end at most (the group's entries after the
+			// snapshot carry the rest). Asked for again and again, the restore never
+			// completed, and this replica's group neither answered nor voted.
+			if err := p.log.SetNext(min(gone.Oldest, s.end)); err != nil {
+				return storageErr(err)
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}

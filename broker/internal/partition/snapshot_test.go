@@ -342,3 +342,45 @@ func TestFanoutCursorReplicated(t *testing.T) {
 		t.Fatalf("the restored replica holds fan-out cursor %d, want 9", got)
 	}
 }
+
+// TestRestoreSnapshotWhoseMessagesAllAgedOut: when every message of a snapshot (and
+// every one after it) aged out on the replica fetched from, an empty replica restoring
+// the snapshot starts its log at the snapshot's end instead of asking for them for
+// ever: the source says they aged out (ReplicaRead), which an empty answer did not.
+func TestRestoreSnapshotWhoseMessagesAllAgedOut(t *testing.T) {
+	g, lead := snapLeader(t)
+	data, err := lead.SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ten more messages after the snapshot, then all forty age out at the source.
+	for i := range 10 {
+		if _, err := lead.Append([]segment.Record{{Value: []byte(fmt.Sprint("w", i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := lead.EnforceRetention(WallMillis() + 3_600_000); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := lead.Read(0, 100); len(recs) != 0 {
+		t.Fatalf("the source still holds %d records after retention", len(recs))
+	}
+	p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = member{g: g, i: 1} })
+	t.Cleanup(func() { _ = p.Close() })
+	fetch := func(_ context.Context, from uint64) ([]segment.Record, error) { return lead.ReplicaRead(from, 100) }
+	if err := p.RestoreSnapshot(context.Background(), 40, data, fetch); err != nil {
+		t.Fatalf("restore of a snapshot whose messages aged out everywhere: %v", err)
+	}
+	// At the snapshot's end, not the source's: the group's entries after the snapshot
+	// write the messages from there.
+	if o, n := p.log.Oldest(), p.log.Next(); o != 30 || n != 30 {
+		t.Fatalf("the restored log holds [%d, %d), want [30, 30)", o, n)
+	}
+	if st := p.Stats(); st.Frontier != 30 || st.Backlog != 0 {
+		t.Fatalf("restored replica: frontier %d backlog %d, want 30 and 0", st.Frontier, st.Backlog)
+	}
+	// A source that holds the records, or has not reached them, says nothing of the kind.
+	if _, err := lead.ReplicaRead(40, 10); err != nil {
+		t.Fatalf("a read at the source's end: %v", err)
+	}
+}
