@@ -872,6 +872,16 @@ func (p *Partition) Epoch() uint32 { return p.q.Epoch() }
 // EnforceRetention deletes whole segments whose messages are all older than cutoffMs
 // (Unix ms). Messages it deletes count as settled.
 func (p *Partition) EnforceRetention(cutoffMs int64) (uint64, error) {
+	if r := p.repl; r != nil && r.vend.Load() == vendUnknown && !r.tailApplied.Load() {
+		// A replica that knows nothing yet of its group's history (no snapshot since
+		// it opened) and has not applied again the command that reaches its log's end:
+		// after a power loss its last records may be the first of a torn command, which
+		// Apply tells from a stale one only by reading them. Removed first (the leader
+		// not heard from yet, the node down past the retention period), the command was
+		// taken for a stale one and skipped, and every later one with it: the replica
+		// never held another message. Its group's log catches it up, then retention runs.
+		return 0, nil
+	}
 	// The active segment is never deleted; when everything in the log is past the
 	// cutoff, seal it so an idle partition ages out too.
 	if p.log.Oldest() < p.log.Next() {

@@ -1,0 +1,75 @@
+package partition
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
+)
+
+// TestRetentionKeepsATornCommandsPrefixUntilItIsAppliedAgain: after a power loss that
+// kept part of an append command's records, a replica that knows nothing yet of its
+// group's history (no snapshot: a young group) tells the torn command from a stale one
+// by the records it holds of it, when the command is applied again. Retention running
+// before that (the leader not heard yet, the node down past the retention period)
+// removed those records: the torn command was taken for a stale one and skipped, and
+// every later append with it, so the replica never held another message, and once it
+// led it answered 202 for messages stored at offsets where the others held others.
+func TestRetentionKeepsATornCommandsPrefixUntilItIsAppliedAgain(t *testing.T) {
+	g, leader, follower, memF := replicaPair(t)
+	appendN(t, leader, 2) // offsets 0, 1
+	if err := follower.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	batch := make([]segment.Record, 4) // offsets 2..5, applied unsynced on the follower
+	for i := range batch {
+		batch[i] = segment.Record{Value: []byte(fmt.Sprintf("batch-%d", i))}
+	}
+	if _, err := leader.Append(batch); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.replicas = []*Partition{leader} // the follower is down
+	g.mu.Unlock()
+	powerCutHalfway(t, memF, follower)
+
+	f2 := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
+	t.Cleanup(func() { _ = f2.Close() })
+	end := f2.Stats().End
+	if end <= 2 || end >= 6 {
+		t.Fatalf("after the power loss the follower's log ends at %d, want inside the command (2..5)", end)
+	}
+	// Its retention runs before its group applies the log again: every message is past
+	// the retention period (the node was down longer than it).
+	if _, err := f2.EnforceRetention(WallMillis() + 3_600_000); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	for i, cmd := range g.log {
+		f2.Apply(uint64(i+1), cmd)
+	}
+	g.replicas = []*Partition{leader, f2}
+	g.mu.Unlock()
+	appendN(t, leader, 3) // offsets 6..8
+	if l, f := leader.Stats().End, f2.Stats().End; f != l {
+		t.Errorf("after applying the whole group log the follower's log ends at %d, the leader's at %d: the replicas diverged for good", f, l)
+	}
+	recs, err := f2.Read(0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := leader.Read(0, 100)
+	if len(recs) != len(want) {
+		t.Fatalf("the follower holds %d records, the leader %d", len(recs), len(want))
+	}
+	for i := range recs {
+		if recs[i].Offset != want[i].Offset || string(recs[i].Value) != string(want[i].Value) {
+			t.Fatalf("record %d: follower %d %q, leader %d %q", i, recs[i].Offset, recs[i].Value, want[i].Offset, want[i].Value)
+		}
+	}
+
+	// Once it applied the command that reaches its log's end, retention runs as ever.
+	if n, err := f2.EnforceRetention(WallMillis() + 3_600_000); err != nil || n == 0 {
+		t.Fatalf("retention after the group's log was applied again removed %d records (%v), want all", n, err)
+	}
+}
