@@ -623,8 +623,16 @@ func (p *Partition) applySettle(offs []uint64) error {
 	end := p.log.Next()
 	todo := offs[:0:0]
 	for _, o := range offs {
-		if o < end && !p.q.IsSettled(o) {
+		switch {
+		case o >= end:
+		case !p.q.IsSettled(o):
 			todo = append(todo, o)
+		default:
+			// Settled already: aged out while its ack was being committed (retention
+			// raised the frontier past it, and left the lease the ack pinned). The
+			// lease ends here all the same: left, it held an in-flight slot until the
+			// next change of leader, and enough of them stopped all delivery.
+			p.q.CommitSettle(o)
 		}
 	}
 	p.mu.Unlock()

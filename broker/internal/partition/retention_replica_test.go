@@ -1,8 +1,10 @@
 package partition
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
 )
@@ -71,5 +73,65 @@ func TestRetentionKeepsATornCommandsPrefixUntilItIsAppliedAgain(t *testing.T) {
 	// Once it applied the command that reaches its log's end, retention runs as ever.
 	if n, err := f2.EnforceRetention(WallMillis() + 3_600_000); err != nil || n == 0 {
 		t.Fatalf("retention after the group's log was applied again removed %d records (%v), want all", n, err)
+	}
+}
+
+// retainFirst is a member that runs before (when set) just before it proposes a settle
+// command: retention passing the messages an ack is settling.
+type retainFirst struct {
+	member
+	before *func()
+}
+
+func (m retainFirst) Propose(ctx context.Context, cmd []byte, submitted func()) (any, error) {
+	if f := *m.before; f != nil && len(cmd) > 0 && cmd[0] == cmdSettle {
+		f()
+	}
+	return m.member.Propose(ctx, cmd, submitted)
+}
+
+// TestAnAckRetentionOvertookEndsItsLease: retention removed the messages whose acks
+// were being committed (their leases pinned by the acks). The acks are answered 204,
+// and their leases end: on the old code the settle command found the offsets settled
+// already (aged out) and ended nothing, so each lease held an in-flight slot until the
+// next change of leader, and enough of them (a backlog acked at the retention's edge)
+// stopped the partition from delivering anything.
+func TestAnAckRetentionOvertookEndsItsLease(t *testing.T) {
+	var before func()
+	_, ps := openGroupWith(t, 2, func(m member) Group { return retainFirst{member: m, before: &before} })
+	lead := ps[0]
+	cfg := lead.Config()
+	cfg.MaxInFlight = 3
+	lead.SetConfig(cfg)
+	appendN(t, lead, 3)
+	ds := leaseAll(t, lead)
+	if len(ds) != 3 {
+		t.Fatalf("leased %d, want 3", len(ds))
+	}
+	before = func() {
+		before = nil
+		if n, err := lead.EnforceRetention(WallMillis() + 3_600_000); err != nil || n != 3 {
+			t.Errorf("retention removed %d (%v), want 3", n, err)
+		}
+	}
+	var reqs []SettleReq
+	for _, d := range ds {
+		reqs = append(reqs, SettleReq{Offset: d.Record.Offset, Nonce: d.Nonce})
+	}
+	for i, err := range lead.Settle(reqs) {
+		if err != nil {
+			t.Errorf("ack of offset %d: %v", reqs[i].Offset, err)
+		}
+	}
+	if st := lead.Stats(); st.InFlight != 0 {
+		t.Errorf("%d leases still held after their acks were answered", st.InFlight)
+	}
+	appendN(t, lead, 1) // offset 3
+	got, err := lead.Lease(10, time.Minute, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Record.Offset != 3 {
+		t.Fatalf("a consume after the acks leased %d messages, want offset 3 (the in-flight cap is 3)", len(got))
 	}
 }
