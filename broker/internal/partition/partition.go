@@ -893,9 +893,22 @@ func (p *Partition) EnforceRetention(cutoffMs int64) (uint64, error) {
 	}
 	n, err := p.log.DeleteOlderThan(cutoffMs)
 	if n > 0 {
+		oldest := p.log.Oldest()
 		p.mu.Lock()
-		p.q.SetBounds(p.log.Oldest(), p.log.Next())
+		p.q.SetBounds(oldest, p.log.Next())
 		p.mu.Unlock()
+		if r := p.repl; r != nil {
+			// Aged out is settled for good: the committed delivery counts of those
+			// messages go too (kept, they rode in every snapshot until a change of
+			// leader).
+			r.attMu.Lock()
+			for o := range r.attempts {
+				if o < oldest {
+					delete(r.attempts, o)
+				}
+			}
+			r.attMu.Unlock()
+		}
 	}
 	return n, err
 }

@@ -553,12 +553,15 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 			r.deliveredTo.Store(d)
 		}
 		if len(att) > 0 {
+			oldest := p.log.Oldest() // a count of a message aged out here is never needed
 			r.attMu.Lock()
 			if r.attempts == nil {
 				r.attempts = map[uint64]uint32{}
 			}
 			for o, a := range att {
-				r.attempts[o] = max(r.attempts[o], a)
+				if o >= oldest {
+					r.attempts[o] = max(r.attempts[o], a)
+				}
 			}
 			r.attMu.Unlock()
 		}

@@ -135,3 +135,35 @@ func TestAnAckRetentionOvertookEndsItsLease(t *testing.T) {
 		t.Fatalf("a consume after the acks leased %d messages, want offset 3 (the in-flight cap is 3)", len(got))
 	}
 }
+
+// TestRetentionForgetsTheDeliveryCountsOfWhatItRemoved: the committed delivery counts of
+// messages delivered more than once (D commands) are kept on every replica until the
+// message is settled, and ride in every snapshot. A message that aged out is settled
+// for good; its count must go with it. On the old code only an ack's settle command
+// (or leading) dropped a count: a poison message nacked until it aged out left its
+// count on every replica and in every snapshot for as long as the leader led.
+func TestRetentionForgetsTheDeliveryCountsOfWhatItRemoved(t *testing.T) {
+	_, ps := openGroup(t, 2)
+	appendN(t, ps[0], 1)
+	for range 2 { // delivered twice: the second delivery's count is committed
+		ds := leaseAll(t, ps[0])
+		if len(ds) != 1 {
+			t.Fatalf("leased %d, want 1", len(ds))
+		}
+		if err := ps[0].Extend(ds[0].Record.Offset, ds[0].Nonce, 0); err != nil { // a nack
+			t.Fatal(err)
+		}
+	}
+	for i, p := range ps {
+		if n, err := p.EnforceRetention(WallMillis() + 3_600_000); err != nil || n != 1 {
+			t.Fatalf("replica %d: retention removed %d (%v), want 1", i, n, err)
+		}
+		data, err := p.SnapshotState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := decodeSnapState(data); err != nil || len(st.attempts) != 0 {
+			t.Errorf("replica %d: snapshot delivery counts %v (%v) after the message aged out, want none", i, st.attempts, err)
+		}
+	}
+}
