@@ -887,11 +887,12 @@ func (p *Partition) EnforceRetention(cutoffMs int64) (uint64, error) {
 	if p.log.Oldest() < p.log.Next() {
 		if first, err := p.log.OffsetForTime(cutoffMs); err == nil && first == p.log.Next() {
 			if err := p.log.Roll(); err != nil {
-				return 0, err
+				return 0, retentionErr(err)
 			}
 		}
 	}
 	n, err := p.log.DeleteOlderThan(cutoffMs)
+	err = retentionErr(err)
 	if n > 0 {
 		oldest := p.log.Oldest()
 		p.mu.Lock()
@@ -911,6 +912,15 @@ func (p *Partition) EnforceRetention(cutoffMs int64) (uint64, error) {
 		}
 	}
 	return n, err
+}
+
+// retentionErr is ErrClosed for a log closed under retention (its topic deleted, its
+// replica moved off the node), which the retention pass passes over.
+func retentionErr(err error) error {
+	if errors.Is(err, segment.ErrClosed) {
+		return ErrClosed
+	}
+	return err
 }
 
 // armTimerLocked makes sure the lapse timer fires at the earliest lease deadline, so

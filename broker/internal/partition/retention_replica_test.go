@@ -2,11 +2,13 @@ package partition
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // TestRetentionKeepsATornCommandsPrefixUntilItIsAppliedAgain: after a power loss that
@@ -165,5 +167,20 @@ func TestRetentionForgetsTheDeliveryCountsOfWhatItRemoved(t *testing.T) {
 		if st, err := decodeSnapState(data); err != nil || len(st.attempts) != 0 {
 			t.Errorf("replica %d: snapshot delivery counts %v (%v) after the message aged out, want none", i, st.attempts, err)
 		}
+	}
+}
+
+// TestRetentionOnAClosedPartitionSaysClosed: the retention pass may reach a partition
+// closed under it (its topic deleted, its replica moved off the node). The broker
+// passes over ErrClosed; on the old code the log's own "closed" came back instead, and
+// was logged at ERROR as a failed retention.
+func TestRetentionOnAClosedPartitionSaysClosed(t *testing.T) {
+	p := mustOpen(t, vfs.NewMem())
+	appendN(t, p, 2)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.EnforceRetention(WallMillis() + 3_600_000); !errors.Is(err, ErrClosed) {
+		t.Fatalf("retention on a closed partition: %v, want ErrClosed", err)
 	}
 }
