@@ -872,7 +872,7 @@ func (p *Partition) Epoch() uint32 { return p.q.Epoch() }
 // EnforceRetention deletes whole segments whose messages are all older than cutoffMs
 // (Unix ms). Messages it deletes count as settled.
 func (p *Partition) EnforceRetention(cutoffMs int64) (uint64, error) {
-	if r := p.repl; r != nil && r.vend.Load() == vendUnknown && !r.tailApplied.Load() {
+	if r := p.repl; r != nil && r.vend.Load() == vendUnknown && !r.retainable.Load() {
 		// A replica that knows nothing yet of its group's history (no snapshot since
 		// it opened) and has not applied again the command that reaches its log's end:
 		// after a power loss its last records may be the first of a torn command, which

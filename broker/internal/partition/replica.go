@@ -93,11 +93,12 @@ type replica struct {
 	// may hold in part (written without sync), from a stale one (proposed at an
 	// offset another command took), which it cannot tell by the log's end alone.
 	vend atomic.Uint64
-	// tailApplied is set once, with vend unknown, an append command reaching the log's
-	// end was applied (again): until then the log's last records may be the first ones
-	// of a torn command, which Apply tells from a stale one only by reading them, so
+	// retainable is set once, with vend unknown, an append command reaching the log's
+	// end was applied (again), or a snapshot's restore began (the entries before it are
+	// never applied again): until then the log's last records may be the first ones of
+	// a torn command, which Apply tells from a stale one only by reading them, so
 	// retention leaves the log alone (EnforceRetention).
-	tailApplied atomic.Bool
+	retainable atomic.Bool
 
 	deliveredTo atomic.Uint64 // the highest delivered-to mark applied (see Reset)
 	failed      atomic.Bool   // an apply failed: this replica stopped applying
@@ -458,7 +459,7 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 		end, n := p.log.Next(), uint64(len(recs))
 		if r.vend.Load() == vendUnknown && first+n >= end {
 			// Set once this command is applied: a torn command ends past the log's end.
-			defer r.tailApplied.Store(true)
+			defer r.retainable.Store(true)
 		}
 		if v := r.vend.Load(); v != vendUnknown {
 			if first != v {

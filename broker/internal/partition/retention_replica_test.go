@@ -184,3 +184,40 @@ func TestRetentionOnAClosedPartitionSaysClosed(t *testing.T) {
 		t.Fatalf("retention on a closed partition: %v, want ErrClosed", err)
 	}
 }
+
+// TestARestoringReplicaAgesOutWhatItHeld: a replica that knows nothing yet of its
+// group's history (its log holds records from before it went down, no snapshot of
+// its own) must restore the group's snapshot, and every message its peers held since
+// aged out there. Its own old records stand in the way (no gap is written) until its
+// retention removes them; the snapshot replaces the entries that could have torn them,
+// so retention runs during the restore. (With retention held until the replica applied
+// the command reaching its log's end, as first fixed, the restore waited for ever.)
+func TestARestoringReplicaAgesOutWhatItHeld(t *testing.T) {
+	g, lead := snapLeader(t)
+	data, err := lead.SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lead.EnforceRetention(WallMillis() + 3_600_000); err != nil {
+		t.Fatal(err)
+	}
+	p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = member{g: g, i: 1} })
+	t.Cleanup(func() { _ = p.Close() })
+	if _, err := p.log.Append([]segment.Record{{Value: []byte("v0"), Timestamp: 1}, {Value: []byte("v1"), Timestamp: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(_ context.Context, from uint64) ([]segment.Record, error) { return lead.ReplicaRead(from, 100) }
+	ctx := context.Background()
+	if err := p.RestoreSnapshot(ctx, 40, data, fetch); !errors.Is(err, ErrSnapshotSource) {
+		t.Fatalf("restore over old records its source no longer holds: %v, want ErrSnapshotSource until they age out here", err)
+	}
+	if _, err := p.EnforceRetention(WallMillis() + 3_600_000); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RestoreSnapshot(ctx, 40, data, fetch); err != nil {
+		t.Fatalf("restore once this replica's old records aged out: %v", err)
+	}
+	if o, n := p.log.Oldest(), p.log.Next(); o != 30 || n != 30 {
+		t.Fatalf("the restored log holds [%d, %d), want [30, 30)", o, n)
+	}
+}

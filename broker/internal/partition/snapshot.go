@@ -218,6 +218,10 @@ func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []by
 	if err != nil {
 		return err
 	}
+	// The snapshot replaces the group's entries before it, so none of them is applied
+	// again and no torn command among them needs this replica's records: retention may
+	// run (old records of this replica that its peers no longer hold wait for it).
+	r.retainable.Store(true)
 	fetched := false
 	for p.log.Next() < s.end {
 		if err := ctx.Err(); err != nil {
