@@ -966,20 +966,30 @@ func (p *Partition) onTimer() {
 // then the lease lapsed and the message may be leased to another consumer. Handing it
 // out anyway would give a consumer a message someone else holds, with a receipt handle
 // dead on arrival; it is left out instead (its lapse returned it to the queue, and its
-// delivery_attempt counts the grant), logged, and counted (OnLateLeases).
+// delivery_attempt counts the grant), logged, and counted (OnLateLeases). A lease that
+// ended before its deadline went with its message (retention removed it meanwhile): it
+// is left out too, and neither logged nor counted as late.
 func (p *Partition) liveGrants(grants []queue.Grant) []queue.Grant {
 	p.mu.Lock()
 	now := p.opts.Clock()
 	live := grants[:0:0]
+	dead := 0
+	var lapsed int64 // the first lapsed lease's deadline
 	for _, g := range grants {
-		if p.q.Holds(g.Offset, g.Nonce, now) {
+		switch {
+		case p.q.Holds(g.Offset, g.Nonce, now):
 			live = append(live, g)
+		case g.Deadline <= now:
+			if dead == 0 {
+				lapsed = g.Deadline
+			}
+			dead++
 		}
 	}
 	p.mu.Unlock()
-	if dead := len(grants) - len(live); dead > 0 {
+	if dead > 0 {
 		p.opts.Logger.Warn("leases ended before their replicas confirmed them; those messages were not handed out and come back",
-			"leases", dead, "confirm_late_by", time.Duration(now-grants[0].Deadline).Round(time.Millisecond))
+			"leases", dead, "confirm_late_by", time.Duration(now-lapsed).Round(time.Millisecond))
 		if p.opts.OnLateLeases != nil {
 			p.opts.OnLateLeases(dead)
 		}

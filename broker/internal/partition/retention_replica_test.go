@@ -78,15 +78,20 @@ func TestRetentionKeepsATornCommandsPrefixUntilItIsAppliedAgain(t *testing.T) {
 	}
 }
 
-// retainFirst is a member that runs before (when set) just before it proposes a settle
-// command: retention passing the messages an ack is settling.
+// retainFirst is a member that runs before (when set) just before it proposes a command
+// of kind (a settle by default): retention passing the messages a command is about.
 type retainFirst struct {
 	member
 	before *func()
+	kind   byte
 }
 
 func (m retainFirst) Propose(ctx context.Context, cmd []byte, submitted func()) (any, error) {
-	if f := *m.before; f != nil && len(cmd) > 0 && cmd[0] == cmdSettle {
+	kind := m.kind
+	if kind == 0 {
+		kind = cmdSettle
+	}
+	if f := *m.before; f != nil && len(cmd) > 0 && cmd[0] == kind {
 		f()
 	}
 	return m.member.Propose(ctx, cmd, submitted)
@@ -219,5 +224,40 @@ func TestARestoringReplicaAgesOutWhatItHeld(t *testing.T) {
 	}
 	if o, n := p.log.Oldest(), p.log.Next(); o != 30 || n != 30 {
 		t.Fatalf("the restored log holds [%d, %d), want [30, 30)", o, n)
+	}
+}
+
+// TestLeasesRetentionRemovedWhileConfirmingAreNotLate: retention removed messages whose
+// leases were being confirmed by the replicas (the consume's D command). They are gone,
+// not handed out and not coming back; on the old code they were counted and logged as
+// leases whose confirmation outlasted the visibility timeout (a stalled group, says the
+// metric's documentation), with a negative "late by".
+func TestLeasesRetentionRemovedWhileConfirmingAreNotLate(t *testing.T) {
+	var before func()
+	late := 0
+	g := &fakeGroup{}
+	p := mustOpen(t, vfs.NewMem(), func(o *Options) {
+		o.Group = retainFirst{member: member{g: g, i: 0}, before: &before, kind: cmdDelivered}
+		o.OnLateLeases = func(n int) { late += n }
+	})
+	t.Cleanup(func() { _ = p.Close() })
+	g.replicas = []*Partition{p}
+	p.SetRole(true, 1)
+	appendN(t, p, 2)
+	before = func() {
+		before = nil
+		if n, err := p.EnforceRetention(WallMillis() + 3_600_000); err != nil || n != 2 {
+			t.Errorf("retention removed %d (%v), want 2", n, err)
+		}
+	}
+	ds, err := p.Lease(10, time.Minute, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 0 {
+		t.Fatalf("delivered %d messages retention removed", len(ds))
+	}
+	if late != 0 {
+		t.Errorf("%d leases counted as confirmed too late; their messages aged out", late)
 	}
 }
