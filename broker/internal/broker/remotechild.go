@@ -739,8 +739,8 @@ func (c *remoteCopier) run(i int) {
 	// the cursor stands at its from, only the move is retried. It lives in memory: a
 	// restart reads at the cursor and sends the batch once more, as a crash does.
 	var unsaved *unsavedBatch
-	// stored is what the remote stored of the batch at the cursor, read from partition
-	// p, when it answered that only part of it was stored.
+	// stored is what the remote stored of the batch at the cursor (or past it), read
+	// from partition p, when it answered that only part of a batch was stored.
 	var stored storedPart
 	// saved does what follows a cursor move past a batch the remote took.
 	saved := func(p *partition.Partition, u unsavedBatch) {
@@ -1029,8 +1029,21 @@ func (c *remoteCopier) run(i int) {
 				sent++ // taken by an earlier, partly stored try
 			}
 		}
-		stored = storedPart{}
 		u := unsavedBatch{p: p, from: from, next: recs[len(recs)-1].Offset + 1, first: recs[0].Offset, expired: expired, sent: sent}
+		// What a partly stored try took past this batch (this one is shorter: halved
+		// after a try that got no answer) is still not sent again by the next batch,
+		// read at this one's end. Forgotten, it was sent again: duplicates no crash or
+		// lost answer of theirs caused (an adversarial review, 6 December).
+		rest := storedPart{p: p, from: u.next}
+		for o := range stored.offsets {
+			if o >= u.next {
+				if rest.offsets == nil {
+					rest.offsets = make(map[uint64]bool)
+				}
+				rest.offsets[o] = true
+			}
+		}
+		stored = rest
 		if err := c.b.meta.MoveRemoteCursor(c.id, int32(i), from, u.next, expired); err != nil {
 			if isConflict(err) {
 				continue // moved meanwhile (a detach and re-attach, another node): read it again
