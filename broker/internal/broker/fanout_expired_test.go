@@ -2,15 +2,11 @@ package broker
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/narad-mq/narad/broker/internal/auth"
-	"github.com/narad-mq/narad/broker/internal/partition"
 )
 
 // TestFanoutSkipsADamagedOldestMessageOnceAfterRetentionPassedTheCursor: the copy was
@@ -43,35 +39,7 @@ func TestFanoutSkipsADamagedOldestMessageOnceAfterRetentionPassedTheCursor(t *te
 		t.Fatal(err)
 	}
 	waitUntil(t, "the copy to pause", func() bool { return childPaused(t, b, "p", "c") != "" })
-	// Five messages two hours old, deleted by retention, then three new ones, the first
-	// of them in its segment's first record.
-	old := partition.WallMillis() - 2*3_600_000
-	var msgs []Outgoing
-	for range 5 {
-		msgs = append(msgs, Outgoing{Partition: 0, Value: []byte("old"), Timestamp: old})
-	}
-	if _, err := b.Produce(ctx, "p", msgs); err != nil {
-		t.Fatal(err)
-	}
-	pt, err := b.lookup("p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "retention to delete the old messages", func() bool { return pt.parts()[0].Stats().Oldest == 5 })
-	produceN(t, b, "p", 3)
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	seg := filepath.Join(dir, "topics", strconv.FormatUint(m.Incarnation, 10)+"-p", "0", "log", "00000000000000000005.log")
-	data, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[36] ^= 0x01 // offset 5's value
-	if err := os.WriteFile(seg, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b = mustStartBroker(t, dir)
+	b = agedOutThenDamaged(t, b, dir, "p", m.Incarnation)
 	defer b.Close()
 	// The copy resumes at its cursor, 0: offsets 0 to 4 are gone, 5 is damaged, 6 and
 	// 7 are copied.

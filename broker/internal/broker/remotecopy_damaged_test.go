@@ -30,39 +30,7 @@ func TestRemoteChildSkipsADamagedOldestMessageOnceAndCountsWhatExpired(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Five messages two hours old, deleted by retention (the loop runs every 50 ms
-	// here), then three new ones, the first of them in its segment's first record.
-	old := partition.WallMillis() - 2*3_600_000
-	var msgs []Outgoing
-	for range 5 {
-		msgs = append(msgs, Outgoing{Partition: 0, Value: []byte("old"), Timestamp: old})
-	}
-	if _, err := b.Produce(ctx, "orders", msgs); err != nil {
-		t.Fatal(err)
-	}
-	pt, err := b.lookup("orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "retention to delete the old messages", func() bool { return pt.parts()[0].Stats().Oldest == 5 })
-	for range 3 {
-		if _, err := b.Produce(ctx, "orders", []Outgoing{{Partition: 0, Value: []byte("new")}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	seg := filepath.Join(dir, "topics", strconv.FormatUint(m.Incarnation, 10)+"-orders", "0", "log", "00000000000000000005.log")
-	data, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[36] ^= 0x01 // offset 5's value
-	if err := os.WriteFile(seg, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b = mustStartBroker(t, dir)
+	b = agedOutThenDamaged(t, b, dir, "orders", m.Incarnation)
 	defer b.Close()
 
 	// The child's cursor is at 0: offsets 0 to 4 expired, 5 is damaged, 6 and 7 are
@@ -86,4 +54,45 @@ func TestRemoteChildSkipsADamagedOldestMessageOnceAndCountsWhatExpired(t *testin
 	if r.Expired[0] != 5 {
 		t.Fatalf("the control plane counts %d expired messages, want 5 (offsets 0 to 4, deleted by retention)", r.Expired[0])
 	}
+}
+
+// agedOutThenDamaged stores in partition 0 of topic name (incarnation inc, retention an
+// hour) of b five messages two hours old and waits for retention to delete them (its
+// loop runs every 50 ms in tests), then three new ones, the first of them in its
+// segment's first record; it closes b, damages offset 5's value on disk and returns the
+// broker started again on dir.
+func agedOutThenDamaged(t *testing.T, b *Broker, dir, name string, inc uint64) *Broker {
+	t.Helper()
+	ctx := context.Background()
+	old := partition.WallMillis() - 2*3_600_000
+	var msgs []Outgoing
+	for range 5 {
+		msgs = append(msgs, Outgoing{Partition: 0, Value: []byte("old"), Timestamp: old})
+	}
+	if _, err := b.Produce(ctx, name, msgs); err != nil {
+		t.Fatal(err)
+	}
+	pt, err := b.lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "retention to delete the old messages", func() bool { return pt.parts()[0].Stats().Oldest == 5 })
+	for range 3 {
+		if _, err := b.Produce(ctx, name, []Outgoing{{Partition: 0, Value: []byte("new")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg := filepath.Join(dir, "topics", strconv.FormatUint(inc, 10)+"-"+name, "0", "log", "00000000000000000005.log")
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[36] ^= 0x01 // offset 5's value
+	if err := os.WriteFile(seg, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return mustStartBroker(t, dir)
 }
