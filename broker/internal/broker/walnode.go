@@ -57,6 +57,7 @@ func (b *Broker) openWAL(observe func(int, time.Duration)) error {
 	if rep.Records > 0 || rep.Skipped > 0 {
 		b.log.Info("replayed the write-ahead file", "files", rep.Files, "records", rep.Records, "skipped", rep.Skipped, "took", time.Since(start))
 	}
+	b.reportWALDamage(rep)
 	b.wal, b.walSyncer = w, fss
 	walStats := w.Stats
 	b.metrics.walStats.Store(&walStats)
@@ -90,7 +91,20 @@ func (b *Broker) replayWAL() error {
 	if rep.Records > 0 || rep.Skipped > 0 {
 		b.log.Info("replayed the write-ahead file of an earlier start in wal mode", "files", rep.Files, "records", rep.Records, "skipped", rep.Skipped)
 	}
+	b.reportWALDamage(rep)
 	return w.Close()
+}
+
+// reportWALDamage logs and counts the records a replay skipped as damaged: their
+// bytes were not redone, and a data file that lacked them shows a hole, which its
+// partition reports as damaged records when it opens.
+func (b *Broker) reportWALDamage(rep wal.Replayed) {
+	if rep.Damaged == 0 {
+		return
+	}
+	b.metrics.StorageErrors.WithLabelValues("wal_damaged").Add(float64(rep.Damaged))
+	b.log.Error("the write-ahead file held records that failed their checks with valid ones after them (damaged at rest, or torn by a power cut within its last round, which was never answered): skipped, the records after them replayed; a partition whose file lacked a skipped record's bytes reports them as damaged when it opens",
+		"damaged", rep.Damaged, "first", rep.FirstDamaged)
 }
 
 // walOrNil keeps a nil *wal.WAL from becoming a non-nil interface.

@@ -175,6 +175,10 @@ func foldWAL(dir string, log *slog.Logger) error {
 		return fmt.Errorf("replaying the write-ahead file: %w", err)
 	}
 	log.Info("replayed the write-ahead file into the partitions' files", "files", rep.Files, "records", rep.Records, "skipped", rep.Skipped)
+	if rep.Damaged > 0 {
+		log.Error("the write-ahead file held records that failed their checks with valid ones after them (damaged at rest, or torn by a power cut within its last round, which was never answered): skipped, the records after them replayed; a partition whose file lacked a skipped record's bytes reports them as damaged when it opens",
+			"damaged", rep.Damaged, "first", rep.FirstDamaged)
+	}
 	// The files first, the sequence floor last (RemoveFiles), then the empty
 	// directory: a crash part-way leaves a directory this binary still opens safely.
 	if err := wal.RemoveFiles(vfs.OS{}, wdir); err != nil {

@@ -217,6 +217,14 @@ type Replayed struct {
 	Files   int // write-ahead files holding records
 	Records int // records redone into their data files
 	Skipped int // records whose data file no longer exists
+	// Damaged counts records that failed their checks with a valid record of the
+	// same use after them (pastDamaged): damaged at rest, or torn in the last round before a
+	// power loss (unacknowledged, when nothing acknowledged follows). Their bytes are
+	// not redone (their data files show the hole, which the segment log reports as
+	// damage); the records after them are. FirstDamaged names the first: its
+	// write-ahead file and byte.
+	Damaged      int
+	FirstDamaged string
 }
 
 // Open opens (creating it if needed) the write-ahead directory dir, redoes every
@@ -584,7 +592,18 @@ func (w *WAL) replay() ([]*file, Replayed, error) {
 		for pos := int64(headerLen); ; {
 			rel, off, data, n, ok := decodeRecord(u.data[pos:], u.f.seq)
 			if !ok {
-				break
+				// The end of the use, or a damaged record: skipped (and counted) only
+				// when a valid record of the same use follows it (pastDamaged), so that
+				// one rotten record does not drop every acknowledged write after it.
+				next, ok := pastDamaged(u.data, pos, u.f.seq)
+				if !ok {
+					break
+				}
+				if rep.Damaged++; rep.Damaged == 1 {
+					rep.FirstDamaged = fmt.Sprintf("%s at byte %d", w.name(u.f.num), pos)
+				}
+				pos = next
+				continue
 			}
 			pos += n
 			path := filepath.Join(w.opts.Root, rel)
@@ -627,6 +646,46 @@ func (w *WAL) replay() ([]*file, Replayed, error) {
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].num < files[j].num })
 	return files, rep, nil
+}
+
+// pastDamaged tells where the record after the one at pos in b begins, when the one
+// at pos fails its checks but is a damaged record of the use seq (rotted at rest, or
+// torn within the last round), not the end of the use. The end of a use never looks
+// like one: what follows it is zeros, records of an earlier use (another sequence),
+// or bytes a torn last round left, none of which is followed by a valid record of
+// this use except within that unacknowledged round.
+//
+// A record whose sequence field still reads seq is one of this use: the next record
+// is the first valid one of the use after pos, looked for byte by byte, since its
+// length may be what was damaged (a length that leads past valid records would skip
+// them too). Otherwise (the sequence field is what was damaged) the record is taken
+// as damaged only when its length leads to a valid record of the use. Nothing but
+// the use's own records passes the checks: a record's CRC covers its sequence, and a
+// use's sequence cannot be guessed by whoever chose the bytes of a message (seqJitter).
+func pastDamaged(b []byte, pos int64, seq uint64) (int64, bool) {
+	if int64(len(b))-pos < recHeaderLen {
+		return 0, false
+	}
+	if le.Uint64(b[pos+8:]) == seq {
+		for q := pos + 1; q+recHeaderLen <= int64(len(b)); q++ {
+			if le.Uint64(b[q+8:]) != seq {
+				continue
+			}
+			if _, _, _, _, ok := decodeRecord(b[q:], seq); ok {
+				return q, true
+			}
+		}
+		return 0, false
+	}
+	body := int64(le.Uint32(b[pos:]))
+	next := pos + recHeaderLen + body
+	if body < 10 || next >= int64(len(b)) {
+		return 0, false
+	}
+	if _, _, _, _, ok := decodeRecord(b[next:], seq); !ok {
+		return 0, false
+	}
+	return next, true
 }
 
 func readAll(f vfs.File, size int64) ([]byte, error) {
