@@ -20,6 +20,7 @@
 package wal
 
 import (
+	cryptorand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -129,6 +130,13 @@ const (
 	// when the header that held it was lost.
 	seqName  = "seq"
 	seqLease = 1 << 40
+	// seqJitter bounds the random distance above the floor at which each Open begins
+	// its uses: a record's sequence is the only thing that tells a record of the use
+	// from bytes of an earlier one, which are mostly producers' message bodies, and a
+	// body can hold a well-formed record (its CRC is computable) naming any file. So
+	// the sequence of a use must not be guessable from outside: a node's n-th start
+	// began its uses at n·2^40 before.
+	seqJitter = 1 << 39
 )
 
 var (
@@ -470,8 +478,9 @@ func RemoveFiles(fsys vfs.FS, dir string) error {
 	return fsys.SyncDir(dir)
 }
 
-// leaseSeqs raises nextSeq to the floor an earlier Open left and durably moves the
-// floor seqLease further, before this life begins any use.
+// leaseSeqs raises nextSeq to the floor an earlier Open left, adds a random distance
+// below seqJitter (so that no one outside can forge a record of this life's uses), and
+// durably moves the floor seqLease further, before this life begins any use.
 func (w *WAL) leaseSeqs() error {
 	path := filepath.Join(w.dir, seqName)
 	if f, err := w.opts.FS.OpenFile(path, os.O_RDONLY, 0); err == nil {
@@ -484,6 +493,9 @@ func (w *WAL) leaseSeqs() error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	var r [8]byte
+	_, _ = cryptorand.Read(r[:]) // never fails (it crashes the process instead)
+	w.nextSeq += 1 + le.Uint64(r[:])%seqJitter
 	b := le.AppendUint64(nil, w.nextSeq+seqLease)
 	b = le.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	tmp := path + ".tmp"
@@ -1295,7 +1307,9 @@ func decodeRecord(b []byte, seq uint64) (rel string, off int64, data []byte, n i
 	}
 	rel = string(p[2 : 2+pl])
 	off = int64(le.Uint64(p[2+pl:]))
-	if off < 0 || filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	// IsLocal, not a look at the first element only: "t/../../x" joined to the root
+	// names a file outside it.
+	if off < 0 || !filepath.IsLocal(rel) {
 		return "", 0, nil, 0, false
 	}
 	return rel, off, p[2+pl+8:], recHeaderLen + body, true
