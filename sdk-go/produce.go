@@ -278,6 +278,6 @@ func (c *Client) produceChunk(ctx context.Context, topic string, wire []api.Outg
 			continue
 		}
 		p := out.Results[j]
-		res[i].Produced = Produced{Topic: topic, Partition: p.Partition, Offset: p.Offset}
+		res[i].Produced, res[i].Err = Produced{Topic: topic, Partition: p.Partition, Offset: p.Offset}, nil
 	}
 }

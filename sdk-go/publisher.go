@@ -3,6 +3,7 @@ package narad
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 
@@ -63,7 +64,9 @@ func WithPublisherNoDuplicates() PublisherOption {
 }
 
 // Publisher batches messages to one topic by count, bytes and linger, with a bounded
-// buffer, and reports a result per message. It is safe for concurrent use. Close it to
+// buffer, and reports a result per message. A batch the broker refuses whole for one
+// of its messages (400, such as a schema violation, or 413) is sent again one message
+// at a time, so that only that message fails. It is safe for concurrent use. Close it to
 // send what is buffered.
 type Publisher struct {
 	c     *Client
@@ -334,6 +337,15 @@ func (p *Publisher) send() {
 			}
 		}()
 		p.c.produceChunk(ctx, p.topic, wire, idx, res, allowDup)
+		if len(batch) > 1 && refusedWhole(res[0].Err) {
+			// The broker refused the whole request for one message (a schema
+			// violation, a bad payload: 400 or 413, nothing stored). The batch mixes
+			// the messages of many callers: resend each alone, so that only the
+			// refused one fails and the others are stored (as the Python SDK does).
+			for i, r := range batch {
+				p.c.produceChunk(ctx, p.topic, wire, []int{i}, res, !p.cfg.noDup && !r.noDup)
+			}
+		}
 		cancel()
 		var firstErr error
 		p.mu.Lock()
@@ -349,4 +361,12 @@ func (p *Publisher) send() {
 		p.mu.Unlock()
 		p.c.observe(Event{Kind: EventPublish, Op: "produce-batch", Topic: p.topic, Messages: len(batch), Start: start, Duration: time.Since(start), Err: firstErr})
 	}
+}
+
+// refusedWhole reports whether a batch request was refused as sent, with nothing
+// stored: 400 (a message the broker will not take, such as a schema violation) or 413.
+func refusedWhole(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.PartlyStored == nil &&
+		(e.Status == http.StatusBadRequest || e.Status == http.StatusRequestEntityTooLarge)
 }

@@ -2,6 +2,7 @@ package narad_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -201,5 +202,46 @@ func BenchmarkPublisher(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 		})
+	}
+}
+
+// TestPublisherIsolatesARefusedMessage: a message the broker refuses (a schema
+// violation) makes it refuse the whole batch it travels in, with 400 and nothing
+// stored. The other messages of that batch, published by other callers, are valid: they
+// must be stored and resolve, not fail with the refused one's BadRequest (which a caller
+// takes as "fix the request, never retry" and drops).
+func TestPublisherIsolatesARefusedMessage(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	schema := json.RawMessage(`{"type":"object","required":["id"],"properties":{"id":{"type":"integer"}}}`)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1, Schema: schema})
+	p := c.Publisher(topic, narad.WithLinger(time.Second))
+	good1, err := p.Publish(ctx, map[string]int{"id": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := p.Publish(ctx, map[string]string{"id": "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good2, err := p.Publish(ctx, map[string]int{"id": 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Close(ctx)
+	if _, err := bad.Wait(ctx); !errors.Is(err, narad.ErrBadRequest) {
+		t.Fatalf("the invalid message: %v, want ErrBadRequest", err)
+	}
+	for i, r := range []*narad.Pending{good1, good2} {
+		if _, err := r.Wait(ctx); err != nil {
+			t.Fatalf("valid message %d failed with the invalid one's refusal: %v", i, err)
+		}
+	}
+	info, err := c.Topic(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.Stats[0].NextOffset; n != 2 {
+		t.Fatalf("stored %d messages, want the 2 valid ones", n)
 	}
 }

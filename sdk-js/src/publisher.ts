@@ -106,7 +106,9 @@ export class Publisher implements AsyncDisposable {
   /**
    * publish buffers one message and resolves with where it was stored once it is
    * durable. It rejects with the batch's error when the batch failed (every message of
-   * a failed batch gets the error, with `uncertain` when it may have been stored).
+   * a failed batch gets the error, with `uncertain` when it may have been stored). A
+   * batch the broker refuses whole for one of its messages (400, such as a schema
+   * violation, or 413) is sent again one message at a time, so only that one fails.
    */
   async publish(body: Body, opts: PublishOptions = {}): Promise<Produced> {
     if (this.isClosing) throw new ClosedError("the publisher is closed");
@@ -238,6 +240,13 @@ export class Publisher implements AsyncDisposable {
         else b.result.reject(new NaradError("Internal", "the broker returned fewer results than messages", { code: "invalid_response", uncertain: true }));
       });
     } catch (e) {
+      if (batch.length > 1 && e instanceof NaradError && e.partlyStored === undefined && (e.status === 400 || e.status === 413)) {
+        // The broker refused the whole request for one message (a schema violation, a
+        // bad payload; nothing stored). The batch mixes the messages of many callers:
+        // send each alone, so that only the refused one fails (as the Go and Python SDKs do).
+        for (const b of batch) await this.send([b]);
+        return;
+      }
       for (const b of batch) b.result.reject(e);
     }
   }

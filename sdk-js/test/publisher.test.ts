@@ -74,6 +74,23 @@ describe("publisher", () => {
     assert.equal((await ok2).offset, 1);
   });
 
+  it("isolates a message the broker refuses (a schema violation): the rest of its batch is stored", async () => {
+    // The broker refuses a whole produce-batch (400, nothing stored) for one message it
+    // will not take. A publisher's batch mixes the messages of many callers: only the
+    // refused one may fail; a valid one failing with its BadRequest would be dropped as
+    // "fix the request, never retry".
+    const name = topicName("schema");
+    await client.createTopic({ name, partitions: 1, schema: { type: "object", required: ["id"], properties: { id: { type: "integer" } } } });
+    const pub = client.publisher(name, { lingerMs: 200 });
+    const rs = await Promise.allSettled([pub.publish({ id: 1 }), pub.publish({ id: "one" }), pub.publish({ id: 3 })]);
+    await pub.close();
+    const [a, bad, b] = rs;
+    assert.ok(bad?.status === "rejected" && (bad.reason as { kind?: string }).kind === "BadRequest", String(bad?.status === "rejected" ? bad.reason : "stored"));
+    for (const r of [a, b]) assert.equal(r?.status, "fulfilled", String(r?.status === "rejected" ? r.reason : ""));
+    const info = await client.getTopic(name);
+    assert.equal(info.partitionStats[0]?.nextOffset, 2, "the two valid messages are stored");
+  });
+
   it("rejects every message of a batch the broker refused, with the broker's error", async () => {
     const pub = client.publisher(topicName("missing"), { lingerMs: 1 });
     const rs = await Promise.allSettled([pub.publish("a"), pub.publish("b")]);
