@@ -555,6 +555,10 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 		e.uncertain = true
 	case resp.StatusCode == http.StatusServiceUnavailable && (e.Code == CodeUnavailable || e.Code == ""),
 		resp.StatusCode == http.StatusBadGateway:
+		// A 502, or a 503 without the broker's error body, is a proxy's answer: the proxy
+		// may have sent the request on and lost the broker's reply, so a produce may
+		// be stored (the broker never answers 502, and its 503s carry a code).
+		e.uncertain = cl.unsafe && (resp.StatusCode == http.StatusBadGateway || e.Code == "")
 		c.nodeFailed(n, e)
 	default:
 		c.nodeOK(n)

@@ -346,3 +346,47 @@ func TestProduce408IsUncertain(t *testing.T) {
 		t.Fatalf("NoDuplicates: a produce answered 408 was sent %d times", n)
 	}
 }
+
+// TestProduceAnsweredByAProxysBadGatewayIsUncertain: a 502 (or a 503 without the
+// broker's error body) is a proxy's answer, not the broker's: the proxy may have sent the
+// produce on and lost the broker's reply (nginx's "upstream prematurely closed
+// connection"), so the message may be stored. With NoDuplicates it is not sent again and
+// fails as uncertain. The old code took it for a refusal that stored nothing and sent
+// the message again, storing it twice.
+func TestProduceAnsweredByAProxysBadGatewayIsUncertain(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		body   string
+	}{
+		{http.StatusBadGateway, "<html><body>502 Bad Gateway</body></html>"},
+		{http.StatusBadGateway, `{"error":{"code":"unavailable","message":"upstream reset"}}`},
+		{http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers"},
+	} {
+		c, ft := newFaultClient(t)
+		ctx := ctxT(t)
+		topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+		var sent atomic.Int32
+		ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
+			if err == nil && strings.HasSuffix(r.URL.Path, "/produce") && sent.Add(1) == 1 {
+				// Stored, but the answer that comes back is the proxy's.
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return &http.Response{StatusCode: tc.status, Header: http.Header{"Content-Type": {"text/html"}},
+					Body: io.NopCloser(strings.NewReader(tc.body))}, nil
+			}
+			return resp, err
+		})
+		_, err := c.Produce(ctx, topic, "once", narad.NoDuplicates())
+		if !narad.Uncertain(err) || !narad.Retryable(err) {
+			t.Fatalf("%d %q: %v (uncertain %v, retryable %v)", tc.status, tc.body, err, narad.Uncertain(err), narad.Retryable(err))
+		}
+		if n := sent.Load(); n != 1 {
+			t.Fatalf("NoDuplicates: a produce answered %d by a proxy was sent %d times", tc.status, n)
+		}
+		// Duplicates allowed: retried, and stored (here a second time).
+		sent.Store(0)
+		if _, err := c.Produce(ctx, topic, "twice"); err != nil || sent.Load() != 2 {
+			t.Fatalf("%d, duplicates allowed: %v after %d sends", tc.status, err, sent.Load())
+		}
+	}
+}

@@ -231,6 +231,7 @@ export class Client implements AsyncDisposable, ClientCore {
       topic,
       expect: [202],
       retryUncertain: opts.allowDuplicates ?? this.allowDuplicates,
+      unsafe: true,
       ...this.callOpts(opts),
     });
     const p = parseJSON<S["Produced"]>(res);
@@ -312,6 +313,7 @@ export class Client implements AsyncDisposable, ClientCore {
       topic,
       expect: [202],
       retryUncertain: opts.allowDuplicates ?? this.allowDuplicates,
+      unsafe: true,
       ...this.callOpts(opts),
     });
     return parseJSON<S["ProducedList"]>(res).results.map((p) => ({ topic: p.topic, partition: p.partition, offset: p.offset }));
@@ -894,6 +896,7 @@ export class Client implements AsyncDisposable, ClientCore {
         topic,
         expect: [200],
         retryUncertain: false,
+        unsafe: true,
         ...this.callOpts(opts),
       },
       body,

@@ -164,6 +164,39 @@ describe("produce outcomes", () => {
     await client.close();
   });
 
+  it("reports a proxy's 502 (or a 503 without the broker's error) on produce as uncertain, not resent when duplicates are not allowed", async () => {
+    // A 502, or a 503 without the broker's error body, is a proxy's answer: the proxy may
+    // have sent the produce on and lost the broker's reply (nginx's "upstream prematurely
+    // closed connection"), so the message may be stored. The old code took it for a
+    // refusal that stored nothing and failed over at once, storing the message twice.
+    const cases: [number, string][] = [
+      [502, "<html><body>502 Bad Gateway</body></html>"],
+      [502, JSON.stringify({ error: { code: "unavailable", message: "upstream reset" } })],
+      [503, "upstream connect error or disconnect/reset before headers"],
+    ];
+    for (const [status, text] of cases) {
+      const f = faultyFetch();
+      let proxied = 0;
+      f.rules.push(async (url, _init, real) => {
+        if (url.pathname.endsWith("/produce") && proxied++ === 0) {
+          await (await real()).arrayBuffer(); // the broker stored it; the proxy lost the reply
+          return new Response(text, { status });
+        }
+        return undefined;
+      });
+      const client = new Client({ endpoints: [broker.url], fetch: f.fetch, allowDuplicates: false, retry: { minBackoffMs: 1, maxBackoffMs: 5 } });
+      const topic = topicName("bg");
+      await client.createTopic({ name: topic, partitions: 1 });
+      const err = await client.produce(topic, "once").catch((e: unknown) => e);
+      assert.ok(err instanceof NaradError, `${status} ${text}: ${String(err)}`);
+      assert.equal(err.uncertain, true, `${status} ${text}: the proxy may have lost the broker's reply`);
+      assert.equal(err.retryable, true);
+      assert.equal(f.calls.filter((u) => u.pathname.endsWith("/produce")).length, 1, `${status} ${text}: not resent`);
+      assert.equal((await client.getTopic(topic)).partitionStats[0]?.nextOffset, 1, "stored once");
+      await client.close();
+    }
+  });
+
   it("never resends a partly stored produce-batch, and reports what was stored", async () => {
     const cases: [boolean, string][] = [
       [true, "storage_failed"],

@@ -220,6 +220,35 @@ def test_408_is_a_retryable_timeout_of_unknown_outcome() -> None:
                       core.Done)
 
 
+@pytest.mark.parametrize("status,body", [
+    (502, b"<html><body>502 Bad Gateway</body></html>"),
+    (502, json.dumps(error_body("unavailable")).encode()),
+    (503, b"upstream connect error or disconnect/reset before headers"),
+])
+def test_a_proxys_502_or_codeless_503_on_produce_is_of_unknown_outcome(status: int,
+                                                                       body: bytes) -> None:
+    """A 502, or a 503 without the broker's error body, is a proxy's answer, not the
+    broker's: the proxy may have sent the produce on and lost the broker's reply (nginx's
+    "upstream prematurely closed connection"), so the message may be stored. Without
+    duplicates it is raised ``uncertain`` and not resent; with them it is retried, as
+    the Go and TypeScript SDKs do. The old code took it for a refusal that stored
+    nothing and failed over at once, storing the message twice."""
+    strict, _ = state(core.produce("t", b"x"), allow_duplicates=False)
+    step = strict.on_response(strict.endpoint(), core.Response(status, {}, body))
+    assert isinstance(step, core.Fail), f"got {step!r}"
+    assert step.error.uncertain and step.error.retryable
+    loose, _ = state(core.produce("t", b"x"))
+    assert isinstance(loose.on_response(loose.endpoint(), core.Response(status, {}, body)),
+                      core.Retry)
+    # A read, and a broker's own 503 unavailable on a produce, stay certain.
+    read, _ = state(core.list_topics())
+    assert isinstance(read.on_response(read.endpoint(), core.Response(status, {}, body)),
+                      core.Retry)
+    refused, _ = state(core.produce("t", b"x"), allow_duplicates=False)
+    step = refused.on_response(refused.endpoint(), resp(503, error_body("unavailable")))
+    assert isinstance(step, core.Retry)
+
+
 @pytest.mark.parametrize("allow_duplicates", [True, False])
 @pytest.mark.parametrize("status,code", [(503, "storage_failed"), (503, "unavailable"),
                                          (503, "timeout"), (404, "topic_not_found")])

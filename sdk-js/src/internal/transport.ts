@@ -46,6 +46,12 @@ export interface RequestSpec {
   expect: readonly number[];
   /** Whether an attempt whose outcome is unknown may be retried. */
   retryUncertain: boolean;
+  /**
+   * A write that may take effect twice (a produce): a proxy's 502, or a 503 without the
+   * broker's error body, leaves its outcome unknown, since the proxy may have sent it
+   * on and lost the broker's reply.
+   */
+  unsafe?: boolean | undefined;
   signal?: AbortSignal | undefined;
   /** The bound of each attempt, in ms (default the client's `timeoutMs`). */
   timeoutMs?: number | undefined;
@@ -358,7 +364,7 @@ export class Transport {
           this.emit({ type: "attempt", id, operation: spec.operation, endpoint: node.url, attempt, status: res.status, durationMs: Date.now() - t0, error: undefined });
           return { status: res.status, body, headers: res.headers, endpoint: node.url, attempts: attempt, earlierUncertain: uncertainSeen };
         }
-        err = errorFromBody(res.status, body, res.headers, node.url, writes);
+        err = errorFromBody(res.status, body, res.headers, node.url, writes, spec.unsafe === true);
         // 503 (unavailable, or the broker's own timeout), 502 and 504: the node failed
         // (not when it stored part of a batch: it answered, and worked in part).
         if ((res.status === 503 || res.status === 502 || res.status === 504) && err.partlyStored === undefined) this.pool.failure(node);
@@ -429,7 +435,7 @@ export class Transport {
  * NaradError. An error with `partly_stored` (a produce-batch of which part was stored)
  * is uncertain and not retryable: the stored part would be stored twice by a resend.
  */
-export function errorFromBody(status: number, body: Uint8Array, headers: Headers, endpoint: string, write: boolean): NaradError {
+export function errorFromBody(status: number, body: Uint8Array, headers: Headers, endpoint: string, write: boolean, unsafe = false): NaradError {
   let code: string | undefined;
   let message: string | undefined;
   let partlyStored: PartlyStored | undefined;
@@ -453,6 +459,11 @@ export function errorFromBody(status: number, body: Uint8Array, headers: Headers
       `only part of the batch was stored: ${partlyStored.stored} message(s) were stored and will be delivered; those of partition(s) ${failed} ${fate}; not resent, since that would store the stored part twice (${err.message})`,
       { code: err.code, status, retryable: false, uncertain: true, retryAfterMs: err.retryAfterMs, endpoint, partlyStored },
     );
+  }
+  if (unsafe && (status === 502 || (status === 503 && code === undefined))) {
+    // A proxy's answer, not the broker's (the broker never answers 502, and its 503s
+    // carry a code): the proxy may have sent the request on and lost the reply.
+    return err.withUncertain(true);
   }
   // Only a write can have taken effect; a read that failed changed nothing.
   return write ? err : err.withUncertain(false);

@@ -449,13 +449,19 @@ class CallState(Generic[T]):
             return Fail(err)
         if node_down:
             self._opened(url, self.pool.failure(url))
+        if self.call.kind is not Kind.READ and (resp.status == 502
+                                                or (resp.status == 503 and not err.code)):
+            # A 502, or a 503 without the broker's error body, is a proxy's answer: the
+            # proxy may have sent the request on and lost the broker's reply, so a
+            # produce may be stored (the broker never answers 502; its 503s carry a code).
+            err.uncertain = True
         if err.uncertain:
             # The broker could not tell whether it took effect (503 timeout, 504).
             self.maybe_applied = True
             if not self._may_repeat():
                 err.uncertain = True
                 return Fail(err)
-        failover = err.code in NOT_STORED_CODES or resp.status == 502
+        failover = (err.code in NOT_STORED_CODES or resp.status == 502) and not err.uncertain
         return self._retry(err, failover=failover)
 
     def on_transport_error(self, url: str, how: Transport, detail: str) -> Step[T]:
