@@ -863,3 +863,53 @@ def test_poison_backoff_grows_with_the_attempt_jittered_and_capped() -> None:
     assert plans.outcome_of(RuntimeError(), 0.0, 3) == ("nack", 0.0)
     with pytest.raises(ValueError):
         plans.ConsumerOptions(max_deliveries=3)
+
+
+@MODES
+def test_a_consumers_wait_after_a_poll_error_is_bounded_by_the_retry_after_cap(mode: str
+                                                                                ) -> None:
+    """A poll answered with a huge Retry-After (a proxy's, or an HTTP date far ahead)
+    holds the consumer back at most MAX_RETRY_AFTER (300 s), as every call and the Go
+    and TypeScript consumers do. The old consumer waited what the header said: a day
+    here, with nothing polled meanwhile."""
+    topic = {"name": "t", "incarnation": "i", "partitions": 1, "retention_ms": 1000,
+             "visibility_timeout_ms": 30_000, "max_in_flight_per_partition": 10,
+             "max_acked_ahead_per_partition": 10, "replication_factor": 1,
+             "created_at": "2026-01-01T00:00:00Z"}
+    polled = threading.Event()
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/v1/topics/t":
+            return httpx.Response(200, json=topic)
+        polled.set()
+        return httpx.Response(503, json=error_body("unavailable"),
+                              headers={"retry-after": "86400"})
+
+    events: list[narad.Event] = []
+
+    def retry_delays() -> list[float]:
+        return [e.delay or 0.0 for e in events if e.kind == "poll_error"]
+
+    if mode == "sync":
+        with narad.Client("http://a", transport=httpx.MockTransport(handler),
+                          on_event=events.append) as c:
+            consumer = c.consume("t", lambda m: None, wait=0.01)
+            assert polled.wait(5)
+            deadline = time.monotonic() + 5
+            while not retry_delays() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            consumer.close()
+    else:
+        async def run() -> None:
+            async with narad.AsyncClient("http://a", transport=httpx.MockTransport(handler),
+                                         on_event=events.append) as c:
+                async def noop(m: narad.Message) -> None:
+                    return None
+                consumer = await c.consume("t", noop, wait=0.01)
+                deadline = time.monotonic() + 5
+                while not retry_delays() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                await consumer.close()
+        asyncio.run(run())
+    assert retry_delays(), "no poll error reported"
+    assert all(0 < d <= core.MAX_RETRY_AFTER for d in retry_delays()), retry_delays()

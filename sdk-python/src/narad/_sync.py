@@ -901,7 +901,8 @@ class Consumer:
                     self._fail(err)
                     return
                 retry += 1
-                delay = max(err.retry_after or 0.0,
+                # A Retry-After holds the loop back, bounded as for every call.
+                delay = max(min(err.retry_after or 0.0, core.MAX_RETRY_AFTER),
                             self._client._policy.backoff(min(retry, 8)) + 0.05)
                 self._emit(kind="poll_error", error=err, outcome="retry", delay=delay)
                 log.warning("narad: poll of %s failed, retrying in %.2fs: %s",
