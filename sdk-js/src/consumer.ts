@@ -53,7 +53,8 @@ export interface ConsumeOptions {
    * Deliveries after which a message that keeps coming back is dead-lettered instead of
    * handled (default 0: never). A message with `deliveryAttempt > maxDeliveries` is
    * produced to {@link ConsumeOptions.deadLetterTopic} (same key and bytes; an envelope
-   * gets `narad-dead-letter-*` headers) and then acked; if that produce fails it is
+   * gets the reason in `lastError`, its `origin` when it had none, and
+   * `narad-dead-letter-*` headers) and then acked; if that produce fails it is
    * nacked with the backoff, never acked. Requires `deadLetterTopic`.
    */
   maxDeliveries?: number;
@@ -440,7 +441,10 @@ export class Consumer implements AsyncDisposable {
         "narad-dead-letter-offset": String(msg.offset),
         "narad-dead-letter-deliveries": String(msg.deliveryAttempt ?? 0),
       };
-      const body = env ? env.with({ headers: { ...env.headers, ...note } }) : msg.body;
+      // The reason goes in last_error, as the Go and Python SDKs write it, and the
+      // envelope keeps where it came from.
+      const lastError = `delivered ${msg.deliveryAttempt ?? 0} times, over the limit of ${this.maxDeliveries}`;
+      const body = env ? env.with({ headers: { ...env.headers, ...note }, lastError, origin: env.origin ?? this.topic }) : msg.body;
       await this.client.produce(dlt, body, { ...(msg.key === undefined ? {} : { key: msg.key }), ...(env ? {} : { contentType: guessType(msg.body) }) });
     } catch (e) {
       this.stopRenewing(r);

@@ -83,6 +83,10 @@ describe("poison messages", () => {
     assert.deepEqual(env.json(), { id: 7 });
     assert.equal(env.headers["a"], "b");
     assert.equal(env.headers["narad-dead-letter-topic"], topic);
+    // The contract: the envelope gets the reason (as the Go and Python SDKs write it) and
+    // keeps where it came from, so a re-driver in any language reads both.
+    assert.equal(env.lastError, "delivered 3 times, over the limit of 2");
+    assert.equal(env.origin, topic);
     assert.ok(attempts.every((a) => a <= 2), `the handler never saw an attempt past maxDeliveries: ${attempts}`);
     assert.deepEqual(await plain.receive(topic, { waitMs: 0 }), [], "the originals were acked");
   });

@@ -913,3 +913,21 @@ def test_a_consumers_wait_after_a_poll_error_is_bounded_by_the_retry_after_cap(m
         asyncio.run(run())
     assert retry_delays(), "no poll error reported"
     assert all(0 < d <= core.MAX_RETRY_AFTER for d in retry_delays()), retry_delays()
+
+
+def test_a_dead_lettered_envelope_gets_the_reason_and_its_origin() -> None:
+    """The SDK contract: past max_deliveries an envelope goes to the dead-letter topic
+    "with the reason" (its ``last_error``), as the Go SDK writes it, so a re-driver in
+    any language reads why and where from (``origin``). The old code only added
+    headers: ``last_error`` stayed the handler's last one, or None."""
+    env = narad.Envelope.wrap({"id": 7}, headers={"a": "b"})
+    body, _ = core.encode_body(env)
+    m = narad.Message(topic="orders", partition=1, offset=5, body=body, timestamp=1,
+                      key="k", receipt_handle="h", delivery_attempt=3)
+    d = plans.Delivery(m, 0.0, 30.0)
+    data, ctype = plans.dead_letter_body(d, 2)
+    moved = narad.Envelope.try_decode(data)
+    assert moved is not None and ctype.startswith("application/json")
+    assert moved.last_error == "delivered 3 times, over the limit of 2"
+    assert moved.origin == "orders" and moved.id == env.id and moved.json() == {"id": 7}
+    assert moved.headers["a"] == "b"

@@ -920,7 +920,7 @@ class AsyncConsumer:
         """
         m = d.message
         dlq = self.options.dead_letter_topic or ""
-        body, ctype = plans.dead_letter_body(d)
+        body, ctype = plans.dead_letter_body(d, self.options.max_deliveries)
         try:
             await self._client._run(core.produce(dlq, body, key=m.key, content_type=ctype))
         except NaradError as err:

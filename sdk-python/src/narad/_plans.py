@@ -472,11 +472,13 @@ def outcome_of(exc: BaseException | None, nack_delay: float | None, attempt: int
     return ("nack", poison_backoff(attempt) if nack_delay is None else nack_delay)
 
 
-def dead_letter_body(d: Delivery) -> tuple[bytes, str]:
+def dead_letter_body(d: Delivery, max_deliveries: int = 0) -> tuple[bytes, str]:
     """dead_letter_body is what goes to the dead-letter topic: the same payload.
 
-    An envelope gets headers saying where it came from and how often it was delivered;
-    any other payload goes as it was (JSON stays JSON, the rest as bytes).
+    An envelope gets the reason in ``last_error`` (as the Go and TypeScript SDKs write
+    it), its ``origin`` when it had none, and headers saying where it came from and how
+    often it was delivered; any other payload goes as it was (JSON stays JSON, the rest
+    as bytes).
     """
     from .envelope import Envelope
 
@@ -486,7 +488,9 @@ def dead_letter_body(d: Delivery) -> tuple[bytes, str]:
         headers = dict(env.headers)
         headers["narad-dead-letter-from"] = f"{m.topic}/{m.partition}@{m.offset}"
         headers["narad-delivery-attempts"] = str(d.attempt)
-        return core.encode_body(replace(env, headers=headers))
+        reason = f"delivered {d.attempt} times, over the limit of {max_deliveries}"
+        return core.encode_body(replace(env, headers=headers, last_error=reason,
+                                        origin=env.origin or m.topic))
     try:
         json.loads(m.body)
     except ValueError:

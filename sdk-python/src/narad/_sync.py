@@ -982,7 +982,7 @@ class Consumer:
         """
         m = d.message
         dlq = self.options.dead_letter_topic or ""
-        body, ctype = plans.dead_letter_body(d)
+        body, ctype = plans.dead_letter_body(d, self.options.max_deliveries)
         try:
             self._client._run(core.produce(dlq, body, key=m.key, content_type=ctype))
         except NaradError as err:
