@@ -931,3 +931,46 @@ def test_a_dead_lettered_envelope_gets_the_reason_and_its_origin() -> None:
     assert moved.last_error == "delivered 3 times, over the limit of 2"
     assert moved.origin == "orders" and moved.id == env.id and moved.json() == {"id": 7}
     assert moved.headers["a"] == "b"
+
+
+def test_a_500_on_a_renewal_does_not_count_the_lease_lost() -> None:
+    """A renewal answered 500 (a broker bug on one request, or a proxy) says nothing about
+    the lease: it is tried again within the lease, as the Go and TypeScript consumers
+    do, and the handler's result is acked. The old consumer took any failure that was
+    not retryable for a lost lease: it cancelled the handler and never acked its
+    message, which came again once the lease lapsed."""
+    topic = {"name": "t", "incarnation": "i", "partitions": 1, "retention_ms": 1000,
+             "visibility_timeout_ms": 1000, "max_in_flight_per_partition": 10,
+             "max_acked_ahead_per_partition": 10, "replication_factor": 1,
+             "created_at": "2026-01-01T00:00:00Z"}
+    msg = {"topic": "t", "partition": 0, "offset": 0, "timestamp": 1, "payload": "",
+           "payload_encoding": "base64", "receipt_handle": "h", "delivery_attempt": 1}
+    polls = [0]
+    renewals = [0]
+    acked = threading.Event()
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/v1/topics/t":
+            return httpx.Response(200, json=topic)
+        if req.url.path == "/v1/topics/t/ack-batch":
+            renewals[0] += 1
+            if renewals[0] == 1:
+                return httpx.Response(500, json=error_body("internal"))
+            return httpx.Response(200, json={"results": [{"receipt_handle": "h",
+                                                          "status": 204}]})
+        if req.url.path == "/v1/topics/t/ack":
+            if "extend" not in req.url.params:
+                acked.set()
+            return httpx.Response(204)
+        polls[0] += 1
+        if polls[0] == 1:
+            return httpx.Response(200, json=msg)
+        time.sleep(0.01)
+        return httpx.Response(204)
+
+    with narad.Client("http://a", transport=httpx.MockTransport(handler)) as c:
+        consumer = c.consume("t", lambda m: time.sleep(1.5), wait=0.01)
+        assert acked.wait(10), f"not acked; stats {consumer.stats}"
+        consumer.close()
+    assert renewals[0] >= 2, renewals
+    assert consumer.stats.lease_lost == 0 and consumer.stats.acked == 1, consumer.stats

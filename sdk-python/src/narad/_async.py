@@ -1016,10 +1016,10 @@ class AsyncConsumer:
                 log.warning("narad: renewing %d leases of %s failed: %s", len(group),
                             self.topic, err)
                 for d in group:
-                    if err.retryable:
-                        self._book.renewal_failed(d, plans.monotonic())
-                    else:
+                    if plans.renewal_lost(err):
                         self._lost(d, err)
+                    else:
+                        self._book.renewal_failed(d, plans.monotonic())
                 continue
             by_handle = {d.message.receipt_handle: d for d in group}
             for r in results:
@@ -1027,7 +1027,7 @@ class AsyncConsumer:
                 if r.ok:
                     self._book.renewed(d, sent)
                     self._counters.add("renewals")
-                elif r.error is not None and r.error.retryable:
+                elif not plans.renewal_lost(r.error):
                     self._book.renewal_failed(d, plans.monotonic())
                 elif d.state not in (plans.State.SETTLING, plans.State.DONE):
                     self._lost(d, r.error)

@@ -19,7 +19,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from . import _core as core
-from .errors import BadRequest, Conflict, Forbidden, NaradError, NotFound, TooLarge, Unauthenticated
+from .errors import (
+    BadRequest,
+    Closed,
+    Conflict,
+    Forbidden,
+    LeaseLost,
+    NaradError,
+    NotFound,
+    TooLarge,
+    Unauthenticated,
+)
 from .models import Message, Position
 
 T = TypeVar("T")
@@ -172,6 +182,18 @@ def is_terminal(err: NaradError) -> bool:
     """
     return not err.retryable and isinstance(err, (Unauthenticated, Forbidden, NotFound,
                                                   BadRequest, Conflict, TooLarge))
+
+
+def renewal_lost(err: NaradError | None) -> bool:
+    """renewal_lost tells whether a failed renewal means the lease is gone.
+
+    Only a 410, a closed client or an answer that ends the consumer does (401, 403, the
+    topic gone, a request refused as sent: :func:`is_terminal`), as in the TypeScript
+    SDK. Anything
+    else (a 500, a 501, a timeout) says nothing about the lease: the renewal is tried
+    again within it, and the lease counts as lost only once its window passed.
+    """
+    return err is None or isinstance(err, (LeaseLost, Closed)) or is_terminal(err)
 
 
 class LeaseBook:

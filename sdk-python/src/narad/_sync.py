@@ -1083,10 +1083,10 @@ class Consumer:
                 log.warning("narad: renewing %d leases of %s failed: %s", len(group),
                             self.topic, err)
                 for d in group:
-                    if err.retryable:
-                        self._book.renewal_failed(d, plans.monotonic())
-                    else:
+                    if plans.renewal_lost(err):
                         self._lost(d, err)
+                    else:
+                        self._book.renewal_failed(d, plans.monotonic())
                 continue
             by_handle = {d.message.receipt_handle: d for d in group}
             for r in results:
@@ -1094,7 +1094,7 @@ class Consumer:
                 if r.ok:
                     self._book.renewed(d, sent)
                     self._counters.add("renewals")
-                elif r.error is not None and r.error.retryable:
+                elif not plans.renewal_lost(r.error):
                     self._book.renewal_failed(d, plans.monotonic())
                 else:
                     with self._cond:
