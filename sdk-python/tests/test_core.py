@@ -974,3 +974,25 @@ def test_a_500_on_a_renewal_does_not_count_the_lease_lost() -> None:
         consumer.close()
     assert renewals[0] >= 2, renewals
     assert consumer.stats.lease_lost == 0 and consumer.stats.acked == 1, consumer.stats
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_not_a_success(status: int) -> None:
+    """The broker never redirects; a 3xx comes from something in front of it (an http
+    to https redirect of a load balancer) and the request never reached the broker. The
+    old code took every answer under 400 for a success: an ack answered 301 counted as
+    settled (the message came again while the consumer counted it acked), and a poll
+    answered with an empty 302 was an empty poll, so a consumer pointed at such an
+    endpoint polled for ever without reporting anything. Like the Go and TypeScript
+    SDKs, only a 2xx is a success."""
+    headers = {"location": "https://a/v1/topics/t/ack"}
+    ack, _ = state(core.ack("t", "h"))
+    step = ack.on_response(ack.endpoint(), core.Response(status, headers, b""))
+    assert isinstance(step, core.Fail), f"an ack answered {status}: {step!r}"
+    assert step.error.status == status and not step.error.retryable
+    poll, _ = state(core.receive("t", max_messages=5, wait=1))
+    step = poll.on_response(poll.endpoint(), core.Response(status, headers, b""))
+    assert isinstance(step, core.Fail), f"a poll answered {status}: {step!r}"
+    prod, _ = state(core.produce("t", b"x"))
+    step = prod.on_response(prod.endpoint(), core.Response(status, headers, b"moved"))
+    assert isinstance(step, core.Fail) and not step.error.uncertain

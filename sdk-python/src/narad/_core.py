@@ -417,7 +417,9 @@ class CallState(Generic[T]):
     def on_response(self, url: str, resp: Response) -> Step[T]:
         """on_response decides after an answer."""
         self._report(url, resp.status, None)
-        if resp.status < 400:
+        if 200 <= resp.status < 300:
+            # Only a 2xx is a success: a 3xx comes from something in front of the broker
+            # (which never redirects), and the request never reached it.
             self._closed(url)
             try:
                 return Done(self.call.parse(resp, self.maybe_applied))

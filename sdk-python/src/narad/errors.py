@@ -279,6 +279,11 @@ def error_from_response(
     if not message:
         text = body[:200].decode("utf-8", "replace").strip()
         message = text or f"HTTP {status}"
+    if 300 <= status < 400:
+        # The broker never redirects: something in front of it does (an http to https
+        # redirect), and the request never reached the broker.
+        message = (f"HTTP {status}: redirected to {headers.get('location') or '?'}; the "
+                   f"broker never redirects: give the client the URL it names")
     retry_after = parse_retry_after(headers.get("retry-after"))
     cls = _BY_STATUS.get(status)
     if cls is None:
