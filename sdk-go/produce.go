@@ -164,6 +164,9 @@ type ProduceResult struct {
 // an *Error whose PartlyStored says how many were stored and which partitions were not
 // (such a request is never resent, whatever NoDuplicates says). The error is non-nil
 // when any message failed, and joins the distinct failures; check every result's Err.
+// Retryable and Uncertain of the error describe the whole call: when some messages were
+// stored (or some request's outcome is unknown) it is uncertain and not retryable, since
+// sending the whole batch again would store those twice.
 func (c *Client) ProduceBatch(ctx context.Context, topic string, msgs []Outgoing, opts ...ProduceOption) ([]ProduceResult, error) {
 	var pc produceConfig
 	for _, o := range opts {
@@ -208,10 +211,28 @@ func (c *Client) ProduceBatch(ctx context.Context, topic string, msgs []Outgoing
 	flush()
 	var errs []error
 	seen := map[error]bool{}
+	stored, retryable, uncertain := 0, true, false
 	for _, r := range res {
-		if r.Err != nil && !seen[r.Err] {
+		if r.Err == nil {
+			stored++
+			continue
+		}
+		retryable = retryable && Retryable(r.Err)
+		uncertain = uncertain || Uncertain(r.Err)
+		if !seen[r.Err] {
 			seen[r.Err] = true
 			errs = append(errs, r.Err)
+		}
+	}
+	if len(errs) > 0 && (stored > 0 || (uncertain && !Uncertain(errs[0])) || (!retryable && Retryable(errs[0]))) {
+		// The call's own flags differ from its first failure's: part of it was stored
+		// (or another request's outcome is unknown), so sending the whole batch again is
+		// not safe. Retryable and Uncertain read this summary first; errors.Is and the
+		// failures themselves (and each result's Err) are unchanged.
+		errs = append([]error{&Error{Op: "produce-batch", Topic: topic, uncertain: true,
+			Message: fmt.Sprintf("%d of %d messages failed and %d were stored; do not send the batch again whole, check each result", len(msgs)-stored, len(msgs), stored)}}, errs...)
+		if stored == 0 {
+			errs[0].(*Error).Message = fmt.Sprintf("%d messages failed, some with an unknown outcome; do not send the batch again whole, check each result", len(msgs))
 		}
 	}
 	return res, errors.Join(errs...)

@@ -390,3 +390,40 @@ func TestProduceAnsweredByAProxysBadGatewayIsUncertain(t *testing.T) {
 		}
 	}
 }
+
+// TestProduceBatchErrorSaysPartOfTheCallWasStored: a ProduceBatch sent in several
+// requests (over 1000 messages) whose second request failed with a 503 that stored
+// nothing. The first request's messages are stored, so the call as a whole took effect:
+// its error must not say "retryable, certain", which invites sending the whole batch
+// again and storing the first 1000 twice (with NoDuplicates too). The old code gave the
+// joined error the flags of the first failure: Retryable true, Uncertain false.
+func TestProduceBatchErrorSaysPartOfTheCallWasStored(t *testing.T) {
+	c, ft := newFaultClient(t, narad.WithRetry(narad.RetryPolicy{Attempts: 1}))
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	var requests atomic.Int32
+	ft.set(func(r *http.Request) (*http.Response, error) {
+		if strings.HasSuffix(r.URL.Path, "/produce-batch") && requests.Add(1) == 2 {
+			return unavailable(""), nil
+		}
+		return nil, nil
+	}, nil)
+	msgs := make([]narad.Outgoing, 1500)
+	for i := range msgs {
+		msgs[i] = narad.Outgoing{Body: "m"}
+	}
+	res, err := c.ProduceBatch(ctx, topic, msgs, narad.NoDuplicates())
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if res[0].Err != nil || res[1499].Err == nil || !narad.Retryable(res[1499].Err) {
+		t.Fatalf("per message: first %v, last %v", res[0].Err, res[1499].Err)
+	}
+	if narad.Retryable(err) || !narad.Uncertain(err) {
+		t.Fatalf("1000 of 1500 stored, yet the call's error says retryable %v, uncertain %v: %v",
+			narad.Retryable(err), narad.Uncertain(err), err)
+	}
+	if !errors.Is(err, narad.ErrUnavailable) {
+		t.Fatalf("the failure's kind is lost: %v", err)
+	}
+}

@@ -61,7 +61,9 @@ export type ProduceResult = { ok: true; produced: Produced } | { ok: false; erro
 /**
  * ProduceBatchError is thrown by {@link Client.produceBatch} when any message failed.
  * `results` has one entry per message, in order: a partial failure is never hidden.
- * Its own kind, code, flags and `partlyStored` are those of the first failure.
+ * Its own kind, code and `partlyStored` are those of the first failure; its flags are
+ * the call's: when some messages were stored, or some request's outcome is unknown, it
+ * is `uncertain` and not `retryable` (sending the batch again whole stores them twice).
  */
 export class ProduceBatchError extends NaradError {
   /** One result per message, in the order given. */
@@ -71,11 +73,15 @@ export class ProduceBatchError extends NaradError {
   constructor(results: readonly ProduceResult[]) {
     const failed = results.filter((r): r is { ok: false; error: NaradError } => !r.ok);
     const first = (failed[0] as { error: NaradError }).error;
+    // The flags describe the whole call: when some messages were stored (or some
+    // request's outcome is unknown), sending the batch again whole would store them
+    // twice, so it is uncertain and not retryable. Each result keeps its own error.
+    const stored = results.length - failed.length;
     super(first.kind, `${failed.length} of ${results.length} messages failed; first: ${first.message}`, {
       code: first.code,
       status: first.status,
-      retryable: first.retryable,
-      uncertain: failed.some((f) => f.error.uncertain),
+      retryable: stored === 0 && failed.every((f) => f.error.retryable),
+      uncertain: stored > 0 || failed.some((f) => f.error.uncertain),
       retryAfterMs: first.retryAfterMs,
       endpoint: first.endpoint,
       cause: first,

@@ -232,6 +232,34 @@ describe("produce outcomes", () => {
     }
   });
 
+  it("flags a produceBatch error for the whole call: part of it stored is uncertain and not retryable", async () => {
+    // 1500 messages go in two requests; the second fails with a 503 that stored nothing.
+    // The first 1000 are stored, so the call took effect: its error must not say
+    // "retryable, certain", which invites sending the whole batch again and storing
+    // those 1000 twice (also without duplicates). The old error took the first
+    // failure's flags: retryable, not uncertain.
+    const f = faultyFetch();
+    let n = 0;
+    f.rules.push((url) => {
+      if (url.pathname.endsWith("/produce-batch") && ++n === 2) {
+        return Promise.resolve(new Response(JSON.stringify({ error: { code: "unavailable", message: "injected" } }), { status: 503 }));
+      }
+      return undefined;
+    });
+    const client = new Client({ endpoints: [broker.url], fetch: f.fetch, retry: { attempts: 1 } });
+    const topic = topicName("chunks");
+    await client.createTopic({ name: topic, partitions: 1 });
+    const msgs = Array.from({ length: 1500 }, () => ({ body: "m" }));
+    const err = await client.produceBatch(topic, msgs, { allowDuplicates: false }).catch((e: unknown) => e);
+    assert.ok(err instanceof ProduceBatchError, String(err));
+    assert.equal(err.results[0]?.ok, true);
+    const last = err.results[1499];
+    assert.ok(last && !last.ok && last.error.retryable && !last.error.uncertain, "the failed request's own error stays as it was");
+    assert.equal(err.retryable, false, "1000 of the batch are stored: sending it again whole stores them twice");
+    assert.equal(err.uncertain, true, "the call took effect in part");
+    await client.close();
+  });
+
   it("fails over at once on a 503 and honours Retry-After when no node is left", async () => {
     const f = faultyFetch();
     let n = 0;

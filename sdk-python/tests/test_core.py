@@ -328,7 +328,9 @@ def test_produce_batch_over_1000_is_split_and_reported_per_message(mode: str) ->
     res = exc.value.results
     assert sizes == [1000, 500] and res is not None and len(res) == 1500
     assert all(isinstance(r, narad.Produced) for r in res[:1000])
-    assert all(r is exc.value for r in res[1000:])
+    # The call's error is the failure's, flagged for the whole call: 1000 were stored.
+    assert all(isinstance(r, narad.Forbidden) and not r.uncertain for r in res[1000:])
+    assert exc.value.uncertain and not exc.value.retryable
 
 
 def test_batch_chunks_stay_within_the_broker_limits() -> None:
@@ -996,3 +998,31 @@ def test_a_redirect_is_not_a_success(status: int) -> None:
     prod, _ = state(core.produce("t", b"x"))
     step = prod.on_response(prod.endpoint(), core.Response(status, headers, b"moved"))
     assert isinstance(step, core.Fail) and not step.error.uncertain
+
+
+@MODES
+def test_a_batch_error_says_part_of_the_call_was_stored(mode: str) -> None:
+    """A produce_batch sent in two requests (1500 messages) whose second request failed
+    with a 503 that stored nothing: the first 1000 are stored, so the call took effect.
+    The raised error must not say "retryable, certain", which invites sending the whole
+    batch again and storing those 1000 twice (also without duplicates). The old code
+    raised the first failure as it was: retryable, not uncertain. Each result keeps its
+    own error, as in the Go and TypeScript SDKs."""
+    requests = [0]
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        requests[0] += 1
+        n = len(json.loads(req.content)["messages"])
+        if requests[0] == 2:
+            return httpx.Response(503, json=error_body("unavailable"))
+        return httpx.Response(202, json={"results": [
+            {"topic": "t", "partition": 0, "offset": i} for i in range(n)]})
+
+    with pytest.raises(narad.Unavailable) as exc:
+        over_mock(mode, handler, "produce_batch", "t", [b"m"] * 1500,
+                  allow_duplicates=False, client={"attempts": 1})
+    err = exc.value
+    assert not err.retryable and err.uncertain, repr(err)
+    assert err.results is not None and isinstance(err.results[0], narad.Produced)
+    last = err.results[1499]
+    assert isinstance(last, narad.Unavailable) and last.retryable and not last.uncertain

@@ -10,6 +10,7 @@ loop shape, so the two clients cannot drift apart in behaviour.
 from __future__ import annotations
 
 import base64
+import copy
 import enum
 import json
 import random
@@ -859,7 +860,16 @@ def batch_produced(results: Sequence[Produced | NaradError | None]) -> list[Prod
     failed = [r for r in out if isinstance(r, NaradError)]
     if not failed:
         return [r for r in out if isinstance(r, Produced)]
+    # The raised error's flags describe the whole call: when some messages were stored
+    # (or some request's outcome is unknown), sending the batch again whole would store
+    # them twice, so it is uncertain and not retryable. Each result keeps its own error.
+    stored = len(out) - len(failed)
     first = failed[0]
+    retryable = stored == 0 and all(e.retryable for e in failed)
+    uncertain = stored > 0 or any(e.uncertain for e in failed)
+    if (retryable, uncertain) != (first.retryable, first.uncertain):
+        first = copy.copy(first)
+        first.retryable, first.uncertain = retryable, uncertain
     first.results = out
     raise first
 
