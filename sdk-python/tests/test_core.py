@@ -1026,3 +1026,55 @@ def test_a_batch_error_says_part_of_the_call_was_stored(mode: str) -> None:
     assert err.results is not None and isinstance(err.results[0], narad.Produced)
     last = err.results[1499]
     assert isinstance(last, narad.Unavailable) and last.retryable and not last.uncertain
+
+
+def test_a_renewal_that_hangs_does_not_outlive_the_lease() -> None:
+    """A renewal sent to a node that takes the request and never answers is bounded by
+    the lease it renews (as Go bounds it by the lease's end and TypeScript each attempt
+    by the time left): once the lease is over, the handler is cancelled (rule 1). The
+    old consumer waited for the renewal's whole call budget (the 30 s request timeout
+    here) while the lease had long lapsed and the message was delivered elsewhere, and
+    every other lease waited behind it, unrenewed."""
+    topic = {"name": "t", "incarnation": "i", "partitions": 1, "retention_ms": 1000,
+             "visibility_timeout_ms": 1000, "max_in_flight_per_partition": 10,
+             "max_acked_ahead_per_partition": 10, "replication_factor": 1,
+             "created_at": "2026-01-01T00:00:00Z"}
+    msg = {"topic": "t", "partition": 0, "offset": 0, "timestamp": 1, "payload": "",
+           "payload_encoding": "base64", "receipt_handle": "h", "delivery_attempt": 1}
+    polls = [0]
+    release = threading.Event()
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/v1/topics/t":
+            return httpx.Response(200, json=topic)
+        if req.url.path == "/v1/topics/t/ack-batch":
+            # Taken, never answered: the attempt ends at its read timeout (a mock
+            # transport does not enforce it; a real one does).
+            bound = (req.extensions.get("timeout") or {}).get("read") or 30.0
+            release.wait(min(4.0, bound))
+            raise httpx.ReadTimeout("no answer", request=req)
+        if req.url.path == "/v1/topics/t/ack":
+            return httpx.Response(204)
+        polls[0] += 1
+        if polls[0] == 1:
+            return httpx.Response(200, json=msg)
+        time.sleep(0.01)
+        return httpx.Response(204)
+
+    cancelled_after: list[float] = []
+
+    def work(m: narad.Message) -> None:
+        d = narad.current_delivery()
+        assert d is not None
+        t0 = time.monotonic()
+        if d.cancelled.wait(3.5):
+            cancelled_after.append(time.monotonic() - t0)
+
+    with narad.Client("http://a", transport=httpx.MockTransport(handler)) as c:
+        consumer = c.consume("t", work, wait=0.01)
+        deadline = time.monotonic() + 5
+        while consumer.stats.lease_lost == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        release.set()
+        consumer.close()
+    assert cancelled_after and cancelled_after[0] < 2.0, cancelled_after

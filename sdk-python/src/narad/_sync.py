@@ -1075,10 +1075,14 @@ class Consumer:
     def _renew(self, due: list[plans.Delivery]) -> None:
         for group in plans.renewal_groups(due, 1000):
             sent = plans.monotonic()
+            # Bounded by the leases it renews: past their end a renewal is too late, and
+            # the loop must see them gone (and cancel their handlers) rather than wait.
+            left = min(d.lease_until for d in group) - sent
             try:
                 results = self._client._run(core.ack_batch(
                     self.topic, plans.renewal_entries(group, self._book.window),
-                    group[0].message.endpoint))
+                    group[0].message.endpoint), max(0.05, left),
+                    replace(self._client._policy, attempts=1))
             except NaradError as err:
                 log.warning("narad: renewing %d leases of %s failed: %s", len(group),
                             self.topic, err)
