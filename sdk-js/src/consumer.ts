@@ -1,6 +1,6 @@
 import "./internal/dispose.js";
 import type { ClientCore } from "./internal/core.js";
-import { ClosedError, LeaseLostError, NaradError } from "./errors.js";
+import { ClosedError, LeaseLostError, NaradError, TimeoutError } from "./errors.js";
 import { deferred, sleep, unrefTimer, type Deferred } from "./internal/util.js";
 import type { Message } from "./message.js";
 
@@ -316,12 +316,19 @@ export class Consumer implements AsyncDisposable {
         this.loseLease(r, new LeaseLostError("the lease lapsed before it could be renewed", { code: "lease_lost" }));
         return;
       }
+      // The whole renewal, retries included, ends with the lease: past it a renewal is
+      // too late, and the handler must be cancelled then, not after every attempt.
+      const bound = new AbortController();
+      const boundTimer = setTimeout(() => bound.abort(new TimeoutError("the lease ended before its renewal was answered", { code: "timeout" })), left);
+      unrefTimer(boundTimer);
       try {
         await this.client.extend(this.topic, r.msg.receiptHandle as string, {
           leaseMs: this.leaseMs,
           timeoutMs: Math.max(50, Math.min(left, this.client.transport.timeoutMs)),
+          signal: bound.signal,
           ...(r.msg.endpoint === undefined ? {} : { endpoint: r.msg.endpoint }),
         });
+        clearTimeout(boundTimer);
         if (r.lost || r.finished || r.msg.settled) return;
         r.leaseEnd = sent + this.leaseMs;
         this.stats_.renewed++;
@@ -329,7 +336,12 @@ export class Consumer implements AsyncDisposable {
         this.scheduleLease(r);
         return;
       } catch (e) {
+        clearTimeout(boundTimer);
         if (r.msg.settled) return;
+        if (bound.signal.aborted) {
+          this.loseLease(r, new LeaseLostError("the lease ended before its renewal was answered", { code: "lease_lost" }));
+          return;
+        }
         if (e instanceof NaradError && e.kind === "LeaseLost") {
           this.loseLease(r, e);
           return;

@@ -126,6 +126,42 @@ describe("consume", () => {
     assert.equal(await backlog(topic), 0);
   });
 
+  it("aborts the handler by the end of its lease when a renewal hangs", async () => {
+    // The renewal goes to a node that takes it and never answers. Each attempt was
+    // bounded by the time left, but the call made four of them: the handler ran on,
+    // uncancelled, about three leases past the end of its own (rule 1), while the
+    // message was free to be delivered elsewhere. Go bounds a renewal by the lease's end.
+    const topic = await newTopic(1000);
+    await client.produce(topic, "renewal hangs");
+    const f = faultyFetch();
+    f.rules.push((url, init) => {
+      if (!url.pathname.endsWith("/ack") || url.searchParams.get("extend") === null || url.searchParams.get("extend") === "0") return undefined;
+      return new Promise<Response>((_resolve, reject) => {
+        const sig = init?.signal;
+        if (sig?.aborted) reject(sig.reason);
+        sig?.addEventListener("abort", () => reject(sig.reason), { once: true });
+      });
+    });
+    const c = new Client({ endpoints: [broker.url], fetch: f.fetch });
+    let abortedAfter: number | undefined;
+    const consumer = c.consume(
+      topic,
+      async (m, { signal }) => {
+        if (m.deliveryAttempt !== 1) return;
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 4000);
+          signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
+        });
+        if (signal.aborted) abortedAfter = Date.now() - m.receivedAt;
+      },
+      { concurrency: 1, waitMs: 200 },
+    );
+    await waitFor(() => abortedAfter !== undefined || consumer.stats.acked > 0, "the handler's end", 10_000);
+    await consumer.stop();
+    await c.close();
+    assert.ok(abortedAfter !== undefined && abortedAfter < 1600, `aborted ${abortedAfter} ms after receipt, for a 1000 ms lease`);
+  });
+
   it("without renewal the handler is aborted when the lease runs out", async () => {
     const topic = await newTopic(600);
     await client.produce(topic, "x");
