@@ -1078,3 +1078,42 @@ def test_a_renewal_that_hangs_does_not_outlive_the_lease() -> None:
         release.set()
         consumer.close()
     assert cancelled_after and cancelled_after[0] < 2.0, cancelled_after
+
+
+@MODES
+def test_leaving_messages_hands_back_what_was_fetched_and_not_reached(mode: str) -> None:
+    """``messages(batch=n)`` fetches n messages under leases and yields them one by one.
+    A caller that leaves the loop early (break, an exception, closing the iterator)
+    never sees the rest, so they are handed back (nack) at once, as the TypeScript
+    iterator does and as a consumer's shutdown hands back what never started. The old
+    iterator left them leased for their whole visibility timeout."""
+    msgs = [{"topic": "t", "partition": 0, "offset": i, "timestamp": 1, "payload": "",
+             "payload_encoding": "base64", "receipt_handle": f"h{i}", "delivery_attempt": 1}
+            for i in range(3)]
+    nacked: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/v1/topics/t/consume-batch":
+            return httpx.Response(200, json={"messages": msgs})
+        if req.url.path == "/v1/topics/t/ack":
+            if req.url.params.get("extend") == "0":
+                nacked.append(req.url.params["receipt_handle"])
+            return httpx.Response(204)
+        return httpx.Response(404, json=error_body("not_found"))
+
+    if mode == "sync":
+        with narad.Client("http://a", transport=httpx.MockTransport(handler)) as c:
+            it = c.messages("t", batch=3, wait=0)
+            first = next(it)
+            it.close()
+    else:
+        async def run() -> narad.Message:
+            async with narad.AsyncClient("http://a",
+                                         transport=httpx.MockTransport(handler)) as ac:
+                agen = ac.messages("t", batch=3, wait=0)
+                m = await agen.__anext__()
+                await agen.aclose()
+                return m
+        first = asyncio.run(run())
+    assert first.receipt_handle == "h0"
+    assert sorted(nacked) == ["h1", "h2"], nacked

@@ -388,14 +388,23 @@ class AsyncClient:
         """Messages yields leased messages as they arrive, until the client closes.
 
         Each message must be settled by the caller (:meth:`ack`); leases are not renewed.
+        Leaving the loop early (break, an exception, ``aclose()``) hands back at once the
+        messages fetched with ``batch`` but never reached.
         """
-        while not self._closed:
-            try:
-                got = await self.receive(topic, max_messages=batch, wait=wait)
-            except Closed:
-                return
-            for m in got:
-                yield m
+        pending: list[Message] = []
+        try:
+            while not self._closed:
+                try:
+                    got = await self.receive(topic, max_messages=batch, wait=wait)
+                except Closed:
+                    return
+                pending = list(reversed(got))
+                while pending:
+                    yield pending.pop()
+        finally:
+            for m in pending:
+                with contextlib.suppress(NaradError):
+                    await self.nack(m, timeout=5.0)
 
     def replay(self, topic: str, start: Position | None = None, *,
                partitions: Iterable[int] | None = None, follow: bool = False,

@@ -446,13 +446,23 @@ class Client:
         """Messages yields leased messages as they arrive, until the client closes.
 
         Each message must be settled by the caller (:meth:`ack`); leases are not renewed.
+        Leaving the loop early (break, an exception, ``close()``) hands back at once the
+        messages fetched with ``batch`` but never reached.
         """
-        while not self._closed:
-            try:
-                got = self.receive(topic, max_messages=batch, wait=wait)
-            except Closed:
-                return
-            yield from got
+        pending: list[Message] = []
+        try:
+            while not self._closed:
+                try:
+                    got = self.receive(topic, max_messages=batch, wait=wait)
+                except Closed:
+                    return
+                pending = list(reversed(got))
+                while pending:
+                    yield pending.pop()
+        finally:
+            for m in pending:
+                with contextlib.suppress(NaradError):
+                    self.nack(m, timeout=5.0)
 
     def replay(self, topic: str, start: Position | None = None, *,
                partitions: Iterable[int] | None = None, follow: bool = False,
