@@ -585,8 +585,11 @@ func (c *Client) doJSON(ctx context.Context, cl *call, out any) error {
 	}
 	if out != nil && len(rep.body) > 0 {
 		if err := json.Unmarshal(rep.body, out); err != nil {
+			// A 2xx says the call took effect: for a write that must not happen twice
+			// (a produce), the unreadable answer leaves it uncertain, never "not done".
 			return &Error{Op: cl.op, Topic: cl.topic, Node: rep.node, Status: rep.status, Err: err,
-				Message: "the broker's answer is not the JSON the API describes: " + err.Error(), kind: ErrInternal}
+				Message: "the broker's answer is not the JSON the API describes: " + err.Error(), kind: ErrInternal,
+				uncertain: cl.unsafe}
 		}
 	}
 	return nil

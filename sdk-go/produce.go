@@ -290,7 +290,8 @@ func (c *Client) produceChunk(ctx context.Context, topic string, wire []api.Outg
 		build:  func(s string) (*http.Request, error) { return api.NewProduceBatchRequest(s, topic, req) },
 		unsafe: true, allowDup: allowDup, count: len(idx)}, &out)
 	if err == nil && len(out.Results) != len(idx) {
-		err = &Error{Op: "produce-batch", Topic: topic, kind: ErrInternal,
+		// Answered 202: stored, though the answer does not say where.
+		err = &Error{Op: "produce-batch", Topic: topic, kind: ErrInternal, uncertain: true,
 			Message: fmt.Sprintf("the broker answered %d results for %d messages", len(out.Results), len(idx))}
 	}
 	for j, i := range idx {

@@ -427,3 +427,35 @@ func TestProduceBatchErrorSaysPartOfTheCallWasStored(t *testing.T) {
 		t.Fatalf("the failure's kind is lost: %v", err)
 	}
 }
+
+// TestProduceAnswered202UnreadablyIsUncertain: a 202 says the messages are stored. When
+// its body cannot be read (not JSON, or fewer results than messages: a broken proxy, a
+// bug), the SDK cannot say where they went, but it must not say they were not stored:
+// the error is uncertain, as the TypeScript SDK reports a short result list. The old
+// code reported a certain ErrInternal, inviting a resend that stores them twice.
+func TestProduceAnswered202UnreadablyIsUncertain(t *testing.T) {
+	c, ft := newFaultClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
+		if err != nil || !strings.Contains(r.URL.Path, "/produce") {
+			return resp, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		body := "<html>stored, but this is not JSON</html>"
+		if strings.HasSuffix(r.URL.Path, "/produce-batch") {
+			body = `{"results":[]}`
+		}
+		resp.Body = io.NopCloser(strings.NewReader(body))
+		return resp, nil
+	})
+	_, err := c.Produce(ctx, topic, "x", narad.NoDuplicates())
+	if err == nil || !narad.Uncertain(err) || narad.Retryable(err) {
+		t.Fatalf("produce answered 202 unreadably: %v (uncertain %v)", err, narad.Uncertain(err))
+	}
+	res, err := c.ProduceBatch(ctx, topic, []narad.Outgoing{{Body: "a"}, {Body: "b"}}, narad.NoDuplicates())
+	if err == nil || !narad.Uncertain(err) || !narad.Uncertain(res[0].Err) {
+		t.Fatalf("produce-batch answered 202 with no results: %v (uncertain %v)", err, narad.Uncertain(err))
+	}
+}

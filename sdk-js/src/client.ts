@@ -240,7 +240,7 @@ export class Client implements AsyncDisposable, ClientCore {
       unsafe: true,
       ...this.callOpts(opts),
     });
-    const p = parseJSON<S["Produced"]>(res);
+    const p = parseStored<S["Produced"]>(res);
     return { topic: p.topic, partition: p.partition, offset: p.offset };
   }
 
@@ -322,7 +322,7 @@ export class Client implements AsyncDisposable, ClientCore {
       unsafe: true,
       ...this.callOpts(opts),
     });
-    return parseJSON<S["ProducedList"]>(res).results.map((p) => ({ topic: p.topic, partition: p.partition, offset: p.offset }));
+    return parseStored<S["ProducedList"]>(res).results.map((p) => ({ topic: p.topic, partition: p.partition, offset: p.offset }));
   }
 
   /**
@@ -949,6 +949,18 @@ export class Client implements AsyncDisposable, ClientCore {
   /** Closes the client, so `await using client = new Client(…)` cleans up. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
+  }
+}
+
+/**
+ * parseStored reads the answer of a produce: a 202 says the messages are stored, so an
+ * answer that cannot be read leaves the outcome uncertain, never "not stored".
+ */
+function parseStored<T>(res: RawResponse): T {
+  try {
+    return parseJSON<T>(res);
+  } catch (e) {
+    throw e instanceof NaradError ? e.withUncertain(true) : e;
   }
 }
 

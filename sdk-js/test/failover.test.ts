@@ -260,6 +260,26 @@ describe("produce outcomes", () => {
     await client.close();
   });
 
+  it("reports a 202 whose body cannot be read as uncertain, never as not stored", async () => {
+    // A 202 says the message is stored; an unreadable body (a broken proxy, a bug) does
+    // not say where, but the error must not say it was not stored. A short result list
+    // already was uncertain; a body that is not JSON was a certain InternalError.
+    const f = faultyFetch();
+    f.rules.push(async (url, _init, real) => {
+      if (!url.pathname.endsWith("/produce")) return undefined;
+      await (await real()).arrayBuffer();
+      return new Response("<html>stored, but not JSON</html>", { status: 202 });
+    });
+    const client = new Client({ endpoints: [broker.url], fetch: f.fetch, allowDuplicates: false });
+    const topic = topicName("unread");
+    await client.createTopic({ name: topic, partitions: 1 });
+    const err = await client.produce(topic, "x").catch((e: unknown) => e);
+    assert.ok(err instanceof NaradError, String(err));
+    assert.equal(err.uncertain, true, "answered 202: it may well be stored");
+    assert.equal(err.retryable, false);
+    await client.close();
+  });
+
   it("fails over at once on a 503 and honours Retry-After when no node is left", async () => {
     const f = faultyFetch();
     let n = 0;

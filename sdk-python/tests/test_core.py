@@ -1117,3 +1117,23 @@ def test_leaving_messages_hands_back_what_was_fetched_and_not_reached(mode: str)
         first = asyncio.run(run())
     assert first.receipt_handle == "h0"
     assert sorted(nacked) == ["h1", "h2"], nacked
+
+
+@MODES
+def test_a_202_that_cannot_be_read_is_of_unknown_outcome(mode: str) -> None:
+    """A 202 says the messages are stored. When its body cannot be read (not JSON, or
+    fewer results than messages: a broken proxy, a bug), the SDK cannot say where they
+    went, but must not say they were not stored: the error is uncertain, as the
+    TypeScript SDK reports a short result list. The old code raised a certain error,
+    inviting a resend that stores them twice."""
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path.endswith("/produce-batch"):
+            return httpx.Response(202, json={"results": []})
+        return httpx.Response(202, content=b"<html>stored, but not JSON</html>")
+
+    with pytest.raises(narad.NaradError) as one:
+        over_mock(mode, handler, "produce", "t", b"x", allow_duplicates=False)
+    assert one.value.uncertain and not one.value.retryable, repr(one.value)
+    with pytest.raises(narad.NaradError) as many:
+        over_mock(mode, handler, "produce_batch", "t", [b"a", b"b"], allow_duplicates=False)
+    assert many.value.uncertain and not many.value.retryable, repr(many.value)

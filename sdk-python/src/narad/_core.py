@@ -425,8 +425,11 @@ class CallState(Generic[T]):
             try:
                 return Done(self.call.parse(resp, self.maybe_applied))
             except (ValueError, KeyError, TypeError) as exc:
+                # A 2xx says the call took effect: for a write (a produce) the unreadable
+                # answer leaves it uncertain, never "not done".
                 return Fail(NaradError(f"{self.call.op}: unexpected answer: {exc}",
-                                       status=resp.status, code="bad_response"))
+                                       status=resp.status, code="bad_response",
+                                       uncertain=self.call.kind is not Kind.READ))
         if self.maybe_applied and resp.status in self.call.ok_after_lost_reply:
             self._closed(url)
             return Done(self.call.parse(Response(204, {}, b""), True))
@@ -856,7 +859,8 @@ def batch_produced(results: Sequence[Produced | NaradError | None]) -> list[Prod
     """
     out: list[Produced | NaradError] = [
         NaradError("produce_batch: the broker answered fewer results than messages",
-                   code="bad_response") if r is None else r for r in results]
+                   code="bad_response", uncertain=True) if r is None else r
+        for r in results]
     failed = [r for r in out if isinstance(r, NaradError)]
     if not failed:
         return [r for r in out if isinstance(r, Produced)]
