@@ -673,6 +673,9 @@ func queueConfig(m meta.Topic) queue.Config {
 // openPart opens this node's partition i of t (m is t's metadata): a replica of its
 // group when it is replicated.
 func (b *Broker) openPart(t *topic, m meta.Topic, i int32) (*partition.Partition, error) {
+	if h := openPartHook.Load(); h != nil {
+		(*h)(b, m.Name, i)
+	}
 	popts := partition.Options{
 		Dir:          filepath.Join(t.dir, strconv.Itoa(int(i))),
 		Index:        uint32(i),
@@ -696,6 +699,9 @@ func (b *Broker) openPart(t *topic, m meta.Topic, i int32) (*partition.Partition
 	}
 	return partition.Open(popts)
 }
+
+// openPartHook, set only by tests, runs as a partition is opened (a slow open).
+var openPartHook atomic.Pointer[func(b *Broker, topic string, i int32)]
 
 func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 	t := &topic{name: m.Name, incarnation: m.Incarnation, dir: filepath.Join(b.opts.DataDir, "topics", topicDirName(m)), done: make(chan struct{})}

@@ -529,8 +529,7 @@ func (b *Broker) followPlacement() {
 					b.log.Warn("opening the replica a switching move takes off this node failed; retrying at the next placement pass", "topic", t.name, "partition", i, "err", err)
 					continue
 				}
-				t.setPart(i, p)
-				t.openedAs[i] = groupOf(&m, i)
+				b.placePart(t, i, p, m)
 				b.log.Info("opened the replica a switching move takes off this node: its group may still count it", "topic", t.name, "partition", i)
 				t.sig.broadcast()
 			case !want && lp == nil:
@@ -544,8 +543,7 @@ func (b *Broker) followPlacement() {
 					b.log.Warn("opening a replica placed here (by a move, or again in a new group) failed; retrying at the next placement pass", "topic", t.name, "partition", i, "err", err)
 					continue
 				}
-				t.setPart(i, p)
-				t.openedAs[i] = groupOf(&m, i)
+				b.placePart(t, i, p, m)
 				b.log.Info("opened a replica a move placed here", "topic", t.name, "partition", i)
 				t.sig.broadcast()
 			case !want && lp != nil:
@@ -597,6 +595,21 @@ func (b *Broker) followPlacement() {
 		}
 	}
 	b.removeUnopened(ts, moves)
+}
+
+// placePart makes p, opened from the topic's settings m, partition i of t here. An
+// alter applied while it opened (reconcile does not wait for the placement pass) found
+// no partition i to change, and the replica kept the settings from before it until the
+// next alter: they are pushed to it now. applySettings stores the settings before it
+// reads the partitions, so either it sees p or the loads below see its settings (and
+// one racing this push is pushed again after it).
+func (b *Broker) placePart(t *topic, i int, p *partition.Partition, m meta.Topic) {
+	t.setPart(i, p)
+	t.openedAs[i] = groupOf(&m, i)
+	for cur := t.cur.Load(); !sameTopic(*cur, m); cur = t.cur.Load() {
+		p.SetConfig(queueConfig(*cur))
+		m = *cur
+	}
 }
 
 // switchingFrom reports whether partition i of t (placed as m), not open here, is the

@@ -1,0 +1,88 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestAnAlterWhileAReplicaOpensReachesIt: a node opens a replica a move placed on it
+// (here a raised replication factor) from the topic's settings as its placement pass
+// read them. An alter this node applies while that replica is opening (reconcile does
+// not wait for the placement pass) changes the settings of the partitions open here,
+// which does not include the one still opening. On the old code the new replica kept
+// the settings from before the alter for good (until another alter): here it leased up
+// to the old max_in_flight_per_partition of 1024 after an alter to 3, and a lowered cap
+// the operator had set to throttle a consumer never applied to it.
+func TestAnAlterWhileAReplicaOpensReachesIt(t *testing.T) {
+	bs := startReplCluster(t, 3, false)
+	ctx := context.Background()
+	tm, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "alt", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target *Broker
+	for _, b := range bs {
+		if !slices.Contains(tm.Placement[0].Replicas, b.NodeID()) {
+			target = b
+		}
+	}
+	if target == nil {
+		t.Fatalf("every node holds partition 0: %+v", tm.Placement)
+	}
+	var once sync.Once
+	hookErr := make(chan error, 1)
+	hook := func(b *Broker, topic string, i int32) {
+		if b != target || topic != "alt" || i != 0 {
+			return
+		}
+		once.Do(func() {
+			// The alter commits and this node applies it while its replica opens.
+			_, err := bs[0].AlterTopic(ctx, "alt", TopicAlter{MaxInFlight: ptr[int32](3)})
+			if err == nil {
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					tt, lerr := target.lookupLocal("alt")
+					if lerr == nil && tt.cur.Load().MaxInFlight == 3 {
+						break
+					}
+					if time.Now().After(deadline) {
+						err = fmt.Errorf("%s did not apply the alter within 30 s", target.NodeID())
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			hookErr <- err
+		})
+	}
+	openPartHook.Store(&hook)
+	t.Cleanup(func() { openPartHook.Store(nil) })
+	if _, err := bs[0].AlterTopic(ctx, "alt", TopicAlter{ReplicationFactor: ptr[int32](3)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-hookErr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s never opened its replica of the raised replication factor", target.NodeID())
+	}
+	tt, err := target.lookupLocal("alt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOrFail(t, 30*time.Second, "the new replica is open", func() error {
+		if tt.parts()[0] == nil {
+			return fmt.Errorf("not open on %s yet", target.NodeID())
+		}
+		return nil
+	})
+	if got := tt.parts()[0].Config().MaxInFlight; got != 3 {
+		t.Errorf("the replica %s opened while the alter applied has max_in_flight %d; the topic's is 3", target.NodeID(), got)
+	}
+}
