@@ -2,11 +2,16 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
 // TestAnAlterWhileAReplicaOpensReachesIt: a node opens a replica a move placed on it
@@ -84,5 +89,68 @@ func TestAnAlterWhileAReplicaOpensReachesIt(t *testing.T) {
 	})
 	if got := tt.parts()[0].Config().MaxInFlight; got != 3 {
 		t.Errorf("the replica %s opened while the alter applied has max_in_flight %d; the topic's is 3", target.NodeID(), got)
+	}
+}
+
+// TestALateAlterLeavesATopicCreatedSinceAlone: an alter that names no incarnation (an
+// HTTP request with security off) is sent to the controller for the incarnation the
+// name has when it is asked, as a delete is. Here the topic is deleted and created
+// again (with other settings) while the alter is on its way to the controller, as when
+// the alter was answered 503 timeout and its caller went on. On the old code the alter
+// changed the new topic, of which its caller knew nothing.
+func TestALateAlterLeavesATopicCreatedSinceAlone(t *testing.T) {
+	plane, bs := startFakeCluster(t, 3)
+	ctx := context.Background()
+	f, c := -1, -1
+	for k, b := range bs {
+		if b.meta.Leader() {
+			c = k
+		} else {
+			f = k
+		}
+	}
+	if c < 0 || f < 0 {
+		t.Fatalf("no controller (%d) or no follower (%d)", c, f)
+	}
+	old, err := bs[f].CreateTopic(ctx, TopicSpec{Name: "pinned", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](10_000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	var recreated meta.Topic
+	var hookErr error
+	plane.mu.Lock()
+	plane.seeMeta = func(body []byte) {
+		var r struct{ Cmd []byte }
+		if json.Unmarshal(body, &r) != nil || !strings.Contains(string(r.Cmd), `"alter_topic"`) {
+			return
+		}
+		once.Do(func() {
+			if hookErr = bs[c].DeleteTopic(ctx, "pinned", old.Incarnation); hookErr != nil {
+				return
+			}
+			recreated, hookErr = bs[c].CreateTopic(ctx, TopicSpec{Name: "pinned", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](20_000)})
+		})
+	}
+	plane.mu.Unlock()
+	_, err = bs[f].AlterTopic(ctx, "pinned", TopicAlter{VisibilityMs: ptr[int64](5_000)})
+	plane.mu.Lock()
+	plane.seeMeta = nil
+	plane.mu.Unlock()
+	if hookErr != nil {
+		t.Fatalf("deleting and creating the topic again: %v", hookErr)
+	}
+	if recreated.Incarnation == 0 {
+		t.Fatal("the alter was not forwarded to the controller")
+	}
+	if !errors.Is(err, ErrTopicNotFound) {
+		t.Errorf("the alter of incarnation %d reached the controller after incarnation %d was created; it answered %v, want not found", old.Incarnation, recreated.Incarnation, err)
+	}
+	m, ok := bs[c].meta.Topic("pinned")
+	if !ok || m.Incarnation != recreated.Incarnation {
+		t.Fatalf("the topic created again is gone: %+v %v", m, ok)
+	}
+	if m.VisibilityMs != 20_000 {
+		t.Errorf("the topic created again (with a visibility timeout of 20 s) has %d ms: an alter sent before it was created changed it", m.VisibilityMs)
 	}
 }

@@ -234,20 +234,34 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 			a.Schema, a.ClearSchema = nil, true
 		}
 	}
+	if b.opts.Peers != nil && (a.Incarnation == 0 || a.ReplicationFactor != nil) {
+		// On state caught up with the controller: the incarnation the alter is pinned
+		// to, and the check of an alter with a replication factor (below).
+		sctx, cancel := context.WithTimeout(ctx, syncBound)
+		serr := b.meta.Sync(sctx)
+		cancel()
+		if serr != nil {
+			return meta.Topic{}, fmt.Errorf("%w: the controller could not be asked for topic %q's state: %w", ErrUnavailable, name, serr)
+		}
+		if a.Incarnation == 0 {
+			// Pinned to the incarnation the name has now, as a delete is: an alter
+			// that reaches the controller late (its caller was told "outcome unknown"
+			// and moved on), or whose two commands (below) a delete and create fall
+			// between, must not change a topic created under the name since (a review,
+			// 6 December).
+			cur, ok := b.meta.Topic(name)
+			if !ok {
+				return meta.Topic{}, ErrTopicNotFound
+			}
+			a.Incarnation = cur.Incarnation
+		}
+	}
 	if a.ReplicationFactor != nil {
 		// Two commands: the rest of the alter is asked about first, on state caught
-		// up with the controller, so that its refusal leaves the replication factor
-		// as it was. Asked only after, a 409 for a retention shorter than a child's
-		// delay came with the factor changed and its moves started (a review, 5
-		// December).
-		if b.opts.Peers != nil {
-			sctx, cancel := context.WithTimeout(ctx, syncBound)
-			serr := b.meta.Sync(sctx)
-			cancel()
-			if serr != nil {
-				return meta.Topic{}, fmt.Errorf("%w: the controller could not be asked for topic %q's state: %w", ErrUnavailable, name, serr)
-			}
-		}
+		// up with the controller (above), so that its refusal leaves the replication
+		// factor as it was. Asked only after, a 409 for a retention shorter than a
+		// child's delay came with the factor changed and its moves started (a review,
+		// 5 December).
 		if err := b.meta.CheckAlter(name, a); err != nil {
 			return meta.Topic{}, mapMetaErr(err)
 		}

@@ -141,7 +141,9 @@ export interface paths {
          *     after the change; a shorter retention deletes only whole segments older than it.
          *     A new `replication_factor` is reached in the background: the controller adds or
          *     removes replicas through moves (`GET /v1/cluster/moves`).
-         *     The partition count cannot change (400).
+         *     The partition count cannot change (400). It alters the incarnation the name has
+         *     when the request is taken, as the controller knows it: an alter answered `503
+         *     timeout` that completes later never changes a topic created under the name since.
          */
         patch: operations["alterTopic"];
         trace?: never;
