@@ -202,6 +202,8 @@ type Broker struct {
 	drainOnce   sync.Once
 	wg          sync.WaitGroup
 	changed     chan struct{}
+	// retainKick asks the retention loop for a pass now (a topic's settings changed).
+	retainKick chan struct{}
 	// sweepPending: a deleted topic's data was kept because the metadata was not
 	// current then; the reconcile loop sweeps once it is.
 	sweepPending atomic.Bool
@@ -377,17 +379,18 @@ func Open(opts Options) (*Broker, error) {
 	}
 	opts.NodeID = id
 	b := &Broker{
-		opts:      opts,
-		log:       opts.Logger,
-		metrics:   opts.Metrics,
-		topics:    make(map[string]*topic),
-		copiers:   make(map[copierKey]*copier),
-		stop:      make(chan struct{}),
-		draining:  make(chan struct{}),
-		changed:   make(chan struct{}, 1),
-		remote:    newRemote(),
-		walFailed: make(chan error, 1),
-		stats:     newStatsRecorder(opts.StatsInterval),
+		opts:       opts,
+		log:        opts.Logger,
+		metrics:    opts.Metrics,
+		topics:     make(map[string]*topic),
+		copiers:    make(map[copierKey]*copier),
+		stop:       make(chan struct{}),
+		draining:   make(chan struct{}),
+		changed:    make(chan struct{}, 1),
+		retainKick: make(chan struct{}, 1),
+		remote:     newRemote(),
+		walFailed:  make(chan error, 1),
+		stats:      newStatsRecorder(opts.StatsInterval),
 	}
 	// Partition data lives under topics/, which exists now.
 	if b.syncer, b.syncCloser, err = opts.Syncer(filepath.Join(opts.DataDir, "topics")); err != nil {
@@ -791,7 +794,15 @@ func (b *Broker) applySettings(t *topic, m meta.Topic) {
 			p.SetConfig(queueConfig(m))
 		}
 	}
-	b.enforceRetention(t)
+	// A shorter retention is enforced by the retention loop, asked for a pass now.
+	// Enforced here, inside the reconcile pass (which holds reconcileMu, and which the
+	// alter's answer waits for), a retention shortened on a large backlog held the
+	// alter's answer and every create, alter and delete through this node until its
+	// segments were deleted: seconds to minutes (a review, 6 December).
+	select {
+	case b.retainKick <- struct{}{}:
+	default: // a pass is asked for already
+	}
 }
 
 // compiledSchema is a topic's effective schema (its own, or its parent's for a child
@@ -869,15 +880,21 @@ func (b *Broker) retentionLoop() {
 		case <-b.stop:
 			return
 		case <-tick.C:
-			ts := b.topicList()
-			for _, t := range ts {
-				b.enforceRetention(t)
-			}
+		case <-b.retainKick:
+		}
+		for _, t := range b.topicList() {
+			b.enforceRetention(t)
 		}
 	}
 }
 
+// retentionHook, set only by tests, runs as retention starts on a topic (a slow pass).
+var retentionHook atomic.Pointer[func(topic string)]
+
 func (b *Broker) enforceRetention(t *topic) {
+	if h := retentionHook.Load(); h != nil {
+		(*h)(t.name)
+	}
 	cutoff := partition.WallMillis() - t.cur.Load().RetentionMs
 	for i, p := range t.parts() {
 		if p == nil {
