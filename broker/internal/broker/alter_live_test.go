@@ -42,9 +42,9 @@ func TestAnAlterWhileAReplicaOpensReachesIt(t *testing.T) {
 	}
 	var once sync.Once
 	hookErr := make(chan error, 1)
-	hook := func(b *Broker, topic string, i int32) {
+	hook := func(b *Broker, topic string, i int32) error {
 		if b != target || topic != "alt" || i != 0 {
-			return
+			return nil
 		}
 		once.Do(func() {
 			// The alter commits and this node applies it while its replica opens.
@@ -65,6 +65,7 @@ func TestAnAlterWhileAReplicaOpensReachesIt(t *testing.T) {
 			}
 			hookErr <- err
 		})
+		return nil
 	}
 	openPartHook.Store(&hook)
 	t.Cleanup(func() { openPartHook.Store(nil) })
@@ -229,4 +230,39 @@ func TestAShorterRetentionIsNotEnforcedInsideTheAlter(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAnAlterIsNotFailedByAnotherTopicsOpen: an alter is answered from its commit; a
+// topic this node cannot open (out of file descriptors, a disk error; tried again at
+// every reconcile pass) has nothing to do with it. On the old code the alter's
+// reconcile pass failed on that topic and the alter answered 503 storage_failed, "a disk
+// write failed and the request was not stored; retry later", although it had taken
+// effect: while the other topic stayed unopenable, every alter through the node
+// answered so, and a client retrying it was told the same for ever.
+func TestAnAlterIsNotFailedByAnotherTopicsOpen(t *testing.T) {
+	b := mustStartBroker(t, t.TempDir())
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "good", Partitions: ptr[int32](1)}); err != nil {
+		t.Fatal(err)
+	}
+	hook := func(_ *Broker, topic string, _ int32) error {
+		if topic == "bad" {
+			return fmt.Errorf("open topics/bad/0: too many open files (the test)")
+		}
+		return nil
+	}
+	openPartHook.Store(&hook)
+	t.Cleanup(func() { openPartHook.Store(nil) })
+	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "bad", Partitions: ptr[int32](1)}); err == nil {
+		t.Fatal("the create of a topic that cannot be opened answered success")
+	}
+	_, err := b.AlterTopic(ctx, "good", TopicAlter{VisibilityMs: ptr[int64](5_000)})
+	m, _ := b.TopicMeta("good")
+	if m.VisibilityMs != 5_000 {
+		t.Fatalf("the alter did not take effect (%v): visibility %d ms", err, m.VisibilityMs)
+	}
+	if err != nil {
+		t.Errorf("the alter took effect, yet answered %v", err)
+	}
 }

@@ -677,7 +677,9 @@ func queueConfig(m meta.Topic) queue.Config {
 // group when it is replicated.
 func (b *Broker) openPart(t *topic, m meta.Topic, i int32) (*partition.Partition, error) {
 	if h := openPartHook.Load(); h != nil {
-		(*h)(b, m.Name, i)
+		if err := (*h)(b, m.Name, i); err != nil {
+			return nil, err
+		}
 	}
 	popts := partition.Options{
 		Dir:          filepath.Join(t.dir, strconv.Itoa(int(i))),
@@ -703,8 +705,9 @@ func (b *Broker) openPart(t *topic, m meta.Topic, i int32) (*partition.Partition
 	return partition.Open(popts)
 }
 
-// openPartHook, set only by tests, runs as a partition is opened (a slow open).
-var openPartHook atomic.Pointer[func(b *Broker, topic string, i int32)]
+// openPartHook, set only by tests, runs as a partition is opened (a slow open, or a
+// failing one: its error is the open's).
+var openPartHook atomic.Pointer[func(b *Broker, topic string, i int32) error]
 
 func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
 	t := &topic{name: m.Name, incarnation: m.Incarnation, dir: filepath.Join(b.opts.DataDir, "topics", topicDirName(m)), done: make(chan struct{})}
