@@ -640,7 +640,7 @@ func (f *fsm) altered(name string, a Alter) (Topic, error) {
 	}
 	if a.RetentionMs != nil {
 		if need := f.longestDelay(t.Name) + DelayRetentionMargin; f.longestDelay(t.Name) > 0 && *a.RetentionMs < need {
-			return Topic{}, &ConflictError{Msg: fmt.Sprintf("retention_ms %d is shorter than this topic's longest child delay plus an hour (%d): its messages would age out before their delayed copies", *a.RetentionMs, need)}
+			return Topic{}, &ConflictError{Msg: fmt.Sprintf("retention_ms %d is shorter than this topic's longest child delay plus an hour: its messages would age out before their delayed copies; give it at least %d, or detach that child first", *a.RetentionMs, need)}
 		}
 		t.RetentionMs = *a.RetentionMs
 	}
@@ -663,11 +663,11 @@ func (f *fsm) altered(name string, a Alter) (Topic, error) {
 			ns = nil
 		}
 		if p, ok := f.topics[t.Parent]; ok && len(ns) > 0 && !sameJSON(ns, p.Schema) {
-			return Topic{}, &ConflictError{Msg: fmt.Sprintf("child %s must have its parent's schema or none", t.Name)}
+			return Topic{}, &ConflictError{Msg: fmt.Sprintf("child %s must have its parent's schema or none: leave it without one (PATCH it with {\"schema\":{}}; it then checks against parent %s's), or change the parent's schema", t.Name, t.Parent)}
 		}
 		for _, ch := range f.topics {
 			if ch.Parent == t.Name && len(ch.Schema) > 0 && !sameJSON(ch.Schema, ns) {
-				return Topic{}, &ConflictError{Msg: fmt.Sprintf("child %s has its own schema; a parent's schema must stay equal to its children's", ch.Name)}
+				return Topic{}, &ConflictError{Msg: fmt.Sprintf("child %s has its own schema, and a parent's schema must stay equal to its children's: remove the child's first (PATCH it with {\"schema\":{}}; it then checks against this topic's), change this one, then give the child the same again if it should keep its own", ch.Name)}
 			}
 		}
 		t.Schema = ns
