@@ -133,7 +133,7 @@ export interface paths {
          * Alter a topic's live-tunable settings
          * @description Changes any of `retention_ms`, `visibility_timeout_ms`,
          *     `max_in_flight_per_partition`, `max_acked_ahead_per_partition`, `schema`
-         *     (`{}` removes it) and `replication_factor`. Fields left out keep their value. 409
+         *     (`{}` removes it; null keeps it, as left out) and `replication_factor`. Fields left out keep their value. 409
          *     when a parent's retention would no longer exceed its longest child delay by an
          *     hour, a schema would differ from a parent's or child's, or the replication factor
          *     is more than the cluster's nodes; a request refused so changes nothing. A new
