@@ -910,6 +910,11 @@ func (p *Partition) EnforceRetention(cutoffMs int64) (uint64, error) {
 			}
 			r.attMu.Unlock()
 		}
+		// The leases it ended and the frontier it moved may let messages be leased
+		// that could not be (the in-flight cap, the acked-ahead window): waiting
+		// consumes look again, as after an ack (a review, 6 December: a long poll slept
+		// on to the end of its wait).
+		p.notify()
 	}
 	return n, err
 }
