@@ -188,7 +188,7 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	fs := flag.NewFlagSet("narad serve", flag.ContinueOnError)
 	cfgFile := defineFlags(fs, &c)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: narad serve [flags]\n\nEvery flag can also be set as NARAD_<NAME> (e.g. NARAD_HTTP_ADDR) or in the --config file.\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: narad serve [flags]\n       narad serve --dev [flags]   a playground: loopback only, security off, data in a temporary directory removed at exit\n\nEvery flag can also be set as NARAD_<NAME> (e.g. NARAD_HTTP_ADDR) or in the --config file (--dev only on the command line).\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -55,7 +55,9 @@ func (b *Broker) AddMember(ctx context.Context, nodeID, addr string) error {
 		return &ConflictError{Msg: err.Error()}
 	}
 	if errors.Is(err, meta.ErrNoForwarder) {
-		return errors.Join(ErrNotImplemented, err)
+		// Said as the operator acts on it, on one line (a join of the two errors put a
+		// newline and the store's own wording in the answer).
+		return fmt.Errorf("%w: this node runs alone (started without --cluster-addr), so it admits no members; start every node of a cluster with --cluster-addr and --peers (operating/cluster.md)", ErrNotImplemented)
 	}
 	return mapMetaErr(err)
 }
