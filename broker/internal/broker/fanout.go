@@ -153,7 +153,7 @@ func (b *Broker) fanoutDenied(child meta.Topic, parent string) string {
 		return "the child's owner no longer exists; detach the child, or recreate it under a user that may consume " + parent
 	}
 	if !u.Can(auth.Consume, parent) {
-		return "the child's owner " + u.Name + " holds no consume grant on " + parent + " any more; grant it again to resume the copy, or detach the child"
+		return "the child's owner " + u.Name + " holds no consume grant on " + parent + ", which the copy needs; grant it to resume the copy, or detach the child"
 	}
 	return ""
 }
