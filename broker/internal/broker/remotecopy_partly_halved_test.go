@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
-	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
 // TestRemoteChildKeepsWhatAPartlyStoredBatchStoredPastAShorterBatch: a partly stored
@@ -74,36 +72,11 @@ func TestRemoteChildKeepsWhatAPartlyStoredBatchStoredPastAShorterBatch(t *testin
 	}))
 	t.Cleanup(srv.Close)
 
-	b := mustStartBroker(t, t.TempDir())
-	defer b.Close()
-	ctx := context.Background()
-	m, err := b.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: ref(int32(1))})
-	if err != nil {
-		t.Fatal(err)
+	alternating := make([]string, 10) // alternating between the two remote partitions
+	for i := range alternating {
+		alternating[i] = keys[i%remoteParts]
 	}
-	// Ten keyed messages, alternating between the two remote partitions.
-	var msgs []Outgoing
-	for i := range 10 {
-		msgs = append(msgs, Outgoing{Partition: 0, Key: []byte(keys[i%remoteParts]), Value: []byte(`{}`), Attrs: PayloadKindJSON})
-	}
-	if _, err := b.Produce(ctx, "orders", msgs); err != nil {
-		t.Fatal(err)
-	}
-	rc := meta.RemoteChild{Parent: "orders", ParentIncarnation: m.Incarnation, URL: srv.URL, Topic: "copy", Username: "copier",
-		RemoteIncarnation: "1", RemotePartitions: remoteParts, Start: "earliest", Cursors: []uint64{0}}
-	if rc.Sealed, err = b.sealPassword("remote-password-42", remoteAAD(rc)); err != nil {
-		t.Fatal(err)
-	}
-	if rc, err = b.meta.AttachRemoteChild(rc); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.reconcile(false); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "the ten messages to be copied", func() bool {
-		r, ok := b.meta.RemoteChild(rc.ID)
-		return ok && r.Cursors[0] == 10
-	})
+	copyTenKeyed(t, srv.URL, remoteParts, alternating)
 	mu.Lock()
 	defer mu.Unlock()
 	if requests < 3 {

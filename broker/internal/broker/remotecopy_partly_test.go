@@ -56,6 +56,26 @@ func TestRemoteChildSendsAgainOnlyWhatAPartlyStoredBatchDidNotStore(t *testing.T
 	}))
 	t.Cleanup(srv.Close)
 
+	keys := make([]string, 10) // spread over both remote partitions
+	for k := range keys {
+		keys[k] = "key-" + strconv.Itoa(k)
+	}
+	copyTenKeyed(t, srv.URL, remoteParts, keys)
+	mu.Lock()
+	defer mu.Unlock()
+	for o := range int64(10) {
+		if stored[o] != 1 {
+			t.Fatalf("the remote stored offsets %v times each, want each once: the messages of its healthy partition were sent again with every retry", stored)
+		}
+	}
+}
+
+// copyTenKeyed stores ten JSON messages with keys in partition 0 of a new topic
+// "orders" on a new broker, attaches a remote child copying them to the remote at url
+// (a topic of remoteParts partitions) from the start, and waits until its cursor passed
+// all ten.
+func copyTenKeyed(t *testing.T, url string, remoteParts int32, keys []string) {
+	t.Helper()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -63,15 +83,14 @@ func TestRemoteChildSendsAgainOnlyWhatAPartlyStoredBatchDidNotStore(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Ten keyed messages, spread over both remote partitions.
 	var msgs []Outgoing
-	for k := range 10 {
-		msgs = append(msgs, Outgoing{Partition: 0, Key: []byte("key-" + strconv.Itoa(k)), Value: []byte(`{}`), Attrs: PayloadKindJSON})
+	for _, k := range keys {
+		msgs = append(msgs, Outgoing{Partition: 0, Key: []byte(k), Value: []byte(`{}`), Attrs: PayloadKindJSON})
 	}
 	if _, err := b.Produce(ctx, "orders", msgs); err != nil {
 		t.Fatal(err)
 	}
-	rc := meta.RemoteChild{Parent: "orders", ParentIncarnation: m.Incarnation, URL: srv.URL, Topic: "copy", Username: "copier",
+	rc := meta.RemoteChild{Parent: "orders", ParentIncarnation: m.Incarnation, URL: url, Topic: "copy", Username: "copier",
 		RemoteIncarnation: "1", RemotePartitions: remoteParts, Start: "earliest", Cursors: []uint64{0}}
 	if rc.Sealed, err = b.sealPassword("remote-password-42", remoteAAD(rc)); err != nil {
 		t.Fatal(err)
@@ -84,13 +103,6 @@ func TestRemoteChildSendsAgainOnlyWhatAPartlyStoredBatchDidNotStore(t *testing.T
 	}
 	waitUntil(t, "the ten messages to be copied", func() bool {
 		r, ok := b.meta.RemoteChild(rc.ID)
-		return ok && r.Cursors[0] == 10
+		return ok && r.Cursors[0] == uint64(len(keys))
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	for o := range int64(10) {
-		if stored[o] != 1 {
-			t.Fatalf("the remote stored offsets %v times each, want each once: the messages of its healthy partition were sent again with every retry", stored)
-		}
-	}
 }
