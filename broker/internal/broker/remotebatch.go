@@ -19,7 +19,6 @@ import (
 // JSON already (it was checked at produce), and re-validating every payload of every
 // batch was most of the copy's CPU.
 func (c *remoteCopier) batch(b []byte, pp int, recs []segment.Record) ([]byte, int) {
-	n := int(c.rc.RemotePartitions)
 	cluster := c.b.ClusterID()
 	b = append(b, `{"incarnation":`...)
 	b = jsonstr.Append(b, c.rc.RemoteIncarnation)
@@ -48,14 +47,9 @@ func (c *remoteCopier) batch(b []byte, pp int, recs []segment.Record) ([]byte, i
 			b = append(b, `,"key":`...)
 			b = jsonstr.Append(b, string(r.Key))
 		}
-		switch {
-		case n <= 0:
-		case n == len(c.parent.parts()):
+		if rp := c.sentPartition(pp, r); rp >= 0 {
 			b = append(b, `,"partition":`...)
-			b = strconv.AppendInt(b, int64(pp), 10)
-		case r.Key == nil:
-			b = append(b, `,"partition":`...)
-			b = strconv.AppendInt(b, int64(pp%n), 10)
+			b = strconv.AppendInt(b, int64(rp), 10)
 		}
 		switch r.Attrs & PayloadKindMask {
 		case PayloadKindJSON:
@@ -78,6 +72,16 @@ func (c *remoteCopier) batch(b []byte, pp int, recs []segment.Record) ([]byte, i
 // in, as batch places it; -1 when the remote chooses (a keyless message when its
 // partition count is not known) or the key is not sent as it is (not UTF-8).
 func (c *remoteCopier) remotePartition(pp int, r segment.Record) int {
+	if rp := c.sentPartition(pp, r); rp >= 0 || c.rc.RemotePartitions <= 0 || r.Key == nil || !utf8.Valid(r.Key) {
+		return rp
+	}
+	return PartitionForKey(r.Key, int(c.rc.RemotePartitions))
+}
+
+// sentPartition is the remote partition batch names for r of parent partition pp (the
+// same index when the counts match; keyless: pp modulo the remote's count), or -1 when
+// it names none (the remote places the message by its key, or its count is not known).
+func (c *remoteCopier) sentPartition(pp int, r segment.Record) int {
 	n := int(c.rc.RemotePartitions)
 	switch {
 	case n <= 0:
@@ -86,8 +90,6 @@ func (c *remoteCopier) remotePartition(pp int, r segment.Record) int {
 		return pp
 	case r.Key == nil:
 		return pp % n
-	case !utf8.Valid(r.Key):
-		return -1
 	}
-	return PartitionForKey(r.Key, n)
+	return -1
 }

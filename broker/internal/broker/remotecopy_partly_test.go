@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
-	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
 // TestRemoteChildSendsAgainOnlyWhatAPartlyStoredBatchDidNotStore: a remote topic with
@@ -90,17 +89,7 @@ func copyTenKeyed(t *testing.T, url string, remoteParts int32, keys []string) {
 	if _, err := b.Produce(ctx, "orders", msgs); err != nil {
 		t.Fatal(err)
 	}
-	rc := meta.RemoteChild{Parent: "orders", ParentIncarnation: m.Incarnation, URL: url, Topic: "copy", Username: "copier",
-		RemoteIncarnation: "1", RemotePartitions: remoteParts, Start: "earliest", Cursors: []uint64{0}}
-	if rc.Sealed, err = b.sealPassword("remote-password-42", remoteAAD(rc)); err != nil {
-		t.Fatal(err)
-	}
-	if rc, err = b.meta.AttachRemoteChild(rc); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.reconcile(false); err != nil {
-		t.Fatal(err)
-	}
+	rc := attachRemoteAt(t, b, url, remoteParts, "orders", m.Incarnation, 0, "remote-password-42")
 	waitUntil(t, "the ten messages to be copied", func() bool {
 		r, ok := b.meta.RemoteChild(rc.ID)
 		return ok && r.Cursors[0] == uint64(len(keys))

@@ -81,8 +81,15 @@ func (f *fakeRemote) counts() (produces, stored int) {
 // cursor, as an attach would once the remote's checks passed.
 func attachFake(t *testing.T, b *Broker, f *fakeRemote, parent string, inc, cursor uint64, password string) meta.RemoteChild {
 	t.Helper()
-	rc := meta.RemoteChild{Parent: parent, ParentIncarnation: inc, URL: f.srv.URL, Topic: "copy", Username: "copier",
-		RemoteIncarnation: "1", RemotePartitions: 1, Start: "earliest", Cursors: []uint64{cursor}}
+	return attachRemoteAt(t, b, f.srv.URL, 1, parent, inc, cursor, password)
+}
+
+// attachRemoteAt is attachFake for a remote at url whose topic has remoteParts
+// partitions.
+func attachRemoteAt(t *testing.T, b *Broker, url string, remoteParts int32, parent string, inc, cursor uint64, password string) meta.RemoteChild {
+	t.Helper()
+	rc := meta.RemoteChild{Parent: parent, ParentIncarnation: inc, URL: url, Topic: "copy", Username: "copier",
+		RemoteIncarnation: "1", RemotePartitions: remoteParts, Start: "earliest", Cursors: []uint64{cursor}}
 	var err error
 	if rc.Sealed, err = b.sealPassword(password, remoteAAD(rc)); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package partition
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -20,25 +19,7 @@ import (
 // every later append with it, so the replica never held another message, and once it
 // led it answered 202 for messages stored at offsets where the others held others.
 func TestRetentionKeepsATornCommandsPrefixUntilItIsAppliedAgain(t *testing.T) {
-	g, leader, follower, memF := replicaPair(t)
-	appendN(t, leader, 2) // offsets 0, 1
-	if err := follower.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	batch := make([]segment.Record, 4) // offsets 2..5, applied unsynced on the follower
-	for i := range batch {
-		batch[i] = segment.Record{Value: []byte(fmt.Sprintf("batch-%d", i))}
-	}
-	if _, err := leader.Append(batch); err != nil {
-		t.Fatal(err)
-	}
-	g.mu.Lock()
-	g.replicas = []*Partition{leader} // the follower is down
-	g.mu.Unlock()
-	powerCutHalfway(t, memF, follower)
-
-	f2 := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
-	t.Cleanup(func() { _ = f2.Close() })
+	g, leader, f2 := tornFollower(t)
 	end := f2.Stats().End
 	if end <= 2 || end >= 6 {
 		t.Fatalf("after the power loss the follower's log ends at %d, want inside the command (2..5)", end)
@@ -48,12 +29,7 @@ func TestRetentionKeepsATornCommandsPrefixUntilItIsAppliedAgain(t *testing.T) {
 	if _, err := f2.EnforceRetention(WallMillis() + 3_600_000); err != nil {
 		t.Fatal(err)
 	}
-	g.mu.Lock()
-	for i, cmd := range g.log {
-		f2.Apply(uint64(i+1), cmd)
-	}
-	g.replicas = []*Partition{leader, f2}
-	g.mu.Unlock()
+	rejoin(g, leader, f2)
 	appendN(t, leader, 3) // offsets 6..8
 	if l, f := leader.Stats().End, f2.Stats().End; f != l {
 		t.Errorf("after applying the whole group log the follower's log ends at %d, the leader's at %d: the replicas diverged for good", f, l)

@@ -21,38 +21,9 @@ import (
 // never caught up, and once it led it answered 202 for messages stored at offsets
 // where the other replica held others, lost at the next change of leader.
 func TestAReplicaTornInsideAnAppendCommandCatchesUp(t *testing.T) {
-	g, leader, follower, memF := replicaPair(t)
-
-	appendN(t, leader, 2) // offsets 0, 1
-	// A snapshot (or anything else) made what was applied so far durable.
-	if err := follower.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	// One command of four records, offsets 2..5, applied unsynced on the follower.
-	batch := make([]segment.Record, 4)
-	for i := range batch {
-		batch[i] = segment.Record{Value: []byte(fmt.Sprintf("batch-%d", i))}
-	}
-	if _, err := leader.Append(batch); err != nil {
-		t.Fatal(err)
-	}
-
-	// The follower's node loses power; its disk kept the first part of that pwrite.
-	g.mu.Lock()
-	g.replicas = []*Partition{leader} // the follower is down
-	g.mu.Unlock()
-	powerCutHalfway(t, memF, follower)
-
-	// Restart: open, apply the group's log again (no snapshot was taken), rejoin.
-	f2 := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
-	t.Cleanup(func() { _ = f2.Close() })
+	g, leader, f2 := tornFollower(t)
 	t.Logf("after the restart the follower's log ends at %d", f2.Stats().End)
-	g.mu.Lock()
-	for i, cmd := range g.log {
-		f2.Apply(uint64(i+1), cmd)
-	}
-	g.replicas = []*Partition{leader, f2}
-	g.mu.Unlock()
+	rejoin(g, leader, f2)
 	appendN(t, leader, 3) // offsets 6..8
 
 	if l, f := leader.Stats().End, f2.Stats().End; f != l {
@@ -173,6 +144,47 @@ func TestAReplicaTellsATornCommandFromAStaleOne(t *testing.T) {
 
 // replicaPair opens two replicas of one fake group on memory file systems, the first
 // leading; the follower's file system is returned for a power cut.
+// tornFollower makes a pair of replicas, appends two messages (durable on the
+// follower) and then one command of four (offsets 2..5, applied unsynced on the
+// follower), cuts the follower's power halfway through that write and opens it again
+// (f2), its group's log not applied again yet.
+func tornFollower(t *testing.T) (g *fakeGroup, leader, f2 *Partition) {
+	t.Helper()
+	g, leader, follower, memF := replicaPair(t)
+	appendN(t, leader, 2) // offsets 0, 1
+	// A snapshot (or anything else) made what was applied so far durable.
+	if err := follower.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// One command of four records, offsets 2..5, applied unsynced on the follower.
+	batch := make([]segment.Record, 4)
+	for i := range batch {
+		batch[i] = segment.Record{Value: []byte(fmt.Sprintf("batch-%d", i))}
+	}
+	if _, err := leader.Append(batch); err != nil {
+		t.Fatal(err)
+	}
+	// The follower's node loses power; its disk kept the first part of that pwrite.
+	g.mu.Lock()
+	g.replicas = []*Partition{leader} // the follower is down
+	g.mu.Unlock()
+	powerCutHalfway(t, memF, follower)
+	f2 = mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
+	t.Cleanup(func() { _ = f2.Close() })
+	return g, leader, f2
+}
+
+// rejoin applies the group's whole log to f2 again (no snapshot was taken) and makes it
+// a replica the leader's appends reach.
+func rejoin(g *fakeGroup, leader, f2 *Partition) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, cmd := range g.log {
+		f2.Apply(uint64(i+1), cmd)
+	}
+	g.replicas = []*Partition{leader, f2}
+}
+
 func replicaPair(t *testing.T) (g *fakeGroup, leader, follower *Partition, memF *vfs.Mem) {
 	t.Helper()
 	memL := vfs.NewMem()
