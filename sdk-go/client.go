@@ -551,7 +551,9 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 		// Part of the batch was stored: the call took effect, and must not be resent.
 		e.uncertain = true
 		c.nodeOK(n)
-	case e.Code == CodeTimeout, resp.StatusCode == http.StatusGatewayTimeout, resp.StatusCode == http.StatusRequestTimeout:
+	case e.Code == CodeTimeout, e.Code == CodeMaybeStored, resp.StatusCode == http.StatusGatewayTimeout, resp.StatusCode == http.StatusRequestTimeout:
+		// The broker could not tell whether the call took effect: it ran out of time,
+		// or (maybe_stored) a disk write failed and could not be taken back.
 		e.uncertain = true
 	case resp.StatusCode == http.StatusServiceUnavailable && (e.Code == CodeUnavailable || e.Code == ""),
 		resp.StatusCode == http.StatusBadGateway:

@@ -16,6 +16,7 @@ func TestCodesAreTheSpecs(t *testing.T) {
 		CodeInFlightFull:   api.ErrorCodeInFlightFull,
 		CodeUnavailable:    api.ErrorCodeUnavailable,
 		CodeStorageFailed:  api.ErrorCodeStorageFailed,
+		CodeMaybeStored:    api.ErrorCodeMaybeStored,
 		CodeTimeout:        api.ErrorCodeTimeout,
 		CodeTopicNotFound:  api.ErrorCodeTopicNotFound,
 		CodeTopicExists:    api.ErrorCodeTopicExists,

@@ -60,6 +60,7 @@ const (
 	CodeInFlightFull   = "in_flight_full"
 	CodeUnavailable    = "unavailable"
 	CodeStorageFailed  = "storage_failed"
+	CodeMaybeStored    = "maybe_stored"
 	CodeTimeout        = "timeout"
 	CodeTopicNotFound  = "topic_not_found"
 	CodeTopicExists    = "topic_exists"

@@ -319,6 +319,23 @@ func TestProduceBatchRefusesOnlyTheOversizedMessage(t *testing.T) {
 	}
 }
 
+// answerFirstProduce lets the first produce through ft reach the broker (and be
+// stored), then replaces the broker's answer with status and body; it counts the
+// produces sent (reset it to count again).
+func answerFirstProduce(ft *faultTransport, status int, contentType, body string) *atomic.Int32 {
+	var sent atomic.Int32
+	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
+		if err == nil && strings.HasSuffix(r.URL.Path, "/produce") && sent.Add(1) == 1 {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {contentType}},
+				Body: io.NopCloser(strings.NewReader(body))}, nil
+		}
+		return resp, err
+	})
+	return &sent
+}
+
 // TestProduce408IsUncertain: a 408 (a proxy or server that gave up waiting for the
 // request) is a timeout: retryable, and the produce may have been stored, so with
 // NoDuplicates it is not sent again and fails as uncertain. The old code took a 408 for
@@ -327,23 +344,38 @@ func TestProduce408IsUncertain(t *testing.T) {
 	c, ft := newFaultClient(t)
 	ctx := ctxT(t)
 	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
-	var sent atomic.Int32
-	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
-		if err == nil && strings.HasSuffix(r.URL.Path, "/produce") && sent.Add(1) == 1 {
-			// Stored, but the answer that comes back is a proxy's 408.
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			return &http.Response{StatusCode: http.StatusRequestTimeout, Header: http.Header{"Content-Type": {"text/html"}},
-				Body: io.NopCloser(strings.NewReader("<html><body>408 Request Time-out</body></html>"))}, nil
-		}
-		return resp, err
-	})
+	// Stored, but the answer that comes back is a proxy's 408.
+	sent := answerFirstProduce(ft, http.StatusRequestTimeout, "text/html", "<html><body>408 Request Time-out</body></html>")
 	_, err := c.Produce(ctx, topic, "once", narad.NoDuplicates())
 	if !errors.Is(err, narad.ErrTimeout) || !narad.Uncertain(err) || !narad.Retryable(err) {
 		t.Fatalf("408: %v (uncertain %v, retryable %v)", err, narad.Uncertain(err), narad.Retryable(err))
 	}
 	if n := sent.Load(); n != 1 {
 		t.Fatalf("NoDuplicates: a produce answered 408 was sent %d times", n)
+	}
+}
+
+// TestProduceAnsweredMaybeStoredIsUncertain: a 503 maybe_stored (a disk write failed
+// and the broker could not take it back, so the message may be found stored after the
+// node restarts) is uncertain: with NoDuplicates it is not sent again. The broker once
+// answered it as storage_failed, a refusal that stored nothing, and the SDK resent it.
+func TestProduceAnsweredMaybeStoredIsUncertain(t *testing.T) {
+	c, ft := newFaultClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	sent := answerFirstProduce(ft, http.StatusServiceUnavailable, "application/json",
+		`{"error":{"code":"maybe_stored","message":"a disk write failed and the broker could not undo it"}}`)
+	_, err := c.Produce(ctx, topic, "once", narad.NoDuplicates())
+	var e *narad.Error
+	if !errors.As(err, &e) || e.Code != narad.CodeMaybeStored || !narad.Uncertain(err) || !narad.Retryable(err) {
+		t.Fatalf("503 maybe_stored: %v (uncertain %v, retryable %v)", err, narad.Uncertain(err), narad.Retryable(err))
+	}
+	if n := sent.Load(); n != 1 {
+		t.Fatalf("NoDuplicates: a produce answered 503 maybe_stored was sent %d times", n)
+	}
+	sent.Store(0)
+	if _, err := c.Produce(ctx, topic, "twice"); err != nil || sent.Load() != 2 {
+		t.Fatalf("duplicates allowed: %v after %d sends, want stored at the second", err, sent.Load())
 	}
 }
 
@@ -365,17 +397,8 @@ func TestProduceAnsweredByAProxysBadGatewayIsUncertain(t *testing.T) {
 		c, ft := newFaultClient(t)
 		ctx := ctxT(t)
 		topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
-		var sent atomic.Int32
-		ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
-			if err == nil && strings.HasSuffix(r.URL.Path, "/produce") && sent.Add(1) == 1 {
-				// Stored, but the answer that comes back is the proxy's.
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				return &http.Response{StatusCode: tc.status, Header: http.Header{"Content-Type": {"text/html"}},
-					Body: io.NopCloser(strings.NewReader(tc.body))}, nil
-			}
-			return resp, err
-		})
+		// Stored, but the answer that comes back is the proxy's.
+		sent := answerFirstProduce(ft, tc.status, "text/html", tc.body)
 		_, err := c.Produce(ctx, topic, "once", narad.NoDuplicates())
 		if !narad.Uncertain(err) || !narad.Retryable(err) {
 			t.Fatalf("%d %q: %v (uncertain %v, retryable %v)", tc.status, tc.body, err, narad.Uncertain(err), narad.Retryable(err))

@@ -52,6 +52,7 @@ const (
 	ErrorCodeInvalidPayload       ErrorCode = "invalid_payload"
 	ErrorCodeInvalidReceiptHandle ErrorCode = "invalid_receipt_handle"
 	ErrorCodeLeaseLost            ErrorCode = "lease_lost"
+	ErrorCodeMaybeStored          ErrorCode = "maybe_stored"
 	ErrorCodeMethodNotAllowed     ErrorCode = "method_not_allowed"
 	ErrorCodeMoveNotFound         ErrorCode = "move_not_found"
 	ErrorCodeNodeNotFound         ErrorCode = "node_not_found"
@@ -207,7 +208,11 @@ type AckResult struct {
 		// - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
 		// - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
 		// - `overloaded`: the node holds its limit of request bodies in memory; nothing of the request was read or stored, retry after `Retry-After`.
-		// - `storage_failed`: a disk write failed; the data was not stored.
+		// - `storage_failed`: a disk write failed; the data was not stored (an ack was not settled).
+		// - `maybe_stored`: a disk write failed and the broker could not take it back: the
+		//   request was not acknowledged, but what it wrote may be found stored (a produce
+		//   delivered, an ack settled) after the node restarts, so a resent produce may be
+		//   stored twice. Treat it like `timeout`: the outcome is unknown.
 		// - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
 		// - `timeout`: the operation did not finish within its bound; its outcome is unknown.
 		// - `not_implemented`: this version does not offer the operation yet.
@@ -400,7 +405,11 @@ type Error struct {
 		// - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
 		// - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
 		// - `overloaded`: the node holds its limit of request bodies in memory; nothing of the request was read or stored, retry after `Retry-After`.
-		// - `storage_failed`: a disk write failed; the data was not stored.
+		// - `storage_failed`: a disk write failed; the data was not stored (an ack was not settled).
+		// - `maybe_stored`: a disk write failed and the broker could not take it back: the
+		//   request was not acknowledged, but what it wrote may be found stored (a produce
+		//   delivered, an ack settled) after the node restarts, so a resent produce may be
+		//   stored twice. Treat it like `timeout`: the outcome is unknown.
 		// - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
 		// - `timeout`: the operation did not finish within its bound; its outcome is unknown.
 		// - `not_implemented`: this version does not offer the operation yet.
@@ -413,8 +422,8 @@ type Error struct {
 		// PartlyStored Present only on an error answer to a `produce-batch` of which part was stored:
 		// the writes to some partitions succeeded and those messages will be delivered.
 		// Resending the whole batch stores them twice; resend only the messages of
-		// `failed_partitions` if duplicates matter. With code `timeout`, the messages of
-		// those partitions may or may not be stored.
+		// `failed_partitions` if duplicates matter. With code `timeout` or `maybe_stored`,
+		// the messages of those partitions may or may not be stored.
 		PartlyStored *PartlyStored `json:"partly_stored,omitempty"`
 	} `json:"error"`
 }
@@ -448,7 +457,11 @@ type Error struct {
 //   - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
 //   - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
 //   - `overloaded`: the node holds its limit of request bodies in memory; nothing of the request was read or stored, retry after `Retry-After`.
-//   - `storage_failed`: a disk write failed; the data was not stored.
+//   - `storage_failed`: a disk write failed; the data was not stored (an ack was not settled).
+//   - `maybe_stored`: a disk write failed and the broker could not take it back: the
+//     request was not acknowledged, but what it wrote may be found stored (a produce
+//     delivered, an ack settled) after the node restarts, so a resent produce may be
+//     stored twice. Treat it like `timeout`: the outcome is unknown.
 //   - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
 //   - `timeout`: the operation did not finish within its bound; its outcome is unknown.
 //   - `not_implemented`: this version does not offer the operation yet.
@@ -753,10 +766,10 @@ type PartitionStats struct {
 // PartlyStored Present only on an error answer to a `produce-batch` of which part was stored:
 // the writes to some partitions succeeded and those messages will be delivered.
 // Resending the whole batch stores them twice; resend only the messages of
-// `failed_partitions` if duplicates matter. With code `timeout`, the messages of
-// those partitions may or may not be stored.
+// `failed_partitions` if duplicates matter. With code `timeout` or `maybe_stored`,
+// the messages of those partitions may or may not be stored.
 type PartlyStored struct {
-	// FailedPartitions The partitions whose messages were not stored (or, with code `timeout`, may not be).
+	// FailedPartitions The partitions whose messages were not stored (or, with code `timeout` or `maybe_stored`, may not be).
 	FailedPartitions []int32 `json:"failed_partitions"`
 
 	// Stored How many messages of the batch were stored (at least one).

@@ -289,8 +289,9 @@ export function errorFromStatus(
       return new TimeoutError(msg, { ...opts("timeout"), uncertain: extra.uncertain ?? true, retryable: true });
     case 502:
     case 503: {
-      // A broker 503 "timeout" means the operation may have happened.
-      const uncertain = extra.uncertain ?? code === "timeout";
+      // A broker 503 "timeout" means the operation may have happened; so does a 503
+      // "maybe_stored" (a failed disk write the broker could not take back).
+      const uncertain = extra.uncertain ?? (code === "timeout" || code === "maybe_stored");
       if (code === "timeout") return new TimeoutError(msg, { ...opts("timeout"), uncertain, retryable: true });
       return new UnavailableError(msg, { ...opts("unavailable"), uncertain });
     }

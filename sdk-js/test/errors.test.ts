@@ -24,6 +24,7 @@ const cases: [number, string | undefined, ErrorKind, string, boolean][] = [
   [503, "unavailable", "Unavailable", "unavailable", true],
   [503, "acked_ahead_full", "Unavailable", "acked_ahead_full", true],
   [503, "timeout", "Timeout", "timeout", true],
+  [503, "maybe_stored", "Unavailable", "maybe_stored", true],
   [500, "internal", "Internal", "internal", false],
   [502, undefined, "Unavailable", "unavailable", true],
   [504, undefined, "Timeout", "timeout", true],
@@ -43,9 +44,10 @@ describe("error mapping", () => {
       assert.equal(err.retryable, retryable);
       if (code) assert.equal(err.message, `msg ${code}`);
       if (status === 503 || status === 429) assert.equal(err.retryAfterMs, 2000);
-      // Only a write whose outcome is unknown is uncertain: the broker's 503 timeout, a
-      // proxy's 504 or a 408. A 500 is a broker bug, reported certain as in Go and Python.
-      assert.equal(err.uncertain, code === "timeout" || status === 504 || status === 408);
+      // Only a write whose outcome is unknown is uncertain: the broker's 503 timeout or
+      // maybe_stored (a failed disk write it could not take back), a proxy's 504 or a
+      // 408. A 500 is a broker bug, reported certain as in Go and Python.
+      assert.equal(err.uncertain, code === "timeout" || code === "maybe_stored" || status === 504 || status === 408);
       const read = await c.listTopics().catch((e: unknown) => e);
       assert.ok(read instanceof NaradError && read.uncertain === false, "a failed read changed nothing");
       await c.close();

@@ -95,6 +95,11 @@ def test_error_mapping_of_odd_bodies() -> None:
     assert isinstance(e, narad.Unavailable) and "bad gateway" in e.message and e.code == ""
     t = error_from_response(503, {}, json.dumps(error_body("timeout")).encode())
     assert isinstance(t, narad.Timeout) and t.uncertain
+    # A failed disk write the broker could not take back: the outcome is unknown.
+    m = error_from_response(503, {}, json.dumps(error_body("maybe_stored")).encode())
+    assert type(m) is narad.Unavailable and m.uncertain and m.retryable and m.code == "maybe_stored"
+    s = error_from_response(503, {}, json.dumps(error_body("storage_failed")).encode())
+    assert type(s) is narad.Unavailable and not s.uncertain
     assert error_from_response(404, {"retry-after": "Wed, 21 Oct"}, b"").retry_after is None
     assert narad.Closed("x").retryable is False and narad.BufferFull("x").retryable is True
 

@@ -473,7 +473,7 @@ func Check(es []history.Entry) *Report {
 		if e.Status >= 500 && e.Status != 503 || e.Code == "no_json_error_body" {
 			r.violate("5xx-or-bad-error", "line %d: %s %s answered %d %s", i+1, e.Op, e.Topic, e.Status, e.Err)
 		}
-		if e.Status == 503 && e.Code == "storage_failed" && !inFault(e.Call, e.Return) {
+		if e.Status == 503 && (e.Code == "storage_failed" || e.Code == "maybe_stored") && !inFault(e.Call, e.Return) {
 			r.violate("storage-failed-without-disk-fault", "line %d: %s %s: %s", i+1, e.Op, e.Topic, e.Err)
 		}
 		switch rec := recreated[e.Topic]; {
@@ -608,7 +608,7 @@ func Check(es []history.Entry) *Report {
 				in.out = oGone
 			case e.Status == 0 || e.Code == "timeout" || e.Code == "unavailable":
 				in.out = oUnknown
-			case e.Status == 503 && e.Code == "storage_failed" && notUndone(e):
+			case e.Status == 503 && e.Code == "maybe_stored":
 				in.out = oNotUndone
 			case e.Status == 503 && e.Code == "storage_failed":
 				in.out = oFailed
@@ -1244,12 +1244,6 @@ func msOrNever(t int64) string {
 	return ms(t)
 }
 
-// notUndone reports whether a 503 storage_failed says the broker could not undo the
-// failed write: its records stayed on disk and may be read after the node restarts.
-func notUndone(e history.Entry) bool {
-	return strings.Contains(e.Err, "could not undo")
-}
-
 // partlyStored reports whether a batch's 503 says only part of the batch was stored:
 // some partitions' writes succeeded while others failed.
 func partlyStored(e history.Entry) bool {
@@ -1257,16 +1251,16 @@ func partlyStored(e history.Entry) bool {
 }
 
 // produceMayHaveStored reports whether a produce attempt may have written its message:
-// a 202, no answer, or a 5xx. A 503 storage_failed stored nothing when the broker undid
-// the failed write, unless it says it could not undo it or, for a batch, that part of the
-// batch was stored (the message names the failed partitions, not the messages, so every
-// message of such a batch may be stored).
+// a 202, no answer, or a 5xx. A 503 storage_failed stored nothing (the broker undid the
+// failed write; one it could not undo is a 503 maybe_stored), unless, for a batch, it
+// says that part of the batch was stored (the message names the failed partitions, not
+// the messages, so every message of such a batch may be stored).
 func produceMayHaveStored(e history.Entry) bool {
 	switch {
 	case e.Status == 0 || e.Status == 202:
 		return true
 	case e.Status == 503 && e.Code == "storage_failed":
-		return notUndone(e) || e.Batch && partlyStored(e)
+		return e.Batch && partlyStored(e)
 	case e.Status == 404:
 		// A batch whose topic was deleted while it was written, part of it stored.
 		return e.Batch && partlyStored(e)

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"regexp"
 	"testing"
 	"time"
 
@@ -302,15 +303,24 @@ func TestIncarnations(t *testing.T) {
 const (
 	errUndone    = `503 {"error":{"code":"storage_failed","message":"a disk write failed and the request was not stored; retry later"}}`
 	errPartly    = `503 {"error":{"code":"storage_failed","message":"a disk write failed and only part of the batch was stored: 2 messages went to partitions whose writes succeeded and will be delivered; the messages for partition(s) 1 were not stored."}}`
-	errNotUndone = `503 {"error":{"code":"storage_failed","message":"a disk write failed and the broker could not undo it: the request was not acknowledged, but it may be found stored after the node restarts"}}`
+	errNotUndone = `503 {"error":{"code":"maybe_stored","message":"a disk write failed and the broker could not undo it: the request was not acknowledged, but it may be found stored after the node restarts"}}`
 )
 
+// codeIn reads the error code of an answer as the workload records it.
+func codeIn(errText string) string {
+	m := regexp.MustCompile(`"code":"([a-z_]+)"`).FindStringSubmatch(errText)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
 func (x *h) failedProduce(id string, at int64, errText string, batch bool) *h {
-	return x.op(history.Entry{Op: history.OpProduce, Topic: "orders", Msg: id, Offset: -1, Call: at, Status: 503, Code: "storage_failed", Err: errText, Batch: batch})
+	return x.op(history.Entry{Op: history.OpProduce, Topic: "orders", Msg: id, Offset: -1, Call: at, Status: 503, Code: codeIn(errText), Err: errText, Batch: batch})
 }
 
 func (x *h) failedAck(id string, off int64, handle string, at int64, errText string) *h {
-	return x.op(history.Entry{Op: history.OpAck, Topic: "orders", Msg: id, Offset: off, Handle: handle, Call: at, Status: 503, Code: "storage_failed", Err: errText})
+	return x.op(history.Entry{Op: history.OpAck, Topic: "orders", Msg: id, Offset: off, Handle: handle, Call: at, Status: 503, Code: codeIn(errText), Err: errText})
 }
 
 // TestStorageFailed: a 503 storage_failed whose write was undone stored nothing (a single

@@ -93,15 +93,15 @@ func (nw nodeWindows) during(node string, a, b int64) bool {
 
 // clusterProduceMayHaveStored reports whether a produce attempt of a cluster run may have
 // stored its message: a 202, no answer, a 503 timeout (the leader went silent after it
-// was sent its share), a 503 saying part of a batch was stored, a 503 storage_failed
-// that could not be undone, or a 5xx other than 503. Any other 503 (unavailable,
+// was sent its share), a 503 saying part of a batch was stored, a 503 maybe_stored (a
+// failed write that could not be undone), or a 5xx other than 503. Any other 503 (unavailable,
 // overloaded, not leader) says nothing was done.
 func clusterProduceMayHaveStored(e history.Entry) bool {
 	switch {
 	case e.Status == 0 || e.Status == 202:
 		return true
 	case e.Status == 503:
-		return e.Code == "timeout" || partlyStored(e) || e.Code == "storage_failed" && notUndone(e)
+		return e.Code == "timeout" || e.Code == "maybe_stored" || partlyStored(e)
 	case e.Status == 404:
 		// A batch whose topic was deleted while it was written, part of it stored.
 		return e.Batch && partlyStored(e)

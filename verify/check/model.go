@@ -35,9 +35,9 @@ const (
 	oUnknown                // no answer, or 503 timeout: it may or may not have happened
 	oFailed                 // 503 storage_failed: not stored, the lease may have been handed back
 	oOther                  // 4xx other than 410: nothing happened
-	// oNotUndone is a 503 storage_failed whose message says the broker could not undo
-	// the failed write: refused and handed back while the node runs, but the record
-	// stayed in the journal, so after a restart the settle may have taken effect.
+	// oNotUndone is a 503 maybe_stored: the broker could not undo the failed write,
+	// refused and handed back while the node runs, but the record stayed in the
+	// journal, so after a restart the settle may have taken effect.
 	oNotUndone
 )
 

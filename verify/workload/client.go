@@ -401,7 +401,7 @@ func (c *client) ackBatch(ctx context.Context, topic string, ds []delivery) resu
 		if ok {
 			e.Status, e.Code, e.Err = res.Results[i].Status, "", ""
 			if x := res.Results[i].Error; x != nil {
-				// The message too: a storage_failed says whether the write was undone.
+				// The message too: a batch's storage_failed says whether part was stored.
 				e.Code, e.Err = x.Code, fmt.Sprintf("%d %s: %s", e.Status, x.Code, truncate(x.Message, 200))
 			}
 		} else if r.status == http.StatusOK {

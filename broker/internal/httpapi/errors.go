@@ -202,7 +202,7 @@ func toAPIError(err error) *apiError {
 		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeDiskFull, retryAfter: 5,
 			msg: "the broker's disk is full and nothing was stored; retry after Retry-After seconds (the operator must free space)"}
 	case errors.Is(err, broker.ErrMaybeStored):
-		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeStorageFailed, retryAfter: 1,
+		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeMaybeStored, retryAfter: 1,
 			msg: "a disk write failed and the broker could not undo it: the request was not acknowledged, but it may be found stored after the node restarts, so a retry may store it twice (the operator is alerted by the narad_storage_errors_total metric)"}
 	case errors.Is(err, broker.ErrStorage):
 		return &apiError{status: http.StatusServiceUnavailable, code: apigen.ErrorCodeStorageFailed, retryAfter: 1,
@@ -234,8 +234,9 @@ func toAPIError(err error) *apiError {
 // writes failed and others' succeeded. The produce-batch reply has no per-message
 // results, so the message must say that part of the batch was stored: a client that
 // read "not stored" would retry the whole batch believing nothing could be duplicated.
-// The code stays that of the failure (storage_failed, or disk_full when only the disk
-// was full) so clients keep their handling of it.
+// The code stays that of the failure (storage_failed; maybe_stored when a failed write
+// could not be undone; disk_full when only the disk was full) so clients keep their
+// handling of it.
 func partlyStored(err error, part *broker.PartlyStoredError) *apiError {
 	code, retry, why := apigen.ErrorCodeStorageFailed, 1, "a disk write failed"
 	if !errors.Is(err, broker.ErrStorage) {
@@ -243,6 +244,7 @@ func partlyStored(err error, part *broker.PartlyStoredError) *apiError {
 	}
 	rest := "were not stored"
 	if errors.Is(err, broker.ErrMaybeStored) {
+		code = apigen.ErrorCodeMaybeStored
 		rest = "were not acknowledged, but the broker could not undo the failed write, so they may be found stored after the node restarts"
 	}
 	a := partlyStoredAs(part, code, retry, why, rest)
@@ -286,7 +288,7 @@ func partlyStoredAs(part *broker.PartlyStoredError, code apigen.ErrorCode, retry
 // isFault reports whether an error answer is the node's fault, worth a warning every
 // time, rather than a refusal (bad input, back-pressure, starting up, 501).
 func isFault(code apigen.ErrorCode, status int) bool {
-	return code == apigen.ErrorCodeInternal || code == apigen.ErrorCodeStorageFailed || code == apigen.ErrorCodeDiskFull || (code == apigen.ErrorCodeTimeout && status != 499) ||
+	return code == apigen.ErrorCodeInternal || code == apigen.ErrorCodeStorageFailed || code == apigen.ErrorCodeMaybeStored || code == apigen.ErrorCodeDiskFull || (code == apigen.ErrorCodeTimeout && status != 499) ||
 		(code == "" && status >= 500 && status != http.StatusServiceUnavailable)
 }
 

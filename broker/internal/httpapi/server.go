@@ -384,7 +384,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // logOutcome writes the one line of a request that was not served: "request failed"
-// (WARN) for a fault (500, storage_failed, disk_full, timeout), every one of them;
+// (WARN) for a fault (500, storage_failed, maybe_stored, disk_full, timeout), every one of them;
 // "request refused" (INFO) for any other 4xx or 503, and "request dropped" (INFO) for
 // a client that went away before its answer (499), both at most failLogBurst per
 // failLogWindow so that a client sending garbage in a loop cannot flood the log (the

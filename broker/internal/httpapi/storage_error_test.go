@@ -13,12 +13,18 @@ import (
 )
 
 // TestStorageErrorSaysWhetherAnythingMayBeStored: a 503 storage_failed claims nothing
-// was stored only when the failed write was undone.
+// was stored only when the failed write was undone; one that could not be undone has
+// its own code, maybe_stored, since clients branch on codes, never on messages: with
+// storage_failed for both, the SDKs resent such a produce as one that stored nothing,
+// duplicates not allowed.
 func TestStorageErrorSaysWhetherAnythingMayBeStored(t *testing.T) {
 	undone := toAPIError(errors.Join(broker.ErrStorage, errors.New("eio")))
 	notUndone := toAPIError(errors.Join(broker.ErrStorage, broker.ErrMaybeStored, errors.New("eio")))
-	if undone.status != 503 || notUndone.status != 503 || undone.code != "storage_failed" || notUndone.code != "storage_failed" {
-		t.Fatalf("got %d %s and %d %s, want 503 storage_failed for both", undone.status, undone.code, notUndone.status, notUndone.code)
+	if undone.status != 503 || notUndone.status != 503 || undone.code != "storage_failed" || notUndone.code != "maybe_stored" {
+		t.Fatalf("got %d %s and %d %s, want 503 storage_failed and 503 maybe_stored", undone.status, undone.code, notUndone.status, notUndone.code)
+	}
+	if !isFault(notUndone.code, notUndone.status) {
+		t.Errorf("a write not undone is not logged as a fault")
 	}
 	if !strings.Contains(undone.msg, "not stored") {
 		t.Errorf("undone write: message %q should say it was not stored", undone.msg)
@@ -38,7 +44,7 @@ func TestPartlyStoredKeepsTheCode(t *testing.T) {
 		t.Errorf("disk full in part of a batch: got %d %s %q", full.status, full.code, full.msg)
 	}
 	maybe := toAPIError(errors.Join(part, broker.ErrStorage, broker.ErrMaybeStored, errors.New("eio")))
-	if maybe.code != "storage_failed" || !strings.Contains(maybe.msg, "could not undo") || !strings.Contains(maybe.msg, "part of the batch was stored") {
+	if maybe.code != "maybe_stored" || !strings.Contains(maybe.msg, "could not undo") || !strings.Contains(maybe.msg, "part of the batch was stored") {
 		t.Errorf("a write not undone in part of a batch: got %s %q", maybe.code, maybe.msg)
 	}
 	// Deleted meanwhile: 404 (nothing to retry), but the stored part may have been

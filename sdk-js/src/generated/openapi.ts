@@ -211,7 +211,7 @@ export interface paths {
          *     partition, and the next request's to the next partition (partitions take
          *     turns by request; in a cluster, those led by the node the request reached, when
          *     it leads some). Partitions are written in parallel: when the write to one
-         *     fails and others succeed, the 503 (`storage_failed` or `disk_full`) says only
+         *     fails and others succeed, the 503 (`storage_failed`, `maybe_stored` or `disk_full`) says only
          *     part of the batch was stored and names the partitions whose messages were not;
          *     the rest is stored and delivered, so resending the whole batch stores it twice.
          *     When the topic is deleted while the batch is written, the answer is 404
@@ -936,13 +936,13 @@ export interface components {
          * @description Present only on an error answer to a `produce-batch` of which part was stored:
          *     the writes to some partitions succeeded and those messages will be delivered.
          *     Resending the whole batch stores them twice; resend only the messages of
-         *     `failed_partitions` if duplicates matter. With code `timeout`, the messages of
-         *     those partitions may or may not be stored.
+         *     `failed_partitions` if duplicates matter. With code `timeout` or `maybe_stored`,
+         *     the messages of those partitions may or may not be stored.
          */
         PartlyStored: {
             /** @description How many messages of the batch were stored (at least one). */
             stored: number;
-            /** @description The partitions whose messages were not stored (or, with code `timeout`, may not be). */
+            /** @description The partitions whose messages were not stored (or, with code `timeout` or `maybe_stored`, may not be). */
             failed_partitions: number[];
         };
         /**
@@ -975,14 +975,18 @@ export interface components {
          *     - `acked_ahead_full`: too many messages past the ack frontier are settled; retry later.
          *     - `unavailable`: the broker cannot serve this now (starting, stopping, failing over).
          *     - `overloaded`: the node holds its limit of request bodies in memory; nothing of the request was read or stored, retry after `Retry-After`.
-         *     - `storage_failed`: a disk write failed; the data was not stored.
+         *     - `storage_failed`: a disk write failed; the data was not stored (an ack was not settled).
+         *     - `maybe_stored`: a disk write failed and the broker could not take it back: the
+         *       request was not acknowledged, but what it wrote may be found stored (a produce
+         *       delivered, an ack settled) after the node restarts, so a resent produce may be
+         *       stored twice. Treat it like `timeout`: the outcome is unknown.
          *     - `disk_full`: the broker's disk is full; nothing was stored, writes resume when space returns.
          *     - `timeout`: the operation did not finish within its bound; its outcome is unknown.
          *     - `not_implemented`: this version does not offer the operation yet.
          *     - `internal`: a bug; the message says what to report.
          * @enum {string}
          */
-        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "schema_too_complex" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "move_not_found" | "topic_exists" | "user_exists" | "conflict" | "incarnation_mismatch" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "overloaded" | "storage_failed" | "disk_full" | "timeout" | "not_implemented" | "internal";
+        ErrorCode: "bad_request" | "invalid_json" | "invalid_name" | "invalid_parameter" | "invalid_payload" | "invalid_receipt_handle" | "schema_violation" | "schema_too_complex" | "offset_out_of_range" | "unauthenticated" | "forbidden" | "not_found" | "topic_not_found" | "partition_not_found" | "child_not_found" | "user_not_found" | "node_not_found" | "move_not_found" | "topic_exists" | "user_exists" | "conflict" | "incarnation_mismatch" | "lease_lost" | "payload_too_large" | "method_not_allowed" | "in_flight_full" | "acked_ahead_full" | "unavailable" | "overloaded" | "storage_failed" | "maybe_stored" | "disk_full" | "timeout" | "not_implemented" | "internal";
         Health: {
             /** @description `ok` or `ready`. */
             status: string;

@@ -258,7 +258,9 @@ def error_from_response(
     The body is expected to be ``{"error": {"code", "message"}}``; anything else (a
     proxy's HTML page, say) still yields the class for the status, with the raw text as
     message. A 503 whose code is ``timeout``, a 504 and a 408 are a :class:`Timeout`
-    marked ``uncertain``: nobody can tell whether the operation took effect. An error
+    marked ``uncertain``: nobody can tell whether the operation took effect; so is a 503
+    ``maybe_stored`` (an :class:`Unavailable`: a failed disk write the broker could not
+    take back, whose data may be found stored after the node restarts). An error
     with ``partly_stored`` (a produce-batch of which part was stored) carries its
     ``stored`` and ``failed_partitions`` and is uncertain and not retryable, whatever
     its status.
@@ -291,8 +293,10 @@ def error_from_response(
     if code == "timeout" or status in (408, 504):
         return Timeout(message, status=status, code=code, uncertain=True, retry_after=retry_after,
                        stored=stored, failed_partitions=failed)
+    # maybe_stored: a disk write failed and the broker could not take it back, so what
+    # the request wrote may be found stored after the node restarts.
     return cls(message, status=status, code=code, retry_after=retry_after, stored=stored,
-               failed_partitions=failed)
+               failed_partitions=failed, uncertain=code == "maybe_stored")
 
 
 def _partly_stored(doc: Any) -> tuple[int | None, list[int] | None]:
