@@ -128,6 +128,9 @@ func run() int {
 						return
 					}
 					for _, n := range nodes {
+						// What each node logged (warnings and errors) says why it
+						// is not whole; nothing else keeps it once the dir is gone.
+						fmt.Fprintf(os.Stderr, "conformance: the log of cluster node %s:\n%s\n", n.ID, n.Log())
 						n.Discard()
 					}
 				}
