@@ -99,6 +99,10 @@ func (b *Broker) replayWAL() error {
 // bytes were not redone, and a data file that lacked them shows a hole, which its
 // partition reports as damaged records when it opens.
 func (b *Broker) reportWALDamage(rep wal.Replayed) {
+	if rep.DamagedHeaders > 0 {
+		b.metrics.StorageErrors.WithLabelValues("wal_damaged").Add(float64(rep.DamagedHeaders))
+		b.log.Error(wal.DamagedHeadersMessage, "files", rep.DamagedHeaders, "first", rep.FirstDamagedHeader)
+	}
 	if rep.Damaged == 0 {
 		return
 	}

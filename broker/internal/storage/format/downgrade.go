@@ -179,6 +179,9 @@ func foldWAL(dir string, log *slog.Logger) error {
 		log.Error("the write-ahead file held records that failed their checks with valid ones after them (damaged at rest, or torn by a power cut within its last round, which was never answered): skipped, the records after them replayed; a partition whose file lacked a skipped record's bytes reports them as damaged when it opens",
 			"damaged", rep.Damaged, "first", rep.FirstDamaged)
 	}
+	if rep.DamagedHeaders > 0 {
+		log.Error(wal.DamagedHeadersMessage, "files", rep.DamagedHeaders, "first", rep.FirstDamagedHeader)
+	}
 	// The files first, the sequence floor last (RemoveFiles), then the empty
 	// directory: a crash part-way leaves a directory this binary still opens safely.
 	if err := wal.RemoveFiles(vfs.OS{}, wdir); err != nil {

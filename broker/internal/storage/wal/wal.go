@@ -233,7 +233,16 @@ type Replayed struct {
 	// write-ahead file and byte.
 	Damaged      int
 	FirstDamaged string
+	// DamagedHeaders counts files whose header failed its checks while a valid record
+	// of a use not yet checkpointed followed it (see firstUse): the header rotted at
+	// rest, or was torn by a power cut in the use's first round. Their records were
+	// replayed. FirstDamagedHeader names the first such file.
+	DamagedHeaders     int
+	FirstDamagedHeader string
 }
+
+// DamagedHeadersMessage is what a node logs when a replay met DamagedHeaders.
+const DamagedHeadersMessage = "a write-ahead file's header failed its checks (damaged at rest, or torn by a power cut in its first round) while records of a use not yet checkpointed followed it: they were replayed; check the disk"
 
 // Open opens (creating it if needed) the write-ahead directory dir, redoes every
 // record not yet checkpointed into its data file, makes those files durable and
@@ -569,6 +578,22 @@ func (w *WAL) replay() ([]*file, Replayed, error) {
 			return nil, rep, err
 		}
 		seq, inuse, ok := decodeHeader(data)
+		if !ok && f.size > headerLen {
+			// Unreadable: free, unless a record of a use that was never freed follows
+			// it (firstUse). Such a file's records are the only copy of acknowledged
+			// writes; a header rotted at rest must not make them read as free.
+			whole, err := readAll(f.f, f.size)
+			if err != nil {
+				closeAll()
+				return nil, rep, err
+			}
+			if s, found := firstUse(whole); found {
+				seq, inuse, ok = s, true, true
+				if rep.DamagedHeaders++; rep.DamagedHeaders == 1 {
+					rep.FirstDamagedHeader = w.name(f.num)
+				}
+			}
+		}
 		if ok {
 			w.nextSeq = max(w.nextSeq, seq+1)
 		}
@@ -700,6 +725,28 @@ func pastDamaged(b []byte, pos int64, seq uint64) (int64, bool) {
 	return next, true
 }
 
+// firstUse reads the use of a file whose header failed its checks from its first
+// record: found when a valid record lies right after the header, its sequence being
+// the use's. Every use writes its first record there, in the round that makes its
+// header durable, and freeFile zeroes that record's header when it frees the file, so
+// a valid one means a use that was never freed: in use when the node stopped, its
+// header rotted at rest (its records may be the only copy of acknowledged writes), or
+// a use whose first round a power cut tore (never acknowledged; redoing its records
+// writes what the data files may hold already). Files freed before freeFile zeroed the
+// record (an earlier release) are freed again, zeroed, by the first Open that reads
+// their header.
+func firstUse(b []byte) (uint64, bool) {
+	if int64(len(b)) < headerLen+recHeaderLen {
+		return 0, false
+	}
+	seq := le.Uint64(b[headerLen+8:])
+	if seq == 0 {
+		return 0, false
+	}
+	_, _, _, _, ok := decodeRecord(b[headerLen:], seq)
+	return seq, ok
+}
+
 func readAll(f vfs.File, size int64) ([]byte, error) {
 	b := make([]byte, size)
 	n, err := f.ReadAt(b, 0)
@@ -711,9 +758,12 @@ func readAll(f vfs.File, size int64) ([]byte, error) {
 
 // freeFile marks f free durably: its records are never replayed again. The header
 // keeps the sequence of its last use, so that Open never starts a use under a
-// sequence whose records may still lie in a file.
+// sequence whose records may still lie in a file. The first record's header is
+// zeroed in the same write (it sits in the same sector): a file whose header later
+// fails its checks is then told free from one in use (firstUse).
 func freeFile(f *file) error {
-	if _, err := f.f.WriteAt(encodeHeader(f.seq, false), 0); err != nil {
+	b := append(encodeHeader(f.seq, false), make([]byte, recHeaderLen)...)
+	if _, err := f.f.WriteAt(b[:min(int64(len(b)), max(f.size, headerLen))], 0); err != nil {
 		return err
 	}
 	f.pos, f.touched = headerLen, nil

@@ -79,11 +79,7 @@ func content(t *testing.T, m *vfs.Mem, name string) []byte {
 // did not record it.
 func TestCommittedWritesSurviveACrash(t *testing.T) {
 	m := vfs.NewMem()
-	w, _ := open(t, m, 0)
-	a, b := dataFile(t, m, "t/a.log"), dataFile(t, m, "t/b.log")
-	write(t, w, a, "t/a.log", 0, []byte("hello "))
-	write(t, w, b, "t/b.log", 0, []byte("other"))
-	write(t, w, a, "t/a.log", 6, []byte("world"))
+	helloWorld(t, m)
 	m.Crash()
 	if got := content(t, m, "t/a.log"); len(got) != 0 {
 		t.Fatalf("the data file was synced by someone: %q", got)
@@ -105,6 +101,18 @@ func TestCommittedWritesSurviveACrash(t *testing.T) {
 	if rep.Records != 0 || string(content(t, m, "t/a.log")) != "hello world" {
 		t.Fatalf("after a second crash: replayed %+v, a.log = %q", rep, content(t, m, "t/a.log"))
 	}
+}
+
+// helloWorld opens the WAL and commits "hello " and "world" to t/a.log and "other" to
+// t/b.log, all three in the first write-ahead file, their data files unsynced.
+func helloWorld(t *testing.T, m *vfs.Mem) *WAL {
+	t.Helper()
+	w, _ := open(t, m, 0)
+	a, b := dataFile(t, m, "t/a.log"), dataFile(t, m, "t/b.log")
+	write(t, w, a, "t/a.log", 0, []byte("hello "))
+	write(t, w, b, "t/b.log", 0, []byte("other"))
+	write(t, w, a, "t/a.log", 6, []byte("world"))
+	return w
 }
 
 // TestConcurrentCommitsAcrossRotations: many writers, files small enough to rotate
