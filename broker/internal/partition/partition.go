@@ -587,7 +587,7 @@ func (p *Partition) unleaseGrants(gs []queue.Grant) {
 	}
 	p.mu.Lock()
 	for _, g := range gs {
-		p.q.Unlease(g.Offset)
+		p.q.Unlease(g.Offset, g.Nonce)
 	}
 	p.mu.Unlock()
 	p.notify()

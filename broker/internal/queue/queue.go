@@ -484,10 +484,14 @@ func (s *State) NextDeadline() (int64, bool) {
 	return s.expiry[0].deadline, true
 }
 
-// Unlease hands back a message leased but never sent (its response had no room for it),
-// as if it had not been handed out: the attempt is not counted.
-func (s *State) Unlease(off uint64) {
-	if l, ok := s.leases[off]; ok && !l.settling {
+// Unlease hands back the lease (off, n) of a message leased but never sent (its
+// response had no room for it, or its replicas did not confirm it), as if it had not
+// been handed out: the attempt is not counted. Only that lease: the read or the
+// confirmation before it can outlast it, and another consumer may hold the message
+// under a new lease by then, which must go on (a review, 6 December: the hand-back by
+// offset alone ended that lease, and the message was delivered again at once).
+func (s *State) Unlease(off uint64, n Nonce) {
+	if l, ok := s.leases[off]; ok && !l.settling && l.nonce == n {
 		s.dropLease(l)
 		s.makeReady(off, l.attempt-1)
 	}

@@ -378,7 +378,7 @@ func TestProperty(t *testing.T) {
 					// spent on the client: its old one must be dead.
 					g := held[rng.Intn(len(held))]
 					if cur, ok := live[g.Offset]; ok && cur.Nonce == g.Nonce && cur.Deadline > now {
-						s.Unlease(g.Offset)
+						s.Unlease(g.Offset, g.Nonce)
 						delete(live, g.Offset)
 						if s.BeginSettle(g.Offset, g.Nonce, now) == nil {
 							t.Fatalf("seed %d: a handed-back lease still settles", seed)
