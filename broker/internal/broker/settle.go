@@ -104,6 +104,27 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 	settles := make(map[uint32][]int)
 	handles := make([]queue.Handle, len(reqs))
 	var closed closedOnce
+	// Settles are made durable together after the loop, extends and nacks in it. An
+	// extend or nack of a lease an earlier entry settles waits for the settles, so
+	// that each entry meets the lease as the entries before it left it: [ack H,
+	// nack H] settles the message and answers the nack 410, as two calls in that
+	// order would (the nack used to win, and the ack answered 410).
+	settling := make(map[queue.Handle]bool)
+	var after []int
+	extend := func(i int) {
+		r, h := reqs[i], handles[i]
+		p := int(h.Partition)
+		switch r.Mode {
+		case Renew:
+			errs[i] = b.extendOn(t, p, h.Offset, h.Nonce, vis, dataExtend)
+		case ExtendBy:
+			errs[i] = b.extendOn(t, p, h.Offset, h.Nonce, r.Delay, dataExtend)
+			if r.Delay == 0 && errs[i] == nil {
+				t.metrics.nacks.Inc()
+			}
+		}
+		errs[i] = b.ackErr(t, errs[i], "extend", &closed)
+	}
 	for i, r := range reqs {
 		h, err := queue.DecodeHandle(r.Handle)
 		if err != nil || (h.Incarnation == t.incarnation && h.Partition >= uint32(len(t.parts()))) {
@@ -121,20 +142,15 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 			continue
 		}
 		handles[i] = h
-		p := int(h.Partition)
-		switch r.Mode {
-		case Settle:
+		switch {
+		case r.Mode == Settle:
 			settles[h.Partition] = append(settles[h.Partition], i)
-			continue
-		case Renew:
-			errs[i] = b.extendOn(t, p, h.Offset, h.Nonce, vis, dataExtend)
-		case ExtendBy:
-			errs[i] = b.extendOn(t, p, h.Offset, h.Nonce, r.Delay, dataExtend)
-			if r.Delay == 0 && errs[i] == nil {
-				t.metrics.nacks.Inc()
-			}
+			settling[h] = true
+		case settling[h]:
+			after = append(after, i)
+		default:
+			extend(i)
 		}
-		errs[i] = b.ackErr(t, errs[i], "extend", &closed)
 	}
 	settle := func(pi uint32, idx []int) {
 		sr := make([]partition.SettleReq, len(idx))
@@ -152,6 +168,9 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 		t.metrics.settled.Add(float64(settled))
 	}
 	forEachPartition(settles, settle)
+	for _, i := range after {
+		extend(i)
+	}
 	return errs
 }
 

@@ -342,6 +342,8 @@ export interface paths {
          * @description Up to 1000 entries, each like one ack call. Every settlement is durable before
          *     the reply. The reply has one result per entry, in request order, with the status
          *     that entry would have had on its own (204, 400, 404, 410, 503) and its error.
+         *     Entries that name the same lease take effect in request order: after an
+         *     entry that settles it, a later renewal or nack of it answers 410.
          *     A body this schema forbids (a member of the wrong type, null, unknown, or
          *     outside its length bounds) is refused whole with 400 and settles nothing.
          */
