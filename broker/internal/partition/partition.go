@@ -508,10 +508,23 @@ func (p *Partition) leaseOnce(limit int, d time.Duration, maxBytes int) ([]Deliv
 			p.unleaseGrants(grants[i+len(recs):])
 			return out, skipped, nil
 		case err != nil && errors.Is(err, segment.ErrOffsetOutOfRange):
-			// Retention removed them after they were reserved: they are gone for good.
+			// Retention removed them after they were reserved: they are gone for good,
+			// and their leases end with them. The rest of the run, which retention
+			// left, is read from the new oldest offset: skipped, it stayed leased to
+			// nobody until the lease lapsed, and its first delivery then counted
+			// attempt 2.
 			p.mu.Lock()
-			p.q.SetBounds(p.log.Oldest(), p.log.Next())
+			oldest := p.log.Oldest()
+			p.q.SetBounds(oldest, p.log.Next())
 			p.mu.Unlock()
+			k := i + len(recs)
+			for k < j && grants[k].Offset < oldest {
+				k++
+			}
+			if k < j {
+				i = k
+				continue
+			}
 		case err != nil:
 			// Read the rest one by one: one damaged record must not hold back its
 			// neighbours. A damaged record is skipped for good (see skipDamaged). A

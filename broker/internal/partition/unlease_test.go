@@ -81,3 +81,73 @@ func TestAMessageLeftOutOfAFullAnswerKeepsAnotherConsumersLease(t *testing.T) {
 		t.Fatalf("the other consume's ack of offset 1 within its lease: %v", err)
 	}
 }
+
+// TestMessagesLeasedPastWhatRetentionRemovedAreServed: a consume leased a run of
+// messages, and before it read them retention removed the first ones. The leases of
+// the removed messages ended, and the consume went on to the next run; the messages
+// of the run that retention left were neither served nor handed back: nobody could
+// have them until their lease lapsed (a visibility timeout, up to 12 h), and then
+// they came as delivery_attempt 2 at their first delivery. They are handed back,
+// uncounted, for the next consume.
+func TestMessagesLeasedPastWhatRetentionRemovedAreServed(t *testing.T) {
+	var wall atomic.Int64
+	wall.Store(1_000_000)
+	hook := &atomic.Pointer[func()]{}
+	p := mustOpen(t, readHookFS{vfs.NewMem(), hook}, func(o *Options) { o.WallClock = wall.Load })
+	defer p.Close()
+	// Segments [0 1] [2 3] [4 5] [6 7]; the first two age out.
+	for i := range 8 {
+		if i == 4 {
+			wall.Store(2_000_000)
+		}
+		appendN(t, p, 1)
+		if i%2 == 1 && i < 7 {
+			if err := p.log.Roll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Offset 0 waits for redelivery and 1 is settled, so the next lease takes two
+	// runs: [0] and [2 .. 7].
+	ds, err := p.Lease(2, time.Hour, 1<<20)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("leased %d: %v", len(ds), err)
+	}
+	if err := settleOne(p, ds[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Extend(ds[0].Record.Offset, ds[0].Nonce, 0); err != nil {
+		t.Fatal(err)
+	}
+	retain := func() {
+		if _, err := p.EnforceRetention(1_500_000); err != nil {
+			t.Error(err)
+		}
+	}
+	hook.Store(&retain) // runs while offset 0 is read, before the run [2 .. 7]
+	first, err := p.Lease(10, time.Hour, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := p.log.Oldest(); o != 4 {
+		t.Fatalf("retention left the log from offset %d, want 4", o)
+	}
+	served := map[uint64]bool{}
+	for _, d := range first {
+		served[d.Record.Offset] = true
+	}
+	for _, d := range leaseAll(t, p) {
+		if served[d.Record.Offset] {
+			t.Fatalf("offset %d served twice", d.Record.Offset)
+		}
+		if d.Attempt != 1 {
+			t.Errorf("offset %d came as delivery_attempt %d at its first delivery", d.Record.Offset, d.Attempt)
+		}
+		served[d.Record.Offset] = true
+	}
+	for o := uint64(4); o < 8; o++ {
+		if !served[o] {
+			t.Errorf("offset %d, left by retention, was served by neither consume: it is leased to nobody for an hour", o)
+		}
+	}
+}
