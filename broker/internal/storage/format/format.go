@@ -187,7 +187,7 @@ func prepare(dir string, opts Options, current int, steps []step) (Result, error
 		}
 	}
 	log.Info("upgrading the data directory", "dir", dir, "from_format", st.Format, "to_format", current,
-		"rollback", fmt.Sprintf("after this start only a binary that knows format %d reads the directory; to go back to one that knows only format %d, restore a backup taken before this start", current, st.Format))
+		"rollback", rollback(st.Format, current, todo))
 	for _, s := range todo {
 		log.Info("data directory upgrade step", "to_format", s.to, "what", s.what)
 		if err := s.run(dir, log); err != nil {
@@ -201,6 +201,28 @@ func prepare(dir string, opts Options, current int, steps []step) (Result, error
 	log.Info("data directory upgraded", "dir", dir, "format", current)
 	res.Upgraded = true
 	return res, nil
+}
+
+// rollback is what the upgrade's log says about going back from format current to a
+// binary that knows only format from: the downgrade in place when every step from
+// there has its undo (a backup restored on a cluster node would bring back Raft votes
+// and logs the cluster has moved past), else the backup, and how far the downgrade
+// goes when it goes part of the way.
+func rollback(from, current int, todo []step) string {
+	low := current // the oldest format the steps' undos reach
+	for i := len(todo) - 1; i >= 0 && todo[i].down != nil; i-- {
+		low = todo[i].to - 1
+	}
+	s := fmt.Sprintf("after this start only a binary that knows format %d reads the directory; ", current)
+	if low <= from {
+		return s + fmt.Sprintf("to go back to one that knows only format %d, stop the node and run narad downgrade-format --to %d with this binary "+
+			"(on a cluster node, not a restore of a backup: docs/operating/upgrades.md)", from, from)
+	}
+	s += fmt.Sprintf("to go back to one that knows only format %d, restore a backup taken before this start", from)
+	if low < current {
+		s += fmt.Sprintf(" (narad downgrade-format --to %d takes the directory back as far as format %d)", low, low)
+	}
+	return s
 }
 
 // Read returns the FORMAT file of dir; found is false when there is none.

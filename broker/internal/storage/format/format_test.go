@@ -122,6 +122,36 @@ func TestFormatOneUpgraded(t *testing.T) {
 	}
 }
 
+// TestUpgradeLogNamesTheWayBack: the upgrade's log says how to go back to the binary
+// of the directory's format. From format 2 that is narad downgrade-format, not the
+// backup: restored on a cluster node, a backup brings back a Raft vote and log the
+// cluster has moved past (docs/operating/upgrades.md). A step without its undo still
+// needs the backup, and the log says how far the downgrade goes.
+func TestUpgradeLogNamesTheWayBack(t *testing.T) {
+	upgrade := func(t *testing.T, from, current int, steps []step) string {
+		t.Helper()
+		dir := t.TempDir()
+		if err := Write(dir, Stamp{Format: from}); err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		if _, err := prepare(dir, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, current, steps); err != nil {
+			t.Fatal(err)
+		}
+		return logs.String()
+	}
+	logs := upgrade(t, 2, Current, steps)
+	if !strings.Contains(logs, "narad downgrade-format --to 2") || strings.Contains(logs, "restore a backup") {
+		t.Errorf("the upgrade from format 2 logs\n%s\nwant the way back by narad downgrade-format --to 2, not by a backup", logs)
+	}
+	noop := func(string, *slog.Logger) error { return nil }
+	fake := []step{{to: 2, what: "two", run: noop}, {to: 3, what: "three", run: noop}, {to: 4, what: "four", run: noop, down: noop}}
+	logs = upgrade(t, 2, 4, fake)
+	if !strings.Contains(logs, "restore a backup") || !strings.Contains(logs, "narad downgrade-format --to 3 takes the directory back as far as format 3") {
+		t.Errorf("an upgrade from 2 to 4 whose step to 3 has no undo logs\n%s\nwant the backup, and the downgrade as far as format 3", logs)
+	}
+}
+
 // A data directory given as a symbolic link is upgraded all the same.
 func TestFormatOneUpgradedThroughSymlink(t *testing.T) {
 	dir := formatOneDir(t)
