@@ -163,14 +163,17 @@ func lockStore(dir string) (func(), error) {
 // wal/ not yet in its data file (a node stopped by a crash leaves some), makes those
 // files durable, and removes wal/. A binary of format 2 knows no write-ahead file; the
 // logs it opens then hold every answered append.
-func foldWAL(dir string, log *slog.Logger) error {
+func foldWAL(dir string, log *slog.Logger) error { return fold(vfs.OS{}, dir, log) }
+
+// fold is foldWAL on the file system fsys.
+func fold(fsys vfs.FS, dir string, log *slog.Logger) error {
 	wdir := filepath.Join(dir, "wal")
-	if _, err := os.Stat(wdir); errors.Is(err, fs.ErrNotExist) {
+	if _, err := fsys.Stat(wdir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	} else if err != nil {
 		return err
 	}
-	rep, err := wal.Replay(wdir, wal.Options{FS: vfs.OS{}, Root: dir})
+	rep, err := wal.Replay(wdir, wal.Options{FS: fsys, Root: dir})
 	if err != nil {
 		return fmt.Errorf("replaying the write-ahead file: %w", err)
 	}
@@ -184,11 +187,11 @@ func foldWAL(dir string, log *slog.Logger) error {
 	}
 	// The files first, the sequence floor last (RemoveFiles), then the empty
 	// directory: a crash part-way leaves a directory this binary still opens safely.
-	if err := wal.RemoveFiles(vfs.OS{}, wdir); err != nil {
+	if err := wal.RemoveFiles(fsys, wdir); err != nil {
 		return err
 	}
-	if err := os.Remove(wdir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := fsys.Remove(wdir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return vfs.OS{}.SyncDir(dir)
+	return fsys.SyncDir(dir)
 }

@@ -92,16 +92,28 @@ func (m *Mem) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 	return &memFile{m: m, ino: ino, name: name, gen: m.gen, writable: writable}, nil
 }
 
-// Remove unlinks name; open handles keep working.
+// Remove unlinks name, a file or an empty directory; open handles keep working. A
+// directory's removal is durable once its parent is synced.
 func (m *Mem) Remove(name string) error {
 	name = filepath.Clean(name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.files[name] == nil {
-		if m.dirs[name] {
-			return pathErr("remove", name, errors.New("removing directories is not supported"))
+		if !m.dirs[name] {
+			return pathErr("remove", name, fs.ErrNotExist)
 		}
-		return pathErr("remove", name, fs.ErrNotExist)
+		for f := range m.files {
+			if filepath.Dir(f) == name {
+				return pathErr("remove", name, syscall.ENOTEMPTY)
+			}
+		}
+		for d := range m.dirs {
+			if d != name && filepath.Dir(d) == name {
+				return pathErr("remove", name, syscall.ENOTEMPTY)
+			}
+		}
+		delete(m.dirs, name)
+		return nil
 	}
 	delete(m.files, name)
 	return nil
@@ -186,6 +198,11 @@ func (m *Mem) SyncDir(dir string) error {
 		return pathErr("syncdir", dir, fs.ErrNotExist)
 	}
 	m.dirSyncs++
+	for d := range m.durableDir {
+		if d != dir && filepath.Dir(d) == dir && !m.dirs[d] {
+			delete(m.durableDir, d) // removed
+		}
+	}
 	for d := range m.dirs {
 		if d != dir && filepath.Dir(d) == dir {
 			m.durableDir[d] = true
@@ -237,10 +254,15 @@ func (m *Mem) crash(r *rand.Rand, holed func(string) bool) {
 		}
 	}
 	dirs := map[string]bool{}
-	for d := range m.dirs {
-		if kept(d) {
-			dirs[d] = true
-		} else {
+	for _, set := range []map[string]bool{m.dirs, m.durableDir} { // a removal not synced comes undone
+		for d := range set {
+			if kept(d) {
+				dirs[d] = true
+			}
+		}
+	}
+	for d := range m.durableDir {
+		if !dirs[d] {
 			delete(m.durableDir, d)
 		}
 	}

@@ -124,6 +124,49 @@ func TestDirectoryOps(t *testing.T) {
 	})
 }
 
+// TestRemoveDirectory: an empty directory is removed like a file; one with entries is
+// refused. In Mem the removal comes undone in a crash until its parent is synced.
+func TestRemoveDirectory(t *testing.T) {
+	testFS(t, func(t *testing.T, fsys FS, dir string) {
+		sub := filepath.Join(dir, "sub")
+		if err := MkdirAllSync(fsys, filepath.Join(sub, "deeper"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := fsys.Remove(sub); err == nil {
+			t.Fatal("a directory holding one was removed")
+		}
+		if err := fsys.Remove(filepath.Join(sub, "deeper")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fsys.Stat(filepath.Join(sub, "deeper")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("stat of a removed directory: %v", err)
+		}
+		m, ok := fsys.(*Mem)
+		if !ok {
+			return
+		}
+		for _, d := range []string{"/", "/data", dir} { // testFS made dir without syncs
+			if err := m.SyncDir(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.Crash()
+		if _, err := m.Stat(filepath.Join(sub, "deeper")); err != nil {
+			t.Fatalf("a removal never synced did not come undone in a crash: %v", err)
+		}
+		if err := m.Remove(filepath.Join(sub, "deeper")); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SyncDir(sub); err != nil {
+			t.Fatal(err)
+		}
+		m.Crash()
+		if _, err := m.Stat(filepath.Join(sub, "deeper")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("a synced removal came undone in a crash: %v", err)
+		}
+	})
+}
+
 func fmtList(s []string) string {
 	out := "["
 	for i, v := range s {
