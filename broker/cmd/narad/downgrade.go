@@ -52,6 +52,10 @@ flags:
 		fmt.Fprintln(stderr, "narad downgrade-format: --to is required: the format the older binary knows (it names it when it refuses to start)")
 		return 2
 	}
+	if *to < 1 {
+		fmt.Fprintf(stderr, "narad downgrade-format: --to %d: formats start at 1; give the format the older binary knows (it names it when it refuses to start)\n", *to)
+		return 2
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	me := "narad " + version
 	res, err := format.Downgrade(dataDir, *to, format.Options{WrittenBy: me, Logger: log})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -27,6 +28,9 @@ func TestDowngradeFormatCommand(t *testing.T) {
 	if code, _, _ := run(noenv, "--to", "two"); code != 2 {
 		t.Errorf("--to two: exit %d, want 2", code)
 	}
+	if code, _, stderr := run(noenv, "--to", "-1"); code != 2 || !strings.Contains(stderr, "formats start at 1") {
+		t.Errorf("--to -1: exit %d, stderr %q; want 2, a usage error", code, stderr)
+	}
 	dir := t.TempDir()
 	if err := format.Write(dir, format.Stamp{Format: 2}); err != nil {
 		t.Fatal(err)
@@ -42,5 +46,9 @@ func TestDowngradeFormatCommand(t *testing.T) {
 	}
 	if code, _, stderr := run(noenv, "--to", "2", "--data-dir", t.TempDir()); code != 1 || !strings.Contains(stderr, "check --data-dir") {
 		t.Errorf("an empty directory: exit %d, stderr %q", code, stderr)
+	}
+	file := filepath.Join(dir, "FORMAT")
+	if code, _, stderr := run(noenv, "--to", "2", "--data-dir", file); code != 1 || !strings.Contains(stderr, "is not a directory: check --data-dir") {
+		t.Errorf("a file as the data directory: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -32,11 +32,16 @@ func Downgrade(dir string, to int, opts Options) (Result, error) {
 func downgrade(dir string, to int, opts Options, current int, steps []step) (Result, error) {
 	log, me := opts.logger(), opts.name()
 	if to < 1 {
-		return Result{}, fmt.Errorf("%w: there is no format %d (formats start at 1)", ErrNoDowngrade, to)
+		return Result{}, fmt.Errorf("%w: there is no format %d (formats start at 1); give the format the older binary names when it refuses to start", ErrNoDowngrade, to)
+	}
+	if fi, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return Result{}, fmt.Errorf("%s does not exist: check --data-dir", dir)
+	} else if err == nil && !fi.IsDir() {
+		return Result{}, fmt.Errorf("%s is not a directory: check --data-dir", dir)
 	}
 	unlock, err := Lock(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return Result{}, fmt.Errorf("%s does not exist: check --data-dir", dir)
+	if errors.Is(err, fs.ErrPermission) {
+		return Result{}, fmt.Errorf("%w: run the downgrade as the user the node runs as, or as root", err)
 	}
 	if err != nil {
 		return Result{}, err
@@ -90,7 +95,8 @@ func downgrade(dir string, to int, opts Options, current int, steps []step) (Res
 	// Run as root on a directory the broker's user owns, FORMAT must stay readable by
 	// that user: it gets the directory's owner.
 	if err := write(dir, Stamp{Format: to, WrittenBy: me + " (downgrade)"}, ownerOf(dir)); err != nil {
-		return res, fmt.Errorf("writing %s: %w", FileName, err)
+		return res, fmt.Errorf("writing %s: %w. Every step was undone, but the directory still says format %d, which %s reads; fix the cause and run the downgrade again",
+			FileName, err, st.Format, me)
 	}
 	log.Info("data directory downgraded", "dir", dir, "format", to)
 	return res, nil

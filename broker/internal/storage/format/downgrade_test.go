@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -256,6 +257,40 @@ func TestDowngradeRefusals(t *testing.T) {
 	}
 	if _, err := Downgrade(t.TempDir(), 2, Options{Logger: quiet()}); err == nil {
 		t.Error("a downgrade of an empty directory succeeded; want an error naming --data-dir")
+	}
+}
+
+// TestDowngradeErrorsSayWhatToDo: a FORMAT that cannot be written after every undo
+// ran (here a leftover FORMAT.tmp that is a directory) leaves the directory at its
+// format and says to run the downgrade again, which then finishes; a data directory
+// that is a file is named as a wrong --data-dir.
+func TestDowngradeErrorsSayWhatToDo(t *testing.T) {
+	dir, data := formatThreeDir(t)
+	tmp := filepath.Join(dir, FileName+".tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "x"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Downgrade(dir, 2, Options{Logger: quiet()})
+	if err == nil || !strings.Contains(err.Error(), "run the downgrade again") {
+		t.Fatalf("a downgrade that could not write FORMAT answered %v; want an error saying to run it again", err)
+	}
+	if st := mustRead(t, dir); st.Format != 3 {
+		t.Fatalf("FORMAT = %+v after it could not be written", st)
+	}
+	if err := os.RemoveAll(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Downgrade(dir, 2, Options{Logger: quiet()}); err != nil || mustRead(t, dir).Format != 2 {
+		t.Fatalf("the downgrade run again: %v, FORMAT %+v; want format 2", err, mustRead(t, dir))
+	}
+	if b, _ := os.ReadFile(data); string(b) != "hello" {
+		t.Fatalf("the data file holds %q; want the record's \"hello\"", b)
+	}
+	if _, err := Downgrade(data, 2, Options{Logger: quiet()}); err == nil || !strings.Contains(err.Error(), "is not a directory: check --data-dir") {
+		t.Errorf("a downgrade of a file answered %v; want it named as a wrong --data-dir", err)
 	}
 }
 
