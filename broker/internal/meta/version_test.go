@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -335,5 +337,45 @@ func TestRollingUpgradeCommitsOnceEveryMemberSpeaks(t *testing.T) {
 	cancel()
 	if !errors.Is(err, ErrHalted) || !errors.Is(err, ErrVersionUnsupported) || !strings.Contains(err.Error(), "this node speaks 1") {
 		t.Fatalf("a member speaking only 1 restarted on a version-2 cluster: %v", err)
+	}
+}
+
+// TestDocsNameTheVersionsAndFeatures: the operator's and the internals' pages say which
+// cluster versions this binary speaks, and the internals' table lists every gated
+// feature in a row of its version: a rolling upgrade is planned from them.
+func TestDocsNameTheVersionsAndFeatures(t *testing.T) {
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") } // lines wrap anywhere
+	upgrades, internals := read("operating/upgrades.md"), read("internals/control-plane.md")
+	for _, want := range []string{
+		fmt.Sprintf("This release speaks %d to %d", VersionMin, VersionMax),
+		fmt.Sprintf("(`cluster versions %d to %d`)", VersionMin, VersionMax),
+	} {
+		if !strings.Contains(flat(upgrades), want) {
+			t.Errorf("docs/operating/upgrades.md does not say %q", want)
+		}
+	}
+	if want := fmt.Sprintf("`VersionMax` (today %d to %d)", VersionMin, VersionMax); !strings.Contains(flat(internals), want) {
+		t.Errorf("docs/internals/control-plane.md does not say %q", want)
+	}
+	for _, f := range []Feature{FeatureStatsBatch, FeatureReplicaSnapshots, FeaturePartitionCommands, FeatureMoves,
+		FeatureGroupOnData, FeatureDeleteFence, FeatureLeaderLease} {
+		row := fmt.Sprintf("| %d | ", f.Since)
+		found := false
+		for _, line := range strings.Split(internals, "\n") {
+			if strings.HasPrefix(line, row) && strings.Contains(strings.SplitN(line[len(row):], "|", 2)[0], "`"+f.Name+"`") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("the cluster versions' table of docs/internals/control-plane.md names %s in no row of version %d", f.Name, f.Since)
+		}
 	}
 }
