@@ -71,7 +71,7 @@ func startRestartableCluster(t *testing.T, n int) *restartableCluster {
 	})
 	startAll(t, c.bs, 90*time.Second)
 	waitOrFail(t, 60*time.Second, "every member alive at the highest version", func() error {
-		if !allAlive(c.bs, n) || !sameVersion(c.bs) {
+		if !allAlive(c.bs, n) || !sameVersion(c.bs, meta.VersionMax) {
 			return fmt.Errorf("not yet")
 		}
 		return nil

@@ -325,7 +325,10 @@ func (b *Broker) alterReplicationFactor(name string, inc uint64, rf int32) error
 	}
 	for i, p := range m.Placement {
 		if len(p.Replicas) == 1 && rf > 1 && !b.meta.Allows(meta.FeatureGroupOnData) {
-			return &ConflictError{Msg: fmt.Sprintf("partition %d of topic %s has a single replica; raising its replication factor needs cluster version %d", i, name, meta.FeatureGroupOnData.Since)}
+			// Unavailable until the rolling upgrade ends, as every gated feature
+			// (docs/operating/upgrades.md), not a conflict a client gives up on.
+			return mapMetaErr(fmt.Errorf("%w: partition %d of topic %s has a single replica; raising its replication factor needs cluster version %d and the cluster runs %d (finish the rolling upgrade first)",
+				meta.ErrVersionGated, i, name, meta.FeatureGroupOnData.Since, b.meta.ClusterVersion()))
 		}
 	}
 	_, err := b.meta.SetReplicationFactor(name, inc, rf)

@@ -49,6 +49,20 @@ func (h *hookedPeers) Call(ctx context.Context, addr string, body []byte) ([]byt
 // going through a hookedPeers.
 func startHookedReplCluster(t *testing.T, n int, autoRebalance bool) ([]*Broker, []*hookedPeers) {
 	t.Helper()
+	return startHookedReplClusterAt(t, make([]int, n), autoRebalance)
+}
+
+// startReplClusterAt is startReplCluster with, per node, the highest cluster version it
+// offers (0: the highest this binary speaks), as in a rolling upgrade.
+func startReplClusterAt(t *testing.T, versionMax []int) []*Broker {
+	t.Helper()
+	bs, _ := startHookedReplClusterAt(t, versionMax, false)
+	return bs
+}
+
+func startHookedReplClusterAt(t *testing.T, versionMax []int, autoRebalance bool) ([]*Broker, []*hookedPeers) {
+	t.Helper()
+	n := len(versionMax)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("NARAD_TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -74,7 +88,7 @@ func startHookedReplCluster(t *testing.T, n int, autoRebalance bool) ([]*Broker,
 			Cluster: meta.Cluster{
 				Transport: planes[i].RaftTransport(), LocalAddr: raft.ServerAddress(planes[i].Addr()), Forwarder: planes[i],
 				Peers: peers, HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 1+i),
-				AutoRebalance: autoRebalance, MaxMoves: 2,
+				AutoRebalance: autoRebalance, MaxMoves: 2, VersionMax: versionMax[i],
 			},
 		})
 		if err != nil {
@@ -97,7 +111,13 @@ func startHookedReplCluster(t *testing.T, n int, autoRebalance bool) ([]*Broker,
 	})
 	startAll(t, bs, 90*time.Second)
 	deadline := time.Now().Add(60 * time.Second)
-	for !allAlive(bs, n) || !sameVersion(bs) {
+	want := meta.VersionMax
+	for _, v := range versionMax {
+		if v != 0 {
+			want = min(want, v)
+		}
+	}
+	for !allAlive(bs, n) || !sameVersion(bs, want) {
 		if time.Now().After(deadline) {
 			t.Fatal("the cluster's members were not all alive within 60 s")
 		}
@@ -106,10 +126,10 @@ func startHookedReplCluster(t *testing.T, n int, autoRebalance bool) ([]*Broker,
 	return bs, hooked
 }
 
-// sameVersion reports whether every broker runs the highest cluster version.
-func sameVersion(bs []*Broker) bool {
+// sameVersion reports whether every broker runs cluster version want.
+func sameVersion(bs []*Broker, want int) bool {
 	for _, b := range bs {
-		if b.meta.ClusterVersion() != meta.VersionMax {
+		if b.meta.ClusterVersion() != want {
 			return false
 		}
 	}

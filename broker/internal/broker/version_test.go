@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -114,5 +115,29 @@ func TestStatsBatchOnceTheClusterVersionAllows(t *testing.T) {
 	// Each node asks the other two once each.
 	if n, per := seen.count(dataStatsBatch), seen.count(dataStats); n != 6 || per != 0 {
 		t.Fatalf("%d stats_batch and %d stats requests for three reads of a topic on three nodes; want 6 and 0", n, per)
+	}
+}
+
+// TestAGatedReplicationFactorIsUnavailable: while the cluster runs a version before 3
+// (a rolling upgrade under way), a raise of a replication factor answers 503 until the
+// upgrade ends, as every feature without an older form does
+// (docs/operating/upgrades.md), whether the topic's partitions have one replica or
+// more. On the old code a partition of one replica answered 409 conflict, a refusal a
+// client does not retry, while one of two answered 503.
+func TestAGatedReplicationFactorIsUnavailable(t *testing.T) {
+	bs := startReplClusterAt(t, []int{0, 0, 2})
+	ctx := context.Background()
+	for name, rf := range map[string]int32{"one": 1, "two": 2} {
+		if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: name, Partitions: ptr[int32](1), ReplicationFactor: ptr(rf)}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := bs[0].AlterTopic(ctx, name, TopicAlter{ReplicationFactor: ptr[int32](3)})
+		var ce *ConflictError
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, meta.ErrVersionGated) || errors.As(err, &ce) {
+			t.Errorf("raising topic %s's replication factor from %d at cluster version 2 answered %v; want unavailable (503) until version 3", name, rf, err)
+		}
+		if m, err := bs[0].TopicMeta(name); err != nil || m.ReplicationFactor != rf {
+			t.Errorf("topic %s after the refused raise: %+v, %v; want replication factor %d", name, m, err, rf)
+		}
 	}
 }

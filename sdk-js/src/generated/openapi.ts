@@ -136,7 +136,9 @@ export interface paths {
          *     (`{}` removes it; null keeps it, as left out) and `replication_factor`. Fields left out keep their value. 409
          *     when a parent's retention would no longer exceed its longest child delay by an
          *     hour, a schema would differ from a parent's or child's, or the replication factor
-         *     is more than the cluster's nodes; a request refused so changes nothing. A new
+         *     is more than the cluster's nodes; a request refused so changes nothing. A
+         *     `replication_factor` answers 503 `unavailable` while a rolling upgrade has not
+         *     committed cluster version 3 (retry after it). A new
          *     visibility timeout applies to leases taken
          *     after the change; a shorter retention deletes only whole segments older than it.
          *     A new `replication_factor` is reached in the background: the controller adds or
@@ -860,9 +862,9 @@ export interface paths {
          *     while that move is under way answers the same move (same `id`), so a retry is
          *     safe. 404 `topic_not_found`, `partition_not_found` or `node_not_found` (`from` or
          *     `to` is no member); 409 `conflict` when the move is impossible, with the reason:
-         *     `to` is dead or holds a replica of the partition already, `from` holds none,
-         *     another move of the partition is under way, or the cluster version is too old for
-         *     moves (finish the rolling upgrade first).
+         *     `to` is dead or holds a replica of the partition already, `from` holds none, or
+         *     another move of the partition is under way. 503 `unavailable` while the cluster
+         *     version is too old for moves (a rolling upgrade not finished; retry after it).
          */
         post: operations["movePartition"];
         delete?: never;
