@@ -211,7 +211,9 @@ func fold(fsys vfs.FS, dir string, log *slog.Logger) error {
 // act on what a power loss can still take back (serve a message and take its ack, then
 // lose the message; vote twice in a term). One sync per file: a second or so for ten
 // thousand files already on the disk. Symbolic links are synced as what they name,
-// directories among them without their contents.
+// directories among them without their contents. What this process may not read is
+// not the node's (every file a node writes is its user's): lost+found, when the data
+// directory is a file system's root.
 func syncAll(fsys vfs.FS, dir string) error {
 	ents, err := fsys.ReadDir(dir)
 	if err != nil {
@@ -220,14 +222,14 @@ func syncAll(fsys vfs.FS, dir string) error {
 	for _, e := range ents {
 		path := filepath.Join(dir, e.Name)
 		if e.IsDir {
-			if err := syncAll(fsys, path); err != nil {
+			if err := syncAll(fsys, path); err != nil && !errors.Is(err, fs.ErrPermission) {
 				return err
 			}
 			continue
 		}
 		f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // a symbolic link that names nothing
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			continue // a symbolic link that names nothing, or not the node's
 		}
 		if err != nil {
 			return err

@@ -368,3 +368,40 @@ func TestDowngradeWritesFormatLast(t *testing.T) {
 		t.Fatalf("undos saw %v, FORMAT %+v; want three undos at 4, then format 1", seen, mustRead(t, dir))
 	}
 }
+
+// unreadable is a vfs.Mem whose directory lost+found may not be read, as for a node's
+// user at a file system's root.
+type unreadable struct{ *vfs.Mem }
+
+func (u unreadable) ReadDir(dir string) ([]vfs.FileInfo, error) {
+	if filepath.Base(dir) == "lost+found" {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: syscall.EACCES}
+	}
+	return u.Mem.ReadDir(dir)
+}
+
+// TestDowngradeSyncsPastWhatIsNotTheNodes: a data directory at a file system's root
+// holds lost+found, which the node's user may not read; the downgrade's sync of every
+// file passes it by instead of failing.
+func TestDowngradeSyncsPastWhatIsNotTheNodes(t *testing.T) {
+	m := vfs.NewMem()
+	dir := "/data"
+	for _, d := range []string{filepath.Join(dir, "lost+found"), filepath.Join(dir, "topics")} {
+		if err := vfs.MkdirAllSync(m, d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := m.OpenFile(filepath.Join(dir, "topics", "x"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fold(unreadable{m}, dir, quiet()); err != nil {
+		t.Fatalf("the downgrade's sync failed on lost+found: %v", err)
+	}
+	if b, err := m.Durable(filepath.Join(dir, "topics", "x")); err != nil || string(b) != "x" {
+		t.Fatalf("topics/x after the sync: %q (%v); want it durable", b, err)
+	}
+}
