@@ -24,7 +24,8 @@ import (
 // than this binary knows, and a step that cannot be undone (format 1
 // is reached only by a backup). A crash part-way leaves the directory at its format
 // (FORMAT is written last and every undo is safe to run twice), readable by this
-// binary; run it again. A directory already at to or older is left as it is.
+// binary; run it again. A directory already at to or older is left at its format
+// (below 3: synced, and a wal/ found beside it folded).
 func Downgrade(dir string, to int, opts Options) (Result, error) {
 	return downgrade(dir, to, opts, Current, steps)
 }
