@@ -854,8 +854,20 @@ func (p *Partition) Read(from uint64, max int) ([]segment.Record, error) {
 	}
 }
 
-// OffsetForTime returns the first offset written at or after ms.
-func (p *Partition) OffsetForTime(ms int64) (uint64, error) { return p.log.OffsetForTime(ms) }
+// OffsetForTime returns the first offset written at or after ms. Its errors are the
+// partition's, as Read's are: ErrClosed for a log closed under it (its topic deleted,
+// its replica moved or rebuilt), ErrCorrupt or ErrStorage for what the look met. The
+// segment log's own were answered 500 by the API.
+func (p *Partition) OffsetForTime(ms int64) (uint64, error) {
+	o, err := p.log.OffsetForTime(ms)
+	if err == nil {
+		return o, nil
+	}
+	if errors.Is(err, segment.ErrClosed) {
+		return 0, ErrClosed
+	}
+	return 0, readError(err)
+}
 
 // Stats returns the queue's counters.
 func (p *Partition) Stats() queue.Stats {
