@@ -110,8 +110,10 @@ func (m *message) bytesOf(t testing.TB) []byte {
 func (m *message) where() string { return fmt.Sprintf("%d/%d", m.Partition, m.Offset) }
 
 type messageRange struct {
-	Messages   []message `json:"messages"`
-	NextOffset int64     `json:"next_offset"`
+	Messages    []message `json:"messages"`
+	NextOffset  int64     `json:"next_offset"`
+	Incarnation string    `json:"incarnation"`
+	Damaged     []int64   `json:"damaged"`
 }
 
 type ackResult struct {

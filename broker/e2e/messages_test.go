@@ -443,6 +443,20 @@ func TestReplay(t *testing.T) {
 	if mr := a.read("r", 0, ""); len(mr.Messages) != 0 || mr.NextOffset != 0 {
 		t.Errorf("empty partition: %+v", mr)
 	}
+	// The answer names the topic's incarnation; a read that names it is served, one
+	// naming another is refused, and one that is not an incarnation is a bad request.
+	inc := a.topic("r").Incarnation
+	if mr := a.read("r", 1, "max=1&incarnation="+inc); mr.Incarnation != inc || len(mr.Messages) != 1 {
+		t.Errorf("a read naming incarnation %s: %+v", inc, mr)
+	}
+	if r := a.Get("/v1/topics/r/partitions/1/messages?incarnation=" + inc + "9"); r.Status != http.StatusConflict || !strings.Contains(string(r.Body), "incarnation_mismatch") {
+		t.Errorf("a read naming another incarnation: %d %s, want 409 incarnation_mismatch", r.Status, r.Body)
+	}
+	for _, bad := range []string{"x", "0", "-1"} {
+		if r := a.Get("/v1/topics/r/partitions/1/messages?incarnation=" + bad); r.Status != http.StatusBadRequest {
+			t.Errorf("incarnation=%s: %d %s, want 400", bad, r.Status, r.Body)
+		}
+	}
 	// from_time: the first message at or after the time.
 	ts := all[15].Timestamp
 	mr := a.read("r", 1, "from_time="+strconv.FormatInt(ts, 10))

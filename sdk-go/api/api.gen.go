@@ -591,7 +591,12 @@ type MessageOrigin struct {
 
 // MessageRange defines model for MessageRange.
 type MessageRange struct {
-	Messages []Message `json:"messages"`
+	// Damaged Offsets of damaged messages this read went past (a replay answer only; present when there are some). They are never served.
+	Damaged *[]int64 `json:"damaged,omitempty"`
+
+	// Incarnation The incarnation of the topic read (a replay answer only); pass it as `incarnation` to continue.
+	Incarnation *string   `json:"incarnation,omitempty"`
+	Messages    []Message `json:"messages"`
 
 	// NextOffset Offset to pass as `from` to continue.
 	NextOffset int64 `json:"next_offset"`
@@ -1110,6 +1115,9 @@ type ReadMessagesParams struct {
 
 	// Max Most messages to return (1 to 1000, default 100).
 	Max *int32 `form:"max,omitempty" json:"max,omitempty"`
+
+	// Incarnation The topic incarnation the reader follows; another one answers 409 `incarnation_mismatch`.
+	Incarnation *string `form:"incarnation,omitempty" json:"incarnation,omitempty"`
 
 	// PayloadEncoding `base64` returns every payload base64-encoded, so bytes round-trip exactly.
 	PayloadEncoding *ReadMessagesParamsPayloadEncoding `form:"payload_encoding,omitempty" json:"payload_encoding,omitempty"`
@@ -3224,6 +3232,22 @@ func NewReadMessagesRequest(server string, topic TopicName, partition int32, par
 
 		}
 
+		if params.Incarnation != nil {
+
+			if queryFrag, err := runtime.StyleParamWithLocation("form", true, "incarnation", runtime.ParamLocationQuery, *params.Incarnation); err != nil {
+				return nil, err
+			} else if parsed, err := url.ParseQuery(queryFrag); err != nil {
+				return nil, err
+			} else {
+				for k, v := range parsed {
+					for _, v2 := range v {
+						queryValues.Add(k, v2)
+					}
+				}
+			}
+
+		}
+
 		if params.PayloadEncoding != nil {
 
 			if queryFrag, err := runtime.StyleParamWithLocation("form", true, "payload_encoding", runtime.ParamLocationQuery, *params.PayloadEncoding); err != nil {
@@ -4580,6 +4604,7 @@ type ReadMessagesResponse struct {
 	JSON401      *Unauthenticated
 	JSON403      *Forbidden
 	JSON404      *NotFound
+	JSON409      *Conflict
 	JSON503      *Unavailable
 }
 
@@ -7039,6 +7064,13 @@ func ParseReadMessagesResponse(rsp *http.Response) (*ReadMessagesResponse, error
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

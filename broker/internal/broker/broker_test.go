@@ -183,7 +183,7 @@ func TestDeleteRecreateIsolation(t *testing.T) {
 	b.Close()
 	b = mustStartBroker(t, dir)
 	defer b.Close()
-	if got, _, _ := b.Read(ctx, "t", 0, nil, nil, 10); len(got) != 0 {
+	if got, _, _ := readRange(b, ctx, "t", 0, nil, nil, 10); len(got) != 0 {
 		t.Fatalf("replay after restart shows %d old messages", len(got))
 	}
 }
@@ -435,4 +435,11 @@ func TestKeylessBatchOnePartition(t *testing.T) {
 	if len(seen) != 4 {
 		t.Fatalf("4 requests used partitions %v, want all 4 in turn", seen)
 	}
+}
+
+// readRange is Read in the shape tests use: the messages from an offset (or time) and
+// where to continue.
+func readRange(b *Broker, ctx context.Context, name string, part int32, from *uint64, fromTimeMs *int64, max int) ([]Delivered, uint64, error) {
+	got, err := b.Read(ctx, name, part, ReadSpec{From: from, FromTimeMs: fromTimeMs, Max: max})
+	return got.Messages, got.Next, err
 }

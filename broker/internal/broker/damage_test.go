@@ -51,19 +51,7 @@ func TestFanoutSkipsDamagedParentRecord(t *testing.T) {
 				t.Fatal(err)
 			}
 		case strings.HasSuffix(e.Name(), "-p"):
-			seg := filepath.Join(dir, "topics", e.Name(), "0", "log", "00000000000000000000.log")
-			data, err := os.ReadFile(seg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pos := 0
-			for i := 0; i < 3; i++ {
-				pos += int(binary.LittleEndian.Uint32(data[pos:])) + 4
-			}
-			data[pos+20] ^= 0x01 // record 3's timestamp
-			if err := os.WriteFile(seg, data, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			damageRecord(t, filepath.Join(dir, "topics", e.Name()), 3)
 		}
 	}
 	b = mustStartBroker(t, dir)
@@ -78,5 +66,25 @@ func TestFanoutSkipsDamagedParentRecord(t *testing.T) {
 	}
 	if v := counterValue(t, b.Metrics(), "narad_damaged_records_total"); v < 1 {
 		t.Fatalf("narad_damaged_records_total = %v, want the skipped copy counted", v)
+	}
+}
+
+// damageRecord flips a bit in the timestamp of record n of partition 0's first
+// segment under the topic directory tdir (the node stopped), so that it fails its
+// checksum.
+func damageRecord(t *testing.T, tdir string, n int) {
+	t.Helper()
+	seg := filepath.Join(tdir, "0", "log", "00000000000000000000.log")
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := 0
+	for i := 0; i < n; i++ {
+		pos += int(binary.LittleEndian.Uint32(data[pos:])) + 4
+	}
+	data[pos+20] ^= 0x01
+	if err := os.WriteFile(seg, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -56,7 +56,7 @@ func detachSetup(t *testing.T, bs []*Broker) (leader, hp int, parent, child stri
 // childHolds checks that child's one partition holds exactly n messages.
 func childHolds(b *Broker, child string, n int) error {
 	from := uint64(0)
-	ds, _, err := b.Read(context.Background(), child, 0, &from, nil, 10)
+	ds, _, err := readRange(b, context.Background(), child, 0, &from, nil, 10)
 	if err != nil {
 		return err
 	}

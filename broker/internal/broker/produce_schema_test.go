@@ -33,7 +33,7 @@ func TestSchemaTopicTakesJSONSentAsBytes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("JSON that matches the schema, sent as bytes and as text: %v", err)
 	}
-	got, _, err := b.Read(ctx, "typed", 0, ptr[uint64](0), nil, 10)
+	got, _, err := readRange(b, ctx, "typed", 0, ptr[uint64](0), nil, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestSchemaTopicTakesJSONSentAsBytes(t *testing.T) {
 	if batch[0].Attrs != PayloadKindBinary {
 		t.Errorf("Produce changed the caller's message kind to %d", batch[0].Attrs)
 	}
-	if got, _, _ := b.Read(ctx, "typed", 0, ptr[uint64](0), nil, 10); len(got) != len(accepted) {
+	if got, _, _ := readRange(b, ctx, "typed", 0, ptr[uint64](0), nil, 10); len(got) != len(accepted) {
 		t.Errorf("refused produces wrote: %d messages, want %d", len(got), len(accepted))
 	}
 
@@ -83,7 +83,7 @@ func TestSchemaTopicTakesJSONSentAsBytes(t *testing.T) {
 	if _, err := b.Produce(ctx, "plain", []Outgoing{{Partition: -1, Value: []byte(`{"id":"bytes"}`), Attrs: PayloadKindBinary}}); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err = b.Read(ctx, "plain", 0, ptr[uint64](0), nil, 10)
+	got, _, err = readRange(b, ctx, "plain", 0, ptr[uint64](0), nil, 10)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("read plain: %d messages, err %v", len(got), err)
 	}
@@ -112,7 +112,7 @@ func TestSchemaTopicBytesKeepTheDepthLimit(t *testing.T) {
 	if _, err := b.Produce(ctx, "typed", []Outgoing{{Partition: -1, Value: ok, Attrs: PayloadKindBinary}}); err != nil {
 		t.Fatalf("JSON exactly %d deep sent as bytes: %v", MaxPayloadDepth, err)
 	}
-	if got, _, _ := b.Read(ctx, "typed", 0, ptr[uint64](0), nil, 10); len(got) != 1 {
+	if got, _, _ := readRange(b, ctx, "typed", 0, ptr[uint64](0), nil, 10); len(got) != 1 {
 		t.Fatalf("topic holds %d messages, want the 1 accepted", len(got))
 	}
 }

@@ -100,6 +100,10 @@ type dataReq struct {
 	Offset      uint64                `json:"offset,omitempty"`
 	Nonce       queue.Nonce           `json:"nonce"`
 	FromTimeMs  *int64                `json:"from_time_ms,omitempty"`
+	// SkipDamaged asks a read to go past damaged records, naming them in
+	// dataResp.Damaged, instead of failing at the first (a holder of an earlier
+	// version ignores it and fails, which the reader retries as before).
+	SkipDamaged bool `json:"skip_damaged,omitempty"`
 	// Child names a fan-out child (lag): its name, incarnation and attach id.
 	Child    string `json:"child,omitempty"`
 	ChildInc uint64 `json:"child_inc,omitempty"`
@@ -125,6 +129,7 @@ type dataResp struct {
 	Deliveries []partition.Delivery `json:"deliveries,omitempty"`
 	Records    []segment.Record     `json:"records,omitempty"`
 	Start      uint64               `json:"start,omitempty"`
+	Damaged    []uint64             `json:"damaged,omitempty"`
 	Stats      *queue.Stats         `json:"stats,omitempty"`
 	Errs       []*wireErr           `json:"errs,omitempty"`
 	Ready      bool                 `json:"ready,omitempty"`
@@ -622,48 +627,76 @@ func (b *Broker) extendOn(t *topic, p int, off uint64, n queue.Nonce, d time.Dur
 // readOn reads up to max records of partition p from offset from (or from the first
 // at or after fromTimeMs, when that is later), and returns where the read started and
 // the partition's counters.
-func (b *Broker) readOn(ctx context.Context, t *topic, p int, from uint64, fromTimeMs *int64, max int) ([]segment.Record, uint64, queue.Stats, error) {
-	var recs []segment.Record
-	var start uint64
-	var st queue.Stats
+// partRead is what a replay read of one partition got: the records from start on
+// (start is where the read began, past the damaged records it skipped when it got no
+// record), the offsets of the damaged records it skipped, and the partition's counters.
+type partRead struct {
+	recs    []segment.Record
+	start   uint64
+	damaged []uint64
+	st      queue.Stats
+}
+
+func (b *Broker) readOn(ctx context.Context, t *topic, p int, from uint64, fromTimeMs *int64, max int, skipDamaged bool) (partRead, error) {
+	var got partRead
 	var lerr error
 	req := b.dataReq(t, dataRead, p)
-	req.Offset, req.FromTimeMs, req.Limit, req.Principal = from, fromTimeMs, max, principalOf(ctx)
+	req.Offset, req.FromTimeMs, req.Limit, req.Principal, req.SkipDamaged = from, fromTimeMs, max, principalOf(ctx), skipDamaged
 	resp, err := b.route(ctx, t, p, req, remoteCallTimeout, func(lp *partition.Partition) bool {
-		recs, start, st, lerr = readLocal(lp, from, fromTimeMs, max)
+		got, lerr = b.readLocal(t, p, lp, from, fromTimeMs, max, skipDamaged)
 		return true
 	})
 	if err != nil && (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown)) && t.parts()[p] != nil && ctx.Err() == nil {
 		// No leader can be reached (a majority of the replicas is down): a replica
 		// here serves what it has applied, which was all committed, so a replay still
 		// answers, up to where this replica knows the partition's messages.
-		return readLocal(t.parts()[p], from, fromTimeMs, max)
+		return b.readLocal(t, p, t.parts()[p], from, fromTimeMs, max, skipDamaged)
 	}
 	if err != nil {
-		return nil, 0, queue.Stats{}, err
+		return partRead{}, err
 	}
 	if resp == nil {
-		return recs, start, st, lerr
+		return got, lerr
 	}
+	got = partRead{recs: resp.Records, start: resp.Start, damaged: resp.Damaged}
 	if resp.Stats != nil {
-		st = *resp.Stats
+		got.st = *resp.Stats
 	}
-	return resp.Records, resp.Start, st, fromWireErr(resp.Err)
+	return got, fromWireErr(resp.Err)
 }
 
-func readLocal(p *partition.Partition, from uint64, fromTimeMs *int64, limit int) ([]segment.Record, uint64, queue.Stats, error) {
+// readLocal reads partition i of t, held here as p, for a replay. With skipDamaged a
+// damaged record the read meets first is skipped and named (up to limit of them), and
+// the read goes on after it; not on a replica of a group that holds other copies: it is
+// marked to be rebuilt from them and hands its leadership over (damagedOnReplica), and
+// the reader's retry reads an intact copy from the next leader.
+func (b *Broker) readLocal(t *topic, i int, p *partition.Partition, from uint64, fromTimeMs *int64, limit int, skipDamaged bool) (partRead, error) {
 	if p.Failed() {
-		return nil, from, queue.Stats{}, errFailedReplica
+		return partRead{start: from}, errFailedReplica
 	}
 	if fromTimeMs != nil {
 		o, err := p.OffsetForTime(*fromTimeMs)
 		if err != nil {
-			return nil, from, queue.Stats{}, err
+			return partRead{start: from}, err
 		}
 		from = max(from, o)
 	}
 	recs, err := p.Read(from, limit)
-	return recs, from, p.Stats(), err
+	var damaged []uint64
+	for skipDamaged && errors.Is(err, partition.ErrCorrupt) && len(recs) == 0 && len(damaged) < limit && !t.damagedOnReplica(i) {
+		// The read began at the damaged record (at the oldest one held, when from is
+		// below it): what it returned before one comes back without an error.
+		at := max(from, p.Stats().Oldest)
+		b.metrics.Damaged.WithLabelValues(t.name, "replay").Inc()
+		b.log.Warn("a replay read past a damaged message; it is never served", "topic", t.name, "partition", i, "offset", at, "err", err)
+		damaged = append(damaged, at)
+		from = at + 1
+		recs, err = p.Read(from, limit)
+	}
+	if len(damaged) > 0 && len(recs) == 0 && errors.Is(err, partition.ErrCorrupt) {
+		err = nil // limit of them skipped: the next read goes on from here
+	}
+	return partRead{recs: recs, start: from, damaged: damaged, st: p.Stats()}, err
 }
 
 // statsOf returns the counters of partition p of t, wherever it lives.
@@ -1034,9 +1067,9 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 	case dataHandBack:
 		err = p.HandBack(req.Offset, req.Nonce)
 	case dataRead:
-		var st queue.Stats
-		resp.Records, resp.Start, st, err = readLocal(p, req.Offset, req.FromTimeMs, req.Limit)
-		resp.Stats = &st
+		var got partRead
+		got, err = b.readLocal(t, int(req.Partition), p, req.Offset, req.FromTimeMs, req.Limit, req.SkipDamaged)
+		resp.Records, resp.Start, resp.Damaged, resp.Stats = got.recs, got.start, got.damaged, &got.st
 	case dataStats:
 		if req.Group != "" {
 			if p, err = b.inGroup(t, int(req.Partition), req.Group); err != nil {

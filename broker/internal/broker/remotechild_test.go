@@ -165,7 +165,7 @@ func TestProduceChecked(t *testing.T) {
 	if _, err := b.ProduceChecked(ctx, "t", self, msg); !isConflict(err) {
 		t.Fatalf("a copy of this very topic: %v, want a conflict", err)
 	}
-	if got, _, err := b.Read(ctx, "t", 0, ref(uint64(0)), nil, 10); err != nil || len(got) != 0 {
+	if got, _, err := readRange(b, ctx, "t", 0, ref(uint64(0)), nil, 10); err != nil || len(got) != 0 {
 		t.Fatalf("refused and validate-only batches stored %d messages (%v)", len(got), err)
 	}
 	old := partition.WallMillis() - 3_600_000
@@ -176,7 +176,7 @@ func TestProduceChecked(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := b.Read(ctx, "t", 0, ref(uint64(0)), nil, 10)
+	got, _, err := readRange(b, ctx, "t", 0, ref(uint64(0)), nil, 10)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("read: %d %v", len(got), err)
 	}

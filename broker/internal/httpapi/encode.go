@@ -95,6 +95,10 @@ type messageListResponse struct {
 	ds          []broker.Delivered
 	forceBase64 bool
 	next        *uint64
+	// incarnation (when not 0) and damaged are a replay's: the topic incarnation read,
+	// and the offsets of the damaged messages the read went past.
+	incarnation uint64
+	damaged     []uint64
 }
 
 func (m messageListResponse) bytes() []byte {
@@ -110,6 +114,21 @@ func (m messageListResponse) bytes() []byte {
 	if m.next != nil {
 		b = append(b, `,"next_offset":`...)
 		b = strconv.AppendUint(b, *m.next, 10)
+	}
+	if m.incarnation != 0 {
+		b = append(b, `,"incarnation":"`...)
+		b = strconv.AppendUint(b, m.incarnation, 10)
+		b = append(b, '"')
+	}
+	if len(m.damaged) > 0 {
+		b = append(b, `,"damaged":[`...)
+		for i, o := range m.damaged {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, o, 10)
+		}
+		b = append(b, ']')
 	}
 	return append(b, "}\n"...)
 }

@@ -64,6 +64,19 @@ func TestHandWrittenAnswersMatchTheGenerated(t *testing.T) {
 		acks = append(acks, r)
 	}
 	same("ack-batch", ackResultsResponse(acks).VisitAckBatchResponse, apigen.AckBatch200JSONResponse{Results: acks}.VisitAckBatchResponse)
+
+	next, inc := uint64(12), "7"
+	for _, damaged := range [][]uint64{nil, {3}, {3, 4, 1 << 40}} {
+		var ds []int64
+		for _, d := range damaged {
+			ds = append(ds, int64(d))
+		}
+		gen := apigen.ReadMessages200JSONResponse{Messages: []apigen.Message{}, NextOffset: int64(next), Incarnation: &inc}
+		if len(ds) > 0 {
+			gen.Damaged = &ds
+		}
+		same("read", messageListResponse{topic: "t", next: &next, incarnation: 7, damaged: damaged}.VisitReadMessagesResponse, gen.VisitReadMessagesResponse)
+	}
 }
 
 // messagesSize must leave appendMessage room for a whole answer of the usual shapes,

@@ -37,7 +37,7 @@ type Broker interface {
 	Produce(ctx context.Context, topic string, msgs []broker.Outgoing) ([]broker.Produced, error)
 	Consume(ctx context.Context, topic string, max int, wait time.Duration) ([]broker.Delivered, error)
 	Ack(topic string, reqs []broker.AckReq) []error
-	Read(ctx context.Context, topic string, part int32, from *uint64, fromTimeMs *int64, max int) ([]broker.Delivered, uint64, error)
+	Read(ctx context.Context, topic string, part int32, spec broker.ReadSpec) (broker.ReadResult, error)
 	ReadOne(ctx context.Context, topic string, part int32, offset uint64) (*broker.Delivered, error)
 	User(name string) (auth.User, bool)
 	// Clustered reports whether other nodes may write metadata this node has not

@@ -39,9 +39,18 @@ func (h *handlers) ReadMessages(ctx context.Context, r apigen.ReadMessagesReques
 	if err != nil {
 		return nil, err
 	}
-	ds, next, err := h.b.Read(ctx, r.Topic, r.Partition, from, fromTime, max)
+	spec := broker.ReadSpec{From: from, FromTimeMs: fromTime, Max: max, SkipDamaged: true}
+	if r.Params.Incarnation != nil {
+		inc, err := strconv.ParseUint(*r.Params.Incarnation, 10, 64)
+		if err != nil || inc == 0 {
+			return nil, badParam("incarnation must be a topic's incarnation, as GET /v1/topics/{topic} or a replay's answer gives it (digits)")
+		}
+		spec.Incarnation = inc
+	}
+	got, err := h.b.Read(ctx, r.Topic, r.Partition, spec)
 	if err != nil {
 		return nil, err
 	}
-	return messageListResponse{topic: r.Topic, ds: ds, forceBase64: b64, next: &next}, nil
+	return messageListResponse{topic: r.Topic, ds: got.Messages, forceBase64: b64, next: &got.Next,
+		incarnation: got.Incarnation, damaged: got.Damaged}, nil
 }

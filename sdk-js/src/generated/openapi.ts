@@ -437,6 +437,17 @@ export interface paths {
          *     partition, so `from` beyond the end answers the end (follow from there without
          *     skipping what is written later). An offset below the oldest retained one starts at
          *     the oldest. Messages come in log order.
+         *
+         *     A damaged message (its stored record fails its checksum) is read past: the answer
+         *     names its offset in `damaged` and goes on after it (counted in
+         *     `narad_damaged_records_total{log="replay"}`). On a partition whose other replicas
+         *     hold intact copies the answer is 503 instead, retried until a replica with an
+         *     intact copy leads (the damaged one is rebuilt from them).
+         *
+         *     With `incarnation` (from `GET /v1/topics/{topic}` or an earlier answer's
+         *     `incarnation`), a topic deleted and created again since answers 409
+         *     `incarnation_mismatch` rather than the new topic's messages at offsets a position
+         *     of the old one names.
          */
         get: operations["readMessages"];
         put?: never;
@@ -1410,6 +1421,10 @@ export interface components {
              * @description Offset to pass as `from` to continue.
              */
             next_offset: number;
+            /** @description The incarnation of the topic read (a replay answer only); pass it as `incarnation` to continue. */
+            incarnation?: string;
+            /** @description Offsets of damaged messages this read went past (a replay answer only; present when there are some). They are never served. */
+            damaged?: number[];
         };
         AckEntry: {
             receipt_handle: string;
@@ -2375,6 +2390,8 @@ export interface operations {
                 from_time?: string;
                 /** @description Most messages to return (1 to 1000, default 100). */
                 max?: number;
+                /** @description The topic incarnation the reader follows; another one answers 409 `incarnation_mismatch`. */
+                incarnation?: string;
                 /** @description `base64` returns every payload base64-encoded, so bytes round-trip exactly. */
                 payload_encoding?: components["parameters"]["PayloadEncoding"];
             };
@@ -2402,6 +2419,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             503: components["responses"]["Unavailable"];
         };
     };
