@@ -246,8 +246,9 @@ export interface paths {
          *     leader has consumers of its own).
          *
          *     With `partition` and `offset`, reads that one message without a lease
-         *     (replay): no receipt handle, nothing reserved; 204 when the offset is not yet
-         *     written, 400 `offset_out_of_range` when it has aged out.
+         *     (replay): no receipt handle, nothing reserved; 204 at once when the offset is
+         *     not yet written (`wait` does not apply), 400 `offset_out_of_range` when it has
+         *     aged out. A damaged message there answers 503 `storage_failed`.
          *
          *     While a partition holds `max_in_flight_per_partition` unacked leases, it hands
          *     out nothing new (204 when every partition is full).
