@@ -488,6 +488,18 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// TestUsernamesBreakingTheRulesAreInvalidName: a username the rules refuse answers 400
+// invalid_name, as the API lists it, whatever rule it breaks: one with a space answered
+// bad_request, one too long invalid_json.
+func TestUsernamesBreakingTheRulesAreInvalidName(t *testing.T) {
+	t.Parallel()
+	_, admin := startSecured(t)
+	for _, name := range []string{"a b", "caf\u00e9", strings.Repeat("u", 129), ""} {
+		admin.Do("POST", "/v1/users", []byte(`{"username":"`+name+`","password":"password-1"}`), "Content-Type", "application/json").
+			ExpectError(t, http.StatusBadRequest, "invalid_name")
+	}
+}
+
 // TestUsersNeedSecurity: on a node started without security, user management is refused
 // (a user created there would turn security on at the next start with no admin).
 func TestUsersNeedSecurity(t *testing.T) {

@@ -51,7 +51,11 @@ func (b *Broker) CreateUser(ctx context.Context, name, password string, grants [
 	if err := b.ensureReady(); err != nil {
 		return auth.User{}, err
 	}
-	if err := errors.Join(auth.CheckUsername(name), auth.CheckPassword(password), auth.CheckGrants(grants, ValidTopicName)); err != nil {
+	if err := auth.CheckUsername(name); err != nil {
+		// invalid_name, as the API lists it for a user name as for a topic name.
+		return auth.User{}, invalid(apigen.ErrorCodeInvalidName, "username %q is invalid: use 1 to %d characters of a-z A-Z 0-9 . _ - @", truncate(name, 64), auth.MaxUsernameLen)
+	}
+	if err := errors.Join(auth.CheckPassword(password), auth.CheckGrants(grants, ValidTopicName)); err != nil {
 		return auth.User{}, authInvalid(err)
 	}
 	hash, err := auth.HashPassword(password)

@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/reqid"
 )
@@ -507,7 +508,29 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 	vr.Body = io.NopCloser(bytes.NewReader(data))
 	in := &openapi3filter.RequestValidationInput{Request: vr, Options: &openapi3filter.Options{MultiError: false}}
 	if err := openapi3filter.ValidateRequestBody(r.Context(), in, oi.body); err != nil {
+		if e := nameError(oi.id, err); e != nil {
+			return e
+		}
 		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, describeSchemaError(err))
+	}
+	return nil
+}
+
+// nameError answers a topic or user name that the schema's length bounds refuse as the
+// broker answers one its naming rules refuse (invalid_name, with the rules), so that a
+// name too long is not invalid_json while a name with a bad character is invalid_name.
+// nil for any other validation error (a name that is not a string stays invalid_json).
+func nameError(op string, err error) *apiError {
+	var se *openapi3.SchemaError
+	if !errors.As(err, &se) || (se.SchemaField != "minLength" && se.SchemaField != "maxLength") {
+		return nil
+	}
+	field := strings.Join(se.JSONPointer(), ".")
+	switch {
+	case op == "createTopic" && field == "name":
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidName, "a topic name is invalid: use 1 to "+strconv.Itoa(broker.MaxTopicNameLen)+" characters of a-z A-Z 0-9 . _ - (not . or ..)")
+	case op == "createUser" && field == "username":
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidName, "a username is invalid: use 1 to "+strconv.Itoa(auth.MaxUsernameLen)+" characters of a-z A-Z 0-9 . _ - @")
 	}
 	return nil
 }
