@@ -624,9 +624,6 @@ func (b *Broker) extendOn(t *topic, p int, off uint64, n queue.Nonce, d time.Dur
 	return fromWireErr(resp.Err)
 }
 
-// readOn reads up to max records of partition p from offset from (or from the first
-// at or after fromTimeMs, when that is later), and returns where the read started and
-// the partition's counters.
 // partRead is what a replay read of one partition got: the records from start on
 // (start is where the read began, past the damaged records it skipped when it got no
 // record), the offsets of the damaged records it skipped, and the partition's counters.
@@ -637,6 +634,8 @@ type partRead struct {
 	st      queue.Stats
 }
 
+// readOn reads up to max records of partition p from offset from (or from the first
+// at or after fromTimeMs, when that is later), wherever the partition is led.
 func (b *Broker) readOn(ctx context.Context, t *topic, p int, from uint64, fromTimeMs *int64, max int, skipDamaged bool) (partRead, error) {
 	var got partRead
 	var lerr error
