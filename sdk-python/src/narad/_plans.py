@@ -376,7 +376,8 @@ class ReplayPlan:
     Bounded, it stops at each partition's high watermark as seen when it started;
     following, it keeps polling for new messages, sleeping ``poll_interval`` after a
     round that found nothing. ``position`` always says where to resume after the last
-    message taken.
+    message taken: it never passes a message that was not taken, and moves only by read
+    answers, never by the topic's stats.
     """
 
     def __init__(self, topic: str, start: Position, partitions: Iterable[int],
@@ -390,6 +391,7 @@ class ReplayPlan:
             for p in partitions
         ]
         self._queue: deque[Message] = deque()
+        self._resume: dict[int, int] = {}
         self._turn = 0
         self._round_found = False
         self._round_left = len(self._cursors)
@@ -399,7 +401,14 @@ class ReplayPlan:
         if not self._queue:
             return None
         m = self._queue.popleft()
-        self.position = self.position.with_offset(m.partition, m.offset + 1)
+        after = m.offset + 1
+        resume = self._resume.get(m.partition)
+        if resume is not None and not any(x.partition == m.partition for x in self._queue):
+            # The last message of a page taken whole: its next_offset is past it and past
+            # any damaged message the read went by, and skips nothing that can be served.
+            after = resume
+            del self._resume[m.partition]
+        self.position = self.position.with_offset(m.partition, after)
         return m
 
     def next(self) -> Read | Sleep | None:
@@ -427,18 +436,32 @@ class ReplayPlan:
                                       max_messages=limit)
         return Read(c.partition, call)
 
-    def on_page(self, partition: int, messages: list[Message], next_offset: int) -> None:
-        """on_page takes in a page read for ``partition``."""
+    def on_page(self, partition: int, messages: list[Message], next_offset: int,
+                damaged: Sequence[int] = ()) -> None:
+        """on_page takes in a page read for ``partition``.
+
+        The cursor moves to ``next_offset``, even when it is lower than where the read
+        started (the log ends before it: reading on from there skips nothing written
+        later). A bounded replay keeps only the messages below the partition's end; when
+        the page went past the end, the position stays after the last message kept (or
+        where it was), never at ``next_offset``, which is past messages not returned.
+        """
         c = next(x for x in self._cursors if x.partition == partition)
+        cut = c.end is not None and next_offset > c.end
         kept = [m for m in messages if c.end is None or m.offset < c.end]
-        if kept:
+        if kept or damaged:
+            # A page that only went past damaged messages made progress too: no sleep.
             self._round_found = True
         self._queue.extend(kept)
         c.offset = next_offset
-        if not kept and not any(m.partition == partition for m in self._queue):
-            # Nothing pending here: resuming from next_offset loses nothing.
+        self._resume.pop(partition, None)
+        if kept and not cut:
+            self._resume[partition] = next_offset
+        elif not kept and not cut and not any(m.partition == partition for m in self._queue):
+            # Nothing returned and nothing past the end: resuming from next_offset loses
+            # nothing (it only passes damaged messages, or goes back to the log's end).
             self.position = self.position.with_offset(partition, next_offset)
-        if c.end is not None and (next_offset >= c.end or not messages):
+        if c.end is not None and (next_offset >= c.end or not (messages or damaged)):
             c.done = True
 
 
