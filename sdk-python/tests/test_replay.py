@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 import narad
+from conftest import Driver
 from narad import _plans as plans
 
 MODES = pytest.mark.parametrize("mode", ["sync", "async"])
@@ -133,6 +135,47 @@ def replay(mode: str, fake: Callable[[httpx.Request], httpx.Response],
     return asyncio.run(run())
 
 
+# -- R1: a partition that cannot be reached has no known end
+
+
+@MODES
+def test_a_bounded_replay_waits_for_an_unreachable_partition_to_learn_its_end(mode: str
+                                                                              ) -> None:
+    """The topic says partition 1 cannot be reached (its stats are given as 0) twice: the
+    replay reads the topic again until it can, then reads every message up to the end
+    it learnt. The old replay took 0 as partition 1's end: it read one message there,
+    returned nothing of it, moved the position from 5 to 6 and ended normally."""
+    fake = FakeBroker(logs={0: [0, 1], 1: list(range(8))},
+                      stats=[{0: 2, 1: None}, {0: 2, 1: None}, {0: 2, 1: 8}])
+    out = replay(mode, fake, narad.Position.at_offsets({1: 5}))
+    assert out.error is None
+    assert out.bodies == ["0/0", "0/1", "1/5", "1/6", "1/7"]
+    assert fake.topic_reads == 3
+    assert out.position.offsets == ((0, 2), (1, 8))
+
+
+@MODES
+def test_a_bounded_replay_fails_naming_a_partition_that_stays_unreachable(mode: str) -> None:
+    """Still unreachable when the call's attempts run out, the replay fails with
+    Unavailable naming the partition, having read nothing and moved no position. The
+    old replay ended normally and moved partition 1 from 5 to 6, past a message it
+    never returned."""
+    fake = FakeBroker(logs={0: [0, 1], 1: list(range(8))}, stats=[{0: 2, 1: None}])
+    out = replay(mode, fake, narad.Position.at_offsets({1: 5}))
+    assert isinstance(out.error, narad.Unavailable), out.error
+    assert "partition 1" in str(out.error) and out.error.retryable
+    assert fake.topic_reads == 4  # the client's attempts
+    assert [e.kind for e in out.events].count("retry") == 3
+    assert fake.reads == [] and out.bodies == []
+    assert out.position.offset(1) == 5
+
+
+def test_only_the_partitions_replayed_must_be_reachable() -> None:
+    fake = FakeBroker(logs={0: [0, 1], 1: list(range(8))}, stats=[{0: 2, 1: None}])
+    out = replay("sync", fake, partitions=[0])
+    assert out.error is None and out.bodies == ["0/0", "0/1"]
+
+
 # -- R2: the position never passes a message the replay did not return
 
 
@@ -189,3 +232,115 @@ def test_a_next_offset_below_the_cursor_is_followed() -> None:
     assert follow.next() == plans.Sleep(.5)
     step = follow.next()
     assert isinstance(step, plans.Read) and ("from", "6") in step.call.request.params
+
+
+# -- R4: the topic incarnation
+
+
+def test_a_position_keeps_the_incarnation_and_older_ones_still_load() -> None:
+    p = narad.Position.at_offsets({0: 3}).with_incarnation("42").with_offset(1, 4)
+    assert p.incarnation == "42"
+    assert p.dumps() == '{"incarnation":"42","offsets":{"0":3,"1":4}}'
+    assert narad.Position.loads(p.dumps()) == p
+    old = narad.Position.loads('{"offsets":{"0":3}}')
+    assert old.incarnation is None and old.offset(0) == 3
+    assert narad.Position.loads('{"incarnation":7,"offsets":{}}').incarnation == "7"
+
+
+@MODES
+def test_a_replay_takes_the_incarnation_and_names_it_on_every_read(mode: str) -> None:
+    """A position saved without an incarnation (by an older version) takes the topic's,
+    keeps it, and every read names it."""
+    fake = FakeBroker(logs={0: [0, 1, 2], 1: [0]}, stats=[{0: 3, 1: 1}])
+    out = replay(mode, fake, narad.Position.loads('{"offsets":{"0":1}}'), batch=1)
+    assert out.error is None and out.bodies == ["0/1", "1/0", "0/2"]
+    assert fake.reads and all(r.get("incarnation") == "42" for r in fake.reads)
+    assert out.position.incarnation == "42"
+    assert narad.Position.loads(out.position.dumps()).incarnation == "42"
+
+
+@MODES
+def test_a_position_of_another_incarnation_is_a_conflict(mode: str) -> None:
+    """The topic was deleted and created again since the position was taken: the
+    replay reads nothing and says so. The old replay read the new topic's messages as
+    if they followed the old ones."""
+    fake = FakeBroker(logs={0: [0, 1, 2]}, stats=[{0: 3}])
+    out = replay(mode, fake, narad.Position.at_offsets({0: 1}).with_incarnation("41"))
+    assert isinstance(out.error, narad.Conflict), out.error
+    assert out.error.code == "incarnation_mismatch" and not out.error.retryable
+    assert "deleted and created again" in str(out.error)
+    assert "new position" in str(out.error)
+    assert fake.reads == [] and out.bodies == []
+
+
+@MODES
+def test_a_read_answering_incarnation_mismatch_ends_the_replay(mode: str) -> None:
+    """The topic is created anew between the topic read and a message read: the 409 is
+    not retried and ends the replay with the Conflict that says what to do."""
+    fake = FakeBroker(logs={0: [0, 1, 2]}, stats=[{0: 3}])
+    fake.read_errors.append(httpx.Response(409, json={"error": {
+        "code": "incarnation_mismatch", "message": "another incarnation"}}))
+    out = replay(mode, fake)
+    assert isinstance(out.error, narad.Conflict), out.error
+    assert out.error.code == "incarnation_mismatch" and not out.error.retryable
+    assert "deleted and created again" in str(out.error)
+    assert len(fake.reads) == 1 and fake.reads[0]["incarnation"] == "42"
+
+
+def test_replay_through_a_topic_created_again_on_the_broker(drv: Driver) -> None:
+    c = drv.client
+    t = drv.topic()
+    c.produce_batch(t, [narad.Outgoing("a"), narad.Outgoing("b")])
+    r = c.replay(t, batch=1)
+    assert next(r).body == b"a"
+    saved = r.position.dumps()
+    assert narad.Position.loads(saved).incarnation == c.get_topic(t).incarnation
+    c.delete_topic(t)
+    c.create_topic(t, partitions=1)
+    c.produce_batch(t, [narad.Outgoing("x"), narad.Outgoing("y")])
+    with pytest.raises(narad.Conflict) as caught:
+        list(c.replay(t, narad.Position.loads(saved)))
+    assert caught.value.code == "incarnation_mismatch"
+    with pytest.raises(narad.Conflict):
+        next(r)  # the replay that was running reads the new topic no more
+    assert [m.body for m in c.replay(t)] == [b"x", b"y"]
+
+
+# -- R5: damaged messages are reported and read past
+
+
+@MODES
+def test_damaged_messages_are_reported_and_the_replay_goes_on(
+        mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeBroker(logs={0: [0, 1, 2, 3, 4]}, stats=[{0: 5}], damaged={0: [1, 4]})
+    with caplog.at_level(logging.WARNING, logger="narad"):
+        out = replay(mode, fake)
+    assert out.error is None and out.bodies == ["0/0", "0/2", "0/3"]
+    damaged = [e for e in out.events if e.kind == "replay_damaged"]
+    assert [(e.topic, e.attributes["partition"], e.attributes["offset"]) for e in damaged
+            ] == [("t", 0, 1), ("t", 0, 4)]
+    assert sum("offset 1 is damaged" in r.getMessage() for r in caplog.records) == 1
+    assert out.position.offset(0) == 5
+
+
+def test_a_page_of_damaged_messages_only_does_not_end_the_partition() -> None:
+    """A page that read past damaged messages only is empty but not the end."""
+    plan = plans.ReplayPlan("t", narad.Position(), [0], {0: 4}, 2, .5)
+    assert isinstance(plan.next(), plans.Read)
+    plan.on_page(0, [], 2, damaged=[0, 1])
+    assert plan.position.offset(0) == 2
+    step = plan.next()
+    assert isinstance(step, plans.Read) and ("from", "2") in step.call.request.params
+
+
+# -- R6: a 503 is retried as before
+
+
+@MODES
+def test_a_read_answering_503_is_retried(mode: str) -> None:
+    fake = FakeBroker(logs={0: [0, 1]}, stats=[{0: 2}])
+    fake.read_errors.append(httpx.Response(503, json={"error": {
+        "code": "unavailable", "message": "not now"}}))
+    out = replay(mode, fake)
+    assert out.error is None and out.bodies == ["0/0", "0/1"]
+    assert [e.kind for e in out.events].count("retry") == 1

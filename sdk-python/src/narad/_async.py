@@ -1150,11 +1150,13 @@ class AsyncReplay(AsyncIterator[Message]):
         return self._start if self._plan is None else self._plan.position
 
     async def _make_plan(self) -> plans.ReplayPlan:
-        info = await self._client.get_topic(self.topic)
-        parts = self._parts if self._parts is not None else list(range(info.partitions))
-        ends = None if self._follow else {
-            s.partition: s.high_watermark for s in info.partition_stats}
-        return plans.ReplayPlan(self.topic, self._start, parts, ends, self._batch, self._poll)
+        # A bounded replay needs every partition's end: the topic is read again (with
+        # the call's backoff and budget) while one of them cannot be reached.
+        call = (core.get_topic(self.topic) if self._follow
+                else core.replay_topic(self.topic, self._parts))
+        info = await self._client._run(call)
+        return plans.ReplayPlan.from_topic(info, self._start, self._parts, self._follow,
+                                           self._batch, self._poll)
 
     def __aiter__(self) -> AsyncReplay:
         return self
@@ -1175,5 +1177,12 @@ class AsyncReplay(AsyncIterator[Message]):
                     raise StopAsyncIteration
                 await asyncio.sleep(step.seconds)
                 continue
-            msgs, nxt = await self._client._run(step.call)
-            plan.on_page(step.partition, msgs, nxt)
+            try:
+                page = await self._client._run(step.call)
+            except NaradError as err:
+                conflict = plan.incarnation_lost(err)
+                if conflict is None:
+                    raise
+                raise conflict from err
+            plan.on_read(step.partition, page)
+            plans.report_damaged(self.topic, step.partition, page.damaged, self._client._emit)

@@ -424,6 +424,13 @@ class CallState(Generic[T]):
             self._closed(url)
             try:
                 return Done(self.call.parse(resp, self.maybe_applied))
+            except NaradError as refused:
+                # The answer is well formed but not usable yet (a replay's topic with a
+                # partition that cannot be reached): a retryable refusal is retried like
+                # a 503, within the call's attempts and budget.
+                if refused.retryable:
+                    return self._retry(refused, failover=False)
+                return Fail(refused)
             except (ValueError, KeyError, TypeError) as exc:
                 # A 2xx says the call took effect: for a write (a produce) the unreadable
                 # answer leaves it uncertain, never "not done".
@@ -658,6 +665,7 @@ def parse_topic(doc: Mapping[str, Any]) -> TopicInfo:
             backlog=int(s["backlog"]),
             leader=str(s["leader"]),
             replicas=tuple(str(r) for r in s.get("replicas", [])),
+            available=bool(s.get("available", True)),
         )
         for s in doc.get("partition_stats") or []
     )
@@ -1126,19 +1134,44 @@ class AckBatchPlan:
                 for h, r in zip(self._handles, self._out, strict=True)]
 
 
+@dataclass(frozen=True)
+class Page:
+    """Page is one answer of a replay read.
+
+    ``next_offset`` is where to continue (lower than the offset asked for when the log
+    ends before it); ``incarnation`` the topic incarnation read (None from a broker that
+    does not send it); ``damaged`` the offsets of messages whose stored record failed its
+    checksum, which the read went past (they can never be served).
+    """
+
+    messages: list[Message]
+    next_offset: int
+    incarnation: str | None = None
+    damaged: tuple[int, ...] = ()
+
+
 def read_messages(topic: str, partition: int, *, from_offset: int | None = None,
-                  from_time_ms: int | None = None, max_messages: int = 100
-                  ) -> Call[tuple[list[Message], int]]:
-    """read_messages builds a replay page: (messages, next_offset)."""
+                  from_time_ms: int | None = None, max_messages: int = 100,
+                  incarnation: str | None = None) -> Call[Page]:
+    """read_messages builds a replay read of one partition.
+
+    With ``incarnation``, a topic deleted and created again since answers 409
+    ``incarnation_mismatch`` instead of the new topic's messages.
+    """
     params: list[tuple[str, str]] = [("max", str(max_messages)), ("payload_encoding", "base64")]
     if from_offset is not None:
         params.append(("from", str(from_offset)))
     elif from_time_ms is not None:
         params.append(("from_time", str(from_time_ms)))
+    if incarnation is not None:
+        params.append(("incarnation", incarnation))
 
-    def parse(resp: Response, maybe: bool) -> tuple[list[Message], int]:
+    def parse(resp: Response, maybe: bool) -> Page:
         doc = resp.json()
-        return [parse_message(x) for x in doc["messages"]], int(doc["next_offset"])
+        inc = doc.get("incarnation")
+        return Page([parse_message(x) for x in doc["messages"]], int(doc["next_offset"]),
+                    None if inc is None else str(inc),
+                    tuple(int(o) for o in doc.get("damaged") or ()))
 
     req = Request("GET", f"/v1/topics/{_t(topic)}/partitions/{int(partition)}/messages",
                   tuple(params))
@@ -1166,6 +1199,42 @@ def get_topic(name: str) -> Call[TopicInfo]:
     """get_topic builds GET /v1/topics/{t}."""
     return Call("get_topic", Request("GET", f"/v1/topics/{_t(name)}"),
                 lambda r, m: parse_topic(r.json()), Kind.READ, name)
+
+
+def unreachable(info: TopicInfo, partitions: Iterable[int] | None) -> Unavailable | None:
+    """unreachable names the partitions that ``info`` says cannot be reached, or is None.
+
+    Only ``partitions`` count (all when None). The stats of such a partition are given
+    as 0 and say nothing about where it ends.
+    """
+    wanted = set(range(info.partitions) if partitions is None else partitions)
+    down = sorted(s.partition for s in info.partition_stats
+                  if not s.available and s.partition in wanted)
+    if not down:
+        return None
+    which = ", ".join(str(p) for p in down)
+    return Unavailable(f"replay of {info.name}: partition{'s' if len(down) > 1 else ''} "
+                       f"{which} cannot be reached, so where it ends is unknown",
+                       code="unavailable")
+
+
+def replay_topic(name: str, partitions: Sequence[int] | None) -> Call[TopicInfo]:
+    """replay_topic builds the GET /v1/topics/{t} a bounded replay starts from.
+
+    The replay takes each partition's end from the answer, and a partition whose node
+    could not be reached (``available`` false) has no known end. Such an answer counts
+    as the retryable :class:`Unavailable` of :func:`unreachable`, so the topic is read
+    again with the call's backoff and within its budget, and the call fails with that
+    error if the budget runs out first.
+    """
+    def parse(resp: Response, maybe: bool) -> TopicInfo:
+        info = parse_topic(resp.json())
+        err = unreachable(info, partitions)
+        if err is not None:
+            raise err
+        return info
+
+    return Call("get_topic", Request("GET", f"/v1/topics/{_t(name)}"), parse, Kind.READ, name)
 
 
 def alter_topic(name: str, settings: Mapping[str, Any]) -> Call[TopicInfo]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import enum
 import json
+import logging
 import random
 import threading
 import time
@@ -30,9 +31,11 @@ from .errors import (
     TooLarge,
     Unauthenticated,
 )
-from .models import Message, Position
+from .models import Event, Message, Position, TopicInfo
 
 T = TypeVar("T")
+
+log = logging.getLogger("narad")
 
 RENEW_FRACTION = 0.5
 """A lease is renewed once half its window has passed: safely before two thirds."""
@@ -360,7 +363,7 @@ class Read:
     """Read asks for one page of ``partition``."""
 
     partition: int
-    call: core.Call[tuple[list[Message], int]]
+    call: core.Call[core.Page]
 
 
 @dataclass(frozen=True)
@@ -370,20 +373,37 @@ class Sleep:
     seconds: float
 
 
+def incarnation_conflict(topic: str, had: str, now: str | None) -> Conflict:
+    """incarnation_conflict is the error that ends a replay of a topic created anew.
+
+    The position's offsets belong to the topic as it was: read in the new topic they
+    would name other messages, so nothing is read.
+    """
+    seen = f" (incarnation {had}, now {now})" if now else f" (incarnation {had})"
+    return Conflict(f"replay of {topic}: the topic was deleted and created again since the "
+                    f"position was taken{seen}; its offsets mean other messages now. Start "
+                    "again from a new position", status=409, code="incarnation_mismatch",
+                    retryable=False)
+
+
 class ReplayPlan:
     """ReplayPlan walks partitions page by page, round robin, from a Position.
 
-    Bounded, it stops at each partition's high watermark as seen when it started;
-    following, it keeps polling for new messages, sleeping ``poll_interval`` after a
-    round that found nothing. ``position`` always says where to resume after the last
-    message taken: it never passes a message that was not taken, and moves only by read
-    answers, never by the topic's stats.
+    Bounded, it stops at each partition's high watermark as seen when it started
+    (``ends``); following, it keeps polling for new messages, sleeping
+    ``poll_interval`` after a round that found nothing. ``position`` always says where
+    to resume after the last message taken: it never passes a message that was not
+    taken, and moves only by read answers, never by the topic's stats. Every read names
+    the position's topic incarnation (``incarnation`` when the start has none).
     """
 
     def __init__(self, topic: str, start: Position, partitions: Iterable[int],
-                 ends: dict[int, int] | None, batch: int, poll_interval: float) -> None:
+                 ends: dict[int, int] | None, batch: int, poll_interval: float, *,
+                 incarnation: str | None = None) -> None:
         self.topic = topic
         self.position = start
+        if start.incarnation is None and incarnation is not None:
+            self.position = start.with_incarnation(incarnation)
         self.batch = batch
         self.poll_interval = poll_interval
         self._cursors = [
@@ -395,6 +415,28 @@ class ReplayPlan:
         self._turn = 0
         self._round_found = False
         self._round_left = len(self._cursors)
+
+    @classmethod
+    def from_topic(cls, info: TopicInfo, start: Position, partitions: Iterable[int] | None,
+                   follow: bool, batch: int, poll_interval: float) -> ReplayPlan:
+        """from_topic plans a replay of the topic ``info`` describes (from ``get_topic``).
+
+        A bounded replay ends each partition at its high watermark in ``info``; a
+        partition ``info`` says cannot be reached has no known end, and is an error
+        (:func:`narad._core.replay_topic` reads the topic until it is reachable first).
+        A start taken in another incarnation of the topic is a :class:`Conflict`.
+        """
+        if start.incarnation is not None and start.incarnation != info.incarnation:
+            raise incarnation_conflict(info.name, start.incarnation, info.incarnation)
+        parts = list(range(info.partitions)) if partitions is None else list(partitions)
+        ends: dict[int, int] | None = None
+        if not follow:
+            err = core.unreachable(info, parts)
+            if err is not None:
+                raise err
+            ends = {s.partition: s.high_watermark for s in info.partition_stats}
+        return cls(info.name, start, parts, ends, batch, poll_interval,
+                   incarnation=info.incarnation)
 
     def take(self) -> Message | None:
         """Take returns the next buffered message and moves the position past it."""
@@ -428,13 +470,40 @@ class ReplayPlan:
         limit = self.batch
         if c.end is not None and c.offset is not None:
             limit = max(1, min(limit, c.end - c.offset))
+        inc = self.position.incarnation
         if c.offset is None and self.position.time_ms is not None:
             call = core.read_messages(self.topic, c.partition,
-                                      from_time_ms=self.position.time_ms, max_messages=limit)
+                                      from_time_ms=self.position.time_ms, max_messages=limit,
+                                      incarnation=inc)
         else:
             call = core.read_messages(self.topic, c.partition, from_offset=c.offset,
-                                      max_messages=limit)
+                                      max_messages=limit, incarnation=inc)
         return Read(c.partition, call)
+
+    def on_read(self, partition: int, page: core.Page) -> None:
+        """on_read takes in a read answer for ``partition``.
+
+        An answer naming another incarnation than the position's (a broker that ignored
+        the ``incarnation`` asked for) is a :class:`Conflict`, as its 409 would be.
+        """
+        had = self.position.incarnation
+        if page.incarnation is not None:
+            if had is None:
+                self.position = self.position.with_incarnation(page.incarnation)
+            elif page.incarnation != had:
+                raise incarnation_conflict(self.topic, had, page.incarnation)
+        self.on_page(partition, page.messages, page.next_offset, page.damaged)
+
+    def incarnation_lost(self, err: NaradError) -> Conflict | None:
+        """incarnation_lost is what ends the replay instead of a read's 409 mismatch.
+
+        A read failing with ``incarnation_mismatch`` ends it with a :class:`Conflict`
+        that says why (the topic was created anew) and what to do. None for any other
+        error, which ends it as it is.
+        """
+        if isinstance(err, Conflict) and err.code == "incarnation_mismatch":
+            return incarnation_conflict(self.topic, self.position.incarnation or "?", None)
+        return None
 
     def on_page(self, partition: int, messages: list[Message], next_offset: int,
                 damaged: Sequence[int] = ()) -> None:
@@ -463,6 +532,19 @@ class ReplayPlan:
             self.position = self.position.with_offset(partition, next_offset)
         if c.end is not None and (next_offset >= c.end or not (messages or damaged)):
             c.done = True
+
+
+def report_damaged(topic: str, partition: int, offsets: Sequence[int],
+                   emit: Callable[[Event], None]) -> None:
+    """report_damaged tells the log and the ``on_event`` hook of damaged messages skipped.
+
+    A replay reads past them: they can never be served, and it goes on after them.
+    """
+    for off in offsets:
+        log.warning("narad: replay of %s: partition %d offset %d is damaged (its stored "
+                    "record failed its checksum) and was skipped", topic, partition, off)
+        emit(Event(kind="replay_damaged", op="read_messages", topic=topic,
+                   attributes={"partition": partition, "offset": off}))
 
 
 def monotonic() -> float:

@@ -115,6 +115,9 @@ class PartitionStats:
     backlog: int
     leader: str
     replicas: tuple[str, ...]
+    available: bool = True
+    """False when the node holding the partition could not be reached: its counters
+    above are then unknown and given as 0."""
 
 
 @dataclass(frozen=True)
@@ -301,10 +304,18 @@ class Position:
     ``offsets`` starts at ``time_ms`` (the first message written at or after it) when
     that is set, else at the oldest retained message. A Replay's ``position`` after a
     message is exactly where to resume; :meth:`dumps` and :meth:`loads` persist it.
+
+    ``incarnation`` is the topic incarnation the offsets belong to. A replay fills it in
+    when it starts (from the topic) and sends it with every read, so a topic deleted and
+    created again since (its offsets now mean other messages) ends the replay with
+    :class:`~narad.Conflict` (code ``incarnation_mismatch``) instead of reading the new
+    topic's messages as if they came after the old ones. None (a new position, or one
+    saved before positions kept it) takes the topic's incarnation when the replay starts.
     """
 
     offsets: tuple[tuple[int, int], ...] = ()
     time_ms: int | None = None
+    incarnation: str | None = None
 
     @classmethod
     def beginning(cls) -> Position:
@@ -342,24 +353,41 @@ class Position:
         """with_offset returns a copy that resumes ``partition`` at ``next_offset``."""
         rest = [(p, o) for p, o in self.offsets if p != partition]
         rest.append((partition, next_offset))
-        return Position(offsets=tuple(sorted(rest)), time_ms=self.time_ms)
+        return Position(offsets=tuple(sorted(rest)), time_ms=self.time_ms,
+                        incarnation=self.incarnation)
+
+    def with_incarnation(self, incarnation: str | None) -> Position:
+        """with_incarnation returns a copy whose offsets belong to topic ``incarnation``."""
+        return Position(offsets=self.offsets, time_ms=self.time_ms, incarnation=incarnation)
 
     def dumps(self) -> str:
-        """dumps renders the position as a short JSON string, for a checkpoint."""
+        """dumps renders the position as a short JSON string, for a checkpoint.
+
+        ``{"offsets": {"0": 12}, "time_ms": ..., "incarnation": "42"}``: ``time_ms`` and
+        ``incarnation`` (a string) only when set.
+        """
         doc: dict[str, Any] = {"offsets": {str(p): o for p, o in self.offsets}}
         if self.time_ms is not None:
             doc["time_ms"] = self.time_ms
+        if self.incarnation is not None:
+            doc["incarnation"] = self.incarnation
         return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def loads(cls, text: str) -> Position:
-        """loads reads a position written by :meth:`dumps`."""
+        """loads reads a position written by :meth:`dumps`, by this version or an older one.
+
+        A position without ``incarnation`` (saved before positions kept it) loads with
+        None: the replay that resumes from it takes the topic's current incarnation.
+        """
         doc = json.loads(text)
         offsets = {int(p): int(o) for p, o in doc.get("offsets", {}).items()}
         time_ms = doc.get("time_ms")
+        incarnation = doc.get("incarnation")
         return cls(
             offsets=tuple(sorted(offsets.items())),
             time_ms=None if time_ms is None else int(time_ms),
+            incarnation=None if incarnation is None else str(incarnation),
         )
 
 
@@ -380,7 +408,10 @@ class Event:
       ``failed``;
     * ``lease_lost`` — a held message's lease was lost (its handler is cancelled);
     * ``poll_error`` — a consumer's poll failed and will be retried (or stopped the
-      consumer when ``outcome`` is ``terminal``).
+      consumer when ``outcome`` is ``terminal``);
+    * ``replay_damaged`` — a replay read past a message whose stored record failed its
+      checksum: it can never be served and the replay goes on after it;
+      ``attributes`` has its ``partition`` and ``offset``.
     """
 
     kind: str
