@@ -121,6 +121,13 @@ export interface ReadRangeOptions extends CallOptions {
   fromTime?: Date | number;
   /** Most messages to return (1 to 1000, default 100). */
   max?: number;
+  /**
+   * The topic incarnation the read is meant for (from {@link Client.getTopic} or an
+   * earlier {@link MessageRange.incarnation}): when the topic was deleted and created
+   * again since, the read fails with a Conflict error, code `incarnation_mismatch`,
+   * rather than answering with the new topic's messages.
+   */
+  incarnation?: string;
 }
 
 /** MessageRange is one replay read: messages in log order and where to continue. */
@@ -129,6 +136,13 @@ export interface MessageRange {
   messages: Message[];
   /** The offset to pass as `from` to continue. */
   nextOffset: number;
+  /** The incarnation of the topic read (pass it as `incarnation` to continue), when the broker names it. */
+  incarnation: string | undefined;
+  /**
+   * Offsets of damaged messages (their stored record fails its checksum) the read went
+   * past; they are never served, and `nextOffset` is already past them.
+   */
+  damaged: number[];
 }
 
 /** CreateUserOptions are the fields of a new user. */
@@ -594,7 +608,7 @@ export class Client implements AsyncDisposable, ClientCore {
    * messages from `from` (or `fromTime`), and where to continue.
    */
   async readMessages(topic: string, partition: number, opts: ReadRangeOptions = {}): Promise<MessageRange> {
-    const q: Query = { payload_encoding: "base64", from: opts.from, max: opts.max };
+    const q: Query = { payload_encoding: "base64", from: opts.from, max: opts.max, incarnation: opts.incarnation };
     if (opts.fromTime !== undefined) q["from_time"] = String(opts.fromTime instanceof Date ? opts.fromTime.getTime() : opts.fromTime);
     const r = await this.json<S["MessageRange"]>({
       operation: "readMessages",
@@ -606,7 +620,12 @@ export class Client implements AsyncDisposable, ClientCore {
       ...this.callOpts(opts),
     });
     const now = Date.now();
-    return { messages: r.messages.map((m) => new Message(m, undefined, now)), nextOffset: r.next_offset };
+    return {
+      messages: r.messages.map((m) => new Message(m, undefined, now)),
+      nextOffset: r.next_offset,
+      incarnation: r.incarnation,
+      damaged: r.damaged ?? [],
+    };
   }
 
   /**

@@ -65,6 +65,7 @@ export type {
   RetryEvent,
   BreakerEvent,
   ConsumerEvent,
+  ReplayEvent,
 } from "./options.js";
 export type {
   Produced,

@@ -203,5 +203,23 @@ export interface ConsumerEvent {
   error?: unknown;
 }
 
+/**
+ * ReplayEvent: something a {@link Replay} went past. `damaged`: a read skipped the
+ * message at `offset`, whose stored record fails its checksum; the broker never serves
+ * it, and the replay goes on after it.
+ */
+export interface ReplayEvent {
+  /** Always "replay". */
+  type: "replay";
+  /** The topic replayed. */
+  topic: string;
+  /** What happened. */
+  event: "damaged";
+  /** The partition read. */
+  partition: number;
+  /** The damaged message's offset. */
+  offset: number;
+}
+
 /** NaradEvent is everything the event hook receives. */
-export type NaradEvent = OperationStartEvent | OperationEndEvent | AttemptEvent | RetryEvent | BreakerEvent | ConsumerEvent;
+export type NaradEvent = OperationStartEvent | OperationEndEvent | AttemptEvent | RetryEvent | BreakerEvent | ConsumerEvent | ReplayEvent;

@@ -121,6 +121,12 @@ export interface PartitionStats {
   leader: string;
   /** The nodes holding a replica. */
   replicas: string[];
+  /**
+   * False when the node holding the partition cannot be reached (or its replica is
+   * handing its leadership over): the partition answers 503 for now, and the counters
+   * above are unknown and given as 0.
+   */
+  available: boolean;
 }
 
 /** TopicDetail is a topic with one {@link PartitionStats} per partition. */
@@ -332,6 +338,7 @@ export function topicDetailFromWire(t: S["TopicDetail"]): TopicDetail {
       backlog: p.backlog,
       leader: p.leader,
       replicas: p.replicas,
+      available: p.available ?? true,
     })),
   };
 }

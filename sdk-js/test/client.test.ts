@@ -309,6 +309,15 @@ describe("replay reads", () => {
       ["r1"],
     );
     assert.equal(page.nextOffset, 2);
+    // The answer names the topic's incarnation; a read naming another one is refused.
+    const { incarnation } = await client.getTopic(topic);
+    assert.equal(all.incarnation, incarnation);
+    assert.deepEqual(all.damaged, []);
+    assert.equal((await client.readMessages(topic, 0, { from: 1, incarnation })).messages.length, 2);
+    await assert.rejects(
+      client.readMessages(topic, 0, { incarnation: `${incarnation}1` }),
+      (e: unknown) => e instanceof ConflictError && e.code === "incarnation_mismatch" && !e.retryable,
+    );
     const ts = all.messages[2]?.timestamp as number;
     const byTime = await client.readMessages(topic, 0, { fromTime: new Date(ts) });
     assert.ok(byTime.messages.length >= 1 && byTime.messages.every((m) => m.timestamp >= ts));
@@ -336,6 +345,7 @@ describe("topics, cluster and health", () => {
     assert.equal(d.partitionStats.length, 2);
     assert.equal(d.partitionStats[1]?.nextOffset, 1);
     assert.equal(d.partitionStats[1]?.backlog, 1);
+    assert.equal(d.partitionStats[1]?.available, true);
     assert.ok((await client.listTopics()).some((x) => x.name === name));
     const altered = await client.alterTopic(name, { visibilityTimeoutMs: 7000, retentionMs: 7_200_000 });
     assert.equal(altered.visibilityTimeoutMs, 7000);

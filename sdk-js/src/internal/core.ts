@@ -28,8 +28,8 @@ export interface ClientCore {
   readMessages(
     topic: string,
     partition: number,
-    opts?: CallOptions & { from?: number; fromTime?: Date | number; max?: number },
-  ): Promise<{ messages: Message[]; nextOffset: number }>;
+    opts?: CallOptions & { from?: number; fromTime?: Date | number; max?: number; incarnation?: string },
+  ): Promise<{ messages: Message[]; nextOffset: number; incarnation: string | undefined; damaged: number[] }>;
 }
 
 /** The body budget of one produce-batch request: under the broker's 8 MiB with room for framing. */
