@@ -1,6 +1,9 @@
+import { ConflictError, NaradError, UnavailableError } from "./errors.js";
 import type { ClientCore } from "./internal/core.js";
 import { abortReason, sleep } from "./internal/util.js";
 import type { Message } from "./message.js";
+import type { ReplayEvent } from "./options.js";
+import type { TopicDetail } from "./types.js";
 
 /** PositionJSON is the serialisable form of a {@link Position}. */
 export interface PositionJSON {
@@ -8,6 +11,12 @@ export interface PositionJSON {
   offsets: Record<string, number>;
   /** Where partitions without an offset start. */
   otherwise: "earliest" | "latest" | { time: number };
+  /**
+   * The topic incarnation the offsets belong to. Absent in positions saved by versions
+   * that did not record it, and in one no replay has used yet: a replay from such a
+   * position takes the topic's current incarnation.
+   */
+  incarnation?: string;
 }
 
 /**
@@ -16,47 +25,63 @@ export interface PositionJSON {
  * start, or the first message at or after a time. A {@link Replay} reports the position
  * after the last message it yielded, so an iteration can be resumed (also in another
  * process, through {@link Position.toJSON} and {@link Position.fromJSON}).
+ *
+ * A replay's position also names the topic's incarnation: offsets mean nothing in a
+ * topic deleted and created again under the same name, so a replay from it then fails
+ * with a Conflict error, code `incarnation_mismatch`, rather than reading the new
+ * topic's messages at those offsets.
  */
 export class Position {
   /** Next offset per partition. */
   readonly offsets: ReadonlyMap<number, number>;
   /** Where partitions without an offset start. */
   readonly otherwise: "earliest" | "latest" | { readonly time: number };
+  /** The topic incarnation the offsets belong to, when known. */
+  readonly incarnation: string | undefined;
 
-  private constructor(offsets: ReadonlyMap<number, number>, otherwise: Position["otherwise"]) {
+  private constructor(offsets: ReadonlyMap<number, number>, otherwise: Position["otherwise"], incarnation: string | undefined) {
     this.offsets = offsets;
     this.otherwise = otherwise;
+    this.incarnation = incarnation;
   }
 
   /** earliest starts every partition at its oldest retained message. */
   static earliest(): Position {
-    return new Position(new Map(), "earliest");
+    return new Position(new Map(), "earliest", undefined);
   }
 
   /** latest starts every partition at its end as of the replay's start (only new messages). */
   static latest(): Position {
-    return new Position(new Map(), "latest");
+    return new Position(new Map(), "latest", undefined);
   }
 
   /** at starts every partition at its first message written at or after `time` (a Date or Unix ms). */
   static at(time: Date | number): Position {
-    return new Position(new Map(), { time: time instanceof Date ? time.getTime() : time });
+    return new Position(new Map(), { time: time instanceof Date ? time.getTime() : time }, undefined);
   }
 
   /**
    * offsets starts the listed partitions at the given offsets (the next one to read);
-   * partitions not listed start as `otherwise` says (default earliest).
+   * partitions not listed start as `otherwise` says (default earliest). With
+   * `incarnation`, a replay from it fails when the topic is another incarnation.
    */
-  static offsets(offsets: Record<number, number> | ReadonlyMap<number, number>, otherwise: Position["otherwise"] = "earliest"): Position {
+  static offsets(
+    offsets: Record<number, number> | ReadonlyMap<number, number>,
+    otherwise: Position["otherwise"] = "earliest",
+    incarnation?: string,
+  ): Position {
     const m = offsets instanceof Map ? new Map(offsets) : new Map(Object.entries(offsets).map(([k, v]) => [Number(k), v] as [number, number]));
-    return new Position(m, otherwise);
+    return new Position(m, otherwise, incarnation);
   }
 
-  /** fromJSON reads what {@link Position.toJSON} wrote. */
+  /** fromJSON reads what {@link Position.toJSON} wrote (also without `incarnation`, as older versions wrote it). */
   static fromJSON(j: PositionJSON): Position {
+    const inc: unknown = j.incarnation;
+    if (inc !== undefined && typeof inc !== "string") throw new TypeError(`Position.fromJSON: incarnation must be a string, not ${typeof inc}`);
     return Position.offsets(
       new Map(Object.entries(j.offsets).map(([k, v]) => [Number(k), v] as [number, number])),
       j.otherwise,
+      inc,
     );
   }
 
@@ -69,7 +94,9 @@ export class Position {
   toJSON(): PositionJSON {
     const offsets: Record<string, number> = {};
     for (const [p, o] of [...this.offsets].sort((a, b) => a[0] - b[0])) offsets[String(p)] = o;
-    return { offsets, otherwise: typeof this.otherwise === "string" ? this.otherwise : { time: this.otherwise.time } };
+    const j: PositionJSON = { offsets, otherwise: typeof this.otherwise === "string" ? this.otherwise : { time: this.otherwise.time } };
+    if (this.incarnation !== undefined) j.incarnation = this.incarnation;
+    return j;
   }
 }
 
@@ -96,10 +123,20 @@ export interface ReplayOptions {
  * Replay iterates over a topic's log without leases (nothing is reserved or settled),
  * partitions taking turns a page at a time, each in log order. Use it with
  * `for await`; {@link Replay.position} tells where to resume.
+ *
+ * A partition's position moves only by what the broker's reads answer: past each
+ * message yielded, and to the `next_offset` of a read it took whole (past damaged
+ * messages, which the broker never serves; back, when the broker says the log ends
+ * below it). Damaged messages are reported through the client's `onEvent` hook as
+ * {@link ReplayEvent}s. A bounded replay needs each partition's end as of its start:
+ * while the node holding a partition cannot be reached that end is unknown, and the
+ * replay asks again with the client's retry policy, then fails with an Unavailable
+ * error rather than end without the partition.
  */
 export class Replay implements AsyncIterable<Message> {
   private readonly cursors = new Map<number, number>();
   private start: Position;
+  private incarnation: string | undefined;
 
   /** @internal Made by {@link Client.replay}. */
   constructor(
@@ -109,36 +146,37 @@ export class Replay implements AsyncIterable<Message> {
     private readonly opts: ReplayOptions,
   ) {
     this.start = opts.from ?? Position.earliest();
+    this.incarnation = this.start.incarnation;
     for (const [p, o] of this.start.offsets) this.cursors.set(p, o);
   }
 
   /**
    * position is where a new replay should start to continue after the last message
-   * this one yielded (for every partition it read or resolved).
+   * this one yielded (for every partition it read or resolved), with the topic's
+   * incarnation once the replay has learnt it.
    */
   get position(): Position {
-    return Position.offsets(new Map(this.cursors), this.start.otherwise);
+    return Position.offsets(new Map(this.cursors), this.start.otherwise, this.incarnation);
   }
 
   /** Iterates over the messages. */
   async *[Symbol.asyncIterator](): AsyncGenerator<Message, void, undefined> {
     const { signal } = this.opts;
     const call = signal ? { signal } : {};
-    const detail = await this.client.getTopic(this.topic, call);
-    const parts = this.opts.partition !== undefined ? [this.opts.partition] : detail.partitionStats.map((s) => s.partition);
-    const ends = new Map(detail.partitionStats.map((s) => [s.partition, s.nextOffset] as [number, number]));
-    for (const p of parts) {
-      // A cursor past the end (a position from an older life of the topic, say) would be
-      // echoed back by the broker as next_offset and skip everything written below it.
-      const c = this.cursors.get(p);
-      const end = ends.get(p);
-      if (c !== undefined && end !== undefined && c > end) this.cursors.set(p, end);
-    }
-    if (this.start.otherwise === "latest") {
-      for (const p of parts) if (!this.cursors.has(p)) this.cursors.set(p, ends.get(p) ?? 0);
-      this.start = Position.offsets(new Map(this.cursors), "earliest");
-    }
     const follow = this.opts.follow ?? false;
+    let detail = await this.client.getTopic(this.topic, call);
+    this.adopt(detail.incarnation);
+    const parts = this.opts.partition !== undefined ? [this.opts.partition] : detail.partitionStats.map((s) => s.partition);
+    // The partitions whose end this replay needs: every one when it is bounded; the
+    // ones a latest position starts at their end otherwise.
+    const latest = this.start.otherwise === "latest";
+    const needEnd = parts.filter((p) => !follow || (latest && !this.cursors.has(p)));
+    detail = await this.untilAvailable(detail, needEnd);
+    const ends = new Map(detail.partitionStats.map((s) => [s.partition, s.nextOffset] as [number, number]));
+    if (latest) {
+      for (const p of parts) if (!this.cursors.has(p)) this.cursors.set(p, ends.get(p) ?? 0);
+      this.start = Position.offsets(new Map(this.cursors), "earliest", this.incarnation);
+    }
     const pageSize = Math.max(1, Math.min(1000, this.opts.pageSize ?? 100));
     const done = new Set<number>();
     for (;;) {
@@ -148,18 +186,29 @@ export class Replay implements AsyncIterable<Message> {
         if (signal?.aborted) throw abortReason(signal);
         const cursor = this.cursors.get(p);
         const end = ends.get(p) ?? 0;
-        if (!follow && cursor !== undefined && cursor >= end) {
+        // A cursor past the end is read once all the same: the broker answers with the
+        // end as next_offset, which the cursor follows (else a resumed replay would skip
+        // the messages written from the end up to that cursor).
+        if (!follow && cursor !== undefined && cursor === end) {
           done.add(p);
           continue;
         }
-        const ro: { from?: number; fromTime?: number; max: number; signal?: AbortSignal } = { max: pageSize, ...call };
+        const ro: { from?: number; fromTime?: number; max: number; incarnation?: string; signal?: AbortSignal } = { max: pageSize, ...call };
         if (cursor !== undefined) ro.from = cursor;
         else if (typeof this.start.otherwise === "object") ro.fromTime = this.start.otherwise.time;
-        const page = await this.client.readMessages(this.topic, p, ro);
-        let stop = false;
+        if (this.incarnation !== undefined) ro.incarnation = this.incarnation;
+        let page: Awaited<ReturnType<ClientCore["readMessages"]>>;
+        try {
+          page = await this.client.readMessages(this.topic, p, ro);
+        } catch (e) {
+          if (e instanceof NaradError && e.code === "incarnation_mismatch") throw this.mismatch(undefined, e);
+          throw e;
+        }
+        if (page.incarnation !== undefined) this.adopt(page.incarnation);
+        let cut = false;
         for (const m of page.messages) {
           if (!follow && m.offset >= end) {
-            stop = true;
+            cut = true;
             break;
           }
           this.cursors.set(p, m.offset + 1);
@@ -167,13 +216,18 @@ export class Replay implements AsyncIterable<Message> {
           yield m;
           if (signal?.aborted) throw abortReason(signal);
         }
-        if (stop) {
-          done.add(p);
-          continue;
+        // Cut at the end: the position stays after the last message yielded, so the
+        // messages not yielded are read by a replay resumed from it.
+        if (!cut) this.cursors.set(p, page.nextOffset);
+        const now = this.cursors.get(p);
+        for (const offset of page.damaged) {
+          if (now === undefined || offset >= now) continue; // not gone past yet: read (and reported) again
+          progressed = true;
+          this.client.emit({ type: "replay", topic: this.topic, event: "damaged", partition: p, offset });
         }
-        const before = this.cursors.get(p);
-        if (before === undefined || page.nextOffset > before) this.cursors.set(p, page.nextOffset);
-        if (page.messages.length === 0 && !follow) done.add(p); // nothing left below the end (aged out)
+        if (follow) continue;
+        // Bounded: done at the end, or when a read finds nothing left (aged out).
+        if (cut || (now !== undefined && now >= end) || (page.messages.length === 0 && page.damaged.length === 0)) done.add(p);
       }
       if (done.size === parts.length) return;
       if (!progressed) {
@@ -181,5 +235,44 @@ export class Replay implements AsyncIterable<Message> {
         await sleep(this.opts.pollIntervalMs ?? 500, signal);
       }
     }
+  }
+
+  /**
+   * untilAvailable returns topic info in which every partition of `need` is available,
+   * asking again with the client's backoff while one is not (its stats are then 0 and
+   * mean nothing). When the client's attempts run out it fails with an Unavailable
+   * error naming the partition; the replay's signal ends the wait.
+   */
+  private async untilAvailable(detail: TopicDetail, need: readonly number[]): Promise<TopicDetail> {
+    const { signal } = this.opts;
+    const transport = this.client.transport;
+    for (let attempt = 1; ; attempt++) {
+      const down = need.filter((p) => detail.partitionStats.find((s) => s.partition === p)?.available === false);
+      if (down.length === 0) return detail;
+      if (attempt >= transport.attempts) {
+        throw new UnavailableError(
+          `replay of topic "${this.topic}": ${down.length === 1 ? "partition" : "partitions"} ${down.join(", ")} ${down.length === 1 ? "is" : "are"} unavailable (the node holding it cannot be reached), so where it ends is unknown; asked ${attempt} times`,
+          { code: "unavailable" },
+        );
+      }
+      this.client.logger.debug?.("narad: a replay waits for a partition to be available", { topic: this.topic, partitions: down, attempt });
+      await sleep(transport.backoff(attempt), signal);
+      detail = await this.client.getTopic(this.topic, signal ? { signal } : {});
+      this.adopt(detail.incarnation);
+    }
+  }
+
+  /** adopt takes the topic's incarnation when the replay has none yet, and fails when it differs from the one it has. */
+  private adopt(incarnation: string): void {
+    if (this.incarnation === undefined) this.incarnation = incarnation;
+    else if (this.incarnation !== incarnation) throw this.mismatch(incarnation, undefined);
+  }
+
+  private mismatch(now: string | undefined, cause: unknown): ConflictError {
+    const which = now === undefined ? `incarnation ${this.incarnation}` : `incarnation ${this.incarnation}, now ${now}`;
+    return new ConflictError(
+      `replay of topic "${this.topic}": the topic was deleted and created again since the position was taken (${which}), so its offsets name other messages; start again from a new position`,
+      { code: "incarnation_mismatch", status: 409, retryable: false, cause },
+    );
   }
 }

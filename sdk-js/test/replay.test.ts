@@ -1,11 +1,13 @@
 // Replay as an AsyncIterable: from a Position (earliest, offsets, time, latest),
-// bounded or following, one partition or all, and resumable.
+// bounded or following, one partition or all, and resumable; and how it meets an
+// unavailable partition, a page past its end, a shorter log, another incarnation of
+// the topic, damaged messages and 503s (the CB-REPLAY rules of docs/sdk/contract.md).
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
-import { Client, Position, type Message } from "@narad/client";
-import { startBroker, topicName, waitFor, type TestBroker } from "./helpers.js";
+import { Client, ConflictError, Position, UnavailableError, type Message, type NaradEvent } from "@narad/client";
+import { faultyFetch, startBroker, topicName, waitFor, type FaultRule, type TestBroker } from "./helpers.js";
 
 let broker: TestBroker;
 let client: Client;
@@ -107,5 +109,266 @@ describe("replay", () => {
     await assert.rejects(run, { name: "AbortError" });
     assert.deepEqual(ids(got).sort(), [50, 51]);
     assert.deepEqual(r.position.toJSON().offsets, { "0": 2, "1": 1, "2": 2 });
+  });
+});
+
+/** json answers with a broker-like JSON body. */
+function json(status: number, body: unknown): Response {
+  return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+}
+
+/** isTopicInfo tells a GET /v1/topics/{topic} (not its messages). */
+function isTopicInfo(url: URL, init: RequestInit | undefined, topic: string): boolean {
+  return (init?.method ?? "GET") === "GET" && url.pathname === `/v1/topics/${topic}`;
+}
+
+/** isRead tells a replay read of `partition` of `topic`. */
+function isRead(url: URL, topic: string, partition: number): boolean {
+  return url.pathname === `/v1/topics/${topic}/partitions/${partition}/messages`;
+}
+
+/**
+ * unavailableFor makes the first `times` topic infos of `topic` say that `partition`'s
+ * node cannot be reached, as the broker does: available false and every counter 0.
+ */
+function unavailableFor(topic: string, partition: number, times: number): { rule: FaultRule; answered: () => number } {
+  let n = 0;
+  return {
+    answered: () => n,
+    rule: async (url, init, real) => {
+      if (!isTopicInfo(url, init, topic) || n >= times) return undefined;
+      n++;
+      const body = (await (await real()).json()) as { partition_stats: Record<string, unknown>[] };
+      body.partition_stats = body.partition_stats.map((s) =>
+        s["partition"] === partition
+          ? { ...s, oldest_offset: 0, next_offset: 0, high_watermark: 0, ack_frontier: 0, acked_ahead: 0, in_flight: 0, backlog: 0, available: false }
+          : s,
+      );
+      return json(200, body);
+    },
+  };
+}
+
+describe("replay rules", () => {
+  const clients: Client[] = [];
+  after(async () => {
+    for (const c of clients) await c.close();
+  });
+  function faulty(events?: NaradEvent[], attempts = 4): { c: Client; f: ReturnType<typeof faultyFetch> } {
+    const f = faultyFetch();
+    const c = new Client({
+      endpoints: [broker.url],
+      fetch: f.fetch,
+      retry: { attempts, minBackoffMs: 1, maxBackoffMs: 5 },
+      ...(events ? { onEvent: (e: NaradEvent) => events.push(e) } : {}),
+    });
+    clients.push(c);
+    return { c, f };
+  }
+
+  it("R1: a bounded replay asks again while a partition is unavailable and never moves its cursor for it", async () => {
+    const topic = await filled(9);
+    const { c, f } = faulty();
+    const down = unavailableFor(topic, 2, 2);
+    f.rules.push(down.rule);
+    const r = c.replay(topic, { from: Position.offsets({ 0: 3, 1: 3, 2: 1 }) });
+    const got: Message[] = [];
+    for await (const m of r) got.push(m);
+    assert.equal(down.answered(), 2, "the topic was read again until partition 2 was available");
+    assert.deepEqual(got.map((m) => [m.partition, m.offset]), [[2, 1], [2, 2]]);
+    assert.deepEqual(r.position.toJSON().offsets, { "0": 3, "1": 3, "2": 3 });
+  });
+
+  it("R1: a bounded replay fails with Unavailable naming the partition when it stays unavailable", async () => {
+    const topic = await filled(6);
+    const { c, f } = faulty(undefined, 3);
+    f.rules.push(unavailableFor(topic, 1, Number.POSITIVE_INFINITY).rule);
+    const r = c.replay(topic, { from: Position.offsets({ 1: 1 }) });
+    const got: Message[] = [];
+    await assert.rejects(
+      (async () => {
+        for await (const m of r) got.push(m);
+      })(),
+      (e: unknown) => e instanceof UnavailableError && /partition 1\b/.test(e.message) && e.retryable,
+    );
+    assert.deepEqual(got, []);
+    assert.equal(r.position.offset(1), 1, "the cursor of the unavailable partition stays where it was");
+  });
+
+  it("R1: a following replay never moves a saved cursor back because the partition is unavailable", async () => {
+    const topic = await filled(9);
+    const { c, f } = faulty();
+    f.rules.push(unavailableFor(topic, 2, Number.POSITIVE_INFINITY).rule);
+    const ctl = new AbortController();
+    const r = c.replay(topic, { from: Position.offsets({ 0: 3, 1: 3, 2: 1 }), follow: true, pollIntervalMs: 20, signal: ctl.signal });
+    const got: Message[] = [];
+    const run = (async () => {
+      for await (const m of r) got.push(m);
+    })();
+    await waitFor(() => got.length >= 2, "two messages of partition 2");
+    ctl.abort();
+    await assert.rejects(run, { name: "AbortError" });
+    assert.deepEqual(got.map((m) => [m.partition, m.offset]), [[2, 1], [2, 2]]);
+  });
+
+  it("R1: Position.latest() waits for an unavailable partition's end", async () => {
+    const topic = await filled(9);
+    const { c, f } = faulty();
+    const down = unavailableFor(topic, 0, 2);
+    f.rules.push(down.rule);
+    const r = c.replay(topic, { from: Position.latest() });
+    for await (const m of r) assert.fail(`unexpected ${m.partition}/${m.offset}`);
+    assert.equal(down.answered(), 2);
+    assert.deepEqual(r.position.toJSON().offsets, { "0": 3, "1": 3, "2": 3 });
+  });
+
+  it("R2: a page cut at the recorded end leaves the position after the last message yielded", async () => {
+    const topic = await filled(3, 1);
+    const { c, f } = faulty();
+    let produced = false;
+    f.rules.push(async (url) => {
+      // Messages written after the replay took its end arrive in its first page.
+      if (isRead(url, topic, 0) && !produced) {
+        produced = true;
+        await client.produceBatch(topic, [{ body: { i: 3 } }, { body: { i: 4 } }]);
+      }
+      return undefined;
+    });
+    const r = c.replay(topic, { pageSize: 10 });
+    const got: Message[] = [];
+    for await (const m of r) got.push(m);
+    assert.ok(produced);
+    assert.deepEqual(ids(got), [0, 1, 2]);
+    assert.deepEqual(r.position.toJSON().offsets, { "0": 3 });
+    const rest: Message[] = [];
+    for await (const m of client.replay(topic, { from: r.position })) rest.push(m);
+    assert.deepEqual(ids(rest), [3, 4]);
+  });
+
+  it("R3: a next_offset below the cursor is followed, so what is written there is not skipped", async () => {
+    const topic = await filled(3, 1);
+    const { c, f } = faulty();
+    let shortened = false;
+    f.rules.push((url) => {
+      // The log ends at 1 now (a forced leader lost the tail): the broker answers a
+      // read from 3 with where it ends.
+      if (isRead(url, topic, 0) && url.searchParams.get("from") === "3" && !shortened) {
+        shortened = true;
+        return Promise.resolve(json(200, { messages: [], next_offset: 1, incarnation: url.searchParams.get("incarnation") }));
+      }
+      return undefined;
+    });
+    const ctl = new AbortController();
+    const r = c.replay(topic, { from: Position.offsets({ 0: 3 }), follow: true, pollIntervalMs: 20, signal: ctl.signal });
+    const got: Message[] = [];
+    const run = (async () => {
+      for await (const m of r) got.push(m);
+    })();
+    await waitFor(() => shortened, "the shortened answer");
+    await client.produce(topic, { i: 3 }, { partition: 0 });
+    await waitFor(() => got.some((m) => m.offset === 3), "the message written after");
+    ctl.abort();
+    await assert.rejects(run, { name: "AbortError" });
+    assert.deepEqual(got.map((m) => m.offset), [1, 2, 3]);
+  });
+
+  it("R4: the position carries the incarnation, through JSON too, and every read names it", async () => {
+    const topic = await filled(6);
+    const { incarnation } = await client.getTopic(topic);
+    const { c, f } = faulty();
+    // A position saved before positions named the incarnation adopts the current one.
+    const old = Position.fromJSON({ offsets: { "0": 1 }, otherwise: "earliest" });
+    assert.equal(old.incarnation, undefined);
+    const r = c.replay(topic, { from: old, pageSize: 1 });
+    let n = 0;
+    for await (const _ of r) n++;
+    assert.equal(n, 5);
+    const saved = JSON.parse(JSON.stringify(r.position)) as Record<string, unknown>;
+    assert.deepEqual(saved, { offsets: { "0": 2, "1": 2, "2": 2 }, otherwise: "earliest", incarnation });
+    assert.equal(typeof saved["incarnation"], "string");
+    assert.equal(Position.fromJSON(saved as never).incarnation, incarnation);
+    const reads = f.calls.filter((u) => u.pathname.endsWith("/messages"));
+    assert.ok(reads.length >= 5);
+    for (const u of reads) assert.equal(u.searchParams.get("incarnation"), incarnation, u.href);
+  });
+
+  it("R4: a topic deleted and created again fails the replay with Conflict incarnation_mismatch", async () => {
+    const topic = await filled(6);
+    const r1 = client.replay(topic);
+    for await (const _ of r1) break;
+    const saved = r1.position.toJSON();
+    await client.deleteTopic(topic);
+    await client.createTopic({ name: topic, partitions: 3 });
+    await client.produceBatch(topic, [{ body: { i: 90 }, partition: 0 }]);
+    const isMismatch = (e: unknown) =>
+      e instanceof ConflictError &&
+      e.code === "incarnation_mismatch" &&
+      !e.retryable &&
+      /deleted and created again/.test(e.message) &&
+      /new position/.test(e.message);
+    const got: Message[] = [];
+    await assert.rejects(
+      (async () => {
+        for await (const m of client.replay(topic, { from: Position.fromJSON(saved) })) got.push(m);
+      })(),
+      isMismatch,
+    );
+    assert.deepEqual(got, []);
+
+    // Recreated under a replay already reading: its next read answers 409.
+    const r2 = client.replay(topic, { pageSize: 1, partition: 0 });
+    await client.produceBatch(topic, [{ body: { i: 91 }, partition: 0 }]);
+    await assert.rejects(
+      (async () => {
+        for await (const _ of r2) {
+          await client.deleteTopic(topic);
+          await client.createTopic({ name: topic, partitions: 3 });
+          await client.produceBatch(topic, [{ body: { i: 92 }, partition: 0 }, { body: { i: 93 }, partition: 0 }]);
+        }
+      })(),
+      isMismatch,
+    );
+  });
+
+  it("R5: damaged messages are reported through onEvent and the replay goes on", async () => {
+    const topic = await filled(5, 1);
+    const events: NaradEvent[] = [];
+    const { c, f } = faulty(events);
+    f.rules.push(async (url, _init, real) => {
+      if (!isRead(url, topic, 0)) return undefined;
+      // The record at offset 2 fails its checksum: the broker reads past it and names it.
+      const body = (await (await real()).json()) as { messages: { offset: number }[]; damaged?: number[] };
+      if (body.messages.some((m) => m.offset === 2)) {
+        body.messages = body.messages.filter((m) => m.offset !== 2);
+        body.damaged = [2];
+      }
+      return json(200, body);
+    });
+    const r = c.replay(topic);
+    const got: Message[] = [];
+    for await (const m of r) got.push(m);
+    assert.deepEqual(got.map((m) => m.offset), [0, 1, 3, 4]);
+    assert.deepEqual(
+      events.filter((e) => e.type === "replay"),
+      [{ type: "replay", topic, event: "damaged", partition: 0, offset: 2 }],
+    );
+    assert.deepEqual(r.position.toJSON().offsets, { "0": 5 });
+  });
+
+  it("R6: a read answered 503 is retried with the client's backoff", async () => {
+    const topic = await filled(4, 1);
+    const events: NaradEvent[] = [];
+    const { c, f } = faulty(events);
+    let refused = 0;
+    f.rules.push((url) => {
+      if (!isRead(url, topic, 0) || refused >= 2) return undefined;
+      refused++;
+      return Promise.resolve(json(503, { error: { code: "unavailable", message: "the partition is failing over" } }));
+    });
+    const got: Message[] = [];
+    for await (const m of c.replay(topic)) got.push(m);
+    assert.equal(refused, 2);
+    assert.deepEqual(ids(got), [0, 1, 2, 3]);
+    assert.equal(events.filter((e) => e.type === "retry" && e.operation === "readMessages").length, 2);
   });
 });
