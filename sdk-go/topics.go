@@ -83,6 +83,10 @@ type PartitionStats struct {
 	Backlog  int64
 	Leader   string
 	Replicas []string
+	// Available is false when the node holding the partition could not be reached (or
+	// is handing its leadership over): the partition answers 503 for now, and its
+	// counters above are unknown and given as 0.
+	Available bool
 }
 
 func ms(d time.Duration) *int64 {
@@ -161,6 +165,7 @@ func (c *Client) Topic(ctx context.Context, name string) (*TopicInfo, error) {
 			Partition: p.Partition, OldestOffset: p.OldestOffset, NextOffset: p.NextOffset,
 			HighWatermark: p.HighWatermark, AckFrontier: p.AckFrontier, AckedAhead: p.AckedAhead,
 			InFlight: p.InFlight, Backlog: p.Backlog, Leader: p.Leader, Replicas: p.Replicas,
+			Available: p.Available == nil || *p.Available,
 		}
 	}
 	return t, nil
