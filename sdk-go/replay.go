@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/narad-mq/narad/sdk-go/api"
@@ -83,6 +84,12 @@ func WithFollowInterval(d time.Duration) ReplayOption {
 // began; with Follow it goes on waiting for new messages. Advance a Position with each
 // message to resume later. Messages hold no lease: Ack fails with ErrNoLease.
 //
+// A bounded replay learns each partition's end from the topic's stats. While the node
+// holding a partition cannot be reached its end is unknown, so the replay reads the
+// topic again, with the client's retry policy, until the partition is available; if it
+// is not within the policy's attempts (or ctx's deadline), the replay yields an error
+// wrapping ErrUnavailable that names the partition.
+//
 // A failure is yielded as (nil, err). After a terminal one (the topic not found, say)
 // the sequence ends; after a transient one it goes on, after a backoff, if the loop
 // continues.
@@ -93,14 +100,18 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 	}
 	return func(yield func(*Message, error) bool) {
 		bo := c.cfg.retry.Backoff()
+		// fail yields err and reports whether the replay goes on, after a backoff.
+		fail := func(err error) bool {
+			return yield(nil, err) && !terminal(err) && ctx.Err() == nil && sleepCtx(ctx, bo.NextBackOff())
+		}
 		var info *TopicInfo
 		for {
 			var err error
-			info, err = c.Topic(ctx, topic)
+			info, err = c.replayStart(ctx, topic, cfg.partitions, !cfg.follow)
 			if err == nil {
 				break
 			}
-			if !yield(nil, err) || terminal(err) || ctx.Err() != nil || !sleepCtx(ctx, bo.NextBackOff()) {
+			if !fail(err) {
 				return
 			}
 		}
@@ -110,6 +121,8 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 				parts = append(parts, s.Partition)
 			}
 		}
+		// replayStart returned only once every partition read is available, so each
+		// end is a real one.
 		end := make(map[int32]int64, len(info.Stats))
 		for _, s := range info.Stats {
 			end[s.Partition] = s.NextOffset
@@ -133,7 +146,7 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 				}
 				msgs, nextOff, err := c.readRange(ctx, topic, p, next[p], known[p], from.Time, cfg.batch)
 				if err != nil {
-					if !yield(nil, err) || terminal(err) || ctx.Err() != nil || !sleepCtx(ctx, bo.NextBackOff()) {
+					if !fail(err) {
 						return
 					}
 					continue
@@ -165,6 +178,51 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 			if ctx.Err() != nil {
 				return
 			}
+		}
+	}
+}
+
+// replayStart reads the topic a replay begins with. With needEnds (a bounded
+// replay) it reads the topic again, with the client's retry policy, while a partition
+// to replay is unavailable, since such a partition's offsets are given as 0 and its end
+// is unknown; it fails with ErrUnavailable naming the partitions when they stay so.
+func (c *Client) replayStart(ctx context.Context, topic string, only []int32, needEnds bool) (*TopicInfo, error) {
+	bo := c.cfg.retry.Backoff()
+	for attempt := 1; ; attempt++ {
+		info, err := c.Topic(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
+		if !needEnds {
+			return info, nil
+		}
+		var down []string
+		for _, s := range info.Stats {
+			if !s.Available && (only == nil || slices.Contains(only, s.Partition)) {
+				down = append(down, strconv.Itoa(int(s.Partition)))
+			}
+		}
+		if len(down) == 0 {
+			return info, nil
+		}
+		e := &Error{Op: "replay", Topic: topic, Code: CodeUnavailable, kind: ErrUnavailable}
+		if len(down) == 1 {
+			e.Message = "partition " + down[0] + " is unavailable (the node holding it cannot be reached), so the end the replay stops at is unknown"
+		} else {
+			e.Message = "partitions " + strings.Join(down, ", ") + " are unavailable (the nodes holding them cannot be reached), so the ends the replay stops at are unknown"
+		}
+		wait := bo.NextBackOff()
+		if attempt >= c.cfg.retry.Attempts || wait == StopBackoff {
+			return nil, e
+		}
+		if d, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(d) {
+			return nil, e
+		}
+		c.log.Debug("narad: replay waits for an unavailable partition", "topic", topic, "partitions", down, "attempt", attempt, "wait", wait)
+		c.observe(Event{Kind: EventRetry, Context: ctx, Op: "replay", Topic: topic, Attempt: attempt, Err: e, Start: time.Now(), Duration: wait})
+		if !sleepCtx(ctx, wait) {
+			e.Err = ctx.Err()
+			return nil, e
 		}
 	}
 }

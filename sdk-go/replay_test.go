@@ -1,9 +1,15 @@
 package narad_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,5 +174,115 @@ func TestReplayMissingTopicYieldsTerminalError(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d items, want one error", n)
+	}
+}
+
+// rewriteJSON replaces resp's JSON body with what edit makes of it.
+func rewriteJSON(t *testing.T, resp *http.Response, edit func(map[string]any)) *http.Response {
+	t.Helper()
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Error(err)
+		return resp
+	}
+	var body map[string]any
+	if err := json.Unmarshal(data, &body); err != nil {
+		t.Errorf("%s: %v", data, err)
+		return resp
+	}
+	edit(body)
+	data, _ = json.Marshal(body)
+	resp.Body = io.NopCloser(bytes.NewReader(data))
+	resp.ContentLength = int64(len(data))
+	resp.Header.Del("Content-Length")
+	return resp
+}
+
+// partitionDown marks partition p of a topic answer unavailable, as a broker does when
+// the node holding it cannot be reached: its counters are given as 0.
+func partitionDown(body map[string]any, p int) {
+	for _, s := range body["partition_stats"].([]any) {
+		s := s.(map[string]any)
+		if int(s["partition"].(float64)) == p {
+			s["available"] = false
+			for _, k := range []string{"oldest_offset", "next_offset", "high_watermark", "ack_frontier", "acked_ahead", "in_flight", "backlog"} {
+				s[k] = 0
+			}
+		}
+	}
+}
+
+func quickRetry(attempts int) narad.Option {
+	return narad.WithRetry(narad.RetryPolicy{Attempts: attempts, Backoff: func() narad.Backoff {
+		return narad.NewFullJitter(5*time.Millisecond, 20*time.Millisecond)
+	}})
+}
+
+// produceTo writes n messages "p:i" to partition p.
+func produceTo(t *testing.T, c *narad.Client, topic string, p int32, from, n int) {
+	t.Helper()
+	var out []narad.Outgoing
+	for i := from; i < from+n; i++ {
+		out = append(out, narad.Outgoing{Body: fmt.Sprintf("%d:%d", p, i), Partition: narad.Pin(p)})
+	}
+	if _, err := c.ProduceBatch(ctxT(t), topic, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A bounded replay must not take the zero offsets of an unavailable partition for its
+// end: it reads the topic again until the partition is available, then replays it whole.
+func TestReplayWaitsForAnUnavailablePartitionsEnd(t *testing.T) {
+	c, ft := newFaultClient(t, quickRetry(6))
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
+	produceTo(t, c, topic, 0, 0, 3)
+	produceTo(t, c, topic, 1, 0, 4)
+	var reads atomic.Int32
+	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
+		if err == nil && r.Method == http.MethodGet && r.URL.Path == "/v1/topics/"+topic && resp.StatusCode == 200 {
+			if reads.Add(1) <= 2 {
+				return rewriteJSON(t, resp, func(b map[string]any) { partitionDown(b, 1) }), nil
+			}
+		}
+		return resp, err
+	})
+	got := map[int32]int{}
+	for m, err := range c.Replay(ctxT(t), topic, narad.FromStart()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[m.Partition]++
+	}
+	if got[0] != 3 || got[1] != 4 {
+		t.Fatalf("replayed %v, want 3 messages of partition 0 and 4 of partition 1", got)
+	}
+	if n := reads.Load(); n < 3 {
+		t.Fatalf("the topic was read %d times, want 3 (twice unavailable, then available)", n)
+	}
+}
+
+// A partition that stays unavailable fails the bounded replay with ErrUnavailable naming
+// it; the replay never ends as if it had read it.
+func TestReplayFailsWhenAPartitionStaysUnavailable(t *testing.T) {
+	c, ft := newFaultClient(t, quickRetry(3))
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
+	produceTo(t, c, topic, 1, 0, 2)
+	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
+		if err == nil && r.Method == http.MethodGet && r.URL.Path == "/v1/topics/"+topic && resp.StatusCode == 200 {
+			return rewriteJSON(t, resp, func(b map[string]any) { partitionDown(b, 1) }), nil
+		}
+		return resp, err
+	})
+	var failure error
+	for m, err := range c.Replay(ctxT(t), topic, narad.FromStart()) {
+		if err != nil {
+			failure = err
+			break
+		}
+		t.Fatalf("replayed %v while its partition's end is unknown", m)
+	}
+	if !errors.Is(failure, narad.ErrUnavailable) || !narad.Retryable(failure) || !strings.Contains(failure.Error(), "partition 1 ") {
+		t.Fatalf("got %v, want a retryable unavailable error naming partition 1", failure)
 	}
 }
