@@ -160,10 +160,11 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 						return
 					}
 				}
+				// The cursor follows the answer's next_offset, lower ones included: the
+				// broker answers a from past the end with the end, and following it
+				// reads what is written there later instead of skipping it.
 				stalled := len(msgs) == 0 && known[p] && nextOff <= next[p]
-				if nextOff > next[p] || !known[p] {
-					next[p], known[p] = nextOff, true
-				}
+				next[p], known[p] = nextOff, true
 				if len(msgs) > 0 {
 					progressed = true
 				}

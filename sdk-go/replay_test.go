@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -284,5 +285,117 @@ func TestReplayFailsWhenAPartitionStaysUnavailable(t *testing.T) {
 	}
 	if !errors.Is(failure, narad.ErrUnavailable) || !narad.Retryable(failure) || !strings.Contains(failure.Error(), "partition 1 ") {
 		t.Fatalf("got %v, want a retryable unavailable error naming partition 1", failure)
+	}
+}
+
+// When the end cuts a page, the position stops after the last message the replay
+// returned: a replay resumed from it reads what was written after the first began.
+func TestReplayPositionStopsAtTheLastMessageReturned(t *testing.T) {
+	c := newClient(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	produceTo(t, c, topic, 0, 0, 5)
+	var pos narad.Position
+	var got []int64
+	for m, err := range c.Replay(ctxT(t), topic, narad.FromStart(), narad.WithReplayBatch(4)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Offset == 0 {
+			// Written after the replay began: the second page holds 4..7, cut after 4.
+			produceTo(t, c, topic, 0, 5, 5)
+		}
+		got = append(got, m.Offset)
+		pos.Advance(m)
+	}
+	if len(got) != 5 || pos.Offsets[0] != 5 {
+		t.Fatalf("first replay gave %v and position %v, want offsets 0..4 and position 5", got, pos.Offsets)
+	}
+	for m, err := range c.Replay(ctxT(t), topic, pos) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Offset)
+	}
+	for i, o := range got {
+		if o != int64(i) {
+			t.Fatalf("offsets %v, want 0..9 once each", got)
+		}
+	}
+	if len(got) != 10 {
+		t.Fatalf("offsets %v, want 0..9", got)
+	}
+}
+
+// A position past the end follows the read's lower next_offset, so messages written
+// there later are replayed, not skipped up to the position's offset.
+func TestReplayFollowsALowerNextOffset(t *testing.T) {
+	c, ft := newFaultClient(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	produceTo(t, c, topic, 0, 0, 13)
+	readPast := make(chan struct{})
+	var once sync.Once
+	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
+		if err == nil && strings.HasSuffix(r.URL.Path, "/messages") && r.URL.Query().Get("from") == "20" {
+			once.Do(func() { close(readPast) })
+		}
+		return resp, err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan int64, 20)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range c.Replay(ctx, topic, narad.FromOffsets(map[int32]int64{0: 20}), narad.Follow(), narad.WithFollowInterval(20*time.Millisecond)) {
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- m.Offset
+			if m.Offset == 22 {
+				return
+			}
+		}
+	}()
+	select {
+	case <-readPast:
+	case <-ctx.Done():
+		t.Fatal("the replay never read from offset 20")
+	}
+	produceTo(t, c, topic, 0, 13, 10) // offsets 13..22
+	for want := int64(13); want <= 22; want++ {
+		select {
+		case o := <-got:
+			if o != want {
+				t.Fatalf("replayed offset %d, want %d", o, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("offset %d never came", want)
+		}
+	}
+	<-done
+}
+
+// A 503 on a read is retried with the client's backoff; the replay misses nothing.
+func TestReplayRetriesUnavailableReads(t *testing.T) {
+	c, ft := newFaultClient(t, quickRetry(4))
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	produceTo(t, c, topic, 0, 0, 3)
+	var refused atomic.Int32
+	ft.set(func(r *http.Request) (*http.Response, error) {
+		if strings.HasSuffix(r.URL.Path, "/messages") && refused.Add(1) <= 2 {
+			return unavailable(""), nil
+		}
+		return nil, nil
+	}, nil)
+	var got []int64
+	for m, err := range c.Replay(ctxT(t), topic, narad.FromStart()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Offset)
+	}
+	if len(got) != 3 || refused.Load() < 3 {
+		t.Fatalf("replayed %v after %d reads, want 3 messages after two refused reads", got, refused.Load())
 	}
 }
