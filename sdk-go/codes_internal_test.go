@@ -21,6 +21,8 @@ func TestCodesAreTheSpecs(t *testing.T) {
 		CodeTopicNotFound:  api.ErrorCodeTopicNotFound,
 		CodeTopicExists:    api.ErrorCodeTopicExists,
 		CodeNotImplemented: api.ErrorCodeNotImplemented,
+
+		CodeIncarnationMismatch: api.ErrorCodeIncarnationMismatch,
 	} {
 		if sdk != string(spec) {
 			t.Errorf("the SDK spells %q, openapi.yaml %q", sdk, spec)

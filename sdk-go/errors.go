@@ -65,6 +65,9 @@ const (
 	CodeTopicNotFound  = "topic_not_found"
 	CodeTopicExists    = "topic_exists"
 	CodeNotImplemented = "not_implemented"
+	// CodeIncarnationMismatch marks a replay from a Position taken from another
+	// incarnation of the topic: it was deleted and created again since (ErrConflict).
+	CodeIncarnationMismatch = "incarnation_mismatch"
 )
 
 // Error is a failed call: what was attempted (Op, Topic), where (Node, the endpoint that

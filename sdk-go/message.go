@@ -39,6 +39,9 @@ type Message struct {
 	client *Client
 	// from is the endpoint that leased the message: its lease calls go there first.
 	from *node
+	// incarnation is the topic incarnation a replay read the message from, for
+	// Position.Advance; "" for a message taken by Receive or Consume.
+	incarnation string
 
 	mu      sync.Mutex
 	settled bool   // a settlement began or succeeded: no renewal, no second settlement

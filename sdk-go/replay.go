@@ -3,6 +3,7 @@ package narad
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"iter"
 	"maps"
 	"net/http"
@@ -16,11 +17,17 @@ import (
 
 // Position is where a replay starts, per partition: Offsets holds the next offset to
 // read of each partition named; partitions not named start at the first message written
-// at or after Time, or at the oldest retained message when Time is zero. Positions are
-// plain data: store them (as JSON, say) and resume from them later.
+// at or after Time, or at the oldest retained message when Time is zero. Incarnation is
+// the topic incarnation the offsets belong to: a replay from a position that names one
+// fails with ErrConflict (code incarnation_mismatch) once the topic has been deleted and
+// created again, instead of reading the new topic at offsets that meant other messages.
+// A position without one (FromStart, or one saved by an older SDK) reads the topic's
+// current incarnation, which Advance then records. Positions are plain data: store them
+// (as JSON, say) and resume from them later.
 type Position struct {
-	Offsets map[int32]int64 `json:"offsets,omitempty"`
-	Time    time.Time       `json:"time,omitzero"`
+	Offsets     map[int32]int64 `json:"offsets,omitempty"`
+	Time        time.Time       `json:"time,omitzero"`
+	Incarnation string          `json:"incarnation,omitempty"`
 }
 
 // FromStart is the position of the oldest retained message of every partition.
@@ -34,7 +41,8 @@ func FromOffsets(offsets map[int32]int64) Position {
 	return Position{Offsets: maps.Clone(offsets)}
 }
 
-// Advance moves the position past m, so that a replay from it resumes after m.
+// Advance moves the position past m, so that a replay from it resumes after m. A
+// position without an incarnation takes that of the replay m came from.
 func (p *Position) Advance(m *Message) {
 	if p.Offsets == nil {
 		p.Offsets = make(map[int32]int64)
@@ -42,11 +50,14 @@ func (p *Position) Advance(m *Message) {
 	if m.Offset+1 > p.Offsets[m.Partition] {
 		p.Offsets[m.Partition] = m.Offset + 1
 	}
+	if p.Incarnation == "" {
+		p.Incarnation = m.incarnation
+	}
 }
 
 // Clone returns an independent copy.
 func (p Position) Clone() Position {
-	return Position{Offsets: maps.Clone(p.Offsets), Time: p.Time}
+	return Position{Offsets: maps.Clone(p.Offsets), Time: p.Time, Incarnation: p.Incarnation}
 }
 
 // ReplayOption configures Replay.
@@ -90,6 +101,11 @@ func WithFollowInterval(d time.Duration) ReplayOption {
 // is not within the policy's attempts (or ctx's deadline), the replay yields an error
 // wrapping ErrUnavailable that names the partition.
 //
+// Every read names the topic incarnation of the position (or, for a position without
+// one, the incarnation the topic had when the replay began). If the topic has been
+// deleted and created again, the replay yields an error wrapping ErrConflict with code
+// incarnation_mismatch and ends: start again from a new position.
+//
 // A failure is yielded as (nil, err). After a terminal one (the topic not found, say)
 // the sequence ends; after a transient one it goes on, after a backoff, if the loop
 // continues.
@@ -107,13 +123,17 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 		var info *TopicInfo
 		for {
 			var err error
-			info, err = c.replayStart(ctx, topic, cfg.partitions, !cfg.follow)
+			info, err = c.replayStart(ctx, topic, from.Incarnation, cfg.partitions, !cfg.follow)
 			if err == nil {
 				break
 			}
 			if !fail(err) {
 				return
 			}
+		}
+		inc := from.Incarnation
+		if inc == "" {
+			inc = info.Incarnation
 		}
 		parts := cfg.partitions
 		if parts == nil {
@@ -144,7 +164,7 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 					i--
 					continue
 				}
-				msgs, nextOff, err := c.readRange(ctx, topic, p, next[p], known[p], from.Time, cfg.batch)
+				r, err := c.readRange(ctx, topic, p, next[p], known[p], from.Time, cfg.batch, inc)
 				if err != nil {
 					if !fail(err) {
 						return
@@ -152,10 +172,14 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 					continue
 				}
 				bo.Reset()
-				for _, m := range msgs {
+				if inc == "" {
+					inc = r.incarnation
+				}
+				for _, m := range r.msgs {
 					if !cfg.follow && m.Offset >= end[p] {
 						break
 					}
+					m.incarnation = inc
 					if !yield(m, nil) {
 						return
 					}
@@ -163,9 +187,9 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 				// The cursor follows the answer's next_offset, lower ones included: the
 				// broker answers a from past the end with the end, and following it
 				// reads what is written there later instead of skipping it.
-				stalled := len(msgs) == 0 && known[p] && nextOff <= next[p]
-				next[p], known[p] = nextOff, true
-				if len(msgs) > 0 {
+				stalled := len(r.msgs) == 0 && known[p] && r.next <= next[p]
+				next[p], known[p] = r.next, true
+				if len(r.msgs) > 0 {
 					progressed = true
 				}
 				if !cfg.follow && (stalled || next[p] >= end[p]) {
@@ -183,16 +207,20 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 	}
 }
 
-// replayStart reads the topic a replay begins with. With needEnds (a bounded
+// replayStart reads the topic a replay begins with. It fails with ErrConflict when the
+// topic is no longer incarnation inc (when inc is not ""). With needEnds (a bounded
 // replay) it reads the topic again, with the client's retry policy, while a partition
 // to replay is unavailable, since such a partition's offsets are given as 0 and its end
 // is unknown; it fails with ErrUnavailable naming the partitions when they stay so.
-func (c *Client) replayStart(ctx context.Context, topic string, only []int32, needEnds bool) (*TopicInfo, error) {
+func (c *Client) replayStart(ctx context.Context, topic, inc string, only []int32, needEnds bool) (*TopicInfo, error) {
 	bo := c.cfg.retry.Backoff()
 	for attempt := 1; ; attempt++ {
 		info, err := c.Topic(ctx, topic)
 		if err != nil {
 			return nil, err
+		}
+		if inc != "" && info.Incarnation != "" && info.Incarnation != inc {
+			return nil, incarnationMismatch(&Error{Op: "replay", Topic: topic, Status: http.StatusConflict, Code: CodeIncarnationMismatch, kind: ErrConflict}, inc)
 		}
 		if !needEnds {
 			return info, nil
@@ -228,7 +256,22 @@ func (c *Client) replayStart(ctx context.Context, topic string, only []int32, ne
 	}
 }
 
-func (c *Client) readRange(ctx context.Context, topic string, part int32, from int64, useFrom bool, t time.Time, max int) ([]*Message, int64, error) {
+// incarnationMismatch says in e what a replay refused for a topic no longer
+// incarnation inc, and what to do.
+func incarnationMismatch(e *Error, inc string) *Error {
+	e.Message = "the topic was deleted and created again since the position was taken (it was incarnation " + inc +
+		"); its offsets name other messages now: start again from a new position"
+	return e
+}
+
+// replayPage is one read answer of a replay.
+type replayPage struct {
+	msgs        []*Message
+	next        int64
+	incarnation string
+}
+
+func (c *Client) readRange(ctx context.Context, topic string, part int32, from int64, useFrom bool, t time.Time, max int, inc string) (*replayPage, error) {
 	params := &api.ReadMessagesParams{Max: ptr(int32(max)), PayloadEncoding: ptr(api.ReadMessagesParamsPayloadEncodingBase64)}
 	switch {
 	case useFrom:
@@ -236,22 +279,32 @@ func (c *Client) readRange(ctx context.Context, topic string, part int32, from i
 	case !t.IsZero():
 		params.FromTime = ptr(strconv.FormatInt(t.UnixMilli(), 10))
 	}
+	if inc != "" {
+		params.Incarnation = &inc
+	}
 	rep, err := c.do(ctx, &call{op: "read-messages", topic: topic,
 		build: func(s string) (*http.Request, error) { return api.NewReadMessagesRequest(s, topic, part, params) }})
 	if err != nil {
-		return nil, 0, err
+		var e *Error
+		if errors.As(err, &e) && e.Code == CodeIncarnationMismatch {
+			return nil, incarnationMismatch(e, inc)
+		}
+		return nil, err
 	}
 	var out api.MessageRange
 	if err := json.Unmarshal(rep.body, &out); err != nil {
-		return nil, 0, &Error{Op: "read-messages", Topic: topic, Node: rep.node, Err: err, Message: "the broker's answer is not a message range", kind: ErrInternal}
+		return nil, &Error{Op: "read-messages", Topic: topic, Node: rep.node, Err: err, Message: "the broker's answer is not a message range", kind: ErrInternal}
 	}
-	msgs := make([]*Message, 0, len(out.Messages))
+	page := &replayPage{next: out.NextOffset, msgs: make([]*Message, 0, len(out.Messages))}
+	if out.Incarnation != nil {
+		page.incarnation = *out.Incarnation
+	}
 	for i := range out.Messages {
 		m, err := c.newMessage(&out.Messages[i], nil)
 		if err != nil {
-			return nil, 0, &Error{Op: "read-messages", Topic: topic, Node: rep.node, Err: err, Message: "a payload is not valid base64", kind: ErrInternal}
+			return nil, &Error{Op: "read-messages", Topic: topic, Node: rep.node, Err: err, Message: "a payload is not valid base64", kind: ErrInternal}
 		}
-		msgs = append(msgs, m)
+		page.msgs = append(page.msgs, m)
 	}
-	return msgs, out.NextOffset, nil
+	return page, nil
 }

@@ -376,6 +376,130 @@ func TestReplayFollowsALowerNextOffset(t *testing.T) {
 	<-done
 }
 
+// A position keeps the topic's incarnation: once the topic is deleted and created
+// again, a replay from it fails with a conflict instead of reading the new topic.
+func TestReplayRefusesAnotherIncarnationOfTheTopic(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	info, err := c.Topic(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceTo(t, c, topic, 0, 0, 1)
+	var pos narad.Position
+	for m, err := range c.Replay(ctx, topic, narad.FromStart()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos.Advance(m)
+	}
+	saved, _ := json.Marshal(pos)
+	var fields map[string]any
+	json.Unmarshal(saved, &fields)
+	if fields["incarnation"] != info.Incarnation {
+		t.Fatalf("saved position %s, want incarnation %q", saved, info.Incarnation)
+	}
+	if err := c.DeleteTopic(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateTopic(ctx, topic, narad.TopicConfig{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	produceTo(t, c, topic, 0, 0, 3)
+	var resumed narad.Position
+	if err := json.Unmarshal(saved, &resumed); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for m, err := range c.Replay(ctx, topic, resumed) {
+		n++
+		if m != nil {
+			t.Fatalf("replayed %q of the new topic", m.Bytes())
+		}
+		wantIncarnationMismatch(t, err)
+	}
+	if n != 1 {
+		t.Fatalf("%d items, want one error", n)
+	}
+}
+
+func wantIncarnationMismatch(t *testing.T, err error) {
+	t.Helper()
+	var e *narad.Error
+	if !errors.Is(err, narad.ErrConflict) || !errors.As(err, &e) || e.Code != "incarnation_mismatch" || narad.Retryable(err) ||
+		!strings.Contains(e.Message, "deleted and created again") || !strings.Contains(e.Message, "new position") {
+		t.Fatalf("got %v, want a conflict with code incarnation_mismatch saying to start from a new position", err)
+	}
+}
+
+// Every read names the incarnation the replay began with: a topic deleted and created
+// again while the replay runs answers 409, and the replay ends with the conflict.
+func TestReplayReadsNameTheIncarnation(t *testing.T) {
+	c, ft := newFaultClient(t)
+	admin := newClient(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	produceTo(t, c, topic, 0, 0, 2)
+	var once sync.Once
+	ft.set(func(r *http.Request) (*http.Response, error) {
+		if strings.HasSuffix(r.URL.Path, "/messages") {
+			once.Do(func() {
+				ctx := ctxT(t)
+				if err := admin.DeleteTopic(ctx, topic); err != nil {
+					t.Error(err)
+				}
+				if _, err := admin.CreateTopic(ctx, topic, narad.TopicConfig{Partitions: 1}); err != nil {
+					t.Error(err)
+				}
+				produceTo(t, admin, topic, 0, 0, 2)
+			})
+		}
+		return nil, nil
+	}, nil)
+	n := 0
+	for m, err := range c.Replay(ctxT(t), topic, narad.FromStart()) {
+		n++
+		if m != nil {
+			t.Fatalf("replayed %q of the new topic", m.Bytes())
+		}
+		wantIncarnationMismatch(t, err)
+	}
+	if n != 1 {
+		t.Fatalf("%d items, want one error", n)
+	}
+}
+
+// A position saved without an incarnation (by an older SDK) still loads, and takes the
+// topic's current incarnation as it advances.
+func TestReplayPositionWithoutIncarnationAdoptsTheCurrentOne(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	info, err := c.Topic(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceTo(t, c, topic, 0, 0, 3)
+	var pos narad.Position
+	if err := json.Unmarshal([]byte(`{"offsets":{"0":1}}`), &pos); err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for m, err := range c.Replay(ctx, topic, pos) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Offset)
+		pos.Advance(m)
+	}
+	saved, _ := json.Marshal(pos)
+	var fields map[string]any
+	json.Unmarshal(saved, &fields)
+	if len(got) != 2 || fields["incarnation"] != info.Incarnation {
+		t.Fatalf("replayed %v, position %s; want offsets 1 and 2, incarnation %q", got, saved, info.Incarnation)
+	}
+}
+
 // A 503 on a read is retried with the client's backoff; the replay misses nothing.
 func TestReplayRetriesUnavailableReads(t *testing.T) {
 	c, ft := newFaultClient(t, quickRetry(4))
