@@ -28,6 +28,10 @@ const (
 	EventPublish
 	// EventReceive is a poll (Receive or a Consumer's) that answered, with Messages.
 	EventReceive
+	// EventReplayDamaged is a damaged message a replay read past: its stored record
+	// failed its checksum, so it can never be served. Topic, Partition and Offset name
+	// it; the replay goes on after it.
+	EventReplayDamaged
 )
 
 // String names the kind for logs and metric labels.
@@ -51,6 +55,8 @@ func (k EventKind) String() string {
 		return "publish"
 	case EventReceive:
 		return "receive"
+	case EventReplayDamaged:
+		return "replay_damaged"
 	}
 	return "unknown"
 }
@@ -66,6 +72,9 @@ type Event struct {
 	Op string
 	// Topic is the topic concerned, or "".
 	Topic string
+	// Partition and Offset name the message an EventReplayDamaged reports.
+	Partition int32
+	Offset    int64
 	// Node is the endpoint concerned, or "".
 	Node string
 	// Status is the HTTP status of a request, or 0.

@@ -104,7 +104,9 @@ func WithFollowInterval(d time.Duration) ReplayOption {
 // Every read names the topic incarnation of the position (or, for a position without
 // one, the incarnation the topic had when the replay began). If the topic has been
 // deleted and created again, the replay yields an error wrapping ErrConflict with code
-// incarnation_mismatch and ends: start again from a new position.
+// incarnation_mismatch and ends: start again from a new position. Damaged messages the
+// broker read past (their stored record failed its checksum) are reported to the
+// Observer as EventReplayDamaged and logged as a warning; the replay goes on after them.
 //
 // A failure is yielded as (nil, err). After a terminal one (the topic not found, say)
 // the sequence ends; after a transient one it goes on, after a backoff, if the loop
@@ -174,6 +176,10 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 				bo.Reset()
 				if inc == "" {
 					inc = r.incarnation
+				}
+				for _, o := range r.damaged {
+					c.log.Warn("narad: replay read past a damaged message, which can never be served", "topic", topic, "partition", p, "offset", o)
+					c.observe(Event{Kind: EventReplayDamaged, Context: ctx, Op: "read-messages", Topic: topic, Partition: p, Offset: o, Node: r.node, Start: time.Now()})
 				}
 				for _, m := range r.msgs {
 					if !cfg.follow && m.Offset >= end[p] {
@@ -269,6 +275,8 @@ type replayPage struct {
 	msgs        []*Message
 	next        int64
 	incarnation string
+	damaged     []int64
+	node        string
 }
 
 func (c *Client) readRange(ctx context.Context, topic string, part int32, from int64, useFrom bool, t time.Time, max int, inc string) (*replayPage, error) {
@@ -295,9 +303,12 @@ func (c *Client) readRange(ctx context.Context, topic string, part int32, from i
 	if err := json.Unmarshal(rep.body, &out); err != nil {
 		return nil, &Error{Op: "read-messages", Topic: topic, Node: rep.node, Err: err, Message: "the broker's answer is not a message range", kind: ErrInternal}
 	}
-	page := &replayPage{next: out.NextOffset, msgs: make([]*Message, 0, len(out.Messages))}
+	page := &replayPage{next: out.NextOffset, node: rep.node, msgs: make([]*Message, 0, len(out.Messages))}
 	if out.Incarnation != nil {
 		page.incarnation = *out.Incarnation
+	}
+	if out.Damaged != nil {
+		page.damaged = *out.Damaged
 	}
 	for i := range out.Messages {
 		m, err := c.newMessage(&out.Messages[i], nil)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -498,6 +499,58 @@ func TestReplayPositionWithoutIncarnationAdoptsTheCurrentOne(t *testing.T) {
 	if len(got) != 2 || fields["incarnation"] != info.Incarnation {
 		t.Fatalf("replayed %v, position %s; want offsets 1 and 2, incarnation %q", got, saved, info.Incarnation)
 	}
+}
+
+// damagedAt makes a read answer look as if the message at offset o were damaged: the
+// broker leaves it out and names its offset.
+func damagedAt(o int64) func(map[string]any) {
+	return func(b map[string]any) {
+		var kept []any
+		for _, m := range b["messages"].([]any) {
+			if int64(m.(map[string]any)["offset"].(float64)) != o {
+				kept = append(kept, m)
+			}
+		}
+		b["messages"] = kept
+		b["damaged"] = []int64{o}
+	}
+}
+
+// A damaged message the broker read past is logged as a warning and the replay goes on.
+func TestReplayWarnsOfDamagedMessagesAndGoesOn(t *testing.T) {
+	logs := &recordingHandler{}
+	c, ft := newFaultClient(t, narad.WithLogger(slog.New(logs)))
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	produceTo(t, c, topic, 0, 0, 3)
+	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
+		if err == nil && strings.HasSuffix(r.URL.Path, "/messages") && resp.StatusCode == 200 {
+			return rewriteJSON(t, resp, damagedAt(1)), nil
+		}
+		return resp, err
+	})
+	var got []int64
+	for m, err := range c.Replay(ctxT(t), topic, narad.FromStart()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Offset)
+	}
+	if len(got) != 2 || got[0] != 0 || got[1] != 2 {
+		t.Fatalf("replayed %v, want 0 and 2", got)
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, r := range logs.recs {
+		if r.Level != slog.LevelWarn || !strings.Contains(r.Message, "damaged") {
+			continue
+		}
+		attrs := map[string]string{}
+		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+		if attrs["topic"] == topic && attrs["partition"] == "0" && attrs["offset"] == "1" {
+			return
+		}
+	}
+	t.Fatal("no warning named the damaged message")
 }
 
 // A 503 on a read is retried with the client's backoff; the replay misses nothing.
