@@ -18,7 +18,10 @@
 // to a max lease), cancels the handler's context when a lease is lost (and never acks
 // that message), acks on success with confirmed retries, hands the message back on error
 // or panic, and drains on cancellation. Receive is the one-poll building block; Replay
-// reads the log without leases from a Position, bounded or following.
+// reads the log without leases from a Position, bounded or following. A Position keeps
+// the topic's incarnation, so a topic deleted and created again since is refused with
+// ErrConflict (code incarnation_mismatch) rather than read at offsets that meant other
+// messages.
 //
 // Errors carry their kind as a sentinel for errors.Is (ErrNotFound, ErrLeaseLost,
 // ErrUnavailable, ...) and the details as *Error for errors.As; Retryable and Uncertain
