@@ -756,8 +756,9 @@ func (d *driver) replay(ctx context.Context, raw json.RawMessage) (any, error) {
 		Client string `json:"client"`
 		Topic  string `json:"topic"`
 		From   struct {
-			Offsets map[string]int64 `json:"offsets"`
-			TimeMs  *int64           `json:"time_ms"`
+			Offsets     map[string]int64 `json:"offsets"`
+			TimeMs      *int64           `json:"time_ms"`
+			Incarnation string           `json:"incarnation"`
 		} `json:"from"`
 		Partition *int32 `json:"partition"`
 		Limit     int    `json:"limit"`
@@ -781,6 +782,7 @@ func (d *driver) replay(ctx context.Context, raw json.RawMessage) (any, error) {
 		}
 		pos.Offsets = offs
 	}
+	pos.Incarnation = a.From.Incarnation
 	var opts []narad.ReplayOption
 	if a.Partition != nil {
 		opts = append(opts, narad.OnlyPartitions(*a.Partition))
@@ -801,7 +803,11 @@ func (d *driver) replay(ctx context.Context, raw json.RawMessage) (any, error) {
 	for p, o := range resume.Offsets {
 		offsets[strconv.Itoa(int(p))] = o
 	}
-	return map[string]any{"messages": msgs, "position": map[string]any{"offsets": offsets}}, nil
+	position := map[string]any{"offsets": offsets}
+	if resume.Incarnation != "" {
+		position["incarnation"] = resume.Incarnation
+	}
+	return map[string]any{"messages": msgs, "position": position}, nil
 }
 
 func (d *driver) topics(ctx context.Context, cmd string, raw json.RawMessage) (any, error) {

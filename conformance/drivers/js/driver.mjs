@@ -246,7 +246,9 @@ async function replay(a) {
   const frm = a.from ?? {};
   let from = Position.earliest();
   if (frm.time_ms != null) from = Position.at(frm.time_ms);
-  if (frm.offsets && Object.keys(frm.offsets).length) from = Position.offsets(Object.fromEntries(Object.entries(frm.offsets).map(([k, v]) => [Number(k), v])), from.otherwise);
+  if ((frm.offsets && Object.keys(frm.offsets).length) || frm.incarnation != null) {
+    from = Position.offsets(Object.fromEntries(Object.entries(frm.offsets ?? {}).map(([k, v]) => [Number(k), v])), from.otherwise, frm.incarnation ?? undefined);
+  }
   const opts = { from };
   if (a.partition != null) opts.partition = a.partition;
   const r = c.replay(a.topic, opts);
@@ -255,7 +257,10 @@ async function replay(a) {
     out.push(msgView(m, false));
     if (a.limit && out.length >= a.limit) break;
   }
-  return { messages: out, position: { offsets: r.position.toJSON().offsets } };
+  const pos = r.position.toJSON();
+  const position = { offsets: pos.offsets };
+  if (pos.incarnation != null) position.incarnation = pos.incarnation;
+  return { messages: out, position };
 }
 
 function topicView(t) {

@@ -351,6 +351,8 @@ def replay(a: dict[str, Any]) -> dict[str, Any]:
     if frm.get("offsets"):
         start = narad.Position(offsets=tuple(sorted((int(k), int(v)) for k, v in frm["offsets"].items())),
                                time_ms=start.time_ms)
+    if frm.get("incarnation") is not None:
+        start = start.with_incarnation(str(frm["incarnation"]))
     parts = [int(a["partition"])] if a.get("partition") is not None else None
     r = c.replay(a["topic"], start, partitions=parts)
     out = []
@@ -360,7 +362,15 @@ def replay(a: dict[str, Any]) -> dict[str, Any]:
         if limit and len(out) >= limit:
             break
     pos = r.position
-    return {"messages": out, "position": {"offsets": {str(p): o for p, o in pos.offsets}}}
+    return {"messages": out, "position": position_view(pos)}
+
+
+def position_view(pos: narad.Position) -> dict[str, Any]:
+    """position_view is a replay position as the runner reads it."""
+    v: dict[str, Any] = {"offsets": {str(p): o for p, o in pos.offsets}}
+    if pos.incarnation is not None:
+        v["incarnation"] = pos.incarnation
+    return v
 
 
 def topic_view(t: narad.TopicInfo) -> dict[str, Any]:

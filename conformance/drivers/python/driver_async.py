@@ -214,6 +214,8 @@ async def replay(a: dict[str, Any]) -> dict[str, Any]:
     if frm.get("offsets"):
         start = narad.Position(offsets=tuple(sorted((int(k), int(v)) for k, v in frm["offsets"].items())),
                                time_ms=start.time_ms)
+    if frm.get("incarnation") is not None:
+        start = start.with_incarnation(str(frm["incarnation"]))
     parts = [int(a["partition"])] if a.get("partition") is not None else None
     r = c.replay(a["topic"], start, partitions=parts)
     out = []
@@ -222,7 +224,10 @@ async def replay(a: dict[str, Any]) -> dict[str, Any]:
         out.append(msg_view(m, False))
         if limit and len(out) >= limit:
             break
-    return {"messages": out, "position": {"offsets": {str(p): o for p, o in r.position.offsets}}}
+    v: dict[str, Any] = {"offsets": {str(p): o for p, o in r.position.offsets}}
+    if r.position.incarnation is not None:
+        v["incarnation"] = r.position.incarnation
+    return {"messages": out, "position": v}
 
 
 async def handle(cmd: str, a: dict[str, Any]) -> Any:
