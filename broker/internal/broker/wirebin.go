@@ -216,7 +216,7 @@ func encodeAnswer(req *dataReq, resp *dataResp) ([]byte, error) {
 
 // isLeaseAnswer reports whether resp holds nothing but deliveries and an error.
 func isLeaseAnswer(resp *dataResp) bool {
-	return resp.First == 0 && resp.Records == nil && resp.Start == 0 && resp.Stats == nil &&
+	return resp.First == 0 && resp.Records == nil && resp.Start == 0 && resp.Damaged == nil && resp.Stats == nil &&
 		resp.Errs == nil && !resp.Ready && resp.Lag == nil && resp.Repl == nil && resp.Batch == nil
 }
 

@@ -137,7 +137,7 @@ func TestBinLeaseCoversEveryField(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want int
-	}{{partition.Delivery{}, 3}, {segment.Record{}, 5}, {queue.Nonce{}, 2}, {dataResp{}, 12}} {
+	}{{partition.Delivery{}, 3}, {segment.Record{}, 5}, {queue.Nonce{}, 2}, {dataResp{}, 13}} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields; the binary lease answer (wirebin.go) carries %d", c.v, n, c.want)
 		}
