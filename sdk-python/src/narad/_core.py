@@ -427,8 +427,9 @@ class CallState(Generic[T]):
             except NaradError as refused:
                 # The answer is well formed but not usable yet (a replay's topic with a
                 # partition that cannot be reached): a retryable refusal is retried like
-                # a 503, within the call's attempts and budget.
-                if refused.retryable:
+                # a 503, within the call's attempts and budget. Reads only: a write's
+                # 2xx took effect, and repeating it would do it twice.
+                if refused.retryable and self.call.kind is Kind.READ:
                     return self._retry(refused, failover=False)
                 return Fail(refused)
             except (ValueError, KeyError, TypeError) as exc:
