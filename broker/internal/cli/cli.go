@@ -105,9 +105,13 @@ func Run(ctx context.Context, args []string, io IO) int {
 		return ExitOK
 	}
 	if ctx.Err() != nil {
-		// Stopped by SIGINT or SIGTERM: the way to end a follow or a peek. The SDK may
-		// report the cut call as canceled or as a timeout; either way nothing failed.
-		return ExitOK
+		// Stopped by SIGINT or SIGTERM before it finished: a produce that had more to
+		// send, a drain or a replay short of its end. A --follow or a --peek, which
+		// only a signal ends, returns nil instead; any other command did not do all it
+		// was asked, and a script must not read its exit as success. The SDK may
+		// report the cut call as canceled or as a timeout.
+		fmt.Fprintf(io.Stderr, "narad %s: stopped by a signal before it finished (what it printed is done): %v\n", path, err)
+		return ExitFailed
 	}
 	fmt.Fprintf(io.Stderr, "narad %s: %v\n", path, err)
 	return exitCode(err)

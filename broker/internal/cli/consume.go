@@ -69,6 +69,9 @@ func (o *consumeOpts) run(ctx context.Context, e *env, topic string) error {
 		}
 		msgs, err := c.Receive(ctx, topic, narad.WithMaxMessages(n), narad.WithWait(o.wait))
 		if err != nil {
+			if o.follow && ctx.Err() != nil {
+				return nil // the way a follow ends: every message printed was acked
+			}
 			if o.follow && narad.Retryable(err) && ctx.Err() == nil {
 				fmt.Fprintf(e.Stderr, "narad consume: %v (polling again)\n", err)
 				continue
@@ -152,6 +155,9 @@ func replayTo(ctx context.Context, e *env, c *narad.Client, format, topic string
 	seen := 0
 	for m, err := range c.Replay(ctx, topic, from, opts...) {
 		if err != nil {
+			if follow && ctx.Err() != nil {
+				return nil // the way a follow or a peek ends
+			}
 			if narad.Retryable(err) && ctx.Err() == nil {
 				fmt.Fprintf(e.Stderr, "narad: %v (trying again)\n", err)
 				continue
@@ -171,6 +177,11 @@ func replayTo(ctx context.Context, e *env, c *narad.Client, format, topic string
 		if max > 0 && seen >= max {
 			return nil
 		}
+	}
+	if !follow && ctx.Err() != nil {
+		// The replay ends quietly when its context is cancelled: a signal cut it short
+		// of the end it was to reach.
+		return ctx.Err()
 	}
 	return nil
 }

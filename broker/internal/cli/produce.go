@@ -78,7 +78,7 @@ func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
 	case o.file != "":
 		var b []byte
 		if o.file == "-" {
-			b, err = io.ReadAll(e.Stdin)
+			b, err = readAll(ctx, e.Stdin)
 		} else {
 			b, err = os.ReadFile(o.file)
 		}
@@ -107,16 +107,7 @@ func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
 			return "message " + strconv.Itoa(i), true, nil
 		}
 	default:
-		sc := bufio.NewScanner(e.Stdin)
-		sc.Buffer(make([]byte, 64<<10), narad.MaxMessageBytes+1)
-		next = func() (any, bool, error) {
-			for sc.Scan() {
-				if line := sc.Text(); line != "" {
-					return line, true, nil
-				}
-			}
-			return nil, false, sc.Err()
-		}
+		next = stdinLines(ctx, e.Stdin)
 	}
 	var opts []narad.ProduceOption
 	if o.key != "" {
@@ -176,7 +167,7 @@ func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
 		for {
 			b, ok, err := next()
 			if err != nil {
-				return fmt.Errorf("reading stdin: %w", err)
+				return err
 			}
 			if !ok {
 				break
@@ -222,7 +213,7 @@ func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
 	for {
 		b, ok, err := next()
 		if err != nil {
-			return fmt.Errorf("reading stdin: %w", err)
+			return err
 		}
 		if !ok {
 			break
@@ -252,4 +243,68 @@ func cmpFirst(first, err error) error {
 		return first
 	}
 	return err
+}
+
+// stdinLines returns a next function yielding the non-empty lines of r. The reading
+// runs in a goroutine so that a signal stops the command while it waits for a line (an
+// interactive stdin, tail -f): next then fails with ctx's error. A read left blocked
+// ends with the process.
+func stdinLines(ctx context.Context, r io.Reader) func() (any, bool, error) {
+	type line struct {
+		s   string
+		err error
+	}
+	lines := make(chan line)
+	go func() {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), narad.MaxMessageBytes+1)
+		for sc.Scan() {
+			if s := sc.Text(); s != "" {
+				select {
+				case lines <- line{s: s}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		err := sc.Err()
+		if err != nil {
+			err = fmt.Errorf("reading stdin: %w", err)
+		}
+		select {
+		case lines <- line{err: err}:
+		case <-ctx.Done():
+		}
+		close(lines)
+	}()
+	return func() (any, bool, error) {
+		select {
+		case l, ok := <-lines:
+			if !ok || l.err != nil || l.s == "" {
+				return nil, false, l.err
+			}
+			return l.s, true, nil
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+}
+
+// readAll reads all of r, or fails with ctx's error when a signal comes first.
+func readAll(ctx context.Context, r io.Reader) ([]byte, error) {
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := io.ReadAll(r)
+		done <- result{b, err}
+	}()
+	select {
+	case res := <-done:
+		return res.b, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }

@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAProduceCutBySignalFailsAndStops: a produce stopped by SIGINT or SIGTERM before
+// it sent all it was asked to exits non-zero and says so, whether it was sending
+// (--count) or waiting for a line of stdin that had not come (an interactive stdin,
+// tail -f), which it used to wait for past the signal.
+func TestAProduceCutBySignalFailsAndStops(t *testing.T) {
+	f := &fakeAPI{answers: map[string]fakeAnswer{
+		"POST /v1/topics/t/produce": {202, `{"topic":"t","partition":0,"offset":0}`},
+	}}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	vars := map[string]string{"NARAD_URL": srv.URL, "NARAD_CLI_CONFIG": filepath.Join(t.TempDir(), "contexts.json")}
+	run := func(stdin io.Reader, args ...string) (chan ran, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan ran, 1)
+		go func() {
+			var stdout, stderr bytes.Buffer
+			code := Run(ctx, args, IO{Stdout: &stdout, Stderr: &stderr, Stdin: stdin, Getenv: func(k string) string { return vars[k] }})
+			done <- ran{code, stdout.String(), stderr.String()}
+		}()
+		return done, cancel
+	}
+	sent := func() int { return len(f.sent()) }
+	waitSent := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for sent() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("the produce sent %d requests, want %d", sent(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	finished := func(done chan ran, what string) ran {
+		t.Helper()
+		select {
+		case r := <-done:
+			return r
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: still running 30 s after the signal", what)
+			return ran{}
+		}
+	}
+
+	// Sending: a million messages, cut after the first.
+	done, cancel := run(strings.NewReader(""), "produce", "t", "x", "--count", "1000000")
+	waitSent(1)
+	cancel()
+	if r := finished(done, "produce --count"); r.code != ExitFailed || !strings.Contains(r.stderr, "stopped by a signal") {
+		t.Errorf("produce --count cut by a signal: %+v", r)
+	}
+
+	// Waiting for stdin: one line came, the next never does.
+	before := sent()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	done, cancel = run(pr, "produce", "t")
+	if _, err := io.WriteString(pw, "one\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitSent(before + 1)
+	cancel()
+	if r := finished(done, "produce from stdin"); r.code != ExitFailed || !strings.Contains(r.stderr, "stopped by a signal") || r.stdout != "0\t0\n" {
+		t.Errorf("produce from stdin cut by a signal: %+v", r)
+	}
+
+	// --file - waiting for the end of stdin.
+	pr2, pw2 := io.Pipe()
+	defer pw2.Close()
+	done, cancel = run(pr2, "produce", "t", "--file", "-")
+	cancel()
+	if r := finished(done, "produce --file -"); r.code != ExitFailed {
+		t.Errorf("produce --file - cut by a signal: %+v", r)
+	}
+}
