@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -659,5 +660,58 @@ func TestCLIConsumeFollowStopsOnSignal(t *testing.T) {
 	got := decode[cliTopic](t, c.ok("topic", "get", "f", "-o", "json"))
 	if s := got.PartitionStats[0]; s.Backlog != 0 || s.InFlight != 0 {
 		t.Fatalf("the follower did not ack: %+v", s)
+	}
+}
+
+// TestCLIConsumeIntoAClosedPipeHandsBack: `narad consume | head -1`. The reader goes
+// after one line; the consumer's next write meets a closed pipe. It hands back what it
+// did not write and acks what it did, instead of dying of SIGPIPE with a batch leased
+// for the visibility timeout (10 minutes here).
+func TestCLIConsumeIntoAClosedPipeHandsBack(t *testing.T) {
+	n := testutil.StartNarad(t, testutil.Options{})
+	c := newCLI(t, n.URL())
+	c.ok("topic", "create", "piped", "--partitions", "1", "--visibility", "10m")
+	// 2,000 lines of 100 bytes: more than a pipe holds, so the consumer cannot finish
+	// before the reader goes.
+	line := strings.Repeat("x", 99) + "\n"
+	if r := c.runIn(strings.Repeat(line, 2000), "produce", "piped", "--batch", "--quiet"); r.code != 0 {
+		t.Fatalf("produce: %+v", r)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(c.bin, "consume", "piped", "-o", "raw", "--batch", "10")
+	cmd.Env = c.env
+	var errOut lockedBuffer
+	cmd.Stdout, cmd.Stderr = pw, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	})
+	buf := make([]byte, 100)
+	if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != line {
+		t.Fatalf("the first line: %q %v", buf, err)
+	}
+	pr.Close() // head -1 has its line and exits
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errOut.String(), "narad consume") {
+			t.Fatalf("consume into a closed pipe: %v; stderr %q", err, errOut.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("consume into a closed pipe did not stop")
+	}
+	got := decode[cliTopic](t, c.ok("topic", "get", "piped", "-o", "json"))
+	if s := got.PartitionStats[0]; s.InFlight != 0 || s.Backlog == 0 {
+		t.Fatalf("after the pipe closed: %+v (leases left until the visibility timeout, or everything acked)", s)
 	}
 }

@@ -57,6 +57,10 @@ func Has(name string) bool {
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A write to a closed pipe (narad consume | head -1) fails with EPIPE instead of
+	// killing the process: a consume then hands back what it did not write, where
+	// dying would leave its batch leased for the visibility timeout.
+	signal.Ignore(syscall.SIGPIPE)
 	return Run(ctx, args, IO{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv,
 		StdoutIsTerminal: isTerminal(os.Stdout),

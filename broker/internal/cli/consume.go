@@ -92,6 +92,9 @@ func (o *consumeOpts) run(ctx context.Context, e *env, topic string) error {
 				for _, back := range msgs[i:] {
 					_ = back.Nack(context.WithoutCancel(ctx), 0)
 				}
+				if werr != errBinaryToTerminal {
+					werr = fmt.Errorf("writing the output (a closed pipe?): the %d messages not written were handed back: %w", len(msgs)-i, werr)
+				}
 				break
 			}
 			done = append(done, m)
