@@ -161,8 +161,6 @@ func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
 	if o.contentType != "" {
 		opts = append(opts, narad.WithContentType(o.contentType))
 	}
-	failed := 0
-	var firstErr error
 	if !o.batch {
 		for {
 			b, ok, err := next()
@@ -190,22 +188,42 @@ func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
 	if o.partition >= 0 {
 		part = narad.Pin(int32(o.partition))
 	}
+	// flush sends a batch and prints where each of its stored messages went. A failed
+	// message is named on stderr by its number in the input (from 1; for stdin, the
+	// n-th non-empty line); the command stops after a batch with failures, sending
+	// nothing more.
+	sent, stored := 0, 0
 	flush := func(batch []narad.Outgoing) error {
 		if len(batch) == 0 {
 			return nil
 		}
 		res, err := c.ProduceBatch(ctx, topic, batch)
-		if err != nil {
-			return err
+		if stored == 0 && len(res) > 0 && res[0].Err != nil && res[0].Err == res[len(res)-1].Err {
+			return err // nothing stored yet, and all of the batch failed alike
 		}
-		for _, r := range res {
-			if r.Err != nil {
-				failed++
-				firstErr = cmpFirst(firstErr, r.Err)
-				fmt.Fprintf(e.Stderr, "narad produce: a message failed: %v\n", r.Err)
+		failed := false
+		for i := 0; i < len(res); i++ {
+			if res[i].Err == nil {
+				stored++
+				report(res[i].Produced)
 				continue
 			}
-			report(r.Produced)
+			// A run of messages that failed alike (a request's) is named once.
+			j := i
+			for j+1 < len(res) && res[j+1].Err == res[i].Err {
+				j++
+			}
+			failed = true
+			if j == i {
+				fmt.Fprintf(e.Stderr, "narad produce: message %d not stored: %v\n", sent+i+1, res[i].Err)
+			} else {
+				fmt.Fprintf(e.Stderr, "narad produce: messages %d to %d not stored: %v\n", sent+i+1, sent+j+1, res[i].Err)
+			}
+			i = j
+		}
+		sent += len(batch)
+		if err != nil || failed {
+			return &partlyStored{fmt.Sprintf("%d of the first %d messages were stored (printed), the others not (named above); sending stopped there", stored, sent), err}
 		}
 		return nil
 	}
@@ -229,20 +247,7 @@ func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
 			batch = batch[:0]
 		}
 	}
-	if err := flush(batch); err != nil {
-		return err
-	}
-	if failed > 0 {
-		return fmt.Errorf("%d messages failed, the first with: %w", failed, firstErr)
-	}
-	return nil
-}
-
-func cmpFirst(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
+	return flush(batch)
 }
 
 // stdinLines returns a next function yielding the non-empty lines of r. The reading
@@ -308,3 +313,13 @@ func readAll(ctx context.Context, r io.Reader) ([]byte, error) {
 		return nil, ctx.Err()
 	}
 }
+
+// partlyStored ends a batch produce that stored part of what it sent: the failures
+// were named already, so it says only what was stored; it wraps them for the exit code.
+type partlyStored struct {
+	msg string
+	err error
+}
+
+func (p *partlyStored) Error() string { return p.msg }
+func (p *partlyStored) Unwrap() error { return p.err }
