@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -231,6 +232,12 @@ func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
 	for {
 		b, ok, err := next()
 		if err != nil {
+			if ctx.Err() == nil {
+				// The lines read before a bad one are sent, as without --batch.
+				if ferr := flush(batch); ferr != nil {
+					return ferr
+				}
+			}
 			return err
 		}
 		if !ok {
@@ -263,7 +270,9 @@ func stdinLines(ctx context.Context, r io.Reader) func() (any, bool, error) {
 	go func() {
 		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 64<<10), narad.MaxMessageBytes+1)
+		n := 0
 		for sc.Scan() {
+			n++
 			if s := sc.Text(); s != "" {
 				select {
 				case lines <- line{s: s}:
@@ -273,8 +282,11 @@ func stdinLines(ctx context.Context, r io.Reader) func() (any, bool, error) {
 			}
 		}
 		err := sc.Err()
-		if err != nil {
-			err = fmt.Errorf("reading stdin: %w", err)
+		switch {
+		case errors.Is(err, bufio.ErrTooLong):
+			err = fmt.Errorf("line %d of stdin is longer than %d bytes, the most a message holds: it and the lines after it were not sent (send a large message with --file)", n+1, narad.MaxMessageBytes)
+		case err != nil:
+			err = fmt.Errorf("reading stdin after line %d: %w", n, err)
 		}
 		select {
 		case lines <- line{err: err}:

@@ -79,3 +79,22 @@ func TestABatchProduceThatPartlyFailedSaysWhatWasStored(t *testing.T) {
 		t.Fatalf("a batch produce that partly failed: exit %d\nstdout %q\nstderr %s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestAnOverlongLineSendsTheLinesBefore: a line of stdin longer than a message can be
+// stops a produce there; the lines before it are sent and printed, with --batch too
+// (which used to drop the batch it was filling without a word), and the error names
+// the line.
+func TestAnOverlongLineSendsTheLinesBefore(t *testing.T) {
+	f := &fakeAPI{answers: map[string]fakeAnswer{
+		"POST /v1/topics/t/produce":       {202, `{"topic":"t","partition":0,"offset":0}`},
+		"POST /v1/topics/t/produce-batch": {202, `{"results":[{"topic":"t","partition":0,"offset":0},{"topic":"t","partition":0,"offset":1}]}`},
+	}}
+	stdin := "a\n\nb\n" + strings.Repeat("x", 2<<20) + "\nc\n"
+	for _, args := range [][]string{{"produce", "t"}, {"produce", "t", "--batch"}} {
+		r := runWithServer(t, f, stdin, args...)
+		lines := strings.Count(r.stdout, "\n")
+		if r.code != ExitFailed || lines != 2 || !strings.Contains(r.stderr, "line 4 of stdin is longer") {
+			t.Errorf("%v with an overlong 4th line: exit %d, %d messages printed, stderr %q", args, r.code, lines, r.stderr)
+		}
+	}
+}
