@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	narad "github.com/narad-mq/narad/sdk-go"
 )
@@ -97,6 +98,10 @@ func Run(ctx context.Context, args []string, io IO) int {
 	if err != nil {
 		return ExitUsage // flag has printed the error and the usage
 	}
+	if err := refuseNegative(fs); err != nil {
+		fmt.Fprintf(io.Stderr, "narad %s: %v\n", path, err)
+		return ExitUsage
+	}
 	if leaf.args >= 0 && len(pos) != leaf.args || leaf.args < 0 && len(pos) < -leaf.args-1 {
 		fmt.Fprintf(io.Stderr, "narad %s: wrong arguments %q\n", path, pos)
 		fs.Usage()
@@ -119,6 +124,35 @@ func Run(ctx context.Context, args []string, io IO) int {
 	}
 	fmt.Fprintf(io.Stderr, "narad %s: %v\n", path, err)
 	return exitCode(err)
+}
+
+// refuseNegative refuses a negative number or duration given to any flag: no flag of
+// the CLI takes one, and several read a negative as "not given" (--partition -2 would
+// pick a partition by key, --partitions -3 and --visibility -5s would take the
+// broker's defaults, --max -1 would consume nothing and exit 0).
+func refuseNegative(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok || err != nil {
+			return
+		}
+		neg := false
+		switch v := g.Get().(type) {
+		case int:
+			neg = v < 0
+		case int64:
+			neg = v < 0
+		case float64:
+			neg = v < 0
+		case time.Duration:
+			neg = v < 0
+		}
+		if neg {
+			err = fmt.Errorf("--%s %s: cannot be negative (narad %s --help lists what it takes)", f.Name, f.Value, fs.Name()[len("narad "):])
+		}
+	})
+	return err
 }
 
 // usageError is a command line that parsed but cannot work.

@@ -159,6 +159,9 @@ func (e *env) client() (*narad.Client, error) {
 	if e.c != nil {
 		return e.c, nil
 	}
+	if e.g.timeout <= 0 {
+		return nil, usagef("--timeout %v: want a deadline above 0, e.g. 30s", e.g.timeout)
+	}
 	t, err := e.target()
 	if err != nil {
 		return nil, err

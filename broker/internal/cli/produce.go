@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"time"
@@ -66,6 +67,11 @@ func (o *produceOpts) run(ctx context.Context, e *env, args []string) error {
 	}
 	if o.count < 0 || o.rate < 0 {
 		return usagef("--count and --rate cannot be negative")
+	}
+	// The pace is one message every 1/rate seconds, which must be a duration of at
+	// least a nanosecond (time.NewTicker panics otherwise).
+	if iv := float64(time.Second) / o.rate; math.IsNaN(o.rate) || o.rate > 0 && (iv < 1 || iv > math.MaxInt64) {
+		return usagef("--rate %v: want 0 (no limit), or from 1e-9 to 1e9 messages per second", o.rate)
 	}
 	if len(args) == 2 && o.file != "" {
 		return usagef("give MSG or --file, not both")
