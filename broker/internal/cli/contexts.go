@@ -131,6 +131,9 @@ func contextCommands() []*command {
 					if password != "" && passwordFile != "" {
 						return usagef("give --password or --password-file, not both")
 					}
+					if err := noCredentialsIn(urls); err != nil {
+						return err
+					}
 					s, err := loadContexts(e.Getenv)
 					if err != nil {
 						return err

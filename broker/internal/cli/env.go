@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -111,6 +112,9 @@ func (e *env) target() (target, error) {
 	if len(t.URLs) == 0 {
 		t.URLs = []string{defaultURL}
 	}
+	if err := noCredentialsIn(t.URLs); err != nil {
+		return t, err
+	}
 	var savedUser, savedPassword, savedFile string
 	if saved != nil {
 		savedUser, savedPassword, savedFile = saved.User, saved.Password, saved.PasswordFile
@@ -131,6 +135,18 @@ func (e *env) target() (target, error) {
 		return t, readPasswordFile(savedFile, &t.Password)
 	}
 	return t, nil
+}
+
+// noCredentialsIn refuses a URL carrying a user or password: the SDK would send them,
+// but its errors name the node by its URL, so the password would be printed with every
+// failure (and a context file lists its URLs).
+func noCredentialsIn(urls []string) error {
+	for _, s := range urls {
+		if u, err := url.Parse(s); err == nil && u.User != nil {
+			return usagef("the URL %s carries credentials, which would show in errors: give the URL without them, and --user with --password-file (or NARAD_USER and NARAD_PASSWORD_FILE)", u.Redacted())
+		}
+	}
+	return nil
 }
 
 func readPasswordFile(path string, out *string) error {
