@@ -134,6 +134,14 @@ func contextCommands() []*command {
 					if err := noCredentialsIn(urls); err != nil {
 						return err
 					}
+					if passwordFile != "" {
+						// Read at each use, from wherever narad then runs.
+						abs, err := filepath.Abs(passwordFile)
+						if err != nil {
+							return fmt.Errorf("--password-file: %w", err)
+						}
+						passwordFile = abs
+					}
 					s, err := loadContexts(e.Getenv)
 					if err != nil {
 						return err
