@@ -134,3 +134,21 @@ func TestEveryLeafHasUsageAndFlagsParse(t *testing.T) {
 		}
 	}
 }
+
+// TestTableOutputQuotesAKeyThatIsNotPlainText: the table form of a message is for a
+// terminal; a key carrying escape sequences (or a tab or newline, which would shift
+// the columns) is shown quoted. The payload was guarded, the key written as it came.
+func TestTableOutputQuotesAKeyThatIsNotPlainText(t *testing.T) {
+	var out bytes.Buffer
+	w := &messageWriter{e: &env{IO: IO{Stdout: &out, StdoutIsTerminal: true}}, format: "table"}
+	if err := w.write(&narad.Message{Partition: 1, Offset: 2, Key: "\x1b[2Jred\tx"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "1\t2\t\"\\x1b[2Jred\\tx\"\t\n"; got != want {
+		t.Fatalf("table line %q, want %q", got, want)
+	}
+	out.Reset()
+	if err := w.write(&narad.Message{Key: "customer-7 é"}); err != nil || out.String() != "0\t0\tcustomer-7 é\t\n" {
+		t.Fatalf("a plain key: %q %v", out.String(), err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -100,8 +101,13 @@ func (w *messageWriter) write(m *narad.Message) error {
 		payload = "<" + strconv.Itoa(len(b)) + " bytes, binary: use --output json or raw>"
 	}
 	key := m.Key
-	if key == "" {
+	switch {
+	case key == "":
 		key = "-"
+	case !printable([]byte(key)) || strings.ContainsAny(key, "\t\n\r"):
+		// A key is any string: escape sequences in it would reach the terminal, and a
+		// tab or a newline would shift the columns. Shown quoted, as Go would.
+		key = strconv.Quote(key)
 	}
 	_, err := fmt.Fprintf(w.e.Stdout, "%d\t%d\t%s\t%s\n", m.Partition, m.Offset, key, payload)
 	return err
