@@ -380,14 +380,7 @@ func TestReplayFollowsALowerNextOffset(t *testing.T) {
 // A position keeps the topic's incarnation: once the topic is deleted and created
 // again, a replay from it fails with a conflict instead of reading the new topic.
 func TestReplayRefusesAnotherIncarnationOfTheTopic(t *testing.T) {
-	c := newClient(t)
-	ctx := ctxT(t)
-	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
-	info, err := c.Topic(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	produceTo(t, c, topic, 0, 0, 1)
+	c, ctx, topic, info := replayedTopic(t, 1)
 	var pos narad.Position
 	for m, err := range c.Replay(ctx, topic, narad.FromStart()) {
 		if err != nil {
@@ -473,14 +466,7 @@ func TestReplayReadsNameTheIncarnation(t *testing.T) {
 // A position saved without an incarnation (by an older SDK) still loads, and takes the
 // topic's current incarnation as it advances.
 func TestReplayPositionWithoutIncarnationAdoptsTheCurrentOne(t *testing.T) {
-	c := newClient(t)
-	ctx := ctxT(t)
-	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
-	info, err := c.Topic(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	produceTo(t, c, topic, 0, 0, 3)
+	c, ctx, topic, info := replayedTopic(t, 3)
 	var pos narad.Position
 	if err := json.Unmarshal([]byte(`{"offsets":{"0":1}}`), &pos); err != nil {
 		t.Fatal(err)
@@ -575,4 +561,19 @@ func TestReplayRetriesUnavailableReads(t *testing.T) {
 	if len(got) != 3 || refused.Load() < 3 {
 		t.Fatalf("replayed %v after %d reads, want 3 messages after two refused reads", got, refused.Load())
 	}
+}
+
+// replayedTopic makes a topic of one partition holding n messages and returns it with
+// its client, a context for the test and the topic's info.
+func replayedTopic(t *testing.T, n int) (*narad.Client, context.Context, string, *narad.TopicInfo) {
+	t.Helper()
+	c := newClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 1})
+	info, err := c.Topic(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceTo(t, c, topic, 0, 0, n)
+	return c, ctx, topic, info
 }
