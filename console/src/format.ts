@@ -30,6 +30,29 @@ export function hexDump(bytes: Uint8Array): string {
   return lines.join("\n");
 }
 
+/**
+ * The characters JSON.stringify(v, null, 2) adds to v's compact form, or -1 once they
+ * pass budget. Every member of an array or object goes on a line of its own, indented
+ * two spaces per level, so the indented form grows with the nesting: 200 KiB of arrays
+ * nested 128 deep (the broker's limit) would indent to 26 MiB, and a page of such
+ * messages to more than a tab can hold.
+ */
+function indentCost(v: unknown, depth: number, budget: number): number {
+  if (v === null || typeof v !== "object") return 0;
+  const items = Array.isArray(v) ? v : Object.values(v);
+  if (items.length === 0) return 0;
+  // Each member: a newline and its indentation (and in an object the space after the
+  // colon); then the closing bracket's line.
+  let cost = items.length * (1 + 2 * (depth + 1) + (Array.isArray(v) ? 0 : 1)) + 1 + 2 * depth;
+  for (const item of items) {
+    if (cost > budget) return -1;
+    const c = indentCost(item, depth + 1, budget - cost);
+    if (c < 0) return -1;
+    cost += c;
+  }
+  return cost > budget ? -1 : cost;
+}
+
 /** Renders a payload fetched with payload_encoding=base64 in one of the views. */
 export function renderPayload(b64: string, view: View): string {
   const bytes = base64ToBytes(b64);
@@ -43,11 +66,19 @@ export function renderPayload(b64: string, view: View): string {
     case "json": {
       const t = utf8(bytes);
       if (t === null) return "(not UTF-8 text: choose base64 or hex)";
+      let v: unknown;
       try {
-        return JSON.stringify(JSON.parse(t), null, 2);
+        v = JSON.parse(t);
       } catch {
         return `(not JSON) ${t}`;
       }
+      try {
+        // Indented when that makes it at most four times as long, plus 64 KiB.
+        if (indentCost(v, 0, 3 * t.length + 65536) >= 0) return JSON.stringify(v, null, 2);
+      } catch {
+        // nested past the stack (the broker refuses such payloads): as sent, below
+      }
+      return `(JSON shown as sent: indented, its nesting would make it many times as long) ${t}`;
     }
   }
 }

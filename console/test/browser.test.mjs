@@ -43,6 +43,46 @@ test("with security off the console needs no login, and its writes pass the cros
   assert.equal((await fetch(`${base}/v1/topics/open.topic`)).status, 404);
 });
 
+test("what a producer writes is shown as text, and a deeply nested payload does not swamp the page", { timeout: 120_000 }, async (t) => {
+  const work = mkdtempSync(join(tmpdir(), "narad-console-hostile-"));
+  let browser;
+  t.after(async () => {
+    await browser?.close();
+  });
+  const base = await startNarad(t, work, { PATH: process.env.PATH, HOME: work });
+  t.after(() => rmSync(work, { recursive: true, force: true }));
+  const post = async (path, body) => {
+    const r = await fetch(`${base}${path}`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    assert.ok(r.ok, `POST ${path}: ${r.status} ${await r.text()}`);
+  };
+  await post("/v1/topics", { name: "hostile", partitions: 1 });
+  // Arrays nested 128 deep (the broker's limit), side by side: 200 KiB of them indent
+  // to about 26 MiB of text, two spaces per level on every line.
+  const unit = `${"[".repeat(127)}${"]".repeat(127)}`;
+  const nested = `[${Array(800).fill(unit).join(",")}]`;
+  const markup = '<img src="x" onerror="window.hostile = 1"><script>window.hostile = 2</script>';
+  await post("/v1/topics/hostile/produce-batch", {
+    messages: [
+      { key: markup, payload: markup, payload_encoding: "text" },
+      { key: "nested", payload: JSON.parse(nested) },
+    ],
+  });
+  browser = await chromium.launch({ executablePath: chromiumPath, args: browserArgs });
+  const page = await browser.newPage();
+  await page.goto(`${base}/console#/topics/hostile/partitions/0?from=0`);
+  const list = page.getByRole("list", { name: "Messages" });
+  await until("two messages", async () => (await list.locator("li").count()) === 2);
+  // Markup in a key or a payload is text on the page, never elements or script.
+  assert.match(await list.locator("li").first().locator(".meta").textContent(), /key <img src="x" onerror=/);
+  assert.equal(await list.locator("li").first().locator("pre").textContent(), `(not JSON) ${markup}`);
+  assert.equal(await page.locator("ol.messages img, ol.messages script").count(), 0);
+  assert.equal(await page.evaluate(() => window.hostile), undefined);
+  // The nested payload is shown as sent, not indented into a hundred times its size.
+  const shown = await list.locator("li").nth(1).locator("pre").textContent();
+  assert.ok(shown.length < 2 * nested.length, `the nested payload of ${nested.length} bytes is shown as ${shown.length} characters`);
+  assert.ok(shown.endsWith(nested), "the nested payload is shown as sent");
+});
+
 test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
   const work = mkdtempSync(join(tmpdir(), "narad-console-"));
   const shots = process.env.CONSOLE_SCREENSHOTS ? resolve(process.env.CONSOLE_SCREENSHOTS) : join(work, "shots");
