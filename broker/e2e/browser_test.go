@@ -60,6 +60,10 @@ func TestBrowserRequestsRefusedWithoutAuth(t *testing.T) {
 		{name: "consume-batch cross-site", method: "GET", path: "/v1/topics/t/consume-batch", hdr: evil},
 		{name: "produce from an opaque origin", method: "POST", path: "/v1/topics/t/produce", body: "x", hdr: []string{"Origin", "null"}},
 		{name: "produce from another port of loopback", method: "POST", path: "/v1/topics/t/produce", body: "x", hdr: []string{"Origin", "http://127.0.0.1:1"}},
+		// A page on another port of loopback (or another subdomain) is the same site, not
+		// the same origin: its <img> or no-cors fetch of consume sends no Origin.
+		{name: "consume from another port of loopback (fetch metadata only)", method: "GET", path: "/v1/topics/t/consume", hdr: []string{"Sec-Fetch-Site", "same-site"}},
+		{name: "consume-batch from a sibling subdomain (fetch metadata only)", method: "GET", path: "/v1/topics/t/consume-batch", hdr: []string{"Sec-Fetch-Site", "same-site"}},
 		{name: "produce, DNS rebinding", method: "POST", path: "/v1/topics/t/produce", body: "x", host: "evil.example:" + port, hdr: []string{"Origin", "http://evil.example:" + port}},
 		{name: "list topics, DNS rebinding", method: "GET", path: "/v1/topics", host: "evil.example:" + port},
 		{name: "consume, DNS rebinding", method: "GET", path: "/v1/topics/t/consume", host: "rebind.evil.example"},
@@ -83,6 +87,7 @@ func TestBrowserRequestsRefusedWithoutAuth(t *testing.T) {
 	}
 	served := []browserCall{
 		{name: "same-origin page", method: "POST", path: "/v1/topics/t/produce", body: "x", hdr: []string{"Origin", "http://" + self, "Sec-Fetch-Site", "same-origin"}},
+		{name: "a URL the user typed", method: "GET", path: "/v1/topics/t/consume?wait=0", hdr: []string{"Sec-Fetch-Site", "none"}},
 		{name: "localhost name", method: "POST", path: "/v1/topics/t/produce", body: "x", host: "localhost:" + port},
 		{name: "a .localhost name", method: "POST", path: "/v1/topics/t/produce", body: "x", host: "app.localhost:" + port},
 		{name: "an IP address", method: "GET", path: "/v1/topics", host: "10.1.2.3:" + port},
@@ -133,6 +138,7 @@ func TestBrowserRulesWithAuth(t *testing.T) {
 		{name: "cross-site produce with credentials", method: "POST", path: "/v1/topics/t/produce", body: "x", hdr: []string{"Origin", "https://evil.example"}},
 		{name: "cross-site form post (Sec-Fetch-Site)", method: "POST", path: "/v1/topics/t/produce", body: "x", hdr: []string{"Sec-Fetch-Site", "cross-site", "Content-Type", "text/plain"}},
 		{name: "cross-site consume with credentials", method: "GET", path: "/v1/topics/t/consume", hdr: []string{"Origin", "null"}},
+		{name: "same-site consume with credentials (no Origin)", method: "GET", path: "/v1/topics/t/consume", hdr: []string{"Sec-Fetch-Site", "same-site"}},
 		{name: "cross-site delete with credentials", method: "DELETE", path: "/v1/topics/t", hdr: []string{"Origin", "https://evil.example"}},
 	} {
 		bc.send(t, admin.Client).ExpectError(t, http.StatusForbidden, "forbidden")

@@ -105,8 +105,15 @@ func checkCrossSite(r *http.Request, oi *opInfo) error {
 	if !changesState(r, oi) {
 		return nil
 	}
-	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+	// Only a page of the broker's own origin, or the user typing the address ("none"),
+	// may change state. "same-site" is another origin of the same site: another port
+	// of the same host (any page a developer serves on localhost), or a sibling
+	// subdomain; an <img> or no-cors fetch of consume from it carries no Origin.
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site":
 		return crossSite("a page of another site")
+	case "same-site":
+		return crossSite("a page of another origin of this site (another port or subdomain)")
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r) {
 		return crossSite("the page " + clip(origin, maxEcho))
