@@ -63,6 +63,17 @@ export function login(): Login | null {
   return current;
 }
 
+let unauthenticated: ((e: ApiError) => void) | null = null;
+
+/**
+ * Sets what happens when the API answers 401: the credentials no longer work (the
+ * password changed, the user was deleted, or security was turned on), so they are
+ * forgotten and the console asks for others.
+ */
+export function onUnauthenticated(f: ((e: ApiError) => void) | null): void {
+  unauthenticated = f;
+}
+
 /**
  * Calls the API. credentials: "omit" keeps the browser from showing its own password
  * prompt on a 401 (and from sending cached credentials); the Authorization header is
@@ -90,7 +101,12 @@ export async function api<T>(method: string, path: string, body?: unknown): Prom
     } catch {
       // not JSON: show the text as it came
     }
-    throw new ApiError(resp.status, code, message);
+    const err = new ApiError(resp.status, code, message);
+    if (resp.status === 401) {
+      setLogin(null);
+      unauthenticated?.(err);
+    }
+    throw err;
   }
   return (text ? JSON.parse(text) : undefined) as T;
 }

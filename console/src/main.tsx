@@ -3,7 +3,7 @@
 import { type ComponentChildren, render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { ClusterPage, UsersPage } from "./admin";
-import { ApiError, api, basicLogin, login, setLogin } from "./api";
+import { ApiError, api, basicLogin, login, onUnauthenticated, setLogin } from "./api";
 import { MessagesPage } from "./messages";
 import { TopicPage, TopicsPage } from "./topics";
 import { ErrorNote, useRoute } from "./ui";
@@ -12,12 +12,14 @@ type State = { kind: "checking" } | { kind: "login"; error?: unknown } | { kind:
 
 /** Asks the API whether the saved credentials (or none) are accepted. */
 async function probe(): Promise<State> {
+  const tried = login() !== null;
   try {
     await api("GET", "/v1/topics");
     return { kind: "in", security: login() !== null };
   } catch (e) {
     if (e instanceof ApiError && e.status === 401) {
-      return login() ? { kind: "login", error: e } : { kind: "login" };
+      // Credentials refused: say so; none given (the first visit): just ask for them.
+      return tried ? { kind: "login", error: e } : { kind: "login" };
     }
     return { kind: "login", error: e };
   }
@@ -66,6 +68,9 @@ function App() {
   const route = useRoute();
   useEffect(() => {
     probe().then(setState);
+    // A 401 anywhere (api() has forgotten the credentials): ask for others, saying why.
+    onUnauthenticated((e) => setState((s) => (s.kind === "in" ? { kind: "login", error: e } : s)));
+    return () => onUnauthenticated(null);
   }, []);
   if (state.kind === "checking") return <p>Loading…</p>;
   if (state.kind === "login") return <LoginForm error={state.error} onDone={setState} />;

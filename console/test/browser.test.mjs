@@ -295,6 +295,22 @@ test("the console, driven in Chromium against a real narad", { timeout: 180_000 
     assert.equal(r.status, 404);
   });
 
+  await t.test("credentials that stop working log the console out", async () => {
+    const asAdmin = { Authorization: `Basic ${btoa(`admin:${adminPassword}`)}`, "Content-Type": "application/json" };
+    const made = await fetch(`${base}/v1/users`, { method: "POST", headers: asAdmin, body: JSON.stringify({ username: "brief", password: "brief-pass-1", grants: [] }) });
+    assert.equal(made.status, 201, await made.text());
+    await page.getByRole("button", { name: "Log out" }).click();
+    await logIn("brief", "brief-pass-1");
+    await page.getByText("No topics you may see.").waitFor();
+    assert.equal((await fetch(`${base}/v1/users/brief`, { method: "DELETE", headers: asAdmin })).status, 204);
+    // The next refresh of the list (every 5 s) is answered 401: the console forgets the
+    // credentials and asks for others, saying why.
+    await page.getByRole("heading", { name: "Log in" }).waitFor();
+    await page.getByRole("alert").filter({ hasText: "401 unauthenticated" }).waitFor();
+    assert.equal(await page.evaluate(() => sessionStorage.getItem("narad-console-auth")), null);
+    await logIn("admin", adminPassword);
+  });
+
   await t.test("keyboard only: log in with Tab and Enter", async () => {
     await page.getByRole("button", { name: "Log out" }).click();
     await page.goto(`${base}/console`);
