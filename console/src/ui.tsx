@@ -87,6 +87,19 @@ export function Sparkline({ values, label }: { values: number[]; label: string }
   );
 }
 
+/**
+ * A route segment decoded; one that is not valid percent-encoding (a truncated or
+ * hand-edited link) as it is, since decodeURIComponent's URIError would leave the page
+ * blank.
+ */
+function decodeSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
 /** The current hash route without its "?query", split at "/" and decoded. */
 export function useRoute(): string[] {
   const parse = () =>
@@ -94,7 +107,7 @@ export function useRoute(): string[] {
       .replace(/^#\/?/, "")
       .split("/")
       .filter((s) => s !== "")
-      .map((s) => decodeURIComponent(s));
+      .map(decodeSegment);
   const [route, setRoute] = useState(parse());
   useEffect(() => {
     const on = () => setRoute(parse());

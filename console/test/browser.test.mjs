@@ -41,6 +41,16 @@ test("with security off the console needs no login, and its writes pass the cros
   await page.getByRole("dialog").getByRole("button", { name: "Delete" }).click();
   await page.getByText("No topics you may see.").waitFor();
   assert.equal((await fetch(`${base}/v1/topics/open.topic`)).status, 404);
+  // A link whose route is not valid percent-encoding (a truncated or hand-edited URL)
+  // opens the page it names with the API's answer, not a blank page.
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto(`${base}/console#/topics/orders%E0`);
+  await page.getByRole("heading", { name: "Topic orders%E0" }).waitFor();
+  await page.getByRole("alert").filter({ hasText: /^4\d\d / }).waitFor();
+  await page.reload();
+  await page.getByRole("heading", { name: "Topic orders%E0" }).waitFor();
+  assert.deepEqual(errors, []);
 });
 
 test("what a producer writes is shown as text, and a deeply nested payload does not swamp the page", { timeout: 120_000 }, async (t) => {
