@@ -127,6 +127,7 @@ export type SyncRounds = Schemas["SyncRounds"];
 export type NodeHealth = Schemas["NodeHealth"];
 export type TopicStatsList = Schemas["TopicStatsList"];
 export type Message = Schemas["Message"];
+export type MessageRange = Schemas["MessageRange"];
 export type ChildLag = Schemas["ChildLag"];
 export type Child = Schemas["Child"];
 export type Member = Schemas["Member"];

@@ -1,7 +1,7 @@
 // Replay of one partition from an offset or a time: GET .../messages, which takes no
 // lease, so looking never changes what consumers get.
 import { useEffect, useState } from "preact/hooks";
-import { api, enc, type Message } from "./api";
+import { api, enc, type Message, type MessageRange } from "./api";
 import { renderPayload, type View } from "./format";
 import { ErrorNote, href } from "./ui";
 
@@ -15,15 +15,17 @@ export function MessagesPage({ topic, partition }: { topic: string; partition: s
   const [view, setView] = useState<View>("json");
   const [msgs, setMsgs] = useState<Message[] | null>(null);
   const [next, setNext] = useState<number | null>(null);
+  const [damaged, setDamaged] = useState<number[]>([]);
   const [error, setError] = useState<unknown>(null);
   const read = async (start: { from?: string; fromTime?: string }) => {
     const q = new URLSearchParams({ max: max || "20", payload_encoding: "base64" });
     if (start.fromTime) q.set("from_time", start.fromTime);
     else if (start.from) q.set("from", start.from);
     try {
-      const r = await api<{ messages: Message[]; next_offset: number }>("GET", `/v1/topics/${enc(topic)}/partitions/${enc(partition)}/messages?${q}`);
+      const r = await api<MessageRange>("GET", `/v1/topics/${enc(topic)}/partitions/${enc(partition)}/messages?${q}`);
       setMsgs(r.messages);
       setNext(r.next_offset);
+      setDamaged(r.damaged ?? []);
       setError(null);
     } catch (e) {
       setError(e);
@@ -74,6 +76,14 @@ export function MessagesPage({ topic, partition }: { topic: string; partition: s
         ))}
       </fieldset>
       <ErrorNote error={error} />
+      {damaged.length > 0 ? (
+        <p class="error" role="alert">
+          {damaged.length === 1
+            ? `Offset ${damaged[0]} is damaged: its stored record fails its checksum, so the broker skipped it and it cannot be shown`
+            : `Offsets ${damaged.join(", ")} are damaged: their stored records fail their checksums, so the broker skipped them and they cannot be shown`}{" "}
+          (counted in narad_damaged_records_total).
+        </p>
+      ) : null}
       {msgs === null ? null : msgs.length === 0 ? (
         <p>No messages from there.</p>
       ) : (

@@ -35,6 +35,14 @@ export async function until(what, cond, ms = bound) {
   }
 }
 
+const running = new Map(); // base URL -> its stop function
+
+/** Stops the narad startNarad started at base (before its test ends), by its PID. */
+export async function stopNarad(base) {
+  await running.get(base)?.();
+  running.delete(base);
+}
+
 /** Starts narad on a free port with env, stopped by its PID when t ends. */
 export async function startNarad(t, work, env) {
   const port = await freePort();
@@ -46,12 +54,15 @@ export async function startNarad(t, work, env) {
   });
   node.stdout.on("data", (d) => log.push(String(d)));
   node.stderr.on("data", (d) => log.push(String(d)));
-  t.after(async () => {
-    if (node.exitCode === null) {
+  const stop = async () => {
+    if (node.exitCode === null && node.signalCode === null) {
+      const exited = new Promise((r) => node.once("exit", r));
       process.kill(node.pid, "SIGTERM");
-      await new Promise((r) => node.once("exit", r));
+      await exited;
     }
-  });
+  };
+  running.set(base, stop);
+  t.after(stop);
   await until("narad to be ready", async () => (await fetch(`${base}/readyz`)).ok).catch((e) => {
     throw new Error(`${e.message}\nnarad's output:\n${log.join("")}`);
   });
