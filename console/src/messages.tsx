@@ -16,16 +16,21 @@ export function MessagesPage({ topic, partition }: { topic: string; partition: s
   const [msgs, setMsgs] = useState<Message[] | null>(null);
   const [next, setNext] = useState<number | null>(null);
   const [damaged, setDamaged] = useState<number[]>([]);
+  // The topic incarnation the messages shown come from: the next page asks for it, so
+  // a topic deleted and created again since answers 409, not its own messages.
+  const [incarnation, setIncarnation] = useState<string | undefined>(undefined);
   const [error, setError] = useState<unknown>(null);
-  const read = async (start: { from?: string; fromTime?: string }) => {
+  const read = async (start: { from?: string; fromTime?: string; incarnation?: string }) => {
     const q = new URLSearchParams({ max: max || "20", payload_encoding: "base64" });
     if (start.fromTime) q.set("from_time", start.fromTime);
     else if (start.from) q.set("from", start.from);
+    if (start.incarnation) q.set("incarnation", start.incarnation);
     try {
       const r = await api<MessageRange>("GET", `/v1/topics/${enc(topic)}/partitions/${enc(partition)}/messages?${q}`);
       setMsgs(r.messages);
       setNext(r.next_offset);
       setDamaged(r.damaged ?? []);
+      setIncarnation(r.incarnation);
       setError(null);
     } catch (e) {
       setError(e);
@@ -105,7 +110,7 @@ export function MessagesPage({ topic, partition }: { topic: string; partition: s
           onClick={() => {
             setFrom(String(next));
             setFromTime("");
-            read({ from: String(next) });
+            read({ from: String(next), incarnation });
           }}
         >
           Next page (from {next})

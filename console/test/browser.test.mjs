@@ -134,6 +134,39 @@ test("a damaged message the broker read past is named on the messages page", { t
   await page.getByRole("alert").filter({ hasText: "offset 1" }).waitFor();
 });
 
+test("paging through a topic deleted and created again under its name stops with a conflict", { timeout: 120_000 }, async (t) => {
+  const work = mkdtempSync(join(tmpdir(), "narad-console-again-"));
+  let browser;
+  t.after(async () => {
+    await browser?.close();
+  });
+  const base = await startNarad(t, work, { PATH: process.env.PATH, HOME: work });
+  t.after(() => rmSync(work, { recursive: true, force: true }));
+  const call = async (method, path, body) => {
+    const r = await fetch(`${base}${path}`, { method, headers: { "Content-Type": "application/json" }, body: body && JSON.stringify(body) });
+    assert.ok(r.ok, `${method} ${path}: ${r.status} ${await r.text()}`);
+  };
+  const make = async (generation) => {
+    await call("POST", "/v1/topics", { name: "again", partitions: 1 });
+    await call("POST", "/v1/topics/again/produce-batch", { messages: [0, 1, 2].map((n) => ({ payload: { generation, n } })) });
+  };
+  await make("old");
+  browser = await chromium.launch({ executablePath: chromiumPath, args: browserArgs });
+  const page = await browser.newPage();
+  await page.goto(`${base}/console#/topics/again/partitions/0?from=0`);
+  const list = page.getByRole("list", { name: "Messages" });
+  await until("the old topic's messages", async () => (await list.locator("li").count()) === 3);
+  await page.getByLabel("At most").fill("1");
+  await page.getByRole("button", { name: "Read", exact: true }).click();
+  await until("one message", async () => (await list.locator("li").count()) === 1);
+  await call("DELETE", "/v1/topics/again");
+  await make("new");
+  // The next page of the old topic is not the new topic's offset 1.
+  await page.getByRole("button", { name: "Next page (from 1)" }).click();
+  await page.getByRole("alert").filter({ hasText: "409 incarnation_mismatch" }).waitFor();
+  assert.doesNotMatch(await list.textContent(), /"new"/);
+});
+
 test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
   const work = mkdtempSync(join(tmpdir(), "narad-console-"));
   const shots = process.env.CONSOLE_SCREENSHOTS ? resolve(process.env.CONSOLE_SCREENSHOTS) : join(work, "shots");
