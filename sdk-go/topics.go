@@ -218,7 +218,7 @@ func (c *Client) AlterTopic(ctx context.Context, name string, u TopicUpdate) (*T
 // topic created later under the name is a new, empty topic.
 func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 	return c.doJSON(ctx, &call{op: "delete-topic", topic: name,
-		build: func(s string) (*http.Request, error) { return api.NewDeleteTopicRequest(s, name) }}, nil)
+		build: func(s string) (*http.Request, error) { return api.NewDeleteTopicRequest(s, name, nil) }}, nil)
 }
 
 func topicInfo(t api.Topic) *TopicInfo {

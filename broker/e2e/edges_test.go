@@ -188,3 +188,29 @@ func TestH2C(t *testing.T) {
 		t.Fatalf("ack over h2c: %d %s", resp.StatusCode, data)
 	}
 }
+
+// TestDeleteNamingAnIncarnationDeletesOnlyThatOne: an operator who read a topic and
+// deletes it naming its incarnation deletes that topic only: once the name is another
+// topic (deleted and created again since the read), the delete answers 409
+// incarnation_mismatch and the new topic stays.
+func TestDeleteNamingAnIncarnationDeletesOnlyThatOne(t *testing.T) {
+	t.Parallel()
+	_, a := startBroker(t)
+	a.createTopic("d", nil)
+	first := a.topic("d").Incarnation
+	a.Do("DELETE", "/v1/topics/d", nil).Expect(t, http.StatusNoContent)
+	a.createTopic("d", nil)
+	second := a.topic("d").Incarnation
+	if second == first {
+		t.Fatalf("the topic created again has the first one's incarnation %s", first)
+	}
+	a.Do("DELETE", "/v1/topics/d?incarnation="+first, nil).ExpectError(t, http.StatusConflict, "incarnation_mismatch")
+	if got := a.topic("d").Incarnation; got != second {
+		t.Fatalf("after a refused delete the topic is incarnation %s, want %s", got, second)
+	}
+	for _, bad := range []string{"x", "0"} {
+		a.Do("DELETE", "/v1/topics/d?incarnation="+bad, nil).ExpectError(t, http.StatusBadRequest, "invalid_parameter")
+	}
+	a.Do("DELETE", "/v1/topics/d?incarnation="+second, nil).Expect(t, http.StatusNoContent)
+	a.Do("DELETE", "/v1/topics/d?incarnation="+second, nil).ExpectError(t, http.StatusNotFound, "topic_not_found")
+}

@@ -1061,6 +1061,12 @@ type Unauthenticated = Error
 // Unavailable defines model for Unavailable.
 type Unavailable = Error
 
+// DeleteTopicParams defines parameters for DeleteTopic.
+type DeleteTopicParams struct {
+	// Incarnation The topic incarnation to delete; another one answers 409 `incarnation_mismatch`.
+	Incarnation *string `form:"incarnation,omitempty" json:"incarnation,omitempty"`
+}
+
 // AckParams defines parameters for Ack.
 type AckParams struct {
 	// ReceiptHandle The `receipt_handle` of a consumed message, as given.
@@ -1293,7 +1299,7 @@ type ClientInterface interface {
 	CreateTopic(ctx context.Context, body CreateTopicJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteTopic request
-	DeleteTopic(ctx context.Context, topic TopicName, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteTopic(ctx context.Context, topic TopicName, params *DeleteTopicParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTopic request
 	GetTopic(ctx context.Context, topic TopicName, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1587,8 +1593,8 @@ func (c *Client) CreateTopic(ctx context.Context, body CreateTopicJSONRequestBod
 	return c.Client.Do(req)
 }
 
-func (c *Client) DeleteTopic(ctx context.Context, topic TopicName, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeleteTopicRequest(c.Server, topic)
+func (c *Client) DeleteTopic(ctx context.Context, topic TopicName, params *DeleteTopicParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteTopicRequest(c.Server, topic, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2415,7 +2421,7 @@ func NewCreateTopicRequestWithBody(server string, contentType string, body io.Re
 }
 
 // NewDeleteTopicRequest generates requests for DeleteTopic
-func NewDeleteTopicRequest(server string, topic TopicName) (*http.Request, error) {
+func NewDeleteTopicRequest(server string, topic TopicName, params *DeleteTopicParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2438,6 +2444,28 @@ func NewDeleteTopicRequest(server string, topic TopicName) (*http.Request, error
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		queryValues := queryURL.Query()
+
+		if params.Incarnation != nil {
+
+			if queryFrag, err := runtime.StyleParamWithLocation("form", true, "incarnation", runtime.ParamLocationQuery, *params.Incarnation); err != nil {
+				return nil, err
+			} else if parsed, err := url.ParseQuery(queryFrag); err != nil {
+				return nil, err
+			} else {
+				for k, v := range parsed {
+					for _, v2 := range v {
+						queryValues.Add(k, v2)
+					}
+				}
+			}
+
+		}
+
+		queryURL.RawQuery = queryValues.Encode()
 	}
 
 	req, err := http.NewRequest("DELETE", queryURL.String(), nil)
@@ -3751,7 +3779,7 @@ type ClientWithResponsesInterface interface {
 	CreateTopicWithResponse(ctx context.Context, body CreateTopicJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTopicResponse, error)
 
 	// DeleteTopicWithResponse request
-	DeleteTopicWithResponse(ctx context.Context, topic TopicName, reqEditors ...RequestEditorFn) (*DeleteTopicResponse, error)
+	DeleteTopicWithResponse(ctx context.Context, topic TopicName, params *DeleteTopicParams, reqEditors ...RequestEditorFn) (*DeleteTopicResponse, error)
 
 	// GetTopicWithResponse request
 	GetTopicWithResponse(ctx context.Context, topic TopicName, reqEditors ...RequestEditorFn) (*GetTopicResponse, error)
@@ -5028,8 +5056,8 @@ func (c *ClientWithResponses) CreateTopicWithResponse(ctx context.Context, body 
 }
 
 // DeleteTopicWithResponse request returning *DeleteTopicResponse
-func (c *ClientWithResponses) DeleteTopicWithResponse(ctx context.Context, topic TopicName, reqEditors ...RequestEditorFn) (*DeleteTopicResponse, error) {
-	rsp, err := c.DeleteTopic(ctx, topic, reqEditors...)
+func (c *ClientWithResponses) DeleteTopicWithResponse(ctx context.Context, topic TopicName, params *DeleteTopicParams, reqEditors ...RequestEditorFn) (*DeleteTopicResponse, error) {
+	rsp, err := c.DeleteTopic(ctx, topic, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

@@ -1068,6 +1068,12 @@ type Unauthenticated = Error
 // Unavailable defines model for Unavailable.
 type Unavailable = Error
 
+// DeleteTopicParams defines parameters for DeleteTopic.
+type DeleteTopicParams struct {
+	// Incarnation The topic incarnation to delete; another one answers 409 `incarnation_mismatch`.
+	Incarnation *string `form:"incarnation,omitempty" json:"incarnation,omitempty"`
+}
+
 // AckParams defines parameters for Ack.
 type AckParams struct {
 	// ReceiptHandle The `receipt_handle` of a consumed message, as given.
@@ -1224,7 +1230,7 @@ type ServerInterface interface {
 	CreateTopic(w http.ResponseWriter, r *http.Request)
 	// Delete a topic
 	// (DELETE /v1/topics/{topic})
-	DeleteTopic(w http.ResponseWriter, r *http.Request, topic TopicName)
+	DeleteTopic(w http.ResponseWriter, r *http.Request, topic TopicName, params DeleteTopicParams)
 	// Inspect a topic
 	// (GET /v1/topics/{topic})
 	GetTopic(w http.ResponseWriter, r *http.Request, topic TopicName)
@@ -1615,8 +1621,19 @@ func (siw *ServerInterfaceWrapper) DeleteTopic(w http.ResponseWriter, r *http.Re
 
 	r = r.WithContext(ctx)
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DeleteTopicParams
+
+	// ------------- Optional query parameter "incarnation" -------------
+
+	err = runtime.BindQueryParameter("form", true, false, "incarnation", r.URL.Query(), &params.Incarnation)
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "incarnation", Err: err})
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.DeleteTopic(w, r, topic)
+		siw.Handler.DeleteTopic(w, r, topic, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3543,7 +3560,8 @@ func (response CreateTopic503JSONResponse) VisitCreateTopicResponse(w http.Respo
 }
 
 type DeleteTopicRequestObject struct {
-	Topic TopicName `json:"topic"`
+	Topic  TopicName `json:"topic"`
+	Params DeleteTopicParams
 }
 
 type DeleteTopicResponseObject interface {
@@ -5858,10 +5876,11 @@ func (sh *strictHandler) CreateTopic(w http.ResponseWriter, r *http.Request) {
 }
 
 // DeleteTopic operation middleware
-func (sh *strictHandler) DeleteTopic(w http.ResponseWriter, r *http.Request, topic TopicName) {
+func (sh *strictHandler) DeleteTopic(w http.ResponseWriter, r *http.Request, topic TopicName, params DeleteTopicParams) {
 	var request DeleteTopicRequestObject
 
 	request.Topic = topic
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.DeleteTopic(ctx, request.(DeleteTopicRequestObject))
@@ -6773,124 +6792,125 @@ var swaggerSpec = []string{
 	"60wKC6ItydXcFOHCdKNCIzu4zyRGQPvlZNJru2MTX/MWfgg/X/SGPwnFwjwsu/v+Oc/PJz/E4PL8hDa9",
 	"NuZ7WVGi+J+Dk2HqDnnioeMth0OOvm84aBN27yNWrjGrjwHTY/Fqt0YTcQdTpgzziKDgIpfa0GDBJk8P",
 	"EfJjAqFyyJ8h2TZqmMa8HCP/HdrmhMfYzblJGKVHN3Jy0E7uDRot37kQoCLKuDZbOD52KW3jQ4jgIU7e",
-	"Kp0wI+1MRz6MW202DET0SY8+QRrzXESoyEGU2MhUAG2gzmECwkz7hnVHoEk3wubZQmeUERTbb7GltZEg",
-	"EQm00+bk6CCcHtkIO0OIRy7O1EwrxQ9LY5W3hzKz3nJUyyesYV0ZcgbBnReTS8QcMU03sYFyJLG1WMaY",
-	"SUaOXxoagjRG5d0Ki/0BiwmMq5CmRwgSdCyjreoJMjeYXUpUQwz0p9Sw4VNhE7EuayvOhR1d0WriTkYV",
-	"HeBwvsS4Y1ht3m9N4BuqVliA2TjTqZaVzK/pgOYZvK5hcSyKaqXgFyfLtB+bA1c3x84xnzFd/0lSfwxY",
-	"C63s/RI02ZeO0MhH65nHpKbEvbTDrZYKpR1st5jjqTdPYc8a+MiaPzPV7bH2aD/++62tD1wq3xGD3OG1",
-	"0okp9L2ruYQm40e5UgOw4teg4/bVrpEaqYw0Cu40pkBKE5H2ctSkyUynBzjJ4MaDvHJwAWvoMz1EJiCP",
-	"Uy3cldB1WYaQHZ6E3vFFyI50l0IrHYsXhSrzyEcGD+CjBAsPc0yPcPKBTKjJtxYbLvvpYaXqTaY4mct7",
-	"5Mi0ISI+ZF6f6aWpq6ShEqKH5MVioSqCkUbvMpUvMBuouqKuCOoKHmmrQ0RcV4iQIIXBG0/WcLHLGME7",
-	"031D1WLf6gNA7KIaCKfvQBvxgH+vEHiAxBMx7KIdxDNQj/o4A1gBQKoipqhDtWemm9OduoMsTUtTOUx3",
-	"81PldRhMft/sJdkq3Himn5GO1jcQaHzKGIA0l9ntDbr4pjuZYHluEWPil2rwzHsCco6M7cNjj2f6dbfO",
-	"rA66CJcqHV5OJuTvRYKLw/pjVMtrnwIp+vVHLTx/RqQ/hpTnQwpkWGYn6o87B9EzePFDWsHNC+5lBE8e",
-	"3ghuCrmh9YCJSWoTjvhPKte/jHH8jHZP0NLK4k6duVqjS87P58k282OZ3TI57/sf8L2+w1+ZHiUlVot0",
-	"yuQUbaqT4cXkckTgyDbBh2f3oJxkMmWQ96SP4mOHvgWMR37xf8Geg1Neq42NqGA8Casfx56jwlcEGjcP",
-	"m9WTyZPMh8fwk0rFML18ikrL08mEtJeLFfz/fJnicUtUO3GpgBF0l+1sao8zWKiMqusasPX47e0Oz1Vm",
-	"VoqbCycmZo2gdUfJ/ehKDBQvxAI0JD4W2vuoQxCm1ROMWCe3VpA7kexPeGDUbSyvw6QZ1BmZ3Y793P7X",
-	"JGVG2lZL4Y3SzZD+xDdhNA3JKs2ccTIUlgD2BEHBJOUmFlbYtdJwrH7Do89BzvMLAZoQQR0ij+6EoriX",
-	"5xORRhQojedjh1AlZlMJalKoSQyHXqc0/FV3LeI8REWleXqGSD+q1Sjhk2xu3HI806gGxbrqoi7LAAY1",
-	"plNltJffGLo90318yH7HxeTChT4jvbnhOKbqyBUhRlF1e19CZNbNDynf1jD/KCuCEYcQu0fWOBNY+lvl",
-	"M01nO7cEmbWUr+vRe8Rnt4P7mivs9PsrLjQkLu8AFVCCJEyxRTzGRzZ8a6sTudikAVv9vVbVtkFb0SYa",
-	"7EFYPbnogVSd4k35mZZEQqKP6J6iBf7veOSfn9CbvxitPsIxTKPLg+uHlmWeJ/7mXRMdxk290P3HMRWm",
-	"fphD+Zc1UrROJhN03RTKMsceMg8hdCa7xUCeTxM68VSmI5yIycBkI54nW5cOvUPoJ0KSzsCGCxIqAub7",
-	"RE5OHQJzjgxa9NouJZIncpo4ag2JuJxM4H/w1/kkAZtyFChPkBxqPNPfUi+jOsPB58nHrrxVQi0WKnM7",
-	"zZt6djM909QkfIzXY9BDwAYKLgNZYiIjU8E3aZbQPjQHkbsK5R/b7Atc7wjn57xKjhsQCyPs+wSdEomo",
-	"NRhRmpINTO2Qbxg9BMTPO6dqN3sLIk8isrzGUu8XoVhO+qFsJH78n2QhPctuX+G63AcT+Kln5f5bysp7",
-	"WzsPJS9RyWmLTHsfmelLO+9FGr5U7P3CkryowISCrgjdHaYgfhSlJ8HWuaY8oXREMLl2EQPcoqGqQNBc",
-	"mflvqSrm8om/De9DjD4InQDAY5ed0pka92Llnvv+PSTLD7zjEFbKD/K/pQP9z7DjEZJDXl1azyJKqi3l",
-	"TQys9Qvgg13xvUrBi6bwbdIp09g4XZ2JFz0WzkXWAtIIkGUrxXZiLXnvY7pVYK+b5tCNMuJ0rt40xljH",
-	"N2kJGpMQfFvN9K3aPgIDzS4bIn0xvFVbJLTzMmJKjYzjv/Selcnr0jTlnx9ZMHNq7UZj8aNBObQoyvIK",
-	"49sIDyIKizMGC3maUDTnPIzYuw6cLMrxTBP+p1N4JxXDc8+ML7ZKViNSuFAYeGOeDC7UrLQRVDQYwQDo",
-	"hfcOAW8mhVloZgdUERopgjUjQ05pstsrjmAjxoiAxFitwBnRKuuzg4Yi29mz+0Rls9kCXhLtKsYXuNK5",
-	"KlC0omJCutvCVCuEZclCz/Qw1OBnxzOqdv7LUUJW5eeX4auk8/JHNgI7YVCgNQ1DZJFAK5vvi35sPPjs",
-	"Mgr8tlKj/4DBz1UT+8DhQeOt8zi0UPezp6L5Troxr55KajHkv/GakaeRopLiLa7dKYxYBQt9RRWZtg2O",
-	"G02DmXabIlPel1AaqwKH6q8dAvCkc9Jx2CIkm/Kwmo1mtKu3/aG3M81oSSSpCnY3ywhsy9SPjXTMe40L",
-	"6c7cRhmW+HQP/8hH0WrCUnzIJsMHb9pN1W2OSeqEgtYhfAXsD0yPIYhESJOjZjAOsRmUlKpqIxMByiny",
-	"Zp1cBD5B8yEX8+1MD9O6KpsnjaZ7xSY0M3C6aGRkD3kNnqFWY1486Q2UcIPSZipCDfIR5Ysj0BIeSFcx",
-	"NoXsxTQJnn0UlkkAHN4WmlapK1bKOrlaoyE254x5sxA1WYUJmIUtVSdB/117aeJ9oT2eL5h9hn7IGqDJ",
-	"RcLwgRKXsZ5phFXi/mJjMqsry4nNYxFK7BILJTFer6wq75T16f8U3KT5asiE4FpkC1PIvk47jDddzLIW",
-	"NZMmP+BRyftKOzeunQ77wgOBnMEwFthTXEy/1oyH/eXV9yAsnj9LENOq5Qql7qbz0hD4Gl5OzpFcn63Y",
-	"WmNIkEvf+kMuFkBqpsO+8YLYI2DH4v9RW3KCYuH03B8I9NpHtnvEXuE6aR2f4sYcPK2jUzQ8FZ9F4NeZ",
-	"PiB5GqGDFQQ2SxOaDqbyXtkjiWrZg3th/Y97TtnY7I23e6+Fi+9FlfehjNzmDX8SHJZ616PMP/Pr5VPI",
-	"78+K4LEiEGv//dr+YXv38Vv86yDu9Wdn1kRTwjyO4ewdi68NnLRke1gnt+18udh/hWcrHVpNhZwMVby5",
-	"Ck8fRqgSG1FgEAKlIT0bxdBGFG8N9KIDafRgRko702oPhrJDD+MZ6ONzlwhJsOdNBnzMSIY6YZNB0Gh7",
-	"BOFsNAG8mFUBNHLSAtlK6JopRQh9aHB0xfYEp9kuTEXVvVyL6Zy0SDwHxz0wyra4Og6j/Lfd4X/Ohv1G",
-	"nbphP8A8T97u87oEG4aK3eBhGC/IR0eW4J4k/yw6/47m+fdUwtyX539EWj2Olv0HBTmSoxfjlvnuG3J9",
-	"1D2eDyzykgVCKS6Q1B5dMdzZ7InYM9JeS7TkAkkiwcaPBN0HhSG/i6s1kF4/bVSmG4MYMxJhqNOTdMAI",
-	"qpdvoITfFmT9VJE+7oMx+EYslhKgAKhPgY5LulfjEC2wkM3OUGDmN7MXoN4W6cEBPcEEkJ6yJEhVUsgs",
-	"HQwMkg+PLixWsGRL2JcBS1CLxtQuUs7hYEIXEqPUwBpIYh9NbFYTH3GsLhaatUnPUy5+VCrnQh2NZNb4",
-	"5ZDMYLidCCgWTR97GZR+VuScfR4t6QfKr+q85l5a5eXelZ9fwUjBglvIAnGXjPMzZXuqKuUqJCklQ/CT",
-	"8vjBh8pfCiQ3aomaXUGh1SbMw4foiI/RvfJHytteV/OOOvoBsjaqZzXT5BdiQA47FBDVtEdgthwNfW7C",
-	"JltppSQz5KGHgZCo5PwGwbZlDt8akSnSilS9WcNuTEeROAqGO/sRg5eJJRkm21inZN4raF7C7J2uAeLl",
-	"5H/zbgJyr33iNPsINV2Qe2hHBYNF/UE7lJbwn75Fg18azq1C197fhh5X0Thc9561TUmQXXYg6OHpy5iu",
-	"b6/jqtZUeuDTQv5w0gf0tkmWDR+8oMl7tzcK/0phaMo2sfHQsAZfeByUi7qhZxkIRR/hlEAU3zXhRdOx",
-	"+JWSRNG3nW5k4dLGi2CErKriTs30EENra1OWoyvMi2ROPK1EXuRj8bLN1c6kQbDU60qLYVzIIplpGVEL",
-	"WYZWtqKb2OQSi0rSmUJeFcOoyhC2RK97zjzrTdHMplTGKIpsNABLSlIizEGacPVK9JnElTZ95Ur2ssz0",
-	"kOuwToU2ncKHSTg8K5q/nIYp8PL7CB0DHeAw1saJrXK+PKUY8vAHQgXQg7cjRHD51l6b2l2bxTWW2UyD",
-	"CYGpJvKGkK3Isy9X+NH3hQIirbwisDTkjbpmjmkaKE4visiIkfPpYDKZYOYahp8m1CCdWwRghYEBHW0Y",
-	"lk63xkJhxaIuy95j/Tlvmfu6DWBp93gMaDWE2W+H1am8SU7CnCc8wZwz6NxoHzh1HRHENqZKXGT7ycUg",
-	"qtzeW7e9v6ExLjhaQb6hp7eRbtzbQKo2f6SBR0b8JQXTvtWZydHd8fuDFmziSv093nu/8PH86z01f2zg",
-	"2iTkKCJSaJaCn1Jguwfh624pYl+AGJddPxTtQ4A4B8/PBv7be4p+X9wqfyAQVyWfcCv5Jm0CeUPk8rYO",
-	"sb4jBvkGWI7ZaC/6CeYSS/yGj1JaYY3R6DJq8hDQo+RHsnNmznT/khM/BVa+pp4rt1DOQZh+KX4ovobz",
-	"7RajmHDIcwCb/Uftetay3MitRTcZp7IgtyaYfFT/Og+6BKWVyLI8IIE94PUgd+oPpmmA5YqsqASce1B1",
-	"InK1kHUJw75XWq3km5ao4luIb21XsMo3JLfOiSvOi7Hz9xJj4eD4JxR3hwC5CA+owga1n6TfR5Z+vUIk",
-	"zr35o6Rgoyk/fhv+fvd4YapMnZFO/KEmctdX0sI4JKQgTfYETdYdvvz+wMn91KPfjxfXuMJEA0y6t6Zy",
-	"bHZHyh2BBEGatuhw4upJRC9zYwz5rYpK5IW9JbPmhmBzFssSZlKzm0uVxAzBtkgTXGgqZBlNVKdpADOi",
-	"KqfLbSejIcZkxvTpXC2dDJ7GottwQURU06/6KnhgYPemgrMMYeRxRAIMqN68+/nW58oHCml0hKcj0Smt",
-	"hWbD103R/W6bCRGa+N57WgFU/9nb2Az+IyteyYWb6dLc+BI7DUgMcYtODKUVymUYzzs7oxWv1eaMzUuy",
-	"n0ZTGhp67UwvJZ7fpspViKkQDXaxIHslF94eWypZIdhmI6MCilxrcqZ9aAfWFownvGYjbQNYAusKa1qa",
-	"2sFc+5yUEaJ3okya8UwH9yo+POMambhEA0QAcW9osdIY5gW1FVYkXElsAdmtZ85VOWob8228yrGZ/s5C",
-	"Z2WdK/9AqrqBJTo4MWim/emwmzKcemZoTBS9lu4akW8MFMSMRMqygSXteXRb0GMllsXNEhQR+FdspFPV",
-	"SlbYgW1YPZVaE/ukh2PEpWcSsSp07UfrBnOCzYI71NBZwQjjgSi3Ys7jOpTNGwO7RBOBZPkB7/Z4B5o9",
-	"3tGmzEMV0d3qJ1FurbQtlEfhGvwfCBXppDALn4a8KRDkgWRa8ewHngdlaft6UEflt04O03ODELplYbEs",
-	"KSuwuDW/Qbc+k5i3iCjmZaHzcjsNVXOcMbc+x6vdLUIxI1VItLcT4jRR2a3YQ1Kdkjq6r8oNrKXTy9x0",
-	"byci6eBYwZ+RmsVDjiP8rixLZkNb+IenTG2S76mREyQHF7DZX/LGVH6hwFbpU59fgJD6nk7lhwl8Rm/4",
-	"kzLGWi2woKnvSZHZPRJL9r+pmB7rk9/6AxVWnBAhd+tjokBFW/5OtfSjQyT1p+mfQefd792Gqe5Vo1Gh",
-	"5KpRQ6nZz4UVWvBb5LdKIyu3OaS8B1W6GCYH8q5YYZ4De3JJRx+LFIzda/YAovglnLwzIZzjCRiYiECV",
-	"ZhMTBFTKyUKDUkLeOG2ibH8+jDxJrgeJW+O7N1dbw3B9hajzpnYYfB5yxTIPzKuCL3qmMTALk7nhwju+",
-	"75hgOxqLZ37kDjUauX4pVYeB3HRJFO9FzaXQeLpimi8eJ7ueZdR0GLVCGhaCJBi7h4DyesX5thLREm4a",
-	"kVTONNWgRn2JfeNapPwW8tR7lI8nrhJDH0eOmBf5jmtqgyW+xbelufmv2YBcpLPBu3Q0Fj/plk1ABXIp",
-	"shCRYBqM1DmZubiaHvtmCnKhcyg6CbAPT7XpNxoFXfRMN0/asrTDZezHEuYDB2heF6UL876KoxcxhakY",
-	"0mbZd+oS4p4TpLjRqOvHDxklIa9jf5IOkkTFHNTth1yvCosZaKmoJGeMclpQ4Hh9FAHnpc/0xKwoY7n2",
-	"DB+pMOYwFLgi+uumyPyHJvX1oBvqBRF2dJzl3vHUsyv2eqJgrD/Ma96RgS+eiydPnnyF0gnm6hddvGlx",
-	"YVzR7hSssXV8epGQoxrs+xqNEnMfYcbnl7vYxOTDfHnv5cz7CN68fRxeXVa2iuxzkq72KuQyNbVQmGa9",
-	"d4Xv61t08b6xvpggv6NTFdz/v3+bnH31+//4z0HvBPwTuhxfSd0fZnnd0PrYbsUgFCaEhoiO1U963UfA",
-	"I8BhBqcMIj3bxWM/uv/xn9ERuEclJb/MwzDCvI4NZ5NvfXF2HuREVHLjh0JgTRzUYYmPPI4IBaV1RLnO",
-	"PxRfi+Hl+RMh5+ZOIbEkHNTPafuevd6uVSpylRW5suhNaVAOVilMsku7GzwN1ROQq2ymsYgCHu6NI+FO",
-	"VXPpitWVSJ164x5/1tz1y+sXZ192r0cXADxopklcXbVfbDKn3Jl1lZKrNL5xLq36/PJMgcTCsnDaAznQ",
-	"oUcE6r5kA2IPdbFYqHzKTGvwzkSo0vqGQXP5CxxpVuka3saZloG+lkhDcUJoFJtyEd6p5N+NaZtEPUOq",
-	"NfXWF5+gfL+mikSWqTUVSEU+06wskN3UggZPA25FPCijhNXkmZZW9E0Jfw0HE/tGsZO+ZIXv0/VdYcqI",
-	"yz69VdtUZEtj7E7R5/mWyACGIVnxVm19WLBEMjomVrVYeSTcOUpagJl1gVnR6irYUpTGnsSYHTQqCXGE",
-	"iJ8AJ0+44HnZpFtygpSKeHJDjhJhWkhPtmaluC5Yl0AOK/maaiOrXOWkKl9MLmKbCP3rTWHQ5v6F3eqM",
-	"ahSCIo9hguB2QxX9Tlk2jNpO3CkRwMHkYNUjmFEwslFxY0r8KOE8qG+9cFWWWMcCqtxumLkoYH1xSet6",
-	"dIVTTI5SWgVdX0q/4nKrtvsUFnj6Ceph5yyABsDQw4nvheEVehkqFF+0UBfE9Jhh4tFD4ml+P+Rq++zx",
-	"Z209KDx7XmiJTel2/5D6gwcAzUfizb5tpxiNNq2jo3U2oF70YKUgX/qSYT2d+IbSyym/BNtnQTYEHOtG",
-	"hv30SXn74wmhXvpoU4O7uQ/pU4v84MHJ8lZxNCtAVWBRjcW3Mlv6Cx5ZOFzQkKGwkd7yYYtE8P6gjHQU",
-	"pnKge64VWz9TVi5SdtZJ/ixoz840OXdyhaoHqwGIT6XnD01bcRAyKkzVvosoD+DeVkUqTP9tHgj9jiJm",
-	"lpUXiaesZ6JIfSiJiOcCU4Q/tTxX0LyJql5MLlrFrMI9bQ47pHPFRkSpHAFeKkkAt8IuFGzpjmsK04Yk",
-	"/4X175zSqQgdNrUbjQV5+ZEgiDyFLVLAyJPoNQYS//S+BolblkyngLiomFPDF1tRb5x/9iPbYsFt9Jxh",
-	"Rw2ZadJD5lt/65VogZDvq5FgoK5RSUY7kGc/zIWGZsmyVOW0iU75Y5F6SQ5SJPwAJcoKW2eZglfBtRg/",
-	"7sJzsWLDdq6uaaXROFKRzros0xFJbVB4aBB9mIpWykbaeImSy7WDuKa9ErbwRhFRyJWnr7Rc5313oXOZ",
-	"ZNB8vZ4cL228BSELSMgznulfW0E70Ruz626LpOOAvZxczvRuTJHoG2EsrEFu4GKBnYyHYIgKPn4LOhzy",
-	"K82VomQm3rvR5qO2jQ5ocA9JBBm/4l6hvY+vPhwuGRmp10xZ80lf+PP0hTYlNtd35PV5HwXicHHqxtfa",
-	"LqS8KnSNqjAo+7m0y7mRVW4jkiptPekqpljM9MvKrJRbqtoyN5tni0qjsrypGJ5PBIp1diEnIj07w0ae",
-	"+euwyr2aacox4eK1LnZVhmqTjLpROQc6UCRW6q4w0Ay81bd5prnYK9JCMTs4inAKI/gkCHbRo4ihsp8k",
-	"k6hcThihryYz7ds2PH/qRyzq2Qjes1IrU20T/xKGUzwLkRUKDdCD6CQmUuFQyTrEzBDMxLEdD/nFAaIC",
-	"8FSyhsIOlInJFdE4TohRPm6vXFTKLndLzyF6Gh/qvekLKrKvygXF/KhyLpVV6a0zztW6faWXnuEm4jC/",
-	"2uJjPzyK65R7BIcPMI7G4pm9jQla8Hk5vm4l6nXAQtPpxbQmP8sVs6VZIe1M74u69Z0PvqbXH1PC+5+x",
-	"PnXSasp505Tz3aacd5py3m7K5d6mnH+525Qv45Z82Vso+/5lsg/WjHkUdsgn9PQOmVOUOt5fQ/tjV1Tj",
-	"4wzL7+89vxrocD+n8C949wNG2OAFh/iEsfliqL3DuqgCz4Ed/SvU4/7TOINrnjq/qOjz/iLe0VIQMCug",
-	"QckbovQn3pOItQ/JXxGS0jpEG31GzzSRo/jZmgpJzDD+DGZcD7KDlSbjcwnObnyAa6xcfDgTwMRkI94U",
-	"Q79HVm0xNckS3QstGIrW44GPmOoblY/Fjwa9fGD5EAdoq5TdFk9P6N+T0f4a2TBAD1oiG17wJ1ECYt/+",
-	"tQtk/0vw+4Xy1TUtpu5GjQX447ee+eggjV+8h18TY19gZDIbbeOSk7l08ooL68BtFhM6qOge6oNY22lP",
-	"sd6w/j/V6v0nX2WhxO+eVZYcUAwsWW5o1uAaYvtgBQZNbwHf/nUxeXDZ5FWFT1yGH2nZNOV+966b+6mm",
-	"v7D86mimkWB7TDbm/YM00aP3EPjFGXL69OO/B3+Jgdu/UEMf5vxvveNPymU4ts0a9nWtNuwb+CTi/6y9",
-	"yiuG9+ojrn9nT1cpHgfquIfYe6z2c1FeUj7MprEMOLaZ1VWltLv2X6cY8CMjolJWOYvpcUarR01IrejF",
-	"lVDN8JcNH97DUC3GL/lQokV62ic96c/Txok3VPbRKIbtA3ewEYybYy5tkQ2mv/3+LnkLG4Ac97Rx6qoc",
-	"TAdL59bTx4/PL74YT8aT8fn0i68uL3Cz8MPf9lpZiSjoAE5CGeyc43BMxT1usELsLuqBJ5H/L2mIQBBl",
-	"h1QeiKFteBIapLoPiOw+7oXUZ0ytRUVPVIiBbkOJ8bhU0bjDIlzhEtrBT8DoJsHDrBtG0fgBNAe7dz9n",
-	"3zunpC6LNT/CR8ZbUCvfGs7u2n3c98Wd0spaIsUq4E983kq5qt2jpZKlW4I6838CAAD//yXbWsOZVgEA",
+	"Kp0wI+1MRz6MW202DET0SY8+QRrzXESoyEGU2MhUAG2gzmECwkz7hnVHoEk3wubZQmfKi9O4g1R4Yqb3",
+	"Vp5IkD0ydF+6Vv+p+lVTho1GuIncUKPQzbI/NQobhyE3SfZbywRE0oavZvq02hP8Fpq3GBEZPXEjQfgT",
+	"PqlNP9IBcz2yEUyIwJ1ch6pZwdSf0ljlTb/MrLccwPO5eVhCh/xecOfF5BLhVcxITsSnHDRt7YsxJs2R",
+	"j5tWAaE3o0p2hcX+gHEIdmTISCSwDPrQ0Sz3XKAbTKQlViXOaaAsuOFTYROxLmsrzoUdXdHG4U5GxStA",
+	"D7nEEGvYWN5FTzgjKsxYwEKZ6VTLSubXpIvwMrquYR8simql4Bcny7QfhgRXv25qKhx2we7WVHGGm3/V",
+	"KoPSUpJ6F1Vw4f69VtU28uG2ifX7nLcXE0zmcqqC+//3b5Ozr37/H/856HHhnuLx/4ZX86dz9sNBSbRZ",
+	"959/yb5kkuZ0s543TmpKu0w7zHipUNqBBIkZunqzTBrF8SHtNuYZ3GOrk4j591tbH7hUviP+v8NrpSOO",
+	"+t7VXEKT8SMIEdj3axAyfZWHpEYiKo1nURoTWKWJSHsZhtJkptMDjHJw40FWQLiA7auZHiKPk0cZF+5K",
+	"6LosQ8AV9RjvtiRcTrpLgJaOxYtClXnk4YQH8OmIZaM5IktZDoEKqsmWFxsu2upBwepNpjgVz/tTyTAl",
+	"GkXkzZ/ppamrpCGCoofkxWKhKgIBR+8ylS8PHIjWoq4I6gqe0qtDNGpXiG8hdc+bvtZwqdIYfz3TfUPV",
+	"4k7rg6/sYlIoy8KBLunTNbyO4+EtT8Swi1URz0C57WN8YJ0GiaaYYBCV1pluFBbqDnJsLU3lMFnRT5XX",
+	"DZG6YLOXIq1w45l+Rhp230Cg60DG8LG5zG5v0EE73cnjy3OLCCG/VENcxdPHc1xzH5p+PNOvu1WCdVCv",
+	"uNDs8HIyIW890pMc1v6jSmz71H/Rr/1r4dlPIu0/JKwfUv/DMjtJ++9RsZ7Bix/Sh9G84F4ujMnDuzAa",
+	"lRFtP0wrU5twxH9Suf5lXBvPaPcELa0s7tSZqzU6VP18nuzxeCyzW6ZWfv8Dvtfz+yuT26TESZJOmVqk",
+	"TVQzvJhcjgja2qZn8dwslFFO1hmy1vQRtOyQ74A9zC/+L9hzcMprtbERkY+n0PXj2HNU+HpO4+Zhs3oy",
+	"eZL54CZ+UqkYppdPUWl5OpmQ9nKxgv+fL1M8bokoKS70MILuspeE2uMMlpmj2sgGzFd+e7vDc5WZleLm",
+	"womJPgU0WImaAR3BgaCHOJyGxKZDex91CEIke3oY6+TWCnIGk0kND4y6jcWRmPKEOiOz27Gf2/+apMwn",
+	"3GopvFG6GZLX+CaMpiHVqJkzTmXDAs6e3ilY2dzEwgq7VhqO1W949DlEfX4hQBMioErkj59QDP7yfCLS",
+	"iMCmcd/s0OHEXDhBTQoVpeHQ6xT2v+quRZyHqCQ4T88QyWO1GiV8ks2NW45nGtWgWFdd1GUZoLzGdGrE",
+	"9rJTQ7dnuo/N2u+4mBq60GekNzcM1VTbuiK8L6pu70tnzbr5IeXbGmaPZUUwYoBij88aZwILt6t8puls",
+	"55YgL5ryVVl6j/jsdnBfc4Vdtn/FhYa08x2YCUqQhAnSiIX6yIZvbXWihpvs9bPQJtrnYnly8Z7elJ9p",
+	"SSQk+oisK1rg/45H/vkJvfmL0eojHMM0ujy4fmhZ5nnadt410WHcVHvdfxxTWfGHOZR/WSPB7mQyQddN",
+	"oSwzJCJvFLoLs1sMw/okrxNPZTrCiVYOTDZi6bJ16dA7hH4ipFgNXMYgoaK0Cp+Gy4lfYM6RQYuO6KVE",
+	"6ktO8ketIRGXkwn8D/46nyRgU44CYQ1Se41n+lvqZVQlOrhx+diVt0qoxUJlbqd5U89Np2eamoSP8XoM",
+	"egjYQMFlIEtMQ2Ui/yZJFtqH5iAyj6H8Y5t9gesdkzE4K5ajPsShCfs+QadEImoNRpSmVBFTO2SLRg8B",
+	"sSvPqVbR3nLWk4jqsLHU+0UoFgN/KBuJH/8nWUjPsttXuC73gTx+6lm5/5ay8t7WzkPJS1Ry2iLT3kdm",
+	"+sLce3GiLxV7v7CgMkXqfDleBF4PUxA/ipLLYOtcU5ZXOiKQY7sEBW7RUBMiaK7M27hUFTMxxd+G92GG",
+	"BQidAJ9kl53SmRr3Ih2f+/49JEcTvOMQ0s0P8r+lA/3PsOMRUEVeXVrPIkqJLuVNDIv2C+CDXfG9SsGL",
+	"pmxx0imy2ThdnYkXPZY9Rs4J0giQIy3FdqYJJ3fD2XSrwF43zaEb5TPqXL1pjLGOb9ISsCkh8L2a6Vu1",
+	"fQQGml02ZRDE8FZtkY7Qy4gpNTIOadN7ViavS9MU735kwcyptRuNxY8G5dCiKMsrRCcguIsISM4Y6uVJ",
+	"XtGc8yBw7zpwsijHM01wg07ZpFQMz31dA7FVshqRwoXCwBvzZHChZqWNoJLPCOVAL7x3CHgzKcxCMzug",
+	"itBIESgd+Y1Kk91ecVAeEWIEA8daE86IVlGmHSwb2c6emykqes4W8JJIczG+wHXqVYGiFRUT0t0Wploh",
+	"qE4WeqaHfh17xzOqdv7LUUJW5eeX4auk8/JHNoKqYVCgNQ1D5ABBK5vvi35sPPjsMgrsxFKj/4Ch61UT",
+	"+8DhQeOt8zi0UPcDPNB8J92YV08ltRjy33jNyJOAUUH4FlPyFEasgoW+onpa2waFj6bBTLtNkSnvSyiN",
+	"VYEB99cOfXvSOek4bBFShXlYzUYzVtnb/tDbmWasK1KMBbubZQS2JaBhpGPWclxId+Y2yo/Fp3vwDsNd",
+	"wqpjLiA+eNNuonVzTFInFLQOwUdgf2ByE6E+QpIjNYNRpM2gpFQTHXkkUE6RN+vkEv4Jmg+5mG9nepjW",
+	"Vdk8aTTdKzahmYGRRyOffshK8fzCGlkNSG+gdCmUNlMRKsiPKNsfYbLwQLqK4TZkL6ZJ8OyjsEwCXPS2",
+	"0LRKXbFS1snVGg2xOfMdmIWoySpMwCxsqToJ+u/aSxPvC+3xbM/sM/RD1mBnLhKGD5S4jPVMIygW9xcb",
+	"k1ldWU5LH4tQIJk4RImvfGVVeaesJ2+g4CbNV0MFBdci15tC7nzaYbzpYo68qJk0+QFNTN5X2rlx5XvY",
+	"Fx7b5AyGscCeWlB2T60ZzfzLq+9BWDx/liDYRssVSt1N56Uh8DW8nJxjaQS2YmuNIUEuXOwPuVgAqZkO",
+	"+8YLYo9fHov/R23JCYpl73N/INBrH9nuEXuF66R1fIobc/C0jk7R8FR8FmHtZvqA5GmEDtZ/2CxNaDqY",
+	"yntljySibA/NhvU/7jllY7M33u69Fi6+F1XehzJymzf8SWBm6l2PMv/Mr5dPIb8/K4LHikCs/fdr+4ft",
+	"3cdv8a+DqOWfnVkTyQyzcIazdyy+NnDSku1hndy2sx1j/xWerXRoNfWNMlTx5io8fRihSmxEYEIIlIay",
+	"bhSjNVG8NdCLDkrT4zMpaVCrPbDQDrmPB8jG5y7RyWDPG/6CmE8OdcIm/6PR9giV2mgCeDGrAmjkpAVy",
+	"zdA1U4oQ+tDg6IrtCU6SXpiKarO5Fk89aZF4Do57kKFtcXUcRvlvu8P/nA37jTp1w36AeZ683ed1CTYM",
+	"lSrCwzBekI+OLME9FA1ZdP4dZWnoqWO6j6XhiLR6HC37DwpyJEcvxi3z3Tfk+qh7PB9YoicLdGBc3qo9",
+	"umK4s9kTsWekvZZoyQWSRIKNHwm6DwpDfhfX2iC9ftqoTDcGMWYkwlCnJ+mAEdQoAcDeFmT9VJE+7oMx",
+	"+EYsdROgAKhPgY5LulfjEC2wDNHOUGDePnNPoN4W6cEBPcH0nZ5wJkhVUsgsHQyM+w+PLizWH2VL2Bdx",
+	"S1CLxsQ8Us7hYEIXEqPUwBpIYh9NbFYTm3SsLhaatUnPMi9+VCrnMiuNZNb45ZDMYLid6EMWTR97+a9+",
+	"VuScfR4t6QfKjuu85l5a5eXelZ9fwUjBglvIAnGXjPMzZXuqKuUqpJglQ/CT8vjBh8pfCqSmaomaXUGh",
+	"1SbMw4foiI/RvfJHytteV/OOOvoBsjaqRjbT5BdiQA47FBDVtEdgthwNfW7CJtdspSTzG6KHgZCo5PwG",
+	"wbZlBuYakSnSilS9WcNuTEeROAqGO/sRg5eJJRnmD1mnZN4raF7C7J2uAeLl5H/zbgJyr31ipPsIFXmQ",
+	"OWpHBYNF/UE7lJbwn75Fg18azq1C197fhh5X0Thc9561TUGXXW4n6OHpy5iub6/jqtZUOOLTQv5wyg70",
+	"tkmWDR+8oMl7tzcK/0phaMo2sfHQsAZfeByUi7qh54gIJTvhlEAU3zXhRdOx+JXyXtG3nW5k4dLGi2CE",
+	"rKriTs30EENra1OWoytM9WRGQ61EXuRj8bLNtM+UT7DU60qLYVyGJJlpGRFDWYZWtqKb2OQSS4LSmUJe",
+	"FcOoyhC2RK97ziz5TcnTptDJKIpsNABLSlIizEGacO1R9JnEdVJ93VH2ssz0kKvoToU2nbKVSTg8K5q/",
+	"nIYpVFXwEToGOsBhrI0TW+V8cVEx5OEPdBigB29HiODyrb02tbs2i2sskpoGEwJTTeQNIVuxSoJc4Uff",
+	"FwqItPKKwNKQN+qaGcJpoDi9KKKSRsaug8lkgnmHGH6aUIN0bhGAFQYGdLRhWDrdChmFFYu6LHuP9ee8",
+	"Ze7rNoCl3eMxoNUQZr8dVqfiNDkJc57wBHPOoHOjfeDUdUTv25gqcYn0JxeDqO5+b9X9/obGuOBoBfmG",
+	"nt5GunFvA7GG+7EGHhnxlxRM+1ZnJkd3x+8PWm6LcKN93nu/8PH86z01f2zg2iTkKCJSaJaCn1Jguwfh",
+	"624haV8+GpddPxTtQ4A4B8/PBv7be4p+X9wqfyAQ0yifcCv5Jm0CeUNkYrcOsb4jBvkGWI7ZaC/6CeYS",
+	"S/yGTVRaYY3R6DJq8hDQo+RHsnNmznT/khM/BSaCphovt1DOQZh+KX4ovobz7RajmHDIcwCb/UftauSy",
+	"3MitRTcZp7IgMyqYfFS9PA+6BKWVyLI8IIE94PUg7cIPpmmA5Xq6qASce1B1InK1kHUJw75XWq3km5ao",
+	"4luILW9XsMo3JLfOienPi7Hz9xJj4eD4JxR3hwC5CA+owga1n6TfR5Z+vUIkzr35o6Rgoyk/fhv+fvd4",
+	"YapMnZFO/KEmctdX0sI4JKQgTfYETdadagf9gZP7qUe/Hy+NcoWJBph0b03l2OyOlDsCCYI0bTH8xLWv",
+	"iDHnxhjyWxWVyAt7S2bNDcHmLBaVzKRmN5cqiRmCbZEmuNDUNzOaiGrTAGZEVU6X205GQ4zJjMnvudY9",
+	"GTyNRbfhcpaopl/11V/BwO5NBWcZwsjjiAQYUL159/Otz5UPBODoCE9HolMYDc2Gr309Y7XTZkKEJr73",
+	"nlYA1X/2NjaD/8iKV3LhZro0N75AUgMSQ9yiE0NphXIZxvPOzmjFa7U5Y/OS7KfRlIaGXjvTS4nnt6ly",
+	"FWIqRGJeLMheQcIotMeWSla5Z54Kr+dKoTPtQzuwtmA84TUbaRvAElhXWJHU1A7m2uekjBC9E2XSjGc6",
+	"uFfx4RlXOMUlGiACiHtDi5XGMC+orbAi4UpiC8huPe+xylHbmG/jVY7N9HcWOivrXPkHUs0ULLDCiUEz",
+	"7U+H3ZTh1PN6Y6LotXTXiHxjoCBmJFKWDSxpz4Lcgh4rsSxulqCIwL9iI52qVrLCDmzD6qnUmrhDPRwj",
+	"LhyUiFWhaz9aN5gTbBbcoYahC0YYD0S5FXMe16Fs3hjYJZoIJMsPeLfHO9Ds8Y42ZR5qwO7Wrolya6Vt",
+	"oTwK1+D/QKhIJ4VZ+DTkTYEgD+QHi2c/8DwoS9vXgzoqv3VymJ4bhNAtC4tFZVmBxa35Dbr1mYK+RUQx",
+	"Lwudl9tpqHnkjLn1OV7tbhGKGalCor2dEKeJym7FPqI4Ukf31SiCtXR6kaLu7UQDHhwr+DNSs3jIcYTf",
+	"lWXJBG8L//CUqU3yPRWOguTg8kP7CxaZyi8U2Cp96vMLEFLf06n8MIHP6A1/UsZYqwUWNPU9KTK7R2LJ",
+	"/jcV02N98lt/oMKKEyLkbnVTFKhoy9+pln50qMTAafpn0Hn3e7dhqnvVaFQouebXUGr2c2F9HfwW+a3S",
+	"yMptDinvQZUuhsmBvCtWmOfAnlzS0cciBWP3mj2AKH4JJ+9MCOd4AgYmIlCl2cQEAZVystCglJA3Tpso",
+	"258PI09x7EHi1vjuzdXWMFxfIeq8qfwGn4dcb84D86rgi55pDMzCZG64bJLvOybYjsbimR+5Q41GpmZK",
+	"1WEgN10SxXtRcyk0nq6Y5ovHya5nGTUdRq2QhoUgCcbuIaC8XnG+rUS0hJtGvJszTRXEUV9i37gWKb+F",
+	"PPUe5eOJq8TQx5EjMkm+45raYIlC8m1pbv5rNiAX6WzwLh2NxU+6ZRNQeWOKLES8ngYjdU5mLq6F2LCP",
+	"gpLHoegkwD48e6jfaBR00TPdPGnL0g6XsR9LmA8coHldlC7M+yqOXuzys+4/dQlxzwlS3GjU9eOHjJKQ",
+	"13GMhTUix9xLuVpJzhjltKDA0PsoAs5Ln+mJWVHGcuUgPlJhzGEocEX0V72R+Q9N6utBN9QLIuzoOMu9",
+	"46lnV+z1RMFYf5jXvCMDXzwXT548+QqlE8zVL7p40+LCuKLdKVhj6/j0IiFHFfT3NRol5j7CjM8vd7GJ",
+	"yYf58t7LmfcRvHkn0b5SqhTY5yRd7T8j/+s/p8vxldT9YZbXDa2P7dZ7QmFCaIjoWP2k130EPAIcZnDK",
+	"INKzXfr3o/sf/xkdgXtUUvLLPAwjzOvYcDb51pfW50FORCU3figEVjRCHZbY5OOIUFBaR5Tr/EPxtRhe",
+	"nj8Rcm7uFBJLwkH9nLbv2evtWqUiV1mRK4velAblYJXCJLu0u8HTUPsCucpmGktg4OHeOBLuVDWXrlhd",
+	"idSpN+7xZ81dv7x+cfZl93p0AcCDZprE1VX7xSZzyp1ZVym5SuMb59Kqzy/PFEgsLOqnPZADHXpEf+8L",
+	"biD2UBeLhcqnzLQG70yEKq1vGDSXv8CRZpWu4W2caRnoa4k0FCeERrEp9uGdSv7dmLZJ1DOkWlNvfekQ",
+	"yvdraoBkmVpTeVvkM83KAtlNLWjwNOBWxIMySlhNnmlpRd+U8NdwMLFvFDvpC474Pl3fFaaMKhGkt2qb",
+	"imxpjN0p2T3fEhnAMCQr3qqtDwuWSEbHxKoW68aEO0dJCzCzLjArWl0FW4rS2JMYs4NGJSGOEPET4OQJ",
+	"l6svm3RLTpBSEU9uyFEiTAvpydasFFd16xLIYR1mU21klaucVOWLyUVsE6F/vSnr2ty/sFudUYVJUOQx",
+	"TBDcbqii3ynLhlHbiTslAjiYHKxZBTMKRjYqbszyHyWcB/WtF67KEutYQJXbDTMXBawvLmldj65wislR",
+	"Squg60vpV1xu1XafwgJPP0E97JwF0AAYejjxvTC8Qi9DheKLFuqCmB4zTDx6SDzN74dcbZ89/qytB4Vn",
+	"zwstsSnd7h9Sf/AAoPlIvNm37ZQS0qZ1dLTOBtSLHqyQ50tf8K2nE99Qejnll2D7LMiGgGPdyLCfPilv",
+	"fzwh1EsfbWpwN/chfWqRHzw4Wd4qjmYFqAosqrH4VmZLf8EjC4cLGjIUNtJbPmyRCN4flJGOwlQOdM+1",
+	"YutnyspFys46yZ8F7dmZJudOrlD1YDUA8an0/KFpKw5CRmXF2ncR5QHc26onhum/zQOh31HEzLLyIvGU",
+	"9UwUqQ8lEfFcYIrwp5bnCpo3UdWLyUWrFFm4p81hh3Su3eI3AV4qSQC3wi4UbOmOawrThiT/hfXvnNKp",
+	"CB02tRuNBXn5kSCIPIUtUsDIk+g1BhL/9L4GiVuWTKeAuKiYU8PXj1FvnH/2I9tiwW30nGFHDZlp0kPm",
+	"W3/rlWiBkO+rkWCgrlFJRjuQZz/MhYZmybJUZVQDyR+L1EtykCLhByhRVtg6yxS8Cq7F+HEXnosVG7Zz",
+	"dU0rjcaRSqzWZZmOSGqDwkOD6MNUtFI20sZLlFyuHcQ17ZWwhTeKiEKuPH2l5Sr9uwudi1yD5uv15Hhp",
+	"4y0IWUBCnvFM/9oK2onemF13WyQ75Z8uZ3o3pkj0jTAW1iA3cLHATsZDMEQFH78FHQ75leZKUTIT791o",
+	"81HbRgc0uIckgoxfca/Q3sdXHw4X/IzUa6as+aQv/Hn6QpsSm6tz8vq8jwJxuLR442ttl8FeFbpGVRiU",
+	"/Vza5dzIKrcRSZW2nnQVUyxm+mVlVsotVW2Zm82zRaVRUeVUDM8nAsU6u5ATkZ6dYSPP/HXpiOxFyjHh",
+	"0sMudlWGWqGMulE5BzpQJFbqrjDQDLzVt3mmuVQv0kIxOziKcAoj+CQIdtGjiKGirSSTqFxOGKGvJjPt",
+	"2zY8f+pHLOrZCN6zUitTbRP/EoZTPAuRFQoN0IPoJCZS4VCHPMTMEMzEsR0P+cUBovL9VLKGwg6UiclF",
+	"3jhOiFE+bq9cVMoud6vpIXoaH+q96TD9hbOqXFDMj+oeU1mV3irxXGvdV3rpGW4iDvOrLT72w6O4yrxH",
+	"cPgA42gsntnbmKAFn5fj61aiXgcsNJ1eTGvys1wxW5oV0u4vith3PviaXn9MAfZ/xuriSasp501Tzneb",
+	"ct5pynm7KZd7m3L+5W5Tvoxb8mVvmfP7Fzk/WDPmUdghn9DTO2ROUep4fwX0j11RjY+z2uK9e86vBjrc",
+	"zyn8C979gBE2eMEhPmFsvhhq77AuqsBzYEf/CtXU/zTO4Jqnzi8q+ry/BHu0FATMCmhQ8oYo/Yn3JGLt",
+	"Q/JXhKS0DtFGn9EzTeQoframQhIzjD+DGdeD7GClyfhcgrMbH+AaKxcfzgQwMdmIN8XQ75FVW0xNskT3",
+	"QguGovV44COm+kblY/GjQS8fWD7EAdoqZbfF0xP692S0v8I5DNCDFjiHF/xJlIDYt3/t8ub/Evx+ofh4",
+	"TYupu1FjAf74rWc+OkjjF+/h18TYFxiZzEbbuORkLp284sI6cJvFhA4quof6INZ22lN/OKz/T7V6/8lX",
+	"WSjxu2eVJQcUA0uWG5o1uIbYPliBQdNbwLd/XUweXDZ5VeETl+FHWjZNud+96+Z+qukvLL86mmkk2B6T",
+	"jXn/IE306D0EfnGGnD79+O/BX2Lg9i/U0Ic5/1vv+JNyGY5ts4Z9XasN+wY+ifg/a6/yiuG9+ojr39nT",
+	"VYrHgTruIfYeq/1clJeUD7NpLAOObWZ1VSntrv3XKQb8yIiolFXOYnqc0epRE1IrenElVDP8ZcOH9zBU",
+	"i/FLPpRokZ72SU/687Rx4g2VfTSKYfvAHWwE4+aYS1tkg+lvv79L3sIGIMc9bZy6KgfTwdK59fTx4/OL",
+	"L8aT8WR8Pv3iq8sL3Cz88Le9VlYiCjqAk1AGO+c4HFNxjxusELuLeuBJ5P9LGiIQRNkhlQdiaBuehAap",
+	"7gMiu497IfUZU2tR0RMVYqDbUGI8LlU07rAIV7iEdvATMLpJ8DDrhlE0fgDNwe7dz9n3zimpy2LNj/CR",
+	"8RbUyreGs7t2H/d9cae0spZIsQr4E5+3Uq5q92ipZOmWoM78nwAAAP//jcR5VVdYAQA=",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

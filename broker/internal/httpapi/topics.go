@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -134,7 +135,26 @@ func (h *handlers) AlterTopic(ctx context.Context, r apigen.AlterTopicRequestObj
 }
 
 func (h *handlers) DeleteTopic(ctx context.Context, r apigen.DeleteTopicRequestObject) (apigen.DeleteTopicResponseObject, error) {
-	if err := h.b.DeleteTopic(ctx, r.Topic, authorizedIncarnation(ctx)); err != nil {
+	inc := authorizedIncarnation(ctx)
+	if r.Params.Incarnation != nil {
+		asked, err := strconv.ParseUint(*r.Params.Incarnation, 10, 64)
+		if err != nil || asked == 0 {
+			return nil, badParam("incarnation must be a topic's incarnation, as GET /v1/topics/{topic} gives it (digits)")
+		}
+		// Another incarnation than the one the name has now (as this node knows it),
+		// or than the one the caller's rights were checked on, is a mismatch rather
+		// than a topic not found. The delete is pinned to the one asked for, which the
+		// control plane checks again as it commits.
+		m, err := h.b.TopicMeta(r.Topic)
+		if err == nil && m.Incarnation != asked || inc != 0 && inc != noTopic && inc != asked {
+			return nil, newErr(http.StatusConflict, apigen.ErrorCodeIncarnationMismatch,
+				"topic "+r.Topic+" is not incarnation "+*r.Params.Incarnation+": it was deleted and created again since; nothing was deleted (read the topic again to delete the one it is now)")
+		}
+		if inc != noTopic {
+			inc = asked
+		}
+	}
+	if err := h.b.DeleteTopic(ctx, r.Topic, inc); err != nil {
 		return nil, err
 	}
 	return apigen.DeleteTopic204Response{}, nil

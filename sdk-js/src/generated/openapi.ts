@@ -117,7 +117,10 @@ export interface paths {
          *
          *     It deletes the incarnation the name has when the request is taken, as the
          *     controller knows it: a delete answered `503 timeout` that completes later never
-         *     deletes a topic created under the name since.
+         *     deletes a topic created under the name since. With `incarnation` (from
+         *     `GET /v1/topics/{topic}`), it deletes that incarnation only: when the name is
+         *     another topic now (deleted and created again since it was read) the answer is 409
+         *     `incarnation_mismatch` and nothing is deleted.
          *
          *     In a cluster the answer waits until a majority of every partition's replicas
          *     have applied the delete and closed their copy, so a produce sent after the 204
@@ -1969,7 +1972,10 @@ export interface operations {
     };
     deleteTopic: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The topic incarnation to delete; another one answers 409 `incarnation_mismatch`. */
+                incarnation?: string;
+            };
             header?: never;
             path: {
                 /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
