@@ -304,7 +304,9 @@ export function TopicPage({ name }: { name: string }) {
     setNote("");
     if (!(await ask(`Delete topic ${name} and every message in it? This cannot be undone.`, "Delete"))) return;
     try {
-      await api("DELETE", path);
+      // The topic this page shows, not one created again under the name since it was
+      // read: another incarnation answers 409 and stays.
+      await api("DELETE", t ? `${path}?incarnation=${enc(t.incarnation)}` : path);
       location.hash = "#/topics";
     } catch (e) {
       setActionError(e);

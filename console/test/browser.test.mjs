@@ -167,6 +167,41 @@ test("paging through a topic deleted and created again under its name stops with
   assert.doesNotMatch(await list.textContent(), /"new"/);
 });
 
+test("deleting a topic created again since the page read it deletes nothing", { timeout: 120_000 }, async (t) => {
+  const work = mkdtempSync(join(tmpdir(), "narad-console-delete-"));
+  let browser;
+  t.after(async () => {
+    await browser?.close();
+  });
+  const base = await startNarad(t, work, { PATH: process.env.PATH, HOME: work });
+  t.after(() => rmSync(work, { recursive: true, force: true }));
+  const call = async (method, path, body) => {
+    const r = await fetch(`${base}${path}`, { method, headers: { "Content-Type": "application/json" }, body: body && JSON.stringify(body) });
+    const text = await r.text();
+    assert.ok(r.ok, `${method} ${path}: ${r.status} ${text}`);
+    return r.status === 204 ? null : JSON.parse(text);
+  };
+  await call("POST", "/v1/topics", { name: "twice", partitions: 1 });
+  const old = await call("GET", "/v1/topics/twice");
+  browser = await chromium.launch({ executablePath: chromiumPath, args: browserArgs });
+  const page = await browser.newPage();
+  await page.goto(`${base}/console#/topics/twice`);
+  await page.getByRole("heading", { name: "Topic twice" }).waitFor();
+  // The page keeps the topic as it read it: its refresh (every 5 s) is answered with
+  // that reading, as if the topic were created again just after the page's last read.
+  await page.route(
+    (u) => u.pathname === "/v1/topics/twice",
+    (route) => (route.request().method() === "GET" ? route.fulfill({ json: old }) : route.continue()),
+  );
+  await call("DELETE", "/v1/topics/twice");
+  const again = await call("POST", "/v1/topics", { name: "twice", partitions: 1 });
+  await page.getByRole("button", { name: "Delete topic twice" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Delete" }).click();
+  await page.getByRole("alert").filter({ hasText: "409 incarnation_mismatch" }).waitFor();
+  const now = await call("GET", "/v1/topics/twice");
+  assert.equal(now.incarnation, again.incarnation, "the topic created again was deleted by a page showing the old one");
+});
+
 test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
   const work = mkdtempSync(join(tmpdir(), "narad-console-"));
   const shots = process.env.CONSOLE_SCREENSHOTS ? resolve(process.env.CONSOLE_SCREENSHOTS) : join(work, "shots");
