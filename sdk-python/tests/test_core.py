@@ -721,6 +721,20 @@ def test_only_401_403_and_a_gone_topic_stop_a_consumer() -> None:
         assert not plans.is_terminal(err), err
 
 
+def topic_doc(visibility_ms: int) -> dict[str, Any]:
+    """topic_doc is GET /v1/topics/t's answer for a topic "t" of one partition."""
+    return {"name": "t", "incarnation": "i", "partitions": 1, "retention_ms": 1000,
+            "visibility_timeout_ms": visibility_ms, "max_in_flight_per_partition": 10,
+            "max_acked_ahead_per_partition": 10, "replication_factor": 1,
+            "created_at": "2026-01-01T00:00:00Z"}
+
+
+def leased_msg() -> dict[str, Any]:
+    """leased_msg is a message of topic "t" as a consume answers it, under lease "h"."""
+    return {"topic": "t", "partition": 0, "offset": 0, "timestamp": 1, "payload": "",
+            "payload_encoding": "base64", "receipt_handle": "h", "delivery_attempt": 1}
+
+
 def test_a_500_on_a_poll_is_retried_by_the_consumer() -> None:
     """The whole loop: a consumer whose first poll is answered 500 reports it (a
     ``poll_error`` event with outcome ``retry``), polls again after a backoff, and
@@ -728,12 +742,8 @@ def test_a_500_on_a_poll_is_retried_by_the_consumer() -> None:
     ``consumer.error``."""
     polls = [0]
     acked = threading.Event()
-    topic = {"name": "t", "incarnation": "i", "partitions": 1, "retention_ms": 1000,
-             "visibility_timeout_ms": 30_000, "max_in_flight_per_partition": 10,
-             "max_acked_ahead_per_partition": 10, "replication_factor": 1,
-             "created_at": "2026-01-01T00:00:00Z"}
-    msg = {"topic": "t", "partition": 0, "offset": 0, "timestamp": 1, "payload": "",
-           "payload_encoding": "base64", "receipt_handle": "h", "delivery_attempt": 1}
+    topic = topic_doc(30_000)
+    msg = leased_msg()
 
     def handler(req: httpx.Request) -> httpx.Response:
         if req.url.path == "/v1/topics/t":
@@ -879,10 +889,7 @@ def test_a_consumers_wait_after_a_poll_error_is_bounded_by_the_retry_after_cap(m
     holds the consumer back at most MAX_RETRY_AFTER (300 s), as every call and the Go
     and TypeScript consumers do. The old consumer waited what the header said: a day
     here, with nothing polled meanwhile."""
-    topic = {"name": "t", "incarnation": "i", "partitions": 1, "retention_ms": 1000,
-             "visibility_timeout_ms": 30_000, "max_in_flight_per_partition": 10,
-             "max_acked_ahead_per_partition": 10, "replication_factor": 1,
-             "created_at": "2026-01-01T00:00:00Z"}
+    topic = topic_doc(30_000)
     polled = threading.Event()
 
     def handler(req: httpx.Request) -> httpx.Response:
@@ -946,12 +953,8 @@ def test_a_500_on_a_renewal_does_not_count_the_lease_lost() -> None:
     do, and the handler's result is acked. The old consumer took any failure that was
     not retryable for a lost lease: it cancelled the handler and never acked its
     message, which came again once the lease lapsed."""
-    topic = {"name": "t", "incarnation": "i", "partitions": 1, "retention_ms": 1000,
-             "visibility_timeout_ms": 1000, "max_in_flight_per_partition": 10,
-             "max_acked_ahead_per_partition": 10, "replication_factor": 1,
-             "created_at": "2026-01-01T00:00:00Z"}
-    msg = {"topic": "t", "partition": 0, "offset": 0, "timestamp": 1, "payload": "",
-           "payload_encoding": "base64", "receipt_handle": "h", "delivery_attempt": 1}
+    topic = topic_doc(1000)
+    msg = leased_msg()
     polls = [0]
     renewals = [0]
     acked = threading.Event()
@@ -1040,12 +1043,8 @@ def test_a_renewal_that_hangs_does_not_outlive_the_lease() -> None:
     old consumer waited for the renewal's whole call budget (the 30 s request timeout
     here) while the lease had long lapsed and the message was delivered elsewhere, and
     every other lease waited behind it, unrenewed."""
-    topic = {"name": "t", "incarnation": "i", "partitions": 1, "retention_ms": 1000,
-             "visibility_timeout_ms": 1000, "max_in_flight_per_partition": 10,
-             "max_acked_ahead_per_partition": 10, "replication_factor": 1,
-             "created_at": "2026-01-01T00:00:00Z"}
-    msg = {"topic": "t", "partition": 0, "offset": 0, "timestamp": 1, "payload": "",
-           "payload_encoding": "base64", "receipt_handle": "h", "delivery_attempt": 1}
+    topic = topic_doc(1000)
+    msg = leased_msg()
     polls = [0]
     release = threading.Event()
 
