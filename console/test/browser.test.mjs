@@ -19,17 +19,30 @@ const adminPassword = "console-admin-1";
 
 const browserArgs = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 
-test("with security off the console needs no login, and its writes pass the cross-site checks", { timeout: 120_000 }, async (t) => {
-  const work = mkdtempSync(join(tmpdir(), "narad-console-open-"));
-  // after hooks run in the order they are added: the browser, then narad, then the files.
+// openNarad starts a narad with security off in a temp dir and a Chromium page, and
+// gives call(method, path, body): a request to its API that fails the test on an error
+// answer and returns the answer's JSON (null for a 204). The after hooks run in the
+// order they are added: the browser, then narad, then the files.
+async function openNarad(t, name) {
+  const work = mkdtempSync(join(tmpdir(), `narad-console-${name}-`));
   let browser;
   t.after(async () => {
     await browser?.close();
   });
   const base = await startNarad(t, work, { PATH: process.env.PATH, HOME: work });
   t.after(() => rmSync(work, { recursive: true, force: true }));
+  const call = async (method, path, body) => {
+    const r = await fetch(`${base}${path}`, { method, headers: { "Content-Type": "application/json" }, body: body && JSON.stringify(body) });
+    const text = await r.text();
+    assert.ok(r.ok, `${method} ${path}: ${r.status} ${text}`);
+    return r.status === 204 ? null : JSON.parse(text);
+  };
   browser = await chromium.launch({ executablePath: chromiumPath, args: browserArgs });
-  const page = await browser.newPage();
+  return { base, call, page: await browser.newPage() };
+}
+
+test("with security off the console needs no login, and its writes pass the cross-site checks", { timeout: 120_000 }, async (t) => {
+  const { base, page } = await openNarad(t, "open");
   await page.goto(`${base}/console`);
   await page.getByText("security off").waitFor();
   await page.getByLabel("Name").fill("open.topic");
@@ -54,17 +67,8 @@ test("with security off the console needs no login, and its writes pass the cros
 });
 
 test("what a producer writes is shown as text, and a deeply nested payload does not swamp the page", { timeout: 120_000 }, async (t) => {
-  const work = mkdtempSync(join(tmpdir(), "narad-console-hostile-"));
-  let browser;
-  t.after(async () => {
-    await browser?.close();
-  });
-  const base = await startNarad(t, work, { PATH: process.env.PATH, HOME: work });
-  t.after(() => rmSync(work, { recursive: true, force: true }));
-  const post = async (path, body) => {
-    const r = await fetch(`${base}${path}`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
-    assert.ok(r.ok, `POST ${path}: ${r.status} ${await r.text()}`);
-  };
+  const { base, call, page } = await openNarad(t, "hostile");
+  const post = (path, body) => call("POST", path, body);
   await post("/v1/topics", { name: "hostile", partitions: 1 });
   // Arrays nested 128 deep (the broker's limit), side by side: 200 KiB of them indent
   // to about 26 MiB of text, two spaces per level on every line.
@@ -77,8 +81,6 @@ test("what a producer writes is shown as text, and a deeply nested payload does 
       { key: "nested", payload: JSON.parse(nested) },
     ],
   });
-  browser = await chromium.launch({ executablePath: chromiumPath, args: browserArgs });
-  const page = await browser.newPage();
   await page.goto(`${base}/console#/topics/hostile/partitions/0?from=0`);
   const list = page.getByRole("list", { name: "Messages" });
   await until("two messages", async () => (await list.locator("li").count()) === 2);
@@ -135,24 +137,12 @@ test("a damaged message the broker read past is named on the messages page", { t
 });
 
 test("paging through a topic deleted and created again under its name stops with a conflict", { timeout: 120_000 }, async (t) => {
-  const work = mkdtempSync(join(tmpdir(), "narad-console-again-"));
-  let browser;
-  t.after(async () => {
-    await browser?.close();
-  });
-  const base = await startNarad(t, work, { PATH: process.env.PATH, HOME: work });
-  t.after(() => rmSync(work, { recursive: true, force: true }));
-  const call = async (method, path, body) => {
-    const r = await fetch(`${base}${path}`, { method, headers: { "Content-Type": "application/json" }, body: body && JSON.stringify(body) });
-    assert.ok(r.ok, `${method} ${path}: ${r.status} ${await r.text()}`);
-  };
+  const { base, call, page } = await openNarad(t, "again");
   const make = async (generation) => {
     await call("POST", "/v1/topics", { name: "again", partitions: 1 });
     await call("POST", "/v1/topics/again/produce-batch", { messages: [0, 1, 2].map((n) => ({ payload: { generation, n } })) });
   };
   await make("old");
-  browser = await chromium.launch({ executablePath: chromiumPath, args: browserArgs });
-  const page = await browser.newPage();
   await page.goto(`${base}/console#/topics/again/partitions/0?from=0`);
   const list = page.getByRole("list", { name: "Messages" });
   await until("the old topic's messages", async () => (await list.locator("li").count()) === 3);
@@ -168,23 +158,9 @@ test("paging through a topic deleted and created again under its name stops with
 });
 
 test("deleting a topic created again since the page read it deletes nothing", { timeout: 120_000 }, async (t) => {
-  const work = mkdtempSync(join(tmpdir(), "narad-console-delete-"));
-  let browser;
-  t.after(async () => {
-    await browser?.close();
-  });
-  const base = await startNarad(t, work, { PATH: process.env.PATH, HOME: work });
-  t.after(() => rmSync(work, { recursive: true, force: true }));
-  const call = async (method, path, body) => {
-    const r = await fetch(`${base}${path}`, { method, headers: { "Content-Type": "application/json" }, body: body && JSON.stringify(body) });
-    const text = await r.text();
-    assert.ok(r.ok, `${method} ${path}: ${r.status} ${text}`);
-    return r.status === 204 ? null : JSON.parse(text);
-  };
+  const { base, call, page } = await openNarad(t, "delete");
   await call("POST", "/v1/topics", { name: "twice", partitions: 1 });
   const old = await call("GET", "/v1/topics/twice");
-  browser = await chromium.launch({ executablePath: chromiumPath, args: browserArgs });
-  const page = await browser.newPage();
   await page.goto(`${base}/console#/topics/twice`);
   await page.getByRole("heading", { name: "Topic twice" }).waitFor();
   // The page keeps the topic as it read it: its refresh (every 5 s) is answered with
