@@ -2,10 +2,12 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/auth"
 )
 
 // Limits of the API. Each is defined here once: the checks, the messages that name
@@ -70,9 +72,16 @@ func ValidTopicName(name string) bool {
 	return true
 }
 
+// TopicNameRule and UsernameRule say what a valid topic name and username are, as
+// the invalid_name answers put it.
+var (
+	TopicNameRule = fmt.Sprintf("use 1 to %d characters of a-z A-Z 0-9 . _ - (not . or ..)", MaxTopicNameLen)
+	UsernameRule  = fmt.Sprintf("use 1 to %d characters of a-z A-Z 0-9 . _ - @", auth.MaxUsernameLen)
+)
+
 func checkName(name string) error {
 	if !ValidTopicName(name) {
-		return invalid(apigen.ErrorCodeInvalidName, "topic name %q is invalid: use 1 to %d characters of a-z A-Z 0-9 . _ - (not . or ..)", truncate(name, 64), MaxTopicNameLen)
+		return invalid(apigen.ErrorCodeInvalidName, "topic name %q is invalid: %s", truncate(name, 64), TopicNameRule)
 	}
 	return nil
 }

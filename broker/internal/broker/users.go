@@ -53,7 +53,7 @@ func (b *Broker) CreateUser(ctx context.Context, name, password string, grants [
 	}
 	if err := auth.CheckUsername(name); err != nil {
 		// invalid_name, as the API lists it for a user name as for a topic name.
-		return auth.User{}, invalid(apigen.ErrorCodeInvalidName, "username %q is invalid: use 1 to %d characters of a-z A-Z 0-9 . _ - @", truncate(name, 64), auth.MaxUsernameLen)
+		return auth.User{}, invalid(apigen.ErrorCodeInvalidName, "username %q is invalid: %s", truncate(name, 64), UsernameRule)
 	}
 	if err := errors.Join(auth.CheckPassword(password), auth.CheckGrants(grants, ValidTopicName)); err != nil {
 		return auth.User{}, authInvalid(err)

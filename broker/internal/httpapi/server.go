@@ -35,7 +35,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
-	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/reqid"
 )
@@ -528,9 +527,9 @@ func nameError(op string, err error) *apiError {
 	field := strings.Join(se.JSONPointer(), ".")
 	switch {
 	case op == "createTopic" && field == "name":
-		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidName, "a topic name is invalid: use 1 to "+strconv.Itoa(broker.MaxTopicNameLen)+" characters of a-z A-Z 0-9 . _ - (not . or ..)")
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidName, "a topic name is invalid: "+broker.TopicNameRule)
 	case op == "createUser" && field == "username":
-		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidName, "a username is invalid: use 1 to "+strconv.Itoa(auth.MaxUsernameLen)+" characters of a-z A-Z 0-9 . _ - @")
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidName, "a username is invalid: "+broker.UsernameRule)
 	}
 	return nil
 }
