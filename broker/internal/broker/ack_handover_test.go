@@ -67,6 +67,7 @@ func replLeasedOne(t *testing.T, bs []*Broker, name string) (Delivered, int) {
 // and answers 204). Here the transfer completes 300 ms after the ack was sent; the
 // ack must answer 204, as the one sent through the leader itself does.
 func TestAForwardedAckDuringAHandoverFollowsTheLeadership(t *testing.T) {
+	t.Parallel()
 	bs := startReplCluster(t, 3, false)
 	const name = "r3handover"
 	d, lead := replLeasedOne(t, bs, name)

@@ -15,6 +15,7 @@ import (
 // message again, and [ack H, extend=true H] answered the renewal of a lease the batch
 // then settled 204.
 func TestAnAckBatchNamingALeaseTwiceTakesItsEntriesInOrder(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()

@@ -11,6 +11,7 @@ import (
 // admits no members (501). Its answer joined two errors, a newline and the control
 // plane's internal wording ("meta: no forwarder configured") into the message.
 func TestAddMemberOnALoneNodeSaysWhatToDo(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	err := b.AddMember(context.Background(), "n2", "127.0.0.1:1")

@@ -102,6 +102,7 @@ func TestAnAlterWhileAReplicaOpensReachesIt(t *testing.T) {
 // the alter was answered 503 timeout and its caller went on. On the old code the alter
 // changed the new topic, of which its caller knew nothing.
 func TestALateAlterLeavesATopicCreatedSinceAlone(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	f, c := -1, -1

@@ -13,6 +13,7 @@ import (
 // first: the client was told the request conflicted, and the factor had changed and
 // its moves had started.
 func TestARefusedAlterChangesNoReplicationFactor(t *testing.T) {
+	t.Parallel()
 	bs := startReplCluster(t, 3, false)
 	ctx := context.Background()
 	b := bs[0]

@@ -13,6 +13,7 @@ import (
 // nodes whose own consumers attend to them go last, and one due to be heard again goes
 // first, for one consume.
 func TestConsumeOrder(t *testing.T) {
+	t.Parallel()
 	const n = 6
 	now := int64(time.Hour)
 	sec := int64(time.Second)
@@ -66,6 +67,7 @@ func TestConsumeOrder(t *testing.T) {
 // A holder counts its topic attended while a consume made to it is in progress and
 // for attendWindow after the last one ended.
 func TestAttendedByLocalConsumes(t *testing.T) {
+	t.Parallel()
 	a := newAttendance(1)
 	for _, at := range []int64{1, mono(), mono() + int64(attendWindow)} {
 		if a.attended(at) {
@@ -167,6 +169,7 @@ func maps(m map[string]int) map[string]int {
 // leads while they hold messages: no lease is forwarded but the few that ask whether
 // the others are still attended.
 func TestConsumesOnEveryNodeStayOnTheirNode(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	defer plane.setHook(nil)
 	const parts, per = 6, 40
@@ -234,6 +237,7 @@ func TestConsumesOnEveryNodeStayOnTheirNode(t *testing.T) {
 // their turn (a node that took its own partitions first regardless would deliver none
 // of theirs here).
 func TestConsumesOnOneNodeServeEveryPartition(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	defer plane.setHook(nil)
 	const parts = 6

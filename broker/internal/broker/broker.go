@@ -705,8 +705,8 @@ func (b *Broker) openPart(t *topic, m meta.Topic, i int32) (*partition.Partition
 	return partition.Open(popts)
 }
 
-// openPartHook, set only by tests, runs as a partition is opened (a slow open, or a
-// failing one: its error is the open's).
+// openPartHook, set only by serial tests (never with t.Parallel), runs as a partition
+// is opened (a slow open, or a failing one: its error is the open's).
 var openPartHook atomic.Pointer[func(b *Broker, topic string, i int32) error]
 
 func (b *Broker) openTopic(m meta.Topic) (*topic, error) {
@@ -891,7 +891,8 @@ func (b *Broker) retentionLoop() {
 	}
 }
 
-// retentionHook, set only by tests, runs as retention starts on a topic (a slow pass).
+// retentionHook, set only by serial tests (never with t.Parallel), runs as retention
+// starts on a topic (a slow pass).
 var retentionHook atomic.Pointer[func(topic string)]
 
 func (b *Broker) enforceRetention(t *topic) {

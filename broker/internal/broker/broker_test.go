@@ -52,6 +52,7 @@ func produceN(t *testing.T, b *Broker, topic string, n int) {
 // inspects at once (run with -race), then checks every message was settled exactly once
 // and nothing is left.
 func TestConcurrentFlowUnderRace(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -151,6 +152,7 @@ func TestConcurrentFlowUnderRace(t *testing.T) {
 // TestDeleteRecreateIsolation checks contract 6: nothing of a deleted incarnation reaches
 // a new topic of the same name, and its handles are stale.
 func TestDeleteRecreateIsolation(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := mustStartBroker(t, dir)
 	ctx := context.Background()
@@ -191,6 +193,7 @@ func TestDeleteRecreateIsolation(t *testing.T) {
 // TestLongPollWakesOnProduce checks a parked consume returns as soon as a message is
 // produced, well before its wait.
 func TestLongPollWakesOnProduce(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -231,6 +234,7 @@ func testutilGauge(b *Broker) float64 {
 
 // TestFairAcrossPartitions checks that single-message consumes rotate over partitions.
 func TestFairAcrossPartitions(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -262,6 +266,7 @@ func TestFairAcrossPartitions(t *testing.T) {
 // TestLongPollCap checks that past MaxLongPolls a consume that would wait answers
 // unavailable at once instead of parking.
 func TestLongPollCap(t *testing.T) {
+	t.Parallel()
 	b, err := Open(Options{DataDir: t.TempDir(), NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxLongPolls: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -295,6 +300,7 @@ func TestLongPollCap(t *testing.T) {
 // incarnation is newer than anything the metadata applied is kept, not deleted, as
 // happens when the metadata store lost entries.
 func TestSweepKeepsDataTheMetadataDoesNotKnow(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := mustStartBroker(t, dir)
 	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "gone", Partitions: ptr[int32](1)}); err != nil {
@@ -326,6 +332,7 @@ func TestSweepKeepsDataTheMetadataDoesNotKnow(t *testing.T) {
 // node's shared sync group (its rounds show in the metrics), that "file" mode does not,
 // that messages survive a reopen in both, and that an unknown mode has no Syncer.
 func TestSyncModes(t *testing.T) {
+	t.Parallel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if _, ok := SyncerFor("fast"); ok {
 		t.Fatal("SyncerFor(fast): a syncer for an unknown mode")
@@ -399,6 +406,7 @@ func counterValue(t *testing.T, m *Metrics, name string) float64 {
 // append), successive requests take the partitions in turn, and keyed or pinned
 // messages of the same request still go where their key or index says.
 func TestKeylessBatchOnePartition(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()

@@ -33,6 +33,7 @@ func closeInPlace(t *testing.T, b *Broker, name string, i int) {
 // with the controller kept it, the incarnation being the same: the client's producer
 // dropped its message as "no such topic" and its consumer stopped.
 func TestAPartitionClosedUnderItsTopicIsNotANotFound(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// "moving" has one partition, with a message leased; "split" has two, for a batch
 	// over both. Partition 0 of each is closed.
@@ -109,6 +110,7 @@ func TestAPartitionClosedUnderItsTopicIsNotANotFound(t *testing.T) {
 // delete when the holder answered "closed": it learns of the delete by catching up
 // with the controller, and answers as for a topic that does not exist.
 func TestAPartitionClosedByItsTopicsDeleteIsStillANotFound(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	defer plane.setHook(nil)

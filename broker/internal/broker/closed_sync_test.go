@@ -47,6 +47,7 @@ func slowSync(plane *fakePlane, d time.Duration) *atomic.Int64 {
 // turn: 50 round trips in series, 1.5 s with a controller 30 ms away, and 50 times
 // syncBound (100 s) for one request with a controller that cannot answer.
 func TestABatchAckOnAClosedPartitionAsksTheControllerOnce(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	e := nonController(t, bs)
@@ -96,6 +97,7 @@ func TestABatchAckOnAClosedPartitionAsksTheControllerOnce(t *testing.T) {
 // controller 1.2 s away, the client was handed leases that had lapsed, and its ack
 // answered 410 lease_lost though it acked at once.
 func TestAConsumeHoldingLeasesDoesNotWaitOnTheController(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	e := nonController(t, bs)

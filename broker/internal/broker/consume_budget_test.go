@@ -13,6 +13,7 @@ import (
 // waits of every partition up (the chaos tier saw a consume-batch take 13 s, past the
 // bound a client may expect).
 func TestConsumeOfSlowHoldersAnswersWithinItsBudget(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	const parts = 12
@@ -53,6 +54,7 @@ func TestConsumeOfSlowHoldersAnswersWithinItsBudget(t *testing.T) {
 // after its grant with a 2 s timeout). Every message handed out must still be leased
 // to the caller: each is acked with 204.
 func TestConsumeHandsOutNoLapsedLease(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	const parts = 12

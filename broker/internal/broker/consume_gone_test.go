@@ -11,6 +11,7 @@ import (
 // timeout with nobody to process it. Here the client is gone before the message is
 // looked at: the message must stay available to the next consumer at once.
 func TestConsumeForAGoneClientLeasesNothing(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "t", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](3_600_000)}); err != nil {
@@ -35,6 +36,7 @@ func TestConsumeForAGoneClientLeasesNothing(t *testing.T) {
 // being taken are handed back, deliverable again at once (not after an hour's
 // visibility timeout).
 func TestHandBackFreesLeasesAtOnce(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -62,6 +64,7 @@ func TestHandBackFreesLeasesAtOnce(t *testing.T) {
 // message's first attempt, as after an unsent lease (Unlease), not a second one.
 // delivery_attempt drives retry tiers and parking after N attempts.
 func TestHandBackCountsNoAttempt(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()

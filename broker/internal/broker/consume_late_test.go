@@ -81,6 +81,7 @@ func consumeUntil(t *testing.T, b *Broker, topic string, limit time.Duration, ps
 // meanwhile). A lease answered after 7/8 of the visibility timeout is handed back
 // instead, and the message is delivered again.
 func TestConsumeHandsOutNoFirstLeaseAnsweredAfterItLapsed(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	_, far := twoPartsOneEach(t, bs, "slowback", 1000)
@@ -290,6 +291,7 @@ func TestConsumeBudgetBoundsTheWaitForAnElectingPartition(t *testing.T) {
 // counted a delivery attempt that never was. The holder's handler sees its caller
 // stop waiting now and hands the lease back, uncounted.
 func TestConsumeCutAtTheBudgetHandsBackTheLeaseItsHolderTook(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 2)
 	here, far := twoPartsOneEach(t, bs, "cut", 3_600_000) // the budget: 3 s
 	for _, p := range []int{here, far} {

@@ -196,7 +196,8 @@ func (b *Broker) staleSeal(sealed []byte) bool {
 
 // resealInterval is how often the controller looks for remote children's passwords
 // sealed under a key that is not the current one (after a rotation of the cluster
-// secret began, or a lone node joined a cluster), in nanoseconds. Tests shorten it.
+// secret began, or a lone node joined a cluster), in nanoseconds. Serial tests (never
+// with t.Parallel) shorten it.
 var resealInterval atomic.Int64
 
 func init() { resealInterval.Store(int64(5 * time.Second)) }

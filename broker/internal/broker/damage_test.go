@@ -14,6 +14,7 @@ import (
 // copied. Fan-out must skip it (logged and counted) and go on copying the rest, not retry
 // it forever and stop copying that parent.
 func TestFanoutSkipsDamagedParentRecord(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	b := mustStartBroker(t, dir)

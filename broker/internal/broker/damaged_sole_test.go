@@ -26,6 +26,7 @@ import (
 // code its whole log was set aside: the group restored its snapshot, whose messages it
 // fetched from no source for ever, and the partition never served again.
 func TestASoleReplicaDamagedAtOpenKeepsItsData(t *testing.T) {
+	t.Parallel()
 	t.Run("bit flip", func(t *testing.T) { soleReplicaDamaged(t, false) })
 	// No fault of the disk at all: the replica's log is written without sync, and a
 	// power cut after a segment roll can leave the next segment's directory entry

@@ -27,6 +27,7 @@ import (
 // it every partition of its topic on this node, at every start. The only replica of a
 // partition still refuses, its files left as they are.
 func TestAReplicaWhoseStateDoesNotOpenIsRebuilt(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		file     string
 		replicas []string

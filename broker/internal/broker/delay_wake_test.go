@@ -52,6 +52,7 @@ const delayWakeMs = 60_000
 // is due at once; on the old code it was copied only with m0, a minute on (found by
 // an adversarial review, 6 December).
 func TestDelayCopierWakesForAnEarlierMessageInAnotherPartition(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	delayChildWaiting(t, b)
@@ -75,6 +76,7 @@ func TestDelayCopierWakesForAnEarlierMessageInAnotherPartition(t *testing.T) {
 // of the parent, but a partition whose first message is not yet due holds back the
 // rest, so appends behind it cost no read of it.
 func TestDelayCopierDoesNotReadAWaitingPartitionAgain(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	c := delayChildWaiting(t, b)

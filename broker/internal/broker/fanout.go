@@ -634,8 +634,8 @@ func (b *Broker) AttachChild(ctx context.Context, parent, child string, delayMs 
 	return ChildInfo{Name: child, DelayMs: delayMs}, nil
 }
 
-// attachHook, set only by tests, runs between reading the parent's start offsets and
-// the attach command.
+// attachHook, set only by serial tests (never with t.Parallel), runs between reading
+// the parent's start offsets and the attach command.
 var attachHook func()
 
 func checkDelay(delayMs int64) error {

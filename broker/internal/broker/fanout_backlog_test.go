@@ -58,6 +58,7 @@ func fanoutBacklog(t *testing.T, n int, mk func(i int) []byte, between func(dir 
 // the parent's next append after the records before the damage: in a quiet topic the
 // copy stopped there.
 func TestFanoutReadsOnPastADamagedRecord(t *testing.T) {
+	t.Parallel()
 	small := func(i int) []byte { return []byte(fmt.Sprintf(`"d%02d"`, i)) }
 	flip := func(dir string) {
 		files, _ := filepath.Glob(filepath.Join(dir, "topics", "*-p", "0", "log", "*.log"))

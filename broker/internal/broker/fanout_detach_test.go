@@ -84,6 +84,7 @@ func copierOf(b *Broker, child string, attachID uint64) *copier {
 // was not due yet. On the old code the copy named only the child's incarnation, and
 // it was stored at once.
 func TestACopyHeldAcrossADetachAndAReattachIsRefused(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	leader, hp, parent, child := detachSetup(t, bs)
@@ -163,6 +164,7 @@ func TestACopyHeldAcrossADetachAndAReattachIsRefused(t *testing.T) {
 // failing copy, into the detached child as soon as the copy could go through (into a
 // child attached again as a delay child meanwhile, it came early).
 func TestACopierCutOffFromTheControllerCopiesNothingAfterADetach(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	leader, hp, parent, child := detachSetup(t, bs)

@@ -17,6 +17,7 @@ import (
 // message retention had deleted. The cursor moves past the deleted ones at once now,
 // and only the damaged one counts.
 func TestFanoutSkipsADamagedOldestMessageOnceAfterRetentionPassedTheCursor(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := mustStartBroker(t, dir)
 	ctx := context.Background()

@@ -74,6 +74,7 @@ func fannedOut(t *testing.T, n int) (*Broker, *topic) {
 // the group's cursor when it starts leading now. Found by an adversarial review (5
 // December); fails on the old code.
 func TestFanoutResumesFromTheGroupsCursorWhenItLeads(t *testing.T) {
+	t.Parallel()
 	b, pt := fannedOut(t, 10)
 	cp := b.copierOf(t, "c")
 	rp := wentBack(t, pt)
@@ -94,6 +95,7 @@ func TestFanoutResumesFromTheGroupsCursorWhenItLeads(t *testing.T) {
 // forced takeover, a restore): the copier copies from its end, so the messages stored
 // there next are copied. Before, it waited at its cursor and skipped them.
 func TestFanoutCopiesFromTheEndOfAParentLogThatWentBack(t *testing.T) {
+	t.Parallel()
 	b, pt := fannedOut(t, 10)
 	cp := b.copierOf(t, "c")
 	rp := wentBack(t, pt)
@@ -118,6 +120,7 @@ func TestFanoutCopiesFromTheEndOfAParentLogThatWentBack(t *testing.T) {
 // partition again. The node that starts leading such a group commits its cursor
 // there. Found by an adversarial review (5 December); fails on the old code.
 func TestFanoutCursorReachesAGroupMadeOverALoneCopy(t *testing.T) {
+	t.Parallel()
 	b, pt := fannedOut(t, 5)
 	cp := b.copierOf(t, "c")
 	lone := pt.parts()[0]

@@ -11,6 +11,7 @@ import (
 // copier stayed registered, so nothing started another one and the child received
 // nothing more until the node restarted.
 func TestFanoutSurvivesAClosedPartition(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()

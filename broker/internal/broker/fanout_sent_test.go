@@ -15,6 +15,7 @@ import (
 // hold new messages, and the copy skips them for the child partition that took the
 // old ones: lost for that child.
 func TestACopyForgetsWhatItSentWhenTheParentsHistoryWentBack(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()

@@ -70,6 +70,7 @@ func childPaused(t *testing.T, b *Broker, parent, child string) string {
 // when the grant returns the copy resumes with what was produced meanwhile. A deleted
 // owner never comes back, not even as a new user of the same name.
 func TestFanoutStopsWhenOwnerLosesParentGrant(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()

@@ -23,6 +23,7 @@ import (
 // (their reconcile is held) until the call returns, and the survivor applies it while
 // its first read of the partition's counters is on its way to another node.
 func TestAForcedTakeoverReadsTheSurvivorsEnd(t *testing.T) {
+	t.Parallel()
 	bs, hooked := startHookedReplCluster(t, 3, false)
 	li, vi, vt, oldGroup := behindSurvivor(t, bs)
 	victim, third := bs[vi], bs[(li+2)%len(bs)]
@@ -87,6 +88,7 @@ func TestAForcedTakeoverReadsTheSurvivorsEnd(t *testing.T) {
 // a node that is not the survivor: it reads the survivor's log end from the survivor
 // (a read of the counters that only the survivor's replica in the new group answers).
 func TestAForcedTakeoverAskedOfAnotherNodeReadsTheSurvivorsEnd(t *testing.T) {
+	t.Parallel()
 	bs := startReplCluster(t, 3, false)
 	li, vi, vt, _ := behindSurvivor(t, bs)
 	asker := bs[(li+2)%len(bs)]
@@ -142,6 +144,7 @@ func behindSurvivor(t *testing.T, bs []*Broker) (li, vi int, vt *topic, group st
 // answered at once, also when asked of that node, as it was before survivorEnd: its
 // group id is "", which no group on the host leads.
 func TestAForcedTakeoverOfAnUnreplicatedPartitionAnswersAtOnce(t *testing.T) {
+	t.Parallel()
 	bs := startReplCluster(t, 3, false)
 	ctx := context.Background()
 	m, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "solo", Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](1)})
@@ -174,6 +177,7 @@ func TestAForcedTakeoverOfAnUnreplicatedPartitionAnswersAtOnce(t *testing.T) {
 // a read of the counters; only its replica in the new group may (serveData's check of
 // the request's group). Its first read reaches the survivor before it follows.
 func TestAForcedTakeoverOfTheOldLeaderWaitsForItsNewGroup(t *testing.T) {
+	t.Parallel()
 	bs, hooked := startHookedReplCluster(t, 3, false)
 	li := hurtTopic(t, bs)
 	survivor, ai := bs[li], (li+1)%len(bs)
@@ -207,6 +211,7 @@ func TestAForcedTakeoverOfTheOldLeaderWaitsForItsNewGroup(t *testing.T) {
 // follow the takeover until the call returns). The old code waited out its 30 s and
 // answered 503 "did not lead the partition within 30 s": the survivor never would.
 func TestAForcedTakeoverOfATopicDeletedMeanwhileAnswersNotFound(t *testing.T) {
+	t.Parallel()
 	bs := startReplCluster(t, 3, false)
 	li, vi, _, _ := behindSurvivor(t, bs)
 	victim, asker := bs[vi], bs[(li+2)%len(bs)]

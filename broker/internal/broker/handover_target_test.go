@@ -10,6 +10,7 @@ import (
 // that just stopped, and a transfer to it fails and lets the handed-over leases lapse
 // as in a crash. Only when every candidate is silent is the most caught-up one tried.
 func TestHandOverTargetSkipsSilentVoters(t *testing.T) {
+	t.Parallel()
 	info := raftetcd.GroupInfo{Voters: []uint64{1, 2, 3, 4}, Match: map[uint64]uint64{2: 90, 3: 100, 4: 100}}
 	silent := map[uint64]bool{}
 	isSilent := func(id uint64) bool { return silent[id] }
@@ -40,6 +41,7 @@ func TestHandOverTargetSkipsSilentVoters(t *testing.T) {
 // placement's or the stop's) is refused until the first releases it, and the first's
 // giving up (ResumeAfterHandOver) cannot cut into the second's.
 func TestClaimHandOverIsExclusive(t *testing.T) {
+	t.Parallel()
 	b := &Broker{repl: &replication{}}
 	release, ok := b.claimHandOver("g1")
 	if !ok {
@@ -68,6 +70,7 @@ func TestClaimHandOverIsExclusive(t *testing.T) {
 // planned change (a review, 6 December). A voter the placement still names is chosen
 // first.
 func TestHandOverAvoidsAReplicaOnItsWayOut(t *testing.T) {
+	t.Parallel()
 	bs := startReplCluster(t, 3, false)
 	replLeasedOne(t, bs, "out")
 	lead := leaderIndex(bs, "out", 0)

@@ -31,6 +31,7 @@ import (
 // The test reaches the left-closed state directly: the follower's replica is closed
 // in place and marked as openTopic marks one whose raft/ fails its checks at a start.
 func TestALeftClosedReplicaMovedOffCanComeBack(t *testing.T) {
+	t.Parallel()
 	bs := startReplCluster(t, 4, false)
 	ctx := context.Background()
 	li := hurtTopic(t, bs)
@@ -114,6 +115,7 @@ func parseMoveID(t *testing.T, id string) uint64 {
 // new group too, until the node restarted: the takeover answered 503 after 30 s and
 // the partition had no leader.
 func TestALeftClosedReplicaTakenOverByForceOpens(t *testing.T) {
+	t.Parallel()
 	bs := startReplCluster(t, 3, false)
 	ctx := context.Background()
 	li := hurtTopic(t, bs)
@@ -143,6 +145,7 @@ func TestALeftClosedReplicaTakenOverByForceOpens(t *testing.T) {
 // damaged/ first, and only then was the group's log found damaged: a forced takeover
 // here then started from an empty partition.
 func TestAReplicaDamagedInBothItsStateAndItsGroupLogKeepsItsData(t *testing.T) {
+	t.Parallel()
 	bs := startReplCluster(t, 3, false)
 	li := hurtTopic(t, bs)
 	victim := bs[(li+1)%len(bs)]

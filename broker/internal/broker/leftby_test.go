@@ -13,6 +13,7 @@ import (
 // lacks, and its copy is kept (closed) as every replica a takeover leaves out is. The
 // old code deleted it as a failed move's learner (a review of the moves, 5 December).
 func TestLeftByKeepsTheCopyOfATargetAForcedTakeoverLeftOut(t *testing.T) {
+	t.Parallel()
 	tp := &topic{name: "t", incarnation: 7}
 	move := func(from, to, status, reason string) meta.Move {
 		return meta.Move{ID: 1, Topic: "t", Incarnation: 7, Partition: 0, From: from, To: to, Status: status, Reason: reason}

@@ -8,6 +8,7 @@ import (
 // TestShortDuration pins how messages spell the duration limits: a change here changes
 // what clients read in a 400.
 func TestShortDuration(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		MaxVisibility:           "12h",
 		MaxWait:                 "20s",

@@ -17,6 +17,7 @@ import (
 // first one's), and opens once the first has closed. Before the directory lock the
 // second opened and replayed wal/, then waited for ever on the control-plane store.
 func TestSecondOpenOfADirectoryInUseIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	opts := Options{DataDir: dir, NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WAL: true}
 	open := func() (*Broker, error) { return Open(opts) }

@@ -14,6 +14,7 @@ import (
 // API answers as safe to retry) but as a timeout (503 timeout: outcome unknown); a
 // write refused before it was proposed stays unavailable.
 func TestMetadataWriteOfUnknownOutcomeIsATimeout(t *testing.T) {
+	t.Parallel()
 	unknown := mapMetaErr(fmt.Errorf("%w: create_topic", meta.ErrOutcomeUnknown))
 	if !errors.Is(unknown, context.DeadlineExceeded) || errors.Is(unknown, ErrUnavailable) {
 		t.Errorf("outcome unknown mapped to %v: want a deadline exceeded that is not ErrUnavailable", unknown)

@@ -144,6 +144,7 @@ func (c *restartableCluster) start(i int) *Broker {
 // not open a replica its placement no longer names, so the group had no majority for
 // good: the partition took no produce, and the move stayed switching.
 func TestASourceRestartedWhileItsMoveSwitchesOpensItsReplica(t *testing.T) {
+	t.Parallel()
 	c := startRestartableCluster(t, 3)
 	ctx := context.Background()
 	bs := c.bs
@@ -216,6 +217,7 @@ func TestASourceRestartedWhileItsMoveSwitchesOpensItsReplica(t *testing.T) {
 // for good on the old code: only a move's source was looked for among the replicas not
 // opened (removeUnopened), and each start logged the copy as an orphan.
 func TestAFailedMovesTargetThatWasDownDeletesItsCopy(t *testing.T) {
+	t.Parallel()
 	c := startRestartableCluster(t, 5)
 	ctx := context.Background()
 	bs := c.bs

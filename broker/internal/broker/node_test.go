@@ -15,6 +15,7 @@ import (
 // after it, and an empty interval after a quiet one. In file sync mode there are no
 // rounds to report.
 func TestNodeStats(t *testing.T) {
+	t.Parallel()
 	b, err := Open(Options{DataDir: t.TempDir(), NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatsInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +67,7 @@ func TestNodeStats(t *testing.T) {
 // TestNodeStatsFileSync: each write syncs its own file, so there are no shared rounds
 // to report, and the disk figures are still there.
 func TestNodeStatsFileSync(t *testing.T) {
+	t.Parallel()
 	b, err := Open(Options{DataDir: t.TempDir(), NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatsInterval: time.Hour, Syncer: FileSync})
 	if err != nil {
 		t.Fatal(err)

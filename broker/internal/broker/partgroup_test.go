@@ -31,6 +31,7 @@ func (closingHost) ConfirmLeader(context.Context, string) error      { return ni
 // and both copies were delivered (the cluster chaos run, seed 5151). A group that
 // closed before taking the command still answers "not the leader".
 func TestAGroupClosedAfterAProposalLeavesItsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
 	b := &Broker{}
 	g := &partGroup{host: closingHost{takes: true}, id: "t/0"}
 	_, err := g.Propose(context.Background(), []byte("cmd"), nil)

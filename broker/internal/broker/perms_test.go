@@ -13,6 +13,7 @@ import (
 // 0700 (the umask can only take bits away); files a library creates inside such a
 // directory are out of other users' reach.
 func TestDataFilesArePrivate(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "data")
 	b := mustStartBroker(t, dir)
 	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "secret", Partitions: ptr[int32](2)}); err != nil {

@@ -16,6 +16,7 @@ import (
 // gone; an ack naming a newer incarnation already caught up first. Cut off from the
 // controller, it answers unavailable (retry).
 func TestABatchNamingANewerIncarnationOnANodeBehindCatchesUp(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	_, f, m, undo := recreatedBehind(t, plane, bs, TopicSpec{Name: "again", Partitions: ptr[int32](1)})

@@ -13,6 +13,7 @@ import (
 // that does not match, are still refused; a topic without a schema keeps the kind the
 // client chose.
 func TestSchemaTopicTakesJSONSentAsBytes(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -96,6 +97,7 @@ func TestSchemaTopicTakesJSONSentAsBytes(t *testing.T) {
 // stored and delivered as JSON, so it must keep within the nesting a consumer's JSON
 // decoder takes, exactly as JSON declared as JSON must (the HTTP layer checks that).
 func TestSchemaTopicBytesKeepTheDepthLimit(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()

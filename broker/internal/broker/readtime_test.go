@@ -15,6 +15,7 @@ import (
 // as a replay by offset does, 503 to retry. The look for the time passed the segment
 // log's own "closed" up, which matched no error of the broker's and was answered 500.
 func TestAReadByTimeOnAClosedPartitionIsUnavailable(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -47,6 +48,7 @@ func TestAReadByTimeOnAClosedPartitionIsUnavailable(t *testing.T) {
 // ever or gave up. A replay read goes past it now and names its offset; a read of that
 // one offset still fails.
 func TestAReplayReadsPastADamagedMessage(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	b := mustStartBroker(t, dir)
@@ -97,6 +99,7 @@ func TestAReplayReadsPastADamagedMessage(t *testing.T) {
 // messages at those offsets as if they continued the old one (skipping the new
 // topic's first ones). A read that names the incarnation it follows is refused.
 func TestAReplayNamingAnIncarnationMeetsNoOtherTopic(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()

@@ -560,9 +560,9 @@ func leaseLocal(topic string, p int, lp *partition.Partition, limit int, vis tim
 	return ds, err
 }
 
-// localLeaseHook and localLeasedHook, set only by tests, run before and after a lease
-// of a partition held here (a slow one: its group's confirmation waiting on a slow
-// disk, before or after the grant).
+// localLeaseHook and localLeasedHook, set only by serial tests (never with t.Parallel),
+// run before and after a lease of a partition held here (a slow one: its group's
+// confirmation waiting on a slow disk, before or after the grant).
 var localLeaseHook, localLeasedHook atomic.Pointer[func(topic string, p int)]
 
 // settleOn settles leases of partition p of t, wherever it lives.

@@ -22,6 +22,7 @@ import (
 // entry node does, so the entry node must wait for the answer and hand it back, not
 // drop it.
 func TestRemoteLeaseOfGoneClientIsHandedBack(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "gone", Partitions: ptr[int32](1), VisibilityMs: ptr[int64](60_000)}); err != nil {
@@ -96,6 +97,7 @@ func TestRemoteLeaseOfGoneClientIsHandedBack(t *testing.T) {
 // just lost its leadership, the node plane down), the topic may well exist, created
 // through another node: the answer is 503, never a 404 for a topic that exists.
 func TestLookupThatCannotSyncIsNotANotFound(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	f := -1
@@ -183,6 +185,7 @@ func recreatedBehind(t *testing.T, plane *fakePlane, bs []*Broker, spec TopicSpe
 // not ack it, it is delivered again"); a node that cannot tell yet answers 503, and
 // once it caught up the ack settles.
 func TestAckOfNewerIncarnationOnABehindNode(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	l, f, _, undo := recreatedBehind(t, plane, bs, TopicSpec{Name: "again", Partitions: ptr[int32](3), VisibilityMs: ptr[int64](60_000)})
@@ -222,6 +225,7 @@ func TestAckOfNewerIncarnationOnABehindNode(t *testing.T) {
 // answers that refusal, as a local partition's would be: not "timeout, the outcome is
 // unknown", which tells the client its ack may have settled.
 func TestRemoteSettleKeepsTheHoldersError(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	leader := -1
@@ -271,6 +275,7 @@ func TestRemoteSettleKeepsTheHoldersError(t *testing.T) {
 // incarnation: the holder knows the topic exists (anew), so the answer is "retry" (503),
 // not 404 for a topic the client has just created; once caught up it is served.
 func TestForwardedToARecreatedTopicIsNotANotFound(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	leader := -1
@@ -337,6 +342,7 @@ func TestForwardedToARecreatedTopicIsNotANotFound(t *testing.T) {
 // wait 1 s right after a produce got the copy it must not see yet (the conformance
 // scenario behaviour-delay-child, on a cluster).
 func TestLongPollCountsItsWaitFromArrival(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "slow", Partitions: ptr[int32](1)}); err != nil {
@@ -389,6 +395,7 @@ func consumable(t *testing.T, b *Broker, name string) {
 // unreachable), keeps trying within its wait and returns the message once the
 // partition answers, instead of a 503 at once that the client must retry.
 func TestLongPollWaitsOutAShortOutage(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 2)
 	ctx := context.Background()
 	if _, err := bs[0].CreateTopic(ctx, TopicSpec{Name: "blip", Partitions: ptr[int32](1)}); err != nil {
@@ -461,6 +468,7 @@ func asAClient(t *testing.T, what string, write func() error, done error) {
 // incarnation, a message nobody could read. The holder is let catch up as soon as the
 // deleting node asks it whether it applied the delete.
 func TestProduceAfterDeleteIsNotStoredInTheDeletedTopic(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	leader := controllerIndex(bs)
@@ -495,6 +503,7 @@ func TestProduceAfterDeleteIsNotStoredInTheDeletedTopic(t *testing.T) {
 // answers after the holder would have stopped counting as current, and counts the
 // unconfirmed delete.
 func TestDeleteWithAnUnreachableHolderAnswers(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	leader := controllerIndex(bs)
@@ -535,6 +544,7 @@ func TestDeleteWithAnUnreachableHolderAnswers(t *testing.T) {
 // the deleted incarnation: before the lease, it counted as current because it knew a
 // controller, and took a produce (202) and handed out a message of the deleted topic.
 func TestANodeBehindADeleteServesNothingAfterItsAnswer(t *testing.T) {
+	t.Parallel()
 	_, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	leader := controllerIndex(bs)
@@ -592,6 +602,7 @@ func TestANodeBehindADeleteServesNothingAfterItsAnswer(t *testing.T) {
 // which a client (and the cluster tier's checker, seed 1796259490) reads as "nothing
 // stored".
 func TestPartlyStoredBatchStaysPartlyStoredWhenRecreated(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	ctl := controllerIndex(bs)
@@ -632,6 +643,7 @@ func TestPartlyStoredBatchStaysPartlyStoredWhenRecreated(t *testing.T) {
 // (anew), so the answer is "retry" (503), not a 404 that ends the client's consumer
 // (the cluster tier saw it after a pause).
 func TestConsumeOnANodeBehindARecreateIsNotANotFound(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	leader := controllerIndex(bs)
@@ -685,6 +697,7 @@ func TestConsumeOnANodeBehindARecreateIsNotANotFound(t *testing.T) {
 // reaches the controller late (the chaos tier saw one delete a topic created after its
 // caller had been answered "outcome unknown") cannot delete a newer topic.
 func TestDeleteIsPinnedToTheCurrentIncarnation(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	f := -1
@@ -758,6 +771,7 @@ func waitFor(limit time.Duration, cond func() bool) error {
 // stored. The answer keeps the partly-stored error, and is a 503 (not a 404: the name
 // may exist again).
 func TestPartlyStoredBatchStaysPartlyStoredWhenTheControllerCannotBeAsked(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	ctl := controllerIndex(bs)

@@ -17,6 +17,7 @@ import (
 // answers exactly as a local one. A storage failure that could not be undone keeps
 // both kinds (the client is told its write may reappear).
 func TestWireErrorsKeepTheirKind(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		err  error
 		want []error
@@ -55,6 +56,7 @@ func TestWireErrorsKeepTheirKind(t *testing.T) {
 // (a partition directory an earlier node wrote messages into), not at missing or
 // empty ones.
 func TestHasData(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if hasData(filepath.Join(dir, "missing")) {
 		t.Error("a missing directory has data")

@@ -89,6 +89,7 @@ func copiedCount(b *Broker, name string) float64 {
 // control plane stayed out of reach, against "at most one batch per failure", and the
 // messages produced meanwhile went with it.
 func TestRemoteChildRetriesOnlyTheCursorSaveAfterA202(t *testing.T) {
+	t.Parallel()
 	plane, f, b, pp, rc, name := remoteCopyCluster(t)
 	ctx := context.Background()
 	saveFailures := func() float64 {
@@ -158,6 +159,7 @@ func TestRemoteChildRetriesOnlyTheCursorSaveAfterA202(t *testing.T) {
 // the batch was dropped from memory uncounted, and the partition stayed reported
 // failing until the next batch.
 func TestRemoteChildCountsABatchWhoseCursorMoveCommittedAfterAll(t *testing.T) {
+	t.Parallel()
 	plane, f, b, pp, rc, name := remoteCopyCluster(t)
 	ctx := context.Background()
 	var dropped atomic.Int32
@@ -194,6 +196,7 @@ func TestRemoteChildCountsABatchWhoseCursorMoveCommittedAfterAll(t *testing.T) {
 // metadata it had: m0, which the remote refused before the cut, reached the remote
 // after the detach answered.
 func TestRemoteChildCopiesNothingWhileItsNodeIsNotCurrent(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeCluster(t, 3)
 	ctx := context.Background()
 	// The first produce-batch request is held until release, then refused (503);

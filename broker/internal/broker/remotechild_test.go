@@ -122,6 +122,7 @@ func TestSealedPasswordFollowsTheClusterSecret(t *testing.T) {
 // TestLoneNodeKeyLivesOutsideMeta: a node without a cluster secret seals under a key
 // file of its own, private and outside meta/, and opens with it after a restart.
 func TestLoneNodeKeyLivesOutsideMeta(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := mustStartBroker(t, dir)
 	sealed, err := b.sealPassword("remote-password-42", nil)
@@ -146,6 +147,7 @@ func TestLoneNodeKeyLivesOutsideMeta(t *testing.T) {
 // writes nothing, a copy from this cluster's own topic is refused, and a copy keeps its
 // source's timestamp (a future one becomes now).
 func TestProduceChecked(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -192,6 +194,7 @@ func TestProduceChecked(t *testing.T) {
 // to what the records hold: payload kinds, keys needing escapes or not UTF-8, the
 // timestamp, the origin and the placement; a copy from elsewhere is left out.
 func TestRemoteBatchBody(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	parent := &topic{name: "orders"}

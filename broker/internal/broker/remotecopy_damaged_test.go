@@ -23,6 +23,7 @@ import (
 // counted as expired. The messages retention deleted are expired (counted once), and the
 // damaged one alone is skipped as damaged.
 func TestRemoteChildSkipsADamagedOldestMessageOnceAndCountsWhatExpired(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := mustStartBroker(t, dir)
 	ctx := context.Background()

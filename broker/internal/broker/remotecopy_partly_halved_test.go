@@ -20,6 +20,7 @@ import (
 // a partly stored answer sends again only what it did not store. What the remote
 // stored past the batch now stays remembered for the batch that follows.
 func TestRemoteChildKeepsWhatAPartlyStoredBatchStoredPastAShorterBatch(t *testing.T) {
+	t.Parallel()
 	const remoteParts = 2
 	var keys [remoteParts]string
 	for i := 0; keys[0] == "" || keys[1] == ""; i++ {

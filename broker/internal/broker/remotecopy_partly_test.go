@@ -22,6 +22,7 @@ import (
 // of the failed partition(s)", what the SDKs do. The copy now sends again only the
 // messages the remote did not store.
 func TestRemoteChildSendsAgainOnlyWhatAPartlyStoredBatchDidNotStore(t *testing.T) {
+	t.Parallel()
 	const remoteParts = 2
 	var mu sync.Mutex
 	failing := 3 // answers that fail remote partition 1

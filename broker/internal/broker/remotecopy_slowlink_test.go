@@ -20,6 +20,7 @@ import (
 // batches smaller; a request that got no answer now does too (they grow back after
 // each batch the remote takes).
 func TestRemoteChildShrinksABatchTheLinkCannotCarry(t *testing.T) {
+	t.Parallel()
 	const most = 8 // messages the link carries in one request
 	var mu sync.Mutex
 	var stored []uint64

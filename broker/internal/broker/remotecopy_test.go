@@ -107,6 +107,7 @@ func attachRemoteAt(t *testing.T, b *Broker, url string, remoteParts int32, pare
 // remote child copied them are counted (metric and log) once, when the cursor moves past
 // them, not again at every retry of the batch after them that the remote refused.
 func TestRemoteChildCountsExpiredOnceThroughRetries(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -165,6 +166,7 @@ func TestRemoteChildCountsExpiredOnceThroughRetries(t *testing.T) {
 // once the log reaches the cursor the copy goes on and last_error keeps which offsets
 // were not copied.
 func TestRemoteChildReportsAParentLogThatWentBack(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -224,6 +226,7 @@ func TestRemoteChildReportsAParentLogThatWentBack(t *testing.T) {
 // reaches the remote once: none lost, none sent again. A password the remote refuses
 // is not stored.
 func TestRemoteChildCredentialsUpdatedInPlace(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -301,6 +304,7 @@ func TestRemoteChildCredentialsUpdatedInPlace(t *testing.T) {
 // client would forward the Authorization header): the answer is a refusal the child
 // reports.
 func TestRemoteClientFollowsNoRedirect(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var elsewhere []string
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -341,6 +345,7 @@ func TestRemoteClientFollowsNoRedirect(t *testing.T) {
 // resolves there (checked on the dialled address, so DNS rebinding does not pass).
 // Loopback and private addresses, where clusters live, stay allowed.
 func TestRemoteURLRefusesLinkLocal(t *testing.T) {
+	t.Parallel()
 	for _, u := range []string{"http://169.254.169.254", "http://169.254.169.254:80", "https://[fe80::1%25eth0]:7942",
 		"http://[::ffff:169.254.169.254]", "http://[fd00:ec2::254]"} {
 		if _, err := checkRemoteURL(u); err == nil || !strings.Contains(err.Error(), "link-local") {
@@ -396,6 +401,7 @@ func reopenPart(t *testing.T, b *Broker, pt *topic, i int, pause func()) {
 // copied on: the copy follows the partition the topic holds now, not the one it started
 // with, and a partition not held here when the copy started is copied once it is.
 func TestRemoteChildFollowsAReopenedPartition(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -436,6 +442,7 @@ func TestRemoteChildFollowsAReopenedPartition(t *testing.T) {
 // TestRemoteChildMetricsGoWithIt: a detached remote child leaves no metric series
 // behind (each attach is a new child id: the series would pile up).
 func TestRemoteChildMetricsGoWithIt(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()

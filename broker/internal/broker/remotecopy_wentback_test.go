@@ -22,6 +22,7 @@ import (
 // logged and named in last_error. The copy knows where the log ended when the
 // partition it reads started leading, and reports the gap.
 func TestRemoteChildReportsALogThatWentBackAndPassedTheCursor(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := mustStartBroker(t, dir)
 	defer b.Close()

@@ -27,6 +27,7 @@ import (
 // proposes its own removal, as the successor of the leader that proposed it would
 // commit it.
 func TestARemovedSourceThatLeadsHandsOverBeforeItCloses(t *testing.T) {
+	t.Parallel()
 	bs := startReplCluster(t, 3, false)
 	li, gid, mv := leadWhileRemoved(t, bs, nil)
 	L := bs[li]

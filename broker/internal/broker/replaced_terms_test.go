@@ -53,6 +53,7 @@ func soloRaftHost(t *testing.T, dir string, tweak func(*raftetcd.Options)) *raft
 }
 
 func TestTermsAfterAReplacedGroupWithADamagedLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := soloRaftHost(t, dir, func(*raftetcd.Options) {})
 	partDir := filepath.Join(dir, "part")

@@ -31,7 +31,8 @@ const leaderWait = 4 * time.Second
 // a leader for now (and rechecks while it waits) instead of blocking on it.
 const leaseLeaderWait = 250 * time.Millisecond
 
-// leaseLeaderWaitHook, when set (tests), replaces leaseLeaderWait.
+// leaseLeaderWaitHook, when set (by serial tests, never with t.Parallel), replaces
+// leaseLeaderWait.
 var leaseLeaderWaitHook atomic.Pointer[time.Duration]
 
 // replication runs this node's replicas of replicated partitions: one etcd-io/raft
@@ -1299,9 +1300,10 @@ func (b *Broker) claimHandOver(gid string) (release func(), ok bool) {
 	}, true
 }
 
-// mayLeadHook, set only by tests, can keep the replica of node in group from taking a
-// leadership handed to it (or from standing for election), as raft itself does while a
-// committed configuration change is not yet applied there.
+// mayLeadHook, set only by serial tests (never with t.Parallel), can keep the replica
+// of node in group from taking a leadership handed to it (or from standing for
+// election), as raft itself does while a committed configuration change is not yet
+// applied there.
 var mayLeadHook atomic.Pointer[func(node, group string) bool]
 
 // moveHandOverWait bounds how long a leader a move takes off waits for its leadership

@@ -41,6 +41,7 @@ func compileWithin(t *testing.T, raw string, d time.Duration) error {
 // URL is opened, whatever its scheme, and the answer is the same whether the target
 // exists or not (audit issue 16, finding 1).
 func TestSchemaRefsStayInside(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	local := filepath.Join(dir, "int.json")
 	if err := os.WriteFile(local, []byte(`{"type":"integer","const":4242}`), 0o600); err != nil {
@@ -115,6 +116,7 @@ func TestSchemaRefsStayInside(t *testing.T) {
 // topic serves consumers, and produce to it is refused with a message that says how to
 // repair the topic.
 func TestStoredSchemaThatReachesOutside(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := mustStartBroker(t, dir)
 	ctx := context.Background()
@@ -183,6 +185,7 @@ func anyOfChain(levels int) string {
 // with 400 schema_too_complex when it is set, by create and by alter; schemas within
 // them, recursive ones included, are accepted (audit issue 16, finding 2).
 func TestSchemaBudgetAtCreate(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -258,6 +261,7 @@ func produceWithin(t *testing.T, ctx context.Context, b *Broker, topic string, m
 // payload's nesting); validating one produce request is bounded, answers 400
 // schema_too_complex, and stores nothing (audit issue 16, finding 2).
 func TestSchemaValidationBudget(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	defer b.Close()
 	ctx := context.Background()
@@ -336,6 +340,7 @@ func plainValid(t testing.TB, schema, payload string) bool {
 // TestMeteringKeepsMeaning: metering rewrites every subschema's $ref into its allOf;
 // the verdicts must be the library's own.
 func TestMeteringKeepsMeaning(t *testing.T) {
+	t.Parallel()
 	schemas := []string{
 		`{"type":"object","required":["id"],"properties":{"id":{"type":"string","pattern":"^[a-z]+$"},"n":{"type":"integer","minimum":0}},"additionalProperties":false}`,
 		`{"$defs":{"pos":{"type":"integer","exclusiveMinimum":0}},"type":"array","items":{"$ref":"#/$defs/pos"},"minItems":1}`,

@@ -16,6 +16,7 @@ import (
 // backlog; the ring keeps StatsSamples samples, oldest first; a deleted topic's ring is
 // dropped and a topic created again under its name starts empty.
 func TestStatsSamples(t *testing.T) {
+	t.Parallel()
 	// An hour between the sampler's own ticks: the samples below are the test's.
 	b, err := Open(Options{DataDir: t.TempDir(), NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatsInterval: time.Hour})
 	if err != nil {

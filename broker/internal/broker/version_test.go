@@ -77,6 +77,7 @@ func checkTopicStats(t *testing.T, b *Broker, name string) {
 // partition on its own, as version 1 does, and the read answers; a stats_batch sent to
 // that node would fail the read, as its binary does not know the operation.
 func TestStatsBatchWaitsForTheClusterVersion(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeClusterAt(t, []int{0, 0, 1})
 	topicSpreadOver(t, bs, "mixed")
 	seen := watchKinds(plane)
@@ -98,6 +99,7 @@ func TestStatsBatchWaitsForTheClusterVersion(t *testing.T) {
 // and the controller committed it, a topic's counters come in one stats_batch per other node,
 // with the same values.
 func TestStatsBatchOnceTheClusterVersionAllows(t *testing.T) {
+	t.Parallel()
 	plane, bs := startFakeClusterAt(t, []int{0, 0, 0})
 	pollUntil(t, "cluster version 2 or later on every node", func() error {
 		for _, b := range bs {
@@ -125,6 +127,7 @@ func TestStatsBatchOnceTheClusterVersionAllows(t *testing.T) {
 // more. On the old code a partition of one replica answered 409 conflict, a refusal a
 // client does not retry, while one of two answered 503.
 func TestAGatedReplicationFactorIsUnavailable(t *testing.T) {
+	t.Parallel()
 	bs := startReplClusterAt(t, []int{0, 0, 2})
 	ctx := context.Background()
 	for name, rf := range map[string]int32{"one": 1, "two": 2} {

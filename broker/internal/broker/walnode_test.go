@@ -47,6 +47,7 @@ func copyDir(t *testing.T, src, dst string) {
 // whole, whether the next start runs in wal mode or not (an operator who switched to
 // --sync-mode group): the start replays the write-ahead file before a log opens.
 func TestWALReplayedAtStart(t *testing.T) {
+	t.Parallel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dir := t.TempDir()
 	b, err := Open(Options{DataDir: dir, NodeID: "n1", Logger: quiet, WAL: true})
@@ -110,6 +111,7 @@ func TestWALReplayedAtStart(t *testing.T) {
 // `narad serve` can stop the process, the failure is counted, and the next produce is
 // refused as not stored, not answered 202.
 func TestWALFailureIsReported(t *testing.T) {
+	t.Parallel()
 	b := mustStart(t, Options{DataDir: t.TempDir(), NodeID: "n1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WAL: true})
 	defer b.Close()
 	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "t", Partitions: ptr[int32](1)}); err != nil {
@@ -151,6 +153,7 @@ func TestWALFailureIsReported(t *testing.T) {
 // and the partition whose file lacks the skipped bytes reports its damaged messages,
 // in both sync modes.
 func TestWALDamagedRecordIsReportedAtStart(t *testing.T) {
+	t.Parallel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dir := t.TempDir()
 	b, err := Open(Options{DataDir: dir, NodeID: "n1", Logger: quiet, WAL: true})

@@ -13,6 +13,7 @@ import (
 // must answer, not dereference the replica that is gone: a panic in the handler reached
 // the entry node as "the outcome is unknown" and held the holder down there for a second.
 func TestWatchOfAPartitionThatLeftStaysServed(t *testing.T) {
+	t.Parallel()
 	b := mustStartBroker(t, t.TempDir())
 	t.Cleanup(func() { b.Close() })
 	ctx := context.Background()

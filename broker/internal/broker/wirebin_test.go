@@ -42,6 +42,7 @@ var leaseForms = []struct {
 // The binary form reads back exactly what was sent, and exactly what the JSON form
 // reads: the entry node cannot tell which form an answer came in.
 func TestBinLeaseReadsAsJSONDoes(t *testing.T) {
+	t.Parallel()
 	for _, form := range leaseForms {
 		for i, resp := range leaseAnswers() {
 			if resp.Attended && !form.req.Attend {
@@ -91,6 +92,7 @@ func TestBinLeaseReadsAsJSONDoes(t *testing.T) {
 // Version 1 cannot say a partition is attended, and version 2 refuses flags it does
 // not know rather than guess at them.
 func TestBinLeaseAttendance(t *testing.T) {
+	t.Parallel()
 	if _, err := appendBinLease(nil, &dataResp{Attended: true}, binAnswerV1); err == nil {
 		t.Error("version 1 took an attended answer, which it has no room for")
 	}
@@ -111,6 +113,7 @@ func TestBinLeaseAttendance(t *testing.T) {
 // Only a lease answer asked for in the binary form goes in it; anything else, and
 // every other kind of request, is JSON as before.
 func TestBinAnswerOnlyForLeases(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		req  dataReq
 		resp dataResp
@@ -134,6 +137,7 @@ func TestBinAnswerOnlyForLeases(t *testing.T) {
 // or to its nonce must be added to the form too (and this count). A field added to
 // dataResp must be checked by isLeaseAnswer, or a lease answer holding it would lose it.
 func TestBinLeaseCoversEveryField(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		v    any
 		want int

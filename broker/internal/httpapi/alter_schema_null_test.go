@@ -11,6 +11,7 @@ import (
 // CLI, carries "schema": null): read as a removal, every such alter would drop the
 // topic's schema. A guard, from a review of 6 December that nearly made it one.
 func TestAlterWithANullSchemaKeepsIt(t *testing.T) {
+	t.Parallel()
 	f := &moveBroker{}
 	do := moveServer(t, f, Options{})
 	for _, body := range []string{`{"schema":null}`, `{"retention_ms":60000,"schema":null}`} {

@@ -124,8 +124,8 @@ func needGrant(u *auth.User, a auth.Action, topic string) error {
 	return forbidden("user " + u.Name + " holds no " + string(a) + " grant on topic " + topic + "; ask an admin for one")
 }
 
-// authorizedHook, set only by tests, runs between the authorization of a request and
-// its handler.
+// authorizedHook, set only by serial tests (never with t.Parallel), runs between the
+// authorization of a request and its handler.
 var authorizedHook func(req any)
 
 // noTopic is the incarnation authorized when the topic did not exist at the check: no

@@ -44,6 +44,7 @@ func (b *behindBroker) CatchUp(context.Context) error {
 // its stale view and let both through. A data request (produce) is still decided on
 // the node's view without a round trip.
 func TestAdminWritesDecidedOnACurrentView(t *testing.T) {
+	t.Parallel()
 	admin := []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}
 	stale := newFakeUsers(t, "root", "root-password", "mallory", "mallory-password")
 	for _, n := range []string{"root", "mallory"} {

@@ -30,6 +30,7 @@ func (c captureBroker) Produce(ctx context.Context, topic string, msgs []broker.
 // bodies encoding/json used to let through (repeated or differently cased member
 // names) are refused.
 func TestProduceBatchDecoding(t *testing.T) {
+	t.Parallel()
 	var got []broker.Outgoing
 	h, err := New(captureBroker{got: &got}, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AllowedHosts: []string{"example.com"}})
 	if err != nil {
@@ -90,6 +91,7 @@ func TestProduceBatchDecoding(t *testing.T) {
 // TestErrorAfterAnswerStarted: when writing an answer fails (the client hung up), the
 // error handler must not start a second answer on top of the first.
 func TestErrorAfterAnswerStarted(t *testing.T) {
+	t.Parallel()
 	rec := httptest.NewRecorder()
 	sw := &statusWriter{ResponseWriter: rec}
 	sw.WriteHeader(200)
@@ -107,6 +109,7 @@ func TestErrorAfterAnswerStarted(t *testing.T) {
 // shorter than its Content-Length is an error, and the buffer never runs ahead of the
 // bytes that arrived by more than double.
 func TestReadBody(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{1, 100, 64 << 10, 64<<10 + 1, 300 << 10, 1 << 20} {
 		data := strings.Repeat("x", n)
 		got, err := readBody(iotest.OneByteReader(strings.NewReader(data)), int64(n))

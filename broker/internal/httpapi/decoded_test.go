@@ -23,6 +23,7 @@ var updateStrictGolden = flag.Bool("update-strict-golden", false, "rewrite testd
 //
 //	go test ./internal/httpapi -run TestDecodedOnceFollowsTheGeneratedHandler -update-strict-golden
 func TestDecodedOnceFollowsTheGeneratedHandler(t *testing.T) {
+	t.Parallel()
 	fset := token.NewFileSet()
 	file, err := parser.ParseFile(fset, filepath.Join("..", "apigen", "apigen.gen.go"), nil, 0)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 )
 
 func TestElideAndClip(t *testing.T) {
+	t.Parallel()
 	long := "start " + strings.Repeat("é", 5000) + " end"
 	e := elide(long, 100)
 	if len(e) > 110 || !utf8.ValidString(e) || !strings.HasPrefix(e, "start ") || !strings.HasSuffix(e, " end") || !strings.Contains(e, "…") {

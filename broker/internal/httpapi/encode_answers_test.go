@@ -17,6 +17,7 @@ import (
 // generated types' encoding/json answers said: same status, same content type, the
 // same JSON value (escapes may differ: encoding/json also escapes <, > and &).
 func TestHandWrittenAnswersMatchTheGenerated(t *testing.T) {
+	t.Parallel()
 	type visit func(w http.ResponseWriter) error
 	same := func(name string, got, want visit) {
 		t.Helper()
@@ -82,6 +83,7 @@ func TestHandWrittenAnswersMatchTheGenerated(t *testing.T) {
 // messagesSize must leave appendMessage room for a whole answer of the usual shapes,
 // so that a consume-batch's buffer is allocated once and never grows.
 func TestMessagesSizeHoldsTheAnswer(t *testing.T) {
+	t.Parallel()
 	handle := "3.1.2.1000000.77777777.123456789"
 	for _, c := range []struct {
 		name  string

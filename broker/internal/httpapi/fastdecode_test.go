@@ -131,6 +131,7 @@ func dump(v any) string {
 // stopped working), and the ones it cannot read exactly must not (the reference then
 // answers, refusals included).
 func TestFastBatchDecodeTakesTheCommonShapes(t *testing.T) {
+	t.Parallel()
 	fast := []string{
 		`{"messages":[{"payload":1}]}`,
 		` { "messages" : [ { "payload" : { "a" : [ 1 , "x" ] } } , {"payload":"s"} ] } `,
@@ -194,6 +195,7 @@ func TestFastBatchDecodeTakesTheCommonShapes(t *testing.T) {
 // TestFastBatchDecodeRefusalsAnswerAsBefore posts bodies the fast path leaves to the
 // strict decoder and checks the answer is the reference's refusal, message included.
 func TestFastBatchDecodeRefusalsAnswerAsBefore(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ path, body, want string }{
 		{"produce-batch", `{"messages":[{"payload":1,"key":null}]}`, "/messages/0/key is null"},
 		{"produce-batch", `{"messages":[{"payload":1,"extra":2}]}`, "extra"},

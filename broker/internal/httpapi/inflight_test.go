@@ -56,6 +56,7 @@ func loopbackRequest(method, target string, body io.Reader) *http.Request {
 // MaxInflightBytes are refused with 503 overloaded and Retry-After before they are read,
 // the rest are served, and the bytes come back when each request ends.
 func TestBodyBudget(t *testing.T) {
+	t.Parallel()
 	const mib = 1 << 20
 	var parked atomic.Int32
 	pb := parkBroker{parked: &parked, release: make(chan struct{})}

@@ -78,6 +78,7 @@ var goBounds = map[string]map[string]float64{
 // to the Go constant that enforces it, so the spec, the validator built from it and the
 // handlers never disagree about a limit. A bound without an entry in goBounds fails too.
 func TestSpecBoundsEqualGoConstants(t *testing.T) {
+	t.Parallel()
 	specPath, err := testutil.SpecPath()
 	if err != nil {
 		t.Fatal(err)

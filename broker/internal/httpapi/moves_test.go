@@ -204,6 +204,7 @@ func decodeInto[T any](t *testing.T, body string) T {
 // the list shows it with its progress (lag only while copying, reason only when there
 // is one), a cancel answers 204, and a rebalance the moves it started.
 func TestMoveRoutes(t *testing.T) {
+	t.Parallel()
 	f := &moveBroker{}
 	do := moveServer(t, f, Options{})
 	const req = `{"topic":"orders","partition":1,"from":"n1","to":"n2"}`
@@ -264,6 +265,7 @@ func TestMoveRoutes(t *testing.T) {
 // TestMoveProgressStaysInItsRange: the spec bounds progress to 0..1 and JSON has no
 // NaN, so whatever the broker reports leaves in range.
 func TestMoveProgressStaysInItsRange(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[float64]float64{math.NaN(): 0, -0.5: 0, 1.5: 1, 0.4: 0.4} {
 		if got := apiMove(broker.MoveInfo{Progress: in}).Progress; got != want {
 			t.Errorf("progress %v answered as %v, want %v", in, got, want)
@@ -277,6 +279,7 @@ func TestMoveProgressStaysInItsRange(t *testing.T) {
 // TestMembershipRoutesMapErrors: each refusal of the broker reaches the client as the
 // status and code the spec names, with the broker's reason for a conflict.
 func TestMembershipRoutesMapErrors(t *testing.T) {
+	t.Parallel()
 	routes := []struct{ method, path, body string }{
 		{"POST", "/v1/cluster/moves", `{"topic":"t","partition":0,"from":"n1","to":"n2"}`},
 		{"GET", "/v1/cluster/moves", ""},
@@ -324,6 +327,7 @@ func TestMembershipRoutesMapErrors(t *testing.T) {
 // TestMembershipRoutesRefuseBadInput: bad input is a 400 whose message says what to
 // send, and never reaches the broker.
 func TestMembershipRoutesRefuseBadInput(t *testing.T) {
+	t.Parallel()
 	f := &moveBroker{}
 	do := moveServer(t, f, Options{})
 	for _, c := range []struct {
@@ -362,6 +366,7 @@ func TestMembershipRoutesRefuseBadInput(t *testing.T) {
 // broker has it (decommissioning); force-leader 200 with the lower bound of the loss
 // and the new replica set.
 func TestDecommissionAndForceLeader(t *testing.T) {
+	t.Parallel()
 	f := &moveBroker{}
 	do := moveServer(t, f, Options{})
 	a := do("DELETE", "/v1/cluster/members/n2", "")
@@ -396,6 +401,7 @@ func TestDecommissionAndForceLeader(t *testing.T) {
 // TestAlterReplicationFactor: PATCH carries replication_factor to the broker's alter;
 // an alter without it leaves it unset (the topic keeps its factor).
 func TestAlterReplicationFactor(t *testing.T) {
+	t.Parallel()
 	f := &moveBroker{}
 	do := moveServer(t, f, Options{})
 	a := do("PATCH", "/v1/topics/orders", `{"replication_factor":3}`)
@@ -434,6 +440,7 @@ func TestAlterReplicationFactor(t *testing.T) {
 // on * gets 403 from every membership route, and the broker never hears of it; an
 // admin gets through.
 func TestMembershipRoutesAreAdminOnly(t *testing.T) {
+	t.Parallel()
 	hash, err := auth.HashPassword("password-1")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // spec gives each a type that null is not (schemathesis found validate_only: null
 // accepted with a 202).
 func TestBatchBodyRefusesNullMembers(t *testing.T) {
+	t.Parallel()
 	for _, body := range []string{
 		`{"messages":[{"payload":1}],"validate_only":null}`,
 		`{"messages":[{"payload":1}],"incarnation":null}`,
@@ -37,6 +38,7 @@ func TestBatchBodyRefusesNullMembers(t *testing.T) {
 // A validate_only batch still has to match the spec: a message without a payload is
 // refused before anything is asked of the broker (schemathesis found it answered 202).
 func TestValidateOnlyBatchNeedsPayloads(t *testing.T) {
+	t.Parallel()
 	yes := true
 	h := &handlers{} // no broker: the refusal comes first
 	_, err := h.ProduceBatch(context.Background(), apigen.ProduceBatchRequestObject{Topic: "t",
@@ -51,6 +53,7 @@ func TestValidateOnlyBatchNeedsPayloads(t *testing.T) {
 // in its messages' form: an incomplete origin, a bad timestamp, key or partition
 // (schemathesis found an origin without cluster_id answered 202).
 func TestValidateOnlyBatchChecksTheMessagesForm(t *testing.T) {
+	t.Parallel()
 	yes := true
 	h := &handlers{} // no broker: the refusal comes first
 	bad := int32(-5)

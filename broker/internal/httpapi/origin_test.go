@@ -7,6 +7,7 @@ import (
 )
 
 func TestHostRules(t *testing.T) {
+	t.Parallel()
 	r := newHostRules([]string{"Narad.Internal.", ".svc.example", " "})
 	for host, want := range map[string]bool{
 		"":                     true,
@@ -36,6 +37,7 @@ func TestHostRules(t *testing.T) {
 }
 
 func TestSameOrigin(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		origin, host string
 		tls          bool

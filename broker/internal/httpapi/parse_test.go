@@ -9,6 +9,7 @@ import (
 )
 
 func TestParseExtend(t *testing.T) {
+	t.Parallel()
 	str := func(s string) *string { return &s }
 	cases := []struct {
 		in   *string
@@ -44,6 +45,7 @@ func TestParseExtend(t *testing.T) {
 }
 
 func TestParseWait(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]time.Duration{"": 0, "0": 0, "10": 10 * time.Second, "10s": 10 * time.Second, "500ms": 500 * time.Millisecond, "20s": 20 * time.Second} {
 		if got, err := parseWait(&in); err != nil || got != want {
 			t.Errorf("parseWait(%q) = %v %v, want %v", in, got, err, want)
@@ -57,6 +59,7 @@ func TestParseWait(t *testing.T) {
 }
 
 func TestPayloadKind(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		ct   string
 		body string
@@ -87,6 +90,7 @@ func TestPayloadKind(t *testing.T) {
 }
 
 func TestCheckJSONShape(t *testing.T) {
+	t.Parallel()
 	good := []string{`{}`, `{"a":{"a":1},"b":[{"a":1},{"a":2}]}`, `[]`, `{"a":[1,2,{"b":"a"}],"c":"a"}`}
 	for _, g := range good {
 		if err := checkJSONShape([]byte(g)); err != nil {

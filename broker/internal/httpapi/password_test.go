@@ -44,6 +44,7 @@ func (b *passwordBroker) SetPassword(_ context.Context, name, pw string) error {
 // Before, the route remembered its password with whatever hash was stored by then, and
 // the replaced password logged in without a bcrypt for 2 minutes.
 func TestPasswordSetThenChangedAgainNotRemembered(t *testing.T) {
+	t.Parallel()
 	users := newFakeUsers(t, "admin", "admin-password", "bob", "bob-password-0")
 	admin, _ := users.get("admin")
 	admin.Grants = []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}

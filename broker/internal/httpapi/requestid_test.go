@@ -49,6 +49,7 @@ func (s *syncBuffer) String() string {
 // (the API's own and the broker's, logged with the request's context) names it, with
 // one line for the failure and one for the refusal.
 func TestRequestID(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	log := slog.New(reqid.NewHandler(slog.NewTextHandler(&logs, nil)))
 	h, err := New(failingBroker{log: log}, Options{Logger: log, AllowedHosts: []string{"example.com"}})
@@ -117,6 +118,7 @@ func TestRequestID(t *testing.T) {
 // TestRefusedLinesAreBounded: a client sending bad requests in a loop cannot flood the
 // log; the next line written says how many were left out.
 func TestRefusedLinesAreBounded(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	log := slog.New(reqid.NewHandler(slog.NewTextHandler(&logs, nil)))
 	h, err := New(benchBroker{}, Options{Logger: log, AllowedHosts: []string{"example.com"}})

@@ -10,6 +10,7 @@ import (
 )
 
 func TestServerErrorJSON(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		in     string
 		status int

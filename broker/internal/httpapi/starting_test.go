@@ -11,6 +11,7 @@ import (
 // process lives and that everything else is not available yet, as JSON with
 // Retry-After, never a hang or a refused connection.
 func TestStartingAnswersHealthAndUnavailable(t *testing.T) {
+	t.Parallel()
 	h := Starting()
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/healthz", nil))

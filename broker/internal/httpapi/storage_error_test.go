@@ -18,6 +18,7 @@ import (
 // storage_failed for both, the SDKs resent such a produce as one that stored nothing,
 // duplicates not allowed.
 func TestStorageErrorSaysWhetherAnythingMayBeStored(t *testing.T) {
+	t.Parallel()
 	undone := toAPIError(errors.Join(broker.ErrStorage, errors.New("eio")))
 	notUndone := toAPIError(errors.Join(broker.ErrStorage, broker.ErrMaybeStored, errors.New("eio")))
 	if undone.status != 503 || notUndone.status != 503 || undone.code != "storage_failed" || notUndone.code != "maybe_stored" {
@@ -37,6 +38,7 @@ func TestStorageErrorSaysWhetherAnythingMayBeStored(t *testing.T) {
 // TestPartlyStoredKeepsTheCode: a batch of which only part was stored keeps the code of
 // its failure and says what was and what may be stored.
 func TestPartlyStoredKeepsTheCode(t *testing.T) {
+	t.Parallel()
 	part := &broker.PartlyStoredError{Failed: []int32{0, 2}, Stored: 3}
 	full := toAPIError(errors.Join(part, broker.ErrDiskFull, errors.New("enospc")))
 	if full.status != 503 || full.code != "disk_full" || !strings.Contains(full.msg, "part of the batch was stored") ||
@@ -74,6 +76,7 @@ func TestPartlyStoredKeepsTheCode(t *testing.T) {
 // The answer must say that part was stored: "nothing was done" would make the client
 // retry the whole batch believing nothing could be duplicated.
 func TestPartlyStoredAcrossNodes(t *testing.T) {
+	t.Parallel()
 	part := &broker.PartlyStoredError{Failed: []int32{1}, Stored: 2}
 	for _, tc := range []struct {
 		err  error
@@ -106,6 +109,7 @@ func TestPartlyStoredAcrossNodes(t *testing.T) {
 // stored. It said "nothing was stored" (or named it among the partitions "not
 // stored"), and a client that trusted it stored a second copy.
 func TestAnUnknownOutcomeOutranksAFullDisk(t *testing.T) {
+	t.Parallel()
 	unknown := fmt.Errorf("%w: node n2 did not answer", broker.ErrOutcomeUnknown)
 	for _, other := range []error{broker.ErrDiskFull, broker.ErrStorage} {
 		all := toAPIError(errors.Join(other, unknown))
@@ -126,6 +130,7 @@ func TestAnUnknownOutcomeOutranksAFullDisk(t *testing.T) {
 // openapi.yaml. On the old code only the message said so, and the SDKs, which branch on
 // codes, resent the whole batch: its stored part was stored twice.
 func TestPartlyStoredIsInTheBody(t *testing.T) {
+	t.Parallel()
 	v, err := testutil.LoadOpenAPIValidator()
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // here until it is put on one side: the credentials route of remote children was
 // added without being counted as a metadata write.
 func TestEveryWriteIsClassified(t *testing.T) {
+	t.Parallel()
 	meta := map[string]any{
 		"createTopic": apigen.CreateTopicRequestObject{}, "alterTopic": apigen.AlterTopicRequestObject{},
 		"deleteTopic": apigen.DeleteTopicRequestObject{}, "forceLeader": apigen.ForceLeaderRequestObject{},

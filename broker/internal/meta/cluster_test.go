@@ -262,6 +262,7 @@ func membersAre(s *Store, want map[string]string) error {
 }
 
 func TestClusterBootstrapJoinFailoverRestart(t *testing.T) {
+	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}

@@ -29,6 +29,7 @@ func mustOpen(t *testing.T, dir string) *Store {
 }
 
 func TestTopicsSurviveRestartAndIncarnationsDiffer(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	a, err := s.CreateTopic(Topic{Name: "orders", TopicConfig: TopicConfig{Partitions: 3}})
@@ -68,6 +69,7 @@ func TestTopicsSurviveRestartAndIncarnationsDiffer(t *testing.T) {
 }
 
 func TestSnapshotRestore(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	for _, n := range []string{"a", "b", "c"} {
@@ -91,6 +93,7 @@ func TestSnapshotRestore(t *testing.T) {
 }
 
 func TestUsersAndSeedOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	admin := auth.User{Name: "admin", Hash: []byte("h1"), Grants: []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}}
@@ -138,6 +141,7 @@ func TestUsersAndSeedOnce(t *testing.T) {
 }
 
 func TestAttachRules(t *testing.T) {
+	t.Parallel()
 	s := mustOpen(t, t.TempDir())
 	defer s.Close()
 	mk := func(name string, retention int64, schema string) {
@@ -210,6 +214,7 @@ func TestAttachRules(t *testing.T) {
 // fail their checksum, stops the node with a meta: panic instead of being applied (a
 // damaged create_topic could otherwise make a nameless topic and drop real ones' data).
 func TestApplyRefusesDamagedCommands(t *testing.T) {
+	t.Parallel()
 	for _, js := range []string{`{"op":"create_topic"}`, `{"op":"alter_topic","name":"a"}`, `{"op":"create_user"}`, `{"op":"create_topic","topic":{"name":"","partitions":1}}`} {
 		if msg := applyRecover(newFSM(), 1, frame([]byte(js))); !strings.HasPrefix(msg, "meta: ") {
 			t.Errorf("%s: panic %q, want a meta: refusal", js, msg)
@@ -226,6 +231,7 @@ func TestApplyRefusesDamagedCommands(t *testing.T) {
 // admin on *, yet replays an older version's log that did so as it applied then; the
 // break-glass RestoreAdmin then gives "admin" back its rights, and only then.
 func TestLastAdminAndRestore(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	all := []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}
@@ -292,6 +298,7 @@ func TestLastAdminAndRestore(t *testing.T) {
 // topics whose owner an older version stored by name, in its log or its snapshot, get
 // that user's ID, or no owner when the user no longer exists.
 func TestUserIDsAndLegacyOwners(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	bob, err := s.CreateUser(auth.User{Name: "bob"}, false)
@@ -367,6 +374,7 @@ func TestUserIDsAndLegacyOwners(t *testing.T) {
 // TestUsernamesUniqueRegardlessOfCase: a new user's name may not equal an existing one's
 // but for case, while an older version's log that created both replays as it applied.
 func TestUsernamesUniqueRegardlessOfCase(t *testing.T) {
+	t.Parallel()
 	s := mustOpen(t, t.TempDir())
 	defer s.Close()
 	if _, err := s.CreateUser(auth.User{Name: "dave"}, false); err != nil {
@@ -394,6 +402,7 @@ func TestUsernamesUniqueRegardlessOfCase(t *testing.T) {
 // existing one is synced (a directory instead of a file makes the sync, or the open
 // for writing, fail: the error is reported, not taken for "missing").
 func TestSyncIfExists(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := syncIfExists(filepath.Join(dir, "raft.db")); err != nil {
 		t.Fatalf("a missing store: %v", err)

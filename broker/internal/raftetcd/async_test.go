@@ -15,6 +15,7 @@ import (
 // be the log that writing them in turn would leave, including a later append that
 // replaces part of an earlier one (a new leader's entries over a divergent tail).
 func TestMergeEntries(t *testing.T) {
+	t.Parallel()
 	e := func(i, term uint64) raftpb.Entry { return raftpb.Entry{Index: i, Term: term} }
 	for _, c := range []struct {
 		name       string
@@ -89,6 +90,7 @@ func (g *gatedSyncer) held() int {
 // before its sync would let a proposal commit on two unsynced copies, which a power
 // cut of those two loses.
 func TestAnswersWaitForTheWrite(t *testing.T) {
+	t.Parallel()
 	gates := map[uint64]*gatedSyncer{}
 	var gmu sync.Mutex
 	ns := startClusterWith(t, 1, func(o *Options) {

@@ -13,6 +13,7 @@ import (
 // resumed virtual machine) stamps records seconds off its peers, and its offset must
 // say so. Here node 2's stamping clock runs 5 s ahead of the machine's.
 func TestClockOffsetIsOfTheStampingClock(t *testing.T) {
+	t.Parallel()
 	const ahead = 5 * time.Second
 	ns := startClusterWith(t, 1, func(o *Options) {
 		if o.ID == 2 {
@@ -35,6 +36,7 @@ func TestClockOffsetIsOfTheStampingClock(t *testing.T) {
 // disk stalls (Options.DiskStalled), and its peers' PeerStalled follows them both ways;
 // a node that sets no DiskStalled never counts as stalled.
 func TestPeerStalledFollowsItsLivenessAnswers(t *testing.T) {
+	t.Parallel()
 	var stalled atomic.Bool
 	ns := startClusterWith(t, 0, func(o *Options) {
 		if o.ID == 3 {

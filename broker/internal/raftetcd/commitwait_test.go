@@ -33,6 +33,7 @@ func (w *gatedWAL) Fail(error)        {}
 // leader's own write of the entry is still held, so it has not applied it; it applies
 // it once its disk answers.
 func TestProposeCommittedDoesNotWaitForTheLeadersDisk(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	var once sync.Once
 	open := func() { once.Do(func() { close(release) }) }

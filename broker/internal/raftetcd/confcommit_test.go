@@ -19,6 +19,7 @@ import (
 // committed change now goes out at once. Here the clocks stop before the change, so
 // on the old code the followers never learn it.
 func TestFollowersLearnACommittedMembershipChangeAtOnce(t *testing.T) {
+	t.Parallel()
 	for _, broker := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broker=%v", broker), func(t *testing.T) {
 			const g = "conf"

@@ -71,6 +71,7 @@ func answerRead(t *testing.T, g *group, idx uint64) {
 // so it outlived its caller's deadline, and a closed group, its raft still a leader,
 // held it for ever.
 func TestConfirmLeaderEndsWithItsContextAndItsGroup(t *testing.T) {
+	t.Parallel()
 	for _, end := range []string{"context", "close"} {
 		t.Run(end, func(t *testing.T) {
 			g := leaderGroup(t)

@@ -12,6 +12,7 @@ import (
 // the leader it forwarded to was killed used to wait out the whole 5 s call timeout,
 // its liveness never having found the leader live (so never dead).
 func TestCutWhenSilent(t *testing.T) {
+	t.Parallel()
 	const liveness = 50 * time.Millisecond
 	type run struct {
 		cancelled chan struct{}

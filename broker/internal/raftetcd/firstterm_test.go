@@ -17,6 +17,7 @@ import (
 // across a reopen, and a member added later joins in the same term and gets the
 // log. LastTerm reads the highest term of a closed group's log.
 func TestFirstTerm(t *testing.T) {
+	t.Parallel()
 	const g, first = "f", 700
 	hosts := make([]*Host, 2)
 	apps := map[uint64]*snapApp{1: {}, 2: {}}

@@ -286,6 +286,7 @@ func frames(ns []*testNode) (batch, liveness uint64) {
 // node, then quiesces everywhere, after which only the node-pair liveness calls cross
 // the node plane.
 func TestElectReplicateQuiesce(t *testing.T) {
+	t.Parallel()
 	const groups = 20
 	// A liveness lapse (a loaded machine missing the 1 s default) makes the groups of
 	// the lapsed peer elect, which is not what this test is about: give it room.
@@ -337,6 +338,7 @@ func TestElectReplicateQuiesce(t *testing.T) {
 // TestProposalWakesQuiescedGroup: a write to a quiesced group wakes it, commits on
 // every node, and the group quiesces again; a follower refuses proposals.
 func TestProposalWakesQuiescedGroup(t *testing.T) {
+	t.Parallel()
 	const groups = 5
 	ns := startCluster(t, groups)
 	ls := leaders(t, ns, groups)
@@ -368,6 +370,7 @@ func TestProposalWakesQuiescedGroup(t *testing.T) {
 // survivors notice through liveness, elect new leaders and commit, well inside the
 // liveness timeout plus an election timeout.
 func TestFailoverAfterNodeStops(t *testing.T) {
+	t.Parallel()
 	const groups = 20
 	ns := startCluster(t, groups)
 	ls := leaders(t, ns, groups)
@@ -431,6 +434,7 @@ func TestFailoverAfterNodeStops(t *testing.T) {
 // count it their leader for good while it restarted as a follower. Its liveness answers
 // carry a start id: a new one makes the peers act as if it had died.
 func TestFailoverAfterAQuickRestart(t *testing.T) {
+	t.Parallel()
 	const groups = 20
 	ns := startCluster(t, groups)
 	ls := leaders(t, ns, groups)
@@ -461,6 +465,7 @@ func TestFailoverAfterAQuickRestart(t *testing.T) {
 // TestWALReplay: what save wrote comes back in order, a rewritten suffix replaces the
 // old one through MemoryStorage semantics, and a torn tail is cut.
 func TestWALReplay(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fss, err := vfs.NewFSSyncer(dir)
 	if err != nil {
@@ -509,6 +514,7 @@ func TestWALReplay(t *testing.T) {
 // replay 2@2, 3@2, 3@3 left four positions with index 3 last, and a group applied its
 // entry at position 4 as index 3 again and again: make test hung ten minutes on it.)
 func TestWALStoreReplaysARewrittenTail(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fss, err := vfs.NewFSSyncer(dir)
 	if err != nil {
@@ -571,6 +577,7 @@ func TestWALStoreReplaysARewrittenTail(t *testing.T) {
 // heartbeats from all groups to a peer leave in at most one frame per tick, and they
 // still hold every group's leader in place.
 func TestLazyHeartbeatsShareOneFramePerTick(t *testing.T) {
+	t.Parallel()
 	const groups = 20
 	ns := startClusterWith(t, groups, func(o *Options) { o.NoQuiesce, o.LazyHeartbeats = true, true })
 	ls := leaders(t, ns, groups)
@@ -614,6 +621,7 @@ func TestLazyHeartbeatsShareOneFramePerTick(t *testing.T) {
 // entries; there the saving shows only under concurrent writes (docs/performance.md),
 // and this checks that the commit index still arrives.
 func TestCommitIndexRidesWithTheNextFrame(t *testing.T) {
+	t.Parallel()
 	for _, broker := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broker=%v", broker), func(t *testing.T) {
 			// A slow clock, so that the writes rather than the ticks make the frames:
@@ -659,6 +667,7 @@ func TestCommitIndexRidesWithTheNextFrame(t *testing.T) {
 // quiesce heartbeats; their answer to it changes nothing and must not wake the leader
 // (it did: every lone write cost a second round of quiesce heartbeats).
 func TestALoneWriteQuiescesItsLeaderOnce(t *testing.T) {
+	t.Parallel()
 	ns := startClusterWith(t, 1, func(o *Options) {
 		o.LazyHeartbeats, o.Store, o.AsyncStorageWrites, o.ParallelAppend = true, StoreRaftstore, true, true
 		o.LivenessTimeout = 5 * time.Second
@@ -687,6 +696,7 @@ func TestALoneWriteQuiescesItsLeaderOnce(t *testing.T) {
 // log store that is not raft's log) is not applied and stops the group's loop, instead
 // of the group applying one index again and again.
 func TestApplyRefusesAnEntryThatDoesNotFollow(t *testing.T) {
+	t.Parallel()
 	var applied []uint64
 	g := &group{h: &Host{log: quiet()}, id: "g", applied: 5, cfg: GroupConfig{Apply: func(i uint64, _ []byte) any {
 		applied = append(applied, i)
@@ -711,6 +721,7 @@ func TestApplyRefusesAnEntryThatDoesNotFollow(t *testing.T) {
 // waits (a command that carries a duration counts from there); an entry read back from
 // disk at a restart is not known.
 func TestAppendedAgoIsTheArrival(t *testing.T) {
+	t.Parallel()
 	for _, async := range []bool{false, true} {
 		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
 			ns := startClusterWith(t, 1, func(o *Options) { o.Store, o.AsyncStorageWrites = StoreRaftstore, async })
@@ -757,6 +768,7 @@ func TestAppendedAgoIsTheArrival(t *testing.T) {
 // reads the closed group's log from its files and hands over everything past its
 // snapshot, the uncommitted write last.
 func TestApplyLogInHandsOverTheTail(t *testing.T) {
+	t.Parallel()
 	// The store and writes of the broker's groups; an election timeout of 3 s, so that
 	// the leader still leads (check-quorum) when the write is proposed.
 	ns := startClusterWith(t, 1, func(o *Options) {

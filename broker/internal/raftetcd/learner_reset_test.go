@@ -21,6 +21,7 @@ import (
 // node's ticker and receive path hung behind it; had it not, the learner would never
 // have caught up.
 func TestALearnerAddedAgainWithAnEmptyLogCatchesUp(t *testing.T) {
+	t.Parallel()
 	learnerAddedAgain(t, 10)
 }
 
@@ -31,6 +32,7 @@ func TestALearnerAddedAgainWithAnEmptyLogCatchesUp(t *testing.T) {
 // dropped every heartbeat without an answer and the leader, counting it caught up,
 // never sent it anything: a move would have switched in an empty voter.
 func TestALearnerAddedAgainToAnIdleGroupCatchesUp(t *testing.T) {
+	t.Parallel()
 	learnerAddedAgain(t, 0)
 }
 

@@ -77,6 +77,7 @@ func forcedVote(t *testing.T, from, to *testNode, g string, term uint64) raftpb.
 // that still hears it, so the leader's lease stays true; the leader refuses such a vote
 // too while its lease runs. Before, every voter granted a forced vote at once.
 func TestAFollowerThatHearsItsLeaderHoldsItsVote(t *testing.T) {
+	t.Parallel()
 	const g = "hold"
 	_, lead, fs := leaseGroup(t, g)
 	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
@@ -111,6 +112,7 @@ func TestAFollowerThatHearsItsLeaderHoldsItsVote(t *testing.T) {
 // TestAHeldVoteIsGrantedWhenTheLeaderFallsSilent: once the leader is gone, the vote
 // held is stepped when the hold ends: a failover is delayed by the hold at most.
 func TestAHeldVoteIsGrantedWhenTheLeaderFallsSilent(t *testing.T) {
+	t.Parallel()
 	const g = "silent"
 	_, lead, fs := leaseGroup(t, g)
 	voter, cand := fs[0], fs[1]
@@ -133,6 +135,7 @@ func TestAHeldVoteIsGrantedWhenTheLeaderFallsSilent(t *testing.T) {
 // TestALeaseLapsesWithoutRenewal: a lease ends E after the read that proved it; asking
 // whether it is held renews it in the background.
 func TestALeaseLapsesWithoutRenewal(t *testing.T) {
+	t.Parallel()
 	const g = "lapse"
 	_, lead, _ := leaseGroup(t, g)
 	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
@@ -163,6 +166,7 @@ func TestALeaseLapsesWithoutRenewal(t *testing.T) {
 // of the term and tells the followers, so the transferee is elected at once though
 // every follower heard the leader a moment before.
 func TestAHandoverEndsTheLeaseAndTheHold(t *testing.T) {
+	t.Parallel()
 	const g = "handover"
 	_, lead, fs := leaseGroup(t, g)
 	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
@@ -196,6 +200,7 @@ func TestAHandoverEndsTheLeaseAndTheHold(t *testing.T) {
 // is dropped once the leader is heard again, even after the group quiesced (the hold's
 // timer fired then and forced an election against the healthy leader).
 func TestADeferredTakeoverOfALiveLeaderIsDropped(t *testing.T) {
+	t.Parallel()
 	const g = "deferred"
 	ns := startCluster(t, 0) // groups quiesce
 	openEverywhere(t, ns, g, []uint64{1, 2, 3})
@@ -243,6 +248,7 @@ func TestADeferredTakeoverOfALiveLeaderIsDropped(t *testing.T) {
 // the followers that heard the leader a moment before, so the transfer does not wait
 // for their hold (or fail and leave the old leader in place).
 func TestAHandoverWithFiveReplicasIsQuick(t *testing.T) {
+	t.Parallel()
 	const g = "five"
 	ns := startNodes(t, 5, 0, func(o *Options) { o.NoQuiesce = true }, func(int) {})
 	openEverywhere(t, ns, g, []uint64{1, 2, 3, 4, 5})
@@ -274,6 +280,7 @@ func TestAHandoverWithFiveReplicasIsQuick(t *testing.T) {
 // still spoke) stays awake when the leader quiesces the group: a quiesced follower
 // neither ticks nor answers pre-votes, so the leader's real death would elect nobody.
 func TestAFollowerThatCountsItsLeaderDeadDoesNotQuiesce(t *testing.T) {
+	t.Parallel()
 	const g = "awake"
 	ns := startCluster(t, 0) // groups quiesce
 	openEverywhere(t, ns, g, []uint64{1, 2, 3})

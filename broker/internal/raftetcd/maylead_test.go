@@ -15,6 +15,7 @@ import (
 // still votes, so the others elect among themselves when their leader dies. Once it may
 // lead again, a handed leadership is taken.
 func TestAReplicaThatMayNotLeadStandsForNothing(t *testing.T) {
+	t.Parallel()
 	const g = "ml"
 	ns := startCluster(t, 0)
 	var may atomic.Bool

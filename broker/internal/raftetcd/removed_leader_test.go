@@ -15,6 +15,7 @@ import (
 // answered nil at once, so such a leader (cut off from the rest) passed the checks
 // that ConfirmLeader guards.
 func TestARemovedLeaderConfirmsNothing(t *testing.T) {
+	t.Parallel()
 	ns := startCluster(t, 1)
 	g := groupName(0)
 	L := leaders(t, ns, 1)[g]

@@ -16,6 +16,7 @@ import (
 // leader could never catch it up. It joins again now, and catches up once added. Found
 // by an adversarial review (5 December); fails on the old code.
 func TestAJoinedReplicaReopenedBeforeItsLeaderSpokeJoinsAgain(t *testing.T) {
+	t.Parallel()
 	const g = "moved"
 	ns := startNodes(t, 3, 0, func(o *Options) { o.NoQuiesce = true; o.Store = StoreRaftstore }, func(int) {})
 	for _, n := range ns[:2] {

@@ -17,6 +17,7 @@ import (
 // once. It keeps its term and holds its vote now, as any reopened replica does. Found
 // by an adversarial review (5 December); fails on the old code.
 func TestAJoinedVoterReopenedBeforeItsFirstEntryKeepsItsTermAndHold(t *testing.T) {
+	t.Parallel()
 	const g = "joined"
 	ns := startClusterWith(t, 0, func(o *Options) { o.NoQuiesce = true; o.Store = StoreRaftstore })
 	n := ns[0]

@@ -20,6 +20,7 @@ import (
 // (SnapshotPending) until it did. On the old code the reopened group reported nothing
 // pending and never took it, so a learner added next got the bare log.
 func TestSnapshotFirstSurvivesAReopenBeforeIt(t *testing.T) {
+	t.Parallel()
 	n, err := transport.New(transport.Options{NodeID: "n1", ListenAddr: "127.0.0.1:0", Secret: testSecret, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)

@@ -143,6 +143,7 @@ func snapCluster(t *testing.T, g string, allowed func() bool) (map[uint64]*Host,
 }
 
 func TestSnapshotsCompactAndBringANewReplicaUp(t *testing.T) {
+	t.Parallel()
 	const g = "p0"
 	hosts, apps, cfgOf := snapCluster(t, g, nil)
 	leader := func() uint64 {
@@ -239,6 +240,7 @@ func TestSnapshotsCompactAndBringANewReplicaUp(t *testing.T) {
 // members do not all run a version that can restore a snapshot), no group takes one
 // and the log keeps every entry; once it says yes, the next entries bring one.
 func TestSnapshotsWaitForTheirGate(t *testing.T) {
+	t.Parallel()
 	const g = "p0"
 	var open atomic.Bool
 	hosts, _, _ := snapCluster(t, g, open.Load)

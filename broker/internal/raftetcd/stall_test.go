@@ -16,6 +16,7 @@ import (
 // continued old leader forced an election and won it back). A peer that stays silent
 // afterwards is still found dead one timeout later.
 func TestAStalledNodeDoesNotBlameItsPeers(t *testing.T) {
+	t.Parallel()
 	h, p := tickedHost(false)
 	t0 := time.Now()
 	p.lastHeard.Store(t0.UnixNano())
@@ -43,6 +44,7 @@ func TestAStalledNodeDoesNotBlameItsPeers(t *testing.T) {
 // peer's sender: on the old code every tick did, for every peer, 20 wake-ups a second
 // on each node of an idle 3-node cluster (a profile of the idle cost found them).
 func TestAnIdleTickWakesNoSender(t *testing.T) {
+	t.Parallel()
 	h, p := tickedHost(true)
 	now := time.Now()
 	p.lastHeard.Store(now.UnixNano())

@@ -16,6 +16,7 @@ import (
 // leaders sending their appends while they write them, and with each group's writes
 // off its Ready loop (built, not enabled in the product).
 func TestRaftstoreGroupsFailOver(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"serial", "parallel append", "async storage writes"} {
 		t.Run(mode, func(t *testing.T) {
 			raftstoreFailOver(t, mode)
@@ -81,6 +82,7 @@ func raftstoreFailOver(t *testing.T, mode string) {
 // host closes, and a new host on the same directory finds every committed write in the
 // log and applies it again (the spike applies from index 1 on every start).
 func TestRaftstoreGroupRecoversItsLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	const writes = 25
 	open := func() (*Host, *transport.Node, *vfs.SyncGroup, *sync.Map) {

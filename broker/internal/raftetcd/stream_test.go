@@ -28,6 +28,7 @@ func commitEverywhere(t *testing.T, ns []*testNode, groups, want int) {
 // node opened a stream to each of its two peers (a third or fourth only if a duplicate
 // connection was retired under it), and the frames arrived as stream messages.
 func TestFramesGoOnKeptMessageStreams(t *testing.T) {
+	t.Parallel()
 	const groups = 8
 	ns := startCluster(t, groups)
 	for round := 1; round <= 3; round++ {
@@ -57,6 +58,7 @@ func TestFramesGoOnKeptMessageStreams(t *testing.T) {
 // frames as calls, and replication goes on; once it runs a version that takes them,
 // the others open streams to it after their retry wait.
 func TestFramesFallBackToCallsForAPeerWithoutStreams(t *testing.T) {
+	t.Parallel()
 	const groups = 4
 	ns := startClusterWith(t, groups, func(o *Options) { o.streamRetry = 500 * time.Millisecond })
 	old := ns[2]
