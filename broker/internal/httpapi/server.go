@@ -294,7 +294,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !reqid.Sane(id) {
 		id = reqid.New()
 	}
-	w.Header().Set(reqid.Header, id)
+	h := w.Header()
+	h.Set(reqid.Header, id)
+	// Answers carry messages, users and settings that only their caller may see: no
+	// browser or proxy keeps a copy, and none reads a JSON answer as anything else.
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
 	r = r.WithContext(reqid.With(r.Context(), id))
 	sw := &statusWriter{ResponseWriter: w}
 	_, pattern := s.mux.Handler(r)
