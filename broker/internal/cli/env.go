@@ -106,7 +106,8 @@ func (e *env) target() (target, error) {
 		_ = l.Set(e.Getenv("NARAD_URL"))
 		t.URLs = l
 	}
-	if len(t.URLs) == 0 && saved != nil {
+	ownNodes := len(t.URLs) == 0
+	if ownNodes && saved != nil {
 		t.URLs = saved.URLs
 	}
 	if len(t.URLs) == 0 {
@@ -115,11 +116,17 @@ func (e *env) target() (target, error) {
 	if err := noCredentialsIn(t.URLs); err != nil {
 		return t, err
 	}
+	// A context's credentials go to its own nodes only: --url or NARAD_URL naming
+	// another node (a test node, a typo, a host someone asked to be tried) is sent
+	// none of them.
 	var savedUser, savedPassword, savedFile string
-	if saved != nil {
+	if saved != nil && (ownNodes || sameOrigins(t.URLs, saved.URLs)) {
 		savedUser, savedPassword, savedFile = saved.User, saved.Password, saved.PasswordFile
 	}
 	t.User = firstNonEmpty(e.g.user, e.Getenv("NARAD_USER"), savedUser)
+	if t.User != savedUser { // the saved password is the saved user's
+		savedPassword, savedFile = "", ""
+	}
 	switch {
 	case e.g.password != "":
 		t.Password = e.g.password
@@ -208,4 +215,39 @@ func (e *env) withClient(ctx context.Context, f func(*narad.Client) error) error
 		return err
 	}
 	return f(c)
+}
+
+// sameOrigins reports whether every URL of urls has the scheme, host and port of one
+// of the context's URLs (the default port of the scheme when none is written).
+func sameOrigins(urls, context []string) bool {
+	own := map[string]bool{}
+	for _, u := range context {
+		if o, ok := origin(u); ok {
+			own[o] = true
+		}
+	}
+	for _, u := range urls {
+		if o, ok := origin(u); !ok || !own[o] {
+			return false
+		}
+	}
+	return true
+}
+
+func origin(raw string) (string, bool) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", false
+	}
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" {
+		switch scheme {
+		case "http":
+			port = "80"
+		case "https":
+			port = "443"
+		}
+	}
+	return scheme + "://" + strings.ToLower(u.Hostname()) + ":" + port, true
 }
