@@ -12,8 +12,8 @@ import (
 )
 
 // helperEnv makes the test binary a UDP helper inside a namespace: "echo ADDR" answers
-// every packet it gets at ADDR; "probe ADDR N" sends N packets to ADDR and prints how
-// many came back.
+// every packet it gets at ADDR; "probe ADDR N WAIT" sends N packets to ADDR, each
+// given WAIT for its echo, and prints how many came back.
 const helperEnv = "NETNS_TEST_HELPER"
 
 func TestMain(m *testing.M) {
@@ -42,6 +42,7 @@ func helper(args []string) int {
 		}
 	case "probe":
 		n, _ := strconv.Atoi(args[2])
+		wait, _ := time.ParseDuration(args[3])
 		c, err := net.Dial("udp", args[1])
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -51,7 +52,7 @@ func helper(args []string) int {
 		buf := make([]byte, 64)
 		for i := range n {
 			_, _ = fmt.Fprintf(c, "%d", i)
-			_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			_ = c.SetReadDeadline(time.Now().Add(wait))
 			if _, err := c.Read(buf); err == nil {
 				got++
 			}
@@ -104,10 +105,13 @@ func TestCutsAreMadeInTheKernel(t *testing.T) {
 	if k, err := out.Read(line); err != nil || !strings.Contains(string(line[:k]), "listening") {
 		t.Fatalf("the echo helper did not start: %q %v", line[:k], err)
 	}
-	probe := func() int {
+	// probe sends 20 packets from a to b's echo, each given wait for its echo: long
+	// where every packet should come back (a loaded machine may be slow to run the
+	// echo), short where none should.
+	probeN := func(count int, wait time.Duration) int {
 		t.Helper()
 		c := n.Command(a, self)
-		c.Env = append(os.Environ(), helperEnv+"=probe "+b.IP+":9000 20")
+		c.Env = append(os.Environ(), fmt.Sprintf("%s=probe %s:9000 %d %s", helperEnv, b.IP, count, wait))
 		got, err := c.Output()
 		if err != nil {
 			t.Fatalf("probe: %v", err)
@@ -118,7 +122,15 @@ func TestCutsAreMadeInTheKernel(t *testing.T) {
 		}
 		return k
 	}
-	if k := probe(); k != 20 {
+	probe := func(wait time.Duration) int { t.Helper(); return probeN(20, wait) }
+	// The new links may take a moment to carry packets: wait for a first echo.
+	for up := time.Now().Add(30 * time.Second); probeN(1, 500*time.Millisecond) != 1; {
+		if time.Now().After(up) {
+			t.Fatal("no packet from a to b was echoed within 30 s of the setup")
+		}
+	}
+	const healthy, cut = 2 * time.Second, 50 * time.Millisecond
+	if k := probe(healthy); k != 20 {
 		t.Fatalf("a healthy network echoed %d of 20 packets", k)
 	}
 	for _, c := range []struct {
@@ -129,13 +141,13 @@ func TestCutsAreMadeInTheKernel(t *testing.T) {
 		if err := n.Apply(ctx, c.host, c.f); err != nil {
 			t.Fatal(err)
 		}
-		if k := probe(); k != 0 {
+		if k := probe(cut); k != 0 {
 			t.Errorf("%s: %d of 20 packets echoed; want none", c.what, k)
 		}
 		if err := n.Apply(ctx, c.host, nil); err != nil {
 			t.Fatal(err)
 		}
-		if k := probe(); k != 20 {
+		if k := probe(healthy); k != 20 {
 			t.Errorf("healed after %s: %d of 20 packets echoed", c.what, k)
 		}
 	}
@@ -143,13 +155,13 @@ func TestCutsAreMadeInTheKernel(t *testing.T) {
 	if err := n.Apply(ctx, a, Fault{{Peer: hostIP(251, 7), P: 1}, {Out: true, Peer: hostIP(251, 7), P: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if k := probe(); k != 20 {
+	if k := probe(healthy); k != 20 {
 		t.Errorf("a cut from another address only: %d of 20 packets echoed", k)
 	}
 	if err := n.Apply(ctx, a, Fault{{Peer: hostIP(251, 7), P: 1}, {Peer: b.IP, P: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if k := probe(); k != 0 {
+	if k := probe(cut); k != 0 {
 		t.Errorf("a cut from b: %d of 20 packets echoed; want none", k)
 	}
 	if err := n.Apply(ctx, a, nil); err != nil {
@@ -159,7 +171,7 @@ func TestCutsAreMadeInTheKernel(t *testing.T) {
 	if err := n.Apply(ctx, b, Fault{{P: 0.5}, {Out: true, P: 0.5}}); err != nil {
 		t.Fatal(err)
 	}
-	if k := probe(); k == 20 {
+	if k := probe(200 * time.Millisecond); k == 20 {
 		t.Error("a lossy host (50 % each way) echoed every packet")
 	}
 }
