@@ -66,7 +66,8 @@ const (
 	CodeTopicExists    = "topic_exists"
 	CodeNotImplemented = "not_implemented"
 	// CodeIncarnationMismatch marks a replay from a Position taken from another
-	// incarnation of the topic: it was deleted and created again since (ErrConflict).
+	// incarnation of the topic, or a DeleteTopic naming one (WithDeleteIncarnation): the
+	// topic was deleted and created again since (ErrConflict).
 	CodeIncarnationMismatch = "incarnation_mismatch"
 )
 

@@ -372,3 +372,31 @@ func ExampleClient_AlterTopic() {
 	fmt.Println(t.Name, t.Partitions, t.VisibilityTimeout)
 	// Output: ex-settings 2 1m0s
 }
+
+func ExampleWithDeleteIncarnation() {
+	ctx := context.Background()
+	c, _ := narad.New([]string{endpoint()})
+	defer c.Close()
+
+	c.CreateTopic(ctx, "ex-delete", narad.TopicConfig{Partitions: 1})
+	seen, err := c.Topic(ctx, "ex-delete") // what a page or a script showed
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Meanwhile someone deletes the topic and creates it again.
+	c.DeleteTopic(ctx, "ex-delete")
+	c.CreateTopic(ctx, "ex-delete", narad.TopicConfig{Partitions: 1})
+
+	// Deleting the topic that was seen leaves the new one alone.
+	err = c.DeleteTopic(ctx, "ex-delete", narad.WithDeleteIncarnation(seen.Incarnation))
+	var e *narad.Error
+	if errors.As(err, &e) && e.Code == narad.CodeIncarnationMismatch {
+		fmt.Println("not deleted:", errors.Is(err, narad.ErrConflict))
+	}
+	now, _ := c.Topic(ctx, "ex-delete")
+	err = c.DeleteTopic(ctx, "ex-delete", narad.WithDeleteIncarnation(now.Incarnation))
+	fmt.Println("deleted:", err == nil)
+	// Output:
+	// not deleted: true
+	// deleted: true
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -214,11 +215,56 @@ func (c *Client) AlterTopic(ctx context.Context, name string, u TopicUpdate) (*T
 	return topicInfo(out), nil
 }
 
+// DeleteTopicOption configures one DeleteTopic call.
+type DeleteTopicOption func(*deleteTopicConfig)
+
+type deleteTopicConfig struct {
+	incarnation    string
+	hasIncarnation bool
+}
+
+// WithDeleteIncarnation makes DeleteTopic delete the topic only while it is that incarnation
+// (TopicInfo.Incarnation, as Topic, Topics or CreateTopic gave it). When the name is
+// another topic now, deleted and created again since, the call fails with an error
+// wrapping ErrConflict with code CodeIncarnationMismatch and nothing is deleted. (A
+// cluster node that has not yet applied the new topic's creation answers ErrNotFound
+// instead; nothing is deleted then either.) An empty incarnation names none: the call
+// fails with ErrInvalidOption and sends nothing.
+func WithDeleteIncarnation(incarnation string) DeleteTopicOption {
+	return func(d *deleteTopicConfig) { d.incarnation, d.hasIncarnation = incarnation, true }
+}
+
 // DeleteTopic deletes a topic's data and metadata. Its receipt handles stop working; a
-// topic created later under the name is a new, empty topic.
-func (c *Client) DeleteTopic(ctx context.Context, name string) error {
+// topic created later under the name is a new, empty topic. A name with no topic fails
+// with an error wrapping ErrNotFound.
+//
+// With WithDeleteIncarnation it deletes only that incarnation of the topic: if the name was
+// deleted and created again since the incarnation was read, the call fails with an
+// error wrapping ErrConflict, code CodeIncarnationMismatch (not retryable), and the
+// topic now under the name stays.
+//
+// Retries: an attempt whose reply is lost (a connection reset, a timeout, 503 timeout)
+// may have deleted the topic, and the call is retried. Without an incarnation the retry
+// deletes whatever topic has the name then, so a topic created again under the name
+// between the two attempts is deleted too. With one, the retry cannot delete such a
+// topic: it fails with ErrConflict (CodeIncarnationMismatch), or with ErrNotFound when
+// the name has no topic. After a lost reply either error is Uncertain, and either way
+// the incarnation named is gone, deleted by this call or by another.
+func (c *Client) DeleteTopic(ctx context.Context, name string, opts ...DeleteTopicOption) error {
+	var cfg deleteTopicConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var params *api.DeleteTopicParams
+	if cfg.hasIncarnation {
+		if cfg.incarnation == "" {
+			return fmt.Errorf("narad: delete-topic %s: WithDeleteIncarnation(\"\") names no incarnation; nothing was deleted: %w", name, ErrInvalidOption)
+		}
+		inc := cfg.incarnation
+		params = &api.DeleteTopicParams{Incarnation: &inc}
+	}
 	return c.doJSON(ctx, &call{op: "delete-topic", topic: name,
-		build: func(s string) (*http.Request, error) { return api.NewDeleteTopicRequest(s, name, nil) }}, nil)
+		build: func(s string) (*http.Request, error) { return api.NewDeleteTopicRequest(s, name, params) }}, nil)
 }
 
 func topicInfo(t api.Topic) *TopicInfo {
