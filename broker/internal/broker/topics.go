@@ -285,7 +285,8 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 }
 
 // DeleteTopic deletes a topic's metadata and data. With incarnation != 0 it deletes
-// only that incarnation (ErrTopicNotFound if the name now has another, or none).
+// only that incarnation: ErrIncarnationMismatch if the name has another now,
+// ErrTopicNotFound if it has none.
 func (b *Broker) DeleteTopic(ctx context.Context, name string, incarnation uint64) error {
 	if err := b.ensureReady(); err != nil {
 		return err
@@ -293,6 +294,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string, incarnation uint6
 	if err := checkName(name); err != nil {
 		return err
 	}
+	named := incarnation
 	if incarnation == 0 && b.opts.Peers != nil {
 		// Pinned to the incarnation the name has now, as the controller knows it: a
 		// delete that reaches the controller late (its caller was told "outcome
@@ -311,6 +313,17 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string, incarnation uint6
 	}
 	m, index, err := b.meta.DeleteTopic(name, incarnation)
 	if err != nil {
+		if named != 0 && errors.Is(err, meta.ErrTopicNotFound) {
+			// The controller refused the incarnation named: say whether the name is
+			// another topic now, as this node may not have seen it created (the
+			// check before the delete was made on this node's view).
+			sctx, cancel := context.WithTimeout(ctx, syncBound)
+			serr := b.meta.Sync(sctx)
+			cancel()
+			if cur, ok := b.meta.Topic(name); serr == nil && ok && cur.Incarnation != named {
+				return fmt.Errorf("%w: topic %s is incarnation %d, not %d: it was deleted and created again since; nothing was deleted (read the topic again to delete the one it is now)", ErrIncarnationMismatch, name, cur.Incarnation, named)
+			}
+		}
 		return mapMetaErr(err)
 	}
 	err = b.reconcile(false)
