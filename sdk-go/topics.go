@@ -223,13 +223,12 @@ type deleteTopicConfig struct {
 	hasIncarnation bool
 }
 
-// WithDeleteIncarnation makes DeleteTopic delete the topic only while it is that incarnation
-// (TopicInfo.Incarnation, as Topic, Topics or CreateTopic gave it). When the name is
-// another topic now, deleted and created again since, the call fails with an error
-// wrapping ErrConflict with code CodeIncarnationMismatch and nothing is deleted. (A
-// cluster node that has not yet applied the new topic's creation answers ErrNotFound
-// instead; nothing is deleted then either.) An empty incarnation names none: the call
-// fails with ErrInvalidOption and sends nothing.
+// WithDeleteIncarnation makes DeleteTopic delete the topic only while it is that
+// incarnation (TopicInfo.Incarnation, as Topic, Topics or CreateTopic gave it). When
+// the name is another topic now, deleted and created again since, the call fails with
+// an error wrapping ErrConflict with code CodeIncarnationMismatch and nothing is
+// deleted. An empty incarnation names none: the call fails with ErrInvalidOption and
+// sends nothing.
 func WithDeleteIncarnation(incarnation string) DeleteTopicOption {
 	return func(d *deleteTopicConfig) { d.incarnation, d.hasIncarnation = incarnation, true }
 }
