@@ -145,6 +145,18 @@ export interface MessageRange {
   damaged: number[];
 }
 
+/** DeleteTopicOptions say which topic a delete means. */
+export interface DeleteTopicOptions extends CallOptions {
+  /**
+   * The topic incarnation to delete (`incarnation` of {@link Client.getTopic} or any
+   * {@link TopicInfo}): when the name is another topic now (deleted and created again
+   * since that was read), the delete fails with a Conflict error, code
+   * `incarnation_mismatch`, and deletes nothing. It also lets the SDK resend a delete
+   * whose reply was lost: the resend cannot delete a topic created under the name since.
+   */
+  incarnation?: string;
+}
+
 /** CreateUserOptions are the fields of a new user. */
 export interface CreateUserOptions extends CallOptions {
   /** What the user may do (default nothing). */
@@ -704,9 +716,37 @@ export class Client implements AsyncDisposable, ClientCore {
     );
   }
 
-  /** deleteTopic deletes a topic's data and metadata. */
-  async deleteTopic(name: string, opts?: CallOptions): Promise<void> {
-    await this.call({ operation: "deleteTopic", method: "DELETE", path: topicPath(name), topic: name, expect: [204], retryUncertain: false, ...this.callOpts(opts) });
+  /**
+   * deleteTopic deletes a topic's data and metadata. Its receipt handles stop working; a
+   * topic created later under the name is a new, empty topic with a new incarnation.
+   *
+   * With `incarnation` (from {@link Client.getTopic} or any {@link TopicInfo}) it
+   * deletes that incarnation only: when the name is another topic now (deleted and
+   * created again since it was read) it rejects with a `ConflictError`, code
+   * `incarnation_mismatch`, and nothing is deleted.
+   *
+   * Retries: an attempt whose outcome is unknown (its reply lost, a 503 `timeout`, a 504)
+   * may have deleted the topic. Without `incarnation` such an attempt is not resent, as
+   * a resend deletes whatever topic has the name by then, one created since included:
+   * the call rejects with `uncertain` set. With `incarnation` it is resent, as a resend
+   * cannot delete a topic created under the name since; when the lost attempt did
+   * delete the topic, the resend rejects with a `NotFoundError` (`topic_not_found`), or
+   * a `ConflictError` (`incarnation_mismatch`) when the name was created again
+   * meanwhile, either with `uncertain` set: the incarnation named is gone, perhaps
+   * deleted by this call.
+   */
+  async deleteTopic(name: string, opts: DeleteTopicOptions = {}): Promise<void> {
+    await this.call({
+      operation: "deleteTopic",
+      method: "DELETE",
+      path: topicPath(name),
+      query: { incarnation: opts.incarnation },
+      topic: name,
+      expect: [204],
+      // A resend naming the incarnation cannot delete a topic created since; without it, it could.
+      retryUncertain: opts.incarnation !== undefined,
+      ...this.callOpts(opts),
+    });
   }
 
   // ---- fan-out and delay children ----

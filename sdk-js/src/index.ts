@@ -14,6 +14,7 @@ export type {
   MessagesOptions,
   ReadRangeOptions,
   MessageRange,
+  DeleteTopicOptions,
   CreateUserOptions,
 } from "./client.js";
 export { Consumer, poisonBackoffMs } from "./consumer.js";

@@ -355,6 +355,93 @@ describe("topics, cluster and health", () => {
     await assert.rejects(client.createTopic({ name: "bad name!" }), (e: unknown) => e instanceof BadRequestError && !e.retryable);
   });
 
+  it("deleteTopic naming an old incarnation is a Conflict and deletes nothing; naming the current one deletes", async () => {
+    const name = topicName("inc");
+    const first = (await client.createTopic({ name })).incarnation;
+    assert.equal(typeof first, "string");
+    assert.equal((await client.getTopic(name)).incarnation, first);
+    await client.deleteTopic(name, { incarnation: first });
+    const second = (await client.createTopic({ name })).incarnation;
+    assert.notEqual(second, first, "a topic created again has a new incarnation");
+    const err = await client.deleteTopic(name, { incarnation: first }).catch((e: unknown) => e);
+    assert.ok(err instanceof ConflictError, String(err));
+    assert.equal(err.kind, "Conflict");
+    assert.equal(err.code, "incarnation_mismatch");
+    assert.equal(err.status, 409);
+    assert.equal(err.retryable, false);
+    assert.equal(err.uncertain, false);
+    assert.equal((await client.getTopic(name)).incarnation, second, "the topic created again is still there");
+    await client.deleteTopic(name, { incarnation: second });
+    await assert.rejects(client.getTopic(name), (e: unknown) => e instanceof NotFoundError && e.code === "topic_not_found");
+    await assert.rejects(client.deleteTopic(name, { incarnation: second }), (e: unknown) => e instanceof NotFoundError && !e.uncertain);
+  });
+
+  it("deleteTopic sends the incarnation as a query parameter, encoded, and none without it", async () => {
+    const urls: URL[] = [];
+    const stub = (async (input: string | URL | Request) => {
+      urls.push(new URL(typeof input === "string" ? input : input instanceof URL ? input.href : input.url));
+      return new Response(null, { status: 204 });
+    }) as typeof fetch;
+    const c = new Client({ endpoints: "http://127.0.0.1:9", fetch: stub });
+    await c.deleteTopic("a.b_c-1", { incarnation: "42" });
+    await c.deleteTopic("a.b_c-1");
+    await c.deleteTopic("t", { incarnation: "1 2&x=3" });
+    await c.close();
+    assert.equal(urls.length, 3);
+    assert.equal(urls[0]?.pathname, "/v1/topics/a.b_c-1");
+    assert.equal(urls[0]?.search, "?incarnation=42");
+    assert.equal(urls[1]?.search, "", "no incarnation, no query");
+    assert.equal(urls[2]?.searchParams.get("incarnation"), "1 2&x=3", "encoded as one parameter");
+    assert.deepEqual([...(urls[2]?.searchParams.keys() ?? [])], ["incarnation"]);
+  });
+
+  it("deleteTopic with an incarnation is resent after a lost reply and cannot delete the topic created meanwhile", async () => {
+    const name = topicName("inc-lost");
+    const first = (await client.createTopic({ name })).incarnation;
+    let second: string | undefined;
+    const f = faultyFetch();
+    f.rules.push(async (_url, init, real) => {
+      if (init?.method === "DELETE" && second === undefined) {
+        await (await real()).arrayBuffer(); // the broker deletes the topic...
+        second = (await client.createTopic({ name })).incarnation; // ...someone creates it again...
+        throw lostReply(); // ...and the delete's reply never arrives
+      }
+      return undefined;
+    });
+    const c = new Client({ endpoints: [broker.url], fetch: f.fetch, retry: { minBackoffMs: 1, maxBackoffMs: 5 } });
+    const err = await c.deleteTopic(name, { incarnation: first }).catch((e: unknown) => e);
+    await c.close();
+    const deletes = f.calls.filter((u) => u.pathname === `/v1/topics/${name}`);
+    assert.equal(deletes.length, 2, "resent once");
+    for (const u of deletes) assert.equal(u.searchParams.get("incarnation"), first);
+    assert.ok(err instanceof ConflictError, String(err));
+    assert.equal(err.code, "incarnation_mismatch");
+    assert.equal(err.uncertain, true, "the lost attempt may have deleted it");
+    assert.ok(second !== undefined && second !== first);
+    assert.equal((await client.getTopic(name)).incarnation, second, "the topic created meanwhile stays");
+    await client.deleteTopic(name);
+  });
+
+  it("deleteTopic without an incarnation is not resent after a lost reply", async () => {
+    const name = topicName("lost");
+    await client.createTopic({ name });
+    const f = faultyFetch();
+    let dropped = 0;
+    f.rules.push(async (_url, init, real) => {
+      if (init?.method === "DELETE" && dropped++ === 0) {
+        await (await real()).arrayBuffer();
+        throw lostReply();
+      }
+      return undefined;
+    });
+    const c = new Client({ endpoints: [broker.url], fetch: f.fetch, retry: { minBackoffMs: 1, maxBackoffMs: 5 } });
+    const err = await c.deleteTopic(name).catch((e: unknown) => e);
+    await c.close();
+    assert.equal(dropped, 1, "sent once");
+    assert.ok(err instanceof NaradError && err.uncertain, String(err));
+    await assert.rejects(client.getTopic(name), NotFoundError);
+  });
+
   it("reads the cluster, members, readiness and metrics", async () => {
     const c = await client.getCluster();
     assert.ok(c.nodeId);
