@@ -147,12 +147,12 @@ func TestDeleteTopicRetryAfterLostReply(t *testing.T) {
 		var deletes atomic.Int32
 		loseFirstAndRecreate(name, &deletes)
 		defer ft.set(nil, nil)
-		if err := c.DeleteTopic(ctx, name); err != nil || deletes.Load() != 2 {
-			t.Fatalf("delete retried after a lost reply: %v after %d attempts", err, deletes.Load())
+		// Not resent: a resend would delete the topic created again meanwhile (it did).
+		if err := c.DeleteTopic(ctx, name); err == nil || !narad.Uncertain(err) || deletes.Load() != 1 {
+			t.Fatalf("delete after a lost reply: %v (uncertain %v) after %d attempts; want an uncertain error after 1", err, narad.Uncertain(err), deletes.Load())
 		}
-		// The hazard WithDeleteIncarnation exists for: the retry deleted the new topic.
-		if _, err := admin.Topic(ctx, name); !errors.Is(err, narad.ErrNotFound) {
-			t.Fatalf("the topic created again: %v; want it deleted by the retry", err)
+		if _, err := admin.Topic(ctx, name); err != nil {
+			t.Fatalf("the topic created again: %v; want it kept", err)
 		}
 	})
 }

@@ -237,18 +237,19 @@ func WithDeleteIncarnation(incarnation string) DeleteTopicOption {
 // topic created later under the name is a new, empty topic. A name with no topic fails
 // with an error wrapping ErrNotFound.
 //
-// With WithDeleteIncarnation it deletes only that incarnation of the topic: if the name was
-// deleted and created again since the incarnation was read, the call fails with an
+// With WithDeleteIncarnation it deletes only that incarnation of the topic: if the name
+// was deleted and created again since the incarnation was read, the call fails with an
 // error wrapping ErrConflict, code CodeIncarnationMismatch (not retryable), and the
 // topic now under the name stays.
 //
 // Retries: an attempt whose reply is lost (a connection reset, a timeout, 503 timeout)
-// may have deleted the topic, and the call is retried. Without an incarnation the retry
-// deletes whatever topic has the name then, so a topic created again under the name
-// between the two attempts is deleted too. With one, the retry cannot delete such a
-// topic: it fails with ErrConflict (CodeIncarnationMismatch), or with ErrNotFound when
-// the name has no topic. After a lost reply either error is Uncertain, and either way
-// the incarnation named is gone, deleted by this call or by another.
+// may have deleted the topic. Without an incarnation the call is not sent again (a
+// resend would delete whatever topic has the name by then, one created again meanwhile
+// included): it fails with the attempt's error, Uncertain. With one, it is sent again,
+// as the resend cannot delete another topic: it fails with ErrConflict
+// (CodeIncarnationMismatch), or with ErrNotFound when the name has no topic. After a
+// lost reply either error is Uncertain, and either way the incarnation named is gone,
+// deleted by this call or by another.
 func (c *Client) DeleteTopic(ctx context.Context, name string, opts ...DeleteTopicOption) error {
 	var cfg deleteTopicConfig
 	for _, o := range opts {
@@ -262,7 +263,9 @@ func (c *Client) DeleteTopic(ctx context.Context, name string, opts ...DeleteTop
 		inc := cfg.incarnation
 		params = &api.DeleteTopicParams{Incarnation: &inc}
 	}
-	return c.doJSON(ctx, &call{op: "delete-topic", topic: name,
+	// Resent after a lost reply only when it names an incarnation: a resend without one
+	// deletes whatever topic has the name by then.
+	return c.doJSON(ctx, &call{op: "delete-topic", topic: name, unsafe: params == nil,
 		build: func(s string) (*http.Request, error) { return api.NewDeleteTopicRequest(s, name, params) }}, nil)
 }
 
