@@ -3,7 +3,7 @@
 import { useEffect, useState } from "preact/hooks";
 import { api, enc, type Message, type MessageRange } from "./api";
 import { renderPayload, type View } from "./format";
-import { ErrorNote, href } from "./ui";
+import { ErrorNote, href, useLatest } from "./ui";
 
 const views: View[] = ["json", "text", "base64", "hex"];
 
@@ -20,20 +20,25 @@ export function MessagesPage({ topic, partition }: { topic: string; partition: s
   // a topic deleted and created again since answers 409, not its own messages.
   const [incarnation, setIncarnation] = useState<string | undefined>(undefined);
   const [error, setError] = useState<unknown>(null);
+  const begin = useLatest();
   const read = async (start: { from?: string; fromTime?: string; incarnation?: string }) => {
     const q = new URLSearchParams({ max: max || "20", payload_encoding: "base64" });
     if (start.fromTime) q.set("from_time", start.fromTime);
     else if (start.from) q.set("from", start.from);
     if (start.incarnation) q.set("incarnation", start.incarnation);
+    // Only the latest read is shown: the answer to an earlier one (another offset, the
+    // page before) that comes after it would show messages the controls do not name.
+    const current = begin();
     try {
       const r = await api<MessageRange>("GET", `/v1/topics/${enc(topic)}/partitions/${enc(partition)}/messages?${q}`);
+      if (!current()) return;
       setMsgs(r.messages);
       setNext(r.next_offset);
       setDamaged(r.damaged ?? []);
       setIncarnation(r.incarnation);
       setError(null);
     } catch (e) {
-      setError(e);
+      if (current()) setError(e);
     }
   };
   useEffect(() => {

@@ -121,6 +121,27 @@ export function href(...parts: (string | number)[]): string {
   return `#/${parts.map((p) => encodeURIComponent(String(p))).join("/")}`;
 }
 
+/**
+ * Numbers a page's reads so that only the latest one's answer is shown: begin() starts a
+ * read and returns current(), true while no read has begun since and the page is still
+ * shown. A read sets what the page shows only while current() holds, so an answer that
+ * comes late (a slow refresh, the read of an earlier offset or page) never replaces the
+ * answer of a newer read.
+ */
+export function useLatest(): () => () => boolean {
+  const seq = useRef(0);
+  useEffect(
+    () => () => {
+      seq.current++; // the page is gone: no read of it is current
+    },
+    [],
+  );
+  return () => {
+    const n = ++seq.current;
+    return () => seq.current === n;
+  };
+}
+
 /** Runs load now and every ms while mounted (and again when deps change). */
 export function usePoll(load: () => void, ms: number, deps: unknown[]): void {
   useEffect(() => {

@@ -38,7 +38,54 @@ async function openNarad(t, name) {
     return r.status === 204 ? null : JSON.parse(text);
   };
   browser = await chromium.launch({ executablePath: chromiumPath, args: browserArgs });
-  return { base, call, page: await browser.newPage() };
+  const page = await browser.newPage();
+  // Marks when the page has read an answer holdAnswer gave it late (see there).
+  await page.addInitScript(() => {
+    const text = Response.prototype.text;
+    Response.prototype.text = async function () {
+      const t = await text.call(this);
+      if (this.headers.get("x-console-test") === "late") window.lateAnswerRead = true;
+      return t;
+    };
+  });
+  return { base, call, page };
+}
+
+// holdAnswer holds the answer to the first GET the page sends to a URL that match
+// takes: the broker's answer is fetched at once (edit may change its JSON), and given to
+// the page only when release() is called, which returns once the page has read it. So
+// the answer comes after those of requests the page sent later, as a slow node's would.
+// The page runs what it does with an answer (the rest of api(), the state it sets and
+// Preact's render, queued as microtasks) before the next task: when a page.evaluate
+// sees the mark, all of it has run.
+async function holdAnswer(page, match, edit = (json) => json) {
+  let taken;
+  const held = new Promise((r) => {
+    taken = r;
+  });
+  let release;
+  const released = new Promise((r) => {
+    release = r;
+  });
+  let once = false;
+  await page.route(match, async (route) => {
+    if (once || route.request().method() !== "GET") return route.fallback();
+    once = true;
+    const answer = await route.fetch();
+    const json = edit(await answer.json());
+    taken();
+    await released;
+    const headers = { ...answer.headers(), "x-console-test": "late" };
+    delete headers["content-length"];
+    await route.fulfill({ status: answer.status(), headers, json });
+  });
+  return {
+    held,
+    release: async () => {
+      release();
+      await until("the page to read the late answer", () => page.evaluate(() => window.lateAnswerRead === true));
+    },
+  };
 }
 
 test("with security off the console needs no login, and its writes pass the cross-site checks", { timeout: 120_000 }, async (t) => {
@@ -176,6 +223,24 @@ test("deleting a topic created again since the page read it deletes nothing", { 
   await page.getByRole("alert").filter({ hasText: "409 incarnation_mismatch" }).waitFor();
   const now = await call("GET", "/v1/topics/twice");
   assert.equal(now.incarnation, again.incarnation, "the topic created again was deleted by a page showing the old one");
+});
+
+test("a partition's messages read answered late does not replace a newer read's", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "late-read");
+  await call("POST", "/v1/topics", { name: "late", partitions: 1 });
+  await call("POST", "/v1/topics/late/produce-batch", { messages: [0, 1, 2, 3].map((n) => ({ payload: { n } })) });
+  // The page's first read (from offset 0) is answered after the one from offset 2.
+  const first = await holdAnswer(page, (u) => u.pathname === "/v1/topics/late/partitions/0/messages" && u.searchParams.get("from") === "0");
+  await page.goto(`${base}/console#/topics/late/partitions/0?from=0`);
+  await first.held;
+  await page.getByLabel("From offset").fill("2");
+  await page.getByRole("button", { name: "Read", exact: true }).click();
+  const list = page.getByRole("list", { name: "Messages" });
+  await until("the messages from offset 2", async () => (await list.locator("li").first().getAttribute("data-offset")) === "2");
+  await first.release();
+  // The page still shows what its controls say: the read from offset 2.
+  assert.equal(await page.getByLabel("From offset").inputValue(), "2");
+  assert.deepEqual(await list.locator("li").evaluateAll((ls) => ls.map((l) => l.dataset.offset)), ["2", "3"]);
 });
 
 test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
