@@ -13,6 +13,9 @@ function sum(d: TopicDetail | undefined, f: (p: TopicDetail["partition_stats"][n
 export function TopicsPage() {
   const [topics, setTopics] = useState<Topic[] | null>(null);
   const [details, setDetails] = useState<Record<string, TopicDetail>>({});
+  // The topics whose detail read failed, with the API's answer: shown in their row in
+  // place of figures, which would otherwise read as blank or 0.
+  const [failed, setFailed] = useState<Record<string, unknown>>({});
   const [stats, setStats] = useState<Record<string, TopicStats>>({});
   const [error, setError] = useState<unknown>(null);
   const load = async () => {
@@ -20,14 +23,20 @@ export function TopicsPage() {
       const list = (await api<{ topics: Topic[] }>("GET", "/v1/topics")).topics;
       // Current figures from each topic (at most 100 asked per refresh); trends from the
       // stats route in one request.
-      const got = await Promise.allSettled(list.slice(0, 100).map((t) => api<TopicDetail>("GET", `/v1/topics/${enc(t.name)}`)));
+      const asked = list.slice(0, 100);
+      const got = await Promise.allSettled(asked.map((t) => api<TopicDetail>("GET", `/v1/topics/${enc(t.name)}`)));
       const d: Record<string, TopicDetail> = {};
-      for (const r of got) if (r.status === "fulfilled") d[r.value.name] = r.value;
+      const f: Record<string, unknown> = {};
+      got.forEach((r, i) => {
+        if (r.status === "fulfilled") d[r.value.name] = r.value;
+        else f[asked[i].name] = r.reason;
+      });
       const st = await api<{ topics: TopicStats[] }>("GET", "/v1/stats");
       const s: Record<string, TopicStats> = {};
       for (const t of st.topics) s[t.topic] = t;
       setTopics(list);
       setDetails(d);
+      setFailed(f);
       setStats(s);
       setError(null);
     } catch (e) {
@@ -62,6 +71,7 @@ export function TopicsPage() {
             <tbody>
               {topics.map((t) => {
                 const d = details[t.name];
+                const figures = failed[t.name] ? "unknown" : "–";
                 const s = stats[t.name]?.samples ?? [];
                 const last = s[s.length - 1];
                 return (
@@ -69,13 +79,14 @@ export function TopicsPage() {
                     <th scope="row">
                       <a href={href("topics", t.name)}>{t.name}</a>
                       {t.parent ? <span class="tag">child of {t.parent}</span> : null}
+                      <ErrorNote error={failed[t.name]} />
                     </th>
                     <td>{t.partitions}</td>
                     <td class="num" data-col="backlog">
-                      {sum(d, (p) => p.backlog) ?? "–"}
+                      {sum(d, (p) => p.backlog) ?? figures}
                     </td>
                     <td class="num" data-col="in-flight">
-                      {sum(d, (p) => p.in_flight) ?? "–"}
+                      {sum(d, (p) => p.in_flight) ?? figures}
                     </td>
                     <td class="num">{last ? duration(last.oldest_unacked_age_ms) : "–"}</td>
                     <td>

@@ -88,6 +88,9 @@ async function holdAnswer(page, match, edit = (json) => json) {
   };
 }
 
+// An error answer of the API, as the broker writes them.
+const failure = (status, code, message) => ({ status, json: { error: { code, message } } });
+
 test("with security off the console needs no login, and its writes pass the cross-site checks", { timeout: 120_000 }, async (t) => {
   const { base, page } = await openNarad(t, "open");
   await page.goto(`${base}/console`);
@@ -241,6 +244,22 @@ test("a partition's messages read answered late does not replace a newer read's"
   // The page still shows what its controls say: the read from offset 2.
   assert.equal(await page.getByLabel("From offset").inputValue(), "2");
   assert.deepEqual(await list.locator("li").evaluateAll((ls) => ls.map((l) => l.dataset.offset)), ["2", "3"]);
+});
+
+test("a topic whose figures cannot be read says so in the list, and shows no figures", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "detail-error");
+  for (const name of ["broken", "fine"]) await call("POST", "/v1/topics", { name, partitions: 1 });
+  await call("POST", "/v1/topics/broken/produce-batch", { messages: [{ payload: { n: 1 } }] });
+  const why = "partition 0 of broken: its node could not be reached";
+  await page.route(
+    (u) => u.pathname === "/v1/topics/broken",
+    (route) => (route.request().method() === "GET" ? route.fulfill(failure(503, "unavailable", why)) : route.fallback()),
+  );
+  await page.goto(`${base}/console`);
+  const row = (name) => page.locator(`tr[data-topic="${name}"]`);
+  await until("the fine topic's backlog", async () => (await row("fine").locator('td[data-col="backlog"]').textContent()) === "0");
+  await row("broken").getByRole("alert").filter({ hasText: `503 unavailable: ${why}` }).waitFor();
+  for (const col of ["backlog", "in-flight"]) assert.doesNotMatch(await row("broken").locator(`td[data-col="${col}"]`).textContent(), /\d/);
 });
 
 test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
