@@ -10,6 +10,28 @@ function sum(d: TopicDetail | undefined, f: (p: TopicDetail["partition_stats"][n
   return d ? d.partition_stats.reduce((a, p) => a + f(p), 0) : undefined;
 }
 
+/**
+ * The partitions of d the broker could not read (available false: their node could not
+ * be reached, or their replica is handing its leadership over). Their counters come as
+ * 0, which are not figures: the console shows them as unknown.
+ */
+function unavailable(d: TopicDetail | undefined): number[] {
+  return d ? d.partition_stats.filter((p) => p.available === false).map((p) => p.partition) : [];
+}
+
+const unavailableWhy = "its node could not be reached, or its leadership is being handed over";
+
+function UnavailableNote({ partitions }: { partitions: number[] }) {
+  if (partitions.length === 0) return null;
+  return (
+    <p class="error" role="alert">
+      {partitions.length === 1
+        ? `Partition ${partitions[0]} is unavailable (${unavailableWhy}): its figures, and so the topic's totals, are unknown.`
+        : `Partitions ${partitions.join(", ")} are unavailable (for each, ${unavailableWhy}): their figures, and so the topic's totals, are unknown.`}
+    </p>
+  );
+}
+
 export function TopicsPage() {
   const [topics, setTopics] = useState<Topic[] | null>(null);
   const [details, setDetails] = useState<Record<string, TopicDetail>>({});
@@ -71,7 +93,10 @@ export function TopicsPage() {
             <tbody>
               {topics.map((t) => {
                 const d = details[t.name];
-                const figures = failed[t.name] ? "unknown" : "–";
+                const down = unavailable(d);
+                // A total over partitions some of which could not be read is no total.
+                const figures = failed[t.name] || down.length > 0 ? "unknown" : "–";
+                const known = down.length === 0 ? d : undefined;
                 const s = stats[t.name]?.samples ?? [];
                 const last = s[s.length - 1];
                 return (
@@ -80,13 +105,14 @@ export function TopicsPage() {
                       <a href={href("topics", t.name)}>{t.name}</a>
                       {t.parent ? <span class="tag">child of {t.parent}</span> : null}
                       <ErrorNote error={failed[t.name]} />
+                      <UnavailableNote partitions={down} />
                     </th>
                     <td>{t.partitions}</td>
                     <td class="num" data-col="backlog">
-                      {sum(d, (p) => p.backlog) ?? figures}
+                      {sum(known, (p) => p.backlog) ?? figures}
                     </td>
                     <td class="num" data-col="in-flight">
-                      {sum(d, (p) => p.in_flight) ?? figures}
+                      {sum(known, (p) => p.in_flight) ?? figures}
                     </td>
                     <td class="num">{last ? duration(last.oldest_unacked_age_ms) : "–"}</td>
                     <td>
@@ -388,13 +414,22 @@ export function TopicPage({ name }: { name: string }) {
                 {t.partition_stats.map((p) => (
                   <tr key={p.partition}>
                     <th scope="row">{p.partition}</th>
-                    <td class="num">{p.oldest_offset}</td>
-                    <td class="num">{p.next_offset}</td>
-                    <td class="num">{p.high_watermark}</td>
-                    <td class="num">{p.ack_frontier}</td>
-                    <td class="num">{p.acked_ahead}</td>
-                    <td class="num">{p.in_flight}</td>
-                    <td class="num">{p.backlog}</td>
+                    {p.available === false ? (
+                      // The broker gives an unreachable partition's counters as 0.
+                      <td colSpan={7} class="error">
+                        unavailable ({unavailableWhy}): figures unknown
+                      </td>
+                    ) : (
+                      <>
+                        <td class="num">{p.oldest_offset}</td>
+                        <td class="num">{p.next_offset}</td>
+                        <td class="num">{p.high_watermark}</td>
+                        <td class="num">{p.ack_frontier}</td>
+                        <td class="num">{p.acked_ahead}</td>
+                        <td class="num">{p.in_flight}</td>
+                        <td class="num">{p.backlog}</td>
+                      </>
+                    )}
                     <td>{p.leader}</td>
                     <td>{p.replicas.join(", ")}</td>
                     <td>

@@ -262,6 +262,34 @@ test("a topic whose figures cannot be read says so in the list, and shows no fig
   for (const col of ["backlog", "in-flight"]) assert.doesNotMatch(await row("broken").locator(`td[data-col="${col}"]`).textContent(), /\d/);
 });
 
+test("a partition whose node cannot be reached is not shown with figures of 0", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "unavailable");
+  await call("POST", "/v1/topics", { name: "split", partitions: 2 });
+  // The broker's answer for a partition it could not reach, as openapi.yaml defines it:
+  // available false, its counters unknown and given as 0.
+  await page.route(
+    (u) => u.pathname === "/v1/topics/split",
+    async (route) => {
+      if (route.request().method() !== "GET") return route.fallback();
+      const answer = await route.fetch();
+      const d = await answer.json();
+      const p = d.partition_stats[1];
+      for (const k of ["oldest_offset", "next_offset", "high_watermark", "ack_frontier", "acked_ahead", "in_flight", "backlog"]) p[k] = 0;
+      p.available = false;
+      await route.fulfill({ json: d });
+    },
+  );
+  await page.goto(`${base}/console`);
+  const row = page.locator('tr[data-topic="split"]');
+  await row.getByRole("alert").filter({ hasText: "partition 1" }).waitFor();
+  for (const col of ["backlog", "in-flight"]) assert.doesNotMatch(await row.locator(`td[data-col="${col}"]`).textContent(), /\d/);
+  await page.getByRole("link", { name: "split" }).click();
+  const partition = (n) => page.getByRole("row").filter({ has: page.getByRole("rowheader", { name: String(n), exact: true }) });
+  await partition(0).waitFor();
+  assert.match(await partition(1).textContent(), /unavailable/);
+  assert.doesNotMatch(await partition(1).locator("td").first().textContent(), /\d/);
+});
+
 test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
   const work = mkdtempSync(join(tmpdir(), "narad-console-"));
   const shots = process.env.CONSOLE_SCREENSHOTS ? resolve(process.env.CONSOLE_SCREENSHOTS) : join(work, "shots");
