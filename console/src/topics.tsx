@@ -2,7 +2,7 @@
 import { useState } from "preact/hooks";
 import { api, type Child, enc, type Topic, type TopicDetail, type TopicStats } from "./api";
 import { duration, rate } from "./format";
-import { ErrorNote, href, Note, Sparkline, useConfirm, usePoll } from "./ui";
+import { ErrorNote, href, Note, Sparkline, useConfirm, useInOrder, usePoll } from "./ui";
 
 const refreshMs = 5000;
 
@@ -40,7 +40,11 @@ export function TopicsPage() {
   const [failed, setFailed] = useState<Record<string, unknown>>({});
   const [stats, setStats] = useState<Record<string, TopicStats>>({});
   const [error, setError] = useState<unknown>(null);
+  const begin = useInOrder();
   const load = async () => {
+    // A refresh answered late (a slow node) is not shown over a newer one: it would put
+    // back the list as it was before, a topic just created gone from it.
+    const current = begin();
     try {
       const list = (await api<{ topics: Topic[] }>("GET", "/v1/topics")).topics;
       // Current figures from each topic (at most 100 asked per refresh); trends from the
@@ -54,6 +58,7 @@ export function TopicsPage() {
         else f[asked[i].name] = r.reason;
       });
       const st = await api<{ topics: TopicStats[] }>("GET", "/v1/stats");
+      if (!current()) return;
       const s: Record<string, TopicStats> = {};
       for (const t of st.topics) s[t.topic] = t;
       setTopics(list);
@@ -62,7 +67,7 @@ export function TopicsPage() {
       setStats(s);
       setError(null);
     } catch (e) {
-      setError(e);
+      if (current()) setError(e);
     }
   };
   usePoll(load, refreshMs, []);
@@ -304,23 +309,31 @@ export function TopicPage({ name }: { name: string }) {
   const [delay, setDelay] = useState("");
   const [dialog, ask] = useConfirm();
   const path = `/v1/topics/${enc(name)}`;
+  const begin = useInOrder();
   const load = async () => {
+    // A refresh answered late is not shown over a newer one: it would put back the
+    // topic as it was before (an alter just made undone on the page).
+    const current = begin();
     try {
-      setT(await api<TopicDetail>("GET", path));
+      const got = await api<TopicDetail>("GET", path);
+      if (!current()) return;
+      setT(got);
       setError(null);
     } catch (e) {
-      setError(e);
+      if (current()) setError(e);
       return;
     }
     try {
-      setChildren((await api<{ children: Child[] }>("GET", `${path}/children`)).children);
+      const got = (await api<{ children: Child[] }>("GET", `${path}/children`)).children;
+      if (current()) setChildren(got);
     } catch {
-      setChildren([]); // a broker without fan-out, or no grant: the section stays empty
+      if (current()) setChildren([]); // a broker without fan-out, or no grant: the section stays empty
     }
     try {
-      setStats(await api<TopicStats>("GET", `${path}/stats`));
+      const got = await api<TopicStats>("GET", `${path}/stats`);
+      if (current()) setStats(got);
     } catch {
-      setStats(null);
+      if (current()) setStats(null); // the trends are left out
     }
   };
   usePoll(load, refreshMs, [name]);

@@ -142,6 +142,34 @@ export function useLatest(): () => () => boolean {
   };
 }
 
+/**
+ * Orders the reads of a page that refreshes itself: begin() starts a read and returns
+ * current(), false once an answer to a read begun later has been shown (or the page is
+ * gone), true otherwise, marking this read's answer shown. So a refresh answered late
+ * never replaces a newer answer. Unlike useLatest, a read is not dropped merely because
+ * another has begun since: on a node slower than the refresh period every read would be,
+ * and the page would show nothing at all.
+ */
+export function useInOrder(): () => () => boolean {
+  const begun = useRef(0);
+  const shown = useRef(0);
+  const gone = useRef(false);
+  useEffect(
+    () => () => {
+      gone.current = true;
+    },
+    [],
+  );
+  return () => {
+    const n = ++begun.current;
+    return () => {
+      if (gone.current || shown.current > n) return false;
+      shown.current = n;
+      return true;
+    };
+  };
+}
+
 /** Runs load now and every ms while mounted (and again when deps change). */
 export function usePoll(load: () => void, ms: number, deps: unknown[]): void {
   useEffect(() => {

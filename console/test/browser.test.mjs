@@ -290,6 +290,39 @@ test("a partition whose node cannot be reached is not shown with figures of 0", 
   assert.doesNotMatch(await partition(1).locator("td").first().textContent(), /\d/);
 });
 
+test("a refresh of the topics list answered late does not take back a topic just created", { timeout: 120_000 }, async (t) => {
+  const { base, page } = await openNarad(t, "late-list");
+  await page.goto(`${base}/console`);
+  await page.getByText("No topics you may see.").waitFor();
+  // The next refresh (every 5 s) is answered after the one the create starts: its last
+  // read, the stats route's, is held, the list read before the create.
+  const refresh = await holdAnswer(page, (u) => u.pathname === "/v1/stats");
+  await refresh.held;
+  await page.getByLabel("Name").fill("fresh");
+  await page.getByRole("button", { name: "Create topic" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Create" }).click();
+  await page.getByRole("link", { name: "fresh" }).waitFor();
+  await refresh.release();
+  assert.equal(await page.getByRole("link", { name: "fresh" }).count(), 1, "the list read before the create replaced the one after it");
+});
+
+test("a refresh of a topic answered late does not take back an alter", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "late-topic");
+  await call("POST", "/v1/topics", { name: "tuned", partitions: 1 });
+  await page.goto(`${base}/console#/topics/tuned`);
+  const retention = page.locator('dd[data-setting="retention"]');
+  await until("the default retention", async () => (await retention.textContent()) === "7 d");
+  // The next refresh (every 5 s) is answered after the one the alter starts.
+  const refresh = await holdAnswer(page, (u) => u.pathname === "/v1/topics/tuned");
+  await refresh.held;
+  await page.getByLabel("Retention, ms").fill("3600000");
+  await page.getByRole("button", { name: "Alter topic" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Alter" }).click();
+  await until("the new retention", async () => (await retention.textContent()) === "60 min");
+  await refresh.release();
+  assert.equal(await retention.textContent(), "60 min", "the topic read before the alter replaced the one after it");
+});
+
 test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
   const work = mkdtempSync(join(tmpdir(), "narad-console-"));
   const shots = process.env.CONSOLE_SCREENSHOTS ? resolve(process.env.CONSOLE_SCREENSHOTS) : join(work, "shots");
