@@ -301,6 +301,7 @@ function AlterTopic({ t, path, ask, onDone }: { t: TopicDetail; path: string; as
 export function TopicPage({ name }: { name: string }) {
   const [t, setT] = useState<TopicDetail | null>(null);
   const [children, setChildren] = useState<Child[]>([]);
+  const [childrenError, setChildrenError] = useState<unknown>(null);
   const [stats, setStats] = useState<TopicStats | null>(null);
   const [error, setError] = useState<unknown>(null);
   const [actionError, setActionError] = useState<unknown>(null);
@@ -325,9 +326,13 @@ export function TopicPage({ name }: { name: string }) {
     }
     try {
       const got = (await api<{ children: Child[] }>("GET", `${path}/children`)).children;
-      if (current()) setChildren(got);
-    } catch {
-      if (current()) setChildren([]); // a broker without fan-out, or no grant: the section stays empty
+      if (!current()) return;
+      setChildren(got);
+      setChildrenError(null);
+    } catch (e) {
+      // Shown in place of the list: "No children" would be a failed read taken for none.
+      if (!current()) return;
+      setChildrenError(e);
     }
     try {
       const got = await api<TopicStats>("GET", `${path}/stats`);
@@ -456,7 +461,9 @@ export function TopicPage({ name }: { name: string }) {
             </table>
           </div>
           <h2>Children</h2>
-          {children.length === 0 ? (
+          {childrenError ? (
+            <ErrorNote error={childrenError} />
+          ) : children.length === 0 ? (
             <p>No children.</p>
           ) : (
             <div class="scroll">

@@ -323,6 +323,21 @@ test("a refresh of a topic answered late does not take back an alter", { timeout
   assert.equal(await retention.textContent(), "60 min", "the topic read before the alter replaced the one after it");
 });
 
+test("a topic's children that cannot be read are not shown as none", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "children-error");
+  await call("POST", "/v1/topics", { name: "parent", partitions: 1 });
+  await call("POST", "/v1/topics", { name: "kid", partitions: 1, parent: "parent" });
+  const why = "the controller could not be reached";
+  await page.route(
+    (u) => u.pathname === "/v1/topics/parent/children",
+    (route) => (route.request().method() === "GET" ? route.fulfill(failure(503, "unavailable", why)) : route.fallback()),
+  );
+  await page.goto(`${base}/console#/topics/parent`);
+  await page.getByRole("heading", { name: "Children" }).waitFor();
+  await page.getByRole("alert").filter({ hasText: `503 unavailable: ${why}` }).waitFor();
+  assert.equal(await page.getByText("No children.").count(), 0);
+});
+
 test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
   const work = mkdtempSync(join(tmpdir(), "narad-console-"));
   const shots = process.env.CONSOLE_SCREENSHOTS ? resolve(process.env.CONSOLE_SCREENSHOTS) : join(work, "shots");
