@@ -2,26 +2,33 @@
 import { useState } from "preact/hooks";
 import { api, type Cluster, enc, type NodeHealth, type TopicStatsList, type User } from "./api";
 import { bytes, duration, grantsText, millis, parseGrants } from "./format";
-import { ErrorNote, Note, useConfirm, usePoll } from "./ui";
+import { ErrorNote, Note, useConfirm, useInOrder, usePoll } from "./ui";
 
 export function ClusterPage() {
   const [c, setC] = useState<Cluster | null>(null);
   const [health, setHealth] = useState<NodeHealth | null | undefined>(undefined);
   const [error, setError] = useState<unknown>(null);
+  const begin = useInOrder();
   usePoll(
     async () => {
+      // A refresh answered late (a slow node) is not shown over a newer one: it would
+      // put back the members as they were before.
+      const current = begin();
       try {
-        setC(await api<Cluster>("GET", "/v1/cluster"));
+        const got = await api<Cluster>("GET", "/v1/cluster");
+        if (!current()) return;
+        setC(got);
         setError(null);
       } catch (e) {
-        setError(e);
+        if (current()) setError(e);
         return;
       }
       try {
         // node_health comes with the stats route, for admins only.
-        setHealth((await api<TopicStatsList>("GET", "/v1/stats")).node_health ?? null);
+        const got = (await api<TopicStatsList>("GET", "/v1/stats")).node_health ?? null;
+        if (current()) setHealth(got);
       } catch {
-        setHealth(null);
+        if (current()) setHealth(null);
       }
     },
     5000,
@@ -157,12 +164,18 @@ export function UsersPage() {
   const [password, setPassword] = useState("");
   const [grants, setGrants] = useState("");
   const [dialog, ask] = useConfirm();
+  const begin = useInOrder();
   const load = async () => {
+    // A read answered late is not shown over a newer one: it would put back the users
+    // as they were before (a user just created gone, one just deleted back).
+    const current = begin();
     try {
-      setUsers((await api<{ users: User[] }>("GET", "/v1/users")).users);
+      const got = (await api<{ users: User[] }>("GET", "/v1/users")).users;
+      if (!current()) return;
+      setUsers(got);
       setError(null);
     } catch (e) {
-      setError(e);
+      if (current()) setError(e);
     }
   };
   usePoll(load, 15000, []);

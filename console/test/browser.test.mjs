@@ -19,20 +19,25 @@ const adminPassword = "console-admin-1";
 
 const browserArgs = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 
-// openNarad starts a narad with security off in a temp dir and a Chromium page, and
-// gives call(method, path, body): a request to its API that fails the test on an error
-// answer and returns the answer's JSON (null for a 204). The after hooks run in the
-// order they are added: the browser, then narad, then the files.
-async function openNarad(t, name) {
+// openNarad starts a narad with security off (on with admin: the admin's password) in a
+// temp dir and a Chromium page, and gives call(method, path, body): a request to its API
+// (as the admin with security on) that fails the test on an error answer and returns
+// the answer's JSON (null for a 204). The after hooks run in the order they are added:
+// the browser, then narad, then the files.
+async function openNarad(t, name, { admin } = {}) {
   const work = mkdtempSync(join(tmpdir(), `narad-console-${name}-`));
   let browser;
   t.after(async () => {
     await browser?.close();
   });
-  const base = await startNarad(t, work, { PATH: process.env.PATH, HOME: work });
+  const env = { PATH: process.env.PATH, HOME: work };
+  if (admin) env.NARAD_ADMIN_PASSWORD = admin;
+  const base = await startNarad(t, work, env);
   t.after(() => rmSync(work, { recursive: true, force: true }));
+  const headers = { "Content-Type": "application/json" };
+  if (admin) headers.Authorization = `Basic ${btoa(`admin:${admin}`)}`;
   const call = async (method, path, body) => {
-    const r = await fetch(`${base}${path}`, { method, headers: { "Content-Type": "application/json" }, body: body && JSON.stringify(body) });
+    const r = await fetch(`${base}${path}`, { method, headers, body: body && JSON.stringify(body) });
     const text = await r.text();
     assert.ok(r.ok, `${method} ${path}: ${r.status} ${text}`);
     return r.status === 204 ? null : JSON.parse(text);
@@ -336,6 +341,48 @@ test("a topic's children that cannot be read are not shown as none", { timeout: 
   await page.getByRole("heading", { name: "Children" }).waitFor();
   await page.getByRole("alert").filter({ hasText: `503 unavailable: ${why}` }).waitFor();
   assert.equal(await page.getByText("No children.").count(), 0);
+});
+
+test("a users list answered late does not take back a user just created", { timeout: 120_000 }, async (t) => {
+  const { base, page } = await openNarad(t, "late-users", { admin: adminPassword });
+  await page.goto(`${base}/console#/users`);
+  await page.getByLabel("Username").fill("admin");
+  await page.getByLabel("Password").fill(adminPassword);
+  await page.getByRole("button", { name: "Log in" }).click();
+  await page.getByRole("rowheader", { name: "admin" }).waitFor();
+  const create = async (name) => {
+    await page.getByLabel("Username").fill(name);
+    await page.getByLabel("Password (8 to 72 characters)").fill(`${name}-pass-1`);
+    await page.getByRole("button", { name: "Create user" }).click();
+    await page.getByRole("dialog").getByRole("button", { name: "Create user" }).click();
+    await page.getByRole("status").filter({ hasText: `Created user ${name}.` }).waitFor();
+  };
+  // The list read after the first create is answered after the one after the second.
+  const first = await holdAnswer(page, (u) => u.pathname === "/v1/users");
+  await create("first");
+  await first.held;
+  await create("second");
+  await page.getByRole("rowheader", { name: "second" }).waitFor();
+  await first.release();
+  assert.equal(await page.getByRole("rowheader", { name: "second" }).count(), 1, "the list read before the second create replaced the one after it");
+});
+
+test("the cluster page: a refresh answered late does not replace a newer one", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "late-cluster");
+  const cluster = await call("GET", "/v1/cluster");
+  assert.ok(cluster.controller, `a single node leads its own cluster: ${JSON.stringify(cluster)}`);
+  // The first read, answered when no controller was known yet, comes after the second.
+  const first = await holdAnswer(
+    page,
+    (u) => u.pathname === "/v1/cluster",
+    (c) => ({ ...c, controller: "" }),
+  );
+  await page.goto(`${base}/console#/cluster`);
+  await first.held;
+  const controller = page.locator("dt", { hasText: "Controller" }).locator("xpath=following-sibling::dd[1]");
+  await until("the second read's controller", async () => (await controller.textContent()) === cluster.controller);
+  await first.release();
+  assert.equal(await controller.textContent(), cluster.controller, "the read answered late replaced the newer one");
 });
 
 test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
