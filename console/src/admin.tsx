@@ -1,12 +1,13 @@
 // The cluster's members, and users with their grants (admins only: the API says so).
 import { useState } from "preact/hooks";
-import { api, type Cluster, enc, type NodeHealth, type TopicStatsList, type User } from "./api";
+import { ApiError, api, type Cluster, enc, type NodeHealth, type TopicStatsList, type User } from "./api";
 import { bytes, duration, grantsText, millis, parseGrants } from "./format";
 import { ErrorNote, Note, useConfirm, useInOrder, usePoll } from "./ui";
 
 export function ClusterPage() {
   const [c, setC] = useState<Cluster | null>(null);
-  const [health, setHealth] = useState<NodeHealth | null | undefined>(undefined);
+  // undefined: not read yet; null: for admins only; an Error: the read failed.
+  const [health, setHealth] = useState<NodeHealth | Error | null | undefined>(undefined);
   const [error, setError] = useState<unknown>(null);
   const begin = useInOrder();
   usePoll(
@@ -27,8 +28,9 @@ export function ClusterPage() {
         // node_health comes with the stats route, for admins only.
         const got = (await api<TopicStatsList>("GET", "/v1/stats")).node_health ?? null;
         if (current()) setHealth(got);
-      } catch {
-        if (current()) setHealth(null);
+      } catch (e) {
+        // A refusal says the figures are for admins; any other failure is shown as such.
+        if (current()) setHealth(e instanceof ApiError && e.status === 403 ? null : e instanceof Error ? e : new Error(String(e)));
       }
     },
     5000,
@@ -100,8 +102,16 @@ const syncModeText: Record<NodeHealth["sync_mode"], string> = {
   file: "file (each write syncs its own file)",
 };
 
-function NodeHealthView({ health }: { health: NodeHealth | null | undefined }) {
+function NodeHealthView({ health }: { health: NodeHealth | Error | null | undefined }) {
   if (health === undefined) return null;
+  if (health instanceof Error) {
+    return (
+      <section aria-labelledby="health-h">
+        <h2 id="health-h">This node's health</h2>
+        <ErrorNote error={health} />
+      </section>
+    );
+  }
   if (health === null) {
     return (
       <section aria-labelledby="health-h">

@@ -385,6 +385,21 @@ test("the cluster page: a refresh answered late does not replace a newer one", {
   assert.equal(await controller.textContent(), cluster.controller, "the read answered late replaced the newer one");
 });
 
+test("the cluster page shows a failed read of the node's health, not that it is for admins only", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "health-error");
+  // With security off every request is an admin's: the health is there to be shown.
+  assert.ok((await call("GET", "/v1/stats")).node_health, "the stats route names the node's health");
+  const why = "the node's stats could not be gathered";
+  await page.route(
+    (u) => u.pathname === "/v1/stats",
+    (route) => route.fulfill(failure(503, "unavailable", why)),
+  );
+  await page.goto(`${base}/console#/cluster`);
+  await page.getByRole("heading", { name: "This node's health" }).waitFor();
+  await page.getByRole("alert").filter({ hasText: `503 unavailable: ${why}` }).waitFor();
+  assert.equal(await page.getByText("shown to admins only").count(), 0);
+});
+
 test("the console, driven in Chromium against a real narad", { timeout: 180_000 }, async (t) => {
   const work = mkdtempSync(join(tmpdir(), "narad-console-"));
   const shots = process.env.CONSOLE_SCREENSHOTS ? resolve(process.env.CONSOLE_SCREENSHOTS) : join(work, "shots");
