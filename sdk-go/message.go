@@ -42,6 +42,9 @@ type Message struct {
 	// incarnation is the topic incarnation a replay read the message from, for
 	// Position.Advance; "" for a message taken by Receive or Consume.
 	incarnation string
+	// startedAt is, for a message of a replay from an AtEnd position, the offset each
+	// partition of that replay started at, for Position.Advance; shared, never written.
+	startedAt map[int32]int64
 
 	mu      sync.Mutex
 	settled bool   // a settlement began or succeeded: no renewal, no second settlement

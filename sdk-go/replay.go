@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"maps"
 	"net/http"
@@ -17,17 +18,26 @@ import (
 
 // Position is where a replay starts, per partition: Offsets holds the next offset to
 // read of each partition named; partitions not named start at the first message written
-// at or after Time, or at the oldest retained message when Time is zero. Incarnation is
-// the topic incarnation the offsets belong to: a replay from a position that names one
-// fails with ErrConflict (code incarnation_mismatch) once the topic has been deleted and
-// created again, instead of reading the new topic at offsets that meant other messages.
-// A position without one (FromStart, or one saved by an older SDK) reads the topic's
-// current incarnation, which Advance then records. Positions are plain data: store them
-// (as JSON, say) and resume from them later.
+// at or after Time, or (AtEnd) at their end as the replay starts, or at the oldest
+// retained message when Time is zero and AtEnd false. Incarnation is the topic
+// incarnation the offsets belong to: a replay from a position that names one fails with
+// ErrConflict (code incarnation_mismatch) once the topic has been deleted and created
+// again, instead of reading the new topic at offsets that meant other messages. A
+// position without one (FromStart, or one saved by an older SDK) reads the topic's
+// current incarnation, which Advance then records.
+//
+// Positions are plain data: store them and resume from them later. Their JSON is the one
+// every Narad SDK writes and reads (docs/sdk/contract.md, Replay), so a Go service can
+// resume from a position a Python or TypeScript one saved:
+// {"offsets":{"0":12},"time_ms":1733500000000,"start":"latest","incarnation":"42"}, with
+// time_ms only for a Time and "start":"latest" only for AtEnd. UnmarshalJSON also reads
+// the form this package wrote before ("time" as RFC 3339), and refuses malformed input
+// (an offset that is not a non-negative integer, say) with an error saying what is wrong.
 type Position struct {
-	Offsets     map[int32]int64 `json:"offsets,omitempty"`
-	Time        time.Time       `json:"time,omitzero"`
-	Incarnation string          `json:"incarnation,omitempty"`
+	Offsets     map[int32]int64
+	Time        time.Time
+	AtEnd       bool
+	Incarnation string
 }
 
 // FromStart is the position of the oldest retained message of every partition.
@@ -36,16 +46,33 @@ func FromStart() Position { return Position{} }
 // FromTime is the position of the first message written at or after t, per partition.
 func FromTime(t time.Time) Position { return Position{Time: t} }
 
+// FromEnd is the position of every partition's end as a replay from it starts: the
+// replay reads only messages written after that. Advance with the first message it
+// yields names every partition the replay read at the offset it started at, so a replay
+// resumed from the position misses nothing written since; a FromEnd position no message
+// has advanced still means the end as of the next replay's start.
+func FromEnd() Position { return Position{AtEnd: true} }
+
 // FromOffsets starts each named partition at its offset (others at the oldest).
 func FromOffsets(offsets map[int32]int64) Position {
 	return Position{Offsets: maps.Clone(offsets)}
 }
 
 // Advance moves the position past m, so that a replay from it resumes after m. A
-// position without an incarnation takes that of the replay m came from.
+// position without an incarnation takes that of the replay m came from. An AtEnd
+// position takes the offset each partition of that replay started at (for the
+// partitions it does not name yet) and is no longer AtEnd.
 func (p *Position) Advance(m *Message) {
 	if p.Offsets == nil {
 		p.Offsets = make(map[int32]int64)
+	}
+	if p.AtEnd && m.startedAt != nil {
+		for part, o := range m.startedAt {
+			if _, ok := p.Offsets[part]; !ok {
+				p.Offsets[part] = o
+			}
+		}
+		p.AtEnd = false
 	}
 	if m.Offset+1 > p.Offsets[m.Partition] {
 		p.Offsets[m.Partition] = m.Offset + 1
@@ -57,7 +84,133 @@ func (p *Position) Advance(m *Message) {
 
 // Clone returns an independent copy.
 func (p Position) Clone() Position {
-	return Position{Offsets: maps.Clone(p.Offsets), Time: p.Time, Incarnation: p.Incarnation}
+	return Position{Offsets: maps.Clone(p.Offsets), Time: p.Time, AtEnd: p.AtEnd, Incarnation: p.Incarnation}
+}
+
+// MarshalJSON writes the one position form of every Narad SDK: "offsets" always (in
+// partition order), then "time_ms" (Time in Unix milliseconds) when Time is set,
+// "start":"latest" when AtEnd, and "incarnation" when known. A position with both Time
+// and AtEnd says two things at once and is refused.
+func (p Position) MarshalJSON() ([]byte, error) {
+	if p.AtEnd && !p.Time.IsZero() {
+		return nil, errors.New("narad: a Position cannot have both Time and AtEnd: partitions not named start at one of them")
+	}
+	b := []byte(`{"offsets":{`)
+	for i, part := range slices.Sorted(maps.Keys(p.Offsets)) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = strconv.AppendInt(b, int64(part), 10)
+		b = append(b, `":`...)
+		b = strconv.AppendInt(b, p.Offsets[part], 10)
+	}
+	b = append(b, '}')
+	if !p.Time.IsZero() {
+		b = append(b, `,"time_ms":`...)
+		b = strconv.AppendInt(b, p.Time.UnixMilli(), 10)
+	}
+	if p.AtEnd {
+		b = append(b, `,"start":"latest"`...)
+	}
+	if p.Incarnation != "" {
+		inc, err := json.Marshal(p.Incarnation)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(b, `,"incarnation":`...), inc...)
+	}
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads the one position form (see MarshalJSON), and the forms the SDKs
+// wrote before it: Go's "time" (RFC 3339), TypeScript's "otherwise" ("earliest",
+// "latest" or {"time": ms}); Python's was already the one form. A key given as null is
+// taken as absent; other keys are ignored. Anything else malformed is refused: a
+// partition that is not a decimal int32 at or above 0, an offset that is not an integer
+// at or above 0, a time_ms that is not an integer, a start other than "latest", or two
+// keys that say where unnamed partitions start.
+func (p *Position) UnmarshalJSON(data []byte) error {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil || doc == nil {
+		return errors.New("narad: a saved position must be a JSON object, like {\"offsets\":{\"0\":12}}")
+	}
+	for k, v := range doc {
+		if string(v) == "null" {
+			delete(doc, k)
+		}
+	}
+	var out Position
+	if raw, ok := doc["offsets"]; ok {
+		var offs map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &offs); err != nil {
+			return fmt.Errorf("narad: a saved position's offsets must be an object of partition to offset, not %s", raw)
+		}
+		out.Offsets = make(map[int32]int64, len(offs))
+		for k, v := range offs {
+			part, err := strconv.ParseInt(k, 10, 32)
+			if err != nil || part < 0 || strconv.FormatInt(part, 10) != k {
+				return fmt.Errorf("narad: a saved position names partition %q: a partition is a decimal number from 0", k)
+			}
+			o, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil || o < 0 {
+				return fmt.Errorf("narad: a saved position gives partition %s the offset %s: an offset is an integer from 0", k, v)
+			}
+			out.Offsets[int32(part)] = o
+		}
+	}
+	var starts []string
+	for _, k := range []string{"time_ms", "start", "time", "otherwise"} {
+		if _, ok := doc[k]; ok {
+			starts = append(starts, strconv.Quote(k))
+		}
+	}
+	if len(starts) > 1 {
+		return fmt.Errorf("narad: a saved position has both %s: partitions not named start at one place", strings.Join(starts, " and "))
+	}
+	if raw, ok := doc["time_ms"]; ok {
+		ms, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil {
+			return fmt.Errorf("narad: a saved position's time_ms is %s: it is an integer, Unix milliseconds", raw)
+		}
+		out.Time = time.UnixMilli(ms)
+	}
+	if raw, ok := doc["start"]; ok {
+		if string(raw) != `"latest"` {
+			return fmt.Errorf(`narad: a saved position's start is %s: the only start is "latest" (absent: at time_ms, else the oldest message)`, raw)
+		}
+		out.AtEnd = true
+	}
+	if raw, ok := doc["time"]; ok {
+		if err := json.Unmarshal(raw, &out.Time); err != nil {
+			return fmt.Errorf("narad: a saved position's time is %s: it is an RFC 3339 time", raw)
+		}
+	}
+	if raw, ok := doc["otherwise"]; ok {
+		var ms struct {
+			Time json.RawMessage `json:"time"`
+		}
+		switch {
+		case string(raw) == `"earliest"`:
+		case string(raw) == `"latest"`:
+			out.AtEnd = true
+		case json.Unmarshal(raw, &ms) == nil && ms.Time != nil:
+			n, err := strconv.ParseInt(string(ms.Time), 10, 64)
+			if err != nil {
+				return fmt.Errorf("narad: a saved position's otherwise.time is %s: it is an integer, Unix milliseconds", ms.Time)
+			}
+			out.Time = time.UnixMilli(n)
+		default:
+			return fmt.Errorf(`narad: a saved position's otherwise is %s: it is "earliest", "latest" or {"time": Unix ms}`, raw)
+		}
+	}
+	if raw, ok := doc["incarnation"]; ok {
+		if err := json.Unmarshal(raw, &out.Incarnation); err != nil {
+			return fmt.Errorf("narad: a saved position's incarnation is %s: it is a string", raw)
+		}
+	}
+	*p = out
+	return nil
 }
 
 // ReplayOption configures Replay.
@@ -99,7 +252,9 @@ func WithFollowInterval(d time.Duration) ReplayOption {
 // holding a partition cannot be reached its end is unknown, so the replay reads the
 // topic again, with the client's retry policy, until the partition is available; if it
 // is not within the policy's attempts (or ctx's deadline), the replay yields an error
-// wrapping ErrUnavailable that names the partition.
+// wrapping ErrUnavailable that names the partition. A replay from FromEnd (following
+// or not) starts the partitions the position does not name at their end from the same
+// stats, and waits for an unavailable one in the same way.
 //
 // Every read names the topic incarnation of the position (or, for a position without
 // one, the incarnation the topic had when the replay began). If the topic has been
@@ -125,7 +280,13 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 		var info *TopicInfo
 		for {
 			var err error
-			info, err = c.replayStart(ctx, topic, from.Incarnation, cfg.partitions, !cfg.follow)
+			info, err = c.replayStart(ctx, topic, from.Incarnation, func(p int32) bool {
+				// A bounded replay needs every end; a following one those an AtEnd
+				// position starts at.
+				read := cfg.partitions == nil || slices.Contains(cfg.partitions, p)
+				_, named := from.Offsets[p]
+				return read && (!cfg.follow || from.AtEnd && !named)
+			})
 			if err == nil {
 				break
 			}
@@ -154,7 +315,14 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 		for _, p := range parts {
 			if o, ok := from.Offsets[p]; ok {
 				next[p], known[p] = o, true
+			} else if from.AtEnd {
+				next[p], known[p] = end[p], true
 			}
+		}
+		// Messages of an AtEnd replay tell Advance where each partition started.
+		var startedAt map[int32]int64
+		if from.AtEnd {
+			startedAt = maps.Clone(next)
 		}
 		active := slices.Clone(parts)
 		for len(active) > 0 {
@@ -185,7 +353,7 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 					if !cfg.follow && m.Offset >= end[p] {
 						break
 					}
-					m.incarnation = inc
+					m.incarnation, m.startedAt = inc, startedAt
 					if !yield(m, nil) {
 						return
 					}
@@ -214,11 +382,11 @@ func (c *Client) Replay(ctx context.Context, topic string, from Position, opts .
 }
 
 // replayStart reads the topic a replay begins with. It fails with ErrConflict when the
-// topic is no longer incarnation inc (when inc is not ""). With needEnds (a bounded
-// replay) it reads the topic again, with the client's retry policy, while a partition
-// to replay is unavailable, since such a partition's offsets are given as 0 and its end
-// is unknown; it fails with ErrUnavailable naming the partitions when they stay so.
-func (c *Client) replayStart(ctx context.Context, topic, inc string, only []int32, needEnds bool) (*TopicInfo, error) {
+// topic is no longer incarnation inc (when inc is not ""). While a partition whose end
+// the replay needs (needEnd) is unavailable it reads the topic again, with the client's
+// retry policy, since such a partition's offsets are given as 0 and its end is unknown;
+// it fails with ErrUnavailable naming the partitions when they stay so.
+func (c *Client) replayStart(ctx context.Context, topic, inc string, needEnd func(int32) bool) (*TopicInfo, error) {
 	bo := c.cfg.retry.Backoff()
 	for attempt := 1; ; attempt++ {
 		info, err := c.Topic(ctx, topic)
@@ -228,12 +396,9 @@ func (c *Client) replayStart(ctx context.Context, topic, inc string, only []int3
 		if inc != "" && info.Incarnation != "" && info.Incarnation != inc {
 			return nil, incarnationMismatch(&Error{Op: "replay", Topic: topic, Status: http.StatusConflict, Code: CodeIncarnationMismatch, kind: ErrConflict}, inc)
 		}
-		if !needEnds {
-			return info, nil
-		}
 		var down []string
 		for _, s := range info.Stats {
-			if !s.Available && (only == nil || slices.Contains(only, s.Partition)) {
+			if !s.Available && needEnd(s.Partition) {
 				down = append(down, strconv.Itoa(int(s.Partition)))
 			}
 		}

@@ -5,12 +5,18 @@ import type { Message } from "./message.js";
 import type { ReplayEvent } from "./options.js";
 import type { TopicDetail } from "./types.js";
 
-/** PositionJSON is the serialisable form of a {@link Position}. */
+/**
+ * PositionJSON is the JSON form of a {@link Position}: the one form every Narad SDK
+ * writes and reads (docs/sdk/contract.md, Replay), so a position saved here resumes in
+ * Go or Python too, and the other way round.
+ */
 export interface PositionJSON {
-  /** Next offset per partition index. */
+  /** Next offset per partition number (a decimal string); may be empty. */
   offsets: Record<string, number>;
-  /** Where partitions without an offset start. */
-  otherwise: "earliest" | "latest" | { time: number };
+  /** Partitions not named start at the first message at or after this Unix ms time. */
+  time_ms?: number;
+  /** Partitions not named start at their end as the replay starts ({@link Position.latest}). */
+  start?: "latest";
   /**
    * The topic incarnation the offsets belong to. Absent in positions saved by versions
    * that did not record it, and in one no replay has used yet: a replay from such a
@@ -74,15 +80,56 @@ export class Position {
     return new Position(m, otherwise, incarnation);
   }
 
-  /** fromJSON reads what {@link Position.toJSON} wrote (also without `incarnation`, as older versions wrote it). */
-  static fromJSON(j: PositionJSON): Position {
-    const inc: unknown = j.incarnation;
-    if (inc !== undefined && typeof inc !== "string") throw new TypeError(`Position.fromJSON: incarnation must be a string, not ${typeof inc}`);
-    return Position.offsets(
-      new Map(Object.entries(j.offsets).map(([k, v]) => [Number(k), v] as [number, number])),
-      j.otherwise,
-      inc,
-    );
+  /**
+   * fromJSON reads a position any Narad SDK saved (the parsed JSON): the one form
+   * {@link Position.toJSON} writes, and the forms the SDKs wrote before it — this one's
+   * `otherwise` ("earliest", "latest" or `{ time }`), Go's `time` (RFC 3339), Python's
+   * (the one form already). A key given as null counts as absent; other keys are
+   * ignored. Malformed input (a partition or offset that is not an integer from 0, a
+   * `time_ms` that is not an integer, a `start` other than "latest", two keys saying
+   * where unnamed partitions start) throws a TypeError saying what is wrong.
+   */
+  static fromJSON(j: unknown): Position {
+    const bad = (what: string): TypeError => new TypeError(`Position.fromJSON: ${what}`);
+    if (typeof j !== "object" || j === null || Array.isArray(j)) throw bad('a saved position must be a JSON object, like {"offsets":{"0":12}}');
+    const doc = Object.fromEntries(Object.entries(j).filter(([, v]) => v !== null && v !== undefined)) as Record<string, unknown>;
+    const offsets = new Map<number, number>();
+    const raw = doc["offsets"] ?? {};
+    if (typeof raw !== "object" || Array.isArray(raw)) throw bad(`a saved position's offsets must be an object of partition to offset, not ${JSON.stringify(raw)}`);
+    for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
+      if (!/^(0|[1-9][0-9]*)$/.test(k) || Number(k) >= 2 ** 31) throw bad(`a saved position names partition ${JSON.stringify(k)}: a partition is a decimal number from 0`);
+      if (!Number.isSafeInteger(v) || (v as number) < 0) throw bad(`a saved position gives partition ${k} the offset ${JSON.stringify(v)}: an offset is an integer from 0`);
+      offsets.set(Number(k), v as number);
+    }
+    const starts = ["time_ms", "start", "time", "otherwise"].filter((k) => k in doc);
+    if (starts.length > 1) throw bad(`a saved position has both ${starts.map((k) => JSON.stringify(k)).join(" and ")}: partitions not named start at one place`);
+    let otherwise: Position["otherwise"] = "earliest";
+    if ("time_ms" in doc) {
+      const t = doc["time_ms"];
+      if (!Number.isSafeInteger(t)) throw bad(`a saved position's time_ms is ${JSON.stringify(t)}: it is an integer, Unix milliseconds`);
+      otherwise = { time: t as number };
+    }
+    if ("start" in doc) {
+      if (doc["start"] !== "latest") throw bad(`a saved position's start is ${JSON.stringify(doc["start"])}: the only start is "latest" (absent: at time_ms, else the oldest message)`);
+      otherwise = "latest";
+    }
+    if ("time" in doc) {
+      const t = rfc3339Ms(doc["time"]);
+      if (t === undefined) throw bad(`a saved position's time is ${JSON.stringify(doc["time"])}: it is an RFC 3339 time`);
+      otherwise = { time: t };
+    }
+    if ("otherwise" in doc) {
+      const o = doc["otherwise"];
+      if (o === "earliest" || o === "latest") otherwise = o;
+      else if (typeof o === "object" && !Array.isArray(o) && o !== null && "time" in o) {
+        const t = (o as { time: unknown }).time;
+        if (!Number.isSafeInteger(t)) throw bad(`a saved position's otherwise.time is ${JSON.stringify(t)}: it is an integer, Unix milliseconds`);
+        otherwise = { time: t as number };
+      } else throw bad(`a saved position's otherwise is ${JSON.stringify(o)}: it is "earliest", "latest" or {"time": Unix ms}`);
+    }
+    const inc = doc["incarnation"];
+    if (inc !== undefined && typeof inc !== "string") throw bad(`a saved position's incarnation is ${JSON.stringify(inc)}: it is a string`);
+    return Position.offsets(offsets, otherwise, inc);
   }
 
   /** offset returns the next offset of `partition`, or undefined when it starts as `otherwise` says. */
@@ -90,14 +137,36 @@ export class Position {
     return this.offsets.get(partition);
   }
 
-  /** toJSON gives a plain object to store and hand to {@link Position.fromJSON}. */
+  /**
+   * toJSON gives the one JSON form of every Narad SDK (`JSON.stringify` uses it):
+   * `offsets` always, in partition order; `time_ms` only for a time; `start: "latest"`
+   * only for {@link Position.latest}; `incarnation` only when known.
+   */
   toJSON(): PositionJSON {
     const offsets: Record<string, number> = {};
     for (const [p, o] of [...this.offsets].sort((a, b) => a[0] - b[0])) offsets[String(p)] = o;
-    const j: PositionJSON = { offsets, otherwise: typeof this.otherwise === "string" ? this.otherwise : { time: this.otherwise.time } };
+    const j: PositionJSON = { offsets };
+    if (typeof this.otherwise === "object") j.time_ms = this.otherwise.time;
+    else if (this.otherwise === "latest") j.start = "latest";
     if (this.incarnation !== undefined) j.incarnation = this.incarnation;
     return j;
   }
+}
+
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:[Zz]|([+-])(\d{2}):(\d{2}))$/;
+
+/** rfc3339Ms reads an RFC 3339 time (Go's position form before the one form) as Unix ms, or undefined. */
+function rfc3339Ms(v: unknown): number | undefined {
+  const m = typeof v === "string" ? RFC3339.exec(v) : null;
+  if (m === null) return undefined;
+  const [y, mo, d, h, mi, s] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+  // Not Date.UTC, which reads years 0 to 99 as 1900 to 1999.
+  const t = new Date(0);
+  t.setUTCFullYear(y, mo - 1, d);
+  t.setUTCHours(h, mi, s, Number((m[7] ?? "").padEnd(3, "0").slice(0, 3)));
+  if (mo < 1 || mo > 12 || t.getUTCDate() !== d || h > 23 || mi > 59 || s > 59) return undefined;
+  const shift = m[8] === undefined ? 0 : (m[8] === "+" ? 1 : -1) * (Number(m[9]) * 60 + Number(m[10])) * 60_000;
+  return t.getTime() - shift;
 }
 
 /** ReplayOptions shape a {@link Replay}. */

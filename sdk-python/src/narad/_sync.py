@@ -1225,9 +1225,10 @@ class Replay(Iterator[Message]):
         return self._start if self._plan is None else self._plan.position
 
     def _make_plan(self) -> plans.ReplayPlan:
-        # A bounded replay needs every partition's end: the topic is read again (with
-        # the call's backoff and budget) while one of them cannot be reached.
-        call = (core.get_topic(self.topic) if self._follow
+        # A bounded replay needs every partition's end, and so does one from
+        # Position.end(): the topic is read again (with the call's backoff and budget)
+        # while one of them cannot be reached.
+        call = (core.get_topic(self.topic) if self._follow and not self._start.at_end
                 else core.replay_topic(self.topic, self._parts))
         info = self._client._run(call)
         return plans.ReplayPlan.from_topic(info, self._start, self._parts, self._follow,

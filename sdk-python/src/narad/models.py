@@ -8,9 +8,11 @@ in the other SDKs. Topic settings keep the wire's millisecond integers
 from __future__ import annotations
 
 import base64
+import calendar
 import json
+import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -302,8 +304,10 @@ class Position:
 
     ``offsets`` maps a partition to the next offset to read. A partition that is not in
     ``offsets`` starts at ``time_ms`` (the first message written at or after it) when
-    that is set, else at the oldest retained message. A Replay's ``position`` after a
-    message is exactly where to resume; :meth:`dumps` and :meth:`loads` persist it.
+    that is set; at its end as the replay starts when ``at_end`` is set (only messages
+    written later are read); else at the oldest retained message. A Replay's
+    ``position`` after a message is exactly where to resume; :meth:`dumps` and
+    :meth:`loads` persist it, in the JSON form every Narad SDK writes and reads.
 
     ``incarnation`` is the topic incarnation the offsets belong to. A replay fills it in
     when it starts (from the topic) and sends it with every read, so a topic deleted and
@@ -316,11 +320,27 @@ class Position:
     offsets: tuple[tuple[int, int], ...] = ()
     time_ms: int | None = None
     incarnation: str | None = None
+    at_end: bool = False
+
+    def __post_init__(self) -> None:
+        if self.at_end and self.time_ms is not None:
+            raise ValueError("a Position cannot have both time_ms and at_end: partitions "
+                             "not named start at one of them")
 
     @classmethod
     def beginning(cls) -> Position:
         """beginning is the oldest retained message of every partition."""
         return cls()
+
+    @classmethod
+    def end(cls) -> Position:
+        """end is every partition's end as a replay from it starts: only new messages.
+
+        The replay resolves it when it starts: its ``position`` then names every
+        partition it reads at the offset it starts at, so resuming from it misses
+        nothing written since.
+        """
+        return cls(at_end=True)
 
     @classmethod
     def at_offsets(cls, offsets: Mapping[int, int] | Iterable[tuple[int, int]]) -> Position:
@@ -353,42 +373,126 @@ class Position:
         """with_offset returns a copy that resumes ``partition`` at ``next_offset``."""
         rest = [(p, o) for p, o in self.offsets if p != partition]
         rest.append((partition, next_offset))
-        return Position(offsets=tuple(sorted(rest)), time_ms=self.time_ms,
-                        incarnation=self.incarnation)
+        return replace(self, offsets=tuple(sorted(rest)))
 
     def with_incarnation(self, incarnation: str | None) -> Position:
         """with_incarnation returns a copy whose offsets belong to topic ``incarnation``."""
-        return Position(offsets=self.offsets, time_ms=self.time_ms, incarnation=incarnation)
+        return replace(self, incarnation=incarnation)
 
     def dumps(self) -> str:
-        """dumps renders the position as a short JSON string, for a checkpoint.
+        """dumps renders the position as the JSON every Narad SDK writes, for a checkpoint.
 
-        ``{"offsets": {"0": 12}, "time_ms": ..., "incarnation": "42"}``: ``time_ms`` and
-        ``incarnation`` (a string) only when set.
+        ``{"offsets":{"0":12},"time_ms":1733500000000,"incarnation":"42"}``: ``offsets``
+        always, in partition order; ``time_ms`` only when set; ``"start":"latest"`` only
+        for :meth:`end`; ``incarnation`` only when known (docs/sdk/contract.md, Replay).
         """
-        doc: dict[str, Any] = {"offsets": {str(p): o for p, o in self.offsets}}
+        doc: dict[str, Any] = {"offsets": {str(p): o for p, o in sorted(self.offsets)}}
         if self.time_ms is not None:
             doc["time_ms"] = self.time_ms
+        if self.at_end:
+            doc["start"] = "latest"
         if self.incarnation is not None:
             doc["incarnation"] = self.incarnation
-        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
-    def loads(cls, text: str) -> Position:
-        """loads reads a position written by :meth:`dumps`, by this version or an older one.
+    def loads(cls, text: str | bytes) -> Position:
+        """loads reads a position any Narad SDK saved, in the one form or an older one.
 
-        A position without ``incarnation`` (saved before positions kept it) loads with
-        None: the replay that resumes from it takes the topic's current incarnation.
+        Besides the one form (:meth:`dumps`) it reads the forms the SDKs wrote before
+        it: Go's ``"time"`` (RFC 3339) and TypeScript's ``"otherwise"`` (``"earliest"``,
+        ``"latest"`` or ``{"time": ms}``). A key given as null counts as absent, other
+        keys are ignored. A position without ``incarnation`` loads with None: the replay
+        that resumes from it takes the topic's current incarnation. Malformed input (a
+        partition or offset that is not an integer from 0, a ``time_ms`` that is not an
+        integer, a ``start`` other than ``"latest"``, two keys saying where unnamed
+        partitions start) raises ValueError saying what is wrong.
         """
-        doc = json.loads(text)
-        offsets = {int(p): int(o) for p, o in doc.get("offsets", {}).items()}
-        time_ms = doc.get("time_ms")
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"a saved position is not JSON: {e}") from None
+        if not isinstance(doc, dict):
+            raise ValueError('a saved position must be a JSON object, like {"offsets":{"0":12}}')
+        doc = {k: v for k, v in doc.items() if v is not None}
+        raw = doc.get("offsets", {})
+        if not isinstance(raw, dict):
+            raise ValueError("a saved position's offsets must be an object of partition to "
+                             f"offset, not {json.dumps(raw)}")
+        offsets: list[tuple[int, int]] = []
+        for k, v in raw.items():
+            if not _PARTITION.fullmatch(k) or int(k) >= 2**31:
+                raise ValueError(f"a saved position names partition {json.dumps(k)}: a "
+                                 "partition is a decimal number from 0")
+            if not _is_int(v) or v < 0:
+                raise ValueError(f"a saved position gives partition {k} the offset "
+                                 f"{json.dumps(v)}: an offset is an integer from 0")
+            offsets.append((int(k), v))
+        starts = [k for k in ("time_ms", "start", "time", "otherwise") if k in doc]
+        if len(starts) > 1:
+            raise ValueError(f"a saved position has both {' and '.join(map(json.dumps, starts))}"
+                             ": partitions not named start at one place")
+        time_ms: int | None = None
+        at_end = False
+        if "time_ms" in doc:
+            time_ms = doc["time_ms"]
+            if not _is_int(time_ms):
+                raise ValueError(f"a saved position's time_ms is {json.dumps(time_ms)}: it is "
+                                 "an integer, Unix milliseconds")
+        if "start" in doc:
+            if doc["start"] != "latest":
+                raise ValueError(f"a saved position's start is {json.dumps(doc['start'])}: the "
+                                 'only start is "latest" (absent: at time_ms, else the '
+                                 "oldest message)")
+            at_end = True
+        if "time" in doc:
+            time_ms = _rfc3339_ms(doc["time"])
+        if "otherwise" in doc:
+            o = doc["otherwise"]
+            if o == "latest":
+                at_end = True
+            elif isinstance(o, dict) and "time" in o:
+                if not _is_int(o["time"]):
+                    raise ValueError(f"a saved position's otherwise.time is "
+                                     f"{json.dumps(o['time'])}: it is an integer, Unix "
+                                     "milliseconds")
+                time_ms = o["time"]
+            elif o != "earliest":
+                raise ValueError(f"a saved position's otherwise is {json.dumps(o)}: it is "
+                                 '"earliest", "latest" or {"time": Unix ms}')
         incarnation = doc.get("incarnation")
-        return cls(
-            offsets=tuple(sorted(offsets.items())),
-            time_ms=None if time_ms is None else int(time_ms),
-            incarnation=None if incarnation is None else str(incarnation),
-        )
+        if incarnation is not None and not isinstance(incarnation, str):
+            raise ValueError(f"a saved position's incarnation is {json.dumps(incarnation)}: "
+                             "it is a string")
+        return cls(offsets=tuple(sorted(offsets)), time_ms=time_ms,
+                   incarnation=incarnation, at_end=at_end)
+
+
+_PARTITION = re.compile(r"0|[1-9][0-9]*")
+_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
+                      r"(?:[Zz]|([+-])(\d{2}):(\d{2}))")
+
+
+def _is_int(v: object) -> bool:
+    """_is_int says whether a JSON value is an integer that fits 64 bits (not a bool)."""
+    return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+
+
+def _rfc3339_ms(v: object) -> int:
+    """_rfc3339_ms reads an RFC 3339 time (Go's old ``"time"``) as Unix milliseconds."""
+    m = _RFC3339.fullmatch(v) if isinstance(v, str) else None
+    try:
+        if m is None:
+            raise ValueError
+        y, mo, d, h, mi, s = (int(x) for x in m.group(1, 2, 3, 4, 5, 6))
+        secs = calendar.timegm(datetime(y, mo, d, h, mi, s).timetuple())
+    except ValueError:
+        raise ValueError(f"a saved position's time is {json.dumps(v)}: it is an RFC 3339 "
+                         "time") from None
+    if m.group(8):
+        shift = (int(m.group(9)) * 60 + int(m.group(10))) * 60
+        secs -= shift if m.group(8) == "+" else -shift
+    return secs * 1000 + int((m.group(7) or "").ljust(3, "0")[:3])
 
 
 @dataclass(frozen=True)
