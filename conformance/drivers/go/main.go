@@ -21,7 +21,7 @@ import (
 
 var capabilities = []string{
 	"produce", "produce_batch", "publisher", "publisher.nonblocking", "receive", "ack", "nack", "extend",
-	"consume", "consume.panic", "consume.dead_letter", "replay", "replay.time", "topics", "children", "close",
+	"consume", "consume.panic", "consume.dead_letter", "replay", "replay.time", "replay.saved", "topics", "children", "close",
 }
 
 type request struct {
@@ -760,8 +760,9 @@ func (d *driver) replay(ctx context.Context, raw json.RawMessage) (any, error) {
 			TimeMs      *int64           `json:"time_ms"`
 			Incarnation string           `json:"incarnation"`
 		} `json:"from"`
-		Partition *int32 `json:"partition"`
-		Limit     int    `json:"limit"`
+		Saved     *string `json:"saved"`
+		Partition *int32  `json:"partition"`
+		Limit     int     `json:"limit"`
 	}
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return nil, err
@@ -783,6 +784,12 @@ func (d *driver) replay(ctx context.Context, raw json.RawMessage) (any, error) {
 		pos.Offsets = offs
 	}
 	pos.Incarnation = a.From.Incarnation
+	if a.Saved != nil {
+		// A position some SDK saved: the library reads it, as a service resuming would.
+		if err := json.Unmarshal([]byte(*a.Saved), &pos); err != nil {
+			return nil, err
+		}
+	}
 	var opts []narad.ReplayOption
 	if a.Partition != nil {
 		opts = append(opts, narad.OnlyPartitions(*a.Partition))
@@ -807,7 +814,11 @@ func (d *driver) replay(ctx context.Context, raw json.RawMessage) (any, error) {
 	if resume.Incarnation != "" {
 		position["incarnation"] = resume.Incarnation
 	}
-	return map[string]any{"messages": msgs, "position": position}, nil
+	saved, err := json.Marshal(resume)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"messages": msgs, "position": position, "saved": string(saved)}, nil
 }
 
 func (d *driver) topics(ctx context.Context, cmd string, raw json.RawMessage) (any, error) {

@@ -18,7 +18,7 @@ const version = JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8")).v
 
 const CAPABILITIES = [
   "produce", "produce_batch", "publisher", "publisher.nonblocking", "receive", "ack", "nack", "extend",
-  "consume", "consume.panic", "consume.dead_letter", "replay", "replay.time", "topics", "children", "close",
+  "consume", "consume.panic", "consume.dead_letter", "replay", "replay.time", "replay.saved", "topics", "children", "close",
 ];
 
 const clients = new Map();
@@ -249,6 +249,8 @@ async function replay(a) {
   if ((frm.offsets && Object.keys(frm.offsets).length) || frm.incarnation != null) {
     from = Position.offsets(Object.fromEntries(Object.entries(frm.offsets ?? {}).map(([k, v]) => [Number(k), v])), from.otherwise, frm.incarnation ?? undefined);
   }
+  // A position some SDK saved: the library reads it, as a service resuming would.
+  if (a.saved != null) from = Position.fromJSON(JSON.parse(a.saved));
   const opts = { from };
   if (a.partition != null) opts.partition = a.partition;
   const r = c.replay(a.topic, opts);
@@ -260,7 +262,7 @@ async function replay(a) {
   const pos = r.position.toJSON();
   const position = { offsets: pos.offsets };
   if (pos.incarnation != null) position.incarnation = pos.incarnation;
-  return { messages: out, position };
+  return { messages: out, position, saved: JSON.stringify(r.position) };
 }
 
 function topicView(t) {

@@ -19,7 +19,7 @@ import narad
 
 CAPABILITIES = [
     "produce", "produce_batch", "publisher", "publisher.nonblocking", "receive", "ack", "nack",
-    "extend", "consume", "consume.panic", "consume.dead_letter", "replay", "replay.time", "topics",
+    "extend", "consume", "consume.panic", "consume.dead_letter", "replay", "replay.time", "replay.saved", "topics",
     "children", "close",
 ]
 
@@ -353,6 +353,12 @@ def replay(a: dict[str, Any]) -> dict[str, Any]:
                                time_ms=start.time_ms)
     if frm.get("incarnation") is not None:
         start = start.with_incarnation(str(frm["incarnation"]))
+    if a.get("saved") is not None:
+        # A position some SDK saved: the library reads it, as a service resuming would.
+        start = narad.Position.loads(a["saved"])
+    if a.get("saved") is not None:
+        # A position some SDK saved: the library reads it, as a service resuming would.
+        start = narad.Position.loads(a["saved"])
     parts = [int(a["partition"])] if a.get("partition") is not None else None
     r = c.replay(a["topic"], start, partitions=parts)
     out = []
@@ -362,7 +368,7 @@ def replay(a: dict[str, Any]) -> dict[str, Any]:
         if limit and len(out) >= limit:
             break
     pos = r.position
-    return {"messages": out, "position": position_view(pos)}
+    return {"messages": out, "position": position_view(pos), "saved": pos.dumps()}
 
 
 def position_view(pos: narad.Position) -> dict[str, Any]:

@@ -216,6 +216,9 @@ async def replay(a: dict[str, Any]) -> dict[str, Any]:
                                time_ms=start.time_ms)
     if frm.get("incarnation") is not None:
         start = start.with_incarnation(str(frm["incarnation"]))
+    if a.get("saved") is not None:
+        # A position some SDK saved: the library reads it, as a service resuming would.
+        start = narad.Position.loads(a["saved"])
     parts = [int(a["partition"])] if a.get("partition") is not None else None
     r = c.replay(a["topic"], start, partitions=parts)
     out = []
@@ -227,7 +230,7 @@ async def replay(a: dict[str, Any]) -> dict[str, Any]:
     v: dict[str, Any] = {"offsets": {str(p): o for p, o in r.position.offsets}}
     if r.position.incarnation is not None:
         v["incarnation"] = r.position.incarnation
-    return {"messages": out, "position": v}
+    return {"messages": out, "position": v, "saved": r.position.dumps()}
 
 
 async def handle(cmd: str, a: dict[str, Any]) -> Any:
