@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -22,13 +23,15 @@ func TestAProduceCutBySignalFailsAndStops(t *testing.T) {
 	srv := httptest.NewServer(f)
 	defer srv.Close()
 	vars := map[string]string{"NARAD_URL": srv.URL, "NARAD_CLI_CONFIG": filepath.Join(t.TempDir(), "contexts.json")}
+	var printed lockedBuffer // what the run going on has printed so far
 	run := func(stdin io.Reader, args ...string) (chan ran, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan ran, 1)
+		printed.reset()
 		go func() {
-			var stdout, stderr bytes.Buffer
-			code := Run(ctx, args, IO{Stdout: &stdout, Stderr: &stderr, Stdin: stdin, Getenv: func(k string) string { return vars[k] }})
-			done <- ran{code, stdout.String(), stderr.String()}
+			var stderr bytes.Buffer
+			code := Run(ctx, args, IO{Stdout: &printed, Stderr: &stderr, Stdin: stdin, Getenv: func(k string) string { return vars[k] }})
+			done <- ran{code, printed.String(), stderr.String()}
 		}()
 		return done, cancel
 	}
@@ -71,6 +74,13 @@ func TestAProduceCutBySignalFailsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSent(before + 1)
+	// Cut once the line's answer is printed: a signal before it (the request sent, its
+	// answer on its way) fails that produce, which is not what this part is about.
+	for deadline := time.Now().Add(30 * time.Second); printed.String() != "0\t0\n"; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the produce of the first line printed %q", printed.String())
+		}
+	}
 	cancel()
 	if r := finished(done, "produce from stdin"); r.code != ExitFailed || !strings.Contains(r.stderr, "stopped by a signal") || r.stdout != "0\t0\n" {
 		t.Errorf("produce from stdin cut by a signal: %+v", r)
@@ -84,4 +94,28 @@ func TestAProduceCutBySignalFailsAndStops(t *testing.T) {
 	if r := finished(done, "produce --file -"); r.code != ExitFailed {
 		t.Errorf("produce --file - cut by a signal: %+v", r)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that one goroutine writes while another reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lockedBuffer) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Reset()
 }

@@ -3,6 +3,8 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -155,6 +157,11 @@ func (h *handlers) DeleteTopic(ctx context.Context, r apigen.DeleteTopicRequestO
 		}
 	}
 	if err := h.b.DeleteTopic(ctx, r.Topic, inc); err != nil {
+		if r.Params.Incarnation == nil && errors.Is(err, broker.ErrIncarnationMismatch) {
+			// The caller named no incarnation: the one its rights were checked on (or the
+			// one the name had as it came) is gone, which is a topic not found to it.
+			return nil, fmt.Errorf("%w: topic %s was deleted while the delete was on its way (a topic of that name was created since, and stays)", broker.ErrTopicNotFound, r.Topic)
+		}
 		return nil, err
 	}
 	return apigen.DeleteTopic204Response{}, nil
