@@ -28,30 +28,40 @@ build: ## Build the narad binary into bin/
 	@mkdir -p $(BIN)
 	cd broker && $(GO) build -o ../$(NARAD) ./cmd/narad
 
-# The broker's end-to-end tests mostly wait on real nodes (elections, leases,
-# restarts), leaving most of the machine idle for six minutes: the SDK suites and the
-# conformance suite, which wait on nodes too, and the docs build run beside them
-# (BESIDE).
+# The broker's tests mostly wait on real nodes (elections, leases, restarts), leaving
+# much of the machine idle: the SDK suites and the conformance suite, which wait on
+# nodes too, and the docs build run beside them, in two lanes (BESIDE, BESIDE2).
 test: check-gen lint ## Install what the tests need and run every test
-	@$(MAKE) --no-print-directory test-go BESIDE="test-python test-js test-conformance test-docs"
+	@$(MAKE) --no-print-directory test-go BESIDE="test-js test-conformance" BESIDE2="test-python test-docs"
 	@$(MAKE) --no-print-directory test-verify test-examples test-release test-console
 	@echo "make test: all suites passed"
 
 # The broker's tests run in the background while the other modules' tests run, then
-# the targets named in BESIDE; the broker's output is printed when it ends. They wait
-# on elections, leases and child processes far more than they compute (about a fifth
-# of one core each), so four run at once in each package (-parallel 4; tests that set
-# a package hook stay serial).
+# the targets named in BESIDE; the targets named in BESIDE2 run beside those from the
+# start (their output is printed when they end), and the broker's output is printed
+# when it ends. The broker's tests wait on elections, leases and child processes far
+# more than they compute (about a fifth of one core each), so four run at once in each
+# package (-parallel 4; tests that set a package hook stay serial).
 BESIDE ?=
+BESIDE2 ?=
 test-go: ## Go tests of every module, with the race detector (includes e2e against the binary)
 	@mkdir -p $(BIN); log=$(abspath $(BIN))/test-go-broker.log; \
-	echo "== go test broker (beside the other modules$(if $(BESIDE), and $(BESIDE)); its output follows theirs)"; \
+	echo "== go test broker (beside the other modules$(if $(BESIDE), and $(BESIDE) $(BESIDE2)); its output follows theirs)"; \
 	(cd broker && $(GO) mod download && $(GO) test -race -count=1 -parallel 4 -timeout 10m ./...) > $$log 2>&1 & bpid=$$!; \
-	fail=0; for m in $(filter-out broker,$(GO_MODULES)); do \
+	fail=0; log2=$(abspath $(BIN))/test-beside2.log; p2=; \
+	if [ -n "$(BESIDE2)" ]; then \
+		if $(MAKE) --no-print-directory build >/dev/null; then \
+			echo "== $(BESIDE2) (beside; their output follows when they end)"; \
+			$(MAKE) --no-print-directory $(BESIDE2) > $$log2 2>&1 & p2=$$!; \
+		else fail=1; fi; \
+	fi; \
+	for m in $(filter-out broker,$(GO_MODULES)); do \
 		echo "== go test $$m"; \
 		(cd $$m && $(GO) mod download && $(GO) test -race -count=1 -timeout 10m ./...) || fail=1; \
 	done; \
 	if [ $$fail = 0 ] && [ -n "$(BESIDE)" ]; then $(MAKE) --no-print-directory $(BESIDE) || fail=1; fi; \
+	if [ -n "$$p2" ]; then \
+		if wait $$p2; then echo "== $(BESIDE2): passed"; else echo "== $(BESIDE2): FAILED"; fail=1; fi; cat $$log2; fi; \
 	if wait $$bpid; then echo "== go test broker: passed"; else echo "== go test broker: FAILED"; fail=1; fi; \
 	cat $$log; exit $$fail
 
