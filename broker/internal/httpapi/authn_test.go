@@ -1,5 +1,8 @@
 package httpapi
 
+// The tests of this file are not parallel: they measure how logins behave in time (a
+// flood in flight, a quiet window of the log), which tests running beside them skew.
+
 import (
 	"bytes"
 	"context"
@@ -77,7 +80,6 @@ const floodBound = 8
 // meanwhile a user from another address and a user whose credentials passed before
 // (even from the flooding address) log in.
 func TestLoginFloodFromOneAddress(t *testing.T) {
-	t.Parallel()
 	users := newFakeUsers(t, "victim", "victim-password", "fresh", "fresh-password", "known", "known-password")
 	// A long failure delay keeps the admitted flood attempts in flight for the whole test.
 	a := newAuthenticator(users.get, 60*time.Second, quietLogger(), nil)
@@ -179,7 +181,6 @@ func (l *lineCounter) Write(p []byte) (int, error) {
 // log line each without limit nor grow the per-address failure table without bound.
 // Malformed credentials (an empty username) fail without a bcrypt, so the test is fast.
 func TestFailedLoginLogAndTableBounded(t *testing.T) {
-	t.Parallel()
 	users := newFakeUsers(t)
 	var lc lineCounter
 	a := newAuthenticator(users.get, 0, slog.New(slog.NewTextHandler(&lc, nil)), nil)
@@ -218,7 +219,6 @@ func TestFailedLoginLogAndTableBounded(t *testing.T) {
 // TestHashGateProvenFirst: when a bcrypt slot frees, a waiting proven check gets it
 // before unproven ones that waited longer.
 func TestHashGateProvenFirst(t *testing.T) {
-	t.Parallel()
 	g := newHashGate(1)
 	ctx := context.Background()
 	if err := g.acquire(ctx, false); err != nil {
@@ -264,7 +264,6 @@ func TestHashGateProvenFirst(t *testing.T) {
 // has caught up with the controller, and a wrong password still fails; the catch-up
 // runs only for a login that failed.
 func TestLoginCatchesUpWithTheCluster(t *testing.T) {
-	t.Parallel()
 	users := newFakeUsers(t, "old", "old-password")
 	pending := newFakeUsers(t, "new", "new-password") // what the controller has committed
 	a := newAuthenticator(users.get, 0, quietLogger(), nil)
