@@ -2,7 +2,6 @@ package narad_test
 
 import (
 	"encoding/json"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -183,15 +182,7 @@ func TestReplayFromEndWaitsForAnUnavailablePartitionsEnd(t *testing.T) {
 	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
 	produceTo(t, c, topic, 0, 0, 3)
 	produceTo(t, c, topic, 1, 0, 2)
-	var reads atomic.Int32
-	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
-		if err == nil && r.Method == http.MethodGet && r.URL.Path == "/v1/topics/"+topic && resp.StatusCode == 200 {
-			if reads.Add(1) <= 2 {
-				return rewriteJSON(t, resp, func(b map[string]any) { partitionDown(b, 1) }), nil
-			}
-		}
-		return resp, err
-	})
+	reads := partition1DownForTwoReads(t, ft, topic)
 	out := make(chan *narad.Message, 1)
 	go func() {
 		for m, err := range c.Replay(ctx, topic, narad.FromEnd(), narad.Follow(), narad.WithFollowInterval(20*time.Millisecond)) {

@@ -240,15 +240,7 @@ func TestReplayWaitsForAnUnavailablePartitionsEnd(t *testing.T) {
 	topic := mustTopic(t, c, narad.TopicConfig{Partitions: 2})
 	produceTo(t, c, topic, 0, 0, 3)
 	produceTo(t, c, topic, 1, 0, 4)
-	var reads atomic.Int32
-	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
-		if err == nil && r.Method == http.MethodGet && r.URL.Path == "/v1/topics/"+topic && resp.StatusCode == 200 {
-			if reads.Add(1) <= 2 {
-				return rewriteJSON(t, resp, func(b map[string]any) { partitionDown(b, 1) }), nil
-			}
-		}
-		return resp, err
-	})
+	reads := partition1DownForTwoReads(t, ft, topic)
 	got := map[int32]int{}
 	for m, err := range c.Replay(ctxT(t), topic, narad.FromStart()) {
 		if err != nil {
@@ -576,4 +568,20 @@ func replayedTopic(t *testing.T, n int) (*narad.Client, context.Context, string,
 	}
 	produceTo(t, c, topic, 0, 0, n)
 	return c, ctx, topic, info
+}
+
+// partition1DownForTwoReads makes the first two reads of topic answer its partition 1
+// unavailable (the zero figures of a partition whose node is out of reach); it counts
+// the topic's reads.
+func partition1DownForTwoReads(t *testing.T, ft *faultTransport, topic string) *atomic.Int32 {
+	var reads atomic.Int32
+	ft.set(nil, func(r *http.Request, resp *http.Response, err error) (*http.Response, error) {
+		if err == nil && r.Method == http.MethodGet && r.URL.Path == "/v1/topics/"+topic && resp.StatusCode == 200 {
+			if reads.Add(1) <= 2 {
+				return rewriteJSON(t, resp, func(b map[string]any) { partitionDown(b, 1) }), nil
+			}
+		}
+		return resp, err
+	})
+	return &reads
 }

@@ -344,7 +344,7 @@ func TestCLIProduceConsumeReplay(t *testing.T) {
 	// A bystander: --peek shows what is produced after it started and leases nothing.
 	peek := exec.Command(c.bin, "consume", "jobs", "--peek", "--max", "2", "-o", "json")
 	peek.Env = c.env
-	var peekOut, peekErr lockedBuffer
+	var peekOut, peekErr testutil.LockedBuffer
 	peek.Stdout, peek.Stderr = &peekOut, &peekErr
 	if err := peek.Start(); err != nil {
 		t.Fatal(err)
@@ -584,7 +584,7 @@ func TestCLIServeDev(t *testing.T) {
 	c := newCLI(t, url, "NARAD_ADMIN_PASSWORD=should-be-ignored")
 	cmd := exec.Command(c.bin, "serve", "--dev", "--http-addr", fmt.Sprintf("127.0.0.1:%d", port))
 	cmd.Env = c.env
-	var errOut lockedBuffer
+	var errOut testutil.LockedBuffer
 	cmd.Stdout, cmd.Stderr = &errOut, &errOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -632,7 +632,7 @@ func TestCLIConsumeFollowStopsOnSignal(t *testing.T) {
 	c.ok("topic", "create", "f", "--partitions", "1")
 	cmd := exec.Command(c.bin, "consume", "f", "--follow", "--wait", "1s", "-o", "raw")
 	cmd.Env = c.env
-	var out, errOut lockedBuffer
+	var out, errOut testutil.LockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -683,7 +683,7 @@ func TestCLIConsumeIntoAClosedPipeHandsBack(t *testing.T) {
 	}
 	cmd := exec.Command(c.bin, "consume", "piped", "-o", "raw", "--batch", "10")
 	cmd.Env = c.env
-	var errOut lockedBuffer
+	var errOut testutil.LockedBuffer
 	cmd.Stdout, cmd.Stderr = pw, &errOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -336,7 +335,7 @@ func TestTLSAndReload(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	cmd := exec.Command(bin, "serve", "--http-addr", addr, "--data-dir", filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NARAD_ADMIN_PASSWORD=" + adminPass}
-	var out lockedBuffer
+	var out testutil.LockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -469,23 +468,6 @@ func writeCertTimes(t *testing.T, certFile, keyFile string, serial int64, mtime 
 	}
 	write(keyFile, "EC PRIVATE KEY", kb)
 	write(certFile, "CERTIFICATE", der)
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestUsernamesBreakingTheRulesAreInvalidName: a username the rules refuse answers 400

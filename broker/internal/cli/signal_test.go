@@ -7,9 +7,10 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/narad-mq/narad/broker/internal/testutil"
 )
 
 // TestAProduceCutBySignalFailsAndStops: a produce stopped by SIGINT or SIGTERM before
@@ -23,11 +24,11 @@ func TestAProduceCutBySignalFailsAndStops(t *testing.T) {
 	srv := httptest.NewServer(f)
 	defer srv.Close()
 	vars := map[string]string{"NARAD_URL": srv.URL, "NARAD_CLI_CONFIG": filepath.Join(t.TempDir(), "contexts.json")}
-	var printed lockedBuffer // what the run going on has printed so far
+	var printed testutil.LockedBuffer // what the run going on has printed so far
 	run := func(stdin io.Reader, args ...string) (chan ran, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan ran, 1)
-		printed.reset()
+		printed.Reset()
 		go func() {
 			var stderr bytes.Buffer
 			code := Run(ctx, args, IO{Stdout: &printed, Stderr: &stderr, Stdin: stdin, Getenv: func(k string) string { return vars[k] }})
@@ -94,28 +95,4 @@ func TestAProduceCutBySignalFailsAndStops(t *testing.T) {
 	if r := finished(done, "produce --file -"); r.code != ExitFailed {
 		t.Errorf("produce --file - cut by a signal: %+v", r)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that one goroutine writes while another reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lockedBuffer) reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b.Reset()
 }

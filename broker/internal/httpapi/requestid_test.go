@@ -1,17 +1,16 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/narad-mq/narad/broker/internal/broker"
 	"github.com/narad-mq/narad/broker/internal/reqid"
+	"github.com/narad-mq/narad/broker/internal/testutil"
 )
 
 // failingBroker answers every produce with a storage fault, and logs a line of its own
@@ -26,31 +25,13 @@ func (f failingBroker) Produce(ctx context.Context, topic string, msgs []broker.
 	return nil, errors.Join(broker.ErrStorage, errors.New("eio"))
 }
 
-// syncBuffer is a log sink that may be written by several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRequestID: every answer, errors included, carries an X-Request-Id; a sane id from
 // the client is kept and an insane one replaced; and every log line about a request
 // (the API's own and the broker's, logged with the request's context) names it, with
 // one line for the failure and one for the refusal.
 func TestRequestID(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testutil.LockedBuffer
 	log := slog.New(reqid.NewHandler(slog.NewTextHandler(&logs, nil)))
 	h, err := New(failingBroker{log: log}, Options{Logger: log, AllowedHosts: []string{"example.com"}})
 	if err != nil {
@@ -119,7 +100,7 @@ func TestRequestID(t *testing.T) {
 // log; the next line written says how many were left out.
 func TestRefusedLinesAreBounded(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testutil.LockedBuffer
 	log := slog.New(reqid.NewHandler(slog.NewTextHandler(&logs, nil)))
 	h, err := New(benchBroker{}, Options{Logger: log, AllowedHosts: []string{"example.com"}})
 	if err != nil {
