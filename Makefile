@@ -30,10 +30,11 @@ build: ## Build the narad binary into bin/
 
 # The broker's tests mostly wait on real nodes (elections, leases, restarts), leaving
 # much of the machine idle: the SDK suites and the conformance suite, which wait on
-# nodes too, and the docs build run beside them, in two lanes (BESIDE, BESIDE2).
+# nodes too, the console's browser tests and the docs build run beside them, in two
+# lanes (BESIDE, BESIDE2).
 test: check-gen lint ## Install what the tests need and run every test
-	@$(MAKE) --no-print-directory test-go BESIDE="test-js test-conformance" BESIDE2="test-python test-docs"
-	@$(MAKE) --no-print-directory test-verify test-examples test-release test-console
+	@$(MAKE) --no-print-directory test-go BESIDE="test-js test-conformance" BESIDE2="test-python test-docs test-console"
+	@$(MAKE) --no-print-directory test-verify test-examples test-release
 	@echo "make test: all suites passed"
 
 # The broker's tests run in the background while the other modules' tests run, then
