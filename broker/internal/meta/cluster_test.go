@@ -109,7 +109,7 @@ func (n *testNet) transport(addr raft.ServerAddress) *raft.InmemTransport {
 }
 
 func testCluster(c Cluster) Cluster {
-	c.RaftTimeout = 400 * time.Millisecond
+	c.RaftTimeout = time.Second
 	c.HeartbeatInterval = 100 * time.Millisecond
 	c.SuspectAfter = time.Second
 	c.DeadAfter = 2 * time.Second
