@@ -49,6 +49,41 @@ def test_create_get_list_alter_delete_topic(drv: Driver) -> None:
     assert again.incarnation != info.incarnation
 
 
+def test_delete_topic_naming_an_incarnation_deletes_that_one_only(drv: Driver) -> None:
+    """DELETE /v1/topics/{t}?incarnation=N: a topic deleted and created again under the
+    name since is another incarnation, which a delete naming the old one leaves alone
+    (409 incarnation_mismatch, a Conflict); naming the current one deletes it."""
+    c = drv.client
+    name = drv.topic()
+    old = c.get_topic(name).incarnation
+    assert isinstance(old, str) and old.isdigit()
+    c.delete_topic(name, incarnation=old)  # still that incarnation: deleted
+    with pytest.raises(narad.NotFound):
+        c.get_topic(name)
+
+    c.create_topic(name, partitions=1)
+    first = c.get_topic(name).incarnation
+    c.delete_topic(name)
+    c.create_topic(name, partitions=1)
+    now = c.get_topic(name).incarnation
+    assert now != first
+    c.produce(name, b"kept")
+    with pytest.raises(narad.Conflict) as ei:
+        c.delete_topic(name, incarnation=first)
+    err = ei.value
+    assert (err.status, err.code) == (409, "incarnation_mismatch")
+    assert not err.retryable and not err.uncertain
+    kept = c.get_topic(name)  # nothing was deleted
+    assert kept.incarnation == now
+    assert [m.body for m in c.replay(name)] == [b"kept"]
+
+    c.delete_topic(name, incarnation=now)
+    with pytest.raises(narad.NotFound):
+        c.get_topic(name)
+    with pytest.raises(narad.NotFound):  # gone: not found, whatever incarnation is named
+        c.delete_topic(name, incarnation=now)
+
+
 def test_bad_requests_map_to_bad_request(drv: Driver) -> None:
     with pytest.raises(narad.BadRequest) as ei:
         drv.client.create_topic("no spaces allowed")

@@ -117,6 +117,38 @@ def test_success_and_terminal_answers() -> None:
     assert [e.kind for e in events + events2] == ["request", "request"]
 
 
+def test_a_delete_naming_an_incarnation_counts_its_mismatch_after_a_lost_reply() -> None:
+    """DELETE /v1/topics/t?incarnation=N. Its 409 incarnation_mismatch is a Conflict,
+    certain (nothing was deleted), unless an earlier attempt's reply was lost: the
+    incarnation named is gone then either way, so the call is done, as with a 404.
+    Another 409, or a mismatch answering a delete that named no incarnation, still
+    fails."""
+    assert core.delete_topic("t").request.params == ()
+    assert core.delete_topic("t", "42").request.params == (("incarnation", "42"),)
+    mismatch = resp(409, error_body("incarnation_mismatch"))
+
+    st, _ = state(core.delete_topic("t", "42"))
+    step = st.on_response(st.endpoint(), mismatch)
+    assert isinstance(step, core.Fail) and type(step.error) is narad.Conflict
+    assert step.error.code == "incarnation_mismatch" and step.error.status == 409
+    assert not step.error.uncertain and not step.error.retryable
+
+    st, _ = state(core.delete_topic("t", "42"))
+    assert isinstance(st.on_transport_error(st.endpoint(), core.Transport.LOST, "cut"),
+                      core.Retry)
+    assert st.on_response(st.endpoint(), mismatch) == core.Done(None)
+
+    st, _ = state(core.delete_topic("t", "42"))
+    st.on_transport_error(st.endpoint(), core.Transport.TIMEOUT, "slow")
+    step = st.on_response(st.endpoint(), resp(409, error_body("conflict")))
+    assert isinstance(step, core.Fail) and step.error.uncertain
+
+    st, _ = state(core.delete_topic("t"))
+    st.on_transport_error(st.endpoint(), core.Transport.LOST, "cut")
+    step = st.on_response(st.endpoint(), mismatch)
+    assert isinstance(step, core.Fail) and step.error.code == "incarnation_mismatch"
+
+
 def test_parse_errors_become_errors() -> None:
     st, _ = state(core.get_topic("t"))
     step = st.on_response(st.endpoint(), resp(200, {"nope": 1}))

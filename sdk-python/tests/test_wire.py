@@ -82,6 +82,44 @@ def test_nack_whose_reply_was_lost_counts_410_as_success(drv: Driver) -> None:
     c.ack(again)
 
 
+def test_a_delete_retried_after_a_lost_reply_spares_a_topic_created_since(drv: Driver
+                                                                          ) -> None:
+    """A delete whose reply is lost is sent again. When the topic is created again under
+    the name between the two attempts, the retry of a plain delete deletes the new topic
+    too; the retry of one naming the incarnation cannot (409 incarnation_mismatch),
+    and the call counts that as done: the incarnation it named is gone."""
+    is_delete = lambda r: r.method == "DELETE"  # noqa: E731
+
+    def recreated_before_the_retry(name: str):  # type: ignore[no-untyped-def]
+        deletes = [0]
+
+        def rule(req: httpx.Request, n: int):  # type: ignore[no-untyped-def]
+            if not is_delete(req):
+                return None
+            deletes[0] += 1
+            if deletes[0] == 1:
+                return ("lost", httpx.ReadError("reply lost"))  # deleted, reply lost
+            httpx.post(drv.broker.url + "/v1/topics",
+                       json={"name": name, "partitions": 1}).raise_for_status()
+            return None
+        return rule
+
+    t = drv.topic()
+    inc = drv.client.get_topic(t).incarnation
+    c = drv.new_client(rule=recreated_before_the_retry(t))
+    c.delete_topic(t, incarnation=inc)
+    assert count(c, is_delete) == 2
+    now = drv.client.get_topic(t)  # created between the attempts, and still there
+    assert now.incarnation != inc
+
+    t2 = drv.topic()
+    c = drv.new_client(rule=recreated_before_the_retry(t2))
+    c.delete_topic(t2)
+    assert count(c, is_delete) == 2
+    with pytest.raises(narad.NotFound):  # the retry deleted the topic created since
+        drv.client.get_topic(t2)
+
+
 def test_consumer_acks_are_confirmed_through_503s(drv: Driver) -> None:
     t = drv.topic()
     c = drv.new_client(rule=once(is_ack, err(503, "unavailable", "0")))

@@ -484,9 +484,23 @@ class AsyncClient:
             replication_factor=replication_factor, schema=schema)
         return await self._run(core.alter_topic(name, settings), timeout)
 
-    async def delete_topic(self, name: str, *, timeout: float | None = None) -> None:
-        """delete_topic deletes a topic's data and metadata."""
-        await self._run(core.delete_topic(name), timeout)
+    async def delete_topic(self, name: str, *, incarnation: str | None = None,
+                           timeout: float | None = None) -> None:
+        """delete_topic deletes a topic's data and metadata.
+
+        With ``incarnation`` (a :class:`~narad.TopicInfo`'s, from :meth:`get_topic`) it
+        deletes that incarnation only: when the name is another topic now (deleted and
+        created again since it was read), it raises :class:`~narad.Conflict` with code
+        ``incarnation_mismatch`` and deletes nothing.
+
+        A delete whose reply is lost is sent again, and a 404 answering that retry
+        counts as done. Without ``incarnation`` the retry deletes whatever topic has the
+        name when it arrives: a topic created again under the name after the first
+        attempt deleted the old one would be deleted too. With ``incarnation`` a retry
+        cannot delete a topic created since: its ``incarnation_mismatch`` then counts
+        as done, as the incarnation named is gone either way.
+        """
+        await self._run(core.delete_topic(name, incarnation), timeout)
 
     # -- fan-out and delay children
 

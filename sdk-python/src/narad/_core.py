@@ -158,8 +158,10 @@ class Call(Generic[T]):
     ``parse`` gets the answer and whether an earlier attempt may have taken effect.
     ``ok_after_lost_reply`` lists statuses that, on a retry whose earlier attempt's
     reply was lost, mean the earlier attempt succeeded (410 for an ack, 404 for a
-    delete); ``parse`` then gets a synthetic 204. ``endpoint`` is where the call must go
-    first: the node that issued a lease, for the calls that settle or renew it.
+    delete); ``parse`` then gets a synthetic 204. ``ok_codes_after_lost_reply`` does the
+    same for error codes (``incarnation_mismatch`` for a delete naming an incarnation).
+    ``endpoint`` is where the call must go first: the node that issued a lease, for the
+    calls that settle or renew it.
     """
 
     op: str
@@ -170,6 +172,7 @@ class Call(Generic[T]):
     wait: float = 0.0
     ok_after_lost_reply: frozenset[int] = frozenset()
     endpoint: str | None = None
+    ok_codes_after_lost_reply: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------------------
@@ -442,6 +445,9 @@ class CallState(Generic[T]):
             self._closed(url)
             return Done(self.call.parse(Response(204, {}, b""), True))
         err = error_from_response(resp.status, resp.headers, resp.content)
+        if self.maybe_applied and err.code and err.code in self.call.ok_codes_after_lost_reply:
+            self._closed(url)
+            return Done(self.call.parse(Response(204, {}, b""), True))
         if err.retry_after is not None:
             # The node said when to come back: this call sends it nothing before then
             # (it goes to another endpoint meanwhile, or waits).
@@ -1245,10 +1251,28 @@ def alter_topic(name: str, settings: Mapping[str, Any]) -> Call[TopicInfo]:
                 lambda r, m: parse_topic(r.json()), Kind.READ, name)
 
 
-def delete_topic(name: str) -> Call[None]:
-    """delete_topic builds DELETE /v1/topics/{t}; a 404 after a lost reply is success."""
-    return Call("delete_topic", Request("DELETE", f"/v1/topics/{_t(name)}"), _none,
-                Kind.READ, name, ok_after_lost_reply=frozenset({404}))
+def delete_topic(name: str, incarnation: str | None = None) -> Call[None]:
+    """delete_topic builds DELETE /v1/topics/{t}, with ``?incarnation=`` when given.
+
+    With ``incarnation`` the broker deletes that incarnation only: when the name is
+    another topic now (deleted and created again since), it answers 409
+    ``incarnation_mismatch`` and deletes nothing, a :class:`Conflict`.
+
+    The call is retried after a lost reply, and a 404 on that retry is success (the
+    earlier attempt deleted it). Without ``incarnation`` the retry deletes whatever
+    topic has the name when it arrives, one created again since the earlier attempt
+    included. With it the retry cannot: its 409 ``incarnation_mismatch`` is success
+    too, since the incarnation named is gone either way and the topic the name has
+    now stays.
+    """
+    params: tuple[tuple[str, str], ...] = ()
+    codes: frozenset[str] = frozenset()
+    if incarnation is not None:
+        params = (("incarnation", incarnation),)
+        codes = frozenset({"incarnation_mismatch"})
+    return Call("delete_topic", Request("DELETE", f"/v1/topics/{_t(name)}", params), _none,
+                Kind.READ, name, ok_after_lost_reply=frozenset({404}),
+                ok_codes_after_lost_reply=codes)
 
 
 def attach_child(parent: str, child: str, delay: Duration | None) -> Call[Child]:
