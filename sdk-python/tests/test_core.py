@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import http.server
 import inspect
 import json
 import threading
@@ -1173,3 +1175,235 @@ def test_a_202_that_cannot_be_read_is_of_unknown_outcome(mode: str) -> None:
     with pytest.raises(narad.NaradError) as many:
         over_mock(mode, handler, "produce_batch", "t", [b"a", b"b"], allow_duplicates=False)
     assert many.value.uncertain and not many.value.retryable, repr(many.value)
+
+
+class _ScriptedPolls(http.server.BaseHTTPRequestHandler):
+    """A node whose first consume leases a message "h" as the consumer closes: it answers
+    once the client's side of the connection ends (``at_close``: what the broker does
+    when a message comes as the client goes), or in two parts, the second once the test
+    releases it (``in_two_parts``: an answer under way). Later polls find nothing. It
+    records every settle (ack, nack) it is sent."""
+
+    protocol_version = "HTTP/1.1"
+    server: _ScriptedNode
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _reply(self, status: int, body: bytes = b"") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        node = self.server
+        if self.path == "/v1/topics/t":
+            self._reply(200, json.dumps(topic_doc(30_000)).encode())
+            return
+        with node.lock:
+            node.polls += 1
+            first = node.polls == 1
+        if not first:
+            self._reply(204)
+            return
+        body = json.dumps(leased_msg()).encode()
+        head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        with contextlib.suppress(OSError):  # the old consumers dropped the connection
+            if node.how == "silent":
+                node.polling.set()
+                node.release.wait(30)  # deaf to the half-close, as some proxies are
+                return
+            if node.how == "at_close":
+                node.polling.set()
+                self.connection.recv(1)  # b"": the client ended its side
+                self.wfile.write(head + body)
+            else:
+                self.wfile.write(head + body[:10])
+                self.wfile.flush()
+                node.polling.set()
+                node.release.wait(10)
+                self.wfile.write(body[10:])
+            self.wfile.flush()
+        self.close_connection = True
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        with self.server.lock:
+            self.server.settles.append(self.path)
+        self._reply(204)
+
+
+class _ScriptedNode(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, how: str) -> None:
+        super().__init__(("127.0.0.1", 0), _ScriptedPolls)
+        self.how = how
+        self.lock = threading.Lock()
+        self.polls = 0
+        self.polling = threading.Event()
+        self.release = threading.Event()
+        self.settles: list[str] = []
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+@MODES
+@pytest.mark.parametrize("how", ["at_close", "in_two_parts"])
+def test_a_poll_answered_as_the_consumer_closes_hands_its_messages_back(mode: str, how: str
+                                                                         ) -> None:
+    """SDK contract rule 6: the messages of a poll cut by a shutdown are handed back,
+    not left leased. Here the broker leases a message for the poll as close comes
+    (``at_close``), or has its answer under way, headers and part of the body in
+    (``in_two_parts``): the answer is read and the message handed back at once
+    (extend=0), never given to the handler, even with a grace of 0. The old asyncio
+    consumer cancelled the poll's task and the old sync one shut its socket both ways,
+    which dropped that answer: the message stayed leased to nobody until its visibility
+    timeout. Now close half-closes the poll's connection (the broker answers at once)
+    and reads what comes."""
+    node = _ScriptedNode(how)
+    ran: list[narad.Message] = []
+    settled: list[str] = []
+    stats: list[plans.ConsumerStats] = []
+    took: list[float] = []
+    try:
+        if mode == "sync":
+            with narad.Client(node.url) as c:
+                con = c.consume("t", ran.append, wait=15)
+                assert node.polling.wait(5), "no poll came"
+                closing = threading.Thread(target=con.close, kwargs={"grace": 0})
+                t0 = time.monotonic()
+                closing.start()
+                time.sleep(0.3)  # what the old consumer needed to drop the answer
+                node.release.set()
+                closing.join(10)
+                took.append(time.monotonic() - t0)
+                assert not closing.is_alive()
+                settled = list(node.settles)
+                stats.append(con.stats)
+        else:
+            async def run() -> list[str]:
+                async with narad.AsyncClient(node.url) as c:
+                    async def handle(m: narad.Message) -> None:
+                        ran.append(m)
+                    con = await c.consume("t", handle, wait=15)
+                    while not node.polling.is_set():
+                        await asyncio.sleep(0.01)
+                    t0 = time.monotonic()
+                    closing = asyncio.ensure_future(con.close(grace=0))
+                    await asyncio.sleep(0.3)
+                    node.release.set()
+                    await asyncio.wait_for(closing, 10)
+                    took.append(time.monotonic() - t0)
+                    stats.append(con.stats)
+                    return list(node.settles)
+            settled = asyncio.run(run())
+    finally:
+        node.release.set()
+        node.shutdown()
+        node.server_close()
+    assert not ran
+    assert settled == ["/v1/topics/t/ack?receipt_handle=h&extend=0"], settled
+    assert (stats[0].received, stats[0].handed_back) == (1, 1), stats
+    assert took[0] < core.ANSWER_GRACE, took  # not the poll's wait (15 s)
+
+
+def test_through_the_callers_transport_an_answer_begun_is_read_at_close() -> None:
+    """With a transport of the caller's there is no socket to half-close: the asyncio
+    consumer's close cancels a poll not answered yet (at once, not after its wait), but
+    one whose answer has begun is read and its message handed back. The old consumer
+    cancelled the poll's task in the middle of that read."""
+    release = asyncio.Event()
+    begun = asyncio.Event()
+    settles: list[str] = []
+
+    class TwoParts(httpx.AsyncByteStream):
+        def __init__(self, body: bytes) -> None:
+            self.body = body
+
+        async def __aiter__(self) -> Any:
+            yield self.body[:10]
+            begun.set()
+            await release.wait()
+            yield self.body[10:]
+
+    polls = [0]
+
+    async def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/v1/topics/t":
+            return httpx.Response(200, json=topic_doc(30_000))
+        if req.method == "POST":
+            settles.append(f"{req.url.path}?{req.url.query.decode()}")
+            return httpx.Response(204)
+        polls[0] += 1
+        if polls[0] == 1:
+            return httpx.Response(200, stream=TwoParts(json.dumps(leased_msg()).encode()))
+        await asyncio.sleep(15)  # a long poll with nothing to answer
+        return httpx.Response(204)
+
+    async def run() -> tuple[list[float], plans.ConsumerStats, plans.ConsumerStats]:
+        async with narad.AsyncClient("http://a", transport=httpx.MockTransport(handler)) as c:
+            async def handle(m: narad.Message) -> None:
+                raise AssertionError("a message taken while closing reached the handler")
+            con = await c.consume("t", handle, wait=15)
+            await asyncio.wait_for(begun.wait(), 5)
+            closing = asyncio.ensure_future(con.close(grace=0))
+            await asyncio.sleep(0.3)
+            release.set()
+            t0 = time.monotonic()
+            await asyncio.wait_for(closing, 10)
+            took = [time.monotonic() - t0]
+            idle = await c.consume("t", handle, wait=15)  # its poll waits unanswered
+            while polls[0] < 2:
+                await asyncio.sleep(0.01)
+            t0 = time.monotonic()
+            await idle.close()
+            took.append(time.monotonic() - t0)
+            return took, con.stats, idle.stats
+
+    took, stats, idle = asyncio.run(run())
+    assert settles == ["/v1/topics/t/ack?receipt_handle=h&extend=0"], settles
+    assert (stats.received, stats.handed_back) == (1, 1), stats
+    assert idle.received == 0 and took[1] < 2, took
+
+
+@MODES
+def test_a_cut_poll_nobody_answers_is_given_up_after_the_answer_grace(
+        mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Something between the consumer and the broker (a proxy) may not pass the
+    half-close of a cut poll on, and nothing answers it: close gives that poll
+    ``ANSWER_GRACE``, then ends it, and does not wait for the poll's own wait (30 s
+    here) nor the grace."""
+    monkeypatch.setattr(core, "ANSWER_GRACE", 0.5)
+    node = _ScriptedNode("silent")
+    took: list[float] = []
+    try:
+        if mode == "sync":
+            with narad.Client(node.url) as c:
+                con = c.consume("t", lambda m: None, wait=20)
+                assert node.polling.wait(5), "no poll came"
+                t0 = time.monotonic()
+                con.close(grace=30)
+                took.append(time.monotonic() - t0)
+        else:
+            async def run() -> None:
+                async with narad.AsyncClient(node.url) as c:
+                    async def handle(m: narad.Message) -> None:
+                        return None
+                    con = await c.consume("t", handle, wait=20)
+                    while not node.polling.is_set():
+                        await asyncio.sleep(0.01)
+                    t0 = time.monotonic()
+                    await con.close(grace=30)
+                    took.append(time.monotonic() - t0)
+            asyncio.run(run())
+    finally:
+        node.release.set()
+        node.shutdown()
+        node.server_close()
+    assert 0.4 < took[0] < 3, took

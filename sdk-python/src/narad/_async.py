@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -74,6 +75,123 @@ class _Signal:
             await asyncio.wait_for(self._ev.wait(), timeout)
 
 
+class _PollCut:
+    """_PollCut lets a consumer's close end its long poll without losing its answer.
+
+    Polls go through their own connection pool that keeps no idle connections, so each
+    poll opens a connection and the ``trace`` extension hands over its socket. ``cut``
+    half-closes that socket (``SHUT_WR``): the broker takes the end of the request's
+    stream for the client gone and answers at once, with the messages it had leased
+    already (which the consumer hands back) or with a 499 when it leased nothing. That
+    answer is read. Closing the connection instead (cancelling the poll's task, as
+    close did) drops an answer the broker has sent and the client not read yet, and its
+    messages stay leased to nobody until their visibility timeout; a task's cancel can
+    also land in the middle of reading it. As the sync client's ``_PollCut``.
+
+    Through the caller's own transport (no socket to half-close) a cut cancels the
+    request unless its answer has begun (its headers are in), which is then read. A
+    half-closed poll not answered within ``ANSWER_GRACE`` (a proxy in between may not
+    pass the half-close on) is cancelled.
+    """
+
+    def __init__(self, http: httpx.AsyncClient | None) -> None:
+        self.http = http
+        self._cut = asyncio.Event()
+        self._sock: Any = None
+        self._half_closed = False
+        self.reading = False
+        """True from the moment a poll's answer has begun until it is read."""
+
+    async def trace(self, name: str, info: dict[str, Any]) -> None:
+        """Trace is the httpcore trace hook: it keeps each new connection's socket."""
+        if name == "http11.response_closed.complete":
+            self._sock = None
+        elif name == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            self._sock = None if stream is None else stream.get_extra_info("socket")
+            if self._cut.is_set():
+                self._half_close()
+
+    def _half_close(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_WR)
+                self._half_closed = True
+
+    def cut(self) -> bool:
+        """Cut ends the poll in progress, and any that starts after it.
+
+        True when that poll ends by an answer still to be read, so close waits for it.
+        """
+        self._cut.set()
+        self._half_close()
+        return self.reading or self._half_closed
+
+    def is_cut(self) -> bool:
+        """is_cut tells whether cut was called."""
+        return self._cut.is_set()
+
+    async def send(self, http: httpx.AsyncClient, method: str, url: str, *,
+                   params: tuple[tuple[str, str], ...], headers: dict[str, str],
+                   content: bytes | None, timeout: float) -> httpx.Response:
+        """Send sends a poll and reads its answer; Closed when cut with no answer to read."""
+        if self._cut.is_set():
+            raise Closed("the poll was cut by close", code="closed")
+        client = http if self.http is None else self.http
+        ext: dict[str, Any] = {} if self.http is None else {"trace": self.trace}
+        request = client.build_request(method, url, params=params, headers=headers,
+                                       content=content, timeout=timeout, extensions=ext)
+
+        async def answer() -> httpx.Response:
+            resp = await client.send(request, stream=True)
+            self.reading = True  # in this task: a cut from now on leaves the answer be
+            return resp
+
+        sending = asyncio.ensure_future(answer())
+        sending.add_done_callback(_retrieve)
+        cutting = asyncio.ensure_future(self._cut.wait())
+        try:
+            await asyncio.wait({sending, cutting}, return_when=asyncio.FIRST_COMPLETED)
+            if not sending.done() and self._half_closed:
+                # The broker answers a half-closed poll at once: wait for that answer.
+                await asyncio.wait({sending}, timeout=core.ANSWER_GRACE)
+            if not sending.done():
+                sending.cancel()
+                await asyncio.wait({sending})
+        except asyncio.CancelledError:
+            sending.cancel()
+            raise
+        finally:
+            cutting.cancel()
+        if sending.cancelled():
+            raise Closed("the poll was cut by close", code="closed")
+        resp = sending.result()  # the transport's error, if it failed
+        try:
+            await resp.aread()
+        finally:
+            self.reading = False
+            await resp.aclose()
+        return resp
+
+    async def pause(self, delay: float) -> None:
+        """Pause sleeps between a poll's attempts; Closed at once when cut."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._cut.wait(), delay)
+        if self._cut.is_set():
+            raise Closed("the poll was cut by close", code="closed")
+
+    async def aclose(self) -> None:
+        """Aclose closes the polls' own connection pool."""
+        if self.http is not None:
+            await self.http.aclose()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """_retrieve takes a finished task's exception, so none is logged as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
 class AsyncClient:
     """AsyncClient is the asyncio Narad client, with the same methods as :class:`Client`.
 
@@ -111,6 +229,9 @@ class AsyncClient:
         self._http = httpx.AsyncClient(auth=auth, transport=transport, headers=headers,
                                        timeout=timeout,
                                        limits=httpx.Limits(max_connections=200))
+        self._auth = auth
+        self._headers = headers
+        self._own_transport = transport is None
         self._closed = False
         self._owned: list[AsyncConsumer | AsyncPublisher] = []
         self._probes: set[asyncio.Task[None]] = set()
@@ -126,7 +247,8 @@ class AsyncClient:
         core.emit_safely(self._on_event, event, log.warning)
 
     async def _run(self, call: core.Call[T], timeout: float | None = None,
-                   policy: core.RetryPolicy | None = None) -> T:
+                   policy: core.RetryPolicy | None = None, *, cut: _PollCut | None = None
+                   ) -> T:
         if self._closed:
             raise Closed("the client is closed", code="closed")
         self._check_cluster()
@@ -137,10 +259,16 @@ class AsyncClient:
             url = state.endpoint()
             step: core.Step[T]
             try:
-                r = await self._http.request(req.method, url + req.path,
-                                             params=list(req.params),
-                                             headers=dict(req.headers), content=req.content,
-                                             timeout=state.attempt_timeout())
+                if cut is None:
+                    r = await self._http.request(req.method, url + req.path,
+                                                 params=list(req.params),
+                                                 headers=dict(req.headers),
+                                                 content=req.content,
+                                                 timeout=state.attempt_timeout())
+                else:
+                    r = await cut.send(self._http, req.method, url + req.path,
+                                       params=req.params, headers=dict(req.headers),
+                                       content=req.content, timeout=state.attempt_timeout())
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 step = state.on_transport_error(url, core.Transport.NOT_SENT, str(exc))
             except httpx.TimeoutException as exc:
@@ -150,13 +278,18 @@ class AsyncClient:
             except RuntimeError as exc:  # httpx: the client was closed under us
                 raise Closed(f"the client is closed: {exc}", code="closed") from exc
             else:
+                if cut is not None and cut.is_cut() and not 200 <= r.status_code < 300:
+                    # A cut poll's answer: a 499 when the broker leased nothing for it.
+                    raise Closed("the poll was cut by close", code="closed")
                 step = state.on_response(url, core.Response(r.status_code, r.headers, r.content,
                                                             url))
             if isinstance(step, core.Done):
                 return step.value
             if isinstance(step, core.Fail):
                 raise step.error
-            if step.delay > 0:
+            if step.delay > 0 and cut is not None:
+                await cut.pause(step.delay)
+            elif step.delay > 0:
                 await asyncio.sleep(step.delay)
 
     def _check_cluster(self) -> None:
@@ -204,6 +337,14 @@ class AsyncClient:
         if allow_duplicates is None:
             return None
         return replace(self._policy, allow_duplicates=allow_duplicates)
+
+    def _poll_cut(self) -> _PollCut:
+        """_poll_cut makes the cuttable poll path of a consumer (see _PollCut)."""
+        if not self._own_transport:
+            return _PollCut(None)  # a transport of the caller's: no socket to half-close
+        return _PollCut(httpx.AsyncClient(
+            auth=self._auth, headers=self._headers, timeout=self._policy.timeout,
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=0)))
 
     def _own(self, x: AsyncConsumer | AsyncPublisher) -> None:
         if self._closed:
@@ -380,6 +521,7 @@ class AsyncClient:
             await consumer._start()
         except BaseException:
             self._disown(consumer)
+            await consumer._cut.aclose()
             raise
         return consumer
 
@@ -801,6 +943,7 @@ class AsyncConsumer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._poll_task: asyncio.Task[None] | None = None
         self._polling = False
+        self._cut = client._poll_cut()
         self._renew_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
 
@@ -840,10 +983,12 @@ class AsyncConsumer:
             leased_at = plans.monotonic()
             self._polling = True
             try:
-                got = await self._client.receive(self.topic, max_messages=n,
-                                                 wait=self.options.wait)
+                got = await self._client._run(core.receive(self.topic, max_messages=n,
+                                                           wait=self.options.wait),
+                                              cut=self._cut)
             except Closed:
-                self._fail(None)
+                if not self._stopping:  # the client was closed under the consumer
+                    self._fail(None)
                 return
             except NaradError as err:
                 self._counters.add("poll_errors")
@@ -865,17 +1010,21 @@ class AsyncConsumer:
             finally:
                 self._polling = False
             retry = 0
+            back: list[plans.Delivery] = []
             for m in got:
                 self._counters.add("received")
                 d = plans.Delivery(m, leased_at, self._book.window)
                 if self._stopping:
-                    await self._hand_back(d)
+                    back.append(d)
                     continue
                 self._book.add(d)
                 task = asyncio.get_running_loop().create_task(self._process(d))
                 d.task = task
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+            if back:
+                # Answered to a poll that close let finish: all go back at once, together.
+                await asyncio.gather(*(self._hand_back(d) for d in back))
             self._signal.notify()  # the renewer plans its next wake-up anew
 
     # -- handling
@@ -1091,11 +1240,10 @@ class AsyncConsumer:
         self._stopping = True
         self._signal.notify()
         poller = self._poll_task
-        if self._polling and poller is not None and poller is not asyncio.current_task():
-            # An idle consumer sits in a long poll: cancel it rather than wait it out
-            # (the connection closes, so the broker leases nothing for it). A poll that
-            # has returned is not cancelled: the loop hands back what it got.
-            poller.cancel()
+        # An idle consumer sits in a long poll: cut it rather than wait it out. The
+        # broker answers a cut poll at once; what that answer (or one that had begun)
+        # leased, the poll loop hands back.
+        answering = self._cut.cut()
         g = self.options.grace if grace is None else core.seconds(grace)
         deadline = plans.monotonic() + g
         # Messages not started yet go back at once; running handlers get the grace.
@@ -1105,8 +1253,10 @@ class AsyncConsumer:
                 await self._hand_back(d)
                 self._finish(d)
         if poller is not None and poller is not asyncio.current_task() and not poller.done():
-            done, _ = await asyncio.wait({poller}, timeout=max(0.0, min(
-                deadline - plans.monotonic(), self.options.wait + self._client._policy.timeout)))
+            left = deadline - plans.monotonic()
+            bound = (max(left, core.ANSWER_GRACE) if answering
+                     else min(left, self.options.wait + self._client._policy.timeout))
+            done, _ = await asyncio.wait({poller}, timeout=max(0.0, bound))
             if not done:
                 poller.cancel()
         while len(self._book) and plans.monotonic() < deadline:
@@ -1126,6 +1276,7 @@ class AsyncConsumer:
         self._signal.notify()
         if self._renew_task is not None:
             self._renew_task.cancel()
+        await self._cut.aclose()
         self._client._disown(self)
 
     async def __aenter__(self) -> AsyncConsumer:

@@ -63,6 +63,10 @@ BREAKER_FAILURES = 2
 """Consecutive failures (refused connection, timeout, lost reply, 503) that open a breaker."""
 BREAKER_COOLDOWN = 2.0
 """Seconds an open breaker waits before its first /readyz probe; doubles per failed probe."""
+ANSWER_GRACE = 5.0
+"""Seconds a consumer's close gives the poll it cut to be answered, whatever its grace:
+the broker answers a half-closed poll at once, and what it leased is read and handed
+back. A poll unanswered by then (a proxy that does not pass the half-close on) is ended."""
 
 
 def seconds(d: Duration) -> float:

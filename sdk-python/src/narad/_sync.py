@@ -58,12 +58,18 @@ def warn_not_one_cluster(verdict: str) -> None:
 
 
 class _PollCut:
-    """_PollCut lets a consumer's close cut its long poll instead of waiting it out.
+    """_PollCut lets a consumer's close end its long poll without losing its answer.
 
     The poll goes through its own connection pool that keeps no idle connections, so
-    each poll opens a connection and the ``trace`` extension hands over its socket;
-    ``cut`` shuts that socket down, which ends a blocked read at once. The broker then
-    sees the client gone and leases nothing for that poll.
+    each poll opens a connection and the ``trace`` extension hands over its socket.
+    ``cut`` half-closes that socket (``SHUT_WR``): the broker takes the end of the
+    request's stream for the client gone and answers at once, with the messages it had
+    leased already (which the consumer hands back) or with a 499 when it leased
+    nothing. That answer is read. Shutting the socket both ways instead, as close did,
+    dropped an answer the broker had sent and the client not read yet (or not to its
+    end), and its messages stayed leased to nobody until their visibility timeout.
+    ``hard_cut`` shuts it both ways, for a poll still running past the bound close
+    gives it (a proxy in between may not pass the half-close on).
     """
 
     def __init__(self, http: httpx.Client | None) -> None:
@@ -71,25 +77,48 @@ class _PollCut:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._cut = False
+        self._hard = False
 
     def trace(self, name: str, info: dict[str, Any]) -> None:
-        """Trace is the httpcore trace hook: it keeps the socket of each new connection."""
-        if name != "connection.connect_tcp.complete":
+        """Trace is the httpcore trace hook: it keeps each new connection's socket.
+
+        Over TLS that is the socket wrapping the first one, which is detached then.
+        """
+        if name == "http11.response_closed.complete":
+            with self._lock:
+                self._sock = None
+            return
+        if name not in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
             return
         stream = info.get("return_value")
         sock = None if stream is None else stream.get_extra_info("socket")
         with self._lock:
             self._sock = sock
-            cut = self._cut
-        if cut:
-            self._shutdown(sock)
+            how = self._how()
+        if how is not None:
+            self._shutdown(sock, how)
 
-    def cut(self) -> None:
-        """Cut ends the poll in progress, and any that starts after it."""
+    def _how(self) -> int | None:
+        if self._hard:
+            return socket.SHUT_RDWR
+        return socket.SHUT_WR if self._cut else None
+
+    def cut(self) -> bool:
+        """Cut ends the poll in progress, and any that starts after it.
+
+        True when that poll ends by an answer still to be read, so close waits for it.
+        """
         with self._lock:
             self._cut = True
             sock = self._sock
-        self._shutdown(sock)
+        return self._shutdown(sock, socket.SHUT_WR)
+
+    def hard_cut(self) -> None:
+        """hard_cut shuts the poll's socket both ways: a blocked read ends at once."""
+        with self._lock:
+            self._cut = self._hard = True
+            sock = self._sock
+        self._shutdown(sock, socket.SHUT_RDWR)
 
     def is_cut(self) -> bool:
         """is_cut tells whether cut was called."""
@@ -97,10 +126,16 @@ class _PollCut:
             return self._cut
 
     @staticmethod
-    def _shutdown(sock: socket.socket | None) -> None:
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+    def _shutdown(sock: socket.socket | None, how: int) -> bool:
+        if sock is None:
+            return False
+        try:
+            # The plain socket's shutdown, also for a TLS one: ssl.SSLSocket's own drops
+            # its TLS state, and the answer could not be read any more.
+            socket.socket.shutdown(sock, how)
+        except OSError:
+            return False
+        return True
 
     def close(self) -> None:
         """Close closes the poll's own connection pool."""
@@ -186,6 +221,8 @@ class Client:
         http = self._http if cut is None or cut.http is None else cut.http
         ext: dict[str, Any] = {} if cut is None or cut.http is None else {"trace": cut.trace}
         while True:
+            if cut is not None and cut.is_cut():
+                raise Closed("the poll was cut by close", code="closed")
             self._start_probes()
             url = state.endpoint()
             step: core.Step[T]
@@ -206,6 +243,9 @@ class Client:
             except RuntimeError as exc:  # httpx: the client was closed under us
                 raise Closed(f"the client is closed: {exc}", code="closed") from exc
             else:
+                if cut is not None and cut.is_cut() and not 200 <= r.status_code < 300:
+                    # A cut poll's answer: a 499 when the broker leased nothing for it.
+                    raise Closed("the poll was cut by close", code="closed")
                 step = state.on_response(url, core.Response(r.status_code, r.headers, r.content,
                                                             url))
             if isinstance(step, core.Done):
@@ -438,6 +478,7 @@ class Client:
             consumer._start()
         except BaseException:
             self._disown(consumer)
+            consumer._cut.close()
             raise
         return consumer
 
@@ -1162,9 +1203,10 @@ class Consumer:
         if not first:
             self._stopped.wait()
             return
-        # An idle consumer sits in a long poll: cut it rather than wait it out. What a
-        # poll returned before the cut is handed back by the poll loop.
-        self._cut.cut()
+        # An idle consumer sits in a long poll: cut it rather than wait it out. The
+        # broker answers a cut poll at once; what that answer (or one that had begun)
+        # leased, the poll loop hands back.
+        answering = self._cut.cut()
         g = self.options.grace if grace is None else core.seconds(grace)
         deadline = plans.monotonic() + g
         # Messages not started yet go back at once; running handlers get the grace.
@@ -1178,9 +1220,16 @@ class Consumer:
                 self._finish(d)
         poller = self._threads[0] if self._threads else None
         if poller is not None and poller is not threading.current_thread():
-            # A poll through the caller's own transport cannot be cut: it is waited out.
-            poller.join(max(0.0, min(deadline - plans.monotonic(),
-                                     self.options.wait + self._client._policy.timeout)))
+            if answering:
+                poller.join(core.ANSWER_GRACE)
+                if poller.is_alive():
+                    # No answer in time (a proxy in between may not pass the half-close
+                    # on): end the poll as a read error, then let it hand back what it got.
+                    self._cut.hard_cut()
+                    poller.join(max(0.0, deadline - plans.monotonic()))
+            else:  # cut before it began, or through a transport of the caller's
+                poller.join(max(0.0, min(deadline - plans.monotonic(),
+                                         self.options.wait + self._client._policy.timeout)))
         with self._cond:
             while len(self._book) and plans.monotonic() < deadline:
                 self._cond.wait(deadline - plans.monotonic())
