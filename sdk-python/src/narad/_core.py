@@ -162,8 +162,9 @@ class Call(Generic[T]):
     ``parse`` gets the answer and whether an earlier attempt may have taken effect.
     ``ok_after_lost_reply`` lists statuses that, on a retry whose earlier attempt's
     reply was lost, mean the earlier attempt succeeded (410 for an ack, 404 for a
-    delete); ``parse`` then gets a synthetic 204. ``ok_codes_after_lost_reply`` does the
-    same for error codes (``incarnation_mismatch`` for a delete naming an incarnation).
+    delete of a child); ``parse`` then gets a synthetic 204. ``uncertain_after_lost_reply``
+    marks a call retried after a lost reply whose error then is uncertain (a topic
+    delete naming an incarnation: its 404 or 409 may answer its own earlier attempt).
     ``endpoint`` is where the call must go first: the node that issued a lease, for the
     calls that settle or renew it.
     """
@@ -176,7 +177,7 @@ class Call(Generic[T]):
     wait: float = 0.0
     ok_after_lost_reply: frozenset[int] = frozenset()
     endpoint: str | None = None
-    ok_codes_after_lost_reply: frozenset[str] = frozenset()
+    uncertain_after_lost_reply: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -449,9 +450,6 @@ class CallState(Generic[T]):
             self._closed(url)
             return Done(self.call.parse(Response(204, {}, b""), True))
         err = error_from_response(resp.status, resp.headers, resp.content)
-        if self.maybe_applied and err.code and err.code in self.call.ok_codes_after_lost_reply:
-            self._closed(url)
-            return Done(self.call.parse(Response(204, {}, b""), True))
         if err.retry_after is not None:
             # The node said when to come back: this call sends it nothing before then
             # (it goes to another endpoint meanwhile, or waits).
@@ -522,7 +520,8 @@ class CallState(Generic[T]):
 
     def _uncertain(self) -> bool:
         return self.maybe_applied and (self.call.kind is not Kind.READ
-                                       or bool(self.call.ok_after_lost_reply))
+                                       or bool(self.call.ok_after_lost_reply)
+                                       or self.call.uncertain_after_lost_reply)
 
     def _waiting(self, at: float) -> dict[str, float]:
         return {u: t for u, t in self.not_before.items() if t > at}
@@ -1262,21 +1261,18 @@ def delete_topic(name: str, incarnation: str | None = None) -> Call[None]:
     another topic now (deleted and created again since), it answers 409
     ``incarnation_mismatch`` and deletes nothing, a :class:`Conflict`.
 
-    The call is retried after a lost reply, and a 404 on that retry is success (the
-    earlier attempt deleted it). Without ``incarnation`` the retry deletes whatever
-    topic has the name when it arrives, one created again since the earlier attempt
-    included. With it the retry cannot: its 409 ``incarnation_mismatch`` is success
-    too, since the incarnation named is gone either way and the topic the name has
-    now stays.
+    After a lost reply (the SDK contract's rule for topic deletes): without
+    ``incarnation`` the call is not sent again, as a resend would delete whatever topic
+    has the name by then, one created again meanwhile included; it fails, uncertain.
+    With it the call is sent again, as the resend cannot reach another topic; its 404
+    or 409 ``incarnation_mismatch`` then fails the call, uncertain: the incarnation
+    named is gone, deleted by this call or another.
     """
-    params: tuple[tuple[str, str], ...] = ()
-    codes: frozenset[str] = frozenset()
-    if incarnation is not None:
-        params = (("incarnation", incarnation),)
-        codes = frozenset({"incarnation_mismatch"})
-    return Call("delete_topic", Request("DELETE", f"/v1/topics/{_t(name)}", params), _none,
-                Kind.READ, name, ok_after_lost_reply=frozenset({404}),
-                ok_codes_after_lost_reply=codes)
+    path = f"/v1/topics/{_t(name)}"
+    if incarnation is None:
+        return Call("delete_topic", Request("DELETE", path), _none, Kind.WRITE, name)
+    return Call("delete_topic", Request("DELETE", path, (("incarnation", incarnation),)),
+                _none, Kind.READ, name, uncertain_after_lost_reply=True)
 
 
 def attach_child(parent: str, child: str, delay: Duration | None) -> Call[Child]:

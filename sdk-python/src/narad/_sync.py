@@ -592,12 +592,13 @@ class Client:
         created again since it was read), it raises :class:`~narad.Conflict` with code
         ``incarnation_mismatch`` and deletes nothing.
 
-        A delete whose reply is lost is sent again, and a 404 answering that retry
-        counts as done. Without ``incarnation`` the retry deletes whatever topic has the
-        name when it arrives: a topic created again under the name after the first
-        attempt deleted the old one would be deleted too. With ``incarnation`` a retry
-        cannot delete a topic created since: its ``incarnation_mismatch`` then counts
-        as done, as the incarnation named is gone either way.
+        A delete whose reply is lost may have deleted the topic. Without
+        ``incarnation`` it is not sent again, as a resend would delete whatever topic
+        has the name by then (one created again meanwhile included): it raises the
+        error with ``uncertain`` set. With ``incarnation`` it is sent again, as the
+        resend cannot reach another topic; a 404 or 409 ``incarnation_mismatch``
+        answering the resend is raised with ``uncertain`` set: the incarnation named is
+        gone, deleted by this call or another.
         """
         self._run(core.delete_topic(name, incarnation), timeout)
 
