@@ -148,6 +148,13 @@ func (h *handlers) DeleteTopic(ctx context.Context, r apigen.DeleteTopicRequestO
 		// than a topic not found. The delete is pinned to the one asked for, which the
 		// control plane checks again as it commits.
 		m, err := h.b.TopicMeta(r.Topic)
+		if err == nil && m.Incarnation != asked && (inc == 0 || inc == noTopic) {
+			// This node may not have seen the topic created again yet (through
+			// another node, a moment ago): ask after catching up with the controller.
+			if cerr := h.b.CatchUp(ctx); cerr == nil {
+				m, err = h.b.TopicMeta(r.Topic)
+			}
+		}
 		if err == nil && m.Incarnation != asked || inc != 0 && inc != noTopic && inc != asked {
 			return nil, newErr(http.StatusConflict, apigen.ErrorCodeIncarnationMismatch,
 				"topic "+r.Topic+" is not incarnation "+*r.Params.Incarnation+": it was deleted and created again since; nothing was deleted (read the topic again to delete the one it is now)")
