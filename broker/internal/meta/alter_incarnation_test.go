@@ -11,7 +11,6 @@ import (
 // authorized on is refused with ErrTopicNotFound when the name has another by then; one
 // naming the live incarnation, or none (a command of an older version), applies.
 func TestAlterAndDeleteOfAnIncarnation(t *testing.T) {
-	t.Parallel()
 	apply := func(f *fsm, index uint64, js string) applyResult {
 		t.Helper()
 		r, _ := f.Apply(&raft.Log{Index: index, Data: frame([]byte(js))}).(applyResult)

@@ -14,7 +14,6 @@ import (
 // schema has to be removed first, which the old message did not say, nor what
 // retention a parent with delay children may have.
 func TestAlterRefusalsSayWhatToDo(t *testing.T) {
-	t.Parallel()
 	f := newFSM()
 	apply := func(index uint64, js string) error {
 		t.Helper()

@@ -14,7 +14,6 @@ import (
 // incarnation it read must be refused then; a command from an older version (no
 // incarnation) still applies as before.
 func TestAttachRefusesARecreatedParent(t *testing.T) {
-	t.Parallel()
 	apply := func(f *fsm, index uint64, js string) applyResult {
 		t.Helper()
 		r, _ := f.Apply(&raft.Log{Index: index, Data: frame([]byte(js))}).(applyResult)

@@ -22,7 +22,6 @@ import (
 // minutes on it). The test holds the controller's state machine at the write, then
 // shuts its Raft down: from then on the write is never applied there.
 func TestAWriteTheControllerNeverAppliesIsAnsweredInTime(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
 	ctl := controllerOf(t, ss...)
@@ -114,7 +113,6 @@ func TestAWriteTheControllerNeverAppliesIsAnsweredInTime(t *testing.T) {
 // ErrUnavailable the HTTP API would answer as safe to retry. (Raft refusing the write
 // before appending it, when the lease check came first, is ErrNotLeader: not written.)
 func TestAControllerCutOffMidWriteAnswersOutcomeUnknown(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
@@ -144,7 +142,6 @@ func TestAControllerCutOffMidWriteAnswersOutcomeUnknown(t *testing.T) {
 // (503 timeout there, not 503 unavailable); a node of an earlier version, which knows
 // no such error, still reads the "unavailable" it knows.
 func TestOutcomeUnknownTravelsToTheForwardingNode(t *testing.T) {
-	t.Parallel()
 	w := toWire(fmt.Errorf("%w: create_topic", ErrOutcomeUnknown))
 	b, err := json.Marshal(w)
 	if err != nil {
@@ -173,7 +170,6 @@ func TestOutcomeUnknownTravelsToTheForwardingNode(t *testing.T) {
 // controller that reached it (the Forwarder does not say it was not delivered) but
 // brought no answer may have happened: ErrOutcomeUnknown, not a plain ErrUnavailable.
 func TestAForwardedWriteWithoutAnAnswerIsOfUnknownOutcome(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
@@ -201,7 +197,6 @@ func TestAForwardedWriteWithoutAnAnswerIsOfUnknownOutcome(t *testing.T) {
 // client sending it again would make it twice (a second remote child) or be refused
 // as a conflict for its own write. It is ErrOutcomeUnknown (503 timeout).
 func TestAForwardedWriteCommittedButNotAppliedHereIsOfUnknownOutcome(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
 	ctl := controllerOf(t, ss...)
@@ -234,7 +229,6 @@ func TestAForwardedWriteCommittedButNotAppliedHereIsOfUnknownOutcome(t *testing.
 // forwarding node has not applied that entry in time: the caller gets the refusal (409),
 // not a 503 (the entry is past the topic's creation, which this node applied).
 func TestAForwardedWriteRefusedButNotAppliedHereKeepsItsRefusal(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
 	ctl := controllerOf(t, ss...)

@@ -109,7 +109,7 @@ func (n *testNet) transport(addr raft.ServerAddress) *raft.InmemTransport {
 }
 
 func testCluster(c Cluster) Cluster {
-	c.RaftTimeout = time.Second
+	c.RaftTimeout = 400 * time.Millisecond
 	c.HeartbeatInterval = 100 * time.Millisecond
 	c.SuspectAfter = time.Second
 	c.DeadAfter = 2 * time.Second
@@ -262,7 +262,6 @@ func membersAre(s *Store, want map[string]string) error {
 }
 
 func TestClusterBootstrapJoinFailoverRestart(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}

@@ -18,7 +18,6 @@ import (
 // suspect, dead or alive again, the controller never moves its replicas off nor
 // removes it, and the decommission the API acknowledged is silently lost.
 func TestDecommissionIsNotUndoneByAStaleStatus(t *testing.T) {
-	t.Parallel()
 	for _, stale := range []command{
 		// The controller's liveness judgement (controller.go: set_status on silence).
 		{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusSuspect},
@@ -71,7 +70,6 @@ func statusOf(c command) MemberStatus {
 // must not bring the member back: it would count in placements, version decisions and
 // the members list while its Raft server is gone and its server id is refused.
 func TestRemovedMemberStaysRemoved(t *testing.T) {
-	t.Parallel()
 	f := newFSM()
 	applyAt(t, f, 1, command{Op: "set_member", Member: fullMember("n2", StatusAlive)})
 	applyAt(t, f, 2, command{Op: "set_status", Name: "n2", ServerID: "n2/d", Status: StatusDecommissioning})
@@ -98,7 +96,6 @@ func TestRemovedMemberStaysRemoved(t *testing.T) {
 // every tick (its reconcile of the Raft configuration), undoing the decommission
 // before it could hand over and be removed.
 func TestControllerDecommissionsItself(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
@@ -151,7 +148,6 @@ func TestControllerDecommissionsItself(t *testing.T) {
 // went through) is not turned into "control plane unavailable" wrapping nothing, which
 // a controller handing itself over logged as a failed step ("%!w(<nil>)").
 func TestLeaderErrOfNothingIsNothing(t *testing.T) {
-	t.Parallel()
 	if err := leaderErr(nil); err != nil {
 		t.Fatalf("leaderErr(nil) = %v", err)
 	}
@@ -166,7 +162,6 @@ func TestLeaderErrOfNothingIsNothing(t *testing.T) {
 // admission wrote a new member record as joining, which dropped the decommission: the
 // node then came back alive, a voter, and a target for placements.
 func TestAWipedDecommissioningNodeStaysDecommissioning(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss, live, victim, oldSID := wipedWhileHolding(t, net)
@@ -208,7 +203,6 @@ func TestAWipedDecommissioningNodeStaysDecommissioning(t *testing.T) {
 // the decommission and wrote the new server's record joining: Decommission answered
 // decommissioning, and the node then came back alive, a voter, and was never removed.
 func TestADecommissionDuringAWipedNodesAdmissionHolds(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss, live, victim, oldSID := wipedWhileHolding(t, net)

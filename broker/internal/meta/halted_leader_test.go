@@ -17,7 +17,6 @@ import (
 // controller over and refuse writes it cannot apply, so writes succeed through the
 // others.
 func TestHaltedNodeHandsTheControllerOver(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss, h := withAHaltedNode(t, net)

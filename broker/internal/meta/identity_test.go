@@ -21,7 +21,6 @@ import (
 // under its node id with a new disk id; the controller removes its old Raft server, so
 // the new one never stands in for the history the old one held.
 func TestWipedNodeRejoinsAsANewServer(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
@@ -77,7 +76,6 @@ func waitReplaced(t *testing.T, oldSID string, s *Store, ss ...*Store) {
 // TestSecondNodeWithALiveNodesIDIsRefused: a node claiming a live member's node id from
 // another data directory is not admitted, and says why.
 func TestSecondNodeWithALiveNodesIDIsRefused(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
@@ -100,7 +98,6 @@ func TestSecondNodeWithALiveNodesIDIsRefused(t *testing.T) {
 // TestNodeIDMismatchIsRefused: a data directory opened with another node id than its
 // own is refused, naming both.
 func TestNodeIDMismatchIsRefused(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	if err := s.Close(); err != nil {
@@ -155,7 +152,6 @@ func untar(t *testing.T, path, dst string) {
 // gets a cluster id and a member, its topics a placement on the node, and a node id
 // other than its own is refused.
 func TestLegacyDataDirOpensAsAClusterOfOne(t *testing.T) {
-	t.Parallel()
 	root := t.TempDir()
 	untar(t, "../../e2e/testdata/legacy-7cfc66e.tar.gz", root)
 	b, err := os.ReadFile(filepath.Join(root, "node-id"))
@@ -212,7 +208,6 @@ func TestLegacyDataDirOpensAsAClusterOfOne(t *testing.T) {
 // controller for good, its replicas never rebuilt (chaos seed 4041). It must ask to be
 // admitted as its new self, also after a restart in that state.
 func TestWipedNodeReachedByTheLeaderFirstStillRejoins(t *testing.T) {
-	t.Parallel()
 	for _, restart := range []bool{false, true} {
 		t.Run(fmt.Sprintf("restarted=%v", restart), func(t *testing.T) {
 			net := newTestNet(t)

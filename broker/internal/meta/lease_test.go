@@ -19,7 +19,6 @@ import (
 // caught up. Before the lease, knowing a controller was enough: such a node served a
 // topic the cluster had deleted for as long as it stayed behind.
 func TestAFollowerThatCannotApplyLosesItsLease(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
@@ -91,7 +90,6 @@ func TestAFollowerThatCannotApplyLosesItsLease(t *testing.T) {
 // TestALoneNodeHoldsItsLease: a node alone in its control plane needs no catch-up to
 // be current: nothing can commit without it.
 func TestALoneNodeHoldsItsLease(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir()})
@@ -117,7 +115,6 @@ func TestALoneNodeHoldsItsLease(t *testing.T) {
 // lease 0.7 s after the new controller was elected, and every request through it
 // answered 503 for 0.7 s more.
 func TestALeaseRenewsWithANewControllerAtOnce(t *testing.T) {
-	t.Parallel()
 	testLeaseMovesToTheNewController(t, false)
 }
 
@@ -127,7 +124,6 @@ func TestALeaseRenewsWithANewControllerAtOnce(t *testing.T) {
 // in review: cancelling only the renewal's own wait left it waiting on the shared call
 // until that call's bound.
 func TestALeaseRenewalSharingAHungSyncMovesOn(t *testing.T) {
-	t.Parallel()
 	testLeaseMovesToTheNewController(t, true)
 }
 
@@ -186,7 +182,6 @@ func testLeaseMovesToTheNewController(t *testing.T, shared bool) {
 // grew to the renewal period) renews as soon as a controller is elected, not at its
 // next period (found in review: up to a second late with the default period).
 func TestALeaseNotCurrentRenewsWhenAControllerIsElected(t *testing.T) {
-	t.Parallel()
 	// A 10 s renewal period: a loop that waits for its period renews long after this
 	// test ends (it is about 3 s from the nodes' start to its last check).
 	opened := time.Now()
@@ -210,7 +205,6 @@ func TestALeaseNotCurrentRenewsWhenAControllerIsElected(t *testing.T) {
 // the cut on a change of leader did not cover Close, which waits for the loops before
 // it stops Raft, so no change of leader could come.
 func TestCloseDoesNotWaitForAHungRenewal(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	net.cluster = func(c *Cluster) { c.SuspectAfter, c.DeadAfter = 10*time.Second, 20*time.Second }
 	defer net.closeAll()
@@ -250,7 +244,6 @@ func TestCloseDoesNotWaitForAHungRenewal(t *testing.T) {
 // renewal is due does not push the renewal a whole period later (found in review: a
 // gap of 1.9 periods, leaving less of the lease for a retry).
 func TestALeaderChangeKeepsTheRenewalPeriod(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	const period = 3 * time.Second
 	net.cluster = func(c *Cluster) { c.HeartbeatInterval, c.SuspectAfter, c.DeadAfter = period, 4*period, 8*period }

@@ -13,7 +13,6 @@ import (
 // this disk, one created after it is the node's to start (see memberSinceFile). A
 // restored snapshot that already holds the node counts from the snapshot's index.
 func TestMemberSinceIsTheFirstStateHoldingThisServer(t *testing.T) {
-	t.Parallel()
 	var told []uint64
 	f := newFSM()
 	f.self = "n3/new-disk"
@@ -49,7 +48,6 @@ func TestMemberSinceIsTheFirstStateHoldingThisServer(t *testing.T) {
 // The index survives a restart in the metadata directory; a damaged file stops the
 // start with what to do.
 func TestMemberSinceFile(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	if v, err := loadMemberSince(dir); v != 0 || err != nil {
 		t.Fatalf("no file: %d, %v", v, err)

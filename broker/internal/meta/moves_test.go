@@ -59,7 +59,6 @@ func status(id uint64, st string) command {
 // set only on switch_move, and each command applied again (a Raft replay) changes
 // nothing; at no step does the placement name fewer replicas than before.
 func TestMoveStepsKeepEveryCopy(t *testing.T) {
-	t.Parallel()
 	m := newMoveFSM(t)
 	r := m.apply(start("n1", "n4"))
 	if r.err != nil || r.move.Status != MoveCopying || r.move.ID == 0 {
@@ -104,7 +103,6 @@ func TestMoveStepsKeepEveryCopy(t *testing.T) {
 
 // TestMoveRefusals: impossible moves are refused with a reason.
 func TestMoveRefusals(t *testing.T) {
-	t.Parallel()
 	m := newMoveFSM(t)
 	m.apply(command{Op: "set_status", Name: "n4", ServerID: "n4/d", Status: StatusDead})
 	for _, c := range []struct {
@@ -131,7 +129,6 @@ func TestMoveRefusals(t *testing.T) {
 
 // TestCancelledMoveDropsItsLearner and a deleted topic fails its moves.
 func TestCancelledMoveDropsItsLearner(t *testing.T) {
-	t.Parallel()
 	m := newMoveFSM(t)
 	id := m.apply(start("n1", "n4")).move.ID
 	if r := m.apply(status(id, MoveCancelled)); r.err != nil {
@@ -152,7 +149,6 @@ func TestCancelledMoveDropsItsLearner(t *testing.T) {
 
 // TestMovesSurviveSnapshot: moves, learners and removed members are in the snapshot.
 func TestMovesSurviveSnapshot(t *testing.T) {
-	t.Parallel()
 	m := newMoveFSM(t)
 	m.apply(start("n1", "n4"))
 	m.f.mu.Lock()
@@ -182,7 +178,6 @@ func TestMovesSurviveSnapshot(t *testing.T) {
 // TestPlanMoves: decommissions come first, then replication factors, then (asked)
 // rebalancing, bounded by the limit and one move per partition.
 func TestPlanMoves(t *testing.T) {
-	t.Parallel()
 	members := map[string]Member{}
 	for _, id := range []string{"n1", "n2", "n3", "n4"} {
 		members[id] = Member{ID: id, Status: StatusAlive}
@@ -241,7 +236,6 @@ func TestPlanMoves(t *testing.T) {
 // never reached a quorum again (every produce and ack of the partition answered 503
 // until n3 came back, or a forced takeover).
 func TestLoweredReplicationFactorKeepsALiveQuorum(t *testing.T) {
-	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		status map[string]MemberStatus // the others are alive
@@ -304,7 +298,6 @@ func TestLoweredReplicationFactorKeepsALiveQuorum(t *testing.T) {
 // live one that is leaving: the group {n1, n2} has one live voter of two, no quorum.
 // On the old code the decommission step came first and removed n3's replica.
 func TestADecommissionWithNowhereToGoKeepsALiveQuorum(t *testing.T) {
-	t.Parallel()
 	members := map[string]Member{
 		"n1": {ID: "n1", Status: StatusAlive},
 		"n2": {ID: "n2", Status: StatusDead},

@@ -16,7 +16,6 @@ import (
 // followers waited for CommitTimeout: the writes, the Syncs and the metadata lease
 // failed.
 func TestFollowersLearnACommitAtOnce(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	net.tune = func(cfg *raft.Config) { cfg.CommitTimeout = time.Hour }
 	defer net.closeAll()
@@ -60,7 +59,6 @@ func TestFollowersLearnACommitAtOnce(t *testing.T) {
 // next, so a follower asking often (here its lease every 100 ms, and a loop of Syncs)
 // had the controller append a barrier, an fsync on every node, per Sync for good.
 func TestSyncsDoNotNudgeEachOther(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})

@@ -14,7 +14,6 @@ import (
 // the snapshot shares with the live state and a later command writes is reported, and
 // the snapshot restores to the state at its own index.
 func TestPersistRacingLaterCommands(t *testing.T) {
-	t.Parallel()
 	cmds, _ := history(t)
 	for k := range cmds {
 		f := newFSM()

@@ -9,7 +9,6 @@ import (
 // the leader and the followers, and a change of controller moves every survivor's term
 // and leader-change count.
 func TestRaftStateFollowsAFailover(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})

@@ -11,7 +11,6 @@ import (
 // waiting on it let a follower answer a create and then not find the topic; with a
 // slow Apply that window is wide enough to hit every time.
 func TestFollowerReadsItsOwnWriteWithASlowStateMachine(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})

@@ -18,7 +18,6 @@ import (
 // was made is not ready, though it knows a controller, until the controller told it
 // how far to apply and it applied that far.
 func TestFollowerIsNotReadyUntilItConfirmedItCaughtUp(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
@@ -67,7 +66,6 @@ func TestFollowerIsNotReadyUntilItConfirmedItCaughtUp(t *testing.T) {
 // not skipped: the state machine stops applying there, takes no snapshot, the node is
 // not ready and writes fail with ErrHalted, also after a restart (the log is replayed).
 func TestACommandFromANewerVersionHalts(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	if err := s.raft.Apply(frame([]byte(`{"op":"from_the_future"}`)), 5*time.Second).Error(); err != nil {
@@ -112,7 +110,6 @@ func TestACommandFromANewerVersionHalts(t *testing.T) {
 // set_status applied twice leave the state they left once, and a snapshot carries the
 // cluster id, members and placements.
 func TestClusterCommandsAreIdempotentAndSnapshotted(t *testing.T) {
-	t.Parallel()
 	m1 := Member{ID: "a", ServerID: "a/1", ClusterAddr: "x", Status: StatusAlive, Voter: true}
 	m2 := Member{ID: "b", ServerID: "b/1", ClusterAddr: "y", Status: StatusAlive, Voter: true}
 	cmds := []command{
@@ -177,7 +174,6 @@ func TestClusterCommandsAreIdempotentAndSnapshotted(t *testing.T) {
 }
 
 func TestJoinsAsVoterUpToMaxVoters(t *testing.T) {
-	t.Parallel()
 	var conf raft.Configuration
 	for i := 0; i < 6; i++ {
 		v := joinsAsVoter(conf, 5)
@@ -196,7 +192,6 @@ func TestJoinsAsVoterUpToMaxVoters(t *testing.T) {
 // changes (or its once-a-second recheck); it polled every 10 ms before, most of an idle
 // node's CPU.
 func TestTheReadyLoopWaitsForChanges(t *testing.T) {
-	t.Parallel()
 	s := mustOpen(t, t.TempDir())
 	defer s.Close()
 	before := s.readyWakes.Load()
@@ -210,7 +205,6 @@ func TestTheReadyLoopWaitsForChanges(t *testing.T) {
 // controller for SuspectAfter (1 s here) stops being ready (a timer, not a poll, now
 // says when), and is ready again once a controller is back and it caught up.
 func TestANodeWithoutAControllerForSuspectAfterIsNotReady(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
@@ -246,7 +240,6 @@ func TestANodeWithoutAControllerForSuspectAfterIsNotReady(t *testing.T) {
 // new controller as soon as it learns of it. It used to wait the hung request out
 // (ApplyTimeout, 5 s by default) and serve nothing meanwhile.
 func TestACatchUpMovesToANewControllerAtOnce(t *testing.T) {
-	t.Parallel()
 	// Its catch-up says when it is hanging.
 	_, old, follower, hung, cut := deadController(t, 0, kindReadIndex)
 	knownAt := newControllerAt(follower, old.addr)
@@ -277,7 +270,6 @@ func TestACatchUpMovesToANewControllerAtOnce(t *testing.T) {
 // the controller, and its ready loop tried every 10 ms, about 75 barriers a second
 // replicated through the cluster for as long as the node stayed up (found in review).
 func TestAHaltedNodeDoesNotAskToCatchUp(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	_, h := withAHaltedNode(t, net)

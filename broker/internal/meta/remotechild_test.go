@@ -14,7 +14,6 @@ import (
 // restart, and goes with its parent's deletion; a second attach of the same remote
 // topic is refused.
 func TestRemoteChildCursorIsDurableAndMovesOnce(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	p, err := s.CreateTopic(Topic{Name: "orders", TopicConfig: TopicConfig{Partitions: 2}})
@@ -69,7 +68,6 @@ func TestRemoteChildCursorIsDurableAndMovesOnce(t *testing.T) {
 // TestRemoteChildrenTravelInSnapshots: a snapshot holds the remote children (cursors,
 // pause, sealed password) and a restore brings them back.
 func TestRemoteChildrenTravelInSnapshots(t *testing.T) {
-	t.Parallel()
 	f := newFSM()
 	apply := func(i uint64, c command) applyResult {
 		b, err := encodeCommand(c)
@@ -107,7 +105,6 @@ func TestRemoteChildrenTravelInSnapshots(t *testing.T) {
 // skips as expired, so one applied twice (a retry) counts them once; a move that skips
 // nothing but names expired messages would count them at every application.
 func TestRemoteCursorCountsExpiredOnce(t *testing.T) {
-	t.Parallel()
 	f := newFSM()
 	applyAt(t, f, 1, command{Op: "create_topic", Topic: &Topic{Name: "a", TopicConfig: TopicConfig{Partitions: 1}}})
 	if r := applyAt(t, f, 2, command{Op: "attach_remote", Remote: &RemoteChild{Parent: "a", URL: "https://x", Topic: "b", Cursors: []uint64{4}}}); r.err != nil {

@@ -47,7 +47,6 @@ var fsmFields = map[string]bool{
 }
 
 func TestStateOfKnowsEveryField(t *testing.T) {
-	t.Parallel()
 	ty := reflect.TypeOf(fsm{})
 	for i := range ty.NumField() {
 		if _, ok := fsmFields[ty.Field(i).Name]; !ok {
@@ -358,7 +357,6 @@ func checkOpsCovered(t *testing.T, cmds []command) {
 // A field Snapshot or Restore forgot would leave a node restored from a snapshot
 // different from one that replayed the log.
 func TestSnapshotKeepsEveryField(t *testing.T) {
-	t.Parallel()
 	cmds, full := history(t)
 	checkOpsCovered(t, cmds)
 	st := stateOf(full)
@@ -382,7 +380,6 @@ func TestSnapshotKeepsEveryField(t *testing.T) {
 // applied again on a state restored from a snapshot taken just after it (a replay)
 // leaves the state the single application left, whatever it answers.
 func TestEveryCommandAppliedTwice(t *testing.T) {
-	t.Parallel()
 	cmds, _ := history(t)
 	for i, c := range cmds {
 		index := uint64(i + 1)
@@ -416,7 +413,6 @@ func errString(err error) string {
 // with the same state. A node that speaks cluster version 2 halts the same way at the
 // commit of version 3.
 func TestHaltKeepsTheStateBeforeTheEntry(t *testing.T) {
-	t.Parallel()
 	cmds, _ := history(t)
 	future := frame([]byte(`{"op":"from_the_future","name":"p"}`))
 	entries := func(k int) []*raft.Log { // the history with the unknown entry at index k
@@ -490,7 +486,6 @@ func TestHaltKeepsTheStateBeforeTheEntry(t *testing.T) {
 // command from a newer version, restarts from the snapshot and halts at the same entry
 // with what came before it, and nothing after it.
 func TestHaltAfterASnapshotSurvivesRestart(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	if _, err := s.CreateTopic(Topic{Name: "before", TopicConfig: TopicConfig{Partitions: 1}}); err != nil {
@@ -548,7 +543,6 @@ func TestHaltAfterASnapshotSurvivesRestart(t *testing.T) {
 // (under the same name, a new incarnation) leaves the new incarnation, and the rest of
 // the state, as they were.
 func TestCommandsOfAnOldIncarnationLeaveTheNewOneAlone(t *testing.T) {
-	t.Parallel()
 	cmds, f := history(t)
 	index := uint64(len(cmds))
 	old := map[string]Topic{}
@@ -628,7 +622,6 @@ func TestCommandsOfAnOldIncarnationLeaveTheNewOneAlone(t *testing.T) {
 // snapshot taken then and persisted after the rest applied holds exactly the state of
 // that step.
 func TestSnapshotIsNotChangedByLaterCommands(t *testing.T) {
-	t.Parallel()
 	cmds, _ := history(t)
 	for k := range cmds {
 		f := newFSM()

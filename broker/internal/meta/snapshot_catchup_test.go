@@ -40,7 +40,6 @@ func openKeepingNoLog(t *testing.T, net *testNet, dir, id string, addr raft.Serv
 // that node (a lookup of an unknown topic, a metadata write's check of rights, each step
 // of a move) failed 503 until some later command applied.
 func TestSyncAfterAnInstalledSnapshot(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}

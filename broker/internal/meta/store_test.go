@@ -29,7 +29,6 @@ func mustOpen(t *testing.T, dir string) *Store {
 }
 
 func TestTopicsSurviveRestartAndIncarnationsDiffer(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	a, err := s.CreateTopic(Topic{Name: "orders", TopicConfig: TopicConfig{Partitions: 3}})
@@ -69,7 +68,6 @@ func TestTopicsSurviveRestartAndIncarnationsDiffer(t *testing.T) {
 }
 
 func TestSnapshotRestore(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	for _, n := range []string{"a", "b", "c"} {
@@ -93,7 +91,6 @@ func TestSnapshotRestore(t *testing.T) {
 }
 
 func TestUsersAndSeedOnce(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	admin := auth.User{Name: "admin", Hash: []byte("h1"), Grants: []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}}
@@ -141,7 +138,6 @@ func TestUsersAndSeedOnce(t *testing.T) {
 }
 
 func TestAttachRules(t *testing.T) {
-	t.Parallel()
 	s := mustOpen(t, t.TempDir())
 	defer s.Close()
 	mk := func(name string, retention int64, schema string) {
@@ -214,7 +210,6 @@ func TestAttachRules(t *testing.T) {
 // fail their checksum, stops the node with a meta: panic instead of being applied (a
 // damaged create_topic could otherwise make a nameless topic and drop real ones' data).
 func TestApplyRefusesDamagedCommands(t *testing.T) {
-	t.Parallel()
 	for _, js := range []string{`{"op":"create_topic"}`, `{"op":"alter_topic","name":"a"}`, `{"op":"create_user"}`, `{"op":"create_topic","topic":{"name":"","partitions":1}}`} {
 		if msg := applyRecover(newFSM(), 1, frame([]byte(js))); !strings.HasPrefix(msg, "meta: ") {
 			t.Errorf("%s: panic %q, want a meta: refusal", js, msg)
@@ -231,7 +226,6 @@ func TestApplyRefusesDamagedCommands(t *testing.T) {
 // admin on *, yet replays an older version's log that did so as it applied then; the
 // break-glass RestoreAdmin then gives "admin" back its rights, and only then.
 func TestLastAdminAndRestore(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	all := []auth.Grant{{Action: auth.Admin, Topics: []string{"*"}}}
@@ -298,7 +292,6 @@ func TestLastAdminAndRestore(t *testing.T) {
 // topics whose owner an older version stored by name, in its log or its snapshot, get
 // that user's ID, or no owner when the user no longer exists.
 func TestUserIDsAndLegacyOwners(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	bob, err := s.CreateUser(auth.User{Name: "bob"}, false)
@@ -374,7 +367,6 @@ func TestUserIDsAndLegacyOwners(t *testing.T) {
 // TestUsernamesUniqueRegardlessOfCase: a new user's name may not equal an existing one's
 // but for case, while an older version's log that created both replays as it applied.
 func TestUsernamesUniqueRegardlessOfCase(t *testing.T) {
-	t.Parallel()
 	s := mustOpen(t, t.TempDir())
 	defer s.Close()
 	if _, err := s.CreateUser(auth.User{Name: "dave"}, false); err != nil {
@@ -402,7 +394,6 @@ func TestUsernamesUniqueRegardlessOfCase(t *testing.T) {
 // existing one is synced (a directory instead of a file makes the sync, or the open
 // for writing, fail: the error is reported, not taken for "missing").
 func TestSyncIfExists(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	if err := syncIfExists(filepath.Join(dir, "raft.db")); err != nil {
 		t.Fatalf("a missing store: %v", err)

@@ -16,7 +16,6 @@ import (
 // see it. Without Sync (or with one that answered before catching up) the follower
 // would tell a client its topic does not exist.
 func TestSyncSeesAWriteMadeThroughAnotherNode(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
@@ -72,7 +71,6 @@ func TestSyncSeesAWriteMadeThroughAnotherNode(t *testing.T) {
 // (in a quiet cluster, right after the controller was killed, none came for minutes
 // and moves stalled on it).
 func TestSyncWhenTheLogEndsInAnEntryWithoutACommand(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})
@@ -118,7 +116,6 @@ func waitQuiet(t *testing.T, ctl *Store) {
 // controller, and is answered by it. Found in review: it ran a newer call at once,
 // found no controller yet (Raft reports the lost leader first) and failed.
 func TestASyncWaitingBehindAHungOneMovesOn(t *testing.T) {
-	t.Parallel()
 	net, old, follower, hung, cut := deadController(t, 10*time.Second, kindSyncIndex)
 	<-hung // the renewal (every 100 ms here) owns the hung call
 	other := make(chan error, 1)
@@ -166,7 +163,6 @@ func TestASyncWaitingBehindAHungOneMovesOn(t *testing.T) {
 // deadline (an admin request's context) gives up within a lease once no controller
 // can be elected, instead of waiting for one for as long as the quorum is lost.
 func TestASyncWithoutADeadlineEndsWhenNoControllerComes(t *testing.T) {
-	t.Parallel()
 	// A 2 s lease: the wait for a controller ends within it.
 	net, _, follower, hung, _ := deadController(t, 2*time.Second, kindSyncIndex)
 	done := make(chan error, 1)
@@ -198,7 +194,6 @@ func TestASyncWithoutADeadlineEndsWhenNoControllerComes(t *testing.T) {
 // cuts that entry, and a follower waiting to apply it would wait until its caller's
 // bound. A change of leader ends that wait, and the Sync asks the next controller.
 func TestASyncDoesNotWaitForADeposedControllersTail(t *testing.T) {
-	t.Parallel()
 	net, old, follower, _, cut := deadController(t, 10*time.Second, kindSyncIndex)
 	net.mu.Lock()
 	hang := net.hang

@@ -15,7 +15,6 @@ import (
 // happen and is sent again (to whichever node leads once the handover ends), as after
 // ErrNotLeader, instead of failing as a write of unknown outcome.
 func TestWriteDuringAControllerHandoverIsSentAgain(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	ss := startPeers(t, net, []string{t.TempDir(), t.TempDir(), t.TempDir()})

@@ -22,7 +22,6 @@ func member(id string, st MemberStatus, lo, hi int) Member {
 // TestDecideVersion: the controller's rule for committing a cluster version, member
 // by member.
 func TestDecideVersion(t *testing.T) {
-	t.Parallel()
 	v2 := versionRange{1, 2}
 	v1 := versionRange{1, 1}
 	fresh := func(rs map[string]versionRange) map[string]versionRange {
@@ -97,7 +96,6 @@ func TestDecideVersion(t *testing.T) {
 // that release, or one held there) halts at the commit of version 2, naming both, and
 // keeps the entry; one that speaks 2 applies it, and never lowers the version.
 func TestFSMHaltsAtAVersionItDoesNotSpeak(t *testing.T) {
-	t.Parallel()
 	entry := func(i uint64, c command) *raft.Log {
 		b, err := encodeCommand(c)
 		if err != nil {
@@ -156,7 +154,6 @@ func TestFSMHaltsAtAVersionItDoesNotSpeak(t *testing.T) {
 // TestGatedCommandRefusedBeforeCommit: a control-plane command of version 2 is not
 // proposed, through this node or forwarded, while the cluster runs 1.
 func TestGatedCommandRefusedBeforeCommit(t *testing.T) {
-	t.Parallel()
 	s, err := Open(Options{Dir: t.TempDir(), NodeID: "solo", Cluster: Cluster{VersionMax: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +176,6 @@ func TestGatedCommandRefusedBeforeCommit(t *testing.T) {
 // TestLoneNodeCommitsItsVersion: a node of its own commits the highest version it
 // speaks at once, and says so in its member record.
 func TestLoneNodeCommitsItsVersion(t *testing.T) {
-	t.Parallel()
 	s, err := Open(Options{Dir: t.TempDir(), NodeID: "solo"})
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +231,6 @@ func waitingFor(t *testing.T, ss []*Store, reasons ...string) {
 // The upgraded binary is this one held at version 2 (the release that brought version
 // 2); n6, added at the end, offers every version this binary speaks.
 func TestRollingUpgradeCommitsOnceEveryMemberSpeaks(t *testing.T) {
-	t.Parallel()
 	net := newTestNet(t)
 	defer net.closeAll()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
@@ -349,7 +344,6 @@ func TestRollingUpgradeCommitsOnceEveryMemberSpeaks(t *testing.T) {
 // cluster versions this binary speaks, and the internals' table lists every gated
 // feature in a row of its version: a rolling upgrade is planned from them.
 func TestDocsNameTheVersionsAndFeatures(t *testing.T) {
-	t.Parallel()
 	read := func(name string) string {
 		t.Helper()
 		b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", name))
