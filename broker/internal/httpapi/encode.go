@@ -143,7 +143,7 @@ func (m messageListResponse) VisitReadMessagesResponse(w http.ResponseWriter) er
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) error {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h["Content-Type"] = hdrJSON
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, err := w.Write(body)

@@ -70,8 +70,30 @@ func jsonStringBytes(raw json.RawMessage) ([]byte, bool) {
 	return []byte(s), true
 }
 
-// readPayload reads a produce body of at most MaxPayloadBytes.
+// payloadBody is a produce body read whole before the handler runs (prepareBody).
+type payloadBody struct {
+	data []byte
+	off  int
+}
+
+func (b *payloadBody) Read(p []byte) (int, error) {
+	if b.off >= len(b.data) {
+		return 0, io.EOF
+	}
+	n := copy(p, b.data[b.off:])
+	b.off += n
+	return n, nil
+}
+
+func (b *payloadBody) Close() error { return nil }
+
+// readPayload reads a produce body of at most MaxPayloadBytes: the one prepareBody
+// read, or else all of r.
 func readPayload(r io.Reader) ([]byte, error) {
+	if pb, ok := r.(*payloadBody); ok && pb.off == 0 {
+		pb.off = len(pb.data)
+		return pb.data, nil
+	}
 	var buf bytes.Buffer
 	n, err := buf.ReadFrom(io.LimitReader(r, MaxPayloadBytes+1))
 	if err != nil {

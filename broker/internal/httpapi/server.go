@@ -32,6 +32,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
@@ -104,6 +105,11 @@ func New(b Broker, opts Options) (http.Handler, error) {
 	if s.authOn == nil {
 		s.authOn = func() bool { return false }
 	}
+	if s.metrics != nil {
+		for _, oi := range s.ops {
+			oi.duration = s.metrics.HTTPDuration.WithLabelValues(oi.id)
+		}
+	}
 	switch {
 	case opts.MaxInflightBytes == 0:
 		s.bodies = newBodyBudget(DefaultMaxInflightBytes, opts.Metrics)
@@ -147,6 +153,9 @@ type opInfo struct {
 	// params are the names of the operation's query parameters, sorted; any other is
 	// refused, as an unknown body field is.
 	params []string
+	// duration is the operation's request-duration histogram (nil without metrics),
+	// looked up once rather than by its label at every request.
+	duration prometheus.Observer
 }
 
 // lengthBounds are a string parameter's minLength and maxLength (max -1: none), in
@@ -286,6 +295,31 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// statusLabels are the metric labels of the status codes 100 to 599.
+var statusLabels = func() (l [500]string) {
+	for i := range l {
+		l[i] = strconv.Itoa(100 + i)
+	}
+	return l
+}()
+
+// statusLabel is code as a metric label, without an allocation for a valid code.
+func statusLabel(code int) string {
+	if code >= 100 && code < 600 {
+		return statusLabels[code-100]
+	}
+	return strconv.Itoa(code)
+}
+
+// Header values every answer (or every JSON answer) carries, one slice each for all of
+// them: nothing appends to or writes into a header's values in place (Header.Add
+// would copy these, their capacity being their length), and Header.Set replaces them.
+var (
+	hdrJSON    = []string{"application/json"}
+	hdrNoStore = []string{"no-store"}
+	hdrNoSniff = []string{"nosniff"}
+)
+
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	// Every answer, errors included, names its request; every log line about the
@@ -298,8 +332,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set(reqid.Header, id)
 	// Answers carry messages, users and settings that only their caller may see: no
 	// browser or proxy keeps a copy, and none reads a JSON answer as anything else.
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
+	h["Cache-Control"] = hdrNoStore
+	h["X-Content-Type-Options"] = hdrNoSniff
 	r = r.WithContext(reqid.With(r.Context(), id))
 	sw := &statusWriter{ResponseWriter: w}
 	_, pattern := s.mux.Handler(r)
@@ -319,8 +353,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if s.metrics != nil {
-			s.metrics.HTTPRequests.WithLabelValues(opName, strconv.Itoa(sw.status)).Inc()
-			s.metrics.HTTPDuration.WithLabelValues(opName).Observe(time.Since(start).Seconds())
+			s.metrics.HTTPRequests.WithLabelValues(opName, statusLabel(sw.status)).Inc()
+			if oi != nil {
+				oi.duration.Observe(time.Since(start).Seconds())
+			} else {
+				s.metrics.HTTPDuration.WithLabelValues(opName).Observe(time.Since(start).Seconds())
+			}
 		}
 		s.logOutcome(r, opName, sw, start)
 	}()
@@ -465,6 +503,23 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 		return newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, "the body is "+strconv.FormatInt(r.ContentLength, 10)+" bytes; the limit for this operation is "+strconv.FormatInt(limit, 10))
 	}
 	r.Body = http.MaxBytesReader(nil, r.Body, limit)
+	if oi != nil && oi.id == "produce" {
+		// The payload is read here, into one buffer of its Content-Length, and handed
+		// to the handler as read (readPayload).
+		data, err := readBody(r.Body, r.ContentLength)
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return tooLarge()
+			}
+			return newErr(http.StatusBadRequest, apigen.ErrorCodeBadRequest, "reading the body failed: "+err.Error())
+		}
+		if len(data) > MaxPayloadBytes {
+			return tooLarge()
+		}
+		r.Body = &payloadBody{data: data}
+		return nil
+	}
 	if oi == nil || oi.body == nil {
 		return nil
 	}
