@@ -120,6 +120,12 @@ func Run(ctx context.Context, args []string, io IO) int {
 		// was asked, and a script must not read its exit as success. The SDK may
 		// report the cut call as canceled or as a timeout.
 		fmt.Fprintf(io.Stderr, "narad %s: stopped by a signal before it finished (what it printed is done): %v\n", path, err)
+		if narad.Uncertain(err) {
+			// A write whose request was sent and whose answer had not come: done or
+			// not, nobody knows, and a user who reads only the line above would send
+			// it again.
+			fmt.Fprintf(io.Stderr, "narad %s: the request under way when the signal came may be stored: its answer did not come. Read the topic before sending it again\n", path)
+		}
 		return ExitFailed
 	}
 	fmt.Fprintf(io.Stderr, "narad %s: %v\n", path, err)

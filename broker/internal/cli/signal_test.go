@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -94,5 +95,48 @@ func TestAProduceCutBySignalFailsAndStops(t *testing.T) {
 	cancel()
 	if r := finished(done, "produce --file -"); r.code != ExitFailed {
 		t.Errorf("produce --file - cut by a signal: %+v", r)
+	}
+}
+
+// TestASignalDuringAProducesAnswerSaysItMayBeStored: a produce whose request was sent
+// and whose answer had not come when the signal cut it may be stored. The CLI says so,
+// so that whoever reads its error does not send the message again believing it lost.
+func TestASignalDuringAProducesAnswerSaysItMayBeStored(t *testing.T) {
+	arrived := make(chan struct{}, 16)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		arrived <- struct{}{}
+		select { // the answer is on its way: the message is stored, say
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	vars := map[string]string{"NARAD_URL": srv.URL, "NARAD_CLI_CONFIG": filepath.Join(t.TempDir(), "contexts.json")}
+	for _, args := range [][]string{{"produce", "t", "x"}, {"produce", "t", "x", "--batch"}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan ran, 1)
+		go func() {
+			var stdout, stderr bytes.Buffer
+			code := Run(ctx, args, IO{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader(""), Getenv: func(k string) string { return vars[k] }})
+			done <- ran{code, stdout.String(), stderr.String()}
+		}()
+		select {
+		case <-arrived:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v: no request arrived", args)
+		}
+		cancel()
+		var r ran
+		select {
+		case r = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v: still running 30 s after the signal", args)
+		}
+		if r.code != ExitFailed || !strings.Contains(r.stderr, "may be stored") {
+			t.Errorf("%v cut while its answer was awaited: %+v; want a failure that says the message may be stored", args, r)
+		}
 	}
 }
