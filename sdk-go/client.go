@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -301,6 +302,10 @@ type call struct {
 	// prefer is the endpoint to try first: the one that leased the message a lease
 	// call addresses.
 	prefer *node
+	// via, when not nil, is the http.Client of a Consumer run's polls: the call goes
+	// through it, and the end of the caller's context half-closes the attempt's
+	// connection instead of cancelling it, so an answer on its way is still read.
+	via *http.Client
 }
 
 // reply is a successful (2xx) answer.
@@ -451,14 +456,26 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 	// headers are in, its body is read for up to answerGrace more. A poll cut by a
 	// consumer's shutdown may have leased messages; reading its answer lets the consumer
 	// hand them back at once instead of leaving them leased for a visibility timeout.
+	// A Consumer's poll goes further: its connection is its own, and the end of ctx
+	// half-closes it even before the answer's headers are in (connCut), so that an
+	// answer the broker has sent is read rather than dropped with its leases, for up
+	// to answerGrace too.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
+	hc, rctx := c.hc, context.Context(actx)
+	var cut *connCut
+	if cl.via != nil {
+		hc, cut = cl.via, &connCut{}
+		rctx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { cut.got(info.Conn) },
+		})
+	}
 	var hmu sync.Mutex
 	headersIn := false
 	stopWatch := context.AfterFunc(ctx, func() {
 		hmu.Lock()
 		defer hmu.Unlock()
-		if !headersIn {
+		if !headersIn && (cut == nil || !cut.do()) {
 			cancel()
 			return
 		}
@@ -470,14 +487,14 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 		return nil, &Error{Op: cl.op, Topic: cl.topic, Node: n.base, Err: err,
 			Message: "the request cannot be built: " + err.Error(), kind: ErrBadRequest}
 	}
-	req = req.WithContext(actx)
+	req = req.WithContext(rctx)
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.cfg.userAgent)
 	if c.cfg.auth {
 		req.SetBasicAuth(c.cfg.user, c.cfg.password)
 	}
 	start := time.Now()
-	resp, err := c.hc.Do(req)
+	resp, err := hc.Do(req)
 	hmu.Lock()
 	headersIn = err == nil
 	hmu.Unlock()

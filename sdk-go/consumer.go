@@ -141,6 +141,13 @@ func (cs *Consumer) Run(ctx context.Context) error {
 	var active sync.Map // *Message → struct{}
 	bo := cs.c.cfg.retry.Backoff()
 	var stopErr error
+	// The polls go through connections of this run's own, so that shutdown can end the
+	// poll in flight by a half-close and still read its answer (pollcut.go). No poll
+	// starts after shutdown began, so a half-closed connection is never used again.
+	pollVia, pollTr := cs.c.pollClient()
+	if pollTr != nil {
+		defer pollTr.CloseIdleConnections()
+	}
 
 loop:
 	for {
@@ -148,6 +155,9 @@ loop:
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			break loop
+		}
+		if ctx.Err() != nil {
+			break loop // both were ready, and select took the slot
 		}
 		free := 1
 		for free < cs.cfg.concurrency {
@@ -159,7 +169,7 @@ loop:
 			}
 			break
 		}
-		msgs, err := cs.c.poll(ctx, cs.topic, free, cs.cfg.wait)
+		msgs, err := cs.c.poll(ctx, cs.topic, free, cs.cfg.wait, pollVia)
 		for i := len(msgs); i < free; i++ {
 			<-slots
 		}

@@ -118,17 +118,20 @@ func (c *Client) Receive(ctx context.Context, topic string, opts ...ConsumeOptio
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return c.poll(ctx, topic, cfg.max, cfg.wait)
+	return c.poll(ctx, topic, cfg.max, cfg.wait, nil)
 }
 
-func (c *Client) poll(ctx context.Context, topic string, n int, wait time.Duration) ([]*Message, error) {
+// poll takes up to n messages in one long poll. via, when not nil, is a Consumer run's
+// own http.Client (pollClient): the poll goes through it, and the end of ctx
+// half-closes the poll's connection rather than cancelling it (see connCut).
+func (c *Client) poll(ctx context.Context, topic string, n int, wait time.Duration, via *http.Client) ([]*Message, error) {
 	var w *api.Wait
 	if wait > 0 {
 		s := strconv.FormatInt(wait.Milliseconds(), 10) + "ms"
 		w = &s
 	}
 	// Payloads come as base64 so that any bytes survive the JSON answer.
-	cl := &call{op: "consume", topic: topic, poll: wait}
+	cl := &call{op: "consume", topic: topic, poll: wait, via: via}
 	if n > 1 {
 		params := &api.ConsumeBatchParams{Wait: w, Max: ptr(int32(n)), PayloadEncoding: ptr(api.ConsumeBatchParamsPayloadEncodingBase64)}
 		cl.op = "consume-batch"
