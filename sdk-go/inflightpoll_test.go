@@ -3,9 +3,17 @@ package narad_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"io"
+	"math/big"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +35,7 @@ type holdProxy struct {
 
 	passHalfClose bool
 	neverAnswer   bool
+	tls           *tls.Config // when set, the proxy takes TLS from the client
 
 	arrived  chan struct{} // the held answer came from the broker
 	polled   chan struct{} // a poll was sent to the broker
@@ -40,13 +49,17 @@ type holdProxy struct {
 }
 
 func startHoldProxy(t *testing.T, passHalfClose, neverAnswer bool) *holdProxy {
+	return startHoldProxyTLS(t, passHalfClose, neverAnswer, nil)
+}
+
+func startHoldProxyTLS(t *testing.T, passHalfClose, neverAnswer bool, cfg *tls.Config) *holdProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &holdProxy{t: t, ln: ln, upstream: strings.TrimPrefix(shared.url, "http://"),
-		passHalfClose: passHalfClose, neverAnswer: neverAnswer,
+		passHalfClose: passHalfClose, neverAnswer: neverAnswer, tls: cfg,
 		arrived: make(chan struct{}), polled: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
@@ -54,7 +67,18 @@ func startHoldProxy(t *testing.T, passHalfClose, neverAnswer bool) *holdProxy {
 	return p
 }
 
-func (p *holdProxy) url() string { return "http://" + p.ln.Addr().String() }
+func (p *holdProxy) url() string {
+	if p.tls != nil {
+		return "https://" + p.ln.Addr().String()
+	}
+	return "http://" + p.ln.Addr().String()
+}
+
+// halfCloser is a connection whose write side can be shut alone.
+type halfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
 
 func (p *holdProxy) stop() {
 	p.ln.Close()
@@ -94,12 +118,16 @@ func (p *holdProxy) accept() {
 			broker.Close()
 			continue
 		}
+		var front halfCloser = client.(*net.TCPConn)
+		if p.tls != nil {
+			front = tls.Server(client, p.tls)
+		}
 		p.wg.Add(2)
-		go p.serve(client.(*net.TCPConn), broker.(*net.TCPConn))
+		go p.serve(front, broker.(*net.TCPConn))
 	}
 }
 
-func (p *holdProxy) serve(client, broker *net.TCPConn) {
+func (p *holdProxy) serve(client, broker halfCloser) {
 	var mu sync.Mutex
 	pollSent := false
 	clientEnded := make(chan struct{})
@@ -286,4 +314,86 @@ func TestConsumerShutdownIsBoundedWhenTheCutPollIsNotAnswered(t *testing.T) {
 	if d := time.Since(start); d < 4*time.Second {
 		t.Fatalf("Run returned %s after the shutdown: it did not wait for the answer of the cut poll", d)
 	}
+}
+
+// TestConsumerHandsBackAnAnswerInFlightAtShutdownOverTLS: as
+// TestConsumerHandsBackAnAnswerInFlightAtShutdown, over HTTPS (through a proxy that
+// ends TLS in front of the broker): the half-close is a TLS close_notify, after which
+// the answer is still read.
+func TestConsumerHandsBackAnAnswerInFlightAtShutdownOverTLS(t *testing.T) {
+	serverCfg, roots := selfSignedTLS(t)
+	plain := newClient(t)
+	ctx := ctxT(t)
+	topic := mustTopic(t, plain, narad.TopicConfig{Partitions: 1, VisibilityTimeout: time.Minute})
+	if _, err := plain.Produce(ctx, topic, "in flight"); err != nil {
+		t.Fatal(err)
+	}
+	p := startHoldProxyTLS(t, true, false, serverCfg)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	c := newClientAt(t, []string{p.url()}, narad.WithHTTPClient(hc))
+	t.Cleanup(hc.CloseIdleConnections)
+	handled := make(chan struct{}, 1)
+	cs := c.Consumer(topic, func(context.Context, *narad.Message) error { handled <- struct{}{}; return nil },
+		narad.WithWait(5*time.Second))
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cs.Run(runCtx) }()
+	select {
+	case <-p.arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the poll's answer never came from the broker")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if len(handled) != 0 {
+		t.Fatal("the handler ran after shutdown began")
+	}
+	msgs, err := plain.Receive(ctx, topic, narad.WithWait(10*time.Second))
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("receive after shutdown: %d messages, %v; want the message back at once (stats %+v)", len(msgs), err, cs.Stats())
+	}
+	if s := cs.Stats(); s.Received != 1 || s.Nacked != 1 {
+		t.Fatalf("stats %+v: want the message received and handed back", s)
+	}
+	if err := msgs[0].Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// selfSignedTLS returns a server config with a fresh certificate for 127.0.0.1 and the
+// pool that trusts it.
+func selfSignedTLS(t *testing.T) (*tls.Config, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "narad-sdk-go-test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}}}, roots
 }
