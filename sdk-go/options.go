@@ -96,7 +96,11 @@ func WithRetry(p RetryPolicy) Option {
 
 // WithHTTPClient uses hc for every request instead of a client whose connection pool is
 // sized by WithPoolSize. Its Timeout should be zero: the SDK sets each call's deadline
-// itself, and a client-wide timeout would cut long polls.
+// itself, and a client-wide timeout would cut long polls. A Consumer's polls go through
+// a clone of hc's transport (HTTP/1.1 only) when it is an *http.Transport, so that its
+// shutdown can half-close the poll's connection and read its answer; through any other
+// RoundTripper they use hc itself, and a shutdown cancels a poll whose answer has not
+// begun to arrive.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) { c.httpClient = hc }
 }
