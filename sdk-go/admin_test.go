@@ -342,6 +342,21 @@ func TestRemoteChildren(t *testing.T) {
 	if err := c.SetRemoteChildPassword(ctx, parent, ch.ID, "sdk-remote-pw-2"); err != nil {
 		t.Fatalf("a new password: %v", err)
 	}
+	user, pass := "copier2", "sdk-remote-pw-3"
+	if _, err := c.UpdateRemoteChild(ctx, parent, ch.ID, narad.RemoteChildUpdate{Username: &user}); !errors.Is(err, narad.ErrBadRequest) {
+		t.Fatalf("a new user without its password: %v, want ErrBadRequest", err)
+	}
+	up, err := c.UpdateRemoteChild(ctx, parent, ch.ID, narad.RemoteChildUpdate{Username: &user, Password: &pass})
+	if err != nil || up.ID != ch.ID || up.Remote == nil || up.Remote.Username != "copier2" || up.Remote.URL != shared.url {
+		t.Fatalf("changed in place: %+v %v", up, err)
+	}
+	if _, err := c.Produce(ctx, parent, "after", narad.WithKey("k")); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err = c.Receive(ctx, child, narad.WithMaxMessages(10), narad.WithWait(10*time.Second))
+	if err != nil || len(msgs) != 1 || string(msgs[0].Bytes()) != "after" {
+		t.Fatalf("the copy after the change: %+v %v", msgs, err)
+	}
 	if err := c.DetachChild(ctx, parent, ch.ID); err != nil {
 		t.Fatal(err)
 	}

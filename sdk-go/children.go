@@ -121,6 +121,31 @@ func (c *Client) SetRemoteChildPassword(ctx context.Context, parent, id, passwor
 		build: func(s string) (*http.Request, error) { return api.NewSetChildCredentialsRequest(s, parent, id, req) }}, nil)
 }
 
+// RemoteChildUpdate is what UpdateRemoteChild changes of a remote child; nil members
+// are kept. A new Username needs its Password; CAPEM "" goes back to the system's CAs.
+type RemoteChildUpdate struct {
+	URL, Username, Password, CAPEM *string
+}
+
+// UpdateRemoteChild changes how parent's remote child id ("remote:<n>") reaches its
+// remote, in place: its URL (the remote cluster moved, or is reached by another
+// name), the user it produces as, its password, the CA certificates of an https URL.
+// The copy goes on from its cursor: nothing is skipped or sent again. The broker asks
+// the remote first with the new settings; ErrConflict, saying why, when it cannot be
+// reached, refuses them, or is another cluster or topic incarnation than the child's
+// (attach those as a new child), and nothing is changed. ErrBadRequest for a URL or CA
+// it cannot use. It returns the child as it is now.
+func (c *Client) UpdateRemoteChild(ctx context.Context, parent, id string, u RemoteChildUpdate) (*Child, error) {
+	req := api.RemoteChildUpdate{Url: u.URL, Username: u.Username, Password: u.Password, CaPem: u.CAPEM}
+	var out api.Child
+	if err := c.doJSON(ctx, &call{op: "update-remote-child", topic: parent,
+		build: func(s string) (*http.Request, error) { return api.NewUpdateRemoteChildRequest(s, parent, id, req) }}, &out); err != nil {
+		return nil, err
+	}
+	ch := childOf(out)
+	return &ch, nil
+}
+
 // AttachChild makes child (an existing topic) receive a copy of every message committed
 // to parent from now on, with its key, delay after the commit (0 for at once: a delay
 // child otherwise). There is no backfill. The broker refuses (ErrConflict) a child that

@@ -546,7 +546,7 @@ func TestCLIClusterBenchCompletion(t *testing.T) {
 	}
 
 	bash := c.ok("completion", "bash")
-	for _, want := range []string{"complete -o default -F _narad narad", `"topic") echo "create list get alter force-leader delete children attach pause resume remote-password detach"`, "--retention", "--peek"} {
+	for _, want := range []string{"complete -o default -F _narad narad", `"topic") echo "create list get alter force-leader delete children attach pause resume remote-password remote-update detach"`, "--retention", "--peek"} {
 		if !strings.Contains(bash, want) {
 			t.Fatalf("bash completion lacks %q:\n%s", want, bash)
 		}

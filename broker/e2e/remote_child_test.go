@@ -623,6 +623,39 @@ func TestRemoteChildCLI(t *testing.T) {
 		strings.Contains(r.stderr+r.stdout, "not-the-password") {
 		t.Fatalf("a wrong new password: %q", r.stderr)
 	}
+	// The remote is reached at another address from now on: changed in place, the copy
+	// goes on from its cursor. Another cluster at the new address is refused.
+	copied := func(n int64) func() bool {
+		return func() bool {
+			c, _, ok := p.sa.remoteChild("orders", id)
+			return ok && len(c.Lag) == 1 && c.Lag[0].ParentNextOffset == n && c.Lag[0].ChildCursor == n
+		}
+	}
+	p.sa.produce("orders", []byte("one"), "text/plain", "")
+	waitFor(t, 30*time.Second, "the first message to be copied", copied(1))
+	// The source cluster has the copier user too, and a topic of the remote's name:
+	// only its cluster id tells it apart.
+	p.sa.PostJSON("/v1/users", map[string]any{"username": "copier", "password": copierPass,
+		"grants": []map[string]any{{"action": "produce", "topics": []string{"copy.*"}}}}).Expect(t, http.StatusCreated)
+	p.sa.createTopic("copy.orders", map[string]any{"partitions": 1})
+	if r := cli.exits(1, "topic", "remote-update", "orders", id, "--remote-url", p.src.URL()); !strings.Contains(r.stderr, "attach its topic as a new child") {
+		t.Fatalf("a new URL reaching another cluster: %q", r.stderr)
+	}
+	p.proxy.Stop()
+	p.sa.produce("orders", []byte("two"), "text/plain", "")
+	moved := decode[[]child](t, cli.ok("topic", "remote-update", "orders", id, "--remote-url", p.dst.URL(), "-o", "json"))
+	if len(moved) != 1 || moved[0].ID != id || moved[0].Remote == nil || moved[0].Remote.URL != p.dst.URL() {
+		t.Fatalf("remote-update printed %+v", moved)
+	}
+	waitFor(t, 30*time.Second, "the copy to go on at the new address", copied(2))
+	var texts []string
+	for _, m := range p.da.consumeBatch("copy.orders", 10, "2s") {
+		texts = append(texts, string(m.Payload))
+	}
+	if strings.Join(texts, ",") != `"one","two"` {
+		t.Fatalf("the remote topic holds %v, want one and two, once each", texts)
+	}
+	p.proxy.Start() // for the attach below
 	cli.ok("topic", "detach", "orders", id)
 	if l := decode[[]child](t, cli.ok("topic", "children", "orders", "-o", "json")); len(l) != 0 {
 		t.Fatalf("children after detach: %+v", l)

@@ -846,6 +846,21 @@ type RemoteChildRequest struct {
 // RemoteChildRequestStart `now` (the default): copy what is committed from now on. `earliest`: also every message this topic still holds.
 type RemoteChildRequestStart string
 
+// RemoteChildUpdate What to change of a remote child; members left out are kept.
+type RemoteChildUpdate struct {
+	// CaPem The CA certificates (PEM) an `https` URL's certificate is checked against; empty: the system's CAs.
+	CaPem *string `json:"ca_pem,omitempty"`
+
+	// Password The remote user's password (the stored one when left out). Stored encrypted and never shown again.
+	Password *string `json:"password,omitempty"`
+
+	// Url The remote cluster's base URL, `http://` or `https://`, without a path or credentials.
+	Url *string `json:"url,omitempty"`
+
+	// Username The remote user the copy produces as; needs `password`.
+	Username *string `json:"username,omitempty"`
+}
+
 // ReplaceGrantsRequest defines model for ReplaceGrantsRequest.
 type ReplaceGrantsRequest struct {
 	Grants []Grant `json:"grants"`
@@ -1159,6 +1174,9 @@ type AckBatchJSONRequestBody = AckBatchRequest
 // AttachChildJSONRequestBody defines body for AttachChild for application/json ContentType.
 type AttachChildJSONRequestBody = AttachChildRequest
 
+// UpdateRemoteChildJSONRequestBody defines body for UpdateRemoteChild for application/json ContentType.
+type UpdateRemoteChildJSONRequestBody = RemoteChildUpdate
+
 // SetChildCredentialsJSONRequestBody defines body for SetChildCredentials for application/json ContentType.
 type SetChildCredentialsJSONRequestBody = ChildCredentialsRequest
 
@@ -1327,6 +1345,11 @@ type ClientInterface interface {
 
 	// DetachChild request
 	DetachChild(ctx context.Context, topic TopicName, child string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateRemoteChildWithBody request with any body
+	UpdateRemoteChildWithBody(ctx context.Context, topic TopicName, child string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	UpdateRemoteChild(ctx context.Context, topic TopicName, child string, body UpdateRemoteChildJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SetChildCredentialsWithBody request with any body
 	SetChildCredentialsWithBody(ctx context.Context, topic TopicName, child ChildID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1715,6 +1738,30 @@ func (c *Client) AttachChild(ctx context.Context, topic TopicName, body AttachCh
 
 func (c *Client) DetachChild(ctx context.Context, topic TopicName, child string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDetachChildRequest(c.Server, topic, child)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) UpdateRemoteChildWithBody(ctx context.Context, topic TopicName, child string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateRemoteChildRequestWithBody(c.Server, topic, child, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+func (c *Client) UpdateRemoteChild(ctx context.Context, topic TopicName, child string, body UpdateRemoteChildJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateRemoteChildRequest(c.Server, topic, child, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2794,6 +2841,60 @@ func NewDetachChildRequest(server string, topic TopicName, child string) (*http.
 	return req, nil
 }
 
+// NewUpdateRemoteChildRequest calls the generic UpdateRemoteChild builder with application/json body
+func NewUpdateRemoteChildRequest(server string, topic TopicName, child string, body UpdateRemoteChildJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateRemoteChildRequestWithBody(server, topic, child, "application/json", bodyReader)
+}
+
+// NewUpdateRemoteChildRequestWithBody generates requests for UpdateRemoteChild with any type of body
+func NewUpdateRemoteChildRequestWithBody(server string, topic TopicName, child string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithLocation("simple", false, "topic", runtime.ParamLocationPath, topic)
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithLocation("simple", false, "child", runtime.ParamLocationPath, child)
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/topics/%s/children/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest("PATCH", queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewSetChildCredentialsRequest calls the generic SetChildCredentials builder with application/json body
 func NewSetChildCredentialsRequest(server string, topic TopicName, child ChildID, body SetChildCredentialsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3808,6 +3909,11 @@ type ClientWithResponsesInterface interface {
 	// DetachChildWithResponse request
 	DetachChildWithResponse(ctx context.Context, topic TopicName, child string, reqEditors ...RequestEditorFn) (*DetachChildResponse, error)
 
+	// UpdateRemoteChildWithBodyWithResponse request with any body
+	UpdateRemoteChildWithBodyWithResponse(ctx context.Context, topic TopicName, child string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateRemoteChildResponse, error)
+
+	UpdateRemoteChildWithResponse(ctx context.Context, topic TopicName, child string, body UpdateRemoteChildJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateRemoteChildResponse, error)
+
 	// SetChildCredentialsWithBodyWithResponse request with any body
 	SetChildCredentialsWithBodyWithResponse(ctx context.Context, topic TopicName, child ChildID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetChildCredentialsResponse, error)
 
@@ -4455,6 +4561,34 @@ func (r DetachChildResponse) Status() string {
 
 // StatusCode returns HTTPResponse.StatusCode
 func (r DetachChildResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+type UpdateRemoteChildResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	JSON200      *Child
+	JSON400      *BadRequest
+	JSON401      *Unauthenticated
+	JSON403      *Forbidden
+	JSON404      *NotFound
+	JSON409      *Conflict
+	JSON503      *Unavailable
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateRemoteChildResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateRemoteChildResponse) StatusCode() int {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.StatusCode
 	}
@@ -5149,6 +5283,23 @@ func (c *ClientWithResponses) DetachChildWithResponse(ctx context.Context, topic
 		return nil, err
 	}
 	return ParseDetachChildResponse(rsp)
+}
+
+// UpdateRemoteChildWithBodyWithResponse request with arbitrary body returning *UpdateRemoteChildResponse
+func (c *ClientWithResponses) UpdateRemoteChildWithBodyWithResponse(ctx context.Context, topic TopicName, child string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateRemoteChildResponse, error) {
+	rsp, err := c.UpdateRemoteChildWithBody(ctx, topic, child, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateRemoteChildResponse(rsp)
+}
+
+func (c *ClientWithResponses) UpdateRemoteChildWithResponse(ctx context.Context, topic TopicName, child string, body UpdateRemoteChildJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateRemoteChildResponse, error) {
+	rsp, err := c.UpdateRemoteChild(ctx, topic, child, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateRemoteChildResponse(rsp)
 }
 
 // SetChildCredentialsWithBodyWithResponse request with arbitrary body returning *SetChildCredentialsResponse
@@ -6658,6 +6809,74 @@ func ParseDetachChildResponse(rsp *http.Response) (*DetachChildResponse, error) 
 			return nil, err
 		}
 		response.JSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateRemoteChildResponse parses an HTTP response from a UpdateRemoteChildWithResponse call
+func ParseUpdateRemoteChildResponse(rsp *http.Response) (*UpdateRemoteChildResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateRemoteChildResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Child
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable

@@ -853,6 +853,21 @@ type RemoteChildRequest struct {
 // RemoteChildRequestStart `now` (the default): copy what is committed from now on. `earliest`: also every message this topic still holds.
 type RemoteChildRequestStart string
 
+// RemoteChildUpdate What to change of a remote child; members left out are kept.
+type RemoteChildUpdate struct {
+	// CaPem The CA certificates (PEM) an `https` URL's certificate is checked against; empty: the system's CAs.
+	CaPem *string `json:"ca_pem,omitempty"`
+
+	// Password The remote user's password (the stored one when left out). Stored encrypted and never shown again.
+	Password *string `json:"password,omitempty"`
+
+	// Url The remote cluster's base URL, `http://` or `https://`, without a path or credentials.
+	Url *string `json:"url,omitempty"`
+
+	// Username The remote user the copy produces as; needs `password`.
+	Username *string `json:"username,omitempty"`
+}
+
 // ReplaceGrantsRequest defines model for ReplaceGrantsRequest.
 type ReplaceGrantsRequest struct {
 	Grants []Grant `json:"grants"`
@@ -1166,6 +1181,9 @@ type AckBatchJSONRequestBody = AckBatchRequest
 // AttachChildJSONRequestBody defines body for AttachChild for application/json ContentType.
 type AttachChildJSONRequestBody = AttachChildRequest
 
+// UpdateRemoteChildJSONRequestBody defines body for UpdateRemoteChild for application/json ContentType.
+type UpdateRemoteChildJSONRequestBody = RemoteChildUpdate
+
 // SetChildCredentialsJSONRequestBody defines body for SetChildCredentials for application/json ContentType.
 type SetChildCredentialsJSONRequestBody = ChildCredentialsRequest
 
@@ -1252,6 +1270,9 @@ type ServerInterface interface {
 	// Detach a child topic
 	// (DELETE /v1/topics/{topic}/children/{child})
 	DetachChild(w http.ResponseWriter, r *http.Request, topic TopicName, child string)
+	// Change how a remote child reaches its remote
+	// (PATCH /v1/topics/{topic}/children/{child})
+	UpdateRemoteChild(w http.ResponseWriter, r *http.Request, topic TopicName, child string)
 	// Give a remote child the remote user's new password
 	// (PUT /v1/topics/{topic}/children/{child}/credentials)
 	SetChildCredentials(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID)
@@ -1886,6 +1907,46 @@ func (siw *ServerInterfaceWrapper) DetachChild(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.DetachChild(w, r, topic, child)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateRemoteChild operation middleware
+func (siw *ServerInterfaceWrapper) UpdateRemoteChild(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+
+	// ------------- Path parameter "topic" -------------
+	var topic TopicName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "topic", r.PathValue("topic"), &topic, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "topic", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "child" -------------
+	var child string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "child", r.PathValue("child"), &child, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "child", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+
+	ctx = context.WithValue(ctx, BasicScopes, []string{})
+
+	r = r.WithContext(ctx)
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateRemoteChild(w, r, topic, child)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2680,6 +2741,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc("GET "+options.BaseURL+"/v1/topics/{topic}/children", wrapper.ListChildren)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children", wrapper.AttachChild)
 	m.HandleFunc("DELETE "+options.BaseURL+"/v1/topics/{topic}/children/{child}", wrapper.DetachChild)
+	m.HandleFunc("PATCH "+options.BaseURL+"/v1/topics/{topic}/children/{child}", wrapper.UpdateRemoteChild)
 	m.HandleFunc("PUT "+options.BaseURL+"/v1/topics/{topic}/children/{child}/credentials", wrapper.SetChildCredentials)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/pause", wrapper.PauseChild)
 	m.HandleFunc("POST "+options.BaseURL+"/v1/topics/{topic}/children/{child}/resume", wrapper.ResumeChild)
@@ -4164,6 +4226,81 @@ func (response DetachChild503JSONResponse) VisitDetachChildResponse(w http.Respo
 	return json.NewEncoder(w).Encode(response.Body)
 }
 
+type UpdateRemoteChildRequestObject struct {
+	Topic TopicName `json:"topic"`
+	Child string    `json:"child"`
+	Body  *UpdateRemoteChildJSONRequestBody
+}
+
+type UpdateRemoteChildResponseObject interface {
+	VisitUpdateRemoteChildResponse(w http.ResponseWriter) error
+}
+
+type UpdateRemoteChild200JSONResponse Child
+
+func (response UpdateRemoteChild200JSONResponse) VisitUpdateRemoteChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type UpdateRemoteChild400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response UpdateRemoteChild400JSONResponse) VisitUpdateRemoteChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type UpdateRemoteChild401JSONResponse struct{ UnauthenticatedJSONResponse }
+
+func (response UpdateRemoteChild401JSONResponse) VisitUpdateRemoteChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", fmt.Sprint(response.Headers.WWWAuthenticate))
+	w.WriteHeader(401)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
+type UpdateRemoteChild403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response UpdateRemoteChild403JSONResponse) VisitUpdateRemoteChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type UpdateRemoteChild404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response UpdateRemoteChild404JSONResponse) VisitUpdateRemoteChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type UpdateRemoteChild409JSONResponse struct{ ConflictJSONResponse }
+
+func (response UpdateRemoteChild409JSONResponse) VisitUpdateRemoteChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+
+	return json.NewEncoder(w).Encode(response)
+}
+
+type UpdateRemoteChild503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response UpdateRemoteChild503JSONResponse) VisitUpdateRemoteChildResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+
+	return json.NewEncoder(w).Encode(response.Body)
+}
+
 type SetChildCredentialsRequestObject struct {
 	Topic TopicName `json:"topic"`
 	Child ChildID   `json:"child"`
@@ -5435,6 +5572,9 @@ type StrictServerInterface interface {
 	// Detach a child topic
 	// (DELETE /v1/topics/{topic}/children/{child})
 	DetachChild(ctx context.Context, request DetachChildRequestObject) (DetachChildResponseObject, error)
+	// Change how a remote child reaches its remote
+	// (PATCH /v1/topics/{topic}/children/{child})
+	UpdateRemoteChild(ctx context.Context, request UpdateRemoteChildRequestObject) (UpdateRemoteChildResponseObject, error)
 	// Give a remote child the remote user's new password
 	// (PUT /v1/topics/{topic}/children/{child}/credentials)
 	SetChildCredentials(ctx context.Context, request SetChildCredentialsRequestObject) (SetChildCredentialsResponseObject, error)
@@ -6107,6 +6247,40 @@ func (sh *strictHandler) DetachChild(w http.ResponseWriter, r *http.Request, top
 	}
 }
 
+// UpdateRemoteChild operation middleware
+func (sh *strictHandler) UpdateRemoteChild(w http.ResponseWriter, r *http.Request, topic TopicName, child string) {
+	var request UpdateRemoteChildRequestObject
+
+	request.Topic = topic
+	request.Child = child
+
+	var body UpdateRemoteChildJSONRequestBody
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateRemoteChild(ctx, request.(UpdateRemoteChildRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateRemoteChild")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdateRemoteChildResponseObject); ok {
+		if err := validResponse.VisitUpdateRemoteChildResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // SetChildCredentials operation middleware
 func (sh *strictHandler) SetChildCredentials(w http.ResponseWriter, r *http.Request, topic TopicName, child ChildID) {
 	var request SetChildCredentialsRequestObject
@@ -6576,341 +6750,354 @@ func (sh *strictHandler) ChangePassword(w http.ResponseWriter, r *http.Request, 
 // Base64 encoded, gzipped, json marshaled Swagger object
 var swaggerSpec = []string{
 
-	"H4sIAAAAAAAC/+y96ZLbRrYu+ioZ3DtCpA+KYpVKHlixI44sW93e14NClsMRx/QpJIFkEV1gJhuZKIqt",
-	"0P/7+z7ifZITa8hEAgSHklR2dx/9sFUkMeS4cg3f+tbbQWZWa6OVdnYwfTtYy0qulFMVfnq+LMr8u2/g",
-	"z1zZrCrWrjB6MB08E5VaGadEBlc8siIt8lQsKrMSbsnfVkqLsrBODFO6eDqrJ5MnmcZ/VDoaD5JBAU9b",
-	"S7ccJAMtV2owHeDNg2RQqb/XRaXywdRVtUoGNluqlYS2rOSb75W+ccvB9OLyq2SwKrT/fJ4M3HYNj7Gu",
-	"KvTN4N27ZPBSbksj8291ZnL4bqc76Vxa9fllKirl6kpboe5UtRVruk/Qr2cK7ld5IqwR861TVlSm1vmZ",
-	"q4q1UG9k5spt6NPfa1Vtm07xo66Vb0PcH6Xr1WD620DWzgySAb1u8HtfV16pTBVr91ep81LtduT1Uom0",
-	"omuul3hRKsxCSJEZbeuVysVKWStvVCKkFTfFndL7mtx+zKkT8vT84viEvDbrIvsRX7PTA/hJQBOm4lw4",
-	"Iy4uvxLZUlYyg1UJnUnl2T/Es7P/JSZnX4mxuBZnaSK0cSIdp8JUIh2P0z1ry8HTP2BtraVzqoLn/u/f",
-	"5Nk/np39r8nZV+Prs9//x38O+jr6i1WV7u/nUonaquqRjTt7fvHl0c6K/7mvd7V/24kdPL/48sQO/s+9",
-	"PfxVFm63d381G1EafQN92sjCiYWphPRrbyqkyOtKwsVimJ5PbJqI9OlksrLpCGZwszSlElZlRud2PNMT",
-	"MQSxkquFrEs3ElLbDYyPdMLoTF2h0LGqulOVyOTaisLBbxcTYcXwcjIRcm7u1Gg803vWOrRxsGeUnlzs",
-	"9vsdjLBdG20VCsqvZf5K/b1WFsciM9opjX/K9bosMuzp479ZGJu30Vv+s1KLwXTwH48bIfyYfrWPv60q",
-	"U9GrdldORS8ThRUrWS5MtVL5lVgUb6Dnc7UwFVzjqm2hb8aDd8ngudGLssj+4OZl/FYrNoVb0tFQV5XS",
-	"TlgnnRLDwgn1prDOCllWSubbRFi5HWGbX5hqXuS50g/f6Ge1Wyrt4Kkg4Oe1Q4Eiy9JsVA6rODfCLQuL",
-	"DfuL0eqPGchSSavEXC0LneP7BUtlQVIZFoA2uNVUJZaqzLGBPxr3Ao6mP6aRKFQTsZaVK+DrBAUb7GNt",
-	"ciVyoyyOJk60b993q3WpVko79Ye0srDiTlUWBI5Z4EKcV+ZWVU3rzGKhKhpjs1YsnLaqr8HfyqosVPXH",
-	"jC6OoVtKx1JP5aKqtRVSC0Xt8D1LxGZZZMsjXRrmNQgxIUVlyhL+qtc3lczV6IpEhnDLytQ3S3gD/5Rj",
-	"K3AkXhvzvaxu/qD1Pzf5Fta4AcleOCvKYlXQlPyiZbxpH749Pxo8mio41rJK5fBqWVo4i5dK5qwy//rr",
-	"r2exNGm/eOccoY7cyaKU8/KPGFS1WptKVkW5FbWGd4Jww6PTT79cOFWJ9BV8OHsGH9JwFLf7Gl2yqwL8",
-	"TLcEDWDnVEp2x6XQTt0obDg0nXsDFzzLbr+WLltGp6zMcxQ3snxZwfJ2BZzFC1lalQzW0VdvBzK7xX8L",
-	"p1b22Ng9y26/1a7awiJbyTff0T3nk8kElSX/OSgFsqrkdkAqgVe6fqNXNiq8mf9NZQ4eGR5/vy6oN06R",
-	"QO+cXBalWUq/pyIYcKj2Z7cwzoeVmaSr6b+HQh/3vPO0PWPwStm6xHns9BNX7s7XYHmdtOifw4Uwc6Rq",
-	"9m26dnPxyc31fc3dHZ+dIQR1prb9aj79RnJYwdSLjanLXCzlnRJLmQtZGq2m4mJymYjLyQT+B3+dT0Dg",
-	"PJ08gTkEHU862iNPLhpVvNkyB2chtPDgdHxf2J4pqfC3e20gnt13RzaJf3Jvo0qnKrQG32/Pr+Sba5nd",
-	"qvxagsi6XqvqOqgocMHOiK7km2IFljjsdb/d+Zvd8cbrrwt9vSiLm6V7gOdXKoj/64XMnKn611dm1oWy",
-	"Qsls2Shhwi7DIhsLukw7OPJVJWSeW1hblVqZOwVKJb7JhqOfvh5msrboUOg2JE3QtaNyMd+K9C/fvhaP",
-	"784fZ2Vtnaoe493pSNTaFWXwpfiGLfE90omV1Nux+AFOBbeUmswDegRYxSZXNlh6l5OvxgJXgyU3kxS2",
-	"0DelOiMdUzop8qJS0Lgt7azzK1HJwiowicBKFMYtVcXPxSv+Zgqt8t7dFebqi+OzBMc1DA3tjPhRn1/G",
-	"j3py/vTJ55PducePuw9uTsf+VU+Gva5LVh3oc3sfJYM3ZzfmjL8EHWL8Sm5+YFn3LhncFbaYF2Xhtteu",
-	"WClTu6PduHxy0dOFXoG0u6mdk9kS3Yrvt6vJOdi/DeAnMkauyN5kv2Oa4NLCX9jdIgpabt6LSauuc1Ye",
-	"9y0mg4XUMGa5KuX2PgsgGrxJ/6qChh2TtK/wqtZw7hxvOGB9Avb5Uuob9VJauzHV+04HWfPXa35KR3f4",
-	"ok/b0Gpz6PpowL88pmq0HtXfR14ue1bRe83n7mwVPUvyVxBx6WPvCn/8Fv96l4rK1E5Z4eStQrcY6gX4",
-	"43R3naLfbKZpbeOihYtpuSai37HOzrbYQ0+er53elvLm5FMdh/J7ebN7qCeDNZwT+XWlJFsp3aHYknA3",
-	"a7Tm6HI4gBayABM0EVLnYgMjhq6WKyHnVmkHBm2pwN7VbDL06K733CheW+vxyab8onTaNBdt7eHuiCY7",
-	"5xpMjFmDbTMaz3RKnUzFZql0ExR5ZIXZaFWJldxGnhv2zuN1a4kOMvR43lRSu5neSDij78wtjZpj37HI",
-	"VanQYYXizqqsrgq3FUaPErHTYrGRdqapWVOhjVuC8U+tLlTOp3V4a4iFDA2Y3gJ9TxhCGKE81TPdDBL+",
-	"YKGvFZ631pn1WuVjkfIMp9Od1iyN5dvhGjvThRbWrFQ0pEOrVEeveWRFitOX4vKHBZfi6klLad01mg/p",
-	"6GqmfZNdBZ3DAZrL7NYsFmORthZsKqzcQuO3tE18OIZXw8Cvb9ATqDf9sZldsbsrT/YKqeeNR+H9RHEs",
-	"Uvs8sjj0PuKgNsJfPxY/O1OpXCidVds16HQwnBqWNyiRGy3kjSx053C8r6g+Lqa/J2HUI6mvs7qy+7Rf",
-	"rd6gp8sqR649FDB+BYUlCuLWXtGmpZXPDglaJ7QHuqrgHnGv3qypW932vIoWeKX01Ac82Pjzkj2ojH4D",
-	"+7a4pdqKDewh3pPDsGlymAiWFkFbDg8aXdG9slI8c/fqEJ8Dp115zc6gE7q/9GEgeWOwwabMlXV+WNBJ",
-	"uVXO9xbE3KYqnFNaDCckObXRCh1IdtTqTG7qOdq13EZdr+a+iV4OnNBCaBTcIPCG3QX0iIS6GN6qtWPX",
-	"WAGyMTN3qrKjsfjOiUxq8fcaHhxCXCS+ae5wxhe1leUIY8ddYc1LkPaa0eUWDkHYqSCTDJ4U8fnA7nbY",
-	"pM4Ima8KbXuPRjpIrmGDXNMGOXGSD5uxfcpq/7nfGe2Ej/NwJmCwls/JKcjfrh7Q2609h3fv1FKUad+s",
-	"jiNhz0f3ewn7Zrx6Bz1pSzHabvvFYK8PxnfrfuraUQdMeGxvc0jN7GkM/XBd7LPEghFf5IlYyVzRXi4c",
-	"bvG5Mc66SoKGgNoF/njQoIfbFkVlnTBrpcntIP17QJhzCGTUu2Iaz8eeIySEWEolc8uHBt4j1qXUqvep",
-	"KwUS53S32A/KS6iu+gzv3zuYu/Gf3tbwAByckBACc213UGZWK5C6OYJCXH/Q6VabjRWFo421UNLVlUKI",
-	"Qinh2ZXCYKXFM4j0exBl6HkBAaezss7xJFQrUuzgOTyIj8Sq0Ne+eSAEVvLNdZhUcd7yJdFNHAYT80JL",
-	"jFpJJ+xayVsrVqZS/W6dA66crm3Jk9JaPs2s926YSkmnPsBn+VDehH99X2g/iOYDAUL39PWQaD8OEtrj",
-	"kms9iIbGHh6bi6efv5+P+JM780HcmS3xAAtyvxD4xarq/WQAGt+nnyp/gcv7fTLv52JLGhjZUbTYYbUo",
-	"gqMdtP6+9br6fcKh73HPh8QQe3x7S1BgNJvLjc6aoPttrcy6VPvUcldury1a3cfa8xIvJgv9/qHLzvU0",
-	"aHun4DmPTyeO7xAlsJLZstDqrFIyxy/IYIL5tWPxvCyg2WJeSZ0tBakYViVsjBodLOHxTJ+JdC7zawaJ",
-	"pdMGwhaAY5F+gLeN6LZC38myyK9h57OTziNEQLzjj+K/f/7pR1Qr4atfXr84+5K8YUtpRa1BjdFiUaiS",
-	"QmCE54ABse13QM/Qa4X2FlyKLjf0ys4rVDNQU5Ir0D+ruuw+IETi8SkIOISnrKVbRlH6GMEHP5sa3RiV",
-	"1DcqYWffTIsIwIOeDKENP7IV8EclCJrYbQqij7EhHtQcUEIr6bIlgmtylZUSdD3GoOCwYCMKS8OqFQb9",
-	"ViFmd37xpSjVnSrhbrVuv7YDRJ6yz2IXwOYEWPloozEsq7C2Vjk9jvbC9V1hShyBQ92IHejY4p/x5qvg",
-	"74x8DK2nO2OuYf+V6g0+n74O2CMp5nV+411MAT02tMU/VCJsPecNm4CpryqlM2Vh2nBCFlLTvFaiNGad",
-	"CEbZ2lGwi8D+Vw7HOluq7JYQWuvK5HXW4CnREWcdPbjpKLfVGXMbTQ3MqHVqjYuogFWLPTgwFGSvXsOp",
-	"aRbXuAR50ti/BltI3sBCrcNIBGWGnlG3YVnpFFZqL24KL194jCdeGBCX9KM27nphas1PsXW2pOgJ/Yzd",
-	"v24uSkQaGtP+muzv1lewmeNvYExT1PmbL8VQG29shM0FllGRjxKRrszdztWN5xF+xY3LNxb5aEp/0eh3",
-	"YJFRjwgQGxrZfPRw2rCT9qJs0e/hN2MmK00a4qqwuE3SKNLUEht+O8Kv0Y3x66BPcGmO4F1YQ96JCedg",
-	"htpPTit1dGCtobF4XRrre9OBuqrjSFd8jk+sgP1byuqGZDaeCqYK3rhdCCHevFJuaWhh8MLzQwurzCOT",
-	"PRqYRxckNt7nx9dbPYu6LPn+CO1g4KCB97LGCeNda7TGqM+8E2L7zD/JGARJNG7ktbQ0OTK7FYvKaFeA",
-	"cKoUSA9XqtyD+NAmDzvS4wv9mUnCK5MauoXgP+qXNhsxtA4ar28SiuLgX+wKw0Hksxj+hJEPY4Y7o+ku",
-	"DjMeZbxM5yYvlBUF6AIrU22bxcGSxF9I0S6JxyFpScl+aCILcWcqeaOuoZ2Kzrm8sLe45JSgbylLAB1L",
-	"8AbsOkU+hlLjgIavaSy5oyu5nStW1/qfTL7YaGAReYP7SN6i92Mus9upP8rjfqLMy0ApKVV+47HnqE3C",
-	"7qqMU+gAniuBUqZpsj8c4Im5Kos7hQPFXfFd4CEL81MpnF6LjmgJH+Gc9+cMvQmeyK9xmyJTY/EadjU0",
-	"qCxulUjZtPJnQ+0yQ6KD1SsaNximeE/Q4DyyNH6FFfBbW0L42cbB9fFGOiPtWuJBiDFJlpbtZgQFKS9o",
-	"8BeFLuwSt21Bx+EchvAK/9zXapAFRQP1xodH4PEdbLXqoMVZJsDxLkuSRfXNVazL+mgjGQyVWpvKtQOP",
-	"kXaM+SqN0ht9ZMtqR9tsfYeyMfpmFxXY0a2aryKFaJAMelSDQTLoHPbkceOcjWQQjkawgtpn9SBygrS+",
-	"7ZzUA7JGW1+0D2mwf1rncHgZSW//hPDJn5Y4KrtH4yAZNEcTNrNzvqDB1T028GHxOTBIBl2BTuMVoN7J",
-	"oJGgCM+MJRg6KBqxM0gGYTdB/2jh8xBHqxWbQUuvJ2qRDF4YbG71s5Oc7tkykDkM2Lb/fvBnD2mp0QG9",
-	"LG6WYgMHzUpWtyeGGnGQo3BUX6gaXVp8lHiPL22duSrNhjMa8BEnvlX3mrav41MLZBBn2OD7x4Oj6CM2",
-	"v+Me7Q/uvDBVpr5H8Pz7OYb29wGEP3WEQBV+BMlSbOsjsOg6vs97O3awJUf72I/vXhtri3m5xf11Ld01",
-	"7DbXl2GMK5VEttcQgh4EN0/DIoTDtL0YBWhNfhhIxFIa105oR6wKXdMgleZGqOZlYRRJUptbGjsxaQ6B",
-	"dWXulLcLmmMMWnfiwvTI2/6JjQOWvjlgh1UgZ6KjHSYa9dthOOgRUz6Cs07cVGZjUQXxI9AAEbre4zYC",
-	"GPNMvRdyR5ocjCzumeeox30LiLyZ903u8FEGf36yOkPCHlQI+AsNExDL+arQvdIRR6VnJr59IzMyj9Bj",
-	"tK7UongjNkWZZ7LKrRimhb4zRabs+DPOavdjFgcKnp4fjTAcySjhA5rb2Td+f1WyhId3d92+9ITU3FJE",
-	"BHMv0+My70AWwX+bQr9nek6eV8ruDtjTowNW5B/qpMYIn29AX7c4bLszpFGju3liuTpzhuLYfFWvI3jp",
-	"3Po6esye3u0GnpvQaL/Y8DKxL+wb3BkLVVmM94JaD2ZlEJOFE8NzBpFycBUh9wxS6jzVjnbSCyiebIVs",
-	"ci5DKDiO4IIEAk2yCQ4X7t5hW/z18HjASXJwOB5Z39FMalHVWhT6o4yNT8mk+y2imUbv0cUmYni9VH0A",
-	"+L+aDbkKmpM+SupAlwXOOypVJ+UTtV5aqpPe2X4XgilOfFcjoAIZBmg1oBjXdk2xv1yhLfM3UzAsM1e4",
-	"0iwMdT9QJxncGYaw8C9zY0ol9WE5cDBbigRCP0znY2FCOo07BDr4oQlStdvCToHttXROrdauL3zOu4Cg",
-	"Nf6GRGSm1o5SgwWuJP6pUFYM5XpdmTfFSjrFKoj0boXRWDwj4DavP7k9cf5vFSZEHg2dPyiOzdvLvULE",
-	"myDSCujhlMILd6qaS1esEuHUGwc/SvqBmpxw0hHRxQxNNdMNAjVh4JO9RUcNYlmQ+oVv5iSWLnXMlK9K",
-	"yWlwJCK+QzwTbbG9RDN9KY/tEflpLf9eqytEEYNQdAaTTXunf1fNKVawXlbrvshqgxNjf3EiftHFG7Gy",
-	"J6rUxPFyNO/TU8HE4L1gxDWek6atBzbfPmFA1so9pEGYtiPigB98oEk/VcVNoY8qYjujXykkC1pvCbeH",
-	"OLsWbj8zoAfDoTcWzxqfFmZrwHqVWhh8tyjsTLMfEWwyldMah4cT0LNqQzY95hxsMG6D0Zg3QE7ime7e",
-	"MHwGC+9r+N+zUSsP0rcLdA4fhUa2Jnox/DWe6WdijlFDMptDs1tZNpSxwbGSgqG8KhfDy8lXoyY+TM70",
-	"mZ4rci9udE8CziEY5b2U2IOC8DAW7Agu6+C9YWvdl4GrhVpoup0c2oUHFvcr9D/unnhyJW/6NJWf8ImI",
-	"DeNrOsh8DDds0BUO6h7C7kF8MfwR9dcrsPw4K4lSemCvVAqTVkgJjgH4GFbJW9bgKcKrg+KJXJT9x1Ic",
-	"pWPHBS1I7FJvR0aN2Ja2FSBMYSeBIl/oeh/o9WPJtGTQAab3TRm0B9sKDQWZs9PCo2O6T3a239+72Mxd",
-	"zyLDnOg9kCBUgtBKmIJJTfgWMXz50889CdKjRKSxBksJTetSZiqFiSsNGR7ehwU/5JzXtTBVpvLG73NT",
-	"mQ05MFXLUTSX2e0InzuXpdTwZLL2dxK64Y0ZZoTmPW6hUQyVb0ITcfPZtSMzoh/j9w16IYp9GgdHjq+l",
-	"h+z1KAZosZk7FQZ6SKpBUZYFZ6WMTtQSYDEd8Ai3Hak3BnOHVmu39WB1/1NhybiVec75OrKw+8dwj43f",
-	"8SCgq8l3lgBl6Tfffv/t6293l9Hjt0X+Lh0fSO/sDmRRKp+pmGCKTjvGjC5EtYl7SE7/kJWJOu2msOrE",
-	"sb63Hl6Zm37fCtJpLEHIdtEnjyz6b7uNpyDC8Dzg0DNZ3yydqNd70okaYHLvYdikGR1Kdi2cjwybClXZ",
-	"DPZCiUHovjE8mU6EFLSwDQqbhKRgU+WqmmL4kSfXx+W7c4nYIlyuiNgADUhZMPWG3EywwDj4bTeFy5bN",
-	"w2LhUlhBP6vc59O3XOtXPuAdT9IruUCPdL0WC4xGWUyholgtK5YCe+kRRUhS0bSA7kXsP1uv0EGr3JXP",
-	"MAuNJGAKwREw34fi0kZj8miYE5KJDB0g6KHPLB1NYS6VzlXeDtE26UJhhAaUjHzHvgmj0e3sX8L5RCrf",
-	"43o+lvxxo9Chxl07IoyI1yOnU4Q5w06UR/usp2RQr/OjApowZ0h3g34zf6K8r5zuc9L0qYwozXEYw95J",
-	"+KSOxEn3kOn2aZ8SsMe8A+l7uh4EysRRww4fua8Z75lTcp+DritVmzDQPc2TD7MyjoU5mx0RySSMda1q",
-	"61DoU+LoDkbx/j35KDbP4TXbN+E/mlw10ZzdwSB9HkQ5jMgjK5Z4MYp0xhKIISWHktI/3rE/CVJQKXWN",
-	"7qnd93yNXiu4gokqePgNbfR2jt4jKxagWditdWolhqVaOMSJBgIE/sXDzuT2VF0NG2qLf+xt6M/FP8Jc",
-	"/2GtOpSwh6mPe/gqZL7tlZ7oKAxjjOaj9VgxK4ZgAT3Gu/+RelqkWIQHx3YysFudHZNHP2919srUOrf+",
-	"jutVL8AgPTuDX8/g13Qq0o0sU7EKyAJMgsjRtO4SYuR1RQSDHFLGTO6qcOoMQTE4MQl+Cy8Qa++iuRIp",
-	"HvIpqXqWfsafQH1xG6V0FHO4Eik8KcXL2P1D6Dxep0hhAJqOqTXGYPhZsU2zkeUgGeBrYfaLFnHdodAh",
-	"zWc8gn27+afa3ZhC30TO+nuIcHaOx4JrcnHZ5xQKTr8TTHL2EH6gsN7rM3+mt+wil2WtEo8o9A7zqxO9",
-	"3WjZvIePu5/gfRpekIKy1G2CB/ej3HOG2jwWqVNvXDpFUpf45sjRz+coBgEKD2TEbFr1xiUNQLOJEMw0",
-	"34k7myELKftQ6ZWPP0tbqRijLkwQ3ffJAK7tVyuPONpjVGKTYt31u6NrwKy34lapNWnT1tRVBlIO3gDN",
-	"+jl0GDnlmUIZHWGUHowpCdps2PNLRjLDUSL7YKa1wmBtaLooFkgbUSHmNbIkwhWWX5QrUO8studVoNjg",
-	"XY92ReHo9dYQhgdNBLkN1Dz0aRhYHGYaexNz7WImRUOaQ0R2dbYU1hitqhABm0Jnab72O2iPZyH77dUn",
-	"VF76wdgD55MZHO+EEe9BtewD1lEqiis5Od/ne5x6LEawxwNgQukoF4rh7A2UnVjAfQtOfWdMoNt+4wsQ",
-	"qM1p34H7xapug9qeg04p0a4dFrohGqA8Mlj/Xl/2+G8+cGBtFRYzFpBbyVkMgqvKLos1wse66QGe3/Dp",
-	"5AnqWGGHkM1aa8xpRvp6SqznBDa4hNemFZOxeF3VqtenEKkFc5ndluYQxNPzsYT576Dq/v//9/9rpgo+",
-	"UBoDTvap60OtTbbso+8g+1TlMZwANNeQHpJjMEaVKqOcFFWt0HdA+DYUnKSCkNWJ1AR411UnlwS1FalZ",
-	"rMBzvHv88nxyqv+QobT2fl1B7YRiwryGHlnhDVTPvkCtFlYRIiYKs8GxE2ULiOHF5GJEvi0pVvJvhihl",
-	"WgBGG5IyWsGIQxpCGyfc47qHdXEd1sWBFRXJFVi+XiWE5ctnInweixdMV7Y7ctOGngIUunY3o71o8aFI",
-	"mU38IM3uu0Kdj7dsE5yxEV0PSqLiVNRmwHof6Hmtc4RGUF4THAYncjFhk/thZW2SkpjRptfWOCnA4im0",
-	"gh5QlCXY1ic2lxid9r7lBZG20Lusg2eTbvRAruP9eNofifeVRb+PL3f9HcMeSCxdtLqK9yZ62tToQwCy",
-	"ccSzNYjtidvZbEn7YG+fuPHabCR+WFVH4LetbPP7QQdecmyUkX6oMmGGOEtWZ0CrZTX3DMPuWJmI8HEw",
-	"GFEG0JS4BTkNCBTxFi+gFbbOMqXykHoFuncIYOAKnqtG6UZ90CodDn2qL0Oxf3wj09JgutMVZUUxf00L",
-	"dm4WM82O4obfxKagouY1iy4rVpjdOxa/womUwbYNqUroaW4llCXU1egV3J2otytJyYxIGYnqCe+hHlDB",
-	"TuuOIMstWy7N6KlKtZLjTMX8kke7ErVwtDfwvWfjdk+Yhh5hD+iwPWJ+NrH1IUcOZaV1YaseUbZDss3u",
-	"IPbuFlrMH1CX4Gh0n1EnUYx/iIZMoNwmLPjjt/jvu3QUDQUCMaXG2kvTmQ4qcH/Wr9SklRitxHB/Rm9C",
-	"MZ3wBo+GoR2Fy+Ry8tWerGMilmyIR5uE4A4Zz+RjIA+6Ppf7lXNIBpgxJ526BjmwOz3Plyq7paBXk9RO",
-	"TNM+nZJ4VH1yKI37ELlKY8xFwnOD6jxzq3qpeTG5oEFFBQbJ8oluBM0NHkrCX7OlaGda8gZGIgGfUtpC",
-	"RdFBrJXK8Rgji0OKW7WNy/jMdGOEwzFI8CiyOtDPPldio8pSMHsFVtoKNshoLIiSj9mLK6VFTWzszlDb",
-	"GmgZjY10QiJBeIuueB9i9yAKjvdmD/fzgyJIPxx7eKgzH6c8QxiaD6nOEBMqHyKc5XyqDhu1iNhuY8jU",
-	"0mz0+AhObu+r2qyDnljDqbL0ts8u+OKY/I2XJzy4Q4mAOuSNQR1lXxy/cjHkVpvNIBmQM8m6/WlI/RHY",
-	"quz/PiJsOkLJVJVRBDXuvm/rkck+9ZzrGEUhXEAYUtkcQv7c8ZkTw/ZSGU3bzOG1Xap8ptFxKF005399",
-	"/fqlePbyu8CBYVuCmXNUOsuODvyZPkZ93AfelNdr1RNYffntDyKDyxasDUJTK5CWmDSixdK5tRW/vPpe",
-	"FNo6pDlYRIGoR91o6+dPnz75vDfCejrfs78WRvdHWcm8+aaw4kto4xcX5PYe3ZfnOVrkHZ+7Npu0Xbhx",
-	"ShNJ9AY2MuxRqdFmI4wei9Rvj3QqZGlNJwe4oVLmcyzktNxjk/FWOkGYzMF8/+XV94lIYeqmjx+T6ovz",
-	"iJ+WxrrfpmtTud9JUza1ay01Zn3qUg5OLo9Hnz8aFxtu/FMZ2V4RkA+zMe2fSWPX6QU/tK/J6Kr6Wa7W",
-	"vdkKWglMjL+TJR1HrHBwDLMVSxdWbvjA2PWnV/2FA9AETzGESfgWv6n9W0/krsbnHHAqecfsfOuJPnxw",
-	"lflbcvSxeTu39+0H3Oj9yJ5vd7vjY0MRoOfEd9zfCS2dSLFlaUIkPq5tvzY9701u+2guvIdpB7t+mBHo",
-	"Wt6o3jl4dhMADsyhXms/QCEzKWpgoTFwxyTqbQHaBHhO9dmzQbNv9fPPH2MDrCO9fd8eYGqaj7bwu3nW",
-	"jA0LTfHbsjMOSSMQYk9b7H/rn9xe8dXAMQ6BShAQkbcAEUOw2BdFqc4YyYI/coEtr3axJ80sOP8s8nhu",
-	"ZIGpfgsq88Ee+lGzxBHIZ0G8NsMqvmccDVbtiPAXYoVZzzouaeAbT9FlizK6T6X6I8QPtNT2ualLHCnE",
-	"wtG4YvoTj8bJMoWa19sNOqp3e4I79WTylDf9zzb6BmQCNj3e/KyMUJdOLaCwUlL3vuYHJXVTuJvMuo/y",
-	"xmrPyv85Wue4ohGJ68HG9zzd6DnITU1rpq8AEF7zwXJsj0SJ10fotF+TfQ1s5iLMfZ/weO0txo6JEsCu",
-	"Le9FLp06c8VKDZKPVv/qkB39HerBi8LnWpXFIpxloIxeBXVsr9vRo5+1AgthT2bSvTnOP5zFfD9P+QHy",
-	"8A+lB39vEvD3IPv+p6fxPoWlu+voiMa3MwT73nx4ZRxbe70TFGPR92/qb5STBVqqsix/Wgymvx02o0gS",
-	"vEt2WJcC2Zr1WKHTfIVtiNHJMU1+zW6/fvc96/dlNhQ8JzXPd/dwqw7w5eADflYONKC+84d/8XrXfMty",
-	"iSA6GpkpxoMTyjh0wHcMdQSRkCYehEbpy/Mtk2jU2VIMWwi1fnX9QQpCdA5+0xRtaoxQJgHGxKN+ZtIE",
-	"D9Ious6OIHE+ubgcjcWzUNiIa4cg3y5ZKYu6QsfgLkaMy18VTGJJdjBqI8HCocCfQvcWJ39zoMoD2TO5",
-	"vuJ6RC2jihBNMW9s7RIhW/VrEe9cOzC4VgZbhyzeehsKRB2uKftxamr0TFGbV/bw4H+MFjaHWic2Rpsk",
-	"8tRR5j86f80iLH0xlM6sikyWnKDwUQtrdPAftedxjmz2IVUQefp54n2U4sloLF4Ub0D1wMmkDX94uN67",
-	"UEdn2EgCmEWn5mEikNXUukJnjgsYh9l84lni49rJoa90MToBFmqjqitxTiiqEsxG+HV0jxLMVx168ZCR",
-	"Y8UQIRraxFxJyIiKzcvNRo9aYEd000dEvodQbv34thXl+RzbbPeueLKLN8ASdkH8yUqJW7V2werxM/GF",
-	"yOXWjsbiVwyGW3WzwqIIDDP0UouAcL5yJ21YqlZwsnj/ePVWuqSLEWe+GOaVXDhxMbmYnJ1fjHx+B7tF",
-	"AgM/hoKJfR8jwF1K2VZIOH37LkVYAnFh4RFA5UDZcDToql2qCtYX/Eei4pEdi1eBWV9UypryThFEp9C2",
-	"yEmMMxM+tiNi0Y2acNVw+wcPR2AmJoZ8hEBHPYmYcGGGHkq37boLpIVjEZ0GcGjxSdkwV4T1dz6ZwL/O",
-	"iPMLsYwkGayUIzrDhxTzJuWpH3t+0BXyGqsRcCKP2xj2Cdn7OUOOcLo2tJ0UDOR3EADDVzXrz4HlS3vi",
-	"CKQloCPrKhz/X01OBtbGUYoe0NM94QNMQNt2K/jG/35wxvrV73+SWTtY6A7pn5chM/LQaEc5lC16z9Nt",
-	"i9PMnt55OGB1/GL7CCU/VuGne6ABmnDggcgatLZ/uWCN0pMbjL0+NpT0yN5KRr5iKp5O1IC5tLRfOmf2",
-	"69cvxdfwGxwa9HDQeugAo9oO89qJ9DGto3+kSZRbSQitxyvlqiKz6UzXulQWUfpOZU7loyadhAn/kY1g",
-	"p6wrlhXIV4Vuou1YgtsqNxqLy8l5c+hVdPdOkZREXIKu5F+HFYg8yDI3qE6MZ5ritNMmi4xqhcBxAd0p",
-	"LZKzJUK9cUrnidD4iYiBRnAtqrgIz5vpFJucJpyq4JmvfMmaKSJ7AyMumkZtQlyRokVox5+lMz1cMb2E",
-	"/1LVvhYffZFSUk36WQq6gAfaYItMJcxGE08RVoTczrQskXCQ0geUA1PvClrErWbIndHwQByp3IiYcY/K",
-	"6jLfKANocYEi0gyXU1h7S+fWg3fv0L+5MH00LZXMKROQ4wSJ+HutanVGkY6QW0WLxK7NrSICbrEuZaER",
-	"szKe6Zl+Jj77DLv+2Wf0PC5mHSe5tk0Cgmxy9u0ZqkGluRkLBndVdqbpt6AuXHkNorJUlgI0rSh0KCm1",
-	"zcc8P/sMjcjPPhNDOdON0iJYaRlRIh26ApCwj7nfPvtMZreffYaTWnJ+AcVPS7mGY9gQgjTS9aPkSETb",
-	"iFdEWVVhngMyeft8Hk/T7TeOk1wpCV+BY/kf/4FQH09mSZQkMnPI/XExuUhhdYSCF6iJxmmQ0B5OUhku",
-	"7FZnsN+jWBbsmm0bvHomKJfuYnLxqOU6aDpG1UuJQT9o/IRerp2Yb5tK3jMtWsDlDLTmbxpwOVWdY84h",
-	"Zt+MxhcsCt7fsDxW8+KmNjWWomqKSTmqRCbpyF3IoqwrrhZ0MbnEAZLZbTQ4NM1gzWAHmiFCs54fPO2O",
-	"I/Lhie70gslTGWtDKRJ290u75FI4z7qlf3TgQ9rBQyctK5nSTAjM6vNuNJVIcYw58t6g2qp8LJ5RpS1T",
-	"sWwMecjSv5vQ8e0RRiku8AqVE7G6qRq8Alu56eX5RERljrhvx0IdtAFx1OVKNfhsDH7gzbRE8HMLSByV",
-	"W2Ii2ybFFixl2PCU19iQPIENxrsGawDamabFTMkbmayQ9JVznbGsUvp2RpUEZ4OpeDvDKoTw52wwHo9n",
-	"g0TMPDQ3+vbdO+h/Ctdy8rRt1RWkfiIMDJqWhoKEqSgLULZTfibe3VRYnGkUQ3FFldyMRfp08iSFFbY2",
-	"2iqL/di2CweJoWeigUlIqLSNJMwz+fwqmIKFoiotrtqC6ZhevnmT+ipZG1O5Jf2GZLma6W7oWCmLTGmi",
-	"iiN1bPBsDYN/djGeUHK2AyOSjpFBVMF5cD6e0CVmrbRcF4Pp4Ml4Mn6CsQu3RNXHqy6oOfZlXj3jZXgx",
-	"mUR+znVlMlBmCivq9Vj8yLsBdSTbAkwO8PUU6/0uB62KXwgKG48rvPViMqHimpinjv6GdXB1Pf4bc2Q1",
-	"3ohDKqJX1uHM7clZabW9pRMOpr/9ngxsvVrJagvWc3GnNFH+OHljQbNkk+F3uM0rd3sH7wf63UeaX1Zm",
-	"pdxS1ZTPL9SbtbF0DpPJI4aeVHwynowvR2PxE0hpZxhvAVuP1chetTE9O2P18szrnT4RoKFwoWXVnhRu",
-	"6PFJQT4BVDva09G1EHpHnts0hjV5OTnfN42hCY9/6RQGwvueHL/vRSgf9C4ZPD3ljl+ikjq4IsIaiCZt",
-	"FUapdzWQ5n/STkJXZJNIjpXKMkPHGxZ5U04iA43P4Y6czcS2psEAqO5CuTN7hf7QoGJIxwVlkbZmWWME",
-	"Ch2o3e060+1yijuL4xX160/ZsPhuTN2Dzo7ffz737HB4fnFoizc8iXsn9rWHjiXdivg+Z4eJ13eF4V+U",
-	"e85Pf8Dh9a/Ysy25f7wtJ8cH92sZAPz/SjuZhwFNp7tCbaIp91PcnfPHERM/z317Ar8vrPuBr3nAGYyK",
-	"BeyVrbzE/s0nEcbAd7Z3ApPB2vRWgkIXCh6A3UIj0voqzIg6dCJlxTcVw8LR3j6jMk/8wwgUejLEEkpC",
-	"Y2QZ2WZpkaecDZevKAIxJSMH60iwVMZIGgV0FsVdmEK8JhGqtGwYaaPP8D5qODaSCOrknUI/CpI4thnL",
-	"GDwZcJnOwCemlzWV4PIX6EH6igkgOYembBrDnA+IXMuTZowK1GkCo4nnUDAbHbhNmkoomAW8VvK2Exds",
-	"8ja81jOMTT8y1+bGLUdwtp0H9TPgo7HwJf1Ns4MqtsQy1Luy9r9NoblQRuLJh782xKL2UTZpXLnoXdsj",
-	"6apavduRD+cfWT70yQZolMr/+cXC5eSr43c890UXUY6c0LQfjfsuqmv44eLnWZ57h4cvAxfO71MPk8dv",
-	"4f53XFxF9WHhY2H1M7k3iBJ2hx2vodxcNNtziHybsCuRvHSmuwzhYAwTECmkgLfYoNNRqKxwpyLZ6C3r",
-	"mQ47nwmRSVCEVOJG2b1Akia4KpSVpnFI2ClCRKszDXKzU4onRTJOuzQbK6wBkbPbXBrTNPjGiDJ2pgN1",
-	"s8SxUzlbQiShmxrQNBRj8UzkSuZe7mVSYwnbuEHoBjHTHX28Up7Gi1wvfpCKSti6uitw3jxhxkwb7UwE",
-	"eWg1ixl30XeppGu42Cn+XFh0JUzJl40j7HkfsNWSy2uCUL/crUOOUr6pRb6U/tDKr+AUQMcKlwZvi2J2",
-	"jGxbheYDqJ9UX8QeROSqaKJw4eKGXafPvvgmGuNIQLdE5cUfICq/aS8+HJ/AEM8M3ORW28itpxgb/SuI",
-	"1suTJOULrHv7B8nib4kI7yOI5HjaWDbvUwx9cWOLCNgjnKsFfLuWbjnweGwfoW2f6zFG5n65lb93zwdP",
-	"Bd3vP4jOBGbdo7Kh3VKkKIoTwQyIGESaclJKWL4z7aVxUQXisCSiwYnyJIY9XOdJYDof9W1pNIuwNw9p",
-	"FHlO7X0mEZFO/99gEHWYtt/bMPohHPcRlXcLtapKVBtQxDelVOijM8hu6kwaZ1rwk3wNQ8Ynd/kL4woC",
-	"Mz0MxQdGV3Q+3rdqADyjqTrgn8It7jL6i2FTHmDUeG2oNgJoT7D+PT9KFDql4jxCliUWyu3oPY2+Y+5U",
-	"oyhh7J6OlSsuXhAin3u0sVgfkFoUOS250isGM+1tIwQT3XE9+nBUcaNCNAgvGeKfYKqOQhl/V22p3pZc",
-	"KFYiOiXXYef31FynZPauwjHk8TYVL4vCNvrH6Io4fhqdY9MqzgI25orr/6qkGU2qqTBtnoh6m/G2qtzP",
-	"Qs9HduKXgddZNaovM+0NYJqv7t3xkI7R2ZpGhdjTKDrCkzfT3q5F/LLB6NnC0PORDrcyZUn1EW8qmRPu",
-	"lUtY5Fc8HR4L3itnYb++bGWIfHyzNq4ZcJJZe/FRX90n3X+OtDLyTfgNgVMXpumTcvZnK2c/IOPsrr16",
-	"krkc6hKdaio/R/0ECTlDRXWk0S7K8kg9m7wy67XKKRDc3vgNX3V0AF01ggqJ6yPdaLxjTIVwjxds0dGE",
-	"CBfkth7iKVCWLAJGKNOkJS3saqZRHMMTem06eHJk0fVJCxoe3FQ7m/ayJ4/A9+jTLvrw2AOOZWsnrGge",
-	"3stQgXsfkZ95j6nCVQUexlBp6rJN356gVbIHy28AK4beMxWXlBuxzXGnNMKZwkgFXw7FPhsqbBuxC0QO",
-	"dKp0VoCShRkfeICir2Wm/0buUPFMzGEpqNwnuWAQnT1VV904nm06UIFNJTnJf6Zpqx7Q+9Aj470I2mzE",
-	"ECvKBFXH+9FA6+KRyIMPnR4gKxUIzZujDXW2KqiFRfAOjQXxLqNnaHVYr+yN9sY19x7wYD9quoVh87mM",
-	"3g02ZK1w6wuh/xs6tz9I2nzr91Dfxmk2zaEwGu/4kOfb65LYwx9Kd6W4DclfTWg1SpjEHbWSW2GVgkXs",
-	"pxhxwEgEAhuEbJax+C4KMyUMzgoRIG9/6dxX6LNKUUnVEeLRXhBZGsGnEZHdgVcvFqOIu4l4wjxaLY1y",
-	"BEhpAO2gUy+p8gCChLNLlRJ2LTPlY2KHCgklpG5gKYxdSpY2dUognhr6WoveXaOKCkGWBLwumcTDE2yM",
-	"kNy+sCLULIJpIUMHYcwJVkUNQPWIjpUkyD7/TpTZ8F5OHvUm0Gy1EkbOKZGIMjwG+nywk6yxU3Hq8vzL",
-	"L55+9eT8/MnnPWWezidPJ19+dfH5+dPPv6R6S/RUrqHERyMXO2L2mPMvPv/i4uLp55zVxHwvX305SXob",
-	"6xlVvhg/jYhPzsdfNqQkl+cXveQhl+fji3bpJK4fFOWa/HZ8iEKy0W8xw9j5JJCBYT5Wf+8CmdblpMVo",
-	"9eVeXqmnF3Bfm88J+tfwLp1fTN79HlKRBoTSp8T9046ITpLRnoPCp2OFulH7JM2/vR/wlcqUdqJCeDcG",
-	"/2lWO0MTCXufWuRlfZPZtBfq8poueUCnbsPq0DPj3zb96J4c/3f4eZ0f/5053OfdpRx668lx/GFQW66p",
-	"BroWIvKpWL0sS1EpV1cadNlzpNhlvyMOMxwJoKS/Kaxr5XR7RyH9kjJtfUNOEcHubQNVhwOLuJpDWf+d",
-	"5H5WCKxT66koyCtH9+zU0fc57DNNN1N5Jm24wXDR5ajTFqS4pvb4RtNaTJODqcpzRWB2zEwq9M1MF66b",
-	"60wKC6ItydXcFOHCdKNCIzu4zyRGQPvlZNJru2MTX/MWfgg/X/SGPwnFwjwsu/v+Oc/PJz/E4PL8hDa9",
-	"NuZ7WVGi+J+Dk2HqDnnioeMth0OOvm84aBN27yNWrjGrjwHTY/Fqt0YTcQdTpgzziKDgIpfa0GDBJk8P",
-	"EfJjAqFyyJ8h2TZqmMa8HCP/HdrmhMfYzblJGKVHN3Jy0E7uDRot37kQoCLKuDZbOD52KW3jQ4jgIU7e",
-	"Kp0wI+1MRz6MW202DET0SY8+QRrzXESoyEGU2MhUAG2gzmECwkz7hnVHoEk3wubZQmfKi9O4g1R4Yqb3",
-	"Vp5IkD0ydF+6Vv+p+lVTho1GuIncUKPQzbI/NQobhyE3SfZbywRE0oavZvq02hP8Fpq3GBEZPXEjQfgT",
-	"PqlNP9IBcz2yEUyIwJ1ch6pZwdSf0ljlTb/MrLccwPO5eVhCh/xecOfF5BLhVcxITsSnHDRt7YsxJs2R",
-	"j5tWAaE3o0p2hcX+gHEIdmTISCSwDPrQ0Sz3XKAbTKQlViXOaaAsuOFTYROxLmsrzoUdXdHG4U5GxStA",
-	"D7nEEGvYWN5FTzgjKsxYwEKZ6VTLSubXpIvwMrquYR8simql4Bcny7QfhgRXv25qKhx2we7WVHGGm3/V",
-	"KoPSUpJ6F1Vw4f69VtU28uG2ifX7nLcXE0zmcqqC+//3b5Ozr37/H/856HHhnuLx/4ZX86dz9sNBSbRZ",
-	"959/yb5kkuZ0s543TmpKu0w7zHipUNqBBIkZunqzTBrF8SHtNuYZ3GOrk4j591tbH7hUviP+v8NrpSOO",
-	"+t7VXEKT8SMIEdj3axAyfZWHpEYiKo1nURoTWKWJSHsZhtJkptMDjHJw40FWQLiA7auZHiKPk0cZF+5K",
-	"6LosQ8AV9RjvtiRcTrpLgJaOxYtClXnk4YQH8OmIZaM5IktZDoEKqsmWFxsu2upBwepNpjgVz/tTyTAl",
-	"GkXkzZ/ppamrpCGCoofkxWKhKgIBR+8ylS8PHIjWoq4I6gqe0qtDNGpXiG8hdc+bvtZwqdIYfz3TfUPV",
-	"4k7rg6/sYlIoy8KBLunTNbyO4+EtT8Swi1URz0C57WN8YJ0GiaaYYBCV1pluFBbqDnJsLU3lMFnRT5XX",
-	"DZG6YLOXIq1w45l+Rhp230Cg60DG8LG5zG5v0EE73cnjy3OLCCG/VENcxdPHc1xzH5p+PNOvu1WCdVCv",
-	"uNDs8HIyIW890pMc1v6jSmz71H/Rr/1r4dlPIu0/JKwfUv/DMjtJ++9RsZ7Bix/Sh9G84F4ujMnDuzAa",
-	"lRFtP0wrU5twxH9Suf5lXBvPaPcELa0s7tSZqzU6VP18nuzxeCyzW6ZWfv8Dvtfz+yuT26TESZJOmVqk",
-	"TVQzvJhcjgja2qZn8dwslFFO1hmy1vQRtOyQ74A9zC/+L9hzcMprtbERkY+n0PXj2HNU+HpO4+Zhs3oy",
-	"eZL54CZ+UqkYppdPUWl5OpmQ9nKxgv+fL1M8bokoKS70MILuspeE2uMMlpmj2sgGzFd+e7vDc5WZleLm",
-	"womJPgU0WImaAR3BgaCHOJyGxKZDex91CEIke3oY6+TWCnIGk0kND4y6jcWRmPKEOiOz27Gf2/+apMwn",
-	"3GopvFG6GZLX+CaMpiHVqJkzTmXDAs6e3ilY2dzEwgq7VhqO1W949DlEfX4hQBMioErkj59QDP7yfCLS",
-	"iMCmcd/s0OHEXDhBTQoVpeHQ6xT2v+quRZyHqCQ4T88QyWO1GiV8ks2NW45nGtWgWFdd1GUZoLzGdGrE",
-	"9rJTQ7dnuo/N2u+4mBq60GekNzcM1VTbuiK8L6pu70tnzbr5IeXbGmaPZUUwYoBij88aZwILt6t8puls",
-	"55YgL5ryVVl6j/jsdnBfc4Vdtn/FhYa08x2YCUqQhAnSiIX6yIZvbXWihpvs9bPQJtrnYnly8Z7elJ9p",
-	"SSQk+oisK1rg/45H/vkJvfmL0eojHMM0ujy4fmhZ5nnadt410WHcVHvdfxxTWfGHOZR/WSPB7mQyQddN",
-	"oSwzJCJvFLoLs1sMw/okrxNPZTrCiVYOTDZi6bJ16dA7hH4ipFgNXMYgoaK0Cp+Gy4lfYM6RQYuO6KVE",
-	"6ktO8ketIRGXkwn8D/46nyRgU44CYQ1Se41n+lvqZVQlOrhx+diVt0qoxUJlbqd5U89Np2eamoSP8XoM",
-	"egjYQMFlIEtMQ2Ui/yZJFtqH5iAyj6H8Y5t9gesdkzE4K5ajPsShCfs+QadEImoNRpSmVBFTO2SLRg8B",
-	"sSvPqVbR3nLWk4jqsLHU+0UoFgN/KBuJH/8nWUjPsttXuC73gTx+6lm5/5ay8t7WzkPJS1Ry2iLT3kdm",
-	"+sLce3GiLxV7v7CgMkXqfDleBF4PUxA/ipLLYOtcU5ZXOiKQY7sEBW7RUBMiaK7M27hUFTMxxd+G92GG",
-	"BQidAJ9kl53SmRr3Ih2f+/49JEcTvOMQ0s0P8r+lA/3PsOMRUEVeXVrPIkqJLuVNDIv2C+CDXfG9SsGL",
-	"pmxx0imy2ThdnYkXPZY9Rs4J0giQIy3FdqYJJ3fD2XSrwF43zaEb5TPqXL1pjLGOb9ISsCkh8L2a6Vu1",
-	"fQQGml02ZRDE8FZtkY7Qy4gpNTIOadN7ViavS9MU735kwcyptRuNxY8G5dCiKMsrRCcguIsISM4Y6uVJ",
-	"XtGc8yBw7zpwsijHM01wg07ZpFQMz31dA7FVshqRwoXCwBvzZHChZqWNoJLPCOVAL7x3CHgzKcxCMzug",
-	"itBIESgd+Y1Kk91ecVAeEWIEA8daE86IVlGmHSwb2c6emykqes4W8JJIczG+wHXqVYGiFRUT0t0Wploh",
-	"qE4WeqaHfh17xzOqdv7LUUJW5eeX4auk8/JHNoKqYVCgNQ1D5ABBK5vvi35sPPjsMgrsxFKj/4Ch61UT",
-	"+8DhQeOt8zi0UPcDPNB8J92YV08ltRjy33jNyJOAUUH4FlPyFEasgoW+onpa2waFj6bBTLtNkSnvSyiN",
-	"VYEB99cOfXvSOek4bBFShXlYzUYzVtnb/tDbmWasK1KMBbubZQS2JaBhpGPWclxId+Y2yo/Fp3vwDsNd",
-	"wqpjLiA+eNNuonVzTFInFLQOwUdgf2ByE6E+QpIjNYNRpM2gpFQTHXkkUE6RN+vkEv4Jmg+5mG9nepjW",
-	"Vdk8aTTdKzahmYGRRyOffshK8fzCGlkNSG+gdCmUNlMRKsiPKNsfYbLwQLqK4TZkL6ZJ8OyjsEwCXPS2",
-	"0LRKXbFS1snVGg2xOfMdmIWoySpMwCxsqToJ+u/aSxPvC+3xbM/sM/RD1mBnLhKGD5S4jPVMIygW9xcb",
-	"k1ldWU5LH4tQIJk4RImvfGVVeaesJ2+g4CbNV0MFBdci15tC7nzaYbzpYo68qJk0+QFNTN5X2rlx5XvY",
-	"Fx7b5AyGscCeWlB2T60ZzfzLq+9BWDx/liDYRssVSt1N56Uh8DW8nJxjaQS2YmuNIUEuXOwPuVgAqZkO",
-	"+8YLYo9fHov/R23JCYpl73N/INBrH9nuEXuF66R1fIobc/C0jk7R8FR8FmHtZvqA5GmEDtZ/2CxNaDqY",
-	"yntljySibA/NhvU/7jllY7M33u69Fi6+F1XehzJymzf8SWBm6l2PMv/Mr5dPIb8/K4LHikCs/fdr+4ft",
-	"3cdv8a+DqOWfnVkTyQyzcIazdyy+NnDSku1hndy2sx1j/xWerXRoNfWNMlTx5io8fRihSmxEYEIIlIay",
-	"bhSjNVG8NdCLDkrT4zMpaVCrPbDQDrmPB8jG5y7RyWDPG/6CmE8OdcIm/6PR9giV2mgCeDGrAmjkpAVy",
-	"zdA1U4oQ+tDg6IrtCU6SXpiKarO5Fk89aZF4Do57kKFtcXUcRvlvu8P/nA37jTp1w36AeZ683ed1CTYM",
-	"lSrCwzBekI+OLME9FA1ZdP4dZWnoqWO6j6XhiLR6HC37DwpyJEcvxi3z3Tfk+qh7PB9YoicLdGBc3qo9",
-	"umK4s9kTsWekvZZoyQWSRIKNHwm6DwpDfhfX2iC9ftqoTDcGMWYkwlCnJ+mAEdQoAcDeFmT9VJE+7oMx",
-	"+EYsdROgAKhPgY5LulfjEC2wDNHOUGDePnNPoN4W6cEBPcH0nZ5wJkhVUsgsHQyM+w+PLizWH2VL2Bdx",
-	"S1CLxsQ8Us7hYEIXEqPUwBpIYh9NbFYTm3SsLhaatUnPMi9+VCrnMiuNZNb45ZDMYLid6EMWTR97+a9+",
-	"VuScfR4t6QfKjuu85l5a5eXelZ9fwUjBglvIAnGXjPMzZXuqKuUqpJglQ/CT8vjBh8pfCqSmaomaXUGh",
-	"1SbMw4foiI/RvfJHytteV/OOOvoBsjaqRjbT5BdiQA47FBDVtEdgthwNfW7CJtdspSTzG6KHgZCo5PwG",
-	"wbZlBuYakSnSilS9WcNuTEeROAqGO/sRg5eJJRnmD1mnZN4raF7C7J2uAeLl5H/zbgJyr31ipPsIFXmQ",
-	"OWpHBYNF/UE7lJbwn75Fg18azq1C197fhh5X0Thc9561TUGXXW4n6OHpy5iub6/jqtZUOOLTQv5wyg70",
-	"tkmWDR+8oMl7tzcK/0phaMo2sfHQsAZfeByUi7qh54gIJTvhlEAU3zXhRdOx+JXyXtG3nW5k4dLGi2CE",
-	"rKriTs30EENra1OWoytM9WRGQ61EXuRj8bLNtM+UT7DU60qLYVyGJJlpGRFDWYZWtqKb2OQSS4LSmUJe",
-	"FcOoyhC2RK97ziz5TcnTptDJKIpsNABLSlIizEGacO1R9JnEdVJ93VH2ssz0kKvoToU2nbKVSTg8K5q/",
-	"nIYpVFXwEToGOsBhrI0TW+V8cVEx5OEPdBigB29HiODyrb02tbs2i2sskpoGEwJTTeQNIVuxSoJc4Uff",
-	"FwqItPKKwNKQN+qaGcJpoDi9KKKSRsaug8lkgnmHGH6aUIN0bhGAFQYGdLRhWDrdChmFFYu6LHuP9ee8",
-	"Ze7rNoCl3eMxoNUQZr8dVqfiNDkJc57wBHPOoHOjfeDUdUTv25gqcYn0JxeDqO5+b9X9/obGuOBoBfmG",
-	"nt5GunFvA7GG+7EGHhnxlxRM+1ZnJkd3x+8PWm6LcKN93nu/8PH86z01f2zg2iTkKCJSaJaCn1Jguwfh",
-	"624haV8+GpddPxTtQ4A4B8/PBv7be4p+X9wqfyAQ0yifcCv5Jm0CeUNkYrcOsb4jBvkGWI7ZaC/6CeYS",
-	"S/yGTVRaYY3R6DJq8hDQo+RHsnNmznT/khM/BSaCphovt1DOQZh+KX4ovobz7RajmHDIcwCb/UftauSy",
-	"3MitRTcZp7IgMyqYfFS9PA+6BKWVyLI8IIE94PUg7cIPpmmA5Xq6qASce1B1InK1kHUJw75XWq3km5ao",
-	"4luILW9XsMo3JLfOienPi7Hz9xJj4eD4JxR3hwC5CA+owga1n6TfR5Z+vUIkzr35o6Rgoyk/fhv+fvd4",
-	"YapMnZFO/KEmctdX0sI4JKQgTfYETdadagf9gZP7qUe/Hy+NcoWJBph0b03l2OyOlDsCCYI0bTH8xLWv",
-	"iDHnxhjyWxWVyAt7S2bNDcHmLBaVzKRmN5cqiRmCbZEmuNDUNzOaiGrTAGZEVU6X205GQ4zJjMnvudY9",
-	"GTyNRbfhcpaopl/11V/BwO5NBWcZwsjjiAQYUL159/Otz5UPBODoCE9HolMYDc2Gr309Y7XTZkKEJr73",
-	"nlYA1X/2NjaD/8iKV3LhZro0N75AUgMSQ9yiE0NphXIZxvPOzmjFa7U5Y/OS7KfRlIaGXjvTS4nnt6ly",
-	"FWIqRGJeLMheQcIotMeWSla5Z54Kr+dKoTPtQzuwtmA84TUbaRvAElhXWJHU1A7m2uekjBC9E2XSjGc6",
-	"uFfx4RlXOMUlGiACiHtDi5XGMC+orbAi4UpiC8huPe+xylHbmG/jVY7N9HcWOivrXPkHUs0ULLDCiUEz",
-	"7U+H3ZTh1PN6Y6LotXTXiHxjoCBmJFKWDSxpz4Lcgh4rsSxulqCIwL9iI52qVrLCDmzD6qnUmrhDPRwj",
-	"LhyUiFWhaz9aN5gTbBbcoYahC0YYD0S5FXMe16Fs3hjYJZoIJMsPeLfHO9Ds8Y42ZR5qwO7Wrolya6Vt",
-	"oTwK1+D/QKhIJ4VZ+DTkTYEgD+QHi2c/8DwoS9vXgzoqv3VymJ4bhNAtC4tFZVmBxa35Dbr1mYK+RUQx",
-	"Lwudl9tpqHnkjLn1OV7tbhGKGalCor2dEKeJym7FPqI4Ukf31SiCtXR6kaLu7UQDHhwr+DNSs3jIcYTf",
-	"lWXJBG8L//CUqU3yPRWOguTg8kP7CxaZyi8U2Cp96vMLEFLf06n8MIHP6A1/UsZYqwUWNPU9KTK7R2LJ",
-	"/jcV02N98lt/oMKKEyLkbnVTFKhoy9+pln50qMTAafpn0Hn3e7dhqnvVaFQouebXUGr2c2F9HfwW+a3S",
-	"yMptDinvQZUuhsmBvCtWmOfAnlzS0cciBWP3mj2AKH4JJ+9MCOd4AgYmIlCl2cQEAZVystCglJA3Tpso",
-	"258PI09x7EHi1vjuzdXWMFxfIeq8qfwGn4dcb84D86rgi55pDMzCZG64bJLvOybYjsbimR+5Q41GpmZK",
-	"1WEgN10SxXtRcyk0nq6Y5ovHya5nGTUdRq2QhoUgCcbuIaC8XnG+rUS0hJtGvJszTRXEUV9i37gWKb+F",
-	"PPUe5eOJq8TQx5EjMkm+45raYIlC8m1pbv5rNiAX6WzwLh2NxU+6ZRNQeWOKLES8ngYjdU5mLq6F2LCP",
-	"gpLHoegkwD48e6jfaBR00TPdPGnL0g6XsR9LmA8coHldlC7M+yqOXuzys+4/dQlxzwlS3GjU9eOHjJKQ",
-	"13GMhTUix9xLuVpJzhjltKDA0PsoAs5Ln+mJWVHGcuUgPlJhzGEocEX0V72R+Q9N6utBN9QLIuzoOMu9",
-	"46lnV+z1RMFYf5jXvCMDXzwXT548+QqlE8zVL7p40+LCuKLdKVhj6/j0IiFHFfT3NRol5j7CjM8vd7GJ",
-	"yYf58t7LmfcRvHkn0b5SqhTY5yRd7T8j/+s/p8vxldT9YZbXDa2P7dZ7QmFCaIjoWP2k130EPAIcZnDK",
-	"INKzXfr3o/sf/xkdgXtUUvLLPAwjzOvYcDb51pfW50FORCU3figEVjRCHZbY5OOIUFBaR5Tr/EPxtRhe",
-	"nj8Rcm7uFBJLwkH9nLbv2evtWqUiV1mRK4velAblYJXCJLu0u8HTUPsCucpmGktg4OHeOBLuVDWXrlhd",
-	"idSpN+7xZ81dv7x+cfZl93p0AcCDZprE1VX7xSZzyp1ZVym5SuMb59Kqzy/PFEgsLOqnPZADHXpEf+8L",
-	"biD2UBeLhcqnzLQG70yEKq1vGDSXv8CRZpWu4W2caRnoa4k0FCeERrEp9uGdSv7dmLZJ1DOkWlNvfekQ",
-	"yvdraoBkmVpTeVvkM83KAtlNLWjwNOBWxIMySlhNnmlpRd+U8NdwMLFvFDvpC474Pl3fFaaMKhGkt2qb",
-	"imxpjN0p2T3fEhnAMCQr3qqtDwuWSEbHxKoW68aEO0dJCzCzLjArWl0FW4rS2JMYs4NGJSGOEPET4OQJ",
-	"l6svm3RLTpBSEU9uyFEiTAvpydasFFd16xLIYR1mU21klaucVOWLyUVsE6F/vSnr2ty/sFudUYVJUOQx",
-	"TBDcbqii3ynLhlHbiTslAjiYHKxZBTMKRjYqbszyHyWcB/WtF67KEutYQJXbDTMXBawvLmldj65wislR",
-	"Squg60vpV1xu1XafwgJPP0E97JwF0AAYejjxvTC8Qi9DheKLFuqCmB4zTDx6SDzN74dcbZ89/qytB4Vn",
-	"zwstsSnd7h9Sf/AAoPlIvNm37ZQS0qZ1dLTOBtSLHqyQ50tf8K2nE99Qejnll2D7LMiGgGPdyLCfPilv",
-	"fzwh1EsfbWpwN/chfWqRHzw4Wd4qjmYFqAosqrH4VmZLf8EjC4cLGjIUNtJbPmyRCN4flJGOwlQOdM+1",
-	"YutnyspFys46yZ8F7dmZJudOrlD1YDUA8an0/KFpKw5CRmXF2ncR5QHc26onhum/zQOh31HEzLLyIvGU",
-	"9UwUqQ8lEfFcYIrwp5bnCpo3UdWLyUWrFFm4p81hh3Su3eI3AV4qSQC3wi4UbOmOawrThiT/hfXvnNKp",
-	"CB02tRuNBXn5kSCIPIUtUsDIk+g1BhL/9L4GiVuWTKeAuKiYU8PXj1FvnH/2I9tiwW30nGFHDZlp0kPm",
-	"W3/rlWiBkO+rkWCgrlFJRjuQZz/MhYZmybJUZVQDyR+L1EtykCLhByhRVtg6yxS8Cq7F+HEXnosVG7Zz",
-	"dU0rjcaRSqzWZZmOSGqDwkOD6MNUtFI20sZLlFyuHcQ17ZWwhTeKiEKuPH2l5Sr9uwudi1yD5uv15Hhp",
-	"4y0IWUBCnvFM/9oK2onemF13WyQ75Z8uZ3o3pkj0jTAW1iA3cLHATsZDMEQFH78FHQ75leZKUTIT791o",
-	"81HbRgc0uIckgoxfca/Q3sdXHw4X/IzUa6as+aQv/Hn6QpsSm6tz8vq8jwJxuLR442ttl8FeFbpGVRiU",
-	"/Vza5dzIKrcRSZW2nnQVUyxm+mVlVsotVW2Zm82zRaVRUeVUDM8nAsU6u5ATkZ6dYSPP/HXpiOxFyjHh",
-	"0sMudlWGWqGMulE5BzpQJFbqrjDQDLzVt3mmuVQv0kIxOziKcAoj+CQIdtGjiKGirSSTqFxOGKGvJjPt",
-	"2zY8f+pHLOrZCN6zUitTbRP/EoZTPAuRFQoN0IPoJCZS4VCHPMTMEMzEsR0P+cUBovL9VLKGwg6UiclF",
-	"3jhOiFE+bq9cVMoud6vpIXoaH+q96TD9hbOqXFDMj+oeU1mV3irxXGvdV3rpGW4iDvOrLT72w6O4yrxH",
-	"cPgA42gsntnbmKAFn5fj61aiXgcsNJ1eTGvys1wxW5oV0u4vith3PviaXn9MAfZ/xuriSasp501Tzneb",
-	"ct5pynm7KZd7m3L+5W5Tvoxb8mVvmfP7Fzk/WDPmUdghn9DTO2ROUep4fwX0j11RjY+z2uK9e86vBjrc",
-	"zyn8C979gBE2eMEhPmFsvhhq77AuqsBzYEf/CtXU/zTO4Jqnzi8q+ry/BHu0FATMCmhQ8oYo/Yn3JGLt",
-	"Q/JXhKS0DtFGn9EzTeQoframQhIzjD+DGdeD7GClyfhcgrMbH+AaKxcfzgQwMdmIN8XQ75FVW0xNskT3",
-	"QguGovV44COm+kblY/GjQS8fWD7EAdoqZbfF0xP692S0v8I5DNCDFjiHF/xJlIDYt3/t8ub/Evx+ofh4",
-	"TYupu1FjAf74rWc+OkjjF+/h18TYFxiZzEbbuORkLp284sI6cJvFhA4quof6INZ22lN/OKz/T7V6/8lX",
-	"WSjxu2eVJQcUA0uWG5o1uIbYPliBQdNbwLd/XUweXDZ5VeETl+FHWjZNud+96+Z+qukvLL86mmkk2B6T",
-	"jXn/IE306D0EfnGGnD79+O/BX2Lg9i/U0Ic5/1vv+JNyGY5ts4Z9XasN+wY+ifg/a6/yiuG9+ojr39nT",
-	"VYrHgTruIfYeq/1clJeUD7NpLAOObWZ1VSntrv3XKQb8yIiolFXOYnqc0epRE1IrenElVDP8ZcOH9zBU",
-	"i/FLPpRokZ72SU/687Rx4g2VfTSKYfvAHWwE4+aYS1tkg+lvv79L3sIGIMc9bZy6KgfTwdK59fTx4/OL",
-	"L8aT8WR8Pv3iq8sL3Cz88Le9VlYiCjqAk1AGO+c4HFNxjxusELuLeuBJ5P9LGiIQRNkhlQdiaBuehAap",
-	"7gMiu497IfUZU2tR0RMVYqDbUGI8LlU07rAIV7iEdvATMLpJ8DDrhlE0fgDNwe7dz9n3zimpy2LNj/CR",
-	"8RbUyreGs7t2H/d9cae0spZIsQr4E5+3Uq5q92ipZOmWoM78nwAAAP//jcR5VVdYAQA=",
+	"H4sIAAAAAAAC/+y9a3PbRrou+le6uFaVSW+IpmQ5ialaVdtx7Jmsk4vLdipVO8wWmkBTxAjs5qCbojgu",
+	"fz+fz088v2TXe+lGAwQvsqxkZrY/zMSSSKCv7/V5n/dDLzOLpdFKO9sbf+gtZSUXyqkKf3o5L8r8++/g",
+	"n7myWVUsXWF0b9x7ISq1ME6JDD7xyIq0yFMxq8xCuDn/tlJalIV1op/Sh8eT1Wj0NNP4H5UOhr2kV8DT",
+	"ltLNe0lPy4XqjXv45V7Sq9TfV0Wl8t7YVSuV9Gw2VwsJY1nI2x+UvnLz3vjs/HnSWxTa/3ya9NxmCY+x",
+	"rir0Ve/jx6T3Rm5KI/NXOjM5/G5rOulUWvXVeSoq5VaVtkLdqGojlvQ9QX89UfB9lSfCGjHdOGVFZVY6",
+	"P3FVsRTqVmau3IQ5/X2lqk09KX7UpfJjiOej9GrRG//WkytnekmPXtf7vWsqb1WmiqX7q9R5qbYn8n6u",
+	"RFrRZy7n+KFUmJmQIjParhYqFwtlrbxSiZBWXBU3Su8acvMxx27Is9Ozwxvy3iyL7Cd8zdYM4E8ChjAW",
+	"p8IZcXb+XGRzWckMTiVMJpUn/xAvTv6XGJ08F0NxKU7SRGjjRDpMhalEOhymO86Wg6ff42wtpXOqguf+",
+	"79/kyT9enPyv0cnz4eXJ7//jP3tdE/3Fqkp3z3OuxMqq6pGNJ3t69s3ByYr/uWt2K/+2Iyd4evbNkRP8",
+	"nztn+Kss3Pbs/mrWojT6Cua0loUTM1MJ6c/eWEiRryoJHxb99HRk00Skz0ajhU0HsIPruSmVsCozOrfD",
+	"iR6JPoiVXM3kqnQDIbVdw/pIJ4zO1AUKHauqG1WJTC6tKBz87WwkrOifj0ZCTs2NGgwnesdZhzH2dqzS",
+	"07PteX+EFbZLo61CQfmtzN+qv6+UxbXIjHZK4z/lclkWGc70yd8srM2H6C3/WalZb9z7jye1EH5Cf7VP",
+	"XlWVqehV2yenopeJwoqFLGemWqj8QsyKW5j5VM1MBZ9x1abQV8Pex6T30uhZWWR/8PAyfqsV68LNSTWs",
+	"qkppJ6yTTol+4YS6LayzQpaVkvkmEVZuBjjm16aaFnmu9MMP+sXKzZV28FQQ8NOVQ4Eiy9KsVQ6nODfC",
+	"zQuLA/uL0eqPWchSSavEVM0LneP7BUtlQVIZDoA2eNVUJeaqzHGAPxn3GlTTHzNIFKqJWMrKFfDrBAUb",
+	"3GNtciVyoyyuJm60H9/3i2WpFko79YeMsrDiRlUWBI6Z4UGcVuZaVfXozGymKlpjs1QsnDaqa8CvZFUW",
+	"qvpjVhfX0M2lY6mnclGttBVSC0Xj8DNLxHpeZPMDU+rnKxBiQorKlCX8a7W8qmSuBhckMoSbV2Z1NYc3",
+	"8J9yHAWuxHtjfpDV1R90/qcm38AZNyDZC2dFWSwK2pJftIwv7cOP5yeDqqkCtZZVKodXy9KCLp4rmbPJ",
+	"/Ouvv57E0qT54i09QhO5kUUpp+UfsahqsTSVrIpyI1Ya3gnCDVWn3345c6oS6Vv44eQF/JAGVdyca/SR",
+	"bRPgHX0lWABbWinZXpdCO3WlcOAwdJ4NfOBFdv2tdNk80rIyz1HcyPJNBcfbFaCLZ7K0Kukto1996Mns",
+	"Gv9bOLWwh9buRXb9SrtqA4dsIW+/p++cjkYjNJb8z8EokFUlNz0yCbzR9Ru9sjbhzfRvKnPwyPD4u01B",
+	"3TpFAr2luSxKs5T+norgwKHZn13DOu83ZpK2pf8JBn0889bTdqzBW2VXJe5ja554crd+DZ7XUYf+JXwQ",
+	"do5Mza5L1xwuPrn+fNdwt9dnawnBnFnZbjOf/kZyWMHWi7VZlbmYyxsl5jIXsjRajcXZ6DwR56MR/B/8",
+	"63QEAufZ6CnsIdh40tEdeXpWm+L1ldm7C2GEe7fjh8J2bEmFf7vTBeLd/Xjgkvgndw6qdKpCb/DT7vxC",
+	"3l7K7FrllxJE1uVSVZfBRIEPbK3oQt4WC/DE4a77686/2V5v/PxloS9nZXE1dw/w/EoF8X85k5kzVff5",
+	"ysyyUFYomc1rI0zYeThkQ0Ef0w5UvqqEzHMLZ6tSC3OjwKjEN9mg+unX/UyuLAYU2gNJEwztqFxMNyL9",
+	"y6v34snN6ZOsXFmnqif47XQgVtoVZYil+IHN8T3SiYXUm6H4EbSCm0tN7gE9ArxikysbPL3z0fOhwNNg",
+	"KcwkhS30ValOyMaUToq8qBQMbkM36/RCVLKwClwi8BKFcXNV8XPxE38zhVZ55+0Ke/X14V0CdQ1LQzcj",
+	"ftRX5/Gjnp4+e/rVaHvv8cftB9fasfvUk2OvVyWbDvRz8x4lvduTK3PCvwQbYvhWrn9kWfcx6d0UtpgW",
+	"ZeE2l65YKLNyB6dx/vSsYwqdAmn7UjsnszmGFT/tVlNwsPsawJ/IGbkgf5PjjmmCRwv/wuEWUdBx81FM",
+	"OnUtXXk4tpj0ZlLDmuWqlJu7HIBo8UbdpwoGdkjSvsVPNZZzS73hgnUJ2Jdzqa/UG2nt2lSfuh3kzV8u",
+	"+Skt2+HrLmtDq/W+z0cL/s0hU6PxqO458nHZcYo+aT+3d6voOJK/gohLn/hQ+JMP+K+PqajMyikrnLxW",
+	"GBZDuwD/ON4+pxg3m2g623ho4cN0XBPRHVjnYFscoafI19ZsS3l1tFbHpfxBXm0r9aS3BD2RX1ZKspfS",
+	"XooNCXezRG+OPg4KaCYLcEETIXUu1rBiGGq5EHJqlXbg0JYK/F3NLkOH7XrHi+KttY6YbMovSsf1cNHX",
+	"7m+vaLKl12BjzBJ8m8FwolOaZCrWc6XrpMgjK8xaq0os5CaK3HB0Hj+3lBggw4jnVSW1m+i1BB19Y65p",
+	"1RzHjkWuSoUBKxR3VmWrqnAbYfQgEVsjFmtpJ5qGNRbauDk4/zTqQuWsrcNbQy6kb8D1Fhh7whTCAOWp",
+	"nuh6kfAPFuZaob61ziyXKh+KlHc4HW+NZm4sfx0+Yye60MKahYqWtG+Vatk1j6xIcftSPP5w4FI8PWkp",
+	"rbtE9yEdXEy0H7KrYHK4QFOZXZvZbCjSxoFNhZUbGPyGrolPx/Bp6PnzDXYCzaY7N7MtdrflyU4h9bKO",
+	"KHyaKI5FaldEFpfeZxzUWvjPD8U7ZyqVC6WzarMEmw6WU8PxBiNyrYW8koVuKce7iurDYvoHEkYdkvoy",
+	"W1V2l/Wr1S1GuqxyFNpDAeNPUDiiIG7tBV1aOvkckKBzQnegbQruEPfqdknTao/nbXTAK6XHPuHBzp+X",
+	"7MFk9BfYj8XN1Uas4Q7xneyHS5PDRrC0CNZyeNDggr4rK8U7d6cJsR447pOXHAw6YvpznwaSVwYHbMpc",
+	"WeeXBYOUG+X8bEHMravCOaVFf0SSUxutMIBkB43J5GY1Rb+Wx6hXi6kfopcDR4wQBgVfEPiF7QP0iIS6",
+	"6F+rpePQWAGyMTM3qrKDofjeiUxq8fcVPDikuEh8097hjs9WVpYDzB23hTUfQbprRpcbUIJwU0EmGdQU",
+	"sX7gcDtcUmeEzBeFtp2qkRTJJVyQS7ogR27yfje2y1jt1vut1U5YnQedgMla1pNjkL9tO6BzWjuUd+fW",
+	"UpZp164OI2HPqvuThH29Xp2LnjSlGF233WKwMwbjp3U3c+1gACY8tnM4ZGZ2DIb+cFns8sSCE1/kiVjI",
+	"XNFdLhxe8akxzrpKgoWA1gX+ca9DD1+bFZV1wiyVprCD9O8BYc4pkEHniakjHztUSEixlErmlpUGfkcs",
+	"S6lV51MXCiTO8WGxH5WXUG3zGd6/czG38z+do+EF2LshIQXmmuGgzCwWIHVzBIW47qTTtTZrKwpHF2um",
+	"pFtVCiEKpYRnVwqTlRZ1ENn3IMow8gICTmflKkdNqBZk2MFzeBEfiUWhL/3wQAgs5O1l2FRx2ogl0Zc4",
+	"DSamhZaYtZJO2KWS11YsTKW6wzp7Qjlt35I3pXF86l3vvDCVkk7dI2b5UNGEf/1YaDeI5p4AoTvGeki0",
+	"HwYJ7QjJNR5ES2P3r83Zs68+LUb8JZz5IOHMhniAA7lbCPxiVfVpMgCd7+O1yl/g490xmU8LsSU1jOwg",
+	"Wmy/WRTB0fZ6f6+8rX6XdOgnfOc+OcSO2N4cDBjN7nJtsyYYflsqsyzVLrPclZtLi173ofG8wQ+Th373",
+	"1GXr87RoO7fgJa9PK4/vECWwkNm80OqkUjLHX5DDBPtrh+JlWcCwxbSSOpsLMjGsStgZNTp4wsOJPhHp",
+	"VOaXDBJLxzWELQDHIvsAvzagrxX6RpZFfgk3n4N0HiEC4h3/KP773c8/oVkJv/rl/euTbygaNpdWrDSY",
+	"MVrMClVSCozwHLAgtvkOmBlGrdDfgo9iyA2jstMKzQy0lOQC7M9qVbYfEDLx+BQEHMJTltLNoyx9jOCD",
+	"P5sVhjEqqa9UwsG+iRYRgAcjGUIbfmQj4Y9GEAyxPRREH+NAPKg5oIQW0mVzBNfkKisl2HqMQcFlwUEU",
+	"lpZVK0z6LULO7vTsG1GqG1XCt9Wy+doWEHnMMYttAJsT4OWjj8awrMLalcrpcXQXLm8KU+IK7JtGHEDH",
+	"Eb/DL1+EeGcUY2g83RlzCfevVLf4fPp1wB5JMV3lVz7EFNBjfVv8QyXCrqZ8YRNw9VWldKYsbBtuyExq",
+	"2tdKlMYsE8EoWzsIfhH4/8rhWmdzlV0TQmtZmXyV1XhKDMRZRw+uJ8pjdcZcR1sDO2qdWuIhKuDU4gz2",
+	"LAX5q5egNc3sEo8gbxrH1+AKySs4qKuwEsGYoWesmrCsdAwntRM3hR+feYwnfjAgLumP2rjLmVlpfopd",
+	"ZXPKntCfcfqX9YcSkYbBNH9N/nfjV3CZ49/AmqZo89e/FH1tvLMRLhd4RkU+SES6MDdbn64jj/BXvLj8",
+	"xSIfjOlftPotWGQ0IwLEhkHWP3o4bbhJO1G2GPfwlzGTlSYLcVFYvCZplGlqiA1/HeGv0Rfj18Gc4KM5",
+	"gnfhDPkgJujBDK2fnE7qYM9ZQ2fxsjTWz6YFdVWHka74HF9YAfe3lNUVyWzUCqYK0bhtCCF+eaHc3NDB",
+	"4IPnlxZOmUcmezQwry5IbPyeX1/v9cxWZcnfj9AOBhQNvJctTljvlUZvjObMNyH2z/yTjEGQRB1GXkpL",
+	"myOzazGrjHYFCKdKgfRwpco9iA998nAjPb7Q60wSXpnUMC0E/9G8tFmLvnUweH2VUBYH/8WhMFxE1sXw",
+	"T1j5sGZ4M+rp4jKjKuNjOjV5oawowBZYmGpTHw6WJP6DlO2SqA7JSkp2QxNZiDtTySt1CeNUpOfywl7j",
+	"kVOCfktVAhhYgjfg1Cnz0ZcaFzT8mtaSJ7qQm6lic637yRSLjRYWkTd4j+Q1Rj+mMrsee1UezxNlXgZG",
+	"SanyK489R2sSbldlnMIA8FQJlDL1kL1ygCfmqixuFC4UT8VPgZcs7E+lcHstBqIl/Ah63usZehM8kV/j",
+	"1kWmhuI93GoYUFlcK5Gya+V1w8plhkQHm1e0brBM8Z2gxXlkaf0KK+BvTQnhdxsX1+cbSUfapURFiDlJ",
+	"lpbNYQQDKS9o8WeFLuwcr21B6nAKS3iB/9w1apAFRQ31xodH4PEtbLVqocVZJoB6lyXJotXVRWzL+mwj",
+	"OQyVWprKNROPkXWM9Sq10Rv9yJ7VlrXZ+B3Kxug326jAlm1V/yoyiHpJr8M06CW9lrKniBvXbCS9oBrB",
+	"C2rq6l4UBGn8tqWpe+SNNn7RVNLg/zT0cHgZSW//hPCT15a4KtuqsZf0atWEw2zpF3S42moDHxbrgV7S",
+	"awt0Wq8A9U56tQRFeGYswTBAUYudXtILtwnmRweflzg6rTgMOnodWYuk99rgcKt3TnK5Z8NB5jRg0//7",
+	"0eseslIjBT0vruZiDYpmIavrI1ONuMhROqorVY0hLVYlPuJLV2eqSrPmigZ8xJFv1Z2u7ftYa4EM4gob",
+	"fP+wdxB9xO53PKPdyZ3XpsrUDwie/7TA0O45gPCniRCowq8geYpNewQOXSv2eefADo7k4By78d1LY20x",
+	"LTd4vy6lu4Tb5roqjPGkksj2FkKwg+DL43AIQZk2D6MAq8kvA4lYKuPaSu2IRaFXtEiluRKqfllYRZLU",
+	"5prWToxqJbCszI3yfkGtxmB0Rx5Mj7zt3tg4YemHA35YBXImUu2w0Wjf9oOiR0z5AHSduKrM2qIJ4leg",
+	"BiK0o8dNBDDWmfoo5JY02ZtZ3LHP0Yy7DhBFM+9a3OGzDF5/sjlDwh5MCPgXOiYglvNFoTulI65Kx068",
+	"upUZuUcYMVpWalbcinVR5pmsciv6aaFvTJEpO3zMVe1+zeJEwbPTgxmGAxUlrKB5nF3r91clS3h4+9bt",
+	"Kk9IzTVlRLD2Mj0s8/ZUEfy3KfQnlufkeaXs9oI9O7hgRX7fIDVm+PwAuqbFadutJY0G3a4Ty9WJM5TH",
+	"5k91BoLnzi0vo8fsmN124rlOjXaLDS8Tu9K+IZwxU5XFfC+Y9eBWBjFZONE/ZRApJ1cRcs8gpdZT7WCr",
+	"vIDyyVbIuuYypILjDC5IILAk6+Rw4e6ctsW/7l8P0CR7l+OR9RPNpBbVSotCf5a18SWZ9H2LaKbBJ0yx",
+	"zhhezlUXAP6vZk2hglrTR0UdGLLAfUej6qh6osZLS3XUO5vvQjDFke+qBVQgwwCrBgzjlV1S7i9X6Mv8",
+	"zRQMy8wVnjQLS90N1El6N4YhLPyXqTGlknq/HNhbLUUCoRum87kwIa3B7QMd/FgnqZpj4aDA5lI6pxZL",
+	"15U+51tA0Br/hURkZqUdlQYLPEn8p0JZ0ZfLZWVui4V0ik0Q6cMKg6F4QcBtPn9yc+T+XyssiDyYOn9Q",
+	"HJv3lzuFiHdBpBUwwzGlF25UNZWuWCTCqVsHf5T0BxpywkVHRBfTN9VE1wjUhIFP9hoDNYhlQeoX/jIX",
+	"sbSpY8b8qZSCBgcy4lvEM9EV20k001Xy2FyRn5fy7yt1gShiEIrOYLFp5/ZvmznFAs7LYtmVWa1xYhwv",
+	"TsQvurgVC3ukSU0cLwfrPj0VTAzeC05cHTmpx7rn8u0SBuSt3EEahG07IA74wXuG9HNVXBX6oCG2tfqV",
+	"QrKg5YZwe4iza+D2MwN2MCi9oXhRx7SwWgPOq9TC4LtFYSea44jgk6mczjg8nICeVROy6THn4IPxGIzG",
+	"ugEKEk90+wv9F3DwvoX/ezFo1EH6cYHN4bPQyNZEL4Z/DSf6hZhi1pDc5jDsRpUNVWxwrqRgKK/KRf98",
+	"9HxQ54cpmD7RU0XhxbXuKMDZB6O8kxG7VxDux4IdwGXt/W64Wndl4GqgFuppJ/tu4Z7D/Rbjj9saTy7k",
+	"VZel8jM+EbFh/JkWMh/TDWsMhYO5h7B7EF8Mf0T79QI8P65KopIeuCuVwqIVMoJjAD6mVfKGN3iM8Gqh",
+	"eKIQZbdairN0HLigA4lT6pzIoBbb0jYShCncJDDkC73aBXr9XDIt6bWA6V1bBuPBscJAQeZsjfDgmu6S",
+	"nc33dx42c9NxyLAmegckCI0g9BLG4FITvkX03/z8rqNAepCINLZgqaBpWcpMpbBxpSHHw8ew4A8513XN",
+	"TJWpvI77XFVmTQFM1QgUTWV2PcDnTmUpNTyZvP2tgm54Y4YVoXlHWGgQQ+Xr1EQ8fA7tyIzox/h9vU6I",
+	"YpfFwZnjS+khex2GAXps5kaFhe6TaVCUZcFVKYMjrQQ4THsiws1A6pXB2qHF0m08WN3/qbDk3Mo853od",
+	"Wdjda7jDx29FEDDU5CdLgLL0u1c/vHr/avsYPflQ5B/T4Z7yzvZCFqXylYoJlug0c8wYQlTreIYU9A9V",
+	"mWjTrgurjlzrO9vhlbnqjq0gncYchGwbffLIYvy2PXhKIvRPAw49k6uruROr5Y5yohqY3KkM6zKjfcWu",
+	"hfOZYVOhKZvBXSgxCd21hkfTiZCBFq5BYZNQFGyqXFVjTD/y5vq8fHsvEVuExxURG2ABKQuuXp+HCR4Y",
+	"J7/tunDZvH5YLFwKK+jPKvf19I3Q+oVPeMeb9FbOMCK9WooZZqMsllBRrpYNS4Gz9IgiJKmoR0DfRew/",
+	"e68wQavcha8wC4MkYArBEbDeh/LSRmPxaNgTkokMHSDooa8sHYxhL5XOVd5M0dblQmGFelSMfMOxCaMx",
+	"7OxfwvVEKt8Rej5U/HGlMKDGUzsgjIjXIyctwpxhR8qjXd5T0lst84MCmjBnSHeDcTOvUT5VTncFabpM",
+	"RpTmuIzh7iSsqSNx0lYy7TntMgJ2uHcgfY+3g8CYOOjY4SN3DeMTa0ruoujaUrVOA93RPbmfl3EozVnf",
+	"iEgmYa5rsbIOhT4Vjm5hFO8+k8/i8+w/s10b/pPJVZ3N2V4MsudBlMOKPLJijh9Gkc5YAtGn4lAy+odb",
+	"/idBCiqlLjE8tf2ebzFqBZ9gogpefkMXvVmj98iKGVgWdmOdWoh+qWYOcaKBAIH/4mFncnOsrYYDtcU/",
+	"dg70XfGPsNd/2Kj2Fexh6eMOvgqZbzqlJwYKwxqj+2g9VsyKPnhAT/Db/0g9LVIswkNgO+nZjc4OyaN3",
+	"G529NSudW/+Ny0UnwCA9OYG/nsBf07FI17JMxSIgC7AIIkfXuk2Ika8qIhjklDJWcleFUycIisGNSfC3",
+	"8AKx9CGaC5Gikk/J1LP0Z/wTmC9urZSOcg4XIoUnpfgxDv8QOo/PKVIYgKVjVhpzMPys2KdZy7KX9PC1",
+	"sPtFg7huX+qQ9jNewa7b/PPKXZlCX0XB+juIcA6Ox4JrdHbeFRQKQb8jXHKOEN5TWO+Mmb/QGw6Ry3Kl",
+	"Eo8o9AHziyOj3ejZfEKMu5vgfRxekIKx1B6CB/ej3HOGxjwUqVO3Lh0jqUv85SjQz3oUkwCFBzJiNa26",
+	"dUkN0KwzBBPN38SbzZCFlGOo9Monj9NGKcagDRPE8H3Sg892m5UHAu0xKrEusW7H3TE0YJYbca3Ukqxp",
+	"a1ZVBlIO3gDDehcmjJzyTKGMgTAqD8aSBG3WHPklJ5nhKJF/MNFaYbI2DF0UM6SNqBDzGnkS4ROWX5Qr",
+	"MO8sjudtoNjgW49+ReHo9dYQhgddBLkJ1Dz0Uz+wOEw0zibm2sVKipo0h4jsVtlcWGO0qkIGbAyTpf3a",
+	"HaA9XIXsr1eXUHnjF2MHnE9moN4JI96BatkFrKNSFFdycb6v9zhWLUawxz1gQumoForh7DWUnVjA/QiO",
+	"fWdMoNt842sQqLW2b8H9YlO3Rm1PwaaU6Nf2C10TDVAdGZx/by97/DcrHDhbhcWKBeRWchaT4Kqy82KJ",
+	"8LF2eYDnN3w2eoo2Vrgh5LOuNNY0I309FdZzARt8hM+mFaOheF+tVGdMITILpjK7Ls0+iKfnYwn730LV",
+	"/f//7/9XbxX8QGUMuNnHng+1NNm8i76D/FOVx3ACsFxDeUiOyRhVqoxqUlS1wNgB4dtQcJIJQl4nUhPg",
+	"ty5atSRorUjNYgWe48Pj56ejY+OHDKW1d5sKWieUE+Yz9MgK76B69gUatbCKEDFRmg3UTlQtIPpno7MB",
+	"xbakWMi/GaKUaQAYbSjKaCQj9lkITZxwR+gezsVlOBd7TlQkV+D4epMQji/rRPh5KF4zXdn2yo1regow",
+	"6JrTjO6ixYciZTbxg9S37wJtPr6ydXLGRnQ9KImKY1GbAeu9Z+YrnSM0guqaQBkcycWEQ+6GlTVJSmJG",
+	"m05f46gEi6fQCnZAUZbgWx85XGJ02vmW10TaQu+yDp5NttEDhY5342l/It5XFv0+v9yOd/Q7ILH0ocVF",
+	"fDcx0qYG9wHIxhnPxiI2N27rsiVNxd7UuPHZrCV+OFUH4LeNavO7QQfecG6UkX5oMmGFOEtWZ8CqZTP3",
+	"BNPu2JmI8HGwGFEF0Ji4BbkMCAzxBi+gFXaVZUrlofQKbO+QwMATPFW10Y32oFU6KH3qL0O5f3wj09Jg",
+	"udMFVUUxf00Ddm5mE82B4prfxKZgouYrFl1WLLC6dyh+BY2UwbUNpUoYaW4UlCU01egVPJ1otgtJxYxI",
+	"GYnmCd+hDlDB1ugOIMstey716qlKNYrjTMX8kgenEo1wsDPxvePitjVMTY+wA3TYXDG/mzj6UCOHstK6",
+	"cFUPGNuh2GZ7ETtvCx3me/QlOJjdZ9RJlOPvoyMTKLcJC/7kA/73YzqIlgKBmFJj76XxRAcTuLvqV2qy",
+	"SoxWor+7ojehnE54g0fD0I3CY3I+er6j6piIJWvi0boguEXGM/ocyIN2zOVu7RySHlbMSacuQQ5sb8/L",
+	"ucquKelVF7UT07QvpyQeVV8cSuveR67SGHOR8N6gOc/cql5qno3OaFHRgEGyfKIbQXeDl5Lw1+wp2omW",
+	"fIGRSMCXlDZQUaSItVI5qjHyOKS4Vpu4jc9E1044qEGCR5HXgXH2qRJrVZaC2Suw01bwQQZDQZR8zF5c",
+	"KS1WxMbuDI2thpbR2kgnJBKEN+iKdyF296Lg+G52cD8/KIL0/tjDfZP5PO0ZwtLcpztDTKi8j3CW66la",
+	"bNQiYruNIVNzs9bDAzi5na9qsg56Yg2nytL7Ptvgi0PyNz6e8OAWJQLakFcGbZRdefzKxZBbbda9pEfB",
+	"JOt2lyF1Z2Crsvv3EWHTAUqmqowyqPH0/VgPbPaxeq7lFIV0AWFIZa2EvN7xlRP95lEZjJvM4Ss7V/lE",
+	"Y+BQumjP//r+/Rvx4s33gQPDNgQz16i0jh0p/Ik+RH3cBd6Ul0vVkVh98+pHkcHHZmwNwlArkJZYNKLF",
+	"3LmlFb+8/UEU2jqkOZhFiahH7WzrV8+ePf2qM8N6PN+z/yys7k+yknn9m8KKb2CMX59R2HtwV57n6JC3",
+	"Yu7arNNm48YxbSTRG9jIsUejRpu1MHooUn890rGQpTWtGuCaSpn1WKhpucMl46t0hDCZgvv+y9sfEpHC",
+	"1o2fPCHTF/cRf5ob634bL03lfidL2axc46gx61ObcnB0fjj7/Nm42PDiH8vIFl34XxAhcWccuWQt7wNx",
+	"zVt94Xk/RcjHwnW8VkuU04tCx684Pfbuwf69fNG8fv03r34cwL2jDUthKx/Z+DN4EslU8gRLDK8ZN+6l",
+	"ePniYe8mEfeg64KpUtBgfn0GD0XT/lmvQn38JfGcmardKu8+F2DvUtZ6gs1vK6S9YCM39aucfkrte8f9",
+	"QKArVivbP5PmsXXL+aFdVxpDue/kYtlZzaOVQOKIG1nSbWWDnHP8DayJsHLNBtV2vqnqbqyBIaoUU/yE",
+	"//JKz7/1SG53fM6eoKtPXEw3ngjHgw+Y3yjHGLSPA3W+fU+aqRv59mp7Oj53GgHejnzH3ZM00okUR5Ym",
+	"RHLlmvGdeuadxZ+fLcT9MOPg0CgzZl3KK9W5By+uAgCIewystF+gULkXDbDQmNjmJgNNA6NOgB6b02KJ",
+	"s+v0858/xwVYRn7trjvA1E2f7eC3eQgYOxmG4q9lax2SWiDEkeg4Pt29uZ3iq4Yr7QNdIWAobwCG+qBL",
+	"Z0WpThjphX/kBnTeLeFIs5lxfWaUEVjLAkthZ9QGhzNYg/qII9DVgnitl1X8wHobu9pE+CSxQFYAHbf8",
+	"8IMn9IVFGd3lcvwR4gdGarvSOCWuFGJFaV2xPJBX42iZQsPrnAZp4O2Z4E09mlzotvvZRl+BTMChx5ef",
+	"rRWa0rENRhZK6s7X/Kikrhvbk9X7Wd5Y7Tj576JzjicakeoejH9H7UbPQe52OjNdDbLwM/eWYzskSnw+",
+	"wqT9mewaYL0XYe+7hMd7H1FpuREBDN6I7oG/c+KKheoln60/3L440/doHs8KX4tYFrOgy8DyvQjm2M6w",
+	"vK8O0Ao86B2Ve3fuAXB/lv/dPP57yPXvS5//yST5n0CG/09Pc38Mi307EBitb2sJdr15/8k4dPY6Nyiu",
+	"1dh9qb9TThbovsqy/HnWG/+2340iSfAx2WIlC2SE1mPpjoulNyF4R+f8+TXb8/rdz6w71l9TVB01PD/d",
+	"/aPawyeFD3inHFhAXfqH/+LtrumG5RJB2DQytwx7R7Q5acWPGAoMIiFNPEiTyvunGyaZWWVz0W8gOLvN",
+	"9QdpmNJS/KZualY7oUySjYV53cy9CSrSCH3CgVJxOjo7HwzFi9D4i3vrIB81eSmzVYWB820MJbeHK5jk",
+	"lfxgtEaCh0OJcYXhXyZH4ESuL/TI5PKC+3U1nCpC/MW8yiuXCNno74z1ACsHDtfC4OiQ5V5vQgO1/T2X",
+	"P0/PmY4tavIu71/8zzHCWqm1csd0SaJINjFjYHLEzMLRF33pzKLIZMkFPJ+18UwLH7XyPOeRz96nDjvP",
+	"vkp8DF88HQzF6+IWTA/cTLrw+5frkxvZtJaNJICZtXqCJgJZf60rdOa4wXfYzae+i0LcWzzMlT6MQYCZ",
+	"WqvqQpwSyrAEtxH+OrhDi/KLFv1+qFizoo8QJm1iLjFkDMbh5WatBw0wMKaxIqLrfSjQbvzngurgDl22",
+	"O3cE2sbjYIvHIP58JD94PX4nvha53NjBUPyKYBGrrhbYNIRhuF5qEVDUd7alC0vdPI4W75+vH1GblDTq",
+	"KSH6eSVnTpyNzkYnp2cDX//EYZHQoQKhEtSdAhESbcrlBmQi/fAxRdgOccWhCqB2uew4GgzVzlUF5wv+",
+	"R6LikR2Kt6HzhKiUNeWNIghboW2RkxjnThE4johlOhrCRd37IkQ4AnM3dZDAEoFoJhFTNOzQQ9m27XCB",
+	"tKAWMWgASos1Zc3sEs7f6WgE/3VGnJ6JeSTJ4KQcsBnu0+yejKfu2oy9oZD32K2DC93c2nBMyN4tGHKA",
+	"87imtaVkOb+DAEq+6193jTh/tCOPQFYCBrIugvp/PjoaeB5nKTpAgXeE1zBBczOs4Af/+94d6za//0l2",
+	"bW8jSKRHn4fK4X2rHdUYN+hvj/ctjnN7Ovdhj9fxi+0iXP1cjdHugJap0+V7Mmsw2u7jgj18jx4wzvrQ",
+	"UtIjOzt9+Y7CqJ1oAFNp6b60dPb792/Et/A3UBr0cLB6SIFR75Ppyon0CZ2jf6RJVHtMCMYnC+WqIrPp",
+	"RK90qSxWsTiVOZUP6nIrboiBbB1bbY+x7Ua+KHSdA8cW9Va5wVCcj05rpVfRt7eaCCXiHGwl/zrMA3sQ",
+	"cm7QnBhONOVpx3WVJfXSAXUB0yktkhcmQt06pfNEaPyJiLMG8Fk0cRG+OtEpDjlNuJTHM8P5lk5jRL4H",
+	"xmh0jZqE0SJFj9AOH6cT3V8w/Yr/pVr5XpX0i5SKztLHKdgCHoiGIzKVMGtNPF7YMXUz0bJEQk4qr1EO",
+	"XL0LRD/QqBmSajQ8EFcqNyJmpKS208zHywBzPKCIxMTjFM7e3Lll7+NHjG/OTBeNUSVzqpTlPEEi/r5S",
+	"K3VCmY5Qe0iHxC7NtSKCerEsZaER0zWc6Il+IR4/xqk/fkzP42bvcRF40yUgSDNXp5+gGVSaq6Fg8GNl",
+	"J5r+FsyFC29BVJbatoClFaUOJZV++pzn48foRD5+LPpyomujRbDRMqBCUwwFIKElcyM+fiyz68ePcVNL",
+	"rr+h/Gkpl6CGDSGsI1s/Kh5GhId4S5RuFdYBIdO9h9l4Gnt/cZzkTmL4ClzL//gPhMJ5slei7JGZQ26c",
+	"s9FZCqcjNIRBSzQuE4bxcBFXf2Y3OoP7HuWy4NZsmuDuE0G1pmejs0eN0EE9MeruSx0mgsVP6P6VE9NN",
+	"3el+okUD2J+B1fxdXXxBXRmZk4vZaaP1BY+C7zccj8W0uFqZFbZqq5utOerUJ0nlzmRRrirupnU2OscF",
+	"ktl1tDi0zeDN4ATqJUK3nh88bq8j8kWK9vaCy1MZa0OrHg73SzvnVlEv2q2xdOAL26oXSBpeMpVhEdjb",
+	"16VpaiHkGJPno0Erq/KheEGd6EzFsjHU6Uv/bqoeaa4wSnGBn1A5NR4wVY1XYC83PT8diagNGM/tUKqD",
+	"LiCuulyoun4Bkx/4ZToi+HMDaB+1I2Oi57oEHTxluPBU91uToIEPxrcGe2TaiabDTMVNmayQFJm5ALDt",
+	"WPphQp02J72x+DDBLp3wz0lvOBxOeomYeOh69NuPH2H+KXyWyQVso+8mzRNhkjC0NDTsTEVZgLGd8jPx",
+	"23UH0olGMRR3HMrNUKTPRk9TOGFLo62yOI9Ns7GW6HumJtiEhFo/SaoJoJhfBVswU9TFyFUbcB3T89vb",
+	"1HeRW5vKzelvSCatmQ6K1EpZZEoTlSKZY70XS1j8k7PhiMgLHDiRpEZ6UYfz3ulwRB8xS6XlsuiNe0+H",
+	"o+FTzF24OZo+3nRBy7GrMvEFH8Oz0SiKcy4rk4ExU1ixWg7FT3wb0EaybSxb6Pz0fQ5WFb8QDDZeV3jr",
+	"2WhEzWeRxwHjDcsQ6nryN+aQq6MR+0xEb6yDzu2o6WqMvWET9sa//Z707GqxkNUGvOfiRmmixHLyyoJl",
+	"yS7D7/A1b9ztXLwf6e8+0/ymMgvl5mpFfBdC3S6NJT1MLo/oe9L90XA0PB8Mxc8gpZ1hvAVcPTYjO83G",
+	"9OSEzcsTb3f6Qpma4oiOVXNTeKCHNwX5NtDsaG5H20PoXHke0xDO5PnodNc2hiE8+aXVOAu/9/Tw916H",
+	"9lofk96zY77xS9RyCk9EOAPRpi3CKnWeBrL8j7pJGIqsiRawk19mSL1hE0TlJDI0eY6DKNhMbIQaHIDq",
+	"JrQDtBcYDw0mhnTccBlpneYrzEBhALV9XSe62W5063C8pXn9KRcW342lrTDZ4afv544bDs8v9l3xmkd0",
+	"58a+99CxJCZ3LNnBqNtndAjDvyj3kp/+gMvrX7HjWvL8+FqODi/utzIUuPwr3WReBnSdbgq1jrbcb3F7",
+	"z59EnSp475sb+ENh3Y/8mQfcwaiZxk7Zykfs33wTYQ38ZDs3MOktTWenNAyhoAJsN+KR1ncpR9ShEykb",
+	"vqnoF47u9gm1QeM/DMCgJ0csoaoIRpaRb5YWecrVovmCMhBjcnKwzwpLZcykUUJnVtyELcTPJEKVlh0j",
+	"bfQJfo8GjoMkAkd5ozCOgiSnTUY/Bk8GXKYz8BPTL5tKcHsYjCA9Z4JUrjEr68EwJwoi1/KkXqMCbZrA",
+	"+OM5RsxaB+6fulMQVskvlbxu5QXruiZv9fRj14/ctalx8wHottNgfgZ8NDaGpX/T7qCJLbFN+7as/W9T",
+	"aG4kk3hy7m8NsQx+lksad/b62IxIumqlPm7Jh9PPLB+6ZAMMSuX//GLhfPT88Dde+qakKEeOGNpPxn0f",
+	"9f28v/h5kec+4OHbJAb9fawyefIBvv+Rmw+pLix8LKzeUXiDKJO32CNrStpZfT37yEcLtxLJfSe6zaAP",
+	"zjABkQJFQoMtPR2EziM3KpKN3rOe6HDzmTCcBEUota+N3TMkMYNPhbbrtA4JB0WIiHiiQW62WlWlSFZr",
+	"52ZthTUgcraHS2uahtgYUSpPdKA2l7h2KmdPiCR03SOdlmIoXohcydzLvUxqbPEcDwjDIGa8ZY9XytPc",
+	"UejFL1JRCbuqbgrcN08oM9FGOxNBHhrDYkZqjF0q6epeBZR/LiyGEsYUy8YV9rwoOGrJ7WdBqJ9v9+lH",
+	"KV/36p9Lr7TyC9ACGFjh1vlNUcyBkc0g1IsXtgb1k+mL2IOIfBhdFG7sXbNPdfkX30VrHAnohqg8+wNE",
+	"5XfNw4frEzooMEM9hdXWcuMp+Ab/CqL1/ChJ+Rr7Qv9BsvgVEUV+BpEcbxvL5l2GoW/+bREBe4CTuIDf",
+	"LqWb9zwe22dom3o9xsjcrWTy97Z+8FTp3fGDSCcwKyW11W236kVRnAhmCMUk0piLUsLxnWgvjYsqEOsl",
+	"EU1UVCfR7+gFkIROAIOuK41uEc7mIZ0izzm/yyUiUvb/GxyiFhP9JztGPwZ1H1HdN1CrqkSzAUV83WqI",
+	"fnQG2X+dSeNKC36S7/HJ+OQ2v2fcYWOi+6E5x+CC9ONdu2rAM+quHP4pPOJ2xwvRr9tnDOqoDfUOAesJ",
+	"zr/nD4pSp9S8SsiyxEbSLbuntnfMjaoNJczdk1q54OYeIfO5wxqL7QGpRZHTkSu9YTDR3jdCMBEOO1ZV",
+	"PKiQDcKP9PGf4KoOCAHNKT3sRydnio0IzBVFVkSCsFvG50fGham2DY4+r7ep+FgUtrY/BhfEgVXbHOtG",
+	"8yLwMRfcH1sl9WpSz5Fx/US024z3VeXuLg2sshN/DLzNqtF8mWjvANN+tb8dL+kQg63pqr6VaZQd4c2b",
+	"aO/XIn7ZYPZsZuj5SBddmbKk/qFXlcwJ98otXvIL3g6PBe+Us3Bf3zQqRD6/Wxv31DjKrT37rK/uku7v",
+	"IquMYhP+QuDWhW36Ypz92cbZj8jIvO2vHuUuh75dx7rKL9E+QcJaMo0k08wXZXmg31NemeVS5ZQIbl78",
+	"ms89UkAXtaDCxg6RbTTccqZCuscLtkg1IcIFud/7qAXKkkXAAGWatGSFXUw0imN4QqdPB0+OPLouaUHL",
+	"g5dq69Ked9QR+Bl9uUX3zz3gWjZuwoL24ZMcFfjuI4oz73BVuOvGwzgqdd/C8YcjrEqOYPkLYEXfR6bi",
+	"losD9jlulEY4U1ipEMuh3GdNFW8jdoEogE6dAAswsrDiAxUoxlom+m8UDhUvxBSOgsp9kQsm0TlSddHO",
+	"49l6AhX4VJKL/Cearuoeuw8jMj6KoM1a9HVgLYpsBbS6eCXyEEOnB8hKBcL/WrWhzVYFs7AI0aGhIF5y",
+	"jAwt9tuVndneuCflAyr2g65bWDZfy+jDYH22Cjdouw3+LYPb95I2r/wd6ro49aXZl0bjGx/qfDtDEjv4",
+	"delbKV5DilcTWo0KJvFGLeRGWKXgEPstRhwwEoHABSGfZSi+j9JMCYOzQgbI+1869x0srVLUcniAeLTX",
+	"RCZI8GlEZLfg1bPZIOJuIh49j1ZLoxoBMhrAOmj1E6s8gCDh6lKlhF3KTPmc2L5GWwmZG9gqZpuSpUmd",
+	"Eoin+r4XqQ/XqKJCkCUBr0sm8fAEGwNs/lBEHHKwLeToIIw5wa7BAage0RWTBNkV34kqGz4pyKNuA81W",
+	"o2DklAqJqMKjp097W8UaWx3Zzk+/+frZ86enp0+/6miDdjp6Nvrm+dlXp8+++ob6kdFTuccYq0ZuBsbs",
+	"Madff/X12dmzr7iqiflenn8zSjoH6xlVvh4+i4hPToff1KQk56dnneQh56fDs2ZrMe6vFdWa/HZ4iUKx",
+	"0W8xw9jpKJCBYT1W9+wCmdb5qMFo9c1OXqlnZ/C9Jp8TzK/mXTo9G338PZQi9QilT4X7x6mIVpHRDkXh",
+	"y7FCX7VdkubfPg74VmVKO1EhvBuT/7SrraWJhL0vLfKyvq5s2gl1eU8fecCgbs3q0LHjr+p5tDXH/x1x",
+	"XufXf2sPd0V3qYbeenIcrwxWlnsOgq2FiHzUqnBnRKXcqtJgy54iBTXHHXGZQSWAkX5bWNeo6faBQvpL",
+	"ym0danKKCHZva6g6KCziMvc937aL+9kgsE4tx6KgqBx9J2bW75+Png98DftE05epfZk2PGD40PmgNRak",
+	"gKfx+EHTWUyTvaXKU0VgdqxMKvTVRBeuXetMBguiLSnUXDepw3KjQiN7vq8kRkD7+WjU6bvjEN/zFX6I",
+	"OF/0hj8JxcI8LNv3/iXvz5c4RO/89IgxvTfmB1lRofifg5Nh6g55pNLxnsO+QN93nLQJt/cRG9dY1ceA",
+	"6aF4u93DjLi1qVKGeURQcFFIrW+woZmnhwj1MYFwPNTPkGwb1ExjXo5R/A59c8JjbNfcJIzSoy9ycdBW",
+	"7Q06Ld+7kKAiyrgmmz4+di5tHUOI4CFOXiudMCPtREcxjGtt1gxE9EWPvkAa61xE6FhDlPHIVABjoMlh",
+	"AcJE+4G1V6AuN8Lh2UJnyovTeILUmGWid3ZmSZA9Mkxfusb8qTtc3aaQVrjO3NCgMMyyuzQKB4cpN0n+",
+	"W8MFRNKG5xN9XG8WfgvtW4yIjJ64liD8CZ/UpB9pgbke2QgmROBO7tNWn2CaT2ms8q5fZpYbTuD52jxs",
+	"MUVxL/jm2egc4VXMgk3Ep5w0bdyLIRbNUYybTgGhN6NOj4XF+YBzCH5kqEgksAzG0NEt91ygayykJVYl",
+	"rmmgKrj+M2ETsSxXVpwKO7igi8OTjJq7gB1yjinWcLF8iJ5wRtS4tICDMtGplpXML8kW4WN0uYJ7MCuq",
+	"hYK/OFmm3TAk+PT7uufI/hDsds8hZ3j4F402QQ0jqfNQhRDu31eq2kQx3Gbjia7g7dkIi7mcquD7//u3",
+	"0cnz3//Hf/Y6QrjHRPy/49P8Rc/eH5REl3W3/kt2FZPU2s163jipqewybTHjpUJpBxIkZujqrDKpDceH",
+	"9NuYZ3CHr04i5t/vbN3zqHxP/H/7z0pLHHW9q/4IbcZPIETg3i9ByHR15pIaiag06qI0JrBKE5F2Mgyl",
+	"yUSnexjl4It7WQHhA+xfTXQfeZw8yrhwF0KvyjIkXNGOCa0d8Bak2wRo6VC8LlSZRxFOeABrR2yrzhlZ",
+	"qnIIVFB1tbxYc1NjDwpWt5niUjwfTyXHlGgUkTd/oudmVSU1ERQ9JC9mM1URCDh6l6l8++xAtBZNRdBU",
+	"UEsv9tGoXSC+hcw97/pa30Ekxl9PdNdSNbjTuuAr25gUqrJwYEv6cg1v43h4y1PRb2NVxAswbrsYH9im",
+	"QaIpJhhEo3Wia4OFpoMcW3NTOSxW9FvlbUOkLljvpEgr3HCiX5CF3bUQGDqQMXxsKrPrKwzQjrfq+PLc",
+	"IkLIH9WQV/H08ZzX3IWmH070+3YXbR3MK+7/0j8fjShaj/Qk+63/qFPhLvNfdFv/Wnj2k8j6DwXr+8z/",
+	"cMyOsv47TKwX8OKHjGHUL7hTCGP08CGM2mRE3w/LytQ6qPgvJte/TGjjBd2eYKWVxY06cSuNAVW/n0dH",
+	"PJ7I7JqplT9dwXdGfn9lcpuUOEnSMVOLNIlq+mej8wFBW5v0LJ6bhSrKyTtD1pougpYt8h3wh/nF/wV3",
+	"DrS8VmsbEfl4Cl2/jh2qwvc7G9YPm6xGo6eZT27iTyoV/fT8GRotz0Yjsl7OFvD/p/MU1S0RJcWNHgYw",
+	"XY6S0HicwTaM1DvcgPvKb29OeKoys1A8XNCYGFNAh5WoGTAQHAh6iMOpT2w6dPfRhiBEsqeHsU5urKBg",
+	"MLnU8MBo2tgciSlPaDIyux76vf2vUcp8wo2RwhulmyB5jR/CYBxKjeo941I2bHDu6Z2Cl81DLKywS6VB",
+	"rX7Hq88p6tMzAZYQAVWiePyIcvDnpyORRgQ2dfhmiw4n5sIJZlLouA5Kz+NgmCXnon0WcR+ilvm8PX0k",
+	"j9VqkLAmmxo3H040mkGxrTpblWWA8hrT6qHcyU4N057oLjZrf+NiauhCn5DdXDNUU+/3ivC+aLp9Kp01",
+	"2+b7jG9rmD2WDcGIAYojPkvcidKgcTDRpNt5JMiLpnxXlk4Vn1337uqucMj2r3jQkHa+BTNBCZIwQRqx",
+	"UB+48I2rTtRwo51xFrpEu0IsT88+MZryjo5EQqKPyLqiA/7vqPJPj5jNX4xWn0EN0+ry4vqlZZnnadv5",
+	"1kTKuO6GvFsdU9v9h1HKvyyRYHc0GmHoplCWGRKRNwrDhdk1pmF9kdeRWplUONHKgctGLF12VTqMDmGc",
+	"CClWA5cxSKiorMKX4XLhF7hz5NBiIHoukfqSi/zRakjE+WgE/wf/Oh0l4FMOAmENUnsNJ/oVzTLqoh7C",
+	"uKx25bUSajZTmdsa3thz0+mJpiHhY7wdgxECdlDwGMgSy1CZyL8ukoXxoTuIzGMo/9hnn+F5x2IMrorl",
+	"rA9xaMK9TzAokYiVBidKU6mIWTlki8YIAbErT6lX0c5276OI6rD21LtFKDbLfygfiR//J3lIL7Lrt3gu",
+	"d4E8fu44uf+WsvLO3s5DyUs0cpoi095FZvrG9Ttxom8UR7+w4Thl6nwbUgRe91MQP4qKy+DqXFKVVzog",
+	"kGOzBQVe0dATIliuzNs4VxUzMcW/De/DCgsQOgE+ySE7pTM17EQ6vvTze0iOJnjHPqSbX+R/ywD6n+HH",
+	"I6CKorp0nkVUEl3KqxgW7Q/AvUPxnUbB67qtd9JqslkHXZ2JDz22BUfOCbIIkCMtxXGmCRd3g266VuCv",
+	"m1rpRvWMOle3tTPWik1aAjYlBL5XE32tNo/AQbPzug2C6F+rDdIRehkxpkHGKW16z8Lkq9LUze0fWXBz",
+	"VtoNhuIng3JoVpTlBaITENxFBCQnDPXyJK/oznkQuA8dOFmUw4kmuEGrbVIq+qe+r4HYKFkNyOBCYeCd",
+	"eXK40LLSRlBLdIRyYBTeBwS8mxR2od4dMEVopQiUjvxGpcmuLzgpjwgxgoFjrwlnRKMp0xaWjXxnz80U",
+	"1i1UgsyJNBfzCwn3Zy1QtKJhQrbbzFQLBNXJQk90359jH3hG087/cpCQV/nVefhV0nr5IxtB1TAp0NiG",
+	"PnKAoJfN34v+WEfwOWQU2ImlxvgBQ9erOveBy4POW+tx6KHuBnig+062MZ+eSmrR53/jZwaeBGyJLMwN",
+	"puQxrFgFB31B/bQ2NQofXYOJdusiUz6WUBqrAgPury369qSl6ThtEUqFeVnNWjNW2fv+MNuJZqyrb7zO",
+	"9I4kI3AsAQ0jHbOW40G6MddRfSw+3YN3GO4STh1zAbHiTduF1rWapEkoGB2Cj8D/wOImQn2EIkcaBqNI",
+	"60VJqQs58kignKJoVsBaecyEzy71m83wBwm6D7mYbia6n66qsn7SYLxTbMIwAyOPRj79UJXi+YU1shqQ",
+	"3UDlUihtxiwIrEsHVO2PMFl4IH2K4TbkL3JXd5C6KCyTABe9LjSdUlcslHVysURHbMp8B2YmVuQVJuAW",
+	"NkydBON3zaOJ3wvj8WzPHDP0S1ZjZ84Shg+UeIz1RCMoFu8XO5PZqrJclj4UoUEycYgSX/nCqvJGWU/e",
+	"QMlN2q+aCgo+i1xvCrnz6YbxpYs58qJh0uYHNDFFX+nmRqSkeC88tskZTGOBPzWj6p6VZjTzL29/AGHx",
+	"8kWCYBstFyh1162XhsRX/3x0iq0R2ItdaUwJcuNir+RiAaQmOtwbL4g9fnko/h+1oSAotr3PvUKg1z6y",
+	"bRV7geekoT7FldmrrSMtGp6KzyKs3UTvkTy10MH+D+u5CUMHV3mn7JFElO2h2XD+hx1aNnZ74+ve6eHi",
+	"e9HkfSgnt37DnwRmptl1GPMv/Hn5kvL7szJ4bAjE1n+3tb/f333yAf+1F7X8zpklkcwwC2fQvUPxrQFN",
+	"S76HdXLTrHaM41eoW0lp1f2NMjTxpio8vR+hSmxEYEIIlJqybhCjNVG81dCLFkrT4zOpaFCrHbDQFrmP",
+	"B8jGepfoZHDmNX9BzCeHNmFd/1Fbe4RKrS0B/DCbAujkpAVyzdBnxpQh9KnBwQX7E1wkPTMV9WZzDZ56",
+	"siJRDw47kKFNcXUYRvlve8P/nAv7nTr2wt7DPU8+7Iq6BB+GWhWhMowP5KMDR3AHRUMW6b+DLA0dfUw7",
+	"klKHoH7tYfe37lEidkwCrCtqfJSERlQTjeaWyFTlihm3lik02T/j2ObyMg3pLZHeoMZfIZqObUlaYbyc",
+	"9TNJOqyFLa504/No6pkomIgiI5iKMqoMgIFHPt+VQQgZSSh8Hd59zI9G8H57XZBvU6FVO9GcTm4EKdjE",
+	"JY8bPQcu7aBnDsCmJmbnAFD0zT8vJpqrQHwTtVRopXKST6lf5/RCpJm8XKrFWEx6k15K48fgrTcXsaD8",
+	"kZ3oly/I6Xpfrz5226nRCMHDixFIaOiBxY+ziQ3sid62sC8iC5uq8ou64V6Q6tt6YqLJSGSAWiSAeRv9",
+	"3qETmVB/qqZfGMIDRrOTT5fUE8sZ0cf3T1G7KiocKCpR5INArNGo/kOzvo2z23pmaxiM4+wIQvAhGWDc",
+	"jaIHZmsSpvJlrL6U0THZN5wbMg9ghZ0xHrfKT2howmYkPND/wDahN0WvaAZxJnotLUP5ciQOIM+gD+4M",
+	"joNibBh+c9WGQ/CxD1BwMMZ3Dpjon+o745/sD4G3YaTmpKD4CU84nppaN9Ox73OoAl5GDDKzGiQ0aNNB",
+	"PBs9ZdfXO/QRl4uoFGcY0adEBnKsE+lv4Vc7udV+WebSqbe43A/pqkRvoFf+0Rm5nZ4KqQ0G2XD00QZr",
+	"bf3Fgbl/mSQhf+dm3dLNocMW0Y7BH+7joTyJJO29gA3JwQ/jafr+O0p3rDqyHdiWLwsUoNzSsjX9uxgm",
+	"rDIspT2SyJnhR4JuRQeI3+UlFMbyxrX10DYKJvooq8D3G9ypcFm1+lL3OglaYOvBraVArh7mm8JYTRT7",
+	"CsKQKbs9yVwQt16/9gnUgbV+4dGFRbODo9/e5ki8wuCYDzqjpL7ofLq5WiQdJg9PHBRVh3oIkcEjJL7Y",
+	"IfA75PI7RQnZl9GRfqCK+NZr7hRJOt958vMLWCk4cDNZYK0F2xymbG4VqF+klafg7xd5e295+5cC6Sgb",
+	"omZbUIAN5vfhXlIXUyp/pLztTC9vhaDuIWujDqRgymMrebYPKImASOYdArORXOhKDdb15bVZilkFqj6h",
+	"hDcItg13XVghGlVakarbJdzGdBCJoxCsb5qros+SDGuGrVMy7xQ0b2D3jo/64Mcp5+ZTA5RS+8JC+xm6",
+	"8CFb5Fb8Ag71vW4oHeE//YqGuATorUKvfI4Ns6yiTrLu1LV1E7dtPkeY4fHHmD7fPMfVSlOzqC8H+f40",
+	"XZhhkywb7n2gKWO3E3n3ViEcxdZ4uDCwuqbgcCEO2oaeFyq06QYtgcj9S6oRSYfiV+K6wHx2upaFS+vM",
+	"gRGyqoobNdF9hNMsTVkOLpDegVmMtRJ5kQ/Fm2Z3HaZ5hKO+qrTox63HEoygBTJIyyGuBqIJh1xiG3DS",
+	"KRQtMFxJEaBKmGnPuTNO3ea8bm42iNAMdVEFFSYTzjBNuN84xmHi3ui+1zhnVia6z53zx0KbVqvqJCjP",
+	"ivYvp2UKnZR8QIfBjaCMtXFio5xvKC76vPyBAgvs4M0AUdt+tJdm5S7N7BIbo6fBhcDyUnlF1SzYGUku",
+	"5FUNDmUQRKOWGDwNeaUuuSsILRSXFEftI5Clc28BuWCuQS45SWhAOrcIug4LAzZaPxyddlesworZqiw7",
+	"1fpLvjJ3TRXA0e7IEtBpCLvfhNJRQ7qchDlveIJ15jC5wa6ClGVE6V+7KtQjGHlB3NOzHqYDisVq0RuP",
+	"QjKg0E5dYXujHQONa4GiE+QHevwY6Ys7B/jV+REDPLDibwhA80pnJscUx+8P2mKTakW6Mvb+4KP+69Sa",
+	"P9UlWiTkCAVRaJaCX2gv2orwveSCF79uVGjG4rEbfn4f8O1e/VmX/HRq0R+Ka+UVArGLs4ZbyNu0Bu/0",
+	"sfuKdVjfM+DCngDFNWvtRT/F1mOJXzOISyusMRpDRnXtIUaU/Eq2dOZEdx858XNgH6o78PMI5RSE6Tfi",
+	"x+Jb0G/XiFwCJc+gNY4fkTINJ7tcy43FMBmXryIbOrh84u8rtVJ5sCWolFSW5R4J7Itc9lIt/WjqAVju",
+	"oY9GwKkvpEpErmZyVcKy75RWC3nbEFX8FWLI3Ras8pbk1imx+3oxdvpJYiwojn9CcbevCAchgVW4oPaL",
+	"9PvM0q9TiMT1tn+UFKwt5Scfwr8/PpmZKlMnZBPf10Vux0oauMaEDKTRDqDEstXhqBsscTfz6PfD7dAu",
+	"sLgQiXasqRy73ZFxR4UBIE0brH5xv0tiybsyhuJWRSXywl6TW3NFUHlrOFXOYS5VEhsU+yJ1cqHuaWo0",
+	"kdOnoYCB8uHlplXFGNdhxA1vwOQjtnh0VrxH5xP5aKZfdPVcQzDXVQW6LEYfsOu4g3RouvH8OKHpBwbC",
+	"04FoNUNFt+FbArm3m/TACKgKJPGz91RCaP5ztLFe/EdWvJUzN9GlufJNEWtgONYqONGXViiXIYbn5IRO",
+	"vFbrE3YvyX8ajGlp6LUTPZeov02Vq5BTocYlxYz8FSSJRH9srmSVe7bJ8HruDj7RPrUDZwvWE16zlrbG",
+	"UoB3hV3IzcrBXvs61AEidqPq2eFEh/AqPjzjruZ4RAMsELHu6LHSGuYFjRVOJHySGIKya9/rQOVobUw3",
+	"8SnHYfpvFjorV7nyD6Q+adhUjYuBJ9prh22akNT38kByiEvpLhHtzsUByEJAlbVwpH3ng0a5kRLz4moO",
+	"hgj8V6ylU9VCVjiBTTg9lVoSX7iHYMbNAhOxKPTKr9YV8oCYGU+oZuWEFUaFKDdiyuval/UbA6KpzkCy",
+	"/IB3e7gJ7R7faFPmoe/7dr+6iE9D2gays3A15h+EinRSmJmnHlkXCOxETtB49wO3kwcPeYBO5a9ODttz",
+	"hbD5eWGxkTwbsHg1v8OwPredaZBPTctC5+VmHPocOmOufV13c1pzD3SpBZpVLiEeM5Vdi13ksGSO7upL",
+	"CGfp+MaE7a9T648QWME/Ix2bR/hENTuyLJnUdeYfnjKdWb6jq2GQHNxycHeTQsLGwSrDVekyn1+DkPqB",
+	"tPLDJD6jN/xJVeKNEViw1HeUxW6rxJLjbyqmxPwSt76nwYobIuR2R3MUqOjL36iGfbSvrdBx9meweXdH",
+	"t2GrO81oNCi5z2dfao5zYU89/C1yWqaRl1srKR9BlS6GxoO8KxZY28iRXLLRhyIFZ/eSI4Aofqk2DuF/",
+	"lM7xpEtMPqRKs45JgSrlZKHBKKFonDYRww8rI9/WwBeGWeOnN1UbwyV6CivN6m6v8HOfe8x6MH4VYtET",
+	"jYnZGsJpw9yRVGMwFC/8yu0bNHZnoPJcLt6ij0T5XrRcCo3aFak9UJ1sR5bR0mHUCllYCJJgvD4Wka0W",
+	"zLEhES3hxhHXNgGI6dM+Nq5Fym+hSL1H+XiyStH3eeSIQJq/cUljsEQb/aE0V/816VGIdNL7mA6G4mfd",
+	"8AnW2DzbIzUDl7fBTJ2TmYv7H9eM42DkcSo6CbAPzxjuLxolXfRE10/asLTDY+zXEvYDF2i6KkoX9n0R",
+	"Zy+2Odl3a12qsuOiaB402vrxQwZJqOU8xLweEWLvpFmvJLNEMNY3sPI/iorlpGd3wEpoY7lbIKtUWHNY",
+	"CjwR3Z3uZP5jTXexNwz1mki6WsFyH3jquBU7I1Gw1veLmrdk4OuX4unTp89ROsFe/aKL2wb/1YUHpTNj",
+	"WDOmFwm5wu0bNErMXSRZX51v1yMk94vlfVIw7zNE846ieqfyaPDPSbraf0bO93/OkONbqbvTLO9rKj/b",
+	"7vGIwoTQEJFa/WLXfQY8Aigz0DKI9Gy2+//s8cd/xkDgDpOU4jIPwwL3PnacTb7hyJo//Ymo5NovhcAu",
+	"hmjDUgeZOCMUjNYB8Zv8WHwr+uenT4WcmhuFZNKgqF/S9T15v1mqVOQqK3JlMZpSoxysUlhYn7YveBr6",
+	"XSE/6URj2ytU7nUg4UZVU+mKxYVInbp1Tx7X3/rl/euTb9qfxxAAPGiiSVxdNF9sMqfciXWVkos0/uJU",
+	"WvXV+YkCiYWNfLUHcmBAj1re+CZbiD3UxWym8jGzq8I7E6FK6wcGw+Vf4EqzSVdzNU+0DJT1RBSOG0Kr",
+	"WDf48kEl/26kaiC6OTKtaba+XRgVbdV9v7JMLamlPXKYZ2WBjOYWLHhacCviRRkkbCZPtLSia0v416CY",
+	"ODaKk/RNxvycLm8KU0bdh9JrtUlFNjfGqpYbLaYbIgDqB4KCa7XxacESCWiZTN1ir7jwzUHSAMwsC2RC",
+	"URfBlyLqmiTG7KBTSYgjRPwEOHlCzZdFWVMscFG0irjxQ10yYVrITrZmobiTa5s0VhuM8K9llaucTOWz",
+	"0VnsE2F8vW7lXn9/Zjc6o67SYMhjmiCE3dBEv1GWHaNmEHdMJVawOdinEnYUnGw03LizT0QyE8y3Trgq",
+	"S6xDCVUeN+xclLA+O6dzPbjALaZAKZ2Cdiyl23C5VptdBgs8/QjzsKULYACw9KDxvTC8wChDheKLDuqM",
+	"2J0zLDZ+SDzN7/tCbY+fPG7aQeHZ00JLHEp7+vvMH1QAtB+Jd/s2rfaB2jRUR0M3oF30YM273/gmrx2T",
+	"+I4oZai+BMdnQTYEHOtahvv0xXj740kg3/hsU427uQvRY4Pw6MEJchdxNitAVeBQDcUrmc39Bx5hpTQ6",
+	"MpQ20htWttj8xSvKyEZh+ib6zqVi72fMxkXKwTrJPwu6sxNNwZ1coenBZgDiU+n5fdM0HISMWok2v0Ul",
+	"qfDdRg9RLJetHwjzjjJmlo0XiVrWs0+lPpVEZLOBHcprLc8POK2zqmejs0b70fCdJm8tUri3G94FeKkk",
+	"AdxIu1Cypb2uKWwbNvYprH/nmLQiTNis3GAoKMqPpIAUKWwQAUeRRG8xkPin99VI3LJkCiXERcU8Wr5n",
+	"nLp1/tmPbIP5vrZz+i0zZKLJDplu/FcvRAOEfFeLBBN1tUky2II8+2UuNAxLlqUqo76HXi3SLClAiiRf",
+	"YERZYVdZpuBV8FnMH7fhudilaTNVl3TSaB2prfqqLNMBSW0weGgRfZqKTspa2viIUsi1hbimuxKu8FoR",
+	"OdiFp6ymfjVdBx1D25UCy9fbyfHRxq8gZAFJ+IYT/WsjaSc6c3bta5FstXw8n+jtnCJRNsNaWIP9AIoZ",
+	"TjJegj4a+PhbsOGQU3GqFBUz8d2NLh+NbbDHgntI8uf4FXdK7X1+82F/k+/IvGaaui/2wp9nLzTbYHBH",
+	"bj6fdzEgsGvhznReHWs1NzF+YlHoFZrCYOzn0s6nRla5jYgptfVE61hiMdFvKrNQbq5WlvlYPUNkChZ9",
+	"dSNLpoYdCRTrHEJORHpygoM88Z9LB+QvUo2JXCxbHXRs3R+cUTcq50QH8Zmom8LAMPCrfswTze35kQqS",
+	"O4KgCKc0gi+C4BA9ihhq1E4yiVrkhRV6PppoP7b+6TO/YtHMBvCehVqYapP4lzCc4kXIrFBqgB5Empga",
+	"Cfi1qHNmCGbi3I6H/OICOVk5qnAGGY+qAysxubEr5wkxy8fjlbNK2fl2B11ET+NDfTR9RuwtqpwxtxDy",
+	"DVErNSZ5LGxUDJQnBLX23d06lpvIQv1pi9V+eBRBNvoeweETjIOheGGvY1I2fF6Or1uI1TJgoUl7MZXZ",
+	"O7lgchuL/ES7sm5d+sH38XyHt+iTIvXqFlcd/hldBEqNjJIezKM37ulTcJRpf9Cwl9n1Jaw24aXxaHK2",
+	"RTr6/tdffX129uyrET2HV7s3Ph+BR86VPr3xN0mPzt4lH/BLMErgAc/O4Ht8lfy7zsJv4HVno49JYyin",
+	"9VBOt4dy2hrKaXMo5zuHcvrN9lC+iUfyzQj8F2IhG/fQQLUgbO/QIo62cF+fuEfhhnxBT28ROEal45nS",
+	"jiWBb2gA2/2Zu6iyOltZ/O4O/VVDh7v7CPyC337ADBu8YF8PARy+6GsfsC6qwHNg/wWKe//EPgEr3jp/",
+	"qOhnPFMHUORDAbsCFpS8ojY+xHsSMfUi4TtCUhpKtLZn9EQTOYrfrbGQxAzjdTDjepCCrjQZ6yXQ3fgA",
+	"V3u5+HAmgInJRrwrhnGPrNpgaZIluhc6MJStR4WPmOorlQ/FTwajfOD5EO93o33tBrUnzK+bY+slDh8W",
+	"6KEoXMIL/iQaYJxbF7cWbdy/gmz/l+D0pfXka9FxUWMB/uSDZz7aS90b3+H3xNIbGJnMWtu4zXQunbzg",
+	"ZnrwNYsFHdRoF+1B7OfYwSwLrw7n/0t//n/yUxba+u84Zckew8CS54ZuDZ4h9g8W4NB0Nu3vPhejB5dN",
+	"3lT4wl/8mY5N3eJ/57m5m2n6C8uvlmUaCbYn5GPePUkTPXoHgV9cIaePV/8d+EtM3P6FBvpQ5JrRO/6k",
+	"WoZD16zJx0v79kXE/1l3lU8M39VH3PPWHm9SPAnUcQ9x99jsZ0JvMj7MuvYMOLeZrapKaXcZMUiDPYI3",
+	"t1JWOaTGBgfhUZ1SKzpxJcRR+qbmw3sYqsX4JfclWmTi2i+X6E+zxok3VHbRKIbrA99gJxgvx1TaIuuN",
+	"f/v9Y/IBLgAF7unirKqyN+7NnVuOnzw5Pft6OBqOhqfjr5+fn+Fl4Yd/6PSyElGQAk7YIud8o/IdiOyw",
+	"xgpxuKgDnkTxv6QmAkGUHVJ5IIa25kmokeo+IbL9uNdSnzC1FjU6UyEHuhFuXpnV1bzRnnDY6hxQ4RHa",
+	"wk/A6iYhwqxrRtH4AbQH299+6Wn6qSR1Xiz5ET4z3oBa+dFwddf2434obpRW1hIpVgH/xOctlKuaM5or",
+	"Wbo5mDP/JwAA//9UChEka2MBAA==",
 }
 
 // GetSwagger returns the content of the embedded swagger specification file

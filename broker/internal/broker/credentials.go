@@ -231,7 +231,7 @@ func (b *Broker) resealLoop() {
 				continue // detached, or given a new password meanwhile: not to be overwritten
 			}
 			if err == nil {
-				err = b.meta.ResealRemoteChild(rc.ID, sealed)
+				err = b.resealRemote(rc, sealed)
 			}
 			if err != nil {
 				b.log.Warn("sealing a remote child's password under the current cluster secret failed; retried", "child", RemoteChildPrefix+strconv.FormatUint(rc.ID, 10), "err", err)

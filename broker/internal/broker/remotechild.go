@@ -337,11 +337,145 @@ func (b *Broker) UpdateRemoteCredentials(ctx context.Context, parent, id, passwo
 	if err != nil {
 		return errors.Join(ErrStorage, err)
 	}
-	if err := b.meta.ResealRemoteChild(rc.ID, sealed); err != nil {
+	if err := b.resealRemote(rc, sealed); err != nil {
 		return mapMetaErr(err)
 	}
 	b.log.Info("remote child's password replaced", "parent", parent, "child", id, "url", rc.URL, "topic", rc.Topic, "username", rc.Username)
 	return b.reconcile(false)
+}
+
+// resealRemote stores sealed as remote child rc's password, sealed for its URL and user.
+// Once the cluster speaks update_remote, only while the child still holds rc.Sealed: a
+// password given (or resealed) meanwhile, or an update in place of its URL or user, is
+// not overwritten (a ConflictError), since a password sealed for another URL or user
+// than the child's cannot be opened.
+func (b *Broker) resealRemote(rc meta.RemoteChild, sealed []byte) error {
+	if b.meta.Allows(meta.FeatureRemoteUpdate) {
+		_, err := b.meta.UpdateRemoteChild(rc.ID, rc.URL, rc.Username, rc.CAPEM, sealed, rc.Sealed)
+		return err
+	}
+	return b.meta.ResealRemoteChild(rc.ID, sealed)
+}
+
+// RemoteUpdate is what an update of a remote child changes (nil: kept). CAPEM "" goes
+// back to the system's CAs.
+type RemoteUpdate struct {
+	URL, Username, Password, CAPEM *string
+}
+
+// UpdateRemoteChild changes how remote child id reaches its remote: its URL (the remote
+// cluster moved, or is reached by another name), the user it produces as, its password,
+// and the CA certificates of an https URL. The copy goes on from its cursor, so
+// nothing is skipped or sent again. The remote at the new settings is asked first, as
+// at attach: it must be the same cluster (when both tell their id) and the same
+// topic incarnation, and take the credentials for a produce; nothing is changed when it
+// refuses (ErrRemoteRefused). A password not given is the stored one.
+func (b *Broker) UpdateRemoteChild(ctx context.Context, parent, id string, u RemoteUpdate) (RemoteChildInfo, error) {
+	if err := b.ensureReady(); err != nil {
+		return RemoteChildInfo{}, err
+	}
+	if !IsRemoteChildID(id) {
+		if err := checkName(id); err != nil {
+			return RemoteChildInfo{}, err
+		}
+		return RemoteChildInfo{}, &ConflictError{Msg: "only a remote child has a URL and credentials; " + id + " is a child topic of this cluster"}
+	}
+	switch {
+	case u.URL == nil && u.Username == nil && u.Password == nil && u.CAPEM == nil:
+		return RemoteChildInfo{}, invalid(apigen.ErrorCodeInvalidParameter, "give at least one of url, username, password and ca_pem: what to change")
+	case u.Username != nil && (*u.Username == "" || len(*u.Username) > auth.MaxUsernameLen):
+		return RemoteChildInfo{}, invalid(apigen.ErrorCodeInvalidParameter, "username is the remote user the copy produces as, 1 to %d bytes", auth.MaxUsernameLen)
+	case u.Username != nil && u.Password == nil:
+		return RemoteChildInfo{}, invalid(apigen.ErrorCodeInvalidParameter, "a new username needs its password: give password too")
+	case u.Password != nil && (len(*u.Password) < auth.MinPasswordBytes || len(*u.Password) > auth.MaxPasswordBytes):
+		return RemoteChildInfo{}, invalid(apigen.ErrorCodeInvalidParameter, "password is the remote user's password, %d to %d bytes", auth.MinPasswordBytes, auth.MaxPasswordBytes)
+	case u.URL != nil && len(*u.URL) > MaxRemoteURLLen, u.CAPEM != nil && len(*u.CAPEM) > MaxCAPEMBytes:
+		return RemoteChildInfo{}, invalid(apigen.ErrorCodeInvalidParameter, "url is at most %d bytes and ca_pem at most %d", MaxRemoteURLLen, MaxCAPEMBytes)
+	}
+	next := func(rc meta.RemoteChild) (meta.RemoteChild, error) {
+		if u.URL != nil {
+			pu, err := checkRemoteURL(*u.URL)
+			if err != nil {
+				return rc, err
+			}
+			rc.URL = strings.TrimSuffix(pu.String(), "/")
+		}
+		if u.Username != nil {
+			rc.Username = *u.Username
+		}
+		if u.CAPEM != nil {
+			rc.CAPEM = *u.CAPEM
+		}
+		return rc, nil
+	}
+	rc, err := b.remoteChildOf(parent, id)
+	if err != nil {
+		return RemoteChildInfo{}, err
+	}
+	to, err := next(rc)
+	if err != nil {
+		return RemoteChildInfo{}, err
+	}
+	if !b.meta.Allows(meta.FeatureRemoteUpdate) {
+		return RemoteChildInfo{}, mapMetaErr(fmt.Errorf("%w: changing a remote child in place needs cluster version %d and the cluster runs %d", meta.ErrVersionGated, meta.FeatureRemoteUpdate.Since, b.meta.ClusterVersion()))
+	}
+	var pass string
+	if u.Password != nil {
+		pass = *u.Password
+	} else if pass, _, err = b.openPassword(rc.Sealed, remoteAAD(rc)); err != nil {
+		return RemoteChildInfo{}, &ConflictError{Msg: "the stored password of " + id + " cannot be opened (" + err.Error() + "); give the remote user's password with the change"}
+	}
+	cl, err := newRemoteClient(to.URL, to.Topic, to.Username, pass, to.CAPEM)
+	if err != nil {
+		return RemoteChildInfo{}, err
+	}
+	defer cl.close()
+	tgt := remoteTarget{url: to.URL, topic: to.Topic, user: to.Username}
+	refused := func(why string) error {
+		return fmt.Errorf("%w: %s; nothing was changed", ErrRemoteRefused, why)
+	}
+	cluster, err := cl.clusterID(ctx)
+	var ae *RemoteAnswerError
+	if err != nil && (!errors.As(err, &ae) || ae.Status == http.StatusUnauthorized) {
+		return RemoteChildInfo{}, refused(attachRefusal(err, tgt))
+	}
+	if rc.RemoteClusterID != "" && cluster != "" && cluster != rc.RemoteClusterID {
+		return RemoteChildInfo{}, refused("the remote at " + to.URL + " is cluster " + cluster + ", not " + rc.RemoteClusterID +
+			", the one this child copies to; to copy to another cluster, attach its topic as a new child")
+	}
+	probe := &apigen.ProduceBatchRequest{Incarnation: &rc.RemoteIncarnation, ValidateOnly: ref(true), Messages: []apigen.OutgoingMessage{{
+		Payload: json.RawMessage(`{}`),
+		Origin:  &apigen.MessageOrigin{ClusterId: b.ClusterID(), Topic: parent},
+	}}}
+	if err := cl.produce(ctx, probe); err != nil {
+		if errors.As(err, &ae) && (ae.Code == string(apigen.ErrorCodeIncarnationMismatch) || ae.Status == http.StatusNotFound) {
+			return RemoteChildInfo{}, refused("topic " + to.Topic + " at " + to.URL + " is not the topic this child copies to (" + ae.Error() +
+				"): it is another cluster's, or was deleted and created again since the attach; attach it as a new child")
+		}
+		return RemoteChildInfo{}, refused(attachRefusal(err, tgt))
+	}
+	sealed, err := b.sealPassword(pass, remoteAAD(to))
+	if err != nil {
+		return RemoteChildInfo{}, errors.Join(ErrStorage, err)
+	}
+	if _, err := b.meta.UpdateRemoteChild(rc.ID, to.URL, to.Username, to.CAPEM, sealed, rc.Sealed); err != nil {
+		return RemoteChildInfo{}, mapMetaErr(err)
+	}
+	b.log.Info("remote child changed in place", "parent", parent, "child", id, "url", to.URL, "was_url", rc.URL,
+		"username", to.Username, "was_username", rc.Username, "ca_changed", to.CAPEM != rc.CAPEM, "password_given", u.Password != nil)
+	if err := b.reconcile(false); err != nil {
+		b.log.Warn("the remote child's change is committed; opening another topic failed in the same pass", "child", id, "err", err)
+	}
+	infos, err := b.RemoteChildren(parent)
+	if err != nil {
+		return RemoteChildInfo{}, err
+	}
+	for _, ci := range infos {
+		if ci.ID == id {
+			return ci, nil
+		}
+	}
+	return RemoteChildInfo{}, ErrChildNotFound // detached at once by another request
 }
 
 // RemoteChildren lists parent's remote children with their copy's state per partition.
@@ -509,9 +643,9 @@ type remoteCopier struct {
 	id     uint64
 	name   string // "remote:<id>", the metrics' child label
 	parent *topic
-	rc     meta.RemoteChild // as attached: the fields that never change
-	tgt    remoteTarget
-	kicks  signal // a metadata change (pause, resume, grant, keys) to look at now
+	rc     meta.RemoteChild // as attached: of it, only the fields that never change are read (ID, parent, topic)
+	tgt    remoteTarget     // guarded by mu: an update in place changes its URL and user
+	kicks  signal           // a metadata change (pause, resume, grant, keys) to look at now
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -611,7 +745,7 @@ func (c *remoteCopier) set(i int, state, reason string, err error) {
 		return
 	}
 	c.logged = key
-	log := c.b.log.With("parent", c.parent.name, "child", c.name, "url", c.rc.URL, "topic", c.rc.Topic)
+	log := c.b.log.With("parent", c.parent.name, "child", c.name, "url", c.tgt.url, "topic", c.rc.Topic)
 	switch sum {
 	case "running":
 		log.Info("remote child copying")
@@ -646,7 +780,16 @@ func (c *remoteCopier) getClient() (*remoteClient, error) {
 		c.client.close()
 	}
 	c.client, c.sealed = cl, rc.Sealed
+	// The URL and user may have changed with the password (an update in place).
+	c.tgt.url, c.tgt.user = rc.URL, rc.Username
 	return cl, nil
+}
+
+// target is what a failure's reason names: the child's remote as of the last client made.
+func (c *remoteCopier) target() remoteTarget {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tgt
 }
 
 // credentialsChanged reports whether the stored password is another than the one the
@@ -1017,7 +1160,7 @@ func (c *remoteCopier) run(i int) {
 					// batch the remote takes.
 					limit = max(1, len(recs)/2)
 				}
-				class, reason := remoteFailure(err, c.tgt)
+				class, reason := remoteFailure(err, c.target())
 				if !fail(class, reason, err) {
 					return
 				}

@@ -28,6 +28,7 @@ type fakeRemote struct {
 
 	mu       sync.Mutex
 	password string // when set, the only password taken (401 otherwise)
+	cluster  string // when set, the cluster id GET /v1/cluster answers
 	script   []int  // statuses of the next produce-batch requests
 	produces int
 	auths    []string // the password of each produce-batch request
@@ -43,6 +44,14 @@ func startFakeRemote(t *testing.T, script ...int) *fakeRemote {
 }
 
 func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	cluster := f.cluster
+	f.mu.Unlock()
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/cluster" && cluster != "" {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"cluster_id":"` + cluster + `"}`))
+		return
+	}
 	var req apigen.ProduceBatchRequest
 	if r.Method != http.MethodPost || json.NewDecoder(r.Body).Decode(&req) != nil {
 		http.Error(w, `{"error":{"code":"invalid_json","message":"not a produce-batch"}}`, http.StatusBadRequest)

@@ -82,3 +82,52 @@ func attachRemote(ctx context.Context, e *env, parent, child string, r remoteFla
 		return printChildren(e, []narad.Child{*ch})
 	})
 }
+
+// remoteUpdateFlags are the flags of `topic remote-update`.
+type remoteUpdateFlags struct {
+	url, user, passwordFile, caFile string
+	systemCA                        bool
+}
+
+// updateRemote changes remote child id of parent in place. A password is sent only with
+// --remote-user or --remote-password-file; otherwise the broker keeps the stored one.
+func updateRemote(ctx context.Context, e *env, parent, id string, o remoteUpdateFlags) error {
+	var u narad.RemoteChildUpdate
+	if o.url != "" {
+		u.URL = &o.url
+	}
+	if o.user != "" {
+		u.Username = &o.user
+	}
+	if o.user != "" || o.passwordFile != "" {
+		pass, err := remotePassword(e, o.passwordFile)
+		if err != nil {
+			return err
+		}
+		u.Password = &pass
+	}
+	switch {
+	case o.caFile != "" && o.systemCA:
+		return usagef("--remote-ca-file and --remote-system-ca say opposite things; give one")
+	case o.caFile != "":
+		b, err := os.ReadFile(o.caFile)
+		if err != nil {
+			return usagef("reading --remote-ca-file: %v", err)
+		}
+		pem := string(b)
+		u.CAPEM = &pem
+	case o.systemCA:
+		none := ""
+		u.CAPEM = &none
+	}
+	if u == (narad.RemoteChildUpdate{}) {
+		return usagef("say what to change: --remote-url, --remote-user, --remote-password-file, --remote-ca-file or --remote-system-ca")
+	}
+	return e.withClient(ctx, func(c *narad.Client) error {
+		ch, err := c.UpdateRemoteChild(ctx, parent, id, u)
+		if err != nil {
+			return err
+		}
+		return printChildren(e, []narad.Child{*ch})
+	})
+}

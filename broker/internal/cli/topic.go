@@ -334,6 +334,19 @@ func topicCommands() []*command {
 					return setRemotePassword(ctx, e, args[0], args[1], *file)
 				}
 			}},
+		{name: "remote-update", usage: "PARENT ID [--remote-url URL] [--remote-user U] [--remote-password-file F] [--remote-ca-file F | --remote-system-ca]", args: 2,
+			summary: "change in place how a remote child (ID remote:<n>) reaches its remote: URL, user (with its password), password, CA certificates; the copy goes on from its cursor",
+			setup: func(fs *flag.FlagSet) runFunc {
+				var o remoteUpdateFlags
+				fs.StringVar(&o.url, "remote-url", "", "the remote cluster's new base URL (the same cluster and topic, reached elsewhere)")
+				fs.StringVar(&o.user, "remote-user", "", "the remote user the copy produces as from now on (its password from --remote-password-file, else NARAD_REMOTE_PASSWORD)")
+				fs.StringVar(&o.passwordFile, "remote-password-file", "", "file holding the remote user's password (without it, and without --remote-user, the stored password is kept)")
+				fs.StringVar(&o.caFile, "remote-ca-file", "", "PEM file of the CA certificates to trust for the https remote from now on")
+				fs.BoolVar(&o.systemCA, "remote-system-ca", false, "trust the system's CAs for the https remote again, instead of the CA certificates given before")
+				return func(ctx context.Context, e *env, args []string) error {
+					return updateRemote(ctx, e, args[0], args[1], o)
+				}
+			}},
 		{name: "detach", usage: "PARENT CHILD", args: 2, summary: "stop copying PARENT's messages to CHILD (a topic, or a remote child's ID remote:<n>)",
 			setup: func(fs *flag.FlagSet) runFunc {
 				return func(ctx context.Context, e *env, args []string) error {

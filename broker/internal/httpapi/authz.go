@@ -67,7 +67,7 @@ func writesMeta(req any) bool {
 		apigen.ChangePasswordRequestObject,
 		apigen.CreateTopicRequestObject, apigen.AlterTopicRequestObject, apigen.DeleteTopicRequestObject,
 		apigen.AttachChildRequestObject, apigen.DetachChildRequestObject, apigen.PauseChildRequestObject, apigen.ResumeChildRequestObject,
-		apigen.SetChildCredentialsRequestObject,
+		apigen.SetChildCredentialsRequestObject, apigen.UpdateRemoteChildRequestObject,
 		apigen.JoinMemberRequestObject, apigen.DecommissionMemberRequestObject, apigen.MovePartitionRequestObject,
 		apigen.CancelMoveRequestObject, apigen.RebalanceRequestObject, apigen.ForceLeaderRequestObject:
 		return true
@@ -273,6 +273,8 @@ func (h *handlers) allowed(u *auth.User, req any) error {
 	case apigen.ResumeChildRequestObject:
 		return h.ownerOrAdminSeen(u, r.Topic)
 	case apigen.SetChildCredentialsRequestObject:
+		return h.ownerOrAdminSeen(u, r.Topic)
+	case apigen.UpdateRemoteChildRequestObject:
 		return h.ownerOrAdminSeen(u, r.Topic)
 	case apigen.ProduceRequestObject:
 		return h.needGrantSeen(u, auth.Produce, r.Topic)

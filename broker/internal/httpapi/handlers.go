@@ -58,6 +58,7 @@ type Broker interface {
 	DetachRemoteChild(ctx context.Context, parent, id string) error
 	PauseRemoteChild(ctx context.Context, parent, id string, paused bool) error
 	UpdateRemoteCredentials(ctx context.Context, parent, id, password string) error
+	UpdateRemoteChild(ctx context.Context, parent, id string, u broker.RemoteUpdate) (broker.RemoteChildInfo, error)
 	RemoteChildren(parent string) ([]broker.RemoteChildInfo, error)
 }
 

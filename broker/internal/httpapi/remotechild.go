@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/auth"
 	"github.com/narad-mq/narad/broker/internal/broker"
 )
 
@@ -136,4 +137,21 @@ func (h *handlers) SetChildCredentials(ctx context.Context, r apigen.SetChildCre
 		return nil, err
 	}
 	return apigen.SetChildCredentials204Response{}, nil
+}
+
+func (h *handlers) UpdateRemoteChild(ctx context.Context, r apigen.UpdateRemoteChildRequestObject) (apigen.UpdateRemoteChildResponseObject, error) {
+	if r.Body == nil {
+		return nil, badParam(`send a JSON body with what to change: {"url": "...", "username": "...", "password": "...", "ca_pem": "..."}`)
+	}
+	c, err := h.b.UpdateRemoteChild(ctx, r.Topic, r.Child, broker.RemoteUpdate{URL: r.Body.Url, Username: r.Body.Username, Password: r.Body.Password, CAPEM: r.Body.CaPem})
+	if err != nil {
+		return nil, err
+	}
+	// last_error quotes the remote (see ListChildren): for who may read the parent only.
+	if u := principal(ctx); u != nil && !u.IsAdmin() && !u.Can(auth.Consume, r.Topic) {
+		for i := range c.Lag {
+			c.Lag[i].LastError = ""
+		}
+	}
+	return apigen.UpdateRemoteChild200JSONResponse(remoteChildJSON(c)), nil
 }

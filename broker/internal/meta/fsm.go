@@ -334,7 +334,7 @@ func (c command) check() error {
 		if c.Name == "" || !c.Status.valid() {
 			return bad("without a name and a known status")
 		}
-	case "attach_remote", "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor":
+	case "attach_remote", "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor", "update_remote":
 		return c.checkRemote()
 	case "set_cluster_version":
 		if c.Version < 2 {
@@ -535,7 +535,7 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		return applyResult{user: u}
 	case "init_cluster", "set_member", "set_status":
 		return f.applyCluster(c)
-	case "attach_remote", "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor":
+	case "attach_remote", "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor", "update_remote":
 		return f.applyRemote(index, c)
 	case "start_move", "switch_move", "move_status", "move_progress", "set_replication_factor", "force_leader", "remove_member", "set_leader":
 		return f.applyMove(index, c)

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 )
@@ -61,8 +62,19 @@ type RemoteOp struct {
 	Expired   uint64 `json:"expired,omitempty"`
 	// Paused, on pause_remote: pause (true) or resume (false).
 	Paused bool `json:"paused,omitempty"`
-	// Sealed, on reseal_remote: the password sealed under the current key.
+	// Sealed, on reseal_remote: the password sealed under the current key; on
+	// update_remote, sealed for the new URL and username.
 	Sealed []byte `json:"sealed,omitempty"`
+	// URL, Username and CAPEM, on update_remote: how the child reaches its remote from
+	// now on, whole (an empty CAPEM: the system's CAs).
+	URL      string `json:"url,omitempty"`
+	Username string `json:"username,omitempty"`
+	CAPEM    string `json:"ca_pem,omitempty"`
+	// PrevSealed, on update_remote: the sealed password the update was made from. The
+	// update applies only while the child still holds it, so that two updates (or an
+	// update and the reseal of a rotated secret) racing each other cannot leave a
+	// password sealed for another URL or user than the child's.
+	PrevSealed []byte `json:"prev_sealed,omitempty"`
 }
 
 // MaxRemoteChildren is how many remote children one topic may have.
@@ -76,12 +88,15 @@ func (c command) checkRemote() error {
 		if r == nil || r.Parent == "" || r.URL == "" || r.Topic == "" || len(r.Cursors) == 0 {
 			return bad("without a parent, remote URL, topic and cursors")
 		}
-	case "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor":
+	case "detach_remote", "pause_remote", "reseal_remote", "move_remote_cursor", "update_remote":
 		if c.RemoteOp == nil || c.RemoteOp.ID == 0 {
 			return bad("without a remote child id")
 		}
 		if c.Op == "detach_remote" && c.Name == "" {
 			return bad("without a parent")
+		}
+		if c.Op == "update_remote" && (c.RemoteOp.URL == "" || c.RemoteOp.Username == "" || len(c.RemoteOp.Sealed) == 0 || len(c.RemoteOp.PrevSealed) == 0) {
+			return bad("without the URL, username, sealed password and the sealed password it replaces")
 		}
 	}
 	return nil
@@ -132,6 +147,16 @@ func (f *fsm) applyRemote(index uint64, c command) applyResult {
 		r.Paused = op.Paused
 	case "reseal_remote":
 		r.Sealed = op.Sealed
+	case "update_remote":
+		if !bytes.Equal(r.Sealed, op.PrevSealed) {
+			return conflict("remote child %d was given other credentials or settings meanwhile; read it again and retry", op.ID)
+		}
+		for _, x := range f.remotes {
+			if x.ID != r.ID && x.Parent == r.Parent && x.URL == op.URL && x.Topic == r.Topic {
+				return conflict("topic %s at %s is already a remote child of %s (remote:%d)", r.Topic, op.URL, r.Parent, x.ID)
+			}
+		}
+		r.URL, r.Username, r.CAPEM, r.Sealed = op.URL, op.Username, op.CAPEM, op.Sealed
 	case "move_remote_cursor":
 		i := int(op.Partition)
 		if i < 0 || i >= len(r.Cursors) {
@@ -213,6 +238,17 @@ func (s *Store) PauseRemoteChild(id uint64, paused bool) error {
 func (s *Store) ResealRemoteChild(id uint64, sealed []byte) error {
 	_, err := s.applyCmd(command{Op: "reseal_remote", RemoteOp: &RemoteOp{ID: id, Sealed: sealed}})
 	return err
+}
+
+// UpdateRemoteChild replaces how remote child id reaches its remote (URL, username, CA
+// certificates) and its sealed password, while it still holds prevSealed (a
+// ConflictError otherwise). Its cursors stay.
+func (s *Store) UpdateRemoteChild(id uint64, url, username, caPEM string, sealed, prevSealed []byte) (RemoteChild, error) {
+	res, err := s.applyCmd(command{Op: "update_remote", RemoteOp: &RemoteOp{ID: id, URL: url, Username: username, CAPEM: caPEM, Sealed: sealed, PrevSealed: prevSealed}})
+	if err != nil {
+		return RemoteChild{}, err
+	}
+	return res.remote, nil
 }
 
 // MoveRemoteCursor moves partition part of remote child id from from to to, counting

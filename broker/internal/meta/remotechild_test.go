@@ -122,3 +122,61 @@ func TestRemoteCursorCountsExpiredOnce(t *testing.T) {
 		t.Fatalf("cursor %d, %d expired; want 6 and 2 (only the move that skipped as many as it counted)", r.Cursors[0], r.Expired[0])
 	}
 }
+
+// TestRemoteChildUpdateKeepsTheCursorAndChecksWhatItReplaces: update_remote replaces the
+// URL, username, CA certificates and sealed password and keeps the cursors; it applies
+// only while the child holds the sealed password it was made from (a reseal or another
+// update meanwhile is a conflict), and never gives a parent two children at one remote
+// topic.
+func TestRemoteChildUpdateKeepsTheCursorAndChecksWhatItReplaces(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	p, err := s.CreateTopic(Topic{Name: "orders", TopicConfig: TopicConfig{Partitions: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.AttachRemoteChild(RemoteChild{Parent: "orders", ParentIncarnation: p.Incarnation, URL: "http://dr:7942", Topic: "orders",
+		Username: "copier", Sealed: []byte("s1"), RemoteIncarnation: "9", Start: "now", Cursors: []uint64{5, 7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.AttachRemoteChild(RemoteChild{Parent: "orders", ParentIncarnation: p.Incarnation, URL: "http://dr2:7942", Topic: "orders",
+		Username: "copier", Sealed: []byte("t1"), RemoteIncarnation: "4", Start: "now", Cursors: []uint64{0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MoveRemoteCursor(a.ID, 0, 5, 9, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateRemoteChild(a.ID, "https://dr.new:7942", "copier2", "PEM", []byte("s2"), []byte("stale")); !isConflict(err) {
+		t.Fatalf("an update made from a sealed password the child no longer holds: %v, want a conflict", err)
+	}
+	if _, err := s.UpdateRemoteChild(a.ID, "http://dr2:7942", "copier", "", []byte("s2"), []byte("s1")); !isConflict(err) {
+		t.Fatalf("an update onto the remote topic of another child: %v, want a conflict", err)
+	}
+	if err := s.ResealRemoteChild(a.ID, []byte("s1b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateRemoteChild(a.ID, "https://dr.new:7942", "copier2", "PEM", []byte("s2"), []byte("s1")); !isConflict(err) {
+		t.Fatalf("an update racing a reseal: %v, want a conflict", err)
+	}
+	got, err := s.UpdateRemoteChild(a.ID, "https://dr.new:7942", "copier2", "PEM", []byte("s2"), []byte("s1b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, dir)
+	defer s.Close()
+	r, _ := s.RemoteChild(a.ID)
+	for _, x := range []RemoteChild{got, r} {
+		if x.URL != "https://dr.new:7942" || x.Username != "copier2" || x.CAPEM != "PEM" || string(x.Sealed) != "s2" ||
+			x.Topic != "orders" || x.RemoteIncarnation != "9" || x.Cursors[0] != 9 || x.Cursors[1] != 7 {
+			t.Fatalf("after the update (and a restart): %+v", x)
+		}
+	}
+	if o, _ := s.RemoteChild(b.ID); o.URL != "http://dr2:7942" || string(o.Sealed) != "t1" {
+		t.Fatalf("the other child changed: %+v", o)
+	}
+}

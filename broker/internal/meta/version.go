@@ -64,6 +64,9 @@ var (
 	// leader may serve consumes under its lease instead of committing the deliveries
 	// first (raftetcd lease.go).
 	FeatureLeaderLease = Feature{Name: "leader_lease", Since: 3}
+	// FeatureRemoteUpdate: a remote child's URL, username and CA certificates are
+	// changed in place, its cursor kept (the control-plane command update_remote).
+	FeatureRemoteUpdate = Feature{Name: "remote_update", Since: 3}
 )
 
 // opSince names the control-plane commands of versions after 1 and the version each
@@ -82,6 +85,8 @@ var opSince = map[string]int{
 	"force_leader":           3,
 	"remove_member":          3,
 	"set_leader":             3,
+	// A remote child's URL, username and CA certificates changed in place.
+	"update_remote": 3,
 }
 
 // ErrVersionGated means the feature needs a cluster version the cluster has not

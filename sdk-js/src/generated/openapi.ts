@@ -592,7 +592,29 @@ export interface paths {
         delete: operations["detachChild"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Change how a remote child reaches its remote
+         * @description Changes a remote child's (named by its `id`, `remote:<n>`) URL, user, password
+         *     or CA certificates in place: the remote cluster moved or is reached by another
+         *     name, its certificate is now signed by another CA, or the copy is to produce as
+         *     another user. The copy goes on from its cursor, so nothing is skipped or sent
+         *     again (a detach and attach would start a new cursor). Members left out are kept;
+         *     a new `username` needs its `password`; `ca_pem: ""` goes back to the system's
+         *     CAs.
+         *
+         *     The remote is asked first with the new settings, as at attach: 400 for an
+         *     unusable URL or CA; 409 naming what it answered when it cannot be reached,
+         *     refuses the credentials or the produce grant, is another cluster than the one
+         *     the child copies to (when both tell their id), or its topic is not the
+         *     incarnation the child copies to (another cluster's, or deleted and created
+         *     again): to copy to another cluster or topic, attach it as a new child. 409 too
+         *     when another remote child of this topic has that URL and topic, when the child
+         *     was changed meanwhile (read it again and retry), and for a child in this cluster.
+         *     Nothing is changed when it answers an error. Needs what detaching needs (owner
+         *     or admin of the topic). In a cluster, 503 until every member runs a release that
+         *     speaks it (cluster version 3).
+         */
+        patch: operations["updateRemoteChild"];
         trace?: never;
     };
     "/v1/topics/{topic}/children/{child}/pause": {
@@ -1482,6 +1504,17 @@ export interface components {
         ChildCredentialsRequest: {
             /** @description The remote user's new password. Stored encrypted and never shown again. */
             password: string;
+        };
+        /** @description What to change of a remote child; members left out are kept. */
+        RemoteChildUpdate: {
+            /** @description The remote cluster's base URL, `http://` or `https://`, without a path or credentials. */
+            url?: string;
+            /** @description The remote user the copy produces as; needs `password`. */
+            username?: string;
+            /** @description The remote user's password (the stored one when left out). Stored encrypted and never shown again. */
+            password?: string;
+            /** @description The CA certificates (PEM) an `https` URL's certificate is checked against; empty: the system's CAs. */
+            ca_pem?: string;
         };
         /** @description The remote end of a remote child. Credentials are never shown. */
         RemoteChild: {
@@ -2554,6 +2587,41 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             501: components["responses"]["NotImplemented"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    updateRemoteChild: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`. */
+                topic: components["parameters"]["TopicName"];
+                /** @description The child topic's name, or a remote child's `id` (`remote:<n>`). */
+                child: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RemoteChildUpdate"];
+            };
+        };
+        responses: {
+            /** @description Changed; the child as it is now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Child"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             503: components["responses"]["Unavailable"];
         };
     };
