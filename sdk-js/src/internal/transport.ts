@@ -32,6 +32,24 @@ type S = components["schemas"];
 /** The longest a Retry-After holds a call or a consumer back, whatever it says (as in Go and Python). */
 const MAX_RETRY_AFTER_MS = 300_000;
 
+/**
+ * How long a long poll its caller gave up on (a consumer's stop) may still take to begin
+ * its answer, in ms. fetch cannot half-close the poll's connection (as the Python SDK
+ * does, so that the broker ends the poll and answers at once), and closing it drops an
+ * answer the broker has sent and fetch has not taken in yet: what it leased would stay
+ * leased for a whole visibility timeout. So the poll is left open this long: an answer
+ * on its way is read (and handed back by the caller), a poll the broker would end
+ * within this by itself ends so, and an idle poll is then closed.
+ */
+export const POLL_ANSWER_WAIT_MS = 1000;
+
+/**
+ * How long, from the moment its caller gave up, a long poll's answer may take to be read
+ * in full, in ms; then the poll is closed whatever it was doing, so a stop never waits on
+ * an answer that stalls.
+ */
+export const POLL_READ_GRACE_MS = 5000;
+
 export type Query = Record<string, string | number | boolean | undefined>;
 
 export interface RequestSpec {
@@ -61,10 +79,12 @@ export interface RequestSpec {
    */
   totalMs?: number | undefined;
   /**
-   * Whether the caller's signal stops reading an answer whose status already arrived
-   * (default true). A long poll sets false: once the broker answered, it leased what it
-   * sends, so the body is read (within the attempt's bound) for the caller to hand it
-   * back, rather than dropped and left leased for a visibility timeout.
+   * Whether the caller's signal cuts the request at once (default true). A long poll
+   * sets false: the broker may have leased messages to it and be answering, so a poll
+   * already sent is left open {@link POLL_ANSWER_WAIT_MS} for its answer to begin and
+   * {@link POLL_READ_GRACE_MS} for it to be read, and what it leased is returned for the
+   * caller to hand back rather than dropped and left leased for a visibility timeout.
+   * The attempt's bound, the call's and the client's close still cut it at once.
    */
   abortBody?: boolean | undefined;
   /**
@@ -342,13 +362,36 @@ export class Transport {
       const linked = linkSignals(signal, attemptCtl.signal);
       const fetchCtl = new AbortController();
       let answered = false;
-      const cut = () => {
-        // The caller gave up after the answer began: keep reading what the broker leased.
-        if (answered && spec.abortBody === false && !attemptCtl.signal.aborted && !timedOut.aborted && !this.closed) return;
-        fetchCtl.abort(abortReason(linked.signal));
+      const abortFetch = () => {
+        if (!fetchCtl.signal.aborted) fetchCtl.abort(abortReason(linked.signal));
       };
-      if (linked.signal.aborted) cut();
-      else linked.signal.addEventListener("abort", cut);
+      const graceTimers: ReturnType<typeof setTimeout>[] = [];
+      let hardCut: { signal: AbortSignal; unlink: () => void } | undefined;
+      const cut = () => {
+        if (spec.abortBody === false && !attemptCtl.signal.aborted && !timedOut.aborted && !this.closed) {
+          // The caller gave up on a long poll already sent: the broker may have leased
+          // messages to it and its answer be on the way. Closing the connection now
+          // would drop that answer; read it if it comes soon, within a bound.
+          if (!answered) {
+            graceTimers.push(
+              setTimeout(() => {
+                if (!answered) abortFetch();
+              }, POLL_ANSWER_WAIT_MS),
+            );
+          }
+          graceTimers.push(setTimeout(abortFetch, POLL_READ_GRACE_MS));
+          for (const t of graceTimers) unrefTimer(t);
+          // The attempt's bound, the call's and the client's close still cut it at once.
+          hardCut = linkSignals(attemptCtl.signal, timedOut, this.closeCtl.signal);
+          if (hardCut.signal.aborted) abortFetch();
+          else hardCut.signal.addEventListener("abort", abortFetch, { once: true });
+          return;
+        }
+        abortFetch();
+      };
+      // A caller that gave up before the request went out: never send it.
+      if (linked.signal.aborted) abortFetch();
+      else linked.signal.addEventListener("abort", cut, { once: true });
       try {
         const headers: Record<string, string> = { ...this.headers };
         if (spec.contentType) headers["content-type"] = spec.contentType;
@@ -401,6 +444,11 @@ export class Transport {
         }
       } finally {
         clearTimeout(attemptTimer);
+        for (const t of graceTimers) clearTimeout(t);
+        if (hardCut) {
+          hardCut.signal.removeEventListener("abort", abortFetch);
+          hardCut.unlink();
+        }
         linked.signal.removeEventListener("abort", cut);
         linked.unlink();
       }
