@@ -124,6 +124,47 @@ describe("shutdown during a poll", () => {
     await again[0]!.ack();
   });
 
+  it("hands back what a poll of messages() leased when its signal aborts before the answer is read", async () => {
+    const topic = topicName("sd");
+    await plain.createTopic({ name: topic, partitions: 1, visibilityTimeoutMs: 60_000 });
+    await plain.produce(topic, "iterated");
+
+    const ff = faultyFetch();
+    const answered = deferred();
+    const gate = deferred();
+    ff.rules.push(async (url, init, real) => {
+      if (!url.pathname.endsWith("/consume")) return undefined;
+      const res = await real();
+      const bytes = new Uint8Array(await res.arrayBuffer());
+      if (res.status !== 200) return new Response(res.status === 204 ? null : bytes, { status: res.status, headers: res.headers });
+      answered.resolve();
+      const signal = init?.signal ?? undefined;
+      await new Promise<void>((resolve, reject) => {
+        if (signal?.aborted) reject(signal.reason);
+        signal?.addEventListener("abort", () => reject(signal.reason), { once: true });
+        void gate.promise.then(resolve);
+      });
+      return new Response(bytes, { status: 200, headers: res.headers });
+    });
+
+    const client = new Client({ endpoints: [broker.url], fetch: ff.fetch });
+    const ctl = new AbortController();
+    let got = 0;
+    const iterating = (async () => {
+      for await (const _ of client.messages(topic, { signal: ctl.signal })) got++;
+    })();
+    await answered.promise;
+    ctl.abort(new Error("leaving"));
+    gate.resolve();
+    await assert.rejects(iterating, /leaving/);
+    await client.close();
+
+    assert.equal(got, 0);
+    const again = await plain.receive(topic, { waitMs: 10_000 });
+    assert.equal(again.length, 1, "the message was handed back, not left leased for 60 s");
+    await again[0]!.ack();
+  });
+
   it("loses no message when stop() races a message's arrival (real fetch, no faults)", async () => {
     // Without injected faults: a poll is waiting, a message is produced, and the
     // consumer is stopped as soon as the produce is answered. The broker wakes the poll
