@@ -368,8 +368,9 @@ export class Client implements AsyncDisposable, ClientCore {
   /**
    * receive takes up to `max` messages under leases, waiting up to `waitMs` for the
    * first. An empty poll is an empty array, not an error. An abort through `signal`
-   * after the broker began answering still returns what it leased (the caller hands
-   * it back); before that, it rejects with the signal's reason. Settle each message with
+   * leaves a poll already sent open up to 1 s for its answer to begin (5 s for it to be
+   * read): an answer that comes then is returned (the caller hands back what it
+   * leased), else it rejects with the signal's reason. Settle each message with
    * `ack`/`nack`, or it is delivered again when its lease lapses.
    */
   async receive(topic: string, opts: ReceiveOptions = {}): Promise<Message[]> {

@@ -553,7 +553,9 @@ export class Consumer implements AsyncDisposable {
   }
 
   /**
-   * stop drains the consumer in order: stop polling, let running handlers finish within
+   * stop drains the consumer in order: stop polling (a poll in flight is left open up to
+   * 1 s for an answer the broker may be sending, whose messages are handed back, then
+   * closed), let running handlers finish within
    * the grace period (then abort them and hand their messages back; a handler that
    * ignores the abort is given up on a little later: its lease is no longer renewed and
    * its message is handed back), flush pending acks, hand back messages that were
