@@ -302,6 +302,10 @@ type call struct {
 	// prefer is the endpoint to try first: the one that leased the message a lease
 	// call addresses.
 	prefer *node
+	// leases marks a long poll (consume, consume-batch): its answer leases messages,
+	// so an attempt already sent when the caller's context ends is left open for an
+	// answer on its way (see attempt).
+	leases bool
 	// via, when not nil, is the http.Client of a Consumer run's polls: the call goes
 	// through it, and the end of the caller's context half-closes the attempt's
 	// connection instead of cancelling it, so an answer on its way is still read.
@@ -459,7 +463,12 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 	// A Consumer's poll goes further: its connection is its own, and the end of ctx
 	// half-closes it even before the answer's headers are in (connCut), so that an
 	// answer the broker has sent is read rather than dropped with its leases, for up
-	// to answerGrace too.
+	// to answerGrace too. Any other poll (Receive's; a Consumer's through a transport
+	// that cannot be cloned) cannot be half-closed without closing a connection others
+	// may share: once sent, it is left open up to pollAnswerWait for its answer to
+	// begin, then cut; an answer that began is read within answerGrace. A poll whose
+	// caller gave up before it was sent is not sent. The attempt's timeout and the
+	// client's Close cut such a poll at once.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	hc, rctx := c.hc, context.Context(actx)
@@ -470,16 +479,64 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 			GotConn: func(info httptrace.GotConnInfo) { cut.got(info.Conn) },
 		})
 	}
+	wait := cl.leases && cut == nil // a poll left open for its answer
 	var hmu sync.Mutex
-	headersIn := false
+	headersIn, sent, began := false, false, false
+	var timers []*time.Timer
+	defer func() {
+		hmu.Lock()
+		defer hmu.Unlock()
+		for _, t := range timers {
+			t.Stop()
+		}
+	}()
+	if wait {
+		rctx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+			GotConn: func(httptrace.GotConnInfo) {
+				if ctx.Err() != nil {
+					cancel() // the caller gave up before the poll was written: never send it
+				}
+			},
+			WroteRequest: func(info httptrace.WroteRequestInfo) {
+				hmu.Lock()
+				sent = info.Err == nil
+				hmu.Unlock()
+			},
+			GotFirstResponseByte: func() {
+				hmu.Lock()
+				began = true
+				hmu.Unlock()
+			},
+		})
+	}
 	stopWatch := context.AfterFunc(ctx, func() {
 		hmu.Lock()
 		defer hmu.Unlock()
-		if !headersIn && (cut == nil || !cut.do()) {
+		switch {
+		case wait && (sent || headersIn):
+			if !headersIn && !began {
+				timers = append(timers, time.AfterFunc(pollAnswerWait, func() {
+					hmu.Lock()
+					defer hmu.Unlock()
+					if !began && !headersIn {
+						cancel()
+					}
+				}))
+			}
+			timers = append(timers, time.AfterFunc(answerGrace, cancel))
+			// The client's Close cuts the poll at once; the goroutine ends with the attempt.
+			go func() {
+				select {
+				case <-c.closing:
+					cancel()
+				case <-actx.Done():
+				}
+			}()
+		case !headersIn && (cut == nil || !cut.do()):
 			cancel()
-			return
+		default:
+			timers = append(timers, time.AfterFunc(answerGrace, cancel))
 		}
-		time.AfterFunc(answerGrace, cancel)
 	})
 	defer stopWatch()
 	req, err := cl.build(server(n))
@@ -494,7 +551,12 @@ func (c *Client) attempt(ctx context.Context, cl *call, n *node, attempt int) (*
 		req.SetBasicAuth(c.cfg.user, c.cfg.password)
 	}
 	start := time.Now()
-	resp, err := hc.Do(req)
+	var resp *http.Response
+	if wait && ctx.Err() != nil {
+		err = ctx.Err() // the caller gave up before the poll was sent: it is not sent
+	} else {
+		resp, err = hc.Do(req)
+	}
 	hmu.Lock()
 	headersIn = err == nil
 	hmu.Unlock()

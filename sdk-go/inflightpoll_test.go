@@ -28,6 +28,9 @@ import (
 // network when the consumer shut down; then it passes the answer on. A client's
 // half-close is passed on to the broker unless passHalfClose is false, and the held
 // answer is never passed on when neverAnswer is set (a proxy that sits on the poll).
+// When release is set, the held answer is also passed on once release is closed, even
+// though the client has not ended its side (an answer that was on the network when
+// the client gave up, and arrives while its connection is still open).
 type holdProxy struct {
 	t        *testing.T
 	ln       net.Listener
@@ -36,6 +39,7 @@ type holdProxy struct {
 	passHalfClose bool
 	neverAnswer   bool
 	tls           *tls.Config // when set, the proxy takes TLS from the client
+	release       <-chan struct{}
 
 	arrived  chan struct{} // the held answer came from the broker
 	polled   chan struct{} // a poll was sent to the broker
@@ -54,12 +58,24 @@ func startHoldProxy(t *testing.T, passHalfClose, neverAnswer bool) *holdProxy {
 
 func startHoldProxyTLS(t *testing.T, passHalfClose, neverAnswer bool, cfg *tls.Config) *holdProxy {
 	t.Helper()
+	return startProxy(t, passHalfClose, neverAnswer, cfg, nil)
+}
+
+// startReleaseProxy holds the first poll answer until the client ends its side of
+// the connection or release is closed, whichever comes first.
+func startReleaseProxy(t *testing.T, release <-chan struct{}) *holdProxy {
+	t.Helper()
+	return startProxy(t, true, false, nil, release)
+}
+
+func startProxy(t *testing.T, passHalfClose, neverAnswer bool, cfg *tls.Config, release <-chan struct{}) *holdProxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &holdProxy{t: t, ln: ln, upstream: strings.TrimPrefix(shared.url, "http://"),
-		passHalfClose: passHalfClose, neverAnswer: neverAnswer, tls: cfg,
+		passHalfClose: passHalfClose, neverAnswer: neverAnswer, tls: cfg, release: release,
 		arrived: make(chan struct{}), polled: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
@@ -178,6 +194,7 @@ func (p *holdProxy) serve(client, broker halfCloser) {
 					close(p.arrived)
 					select {
 					case <-clientEnded:
+					case <-p.release:
 					case <-time.After(30 * time.Second):
 						p.t.Error("proxy: the client never ended its side of the poll's connection")
 					}

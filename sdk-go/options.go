@@ -23,6 +23,11 @@ const (
 	// answerGrace is how long an answer whose headers arrived is still read after the
 	// caller's context ended.
 	answerGrace = 5 * time.Second
+	// pollAnswerWait is how long a long poll already sent when its caller's context
+	// ended is left open for its answer to begin (the TypeScript SDK's
+	// POLL_ANSWER_WAIT_MS): the broker may have leased messages to it and be sending
+	// them, and cutting the poll would drop them with their leases.
+	pollAnswerWait = time.Second
 	// maxWait is the broker's cap on a long poll.
 	maxWait = 20 * time.Second
 )

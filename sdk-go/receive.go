@@ -113,6 +113,16 @@ func WithErrorHandler(f func(error)) ConsumeOption {
 // up to WithWait (default 10 s). Each comes under its own lease: settle it with Ack or
 // Nack before the topic's visibility timeout, or Extend it. An empty poll returns no
 // messages and a nil error. Receive does not renew leases; Consume does.
+//
+// The end of ctx does not cut a poll already sent at once: the broker may have leased
+// messages to it and be sending them, and cutting the poll would leave them leased to
+// nobody until their visibility timeout. The poll is left open up to 1 s for its answer
+// to begin, then cut (Receive returns ctx's error); an answer that began is read for up
+// to 5 s after ctx ended, and Receive returns its messages with a nil error though ctx
+// is done. Settle them then (Nack with no delay, under context.WithoutCancel(ctx),
+// hands a message back at once). A poll not yet sent when ctx ends is never sent; the
+// client's Close and the per-attempt timeout (WithRequestTimeout beyond the wait) cut
+// the poll at once.
 func (c *Client) Receive(ctx context.Context, topic string, opts ...ConsumeOption) ([]*Message, error) {
 	cfg := defaultConsumeConfig()
 	for _, o := range opts {
@@ -131,7 +141,7 @@ func (c *Client) poll(ctx context.Context, topic string, n int, wait time.Durati
 		w = &s
 	}
 	// Payloads come as base64 so that any bytes survive the JSON answer.
-	cl := &call{op: "consume", topic: topic, poll: wait, via: via}
+	cl := &call{op: "consume", topic: topic, poll: wait, leases: true, via: via}
 	if n > 1 {
 		params := &api.ConsumeBatchParams{Wait: w, Max: ptr(int32(n)), PayloadEncoding: ptr(api.ConsumeBatchParamsPayloadEncodingBase64)}
 		cl.op = "consume-batch"
