@@ -87,6 +87,16 @@ func (o *consumeOpts) run(ctx context.Context, e *env, topic string) error {
 		var done []*narad.Message
 		var werr error
 		for i, m := range msgs {
+			if ctx.Err() != nil {
+				// A signal came while the poll's answer was on its way (the SDK reads
+				// it rather than leave its messages leased to nobody): what is not
+				// printed is handed back at once, and the next poll, never sent, ends
+				// the loop as a signal does.
+				for _, back := range msgs[i:] {
+					_ = back.Nack(context.WithoutCancel(ctx), 0)
+				}
+				break
+			}
 			if werr = w.write(m); werr != nil {
 				// Not shown, so not acked: hand it and the rest back at once.
 				for _, back := range msgs[i:] {
