@@ -122,7 +122,9 @@ func (c *Client) SetRemoteChildPassword(ctx context.Context, parent, id, passwor
 }
 
 // RemoteChildUpdate is what UpdateRemoteChild changes of a remote child; nil members
-// are kept. A new Username needs its Password; CAPEM "" goes back to the system's CAs.
+// are kept. A new URL, Username or CAPEM needs the Password (ErrBadRequest without
+// it): the broker never sends the stored one anywhere it did not before. CAPEM ""
+// goes back to the system's CAs.
 type RemoteChildUpdate struct {
 	URL, Username, Password, CAPEM *string
 }

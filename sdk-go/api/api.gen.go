@@ -851,7 +851,7 @@ type RemoteChildUpdate struct {
 	// CaPem The CA certificates (PEM) an `https` URL's certificate is checked against; empty: the system's CAs.
 	CaPem *string `json:"ca_pem,omitempty"`
 
-	// Password The remote user's password (the stored one when left out). Stored encrypted and never shown again.
+	// Password The remote user's password; required with a new `url`, `username` or `ca_pem` (the stored one is kept only while those are). Stored encrypted and never shown again.
 	Password *string `json:"password,omitempty"`
 
 	// Url The remote cluster's base URL, `http://` or `https://`, without a path or credentials.

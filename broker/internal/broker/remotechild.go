@@ -369,7 +369,8 @@ type RemoteUpdate struct {
 // nothing is skipped or sent again. The remote at the new settings is asked first, as
 // at attach: it must be the same cluster (when both tell their id) and the same
 // topic incarnation, and take the credentials for a produce; nothing is changed when it
-// refuses (ErrRemoteRefused). A password not given is the stored one.
+// refuses (ErrRemoteRefused). A password not given is the stored one, which is never
+// sent to a new URL or under new CA certificates: those need the password.
 func (b *Broker) UpdateRemoteChild(ctx context.Context, parent, id string, u RemoteUpdate) (RemoteChildInfo, error) {
 	if err := b.ensureReady(); err != nil {
 		return RemoteChildInfo{}, err
@@ -415,6 +416,13 @@ func (b *Broker) UpdateRemoteChild(ctx context.Context, parent, id string, u Rem
 	to, err := next(rc)
 	if err != nil {
 		return RemoteChildInfo{}, err
+	}
+	if u.Password == nil && (to.URL != rc.URL || to.CAPEM != rc.CAPEM) {
+		// The stored password is never shown: sent to a new URL, or to whatever
+		// server new CA certificates trust, it would be shown to that server (in the
+		// Basic auth header of the first request) by anyone who may change the child
+		// without knowing it. It goes only where it went before.
+		return RemoteChildInfo{}, invalid(apigen.ErrorCodeInvalidParameter, "a new url or ca_pem needs the remote user's password: give password too (the stored one is sent only where it was sent before)")
 	}
 	if !b.meta.Allows(meta.FeatureRemoteUpdate) {
 		return RemoteChildInfo{}, mapMetaErr(fmt.Errorf("%w: changing a remote child in place needs cluster version %d and the cluster runs %d", meta.ErrVersionGated, meta.FeatureRemoteUpdate.Since, b.meta.ClusterVersion()))

@@ -11,7 +11,8 @@ import (
 
 // TestRemoteChildChangedInPlaceGoesOnFromItsCursor: a remote child whose remote moved
 // to another URL (and user) is changed in place: the copy goes on from its cursor at the
-// new address, each message copied once, with the stored password when none is given.
+// new address, each message copied once (a new address needs the password: the stored
+// one is never sent elsewhere).
 // What the new address refuses (another cluster, a produce refused) changes nothing,
 // and bad input is refused before the remote is asked.
 func TestRemoteChildChangedInPlaceGoesOnFromItsCursor(t *testing.T) {
@@ -91,12 +92,12 @@ func TestRemoteChildChangedInPlaceGoesOnFromItsCursor(t *testing.T) {
 	// Another cluster at the new URL, and a remote that refuses the produce.
 	other := startFakeRemote(t)
 	other.cluster = "another-cluster"
-	if _, err := b.UpdateRemoteChild(ctx, "orders", id, RemoteUpdate{URL: str(other.srv.URL)}); !errors.Is(err, ErrRemoteRefused) {
+	if _, err := b.UpdateRemoteChild(ctx, "orders", id, RemoteUpdate{URL: str(other.srv.URL), Password: str("first-password-1")}); !errors.Is(err, ErrRemoteRefused) {
 		t.Errorf("a URL of another cluster: %v, want ErrRemoteRefused", err)
 	}
 	unchanged("another cluster")
 	refusing := startFakeRemote(t, 403)
-	if _, err := b.UpdateRemoteChild(ctx, "orders", id, RemoteUpdate{URL: str(refusing.srv.URL)}); !errors.Is(err, ErrRemoteRefused) {
+	if _, err := b.UpdateRemoteChild(ctx, "orders", id, RemoteUpdate{URL: str(refusing.srv.URL), Password: str("first-password-1")}); !errors.Is(err, ErrRemoteRefused) {
 		t.Errorf("a remote refusing the produce: %v, want ErrRemoteRefused", err)
 	}
 	unchanged("a refusing remote")
@@ -104,8 +105,8 @@ func TestRemoteChildChangedInPlaceGoesOnFromItsCursor(t *testing.T) {
 		t.Errorf("the other cluster was sent %d produce requests", n)
 	}
 
-	// The move, with the stored password: the copy goes on from 3.
-	info, err := b.UpdateRemoteChild(ctx, "orders", id, RemoteUpdate{URL: str(moved.srv.URL)})
+	// The move, with the password: the copy goes on from 3.
+	info, err := b.UpdateRemoteChild(ctx, "orders", id, RemoteUpdate{URL: str(moved.srv.URL), Password: str("first-password-1")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,8 +89,10 @@ type remoteUpdateFlags struct {
 	systemCA                        bool
 }
 
-// updateRemote changes remote child id of parent in place. A password is sent only with
-// --remote-user or --remote-password-file; otherwise the broker keeps the stored one.
+// updateRemote changes remote child id of parent in place. Every change sends the
+// remote user's password (--remote-password-file, else NARAD_REMOTE_PASSWORD): the
+// broker sends the stored one only where it went before, so a new URL or CA needs it,
+// and so does a new user.
 func updateRemote(ctx context.Context, e *env, parent, id string, o remoteUpdateFlags) error {
 	var u narad.RemoteChildUpdate
 	if o.url != "" {
@@ -98,13 +100,6 @@ func updateRemote(ctx context.Context, e *env, parent, id string, o remoteUpdate
 	}
 	if o.user != "" {
 		u.Username = &o.user
-	}
-	if o.user != "" || o.passwordFile != "" {
-		pass, err := remotePassword(e, o.passwordFile)
-		if err != nil {
-			return err
-		}
-		u.Password = &pass
 	}
 	switch {
 	case o.caFile != "" && o.systemCA:
@@ -120,9 +115,14 @@ func updateRemote(ctx context.Context, e *env, parent, id string, o remoteUpdate
 		none := ""
 		u.CAPEM = &none
 	}
-	if u == (narad.RemoteChildUpdate{}) {
+	if u == (narad.RemoteChildUpdate{}) && o.passwordFile == "" {
 		return usagef("say what to change: --remote-url, --remote-user, --remote-password-file, --remote-ca-file or --remote-system-ca")
 	}
+	pass, err := remotePassword(e, o.passwordFile)
+	if err != nil {
+		return err
+	}
+	u.Password = &pass
 	return e.withClient(ctx, func(c *narad.Client) error {
 		ch, err := c.UpdateRemoteChild(ctx, parent, id, u)
 		if err != nil {

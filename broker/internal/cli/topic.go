@@ -339,8 +339,8 @@ func topicCommands() []*command {
 			setup: func(fs *flag.FlagSet) runFunc {
 				var o remoteUpdateFlags
 				fs.StringVar(&o.url, "remote-url", "", "the remote cluster's new base URL (the same cluster and topic, reached elsewhere)")
-				fs.StringVar(&o.user, "remote-user", "", "the remote user the copy produces as from now on (its password from --remote-password-file, else NARAD_REMOTE_PASSWORD)")
-				fs.StringVar(&o.passwordFile, "remote-password-file", "", "file holding the remote user's password (without it, and without --remote-user, the stored password is kept)")
+				fs.StringVar(&o.user, "remote-user", "", "the remote user the copy produces as from now on")
+				fs.StringVar(&o.passwordFile, "remote-password-file", "", "file holding the remote user's password (else NARAD_REMOTE_PASSWORD); every change sends it: the stored one never goes to a new URL or CA")
 				fs.StringVar(&o.caFile, "remote-ca-file", "", "PEM file of the CA certificates to trust for the https remote from now on")
 				fs.BoolVar(&o.systemCA, "remote-system-ca", false, "trust the system's CAs for the https remote again, instead of the CA certificates given before")
 				return func(ctx context.Context, e *env, args []string) error {

@@ -599,8 +599,10 @@ export interface paths {
          *     name, its certificate is now signed by another CA, or the copy is to produce as
          *     another user. The copy goes on from its cursor, so nothing is skipped or sent
          *     again (a detach and attach would start a new cursor). Members left out are kept;
-         *     a new `username` needs its `password`; `ca_pem: ""` goes back to the system's
-         *     CAs.
+         *     `ca_pem: ""` goes back to the system's CAs. A new `url`, `username` or `ca_pem`
+         *     needs the remote user's `password` (400 without it): the stored password is
+         *     never sent anywhere it was not sent before, so who may change the child cannot
+         *     point it at a server of theirs to read it.
          *
          *     The remote is asked first with the new settings, as at attach: 400 for an
          *     unusable URL or CA; 409 naming what it answered when it cannot be reached,
@@ -690,8 +692,8 @@ export interface paths {
          *     cursor, so nothing is skipped or sent again. The remote is asked first, as at
          *     attach, whether it takes the password and lets the user produce to the topic; 409
          *     conflict when it refuses (the stored password is kept). The username, URL and
-         *     topic stay: to change them, detach and attach again. 409 for a child in this
-         *     cluster. Needs what detaching needs (owner or admin of the topic).
+         *     topic stay: to change the URL, user or CA certificates, PATCH the child. 409 for
+         *     a child in this cluster. Needs what detaching needs (owner or admin of the topic).
          */
         put: operations["setChildCredentials"];
         post?: never;
@@ -1511,7 +1513,7 @@ export interface components {
             url?: string;
             /** @description The remote user the copy produces as; needs `password`. */
             username?: string;
-            /** @description The remote user's password (the stored one when left out). Stored encrypted and never shown again. */
+            /** @description The remote user's password; required with a new `url`, `username` or `ca_pem` (the stored one is kept only while those are). Stored encrypted and never shown again. */
             password?: string;
             /** @description The CA certificates (PEM) an `https` URL's certificate is checked against; empty: the system's CAs. */
             ca_pem?: string;
