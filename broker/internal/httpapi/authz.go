@@ -275,7 +275,11 @@ func (h *handlers) allowed(u *auth.User, req any) error {
 	case apigen.SetChildCredentialsRequestObject:
 		return h.ownerOrAdminSeen(u, r.Topic)
 	case apigen.UpdateRemoteChildRequestObject:
-		return h.ownerOrAdminSeen(u, r.Topic)
+		// A new URL or user sends the parent's messages elsewhere: what attach needs.
+		if err := h.ownerOrAdminSeen(u, r.Topic); err != nil {
+			return err
+		}
+		return needGrant(u, auth.Consume, r.Topic)
 	case apigen.ProduceRequestObject:
 		return h.needGrantSeen(u, auth.Produce, r.Topic)
 	case apigen.ProduceBatchRequestObject:

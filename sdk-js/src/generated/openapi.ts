@@ -612,8 +612,9 @@ export interface paths {
          *     again): to copy to another cluster or topic, attach it as a new child. 409 too
          *     when another remote child of this topic has that URL and topic, when the child
          *     was changed meanwhile (read it again and retry), and for a child in this cluster.
-         *     Nothing is changed when it answers an error. Needs what detaching needs (owner
-         *     or admin of the topic). In a cluster, 503 until every member runs a release that
+         *     Nothing is changed when it answers an error. Needs what attaching needs (owner
+         *     or admin of the topic, who may also consume it: the topic's messages go where
+         *     the child says). In a cluster, 503 until every member runs a release that
          *     speaks it (cluster version 3).
          */
         patch: operations["updateRemoteChild"];
