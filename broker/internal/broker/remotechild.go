@@ -367,7 +367,8 @@ type RemoteUpdate struct {
 // cluster moved, or is reached by another name), the user it produces as, its password,
 // and the CA certificates of an https URL. The copy goes on from its cursor, so
 // nothing is skipped or sent again. The remote at the new settings is asked first, as
-// at attach: it must be the same cluster (when both tell their id) and the same
+// at attach: it must be the same cluster (it must tell the id recorded at attach, when
+// one was) and the same
 // topic incarnation, and take the credentials for a produce; nothing is changed when it
 // refuses (ErrRemoteRefused). A password not given is the stored one, which is never
 // sent to a new URL or under new CA certificates: those need the password.
@@ -447,7 +448,18 @@ func (b *Broker) UpdateRemoteChild(ctx context.Context, parent, id string, u Rem
 	if err != nil && (!errors.As(err, &ae) || ae.Status == http.StatusUnauthorized) {
 		return RemoteChildInfo{}, refused(attachRefusal(err, tgt))
 	}
-	if rc.RemoteClusterID != "" && cluster != "" && cluster != rc.RemoteClusterID {
+	switch {
+	case rc.RemoteClusterID == "" || cluster == rc.RemoteClusterID:
+	case cluster == "":
+		// The topic incarnation alone does not tell the cluster: another cluster's
+		// topic of that name, made the same way, has the same one.
+		why := "it does not tell its cluster id"
+		if err != nil {
+			why = "it did not tell its cluster id (" + err.Error() + ")"
+		}
+		return RemoteChildInfo{}, refused("the remote at " + to.URL + " cannot be told apart from another cluster: " + why +
+			", and this child copies to cluster " + rc.RemoteClusterID + "; try again once it answers GET /v1/cluster")
+	default:
 		return RemoteChildInfo{}, refused("the remote at " + to.URL + " is cluster " + cluster + ", not " + rc.RemoteClusterID +
 			", the one this child copies to; to copy to another cluster, attach its topic as a new child")
 	}

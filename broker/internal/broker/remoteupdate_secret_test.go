@@ -106,3 +106,44 @@ func testCAPEM(t *testing.T) string {
 	defer s.Close()
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw}))
 }
+
+// TestRemoteChildUpdateNeedsTheClusterIDItRecorded: a child whose remote told its
+// cluster id at attach is moved only to a URL that tells the same id. A remote that
+// does not answer it (an error, a 503 while it starts, a proxy that refuses the route)
+// cannot show it is the same cluster; the topic incarnation alone does not (another
+// cluster's topic of that name, made the same way, has the same one), and a child
+// moved there would go on from its cursor into another cluster's topic.
+func TestRemoteChildUpdateNeedsTheClusterIDItRecorded(t *testing.T) {
+	t.Parallel()
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	m, err := b.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: ref(int32(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pass = "the-copier-password-1"
+	rc := meta.RemoteChild{Parent: "orders", ParentIncarnation: m.Incarnation, URL: "http://127.0.0.1:1", Topic: "copy", Username: "copier",
+		RemoteIncarnation: "1", RemoteClusterID: "dr-cluster", RemotePartitions: 1, Start: "earliest", Cursors: []uint64{0}}
+	if rc.Sealed, err = b.sealPassword(pass, remoteAAD(rc)); err != nil {
+		t.Fatal(err)
+	}
+	if rc, err = b.meta.AttachRemoteChild(rc); err != nil {
+		t.Fatal(err)
+	}
+	id := RemoteChildPrefix + strconv.FormatUint(rc.ID, 10)
+	silent := startFakeRemote(t) // no cluster id: GET /v1/cluster answers 400
+	str := func(s string) *string { return &s }
+	if _, err := b.UpdateRemoteChild(ctx, "orders", id, RemoteUpdate{URL: str(silent.srv.URL), Password: str(pass)}); !errors.Is(err, ErrRemoteRefused) {
+		t.Fatalf("a URL that does not tell its cluster id: %v, want ErrRemoteRefused", err)
+	}
+	if r, _ := b.meta.RemoteChild(rc.ID); r.URL != rc.URL {
+		t.Fatalf("the child moved to %s", r.URL)
+	}
+	silent.mu.Lock()
+	silent.cluster = "dr-cluster"
+	silent.mu.Unlock()
+	if _, err := b.UpdateRemoteChild(ctx, "orders", id, RemoteUpdate{URL: str(silent.srv.URL), Password: str(pass)}); err != nil {
+		t.Fatalf("the same URL once it tells the recorded id: %v", err)
+	}
+}

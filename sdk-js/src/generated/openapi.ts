@@ -607,7 +607,8 @@ export interface paths {
          *     The remote is asked first with the new settings, as at attach: 400 for an
          *     unusable URL or CA; 409 naming what it answered when it cannot be reached,
          *     refuses the credentials or the produce grant, is another cluster than the one
-         *     the child copies to (when both tell their id), or its topic is not the
+         *     the child copies to or does not tell its cluster id (when the child recorded
+         *     one at attach), or its topic is not the
          *     incarnation the child copies to (another cluster's, or deleted and created
          *     again): to copy to another cluster or topic, attach it as a new child. 409 too
          *     when another remote child of this topic has that URL and topic, when the child
