@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,4 +69,38 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestRemoteChildUpdateRunsAsWhoChangedIt: with security on, a remote child copies
+// while the user who attached it may consume its parent. One changed in place to
+// another URL or user is, like a new attach, the changer's: when that user loses
+// consume on the parent, the copy pauses, though the admin who attached it still may
+// consume. Otherwise an owner could point an admin's child at a server of theirs and
+// keep receiving the topic's messages after their consume grant was taken away.
+func TestRemoteChildUpdateRunsAsWhoChangedIt(t *testing.T) {
+	t.Parallel()
+	p := startRemotePair(t)
+	p.sa.createUser("owner", "owner-pass-1", grant("create", "orders"), grant("consume", "orders"), grant("produce", "orders"))
+	owner := &api{Client: p.src.Client().WithBasicAuth("owner", "owner-pass-1"), t: t}
+	owner.createTopic("orders", map[string]any{"partitions": 1})
+	p.da.createTopic("copy.orders", map[string]any{"partitions": 1})
+	var att remoteChildJSON
+	if r := p.attach("orders", "copy.orders", nil); !r.Expect(t, http.StatusCreated) || !r.JSON(t, &att) {
+		t.FailNow()
+	}
+	body := mustJSON(t, map[string]any{"url": p.dst.URL(), "password": p.copierPass})
+	owner.Do(http.MethodPatch, topicPath("orders")+"/children/"+att.ID, body, "Content-Type", "application/json").Expect(t, http.StatusOK)
+	owner.produce("orders", []byte("one"), "text/plain", "")
+	waitFor(t, 30*time.Second, "the first copy", func() bool { return len(p.da.readAll("copy.orders", 0)) == 1 })
+
+	p.sa.Do(http.MethodPut, "/v1/users/owner/grants", mustJSON(t, map[string]any{"grants": []map[string]any{
+		grant("create", "orders"), grant("produce", "orders")}}), "Content-Type", "application/json").Expect(t, http.StatusOK)
+	waitFor(t, 30*time.Second, "the copy to pause once the user who changed it may not consume", func() bool {
+		c, _, ok := p.sa.remoteChild("orders", att.ID)
+		return ok && c.State == "paused" && strings.Contains(c.PausedReason, "owner")
+	})
+	owner.produce("orders", []byte("two"), "text/plain", "")
+	if c, _, _ := p.sa.remoteChild("orders", att.ID); c.Lag[0].ChildCursor != 1 {
+		t.Fatalf("the paused copy moved on: %+v", c.Lag)
+	}
 }

@@ -351,16 +351,18 @@ func (b *Broker) UpdateRemoteCredentials(ctx context.Context, parent, id, passwo
 // than the child's cannot be opened.
 func (b *Broker) resealRemote(rc meta.RemoteChild, sealed []byte) error {
 	if b.meta.Allows(meta.FeatureRemoteUpdate) {
-		_, err := b.meta.UpdateRemoteChild(rc.ID, rc.URL, rc.Username, rc.CAPEM, sealed, rc.Sealed)
+		_, err := b.meta.UpdateRemoteChild(rc.ID, rc.URL, rc.Username, rc.CAPEM, sealed, rc.Sealed, 0)
 		return err
 	}
 	return b.meta.ResealRemoteChild(rc.ID, sealed)
 }
 
 // RemoteUpdate is what an update of a remote child changes (nil: kept). CAPEM "" goes
-// back to the system's CAs.
+// back to the system's CAs. OwnerID is the user making the change (0: security off):
+// the child is theirs from now on, as if they had attached it.
 type RemoteUpdate struct {
 	URL, Username, Password, CAPEM *string
+	OwnerID                        uint64
 }
 
 // UpdateRemoteChild changes how remote child id reaches its remote: its URL (the remote
@@ -478,7 +480,7 @@ func (b *Broker) UpdateRemoteChild(ctx context.Context, parent, id string, u Rem
 	if err != nil {
 		return RemoteChildInfo{}, errors.Join(ErrStorage, err)
 	}
-	if _, err := b.meta.UpdateRemoteChild(rc.ID, to.URL, to.Username, to.CAPEM, sealed, rc.Sealed); err != nil {
+	if _, err := b.meta.UpdateRemoteChild(rc.ID, to.URL, to.Username, to.CAPEM, sealed, rc.Sealed, u.OwnerID); err != nil {
 		return RemoteChildInfo{}, mapMetaErr(err)
 	}
 	b.log.Info("remote child changed in place", "parent", parent, "child", id, "url", to.URL, "was_url", rc.URL,
@@ -587,10 +589,10 @@ func (b *Broker) remotePaused(rc meta.RemoteChild) string {
 	}
 	u, ok := b.meta.UserByID(rc.OwnerID)
 	if !ok {
-		return "the user who attached this remote child no longer exists; detach it, and attach it again as a user that may consume " + rc.Parent
+		return "the user who attached (or last changed) this remote child no longer exists; detach it, and attach it again as a user that may consume " + rc.Parent
 	}
 	if !u.Can(auth.Consume, rc.Parent) {
-		return "user " + u.Name + ", who attached this remote child, holds no consume grant on " + rc.Parent + " any more; grant it again to resume the copy, or detach it"
+		return "user " + u.Name + ", who attached (or last changed) this remote child, holds no consume grant on " + rc.Parent + " any more; grant it again to resume the copy, or detach it"
 	}
 	return ""
 }

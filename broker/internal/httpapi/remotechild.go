@@ -143,7 +143,11 @@ func (h *handlers) UpdateRemoteChild(ctx context.Context, r apigen.UpdateRemoteC
 	if r.Body == nil {
 		return nil, badParam(`send a JSON body with what to change: {"url": "...", "username": "...", "password": "...", "ca_pem": "..."}`)
 	}
-	c, err := h.b.UpdateRemoteChild(ctx, r.Topic, r.Child, broker.RemoteUpdate{URL: r.Body.Url, Username: r.Body.Username, Password: r.Body.Password, CAPEM: r.Body.CaPem})
+	up := broker.RemoteUpdate{URL: r.Body.Url, Username: r.Body.Username, Password: r.Body.Password, CAPEM: r.Body.CaPem}
+	if u := principal(ctx); u != nil {
+		up.OwnerID = u.ID // the child is the changer's from now on, as an attach would make it
+	}
+	c, err := h.b.UpdateRemoteChild(ctx, r.Topic, r.Child, up)
 	if err != nil {
 		return nil, err
 	}

@@ -35,8 +35,9 @@ type RemoteChild struct {
 	RemotePartitions int32 `json:"remote_partitions,omitempty"`
 	// Start is "now" or "earliest", as asked at attach.
 	Start string `json:"start"`
-	// OwnerID is the user who attached it (0: security was off); with security on the
-	// copy runs while that user may consume Parent.
+	// OwnerID is the user who attached it, or last changed its URL, user or CA in
+	// place (0: security was off); with security on the copy runs while that user may
+	// consume Parent.
 	OwnerID     uint64 `json:"owner_id,omitempty"`
 	CreatedAtMs int64  `json:"created_at_ms"`
 	// Cursors is per parent partition the next offset to copy: every message before it
@@ -75,6 +76,10 @@ type RemoteOp struct {
 	// update and the reseal of a rotated secret) racing each other cannot leave a
 	// password sealed for another URL or user than the child's.
 	PrevSealed []byte `json:"prev_sealed,omitempty"`
+	// OwnerID, on update_remote, when not 0: the user who changed the child, whose
+	// it is from now on, as if they had attached it (the copy runs while they may
+	// consume the parent). 0 (a new password, a reseal, security off) keeps the owner.
+	OwnerID uint64 `json:"owner_id,omitempty"`
 }
 
 // MaxRemoteChildren is how many remote children one topic may have.
@@ -157,6 +162,9 @@ func (f *fsm) applyRemote(index uint64, c command) applyResult {
 			}
 		}
 		r.URL, r.Username, r.CAPEM, r.Sealed = op.URL, op.Username, op.CAPEM, op.Sealed
+		if op.OwnerID != 0 {
+			r.OwnerID = op.OwnerID
+		}
 	case "move_remote_cursor":
 		i := int(op.Partition)
 		if i < 0 || i >= len(r.Cursors) {
@@ -242,9 +250,10 @@ func (s *Store) ResealRemoteChild(id uint64, sealed []byte) error {
 
 // UpdateRemoteChild replaces how remote child id reaches its remote (URL, username, CA
 // certificates) and its sealed password, while it still holds prevSealed (a
-// ConflictError otherwise). Its cursors stay.
-func (s *Store) UpdateRemoteChild(id uint64, url, username, caPEM string, sealed, prevSealed []byte) (RemoteChild, error) {
-	res, err := s.applyCmd(command{Op: "update_remote", RemoteOp: &RemoteOp{ID: id, URL: url, Username: username, CAPEM: caPEM, Sealed: sealed, PrevSealed: prevSealed}})
+// ConflictError otherwise), and makes it user owner's (0: the owner stays). Its
+// cursors stay.
+func (s *Store) UpdateRemoteChild(id uint64, url, username, caPEM string, sealed, prevSealed []byte, owner uint64) (RemoteChild, error) {
+	res, err := s.applyCmd(command{Op: "update_remote", RemoteOp: &RemoteOp{ID: id, URL: url, Username: username, CAPEM: caPEM, Sealed: sealed, PrevSealed: prevSealed, OwnerID: owner}})
 	if err != nil {
 		return RemoteChild{}, err
 	}

@@ -148,19 +148,19 @@ func TestRemoteChildUpdateKeepsTheCursorAndChecksWhatItReplaces(t *testing.T) {
 	if err := s.MoveRemoteCursor(a.ID, 0, 5, 9, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.UpdateRemoteChild(a.ID, "https://dr.new:7942", "copier2", "PEM", []byte("s2"), []byte("stale")); !isConflict(err) {
+	if _, err := s.UpdateRemoteChild(a.ID, "https://dr.new:7942", "copier2", "PEM", []byte("s2"), []byte("stale"), 0); !isConflict(err) {
 		t.Fatalf("an update made from a sealed password the child no longer holds: %v, want a conflict", err)
 	}
-	if _, err := s.UpdateRemoteChild(a.ID, "http://dr2:7942", "copier", "", []byte("s2"), []byte("s1")); !isConflict(err) {
+	if _, err := s.UpdateRemoteChild(a.ID, "http://dr2:7942", "copier", "", []byte("s2"), []byte("s1"), 0); !isConflict(err) {
 		t.Fatalf("an update onto the remote topic of another child: %v, want a conflict", err)
 	}
 	if err := s.ResealRemoteChild(a.ID, []byte("s1b")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.UpdateRemoteChild(a.ID, "https://dr.new:7942", "copier2", "PEM", []byte("s2"), []byte("s1")); !isConflict(err) {
+	if _, err := s.UpdateRemoteChild(a.ID, "https://dr.new:7942", "copier2", "PEM", []byte("s2"), []byte("s1"), 0); !isConflict(err) {
 		t.Fatalf("an update racing a reseal: %v, want a conflict", err)
 	}
-	got, err := s.UpdateRemoteChild(a.ID, "https://dr.new:7942", "copier2", "PEM", []byte("s2"), []byte("s1b"))
+	got, err := s.UpdateRemoteChild(a.ID, "https://dr.new:7942", "copier2", "PEM", []byte("s2"), []byte("s1b"), 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestRemoteChildUpdateKeepsTheCursorAndChecksWhatItReplaces(t *testing.T) {
 	r, _ := s.RemoteChild(a.ID)
 	for _, x := range []RemoteChild{got, r} {
 		if x.URL != "https://dr.new:7942" || x.Username != "copier2" || x.CAPEM != "PEM" || string(x.Sealed) != "s2" ||
-			x.Topic != "orders" || x.RemoteIncarnation != "9" || x.Cursors[0] != 9 || x.Cursors[1] != 7 {
+			x.Topic != "orders" || x.RemoteIncarnation != "9" || x.Cursors[0] != 9 || x.Cursors[1] != 7 || x.OwnerID != 7 {
 			t.Fatalf("after the update (and a restart): %+v", x)
 		}
 	}

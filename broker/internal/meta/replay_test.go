@@ -301,7 +301,7 @@ func history(t *testing.T) ([]command, *fsm) {
 	b.add(command{Op: "pause_remote", RemoteOp: &RemoteOp{ID: r.ID, Paused: true}})
 	b.add(command{Op: "reseal_remote", RemoteOp: &RemoteOp{ID: r.ID, Sealed: []byte("s2")}})
 	b.add(command{Op: "update_remote", RemoteOp: &RemoteOp{ID: r.ID, URL: "https://dr-moved:1", Username: "copier2", CAPEM: "pem2",
-		Sealed: []byte("s4"), PrevSealed: []byte("s2")}})
+		Sealed: []byte("s4"), PrevSealed: []byte("s2"), OwnerID: 3}})
 	rc2 := rc
 	rc2.URL = "https://other:1"
 	r2 := b.add(command{Op: "attach_remote", Remote: &rc2}).remote

@@ -560,8 +560,8 @@ export interface paths {
          *     what the remote answered (401, 403, 404, unreachable) otherwise, or when the
          *     child is already attached. Keys are placed by the remote's partition count;
          *     keyless messages go to the same partition index modulo the remote's count. With
-         *     security on, the copy runs while the user who attached it may consume this
-         *     topic, as for a child here. `fanout_delay_ms` is refused with `remote`.
+         *     security on, the copy runs while the user who attached it (or last changed it
+         *     with PATCH) may consume this topic, as for a child here. `fanout_delay_ms` is refused with `remote`.
          */
         post: operations["attachChild"];
         delete?: never;
