@@ -357,6 +357,17 @@ func (b *Broker) resealRemote(rc meta.RemoteChild, sealed []byte) error {
 	return b.meta.ResealRemoteChild(rc.ID, sealed)
 }
 
+// bodyNames words a refusal of the URL or CA checks shared with attach, which name the
+// attach body's members (remote.url), by the update body's (url).
+func bodyNames(err error) error {
+	var ie *InvalidError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	r := strings.NewReplacer("remote.url", "url", "remote.ca_pem", "ca_pem", "remote.username", "username", "remote.password", "password")
+	return &InvalidError{Code: ie.Code, Msg: r.Replace(ie.Msg)}
+}
+
 // RemoteUpdate is what an update of a remote child changes (nil: kept). CAPEM "" goes
 // back to the system's CAs. OwnerID is the user making the change (0: security off):
 // the child is theirs from now on, as if they had attached it.
@@ -418,7 +429,7 @@ func (b *Broker) UpdateRemoteChild(ctx context.Context, parent, id string, u Rem
 	}
 	to, err := next(rc)
 	if err != nil {
-		return RemoteChildInfo{}, err
+		return RemoteChildInfo{}, bodyNames(err)
 	}
 	if u.Password == nil && (to.URL != rc.URL || to.CAPEM != rc.CAPEM) {
 		// The stored password is never shown: sent to a new URL, or to whatever
@@ -438,7 +449,7 @@ func (b *Broker) UpdateRemoteChild(ctx context.Context, parent, id string, u Rem
 	}
 	cl, err := newRemoteClient(to.URL, to.Topic, to.Username, pass, to.CAPEM)
 	if err != nil {
-		return RemoteChildInfo{}, err
+		return RemoteChildInfo{}, bodyNames(err)
 	}
 	defer cl.close()
 	tgt := remoteTarget{url: to.URL, topic: to.Topic, user: to.Username}

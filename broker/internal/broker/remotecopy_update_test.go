@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/narad-mq/narad/broker/internal/meta"
@@ -76,12 +77,12 @@ func TestRemoteChildChangedInPlaceGoesOnFromItsCursor(t *testing.T) {
 		{"nothing to change", RemoteUpdate{}},
 		{"a username without its password", RemoteUpdate{Username: str("copier2")}},
 		{"a URL with a path", RemoteUpdate{URL: str(moved.srv.URL + "/v1")}},
-		{"a CA for an http URL", RemoteUpdate{URL: str(moved.srv.URL), CAPEM: str("-----BEGIN CERTIFICATE-----")}},
+		{"a CA for an http URL", RemoteUpdate{URL: str(moved.srv.URL), CAPEM: str("-----BEGIN CERTIFICATE-----"), Password: str("first-password-1")}},
 		{"a short password", RemoteUpdate{Password: str("short")}},
 	} {
 		var ie *InvalidError
-		if _, err := b.UpdateRemoteChild(ctx, "orders", id, bad.u); !errors.As(err, &ie) {
-			t.Errorf("%s: %v, want an invalid argument", bad.name, err)
+		if _, err := b.UpdateRemoteChild(ctx, "orders", id, bad.u); !errors.As(err, &ie) || strings.Contains(ie.Msg, "remote.") {
+			t.Errorf("%s: %v, want an invalid argument naming the update body's members (url, not remote.url)", bad.name, err)
 		}
 		unchanged(bad.name)
 	}
