@@ -100,7 +100,21 @@ type Options struct {
 	// before it tries again; nothing is lost meanwhile, and a WAL closing gives up and
 	// fails closed instead.
 	OnCheckpointRetry func(error)
+	// NoGather starts each round as soon as a commit waits, without first letting
+	// the writers that are ready to run commit too (see GatherYields).
+	NoGather bool
 }
+
+// GatherYields is how many times the writer goroutine hands its processor to the
+// scheduler before it takes the commits of a round: waking it was the first commit's
+// last act, and Go runs the goroutine it woke next, so a round started at once carried
+// that commit and the few that queued during the round before, while the other
+// partitions' writers, ready to commit, waited for the round after. Yielding lets
+// them commit into this one; with none ready, a yield returns at once, so a lone
+// commit waits a microsecond or two, not a timer's tick. Measured on 7 December
+// (docs/performance.md): 16 producers over 6 partitions, 3.45 to 5.1 records a round,
+// 13 to 19 % less CPU per produced message; more yields gathered no more.
+const GatherYields = 6
 
 // ErrFailed means a write or sync of the write-ahead file, or a checkpoint, failed:
 // the WAL refuses every later commit. Whether the failed commit's records are
@@ -882,6 +896,14 @@ func (w *WAL) run() {
 			stop = true // after serving whoever queued before Close
 		}
 		for {
+			w.mu.Lock()
+			waiting := len(w.pending) > 0
+			w.mu.Unlock()
+			if waiting && !w.opts.NoGather {
+				for range GatherYields {
+					runtime.Gosched()
+				}
+			}
 			w.mu.Lock()
 			batch, w.pending = w.pending, batch[:0]
 			w.mu.Unlock()
