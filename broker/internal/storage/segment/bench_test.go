@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -198,22 +199,23 @@ func BenchmarkOpen(b *testing.B) {
 
 // BenchmarkAppendSixLogs has 16 goroutines append 256-byte records, one at a time,
 // spread over six logs (a topic's six partitions), with fsync on: each log syncing its
-// own file, and the six sharing a vfs.SyncGroup (one syncfs per round on Linux).
+// own file, the six sharing a vfs.SyncGroup (one syncfs per round on Linux), and the
+// six sharing the write-ahead file, its rounds gathered (wal.GatherYields) or not.
 func BenchmarkAppendSixLogs(b *testing.B) {
-	for _, mode := range []string{"file", "group", "wal"} {
+	for _, mode := range []string{"file", "group", "wal", "wal-nogather"} {
 		b.Run(mode, func(b *testing.B) {
 			const writers, logs, size = 16, 6, 256
 			var g *vfs.SyncGroup
 			var w *wal.WAL
 			opts := Options{}
 			root := b.TempDir()
-			if mode == "wal" {
+			if strings.HasPrefix(mode, "wal") {
 				fss, err := vfs.NewFSSyncer(root)
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer fss.Close()
-				w, _, err = wal.Open(filepath.Join(root, "wal"), wal.Options{FS: vfs.OS{}, Root: root, Syncer: fss})
+				w, _, err = wal.Open(filepath.Join(root, "wal"), wal.Options{FS: vfs.OS{}, Root: root, Syncer: fss, NoGather: mode == "wal-nogather"})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -268,6 +270,7 @@ func BenchmarkAppendSixLogs(b *testing.B) {
 				syncs = w.Stats().Rounds
 			}
 			b.ReportMetric(float64(syncs)/secs, "syncs/s")
+			b.ReportMetric(float64(b.N)/float64(max(syncs, 1)), "appends/sync")
 		})
 	}
 }
