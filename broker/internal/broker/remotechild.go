@@ -253,6 +253,9 @@ func (b *Broker) remoteChildOf(parent, id string) (meta.RemoteChild, error) {
 	}
 	rc, ok := b.meta.RemoteChild(n)
 	if !ok || rc.Parent != parent {
+		if _, ok := b.meta.Topic(parent); !ok {
+			return meta.RemoteChild{}, ErrTopicNotFound // as every other route of a topic says
+		}
 		return meta.RemoteChild{}, ErrChildNotFound
 	}
 	return rc, nil

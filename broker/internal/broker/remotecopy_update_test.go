@@ -139,3 +139,29 @@ func TestRemoteChildChangedInPlaceGoesOnFromItsCursor(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteChildRoutesOfAMissingTopicSayTopicNotFound: the remote child routes of a
+// topic that does not exist say so (topic_not_found), as every other route of a topic
+// does, not that the child is not found.
+func TestRemoteChildRoutesOfAMissingTopicSayTopicNotFound(t *testing.T) {
+	t.Parallel()
+	b := mustStartBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "orders", Partitions: ref(int32(1))}); err != nil {
+		t.Fatal(err)
+	}
+	pass := "a-password-1"
+	if _, err := b.UpdateRemoteChild(ctx, "nosuch", "remote:3", RemoteUpdate{Password: &pass}); !errors.Is(err, ErrTopicNotFound) {
+		t.Errorf("update of a child of a missing topic: %v, want ErrTopicNotFound", err)
+	}
+	if err := b.PauseRemoteChild(ctx, "nosuch", "remote:3", true); !errors.Is(err, ErrTopicNotFound) {
+		t.Errorf("pause of a child of a missing topic: %v, want ErrTopicNotFound", err)
+	}
+	if err := b.UpdateRemoteCredentials(ctx, "nosuch", "remote:3", pass); !errors.Is(err, ErrTopicNotFound) {
+		t.Errorf("new password of a child of a missing topic: %v, want ErrTopicNotFound", err)
+	}
+	if err := b.PauseRemoteChild(ctx, "orders", "remote:3", true); !errors.Is(err, ErrChildNotFound) {
+		t.Errorf("pause of a missing child of a topic: %v, want ErrChildNotFound", err)
+	}
+}
