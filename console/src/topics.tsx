@@ -32,6 +32,19 @@ function UnavailableNote({ partitions }: { partitions: number[] }) {
   );
 }
 
+/**
+ * Says that a read of the stats route failed, with the API's error, in place of the
+ * trends: without it a failed read looks like a quiet topic. at: when the lines still
+ * shown were read (they are stale), or null when none were ever read.
+ */
+function TrendsError({ error, at }: { error: unknown; at: number | null }) {
+  const what =
+    at === null
+      ? "The trends could not be read"
+      : `The trends could not be read; the lines and rates shown are stale, as read at ${new Date(at).toLocaleTimeString()}`;
+  return <ErrorNote error={error} what={what} />;
+}
+
 export function TopicsPage() {
   const [topics, setTopics] = useState<Topic[] | null>(null);
   const [details, setDetails] = useState<Record<string, TopicDetail>>({});
@@ -39,6 +52,10 @@ export function TopicsPage() {
   // place of figures, which would otherwise read as blank or 0.
   const [failed, setFailed] = useState<Record<string, unknown>>({});
   const [stats, setStats] = useState<Record<string, TopicStats>>({});
+  // A failed stats read keeps the last trends read (statsAt: when; null: none yet),
+  // shown as stale beside the error.
+  const [statsError, setStatsError] = useState<unknown>(null);
+  const [statsAt, setStatsAt] = useState<number | null>(null);
   const [error, setError] = useState<unknown>(null);
   const begin = useInOrder();
   const load = async () => {
@@ -57,14 +74,25 @@ export function TopicsPage() {
         if (r.status === "fulfilled") d[r.value.name] = r.value;
         else f[asked[i].name] = r.reason;
       });
-      const st = await api<{ topics: TopicStats[] }>("GET", "/v1/stats");
+      // A failed stats read does not stop the list and its current figures.
+      let st: TopicStats[] | null = null;
+      let stError: unknown = null;
+      try {
+        st = (await api<{ topics: TopicStats[] }>("GET", "/v1/stats")).topics;
+      } catch (e) {
+        stError = e;
+      }
       if (!current()) return;
-      const s: Record<string, TopicStats> = {};
-      for (const t of st.topics) s[t.topic] = t;
       setTopics(list);
       setDetails(d);
       setFailed(f);
-      setStats(s);
+      if (st) {
+        const s: Record<string, TopicStats> = {};
+        for (const t of st) s[t.topic] = t;
+        setStats(s);
+        setStatsAt(Date.now());
+      }
+      setStatsError(stError);
       setError(null);
     } catch (e) {
       if (current()) setError(e);
@@ -75,6 +103,7 @@ export function TopicsPage() {
     <section aria-labelledby="topics-h">
       <h1 id="topics-h">Topics</h1>
       <ErrorNote error={error} />
+      {topics && topics.length > 0 && statsError ? <TrendsError error={statsError} at={statsAt} /> : null}
       {topics === null ? (
         <p>Loading…</p>
       ) : topics.length === 0 ? (
@@ -104,6 +133,9 @@ export function TopicsPage() {
                 const known = down.length === 0 ? d : undefined;
                 const s = stats[t.name]?.samples ?? [];
                 const last = s[s.length - 1];
+                // Figures from a stats read that failed, never made: unknown, not 0/s.
+                const never = statsError && statsAt === null;
+                const stale = statsError ? "stale" : undefined;
                 return (
                   <tr key={t.name} data-topic={t.name}>
                     <th scope="row">
@@ -119,18 +151,28 @@ export function TopicsPage() {
                     <td class="num" data-col="in-flight">
                       {sum(known, (p) => p.in_flight) ?? figures}
                     </td>
-                    <td class="num">{last ? duration(last.oldest_unacked_age_ms) : "–"}</td>
-                    <td>
-                      <Sparkline values={s.map((x) => x.produce_rate)} label={`produce rate of ${t.name}, now ${rate(last?.produce_rate ?? 0)}`} />
-                      <span class="num">{rate(last?.produce_rate ?? 0)}</span>
-                    </td>
-                    <td>
-                      <Sparkline values={s.map((x) => x.ack_rate)} label={`ack rate of ${t.name}, now ${rate(last?.ack_rate ?? 0)}`} />
-                      <span class="num">{rate(last?.ack_rate ?? 0)}</span>
-                    </td>
-                    <td>
-                      <Sparkline values={s.map((x) => x.backlog)} label={`backlog of ${t.name} over the last minutes`} />
-                    </td>
+                    <td class={`num ${stale ?? ""}`}>{never ? "unknown" : last ? duration(last.oldest_unacked_age_ms) : "–"}</td>
+                    {never ? (
+                      <>
+                        <td data-col="produce-rate">unknown</td>
+                        <td data-col="ack-rate">unknown</td>
+                        <td data-col="backlog-trend">unknown</td>
+                      </>
+                    ) : (
+                      <>
+                        <td data-col="produce-rate" class={stale}>
+                          <Sparkline values={s.map((x) => x.produce_rate)} label={`produce rate of ${t.name}, ${stale ? "stale, last read" : "now"} ${rate(last?.produce_rate ?? 0)}`} />
+                          <span class="num">{rate(last?.produce_rate ?? 0)}</span>
+                        </td>
+                        <td data-col="ack-rate" class={stale}>
+                          <Sparkline values={s.map((x) => x.ack_rate)} label={`ack rate of ${t.name}, ${stale ? "stale, last read" : "now"} ${rate(last?.ack_rate ?? 0)}`} />
+                          <span class="num">{rate(last?.ack_rate ?? 0)}</span>
+                        </td>
+                        <td data-col="backlog-trend" class={stale}>
+                          <Sparkline values={s.map((x) => x.backlog)} label={`backlog of ${t.name} over the last minutes${stale ? ", stale" : ""}`} />
+                        </td>
+                      </>
+                    )}
                   </tr>
                 );
               })}
@@ -303,6 +345,10 @@ export function TopicPage({ name }: { name: string }) {
   const [children, setChildren] = useState<Child[]>([]);
   const [childrenError, setChildrenError] = useState<unknown>(null);
   const [stats, setStats] = useState<TopicStats | null>(null);
+  // A failed stats read keeps the last trends read (statsAt: when; null: none yet),
+  // shown as stale beside the error.
+  const [statsError, setStatsError] = useState<unknown>(null);
+  const [statsAt, setStatsAt] = useState<number | null>(null);
   const [error, setError] = useState<unknown>(null);
   const [actionError, setActionError] = useState<unknown>(null);
   const [note, setNote] = useState("");
@@ -336,9 +382,13 @@ export function TopicPage({ name }: { name: string }) {
     }
     try {
       const got = await api<TopicStats>("GET", `${path}/stats`);
-      if (current()) setStats(got);
-    } catch {
-      if (current()) setStats(null); // the trends are left out
+      if (!current()) return;
+      setStats(got);
+      setStatsAt(Date.now());
+      setStatsError(null);
+    } catch (e) {
+      // Shown where the trends are: lines gone without a word read as a quiet topic.
+      if (current()) setStatsError(e);
     }
   };
   usePoll(load, refreshMs, [name]);
@@ -403,8 +453,9 @@ export function TopicPage({ name }: { name: string }) {
             <dt>Schema</dt>
             <dd>{t.schema ? <pre>{JSON.stringify(t.schema, null, 2)}</pre> : "none"}</dd>
           </dl>
+          {statsError ? <TrendsError error={statsError} at={s.length > 1 ? statsAt : null} /> : null}
           {s.length > 1 ? (
-            <div class="trends">
+            <div class={statsError ? "trends stale" : "trends"}>
               <Sparkline values={s.map((x) => x.produce_rate)} label="produce rate over the last minutes" /> produce
               <Sparkline values={s.map((x) => x.ack_rate)} label="ack rate over the last minutes" /> ack
               <Sparkline values={s.map((x) => x.backlog)} label="backlog over the last minutes" /> backlog

@@ -3,12 +3,17 @@ import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError } from "./api";
 
-/** Shows an API error as the broker wrote it: its code and its message. */
-export function ErrorNote({ error }: { error: unknown }) {
+/**
+ * Shows an API error as the broker wrote it: its code and its message, after what (what
+ * could not be done) when given.
+ */
+export function ErrorNote({ error, what }: { error: unknown; what?: string }) {
   if (!error) return null;
+  const lead = what ? `${what}: ` : null;
   if (error instanceof ApiError) {
     return (
       <p class="error" role="alert">
+        {lead}
         <strong>
           {error.status} {error.code}
         </strong>
@@ -18,6 +23,7 @@ export function ErrorNote({ error }: { error: unknown }) {
   }
   return (
     <p class="error" role="alert">
+      {lead}
       {String(error instanceof Error ? error.message : error)}
     </p>
   );

@@ -343,6 +343,76 @@ test("a topic's children that cannot be read are not shown as none", { timeout: 
   assert.equal(await page.getByText("No children.").count(), 0);
 });
 
+test("a topic's trends that cannot be read say so, and the last lines drawn are kept, marked stale", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "trends-error");
+  await call("POST", "/v1/topics", { name: "busy", partitions: 1 });
+  await call("POST", "/v1/topics/busy/produce-batch", { messages: [{ payload: { n: 1 } }, { payload: { n: 2 } }] });
+  await page.goto(`${base}/console#/topics/busy`);
+  // The lines draw once the stats route (one sample a second here) has two samples.
+  const lines = page.locator(".trends svg.spark");
+  await until("the topic's trend lines", async () => (await lines.count()) === 3);
+  assert.equal(await page.locator(".trends.stale").count(), 0, "fresh lines are not marked stale");
+  const why = "the node holding the stats could not be reached";
+  await page.route(
+    (u) => u.pathname === "/v1/topics/busy/stats",
+    (route) => route.fulfill(failure(503, "unavailable", why)),
+  );
+  // The next refresh (every 5 s) fails.
+  await page.getByRole("alert").filter({ hasText: "trends could not be read" }).filter({ hasText: `503 unavailable: ${why}` }).waitFor();
+  assert.equal(await page.locator(".trends.stale svg.spark").count(), 3, "the last lines drawn are kept, marked stale");
+});
+
+test("a topic whose trends were never read shows the error, and no lines", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "trends-never");
+  await call("POST", "/v1/topics", { name: "quiet", partitions: 1 });
+  const why = "stats: internal error";
+  await page.route(
+    (u) => u.pathname === "/v1/topics/quiet/stats",
+    (route) => route.fulfill(failure(500, "internal", why)),
+  );
+  await page.goto(`${base}/console#/topics/quiet`);
+  await page.getByRole("heading", { name: "Partitions" }).waitFor();
+  await page.getByRole("alert").filter({ hasText: "trends could not be read" }).filter({ hasText: `500 internal: ${why}` }).waitFor();
+  assert.equal(await page.locator("svg.spark").count(), 0, "no lines are drawn for a read that failed");
+});
+
+test("a topic's trends read answered late does not hide a newer failed read", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "trends-late");
+  await call("POST", "/v1/topics", { name: "slow", partitions: 1 });
+  const why = "the node holding the stats could not be reached";
+  await page.route(
+    (u) => u.pathname === "/v1/topics/slow/stats",
+    (route) => route.fulfill(failure(503, "unavailable", why)),
+  );
+  // The first read's answer (a good one, from the broker) comes after the next
+  // refresh's failure.
+  const first = await holdAnswer(page, (u) => u.pathname === "/v1/topics/slow/stats");
+  await page.goto(`${base}/console#/topics/slow`);
+  await first.held;
+  const failed = page.getByRole("alert").filter({ hasText: "trends could not be read" });
+  await failed.waitFor();
+  await first.release();
+  assert.equal(await failed.count(), 1, "the read answered late hid the newer read's failure");
+});
+
+test("the topics list whose trends cannot be read says so, and still shows the topics and their figures", { timeout: 120_000 }, async (t) => {
+  const { base, call, page } = await openNarad(t, "list-trends-error");
+  await call("POST", "/v1/topics", { name: "listed", partitions: 1 });
+  await call("POST", "/v1/topics/listed/produce-batch", { messages: [{ payload: { n: 1 } }] });
+  const why = "the node's stats could not be gathered";
+  await page.route(
+    (u) => u.pathname === "/v1/stats",
+    (route) => route.fulfill(failure(503, "unavailable", why)),
+  );
+  await page.goto(`${base}/console`);
+  await page.getByRole("alert").filter({ hasText: "trends could not be read" }).filter({ hasText: `503 unavailable: ${why}` }).waitFor();
+  const row = page.locator('tr[data-topic="listed"]');
+  await until("the topic's backlog", async () => (await row.locator('td[data-col="backlog"]').textContent()) === "1");
+  // Rates never read are unknown, not 0/s: no traffic and a failed read look different.
+  for (const col of ["produce-rate", "ack-rate"]) assert.equal(await row.locator(`td[data-col="${col}"]`).textContent(), "unknown");
+  assert.equal(await row.locator("svg.spark").count(), 0, "no lines are drawn for a read that failed");
+});
+
 test("a users list answered late does not take back a user just created", { timeout: 120_000 }, async (t) => {
   const { base, page } = await openNarad(t, "late-users", { admin: adminPassword });
   await page.goto(`${base}/console#/users`);
