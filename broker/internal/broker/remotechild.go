@@ -183,11 +183,7 @@ func (b *Broker) AttachRemoteChild(ctx context.Context, parent string, spec Remo
 	if err != nil {
 		return RemoteChildInfo{}, refused(err)
 	}
-	probe := &apigen.ProduceBatchRequest{Incarnation: &inc, ValidateOnly: ref(true), Messages: []apigen.OutgoingMessage{{
-		Payload: json.RawMessage(`{}`),
-		Origin:  &apigen.MessageOrigin{ClusterId: b.ClusterID(), Topic: parent},
-	}}}
-	if err := cl.produce(ctx, probe); err != nil {
+	if err := cl.produce(ctx, b.remoteProbe(parent, inc)); err != nil {
 		return RemoteChildInfo{}, refused(err)
 	}
 	start, parentInc, oldest, err := b.remoteStart(pt)
@@ -227,6 +223,16 @@ func (b *Broker) AttachRemoteChild(ctx context.Context, parent string, spec Remo
 }
 
 func ref[T any](v T) *T { return &v }
+
+// remoteProbe is the validate-only produce-batch that asks a remote, before anything is
+// stored here, whether its topic is incarnation inc and takes a copy of parent's from
+// these credentials: one message, written nowhere.
+func (b *Broker) remoteProbe(parent, inc string) *apigen.ProduceBatchRequest {
+	return &apigen.ProduceBatchRequest{Incarnation: &inc, ValidateOnly: ref(true), Messages: []apigen.OutgoingMessage{{
+		Payload: json.RawMessage(`{}`),
+		Origin:  &apigen.MessageOrigin{ClusterId: b.ClusterID(), Topic: parent},
+	}}}
+}
 
 // remoteStart reads per parent partition the tail and the oldest offset held, and the
 // parent's incarnation they were read from.
@@ -329,11 +335,7 @@ func (b *Broker) UpdateRemoteCredentials(ctx context.Context, parent, id, passwo
 		return err
 	}
 	defer cl.close()
-	probe := &apigen.ProduceBatchRequest{Incarnation: &rc.RemoteIncarnation, ValidateOnly: ref(true), Messages: []apigen.OutgoingMessage{{
-		Payload: json.RawMessage(`{}`),
-		Origin:  &apigen.MessageOrigin{ClusterId: b.ClusterID(), Topic: parent},
-	}}}
-	if err := cl.produce(ctx, probe); err != nil {
+	if err := cl.produce(ctx, b.remoteProbe(parent, rc.RemoteIncarnation)); err != nil {
 		return fmt.Errorf("%w: %s; the stored password was kept", ErrRemoteRefused, passwordRefusal(err, remoteTarget{url: rc.URL, topic: rc.Topic, user: rc.Username}))
 	}
 	sealed, err := b.sealPassword(password, remoteAAD(rc))
@@ -479,11 +481,7 @@ func (b *Broker) UpdateRemoteChild(ctx context.Context, parent, id string, u Rem
 		return RemoteChildInfo{}, refused("the remote at " + to.URL + " is cluster " + cluster + ", not " + rc.RemoteClusterID +
 			", the one this child copies to; to copy to another cluster, attach its topic as a new child")
 	}
-	probe := &apigen.ProduceBatchRequest{Incarnation: &rc.RemoteIncarnation, ValidateOnly: ref(true), Messages: []apigen.OutgoingMessage{{
-		Payload: json.RawMessage(`{}`),
-		Origin:  &apigen.MessageOrigin{ClusterId: b.ClusterID(), Topic: parent},
-	}}}
-	if err := cl.produce(ctx, probe); err != nil {
+	if err := cl.produce(ctx, b.remoteProbe(parent, rc.RemoteIncarnation)); err != nil {
 		if errors.As(err, &ae) && (ae.Code == string(apigen.ErrorCodeIncarnationMismatch) || ae.Status == http.StatusNotFound) {
 			return RemoteChildInfo{}, refused("topic " + to.Topic + " at " + to.URL + " is not the topic this child copies to (" + ae.Error() +
 				"): it is another cluster's, or was deleted and created again since the attach; attach it as a new child")
