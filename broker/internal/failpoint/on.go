@@ -25,6 +25,9 @@ type point struct {
 	at     int64 // act on this hit only (or from it on, with on); 0: every hit
 	on     bool  // @N+: act on the N-th hit and every one after it
 	hits   atomic.Int64
+	// sleeping counts the point's sleeps under way: raised just before the sleep,
+	// after the fired line is written (a write that may block on a slow reader).
+	sleeping atomic.Int64
 }
 
 var (
@@ -148,6 +151,19 @@ func Hits(name string) int64 {
 	return p.hits.Load()
 }
 
+// Sleeping is how many of the named point's sleeps are under way. A test that must act
+// during a stall waits for it rather than for Hits, which counts a hit before its
+// fired line is written and its sleep begins.
+func Sleeping(name string) int64 {
+	mu.RLock()
+	p := points[name]
+	mu.RUnlock()
+	if p == nil {
+		return 0
+	}
+	return p.sleeping.Load()
+}
+
 // ErrInjected is wrapped by every error an armed point returns.
 var ErrInjected = errors.New("failpoint: injected")
 
@@ -186,7 +202,9 @@ func act(name string, wantErr bool, sleep func(time.Duration)) error {
 	case "panic":
 		panic("failpoint " + name)
 	case "sleep":
+		p.sleeping.Add(1)
 		sleep(p.sleep)
+		p.sleeping.Add(-1)
 	case "eio":
 		return fmt.Errorf("%w at %s: %w", ErrInjected, name, syscall.EIO)
 	case "enospc":
