@@ -121,7 +121,12 @@ func startFakeClusterAt(t *testing.T, versionMax []int) (*fakePlane, []*Broker) 
 			Peers: p,
 			Cluster: meta.Cluster{
 				Transport: tr, Forwarder: p, Peers: peers, HTTPAddr: "http-" + string(pe.Addr),
-				RaftTimeout: 400 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
+				// A second, not less: with 400 ms (a leader lease of 200 ms) a controller
+				// starved of its processor on a loaded machine (make test runs packages
+				// side by side on two cores) lost its leadership under a topic create,
+				// which failed "outcome unknown". It costs the package about 15 s of
+				// first elections.
+				RaftTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond,
 				SuspectAfter: 5 * time.Second, DeadAfter: 10 * time.Second,
 				VersionMax: versionMax[i],
 			},
