@@ -15,7 +15,7 @@ type decodedBodyKey struct{}
 // from the body prepareBody decoded: the generated strict handler would decode it again,
 // which was a quarter of produce-batch's CPU. The middlewares, the handler and the
 // response writing are the generated code's own steps, in its order. oapi-codegen has no
-// hook to hand its strict handler a decoded body, so TestDecodedOnceFollowsTheGeneratedHandler
+// hook to hand its strict handler a decoded body, so TestCopiesFollowTheGeneratedCode
 // pins the generated functions these copy: it fails when they change shape.
 type decodedOnce struct {
 	apigen.ServerInterface // the generated strict handler, for every other route

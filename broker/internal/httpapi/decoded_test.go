@@ -12,24 +12,39 @@ import (
 	"testing"
 )
 
-var updateStrictGolden = flag.Bool("update-strict-golden", false, "rewrite testdata/strict-*.golden from apigen.gen.go (after checking decoded.go against it)")
+var updateStrictGolden = flag.Bool("update-strict-golden", false, "rewrite the generated functions' copies in testdata/*.golden from apigen.gen.go (after checking decoded.go and direct.go against it)")
 
-// TestDecodedOnceFollowsTheGeneratedHandler pins decodedOnce (decoded.go) to the
-// generated strict handler whose steps it repeats for the two batch routes. The
-// generated code offers no hook to hand it a body decoded already, so decodedOnce
-// copies its steps: the middlewares in order, the handler, Visit…Response, the error
-// handler. When oapi-codegen changes those functions, this test fails: bring decoded.go
-// in line with the new steps, then run
+// TestCopiesFollowTheGeneratedCode pins the two places that repeat generated steps
+// to the generated functions they repeat: decodedOnce (decoded.go) the strict handlers
+// of the two batch routes, whose code offers no hook to hand it a body decoded
+// already; serveDirect (direct.go) the router functions and strict handlers of
+// produce, consume and ack. Each copies their steps: parameters bound in order, the
+// middlewares in order, the handler, Visit…Response, the error handler. When
+// oapi-codegen changes those functions, this test fails: bring the copy in line with
+// the new steps, then run
 //
-//	go test ./internal/httpapi -run TestDecodedOnceFollowsTheGeneratedHandler -update-strict-golden
-func TestDecodedOnceFollowsTheGeneratedHandler(t *testing.T) {
+//	go test ./internal/httpapi -run TestCopiesFollowTheGeneratedCode -update-strict-golden
+func TestCopiesFollowTheGeneratedCode(t *testing.T) {
 	t.Parallel()
 	fset := token.NewFileSet()
 	file, err := parser.ParseFile(fset, filepath.Join("..", "apigen", "apigen.gen.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, op := range []string{"ProduceBatch", "AckBatch"} {
+	// The batch routes' strict handlers (decodedOnce), and the direct routes' router
+	// functions and strict handlers (serveDirect in direct.go).
+	type pinned struct{ recv, op, golden, copier string }
+	pins := []pinned{
+		{"strictHandler", "ProduceBatch", "strict-producebatch", "decodedOnce.ProduceBatch (decoded.go)"},
+		{"strictHandler", "AckBatch", "strict-ackbatch", "decodedOnce.AckBatch (decoded.go)"},
+	}
+	for _, op := range []string{"Produce", "Consume", "Ack"} {
+		pins = append(pins,
+			pinned{"ServerInterfaceWrapper", op, "wrapper-" + strings.ToLower(op), "serveDirect (direct.go)"},
+			pinned{"strictHandler", op, "strict-" + strings.ToLower(op), "serveDirect (direct.go)"})
+	}
+	for _, pin := range pins {
+		op := pin.op
 		var fn *ast.FuncDecl
 		for _, d := range file.Decls {
 			f, ok := d.(*ast.FuncDecl)
@@ -37,20 +52,20 @@ func TestDecodedOnceFollowsTheGeneratedHandler(t *testing.T) {
 				continue
 			}
 			if star, ok := f.Recv.List[0].Type.(*ast.StarExpr); ok {
-				if id, ok := star.X.(*ast.Ident); ok && id.Name == "strictHandler" {
+				if id, ok := star.X.(*ast.Ident); ok && id.Name == pin.recv {
 					fn = f
 				}
 			}
 		}
 		if fn == nil {
-			t.Fatalf("apigen.gen.go has no (*strictHandler).%s: decodedOnce in decoded.go serves it and must be redone for the new generated code", op)
+			t.Fatalf("apigen.gen.go has no (*%s).%s: %s repeats it and must be redone for the new generated code", pin.recv, op, pin.copier)
 		}
 		var b strings.Builder
 		if err := printer.Fprint(&b, fset, fn); err != nil {
 			t.Fatal(err)
 		}
 		got := b.String() + "\n"
-		golden := filepath.Join("testdata", "strict-"+strings.ToLower(op)+".golden")
+		golden := filepath.Join("testdata", pin.golden+".golden")
 		if *updateStrictGolden {
 			if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
 				t.Fatal(err)
@@ -62,9 +77,9 @@ func TestDecodedOnceFollowsTheGeneratedHandler(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got != string(want) {
-			t.Errorf("the generated (*strictHandler).%s changed shape; decodedOnce.%s (decoded.go) repeats its steps and may now differ from it.\n"+
-				"Check decoded.go against the new code, then rerun with -update-strict-golden.\n--- %s\n%s\n--- apigen.gen.go\n%s",
-				op, op, golden, want, got)
+			t.Errorf("the generated (*%s).%s changed shape; %s repeats its steps and may now differ from it.\n"+
+				"Check it against the new code, then rerun with -update-strict-golden.\n--- %s\n%s\n--- apigen.gen.go\n%s",
+				pin.recv, op, pin.copier, golden, want, got)
 		}
 	}
 }

@@ -93,13 +93,14 @@ func New(b Broker, opts Options) (http.Handler, error) {
 			writeError(w, err)
 		},
 	})
-	apigen.HandlerWithOptions(decodedOnce{ServerInterface: strict, h: h, middlewares: middlewares}, apigen.StdHTTPServerOptions{
+	d := decodedOnce{ServerInterface: strict, h: h, middlewares: middlewares}
+	apigen.HandlerWithOptions(d, apigen.StdHTTPServerOptions{
 		BaseRouter: mux,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, badParam(err.Error()))
 		},
 	})
-	s := &server{mux: mux, log: opts.Logger, metrics: opts.Metrics, ops: indexOps(spec),
+	s := &server{mux: mux, d: d, log: opts.Logger, metrics: opts.Metrics, ops: indexOps(spec),
 		authOn: opts.AuthEnabled, protectMetrics: opts.ProtectMetrics, authn: authn,
 		hosts: newHostRules(opts.AllowedHosts)}
 	if s.authOn == nil {
@@ -127,6 +128,7 @@ func New(b Broker, opts Options) (http.Handler, error) {
 
 type server struct {
 	mux         *http.ServeMux
+	d           decodedOnce // the direct routes' steps (serveDirect); without h, none is direct
 	log         *slog.Logger
 	metrics     *broker.Metrics
 	promHandler http.Handler
@@ -421,6 +423,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.bodies.give(n)
 	if err := s.prepareBody(r, oi); err != nil {
 		writeError(sw, err)
+		return
+	}
+	if oi != nil && s.serveDirect(sw, r, oi.id, q) {
 		return
 	}
 	s.mux.ServeHTTP(sw, r)
