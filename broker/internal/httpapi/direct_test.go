@@ -184,3 +184,31 @@ func TestDirectRoutesAnswerAsTheGeneratedPath(t *testing.T) {
 		}
 	}
 }
+
+// TestAHeadOfAConsumeLeasesNothing: net/http routes a HEAD to the GET route and drops
+// the body, so a HEAD of consume (or consume-batch) leased a message and showed none;
+// it stayed invisible for its visibility timeout. It is refused with 405 now, before the
+// broker is asked; a HEAD of a route that only reads is answered as before.
+func TestAHeadOfAConsumeLeasesNothing(t *testing.T) {
+	t.Parallel()
+	rb := &recordingBroker{}
+	h, err := New(rb, Options{Logger: quietLogger(), AllowedHosts: []string{"example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"/v1/topics/t/consume?wait=0", "/v1/topics/t/consume-batch?wait=0&max=10"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodHead, target, nil))
+		if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "GET" {
+			t.Errorf("HEAD %s: %d, Allow %q; want 405 and GET", target, rec.Code, rec.Header().Get("Allow"))
+		}
+	}
+	if len(rb.calls) != 0 {
+		t.Fatalf("HEADs of consumes reached the broker: %q", rb.calls)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodHead, "/healthz", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("HEAD /healthz: %d; want 200", rec.Code)
+	}
+}

@@ -395,6 +395,15 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.promHandler.ServeHTTP(sw, r)
 		return
 	}
+	if r.Method == http.MethodHead && oi != nil && (oi.id == "consume" || oi.id == "consumeBatch") {
+		// net/http routes a HEAD to the GET route and drops the answer's body: a HEAD
+		// of a consume (a link checker, a monitor probing the URL) leased messages and
+		// showed none, each back only after its visibility timeout.
+		sw.Header().Set("Allow", http.MethodGet)
+		writeError(sw, newErr(http.StatusMethodNotAllowed, apigen.ErrorCodeMethodNotAllowed, "HEAD is not allowed on "+clip(r.URL.Path, 256)+
+			": a consume leases the messages it answers, and a HEAD answer has no body to carry them; use GET"))
+		return
+	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		// The generated binder would silently drop a malformed pair (wait=%zz).
