@@ -100,11 +100,8 @@ func (s *server) serveDirect(w http.ResponseWriter, r *http.Request, op string, 
 	default:
 		return false
 	}
-	if directHook != nil {
-		directHook(op)
+	if s.directHook != nil {
+		s.directHook(op)
 	}
 	return true
 }
-
-// directHook, when a test sets it, is told of each request served directly.
-var directHook func(op string)

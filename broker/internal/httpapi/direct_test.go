@@ -141,13 +141,12 @@ func TestDirectRoutesAnswerAsTheGeneratedPath(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var served []string
-	directHook = func(op string) {
+	direct, db := serve(true)
+	direct.(*server).directHook = func(op string) {
 		mu.Lock()
 		served = append(served, op)
 		mu.Unlock()
 	}
-	t.Cleanup(func() { directHook = nil })
-	direct, db := serve(true)
 	generated, gb := serve(false)
 	for _, c := range cases {
 		db.calls, gb.calls = nil, nil
@@ -210,5 +209,29 @@ func TestAHeadOfAConsumeLeasesNothing(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodHead, "/healthz", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("HEAD /healthz: %d; want 200", rec.Code)
+	}
+}
+
+// TestAQueryRefusalNamesTheSameParameterEachTime: a query with several unknown names,
+// or several values out of their bounds, was refused naming whichever a map's random
+// order met first, so the same request got different messages. It names the first in
+// byte order now.
+func TestAQueryRefusalNamesTheSameParameterEachTime(t *testing.T) {
+	t.Parallel()
+	h, err := New(&recordingBroker{}, Options{Logger: quietLogger(), AllowedHosts: []string{"example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ target, names string }{
+		{"/v1/topics/t/produce?zz=1&mm=1&aa=1&qq=1", `parameter \"aa\"`},
+		{"/v1/topics/t/ack?receipt_handle=" + strings.Repeat("h", 600) + "&extend=" + strings.Repeat("e", 40), "parameter extend "},
+	} {
+		for i := range 40 {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, c.target, strings.NewReader("x")))
+			if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), c.names) {
+				t.Fatalf("try %d of %.60s: %d %s; want 400 naming %s", i, c.target, rec.Code, rec.Body, c.names)
+			}
+		}
 	}
 }

@@ -94,6 +94,8 @@ func New(b Broker, opts Options) (http.Handler, error) {
 		},
 	})
 	d := decodedOnce{ServerInterface: strict, h: h, middlewares: middlewares}
+	// No router Middlewares here: serveDirect (direct.go) repeats the generated
+	// router's steps for produce, consume and ack, and would skip them.
 	apigen.HandlerWithOptions(d, apigen.StdHTTPServerOptions{
 		BaseRouter: mux,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -128,7 +130,8 @@ func New(b Broker, opts Options) (http.Handler, error) {
 
 type server struct {
 	mux         *http.ServeMux
-	d           decodedOnce // the direct routes' steps (serveDirect); without h, none is direct
+	d           decodedOnce     // the direct routes' steps (serveDirect); without h, none is direct
+	directHook  func(op string) // a test's: told of each request served directly
 	log         *slog.Logger
 	metrics     *broker.Metrics
 	promHandler http.Handler
@@ -237,16 +240,21 @@ func checkQueryNames(oi *opInfo, q url.Values) error {
 	case "healthz", "readyz", "metrics":
 		return nil // probes and scrapers may add parameters of their own; nothing reads them
 	}
-	for name := range q {
-		if slices.Contains(oi.params, name) {
-			continue
+	// The first unknown name in byte order, so that the same request always gets the
+	// same message (a map's order is random).
+	name, found := "", false
+	for n := range q {
+		if !slices.Contains(oi.params, n) && (!found || n < name) {
+			name, found = n, true
 		}
-		if len(oi.params) == 0 {
-			return badParam("unknown query parameter " + strconv.Quote(clip(name, maxEcho)) + ": this operation takes none")
-		}
-		return badParam("unknown query parameter " + strconv.Quote(clip(name, maxEcho)) + ": this operation takes only " + strings.Join(oi.params, ", "))
 	}
-	return nil
+	switch {
+	case !found:
+		return nil
+	case len(oi.params) == 0:
+		return badParam("unknown query parameter " + strconv.Quote(clip(name, maxEcho)) + ": this operation takes none")
+	}
+	return badParam("unknown query parameter " + strconv.Quote(clip(name, maxEcho)) + ": this operation takes only " + strings.Join(oi.params, ", "))
 }
 
 // checkQueryLengths refuses a query parameter outside its spec's length bounds.
@@ -254,22 +262,30 @@ func checkQueryLengths(oi *opInfo, q url.Values) error {
 	if oi == nil || len(oi.query) == 0 {
 		return nil
 	}
+	// The first parameter out of bounds in byte order of names, so that the same
+	// request always gets the same message (a map's order is random).
+	var first error
+	firstName := ""
 	for name, vals := range q {
 		b, ok := oi.query[name]
-		if !ok {
+		if !ok || first != nil && name >= firstName {
 			continue
 		}
 		for _, v := range vals {
 			n := utf8.RuneCountInString(v)
 			switch {
 			case b.max >= 0 && n > b.max:
-				return badParam(fmt.Sprintf("the query parameter %s is %d characters long; at most %d are allowed", name, n, b.max))
+				first = badParam(fmt.Sprintf("the query parameter %s is %d characters long; at most %d are allowed", name, n, b.max))
 			case n < b.min:
-				return badParam(fmt.Sprintf("the query parameter %s must be at least %d characters long", name, b.min))
+				first = badParam(fmt.Sprintf("the query parameter %s must be at least %d characters long", name, b.min))
+			default:
+				continue
 			}
+			firstName = name
+			break
 		}
 	}
-	return nil
+	return first
 }
 
 // statusWriter records what a request was answered, for its metrics and its log line:
