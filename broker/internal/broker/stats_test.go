@@ -28,6 +28,15 @@ func TestStatsSamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	// The sampler takes its first sample as it starts (its next is an hour away): wait
+	// for it before the topic opens. Taken late on a loaded machine, after the create,
+	// it was a sample of the test's topic before the test's own, with every count 0.
+	for deadline := time.Now().Add(30 * time.Second); b.NodeStats().Sync == nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("the sampler's first sample did not come within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "s", Partitions: ptr[int32](2)}); err != nil {
 		t.Fatal(err)
 	}
