@@ -38,12 +38,7 @@ func TestNodeStats(t *testing.T) {
 	}
 	// The sampler takes its first sample as it starts (its next is an hour away): wait
 	// for it, so that it cannot land between the test's own samples below.
-	for deadline := time.Now().Add(30 * time.Second); b.NodeStats().Sync == nil; {
-		if time.Now().After(deadline) {
-			t.Fatal("the sampler's first sample did not come within 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFirstSample(t, b)
 	t0 := partition.WallMillis() + 60_000
 	b.sampleStats(t0)
 	produceN(t, b, "s", 5)

@@ -31,12 +31,7 @@ func TestStatsSamples(t *testing.T) {
 	// The sampler takes its first sample as it starts (its next is an hour away): wait
 	// for it before the topic opens. Taken late on a loaded machine, after the create,
 	// it was a sample of the test's topic before the test's own, with every count 0.
-	for deadline := time.Now().Add(30 * time.Second); b.NodeStats().Sync == nil; {
-		if time.Now().After(deadline) {
-			t.Fatal("the sampler's first sample did not come within 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFirstSample(t, b)
 	if _, err := b.CreateTopic(ctx, TopicSpec{Name: "s", Partitions: ptr[int32](2)}); err != nil {
 		t.Fatal(err)
 	}
@@ -115,5 +110,17 @@ func TestStatsSamples(t *testing.T) {
 	b.sampleStats(t0 + 1_000_000)
 	if st, _ := b.TopicStats("s"); len(st.Samples) != 1 || st.Samples[0].Backlog != 1 || st.Samples[0].Produced != 1 {
 		t.Errorf("the topic created again: %+v, want one sample of its own message only", st.Samples)
+	}
+}
+
+// waitFirstSample waits for the sample the stats loop takes as it starts, so that it
+// cannot land among a test's own.
+func waitFirstSample(t *testing.T, b *Broker) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); b.NodeStats().Sync == nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("the sampler's first sample did not come within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -142,26 +142,27 @@ func pollFile(path string, every time.Duration) {
 // Hits returns how often the named point was reached since it was armed (0 when it is
 // not armed).
 func Hits(name string) int64 {
-	mu.RLock()
-	p := points[name]
-	mu.RUnlock()
-	if p == nil {
-		return 0
+	if p := armed(name); p != nil {
+		return p.hits.Load()
 	}
-	return p.hits.Load()
+	return 0
 }
 
 // Sleeping is how many of the named point's sleeps are under way. A test that must act
 // during a stall waits for it rather than for Hits, which counts a hit before its
 // fired line is written and its sleep begins.
 func Sleeping(name string) int64 {
-	mu.RLock()
-	p := points[name]
-	mu.RUnlock()
-	if p == nil {
-		return 0
+	if p := armed(name); p != nil {
+		return p.sleeping.Load()
 	}
-	return p.sleeping.Load()
+	return 0
+}
+
+// armed is the named point, or nil when it is not armed.
+func armed(name string) *point {
+	mu.RLock()
+	defer mu.RUnlock()
+	return points[name]
 }
 
 // ErrInjected is wrapped by every error an armed point returns.
@@ -180,9 +181,7 @@ func Err(name string) error { return act(name, true, time.Sleep) }
 func Stall(name string, sleep func(time.Duration)) { _ = act(name, false, sleep) }
 
 func act(name string, wantErr bool, sleep func(time.Duration)) error {
-	mu.RLock()
-	p := points[name]
-	mu.RUnlock()
+	p := armed(name)
 	if p == nil {
 		return nil
 	}
