@@ -307,32 +307,42 @@ func (b *Broker) survivorEnd(ctx context.Context, t *topic, p int, node, group s
 // alterReplicationFactor records topic's new replica count; the controller's moves
 // follow (docs/operating/cluster.md).
 func (b *Broker) alterReplicationFactor(name string, inc uint64, rf int32) error {
+	changes, err := b.checkReplicationFactor(name, rf)
+	if err != nil || !changes {
+		return err
+	}
+	_, err = b.meta.SetReplicationFactor(name, inc, rf)
+	return mapMetaErr(err)
+}
+
+// checkReplicationFactor refuses a replication factor this node can tell is not to be
+// had, and reports whether rf changes the topic's.
+func (b *Broker) checkReplicationFactor(name string, rf int32) (bool, error) {
 	if rf < 1 || rf > MaxReplicationFactor {
-		return invalid(apigen.ErrorCodeInvalidParameter, "replication_factor must be 1 to %d", MaxReplicationFactor)
+		return false, invalid(apigen.ErrorCodeInvalidParameter, "replication_factor must be 1 to %d", MaxReplicationFactor)
 	}
 	if b.repl == nil {
 		if rf == 1 {
-			return nil
+			return false, nil
 		}
-		return &ConflictError{Msg: "replication_factor above 1 needs a cluster: this node runs alone (start it with --peers or --join)"}
+		return false, &ConflictError{Msg: "replication_factor above 1 needs a cluster: this node runs alone (start it with --peers or --join)"}
 	}
 	m, ok := b.meta.Topic(name)
 	if !ok {
-		return ErrTopicNotFound
+		return false, ErrTopicNotFound
 	}
 	if rf == m.ReplicationFactor {
-		return nil
+		return false, nil
 	}
 	for i, p := range m.Placement {
 		if len(p.Replicas) == 1 && rf > 1 && !b.meta.Allows(meta.FeatureGroupOnData) {
 			// Unavailable until the rolling upgrade ends, as every gated feature
 			// (docs/operating/upgrades.md), not a conflict a client gives up on.
-			return mapMetaErr(fmt.Errorf("%w: partition %d of topic %s has a single replica; raising its replication factor needs cluster version %d and the cluster runs %d (finish the rolling upgrade first)",
+			return false, mapMetaErr(fmt.Errorf("%w: partition %d of topic %s has a single replica; raising its replication factor needs cluster version %d and the cluster runs %d (finish the rolling upgrade first)",
 				meta.ErrVersionGated, i, name, meta.FeatureGroupOnData.Since, b.meta.ClusterVersion()))
 		}
 	}
-	_, err := b.meta.SetReplicationFactor(name, inc, rf)
-	return mapMetaErr(err)
+	return true, nil
 }
 
 // steerMoves is the partition leader's and the replicas' part in moves, run every

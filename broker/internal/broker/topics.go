@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/apigen"
@@ -256,20 +257,38 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 			a.Incarnation = cur.Incarnation
 		}
 	}
-	if a.ReplicationFactor != nil {
-		// Two commands: the rest of the alter is asked about first, on state caught
-		// up with the controller (above), so that its refusal leaves the replication
-		// factor as it was. Asked only after, a 409 for a retention shorter than a
-		// child's delay came with the factor changed and its moves started (a review,
-		// 5 December).
+	var t meta.Topic
+	var err error
+	switch {
+	case a.ReplicationFactor == nil:
+		t, err = b.meta.AlterTopic(name, a)
+	case b.meta.Allows(meta.FeatureOneAlter):
+		// One command, refused or applied whole (cluster version 4).
+		var changes bool
+		if changes, err = b.checkReplicationFactor(name, *a.ReplicationFactor); err != nil {
+			return meta.Topic{}, err
+		}
+		if changes {
+			b.beforeAlterCommit(name)
+			t, err = b.meta.AlterWithReplicationFactor(name, a, *a.ReplicationFactor)
+		} else {
+			t, err = b.meta.AlterTopic(name, a)
+		}
+	default:
+		// Two commands, as a cluster of an older version understands them: the rest of
+		// the alter is asked about first, on state caught up with the controller
+		// (above), so that its refusal leaves the replication factor as it was. A
+		// conflict that arises between the two commands (a delay child attached), or a
+		// change of controller, still answers 409 or 503 with the factor changed.
 		if err := b.meta.CheckAlter(name, a); err != nil {
 			return meta.Topic{}, mapMetaErr(err)
 		}
 		if err := b.alterReplicationFactor(name, a.Incarnation, *a.ReplicationFactor); err != nil {
 			return meta.Topic{}, err
 		}
+		b.beforeAlterCommit(name)
+		t, err = b.meta.AlterTopic(name, a)
 	}
-	t, err := b.meta.AlterTopic(name, a)
 	if err != nil {
 		return meta.Topic{}, mapMetaErr(err)
 	}
@@ -282,6 +301,16 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 		b.log.Warn("the alter is committed; opening another topic failed in the same pass", "topic", name, "err", err)
 	}
 	return t, nil
+}
+
+// alterCommitHook, set only by serial tests (never with t.Parallel), runs just before
+// an alter with a replication factor commits its settings.
+var alterCommitHook atomic.Pointer[func(topic string)]
+
+func (b *Broker) beforeAlterCommit(topic string) {
+	if h := alterCommitHook.Load(); h != nil {
+		(*h)(topic)
+	}
 }
 
 // DeleteTopic deletes a topic's metadata and data. With incarnation != 0 it deletes

@@ -116,7 +116,8 @@ type Alter struct {
 	// ReplicationFactor, when set, is the replica count the topic's partitions should
 	// have: the controller adds or removes replicas through moves until they do.
 	// It never travels in alter_topic (a node of an older version would ignore it):
-	// the broker sends it as set_replication_factor.
+	// the broker sends it with the alter as alter_with_replication_factor (cluster
+	// version 4), or before it as set_replication_factor.
 	ReplicationFactor *int32 `json:"-"`
 }
 
@@ -305,6 +306,10 @@ func (c command) check() error {
 		if c.Name == "" || c.Alter == nil {
 			return bad("without a name and changes")
 		}
+	case "alter_with_replication_factor":
+		if c.Name == "" || c.Alter == nil || c.MoveOp == nil || c.MoveOp.RF < 1 {
+			return bad("without a name, changes and a replication factor")
+		}
 	case "create_user":
 		if c.User == nil || c.User.Name == "" {
 			return bad("without a user")
@@ -461,6 +466,24 @@ func (f *fsm) apply(index uint64, c command) applyResult {
 		if err != nil {
 			return applyResult{err: err}
 		}
+		f.topics[c.Name] = t
+		return applyResult{topic: t}
+	case "alter_with_replication_factor":
+		// The settings and the replica count in one command: refused whole, or
+		// applied whole (as two commands, a conflict that arose between them, or a
+		// change of controller, left the factor changed and the settings not).
+		cur, ok := f.topics[c.Name]
+		if !ok || (c.Alter.Incarnation != 0 && c.Alter.Incarnation != cur.Incarnation) {
+			return applyResult{err: ErrTopicNotFound}
+		}
+		if rf := c.MoveOp.RF; rf != cur.ReplicationFactor && int(rf) > f.eligibleCount() {
+			return conflict("replication_factor %d is more than the %d nodes that can hold a replica; add nodes first", rf, f.eligibleCount())
+		}
+		t, err := f.altered(c.Name, *c.Alter)
+		if err != nil {
+			return applyResult{err: err}
+		}
+		t.ReplicationFactor = c.MoveOp.RF
 		f.topics[c.Name] = t
 		return applyResult{topic: t}
 	case "create_user":

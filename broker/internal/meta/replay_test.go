@@ -309,6 +309,10 @@ func history(t *testing.T) ([]command, *fsm) {
 	rc3 := rc
 	rc3.URL, rc3.Sealed, rc3.CAPEM = "http://third:1", []byte("s3"), ""
 	b.add(command{Op: "attach_remote", Remote: &rc3})
+
+	// Version 4: an alter with a replication factor in one command.
+	b.add(command{Op: "set_cluster_version", Version: 4})
+	b.add(command{Op: "alter_with_replication_factor", Name: "f", Alter: &Alter{Incarnation: ft.Incarnation, VisibilityMs: ptr(int64(7000))}, MoveOp: &MoveOp{RF: 2, NowMs: 23}})
 	return b.cmds, b.f
 }
 

@@ -766,6 +766,13 @@ func (s *Store) AlterTopic(name string, a Alter) (Topic, error) {
 	return s.apply(command{Op: "alter_topic", Name: name, Alter: &a})
 }
 
+// AlterWithReplicationFactor changes a topic's live-tunable settings and its
+// replication factor in one command: both or neither (cluster version 4,
+// FeatureOneAlter).
+func (s *Store) AlterWithReplicationFactor(name string, a Alter, rf int32) (Topic, error) {
+	return s.apply(command{Op: "alter_with_replication_factor", Name: name, Alter: &a, MoveOp: &MoveOp{RF: rf, NowMs: nowMs()}})
+}
+
 // Topic returns the topic of that name as this node knows it.
 func (s *Store) Topic(name string) (Topic, bool) { return s.fsm.topic(name) }
 

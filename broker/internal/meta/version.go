@@ -22,7 +22,7 @@ const (
 	// VersionMin is the lowest cluster version this binary can run in.
 	VersionMin = 1
 	// VersionMax is the highest cluster version this binary speaks.
-	VersionMax = 3
+	VersionMax = 4
 )
 
 // Feature is something a node may use only once the cluster runs version Since.
@@ -67,6 +67,10 @@ var (
 	// FeatureRemoteUpdate: a remote child's URL, username and CA certificates are
 	// changed in place, its cursor kept (the control-plane command update_remote).
 	FeatureRemoteUpdate = Feature{Name: "remote_update", Since: 3}
+	// FeatureOneAlter: an alter that changes a topic's replication factor and other
+	// settings is one command (alter_with_replication_factor), refused or applied
+	// whole; before it, two.
+	FeatureOneAlter = Feature{Name: "one_alter", Since: 4}
 )
 
 // opSince names the control-plane commands of versions after 1 and the version each
@@ -87,6 +91,8 @@ var opSince = map[string]int{
 	"set_leader":             3,
 	// A remote child's URL, username and CA certificates changed in place.
 	"update_remote": 3,
+	// A topic's settings and replication factor changed in one command.
+	"alter_with_replication_factor": 4,
 }
 
 // ErrVersionGated means the feature needs a cluster version the cluster has not

@@ -366,7 +366,7 @@ func TestDocsNameTheVersionsAndFeatures(t *testing.T) {
 		t.Errorf("docs/internals/control-plane.md does not say %q", want)
 	}
 	for _, f := range []Feature{FeatureStatsBatch, FeatureReplicaSnapshots, FeaturePartitionCommands, FeatureMoves,
-		FeatureGroupOnData, FeatureDeleteFence, FeatureLeaderLease, FeatureRemoteUpdate} {
+		FeatureGroupOnData, FeatureDeleteFence, FeatureLeaderLease, FeatureRemoteUpdate, FeatureOneAlter} {
 		row := fmt.Sprintf("| %d | ", f.Since)
 		found := false
 		for _, line := range strings.Split(internals, "\n") {

@@ -139,7 +139,9 @@ export interface paths {
          *     (`{}` removes it; null keeps it, as left out) and `replication_factor`. Fields left out keep their value. 409
          *     when a parent's retention would no longer exceed its longest child delay by an
          *     hour, a schema would differ from a parent's or child's, or the replication factor
-         *     is more than the cluster's nodes; a request refused so changes nothing. A
+         *     is more than the cluster's nodes; a request refused so changes nothing (with
+         *     a `replication_factor`, from cluster version 4 on; before it a conflict arising
+         *     while the request is taken can leave the factor changed). A
          *     `replication_factor` answers 503 `unavailable` while a rolling upgrade has not
          *     committed cluster version 3 (retry after it). A new
          *     visibility timeout applies to leases taken
