@@ -268,7 +268,9 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 		if changes, err = b.checkReplicationFactor(name, *a.ReplicationFactor); err != nil {
 			return meta.Topic{}, err
 		}
-		if changes {
+		if changes || b.repl != nil {
+			// In a cluster always one command, even for the factor the topic has as
+			// this node saw it: the controller's may differ by the commit.
 			b.beforeAlterCommit(name)
 			t, err = b.meta.AlterWithReplicationFactor(name, a, *a.ReplicationFactor)
 		} else {
