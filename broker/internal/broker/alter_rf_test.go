@@ -6,22 +6,29 @@ import (
 	"testing"
 )
 
-// TestARefusedAlterChangesNoReplicationFactor: a PATCH that carries a replication
-// factor with another setting is two control-plane writes. When the other setting is
-// refused (here a retention shorter than a delay child's delay plus an hour: 409), the
-// replication factor must stay as it was. On the old code the factor was committed
-// first: the client was told the request conflicted, and the factor had changed and
-// its moves had started.
-func TestARefusedAlterChangesNoReplicationFactor(t *testing.T) {
-	t.Parallel()
-	bs := startReplCluster(t, 3, false)
-	ctx := context.Background()
-	b := bs[0]
+// parentAndChild starts a cluster of three and creates topics p and c there, each of
+// replication factor 2, for c to be attached to p; it returns the first node.
+func parentAndChild(t *testing.T) *Broker {
+	t.Helper()
+	b := startReplCluster(t, 3, false)[0]
 	for _, name := range []string{"p", "c"} {
-		if _, err := b.CreateTopic(ctx, TopicSpec{Name: name, Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](2)}); err != nil {
+		if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: name, Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](2)}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return b
+}
+
+// TestARefusedAlterChangesNoReplicationFactor: a PATCH that carries a replication
+// factor with another setting was two control-plane writes (one since cluster version
+// 4). When the other setting is refused (here a retention shorter than a delay child's
+// delay plus an hour: 409), the replication factor must stay as it was. On the old
+// code the factor was committed first: the client was told the request conflicted, and
+// the factor had changed and its moves had started.
+func TestARefusedAlterChangesNoReplicationFactor(t *testing.T) {
+	t.Parallel()
+	b := parentAndChild(t)
+	ctx := context.Background()
 	pollUntil(t, "the delay child attached", func() error {
 		_, err := b.AttachChild(ctx, "p", "c", 60_000)
 		return err
@@ -55,14 +62,8 @@ func TestARefusedAlterChangesNoReplicationFactor(t *testing.T) {
 // told 409 and the factor had changed. A cluster held at version 3 still takes such an
 // alter as two commands.
 func TestAnAlterWithAReplicationFactorIsOneCommand(t *testing.T) {
-	bs := startReplCluster(t, 3, false)
+	b := parentAndChild(t)
 	ctx := context.Background()
-	b := bs[0]
-	for _, name := range []string{"p", "c"} {
-		if _, err := b.CreateTopic(ctx, TopicSpec{Name: name, Partitions: ptr[int32](1), ReplicationFactor: ptr[int32](2)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	hook := func(topic string) {
 		if topic != "p" {
 			return
