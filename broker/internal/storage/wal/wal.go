@@ -700,43 +700,29 @@ func (w *WAL) replay() ([]*file, Replayed, error) {
 }
 
 // pastDamaged tells where the record after the one at pos in b begins, when the one
-// at pos fails its checks but is a damaged record of the use seq (rotted at rest, or
-// torn within the last round), not the end of the use. The end of a use never looks
-// like one: what follows it is zeros, records of an earlier use (another sequence),
-// or bytes a torn last round left, none of which is followed by a valid record of
-// this use except within that unacknowledged round.
+// at pos fails its checks but is a damaged record of the use seq (rotted at rest, a
+// sector lost, or torn within the last round), not the end of the use. The end of a
+// use never looks like one: what follows it is zeros, records of an earlier use
+// (another sequence), or bytes a torn last round left, none of which is followed by
+// a valid record of this use except within that unacknowledged round.
 //
-// A record whose sequence field still reads seq is one of this use: the next record
-// is the first valid one of the use after pos, looked for byte by byte, since its
-// length may be what was damaged (a length that leads past valid records would skip
-// them too). Otherwise (the sequence field is what was damaged) the record is taken
-// as damaged only when its length leads to a valid record of the use. Nothing but
-// the use's own records passes the checks: a record's CRC covers its sequence, and a
-// use's sequence cannot be guessed by whoever chose the bytes of a message (seqJitter).
+// The next record is the first valid one of the use after pos, looked for byte by
+// byte, whatever part of the record at pos was damaged: its length may lead past
+// valid records (they would be skipped too), and a damaged header (its length and its
+// sequence both, as when a sector is lost) tells nothing of where it ended. Nothing
+// but the use's own records passes the checks: a record's CRC covers its sequence,
+// and a use's sequence cannot be guessed by whoever chose the bytes of a message
+// (seqJitter).
 func pastDamaged(b []byte, pos int64, seq uint64) (int64, bool) {
-	if int64(len(b))-pos < recHeaderLen {
-		return 0, false
-	}
-	if le.Uint64(b[pos+8:]) == seq {
-		for q := pos + 1; q+recHeaderLen <= int64(len(b)); q++ {
-			if le.Uint64(b[q+8:]) != seq {
-				continue
-			}
-			if _, _, _, _, ok := decodeRecord(b[q:], seq); ok {
-				return q, true
-			}
+	for q := pos + 1; q+recHeaderLen <= int64(len(b)); q++ {
+		if le.Uint64(b[q+8:]) != seq {
+			continue
 		}
-		return 0, false
+		if _, _, _, _, ok := decodeRecord(b[q:], seq); ok {
+			return q, true
+		}
 	}
-	body := int64(le.Uint32(b[pos:]))
-	next := pos + recHeaderLen + body
-	if body < 10 || next >= int64(len(b)) {
-		return 0, false
-	}
-	if _, _, _, _, ok := decodeRecord(b[next:], seq); !ok {
-		return 0, false
-	}
-	return next, true
+	return 0, false
 }
 
 // firstUse reads the use of a file whose header failed its checks from its first
