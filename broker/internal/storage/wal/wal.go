@@ -638,7 +638,12 @@ func (w *WAL) replay() ([]*file, Replayed, error) {
 			_ = t.Close() // read-write handles for the redo; their sync result is what counts
 		}
 	}()
-	for _, u := range inUse {
+	damaged := func(u used, pos int64) {
+		if rep.Damaged++; rep.Damaged == 1 {
+			rep.FirstDamaged = fmt.Sprintf("%s at byte %d", w.name(u.f.num), pos)
+		}
+	}
+	for i, u := range inUse {
 		rep.Files++
 		for pos := int64(headerLen); ; {
 			rel, off, data, n, ok := decodeRecord(u.data[pos:], u.f.seq)
@@ -648,11 +653,17 @@ func (w *WAL) replay() ([]*file, Replayed, error) {
 				// one rotten record does not drop every acknowledged write after it.
 				next, ok := pastDamaged(u.data, pos, u.f.seq)
 				if !ok {
+					// A file with a later use after it was full: the writer rotated
+					// away from it after a round that succeeded, so its use never ends
+					// in a torn round. A record there whose sequence field reads the
+					// use's is an answered write damaged at rest, not the end: counted,
+					// or its loss (its data file may lack its bytes) would go unsaid.
+					if i < len(inUse)-1 && int64(len(u.data))-pos >= recHeaderLen && le.Uint64(u.data[pos+8:]) == u.f.seq {
+						damaged(u, pos)
+					}
 					break
 				}
-				if rep.Damaged++; rep.Damaged == 1 {
-					rep.FirstDamaged = fmt.Sprintf("%s at byte %d", w.name(u.f.num), pos)
-				}
+				damaged(u, pos)
 				pos = next
 				continue
 			}
