@@ -2,8 +2,12 @@ package wal
 
 import (
 	"bytes"
+	"errors"
 	"path/filepath"
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
@@ -101,5 +105,77 @@ func TestADamagedLastRecordOfAFullFileIsCounted(t *testing.T) {
 	}
 	if rep.Records != int(n) { // n-1 of file 0, 1 of file 1
 		t.Fatalf("replayed %+v, want %d records", rep, n)
+	}
+}
+
+// TestCloseWhileTheRotationWaitsForACheckpointThatCannotOpen: a checkpoint that
+// cannot open a data file (out of descriptors) retries until the WAL closes. But
+// Close marked the WAL closing for the checkpointer only after the writer was done,
+// and a writer whose rotation waited for that very checkpoint (maxFull files full)
+// was never done: Close hung for as long as the open kept failing, with it the
+// commits queued behind the rotation. The checkpoint now gives up when the WAL is
+// closing and the rotation waits for it: the WAL fails closed, Close and the
+// commits return (the next start replays the records).
+func TestCloseWhileTheRotationWaitsForACheckpointThatCannotOpen(t *testing.T) {
+	defer func(d time.Duration) { retryWait = d }(retryWait)
+	retryWait = 5 * time.Millisecond
+	m := &openFailing{Mem: vfs.NewMem()}
+	w, _, err := Open(walDir, Options{FS: m, Root: root, FileBytes: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := dataFile(t, m.Mem, "a.log")
+	m.mu.Lock()
+	m.n = 1 << 30 // every open of a data file fails from now on: no checkpoint finishes
+	m.mu.Unlock()
+	// One record a file: the 2nd, 3rd and 4th commits each rotate (maxFull files then
+	// wait for their checkpoint), and the 5th one's rotation waits for a checkpoint.
+	data := bytes.Repeat([]byte{'a'}, 600)
+	var done atomic.Int32
+	committed := make(chan error, 1)
+	go func() {
+		for i := range maxFull + 2 {
+			_, _ = f.WriteAt(data, int64(i*600))
+			err := w.Commit([]Span{{Path: filepath.Join(root, "a.log"), Off: int64(i * 600), Data: data}})
+			if err != nil || i == maxFull+1 {
+				committed <- err
+				return
+			}
+			done.Add(1)
+		}
+	}()
+	// Wait until the last commit is queued or in its round (after the 4th returned,
+	// nothing else queues or begins a round).
+	for {
+		w.mu.Lock()
+		queued := len(w.pending) > 0
+		w.mu.Unlock()
+		if done.Load() == maxFull+1 && (queued || w.roundSince.Load() != 0) {
+			break
+		}
+		select {
+		case err := <-committed:
+			t.Fatalf("a commit returned early: %v", err)
+		default:
+		}
+		runtime.Gosched()
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	select {
+	case err := <-closed:
+		if err == nil {
+			t.Fatal("Close answered nil while files it could not checkpoint stay in use")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close hangs while the rotation waits for a checkpoint that cannot open its data file")
+	}
+	select {
+	case err := <-committed:
+		if !errors.Is(err, ErrFailed) {
+			t.Fatalf("the commit behind the rotation: %v, want ErrFailed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the commit behind the rotation hangs")
 	}
 }

@@ -188,6 +188,12 @@ type WAL struct {
 	// wantSpare asks the checkpointer for a new file ahead of the rotation that
 	// needs it (set when the current file is half full and there is no spare).
 	wantSpare bool
+	// closing is set by Close before it waits for the writer, and rotWaits while the
+	// writer's rotation waits for a checkpoint (maxFull): a checkpoint that cannot
+	// open its data file then gives up rather than retry, or Close would wait for the
+	// writer, the writer for the checkpoint, and the checkpoint for ckStop, which
+	// Close sets only after the writer is done.
+	closing, rotWaits bool
 
 	failed atomic.Pointer[error]
 	stats  struct {
@@ -1071,8 +1077,10 @@ func (w *WAL) Fail(err error) {
 func (w *WAL) rotate() error {
 	w.ckMu.Lock()
 	for len(w.full) >= maxFull && w.failed.Load() == nil {
+		w.rotWaits = true
 		w.ckCond.Wait() // the checkpoints are behind: wait for one
 	}
+	w.rotWaits = false
 	if errp := w.failed.Load(); errp != nil {
 		w.ckMu.Unlock()
 		return *errp
@@ -1216,7 +1224,8 @@ func (e *openError) Unwrap() error { return e.err }
 var retryWait = time.Second
 
 // retryOpen reports the failure to open (OnCheckpointRetry) and waits retryWait before
-// the checkpoint is tried again. It returns false when the WAL is closing: the
+// the checkpoint is tried again. It returns false when the WAL is closing (its writer
+// done, or waiting for a checkpoint to free a file, which would wait for ever): the
 // checkpoint then fails the WAL closed, and the next start replays its records.
 func (w *WAL) retryOpen(err error) bool {
 	if w.opts.OnCheckpointRetry != nil {
@@ -1225,7 +1234,7 @@ func (w *WAL) retryOpen(err error) bool {
 	deadline := time.Now().Add(retryWait)
 	for {
 		w.ckMu.Lock()
-		stop := w.ckStop
+		stop := w.ckStop || w.closing && w.rotWaits
 		w.ckMu.Unlock()
 		if stop {
 			return false
@@ -1306,6 +1315,9 @@ func (w *WAL) Close() error {
 	w.closed = true
 	w.mu.Unlock()
 	close(w.quit)
+	w.ckMu.Lock()
+	w.closing = true
+	w.ckMu.Unlock()
 	<-w.done
 	w.ckMu.Lock()
 	w.ckStop = true
