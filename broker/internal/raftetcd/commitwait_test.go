@@ -23,8 +23,8 @@ func (w *gatedWAL) Commit([]storagewal.Span) error {
 	}
 	return nil
 }
-func (w *gatedWAL) Checkpoint() error { return nil }
-func (w *gatedWAL) Fail(error)        {}
+func (w *gatedWAL) Checkpoint() error                         { return nil }
+func (w *gatedWAL) SyncOwn(_ string, sync func() error) error { return sync() }
 
 // TestProposeCommittedDoesNotWaitForTheLeadersDisk: a leader applies only what its own
 // log holds durably, so on a leader whose disk stalls a proposal its followers

@@ -26,7 +26,9 @@ func (d *dyingWAL) Commit(spans []wal.Span) error {
 	return d.w.Commit(spans)
 }
 func (d *dyingWAL) Checkpoint() error { return d.w.Checkpoint() }
-func (d *dyingWAL) Fail(err error)    { d.w.Fail(err) }
+func (d *dyingWAL) SyncOwn(what string, sync func() error) error {
+	return d.w.SyncOwn(what, sync)
+}
 
 // openWALOn opens the write-ahead file of m (replaying what it holds).
 func openWALOn(t *testing.T, m *vfs.Mem) *wal.WAL {

@@ -37,10 +37,12 @@ type WAL interface {
 	// Checkpoint makes every span committed so far durable in its file and frees
 	// the write-ahead files that held them, so that none is replayed later.
 	Checkpoint() error
-	// Fail is told of a failed sync of one of the store's files made outside the
-	// write-ahead file: it may be the one report of a lost write-back of bytes the
-	// write-ahead file holds records of, which it must then keep.
-	Fail(err error)
+	// SyncOwn runs sync, a sync of one of the store's files made outside the
+	// write-ahead file, and is told of its failure (what names it): it may be the one
+	// report of a lost write-back of bytes the write-ahead file holds records of,
+	// which it must then keep, and a checkpoint must not free them between the sync
+	// and the report (wal.WAL.SyncOwn).
+	SyncOwn(what string, sync func() error) error
 }
 
 // Options tune a Store. The zero value is usable.
@@ -162,16 +164,16 @@ func Open(dir string, opts Options) (*Store, error) {
 
 // sync makes f durable through the shared round when there is one.
 func (s *Store) sync(f vfs.File) error {
-	var err error
-	if s.opts.Sync != nil {
-		err = s.opts.Sync.Sync(f)
-	} else {
-		err = f.Sync()
+	sync := func() error {
+		if s.opts.Sync != nil {
+			return s.opts.Sync.Sync(f)
+		}
+		return f.Sync()
 	}
-	if err != nil && s.opts.WAL != nil {
-		s.opts.WAL.Fail(fmt.Errorf("sync of a file of Raft log %s: %w", s.dir, err))
+	if s.opts.WAL != nil {
+		return s.opts.WAL.SyncOwn("sync of a file of Raft log "+s.dir, sync)
 	}
-	return err
+	return sync()
 }
 
 // durable makes data, just written at off in f (the file at path), durable: a record

@@ -96,7 +96,9 @@ func (c *stubbornWAL) Commit(spans []wal.Span) error {
 	return c.w.Commit(spans)
 }
 
-func (c *stubbornWAL) Fail(err error) { c.w.Fail(err) }
+func (c *stubbornWAL) SyncOwn(what string, sync func() error) error {
+	return c.w.SyncOwn(what, sync)
+}
 
 func (c *stubbornWAL) Checkpoint() error {
 	c.checkpoints.Add(1)

@@ -55,10 +55,12 @@ type Options struct {
 // Committer makes spans written into data files durable; *wal.WAL is one.
 type Committer interface {
 	Commit(spans []wal.Span) error
-	// Fail is told of a failed sync of one of the log's files made outside it (a
-	// truncate's, a new segment's): the failure may be the one report of a lost
-	// write-back of bytes the committer holds records of, which it must then keep.
-	Fail(err error)
+	// SyncOwn runs sync, a sync of one of the log's files made outside the committer
+	// (a truncate's, a new segment's), and is told of its failure (what names it):
+	// the failure may be the one report of a lost write-back of bytes the committer
+	// holds records of, which it must then keep, and a checkpoint must not free them
+	// between the sync and the report (wal.WAL.SyncOwn).
+	SyncOwn(what string, sync func() error) error
 }
 
 // Syncer makes a file's written data and size durable; *vfs.SyncGroup is one.
@@ -499,16 +501,16 @@ func (l *Log) sync(f vfs.File) error {
 	if l.opts.NoSync {
 		return nil
 	}
-	var err error
-	if l.opts.Syncer != nil {
-		err = l.opts.Syncer.Sync(f)
-	} else {
-		err = f.Sync()
+	sync := func() error {
+		if l.opts.Syncer != nil {
+			return l.opts.Syncer.Sync(f)
+		}
+		return f.Sync()
 	}
-	if err != nil && l.opts.WAL != nil {
-		l.opts.WAL.Fail(fmt.Errorf("sync of a file of log %s: %w", l.dir, err))
+	if l.opts.WAL != nil {
+		return l.opts.WAL.SyncOwn("sync of a file of log "+l.dir, sync)
 	}
-	return err
+	return sync()
 }
 
 func (l *Log) syncDir() error {

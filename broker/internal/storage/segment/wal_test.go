@@ -57,7 +57,7 @@ type failingWAL struct{ err error }
 
 func (f failingWAL) Commit([]wal.Span) error { return f.err }
 
-func (f failingWAL) Fail(error) {}
+func (f failingWAL) SyncOwn(_ string, sync func() error) error { return sync() }
 
 // TestWALCommitErrors: a commit that wrote nothing into the write-ahead file is undone
 // like a failed write (for want of space the log stays open); any other commit
@@ -103,7 +103,9 @@ type crashAtRollWAL struct {
 	crashed bool
 }
 
-func (c *crashAtRollWAL) Fail(err error) { c.w.Fail(err) }
+func (c *crashAtRollWAL) SyncOwn(what string, sync func() error) error {
+	return c.w.SyncOwn(what, sync)
+}
 
 func (c *crashAtRollWAL) Commit(spans []wal.Span) error {
 	if c.crashed {
@@ -178,7 +180,9 @@ func (c *notWrittenOnce) Commit(spans []wal.Span) error {
 	return c.w.Commit(spans)
 }
 
-func (c *notWrittenOnce) Fail(err error) { c.w.Fail(err) }
+func (c *notWrittenOnce) SyncOwn(what string, sync func() error) error {
+	return c.w.SyncOwn(what, sync)
+}
 
 // TestOwnSyncFailureFailsTheWAL: a sync of a segment made outside the write-ahead file
 // (the undo of an append the write-ahead file refused) that fails may be the only
@@ -228,7 +232,9 @@ func (d *dyingWAL) Commit(spans []wal.Span) error {
 	return d.w.Commit(spans)
 }
 
-func (d *dyingWAL) Fail(err error) { d.w.Fail(err) }
+func (d *dyingWAL) SyncOwn(what string, sync func() error) error {
+	return d.w.SyncOwn(what, sync)
+}
 
 // TestKilledAppendIsDurableOnceRead: records a process wrote into its active segment
 // and never committed stay in the page cache when it dies. The log opened again read

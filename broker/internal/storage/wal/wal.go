@@ -196,7 +196,11 @@ type WAL struct {
 	closing, rotWaits bool
 
 	failed atomic.Pointer[error]
-	stats  struct {
+	// ownMu orders the data files' own syncs (SyncOwn holds it for reading across the
+	// sync and its Fail) against a checkpoint's open, sync and check of its data files
+	// (held for writing): see SyncOwn.
+	ownMu sync.RWMutex
+	stats struct {
 		rounds, records, bytes, checkpoints, nanos atomic.Uint64
 	}
 
@@ -1072,6 +1076,23 @@ func (w *WAL) Fail(err error) {
 	_ = w.fail(fmt.Errorf("wal: a data file's own sync failed: %w", err))
 }
 
+// SyncOwn runs sync, a sync of a data file made outside the WAL (a segment log
+// undoing an append, a Raft log cutting its tail), and fails the WAL closed (Fail,
+// the error named by what) when it fails. Use it, not Fail after the sync, for every
+// such sync: the sync marks a lost write-back seen when it meets it, and a checkpoint
+// that opened, synced and checked its files between that and the Fail would have met
+// no error through its fresh handle and freed the records of bytes the disk never
+// got. A checkpoint does not open, sync and check its data files while one runs.
+func (w *WAL) SyncOwn(what string, sync func() error) error {
+	w.ownMu.RLock()
+	defer w.ownMu.RUnlock()
+	err := sync()
+	if err != nil {
+		w.Fail(fmt.Errorf("%s: %w", what, err))
+	}
+	return err
+}
+
 // rotate hands the current file to the checkpointer and begins the next one: a
 // spare if there is one, else a new file.
 func (w *WAL) rotate() error {
@@ -1175,11 +1196,16 @@ func (w *WAL) checkpoint(f *file) error {
 	if errp := w.failed.Load(); errp != nil {
 		return *errp
 	}
-	if err := w.syncPaths(f.touched); err != nil {
-		return err
+	// No data file's own sync (SyncOwn) runs from the opens to the check: one that
+	// met a lost write-back before the opens has failed the WAL by the check.
+	w.ownMu.Lock()
+	err := w.syncPaths(f.touched)
+	if errp := w.failed.Load(); err == nil && errp != nil {
+		err = *errp // a data file's own sync failed meanwhile (Fail): keep the records
 	}
-	if errp := w.failed.Load(); errp != nil {
-		return *errp // a data file's own sync failed meanwhile (Fail): keep the records
+	w.ownMu.Unlock()
+	if err != nil {
+		return err
 	}
 	if err := freeFile(f); err != nil {
 		return err
