@@ -81,7 +81,8 @@ func TestAnOwnSyncFailureRacingACheckpoint(t *testing.T) {
 	write(t, w, uh, "a.log", 0, []byte("acked"))
 	synced := make(chan error, 1)
 	go func() { synced <- w.SyncOwn("sync of a.log", uh.Sync) }() // as segment.Log.sync does it
-	<-m.seen // the error is seen; the sync has not returned
+	// The error is seen; the sync has not returned.
+	<-m.seen
 	ck := make(chan error, 1)
 	go func() { ck <- w.Checkpoint() }()
 	// Once the Checkpoint's rotation handed file 0 to the checkpointer, the sync
