@@ -37,6 +37,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/failpoint"
@@ -96,9 +97,10 @@ type Options struct {
 	// held sync that started a hold-off (HoldProcessor). It must not block.
 	OnHoldOff func(time.Duration)
 	// OnCheckpointRetry, when set, is called on the checkpointer goroutine each time a
-	// checkpoint could not open a data file to sync (EMFILE, say) and waits a second
-	// before it tries again; nothing is lost meanwhile, and a WAL closing gives up and
-	// fails closed instead.
+	// checkpoint could not open a data file to sync for a shortage (EMFILE, ENFILE,
+	// ENOMEM) and waits a second before it tries again; nothing is lost meanwhile, and
+	// a WAL closing gives up and fails closed instead. Any other failure to open fails
+	// the WAL closed at once.
 	OnCheckpointRetry func(error)
 	// NoGather starts each round as soon as a commit waits, without first letting
 	// the writers that are ready to run commit too (see GatherYields).
@@ -1159,7 +1161,7 @@ func (w *WAL) checkpointer() {
 		w.ckMu.Unlock()
 		err := w.checkpoint(f)
 		var oe *openError
-		if errors.As(err, &oe) && w.retryOpen(err) {
+		if errors.As(err, &oe) && shortage(oe.err) && w.retryOpen(err) {
 			continue // f is still first in line
 		}
 		if err != nil {
@@ -1237,10 +1239,19 @@ func (w *WAL) syncPaths(paths map[string]struct{}) error {
 	return w.opts.Syncer.SyncFiles(hs)
 }
 
-// openError is a checkpoint's failure to open a data file it was to sync (out of file
-// descriptors, say): unlike a failed sync it loses nothing, so the checkpoint is tried
-// again rather than failing the WAL.
+// openError is a checkpoint's failure to open a data file it was to sync: unlike a
+// failed sync it loses nothing. Out of descriptors or memory (shortage), the
+// checkpoint is tried again rather than failing the WAL; any other failure (a file
+// system remounted read-only, a file made unwritable, EIO) would fail the same way a
+// second later, while the commits waited on the files it cannot free, so it fails the
+// WAL closed, and the next start replays the records.
 type openError struct{ err error }
+
+// shortage reports whether err is a shortage that passes: descriptors or memory.
+func shortage(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) ||
+		errors.Is(err, syscall.EINTR) || errors.Is(err, syscall.EAGAIN)
+}
 
 func (e *openError) Error() string { return "opening a data file to sync it: " + e.err.Error() }
 func (e *openError) Unwrap() error { return e.err }

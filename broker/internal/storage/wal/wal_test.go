@@ -584,8 +584,9 @@ func TestReplayAlone(t *testing.T) {
 // openFailing fails the next n opens of data files (not of the WAL's own) with EMFILE.
 type openFailing struct {
 	*vfs.Mem
-	mu sync.Mutex
-	n  int
+	mu  sync.Mutex
+	n   int
+	err error // the error of a failed open; EMFILE when nil
 }
 
 func (o *openFailing) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
@@ -594,9 +595,13 @@ func (o *openFailing) OpenFile(name string, flag int, perm fs.FileMode) (vfs.Fil
 	if fail {
 		o.n--
 	}
+	err := o.err
 	o.mu.Unlock()
 	if fail {
-		return nil, syscall.EMFILE
+		if err == nil {
+			err = syscall.EMFILE
+		}
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
 	return o.Mem.OpenFile(name, flag, perm)
 }
@@ -632,6 +637,62 @@ func TestCheckpointRetriesAFailedOpen(t *testing.T) {
 	m.Crash()
 	if got, _ := m.Durable(filepath.Join(root, "a.log")); string(got) != "keptmore" {
 		t.Fatalf("a.log after a crash holds %q", got)
+	}
+}
+
+// TestACheckpointThatCannotOpenForGoodFailsClosed: only a shortage (of descriptors or
+// memory) is worth waiting out. A data file that cannot be opened for another reason
+// (a file system remounted read-only after an error, a file made unwritable) will not
+// open a second later either; the checkpoint retried it every second for ever, and
+// once the full files it could not free reached maxFull, every commit of the node
+// waited with them, without an error. It fails the WAL closed instead, at once: the
+// commits get ErrFailed, the node says why, and the records stay for the next start.
+func TestACheckpointThatCannotOpenForGoodFailsClosed(t *testing.T) {
+	defer func(d time.Duration) { retryWait = d }(retryWait)
+	retryWait = 5 * time.Millisecond
+	for _, errno := range []syscall.Errno{syscall.EROFS, syscall.EACCES, syscall.EIO} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			m := &openFailing{Mem: vfs.NewMem(), err: errno}
+			var retries, fails atomic.Int32
+			w, _, err := Open(walDir, Options{FS: m, Root: root, FileBytes: 64 << 10,
+				OnCheckpointRetry: func(error) { retries.Add(1) }, OnFail: func(error) { fails.Add(1) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := dataFile(t, m.Mem, "a.log")
+			write(t, w, f, "a.log", 0, []byte("kept"))
+			m.mu.Lock()
+			m.n = 1 << 30
+			m.mu.Unlock()
+			done := make(chan error, 1)
+			go func() { done <- w.Checkpoint() }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrFailed) || !errors.Is(err, errno) {
+					t.Fatalf("Checkpoint: %v, want ErrFailed naming %v", err, errno)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("Checkpoint still waiting after 30 s (%d retries): a data file that cannot be opened for good is retried for ever", retries.Load())
+			}
+			if retries.Load() != 0 || fails.Load() != 1 {
+				t.Errorf("%d retries and %d failures, want 0 and 1", retries.Load(), fails.Load())
+			}
+			if _, err := f.WriteAt([]byte("more"), 4); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Commit([]Span{{Path: filepath.Join(root, "a.log"), Off: 4, Data: []byte("more")}}); !errors.Is(err, ErrFailed) {
+				t.Fatalf("a commit after the failure: %v, want ErrFailed", err)
+			}
+			_ = w.Close() // failed: its error is the failure's
+			m.Crash()
+			m.mu.Lock()
+			m.n = 0
+			m.mu.Unlock()
+			open(t, m.Mem, 64<<10)
+			if got := content(t, m.Mem, "a.log"); string(got) != "kept" {
+				t.Fatalf("a.log after the next start holds %q, want the committed %q", got, "kept")
+			}
+		})
 	}
 }
 
