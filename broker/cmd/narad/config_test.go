@@ -5,10 +5,13 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
 // TestPrintConfig: --print-config shows the effective value of every setting, from
@@ -119,7 +122,7 @@ func TestInvalidConfigNamesTheSetting(t *testing.T) {
 		{[]string{"--auth-failure-delay", "-1s"}, nil, "--auth-failure-delay"},
 		{[]string{"--segment-bytes", "10"}, nil, "--segment-bytes"},
 		{[]string{"--stats-interval", "1ms"}, nil, "--stats-interval"},
-		{[]string{"--cluster-version-max", "4"}, nil, "--cluster-version-max"},
+		{[]string{"--cluster-version-max", strconv.Itoa(meta.VersionMax + 1)}, nil, "--cluster-version-max"},
 		{[]string{"--gc-percent", "10"}, nil, "--gc-percent"},
 		{nil, map[string]string{"NARAD_GC_PERCENT": "-1"}, "--gc-percent"},
 		{nil, map[string]string{"NARAD_CLUSTER_VERSION_MAX": "-1"}, "--cluster-version-max"},
