@@ -42,6 +42,7 @@ type group struct {
 	reads     map[uint64]chan uint64   // read-index request id → the index to wait for
 	readSeq   uint64
 	applied   uint64 // last index applied (written by the Ready loop)
+	skipTo    uint64 // the application holds the entries up to it already (GroupConfig.Applied)
 	leading   bool   // OnRole(true) was said and not taken back
 	// recampaign counts the ticks a new group's preferred leader stands again while no
 	// leader is known: its first votes are lost when the other replicas have not
@@ -344,6 +345,11 @@ func (g *group) maybeSnapshot() {
 	g.mu.Lock()
 	applied, cs, last, changed, first := g.applied, g.cs, g.snapIndex, g.confChanged, g.snapFirst
 	g.mu.Unlock()
+	if applied < g.skipTo {
+		// The application's state is past applied (GroupConfig.Applied): a snapshot
+		// labelled applied would describe a later state. Wait until raft caught up.
+		return
+	}
 	if first && applied > 0 && g.cfg.Snapshot != nil && g.h.opts.Store == StoreRaftstore {
 		g.takeFirstSnapshot(applied, cs)
 		return
@@ -465,8 +471,8 @@ func (g *group) apply(e raftpb.Entry) bool {
 		}
 		return true
 	}
-	if len(e.Data) < 8 {
-		return true
+	if len(e.Data) < 8 || e.Index <= g.skipTo {
+		return true // not a proposal, or one the application holds already
 	}
 	pid := binary.BigEndian.Uint64(e.Data)
 	res := g.applyData(e)

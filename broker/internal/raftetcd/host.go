@@ -573,6 +573,14 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 			seeded = true
 		}
 	}
+	// Raft starts applying after the snapshot, never after cfg.Applied: the entries up
+	// to Applied are handed over again, and apply gives the application none of its
+	// own (skipTo) but still applies every configuration change among them. Raft's
+	// configuration is the snapshot's (InitialState), and a change it is not handed
+	// again would be missing from it for good: a learner or voter added after the
+	// snapshot and at or below Applied was forgotten by a group opened again.
+	skipTo := applied
+	applied = snap.Metadata.Index
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                 h.opts.ID,
 		ElectionTick:       h.opts.ElectionTick,
@@ -592,7 +600,7 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 	}
 	g := &group{h: h, id: id, rn: rn, st: st, wake: make(chan struct{}, 1), quit: make(chan struct{}), broken: make(chan struct{}),
 		done: make(chan struct{}), waiters: map[uint64]chan proposal{}, reads: map[uint64]chan uint64{},
-		voters: voters, cfg: cfg, applied: applied, snapIndex: snap.Metadata.Index}
+		voters: voters, cfg: cfg, applied: applied, skipTo: skipTo, snapIndex: snap.Metadata.Index}
 	g.appliedC = sync.NewCond(&g.mu)
 	if !created && !cfg.Join {
 		// It may have heard a leader just before it stopped, and a leader's lease may
