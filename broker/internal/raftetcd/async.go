@@ -190,6 +190,11 @@ func (g *group) runAsync() {
 // write may or may not be on disk, and the group must not answer from a log it
 // cannot trust.
 func (g *group) appendWorker(q *appendQueue, failed chan struct{}) {
+	// The hard state last handed to the store: a Ready built here says MustSync as
+	// raft's own would (entries, or a new term or vote). The prototype store syncs
+	// only then; without it every append was acknowledged, and every vote sent,
+	// before anything reached the disk.
+	prev, _, _ := g.st.InitialState()
 	for {
 		msgs := q.take()
 		if msgs == nil {
@@ -203,12 +208,18 @@ func (g *group) appendWorker(q *appendQueue, failed chan struct{}) {
 				hs = st
 			}
 		}
-		if err := g.st.persist(raft.Ready{HardState: hs, Entries: ents}); err != nil {
+		st := hs
+		if raft.IsEmptyHardState(st) {
+			st = prev
+		}
+		must := raft.MustSync(st, prev, len(ents))
+		if err := g.st.persist(raft.Ready{HardState: hs, Entries: ents, MustSync: must}); err != nil {
 			g.h.log.Error("raftetcd: persisting failed; group stopped", "group", g.id, "err", err)
 			q.fail()
 			close(failed)
 			return
 		}
+		prev = st
 		for _, m := range msgs {
 			g.deliver(m.Responses)
 		}
@@ -261,7 +272,7 @@ func (g *group) deliver(msgs []raftpb.Message) {
 // message carries, has the application take its state, and delivers the answers;
 // false when the group must stop.
 func (g *group) installSnapshot(m raftpb.Message) bool {
-	rd := raft.Ready{Snapshot: *m.Snapshot, Entries: m.Entries, HardState: raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}}
+	rd := raft.Ready{Snapshot: *m.Snapshot, Entries: m.Entries, HardState: raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}, MustSync: true}
 	if err := g.persist(rd); err != nil {
 		g.h.log.Error("raftetcd: persisting failed; group stopped", "group", g.id, "err", err)
 		return false
