@@ -435,6 +435,7 @@ type GroupConfig struct {
 	OnRole func(lead bool, term uint64)
 	// Applied is the index up to which the application already holds the group's
 	// committed entries durably; entries up to it are not applied again. 0: apply all.
+	// (Raft itself still takes the configuration changes among them, from the log.)
 	Applied uint64
 	// Join opens a group that exists elsewhere and this node is not (yet) a voter of:
 	// it starts with an empty log and no configuration, and waits for a leader that
