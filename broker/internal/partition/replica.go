@@ -99,6 +99,12 @@ type replica struct {
 	// a torn command, which Apply tells from a stale one only by reading them, so
 	// retention leaves the log alone (EnforceRetention).
 	retainable atomic.Bool
+	// replaying is set, with vend unknown, when the last append command applied ended
+	// before the log's end: the log may hold records of entries not applied again yet
+	// (a restart replaying the group's log from its first entry), so the log's end is
+	// not the group's end at the applied index, and no snapshot is taken until an
+	// append command reaching the log's end was applied (SnapshotState).
+	replaying atomic.Bool
 
 	deliveredTo atomic.Uint64 // the highest delivered-to mark applied (see Reset)
 	failed      atomic.Bool   // an apply failed: this replica stopped applying
@@ -457,9 +463,14 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 			return p.applyFailed(err)
 		}
 		end, n := p.log.Next(), uint64(len(recs))
-		if r.vend.Load() == vendUnknown && first+n >= end {
-			// Set once this command is applied: a torn command ends past the log's end.
-			defer r.retainable.Store(true)
+		if r.vend.Load() == vendUnknown {
+			if first+n >= end {
+				// Set once this command is applied: a torn command ends past the log's end.
+				defer r.retainable.Store(true)
+				defer r.replaying.Store(false)
+			} else {
+				r.replaying.Store(true)
+			}
 		}
 		if v := r.vend.Load(); v != vendUnknown {
 			if first != v {

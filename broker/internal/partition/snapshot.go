@@ -148,6 +148,15 @@ func (p *Partition) SnapshotState() ([]byte, error) {
 		// once rebuilt, would lose that message though its peers hold it intact.
 		return nil, fmt.Errorf("%w: this replica skipped a damaged message and waits to be rebuilt from its group; its state is not snapshotted until then", ErrStorage)
 	}
+	if r.vend.Load() == vendUnknown && r.replaying.Load() {
+		// Its group's log is being applied again from its first entry (a restart with
+		// no snapshot): the message log still holds records of entries past the one
+		// applied last, maybe the first records of a torn command. A snapshot now would
+		// take the log's end for the group's end at this index, and this replica (and
+		// any restoring the snapshot) skip that command's rest and every later append
+		// as stale (a review, 7 December). The group tries again later.
+		return nil, errors.New("partition: this replica is applying its group's log again and its message log holds records of entries not applied yet; no snapshot until it caught up")
+	}
 	if err := p.Flush(); err != nil {
 		return nil, err
 	}

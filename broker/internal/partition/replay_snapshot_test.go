@@ -1,0 +1,95 @@
+package partition
+
+import (
+	"context"
+	"testing"
+
+	"github.com/narad-mq/narad/broker/internal/storage/vfs"
+)
+
+// TestASnapshotDuringReplayDescribesTheAppliedEntriesOnly: after a power cut that
+// tore an append command, a replica with no snapshot of its group applies the
+// group's log again from its first entry. Its message log still holds the records
+// of entries it has not applied again yet (what the disk kept of them, up to a torn
+// one). raftetcd takes a snapshot once enough entries were applied since the last
+// (every Options.SnapshotEvery, or the owed first snapshot of a group made over
+// data), which can fall in the middle of that replay (the applied entries come in
+// batches). The snapshot is the state at its index: it must not take the log's end
+// then for the group's end there. On the old code it did, and set the replica's idea
+// of where the group's next append starts (vend) inside the torn command: that
+// command, and every later one, was taken for a stale one and skipped. The replica
+// never held another message (and, leading, stored new ones at offsets where the
+// others held none); a replica restoring that snapshot did the same.
+func TestASnapshotDuringReplayDescribesTheAppliedEntriesOnly(t *testing.T) {
+	g, leader, f2 := tornFollower(t)
+	end := f2.Stats().End
+	t.Logf("after the restart the follower's log ends at %d (inside the command at 2..5)", end)
+	if end <= 2 || end >= 6 {
+		t.Fatalf("the test needs the follower's log to end inside the torn command (2..6), it ends at %d", end)
+	}
+	// The replay's first batch: the two entries before the torn command. A snapshot
+	// is due there.
+	g.mu.Lock()
+	f2.Apply(1, g.log[0])
+	f2.Apply(2, g.log[1])
+	g.mu.Unlock()
+	snap, snapErr := f2.SnapshotState()
+	if snapErr == nil {
+		s, err := decodeSnapState(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.end != 2 {
+			t.Errorf("a snapshot at index 2 (the group's log ends at offset 2 there) says the log ends at %d", s.end)
+		}
+	} else {
+		t.Logf("the snapshot is refused mid-replay: %v", snapErr)
+	}
+	// The rest of the replay, then the replica takes appends again.
+	g.mu.Lock()
+	for i := 2; i < len(g.log); i++ {
+		f2.Apply(uint64(i+1), g.log[i])
+	}
+	g.replicas = []*Partition{leader, f2}
+	g.mu.Unlock()
+	appendN(t, leader, 3) // offsets 6..8
+
+	want, err := leader.Read(0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f2.Read(0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the follower holds %d messages, the leader %d: it skipped the torn command's rest and every later append", len(got), len(want))
+	}
+	for i := range want {
+		if string(got[i].Value) != string(want[i].Value) {
+			t.Errorf("offset %d: the follower holds %q, the leader %q", i, got[i].Value, want[i].Value)
+		}
+	}
+	// Caught up, it snapshots again, at the group's end.
+	if s, err := f2.SnapshotState(); err != nil {
+		t.Errorf("a caught-up replica takes no snapshot: %v", err)
+	} else if st, err := decodeSnapState(s); err != nil || st.end != leader.Stats().End {
+		t.Errorf("a caught-up replica's snapshot ends at %d (%v), the leader's log at %d", st.end, err, leader.Stats().End)
+	}
+	// A replica restoring that snapshot must not be led astray either.
+	if snapErr == nil {
+		fresh := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = member{g: g, i: 2} })
+		t.Cleanup(func() { _ = fresh.Close() })
+		if err := fresh.RestoreSnapshot(context.Background(), 2, snap, fetchFrom(leader, 100)); err != nil {
+			t.Fatal(err)
+		}
+		g.mu.Lock()
+		for i := 2; i < len(g.log); i++ {
+			fresh.Apply(uint64(i+1), g.log[i])
+		}
+		g.mu.Unlock()
+		if got := fresh.Stats().End; got != leader.Stats().End {
+			t.Errorf("a replica restoring the snapshot taken mid-replay ends at %d, the leader at %d", got, leader.Stats().End)
+		}
+	}
+}
