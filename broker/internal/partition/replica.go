@@ -511,7 +511,9 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 			if first < end {
 				// Applied before this start: its messages end where it put them, not
 				// at the log's end now (a follower matching this entry holds that far).
-				r.mark(index, first+uint64(len(recs)))
+				// Or stale, and then it wrote nothing: never past the log's end (a
+				// follower matching it was reported holding what no replica held).
+				r.mark(index, min(first+uint64(len(recs)), end))
 			}
 			return appliedAppend{}
 		}
