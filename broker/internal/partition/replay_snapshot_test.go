@@ -2,8 +2,10 @@ package partition
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	"github.com/narad-mq/narad/broker/internal/storage/segment"
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
@@ -91,5 +93,84 @@ func TestASnapshotDuringReplayDescribesTheAppliedEntriesOnly(t *testing.T) {
 		if got := fresh.Stats().End; got != leader.Stats().End {
 			t.Errorf("a replica restoring the snapshot taken mid-replay ends at %d, the leader at %d", got, leader.Stats().End)
 		}
+	}
+}
+
+// TestASnapshotDuringReplayAfterARestoreEndsAtTheGroupsEnd: the same as
+// TestASnapshotDuringReplayDescribesTheAppliedEntriesOnly for a replica that restored
+// its own snapshot at its start (so it knows where the group's history puts the log's
+// end): a snapshot due before the replay reached the torn command must say the log
+// ends where the group's entries up to its index put it, not where the log ends now.
+// On the old code it said the latter; the replica restoring it at its next start took
+// that offset, inside the torn command, for the group's next append's: the command's
+// rest and every later append were skipped as stale.
+func TestASnapshotDuringReplayAfterARestoreEndsAtTheGroupsEnd(t *testing.T) {
+	g, leader, follower, memF := replicaPair(t)
+	appendN(t, leader, 2) // offsets 0, 1
+	own, err := follower.SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownIndex := uint64(len(g.log))
+	batch := make([]segment.Record, 4)
+	for i := range batch {
+		batch[i] = segment.Record{Value: []byte(fmt.Sprintf("batch-%d", i))}
+	}
+	if _, err := leader.Append(batch); err != nil { // offsets 2..5, unsynced on the follower
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.replicas = []*Partition{leader}
+	g.mu.Unlock()
+	powerCutHalfway(t, memF, follower)
+
+	restart := func(snapIndex uint64, snap []byte, stopAt uint64) (*Partition, []byte) {
+		p := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
+		if err := p.RestoreSnapshot(context.Background(), snapIndex, snap, fetchFrom(leader, 100)); err != nil {
+			t.Fatal(err)
+		}
+		var mid []byte
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for i := snapIndex; i < uint64(len(g.log)); i++ {
+			if i == stopAt {
+				// A snapshot falls due here, before the torn command is applied again.
+				if s, err := p.SnapshotState(); err == nil {
+					mid = s
+				} else {
+					t.Logf("the snapshot is refused mid-replay: %v", err)
+				}
+			}
+			p.Apply(i+1, g.log[i])
+		}
+		return p, mid
+	}
+	f2, mid := restart(ownIndex, own, ownIndex)
+	if end := f2.Stats().End; end != 6 {
+		t.Fatalf("after the replay the follower's log ends at %d, want 6", end)
+	}
+	if mid == nil {
+		return
+	}
+	s, err := decodeSnapState(mid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.end != 2 {
+		t.Errorf("a snapshot at index %d (where the group's log ends at offset 2) says the log ends at %d", ownIndex, s.end)
+	}
+	// The follower's next start restores that snapshot (its newest), and applies what
+	// follows it.
+	if err := f2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f3, _ := restart(ownIndex, mid, 0)
+	t.Cleanup(func() { _ = f3.Close() })
+	g.mu.Lock()
+	g.replicas = []*Partition{leader, f3}
+	g.mu.Unlock()
+	appendN(t, leader, 3) // offsets 6..8
+	if got, want := f3.Stats().End, leader.Stats().End; got != want {
+		t.Errorf("the follower's log ends at %d, the leader's at %d: it skipped appends as stale", got, want)
 	}
 }

@@ -164,6 +164,18 @@ func (p *Partition) SnapshotState() ([]byte, error) {
 	s := snapState{oldest: p.log.Oldest(), end: p.log.Next(), deliveredTo: r.deliveredTo.Load(),
 		frontier: p.q.Frontier(), ackedAhead: p.q.AckedAhead(), fanout: r.fanoutCursors(), attempts: r.committedAttempts()}
 	p.mu.Unlock()
+	if v := r.vend.Load(); v != vendUnknown && v < s.end {
+		// The group's entries up to the one applied last put the log's end at v; the
+		// log holds more: records of later entries applied before this start, which
+		// the replay of the group's log has not reached yet (the last of them maybe
+		// the first records of a torn command). The snapshot is the state at its
+		// index: it ends at v, and the settlements of later messages are the later
+		// entries' to apply (a review, 7 December: a snapshot ending inside a torn
+		// command made every later append stale to the replica that restored it).
+		s.end, s.oldest = v, min(s.oldest, v)
+		s.frontier = min(s.frontier, v)
+		s.ackedAhead = slices.DeleteFunc(s.ackedAhead, func(o uint64) bool { return o < s.frontier || o >= v })
+	}
 	// Taken in the apply goroutine at an applied entry: the log ends where the
 	// group's history puts it (a command torn at this start was completed, or it
 	// would not have got here: Apply), so the history is known from here on.
