@@ -290,6 +290,14 @@ func runModel(t *testing.T, seed int64) {
 				if err := leader().HandOver(context.Background()); err != nil {
 					fail("handover: %v", err)
 				}
+				if rng.Intn(3) == 0 {
+					// The transfer does not happen: the leader serves on.
+					if err := leader().ResumeAfterHandOver(context.Background()); err != nil {
+						fail("resume after handover: %v", err)
+					}
+					logf("%d: handover on %d called off", step, g.lead)
+					continue
+				}
 				term++
 			} else {
 				term += uint64(1 + rng.Intn(2))
@@ -415,10 +423,16 @@ func runModel(t *testing.T, seed int64) {
 				from = s.index
 			}
 			mid := from + uint64(rng.Intn(g.applied-int(from)+1))
+			known := s != nil // the replica knows where its group's history puts the log's end
 			for idx := from; idx < uint64(g.applied); idx++ {
 				p.Apply(idx+1, g.log[idx])
-				if idx+1 == mid && rng.Intn(2) == 0 {
-					// A snapshot falls due in the middle of the replay.
+				known = known || g.log[idx][0] == cmdAppend
+				// A snapshot falls due in the middle of the replay. Not before the replay
+				// applied an append, with no snapshot restored: raftetcd takes one then
+				// only as the owed first snapshot of a group made over data, which the
+				// partition cannot tell from a replay over records of later entries (see
+				// the report of the review of 7 December).
+				if idx+1 == mid && known && rng.Intn(2) == 0 {
 					if data, err := p.SnapshotState(); err == nil {
 						s = &modelSnap{data: data, index: mid}
 						logf("%d: snapshot on %d mid-replay at %d", step, i, mid)
