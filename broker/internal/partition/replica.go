@@ -99,11 +99,12 @@ type replica struct {
 	// a torn command, which Apply tells from a stale one only by reading them, so
 	// retention leaves the log alone (EnforceRetention).
 	retainable atomic.Bool
-	// replaying is set, with vend unknown, when the last append command applied ended
-	// before the log's end: the log may hold records of entries not applied again yet
-	// (a restart replaying the group's log from its first entry), so the log's end is
-	// not the group's end at the applied index, and no snapshot is taken until an
-	// append command reaching the log's end was applied (SnapshotState).
+	// replaying is set, with vend unknown and before retainable, when an append
+	// command applied ended before the log's end: the log may hold records of entries
+	// not applied again yet (a restart replaying the group's log from its first
+	// entry), so the log's end is not the group's end at the applied index, and no
+	// snapshot is taken until an append command reaching the log's end was applied
+	// (retainable; SnapshotState).
 	replaying atomic.Bool
 
 	deliveredTo atomic.Uint64 // the highest delivered-to mark applied (see Reset)
@@ -467,8 +468,9 @@ func (p *Partition) Apply(index uint64, cmd []byte) any {
 			if first+n >= end {
 				// Set once this command is applied: a torn command ends past the log's end.
 				defer r.retainable.Store(true)
-				defer r.replaying.Store(false)
-			} else {
+			} else if !r.retainable.Load() {
+				// Applied before this start (or stale): the log may hold records of
+				// later entries, up to a torn command (see replaying).
 				r.replaying.Store(true)
 			}
 		}

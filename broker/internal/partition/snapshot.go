@@ -148,7 +148,7 @@ func (p *Partition) SnapshotState() ([]byte, error) {
 		// once rebuilt, would lose that message though its peers hold it intact.
 		return nil, fmt.Errorf("%w: this replica skipped a damaged message and waits to be rebuilt from its group; its state is not snapshotted until then", ErrStorage)
 	}
-	if r.vend.Load() == vendUnknown && r.replaying.Load() {
+	if r.vend.Load() == vendUnknown && r.replaying.Load() && !r.retainable.Load() {
 		// Its group's log is being applied again from its first entry (a restart with
 		// no snapshot): the message log still holds records of entries past the one
 		// applied last, maybe the first records of a torn command. A snapshot now would
