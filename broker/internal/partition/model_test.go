@@ -270,6 +270,14 @@ func runModel(t *testing.T, seed int64) {
 			j := rng.Intn(len(held))
 			d := held[j]
 			held = slices.Delete(held, j, j+1)
+			if rng.Intn(2) == 0 {
+				// A renewal first: the lease stays held.
+				err := leader().Extend(d.Record.Offset, d.Nonce, time.Minute)
+				logf("%d: renew %d on %d: %v", step, d.Record.Offset, g.lead, err)
+				if err != nil && !errors.Is(err, ErrOutcomeUnknown) {
+					fail("renewal of a lease held: %v", err)
+				}
+			}
 			err := leader().Extend(d.Record.Offset, d.Nonce, 0)
 			logf("%d: nack %d on %d: %v", step, d.Record.Offset, g.lead, err)
 			if err != nil && !errors.Is(err, ErrOutcomeUnknown) {
@@ -365,9 +373,10 @@ func runModel(t *testing.T, seed int64) {
 				continue
 			}
 			i := down[rng.Intn(len(down))]
-			wipe := rng.Intn(3) == 0
+			how := rng.Intn(4) // 0, 1: its own snapshot; 2: the leader's; 3: the leader's, its data set aside
+			wipe := how == 3
 			var leaderSnap *modelSnap
-			if wipe {
+			if how >= 2 {
 				// The group's log was compacted: the leader's snapshot is what it sends.
 				g.mu.Lock()
 				idx := uint64(g.applied)
@@ -375,7 +384,7 @@ func runModel(t *testing.T, seed int64) {
 				g.mu.Unlock()
 				if err != nil {
 					logf("%d: leader snapshot refused: %v", step, err)
-					wipe = false
+					wipe, how = false, 0
 				} else {
 					leaderSnap = &modelSnap{data: data, index: idx}
 				}
@@ -386,7 +395,9 @@ func runModel(t *testing.T, seed int64) {
 				}
 			}
 			s := snaps[i]
-			if wipe {
+			if how >= 2 {
+				// The group's log was compacted past this replica's: the leader's
+				// snapshot is what it is sent.
 				s = leaderSnap
 			}
 			if s != nil && rng.Intn(3) == 0 {
@@ -444,7 +455,7 @@ func runModel(t *testing.T, seed int64) {
 			g.mu.Unlock()
 			p.SetRole(false, 0)
 			snaps[i] = s
-			logf("%d: restart %d wipe %v from %d failed %v", step, i, wipe, from, p.Failed())
+			logf("%d: restart %d how %d from %d failed %v", step, i, how, from, p.Failed())
 		}
 		check(fmt.Sprintf("after step %d", step))
 	}
