@@ -337,7 +337,10 @@ func (p *Partition) RestoreSnapshot(ctx context.Context, index uint64, data []by
 		}
 		r.attMu.Unlock()
 	}
-	r.mark(index, p.log.Next())
+	// Where the group's entries up to index put the log's end: the log may hold more,
+	// records of later entries applied before this start (a follower matched up to
+	// index was reported holding them).
+	r.mark(index, s.end)
 	// Settlements: whatever the snapshot settled and this replica has not.
 	p.mu.Lock()
 	frontier := max(p.q.Frontier(), s.frontier)
