@@ -422,10 +422,7 @@ func runModel(t *testing.T, seed int64) {
 			g.mu.Lock()
 			from := uint64(0)
 			if s != nil {
-				srcs := []int{g.lead}
-				for _, j := range upOthers() {
-					srcs = append(srcs, j)
-				}
+				srcs := append([]int{g.lead}, upOthers()...)
 				src := g.reps[srcs[rng.Intn(len(srcs))]]
 				if err := p.RestoreSnapshot(context.Background(), s.index, s.data, fetchFrom(src, 5)); err != nil {
 					g.mu.Unlock()
