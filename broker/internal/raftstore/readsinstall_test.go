@@ -1,13 +1,9 @@
 package raftstore
 
 import (
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -19,36 +15,12 @@ func TestReadsDuringInstallsAndCuts(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			s, _ := newWith(t, []raftpb.Entry{{}}, m.opts)
-			var stop atomic.Bool
-			var wg sync.WaitGroup
-			errs := make(chan error, 4)
-			for range 3 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for !stop.Load() {
-						first, _ := s.FirstIndex()
-						last, _ := s.LastIndex()
-						if last < first {
-							continue
-						}
-						ents, err := s.Entries(first, last+1, 1<<20)
-						if errors.Is(err, raft.ErrCompacted) || errors.Is(err, raft.ErrUnavailable) {
-							continue
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
-						for i, e := range ents {
-							if e.Index != first+uint64(i) || string(e.Data) != fmt.Sprintf("e%d-t%d", e.Index, e.Term) {
-								errs <- fmt.Errorf("entry %d/%d with data %q read at position %d from %d", e.Index, e.Term, e.Data, i, first)
-								return
-							}
-						}
-					}
-				}()
-			}
+			stop := readWhileWriting(t, s, func(first uint64, i int, ents []raftpb.Entry) error {
+				if e := ents[i]; e.Index != first+uint64(i) || string(e.Data) != fmt.Sprintf("e%d-t%d", e.Index, e.Term) {
+					return fmt.Errorf("entry %d/%d with data %q read at position %d from %d", e.Index, e.Term, e.Data, i, first)
+				}
+				return nil
+			})
 			term, next := uint64(1), uint64(1)
 			for round := range 80 {
 				ents := withData(next, next+4, term)
@@ -73,12 +45,7 @@ func TestReadsDuringInstallsAndCuts(t *testing.T) {
 					}
 				}
 			}
-			stop.Store(true)
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
+			stop()
 		})
 	}
 }
