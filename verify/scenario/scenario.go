@@ -201,8 +201,19 @@ func runFiles(ctx context.Context, bin, dir, prefix string, seed int64) (string,
 			return "", "", "", nil, err
 		}
 		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", "", nil, err
+	} else {
+		// A failed run keeps its files for inspection; a run started into the same
+		// directory would start its nodes on the failed run's data directories, whose
+		// peers are gone, and never get ready (a process run after a failed one, 7
+		// December). So they move aside, to dir.<time>.
+		if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+			if err := os.Rename(dir, dir+"."+time.Now().UTC().Format("20060102T150405.000")); err != nil {
+				return "", "", "", nil, fmt.Errorf("moving the last run's files aside: %w", err)
+			}
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", "", "", nil, err
+		}
 	}
 	histPath := filepath.Join(dir, "history.jsonl")
 	rec, err := history.Create(histPath)
