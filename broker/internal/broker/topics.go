@@ -288,7 +288,6 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 		if err := b.alterReplicationFactor(name, a.Incarnation, *a.ReplicationFactor); err != nil {
 			return meta.Topic{}, err
 		}
-		b.beforeAlterCommit(name)
 		t, err = b.meta.AlterTopic(name, a)
 	}
 	if err != nil {
@@ -306,7 +305,7 @@ func (b *Broker) AlterTopic(ctx context.Context, name string, a TopicAlter) (met
 }
 
 // alterCommitHook, set only by serial tests (never with t.Parallel), runs just before
-// an alter with a replication factor commits its settings.
+// an alter with a replication factor commits as one command.
 var alterCommitHook atomic.Pointer[func(topic string)]
 
 func (b *Broker) beforeAlterCommit(topic string) {

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand"
 	"net/http"
@@ -105,15 +104,7 @@ func TestDirectRoutesRandomizedAgainstGenerated(t *testing.T) {
 				want = answer(gh)
 			}()
 			name := fmt.Sprintf("auth=%v %s %s %q %q %s", authOn, o.m, target, ctype, body, user)
-			if got.Code != want.Code || !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) {
-				t.Errorf("%s: direct %d %s; generated %d %s", name, got.Code, got.Body, want.Code, want.Body)
-			}
-			if g, w := fmt.Sprint(got.Header()), fmt.Sprint(want.Header()); g != w {
-				t.Errorf("%s: direct headers %s; generated %s", name, g, w)
-			}
-			if g, w := strings.Join(db.calls, "\n"), strings.Join(gb.calls, "\n"); g != w {
-				t.Errorf("%s: calls %s vs %s", name, g, w)
-			}
+			sameAnswer(t, name, got, want, db.calls, gb.calls)
 		}
 	}
 	t.Logf("served directly: %v", n)

@@ -172,15 +172,22 @@ func TestDirectRoutesAnswerAsTheGeneratedPath(t *testing.T) {
 		if wasDirect != c.direct {
 			t.Errorf("%s: served directly %v, want %v", name, wasDirect, c.direct)
 		}
-		if got.Code != want.Code || !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) {
-			t.Errorf("%s: direct %d %s; generated %d %s", name, got.Code, got.Body, want.Code, want.Body)
-		}
-		if g, w := fmt.Sprint(got.Header()), fmt.Sprint(want.Header()); g != w {
-			t.Errorf("%s: direct headers %s; generated %s", name, g, w)
-		}
-		if g, w := strings.Join(db.calls, "\n"), strings.Join(gb.calls, "\n"); g != w {
-			t.Errorf("%s: the broker was asked\n%s\ndirectly, and\n%s\nby the generated path", name, g, w)
-		}
+		sameAnswer(t, name, got, want, db.calls, gb.calls)
+	}
+}
+
+// sameAnswer fails t unless the direct route's answer and broker calls are the
+// generated path's: status, body, headers, and the broker asked the same things.
+func sameAnswer(t *testing.T, name string, got, want *httptest.ResponseRecorder, directCalls, generatedCalls []string) {
+	t.Helper()
+	if got.Code != want.Code || !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) {
+		t.Errorf("%s: direct %d %s; generated %d %s", name, got.Code, got.Body, want.Code, want.Body)
+	}
+	if g, w := fmt.Sprint(got.Header()), fmt.Sprint(want.Header()); g != w {
+		t.Errorf("%s: direct headers %s; generated %s", name, g, w)
+	}
+	if g, w := strings.Join(directCalls, "\n"), strings.Join(generatedCalls, "\n"); g != w {
+		t.Errorf("%s: the broker was asked\n%s\ndirectly, and\n%s\nby the generated path", name, g, w)
 	}
 }
 

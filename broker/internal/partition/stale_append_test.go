@@ -65,14 +65,7 @@ func (m lagMember) Confirm(context.Context) error { return nil }
 // other batch's messages: two of its messages were stored nowhere (a review, 5
 // December).
 func TestAStaleAppendCommandIsNotTakenForATornOne(t *testing.T) {
-	g := &lagGroup{}
-	for i := range 2 {
-		p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = lagMember{g: g, i: i} })
-		t.Cleanup(func() { _ = p.Close() })
-		g.replicas = append(g.replicas, p)
-	}
-	leader := g.replicas[0]
-	leader.SetRole(true, 1)
+	g, leader := openLagGroup(t)
 
 	// Batch A (two records): its proposal times out, but it is in the log.
 	g.mu.Lock()
@@ -108,4 +101,18 @@ func TestAStaleAppendCommandIsNotTakenForATornOne(t *testing.T) {
 			t.Errorf("message B%d answered 202 at offset %d is not there (lost)", i, off)
 		}
 	}
+}
+
+// openLagGroup opens two replicas in a lagGroup and makes the first its leader.
+func openLagGroup(t *testing.T) (*lagGroup, *Partition) {
+	t.Helper()
+	g := &lagGroup{}
+	for i := range 2 {
+		p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = lagMember{g: g, i: i} })
+		t.Cleanup(func() { _ = p.Close() })
+		g.replicas = append(g.replicas, p)
+	}
+	leader := g.replicas[0]
+	leader.SetRole(true, 1)
+	return g, leader
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/narad-mq/narad/broker/internal/storage/segment"
-	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 )
 
 // TestAStaleAppendCommandMarksNoOffsetPastTheLog: OffsetAtIndex says how far a
@@ -18,14 +17,7 @@ import (
 // matched up to that index was reported holding messages it did not hold (with a lag
 // of 0 once the leader's log reached that far).
 func TestAStaleAppendCommandMarksNoOffsetPastTheLog(t *testing.T) {
-	g := &lagGroup{}
-	for i := range 2 {
-		p := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = lagMember{g: g, i: i} })
-		t.Cleanup(func() { _ = p.Close() })
-		g.replicas = append(g.replicas, p)
-	}
-	leader := g.replicas[0]
-	leader.SetRole(true, 1)
+	g, leader := openLagGroup(t)
 
 	// Batch A (two records) times out but is in the group's log (index 1); batch B
 	// (five records) is proposed at the same offset (index 2, stale) and again at the
