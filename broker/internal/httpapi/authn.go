@@ -356,7 +356,9 @@ func (a *authenticator) leave(key string) {
 }
 
 // failDelay is how long an unproven attempt from a client waits before its bcrypt:
-// nothing for the first few recent failures, then 100 ms doubling up to maxWait.
+// nothing for the first few recent failures, then 100 ms doubling up to maxWait (the
+// shift is bounded only so that it cannot overflow: bounded at 6, it stopped at 3.2 s
+// whatever --auth-failure-delay said).
 func (a *authenticator) failDelay(key string) time.Duration {
 	if a.maxWait <= 0 {
 		return 0
@@ -371,7 +373,7 @@ func (a *authenticator) failDelay(key string) time.Duration {
 	if n < freeFailures {
 		return 0
 	}
-	return min(time.Duration(50<<min(n-freeFailures+1, 6))*time.Millisecond, a.maxWait)
+	return min(time.Duration(50<<min(n-freeFailures+1, 20))*time.Millisecond, a.maxWait)
 }
 
 // fail counts a failed login and logs it (rate-limited) without the password. The

@@ -74,6 +74,21 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // in flight at once; the authenticator's own bound is below it.
 const floodBound = 8
 
+// TestFailDelayReachesItsBound: a client that keeps failing waits up to the configured
+// longest delay. The doubling stopped at 3.2 s, so a longer --auth-failure-delay was
+// never reached (and the flood test below, which counts on a 60 s delay to keep its
+// admitted attempts in flight, failed when the other logins took over 3.2 s).
+func TestFailDelayReachesItsBound(t *testing.T) {
+	users := newFakeUsers(t, "u", "u-password")
+	a := newAuthenticator(users.get, 60*time.Second, quietLogger(), nil)
+	a.mu.Lock()
+	a.fails["10.0.0.9"] = &failState{n: 40, last: time.Now()}
+	a.mu.Unlock()
+	if d := a.failDelay("10.0.0.9"); d != 60*time.Second {
+		t.Fatalf("after 40 recent failures the delay is %v, want the bound of 60s", d)
+	}
+}
+
 // TestLoginFloodFromOneAddress: a flood of wrong passwords from one address is bounded
 // before any hashing. Attempts past the per-address bound get a fast 503 with
 // Retry-After, the admitted ones wait out their failure delay before they hash, and
