@@ -718,6 +718,31 @@ func (b *Broker) localStats(t *topic, i int, lp *partition.Partition) (queue.Sta
 	return lp.Stats(), b.localReplicaInfo(t, i), nil
 }
 
+// statsConfirmWait bounds how long a leader takes to confirm that it still leads
+// before it answers for its partition's counters; one that cannot by then is taken for
+// one that does not (a confirmation is one round to its followers).
+const statsConfirmWait = 2 * time.Second
+
+// leaderStats is localStats for partition i of t led here by lp, once lp confirmed
+// that it still leads (partition.ConfirmLeading: under its leader lease, without a
+// round); an error wrapping partition.ErrNotLeader when it could not, and the caller
+// asks the leader the group has now. A leader starved past its election timeout (a
+// disk stall froze its process for two seconds in a chaos run) answered from its old
+// term on resuming: a high watermark and a frontier behind those its successor had
+// already answered.
+func (b *Broker) leaderStats(ctx context.Context, t *topic, i int, lp *partition.Partition) (queue.Stats, *ReplicaInfo, error) {
+	st, ri, err := b.localStats(t, i, lp)
+	if err != nil {
+		return queue.Stats{}, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, statsConfirmWait)
+	defer cancel()
+	if err := lp.ConfirmLeading(cctx); err != nil {
+		return queue.Stats{}, nil, err
+	}
+	return st, ri, nil
+}
+
 // statsAndReplicas is statsOf with, for a replicated partition, its replication state
 // as its leader sees it.
 func (b *Broker) statsAndReplicas(ctx context.Context, t *topic, p int) (queue.Stats, *ReplicaInfo, error) {
@@ -725,7 +750,11 @@ func (b *Broker) statsAndReplicas(ctx context.Context, t *topic, p int) (queue.S
 	var ri *ReplicaInfo
 	var lerr error
 	resp, err := b.route(ctx, t, p, b.dataReq(t, dataStats, p), remoteCallTimeout, func(lp *partition.Partition) bool {
-		st, ri, lerr = b.localStats(t, p, lp)
+		st, ri, lerr = b.leaderStats(ctx, t, p, lp)
+		if errors.Is(lerr, partition.ErrNotLeader) {
+			lerr = nil
+			return false // deposed: the route asks the leader the group has now
+		}
 		return true
 	})
 	if err == nil {
@@ -782,8 +811,11 @@ func (b *Broker) allStatsAndReplicas(ctx context.Context, t *topic) ([]queue.Sta
 	var remote []int
 	for i := range t.parts() {
 		if t.leads(i) {
-			out[i], ris[i], errs[i] = b.localStats(t, i, t.parts()[i])
-			continue
+			st, ri, err := b.leaderStats(ctx, t, i, t.parts()[i])
+			if !errors.Is(err, partition.ErrNotLeader) {
+				out[i], ris[i], errs[i] = st, ri, err
+				continue
+			}
 		}
 		remote = append(remote, i)
 	}
@@ -854,14 +886,14 @@ func (b *Broker) statsBatches(ctx context.Context, t *topic, parts []int, out []
 
 // serveStatsBatch answers a stats_batch: per partition its counters and replication
 // state, or not_leader with the leader this node knows.
-func (b *Broker) serveStatsBatch(t *topic, req *dataReq) *dataResp {
+func (b *Broker) serveStatsBatch(ctx context.Context, t *topic, req *dataReq) *dataResp {
 	var resp dataResp
 	for _, i := range req.Parts {
 		a := partStats{Part: i}
 		// One look at the replica: it may leave this node (a move) between two.
 		if lp := t.parts()[i]; lp != nil && lp.Leading() {
-			if st, ri, err := b.localStats(t, int(i), lp); err != nil {
-				a.Err = toWireErr(err)
+			if st, ri, err := b.leaderStats(ctx, t, int(i), lp); err != nil {
+				a.Err = b.notLeader(t, int(i), err)
 			} else {
 				a.Stats, a.Repl = &st, ri
 			}
@@ -993,7 +1025,7 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 		return &dataResp{Err: toWireErr(err)}
 	}
 	if req.Kind == dataStatsBatch && b.meta.Speaks(meta.FeatureStatsBatch) {
-		return b.serveStatsBatch(t, req)
+		return b.serveStatsBatch(ctx, t, req)
 	}
 	p := t.parts()[req.Partition]
 	if p == nil {
@@ -1070,13 +1102,18 @@ func (b *Broker) serveData(ctx context.Context, req *dataReq) *dataResp {
 		got, err = b.readLocal(t, int(req.Partition), p, req.Offset, req.FromTimeMs, req.Limit, req.SkipDamaged)
 		resp.Records, resp.Start, resp.Damaged, resp.Stats = got.recs, got.start, got.damaged, &got.st
 	case dataStats:
+		var st queue.Stats
 		if req.Group != "" {
+			// A takeover's survivor, asked for its log's end: the replica leading
+			// that group, whatever the placement says.
 			if p, err = b.inGroup(t, int(req.Partition), req.Group); err != nil {
 				break
 			}
+			st, resp.Repl, err = b.localStats(t, int(req.Partition), p)
+		} else {
+			st, resp.Repl, err = b.leaderStats(ctx, t, int(req.Partition), p)
 		}
-		var st queue.Stats
-		if st, resp.Repl, err = b.localStats(t, int(req.Partition), p); err == nil {
+		if err == nil {
 			resp.Stats = &st
 		}
 	case dataLag:

@@ -303,6 +303,9 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 			return p.RestoreSnapshot(ctx, index, data, b.fetchFrom(t, i, sources))
 		},
 		OnRole: func(lead bool, term uint64) {
+			if f := roleHook.Load(); f != nil && !(*f)(b.opts.NodeID, gid, lead) {
+				return
+			}
 			handedOver := p.SetRole(lead, term)
 			if lead {
 				how := "election"
@@ -1305,6 +1308,11 @@ func (b *Broker) claimHandOver(gid string) (release func(), ok bool) {
 // election), as raft itself does while a committed configuration change is not yet
 // applied there.
 var mayLeadHook atomic.Pointer[func(node, group string) bool]
+
+// roleHook, set only by serial tests, can keep a change of role of node's replica in
+// group from reaching the partition (false): a leader deposed while it was paused that
+// has not learnt it yet.
+var roleHook atomic.Pointer[func(node, group string, lead bool) bool]
 
 // moveHandOverWait bounds how long a leader a move takes off waits for its leadership
 // to move before it serves again.

@@ -784,6 +784,35 @@ func (p *Partition) confirmLeases(grants []queue.Grant) error {
 	return nil
 }
 
+// ConfirmLeading returns nil when this replica may answer now as its partition's
+// leader for what it holds in memory (its counters): it leads under a leader lease,
+// or a read index round confirmed it still leads. Otherwise an error wrapping
+// ErrNotLeader: a leader paused past its election timeout (a SIGSTOP, a starved
+// process) still believes it leads when it resumes, and its counters are its old
+// term's, behind what its successor already answered. Read the counters first, then
+// confirm: a confirmation proves they were current when read. A partition that is not
+// replicated leads for ever.
+func (p *Partition) ConfirmLeading(ctx context.Context) error {
+	if p.repl == nil {
+		return nil
+	}
+	if !p.repl.leading.Load() {
+		return ErrNotLeader
+	}
+	if p.leasesAllowed() {
+		if lh, ok := p.repl.group.(leaseHolder); ok && lh.LeaseHeld() {
+			return nil
+		}
+	}
+	if err := p.repl.group.Confirm(ctx); err != nil {
+		if errors.Is(err, ErrNotLeader) {
+			return err
+		}
+		return fmt.Errorf("%w: it could not confirm that it still leads: %w", ErrNotLeader, err)
+	}
+	return nil
+}
+
 // leasesAllowed: the group can hold leader leases and every replica holds its vote
 // for one.
 func (p *Partition) leasesAllowed() bool {

@@ -103,3 +103,50 @@ func TestConfirmLeaderEndsWithItsContextAndItsGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestConfirmLeaderEndsWhenItsLeaderStepsDown: a confirm whose read index round was
+// asked while this node led ends with ErrNotLeader as soon as the node learns it was
+// deposed (raft drops such rounds and answers none). Before, it waited out its
+// caller's deadline: a leader paused past its lease, resumed and asked for its
+// partition's counters held the request that long before it was sent to the new one.
+func TestConfirmLeaderEndsWhenItsLeaderStepsDown(t *testing.T) {
+	t.Parallel()
+	g := leaderGroup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- g.confirm(ctx) }()
+	waitFor := time.Now().Add(10 * time.Second)
+	for {
+		g.mu.Lock()
+		asked := len(g.reads)
+		g.mu.Unlock()
+		if asked == 1 {
+			break
+		}
+		if time.Now().After(waitFor) {
+			t.Fatal("confirm asked no read index")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A heartbeat of a later term deposes this leader, as a resumed node hears first.
+	g.mu.Lock()
+	if err := g.rn.Step(raftpb.Message{Type: raftpb.MsgHeartbeat, From: 2, To: 1, Term: 9}); err != nil {
+		g.mu.Unlock()
+		t.Fatal(err)
+	}
+	leads := g.rn.BasicStatus().RaftState == raft.StateLeader
+	g.mu.Unlock()
+	if leads {
+		t.Fatal("a heartbeat of a later term left the leader leading")
+	}
+	g.stepDown() // what the loop does on the next Ready
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("confirm of a deposed leader returned %v, want ErrNotLeader", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("confirm still waited when its leader had stepped down")
+	}
+}

@@ -539,6 +539,13 @@ func (g *group) stepDown() {
 	g.mu.Lock()
 	was := g.leading
 	g.leading = false
+	// The read index rounds asked while leading: raft dropped them with its
+	// leadership and answers none. Their confirms end now, not at their deadlines (a
+	// deposed leader that had not noticed waited out its caller's bound).
+	for id, ch := range g.reads {
+		delete(g.reads, id)
+		close(ch)
+	}
 	g.mu.Unlock()
 	if was && g.cfg.OnRole != nil {
 		g.cfg.OnRole(false, 0)
@@ -564,7 +571,11 @@ func (g *group) confirm(ctx context.Context) error {
 	g.signal()
 	var idx uint64
 	select {
-	case idx = <-ch:
+	case i, ok := <-ch:
+		if !ok {
+			return ErrNotLeader // stepped down before the round ended
+		}
+		idx = i
 	case <-ctx.Done():
 		g.mu.Lock()
 		delete(g.reads, id)
