@@ -750,6 +750,13 @@ func (g *partGroup) LeaseHeld() bool {
 	return ok && lh.LeaseHeld(g.id)
 }
 
+// LeaseValid is partition's leaseValidator: LeaseHeld without counting a consume
+// served under the lease.
+func (g *partGroup) LeaseValid() bool {
+	lv, ok := g.host.(interface{ LeaseValid(id string) bool })
+	return ok && lv.LeaseValid(g.id)
+}
+
 func (g *partGroup) Confirm(ctx context.Context) error {
 	err := g.host.ConfirmLeader(ctx, g.id)
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {

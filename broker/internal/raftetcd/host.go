@@ -1103,9 +1103,19 @@ func (h *Host) TransferLeader(id string, to uint64) {
 // replica can be elected before the lease ends, so what the leader decides from its
 // own state (which messages to lease) needs no round to a quorum. False also when it
 // may lead but holds no lease (then confirm with ConfirmLeader, which renews it).
+//
+// Each true answer counts as a consume served under the lease (Stats.LeaseServed);
+// LeaseValid asks the same without counting.
 func (h *Host) LeaseHeld(id string) bool {
 	g := h.group(id)
-	return g != nil && g.leaseHeld()
+	return g != nil && g.leaseHeld(true)
+}
+
+// LeaseValid is LeaseHeld for a caller that serves no consume with its answer (a
+// leader confirming it still leads before it answers its counters).
+func (h *Host) LeaseValid(id string) bool {
+	g := h.group(id)
+	return g != nil && g.leaseHeld(false)
 }
 
 // Close stops the groups, the clock and the senders. The node stays the caller's.

@@ -358,8 +358,9 @@ func (g *group) endLeaseForHandoverLocked() []raftpb.Message {
 }
 
 // leaseHeld reports whether this replica leads under a lease now, and asks for its
-// renewal in the background when less than half of it is left.
-func (g *group) leaseHeld() bool {
+// renewal in the background when less than half of it is left. served counts a
+// consume served under it (Stats.LeaseServed).
+func (g *group) leaseHeld(served bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	bs := g.rn.BasicStatus()
@@ -369,7 +370,7 @@ func (g *group) leaseHeld() bool {
 	now := bootNanos()
 	held := g.lease.term == bs.Term && now < g.lease.until && bs.LeadTransferee == 0 &&
 		g.lease.none != bs.Term
-	if held {
+	if held && served {
 		g.h.leaseServed.Add(1)
 	}
 	left := int64(0)

@@ -310,3 +310,28 @@ func TestAFollowerThatCountsItsLeaderDeadDoesNotQuiesce(t *testing.T) {
 		t.Fatal("a follower that counts its leader dead quiesced")
 	}
 }
+
+// TestLeaseValidCountsNoConsume: LeaseValid answers as LeaseHeld does, but a leader
+// asking it before it answers its counters serves no consume under the lease, so
+// narad_replication_lease_consumes_total (Stats.LeaseServed) does not move.
+func TestLeaseValidCountsNoConsume(t *testing.T) {
+	t.Parallel()
+	const g = "valid"
+	_, lead, fs := leaseGroup(t, g)
+	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	before := lead.host.Stats().LeaseServed
+	if !lead.host.LeaseValid(g) {
+		t.Fatal("LeaseValid is false after a read index confirmed the leader")
+	}
+	if fs[0].host.LeaseValid(g) {
+		t.Fatal("LeaseValid is true on a follower")
+	}
+	if got := lead.host.Stats().LeaseServed; got != before {
+		t.Fatalf("LeaseValid counted %d consumes served under the lease", got-before)
+	}
+	if !lead.host.LeaseHeld(g) || lead.host.Stats().LeaseServed != before+1 {
+		t.Fatalf("LeaseHeld counted %d consumes, want 1", lead.host.Stats().LeaseServed-before)
+	}
+}
