@@ -928,6 +928,10 @@ func (b *Broker) replicationFactor(asked *int32) (int32, error) {
 type ReplicaInfo struct {
 	Epoch     uint64         `json:"epoch"` // the leader's Raft term
 	Followers []FollowerInfo `json:"followers"`
+	// Leader is the node that answered as the leader ("" from a node of an earlier
+	// build): a replica deposed without knowing it yet sends the request on, so the
+	// node asked is not always the one that answered.
+	Leader string `json:"leader,omitempty"`
 }
 
 // FollowerInfo is one follower's progress: the message offset its log is known to
@@ -950,7 +954,7 @@ func (b *Broker) localReplicaInfo(t *topic, p int) *ReplicaInfo {
 	}
 	lp := t.parts()[p]
 	hw := lp.Stats().End
-	ri := &ReplicaInfo{Epoch: info.Term, Followers: []FollowerInfo{}}
+	ri := &ReplicaInfo{Epoch: info.Term, Followers: []FollowerInfo{}, Leader: b.opts.NodeID}
 	self := raftID(b.meta.ServerID())
 	b.repl.mu.Lock()
 	defer b.repl.mu.Unlock()

@@ -73,4 +73,7 @@ func TestADeposedLeaderAnswersNoCountersOfItsOldTerm(t *testing.T) {
 	if got := infos[0].Stats.End; got != 3 || infos[0].Replication == nil || infos[0].Replication.Epoch != tt.parts()[0].Term() {
 		t.Fatalf("the topic through the deposed leader shows a high watermark of %d in %+v, want 3 in the new leader's epoch %d", got, infos[0].Replication, tt.parts()[0].Term())
 	}
+	if infos[0].Leader != bs[target].opts.NodeID {
+		t.Fatalf("the topic through the deposed leader names %s its leader, want %s, whose counters it shows", infos[0].Leader, bs[target].opts.NodeID)
+	}
 }

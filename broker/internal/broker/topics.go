@@ -194,7 +194,9 @@ func (b *Broker) Topic(name string) (meta.Topic, []PartitionInfo, error) {
 	m := t.cur.Load()
 	for i := range t.parts() {
 		leader := b.opts.NodeID
-		if !t.leads(i) {
+		if ris[i] != nil && ris[i].Leader != "" {
+			leader = ris[i].Leader // the node whose counters these are
+		} else if !t.leads(i) {
 			leader = b.holderOf(t, i)
 		}
 		infos[i] = PartitionInfo{Index: int32(i), Stats: stats[i], Leader: leader, Available: true, Replication: ris[i]}
