@@ -72,6 +72,9 @@ type group struct {
 	// (GroupConfig.SnapshotFirst) and has not taken its first snapshot yet.
 	snapFirst bool
 	pending   *raftpb.Snapshot
+	// snapHold: no snapshot is taken before applied reaches it (set by OpenGroup; see
+	// maybeSnapshot).
+	snapHold uint64
 
 	wake       chan struct{}
 	quit, done chan struct{}
@@ -348,6 +351,12 @@ func (g *group) maybeSnapshot() {
 	if applied < g.skipTo {
 		// The application's state is past applied (GroupConfig.Applied): a snapshot
 		// labelled applied would describe a later state. Wait until raft caught up.
+		return
+	}
+	if applied < g.snapHold {
+		// Applying again what it applied before it was opened (see OpenGroup): the
+		// application's state may be ahead of applied, the first snapshot owed by a
+		// group made over data included.
 		return
 	}
 	if first && applied > 0 && g.cfg.Snapshot != nil && g.h.opts.Store == StoreRaftstore {

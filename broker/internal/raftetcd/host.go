@@ -463,7 +463,9 @@ type GroupConfig struct {
 	// Snapshot, when set, is called from the group's goroutine every
 	// Options.SnapshotEvery applied entries: it makes the application's state of every
 	// entry applied so far durable and describes it. The group then stores that as its
-	// snapshot and drops its log's entries up to Options.SnapshotKeep before it.
+	// snapshot and drops its log's entries up to Options.SnapshotKeep before it. A group
+	// opened again calls it only once its apply reached what it may have applied before
+	// (see OpenGroup).
 	Snapshot func() ([]byte, error)
 	// Restore is called from the group's goroutine when this node must take a
 	// snapshot's state instead of entries it will never get: a leader sent one
@@ -601,7 +603,29 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 	}
 	g := &group{h: h, id: id, rn: rn, st: st, wake: make(chan struct{}, 1), quit: make(chan struct{}), broken: make(chan struct{}),
 		done: make(chan struct{}), waiters: map[uint64]chan proposal{}, reads: map[uint64]chan uint64{},
-		voters: voters, cfg: cfg, applied: applied, skipTo: skipTo, snapIndex: snap.Metadata.Index}
+		voters: voters, cfg: cfg, applied: applied, skipTo: skipTo, snapIndex: snap.Metadata.Index, snapHold: hs.Commit}
+	// A group opened again applies its log again from its last snapshot, while the
+	// application may already hold the effects of later entries (a replicated
+	// partition's message log keeps the records it wrote, the last command maybe torn):
+	// a snapshot taken during that replay would stamp the application's state with an
+	// earlier index. The partition refuses such a snapshot itself when it can tell (a
+	// snapshot restored at the start, or a log holding only the group's appends: an
+	// append applied again that ends before the log's end shows the replay is behind),
+	// but not in a group made over data it held before (SnapshotFirst), whose log's end
+	// at the start may be that data. So no snapshot is taken, the owed first one
+	// included, before the apply reaches the commit index stored (hs, read before a new
+	// group's bootstrap: 0 for it). That bound is not always enough: a commit-only hard
+	// state is written without a sync (raftstore's Save), and with AsyncStorageWrites
+	// an entry is applied before the append worker has written the hard state that
+	// commits it, so after a crash the application may hold the effects of entries past
+	// the stored commit index. For a group over no earlier data the partition's guard
+	// covers those: its log holds only records of the group's appends, so the first
+	// append applied again either reaches the log's end or shows the replay is behind,
+	// and a snapshot before any append is applied again would need SnapshotEvery
+	// entries of other kinds ahead of the group's first append. A group owing its first
+	// snapshot is held to its log's last index instead (below). (A group made over data
+	// and opened again without SnapshotFirst before its first snapshot gets only the
+	// commit bound; it would not take the owed snapshot either.)
 	g.appliedC = sync.NewCond(&g.mu)
 	if !created && !cfg.Join {
 		// It may have heard a leader just before it stopped, and a leader's lease may
@@ -642,6 +666,15 @@ func (h *Host) OpenGroup(id string, cfg GroupConfig) error {
 		// entries were written but before that snapshot: it is still owed, or a
 		// member added later would replay a log that does not hold the data.
 		g.snapFirst = true
+		// Made over this node's data and given no member before that snapshot, it is
+		// its group's only voter: every entry in its log is committed once it leads
+		// again, and every entry whose effects the application holds is in its log (an
+		// entry is durable here before it is applied: raft hands the async loop only
+		// such entries, the serial loop writes before it applies). So the snapshot
+		// waits for the apply to reach the log's last index, not the commit index
+		// stored, which may lag (see snapHold above). A voter added against that
+		// contract only holds the snapshot until new entries pass that index.
+		g.snapHold = max(hs.Commit, last)
 	}
 	h.gmu.Lock()
 	if _, ok := h.groups[id]; ok {
