@@ -3,6 +3,7 @@ package raftetcd
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -73,8 +74,10 @@ type group struct {
 	snapFirst bool
 	pending   *raftpb.Snapshot
 	// snapHold: no snapshot is taken before applied reaches it (set by OpenGroup; see
-	// maybeSnapshot).
-	snapHold uint64
+	// maybeSnapshot). deferSaid: a snapshot the application deferred
+	// (ErrSnapshotDeferred) was logged since the last one taken.
+	snapHold  uint64
+	deferSaid bool
 
 	wake       chan struct{}
 	quit, done chan struct{}
@@ -387,9 +390,12 @@ func (g *group) maybeSnapshot() {
 	}
 	if err != nil {
 		g.nextSnapTry = applied + uint64(every)/4 + 1
-		g.h.log.Error("raftetcd: a snapshot failed; the group's log is not compacted", "group", g.id, "applied", applied, "err", err)
+		if !g.deferred(applied, err) {
+			g.h.log.Error("raftetcd: a snapshot failed; the group's log is not compacted", "group", g.id, "applied", applied, "err", err)
+		}
 		return
 	}
+	g.deferSaid = false
 	g.mu.Lock()
 	g.snapIndex = applied
 	g.snapshots++
@@ -417,14 +423,31 @@ func (g *group) takeFirstSnapshot(applied uint64, cs raftpb.ConfState) {
 		}
 	}
 	if err != nil {
-		g.h.log.Error("raftetcd: the first snapshot of a group made over existing data failed; retrying (no member is added before it)", "group", g.id, "applied", applied, "err", err)
+		if !g.deferred(applied, err) {
+			g.h.log.Error("raftetcd: the first snapshot of a group made over existing data failed; retrying (no member is added before it)", "group", g.id, "applied", applied, "err", err)
+		}
 		return
 	}
+	g.deferSaid = false
 	g.mu.Lock()
 	g.snapIndex, g.snapFirst = applied, false
 	g.snapshots++
 	g.mu.Unlock()
 	g.h.log.Info("raftetcd: a group made over existing data took its first snapshot", "group", g.id, "index", applied)
+}
+
+// deferred reports whether err is the application deferring its snapshot
+// (ErrSnapshotDeferred), an expected refusal retried like a failure: it is logged at
+// debug level the first time only, until a snapshot is taken.
+func (g *group) deferred(applied uint64, err error) bool {
+	if !errors.Is(err, ErrSnapshotDeferred) {
+		return false
+	}
+	if !g.deferSaid {
+		g.deferSaid = true
+		g.h.log.Debug("raftetcd: the application deferred a snapshot; trying again later", "group", g.id, "applied", applied, "err", err)
+	}
+	return true
 }
 
 func (g *group) persist(rd raft.Ready) error { return g.st.persist(rd) }

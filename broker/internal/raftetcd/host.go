@@ -465,7 +465,8 @@ type GroupConfig struct {
 	// entry applied so far durable and describes it. The group then stores that as its
 	// snapshot and drops its log's entries up to Options.SnapshotKeep before it. A group
 	// opened again calls it only once its apply reached what it may have applied before
-	// (see OpenGroup).
+	// (see OpenGroup). An error wrapping ErrSnapshotDeferred is an expected refusal: it
+	// is tried again later without being logged as a failure.
 	Snapshot func() ([]byte, error)
 	// Restore is called from the group's goroutine when this node must take a
 	// snapshot's state instead of entries it will never get: a leader sent one
