@@ -298,7 +298,10 @@ func (b *Broker) openReplica(t *topic, m meta.Topic, i int, popts partition.Opti
 		// this once the group has one).
 		SnapshotFirst: soleOverData,
 		Apply:         func(index uint64, data []byte) any { return p.Apply(index, data) },
-		Snapshot:      p.SnapshotState,
+		Snapshot: func() ([]byte, error) {
+			data, err := p.SnapshotState()
+			return data, snapshotErr(err)
+		},
 		Restore: func(ctx context.Context, index uint64, data []byte, sources []uint64) error {
 			return p.RestoreSnapshot(ctx, index, data, b.fetchFrom(t, i, sources))
 		},
@@ -490,6 +493,16 @@ func (b *Broker) otherReplicas(pl meta.Placement) int {
 		}
 	}
 	return n
+}
+
+// snapshotErr hands raftetcd a partition's refusal of a snapshot while it applies
+// its group's log again (partition.ErrReplaying) as a deferral: expected and tried
+// again later, not logged as a failure at every try.
+func snapshotErr(err error) error {
+	if errors.Is(err, partition.ErrReplaying) {
+		return fmt.Errorf("%w: %w", raftetcd.ErrSnapshotDeferred, err)
+	}
+	return err
 }
 
 // soleOverData reports whether this node is the only replica of a group made over

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -172,5 +173,28 @@ func TestASnapshotDuringReplayAfterARestoreEndsAtTheGroupsEnd(t *testing.T) {
 	appendN(t, leader, 3) // offsets 6..8
 	if got, want := f3.Stats().End, leader.Stats().End; got != want {
 		t.Errorf("the follower's log ends at %d, the leader's at %d: it skipped appends as stale", got, want)
+	}
+}
+
+// TestASnapshotRefusedMidReplayIsErrReplaying: the refusal of a snapshot while the
+// replica applies its group's log again is ErrReplaying, which the broker hands to
+// raftetcd as a deferral (tried again later, not logged as a failure each time); once
+// the replay reached the log's end the snapshot is taken.
+func TestASnapshotRefusedMidReplayIsErrReplaying(t *testing.T) {
+	g, _, f2 := tornFollower(t)
+	g.mu.Lock()
+	f2.Apply(1, g.log[0])
+	f2.Apply(2, g.log[1])
+	g.mu.Unlock()
+	if _, err := f2.SnapshotState(); !errors.Is(err, ErrReplaying) {
+		t.Fatalf("a snapshot in the middle of the replay: %v; want ErrReplaying", err)
+	}
+	g.mu.Lock()
+	for i := 2; i < len(g.log); i++ {
+		f2.Apply(uint64(i+1), g.log[i])
+	}
+	g.mu.Unlock()
+	if _, err := f2.SnapshotState(); err != nil {
+		t.Fatalf("a snapshot once the replay reached the log's end: %v", err)
 	}
 }

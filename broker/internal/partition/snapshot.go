@@ -155,7 +155,7 @@ func (p *Partition) SnapshotState() ([]byte, error) {
 		// take the log's end for the group's end at this index, and this replica (and
 		// any restoring the snapshot) skip that command's rest and every later append
 		// as stale (a review, 7 December). The group tries again later.
-		return nil, errors.New("partition: this replica is applying its group's log again and its message log holds records of entries not applied yet; no snapshot until it caught up")
+		return nil, ErrReplaying
 	}
 	if err := p.Flush(); err != nil {
 		return nil, err
@@ -183,6 +183,11 @@ func (p *Partition) SnapshotState() ([]byte, error) {
 	slices.Sort(s.ackedAhead)
 	return s.encode(), nil
 }
+
+// ErrReplaying is SnapshotState's refusal while this replica applies its group's log
+// again after a restart with no snapshot and its message log holds records of entries
+// not applied yet: expected, and gone once the replay reached the log's end.
+var ErrReplaying = errors.New("partition: this replica is applying its group's log again and its message log holds records of entries not applied yet; no snapshot until it caught up")
 
 // Fetch reads committed records of another replica's message log from offset from
 // on (a node-plane call to it). It returns them in offset order, starting at from or,
