@@ -6,9 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/narad-mq/narad/broker/internal/storage/vfs"
-	"github.com/narad-mq/narad/broker/internal/transport"
 )
 
 // TestSnapshotFirstSurvivesAReopenBeforeIt: a group made over data the application
@@ -21,27 +18,7 @@ import (
 // pending and never took it, so a learner added next got the bare log.
 func TestSnapshotFirstSurvivesAReopenBeforeIt(t *testing.T) {
 	t.Parallel()
-	n, err := transport.New(transport.Options{NodeID: "n1", ListenAddr: "127.0.0.1:0", Secret: testSecret, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	dir := t.TempDir()
-	fss, err := vfs.NewFSSyncer(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sg := vfs.NewSyncGroup(fss)
-	t.Cleanup(sg.Close)
-	h, err := New(Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg, Store: StoreRaftstore,
-		Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
+	h, dir, _ := soleHostWith(t, func(*Options) {})
 	app := &snapApp{}
 	app.apps = map[uint64]*snapApp{1: app}
 	var refuse atomic.Bool

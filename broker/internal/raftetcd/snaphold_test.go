@@ -22,6 +22,18 @@ import (
 // due every 2 applied entries, logging to logger.
 func soleHost(t *testing.T, async bool, logger *slog.Logger) (*Host, string, *vfs.SyncGroup) {
 	t.Helper()
+	return soleHostWith(t, func(o *Options) {
+		o.SnapshotEvery, o.SnapshotKeep, o.AsyncStorageWrites = 2, 1, async
+		if logger != nil {
+			o.Logger = logger
+		}
+	})
+}
+
+// soleHostWith starts one node hosting groups of which it is the only voter, on a
+// temp directory, its options changed by tweak.
+func soleHostWith(t *testing.T, tweak func(*Options)) (*Host, string, *vfs.SyncGroup) {
+	t.Helper()
 	n, err := transport.New(transport.Options{NodeID: "n1", ListenAddr: "127.0.0.1:0", Secret: testSecret, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -38,11 +50,8 @@ func soleHost(t *testing.T, async bool, logger *slog.Logger) (*Host, string, *vf
 	sg := vfs.NewSyncGroup(fss)
 	t.Cleanup(sg.Close)
 	opts := Options{Node: n, ID: 1, Peers: map[uint64]string{1: n.Addr()}, Dir: dir, Sync: sg, Store: StoreRaftstore,
-		Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet(),
-		SnapshotEvery: 2, SnapshotKeep: 1, AsyncStorageWrites: async}
-	if logger != nil {
-		opts.Logger = logger
-	}
+		Tick: testTick, LivenessInterval: 100 * time.Millisecond, LivenessTimeout: time.Second, Logger: quiet()}
+	tweak(&opts)
 	h, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
