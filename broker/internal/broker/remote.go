@@ -808,22 +808,31 @@ func (b *Broker) allStatsAndReplicas(ctx context.Context, t *topic) ([]queue.Sta
 	out := make([]queue.Stats, len(t.parts()))
 	ris := make([]*ReplicaInfo, len(t.parts()))
 	errs := make([]error, len(t.parts()))
-	var remote []int
+	var led, remote []int32
 	for i := range t.parts() {
 		if t.leads(i) {
-			st, ri, err := b.leaderStats(ctx, t, i, t.parts()[i])
-			if !errors.Is(err, partition.ErrNotLeader) {
-				out[i], ris[i], errs[i] = st, ri, err
-				continue
-			}
+			led = append(led, int32(i))
+		} else {
+			remote = append(remote, int32(i))
 		}
-		remote = append(remote, i)
+	}
+	for k, a := range b.ledStats(ctx, t, led) {
+		i := led[k]
+		if errors.Is(a.err, partition.ErrNotLeader) {
+			remote = append(remote, i) // deposed since: asked of the leader
+			continue
+		}
+		out[i], ris[i], errs[i] = a.st, a.ri, a.err
+	}
+	left := make([]int, 0, len(remote))
+	for _, i := range remote {
+		left = append(left, int(i))
 	}
 	if b.meta.Allows(meta.FeatureStatsBatch) {
-		remote = b.statsBatches(ctx, t, remote, out, ris)
+		left = b.statsBatches(ctx, t, left, out, ris)
 	}
 	var wg sync.WaitGroup
-	for _, i := range remote {
+	for _, i := range left {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -888,21 +897,51 @@ func (b *Broker) statsBatches(ctx context.Context, t *topic, parts []int, out []
 // state, or not_leader with the leader this node knows.
 func (b *Broker) serveStatsBatch(ctx context.Context, t *topic, req *dataReq) *dataResp {
 	var resp dataResp
-	for _, i := range req.Parts {
-		a := partStats{Part: i}
-		// One look at the replica: it may leave this node (a move) between two.
-		if lp := t.parts()[i]; lp != nil && lp.Leading() {
-			if st, ri, err := b.leaderStats(ctx, t, int(i), lp); err != nil {
-				a.Err = b.notLeader(t, int(i), err)
-			} else {
-				a.Stats, a.Repl = &st, ri
-			}
+	for k, got := range b.ledStats(ctx, t, req.Parts) {
+		a := partStats{Part: req.Parts[k]}
+		if got.err != nil {
+			a.Err = b.notLeader(t, int(a.Part), got.err)
 		} else {
-			a.Err = b.notLeader(t, int(i), partition.ErrNotLeader)
+			a.Stats, a.Repl = &got.st, got.ri
 		}
 		resp.Batch = append(resp.Batch, a)
 	}
 	return &resp
+}
+
+// ledAnswer is one partition's counters as ledStats gets them.
+type ledAnswer struct {
+	st  queue.Stats
+	ri  *ReplicaInfo
+	err error
+}
+
+// ledStats is leaderStats of each of parts of t, in parts' order; an error wrapping
+// partition.ErrNotLeader for one not led here. Those that must confirm with a round
+// (no leader lease) do so in parallel: one at a time, a topic's read could wait a
+// confirmation bound per partition.
+func (b *Broker) ledStats(ctx context.Context, t *topic, parts []int32) []ledAnswer {
+	out := make([]ledAnswer, len(parts))
+	var wg sync.WaitGroup
+	for k, i := range parts {
+		// One look at the replica: it may leave this node (a move) between two.
+		lp := t.parts()[i]
+		if lp == nil || !lp.Leading() {
+			out[k].err = partition.ErrNotLeader
+			continue
+		}
+		if !lp.Replicated() {
+			out[k].st, out[k].ri, out[k].err = b.leaderStats(ctx, t, int(i), lp) // no round
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[k].st, out[k].ri, out[k].err = b.leaderStats(ctx, t, int(i), lp)
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // watchRemote makes sure a watch runs on every other node holding partitions of t
