@@ -198,3 +198,81 @@ func TestASnapshotRefusedMidReplayIsErrReplaying(t *testing.T) {
 		t.Fatalf("a snapshot once the replay reached the log's end: %v", err)
 	}
 }
+
+// TestASnapshotDuringReplayAfterARestoreSettlesNothingPastItsEnd: as
+// TestASnapshotDuringReplayAfterARestoreEndsAtTheGroupsEnd, with the messages of the
+// later entries acked before the stop. The replica's settle journal gives those acks
+// back at its start, so its queue's frontier is past where the group's entries up to
+// the snapshot's index put the log's end. The snapshot must cut its frontier and
+// acked-ahead offsets to that end (the acks are the later entries' to apply): a
+// frontier past the snapshot's end makes a snapshot no replica can restore (raftetcd
+// retries a failed restore for ever, so a replica needing it never catches up), and
+// this replica restores its newest snapshot at every start.
+func TestASnapshotDuringReplayAfterARestoreSettlesNothingPastItsEnd(t *testing.T) {
+	g, leader, follower, memF := replicaPair(t)
+	appendN(t, leader, 2) // offsets 0, 1
+	own, err := follower.SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownIndex := uint64(len(g.log))
+	appendN(t, leader, 4) // offsets 2..5
+	ds := leaseAll(t, leader)
+	if len(ds) != 6 {
+		t.Fatalf("leased %d, want 6", len(ds))
+	}
+	for _, d := range ds[:5] { // 0..4 acked, 5 is not
+		if err := settleOne(leader, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.mu.Lock()
+	g.replicas = []*Partition{leader}
+	g.mu.Unlock()
+	if err := follower.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The follower's next start restores its own snapshot (its log ends at offset 2
+	// there), and a snapshot falls due before the replay applies the entry after it.
+	f2 := mustOpen(t, memF, func(o *Options) { o.Group = member{g: g, i: 1} })
+	t.Cleanup(func() { _ = f2.Close() })
+	if err := f2.RestoreSnapshot(context.Background(), ownIndex, own, fetchFrom(leader, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if st := f2.Stats(); st.Frontier != 5 {
+		t.Fatalf("frontier %d after the start, want 5 (the journal's acks)", st.Frontier)
+	}
+	mid, err := f2.SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := decodeSnapState(mid)
+	if err != nil {
+		t.Fatalf("the snapshot taken at index %d does not decode: %v", ownIndex, err)
+	}
+	if s.end != 2 || s.frontier != 2 || len(s.ackedAhead) != 0 {
+		t.Errorf("a snapshot at index %d (the log ends at offset 2 there) says end %d, frontier %d, acked ahead %v; want 2, 2, none",
+			ownIndex, s.end, s.frontier, s.ackedAhead)
+	}
+
+	// A replica restoring it, then applying the entries after it, holds what the
+	// leader holds: five messages acked, the sixth not.
+	fresh := mustOpen(t, vfs.NewMem(), func(o *Options) { o.Group = member{g: g, i: 2} })
+	t.Cleanup(func() { _ = fresh.Close() })
+	if err := fresh.RestoreSnapshot(context.Background(), ownIndex, mid, fetchFrom(leader, 100)); err != nil {
+		t.Fatalf("restoring the snapshot taken mid-replay: %v", err)
+	}
+	g.mu.Lock()
+	for i := ownIndex; i < uint64(len(g.log)); i++ {
+		fresh.Apply(i+1, g.log[i])
+	}
+	g.mu.Unlock()
+	if st, want := fresh.Stats(), leader.Stats(); st.End != want.End || st.Frontier != want.Frontier || st.Backlog != want.Backlog {
+		t.Errorf("the replica restoring the snapshot: end %d, frontier %d, backlog %d; the leader: %d, %d, %d",
+			st.End, st.Frontier, st.Backlog, want.End, want.Frontier, want.Backlog)
+	}
+}
