@@ -116,3 +116,45 @@ func openLagGroup(t *testing.T) (*lagGroup, *Partition) {
 	leader.SetRole(true, 1)
 	return g, leader
 }
+
+// TestAStaleAppendPastTheEndChangesNothingOnceTheHistoryIsKnown: an append command
+// that names an offset past the log's end (its proposer chose it after an earlier
+// proposal that raft then dropped, a change of leader or a transfer in between) is
+// stale like one naming an offset already taken: it writes nothing, and its proposer
+// proposes it again at the right offset. TestReplicaApplyIsIdempotent covers it on a
+// replica that has not yet learnt the group's history; this covers one that has (it
+// took or restored a snapshot since its start), where Apply takes another branch.
+// Taken there for a log that lost records, it stopped the replica from applying
+// anything more until a restart, and the restart, restoring its snapshot, met the same
+// entry again: every replica that had snapshotted stopped, and the partition with them.
+func TestAStaleAppendPastTheEndChangesNothingOnceTheHistoryIsKnown(t *testing.T) {
+	g, ps := openGroup(t, 2)
+	appendN(t, ps[0], 3)
+	for _, p := range ps {
+		if _, err := p.SnapshotState(); err != nil { // the history is known from here on
+			t.Fatal(err)
+		}
+	}
+	gap := encodeAppendCmd(5, []segment.Record{{Value: []byte("gap")}})
+	g.mu.Lock()
+	g.log = append(g.log, gap)
+	for i, p := range ps {
+		res, _ := p.Apply(uint64(len(g.log)), gap).(appliedAppend)
+		if res.ok || res.err != nil {
+			t.Errorf("replica %d: a command for offset 5 at the log's end 3 answered ok %v, error %v; want neither (stale)", i, res.ok, res.err)
+		}
+	}
+	g.mu.Unlock()
+	for i, p := range ps {
+		if p.Failed() {
+			t.Errorf("replica %d stopped applying after a stale append command", i)
+		}
+	}
+	appendN(t, ps[0], 2) // offsets 3, 4
+	for i, p := range ps {
+		if st := p.Stats(); st.End != 5 {
+			t.Errorf("replica %d: the log ends at %d after two more appends, want 5", i, st.End)
+		}
+	}
+	sameState(t, "the follower after a stale append", ps[1], ps[0])
+}
