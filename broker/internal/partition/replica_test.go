@@ -849,3 +849,89 @@ func TestReplicaHandedLeaseCountsFromItsArrival(t *testing.T) {
 		t.Fatalf("an ack 2.1 s into a 2 s lease handed over was answered %v; want the lease lost", err)
 	}
 }
+
+// TestASurvivorKeepsTheAcksItAppliedBeforeItsGroupsSnapshot: a forced takeover's
+// survivor opens its partition again from its own files and applies the replaced
+// group's log from that group's last snapshot on (broker applyReplacedLog); it does
+// not restore the snapshot. So the acks it applied before that snapshot, since its
+// last checkpoint, are in its settle journal only: applySettle must write them there
+// (made durable by the snapshot's flush), or the survivor, leading the new group,
+// delivers acked messages again.
+func TestASurvivorKeepsTheAcksItAppliedBeforeItsGroupsSnapshot(t *testing.T) {
+	g, leader, follower, memF := replicaPair(t)
+	appendN(t, leader, 4)
+	ds := leaseAll(t, leader)
+	if len(ds) != 4 {
+		t.Fatalf("leased %d, want 4", len(ds))
+	}
+	for _, d := range ds[:3] { // 0..2 acked, 3 is not
+		if err := settleOne(leader, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := follower.SnapshotState(); err != nil { // the group's log is read from here on
+		t.Fatal(err)
+	}
+	// The disaster: the follower's power is cut, and it survives alone.
+	g.mu.Lock()
+	g.replicas = []*Partition{leader}
+	g.mu.Unlock()
+	_ = follower.closeFiles()
+	memF.Crash()
+
+	ng := &fakeGroup{lead: 0}
+	survivor := mustOpen(t, memF, func(o *Options) { o.Group = member{g: ng, i: 0} })
+	t.Cleanup(func() { _ = survivor.Close() })
+	ng.replicas = []*Partition{survivor}
+	survivor.SetRole(true, 1)
+	if got := offsets(leaseAll(t, survivor)); fmt.Sprint(got) != "[3]" {
+		t.Fatalf("the survivor leased %v, want [3]: offsets 0..2 were acked", got)
+	}
+}
+
+// TestASurvivorKeepsTheAcksOfASnapshotItRestored: as
+// TestASurvivorKeepsTheAcksItAppliedBeforeItsGroupsSnapshot, for acks a follower
+// learnt from a snapshot it restored (it had fallen behind). The snapshot's entries
+// are gone from its group's log, so a forced takeover's survivor, which opens its
+// partition from its own files and applies its replaced group's log from that
+// snapshot on, finds those acks in its checkpoint only: RestoreSnapshot must write one
+// before it returns, or the survivor delivers the acked messages again.
+func TestASurvivorKeepsTheAcksOfASnapshotItRestored(t *testing.T) {
+	g, leader, follower, memF := replicaPair(t)
+	appendN(t, leader, 4)
+	ds := leaseAll(t, leader)
+	if len(ds) != 4 {
+		t.Fatalf("leased %d, want 4", len(ds))
+	}
+	// The follower falls behind; the leader applies the acks of 0..2 and snapshots.
+	g.mu.Lock()
+	g.replicas = []*Partition{leader}
+	g.mu.Unlock()
+	for _, d := range ds[:3] {
+		if err := settleOne(leader, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := leader.SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.RestoreSnapshot(context.Background(), uint64(len(g.log)), snap, fetchFrom(leader, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if st := follower.Stats(); st.Frontier != 3 {
+		t.Fatalf("frontier %d after the restore, want 3", st.Frontier)
+	}
+	// The disaster: the follower's power is cut, and it survives alone.
+	_ = follower.closeFiles()
+	memF.Crash()
+
+	ng := &fakeGroup{lead: 0}
+	survivor := mustOpen(t, memF, func(o *Options) { o.Group = member{g: ng, i: 0} })
+	t.Cleanup(func() { _ = survivor.Close() })
+	ng.replicas = []*Partition{survivor}
+	survivor.SetRole(true, 1)
+	if got := offsets(leaseAll(t, survivor)); fmt.Sprint(got) != "[3]" {
+		t.Fatalf("the survivor leased %v, want [3]: offsets 0..2 were acked", got)
+	}
+}
