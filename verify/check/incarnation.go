@@ -20,8 +20,11 @@ const never = int64(1) << 62
 //   - it was made by a create attempt that started by then and ended after the previous
 //     incarnation may have begun to die: the earliest such call is bornMin;
 //   - a delete that took effect after it was last seen ended it; the earliest call of a
-//     delete attempt still running when the last sight of it began is diedMin (never:
-//     it was not deleted);
+//     delete attempt that could still take effect when the last sight of it began is
+//     diedMin (never: it was not deleted). An attempt can take effect until its answer
+//     or, with its outcome unknown (no answer, a 5xx other than 503 unavailable), later:
+//     its command may wait in the controller's log and be committed by the next
+//     controller once one is elected (landsBy);
 //   - a delete answered 204 or 404 that started after it was seen, or a sight of a newer
 //     incarnation, proves it gone: the earliest such answer is diedSure.
 //
@@ -41,10 +44,14 @@ type incSet struct {
 	byInc map[int64]*incWin
 }
 
-func buildIncarnations(es []history.Entry, topic string) *incSet {
+// buildIncarnations bounds the lives of topic's incarnations from the history (see
+// incWin). landsBy is the last moment a delete attempt whose outcome is unknown may
+// take effect, given its answer's time.
+func buildIncarnations(es []history.Entry, topic string, landsBy func(ret int64) int64) *incSet {
 	type call struct {
 		call, ret int64
 		status    int
+		code      string
 	}
 	var creates, deletes []call
 	seen := map[int64]*incWin{}
@@ -65,12 +72,12 @@ func buildIncarnations(es []history.Entry, topic string) *incSet {
 		}
 		switch {
 		case e.Kind == history.KindOp && e.Op == history.OpCreateTopic:
-			creates = append(creates, call{e.Call, e.Return, e.Status})
+			creates = append(creates, call{e.Call, e.Return, e.Status, e.Code})
 			if e.Status == 201 {
 				saw(e.Incarnation, e.Call, e.Return)
 			}
 		case e.Kind == history.KindOp && e.Op == history.OpDeleteTopic:
-			deletes = append(deletes, call{e.Call, e.Return, e.Status})
+			deletes = append(deletes, call{e.Call, e.Return, e.Status, e.Code})
 		case e.Kind == history.KindStats && e.Status == 200:
 			saw(e.Incarnation, e.Call, e.Return)
 		}
@@ -90,7 +97,11 @@ func buildIncarnations(es []history.Entry, topic string) *incSet {
 		}
 		w.diedMin, w.diedSure = never, never
 		for _, d := range deletes {
-			if d.ret >= w.lastSeenCall && d.call < w.diedMin {
+			lands := d.ret
+			if d.status == 0 || d.status >= 500 && d.code != "unavailable" {
+				lands = landsBy(d.ret)
+			}
+			if lands >= w.lastSeenCall && d.call < w.diedMin {
 				w.diedMin = d.call
 			}
 			if (d.status == 204 || d.status == 404) && d.call >= w.bornSure && d.ret < w.diedSure {
