@@ -440,6 +440,11 @@ func discard(fsys vfs.FS, dir string, names ...string) error {
 			return err
 		}
 	}
+	// The entries in damaged/ first: synced only in dir, the moves were durable out of
+	// dir and not into damaged/, and a power cut then lost what was set aside.
+	if err := fsys.SyncDir(aside); err != nil {
+		return err
+	}
 	return fsys.SyncDir(dir)
 }
 

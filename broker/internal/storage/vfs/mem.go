@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"maps"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -119,11 +121,17 @@ func (m *Mem) Remove(name string) error {
 	return nil
 }
 
-// Rename moves oldname to newname, replacing newname.
+// Rename moves oldname to newname, replacing newname. A directory moves with
+// everything in it, to a newname that does not exist (nor inside it); as on a disk,
+// the entries inside it travel with it at once, and its own move is durable once the
+// parents of both names are synced: a crash before that brings it back at oldname.
 func (m *Mem) Rename(oldname, newname string) error {
 	oldname, newname = filepath.Clean(oldname), filepath.Clean(newname)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.dirs[oldname] {
+		return m.renameDir(oldname, newname)
+	}
 	ino := m.files[oldname]
 	if ino == nil {
 		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: fs.ErrNotExist}
@@ -134,6 +142,82 @@ func (m *Mem) Rename(oldname, newname string) error {
 	delete(m.files, oldname)
 	m.files[newname] = ino
 	return nil
+}
+
+// under reports whether name lies inside dir, and its path relative to dir.
+func under(name, dir string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, dir+string(filepath.Separator))
+	return rest, ok && dir != name
+}
+
+// renameDir is Rename of the directory oldname. m.mu is held.
+func (m *Mem) renameDir(oldname, newname string) error {
+	_, inside := under(newname, oldname)
+	if !m.dirs[filepath.Dir(newname)] || m.dirs[newname] || m.files[newname] != nil || inside || filepath.Dir(oldname) == oldname {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: fs.ErrInvalid}
+	}
+	moved := func(name string) (string, bool) {
+		if name == oldname {
+			return newname, true
+		}
+		rest, ok := under(name, oldname)
+		return filepath.Join(newname, rest), ok
+	}
+	// What readers see moves now.
+	files := map[string]*memInode{}
+	for name, ino := range m.files {
+		if to, ok := moved(name); ok {
+			delete(m.files, name)
+			files[to] = ino
+		}
+	}
+	maps.Copy(m.files, files)
+	var dirs []string
+	for d := range m.dirs {
+		if to, ok := moved(d); ok {
+			delete(m.dirs, d)
+			dirs = append(dirs, to)
+		}
+	}
+	for _, d := range dirs {
+		m.dirs[d] = true
+	}
+	// The entries inside the directory are the directory's own, not its parent's: the
+	// durable ones are durable under the new name too. Under the old name they stay
+	// until a sync of its parent makes the move durable (SyncDir drops them then).
+	durable := map[string]*memInode{}
+	for name, ino := range m.durable {
+		if rest, ok := under(name, oldname); ok {
+			durable[filepath.Join(newname, rest)] = ino
+		}
+	}
+	maps.Copy(m.durable, durable)
+	var durableDirs []string
+	for d := range m.durableDir {
+		if rest, ok := under(d, oldname); ok {
+			durableDirs = append(durableDirs, filepath.Join(newname, rest))
+		}
+	}
+	for _, d := range durableDirs {
+		m.durableDir[d] = true
+	}
+	return nil
+}
+
+// forgetDurableUnder drops what a crash would keep inside dir, a directory that is
+// durably gone from its parent (removed or renamed away) or newly made in its place:
+// nothing of an earlier directory of that name may come back inside it. m.mu is held.
+func (m *Mem) forgetDurableUnder(dir string) {
+	for name := range m.durable {
+		if _, ok := under(name, dir); ok {
+			delete(m.durable, name)
+		}
+	}
+	for d := range m.durableDir {
+		if _, ok := under(d, dir); ok {
+			delete(m.durableDir, d)
+		}
+	}
 }
 
 // Stat describes name.
@@ -185,6 +269,7 @@ func (m *Mem) MkdirAll(dir string, perm fs.FileMode) error {
 			return pathErr("mkdir", d, syscall.ENOTDIR)
 		}
 		m.dirs[d] = true
+		m.forgetDurableUnder(d) // a new directory is empty, whatever one of its name held
 	}
 	return nil
 }
@@ -200,7 +285,8 @@ func (m *Mem) SyncDir(dir string) error {
 	m.dirSyncs++
 	for d := range m.durableDir {
 		if d != dir && filepath.Dir(d) == dir && !m.dirs[d] {
-			delete(m.durableDir, d) // removed
+			delete(m.durableDir, d) // removed, or renamed away
+			m.forgetDurableUnder(d)
 		}
 	}
 	for d := range m.dirs {
