@@ -106,6 +106,10 @@ type Options struct {
 	Group Group
 }
 
+// journalSegmentBytes is the settle journal's segment size (a test shrinks it, to
+// roll and compact the journal within a few settles).
+var journalSegmentBytes int64 = 4 << 20
+
 var processStart = time.Now()
 
 // wallStart is the wall clock read at start; only failpoint builds shift it (a test's
@@ -225,7 +229,7 @@ func Open(opts Options) (*Partition, error) {
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: opening log: %w", opts.Index, err)
 	}
-	p.journal, err = segment.Open(filepath.Join(opts.Dir, "journal"), segment.Options{FS: p.fs, SegmentBytes: 4 << 20, Syncer: opts.Syncer, WAL: wal, NoSync: opts.Group != nil})
+	p.journal, err = segment.Open(filepath.Join(opts.Dir, "journal"), segment.Options{FS: p.fs, SegmentBytes: journalSegmentBytes, Syncer: opts.Syncer, WAL: wal, NoSync: opts.Group != nil})
 	if err != nil {
 		_ = p.log.Close() // the journal's open error is the one to report
 		return nil, fmt.Errorf("partition %d: opening journal: %w", opts.Index, err)
