@@ -60,6 +60,7 @@ func (p *Partition) Checkpoint() error {
 	p.sinceCkpt = 0
 	p.mu.Unlock()
 	p.gate.Unlock()
+	raceHook("checkpoint") // the state copied, nothing written yet
 
 	slices.Sort(ck.ackedAhead)
 	b := make([]byte, 0, 4+1+8+8+4+8*len(ck.ackedAhead)+4)

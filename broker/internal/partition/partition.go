@@ -1071,6 +1071,7 @@ func (p *Partition) Close() error {
 
 // closeFiles closes the partition without a checkpoint, as a crash would leave it.
 func (p *Partition) closeFiles() error {
+	raceHook("close")
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -1081,6 +1082,14 @@ func (p *Partition) closeFiles() error {
 		p.timer.Stop()
 	}
 	p.mu.Unlock()
+	// A checkpoint that copied the state before the close (one a settle started in the
+	// background, which may take the lock after Close's own) finishes first: written
+	// after Close returned, its queue.ckpt would put an old state back over the
+	// checkpoints of a partition opened again on this directory, which may have
+	// compacted the journal it names. Later ones find the partition closed.
+	raceHook("close waits for a checkpoint")
+	p.checkpoints.Lock()
+	defer p.checkpoints.Unlock()
 	// Wait for settles in flight to finish before closing the journal under them.
 	p.gate.Lock()
 	defer p.gate.Unlock()

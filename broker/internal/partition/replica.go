@@ -1274,7 +1274,9 @@ func sortedPairs[V uint32 | uint64](m map[uint64]V) [][2]uint64 {
 }
 
 // raceHook, when testHooks.race is set, runs between a lease's (or renewal's) first
-// check for a handover and its taking of p.mu: tests start a handover there.
+// check for a handover and its taking of p.mu: tests start a handover there. It also
+// runs as a close begins ("close"), and in a checkpoint once it copied the state
+// ("checkpoint").
 func raceHook(op string) {
 	if h := testHooks.race; h != nil {
 		h(op)
