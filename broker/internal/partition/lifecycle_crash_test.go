@@ -21,7 +21,8 @@ import (
 // write-ahead file, with segments that roll every few messages and a settle journal
 // that rolls every few settles, runs appends, leases, settles, hand-backs, retention
 // (rolls and whole segments removed) and queue checkpoints (journal segments
-// removed), and its node stops at a random file operation: kill -9 (the page cache
+// removed), and closes and opens again in the same process, and its node stops at a
+// random file operation: kill -9 (the page cache
 // stays) or a power cut (every unsynced byte gone, torn at random), in the middle of
 // any of them, including a checkpoint's or a retention's removals and the
 // write-ahead file's own rounds and checkpoints. After the replay, six lives in a
@@ -105,7 +106,13 @@ func crashAnywhere(t *testing.T, seed int64) {
 		sf := &stopFS{mem: mem, rng: rand.New(rand.NewSource(rng.Int63())), at: int64(30 + rng.Intn(600)), kill: rng.Intn(3) == 0}
 		w, p, ok := check(sf, sf.stopped.Load, life)
 		if ok {
-			lifeUntilStopped(p, rng, life, &now, stored, settled, unknown, &maxCut)
+			reopen := func(p *Partition) (*Partition, error) {
+				if err := p.Close(); err != nil {
+					return nil, err
+				}
+				return Open(Options{Dir: "/p", FS: sf, Queue: testQueue, WAL: w, WallClock: wall, Logger: quiet, SegmentBytes: 700, CheckpointEvery: 1 + rng.Intn(4)})
+			}
+			p = lifeUntilStopped(p, reopen, rng, life, &now, stored, settled, unknown, &maxCut)
 		}
 		sf.waitStopped()
 		if p != nil {
@@ -130,14 +137,15 @@ func crashAnywhere(t *testing.T, seed int64) {
 	}
 }
 
-// lifeUntilStopped runs random work on p until its file system stops.
-func lifeUntilStopped(p *Partition, rng *rand.Rand, life int, now *int64, stored map[string]int64, settled, unknown map[string]bool, maxCut *int64) {
+// lifeUntilStopped runs random work on p until its file system stops, and returns the
+// partition then open (reopen closes p and opens it again, in the same process).
+func lifeUntilStopped(p *Partition, reopen func(*Partition) (*Partition, error), rng *rand.Rand, life int, now *int64, stored map[string]int64, settled, unknown map[string]bool, maxCut *int64) *Partition {
 	for n := 0; ; n++ {
 		switch r := rng.Intn(10); {
 		case r < 5:
 			v := fmt.Sprintf("%d-%d", life, n)
 			if _, err := p.Append([]segment.Record{{Value: []byte(v)}}); err != nil {
-				return
+				return p
 			}
 			stored[v] = *now
 			if rng.Intn(8) == 0 {
@@ -146,7 +154,7 @@ func lifeUntilStopped(p *Partition, rng *rand.Rand, life int, now *int64, stored
 		case r < 8:
 			ds, err := p.Lease(1+rng.Intn(5), time.Minute, 1<<20)
 			if err != nil {
-				return
+				return p
 			}
 			for _, d := range ds {
 				v := string(d.Record.Value)
@@ -162,11 +170,20 @@ func lifeUntilStopped(p *Partition, rng *rand.Rand, life int, now *int64, stored
 			cut := *now - int64(rng.Intn(2000))
 			*maxCut = max(*maxCut, cut) // a retention that fails may have removed some
 			if _, err := p.EnforceRetention(cut); err != nil {
-				return
+				return p
 			}
 		default:
-			if err := p.Checkpoint(); err != nil {
-				return
+			if rng.Intn(3) == 0 {
+				// Closed and opened again by the same process, records of its files
+				// still in the write-ahead file, a background checkpoint maybe still
+				// under way.
+				np, err := reopen(p)
+				if err != nil {
+					return p
+				}
+				p = np
+			} else if err := p.Checkpoint(); err != nil {
+				return p
 			}
 		}
 	}
