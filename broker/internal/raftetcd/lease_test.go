@@ -335,3 +335,35 @@ func TestLeaseValidCountsNoConsume(t *testing.T) {
 		t.Fatalf("LeaseHeld counted %d consumes, want 1", lead.host.Stats().LeaseServed-before)
 	}
 }
+
+// TestALeaseCountsFromItsReadsAsk: a lease ends E after the read index that proved it
+// was asked, not after raft answered it. The followers heard the leader after the ask
+// (the read's heartbeats go out after it), so their holds, longer than E, outlast a
+// lease counted so; counted from the answer, a late answer (a leader paused between
+// its followers' acknowledgements and its Ready loop, a slow disk, a loaded machine)
+// ran the lease past the end of their holds, and another leader could be elected while
+// this one still served under it. A mutation review (7 December) found no test that
+// noticed a lease counted from the answer.
+func TestALeaseCountsFromItsReadsAsk(t *testing.T) {
+	t.Parallel()
+	const g = "fromask"
+	_, lead, _ := leaseGroup(t, g)
+	gr := lead.host.group(g)
+	// The read is asked as ConfirmLeader and LeaseHeld ask theirs; nothing else asks
+	// one in this group (no partition asks whether it holds a lease).
+	gr.mu.Lock()
+	id := gr.askReadLocked()
+	asked, term := gr.lease.reads[id].at, gr.lease.reads[id].term
+	gr.mu.Unlock()
+	gr.signal()
+	var until int64
+	poll(t, 10*time.Second, "the lease the read proves", func() bool {
+		gr.mu.Lock()
+		defer gr.mu.Unlock()
+		until = gr.lease.until
+		return gr.lease.term == term && until != 0
+	})
+	if want := asked + lead.host.leaseFor(); until != want {
+		t.Fatalf("the lease ends %v after E from its read's ask, want at E from it", time.Duration(until-want))
+	}
+}
