@@ -150,3 +150,45 @@ func TestConfirmLeaderEndsWhenItsLeaderStepsDown(t *testing.T) {
 		t.Fatal("confirm still waited when its leader had stepped down")
 	}
 }
+
+// TestConfirmLeaderUnansweredIsNoConfirmation: a read index round that no quorum
+// answers before the caller's context ends (a leader cut off from its followers, or
+// paused past its lease and deposed) confirms nothing: ConfirmLeader returns the
+// context's error, never nil. A nil there lets a deposed leader answer 204 and lease
+// messages its successor leases too. A mutation review (7 December) found no test
+// of the wait for the round's answer itself (the test above ends the wait for the
+// apply that follows it).
+func TestConfirmLeaderUnansweredIsNoConfirmation(t *testing.T) {
+	t.Parallel()
+	for _, end := range []string{"cancel", "deadline"} {
+		t.Run(end, func(t *testing.T) {
+			g := leaderGroup(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			want := context.Canceled
+			if end == "deadline" {
+				ctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+				defer cancel()
+				want = context.DeadlineExceeded
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- g.confirm(ctx) }()
+			poll(t, 10*time.Second, "confirm's read index", func() bool {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				return len(g.reads) == 1
+			})
+			if end == "cancel" {
+				cancel() // nobody answers the round: the loop is not running
+			}
+			select {
+			case err := <-errc:
+				if !errors.Is(err, want) {
+					t.Fatalf("a confirm whose round nobody answered returned %v, want %v", err, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("confirm still waits 10 s after its context ended")
+			}
+		})
+	}
+}
