@@ -3,6 +3,8 @@ package raftetcd
 import (
 	"context"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -365,5 +367,99 @@ func TestALeaseCountsFromItsReadsAsk(t *testing.T) {
 	})
 	if want := asked + lead.host.leaseFor(); until != want {
 		t.Fatalf("the lease ends %v after E from its read's ask, want at E from it", time.Duration(until-want))
+	}
+}
+
+// TestALeaderThatLeadsAgainIsToldAgain: a step down takes the leadership back from the
+// application (OnRole(false)) and from the group (the lease and ConfirmLeader ask
+// whether it leads), so a node that leads again later is told again once it applied
+// everything committed before (OnRole(true)). A step down that left the group's mark
+// of it set never told the node it led again: it answered not_leader as a raft leader
+// for ever, and its lease and confirmations stood on the mark of the leadership it
+// had lost. A mutation review (7 December) found no test that made a leader lead again.
+func TestALeaderThatLeadsAgainIsToldAgain(t *testing.T) {
+	t.Parallel()
+	const g = "again"
+	ns := startClusterWith(t, 0, func(o *Options) { o.NoQuiesce = true })
+	var mu sync.Mutex
+	roles := map[uint64][]bool{}
+	for _, n := range ns {
+		id := n.id
+		cfg := GroupConfig{Voters: []uint64{1, 2, 3}, Dir: filepath.Join(n.opts.Dir, g), OnRole: func(lead bool, _ uint64) {
+			mu.Lock()
+			roles[id] = append(roles[id], lead)
+			mu.Unlock()
+		}}
+		if err := n.host.OpenGroup(g, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	told := func(n *testNode, want []bool) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Equal(roles[n.id], want)
+		}
+	}
+	lead := namedLeader(t, ns, g)
+	propose(t, lead, g)
+	poll(t, 10*time.Second, "the leader told it leads", told(lead, []bool{true}))
+	other := ns[0]
+	if other == lead {
+		other = ns[1]
+	}
+	lead.host.TransferLeader(g, other.id)
+	poll(t, 10*time.Second, "the leadership moved and the old leader told it stopped", func() bool {
+		info, _ := other.host.Info(g)
+		return info.Leader && told(lead, []bool{true, false})()
+	})
+	poll(t, 10*time.Second, "the new leader told it leads", told(other, []bool{true}))
+	other.host.TransferLeader(g, lead.id)
+	poll(t, 10*time.Second, "the first leader told it leads again", told(lead, []bool{true, false, true}))
+	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
+		t.Fatalf("the leader that leads again cannot confirm it: %v", err)
+	}
+}
+
+// TestAConfigurationChangeEndsTheLease: a lease proved under one configuration ends
+// when the leader appends a change of it: the quorum that held its votes for the
+// lease may not be a quorum of the new configuration (voters added, which never held
+// theirs), so a leader could be elected while the old lease ran. A later read of the
+// new configuration proves a new lease. A mutation review (7 December) found no test
+// of the end; the tests of the configuration's epoch cover only reads asked across a
+// change.
+func TestAConfigurationChangeEndsTheLease(t *testing.T) {
+	t.Parallel()
+	const g = "confend"
+	_, lead, _ := leaseGroup(t, g)
+	gr := lead.host.group(g)
+	gr.mu.Lock()
+	epoch := gr.lease.confEpoch
+	gr.mu.Unlock()
+	if err := lead.host.ConfirmLeader(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	gr.mu.Lock()
+	until := gr.lease.until
+	gr.mu.Unlock()
+	if until == 0 {
+		t.Fatal("no lease after a read index confirmed the leader")
+	}
+	// A learner with no address: a change of the configuration all the same.
+	if err := lead.host.ChangeConf(g, ConfChange{AddLearners: []uint64{9}}); err != nil {
+		t.Fatal(err)
+	}
+	var left int64
+	poll(t, 10*time.Second, "the change appended on the leader", func() bool {
+		gr.mu.Lock()
+		defer gr.mu.Unlock()
+		left = gr.lease.until // nothing asks a read meanwhile: no new lease
+		return gr.lease.confEpoch != epoch
+	})
+	if left != 0 {
+		t.Fatalf("a lease proved under the old configuration still ran (until %d, was %d) after a change of it", left, until)
+	}
+	if lead.host.LeaseHeld(g) {
+		t.Fatal("a lease proved under the old configuration is held after a change of it")
 	}
 }
