@@ -19,6 +19,8 @@ type leasingMember struct {
 
 func (m leasingMember) LeaseHeld() bool { return m.held.Load() && m.g.lead == m.i }
 
+func (m leasingMember) LeaseValid() bool { return m.LeaseHeld() }
+
 func openLeasingGroup(t *testing.T, n int) (*fakeGroup, []*Partition, *atomic.Bool) {
 	t.Helper()
 	g := &fakeGroup{}
@@ -343,5 +345,34 @@ func TestAHandoverCountsTimeLeftWhenItProposes(t *testing.T) {
 	errs := ps[1].Settle([]SettleReq{{Offset: first[0].Record.Offset, Nonce: first[0].Nonce}})
 	if !errors.Is(errs[0], queue.ErrLeaseLost) {
 		t.Fatalf("an ack 1 s after a handed-over lease ended answered %v on the successor; want ErrLeaseLost", errs[0])
+	}
+}
+
+// TestConfirmLeadingNeedsALeaseOrAConfirmation: a leader answers for what it holds in
+// memory (its counters) only while it leads under its lease or its group confirms it
+// leads; a follower never; and a leader deposed without being told (paused past its
+// election timeout, not yet stepped down) fails it, with or without a lease held
+// somewhere in its group. The broker's counters rely on it; before this test only a
+// broker test caught a ConfirmLeading that trusted its own flag or leasesAllowed.
+func TestConfirmLeadingNeedsALeaseOrAConfirmation(t *testing.T) {
+	g, ps, held := openLeasingGroup(t, 2)
+	ctx := context.Background()
+	for _, lease := range []bool{true, false} {
+		held.Store(lease)
+		if err := ps[0].ConfirmLeading(ctx); err != nil {
+			t.Fatalf("the leader (lease held: %v) could not confirm: %v", lease, err)
+		}
+		if err := ps[1].ConfirmLeading(ctx); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("a follower (lease held: %v) confirmed it leads: %v", lease, err)
+		}
+	}
+	g.mu.Lock()
+	g.lead = 1 // ps[0] is not told
+	g.mu.Unlock()
+	for _, lease := range []bool{true, false} {
+		held.Store(lease)
+		if err := ps[0].ConfirmLeading(ctx); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("a leader deposed without being told (a lease held in its group: %v) confirmed it leads: %v", lease, err)
+		}
 	}
 }
