@@ -808,31 +808,28 @@ func (b *Broker) allStatsAndReplicas(ctx context.Context, t *topic) ([]queue.Sta
 	out := make([]queue.Stats, len(t.parts()))
 	ris := make([]*ReplicaInfo, len(t.parts()))
 	errs := make([]error, len(t.parts()))
-	var led, remote []int32
+	var led []int32
+	var remote []int
 	for i := range t.parts() {
 		if t.leads(i) {
 			led = append(led, int32(i))
 		} else {
-			remote = append(remote, int32(i))
+			remote = append(remote, i)
 		}
 	}
 	for k, a := range b.ledStats(ctx, t, led) {
-		i := led[k]
+		i := int(led[k])
 		if errors.Is(a.err, partition.ErrNotLeader) {
 			remote = append(remote, i) // deposed since: asked of the leader
 			continue
 		}
 		out[i], ris[i], errs[i] = a.st, a.ri, a.err
 	}
-	left := make([]int, 0, len(remote))
-	for _, i := range remote {
-		left = append(left, int(i))
-	}
 	if b.meta.Allows(meta.FeatureStatsBatch) {
-		left = b.statsBatches(ctx, t, left, out, ris)
+		remote = b.statsBatches(ctx, t, remote, out, ris)
 	}
 	var wg sync.WaitGroup
-	for _, i := range left {
+	for _, i := range remote {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -107,12 +107,7 @@ func TestASnapshotDuringReplayDescribesTheAppliedEntriesOnly(t *testing.T) {
 // rest and every later append were skipped as stale.
 func TestASnapshotDuringReplayAfterARestoreEndsAtTheGroupsEnd(t *testing.T) {
 	g, leader, follower, memF := replicaPair(t)
-	appendN(t, leader, 2) // offsets 0, 1
-	own, err := follower.SnapshotState()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ownIndex := uint64(len(g.log))
+	own, ownIndex := followerSnapshotAfterTwo(t, g, leader, follower)
 	batch := make([]segment.Record, 4)
 	for i := range batch {
 		batch[i] = segment.Record{Value: []byte(fmt.Sprintf("batch-%d", i))}
@@ -210,12 +205,7 @@ func TestASnapshotRefusedMidReplayIsErrReplaying(t *testing.T) {
 // this replica restores its newest snapshot at every start.
 func TestASnapshotDuringReplayAfterARestoreSettlesNothingPastItsEnd(t *testing.T) {
 	g, leader, follower, memF := replicaPair(t)
-	appendN(t, leader, 2) // offsets 0, 1
-	own, err := follower.SnapshotState()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ownIndex := uint64(len(g.log))
+	own, ownIndex := followerSnapshotAfterTwo(t, g, leader, follower)
 	appendN(t, leader, 4) // offsets 2..5
 	ds := leaseAll(t, leader)
 	if len(ds) != 6 {

@@ -17,12 +17,7 @@ import (
 // reported holding messages of later entries.
 func TestARestoreMarksItsIndexAtTheSnapshotsEnd(t *testing.T) {
 	g, leader, follower, memF := replicaPair(t)
-	appendN(t, leader, 2) // offsets 0, 1
-	own, err := follower.SnapshotState()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ownIndex := uint64(len(g.log))
+	own, ownIndex := followerSnapshotAfterTwo(t, g, leader, follower)
 	for i := range 4 { // offsets 2..5, one entry each, flushed on the follower
 		if _, err := leader.Append([]segment.Record{{Value: []byte(fmt.Sprint("later-", i))}}); err != nil {
 			t.Fatal(err)

@@ -185,6 +185,18 @@ func rejoin(g *fakeGroup, leader, f2 *Partition) {
 	g.replicas = []*Partition{leader, f2}
 }
 
+// followerSnapshotAfterTwo appends two messages (offsets 0 and 1) through the leader
+// of a replicaPair and returns the follower's snapshot then and its group index.
+func followerSnapshotAfterTwo(t *testing.T, g *fakeGroup, leader, follower *Partition) ([]byte, uint64) {
+	t.Helper()
+	appendN(t, leader, 2)
+	own, err := follower.SnapshotState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return own, uint64(len(g.log))
+}
+
 func replicaPair(t *testing.T) (g *fakeGroup, leader, follower *Partition, memF *vfs.Mem) {
 	t.Helper()
 	memL := vfs.NewMem()
