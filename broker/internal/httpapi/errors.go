@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -75,6 +76,35 @@ func elide(s string, n int) string {
 
 func badParam(msg string) *apiError {
 	return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidParameter, msg)
+}
+
+// paramError is the answer to a parameter the generated router could not bind: it
+// names the parameter and says what it takes, in place of the binder's own words
+// ("error binding string parameter: strconv.ParseInt: …"), which told a caller how Go
+// failed rather than what to send.
+func paramError(err error) *apiError {
+	var missing *apigen.RequiredParamError
+	var many *apigen.TooManyValuesForParamError
+	var format *apigen.InvalidParamFormatError
+	switch {
+	case errors.As(err, &missing):
+		return badParam(fmt.Sprintf("the query parameter %s is required: add ?%s=… to the URL (openapi.yaml lists each operation's parameters)", missing.ParamName, missing.ParamName))
+	case errors.As(err, &many):
+		return badParam(fmt.Sprintf("the parameter %s was given %d times; give it once", many.ParamName, many.Count))
+	case errors.As(err, &format):
+		var num *strconv.NumError
+		inner := format.Err.Error()
+		switch {
+		case errors.As(format.Err, &num) && errors.Is(num.Err, strconv.ErrSyntax):
+			return badParam(fmt.Sprintf("the parameter %s must be a whole number, not %q", format.ParamName, num.Num))
+		case errors.As(format.Err, &num) && errors.Is(num.Err, strconv.ErrRange), strings.Contains(inner, "overflows"):
+			return badParam(fmt.Sprintf("the parameter %s is out of range; openapi.yaml gives the values it takes", format.ParamName))
+		case strings.Contains(inner, "multiple values"):
+			return badParam(fmt.Sprintf("the parameter %s was given more than once; give it once", format.ParamName))
+		}
+		return badParam(fmt.Sprintf("the parameter %s is not valid (%s); openapi.yaml gives the values it takes", format.ParamName, inner))
+	}
+	return badParam(err.Error())
 }
 
 // toAPIError maps a domain error to its API form. It is the one place where broker errors

@@ -99,7 +99,7 @@ func New(b Broker, opts Options) (http.Handler, error) {
 	apigen.HandlerWithOptions(d, apigen.StdHTTPServerOptions{
 		BaseRouter: mux,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, badParam(err.Error()))
+			writeError(w, paramError(err))
 		},
 	})
 	s := &server{mux: mux, d: d, log: opts.Logger, metrics: opts.Metrics, ops: indexOps(spec),
@@ -276,6 +276,8 @@ func checkQueryLengths(oi *opInfo, q url.Values) error {
 			switch {
 			case b.max >= 0 && n > b.max:
 				first = badParam(fmt.Sprintf("the query parameter %s is %d characters long; at most %d are allowed", name, n, b.max))
+			case n < b.min && b.min == 1:
+				first = badParam(fmt.Sprintf("the query parameter %s must not be empty", name))
 			case n < b.min:
 				first = badParam(fmt.Sprintf("the query parameter %s must be at least %d characters long", name, b.min))
 			default:
