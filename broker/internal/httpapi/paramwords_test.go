@@ -40,3 +40,53 @@ func TestParameterErrorsSayWhatToSend(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyErrorsSayWhatToSend: a batch body the decoder refused was answered in its
+// words, which named Go types ("json: cannot unmarshal JSON string into Go
+// apigen.OutgoingMessage: unknown object member name …"), and an empty body of a
+// topic create said "can't decode JSON body: EOF". Each now names the member, as a
+// JSON pointer, and what it takes.
+func TestBodyErrorsSayWhatToSend(t *testing.T) {
+	t.Parallel()
+	h, err := New(&recordingBroker{}, Options{Logger: quietLogger(), AllowedHosts: []string{"example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ target, body, want string }{
+		{"/v1/topics/t/produce-batch", `{"messages":[{"value":"x"}]}`, `/messages/0 has no member \"value\"; openapi.yaml lists the members it takes`},
+		{"/v1/topics/t/produce-batch", `{"messages":[{"payload":"x","partition":"1"}]}`, "/messages/0/partition must be a whole number, not a string"},
+		{"/v1/topics/t/produce-batch", `{"messages":{}}`, "/messages must be an array, not an object"},
+		{"/v1/topics/t/produce-batch", `{"messages":[{"payload":"x","partition":99999999999}]}`, "/messages/0/partition is out of range"},
+		{"/v1/topics/t/produce-batch", `{"messages":[{"payload":"x"`, "the body is not valid JSON: unexpected EOF"},
+		{"/v1/topics/t/produce-batch", ``, "the body is empty; this operation takes a JSON object"},
+		{"/v1/topics/t/produce-batch", `{"a~b/c":1}`, `the body has no member \"a~b/c\"`},
+		{"/v1/topics/t/ack-batch", `{"acks":[{"handle":"x"}]}`, `/acks/0 has no member \"handle\"`},
+		{"/v1/topics/t/ack-batch", `{"acks":[{"receipt_handle":1}]}`, "/acks/0/receipt_handle must be a string, not a number"},
+		{"/v1/topics", ``, "the body is empty; this operation takes a JSON object"},
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, c.target, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		body := rec.Body.String()
+		if rec.Code != http.StatusBadRequest || !strings.Contains(body, `"code":"invalid_json"`) || !strings.Contains(body, c.want) {
+			t.Errorf("POST %s %s: %d %s; want 400 invalid_json saying %q", c.target, c.body, rec.Code, body, c.want)
+		}
+		for _, inside := range []string{"Go ", "apigen", "unmarshal", "jsontext", "decode JSON body"} {
+			if strings.Contains(body, inside) {
+				t.Errorf("POST %s %s: the answer shows the decoder's words %q: %s", c.target, c.body, inside, body)
+			}
+		}
+	}
+	// As a server gets a body of no bytes (Content-Length: 0): http.NoBody.
+	for _, target := range []string{"/v1/topics", "/v1/topics/t/produce-batch", "/v1/topics/t/ack-batch"} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, target, nil)
+		req.Body = http.NoBody
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "the body is empty; this operation takes a JSON object") {
+			t.Errorf("POST %s with no body: %d %s; want 400 saying the body is empty", target, rec.Code, rec.Body)
+		}
+	}
+}

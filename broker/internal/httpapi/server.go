@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -85,6 +86,10 @@ func New(b Broker, opts Options) (http.Handler, error) {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				writeError(w, err)
+				return
+			}
+			if errors.Is(err, io.EOF) {
+				writeError(w, emptyBody())
 				return
 			}
 			writeError(w, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "the body is not valid JSON for this operation: "+err.Error()))
@@ -525,6 +530,9 @@ func (s *server) public(oi *opInfo) bool {
 // bad request never changes state.
 func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 	if r.Body == nil || r.Body == http.NoBody {
+		if oi != nil && oi.body != nil && oi.body.Required {
+			return emptyBody()
+		}
 		return nil
 	}
 	limit := bodyLimit(oi)
@@ -697,9 +705,91 @@ func strictDecode(data []byte, v any) error {
 		if errors.As(err, &se) && errors.Is(err, errNull) {
 			return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "the body is not valid for this operation: "+string(se.JSONPointer)+" is null; leave the member out instead")
 		}
-		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "the body is not valid for this operation: "+err.Error())
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, jsonBodyError(err))
 	}
 	return nil
+}
+
+// emptyBody answers a request without the JSON body its operation requires.
+func emptyBody() *apiError {
+	return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "the body is empty; this operation takes a JSON object (openapi.yaml lists its members)")
+}
+
+// jsonBodyError says what is wrong with a batch body the decoder refused, in the
+// API's terms: the member (as a JSON pointer) and what it takes, in place of the
+// decoder's words, which named Go types ("cannot unmarshal JSON string into Go
+// apigen.OutgoingMessage").
+func jsonBodyError(err error) string {
+	var se *jsonv2.SemanticError
+	var syn *jsontext.SyntacticError
+	switch {
+	case errors.As(err, &se) && errors.Is(err, jsonv2.ErrUnknownName):
+		ptr := string(se.JSONPointer)
+		parent, name := "the body", ptr
+		if i := strings.LastIndexByte(ptr, '/'); i >= 0 {
+			if i > 0 {
+				parent = ptr[:i]
+			}
+			name = strings.NewReplacer("~1", "/", "~0", "~").Replace(ptr[i+1:])
+		}
+		return fmt.Sprintf("the body is not valid for this operation: %s has no member %q; openapi.yaml lists the members it takes", parent, name)
+	case errors.As(err, &se) && se.GoType != nil:
+		at := string(se.JSONPointer)
+		if at == "" {
+			at = "the body"
+		}
+		if se.Err != nil && strings.Contains(se.Err.Error(), "out of range") {
+			return fmt.Sprintf("the body is not valid for this operation: %s is out of range; openapi.yaml gives the values it takes", at)
+		}
+		return fmt.Sprintf("the body is not valid for this operation: %s must be %s, not %s", at, jsonKindOfGo(se.GoType), jsonKindName(se.JSONKind))
+	case errors.As(err, &syn) && errors.Is(err, io.ErrUnexpectedEOF) && syn.ByteOffset == 0:
+		return emptyBody().msg
+	case errors.As(err, &syn):
+		return "the body is not valid JSON: " + strings.TrimPrefix(err.Error(), "jsontext: ")
+	}
+	return "the body is not valid for this operation: " + err.Error()
+}
+
+// jsonKindOfGo is the JSON a member of Go type t takes, as the API's errors name it.
+func jsonKindOfGo(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "another JSON value"
+}
+
+// jsonKindName names a JSON value's kind as the API's errors do.
+func jsonKindName(k jsontext.Kind) string {
+	switch k {
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "true or false"
+	case 'n':
+		return "null"
+	}
+	return "this value"
 }
 
 // checkAckBatchLengths refuses, whole, an ack-batch with a member outside the spec's
@@ -762,8 +852,11 @@ func checkJSONShape(data []byte) error {
 	invalid := func(msg string) error { return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, msg) }
 	for {
 		tok, err := dec.Token()
+		if err == io.EOF && len(bytes.TrimSpace(data)) == 0 {
+			return emptyBody()
+		}
 		if err == io.EOF {
-			return invalid("the body is empty or ends before its JSON value is complete")
+			return invalid("the body ends before its JSON value is complete")
 		}
 		if err != nil {
 			return invalid("the body is not valid JSON: " + err.Error())
