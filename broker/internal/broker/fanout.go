@@ -607,6 +607,9 @@ func (b *Broker) AttachChild(ctx context.Context, parent, child string, delayMs 
 		return ChildInfo{}, err
 	}
 	if _, err := b.lookup(child); err != nil {
+		if errors.Is(err, ErrTopicNotFound) {
+			return ChildInfo{}, fmt.Errorf("%w: no topic %q to attach as a child; create it with POST /v1/topics, then attach it", ErrTopicNotFound, child)
+		}
 		return ChildInfo{}, err
 	}
 	start, parentInc, err := b.parentStart(parent)

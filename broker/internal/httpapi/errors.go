@@ -190,6 +190,9 @@ func toAPIError(err error) *apiError {
 	case errors.As(err, &mbe):
 		return newErr(http.StatusRequestEntityTooLarge, apigen.ErrorCodePayloadTooLarge, "the body is over its limit of "+strconv.FormatInt(mbe.Limit, 10)+" bytes; send less")
 	case errors.Is(err, broker.ErrTopicNotFound):
+		if detail, ok := strings.CutPrefix(err.Error(), broker.ErrTopicNotFound.Error()+": "); ok && detail != "" {
+			return newErr(http.StatusNotFound, apigen.ErrorCodeTopicNotFound, detail) // which topic, and why
+		}
 		return newErr(http.StatusNotFound, apigen.ErrorCodeTopicNotFound, "no such topic; create it with POST /v1/topics")
 	case errors.Is(err, broker.ErrUserNotFound):
 		return newErr(http.StatusNotFound, apigen.ErrorCodeUserNotFound, "no such user; list users with GET /v1/users")

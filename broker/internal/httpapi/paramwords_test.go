@@ -1,10 +1,14 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/narad-mq/narad/broker/internal/apigen"
+	"github.com/narad-mq/narad/broker/internal/broker"
 )
 
 // TestParameterErrorsSayWhatToSend: a parameter the generated router could not bind
@@ -88,5 +92,21 @@ func TestBodyErrorsSayWhatToSend(t *testing.T) {
 		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "the body is empty; this operation takes a JSON object") {
 			t.Errorf("POST %s with no body: %d %s; want 400 saying the body is empty", target, rec.Code, rec.Body)
 		}
+	}
+}
+
+// TestANotFoundKeepsItsDetail: a not-found that says which topic and why (the child
+// of an attach, a topic deleted while a request waited) was answered with the plain
+// "no such topic", which named none. Its detail is the message now; the plain error
+// keeps the plain words.
+func TestANotFoundKeepsItsDetail(t *testing.T) {
+	t.Parallel()
+	detailed := toAPIError(fmt.Errorf("%w: no topic %q to attach as a child; create it with POST /v1/topics, then attach it", broker.ErrTopicNotFound, "c"))
+	if detailed.status != http.StatusNotFound || detailed.code != apigen.ErrorCodeTopicNotFound || detailed.msg != `no topic "c" to attach as a child; create it with POST /v1/topics, then attach it` {
+		t.Errorf("detailed not-found: %d %s %q", detailed.status, detailed.code, detailed.msg)
+	}
+	plain := toAPIError(broker.ErrTopicNotFound)
+	if plain.status != http.StatusNotFound || plain.code != apigen.ErrorCodeTopicNotFound || plain.msg != "no such topic; create it with POST /v1/topics" {
+		t.Errorf("plain not-found: %d %s %q", plain.status, plain.code, plain.msg)
 	}
 }
