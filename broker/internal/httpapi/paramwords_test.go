@@ -110,3 +110,28 @@ func TestANotFoundKeepsItsDetail(t *testing.T) {
 		t.Errorf("plain not-found: %d %s %q", plain.status, plain.code, plain.msg)
 	}
 }
+
+// TestAnUnsupportedMemberSaysWhatToDo: "property \"partitions\" is unsupported" in an
+// alter said what was refused, not that the count is fixed at create, nor where the
+// members are listed.
+func TestAnUnsupportedMemberSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	h, err := New(&recordingBroker{}, Options{Logger: quietLogger(), AllowedHosts: []string{"example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ method, target, body, want string }{
+		{http.MethodPatch, "/v1/topics/t", `{"partitions":3}`, `property \"partitions\" is unsupported: a topic's partition count is fixed when it is created`},
+		{http.MethodPatch, "/v1/topics/t", `{"name":"u"}`, `property \"name\" is unsupported: a topic is not renamed`},
+		{http.MethodPatch, "/v1/topics/t", `{"retention":5}`, `property \"retention\" is unsupported; openapi.yaml lists the members this operation takes`},
+		{http.MethodPost, "/v1/topics/t/children", `{"topic":"c"}`, `property \"topic\" is unsupported; openapi.yaml lists the members this operation takes`},
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(c.method, c.target, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), c.want) {
+			t.Errorf("%s %s %s: %d %s; want 400 saying %q", c.method, c.target, c.body, rec.Code, rec.Body, c.want)
+		}
+	}
+}

@@ -610,9 +610,34 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 		if e := nameError(oi.id, err); e != nil {
 			return e
 		}
-		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, describeSchemaError(err))
+		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, unsupportedHint(oi.id, describeSchemaError(err)))
 	}
 	return nil
+}
+
+// fixedAtCreate are the members of a topic's create that an alter does not take, and
+// why.
+var fixedAtCreate = map[string]string{
+	"name":            "a topic is not renamed; create one of the new name",
+	"partitions":      "a topic's partition count is fixed when it is created; create a topic with more partitions",
+	"parent":          "a topic's parent is attached and detached with POST and DELETE /v1/topics/{parent}/children",
+	"fanout_delay_ms": "a delay child's delay is set when it is attached to its parent (POST /v1/topics/{parent}/children)",
+}
+
+// unsupportedHint adds to the schema's "property X is unsupported" what to do: why an
+// alter does not take a member of the create, or where the members are listed.
+func unsupportedHint(op, msg string) string {
+	if !strings.HasSuffix(msg, " is unsupported") {
+		return msg
+	}
+	if op == "alterTopic" {
+		for name, why := range fixedAtCreate {
+			if strings.Contains(msg, `property "`+name+`" is unsupported`) {
+				return msg + ": " + why
+			}
+		}
+	}
+	return msg + "; openapi.yaml lists the members this operation takes"
 }
 
 // nameError answers a topic or user name that the schema's length bounds refuse as the
