@@ -119,7 +119,7 @@ func Run(ctx context.Context, args []string, io IO) int {
 		// only a signal ends, returns nil instead; any other command did not do all it
 		// was asked, and a script must not read its exit as success. The SDK may
 		// report the cut call as canceled or as a timeout.
-		fmt.Fprintf(io.Stderr, "narad %s: stopped by a signal before it finished (what it printed is done): %v\n", path, err)
+		fmt.Fprintf(io.Stderr, "narad %s: stopped by a signal before it finished (what it printed is done): %s\n", path, errText(err))
 		if narad.Uncertain(err) {
 			// A write whose request was sent and whose answer had not come: done or
 			// not, nobody knows, and a user who reads only the line above would send
@@ -128,8 +128,15 @@ func Run(ctx context.Context, args []string, io IO) int {
 		}
 		return ExitFailed
 	}
-	fmt.Fprintf(io.Stderr, "narad %s: %v\n", path, err)
+	fmt.Fprintf(io.Stderr, "narad %s: %s\n", path, errText(err))
 	return exitCode(err)
+}
+
+// errText is err as a command prints it after its own "narad <command>: ": without
+// the SDK's "narad: " in front, which said the same twice ("narad produce: narad:
+// produce orders at …").
+func errText(err error) string {
+	return strings.TrimPrefix(err.Error(), "narad: ")
 }
 
 // refuseNegative refuses a negative number or duration given to any flag: no flag of
