@@ -758,15 +758,21 @@ func jsonBodyError(err error) string {
 			name = strings.NewReplacer("~1", "/", "~0", "~").Replace(ptr[i+1:])
 		}
 		return fmt.Sprintf("the body is not valid for this operation: %s has no member %q; openapi.yaml lists the members it takes", parent, name)
-	case errors.As(err, &se) && se.GoType != nil:
+	case errors.As(err, &se):
 		at := string(se.JSONPointer)
 		if at == "" {
 			at = "the body"
 		}
-		if se.Err != nil && strings.Contains(se.Err.Error(), "out of range") {
+		switch {
+		case se.Err != nil && strings.Contains(se.Err.Error(), "out of range"):
 			return fmt.Sprintf("the body is not valid for this operation: %s is out of range; openapi.yaml gives the values it takes", at)
+		case se.Err == nil && se.GoType != nil:
+			return fmt.Sprintf("the body is not valid for this operation: %s must be %s, not %s", at, jsonKindOfGo(se.GoType), jsonKindName(se.JSONKind))
+		case errors.Is(se.Err, strconv.ErrSyntax) && se.GoType != nil && len(se.JSONValue) > 0:
+			return fmt.Sprintf("the body is not valid for this operation: %s must be %s, not %s", at, jsonKindOfGo(se.GoType), se.JSONValue)
+		case se.Err != nil:
+			return fmt.Sprintf("the body is not valid for this operation: %s: %v", at, se.Err)
 		}
-		return fmt.Sprintf("the body is not valid for this operation: %s must be %s, not %s", at, jsonKindOfGo(se.GoType), jsonKindName(se.JSONKind))
 	case errors.As(err, &syn) && errors.Is(err, io.ErrUnexpectedEOF) && syn.ByteOffset == 0:
 		return emptyBody().msg
 	case errors.As(err, &syn):
