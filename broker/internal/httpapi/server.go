@@ -620,7 +620,7 @@ func (s *server) prepareBody(r *http.Request, oi *opInfo) error {
 var fixedAtCreate = map[string]string{
 	"name":            "a topic is not renamed; create one of the new name",
 	"partitions":      "a topic's partition count is fixed when it is created; create a topic with more partitions",
-	"parent":          "a topic's parent is attached and detached with POST and DELETE /v1/topics/{parent}/children",
+	"parent":          "a child is attached to its parent with POST /v1/topics/{parent}/children and detached with DELETE /v1/topics/{parent}/children/{child}",
 	"fanout_delay_ms": "a delay child's delay is set when it is attached to its parent (POST /v1/topics/{parent}/children)",
 }
 
