@@ -213,7 +213,7 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, broker.ErrPartitionNotFound):
 		return newErr(http.StatusNotFound, apigen.ErrorCodePartitionNotFound, "no such partition; partitions count from 0 to the topic's partitions - 1")
 	case errors.Is(err, broker.ErrLeaseLost):
-		return newErr(http.StatusGone, apigen.ErrorCodeLeaseLost, "the lease lapsed, was handed back, or the message was settled; it is (or was) delivered again, so do not ack it")
+		return newErr(http.StatusGone, apigen.ErrorCodeLeaseLost, "the lease is no longer held: it lapsed or was handed back (the message is, or was, delivered again), or the message is settled already; do not ack it again")
 	case errors.Is(err, broker.ErrBadHandle):
 		return newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidReceiptHandle, "the receipt handle is not one this broker issued for this topic; pass it exactly as received")
 	case errors.Is(err, broker.ErrOffsetOutOfRange):
