@@ -24,8 +24,9 @@ var (
 	ErrConflict = errors.New("narad: conflict")
 	// ErrTooLarge means a body or message is over the broker's limit (413).
 	ErrTooLarge = errors.New("narad: too large")
-	// ErrLeaseLost means the lease behind a receipt handle is no longer held (410): the
-	// message is (or was) delivered again, so the work must not count as acknowledged.
+	// ErrLeaseLost means the lease behind a receipt handle is no longer held (410): it
+	// lapsed or was handed back, and the message is (or was) delivered again, or the
+	// message is settled already; either way the work must not count as acknowledged.
 	ErrLeaseLost = errors.New("narad: lease lost")
 	// ErrUnavailable means the node could not serve the request now (503 or a connection
 	// failure); it is safe and useful to retry, after Retry-After when the broker sent one.

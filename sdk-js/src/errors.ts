@@ -168,7 +168,8 @@ export class TooLargeError extends NaradError {
 }
 /**
  * LeaseLostError: 410, the lease behind a receipt handle lapsed, was handed back or the
- * message was settled. The message is (or was) delivered again: do not ack it.
+ * message was settled. Unless it was settled, the message is (or was) delivered again: do
+ * not ack it.
  */
 export class LeaseLostError extends NaradError {
   /** Creates a LeaseLost error. */
