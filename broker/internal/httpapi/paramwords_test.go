@@ -18,10 +18,7 @@ import (
 // parameter and what it takes.
 func TestParameterErrorsSayWhatToSend(t *testing.T) {
 	t.Parallel()
-	h, err := New(&recordingBroker{}, Options{Logger: quietLogger(), AllowedHosts: []string{"example.com"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := wordsServer(t)
 	for _, c := range []struct{ method, target, want string }{
 		{http.MethodPost, "/v1/topics/t/ack", "the query parameter receipt_handle is required: add ?receipt_handle=… to the URL"},
 		{http.MethodPost, "/v1/topics/t/ack?receipt_handle=", "the query parameter receipt_handle must not be empty"},
@@ -52,10 +49,7 @@ func TestParameterErrorsSayWhatToSend(t *testing.T) {
 // JSON pointer, and what it takes.
 func TestBodyErrorsSayWhatToSend(t *testing.T) {
 	t.Parallel()
-	h, err := New(&recordingBroker{}, Options{Logger: quietLogger(), AllowedHosts: []string{"example.com"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := wordsServer(t)
 	for _, c := range []struct{ target, body, want string }{
 		{"/v1/topics/t/produce-batch", `{"messages":[{"value":"x"}]}`, `/messages/0 has no member \"value\"; openapi.yaml lists the members it takes`},
 		{"/v1/topics/t/produce-batch", `{"messages":[{"payload":"x","partition":"1"}]}`, "/messages/0/partition must be a whole number, not a string"},
@@ -119,10 +113,7 @@ func TestANotFoundKeepsItsDetail(t *testing.T) {
 // members are listed.
 func TestAnUnsupportedMemberSaysWhatToDo(t *testing.T) {
 	t.Parallel()
-	h, err := New(&recordingBroker{}, Options{Logger: quietLogger(), AllowedHosts: []string{"example.com"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := wordsServer(t)
 	for _, c := range []struct{ method, target, body, want string }{
 		{http.MethodPatch, "/v1/topics/t", `{"partitions":3}`, `property \"partitions\" is unsupported: a topic's partition count is fixed when it is created`},
 		{http.MethodPatch, "/v1/topics/t", `{"name":"u"}`, `property \"name\" is unsupported: a topic is not renamed`},
@@ -137,4 +128,15 @@ func TestAnUnsupportedMemberSaysWhatToDo(t *testing.T) {
 			t.Errorf("%s %s %s: %d %s; want 400 saying %q", c.method, c.target, c.body, rec.Code, rec.Body, c.want)
 		}
 	}
+}
+
+// wordsServer is a server over a broker that answers from its arguments: the refusals
+// these tests read are made before the broker is asked.
+func wordsServer(t *testing.T) http.Handler {
+	t.Helper()
+	h, err := New(&recordingBroker{}, Options{Logger: quietLogger(), AllowedHosts: []string{"example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
