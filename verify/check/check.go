@@ -42,6 +42,22 @@ const (
 // long poll's wait is added for consumes).
 const opBound = 10 * time.Second
 
+// deleteLandsBy is the last moment a topic delete of unknown outcome (no answer, or
+// 503 timeout), answered at ret, may take effect, given the run's fault windows ks:
+// its controller may commit it only after the control plane elects a controller again,
+// until the next fault after its answer ends (or its answer, when none follows), plus
+// the bound of an operation outside faults. Check and Doctor use the same bound, so a
+// doctored history is judged on the incarnation lives it was doctored on.
+func deleteLandsBy(ks kills) func(ret int64) int64 {
+	return func(ret int64) int64 {
+		end := ks.nextEnd(ret)
+		if end == never {
+			end = ret
+		}
+		return end + int64(opBound)
+	}
+}
+
 // Violation is one broken rule.
 type Violation struct {
 	Kind   string `json:"kind"`
@@ -401,24 +417,15 @@ func Check(es []history.Entry) *Report {
 		}
 		r.ClockOffsets = append(r.ClockOffsets, o)
 	}
-	// deleteLandsBy: a delete whose outcome is unknown may still take effect once the
-	// control plane elects a controller again: until the next fault after its answer
-	// ends (or its answer, when none follows), plus the bound of an operation outside
-	// faults. A soak (seed 2222226017) met one answered 503 timeout ("leadership lost
-	// while committing") during a rolling restart and committed by the next controller
-	// 1.2 s later.
-	deleteLandsBy := func(ret int64) int64 {
-		end := ks.nextEnd(ret)
-		if end == never {
-			end = ret
-		}
-		return end + int64(opBound)
-	}
+	// A delete whose outcome is unknown may still take effect after its answer
+	// (deleteLandsBy): a soak (seed 2222226017) met one answered 503 timeout
+	// ("leadership lost while committing") during a rolling restart and committed by the
+	// next controller 1.2 s later.
 	recreated := map[string]*incSet{}
 	for _, t := range run.Topics {
 		topics[t.Name] = t
 		if t.Recreated {
-			recreated[t.Name] = buildIncarnations(es, t.Name, deleteLandsBy)
+			recreated[t.Name] = buildIncarnations(es, t.Name, deleteLandsBy(ks))
 			r.Incarnations[t.Name] = len(recreated[t.Name].wins)
 		}
 	}
