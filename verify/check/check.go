@@ -270,12 +270,11 @@ func Check(es []history.Entry) *Report {
 		Duplicates: map[string]int{}, Violations: map[string]int{}, Latency: map[string][2]string{}, Incarnations: map[string]int{}}
 	var run history.RunInfo
 	topics := map[string]history.TopicInfo{}
-	var ks kills
 	// cluster: the history is a cluster run's (RunInfo.Nodes), and the cluster's contract
 	// holds: an ack answered 204 is committed on a quorum, so no crash excuses a delivery
 	// after it; a stored copy at a second offset needs a second produce attempt that may
 	// have stored it. Pauses and network faults may change a partition's leader (which
-	// drops its leases) as a kill does, so they join ks.
+	// drops its leases) as a kill does, so they join the kills (ks, faultKills).
 	cluster := false
 	var faultWins []window // every fault's window, kills reaching to the next ready node
 	lastKill := -1
@@ -318,7 +317,6 @@ func Check(es []history.Entry) *Report {
 			r.Faults[e.Fault]++
 			switch e.Fault {
 			case history.FaultKill, history.FaultFailpointKill, history.FaultCrash:
-				ks = append(ks, [2]int64{e.Call, e.Return})
 				faultWins = append(faultWins, window{e.Call, e.Return})
 				lastKill = len(faultWins) - 1
 				if e.Fault == history.FaultFailpointKill {
@@ -336,9 +334,6 @@ func Check(es []history.Entry) *Report {
 				clock = append(clock, clockLine{e.Call, e.ClockOffset, e.Target, e.ClockDrift})
 				faultWins = append(faultWins, window{e.Call, e.Return})
 			case history.FaultPause, history.FaultNet, history.FaultStop:
-				if cluster {
-					ks = append(ks, [2]int64{e.Call, e.Return})
-				}
 				faultWins = append(faultWins, window{e.Call, e.Return})
 			case history.FaultDamaged:
 				k := dkey{e.Topic, e.Partition, e.Offset}
@@ -421,6 +416,7 @@ func Check(es []history.Entry) *Report {
 	// (deleteLandsBy): a soak (seed 2222226017) met one answered 503 timeout
 	// ("leadership lost while committing") during a rolling restart and committed by the
 	// next controller 1.2 s later.
+	ks := faultKills(es)
 	recreated := map[string]*incSet{}
 	for _, t := range run.Topics {
 		topics[t.Name] = t
