@@ -88,10 +88,6 @@ func New(b Broker, opts Options) (http.Handler, error) {
 				writeError(w, err)
 				return
 			}
-			if errors.Is(err, io.EOF) {
-				writeError(w, emptyBody())
-				return
-			}
 			writeError(w, newErr(http.StatusBadRequest, apigen.ErrorCodeInvalidJson, "the body is not valid JSON for this operation: "+err.Error()))
 		},
 		ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
