@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -450,4 +451,46 @@ func TestKeylessBatchOnePartition(t *testing.T) {
 func readRange(b *Broker, ctx context.Context, name string, part int32, from *uint64, fromTimeMs *int64, max int) ([]Delivered, uint64, error) {
 	got, err := b.Read(ctx, name, part, ReadSpec{From: from, FromTimeMs: fromTimeMs, Max: max})
 	return got.Messages, got.Next, err
+}
+
+// TestWALMetricsCountBytesAndCheckpoints: the write-ahead file's bytes and checkpoints
+// are exported, so an operator can tell how much it writes and how often a full file's
+// data files are synced. A little over one 8 MiB file of appends must fill a file and
+// get it checkpointed.
+func TestWALMetricsCountBytesAndCheckpoints(t *testing.T) {
+	t.Parallel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m := NewMetrics()
+	syncer, _ := SyncerFor(SyncWAL)
+	b, err := Open(Options{DataDir: t.TempDir(), NodeID: "n1", Logger: quiet, Metrics: m, Syncer: syncer, WAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateTopic(context.Background(), TopicSpec{Name: "t", Partitions: ptr[int32](2)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := counterValue(t, m, "narad_storage_wal_checkpoints_total"); got != 0 {
+		t.Fatalf("%v checkpoints before any file filled", got)
+	}
+	const size, n = 64 << 10, 160 // 10 MiB
+	value := bytes.Repeat([]byte("w"), size)
+	for i := 0; i < n; i++ {
+		if _, err := b.Produce(context.Background(), "t", []Outgoing{{Partition: -1, Value: value}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counterValue(t, m, "narad_storage_wal_bytes_total"); got < size*n {
+		t.Fatalf("narad_storage_wal_bytes_total %v after %d bytes of appends", got, size*n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for counterValue(t, m, "narad_storage_wal_checkpoints_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no write-ahead file checkpointed 30 s after 10 MiB of appends")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
