@@ -236,7 +236,7 @@ func NewMetrics() *Metrics {
 			Name: "narad_storage_wal_hold_offs_total", Help: "Held write-ahead syncs that took 20 ms or more, each of which paused the holding (a second at first; longer while the disk stalls for 100 ms or more): a slow or stalling disk.",
 		}, readStat(&m.walStats, func(s wal.Stats) float64 { return float64(s.HoldOffs) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "narad_storage_wal_bytes_total", Help: "Bytes written into the write-ahead file (--sync-mode wal): every append and settle of every partition on this node, with the records' headers.",
+			Name: "narad_storage_wal_bytes_total", Help: "Bytes written into the write-ahead file (--sync-mode wal): every append and settle of every partition on this node and the Raft log entries of its replicated partitions, with the records' headers.",
 		}, readStat(&m.walStats, func(s wal.Stats) float64 { return float64(s.Bytes) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_storage_wal_checkpoints_total", Help: "Write-ahead files checkpointed: the data files a full file's records went to were synced, and the file freed for reuse.",
