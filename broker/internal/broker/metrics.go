@@ -211,17 +211,17 @@ func NewMetrics() *Metrics {
 			Name: "narad_retention_deleted_messages_total", Help: "Messages deleted by retention, acked or not.",
 		}, []string{"topic"}),
 		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "narad_storage_sync_duration_seconds", Help: "Duration of one shared file-system sync round (group sync mode): the disk's fsync latency as writers see it.",
+			Name: "narad_storage_sync_duration_seconds", Help: "Duration of one shared sync round: a round of the write-ahead file (wal sync mode) or a file-system sync shared by files with writes waiting (the other files in wal mode, all in group mode): the disk's fsync latency as writers see it.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .002, .004, .008, .016, .032, .064, .128, .256, .512, 1, 2},
 		}),
 		SyncGroupFiles: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "narad_storage_sync_group_files", Help: "Partition files made durable by one shared sync round (group sync mode): the group-commit size.",
+			Name: "narad_storage_sync_group_files", Help: "Partition files made durable by one shared sync round (a write-ahead round counts one per log whose appends it recorded): the group-commit size.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
 		}),
 	}
 	r.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "narad_storage_sync_rounds_total", Help: "File-system syncs shared by the partitions with writes waiting (group sync mode).",
+			Name: "narad_storage_sync_rounds_total", Help: "Shared sync rounds: rounds of the write-ahead file (wal sync mode) plus file-system syncs shared by files with writes waiting (the other files in wal mode, all in group mode).",
 		}, readStat(&m.syncStats, func(s vfs.SyncStats) float64 { return float64(s.Rounds) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "narad_storage_sync_files_total", Help: "Partition files made durable by those rounds; divided by the rounds, how many shared each.",
