@@ -92,8 +92,9 @@ func (l *Log) run() {
 		sealed, err := l.commit(group, size)
 		if err == nil && l.opts.RecoveryPointEvery > 0 && time.Since(l.rpAt) >= l.opts.RecoveryPointEvery {
 			// Before the answers, so that whoever sees an append return also sees every
-			// fsync it caused; it costs one group one more fsync at most once a period.
-			l.writeRecoveryPoint()
+			// fsync it caused; it costs one group one more fsync at most once a period
+			// (none with a write-ahead file: writePeriodicPoint).
+			l.writePeriodicPoint()
 		}
 		l.fileMu.Unlock()
 		for _, r := range group {

@@ -47,8 +47,9 @@ type Options struct {
 	Syncer Syncer
 	// WAL, when set, makes appended records durable by a commit to the node's
 	// write-ahead file instead of a sync of the segment file (Syncer still serves
-	// the index and recovery-point files). The WAL must have replayed its records
-	// before the log is opened.
+	// the index files and the recovery points of Close and retention; the periodic
+	// one is written without a sync). The WAL must have replayed its records before
+	// the log is opened.
 	WAL Committer
 }
 
@@ -747,7 +748,7 @@ type Stats struct {
 	// RecoveryPointErrors counts recovery-point writes that failed; recovery then
 	// knows less about which bad bytes were acknowledged (see README.md).
 	RecoveryPointErrors uint64
-	RecoveryPoints      uint64 // recovery-point writes, each with its own fsync
+	RecoveryPoints      uint64 // recovery-point writes, each with its own fsync but the periodic ones under a WAL
 	Segments            int    // segment files now
 	SizeBytes           int64  // bytes of durable records in those files
 	DamagedRecords      uint64 // records Open found damaged (see Damaged)

@@ -148,10 +148,10 @@ func (pf *pointFile) write(fsys vfs.FS, dir string, rp recoveryPoint, sync func(
 	return nil
 }
 
-// close closes the file if it is open (what it holds was synced when written).
+// close closes the file if it is open.
 func (pf *pointFile) close() {
 	if pf.f != nil {
-		_ = pf.f.Close() // synced at each write; only a hint for the next open
+		_ = pf.f.Close() // only a hint for the next open, whatever reached the disk
 		pf.f = nil
 	}
 }
@@ -169,7 +169,28 @@ func (l *Log) readRecoveryPoint() {
 // recovery, not a promise to anyone, so a failure is counted and otherwise ignored.
 // l.fileMu must be held, and the log must not have failed: after a failed write the
 // durable state is unknown.
-func (l *Log) writeRecoveryPoint() {
+func (l *Log) writeRecoveryPoint() { l.writePoint(l.sync) }
+
+// writePeriodicPoint is the recovery point a group's append writes once a period.
+// With a write-ahead file it is written without a sync of its own: every byte it
+// claims was committed to the write-ahead file before it was written, and the file
+// replays into the segment before the log opens, so whatever version of the point a
+// power loss leaves (this one, the previous slot's, or none) claims only bytes the
+// segment holds again after the replay. The next checkpoint's syncfs usually makes it
+// durable with the data files. Without that sync, a node of many partitions is spared
+// one file-system-wide sync round per partition per second: at 256 partitions most of
+// its writes to disk (docs/performance.md). The points written at Close and before
+// retention removes the last records keep their sync: the one is the clean state,
+// the other the only note of how far timestamps went.
+func (l *Log) writePeriodicPoint() {
+	if l.opts.WAL == nil {
+		l.writePoint(l.sync)
+		return
+	}
+	l.writePoint(func(vfs.File) error { return nil })
+}
+
+func (l *Log) writePoint(sync func(vfs.File) error) {
 	l.rpAt = time.Now()
 	if l.opts.NoSync || l.failErr != nil {
 		return
@@ -178,7 +199,7 @@ func (l *Log) writeRecoveryPoint() {
 	if l.rp.valid && rp == l.rp.rp {
 		return
 	}
-	if err := l.rp.write(l.fs, l.dir, rp, l.sync, l.syncDir); err != nil {
+	if err := l.rp.write(l.fs, l.dir, rp, sync, l.syncDir); err != nil {
 		l.pointFailed(&l.rp)
 		return
 	}

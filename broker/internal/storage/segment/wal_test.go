@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/narad-mq/narad/broker/internal/storage/vfs"
 	"github.com/narad-mq/narad/broker/internal/storage/wal"
@@ -277,4 +278,44 @@ func TestKilledAppendIsDurableOnceRead(t *testing.T) {
 	}
 	checkRecords(t, readAll(t, l3), testRecords(0, 10))
 	mustClose(t, l3)
+}
+
+// TestWALPeriodicPointsAreNotSyncedAndSurviveAPowerLoss: with a write-ahead file the
+// once-a-period recovery point is written without a sync of its own (a node of many
+// partitions would otherwise pay a file-system-wide sync per partition per second),
+// and whatever a power loss leaves of it — the newest slot, the other, a torn one or
+// nothing — the log comes back with exactly what was acknowledged and no damage: the
+// point claims only bytes the write-ahead file had committed, and they replay.
+func TestWALPeriodicPointsAreNotSyncedAndSurviveAPowerLoss(t *testing.T) {
+	for seed := int64(0); seed < 24; seed++ {
+		n := 5 + int(seed)*7
+		m := vfs.NewMem()
+		w, _ := openTestWAL(t, m)
+		opts := memOptions(m)
+		opts.WAL = w
+		opts.RecoveryPointEvery = time.Nanosecond // a point with every group
+		l := mustOpen(t, testDir, opts)
+		appendTestRecords(t, l, 0, n)
+		if st := l.Stats(); st.RecoveryPoints < 2 {
+			t.Fatalf("seed %d: %d recovery points for %d records", seed, st.RecoveryPoints, n)
+		}
+		if b, err := m.Durable(filepath.Join(testDir, recoveryName)); err != nil || len(b) != 0 {
+			t.Fatalf("seed %d: the recovery-point file was synced: %d durable bytes (%v)", seed, len(b), err)
+		}
+		if seed%3 == 0 {
+			m.Crash() // every unsynced byte lost: no point at all
+		} else {
+			m.CrashTorn(rand.New(rand.NewSource(seed)))
+		}
+		openTestWAL(t, m)
+		l = mustOpen(t, testDir, memOptions(m))
+		if d := l.Damaged(); len(d) != 0 {
+			t.Fatalf("seed %d: damage after the replay: %+v", seed, d)
+		}
+		if l.Next() != uint64(n) {
+			t.Fatalf("seed %d: Next %d after the replay, want %d", seed, l.Next(), n)
+		}
+		checkRecords(t, readAll(t, l), testRecords(0, n))
+		mustClose(t, l)
+	}
 }
