@@ -89,8 +89,11 @@ type pointFile struct {
 	name  string
 	rp    recoveryPoint
 	valid bool
-	slot  int      // slot the next write goes to
-	f     vfs.File // open once written
+	// synced: rp was synced when this run wrote it. A point read at open counts as
+	// not synced (an earlier run may have left it in the page cache only).
+	synced bool
+	slot   int      // slot the next write goes to
+	f      vfs.File // open once written
 }
 
 // read loads the newest valid slot of the file, and picks the other slot for the
@@ -119,8 +122,9 @@ func (pf *pointFile) read(fsys vfs.FS, dir string) {
 }
 
 // write writes rp to the file's next slot and makes it durable with sync (and, when
-// it creates the file, the directory's entry with syncDir).
-func (pf *pointFile) write(fsys vfs.FS, dir string, rp recoveryPoint, sync func(vfs.File) error, syncDir func() error) error {
+// it creates the file, the directory's entry with syncDir); synced says whether sync
+// does sync.
+func (pf *pointFile) write(fsys vfs.FS, dir string, rp recoveryPoint, sync func(vfs.File) error, synced bool, syncDir func() error) error {
 	if pf.f == nil {
 		path := filepath.Join(dir, pf.name)
 		f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -144,7 +148,7 @@ func (pf *pointFile) write(fsys vfs.FS, dir string, rp recoveryPoint, sync func(
 	if err := sync(pf.f); err != nil {
 		return err
 	}
-	pf.rp, pf.valid, pf.slot = rp, true, 1-pf.slot
+	pf.rp, pf.valid, pf.slot, pf.synced = rp, true, 1-pf.slot, synced
 	return nil
 }
 
@@ -169,7 +173,7 @@ func (l *Log) readRecoveryPoint() {
 // recovery, not a promise to anyone, so a failure is counted and otherwise ignored.
 // l.fileMu must be held, and the log must not have failed: after a failed write the
 // durable state is unknown.
-func (l *Log) writeRecoveryPoint() { l.writePoint(l.sync) }
+func (l *Log) writeRecoveryPoint() { l.writePoint(true) }
 
 // writePeriodicPoint is the recovery point a group's append writes once a period.
 // With a write-ahead file it is written without a sync of its own: every byte it
@@ -182,24 +186,26 @@ func (l *Log) writeRecoveryPoint() { l.writePoint(l.sync) }
 // its writes to disk (docs/performance.md). The points written at Close and before
 // retention removes the last records keep their sync: the one is the clean state,
 // the other the only note of how far timestamps went.
-func (l *Log) writePeriodicPoint() {
-	if l.opts.WAL == nil {
-		l.writePoint(l.sync)
-		return
-	}
-	l.writePoint(func(vfs.File) error { return nil })
-}
+func (l *Log) writePeriodicPoint() { l.writePoint(l.opts.WAL == nil) }
 
-func (l *Log) writePoint(sync func(vfs.File) error) {
+// writePoint writes the recovery point, synced if durable. A point equal to the newest
+// one is skipped only when that one was synced or no sync is asked for: a point the
+// periodic write left unsynced is written again, synced, when Close or retention
+// needs it durable.
+func (l *Log) writePoint(durable bool) {
 	l.rpAt = time.Now()
 	if l.opts.NoSync || l.failErr != nil {
 		return
 	}
 	rp := l.activePoint()
-	if l.rp.valid && rp == l.rp.rp {
+	if l.rp.valid && rp == l.rp.rp && (l.rp.synced || !durable) {
 		return
 	}
-	if err := l.rp.write(l.fs, l.dir, rp, sync, l.syncDir); err != nil {
+	sync := l.sync
+	if !durable {
+		sync = func(vfs.File) error { return nil }
+	}
+	if err := l.rp.write(l.fs, l.dir, rp, sync, durable, l.syncDir); err != nil {
 		l.pointFailed(&l.rp)
 		return
 	}
@@ -241,7 +247,7 @@ func (l *Log) writeFlushPoint() error {
 		return nil
 	}
 	realSync := func(f vfs.File) error { return f.Sync() }
-	if err := l.fp.write(l.fs, l.dir, rp, realSync, func() error { return l.fs.SyncDir(l.dir) }); err != nil {
+	if err := l.fp.write(l.fs, l.dir, rp, realSync, true, func() error { return l.fs.SyncDir(l.dir) }); err != nil {
 		l.pointFailed(&l.fp)
 		return err
 	}
