@@ -351,12 +351,7 @@ func TestWALTimestampFloorSyncedBeforeRetentionEmptiesTheLog(t *testing.T) {
 		t.Errorf("the last records were removed while the recovery point holding their timestamp is not durable (%d durable bytes, %v)", len(b), err)
 	}
 	m.Crash()
-	w2, _ := openTestWAL(t, m)
-	defer func() { _ = w2.Close() }()
-	opts2 := memOptions(m)
-	opts2.WAL = w2
-	l2 := mustOpen(t, testDir, opts2)
-	defer mustClose(t, l2)
+	l2 := reopenWithWAL(t, m)
 	mustAppend(t, l2, Record{Timestamp: 10, Value: []byte("b")})
 	recs := mustRead(t, l2, 1, 1, 1<<20)
 	if len(recs) != 1 || recs[0].Timestamp < 5000 {
@@ -391,13 +386,23 @@ func TestWALClosePointIsDurable(t *testing.T) {
 	if err := m.FlipByte(active.path, last, 0x40); err != nil { // damage at rest
 		t.Fatal(err)
 	}
-	w2, _ := openTestWAL(t, m)
-	defer func() { _ = w2.Close() }()
-	opts2 := memOptions(m)
-	opts2.WAL = w2
-	l2 := mustOpen(t, testDir, opts2)
-	defer mustClose(t, l2)
+	l2 := reopenWithWAL(t, m)
 	if l2.Next() != n || len(l2.Damaged()) != 1 {
 		t.Fatalf("acknowledged record %d damaged at rest after a clean stop: Next %d (want %d), damage %v (want it reported)", n-1, l2.Next(), n, l2.Damaged())
 	}
+}
+
+// reopenWithWAL opens the write-ahead file on m (replaying it) and the test log over
+// it, both closed when the test ends.
+func reopenWithWAL(t *testing.T, m *vfs.Mem) *Log {
+	t.Helper()
+	w, _ := openTestWAL(t, m)
+	opts := memOptions(m)
+	opts.WAL = w
+	l := mustOpen(t, testDir, opts)
+	t.Cleanup(func() {
+		mustClose(t, l)
+		_ = w.Close()
+	})
+	return l
 }
