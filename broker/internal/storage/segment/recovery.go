@@ -121,10 +121,10 @@ func (pf *pointFile) read(fsys vfs.FS, dir string) {
 	}
 }
 
-// write writes rp to the file's next slot and makes it durable with sync (and, when
-// it creates the file, the directory's entry with syncDir); synced says whether sync
-// does sync.
-func (pf *pointFile) write(fsys vfs.FS, dir string, rp recoveryPoint, sync func(vfs.File) error, synced bool, syncDir func() error) error {
+// write writes rp to the file's next slot and makes it durable with sync, or leaves
+// it unsynced when sync is nil (and, when it creates the file, makes the directory's
+// entry durable with syncDir).
+func (pf *pointFile) write(fsys vfs.FS, dir string, rp recoveryPoint, sync func(vfs.File) error, syncDir func() error) error {
 	if pf.f == nil {
 		path := filepath.Join(dir, pf.name)
 		f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -145,10 +145,12 @@ func (pf *pointFile) write(fsys vfs.FS, dir string, rp recoveryPoint, sync func(
 	if _, err := pf.f.WriteAt(encodeRecoveryPoint(rp), int64(pf.slot*recoverySlot)); err != nil {
 		return err
 	}
-	if err := sync(pf.f); err != nil {
-		return err
+	if sync != nil {
+		if err := sync(pf.f); err != nil {
+			return err
+		}
 	}
-	pf.rp, pf.valid, pf.slot, pf.synced = rp, true, 1-pf.slot, synced
+	pf.rp, pf.valid, pf.slot, pf.synced = rp, true, 1-pf.slot, sync != nil
 	return nil
 }
 
@@ -201,11 +203,11 @@ func (l *Log) writePoint(durable bool) {
 	if l.rp.valid && rp == l.rp.rp && (l.rp.synced || !durable) {
 		return
 	}
-	sync := l.sync
-	if !durable {
-		sync = func(vfs.File) error { return nil }
+	var sync func(vfs.File) error
+	if durable {
+		sync = l.sync
 	}
-	if err := l.rp.write(l.fs, l.dir, rp, sync, durable, l.syncDir); err != nil {
+	if err := l.rp.write(l.fs, l.dir, rp, sync, l.syncDir); err != nil {
 		l.pointFailed(&l.rp)
 		return
 	}
@@ -247,7 +249,7 @@ func (l *Log) writeFlushPoint() error {
 		return nil
 	}
 	realSync := func(f vfs.File) error { return f.Sync() }
-	if err := l.fp.write(l.fs, l.dir, rp, realSync, true, func() error { return l.fs.SyncDir(l.dir) }); err != nil {
+	if err := l.fp.write(l.fs, l.dir, rp, realSync, func() error { return l.fs.SyncDir(l.dir) }); err != nil {
 		l.pointFailed(&l.fp)
 		return err
 	}
