@@ -152,8 +152,8 @@ fmt: ## gofmt every module
 
 bench: bench-go bench-flow ## Go benchmarks (storage, queue, HTTP handlers), then every workload shape against a node
 
-bench-go: bench-storage ## Go benchmarks of the queue logic and the HTTP handlers, after the storage ones
-	cd broker && $(GO) test -run '^$$' -bench . -benchtime 1s ./internal/queue ./internal/httpapi
+bench-go: bench-storage ## Go benchmarks of the queue logic, the broker's batched flow and the HTTP handlers, after the storage ones
+	cd broker && $(GO) test -run '^$$' -bench . -benchtime 1s ./internal/queue ./internal/broker ./internal/httpapi
 
 bench-storage: ## Segment log: durable appends/s and MB/s beside the machine's fsync rate
 	cd broker && $(GO) test -run '^$$' -bench . -benchtime 2s ./internal/storage/segment

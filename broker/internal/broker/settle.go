@@ -109,7 +109,15 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 	// that each entry meets the lease as the entries before it left it: [ack H,
 	// nack H] settles the message and answers the nack 410, as two calls in that
 	// order would (the nack used to win, and the ack answered 410).
-	settling := make(map[queue.Handle]bool)
+	// Only an extend or nack looks it up: a batch of settles alone (the common one)
+	// builds no map (2 % of a node's CPU in the batched flow).
+	var settling map[queue.Handle]bool
+	for _, r := range reqs {
+		if r.Mode != Settle {
+			settling = make(map[queue.Handle]bool)
+			break
+		}
+	}
 	var after []int
 	extend := func(i int) {
 		r, h := reqs[i], handles[i]
@@ -145,7 +153,9 @@ func (b *Broker) Ack(name string, reqs []AckReq) []error {
 		switch {
 		case r.Mode == Settle:
 			settles[h.Partition] = append(settles[h.Partition], i)
-			settling[h] = true
+			if settling != nil {
+				settling[h] = true
+			}
 		case settling[h]:
 			after = append(after, i)
 		default:
