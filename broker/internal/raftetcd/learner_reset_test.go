@@ -2,6 +2,7 @@ package raftetcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,24 +56,56 @@ func learnerAddedAgain(t *testing.T, more int) {
 	open(0, GroupConfig{Voters: []uint64{1, 2}, Dir: filepath.Join(ns[0].opts.Dir, "part", "raft"), Campaign: true})
 	open(1, GroupConfig{Voters: []uint64{1, 2}, Dir: filepath.Join(ns[1].opts.Dir, "part", "raft")})
 	open(2, GroupConfig{Dir: dir3, Join: true})
-	poll(t, 30*time.Second, "node 1 leads", func() bool { i, ok := ns[0].host.Info(g); return ok && i.Leader })
-	if err := ns[0].host.ChangeConf(g, ConfChange{AddLearners: []uint64{3}}); err != nil {
+	// Node 1 stands first, but either voter may win (node 2 stands when its election
+	// timeout passes first, as on a loaded machine), or take over later: the test
+	// works through whichever leads.
+	leader := func() (*testNode, GroupInfo) {
+		for _, n := range ns[:2] {
+			if i, ok := n.host.Info(g); ok && i.Leader {
+				return n, i
+			}
+		}
+		return nil, GroupInfo{}
+	}
+	lead := func(what string) *testNode {
+		t.Helper()
+		var l *testNode
+		deadline := time.Now().Add(30 * time.Second)
+		for l, _ = leader(); l == nil; l, _ = leader() {
+			if time.Now().After(deadline) {
+				i1, _ := ns[0].host.Info(g)
+				i2, _ := ns[1].host.Info(g)
+				t.Fatalf("no leader after 30 s (%s): node 1 term %d knows leader %d, node 2 term %d knows leader %d", what, i1.Term, i1.Lead, i2.Term, i2.Lead)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return l
+	}
+	if err := lead("before the learner is added").host.ChangeConf(g, ConfChange{AddLearners: []uint64{3}}); err != nil {
 		t.Fatal(err)
 	}
 	write := func(n int, tag string) {
 		for k := range n {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := ns[0].host.Propose(ctx, g, []byte(fmt.Sprintf("%s entry %03d", tag, k)))
-			cancel()
-			if err != nil {
-				t.Fatal(err)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := lead("writing").host.Propose(ctx, g, []byte(fmt.Sprintf("%s entry %03d", tag, k)))
+				cancel()
+				if errors.Is(err, ErrNotLeader) && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond)
+					continue // it lost the leadership since: ask the new leader
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				break
 			}
 		}
 	}
 	write(50, "first")
 	poll(t, 30*time.Second, "the learner copied the log", func() bool {
-		i, _ := ns[0].host.Info(g)
-		return i.Match[3] >= i.Commit && applied[2].Load() >= 50
+		l, i := leader()
+		return l != nil && i.Match[3] >= i.Commit && applied[2].Load() >= 50
 	})
 	// Cancelled: node 3 deletes its copy. Placed there again before the leader removed
 	// the learner: it joins afresh, an empty log under the same raft id.
@@ -95,7 +128,7 @@ func learnerAddedAgain(t *testing.T, more int) {
 			case <-time.After(2 * time.Second):
 				wedged = true
 			}
-			li, _ := ns[0].host.Info(g)
+			_, li := leader()
 			t.Fatalf("the re-added learner applied %d of %d entries in 20 s (%d written after it rejoined; leader's Match for it %d, commit %d); its group's lock held for good: %v",
 				applied[2].Load(), want, more, li.Match[3], li.Commit, wedged)
 		}
