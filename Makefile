@@ -150,7 +150,7 @@ test-audit: ## Test make audit's script with stand-in tools: offline it skips in
 fmt: ## gofmt every module
 	gofmt -w $(TIDY_MODULES)
 
-bench: bench-go bench-flow ## Go benchmarks (storage, queue, HTTP handlers), then every workload shape against a node
+bench: bench-go bench-flow ## Go benchmarks (storage, queue, broker, HTTP handlers), then every workload shape against a node
 
 bench-go: bench-storage ## Go benchmarks of the queue logic, the broker's batched flow and the HTTP handlers, after the storage ones
 	cd broker && $(GO) test -run '^$$' -bench . -benchtime 1s ./internal/queue ./internal/broker ./internal/httpapi
