@@ -28,3 +28,23 @@ func TestDoctorAckedRedeliveryPassesOverADamagedSettle(t *testing.T) {
 		t.Fatalf("doctored with acked-redelivery (%s): flagged %v", what, r.Violations)
 	}
 }
+
+// TestDoctorLostPassesOverADamagedMessage: a message whose record the harness damaged,
+// and the node reported skipping, may legally never be delivered; the doctor's lost
+// message must be another one, or the checker rightly passes the doctored history.
+func TestDoctorLostPassesOverADamagedMessage(t *testing.T) {
+	s := int64(1000 * msec)
+	x := newH().produce("a", 0, 0).
+		produce("b", 1, 30*msec).deliver("b", 1, "g1", 40*msec).settle(history.OpAck, "b", 1, "g1", 50*msec, 204).
+		kill(s, s+msec).damaged("log", "a", 0, 2*s).skipped("log", 0, 3*s)
+	if r := Check(x.es); !r.OK() {
+		t.Fatalf("the history before doctoring is flagged: %v lost %v %v", r.Violations, r.Lost, r.Examples)
+	}
+	doctored, what, err := Doctor(x.es, "lost")
+	if err != nil {
+		t.Fatalf("doctor lost: %v", err)
+	}
+	if r := Check(doctored); r.Lost["orders"] != 1 {
+		t.Fatalf("doctored with lost (%s): lost %v, want orders 1", what, r.Lost)
+	}
+}
