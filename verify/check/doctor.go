@@ -38,23 +38,9 @@ func Doctor(es []history.Entry, kind string) ([]history.Entry, string, error) {
 	case "acked-redelivery":
 		// Not a message whose settle record the harness damaged: the node may deliver
 		// it again, legally (the checker excuses it).
-		type key struct {
-			partition int32
-			offset    int64
-		}
-		damaged := map[key]bool{}
-		damagedID := map[string]bool{}
+		damaged := damagedInOrders(es, true)
 		for _, e := range es {
-			if e.Kind == history.KindFault && e.Fault == history.FaultDamaged && e.Target == "journal" && e.Topic == "orders" {
-				damaged[key{e.Partition, e.Offset}] = true
-				if e.Msg != "" {
-					damagedID[e.Msg] = true
-				}
-			}
-		}
-		for _, e := range es {
-			if e.Kind == history.KindOp && e.Op == history.OpAck && e.Status == 204 && e.Topic == "orders" &&
-				!damaged[key{e.Partition, e.Offset}] && !damagedID[e.Msg] {
+			if e.Kind == history.KindOp && e.Op == history.OpAck && e.Status == 204 && e.Topic == "orders" && !damaged(e) {
 				d := history.Entry{Kind: history.KindOp, Client: "doctor", Op: history.OpConsume, Topic: e.Topic, Partition: e.Partition,
 					Offset: e.Offset, Msg: e.Msg, Status: 200, Handle: "doctored", Call: max(lastFault, e.Return) + int64(time.Second)}
 				d.Return = d.Call + int64(time.Millisecond)
@@ -65,23 +51,9 @@ func Doctor(es []history.Entry, kind string) ([]history.Entry, string, error) {
 	case "lost":
 		// Not a message whose record the harness damaged: the node may skip it,
 		// legally (the checker excuses it).
-		type key struct {
-			partition int32
-			offset    int64
-		}
-		damaged := map[key]bool{}
-		damagedID := map[string]bool{}
+		damaged := damagedInOrders(es, false)
 		for _, e := range es {
-			if e.Kind == history.KindFault && e.Fault == history.FaultDamaged && e.Target != "journal" && e.Topic == "orders" {
-				damaged[key{e.Partition, e.Offset}] = true
-				if e.Msg != "" {
-					damagedID[e.Msg] = true
-				}
-			}
-		}
-		for _, e := range es {
-			if e.Kind == history.KindOp && e.Op == history.OpProduce && e.Status == 202 && e.Topic == "orders" &&
-				!damaged[key{e.Partition, e.Offset}] && !damagedID[e.Msg] {
+			if e.Kind == history.KindOp && e.Op == history.OpProduce && e.Status == 202 && e.Topic == "orders" && !damaged(e) {
 				kept := out[:0]
 				for _, x := range out {
 					if x.Kind == history.KindOp && x.Topic == "orders" && x.Msg == e.Msg && x.Op != history.OpProduce {
@@ -148,6 +120,26 @@ func Doctor(es []history.Entry, kind string) ([]history.Entry, string, error) {
 		return nil, "", fmt.Errorf("unknown kind %q", kind)
 	}
 	return nil, "", fmt.Errorf("the history has nothing to doctor for %s", kind)
+}
+
+// damagedInOrders reports whether the harness damaged a record of the message of e in
+// orders (by its partition and offset, or its id): its settle record when journal is
+// true, else its message record.
+func damagedInOrders(es []history.Entry, journal bool) func(e history.Entry) bool {
+	type key struct {
+		partition int32
+		offset    int64
+	}
+	at, ids := map[key]bool{}, map[string]bool{}
+	for _, e := range es {
+		if e.Kind == history.KindFault && e.Fault == history.FaultDamaged && (e.Target == "journal") == journal && e.Topic == "orders" {
+			at[key{e.Partition, e.Offset}] = true
+			if e.Msg != "" {
+				ids[e.Msg] = true
+			}
+		}
+	}
+	return func(e history.Entry) bool { return at[key{e.Partition, e.Offset}] || (e.Msg != "" && ids[e.Msg]) }
 }
 
 // DoctorKinds lists the kinds Doctor knows and the violation each must raise ("" for
