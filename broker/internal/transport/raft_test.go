@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,40 +43,7 @@ type raftNode struct {
 }
 
 func TestRaftClusterOverTheStreamLayer(t *testing.T) {
-	const n = 3
-	var nodes []*raftNode
-	var servers []raft.Server
-	for i := range n {
-		tn := mustStartNode(t, fmt.Sprintf("r%d", i), nil)
-		nodes = append(nodes, &raftNode{tn: tn, fsm: &listFSM{}})
-		servers = append(servers, raft.Server{ID: raft.ServerID(tn.NodeID()), Address: raft.ServerAddress(tn.Addr())})
-	}
-	for _, rn := range nodes {
-		cfg := raft.DefaultConfig()
-		cfg.LocalID = raft.ServerID(rn.tn.NodeID())
-		cfg.HeartbeatTimeout = 500 * time.Millisecond
-		cfg.ElectionTimeout = 500 * time.Millisecond
-		cfg.LeaderLeaseTimeout = 250 * time.Millisecond
-		cfg.CommitTimeout = 50 * time.Millisecond
-		cfg.Logger = hclog.NewNullLogger()
-		rn.trans = raft.NewNetworkTransport(rn.tn.StreamLayer(), 3, 5*time.Second, io.Discard)
-		store := raft.NewInmemStore()
-		snaps := raft.NewInmemSnapshotStore()
-		if err := raft.BootstrapCluster(cfg, store, store, snaps, rn.trans, raft.Configuration{Servers: servers}); err != nil {
-			t.Fatal(err)
-		}
-		r, err := raft.NewRaft(cfg, rn.fsm, store, store, snaps, rn.trans)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rn.raft = r
-		trans := rn.trans
-		t.Cleanup(func() {
-			trans.Close()
-			r.Shutdown().Error()
-		})
-	}
-
+	nodes := startRaftCluster(t, 3, nil)
 	start := time.Now()
 	leader := waitLeader(t, nodes, nil)
 	t.Logf("leader after %v", time.Since(start))
@@ -103,6 +71,108 @@ func TestRaftClusterOverTheStreamLayer(t *testing.T) {
 	}
 	waitApplied(t, rest, 15)
 	t.Logf("done after %v", time.Since(start))
+}
+
+// A node plane that shuts down ends raft's streams as a clean end of stream, on its
+// own side and on its peers': raft's transport logs any other read error as "failed
+// to decode incoming command", which every orderly stop and rolling restart would
+// print as an error.
+func TestANodePlaneShuttingDownEndsRaftStreamsCleanly(t *testing.T) {
+	logs := make([]*lockedBuffer, 3)
+	for i := range logs {
+		logs[i] = &lockedBuffer{}
+	}
+	nodes := startRaftCluster(t, 3, logs)
+	leader := waitLeader(t, nodes, nil)
+	for i := range 5 {
+		if err := leader.raft.Apply(fmt.Appendf(nil, "cmd %d", i), 10*time.Second).Error(); err != nil {
+			t.Fatalf("apply on %s: %v", leader.tn.NodeID(), err)
+		}
+	}
+	waitApplied(t, nodes, 5)
+	// Every node now serves raft streams from the leader; the leader's node plane
+	// stops, then a follower's.
+	leader.tn.Close()
+	var rest []*raftNode
+	for _, rn := range nodes {
+		if rn != leader {
+			rest = append(rest, rn)
+		}
+	}
+	waitLeader(t, rest, leader)
+	rest[0].tn.Close()
+	// Each side's stream readers end when the connections close: wait until no node
+	// has a raft stream left (the third one's peers are both gone).
+	for _, rn := range nodes {
+		waitFor(t, rn.tn.NodeID()+"'s raft streams to end", 30*time.Second, func() bool {
+			return rn.tn.Stats().RaftStreams == 0
+		})
+	}
+	for i, rn := range nodes {
+		if out := logs[i].String(); strings.Contains(out, "failed to decode incoming command") {
+			t.Errorf("%s's raft transport logged a shutdown as an error:\n%s", rn.tn.NodeID(), out)
+		}
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startRaftCluster starts n raft servers over the stream layer of n node planes; each
+// transport logs to logs[i] when logs is given.
+func startRaftCluster(t *testing.T, n int, logs []*lockedBuffer) []*raftNode {
+	t.Helper()
+	var nodes []*raftNode
+	var servers []raft.Server
+	for i := range n {
+		tn := mustStartNode(t, fmt.Sprintf("r%d", i), nil)
+		nodes = append(nodes, &raftNode{tn: tn, fsm: &listFSM{}})
+		servers = append(servers, raft.Server{ID: raft.ServerID(tn.NodeID()), Address: raft.ServerAddress(tn.Addr())})
+	}
+	for i, rn := range nodes {
+		cfg := raft.DefaultConfig()
+		cfg.LocalID = raft.ServerID(rn.tn.NodeID())
+		cfg.HeartbeatTimeout = 500 * time.Millisecond
+		cfg.ElectionTimeout = 500 * time.Millisecond
+		cfg.LeaderLeaseTimeout = 250 * time.Millisecond
+		cfg.CommitTimeout = 50 * time.Millisecond
+		cfg.Logger = hclog.NewNullLogger()
+		var out io.Writer = io.Discard
+		if logs != nil {
+			out = logs[i]
+		}
+		rn.trans = raft.NewNetworkTransport(rn.tn.StreamLayer(), 3, 5*time.Second, out)
+		store := raft.NewInmemStore()
+		snaps := raft.NewInmemSnapshotStore()
+		if err := raft.BootstrapCluster(cfg, store, store, snaps, rn.trans, raft.Configuration{Servers: servers}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := raft.NewRaft(cfg, rn.fsm, store, store, snaps, rn.trans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rn.raft = r
+		trans := rn.trans
+		t.Cleanup(func() {
+			trans.Close()
+			r.Shutdown().Error()
+		})
+	}
+	return nodes
 }
 
 // waitLeader waits until one of nodes leads, and every one of them agrees on it.

@@ -2,7 +2,9 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -142,6 +144,20 @@ func (c *streamConn) Close() error {
 		}
 	})
 	return nil
+}
+
+// Read reads the stream; a connection closed because its node (this one or the peer)
+// is shutting down ends it as io.EOF, the clean end raft's transport expects: it logs
+// any other read error as a failed command, and an orderly stop is not one.
+func (c *streamConn) Read(p []byte) (int, error) {
+	n, err := c.Stream.Read(p)
+	if err != nil {
+		var ae *quic.ApplicationError
+		if errors.As(err, &ae) && ae.ErrorCode == connCodeShutdown {
+			err = io.EOF
+		}
+	}
+	return n, err
 }
 
 func (c *streamConn) LocalAddr() net.Addr  { return c.pc.qc.LocalAddr() }
