@@ -1240,6 +1240,14 @@ func TestKeylessProduceStaysOnTheNodesLeaders(t *testing.T) {
 			return ok1 && ok2 && q == 6 && a == 0
 		})
 	}
+	// Quiesced, no node holds the groups' applied entries in memory any more: they
+	// are in every replica's log (narad_replication_log_cache_bytes).
+	for _, nd := range nodes {
+		waitFor(t, 30*time.Second, nd.id+" holding none of the Raft logs' entries in memory", func() bool {
+			v, ok := metricValue(nd.api, "narad_replication_log_cache_bytes")
+			return ok && v == 0
+		})
+	}
 }
 
 func fnv32a(s string) uint32 {

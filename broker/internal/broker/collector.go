@@ -56,6 +56,8 @@ var (
 		"Read-index rounds this node asked to renew the leader leases of the partitions it leads.", nil, nil)
 	descVotesHeld = prometheus.NewDesc("narad_replication_votes_held_total",
 		"Vote requests this node refused because it heard its partition's leader within the last second (the leader's lease counts on that): a candidate that cannot hear a live leader.", nil, nil)
+	descLogCache = prometheus.NewDesc("narad_replication_log_cache_bytes",
+		"Bytes of replicated partitions' Raft log entries this node holds in memory: entries not yet applied here, or, for partitions led here, not yet in every active follower's log. Near 0 on an idle node.", nil, nil)
 	descGroups = prometheus.NewDesc("narad_replication_groups",
 		"Replicated partitions' Raft groups on this node, by state: quiesced (idle: no ticks or heartbeats until a write or a peer wakes it) or active.", []string{"state"}, nil)
 	descDiskFree = prometheus.NewDesc("narad_disk_free_bytes",
@@ -70,7 +72,7 @@ var (
 
 // Describe sends the collector's descriptions.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descPeerAlive, descPeerLapses, descForcedCampaigns, descLeadershipsWon, descStreamsOpened, descLeaseConsumes, descLeaseRenewals, descVotesHeld, descGroups, descClusterVersion, descMemberMaxVersion} {
+	for _, d := range []*prometheus.Desc{descBacklog, descInFlight, descAckedAhead, descOldestAge, descSegments, descSegmentBytes, descFanoutLag, descDiskFree, descDiskSize, descLed, descReplicas, descReplLag, descFollowers, descClockOffset, descPeerAlive, descPeerLapses, descForcedCampaigns, descLeadershipsWon, descStreamsOpened, descLeaseConsumes, descLeaseRenewals, descVotesHeld, descLogCache, descGroups, descClusterVersion, descMemberMaxVersion} {
 		ch <- d
 	}
 }
@@ -161,6 +163,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLeaseConsumes, prometheus.CounterValue, float64(st.LeaseServed))
 		ch <- prometheus.MustNewConstMetric(descLeaseRenewals, prometheus.CounterValue, float64(st.LeaseRenewals))
 		ch <- prometheus.MustNewConstMetric(descVotesHeld, prometheus.CounterValue, float64(st.VotesHeld))
+		ch <- prometheus.MustNewConstMetric(descLogCache, prometheus.GaugeValue, float64(b.repl.host.CachedBytes()))
 		all, quiesced := b.repl.host.GroupCounts()
 		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(quiesced), "quiesced")
 		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(all-quiesced), "active")

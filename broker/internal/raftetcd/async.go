@@ -181,6 +181,7 @@ func (g *group) runAsync() {
 			g.mu.Unlock()
 			g.appliedC.Broadcast()
 			g.maybeSnapshot()
+			g.trimCache()
 		}
 	}
 }

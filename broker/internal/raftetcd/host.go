@@ -860,6 +860,17 @@ func (h *Host) allGroups() []*group {
 	return out
 }
 
+// CachedBytes is the size of the log entries every group of this host holds in
+// memory now: entries not yet applied here, or not yet in every active follower's
+// log when this node leads (see trimCache).
+func (h *Host) CachedBytes() int64 {
+	var n int64
+	for _, g := range h.allGroups() {
+		n += int64(g.st.cachedBytes())
+	}
+	return n
+}
+
 // GroupCounts returns how many groups this host runs and how many of them are
 // quiesced (idle: no ticks, no heartbeats until a write or a peer wakes them).
 func (h *Host) GroupCounts() (groups, quiesced int) {
@@ -916,6 +927,8 @@ type GroupInfo struct {
 	Snapshots, Restores       uint64
 	// Match is, on the leader, each voter's last index known to be in its log.
 	Match map[uint64]uint64
+	// CachedBytes is the size of the log's entries this node holds in memory.
+	CachedBytes int
 }
 
 // Info returns the group's view, or false when the host has no such group.
@@ -933,6 +946,7 @@ func (h *Host) Info(id string) (GroupInfo, bool) {
 		Learners: append(append([]uint64(nil), g.cs.Learners...), g.cs.LearnersNext...), Joint: len(g.cs.VotersOutgoing) > 0,
 		SnapshotPending: g.snapFirst}
 	gi.FirstIndex, _ = g.st.FirstIndex()
+	gi.CachedBytes = g.st.cachedBytes()
 	if gi.Leader {
 		gi.Last, _ = g.st.LastIndex()
 		gi.Match = map[uint64]uint64{}

@@ -34,6 +34,10 @@ type logStore interface {
 	// configuration cs; compact drops the entries up to i.
 	snapshot(i uint64, cs raftpb.ConfState, data []byte) error
 	compact(i uint64) error
+	// trimCache lets the entries below i go from memory (they stay in the log);
+	// cachedBytes is what the store holds in memory of its log now.
+	trimCache(i uint64)
+	cachedBytes() int
 	close() error
 }
 
@@ -119,6 +123,10 @@ func (s *walStore) close() error { return s.w.close() }
 func (s *walStore) snapshot(uint64, raftpb.ConfState, []byte) error { return errNoSnapshots }
 func (s *walStore) compact(uint64) error                            { return errNoSnapshots }
 
+// The spike's store holds its whole log in memory, by design.
+func (s *walStore) trimCache(uint64) {}
+func (s *walStore) cachedBytes() int { return 0 }
+
 // segStore is the build's store.
 type segStore struct{ *raftstore.Store }
 
@@ -158,3 +166,6 @@ func (s segStore) snapshot(i uint64, cs raftpb.ConfState, data []byte) error {
 }
 
 func (s segStore) compact(i uint64) error { return s.Compact(i) }
+
+func (s segStore) trimCache(i uint64) { s.TrimCache(i) }
+func (s segStore) cachedBytes() int   { return s.CachedBytes() }

@@ -713,6 +713,24 @@ func (s *Store) cacheCut(i uint64) {
 	s.cache = s.cache[: i-c : i-c] // appends must not write over entries a reader holds
 }
 
+// TrimCache drops the cached entries below index i: the caller (the group's loop)
+// will not read them soon, having applied them and, on a leader, seen every active
+// follower hold them. They stay in the log and are read from its files if asked for.
+// Without it, each group would keep its last CacheBytes of entries in memory for as
+// long as it lives, on every node, busy or idle.
+func (s *Store) TrimCache(i uint64) {
+	s.mu.Lock()
+	s.cacheDropBelow(i)
+	s.mu.Unlock()
+}
+
+// CachedBytes is the size of the entries held in memory now (their marshalled size).
+func (s *Store) CachedBytes() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cacheSize
+}
+
 // cacheDropBelow drops cached entries below i. The caller holds mu for writing.
 func (s *Store) cacheDropBelow(i uint64) {
 	c := s.cacheFirst()
@@ -723,6 +741,12 @@ func (s *Store) cacheDropBelow(i uint64) {
 	for _, e := range s.cache[:n] {
 		s.cacheSize -= e.Size()
 	}
+	if n == len(s.cache) {
+		// Nothing left: let the backing array go too.
+		s.cache = nil
+		return
+	}
+	clear(s.cache[:n]) // let the dropped entries' data go
 	s.cache = s.cache[n:]
 }
 

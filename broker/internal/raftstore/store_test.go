@@ -331,3 +331,50 @@ func TestReopenKeepsState(t *testing.T) {
 		})
 	}
 }
+
+// TestTrimCache: entries let go from memory are read back from the files, whole; the
+// ones kept are still served from memory; appends after a trim are cached again.
+func TestTrimCache(t *testing.T) {
+	ents := append(idx(0).terms(0), withData(1, 10, 2)...)
+	s, _ := newWith(t, ents, Options{SegmentBytes: 64})
+	full := s.CachedBytes()
+	if full == 0 {
+		t.Fatal("nothing cached after an append")
+	}
+	s.TrimCache(7) // entries 1–6 go
+	if got := s.CachedBytes(); got <= 0 || got >= full {
+		t.Fatalf("%d bytes cached after trimming below 7, of %d", got, full)
+	}
+	reads := s.Stats().DiskReads
+	got, err := s.Entries(7, 11, math.MaxUint64)
+	if err != nil || !sameLog(got, ents[7:]) {
+		t.Fatalf("Entries(7, 11) = %s, %v", describe(got), err)
+	}
+	if s.Stats().DiskReads != reads {
+		t.Fatal("entries kept in memory were read from the files")
+	}
+	got, err = s.Entries(1, 11, math.MaxUint64)
+	if err != nil || !sameLog(got, ents[1:]) {
+		t.Fatalf("Entries(1, 11) after the trim = %s, %v", describe(got), err)
+	}
+	if s.Stats().DiskReads != reads+1 {
+		t.Fatal("trimmed entries were not read from the files")
+	}
+	s.TrimCache(100) // past the last index: everything goes
+	if got := s.CachedBytes(); got != 0 {
+		t.Fatalf("%d bytes cached after trimming past the end", got)
+	}
+	more := withData(11, 12, 2)
+	if err := s.Append(more); err != nil {
+		t.Fatal(err)
+	}
+	reads = s.Stats().DiskReads
+	got, err = s.Entries(11, 13, math.MaxUint64)
+	if err != nil || !sameLog(got, more) || s.Stats().DiskReads != reads {
+		t.Fatalf("Entries(11, 13) after a full trim and an append = %s, %v (%d disk reads)", describe(got), err, s.Stats().DiskReads-reads)
+	}
+	got, err = s.Entries(1, 13, math.MaxUint64)
+	if err != nil || !sameLog(got, append(ents[1:], more...)) {
+		t.Fatalf("the whole log after the trims = %s, %v", describe(got), err)
+	}
+}
