@@ -167,6 +167,9 @@ type Broker struct {
 	metrics *Metrics
 	unlock  func() // releases the data directory's lock (format.Lock)
 
+	// forceLeaderWrite, when set (by tests), stands for meta's ForceLeader.
+	forceLeaderWrite func(topic string, incarnation uint64, p int32, node string) (meta.Topic, error)
+
 	// placeMu orders the changes of which partitions this node holds (opening a
 	// topic, a move adding or removing a replica here, closing a topic).
 	placeMu sync.Mutex

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/narad-mq/narad/broker/internal/meta"
 )
 
 // TestAForcedTakeoverReadsTheSurvivorsEnd: a forced takeover answers how many
@@ -103,6 +105,71 @@ func TestAForcedTakeoverAskedOfAnotherNodeReadsTheSurvivorsEnd(t *testing.T) {
 	}
 	if !vt.leads(0) {
 		t.Error("the forced takeover returned before the survivor led the new group")
+	}
+}
+
+// TestAForcedTakeoverWhoseWriteHasAnUnknownOutcome: the node asking hears only that
+// the takeover's metadata write has an unknown outcome (the controller lost its
+// leadership while holding it: what made
+// TestAForcedTakeoverOfTheOldLeaderWaitsForItsNewGroup fail once in a loaded make
+// test). The old code answered 503. Now the node catches up with the controller: a
+// write that took effect is answered as it is, not sent again (once the replica set
+// grows back, a second takeover would replace the new group); one that did not is sent
+// again.
+func TestAForcedTakeoverWhoseWriteHasAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		committed bool // the first write took effect before its outcome was lost
+		sends     int
+	}{
+		{"committed", true, 1},
+		{"not committed", false, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			bs := startReplCluster(t, 3, false)
+			li, vi, vt, _ := behindSurvivor(t, bs)
+			asker := bs[(li+2)%len(bs)]
+			var calls int
+			var forcedAt uint64
+			asker.forceLeaderWrite = func(topic string, incarnation uint64, p int32, node string) (meta.Topic, error) {
+				calls++
+				if calls == 1 {
+					if c.committed {
+						nt, err := asker.meta.ForceLeader(topic, incarnation, p, node)
+						if err != nil {
+							return nt, err
+						}
+						forcedAt = nt.Placement[p].Forced
+					}
+					return meta.Topic{}, fmt.Errorf("%w: leadership lost while committing log (injected)", meta.ErrOutcomeUnknown)
+				}
+				nt, err := asker.meta.ForceLeader(topic, incarnation, p, node)
+				if err == nil {
+					forcedAt = nt.Placement[p].Forced
+				}
+				return nt, err
+			}
+			fctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+			defer cancel()
+			res, err := asker.ForceLeader(fctx, "hurt", 0, bs[vi].NodeID())
+			if err != nil {
+				t.Fatalf("the forced takeover, its first write's outcome unknown: %v", err)
+			}
+			if calls != c.sends {
+				t.Errorf("the takeover's write was sent %d times, want %d", calls, c.sends)
+			}
+			if m, _ := asker.meta.Topic("hurt"); forcedAt == 0 || m.Placement[0].Forced != forcedAt {
+				t.Errorf("the partition was taken over at index %d, and its placement says %d", forcedAt, m.Placement[0].Forced)
+			}
+			if res.PossiblyLostAtLeast < behind {
+				t.Errorf("possibly_lost_at_least is %d; the survivor lacks the %d messages the old group committed after it stopped following", res.PossiblyLostAtLeast, behind)
+			}
+			if !vt.leads(0) {
+				t.Error("the forced takeover returned before the survivor led the new group")
+			}
+		})
 	}
 }
 

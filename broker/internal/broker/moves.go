@@ -237,7 +237,7 @@ func (b *Broker) ForceLeader(ctx context.Context, topic string, p int32, node st
 	if err != nil {
 		return ForceLeaderResult{}, mapMetaErr(err)
 	}
-	nt, err := b.meta.ForceLeader(topic, m.Incarnation, p, node)
+	nt, err := b.forceLeaderMeta(ctx, topic, m.Incarnation, p, node, pl.Forced)
 	if err != nil {
 		return ForceLeaderResult{}, mapMetaErr(err)
 	}
@@ -257,6 +257,45 @@ func (b *Broker) ForceLeader(ctx context.Context, topic string, p int32, node st
 	b.log.Error("forced takeover of a partition that lost its quorum: messages only the lost replicas held are lost",
 		"topic", topic, "partition", p, "node", node, "possibly_lost_at_least", res.PossiblyLostAtLeast, "highest_reported_end", reported, "survivor_end", end)
 	return res, nil
+}
+
+// forceLeaderMeta commits the takeover in the metadata. When the write's outcome is
+// unknown (the controller lost its leadership or stopped while holding it, which a
+// loaded cluster may see at any time), it catches up with the next controller, which
+// settles the outcome: a takeover that took effect shows in the placement (a new
+// Forced index) and is answered; one that did not is sent again. It is never sent
+// again blindly: once the replica set grows back, a second takeover would replace
+// the new group and refuse its new members. before is the partition's Forced index
+// when the call began.
+func (b *Broker) forceLeaderMeta(ctx context.Context, topic string, incarnation uint64, p int32, node string, before uint64) (meta.Topic, error) {
+	write := b.meta.ForceLeader
+	if b.forceLeaderWrite != nil {
+		write = b.forceLeaderWrite
+	}
+	nt, err := write(topic, incarnation, p, node)
+	for errors.Is(err, meta.ErrOutcomeUnknown) {
+		b.log.Warn("a forced takeover's metadata write has an unknown outcome; asking the controller", "topic", topic, "partition", p, "node", node, "err", err)
+		if serr := b.meta.Sync(ctx); serr != nil {
+			if ctx.Err() != nil {
+				return nt, err
+			}
+			select {
+			case <-ctx.Done():
+				return nt, err
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		cur, ok := b.meta.Topic(topic)
+		if !ok || cur.Incarnation != incarnation || int(p) >= len(cur.Placement) {
+			return meta.Topic{}, meta.ErrTopicNotFound // deleted meanwhile
+		}
+		if cur.Placement[p].Forced != before {
+			return cur, nil
+		}
+		nt, err = write(topic, incarnation, p, node)
+	}
+	return nt, err
 }
 
 // survivorEnd is the log end of partition p of t on node, read from it once it leads

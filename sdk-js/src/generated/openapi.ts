@@ -501,7 +501,10 @@ export interface paths {
          *     history with it.
          *
          *     Do not repeat the request blindly: once it took effect the partition has a new
-         *     replica set, so check `GET /v1/topics/{topic}` first. 404 `topic_not_found`,
+         *     replica set, so check `GET /v1/topics/{topic}` first. (When the control plane
+         *     changes controller during the call, the node asks the next one whether the
+         *     takeover took effect, and sends it again only when it did not; a 503 `timeout`
+         *     means that could not be settled before the request's bound.) 404 `topic_not_found`,
          *     `partition_not_found` or `node_not_found` (`topic_not_found` also when the topic
          *     is deleted while the call waits for `node` to lead); 409 `conflict` when `node`
          *     holds no replica of the partition or is not live.
