@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -188,6 +189,11 @@ func (s *Store) cut(i uint64) error {
 func (s *Store) write(ents []raftpb.Entry) error {
 	seg := s.files[len(s.files)-1]
 	s.buf = s.buf[:0]
+	if size := entriesSize(ents); cap(s.buf) < size && size > keptWriteBuffer {
+		if b, ok := writeBuffers.Get().(*[]byte); ok {
+			s.buf = *b
+		}
+	}
 	var pos []uint32
 	// flush writes the frames gathered for seg and makes them durable.
 	flush := func() error {
@@ -240,8 +246,24 @@ func (s *Store) write(ents []raftpb.Entry) error {
 		pos = append(pos, uint32(at))
 		s.buf = appendFrame(s.buf, &ents[i])
 	}
-	return flush()
+	err := flush()
+	if cap(s.buf) > keptWriteBuffer {
+		// A large write's buffer is not kept for the next: every group of the node
+		// would hold its largest write's size in memory for as long as it lives.
+		// Nothing holds it now (the write-ahead file keeps no span's data).
+		b := s.buf[:0]
+		writeBuffers.Put(&b)
+		s.buf = nil
+	}
+	return err
 }
+
+// keptWriteBuffer is the largest write buffer a store keeps for its next write; a
+// larger one goes to writeBuffers, which every store of the process shares and the
+// garbage collector empties when it goes unused.
+const keptWriteBuffer = 64 << 10
+
+var writeBuffers sync.Pool // of *[]byte, each larger than keptWriteBuffer
 
 func (s *Store) usable() error {
 	s.mu.RLock()
@@ -264,4 +286,13 @@ func (s *Store) fail(err error) error {
 	}
 	s.mu.Unlock()
 	return fmt.Errorf("%w: %w", ErrFailed, err)
+}
+
+// entriesSize is the size of ents' frames.
+func entriesSize(ents []raftpb.Entry) int {
+	n := 0
+	for i := range ents {
+		n += headerBytes + ents[i].Size()
+	}
+	return n
 }

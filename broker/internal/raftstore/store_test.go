@@ -378,3 +378,29 @@ func TestTrimCache(t *testing.T) {
 		t.Fatalf("the whole log after the trims = %s, %v", describe(got), err)
 	}
 }
+
+// TestALargeWriteLeavesNoLargeBuffer: the buffer the frames are gathered in is kept
+// for the next write only while small. Kept whatever its size, every group of a node
+// held its largest write (a batch of 1,000 messages is 256 KB; queued appends written
+// at once, several) in memory for good.
+func TestALargeWriteLeavesNoLargeBuffer(t *testing.T) {
+	s, _ := newWith(t, idx(0).terms(0), Options{})
+	big := raftpb.Entry{Index: 1, Term: 1, Type: raftpb.EntryNormal, Data: make([]byte, 1<<20)}
+	if err := s.Append([]raftpb.Entry{big}); err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(s.buf); c > keptWriteBuffer {
+		t.Fatalf("a write of 1 MiB left a buffer of %d bytes", c)
+	}
+	small := withData(2, 3, 1)
+	if err := s.Append(small); err != nil {
+		t.Fatal(err)
+	}
+	if cap(s.buf) == 0 {
+		t.Fatal("a small write's buffer was not kept for the next")
+	}
+	got, err := s.Entries(1, 4, math.MaxUint64)
+	if err != nil || len(got) != 3 || len(got[0].Data) != 1<<20 || !sameLog(got[1:], small) {
+		t.Fatalf("Entries(1, 4) = %s, %v", describe(got), err)
+	}
+}
