@@ -10,7 +10,7 @@ import (
 // is lowered, never below Go's default of 100, so that the heap grows at most this many
 // bytes over what the last collection kept. A node with a small live heap (one node,
 // a few partitions: tens of MB) keeps the full target and its CPU saving; one with a
-// large live heap (a cluster node holding many replicated partitions' Raft caches) gets
+// large live heap (a cluster node with many replicated partitions' Raft entries in flight) gets
 // a target nearer Go's default instead of five times its live heap.
 const gcHeadroom = 128 << 20
 
