@@ -273,14 +273,18 @@ func (b *Broker) forceLeaderMeta(ctx context.Context, topic string, incarnation 
 		write = b.forceLeaderWrite
 	}
 	nt, err := write(topic, incarnation, p, node)
+	if !errors.Is(err, meta.ErrOutcomeUnknown) {
+		return nt, err
+	}
+	b.log.Warn("a forced takeover's metadata write has an unknown outcome; asking the next controller", "topic", topic, "partition", p, "node", node, "err", err)
+	// Bounded as the wait for the survivor to lead is (survivorEnd): the answer stays
+	// 503 timeout when no controller settles it by then.
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	for errors.Is(err, meta.ErrOutcomeUnknown) {
-		b.log.Warn("a forced takeover's metadata write has an unknown outcome; asking the controller", "topic", topic, "partition", p, "node", node, "err", err)
-		if serr := b.meta.Sync(ctx); serr != nil {
-			if ctx.Err() != nil {
-				return nt, err
-			}
+		if serr := b.meta.Sync(sctx); serr != nil {
 			select {
-			case <-ctx.Done():
+			case <-sctx.Done():
 				return nt, err
 			case <-time.After(100 * time.Millisecond):
 			}
