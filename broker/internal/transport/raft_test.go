@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/narad-mq/narad/broker/internal/testutil"
 )
 
 // listFSM records the commands it applied.
@@ -78,9 +80,9 @@ func TestRaftClusterOverTheStreamLayer(t *testing.T) {
 // to decode incoming command", which every orderly stop and rolling restart would
 // print as an error.
 func TestANodePlaneShuttingDownEndsRaftStreamsCleanly(t *testing.T) {
-	logs := make([]*lockedBuffer, 3)
+	logs := make([]*testutil.LockedBuffer, 3)
 	for i := range logs {
-		logs[i] = &lockedBuffer{}
+		logs[i] = &testutil.LockedBuffer{}
 	}
 	nodes := startRaftCluster(t, 3, logs)
 	leader := waitLeader(t, nodes, nil)
@@ -115,26 +117,9 @@ func TestANodePlaneShuttingDownEndsRaftStreamsCleanly(t *testing.T) {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startRaftCluster starts n raft servers over the stream layer of n node planes; each
 // transport logs to logs[i] when logs is given.
-func startRaftCluster(t *testing.T, n int, logs []*lockedBuffer) []*raftNode {
+func startRaftCluster(t *testing.T, n int, logs []*testutil.LockedBuffer) []*raftNode {
 	t.Helper()
 	var nodes []*raftNode
 	var servers []raft.Server
