@@ -3,6 +3,7 @@ package raftetcd
 import (
 	"bytes"
 	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -38,6 +39,16 @@ func waitNoneCached(t *testing.T, ns []*testNode) {
 	})
 }
 
+// startStoreCluster starts three nodes whose groups use the build's log store and
+// its asynchronous writes, and waits for each group's leader.
+func startStoreCluster(t *testing.T, groups int) ([]*testNode, map[string]*testNode) {
+	t.Helper()
+	ns := startClusterWith(t, groups, func(o *Options) {
+		o.Store, o.AsyncStorageWrites = StoreRaftstore, true
+	})
+	return ns, leaders(t, ns, groups)
+}
+
 // proposeBig writes count entries of size bytes to group g through its leader.
 func proposeBig(t *testing.T, lead *testNode, g string, count, size int) {
 	t.Helper()
@@ -60,10 +71,7 @@ func proposeBig(t *testing.T, lead *testNode, g string, count, size int) {
 func TestAnIdleGroupHoldsNoEntriesInMemory(t *testing.T) {
 	t.Parallel()
 	const groups, count, size = 4, 32, 64 << 10
-	ns := startClusterWith(t, groups, func(o *Options) {
-		o.Store, o.AsyncStorageWrites = StoreRaftstore, true
-	})
-	ls := leaders(t, ns, groups)
+	ns, ls := startStoreCluster(t, groups)
 	for g, lead := range ls {
 		proposeBig(t, lead, g, count, size)
 	}
@@ -94,10 +102,7 @@ func TestAnIdleGroupHoldsNoEntriesInMemory(t *testing.T) {
 func TestADownFollowerDoesNotPinTheLeadersMemory(t *testing.T) {
 	t.Parallel()
 	const groups, count, size = 2, 32, 64 << 10
-	ns := startClusterWith(t, groups, func(o *Options) {
-		o.Store, o.AsyncStorageWrites = StoreRaftstore, true
-	})
-	ls := leaders(t, ns, groups)
+	ns, ls := startStoreCluster(t, groups)
 	// Stop a node that leads none of the groups.
 	var down *testNode
 	for _, n := range ns {
@@ -114,12 +119,7 @@ func TestADownFollowerDoesNotPinTheLeadersMemory(t *testing.T) {
 		t.Fatal("no node is without a group to lead")
 	}
 	down.stop()
-	var up []*testNode
-	for _, n := range ns {
-		if n != down {
-			up = append(up, n)
-		}
-	}
+	up := slices.DeleteFunc(slices.Clone(ns), func(n *testNode) bool { return n == down })
 	// The leaders count it inactive after an election timeout without an answer
 	// (CheckQuorum); from then on a burst is let go of as soon as the other replica
 	// holds it.

@@ -49,28 +49,15 @@ func TestRaftClusterOverTheStreamLayer(t *testing.T) {
 	start := time.Now()
 	leader := waitLeader(t, nodes, nil)
 	t.Logf("leader after %v", time.Since(start))
-	for i := range 10 {
-		if err := leader.raft.Apply(fmt.Appendf(nil, "cmd %d", i), 10*time.Second).Error(); err != nil {
-			t.Fatalf("apply on %s: %v", leader.tn.NodeID(), err)
-		}
-	}
+	applyCmds(t, leader, 0, 10)
 	waitApplied(t, nodes, 10)
 
 	// The leader's node plane goes away: the others elect a new leader over theirs.
 	leader.tn.Close()
-	var rest []*raftNode
-	for _, rn := range nodes {
-		if rn != leader {
-			rest = append(rest, rn)
-		}
-	}
+	rest := others(nodes, leader)
 	next := waitLeader(t, rest, leader)
 	t.Logf("new leader after %v", time.Since(start))
-	for i := 10; i < 15; i++ {
-		if err := next.raft.Apply(fmt.Appendf(nil, "cmd %d", i), 10*time.Second).Error(); err != nil {
-			t.Fatalf("apply on the new leader %s: %v", next.tn.NodeID(), err)
-		}
-	}
+	applyCmds(t, next, 10, 15)
 	waitApplied(t, rest, 15)
 	t.Logf("done after %v", time.Since(start))
 }
@@ -86,21 +73,12 @@ func TestANodePlaneShuttingDownEndsRaftStreamsCleanly(t *testing.T) {
 	}
 	nodes := startRaftCluster(t, 3, logs)
 	leader := waitLeader(t, nodes, nil)
-	for i := range 5 {
-		if err := leader.raft.Apply(fmt.Appendf(nil, "cmd %d", i), 10*time.Second).Error(); err != nil {
-			t.Fatalf("apply on %s: %v", leader.tn.NodeID(), err)
-		}
-	}
+	applyCmds(t, leader, 0, 5)
 	waitApplied(t, nodes, 5)
 	// Every node now serves raft streams from the leader; the leader's node plane
 	// stops, then a follower's.
 	leader.tn.Close()
-	var rest []*raftNode
-	for _, rn := range nodes {
-		if rn != leader {
-			rest = append(rest, rn)
-		}
-	}
+	rest := others(nodes, leader)
 	waitLeader(t, rest, leader)
 	rest[0].tn.Close()
 	// Each side's stream readers end when the connections close: wait until no node
@@ -115,6 +93,27 @@ func TestANodePlaneShuttingDownEndsRaftStreamsCleanly(t *testing.T) {
 			t.Errorf("%s's raft transport logged a shutdown as an error:\n%s", rn.tn.NodeID(), out)
 		}
 	}
+}
+
+// applyCmds applies "cmd from" … "cmd to-1" through rn, which leads.
+func applyCmds(t *testing.T, rn *raftNode, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if err := rn.raft.Apply(fmt.Appendf(nil, "cmd %d", i), 10*time.Second).Error(); err != nil {
+			t.Fatalf("apply on %s: %v", rn.tn.NodeID(), err)
+		}
+	}
+}
+
+// others is nodes without not.
+func others(nodes []*raftNode, not *raftNode) []*raftNode {
+	var out []*raftNode
+	for _, rn := range nodes {
+		if rn != not {
+			out = append(out, rn)
+		}
+	}
+	return out
 }
 
 // startRaftCluster starts n raft servers over the stream layer of n node planes; each
