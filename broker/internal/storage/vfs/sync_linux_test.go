@@ -2,13 +2,18 @@ package vfs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestKernelAtLeast(t *testing.T) {
@@ -141,4 +146,82 @@ func TestSyncHoldingKeepsTheProcessor(t *testing.T) {
 		t.Logf("%d MiB: the spinner ran %d times during a plain sync, %d during a held one of %v", size>>20, plainRan, ran, took)
 		return
 	}
+}
+
+// TestSleepHoldingIsNotCutShortBySignals: the failpoints' stand-in for a stalled sync
+// (SleepHolding) must hold its processor for the whole stall, as a real fdatasync does.
+// A nanosleep returns on every signal: the runtime's preemption signals (SIGURG) sent
+// to stop the world for a collection ended it early, and one that landed in the Go code
+// between two sleeps let the collection through (TestFailpointWALSyncStalls saw a
+// collection of 3.5 ms in a held stall of 400 ms). So the thread blocks SIGURG while
+// it sleeps: this test floods the sleeping thread with SIGURG and wants no sleep cut
+// short, the signal blocked during the sleep and unblocked after it.
+func TestSleepHoldingIsNotCutShortBySignals(t *testing.T) {
+	const stall = 300 * time.Millisecond
+	tids := make(chan int, 1)
+	done := make(chan time.Duration, 1)
+	before := sleepInterruptions.Load()
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tids <- unix.Gettid()
+		start := time.Now()
+		SleepHolding(stall)
+		done <- time.Since(start)
+	}()
+	tid := <-tids
+	var blockedSeen bool
+	var slept time.Duration
+	// Bounded: a sleep that every signal cuts short restarts so often under the flood
+	// that it may not end while the flood lasts (the old stand-in did not, in 10 minutes).
+	deadline := time.Now().Add(20 * stall)
+flood:
+	for time.Now().Before(deadline) {
+		select {
+		case slept = <-done:
+			break flood
+		default:
+		}
+		if err := unix.Tgkill(unix.Getpid(), tid, unix.SIGURG); err != nil {
+			t.Fatal(err)
+		}
+		if !blockedSeen {
+			blockedSeen = urgBlocked(t, tid)
+		}
+	}
+	if slept == 0 {
+		slept = <-done
+	}
+	if n := sleepInterruptions.Load() - before; n != 0 {
+		t.Fatalf("%d signals cut the held sleep short; want none (SIGURG blocked while it sleeps)", n)
+	}
+	if !blockedSeen {
+		t.Fatal("SIGURG was never blocked on the sleeping thread")
+	}
+	if slept < stall {
+		t.Fatalf("the held sleep took %v; want at least %v", slept, stall)
+	}
+	if urgBlocked(t, tid) {
+		t.Fatal("SIGURG is still blocked on the thread after the sleep")
+	}
+}
+
+// urgBlocked reads whether thread tid of this process has SIGURG blocked.
+func urgBlocked(t *testing.T, tid int) bool {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", tid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigBlk:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return mask&(1<<(unix.SIGURG-1)) != 0
+		}
+	}
+	t.Fatal("no SigBlk line in the thread's status")
+	return false
 }

@@ -118,12 +118,13 @@ func firstHeldStall(t *testing.T, stall time.Duration) (w *WAL, commit func(), g
 		}
 		return w, commit, gc, true
 	}
-	// The stand-in for a held sync (vfs.SleepHolding) loops on nanosleep, which a
-	// signal ends with EINTR: a preemption signal that lands in Go code between two
-	// sleeps lets a collection through (seen once, 2 ms into a 400 ms stall). A
-	// real fdatasync does not return on a signal. So a few collections are taken
-	// while the stall lasts, and the longest counts; a sync that gave its processor
-	// up lets every one of them finish at once.
+	// Sleeping is raised a few instructions before the stand-in for a held sync
+	// (vfs.SleepHolding) blocks the runtime's preemption signal and sleeps: a
+	// collection that stops the world in between gets through at once. (Before the
+	// stand-in blocked that signal, one landing between two of its nanosleeps did the
+	// same: collections of 2 ms and 3.5 ms were seen in a 400 ms stall.) So a few
+	// collections are taken while the stall lasts, and the longest counts; a sync that
+	// gave its processor up lets every one of them finish at once.
 	for i := 0; i < 3 && gc < stall/4 && (i == 0 || failpoint.Sleeping(failpoint.WALSync) > 0); i++ {
 		gcStart := time.Now()
 		runtime.GC()
