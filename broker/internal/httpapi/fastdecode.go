@@ -112,8 +112,17 @@ func (bd *batchDecoder) end() bool {
 }
 
 // fastProduceBatch decodes a produce-batch body of the common shape; false: decode it
-// with strictDecode instead.
+// with strictDecode instead. The plainest bodies need no token reader
+// (plainProduceBatch).
 func fastProduceBatch(data []byte) (*apigen.ProduceBatchRequest, bool) {
+	if req, ok := plainProduceBatch(data); ok {
+		return req, true
+	}
+	return tokenProduceBatch(data)
+}
+
+// tokenProduceBatch is fastProduceBatch's token reader.
+func tokenProduceBatch(data []byte) (*apigen.ProduceBatchRequest, bool) {
 	bd := getBatchDecoder(data)
 	defer bd.release()
 	req := &apigen.ProduceBatchRequest{}

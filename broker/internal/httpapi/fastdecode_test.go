@@ -20,6 +20,11 @@ import (
 // every kind of body the fast path must leave to strictDecode.
 var fastDecodeSeeds = []string{
 	`{"messages":[{"payload":1}]}`,
+	`{"messages":[{"payload":"eHh4eA==","payload_encoding":"base64"},{"payload":"eXk=","payload_encoding":"base64"}]}`,
+	`{"messages":[{"key":"k1","partition":3,"payload":"eHh4","payload_encoding":"base64","timestamp":1700000000000}]}`,
+	`{"messages": [{"payload": "aGk=", "payload_encoding": "base64", "key": "order-7"}]}`,
+	"{\"messages\":[{\"payload\":\"a\x7fb~ \",\"payload_encoding\":\"text\"},{}]}",
+	"{\"messages\":[{\"payload\":\"a\tb\"}]}",
 	`{"messages":[]}`,
 	`{}`,
 	` { "messages" : [ { "payload" : { "a" : [ 1 , "x" ] } } , {"payload":"s"} ] } `,
@@ -93,6 +98,16 @@ func FuzzFastBatchDecode(f *testing.F) {
 
 func checkFastProduceBatch(t *testing.T, body []byte) {
 	t.Helper()
+	if plain, ok := plainProduceBatch(bytes.Clone(body)); ok {
+		// The plain scanner takes a subset of what the token reader takes.
+		token, ok := tokenProduceBatch(bytes.Clone(body))
+		if !ok {
+			t.Fatalf("the plain scanner accepted a produce-batch body the token reader does not: %q", body)
+		}
+		if !reflect.DeepEqual(*plain, *token) {
+			t.Fatalf("produce-batch body %q: the plain scanner read\n%s\nthe token reader read\n%s", body, dump(plain), dump(token))
+		}
+	}
 	got, ok := fastProduceBatch(bytes.Clone(body))
 	if !ok {
 		return
@@ -260,6 +275,14 @@ func BenchmarkDecodeProduceBatch(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, ok := fastProduceBatch(body); !ok {
+				b.Fatal("not fast")
+			}
+		}
+	})
+	b.Run("token", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := tokenProduceBatch(body); !ok {
 				b.Fatal("not fast")
 			}
 		}
