@@ -186,15 +186,24 @@ func (c *client) produce(ctx context.Context, topic, id, key string, pad string,
 }
 
 type outMsg struct {
-	Payload payload `json:"payload"`
-	Key     string  `json:"key,omitempty"`
+	Payload  any    `json:"payload"`
+	Encoding string `json:"payload_encoding,omitempty"`
+	Key      string `json:"key,omitempty"`
 }
 
-// produceBatch sends several messages at once; one history line per message.
+// produceBatch sends several messages at once; one history line per message. A batch
+// whose pad has an odd length sends each payload's JSON as bytes (base64, as the SDKs
+// send bytes: the broker reads such a body by its plain scanner, not its tokenizer),
+// and such a message is delivered as bytes (payloadID reads both).
 func (c *client) produceBatch(ctx context.Context, topic string, ids, keys []string, pad string, try int) result {
 	msgs := make([]outMsg, len(ids))
 	for i := range ids {
-		msgs[i] = outMsg{Payload: payload{ID: ids[i], Pad: pad}, Key: keys[i]}
+		p := payload{ID: ids[i], Pad: pad}
+		msgs[i] = outMsg{Payload: p, Key: keys[i]}
+		if len(pad)%2 == 1 {
+			b, _ := json.Marshal(p)
+			msgs[i].Payload, msgs[i].Encoding = base64.StdEncoding.EncodeToString(b), "base64"
+		}
 	}
 	body, _ := json.Marshal(map[string]any{"messages": msgs})
 	c.rec.Add(history.Entry{Kind: history.KindIntent, Client: c.name, Op: history.OpProduce, Topic: topic, IDs: ids, Attempt: try, Batch: true, Call: c.clk.Now(), Partition: -1, Offset: -1})
@@ -222,6 +231,7 @@ type message struct {
 	Offset    int64           `json:"offset"`
 	Key       *string         `json:"key"`
 	Payload   json.RawMessage `json:"payload"`
+	Encoding  string          `json:"payload_encoding"`
 	Timestamp int64           `json:"timestamp"`
 	Handle    string          `json:"receipt_handle"`
 	Attempt   int             `json:"delivery_attempt"`
@@ -257,11 +267,24 @@ func handleIncarnation(h string) int64 {
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // payloadID is the message id a payload carries, or "?" and the start of a payload
-// that carries none (the checker then finds it unexpected).
-func payloadID(raw json.RawMessage) string {
+// that carries none (the checker then finds it unexpected). A payload delivered as
+// bytes (encoding "base64", produced so by produceBatch) is the payload's JSON.
+func payloadID(raw json.RawMessage, encoding string) string {
+	doc := []byte(raw)
+	if encoding == "base64" {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "?" + truncate(string(raw), 60)
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return "?" + truncate(string(raw), 60)
+		}
+		doc = b
+	}
 	var p payload
-	if err := json.Unmarshal(raw, &p); err != nil || p.ID == "" {
-		return "?" + truncate(string(raw), 60)
+	if err := json.Unmarshal(doc, &p); err != nil || p.ID == "" {
+		return "?" + truncate(string(doc), 60)
 	}
 	return p.ID
 }
@@ -273,7 +296,7 @@ func (c *client) deliveryEntry(topic string, r result, m message, batch bool) (h
 	if m.Key != nil {
 		e.Key = *m.Key
 	}
-	e.Msg = payloadID(m.Payload)
+	e.Msg = payloadID(m.Payload, m.Encoding)
 	if m.Topic != topic {
 		e.Err = "delivered with topic " + m.Topic
 	}
@@ -347,7 +370,7 @@ func (c *client) read(ctx context.Context, topic string, p int32, from int64, ma
 	for _, m := range rng.Messages {
 		e := c.opEntry(history.OpRead, topic, r)
 		e.Partition, e.Offset, e.Timestamp = m.Partition, m.Offset, m.Timestamp
-		e.Msg = payloadID(m.Payload)
+		e.Msg = payloadID(m.Payload, m.Encoding)
 		if m.Partition != p {
 			e.Err = fmt.Sprintf("read from partition %d, returned as partition %d", p, m.Partition)
 		}
