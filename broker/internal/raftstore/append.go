@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/narad-mq/narad/broker/internal/storage/bufpool"
 	"github.com/narad-mq/narad/broker/internal/storage/wal"
 )
 
@@ -188,7 +188,12 @@ func (s *Store) cut(i uint64) error {
 // Nothing becomes visible to readers here.
 func (s *Store) write(ents []raftpb.Entry) error {
 	seg := s.files[len(s.files)-1]
-	s.buf = writeBuffers.Take(s.buf, entriesSize(ents))
+	s.buf = s.buf[:0]
+	if size := entriesSize(ents); cap(s.buf) < size && size > keptWriteBuffer {
+		if b, ok := writeBuffers.Get().(*[]byte); ok {
+			s.buf = *b
+		}
+	}
 	var pos []uint32
 	// flush writes the frames gathered for seg and makes them durable.
 	flush := func() error {
@@ -242,15 +247,23 @@ func (s *Store) write(ents []raftpb.Entry) error {
 		s.buf = appendFrame(s.buf, &ents[i])
 	}
 	err := flush()
-	// Nothing holds the buffer now (the write-ahead file keeps no span's data).
-	s.buf = writeBuffers.Release(s.buf)
+	if cap(s.buf) > keptWriteBuffer {
+		// A large write's buffer is not kept for the next: every group of the node
+		// would hold its largest write's size in memory for as long as it lives.
+		// Nothing holds it now (the write-ahead file keeps no span's data).
+		b := s.buf[:0]
+		writeBuffers.Put(&b)
+		s.buf = nil
+	}
 	return err
 }
 
-// writeBuffers lends the stores' write buffers over 64 KiB between them: kept for the
-// next write, every group of the node held its largest write's size in memory for as
-// long as it lived.
-var writeBuffers = bufpool.Pool{Keep: 64 << 10}
+// keptWriteBuffer is the largest write buffer a store keeps for its next write; a
+// larger one goes to writeBuffers, which every store of the process shares and the
+// garbage collector empties when it goes unused.
+const keptWriteBuffer = 64 << 10
+
+var writeBuffers sync.Pool // of *[]byte, each larger than keptWriteBuffer
 
 func (s *Store) usable() error {
 	s.mu.RLock()

@@ -389,7 +389,7 @@ func TestALargeWriteLeavesNoLargeBuffer(t *testing.T) {
 	if err := s.Append([]raftpb.Entry{big}); err != nil {
 		t.Fatal(err)
 	}
-	if c := cap(s.buf); c > writeBuffers.Keep {
+	if c := cap(s.buf); c > keptWriteBuffer {
 		t.Fatalf("a write of 1 MiB left a buffer of %d bytes", c)
 	}
 	small := withData(2, 3, 1)

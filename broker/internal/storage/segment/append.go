@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/narad-mq/narad/broker/internal/failpoint"
-	"github.com/narad-mq/narad/broker/internal/storage/bufpool"
 	"github.com/narad-mq/narad/broker/internal/storage/wal"
 )
 
@@ -130,16 +129,27 @@ type chunk struct {
 	indexedAt  int64  // segment's last index entry position after the group
 }
 
-// groupBuffers lends the commit groups' write buffers over 64 KiB between the logs:
-// a log kept its largest group's buffer (up to maxGroupBytes) for as long as it was
-// open, so a node whose partitions had each taken a few batches of 1,000 messages held
-// about 300 KB a partition for good (60 MB over 200 partitions).
-var groupBuffers = bufpool.Pool{Keep: 64 << 10, Drop: maxGroupBytes}
+// keptGroupBuffer is the largest write buffer a log keeps for its next commit group.
+// A larger one goes back to groupBuffers, which every log of the process shares and
+// the garbage collector empties when it goes unused: a log kept its largest group's
+// buffer (up to maxGroupBytes) for as long as it was open, so a node whose partitions
+// had each taken a few batches of 1,000 messages held about 300 KB a partition for
+// good (60 MB over 200 partitions).
+const keptGroupBuffer = 64 << 10
+
+var groupBuffers sync.Pool // of *[]byte, each larger than keptGroupBuffer
 
 // releaseBuffer lets a large write buffer go after its group is committed (nothing
 // holds it then: the write-ahead file keeps no span's data after Commit).
 func (l *Log) releaseBuffer() {
-	l.wbuf = groupBuffers.Release(l.wbuf)
+	switch c := cap(l.wbuf); {
+	case c > maxGroupBytes:
+		l.wbuf = nil // one huge Append's buffer is not worth keeping anywhere
+	case c > keptGroupBuffer:
+		b := l.wbuf[:0]
+		groupBuffers.Put(&b)
+		l.wbuf = nil
+	}
 	clear(l.spans[:cap(l.spans)]) // no stale span may keep a pooled buffer alive
 }
 
@@ -150,7 +160,12 @@ func (l *Log) commit(group []*request, size int) ([]*segment, error) {
 	if l.failErr != nil {
 		return nil, l.failErr
 	}
-	l.wbuf = slices.Grow(groupBuffers.Take(l.wbuf, size), size)
+	if cap(l.wbuf) < size && size > keptGroupBuffer {
+		if b, ok := groupBuffers.Get().(*[]byte); ok {
+			l.wbuf = *b
+		}
+	}
+	l.wbuf = slices.Grow(l.wbuf[:0], size)
 	l.chunks, l.pending = l.chunks[:0], l.pending[:0]
 	active := l.segments[len(l.segments)-1]
 	c := chunk{seg: active, pos: active.size, size: active.size, next: active.next, lastTS: active.lastTS, indexedAt: active.indexedAt}

@@ -25,7 +25,7 @@ func TestALargeGroupLeavesNoBufferInItsLog(t *testing.T) {
 	l.fileMu.Lock()
 	c := cap(l.wbuf)
 	l.fileMu.Unlock()
-	if c > groupBuffers.Keep {
+	if c > keptGroupBuffer {
 		t.Fatalf("a group of 1,000 records left its log a buffer of %d bytes", c)
 	}
 	mustAppend(t, l, testRecord(1), testRecord(2))
